@@ -165,7 +165,7 @@ def model_pcie_transport(config: SocConfig | None = None) -> PcieTransport:
 
 
 #: The device-string keys that choose a SoC configuration, on ``model:`` and ``sim:`` alike.
-SIZE_KEYS = ("tiles", "banks", "mem_mib")
+SIZE_KEYS = ("tiles", "banks", "mem_mib", "vector")
 
 
 def _split_sizes(device: str, text: str) -> tuple[SocConfig | None, list[str]]:
@@ -192,15 +192,15 @@ def _split_sizes(device: str, text: str) -> tuple[SocConfig | None, list[str]]:
     from .sim.configs import soc_config
 
     try:
-        return soc_config(sizes.get("tiles"), sizes.get("banks"), sizes.get("mem_mib")), rest
+        return soc_config(sizes.get("tiles"), sizes.get("banks"), sizes.get("mem_mib"), sizes.get("vector")), rest
     except (TypeError, ValueError) as e:
         raise ValueError(f"device {device!r}: {e}") from None
 
 
 def open_model(device: str) -> ModelTransport:
-    """Open ``model`` or ``model:ITEMS``: ``tiles=T``, ``banks=B``, ``mem_mib=M`` (the SoC's tiles, memory banks
-    and MiB of device memory, as ``sim:tiles=T,banks=B,mem_mib=M`` has them) and FAULTS, comma-separated, in
-    any order.
+    """Open ``model`` or ``model:ITEMS``: ``tiles=T``, ``banks=B``, ``mem_mib=M``, ``vector=0`` (the SoC's tiles,
+    memory banks, MiB of device memory, and tiles without a vector unit, as ``sim:`` has them) and FAULTS,
+    comma-separated, in any order.
 
     Raises
     ------
@@ -304,6 +304,9 @@ def _parse_sim(device: str) -> tuple[Path | None, SocConfig | None, UnitStalls |
         if len(paths) > 1 or (paths and not Path(paths[0][len("verilog="):]).is_file()) or (
                 config is None and not paths and not faults and server is None):
             raise ValueError(f"device {device!r}: {_SIM_FORMS}")
+        if config is not None and not config.tile.vector:
+            raise ValueError(f"device {device!r}: vector=0 is the golden model's (model:vector=0); the simulated "
+                             f"SoC's tiles have their vector unit")
         verilog = Path(paths[0][len("verilog="):]) if paths else None
         stalls = _sim_stalls(device, faults, (config or SocConfig()).tiles)
     return verilog, config, stalls, server

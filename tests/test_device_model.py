@@ -18,6 +18,7 @@ from dx1_bringup.spec import (
     Opcode,
     PostOpParams,
     SocConfig,
+    TileConfig,
     pack_command,
     register_map,
     unpack_completion,
@@ -104,8 +105,16 @@ def test_identity_and_caps_follow_the_config():
     assert rd(dev, "GLOBAL", "SPM_ROWS") == cfg.tile.spm_rows
     assert rd(dev, "GLOBAL", "ACC_ROWS") == cfg.tile.acc_rows
     assert rd(dev, "GLOBAL", "MEM_BYTES") == 1 << 16
-    assert rd(dev, "GLOBAL", "FEATURES") == fields("GLOBAL", "FEATURES", postop=1, copy=1, trace=1)
+    assert rd(dev, "GLOBAL", "FEATURES") == fields("GLOBAL", "FEATURES", postop=1, copy=1, trace=1, vector=1)
     assert len(dev.mem) == 1 << 16 and len(dev.tiles) == 3
+
+
+def test_a_tile_without_a_vector_unit_says_so_and_refuses_its_commands():
+    dev = DeviceModel(SocConfig(tile=TileConfig(vector=False)))
+    assert rd(dev, "GLOBAL", "FEATURES") == fields("GLOBAL", "FEATURES", postop=1, copy=1, trace=1, vector=0)
+    for cmd in (pack_command(Opcode.VECTOR, rows=1, cols=1), pack_command(Opcode.TABLE),
+                pack_command(Opcode.TRANSPOSE, blocks=1)):
+        assert dev.tiles[0].execute(cmd) == ErrorCode.BAD_OPCODE
 
 
 def test_access_errors_say_what_was_wrong():

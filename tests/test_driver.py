@@ -28,7 +28,7 @@ from dx1_driver import (
 )
 
 from dx1_bringup.backends import ModelTransport
-from dx1_bringup.spec import SocConfig
+from dx1_bringup.spec import SocConfig, TileConfig
 
 #: Seconds a test polls a queue for a completion before it fails (the model completes a NOP at once).
 POLL_DEADLINE = 5.0
@@ -219,13 +219,15 @@ def test_capabilities_follow_config():
     config = SocConfig(tiles=3, mem_bytes=1 << 16, mem_banks=16)
     with Device(ModelTransport(config)) as d:
         assert (d.caps.tiles, d.caps.mem_bytes, d.caps.mem_banks) == (3, 1 << 16, 16)
-        assert len(d.queue_bases) == 3
+        assert len(d.queue_bases) == 3 and d.caps.vector
+    with Device(ModelTransport(SocConfig(tile=TileConfig(vector=False)))) as d:
+        assert not d.caps.vector
 
 
 def test_wrong_magic_and_version():
     with pytest.raises(NotADx1Device, match=r'^GLOBAL MAGIC reads 0x12345678, expected 0x44583131 \("DX11"\)$'):
         Device(_fake_device(MAGIC=0x12345678))
-    with pytest.raises(NotADx1Device, match=r"^GLOBAL HW_VERSION reads 2.0, but this driver supports spec 1.2"):
+    with pytest.raises(NotADx1Device, match=r"^GLOBAL HW_VERSION reads 2.0, but this driver supports spec 1.3"):
         Device(_fake_device(HW_VERSION=0x20000))
     with pytest.raises(NotADx1Device, match=r"^block 0 ID reads 0x00000000, expected GLOBAL 0x44580001$"):
         Device(FakeTransport())
@@ -508,10 +510,10 @@ def test_perf_counts_a_gemm_and_clears(dev):
 
 def test_perf_since_wraps_at_the_counter_width():
     from dx1_driver import PerfCounters
-    before = PerfCounters(0xFFFF_FFF0, 0, 0, 0, (1 << 64) - 2, 0, 0, 0, 0)
-    after = PerfCounters(0x10, 0, 0, 0, 3, 0, 0, 0, 0)
+    before = PerfCounters(0xFFFF_FFF0, 0, 0, 0, (1 << 64) - 2, 0, 0, 0, 0, 0, 0xFFFF_FFFF, 0, 0)
+    after = PerfCounters(0x10, 0, 0, 0, 3, 0, 0, 0, 0, 0, 1, 0, 0)
     delta = after.since(before)
-    assert (delta.cycles, delta.macs) == (0x20, 5)
+    assert (delta.cycles, delta.macs, delta.table_hits) == (0x20, 5, 2)
 
 
 def test_trace_drains_decoded_events(dev):
@@ -569,12 +571,12 @@ def test_semaphores_and_cycles(dev):
 
 def test_device_repr_says_what_is_open():
     with Device.open("model:tiles=4") as dev:
-        assert repr(dev) == ("<Device 'model:tiles=4': dx1 1.2, 4 tiles (4 usable) of 8x8, 1024 KiB device memory, "
+        assert repr(dev) == ("<Device 'model:tiles=4': dx1 1.3, 4 tiles (4 usable) of 8x8 with a vector unit, 1024 KiB device memory, "
                              "over ModelTransport>")
         dev.fence(2, "a test")
         assert "4 tiles (3 usable)" in repr(dev)
     assert "4 tiles (closed)" in repr(dev)
-    assert repr(Device(ModelTransport())).startswith("<Device 'ModelTransport': dx1 1.2, 2 tiles (2 usable)")
+    assert repr(Device(ModelTransport())).startswith("<Device 'ModelTransport': dx1 1.3, 2 tiles (2 usable)")
 
 
 def test_help_device_shows_caps_and_its_fields():

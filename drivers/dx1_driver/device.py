@@ -170,7 +170,7 @@ class Device:
         c = self.caps
         state = "closed" if self.transport.closed else f"{len(self.usable_tiles)} usable"
         return (f"<Device {self.name!r}: dx1 {_version(c.hw_version)}, {c.tiles} tiles ({state}) of "
-                f"{c.array}x{c.array}, {c.mem_bytes // 1024} KiB device memory, over {type(self.transport).__name__}>")
+                f"{c.array}x{c.array}{' with a vector unit' if c.vector else ''}, {c.mem_bytes // 1024} KiB device memory, over {type(self.transport).__name__}>")
 
     # -- discovery ------------------------------------------------------------------------------
 

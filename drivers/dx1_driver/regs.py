@@ -26,7 +26,7 @@ BUS_BYTES = 8
 #: The configuration this module was generated for.
 CONFIG: dict[str, object] = {
     "tiles": 2,
-    "tile": {"array": 8, "spm_rows": 4096, "acc_rows": 1024},
+    "tile": {"array": 8, "spm_rows": 4096, "acc_rows": 1024, "vector": True},
     "mem_bytes": 1048576,
     "mem_banks": 4,
     "semaphores": 16,

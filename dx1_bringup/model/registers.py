@@ -18,7 +18,7 @@ Register space
   bits written as 1.  Self-clearing bits (QUEUE ``CONTROL.resume``, TRACE
   ``CONTROL.clear``) act on the write and read back as 0.
 * GLOBAL: MAGIC, HW_VERSION (``SPEC_VERSION``), CAPS, SPM_ROWS, ACC_ROWS,
-  MEM_BYTES and FEATURES (postop, copy, trace and vector all 1) come from the config.
+  MEM_BYTES and FEATURES (postop, copy and trace 1, vector the tile config's) come from the config.
   Reading CYCLES_LO latches the high word that CYCLES_HI then returns.
   RESET bit 0 returns every queue register, the cycle counter, every PERF and
   TRACE block and every semaphore to reset; device memory, the tiles'
@@ -230,7 +230,8 @@ class RegisterSpace(ABC):
             "SPM_ROWS": cfg.tile.spm_rows,
             "ACC_ROWS": cfg.tile.acc_rows,
             "MEM_BYTES": cfg.mem_bytes,
-            "FEATURES": glob.reg("FEATURES").register.pack(postop=1, copy=1, trace=1, vector=1),
+            "FEATURES": glob.reg("FEATURES").register.pack(postop=1, copy=1, trace=1,
+                                                             vector=int(cfg.tile.vector)),
         }
         self._scratch = 0
         self._reset()

@@ -45,6 +45,8 @@ def check_command(cmd: bytes, config: TileConfig) -> ErrorCode:
     if opcode not in (int(o) for o in COMPUTE_OPCODES):
         return ErrorCode.BAD_OPCODE
     if opcode in VECTOR_OPCODES:
+        if not config.vector:
+            return ErrorCode.BAD_OPCODE
         return check_vector_command(word, f, config)
     spec = COMMANDS[Opcode(opcode)]
     if word & spec.reserved_mask:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+from dataclasses import replace
 from pathlib import Path
 
 from ..gateware import rtl_module
@@ -26,25 +27,30 @@ CONFIG_ROOT = BUILD_ROOT / "configs"
 _SOURCES = tuple(Path(__file__).resolve().parents[1] / part for part in ("gateware", "spec"))
 
 
-def soc_config(tiles: int | None = None, banks: int | None = None, mem_mib: int | None = None) -> SocConfig:
-    """The default SoC with ``tiles`` tiles, ``banks`` memory banks and ``mem_mib`` MiB of device memory
-    (``None``: the default's).
+def soc_config(tiles: int | None = None, banks: int | None = None, mem_mib: int | None = None,
+               vector: int | None = None) -> SocConfig:
+    """The default SoC with ``tiles`` tiles, ``banks`` memory banks, ``mem_mib`` MiB of device memory and, for
+    ``vector`` 0, tiles without a vector unit (``None``: the default's).
 
     Raises
     ------
     TypeError, ValueError
         As :class:`SocConfig` does for a count it does not take (1 to 8 tiles; a power of two from 1 to 16
-        banks; a power of two of MiB up to 2048).
+        banks; a power of two of MiB up to 2048; vector 0 or 1).
     """
     default = SocConfig()
-    return SocConfig(tiles=default.tiles if tiles is None else tiles,
+    if vector not in (None, 0, 1):
+        raise ValueError(f"vector must be 0 (no vector unit) or 1, not {vector!r}")
+    tile = default.tile if vector is None else replace(default.tile, vector=bool(vector))
+    return SocConfig(tiles=default.tiles if tiles is None else tiles, tile=tile,
                      mem_banks=default.mem_banks if banks is None else banks,
                      mem_bytes=default.mem_bytes if mem_mib is None else mem_mib << 20)
 
 
 def config_folder(config: SocConfig) -> Path:
     """The folder of ``config``'s generated Verilog (and, beside it, its Verilator build)."""
-    return CONFIG_ROOT / f"t{config.tiles}-b{config.mem_banks}-m{config.mem_bytes >> 20}"
+    vector = "" if config.tile.vector else "-novector"
+    return CONFIG_ROOT / f"t{config.tiles}-b{config.mem_banks}-m{config.mem_bytes >> 20}{vector}"
 
 
 def _inputs_digest(config: SocConfig) -> str:

@@ -30,16 +30,22 @@ class TileConfig:
         scratchpad row (int8) and one accumulator row (int32).
     spm_rows, acc_rows:
         Depths of the scratchpad and accumulator buffer in rows.
+    vector:
+        The tile has a vector unit (FEATURES.vector): it runs VECTOR, TABLE and TRANSPOSE; without one they
+        complete with BAD_OPCODE.
     """
 
     array: int = 8
     spm_rows: int = 4096
     acc_rows: int = 1024
+    vector: bool = True
 
     def __post_init__(self):
         _check_int("Tile", "array size", self.array, 2, 16, power_of_two=True)
         _check_int("Tile", "scratchpad rows", self.spm_rows, 4 * self.array, 65536, power_of_two=True)
         _check_int("Tile", "accumulator rows", self.acc_rows, 2 * self.array, 65536, power_of_two=True)
+        if not isinstance(self.vector, bool):
+            raise TypeError(f"Tile vector must be True or False, not {self.vector!r}")
 
     @property
     def spm_row_bytes(self) -> int:
@@ -51,7 +57,7 @@ class TileConfig:
 
     @property
     def name(self) -> str:
-        return f"a{self.array}_s{self.spm_rows}_c{self.acc_rows}"
+        return f"a{self.array}_s{self.spm_rows}_c{self.acc_rows}" + ("" if self.vector else "_novector")
 
 
 @dataclass(frozen=True)
