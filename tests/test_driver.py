@@ -571,8 +571,8 @@ def test_semaphores_and_cycles(dev):
 
 def test_device_repr_says_what_is_open():
     with Device.open("model:tiles=4") as dev:
-        assert repr(dev) == ("<Device 'model:tiles=4': dx1 1.3, 4 tiles (4 usable) of 8x8 with a vector unit, 1024 KiB device memory, "
-                             "over ModelTransport>")
+        assert repr(dev) == ("<Device 'model:tiles=4': dx1 1.3, 4 tiles (4 usable) of 8x8 with a vector unit, "
+                             "1024 KiB device memory, over ModelTransport>")
         dev.fence(2, "a test")
         assert "4 tiles (3 usable)" in repr(dev)
     assert "4 tiles (closed)" in repr(dev)

@@ -169,8 +169,10 @@ class Device:
     def __repr__(self) -> str:
         c = self.caps
         state = "closed" if self.transport.closed else f"{len(self.usable_tiles)} usable"
+        vector = " with a vector unit" if c.vector else ""
         return (f"<Device {self.name!r}: dx1 {_version(c.hw_version)}, {c.tiles} tiles ({state}) of "
-                f"{c.array}x{c.array}{' with a vector unit' if c.vector else ''}, {c.mem_bytes // 1024} KiB device memory, over {type(self.transport).__name__}>")
+                f"{c.array}x{c.array}{vector}, {c.mem_bytes // 1024} KiB device memory, "
+                f"over {type(self.transport).__name__}>")
 
     # -- discovery ------------------------------------------------------------------------------
 
