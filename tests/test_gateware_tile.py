@@ -121,6 +121,41 @@ def test_issue_keeps_completions_in_order() -> None:
     simulate(dut, bench)
 
 
+@pytest.mark.parametrize("opcode", [Opcode.VECTOR, Opcode.TABLE, Opcode.TRANSPOSE])
+def test_issue_runs_a_vector_command_alone(opcode: Opcode) -> None:
+    """A vector command waits for GEMMs in flight and a running post-op; while it runs nothing else goes."""
+    dut = CommandIssue()
+    vector = _word(pack_command(opcode, tag=4))
+    others = [_word(pack_command(Opcode.GEMM, tag=1, m=1, k_chunks=1)), _word(pack_command(Opcode.NOP, tag=2)),
+              _word(pack_command(Opcode.POSTOP, tag=3, rows=1)), vector]
+
+    async def bench(ctx) -> None:
+        ctx.set(dut.decoded, 1)
+        ctx.set(dut.credit, 1)
+        ctx.set(dut.queues_ready, 1)
+        ctx.set(dut.command, others[0])
+        await ctx.tick()
+        ctx.set(dut.command, vector)
+        assert ctx.get(dut.take) == 0, "a GEMM is in flight"
+        ctx.set(dut.gemm_done, 1)
+        await ctx.tick()
+        ctx.set(dut.gemm_done, 0)
+        ctx.set(dut.postop_busy, 1)
+        assert ctx.get(dut.take) == 0, "a post-op is running"
+        ctx.set(dut.postop_busy, 0)
+        assert (ctx.get(dut.take), ctx.get(dut.vector), ctx.get(dut.done.valid)) == (1, 1, 0)
+        await ctx.tick()
+        ctx.set(dut.vector_busy, 1)
+        for command in others:
+            ctx.set(dut.command, command)
+            assert ctx.get(dut.take) == 0, "the vector unit is running"
+        ctx.set(dut.vector_busy, 0)
+        ctx.set(dut.command, others[0])
+        assert (ctx.get(dut.take), ctx.get(dut.gemm), ctx.get(dut.vector)) == (1, 1, 0)
+
+    simulate(dut, bench)
+
+
 def test_completions_in_order_with_credits() -> None:
     """Entries come out in the order written; credit falls once DONE_DEPTH completions are promised and rises when
     one is popped; if two writers write in one cycle the later (post-op) wins."""
