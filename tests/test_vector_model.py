@@ -234,3 +234,12 @@ def test_legal_commands_pass_the_checks_on_every_config():
         for tag in range(500):
             cmd = random_vector_command(rng, config, tag)
             assert check_command(cmd, config) == ErrorCode.OK, vector_meta(cmd)
+
+
+def test_the_vector_bench_measures_long_rows_on_two_devices():
+    from dx1_bringup.bench_vector import VOPS, vector_bench
+
+    report = vector_bench(("model", "model:tiles=1"))
+    assert [r["vop"] for r in report["runs"]] == [v.name for v in VOPS]
+    assert all(r["same_bytes"] and r["model_error"] == 0 for r in report["runs"])
+    assert min(r["steady_elements_per_cycle"] for r in report["runs"] if r["vop"] != "RECIP") == report["array"]
