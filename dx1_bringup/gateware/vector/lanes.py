@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from amaranth import Const, Module, Mux, Signal, signed, unsigned
+from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -25,6 +25,7 @@ _CTL = data.StructLayout({
     "valid": 1,
     "lut": 1,      # the step is a LUT: table read, interpolation, hit/underflow/overflow counts
     "raw": 1,      # RMAX, RSUM, RSUMSQ: out is the product's low 32 bits, unsaturated
+    "clamp": 1,    # CLAMP: stage 1 takes max(a, imm), stage 2 min(., imm2)
     "d_acc": 1,    # saturate to int32 (else int8)
     "shift": unsigned(6),  # the rounding right shift of MUL, SHR and LUT; 0 for every other vop
 })
@@ -53,15 +54,16 @@ class VectorLanes(wiring.Component):
     For the reductions ``out`` is the reducer's term: ``a`` for RMAX and RSUM, ``a * a mod 2**32`` for
     RSUMSQ, unsaturated.  RECIP and ISQRT are the divider's: ``out`` is then meaningless.
 
-    Every vop but CLAMP and LUT goes through the lane's one multiplier as ``x * y``: ``x`` is ``a`` or the
+    Every vop goes through the lane's one multiplier as ``x * y``: ``x`` is ``a`` or the
     ADD/SUB/MAX/MIN/CLAMP result, ``y`` is ``b`` (MUL), ``a`` (RSUMSQ), ``2**shift`` (SHL) or 1; LUT's
     interpolation ``(T[i+1] - T[i]) * f`` uses it two stages later than the others' operands, which wait in
     registers for it.  Then the rounding add, the right shift, LUT's ``+ T[i]`` and the saturation.  The
     multiplier is four 17x17-bit products (one MULT18X18D each on ECP5) in one stage and their sum in the next.
 
-    Stages: 1 the ALU (ADD, SUB, MAX, MIN, CLAMP, and LUT's ``u = a - imm``); 2 LUT's index, fraction and
-    outcome, the table's read address; 3 the table's ``T[i]``, ``T[i+1]``, the multiplier's operands;
-    4 the partial products; 5 the product; 6 the rounding add; 7 the shift; 8 ``+ T[i]``, saturation.
+    Stages: 1 the ALU (ADD, SUB, MAX, MIN, CLAMP's low bound, and LUT's ``u = a - imm``); 2 CLAMP's high
+    bound; LUT's index, fraction and outcome, the table's read address; 3 the table's ``T[i]``, ``T[i+1]``,
+    the multiplier's operands; 4 the partial products; 5 the product; 6 the rounding add (one adder: the
+    bias for ``p < 0`` is chosen, not subtracted); 7 the shift; 8 ``+ T[i]``, saturation.
 
     The table: per lane two 256-entry memories ``L[j] = T[j]`` and ``H[j] = T[j+1]``, so that a lane reads
     both ends of its interval in one cycle; ``table_we`` writes entry ``table_index`` of every lane's copy
@@ -107,6 +109,7 @@ class VectorLanes(wiring.Component):
             ctl1.valid.eq(self.valid),
             ctl1.lut.eq(vop == VectorOp.LUT),
             ctl1.raw.eq((vop == VectorOp.RMAX) | (vop == VectorOp.RSUM) | (vop == VectorOp.RSUMSQ)),
+            ctl1.clamp.eq(vop == VectorOp.CLAMP),
             ctl1.d_acc.eq(self.d_acc),
             ctl1.shift.eq(Mux((vop == VectorOp.MUL) | (vop == VectorOp.SHR) | (vop == VectorOp.LUT),
                               self.shift, 0)),
@@ -121,8 +124,12 @@ class VectorLanes(wiring.Component):
 
         shl_y = Signal(_OPERAND, name="shl_y")
         m.d.comb += shl_y.eq(Const(1, _OPERAND) << self.shift[:5])
-        half = Signal(unsigned(VECTOR_MAX_SHIFT), name="half")  # 2**(shift-1), 0 for shift 0
-        m.d.comb += half.eq((Const(1, VECTOR_MAX_SHIFT + 1) << ctl5.shift) >> 1)
+        imm2 = _stage(m, self.imm2, signed(32), "imm2_1")
+        # round_shift's bias: 2**(shift-1) for p >= 0, 2**(shift-1) - 1 for p < 0, 0 for shift 0.
+        half = Signal(unsigned(VECTOR_MAX_SHIFT), name="half")
+        half_neg = Signal(unsigned(VECTOR_MAX_SHIFT), name="half_neg")
+        m.d.comb += [half.eq((Const(1, VECTOR_MAX_SHIFT + 1) << ctl5.shift) >> 1),
+                     half_neg.eq(Mux(ctl5.shift == 0, 0, half - 1))]
 
         outcomes = {"hit": [], "under": [], "over": []}
         for lane in range(self.array):
@@ -139,8 +146,7 @@ class VectorLanes(wiring.Component):
                 with m.Case(VectorOp.MIN):
                     m.d.comb += alu.eq(Mux(a < b, a, b))
                 with m.Case(VectorOp.CLAMP):
-                    low = Mux(a < self.imm, self.imm, a)
-                    m.d.comb += alu.eq(Mux(low > self.imm2, self.imm2, low))
+                    m.d.comb += alu.eq(Mux(a < self.imm, self.imm, a))
                 with m.Case(VectorOp.LUT):
                     m.d.comb += alu.eq(a - self.imm)
                 with m.Default():
@@ -171,7 +177,7 @@ class VectorLanes(wiring.Component):
             frac = Signal(_FRAC_BITS, name=f"frac{lane}")
             m.d.comb += frac.eq(Mux(under | over, 0, x1[:_FRAC_BITS] & mask))
             lows, highs = self._table(m, lane, index)
-            x2 = _stage(m, x1, _OPERAND, f"x2_{lane}")
+            x2 = _stage(m, Mux(ctl1.clamp & (x1 > imm2), imm2, x1), _OPERAND, f"x2_{lane}")
             y2 = _stage(m, y1, _OPERAND, f"y2_{lane}")
             f2 = _stage(m, frac, _FRAC_BITS, f"f2_{lane}")
             over2 = _stage(m, over, 1, f"over2_{lane}")
@@ -193,11 +199,11 @@ class VectorLanes(wiring.Component):
             hl = _stage(m, xh * yl, signed(34), f"hl{lane}")
             hh = _stage(m, xh * yh, signed(34), f"hh{lane}")
             base4 = _stage(m, base3, signed(16), f"base4_{lane}")
-            p5 = _stage(m, (hh << 32) + ((lh + hl) << 16) + ll, _PRODUCT, f"p5_{lane}")
+            p5 = _stage(m, Cat(ll, hh) + ((lh + hl) << 16), _PRODUCT, f"p5_{lane}")
             base5 = _stage(m, base4, signed(16), f"base5_{lane}")
 
             # Stage 6: the rounding add, half away from zero.
-            q6 = _stage(m, p5 + half - (p5[-1] & (ctl5.shift != 0)), _PRODUCT, f"q6_{lane}")
+            q6 = _stage(m, p5 + Mux(p5[-1], half_neg, half), _PRODUCT, f"q6_{lane}")
             base6 = _stage(m, base5, signed(16), f"base6_{lane}")
 
             # Stage 7: the shift.
