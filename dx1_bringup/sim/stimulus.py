@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..model.tile import MAX_SHIFT
-from ..model.vector import VECTOR_OPCODES
+from ..model.tile import COMPUTE_OPCODES, MAX_SHIFT
 from ..spec import (
     COMMANDS,
     TABLE_ENTRIES,
@@ -83,8 +82,8 @@ def bad_command(rng: np.random.Generator, config: TileConfig, tag: int, kind: st
     """A command that the core must refuse, and the error it must give."""
     n = config.array
     if kind == "opcode":
-        known = (Opcode.NOP, Opcode.GEMM, Opcode.POSTOP, *VECTOR_OPCODES)
-        opcode = int(rng.choice([o for o in range(256) if o not in known]))
+        runs = COMPUTE_OPCODES if config.vector else (Opcode.NOP, Opcode.GEMM, Opcode.POSTOP)
+        opcode = int(rng.choice([o for o in range(256) if o not in runs]))
         return pack_command(Opcode.NOP, tag=tag, raw=opcode), ErrorCode.BAD_OPCODE
     if kind == "reserved":
         op = Opcode(int(rng.choice([Opcode.NOP, Opcode.GEMM, Opcode.POSTOP])))
