@@ -150,7 +150,8 @@ class VectorUnit(wiring.Component):
             reducer.last.eq(out_step.last), reducer.vop.eq(vop), reducer.d_acc.eq(d_acc),
             reducer.terms.eq(lanes.out),
         ]
-        _, reduce_ctl = delay_valid_ctl(m, out_valid & out_step.last, Cat(out_step.d_addr, out_step.end), REDUCE_LATENCY, "reduce")
+        _, reduce_ctl = delay_valid_ctl(m, out_valid & out_step.last, Cat(out_step.d_addr, out_step.end),
+                                        REDUCE_LATENCY, "reduce")
         # RECIP and ISQRT: the divider takes the step's A row; its ctl waits beside it.
         div_ctl = Signal(step_layout())
         with m.If(step.valid & serial):
