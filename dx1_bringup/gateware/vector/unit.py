@@ -136,8 +136,8 @@ class VectorUnit(wiring.Component):
             lanes_step.eq(step.valid & ~serial),
             lanes.valid.eq(lanes_step), lanes.vop.eq(vop), lanes.a.eq(a_row), lanes.b.eq(b_row),
             lanes.shift.eq(shift), lanes.imm.eq(imm), lanes.imm2.eq(imm2), lanes.d_acc.eq(d_acc),
-            lanes.table_we.eq(table.table_we), lanes.table_index.eq(table.table_index),
-            lanes.table_data.eq(table.table_data),
+            table.spm_data.eq(self.spm_a_data), lanes.table_we.eq(table.table_we),
+            lanes.table_index.eq(table.table_index), lanes.table_data.eq(table.table_data),
         ]
         out_valid, out_ctl = delay_valid_ctl(m, lanes_step, step.as_value(), LANES_LATENCY, "lanes")
         out_step = data.View(step_layout(), out_ctl)
