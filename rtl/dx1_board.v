@@ -23427,7 +23427,7 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   wire [31:0] \$9 ;
   reg [7:0] \$signal  = 8'h00;
   (* init = 16'h0000 *)
-  wire [15:0] \$signal$102 ;
+  wire [15:0] \$signal$103 ;
   (* init = 6'h00 *)
   wire [5:0] \$signal$44 ;
   (* init = 32'd0 *)
@@ -23436,18 +23436,18 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   wire [31:0] \$signal$48 ;
   (* init = 1'h0 *)
   wire \$signal$50 ;
-  reg \$signal$74 ;
-  reg [15:0] \$signal$75 ;
+  reg \$signal$75 ;
+  reg [15:0] \$signal$76 ;
   wire [255:0] a;
-  wire [255:0] \a$68 ;
-  wire [31:0] \a$68[0] ;
-  wire [31:0] \a$68[1] ;
-  wire [31:0] \a$68[2] ;
-  wire [31:0] \a$68[3] ;
-  wire [31:0] \a$68[4] ;
-  wire [31:0] \a$68[5] ;
-  wire [31:0] \a$68[6] ;
-  wire [31:0] \a$68[7] ;
+  wire [255:0] \a$69 ;
+  wire [31:0] \a$69[0] ;
+  wire [31:0] \a$69[1] ;
+  wire [31:0] \a$69[2] ;
+  wire [31:0] \a$69[3] ;
+  wire [31:0] \a$69[4] ;
+  wire [31:0] \a$69[5] ;
+  wire [31:0] \a$69[6] ;
+  wire [31:0] \a$69[7] ;
   wire [31:0] \a[0] ;
   wire [31:0] \a[1] ;
   wire [31:0] \a[2] ;
@@ -23524,9 +23524,9 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   reg [16:0] ctl_reduce4 = 17'h00000;
   reg d_acc = 1'h0;
   (* init = 1'h0 *)
-  wire \d_acc$64 ;
+  wire \d_acc$65 ;
   (* init = 1'h0 *)
-  wire \d_acc$71 ;
+  wire \d_acc$72 ;
   reg [20:0] div_ctl = 21'h000000;
   wire \div_ctl.d_acc ;
   wire [15:0] \div_ctl.d_addr ;
@@ -23535,7 +23535,7 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   wire \div_ctl.last ;
   wire \div_ctl.valid ;
   wire done;
-  wire \done$98 ;
+  wire \done$100 ;
   wire \done$99 ;
   output [7:0] done__opcode;
   reg [7:0] done__opcode = 8'h00;
@@ -23548,35 +23548,35 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   wire first;
   output [31:0] hits;
   reg [31:0] hits = 32'd0;
-  wire [3:0] \hits$134 ;
+  wire [3:0] \hits$135 ;
   reg [31:0] imm = 32'd0;
   reg [31:0] imm2 = 32'd0;
   wire is_reduce;
   wire lanes_step;
   wire last;
   wire load;
-  wire \load$90 ;
+  wire \load$91 ;
   (* init = 8'h00 *)
   wire [7:0] opcode;
   wire [255:0] out;
-  wire [255:0] \out$79 ;
-  wire [31:0] \out$79[0] ;
-  wire [31:0] \out$79[1] ;
-  wire [31:0] \out$79[2] ;
-  wire [31:0] \out$79[3] ;
-  wire [31:0] \out$79[4] ;
-  wire [31:0] \out$79[5] ;
-  wire [31:0] \out$79[6] ;
-  wire [31:0] \out$79[7] ;
-  wire [255:0] \out$81 ;
-  wire [31:0] \out$81[0] ;
-  wire [31:0] \out$81[1] ;
-  wire [31:0] \out$81[2] ;
-  wire [31:0] \out$81[3] ;
-  wire [31:0] \out$81[4] ;
-  wire [31:0] \out$81[5] ;
-  wire [31:0] \out$81[6] ;
-  wire [31:0] \out$81[7] ;
+  wire [255:0] \out$80 ;
+  wire [31:0] \out$80[0] ;
+  wire [31:0] \out$80[1] ;
+  wire [31:0] \out$80[2] ;
+  wire [31:0] \out$80[3] ;
+  wire [31:0] \out$80[4] ;
+  wire [31:0] \out$80[5] ;
+  wire [31:0] \out$80[6] ;
+  wire [31:0] \out$80[7] ;
+  wire [255:0] \out$82 ;
+  wire [31:0] \out$82[0] ;
+  wire [31:0] \out$82[1] ;
+  wire [31:0] \out$82[2] ;
+  wire [31:0] \out$82[3] ;
+  wire [31:0] \out$82[4] ;
+  wire [31:0] \out$82[5] ;
+  wire [31:0] \out$82[6] ;
+  wire [31:0] \out$82[7] ;
   wire [31:0] \out[0] ;
   wire [31:0] \out[1] ;
   wire [31:0] \out[2] ;
@@ -23588,11 +23588,11 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   wire out_valid;
   output [31:0] overflows;
   reg [31:0] overflows = 32'd0;
-  wire [3:0] \overflows$138 ;
+  wire [3:0] \overflows$139 ;
   output progress;
   wire progress;
   wire read;
-  wire \read$93 ;
+  wire \read$94 ;
   input reset_units;
   wire reset_units;
   wire [255:0] row;
@@ -23605,15 +23605,15 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   wire [31:0] \row$32[5] ;
   wire [31:0] \row$32[6] ;
   wire [31:0] \row$32[7] ;
-  wire [63:0] \row$91 ;
-  wire [7:0] \row$91[0] ;
-  wire [7:0] \row$91[1] ;
-  wire [7:0] \row$91[2] ;
-  wire [7:0] \row$91[3] ;
-  wire [7:0] \row$91[4] ;
-  wire [7:0] \row$91[5] ;
-  wire [7:0] \row$91[6] ;
-  wire [7:0] \row$91[7] ;
+  wire [63:0] \row$92 ;
+  wire [7:0] \row$92[0] ;
+  wire [7:0] \row$92[1] ;
+  wire [7:0] \row$92[2] ;
+  wire [7:0] \row$92[3] ;
+  wire [7:0] \row$92[4] ;
+  wire [7:0] \row$92[5] ;
+  wire [7:0] \row$92[6] ;
+  wire [7:0] \row$92[7] ;
   wire [31:0] \row[0] ;
   wire [31:0] \row[1] ;
   wire [31:0] \row[2] ;
@@ -23627,7 +23627,7 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   reg serial = 1'h0;
   reg [5:0] shift = 6'h00;
   (* init = 6'h00 *)
-  wire [5:0] \shift$70 ;
+  wire [5:0] \shift$71 ;
   output [15:0] spm_a_addr;
   reg [15:0] spm_a_addr;
   input [63:0] spm_a_data;
@@ -23640,6 +23640,7 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   wire [63:0] spm_b_data;
   output spm_b_use;
   wire spm_b_use;
+  wire [63:0] spm_data;
   wire spm_read;
   wire spm_use;
   output [15:0] spm_w_addr;
@@ -23653,7 +23654,7 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   wire start;
   wire \start$3 ;
   wire \start$5 ;
-  wire \start$67 ;
+  wire \start$68 ;
   wire \start$7 ;
   wire [20:0] step;
   wire \step.d_acc ;
@@ -23663,11 +23664,11 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   wire \step.last ;
   wire \step.valid ;
   wire [15:0] table_data;
-  wire [15:0] \table_data$56 ;
+  wire [15:0] \table_data$57 ;
   wire [8:0] table_index;
-  wire [8:0] \table_index$54 ;
+  wire [8:0] \table_index$55 ;
   wire table_we;
-  wire \table_we$52 ;
+  wire \table_we$53 ;
   wire [255:0] terms;
   wire [31:0] \terms[0] ;
   wire [31:0] \terms[1] ;
@@ -23679,10 +23680,10 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   wire [31:0] \terms[7] ;
   output [31:0] underflows;
   reg [31:0] underflows = 32'd0;
-  wire [3:0] \underflows$136 ;
+  wire [3:0] \underflows$137 ;
   wire v_start;
   wire valid;
-  wire \valid$58 ;
+  wire \valid$59 ;
   reg valid_lanes0 = 1'h0;
   reg valid_lanes1 = 1'h0;
   reg valid_lanes2 = 1'h0;
@@ -23697,8 +23698,8 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   reg valid_reduce3 = 1'h0;
   reg valid_reduce4 = 1'h0;
   wire [3:0] vop;
-  wire [3:0] \vop$63 ;
-  wire [3:0] \vop$69 ;
+  wire [3:0] \vop$64 ;
+  wire [3:0] \vop$70 ;
   wire [15:0] w_addr;
   wire w_en;
   reg w_end;
@@ -23735,16 +23736,16 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   assign \$27  = \$signal  == 4'ha;
   assign \$28  = \$signal  == 4'hb;
   assign is_reduce = | { \$28 , \$27 , \$26  };
-  assign \valid$58  = valid_lanes7 & is_reduce;
-  assign \start$67  = step[0] & serial;
+  assign \valid$59  = valid_lanes7 & is_reduce;
+  assign \start$68  = step[0] & serial;
   assign \$29  = ~ is_reduce;
   assign \$30  = valid_lanes7 & \$29 ;
-  assign \$31  = \$signal$74  & d_acc;
+  assign \$31  = \$signal$75  & d_acc;
   assign \$32  = ~ d_acc;
-  assign \$33  = \$signal$74  & \$32 ;
-  assign \$34  = \$signal$74  & w_end;
-  assign \$35  = \$34  | \done$98 ;
-  assign finished = \$35  | \done$99 ;
+  assign \$33  = \$signal$75  & \$32 ;
+  assign \$34  = \$signal$75  & w_end;
+  assign \$35  = \$34  | \done$99 ;
+  assign finished = \$35  | \done$100 ;
   assign \$36  = a_read | table_we;
   assign \$37  = \$36  | spm_read;
   assign \$38  = \$37  | spm_w_en;
@@ -23755,9 +23756,9 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   assign \$42  = valid_lanes7 & ctl_lanes7[2];
   assign \$43  = step[0] & serial;
   assign \$44  = busy_cycles + 1'h1;
-  assign \$45  = hits + \hits$134 ;
-  assign \$46  = underflows + \underflows$136 ;
-  assign \$47  = overflows + \overflows$138 ;
+  assign \$45  = hits + \hits$135 ;
+  assign \$46  = underflows + \underflows$137 ;
+  assign \$47  = overflows + \overflows$139 ;
   always @(posedge clk)
     \$signal  <= \$48 ;
   always @(posedge clk)
@@ -23854,11 +23855,11 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
     .clk(clk),
     .\d_acc$74 (d_acc),
     .done(done),
-    .out(\out$79 ),
+    .out(\out$80 ),
     .reset_units(reset_units),
     .rst(rst),
     .\shift$9 (shift),
-    .start(\start$67 ),
+    .start(\start$68 ),
     .vop(\$signal [3:0])
   );
   \dx1_board.soc.core0.vector$243.lanes  lanes (
@@ -23866,17 +23867,17 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
     .b(\row$32 ),
     .clk(clk),
     .d_acc(d_acc),
-    .hits8(\hits$134 ),
+    .hits8(\hits$135 ),
     .imm(imm),
     .imm2(imm2),
     .out(terms),
-    .overs8(\overflows$138 ),
+    .overs8(\overflows$139 ),
     .reset_units(reset_units),
     .rst(rst),
     .shift(shift),
     .table_index(table_index),
     .table_we(table_we),
-    .unders8(\underflows$136 ),
+    .unders8(\underflows$137 ),
     .valid(lanes_step),
     .vop(\$signal [3:0]),
     .write__data(table_data)
@@ -23884,13 +23885,13 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   \dx1_board.soc.core0.vector$243.reducer  reducer (
     .clk(clk),
     .d_acc(d_acc),
-    .out(\out$81 ),
+    .out(\out$82 ),
     .out_valid(out_valid),
     .\port$16634$1 (ctl_lanes7[2:1]),
     .reset_units(reset_units),
     .rst(rst),
     .terms(terms),
-    .valid(\valid$58 ),
+    .valid(\valid$59 ),
     .vop(\$signal [3:0])
   );
   \dx1_board.soc.core0.vector$243.sequencer  sequencer (
@@ -23903,7 +23904,7 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
     .clk(clk),
     .command(command),
     .go(a_read),
-    .pop(\$signal$74 ),
+    .pop(\$signal$75 ),
     .reset_units(reset_units),
     .rst(rst),
     .start(v_start),
@@ -23911,11 +23912,12 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   );
   \dx1_board.soc.core0.vector$243.table_loader  table_loader (
     .clk(clk),
-    .done(\done$98 ),
+    .done(\done$99 ),
     .primed(table_we),
     .reset_units(reset_units),
     .rst(rst),
     .spm_addr(spm_addr),
+    .spm_data(spm_a_data),
     .spm_use(\busy$11 ),
     .src_addr(command[79:64]),
     .start(\start$5 ),
@@ -23935,7 +23937,7 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
     .busy(\busy$12 ),
     .clk(clk),
     .command(command),
-    .done(\done$99 ),
+    .done(\done$100 ),
     .load(load),
     .reset_units(reset_units),
     .rst(rst),
@@ -23981,24 +23983,24 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
-    \$signal$74  = 1'h0;
+    \$signal$75  = 1'h0;
     if (done) begin
-      \$signal$74  = 1'h1;
+      \$signal$75  = 1'h1;
     end else if (out_valid) begin
-      \$signal$74  = 1'h1;
+      \$signal$75  = 1'h1;
     end else if (\$30 ) begin
-      \$signal$74  = 1'h1;
+      \$signal$75  = 1'h1;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
-    \$signal$75  = 16'h0000;
+    \$signal$76  = 16'h0000;
     if (done) begin
-      \$signal$75  = div_ctl[19:4];
+      \$signal$76  = div_ctl[19:4];
     end else if (out_valid) begin
-      \$signal$75  = ctl_reduce4[15:0];
+      \$signal$76  = ctl_reduce4[15:0];
     end else if (\$30 ) begin
-      \$signal$75  = ctl_lanes7[19:4];
+      \$signal$76  = ctl_lanes7[19:4];
     end
   end
   always @* begin
@@ -24016,9 +24018,9 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
     if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
     w_row = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     if (done) begin
-      w_row = \out$79 ;
+      w_row = \out$80 ;
     end else if (out_valid) begin
-      w_row = \out$81 ;
+      w_row = \out$82 ;
     end else if (\$30 ) begin
       w_row = terms;
     end
@@ -24034,7 +24036,7 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
     if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
     acc_w_addr = 16'h0000;
     if (\$31 ) begin
-      acc_w_addr = \$signal$75 ;
+      acc_w_addr = \$signal$76 ;
     end
   end
   always @* begin
@@ -24058,7 +24060,7 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
     if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
     spm_w_addr = 16'h0000;
     if (\$33 ) begin
-      spm_w_addr = \$signal$75 ;
+      spm_w_addr = \$signal$76 ;
     end
     if (read) begin
       spm_w_addr = w_addr;
@@ -24516,25 +24518,26 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   assign \$signal$46  = imm;
   assign \$signal$48  = imm2;
   assign \$signal$50  = d_acc;
-  assign \table_we$52  = table_we;
-  assign \table_index$54  = table_index;
-  assign \table_data$56  = table_data;
+  assign spm_data = spm_a_data;
+  assign \table_we$53  = table_we;
+  assign \table_index$55  = table_index;
+  assign \table_data$57  = table_data;
   assign first = ctl_lanes7[1];
   assign last = ctl_lanes7[2];
-  assign \vop$63  = \$signal [3:0];
-  assign \d_acc$64  = d_acc;
+  assign \vop$64  = \$signal [3:0];
+  assign \d_acc$65  = d_acc;
   assign out = terms;
-  assign \a$68  = row;
-  assign \vop$69  = \$signal [3:0];
-  assign \shift$70  = shift;
-  assign \d_acc$71  = d_acc;
-  assign written = \$signal$74 ;
-  assign \load$90  = load;
-  assign \row$91  = spm_a_data;
-  assign \read$93  = read;
+  assign \a$69  = row;
+  assign \vop$70  = \$signal [3:0];
+  assign \shift$71  = shift;
+  assign \d_acc$72  = d_acc;
+  assign written = \$signal$75 ;
+  assign \load$91  = load;
+  assign \row$92  = spm_a_data;
+  assign \read$94  = read;
   assign w_en = read;
   assign done__valid = finished;
-  assign \$signal$102  = done__tag;
+  assign \$signal$103  = done__tag;
   assign done__status = 8'h00;
   assign opcode = done__opcode;
   assign \row[0]  = row[31:0];
@@ -24591,14 +24594,14 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   assign \out[5]  = terms[191:160];
   assign \out[6]  = terms[223:192];
   assign \out[7]  = terms[255:224];
-  assign \a$68[0]  = row[31:0];
-  assign \a$68[1]  = row[63:32];
-  assign \a$68[2]  = row[95:64];
-  assign \a$68[3]  = row[127:96];
-  assign \a$68[4]  = row[159:128];
-  assign \a$68[5]  = row[191:160];
-  assign \a$68[6]  = row[223:192];
-  assign \a$68[7]  = row[255:224];
+  assign \a$69[0]  = row[31:0];
+  assign \a$69[1]  = row[63:32];
+  assign \a$69[2]  = row[95:64];
+  assign \a$69[3]  = row[127:96];
+  assign \a$69[4]  = row[159:128];
+  assign \a$69[5]  = row[191:160];
+  assign \a$69[6]  = row[223:192];
+  assign \a$69[7]  = row[255:224];
   assign \div_ctl.valid  = div_ctl[0];
   assign \div_ctl.first  = div_ctl[1];
   assign \div_ctl.last  = div_ctl[2];
@@ -24613,30 +24616,30 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   assign \w_row[5]  = w_row[191:160];
   assign \w_row[6]  = w_row[223:192];
   assign \w_row[7]  = w_row[255:224];
-  assign \out$79[0]  = \out$79 [31:0];
-  assign \out$79[1]  = \out$79 [63:32];
-  assign \out$79[2]  = \out$79 [95:64];
-  assign \out$79[3]  = \out$79 [127:96];
-  assign \out$79[4]  = \out$79 [159:128];
-  assign \out$79[5]  = \out$79 [191:160];
-  assign \out$79[6]  = \out$79 [223:192];
-  assign \out$79[7]  = \out$79 [255:224];
-  assign \out$81[0]  = \out$81 [31:0];
-  assign \out$81[1]  = \out$81 [63:32];
-  assign \out$81[2]  = \out$81 [95:64];
-  assign \out$81[3]  = \out$81 [127:96];
-  assign \out$81[4]  = \out$81 [159:128];
-  assign \out$81[5]  = \out$81 [191:160];
-  assign \out$81[6]  = \out$81 [223:192];
-  assign \out$81[7]  = \out$81 [255:224];
-  assign \row$91[0]  = spm_a_data[7:0];
-  assign \row$91[1]  = spm_a_data[15:8];
-  assign \row$91[2]  = spm_a_data[23:16];
-  assign \row$91[3]  = spm_a_data[31:24];
-  assign \row$91[4]  = spm_a_data[39:32];
-  assign \row$91[5]  = spm_a_data[47:40];
-  assign \row$91[6]  = spm_a_data[55:48];
-  assign \row$91[7]  = spm_a_data[63:56];
+  assign \out$80[0]  = \out$80 [31:0];
+  assign \out$80[1]  = \out$80 [63:32];
+  assign \out$80[2]  = \out$80 [95:64];
+  assign \out$80[3]  = \out$80 [127:96];
+  assign \out$80[4]  = \out$80 [159:128];
+  assign \out$80[5]  = \out$80 [191:160];
+  assign \out$80[6]  = \out$80 [223:192];
+  assign \out$80[7]  = \out$80 [255:224];
+  assign \out$82[0]  = \out$82 [31:0];
+  assign \out$82[1]  = \out$82 [63:32];
+  assign \out$82[2]  = \out$82 [95:64];
+  assign \out$82[3]  = \out$82 [127:96];
+  assign \out$82[4]  = \out$82 [159:128];
+  assign \out$82[5]  = \out$82 [191:160];
+  assign \out$82[6]  = \out$82 [223:192];
+  assign \out$82[7]  = \out$82 [255:224];
+  assign \row$92[0]  = spm_a_data[7:0];
+  assign \row$92[1]  = spm_a_data[15:8];
+  assign \row$92[2]  = spm_a_data[23:16];
+  assign \row$92[3]  = spm_a_data[31:24];
+  assign \row$92[4]  = spm_a_data[39:32];
+  assign \row$92[5]  = spm_a_data[47:40];
+  assign \row$92[6]  = spm_a_data[55:48];
+  assign \row$92[7]  = spm_a_data[63:56];
   assign \col[0]  = col[7:0];
   assign \col[1]  = col[15:8];
   assign \col[2]  = col[23:16];
@@ -33546,7 +33549,7 @@ module \dx1_board.soc.core0.vector$243.sequencer.hazards (rst, push, empty, room
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core0.vector$243.table_loader (rst, start, spm_addr, done, reset_units, src_addr, table_data, spm_use, primed, table_index, clk);
+module \dx1_board.soc.core0.vector$243.table_loader (rst, spm_data, start, spm_addr, done, reset_units, src_addr, table_data, spm_use, primed, table_index, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$72  = 0;
   wire \$1 ;
   reg [1:0] \$10 ;
@@ -33576,6 +33579,7 @@ module \dx1_board.soc.core0.vector$243.table_loader (rst, start, spm_addr, done,
   wire rst;
   output [15:0] spm_addr;
   wire [15:0] spm_addr;
+  input [63:0] spm_data;
   wire [63:0] spm_data;
   output spm_use;
   reg spm_use = 1'h0;
@@ -33612,13 +33616,13 @@ module \dx1_board.soc.core0.vector$243.table_loader (rst, start, spm_addr, done,
     (* full_case = 32'd1 *)
     casez (entry)
       2'h0:
-          table_data = 16'h0000;
+          table_data = spm_data[15:0];
       2'h1:
-          table_data = 16'h0000;
+          table_data = spm_data[31:16];
       2'h2:
-          table_data = 16'h0000;
+          table_data = spm_data[47:32];
       2'h3:
-          table_data = 16'h0000;
+          table_data = spm_data[63:48];
     endcase
   end
   always @* begin
@@ -33714,7 +33718,6 @@ module \dx1_board.soc.core0.vector$243.table_loader (rst, start, spm_addr, done,
   end
   assign busy = spm_use;
   assign table_we = primed;
-  assign spm_data = 64'h0000000000000000;
   assign spm_addr = \$2 [15:0];
 endmodule
 
@@ -47838,7 +47841,7 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   wire [31:0] \$9 ;
   reg [7:0] \$signal  = 8'h00;
   (* init = 16'h0000 *)
-  wire [15:0] \$signal$102 ;
+  wire [15:0] \$signal$103 ;
   (* init = 6'h00 *)
   wire [5:0] \$signal$44 ;
   (* init = 32'd0 *)
@@ -47847,18 +47850,18 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   wire [31:0] \$signal$48 ;
   (* init = 1'h0 *)
   wire \$signal$50 ;
-  reg \$signal$74 ;
-  reg [15:0] \$signal$75 ;
+  reg \$signal$75 ;
+  reg [15:0] \$signal$76 ;
   wire [255:0] a;
-  wire [255:0] \a$68 ;
-  wire [31:0] \a$68[0] ;
-  wire [31:0] \a$68[1] ;
-  wire [31:0] \a$68[2] ;
-  wire [31:0] \a$68[3] ;
-  wire [31:0] \a$68[4] ;
-  wire [31:0] \a$68[5] ;
-  wire [31:0] \a$68[6] ;
-  wire [31:0] \a$68[7] ;
+  wire [255:0] \a$69 ;
+  wire [31:0] \a$69[0] ;
+  wire [31:0] \a$69[1] ;
+  wire [31:0] \a$69[2] ;
+  wire [31:0] \a$69[3] ;
+  wire [31:0] \a$69[4] ;
+  wire [31:0] \a$69[5] ;
+  wire [31:0] \a$69[6] ;
+  wire [31:0] \a$69[7] ;
   wire [31:0] \a[0] ;
   wire [31:0] \a[1] ;
   wire [31:0] \a[2] ;
@@ -47935,9 +47938,9 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   reg [16:0] ctl_reduce4 = 17'h00000;
   reg d_acc = 1'h0;
   (* init = 1'h0 *)
-  wire \d_acc$64 ;
+  wire \d_acc$65 ;
   (* init = 1'h0 *)
-  wire \d_acc$71 ;
+  wire \d_acc$72 ;
   reg [20:0] div_ctl = 21'h000000;
   wire \div_ctl.d_acc ;
   wire [15:0] \div_ctl.d_addr ;
@@ -47946,7 +47949,7 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   wire \div_ctl.last ;
   wire \div_ctl.valid ;
   wire done;
-  wire \done$98 ;
+  wire \done$100 ;
   wire \done$99 ;
   output [7:0] done__opcode;
   reg [7:0] done__opcode = 8'h00;
@@ -47959,35 +47962,35 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   wire first;
   output [31:0] hits;
   reg [31:0] hits = 32'd0;
-  wire [3:0] \hits$134 ;
+  wire [3:0] \hits$135 ;
   reg [31:0] imm = 32'd0;
   reg [31:0] imm2 = 32'd0;
   wire is_reduce;
   wire lanes_step;
   wire last;
   wire load;
-  wire \load$90 ;
+  wire \load$91 ;
   (* init = 8'h00 *)
   wire [7:0] opcode;
   wire [255:0] out;
-  wire [255:0] \out$79 ;
-  wire [31:0] \out$79[0] ;
-  wire [31:0] \out$79[1] ;
-  wire [31:0] \out$79[2] ;
-  wire [31:0] \out$79[3] ;
-  wire [31:0] \out$79[4] ;
-  wire [31:0] \out$79[5] ;
-  wire [31:0] \out$79[6] ;
-  wire [31:0] \out$79[7] ;
-  wire [255:0] \out$81 ;
-  wire [31:0] \out$81[0] ;
-  wire [31:0] \out$81[1] ;
-  wire [31:0] \out$81[2] ;
-  wire [31:0] \out$81[3] ;
-  wire [31:0] \out$81[4] ;
-  wire [31:0] \out$81[5] ;
-  wire [31:0] \out$81[6] ;
-  wire [31:0] \out$81[7] ;
+  wire [255:0] \out$80 ;
+  wire [31:0] \out$80[0] ;
+  wire [31:0] \out$80[1] ;
+  wire [31:0] \out$80[2] ;
+  wire [31:0] \out$80[3] ;
+  wire [31:0] \out$80[4] ;
+  wire [31:0] \out$80[5] ;
+  wire [31:0] \out$80[6] ;
+  wire [31:0] \out$80[7] ;
+  wire [255:0] \out$82 ;
+  wire [31:0] \out$82[0] ;
+  wire [31:0] \out$82[1] ;
+  wire [31:0] \out$82[2] ;
+  wire [31:0] \out$82[3] ;
+  wire [31:0] \out$82[4] ;
+  wire [31:0] \out$82[5] ;
+  wire [31:0] \out$82[6] ;
+  wire [31:0] \out$82[7] ;
   wire [31:0] \out[0] ;
   wire [31:0] \out[1] ;
   wire [31:0] \out[2] ;
@@ -47999,11 +48002,11 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   wire out_valid;
   output [31:0] overflows;
   reg [31:0] overflows = 32'd0;
-  wire [3:0] \overflows$138 ;
+  wire [3:0] \overflows$139 ;
   output progress;
   wire progress;
   wire read;
-  wire \read$93 ;
+  wire \read$94 ;
   input reset_units;
   wire reset_units;
   wire [255:0] row;
@@ -48016,15 +48019,15 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   wire [31:0] \row$32[5] ;
   wire [31:0] \row$32[6] ;
   wire [31:0] \row$32[7] ;
-  wire [63:0] \row$91 ;
-  wire [7:0] \row$91[0] ;
-  wire [7:0] \row$91[1] ;
-  wire [7:0] \row$91[2] ;
-  wire [7:0] \row$91[3] ;
-  wire [7:0] \row$91[4] ;
-  wire [7:0] \row$91[5] ;
-  wire [7:0] \row$91[6] ;
-  wire [7:0] \row$91[7] ;
+  wire [63:0] \row$92 ;
+  wire [7:0] \row$92[0] ;
+  wire [7:0] \row$92[1] ;
+  wire [7:0] \row$92[2] ;
+  wire [7:0] \row$92[3] ;
+  wire [7:0] \row$92[4] ;
+  wire [7:0] \row$92[5] ;
+  wire [7:0] \row$92[6] ;
+  wire [7:0] \row$92[7] ;
   wire [31:0] \row[0] ;
   wire [31:0] \row[1] ;
   wire [31:0] \row[2] ;
@@ -48038,7 +48041,7 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   reg serial = 1'h0;
   reg [5:0] shift = 6'h00;
   (* init = 6'h00 *)
-  wire [5:0] \shift$70 ;
+  wire [5:0] \shift$71 ;
   output [15:0] spm_a_addr;
   reg [15:0] spm_a_addr;
   input [63:0] spm_a_data;
@@ -48051,6 +48054,7 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   wire [63:0] spm_b_data;
   output spm_b_use;
   wire spm_b_use;
+  wire [63:0] spm_data;
   wire spm_read;
   wire spm_use;
   output [15:0] spm_w_addr;
@@ -48064,7 +48068,7 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   wire start;
   wire \start$3 ;
   wire \start$5 ;
-  wire \start$67 ;
+  wire \start$68 ;
   wire \start$7 ;
   wire [20:0] step;
   wire \step.d_acc ;
@@ -48074,11 +48078,11 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   wire \step.last ;
   wire \step.valid ;
   wire [15:0] table_data;
-  wire [15:0] \table_data$56 ;
+  wire [15:0] \table_data$57 ;
   wire [8:0] table_index;
-  wire [8:0] \table_index$54 ;
+  wire [8:0] \table_index$55 ;
   wire table_we;
-  wire \table_we$52 ;
+  wire \table_we$53 ;
   wire [255:0] terms;
   wire [31:0] \terms[0] ;
   wire [31:0] \terms[1] ;
@@ -48090,10 +48094,10 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   wire [31:0] \terms[7] ;
   output [31:0] underflows;
   reg [31:0] underflows = 32'd0;
-  wire [3:0] \underflows$136 ;
+  wire [3:0] \underflows$137 ;
   wire v_start;
   wire valid;
-  wire \valid$58 ;
+  wire \valid$59 ;
   reg valid_lanes0 = 1'h0;
   reg valid_lanes1 = 1'h0;
   reg valid_lanes2 = 1'h0;
@@ -48108,8 +48112,8 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   reg valid_reduce3 = 1'h0;
   reg valid_reduce4 = 1'h0;
   wire [3:0] vop;
-  wire [3:0] \vop$63 ;
-  wire [3:0] \vop$69 ;
+  wire [3:0] \vop$64 ;
+  wire [3:0] \vop$70 ;
   wire [15:0] w_addr;
   wire w_en;
   reg w_end;
@@ -48146,16 +48150,16 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   assign \$27  = \$signal  == 4'ha;
   assign \$28  = \$signal  == 4'hb;
   assign is_reduce = | { \$28 , \$27 , \$26  };
-  assign \valid$58  = valid_lanes7 & is_reduce;
-  assign \start$67  = step[0] & serial;
+  assign \valid$59  = valid_lanes7 & is_reduce;
+  assign \start$68  = step[0] & serial;
   assign \$29  = ~ is_reduce;
   assign \$30  = valid_lanes7 & \$29 ;
-  assign \$31  = \$signal$74  & d_acc;
+  assign \$31  = \$signal$75  & d_acc;
   assign \$32  = ~ d_acc;
-  assign \$33  = \$signal$74  & \$32 ;
-  assign \$34  = \$signal$74  & w_end;
-  assign \$35  = \$34  | \done$98 ;
-  assign finished = \$35  | \done$99 ;
+  assign \$33  = \$signal$75  & \$32 ;
+  assign \$34  = \$signal$75  & w_end;
+  assign \$35  = \$34  | \done$99 ;
+  assign finished = \$35  | \done$100 ;
   assign \$36  = a_read | table_we;
   assign \$37  = \$36  | spm_read;
   assign \$38  = \$37  | spm_w_en;
@@ -48166,9 +48170,9 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   assign \$42  = valid_lanes7 & ctl_lanes7[2];
   assign \$43  = step[0] & serial;
   assign \$44  = busy_cycles + 1'h1;
-  assign \$45  = hits + \hits$134 ;
-  assign \$46  = underflows + \underflows$136 ;
-  assign \$47  = overflows + \overflows$138 ;
+  assign \$45  = hits + \hits$135 ;
+  assign \$46  = underflows + \underflows$137 ;
+  assign \$47  = overflows + \overflows$139 ;
   always @(posedge clk)
     \$signal  <= \$48 ;
   always @(posedge clk)
@@ -48265,11 +48269,11 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
     .clk(clk),
     .\d_acc$74 (d_acc),
     .done(done),
-    .out(\out$79 ),
+    .out(\out$80 ),
     .reset_units(reset_units),
     .rst(rst),
     .\shift$9 (shift),
-    .start(\start$67 ),
+    .start(\start$68 ),
     .vop(\$signal [3:0])
   );
   \dx1_board.soc.core1.vector$243.lanes  lanes (
@@ -48277,17 +48281,17 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
     .b(\row$32 ),
     .clk(clk),
     .d_acc(d_acc),
-    .hits8(\hits$134 ),
+    .hits8(\hits$135 ),
     .imm(imm),
     .imm2(imm2),
     .out(terms),
-    .overs8(\overflows$138 ),
+    .overs8(\overflows$139 ),
     .reset_units(reset_units),
     .rst(rst),
     .shift(shift),
     .table_index(table_index),
     .table_we(table_we),
-    .unders8(\underflows$136 ),
+    .unders8(\underflows$137 ),
     .valid(lanes_step),
     .vop(\$signal [3:0]),
     .write__data(table_data)
@@ -48295,13 +48299,13 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   \dx1_board.soc.core1.vector$243.reducer  reducer (
     .clk(clk),
     .d_acc(d_acc),
-    .out(\out$81 ),
+    .out(\out$82 ),
     .out_valid(out_valid),
     .\port$18939$1 (ctl_lanes7[2:1]),
     .reset_units(reset_units),
     .rst(rst),
     .terms(terms),
-    .valid(\valid$58 ),
+    .valid(\valid$59 ),
     .vop(\$signal [3:0])
   );
   \dx1_board.soc.core1.vector$243.sequencer  sequencer (
@@ -48314,7 +48318,7 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
     .clk(clk),
     .command(command),
     .go(a_read),
-    .pop(\$signal$74 ),
+    .pop(\$signal$75 ),
     .reset_units(reset_units),
     .rst(rst),
     .start(v_start),
@@ -48322,11 +48326,12 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   );
   \dx1_board.soc.core1.vector$243.table_loader  table_loader (
     .clk(clk),
-    .done(\done$98 ),
+    .done(\done$99 ),
     .primed(table_we),
     .reset_units(reset_units),
     .rst(rst),
     .spm_addr(spm_addr),
+    .spm_data(spm_a_data),
     .spm_use(\busy$11 ),
     .src_addr(command[79:64]),
     .start(\start$5 ),
@@ -48346,7 +48351,7 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
     .busy(\busy$12 ),
     .clk(clk),
     .command(command),
-    .done(\done$99 ),
+    .done(\done$100 ),
     .load(load),
     .reset_units(reset_units),
     .rst(rst),
@@ -48392,24 +48397,24 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
-    \$signal$74  = 1'h0;
+    \$signal$75  = 1'h0;
     if (done) begin
-      \$signal$74  = 1'h1;
+      \$signal$75  = 1'h1;
     end else if (out_valid) begin
-      \$signal$74  = 1'h1;
+      \$signal$75  = 1'h1;
     end else if (\$30 ) begin
-      \$signal$74  = 1'h1;
+      \$signal$75  = 1'h1;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
-    \$signal$75  = 16'h0000;
+    \$signal$76  = 16'h0000;
     if (done) begin
-      \$signal$75  = div_ctl[19:4];
+      \$signal$76  = div_ctl[19:4];
     end else if (out_valid) begin
-      \$signal$75  = ctl_reduce4[15:0];
+      \$signal$76  = ctl_reduce4[15:0];
     end else if (\$30 ) begin
-      \$signal$75  = ctl_lanes7[19:4];
+      \$signal$76  = ctl_lanes7[19:4];
     end
   end
   always @* begin
@@ -48427,9 +48432,9 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
     if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
     w_row = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     if (done) begin
-      w_row = \out$79 ;
+      w_row = \out$80 ;
     end else if (out_valid) begin
-      w_row = \out$81 ;
+      w_row = \out$82 ;
     end else if (\$30 ) begin
       w_row = terms;
     end
@@ -48445,7 +48450,7 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
     if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
     acc_w_addr = 16'h0000;
     if (\$31 ) begin
-      acc_w_addr = \$signal$75 ;
+      acc_w_addr = \$signal$76 ;
     end
   end
   always @* begin
@@ -48469,7 +48474,7 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
     if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
     spm_w_addr = 16'h0000;
     if (\$33 ) begin
-      spm_w_addr = \$signal$75 ;
+      spm_w_addr = \$signal$76 ;
     end
     if (read) begin
       spm_w_addr = w_addr;
@@ -48927,25 +48932,26 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   assign \$signal$46  = imm;
   assign \$signal$48  = imm2;
   assign \$signal$50  = d_acc;
-  assign \table_we$52  = table_we;
-  assign \table_index$54  = table_index;
-  assign \table_data$56  = table_data;
+  assign spm_data = spm_a_data;
+  assign \table_we$53  = table_we;
+  assign \table_index$55  = table_index;
+  assign \table_data$57  = table_data;
   assign first = ctl_lanes7[1];
   assign last = ctl_lanes7[2];
-  assign \vop$63  = \$signal [3:0];
-  assign \d_acc$64  = d_acc;
+  assign \vop$64  = \$signal [3:0];
+  assign \d_acc$65  = d_acc;
   assign out = terms;
-  assign \a$68  = row;
-  assign \vop$69  = \$signal [3:0];
-  assign \shift$70  = shift;
-  assign \d_acc$71  = d_acc;
-  assign written = \$signal$74 ;
-  assign \load$90  = load;
-  assign \row$91  = spm_a_data;
-  assign \read$93  = read;
+  assign \a$69  = row;
+  assign \vop$70  = \$signal [3:0];
+  assign \shift$71  = shift;
+  assign \d_acc$72  = d_acc;
+  assign written = \$signal$75 ;
+  assign \load$91  = load;
+  assign \row$92  = spm_a_data;
+  assign \read$94  = read;
   assign w_en = read;
   assign done__valid = finished;
-  assign \$signal$102  = done__tag;
+  assign \$signal$103  = done__tag;
   assign done__status = 8'h00;
   assign opcode = done__opcode;
   assign \row[0]  = row[31:0];
@@ -49002,14 +49008,14 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   assign \out[5]  = terms[191:160];
   assign \out[6]  = terms[223:192];
   assign \out[7]  = terms[255:224];
-  assign \a$68[0]  = row[31:0];
-  assign \a$68[1]  = row[63:32];
-  assign \a$68[2]  = row[95:64];
-  assign \a$68[3]  = row[127:96];
-  assign \a$68[4]  = row[159:128];
-  assign \a$68[5]  = row[191:160];
-  assign \a$68[6]  = row[223:192];
-  assign \a$68[7]  = row[255:224];
+  assign \a$69[0]  = row[31:0];
+  assign \a$69[1]  = row[63:32];
+  assign \a$69[2]  = row[95:64];
+  assign \a$69[3]  = row[127:96];
+  assign \a$69[4]  = row[159:128];
+  assign \a$69[5]  = row[191:160];
+  assign \a$69[6]  = row[223:192];
+  assign \a$69[7]  = row[255:224];
   assign \div_ctl.valid  = div_ctl[0];
   assign \div_ctl.first  = div_ctl[1];
   assign \div_ctl.last  = div_ctl[2];
@@ -49024,30 +49030,30 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   assign \w_row[5]  = w_row[191:160];
   assign \w_row[6]  = w_row[223:192];
   assign \w_row[7]  = w_row[255:224];
-  assign \out$79[0]  = \out$79 [31:0];
-  assign \out$79[1]  = \out$79 [63:32];
-  assign \out$79[2]  = \out$79 [95:64];
-  assign \out$79[3]  = \out$79 [127:96];
-  assign \out$79[4]  = \out$79 [159:128];
-  assign \out$79[5]  = \out$79 [191:160];
-  assign \out$79[6]  = \out$79 [223:192];
-  assign \out$79[7]  = \out$79 [255:224];
-  assign \out$81[0]  = \out$81 [31:0];
-  assign \out$81[1]  = \out$81 [63:32];
-  assign \out$81[2]  = \out$81 [95:64];
-  assign \out$81[3]  = \out$81 [127:96];
-  assign \out$81[4]  = \out$81 [159:128];
-  assign \out$81[5]  = \out$81 [191:160];
-  assign \out$81[6]  = \out$81 [223:192];
-  assign \out$81[7]  = \out$81 [255:224];
-  assign \row$91[0]  = spm_a_data[7:0];
-  assign \row$91[1]  = spm_a_data[15:8];
-  assign \row$91[2]  = spm_a_data[23:16];
-  assign \row$91[3]  = spm_a_data[31:24];
-  assign \row$91[4]  = spm_a_data[39:32];
-  assign \row$91[5]  = spm_a_data[47:40];
-  assign \row$91[6]  = spm_a_data[55:48];
-  assign \row$91[7]  = spm_a_data[63:56];
+  assign \out$80[0]  = \out$80 [31:0];
+  assign \out$80[1]  = \out$80 [63:32];
+  assign \out$80[2]  = \out$80 [95:64];
+  assign \out$80[3]  = \out$80 [127:96];
+  assign \out$80[4]  = \out$80 [159:128];
+  assign \out$80[5]  = \out$80 [191:160];
+  assign \out$80[6]  = \out$80 [223:192];
+  assign \out$80[7]  = \out$80 [255:224];
+  assign \out$82[0]  = \out$82 [31:0];
+  assign \out$82[1]  = \out$82 [63:32];
+  assign \out$82[2]  = \out$82 [95:64];
+  assign \out$82[3]  = \out$82 [127:96];
+  assign \out$82[4]  = \out$82 [159:128];
+  assign \out$82[5]  = \out$82 [191:160];
+  assign \out$82[6]  = \out$82 [223:192];
+  assign \out$82[7]  = \out$82 [255:224];
+  assign \row$92[0]  = spm_a_data[7:0];
+  assign \row$92[1]  = spm_a_data[15:8];
+  assign \row$92[2]  = spm_a_data[23:16];
+  assign \row$92[3]  = spm_a_data[31:24];
+  assign \row$92[4]  = spm_a_data[39:32];
+  assign \row$92[5]  = spm_a_data[47:40];
+  assign \row$92[6]  = spm_a_data[55:48];
+  assign \row$92[7]  = spm_a_data[63:56];
   assign \col[0]  = col[7:0];
   assign \col[1]  = col[15:8];
   assign \col[2]  = col[23:16];
@@ -57957,7 +57963,7 @@ module \dx1_board.soc.core1.vector$243.sequencer.hazards (rst, push, empty, room
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core1.vector$243.table_loader (rst, start, spm_addr, done, reset_units, src_addr, table_data, spm_use, primed, table_index, clk);
+module \dx1_board.soc.core1.vector$243.table_loader (rst, spm_data, start, spm_addr, done, reset_units, src_addr, table_data, spm_use, primed, table_index, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$101  = 0;
   wire \$1 ;
   reg [1:0] \$10 ;
@@ -57987,6 +57993,7 @@ module \dx1_board.soc.core1.vector$243.table_loader (rst, start, spm_addr, done,
   wire rst;
   output [15:0] spm_addr;
   wire [15:0] spm_addr;
+  input [63:0] spm_data;
   wire [63:0] spm_data;
   output spm_use;
   reg spm_use = 1'h0;
@@ -58023,13 +58030,13 @@ module \dx1_board.soc.core1.vector$243.table_loader (rst, start, spm_addr, done,
     (* full_case = 32'd1 *)
     casez (entry)
       2'h0:
-          table_data = 16'h0000;
+          table_data = spm_data[15:0];
       2'h1:
-          table_data = 16'h0000;
+          table_data = spm_data[31:16];
       2'h2:
-          table_data = 16'h0000;
+          table_data = spm_data[47:32];
       2'h3:
-          table_data = 16'h0000;
+          table_data = spm_data[63:48];
     endcase
   end
   always @* begin
@@ -58125,7 +58132,6 @@ module \dx1_board.soc.core1.vector$243.table_loader (rst, start, spm_addr, done,
   end
   assign busy = spm_use;
   assign table_we = primed;
-  assign spm_data = 64'h0000000000000000;
   assign spm_addr = \$2 [15:0];
 endmodule
 
