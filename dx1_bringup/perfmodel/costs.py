@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..spec import BUS_BYTES, Opcode, VectorOp, ceil_div, register_map, table_rows
+from ..spec import BUS_BYTES, TABLE_ENTRIES, Opcode, VectorOp, ceil_div, register_map
 
 __all__ = ["COSTS", "PERF_SNAPSHOT_WORDS", "Costs", "move_bank_runs", "move_bursts"]
 
@@ -84,9 +84,10 @@ class Costs:
     dma_handover: int = 2
     core_slots: int = 4
     sync_cycles: int = 3
-    vector_fill: int = 6
-    vector_drain: int = 6
-    divider_steps: int = 33
+    vector_fill: int = 1
+    vector_drain: int = 9
+    vector_reduce: int = 5
+    divider_steps: int = 20
     host_register: int = 4
     host_fixed: int = 12
 
@@ -122,19 +123,25 @@ class Costs:
         return rows + self.postop_drain
 
     def vector_command_cycles(self, f: dict[str, int], array: int) -> int:
-        """Cycles of one VECTOR, TABLE or TRANSPOSE command (decoded fields ``f``) on an idle vector unit.
+        """Cycles the vector unit is busy with one VECTOR, TABLE or TRANSPOSE command (decoded fields ``f``),
+        fitted to the RTL's BUSY_VECTOR.
 
-        A VECTOR step (one local row of every operand) a cycle, ``divider_steps`` for RECIP and ISQRT; a
-        TABLE reads one scratchpad row a cycle; a TRANSPOSE reads and writes ``array`` rows per block."""
+        VECTOR: ``vector_fill``, a step (one local row of every operand) a cycle, then ``vector_drain`` (the
+        read and the lanes), ``vector_reduce`` more for a reduction (the reducer); RECIP and ISQRT run one
+        step at a time, ``divider_steps`` each, with no drain.  A step that reads a row an earlier step of
+        the command still has to write waits for it: not counted.  TABLE: ``vector_fill`` and an entry a
+        cycle.  TRANSPOSE: per block ``array`` rows read, one cycle for the last to arrive, ``array`` written.
+        """
         opcode = f["opcode"]
         if opcode == Opcode.TABLE:
-            steps = table_rows(array)
-        elif opcode == Opcode.TRANSPOSE:
-            steps = 2 * array * f["blocks"]
-        else:
-            per_step = self.divider_steps if f["vop"] in (VectorOp.RECIP, VectorOp.ISQRT) else 1
-            steps = f["rows"] * f["cols"] * per_step
-        return self.vector_fill + steps + self.vector_drain
+            return self.vector_fill + TABLE_ENTRIES
+        if opcode == Opcode.TRANSPOSE:
+            return f["blocks"] * (2 * array + 1)
+        steps = f["rows"] * f["cols"]
+        if f["vop"] in (VectorOp.RECIP, VectorOp.ISQRT):
+            return self.vector_fill + steps * self.divider_steps
+        reduce = self.vector_reduce if f["vop"] in (VectorOp.RMAX, VectorOp.RSUM, VectorOp.RSUMSQ) else 0
+        return self.vector_fill + steps + self.vector_drain + reduce
 
 
 #: The costs every user shares.
