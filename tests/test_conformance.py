@@ -302,7 +302,7 @@ def test_vector_commands_match_the_golden_model(device):
     expected = [int(model.execute(c)) for c in commands]
     for start in range(0, len(commands), 16):
         q.submit(commands[start:start + 16])
-        done = q.wait(len(commands[start:start + 16]), timeout=TIMEOUT)
+        done = q.wait(len(commands[start:start + 16]), timeout=TIMEOUT, check=False)
         assert [c.status for c in done] == expected[start:start + 16]
     after = device.perf(0).read()
     out = device.alloc(size)
