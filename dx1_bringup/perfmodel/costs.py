@@ -54,10 +54,10 @@ COPY_BURST = 16
 
 def _perf_snapshot_words() -> int:
     perf = next(b for b in register_map().blocks if b.name == "PERF0")
-    return (perf.reg("BYTES_WRITTEN").offset - perf.reg("CYCLES").offset) // 4 + 1
+    return (perf.reg("TABLE_OVERFLOWS").offset - perf.reg("CYCLES").offset) // 4 + 1
 
 
-#: Registers one PERF snapshot reads (CYCLES to BYTES_WRITTEN, as ``dx1_driver.Perf.read`` does).
+#: Registers one PERF snapshot reads (CYCLES to TABLE_OVERFLOWS, as ``dx1_driver.Perf.read`` does).
 PERF_SNAPSHOT_WORDS = _perf_snapshot_words()
 
 
