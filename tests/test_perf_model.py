@@ -21,7 +21,7 @@ from dx1_bringup.runtime.commands import CommandStream
 from dx1_bringup.runtime.gemm_perf import SWEEP, combine, measure_gemm, predict_gemm
 from dx1_bringup.runtime.gemm_run import drive, run_gemm
 from dx1_bringup.runtime.operands import gemm_problem
-from dx1_bringup.spec import COMMAND_BYTES, Opcode, PostOpParams, SocConfig, pack_command
+from dx1_bringup.spec import COMMAND_BYTES, Opcode, PostOpParams, SocConfig, pack_command, unpack_command
 
 #: Largest relative error of the predicted CYCLES of a single-tile GEMM-only stream.
 GEMM_TOLERANCE = 0.01
@@ -205,3 +205,35 @@ def test_wait_holds_a_tile_until_another_signals():
     assert t1[1].start >= t1[0].end
     with pytest.raises(ValueError, match="waiting on semaphores no stream signals often enough"):
         predict([[wait]], CONFIG.tile)
+
+
+#: Typical vector commands: long elementwise rows, broadcasts, reductions, the divider, TABLE and TRANSPOSE.
+VECTOR_STREAM = [
+    pack_command(Opcode.VECTOR, tag=1, vop=0, rows=8, cols=64, a_addr=0, a_row_stride=64, b_addr=1024,
+                 b_col_stride=1, d_addr=2048, d_row_stride=64),
+    pack_command(Opcode.VECTOR, tag=2, vop=2, shift=7, rows=16, cols=32, a_addr=0, a_row_stride=32, b_addr=1024,
+                 b_row_stride=1, d_addr=0, d_row_stride=32, flags={"a_acc": True, "d_acc": True}),
+    pack_command(Opcode.VECTOR, tag=3, vop=10, rows=32, cols=8, a_addr=0, a_row_stride=8, d_addr=500,
+                 d_row_stride=1, flags={"d_acc": True}),
+    pack_command(Opcode.VECTOR, tag=4, vop=12, shift=20, rows=4, cols=4, a_addr=0, a_row_stride=4, d_addr=600,
+                 d_row_stride=4, flags={"a_acc": True, "d_acc": True}),
+    pack_command(Opcode.TABLE, tag=5, src_addr=3500),
+    pack_command(Opcode.VECTOR, tag=6, vop=14, imm=0xFFFF_FF80, rows=4, cols=64, a_addr=0, a_row_stride=64,
+                 d_addr=2048, d_row_stride=64),
+    pack_command(Opcode.TRANSPOSE, tag=7, blocks=16, src_addr=0, dst_addr=2048, src_stride=8, dst_stride=8),
+]
+
+
+def test_vector_commands_busy_cycles_match_the_rtl(sim_transport):
+    """BUSY_VECTOR of typical vector commands on the RTL is the performance model's cost, within 3% each (and
+    the golden model charges exactly that cost)."""
+    for name, transport in (("sim", sim_transport), ("model", None)):
+        device = Device(transport) if transport is not None else Device.open("model")
+        for cmd in VECTOR_STREAM:
+            before = device.perf(0).read()
+            q = device.queue(0)
+            q.submit([cmd])
+            assert [c.status for c in q.wait(1, timeout=30.0)] == [0]
+            busy = device.perf(0).read().since(before).busy_vector
+            predicted = COSTS.vector_command_cycles(unpack_command(cmd)[1], CONFIG.tile.array)
+            assert abs(busy - predicted) <= 0.03 * busy, (name, unpack_command(cmd)[1], busy, predicted)
