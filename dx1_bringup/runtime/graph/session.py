@@ -106,9 +106,14 @@ class GraphSession:
         The graph is malformed, or its constants and activations do not fit in device memory.
     """
 
-    def __init__(self, device: Device, graph: Graph, *, tiles: int | None = None, timeout: float = 5.0):
+    def __init__(self, device: Device, graph: Graph, *, tiles: int | None = None, timeout: float = 5.0,
+                 keep: tuple[str, ...] = ()):
         graph.validate()
         self.device, self.graph, self.timeout = device, graph, timeout
+        unknown = sorted(set(keep) - set(graph.values))
+        if unknown:
+            raise ValueError(f"keep names values the graph does not have: {unknown}")
+        self.keep = tuple(keep)
         caps = device.caps
         self.tiles = caps.tiles if tiles is None else tiles
         if isinstance(self.tiles, bool) or not isinstance(self.tiles, int) or not 1 <= self.tiles <= caps.tiles:
@@ -243,7 +248,7 @@ class GraphSession:
         for name in sorted(self._device_values()):
             touched = [i for i, op in enumerate(ops) if self.on_device(op) and (name in op.inputs or op.writes == name)]
             first, last = min(touched), max(touched)
-            if name in self.graph.outputs:
+            if name in self.graph.outputs or name in self.keep:
                 last = end
             # An uploaded value is written before its segment's first operator runs, and a downloaded one
             # is read after its last: keep each alive over the whole segment.
@@ -352,7 +357,8 @@ class GraphSession:
         """One forward pass: ``inputs`` by name -> ``(outputs by name, RunStats)``.
 
         ``keep`` names further values to return (each downloaded after the segment that writes it), for
-        checking intermediate results.
+        checking intermediate results; each must be one the session was opened to keep (its memory is then
+        not shared with a later value).
 
         Raises
         ------
@@ -364,6 +370,9 @@ class GraphSession:
         if self._closed:
             raise DriverError("the graph session is closed")
         self._check_inputs(inputs)
+        if set(keep) - set(self.keep):
+            raise ValueError(f"run can return only the values the session keeps ({sorted(self.keep)}), not "
+                             f"{sorted(set(keep) - set(self.keep))}: open it with keep=...")
         start, trips0 = time.perf_counter(), _round_trips(self.device)
         env: dict[str, np.ndarray] = dict(inputs)
         written = read = transfers = cycles = macs = commands = 0
@@ -434,9 +443,11 @@ class GraphSession:
                     lines.append(f"       {op.name}: {op.out} = requant({terms}{extra})")
             else:
                 op = self.graph.ops[seg.ops[0]]
-                what = (op.kernel.describe() + ", int reference: no vector unit" if isinstance(op, VectorKernel)
-                        else op.name)
-                lines.append(f"  {n}: host    {op.name}: {op.writes} = {what}({', '.join(op.inputs)})")
+                if isinstance(op, VectorKernel):
+                    lines.append(f"  {n}: host    {op.name}: {op.out} = {op.kernel.describe()}({op.x})  "
+                                 f"[int reference: the device has no vector unit]")
+                else:
+                    lines.append(f"  {n}: host    {op.name}: {op.out} = {op.name}({', '.join(op.inputs)})")
         return "\n".join(lines)
 
     def close(self) -> None:
