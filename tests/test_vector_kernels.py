@@ -107,6 +107,19 @@ def test_layer_norm_is_within_one_lsb_of_torch_on_random_rows():
     assert np.abs(got - np.clip(ln / s_out, -128, 127)).max() <= 0.6
 
 
+@pytest.mark.parametrize("n", [32, 64, 128])
+def test_layer_norm_of_full_scale_rows_does_not_wrap_its_variance(n):
+    """Half the lanes at -128, half at 127: the largest variance an int8 row has (RSUMSQ would wrap from N = 51)."""
+    x = np.tile(np.where(np.arange(n) % 2, 127, -128).astype(np.int8), (16, 1))
+    x[8:] = np.random.default_rng(n).integers(-128, 128, (8, n), dtype=np.int8)
+    kernel = LayerNorm(np.ones(n), np.zeros(n), 0.05, 2 / 127)
+    y, _, _ = _run(kernel, x)
+    assert np.array_equal(y, kernel.reference(x))
+    real = x.astype(np.float64) * 0.05
+    want = (real - real.mean(1, keepdims=True)) / np.sqrt(real.var(1, keepdims=True) + 1e-5)
+    assert np.abs(y - np.clip(want / (2 / 127), -128, 127)).max() <= 0.6
+
+
 #: The largest error in output LSBs of each table, every input tried (docs/vector.md has the table).
 TABLE_BOUNDS = [("gelu", 8, 0.50), ("silu", 8, 0.50), ("exp", 8, 0.50), ("gelu", 16, 2.11), ("silu", 16, 1.69),
                 ("exp", 16, 16.15)]

@@ -10,10 +10,11 @@ Softmax (over ``groups`` blocks of each row, one per attention head; optionally 
     r = floor(2**30 / sum(e)) * 127                           RSUM, RECIP, MUL
     p = round(e r / 2**30)                                    MUL            -> spm, int8 at scale 1/127
 
-Layer norm (over each row's N columns; ``d = N x - sum(x) = N^2 (x - mean)``)::
+Layer norm (over each row's N columns; ``d = N x - sum(x) = N (x - mean)``)::
 
-    V = sum(d^2) + eps_q,  q = isqrt(V) (= N^1.5 std)         RSUMSQ, ADD, ISQRT
-    t = round(d floor(2**29 / q) / 2**13)  (= 2**16 (x - mean) / (sqrt(N) std))      RECIP, MUL
+    V = sum(d'^2) + eps_q,  q = isqrt(V) (= N^1.5 std / 2**k)  SHR, RSUMSQ, ADD, ISQRT
+      (d' = round(d / 2**k): k = 0 up to N = 50, so that V fits int32 for every int8 row)
+    t = round(d floor(2**29 / q) / 2**(13 + k))  (= 2**16 (x - mean) / (sqrt(N) std))  RECIP, MUL
     out = round((round(t G / 2**16) + B) / 2**8),  G = gamma sqrt(N) / s_out 2**8, B = beta / s_out 2**8
 
 Table maps: ``out = sat8(T[x + 128])`` (one exact entry per int8 input).  Transpose: 8x8 block TRANSPOSEs
@@ -143,6 +144,17 @@ class Softmax(Kernel):
             _move(stream, False, out, r0, m, ps, wl)
 
 
+def _variance_shift(n: int) -> int:
+    """The smallest ``k`` for which ``sum(round(d / 2**k)**2)`` fits int32 at any int8 row of ``n`` lanes.
+
+    ``d = n (x - mean)``: ``sum d^2 <= n^3 128^2``, which passes 2**31 from n = 51 (RSUMSQ would wrap).
+    """
+    k = 0
+    while n ** 3 * 128 ** 2 / 4 ** k + n * (255 * n / 2 ** k) + n >= 1 << 31:
+        k += 1
+    return k
+
+
 @dataclass(eq=False)
 class LayerNorm(Kernel):
     """Layer norm over each row of int8 ``x`` at scale ``s_in``, affine ``gamma``, ``beta``, out at ``s_out``."""
@@ -164,7 +176,8 @@ class LayerNorm(Kernel):
                              f"and {self.beta.shape}")
         self.g = np.round(self.gamma.astype(np.float64) * math.sqrt(n) / self.s_out * 2 ** self.frac)
         self.b = np.round(self.beta.astype(np.float64) / self.s_out * 2 ** self.frac)
-        self.eps_q = max(1, round(self.eps * n ** 3 / self.s_in ** 2))
+        self.pre = _variance_shift(n)
+        self.eps_q = max(1, round(self.eps * n ** 3 / self.s_in ** 2 / 4 ** self.pre))
         for name, v in (("gamma", self.g), ("beta", self.b), ("eps", np.array([self.eps_q]))):
             if np.abs(v).max() > INT32_MAX:
                 raise ValueError(f"layer_norm: {name} does not fit an int32 lane at these scales (s_in {self.s_in}, "
@@ -183,8 +196,9 @@ class LayerNorm(Kernel):
         n = x.shape[1]
         x = x.astype(np.int64)
         d = sat32(sat32(x * n) - sat32(x.sum(axis=1, keepdims=True)))
-        q = isqrt(sat32(wrap32(((d * d) & 0xFFFF_FFFF).sum(axis=1, keepdims=True)) + self.eps_q))
-        t = sat32(round_shift(d * recip(q, self.recip_shift), self.recip_shift - 16))
+        dv = sat32(round_shift(d, self.pre)) if self.pre else d
+        q = isqrt(sat32(wrap32(((dv * dv) & 0xFFFF_FFFF).sum(axis=1, keepdims=True)) + self.eps_q))
+        t = sat32(round_shift(d * recip(q, self.recip_shift), self.recip_shift - 16 + self.pre))
         u = sat32(sat32(round_shift(t * self.g, 16)) + self.b)
         return sat8(round_shift(u, self.frac)).astype(np.int8)
 
@@ -200,9 +214,9 @@ class LayerNorm(Kernel):
         alloc = LocalAlloc(stream)
         _, c = alloc.load_consts(consts, consts_addr)
         width, eps, gamma, beta = c, c + 1, c + 2, c + 2 + nl
-        size, blocks = chunks(*rows, alloc, 2 * nl, 5 * nl + 5)
+        size, blocks = chunks(*rows, alloc, 2 * nl, 6 * nl + 5)
         xs, ys = alloc.spm(size * nl), alloc.spm(size * nl)
-        xn, d, t, u, u2 = (alloc.acc(size * nl) for _ in range(5))
+        xn, d, dv, t, u, u2 = (alloc.acc(size * nl) for _ in range(6))
         sx, v, v2, q, rr = (alloc.acc(size) for _ in range(5))
         k = self.recip_shift
         for r0, m in blocks:
@@ -210,11 +224,14 @@ class LayerNorm(Kernel):
             stream.vector(VectorOp.RSUM, a=_spm(xs, nl), d=_acc(sx, 1), rows=m, cols=nl)
             stream.vector(VectorOp.MUL, a=_spm(xs, nl), b=_acc(width, 0, 0), d=_acc(xn, nl), rows=m, cols=nl)
             stream.vector(VectorOp.SUB, a=_acc(xn, nl), b=_acc(sx, 1, 0), d=_acc(d, nl), rows=m, cols=nl)
-            stream.vector(VectorOp.RSUMSQ, a=_acc(d, nl), d=_acc(v, 1), rows=m, cols=nl)
+            if self.pre:
+                stream.vector(VectorOp.SHR, a=_acc(d, nl), d=_acc(dv, nl), rows=m, cols=nl, shift=self.pre)
+            stream.vector(VectorOp.RSUMSQ, a=_acc(dv if self.pre else d, nl), d=_acc(v, 1), rows=m, cols=nl)
             stream.vector(VectorOp.ADD, a=_acc(v, 1), b=_acc(eps, 0, 0), d=_acc(v2, 1), rows=m, cols=1)
             stream.vector(VectorOp.ISQRT, a=_acc(v2, 1), d=_acc(q, 1), rows=m, cols=1)
             stream.vector(VectorOp.RECIP, a=_acc(q, 1), d=_acc(rr, 1), rows=m, cols=1, shift=k)
-            stream.vector(VectorOp.MUL, a=_acc(d, nl), b=_acc(rr, 1, 0), d=_acc(t, nl), rows=m, cols=nl, shift=k - 16)
+            stream.vector(VectorOp.MUL, a=_acc(d, nl), b=_acc(rr, 1, 0), d=_acc(t, nl), rows=m, cols=nl,
+                          shift=k - 16 + self.pre)
             stream.vector(VectorOp.MUL, a=_acc(t, nl), b=_acc(gamma, 0, 1), d=_acc(u, nl), rows=m, cols=nl, shift=16)
             stream.vector(VectorOp.ADD, a=_acc(u, nl), b=_acc(beta, 0, 1), d=_acc(u2, nl), rows=m, cols=nl)
             stream.vector(VectorOp.SHR, a=_acc(u2, nl), d=_spm(ys, nl), rows=m, cols=nl, shift=self.frac)
