@@ -12,12 +12,12 @@ from collections.abc import Callable
 
 from dx1_driver import Device
 
-from .encoder import BlockSpec, EncoderResult, run_block
+from .encoder import BlockKind, EncoderResult, run_block
 
 __all__ = ["DECODER", "run_decoder"]
 
 #: The decoder block: causal self-attention, GELU MLP.
-DECODER = BlockSpec("decoder", causal=True, activation="gelu")
+DECODER = BlockKind("decoder", causal=True, activation="gelu")
 
 
 def run_decoder(devices: list[str] | list[Device], *, seed: int = 1, tiles: int | None = None,

@@ -2,7 +2,7 @@
 
 The block is PyTorch's own ``nn.TransformerEncoderLayer`` (``norm_first=True``), at small sizes, with
 seeded weights.  The same code builds the decoder workload (:mod:`.decoder`: causal self-attention, a GELU
-MLP) from a :class:`BlockSpec`.  It is quantised per tensor (calibrated on seeded inputs) into one graph:
+MLP) from a :class:`BlockKind`.  It is quantised per tensor (calibrated on seeded inputs) into one graph:
 
 * on DX-1, every matrix product, each one GEMM with its bias, ReLU and requantise fused into the POSTOP:
   the Q and V projections; K^T = W_k h^T (a product with the weights as the left operand, so the keys
@@ -40,7 +40,7 @@ from ..runtime.quant import INT8_MAX, quantize, quantize_bias, requant_multiplie
 from ..spec import PostOpParams
 from ..torch.graph_reference import run_reference
 
-__all__ = ["SEQ", "MODEL", "HEADS", "FFN", "BlockSpec", "ENCODER", "make_block", "EncoderQuant", "quantize_encoder",
+__all__ = ["SEQ", "MODEL", "HEADS", "FFN", "BlockKind", "ENCODER", "make_block", "EncoderQuant", "quantize_encoder",
            "run_encoder", "run_block", "EncoderResult"]
 
 #: Sequence length, model width, heads and MLP width (every one a multiple of the array size).
@@ -50,7 +50,7 @@ P_SCALE = 1.0 / INT8_MAX
 
 
 @dataclass(frozen=True)
-class BlockSpec:
+class BlockKind:
     """Which block: ``causal`` self-attention or not, the MLP's ``activation`` (``relu`` or ``gelu``)."""
 
     name: str
@@ -59,10 +59,10 @@ class BlockSpec:
 
 
 #: The encoder block: bidirectional attention, ReLU MLP.
-ENCODER = BlockSpec("encoder", causal=False, activation="relu")
+ENCODER = BlockKind("encoder", causal=False, activation="relu")
 
 
-def make_block(seed: int = 1, spec: BlockSpec = ENCODER) -> torch.nn.TransformerEncoderLayer:
+def make_block(seed: int = 1, spec: BlockKind = ENCODER) -> torch.nn.TransformerEncoderLayer:
     """PyTorch's pre-norm encoder layer at this workload's sizes, with seeded weights and biases."""
     torch.manual_seed(seed)
     block = torch.nn.TransformerEncoderLayer(MODEL, HEADS, FFN, dropout=0.0, activation=spec.activation,
@@ -109,7 +109,7 @@ class _Float:
         with torch.no_grad():
             return which(torch.from_numpy(x).float()).double().numpy()
 
-    def forward(self, x: np.ndarray, spec: BlockSpec = ENCODER) -> dict[str, np.ndarray]:
+    def forward(self, x: np.ndarray, spec: BlockKind = ENCODER) -> dict[str, np.ndarray]:
         """Every intermediate of the float block (float64), for calibration."""
         dh = MODEL // HEADS
         h = self.layer_norm(self.ln1, x)
@@ -163,7 +163,7 @@ def _layer_norm(ln: torch.nn.LayerNorm, s_in: float, s_out: float) -> LayerNorm:
 
 
 def quantize_encoder(block: torch.nn.TransformerEncoderLayer, calibration: list[np.ndarray],
-                     spec: BlockSpec = ENCODER) -> EncoderQuant:
+                     spec: BlockKind = ENCODER) -> EncoderQuant:
     """The block as a graph of quantised operators (see the module docstring), scales from ``calibration``."""
     if spec.activation not in ("relu", "gelu"):
         raise ValueError(f"the block's MLP activation must be relu or gelu, not {spec.activation!r}")
@@ -256,7 +256,7 @@ def run_encoder(devices: list[str] | list[Device], *, seed: int = 1, tiles: int 
     return run_block(ENCODER, devices, seed=seed, tiles=tiles, progress=progress)
 
 
-def run_block(spec: BlockSpec, devices: list[str] | list[Device], *, seed: int = 1, tiles: int | None = None,
+def run_block(spec: BlockKind, devices: list[str] | list[Device], *, seed: int = 1, tiles: int | None = None,
               progress: Callable[[str], None] = lambda _: None) -> EncoderResult:
     """Quantise the ``spec`` block, run one forward pass on every device, compare with the references."""
     for target in devices:  # a malformed device string is refused before any work

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...spec import ceil_div
+from ...spec import align_up, ceil_div
 from ..commands import CommandStream
 from ..operands import ACC_LANE_BYTES, BUS_BYTES
 
@@ -51,7 +51,7 @@ class Consts:
         out, at = [], 0
         for part in self._parts():
             out.append(at)
-            at += -(-part.nbytes // BUS_BYTES) * BUS_BYTES
+            at += align_up(part.nbytes, BUS_BYTES)
         return (*out, max(at, BUS_BYTES))
 
     def blob(self) -> np.ndarray:
