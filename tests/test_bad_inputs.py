@@ -19,8 +19,9 @@ BAD_DEVICES = [
          "sim:tiles=T,banks=B,mem_mib=M, sim:verilog=PATH, sim:[...,]stall=UNIT[+UNIT...], sim://HOST:PORT, "
          "serial:URL, pcie:BDF"),
     ("bogus", "unknown device 'bogus'; expected one of model"),
-    ("sim:", "device 'sim:': expected sim, sim:tiles=T,banks=B,mem_mib=M (any of them: 1 to 8 tiles, a power of two "
-             "of banks from 1 to 16 and of MiB) or sim:verilog=PATH with PATH an existing Verilog file of the SoC"),
+    ("sim:", "device 'sim:': expected sim, sim:tiles=T,banks=B,mem_mib=M,vector=V (any of them: 1 to 8 tiles, a "
+             "power of two of banks from 1 to 16 and of MiB, vector 0 for tiles without a vector unit) or "
+             "sim:verilog=PATH with PATH an existing Verilog file of the SoC"),
     ("sim:verilog=/nonexistent.v", "or sim:verilog=PATH with PATH an existing Verilog file of the SoC"),
     ("sim:stall=core2", "device 'sim:stall=core2': cannot stall core2: the device has tiles 0 to 1"),
     ("sim:tiles=4,stall=dma1+dma4", "device 'sim:tiles=4,stall=dma1+dma4': cannot stall dma4: the device has tiles 0 "
@@ -263,9 +264,9 @@ def test_device_strings_are_checked_before_any_work(device: str, message: str, c
 def test_dx1_info_explains_the_spec_and_block_versions(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["info", "--device", "model"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("dx1-mini spec 1.2, magic 0x44583131\n  The spec version (GLOBAL HW_VERSION) covers the "
+    assert out.startswith("dx1-mini spec 1.3, magic 0x44583131\n  The spec version (GLOBAL HW_VERSION) covers the "
                           "whole interface")
-    assert "every block reads 1.0 under\n  spec 1.2" in out or "every block reads 1.0 under spec 1.2" in out
+    assert "every block reads 1.0 under\n  spec 1.3" in out or "every block reads 1.0 under spec 1.3" in out
     assert "    1.1: CAPS.mem_banks" in out and "    1.2: the LOAD/STORE address and stride fields" in out
     assert "  0x0000 GLOBAL    30 registers  version 1.0  next 0x0100" in out
 
