@@ -205,3 +205,18 @@ def test_wait_holds_a_tile_until_another_signals():
     assert t1[1].start >= t1[0].end
     with pytest.raises(ValueError, match="waiting on semaphores no stream signals often enough"):
         predict([[wait]], CONFIG.tile)
+
+
+def test_a_vector_command_runs_alone_between_the_gemms():
+    from dx1_bringup.spec import TileConfig, VectorOp
+
+    tile = TileConfig()
+    vector = pack_command(Opcode.VECTOR, vop=VectorOp.MOV, rows=4, cols=32, a_row_stride=32, d_row_stride=32,
+                          flags={"a_acc": True})
+    gemm = pack_command(Opcode.GEMM, a_addr=0, b_addr=512, c_addr=0, m=64, k_chunks=2)
+    prediction = predict([[gemm, vector, gemm]], tile).per_tile[0]
+    first, vec, second = prediction.commands
+    cost = COSTS.vector_command_cycles({"opcode": Opcode.VECTOR, "vop": VectorOp.MOV, "rows": 4, "cols": 32},
+                                       tile.array)
+    assert vec.end == first.end + cost and second.start >= vec.end  # dispatched early, it waits for the array
+    assert prediction.vector == cost
