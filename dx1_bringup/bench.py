@@ -425,7 +425,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
             print(f"[{step}/{len(steps)}] The vector unit on long rows, on the SoC RTL and the golden model, with the "
                   "performance model's prediction ...", flush=True)
             report["vector"] = bench_vector.vector_bench()
-            ok &= all(r["same_bytes"] for r in report["vector"]["runs"])
+            report["vector"]["blocks"] = bench_vector.block_bench()
+            ok &= all(r["same_bytes"] for r in report["vector"]["runs"]) and all(
+                d["exact"] for b in report["vector"]["blocks"]["blocks"].values() for d in b["devices"].values())
         elif section == "serving":
             print(f"[{step}/{len(steps)}] Serving: continuous against static batching under one Poisson load over "
                   "HTTP on loopback ...", flush=True)
@@ -450,6 +452,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print_perfmodel(report["perf_model"])
     if "vector" in args.only:
         bench_vector.print_vector(report["vector"])
+        bench_vector.print_blocks(report["vector"]["blocks"])
     if "scaling" in args.only:
         bench_scaling.print_table(report["scaling"])
         print(f"\nscaling plot written to {args.scaling_png}, points to {args.scaling_json}")

@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from dx1_driver import Device, DriverError
 
-from ...spec import Opcode, align_up, pack_command
+from ...perfmodel import predict
+from ...spec import Opcode, TileConfig, align_up, pack_command
 from ..commands import CommandStream
 from ..gemm import GemmTerm, compile_gemm
 from ..gemm_run import GemmStats, drive
@@ -72,6 +73,10 @@ class RunStats:
     wall_seconds: float
     #: Transport requests the pass made, where the transport counts them (sim, serial); else ``None``.
     round_trips: int | None = None
+    #: Cycles the vector unit was busy (PERF BUSY_VECTOR), per device segment its busiest tile's, summed.
+    vector_cycles: int = 0
+    #: The performance model's CYCLES of the device segments (:func:`~dx1_bringup.perfmodel.predict`), summed.
+    predicted_cycles: float = 0.0
 
     @property
     def utilisation(self) -> float:
@@ -375,7 +380,10 @@ class GraphSession:
                              f"{sorted(set(keep) - set(self.keep))}: open it with keep=...")
         start, trips0 = time.perf_counter(), _round_trips(self.device)
         env: dict[str, np.ndarray] = dict(inputs)
-        written = read = transfers = cycles = macs = commands = 0
+        written = read = transfers = cycles = macs = commands = vector = 0
+        predicted = 0.0
+        caps = self.device.caps
+        tile = TileConfig(caps.array, caps.spm_rows, caps.acc_rows, caps.vector)
         used = list(range(self.tiles))
         for seg in self.segments:
             if not seg.device:
@@ -395,6 +403,8 @@ class GraphSession:
             after = {t: self.device.perf(t).read() for t in used}
             stats = GemmStats(self.array, {t: len(seg.commands[t]) for t in used}, before, after, 0, 0)
             cycles += stats.cycles
+            vector += max(stats.delta(t).busy_vector for t in used)
+            predicted += predict([seg.commands[t] for t in used], tile, banks=caps.mem_banks).total
             macs += stats.macs
             commands += sum(len(c) for c in seg.commands)
             wanted = set(seg.downloads) | ({self.graph.ops[i].writes for i in seg.ops} & set(keep))
@@ -408,7 +418,8 @@ class GraphSession:
             commands=commands, cycles=cycles, macs=macs, tiles=self.tiles, array=self.array,
             host_bytes_written=written, host_bytes_read=read, transfers=transfers,
             wall_seconds=time.perf_counter() - start,
-            round_trips=None if trips0 is None else trips1 - trips0)
+            round_trips=None if trips0 is None else trips1 - trips0, vector_cycles=vector,
+            predicted_cycles=predicted)
         return {name: env[name] for name in (*self.graph.outputs, *keep)}, stats
 
     def _write(self, name: str, value: np.ndarray) -> int:
