@@ -64,6 +64,29 @@ def test_a_tall_input_is_cut_into_blocks_that_fit_the_tile(kernel):
     assert stats.commands > 30  # one block of LOAD ... STORE is 15 commands or fewer: several blocks
 
 
+@pytest.mark.parametrize("case", range(12))
+def test_random_shapes_scales_and_tile_counts_stay_bit_exact(case):
+    rng = np.random.default_rng(100 + case)
+    rows, groups, width = int(rng.integers(1, 41)), int(rng.integers(1, 4)), 8 * int(rng.integers(1, 4))
+    kind = ["softmax", "causal", "layer_norm", "gelu", "transpose"][case % 5]
+    if kind == "softmax":
+        kernel, cols = Softmax(float(rng.uniform(0.005, 0.3)), groups=groups), groups * width
+    elif kind == "causal":
+        kernel, cols = Softmax(float(rng.uniform(0.005, 0.3)), groups=groups, causal=True), groups * width
+        rows = max(rows, width)
+    elif kind == "layer_norm":
+        cols = groups * width
+        kernel = LayerNorm(rng.uniform(-2, 2, cols), rng.uniform(-1, 1, cols), float(rng.uniform(0.005, 0.1)),
+                           float(rng.uniform(0.01, 0.1)))
+    elif kind == "gelu":
+        kernel, cols = TableMap("gelu", float(rng.uniform(0.005, 0.1)), float(rng.uniform(0.005, 0.1))), width
+    else:
+        kernel, cols, rows = Transpose(), groups * width, 8 * (rows // 8 + 1)
+    x = rng.integers(-128, 128, (rows, cols), dtype=np.int8)
+    y, _, _ = _run(kernel, x, tiles=int(rng.integers(1, 3)))
+    assert np.array_equal(y, kernel.reference(x))
+
+
 def test_without_a_vector_unit_the_int_reference_runs_on_the_host():
     kernel, shape = KERNELS["layer_norm"]
     x = _ints(np.random.default_rng(5), shape)
