@@ -368,7 +368,7 @@ def test_vector_kernel_ops_equal_their_int_reference_and_pass_opcheck():
     x = torch.randint(-128, 128, (16, 16), dtype=torch.int8, generator=torch.Generator().manual_seed(2))
     g, b = torch.linspace(0.5, 1.5, 16), torch.linspace(-0.2, 0.2, 16)
     for name, args in (("qsoftmax", (0.05, 2, True)), ("qlayer_norm", (g, b, 1e-5, 0.05, 0.03)),
-                       ("qgelu", (0.05, 0.04))):
+                       ("qgelu", (0.05, 0.04)), ("qsilu", (0.05, 0.04))):
         op = getattr(torch.ops.dx1, name)
         assert torch.equal(op(x, *args), vector_kernel_reference(name, x, *args))
         torch.library.opcheck(op, (x, *args))
