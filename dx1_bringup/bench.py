@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from . import argtypes as types
-from . import bench_scaling
+from . import bench_scaling, bench_vector
 from .bench_simspeed import print_simspeed, simspeed_bench
 from .runtime.operands import random_operands
 from .serving import cli as serving_cli
@@ -331,7 +331,7 @@ def print_serial(serial: dict) -> None:
 
 
 #: Sections of the bench, in the order they run.
-SECTIONS = ("tile", "soc", "simspeed", "serial", "perfmodel", "scaling", "serving")
+SECTIONS = ("tile", "soc", "simspeed", "serial", "perfmodel", "vector", "scaling", "serving")
 
 
 def _some_of(allowed: tuple[int, ...]):
@@ -421,6 +421,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
             print(f"[{step}/{len(steps)}] The performance model against the SoC RTL over a sweep of GEMM shapes ...",
                   flush=True)
             report["perf_model"] = perfmodel_bench()
+        elif section == "vector":
+            print(f"[{step}/{len(steps)}] The vector unit on long rows, on the SoC RTL and the golden model, with the "
+                  "performance model's prediction ...", flush=True)
+            report["vector"] = bench_vector.vector_bench()
+            ok &= all(r["same_bytes"] for r in report["vector"]["runs"])
         elif section == "serving":
             print(f"[{step}/{len(steps)}] Serving: continuous against static batching under one Poisson load over "
                   "HTTP on loopback ...", flush=True)
@@ -443,6 +448,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print_serial(report["serial"])
     if "perfmodel" in args.only:
         print_perfmodel(report["perf_model"])
+    if "vector" in args.only:
+        bench_vector.print_vector(report["vector"])
     if "scaling" in args.only:
         bench_scaling.print_table(report["scaling"])
         print(f"\nscaling plot written to {args.scaling_png}, points to {args.scaling_json}")

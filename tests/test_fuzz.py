@@ -139,3 +139,13 @@ def test_ci_slice_model_against_rtl(sim_transport, tmp_path: Path) -> None:
     report = fuzz([model(), Device(sim_transport)], ["model", "sim"], commands=300, seed=1,
                   params=StreamParams(length=4), repro_dir=tmp_path, timeout=120)
     assert report.ok, f"{report.mismatch}; {report.replay_command}"
+
+
+def test_tiles_without_a_vector_unit_get_no_legal_vector_commands(tmp_path: Path) -> None:
+    devices = [Device.open("model:vector=0"), Device.open("model:vector=0")]
+    report = fuzz(devices, ["model:vector=0"] * 2, commands=1500, seed=3, repro_dir=tmp_path)
+    assert report.ok
+    for opcode in ("VECTOR", "TABLE", "TRANSPOSE"):
+        assert set(report.coverage.get(opcode, {})) <= {"BAD_OPCODE"}
+    with_unit = fuzz([model(), model()], ["model", "model"], commands=1500, seed=3, repro_dir=tmp_path)
+    assert with_unit.coverage["VECTOR"]["OK"] > 100

@@ -45,7 +45,7 @@ def layout_for(caps: Capabilities) -> Layout:
     """
     if caps.tiles != 2:
         raise ValueError(f"the fuzzer drives two tiles at once; this device has {caps.tiles}")
-    config = SocConfig(tiles=caps.tiles, tile=TileConfig(caps.array, caps.spm_rows, caps.acc_rows),
+    config = SocConfig(tiles=caps.tiles, tile=TileConfig(caps.array, caps.spm_rows, caps.acc_rows, caps.vector),
                        mem_bytes=caps.mem_bytes, semaphores=caps.semaphores)
     lay = Layout(config=config)
     lay.check()

@@ -6,7 +6,9 @@ an error command that must be refused; SIGNAL/WAIT pairs between the queues are 
 timeline, so every WAIT waits only for a SIGNAL that comes (:func:`random_batch`).  Each command comes
 with a small dict of metadata (opcode, shape, error kind, post-op flags) for functional coverage.  The
 pyuvm environment (testbenches/uvm) and the differential fuzzer (:mod:`dx1_bringup.fuzz.runner`) both
-draw from here; the tile-level GEMM and POSTOP generators are :mod:`dx1_bringup.sim.stimulus`.
+draw from here; the tile-level generators are :mod:`dx1_bringup.sim.stimulus` (GEMM and POSTOP) and
+:mod:`dx1_bringup.sim.vector_stimulus` (the vector unit's commands, :data:`VECTOR_SHARE` of the legal ones
+on tiles that have one).
 """
 
 from __future__ import annotations
@@ -15,13 +17,17 @@ import numpy as np
 
 from ..model.tile import MAX_SHIFT
 from ..sim.stimulus import bad_command, random_gemm, random_postop
-from ..spec import COMMANDS, Opcode, pack_command
+from ..sim.vector_stimulus import bad_vector_command, random_vector_command, vector_meta
+from ..spec import COMMANDS, Opcode, VectorOp, pack_command, table_rows
 from .layout import Layout
 
-__all__ = ["SHAPE_LIMITS", "ERROR_KINDS", "shape_of", "pick_work", "meta", "random_move", "random_copy",
+__all__ = ["SHAPE_LIMITS", "VECTOR_SHARE", "ERROR_KINDS", "shape_of", "pick_work", "meta", "vector_command_meta",
+           "random_move", "random_copy",
            "error_command", "directed_error", "random_command", "random_batch"]
 
 SHAPE_LIMITS = {"tiny": (1, 4), "medium": (5, 40), "long": (41, 130)}
+#: The share of legal random commands that go to the vector unit (on tiles that have one).
+VECTOR_SHARE = 0.2
 
 
 def shape_of(work: int) -> str:
@@ -36,6 +42,22 @@ def pick_work(r: np.random.Generator, limit: int = 130) -> int:
 def meta(opcode: str, work: int | None = None, error_kind: str = "none", postop_flags: str = "n/a") -> dict:
     return {"opcode": opcode, "shape": "n/a" if work is None else shape_of(work), "error_kind": error_kind,
             "postop_flags": postop_flags}
+
+
+def vector_command_meta(cmd: bytes, error_kind: str = "none") -> dict:
+    """:func:`meta` of a vector-unit command, with its vector coverage (``vector_meta``) under ``"vector"``;
+    a VECTOR command's shape is its steps (rows x cols)."""
+    word = int.from_bytes(cmd, "little")
+    opcode = Opcode(word & 0xFF)
+    work = (word >> 112 & 0xFFFF) * (word >> 48 & 0xFFFF) if opcode == Opcode.VECTOR else None
+    return {**meta(opcode.name, work or None, error_kind), "vector": vector_meta(cmd)}
+
+
+#: How error_command's kinds map to the vector unit's refusals (:data:`~dx1_bringup.sim.vector_stimulus.
+#: VECTOR_BAD_KINDS`).
+_VECTOR_KINDS = {"reserved": ("reserved", "vop_reserved"), "dimension": ("dimension", "transpose_dimension"),
+                 "field": ("vop", "shift", "clamp"), "spm_range": ("spm_range", "table_range", "transpose_range"),
+                 "acc_range": ("acc_range",)}
 
 
 def random_move(r: np.random.Generator, lay: Layout, q: int, opcode: Opcode, tag: int) -> tuple[bytes, dict]:
@@ -91,6 +113,10 @@ def error_command(r: np.random.Generator, lay: Layout, q: int, tag: int, kind: s
             pack_command(op, tag=tag))
         word = int.from_bytes(base, "little") | 1 << bit
         return word.to_bytes(32, "little"), meta(op.name, error_kind=kind)
+    if kind in _VECTOR_KINDS and cfg.vector and reserved_op is None and r.integers(0, 4) == 0:
+        refusal = str(r.choice(_VECTOR_KINDS[kind]))
+        cmd, _code = bad_vector_command(r, cfg, tag, refusal)
+        return cmd, {**vector_command_meta(cmd, kind), "vector_refusal": refusal}
     if kind in ("dimension", "field", "spm_range", "acc_range") and r.integers(0, 3) < 2:
         # The tile's own checks on GEMM / POSTOP, from the shared stimulus.
         tile_kind = {"field": "shift"}.get(kind, kind)
@@ -183,10 +209,21 @@ def directed_error(r: np.random.Generator, lay: Layout, q: int, tag: int, opcode
         ("COPY", "BAD_DIMENSION"): dict(src_addr=lay.in_base(q), dst_addr=lay.out_base(q), length=0),
         ("COPY", "MISALIGNED"): dict(src_addr=lay.in_base(q) + 4, dst_addr=lay.out_base(q), length=16),
         ("COPY", "DMA_WINDOW"): dict(src_addr=lay.in_base(q), dst_addr=lay.win_base(q) - 8, length=64),
+        ("VECTOR", "BAD_DIMENSION"): dict(vop=VectorOp.MOV, rows=1, cols=0),
+        ("VECTOR", "BAD_FIELD"): dict(vop=VectorOp.CLAMP, rows=1, cols=1, imm=1, imm2=0),
+        ("VECTOR", "SPM_RANGE"): dict(vop=VectorOp.MOV, rows=1, cols=2, d_addr=cfg.spm_rows - 1),
+        ("VECTOR", "ACC_RANGE"): dict(vop=VectorOp.MOV, rows=2, cols=1, a_addr=cfg.acc_rows - 1, a_row_stride=1,
+                                      flags={"a_acc": True}),
+        ("TABLE", "SPM_RANGE"): dict(src_addr=max(0, cfg.spm_rows - table_rows(n) + 1)),
+        ("TRANSPOSE", "BAD_DIMENSION"): dict(blocks=0),
+        ("TRANSPOSE", "SPM_RANGE"): dict(blocks=1, dst_addr=cfg.spm_rows - n + 1),
     }
     if (opcode, status) not in built:
         raise ValueError(f"no directed {opcode} command fails with {status}")
     fields = built[(opcode, status)]
+    if op in (Opcode.VECTOR, Opcode.TABLE, Opcode.TRANSPOSE):
+        cmd = pack_command(op, tag=tag, **fields)
+        return cmd, vector_command_meta(cmd, kind)
     work = fields.get("m", fields.get("rows", fields.get("length", 0) // 8)) or None
     shaped = op in (Opcode.GEMM, Opcode.POSTOP, Opcode.COPY)
     return pack_command(op, tag=tag, **fields), meta(opcode, work if shaped else None, kind)
@@ -197,6 +234,10 @@ def random_command(r: np.random.Generator, lay: Layout, q: int, tag: int, error_
         return error_command(r, lay, q, tag, str(r.choice(ERROR_KINDS)))
     pick = r.random()
     cfg = lay.config.tile
+    if cfg.vector and pick < VECTOR_SHARE:
+        cmd = random_vector_command(r, cfg, tag)
+        return cmd, vector_command_meta(cmd)
+    pick = r.random()
     if pick < 0.25:
         cmd = random_gemm(r, cfg, tag)
         fields = int.from_bytes(cmd, "little")

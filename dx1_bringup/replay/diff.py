@@ -158,7 +158,7 @@ def prefix_events(capture: Capture, k: int, semaphores: int) -> list[Event]:
 def tile_config(caps: Capabilities | dict[str, Any]) -> TileConfig:
     """The spec's tile configuration of a device's capabilities (or a capture header's ``config``)."""
     c = caps if isinstance(caps, dict) else asdict(caps)
-    return TileConfig(c["array"], c["spm_rows"], c["acc_rows"])
+    return TileConfig(c["array"], c["spm_rows"], c["acc_rows"], bool(c.get("vector", False)))
 
 
 def _touched(cmd: bytes, tile: TileConfig) -> list[tuple[int, int]]:

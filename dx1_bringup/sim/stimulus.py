@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..model.tile import MAX_SHIFT
+from ..model.tile import COMPUTE_OPCODES, MAX_SHIFT
 from ..spec import COMMANDS, ErrorCode, Opcode, TileConfig, pack_command
 
 __all__ = ["random_int8", "random_int32", "random_gemm", "random_postop", "bad_command", "random_stream",
@@ -70,7 +70,8 @@ def bad_command(rng: np.random.Generator, config: TileConfig, tag: int, kind: st
     """A command that the core must refuse, and the error it must give."""
     n = config.array
     if kind == "opcode":
-        opcode = int(rng.choice([o for o in range(256) if o not in (Opcode.NOP, Opcode.GEMM, Opcode.POSTOP)]))
+        runs = COMPUTE_OPCODES if config.vector else (Opcode.NOP, Opcode.GEMM, Opcode.POSTOP)
+        opcode = int(rng.choice([o for o in range(256) if o not in runs]))
         return pack_command(Opcode.NOP, tag=tag, raw=opcode), ErrorCode.BAD_OPCODE
     if kind == "reserved":
         op = Opcode(int(rng.choice([Opcode.NOP, Opcode.GEMM, Opcode.POSTOP])))

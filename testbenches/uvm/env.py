@@ -46,7 +46,8 @@ from pyuvm import (
 from dx1_bringup.fuzz.layout import LAYOUT, Layout
 from dx1_bringup.model.device import BusError, DeviceModel
 from dx1_bringup.sim.harness import CLOCK_NS, Harness
-from dx1_bringup.spec import Access, ErrorCode, Opcode, register_map, stall_bit, unpack_completion
+from dx1_bringup.sim.vector_stimulus import VECTOR_BAD_KINDS
+from dx1_bringup.spec import VECTOR_OPS, Access, ErrorCode, Opcode, register_map, stall_bit, unpack_completion
 
 REGMAP = register_map(LAYOUT.config)
 #: address -> (block, placed register)
@@ -421,11 +422,21 @@ LEGAL_STATUS = {
     "SIGNAL": _ALL_CHECKS | {"SEM_RANGE"},
     "WAIT": _ALL_CHECKS | {"BAD_DIMENSION", "SEM_RANGE"},
     "COPY": _ALL_CHECKS | {"BAD_DIMENSION", "MISALIGNED", "DMA_WINDOW", "TIMEOUT"},
+    "VECTOR": _ALL_CHECKS | {"BAD_DIMENSION", "BAD_FIELD", "SPM_RANGE", "ACC_RANGE"},
+    "TABLE": _ALL_CHECKS | {"SPM_RANGE"},
+    "TRANSPOSE": _ALL_CHECKS | {"BAD_DIMENSION", "SPM_RANGE"},
     "BAD": {"BAD_OPCODE"},
 }
 #: Queue errors, each of which halts its queue until a resume.
 QUEUE_ERRORS = ["DOORBELL_RANGE", "RING_OVERFLOW", "TIMEOUT"]
-SHAPED = ["LOAD", "STORE", "GEMM", "POSTOP", "COPY"]
+SHAPED = ["LOAD", "STORE", "GEMM", "POSTOP", "COPY", "VECTOR"]
+#: The vector unit's coverage: its vops, where their operands live (A/B/D, "-" for no B), the shift corners of the
+#: vops that shift, B's broadcast, a destination on top of a source.
+VOPS = [spec.op.name for spec in VECTOR_OPS.values()]
+OPERANDS = [f"{a}/{b}/{d}" for a in ("spm", "acc") for b in ("spm", "acc", "-") for d in ("spm", "acc")]
+SHIFTED_VOPS = [spec.op.name for spec in VECTOR_OPS.values() if spec.max_shift is not None]
+SHIFT_CORNERS = ["zero", "one", "mid", "max"]
+BROADCASTS = ["none", "row", "column", "outer"]
 REG_KINDS = [a.name for a in Access] + ["UNMAPPED"]
 BUS_ERRORS = ["unmapped", "misaligned", "partial_strobe", "write_ro", "read_wo"]
 
@@ -446,6 +457,23 @@ BUS_ERRORS = ["unmapped", "misaligned", "partial_strobe", "write_ro", "read_wo"]
 @CoverCross("dx1.cross.queue_opcode", items=["dx1.cmd.queue", "dx1.cmd.opcode"],
             ign_bins=[(q, "BAD") for q in (0, 1)])
 def sample_command(c):
+    pass
+
+
+@CoverPoint("dx1.vector.vop", xf=lambda v: v["vop"], bins=VOPS)
+@CoverPoint("dx1.vector.operands", xf=lambda v: v["operands"], bins=OPERANDS)
+@CoverPoint("dx1.vector.shift", xf=lambda v: v["shift"], bins=SHIFT_CORNERS + ["n/a"])
+@CoverCross("dx1.cross.vector_shift", items=["dx1.vector.vop", "dx1.vector.shift"],
+            ign_bins=[(v, c) for v in VOPS for c in SHIFT_CORNERS + ["n/a"]
+                      if (c == "n/a") == (v in SHIFTED_VOPS)])
+@CoverPoint("dx1.vector.broadcast", xf=lambda v: v["broadcast"], bins=BROADCASTS)
+@CoverPoint("dx1.vector.overlap", xf=lambda v: v["overlap"], bins=["no", "yes"])
+def sample_vector(v):
+    pass
+
+
+@CoverPoint("dx1.vector.refusal", xf=lambda k: k, bins=list(VECTOR_BAD_KINDS))
+def sample_vector_refusal(kind):
     pass
 
 
@@ -494,6 +522,11 @@ class Coverage(uvm_subscriber):
         sample_command({"opcode": meta.get("opcode"), "shape": meta.get("shape"),
                         "postop_flags": meta.get("postop_flags"), "status": name,
                         "error_kind": meta.get("error_kind", "none"), "queue": cmd.queue})
+        vector = meta.get("vector")
+        if vector is not None and vector["opcode"] == "VECTOR" and name == "OK":
+            sample_vector(vector)
+        if meta.get("vector_refusal") is not None:
+            sample_vector_refusal(meta["vector_refusal"])
         sample_phase(cmd.phase)
 
     def on_reg(self, item: RegItem):
@@ -544,6 +577,8 @@ COVERAGE_GOALS = (
     "dx1.queue.error", "dx1.queue.error_queue",
     "dx1.ring.phase",
     "dx1.reg.kind", "dx1.reg.op", "dx1.reg.resp", "dx1.cross.reg", "dx1.reg.bus_error",
+    "dx1.vector.vop", "dx1.vector.operands", "dx1.vector.shift", "dx1.cross.vector_shift", "dx1.vector.broadcast",
+    "dx1.vector.overlap", "dx1.vector.refusal",
 )
 
 
