@@ -286,7 +286,7 @@ def test_encoder_block_on_the_model_is_bit_exact_per_device_op():
     stats = result.stats["model"]
     assert stats.device_segments == 1 and stats.host_ops == 2 and stats.transfers == 2
     assert "x1 @ residual2.identity" in result.plan  # the second residual reads x1 where out_proj wrote it
-    assert "softmax over 2 block(s) a row(scores)  [vector unit]" in result.plan
+    assert "softmax: p = softmax(scores, 2 blocks a row)  [vector unit]" in result.plan
 
 
 def test_decoder_block_on_the_model_is_all_integer_and_bit_exact():
@@ -296,7 +296,8 @@ def test_decoder_block_on_the_model_is_all_integer_and_bit_exact():
     assert result.mismatches == {"model": []}
     assert result.int_error == 0.0 and result.float_error < 0.05
     assert [name for name, where in result.placement if where == "host"] == ["quantize", "dequantize"]
-    assert "softmax causal" in result.plan and "gelu: f = gelu(fpre)  [vector unit]" in result.plan
+    assert "softmax(scores, 2 blocks a row, causal)" in result.plan
+    assert "gelu: f = gelu(fpre)  [vector unit]" in result.plan
     stats = result.stats["model"]
     assert stats.device_segments == 1 and stats.host_ops == 2 and stats.transfers == 2
 

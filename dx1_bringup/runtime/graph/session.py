@@ -449,7 +449,7 @@ class GraphSession:
                 for i in seg.ops:
                     op = self.graph.ops[i]
                     if isinstance(op, VectorKernel):
-                        lines.append(f"       {op.name}: {op.out} = {op.kernel.describe()}({op.x})  [vector unit]")
+                        lines.append(f"       {op.name}: {op.out} = {op.kernel.describe(str(op.x))}  [vector unit]")
                         continue
                     terms = " + ".join(f"{a} @ {b}" for a, b in op.terms)
                     extra = (" + bias" if op.bias is not None else "") + (", relu" if op.post.relu else "")
@@ -457,7 +457,7 @@ class GraphSession:
             else:
                 op = self.graph.ops[seg.ops[0]]
                 if isinstance(op, VectorKernel):
-                    lines.append(f"  {n}: host    {op.name}: {op.out} = {op.kernel.describe()}({op.x})  "
+                    lines.append(f"  {n}: host    {op.name}: {op.out} = {op.kernel.describe(str(op.x))}  "
                                  f"[int reference: the device has no vector unit]")
                 else:
                     lines.append(f"  {n}: host    {op.name}: {op.out} = {op.name}({', '.join(op.inputs)})")

@@ -75,8 +75,9 @@ class Softmax(Kernel):
             raise ValueError(f"softmax: the input scale must be positive, not {self.s_in!r}")
         self.table = exp_table(self.s_in)
 
-    def describe(self) -> str:
-        return f"softmax{' causal' if self.causal else ''} over {self.groups} block(s) a row"
+    def describe(self, x: str) -> str:
+        blocks = f"{self.groups} blocks a row" if self.groups > 1 else "one block a row"
+        return f"softmax({x}, {blocks}{', causal' if self.causal else ''})"
 
     def check(self, rows: int, cols: int, array: int) -> None:
         if cols % self.groups or (cols // self.groups) % array:
@@ -184,8 +185,8 @@ class LayerNorm(Kernel):
                                  f"s_out {self.s_out})")
         self.g, self.b = self.g.astype(np.int64), self.b.astype(np.int64)
 
-    def describe(self) -> str:
-        return f"layer_norm over {self.gamma.shape[0]} columns"
+    def describe(self, x: str) -> str:
+        return f"layer_norm({x}, {self.gamma.shape[0]} columns)"
 
     def check(self, rows: int, cols: int, array: int) -> None:
         super().check(rows, cols, array)
