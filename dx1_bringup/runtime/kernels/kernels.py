@@ -66,7 +66,7 @@ class Softmax(Kernel):
     groups: int = 1
     causal: bool = False
     recip_shift: int = 30
-    table: Table = field(init=False)
+    table: Table = field(init=False, repr=False)
 
     kind = "softmax"
 
@@ -246,7 +246,7 @@ class TableMap(Kernel):
     function: str
     s_in: float
     s_out: float
-    table: Table = field(init=False)
+    table: Table = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.table = map_table(self.function, self.s_in, self.s_out)
