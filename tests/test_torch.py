@@ -407,3 +407,15 @@ def test_compile_backend_runs_the_kernels_reference_on_the_cpu_without_a_vector_
         assert torch.equal(got[0], model(x)[0])
     placement = {p.node: p.where for p in backend.compiled[-1].dx1_placement}
     assert placement["s"] == "dx1" and placement["h"] == placement["p"] == placement["qgelu"] == "cpu"
+
+
+def test_dx1_run_decoder_prints_the_plan_and_only_quantise_and_dequantise_on_the_host(capsys):
+    from dx1_bringup.cli import main
+
+    assert main(["run", "decoder", "--device", "model", "--device", "model:tiles=4"]) == 0
+    out = capsys.readouterr().out
+    assert "activation='gelu', norm_first=True), sequence 16, causal mask" in out
+    assert "  on the host (2): quantize, dequantize\n" in out
+    assert "  model: all 15 on-device results == int reference bit for bit" in out
+    assert "  model:tiles=4: all 15 on-device results == int reference bit for bit" in out
+    assert "dx1 run decoder: PASS" in out
