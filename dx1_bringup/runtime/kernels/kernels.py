@@ -35,7 +35,7 @@ from .base import Consts, Kernel, LocalAlloc, Mem, chunks, split_rows
 from .intmath import INT32_MAX, isqrt, recip, round_shift, sat8, sat32, wrap32
 from .tables import Table, exp_table, map_table
 
-__all__ = ["Softmax", "LayerNorm", "TableMap", "Transpose", "MASKED"]
+__all__ = ["Softmax", "LayerNorm", "TableMap", "Transpose", "MASKED", "P_ONE"]
 
 #: What the causal mask adds to a masked score: far below every real one, still far from int32's end.
 MASKED = -(1 << 20)
