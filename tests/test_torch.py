@@ -286,7 +286,7 @@ def test_encoder_block_on_the_model_is_bit_exact_per_device_op():
     stats = result.stats["model"]
     assert stats.device_segments == 1 and stats.host_ops == 2 and stats.transfers == 2
     assert "x1 @ residual2.identity" in result.plan  # the second residual reads x1 where out_proj wrote it
-    assert "softmax over 2 block(s) a row(scores)  [vector unit]" in result.plan
+    assert "softmax: p = softmax(scores, 2 blocks a row)  [vector unit]" in result.plan
 
 
 def test_decoder_block_on_the_model_is_all_integer_and_bit_exact():
@@ -296,7 +296,8 @@ def test_decoder_block_on_the_model_is_all_integer_and_bit_exact():
     assert result.mismatches == {"model": []}
     assert result.int_error == 0.0 and result.float_error < 0.05
     assert [name for name, where in result.placement if where == "host"] == ["quantize", "dequantize"]
-    assert "softmax causal" in result.plan and "gelu: f = gelu(fpre)  [vector unit]" in result.plan
+    assert "softmax(scores, 2 blocks a row, causal)" in result.plan
+    assert "gelu: f = gelu(fpre)  [vector unit]" in result.plan
     stats = result.stats["model"]
     assert stats.device_segments == 1 and stats.host_ops == 2 and stats.transfers == 2
 
@@ -368,7 +369,7 @@ def test_vector_kernel_ops_equal_their_int_reference_and_pass_opcheck():
     x = torch.randint(-128, 128, (16, 16), dtype=torch.int8, generator=torch.Generator().manual_seed(2))
     g, b = torch.linspace(0.5, 1.5, 16), torch.linspace(-0.2, 0.2, 16)
     for name, args in (("qsoftmax", (0.05, 2, True)), ("qlayer_norm", (g, b, 1e-5, 0.05, 0.03)),
-                       ("qgelu", (0.05, 0.04))):
+                       ("qgelu", (0.05, 0.04)), ("qsilu", (0.05, 0.04))):
         op = getattr(torch.ops.dx1, name)
         assert torch.equal(op(x, *args), vector_kernel_reference(name, x, *args))
         torch.library.opcheck(op, (x, *args))
@@ -406,3 +407,15 @@ def test_compile_backend_runs_the_kernels_reference_on_the_cpu_without_a_vector_
         assert torch.equal(got[0], model(x)[0])
     placement = {p.node: p.where for p in backend.compiled[-1].dx1_placement}
     assert placement["s"] == "dx1" and placement["h"] == placement["p"] == placement["qgelu"] == "cpu"
+
+
+def test_dx1_run_decoder_prints_the_plan_and_only_quantise_and_dequantise_on_the_host(capsys):
+    from dx1_bringup.cli import main
+
+    assert main(["run", "decoder", "--device", "model", "--device", "model:tiles=4"]) == 0
+    out = capsys.readouterr().out
+    assert "activation='gelu', norm_first=True), sequence 16, causal mask" in out
+    assert "  on the host (2): quantize, dequantize\n" in out
+    assert "  model: all 15 on-device results == int reference bit for bit" in out
+    assert "  model:tiles=4: all 15 on-device results == int reference bit for bit" in out
+    assert "dx1 run decoder: PASS" in out

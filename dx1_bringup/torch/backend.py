@@ -3,7 +3,7 @@
 ``torch.compile(model, backend="dx1")`` hands the backend each FX graph Dynamo captures.  The backend
 partitions it with torch.fx's ``CapabilityBasedPartitioner``: connected ``dx1::qlinear`` nodes that DX-1
 can take (int8 operands, constant POSTOP parameters) and the vector unit's ``dx1::qsoftmax``,
-``dx1::qlayer_norm`` and ``dx1::qgelu`` (int8, constant scales, whole local rows, a device with a vector
+``dx1::qlayer_norm``, ``dx1::qgelu`` and ``dx1::qsilu`` (int8, constant scales, whole local rows, a device with a vector
 unit) become one submodule, which runs as one graph-runtime
 session on the current device (:func:`~dx1_bringup.torch.context.device`): weights uploaded once and kept
 resident, activations planned in device memory, one command stream per tile.  Dynamic shapes (Dynamo makes
@@ -142,7 +142,7 @@ _QUANTISE_FIRST = ("a float {op}: DX-1 multiplies int8 only; quantise first: dx1
 _QUANTISE_KERNEL = ("a float {op}: DX-1's vector unit takes int8 only; quantise it first: torch.ops.dx1.{q} on the "
                     "int8 input and its scale")
 #: Float operators the vector unit runs once quantised, and the operator that does.
-_FLOAT_KERNELS = {"softmax": "qsoftmax", "layer_norm": "qlayer_norm", "gelu": "qgelu"}
+_FLOAT_KERNELS = {"softmax": "qsoftmax", "layer_norm": "qlayer_norm", "gelu": "qgelu", "silu": "qsilu"}
 
 
 class _Support(OperatorSupportBase):

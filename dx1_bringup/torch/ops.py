@@ -12,7 +12,8 @@ bit for bit (on a device without a vector unit, its int reference on the CPU):
 * ``dx1::qsoftmax(x int8 [M, N], scale, groups, causal) -> int8 [M, N]``: softmax of ``x * scale`` over
   each of ``groups`` blocks of a row (attention heads side by side), out at scale 1/127;
 * ``dx1::qlayer_norm(x int8 [M, N], weight, bias, eps, scale, out_scale) -> int8 [M, N]``;
-* ``dx1::qgelu(x int8 [M, N], scale, out_scale) -> int8 [M, N]``: GELU (erf) by a table of every input.
+* ``dx1::qgelu(x int8 [M, N], scale, out_scale) -> int8 [M, N]``: GELU (erf) by a table of every input;
+* ``dx1::qsilu(x int8 [M, N], scale, out_scale) -> int8 [M, N]``: SiLU (x sigmoid(x)) the same way.
 
 N must be a multiple of the array size (8 on dx1-mini).
 """
@@ -27,7 +28,7 @@ from ..runtime.kernels import Kernel, LayerNorm, Softmax, TableMap
 from ..spec import PostOpParams
 from .context import current_device
 
-__all__ = ["qlinear", "check_qlinear", "qsoftmax", "qlayer_norm", "qgelu", "kernel_of", "KERNEL_OPS",
+__all__ = ["qlinear", "check_qlinear", "qsoftmax", "qlayer_norm", "qgelu", "qsilu", "kernel_of", "KERNEL_OPS",
            "vector_kernel_reference"]
 
 
@@ -91,9 +92,9 @@ def kernel_of(op: str, args: tuple) -> Kernel:
         weight, bias, eps, scale, out_scale = args
         return LayerNorm(np.asarray(weight, np.float64), np.asarray(bias, np.float64), float(scale), float(out_scale),
                          float(eps))
-    if op == "qgelu":
+    if op in ("qgelu", "qsilu"):
         scale, out_scale = args
-        return TableMap("gelu", float(scale), float(out_scale))
+        return TableMap(op[1:], float(scale), float(out_scale))
     raise ValueError(f"no DX-1 vector kernel dx1::{op}")
 
 
@@ -160,6 +161,19 @@ def _qgelu_fake(x: torch.Tensor, scale: float, out_scale: float) -> torch.Tensor
     return torch.empty_like(x)
 
 
+@torch.library.custom_op("dx1::qsilu", mutates_args=())
+def qsilu(x: torch.Tensor, scale: float, out_scale: float) -> torch.Tensor:
+    """SiLU of ``x * scale``, int8 at ``out_scale``, by a table of every int8 input."""
+    _check_kernel_input("qsilu", x)
+    return _run_kernel(kernel_of("qsilu", (scale, out_scale)), x)
+
+
+@qsilu.register_fake
+def _qsilu_fake(x: torch.Tensor, scale: float, out_scale: float) -> torch.Tensor:
+    _check_kernel_input("qsilu", x)
+    return torch.empty_like(x)
+
+
 #: The vector-kernel operators, by name, as the backend finds them in an FX graph.
 KERNEL_OPS = {"qsoftmax": torch.ops.dx1.qsoftmax, "qlayer_norm": torch.ops.dx1.qlayer_norm,
-              "qgelu": torch.ops.dx1.qgelu}
+              "qgelu": torch.ops.dx1.qgelu, "qsilu": torch.ops.dx1.qsilu}

@@ -35,7 +35,7 @@ import torch
 from dx1_driver import Device, check_device
 
 from ..runtime.graph import Graph, GraphSession, HostOp, QMatmul, RunStats, Value, View
-from ..runtime.kernels import FUNCTIONS, LayerNorm, Softmax, TableMap, Transpose
+from ..runtime.kernels import FUNCTIONS, P_ONE, LayerNorm, Softmax, TableMap, Transpose
 from ..runtime.quant import INT8_MAX, quantize, quantize_bias, requant_multiplier, symmetric_scale
 from ..spec import PostOpParams
 from ..torch.graph_reference import run_reference
@@ -46,7 +46,7 @@ __all__ = ["SEQ", "MODEL", "HEADS", "FFN", "BlockKind", "ENCODER", "make_block",
 #: Sequence length, model width, heads and MLP width (every one a multiple of the array size).
 SEQ, MODEL, HEADS, FFN = 16, 32, 2, 64
 #: The scale of the softmax's int8 probabilities (0 .. 127 for 0 .. 1).
-P_SCALE = 1.0 / INT8_MAX
+P_SCALE = 1.0 / P_ONE
 
 
 @dataclass(frozen=True)

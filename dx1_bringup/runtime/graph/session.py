@@ -123,9 +123,9 @@ class GraphSession:
         self.tiles = caps.tiles if tiles is None else tiles
         if isinstance(self.tiles, bool) or not isinstance(self.tiles, int) or not 1 <= self.tiles <= caps.tiles:
             raise ValueError(f"tiles must be an integer from 1 to {caps.tiles}, not {tiles!r}")
-        if self.tiles > caps.semaphores:
-            raise ValueError(f"a barrier over {self.tiles} tiles needs as many semaphores; the device has "
-                             f"{caps.semaphores}")
+        if self._barrier_semaphores() > caps.semaphores:
+            raise ValueError(f"a barrier over {self.tiles} tiles needs {self._barrier_semaphores()} semaphores; the "
+                             f"device has {caps.semaphores}")
         self.array = caps.array
         self._align = device.allocator.alignment
         for op in graph.ops:
@@ -265,12 +265,25 @@ class GraphSession:
             out.append(Lifetime(name, self._bytes(name), first, last))
         return out
 
-    def _barrier(self) -> list[list[bytes]]:
-        """Per tile: commands after which every tile's earlier commands have completed."""
+    def _barrier_semaphores(self) -> int:
+        """Semaphores the barriers use: one a tile, two sets of them from three tiles on (see :meth:`_barrier`)."""
+        return self.tiles if self.tiles <= 2 else 2 * self.tiles
+
+    def _barrier(self, n: int) -> list[list[bytes]]:
+        """Per tile: commands after which every tile's earlier commands have completed (the ``n`` th barrier).
+
+        Each tile SIGNALs its semaphore by one for every other tile and WAITs for one unit of each other
+        tile's.  From three tiles on, a tile with nothing to do between two barriers could otherwise take
+        a second unit of one tile's signal, meant for a third tile, and pass the next barrier early (or
+        leave that tile waiting forever): consecutive barriers alternate between two sets of semaphores,
+        and a tile reaches barrier ``n + 2`` only after every tile has finished waiting at ``n``.
+        """
         if self.tiles == 1:
             return [[pack_command(Opcode.FENCE, tag=BARRIER_TAG)]]
-        return [[pack_command(Opcode.SIGNAL, tag=BARRIER_TAG, sem=t, count=self.tiles - 1)]
-                + [pack_command(Opcode.WAIT, tag=BARRIER_TAG, sem=u, count=1) for u in range(self.tiles) if u != t]
+        base = 0 if self.tiles <= 2 else self.tiles * (n % 2)
+        return [[pack_command(Opcode.SIGNAL, tag=BARRIER_TAG, sem=base + t, count=self.tiles - 1)]
+                + [pack_command(Opcode.WAIT, tag=BARRIER_TAG, sem=base + u, count=1) for u in range(self.tiles)
+                   if u != t]
                 for t in range(self.tiles)]
 
     @staticmethod
@@ -295,7 +308,7 @@ class GraphSession:
             hazard = (any(self._conflict(r, w) for r in reads for w in pending_writes)
                       or any(self._conflict(write, x) for x in pending_reads + pending_writes))
             if hazard:
-                for t, cmds in enumerate(self._barrier()):
+                for t, cmds in enumerate(self._barrier(seg.barriers)):
                     streams[t].extend(cmds)
                 seg.barriers += 1
                 pending_reads, pending_writes = [], []
@@ -447,7 +460,7 @@ class GraphSession:
                 for i in seg.ops:
                     op = self.graph.ops[i]
                     if isinstance(op, VectorKernel):
-                        lines.append(f"       {op.name}: {op.out} = {op.kernel.describe()}({op.x})  [vector unit]")
+                        lines.append(f"       {op.name}: {op.out} = {op.kernel.describe(str(op.x))}  [vector unit]")
                         continue
                     terms = " + ".join(f"{a} @ {b}" for a, b in op.terms)
                     extra = (" + bias" if op.bias is not None else "") + (", relu" if op.post.relu else "")
@@ -455,7 +468,7 @@ class GraphSession:
             else:
                 op = self.graph.ops[seg.ops[0]]
                 if isinstance(op, VectorKernel):
-                    lines.append(f"  {n}: host    {op.name}: {op.out} = {op.kernel.describe()}({op.x})  "
+                    lines.append(f"  {n}: host    {op.name}: {op.out} = {op.kernel.describe(str(op.x))}  "
                                  f"[int reference: the device has no vector unit]")
                 else:
                     lines.append(f"  {n}: host    {op.name}: {op.out} = {op.name}({', '.join(op.inputs)})")

@@ -141,8 +141,9 @@ class Kernel(ABC):
               consts_addr: int) -> None:
         """The commands that compute the output for input rows ``rows = (first, count)`` on one tile."""
 
-    def describe(self) -> str:
-        return self.kind
+    def describe(self, x: str) -> str:
+        """The kernel applied to ``x``, for a plan: ``softmax(scores, 2 blocks a row)``."""
+        return f"{self.kind}({x})"
 
 
 def chunks(first: int, count: int, alloc: LocalAlloc, spm_per_row: int, acc_per_row: int,

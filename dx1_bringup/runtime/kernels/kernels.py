@@ -35,7 +35,7 @@ from .base import Consts, Kernel, LocalAlloc, Mem, chunks, split_rows
 from .intmath import INT32_MAX, isqrt, recip, round_shift, sat8, sat32, wrap32
 from .tables import Table, exp_table, map_table
 
-__all__ = ["Softmax", "LayerNorm", "TableMap", "Transpose", "MASKED"]
+__all__ = ["Softmax", "LayerNorm", "TableMap", "Transpose", "MASKED", "P_ONE"]
 
 #: What the causal mask adds to a masked score: far below every real one, still far from int32's end.
 MASKED = -(1 << 20)
@@ -66,7 +66,7 @@ class Softmax(Kernel):
     groups: int = 1
     causal: bool = False
     recip_shift: int = 30
-    table: Table = field(init=False)
+    table: Table = field(init=False, repr=False)
 
     kind = "softmax"
 
@@ -75,8 +75,9 @@ class Softmax(Kernel):
             raise ValueError(f"softmax: the input scale must be positive, not {self.s_in!r}")
         self.table = exp_table(self.s_in)
 
-    def describe(self) -> str:
-        return f"softmax{' causal' if self.causal else ''} over {self.groups} block(s) a row"
+    def describe(self, x: str) -> str:
+        blocks = f"{self.groups} blocks a row" if self.groups > 1 else "one block a row"
+        return f"softmax({x}, {blocks}{', causal' if self.causal else ''})"
 
     def check(self, rows: int, cols: int, array: int) -> None:
         if cols % self.groups or (cols // self.groups) % array:
@@ -184,8 +185,8 @@ class LayerNorm(Kernel):
                                  f"s_out {self.s_out})")
         self.g, self.b = self.g.astype(np.int64), self.b.astype(np.int64)
 
-    def describe(self) -> str:
-        return f"layer_norm over {self.gamma.shape[0]} columns"
+    def describe(self, x: str) -> str:
+        return f"layer_norm({x}, {self.gamma.shape[0]} columns)"
 
     def check(self, rows: int, cols: int, array: int) -> None:
         super().check(rows, cols, array)
@@ -245,7 +246,7 @@ class TableMap(Kernel):
     function: str
     s_in: float
     s_out: float
-    table: Table = field(init=False)
+    table: Table = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.table = map_table(self.function, self.s_in, self.s_out)
