@@ -9,11 +9,11 @@ device fails every rank (:class:`RankFailed`).  The chip-to-chip link comes late
 """
 
 from .buffer import DTYPES, Buffer, segment
-from .errors import CollectiveError, CollectiveMismatch, CollectiveTimeout, GroupClosed, RankFailed
+from .errors import CollectiveError, CollectiveMismatch, CollectiveRefused, CollectiveTimeout, GroupClosed, RankFailed
 from .group import DEFAULT_CHUNK_BYTES, DEFAULT_TIMEOUT, DeviceGroup
 from .rank import ALGORITHMS, Rank
 from .reduction import REDOPS
 
 __all__ = ["DeviceGroup", "Rank", "Buffer", "DTYPES", "REDOPS", "ALGORITHMS", "DEFAULT_TIMEOUT",
-           "DEFAULT_CHUNK_BYTES", "segment", "CollectiveError", "CollectiveMismatch", "CollectiveTimeout",
-           "RankFailed", "GroupClosed"]
+           "DEFAULT_CHUNK_BYTES", "segment", "CollectiveError", "CollectiveMismatch", "CollectiveRefused",
+           "CollectiveTimeout", "RankFailed", "GroupClosed"]

@@ -7,9 +7,8 @@ later, raises a copy of the same error (:meth:`CollectiveError.seen_by`), with `
 
 from __future__ import annotations
 
-import copy
-
-__all__ = ["CollectiveError", "CollectiveTimeout", "CollectiveMismatch", "RankFailed", "GroupClosed"]
+__all__ = ["CollectiveError", "CollectiveTimeout", "CollectiveMismatch", "CollectiveRefused", "RankFailed",
+           "GroupClosed"]
 
 
 class CollectiveError(Exception):
@@ -40,9 +39,10 @@ class CollectiveError(Exception):
 
     def seen_by(self, observer: int) -> CollectiveError:
         """A copy of this error as rank ``observer`` raises it."""
-        other = copy.copy(self)
+        other = type(self).__new__(type(self), *self.args)  # not __init__: the fields are copied as they are
+        other.__dict__.update(self.__dict__)
         other.observer = observer
-        other.__traceback__ = None
+        other.__cause__ = self.__cause__
         return other
 
     def __str__(self) -> str:
@@ -68,6 +68,12 @@ class CollectiveMismatch(CollectiveError):
         super().__init__(message, rank=rank, op=op, seq=seq, step=step)
         self.field = field
         self.values = values
+
+
+class CollectiveRefused(CollectiveMismatch, ValueError):
+    """A rank's arguments were refused (a buffer of another rank, an output of the wrong size, a root out of
+    range, a reduction its type does not have): ``field`` is ``"arguments"``, ``values`` each rank's refusal
+    (``""``: none).  Raised on every rank, since every rank would otherwise wait for the refused one."""
 
 
 class RankFailed(CollectiveError):

@@ -12,7 +12,7 @@ from collections import Counter
 from dataclasses import dataclass, fields
 
 from .buffer import segment
-from .errors import CollectiveMismatch
+from .errors import CollectiveMismatch, CollectiveRefused
 
 __all__ = ["Fingerprint", "Entry", "compare"]
 
@@ -55,7 +55,7 @@ def compare(entries: list[Entry], me: Entry) -> None:
     refused = [(r, e.refused) for r, e in enumerate(entries) if e.refused]
     if refused:
         rank, why = refused[0]
-        raise CollectiveMismatch(f"{where}: rank {rank} refused its arguments: {why}", rank=rank, op=fp.op,
+        raise CollectiveRefused(f"{where}: rank {rank} refused its arguments: {why}", rank=rank, op=fp.op,
                                  seq=fp.seq, step="fingerprint exchange", field="arguments",
                                  values={r: e.refused for r, e in enumerate(entries)})
     for f in fields(Fingerprint):

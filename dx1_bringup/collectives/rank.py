@@ -228,7 +228,9 @@ class Rank:
         """Run ``work``; an error that is not a collective's (a bug, a refused message) fails the whole group."""
         try:
             work()
-        except CollectiveError:
+        except CollectiveError as e:
+            if e.observer is None:
+                e.observer = self.rank
             raise
         except Exception as e:
             error = RankFailed(f"rank {self.rank} failed in {call.op} #{call.seq} at {call.where}: "
