@@ -29,13 +29,13 @@ class RankStatus:
 
     op: str = ""
     seq: int = -1
-    step: str = "not in a collective"
+    step: str = "it has called no collective yet"
     waiting_for: tuple[int, ...] | None = None
     since: float = field(default_factory=time.monotonic)
 
     def where(self) -> str:
         if not self.op:
-            return "has not called a collective"
+            return self.step
         return f"{self.op} #{self.seq}, {self.step}"
 
 
@@ -75,7 +75,7 @@ class Fabric:
     def leave(self, rank: int) -> None:
         with self._cond:
             status = self.status[rank]
-            status.step, status.waiting_for = f"finished (last: {status.op} #{status.seq})", None
+            status.step, status.waiting_for = f"its last collective was {status.op} #{status.seq}", None
             status.op = ""
 
     def abort(self, error: CollectiveError) -> None:
@@ -180,17 +180,20 @@ class Fabric:
         seconds = max(0.0, deadline - me.since)
         them = self.status[stuck]
         if stuck == rank:
-            what = f"rank {rank} is stuck in {me.where()}"
-        elif self.status[stuck].waiting_for:
-            what = (f"ranks {', '.join(map(str, chain))} wait for each other in a cycle in {me.op} #{me.seq}; rank "
-                    f"{stuck} is at {them.where()}")
+            what = f"rank {rank} is stuck at {me.step}"
+        elif them.waiting_for:
+            what = (f"ranks {', '.join(map(str, chain))} wait for each other in a cycle; rank {stuck} is at "
+                    f"{them.where()}")
+        elif not them.op:
+            what = f"rank {stuck} never called it ({them.step})"
+        elif (them.op, them.seq) != (me.op, me.seq):
+            what = f"rank {stuck} is in another collective, {them.where()}"
         else:
-            state = "in a device call" if them.op else "not in the collective"
-            what = f"rank {stuck} is stuck ({state}): it {them.where() if not them.op else 'is at ' + them.where()}"
-        via = f"; rank {rank} waited {seconds:.3g} s at {me.step}" + (
-            f" (through ranks {', '.join(map(str, chain[1:-1]))})" if len(chain) > 2 else "")
-        return CollectiveTimeout(f"{me.op} #{me.seq} timed out: {what}{via}", rank=stuck,
-                                 op=them.op or me.op, seq=them.seq if them.op else me.seq,
+            what = f"rank {stuck} is stuck in a device call at {them.step}"
+        via = f" (through ranks {', '.join(map(str, chain[1:-1]))})" if len(chain) > 2 else ""
+        return CollectiveTimeout(f"{me.op} #{me.seq} timed out: {what}; rank {rank} waited {seconds:.3g} s at "
+                                 f"{me.step}{via}", rank=stuck, op=them.op or me.op,
+                                 seq=them.seq if them.op else me.seq,
                                  step=them.step if them.op else "called no collective", seconds=seconds)
 
     def close(self) -> None:

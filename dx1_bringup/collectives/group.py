@@ -33,6 +33,10 @@ DEFAULT_TIMEOUT = 10.0
 DEFAULT_CHUNK_BYTES = 16384
 
 
+#: Seconds a failed group's run still waits for ranks in a device call before giving them its failure.
+_GRACE = 0.5
+
+
 class _Job:
     def __init__(self, fn: Callable[[], Any]):
         self.fn = fn
@@ -210,8 +214,8 @@ class DeviceGroup:
         ------
         CollectiveError
             A rank's call failed: the lowest such rank's error, with ``per_rank`` mapping every failed rank to
-            its own.  A rank stuck in a device call past the deadline after the group failed gets the group's
-            failure as its error (its thread is left to the device's own timeout).
+            its own.  A rank still in a device call a moment (:data:`_GRACE`) after the group failed gets the
+            group's failure as its error: its thread is left to the device's own deadline.
         """
         if self.closed:
             raise ValueError("the group is closed")
@@ -227,7 +231,7 @@ class DeviceGroup:
                 break
             if self.fabric.failure is not None and failed_at is None:
                 failed_at = time.monotonic()
-            if failed_at is not None and time.monotonic() - failed_at > self.timeout:
+            if failed_at is not None and time.monotonic() - failed_at > min(self.timeout, _GRACE):
                 for r in pending:
                     errors[r] = self.fabric.failure.seen_by(r)
                     del jobs[r]
