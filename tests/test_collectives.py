@@ -7,6 +7,7 @@ requantised with the POSTOP's arithmetic, segments as ``np.array_split`` cuts th
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import time
@@ -16,6 +17,7 @@ import pytest
 from dx1_driver import Device
 
 from dx1_bringup.argtypes import device_group
+from dx1_bringup.cli import main
 from dx1_bringup.collectives import (
     Buffer,
     CollectiveMismatch,
@@ -147,6 +149,9 @@ def test_int8_average_requantises_like_the_postop(groups):
     assert set(e.value.per_rank) == {0, 1, 2, 3}
     with pytest.raises(CollectiveRefused, match="rank 2 refused its arguments: .* is in rank 0's device memory"):
         g.run(lambda rank: rank.all_reduce(bufs[0] if rank.rank == 2 else bufs[rank.rank]))
+    with pytest.raises(CollectiveRefused, match="rank 1 refused its arguments: the algorithm must be one of ring, "
+                                                "direct, not 'tree'"):
+        g.run(lambda rank: rank.all_reduce(bufs[rank.rank], algorithm="tree" if rank.rank == 1 else "ring"))
 
 
 def test_send_recv_and_barrier(groups):
@@ -269,6 +274,27 @@ def test_group_device_strings():
     with pytest.raises(ValueError, match="algorithm must be one of ring, direct, not 'tree'"):
         DeviceGroup([dev], algorithm="tree")
     dev.close()
+
+
+def test_the_command_prints_nccl_tests_tables_and_writes_json(tmp_path, capsys):
+    out = tmp_path / "c.json"
+    status = main(["collectives", "--device", "model*3", "--op", "all", "--bytes", "0,4,100", "--iters", "1",
+                   "--algorithm", "both", "--json", str(out)])
+    text = capsys.readouterr().out
+    assert status == 0, text
+    assert text.count("# Out of bounds values : 0 OK") == 11  # five collectives on two algorithms, and sendrecv
+    assert "# dx1 collectives: all_reduce, host-staged, algorithm ring, 3 ranks: model, model, model" in text
+    assert "busbw factor 1.333" in text and "busbw factor 0.667" in text
+    assert "     time     cycles   algbw   busbw  %peak #wrong" in text
+    report = json.loads(out.read_text())
+    assert report["ranks"] == 3 and len(report["tables"]) == 11
+    row = report["tables"][0]["rows"][2]
+    assert (row["size"], row["count"], row["dtype"], row["redop"]) == (100, 25, "int32", "sum")
+    assert row["out_of_place"]["wrong"] == 0 and row["in_place"]["wrong"] == 0
+    status = main(["collectives", "--device", "model,model:stuck-bit=3,stuck-at=0", "--bytes", "4096",
+                   "--iters", "1"])
+    captured = capsys.readouterr()
+    assert status == 1 and "RankFailed: rank 1 (model:stuck-bit=3,stuck-at=0) failed in all_reduce" in captured.err
 
 
 @pytest.mark.verilator

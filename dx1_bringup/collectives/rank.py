@@ -153,10 +153,16 @@ class Rank:
                     timeout: float | None = None) -> None:
         g = self.group
         g.fabric.check(self.rank)
-        algorithm, chunk, timeout = self._options(algorithm, chunk_bytes, timeout, buf.dtype.itemsize if buf else 1)
         seq = self.seq
         self.seq += 1
-        refused = self._check_buffer(buf) or self._check_buffer(dst) or check()
+        refused = ""
+        try:
+            algorithm, chunk, timeout = self._options(algorithm, chunk_bytes, timeout,
+                                                      buf.dtype.itemsize if buf else 1)
+        except ValueError as e:  # refused on every rank, below, rather than left for the others to wait on
+            refused = str(e)
+            algorithm, chunk, timeout = self._options(None, None, None, buf.dtype.itemsize if buf else 1)
+        refused = refused or self._check_buffer(buf) or self._check_buffer(dst) or check()
         red: Reduction | None = None
         if redop is not None and not refused:
             try:
