@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 import pytest
-from dx1_driver import Device
+from dx1_driver import Device, OutOfDeviceMemory
 
 from dx1_bringup.argtypes import device_group
 from dx1_bringup.cli import main
@@ -121,8 +121,7 @@ def test_every_op_is_bit_identical_across_algorithms_chunks_and_sizes(groups, n)
     rng = np.random.default_rng(n)
     counts = sorted({0, 1, max(n - 1, 1), 3 * n + 1, 101})
     for op in OPS:
-        dtypes = ("int32", "int8") if op in ("all_reduce", "reduce_scatter", "reduce") else ("int32",)
-        for dtype in dtypes:
+        for dtype in ("int32", "int8"):
             for count in counts:
                 for algorithm, chunk in (("ring", 4), ("ring", 12), ("ring", 16384), ("direct", 16384)):
                     for in_place in (False, True):
@@ -160,6 +159,12 @@ def test_send_recv_and_barrier(groups):
     dst = g.alloc(37, "int32")
     data = np.arange(37, dtype=np.int32) * 3 - 50
     g.write(src, [data] * 3)
+    with pytest.raises(ValueError, match="cannot hold these values: int64 values outside int32's range"):
+        g.write(src[:1], [np.full(37, 2**40)])
+    used = [dev.allocator.used for dev in g.devs]
+    with pytest.raises(OutOfDeviceMemory):
+        g.alloc(0, "int8", shapes=[16, 16, 1 << 24])
+    assert [dev.allocator.used for dev in g.devs] == used  # ranks 0 and 1 gave theirs back
     g.send_recv(src[0], dst[2], chunk_bytes=16)
     assert np.array_equal(g.read([dst[2]])[0], data)
     g.barrier()
@@ -305,12 +310,16 @@ def test_two_simulators_all_reduce_and_a_stopped_or_killed_one_fails_every_rank(
     reason = verilator_missing()
     if reason:
         pytest.skip(reason)
+    rng = np.random.default_rng(2)
     with DeviceGroup.open("sim*2", timeout=30.0) as g:
-        rng = np.random.default_rng(2)
         for algorithm in ("ring", "direct"):
             results, expected = _run(g, "all_reduce", 301, "int32", in_place=False, root=0, rng=rng,
                                      algorithm=algorithm, chunk_bytes=256)
             _check(results, expected, algorithm)
+    with DeviceGroup.open("model,sim,model", timeout=30.0) as g:  # a mixed group
+        for op in ("reduce_scatter", "all_gather"):
+            results, expected = _run(g, op, 100, "int8", in_place=True, root=0, rng=rng, chunk_bytes=16)
+            _check(results, expected, f"{op} on model,sim,model")
     for how in ("stop", "kill"):
         g = DeviceGroup.open("sim*2", timeout=1.0)
         process = g.devs[1].transport.process

@@ -180,11 +180,15 @@ class DeviceGroup:
         shapes = [shape] * self.size if shapes is None else list(shapes)
         if len(shapes) != self.size:
             raise ValueError(f"shapes must give one shape per rank ({self.size}), not {len(shapes)}")
-        bufs = []
-        for r, s in enumerate(shapes):
-            s = (s,) if isinstance(s, int) else tuple(s)
-            nbytes = math.prod(s) * dtype.itemsize
-            bufs.append(Buffer(r, self.devs[r].alloc(max(nbytes, 4)), dtype, s))
+        bufs: list[Buffer] = []
+        try:
+            for r, s in enumerate(shapes):
+                s = (s,) if isinstance(s, int) else tuple(s)
+                nbytes = math.prod(s) * dtype.itemsize
+                bufs.append(Buffer(r, self.devs[r].alloc(max(nbytes, 4)), dtype, s))
+        except BaseException:
+            self.free(bufs)  # no rank keeps a buffer of a group allocation that failed
+            raise
         return bufs
 
     def free(self, bufs: Sequence[Buffer]) -> None:
@@ -197,8 +201,12 @@ class DeviceGroup:
             values = np.asarray(values)
             if values.size != buf.count:
                 raise ValueError(f"{buf!r} holds {buf.count} elements, not {values.size}")
+            stored = values.astype(buf.dtype).reshape(-1)
+            if not np.array_equal(stored, values.reshape(-1)):
+                raise ValueError(f"{buf!r} cannot hold these values: {values.dtype.name} values outside "
+                                 f"{buf.dtype.name}'s range or not whole numbers")
             if values.size:
-                self.devs[buf.rank].write_mem(buf.addr, values.astype(buf.dtype).reshape(-1))
+                self.devs[buf.rank].write_mem(buf.addr, stored)
 
     def read(self, bufs: Sequence[Buffer]) -> list[np.ndarray]:
         """Each buffer's elements, in its shape."""
@@ -221,7 +229,9 @@ class DeviceGroup:
             raise ValueError("the group is closed")
         chosen = list(range(self.size)) if ranks is None else list(ranks)
         if self.fabric.failure is not None:  # a failed group stays failed: its ranks' threads may be stuck
-            raise self.fabric.failure.seen_by(chosen[0])
+            first = self.fabric.failure.seen_by(chosen[0])
+            first.per_rank = {r: self.fabric.failure.seen_by(r) for r in chosen}
+            raise first
         jobs = {r: self._workers[r].submit(lambda r=r: fn(self.ranks[r])) for r in chosen}
         failed_at: float | None = None
         errors: dict[int, BaseException] = {}
@@ -241,6 +251,8 @@ class DeviceGroup:
         if errors:
             first = errors[min(errors)]
             if isinstance(first, CollectiveError):
+                if first is self.fabric.failure:  # the group's own record stays as it was
+                    first = errors[min(errors)] = first.seen_by(min(errors))
                 first.per_rank = errors
             raise first
         return [jobs[r].result for r in chosen]
