@@ -30,7 +30,7 @@ T = TypeVar("T")
 #: Seconds any one wait of a collective may take before it fails (a step, a message, a fingerprint exchange).
 DEFAULT_TIMEOUT = 10.0
 #: The ring's chunk: bytes of one step's piece of a segment.
-DEFAULT_CHUNK_BYTES = 16384
+DEFAULT_CHUNK_BYTES = 65536
 
 
 #: Seconds a failed group's run still waits for ranks in a device call before giving them its failure.
