@@ -169,7 +169,8 @@ def test_send_recv_and_barrier(groups):
     assert np.array_equal(g.read([dst[2]])[0], data)
     g.barrier()
     wrong = g.alloc(36, "int32")
-    with pytest.raises(CollectiveMismatch, match="shape") as e:
+    with pytest.raises(CollectiveMismatch, match=r"send/recv #0: the ranks' fingerprints differ in shape \(rank 0 "
+                                                 r"differs\): rank 1 \(37,\), rank 0 \(36,\)") as e:
         g.send_recv(src[1], wrong[0])
     assert set(e.value.per_rank) == {0, 1} and all(isinstance(x, CollectiveMismatch) for x in e.value.per_rank.values())
     g.send_recv(src[1], dst[0])  # a refused pair leaves the group usable

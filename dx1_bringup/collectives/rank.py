@@ -15,7 +15,7 @@ from typing import Protocol
 from dx1_driver import Device
 
 from . import direct, ring
-from .buffer import Buffer, segment
+from .buffer import Buffer, chunks, segment
 from .call import Call
 from .errors import CollectiveError, RankFailed
 from .fabric import Fabric
@@ -201,8 +201,6 @@ class Rank:
         mine = Fingerprint(seq, "send/recv", buf.dtype.name, buf.shape, None, None, None, chunk)
 
         def move() -> None:
-            from .buffer import chunks
-
             if op == "send":
                 call.step(f"send {src}->{dst}: fingerprint")
                 call.send(dst, "fingerprint", mine)
@@ -218,7 +216,7 @@ class Rank:
                 theirs = call.recv(src, "fingerprint")
                 verdict = None
                 try:
-                    compare([Entry(theirs), Entry(mine)], Entry(mine))
+                    compare([Entry(theirs), Entry(mine)], Entry(mine), [src, dst])
                 except CollectiveError as e:
                     verdict = e
                 call.send(src, "verdict", verdict)
