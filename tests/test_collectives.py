@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 import signal
+import threading
 import time
 
 import numpy as np
@@ -246,12 +247,25 @@ def test_a_failed_rank_is_a_typed_error_on_every_rank_and_teardown_returns(how):
 
 
 def test_close_wakes_a_waiting_rank():
+    """SPMD use: rank 0 calls from a thread of its own, rank 1 never does; closing the group ends the wait at once."""
     g = DeviceGroup.open("model*2", timeout=30.0)
     bufs = g.alloc(4, "int32")
-    job = g._workers[0].submit(lambda: g.rank(0).all_reduce(bufs[0]))
+    raised: list[BaseException] = []
+
+    def rank0() -> None:
+        try:
+            g.rank(0).all_reduce(bufs[0])
+        except GroupClosed as e:
+            raised.append(e)
+
+    thread = threading.Thread(target=rank0)
+    thread.start()
     time.sleep(0.05)
+    start = time.monotonic()
     g.close()
-    assert job.done.wait(1.0) and isinstance(job.error, GroupClosed)
+    thread.join(1.0)
+    assert not thread.is_alive() and time.monotonic() - start < 1.0
+    assert len(raised) == 1 and "the group was closed" in str(raised[0])
 
 
 def test_a_hundred_back_to_back_collectives_alternating_ops_sizes_and_roots(groups):
