@@ -151,7 +151,14 @@ def device_group(text: str) -> list[str]:
         if not name or count < 1:
             raise argparse.ArgumentTypeError(f"must be device strings separated by commas, each optionally *N with N "
                                              f"at least 1 (for example model*4 or sim*2,model), not {text!r}")
-        ranks += [device(name)] * count
+        try:
+            ranks += [device(name)] * count
+        except argparse.ArgumentTypeError as e:
+            if "," not in name:
+                raise
+            why = (f"{e} (in a group, a comma starts the next rank only before a device string that a backend "
+                   f"opens, so {name!r} was read as one device)")
+            raise argparse.ArgumentTypeError(why) from None
         if len(ranks) > MAX_GROUP:
             raise argparse.ArgumentTypeError(f"a group has at most {MAX_GROUP} ranks, not {len(ranks)} or more "
                                              f"({text!r})")

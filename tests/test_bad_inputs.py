@@ -158,6 +158,21 @@ BAD_ARGUMENTS = [
     (["run", "digits", "--device", "foo"], "argument --device: unknown device 'foo'; expected one of model"),
     (["run", "digits", "--tiles", "0"], "argument --tiles: must be at least 1, not 0"),
     (["bringup", "--mem-bytes", "0x200000"], "--mem-bytes 2097152 is more than the device memory"),
+    (["collectives", "--device", "model*0"], "argument --device: must be device strings separated by commas, each "
+                                             "optionally *N with N at least 1 (for example model*4 or sim*2,model)"),
+    (["collectives", "--device", "nope*2"], "argument --device: unknown device 'nope'; expected one of model"),
+    (["collectives", "--device", "model,nope*2"], "(in a group, a comma starts the next rank only before a device "
+                                                  "string that a backend opens, so 'model,nope' was read as one "
+                                                  "device)"),
+    (["collectives", "--device", "model*65"], "argument --device: a group has at most 64 ranks"),
+    (["collectives", "--op", "alltoall"], "argument --op: invalid choice: 'alltoall'"),
+    (["collectives", "--bytes", "4,-1"], "argument --bytes: expected a comma-separated list of byte counts of 0 or "
+                                         "more, not '4,-1'"),
+    (["collectives", "--root", "4"], "argument --root: must be a rank of the group, 0 to 3, not 4"),
+    (["collectives", "--redop", "avg"], "int32 reduces only by sum, without a scale"),
+    (["collectives", "--chunk-bytes", "0"], "argument --chunk-bytes: must be at least 1, not 0"),
+    (["collectives", "--timeout", "0"], "argument --timeout: must be a number of seconds > 0, not '0'"),
+    (["collectives", "--bytes", "1000000"], "--bytes 1000000 does not fit"),
 ]
 
 

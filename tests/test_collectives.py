@@ -7,13 +7,18 @@ requantised with the POSTOP's arithmetic, segments as ``np.array_split`` cuts th
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import signal
+import threading
 import time
 
 import numpy as np
 import pytest
-from dx1_driver import Device
+from dx1_driver import Device, OutOfDeviceMemory
 
 from dx1_bringup.argtypes import device_group
+from dx1_bringup.cli import main
 from dx1_bringup.collectives import (
     Buffer,
     CollectiveMismatch,
@@ -117,8 +122,7 @@ def test_every_op_is_bit_identical_across_algorithms_chunks_and_sizes(groups, n)
     rng = np.random.default_rng(n)
     counts = sorted({0, 1, max(n - 1, 1), 3 * n + 1, 101})
     for op in OPS:
-        dtypes = ("int32", "int8") if op in ("all_reduce", "reduce_scatter", "reduce") else ("int32",)
-        for dtype in dtypes:
+        for dtype in ("int32", "int8"):
             for count in counts:
                 for algorithm, chunk in (("ring", 4), ("ring", 12), ("ring", 16384), ("direct", 16384)):
                     for in_place in (False, True):
@@ -145,6 +149,9 @@ def test_int8_average_requantises_like_the_postop(groups):
     assert set(e.value.per_rank) == {0, 1, 2, 3}
     with pytest.raises(CollectiveRefused, match="rank 2 refused its arguments: .* is in rank 0's device memory"):
         g.run(lambda rank: rank.all_reduce(bufs[0] if rank.rank == 2 else bufs[rank.rank]))
+    with pytest.raises(CollectiveRefused, match="rank 1 refused its arguments: the algorithm must be one of ring, "
+                                                "direct, not 'tree'"):
+        g.run(lambda rank: rank.all_reduce(bufs[rank.rank], algorithm="tree" if rank.rank == 1 else "ring"))
 
 
 def test_send_recv_and_barrier(groups):
@@ -153,11 +160,18 @@ def test_send_recv_and_barrier(groups):
     dst = g.alloc(37, "int32")
     data = np.arange(37, dtype=np.int32) * 3 - 50
     g.write(src, [data] * 3)
+    with pytest.raises(ValueError, match="cannot hold these values: int64 values outside int32's range"):
+        g.write(src[:1], [np.full(37, 2**40)])
+    used = [dev.allocator.used for dev in g.devs]
+    with pytest.raises(OutOfDeviceMemory):
+        g.alloc(0, "int8", shapes=[16, 16, 1 << 24])
+    assert [dev.allocator.used for dev in g.devs] == used  # ranks 0 and 1 gave theirs back
     g.send_recv(src[0], dst[2], chunk_bytes=16)
     assert np.array_equal(g.read([dst[2]])[0], data)
     g.barrier()
     wrong = g.alloc(36, "int32")
-    with pytest.raises(CollectiveMismatch, match="shape") as e:
+    with pytest.raises(CollectiveMismatch, match=r"send/recv #0: the ranks' fingerprints differ in shape \(rank 0 "
+                                                 r"differs\): rank 1 \(37,\), rank 0 \(36,\)") as e:
         g.send_recv(src[1], wrong[0])
     assert set(e.value.per_rank) == {0, 1} and all(isinstance(x, CollectiveMismatch) for x in e.value.per_rank.values())
     g.send_recv(src[1], dst[0])  # a refused pair leaves the group usable
@@ -195,22 +209,11 @@ def test_a_rank_that_never_calls_times_out_on_every_rank_naming_it():
             g.run(lambda rank: rank.all_reduce(bufs[rank.rank]), ranks=[0, 1, 2])
         assert time.monotonic() - start < 2.0
         assert e.value.rank == 3 and e.value.op == "all_reduce"
-        assert "rank 3 is stuck (not in the collective)" in str(e.value)
+        assert "all_reduce #0 timed out: rank 3 never called it (it has called no collective yet)" in str(e.value)
         assert set(e.value.per_rank) == {0, 1, 2}
         assert all(isinstance(x, CollectiveTimeout) and x.rank == 3 for x in e.value.per_rank.values())
         with pytest.raises(CollectiveTimeout):  # the group stays failed: rank 3's schedule is out of step
             g.all_reduce(bufs)
-
-
-def test_a_rank_stuck_mid_ring_is_named_with_its_step():
-    """Rank 2 calls, then waits for a message rank 1 never sends: the timeout names the end of the chain of waits."""
-    with DeviceGroup.open("model*3", timeout=0.5) as g:
-        bufs = g.alloc(30, "int32")
-        with pytest.raises(CollectiveTimeout) as e:
-            g.run(lambda rank: rank.all_reduce(bufs[rank.rank], chunk_bytes=8), ranks=[0, 2])
-        assert e.value.rank == 1
-        for x in e.value.per_rank.values():
-            assert "rank 1" in str(x)
 
 
 @pytest.mark.parametrize("how", ["closed", "bus-error", "stuck-bit"])
@@ -244,12 +247,25 @@ def test_a_failed_rank_is_a_typed_error_on_every_rank_and_teardown_returns(how):
 
 
 def test_close_wakes_a_waiting_rank():
+    """SPMD use: rank 0 calls from a thread of its own, rank 1 never does; closing the group ends the wait at once."""
     g = DeviceGroup.open("model*2", timeout=30.0)
     bufs = g.alloc(4, "int32")
-    job = g._workers[0].submit(lambda: g.rank(0).all_reduce(bufs[0]))
+    raised: list[BaseException] = []
+
+    def rank0() -> None:
+        try:
+            g.rank(0).all_reduce(bufs[0])
+        except GroupClosed as e:
+            raised.append(e)
+
+    thread = threading.Thread(target=rank0)
+    thread.start()
     time.sleep(0.05)
+    start = time.monotonic()
     g.close()
-    assert job.done.wait(1.0) and isinstance(job.error, GroupClosed)
+    thread.join(1.0)
+    assert not thread.is_alive() and time.monotonic() - start < 1.0
+    assert len(raised) == 1 and "the group was closed" in str(raised[0])
 
 
 def test_a_hundred_back_to_back_collectives_alternating_ops_sizes_and_roots(groups):
@@ -280,15 +296,61 @@ def test_group_device_strings():
     dev.close()
 
 
+def test_the_command_prints_nccl_tests_tables_and_writes_json(tmp_path, capsys):
+    out = tmp_path / "c.json"
+    status = main(["collectives", "--device", "model*3", "--op", "all", "--bytes", "0,4,100", "--iters", "1",
+                   "--algorithm", "both", "--json", str(out)])
+    text = capsys.readouterr().out
+    assert status == 0, text
+    assert text.count("# Out of bounds values : 0 OK") == 11  # five collectives on two algorithms, and sendrecv
+    assert "# dx1 collectives: all_reduce, host-staged, algorithm ring, 3 ranks: model, model, model" in text
+    assert "busbw factor 1.333" in text and "busbw factor 0.667" in text
+    assert "     time     cycles   algbw   busbw  %peak #wrong" in text
+    report = json.loads(out.read_text())
+    assert report["ranks"] == 3 and len(report["tables"]) == 11
+    row = report["tables"][0]["rows"][2]
+    assert (row["size"], row["count"], row["dtype"], row["redop"]) == (100, 25, "int32", "sum")
+    assert row["out_of_place"]["wrong"] == 0 and row["in_place"]["wrong"] == 0
+    status = main(["collectives", "--device", "model,model:stuck-bit=3,stuck-at=0", "--bytes", "4096",
+                   "--iters", "1"])
+    captured = capsys.readouterr()
+    assert status == 1 and "RankFailed: rank 1 (model:stuck-bit=3,stuck-at=0) failed in all_reduce" in captured.err
+
+
 @pytest.mark.verilator
-def test_all_reduce_on_two_simulators():
-    """Two sim ranks (two simulator processes): ring and direct give numpy's sum, on both ranks."""
+def test_two_simulators_all_reduce_and_a_stopped_or_killed_one_fails_every_rank():
+    """Two sim ranks (two simulator processes): ring and direct give numpy's sum on both.  Then one simulator is
+    stopped (SIGSTOP): a CollectiveTimeout naming it on both ranks within the deadline, and teardown returns; and
+    one is killed: RankFailed (its link lost) on both ranks."""
     reason = verilator_missing()
     if reason:
         pytest.skip(reason)
+    rng = np.random.default_rng(2)
     with DeviceGroup.open("sim*2", timeout=30.0) as g:
-        rng = np.random.default_rng(2)
         for algorithm in ("ring", "direct"):
             results, expected = _run(g, "all_reduce", 301, "int32", in_place=False, root=0, rng=rng,
                                      algorithm=algorithm, chunk_bytes=256)
             _check(results, expected, algorithm)
+    with DeviceGroup.open("model,sim,model", timeout=30.0) as g:  # a mixed group
+        for op in ("reduce_scatter", "all_gather"):
+            results, expected = _run(g, op, 100, "int8", in_place=True, root=0, rng=rng, chunk_bytes=16)
+            _check(results, expected, f"{op} on model,sim,model")
+    for how in ("stop", "kill"):
+        g = DeviceGroup.open("sim*2", timeout=1.0)
+        process = g.devs[1].transport.process
+        try:
+            bufs = g.alloc(1000, "int32")
+            os.kill(process.pid, signal.SIGSTOP if how == "stop" else signal.SIGKILL)
+            start = time.monotonic()
+            with pytest.raises(RankFailed if how == "kill" else CollectiveTimeout) as e:
+                g.all_reduce(bufs, chunk_bytes=400)
+            assert time.monotonic() - start < 2.5
+            assert e.value.rank == 1 and set(e.value.per_rank) == {0, 1}
+            if how == "stop":
+                assert "rank 1 is stuck in a device call at ring reduce-scatter step 1 of 1" in str(e.value)
+            start = time.monotonic()
+            g.close()
+            assert time.monotonic() - start < 1.5
+        finally:
+            process.kill()
+            process.wait(10)

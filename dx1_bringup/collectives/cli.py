@@ -45,7 +45,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--algorithm", choices=("ring", "direct", "both"), default="ring",
                    help="ring (chunked, pipelined), direct (gather, reduce, scatter) or both (default ring)")
     p.add_argument("--chunk-bytes", type=types.positive, default=None,
-                   help="the ring's chunk in bytes (default 16384)")
+                   help="the ring's chunk in bytes (default 65536)")
     p.add_argument("--iters", type=types.positive, default=5, help="timed collectives per size (default 5)")
     p.add_argument("--warmup", type=types.seed, default=1, help="untimed collectives first (default 1)")
     p.add_argument("--timeout", type=types.seconds, default=None,

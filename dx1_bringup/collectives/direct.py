@@ -2,7 +2,7 @@
 
 One exchange per collective (every rank deposits what it has, then takes what it needs); no chunks.  It is the
 reference the ring is checked against, and the quicker one for small buffers (one step instead of
-``2 (n - 1)``).
+``2 (n - 1)``); it holds every rank's whole buffer in host memory at once.
 """
 
 from __future__ import annotations

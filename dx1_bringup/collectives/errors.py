@@ -26,6 +26,8 @@ class CollectiveError(Exception):
         read_mem"``).
     observer:
         The rank that raised this copy of the error.
+    per_rank:
+        Set on the error a group-level call raises (:meth:`~.group.DeviceGroup.run`): every failed rank's error.
     """
 
     def __init__(self, message: str, *, rank: int | None, op: str, seq: int, step: str):
@@ -41,6 +43,7 @@ class CollectiveError(Exception):
         """A copy of this error as rank ``observer`` raises it."""
         other = type(self).__new__(type(self), *self.args)  # not __init__: the fields are copied as they are
         other.__dict__.update(self.__dict__)
+        other.__dict__.pop("per_rank", None)  # the group-level call that raises the copy sets its own
         other.observer = observer
         other.__cause__ = self.__cause__
         return other

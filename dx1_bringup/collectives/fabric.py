@@ -29,13 +29,13 @@ class RankStatus:
 
     op: str = ""
     seq: int = -1
-    step: str = "not in a collective"
+    step: str = "it has called no collective yet"
     waiting_for: tuple[int, ...] | None = None
     since: float = field(default_factory=time.monotonic)
 
     def where(self) -> str:
         if not self.op:
-            return "has not called a collective"
+            return self.step
         return f"{self.op} #{self.seq}, {self.step}"
 
 
@@ -53,7 +53,9 @@ class Fabric:
 
     def __init__(self, size: int):
         self.size = size
-        self._cond = threading.Condition()
+        # One lock; a condition per rank on it, so a message wakes its receiver only.
+        self._lock = threading.Lock()
+        self._wake = [threading.Condition(self._lock) for _ in range(size)]
         self._channels: dict[tuple[int, int, str], deque[Message]] = {}
         self._slots: dict[tuple[int, str], dict[int, Any]] = {}
         self._taken: dict[tuple[int, str], int] = {}
@@ -64,26 +66,26 @@ class Fabric:
 
     def enter(self, rank: int, op: str, seq: int, step: str) -> None:
         """Record that ``rank`` works on ``step`` of collective ``op`` number ``seq`` (waiting for nobody)."""
-        with self._cond:
+        with self._lock:
             self.status[rank] = RankStatus(op, seq, step)
 
     def step(self, rank: int, step: str) -> None:
-        with self._cond:
+        with self._lock:
             status = self.status[rank]
             status.step, status.waiting_for, status.since = step, None, time.monotonic()
 
     def leave(self, rank: int) -> None:
-        with self._cond:
+        with self._lock:
             status = self.status[rank]
-            status.step, status.waiting_for = f"finished (last: {status.op} #{status.seq})", None
+            status.step, status.waiting_for = f"its last collective was {status.op} #{status.seq}", None
             status.op = ""
 
     def abort(self, error: CollectiveError) -> None:
         """Fail every wait of every rank with ``error`` (the first abort wins; later ones are ignored)."""
-        with self._cond:
+        with self._lock:
             if self.failure is None:
                 self.failure = error
-            self._cond.notify_all()
+            self._wake_all()
 
     def check(self, rank: int) -> None:
         """Raise the fabric's failure, as ``rank`` sees it, if there is one."""
@@ -95,10 +97,10 @@ class Fabric:
     def send(self, src: int, dst: int, message: Message, *, lane: str = "coll") -> None:
         """Queue ``message`` from ``src`` to ``dst`` on ``lane`` (``coll`` for collectives, ``p2p`` for send and
         recv); never blocks: the staging is host memory."""
-        with self._cond:
+        with self._lock:
             self.check(src)
             self._channels.setdefault((src, dst, lane), deque()).append(message)
-            self._cond.notify_all()
+            self._wake[dst].notify()
 
     def recv(self, dst: int, src: int, seq: int, tag: str, deadline: float, *, lane: str = "coll") -> Any:
         """The next message from ``src`` to ``dst`` on ``lane``, which must be ``(seq, tag)``; its data.
@@ -112,7 +114,7 @@ class Fabric:
         RuntimeError
             The message is not the one expected: the ranks' schedules disagree (a bug, never a wrong answer).
         """
-        with self._cond:
+        with self._lock:
             channel = self._channels.setdefault((src, dst, lane), deque())
             self._wait(dst, (src,), deadline, lambda: bool(channel))
             message = channel.popleft()
@@ -127,11 +129,12 @@ class Fabric:
         """Deposit ``value`` as ``rank``'s for exchange ``name`` of collective ``seq``; every rank's value, in rank
         order, once all have deposited (or a :class:`CollectiveTimeout` naming the ranks that never came)."""
         key = (seq, name)
-        with self._cond:
+        with self._lock:
             self.check(rank)
             slot = self._slots.setdefault(key, {})
             slot[rank] = value
-            self._cond.notify_all()
+            if len(slot) == self.size:
+                self._wake_all()
             self._wait(rank, None, deadline, lambda: len(slot) == self.size, key=key)
             values = [slot[r] for r in range(self.size)]
             self._taken[key] = self._taken.get(key, 0) + 1
@@ -143,7 +146,7 @@ class Fabric:
 
     def _wait(self, rank: int, peers: tuple[int, ...] | None, deadline: float, ready, *,
               key: tuple[int, str] | None = None) -> None:
-        """Wait (holding the condition) until ``ready()``, the fabric fails, or ``deadline``."""
+        """Wait (holding the lock) until ``ready()``, the fabric fails, or ``deadline``."""
         status = self.status[rank]
         while True:
             self.check(rank)
@@ -160,9 +163,13 @@ class Fabric:
                 error = self._timeout(rank, deadline)
                 if self.failure is None:
                     self.failure = error
-                self._cond.notify_all()
+                self._wake_all()
                 raise self.failure.seen_by(rank)
-            self._cond.wait(left)
+            self._wake[rank].wait(left)
+
+    def _wake_all(self) -> None:
+        for wake in self._wake:
+            wake.notify_all()
 
     def _timeout(self, rank: int, deadline: float) -> CollectiveTimeout:
         """The timeout ``rank`` raises: the rank at the end of the chain of waits from it, and where that one is."""
@@ -180,17 +187,20 @@ class Fabric:
         seconds = max(0.0, deadline - me.since)
         them = self.status[stuck]
         if stuck == rank:
-            what = f"rank {rank} is stuck in {me.where()}"
-        elif self.status[stuck].waiting_for:
-            what = (f"ranks {', '.join(map(str, chain))} wait for each other in a cycle in {me.op} #{me.seq}; rank "
-                    f"{stuck} is at {them.where()}")
+            what = f"rank {rank} is stuck at {me.step}"
+        elif them.waiting_for:
+            what = (f"ranks {', '.join(map(str, chain))} wait for each other in a cycle; rank {stuck} is at "
+                    f"{them.where()}")
+        elif not them.op:
+            what = f"rank {stuck} never called it ({them.step})"
+        elif (them.op, them.seq) != (me.op, me.seq):
+            what = f"rank {stuck} is in another collective, {them.where()}"
         else:
-            state = "in a device call" if them.op else "not in the collective"
-            what = f"rank {stuck} is stuck ({state}): it {them.where() if not them.op else 'is at ' + them.where()}"
-        via = f"; rank {rank} waited {seconds:.3g} s at {me.step}" + (
-            f" (through ranks {', '.join(map(str, chain[1:-1]))})" if len(chain) > 2 else "")
-        return CollectiveTimeout(f"{me.op} #{me.seq} timed out: {what}{via}", rank=stuck,
-                                 op=them.op or me.op, seq=them.seq if them.op else me.seq,
+            what = f"rank {stuck} is stuck in a device call at {them.step}"
+        via = f" (through ranks {', '.join(map(str, chain[1:-1]))})" if len(chain) > 2 else ""
+        return CollectiveTimeout(f"{me.op} #{me.seq} timed out: {what}; rank {rank} waited {seconds:.3g} s at "
+                                 f"{me.step}{via}", rank=stuck, op=them.op or me.op,
+                                 seq=them.seq if them.op else me.seq,
                                  step=them.step if them.op else "called no collective", seconds=seconds)
 
     def close(self) -> None:

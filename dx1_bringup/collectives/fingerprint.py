@@ -43,29 +43,33 @@ class Entry:
 
 
 def _odd_one(values: list[object]) -> int:
-    """The first rank whose value is not the most common one."""
+    """The index of the first value that is not the most common one."""
     common = Counter(map(repr, values)).most_common(1)[0][0]
-    return next(r for r, v in enumerate(values) if repr(v) != common)
+    return next(i for i, v in enumerate(values) if repr(v) != common)
 
 
-def compare(entries: list[Entry], me: Entry) -> None:
-    """Raise :class:`CollectiveMismatch` unless every rank's entry agrees (each rank calls this on the same list)."""
+def compare(entries: list[Entry], me: Entry, ranks: list[int] | None = None) -> None:
+    """Raise :class:`CollectiveMismatch` unless every entry agrees (each rank calls this on the same list).
+
+    ``ranks`` are the ranks the entries are from (default: ``0 .. len(entries) - 1``, the whole group).
+    """
+    ranks = list(range(len(entries))) if ranks is None else ranks
     fp = me.fingerprint
     where = f"{fp.op} #{fp.seq}"
-    refused = [(r, e.refused) for r, e in enumerate(entries) if e.refused]
+    refused = [(r, e.refused) for r, e in zip(ranks, entries, strict=True) if e.refused]
     if refused:
         rank, why = refused[0]
         raise CollectiveRefused(f"{where}: rank {rank} refused its arguments: {why}", rank=rank, op=fp.op,
                                  seq=fp.seq, step="fingerprint exchange", field="arguments",
-                                 values={r: e.refused for r, e in enumerate(entries)})
+                                 values={r: e.refused for r, e in zip(ranks, entries, strict=True)})
     for f in fields(Fingerprint):
         values = [getattr(e.fingerprint, f.name) for e in entries]
         if any(v != values[0] for v in values):
-            odd = _odd_one(values)
-            listed = ", ".join(f"rank {r} {v}" for r, v in enumerate(values))
+            odd = ranks[_odd_one(values)]
+            listed = ", ".join(f"rank {r} {v}" for r, v in zip(ranks, values, strict=True))
             raise CollectiveMismatch(f"{where}: the ranks' fingerprints differ in {f.name} (rank {odd} differs): "
                                      f"{listed}", rank=odd, op=fp.op, seq=fp.seq, step="fingerprint exchange",
-                                     field=f.name, values=dict(enumerate(values)))
+                                     field=f.name, values=dict(zip(ranks, values, strict=True)))
     if me.part is not None and fp.shape is not None:
         count = math.prod(fp.shape)
         spans = [segment(count, len(entries), r) for r in range(len(entries))]

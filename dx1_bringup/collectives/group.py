@@ -30,7 +30,11 @@ T = TypeVar("T")
 #: Seconds any one wait of a collective may take before it fails (a step, a message, a fingerprint exchange).
 DEFAULT_TIMEOUT = 10.0
 #: The ring's chunk: bytes of one step's piece of a segment.
-DEFAULT_CHUNK_BYTES = 16384
+DEFAULT_CHUNK_BYTES = 65536
+
+
+#: Seconds a failed group's run still waits for ranks in a device call before giving them its failure.
+_GRACE = 0.5
 
 
 class _Job:
@@ -176,11 +180,15 @@ class DeviceGroup:
         shapes = [shape] * self.size if shapes is None else list(shapes)
         if len(shapes) != self.size:
             raise ValueError(f"shapes must give one shape per rank ({self.size}), not {len(shapes)}")
-        bufs = []
-        for r, s in enumerate(shapes):
-            s = (s,) if isinstance(s, int) else tuple(s)
-            nbytes = math.prod(s) * dtype.itemsize
-            bufs.append(Buffer(r, self.devs[r].alloc(max(nbytes, 4)), dtype, s))
+        bufs: list[Buffer] = []
+        try:
+            for r, s in enumerate(shapes):
+                s = (s,) if isinstance(s, int) else tuple(s)
+                nbytes = math.prod(s) * dtype.itemsize
+                bufs.append(Buffer(r, self.devs[r].alloc(max(nbytes, 4)), dtype, s))
+        except BaseException:
+            self.free(bufs)  # no rank keeps a buffer of a group allocation that failed
+            raise
         return bufs
 
     def free(self, bufs: Sequence[Buffer]) -> None:
@@ -193,8 +201,12 @@ class DeviceGroup:
             values = np.asarray(values)
             if values.size != buf.count:
                 raise ValueError(f"{buf!r} holds {buf.count} elements, not {values.size}")
+            stored = values.astype(buf.dtype).reshape(-1)
+            if not np.array_equal(stored, values.reshape(-1)):
+                raise ValueError(f"{buf!r} cannot hold these values: {values.dtype.name} values outside "
+                                 f"{buf.dtype.name}'s range or not whole numbers")
             if values.size:
-                self.devs[buf.rank].write_mem(buf.addr, values.astype(buf.dtype).reshape(-1))
+                self.devs[buf.rank].write_mem(buf.addr, stored)
 
     def read(self, bufs: Sequence[Buffer]) -> list[np.ndarray]:
         """Each buffer's elements, in its shape."""
@@ -210,14 +222,16 @@ class DeviceGroup:
         ------
         CollectiveError
             A rank's call failed: the lowest such rank's error, with ``per_rank`` mapping every failed rank to
-            its own.  A rank stuck in a device call past the deadline after the group failed gets the group's
-            failure as its error (its thread is left to the device's own timeout).
+            its own.  A rank still in a device call a moment (:data:`_GRACE`) after the group failed gets the
+            group's failure as its error: its thread is left to the device's own deadline.
         """
         if self.closed:
             raise ValueError("the group is closed")
         chosen = list(range(self.size)) if ranks is None else list(ranks)
         if self.fabric.failure is not None:  # a failed group stays failed: its ranks' threads may be stuck
-            raise self.fabric.failure.seen_by(chosen[0])
+            first = self.fabric.failure.seen_by(chosen[0])
+            first.per_rank = {r: self.fabric.failure.seen_by(r) for r in chosen}
+            raise first
         jobs = {r: self._workers[r].submit(lambda r=r: fn(self.ranks[r])) for r in chosen}
         failed_at: float | None = None
         errors: dict[int, BaseException] = {}
@@ -227,7 +241,7 @@ class DeviceGroup:
                 break
             if self.fabric.failure is not None and failed_at is None:
                 failed_at = time.monotonic()
-            if failed_at is not None and time.monotonic() - failed_at > self.timeout:
+            if failed_at is not None and time.monotonic() - failed_at > min(self.timeout, _GRACE):
                 for r in pending:
                     errors[r] = self.fabric.failure.seen_by(r)
                     del jobs[r]
@@ -237,6 +251,8 @@ class DeviceGroup:
         if errors:
             first = errors[min(errors)]
             if isinstance(first, CollectiveError):
+                if first is self.fabric.failure:  # the group's own record stays as it was
+                    first = errors[min(errors)] = first.seen_by(min(errors))
                 first.per_rank = errors
             raise first
         return [jobs[r].result for r in chosen]

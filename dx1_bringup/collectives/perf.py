@@ -88,7 +88,7 @@ def hop_peak(group: DeviceGroup, nbytes: int) -> float:
         worst = 0.0
         for src, dst in pairs:
             best = float("inf")
-            for _ in range(3):
+            for _ in range(5):
                 start = time.perf_counter()
                 data = group.devs[src].read_mem(addrs[src], nbytes)
                 group.devs[dst].write_mem(addrs[dst], data)

@@ -15,7 +15,7 @@ from typing import Protocol
 from dx1_driver import Device
 
 from . import direct, ring
-from .buffer import Buffer, segment
+from .buffer import Buffer, chunks, segment
 from .call import Call
 from .errors import CollectiveError, RankFailed
 from .fabric import Fabric
@@ -153,10 +153,16 @@ class Rank:
                     timeout: float | None = None) -> None:
         g = self.group
         g.fabric.check(self.rank)
-        algorithm, chunk, timeout = self._options(algorithm, chunk_bytes, timeout, buf.dtype.itemsize if buf else 1)
         seq = self.seq
         self.seq += 1
-        refused = self._check_buffer(buf) or self._check_buffer(dst) or check()
+        refused = ""
+        try:
+            algorithm, chunk, timeout = self._options(algorithm, chunk_bytes, timeout,
+                                                      buf.dtype.itemsize if buf else 1)
+        except ValueError as e:  # refused on every rank, below, rather than left for the others to wait on
+            refused = str(e)
+            algorithm, chunk, timeout = self._options(None, None, None, buf.dtype.itemsize if buf else 1)
+        refused = refused or self._check_buffer(buf) or self._check_buffer(dst) or check()
         red: Reduction | None = None
         if redop is not None and not refused:
             try:
@@ -195,8 +201,6 @@ class Rank:
         mine = Fingerprint(seq, "send/recv", buf.dtype.name, buf.shape, None, None, None, chunk)
 
         def move() -> None:
-            from .buffer import chunks
-
             if op == "send":
                 call.step(f"send {src}->{dst}: fingerprint")
                 call.send(dst, "fingerprint", mine)
@@ -212,7 +216,7 @@ class Rank:
                 theirs = call.recv(src, "fingerprint")
                 verdict = None
                 try:
-                    compare([Entry(theirs), Entry(mine)], Entry(mine))
+                    compare([Entry(theirs), Entry(mine)], Entry(mine), [src, dst])
                 except CollectiveError as e:
                     verdict = e
                 call.send(src, "verdict", verdict)
