@@ -222,8 +222,8 @@ module dx1_dma_tile(axi__wready, axi__bid, axi__bresp, axi__bvalid, axi__arready
     .done__tdata(dma_done__tdata),
     .done__tready(dma_done__tready),
     .done__tvalid(dma_done__tvalid),
-    .\port$1540$0 (\$1 ),
-    .\port$1542$0 (\$2 ),
+    .\port$4582$0 (\$1 ),
+    .\port$4584$0 (\$2 ),
     .rst(rst),
     .spm_rreq__tdata(spm_rreq__tdata),
     .spm_rreq__tready(spm_rreq__tready),
@@ -247,16 +247,16 @@ module dx1_dma_tile(axi__wready, axi__bid, axi__bresp, axi__bvalid, axi__arready
     .done__tready(tile_done__tready),
     .done__tvalid(tile_done__tvalid),
     .grant(spm_wr__tready),
-    .\grant$112 (acc_wr__tready),
-    .\port$1540$0 (\$1 ),
-    .\port$1542$0 (\$2 ),
-    .\req__tdata$158 (spm_rreq__tdata),
+    .\grant$142 (acc_wr__tready),
+    .\port$4582$0 (\$1 ),
+    .\port$4584$0 (\$2 ),
+    .\req__tdata$195 (spm_rreq__tdata),
     .req__tvalid(spm_wr__tvalid),
-    .\req__tvalid$156 (acc_wr__tvalid),
-    .\req__tvalid$162 (spm_rreq__tvalid),
-    .\req__tvalid$168 (acc_rreq__tvalid),
+    .\req__tvalid$193 (acc_wr__tvalid),
+    .\req__tvalid$199 (spm_rreq__tvalid),
+    .\req__tvalid$205 (acc_rreq__tvalid),
     .resp__tready(spm_rresp__tready),
-    .\resp__tready$178 (acc_rresp__tready),
+    .\resp__tready$215 (acc_rresp__tready),
     .rst(rst),
     .spm_rreq__tready(spm_rreq__tready),
     .spm_rresp__tdata(spm_rresp__tdata),
@@ -340,7 +340,7 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_dma_tile.dma (bus__wready, bus__bid, bus__bresp, bus__bvalid, bus__arready, bus__rid, bus__rdata, bus__rresp, bus__rlast, bus__rvalid, cmd__tdata, cmd__tvalid, done__tready, clk, rst, cmd__tready, busy, axi__rready, done__tvalid, axi__wdata, axi__wvalid
 , axi__wstrb, axi__wlast, spm_wr__tvalid, acc_wr__tvalid, spm_rreq__tvalid, acc_rreq__tvalid, acc_rresp__tready, spm_rresp__tready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, done__tdata, bytes_read, axi__arvalid, axi__araddr, axi__arlen
-, bytes_written, axi__awvalid, axi__awaddr, axi__awlen, \port$1540$0 , \port$1542$0 , spm_rreq__tdata, bus__awready);
+, bytes_written, axi__awvalid, axi__awaddr, axi__awlen, \port$4582$0 , \port$4584$0 , spm_rreq__tdata, bus__awready);
   reg \$auto$verilog_backend.cc:2355:dump_module$1  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -572,10 +572,10 @@ module \dx1_dma_tile.dma (bus__wready, bus__bid, bus__bresp, bus__bvalid, bus__a
   wire [15:0] local_addr;
   wire [15:0] \local_addr$126 ;
   wire [29:0] move_beats;
-  output [255:0] \port$1540$0 ;
-  wire [255:0] \port$1540$0 ;
-  output [15:0] \port$1542$0 ;
-  wire [15:0] \port$1542$0 ;
+  output [255:0] \port$4582$0 ;
+  wire [255:0] \port$4582$0 ;
+  output [15:0] \port$4584$0 ;
+  wire [15:0] \port$4584$0 ;
   wire push;
   wire quiet;
   wire \quiet$188 ;
@@ -1099,8 +1099,8 @@ module \dx1_dma_tile.dma (bus__wready, bus__bid, bus__bresp, bus__bvalid, bus__a
   assign \acc_rresp__tready$173  = acc_rresp__tready;
   assign \acc_rresp__tvalid$175  = acc_rresp__tvalid;
   assign axi__wdata = r_data[63:0];
-  assign \port$1540$0  = \$48 ;
-  assign \port$1542$0  = \$49 ;
+  assign \port$4582$0  = \$48 ;
+  assign \port$4584$0  = \$49 ;
   assign \$13  = { 1'h0, command[175:160], 2'h0 };
   assign \$14  = { 1'h0, command[175:160] };
   assign base = command[95:64];
@@ -3218,21 +3218,40 @@ module \dx1_dma_tile.dma.writer.wlen_fifo (rst, w_port__data, w_en, w_rdy, r_dat
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_dma_tile.tile (cmd__tvalid, done__tready, clk, rst, req__tvalid, \req__tvalid$156 , \req__tvalid$162 , \req__tvalid$168 , \resp__tready$178 , resp__tready, \busy$53 , grant, \grant$112 , cmd__tready, done__tdata, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata
-, \port$1540$0 , \port$1542$0 , \req__tdata$158 , done__tvalid, cmd__tdata);
+module \dx1_dma_tile.tile (cmd__tvalid, done__tready, clk, rst, req__tvalid, \req__tvalid$193 , \req__tvalid$199 , \req__tvalid$205 , \resp__tready$215 , resp__tready, \busy$53 , grant, \grant$142 , cmd__tready, done__tdata, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata
+, \port$4582$0 , \port$4584$0 , \req__tdata$195 , done__tvalid, cmd__tdata);
   reg \$auto$verilog_backend.cc:2355:dump_module$12  = 0;
   wire [15:0] \$1 ;
-  reg [31:0] \$10 ;
+  wire \$10 ;
+  wire [15:0] \$11 ;
+  wire [15:0] \$12 ;
+  wire [63:0] \$13 ;
+  wire \$14 ;
+  wire [15:0] \$15 ;
+  wire [15:0] \$16 ;
+  wire [255:0] \$17 ;
+  wire \$18 ;
+  wire [15:0] \$19 ;
   wire [15:0] \$2 ;
-  wire [15:0] \$3 ;
-  wire [15:0] \$4 ;
-  wire [48:0] \$5 ;
-  wire [32:0] \$6 ;
-  wire [32:0] \$7 ;
-  reg [47:0] \$8 ;
-  reg [31:0] \$9 ;
+  wire [15:0] \$20 ;
+  wire [15:0] \$21 ;
+  wire [15:0] \$22 ;
+  wire \$23 ;
+  wire [48:0] \$24 ;
+  wire [32:0] \$25 ;
+  wire [32:0] \$26 ;
+  reg [47:0] \$27 ;
+  reg [31:0] \$28 ;
+  reg [31:0] \$29 ;
+  wire \$3 ;
+  wire \$4 ;
+  wire \$5 ;
+  wire \$6 ;
+  wire \$7 ;
+  wire \$8 ;
+  wire \$9 ;
   wire [63:0] a;
-  wire [63:0] \a$93 ;
+  wire [63:0] \a$91 ;
   wire [7:0] \a[0] ;
   wire [7:0] \a[1] ;
   wire [7:0] \a[2] ;
@@ -3242,13 +3261,18 @@ module \dx1_dma_tile.tile (cmd__tvalid, done__tready, clk, rst, req__tvalid, \re
   wire [7:0] \a[6] ;
   wire [7:0] \a[7] ;
   wire a_bank;
-  wire \a_bank$97 ;
+  wire \a_bank$95 ;
   wire a_valid;
-  wire \a_valid$95 ;
+  wire \a_valid$93 ;
+  wire [15:0] acc_a_addr;
+  wire [255:0] acc_a_data;
   wire [9:0] acc_addr;
-  wire [9:0] \acc_addr$141 ;
+  wire [9:0] \acc_addr$178 ;
+  wire [15:0] acc_b_addr;
+  wire [255:0] acc_b_data;
+  wire acc_b_use;
   wire [255:0] acc_data;
-  wire [255:0] \acc_data$143 ;
+  wire [255:0] \acc_data$181 ;
   wire [9:0] acc_rc__addr;
   wire [255:0] acc_rc__data;
   wire [9:0] acc_rp__addr;
@@ -3266,18 +3290,23 @@ module \dx1_dma_tile.tile (cmd__tvalid, done__tready, clk, rst, req__tvalid, \re
   wire [9:0] acc_w__addr;
   wire [255:0] acc_w__data;
   wire acc_w__en;
+  wire [15:0] acc_w_addr;
+  wire [255:0] acc_w_data;
+  wire acc_w_en;
   wire [271:0] acc_wr__tdata;
   wire acc_wr__tready;
   wire acc_wr__tvalid;
   wire [15:0] addr;
-  wire [15:0] \addr$128 ;
-  wire [15:0] \addr$136 ;
-  wire [15:0] \addr$142 ;
+  wire [15:0] \addr$163 ;
+  wire [15:0] \addr$173 ;
+  wire [15:0] \addr$179 ;
   wire [1:0] bank_empty;
   wire [1:0] bank_full;
   wire busy;
+  wire \busy$118 ;
   output \busy$53 ;
   wire \busy$53 ;
+  wire [31:0] busy_cycles;
   input clk;
   wire clk;
   input [255:0] cmd__tdata;
@@ -3290,29 +3319,33 @@ module \dx1_dma_tile.tile (cmd__tvalid, done__tready, clk, rst, req__tvalid, \re
   wire cmd__tvalid;
   wire \cmd__tvalid$5 ;
   wire [255:0] command;
+  wire [255:0] \command$116 ;
   wire [255:0] \command$39 ;
   wire [255:0] \command$63 ;
   wire credit;
   wire \credit$46 ;
   wire [27:0] ctl;
-  wire [27:0] \ctl$99 ;
-  wire [9:0] \ctl$99.acc_addr ;
-  wire \ctl$99.accumulate ;
-  wire \ctl$99.last ;
-  wire [15:0] \ctl$99.tag ;
+  wire [27:0] \ctl$97 ;
+  wire [9:0] \ctl$97.acc_addr ;
+  wire \ctl$97.accumulate ;
+  wire \ctl$97.last ;
+  wire [15:0] \ctl$97.tag ;
   wire [63:0] data;
-  wire [255:0] \data$131 ;
-  wire [63:0] \data$139 ;
-  wire [255:0] \data$145 ;
+  wire [255:0] \data$167 ;
+  wire [63:0] \data$176 ;
+  wire [255:0] \data$182 ;
   wire decoded;
   wire \decoded$37 ;
   wire [7:0] done__opcode;
+  wire [7:0] \done__opcode$107 ;
   wire [7:0] \done__opcode$21 ;
   wire [7:0] \done__opcode$29 ;
   wire [7:0] done__status;
+  wire [7:0] \done__status$109 ;
   wire [7:0] \done__status$23 ;
   wire [7:0] \done__status$31 ;
   wire [15:0] done__tag;
+  wire [15:0] \done__tag$111 ;
   wire [15:0] \done__tag$25 ;
   wire [15:0] \done__tag$33 ;
   output [31:0] done__tdata;
@@ -3325,11 +3358,12 @@ module \dx1_dma_tile.tile (cmd__tvalid, done__tready, clk, rst, req__tvalid, \re
   wire done__tvalid;
   wire \done__tvalid$11 ;
   wire done__valid;
+  wire \done__valid$113 ;
   wire \done__valid$27 ;
   wire \done__valid$35 ;
   wire [1:0] empty;
   wire en;
-  wire \en$133 ;
+  wire \en$170 ;
   wire [1:0] full;
   wire gemm;
   wire [7:0] gemm__opcode;
@@ -3339,10 +3373,11 @@ module \dx1_dma_tile.tile (cmd__tvalid, done__tready, clk, rst, req__tvalid, \re
   wire gemm_done;
   output grant;
   wire grant;
-  output \grant$112 ;
-  wire \grant$112 ;
-  wire \grant$114 ;
-  wire \grant$116 ;
+  output \grant$142 ;
+  wire \grant$142 ;
+  wire \grant$145 ;
+  wire \grant$148 ;
+  wire [31:0] hits;
   wire holding;
   wire issue;
   wire [7:0] issue__opcode;
@@ -3368,15 +3403,15 @@ module \dx1_dma_tile.tile (cmd__tvalid, done__tready, clk, rst, req__tvalid, \re
   wire loaded_bank;
   wire \loaded_bank$71 ;
   wire [255:0] out;
-  wire [255:0] \out$101 ;
-  wire [31:0] \out$101[0] ;
-  wire [31:0] \out$101[1] ;
-  wire [31:0] \out$101[2] ;
-  wire [31:0] \out$101[3] ;
-  wire [31:0] \out$101[4] ;
-  wire [31:0] \out$101[5] ;
-  wire [31:0] \out$101[6] ;
-  wire [31:0] \out$101[7] ;
+  wire [255:0] \out$99 ;
+  wire [31:0] \out$99[0] ;
+  wire [31:0] \out$99[1] ;
+  wire [31:0] \out$99[2] ;
+  wire [31:0] \out$99[3] ;
+  wire [31:0] \out$99[4] ;
+  wire [31:0] \out$99[5] ;
+  wire [31:0] \out$99[6] ;
+  wire [31:0] \out$99[7] ;
   wire [31:0] \out[0] ;
   wire [31:0] \out[1] ;
   wire [31:0] \out[2] ;
@@ -3386,21 +3421,26 @@ module \dx1_dma_tile.tile (cmd__tvalid, done__tready, clk, rst, req__tvalid, \re
   wire [31:0] \out[6] ;
   wire [31:0] \out[7] ;
   wire [27:0] out_ctl;
-  wire [27:0] \out_ctl$105 ;
+  wire [27:0] \out_ctl$103 ;
   wire [9:0] \out_ctl.acc_addr ;
   wire \out_ctl.accumulate ;
   wire \out_ctl.last ;
   wire [15:0] \out_ctl.tag ;
   wire out_valid;
-  wire \out_valid$103 ;
+  wire \out_valid$101 ;
+  wire [31:0] overflows;
   wire pending;
   reg [31:0] perf_busy = 32'd0;
   reg [47:0] perf_macs = 48'h000000000000;
   reg [31:0] perf_stall = 32'd0;
-  input [255:0] \port$1540$0 ;
-  wire [255:0] \port$1540$0 ;
-  input [15:0] \port$1542$0 ;
-  wire [15:0] \port$1542$0 ;
+  wire [31:0] perf_table_hits;
+  wire [31:0] perf_table_overflows;
+  wire [31:0] perf_table_underflows;
+  wire [31:0] perf_vector_busy;
+  input [255:0] \port$4582$0 ;
+  wire [255:0] \port$4582$0 ;
+  input [15:0] \port$4584$0 ;
+  wire [15:0] \port$4584$0 ;
   wire postop;
   wire [7:0] postop__opcode;
   wire [7:0] postop__status;
@@ -3408,45 +3448,51 @@ module \dx1_dma_tile.tile (cmd__tvalid, done__tready, clk, rst, req__tvalid, \re
   wire postop__valid;
   wire postop_busy;
   wire progress;
+  wire \progress$220 ;
   wire push;
   wire \push$59 ;
   wire queues_ready;
   wire [79:0] req__tdata;
-  wire [271:0] \req__tdata$152 ;
-  input [15:0] \req__tdata$158 ;
-  wire [15:0] \req__tdata$158 ;
-  wire [15:0] \req__tdata$164 ;
+  wire [271:0] \req__tdata$189 ;
+  input [15:0] \req__tdata$195 ;
+  wire [15:0] \req__tdata$195 ;
+  wire [15:0] \req__tdata$201 ;
   wire req__tready;
-  wire \req__tready$155 ;
-  wire \req__tready$161 ;
-  wire \req__tready$167 ;
+  wire \req__tready$192 ;
+  wire \req__tready$198 ;
+  wire \req__tready$204 ;
   input req__tvalid;
   wire req__tvalid;
-  input \req__tvalid$156 ;
-  wire \req__tvalid$156 ;
-  input \req__tvalid$162 ;
-  wire \req__tvalid$162 ;
-  input \req__tvalid$168 ;
-  wire \req__tvalid$168 ;
+  input \req__tvalid$193 ;
+  wire \req__tvalid$193 ;
+  input \req__tvalid$199 ;
+  wire \req__tvalid$199 ;
+  input \req__tvalid$205 ;
+  wire \req__tvalid$205 ;
   wire reserve;
   wire [63:0] resp__tdata;
-  wire [255:0] \resp__tdata$177 ;
+  wire [255:0] \resp__tdata$214 ;
   input resp__tready;
   wire resp__tready;
-  input \resp__tready$178 ;
-  wire \resp__tready$178 ;
+  input \resp__tready$215 ;
+  wire \resp__tready$215 ;
   wire resp__tvalid;
-  wire \resp__tvalid$181 ;
+  wire \resp__tvalid$218 ;
   wire room;
   wire \room$49 ;
   input rst;
   wire rst;
+  wire [15:0] spm_a_addr;
+  wire [63:0] spm_a_data;
   wire [11:0] spm_addr;
-  wire [11:0] \spm_addr$119 ;
-  wire [11:0] \spm_addr$135 ;
+  wire [11:0] \spm_addr$152 ;
+  wire [11:0] \spm_addr$172 ;
+  wire [15:0] spm_b_addr;
+  wire [63:0] spm_b_data;
+  wire spm_b_use;
   wire [63:0] spm_data;
-  wire [63:0] \spm_data$122 ;
-  wire [63:0] \spm_data$137 ;
+  wire [63:0] \spm_data$156 ;
+  wire [63:0] \spm_data$175 ;
   wire [11:0] spm_ra__addr;
   wire [63:0] spm_ra__data;
   wire [11:0] spm_rb__addr;
@@ -3463,11 +3509,15 @@ module \dx1_dma_tile.tile (cmd__tvalid, done__tready, clk, rst, req__tvalid, \re
   wire [11:0] spm_w__addr;
   wire [63:0] spm_w__data;
   wire spm_w__en;
+  wire [15:0] spm_w_addr;
+  wire [63:0] spm_w_data;
+  wire spm_w_en;
   wire [79:0] spm_wr__tdata;
   wire spm_wr__tready;
   wire spm_wr__tvalid;
   wire stalled;
   wire start;
+  wire \start$114 ;
   wire [7:0] status;
   wire [7:0] \status$41 ;
   wire stream_bank;
@@ -3478,6 +3528,13 @@ module \dx1_dma_tile.tile (cmd__tvalid, done__tready, clk, rst, req__tvalid, \re
   wire \stream_start$73 ;
   wire take;
   wire \take$43 ;
+  wire [31:0] underflows;
+  wire vector;
+  wire [7:0] vector__opcode;
+  wire [7:0] vector__status;
+  wire [15:0] vector__tag;
+  wire vector__valid;
+  wire vector_busy;
   wire [9:0] w_addr;
   wire w_bank;
   wire \w_bank$85 ;
@@ -3495,22 +3552,22 @@ module \dx1_dma_tile.tile (cmd__tvalid, done__tready, clk, rst, req__tvalid, \re
   wire [7:0] \w_row[6] ;
   wire [7:0] \w_row[7] ;
   wire writing;
-  wire \writing$113 ;
+  wire \writing$143 ;
   reg [255:0] acc [1023:0];
   initial begin
     for (int i = 0; i < 1024; i = i + 1) acc[i] = 256'h0;
   end
   always @(posedge clk) begin
     if (acc_w__en)
-      acc[\$2 [9:0]] <= acc_w__data;
+      acc[\$16 [9:0]] <= acc_w__data;
   end
   reg [255:0] _0_;
   reg [9:0] _1_;
   always @(posedge clk) begin
-    _0_ <= acc[\$4 [9:0]];
-    _1_ <= out_ctl[9:0];
+    _0_ <= acc[\$22 [9:0]];
+    _1_ <= \$2 [9:0];
   end
-  assign \acc_data$143  = _0_;
+  assign acc_b_data = _0_;
   assign acc_data = acc[_1_];
   reg [63:0] spm [4095:0];
   initial begin
@@ -3518,61 +3575,80 @@ module \dx1_dma_tile.tile (cmd__tvalid, done__tready, clk, rst, req__tvalid, \re
   end
   always @(posedge clk) begin
     if (spm_w__en)
-      spm[\$1 [11:0]] <= spm_w__data;
+      spm[\$12 [11:0]] <= spm_w__data;
   end
   reg [63:0] _2_;
   reg [63:0] _3_;
   always @(posedge clk) begin
-    _2_ <= spm[\$3 [11:0]];
-    _3_ <= spm[spm_ra__addr];
+    _2_ <= spm[\$20 [11:0]];
+    _3_ <= spm[\$1 [11:0]];
   end
   assign w_row = _2_;
   assign spm_data = _3_;
   assign queues_ready = room & \room$49 ;
   assign \busy$53  = pending | holding;
-  assign grant = ~ writing;
-  assign \grant$112  = ~ \writing$113 ;
-  assign \grant$114  = ~ issue;
-  assign \grant$116  = ~ acc_use;
-  assign \$1  = { 4'h0, \spm_addr$119  } | addr;
-  assign spm_w__data = \spm_data$122  | data;
-  assign spm_w__en = writing | en;
-  assign \$2  = { 6'h00, w_addr } | \addr$128 ;
-  assign acc_w__data = w_data | \data$131 ;
-  assign acc_w__en = \writing$113  | \en$133 ;
-  assign \$3  = { 4'h0, \spm_addr$135  } | \addr$136 ;
-  assign \$4  = { 6'h00, \acc_addr$141  } | \addr$142 ;
-  assign progress = a_valid | writing;
-  assign \$5  = perf_macs + 7'h40;
-  assign \$6  = perf_busy + 1'h1;
-  assign \$7  = perf_stall + 1'h1;
+  assign \$1  = { 4'h0, spm_addr } | spm_a_addr;
+  assign \$2  = vector_busy ? acc_a_addr : { 6'h00, out_ctl[9:0] };
+  assign \$3  = ~ writing;
+  assign \$4  = ~ spm_w_en;
+  assign grant = \$3  & \$4 ;
+  assign \$5  = ~ \writing$143 ;
+  assign \$6  = ~ acc_w_en;
+  assign \grant$142  = \$5  & \$6 ;
+  assign \$7  = ~ issue;
+  assign \$8  = ~ spm_b_use;
+  assign \grant$145  = \$7  & \$8 ;
+  assign \$9  = ~ acc_use;
+  assign \$10  = ~ acc_b_use;
+  assign \grant$148  = \$9  & \$10 ;
+  assign \$11  = { 4'h0, \spm_addr$152  } | addr;
+  assign \$12  = \$11  | spm_w_addr;
+  assign \$13  = \spm_data$156  | data;
+  assign spm_w__data = \$13  | spm_w_data;
+  assign \$14  = writing | en;
+  assign spm_w__en = \$14  | spm_w_en;
+  assign \$15  = { 6'h00, w_addr } | \addr$163 ;
+  assign \$16  = \$15  | acc_w_addr;
+  assign \$17  = w_data | \data$167 ;
+  assign acc_w__data = \$17  | acc_w_data;
+  assign \$18  = \writing$143  | \en$170 ;
+  assign acc_w__en = \$18  | acc_w_en;
+  assign \$19  = { 4'h0, \spm_addr$172  } | \addr$173 ;
+  assign \$20  = \$19  | spm_b_addr;
+  assign \$21  = { 6'h00, \acc_addr$178  } | \addr$179 ;
+  assign \$22  = \$21  | acc_b_addr;
+  assign \$23  = a_valid | writing;
+  assign progress = \$23  | \progress$220 ;
+  assign \$24  = perf_macs + 7'h40;
+  assign \$25  = perf_busy + 1'h1;
+  assign \$26  = perf_stall + 1'h1;
   always @(posedge clk)
-    perf_macs <= \$8 ;
+    perf_macs <= \$27 ;
   always @(posedge clk)
-    perf_busy <= \$9 ;
+    perf_busy <= \$28 ;
   always @(posedge clk)
-    perf_stall <= \$10 ;
+    perf_stall <= \$29 ;
   \dx1_dma_tile.tile.acc_ext_read  acc_ext_read (
-    .addr(\addr$142 ),
+    .addr(\addr$179 ),
     .clk(clk),
-    .grant(\grant$116 ),
-    .r_en(\resp__tready$178 ),
-    .req__tdata(\req__tdata$158 ),
+    .grant(\grant$148 ),
+    .r_en(\resp__tready$215 ),
+    .req__tdata(\req__tdata$195 ),
     .req__tready(acc_rreq__tready),
-    .req__tvalid(\req__tvalid$168 ),
+    .req__tvalid(\req__tvalid$205 ),
     .resp__tdata(acc_rresp__tdata),
     .resp__tvalid(acc_rresp__tvalid),
     .rst(rst),
-    .w_data(\acc_data$143 )
+    .w_data(acc_b_data)
   );
   \dx1_dma_tile.tile.acc_ext_write  acc_ext_write (
-    .addr(\addr$128 ),
-    .data(\data$131 ),
-    .en(\en$133 ),
-    .\port$1540$0 (\port$1540$0 ),
-    .\port$1542$0 (\port$1542$0 ),
-    .req__tready(\grant$112 ),
-    .req__tvalid(\req__tvalid$156 )
+    .addr(\addr$163 ),
+    .data(\data$167 ),
+    .en(\en$170 ),
+    .\port$4582$0 (\port$4582$0 ),
+    .\port$4584$0 (\port$4584$0 ),
+    .req__tready(\grant$142 ),
+    .req__tvalid(\req__tvalid$193 )
   );
   \dx1_dma_tile.tile.array  array (
     .a(a),
@@ -3621,7 +3697,10 @@ module \dx1_dma_tile.tile (cmd__tvalid, done__tready, clk, rst, req__tvalid, \re
     .postop__valid(postop__valid),
     .r_en(done__tready),
     .reserve(take),
-    .rst(rst)
+    .rst(rst),
+    .vector__opcode(vector__opcode),
+    .vector__tag(vector__tag),
+    .vector__valid(vector__valid)
   );
   \dx1_dma_tile.tile.decoder  decoder (
     .clk(clk),
@@ -3635,7 +3714,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, done__tready, clk, rst, req__tvalid, \re
     .status(status),
     .take(take)
   );
-  \dx1_dma_tile.tile.issue$192  \issue$192  (
+  \dx1_dma_tile.tile.issue$230  \issue$230  (
     .clk(clk),
     .command(command),
     .credit(credit),
@@ -3651,7 +3730,9 @@ module \dx1_dma_tile.tile (cmd__tvalid, done__tready, clk, rst, req__tvalid, \re
     .queues_ready(queues_ready),
     .rst(rst),
     .status(status),
-    .take(take)
+    .take(take),
+    .vector(\start$114 ),
+    .vector_busy(vector_busy)
   );
   \dx1_dma_tile.tile.loader  loader (
     .bank(load_bank),
@@ -3663,14 +3744,14 @@ module \dx1_dma_tile.tile (cmd__tvalid, done__tready, clk, rst, req__tvalid, \re
     .loaded_bank(loaded_bank),
     .room(room),
     .rst(rst),
-    .spm_addr(\spm_addr$135 ),
+    .spm_addr(\spm_addr$172 ),
     .w_data(job),
     .w_en(push),
     .w_load(w_load),
     .w_row(w_row)
   );
   \dx1_dma_tile.tile.postops  postops (
-    .acc_addr(\acc_addr$141 ),
+    .acc_addr(\acc_addr$178 ),
     .acc_use(acc_use),
     .busy(postop_busy),
     .clk(clk),
@@ -3679,10 +3760,10 @@ module \dx1_dma_tile.tile (cmd__tvalid, done__tready, clk, rst, req__tvalid, \re
     .done__status(postop__status),
     .done__tag(postop__tag),
     .done__valid(postop__valid),
-    .row(\acc_data$143 ),
+    .row(acc_b_data),
     .rst(rst),
-    .spm_addr(\spm_addr$119 ),
-    .spm_data(\spm_data$122 ),
+    .spm_addr(\spm_addr$152 ),
+    .spm_data(\spm_data$156 ),
     .start(start),
     .writing(writing)
   );
@@ -3699,16 +3780,16 @@ module \dx1_dma_tile.tile (cmd__tvalid, done__tready, clk, rst, req__tvalid, \re
     .rst(rst),
     .w_addr(w_addr),
     .w_data(w_data),
-    .writing(\writing$113 )
+    .writing(\writing$143 )
   );
   \dx1_dma_tile.tile.spm_ext_read  spm_ext_read (
-    .addr(\addr$136 ),
+    .addr(\addr$173 ),
     .clk(clk),
-    .grant(\grant$114 ),
+    .grant(\grant$145 ),
     .r_en(resp__tready),
-    .req__tdata(\req__tdata$158 ),
+    .req__tdata(\req__tdata$195 ),
     .req__tready(spm_rreq__tready),
-    .req__tvalid(\req__tvalid$162 ),
+    .req__tvalid(\req__tvalid$199 ),
     .resp__tdata(spm_rresp__tdata),
     .resp__tvalid(spm_rresp__tvalid),
     .rst(rst),
@@ -3718,8 +3799,8 @@ module \dx1_dma_tile.tile (cmd__tvalid, done__tready, clk, rst, req__tvalid, \re
     .addr(addr),
     .data(data),
     .en(en),
-    .\port$1540$0 (\port$1540$0 [63:0]),
-    .\port$1542$0 (\port$1542$0 ),
+    .\port$4582$0 (\port$4582$0 [63:0]),
+    .\port$4584$0 (\port$4584$0 ),
     .req__tready(grant),
     .req__tvalid(req__tvalid)
   );
@@ -3733,7 +3814,7 @@ module \dx1_dma_tile.tile (cmd__tvalid, done__tready, clk, rst, req__tvalid, \re
     .ctl(ctl),
     .room(\room$49 ),
     .rst(rst),
-    .spm_addr(spm_ra__addr),
+    .spm_addr(spm_addr),
     .spm_data(spm_data),
     .stalled(stalled),
     .stream_end(stream_end),
@@ -3741,34 +3822,65 @@ module \dx1_dma_tile.tile (cmd__tvalid, done__tready, clk, rst, req__tvalid, \re
     .w_data(\job$60 ),
     .w_en(push)
   );
+  \dx1_dma_tile.tile.vector$242  \vector$242  (
+    .acc_a_addr(acc_a_addr),
+    .acc_a_data(acc_data),
+    .acc_b_addr(acc_b_addr),
+    .acc_b_data(acc_b_data),
+    .acc_b_use(acc_b_use),
+    .acc_w_addr(acc_w_addr),
+    .acc_w_data(acc_w_data),
+    .acc_w_en(acc_w_en),
+    .busy(vector_busy),
+    .busy_cycles(perf_vector_busy),
+    .clk(clk),
+    .command(command),
+    .done__opcode(vector__opcode),
+    .done__tag(vector__tag),
+    .finished(vector__valid),
+    .hits(perf_table_hits),
+    .overflows(perf_table_overflows),
+    .progress(\progress$220 ),
+    .rst(rst),
+    .spm_a_addr(spm_a_addr),
+    .spm_a_data(spm_data),
+    .spm_b_addr(spm_b_addr),
+    .spm_b_data(w_row),
+    .spm_b_use(spm_b_use),
+    .spm_w_addr(spm_w_addr),
+    .spm_w_data(spm_w_data),
+    .spm_w_en(spm_w_en),
+    .start(\start$114 ),
+    .underflows(perf_table_underflows)
+  );
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
-    \$8  = perf_macs;
+    \$27  = perf_macs;
     if (a_valid) begin
-      \$8  = \$5 [47:0];
+      \$27  = \$24 [47:0];
     end
     if (rst) begin
-      \$8  = 48'h000000000000;
+      \$27  = 48'h000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
-    \$9  = perf_busy;
+    \$28  = perf_busy;
     if (a_valid) begin
-      \$9  = \$6 [31:0];
+      \$28  = \$25 [31:0];
     end
     if (rst) begin
-      \$9  = 32'd0;
+      \$28  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$12 ) begin end
-    \$10  = perf_stall;
+    \$29  = perf_stall;
     if (stalled) begin
-      \$10  = \$7 [31:0];
+      \$29  = \$26 [31:0];
     end
     if (rst) begin
-      \$10  = 32'd0;
+      \$29  = 32'd0;
     end
   end
   assign \cmd__tdata$1  = cmd__tdata;
@@ -3814,50 +3926,66 @@ module \dx1_dma_tile.tile (cmd__tvalid, done__tready, clk, rst, req__tvalid, \re
   assign w_bank = loaded_bank;
   assign \w_bank$85  = loaded_bank;
   assign \w_row$87  = w_row;
-  assign spm_addr = spm_ra__addr;
   assign spm_ra__data = spm_data;
-  assign \a$93  = a;
-  assign \a_valid$95  = a_valid;
-  assign \a_bank$97  = a_bank;
-  assign \ctl$99  = ctl;
-  assign \out$101  = out;
-  assign \out_valid$103  = out_valid;
-  assign \out_ctl$105  = out_ctl;
-  assign acc_rc__addr = out_ctl[9:0];
-  assign acc_addr = out_ctl[9:0];
+  assign \a$91  = a;
+  assign \a_valid$93  = a_valid;
+  assign \a_bank$95  = a_bank;
+  assign \ctl$97  = ctl;
+  assign \out$99  = out;
+  assign \out_valid$101  = out_valid;
+  assign \out_ctl$103  = out_ctl;
   assign acc_rc__data = acc_data;
-  assign spm_w__addr = \$1 [11:0];
-  assign acc_w__addr = \$2 [9:0];
-  assign spm_rb__addr = \$3 [11:0];
-  assign \spm_data$137  = w_row;
+  assign \done__opcode$107  = vector__opcode;
+  assign vector__status = 8'h00;
+  assign \done__status$109  = 8'h00;
+  assign \done__tag$111  = vector__tag;
+  assign \done__valid$113  = vector__valid;
+  assign vector = \start$114 ;
+  assign \command$116  = command;
+  assign \busy$118  = vector_busy;
+  assign spm_a_data = spm_data;
+  assign acc_a_data = acc_data;
+  assign spm_b_data = w_row;
   assign spm_rb__data = w_row;
-  assign \data$139  = w_row;
-  assign acc_rp__addr = \$4 [9:0];
-  assign acc_rp__data = \acc_data$143 ;
-  assign \data$145  = \acc_data$143 ;
-  assign req__tdata = { \port$1542$0 , \port$1540$0 [63:0] };
-  assign spm_wr__tdata = { \port$1542$0 , \port$1540$0 [63:0] };
+  assign acc_rp__data = acc_b_data;
+  assign busy_cycles = perf_vector_busy;
+  assign hits = perf_table_hits;
+  assign underflows = perf_table_underflows;
+  assign overflows = perf_table_overflows;
+  assign spm_ra__addr = \$1 [11:0];
+  assign acc_rc__addr = \$2 [9:0];
+  assign acc_addr = out_ctl[9:0];
+  assign spm_w__addr = \$12 [11:0];
+  assign acc_w__addr = \$16 [9:0];
+  assign spm_rb__addr = \$20 [11:0];
+  assign \spm_data$175  = w_row;
+  assign \data$176  = w_row;
+  assign acc_rp__addr = \$22 [9:0];
+  assign \acc_data$181  = acc_b_data;
+  assign \data$182  = acc_b_data;
+  assign req__tdata = { \port$4584$0 , \port$4582$0 [63:0] };
+  assign spm_wr__tdata = { \port$4584$0 , \port$4582$0 [63:0] };
   assign spm_wr__tready = grant;
   assign req__tready = grant;
   assign spm_wr__tvalid = req__tvalid;
-  assign \req__tdata$152  = { \port$1542$0 , \port$1540$0  };
-  assign acc_wr__tdata = { \port$1542$0 , \port$1540$0  };
-  assign acc_wr__tready = \grant$112 ;
-  assign \req__tready$155  = \grant$112 ;
-  assign acc_wr__tvalid = \req__tvalid$156 ;
-  assign spm_rreq__tdata = \req__tdata$158 ;
-  assign \req__tready$161  = spm_rreq__tready;
-  assign spm_rreq__tvalid = \req__tvalid$162 ;
-  assign \req__tdata$164  = \req__tdata$158 ;
-  assign acc_rreq__tdata = \req__tdata$158 ;
-  assign \req__tready$167  = acc_rreq__tready;
-  assign acc_rreq__tvalid = \req__tvalid$168 ;
+  assign \req__tdata$189  = { \port$4584$0 , \port$4582$0  };
+  assign acc_wr__tdata = { \port$4584$0 , \port$4582$0  };
+  assign acc_wr__tready = \grant$142 ;
+  assign \req__tready$192  = \grant$142 ;
+  assign acc_wr__tvalid = \req__tvalid$193 ;
+  assign spm_rreq__tdata = \req__tdata$195 ;
+  assign \req__tready$198  = spm_rreq__tready;
+  assign spm_rreq__tvalid = \req__tvalid$199 ;
+  assign \req__tdata$201  = \req__tdata$195 ;
+  assign acc_rreq__tdata = \req__tdata$195 ;
+  assign \req__tready$204  = acc_rreq__tready;
+  assign acc_rreq__tvalid = \req__tvalid$205 ;
   assign resp__tdata = spm_rresp__tdata;
   assign spm_rresp__tready = resp__tready;
   assign resp__tvalid = spm_rresp__tvalid;
-  assign \resp__tdata$177  = acc_rresp__tdata;
-  assign acc_rresp__tready = \resp__tready$178 ;
-  assign \resp__tvalid$181  = acc_rresp__tvalid;
+  assign \resp__tdata$214  = acc_rresp__tdata;
+  assign acc_rresp__tready = \resp__tready$215 ;
+  assign \resp__tvalid$218  = acc_rresp__tvalid;
   assign \job.b_addr  = job[11:0];
   assign \job.k_chunks  = job[27:12];
   assign \job$60.a_addr  = \job$60 [11:0];
@@ -3882,10 +4010,10 @@ module \dx1_dma_tile.tile (cmd__tvalid, done__tready, clk, rst, req__tvalid, \re
   assign \a[5]  = a[47:40];
   assign \a[6]  = a[55:48];
   assign \a[7]  = a[63:56];
-  assign \ctl$99.acc_addr  = ctl[9:0];
-  assign \ctl$99.accumulate  = ctl[10];
-  assign \ctl$99.last  = ctl[11];
-  assign \ctl$99.tag  = ctl[27:12];
+  assign \ctl$97.acc_addr  = ctl[9:0];
+  assign \ctl$97.accumulate  = ctl[10];
+  assign \ctl$97.last  = ctl[11];
+  assign \ctl$97.tag  = ctl[27:12];
   assign \out[0]  = out[31:0];
   assign \out[1]  = out[63:32];
   assign \out[2]  = out[95:64];
@@ -3894,14 +4022,14 @@ module \dx1_dma_tile.tile (cmd__tvalid, done__tready, clk, rst, req__tvalid, \re
   assign \out[5]  = out[191:160];
   assign \out[6]  = out[223:192];
   assign \out[7]  = out[255:224];
-  assign \out$101[0]  = out[31:0];
-  assign \out$101[1]  = out[63:32];
-  assign \out$101[2]  = out[95:64];
-  assign \out$101[3]  = out[127:96];
-  assign \out$101[4]  = out[159:128];
-  assign \out$101[5]  = out[191:160];
-  assign \out$101[6]  = out[223:192];
-  assign \out$101[7]  = out[255:224];
+  assign \out$99[0]  = out[31:0];
+  assign \out$99[1]  = out[63:32];
+  assign \out$99[2]  = out[95:64];
+  assign \out$99[3]  = out[127:96];
+  assign \out$99[4]  = out[159:128];
+  assign \out$99[5]  = out[191:160];
+  assign \out$99[6]  = out[223:192];
+  assign \out$99[7]  = out[255:224];
   assign \out_ctl.acc_addr  = out_ctl[9:0];
   assign \out_ctl.accumulate  = out_ctl[10];
   assign \out_ctl.last  = out_ctl[11];
@@ -4119,7 +4247,7 @@ module \dx1_dma_tile.tile.acc_ext_read.fifo (rst, r_en, w_port__data, r_rdy, r_d
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_dma_tile.tile.acc_ext_write (req__tready, \port$1540$0 , \port$1542$0 , addr, data, en, req__tvalid);
+module \dx1_dma_tile.tile.acc_ext_write (req__tready, \port$4582$0 , \port$4584$0 , addr, data, en, req__tvalid);
   reg \$auto$verilog_backend.cc:2355:dump_module$15  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -4129,10 +4257,10 @@ module \dx1_dma_tile.tile.acc_ext_write (req__tready, \port$1540$0 , \port$1542$
   output en;
   reg en;
   wire grant;
-  input [255:0] \port$1540$0 ;
-  wire [255:0] \port$1540$0 ;
-  input [15:0] \port$1542$0 ;
-  wire [15:0] \port$1542$0 ;
+  input [255:0] \port$4582$0 ;
+  wire [255:0] \port$4582$0 ;
+  input [15:0] \port$4584$0 ;
+  wire [15:0] \port$4584$0 ;
   wire [271:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -4143,14 +4271,14 @@ module \dx1_dma_tile.tile.acc_ext_write (req__tready, \port$1540$0 , \port$1542$
     if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$1542$0 ;
+      addr = \port$4584$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
     data = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     if (\$1 ) begin
-      data = \port$1540$0 ;
+      data = \port$4582$0 ;
     end
   end
   always @* begin
@@ -4161,7 +4289,7 @@ module \dx1_dma_tile.tile.acc_ext_write (req__tready, \port$1540$0 , \port$1542$
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$1542$0 , \port$1540$0  };
+  assign req__tdata = { \port$4584$0 , \port$4582$0  };
 endmodule
 
 (* generator = "Amaranth" *)
@@ -10543,7 +10671,8 @@ module \dx1_dma_tile.tile.banks (rst, loaded, empty, full, load_start, load_bank
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_dma_tile.tile.completions (clk, rst, pending, credit, done__tdata, reserve, issue__valid, issue__tag, issue__status, issue__opcode, done__tvalid, gemm__valid, gemm__tag, gemm__status, gemm__opcode, postop__valid, postop__tag, postop__status, postop__opcode, r_en);
+module \dx1_dma_tile.tile.completions (clk, rst, pending, credit, done__tdata, vector__valid, reserve, issue__valid, issue__tag, issue__status, issue__opcode, done__tvalid, gemm__valid, gemm__tag, gemm__status, gemm__opcode, postop__valid, postop__tag, postop__status, postop__opcode, vector__tag
+, vector__opcode, r_en);
   reg \$auto$verilog_backend.cc:2355:dump_module$18  = 0;
   wire [4:0] \$1 ;
   wire [5:0] \$2 ;
@@ -10593,6 +10722,13 @@ module \dx1_dma_tile.tile.completions (clk, rst, pending, credit, done__tdata, r
   wire reserve;
   input rst;
   wire rst;
+  input [7:0] vector__opcode;
+  wire [7:0] vector__opcode;
+  wire [7:0] vector__status;
+  input [15:0] vector__tag;
+  wire [15:0] vector__tag;
+  input vector__valid;
+  wire vector__valid;
   reg [31:0] w_data;
   reg w_en;
   always @(posedge clk)
@@ -10629,6 +10765,11 @@ module \dx1_dma_tile.tile.completions (clk, rst, pending, credit, done__tdata, r
       w_data[23:16] = postop__status;
       w_data[31:24] = postop__opcode;
     end
+    if (vector__valid) begin
+      w_data[15:0] = vector__tag;
+      w_data[23:16] = 8'h00;
+      w_data[31:24] = vector__opcode;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$18 ) begin end
@@ -10649,10 +10790,14 @@ module \dx1_dma_tile.tile.completions (clk, rst, pending, credit, done__tdata, r
     if (postop__valid) begin
       w_en = 1'h1;
     end
+    if (vector__valid) begin
+      w_en = 1'h1;
+    end
   end
   assign r_data = done__tdata;
   assign r_rdy = done__tvalid;
   assign done__tready = r_en;
+  assign vector__status = 8'h00;
 endmodule
 
 (* generator = "Amaranth" *)
@@ -10842,15 +10987,109 @@ module \dx1_dma_tile.tile.decoder (cmd__tvalid, clk, rst, cmd__tready, decoded, 
   reg \$auto$verilog_backend.cc:2355:dump_module$20  = 0;
   wire \$1 ;
   wire [32:0] \$10 ;
+  wire [33:0] \$100 ;
+  wire \$101 ;
+  wire \$102 ;
+  wire \$103 ;
+  wire \$104 ;
+  wire \$105 ;
+  wire [32:0] \$106 ;
+  wire [16:0] \$107 ;
+  wire [16:0] \$108 ;
+  wire [34:0] \$109 ;
   wire \$11 ;
+  wire \$110 ;
+  wire \$111 ;
+  wire \$112 ;
+  wire \$113 ;
+  wire [32:0] \$114 ;
+  wire [16:0] \$115 ;
+  wire [34:0] \$116 ;
+  wire \$117 ;
+  wire \$118 ;
+  wire \$119 ;
   wire [32:0] \$12 ;
+  wire \$120 ;
+  wire [32:0] \$121 ;
+  wire [33:0] \$122 ;
+  wire \$123 ;
+  wire \$124 ;
+  wire \$125 ;
+  wire \$126 ;
+  wire [32:0] \$127 ;
+  wire [16:0] \$128 ;
+  wire [16:0] \$129 ;
   wire \$13 ;
+  wire [34:0] \$130 ;
+  wire \$131 ;
+  wire \$132 ;
+  wire \$133 ;
+  wire [3:0] \$134 ;
+  wire [3:0] \$135 ;
+  wire [3:0] \$136 ;
+  wire [3:0] \$137 ;
+  wire [3:0] \$138 ;
+  wire [255:0] \$139 ;
   wire \$14 ;
+  wire \$140 ;
+  wire [16:0] \$141 ;
+  wire \$142 ;
+  wire [3:0] \$143 ;
+  wire [3:0] \$144 ;
+  wire [255:0] \$145 ;
+  wire \$146 ;
+  wire \$147 ;
+  wire [32:0] \$148 ;
+  wire [33:0] \$149 ;
   wire [16:0] \$15 ;
+  wire \$150 ;
+  wire [32:0] \$151 ;
+  wire [33:0] \$152 ;
+  wire \$153 ;
+  wire \$154 ;
+  wire [3:0] \$155 ;
+  wire [3:0] \$156 ;
+  wire [3:0] \$157 ;
+  wire \$158 ;
+  wire \$159 ;
   wire \$16 ;
+  wire \$160 ;
+  wire [2:0] \$161 ;
+  wire [19:0] \$162 ;
+  wire \$163 ;
+  wire [16:0] \$164 ;
+  wire [16:0] \$165 ;
+  wire \$166 ;
+  wire [15:0] \$167 ;
+  wire [32:0] \$168 ;
+  wire \$169 ;
   wire [3:0] \$17 ;
+  wire [16:0] \$170 ;
+  wire [16:0] \$171 ;
+  wire [16:0] \$172 ;
+  wire \$173 ;
+  wire [15:0] \$174 ;
+  wire [32:0] \$175 ;
+  wire \$176 ;
+  wire [16:0] \$177 ;
+  wire [16:0] \$178 ;
+  wire [16:0] \$179 ;
   wire [3:0] \$18 ;
+  wire \$180 ;
+  wire [15:0] \$181 ;
+  wire [32:0] \$182 ;
+  wire [16:0] \$183 ;
+  wire [32:0] \$184 ;
+  reg [255:0] \$185 ;
+  reg \$186 ;
+  reg [1:0] \$187 ;
+  reg [31:0] \$188 ;
+  reg [31:0] \$189 ;
   wire [3:0] \$19 ;
+  reg [31:0] \$190 ;
+  reg [31:0] \$191 ;
+  reg [31:0] \$192 ;
+  reg [7:0] \$193 ;
   wire [255:0] \$2 ;
   wire [3:0] \$20 ;
   wire [255:0] \$21 ;
@@ -10870,25 +11109,81 @@ module \dx1_dma_tile.tile.decoder (cmd__tvalid, clk, rst, cmd__tready, decoded, 
   wire [3:0] \$34 ;
   wire [3:0] \$35 ;
   wire [3:0] \$36 ;
-  wire \$37 ;
+  wire [255:0] \$37 ;
   wire \$38 ;
   wire \$39 ;
   wire [3:0] \$4 ;
-  wire [2:0] \$40 ;
-  wire [31:0] \$41 ;
-  wire [19:0] \$42 ;
-  reg [255:0] \$43 ;
-  reg \$44 ;
-  reg [1:0] \$45 ;
-  reg [31:0] \$46 ;
-  reg [31:0] \$47 ;
-  reg [7:0] \$48 ;
+  wire [255:0] \$40 ;
+  wire \$41 ;
+  wire \$42 ;
+  wire [255:0] \$43 ;
+  wire \$44 ;
+  wire \$45 ;
+  wire [255:0] \$46 ;
+  wire \$47 ;
+  wire \$48 ;
+  wire [255:0] \$49 ;
   wire [255:0] \$5 ;
+  wire \$50 ;
+  wire \$51 ;
+  wire [255:0] \$52 ;
+  wire \$53 ;
+  wire \$54 ;
+  wire [255:0] \$55 ;
+  wire \$56 ;
+  wire \$57 ;
+  wire [255:0] \$58 ;
+  wire \$59 ;
   wire \$6 ;
+  wire \$60 ;
+  wire \$61 ;
+  wire \$62 ;
+  wire [255:0] \$63 ;
+  wire \$64 ;
+  wire \$65 ;
+  wire [255:0] \$66 ;
+  wire \$67 ;
+  wire \$68 ;
+  wire [255:0] \$69 ;
   wire \$7 ;
+  wire \$70 ;
+  wire \$71 ;
+  wire [255:0] \$72 ;
+  wire \$73 ;
+  wire \$74 ;
+  wire [255:0] \$75 ;
+  wire \$76 ;
+  wire \$77 ;
+  wire [255:0] \$78 ;
+  wire \$79 ;
   wire \$8 ;
+  wire \$80 ;
+  wire [255:0] \$81 ;
+  wire \$82 ;
+  wire \$83 ;
+  wire [255:0] \$84 ;
+  wire \$85 ;
+  wire \$86 ;
+  wire \$87 ;
+  wire \$88 ;
+  wire \$89 ;
   wire \$9 ;
+  wire \$90 ;
+  wire [32:0] \$91 ;
+  wire [16:0] \$92 ;
+  wire [34:0] \$93 ;
+  wire \$94 ;
+  wire \$95 ;
+  wire \$96 ;
+  wire \$97 ;
+  wire \$98 ;
+  wire [32:0] \$99 ;
+  reg \$signal ;
+  reg \$signal$10 ;
+  reg \$signal$11 ;
+  reg \$signal$9 ;
   reg [31:0] a_rows = 32'd0;
+  reg [31:0] b_last = 32'd0;
   reg [31:0] b_rows = 32'd0;
   input clk;
   wire clk;
@@ -10898,8 +11193,10 @@ module \dx1_dma_tile.tile.decoder (cmd__tvalid, clk, rst, cmd__tready, decoded, 
   wire cmd__tready;
   input cmd__tvalid;
   wire cmd__tvalid;
+  reg [31:0] col_last = 32'd0;
   output [255:0] command;
   reg [255:0] command = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+  reg [31:0] d_last = 32'd0;
   output decoded;
   wire decoded;
   output holding;
@@ -10912,12 +11209,6 @@ module \dx1_dma_tile.tile.decoder (cmd__tvalid, clk, rst, cmd__tready, decoded, 
   reg [7:0] status_next;
   input take;
   wire take;
-  always @(posedge clk)
-    a_rows <= \$46 ;
-  always @(posedge clk)
-    b_rows <= \$47 ;
-  always @(posedge clk)
-    status <= \$48 ;
   assign cmd__tready = ~ holding;
   assign \$1  = stage == 2'h2;
   assign decoded = holding & \$1 ;
@@ -10953,39 +11244,148 @@ module \dx1_dma_tile.tile.decoder (cmd__tvalid, clk, rst, cmd__tready, decoded, 
   assign \$34  = \$24  ? 4'h4 : \$33 ;
   assign \$35  = \$23  ? 4'h3 : \$34 ;
   assign \$36  = \$22  ? 4'h2 : \$35 ;
-  assign \$37  = cmd__tvalid & cmd__tready;
-  assign \$38  = stage != 2'h2;
-  assign \$39  = holding & \$38 ;
-  assign \$40  = stage + 1'h1;
-  assign \$41  = command[143:128] * command[127:112];
-  assign \$42  = command[143:128] * 4'h8;
+  assign \$38  = | \$37 ;
+  assign \$39  = command[45:40] > 1'h0;
+  assign \$41  = | \$40 ;
+  assign \$42  = command[45:40] > 1'h0;
+  assign \$44  = | \$43 ;
+  assign \$45  = command[45:40] > 6'h2f;
+  assign \$47  = | \$46 ;
+  assign \$48  = command[45:40] > 1'h0;
+  assign \$50  = | \$49 ;
+  assign \$51  = command[45:40] > 1'h0;
+  assign \$53  = | \$52 ;
+  assign \$54  = command[45:40] > 6'h2f;
+  assign \$56  = | \$55 ;
+  assign \$57  = command[45:40] > 5'h1f;
+  assign \$59  = | \$58 ;
+  assign \$60  = command[45:40] > 1'h0;
+  assign \$61  = $signed(command[223:192]) > $signed(command[255:224]);
+  assign \$62  = \$60  | \$61 ;
+  assign \$64  = | \$63 ;
+  assign \$65  = command[45:40] > 1'h0;
+  assign \$67  = | \$66 ;
+  assign \$68  = command[45:40] > 1'h0;
+  assign \$70  = | \$69 ;
+  assign \$71  = command[45:40] > 1'h0;
+  assign \$73  = | \$72 ;
+  assign \$74  = command[45:40] > 1'h0;
+  assign \$76  = | \$75 ;
+  assign \$77  = command[45:40] > 6'h2f;
+  assign \$79  = | \$78 ;
+  assign \$80  = command[45:40] > 1'h0;
+  assign \$82  = | \$81 ;
+  assign \$83  = command[45:40] > 5'h10;
+  assign \$85  = | \$84 ;
+  assign \$86  = ! command[127:112];
+  assign \$87  = ! command[63:48];
+  assign \$88  = \$86  | \$87 ;
+  assign \$89  = ~ command[8];
+  assign \$91  = command[79:64] + a_rows;
+  assign \$92  = command[63:48] - 1'h1;
+  assign \$93  = $signed({ 1'h0, \$91  }) + $signed(\$92 );
+  assign \$94  = $signed(\$93 ) >= $signed(14'h1000);
+  assign \$95  = \$90  & \$94 ;
+  assign \$97  = ~ command[9];
+  assign \$98  = \$signal$10  & \$97 ;
+  assign \$99  = command[95:80] + b_last;
+  assign \$100  = \$99  + col_last;
+  assign \$101  = \$100  >= 13'h1000;
+  assign \$102  = \$98  & \$101 ;
+  assign \$103  = \$96  | \$102 ;
+  assign \$104  = ~ command[10];
+  assign \$106  = command[111:96] + d_last;
+  assign \$107  = command[63:48] - 1'h1;
+  assign \$108  = \$signal$11  ? 17'h00000 : \$107 ;
+  assign \$109  = $signed({ 1'h0, \$106  }) + $signed(\$108 );
+  assign \$110  = $signed(\$109 ) >= $signed(14'h1000);
+  assign \$111  = \$105  & \$110 ;
+  assign \$112  = \$103  | \$111 ;
+  assign \$114  = command[79:64] + a_rows;
+  assign \$115  = command[63:48] - 1'h1;
+  assign \$116  = $signed({ 1'h0, \$114  }) + $signed(\$115 );
+  assign \$117  = $signed(\$116 ) >= $signed(12'h400);
+  assign \$118  = \$113  & \$117 ;
+  assign \$120  = \$signal$10  & command[9];
+  assign \$121  = command[95:80] + b_last;
+  assign \$122  = \$121  + col_last;
+  assign \$123  = \$122  >= 11'h400;
+  assign \$124  = \$120  & \$123 ;
+  assign \$125  = \$119  | \$124 ;
+  assign \$127  = command[111:96] + d_last;
+  assign \$128  = command[63:48] - 1'h1;
+  assign \$129  = \$signal$11  ? 17'h00000 : \$128 ;
+  assign \$130  = $signed({ 1'h0, \$127  }) + $signed(\$129 );
+  assign \$131  = $signed(\$130 ) >= $signed(12'h400);
+  assign \$132  = \$126  & \$131 ;
+  assign \$133  = \$125  | \$132 ;
+  assign \$134  = \$133  ? 4'h6 : 4'h0;
+  assign \$135  = \$112  ? 4'h5 : \$134 ;
+  assign \$136  = \$signal$9  ? 4'h4 : \$135 ;
+  assign \$137  = \$88  ? 4'h3 : \$136 ;
+  assign \$138  = \$signal  ? 4'h2 : \$137 ;
+  assign \$140  = | \$139 ;
+  assign \$141  = command[79:64] + 7'h41;
+  assign \$142  = \$141  > 13'h1000;
+  assign \$143  = \$142  ? 4'h5 : 4'h0;
+  assign \$144  = \$140  ? 4'h2 : \$143 ;
+  assign \$146  = | \$145 ;
+  assign \$147  = ! command[111:96];
+  assign \$148  = command[79:64] + b_last;
+  assign \$149  = \$148  + 4'h8;
+  assign \$150  = \$149  > 13'h1000;
+  assign \$151  = command[95:80] + col_last;
+  assign \$152  = \$151  + 4'h8;
+  assign \$153  = \$152  > 13'h1000;
+  assign \$154  = \$150  | \$153 ;
+  assign \$155  = \$154  ? 4'h5 : 4'h0;
+  assign \$156  = \$147  ? 4'h3 : \$155 ;
+  assign \$157  = \$146  ? 4'h2 : \$156 ;
+  assign \$158  = cmd__tvalid & cmd__tready;
+  assign \$159  = stage != 2'h2;
+  assign \$160  = holding & \$159 ;
+  assign \$161  = stage + 1'h1;
+  assign \$162  = command[143:128] * 4'h8;
+  assign \$163  = command[7:0] == 2'h3;
+  assign \$164  = command[127:112] - 1'h1;
+  assign \$165  = \$163  ? { 1'h0, command[143:128] } : \$164 ;
+  assign \$166  = command[7:0] == 2'h3;
+  assign \$167  = \$166  ? command[127:112] : command[143:128];
+  assign \$168  = $signed(\$165 ) * $signed({ 1'h0, \$167  });
+  assign \$169  = command[7:0] == 4'hb;
+  assign \$170  = command[111:96] - 1'h1;
+  assign \$171  = command[127:112] - 1'h1;
+  assign \$172  = \$169  ? \$170  : \$171 ;
+  assign \$173  = command[7:0] == 4'hb;
+  assign \$174  = \$173  ? command[127:112] : command[159:144];
+  assign \$175  = $signed(\$172 ) * $signed({ 1'h0, \$174  });
+  assign \$176  = command[7:0] == 4'hb;
+  assign \$177  = command[111:96] - 1'h1;
+  assign \$178  = command[63:48] - 1'h1;
+  assign \$179  = \$176  ? \$177  : \$178 ;
+  assign \$180  = command[7:0] == 4'hb;
+  assign \$181  = \$180  ? command[143:128] : command[175:160];
+  assign \$182  = $signed(\$179 ) * $signed({ 1'h0, \$181  });
+  assign \$183  = command[127:112] - 1'h1;
+  assign \$184  = $signed(\$183 ) * $signed({ 1'h0, command[191:176] });
   always @(posedge clk)
-    command <= \$43 ;
+    command <= \$185 ;
   always @(posedge clk)
-    holding <= \$44 ;
+    holding <= \$186 ;
   always @(posedge clk)
-    stage <= \$45 ;
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$20 ) begin end
-    \$46  = \$41 ;
-    if (rst) begin
-      \$46  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$20 ) begin end
-    \$47  = { 12'h000, \$42  };
-    if (rst) begin
-      \$47  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$20 ) begin end
-    \$48  = status_next;
-    if (rst) begin
-      \$48  = 8'h00;
-    end
-  end
+    stage <= \$187 ;
+  always @(posedge clk)
+    b_rows <= \$188 ;
+  always @(posedge clk)
+    a_rows <= \$189 ;
+  always @(posedge clk)
+    b_last <= \$190 ;
+  always @(posedge clk)
+    col_last <= \$191 ;
+  always @(posedge clk)
+    d_last <= \$192 ;
+  always @(posedge clk)
+    status <= \$193 ;
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$20 ) begin end
     (* full_case = 32'd1 *)
@@ -10996,43 +11396,277 @@ module \dx1_dma_tile.tile.decoder (cmd__tvalid, clk, rst, cmd__tready, decoded, 
           status_next = { 4'h0, \$20  };
       8'h04:
           status_next = { 4'h0, \$36  };
+      8'h09:
+          status_next = { 4'h0, \$138  };
+      8'h0a:
+          status_next = { 4'h0, \$144  };
+      8'h0b:
+          status_next = { 4'h0, \$157  };
       default:
           status_next = 8'h01;
     endcase
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$20 ) begin end
-    \$43  = command;
-    if (\$37 ) begin
-      \$43  = cmd__tdata;
+    \$signal  = 1'h0;
+    casez (command[7:0])
+      8'h00:
+          /* empty */;
+      8'h03:
+          /* empty */;
+      8'h04:
+          /* empty */;
+      8'h09:
+          (* full_case = 32'd1 *)
+          casez (command[39:32])
+            8'h00:
+                \$signal  = \$38 ;
+            8'h01:
+                \$signal  = \$41 ;
+            8'h02:
+                \$signal  = \$44 ;
+            8'h03:
+                \$signal  = \$47 ;
+            8'h04:
+                \$signal  = \$50 ;
+            8'h05:
+                \$signal  = \$53 ;
+            8'h06:
+                \$signal  = \$56 ;
+            8'h07:
+                \$signal  = \$59 ;
+            8'h08:
+                \$signal  = \$64 ;
+            8'h09:
+                \$signal  = \$67 ;
+            8'h0a:
+                \$signal  = \$70 ;
+            8'h0b:
+                \$signal  = \$73 ;
+            8'h0c:
+                \$signal  = \$76 ;
+            8'h0d:
+                \$signal  = \$79 ;
+            8'h0e:
+                \$signal  = \$82 ;
+            default:
+                \$signal  = \$85 ;
+          endcase
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$20 ) begin end
+    \$signal$9  = 1'h0;
+    casez (command[7:0])
+      8'h00:
+          /* empty */;
+      8'h03:
+          /* empty */;
+      8'h04:
+          /* empty */;
+      8'h09:
+          (* full_case = 32'd1 *)
+          casez (command[39:32])
+            8'h00:
+                \$signal$9  = \$39 ;
+            8'h01:
+                \$signal$9  = \$42 ;
+            8'h02:
+                \$signal$9  = \$45 ;
+            8'h03:
+                \$signal$9  = \$48 ;
+            8'h04:
+                \$signal$9  = \$51 ;
+            8'h05:
+                \$signal$9  = \$54 ;
+            8'h06:
+                \$signal$9  = \$57 ;
+            8'h07:
+                \$signal$9  = \$62 ;
+            8'h08:
+                \$signal$9  = \$65 ;
+            8'h09:
+                \$signal$9  = \$68 ;
+            8'h0a:
+                \$signal$9  = \$71 ;
+            8'h0b:
+                \$signal$9  = \$74 ;
+            8'h0c:
+                \$signal$9  = \$77 ;
+            8'h0d:
+                \$signal$9  = \$80 ;
+            8'h0e:
+                \$signal$9  = \$83 ;
+            default:
+                \$signal$9  = 1'h1;
+          endcase
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$20 ) begin end
+    \$signal$10  = 1'h0;
+    casez (command[7:0])
+      8'h00:
+          /* empty */;
+      8'h03:
+          /* empty */;
+      8'h04:
+          /* empty */;
+      8'h09:
+          casez (command[39:32])
+            8'h00:
+                \$signal$10  = 1'h1;
+            8'h01:
+                \$signal$10  = 1'h1;
+            8'h02:
+                \$signal$10  = 1'h1;
+            8'h03:
+                \$signal$10  = 1'h1;
+            8'h04:
+                \$signal$10  = 1'h1;
+            8'h05:
+                \$signal$10  = 1'h0;
+            8'h06:
+                \$signal$10  = 1'h0;
+            8'h07:
+                \$signal$10  = 1'h0;
+            8'h08:
+                \$signal$10  = 1'h0;
+            8'h09:
+                \$signal$10  = 1'h0;
+            8'h0a:
+                \$signal$10  = 1'h0;
+            8'h0b:
+                \$signal$10  = 1'h0;
+            8'h0c:
+                \$signal$10  = 1'h0;
+            8'h0d:
+                \$signal$10  = 1'h0;
+            8'h0e:
+                \$signal$10  = 1'h0;
+          endcase
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$20 ) begin end
+    \$signal$11  = 1'h0;
+    casez (command[7:0])
+      8'h00:
+          /* empty */;
+      8'h03:
+          /* empty */;
+      8'h04:
+          /* empty */;
+      8'h09:
+          casez (command[39:32])
+            8'h00:
+                \$signal$11  = 1'h0;
+            8'h01:
+                \$signal$11  = 1'h0;
+            8'h02:
+                \$signal$11  = 1'h0;
+            8'h03:
+                \$signal$11  = 1'h0;
+            8'h04:
+                \$signal$11  = 1'h0;
+            8'h05:
+                \$signal$11  = 1'h0;
+            8'h06:
+                \$signal$11  = 1'h0;
+            8'h07:
+                \$signal$11  = 1'h0;
+            8'h08:
+                \$signal$11  = 1'h0;
+            8'h09:
+                \$signal$11  = 1'h1;
+            8'h0a:
+                \$signal$11  = 1'h1;
+            8'h0b:
+                \$signal$11  = 1'h1;
+            8'h0c:
+                \$signal$11  = 1'h0;
+            8'h0d:
+                \$signal$11  = 1'h0;
+            8'h0e:
+                \$signal$11  = 1'h0;
+          endcase
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$20 ) begin end
+    \$185  = command;
+    if (\$158 ) begin
+      \$185  = cmd__tdata;
     end
     if (rst) begin
-      \$43  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+      \$185  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$20 ) begin end
-    \$44  = holding;
-    if (\$37 ) begin
-      \$44  = 1'h1;
+    \$186  = holding;
+    if (\$158 ) begin
+      \$186  = 1'h1;
     end else if (take) begin
-      \$44  = 1'h0;
+      \$186  = 1'h0;
     end
     if (rst) begin
-      \$44  = 1'h0;
+      \$186  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$20 ) begin end
-    \$45  = stage;
-    if (\$37 ) begin
-      \$45  = 2'h0;
+    \$187  = stage;
+    if (\$158 ) begin
+      \$187  = 2'h0;
     end else if (take) begin
-    end else if (\$39 ) begin
-      \$45  = \$40 [1:0];
+    end else if (\$160 ) begin
+      \$187  = \$161 [1:0];
     end
     if (rst) begin
-      \$45  = 2'h0;
+      \$187  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$20 ) begin end
+    \$188  = { 12'h000, \$162  };
+    if (rst) begin
+      \$188  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$20 ) begin end
+    \$189  = \$168 [31:0];
+    if (rst) begin
+      \$189  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$20 ) begin end
+    \$190  = \$175 [31:0];
+    if (rst) begin
+      \$190  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$20 ) begin end
+    \$191  = \$182 [31:0];
+    if (rst) begin
+      \$191  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$20 ) begin end
+    \$192  = \$184 [31:0];
+    if (rst) begin
+      \$192  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$20 ) begin end
+    \$193  = status_next;
+    if (rst) begin
+      \$193  = 8'h00;
     end
   end
   assign { \$2 [31:16], \$2 [7:0] } = 24'h000000;
@@ -11041,16 +11675,66 @@ module \dx1_dma_tile.tile.decoder (cmd__tvalid, clk, rst, cmd__tready, decoded, 
   assign { \$5 [255:144], \$5 [63:32], \$5 [15:9] } = { command[255:144], command[63:32], command[15:9] };
   assign { \$21 [149:64], \$21 [31:16], \$21 [9:0] } = 112'h0000000000000000000000000000;
   assign { \$21 [255:150], \$21 [63:32], \$21 [15:10] } = { command[255:150], command[63:32], command[15:10] };
+  assign { \$37 [191:48], \$37 [39:16], \$37 [10:0] } = 179'h000000000000000000000000000000000000000000000;
+  assign { \$37 [255:192], \$37 [47:40], \$37 [15:11] } = { command[255:192], command[47:40], command[15:11] };
+  assign { \$40 [191:48], \$40 [39:16], \$40 [10:0] } = 179'h000000000000000000000000000000000000000000000;
+  assign { \$40 [255:192], \$40 [47:40], \$40 [15:11] } = { command[255:192], command[47:40], command[15:11] };
+  assign { \$43 [191:48], \$43 [45:16], \$43 [10:0] } = 185'h00000000000000000000000000000000000000000000000;
+  assign { \$43 [255:192], \$43 [47:46], \$43 [15:11] } = { command[255:192], command[47:46], command[15:11] };
+  assign { \$46 [191:48], \$46 [39:16], \$46 [10:0] } = 179'h000000000000000000000000000000000000000000000;
+  assign { \$46 [255:192], \$46 [47:40], \$46 [15:11] } = { command[255:192], command[47:40], command[15:11] };
+  assign { \$49 [191:48], \$49 [39:16], \$49 [10:0] } = 179'h000000000000000000000000000000000000000000000;
+  assign { \$49 [255:192], \$49 [47:40], \$49 [15:11] } = { command[255:192], command[47:40], command[15:11] };
+  assign { \$52 [191:176], \$52 [143:96], \$52 [79:48], \$52 [45:16], \$52 [10], \$52 [8:0] } = 136'h0000000000000000000000000000000000;
+  assign { \$52 [255:192], \$52 [175:144], \$52 [95:80], \$52 [47:46], \$52 [15:11], \$52 [9] } = { command[255:192], command[175:144], command[95:80], command[47:46], command[15:11], command[9] };
+  assign { \$55 [191:176], \$55 [143:96], \$55 [79:48], \$55 [45:16], \$55 [10], \$55 [8:0] } = 136'h0000000000000000000000000000000000;
+  assign { \$55 [255:192], \$55 [175:144], \$55 [95:80], \$55 [47:46], \$55 [15:11], \$55 [9] } = { command[255:192], command[175:144], command[95:80], command[47:46], command[15:11], command[9] };
+  assign { \$58 [255:176], \$58 [143:96], \$58 [79:48], \$58 [39:16], \$58 [10], \$58 [8:0] } = 194'h0000000000000000000000000000000000000000000000000;
+  assign { \$58 [175:144], \$58 [95:80], \$58 [47:40], \$58 [15:11], \$58 [9] } = { command[175:144], command[95:80], command[47:40], command[15:11], command[9] };
+  assign { \$63 [191:176], \$63 [143:96], \$63 [79:48], \$63 [39:16], \$63 [10], \$63 [8:0] } = 130'h000000000000000000000000000000000;
+  assign { \$63 [255:192], \$63 [175:144], \$63 [95:80], \$63 [47:40], \$63 [15:11], \$63 [9] } = { command[255:192], command[175:144], command[95:80], command[47:40], command[15:11], command[9] };
+  assign { \$66 [191:176], \$66 [143:96], \$66 [79:48], \$66 [39:16], \$66 [10], \$66 [8:0] } = 130'h000000000000000000000000000000000;
+  assign { \$66 [255:192], \$66 [175:144], \$66 [95:80], \$66 [47:40], \$66 [15:11], \$66 [9] } = { command[255:192], command[175:144], command[95:80], command[47:40], command[15:11], command[9] };
+  assign { \$69 [191:176], \$69 [143:96], \$69 [79:48], \$69 [39:16], \$69 [10], \$69 [8:0] } = 130'h000000000000000000000000000000000;
+  assign { \$69 [255:192], \$69 [175:144], \$69 [95:80], \$69 [47:40], \$69 [15:11], \$69 [9] } = { command[255:192], command[175:144], command[95:80], command[47:40], command[15:11], command[9] };
+  assign { \$72 [191:176], \$72 [143:96], \$72 [79:48], \$72 [39:16], \$72 [10], \$72 [8:0] } = 130'h000000000000000000000000000000000;
+  assign { \$72 [255:192], \$72 [175:144], \$72 [95:80], \$72 [47:40], \$72 [15:11], \$72 [9] } = { command[255:192], command[175:144], command[95:80], command[47:40], command[15:11], command[9] };
+  assign { \$75 [191:176], \$75 [143:96], \$75 [79:48], \$75 [45:16], \$75 [10], \$75 [8:0] } = 136'h0000000000000000000000000000000000;
+  assign { \$75 [255:192], \$75 [175:144], \$75 [95:80], \$75 [47:46], \$75 [15:11], \$75 [9] } = { command[255:192], command[175:144], command[95:80], command[47:46], command[15:11], command[9] };
+  assign { \$78 [191:176], \$78 [143:96], \$78 [79:48], \$78 [39:16], \$78 [10], \$78 [8:0] } = 130'h000000000000000000000000000000000;
+  assign { \$78 [255:192], \$78 [175:144], \$78 [95:80], \$78 [47:40], \$78 [15:11], \$78 [9] } = { command[255:192], command[175:144], command[95:80], command[47:40], command[15:11], command[9] };
+  assign { \$81 [223:176], \$81 [143:96], \$81 [79:48], \$81 [45:16], \$81 [10], \$81 [8:0] } = 168'h000000000000000000000000000000000000000000;
+  assign { \$81 [255:224], \$81 [175:144], \$81 [95:80], \$81 [47:46], \$81 [15:11], \$81 [9] } = { command[255:224], command[175:144], command[95:80], command[47:46], command[15:11], command[9] };
+  assign { \$84 [255:48], \$84 [45:16], \$84 [10:0] } = 249'h000000000000000000000000000000000000000000000000000000000000000;
+  assign { \$84 [47:46], \$84 [15:11] } = { command[47:46], command[15:11] };
+  assign \$90  = \$89 ;
+  assign \$96  = \$95 ;
+  assign \$105  = \$104 ;
+  assign \$113  = command[8];
+  assign \$119  = \$118 ;
+  assign \$126  = command[10];
+  assign { \$139 [79:64], \$139 [31:16], \$139 [7:0] } = 40'h0000000000;
+  assign { \$139 [255:80], \$139 [63:32], \$139 [15:8] } = { command[255:80], command[63:32], command[15:8] };
+  assign { \$145 [143:64], \$145 [31:16], \$145 [7:0] } = 104'h00000000000000000000000000;
+  assign { \$145 [255:144], \$145 [63:32], \$145 [15:8] } = { command[255:144], command[63:32], command[15:8] };
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_dma_tile.tile.issue$192 (rst, queues_ready, decoded, credit, command, status, take, done__valid, done__tag, done__status, done__opcode, gemm, postop, gemm_done, postop_busy, clk);
+module \dx1_dma_tile.tile.issue$230 (rst, queues_ready, decoded, credit, vector_busy, command, status, take, done__valid, done__tag, done__status, done__opcode, gemm, vector, postop, gemm_done, postop_busy, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$21  = 0;
   wire [4:0] \$1 ;
   wire \$10 ;
   wire \$11 ;
-  reg [3:0] \$12 ;
+  wire \$12 ;
+  wire \$13 ;
+  wire \$14 ;
+  wire \$15 ;
+  wire \$16 ;
+  wire \$17 ;
+  wire \$18 ;
+  wire \$19 ;
   wire [5:0] \$2 ;
+  reg [3:0] \$20 ;
   wire \$3 ;
   wire \$4 ;
   wire \$5 ;
@@ -11092,38 +11776,54 @@ module \dx1_dma_tile.tile.issue$192 (rst, queues_ready, decoded, credit, command
   wire [7:0] status;
   output take;
   reg take;
+  output vector;
+  reg vector;
+  input vector_busy;
+  wire vector_busy;
   assign \$1  = gemm_inflight + gemm;
   assign \$2  = \$1  - gemm_done;
   assign \$3  = ! gemm_inflight;
   assign \$4  = ~ postop_busy;
-  assign idle = \$3  & \$4 ;
-  assign \$5  = decoded & credit;
-  assign \$6  = | status;
-  assign \$7  = ! command[7:0];
-  assign \$8  = \$6  | \$7 ;
-  assign \$9  = command[7:0] == 2'h3;
-  assign \$10  = ~ postop_busy;
-  assign \$11  = \$10  & queues_ready;
+  assign \$5  = \$3  & \$4 ;
+  assign \$6  = ~ vector_busy;
+  assign idle = \$5  & \$6 ;
+  assign \$7  = decoded & credit;
+  assign \$8  = | status;
+  assign \$9  = ! command[7:0];
+  assign \$10  = \$8  | \$9 ;
+  assign \$11  = command[7:0] == 2'h3;
+  assign \$12  = command[7:0] == 4'h9;
+  assign \$13  = command[7:0] == 4'ha;
+  assign \$14  = command[7:0] == 4'hb;
+  assign \$15  = | { \$14 , \$13 , \$12  };
+  assign \$16  = ~ postop_busy;
+  assign \$17  = ~ vector_busy;
+  assign \$18  = \$16  & \$17 ;
+  assign \$19  = \$18  & queues_ready;
   always @(posedge clk)
-    gemm_inflight <= \$12 ;
+    gemm_inflight <= \$20 ;
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$12  = \$2 [3:0];
+    \$20  = \$2 [3:0];
     if (rst) begin
-      \$12  = 4'h0;
+      \$20  = 4'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
     take = 1'h0;
-    if (\$5 ) begin
+    if (\$7 ) begin
       (* full_case = 32'd1 *)
-      if (\$8 ) begin
+      if (\$10 ) begin
         if (idle) begin
           take = 1'h1;
         end
-      end else if (\$9 ) begin
-        if (\$11 ) begin
+      end else if (\$11 ) begin
+        if (\$19 ) begin
+          take = 1'h1;
+        end
+      end else if (\$15 ) begin
+        if (idle) begin
           take = 1'h1;
         end
       end else begin
@@ -11136,8 +11836,8 @@ module \dx1_dma_tile.tile.issue$192 (rst, queues_ready, decoded, credit, command
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
     done__valid = 1'h0;
-    if (\$5 ) begin
-      if (\$8 ) begin
+    if (\$7 ) begin
+      if (\$10 ) begin
         if (idle) begin
           done__valid = 1'h1;
         end
@@ -11147,8 +11847,8 @@ module \dx1_dma_tile.tile.issue$192 (rst, queues_ready, decoded, credit, command
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
     done__tag = 16'h0000;
-    if (\$5 ) begin
-      if (\$8 ) begin
+    if (\$7 ) begin
+      if (\$10 ) begin
         if (idle) begin
           done__tag = command[31:16];
         end
@@ -11158,8 +11858,8 @@ module \dx1_dma_tile.tile.issue$192 (rst, queues_ready, decoded, credit, command
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
     done__status = 8'h00;
-    if (\$5 ) begin
-      if (\$8 ) begin
+    if (\$7 ) begin
+      if (\$10 ) begin
         if (idle) begin
           done__status = status;
         end
@@ -11169,8 +11869,8 @@ module \dx1_dma_tile.tile.issue$192 (rst, queues_ready, decoded, credit, command
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
     done__opcode = 8'h00;
-    if (\$5 ) begin
-      if (\$8 ) begin
+    if (\$7 ) begin
+      if (\$10 ) begin
         if (idle) begin
           done__opcode = command[7:0];
         end
@@ -11180,10 +11880,10 @@ module \dx1_dma_tile.tile.issue$192 (rst, queues_ready, decoded, credit, command
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
     gemm = 1'h0;
-    if (\$5 ) begin
-      if (\$8 ) begin
-      end else if (\$9 ) begin
-        if (\$11 ) begin
+    if (\$7 ) begin
+      if (\$10 ) begin
+      end else if (\$11 ) begin
+        if (\$19 ) begin
           gemm = 1'h1;
         end
       end
@@ -11191,11 +11891,25 @@ module \dx1_dma_tile.tile.issue$192 (rst, queues_ready, decoded, credit, command
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    vector = 1'h0;
+    if (\$7 ) begin
+      if (\$10 ) begin
+      end else if (\$11 ) begin
+      end else if (\$15 ) begin
+        if (idle) begin
+          vector = 1'h1;
+        end
+      end
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
     postop = 1'h0;
-    if (\$5 ) begin
+    if (\$7 ) begin
       (* full_case = 32'd1 *)
-      if (\$8 ) begin
-      end else if (\$9 ) begin
+      if (\$10 ) begin
+      end else if (\$11 ) begin
+      end else if (\$15 ) begin
       end else begin
         if (idle) begin
           postop = 1'h1;
@@ -13273,7 +13987,7 @@ module \dx1_dma_tile.tile.spm_ext_read.fifo (rst, r_en, w_port__data, r_rdy, r_d
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_dma_tile.tile.spm_ext_write (req__tready, \port$1540$0 , \port$1542$0 , addr, data, en, req__tvalid);
+module \dx1_dma_tile.tile.spm_ext_write (req__tready, \port$4582$0 , \port$4584$0 , addr, data, en, req__tvalid);
   reg \$auto$verilog_backend.cc:2355:dump_module$29  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -13283,10 +13997,10 @@ module \dx1_dma_tile.tile.spm_ext_write (req__tready, \port$1540$0 , \port$1542$
   output en;
   reg en;
   wire grant;
-  input [63:0] \port$1540$0 ;
-  wire [63:0] \port$1540$0 ;
-  input [15:0] \port$1542$0 ;
-  wire [15:0] \port$1542$0 ;
+  input [63:0] \port$4582$0 ;
+  wire [63:0] \port$4582$0 ;
+  input [15:0] \port$4584$0 ;
+  wire [15:0] \port$4584$0 ;
   wire [79:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -13297,14 +14011,14 @@ module \dx1_dma_tile.tile.spm_ext_write (req__tready, \port$1540$0 , \port$1542$
     if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$1542$0 ;
+      addr = \port$4584$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
     data = 64'h0000000000000000;
     if (\$1 ) begin
-      data = \port$1540$0 ;
+      data = \port$4582$0 ;
     end
   end
   always @* begin
@@ -13315,7 +14029,7 @@ module \dx1_dma_tile.tile.spm_ext_write (req__tready, \port$1540$0 , \port$1542$
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$1542$0 , \port$1540$0  };
+  assign req__tdata = { \port$4584$0 , \port$4582$0  };
 endmodule
 
 (* generator = "Amaranth" *)
@@ -13867,4 +14581,10839 @@ module \dx1_dma_tile.tile.streamer.stream_q (rst, w_rdy, r_rdy, r_data, w_port__
   assign w_data = w_port__data;
   assign consume = r_port__addr;
   assign r_port__data = r_data;
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_dma_tile.tile.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, acc_b_data, busy, acc_b_use, spm_b_use, finished, progress, command, start, acc_a_addr, spm_a_addr, acc_b_addr, spm_b_addr, acc_w_en, acc_w_addr, acc_w_data, spm_w_en, spm_w_addr
+, spm_w_data, done__tag, done__opcode, busy_cycles, hits, underflows, overflows, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$32  = 0;
+  wire \$1 ;
+  wire [31:0] \$10 ;
+  wire [31:0] \$11 ;
+  wire [31:0] \$12 ;
+  wire [31:0] \$13 ;
+  wire [31:0] \$14 ;
+  wire [31:0] \$15 ;
+  wire [31:0] \$16 ;
+  wire [31:0] \$17 ;
+  wire [31:0] \$18 ;
+  wire [31:0] \$19 ;
+  wire \$2 ;
+  wire [31:0] \$20 ;
+  wire [31:0] \$21 ;
+  wire [31:0] \$22 ;
+  wire [31:0] \$23 ;
+  wire [31:0] \$24 ;
+  wire \$25 ;
+  wire \$26 ;
+  wire \$27 ;
+  wire \$28 ;
+  wire \$29 ;
+  wire \$3 ;
+  wire \$30 ;
+  wire \$31 ;
+  wire \$32 ;
+  wire \$33 ;
+  wire \$34 ;
+  wire \$35 ;
+  wire \$36 ;
+  wire \$37 ;
+  wire \$38 ;
+  wire \$39 ;
+  wire \$4 ;
+  wire \$40 ;
+  wire \$41 ;
+  wire \$42 ;
+  wire \$43 ;
+  wire [32:0] \$44 ;
+  wire [32:0] \$45 ;
+  wire [32:0] \$46 ;
+  wire [32:0] \$47 ;
+  reg [7:0] \$48 ;
+  reg [5:0] \$49 ;
+  wire \$5 ;
+  reg [31:0] \$50 ;
+  reg [31:0] \$51 ;
+  reg \$52 ;
+  reg \$53 ;
+  reg [15:0] \$54 ;
+  reg [7:0] \$55 ;
+  reg \$56 ;
+  reg [20:0] \$57 ;
+  reg \$58 ;
+  reg [20:0] \$59 ;
+  wire \$6 ;
+  reg \$60 ;
+  reg [20:0] \$61 ;
+  reg \$62 ;
+  reg [20:0] \$63 ;
+  reg \$64 ;
+  reg [20:0] \$65 ;
+  reg \$66 ;
+  reg [20:0] \$67 ;
+  reg \$68 ;
+  reg [20:0] \$69 ;
+  wire \$7 ;
+  reg \$70 ;
+  reg [20:0] \$71 ;
+  reg \$72 ;
+  reg [16:0] \$73 ;
+  reg \$74 ;
+  reg [16:0] \$75 ;
+  reg \$76 ;
+  reg [16:0] \$77 ;
+  reg \$78 ;
+  reg [16:0] \$79 ;
+  wire \$8 ;
+  reg \$80 ;
+  reg [16:0] \$81 ;
+  reg [20:0] \$82 ;
+  reg [31:0] \$83 ;
+  reg [31:0] \$84 ;
+  reg [31:0] \$85 ;
+  reg [31:0] \$86 ;
+  wire [31:0] \$9 ;
+  reg [7:0] \$signal  = 8'h00;
+  (* init = 16'h0000 *)
+  wire [15:0] \$signal$102 ;
+  (* init = 6'h00 *)
+  wire [5:0] \$signal$44 ;
+  (* init = 32'd0 *)
+  wire [31:0] \$signal$46 ;
+  (* init = 32'd0 *)
+  wire [31:0] \$signal$48 ;
+  (* init = 1'h0 *)
+  wire \$signal$50 ;
+  reg \$signal$74 ;
+  reg [15:0] \$signal$75 ;
+  wire [255:0] a;
+  wire [255:0] \a$68 ;
+  wire [31:0] \a$68[0] ;
+  wire [31:0] \a$68[1] ;
+  wire [31:0] \a$68[2] ;
+  wire [31:0] \a$68[3] ;
+  wire [31:0] \a$68[4] ;
+  wire [31:0] \a$68[5] ;
+  wire [31:0] \a$68[6] ;
+  wire [31:0] \a$68[7] ;
+  wire [31:0] \a[0] ;
+  wire [31:0] \a[1] ;
+  wire [31:0] \a[2] ;
+  wire [31:0] \a[3] ;
+  wire [31:0] \a[4] ;
+  wire [31:0] \a[5] ;
+  wire [31:0] \a[6] ;
+  wire [31:0] \a[7] ;
+  wire a_acc;
+  wire [15:0] a_addr;
+  wire a_read;
+  output [15:0] acc_a_addr;
+  reg [15:0] acc_a_addr;
+  input [255:0] acc_a_data;
+  wire [255:0] acc_a_data;
+  output [15:0] acc_b_addr;
+  reg [15:0] acc_b_addr;
+  input [255:0] acc_b_data;
+  wire [255:0] acc_b_data;
+  output acc_b_use;
+  wire acc_b_use;
+  output [15:0] acc_w_addr;
+  reg [15:0] acc_w_addr;
+  output [255:0] acc_w_data;
+  reg [255:0] acc_w_data;
+  output acc_w_en;
+  reg acc_w_en;
+  wire [255:0] b;
+  wire [31:0] \b[0] ;
+  wire [31:0] \b[1] ;
+  wire [31:0] \b[2] ;
+  wire [31:0] \b[3] ;
+  wire [31:0] \b[4] ;
+  wire [31:0] \b[5] ;
+  wire [31:0] \b[6] ;
+  wire [31:0] \b[7] ;
+  wire b_acc;
+  wire [15:0] b_addr;
+  wire b_read;
+  output busy;
+  wire busy;
+  wire \busy$10 ;
+  wire \busy$11 ;
+  wire \busy$12 ;
+  output [31:0] busy_cycles;
+  reg [31:0] busy_cycles = 32'd0;
+  input clk;
+  wire clk;
+  wire [63:0] col;
+  wire [7:0] \col[0] ;
+  wire [7:0] \col[1] ;
+  wire [7:0] \col[2] ;
+  wire [7:0] \col[3] ;
+  wire [7:0] \col[4] ;
+  wire [7:0] \col[5] ;
+  wire [7:0] \col[6] ;
+  wire [7:0] \col[7] ;
+  input [255:0] command;
+  wire [255:0] command;
+  wire [255:0] \command$4 ;
+  wire [255:0] \command$8 ;
+  reg [20:0] ctl_lanes0 = 21'h000000;
+  reg [20:0] ctl_lanes1 = 21'h000000;
+  reg [20:0] ctl_lanes2 = 21'h000000;
+  reg [20:0] ctl_lanes3 = 21'h000000;
+  reg [20:0] ctl_lanes4 = 21'h000000;
+  reg [20:0] ctl_lanes5 = 21'h000000;
+  reg [20:0] ctl_lanes6 = 21'h000000;
+  reg [20:0] ctl_lanes7 = 21'h000000;
+  reg [16:0] ctl_reduce0 = 17'h00000;
+  reg [16:0] ctl_reduce1 = 17'h00000;
+  reg [16:0] ctl_reduce2 = 17'h00000;
+  reg [16:0] ctl_reduce3 = 17'h00000;
+  reg [16:0] ctl_reduce4 = 17'h00000;
+  reg d_acc = 1'h0;
+  (* init = 1'h0 *)
+  wire \d_acc$64 ;
+  (* init = 1'h0 *)
+  wire \d_acc$71 ;
+  reg [20:0] div_ctl = 21'h000000;
+  wire \div_ctl.d_acc ;
+  wire [15:0] \div_ctl.d_addr ;
+  wire \div_ctl.end ;
+  wire \div_ctl.first ;
+  wire \div_ctl.last ;
+  wire \div_ctl.valid ;
+  wire done;
+  wire \done$98 ;
+  wire \done$99 ;
+  output [7:0] done__opcode;
+  reg [7:0] done__opcode = 8'h00;
+  wire [7:0] done__status;
+  output [15:0] done__tag;
+  reg [15:0] done__tag = 16'h0000;
+  wire done__valid;
+  output finished;
+  wire finished;
+  wire first;
+  output [31:0] hits;
+  reg [31:0] hits = 32'd0;
+  wire [3:0] \hits$134 ;
+  reg [31:0] imm = 32'd0;
+  reg [31:0] imm2 = 32'd0;
+  wire is_reduce;
+  wire lanes_step;
+  wire last;
+  wire load;
+  wire \load$90 ;
+  (* init = 8'h00 *)
+  wire [7:0] opcode;
+  wire [255:0] out;
+  wire [255:0] \out$79 ;
+  wire [31:0] \out$79[0] ;
+  wire [31:0] \out$79[1] ;
+  wire [31:0] \out$79[2] ;
+  wire [31:0] \out$79[3] ;
+  wire [31:0] \out$79[4] ;
+  wire [31:0] \out$79[5] ;
+  wire [31:0] \out$79[6] ;
+  wire [31:0] \out$79[7] ;
+  wire [255:0] \out$81 ;
+  wire [31:0] \out$81[0] ;
+  wire [31:0] \out$81[1] ;
+  wire [31:0] \out$81[2] ;
+  wire [31:0] \out$81[3] ;
+  wire [31:0] \out$81[4] ;
+  wire [31:0] \out$81[5] ;
+  wire [31:0] \out$81[6] ;
+  wire [31:0] \out$81[7] ;
+  wire [31:0] \out[0] ;
+  wire [31:0] \out[1] ;
+  wire [31:0] \out[2] ;
+  wire [31:0] \out[3] ;
+  wire [31:0] \out[4] ;
+  wire [31:0] \out[5] ;
+  wire [31:0] \out[6] ;
+  wire [31:0] \out[7] ;
+  wire out_valid;
+  output [31:0] overflows;
+  reg [31:0] overflows = 32'd0;
+  wire [3:0] \overflows$138 ;
+  output progress;
+  wire progress;
+  wire read;
+  wire \read$93 ;
+  wire [255:0] row;
+  wire [255:0] \row$32 ;
+  wire [31:0] \row$32[0] ;
+  wire [31:0] \row$32[1] ;
+  wire [31:0] \row$32[2] ;
+  wire [31:0] \row$32[3] ;
+  wire [31:0] \row$32[4] ;
+  wire [31:0] \row$32[5] ;
+  wire [31:0] \row$32[6] ;
+  wire [31:0] \row$32[7] ;
+  wire [63:0] \row$91 ;
+  wire [7:0] \row$91[0] ;
+  wire [7:0] \row$91[1] ;
+  wire [7:0] \row$91[2] ;
+  wire [7:0] \row$91[3] ;
+  wire [7:0] \row$91[4] ;
+  wire [7:0] \row$91[5] ;
+  wire [7:0] \row$91[6] ;
+  wire [7:0] \row$91[7] ;
+  wire [31:0] \row[0] ;
+  wire [31:0] \row[1] ;
+  wire [31:0] \row[2] ;
+  wire [31:0] \row[3] ;
+  wire [31:0] \row[4] ;
+  wire [31:0] \row[5] ;
+  wire [31:0] \row[6] ;
+  wire [31:0] \row[7] ;
+  input rst;
+  wire rst;
+  reg serial = 1'h0;
+  reg [5:0] shift = 6'h00;
+  (* init = 6'h00 *)
+  wire [5:0] \shift$70 ;
+  output [15:0] spm_a_addr;
+  reg [15:0] spm_a_addr;
+  input [63:0] spm_a_data;
+  wire [63:0] spm_a_data;
+  wire [15:0] spm_addr;
+  wire [15:0] \spm_addr$21 ;
+  output [15:0] spm_b_addr;
+  reg [15:0] spm_b_addr;
+  input [63:0] spm_b_data;
+  wire [63:0] spm_b_data;
+  output spm_b_use;
+  wire spm_b_use;
+  wire spm_read;
+  wire spm_use;
+  output [15:0] spm_w_addr;
+  reg [15:0] spm_w_addr;
+  output [63:0] spm_w_data;
+  reg [63:0] spm_w_data;
+  output spm_w_en;
+  reg spm_w_en;
+  wire [15:0] src_addr;
+  input start;
+  wire start;
+  wire \start$3 ;
+  wire \start$5 ;
+  wire \start$67 ;
+  wire \start$7 ;
+  wire [20:0] step;
+  wire \step.d_acc ;
+  wire [15:0] \step.d_addr ;
+  wire \step.end ;
+  wire \step.first ;
+  wire \step.last ;
+  wire \step.valid ;
+  wire [15:0] table_data;
+  wire [15:0] \table_data$56 ;
+  wire [8:0] table_index;
+  wire [8:0] \table_index$54 ;
+  wire table_we;
+  wire \table_we$52 ;
+  wire [255:0] terms;
+  wire [31:0] \terms[0] ;
+  wire [31:0] \terms[1] ;
+  wire [31:0] \terms[2] ;
+  wire [31:0] \terms[3] ;
+  wire [31:0] \terms[4] ;
+  wire [31:0] \terms[5] ;
+  wire [31:0] \terms[6] ;
+  wire [31:0] \terms[7] ;
+  output [31:0] underflows;
+  reg [31:0] underflows = 32'd0;
+  wire [3:0] \underflows$136 ;
+  wire v_start;
+  wire valid;
+  wire \valid$58 ;
+  reg valid_lanes0 = 1'h0;
+  reg valid_lanes1 = 1'h0;
+  reg valid_lanes2 = 1'h0;
+  reg valid_lanes3 = 1'h0;
+  reg valid_lanes4 = 1'h0;
+  reg valid_lanes5 = 1'h0;
+  reg valid_lanes6 = 1'h0;
+  reg valid_lanes7 = 1'h0;
+  reg valid_reduce0 = 1'h0;
+  reg valid_reduce1 = 1'h0;
+  reg valid_reduce2 = 1'h0;
+  reg valid_reduce3 = 1'h0;
+  reg valid_reduce4 = 1'h0;
+  wire [3:0] vop;
+  wire [3:0] \vop$63 ;
+  wire [3:0] \vop$69 ;
+  wire [15:0] w_addr;
+  wire w_en;
+  reg w_end;
+  reg [255:0] w_row;
+  wire [31:0] \w_row[0] ;
+  wire [31:0] \w_row[1] ;
+  wire [31:0] \w_row[2] ;
+  wire [31:0] \w_row[3] ;
+  wire [31:0] \w_row[4] ;
+  wire [31:0] \w_row[5] ;
+  wire [31:0] \w_row[6] ;
+  wire [31:0] \w_row[7] ;
+  wire written;
+  assign spm_b_use = b_read & \$8 ;
+  assign \$9  = a_acc ? acc_a_data[31:0] : { spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7:0] };
+  assign \$10  = a_acc ? acc_a_data[63:32] : { spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15:8] };
+  assign \$11  = a_acc ? acc_a_data[95:64] : { spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23:16] };
+  assign \$12  = a_acc ? acc_a_data[127:96] : { spm_a_data[31], spm_a_data[31], spm_a_data[31], spm_a_data[31], spm_a_data[31], spm_a_data[31], spm_a_data[31], spm_a_data[31], spm_a_data[31], spm_a_data[31], spm_a_data[31], spm_a_data[31], spm_a_data[31], spm_a_data[31], spm_a_data[31], spm_a_data[31], spm_a_data[31], spm_a_data[31], spm_a_data[31], spm_a_data[31], spm_a_data[31], spm_a_data[31], spm_a_data[31], spm_a_data[31], spm_a_data[31:24] };
+  assign \$13  = a_acc ? acc_a_data[159:128] : { spm_a_data[39], spm_a_data[39], spm_a_data[39], spm_a_data[39], spm_a_data[39], spm_a_data[39], spm_a_data[39], spm_a_data[39], spm_a_data[39], spm_a_data[39], spm_a_data[39], spm_a_data[39], spm_a_data[39], spm_a_data[39], spm_a_data[39], spm_a_data[39], spm_a_data[39], spm_a_data[39], spm_a_data[39], spm_a_data[39], spm_a_data[39], spm_a_data[39], spm_a_data[39], spm_a_data[39], spm_a_data[39:32] };
+  assign \$14  = a_acc ? acc_a_data[191:160] : { spm_a_data[47], spm_a_data[47], spm_a_data[47], spm_a_data[47], spm_a_data[47], spm_a_data[47], spm_a_data[47], spm_a_data[47], spm_a_data[47], spm_a_data[47], spm_a_data[47], spm_a_data[47], spm_a_data[47], spm_a_data[47], spm_a_data[47], spm_a_data[47], spm_a_data[47], spm_a_data[47], spm_a_data[47], spm_a_data[47], spm_a_data[47], spm_a_data[47], spm_a_data[47], spm_a_data[47], spm_a_data[47:40] };
+  assign \$15  = a_acc ? acc_a_data[223:192] : { spm_a_data[55], spm_a_data[55], spm_a_data[55], spm_a_data[55], spm_a_data[55], spm_a_data[55], spm_a_data[55], spm_a_data[55], spm_a_data[55], spm_a_data[55], spm_a_data[55], spm_a_data[55], spm_a_data[55], spm_a_data[55], spm_a_data[55], spm_a_data[55], spm_a_data[55], spm_a_data[55], spm_a_data[55], spm_a_data[55], spm_a_data[55], spm_a_data[55], spm_a_data[55], spm_a_data[55], spm_a_data[55:48] };
+  assign \$16  = a_acc ? acc_a_data[255:224] : { spm_a_data[63], spm_a_data[63], spm_a_data[63], spm_a_data[63], spm_a_data[63], spm_a_data[63], spm_a_data[63], spm_a_data[63], spm_a_data[63], spm_a_data[63], spm_a_data[63], spm_a_data[63], spm_a_data[63], spm_a_data[63], spm_a_data[63], spm_a_data[63], spm_a_data[63], spm_a_data[63], spm_a_data[63], spm_a_data[63], spm_a_data[63], spm_a_data[63], spm_a_data[63], spm_a_data[63], spm_a_data[63:56] };
+  assign \$17  = b_acc ? acc_b_data[31:0] : { spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7:0] };
+  assign \$18  = b_acc ? acc_b_data[63:32] : { spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15:8] };
+  assign \$19  = b_acc ? acc_b_data[95:64] : { spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23:16] };
+  assign \$20  = b_acc ? acc_b_data[127:96] : { spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31:24] };
+  assign \$21  = b_acc ? acc_b_data[159:128] : { spm_b_data[39], spm_b_data[39], spm_b_data[39], spm_b_data[39], spm_b_data[39], spm_b_data[39], spm_b_data[39], spm_b_data[39], spm_b_data[39], spm_b_data[39], spm_b_data[39], spm_b_data[39], spm_b_data[39], spm_b_data[39], spm_b_data[39], spm_b_data[39], spm_b_data[39], spm_b_data[39], spm_b_data[39], spm_b_data[39], spm_b_data[39], spm_b_data[39], spm_b_data[39], spm_b_data[39], spm_b_data[39:32] };
+  assign \$22  = b_acc ? acc_b_data[191:160] : { spm_b_data[47], spm_b_data[47], spm_b_data[47], spm_b_data[47], spm_b_data[47], spm_b_data[47], spm_b_data[47], spm_b_data[47], spm_b_data[47], spm_b_data[47], spm_b_data[47], spm_b_data[47], spm_b_data[47], spm_b_data[47], spm_b_data[47], spm_b_data[47], spm_b_data[47], spm_b_data[47], spm_b_data[47], spm_b_data[47], spm_b_data[47], spm_b_data[47], spm_b_data[47], spm_b_data[47], spm_b_data[47:40] };
+  assign \$23  = b_acc ? acc_b_data[223:192] : { spm_b_data[55], spm_b_data[55], spm_b_data[55], spm_b_data[55], spm_b_data[55], spm_b_data[55], spm_b_data[55], spm_b_data[55], spm_b_data[55], spm_b_data[55], spm_b_data[55], spm_b_data[55], spm_b_data[55], spm_b_data[55], spm_b_data[55], spm_b_data[55], spm_b_data[55], spm_b_data[55], spm_b_data[55], spm_b_data[55], spm_b_data[55], spm_b_data[55], spm_b_data[55], spm_b_data[55], spm_b_data[55:48] };
+  assign \$24  = b_acc ? acc_b_data[255:224] : { spm_b_data[63], spm_b_data[63], spm_b_data[63], spm_b_data[63], spm_b_data[63], spm_b_data[63], spm_b_data[63], spm_b_data[63], spm_b_data[63], spm_b_data[63], spm_b_data[63], spm_b_data[63], spm_b_data[63], spm_b_data[63], spm_b_data[63], spm_b_data[63], spm_b_data[63], spm_b_data[63], spm_b_data[63], spm_b_data[63], spm_b_data[63], spm_b_data[63], spm_b_data[63], spm_b_data[63], spm_b_data[63:56] };
+  assign \$25  = ~ serial;
+  assign lanes_step = step[0] & \$25 ;
+  assign \$26  = \$signal  == 4'h9;
+  assign \$27  = \$signal  == 4'ha;
+  assign \$28  = \$signal  == 4'hb;
+  assign is_reduce = | { \$28 , \$27 , \$26  };
+  assign \valid$58  = valid_lanes7 & is_reduce;
+  assign \start$67  = step[0] & serial;
+  assign \$29  = ~ is_reduce;
+  assign \$30  = valid_lanes7 & \$29 ;
+  assign \$31  = \$signal$74  & d_acc;
+  assign \$32  = ~ d_acc;
+  assign \$33  = \$signal$74  & \$32 ;
+  assign \$34  = \$signal$74  & w_end;
+  assign \$35  = \$34  | \done$98 ;
+  assign finished = \$35  | \done$99 ;
+  assign \$36  = a_read | table_we;
+  assign \$37  = \$36  | spm_read;
+  assign \$38  = \$37  | spm_w_en;
+  assign progress = \$38  | acc_w_en;
+  assign \$39  = command[39:32] == 4'hc;
+  assign \$40  = command[39:32] == 4'hd;
+  assign \$41  = | { \$40 , \$39  };
+  assign \$42  = valid_lanes7 & ctl_lanes7[2];
+  assign \$43  = step[0] & serial;
+  assign \$44  = busy_cycles + 1'h1;
+  assign \$45  = hits + \hits$134 ;
+  assign \$46  = underflows + \underflows$136 ;
+  assign \$47  = overflows + \overflows$138 ;
+  always @(posedge clk)
+    \$signal  <= \$48 ;
+  always @(posedge clk)
+    shift <= \$49 ;
+  always @(posedge clk)
+    imm <= \$50 ;
+  always @(posedge clk)
+    imm2 <= \$51 ;
+  always @(posedge clk)
+    d_acc <= \$52 ;
+  always @(posedge clk)
+    serial <= \$53 ;
+  always @(posedge clk)
+    done__tag <= \$54 ;
+  always @(posedge clk)
+    done__opcode <= \$55 ;
+  always @(posedge clk)
+    valid_lanes0 <= \$56 ;
+  always @(posedge clk)
+    ctl_lanes0 <= \$57 ;
+  always @(posedge clk)
+    valid_lanes1 <= \$58 ;
+  always @(posedge clk)
+    ctl_lanes1 <= \$59 ;
+  always @(posedge clk)
+    valid_lanes2 <= \$60 ;
+  always @(posedge clk)
+    ctl_lanes2 <= \$61 ;
+  always @(posedge clk)
+    valid_lanes3 <= \$62 ;
+  always @(posedge clk)
+    ctl_lanes3 <= \$63 ;
+  always @(posedge clk)
+    valid_lanes4 <= \$64 ;
+  always @(posedge clk)
+    ctl_lanes4 <= \$65 ;
+  always @(posedge clk)
+    valid_lanes5 <= \$66 ;
+  always @(posedge clk)
+    ctl_lanes5 <= \$67 ;
+  always @(posedge clk)
+    valid_lanes6 <= \$68 ;
+  always @(posedge clk)
+    ctl_lanes6 <= \$69 ;
+  always @(posedge clk)
+    valid_lanes7 <= \$70 ;
+  always @(posedge clk)
+    ctl_lanes7 <= \$71 ;
+  always @(posedge clk)
+    valid_reduce0 <= \$72 ;
+  always @(posedge clk)
+    ctl_reduce0 <= \$73 ;
+  always @(posedge clk)
+    valid_reduce1 <= \$74 ;
+  always @(posedge clk)
+    ctl_reduce1 <= \$75 ;
+  always @(posedge clk)
+    valid_reduce2 <= \$76 ;
+  always @(posedge clk)
+    ctl_reduce2 <= \$77 ;
+  always @(posedge clk)
+    valid_reduce3 <= \$78 ;
+  always @(posedge clk)
+    ctl_reduce3 <= \$79 ;
+  always @(posedge clk)
+    valid_reduce4 <= \$80 ;
+  always @(posedge clk)
+    ctl_reduce4 <= \$81 ;
+  always @(posedge clk)
+    div_ctl <= \$82 ;
+  always @(posedge clk)
+    busy_cycles <= \$83 ;
+  always @(posedge clk)
+    hits <= \$84 ;
+  always @(posedge clk)
+    underflows <= \$85 ;
+  always @(posedge clk)
+    overflows <= \$86 ;
+  assign \$1  = command[7:0] == 4'h9;
+  assign v_start = start & \$1 ;
+  assign \$2  = command[7:0] == 4'ha;
+  assign \start$5  = start & \$2 ;
+  assign \$3  = command[7:0] == 4'hb;
+  assign \start$7  = start & \$3 ;
+  assign \$4  = \busy$10  | \busy$11 ;
+  assign busy = \$4  | \busy$12 ;
+  assign \$5  = a_read & a_acc;
+  assign \$6  = ~ a_acc;
+  assign \$7  = a_read & \$6 ;
+  assign acc_b_use = b_read & b_acc;
+  assign \$8  = ~ b_acc;
+  \dx1_dma_tile.tile.vector$242.divider  divider (
+    .a(row),
+    .clk(clk),
+    .\d_acc$74 (d_acc),
+    .done(done),
+    .out(\out$79 ),
+    .rst(rst),
+    .\shift$9 (shift),
+    .start(\start$67 ),
+    .vop(\$signal [3:0])
+  );
+  \dx1_dma_tile.tile.vector$242.lanes  lanes (
+    .a(row),
+    .b(\row$32 ),
+    .clk(clk),
+    .d_acc(d_acc),
+    .hits8(\hits$134 ),
+    .imm(imm),
+    .imm2(imm2),
+    .out(terms),
+    .overs8(\overflows$138 ),
+    .rst(rst),
+    .shift(shift),
+    .table_index(table_index),
+    .table_we(table_we),
+    .unders8(\underflows$136 ),
+    .valid(lanes_step),
+    .vop(\$signal [3:0]),
+    .write__data(table_data)
+  );
+  \dx1_dma_tile.tile.vector$242.reducer  reducer (
+    .clk(clk),
+    .d_acc(d_acc),
+    .out(\out$81 ),
+    .out_valid(out_valid),
+    .\port$5879$1 (ctl_lanes7[2:1]),
+    .rst(rst),
+    .terms(terms),
+    .valid(\valid$58 ),
+    .vop(\$signal [3:0])
+  );
+  \dx1_dma_tile.tile.vector$242.sequencer  sequencer (
+    .a_acc(a_acc),
+    .a_addr(a_addr),
+    .b_acc(b_acc),
+    .b_addr(b_addr),
+    .b_read(b_read),
+    .busy(\busy$10 ),
+    .clk(clk),
+    .command(command),
+    .go(a_read),
+    .pop(\$signal$74 ),
+    .rst(rst),
+    .start(v_start),
+    .step(step)
+  );
+  \dx1_dma_tile.tile.vector$242.table_loader  table_loader (
+    .clk(clk),
+    .done(\done$98 ),
+    .primed(table_we),
+    .rst(rst),
+    .spm_addr(spm_addr),
+    .spm_use(\busy$11 ),
+    .src_addr(command[79:64]),
+    .start(\start$5 ),
+    .table_data(table_data),
+    .table_index(table_index)
+  );
+  \dx1_dma_tile.tile.vector$242.transpose_buffer  transpose_buffer (
+    .clk(clk),
+    .col(col),
+    .load(load),
+    .read(read),
+    .row(spm_a_data),
+    .rst(rst)
+  );
+  \dx1_dma_tile.tile.vector$242.transposer  transposer (
+    .busy(\busy$12 ),
+    .clk(clk),
+    .command(command),
+    .done(\done$99 ),
+    .load(load),
+    .rst(rst),
+    .spm_addr(\spm_addr$21 ),
+    .spm_read(spm_read),
+    .start(\start$7 ),
+    .w_addr(w_addr),
+    .writing(read)
+  );
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    acc_a_addr = 16'h0000;
+    if (\$5 ) begin
+      acc_a_addr = a_addr;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    spm_a_addr = 16'h0000;
+    if (\$7 ) begin
+      spm_a_addr = a_addr;
+    end
+    if (\busy$11 ) begin
+      spm_a_addr = spm_addr;
+    end
+    if (spm_read) begin
+      spm_a_addr = \spm_addr$21 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    acc_b_addr = 16'h0000;
+    if (acc_b_use) begin
+      acc_b_addr = b_addr;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    spm_b_addr = 16'h0000;
+    if (spm_b_use) begin
+      spm_b_addr = b_addr;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    \$signal$74  = 1'h0;
+    if (done) begin
+      \$signal$74  = 1'h1;
+    end else if (out_valid) begin
+      \$signal$74  = 1'h1;
+    end else if (\$30 ) begin
+      \$signal$74  = 1'h1;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    \$signal$75  = 16'h0000;
+    if (done) begin
+      \$signal$75  = div_ctl[19:4];
+    end else if (out_valid) begin
+      \$signal$75  = ctl_reduce4[15:0];
+    end else if (\$30 ) begin
+      \$signal$75  = ctl_lanes7[19:4];
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    w_end = 1'h0;
+    if (done) begin
+      w_end = div_ctl[3];
+    end else if (out_valid) begin
+      w_end = ctl_reduce4[16];
+    end else if (\$30 ) begin
+      w_end = ctl_lanes7[3];
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    w_row = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+    if (done) begin
+      w_row = \out$79 ;
+    end else if (out_valid) begin
+      w_row = \out$81 ;
+    end else if (\$30 ) begin
+      w_row = terms;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    acc_w_en = 1'h0;
+    if (\$31 ) begin
+      acc_w_en = 1'h1;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    acc_w_addr = 16'h0000;
+    if (\$31 ) begin
+      acc_w_addr = \$signal$75 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    acc_w_data = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+    if (\$31 ) begin
+      acc_w_data = w_row;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    spm_w_en = 1'h0;
+    if (\$33 ) begin
+      spm_w_en = 1'h1;
+    end
+    if (read) begin
+      spm_w_en = 1'h1;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    spm_w_addr = 16'h0000;
+    if (\$33 ) begin
+      spm_w_addr = \$signal$75 ;
+    end
+    if (read) begin
+      spm_w_addr = w_addr;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    spm_w_data = 64'h0000000000000000;
+    if (\$33 ) begin
+      spm_w_data = { w_row[231:224], w_row[199:192], w_row[167:160], w_row[135:128], w_row[103:96], w_row[71:64], w_row[39:32], w_row[7:0] };
+    end
+    if (read) begin
+      spm_w_data = col;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    \$48  = \$signal ;
+    if (start) begin
+      \$48  = command[39:32];
+    end
+    if (rst) begin
+      \$48  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    \$49  = shift;
+    if (start) begin
+      \$49  = command[45:40];
+    end
+    if (rst) begin
+      \$49  = 6'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    \$50  = imm;
+    if (start) begin
+      \$50  = command[223:192];
+    end
+    if (rst) begin
+      \$50  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    \$51  = imm2;
+    if (start) begin
+      \$51  = command[255:224];
+    end
+    if (rst) begin
+      \$51  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    \$52  = d_acc;
+    if (start) begin
+      \$52  = command[10];
+    end
+    if (rst) begin
+      \$52  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    \$53  = serial;
+    if (start) begin
+      \$53  = \$41 ;
+    end
+    if (rst) begin
+      \$53  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    \$54  = done__tag;
+    if (start) begin
+      \$54  = command[31:16];
+    end
+    if (rst) begin
+      \$54  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    \$55  = done__opcode;
+    if (start) begin
+      \$55  = command[7:0];
+    end
+    if (rst) begin
+      \$55  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    \$56  = lanes_step;
+    if (rst) begin
+      \$56  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    \$57  = step;
+    if (rst) begin
+      \$57  = 21'h000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    \$58  = valid_lanes0;
+    if (rst) begin
+      \$58  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    \$59  = ctl_lanes0;
+    if (rst) begin
+      \$59  = 21'h000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    \$60  = valid_lanes1;
+    if (rst) begin
+      \$60  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    \$61  = ctl_lanes1;
+    if (rst) begin
+      \$61  = 21'h000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    \$62  = valid_lanes2;
+    if (rst) begin
+      \$62  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    \$63  = ctl_lanes2;
+    if (rst) begin
+      \$63  = 21'h000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    \$64  = valid_lanes3;
+    if (rst) begin
+      \$64  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    \$65  = ctl_lanes3;
+    if (rst) begin
+      \$65  = 21'h000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    \$66  = valid_lanes4;
+    if (rst) begin
+      \$66  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    \$67  = ctl_lanes4;
+    if (rst) begin
+      \$67  = 21'h000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    \$68  = valid_lanes5;
+    if (rst) begin
+      \$68  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    \$69  = ctl_lanes5;
+    if (rst) begin
+      \$69  = 21'h000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    \$70  = valid_lanes6;
+    if (rst) begin
+      \$70  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    \$71  = ctl_lanes6;
+    if (rst) begin
+      \$71  = 21'h000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    \$72  = \$42 ;
+    if (rst) begin
+      \$72  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    \$73  = { ctl_lanes7[3], ctl_lanes7[19:4] };
+    if (rst) begin
+      \$73  = 17'h00000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    \$74  = valid_reduce0;
+    if (rst) begin
+      \$74  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    \$75  = ctl_reduce0;
+    if (rst) begin
+      \$75  = 17'h00000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    \$76  = valid_reduce1;
+    if (rst) begin
+      \$76  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    \$77  = ctl_reduce1;
+    if (rst) begin
+      \$77  = 17'h00000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    \$78  = valid_reduce2;
+    if (rst) begin
+      \$78  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    \$79  = ctl_reduce2;
+    if (rst) begin
+      \$79  = 17'h00000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    \$80  = valid_reduce3;
+    if (rst) begin
+      \$80  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    \$81  = ctl_reduce3;
+    if (rst) begin
+      \$81  = 17'h00000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    \$82  = div_ctl;
+    if (\$43 ) begin
+      \$82  = step;
+    end
+    if (rst) begin
+      \$82  = 21'h000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    \$83  = busy_cycles;
+    if (busy) begin
+      \$83  = \$44 [31:0];
+    end
+    if (rst) begin
+      \$83  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    \$84  = hits;
+    if (valid_lanes7) begin
+      \$84  = \$45 [31:0];
+    end
+    if (rst) begin
+      \$84  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    \$85  = underflows;
+    if (valid_lanes7) begin
+      \$85  = \$46 [31:0];
+    end
+    if (rst) begin
+      \$85  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$32 ) begin end
+    \$86  = overflows;
+    if (valid_lanes7) begin
+      \$86  = \$47 [31:0];
+    end
+    if (rst) begin
+      \$86  = 32'd0;
+    end
+  end
+  assign \start$3  = v_start;
+  assign \command$4  = command;
+  assign src_addr = command[79:64];
+  assign \command$8  = command;
+  assign spm_use = \busy$11 ;
+  assign valid = lanes_step;
+  assign vop = \$signal [3:0];
+  assign a = row;
+  assign b = \row$32 ;
+  assign \$signal$44  = shift;
+  assign \$signal$46  = imm;
+  assign \$signal$48  = imm2;
+  assign \$signal$50  = d_acc;
+  assign \table_we$52  = table_we;
+  assign \table_index$54  = table_index;
+  assign \table_data$56  = table_data;
+  assign first = ctl_lanes7[1];
+  assign last = ctl_lanes7[2];
+  assign \vop$63  = \$signal [3:0];
+  assign \d_acc$64  = d_acc;
+  assign out = terms;
+  assign \a$68  = row;
+  assign \vop$69  = \$signal [3:0];
+  assign \shift$70  = shift;
+  assign \d_acc$71  = d_acc;
+  assign written = \$signal$74 ;
+  assign \load$90  = load;
+  assign \row$91  = spm_a_data;
+  assign \read$93  = read;
+  assign w_en = read;
+  assign done__valid = finished;
+  assign \$signal$102  = done__tag;
+  assign done__status = 8'h00;
+  assign opcode = done__opcode;
+  assign \row[0]  = row[31:0];
+  assign \row[1]  = row[63:32];
+  assign \row[2]  = row[95:64];
+  assign \row[3]  = row[127:96];
+  assign \row[4]  = row[159:128];
+  assign \row[5]  = row[191:160];
+  assign \row[6]  = row[223:192];
+  assign \row[7]  = row[255:224];
+  assign \row$32[0]  = \row$32 [31:0];
+  assign \row$32[1]  = \row$32 [63:32];
+  assign \row$32[2]  = \row$32 [95:64];
+  assign \row$32[3]  = \row$32 [127:96];
+  assign \row$32[4]  = \row$32 [159:128];
+  assign \row$32[5]  = \row$32 [191:160];
+  assign \row$32[6]  = \row$32 [223:192];
+  assign \row$32[7]  = \row$32 [255:224];
+  assign \step.valid  = step[0];
+  assign \step.first  = step[1];
+  assign \step.last  = step[2];
+  assign \step.end  = step[3];
+  assign \step.d_addr  = step[19:4];
+  assign \step.d_acc  = step[20];
+  assign \a[0]  = row[31:0];
+  assign \a[1]  = row[63:32];
+  assign \a[2]  = row[95:64];
+  assign \a[3]  = row[127:96];
+  assign \a[4]  = row[159:128];
+  assign \a[5]  = row[191:160];
+  assign \a[6]  = row[223:192];
+  assign \a[7]  = row[255:224];
+  assign \b[0]  = \row$32 [31:0];
+  assign \b[1]  = \row$32 [63:32];
+  assign \b[2]  = \row$32 [95:64];
+  assign \b[3]  = \row$32 [127:96];
+  assign \b[4]  = \row$32 [159:128];
+  assign \b[5]  = \row$32 [191:160];
+  assign \b[6]  = \row$32 [223:192];
+  assign \b[7]  = \row$32 [255:224];
+  assign \terms[0]  = terms[31:0];
+  assign \terms[1]  = terms[63:32];
+  assign \terms[2]  = terms[95:64];
+  assign \terms[3]  = terms[127:96];
+  assign \terms[4]  = terms[159:128];
+  assign \terms[5]  = terms[191:160];
+  assign \terms[6]  = terms[223:192];
+  assign \terms[7]  = terms[255:224];
+  assign \out[0]  = terms[31:0];
+  assign \out[1]  = terms[63:32];
+  assign \out[2]  = terms[95:64];
+  assign \out[3]  = terms[127:96];
+  assign \out[4]  = terms[159:128];
+  assign \out[5]  = terms[191:160];
+  assign \out[6]  = terms[223:192];
+  assign \out[7]  = terms[255:224];
+  assign \a$68[0]  = row[31:0];
+  assign \a$68[1]  = row[63:32];
+  assign \a$68[2]  = row[95:64];
+  assign \a$68[3]  = row[127:96];
+  assign \a$68[4]  = row[159:128];
+  assign \a$68[5]  = row[191:160];
+  assign \a$68[6]  = row[223:192];
+  assign \a$68[7]  = row[255:224];
+  assign \div_ctl.valid  = div_ctl[0];
+  assign \div_ctl.first  = div_ctl[1];
+  assign \div_ctl.last  = div_ctl[2];
+  assign \div_ctl.end  = div_ctl[3];
+  assign \div_ctl.d_addr  = div_ctl[19:4];
+  assign \div_ctl.d_acc  = div_ctl[20];
+  assign \w_row[0]  = w_row[31:0];
+  assign \w_row[1]  = w_row[63:32];
+  assign \w_row[2]  = w_row[95:64];
+  assign \w_row[3]  = w_row[127:96];
+  assign \w_row[4]  = w_row[159:128];
+  assign \w_row[5]  = w_row[191:160];
+  assign \w_row[6]  = w_row[223:192];
+  assign \w_row[7]  = w_row[255:224];
+  assign \out$79[0]  = \out$79 [31:0];
+  assign \out$79[1]  = \out$79 [63:32];
+  assign \out$79[2]  = \out$79 [95:64];
+  assign \out$79[3]  = \out$79 [127:96];
+  assign \out$79[4]  = \out$79 [159:128];
+  assign \out$79[5]  = \out$79 [191:160];
+  assign \out$79[6]  = \out$79 [223:192];
+  assign \out$79[7]  = \out$79 [255:224];
+  assign \out$81[0]  = \out$81 [31:0];
+  assign \out$81[1]  = \out$81 [63:32];
+  assign \out$81[2]  = \out$81 [95:64];
+  assign \out$81[3]  = \out$81 [127:96];
+  assign \out$81[4]  = \out$81 [159:128];
+  assign \out$81[5]  = \out$81 [191:160];
+  assign \out$81[6]  = \out$81 [223:192];
+  assign \out$81[7]  = \out$81 [255:224];
+  assign \row$91[0]  = spm_a_data[7:0];
+  assign \row$91[1]  = spm_a_data[15:8];
+  assign \row$91[2]  = spm_a_data[23:16];
+  assign \row$91[3]  = spm_a_data[31:24];
+  assign \row$91[4]  = spm_a_data[39:32];
+  assign \row$91[5]  = spm_a_data[47:40];
+  assign \row$91[6]  = spm_a_data[55:48];
+  assign \row$91[7]  = spm_a_data[63:56];
+  assign \col[0]  = col[7:0];
+  assign \col[1]  = col[15:8];
+  assign \col[2]  = col[23:16];
+  assign \col[3]  = col[31:24];
+  assign \col[4]  = col[39:32];
+  assign \col[5]  = col[47:40];
+  assign \col[6]  = col[55:48];
+  assign \col[7]  = col[63:56];
+  assign \row$32 [255:224] = \$24 ;
+  assign \row$32 [223:192] = \$23 ;
+  assign \row$32 [191:160] = \$22 ;
+  assign \row$32 [159:128] = \$21 ;
+  assign \row$32 [127:96] = \$20 ;
+  assign \row$32 [95:64] = \$19 ;
+  assign \row$32 [63:32] = \$18 ;
+  assign \row$32 [31:0] = \$17 ;
+  assign row[255:224] = \$16 ;
+  assign row[223:192] = \$15 ;
+  assign row[191:160] = \$14 ;
+  assign row[159:128] = \$13 ;
+  assign row[127:96] = \$12 ;
+  assign row[95:64] = \$11 ;
+  assign row[63:32] = \$10 ;
+  assign row[31:0] = \$9 ;
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_dma_tile.tile.vector$242.divider (rst, start, a, vop, \shift$9 , \d_acc$74 , done, out, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$33  = 0;
+  wire \$1 ;
+  wire [30:0] \$10 ;
+  wire [33:0] \$100 ;
+  wire [34:0] \$1000 ;
+  wire [34:0] \$1001 ;
+  wire [36:0] \$1002 ;
+  wire [33:0] \$1003 ;
+  wire [33:0] \$1004 ;
+  wire [35:0] \$1005 ;
+  wire [1:0] \$1006 ;
+  wire [35:0] \$1007 ;
+  wire [35:0] \$1008 ;
+  wire [36:0] \$1009 ;
+  wire [33:0] \$101 ;
+  wire [33:0] \$1010 ;
+  wire [33:0] \$1011 ;
+  wire [33:0] \$1012 ;
+  wire [33:0] \$1013 ;
+  wire [35:0] \$1014 ;
+  wire [1:0] \$1015 ;
+  wire [35:0] \$1016 ;
+  wire [35:0] \$1017 ;
+  wire [34:0] \$1018 ;
+  wire [34:0] \$1019 ;
+  wire [33:0] \$102 ;
+  wire [34:0] \$1020 ;
+  wire [36:0] \$1021 ;
+  wire [33:0] \$1022 ;
+  wire [33:0] \$1023 ;
+  wire [35:0] \$1024 ;
+  wire [1:0] \$1025 ;
+  wire [35:0] \$1026 ;
+  wire [35:0] \$1027 ;
+  wire [36:0] \$1028 ;
+  wire [35:0] \$1029 ;
+  wire [35:0] \$103 ;
+  wire [34:0] \$1030 ;
+  wire [34:0] \$1031 ;
+  wire [1:0] \$1032 ;
+  wire [35:0] \$1033 ;
+  wire [35:0] \$1034 ;
+  wire [36:0] \$1035 ;
+  wire [32:0] \$1036 ;
+  wire [32:0] \$1037 ;
+  wire [32:0] \$1038 ;
+  wire [32:0] \$1039 ;
+  wire [1:0] \$104 ;
+  wire \$1040 ;
+  wire [34:0] \$1041 ;
+  wire [34:0] \$1042 ;
+  wire [34:0] \$1043 ;
+  wire [34:0] \$1044 ;
+  wire [34:0] \$1045 ;
+  wire [34:0] \$1046 ;
+  wire \$1047 ;
+  wire \$1048 ;
+  wire [31:0] \$1049 ;
+  wire [35:0] \$105 ;
+  wire [31:0] \$1050 ;
+  wire \$1051 ;
+  wire [15:0] \$1052 ;
+  wire \$1053 ;
+  wire \$1054 ;
+  wire \$1055 ;
+  wire [33:0] \$1056 ;
+  wire [33:0] \$1057 ;
+  wire [35:0] \$1058 ;
+  wire [1:0] \$1059 ;
+  wire [35:0] \$106 ;
+  wire [35:0] \$1060 ;
+  wire [35:0] \$1061 ;
+  wire [34:0] \$1062 ;
+  wire [34:0] \$1063 ;
+  wire [34:0] \$1064 ;
+  wire [36:0] \$1065 ;
+  wire [33:0] \$1066 ;
+  wire [33:0] \$1067 ;
+  wire [35:0] \$1068 ;
+  wire [1:0] \$1069 ;
+  wire [34:0] \$107 ;
+  wire [35:0] \$1070 ;
+  wire [35:0] \$1071 ;
+  wire [36:0] \$1072 ;
+  wire [33:0] \$1073 ;
+  wire [33:0] \$1074 ;
+  wire [33:0] \$1075 ;
+  wire [33:0] \$1076 ;
+  wire [35:0] \$1077 ;
+  wire [1:0] \$1078 ;
+  wire [35:0] \$1079 ;
+  wire [34:0] \$108 ;
+  wire [35:0] \$1080 ;
+  wire [34:0] \$1081 ;
+  wire [34:0] \$1082 ;
+  wire [34:0] \$1083 ;
+  wire [36:0] \$1084 ;
+  wire [33:0] \$1085 ;
+  wire [33:0] \$1086 ;
+  wire [35:0] \$1087 ;
+  wire [1:0] \$1088 ;
+  wire [35:0] \$1089 ;
+  wire [34:0] \$109 ;
+  wire [35:0] \$1090 ;
+  wire [36:0] \$1091 ;
+  wire [35:0] \$1092 ;
+  wire [34:0] \$1093 ;
+  wire [34:0] \$1094 ;
+  wire [1:0] \$1095 ;
+  wire [35:0] \$1096 ;
+  wire [35:0] \$1097 ;
+  wire [32:0] \$1098 ;
+  wire [32:0] \$1099 ;
+  wire [30:0] \$11 ;
+  wire [36:0] \$110 ;
+  wire [34:0] \$1100 ;
+  wire [34:0] \$1101 ;
+  wire [34:0] \$1102 ;
+  wire [36:0] \$1103 ;
+  wire [33:0] \$1104 ;
+  wire [33:0] \$1105 ;
+  wire [35:0] \$1106 ;
+  wire [1:0] \$1107 ;
+  wire [35:0] \$1108 ;
+  wire [35:0] \$1109 ;
+  wire [33:0] \$111 ;
+  wire [34:0] \$1110 ;
+  wire [34:0] \$1111 ;
+  wire [34:0] \$1112 ;
+  wire [36:0] \$1113 ;
+  wire [33:0] \$1114 ;
+  wire [33:0] \$1115 ;
+  wire [35:0] \$1116 ;
+  wire [1:0] \$1117 ;
+  wire [35:0] \$1118 ;
+  wire [35:0] \$1119 ;
+  wire [33:0] \$112 ;
+  wire [36:0] \$1120 ;
+  wire [33:0] \$1121 ;
+  wire [33:0] \$1122 ;
+  wire [33:0] \$1123 ;
+  wire [33:0] \$1124 ;
+  wire [35:0] \$1125 ;
+  wire [1:0] \$1126 ;
+  wire [35:0] \$1127 ;
+  wire [35:0] \$1128 ;
+  wire [34:0] \$1129 ;
+  wire [35:0] \$113 ;
+  wire [34:0] \$1130 ;
+  wire [34:0] \$1131 ;
+  wire [36:0] \$1132 ;
+  wire [33:0] \$1133 ;
+  wire [33:0] \$1134 ;
+  wire [35:0] \$1135 ;
+  wire [1:0] \$1136 ;
+  wire [35:0] \$1137 ;
+  wire [35:0] \$1138 ;
+  wire [36:0] \$1139 ;
+  wire [1:0] \$114 ;
+  wire [35:0] \$1140 ;
+  wire [34:0] \$1141 ;
+  wire [34:0] \$1142 ;
+  wire [1:0] \$1143 ;
+  wire [35:0] \$1144 ;
+  wire [35:0] \$1145 ;
+  wire [36:0] \$1146 ;
+  wire [32:0] \$1147 ;
+  wire [32:0] \$1148 ;
+  wire [32:0] \$1149 ;
+  wire [35:0] \$115 ;
+  wire [32:0] \$1150 ;
+  wire \$1151 ;
+  wire [34:0] \$1152 ;
+  wire [34:0] \$1153 ;
+  wire [34:0] \$1154 ;
+  wire [34:0] \$1155 ;
+  wire [34:0] \$1156 ;
+  wire [34:0] \$1157 ;
+  wire \$1158 ;
+  wire \$1159 ;
+  wire [35:0] \$116 ;
+  wire [31:0] \$1160 ;
+  wire [31:0] \$1161 ;
+  wire \$1162 ;
+  wire [15:0] \$1163 ;
+  wire \$1164 ;
+  wire \$1165 ;
+  wire \$1166 ;
+  wire [33:0] \$1167 ;
+  wire [33:0] \$1168 ;
+  wire [35:0] \$1169 ;
+  wire [36:0] \$117 ;
+  wire [1:0] \$1170 ;
+  wire [35:0] \$1171 ;
+  wire [35:0] \$1172 ;
+  wire [34:0] \$1173 ;
+  wire [34:0] \$1174 ;
+  wire [34:0] \$1175 ;
+  wire [36:0] \$1176 ;
+  wire [33:0] \$1177 ;
+  wire [33:0] \$1178 ;
+  wire [35:0] \$1179 ;
+  wire [35:0] \$118 ;
+  wire [1:0] \$1180 ;
+  wire [35:0] \$1181 ;
+  wire [35:0] \$1182 ;
+  wire [36:0] \$1183 ;
+  wire [33:0] \$1184 ;
+  wire [33:0] \$1185 ;
+  wire [33:0] \$1186 ;
+  wire [33:0] \$1187 ;
+  wire [35:0] \$1188 ;
+  wire [1:0] \$1189 ;
+  wire [34:0] \$119 ;
+  wire [35:0] \$1190 ;
+  wire [35:0] \$1191 ;
+  wire [34:0] \$1192 ;
+  wire [34:0] \$1193 ;
+  wire [34:0] \$1194 ;
+  wire [36:0] \$1195 ;
+  wire [33:0] \$1196 ;
+  wire [33:0] \$1197 ;
+  wire [35:0] \$1198 ;
+  wire [1:0] \$1199 ;
+  wire [33:0] \$12 ;
+  wire [34:0] \$120 ;
+  wire [35:0] \$1200 ;
+  wire [35:0] \$1201 ;
+  wire [36:0] \$1202 ;
+  wire [35:0] \$1203 ;
+  wire [34:0] \$1204 ;
+  wire [34:0] \$1205 ;
+  wire [1:0] \$1206 ;
+  wire [35:0] \$1207 ;
+  wire [35:0] \$1208 ;
+  wire [32:0] \$1209 ;
+  wire [1:0] \$121 ;
+  wire [32:0] \$1210 ;
+  wire [34:0] \$1211 ;
+  wire [34:0] \$1212 ;
+  wire [34:0] \$1213 ;
+  wire [36:0] \$1214 ;
+  wire [33:0] \$1215 ;
+  wire [33:0] \$1216 ;
+  wire [35:0] \$1217 ;
+  wire [1:0] \$1218 ;
+  wire [35:0] \$1219 ;
+  wire [35:0] \$122 ;
+  wire [35:0] \$1220 ;
+  wire [34:0] \$1221 ;
+  wire [34:0] \$1222 ;
+  wire [34:0] \$1223 ;
+  wire [36:0] \$1224 ;
+  wire [33:0] \$1225 ;
+  wire [33:0] \$1226 ;
+  wire [35:0] \$1227 ;
+  wire [1:0] \$1228 ;
+  wire [35:0] \$1229 ;
+  wire [35:0] \$123 ;
+  wire [35:0] \$1230 ;
+  wire [36:0] \$1231 ;
+  wire [33:0] \$1232 ;
+  wire [33:0] \$1233 ;
+  wire [33:0] \$1234 ;
+  wire [33:0] \$1235 ;
+  wire [35:0] \$1236 ;
+  wire [1:0] \$1237 ;
+  wire [35:0] \$1238 ;
+  wire [35:0] \$1239 ;
+  wire [32:0] \$124 ;
+  wire [34:0] \$1240 ;
+  wire [34:0] \$1241 ;
+  wire [34:0] \$1242 ;
+  wire [36:0] \$1243 ;
+  wire [33:0] \$1244 ;
+  wire [33:0] \$1245 ;
+  wire [35:0] \$1246 ;
+  wire [1:0] \$1247 ;
+  wire [35:0] \$1248 ;
+  wire [35:0] \$1249 ;
+  wire [32:0] \$125 ;
+  wire [36:0] \$1250 ;
+  wire [35:0] \$1251 ;
+  wire [34:0] \$1252 ;
+  wire [34:0] \$1253 ;
+  wire [1:0] \$1254 ;
+  wire [35:0] \$1255 ;
+  wire [35:0] \$1256 ;
+  wire [36:0] \$1257 ;
+  wire [32:0] \$1258 ;
+  wire [32:0] \$1259 ;
+  wire [34:0] \$126 ;
+  wire [32:0] \$1260 ;
+  wire [32:0] \$1261 ;
+  wire \$1262 ;
+  wire [34:0] \$1263 ;
+  wire [34:0] \$1264 ;
+  wire [34:0] \$1265 ;
+  wire [34:0] \$1266 ;
+  wire [34:0] \$1267 ;
+  wire [34:0] \$1268 ;
+  wire \$1269 ;
+  wire [34:0] \$127 ;
+  wire \$1270 ;
+  wire [31:0] \$1271 ;
+  wire [31:0] \$1272 ;
+  wire \$1273 ;
+  wire [15:0] \$1274 ;
+  wire \$1275 ;
+  wire \$1276 ;
+  wire \$1277 ;
+  wire [33:0] \$1278 ;
+  wire [33:0] \$1279 ;
+  wire [34:0] \$128 ;
+  wire [35:0] \$1280 ;
+  wire [1:0] \$1281 ;
+  wire [35:0] \$1282 ;
+  wire [35:0] \$1283 ;
+  wire [34:0] \$1284 ;
+  wire [34:0] \$1285 ;
+  wire [34:0] \$1286 ;
+  wire [36:0] \$1287 ;
+  wire [33:0] \$1288 ;
+  wire [33:0] \$1289 ;
+  wire \$129 ;
+  wire [35:0] \$1290 ;
+  wire [1:0] \$1291 ;
+  wire [35:0] \$1292 ;
+  wire [35:0] \$1293 ;
+  wire [36:0] \$1294 ;
+  wire [33:0] \$1295 ;
+  wire [33:0] \$1296 ;
+  wire [33:0] \$1297 ;
+  wire [33:0] \$1298 ;
+  wire [35:0] \$1299 ;
+  wire [33:0] \$13 ;
+  wire \$130 ;
+  wire [1:0] \$1300 ;
+  wire [35:0] \$1301 ;
+  wire [35:0] \$1302 ;
+  wire [34:0] \$1303 ;
+  wire [34:0] \$1304 ;
+  wire [34:0] \$1305 ;
+  wire [36:0] \$1306 ;
+  wire [33:0] \$1307 ;
+  wire [33:0] \$1308 ;
+  wire [35:0] \$1309 ;
+  wire \$131 ;
+  wire [1:0] \$1310 ;
+  wire [35:0] \$1311 ;
+  wire [35:0] \$1312 ;
+  wire [36:0] \$1313 ;
+  wire [35:0] \$1314 ;
+  wire [34:0] \$1315 ;
+  wire [34:0] \$1316 ;
+  wire [1:0] \$1317 ;
+  wire [35:0] \$1318 ;
+  wire [35:0] \$1319 ;
+  wire [33:0] \$132 ;
+  wire [32:0] \$1320 ;
+  wire [32:0] \$1321 ;
+  wire [34:0] \$1322 ;
+  wire [34:0] \$1323 ;
+  wire [34:0] \$1324 ;
+  wire [36:0] \$1325 ;
+  wire [33:0] \$1326 ;
+  wire [33:0] \$1327 ;
+  wire [35:0] \$1328 ;
+  wire [1:0] \$1329 ;
+  wire [33:0] \$133 ;
+  wire [35:0] \$1330 ;
+  wire [35:0] \$1331 ;
+  wire [34:0] \$1332 ;
+  wire [34:0] \$1333 ;
+  wire [34:0] \$1334 ;
+  wire [36:0] \$1335 ;
+  wire [33:0] \$1336 ;
+  wire [33:0] \$1337 ;
+  wire [35:0] \$1338 ;
+  wire [1:0] \$1339 ;
+  wire [35:0] \$134 ;
+  wire [35:0] \$1340 ;
+  wire [35:0] \$1341 ;
+  wire [36:0] \$1342 ;
+  wire [33:0] \$1343 ;
+  wire [33:0] \$1344 ;
+  wire [33:0] \$1345 ;
+  wire [33:0] \$1346 ;
+  wire [35:0] \$1347 ;
+  wire [1:0] \$1348 ;
+  wire [35:0] \$1349 ;
+  wire [1:0] \$135 ;
+  wire [35:0] \$1350 ;
+  wire [34:0] \$1351 ;
+  wire [34:0] \$1352 ;
+  wire [34:0] \$1353 ;
+  wire [36:0] \$1354 ;
+  wire [33:0] \$1355 ;
+  wire [33:0] \$1356 ;
+  wire [35:0] \$1357 ;
+  wire [1:0] \$1358 ;
+  wire [35:0] \$1359 ;
+  wire [35:0] \$136 ;
+  wire [35:0] \$1360 ;
+  wire [36:0] \$1361 ;
+  wire [35:0] \$1362 ;
+  wire [34:0] \$1363 ;
+  wire [34:0] \$1364 ;
+  wire [1:0] \$1365 ;
+  wire [35:0] \$1366 ;
+  wire [35:0] \$1367 ;
+  wire [36:0] \$1368 ;
+  wire [32:0] \$1369 ;
+  wire [35:0] \$137 ;
+  wire [32:0] \$1370 ;
+  wire [32:0] \$1371 ;
+  wire [32:0] \$1372 ;
+  wire \$1373 ;
+  wire [34:0] \$1374 ;
+  wire [34:0] \$1375 ;
+  wire [34:0] \$1376 ;
+  wire [34:0] \$1377 ;
+  wire [34:0] \$1378 ;
+  wire [34:0] \$1379 ;
+  wire [34:0] \$138 ;
+  wire \$1380 ;
+  wire \$1381 ;
+  wire [31:0] \$1382 ;
+  reg \$1383 ;
+  reg \$1384 ;
+  reg \$1385 ;
+  reg [5:0] \$1386 ;
+  reg \$1387 ;
+  reg [3:0] \$1388 ;
+  reg \$1389 ;
+  wire [34:0] \$139 ;
+  reg \$1390 ;
+  reg [31:0] \$1391 ;
+  reg [32:0] \$1392 ;
+  reg [31:0] \$1393 ;
+  reg \$1394 ;
+  reg [255:0] \$1395 ;
+  reg [31:0] \$1396 ;
+  reg [32:0] \$1397 ;
+  reg [31:0] \$1398 ;
+  reg \$1399 ;
+  wire [35:0] \$14 ;
+  wire [34:0] \$140 ;
+  reg [31:0] \$1400 ;
+  reg [32:0] \$1401 ;
+  reg [31:0] \$1402 ;
+  reg \$1403 ;
+  reg [31:0] \$1404 ;
+  reg [32:0] \$1405 ;
+  reg [31:0] \$1406 ;
+  reg \$1407 ;
+  reg [31:0] \$1408 ;
+  reg [32:0] \$1409 ;
+  wire \$141 ;
+  reg [31:0] \$1410 ;
+  reg \$1411 ;
+  reg [31:0] \$1412 ;
+  reg [32:0] \$1413 ;
+  reg [31:0] \$1414 ;
+  reg \$1415 ;
+  reg [31:0] \$1416 ;
+  reg [32:0] \$1417 ;
+  reg [31:0] \$1418 ;
+  reg \$1419 ;
+  wire [33:0] \$142 ;
+  reg [31:0] \$1420 ;
+  reg [32:0] \$1421 ;
+  reg [31:0] \$1422 ;
+  reg \$1423 ;
+  wire [33:0] \$143 ;
+  wire [35:0] \$144 ;
+  wire [1:0] \$145 ;
+  wire [35:0] \$146 ;
+  wire [35:0] \$147 ;
+  wire [34:0] \$148 ;
+  wire [34:0] \$149 ;
+  wire [1:0] \$15 ;
+  wire [34:0] \$150 ;
+  wire [36:0] \$151 ;
+  wire [33:0] \$152 ;
+  wire [33:0] \$153 ;
+  wire [35:0] \$154 ;
+  wire [1:0] \$155 ;
+  wire [35:0] \$156 ;
+  wire [35:0] \$157 ;
+  wire [36:0] \$158 ;
+  wire [33:0] \$159 ;
+  wire [35:0] \$16 ;
+  wire [33:0] \$160 ;
+  wire [33:0] \$161 ;
+  wire [33:0] \$162 ;
+  wire [35:0] \$163 ;
+  wire [1:0] \$164 ;
+  wire [35:0] \$165 ;
+  wire [35:0] \$166 ;
+  wire [34:0] \$167 ;
+  wire [34:0] \$168 ;
+  wire [34:0] \$169 ;
+  wire [35:0] \$17 ;
+  wire [36:0] \$170 ;
+  wire [33:0] \$171 ;
+  wire [33:0] \$172 ;
+  wire [35:0] \$173 ;
+  wire [1:0] \$174 ;
+  wire [35:0] \$175 ;
+  wire [35:0] \$176 ;
+  wire [36:0] \$177 ;
+  wire [35:0] \$178 ;
+  wire [34:0] \$179 ;
+  wire [34:0] \$18 ;
+  wire [34:0] \$180 ;
+  wire [1:0] \$181 ;
+  wire [35:0] \$182 ;
+  wire [35:0] \$183 ;
+  wire [32:0] \$184 ;
+  wire [32:0] \$185 ;
+  wire [34:0] \$186 ;
+  wire [34:0] \$187 ;
+  wire [34:0] \$188 ;
+  wire \$189 ;
+  wire [34:0] \$19 ;
+  wire \$190 ;
+  wire \$191 ;
+  wire [33:0] \$192 ;
+  wire [33:0] \$193 ;
+  wire [35:0] \$194 ;
+  wire [1:0] \$195 ;
+  wire [35:0] \$196 ;
+  wire [35:0] \$197 ;
+  wire [34:0] \$198 ;
+  wire [34:0] \$199 ;
+  wire [5:0] \$2 ;
+  wire [34:0] \$20 ;
+  wire [34:0] \$200 ;
+  wire \$201 ;
+  wire [33:0] \$202 ;
+  wire [33:0] \$203 ;
+  wire [35:0] \$204 ;
+  wire [1:0] \$205 ;
+  wire [35:0] \$206 ;
+  wire [35:0] \$207 ;
+  wire [34:0] \$208 ;
+  wire [34:0] \$209 ;
+  wire \$21 ;
+  wire [34:0] \$210 ;
+  wire [36:0] \$211 ;
+  wire [33:0] \$212 ;
+  wire [33:0] \$213 ;
+  wire [35:0] \$214 ;
+  wire [1:0] \$215 ;
+  wire [35:0] \$216 ;
+  wire [35:0] \$217 ;
+  wire [36:0] \$218 ;
+  wire [33:0] \$219 ;
+  wire [33:0] \$22 ;
+  wire [33:0] \$220 ;
+  wire [33:0] \$221 ;
+  wire [33:0] \$222 ;
+  wire [35:0] \$223 ;
+  wire [1:0] \$224 ;
+  wire [35:0] \$225 ;
+  wire [35:0] \$226 ;
+  wire [34:0] \$227 ;
+  wire [34:0] \$228 ;
+  wire [34:0] \$229 ;
+  wire [33:0] \$23 ;
+  wire [36:0] \$230 ;
+  wire [33:0] \$231 ;
+  wire [33:0] \$232 ;
+  wire [35:0] \$233 ;
+  wire [1:0] \$234 ;
+  wire [35:0] \$235 ;
+  wire [35:0] \$236 ;
+  wire [36:0] \$237 ;
+  wire [35:0] \$238 ;
+  wire [34:0] \$239 ;
+  wire [35:0] \$24 ;
+  wire [34:0] \$240 ;
+  wire [1:0] \$241 ;
+  wire [35:0] \$242 ;
+  wire [35:0] \$243 ;
+  wire [32:0] \$244 ;
+  wire [32:0] \$245 ;
+  wire [34:0] \$246 ;
+  wire [34:0] \$247 ;
+  wire [34:0] \$248 ;
+  wire \$249 ;
+  wire [1:0] \$25 ;
+  wire \$250 ;
+  wire \$251 ;
+  wire [33:0] \$252 ;
+  wire [33:0] \$253 ;
+  wire [35:0] \$254 ;
+  wire [1:0] \$255 ;
+  wire [35:0] \$256 ;
+  wire [35:0] \$257 ;
+  wire [34:0] \$258 ;
+  wire [34:0] \$259 ;
+  wire [35:0] \$26 ;
+  wire [34:0] \$260 ;
+  wire \$261 ;
+  wire [33:0] \$262 ;
+  wire [33:0] \$263 ;
+  wire [35:0] \$264 ;
+  wire [1:0] \$265 ;
+  wire [35:0] \$266 ;
+  wire [35:0] \$267 ;
+  wire [34:0] \$268 ;
+  wire [34:0] \$269 ;
+  wire [35:0] \$27 ;
+  wire [34:0] \$270 ;
+  wire [36:0] \$271 ;
+  wire [33:0] \$272 ;
+  wire [33:0] \$273 ;
+  wire [35:0] \$274 ;
+  wire [1:0] \$275 ;
+  wire [35:0] \$276 ;
+  wire [35:0] \$277 ;
+  wire [36:0] \$278 ;
+  wire [33:0] \$279 ;
+  wire [34:0] \$28 ;
+  wire [33:0] \$280 ;
+  wire [33:0] \$281 ;
+  wire [33:0] \$282 ;
+  wire [35:0] \$283 ;
+  wire [1:0] \$284 ;
+  wire [35:0] \$285 ;
+  wire [35:0] \$286 ;
+  wire [34:0] \$287 ;
+  wire [34:0] \$288 ;
+  wire [34:0] \$289 ;
+  wire [34:0] \$29 ;
+  wire [36:0] \$290 ;
+  wire [33:0] \$291 ;
+  wire [33:0] \$292 ;
+  wire [35:0] \$293 ;
+  wire [1:0] \$294 ;
+  wire [35:0] \$295 ;
+  wire [35:0] \$296 ;
+  wire [36:0] \$297 ;
+  wire [35:0] \$298 ;
+  wire [34:0] \$299 ;
+  wire [6:0] \$3 ;
+  wire [34:0] \$30 ;
+  wire [34:0] \$300 ;
+  wire [1:0] \$301 ;
+  wire [35:0] \$302 ;
+  wire [35:0] \$303 ;
+  wire [32:0] \$304 ;
+  wire [32:0] \$305 ;
+  wire [34:0] \$306 ;
+  wire [34:0] \$307 ;
+  wire [34:0] \$308 ;
+  wire \$309 ;
+  wire [36:0] \$31 ;
+  wire \$310 ;
+  wire \$311 ;
+  wire [33:0] \$312 ;
+  wire [33:0] \$313 ;
+  wire [35:0] \$314 ;
+  wire [1:0] \$315 ;
+  wire [35:0] \$316 ;
+  wire [35:0] \$317 ;
+  wire [34:0] \$318 ;
+  wire [34:0] \$319 ;
+  wire [33:0] \$32 ;
+  wire [34:0] \$320 ;
+  wire \$321 ;
+  wire [33:0] \$322 ;
+  wire [33:0] \$323 ;
+  wire [35:0] \$324 ;
+  wire [1:0] \$325 ;
+  wire [35:0] \$326 ;
+  wire [35:0] \$327 ;
+  wire [34:0] \$328 ;
+  wire [34:0] \$329 ;
+  wire [33:0] \$33 ;
+  wire [34:0] \$330 ;
+  wire [36:0] \$331 ;
+  wire [33:0] \$332 ;
+  wire [33:0] \$333 ;
+  wire [35:0] \$334 ;
+  wire [1:0] \$335 ;
+  wire [35:0] \$336 ;
+  wire [35:0] \$337 ;
+  wire [36:0] \$338 ;
+  wire [33:0] \$339 ;
+  wire [35:0] \$34 ;
+  wire [33:0] \$340 ;
+  wire [33:0] \$341 ;
+  wire [33:0] \$342 ;
+  wire [35:0] \$343 ;
+  wire [1:0] \$344 ;
+  wire [35:0] \$345 ;
+  wire [35:0] \$346 ;
+  wire [34:0] \$347 ;
+  wire [34:0] \$348 ;
+  wire [34:0] \$349 ;
+  wire [1:0] \$35 ;
+  wire [36:0] \$350 ;
+  wire [33:0] \$351 ;
+  wire [33:0] \$352 ;
+  wire [35:0] \$353 ;
+  wire [1:0] \$354 ;
+  wire [35:0] \$355 ;
+  wire [35:0] \$356 ;
+  wire [36:0] \$357 ;
+  wire [35:0] \$358 ;
+  wire [34:0] \$359 ;
+  wire [35:0] \$36 ;
+  wire [34:0] \$360 ;
+  wire [1:0] \$361 ;
+  wire [35:0] \$362 ;
+  wire [35:0] \$363 ;
+  wire [32:0] \$364 ;
+  wire [32:0] \$365 ;
+  wire [34:0] \$366 ;
+  wire [34:0] \$367 ;
+  wire [34:0] \$368 ;
+  wire \$369 ;
+  wire [35:0] \$37 ;
+  wire \$370 ;
+  wire \$371 ;
+  wire [33:0] \$372 ;
+  wire [33:0] \$373 ;
+  wire [35:0] \$374 ;
+  wire [1:0] \$375 ;
+  wire [35:0] \$376 ;
+  wire [35:0] \$377 ;
+  wire [34:0] \$378 ;
+  wire [34:0] \$379 ;
+  wire [36:0] \$38 ;
+  wire [34:0] \$380 ;
+  wire \$381 ;
+  wire [33:0] \$382 ;
+  wire [33:0] \$383 ;
+  wire [35:0] \$384 ;
+  wire [1:0] \$385 ;
+  wire [35:0] \$386 ;
+  wire [35:0] \$387 ;
+  wire [34:0] \$388 ;
+  wire [34:0] \$389 ;
+  wire [33:0] \$39 ;
+  wire [34:0] \$390 ;
+  wire [36:0] \$391 ;
+  wire [33:0] \$392 ;
+  wire [33:0] \$393 ;
+  wire [35:0] \$394 ;
+  wire [1:0] \$395 ;
+  wire [35:0] \$396 ;
+  wire [35:0] \$397 ;
+  wire [36:0] \$398 ;
+  wire [33:0] \$399 ;
+  wire [7:0] \$4 ;
+  wire [33:0] \$40 ;
+  wire [33:0] \$400 ;
+  wire [33:0] \$401 ;
+  wire [33:0] \$402 ;
+  wire [35:0] \$403 ;
+  wire [1:0] \$404 ;
+  wire [35:0] \$405 ;
+  wire [35:0] \$406 ;
+  wire [34:0] \$407 ;
+  wire [34:0] \$408 ;
+  wire [34:0] \$409 ;
+  wire [33:0] \$41 ;
+  wire [36:0] \$410 ;
+  wire [33:0] \$411 ;
+  wire [33:0] \$412 ;
+  wire [35:0] \$413 ;
+  wire [1:0] \$414 ;
+  wire [35:0] \$415 ;
+  wire [35:0] \$416 ;
+  wire [36:0] \$417 ;
+  wire [35:0] \$418 ;
+  wire [34:0] \$419 ;
+  wire [33:0] \$42 ;
+  wire [34:0] \$420 ;
+  wire [1:0] \$421 ;
+  wire [35:0] \$422 ;
+  wire [35:0] \$423 ;
+  wire [32:0] \$424 ;
+  wire [32:0] \$425 ;
+  wire [34:0] \$426 ;
+  wire [34:0] \$427 ;
+  wire [34:0] \$428 ;
+  wire \$429 ;
+  wire [35:0] \$43 ;
+  wire \$430 ;
+  wire \$431 ;
+  wire [33:0] \$432 ;
+  wire [33:0] \$433 ;
+  wire [35:0] \$434 ;
+  wire [1:0] \$435 ;
+  wire [35:0] \$436 ;
+  wire [35:0] \$437 ;
+  wire [34:0] \$438 ;
+  wire [34:0] \$439 ;
+  wire [1:0] \$44 ;
+  wire [34:0] \$440 ;
+  wire \$441 ;
+  wire [33:0] \$442 ;
+  wire [33:0] \$443 ;
+  wire [35:0] \$444 ;
+  wire [1:0] \$445 ;
+  wire [35:0] \$446 ;
+  wire [35:0] \$447 ;
+  wire [34:0] \$448 ;
+  wire [34:0] \$449 ;
+  wire [35:0] \$45 ;
+  wire [34:0] \$450 ;
+  wire [36:0] \$451 ;
+  wire [33:0] \$452 ;
+  wire [33:0] \$453 ;
+  wire [35:0] \$454 ;
+  wire [1:0] \$455 ;
+  wire [35:0] \$456 ;
+  wire [35:0] \$457 ;
+  wire [36:0] \$458 ;
+  wire [33:0] \$459 ;
+  wire [35:0] \$46 ;
+  wire [33:0] \$460 ;
+  wire [33:0] \$461 ;
+  wire [33:0] \$462 ;
+  wire [35:0] \$463 ;
+  wire [1:0] \$464 ;
+  wire [35:0] \$465 ;
+  wire [35:0] \$466 ;
+  wire [34:0] \$467 ;
+  wire [34:0] \$468 ;
+  wire [34:0] \$469 ;
+  wire [34:0] \$47 ;
+  wire [36:0] \$470 ;
+  wire [33:0] \$471 ;
+  wire [33:0] \$472 ;
+  wire [35:0] \$473 ;
+  wire [1:0] \$474 ;
+  wire [35:0] \$475 ;
+  wire [35:0] \$476 ;
+  wire [36:0] \$477 ;
+  wire [35:0] \$478 ;
+  wire [34:0] \$479 ;
+  wire [34:0] \$48 ;
+  wire [34:0] \$480 ;
+  wire [1:0] \$481 ;
+  wire [35:0] \$482 ;
+  wire [35:0] \$483 ;
+  wire [32:0] \$484 ;
+  wire [32:0] \$485 ;
+  wire [34:0] \$486 ;
+  wire [34:0] \$487 ;
+  wire [34:0] \$488 ;
+  wire \$489 ;
+  wire [34:0] \$49 ;
+  wire \$490 ;
+  wire \$491 ;
+  wire \$492 ;
+  wire [4:0] \$493 ;
+  wire \$494 ;
+  wire [31:0] \$495 ;
+  wire \$496 ;
+  wire [15:0] \$497 ;
+  wire \$498 ;
+  wire \$499 ;
+  wire [5:0] \$5 ;
+  wire [36:0] \$50 ;
+  wire \$500 ;
+  wire [33:0] \$501 ;
+  wire [33:0] \$502 ;
+  wire [35:0] \$503 ;
+  wire [1:0] \$504 ;
+  wire [35:0] \$505 ;
+  wire [35:0] \$506 ;
+  wire [34:0] \$507 ;
+  wire [34:0] \$508 ;
+  wire [34:0] \$509 ;
+  wire [33:0] \$51 ;
+  wire [36:0] \$510 ;
+  wire [33:0] \$511 ;
+  wire [33:0] \$512 ;
+  wire [35:0] \$513 ;
+  wire [1:0] \$514 ;
+  wire [35:0] \$515 ;
+  wire [35:0] \$516 ;
+  wire [36:0] \$517 ;
+  wire [33:0] \$518 ;
+  wire [33:0] \$519 ;
+  wire [33:0] \$52 ;
+  wire [33:0] \$520 ;
+  wire [33:0] \$521 ;
+  wire [35:0] \$522 ;
+  wire [1:0] \$523 ;
+  wire [35:0] \$524 ;
+  wire [35:0] \$525 ;
+  wire [34:0] \$526 ;
+  wire [34:0] \$527 ;
+  wire [34:0] \$528 ;
+  wire [36:0] \$529 ;
+  wire [35:0] \$53 ;
+  wire [33:0] \$530 ;
+  wire [33:0] \$531 ;
+  wire [35:0] \$532 ;
+  wire [1:0] \$533 ;
+  wire [35:0] \$534 ;
+  wire [35:0] \$535 ;
+  wire [36:0] \$536 ;
+  wire [35:0] \$537 ;
+  wire [34:0] \$538 ;
+  wire [34:0] \$539 ;
+  wire [1:0] \$54 ;
+  wire [1:0] \$540 ;
+  wire [35:0] \$541 ;
+  wire [35:0] \$542 ;
+  wire [32:0] \$543 ;
+  wire [32:0] \$544 ;
+  wire [34:0] \$545 ;
+  wire [34:0] \$546 ;
+  wire [34:0] \$547 ;
+  wire [36:0] \$548 ;
+  wire [33:0] \$549 ;
+  wire [35:0] \$55 ;
+  wire [33:0] \$550 ;
+  wire [35:0] \$551 ;
+  wire [1:0] \$552 ;
+  wire [35:0] \$553 ;
+  wire [35:0] \$554 ;
+  wire [34:0] \$555 ;
+  wire [34:0] \$556 ;
+  wire [34:0] \$557 ;
+  wire [36:0] \$558 ;
+  wire [33:0] \$559 ;
+  wire [35:0] \$56 ;
+  wire [33:0] \$560 ;
+  wire [35:0] \$561 ;
+  wire [1:0] \$562 ;
+  wire [35:0] \$563 ;
+  wire [35:0] \$564 ;
+  wire [36:0] \$565 ;
+  wire [33:0] \$566 ;
+  wire [33:0] \$567 ;
+  wire [33:0] \$568 ;
+  wire [33:0] \$569 ;
+  wire [36:0] \$57 ;
+  wire [35:0] \$570 ;
+  wire [1:0] \$571 ;
+  wire [35:0] \$572 ;
+  wire [35:0] \$573 ;
+  wire [34:0] \$574 ;
+  wire [34:0] \$575 ;
+  wire [34:0] \$576 ;
+  wire [36:0] \$577 ;
+  wire [33:0] \$578 ;
+  wire [33:0] \$579 ;
+  wire [35:0] \$58 ;
+  wire [35:0] \$580 ;
+  wire [1:0] \$581 ;
+  wire [35:0] \$582 ;
+  wire [35:0] \$583 ;
+  wire [36:0] \$584 ;
+  wire [35:0] \$585 ;
+  wire [34:0] \$586 ;
+  wire [34:0] \$587 ;
+  wire [1:0] \$588 ;
+  wire [35:0] \$589 ;
+  wire [34:0] \$59 ;
+  wire [35:0] \$590 ;
+  wire [36:0] \$591 ;
+  wire [32:0] \$592 ;
+  wire [32:0] \$593 ;
+  wire [32:0] \$594 ;
+  wire [32:0] \$595 ;
+  wire \$596 ;
+  wire [34:0] \$597 ;
+  wire [34:0] \$598 ;
+  wire [34:0] \$599 ;
+  wire [6:0] \$6 ;
+  wire [34:0] \$60 ;
+  wire [34:0] \$600 ;
+  wire [34:0] \$601 ;
+  wire [34:0] \$602 ;
+  wire \$603 ;
+  wire \$604 ;
+  wire [31:0] \$605 ;
+  wire [31:0] \$606 ;
+  wire \$607 ;
+  wire [15:0] \$608 ;
+  wire \$609 ;
+  wire [1:0] \$61 ;
+  wire \$610 ;
+  wire \$611 ;
+  wire [33:0] \$612 ;
+  wire [33:0] \$613 ;
+  wire [35:0] \$614 ;
+  wire [1:0] \$615 ;
+  wire [35:0] \$616 ;
+  wire [35:0] \$617 ;
+  wire [34:0] \$618 ;
+  wire [34:0] \$619 ;
+  wire [35:0] \$62 ;
+  wire [34:0] \$620 ;
+  wire [36:0] \$621 ;
+  wire [33:0] \$622 ;
+  wire [33:0] \$623 ;
+  wire [35:0] \$624 ;
+  wire [1:0] \$625 ;
+  wire [35:0] \$626 ;
+  wire [35:0] \$627 ;
+  wire [36:0] \$628 ;
+  wire [33:0] \$629 ;
+  wire [35:0] \$63 ;
+  wire [33:0] \$630 ;
+  wire [33:0] \$631 ;
+  wire [33:0] \$632 ;
+  wire [35:0] \$633 ;
+  wire [1:0] \$634 ;
+  wire [35:0] \$635 ;
+  wire [35:0] \$636 ;
+  wire [34:0] \$637 ;
+  wire [34:0] \$638 ;
+  wire [34:0] \$639 ;
+  wire [32:0] \$64 ;
+  wire [36:0] \$640 ;
+  wire [33:0] \$641 ;
+  wire [33:0] \$642 ;
+  wire [35:0] \$643 ;
+  wire [1:0] \$644 ;
+  wire [35:0] \$645 ;
+  wire [35:0] \$646 ;
+  wire [36:0] \$647 ;
+  wire [35:0] \$648 ;
+  wire [34:0] \$649 ;
+  wire [32:0] \$65 ;
+  wire [34:0] \$650 ;
+  wire [1:0] \$651 ;
+  wire [35:0] \$652 ;
+  wire [35:0] \$653 ;
+  wire [32:0] \$654 ;
+  wire [32:0] \$655 ;
+  wire [34:0] \$656 ;
+  wire [34:0] \$657 ;
+  wire [34:0] \$658 ;
+  wire [36:0] \$659 ;
+  wire [34:0] \$66 ;
+  wire [33:0] \$660 ;
+  wire [33:0] \$661 ;
+  wire [35:0] \$662 ;
+  wire [1:0] \$663 ;
+  wire [35:0] \$664 ;
+  wire [35:0] \$665 ;
+  wire [34:0] \$666 ;
+  wire [34:0] \$667 ;
+  wire [34:0] \$668 ;
+  wire [36:0] \$669 ;
+  wire [34:0] \$67 ;
+  wire [33:0] \$670 ;
+  wire [33:0] \$671 ;
+  wire [35:0] \$672 ;
+  wire [1:0] \$673 ;
+  wire [35:0] \$674 ;
+  wire [35:0] \$675 ;
+  wire [36:0] \$676 ;
+  wire [33:0] \$677 ;
+  wire [33:0] \$678 ;
+  wire [33:0] \$679 ;
+  wire [34:0] \$68 ;
+  wire [33:0] \$680 ;
+  wire [35:0] \$681 ;
+  wire [1:0] \$682 ;
+  wire [35:0] \$683 ;
+  wire [35:0] \$684 ;
+  wire [34:0] \$685 ;
+  wire [34:0] \$686 ;
+  wire [34:0] \$687 ;
+  wire [36:0] \$688 ;
+  wire [33:0] \$689 ;
+  wire \$69 ;
+  wire [33:0] \$690 ;
+  wire [35:0] \$691 ;
+  wire [1:0] \$692 ;
+  wire [35:0] \$693 ;
+  wire [35:0] \$694 ;
+  wire [36:0] \$695 ;
+  wire [35:0] \$696 ;
+  wire [34:0] \$697 ;
+  wire [34:0] \$698 ;
+  wire [1:0] \$699 ;
+  wire [7:0] \$7 ;
+  wire \$70 ;
+  wire [35:0] \$700 ;
+  wire [35:0] \$701 ;
+  wire [36:0] \$702 ;
+  wire [32:0] \$703 ;
+  wire [32:0] \$704 ;
+  wire [32:0] \$705 ;
+  wire [32:0] \$706 ;
+  wire \$707 ;
+  wire [34:0] \$708 ;
+  wire [34:0] \$709 ;
+  wire \$71 ;
+  wire [34:0] \$710 ;
+  wire [34:0] \$711 ;
+  wire [34:0] \$712 ;
+  wire [34:0] \$713 ;
+  wire \$714 ;
+  wire \$715 ;
+  wire [31:0] \$716 ;
+  wire [31:0] \$717 ;
+  wire \$718 ;
+  wire [15:0] \$719 ;
+  wire [33:0] \$72 ;
+  wire \$720 ;
+  wire \$721 ;
+  wire \$722 ;
+  wire [33:0] \$723 ;
+  wire [33:0] \$724 ;
+  wire [35:0] \$725 ;
+  wire [1:0] \$726 ;
+  wire [35:0] \$727 ;
+  wire [35:0] \$728 ;
+  wire [34:0] \$729 ;
+  wire [33:0] \$73 ;
+  wire [34:0] \$730 ;
+  wire [34:0] \$731 ;
+  wire [36:0] \$732 ;
+  wire [33:0] \$733 ;
+  wire [33:0] \$734 ;
+  wire [35:0] \$735 ;
+  wire [1:0] \$736 ;
+  wire [35:0] \$737 ;
+  wire [35:0] \$738 ;
+  wire [36:0] \$739 ;
+  wire [35:0] \$74 ;
+  wire [33:0] \$740 ;
+  wire [33:0] \$741 ;
+  wire [33:0] \$742 ;
+  wire [33:0] \$743 ;
+  wire [35:0] \$744 ;
+  wire [1:0] \$745 ;
+  wire [35:0] \$746 ;
+  wire [35:0] \$747 ;
+  wire [34:0] \$748 ;
+  wire [34:0] \$749 ;
+  wire [1:0] \$75 ;
+  wire [34:0] \$750 ;
+  wire [36:0] \$751 ;
+  wire [33:0] \$752 ;
+  wire [33:0] \$753 ;
+  wire [35:0] \$754 ;
+  wire [1:0] \$755 ;
+  wire [35:0] \$756 ;
+  wire [35:0] \$757 ;
+  wire [36:0] \$758 ;
+  wire [35:0] \$759 ;
+  wire [35:0] \$76 ;
+  wire [34:0] \$760 ;
+  wire [34:0] \$761 ;
+  wire [1:0] \$762 ;
+  wire [35:0] \$763 ;
+  wire [35:0] \$764 ;
+  wire [32:0] \$765 ;
+  wire [32:0] \$766 ;
+  wire [34:0] \$767 ;
+  wire [34:0] \$768 ;
+  wire [34:0] \$769 ;
+  wire [35:0] \$77 ;
+  wire [36:0] \$770 ;
+  wire [33:0] \$771 ;
+  wire [33:0] \$772 ;
+  wire [35:0] \$773 ;
+  wire [1:0] \$774 ;
+  wire [35:0] \$775 ;
+  wire [35:0] \$776 ;
+  wire [34:0] \$777 ;
+  wire [34:0] \$778 ;
+  wire [34:0] \$779 ;
+  wire [34:0] \$78 ;
+  wire [36:0] \$780 ;
+  wire [33:0] \$781 ;
+  wire [33:0] \$782 ;
+  wire [35:0] \$783 ;
+  wire [1:0] \$784 ;
+  wire [35:0] \$785 ;
+  wire [35:0] \$786 ;
+  wire [36:0] \$787 ;
+  wire [33:0] \$788 ;
+  wire [33:0] \$789 ;
+  wire [34:0] \$79 ;
+  wire [33:0] \$790 ;
+  wire [33:0] \$791 ;
+  wire [35:0] \$792 ;
+  wire [1:0] \$793 ;
+  wire [35:0] \$794 ;
+  wire [35:0] \$795 ;
+  wire [34:0] \$796 ;
+  wire [34:0] \$797 ;
+  wire [34:0] \$798 ;
+  wire [36:0] \$799 ;
+  wire \$8 ;
+  wire [34:0] \$80 ;
+  wire [33:0] \$800 ;
+  wire [33:0] \$801 ;
+  wire [35:0] \$802 ;
+  wire [1:0] \$803 ;
+  wire [35:0] \$804 ;
+  wire [35:0] \$805 ;
+  wire [36:0] \$806 ;
+  wire [35:0] \$807 ;
+  wire [34:0] \$808 ;
+  wire [34:0] \$809 ;
+  wire \$81 ;
+  wire [1:0] \$810 ;
+  wire [35:0] \$811 ;
+  wire [35:0] \$812 ;
+  wire [36:0] \$813 ;
+  wire [32:0] \$814 ;
+  wire [32:0] \$815 ;
+  wire [32:0] \$816 ;
+  wire [32:0] \$817 ;
+  wire \$818 ;
+  wire [34:0] \$819 ;
+  wire [33:0] \$82 ;
+  wire [34:0] \$820 ;
+  wire [34:0] \$821 ;
+  wire [34:0] \$822 ;
+  wire [34:0] \$823 ;
+  wire [34:0] \$824 ;
+  wire \$825 ;
+  wire \$826 ;
+  wire [31:0] \$827 ;
+  wire [31:0] \$828 ;
+  wire \$829 ;
+  wire [33:0] \$83 ;
+  wire [15:0] \$830 ;
+  wire \$831 ;
+  wire \$832 ;
+  wire \$833 ;
+  wire [33:0] \$834 ;
+  wire [33:0] \$835 ;
+  wire [35:0] \$836 ;
+  wire [1:0] \$837 ;
+  wire [35:0] \$838 ;
+  wire [35:0] \$839 ;
+  wire [35:0] \$84 ;
+  wire [34:0] \$840 ;
+  wire [34:0] \$841 ;
+  wire [34:0] \$842 ;
+  wire [36:0] \$843 ;
+  wire [33:0] \$844 ;
+  wire [33:0] \$845 ;
+  wire [35:0] \$846 ;
+  wire [1:0] \$847 ;
+  wire [35:0] \$848 ;
+  wire [35:0] \$849 ;
+  wire [1:0] \$85 ;
+  wire [36:0] \$850 ;
+  wire [33:0] \$851 ;
+  wire [33:0] \$852 ;
+  wire [33:0] \$853 ;
+  wire [33:0] \$854 ;
+  wire [35:0] \$855 ;
+  wire [1:0] \$856 ;
+  wire [35:0] \$857 ;
+  wire [35:0] \$858 ;
+  wire [34:0] \$859 ;
+  wire [35:0] \$86 ;
+  wire [34:0] \$860 ;
+  wire [34:0] \$861 ;
+  wire [36:0] \$862 ;
+  wire [33:0] \$863 ;
+  wire [33:0] \$864 ;
+  wire [35:0] \$865 ;
+  wire [1:0] \$866 ;
+  wire [35:0] \$867 ;
+  wire [35:0] \$868 ;
+  wire [36:0] \$869 ;
+  wire [35:0] \$87 ;
+  wire [35:0] \$870 ;
+  wire [34:0] \$871 ;
+  wire [34:0] \$872 ;
+  wire [1:0] \$873 ;
+  wire [35:0] \$874 ;
+  wire [35:0] \$875 ;
+  wire [32:0] \$876 ;
+  wire [32:0] \$877 ;
+  wire [34:0] \$878 ;
+  wire [34:0] \$879 ;
+  wire [34:0] \$88 ;
+  wire [34:0] \$880 ;
+  wire [36:0] \$881 ;
+  wire [33:0] \$882 ;
+  wire [33:0] \$883 ;
+  wire [35:0] \$884 ;
+  wire [1:0] \$885 ;
+  wire [35:0] \$886 ;
+  wire [35:0] \$887 ;
+  wire [34:0] \$888 ;
+  wire [34:0] \$889 ;
+  wire [34:0] \$89 ;
+  wire [34:0] \$890 ;
+  wire [36:0] \$891 ;
+  wire [33:0] \$892 ;
+  wire [33:0] \$893 ;
+  wire [35:0] \$894 ;
+  wire [1:0] \$895 ;
+  wire [35:0] \$896 ;
+  wire [35:0] \$897 ;
+  wire [36:0] \$898 ;
+  wire [33:0] \$899 ;
+  wire [6:0] \$9 ;
+  wire [34:0] \$90 ;
+  wire [33:0] \$900 ;
+  wire [33:0] \$901 ;
+  wire [33:0] \$902 ;
+  wire [35:0] \$903 ;
+  wire [1:0] \$904 ;
+  wire [35:0] \$905 ;
+  wire [35:0] \$906 ;
+  wire [34:0] \$907 ;
+  wire [34:0] \$908 ;
+  wire [34:0] \$909 ;
+  wire [36:0] \$91 ;
+  wire [36:0] \$910 ;
+  wire [33:0] \$911 ;
+  wire [33:0] \$912 ;
+  wire [35:0] \$913 ;
+  wire [1:0] \$914 ;
+  wire [35:0] \$915 ;
+  wire [35:0] \$916 ;
+  wire [36:0] \$917 ;
+  wire [35:0] \$918 ;
+  wire [34:0] \$919 ;
+  wire [33:0] \$92 ;
+  wire [34:0] \$920 ;
+  wire [1:0] \$921 ;
+  wire [35:0] \$922 ;
+  wire [35:0] \$923 ;
+  wire [36:0] \$924 ;
+  wire [32:0] \$925 ;
+  wire [32:0] \$926 ;
+  wire [32:0] \$927 ;
+  wire [32:0] \$928 ;
+  wire \$929 ;
+  wire [33:0] \$93 ;
+  wire [34:0] \$930 ;
+  wire [34:0] \$931 ;
+  wire [34:0] \$932 ;
+  wire [34:0] \$933 ;
+  wire [34:0] \$934 ;
+  wire [34:0] \$935 ;
+  wire \$936 ;
+  wire \$937 ;
+  wire [31:0] \$938 ;
+  wire [31:0] \$939 ;
+  wire [35:0] \$94 ;
+  wire \$940 ;
+  wire [15:0] \$941 ;
+  wire \$942 ;
+  wire \$943 ;
+  wire \$944 ;
+  wire [33:0] \$945 ;
+  wire [33:0] \$946 ;
+  wire [35:0] \$947 ;
+  wire [1:0] \$948 ;
+  wire [35:0] \$949 ;
+  wire [1:0] \$95 ;
+  wire [35:0] \$950 ;
+  wire [34:0] \$951 ;
+  wire [34:0] \$952 ;
+  wire [34:0] \$953 ;
+  wire [36:0] \$954 ;
+  wire [33:0] \$955 ;
+  wire [33:0] \$956 ;
+  wire [35:0] \$957 ;
+  wire [1:0] \$958 ;
+  wire [35:0] \$959 ;
+  wire [35:0] \$96 ;
+  wire [35:0] \$960 ;
+  wire [36:0] \$961 ;
+  wire [33:0] \$962 ;
+  wire [33:0] \$963 ;
+  wire [33:0] \$964 ;
+  wire [33:0] \$965 ;
+  wire [35:0] \$966 ;
+  wire [1:0] \$967 ;
+  wire [35:0] \$968 ;
+  wire [35:0] \$969 ;
+  wire [35:0] \$97 ;
+  wire [34:0] \$970 ;
+  wire [34:0] \$971 ;
+  wire [34:0] \$972 ;
+  wire [36:0] \$973 ;
+  wire [33:0] \$974 ;
+  wire [33:0] \$975 ;
+  wire [35:0] \$976 ;
+  wire [1:0] \$977 ;
+  wire [35:0] \$978 ;
+  wire [35:0] \$979 ;
+  wire [36:0] \$98 ;
+  wire [36:0] \$980 ;
+  wire [35:0] \$981 ;
+  wire [34:0] \$982 ;
+  wire [34:0] \$983 ;
+  wire [1:0] \$984 ;
+  wire [35:0] \$985 ;
+  wire [35:0] \$986 ;
+  wire [32:0] \$987 ;
+  wire [32:0] \$988 ;
+  wire [34:0] \$989 ;
+  wire [33:0] \$99 ;
+  wire [34:0] \$990 ;
+  wire [34:0] \$991 ;
+  wire [36:0] \$992 ;
+  wire [33:0] \$993 ;
+  wire [33:0] \$994 ;
+  wire [35:0] \$995 ;
+  wire [1:0] \$996 ;
+  wire [35:0] \$997 ;
+  wire [35:0] \$998 ;
+  wire [34:0] \$999 ;
+  input [255:0] a;
+  wire [255:0] a;
+  wire [31:0] \a[0] ;
+  wire [31:0] \a[1] ;
+  wire [31:0] \a[2] ;
+  wire [31:0] \a[3] ;
+  wire [31:0] \a[4] ;
+  wire [31:0] \a[5] ;
+  wire [31:0] \a[6] ;
+  wire [31:0] \a[7] ;
+  reg busy = 1'h0;
+  input clk;
+  wire clk;
+  reg [3:0] count = 4'h0;
+  reg d_acc = 1'h0;
+  input \d_acc$74 ;
+  wire \d_acc$74 ;
+  output done;
+  reg done = 1'h0;
+  reg finish = 1'h0;
+  reg fits0_0;
+  reg fits0_1;
+  reg fits1_0;
+  reg fits1_1;
+  reg fits2_0;
+  reg fits2_1;
+  reg fits3_0;
+  reg fits3_1;
+  reg fits4_0;
+  reg fits4_1;
+  reg fits5_0;
+  reg fits5_1;
+  reg fits6_0;
+  reg fits6_1;
+  reg fits7_0;
+  reg fits7_1;
+  wire [15:0] high;
+  wire numerator0;
+  wire numerator1;
+  reg [31:0] operand0 = 32'd0;
+  reg [31:0] operand1 = 32'd0;
+  reg [31:0] operand2 = 32'd0;
+  reg [31:0] operand3 = 32'd0;
+  reg [31:0] operand4 = 32'd0;
+  reg [31:0] operand5 = 32'd0;
+  reg [31:0] operand6 = 32'd0;
+  reg [31:0] operand7 = 32'd0;
+  output [255:0] out;
+  reg [255:0] out = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+  wire [31:0] \out[0] ;
+  wire [31:0] \out[1] ;
+  wire [31:0] \out[2] ;
+  wire [31:0] \out[3] ;
+  wire [31:0] \out[4] ;
+  wire [31:0] \out[5] ;
+  wire [31:0] \out[6] ;
+  wire [31:0] \out[7] ;
+  wire pairs_on;
+  reg [31:0] quotient0 = 32'd0;
+  reg [31:0] quotient1 = 32'd0;
+  reg [31:0] quotient2 = 32'd0;
+  reg [31:0] quotient3 = 32'd0;
+  reg [31:0] quotient4 = 32'd0;
+  reg [31:0] quotient5 = 32'd0;
+  reg [31:0] quotient6 = 32'd0;
+  reg [31:0] quotient7 = 32'd0;
+  reg recip = 1'h0;
+  reg [32:0] rem0 = 33'h000000000;
+  reg [32:0] rem1 = 33'h000000000;
+  reg [32:0] rem2 = 33'h000000000;
+  reg [32:0] rem3 = 33'h000000000;
+  reg [32:0] rem4 = 33'h000000000;
+  reg [32:0] rem5 = 33'h000000000;
+  reg [32:0] rem6 = 33'h000000000;
+  reg [32:0] rem7 = 33'h000000000;
+  input rst;
+  wire rst;
+  reg running = 1'h0;
+  reg saturated0 = 1'h0;
+  reg saturated1 = 1'h0;
+  reg saturated2 = 1'h0;
+  reg saturated3 = 1'h0;
+  reg saturated4 = 1'h0;
+  reg saturated5 = 1'h0;
+  reg saturated6 = 1'h0;
+  reg saturated7 = 1'h0;
+  reg [5:0] shift = 6'h00;
+  input [5:0] \shift$9 ;
+  wire [5:0] \shift$9 ;
+  input start;
+  wire start;
+  wire take;
+  wire [31:0] value0;
+  wire [31:0] value1;
+  wire [31:0] value2;
+  wire [31:0] value3;
+  wire [31:0] value4;
+  wire [31:0] value5;
+  wire [31:0] value6;
+  wire [31:0] value7;
+  input [3:0] vop;
+  wire [3:0] vop;
+  assign \$1  = ~ busy;
+  assign take = start & \$1 ;
+  assign \$2  = 2'h2 * count;
+  assign \$3  = \$2  + 1'h0;
+  assign \$4  = 5'h1f - \$3 ;
+  assign numerator0 = shift == \$4 ;
+  assign \$5  = 2'h2 * count;
+  assign \$6  = \$5  + 1'h1;
+  assign \$7  = 5'h1f - \$6 ;
+  assign numerator1 = shift == \$7 ;
+  assign pairs_on = count >= 4'h8;
+  assign \$8  = \shift$9  >= 6'h20;
+  assign \$9  = \shift$9  - 6'h20;
+  assign \$10  = 1'h1 << \$9 [3:0];
+  assign \$11  = \$8  ? \$10  : 31'h00000000;
+  assign \$13  = \$12  | { 33'h000000000, numerator0 };
+  assign \$15  = pairs_on ? operand0[31:30] : 2'h0;
+  assign \$16  = \$14  | { 34'h000000000, \$15  };
+  assign \$17  = recip ? { 2'h0, \$13  } : \$16 ;
+  assign \$20  = recip ? { 3'h0, operand0 } : \$19 ;
+  assign \$21  = \$17  >= \$20 ;
+  assign \$23  = \$22  | { 33'h000000000, numerator0 };
+  assign \$25  = pairs_on ? operand0[31:30] : 2'h0;
+  assign \$26  = \$24  | { 34'h000000000, \$25  };
+  assign \$27  = recip ? { 2'h0, \$23  } : \$26 ;
+  assign \$30  = recip ? { 3'h0, operand0 } : \$29 ;
+  assign \$31  = \$27  - \$30 ;
+  assign \$33  = \$32  | { 33'h000000000, numerator0 };
+  assign \$35  = pairs_on ? operand0[31:30] : 2'h0;
+  assign \$36  = \$34  | { 34'h000000000, \$35  };
+  assign \$37  = recip ? { 2'h0, \$33  } : \$36 ;
+  assign \$38  = fits0_0 ? \$31  : { 1'h0, \$37  };
+  assign \$40  = \$39  | { 33'h000000000, numerator1 };
+  assign \$42  = \$41  | { 33'h000000000, numerator0 };
+  assign \$44  = pairs_on ? operand0[31:30] : 2'h0;
+  assign \$45  = \$43  | { 34'h000000000, \$44  };
+  assign \$46  = recip ? { 2'h0, \$42  } : \$45 ;
+  assign \$49  = recip ? { 3'h0, operand0 } : \$48 ;
+  assign \$50  = \$46  - \$49 ;
+  assign \$52  = \$51  | { 33'h000000000, numerator0 };
+  assign \$54  = pairs_on ? operand0[31:30] : 2'h0;
+  assign \$55  = \$53  | { 34'h000000000, \$54  };
+  assign \$56  = recip ? { 2'h0, \$52  } : \$55 ;
+  assign \$57  = fits0_0 ? \$50  : { 1'h0, \$56  };
+  assign \$60  = pairs_on ? \$59  : { 3'h0, operand0 };
+  assign \$61  = pairs_on ? \$60 [31:30] : 2'h0;
+  assign \$62  = \$58  | { 34'h000000000, \$61  };
+  assign \$63  = recip ? { 2'h0, \$40  } : \$62 ;
+  assign \$65  = \$64  | { 32'h00000000, fits0_0 };
+  assign \$68  = recip ? { 3'h0, operand0 } : \$67 ;
+  assign \$69  = \$63  >= \$68 ;
+  assign \$70  = saturated0 | quotient0[31];
+  assign \$71  = recip & \$70 ;
+  assign value0 = \$71  ? 32'd2147483647 : quotient0;
+  assign \$73  = \$72  | { 33'h000000000, numerator0 };
+  assign \$75  = pairs_on ? operand1[31:30] : 2'h0;
+  assign \$76  = \$74  | { 34'h000000000, \$75  };
+  assign \$77  = recip ? { 2'h0, \$73  } : \$76 ;
+  assign \$80  = recip ? { 3'h0, operand1 } : \$79 ;
+  assign \$81  = \$77  >= \$80 ;
+  assign \$83  = \$82  | { 33'h000000000, numerator0 };
+  assign \$85  = pairs_on ? operand1[31:30] : 2'h0;
+  assign \$86  = \$84  | { 34'h000000000, \$85  };
+  assign \$87  = recip ? { 2'h0, \$83  } : \$86 ;
+  assign \$90  = recip ? { 3'h0, operand1 } : \$89 ;
+  assign \$91  = \$87  - \$90 ;
+  assign \$93  = \$92  | { 33'h000000000, numerator0 };
+  assign \$95  = pairs_on ? operand1[31:30] : 2'h0;
+  assign \$96  = \$94  | { 34'h000000000, \$95  };
+  assign \$97  = recip ? { 2'h0, \$93  } : \$96 ;
+  assign \$98  = fits1_0 ? \$91  : { 1'h0, \$97  };
+  assign \$100  = \$99  | { 33'h000000000, numerator1 };
+  assign \$102  = \$101  | { 33'h000000000, numerator0 };
+  assign \$104  = pairs_on ? operand1[31:30] : 2'h0;
+  assign \$105  = \$103  | { 34'h000000000, \$104  };
+  assign \$106  = recip ? { 2'h0, \$102  } : \$105 ;
+  assign \$109  = recip ? { 3'h0, operand1 } : \$108 ;
+  assign \$110  = \$106  - \$109 ;
+  assign \$112  = \$111  | { 33'h000000000, numerator0 };
+  assign \$114  = pairs_on ? operand1[31:30] : 2'h0;
+  assign \$115  = \$113  | { 34'h000000000, \$114  };
+  assign \$116  = recip ? { 2'h0, \$112  } : \$115 ;
+  assign \$117  = fits1_0 ? \$110  : { 1'h0, \$116  };
+  assign \$120  = pairs_on ? \$119  : { 3'h0, operand1 };
+  assign \$121  = pairs_on ? \$120 [31:30] : 2'h0;
+  assign \$122  = \$118  | { 34'h000000000, \$121  };
+  assign \$123  = recip ? { 2'h0, \$100  } : \$122 ;
+  assign \$125  = \$124  | { 32'h00000000, fits1_0 };
+  assign \$128  = recip ? { 3'h0, operand1 } : \$127 ;
+  assign \$129  = \$123  >= \$128 ;
+  assign \$130  = saturated1 | quotient1[31];
+  assign \$131  = recip & \$130 ;
+  assign value1 = \$131  ? 32'd2147483647 : quotient1;
+  assign \$133  = \$132  | { 33'h000000000, numerator0 };
+  assign \$135  = pairs_on ? operand2[31:30] : 2'h0;
+  assign \$136  = \$134  | { 34'h000000000, \$135  };
+  assign \$137  = recip ? { 2'h0, \$133  } : \$136 ;
+  assign \$140  = recip ? { 3'h0, operand2 } : \$139 ;
+  assign \$141  = \$137  >= \$140 ;
+  assign \$143  = \$142  | { 33'h000000000, numerator0 };
+  assign \$145  = pairs_on ? operand2[31:30] : 2'h0;
+  assign \$146  = \$144  | { 34'h000000000, \$145  };
+  assign \$147  = recip ? { 2'h0, \$143  } : \$146 ;
+  assign \$150  = recip ? { 3'h0, operand2 } : \$149 ;
+  assign \$151  = \$147  - \$150 ;
+  assign \$153  = \$152  | { 33'h000000000, numerator0 };
+  assign \$155  = pairs_on ? operand2[31:30] : 2'h0;
+  assign \$156  = \$154  | { 34'h000000000, \$155  };
+  assign \$157  = recip ? { 2'h0, \$153  } : \$156 ;
+  assign \$158  = fits2_0 ? \$151  : { 1'h0, \$157  };
+  assign \$160  = \$159  | { 33'h000000000, numerator1 };
+  assign \$162  = \$161  | { 33'h000000000, numerator0 };
+  assign \$164  = pairs_on ? operand2[31:30] : 2'h0;
+  assign \$165  = \$163  | { 34'h000000000, \$164  };
+  assign \$166  = recip ? { 2'h0, \$162  } : \$165 ;
+  assign \$169  = recip ? { 3'h0, operand2 } : \$168 ;
+  assign \$170  = \$166  - \$169 ;
+  assign \$172  = \$171  | { 33'h000000000, numerator0 };
+  assign \$174  = pairs_on ? operand2[31:30] : 2'h0;
+  assign \$175  = \$173  | { 34'h000000000, \$174  };
+  assign \$176  = recip ? { 2'h0, \$172  } : \$175 ;
+  assign \$177  = fits2_0 ? \$170  : { 1'h0, \$176  };
+  assign \$180  = pairs_on ? \$179  : { 3'h0, operand2 };
+  assign \$181  = pairs_on ? \$180 [31:30] : 2'h0;
+  assign \$182  = \$178  | { 34'h000000000, \$181  };
+  assign \$183  = recip ? { 2'h0, \$160  } : \$182 ;
+  assign \$185  = \$184  | { 32'h00000000, fits2_0 };
+  assign \$188  = recip ? { 3'h0, operand2 } : \$187 ;
+  assign \$189  = \$183  >= \$188 ;
+  assign \$190  = saturated2 | quotient2[31];
+  assign \$191  = recip & \$190 ;
+  assign value2 = \$191  ? 32'd2147483647 : quotient2;
+  assign \$193  = \$192  | { 33'h000000000, numerator0 };
+  assign \$195  = pairs_on ? operand3[31:30] : 2'h0;
+  assign \$196  = \$194  | { 34'h000000000, \$195  };
+  assign \$197  = recip ? { 2'h0, \$193  } : \$196 ;
+  assign \$200  = recip ? { 3'h0, operand3 } : \$199 ;
+  assign \$201  = \$197  >= \$200 ;
+  assign \$203  = \$202  | { 33'h000000000, numerator0 };
+  assign \$205  = pairs_on ? operand3[31:30] : 2'h0;
+  assign \$206  = \$204  | { 34'h000000000, \$205  };
+  assign \$207  = recip ? { 2'h0, \$203  } : \$206 ;
+  assign \$210  = recip ? { 3'h0, operand3 } : \$209 ;
+  assign \$211  = \$207  - \$210 ;
+  assign \$213  = \$212  | { 33'h000000000, numerator0 };
+  assign \$215  = pairs_on ? operand3[31:30] : 2'h0;
+  assign \$216  = \$214  | { 34'h000000000, \$215  };
+  assign \$217  = recip ? { 2'h0, \$213  } : \$216 ;
+  assign \$218  = fits3_0 ? \$211  : { 1'h0, \$217  };
+  assign \$220  = \$219  | { 33'h000000000, numerator1 };
+  assign \$222  = \$221  | { 33'h000000000, numerator0 };
+  assign \$224  = pairs_on ? operand3[31:30] : 2'h0;
+  assign \$225  = \$223  | { 34'h000000000, \$224  };
+  assign \$226  = recip ? { 2'h0, \$222  } : \$225 ;
+  assign \$229  = recip ? { 3'h0, operand3 } : \$228 ;
+  assign \$230  = \$226  - \$229 ;
+  assign \$232  = \$231  | { 33'h000000000, numerator0 };
+  assign \$234  = pairs_on ? operand3[31:30] : 2'h0;
+  assign \$235  = \$233  | { 34'h000000000, \$234  };
+  assign \$236  = recip ? { 2'h0, \$232  } : \$235 ;
+  assign \$237  = fits3_0 ? \$230  : { 1'h0, \$236  };
+  assign \$240  = pairs_on ? \$239  : { 3'h0, operand3 };
+  assign \$241  = pairs_on ? \$240 [31:30] : 2'h0;
+  assign \$242  = \$238  | { 34'h000000000, \$241  };
+  assign \$243  = recip ? { 2'h0, \$220  } : \$242 ;
+  assign \$245  = \$244  | { 32'h00000000, fits3_0 };
+  assign \$248  = recip ? { 3'h0, operand3 } : \$247 ;
+  assign \$249  = \$243  >= \$248 ;
+  assign \$250  = saturated3 | quotient3[31];
+  assign \$251  = recip & \$250 ;
+  assign value3 = \$251  ? 32'd2147483647 : quotient3;
+  assign \$253  = \$252  | { 33'h000000000, numerator0 };
+  assign \$255  = pairs_on ? operand4[31:30] : 2'h0;
+  assign \$256  = \$254  | { 34'h000000000, \$255  };
+  assign \$257  = recip ? { 2'h0, \$253  } : \$256 ;
+  assign \$260  = recip ? { 3'h0, operand4 } : \$259 ;
+  assign \$261  = \$257  >= \$260 ;
+  assign \$263  = \$262  | { 33'h000000000, numerator0 };
+  assign \$265  = pairs_on ? operand4[31:30] : 2'h0;
+  assign \$266  = \$264  | { 34'h000000000, \$265  };
+  assign \$267  = recip ? { 2'h0, \$263  } : \$266 ;
+  assign \$270  = recip ? { 3'h0, operand4 } : \$269 ;
+  assign \$271  = \$267  - \$270 ;
+  assign \$273  = \$272  | { 33'h000000000, numerator0 };
+  assign \$275  = pairs_on ? operand4[31:30] : 2'h0;
+  assign \$276  = \$274  | { 34'h000000000, \$275  };
+  assign \$277  = recip ? { 2'h0, \$273  } : \$276 ;
+  assign \$278  = fits4_0 ? \$271  : { 1'h0, \$277  };
+  assign \$280  = \$279  | { 33'h000000000, numerator1 };
+  assign \$282  = \$281  | { 33'h000000000, numerator0 };
+  assign \$284  = pairs_on ? operand4[31:30] : 2'h0;
+  assign \$285  = \$283  | { 34'h000000000, \$284  };
+  assign \$286  = recip ? { 2'h0, \$282  } : \$285 ;
+  assign \$289  = recip ? { 3'h0, operand4 } : \$288 ;
+  assign \$290  = \$286  - \$289 ;
+  assign \$292  = \$291  | { 33'h000000000, numerator0 };
+  assign \$294  = pairs_on ? operand4[31:30] : 2'h0;
+  assign \$295  = \$293  | { 34'h000000000, \$294  };
+  assign \$296  = recip ? { 2'h0, \$292  } : \$295 ;
+  assign \$297  = fits4_0 ? \$290  : { 1'h0, \$296  };
+  assign \$300  = pairs_on ? \$299  : { 3'h0, operand4 };
+  assign \$301  = pairs_on ? \$300 [31:30] : 2'h0;
+  assign \$302  = \$298  | { 34'h000000000, \$301  };
+  assign \$303  = recip ? { 2'h0, \$280  } : \$302 ;
+  assign \$305  = \$304  | { 32'h00000000, fits4_0 };
+  assign \$308  = recip ? { 3'h0, operand4 } : \$307 ;
+  assign \$309  = \$303  >= \$308 ;
+  assign \$310  = saturated4 | quotient4[31];
+  assign \$311  = recip & \$310 ;
+  assign value4 = \$311  ? 32'd2147483647 : quotient4;
+  assign \$313  = \$312  | { 33'h000000000, numerator0 };
+  assign \$315  = pairs_on ? operand5[31:30] : 2'h0;
+  assign \$316  = \$314  | { 34'h000000000, \$315  };
+  assign \$317  = recip ? { 2'h0, \$313  } : \$316 ;
+  assign \$320  = recip ? { 3'h0, operand5 } : \$319 ;
+  assign \$321  = \$317  >= \$320 ;
+  assign \$323  = \$322  | { 33'h000000000, numerator0 };
+  assign \$325  = pairs_on ? operand5[31:30] : 2'h0;
+  assign \$326  = \$324  | { 34'h000000000, \$325  };
+  assign \$327  = recip ? { 2'h0, \$323  } : \$326 ;
+  assign \$330  = recip ? { 3'h0, operand5 } : \$329 ;
+  assign \$331  = \$327  - \$330 ;
+  assign \$333  = \$332  | { 33'h000000000, numerator0 };
+  assign \$335  = pairs_on ? operand5[31:30] : 2'h0;
+  assign \$336  = \$334  | { 34'h000000000, \$335  };
+  assign \$337  = recip ? { 2'h0, \$333  } : \$336 ;
+  assign \$338  = fits5_0 ? \$331  : { 1'h0, \$337  };
+  assign \$340  = \$339  | { 33'h000000000, numerator1 };
+  assign \$342  = \$341  | { 33'h000000000, numerator0 };
+  assign \$344  = pairs_on ? operand5[31:30] : 2'h0;
+  assign \$345  = \$343  | { 34'h000000000, \$344  };
+  assign \$346  = recip ? { 2'h0, \$342  } : \$345 ;
+  assign \$349  = recip ? { 3'h0, operand5 } : \$348 ;
+  assign \$350  = \$346  - \$349 ;
+  assign \$352  = \$351  | { 33'h000000000, numerator0 };
+  assign \$354  = pairs_on ? operand5[31:30] : 2'h0;
+  assign \$355  = \$353  | { 34'h000000000, \$354  };
+  assign \$356  = recip ? { 2'h0, \$352  } : \$355 ;
+  assign \$357  = fits5_0 ? \$350  : { 1'h0, \$356  };
+  assign \$360  = pairs_on ? \$359  : { 3'h0, operand5 };
+  assign \$361  = pairs_on ? \$360 [31:30] : 2'h0;
+  assign \$362  = \$358  | { 34'h000000000, \$361  };
+  assign \$363  = recip ? { 2'h0, \$340  } : \$362 ;
+  assign \$365  = \$364  | { 32'h00000000, fits5_0 };
+  assign \$368  = recip ? { 3'h0, operand5 } : \$367 ;
+  assign \$369  = \$363  >= \$368 ;
+  assign \$370  = saturated5 | quotient5[31];
+  assign \$371  = recip & \$370 ;
+  assign value5 = \$371  ? 32'd2147483647 : quotient5;
+  assign \$373  = \$372  | { 33'h000000000, numerator0 };
+  assign \$375  = pairs_on ? operand6[31:30] : 2'h0;
+  assign \$376  = \$374  | { 34'h000000000, \$375  };
+  assign \$377  = recip ? { 2'h0, \$373  } : \$376 ;
+  assign \$380  = recip ? { 3'h0, operand6 } : \$379 ;
+  assign \$381  = \$377  >= \$380 ;
+  assign \$383  = \$382  | { 33'h000000000, numerator0 };
+  assign \$385  = pairs_on ? operand6[31:30] : 2'h0;
+  assign \$386  = \$384  | { 34'h000000000, \$385  };
+  assign \$387  = recip ? { 2'h0, \$383  } : \$386 ;
+  assign \$390  = recip ? { 3'h0, operand6 } : \$389 ;
+  assign \$391  = \$387  - \$390 ;
+  assign \$393  = \$392  | { 33'h000000000, numerator0 };
+  assign \$395  = pairs_on ? operand6[31:30] : 2'h0;
+  assign \$396  = \$394  | { 34'h000000000, \$395  };
+  assign \$397  = recip ? { 2'h0, \$393  } : \$396 ;
+  assign \$398  = fits6_0 ? \$391  : { 1'h0, \$397  };
+  assign \$400  = \$399  | { 33'h000000000, numerator1 };
+  assign \$402  = \$401  | { 33'h000000000, numerator0 };
+  assign \$404  = pairs_on ? operand6[31:30] : 2'h0;
+  assign \$405  = \$403  | { 34'h000000000, \$404  };
+  assign \$406  = recip ? { 2'h0, \$402  } : \$405 ;
+  assign \$409  = recip ? { 3'h0, operand6 } : \$408 ;
+  assign \$410  = \$406  - \$409 ;
+  assign \$412  = \$411  | { 33'h000000000, numerator0 };
+  assign \$414  = pairs_on ? operand6[31:30] : 2'h0;
+  assign \$415  = \$413  | { 34'h000000000, \$414  };
+  assign \$416  = recip ? { 2'h0, \$412  } : \$415 ;
+  assign \$417  = fits6_0 ? \$410  : { 1'h0, \$416  };
+  assign \$420  = pairs_on ? \$419  : { 3'h0, operand6 };
+  assign \$421  = pairs_on ? \$420 [31:30] : 2'h0;
+  assign \$422  = \$418  | { 34'h000000000, \$421  };
+  assign \$423  = recip ? { 2'h0, \$400  } : \$422 ;
+  assign \$425  = \$424  | { 32'h00000000, fits6_0 };
+  assign \$428  = recip ? { 3'h0, operand6 } : \$427 ;
+  assign \$429  = \$423  >= \$428 ;
+  assign \$430  = saturated6 | quotient6[31];
+  assign \$431  = recip & \$430 ;
+  assign value6 = \$431  ? 32'd2147483647 : quotient6;
+  assign \$433  = \$432  | { 33'h000000000, numerator0 };
+  assign \$435  = pairs_on ? operand7[31:30] : 2'h0;
+  assign \$436  = \$434  | { 34'h000000000, \$435  };
+  assign \$437  = recip ? { 2'h0, \$433  } : \$436 ;
+  assign \$440  = recip ? { 3'h0, operand7 } : \$439 ;
+  assign \$441  = \$437  >= \$440 ;
+  assign \$443  = \$442  | { 33'h000000000, numerator0 };
+  assign \$445  = pairs_on ? operand7[31:30] : 2'h0;
+  assign \$446  = \$444  | { 34'h000000000, \$445  };
+  assign \$447  = recip ? { 2'h0, \$443  } : \$446 ;
+  assign \$450  = recip ? { 3'h0, operand7 } : \$449 ;
+  assign \$451  = \$447  - \$450 ;
+  assign \$453  = \$452  | { 33'h000000000, numerator0 };
+  assign \$455  = pairs_on ? operand7[31:30] : 2'h0;
+  assign \$456  = \$454  | { 34'h000000000, \$455  };
+  assign \$457  = recip ? { 2'h0, \$453  } : \$456 ;
+  assign \$458  = fits7_0 ? \$451  : { 1'h0, \$457  };
+  assign \$460  = \$459  | { 33'h000000000, numerator1 };
+  assign \$462  = \$461  | { 33'h000000000, numerator0 };
+  assign \$464  = pairs_on ? operand7[31:30] : 2'h0;
+  assign \$465  = \$463  | { 34'h000000000, \$464  };
+  assign \$466  = recip ? { 2'h0, \$462  } : \$465 ;
+  assign \$469  = recip ? { 3'h0, operand7 } : \$468 ;
+  assign \$470  = \$466  - \$469 ;
+  assign \$472  = \$471  | { 33'h000000000, numerator0 };
+  assign \$474  = pairs_on ? operand7[31:30] : 2'h0;
+  assign \$475  = \$473  | { 34'h000000000, \$474  };
+  assign \$476  = recip ? { 2'h0, \$472  } : \$475 ;
+  assign \$477  = fits7_0 ? \$470  : { 1'h0, \$476  };
+  assign \$480  = pairs_on ? \$479  : { 3'h0, operand7 };
+  assign \$481  = pairs_on ? \$480 [31:30] : 2'h0;
+  assign \$482  = \$478  | { 34'h000000000, \$481  };
+  assign \$483  = recip ? { 2'h0, \$460  } : \$482 ;
+  assign \$485  = \$484  | { 32'h00000000, fits7_0 };
+  assign \$488  = recip ? { 3'h0, operand7 } : \$487 ;
+  assign \$489  = \$483  >= \$488 ;
+  assign \$490  = saturated7 | quotient7[31];
+  assign \$491  = recip & \$490 ;
+  assign value7 = \$491  ? 32'd2147483647 : quotient7;
+  assign \$492  = vop == 4'hc;
+  assign \$493  = count + 1'h1;
+  assign \$494  = count == 4'hf;
+  assign \$495  = a[31] ? 32'd0 : a[31:0];
+  assign \$496  = vop == 4'hc;
+  assign \$497  = \$496  ? \$11 [15:0] : 16'h0000;
+  assign \$498  = vop == 4'hc;
+  assign \$499  = $signed(a[31:0]) <= $signed(1'h0);
+  assign \$500  = \$498  & \$499 ;
+  assign \$502  = \$501  | { 33'h000000000, numerator0 };
+  assign \$504  = pairs_on ? operand0[31:30] : 2'h0;
+  assign \$505  = \$503  | { 34'h000000000, \$504  };
+  assign \$506  = recip ? { 2'h0, \$502  } : \$505 ;
+  assign \$509  = recip ? { 3'h0, operand0 } : \$508 ;
+  assign \$510  = \$506  - \$509 ;
+  assign \$512  = \$511  | { 33'h000000000, numerator0 };
+  assign \$514  = pairs_on ? operand0[31:30] : 2'h0;
+  assign \$515  = \$513  | { 34'h000000000, \$514  };
+  assign \$516  = recip ? { 2'h0, \$512  } : \$515 ;
+  assign \$517  = fits0_0 ? \$510  : { 1'h0, \$516  };
+  assign \$519  = \$518  | { 33'h000000000, numerator1 };
+  assign \$521  = \$520  | { 33'h000000000, numerator0 };
+  assign \$523  = pairs_on ? operand0[31:30] : 2'h0;
+  assign \$524  = \$522  | { 34'h000000000, \$523  };
+  assign \$525  = recip ? { 2'h0, \$521  } : \$524 ;
+  assign \$528  = recip ? { 3'h0, operand0 } : \$527 ;
+  assign \$529  = \$525  - \$528 ;
+  assign \$531  = \$530  | { 33'h000000000, numerator0 };
+  assign \$533  = pairs_on ? operand0[31:30] : 2'h0;
+  assign \$534  = \$532  | { 34'h000000000, \$533  };
+  assign \$535  = recip ? { 2'h0, \$531  } : \$534 ;
+  assign \$536  = fits0_0 ? \$529  : { 1'h0, \$535  };
+  assign \$539  = pairs_on ? \$538  : { 3'h0, operand0 };
+  assign \$540  = pairs_on ? \$539 [31:30] : 2'h0;
+  assign \$541  = \$537  | { 34'h000000000, \$540  };
+  assign \$542  = recip ? { 2'h0, \$519  } : \$541 ;
+  assign \$544  = \$543  | { 32'h00000000, fits0_0 };
+  assign \$547  = recip ? { 3'h0, operand0 } : \$546 ;
+  assign \$548  = \$542  - \$547 ;
+  assign \$550  = \$549  | { 33'h000000000, numerator0 };
+  assign \$552  = pairs_on ? operand0[31:30] : 2'h0;
+  assign \$553  = \$551  | { 34'h000000000, \$552  };
+  assign \$554  = recip ? { 2'h0, \$550  } : \$553 ;
+  assign \$557  = recip ? { 3'h0, operand0 } : \$556 ;
+  assign \$558  = \$554  - \$557 ;
+  assign \$560  = \$559  | { 33'h000000000, numerator0 };
+  assign \$562  = pairs_on ? operand0[31:30] : 2'h0;
+  assign \$563  = \$561  | { 34'h000000000, \$562  };
+  assign \$564  = recip ? { 2'h0, \$560  } : \$563 ;
+  assign \$565  = fits0_0 ? \$558  : { 1'h0, \$564  };
+  assign \$567  = \$566  | { 33'h000000000, numerator1 };
+  assign \$569  = \$568  | { 33'h000000000, numerator0 };
+  assign \$571  = pairs_on ? operand0[31:30] : 2'h0;
+  assign \$572  = \$570  | { 34'h000000000, \$571  };
+  assign \$573  = recip ? { 2'h0, \$569  } : \$572 ;
+  assign \$576  = recip ? { 3'h0, operand0 } : \$575 ;
+  assign \$577  = \$573  - \$576 ;
+  assign \$579  = \$578  | { 33'h000000000, numerator0 };
+  assign \$581  = pairs_on ? operand0[31:30] : 2'h0;
+  assign \$582  = \$580  | { 34'h000000000, \$581  };
+  assign \$583  = recip ? { 2'h0, \$579  } : \$582 ;
+  assign \$584  = fits0_0 ? \$577  : { 1'h0, \$583  };
+  assign \$587  = pairs_on ? \$586  : { 3'h0, operand0 };
+  assign \$588  = pairs_on ? \$587 [31:30] : 2'h0;
+  assign \$589  = \$585  | { 34'h000000000, \$588  };
+  assign \$590  = recip ? { 2'h0, \$567  } : \$589 ;
+  assign \$591  = fits0_1 ? \$548  : { 1'h0, \$590  };
+  assign \$593  = \$592  | { 32'h00000000, fits0_0 };
+  assign \$595  = \$594  | { 32'h00000000, fits0_1 };
+  assign \$596  = ~ recip;
+  assign \$598  = pairs_on ? \$597  : { 3'h0, operand0 };
+  assign \$601  = pairs_on ? \$600  : { 3'h0, operand0 };
+  assign \$602  = pairs_on ? \$599  : { 3'h0, \$601 [31:0] };
+  assign \$603  = value0 < 8'h80;
+  assign \$604  = d_acc | \$603 ;
+  assign \$605  = \$604  ? value0 : 32'd127;
+  assign \$606  = a[63] ? 32'd0 : a[63:32];
+  assign \$607  = vop == 4'hc;
+  assign \$608  = \$607  ? \$11 [15:0] : 16'h0000;
+  assign \$609  = vop == 4'hc;
+  assign \$610  = $signed(a[63:32]) <= $signed(1'h0);
+  assign \$611  = \$609  & \$610 ;
+  assign \$613  = \$612  | { 33'h000000000, numerator0 };
+  assign \$615  = pairs_on ? operand1[31:30] : 2'h0;
+  assign \$616  = \$614  | { 34'h000000000, \$615  };
+  assign \$617  = recip ? { 2'h0, \$613  } : \$616 ;
+  assign \$620  = recip ? { 3'h0, operand1 } : \$619 ;
+  assign \$621  = \$617  - \$620 ;
+  assign \$623  = \$622  | { 33'h000000000, numerator0 };
+  assign \$625  = pairs_on ? operand1[31:30] : 2'h0;
+  assign \$626  = \$624  | { 34'h000000000, \$625  };
+  assign \$627  = recip ? { 2'h0, \$623  } : \$626 ;
+  assign \$628  = fits1_0 ? \$621  : { 1'h0, \$627  };
+  assign \$630  = \$629  | { 33'h000000000, numerator1 };
+  assign \$632  = \$631  | { 33'h000000000, numerator0 };
+  assign \$634  = pairs_on ? operand1[31:30] : 2'h0;
+  assign \$635  = \$633  | { 34'h000000000, \$634  };
+  assign \$636  = recip ? { 2'h0, \$632  } : \$635 ;
+  assign \$639  = recip ? { 3'h0, operand1 } : \$638 ;
+  assign \$640  = \$636  - \$639 ;
+  assign \$642  = \$641  | { 33'h000000000, numerator0 };
+  assign \$644  = pairs_on ? operand1[31:30] : 2'h0;
+  assign \$645  = \$643  | { 34'h000000000, \$644  };
+  assign \$646  = recip ? { 2'h0, \$642  } : \$645 ;
+  assign \$647  = fits1_0 ? \$640  : { 1'h0, \$646  };
+  assign \$650  = pairs_on ? \$649  : { 3'h0, operand1 };
+  assign \$651  = pairs_on ? \$650 [31:30] : 2'h0;
+  assign \$652  = \$648  | { 34'h000000000, \$651  };
+  assign \$653  = recip ? { 2'h0, \$630  } : \$652 ;
+  assign \$655  = \$654  | { 32'h00000000, fits1_0 };
+  assign \$658  = recip ? { 3'h0, operand1 } : \$657 ;
+  assign \$659  = \$653  - \$658 ;
+  assign \$661  = \$660  | { 33'h000000000, numerator0 };
+  assign \$663  = pairs_on ? operand1[31:30] : 2'h0;
+  assign \$664  = \$662  | { 34'h000000000, \$663  };
+  assign \$665  = recip ? { 2'h0, \$661  } : \$664 ;
+  assign \$668  = recip ? { 3'h0, operand1 } : \$667 ;
+  assign \$669  = \$665  - \$668 ;
+  assign \$671  = \$670  | { 33'h000000000, numerator0 };
+  assign \$673  = pairs_on ? operand1[31:30] : 2'h0;
+  assign \$674  = \$672  | { 34'h000000000, \$673  };
+  assign \$675  = recip ? { 2'h0, \$671  } : \$674 ;
+  assign \$676  = fits1_0 ? \$669  : { 1'h0, \$675  };
+  assign \$678  = \$677  | { 33'h000000000, numerator1 };
+  assign \$680  = \$679  | { 33'h000000000, numerator0 };
+  assign \$682  = pairs_on ? operand1[31:30] : 2'h0;
+  assign \$683  = \$681  | { 34'h000000000, \$682  };
+  assign \$684  = recip ? { 2'h0, \$680  } : \$683 ;
+  assign \$687  = recip ? { 3'h0, operand1 } : \$686 ;
+  assign \$688  = \$684  - \$687 ;
+  assign \$690  = \$689  | { 33'h000000000, numerator0 };
+  assign \$692  = pairs_on ? operand1[31:30] : 2'h0;
+  assign \$693  = \$691  | { 34'h000000000, \$692  };
+  assign \$694  = recip ? { 2'h0, \$690  } : \$693 ;
+  assign \$695  = fits1_0 ? \$688  : { 1'h0, \$694  };
+  assign \$698  = pairs_on ? \$697  : { 3'h0, operand1 };
+  assign \$699  = pairs_on ? \$698 [31:30] : 2'h0;
+  assign \$700  = \$696  | { 34'h000000000, \$699  };
+  assign \$701  = recip ? { 2'h0, \$678  } : \$700 ;
+  assign \$702  = fits1_1 ? \$659  : { 1'h0, \$701  };
+  assign \$704  = \$703  | { 32'h00000000, fits1_0 };
+  assign \$706  = \$705  | { 32'h00000000, fits1_1 };
+  assign \$707  = ~ recip;
+  assign \$709  = pairs_on ? \$708  : { 3'h0, operand1 };
+  assign \$712  = pairs_on ? \$711  : { 3'h0, operand1 };
+  assign \$713  = pairs_on ? \$710  : { 3'h0, \$712 [31:0] };
+  assign \$714  = value1 < 8'h80;
+  assign \$715  = d_acc | \$714 ;
+  assign \$716  = \$715  ? value1 : 32'd127;
+  assign \$717  = a[95] ? 32'd0 : a[95:64];
+  assign \$718  = vop == 4'hc;
+  assign \$719  = \$718  ? \$11 [15:0] : 16'h0000;
+  assign \$720  = vop == 4'hc;
+  assign \$721  = $signed(a[95:64]) <= $signed(1'h0);
+  assign \$722  = \$720  & \$721 ;
+  assign \$724  = \$723  | { 33'h000000000, numerator0 };
+  assign \$726  = pairs_on ? operand2[31:30] : 2'h0;
+  assign \$727  = \$725  | { 34'h000000000, \$726  };
+  assign \$728  = recip ? { 2'h0, \$724  } : \$727 ;
+  assign \$731  = recip ? { 3'h0, operand2 } : \$730 ;
+  assign \$732  = \$728  - \$731 ;
+  assign \$734  = \$733  | { 33'h000000000, numerator0 };
+  assign \$736  = pairs_on ? operand2[31:30] : 2'h0;
+  assign \$737  = \$735  | { 34'h000000000, \$736  };
+  assign \$738  = recip ? { 2'h0, \$734  } : \$737 ;
+  assign \$739  = fits2_0 ? \$732  : { 1'h0, \$738  };
+  assign \$741  = \$740  | { 33'h000000000, numerator1 };
+  assign \$743  = \$742  | { 33'h000000000, numerator0 };
+  assign \$745  = pairs_on ? operand2[31:30] : 2'h0;
+  assign \$746  = \$744  | { 34'h000000000, \$745  };
+  assign \$747  = recip ? { 2'h0, \$743  } : \$746 ;
+  assign \$750  = recip ? { 3'h0, operand2 } : \$749 ;
+  assign \$751  = \$747  - \$750 ;
+  assign \$753  = \$752  | { 33'h000000000, numerator0 };
+  assign \$755  = pairs_on ? operand2[31:30] : 2'h0;
+  assign \$756  = \$754  | { 34'h000000000, \$755  };
+  assign \$757  = recip ? { 2'h0, \$753  } : \$756 ;
+  assign \$758  = fits2_0 ? \$751  : { 1'h0, \$757  };
+  assign \$761  = pairs_on ? \$760  : { 3'h0, operand2 };
+  assign \$762  = pairs_on ? \$761 [31:30] : 2'h0;
+  assign \$763  = \$759  | { 34'h000000000, \$762  };
+  assign \$764  = recip ? { 2'h0, \$741  } : \$763 ;
+  assign \$766  = \$765  | { 32'h00000000, fits2_0 };
+  assign \$769  = recip ? { 3'h0, operand2 } : \$768 ;
+  assign \$770  = \$764  - \$769 ;
+  assign \$772  = \$771  | { 33'h000000000, numerator0 };
+  assign \$774  = pairs_on ? operand2[31:30] : 2'h0;
+  assign \$775  = \$773  | { 34'h000000000, \$774  };
+  assign \$776  = recip ? { 2'h0, \$772  } : \$775 ;
+  assign \$779  = recip ? { 3'h0, operand2 } : \$778 ;
+  assign \$780  = \$776  - \$779 ;
+  assign \$782  = \$781  | { 33'h000000000, numerator0 };
+  assign \$784  = pairs_on ? operand2[31:30] : 2'h0;
+  assign \$785  = \$783  | { 34'h000000000, \$784  };
+  assign \$786  = recip ? { 2'h0, \$782  } : \$785 ;
+  assign \$787  = fits2_0 ? \$780  : { 1'h0, \$786  };
+  assign \$789  = \$788  | { 33'h000000000, numerator1 };
+  assign \$791  = \$790  | { 33'h000000000, numerator0 };
+  assign \$793  = pairs_on ? operand2[31:30] : 2'h0;
+  assign \$794  = \$792  | { 34'h000000000, \$793  };
+  assign \$795  = recip ? { 2'h0, \$791  } : \$794 ;
+  assign \$798  = recip ? { 3'h0, operand2 } : \$797 ;
+  assign \$799  = \$795  - \$798 ;
+  assign \$801  = \$800  | { 33'h000000000, numerator0 };
+  assign \$803  = pairs_on ? operand2[31:30] : 2'h0;
+  assign \$804  = \$802  | { 34'h000000000, \$803  };
+  assign \$805  = recip ? { 2'h0, \$801  } : \$804 ;
+  assign \$806  = fits2_0 ? \$799  : { 1'h0, \$805  };
+  assign \$809  = pairs_on ? \$808  : { 3'h0, operand2 };
+  assign \$810  = pairs_on ? \$809 [31:30] : 2'h0;
+  assign \$811  = \$807  | { 34'h000000000, \$810  };
+  assign \$812  = recip ? { 2'h0, \$789  } : \$811 ;
+  assign \$813  = fits2_1 ? \$770  : { 1'h0, \$812  };
+  assign \$815  = \$814  | { 32'h00000000, fits2_0 };
+  assign \$817  = \$816  | { 32'h00000000, fits2_1 };
+  assign \$818  = ~ recip;
+  assign \$820  = pairs_on ? \$819  : { 3'h0, operand2 };
+  assign \$823  = pairs_on ? \$822  : { 3'h0, operand2 };
+  assign \$824  = pairs_on ? \$821  : { 3'h0, \$823 [31:0] };
+  assign \$825  = value2 < 8'h80;
+  assign \$826  = d_acc | \$825 ;
+  assign \$827  = \$826  ? value2 : 32'd127;
+  assign \$828  = a[127] ? 32'd0 : a[127:96];
+  assign \$829  = vop == 4'hc;
+  assign \$830  = \$829  ? \$11 [15:0] : 16'h0000;
+  assign \$831  = vop == 4'hc;
+  assign \$832  = $signed(a[127:96]) <= $signed(1'h0);
+  assign \$833  = \$831  & \$832 ;
+  assign \$835  = \$834  | { 33'h000000000, numerator0 };
+  assign \$837  = pairs_on ? operand3[31:30] : 2'h0;
+  assign \$838  = \$836  | { 34'h000000000, \$837  };
+  assign \$839  = recip ? { 2'h0, \$835  } : \$838 ;
+  assign \$842  = recip ? { 3'h0, operand3 } : \$841 ;
+  assign \$843  = \$839  - \$842 ;
+  assign \$845  = \$844  | { 33'h000000000, numerator0 };
+  assign \$847  = pairs_on ? operand3[31:30] : 2'h0;
+  assign \$848  = \$846  | { 34'h000000000, \$847  };
+  assign \$849  = recip ? { 2'h0, \$845  } : \$848 ;
+  assign \$850  = fits3_0 ? \$843  : { 1'h0, \$849  };
+  assign \$852  = \$851  | { 33'h000000000, numerator1 };
+  assign \$854  = \$853  | { 33'h000000000, numerator0 };
+  assign \$856  = pairs_on ? operand3[31:30] : 2'h0;
+  assign \$857  = \$855  | { 34'h000000000, \$856  };
+  assign \$858  = recip ? { 2'h0, \$854  } : \$857 ;
+  assign \$861  = recip ? { 3'h0, operand3 } : \$860 ;
+  assign \$862  = \$858  - \$861 ;
+  assign \$864  = \$863  | { 33'h000000000, numerator0 };
+  assign \$866  = pairs_on ? operand3[31:30] : 2'h0;
+  assign \$867  = \$865  | { 34'h000000000, \$866  };
+  assign \$868  = recip ? { 2'h0, \$864  } : \$867 ;
+  assign \$869  = fits3_0 ? \$862  : { 1'h0, \$868  };
+  assign \$872  = pairs_on ? \$871  : { 3'h0, operand3 };
+  assign \$873  = pairs_on ? \$872 [31:30] : 2'h0;
+  assign \$874  = \$870  | { 34'h000000000, \$873  };
+  assign \$875  = recip ? { 2'h0, \$852  } : \$874 ;
+  assign \$877  = \$876  | { 32'h00000000, fits3_0 };
+  assign \$880  = recip ? { 3'h0, operand3 } : \$879 ;
+  assign \$881  = \$875  - \$880 ;
+  assign \$883  = \$882  | { 33'h000000000, numerator0 };
+  assign \$885  = pairs_on ? operand3[31:30] : 2'h0;
+  assign \$886  = \$884  | { 34'h000000000, \$885  };
+  assign \$887  = recip ? { 2'h0, \$883  } : \$886 ;
+  assign \$890  = recip ? { 3'h0, operand3 } : \$889 ;
+  assign \$891  = \$887  - \$890 ;
+  assign \$893  = \$892  | { 33'h000000000, numerator0 };
+  assign \$895  = pairs_on ? operand3[31:30] : 2'h0;
+  assign \$896  = \$894  | { 34'h000000000, \$895  };
+  assign \$897  = recip ? { 2'h0, \$893  } : \$896 ;
+  assign \$898  = fits3_0 ? \$891  : { 1'h0, \$897  };
+  assign \$900  = \$899  | { 33'h000000000, numerator1 };
+  assign \$902  = \$901  | { 33'h000000000, numerator0 };
+  assign \$904  = pairs_on ? operand3[31:30] : 2'h0;
+  assign \$905  = \$903  | { 34'h000000000, \$904  };
+  assign \$906  = recip ? { 2'h0, \$902  } : \$905 ;
+  assign \$909  = recip ? { 3'h0, operand3 } : \$908 ;
+  assign \$910  = \$906  - \$909 ;
+  assign \$912  = \$911  | { 33'h000000000, numerator0 };
+  assign \$914  = pairs_on ? operand3[31:30] : 2'h0;
+  assign \$915  = \$913  | { 34'h000000000, \$914  };
+  assign \$916  = recip ? { 2'h0, \$912  } : \$915 ;
+  assign \$917  = fits3_0 ? \$910  : { 1'h0, \$916  };
+  assign \$920  = pairs_on ? \$919  : { 3'h0, operand3 };
+  assign \$921  = pairs_on ? \$920 [31:30] : 2'h0;
+  assign \$922  = \$918  | { 34'h000000000, \$921  };
+  assign \$923  = recip ? { 2'h0, \$900  } : \$922 ;
+  assign \$924  = fits3_1 ? \$881  : { 1'h0, \$923  };
+  assign \$926  = \$925  | { 32'h00000000, fits3_0 };
+  assign \$928  = \$927  | { 32'h00000000, fits3_1 };
+  assign \$929  = ~ recip;
+  assign \$931  = pairs_on ? \$930  : { 3'h0, operand3 };
+  assign \$934  = pairs_on ? \$933  : { 3'h0, operand3 };
+  assign \$935  = pairs_on ? \$932  : { 3'h0, \$934 [31:0] };
+  assign \$936  = value3 < 8'h80;
+  assign \$937  = d_acc | \$936 ;
+  assign \$938  = \$937  ? value3 : 32'd127;
+  assign \$939  = a[159] ? 32'd0 : a[159:128];
+  assign \$940  = vop == 4'hc;
+  assign \$941  = \$940  ? \$11 [15:0] : 16'h0000;
+  assign \$942  = vop == 4'hc;
+  assign \$943  = $signed(a[159:128]) <= $signed(1'h0);
+  assign \$944  = \$942  & \$943 ;
+  assign \$946  = \$945  | { 33'h000000000, numerator0 };
+  assign \$948  = pairs_on ? operand4[31:30] : 2'h0;
+  assign \$949  = \$947  | { 34'h000000000, \$948  };
+  assign \$950  = recip ? { 2'h0, \$946  } : \$949 ;
+  assign \$953  = recip ? { 3'h0, operand4 } : \$952 ;
+  assign \$954  = \$950  - \$953 ;
+  assign \$956  = \$955  | { 33'h000000000, numerator0 };
+  assign \$958  = pairs_on ? operand4[31:30] : 2'h0;
+  assign \$959  = \$957  | { 34'h000000000, \$958  };
+  assign \$960  = recip ? { 2'h0, \$956  } : \$959 ;
+  assign \$961  = fits4_0 ? \$954  : { 1'h0, \$960  };
+  assign \$963  = \$962  | { 33'h000000000, numerator1 };
+  assign \$965  = \$964  | { 33'h000000000, numerator0 };
+  assign \$967  = pairs_on ? operand4[31:30] : 2'h0;
+  assign \$968  = \$966  | { 34'h000000000, \$967  };
+  assign \$969  = recip ? { 2'h0, \$965  } : \$968 ;
+  assign \$972  = recip ? { 3'h0, operand4 } : \$971 ;
+  assign \$973  = \$969  - \$972 ;
+  assign \$975  = \$974  | { 33'h000000000, numerator0 };
+  assign \$977  = pairs_on ? operand4[31:30] : 2'h0;
+  assign \$978  = \$976  | { 34'h000000000, \$977  };
+  assign \$979  = recip ? { 2'h0, \$975  } : \$978 ;
+  assign \$980  = fits4_0 ? \$973  : { 1'h0, \$979  };
+  assign \$983  = pairs_on ? \$982  : { 3'h0, operand4 };
+  assign \$984  = pairs_on ? \$983 [31:30] : 2'h0;
+  assign \$985  = \$981  | { 34'h000000000, \$984  };
+  assign \$986  = recip ? { 2'h0, \$963  } : \$985 ;
+  assign \$988  = \$987  | { 32'h00000000, fits4_0 };
+  assign \$991  = recip ? { 3'h0, operand4 } : \$990 ;
+  assign \$992  = \$986  - \$991 ;
+  assign \$994  = \$993  | { 33'h000000000, numerator0 };
+  assign \$996  = pairs_on ? operand4[31:30] : 2'h0;
+  assign \$997  = \$995  | { 34'h000000000, \$996  };
+  assign \$998  = recip ? { 2'h0, \$994  } : \$997 ;
+  assign \$1001  = recip ? { 3'h0, operand4 } : \$1000 ;
+  assign \$1002  = \$998  - \$1001 ;
+  assign \$1004  = \$1003  | { 33'h000000000, numerator0 };
+  assign \$1006  = pairs_on ? operand4[31:30] : 2'h0;
+  assign \$1007  = \$1005  | { 34'h000000000, \$1006  };
+  assign \$1008  = recip ? { 2'h0, \$1004  } : \$1007 ;
+  assign \$1009  = fits4_0 ? \$1002  : { 1'h0, \$1008  };
+  assign \$1011  = \$1010  | { 33'h000000000, numerator1 };
+  assign \$1013  = \$1012  | { 33'h000000000, numerator0 };
+  assign \$1015  = pairs_on ? operand4[31:30] : 2'h0;
+  assign \$1016  = \$1014  | { 34'h000000000, \$1015  };
+  assign \$1017  = recip ? { 2'h0, \$1013  } : \$1016 ;
+  assign \$1020  = recip ? { 3'h0, operand4 } : \$1019 ;
+  assign \$1021  = \$1017  - \$1020 ;
+  assign \$1023  = \$1022  | { 33'h000000000, numerator0 };
+  assign \$1025  = pairs_on ? operand4[31:30] : 2'h0;
+  assign \$1026  = \$1024  | { 34'h000000000, \$1025  };
+  assign \$1027  = recip ? { 2'h0, \$1023  } : \$1026 ;
+  assign \$1028  = fits4_0 ? \$1021  : { 1'h0, \$1027  };
+  assign \$1031  = pairs_on ? \$1030  : { 3'h0, operand4 };
+  assign \$1032  = pairs_on ? \$1031 [31:30] : 2'h0;
+  assign \$1033  = \$1029  | { 34'h000000000, \$1032  };
+  assign \$1034  = recip ? { 2'h0, \$1011  } : \$1033 ;
+  assign \$1035  = fits4_1 ? \$992  : { 1'h0, \$1034  };
+  assign \$1037  = \$1036  | { 32'h00000000, fits4_0 };
+  assign \$1039  = \$1038  | { 32'h00000000, fits4_1 };
+  assign \$1040  = ~ recip;
+  assign \$1042  = pairs_on ? \$1041  : { 3'h0, operand4 };
+  assign \$1045  = pairs_on ? \$1044  : { 3'h0, operand4 };
+  assign \$1046  = pairs_on ? \$1043  : { 3'h0, \$1045 [31:0] };
+  assign \$1047  = value4 < 8'h80;
+  assign \$1048  = d_acc | \$1047 ;
+  assign \$1049  = \$1048  ? value4 : 32'd127;
+  assign \$1050  = a[191] ? 32'd0 : a[191:160];
+  assign \$1051  = vop == 4'hc;
+  assign \$1052  = \$1051  ? \$11 [15:0] : 16'h0000;
+  assign \$1053  = vop == 4'hc;
+  assign \$1054  = $signed(a[191:160]) <= $signed(1'h0);
+  assign \$1055  = \$1053  & \$1054 ;
+  assign \$1057  = \$1056  | { 33'h000000000, numerator0 };
+  assign \$1059  = pairs_on ? operand5[31:30] : 2'h0;
+  assign \$1060  = \$1058  | { 34'h000000000, \$1059  };
+  assign \$1061  = recip ? { 2'h0, \$1057  } : \$1060 ;
+  assign \$1064  = recip ? { 3'h0, operand5 } : \$1063 ;
+  assign \$1065  = \$1061  - \$1064 ;
+  assign \$1067  = \$1066  | { 33'h000000000, numerator0 };
+  assign \$1069  = pairs_on ? operand5[31:30] : 2'h0;
+  assign \$1070  = \$1068  | { 34'h000000000, \$1069  };
+  assign \$1071  = recip ? { 2'h0, \$1067  } : \$1070 ;
+  assign \$1072  = fits5_0 ? \$1065  : { 1'h0, \$1071  };
+  assign \$1074  = \$1073  | { 33'h000000000, numerator1 };
+  assign \$1076  = \$1075  | { 33'h000000000, numerator0 };
+  assign \$1078  = pairs_on ? operand5[31:30] : 2'h0;
+  assign \$1079  = \$1077  | { 34'h000000000, \$1078  };
+  assign \$1080  = recip ? { 2'h0, \$1076  } : \$1079 ;
+  assign \$1083  = recip ? { 3'h0, operand5 } : \$1082 ;
+  assign \$1084  = \$1080  - \$1083 ;
+  assign \$1086  = \$1085  | { 33'h000000000, numerator0 };
+  assign \$1088  = pairs_on ? operand5[31:30] : 2'h0;
+  assign \$1089  = \$1087  | { 34'h000000000, \$1088  };
+  assign \$1090  = recip ? { 2'h0, \$1086  } : \$1089 ;
+  assign \$1091  = fits5_0 ? \$1084  : { 1'h0, \$1090  };
+  assign \$1094  = pairs_on ? \$1093  : { 3'h0, operand5 };
+  assign \$1095  = pairs_on ? \$1094 [31:30] : 2'h0;
+  assign \$1096  = \$1092  | { 34'h000000000, \$1095  };
+  assign \$1097  = recip ? { 2'h0, \$1074  } : \$1096 ;
+  assign \$1099  = \$1098  | { 32'h00000000, fits5_0 };
+  assign \$1102  = recip ? { 3'h0, operand5 } : \$1101 ;
+  assign \$1103  = \$1097  - \$1102 ;
+  assign \$1105  = \$1104  | { 33'h000000000, numerator0 };
+  assign \$1107  = pairs_on ? operand5[31:30] : 2'h0;
+  assign \$1108  = \$1106  | { 34'h000000000, \$1107  };
+  assign \$1109  = recip ? { 2'h0, \$1105  } : \$1108 ;
+  assign \$1112  = recip ? { 3'h0, operand5 } : \$1111 ;
+  assign \$1113  = \$1109  - \$1112 ;
+  assign \$1115  = \$1114  | { 33'h000000000, numerator0 };
+  assign \$1117  = pairs_on ? operand5[31:30] : 2'h0;
+  assign \$1118  = \$1116  | { 34'h000000000, \$1117  };
+  assign \$1119  = recip ? { 2'h0, \$1115  } : \$1118 ;
+  assign \$1120  = fits5_0 ? \$1113  : { 1'h0, \$1119  };
+  assign \$1122  = \$1121  | { 33'h000000000, numerator1 };
+  assign \$1124  = \$1123  | { 33'h000000000, numerator0 };
+  assign \$1126  = pairs_on ? operand5[31:30] : 2'h0;
+  assign \$1127  = \$1125  | { 34'h000000000, \$1126  };
+  assign \$1128  = recip ? { 2'h0, \$1124  } : \$1127 ;
+  assign \$1131  = recip ? { 3'h0, operand5 } : \$1130 ;
+  assign \$1132  = \$1128  - \$1131 ;
+  assign \$1134  = \$1133  | { 33'h000000000, numerator0 };
+  assign \$1136  = pairs_on ? operand5[31:30] : 2'h0;
+  assign \$1137  = \$1135  | { 34'h000000000, \$1136  };
+  assign \$1138  = recip ? { 2'h0, \$1134  } : \$1137 ;
+  assign \$1139  = fits5_0 ? \$1132  : { 1'h0, \$1138  };
+  assign \$1142  = pairs_on ? \$1141  : { 3'h0, operand5 };
+  assign \$1143  = pairs_on ? \$1142 [31:30] : 2'h0;
+  assign \$1144  = \$1140  | { 34'h000000000, \$1143  };
+  assign \$1145  = recip ? { 2'h0, \$1122  } : \$1144 ;
+  assign \$1146  = fits5_1 ? \$1103  : { 1'h0, \$1145  };
+  assign \$1148  = \$1147  | { 32'h00000000, fits5_0 };
+  assign \$1150  = \$1149  | { 32'h00000000, fits5_1 };
+  assign \$1151  = ~ recip;
+  assign \$1153  = pairs_on ? \$1152  : { 3'h0, operand5 };
+  assign \$1156  = pairs_on ? \$1155  : { 3'h0, operand5 };
+  assign \$1157  = pairs_on ? \$1154  : { 3'h0, \$1156 [31:0] };
+  assign \$1158  = value5 < 8'h80;
+  assign \$1159  = d_acc | \$1158 ;
+  assign \$1160  = \$1159  ? value5 : 32'd127;
+  assign \$1161  = a[223] ? 32'd0 : a[223:192];
+  assign \$1162  = vop == 4'hc;
+  assign \$1163  = \$1162  ? \$11 [15:0] : 16'h0000;
+  assign \$1164  = vop == 4'hc;
+  assign \$1165  = $signed(a[223:192]) <= $signed(1'h0);
+  assign \$1166  = \$1164  & \$1165 ;
+  assign \$1168  = \$1167  | { 33'h000000000, numerator0 };
+  assign \$1170  = pairs_on ? operand6[31:30] : 2'h0;
+  assign \$1171  = \$1169  | { 34'h000000000, \$1170  };
+  assign \$1172  = recip ? { 2'h0, \$1168  } : \$1171 ;
+  assign \$1175  = recip ? { 3'h0, operand6 } : \$1174 ;
+  assign \$1176  = \$1172  - \$1175 ;
+  assign \$1178  = \$1177  | { 33'h000000000, numerator0 };
+  assign \$1180  = pairs_on ? operand6[31:30] : 2'h0;
+  assign \$1181  = \$1179  | { 34'h000000000, \$1180  };
+  assign \$1182  = recip ? { 2'h0, \$1178  } : \$1181 ;
+  assign \$1183  = fits6_0 ? \$1176  : { 1'h0, \$1182  };
+  assign \$1185  = \$1184  | { 33'h000000000, numerator1 };
+  assign \$1187  = \$1186  | { 33'h000000000, numerator0 };
+  assign \$1189  = pairs_on ? operand6[31:30] : 2'h0;
+  assign \$1190  = \$1188  | { 34'h000000000, \$1189  };
+  assign \$1191  = recip ? { 2'h0, \$1187  } : \$1190 ;
+  assign \$1194  = recip ? { 3'h0, operand6 } : \$1193 ;
+  assign \$1195  = \$1191  - \$1194 ;
+  assign \$1197  = \$1196  | { 33'h000000000, numerator0 };
+  assign \$1199  = pairs_on ? operand6[31:30] : 2'h0;
+  assign \$1200  = \$1198  | { 34'h000000000, \$1199  };
+  assign \$1201  = recip ? { 2'h0, \$1197  } : \$1200 ;
+  assign \$1202  = fits6_0 ? \$1195  : { 1'h0, \$1201  };
+  assign \$1205  = pairs_on ? \$1204  : { 3'h0, operand6 };
+  assign \$1206  = pairs_on ? \$1205 [31:30] : 2'h0;
+  assign \$1207  = \$1203  | { 34'h000000000, \$1206  };
+  assign \$1208  = recip ? { 2'h0, \$1185  } : \$1207 ;
+  assign \$1210  = \$1209  | { 32'h00000000, fits6_0 };
+  assign \$1213  = recip ? { 3'h0, operand6 } : \$1212 ;
+  assign \$1214  = \$1208  - \$1213 ;
+  assign \$1216  = \$1215  | { 33'h000000000, numerator0 };
+  assign \$1218  = pairs_on ? operand6[31:30] : 2'h0;
+  assign \$1219  = \$1217  | { 34'h000000000, \$1218  };
+  assign \$1220  = recip ? { 2'h0, \$1216  } : \$1219 ;
+  assign \$1223  = recip ? { 3'h0, operand6 } : \$1222 ;
+  assign \$1224  = \$1220  - \$1223 ;
+  assign \$1226  = \$1225  | { 33'h000000000, numerator0 };
+  assign \$1228  = pairs_on ? operand6[31:30] : 2'h0;
+  assign \$1229  = \$1227  | { 34'h000000000, \$1228  };
+  assign \$1230  = recip ? { 2'h0, \$1226  } : \$1229 ;
+  assign \$1231  = fits6_0 ? \$1224  : { 1'h0, \$1230  };
+  assign \$1233  = \$1232  | { 33'h000000000, numerator1 };
+  assign \$1235  = \$1234  | { 33'h000000000, numerator0 };
+  assign \$1237  = pairs_on ? operand6[31:30] : 2'h0;
+  assign \$1238  = \$1236  | { 34'h000000000, \$1237  };
+  assign \$1239  = recip ? { 2'h0, \$1235  } : \$1238 ;
+  assign \$1242  = recip ? { 3'h0, operand6 } : \$1241 ;
+  assign \$1243  = \$1239  - \$1242 ;
+  assign \$1245  = \$1244  | { 33'h000000000, numerator0 };
+  assign \$1247  = pairs_on ? operand6[31:30] : 2'h0;
+  assign \$1248  = \$1246  | { 34'h000000000, \$1247  };
+  assign \$1249  = recip ? { 2'h0, \$1245  } : \$1248 ;
+  assign \$1250  = fits6_0 ? \$1243  : { 1'h0, \$1249  };
+  assign \$1253  = pairs_on ? \$1252  : { 3'h0, operand6 };
+  assign \$1254  = pairs_on ? \$1253 [31:30] : 2'h0;
+  assign \$1255  = \$1251  | { 34'h000000000, \$1254  };
+  assign \$1256  = recip ? { 2'h0, \$1233  } : \$1255 ;
+  assign \$1257  = fits6_1 ? \$1214  : { 1'h0, \$1256  };
+  assign \$1259  = \$1258  | { 32'h00000000, fits6_0 };
+  assign \$1261  = \$1260  | { 32'h00000000, fits6_1 };
+  assign \$1262  = ~ recip;
+  assign \$1264  = pairs_on ? \$1263  : { 3'h0, operand6 };
+  assign \$1267  = pairs_on ? \$1266  : { 3'h0, operand6 };
+  assign \$1268  = pairs_on ? \$1265  : { 3'h0, \$1267 [31:0] };
+  assign \$1269  = value6 < 8'h80;
+  assign \$1270  = d_acc | \$1269 ;
+  assign \$1271  = \$1270  ? value6 : 32'd127;
+  assign \$1272  = a[255] ? 32'd0 : a[255:224];
+  assign \$1273  = vop == 4'hc;
+  assign \$1274  = \$1273  ? \$11 [15:0] : 16'h0000;
+  assign \$1275  = vop == 4'hc;
+  assign \$1276  = $signed(a[255:224]) <= $signed(1'h0);
+  assign \$1277  = \$1275  & \$1276 ;
+  assign \$1279  = \$1278  | { 33'h000000000, numerator0 };
+  assign \$1281  = pairs_on ? operand7[31:30] : 2'h0;
+  assign \$1282  = \$1280  | { 34'h000000000, \$1281  };
+  assign \$1283  = recip ? { 2'h0, \$1279  } : \$1282 ;
+  assign \$1286  = recip ? { 3'h0, operand7 } : \$1285 ;
+  assign \$1287  = \$1283  - \$1286 ;
+  assign \$1289  = \$1288  | { 33'h000000000, numerator0 };
+  assign \$1291  = pairs_on ? operand7[31:30] : 2'h0;
+  assign \$1292  = \$1290  | { 34'h000000000, \$1291  };
+  assign \$1293  = recip ? { 2'h0, \$1289  } : \$1292 ;
+  assign \$1294  = fits7_0 ? \$1287  : { 1'h0, \$1293  };
+  assign \$1296  = \$1295  | { 33'h000000000, numerator1 };
+  assign \$1298  = \$1297  | { 33'h000000000, numerator0 };
+  assign \$1300  = pairs_on ? operand7[31:30] : 2'h0;
+  assign \$1301  = \$1299  | { 34'h000000000, \$1300  };
+  assign \$1302  = recip ? { 2'h0, \$1298  } : \$1301 ;
+  assign \$1305  = recip ? { 3'h0, operand7 } : \$1304 ;
+  assign \$1306  = \$1302  - \$1305 ;
+  assign \$1308  = \$1307  | { 33'h000000000, numerator0 };
+  assign \$1310  = pairs_on ? operand7[31:30] : 2'h0;
+  assign \$1311  = \$1309  | { 34'h000000000, \$1310  };
+  assign \$1312  = recip ? { 2'h0, \$1308  } : \$1311 ;
+  assign \$1313  = fits7_0 ? \$1306  : { 1'h0, \$1312  };
+  assign \$1316  = pairs_on ? \$1315  : { 3'h0, operand7 };
+  assign \$1317  = pairs_on ? \$1316 [31:30] : 2'h0;
+  assign \$1318  = \$1314  | { 34'h000000000, \$1317  };
+  assign \$1319  = recip ? { 2'h0, \$1296  } : \$1318 ;
+  assign \$1321  = \$1320  | { 32'h00000000, fits7_0 };
+  assign \$1324  = recip ? { 3'h0, operand7 } : \$1323 ;
+  assign \$1325  = \$1319  - \$1324 ;
+  assign \$1327  = \$1326  | { 33'h000000000, numerator0 };
+  assign \$1329  = pairs_on ? operand7[31:30] : 2'h0;
+  assign \$1330  = \$1328  | { 34'h000000000, \$1329  };
+  assign \$1331  = recip ? { 2'h0, \$1327  } : \$1330 ;
+  assign \$1334  = recip ? { 3'h0, operand7 } : \$1333 ;
+  assign \$1335  = \$1331  - \$1334 ;
+  assign \$1337  = \$1336  | { 33'h000000000, numerator0 };
+  assign \$1339  = pairs_on ? operand7[31:30] : 2'h0;
+  assign \$1340  = \$1338  | { 34'h000000000, \$1339  };
+  assign \$1341  = recip ? { 2'h0, \$1337  } : \$1340 ;
+  assign \$1342  = fits7_0 ? \$1335  : { 1'h0, \$1341  };
+  assign \$1344  = \$1343  | { 33'h000000000, numerator1 };
+  assign \$1346  = \$1345  | { 33'h000000000, numerator0 };
+  assign \$1348  = pairs_on ? operand7[31:30] : 2'h0;
+  assign \$1349  = \$1347  | { 34'h000000000, \$1348  };
+  assign \$1350  = recip ? { 2'h0, \$1346  } : \$1349 ;
+  assign \$1353  = recip ? { 3'h0, operand7 } : \$1352 ;
+  assign \$1354  = \$1350  - \$1353 ;
+  assign \$1356  = \$1355  | { 33'h000000000, numerator0 };
+  assign \$1358  = pairs_on ? operand7[31:30] : 2'h0;
+  assign \$1359  = \$1357  | { 34'h000000000, \$1358  };
+  assign \$1360  = recip ? { 2'h0, \$1356  } : \$1359 ;
+  assign \$1361  = fits7_0 ? \$1354  : { 1'h0, \$1360  };
+  assign \$1364  = pairs_on ? \$1363  : { 3'h0, operand7 };
+  assign \$1365  = pairs_on ? \$1364 [31:30] : 2'h0;
+  assign \$1366  = \$1362  | { 34'h000000000, \$1365  };
+  assign \$1367  = recip ? { 2'h0, \$1344  } : \$1366 ;
+  assign \$1368  = fits7_1 ? \$1325  : { 1'h0, \$1367  };
+  assign \$1370  = \$1369  | { 32'h00000000, fits7_0 };
+  assign \$1372  = \$1371  | { 32'h00000000, fits7_1 };
+  assign \$1373  = ~ recip;
+  assign \$1375  = pairs_on ? \$1374  : { 3'h0, operand7 };
+  assign \$1378  = pairs_on ? \$1377  : { 3'h0, operand7 };
+  assign \$1379  = pairs_on ? \$1376  : { 3'h0, \$1378 [31:0] };
+  assign \$1380  = value7 < 8'h80;
+  assign \$1381  = d_acc | \$1380 ;
+  assign \$1382  = \$1381  ? value7 : 32'd127;
+  always @(posedge clk)
+    done <= \$1383 ;
+  always @(posedge clk)
+    finish <= \$1384 ;
+  always @(posedge clk)
+    recip <= \$1385 ;
+  always @(posedge clk)
+    shift <= \$1386 ;
+  always @(posedge clk)
+    d_acc <= \$1387 ;
+  always @(posedge clk)
+    count <= \$1388 ;
+  always @(posedge clk)
+    running <= \$1389 ;
+  always @(posedge clk)
+    busy <= \$1390 ;
+  always @(posedge clk)
+    operand0 <= \$1391 ;
+  always @(posedge clk)
+    rem0 <= \$1392 ;
+  always @(posedge clk)
+    quotient0 <= \$1393 ;
+  always @(posedge clk)
+    saturated0 <= \$1394 ;
+  always @(posedge clk)
+    out <= \$1395 ;
+  always @(posedge clk)
+    operand1 <= \$1396 ;
+  always @(posedge clk)
+    rem1 <= \$1397 ;
+  always @(posedge clk)
+    quotient1 <= \$1398 ;
+  always @(posedge clk)
+    saturated1 <= \$1399 ;
+  always @(posedge clk)
+    operand2 <= \$1400 ;
+  always @(posedge clk)
+    rem2 <= \$1401 ;
+  always @(posedge clk)
+    quotient2 <= \$1402 ;
+  always @(posedge clk)
+    saturated2 <= \$1403 ;
+  always @(posedge clk)
+    operand3 <= \$1404 ;
+  always @(posedge clk)
+    rem3 <= \$1405 ;
+  always @(posedge clk)
+    quotient3 <= \$1406 ;
+  always @(posedge clk)
+    saturated3 <= \$1407 ;
+  always @(posedge clk)
+    operand4 <= \$1408 ;
+  always @(posedge clk)
+    rem4 <= \$1409 ;
+  always @(posedge clk)
+    quotient4 <= \$1410 ;
+  always @(posedge clk)
+    saturated4 <= \$1411 ;
+  always @(posedge clk)
+    operand5 <= \$1412 ;
+  always @(posedge clk)
+    rem5 <= \$1413 ;
+  always @(posedge clk)
+    quotient5 <= \$1414 ;
+  always @(posedge clk)
+    saturated5 <= \$1415 ;
+  always @(posedge clk)
+    operand6 <= \$1416 ;
+  always @(posedge clk)
+    rem6 <= \$1417 ;
+  always @(posedge clk)
+    quotient6 <= \$1418 ;
+  always @(posedge clk)
+    saturated6 <= \$1419 ;
+  always @(posedge clk)
+    operand7 <= \$1420 ;
+  always @(posedge clk)
+    rem7 <= \$1421 ;
+  always @(posedge clk)
+    quotient7 <= \$1422 ;
+  always @(posedge clk)
+    saturated7 <= \$1423 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    fits0_0 = 1'h0;
+    if (take) begin
+    end else if (running) begin
+      fits0_0 = \$21 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    fits0_1 = 1'h0;
+    if (take) begin
+    end else if (running) begin
+      fits0_1 = \$69 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    fits1_0 = 1'h0;
+    if (take) begin
+    end else if (running) begin
+      fits1_0 = \$81 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    fits1_1 = 1'h0;
+    if (take) begin
+    end else if (running) begin
+      fits1_1 = \$129 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    fits2_0 = 1'h0;
+    if (take) begin
+    end else if (running) begin
+      fits2_0 = \$141 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    fits2_1 = 1'h0;
+    if (take) begin
+    end else if (running) begin
+      fits2_1 = \$189 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    fits3_0 = 1'h0;
+    if (take) begin
+    end else if (running) begin
+      fits3_0 = \$201 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    fits3_1 = 1'h0;
+    if (take) begin
+    end else if (running) begin
+      fits3_1 = \$249 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    fits4_0 = 1'h0;
+    if (take) begin
+    end else if (running) begin
+      fits4_0 = \$261 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    fits4_1 = 1'h0;
+    if (take) begin
+    end else if (running) begin
+      fits4_1 = \$309 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    fits5_0 = 1'h0;
+    if (take) begin
+    end else if (running) begin
+      fits5_0 = \$321 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    fits5_1 = 1'h0;
+    if (take) begin
+    end else if (running) begin
+      fits5_1 = \$369 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    fits6_0 = 1'h0;
+    if (take) begin
+    end else if (running) begin
+      fits6_0 = \$381 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    fits6_1 = 1'h0;
+    if (take) begin
+    end else if (running) begin
+      fits6_1 = \$429 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    fits7_0 = 1'h0;
+    if (take) begin
+    end else if (running) begin
+      fits7_0 = \$441 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    fits7_1 = 1'h0;
+    if (take) begin
+    end else if (running) begin
+      fits7_1 = \$489 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1383  = finish;
+    if (rst) begin
+      \$1383  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1384  = 1'h0;
+    if (take) begin
+    end else if (running) begin
+      if (\$494 ) begin
+        \$1384  = 1'h1;
+      end
+    end
+    if (rst) begin
+      \$1384  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1385  = recip;
+    if (take) begin
+      \$1385  = \$492 ;
+    end
+    if (rst) begin
+      \$1385  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1386  = shift;
+    if (take) begin
+      \$1386  = \shift$9 ;
+    end
+    if (rst) begin
+      \$1386  = 6'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1387  = d_acc;
+    if (take) begin
+      \$1387  = \d_acc$74 ;
+    end
+    if (rst) begin
+      \$1387  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1388  = count;
+    if (take) begin
+      \$1388  = 4'h0;
+    end else if (running) begin
+      \$1388  = \$493 [3:0];
+    end
+    if (rst) begin
+      \$1388  = 4'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1389  = running;
+    if (take) begin
+      \$1389  = 1'h1;
+    end else if (running) begin
+      if (\$494 ) begin
+        \$1389  = 1'h0;
+      end
+    end
+    if (rst) begin
+      \$1389  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1390  = busy;
+    if (take) begin
+      \$1390  = 1'h1;
+    end
+    if (finish) begin
+      \$1390  = 1'h0;
+    end
+    if (rst) begin
+      \$1390  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1391  = operand0;
+    if (take) begin
+      \$1391  = \$495 ;
+    end else if (running) begin
+      if (\$596 ) begin
+        \$1391  = \$602 [31:0];
+      end
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1392  = rem0;
+    if (take) begin
+      \$1392  = { 17'h00000, \$497  };
+    end else if (running) begin
+      \$1392  = \$591 [32:0];
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1393  = quotient0;
+    if (take) begin
+      \$1393  = 32'd0;
+    end else if (running) begin
+      \$1393  = \$595 [31:0];
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1394  = saturated0;
+    if (take) begin
+      \$1394  = \$500 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1395  = out;
+    if (finish) begin
+      \$1395 [31:0] = \$605 ;
+      \$1395 [63:32] = \$716 ;
+      \$1395 [95:64] = \$827 ;
+      \$1395 [127:96] = \$938 ;
+      \$1395 [159:128] = \$1049 ;
+      \$1395 [191:160] = \$1160 ;
+      \$1395 [223:192] = \$1271 ;
+      \$1395 [255:224] = \$1382 ;
+    end
+    if (rst) begin
+      \$1395  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1396  = operand1;
+    if (take) begin
+      \$1396  = \$606 ;
+    end else if (running) begin
+      if (\$707 ) begin
+        \$1396  = \$713 [31:0];
+      end
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1397  = rem1;
+    if (take) begin
+      \$1397  = { 17'h00000, \$608  };
+    end else if (running) begin
+      \$1397  = \$702 [32:0];
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1398  = quotient1;
+    if (take) begin
+      \$1398  = 32'd0;
+    end else if (running) begin
+      \$1398  = \$706 [31:0];
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1399  = saturated1;
+    if (take) begin
+      \$1399  = \$611 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1400  = operand2;
+    if (take) begin
+      \$1400  = \$717 ;
+    end else if (running) begin
+      if (\$818 ) begin
+        \$1400  = \$824 [31:0];
+      end
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1401  = rem2;
+    if (take) begin
+      \$1401  = { 17'h00000, \$719  };
+    end else if (running) begin
+      \$1401  = \$813 [32:0];
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1402  = quotient2;
+    if (take) begin
+      \$1402  = 32'd0;
+    end else if (running) begin
+      \$1402  = \$817 [31:0];
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1403  = saturated2;
+    if (take) begin
+      \$1403  = \$722 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1404  = operand3;
+    if (take) begin
+      \$1404  = \$828 ;
+    end else if (running) begin
+      if (\$929 ) begin
+        \$1404  = \$935 [31:0];
+      end
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1405  = rem3;
+    if (take) begin
+      \$1405  = { 17'h00000, \$830  };
+    end else if (running) begin
+      \$1405  = \$924 [32:0];
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1406  = quotient3;
+    if (take) begin
+      \$1406  = 32'd0;
+    end else if (running) begin
+      \$1406  = \$928 [31:0];
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1407  = saturated3;
+    if (take) begin
+      \$1407  = \$833 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1408  = operand4;
+    if (take) begin
+      \$1408  = \$939 ;
+    end else if (running) begin
+      if (\$1040 ) begin
+        \$1408  = \$1046 [31:0];
+      end
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1409  = rem4;
+    if (take) begin
+      \$1409  = { 17'h00000, \$941  };
+    end else if (running) begin
+      \$1409  = \$1035 [32:0];
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1410  = quotient4;
+    if (take) begin
+      \$1410  = 32'd0;
+    end else if (running) begin
+      \$1410  = \$1039 [31:0];
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1411  = saturated4;
+    if (take) begin
+      \$1411  = \$944 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1412  = operand5;
+    if (take) begin
+      \$1412  = \$1050 ;
+    end else if (running) begin
+      if (\$1151 ) begin
+        \$1412  = \$1157 [31:0];
+      end
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1413  = rem5;
+    if (take) begin
+      \$1413  = { 17'h00000, \$1052  };
+    end else if (running) begin
+      \$1413  = \$1146 [32:0];
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1414  = quotient5;
+    if (take) begin
+      \$1414  = 32'd0;
+    end else if (running) begin
+      \$1414  = \$1150 [31:0];
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1415  = saturated5;
+    if (take) begin
+      \$1415  = \$1055 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1416  = operand6;
+    if (take) begin
+      \$1416  = \$1161 ;
+    end else if (running) begin
+      if (\$1262 ) begin
+        \$1416  = \$1268 [31:0];
+      end
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1417  = rem6;
+    if (take) begin
+      \$1417  = { 17'h00000, \$1163  };
+    end else if (running) begin
+      \$1417  = \$1257 [32:0];
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1418  = quotient6;
+    if (take) begin
+      \$1418  = 32'd0;
+    end else if (running) begin
+      \$1418  = \$1261 [31:0];
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1419  = saturated6;
+    if (take) begin
+      \$1419  = \$1166 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1420  = operand7;
+    if (take) begin
+      \$1420  = \$1272 ;
+    end else if (running) begin
+      if (\$1373 ) begin
+        \$1420  = \$1379 [31:0];
+      end
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1421  = rem7;
+    if (take) begin
+      \$1421  = { 17'h00000, \$1274  };
+    end else if (running) begin
+      \$1421  = \$1368 [32:0];
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1422  = quotient7;
+    if (take) begin
+      \$1422  = 32'd0;
+    end else if (running) begin
+      \$1422  = \$1372 [31:0];
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$33 ) begin end
+    \$1423  = saturated7;
+    if (take) begin
+      \$1423  = \$1277 ;
+    end
+  end
+  assign high = \$11 [15:0];
+  assign \a[0]  = a[31:0];
+  assign \a[1]  = a[63:32];
+  assign \a[2]  = a[95:64];
+  assign \a[3]  = a[127:96];
+  assign \a[4]  = a[159:128];
+  assign \a[5]  = a[191:160];
+  assign \a[6]  = a[223:192];
+  assign \a[7]  = a[255:224];
+  assign \out[0]  = out[31:0];
+  assign \out[1]  = out[63:32];
+  assign \out[2]  = out[95:64];
+  assign \out[3]  = out[127:96];
+  assign \out[4]  = out[159:128];
+  assign \out[5]  = out[191:160];
+  assign \out[6]  = out[223:192];
+  assign \out[7]  = out[255:224];
+  assign \$12  = { rem0, 1'h0 };
+  assign \$14  = { 1'h0, rem0, 2'h0 };
+  assign \$18  = { 1'h0, quotient0, 2'h0 };
+  assign \$19 [34:1] = \$18 [34:1];
+  assign \$19 [0] = 1'h1;
+  assign \$22  = { rem0, 1'h0 };
+  assign \$24  = { 1'h0, rem0, 2'h0 };
+  assign \$28  = { 1'h0, quotient0, 2'h0 };
+  assign \$29 [34:1] = \$28 [34:1];
+  assign \$29 [0] = 1'h1;
+  assign \$32  = { rem0, 1'h0 };
+  assign \$34  = { 1'h0, rem0, 2'h0 };
+  assign \$39  = { \$38 [32:0], 1'h0 };
+  assign \$41  = { rem0, 1'h0 };
+  assign \$43  = { 1'h0, rem0, 2'h0 };
+  assign \$47  = { 1'h0, quotient0, 2'h0 };
+  assign \$48 [34:1] = \$47 [34:1];
+  assign \$48 [0] = 1'h1;
+  assign \$51  = { rem0, 1'h0 };
+  assign \$53  = { 1'h0, rem0, 2'h0 };
+  assign \$58  = { 1'h0, \$57 [32:0], 2'h0 };
+  assign \$59  = { 1'h0, operand0, 2'h0 };
+  assign \$64  = { quotient0, 1'h0 };
+  assign \$66  = { 1'h0, \$65 [31:0], 2'h0 };
+  assign \$67 [34:1] = \$66 [34:1];
+  assign \$67 [0] = 1'h1;
+  assign \$72  = { rem1, 1'h0 };
+  assign \$74  = { 1'h0, rem1, 2'h0 };
+  assign \$78  = { 1'h0, quotient1, 2'h0 };
+  assign \$79 [34:1] = \$78 [34:1];
+  assign \$79 [0] = 1'h1;
+  assign \$82  = { rem1, 1'h0 };
+  assign \$84  = { 1'h0, rem1, 2'h0 };
+  assign \$88  = { 1'h0, quotient1, 2'h0 };
+  assign \$89 [34:1] = \$88 [34:1];
+  assign \$89 [0] = 1'h1;
+  assign \$92  = { rem1, 1'h0 };
+  assign \$94  = { 1'h0, rem1, 2'h0 };
+  assign \$99  = { \$98 [32:0], 1'h0 };
+  assign \$101  = { rem1, 1'h0 };
+  assign \$103  = { 1'h0, rem1, 2'h0 };
+  assign \$107  = { 1'h0, quotient1, 2'h0 };
+  assign \$108 [34:1] = \$107 [34:1];
+  assign \$108 [0] = 1'h1;
+  assign \$111  = { rem1, 1'h0 };
+  assign \$113  = { 1'h0, rem1, 2'h0 };
+  assign \$118  = { 1'h0, \$117 [32:0], 2'h0 };
+  assign \$119  = { 1'h0, operand1, 2'h0 };
+  assign \$124  = { quotient1, 1'h0 };
+  assign \$126  = { 1'h0, \$125 [31:0], 2'h0 };
+  assign \$127 [34:1] = \$126 [34:1];
+  assign \$127 [0] = 1'h1;
+  assign \$132  = { rem2, 1'h0 };
+  assign \$134  = { 1'h0, rem2, 2'h0 };
+  assign \$138  = { 1'h0, quotient2, 2'h0 };
+  assign \$139 [34:1] = \$138 [34:1];
+  assign \$139 [0] = 1'h1;
+  assign \$142  = { rem2, 1'h0 };
+  assign \$144  = { 1'h0, rem2, 2'h0 };
+  assign \$148  = { 1'h0, quotient2, 2'h0 };
+  assign \$149 [34:1] = \$148 [34:1];
+  assign \$149 [0] = 1'h1;
+  assign \$152  = { rem2, 1'h0 };
+  assign \$154  = { 1'h0, rem2, 2'h0 };
+  assign \$159  = { \$158 [32:0], 1'h0 };
+  assign \$161  = { rem2, 1'h0 };
+  assign \$163  = { 1'h0, rem2, 2'h0 };
+  assign \$167  = { 1'h0, quotient2, 2'h0 };
+  assign \$168 [34:1] = \$167 [34:1];
+  assign \$168 [0] = 1'h1;
+  assign \$171  = { rem2, 1'h0 };
+  assign \$173  = { 1'h0, rem2, 2'h0 };
+  assign \$178  = { 1'h0, \$177 [32:0], 2'h0 };
+  assign \$179  = { 1'h0, operand2, 2'h0 };
+  assign \$184  = { quotient2, 1'h0 };
+  assign \$186  = { 1'h0, \$185 [31:0], 2'h0 };
+  assign \$187 [34:1] = \$186 [34:1];
+  assign \$187 [0] = 1'h1;
+  assign \$192  = { rem3, 1'h0 };
+  assign \$194  = { 1'h0, rem3, 2'h0 };
+  assign \$198  = { 1'h0, quotient3, 2'h0 };
+  assign \$199 [34:1] = \$198 [34:1];
+  assign \$199 [0] = 1'h1;
+  assign \$202  = { rem3, 1'h0 };
+  assign \$204  = { 1'h0, rem3, 2'h0 };
+  assign \$208  = { 1'h0, quotient3, 2'h0 };
+  assign \$209 [34:1] = \$208 [34:1];
+  assign \$209 [0] = 1'h1;
+  assign \$212  = { rem3, 1'h0 };
+  assign \$214  = { 1'h0, rem3, 2'h0 };
+  assign \$219  = { \$218 [32:0], 1'h0 };
+  assign \$221  = { rem3, 1'h0 };
+  assign \$223  = { 1'h0, rem3, 2'h0 };
+  assign \$227  = { 1'h0, quotient3, 2'h0 };
+  assign \$228 [34:1] = \$227 [34:1];
+  assign \$228 [0] = 1'h1;
+  assign \$231  = { rem3, 1'h0 };
+  assign \$233  = { 1'h0, rem3, 2'h0 };
+  assign \$238  = { 1'h0, \$237 [32:0], 2'h0 };
+  assign \$239  = { 1'h0, operand3, 2'h0 };
+  assign \$244  = { quotient3, 1'h0 };
+  assign \$246  = { 1'h0, \$245 [31:0], 2'h0 };
+  assign \$247 [34:1] = \$246 [34:1];
+  assign \$247 [0] = 1'h1;
+  assign \$252  = { rem4, 1'h0 };
+  assign \$254  = { 1'h0, rem4, 2'h0 };
+  assign \$258  = { 1'h0, quotient4, 2'h0 };
+  assign \$259 [34:1] = \$258 [34:1];
+  assign \$259 [0] = 1'h1;
+  assign \$262  = { rem4, 1'h0 };
+  assign \$264  = { 1'h0, rem4, 2'h0 };
+  assign \$268  = { 1'h0, quotient4, 2'h0 };
+  assign \$269 [34:1] = \$268 [34:1];
+  assign \$269 [0] = 1'h1;
+  assign \$272  = { rem4, 1'h0 };
+  assign \$274  = { 1'h0, rem4, 2'h0 };
+  assign \$279  = { \$278 [32:0], 1'h0 };
+  assign \$281  = { rem4, 1'h0 };
+  assign \$283  = { 1'h0, rem4, 2'h0 };
+  assign \$287  = { 1'h0, quotient4, 2'h0 };
+  assign \$288 [34:1] = \$287 [34:1];
+  assign \$288 [0] = 1'h1;
+  assign \$291  = { rem4, 1'h0 };
+  assign \$293  = { 1'h0, rem4, 2'h0 };
+  assign \$298  = { 1'h0, \$297 [32:0], 2'h0 };
+  assign \$299  = { 1'h0, operand4, 2'h0 };
+  assign \$304  = { quotient4, 1'h0 };
+  assign \$306  = { 1'h0, \$305 [31:0], 2'h0 };
+  assign \$307 [34:1] = \$306 [34:1];
+  assign \$307 [0] = 1'h1;
+  assign \$312  = { rem5, 1'h0 };
+  assign \$314  = { 1'h0, rem5, 2'h0 };
+  assign \$318  = { 1'h0, quotient5, 2'h0 };
+  assign \$319 [34:1] = \$318 [34:1];
+  assign \$319 [0] = 1'h1;
+  assign \$322  = { rem5, 1'h0 };
+  assign \$324  = { 1'h0, rem5, 2'h0 };
+  assign \$328  = { 1'h0, quotient5, 2'h0 };
+  assign \$329 [34:1] = \$328 [34:1];
+  assign \$329 [0] = 1'h1;
+  assign \$332  = { rem5, 1'h0 };
+  assign \$334  = { 1'h0, rem5, 2'h0 };
+  assign \$339  = { \$338 [32:0], 1'h0 };
+  assign \$341  = { rem5, 1'h0 };
+  assign \$343  = { 1'h0, rem5, 2'h0 };
+  assign \$347  = { 1'h0, quotient5, 2'h0 };
+  assign \$348 [34:1] = \$347 [34:1];
+  assign \$348 [0] = 1'h1;
+  assign \$351  = { rem5, 1'h0 };
+  assign \$353  = { 1'h0, rem5, 2'h0 };
+  assign \$358  = { 1'h0, \$357 [32:0], 2'h0 };
+  assign \$359  = { 1'h0, operand5, 2'h0 };
+  assign \$364  = { quotient5, 1'h0 };
+  assign \$366  = { 1'h0, \$365 [31:0], 2'h0 };
+  assign \$367 [34:1] = \$366 [34:1];
+  assign \$367 [0] = 1'h1;
+  assign \$372  = { rem6, 1'h0 };
+  assign \$374  = { 1'h0, rem6, 2'h0 };
+  assign \$378  = { 1'h0, quotient6, 2'h0 };
+  assign \$379 [34:1] = \$378 [34:1];
+  assign \$379 [0] = 1'h1;
+  assign \$382  = { rem6, 1'h0 };
+  assign \$384  = { 1'h0, rem6, 2'h0 };
+  assign \$388  = { 1'h0, quotient6, 2'h0 };
+  assign \$389 [34:1] = \$388 [34:1];
+  assign \$389 [0] = 1'h1;
+  assign \$392  = { rem6, 1'h0 };
+  assign \$394  = { 1'h0, rem6, 2'h0 };
+  assign \$399  = { \$398 [32:0], 1'h0 };
+  assign \$401  = { rem6, 1'h0 };
+  assign \$403  = { 1'h0, rem6, 2'h0 };
+  assign \$407  = { 1'h0, quotient6, 2'h0 };
+  assign \$408 [34:1] = \$407 [34:1];
+  assign \$408 [0] = 1'h1;
+  assign \$411  = { rem6, 1'h0 };
+  assign \$413  = { 1'h0, rem6, 2'h0 };
+  assign \$418  = { 1'h0, \$417 [32:0], 2'h0 };
+  assign \$419  = { 1'h0, operand6, 2'h0 };
+  assign \$424  = { quotient6, 1'h0 };
+  assign \$426  = { 1'h0, \$425 [31:0], 2'h0 };
+  assign \$427 [34:1] = \$426 [34:1];
+  assign \$427 [0] = 1'h1;
+  assign \$432  = { rem7, 1'h0 };
+  assign \$434  = { 1'h0, rem7, 2'h0 };
+  assign \$438  = { 1'h0, quotient7, 2'h0 };
+  assign \$439 [34:1] = \$438 [34:1];
+  assign \$439 [0] = 1'h1;
+  assign \$442  = { rem7, 1'h0 };
+  assign \$444  = { 1'h0, rem7, 2'h0 };
+  assign \$448  = { 1'h0, quotient7, 2'h0 };
+  assign \$449 [34:1] = \$448 [34:1];
+  assign \$449 [0] = 1'h1;
+  assign \$452  = { rem7, 1'h0 };
+  assign \$454  = { 1'h0, rem7, 2'h0 };
+  assign \$459  = { \$458 [32:0], 1'h0 };
+  assign \$461  = { rem7, 1'h0 };
+  assign \$463  = { 1'h0, rem7, 2'h0 };
+  assign \$467  = { 1'h0, quotient7, 2'h0 };
+  assign \$468 [34:1] = \$467 [34:1];
+  assign \$468 [0] = 1'h1;
+  assign \$471  = { rem7, 1'h0 };
+  assign \$473  = { 1'h0, rem7, 2'h0 };
+  assign \$478  = { 1'h0, \$477 [32:0], 2'h0 };
+  assign \$479  = { 1'h0, operand7, 2'h0 };
+  assign \$484  = { quotient7, 1'h0 };
+  assign \$486  = { 1'h0, \$485 [31:0], 2'h0 };
+  assign \$487 [34:1] = \$486 [34:1];
+  assign \$487 [0] = 1'h1;
+  assign \$501  = { rem0, 1'h0 };
+  assign \$503  = { 1'h0, rem0, 2'h0 };
+  assign \$507  = { 1'h0, quotient0, 2'h0 };
+  assign \$508 [34:1] = \$507 [34:1];
+  assign \$508 [0] = 1'h1;
+  assign \$511  = { rem0, 1'h0 };
+  assign \$513  = { 1'h0, rem0, 2'h0 };
+  assign \$518  = { \$517 [32:0], 1'h0 };
+  assign \$520  = { rem0, 1'h0 };
+  assign \$522  = { 1'h0, rem0, 2'h0 };
+  assign \$526  = { 1'h0, quotient0, 2'h0 };
+  assign \$527 [34:1] = \$526 [34:1];
+  assign \$527 [0] = 1'h1;
+  assign \$530  = { rem0, 1'h0 };
+  assign \$532  = { 1'h0, rem0, 2'h0 };
+  assign \$537  = { 1'h0, \$536 [32:0], 2'h0 };
+  assign \$538  = { 1'h0, operand0, 2'h0 };
+  assign \$543  = { quotient0, 1'h0 };
+  assign \$545  = { 1'h0, \$544 [31:0], 2'h0 };
+  assign \$546 [34:1] = \$545 [34:1];
+  assign \$546 [0] = 1'h1;
+  assign \$549  = { rem0, 1'h0 };
+  assign \$551  = { 1'h0, rem0, 2'h0 };
+  assign \$555  = { 1'h0, quotient0, 2'h0 };
+  assign \$556 [34:1] = \$555 [34:1];
+  assign \$556 [0] = 1'h1;
+  assign \$559  = { rem0, 1'h0 };
+  assign \$561  = { 1'h0, rem0, 2'h0 };
+  assign \$566  = { \$565 [32:0], 1'h0 };
+  assign \$568  = { rem0, 1'h0 };
+  assign \$570  = { 1'h0, rem0, 2'h0 };
+  assign \$574  = { 1'h0, quotient0, 2'h0 };
+  assign \$575 [34:1] = \$574 [34:1];
+  assign \$575 [0] = 1'h1;
+  assign \$578  = { rem0, 1'h0 };
+  assign \$580  = { 1'h0, rem0, 2'h0 };
+  assign \$585  = { 1'h0, \$584 [32:0], 2'h0 };
+  assign \$586  = { 1'h0, operand0, 2'h0 };
+  assign \$592  = { quotient0, 1'h0 };
+  assign \$594  = { \$593 [31:0], 1'h0 };
+  assign \$597  = { 1'h0, operand0, 2'h0 };
+  assign \$599  = { 1'h0, \$598 [31:0], 2'h0 };
+  assign \$600  = { 1'h0, operand0, 2'h0 };
+  assign \$612  = { rem1, 1'h0 };
+  assign \$614  = { 1'h0, rem1, 2'h0 };
+  assign \$618  = { 1'h0, quotient1, 2'h0 };
+  assign \$619 [34:1] = \$618 [34:1];
+  assign \$619 [0] = 1'h1;
+  assign \$622  = { rem1, 1'h0 };
+  assign \$624  = { 1'h0, rem1, 2'h0 };
+  assign \$629  = { \$628 [32:0], 1'h0 };
+  assign \$631  = { rem1, 1'h0 };
+  assign \$633  = { 1'h0, rem1, 2'h0 };
+  assign \$637  = { 1'h0, quotient1, 2'h0 };
+  assign \$638 [34:1] = \$637 [34:1];
+  assign \$638 [0] = 1'h1;
+  assign \$641  = { rem1, 1'h0 };
+  assign \$643  = { 1'h0, rem1, 2'h0 };
+  assign \$648  = { 1'h0, \$647 [32:0], 2'h0 };
+  assign \$649  = { 1'h0, operand1, 2'h0 };
+  assign \$654  = { quotient1, 1'h0 };
+  assign \$656  = { 1'h0, \$655 [31:0], 2'h0 };
+  assign \$657 [34:1] = \$656 [34:1];
+  assign \$657 [0] = 1'h1;
+  assign \$660  = { rem1, 1'h0 };
+  assign \$662  = { 1'h0, rem1, 2'h0 };
+  assign \$666  = { 1'h0, quotient1, 2'h0 };
+  assign \$667 [34:1] = \$666 [34:1];
+  assign \$667 [0] = 1'h1;
+  assign \$670  = { rem1, 1'h0 };
+  assign \$672  = { 1'h0, rem1, 2'h0 };
+  assign \$677  = { \$676 [32:0], 1'h0 };
+  assign \$679  = { rem1, 1'h0 };
+  assign \$681  = { 1'h0, rem1, 2'h0 };
+  assign \$685  = { 1'h0, quotient1, 2'h0 };
+  assign \$686 [34:1] = \$685 [34:1];
+  assign \$686 [0] = 1'h1;
+  assign \$689  = { rem1, 1'h0 };
+  assign \$691  = { 1'h0, rem1, 2'h0 };
+  assign \$696  = { 1'h0, \$695 [32:0], 2'h0 };
+  assign \$697  = { 1'h0, operand1, 2'h0 };
+  assign \$703  = { quotient1, 1'h0 };
+  assign \$705  = { \$704 [31:0], 1'h0 };
+  assign \$708  = { 1'h0, operand1, 2'h0 };
+  assign \$710  = { 1'h0, \$709 [31:0], 2'h0 };
+  assign \$711  = { 1'h0, operand1, 2'h0 };
+  assign \$723  = { rem2, 1'h0 };
+  assign \$725  = { 1'h0, rem2, 2'h0 };
+  assign \$729  = { 1'h0, quotient2, 2'h0 };
+  assign \$730 [34:1] = \$729 [34:1];
+  assign \$730 [0] = 1'h1;
+  assign \$733  = { rem2, 1'h0 };
+  assign \$735  = { 1'h0, rem2, 2'h0 };
+  assign \$740  = { \$739 [32:0], 1'h0 };
+  assign \$742  = { rem2, 1'h0 };
+  assign \$744  = { 1'h0, rem2, 2'h0 };
+  assign \$748  = { 1'h0, quotient2, 2'h0 };
+  assign \$749 [34:1] = \$748 [34:1];
+  assign \$749 [0] = 1'h1;
+  assign \$752  = { rem2, 1'h0 };
+  assign \$754  = { 1'h0, rem2, 2'h0 };
+  assign \$759  = { 1'h0, \$758 [32:0], 2'h0 };
+  assign \$760  = { 1'h0, operand2, 2'h0 };
+  assign \$765  = { quotient2, 1'h0 };
+  assign \$767  = { 1'h0, \$766 [31:0], 2'h0 };
+  assign \$768 [34:1] = \$767 [34:1];
+  assign \$768 [0] = 1'h1;
+  assign \$771  = { rem2, 1'h0 };
+  assign \$773  = { 1'h0, rem2, 2'h0 };
+  assign \$777  = { 1'h0, quotient2, 2'h0 };
+  assign \$778 [34:1] = \$777 [34:1];
+  assign \$778 [0] = 1'h1;
+  assign \$781  = { rem2, 1'h0 };
+  assign \$783  = { 1'h0, rem2, 2'h0 };
+  assign \$788  = { \$787 [32:0], 1'h0 };
+  assign \$790  = { rem2, 1'h0 };
+  assign \$792  = { 1'h0, rem2, 2'h0 };
+  assign \$796  = { 1'h0, quotient2, 2'h0 };
+  assign \$797 [34:1] = \$796 [34:1];
+  assign \$797 [0] = 1'h1;
+  assign \$800  = { rem2, 1'h0 };
+  assign \$802  = { 1'h0, rem2, 2'h0 };
+  assign \$807  = { 1'h0, \$806 [32:0], 2'h0 };
+  assign \$808  = { 1'h0, operand2, 2'h0 };
+  assign \$814  = { quotient2, 1'h0 };
+  assign \$816  = { \$815 [31:0], 1'h0 };
+  assign \$819  = { 1'h0, operand2, 2'h0 };
+  assign \$821  = { 1'h0, \$820 [31:0], 2'h0 };
+  assign \$822  = { 1'h0, operand2, 2'h0 };
+  assign \$834  = { rem3, 1'h0 };
+  assign \$836  = { 1'h0, rem3, 2'h0 };
+  assign \$840  = { 1'h0, quotient3, 2'h0 };
+  assign \$841 [34:1] = \$840 [34:1];
+  assign \$841 [0] = 1'h1;
+  assign \$844  = { rem3, 1'h0 };
+  assign \$846  = { 1'h0, rem3, 2'h0 };
+  assign \$851  = { \$850 [32:0], 1'h0 };
+  assign \$853  = { rem3, 1'h0 };
+  assign \$855  = { 1'h0, rem3, 2'h0 };
+  assign \$859  = { 1'h0, quotient3, 2'h0 };
+  assign \$860 [34:1] = \$859 [34:1];
+  assign \$860 [0] = 1'h1;
+  assign \$863  = { rem3, 1'h0 };
+  assign \$865  = { 1'h0, rem3, 2'h0 };
+  assign \$870  = { 1'h0, \$869 [32:0], 2'h0 };
+  assign \$871  = { 1'h0, operand3, 2'h0 };
+  assign \$876  = { quotient3, 1'h0 };
+  assign \$878  = { 1'h0, \$877 [31:0], 2'h0 };
+  assign \$879 [34:1] = \$878 [34:1];
+  assign \$879 [0] = 1'h1;
+  assign \$882  = { rem3, 1'h0 };
+  assign \$884  = { 1'h0, rem3, 2'h0 };
+  assign \$888  = { 1'h0, quotient3, 2'h0 };
+  assign \$889 [34:1] = \$888 [34:1];
+  assign \$889 [0] = 1'h1;
+  assign \$892  = { rem3, 1'h0 };
+  assign \$894  = { 1'h0, rem3, 2'h0 };
+  assign \$899  = { \$898 [32:0], 1'h0 };
+  assign \$901  = { rem3, 1'h0 };
+  assign \$903  = { 1'h0, rem3, 2'h0 };
+  assign \$907  = { 1'h0, quotient3, 2'h0 };
+  assign \$908 [34:1] = \$907 [34:1];
+  assign \$908 [0] = 1'h1;
+  assign \$911  = { rem3, 1'h0 };
+  assign \$913  = { 1'h0, rem3, 2'h0 };
+  assign \$918  = { 1'h0, \$917 [32:0], 2'h0 };
+  assign \$919  = { 1'h0, operand3, 2'h0 };
+  assign \$925  = { quotient3, 1'h0 };
+  assign \$927  = { \$926 [31:0], 1'h0 };
+  assign \$930  = { 1'h0, operand3, 2'h0 };
+  assign \$932  = { 1'h0, \$931 [31:0], 2'h0 };
+  assign \$933  = { 1'h0, operand3, 2'h0 };
+  assign \$945  = { rem4, 1'h0 };
+  assign \$947  = { 1'h0, rem4, 2'h0 };
+  assign \$951  = { 1'h0, quotient4, 2'h0 };
+  assign \$952 [34:1] = \$951 [34:1];
+  assign \$952 [0] = 1'h1;
+  assign \$955  = { rem4, 1'h0 };
+  assign \$957  = { 1'h0, rem4, 2'h0 };
+  assign \$962  = { \$961 [32:0], 1'h0 };
+  assign \$964  = { rem4, 1'h0 };
+  assign \$966  = { 1'h0, rem4, 2'h0 };
+  assign \$970  = { 1'h0, quotient4, 2'h0 };
+  assign \$971 [34:1] = \$970 [34:1];
+  assign \$971 [0] = 1'h1;
+  assign \$974  = { rem4, 1'h0 };
+  assign \$976  = { 1'h0, rem4, 2'h0 };
+  assign \$981  = { 1'h0, \$980 [32:0], 2'h0 };
+  assign \$982  = { 1'h0, operand4, 2'h0 };
+  assign \$987  = { quotient4, 1'h0 };
+  assign \$989  = { 1'h0, \$988 [31:0], 2'h0 };
+  assign \$990 [34:1] = \$989 [34:1];
+  assign \$990 [0] = 1'h1;
+  assign \$993  = { rem4, 1'h0 };
+  assign \$995  = { 1'h0, rem4, 2'h0 };
+  assign \$999  = { 1'h0, quotient4, 2'h0 };
+  assign \$1000 [34:1] = \$999 [34:1];
+  assign \$1000 [0] = 1'h1;
+  assign \$1003  = { rem4, 1'h0 };
+  assign \$1005  = { 1'h0, rem4, 2'h0 };
+  assign \$1010  = { \$1009 [32:0], 1'h0 };
+  assign \$1012  = { rem4, 1'h0 };
+  assign \$1014  = { 1'h0, rem4, 2'h0 };
+  assign \$1018  = { 1'h0, quotient4, 2'h0 };
+  assign \$1019 [34:1] = \$1018 [34:1];
+  assign \$1019 [0] = 1'h1;
+  assign \$1022  = { rem4, 1'h0 };
+  assign \$1024  = { 1'h0, rem4, 2'h0 };
+  assign \$1029  = { 1'h0, \$1028 [32:0], 2'h0 };
+  assign \$1030  = { 1'h0, operand4, 2'h0 };
+  assign \$1036  = { quotient4, 1'h0 };
+  assign \$1038  = { \$1037 [31:0], 1'h0 };
+  assign \$1041  = { 1'h0, operand4, 2'h0 };
+  assign \$1043  = { 1'h0, \$1042 [31:0], 2'h0 };
+  assign \$1044  = { 1'h0, operand4, 2'h0 };
+  assign \$1056  = { rem5, 1'h0 };
+  assign \$1058  = { 1'h0, rem5, 2'h0 };
+  assign \$1062  = { 1'h0, quotient5, 2'h0 };
+  assign \$1063 [34:1] = \$1062 [34:1];
+  assign \$1063 [0] = 1'h1;
+  assign \$1066  = { rem5, 1'h0 };
+  assign \$1068  = { 1'h0, rem5, 2'h0 };
+  assign \$1073  = { \$1072 [32:0], 1'h0 };
+  assign \$1075  = { rem5, 1'h0 };
+  assign \$1077  = { 1'h0, rem5, 2'h0 };
+  assign \$1081  = { 1'h0, quotient5, 2'h0 };
+  assign \$1082 [34:1] = \$1081 [34:1];
+  assign \$1082 [0] = 1'h1;
+  assign \$1085  = { rem5, 1'h0 };
+  assign \$1087  = { 1'h0, rem5, 2'h0 };
+  assign \$1092  = { 1'h0, \$1091 [32:0], 2'h0 };
+  assign \$1093  = { 1'h0, operand5, 2'h0 };
+  assign \$1098  = { quotient5, 1'h0 };
+  assign \$1100  = { 1'h0, \$1099 [31:0], 2'h0 };
+  assign \$1101 [34:1] = \$1100 [34:1];
+  assign \$1101 [0] = 1'h1;
+  assign \$1104  = { rem5, 1'h0 };
+  assign \$1106  = { 1'h0, rem5, 2'h0 };
+  assign \$1110  = { 1'h0, quotient5, 2'h0 };
+  assign \$1111 [34:1] = \$1110 [34:1];
+  assign \$1111 [0] = 1'h1;
+  assign \$1114  = { rem5, 1'h0 };
+  assign \$1116  = { 1'h0, rem5, 2'h0 };
+  assign \$1121  = { \$1120 [32:0], 1'h0 };
+  assign \$1123  = { rem5, 1'h0 };
+  assign \$1125  = { 1'h0, rem5, 2'h0 };
+  assign \$1129  = { 1'h0, quotient5, 2'h0 };
+  assign \$1130 [34:1] = \$1129 [34:1];
+  assign \$1130 [0] = 1'h1;
+  assign \$1133  = { rem5, 1'h0 };
+  assign \$1135  = { 1'h0, rem5, 2'h0 };
+  assign \$1140  = { 1'h0, \$1139 [32:0], 2'h0 };
+  assign \$1141  = { 1'h0, operand5, 2'h0 };
+  assign \$1147  = { quotient5, 1'h0 };
+  assign \$1149  = { \$1148 [31:0], 1'h0 };
+  assign \$1152  = { 1'h0, operand5, 2'h0 };
+  assign \$1154  = { 1'h0, \$1153 [31:0], 2'h0 };
+  assign \$1155  = { 1'h0, operand5, 2'h0 };
+  assign \$1167  = { rem6, 1'h0 };
+  assign \$1169  = { 1'h0, rem6, 2'h0 };
+  assign \$1173  = { 1'h0, quotient6, 2'h0 };
+  assign \$1174 [34:1] = \$1173 [34:1];
+  assign \$1174 [0] = 1'h1;
+  assign \$1177  = { rem6, 1'h0 };
+  assign \$1179  = { 1'h0, rem6, 2'h0 };
+  assign \$1184  = { \$1183 [32:0], 1'h0 };
+  assign \$1186  = { rem6, 1'h0 };
+  assign \$1188  = { 1'h0, rem6, 2'h0 };
+  assign \$1192  = { 1'h0, quotient6, 2'h0 };
+  assign \$1193 [34:1] = \$1192 [34:1];
+  assign \$1193 [0] = 1'h1;
+  assign \$1196  = { rem6, 1'h0 };
+  assign \$1198  = { 1'h0, rem6, 2'h0 };
+  assign \$1203  = { 1'h0, \$1202 [32:0], 2'h0 };
+  assign \$1204  = { 1'h0, operand6, 2'h0 };
+  assign \$1209  = { quotient6, 1'h0 };
+  assign \$1211  = { 1'h0, \$1210 [31:0], 2'h0 };
+  assign \$1212 [34:1] = \$1211 [34:1];
+  assign \$1212 [0] = 1'h1;
+  assign \$1215  = { rem6, 1'h0 };
+  assign \$1217  = { 1'h0, rem6, 2'h0 };
+  assign \$1221  = { 1'h0, quotient6, 2'h0 };
+  assign \$1222 [34:1] = \$1221 [34:1];
+  assign \$1222 [0] = 1'h1;
+  assign \$1225  = { rem6, 1'h0 };
+  assign \$1227  = { 1'h0, rem6, 2'h0 };
+  assign \$1232  = { \$1231 [32:0], 1'h0 };
+  assign \$1234  = { rem6, 1'h0 };
+  assign \$1236  = { 1'h0, rem6, 2'h0 };
+  assign \$1240  = { 1'h0, quotient6, 2'h0 };
+  assign \$1241 [34:1] = \$1240 [34:1];
+  assign \$1241 [0] = 1'h1;
+  assign \$1244  = { rem6, 1'h0 };
+  assign \$1246  = { 1'h0, rem6, 2'h0 };
+  assign \$1251  = { 1'h0, \$1250 [32:0], 2'h0 };
+  assign \$1252  = { 1'h0, operand6, 2'h0 };
+  assign \$1258  = { quotient6, 1'h0 };
+  assign \$1260  = { \$1259 [31:0], 1'h0 };
+  assign \$1263  = { 1'h0, operand6, 2'h0 };
+  assign \$1265  = { 1'h0, \$1264 [31:0], 2'h0 };
+  assign \$1266  = { 1'h0, operand6, 2'h0 };
+  assign \$1278  = { rem7, 1'h0 };
+  assign \$1280  = { 1'h0, rem7, 2'h0 };
+  assign \$1284  = { 1'h0, quotient7, 2'h0 };
+  assign \$1285 [34:1] = \$1284 [34:1];
+  assign \$1285 [0] = 1'h1;
+  assign \$1288  = { rem7, 1'h0 };
+  assign \$1290  = { 1'h0, rem7, 2'h0 };
+  assign \$1295  = { \$1294 [32:0], 1'h0 };
+  assign \$1297  = { rem7, 1'h0 };
+  assign \$1299  = { 1'h0, rem7, 2'h0 };
+  assign \$1303  = { 1'h0, quotient7, 2'h0 };
+  assign \$1304 [34:1] = \$1303 [34:1];
+  assign \$1304 [0] = 1'h1;
+  assign \$1307  = { rem7, 1'h0 };
+  assign \$1309  = { 1'h0, rem7, 2'h0 };
+  assign \$1314  = { 1'h0, \$1313 [32:0], 2'h0 };
+  assign \$1315  = { 1'h0, operand7, 2'h0 };
+  assign \$1320  = { quotient7, 1'h0 };
+  assign \$1322  = { 1'h0, \$1321 [31:0], 2'h0 };
+  assign \$1323 [34:1] = \$1322 [34:1];
+  assign \$1323 [0] = 1'h1;
+  assign \$1326  = { rem7, 1'h0 };
+  assign \$1328  = { 1'h0, rem7, 2'h0 };
+  assign \$1332  = { 1'h0, quotient7, 2'h0 };
+  assign \$1333 [34:1] = \$1332 [34:1];
+  assign \$1333 [0] = 1'h1;
+  assign \$1336  = { rem7, 1'h0 };
+  assign \$1338  = { 1'h0, rem7, 2'h0 };
+  assign \$1343  = { \$1342 [32:0], 1'h0 };
+  assign \$1345  = { rem7, 1'h0 };
+  assign \$1347  = { 1'h0, rem7, 2'h0 };
+  assign \$1351  = { 1'h0, quotient7, 2'h0 };
+  assign \$1352 [34:1] = \$1351 [34:1];
+  assign \$1352 [0] = 1'h1;
+  assign \$1355  = { rem7, 1'h0 };
+  assign \$1357  = { 1'h0, rem7, 2'h0 };
+  assign \$1362  = { 1'h0, \$1361 [32:0], 2'h0 };
+  assign \$1363  = { 1'h0, operand7, 2'h0 };
+  assign \$1369  = { quotient7, 1'h0 };
+  assign \$1371  = { \$1370 [31:0], 1'h0 };
+  assign \$1374  = { 1'h0, operand7, 2'h0 };
+  assign \$1376  = { 1'h0, \$1375 [31:0], 2'h0 };
+  assign \$1377  = { 1'h0, operand7, 2'h0 };
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_dma_tile.tile.vector$242.lanes (rst, valid, a, b, vop, shift, imm, imm2, d_acc, out, hits8, unders8, overs8, write__data, table_we, table_index, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$34  = 0;
+  wire \$1 ;
+  wire \$10 ;
+  wire [32:0] \$100 ;
+  wire [32:0] \$101 ;
+  wire [33:0] \$102 ;
+  wire [34:0] \$103 ;
+  wire [65:0] \$104 ;
+  wire [67:0] \$105 ;
+  wire [46:0] \$106 ;
+  wire [64:0] \$107 ;
+  wire [63:0] \$108 ;
+  wire [32:0] \$109 ;
+  wire \$11 ;
+  wire \$110 ;
+  wire \$111 ;
+  wire [32:0] \$112 ;
+  wire \$113 ;
+  wire \$114 ;
+  wire \$115 ;
+  wire \$116 ;
+  wire \$117 ;
+  wire \$118 ;
+  wire [32:0] \$119 ;
+  wire \$12 ;
+  wire [32:0] \$120 ;
+  wire [15:0] \$121 ;
+  wire [15:0] \$122 ;
+  wire [31:0] \$123 ;
+  wire [32:0] \$124 ;
+  wire [32:0] \$125 ;
+  wire [33:0] \$126 ;
+  wire [34:0] \$127 ;
+  wire [65:0] \$128 ;
+  wire [67:0] \$129 ;
+  wire [5:0] \$13 ;
+  wire [46:0] \$130 ;
+  wire [64:0] \$131 ;
+  wire [63:0] \$132 ;
+  wire [32:0] \$133 ;
+  wire \$134 ;
+  wire \$135 ;
+  wire [32:0] \$136 ;
+  wire \$137 ;
+  wire \$138 ;
+  wire \$139 ;
+  wire \$14 ;
+  wire \$140 ;
+  wire \$141 ;
+  wire \$142 ;
+  wire [32:0] \$143 ;
+  wire [32:0] \$144 ;
+  wire [15:0] \$145 ;
+  wire [15:0] \$146 ;
+  wire [31:0] \$147 ;
+  wire [32:0] \$148 ;
+  wire [32:0] \$149 ;
+  wire \$15 ;
+  wire [33:0] \$150 ;
+  wire [34:0] \$151 ;
+  wire [65:0] \$152 ;
+  wire [67:0] \$153 ;
+  wire [46:0] \$154 ;
+  wire [64:0] \$155 ;
+  wire [63:0] \$156 ;
+  wire [32:0] \$157 ;
+  wire \$158 ;
+  wire \$159 ;
+  wire [32:0] \$16 ;
+  wire [32:0] \$160 ;
+  wire \$161 ;
+  wire \$162 ;
+  wire \$163 ;
+  wire \$164 ;
+  wire \$165 ;
+  wire \$166 ;
+  wire [32:0] \$167 ;
+  wire [32:0] \$168 ;
+  wire [15:0] \$169 ;
+  wire \$17 ;
+  wire [15:0] \$170 ;
+  wire [31:0] \$171 ;
+  wire [32:0] \$172 ;
+  wire [32:0] \$173 ;
+  wire [33:0] \$174 ;
+  wire [34:0] \$175 ;
+  wire [65:0] \$176 ;
+  wire [67:0] \$177 ;
+  wire [46:0] \$178 ;
+  wire [64:0] \$179 ;
+  wire \$18 ;
+  wire [63:0] \$180 ;
+  wire [32:0] \$181 ;
+  wire \$182 ;
+  wire \$183 ;
+  wire [32:0] \$184 ;
+  wire \$185 ;
+  wire \$186 ;
+  wire \$187 ;
+  wire \$188 ;
+  wire \$189 ;
+  wire \$19 ;
+  wire \$190 ;
+  wire [32:0] \$191 ;
+  wire [32:0] \$192 ;
+  wire [15:0] \$193 ;
+  wire [15:0] \$194 ;
+  wire [31:0] \$195 ;
+  wire [32:0] \$196 ;
+  wire [32:0] \$197 ;
+  wire [33:0] \$198 ;
+  wire [34:0] \$199 ;
+  wire \$2 ;
+  wire \$20 ;
+  wire [65:0] \$200 ;
+  wire [67:0] \$201 ;
+  wire [46:0] \$202 ;
+  wire [64:0] \$203 ;
+  wire [63:0] \$204 ;
+  wire [32:0] \$205 ;
+  wire [63:0] \$206 ;
+  wire [110:0] \$207 ;
+  wire [110:0] \$208 ;
+  wire \$209 ;
+  wire \$21 ;
+  wire [47:0] \$210 ;
+  wire [47:0] \$211 ;
+  wire [32:0] \$212 ;
+  wire [32:0] \$213 ;
+  wire \$214 ;
+  wire [31:0] \$215 ;
+  wire \$216 ;
+  wire [31:0] \$217 ;
+  wire \$218 ;
+  wire [31:0] \$219 ;
+  wire \$22 ;
+  wire [32:0] \$220 ;
+  wire \$221 ;
+  wire \$222 ;
+  wire [7:0] \$223 ;
+  wire [79:0] \$224 ;
+  wire [80:0] \$225 ;
+  wire \$226 ;
+  wire [15:0] \$227 ;
+  wire [9:0] \$228 ;
+  wire \$229 ;
+  wire [32:0] \$23 ;
+  wire \$230 ;
+  wire [9:0] \$231 ;
+  wire \$232 ;
+  wire [9:0] \$233 ;
+  wire \$234 ;
+  wire \$235 ;
+  wire [9:0] \$236 ;
+  wire \$237 ;
+  wire [20:0] \$238 ;
+  wire \$239 ;
+  wire [32:0] \$24 ;
+  wire \$240 ;
+  wire \$241 ;
+  wire [31:0] \$242 ;
+  wire [32:0] \$243 ;
+  wire \$244 ;
+  wire \$245 ;
+  wire \$246 ;
+  wire [7:0] \$247 ;
+  wire [7:0] \$248 ;
+  wire [32:0] \$249 ;
+  wire [15:0] \$25 ;
+  wire [32:0] \$250 ;
+  wire \$251 ;
+  wire [31:0] \$252 ;
+  wire \$253 ;
+  wire [31:0] \$254 ;
+  wire \$255 ;
+  wire [31:0] \$256 ;
+  wire [32:0] \$257 ;
+  wire \$258 ;
+  wire \$259 ;
+  wire [15:0] \$26 ;
+  wire [7:0] \$260 ;
+  wire [79:0] \$261 ;
+  wire [80:0] \$262 ;
+  wire \$263 ;
+  wire [15:0] \$264 ;
+  wire [9:0] \$265 ;
+  wire \$266 ;
+  wire \$267 ;
+  wire [9:0] \$268 ;
+  wire \$269 ;
+  wire [31:0] \$27 ;
+  wire [9:0] \$270 ;
+  wire \$271 ;
+  wire \$272 ;
+  wire [9:0] \$273 ;
+  wire \$274 ;
+  wire [20:0] \$275 ;
+  wire \$276 ;
+  wire \$277 ;
+  wire \$278 ;
+  wire [31:0] \$279 ;
+  wire [32:0] \$28 ;
+  wire [32:0] \$280 ;
+  wire \$281 ;
+  wire \$282 ;
+  wire \$283 ;
+  wire [7:0] \$284 ;
+  wire [7:0] \$285 ;
+  wire [32:0] \$286 ;
+  wire [32:0] \$287 ;
+  wire \$288 ;
+  wire [31:0] \$289 ;
+  wire [32:0] \$29 ;
+  wire \$290 ;
+  wire [31:0] \$291 ;
+  wire \$292 ;
+  wire [31:0] \$293 ;
+  wire [32:0] \$294 ;
+  wire \$295 ;
+  wire \$296 ;
+  wire [7:0] \$297 ;
+  wire [79:0] \$298 ;
+  wire [80:0] \$299 ;
+  wire \$3 ;
+  wire [33:0] \$30 ;
+  wire \$300 ;
+  wire [15:0] \$301 ;
+  wire [9:0] \$302 ;
+  wire \$303 ;
+  wire \$304 ;
+  wire [9:0] \$305 ;
+  wire \$306 ;
+  wire [9:0] \$307 ;
+  wire \$308 ;
+  wire \$309 ;
+  wire [34:0] \$31 ;
+  wire [9:0] \$310 ;
+  wire \$311 ;
+  wire [20:0] \$312 ;
+  wire \$313 ;
+  wire \$314 ;
+  wire \$315 ;
+  wire [31:0] \$316 ;
+  wire [32:0] \$317 ;
+  wire \$318 ;
+  wire \$319 ;
+  wire [65:0] \$32 ;
+  wire \$320 ;
+  wire [7:0] \$321 ;
+  wire [7:0] \$322 ;
+  wire [32:0] \$323 ;
+  wire [32:0] \$324 ;
+  wire \$325 ;
+  wire [31:0] \$326 ;
+  wire \$327 ;
+  wire [31:0] \$328 ;
+  wire \$329 ;
+  wire [67:0] \$33 ;
+  wire [31:0] \$330 ;
+  wire [32:0] \$331 ;
+  wire \$332 ;
+  wire \$333 ;
+  wire [7:0] \$334 ;
+  wire [79:0] \$335 ;
+  wire [80:0] \$336 ;
+  wire \$337 ;
+  wire [15:0] \$338 ;
+  wire [9:0] \$339 ;
+  wire [46:0] \$34 ;
+  wire \$340 ;
+  wire \$341 ;
+  wire [9:0] \$342 ;
+  wire \$343 ;
+  wire [9:0] \$344 ;
+  wire \$345 ;
+  wire \$346 ;
+  wire [9:0] \$347 ;
+  wire \$348 ;
+  wire [20:0] \$349 ;
+  wire [64:0] \$35 ;
+  wire \$350 ;
+  wire \$351 ;
+  wire \$352 ;
+  wire [31:0] \$353 ;
+  wire [32:0] \$354 ;
+  wire \$355 ;
+  wire \$356 ;
+  wire \$357 ;
+  wire [7:0] \$358 ;
+  wire [7:0] \$359 ;
+  wire [63:0] \$36 ;
+  wire [32:0] \$360 ;
+  wire [32:0] \$361 ;
+  wire \$362 ;
+  wire [31:0] \$363 ;
+  wire \$364 ;
+  wire [31:0] \$365 ;
+  wire \$366 ;
+  wire [31:0] \$367 ;
+  wire [32:0] \$368 ;
+  wire \$369 ;
+  wire [32:0] \$37 ;
+  wire \$370 ;
+  wire [7:0] \$371 ;
+  wire [79:0] \$372 ;
+  wire [80:0] \$373 ;
+  wire \$374 ;
+  wire [15:0] \$375 ;
+  wire [9:0] \$376 ;
+  wire \$377 ;
+  wire \$378 ;
+  wire [9:0] \$379 ;
+  wire \$38 ;
+  wire \$380 ;
+  wire [9:0] \$381 ;
+  wire \$382 ;
+  wire \$383 ;
+  wire [9:0] \$384 ;
+  wire \$385 ;
+  wire [20:0] \$386 ;
+  wire \$387 ;
+  wire \$388 ;
+  wire \$389 ;
+  wire \$39 ;
+  wire [31:0] \$390 ;
+  wire [32:0] \$391 ;
+  wire \$392 ;
+  wire \$393 ;
+  wire \$394 ;
+  wire [7:0] \$395 ;
+  wire [7:0] \$396 ;
+  wire [32:0] \$397 ;
+  wire [32:0] \$398 ;
+  wire \$399 ;
+  wire \$4 ;
+  wire [32:0] \$40 ;
+  wire [31:0] \$400 ;
+  wire \$401 ;
+  wire [31:0] \$402 ;
+  wire \$403 ;
+  wire [31:0] \$404 ;
+  wire [32:0] \$405 ;
+  wire \$406 ;
+  wire \$407 ;
+  wire [7:0] \$408 ;
+  wire [79:0] \$409 ;
+  wire \$41 ;
+  wire [80:0] \$410 ;
+  wire \$411 ;
+  wire [15:0] \$412 ;
+  wire [9:0] \$413 ;
+  wire \$414 ;
+  wire \$415 ;
+  wire [9:0] \$416 ;
+  wire \$417 ;
+  wire [9:0] \$418 ;
+  wire \$419 ;
+  wire \$42 ;
+  wire \$420 ;
+  wire [9:0] \$421 ;
+  wire \$422 ;
+  wire [20:0] \$423 ;
+  wire \$424 ;
+  wire \$425 ;
+  wire \$426 ;
+  wire [31:0] \$427 ;
+  wire [32:0] \$428 ;
+  wire \$429 ;
+  wire \$43 ;
+  wire \$430 ;
+  wire \$431 ;
+  wire [7:0] \$432 ;
+  wire [7:0] \$433 ;
+  wire [32:0] \$434 ;
+  wire [32:0] \$435 ;
+  wire \$436 ;
+  wire [31:0] \$437 ;
+  wire \$438 ;
+  wire [31:0] \$439 ;
+  wire \$44 ;
+  wire \$440 ;
+  wire [31:0] \$441 ;
+  wire [32:0] \$442 ;
+  wire \$443 ;
+  wire \$444 ;
+  wire [7:0] \$445 ;
+  wire [79:0] \$446 ;
+  wire [80:0] \$447 ;
+  wire \$448 ;
+  wire [15:0] \$449 ;
+  wire \$45 ;
+  wire [9:0] \$450 ;
+  wire \$451 ;
+  wire \$452 ;
+  wire [9:0] \$453 ;
+  wire \$454 ;
+  wire [9:0] \$455 ;
+  wire \$456 ;
+  wire \$457 ;
+  wire [9:0] \$458 ;
+  wire \$459 ;
+  wire \$46 ;
+  wire [20:0] \$460 ;
+  wire \$461 ;
+  wire \$462 ;
+  wire \$463 ;
+  wire [31:0] \$464 ;
+  wire [32:0] \$465 ;
+  wire \$466 ;
+  wire \$467 ;
+  wire \$468 ;
+  wire [7:0] \$469 ;
+  wire [32:0] \$47 ;
+  wire [7:0] \$470 ;
+  wire [32:0] \$471 ;
+  wire [32:0] \$472 ;
+  wire \$473 ;
+  wire [31:0] \$474 ;
+  wire \$475 ;
+  wire [31:0] \$476 ;
+  wire \$477 ;
+  wire [31:0] \$478 ;
+  wire [32:0] \$479 ;
+  wire [32:0] \$48 ;
+  wire \$480 ;
+  wire \$481 ;
+  wire [7:0] \$482 ;
+  wire [79:0] \$483 ;
+  wire [80:0] \$484 ;
+  wire \$485 ;
+  wire [15:0] \$486 ;
+  wire [9:0] \$487 ;
+  wire \$488 ;
+  wire \$489 ;
+  wire [15:0] \$49 ;
+  wire [9:0] \$490 ;
+  wire \$491 ;
+  wire [9:0] \$492 ;
+  wire \$493 ;
+  wire \$494 ;
+  wire [9:0] \$495 ;
+  wire \$496 ;
+  wire [20:0] \$497 ;
+  wire \$498 ;
+  wire \$499 ;
+  wire \$5 ;
+  wire [15:0] \$50 ;
+  wire \$500 ;
+  wire [31:0] \$501 ;
+  wire [32:0] \$502 ;
+  wire \$503 ;
+  wire \$504 ;
+  wire \$505 ;
+  wire [7:0] \$506 ;
+  wire [7:0] \$507 ;
+  wire [1:0] \$508 ;
+  wire [2:0] \$509 ;
+  wire [31:0] \$51 ;
+  wire [3:0] \$510 ;
+  wire [4:0] \$511 ;
+  wire [5:0] \$512 ;
+  wire [6:0] \$513 ;
+  wire [7:0] \$514 ;
+  wire [1:0] \$515 ;
+  wire [2:0] \$516 ;
+  wire [3:0] \$517 ;
+  wire [4:0] \$518 ;
+  wire [5:0] \$519 ;
+  wire [32:0] \$52 ;
+  wire [6:0] \$520 ;
+  wire [7:0] \$521 ;
+  wire [1:0] \$522 ;
+  wire [2:0] \$523 ;
+  wire [3:0] \$524 ;
+  wire [4:0] \$525 ;
+  wire [5:0] \$526 ;
+  wire [6:0] \$527 ;
+  wire [7:0] \$528 ;
+  reg [10:0] \$529 ;
+  wire [32:0] \$53 ;
+  reg [10:0] \$530 ;
+  reg [10:0] \$531 ;
+  reg [10:0] \$532 ;
+  reg [10:0] \$533 ;
+  reg [10:0] \$534 ;
+  reg [10:0] \$535 ;
+  reg [10:0] \$536 ;
+  reg [255:0] \$537 ;
+  wire [33:0] \$54 ;
+  wire [34:0] \$55 ;
+  wire [65:0] \$56 ;
+  wire [67:0] \$57 ;
+  wire [46:0] \$58 ;
+  wire [64:0] \$59 ;
+  wire \$6 ;
+  wire [63:0] \$60 ;
+  wire [32:0] \$61 ;
+  wire \$62 ;
+  wire \$63 ;
+  wire [32:0] \$64 ;
+  wire \$65 ;
+  wire \$66 ;
+  wire \$67 ;
+  wire \$68 ;
+  wire \$69 ;
+  wire \$7 ;
+  wire \$70 ;
+  wire [32:0] \$71 ;
+  wire [32:0] \$72 ;
+  wire [15:0] \$73 ;
+  wire [15:0] \$74 ;
+  wire [31:0] \$75 ;
+  wire [32:0] \$76 ;
+  wire [32:0] \$77 ;
+  wire [33:0] \$78 ;
+  wire [34:0] \$79 ;
+  wire \$8 ;
+  wire [65:0] \$80 ;
+  wire [67:0] \$81 ;
+  wire [46:0] \$82 ;
+  wire [64:0] \$83 ;
+  wire [63:0] \$84 ;
+  wire [32:0] \$85 ;
+  wire \$86 ;
+  wire \$87 ;
+  wire [32:0] \$88 ;
+  wire \$89 ;
+  wire \$9 ;
+  wire \$90 ;
+  wire \$91 ;
+  wire \$92 ;
+  wire \$93 ;
+  wire \$94 ;
+  wire [32:0] \$95 ;
+  wire [32:0] \$96 ;
+  wire [15:0] \$97 ;
+  wire [15:0] \$98 ;
+  wire [31:0] \$99 ;
+  input [255:0] a;
+  wire [255:0] a;
+  wire [31:0] \a[0] ;
+  wire [31:0] \a[1] ;
+  wire [31:0] \a[2] ;
+  wire [31:0] \a[3] ;
+  wire [31:0] \a[4] ;
+  wire [31:0] \a[5] ;
+  wire [31:0] \a[6] ;
+  wire [31:0] \a[7] ;
+  reg [32:0] alu0;
+  reg [32:0] alu1;
+  reg [32:0] alu2;
+  reg [32:0] alu3;
+  reg [32:0] alu4;
+  reg [32:0] alu5;
+  reg [32:0] alu6;
+  reg [32:0] alu7;
+  input [255:0] b;
+  wire [255:0] b;
+  wire [31:0] \b[0] ;
+  wire [31:0] \b[1] ;
+  wire [31:0] \b[2] ;
+  wire [31:0] \b[3] ;
+  wire [31:0] \b[4] ;
+  wire [31:0] \b[5] ;
+  wire [31:0] \b[6] ;
+  wire [31:0] \b[7] ;
+  reg [15:0] base3_0 = 16'h0000;
+  reg [15:0] base3_1 = 16'h0000;
+  reg [15:0] base3_2 = 16'h0000;
+  reg [15:0] base3_3 = 16'h0000;
+  reg [15:0] base3_4 = 16'h0000;
+  reg [15:0] base3_5 = 16'h0000;
+  reg [15:0] base3_6 = 16'h0000;
+  reg [15:0] base3_7 = 16'h0000;
+  reg [15:0] base4_0 = 16'h0000;
+  reg [15:0] base4_1 = 16'h0000;
+  reg [15:0] base4_2 = 16'h0000;
+  reg [15:0] base4_3 = 16'h0000;
+  reg [15:0] base4_4 = 16'h0000;
+  reg [15:0] base4_5 = 16'h0000;
+  reg [15:0] base4_6 = 16'h0000;
+  reg [15:0] base4_7 = 16'h0000;
+  reg [15:0] base5_0 = 16'h0000;
+  reg [15:0] base5_1 = 16'h0000;
+  reg [15:0] base5_2 = 16'h0000;
+  reg [15:0] base5_3 = 16'h0000;
+  reg [15:0] base5_4 = 16'h0000;
+  reg [15:0] base5_5 = 16'h0000;
+  reg [15:0] base5_6 = 16'h0000;
+  reg [15:0] base5_7 = 16'h0000;
+  reg [15:0] base6_0 = 16'h0000;
+  reg [15:0] base6_1 = 16'h0000;
+  reg [15:0] base6_2 = 16'h0000;
+  reg [15:0] base6_3 = 16'h0000;
+  reg [15:0] base6_4 = 16'h0000;
+  reg [15:0] base6_5 = 16'h0000;
+  reg [15:0] base6_6 = 16'h0000;
+  reg [15:0] base6_7 = 16'h0000;
+  reg [15:0] base7_0 = 16'h0000;
+  reg [15:0] base7_1 = 16'h0000;
+  reg [15:0] base7_2 = 16'h0000;
+  reg [15:0] base7_3 = 16'h0000;
+  reg [15:0] base7_4 = 16'h0000;
+  reg [15:0] base7_5 = 16'h0000;
+  reg [15:0] base7_6 = 16'h0000;
+  reg [15:0] base7_7 = 16'h0000;
+  input clk;
+  wire clk;
+  reg [10:0] ctl1 = 11'h000;
+  wire \ctl1.clamp ;
+  wire \ctl1.d_acc ;
+  wire \ctl1.lut ;
+  wire \ctl1.raw ;
+  wire [5:0] \ctl1.shift ;
+  wire \ctl1.valid ;
+  reg [10:0] ctl2 = 11'h000;
+  wire \ctl2.clamp ;
+  wire \ctl2.d_acc ;
+  wire \ctl2.lut ;
+  wire \ctl2.raw ;
+  wire [5:0] \ctl2.shift ;
+  wire \ctl2.valid ;
+  reg [10:0] ctl3 = 11'h000;
+  wire \ctl3.clamp ;
+  wire \ctl3.d_acc ;
+  wire \ctl3.lut ;
+  wire \ctl3.raw ;
+  wire [5:0] \ctl3.shift ;
+  wire \ctl3.valid ;
+  reg [10:0] ctl4 = 11'h000;
+  wire \ctl4.clamp ;
+  wire \ctl4.d_acc ;
+  wire \ctl4.lut ;
+  wire \ctl4.raw ;
+  wire [5:0] \ctl4.shift ;
+  wire \ctl4.valid ;
+  reg [10:0] ctl5 = 11'h000;
+  wire \ctl5.clamp ;
+  wire \ctl5.d_acc ;
+  wire \ctl5.lut ;
+  wire \ctl5.raw ;
+  wire [5:0] \ctl5.shift ;
+  wire \ctl5.valid ;
+  reg [10:0] ctl6 = 11'h000;
+  wire \ctl6.clamp ;
+  wire \ctl6.d_acc ;
+  wire \ctl6.lut ;
+  wire \ctl6.raw ;
+  wire [5:0] \ctl6.shift ;
+  wire \ctl6.valid ;
+  reg [10:0] ctl7 = 11'h000;
+  wire \ctl7.clamp ;
+  wire \ctl7.d_acc ;
+  wire \ctl7.lut ;
+  wire \ctl7.raw ;
+  wire [5:0] \ctl7.shift ;
+  wire \ctl7.valid ;
+  reg [10:0] ctl8 = 11'h000;
+  wire \ctl8.clamp ;
+  wire \ctl8.d_acc ;
+  wire \ctl8.lut ;
+  wire \ctl8.raw ;
+  wire [5:0] \ctl8.shift ;
+  wire \ctl8.valid ;
+  input d_acc;
+  wire d_acc;
+  wire [16:0] diff0;
+  wire [16:0] diff1;
+  wire [16:0] diff2;
+  wire [16:0] diff3;
+  wire [16:0] diff4;
+  wire [16:0] diff5;
+  wire [16:0] diff6;
+  wire [16:0] diff7;
+  reg [15:0] f2_0 = 16'h0000;
+  reg [15:0] f2_1 = 16'h0000;
+  reg [15:0] f2_2 = 16'h0000;
+  reg [15:0] f2_3 = 16'h0000;
+  reg [15:0] f2_4 = 16'h0000;
+  reg [15:0] f2_5 = 16'h0000;
+  reg [15:0] f2_6 = 16'h0000;
+  reg [15:0] f2_7 = 16'h0000;
+  wire [15:0] frac0;
+  wire [15:0] frac1;
+  wire [15:0] frac2;
+  wire [15:0] frac3;
+  wire [15:0] frac4;
+  wire [15:0] frac5;
+  wire [15:0] frac6;
+  wire [15:0] frac7;
+  wire [46:0] half;
+  wire [46:0] half_neg;
+  reg [33:0] hh0 = 34'h000000000;
+  reg [33:0] hh1 = 34'h000000000;
+  reg [33:0] hh2 = 34'h000000000;
+  reg [33:0] hh3 = 34'h000000000;
+  reg [33:0] hh4 = 34'h000000000;
+  reg [33:0] hh5 = 34'h000000000;
+  reg [33:0] hh6 = 34'h000000000;
+  reg [33:0] hh7 = 34'h000000000;
+  reg hit2_0 = 1'h0;
+  reg hit2_1 = 1'h0;
+  reg hit2_2 = 1'h0;
+  reg hit2_3 = 1'h0;
+  reg hit2_4 = 1'h0;
+  reg hit2_5 = 1'h0;
+  reg hit2_6 = 1'h0;
+  reg hit2_7 = 1'h0;
+  wire [3:0] hits;
+  (* init = 4'h0 *)
+  wire [3:0] \hits$400 ;
+  reg [3:0] hits3 = 4'h0;
+  reg [3:0] hits4 = 4'h0;
+  reg [3:0] hits5 = 4'h0;
+  reg [3:0] hits6 = 4'h0;
+  reg [3:0] hits7 = 4'h0;
+  output [3:0] hits8;
+  reg [3:0] hits8 = 4'h0;
+  reg [33:0] hl0 = 34'h000000000;
+  reg [33:0] hl1 = 34'h000000000;
+  reg [33:0] hl2 = 34'h000000000;
+  reg [33:0] hl3 = 34'h000000000;
+  reg [33:0] hl4 = 34'h000000000;
+  reg [33:0] hl5 = 34'h000000000;
+  reg [33:0] hl6 = 34'h000000000;
+  reg [33:0] hl7 = 34'h000000000;
+  input [31:0] imm;
+  wire [31:0] imm;
+  input [31:0] imm2;
+  wire [31:0] imm2;
+  reg [31:0] imm2_1 = 32'd0;
+  wire [7:0] index0;
+  wire [7:0] index1;
+  wire [7:0] index2;
+  wire [7:0] index3;
+  wire [7:0] index4;
+  wire [7:0] index5;
+  wire [7:0] index6;
+  wire [7:0] index7;
+  reg [33:0] lh0 = 34'h000000000;
+  reg [33:0] lh1 = 34'h000000000;
+  reg [33:0] lh2 = 34'h000000000;
+  reg [33:0] lh3 = 34'h000000000;
+  reg [33:0] lh4 = 34'h000000000;
+  reg [33:0] lh5 = 34'h000000000;
+  reg [33:0] lh6 = 34'h000000000;
+  reg [33:0] lh7 = 34'h000000000;
+  reg [31:0] ll0 = 32'd0;
+  reg [31:0] ll1 = 32'd0;
+  reg [31:0] ll2 = 32'd0;
+  reg [31:0] ll3 = 32'd0;
+  reg [31:0] ll4 = 32'd0;
+  reg [31:0] ll5 = 32'd0;
+  reg [31:0] ll6 = 32'd0;
+  reg [31:0] ll7 = 32'd0;
+  wire [15:0] mask0;
+  wire [15:0] mask1;
+  wire [15:0] mask2;
+  wire [15:0] mask3;
+  wire [15:0] mask4;
+  wire [15:0] mask5;
+  wire [15:0] mask6;
+  wire [15:0] mask7;
+  output [255:0] out;
+  reg [255:0] out = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+  wire [31:0] \out[0] ;
+  wire [31:0] \out[1] ;
+  wire [31:0] \out[2] ;
+  wire [31:0] \out[3] ;
+  wire [31:0] \out[4] ;
+  wire [31:0] \out[5] ;
+  wire [31:0] \out[6] ;
+  wire [31:0] \out[7] ;
+  wire out_valid;
+  wire over0;
+  wire over1;
+  wire over2;
+  reg over2_0 = 1'h0;
+  reg \over2_0$29  = 1'h0;
+  reg over2_1 = 1'h0;
+  reg \over2_1$64  = 1'h0;
+  reg over2_2 = 1'h0;
+  reg \over2_2$96  = 1'h0;
+  reg over2_3 = 1'h0;
+  reg \over2_3$128  = 1'h0;
+  reg over2_4 = 1'h0;
+  reg \over2_4$160  = 1'h0;
+  reg over2_5 = 1'h0;
+  reg \over2_5$192  = 1'h0;
+  reg over2_6 = 1'h0;
+  reg \over2_6$224  = 1'h0;
+  reg over2_7 = 1'h0;
+  reg \over2_7$256  = 1'h0;
+  wire over3;
+  wire over4;
+  wire over5;
+  wire over6;
+  wire over7;
+  (* init = 4'h0 *)
+  wire [3:0] overflows;
+  wire [3:0] overs;
+  reg [3:0] overs3 = 4'h0;
+  reg [3:0] overs4 = 4'h0;
+  reg [3:0] overs5 = 4'h0;
+  reg [3:0] overs6 = 4'h0;
+  reg [3:0] overs7 = 4'h0;
+  output [3:0] overs8;
+  reg [3:0] overs8 = 4'h0;
+  reg [63:0] p5_0 = 64'h0000000000000000;
+  reg [63:0] p5_1 = 64'h0000000000000000;
+  reg [63:0] p5_2 = 64'h0000000000000000;
+  reg [63:0] p5_3 = 64'h0000000000000000;
+  reg [63:0] p5_4 = 64'h0000000000000000;
+  reg [63:0] p5_5 = 64'h0000000000000000;
+  reg [63:0] p5_6 = 64'h0000000000000000;
+  reg [63:0] p5_7 = 64'h0000000000000000;
+  reg [63:0] q6_0 = 64'h0000000000000000;
+  reg [63:0] q6_1 = 64'h0000000000000000;
+  reg [63:0] q6_2 = 64'h0000000000000000;
+  reg [63:0] q6_3 = 64'h0000000000000000;
+  reg [63:0] q6_4 = 64'h0000000000000000;
+  reg [63:0] q6_5 = 64'h0000000000000000;
+  reg [63:0] q6_6 = 64'h0000000000000000;
+  reg [63:0] q6_7 = 64'h0000000000000000;
+  reg [63:0] r7_0 = 64'h0000000000000000;
+  reg [63:0] r7_1 = 64'h0000000000000000;
+  reg [63:0] r7_2 = 64'h0000000000000000;
+  reg [63:0] r7_3 = 64'h0000000000000000;
+  reg [63:0] r7_4 = 64'h0000000000000000;
+  reg [63:0] r7_5 = 64'h0000000000000000;
+  reg [63:0] r7_6 = 64'h0000000000000000;
+  reg [63:0] r7_7 = 64'h0000000000000000;
+  wire [7:0] read__addr;
+  wire [7:0] \read__addr$314 ;
+  wire [7:0] \read__addr$322 ;
+  wire [7:0] \read__addr$326 ;
+  wire [7:0] \read__addr$334 ;
+  wire [7:0] \read__addr$338 ;
+  wire [7:0] \read__addr$346 ;
+  wire [7:0] \read__addr$350 ;
+  wire [7:0] \read__addr$358 ;
+  wire [7:0] \read__addr$362 ;
+  wire [7:0] \read__addr$370 ;
+  wire [7:0] \read__addr$374 ;
+  wire [7:0] \read__addr$382 ;
+  wire [7:0] \read__addr$386 ;
+  wire [7:0] \read__addr$394 ;
+  wire [7:0] \read__addr$398 ;
+  wire [15:0] read__data;
+  wire [15:0] \read__data$101 ;
+  wire [15:0] \read__data$102 ;
+  wire [15:0] \read__data$133 ;
+  wire [15:0] \read__data$134 ;
+  wire [15:0] \read__data$165 ;
+  wire [15:0] \read__data$166 ;
+  wire [15:0] \read__data$197 ;
+  wire [15:0] \read__data$198 ;
+  wire [15:0] \read__data$229 ;
+  wire [15:0] \read__data$230 ;
+  wire [15:0] \read__data$261 ;
+  wire [15:0] \read__data$262 ;
+  wire [15:0] \read__data$35 ;
+  wire [15:0] \read__data$69 ;
+  wire [15:0] \read__data$70 ;
+  input rst;
+  wire rst;
+  reg [31:0] sat0;
+  reg [31:0] sat1;
+  reg [31:0] sat2;
+  reg [31:0] sat3;
+  reg [31:0] sat4;
+  reg [31:0] sat5;
+  reg [31:0] sat6;
+  reg [31:0] sat7;
+  wire [32:0] scaled0;
+  wire [32:0] scaled1;
+  wire [32:0] scaled2;
+  wire [32:0] scaled3;
+  wire [32:0] scaled4;
+  wire [32:0] scaled5;
+  wire [32:0] scaled6;
+  wire [32:0] scaled7;
+  input [5:0] shift;
+  wire [5:0] shift;
+  wire [32:0] shl_y;
+  wire [15:0] table_data;
+  input [8:0] table_index;
+  wire [8:0] table_index;
+  input table_we;
+  wire table_we;
+  wire under0;
+  wire under1;
+  wire under2;
+  reg under2_0 = 1'h0;
+  reg under2_1 = 1'h0;
+  reg under2_2 = 1'h0;
+  reg under2_3 = 1'h0;
+  reg under2_4 = 1'h0;
+  reg under2_5 = 1'h0;
+  reg under2_6 = 1'h0;
+  reg under2_7 = 1'h0;
+  wire under3;
+  wire under4;
+  wire under5;
+  wire under6;
+  wire under7;
+  (* init = 4'h0 *)
+  wire [3:0] underflows;
+  wire [3:0] unders;
+  reg [3:0] unders3 = 4'h0;
+  reg [3:0] unders4 = 4'h0;
+  reg [3:0] unders5 = 4'h0;
+  reg [3:0] unders6 = 4'h0;
+  reg [3:0] unders7 = 4'h0;
+  output [3:0] unders8;
+  reg [3:0] unders8 = 4'h0;
+  input valid;
+  wire valid;
+  wire [63:0] value0;
+  wire [63:0] value1;
+  wire [63:0] value2;
+  wire [63:0] value3;
+  wire [63:0] value4;
+  wire [63:0] value5;
+  wire [63:0] value6;
+  wire [63:0] value7;
+  input [3:0] vop;
+  wire [3:0] vop;
+  wire [7:0] write__addr;
+  wire [7:0] \write__addr$311 ;
+  wire [7:0] \write__addr$319 ;
+  wire [7:0] \write__addr$323 ;
+  wire [7:0] \write__addr$331 ;
+  wire [7:0] \write__addr$335 ;
+  wire [7:0] \write__addr$343 ;
+  wire [7:0] \write__addr$347 ;
+  wire [7:0] \write__addr$355 ;
+  wire [7:0] \write__addr$359 ;
+  wire [7:0] \write__addr$367 ;
+  wire [7:0] \write__addr$371 ;
+  wire [7:0] \write__addr$379 ;
+  wire [7:0] \write__addr$383 ;
+  wire [7:0] \write__addr$391 ;
+  wire [7:0] \write__addr$395 ;
+  input [15:0] write__data;
+  wire [15:0] write__data;
+  wire [15:0] \write__data$312 ;
+  wire [15:0] \write__data$320 ;
+  wire [15:0] \write__data$324 ;
+  wire [15:0] \write__data$332 ;
+  wire [15:0] \write__data$336 ;
+  wire [15:0] \write__data$344 ;
+  wire [15:0] \write__data$348 ;
+  wire [15:0] \write__data$356 ;
+  wire [15:0] \write__data$360 ;
+  wire [15:0] \write__data$368 ;
+  wire [15:0] \write__data$372 ;
+  wire [15:0] \write__data$380 ;
+  wire [15:0] \write__data$384 ;
+  wire [15:0] \write__data$392 ;
+  wire [15:0] \write__data$396 ;
+  wire write__en;
+  wire \write__en$313 ;
+  wire \write__en$321 ;
+  wire \write__en$325 ;
+  wire \write__en$333 ;
+  wire \write__en$337 ;
+  wire \write__en$345 ;
+  wire \write__en$349 ;
+  wire \write__en$357 ;
+  wire \write__en$361 ;
+  wire \write__en$369 ;
+  wire \write__en$373 ;
+  wire \write__en$381 ;
+  wire \write__en$385 ;
+  wire \write__en$393 ;
+  wire \write__en$397 ;
+  reg [32:0] x1_0 = 33'h000000000;
+  reg [32:0] x1_1 = 33'h000000000;
+  reg [32:0] x1_2 = 33'h000000000;
+  reg [32:0] x1_3 = 33'h000000000;
+  reg [32:0] x1_4 = 33'h000000000;
+  reg [32:0] x1_5 = 33'h000000000;
+  reg [32:0] x1_6 = 33'h000000000;
+  reg [32:0] x1_7 = 33'h000000000;
+  reg [32:0] x2_0 = 33'h000000000;
+  reg [32:0] x2_1 = 33'h000000000;
+  reg [32:0] x2_2 = 33'h000000000;
+  reg [32:0] x2_3 = 33'h000000000;
+  reg [32:0] x2_4 = 33'h000000000;
+  reg [32:0] x2_5 = 33'h000000000;
+  reg [32:0] x2_6 = 33'h000000000;
+  reg [32:0] x2_7 = 33'h000000000;
+  reg [32:0] x3_0 = 33'h000000000;
+  reg [32:0] x3_1 = 33'h000000000;
+  reg [32:0] x3_2 = 33'h000000000;
+  reg [32:0] x3_3 = 33'h000000000;
+  reg [32:0] x3_4 = 33'h000000000;
+  reg [32:0] x3_5 = 33'h000000000;
+  reg [32:0] x3_6 = 33'h000000000;
+  reg [32:0] x3_7 = 33'h000000000;
+  reg [32:0] y0;
+  reg [32:0] y1;
+  reg [32:0] y1_0 = 33'h000000000;
+  reg [32:0] y1_1 = 33'h000000000;
+  reg [32:0] y1_2 = 33'h000000000;
+  reg [32:0] y1_3 = 33'h000000000;
+  reg [32:0] y1_4 = 33'h000000000;
+  reg [32:0] y1_5 = 33'h000000000;
+  reg [32:0] y1_6 = 33'h000000000;
+  reg [32:0] y1_7 = 33'h000000000;
+  reg [32:0] y2;
+  reg [32:0] y2_0 = 33'h000000000;
+  reg [32:0] y2_1 = 33'h000000000;
+  reg [32:0] y2_2 = 33'h000000000;
+  reg [32:0] y2_3 = 33'h000000000;
+  reg [32:0] y2_4 = 33'h000000000;
+  reg [32:0] y2_5 = 33'h000000000;
+  reg [32:0] y2_6 = 33'h000000000;
+  reg [32:0] y2_7 = 33'h000000000;
+  reg [32:0] y3;
+  reg [32:0] y3_0 = 33'h000000000;
+  reg [32:0] y3_1 = 33'h000000000;
+  reg [32:0] y3_2 = 33'h000000000;
+  reg [32:0] y3_3 = 33'h000000000;
+  reg [32:0] y3_4 = 33'h000000000;
+  reg [32:0] y3_5 = 33'h000000000;
+  reg [32:0] y3_6 = 33'h000000000;
+  reg [32:0] y3_7 = 33'h000000000;
+  reg [32:0] y4;
+  reg [32:0] y5;
+  reg [32:0] y6;
+  reg [32:0] y7;
+  reg [15:0] table_high0 [255:0];
+  initial begin
+    for (int i = 0; i < 256; i = i + 1) table_high0[i] = 16'h0;
+  end
+  always @(posedge clk) begin
+    if (\write__en$313 )
+      table_high0[\$233 [7:0]] <= write__data;
+  end
+  reg [15:0] _0_;
+  always @(posedge clk) begin
+    _0_ <= table_high0[index0];
+  end
+  assign \read__data$35  = _0_;
+  reg [15:0] table_high1 [255:0];
+  initial begin
+    for (int i = 0; i < 256; i = i + 1) table_high1[i] = 16'h0;
+  end
+  always @(posedge clk) begin
+    if (\write__en$325 )
+      table_high1[\$270 [7:0]] <= write__data;
+  end
+  reg [15:0] _1_;
+  always @(posedge clk) begin
+    _1_ <= table_high1[index1];
+  end
+  assign \read__data$70  = _1_;
+  reg [15:0] table_high2 [255:0];
+  initial begin
+    for (int i = 0; i < 256; i = i + 1) table_high2[i] = 16'h0;
+  end
+  always @(posedge clk) begin
+    if (\write__en$337 )
+      table_high2[\$307 [7:0]] <= write__data;
+  end
+  reg [15:0] _2_;
+  always @(posedge clk) begin
+    _2_ <= table_high2[index2];
+  end
+  assign \read__data$102  = _2_;
+  reg [15:0] table_high3 [255:0];
+  initial begin
+    for (int i = 0; i < 256; i = i + 1) table_high3[i] = 16'h0;
+  end
+  always @(posedge clk) begin
+    if (\write__en$349 )
+      table_high3[\$344 [7:0]] <= write__data;
+  end
+  reg [15:0] _3_;
+  always @(posedge clk) begin
+    _3_ <= table_high3[index3];
+  end
+  assign \read__data$134  = _3_;
+  reg [15:0] table_high4 [255:0];
+  initial begin
+    for (int i = 0; i < 256; i = i + 1) table_high4[i] = 16'h0;
+  end
+  always @(posedge clk) begin
+    if (\write__en$361 )
+      table_high4[\$381 [7:0]] <= write__data;
+  end
+  reg [15:0] _4_;
+  always @(posedge clk) begin
+    _4_ <= table_high4[index4];
+  end
+  assign \read__data$166  = _4_;
+  reg [15:0] table_high5 [255:0];
+  initial begin
+    for (int i = 0; i < 256; i = i + 1) table_high5[i] = 16'h0;
+  end
+  always @(posedge clk) begin
+    if (\write__en$373 )
+      table_high5[\$418 [7:0]] <= write__data;
+  end
+  reg [15:0] _5_;
+  always @(posedge clk) begin
+    _5_ <= table_high5[index5];
+  end
+  assign \read__data$198  = _5_;
+  reg [15:0] table_high6 [255:0];
+  initial begin
+    for (int i = 0; i < 256; i = i + 1) table_high6[i] = 16'h0;
+  end
+  always @(posedge clk) begin
+    if (\write__en$385 )
+      table_high6[\$455 [7:0]] <= write__data;
+  end
+  reg [15:0] _6_;
+  always @(posedge clk) begin
+    _6_ <= table_high6[index6];
+  end
+  assign \read__data$230  = _6_;
+  reg [15:0] table_high7 [255:0];
+  initial begin
+    for (int i = 0; i < 256; i = i + 1) table_high7[i] = 16'h0;
+  end
+  always @(posedge clk) begin
+    if (\write__en$397 )
+      table_high7[\$492 [7:0]] <= write__data;
+  end
+  reg [15:0] _7_;
+  always @(posedge clk) begin
+    _7_ <= table_high7[index7];
+  end
+  assign \read__data$262  = _7_;
+  reg [15:0] table_low0 [255:0];
+  initial begin
+    for (int i = 0; i < 256; i = i + 1) table_low0[i] = 16'h0;
+  end
+  always @(posedge clk) begin
+    if (write__en)
+      table_low0[\$228 [7:0]] <= write__data;
+  end
+  reg [15:0] _8_;
+  always @(posedge clk) begin
+    _8_ <= table_low0[index0];
+  end
+  assign read__data = _8_;
+  reg [15:0] table_low1 [255:0];
+  initial begin
+    for (int i = 0; i < 256; i = i + 1) table_low1[i] = 16'h0;
+  end
+  always @(posedge clk) begin
+    if (\write__en$321 )
+      table_low1[\$265 [7:0]] <= write__data;
+  end
+  reg [15:0] _9_;
+  always @(posedge clk) begin
+    _9_ <= table_low1[index1];
+  end
+  assign \read__data$69  = _9_;
+  reg [15:0] table_low2 [255:0];
+  initial begin
+    for (int i = 0; i < 256; i = i + 1) table_low2[i] = 16'h0;
+  end
+  always @(posedge clk) begin
+    if (\write__en$333 )
+      table_low2[\$302 [7:0]] <= write__data;
+  end
+  reg [15:0] _10_;
+  always @(posedge clk) begin
+    _10_ <= table_low2[index2];
+  end
+  assign \read__data$101  = _10_;
+  reg [15:0] table_low3 [255:0];
+  initial begin
+    for (int i = 0; i < 256; i = i + 1) table_low3[i] = 16'h0;
+  end
+  always @(posedge clk) begin
+    if (\write__en$345 )
+      table_low3[\$339 [7:0]] <= write__data;
+  end
+  reg [15:0] _11_;
+  always @(posedge clk) begin
+    _11_ <= table_low3[index3];
+  end
+  assign \read__data$133  = _11_;
+  reg [15:0] table_low4 [255:0];
+  initial begin
+    for (int i = 0; i < 256; i = i + 1) table_low4[i] = 16'h0;
+  end
+  always @(posedge clk) begin
+    if (\write__en$357 )
+      table_low4[\$376 [7:0]] <= write__data;
+  end
+  reg [15:0] _12_;
+  always @(posedge clk) begin
+    _12_ <= table_low4[index4];
+  end
+  assign \read__data$165  = _12_;
+  reg [15:0] table_low5 [255:0];
+  initial begin
+    for (int i = 0; i < 256; i = i + 1) table_low5[i] = 16'h0;
+  end
+  always @(posedge clk) begin
+    if (\write__en$369 )
+      table_low5[\$413 [7:0]] <= write__data;
+  end
+  reg [15:0] _13_;
+  always @(posedge clk) begin
+    _13_ <= table_low5[index5];
+  end
+  assign \read__data$197  = _13_;
+  reg [15:0] table_low6 [255:0];
+  initial begin
+    for (int i = 0; i < 256; i = i + 1) table_low6[i] = 16'h0;
+  end
+  always @(posedge clk) begin
+    if (\write__en$381 )
+      table_low6[\$450 [7:0]] <= write__data;
+  end
+  reg [15:0] _14_;
+  always @(posedge clk) begin
+    _14_ <= table_low6[index6];
+  end
+  assign \read__data$229  = _14_;
+  reg [15:0] table_low7 [255:0];
+  initial begin
+    for (int i = 0; i < 256; i = i + 1) table_low7[i] = 16'h0;
+  end
+  always @(posedge clk) begin
+    if (\write__en$393 )
+      table_low7[\$487 [7:0]] <= write__data;
+  end
+  reg [15:0] _15_;
+  always @(posedge clk) begin
+    _15_ <= table_low7[index7];
+  end
+  assign \read__data$261  = _15_;
+  assign \$418  = table_index - 1'h1;
+  assign \$419  = table_index >= 1'h1;
+  assign \$420  = table_we & \$419 ;
+  assign \$421  = table_index - 1'h1;
+  assign \$422  = $signed(\$421 ) < $signed(10'h100);
+  assign \write__en$373  = \$420  & \$422 ;
+  assign diff5 = $signed(\read__data$198 ) - $signed(\read__data$197 );
+  assign \$423  = $signed(r7_5[19:0]) + $signed(base7_5);
+  assign value5 = ctl7[1] ? { \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423  } : r7_5;
+  assign \$424  = ! value5[63:31];
+  assign \$425  = value5[63:31] == 33'h1ffffffff;
+  assign \$426  = \$424  | \$425 ;
+  assign \$427  = value5[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$428  = \$426  ? { 1'h0, value5[31:0] } : { \$427 [31], \$427  };
+  assign \$429  = ! value5[63:7];
+  assign \$430  = value5[63:7] == 57'h1ffffffffffffff;
+  assign \$431  = \$429  | \$430 ;
+  assign \$432  = value5[63] ? 8'h80 : 8'h7f;
+  assign \$433  = \$431  ? value5[7:0] : \$432 ;
+  assign \$434  = $signed(a[223:192]) + $signed(b[223:192]);
+  assign \$435  = $signed(a[223:192]) - $signed(b[223:192]);
+  assign \$436  = $signed(a[223:192]) > $signed(b[223:192]);
+  assign \$437  = \$436  ? a[223:192] : b[223:192];
+  assign \$438  = $signed(a[223:192]) < $signed(b[223:192]);
+  assign \$439  = \$438  ? a[223:192] : b[223:192];
+  assign \$440  = $signed(a[223:192]) < $signed(imm);
+  assign \$441  = \$440  ? imm : a[223:192];
+  assign \$442  = $signed(a[223:192]) - $signed(imm);
+  assign scaled6 = $signed(x1_6) >>> ctl1[10:5];
+  assign \$443  = ~ x1_6[32];
+  assign \$444  = | scaled6[32:8];
+  assign over6 = \$443  & \$444 ;
+  assign \$445  = x1_6[32] ? 8'h00 : scaled6[7:0];
+  assign index6 = over6 ? 8'hff : \$445 ;
+  assign \$446  = 1'h1 << ctl1[10:5];
+  assign \$447  = \$446  - 1'h1;
+  assign \$448  = x1_6[32] | over6;
+  assign \$449  = x1_6[15:0] & \$447 [15:0];
+  assign frac6 = \$448  ? 16'h0000 : \$449 ;
+  assign \$450  = table_index - 1'h0;
+  assign \$451  = table_index >= 1'h0;
+  assign \$452  = table_we & \$451 ;
+  assign \$453  = table_index - 1'h0;
+  assign \$454  = $signed(\$453 ) < $signed(10'h100);
+  assign \write__en$381  = \$452  & \$454 ;
+  assign \$455  = table_index - 1'h1;
+  assign \$456  = table_index >= 1'h1;
+  assign \$457  = table_we & \$456 ;
+  assign \$458  = table_index - 1'h1;
+  assign \$459  = $signed(\$458 ) < $signed(10'h100);
+  assign \write__en$385  = \$457  & \$459 ;
+  assign diff6 = $signed(\read__data$230 ) - $signed(\read__data$229 );
+  assign \$460  = $signed(r7_6[19:0]) + $signed(base7_6);
+  assign value6 = ctl7[1] ? { \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460  } : r7_6;
+  assign \$461  = ! value6[63:31];
+  assign \$462  = value6[63:31] == 33'h1ffffffff;
+  assign \$463  = \$461  | \$462 ;
+  assign \$464  = value6[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$465  = \$463  ? { 1'h0, value6[31:0] } : { \$464 [31], \$464  };
+  assign \$466  = ! value6[63:7];
+  assign \$467  = value6[63:7] == 57'h1ffffffffffffff;
+  assign \$468  = \$466  | \$467 ;
+  assign \$469  = value6[63] ? 8'h80 : 8'h7f;
+  assign \$470  = \$468  ? value6[7:0] : \$469 ;
+  assign \$471  = $signed(a[255:224]) + $signed(b[255:224]);
+  assign \$472  = $signed(a[255:224]) - $signed(b[255:224]);
+  assign \$473  = $signed(a[255:224]) > $signed(b[255:224]);
+  assign \$474  = \$473  ? a[255:224] : b[255:224];
+  assign \$475  = $signed(a[255:224]) < $signed(b[255:224]);
+  assign \$476  = \$475  ? a[255:224] : b[255:224];
+  assign \$477  = $signed(a[255:224]) < $signed(imm);
+  assign \$478  = \$477  ? imm : a[255:224];
+  assign \$479  = $signed(a[255:224]) - $signed(imm);
+  assign scaled7 = $signed(x1_7) >>> ctl1[10:5];
+  assign \$480  = ~ x1_7[32];
+  assign \$481  = | scaled7[32:8];
+  assign over7 = \$480  & \$481 ;
+  assign \$482  = x1_7[32] ? 8'h00 : scaled7[7:0];
+  assign index7 = over7 ? 8'hff : \$482 ;
+  assign \$483  = 1'h1 << ctl1[10:5];
+  assign \$484  = \$483  - 1'h1;
+  assign \$485  = x1_7[32] | over7;
+  assign \$486  = x1_7[15:0] & \$484 [15:0];
+  assign frac7 = \$485  ? 16'h0000 : \$486 ;
+  assign \$487  = table_index - 1'h0;
+  assign \$488  = table_index >= 1'h0;
+  assign \$489  = table_we & \$488 ;
+  assign \$490  = table_index - 1'h0;
+  assign \$491  = $signed(\$490 ) < $signed(10'h100);
+  assign \write__en$393  = \$489  & \$491 ;
+  assign \$492  = table_index - 1'h1;
+  assign \$493  = table_index >= 1'h1;
+  assign \$494  = table_we & \$493 ;
+  assign \$495  = table_index - 1'h1;
+  assign \$496  = $signed(\$495 ) < $signed(10'h100);
+  assign \write__en$397  = \$494  & \$496 ;
+  assign diff7 = $signed(\read__data$262 ) - $signed(\read__data$261 );
+  assign \$497  = $signed(r7_7[19:0]) + $signed(base7_7);
+  assign value7 = ctl7[1] ? { \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497  } : r7_7;
+  assign \$498  = ! value7[63:31];
+  assign \$499  = value7[63:31] == 33'h1ffffffff;
+  assign \$500  = \$498  | \$499 ;
+  assign \$501  = value7[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$502  = \$500  ? { 1'h0, value7[31:0] } : { \$501 [31], \$501  };
+  assign \$503  = ! value7[63:7];
+  assign \$504  = value7[63:7] == 57'h1ffffffffffffff;
+  assign \$505  = \$503  | \$504 ;
+  assign \$506  = value7[63] ? 8'h80 : 8'h7f;
+  assign \$507  = \$505  ? value7[7:0] : \$506 ;
+  assign \$508  = hit2_0 + hit2_1;
+  assign \$509  = \$508  + hit2_2;
+  assign \$510  = \$509  + hit2_3;
+  assign \$511  = \$510  + hit2_4;
+  assign \$512  = \$511  + hit2_5;
+  assign \$513  = \$512  + hit2_6;
+  assign \$514  = \$513  + hit2_7;
+  assign \$515  = under2_0 + under2_1;
+  assign \$516  = \$515  + under2_2;
+  assign \$517  = \$516  + under2_3;
+  assign \$518  = \$517  + under2_4;
+  assign \$519  = \$518  + under2_5;
+  assign \$520  = \$519  + under2_6;
+  assign \$521  = \$520  + under2_7;
+  assign \$522  = \over2_0$29  + \over2_1$64 ;
+  assign \$523  = \$522  + \over2_2$96 ;
+  assign \$524  = \$523  + \over2_3$128 ;
+  assign \$525  = \$524  + \over2_4$160 ;
+  assign \$526  = \$525  + \over2_5$192 ;
+  assign \$527  = \$526  + \over2_6$224 ;
+  assign \$528  = \$527  + \over2_7$256 ;
+  always @(posedge clk)
+    ctl1 <= \$529 ;
+  always @(posedge clk)
+    ctl2 <= \$530 ;
+  always @(posedge clk)
+    ctl3 <= \$531 ;
+  always @(posedge clk)
+    ctl4 <= \$532 ;
+  always @(posedge clk)
+    ctl5 <= \$533 ;
+  always @(posedge clk)
+    ctl6 <= \$534 ;
+  always @(posedge clk)
+    ctl7 <= \$535 ;
+  always @(posedge clk)
+    ctl8 <= \$536 ;
+  always @(posedge clk)
+    imm2_1 <= imm2;
+  always @(posedge clk)
+    x1_0 <= alu0;
+  always @(posedge clk)
+    y1_0 <= y0;
+  always @(posedge clk)
+    x2_0 <= \$16 ;
+  always @(posedge clk)
+    y2_0 <= y1_0;
+  always @(posedge clk)
+    f2_0 <= frac0;
+  always @(posedge clk)
+    over2_0 <= over0;
+  always @(posedge clk)
+    hit2_0 <= \$20 ;
+  always @(posedge clk)
+    under2_0 <= \$21 ;
+  always @(posedge clk)
+    \over2_0$29  <= \$22 ;
+  always @(posedge clk)
+    x3_0 <= \$23 ;
+  always @(posedge clk)
+    y3_0 <= \$24 ;
+  always @(posedge clk)
+    base3_0 <= \$26 ;
+  always @(posedge clk)
+    ll0 <= \$27 ;
+  always @(posedge clk)
+    lh0 <= { \$28 [32], \$28  };
+  always @(posedge clk)
+    hl0 <= { \$29 [32], \$29  };
+  always @(posedge clk)
+    hh0 <= \$30 ;
+  always @(posedge clk)
+    base4_0 <= base3_0;
+  always @(posedge clk)
+    p5_0 <= \$33 [63:0];
+  always @(posedge clk)
+    base5_0 <= base4_0;
+  always @(posedge clk)
+    q6_0 <= \$35 [63:0];
+  always @(posedge clk)
+    base6_0 <= base5_0;
+  always @(posedge clk)
+    r7_0 <= \$36 ;
+  always @(posedge clk)
+    base7_0 <= base6_0;
+  always @(posedge clk)
+    out <= \$537 ;
+  always @(posedge clk)
+    x1_1 <= alu1;
+  always @(posedge clk)
+    y1_1 <= y1;
+  always @(posedge clk)
+    x2_1 <= \$40 ;
+  always @(posedge clk)
+    y2_1 <= y1_1;
+  always @(posedge clk)
+    f2_1 <= frac1;
+  always @(posedge clk)
+    over2_1 <= over1;
+  always @(posedge clk)
+    hit2_1 <= \$44 ;
+  always @(posedge clk)
+    under2_1 <= \$45 ;
+  always @(posedge clk)
+    \over2_1$64  <= \$46 ;
+  always @(posedge clk)
+    x3_1 <= \$47 ;
+  always @(posedge clk)
+    y3_1 <= \$48 ;
+  always @(posedge clk)
+    base3_1 <= \$50 ;
+  always @(posedge clk)
+    ll1 <= \$51 ;
+  always @(posedge clk)
+    lh1 <= { \$52 [32], \$52  };
+  always @(posedge clk)
+    hl1 <= { \$53 [32], \$53  };
+  always @(posedge clk)
+    hh1 <= \$54 ;
+  always @(posedge clk)
+    base4_1 <= base3_1;
+  always @(posedge clk)
+    p5_1 <= \$57 [63:0];
+  always @(posedge clk)
+    base5_1 <= base4_1;
+  always @(posedge clk)
+    q6_1 <= \$59 [63:0];
+  always @(posedge clk)
+    base6_1 <= base5_1;
+  always @(posedge clk)
+    r7_1 <= \$60 ;
+  always @(posedge clk)
+    base7_1 <= base6_1;
+  always @(posedge clk)
+    x1_2 <= alu2;
+  always @(posedge clk)
+    y1_2 <= y2;
+  always @(posedge clk)
+    x2_2 <= \$64 ;
+  always @(posedge clk)
+    y2_2 <= y1_2;
+  always @(posedge clk)
+    f2_2 <= frac2;
+  always @(posedge clk)
+    over2_2 <= over2;
+  always @(posedge clk)
+    hit2_2 <= \$68 ;
+  always @(posedge clk)
+    under2_2 <= \$69 ;
+  always @(posedge clk)
+    \over2_2$96  <= \$70 ;
+  always @(posedge clk)
+    x3_2 <= \$71 ;
+  always @(posedge clk)
+    y3_2 <= \$72 ;
+  always @(posedge clk)
+    base3_2 <= \$74 ;
+  always @(posedge clk)
+    ll2 <= \$75 ;
+  always @(posedge clk)
+    lh2 <= { \$76 [32], \$76  };
+  always @(posedge clk)
+    hl2 <= { \$77 [32], \$77  };
+  always @(posedge clk)
+    hh2 <= \$78 ;
+  always @(posedge clk)
+    base4_2 <= base3_2;
+  always @(posedge clk)
+    p5_2 <= \$81 [63:0];
+  always @(posedge clk)
+    base5_2 <= base4_2;
+  always @(posedge clk)
+    q6_2 <= \$83 [63:0];
+  always @(posedge clk)
+    base6_2 <= base5_2;
+  always @(posedge clk)
+    r7_2 <= \$84 ;
+  always @(posedge clk)
+    base7_2 <= base6_2;
+  always @(posedge clk)
+    x1_3 <= alu3;
+  always @(posedge clk)
+    y1_3 <= y3;
+  always @(posedge clk)
+    x2_3 <= \$88 ;
+  always @(posedge clk)
+    y2_3 <= y1_3;
+  always @(posedge clk)
+    f2_3 <= frac3;
+  always @(posedge clk)
+    over2_3 <= over3;
+  always @(posedge clk)
+    hit2_3 <= \$92 ;
+  always @(posedge clk)
+    under2_3 <= \$93 ;
+  always @(posedge clk)
+    \over2_3$128  <= \$94 ;
+  always @(posedge clk)
+    x3_3 <= \$95 ;
+  always @(posedge clk)
+    y3_3 <= \$96 ;
+  always @(posedge clk)
+    base3_3 <= \$98 ;
+  always @(posedge clk)
+    ll3 <= \$99 ;
+  always @(posedge clk)
+    lh3 <= { \$100 [32], \$100  };
+  always @(posedge clk)
+    hl3 <= { \$101 [32], \$101  };
+  always @(posedge clk)
+    hh3 <= \$102 ;
+  always @(posedge clk)
+    base4_3 <= base3_3;
+  always @(posedge clk)
+    p5_3 <= \$105 [63:0];
+  always @(posedge clk)
+    base5_3 <= base4_3;
+  always @(posedge clk)
+    q6_3 <= \$107 [63:0];
+  always @(posedge clk)
+    base6_3 <= base5_3;
+  always @(posedge clk)
+    r7_3 <= \$108 ;
+  always @(posedge clk)
+    base7_3 <= base6_3;
+  always @(posedge clk)
+    x1_4 <= alu4;
+  always @(posedge clk)
+    y1_4 <= y4;
+  always @(posedge clk)
+    x2_4 <= \$112 ;
+  always @(posedge clk)
+    y2_4 <= y1_4;
+  always @(posedge clk)
+    f2_4 <= frac4;
+  always @(posedge clk)
+    over2_4 <= over4;
+  always @(posedge clk)
+    hit2_4 <= \$116 ;
+  always @(posedge clk)
+    under2_4 <= \$117 ;
+  always @(posedge clk)
+    \over2_4$160  <= \$118 ;
+  always @(posedge clk)
+    x3_4 <= \$119 ;
+  always @(posedge clk)
+    y3_4 <= \$120 ;
+  always @(posedge clk)
+    base3_4 <= \$122 ;
+  always @(posedge clk)
+    ll4 <= \$123 ;
+  always @(posedge clk)
+    lh4 <= { \$124 [32], \$124  };
+  always @(posedge clk)
+    hl4 <= { \$125 [32], \$125  };
+  always @(posedge clk)
+    hh4 <= \$126 ;
+  always @(posedge clk)
+    base4_4 <= base3_4;
+  always @(posedge clk)
+    p5_4 <= \$129 [63:0];
+  always @(posedge clk)
+    base5_4 <= base4_4;
+  always @(posedge clk)
+    q6_4 <= \$131 [63:0];
+  always @(posedge clk)
+    base6_4 <= base5_4;
+  always @(posedge clk)
+    r7_4 <= \$132 ;
+  always @(posedge clk)
+    base7_4 <= base6_4;
+  always @(posedge clk)
+    x1_5 <= alu5;
+  always @(posedge clk)
+    y1_5 <= y5;
+  always @(posedge clk)
+    x2_5 <= \$136 ;
+  always @(posedge clk)
+    y2_5 <= y1_5;
+  always @(posedge clk)
+    f2_5 <= frac5;
+  always @(posedge clk)
+    over2_5 <= over5;
+  always @(posedge clk)
+    hit2_5 <= \$140 ;
+  always @(posedge clk)
+    under2_5 <= \$141 ;
+  always @(posedge clk)
+    \over2_5$192  <= \$142 ;
+  always @(posedge clk)
+    x3_5 <= \$143 ;
+  always @(posedge clk)
+    y3_5 <= \$144 ;
+  always @(posedge clk)
+    base3_5 <= \$146 ;
+  always @(posedge clk)
+    ll5 <= \$147 ;
+  always @(posedge clk)
+    lh5 <= { \$148 [32], \$148  };
+  always @(posedge clk)
+    hl5 <= { \$149 [32], \$149  };
+  always @(posedge clk)
+    hh5 <= \$150 ;
+  always @(posedge clk)
+    base4_5 <= base3_5;
+  always @(posedge clk)
+    p5_5 <= \$153 [63:0];
+  always @(posedge clk)
+    base5_5 <= base4_5;
+  always @(posedge clk)
+    q6_5 <= \$155 [63:0];
+  always @(posedge clk)
+    base6_5 <= base5_5;
+  always @(posedge clk)
+    r7_5 <= \$156 ;
+  always @(posedge clk)
+    base7_5 <= base6_5;
+  always @(posedge clk)
+    x1_6 <= alu6;
+  always @(posedge clk)
+    y1_6 <= y6;
+  always @(posedge clk)
+    x2_6 <= \$160 ;
+  always @(posedge clk)
+    y2_6 <= y1_6;
+  always @(posedge clk)
+    f2_6 <= frac6;
+  always @(posedge clk)
+    over2_6 <= over6;
+  always @(posedge clk)
+    hit2_6 <= \$164 ;
+  always @(posedge clk)
+    under2_6 <= \$165 ;
+  always @(posedge clk)
+    \over2_6$224  <= \$166 ;
+  always @(posedge clk)
+    x3_6 <= \$167 ;
+  always @(posedge clk)
+    y3_6 <= \$168 ;
+  always @(posedge clk)
+    base3_6 <= \$170 ;
+  always @(posedge clk)
+    ll6 <= \$171 ;
+  always @(posedge clk)
+    lh6 <= { \$172 [32], \$172  };
+  always @(posedge clk)
+    hl6 <= { \$173 [32], \$173  };
+  always @(posedge clk)
+    hh6 <= \$174 ;
+  always @(posedge clk)
+    base4_6 <= base3_6;
+  always @(posedge clk)
+    p5_6 <= \$177 [63:0];
+  always @(posedge clk)
+    base5_6 <= base4_6;
+  always @(posedge clk)
+    q6_6 <= \$179 [63:0];
+  always @(posedge clk)
+    base6_6 <= base5_6;
+  always @(posedge clk)
+    r7_6 <= \$180 ;
+  always @(posedge clk)
+    base7_6 <= base6_6;
+  always @(posedge clk)
+    x1_7 <= alu7;
+  always @(posedge clk)
+    y1_7 <= y7;
+  always @(posedge clk)
+    x2_7 <= \$184 ;
+  always @(posedge clk)
+    y2_7 <= y1_7;
+  always @(posedge clk)
+    f2_7 <= frac7;
+  always @(posedge clk)
+    over2_7 <= over7;
+  always @(posedge clk)
+    hit2_7 <= \$188 ;
+  always @(posedge clk)
+    under2_7 <= \$189 ;
+  always @(posedge clk)
+    \over2_7$256  <= \$190 ;
+  always @(posedge clk)
+    x3_7 <= \$191 ;
+  always @(posedge clk)
+    y3_7 <= \$192 ;
+  always @(posedge clk)
+    base3_7 <= \$194 ;
+  always @(posedge clk)
+    ll7 <= \$195 ;
+  always @(posedge clk)
+    lh7 <= { \$196 [32], \$196  };
+  always @(posedge clk)
+    hl7 <= { \$197 [32], \$197  };
+  always @(posedge clk)
+    hh7 <= \$198 ;
+  always @(posedge clk)
+    base4_7 <= base3_7;
+  always @(posedge clk)
+    p5_7 <= \$201 [63:0];
+  always @(posedge clk)
+    base5_7 <= base4_7;
+  always @(posedge clk)
+    q6_7 <= \$203 [63:0];
+  always @(posedge clk)
+    base6_7 <= base5_7;
+  always @(posedge clk)
+    r7_7 <= \$204 ;
+  always @(posedge clk)
+    base7_7 <= base6_7;
+  always @(posedge clk)
+    hits3 <= \$514 [3:0];
+  always @(posedge clk)
+    hits4 <= hits3;
+  always @(posedge clk)
+    hits5 <= hits4;
+  always @(posedge clk)
+    hits6 <= hits5;
+  always @(posedge clk)
+    hits7 <= hits6;
+  always @(posedge clk)
+    hits8 <= hits7;
+  always @(posedge clk)
+    unders3 <= \$521 [3:0];
+  always @(posedge clk)
+    unders4 <= unders3;
+  always @(posedge clk)
+    unders5 <= unders4;
+  always @(posedge clk)
+    unders6 <= unders5;
+  always @(posedge clk)
+    unders7 <= unders6;
+  always @(posedge clk)
+    unders8 <= unders7;
+  always @(posedge clk)
+    overs3 <= \$528 [3:0];
+  always @(posedge clk)
+    overs4 <= overs3;
+  always @(posedge clk)
+    overs5 <= overs4;
+  always @(posedge clk)
+    overs6 <= overs5;
+  always @(posedge clk)
+    overs7 <= overs6;
+  always @(posedge clk)
+    overs8 <= overs7;
+  assign \$1  = vop == 4'he;
+  assign \$2  = vop == 4'h9;
+  assign \$3  = vop == 4'ha;
+  assign \$4  = \$2  | \$3 ;
+  assign \$5  = vop == 4'hb;
+  assign \$6  = \$4  | \$5 ;
+  assign \$7  = vop == 3'h7;
+  assign \$8  = vop == 2'h2;
+  assign \$9  = vop == 3'h5;
+  assign \$10  = \$8  | \$9 ;
+  assign \$11  = vop == 4'he;
+  assign \$12  = \$10  | \$11 ;
+  assign \$13  = \$12  ? shift : 6'h00;
+  assign \$14  = $signed(x1_0) > $signed(imm2_1);
+  assign \$15  = ctl1[3] & \$14 ;
+  assign \$16  = \$15  ? { imm2_1[31], imm2_1 } : x1_0;
+  assign \$17  = ~ x1_0[32];
+  assign \$18  = ~ over0;
+  assign \$19  = \$17  & \$18 ;
+  assign \$20  = \$19  & ctl1[1];
+  assign \$21  = x1_0[32] & ctl1[1];
+  assign \$22  = over0 & ctl1[1];
+  assign \$23  = ctl2[1] ? { diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0 } : x2_0;
+  assign \$24  = ctl2[1] ? { 17'h00000, f2_0 } : y2_0;
+  assign \$25  = over2_0 ? \read__data$35  : read__data;
+  assign \$26  = ctl2[1] ? \$25  : 16'h0000;
+  assign \$27  = x3_0[15:0] * y3_0[15:0];
+  assign \$28  = $signed({ 1'h0, x3_0[15:0] }) * $signed(y3_0[32:16]);
+  assign \$29  = $signed(x3_0[32:16]) * $signed({ 1'h0, y3_0[15:0] });
+  assign \$30  = $signed(x3_0[32:16]) * $signed(y3_0[32:16]);
+  assign \$31  = $signed(lh0) + $signed(hl0);
+  assign \$33  = $signed({ 1'h0, hh0, ll0 }) + $signed(\$32 );
+  assign \$34  = p5_0[63] ? \$211 [46:0] : \$208 [46:0];
+  assign \$35  = $signed(p5_0) + $signed({ 1'h0, \$34  });
+  assign \$36  = $signed(q6_0) >>> ctl6[10:5];
+  assign \$37  = ctl7[2] ? { 1'h0, r7_0[31:0] } : { sat0[31], sat0 };
+  assign \$38  = $signed(x1_1) > $signed(imm2_1);
+  assign \$39  = ctl1[3] & \$38 ;
+  assign \$40  = \$39  ? { imm2_1[31], imm2_1 } : x1_1;
+  assign \$41  = ~ x1_1[32];
+  assign \$42  = ~ over1;
+  assign \$43  = \$41  & \$42 ;
+  assign \$44  = \$43  & ctl1[1];
+  assign \$45  = x1_1[32] & ctl1[1];
+  assign \$46  = over1 & ctl1[1];
+  assign \$47  = ctl2[1] ? { diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1 } : x2_1;
+  assign \$48  = ctl2[1] ? { 17'h00000, f2_1 } : y2_1;
+  assign \$49  = over2_1 ? \read__data$70  : \read__data$69 ;
+  assign \$50  = ctl2[1] ? \$49  : 16'h0000;
+  assign \$51  = x3_1[15:0] * y3_1[15:0];
+  assign \$52  = $signed({ 1'h0, x3_1[15:0] }) * $signed(y3_1[32:16]);
+  assign \$53  = $signed(x3_1[32:16]) * $signed({ 1'h0, y3_1[15:0] });
+  assign \$54  = $signed(x3_1[32:16]) * $signed(y3_1[32:16]);
+  assign \$55  = $signed(lh1) + $signed(hl1);
+  assign \$57  = $signed({ 1'h0, hh1, ll1 }) + $signed(\$56 );
+  assign \$58  = p5_1[63] ? \$211 [46:0] : \$208 [46:0];
+  assign \$59  = $signed(p5_1) + $signed({ 1'h0, \$58  });
+  assign \$60  = $signed(q6_1) >>> ctl6[10:5];
+  assign \$61  = ctl7[2] ? { 1'h0, r7_1[31:0] } : { sat1[31], sat1 };
+  assign \$62  = $signed(x1_2) > $signed(imm2_1);
+  assign \$63  = ctl1[3] & \$62 ;
+  assign \$64  = \$63  ? { imm2_1[31], imm2_1 } : x1_2;
+  assign \$65  = ~ x1_2[32];
+  assign \$66  = ~ over2;
+  assign \$67  = \$65  & \$66 ;
+  assign \$68  = \$67  & ctl1[1];
+  assign \$69  = x1_2[32] & ctl1[1];
+  assign \$70  = over2 & ctl1[1];
+  assign \$71  = ctl2[1] ? { diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2 } : x2_2;
+  assign \$72  = ctl2[1] ? { 17'h00000, f2_2 } : y2_2;
+  assign \$73  = over2_2 ? \read__data$102  : \read__data$101 ;
+  assign \$74  = ctl2[1] ? \$73  : 16'h0000;
+  assign \$75  = x3_2[15:0] * y3_2[15:0];
+  assign \$76  = $signed({ 1'h0, x3_2[15:0] }) * $signed(y3_2[32:16]);
+  assign \$77  = $signed(x3_2[32:16]) * $signed({ 1'h0, y3_2[15:0] });
+  assign \$78  = $signed(x3_2[32:16]) * $signed(y3_2[32:16]);
+  assign \$79  = $signed(lh2) + $signed(hl2);
+  assign \$81  = $signed({ 1'h0, hh2, ll2 }) + $signed(\$80 );
+  assign \$82  = p5_2[63] ? \$211 [46:0] : \$208 [46:0];
+  assign \$83  = $signed(p5_2) + $signed({ 1'h0, \$82  });
+  assign \$84  = $signed(q6_2) >>> ctl6[10:5];
+  assign \$85  = ctl7[2] ? { 1'h0, r7_2[31:0] } : { sat2[31], sat2 };
+  assign \$86  = $signed(x1_3) > $signed(imm2_1);
+  assign \$87  = ctl1[3] & \$86 ;
+  assign \$88  = \$87  ? { imm2_1[31], imm2_1 } : x1_3;
+  assign \$89  = ~ x1_3[32];
+  assign \$90  = ~ over3;
+  assign \$91  = \$89  & \$90 ;
+  assign \$92  = \$91  & ctl1[1];
+  assign \$93  = x1_3[32] & ctl1[1];
+  assign \$94  = over3 & ctl1[1];
+  assign \$95  = ctl2[1] ? { diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3 } : x2_3;
+  assign \$96  = ctl2[1] ? { 17'h00000, f2_3 } : y2_3;
+  assign \$97  = over2_3 ? \read__data$134  : \read__data$133 ;
+  assign \$98  = ctl2[1] ? \$97  : 16'h0000;
+  assign \$99  = x3_3[15:0] * y3_3[15:0];
+  assign \$100  = $signed({ 1'h0, x3_3[15:0] }) * $signed(y3_3[32:16]);
+  assign \$101  = $signed(x3_3[32:16]) * $signed({ 1'h0, y3_3[15:0] });
+  assign \$102  = $signed(x3_3[32:16]) * $signed(y3_3[32:16]);
+  assign \$103  = $signed(lh3) + $signed(hl3);
+  assign \$105  = $signed({ 1'h0, hh3, ll3 }) + $signed(\$104 );
+  assign \$106  = p5_3[63] ? \$211 [46:0] : \$208 [46:0];
+  assign \$107  = $signed(p5_3) + $signed({ 1'h0, \$106  });
+  assign \$108  = $signed(q6_3) >>> ctl6[10:5];
+  assign \$109  = ctl7[2] ? { 1'h0, r7_3[31:0] } : { sat3[31], sat3 };
+  assign \$110  = $signed(x1_4) > $signed(imm2_1);
+  assign \$111  = ctl1[3] & \$110 ;
+  assign \$112  = \$111  ? { imm2_1[31], imm2_1 } : x1_4;
+  assign \$113  = ~ x1_4[32];
+  assign \$114  = ~ over4;
+  assign \$115  = \$113  & \$114 ;
+  assign \$116  = \$115  & ctl1[1];
+  assign \$117  = x1_4[32] & ctl1[1];
+  assign \$118  = over4 & ctl1[1];
+  assign \$119  = ctl2[1] ? { diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4 } : x2_4;
+  assign \$120  = ctl2[1] ? { 17'h00000, f2_4 } : y2_4;
+  assign \$121  = over2_4 ? \read__data$166  : \read__data$165 ;
+  assign \$122  = ctl2[1] ? \$121  : 16'h0000;
+  assign \$123  = x3_4[15:0] * y3_4[15:0];
+  assign \$124  = $signed({ 1'h0, x3_4[15:0] }) * $signed(y3_4[32:16]);
+  assign \$125  = $signed(x3_4[32:16]) * $signed({ 1'h0, y3_4[15:0] });
+  assign \$126  = $signed(x3_4[32:16]) * $signed(y3_4[32:16]);
+  assign \$127  = $signed(lh4) + $signed(hl4);
+  assign \$129  = $signed({ 1'h0, hh4, ll4 }) + $signed(\$128 );
+  assign \$130  = p5_4[63] ? \$211 [46:0] : \$208 [46:0];
+  assign \$131  = $signed(p5_4) + $signed({ 1'h0, \$130  });
+  assign \$132  = $signed(q6_4) >>> ctl6[10:5];
+  assign \$133  = ctl7[2] ? { 1'h0, r7_4[31:0] } : { sat4[31], sat4 };
+  assign \$134  = $signed(x1_5) > $signed(imm2_1);
+  assign \$135  = ctl1[3] & \$134 ;
+  assign \$136  = \$135  ? { imm2_1[31], imm2_1 } : x1_5;
+  assign \$137  = ~ x1_5[32];
+  assign \$138  = ~ over5;
+  assign \$139  = \$137  & \$138 ;
+  assign \$140  = \$139  & ctl1[1];
+  assign \$141  = x1_5[32] & ctl1[1];
+  assign \$142  = over5 & ctl1[1];
+  assign \$143  = ctl2[1] ? { diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5 } : x2_5;
+  assign \$144  = ctl2[1] ? { 17'h00000, f2_5 } : y2_5;
+  assign \$145  = over2_5 ? \read__data$198  : \read__data$197 ;
+  assign \$146  = ctl2[1] ? \$145  : 16'h0000;
+  assign \$147  = x3_5[15:0] * y3_5[15:0];
+  assign \$148  = $signed({ 1'h0, x3_5[15:0] }) * $signed(y3_5[32:16]);
+  assign \$149  = $signed(x3_5[32:16]) * $signed({ 1'h0, y3_5[15:0] });
+  assign \$150  = $signed(x3_5[32:16]) * $signed(y3_5[32:16]);
+  assign \$151  = $signed(lh5) + $signed(hl5);
+  assign \$153  = $signed({ 1'h0, hh5, ll5 }) + $signed(\$152 );
+  assign \$154  = p5_5[63] ? \$211 [46:0] : \$208 [46:0];
+  assign \$155  = $signed(p5_5) + $signed({ 1'h0, \$154  });
+  assign \$156  = $signed(q6_5) >>> ctl6[10:5];
+  assign \$157  = ctl7[2] ? { 1'h0, r7_5[31:0] } : { sat5[31], sat5 };
+  assign \$158  = $signed(x1_6) > $signed(imm2_1);
+  assign \$159  = ctl1[3] & \$158 ;
+  assign \$160  = \$159  ? { imm2_1[31], imm2_1 } : x1_6;
+  assign \$161  = ~ x1_6[32];
+  assign \$162  = ~ over6;
+  assign \$163  = \$161  & \$162 ;
+  assign \$164  = \$163  & ctl1[1];
+  assign \$165  = x1_6[32] & ctl1[1];
+  assign \$166  = over6 & ctl1[1];
+  assign \$167  = ctl2[1] ? { diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6 } : x2_6;
+  assign \$168  = ctl2[1] ? { 17'h00000, f2_6 } : y2_6;
+  assign \$169  = over2_6 ? \read__data$230  : \read__data$229 ;
+  assign \$170  = ctl2[1] ? \$169  : 16'h0000;
+  assign \$171  = x3_6[15:0] * y3_6[15:0];
+  assign \$172  = $signed({ 1'h0, x3_6[15:0] }) * $signed(y3_6[32:16]);
+  assign \$173  = $signed(x3_6[32:16]) * $signed({ 1'h0, y3_6[15:0] });
+  assign \$174  = $signed(x3_6[32:16]) * $signed(y3_6[32:16]);
+  assign \$175  = $signed(lh6) + $signed(hl6);
+  assign \$177  = $signed({ 1'h0, hh6, ll6 }) + $signed(\$176 );
+  assign \$178  = p5_6[63] ? \$211 [46:0] : \$208 [46:0];
+  assign \$179  = $signed(p5_6) + $signed({ 1'h0, \$178  });
+  assign \$180  = $signed(q6_6) >>> ctl6[10:5];
+  assign \$181  = ctl7[2] ? { 1'h0, r7_6[31:0] } : { sat6[31], sat6 };
+  assign \$182  = $signed(x1_7) > $signed(imm2_1);
+  assign \$183  = ctl1[3] & \$182 ;
+  assign \$184  = \$183  ? { imm2_1[31], imm2_1 } : x1_7;
+  assign \$185  = ~ x1_7[32];
+  assign \$186  = ~ over7;
+  assign \$187  = \$185  & \$186 ;
+  assign \$188  = \$187  & ctl1[1];
+  assign \$189  = x1_7[32] & ctl1[1];
+  assign \$190  = over7 & ctl1[1];
+  assign \$191  = ctl2[1] ? { diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7 } : x2_7;
+  assign \$192  = ctl2[1] ? { 17'h00000, f2_7 } : y2_7;
+  assign \$193  = over2_7 ? \read__data$262  : \read__data$261 ;
+  assign \$194  = ctl2[1] ? \$193  : 16'h0000;
+  assign \$195  = x3_7[15:0] * y3_7[15:0];
+  assign \$196  = $signed({ 1'h0, x3_7[15:0] }) * $signed(y3_7[32:16]);
+  assign \$197  = $signed(x3_7[32:16]) * $signed({ 1'h0, y3_7[15:0] });
+  assign \$198  = $signed(x3_7[32:16]) * $signed(y3_7[32:16]);
+  assign \$199  = $signed(lh7) + $signed(hl7);
+  assign \$201  = $signed({ 1'h0, hh7, ll7 }) + $signed(\$200 );
+  assign \$202  = p5_7[63] ? \$211 [46:0] : \$208 [46:0];
+  assign \$203  = $signed(p5_7) + $signed({ 1'h0, \$202  });
+  assign \$204  = $signed(q6_7) >>> ctl6[10:5];
+  assign \$205  = ctl7[2] ? { 1'h0, r7_7[31:0] } : { sat7[31], sat7 };
+  assign \$206  = 1'h1 << shift[4:0];
+  assign \$207  = 1'h1 << ctl5[10:5];
+  assign \$209  = ! ctl5[10:5];
+  assign \$210  = \$208 [46:0] - 1'h1;
+  assign \$211  = \$209  ? 48'h000000000000 : \$210 ;
+  assign \$212  = $signed(a[31:0]) + $signed(b[31:0]);
+  assign \$213  = $signed(a[31:0]) - $signed(b[31:0]);
+  assign \$214  = $signed(a[31:0]) > $signed(b[31:0]);
+  assign \$215  = \$214  ? a[31:0] : b[31:0];
+  assign \$216  = $signed(a[31:0]) < $signed(b[31:0]);
+  assign \$217  = \$216  ? a[31:0] : b[31:0];
+  assign \$218  = $signed(a[31:0]) < $signed(imm);
+  assign \$219  = \$218  ? imm : a[31:0];
+  assign \$220  = $signed(a[31:0]) - $signed(imm);
+  assign scaled0 = $signed(x1_0) >>> ctl1[10:5];
+  assign \$221  = ~ x1_0[32];
+  assign \$222  = | scaled0[32:8];
+  assign over0 = \$221  & \$222 ;
+  assign \$223  = x1_0[32] ? 8'h00 : scaled0[7:0];
+  assign index0 = over0 ? 8'hff : \$223 ;
+  assign \$224  = 1'h1 << ctl1[10:5];
+  assign \$225  = \$224  - 1'h1;
+  assign \$226  = x1_0[32] | over0;
+  assign \$227  = x1_0[15:0] & \$225 [15:0];
+  assign frac0 = \$226  ? 16'h0000 : \$227 ;
+  assign \$228  = table_index - 1'h0;
+  assign \$229  = table_index >= 1'h0;
+  assign \$230  = table_we & \$229 ;
+  assign \$231  = table_index - 1'h0;
+  assign \$232  = $signed(\$231 ) < $signed(10'h100);
+  assign write__en = \$230  & \$232 ;
+  assign \$233  = table_index - 1'h1;
+  assign \$234  = table_index >= 1'h1;
+  assign \$235  = table_we & \$234 ;
+  assign \$236  = table_index - 1'h1;
+  assign \$237  = $signed(\$236 ) < $signed(10'h100);
+  assign \write__en$313  = \$235  & \$237 ;
+  assign diff0 = $signed(\read__data$35 ) - $signed(read__data);
+  assign \$238  = $signed(r7_0[19:0]) + $signed(base7_0);
+  assign value0 = ctl7[1] ? { \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238  } : r7_0;
+  assign \$239  = ! value0[63:31];
+  assign \$240  = value0[63:31] == 33'h1ffffffff;
+  assign \$241  = \$239  | \$240 ;
+  assign \$242  = value0[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$243  = \$241  ? { 1'h0, value0[31:0] } : { \$242 [31], \$242  };
+  assign \$244  = ! value0[63:7];
+  assign \$245  = value0[63:7] == 57'h1ffffffffffffff;
+  assign \$246  = \$244  | \$245 ;
+  assign \$247  = value0[63] ? 8'h80 : 8'h7f;
+  assign \$248  = \$246  ? value0[7:0] : \$247 ;
+  assign \$249  = $signed(a[63:32]) + $signed(b[63:32]);
+  assign \$250  = $signed(a[63:32]) - $signed(b[63:32]);
+  assign \$251  = $signed(a[63:32]) > $signed(b[63:32]);
+  assign \$252  = \$251  ? a[63:32] : b[63:32];
+  assign \$253  = $signed(a[63:32]) < $signed(b[63:32]);
+  assign \$254  = \$253  ? a[63:32] : b[63:32];
+  assign \$255  = $signed(a[63:32]) < $signed(imm);
+  assign \$256  = \$255  ? imm : a[63:32];
+  assign \$257  = $signed(a[63:32]) - $signed(imm);
+  assign scaled1 = $signed(x1_1) >>> ctl1[10:5];
+  assign \$258  = ~ x1_1[32];
+  assign \$259  = | scaled1[32:8];
+  assign over1 = \$258  & \$259 ;
+  assign \$260  = x1_1[32] ? 8'h00 : scaled1[7:0];
+  assign index1 = over1 ? 8'hff : \$260 ;
+  assign \$261  = 1'h1 << ctl1[10:5];
+  assign \$262  = \$261  - 1'h1;
+  assign \$263  = x1_1[32] | over1;
+  assign \$264  = x1_1[15:0] & \$262 [15:0];
+  assign frac1 = \$263  ? 16'h0000 : \$264 ;
+  assign \$265  = table_index - 1'h0;
+  assign \$266  = table_index >= 1'h0;
+  assign \$267  = table_we & \$266 ;
+  assign \$268  = table_index - 1'h0;
+  assign \$269  = $signed(\$268 ) < $signed(10'h100);
+  assign \write__en$321  = \$267  & \$269 ;
+  assign \$270  = table_index - 1'h1;
+  assign \$271  = table_index >= 1'h1;
+  assign \$272  = table_we & \$271 ;
+  assign \$273  = table_index - 1'h1;
+  assign \$274  = $signed(\$273 ) < $signed(10'h100);
+  assign \write__en$325  = \$272  & \$274 ;
+  assign diff1 = $signed(\read__data$70 ) - $signed(\read__data$69 );
+  assign \$275  = $signed(r7_1[19:0]) + $signed(base7_1);
+  assign value1 = ctl7[1] ? { \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275  } : r7_1;
+  assign \$276  = ! value1[63:31];
+  assign \$277  = value1[63:31] == 33'h1ffffffff;
+  assign \$278  = \$276  | \$277 ;
+  assign \$279  = value1[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$280  = \$278  ? { 1'h0, value1[31:0] } : { \$279 [31], \$279  };
+  assign \$281  = ! value1[63:7];
+  assign \$282  = value1[63:7] == 57'h1ffffffffffffff;
+  assign \$283  = \$281  | \$282 ;
+  assign \$284  = value1[63] ? 8'h80 : 8'h7f;
+  assign \$285  = \$283  ? value1[7:0] : \$284 ;
+  assign \$286  = $signed(a[95:64]) + $signed(b[95:64]);
+  assign \$287  = $signed(a[95:64]) - $signed(b[95:64]);
+  assign \$288  = $signed(a[95:64]) > $signed(b[95:64]);
+  assign \$289  = \$288  ? a[95:64] : b[95:64];
+  assign \$290  = $signed(a[95:64]) < $signed(b[95:64]);
+  assign \$291  = \$290  ? a[95:64] : b[95:64];
+  assign \$292  = $signed(a[95:64]) < $signed(imm);
+  assign \$293  = \$292  ? imm : a[95:64];
+  assign \$294  = $signed(a[95:64]) - $signed(imm);
+  assign scaled2 = $signed(x1_2) >>> ctl1[10:5];
+  assign \$295  = ~ x1_2[32];
+  assign \$296  = | scaled2[32:8];
+  assign over2 = \$295  & \$296 ;
+  assign \$297  = x1_2[32] ? 8'h00 : scaled2[7:0];
+  assign index2 = over2 ? 8'hff : \$297 ;
+  assign \$298  = 1'h1 << ctl1[10:5];
+  assign \$299  = \$298  - 1'h1;
+  assign \$300  = x1_2[32] | over2;
+  assign \$301  = x1_2[15:0] & \$299 [15:0];
+  assign frac2 = \$300  ? 16'h0000 : \$301 ;
+  assign \$302  = table_index - 1'h0;
+  assign \$303  = table_index >= 1'h0;
+  assign \$304  = table_we & \$303 ;
+  assign \$305  = table_index - 1'h0;
+  assign \$306  = $signed(\$305 ) < $signed(10'h100);
+  assign \write__en$333  = \$304  & \$306 ;
+  assign \$307  = table_index - 1'h1;
+  assign \$308  = table_index >= 1'h1;
+  assign \$309  = table_we & \$308 ;
+  assign \$310  = table_index - 1'h1;
+  assign \$311  = $signed(\$310 ) < $signed(10'h100);
+  assign \write__en$337  = \$309  & \$311 ;
+  assign diff2 = $signed(\read__data$102 ) - $signed(\read__data$101 );
+  assign \$312  = $signed(r7_2[19:0]) + $signed(base7_2);
+  assign value2 = ctl7[1] ? { \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312  } : r7_2;
+  assign \$313  = ! value2[63:31];
+  assign \$314  = value2[63:31] == 33'h1ffffffff;
+  assign \$315  = \$313  | \$314 ;
+  assign \$316  = value2[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$317  = \$315  ? { 1'h0, value2[31:0] } : { \$316 [31], \$316  };
+  assign \$318  = ! value2[63:7];
+  assign \$319  = value2[63:7] == 57'h1ffffffffffffff;
+  assign \$320  = \$318  | \$319 ;
+  assign \$321  = value2[63] ? 8'h80 : 8'h7f;
+  assign \$322  = \$320  ? value2[7:0] : \$321 ;
+  assign \$323  = $signed(a[127:96]) + $signed(b[127:96]);
+  assign \$324  = $signed(a[127:96]) - $signed(b[127:96]);
+  assign \$325  = $signed(a[127:96]) > $signed(b[127:96]);
+  assign \$326  = \$325  ? a[127:96] : b[127:96];
+  assign \$327  = $signed(a[127:96]) < $signed(b[127:96]);
+  assign \$328  = \$327  ? a[127:96] : b[127:96];
+  assign \$329  = $signed(a[127:96]) < $signed(imm);
+  assign \$330  = \$329  ? imm : a[127:96];
+  assign \$331  = $signed(a[127:96]) - $signed(imm);
+  assign scaled3 = $signed(x1_3) >>> ctl1[10:5];
+  assign \$332  = ~ x1_3[32];
+  assign \$333  = | scaled3[32:8];
+  assign over3 = \$332  & \$333 ;
+  assign \$334  = x1_3[32] ? 8'h00 : scaled3[7:0];
+  assign index3 = over3 ? 8'hff : \$334 ;
+  assign \$335  = 1'h1 << ctl1[10:5];
+  assign \$336  = \$335  - 1'h1;
+  assign \$337  = x1_3[32] | over3;
+  assign \$338  = x1_3[15:0] & \$336 [15:0];
+  assign frac3 = \$337  ? 16'h0000 : \$338 ;
+  assign \$339  = table_index - 1'h0;
+  assign \$340  = table_index >= 1'h0;
+  assign \$341  = table_we & \$340 ;
+  assign \$342  = table_index - 1'h0;
+  assign \$343  = $signed(\$342 ) < $signed(10'h100);
+  assign \write__en$345  = \$341  & \$343 ;
+  assign \$344  = table_index - 1'h1;
+  assign \$345  = table_index >= 1'h1;
+  assign \$346  = table_we & \$345 ;
+  assign \$347  = table_index - 1'h1;
+  assign \$348  = $signed(\$347 ) < $signed(10'h100);
+  assign \write__en$349  = \$346  & \$348 ;
+  assign diff3 = $signed(\read__data$134 ) - $signed(\read__data$133 );
+  assign \$349  = $signed(r7_3[19:0]) + $signed(base7_3);
+  assign value3 = ctl7[1] ? { \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349  } : r7_3;
+  assign \$350  = ! value3[63:31];
+  assign \$351  = value3[63:31] == 33'h1ffffffff;
+  assign \$352  = \$350  | \$351 ;
+  assign \$353  = value3[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$354  = \$352  ? { 1'h0, value3[31:0] } : { \$353 [31], \$353  };
+  assign \$355  = ! value3[63:7];
+  assign \$356  = value3[63:7] == 57'h1ffffffffffffff;
+  assign \$357  = \$355  | \$356 ;
+  assign \$358  = value3[63] ? 8'h80 : 8'h7f;
+  assign \$359  = \$357  ? value3[7:0] : \$358 ;
+  assign \$360  = $signed(a[159:128]) + $signed(b[159:128]);
+  assign \$361  = $signed(a[159:128]) - $signed(b[159:128]);
+  assign \$362  = $signed(a[159:128]) > $signed(b[159:128]);
+  assign \$363  = \$362  ? a[159:128] : b[159:128];
+  assign \$364  = $signed(a[159:128]) < $signed(b[159:128]);
+  assign \$365  = \$364  ? a[159:128] : b[159:128];
+  assign \$366  = $signed(a[159:128]) < $signed(imm);
+  assign \$367  = \$366  ? imm : a[159:128];
+  assign \$368  = $signed(a[159:128]) - $signed(imm);
+  assign scaled4 = $signed(x1_4) >>> ctl1[10:5];
+  assign \$369  = ~ x1_4[32];
+  assign \$370  = | scaled4[32:8];
+  assign over4 = \$369  & \$370 ;
+  assign \$371  = x1_4[32] ? 8'h00 : scaled4[7:0];
+  assign index4 = over4 ? 8'hff : \$371 ;
+  assign \$372  = 1'h1 << ctl1[10:5];
+  assign \$373  = \$372  - 1'h1;
+  assign \$374  = x1_4[32] | over4;
+  assign \$375  = x1_4[15:0] & \$373 [15:0];
+  assign frac4 = \$374  ? 16'h0000 : \$375 ;
+  assign \$376  = table_index - 1'h0;
+  assign \$377  = table_index >= 1'h0;
+  assign \$378  = table_we & \$377 ;
+  assign \$379  = table_index - 1'h0;
+  assign \$380  = $signed(\$379 ) < $signed(10'h100);
+  assign \write__en$357  = \$378  & \$380 ;
+  assign \$381  = table_index - 1'h1;
+  assign \$382  = table_index >= 1'h1;
+  assign \$383  = table_we & \$382 ;
+  assign \$384  = table_index - 1'h1;
+  assign \$385  = $signed(\$384 ) < $signed(10'h100);
+  assign \write__en$361  = \$383  & \$385 ;
+  assign diff4 = $signed(\read__data$166 ) - $signed(\read__data$165 );
+  assign \$386  = $signed(r7_4[19:0]) + $signed(base7_4);
+  assign value4 = ctl7[1] ? { \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386  } : r7_4;
+  assign \$387  = ! value4[63:31];
+  assign \$388  = value4[63:31] == 33'h1ffffffff;
+  assign \$389  = \$387  | \$388 ;
+  assign \$390  = value4[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$391  = \$389  ? { 1'h0, value4[31:0] } : { \$390 [31], \$390  };
+  assign \$392  = ! value4[63:7];
+  assign \$393  = value4[63:7] == 57'h1ffffffffffffff;
+  assign \$394  = \$392  | \$393 ;
+  assign \$395  = value4[63] ? 8'h80 : 8'h7f;
+  assign \$396  = \$394  ? value4[7:0] : \$395 ;
+  assign \$397  = $signed(a[191:160]) + $signed(b[191:160]);
+  assign \$398  = $signed(a[191:160]) - $signed(b[191:160]);
+  assign \$399  = $signed(a[191:160]) > $signed(b[191:160]);
+  assign \$400  = \$399  ? a[191:160] : b[191:160];
+  assign \$401  = $signed(a[191:160]) < $signed(b[191:160]);
+  assign \$402  = \$401  ? a[191:160] : b[191:160];
+  assign \$403  = $signed(a[191:160]) < $signed(imm);
+  assign \$404  = \$403  ? imm : a[191:160];
+  assign \$405  = $signed(a[191:160]) - $signed(imm);
+  assign scaled5 = $signed(x1_5) >>> ctl1[10:5];
+  assign \$406  = ~ x1_5[32];
+  assign \$407  = | scaled5[32:8];
+  assign over5 = \$406  & \$407 ;
+  assign \$408  = x1_5[32] ? 8'h00 : scaled5[7:0];
+  assign index5 = over5 ? 8'hff : \$408 ;
+  assign \$409  = 1'h1 << ctl1[10:5];
+  assign \$410  = \$409  - 1'h1;
+  assign \$411  = x1_5[32] | over5;
+  assign \$412  = x1_5[15:0] & \$410 [15:0];
+  assign frac5 = \$411  ? 16'h0000 : \$412 ;
+  assign \$413  = table_index - 1'h0;
+  assign \$414  = table_index >= 1'h0;
+  assign \$415  = table_we & \$414 ;
+  assign \$416  = table_index - 1'h0;
+  assign \$417  = $signed(\$416 ) < $signed(10'h100);
+  assign \write__en$369  = \$415  & \$417 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    \$529 [0] = valid;
+    \$529 [1] = \$1 ;
+    \$529 [2] = \$6 ;
+    \$529 [3] = \$7 ;
+    \$529 [4] = d_acc;
+    \$529 [10:5] = \$13 ;
+    if (rst) begin
+      \$529  = 11'h000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    \$530  = ctl1;
+    if (rst) begin
+      \$530  = 11'h000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    \$531  = ctl2;
+    if (rst) begin
+      \$531  = 11'h000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    \$532  = ctl3;
+    if (rst) begin
+      \$532  = 11'h000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    \$533  = ctl4;
+    if (rst) begin
+      \$533  = 11'h000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    \$534  = ctl5;
+    if (rst) begin
+      \$534  = 11'h000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    \$535  = ctl6;
+    if (rst) begin
+      \$535  = 11'h000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    \$536  = ctl7;
+    if (rst) begin
+      \$536  = 11'h000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    \$537 [31:0] = \$37 [31:0];
+    \$537 [63:32] = \$61 [31:0];
+    \$537 [95:64] = \$85 [31:0];
+    \$537 [127:96] = \$109 [31:0];
+    \$537 [159:128] = \$133 [31:0];
+    \$537 [191:160] = \$157 [31:0];
+    \$537 [223:192] = \$181 [31:0];
+    \$537 [255:224] = \$205 [31:0];
+    if (rst) begin
+      \$537  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    (* full_case = 32'd1 *)
+    casez (vop)
+      4'h0:
+          alu0 = \$212 ;
+      4'h1:
+          alu0 = \$213 ;
+      4'h3:
+          alu0 = { \$215 [31], \$215  };
+      4'h4:
+          alu0 = { \$217 [31], \$217  };
+      4'h7:
+          alu0 = { \$219 [31], \$219  };
+      4'he:
+          alu0 = \$220 ;
+      default:
+          alu0 = { a[31], a[31:0] };
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    (* full_case = 32'd1 *)
+    casez (vop)
+      4'h2:
+          y0 = { b[31], b[31:0] };
+      4'hb:
+          y0 = { a[31], a[31:0] };
+      4'h6:
+          y0 = \$206 [32:0];
+      default:
+          y0 = 33'h000000001;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    (* full_case = 32'd1 *)
+    if (ctl7[4]) begin
+      sat0 = \$243 [31:0];
+    end else begin
+      sat0 = { \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248  };
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    (* full_case = 32'd1 *)
+    casez (vop)
+      4'h0:
+          alu1 = \$249 ;
+      4'h1:
+          alu1 = \$250 ;
+      4'h3:
+          alu1 = { \$252 [31], \$252  };
+      4'h4:
+          alu1 = { \$254 [31], \$254  };
+      4'h7:
+          alu1 = { \$256 [31], \$256  };
+      4'he:
+          alu1 = \$257 ;
+      default:
+          alu1 = { a[63], a[63:32] };
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    (* full_case = 32'd1 *)
+    casez (vop)
+      4'h2:
+          y1 = { b[63], b[63:32] };
+      4'hb:
+          y1 = { a[63], a[63:32] };
+      4'h6:
+          y1 = \$206 [32:0];
+      default:
+          y1 = 33'h000000001;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    (* full_case = 32'd1 *)
+    if (ctl7[4]) begin
+      sat1 = \$280 [31:0];
+    end else begin
+      sat1 = { \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285  };
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    (* full_case = 32'd1 *)
+    casez (vop)
+      4'h0:
+          alu2 = \$286 ;
+      4'h1:
+          alu2 = \$287 ;
+      4'h3:
+          alu2 = { \$289 [31], \$289  };
+      4'h4:
+          alu2 = { \$291 [31], \$291  };
+      4'h7:
+          alu2 = { \$293 [31], \$293  };
+      4'he:
+          alu2 = \$294 ;
+      default:
+          alu2 = { a[95], a[95:64] };
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    (* full_case = 32'd1 *)
+    casez (vop)
+      4'h2:
+          y2 = { b[95], b[95:64] };
+      4'hb:
+          y2 = { a[95], a[95:64] };
+      4'h6:
+          y2 = \$206 [32:0];
+      default:
+          y2 = 33'h000000001;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    (* full_case = 32'd1 *)
+    if (ctl7[4]) begin
+      sat2 = \$317 [31:0];
+    end else begin
+      sat2 = { \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322  };
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    (* full_case = 32'd1 *)
+    casez (vop)
+      4'h0:
+          alu3 = \$323 ;
+      4'h1:
+          alu3 = \$324 ;
+      4'h3:
+          alu3 = { \$326 [31], \$326  };
+      4'h4:
+          alu3 = { \$328 [31], \$328  };
+      4'h7:
+          alu3 = { \$330 [31], \$330  };
+      4'he:
+          alu3 = \$331 ;
+      default:
+          alu3 = { a[127], a[127:96] };
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    (* full_case = 32'd1 *)
+    casez (vop)
+      4'h2:
+          y3 = { b[127], b[127:96] };
+      4'hb:
+          y3 = { a[127], a[127:96] };
+      4'h6:
+          y3 = \$206 [32:0];
+      default:
+          y3 = 33'h000000001;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    (* full_case = 32'd1 *)
+    if (ctl7[4]) begin
+      sat3 = \$354 [31:0];
+    end else begin
+      sat3 = { \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359  };
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    (* full_case = 32'd1 *)
+    casez (vop)
+      4'h0:
+          alu4 = \$360 ;
+      4'h1:
+          alu4 = \$361 ;
+      4'h3:
+          alu4 = { \$363 [31], \$363  };
+      4'h4:
+          alu4 = { \$365 [31], \$365  };
+      4'h7:
+          alu4 = { \$367 [31], \$367  };
+      4'he:
+          alu4 = \$368 ;
+      default:
+          alu4 = { a[159], a[159:128] };
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    (* full_case = 32'd1 *)
+    casez (vop)
+      4'h2:
+          y4 = { b[159], b[159:128] };
+      4'hb:
+          y4 = { a[159], a[159:128] };
+      4'h6:
+          y4 = \$206 [32:0];
+      default:
+          y4 = 33'h000000001;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    (* full_case = 32'd1 *)
+    if (ctl7[4]) begin
+      sat4 = \$391 [31:0];
+    end else begin
+      sat4 = { \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396  };
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    (* full_case = 32'd1 *)
+    casez (vop)
+      4'h0:
+          alu5 = \$397 ;
+      4'h1:
+          alu5 = \$398 ;
+      4'h3:
+          alu5 = { \$400 [31], \$400  };
+      4'h4:
+          alu5 = { \$402 [31], \$402  };
+      4'h7:
+          alu5 = { \$404 [31], \$404  };
+      4'he:
+          alu5 = \$405 ;
+      default:
+          alu5 = { a[191], a[191:160] };
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    (* full_case = 32'd1 *)
+    casez (vop)
+      4'h2:
+          y5 = { b[191], b[191:160] };
+      4'hb:
+          y5 = { a[191], a[191:160] };
+      4'h6:
+          y5 = \$206 [32:0];
+      default:
+          y5 = 33'h000000001;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    (* full_case = 32'd1 *)
+    if (ctl7[4]) begin
+      sat5 = \$428 [31:0];
+    end else begin
+      sat5 = { \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433  };
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    (* full_case = 32'd1 *)
+    casez (vop)
+      4'h0:
+          alu6 = \$434 ;
+      4'h1:
+          alu6 = \$435 ;
+      4'h3:
+          alu6 = { \$437 [31], \$437  };
+      4'h4:
+          alu6 = { \$439 [31], \$439  };
+      4'h7:
+          alu6 = { \$441 [31], \$441  };
+      4'he:
+          alu6 = \$442 ;
+      default:
+          alu6 = { a[223], a[223:192] };
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    (* full_case = 32'd1 *)
+    casez (vop)
+      4'h2:
+          y6 = { b[223], b[223:192] };
+      4'hb:
+          y6 = { a[223], a[223:192] };
+      4'h6:
+          y6 = \$206 [32:0];
+      default:
+          y6 = 33'h000000001;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    (* full_case = 32'd1 *)
+    if (ctl7[4]) begin
+      sat6 = \$465 [31:0];
+    end else begin
+      sat6 = { \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470  };
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    (* full_case = 32'd1 *)
+    casez (vop)
+      4'h0:
+          alu7 = \$471 ;
+      4'h1:
+          alu7 = \$472 ;
+      4'h3:
+          alu7 = { \$474 [31], \$474  };
+      4'h4:
+          alu7 = { \$476 [31], \$476  };
+      4'h7:
+          alu7 = { \$478 [31], \$478  };
+      4'he:
+          alu7 = \$479 ;
+      default:
+          alu7 = { a[255], a[255:224] };
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    (* full_case = 32'd1 *)
+    casez (vop)
+      4'h2:
+          y7 = { b[255], b[255:224] };
+      4'hb:
+          y7 = { a[255], a[255:224] };
+      4'h6:
+          y7 = \$206 [32:0];
+      default:
+          y7 = 33'h000000001;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
+    (* full_case = 32'd1 *)
+    if (ctl7[4]) begin
+      sat7 = \$502 [31:0];
+    end else begin
+      sat7 = { \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507  };
+    end
+  end
+  assign under0 = x1_0[32];
+  assign half = \$208 [46:0];
+  assign half_neg = \$211 [46:0];
+  assign under1 = x1_1[32];
+  assign under2 = x1_2[32];
+  assign under3 = x1_3[32];
+  assign under4 = x1_4[32];
+  assign under5 = x1_5[32];
+  assign under6 = x1_6[32];
+  assign under7 = x1_7[32];
+  assign hits = \$514 [3:0];
+  assign unders = \$521 [3:0];
+  assign overs = \$528 [3:0];
+  assign out_valid = ctl8[0];
+  assign shl_y = \$206 [32:0];
+  assign mask0 = \$225 [15:0];
+  assign write__addr = \$228 [7:0];
+  assign table_data = write__data;
+  assign read__addr = index0;
+  assign \write__addr$311  = \$233 [7:0];
+  assign \write__data$312  = write__data;
+  assign \read__addr$314  = index0;
+  assign mask1 = \$262 [15:0];
+  assign \write__addr$319  = \$265 [7:0];
+  assign \write__data$320  = write__data;
+  assign \read__addr$322  = index1;
+  assign \write__addr$323  = \$270 [7:0];
+  assign \write__data$324  = write__data;
+  assign \read__addr$326  = index1;
+  assign mask2 = \$299 [15:0];
+  assign \write__addr$331  = \$302 [7:0];
+  assign \write__data$332  = write__data;
+  assign \read__addr$334  = index2;
+  assign \write__addr$335  = \$307 [7:0];
+  assign \write__data$336  = write__data;
+  assign \read__addr$338  = index2;
+  assign mask3 = \$336 [15:0];
+  assign \write__addr$343  = \$339 [7:0];
+  assign \write__data$344  = write__data;
+  assign \read__addr$346  = index3;
+  assign \write__addr$347  = \$344 [7:0];
+  assign \write__data$348  = write__data;
+  assign \read__addr$350  = index3;
+  assign mask4 = \$373 [15:0];
+  assign \write__addr$355  = \$376 [7:0];
+  assign \write__data$356  = write__data;
+  assign \read__addr$358  = index4;
+  assign \write__addr$359  = \$381 [7:0];
+  assign \write__data$360  = write__data;
+  assign \read__addr$362  = index4;
+  assign mask5 = \$410 [15:0];
+  assign \write__addr$367  = \$413 [7:0];
+  assign \write__data$368  = write__data;
+  assign \read__addr$370  = index5;
+  assign \write__addr$371  = \$418 [7:0];
+  assign \write__data$372  = write__data;
+  assign \read__addr$374  = index5;
+  assign mask6 = \$447 [15:0];
+  assign \write__addr$379  = \$450 [7:0];
+  assign \write__data$380  = write__data;
+  assign \read__addr$382  = index6;
+  assign \write__addr$383  = \$455 [7:0];
+  assign \write__data$384  = write__data;
+  assign \read__addr$386  = index6;
+  assign mask7 = \$484 [15:0];
+  assign \write__addr$391  = \$487 [7:0];
+  assign \write__data$392  = write__data;
+  assign \read__addr$394  = index7;
+  assign \write__addr$395  = \$492 [7:0];
+  assign \write__data$396  = write__data;
+  assign \read__addr$398  = index7;
+  assign \hits$400  = hits8;
+  assign underflows = unders8;
+  assign overflows = overs8;
+  assign \ctl1.valid  = ctl1[0];
+  assign \ctl1.lut  = ctl1[1];
+  assign \ctl1.raw  = ctl1[2];
+  assign \ctl1.clamp  = ctl1[3];
+  assign \ctl1.d_acc  = ctl1[4];
+  assign \ctl1.shift  = ctl1[10:5];
+  assign \ctl2.valid  = ctl2[0];
+  assign \ctl2.lut  = ctl2[1];
+  assign \ctl2.raw  = ctl2[2];
+  assign \ctl2.clamp  = ctl2[3];
+  assign \ctl2.d_acc  = ctl2[4];
+  assign \ctl2.shift  = ctl2[10:5];
+  assign \ctl3.valid  = ctl3[0];
+  assign \ctl3.lut  = ctl3[1];
+  assign \ctl3.raw  = ctl3[2];
+  assign \ctl3.clamp  = ctl3[3];
+  assign \ctl3.d_acc  = ctl3[4];
+  assign \ctl3.shift  = ctl3[10:5];
+  assign \ctl4.valid  = ctl4[0];
+  assign \ctl4.lut  = ctl4[1];
+  assign \ctl4.raw  = ctl4[2];
+  assign \ctl4.clamp  = ctl4[3];
+  assign \ctl4.d_acc  = ctl4[4];
+  assign \ctl4.shift  = ctl4[10:5];
+  assign \ctl5.valid  = ctl5[0];
+  assign \ctl5.lut  = ctl5[1];
+  assign \ctl5.raw  = ctl5[2];
+  assign \ctl5.clamp  = ctl5[3];
+  assign \ctl5.d_acc  = ctl5[4];
+  assign \ctl5.shift  = ctl5[10:5];
+  assign \ctl6.valid  = ctl6[0];
+  assign \ctl6.lut  = ctl6[1];
+  assign \ctl6.raw  = ctl6[2];
+  assign \ctl6.clamp  = ctl6[3];
+  assign \ctl6.d_acc  = ctl6[4];
+  assign \ctl6.shift  = ctl6[10:5];
+  assign \ctl7.valid  = ctl7[0];
+  assign \ctl7.lut  = ctl7[1];
+  assign \ctl7.raw  = ctl7[2];
+  assign \ctl7.clamp  = ctl7[3];
+  assign \ctl7.d_acc  = ctl7[4];
+  assign \ctl7.shift  = ctl7[10:5];
+  assign \ctl8.valid  = ctl8[0];
+  assign \ctl8.lut  = ctl8[1];
+  assign \ctl8.raw  = ctl8[2];
+  assign \ctl8.clamp  = ctl8[3];
+  assign \ctl8.d_acc  = ctl8[4];
+  assign \ctl8.shift  = ctl8[10:5];
+  assign \out[0]  = out[31:0];
+  assign \out[1]  = out[63:32];
+  assign \out[2]  = out[95:64];
+  assign \out[3]  = out[127:96];
+  assign \out[4]  = out[159:128];
+  assign \out[5]  = out[191:160];
+  assign \out[6]  = out[223:192];
+  assign \out[7]  = out[255:224];
+  assign \a[0]  = a[31:0];
+  assign \a[1]  = a[63:32];
+  assign \a[2]  = a[95:64];
+  assign \a[3]  = a[127:96];
+  assign \a[4]  = a[159:128];
+  assign \a[5]  = a[191:160];
+  assign \a[6]  = a[223:192];
+  assign \a[7]  = a[255:224];
+  assign \b[0]  = b[31:0];
+  assign \b[1]  = b[63:32];
+  assign \b[2]  = b[95:64];
+  assign \b[3]  = b[127:96];
+  assign \b[4]  = b[159:128];
+  assign \b[5]  = b[191:160];
+  assign \b[6]  = b[223:192];
+  assign \b[7]  = b[255:224];
+  assign \$32  = { \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 , 16'h0000 };
+  assign \$208  = { 1'h0, \$207 [110:1] };
+  assign \$56  = { \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 , 16'h0000 };
+  assign \$80  = { \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 , 16'h0000 };
+  assign \$104  = { \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 , 16'h0000 };
+  assign \$128  = { \$127 [34], \$127 [34], \$127 [34], \$127 [34], \$127 [34], \$127 [34], \$127 [34], \$127 [34], \$127 [34], \$127 [34], \$127 [34], \$127 [34], \$127 [34], \$127 [34], \$127 [34], \$127 , 16'h0000 };
+  assign \$152  = { \$151 [34], \$151 [34], \$151 [34], \$151 [34], \$151 [34], \$151 [34], \$151 [34], \$151 [34], \$151 [34], \$151 [34], \$151 [34], \$151 [34], \$151 [34], \$151 [34], \$151 [34], \$151 , 16'h0000 };
+  assign \$176  = { \$175 [34], \$175 [34], \$175 [34], \$175 [34], \$175 [34], \$175 [34], \$175 [34], \$175 [34], \$175 [34], \$175 [34], \$175 [34], \$175 [34], \$175 [34], \$175 [34], \$175 [34], \$175 , 16'h0000 };
+  assign \$200  = { \$199 [34], \$199 [34], \$199 [34], \$199 [34], \$199 [34], \$199 [34], \$199 [34], \$199 [34], \$199 [34], \$199 [34], \$199 [34], \$199 [34], \$199 [34], \$199 [34], \$199 [34], \$199 , 16'h0000 };
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_dma_tile.tile.vector$242.reducer (rst, valid, vop, d_acc, \port$5879$1 , terms, out_valid, out, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$35  = 0;
+  wire \$1 ;
+  wire \$10 ;
+  wire \$11 ;
+  wire [31:0] \$12 ;
+  wire [32:0] \$13 ;
+  wire [31:0] \$14 ;
+  wire \$15 ;
+  wire [31:0] \$16 ;
+  wire [32:0] \$17 ;
+  wire [31:0] \$18 ;
+  wire [31:0] \$19 ;
+  wire \$2 ;
+  wire \$20 ;
+  wire [31:0] \$21 ;
+  wire [32:0] \$22 ;
+  wire [31:0] \$23 ;
+  wire \$24 ;
+  wire [31:0] \$25 ;
+  wire [32:0] \$26 ;
+  wire [31:0] \$27 ;
+  wire [32:0] \$28 ;
+  wire [31:0] \$29 ;
+  wire [31:0] \$3 ;
+  wire \$30 ;
+  wire [31:0] \$31 ;
+  wire [32:0] \$32 ;
+  wire [31:0] \$33 ;
+  wire \$34 ;
+  wire [31:0] \$35 ;
+  wire [32:0] \$36 ;
+  wire [31:0] \$37 ;
+  wire \$38 ;
+  wire \$39 ;
+  wire [32:0] \$4 ;
+  wire [31:0] \$40 ;
+  wire [32:0] \$41 ;
+  wire [31:0] \$42 ;
+  wire \$43 ;
+  wire [31:0] \$44 ;
+  wire [32:0] \$45 ;
+  wire [31:0] \$46 ;
+  wire [31:0] \$47 ;
+  wire \$48 ;
+  wire [31:0] \$49 ;
+  wire [31:0] \$5 ;
+  wire [32:0] \$50 ;
+  wire [31:0] \$51 ;
+  wire \$52 ;
+  wire [31:0] \$53 ;
+  wire [32:0] \$54 ;
+  wire [31:0] \$55 ;
+  wire [32:0] \$56 ;
+  wire [31:0] \$57 ;
+  wire \$58 ;
+  wire [31:0] \$59 ;
+  wire \$6 ;
+  wire [32:0] \$60 ;
+  wire [31:0] \$61 ;
+  wire \$62 ;
+  wire [31:0] \$63 ;
+  wire [32:0] \$64 ;
+  wire [31:0] \$65 ;
+  wire [31:0] \$66 ;
+  wire \$67 ;
+  wire \$68 ;
+  wire \$69 ;
+  wire [31:0] \$7 ;
+  wire \$70 ;
+  wire \$71 ;
+  wire \$72 ;
+  wire [7:0] \$73 ;
+  reg [4:0] \$74 ;
+  reg [4:0] \$75 ;
+  reg [4:0] \$76 ;
+  reg [4:0] \$77 ;
+  reg [31:0] \$78 ;
+  reg \$79 ;
+  wire [32:0] \$8 ;
+  reg [255:0] \$80 ;
+  wire [31:0] \$9 ;
+  input clk;
+  wire clk;
+  reg [4:0] ctl1 = 5'h00;
+  wire \ctl1.d_acc ;
+  wire \ctl1.first ;
+  wire \ctl1.last ;
+  wire \ctl1.max ;
+  wire \ctl1.valid ;
+  reg [4:0] ctl2 = 5'h00;
+  wire \ctl2.d_acc ;
+  wire \ctl2.first ;
+  wire \ctl2.last ;
+  wire \ctl2.max ;
+  wire \ctl2.valid ;
+  reg [4:0] ctl3 = 5'h00;
+  wire \ctl3.d_acc ;
+  wire \ctl3.first ;
+  wire \ctl3.last ;
+  wire \ctl3.max ;
+  wire \ctl3.valid ;
+  reg [4:0] ctl4 = 5'h00;
+  wire \ctl4.d_acc ;
+  wire \ctl4.first ;
+  wire \ctl4.last ;
+  wire \ctl4.max ;
+  wire \ctl4.valid ;
+  input d_acc;
+  wire d_acc;
+  wire first;
+  wire last;
+  output [255:0] out;
+  reg [255:0] out = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+  wire [31:0] \out[0] ;
+  wire [31:0] \out[1] ;
+  wire [31:0] \out[2] ;
+  wire [31:0] \out[3] ;
+  wire [31:0] \out[4] ;
+  wire [31:0] \out[5] ;
+  wire [31:0] \out[6] ;
+  wire [31:0] \out[7] ;
+  output out_valid;
+  reg out_valid = 1'h0;
+  input [1:0] \port$5879$1 ;
+  wire [1:0] \port$5879$1 ;
+  reg [31:0] row = 32'd0;
+  input rst;
+  wire rst;
+  wire [31:0] stat;
+  reg [31:0] term0 = 32'd0;
+  reg [31:0] term1 = 32'd0;
+  reg [31:0] term2 = 32'd0;
+  reg [31:0] term3 = 32'd0;
+  reg [31:0] term4 = 32'd0;
+  reg [31:0] term5 = 32'd0;
+  reg [31:0] term6 = 32'd0;
+  reg [31:0] term7 = 32'd0;
+  input [255:0] terms;
+  wire [255:0] terms;
+  wire [31:0] \terms[0] ;
+  wire [31:0] \terms[1] ;
+  wire [31:0] \terms[2] ;
+  wire [31:0] \terms[3] ;
+  wire [31:0] \terms[4] ;
+  wire [31:0] \terms[5] ;
+  wire [31:0] \terms[6] ;
+  wire [31:0] \terms[7] ;
+  reg [31:0] tree2_0 = 32'd0;
+  reg [31:0] tree2_1 = 32'd0;
+  reg [31:0] tree3_0 = 32'd0;
+  input valid;
+  wire valid;
+  input [3:0] vop;
+  wire [3:0] vop;
+  assign \$20  = $signed(term0) > $signed(term1);
+  assign \$21  = \$20  ? term0 : term1;
+  assign \$22  = $signed(term0) + $signed(term1);
+  assign \$23  = ctl1[3] ? \$21  : \$22 [31:0];
+  assign \$24  = $signed(term2) > $signed(term3);
+  assign \$25  = \$24  ? term2 : term3;
+  assign \$26  = $signed(term2) + $signed(term3);
+  assign \$27  = ctl1[3] ? \$25  : \$26 [31:0];
+  assign \$28  = $signed(\$23 ) + $signed(\$27 );
+  assign \$29  = ctl1[3] ? \$19  : \$28 [31:0];
+  assign \$30  = $signed(term4) > $signed(term5);
+  assign \$31  = \$30  ? term4 : term5;
+  assign \$32  = $signed(term4) + $signed(term5);
+  assign \$33  = ctl1[3] ? \$31  : \$32 [31:0];
+  assign \$34  = $signed(term6) > $signed(term7);
+  assign \$35  = \$34  ? term6 : term7;
+  assign \$36  = $signed(term6) + $signed(term7);
+  assign \$37  = ctl1[3] ? \$35  : \$36 [31:0];
+  assign \$38  = $signed(\$33 ) > $signed(\$37 );
+  assign \$39  = $signed(term4) > $signed(term5);
+  assign \$40  = \$39  ? term4 : term5;
+  assign \$41  = $signed(term4) + $signed(term5);
+  assign \$42  = ctl1[3] ? \$40  : \$41 [31:0];
+  assign \$43  = $signed(term6) > $signed(term7);
+  assign \$44  = \$43  ? term6 : term7;
+  assign \$45  = $signed(term6) + $signed(term7);
+  assign \$46  = ctl1[3] ? \$44  : \$45 [31:0];
+  assign \$47  = \$38  ? \$42  : \$46 ;
+  assign \$48  = $signed(term4) > $signed(term5);
+  assign \$49  = \$48  ? term4 : term5;
+  assign \$50  = $signed(term4) + $signed(term5);
+  assign \$51  = ctl1[3] ? \$49  : \$50 [31:0];
+  assign \$52  = $signed(term6) > $signed(term7);
+  assign \$53  = \$52  ? term6 : term7;
+  assign \$54  = $signed(term6) + $signed(term7);
+  assign \$55  = ctl1[3] ? \$53  : \$54 [31:0];
+  assign \$56  = $signed(\$51 ) + $signed(\$55 );
+  assign \$57  = ctl1[3] ? \$47  : \$56 [31:0];
+  assign \$58  = $signed(tree2_0) > $signed(tree2_1);
+  assign \$59  = \$58  ? tree2_0 : tree2_1;
+  assign \$60  = $signed(tree2_0) + $signed(tree2_1);
+  assign \$61  = ctl2[3] ? \$59  : \$60 [31:0];
+  assign \$62  = $signed(row) > $signed(tree3_0);
+  assign \$63  = \$62  ? row : tree3_0;
+  assign \$64  = $signed(row) + $signed(tree3_0);
+  assign \$65  = ctl3[3] ? \$63  : \$64 [31:0];
+  assign \$66  = ctl3[1] ? tree3_0 : \$65 ;
+  assign \$67  = ctl4[0] & ctl4[2];
+  assign \$68  = ctl4[0] & ctl4[2];
+  assign \$69  = ! row[31:7];
+  assign \$70  = row[31:7] == 25'h1ffffff;
+  assign \$71  = \$69  | \$70 ;
+  assign \$72  = ctl4[4] | \$71 ;
+  assign \$73  = row[31] ? 8'h80 : 8'h7f;
+  assign stat = \$72  ? row : { \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73  };
+  always @(posedge clk)
+    ctl1 <= \$74 ;
+  always @(posedge clk)
+    ctl2 <= \$75 ;
+  always @(posedge clk)
+    ctl3 <= \$76 ;
+  always @(posedge clk)
+    ctl4 <= \$77 ;
+  always @(posedge clk)
+    term0 <= terms[31:0];
+  always @(posedge clk)
+    term1 <= terms[63:32];
+  always @(posedge clk)
+    term2 <= terms[95:64];
+  always @(posedge clk)
+    term3 <= terms[127:96];
+  always @(posedge clk)
+    term4 <= terms[159:128];
+  always @(posedge clk)
+    term5 <= terms[191:160];
+  always @(posedge clk)
+    term6 <= terms[223:192];
+  always @(posedge clk)
+    term7 <= terms[255:224];
+  always @(posedge clk)
+    tree2_0 <= \$29 ;
+  always @(posedge clk)
+    tree2_1 <= \$57 ;
+  always @(posedge clk)
+    tree3_0 <= \$61 ;
+  always @(posedge clk)
+    row <= \$78 ;
+  always @(posedge clk)
+    out_valid <= \$79 ;
+  always @(posedge clk)
+    out <= \$80 ;
+  assign \$1  = vop == 4'h9;
+  assign \$2  = $signed(term0) > $signed(term1);
+  assign \$3  = \$2  ? term0 : term1;
+  assign \$4  = $signed(term0) + $signed(term1);
+  assign \$5  = ctl1[3] ? \$3  : \$4 [31:0];
+  assign \$6  = $signed(term2) > $signed(term3);
+  assign \$7  = \$6  ? term2 : term3;
+  assign \$8  = $signed(term2) + $signed(term3);
+  assign \$9  = ctl1[3] ? \$7  : \$8 [31:0];
+  assign \$10  = $signed(\$5 ) > $signed(\$9 );
+  assign \$11  = $signed(term0) > $signed(term1);
+  assign \$12  = \$11  ? term0 : term1;
+  assign \$13  = $signed(term0) + $signed(term1);
+  assign \$14  = ctl1[3] ? \$12  : \$13 [31:0];
+  assign \$15  = $signed(term2) > $signed(term3);
+  assign \$16  = \$15  ? term2 : term3;
+  assign \$17  = $signed(term2) + $signed(term3);
+  assign \$18  = ctl1[3] ? \$16  : \$17 [31:0];
+  assign \$19  = \$10  ? \$14  : \$18 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
+    \$74 [0] = valid;
+    \$74 [1] = \port$5879$1 [0];
+    \$74 [2] = \port$5879$1 [1];
+    \$74 [3] = \$1 ;
+    \$74 [4] = d_acc;
+    if (rst) begin
+      \$74  = 5'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
+    \$75  = ctl1;
+    if (rst) begin
+      \$75  = 5'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
+    \$76  = ctl2;
+    if (rst) begin
+      \$76  = 5'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
+    \$77  = ctl3;
+    if (rst) begin
+      \$77  = 5'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
+    \$78  = row;
+    if (ctl3[0]) begin
+      \$78  = \$66 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
+    \$79  = \$67 ;
+    if (rst) begin
+      \$79  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
+    \$80  = out;
+    if (\$68 ) begin
+      \$80 [31:0] = stat;
+      \$80 [63:32] = stat;
+      \$80 [95:64] = stat;
+      \$80 [127:96] = stat;
+      \$80 [159:128] = stat;
+      \$80 [191:160] = stat;
+      \$80 [223:192] = stat;
+      \$80 [255:224] = stat;
+    end
+    if (rst) begin
+      \$80  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+    end
+  end
+  assign first = \port$5879$1 [0];
+  assign last = \port$5879$1 [1];
+  assign \ctl1.valid  = ctl1[0];
+  assign \ctl1.first  = ctl1[1];
+  assign \ctl1.last  = ctl1[2];
+  assign \ctl1.max  = ctl1[3];
+  assign \ctl1.d_acc  = ctl1[4];
+  assign \ctl2.valid  = ctl2[0];
+  assign \ctl2.first  = ctl2[1];
+  assign \ctl2.last  = ctl2[2];
+  assign \ctl2.max  = ctl2[3];
+  assign \ctl2.d_acc  = ctl2[4];
+  assign \ctl3.valid  = ctl3[0];
+  assign \ctl3.first  = ctl3[1];
+  assign \ctl3.last  = ctl3[2];
+  assign \ctl3.max  = ctl3[3];
+  assign \ctl3.d_acc  = ctl3[4];
+  assign \ctl4.valid  = ctl4[0];
+  assign \ctl4.first  = ctl4[1];
+  assign \ctl4.last  = ctl4[2];
+  assign \ctl4.max  = ctl4[3];
+  assign \ctl4.d_acc  = ctl4[4];
+  assign \terms[0]  = terms[31:0];
+  assign \terms[1]  = terms[63:32];
+  assign \terms[2]  = terms[95:64];
+  assign \terms[3]  = terms[127:96];
+  assign \terms[4]  = terms[159:128];
+  assign \terms[5]  = terms[191:160];
+  assign \terms[6]  = terms[223:192];
+  assign \terms[7]  = terms[255:224];
+  assign \out[0]  = out[31:0];
+  assign \out[1]  = out[63:32];
+  assign \out[2]  = out[95:64];
+  assign \out[3]  = out[127:96];
+  assign \out[4]  = out[159:128];
+  assign \out[5]  = out[191:160];
+  assign \out[6]  = out[223:192];
+  assign \out[7]  = out[255:224];
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_dma_tile.tile.vector$242.sequencer (rst, start, go, b_read, command, pop, busy, a_acc, b_acc, a_addr, b_addr, step, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$36  = 0;
+  wire \$1 ;
+  wire \$10 ;
+  wire \$11 ;
+  wire \$12 ;
+  wire \$13 ;
+  wire \$14 ;
+  wire \$15 ;
+  wire \$16 ;
+  wire \$17 ;
+  wire \$18 ;
+  wire \$19 ;
+  wire \$2 ;
+  wire \$20 ;
+  wire [16:0] \$21 ;
+  wire [16:0] \$22 ;
+  wire [16:0] \$23 ;
+  wire \$24 ;
+  wire [16:0] \$25 ;
+  wire [16:0] \$26 ;
+  wire [16:0] \$27 ;
+  wire [16:0] \$28 ;
+  wire [16:0] \$29 ;
+  wire \$3 ;
+  wire [16:0] \$30 ;
+  wire [16:0] \$31 ;
+  wire [16:0] \$32 ;
+  wire \$33 ;
+  wire \$34 ;
+  wire \$35 ;
+  wire \$36 ;
+  wire \$37 ;
+  wire \$38 ;
+  wire \$39 ;
+  wire \$4 ;
+  wire [16:0] \$40 ;
+  wire \$41 ;
+  wire \$42 ;
+  wire \$43 ;
+  wire \$44 ;
+  wire \$45 ;
+  wire \$46 ;
+  wire \$47 ;
+  wire \$48 ;
+  wire \$49 ;
+  wire \$5 ;
+  wire \$50 ;
+  wire \$51 ;
+  reg \$52 ;
+  reg \$53 ;
+  reg \$54 ;
+  reg \$55 ;
+  reg \$56 ;
+  reg \$57 ;
+  reg \$58 ;
+  reg \$59 ;
+  wire \$6 ;
+  reg \$60 ;
+  reg [15:0] \$61 ;
+  reg [15:0] \$62 ;
+  reg [15:0] \$63 ;
+  reg [15:0] \$64 ;
+  reg [15:0] \$65 ;
+  reg [15:0] \$66 ;
+  reg [15:0] \$67 ;
+  reg [15:0] \$68 ;
+  reg [15:0] \$69 ;
+  wire \$7 ;
+  reg [15:0] \$70 ;
+  reg [15:0] \$71 ;
+  reg [15:0] \$72 ;
+  reg [15:0] \$73 ;
+  reg [20:0] \$74 ;
+  wire \$8 ;
+  wire \$9 ;
+  reg \$signal  = 1'h0;
+  reg [15:0] \$signal$16  = 16'h0000;
+  reg [15:0] \$signal$17  = 16'h0000;
+  reg [15:0] \$signal$19  = 16'h0000;
+  reg [15:0] \$signal$20  = 16'h0000;
+  reg [15:0] \$signal$21  = 16'h0000;
+  reg [15:0] \$signal$22  = 16'h0000;
+  reg [15:0] \$signal$23  = 16'h0000;
+  reg [15:0] \$signal$24  = 16'h0000;
+  reg \$signal$8  = 1'h0;
+  output a_acc;
+  reg a_acc = 1'h0;
+  (* init = 1'h0 *)
+  wire \a_acc$32 ;
+  (* init = 16'h0000 *)
+  output [15:0] a_addr;
+  wire [15:0] a_addr;
+  (* init = 16'h0000 *)
+  wire [15:0] \a_addr$33 ;
+  wire a_hit;
+  wire a_read;
+  reg [15:0] a_rs = 16'h0000;
+  output b_acc;
+  reg b_acc = 1'h0;
+  (* init = 1'h0 *)
+  wire \b_acc$34 ;
+  (* init = 16'h0000 *)
+  output [15:0] b_addr;
+  wire [15:0] b_addr;
+  (* init = 16'h0000 *)
+  wire [15:0] \b_addr$35 ;
+  wire b_hit;
+  output b_read;
+  wire b_read;
+  output busy;
+  reg busy = 1'h0;
+  input clk;
+  wire clk;
+  reg [15:0] col = 16'h0000;
+  reg [15:0] cols = 16'h0000;
+  input [255:0] command;
+  wire [255:0] command;
+  reg d_acc = 1'h0;
+  reg [15:0] d_rs = 16'h0000;
+  wire empty;
+  reg ends = 1'h0;
+  output go;
+  wire go;
+  reg issuing = 1'h0;
+  wire last_col;
+  input pop;
+  wire pop;
+  wire push;
+  (* init = 1'h0 *)
+  wire push_acc;
+  (* init = 16'h0000 *)
+  wire [15:0] push_addr;
+  wire room;
+  reg [15:0] rows_left = 16'h0000;
+  input rst;
+  wire rst;
+  reg serial = 1'h0;
+  wire stalled;
+  input start;
+  wire start;
+  output [20:0] step;
+  reg [20:0] step = 21'h000000;
+  wire \step.d_acc ;
+  wire [15:0] \step.d_addr ;
+  wire \step.end ;
+  wire \step.first ;
+  wire \step.last ;
+  wire \step.valid ;
+  wire writes;
+  wire written;
+  assign \$26  = rows_left - 1'h1;
+  assign \$27  = \$signal$16  + a_rs;
+  assign \$28  = \$signal$16  + a_rs;
+  assign \$29  = \$signal$19  + \$signal$21 ;
+  assign \$30  = \$signal$19  + \$signal$21 ;
+  assign \$31  = \$signal$23  + d_rs;
+  assign \$32  = \$signal$23  + d_rs;
+  assign \$33  = rows_left == 1'h1;
+  assign \$34  = ! col;
+  assign \$35  = rows_left == 1'h1;
+  assign \$36  = last_col & \$35 ;
+  assign \$37  = ends & empty;
+  assign \$38  = ~ start;
+  assign \$39  = \$37  & \$38 ;
+  assign \$40  = cols - 1'h1;
+  assign last_col = col == \$40 ;
+  assign \$41  = ~ \$signal$8 ;
+  assign writes = \$41  | last_col;
+  assign \$42  = ~ go;
+  assign stalled = issuing & \$42 ;
+  assign \$43  = ~ a_hit;
+  assign \$44  = issuing & \$43 ;
+  assign \$45  = \$signal  & b_hit;
+  assign \$46  = ~ \$45 ;
+  assign \$47  = \$44  & \$46 ;
+  assign \$48  = \$47  & room;
+  assign \$49  = ~ empty;
+  assign \$50  = serial & \$49 ;
+  assign \$51  = ~ \$50 ;
+  assign go = \$48  & \$51 ;
+  assign b_read = go & \$signal ;
+  assign push = go & writes;
+  always @(posedge clk)
+    busy <= \$52 ;
+  always @(posedge clk)
+    issuing <= \$53 ;
+  always @(posedge clk)
+    ends <= \$54 ;
+  always @(posedge clk)
+    \$signal  <= \$55 ;
+  always @(posedge clk)
+    \$signal$8  <= \$56 ;
+  always @(posedge clk)
+    serial <= \$57 ;
+  always @(posedge clk)
+    a_acc <= \$58 ;
+  always @(posedge clk)
+    b_acc <= \$59 ;
+  always @(posedge clk)
+    d_acc <= \$60 ;
+  always @(posedge clk)
+    rows_left <= \$61 ;
+  always @(posedge clk)
+    cols <= \$62 ;
+  always @(posedge clk)
+    col <= \$63 ;
+  always @(posedge clk)
+    \$signal$16  <= \$64 ;
+  always @(posedge clk)
+    \$signal$17  <= \$65 ;
+  always @(posedge clk)
+    a_rs <= \$66 ;
+  always @(posedge clk)
+    \$signal$19  <= \$67 ;
+  always @(posedge clk)
+    \$signal$20  <= \$68 ;
+  always @(posedge clk)
+    \$signal$21  <= \$69 ;
+  always @(posedge clk)
+    \$signal$22  <= \$70 ;
+  always @(posedge clk)
+    \$signal$23  <= \$71 ;
+  always @(posedge clk)
+    \$signal$24  <= \$72 ;
+  always @(posedge clk)
+    d_rs <= \$73 ;
+  always @(posedge clk)
+    step <= \$74 ;
+  assign \$1  = ! command[39:32];
+  assign \$3  = command[39:32] == 1'h1;
+  assign \$4  = \$2  | \$3 ;
+  assign \$5  = command[39:32] == 2'h2;
+  assign \$6  = \$4  | \$5 ;
+  assign \$7  = command[39:32] == 2'h3;
+  assign \$8  = \$6  | \$7 ;
+  assign \$9  = command[39:32] == 3'h4;
+  assign \$10  = \$8  | \$9 ;
+  assign \$11  = command[39:32] == 4'h9;
+  assign \$13  = command[39:32] == 4'ha;
+  assign \$14  = \$12  | \$13 ;
+  assign \$15  = command[39:32] == 4'hb;
+  assign \$16  = \$14  | \$15 ;
+  assign \$17  = command[39:32] == 4'hc;
+  assign \$19  = command[39:32] == 4'hd;
+  assign \$20  = \$18  | \$19 ;
+  assign \$21  = col + 1'h1;
+  assign \$22  = \$signal$17  + 1'h1;
+  assign \$23  = \$signal$20  + \$signal$22 ;
+  assign \$24  = ~ \$signal$8 ;
+  assign \$25  = \$signal$24  + 1'h1;
+  \dx1_dma_tile.tile.vector$242.sequencer.hazards  hazards (
+    .a_acc(a_acc),
+    .a_addr(\$signal$17 ),
+    .a_hit(a_hit),
+    .b_acc(b_acc),
+    .b_addr(\$signal$20 ),
+    .b_hit(b_hit),
+    .clk(clk),
+    .empty(empty),
+    .pop(pop),
+    .push(push),
+    .push_acc(d_acc),
+    .push_addr(\$signal$24 ),
+    .room(room),
+    .rst(rst)
+  );
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$36 ) begin end
+    \$52  = busy;
+    if (start) begin
+      \$52  = 1'h1;
+    end
+    if (\$39 ) begin
+      \$52  = 1'h0;
+    end
+    if (rst) begin
+      \$52  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$36 ) begin end
+    \$53  = issuing;
+    if (start) begin
+      \$53  = 1'h1;
+    end
+    if (go) begin
+      if (last_col) begin
+        if (\$33 ) begin
+          \$53  = 1'h0;
+        end
+      end
+    end
+    if (rst) begin
+      \$53  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$36 ) begin end
+    \$54  = ends;
+    if (start) begin
+      \$54  = 1'h0;
+    end
+    if (go) begin
+      if (last_col) begin
+        if (\$33 ) begin
+          \$54  = 1'h1;
+        end
+      end
+    end
+    if (\$39 ) begin
+      \$54  = 1'h0;
+    end
+    if (rst) begin
+      \$54  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$36 ) begin end
+    \$55  = \$signal ;
+    if (start) begin
+      \$55  = \$10 ;
+    end
+    if (rst) begin
+      \$55  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$36 ) begin end
+    \$56  = \$signal$8 ;
+    if (start) begin
+      \$56  = \$16 ;
+    end
+    if (rst) begin
+      \$56  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$36 ) begin end
+    \$57  = serial;
+    if (start) begin
+      \$57  = \$20 ;
+    end
+    if (rst) begin
+      \$57  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$36 ) begin end
+    \$58  = a_acc;
+    if (start) begin
+      \$58  = command[8];
+    end
+    if (rst) begin
+      \$58  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$36 ) begin end
+    \$59  = b_acc;
+    if (start) begin
+      \$59  = command[9];
+    end
+    if (rst) begin
+      \$59  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$36 ) begin end
+    \$60  = d_acc;
+    if (start) begin
+      \$60  = command[10];
+    end
+    if (rst) begin
+      \$60  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$36 ) begin end
+    \$61  = rows_left;
+    if (start) begin
+      \$61  = command[127:112];
+    end
+    if (go) begin
+      if (last_col) begin
+        \$61  = \$26 [15:0];
+      end
+    end
+    if (rst) begin
+      \$61  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$36 ) begin end
+    \$62  = cols;
+    if (start) begin
+      \$62  = command[63:48];
+    end
+    if (rst) begin
+      \$62  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$36 ) begin end
+    \$63  = col;
+    if (start) begin
+      \$63  = 16'h0000;
+    end
+    if (go) begin
+      \$63  = \$21 [15:0];
+      if (last_col) begin
+        \$63  = 16'h0000;
+      end
+    end
+    if (rst) begin
+      \$63  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$36 ) begin end
+    \$64  = \$signal$16 ;
+    if (start) begin
+      \$64  = command[79:64];
+    end
+    if (go) begin
+      if (last_col) begin
+        \$64  = \$27 [15:0];
+      end
+    end
+    if (rst) begin
+      \$64  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$36 ) begin end
+    \$65  = \$signal$17 ;
+    if (start) begin
+      \$65  = command[79:64];
+    end
+    if (go) begin
+      \$65  = \$22 [15:0];
+      if (last_col) begin
+        \$65  = \$28 [15:0];
+      end
+    end
+    if (rst) begin
+      \$65  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$36 ) begin end
+    \$66  = a_rs;
+    if (start) begin
+      \$66  = command[143:128];
+    end
+    if (rst) begin
+      \$66  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$36 ) begin end
+    \$67  = \$signal$19 ;
+    if (start) begin
+      \$67  = command[95:80];
+    end
+    if (go) begin
+      if (last_col) begin
+        \$67  = \$29 [15:0];
+      end
+    end
+    if (rst) begin
+      \$67  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$36 ) begin end
+    \$68  = \$signal$20 ;
+    if (start) begin
+      \$68  = command[95:80];
+    end
+    if (go) begin
+      \$68  = \$23 [15:0];
+      if (last_col) begin
+        \$68  = \$30 [15:0];
+      end
+    end
+    if (rst) begin
+      \$68  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$36 ) begin end
+    \$69  = \$signal$21 ;
+    if (start) begin
+      \$69  = command[159:144];
+    end
+    if (rst) begin
+      \$69  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$36 ) begin end
+    \$70  = \$signal$22 ;
+    if (start) begin
+      \$70  = command[175:160];
+    end
+    if (rst) begin
+      \$70  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$36 ) begin end
+    \$71  = \$signal$23 ;
+    if (start) begin
+      \$71  = command[111:96];
+    end
+    if (go) begin
+      if (last_col) begin
+        \$71  = \$31 [15:0];
+      end
+    end
+    if (rst) begin
+      \$71  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$36 ) begin end
+    \$72  = \$signal$24 ;
+    if (start) begin
+      \$72  = command[111:96];
+    end
+    if (go) begin
+      if (\$24 ) begin
+        \$72  = \$25 [15:0];
+      end
+      if (last_col) begin
+        \$72  = \$32 [15:0];
+      end
+    end
+    if (rst) begin
+      \$72  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$36 ) begin end
+    \$73  = d_rs;
+    if (start) begin
+      \$73  = command[191:176];
+    end
+    if (rst) begin
+      \$73  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$36 ) begin end
+    \$74 [0] = go;
+    \$74 [1] = \$34 ;
+    \$74 [2] = last_col;
+    \$74 [3] = \$36 ;
+    \$74 [19:4] = \$signal$24 ;
+    \$74 [20] = d_acc;
+    if (rst) begin
+      \$74  = 21'h000000;
+    end
+  end
+  assign \a_acc$32  = a_acc;
+  assign \a_addr$33  = \$signal$17 ;
+  assign \b_acc$34  = b_acc;
+  assign \b_addr$35  = \$signal$20 ;
+  assign a_read = go;
+  assign push_acc = d_acc;
+  assign push_addr = \$signal$24 ;
+  assign written = pop;
+  assign a_addr = \$signal$17 ;
+  assign b_addr = \$signal$20 ;
+  assign \step.valid  = step[0];
+  assign \step.first  = step[1];
+  assign \step.last  = step[2];
+  assign \step.end  = step[3];
+  assign \step.d_addr  = step[19:4];
+  assign \step.d_acc  = step[20];
+  assign \$2  = \$1 ;
+  assign \$12  = \$11 ;
+  assign \$18  = \$17 ;
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_dma_tile.tile.vector$242.sequencer.hazards (rst, push, empty, room, a_hit, b_hit, pop, a_acc, b_acc, push_acc, a_addr, b_addr, push_addr, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$37  = 0;
+  wire \$1 ;
+  wire \$10 ;
+  wire \$100 ;
+  wire \$101 ;
+  wire \$102 ;
+  wire \$103 ;
+  wire \$104 ;
+  wire \$105 ;
+  wire \$106 ;
+  wire \$107 ;
+  wire \$108 ;
+  wire \$109 ;
+  wire \$11 ;
+  wire \$110 ;
+  wire \$111 ;
+  wire \$112 ;
+  wire \$113 ;
+  wire \$114 ;
+  wire \$115 ;
+  wire \$116 ;
+  wire \$117 ;
+  wire \$118 ;
+  wire \$119 ;
+  wire \$12 ;
+  wire \$120 ;
+  wire \$121 ;
+  wire \$122 ;
+  wire \$123 ;
+  wire \$124 ;
+  wire \$125 ;
+  wire \$126 ;
+  wire \$127 ;
+  wire \$128 ;
+  wire \$129 ;
+  wire \$13 ;
+  wire \$130 ;
+  wire \$131 ;
+  wire \$132 ;
+  wire \$133 ;
+  wire \$134 ;
+  wire \$135 ;
+  wire \$136 ;
+  wire \$137 ;
+  wire \$138 ;
+  wire \$139 ;
+  wire \$14 ;
+  wire \$140 ;
+  wire \$141 ;
+  wire \$142 ;
+  wire \$143 ;
+  wire \$144 ;
+  wire \$145 ;
+  wire \$146 ;
+  wire \$147 ;
+  wire \$148 ;
+  wire [4:0] \$149 ;
+  wire \$15 ;
+  wire [5:0] \$150 ;
+  wire [4:0] \$151 ;
+  wire [4:0] \$152 ;
+  wire [4:0] \$153 ;
+  wire [4:0] \$154 ;
+  wire \$155 ;
+  wire \$156 ;
+  wire \$157 ;
+  wire \$158 ;
+  wire \$159 ;
+  wire \$16 ;
+  wire \$160 ;
+  wire \$161 ;
+  wire \$162 ;
+  wire \$163 ;
+  wire \$164 ;
+  wire \$165 ;
+  wire \$166 ;
+  wire \$167 ;
+  wire \$168 ;
+  wire \$169 ;
+  wire \$17 ;
+  wire \$170 ;
+  wire \$171 ;
+  wire \$172 ;
+  wire \$173 ;
+  wire \$174 ;
+  wire \$175 ;
+  wire \$176 ;
+  wire \$177 ;
+  wire \$178 ;
+  wire \$179 ;
+  wire \$18 ;
+  wire \$180 ;
+  wire \$181 ;
+  wire \$182 ;
+  wire \$183 ;
+  wire \$184 ;
+  wire \$185 ;
+  wire \$186 ;
+  wire \$187 ;
+  wire \$188 ;
+  wire \$189 ;
+  wire \$19 ;
+  wire \$190 ;
+  wire \$191 ;
+  wire \$192 ;
+  wire \$193 ;
+  wire \$194 ;
+  wire \$195 ;
+  wire \$196 ;
+  wire \$197 ;
+  wire \$198 ;
+  wire \$199 ;
+  wire \$2 ;
+  wire \$20 ;
+  wire \$200 ;
+  wire \$201 ;
+  wire \$202 ;
+  wire \$203 ;
+  wire \$204 ;
+  wire \$205 ;
+  wire \$206 ;
+  wire \$207 ;
+  wire \$208 ;
+  wire \$209 ;
+  wire \$21 ;
+  wire \$210 ;
+  wire \$211 ;
+  wire \$212 ;
+  wire \$213 ;
+  wire \$214 ;
+  reg [3:0] \$215 ;
+  reg [3:0] \$216 ;
+  reg [3:0] \$217 ;
+  reg \$218 ;
+  reg \$219 ;
+  wire \$22 ;
+  reg [15:0] \$220 ;
+  reg \$221 ;
+  reg \$222 ;
+  reg [15:0] \$223 ;
+  reg \$224 ;
+  reg \$225 ;
+  reg [15:0] \$226 ;
+  reg \$227 ;
+  reg \$228 ;
+  reg [15:0] \$229 ;
+  wire \$23 ;
+  reg \$230 ;
+  reg \$231 ;
+  reg [15:0] \$232 ;
+  reg \$233 ;
+  reg \$234 ;
+  reg [15:0] \$235 ;
+  reg \$236 ;
+  reg \$237 ;
+  reg [15:0] \$238 ;
+  reg \$239 ;
+  wire \$24 ;
+  reg \$240 ;
+  reg [15:0] \$241 ;
+  reg \$242 ;
+  reg \$243 ;
+  reg [15:0] \$244 ;
+  reg \$245 ;
+  reg \$246 ;
+  reg [15:0] \$247 ;
+  reg \$248 ;
+  reg \$249 ;
+  wire \$25 ;
+  reg [15:0] \$250 ;
+  reg \$251 ;
+  reg \$252 ;
+  reg [15:0] \$253 ;
+  reg \$254 ;
+  reg \$255 ;
+  reg [15:0] \$256 ;
+  reg \$257 ;
+  reg \$258 ;
+  reg [15:0] \$259 ;
+  wire \$26 ;
+  reg \$260 ;
+  reg \$261 ;
+  reg [15:0] \$262 ;
+  wire \$27 ;
+  wire \$28 ;
+  wire \$29 ;
+  wire \$3 ;
+  wire \$30 ;
+  wire \$31 ;
+  wire \$32 ;
+  wire \$33 ;
+  wire \$34 ;
+  wire \$35 ;
+  wire \$36 ;
+  wire \$37 ;
+  wire \$38 ;
+  wire \$39 ;
+  wire \$4 ;
+  wire \$40 ;
+  wire \$41 ;
+  wire [4:0] \$418 ;
+  wire \$42 ;
+  wire \$420 ;
+  wire [4:0] \$424 ;
+  wire \$426 ;
+  wire \$43 ;
+  wire \$44 ;
+  wire \$45 ;
+  wire \$46 ;
+  wire \$47 ;
+  wire \$48 ;
+  wire \$49 ;
+  wire \$5 ;
+  wire \$50 ;
+  wire \$51 ;
+  wire \$52 ;
+  wire \$53 ;
+  wire \$54 ;
+  wire \$55 ;
+  wire \$56 ;
+  wire \$57 ;
+  wire \$58 ;
+  wire \$59 ;
+  wire \$6 ;
+  wire \$60 ;
+  wire \$61 ;
+  wire \$62 ;
+  wire \$63 ;
+  wire \$64 ;
+  wire \$65 ;
+  wire \$66 ;
+  wire \$67 ;
+  wire \$68 ;
+  wire \$69 ;
+  wire \$7 ;
+  wire \$70 ;
+  wire \$71 ;
+  wire \$72 ;
+  wire \$73 ;
+  wire \$74 ;
+  wire \$75 ;
+  wire \$76 ;
+  wire \$77 ;
+  wire \$78 ;
+  wire \$79 ;
+  wire \$8 ;
+  wire \$80 ;
+  wire \$81 ;
+  wire \$82 ;
+  wire \$83 ;
+  wire \$84 ;
+  wire \$85 ;
+  wire \$86 ;
+  wire \$87 ;
+  wire \$88 ;
+  wire \$89 ;
+  wire \$9 ;
+  wire \$90 ;
+  wire \$91 ;
+  wire \$92 ;
+  wire \$93 ;
+  wire \$94 ;
+  wire \$95 ;
+  wire \$96 ;
+  wire \$97 ;
+  wire \$98 ;
+  wire \$99 ;
+  input a_acc;
+  wire a_acc;
+  input [15:0] a_addr;
+  wire [15:0] a_addr;
+  output a_hit;
+  wire a_hit;
+  reg acc0 = 1'h0;
+  reg acc1 = 1'h0;
+  reg acc10 = 1'h0;
+  reg acc11 = 1'h0;
+  reg acc12 = 1'h0;
+  reg acc13 = 1'h0;
+  reg acc14 = 1'h0;
+  reg acc2 = 1'h0;
+  reg acc3 = 1'h0;
+  reg acc4 = 1'h0;
+  reg acc5 = 1'h0;
+  reg acc6 = 1'h0;
+  reg acc7 = 1'h0;
+  reg acc8 = 1'h0;
+  reg acc9 = 1'h0;
+  reg [15:0] addr0 = 16'h0000;
+  reg [15:0] addr1 = 16'h0000;
+  reg [15:0] addr10 = 16'h0000;
+  reg [15:0] addr11 = 16'h0000;
+  reg [15:0] addr12 = 16'h0000;
+  reg [15:0] addr13 = 16'h0000;
+  reg [15:0] addr14 = 16'h0000;
+  reg [15:0] addr2 = 16'h0000;
+  reg [15:0] addr3 = 16'h0000;
+  reg [15:0] addr4 = 16'h0000;
+  reg [15:0] addr5 = 16'h0000;
+  reg [15:0] addr6 = 16'h0000;
+  reg [15:0] addr7 = 16'h0000;
+  reg [15:0] addr8 = 16'h0000;
+  reg [15:0] addr9 = 16'h0000;
+  input b_acc;
+  wire b_acc;
+  input [15:0] b_addr;
+  wire [15:0] b_addr;
+  output b_hit;
+  wire b_hit;
+  input clk;
+  wire clk;
+  reg [3:0] count = 4'h0;
+  output empty;
+  wire empty;
+  reg [3:0] head = 4'h0;
+  input pop;
+  wire pop;
+  input push;
+  wire push;
+  input push_acc;
+  wire push_acc;
+  input [15:0] push_addr;
+  wire [15:0] push_addr;
+  output room;
+  wire room;
+  input rst;
+  wire rst;
+  reg [3:0] tail = 4'h0;
+  reg valid0 = 1'h0;
+  reg valid1 = 1'h0;
+  reg valid10 = 1'h0;
+  reg valid11 = 1'h0;
+  reg valid12 = 1'h0;
+  reg valid13 = 1'h0;
+  reg valid14 = 1'h0;
+  reg valid2 = 1'h0;
+  reg valid3 = 1'h0;
+  reg valid4 = 1'h0;
+  reg valid5 = 1'h0;
+  reg valid6 = 1'h0;
+  reg valid7 = 1'h0;
+  reg valid8 = 1'h0;
+  reg valid9 = 1'h0;
+  assign empty = ! count;
+  assign room = count != 4'hf;
+  assign \$1  = acc0 == a_acc;
+  assign \$2  = valid0 & \$1 ;
+  assign \$3  = addr0 == a_addr;
+  assign \$4  = \$2  & \$3 ;
+  assign \$6  = acc1 == a_acc;
+  assign \$7  = valid1 & \$6 ;
+  assign \$8  = addr1 == a_addr;
+  assign \$9  = \$7  & \$8 ;
+  assign \$10  = \$5  | \$9 ;
+  assign \$11  = acc2 == a_acc;
+  assign \$12  = valid2 & \$11 ;
+  assign \$13  = addr2 == a_addr;
+  assign \$14  = \$12  & \$13 ;
+  assign \$15  = \$10  | \$14 ;
+  assign \$16  = acc3 == a_acc;
+  assign \$17  = valid3 & \$16 ;
+  assign \$18  = addr3 == a_addr;
+  assign \$19  = \$17  & \$18 ;
+  assign \$20  = \$15  | \$19 ;
+  assign \$21  = acc4 == a_acc;
+  assign \$22  = valid4 & \$21 ;
+  assign \$23  = addr4 == a_addr;
+  assign \$24  = \$22  & \$23 ;
+  assign \$25  = \$20  | \$24 ;
+  assign \$26  = acc5 == a_acc;
+  assign \$27  = valid5 & \$26 ;
+  assign \$28  = addr5 == a_addr;
+  assign \$29  = \$27  & \$28 ;
+  assign \$30  = \$25  | \$29 ;
+  assign \$31  = acc6 == a_acc;
+  assign \$32  = valid6 & \$31 ;
+  assign \$33  = addr6 == a_addr;
+  assign \$34  = \$32  & \$33 ;
+  assign \$35  = \$30  | \$34 ;
+  assign \$36  = acc7 == a_acc;
+  assign \$37  = valid7 & \$36 ;
+  assign \$38  = addr7 == a_addr;
+  assign \$39  = \$37  & \$38 ;
+  assign \$40  = \$35  | \$39 ;
+  assign \$41  = acc8 == a_acc;
+  assign \$42  = valid8 & \$41 ;
+  assign \$43  = addr8 == a_addr;
+  assign \$44  = \$42  & \$43 ;
+  assign \$45  = \$40  | \$44 ;
+  assign \$46  = acc9 == a_acc;
+  assign \$47  = valid9 & \$46 ;
+  assign \$48  = addr9 == a_addr;
+  assign \$49  = \$47  & \$48 ;
+  assign \$50  = \$45  | \$49 ;
+  assign \$51  = acc10 == a_acc;
+  assign \$52  = valid10 & \$51 ;
+  assign \$53  = addr10 == a_addr;
+  assign \$54  = \$52  & \$53 ;
+  assign \$55  = \$50  | \$54 ;
+  assign \$56  = acc11 == a_acc;
+  assign \$57  = valid11 & \$56 ;
+  assign \$58  = addr11 == a_addr;
+  assign \$59  = \$57  & \$58 ;
+  assign \$60  = \$55  | \$59 ;
+  assign \$61  = acc12 == a_acc;
+  assign \$62  = valid12 & \$61 ;
+  assign \$63  = addr12 == a_addr;
+  assign \$64  = \$62  & \$63 ;
+  assign \$65  = \$60  | \$64 ;
+  assign \$66  = acc13 == a_acc;
+  assign \$67  = valid13 & \$66 ;
+  assign \$68  = addr13 == a_addr;
+  assign \$69  = \$67  & \$68 ;
+  assign \$70  = \$65  | \$69 ;
+  assign \$71  = acc14 == a_acc;
+  assign \$72  = valid14 & \$71 ;
+  assign \$73  = addr14 == a_addr;
+  assign \$74  = \$72  & \$73 ;
+  assign a_hit = \$70  | \$74 ;
+  assign \$75  = acc0 == b_acc;
+  assign \$76  = valid0 & \$75 ;
+  assign \$77  = addr0 == b_addr;
+  assign \$78  = \$76  & \$77 ;
+  assign \$80  = acc1 == b_acc;
+  assign \$81  = valid1 & \$80 ;
+  assign \$82  = addr1 == b_addr;
+  assign \$83  = \$81  & \$82 ;
+  assign \$84  = \$79  | \$83 ;
+  assign \$85  = acc2 == b_acc;
+  assign \$86  = valid2 & \$85 ;
+  assign \$87  = addr2 == b_addr;
+  assign \$88  = \$86  & \$87 ;
+  assign \$89  = \$84  | \$88 ;
+  assign \$90  = acc3 == b_acc;
+  assign \$91  = valid3 & \$90 ;
+  assign \$92  = addr3 == b_addr;
+  assign \$93  = \$91  & \$92 ;
+  assign \$94  = \$89  | \$93 ;
+  assign \$95  = acc4 == b_acc;
+  assign \$96  = valid4 & \$95 ;
+  assign \$97  = addr4 == b_addr;
+  assign \$98  = \$96  & \$97 ;
+  assign \$99  = \$94  | \$98 ;
+  assign \$100  = acc5 == b_acc;
+  assign \$101  = valid5 & \$100 ;
+  assign \$102  = addr5 == b_addr;
+  assign \$103  = \$101  & \$102 ;
+  assign \$104  = \$99  | \$103 ;
+  assign \$105  = acc6 == b_acc;
+  assign \$106  = valid6 & \$105 ;
+  assign \$107  = addr6 == b_addr;
+  assign \$108  = \$106  & \$107 ;
+  assign \$109  = \$104  | \$108 ;
+  assign \$110  = acc7 == b_acc;
+  assign \$111  = valid7 & \$110 ;
+  assign \$112  = addr7 == b_addr;
+  assign \$113  = \$111  & \$112 ;
+  assign \$114  = \$109  | \$113 ;
+  assign \$115  = acc8 == b_acc;
+  assign \$116  = valid8 & \$115 ;
+  assign \$117  = addr8 == b_addr;
+  assign \$118  = \$116  & \$117 ;
+  assign \$119  = \$114  | \$118 ;
+  assign \$120  = acc9 == b_acc;
+  assign \$121  = valid9 & \$120 ;
+  assign \$122  = addr9 == b_addr;
+  assign \$123  = \$121  & \$122 ;
+  assign \$124  = \$119  | \$123 ;
+  assign \$125  = acc10 == b_acc;
+  assign \$126  = valid10 & \$125 ;
+  assign \$127  = addr10 == b_addr;
+  assign \$128  = \$126  & \$127 ;
+  assign \$129  = \$124  | \$128 ;
+  assign \$130  = acc11 == b_acc;
+  assign \$131  = valid11 & \$130 ;
+  assign \$132  = addr11 == b_addr;
+  assign \$133  = \$131  & \$132 ;
+  assign \$134  = \$129  | \$133 ;
+  assign \$135  = acc12 == b_acc;
+  assign \$136  = valid12 & \$135 ;
+  assign \$137  = addr12 == b_addr;
+  assign \$138  = \$136  & \$137 ;
+  assign \$139  = \$134  | \$138 ;
+  assign \$140  = acc13 == b_acc;
+  assign \$141  = valid13 & \$140 ;
+  assign \$142  = addr13 == b_addr;
+  assign \$143  = \$141  & \$142 ;
+  assign \$144  = \$139  | \$143 ;
+  assign \$145  = acc14 == b_acc;
+  assign \$146  = valid14 & \$145 ;
+  assign \$147  = addr14 == b_addr;
+  assign \$148  = \$146  & \$147 ;
+  assign b_hit = \$144  | \$148 ;
+  assign \$149  = count + push;
+  assign \$150  = \$149  - pop;
+  assign \$151  = tail + 1'h1;
+  assign \$418  = \$151  % 4'hf;
+  assign \$153  = head + 1'h1;
+  assign \$424  = \$153  % 4'hf;
+  assign \$155  = ! head;
+  assign \$156  = pop & \$155 ;
+  assign \$157  = ! tail;
+  assign \$158  = push & \$157 ;
+  assign \$159  = head == 1'h1;
+  assign \$160  = pop & \$159 ;
+  assign \$161  = tail == 1'h1;
+  assign \$162  = push & \$161 ;
+  assign \$163  = head == 2'h2;
+  assign \$164  = pop & \$163 ;
+  assign \$165  = tail == 2'h2;
+  assign \$166  = push & \$165 ;
+  assign \$167  = head == 2'h3;
+  assign \$168  = pop & \$167 ;
+  assign \$169  = tail == 2'h3;
+  assign \$170  = push & \$169 ;
+  assign \$171  = head == 3'h4;
+  assign \$172  = pop & \$171 ;
+  assign \$173  = tail == 3'h4;
+  assign \$174  = push & \$173 ;
+  assign \$175  = head == 3'h5;
+  assign \$176  = pop & \$175 ;
+  assign \$177  = tail == 3'h5;
+  assign \$178  = push & \$177 ;
+  assign \$179  = head == 3'h6;
+  assign \$180  = pop & \$179 ;
+  assign \$181  = tail == 3'h6;
+  assign \$182  = push & \$181 ;
+  assign \$183  = head == 3'h7;
+  assign \$184  = pop & \$183 ;
+  assign \$185  = tail == 3'h7;
+  assign \$186  = push & \$185 ;
+  assign \$187  = head == 4'h8;
+  assign \$188  = pop & \$187 ;
+  assign \$189  = tail == 4'h8;
+  assign \$190  = push & \$189 ;
+  assign \$191  = head == 4'h9;
+  assign \$192  = pop & \$191 ;
+  assign \$193  = tail == 4'h9;
+  assign \$194  = push & \$193 ;
+  assign \$195  = head == 4'ha;
+  assign \$196  = pop & \$195 ;
+  assign \$197  = tail == 4'ha;
+  assign \$198  = push & \$197 ;
+  assign \$199  = head == 4'hb;
+  assign \$200  = pop & \$199 ;
+  assign \$201  = tail == 4'hb;
+  assign \$202  = push & \$201 ;
+  assign \$203  = head == 4'hc;
+  assign \$204  = pop & \$203 ;
+  assign \$205  = tail == 4'hc;
+  assign \$206  = push & \$205 ;
+  assign \$207  = head == 4'hd;
+  assign \$208  = pop & \$207 ;
+  assign \$209  = tail == 4'hd;
+  assign \$210  = push & \$209 ;
+  assign \$211  = head == 4'he;
+  assign \$212  = pop & \$211 ;
+  assign \$213  = tail == 4'he;
+  assign \$214  = push & \$213 ;
+  always @(posedge clk)
+    count <= \$215 ;
+  always @(posedge clk)
+    tail <= \$216 ;
+  always @(posedge clk)
+    head <= \$217 ;
+  always @(posedge clk)
+    valid0 <= \$218 ;
+  always @(posedge clk)
+    acc0 <= \$219 ;
+  always @(posedge clk)
+    addr0 <= \$220 ;
+  always @(posedge clk)
+    valid1 <= \$221 ;
+  always @(posedge clk)
+    acc1 <= \$222 ;
+  always @(posedge clk)
+    addr1 <= \$223 ;
+  always @(posedge clk)
+    valid2 <= \$224 ;
+  always @(posedge clk)
+    acc2 <= \$225 ;
+  always @(posedge clk)
+    addr2 <= \$226 ;
+  always @(posedge clk)
+    valid3 <= \$227 ;
+  always @(posedge clk)
+    acc3 <= \$228 ;
+  always @(posedge clk)
+    addr3 <= \$229 ;
+  always @(posedge clk)
+    valid4 <= \$230 ;
+  always @(posedge clk)
+    acc4 <= \$231 ;
+  always @(posedge clk)
+    addr4 <= \$232 ;
+  always @(posedge clk)
+    valid5 <= \$233 ;
+  always @(posedge clk)
+    acc5 <= \$234 ;
+  always @(posedge clk)
+    addr5 <= \$235 ;
+  always @(posedge clk)
+    valid6 <= \$236 ;
+  always @(posedge clk)
+    acc6 <= \$237 ;
+  always @(posedge clk)
+    addr6 <= \$238 ;
+  always @(posedge clk)
+    valid7 <= \$239 ;
+  always @(posedge clk)
+    acc7 <= \$240 ;
+  always @(posedge clk)
+    addr7 <= \$241 ;
+  always @(posedge clk)
+    valid8 <= \$242 ;
+  always @(posedge clk)
+    acc8 <= \$243 ;
+  always @(posedge clk)
+    addr8 <= \$244 ;
+  always @(posedge clk)
+    valid9 <= \$245 ;
+  always @(posedge clk)
+    acc9 <= \$246 ;
+  always @(posedge clk)
+    addr9 <= \$247 ;
+  always @(posedge clk)
+    valid10 <= \$248 ;
+  always @(posedge clk)
+    acc10 <= \$249 ;
+  always @(posedge clk)
+    addr10 <= \$250 ;
+  always @(posedge clk)
+    valid11 <= \$251 ;
+  always @(posedge clk)
+    acc11 <= \$252 ;
+  always @(posedge clk)
+    addr11 <= \$253 ;
+  always @(posedge clk)
+    valid12 <= \$254 ;
+  always @(posedge clk)
+    acc12 <= \$255 ;
+  always @(posedge clk)
+    addr12 <= \$256 ;
+  always @(posedge clk)
+    valid13 <= \$257 ;
+  always @(posedge clk)
+    acc13 <= \$258 ;
+  always @(posedge clk)
+    addr13 <= \$259 ;
+  always @(posedge clk)
+    valid14 <= \$260 ;
+  always @(posedge clk)
+    acc14 <= \$261 ;
+  always @(posedge clk)
+    addr14 <= \$262 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$215  = \$150 [3:0];
+    if (rst) begin
+      \$215  = 4'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$216  = tail;
+    if (push) begin
+      \$216  = \$152 [3:0];
+    end
+    if (rst) begin
+      \$216  = 4'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$217  = head;
+    if (pop) begin
+      \$217  = \$154 [3:0];
+    end
+    if (rst) begin
+      \$217  = 4'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$218  = valid0;
+    if (\$156 ) begin
+      \$218  = 1'h0;
+    end
+    if (\$158 ) begin
+      \$218  = 1'h1;
+    end
+    if (rst) begin
+      \$218  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$219  = acc0;
+    if (\$158 ) begin
+      \$219  = push_acc;
+    end
+    if (rst) begin
+      \$219  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$220  = addr0;
+    if (\$158 ) begin
+      \$220  = push_addr;
+    end
+    if (rst) begin
+      \$220  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$221  = valid1;
+    if (\$160 ) begin
+      \$221  = 1'h0;
+    end
+    if (\$162 ) begin
+      \$221  = 1'h1;
+    end
+    if (rst) begin
+      \$221  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$222  = acc1;
+    if (\$162 ) begin
+      \$222  = push_acc;
+    end
+    if (rst) begin
+      \$222  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$223  = addr1;
+    if (\$162 ) begin
+      \$223  = push_addr;
+    end
+    if (rst) begin
+      \$223  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$224  = valid2;
+    if (\$164 ) begin
+      \$224  = 1'h0;
+    end
+    if (\$166 ) begin
+      \$224  = 1'h1;
+    end
+    if (rst) begin
+      \$224  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$225  = acc2;
+    if (\$166 ) begin
+      \$225  = push_acc;
+    end
+    if (rst) begin
+      \$225  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$226  = addr2;
+    if (\$166 ) begin
+      \$226  = push_addr;
+    end
+    if (rst) begin
+      \$226  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$227  = valid3;
+    if (\$168 ) begin
+      \$227  = 1'h0;
+    end
+    if (\$170 ) begin
+      \$227  = 1'h1;
+    end
+    if (rst) begin
+      \$227  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$228  = acc3;
+    if (\$170 ) begin
+      \$228  = push_acc;
+    end
+    if (rst) begin
+      \$228  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$229  = addr3;
+    if (\$170 ) begin
+      \$229  = push_addr;
+    end
+    if (rst) begin
+      \$229  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$230  = valid4;
+    if (\$172 ) begin
+      \$230  = 1'h0;
+    end
+    if (\$174 ) begin
+      \$230  = 1'h1;
+    end
+    if (rst) begin
+      \$230  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$231  = acc4;
+    if (\$174 ) begin
+      \$231  = push_acc;
+    end
+    if (rst) begin
+      \$231  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$232  = addr4;
+    if (\$174 ) begin
+      \$232  = push_addr;
+    end
+    if (rst) begin
+      \$232  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$233  = valid5;
+    if (\$176 ) begin
+      \$233  = 1'h0;
+    end
+    if (\$178 ) begin
+      \$233  = 1'h1;
+    end
+    if (rst) begin
+      \$233  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$234  = acc5;
+    if (\$178 ) begin
+      \$234  = push_acc;
+    end
+    if (rst) begin
+      \$234  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$235  = addr5;
+    if (\$178 ) begin
+      \$235  = push_addr;
+    end
+    if (rst) begin
+      \$235  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$236  = valid6;
+    if (\$180 ) begin
+      \$236  = 1'h0;
+    end
+    if (\$182 ) begin
+      \$236  = 1'h1;
+    end
+    if (rst) begin
+      \$236  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$237  = acc6;
+    if (\$182 ) begin
+      \$237  = push_acc;
+    end
+    if (rst) begin
+      \$237  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$238  = addr6;
+    if (\$182 ) begin
+      \$238  = push_addr;
+    end
+    if (rst) begin
+      \$238  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$239  = valid7;
+    if (\$184 ) begin
+      \$239  = 1'h0;
+    end
+    if (\$186 ) begin
+      \$239  = 1'h1;
+    end
+    if (rst) begin
+      \$239  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$240  = acc7;
+    if (\$186 ) begin
+      \$240  = push_acc;
+    end
+    if (rst) begin
+      \$240  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$241  = addr7;
+    if (\$186 ) begin
+      \$241  = push_addr;
+    end
+    if (rst) begin
+      \$241  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$242  = valid8;
+    if (\$188 ) begin
+      \$242  = 1'h0;
+    end
+    if (\$190 ) begin
+      \$242  = 1'h1;
+    end
+    if (rst) begin
+      \$242  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$243  = acc8;
+    if (\$190 ) begin
+      \$243  = push_acc;
+    end
+    if (rst) begin
+      \$243  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$244  = addr8;
+    if (\$190 ) begin
+      \$244  = push_addr;
+    end
+    if (rst) begin
+      \$244  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$245  = valid9;
+    if (\$192 ) begin
+      \$245  = 1'h0;
+    end
+    if (\$194 ) begin
+      \$245  = 1'h1;
+    end
+    if (rst) begin
+      \$245  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$246  = acc9;
+    if (\$194 ) begin
+      \$246  = push_acc;
+    end
+    if (rst) begin
+      \$246  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$247  = addr9;
+    if (\$194 ) begin
+      \$247  = push_addr;
+    end
+    if (rst) begin
+      \$247  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$248  = valid10;
+    if (\$196 ) begin
+      \$248  = 1'h0;
+    end
+    if (\$198 ) begin
+      \$248  = 1'h1;
+    end
+    if (rst) begin
+      \$248  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$249  = acc10;
+    if (\$198 ) begin
+      \$249  = push_acc;
+    end
+    if (rst) begin
+      \$249  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$250  = addr10;
+    if (\$198 ) begin
+      \$250  = push_addr;
+    end
+    if (rst) begin
+      \$250  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$251  = valid11;
+    if (\$200 ) begin
+      \$251  = 1'h0;
+    end
+    if (\$202 ) begin
+      \$251  = 1'h1;
+    end
+    if (rst) begin
+      \$251  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$252  = acc11;
+    if (\$202 ) begin
+      \$252  = push_acc;
+    end
+    if (rst) begin
+      \$252  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$253  = addr11;
+    if (\$202 ) begin
+      \$253  = push_addr;
+    end
+    if (rst) begin
+      \$253  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$254  = valid12;
+    if (\$204 ) begin
+      \$254  = 1'h0;
+    end
+    if (\$206 ) begin
+      \$254  = 1'h1;
+    end
+    if (rst) begin
+      \$254  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$255  = acc12;
+    if (\$206 ) begin
+      \$255  = push_acc;
+    end
+    if (rst) begin
+      \$255  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$256  = addr12;
+    if (\$206 ) begin
+      \$256  = push_addr;
+    end
+    if (rst) begin
+      \$256  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$257  = valid13;
+    if (\$208 ) begin
+      \$257  = 1'h0;
+    end
+    if (\$210 ) begin
+      \$257  = 1'h1;
+    end
+    if (rst) begin
+      \$257  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$258  = acc13;
+    if (\$210 ) begin
+      \$258  = push_acc;
+    end
+    if (rst) begin
+      \$258  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$259  = addr13;
+    if (\$210 ) begin
+      \$259  = push_addr;
+    end
+    if (rst) begin
+      \$259  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$260  = valid14;
+    if (\$212 ) begin
+      \$260  = 1'h0;
+    end
+    if (\$214 ) begin
+      \$260  = 1'h1;
+    end
+    if (rst) begin
+      \$260  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$261  = acc14;
+    if (\$214 ) begin
+      \$261  = push_acc;
+    end
+    if (rst) begin
+      \$261  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$37 ) begin end
+    \$262  = addr14;
+    if (\$214 ) begin
+      \$262  = push_addr;
+    end
+    if (rst) begin
+      \$262  = 16'h0000;
+    end
+  end
+  assign \$5  = \$4 ;
+  assign \$79  = \$78 ;
+  assign \$420  = 1'h1;
+  assign \$152  = \$418 ;
+  assign \$426  = 1'h1;
+  assign \$154  = \$424 ;
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_dma_tile.tile.vector$242.table_loader (rst, start, spm_addr, done, src_addr, table_data, spm_use, primed, table_index, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$38  = 0;
+  wire \$1 ;
+  reg [1:0] \$10 ;
+  reg [8:0] \$11 ;
+  wire [16:0] \$2 ;
+  wire \$3 ;
+  wire [9:0] \$4 ;
+  wire [2:0] \$5 ;
+  wire [16:0] \$6 ;
+  reg \$7 ;
+  reg \$8 ;
+  reg [15:0] \$9 ;
+  reg [15:0] addr = 16'h0000;
+  wire advance;
+  (* init = 1'h0 *)
+  wire busy;
+  input clk;
+  wire clk;
+  output done;
+  wire done;
+  reg [1:0] entry = 2'h0;
+  output primed;
+  reg primed = 1'h0;
+  input rst;
+  wire rst;
+  output [15:0] spm_addr;
+  wire [15:0] spm_addr;
+  wire [63:0] spm_data;
+  output spm_use;
+  reg spm_use = 1'h0;
+  input [15:0] src_addr;
+  wire [15:0] src_addr;
+  input start;
+  wire start;
+  output [15:0] table_data;
+  reg [15:0] table_data;
+  output [8:0] table_index;
+  reg [8:0] table_index = 9'h000;
+  (* init = 1'h0 *)
+  wire table_we;
+  assign \$1  = entry == 2'h3;
+  assign advance = primed & \$1 ;
+  assign \$2  = addr + advance;
+  assign \$3  = table_index == 9'h100;
+  assign done = primed & \$3 ;
+  assign \$4  = table_index + 1'h1;
+  assign \$5  = entry + 1'h1;
+  assign \$6  = addr + 1'h1;
+  always @(posedge clk)
+    spm_use <= \$7 ;
+  always @(posedge clk)
+    primed <= \$8 ;
+  always @(posedge clk)
+    addr <= \$9 ;
+  always @(posedge clk)
+    entry <= \$10 ;
+  always @(posedge clk)
+    table_index <= \$11 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
+    (* full_case = 32'd1 *)
+    casez (entry)
+      2'h0:
+          table_data = 16'h0000;
+      2'h1:
+          table_data = 16'h0000;
+      2'h2:
+          table_data = 16'h0000;
+      2'h3:
+          table_data = 16'h0000;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
+    \$7  = spm_use;
+    if (start) begin
+      \$7  = 1'h1;
+    end else if (spm_use) begin
+      if (done) begin
+        \$7  = 1'h0;
+      end
+    end
+    if (rst) begin
+      \$7  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
+    \$8  = primed;
+    if (start) begin
+      \$8  = 1'h0;
+    end else if (spm_use) begin
+      \$8  = 1'h1;
+      if (done) begin
+        \$8  = 1'h0;
+      end
+    end
+    if (rst) begin
+      \$8  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
+    \$9  = addr;
+    if (start) begin
+      \$9  = src_addr;
+    end else if (spm_use) begin
+      if (primed) begin
+        if (advance) begin
+          \$9  = \$6 [15:0];
+        end
+      end
+    end
+    if (rst) begin
+      \$9  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
+    \$10  = entry;
+    if (start) begin
+      \$10  = 2'h0;
+    end else if (spm_use) begin
+      if (primed) begin
+        \$10  = \$5 [1:0];
+        if (advance) begin
+          \$10  = 2'h0;
+        end
+      end
+    end
+    if (rst) begin
+      \$10  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$38 ) begin end
+    \$11  = table_index;
+    if (start) begin
+      \$11  = 9'h000;
+    end else if (spm_use) begin
+      if (primed) begin
+        \$11  = \$4 [8:0];
+      end
+    end
+    if (rst) begin
+      \$11  = 9'h000;
+    end
+  end
+  assign busy = spm_use;
+  assign table_we = primed;
+  assign spm_data = 64'h0000000000000000;
+  assign spm_addr = \$2 [15:0];
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_dma_tile.tile.vector$242.transpose_buffer (rst, row, col, load, read, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$39  = 0;
+  wire \$1 ;
+  wire \$10 ;
+  wire \$100 ;
+  wire \$101 ;
+  wire \$102 ;
+  wire [63:0] \$103 ;
+  wire \$104 ;
+  wire \$105 ;
+  wire \$106 ;
+  wire \$107 ;
+  wire \$108 ;
+  wire \$109 ;
+  wire [1:0] \$11 ;
+  wire [63:0] \$110 ;
+  wire \$111 ;
+  wire \$112 ;
+  wire \$113 ;
+  wire \$114 ;
+  wire \$115 ;
+  wire \$116 ;
+  wire [63:0] \$117 ;
+  wire \$118 ;
+  wire \$119 ;
+  wire \$12 ;
+  wire \$120 ;
+  wire \$121 ;
+  wire \$122 ;
+  wire \$123 ;
+  wire [63:0] \$124 ;
+  wire \$125 ;
+  wire \$126 ;
+  wire \$127 ;
+  wire \$128 ;
+  wire \$129 ;
+  wire [1:0] \$13 ;
+  wire \$130 ;
+  wire [63:0] \$131 ;
+  wire \$132 ;
+  wire \$133 ;
+  wire \$134 ;
+  wire \$135 ;
+  wire \$136 ;
+  wire \$137 ;
+  wire [63:0] \$138 ;
+  reg [2:0] \$139 ;
+  wire \$14 ;
+  reg \$140 ;
+  reg [2:0] \$141 ;
+  reg \$142 ;
+  reg [1:0] \$143 ;
+  reg [63:0] \$144 ;
+  reg [63:0] \$145 ;
+  reg [63:0] \$146 ;
+  reg [63:0] \$147 ;
+  reg [63:0] \$148 ;
+  reg [63:0] \$149 ;
+  wire [3:0] \$15 ;
+  reg [63:0] \$150 ;
+  reg [63:0] \$151 ;
+  reg [63:0] \$152 ;
+  reg [63:0] \$153 ;
+  reg [63:0] \$154 ;
+  reg [63:0] \$155 ;
+  reg [63:0] \$156 ;
+  reg [63:0] \$157 ;
+  reg [63:0] \$158 ;
+  reg [63:0] \$159 ;
+  wire [3:0] \$16 ;
+  wire \$17 ;
+  wire \$18 ;
+  wire \$19 ;
+  wire [7:0] \$2 ;
+  wire [3:0] \$20 ;
+  wire [3:0] \$21 ;
+  wire \$22 ;
+  wire \$23 ;
+  wire [1:0] \$24 ;
+  wire [1:0] \$25 ;
+  wire [1:0] \$26 ;
+  wire \$27 ;
+  wire \$28 ;
+  wire \$29 ;
+  wire [7:0] \$3 ;
+  wire \$30 ;
+  wire \$31 ;
+  wire \$32 ;
+  wire [63:0] \$33 ;
+  wire \$34 ;
+  wire \$35 ;
+  wire \$36 ;
+  wire \$37 ;
+  wire \$38 ;
+  wire \$39 ;
+  wire [7:0] \$4 ;
+  wire [63:0] \$40 ;
+  wire \$41 ;
+  wire \$42 ;
+  wire \$43 ;
+  wire \$44 ;
+  wire \$45 ;
+  wire \$46 ;
+  wire [63:0] \$47 ;
+  wire \$48 ;
+  wire \$49 ;
+  wire [7:0] \$5 ;
+  wire \$50 ;
+  wire \$51 ;
+  wire \$52 ;
+  wire \$53 ;
+  wire [63:0] \$54 ;
+  wire \$55 ;
+  wire \$56 ;
+  wire \$57 ;
+  wire \$58 ;
+  wire \$59 ;
+  wire [7:0] \$6 ;
+  wire \$60 ;
+  wire [63:0] \$61 ;
+  wire \$62 ;
+  wire \$63 ;
+  wire \$64 ;
+  wire \$65 ;
+  wire \$66 ;
+  wire \$67 ;
+  wire [63:0] \$68 ;
+  wire \$69 ;
+  wire [7:0] \$7 ;
+  wire \$70 ;
+  wire \$71 ;
+  wire \$72 ;
+  wire \$73 ;
+  wire \$74 ;
+  wire [63:0] \$75 ;
+  wire \$76 ;
+  wire \$77 ;
+  wire \$78 ;
+  wire \$79 ;
+  wire [7:0] \$8 ;
+  wire \$80 ;
+  wire \$81 ;
+  wire [63:0] \$82 ;
+  wire \$83 ;
+  wire \$84 ;
+  wire \$85 ;
+  wire \$86 ;
+  wire \$87 ;
+  wire \$88 ;
+  wire [63:0] \$89 ;
+  wire [7:0] \$9 ;
+  wire \$90 ;
+  wire \$91 ;
+  wire \$92 ;
+  wire \$93 ;
+  wire \$94 ;
+  wire \$95 ;
+  wire [63:0] \$96 ;
+  wire \$97 ;
+  wire \$98 ;
+  wire \$99 ;
+  reg [63:0] bank0_row0 = 64'h0000000000000000;
+  reg [63:0] bank0_row1 = 64'h0000000000000000;
+  reg [63:0] bank0_row2 = 64'h0000000000000000;
+  reg [63:0] bank0_row3 = 64'h0000000000000000;
+  reg [63:0] bank0_row4 = 64'h0000000000000000;
+  reg [63:0] bank0_row5 = 64'h0000000000000000;
+  reg [63:0] bank0_row6 = 64'h0000000000000000;
+  reg [63:0] bank0_row7 = 64'h0000000000000000;
+  reg [63:0] bank1_row0 = 64'h0000000000000000;
+  reg [63:0] bank1_row1 = 64'h0000000000000000;
+  reg [63:0] bank1_row2 = 64'h0000000000000000;
+  reg [63:0] bank1_row3 = 64'h0000000000000000;
+  reg [63:0] bank1_row4 = 64'h0000000000000000;
+  reg [63:0] bank1_row5 = 64'h0000000000000000;
+  reg [63:0] bank1_row6 = 64'h0000000000000000;
+  reg [63:0] bank1_row7 = 64'h0000000000000000;
+  reg [1:0] clear_full;
+  input clk;
+  wire clk;
+  output [63:0] col;
+  wire [63:0] col;
+  wire [7:0] \col[0] ;
+  wire [7:0] \col[1] ;
+  wire [7:0] \col[2] ;
+  wire [7:0] \col[3] ;
+  wire [7:0] \col[4] ;
+  wire [7:0] \col[5] ;
+  wire [7:0] \col[6] ;
+  wire [7:0] \col[7] ;
+  wire col_valid;
+  wire do_load;
+  wire do_read;
+  reg drain = 1'h0;
+  reg fill = 1'h0;
+  reg [1:0] full = 2'h0;
+  input load;
+  wire load;
+  wire load_ready;
+  reg [2:0] loaded = 3'h0;
+  input read;
+  wire read;
+  input [63:0] row;
+  wire [63:0] row;
+  wire [7:0] \row[0] ;
+  wire [7:0] \row[1] ;
+  wire [7:0] \row[2] ;
+  wire [7:0] \row[3] ;
+  wire [7:0] \row[4] ;
+  wire [7:0] \row[5] ;
+  wire [7:0] \row[6] ;
+  wire [7:0] \row[7] ;
+  input rst;
+  wire rst;
+  reg [1:0] set_full;
+  reg [2:0] taken = 3'h0;
+  assign \$1  = full >> fill;
+  assign load_ready = ~ \$1 ;
+  assign col_valid = full >> drain;
+  assign \$2  = drain ? bank1_row0[7:0] : bank0_row0[7:0];
+  assign \$3  = drain ? bank1_row1[7:0] : bank0_row1[7:0];
+  assign \$4  = drain ? bank1_row2[7:0] : bank0_row2[7:0];
+  assign \$5  = drain ? bank1_row3[7:0] : bank0_row3[7:0];
+  assign \$6  = drain ? bank1_row4[7:0] : bank0_row4[7:0];
+  assign \$7  = drain ? bank1_row5[7:0] : bank0_row5[7:0];
+  assign \$8  = drain ? bank1_row6[7:0] : bank0_row6[7:0];
+  assign \$9  = drain ? bank1_row7[7:0] : bank0_row7[7:0];
+  assign do_load = load & load_ready;
+  assign do_read = read & col_valid;
+  assign \$10  = loaded == 3'h7;
+  assign \$11  = fill ? 2'h2 : 2'h1;
+  assign \$12  = taken == 3'h7;
+  assign \$13  = drain ? 2'h2 : 2'h1;
+  assign \$14  = loaded == 3'h7;
+  assign \$15  = loaded + 1'h1;
+  assign \$16  = \$14  ? 4'h0 : \$15 ;
+  assign \$17  = loaded == 3'h7;
+  assign \$18  = ~ fill;
+  assign \$19  = taken == 3'h7;
+  assign \$20  = taken + 1'h1;
+  assign \$21  = \$19  ? 4'h0 : \$20 ;
+  assign \$22  = taken == 3'h7;
+  assign \$23  = ~ drain;
+  assign \$24  = ~ clear_full;
+  assign \$25  = full & \$24 ;
+  assign \$26  = \$25  | set_full;
+  assign \$27  = ! fill;
+  assign \$28  = do_load & \$27 ;
+  assign \$29  = ! loaded;
+  assign \$30  = \$28  & \$29 ;
+  assign \$31  = ! drain;
+  assign \$32  = do_read & \$31 ;
+  assign \$34  = ! fill;
+  assign \$35  = do_load & \$34 ;
+  assign \$36  = loaded == 1'h1;
+  assign \$37  = \$35  & \$36 ;
+  assign \$38  = ! drain;
+  assign \$39  = do_read & \$38 ;
+  assign \$41  = ! fill;
+  assign \$42  = do_load & \$41 ;
+  assign \$43  = loaded == 2'h2;
+  assign \$44  = \$42  & \$43 ;
+  assign \$45  = ! drain;
+  assign \$46  = do_read & \$45 ;
+  assign \$48  = ! fill;
+  assign \$49  = do_load & \$48 ;
+  assign \$50  = loaded == 2'h3;
+  assign \$51  = \$49  & \$50 ;
+  assign \$52  = ! drain;
+  assign \$53  = do_read & \$52 ;
+  assign \$55  = ! fill;
+  assign \$56  = do_load & \$55 ;
+  assign \$57  = loaded == 3'h4;
+  assign \$58  = \$56  & \$57 ;
+  assign \$59  = ! drain;
+  assign \$60  = do_read & \$59 ;
+  assign \$62  = ! fill;
+  assign \$63  = do_load & \$62 ;
+  assign \$64  = loaded == 3'h5;
+  assign \$65  = \$63  & \$64 ;
+  assign \$66  = ! drain;
+  assign \$67  = do_read & \$66 ;
+  assign \$69  = ! fill;
+  assign \$70  = do_load & \$69 ;
+  assign \$71  = loaded == 3'h6;
+  assign \$72  = \$70  & \$71 ;
+  assign \$73  = ! drain;
+  assign \$74  = do_read & \$73 ;
+  assign \$76  = ! fill;
+  assign \$77  = do_load & \$76 ;
+  assign \$78  = loaded == 3'h7;
+  assign \$79  = \$77  & \$78 ;
+  assign \$80  = ! drain;
+  assign \$81  = do_read & \$80 ;
+  assign \$84  = do_load & \$83 ;
+  assign \$85  = ! loaded;
+  assign \$86  = \$84  & \$85 ;
+  assign \$88  = do_read & \$87 ;
+  assign \$91  = do_load & \$90 ;
+  assign \$92  = loaded == 1'h1;
+  assign \$93  = \$91  & \$92 ;
+  assign \$95  = do_read & \$94 ;
+  assign \$98  = do_load & \$97 ;
+  assign \$99  = loaded == 2'h2;
+  assign \$100  = \$98  & \$99 ;
+  assign \$102  = do_read & \$101 ;
+  assign \$105  = do_load & \$104 ;
+  assign \$106  = loaded == 2'h3;
+  assign \$107  = \$105  & \$106 ;
+  assign \$109  = do_read & \$108 ;
+  assign \$112  = do_load & \$111 ;
+  assign \$113  = loaded == 3'h4;
+  assign \$114  = \$112  & \$113 ;
+  assign \$116  = do_read & \$115 ;
+  assign \$119  = do_load & \$118 ;
+  assign \$120  = loaded == 3'h5;
+  assign \$121  = \$119  & \$120 ;
+  assign \$123  = do_read & \$122 ;
+  assign \$126  = do_load & \$125 ;
+  assign \$127  = loaded == 3'h6;
+  assign \$128  = \$126  & \$127 ;
+  assign \$130  = do_read & \$129 ;
+  assign \$133  = do_load & \$132 ;
+  assign \$134  = loaded == 3'h7;
+  assign \$135  = \$133  & \$134 ;
+  assign \$137  = do_read & \$136 ;
+  always @(posedge clk)
+    loaded <= \$139 ;
+  always @(posedge clk)
+    fill <= \$140 ;
+  always @(posedge clk)
+    taken <= \$141 ;
+  always @(posedge clk)
+    drain <= \$142 ;
+  always @(posedge clk)
+    full <= \$143 ;
+  always @(posedge clk)
+    bank0_row0 <= \$144 ;
+  always @(posedge clk)
+    bank0_row1 <= \$145 ;
+  always @(posedge clk)
+    bank0_row2 <= \$146 ;
+  always @(posedge clk)
+    bank0_row3 <= \$147 ;
+  always @(posedge clk)
+    bank0_row4 <= \$148 ;
+  always @(posedge clk)
+    bank0_row5 <= \$149 ;
+  always @(posedge clk)
+    bank0_row6 <= \$150 ;
+  always @(posedge clk)
+    bank0_row7 <= \$151 ;
+  always @(posedge clk)
+    bank1_row0 <= \$152 ;
+  always @(posedge clk)
+    bank1_row1 <= \$153 ;
+  always @(posedge clk)
+    bank1_row2 <= \$154 ;
+  always @(posedge clk)
+    bank1_row3 <= \$155 ;
+  always @(posedge clk)
+    bank1_row4 <= \$156 ;
+  always @(posedge clk)
+    bank1_row5 <= \$157 ;
+  always @(posedge clk)
+    bank1_row6 <= \$158 ;
+  always @(posedge clk)
+    bank1_row7 <= \$159 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$39 ) begin end
+    set_full = 2'h0;
+    if (do_load) begin
+      if (\$10 ) begin
+        set_full = \$11 ;
+      end
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$39 ) begin end
+    clear_full = 2'h0;
+    if (do_read) begin
+      if (\$12 ) begin
+        clear_full = \$13 ;
+      end
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$39 ) begin end
+    \$139  = loaded;
+    if (do_load) begin
+      \$139  = \$16 [2:0];
+    end
+    if (rst) begin
+      \$139  = 3'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$39 ) begin end
+    \$140  = fill;
+    if (do_load) begin
+      if (\$17 ) begin
+        \$140  = \$18 ;
+      end
+    end
+    if (rst) begin
+      \$140  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$39 ) begin end
+    \$141  = taken;
+    if (do_read) begin
+      \$141  = \$21 [2:0];
+    end
+    if (rst) begin
+      \$141  = 3'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$39 ) begin end
+    \$142  = drain;
+    if (do_read) begin
+      if (\$22 ) begin
+        \$142  = \$23 ;
+      end
+    end
+    if (rst) begin
+      \$142  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$39 ) begin end
+    \$143  = \$26 ;
+    if (rst) begin
+      \$143  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$39 ) begin end
+    \$144  = bank0_row0;
+    if (\$30 ) begin
+      \$144  = row;
+    end else if (\$32 ) begin
+      \$144  = \$33 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$39 ) begin end
+    \$145  = bank0_row1;
+    if (\$37 ) begin
+      \$145  = row;
+    end else if (\$39 ) begin
+      \$145  = \$40 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$39 ) begin end
+    \$146  = bank0_row2;
+    if (\$44 ) begin
+      \$146  = row;
+    end else if (\$46 ) begin
+      \$146  = \$47 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$39 ) begin end
+    \$147  = bank0_row3;
+    if (\$51 ) begin
+      \$147  = row;
+    end else if (\$53 ) begin
+      \$147  = \$54 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$39 ) begin end
+    \$148  = bank0_row4;
+    if (\$58 ) begin
+      \$148  = row;
+    end else if (\$60 ) begin
+      \$148  = \$61 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$39 ) begin end
+    \$149  = bank0_row5;
+    if (\$65 ) begin
+      \$149  = row;
+    end else if (\$67 ) begin
+      \$149  = \$68 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$39 ) begin end
+    \$150  = bank0_row6;
+    if (\$72 ) begin
+      \$150  = row;
+    end else if (\$74 ) begin
+      \$150  = \$75 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$39 ) begin end
+    \$151  = bank0_row7;
+    if (\$79 ) begin
+      \$151  = row;
+    end else if (\$81 ) begin
+      \$151  = \$82 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$39 ) begin end
+    \$152  = bank1_row0;
+    if (\$86 ) begin
+      \$152  = row;
+    end else if (\$88 ) begin
+      \$152  = \$89 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$39 ) begin end
+    \$153  = bank1_row1;
+    if (\$93 ) begin
+      \$153  = row;
+    end else if (\$95 ) begin
+      \$153  = \$96 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$39 ) begin end
+    \$154  = bank1_row2;
+    if (\$100 ) begin
+      \$154  = row;
+    end else if (\$102 ) begin
+      \$154  = \$103 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$39 ) begin end
+    \$155  = bank1_row3;
+    if (\$107 ) begin
+      \$155  = row;
+    end else if (\$109 ) begin
+      \$155  = \$110 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$39 ) begin end
+    \$156  = bank1_row4;
+    if (\$114 ) begin
+      \$156  = row;
+    end else if (\$116 ) begin
+      \$156  = \$117 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$39 ) begin end
+    \$157  = bank1_row5;
+    if (\$121 ) begin
+      \$157  = row;
+    end else if (\$123 ) begin
+      \$157  = \$124 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$39 ) begin end
+    \$158  = bank1_row6;
+    if (\$128 ) begin
+      \$158  = row;
+    end else if (\$130 ) begin
+      \$158  = \$131 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$39 ) begin end
+    \$159  = bank1_row7;
+    if (\$135 ) begin
+      \$159  = row;
+    end else if (\$137 ) begin
+      \$159  = \$138 ;
+    end
+  end
+  assign \col[0]  = col[7:0];
+  assign \col[1]  = col[15:8];
+  assign \col[2]  = col[23:16];
+  assign \col[3]  = col[31:24];
+  assign \col[4]  = col[39:32];
+  assign \col[5]  = col[47:40];
+  assign \col[6]  = col[55:48];
+  assign \col[7]  = col[63:56];
+  assign \row[0]  = row[7:0];
+  assign \row[1]  = row[15:8];
+  assign \row[2]  = row[23:16];
+  assign \row[3]  = row[31:24];
+  assign \row[4]  = row[39:32];
+  assign \row[5]  = row[47:40];
+  assign \row[6]  = row[55:48];
+  assign \row[7]  = row[63:56];
+  assign col[63:56] = \$9 ;
+  assign col[55:48] = \$8 ;
+  assign col[47:40] = \$7 ;
+  assign col[39:32] = \$6 ;
+  assign col[31:24] = \$5 ;
+  assign col[23:16] = \$4 ;
+  assign col[15:8] = \$3 ;
+  assign col[7:0] = \$2 ;
+  assign \$33  = { 8'h00, bank0_row0[63:8] };
+  assign \$40  = { 8'h00, bank0_row1[63:8] };
+  assign \$47  = { 8'h00, bank0_row2[63:8] };
+  assign \$54  = { 8'h00, bank0_row3[63:8] };
+  assign \$61  = { 8'h00, bank0_row4[63:8] };
+  assign \$68  = { 8'h00, bank0_row5[63:8] };
+  assign \$75  = { 8'h00, bank0_row6[63:8] };
+  assign \$82  = { 8'h00, bank0_row7[63:8] };
+  assign \$83  = fill;
+  assign \$87  = drain;
+  assign \$89  = { 8'h00, bank1_row0[63:8] };
+  assign \$90  = fill;
+  assign \$94  = drain;
+  assign \$96  = { 8'h00, bank1_row1[63:8] };
+  assign \$97  = fill;
+  assign \$101  = drain;
+  assign \$103  = { 8'h00, bank1_row2[63:8] };
+  assign \$104  = fill;
+  assign \$108  = drain;
+  assign \$110  = { 8'h00, bank1_row3[63:8] };
+  assign \$111  = fill;
+  assign \$115  = drain;
+  assign \$117  = { 8'h00, bank1_row4[63:8] };
+  assign \$118  = fill;
+  assign \$122  = drain;
+  assign \$124  = { 8'h00, bank1_row5[63:8] };
+  assign \$125  = fill;
+  assign \$129  = drain;
+  assign \$131  = { 8'h00, bank1_row6[63:8] };
+  assign \$132  = fill;
+  assign \$136  = drain;
+  assign \$138  = { 8'h00, bank1_row7[63:8] };
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_dma_tile.tile.vector$242.transposer (rst, start, spm_addr, w_addr, done, command, load, busy, spm_read, writing, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$40  = 0;
+  wire \$1 ;
+  wire [16:0] \$10 ;
+  wire [16:0] \$11 ;
+  wire \$12 ;
+  wire [16:0] \$13 ;
+  wire \$14 ;
+  wire [16:0] \$15 ;
+  wire \$16 ;
+  wire \$17 ;
+  reg \$18 ;
+  reg \$19 ;
+  wire \$2 ;
+  reg \$20 ;
+  reg \$21 ;
+  reg [2:0] \$22 ;
+  reg [15:0] \$23 ;
+  reg [15:0] \$24 ;
+  reg [15:0] \$25 ;
+  reg [15:0] \$26 ;
+  reg [15:0] \$27 ;
+  wire \$3 ;
+  wire \$4 ;
+  wire [3:0] \$5 ;
+  wire \$6 ;
+  wire [3:0] \$7 ;
+  wire \$8 ;
+  wire [16:0] \$9 ;
+  (* init = 1'h0 *)
+  wire \$signal ;
+  output busy;
+  reg busy = 1'h0;
+  input clk;
+  wire clk;
+  input [255:0] command;
+  wire [255:0] command;
+  output done;
+  wire done;
+  reg [15:0] dst = 16'h0000;
+  reg [15:0] dst_stride = 16'h0000;
+  reg [2:0] index = 3'h0;
+  wire last_write;
+  reg [15:0] left = 16'h0000;
+  output load;
+  reg load = 1'h0;
+  (* init = 1'h0 *)
+  wire read;
+  input rst;
+  wire rst;
+  output [15:0] spm_addr;
+  wire [15:0] spm_addr;
+  output spm_read;
+  reg spm_read = 1'h0;
+  reg [15:0] src = 16'h0000;
+  reg [15:0] src_stride = 16'h0000;
+  input start;
+  wire start;
+  output [15:0] w_addr;
+  wire [15:0] w_addr;
+  (* init = 1'h0 *)
+  wire w_en;
+  output writing;
+  reg writing = 1'h0;
+  assign \$1  = ~ spm_read;
+  assign \$2  = load & \$1 ;
+  assign \$3  = ~ writing;
+  assign \$4  = \$2  & \$3 ;
+  assign \$5  = index + 1'h1;
+  assign \$6  = index == 3'h7;
+  assign \$7  = index + 1'h1;
+  assign \$8  = index == 3'h7;
+  assign \$9  = left - 1'h1;
+  assign \$10  = src + src_stride;
+  assign \$11  = dst + dst_stride;
+  assign \$12  = left == 1'h1;
+  assign \$13  = src + index;
+  assign \$14  = index == 3'h7;
+  assign \$15  = dst + index;
+  assign \$16  = index == 3'h7;
+  assign last_write = writing & \$16 ;
+  assign \$17  = left == 1'h1;
+  assign done = last_write & \$17 ;
+  always @(posedge clk)
+    load <= \$18 ;
+  always @(posedge clk)
+    busy <= \$19 ;
+  always @(posedge clk)
+    spm_read <= \$20 ;
+  always @(posedge clk)
+    writing <= \$21 ;
+  always @(posedge clk)
+    index <= \$22 ;
+  always @(posedge clk)
+    left <= \$23 ;
+  always @(posedge clk)
+    src <= \$24 ;
+  always @(posedge clk)
+    dst <= \$25 ;
+  always @(posedge clk)
+    src_stride <= \$26 ;
+  always @(posedge clk)
+    dst_stride <= \$27 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
+    \$18  = spm_read;
+    if (rst) begin
+      \$18  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
+    \$19  = busy;
+    if (start) begin
+      \$19  = 1'h1;
+    end
+    if (last_write) begin
+      if (\$12 ) begin
+        \$19  = 1'h0;
+      end
+    end
+    if (rst) begin
+      \$19  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
+    \$20  = spm_read;
+    if (start) begin
+      \$20  = 1'h1;
+    end else if (spm_read) begin
+      if (\$6 ) begin
+        \$20  = 1'h0;
+      end
+    end
+    if (last_write) begin
+      (* full_case = 32'd1 *)
+      if (\$12 ) begin
+      end else begin
+        \$20  = 1'h1;
+      end
+    end
+    if (rst) begin
+      \$20  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
+    \$21  = writing;
+    if (start) begin
+      \$21  = 1'h0;
+    end else if (spm_read) begin
+    end else if (\$4 ) begin
+      \$21  = 1'h1;
+    end else if (writing) begin
+      if (\$8 ) begin
+        \$21  = 1'h0;
+      end
+    end
+    if (rst) begin
+      \$21  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
+    \$22  = index;
+    if (start) begin
+      \$22  = 3'h0;
+    end else if (spm_read) begin
+      \$22  = \$5 [2:0];
+      if (\$6 ) begin
+        \$22  = 3'h0;
+      end
+    end else if (\$4 ) begin
+    end else if (writing) begin
+      \$22  = \$7 [2:0];
+      if (\$8 ) begin
+        \$22  = 3'h0;
+      end
+    end
+    if (rst) begin
+      \$22  = 3'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
+    \$23  = left;
+    if (start) begin
+      \$23  = command[111:96];
+    end
+    if (last_write) begin
+      \$23  = \$9 [15:0];
+    end
+    if (rst) begin
+      \$23  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
+    \$24  = src;
+    if (start) begin
+      \$24  = command[79:64];
+    end
+    if (last_write) begin
+      \$24  = \$10 [15:0];
+    end
+    if (rst) begin
+      \$24  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
+    \$25  = dst;
+    if (start) begin
+      \$25  = command[95:80];
+    end
+    if (last_write) begin
+      \$25  = \$11 [15:0];
+    end
+    if (rst) begin
+      \$25  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
+    \$26  = src_stride;
+    if (start) begin
+      \$26  = command[127:112];
+    end
+    if (rst) begin
+      \$26  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$40 ) begin end
+    \$27  = dst_stride;
+    if (start) begin
+      \$27  = command[143:128];
+    end
+    if (rst) begin
+      \$27  = 16'h0000;
+    end
+  end
+  assign \$signal  = spm_read;
+  assign read = writing;
+  assign w_en = writing;
+  assign spm_addr = \$13 [15:0];
+  assign w_addr = \$15 [15:0];
 endmodule

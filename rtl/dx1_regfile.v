@@ -1637,7 +1637,7 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   assign \$18  = \$14  | \$17 ;
   assign \$19  = \$11  | \$18 ;
   assign \$20  = GLOBAL_MEM_BYTES_rsel ? 32'd1048576 : 32'd0;
-  assign \$21  = GLOBAL_FEATURES_rsel ? 32'd7 : 32'd0;
+  assign \$21  = GLOBAL_FEATURES_rsel ? 32'd15 : 32'd0;
   assign \$22  = \$20  | \$21 ;
   assign \$23  = GLOBAL_SCRATCH_rsel ? GLOBAL_SCRATCH__value : 32'd0;
   assign \$25  = GLOBAL_CYCLES_LO_rsel ? \$24  : 32'd0;

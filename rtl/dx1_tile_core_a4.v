@@ -3,32 +3,56 @@
 (* top =  1  *)
 (* generator = "Amaranth" *)
 module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid, spm_rreq__tdata, spm_rreq__tvalid, spm_rresp__tready, acc_wr__tdata, acc_wr__tvalid, acc_rreq__tdata, acc_rreq__tvalid, acc_rresp__tready, clk, rst, cmd__tready, done__tdata, done__tvalid, spm_wr__tready, spm_rreq__tready, spm_rresp__tdata, spm_rresp__tvalid
-, acc_wr__tready, acc_rreq__tready, acc_rresp__tdata, acc_rresp__tvalid, busy, perf_macs, perf_busy, perf_stall, progress, cmd__tdata);
+, acc_wr__tready, acc_rreq__tready, acc_rresp__tdata, acc_rresp__tvalid, busy, perf_macs, perf_busy, perf_stall, perf_vector_busy, perf_table_hits, perf_table_underflows, perf_table_overflows, progress, cmd__tdata);
   reg \$auto$verilog_backend.cc:2355:dump_module$1  = 0;
   wire [15:0] \$1 ;
-  reg [31:0] \$10 ;
+  wire \$10 ;
+  wire [15:0] \$11 ;
+  wire [15:0] \$12 ;
+  wire [31:0] \$13 ;
+  wire \$14 ;
+  wire [15:0] \$15 ;
+  wire [15:0] \$16 ;
+  wire [127:0] \$17 ;
+  wire \$18 ;
+  wire [15:0] \$19 ;
   wire [15:0] \$2 ;
-  wire [15:0] \$3 ;
-  wire [15:0] \$4 ;
-  wire [48:0] \$5 ;
-  wire [32:0] \$6 ;
-  wire [32:0] \$7 ;
-  reg [47:0] \$8 ;
-  reg [31:0] \$9 ;
+  wire [15:0] \$20 ;
+  wire [15:0] \$21 ;
+  wire [15:0] \$22 ;
+  wire \$23 ;
+  wire [48:0] \$24 ;
+  wire [32:0] \$25 ;
+  wire [32:0] \$26 ;
+  reg [47:0] \$27 ;
+  reg [31:0] \$28 ;
+  reg [31:0] \$29 ;
+  wire \$3 ;
+  wire \$4 ;
+  wire \$5 ;
+  wire \$6 ;
+  wire \$7 ;
+  wire \$8 ;
+  wire \$9 ;
   wire [31:0] a;
-  wire [31:0] \a$117 ;
+  wire [31:0] \a$119 ;
   wire [7:0] \a[0] ;
   wire [7:0] \a[1] ;
   wire [7:0] \a[2] ;
   wire [7:0] \a[3] ;
   wire a_bank;
-  wire \a_bank$121 ;
+  wire \a_bank$123 ;
   wire a_valid;
-  wire \a_valid$119 ;
+  wire \a_valid$121 ;
+  wire [15:0] acc_a_addr;
+  wire [127:0] acc_a_data;
   wire [7:0] acc_addr;
-  wire [7:0] \acc_addr$165 ;
+  wire [7:0] \acc_addr$202 ;
+  wire [15:0] acc_b_addr;
+  wire [127:0] acc_b_data;
+  wire acc_b_use;
   wire [127:0] acc_data;
-  wire [127:0] \acc_data$167 ;
+  wire [127:0] \acc_data$205 ;
   wire [7:0] acc_rc__addr;
   wire [127:0] acc_rc__data;
   wire [7:0] acc_rp__addr;
@@ -49,6 +73,9 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   wire [7:0] acc_w__addr;
   wire [127:0] acc_w__data;
   wire acc_w__en;
+  wire [15:0] acc_w_addr;
+  wire [127:0] acc_w_data;
+  wire acc_w_en;
   input [143:0] acc_wr__tdata;
   wire [143:0] acc_wr__tdata;
   output acc_wr__tready;
@@ -56,66 +83,73 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   input acc_wr__tvalid;
   wire acc_wr__tvalid;
   wire [15:0] addr;
-  wire [15:0] \addr$152 ;
-  wire [15:0] \addr$160 ;
-  wire [15:0] \addr$166 ;
+  wire [15:0] \addr$187 ;
+  wire [15:0] \addr$197 ;
+  wire [15:0] \addr$203 ;
   wire [1:0] bank_empty;
   wire [1:0] bank_full;
   output busy;
   wire busy;
-  wire \busy$76 ;
+  wire \busy$146 ;
+  wire \busy$80 ;
+  wire [31:0] busy_cycles;
   input clk;
   wire clk;
   input [255:0] cmd__tdata;
   wire [255:0] cmd__tdata;
-  wire [255:0] \cmd__tdata$31 ;
+  wire [255:0] \cmd__tdata$35 ;
   output cmd__tready;
   wire cmd__tready;
-  wire \cmd__tready$32 ;
+  wire \cmd__tready$36 ;
   input cmd__tvalid;
   wire cmd__tvalid;
-  wire \cmd__tvalid$33 ;
+  wire \cmd__tvalid$37 ;
   wire [255:0] command;
-  wire [255:0] \command$64 ;
-  wire [255:0] \command$87 ;
+  wire [255:0] \command$144 ;
+  wire [255:0] \command$68 ;
+  wire [255:0] \command$91 ;
   wire credit;
-  wire \credit$71 ;
+  wire \credit$75 ;
   wire [25:0] ctl;
-  wire [25:0] \ctl$123 ;
-  wire [7:0] \ctl$123.acc_addr ;
-  wire \ctl$123.accumulate ;
-  wire \ctl$123.last ;
-  wire [15:0] \ctl$123.tag ;
+  wire [25:0] \ctl$125 ;
+  wire [7:0] \ctl$125.acc_addr ;
+  wire \ctl$125.accumulate ;
+  wire \ctl$125.last ;
+  wire [15:0] \ctl$125.tag ;
   wire [31:0] data;
-  wire [127:0] \data$155 ;
-  wire [31:0] \data$163 ;
-  wire [127:0] \data$169 ;
+  wire [127:0] \data$191 ;
+  wire [31:0] \data$200 ;
+  wire [127:0] \data$206 ;
   wire decoded;
-  wire \decoded$62 ;
+  wire \decoded$66 ;
   wire [7:0] done__opcode;
-  wire [7:0] \done__opcode$46 ;
-  wire [7:0] \done__opcode$54 ;
+  wire [7:0] \done__opcode$135 ;
+  wire [7:0] \done__opcode$50 ;
+  wire [7:0] \done__opcode$58 ;
   wire [7:0] done__status;
-  wire [7:0] \done__status$48 ;
-  wire [7:0] \done__status$56 ;
+  wire [7:0] \done__status$137 ;
+  wire [7:0] \done__status$52 ;
+  wire [7:0] \done__status$60 ;
   wire [15:0] done__tag;
-  wire [15:0] \done__tag$50 ;
-  wire [15:0] \done__tag$58 ;
+  wire [15:0] \done__tag$139 ;
+  wire [15:0] \done__tag$54 ;
+  wire [15:0] \done__tag$62 ;
   output [31:0] done__tdata;
   wire [31:0] done__tdata;
-  wire [31:0] \done__tdata$34 ;
+  wire [31:0] \done__tdata$38 ;
   input done__tready;
   wire done__tready;
-  wire \done__tready$35 ;
+  wire \done__tready$39 ;
   output done__tvalid;
   wire done__tvalid;
-  wire \done__tvalid$36 ;
+  wire \done__tvalid$40 ;
   wire done__valid;
-  wire \done__valid$52 ;
-  wire \done__valid$60 ;
+  wire \done__valid$141 ;
+  wire \done__valid$56 ;
+  wire \done__valid$64 ;
   wire [1:0] empty;
   wire en;
-  wire \en$157 ;
+  wire \en$194 ;
   wire [1:0] full;
   wire gemm;
   wire [7:0] gemm__opcode;
@@ -124,9 +158,10 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   wire gemm__valid;
   wire gemm_done;
   wire grant;
-  wire \grant$136 ;
-  wire \grant$138 ;
-  wire \grant$140 ;
+  wire \grant$166 ;
+  wire \grant$169 ;
+  wire \grant$172 ;
+  wire [31:0] hits;
   wire holding;
   wire issue;
   wire [7:0] issue__opcode;
@@ -134,41 +169,42 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   wire [15:0] issue__tag;
   wire issue__valid;
   wire [25:0] job;
-  wire [66:0] \job$84 ;
-  wire [9:0] \job$84.a_addr ;
-  wire \job$84.accumulate ;
-  wire [7:0] \job$84.c_addr ;
-  wire [15:0] \job$84.k_chunks ;
-  wire [15:0] \job$84.m ;
-  wire [15:0] \job$84.tag ;
+  wire [66:0] \job$88 ;
+  wire [9:0] \job$88.a_addr ;
+  wire \job$88.accumulate ;
+  wire [7:0] \job$88.c_addr ;
+  wire [15:0] \job$88.k_chunks ;
+  wire [15:0] \job$88.m ;
+  wire [15:0] \job$88.tag ;
   wire [9:0] \job.b_addr ;
   wire [15:0] \job.k_chunks ;
   wire load_bank;
-  wire \load_bank$91 ;
+  wire \load_bank$95 ;
   wire load_start;
-  wire \load_start$89 ;
+  wire \load_start$93 ;
   wire loaded;
-  wire \loaded$93 ;
+  wire \loaded$97 ;
   wire loaded_bank;
-  wire \loaded_bank$95 ;
+  wire \loaded_bank$99 ;
   wire [127:0] out;
-  wire [127:0] \out$125 ;
-  wire [31:0] \out$125[0] ;
-  wire [31:0] \out$125[1] ;
-  wire [31:0] \out$125[2] ;
-  wire [31:0] \out$125[3] ;
+  wire [127:0] \out$127 ;
+  wire [31:0] \out$127[0] ;
+  wire [31:0] \out$127[1] ;
+  wire [31:0] \out$127[2] ;
+  wire [31:0] \out$127[3] ;
   wire [31:0] \out[0] ;
   wire [31:0] \out[1] ;
   wire [31:0] \out[2] ;
   wire [31:0] \out[3] ;
   wire [25:0] out_ctl;
-  wire [25:0] \out_ctl$129 ;
+  wire [25:0] \out_ctl$131 ;
   wire [7:0] \out_ctl.acc_addr ;
   wire \out_ctl.accumulate ;
   wire \out_ctl.last ;
   wire [15:0] \out_ctl.tag ;
   wire out_valid;
-  wire \out_valid$127 ;
+  wire \out_valid$129 ;
+  wire [31:0] overflows;
   wire pending;
   output [31:0] perf_busy;
   reg [31:0] perf_busy = 32'd0;
@@ -176,6 +212,14 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   reg [47:0] perf_macs = 48'h000000000000;
   output [31:0] perf_stall;
   reg [31:0] perf_stall = 32'd0;
+  output [31:0] perf_table_hits;
+  wire [31:0] perf_table_hits;
+  output [31:0] perf_table_overflows;
+  wire [31:0] perf_table_overflows;
+  output [31:0] perf_table_underflows;
+  wire [31:0] perf_table_underflows;
+  output [31:0] perf_vector_busy;
+  wire [31:0] perf_vector_busy;
   wire postop;
   wire [7:0] postop__opcode;
   wire [7:0] postop__status;
@@ -184,38 +228,44 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   wire postop_busy;
   output progress;
   wire progress;
+  wire \progress$225 ;
   wire push;
-  wire \push$83 ;
+  wire \push$87 ;
   wire queues_ready;
   wire [47:0] req__tdata;
-  wire [143:0] \req__tdata$173 ;
-  wire [15:0] \req__tdata$176 ;
-  wire [15:0] \req__tdata$179 ;
+  wire [143:0] \req__tdata$210 ;
+  wire [15:0] \req__tdata$213 ;
+  wire [15:0] \req__tdata$216 ;
   wire req__tready;
-  wire \req__tready$174 ;
-  wire \req__tready$177 ;
-  wire \req__tready$180 ;
+  wire \req__tready$211 ;
+  wire \req__tready$214 ;
+  wire \req__tready$217 ;
   wire req__tvalid;
-  wire \req__tvalid$175 ;
-  wire \req__tvalid$178 ;
-  wire \req__tvalid$181 ;
+  wire \req__tvalid$212 ;
+  wire \req__tvalid$215 ;
+  wire \req__tvalid$218 ;
   wire reserve;
   wire [31:0] resp__tdata;
-  wire [127:0] \resp__tdata$185 ;
+  wire [127:0] \resp__tdata$222 ;
   wire resp__tready;
-  wire \resp__tready$186 ;
+  wire \resp__tready$223 ;
   wire resp__tvalid;
-  wire \resp__tvalid$187 ;
+  wire \resp__tvalid$224 ;
   wire room;
-  wire \room$74 ;
+  wire \room$78 ;
   input rst;
   wire rst;
+  wire [15:0] spm_a_addr;
+  wire [31:0] spm_a_data;
   wire [9:0] spm_addr;
-  wire [9:0] \spm_addr$143 ;
-  wire [9:0] \spm_addr$159 ;
+  wire [9:0] \spm_addr$176 ;
+  wire [9:0] \spm_addr$196 ;
+  wire [15:0] spm_b_addr;
+  wire [31:0] spm_b_data;
+  wire spm_b_use;
   wire [31:0] spm_data;
-  wire [31:0] \spm_data$146 ;
-  wire [31:0] \spm_data$161 ;
+  wire [31:0] \spm_data$180 ;
+  wire [31:0] \spm_data$199 ;
   wire [9:0] spm_ra__addr;
   wire [31:0] spm_ra__data;
   wire [9:0] spm_rb__addr;
@@ -235,6 +285,9 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   wire [9:0] spm_w__addr;
   wire [31:0] spm_w__data;
   wire spm_w__en;
+  wire [15:0] spm_w_addr;
+  wire [31:0] spm_w_data;
+  wire spm_w_en;
   input [47:0] spm_wr__tdata;
   wire [47:0] spm_wr__tdata;
   output spm_wr__tready;
@@ -243,45 +296,53 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   wire spm_wr__tvalid;
   wire stalled;
   wire start;
+  wire \start$142 ;
   wire [7:0] status;
-  wire [7:0] \status$66 ;
+  wire [7:0] \status$70 ;
   wire stream_bank;
-  wire \stream_bank$101 ;
+  wire \stream_bank$105 ;
   wire stream_end;
-  wire \stream_end$99 ;
+  wire \stream_end$103 ;
   wire stream_start;
-  wire \stream_start$97 ;
+  wire \stream_start$101 ;
   wire take;
-  wire \take$68 ;
+  wire \take$72 ;
+  wire [31:0] underflows;
+  wire vector;
+  wire [7:0] vector__opcode;
+  wire [7:0] vector__status;
+  wire [15:0] vector__tag;
+  wire vector__valid;
+  wire vector_busy;
   wire [7:0] w_addr;
   wire w_bank;
-  wire \w_bank$109 ;
+  wire \w_bank$113 ;
   wire [127:0] w_data;
   wire w_load;
-  wire \w_load$107 ;
+  wire \w_load$111 ;
   wire [31:0] w_row;
-  wire [31:0] \w_row$111 ;
+  wire [31:0] \w_row$115 ;
   wire [7:0] \w_row[0] ;
   wire [7:0] \w_row[1] ;
   wire [7:0] \w_row[2] ;
   wire [7:0] \w_row[3] ;
   wire writing;
-  wire \writing$137 ;
+  wire \writing$167 ;
   reg [127:0] acc [255:0];
   initial begin
     for (int i = 0; i < 256; i = i + 1) acc[i] = 128'h0;
   end
   always @(posedge clk) begin
     if (acc_w__en)
-      acc[\$2 [7:0]] <= acc_w__data;
+      acc[\$16 [7:0]] <= acc_w__data;
   end
   reg [127:0] _0_;
   reg [7:0] _1_;
   always @(posedge clk) begin
-    _0_ <= acc[\$4 [7:0]];
-    _1_ <= out_ctl[7:0];
+    _0_ <= acc[\$22 [7:0]];
+    _1_ <= \$2 [7:0];
   end
-  assign \acc_data$167  = _0_;
+  assign acc_b_data = _0_;
   assign acc_data = acc[_1_];
   reg [31:0] spm [1023:0];
   initial begin
@@ -1312,44 +1373,63 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   end
   always @(posedge clk) begin
     if (spm_w__en)
-      spm[\$1 [9:0]] <= spm_w__data;
+      spm[\$12 [9:0]] <= spm_w__data;
   end
   reg [31:0] _2_;
   reg [31:0] _3_;
   always @(posedge clk) begin
-    _2_ <= spm[\$3 [9:0]];
-    _3_ <= spm[spm_ra__addr];
+    _2_ <= spm[\$20 [9:0]];
+    _3_ <= spm[\$1 [9:0]];
   end
   assign w_row = _2_;
   assign spm_data = _3_;
-  assign queues_ready = room & \room$74 ;
+  assign queues_ready = room & \room$78 ;
   assign busy = pending | holding;
-  assign spm_wr__tready = ~ writing;
-  assign acc_wr__tready = ~ \writing$137 ;
-  assign \grant$138  = ~ issue;
-  assign \grant$140  = ~ acc_use;
-  assign \$1  = { 6'h00, \spm_addr$143  } | addr;
-  assign spm_w__data = \spm_data$146  | data;
-  assign spm_w__en = writing | en;
-  assign \$2  = { 8'h00, w_addr } | \addr$152 ;
-  assign acc_w__data = w_data | \data$155 ;
-  assign acc_w__en = \writing$137  | \en$157 ;
-  assign \$3  = { 6'h00, \spm_addr$159  } | \addr$160 ;
-  assign \$4  = { 8'h00, \acc_addr$165  } | \addr$166 ;
-  assign progress = a_valid | writing;
-  assign \$5  = perf_macs + 5'h10;
-  assign \$6  = perf_busy + 1'h1;
-  assign \$7  = perf_stall + 1'h1;
+  assign \$1  = { 6'h00, spm_addr } | spm_a_addr;
+  assign \$2  = vector_busy ? acc_a_addr : { 8'h00, out_ctl[7:0] };
+  assign \$3  = ~ writing;
+  assign \$4  = ~ spm_w_en;
+  assign spm_wr__tready = \$3  & \$4 ;
+  assign \$5  = ~ \writing$167 ;
+  assign \$6  = ~ acc_w_en;
+  assign acc_wr__tready = \$5  & \$6 ;
+  assign \$7  = ~ issue;
+  assign \$8  = ~ spm_b_use;
+  assign \grant$169  = \$7  & \$8 ;
+  assign \$9  = ~ acc_use;
+  assign \$10  = ~ acc_b_use;
+  assign \grant$172  = \$9  & \$10 ;
+  assign \$11  = { 6'h00, \spm_addr$176  } | addr;
+  assign \$12  = \$11  | spm_w_addr;
+  assign \$13  = \spm_data$180  | data;
+  assign spm_w__data = \$13  | spm_w_data;
+  assign \$14  = writing | en;
+  assign spm_w__en = \$14  | spm_w_en;
+  assign \$15  = { 8'h00, w_addr } | \addr$187 ;
+  assign \$16  = \$15  | acc_w_addr;
+  assign \$17  = w_data | \data$191 ;
+  assign acc_w__data = \$17  | acc_w_data;
+  assign \$18  = \writing$167  | \en$194 ;
+  assign acc_w__en = \$18  | acc_w_en;
+  assign \$19  = { 6'h00, \spm_addr$196  } | \addr$197 ;
+  assign \$20  = \$19  | spm_b_addr;
+  assign \$21  = { 8'h00, \acc_addr$202  } | \addr$203 ;
+  assign \$22  = \$21  | acc_b_addr;
+  assign \$23  = a_valid | writing;
+  assign progress = \$23  | \progress$225 ;
+  assign \$24  = perf_macs + 5'h10;
+  assign \$25  = perf_busy + 1'h1;
+  assign \$26  = perf_stall + 1'h1;
   always @(posedge clk)
-    perf_macs <= \$8 ;
+    perf_macs <= \$27 ;
   always @(posedge clk)
-    perf_busy <= \$9 ;
+    perf_busy <= \$28 ;
   always @(posedge clk)
-    perf_stall <= \$10 ;
+    perf_stall <= \$29 ;
   \dx1_tile_core_a4.acc_ext_read  acc_ext_read (
-    .addr(\addr$166 ),
+    .addr(\addr$203 ),
     .clk(clk),
-    .grant(\grant$140 ),
+    .grant(\grant$172 ),
     .r_en(acc_rresp__tready),
     .req__tdata(acc_rreq__tdata),
     .req__tready(acc_rreq__tready),
@@ -1357,12 +1437,12 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
     .resp__tdata(acc_rresp__tdata),
     .resp__tvalid(acc_rresp__tvalid),
     .rst(rst),
-    .w_data(\acc_data$167 )
+    .w_data(acc_b_data)
   );
   \dx1_tile_core_a4.acc_ext_write  acc_ext_write (
-    .addr(\addr$152 ),
-    .data(\data$155 ),
-    .en(\en$157 ),
+    .addr(\addr$187 ),
+    .data(\data$191 ),
+    .en(\en$194 ),
     .req__tdata(acc_wr__tdata),
     .req__tready(acc_wr__tready),
     .req__tvalid(acc_wr__tvalid)
@@ -1414,7 +1494,10 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
     .postop__valid(postop__valid),
     .r_en(done__tready),
     .reserve(take),
-    .rst(rst)
+    .rst(rst),
+    .vector__opcode(vector__opcode),
+    .vector__tag(vector__tag),
+    .vector__valid(vector__valid)
   );
   \dx1_tile_core_a4.decoder  decoder (
     .clk(clk),
@@ -1428,7 +1511,7 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
     .status(status),
     .take(take)
   );
-  \dx1_tile_core_a4.issue$192  \issue$192  (
+  \dx1_tile_core_a4.issue$230  \issue$230  (
     .clk(clk),
     .command(command),
     .credit(credit),
@@ -1444,7 +1527,9 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
     .queues_ready(queues_ready),
     .rst(rst),
     .status(status),
-    .take(take)
+    .take(take),
+    .vector(\start$142 ),
+    .vector_busy(vector_busy)
   );
   \dx1_tile_core_a4.loader  loader (
     .bank(load_bank),
@@ -1456,14 +1541,14 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
     .loaded_bank(loaded_bank),
     .room(room),
     .rst(rst),
-    .spm_addr(\spm_addr$159 ),
+    .spm_addr(\spm_addr$196 ),
     .w_data(job),
     .w_en(push),
     .w_load(w_load),
     .w_row(w_row)
   );
   \dx1_tile_core_a4.postops  postops (
-    .acc_addr(\acc_addr$165 ),
+    .acc_addr(\acc_addr$202 ),
     .acc_use(acc_use),
     .busy(postop_busy),
     .clk(clk),
@@ -1472,10 +1557,10 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
     .done__status(postop__status),
     .done__tag(postop__tag),
     .done__valid(postop__valid),
-    .row(\acc_data$167 ),
+    .row(acc_b_data),
     .rst(rst),
-    .spm_addr(\spm_addr$143 ),
-    .spm_data(\spm_data$146 ),
+    .spm_addr(\spm_addr$176 ),
+    .spm_data(\spm_data$180 ),
     .start(start),
     .writing(writing)
   );
@@ -1492,12 +1577,12 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
     .rst(rst),
     .w_addr(w_addr),
     .w_data(w_data),
-    .writing(\writing$137 )
+    .writing(\writing$167 )
   );
   \dx1_tile_core_a4.spm_ext_read  spm_ext_read (
-    .addr(\addr$160 ),
+    .addr(\addr$197 ),
     .clk(clk),
-    .grant(\grant$138 ),
+    .grant(\grant$169 ),
     .r_en(spm_rresp__tready),
     .req__tdata(spm_rreq__tdata),
     .req__tready(spm_rreq__tready),
@@ -1523,138 +1608,185 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
     .bank_full(bank_full),
     .clk(clk),
     .ctl(ctl),
-    .room(\room$74 ),
+    .room(\room$78 ),
     .rst(rst),
-    .spm_addr(spm_ra__addr),
+    .spm_addr(spm_addr),
     .spm_data(spm_data),
     .stalled(stalled),
     .stream_end(stream_end),
     .stream_start(stream_start),
-    .w_data(\job$84 ),
+    .w_data(\job$88 ),
     .w_en(push)
+  );
+  \dx1_tile_core_a4.vector$242  \vector$242  (
+    .acc_a_addr(acc_a_addr),
+    .acc_a_data(acc_data),
+    .acc_b_addr(acc_b_addr),
+    .acc_b_data(acc_b_data),
+    .acc_b_use(acc_b_use),
+    .acc_w_addr(acc_w_addr),
+    .acc_w_data(acc_w_data),
+    .acc_w_en(acc_w_en),
+    .busy(vector_busy),
+    .busy_cycles(perf_vector_busy),
+    .clk(clk),
+    .command(command),
+    .done__opcode(vector__opcode),
+    .done__tag(vector__tag),
+    .finished(vector__valid),
+    .hits(perf_table_hits),
+    .overflows(perf_table_overflows),
+    .progress(\progress$225 ),
+    .rst(rst),
+    .spm_a_addr(spm_a_addr),
+    .spm_a_data(spm_data),
+    .spm_b_addr(spm_b_addr),
+    .spm_b_data(w_row),
+    .spm_b_use(spm_b_use),
+    .spm_w_addr(spm_w_addr),
+    .spm_w_data(spm_w_data),
+    .spm_w_en(spm_w_en),
+    .start(\start$142 ),
+    .underflows(perf_table_underflows)
   );
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$8  = perf_macs;
+    \$27  = perf_macs;
     if (a_valid) begin
-      \$8  = \$5 [47:0];
+      \$27  = \$24 [47:0];
     end
     if (rst) begin
-      \$8  = 48'h000000000000;
+      \$27  = 48'h000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$9  = perf_busy;
+    \$28  = perf_busy;
     if (a_valid) begin
-      \$9  = \$6 [31:0];
+      \$28  = \$25 [31:0];
     end
     if (rst) begin
-      \$9  = 32'd0;
+      \$28  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$10  = perf_stall;
+    \$29  = perf_stall;
     if (stalled) begin
-      \$10  = \$7 [31:0];
+      \$29  = \$26 [31:0];
     end
     if (rst) begin
-      \$10  = 32'd0;
+      \$29  = 32'd0;
     end
   end
-  assign \cmd__tdata$31  = cmd__tdata;
-  assign \cmd__tready$32  = cmd__tready;
-  assign \cmd__tvalid$33  = cmd__tvalid;
-  assign \done__tdata$34  = done__tdata;
-  assign \done__tready$35  = done__tready;
-  assign \done__tvalid$36  = done__tvalid;
+  assign \cmd__tdata$35  = cmd__tdata;
+  assign \cmd__tready$36  = cmd__tready;
+  assign \cmd__tvalid$37  = cmd__tvalid;
+  assign \done__tdata$38  = done__tdata;
+  assign \done__tready$39  = done__tready;
+  assign \done__tvalid$40  = done__tvalid;
   assign done__opcode = issue__opcode;
   assign done__status = issue__status;
   assign done__tag = issue__tag;
   assign done__valid = issue__valid;
-  assign \done__opcode$46  = gemm__opcode;
-  assign \done__status$48  = gemm__status;
-  assign \done__tag$50  = gemm__tag;
-  assign \done__valid$52  = gemm__valid;
-  assign \done__opcode$54  = postop__opcode;
-  assign \done__status$56  = postop__status;
-  assign \done__tag$58  = postop__tag;
-  assign \done__valid$60  = postop__valid;
-  assign \decoded$62  = decoded;
-  assign \command$64  = command;
-  assign \status$66  = status;
-  assign \take$68  = take;
+  assign \done__opcode$50  = gemm__opcode;
+  assign \done__status$52  = gemm__status;
+  assign \done__tag$54  = gemm__tag;
+  assign \done__valid$56  = gemm__valid;
+  assign \done__opcode$58  = postop__opcode;
+  assign \done__status$60  = postop__status;
+  assign \done__tag$62  = postop__tag;
+  assign \done__valid$64  = postop__valid;
+  assign \decoded$66  = decoded;
+  assign \command$68  = command;
+  assign \status$70  = status;
+  assign \take$72  = take;
   assign reserve = take;
-  assign \credit$71  = credit;
-  assign \busy$76  = postop_busy;
+  assign \credit$75  = credit;
+  assign \busy$80  = postop_busy;
   assign gemm_done = gemm__valid;
   assign gemm = push;
-  assign \push$83  = push;
+  assign \push$87  = push;
   assign postop = start;
-  assign \command$87  = command;
-  assign \load_start$89  = load_start;
-  assign \load_bank$91  = load_bank;
-  assign \loaded$93  = loaded;
-  assign \loaded_bank$95  = loaded_bank;
-  assign \stream_start$97  = stream_start;
-  assign \stream_end$99  = stream_end;
-  assign \stream_bank$101  = stream_bank;
+  assign \command$91  = command;
+  assign \load_start$93  = load_start;
+  assign \load_bank$95  = load_bank;
+  assign \loaded$97  = loaded;
+  assign \loaded_bank$99  = loaded_bank;
+  assign \stream_start$101  = stream_start;
+  assign \stream_end$103  = stream_end;
+  assign \stream_bank$105  = stream_bank;
   assign empty = bank_empty;
   assign full = bank_full;
-  assign \w_load$107  = w_load;
+  assign \w_load$111  = w_load;
   assign w_bank = loaded_bank;
-  assign \w_bank$109  = loaded_bank;
-  assign \w_row$111  = w_row;
-  assign spm_addr = spm_ra__addr;
+  assign \w_bank$113  = loaded_bank;
+  assign \w_row$115  = w_row;
   assign spm_ra__data = spm_data;
-  assign \a$117  = a;
-  assign \a_valid$119  = a_valid;
-  assign \a_bank$121  = a_bank;
-  assign \ctl$123  = ctl;
-  assign \out$125  = out;
-  assign \out_valid$127  = out_valid;
-  assign \out_ctl$129  = out_ctl;
-  assign acc_rc__addr = out_ctl[7:0];
-  assign acc_addr = out_ctl[7:0];
+  assign \a$119  = a;
+  assign \a_valid$121  = a_valid;
+  assign \a_bank$123  = a_bank;
+  assign \ctl$125  = ctl;
+  assign \out$127  = out;
+  assign \out_valid$129  = out_valid;
+  assign \out_ctl$131  = out_ctl;
   assign acc_rc__data = acc_data;
-  assign grant = spm_wr__tready;
-  assign \grant$136  = acc_wr__tready;
-  assign spm_w__addr = \$1 [9:0];
-  assign acc_w__addr = \$2 [7:0];
-  assign spm_rb__addr = \$3 [9:0];
-  assign \spm_data$161  = w_row;
+  assign \done__opcode$135  = vector__opcode;
+  assign vector__status = 8'h00;
+  assign \done__status$137  = 8'h00;
+  assign \done__tag$139  = vector__tag;
+  assign \done__valid$141  = vector__valid;
+  assign vector = \start$142 ;
+  assign \command$144  = command;
+  assign \busy$146  = vector_busy;
+  assign spm_a_data = spm_data;
+  assign acc_a_data = acc_data;
+  assign spm_b_data = w_row;
   assign spm_rb__data = w_row;
-  assign \data$163  = w_row;
-  assign acc_rp__addr = \$4 [7:0];
-  assign acc_rp__data = \acc_data$167 ;
-  assign \data$169  = \acc_data$167 ;
+  assign acc_rp__data = acc_b_data;
+  assign busy_cycles = perf_vector_busy;
+  assign hits = perf_table_hits;
+  assign underflows = perf_table_underflows;
+  assign overflows = perf_table_overflows;
+  assign spm_ra__addr = \$1 [9:0];
+  assign acc_rc__addr = \$2 [7:0];
+  assign acc_addr = out_ctl[7:0];
+  assign grant = spm_wr__tready;
+  assign \grant$166  = acc_wr__tready;
+  assign spm_w__addr = \$12 [9:0];
+  assign acc_w__addr = \$16 [7:0];
+  assign spm_rb__addr = \$20 [9:0];
+  assign \spm_data$199  = w_row;
+  assign \data$200  = w_row;
+  assign acc_rp__addr = \$22 [7:0];
+  assign \acc_data$205  = acc_b_data;
+  assign \data$206  = acc_b_data;
   assign req__tdata = spm_wr__tdata;
   assign req__tready = spm_wr__tready;
   assign req__tvalid = spm_wr__tvalid;
-  assign \req__tdata$173  = acc_wr__tdata;
-  assign \req__tready$174  = acc_wr__tready;
-  assign \req__tvalid$175  = acc_wr__tvalid;
-  assign \req__tdata$176  = spm_rreq__tdata;
-  assign \req__tready$177  = spm_rreq__tready;
-  assign \req__tvalid$178  = spm_rreq__tvalid;
-  assign \req__tdata$179  = acc_rreq__tdata;
-  assign \req__tready$180  = acc_rreq__tready;
-  assign \req__tvalid$181  = acc_rreq__tvalid;
+  assign \req__tdata$210  = acc_wr__tdata;
+  assign \req__tready$211  = acc_wr__tready;
+  assign \req__tvalid$212  = acc_wr__tvalid;
+  assign \req__tdata$213  = spm_rreq__tdata;
+  assign \req__tready$214  = spm_rreq__tready;
+  assign \req__tvalid$215  = spm_rreq__tvalid;
+  assign \req__tdata$216  = acc_rreq__tdata;
+  assign \req__tready$217  = acc_rreq__tready;
+  assign \req__tvalid$218  = acc_rreq__tvalid;
   assign resp__tdata = spm_rresp__tdata;
   assign resp__tready = spm_rresp__tready;
   assign resp__tvalid = spm_rresp__tvalid;
-  assign \resp__tdata$185  = acc_rresp__tdata;
-  assign \resp__tready$186  = acc_rresp__tready;
-  assign \resp__tvalid$187  = acc_rresp__tvalid;
+  assign \resp__tdata$222  = acc_rresp__tdata;
+  assign \resp__tready$223  = acc_rresp__tready;
+  assign \resp__tvalid$224  = acc_rresp__tvalid;
   assign \job.b_addr  = job[9:0];
   assign \job.k_chunks  = job[25:10];
-  assign \job$84.a_addr  = \job$84 [9:0];
-  assign \job$84.c_addr  = \job$84 [17:10];
-  assign \job$84.m  = \job$84 [33:18];
-  assign \job$84.k_chunks  = \job$84 [49:34];
-  assign \job$84.accumulate  = \job$84 [50];
-  assign \job$84.tag  = \job$84 [66:51];
+  assign \job$88.a_addr  = \job$88 [9:0];
+  assign \job$88.c_addr  = \job$88 [17:10];
+  assign \job$88.m  = \job$88 [33:18];
+  assign \job$88.k_chunks  = \job$88 [49:34];
+  assign \job$88.accumulate  = \job$88 [50];
+  assign \job$88.tag  = \job$88 [66:51];
   assign \w_row[0]  = w_row[7:0];
   assign \w_row[1]  = w_row[15:8];
   assign \w_row[2]  = w_row[23:16];
@@ -1663,28 +1795,28 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   assign \a[1]  = a[15:8];
   assign \a[2]  = a[23:16];
   assign \a[3]  = a[31:24];
-  assign \ctl$123.acc_addr  = ctl[7:0];
-  assign \ctl$123.accumulate  = ctl[8];
-  assign \ctl$123.last  = ctl[9];
-  assign \ctl$123.tag  = ctl[25:10];
+  assign \ctl$125.acc_addr  = ctl[7:0];
+  assign \ctl$125.accumulate  = ctl[8];
+  assign \ctl$125.last  = ctl[9];
+  assign \ctl$125.tag  = ctl[25:10];
   assign \out[0]  = out[31:0];
   assign \out[1]  = out[63:32];
   assign \out[2]  = out[95:64];
   assign \out[3]  = out[127:96];
-  assign \out$125[0]  = out[31:0];
-  assign \out$125[1]  = out[63:32];
-  assign \out$125[2]  = out[95:64];
-  assign \out$125[3]  = out[127:96];
+  assign \out$127[0]  = out[31:0];
+  assign \out$127[1]  = out[63:32];
+  assign \out$127[2]  = out[95:64];
+  assign \out$127[3]  = out[127:96];
   assign \out_ctl.acc_addr  = out_ctl[7:0];
   assign \out_ctl.accumulate  = out_ctl[8];
   assign \out_ctl.last  = out_ctl[9];
   assign \out_ctl.tag  = out_ctl[25:10];
-  assign \job$84 [50] = command[8];
-  assign \job$84 [66:51] = command[31:16];
-  assign \job$84 [49:34] = command[143:128];
-  assign \job$84 [33:18] = command[127:112];
-  assign \job$84 [17:10] = command[103:96];
-  assign \job$84 [9:0] = command[73:64];
+  assign \job$88 [50] = command[8];
+  assign \job$88 [66:51] = command[31:16];
+  assign \job$88 [49:34] = command[143:128];
+  assign \job$88 [33:18] = command[127:112];
+  assign \job$88 [17:10] = command[103:96];
+  assign \job$88 [9:0] = command[73:64];
   assign job[25:10] = command[143:128];
   assign job[9:0] = command[89:80];
 endmodule
@@ -3742,7 +3874,8 @@ module \dx1_tile_core_a4.banks (rst, loaded, empty, full, load_start, load_bank,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_tile_core_a4.completions (clk, rst, pending, credit, done__tdata, reserve, issue__valid, issue__tag, issue__status, issue__opcode, done__tvalid, gemm__valid, gemm__tag, gemm__status, gemm__opcode, postop__valid, postop__tag, postop__status, postop__opcode, r_en);
+module \dx1_tile_core_a4.completions (clk, rst, pending, credit, done__tdata, vector__valid, reserve, issue__valid, issue__tag, issue__status, issue__opcode, done__tvalid, gemm__valid, gemm__tag, gemm__status, gemm__opcode, postop__valid, postop__tag, postop__status, postop__opcode, vector__tag
+, vector__opcode, r_en);
   reg \$auto$verilog_backend.cc:2355:dump_module$7  = 0;
   wire [4:0] \$1 ;
   wire [5:0] \$2 ;
@@ -3792,6 +3925,13 @@ module \dx1_tile_core_a4.completions (clk, rst, pending, credit, done__tdata, re
   wire reserve;
   input rst;
   wire rst;
+  input [7:0] vector__opcode;
+  wire [7:0] vector__opcode;
+  wire [7:0] vector__status;
+  input [15:0] vector__tag;
+  wire [15:0] vector__tag;
+  input vector__valid;
+  wire vector__valid;
   reg [31:0] w_data;
   reg w_en;
   always @(posedge clk)
@@ -3828,6 +3968,11 @@ module \dx1_tile_core_a4.completions (clk, rst, pending, credit, done__tdata, re
       w_data[23:16] = postop__status;
       w_data[31:24] = postop__opcode;
     end
+    if (vector__valid) begin
+      w_data[15:0] = vector__tag;
+      w_data[23:16] = 8'h00;
+      w_data[31:24] = vector__opcode;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$7 ) begin end
@@ -3848,10 +3993,14 @@ module \dx1_tile_core_a4.completions (clk, rst, pending, credit, done__tdata, re
     if (postop__valid) begin
       w_en = 1'h1;
     end
+    if (vector__valid) begin
+      w_en = 1'h1;
+    end
   end
   assign r_data = done__tdata;
   assign r_rdy = done__tvalid;
   assign done__tready = r_en;
+  assign vector__status = 8'h00;
 endmodule
 
 (* generator = "Amaranth" *)
@@ -4041,15 +4190,109 @@ module \dx1_tile_core_a4.decoder (cmd__tvalid, clk, rst, cmd__tready, decoded, c
   reg \$auto$verilog_backend.cc:2355:dump_module$9  = 0;
   wire \$1 ;
   wire [32:0] \$10 ;
+  wire [33:0] \$100 ;
+  wire \$101 ;
+  wire \$102 ;
+  wire \$103 ;
+  wire \$104 ;
+  wire \$105 ;
+  wire [32:0] \$106 ;
+  wire [16:0] \$107 ;
+  wire [16:0] \$108 ;
+  wire [34:0] \$109 ;
   wire \$11 ;
+  wire \$110 ;
+  wire \$111 ;
+  wire \$112 ;
+  wire \$113 ;
+  wire [32:0] \$114 ;
+  wire [16:0] \$115 ;
+  wire [34:0] \$116 ;
+  wire \$117 ;
+  wire \$118 ;
+  wire \$119 ;
   wire [32:0] \$12 ;
+  wire \$120 ;
+  wire [32:0] \$121 ;
+  wire [33:0] \$122 ;
+  wire \$123 ;
+  wire \$124 ;
+  wire \$125 ;
+  wire \$126 ;
+  wire [32:0] \$127 ;
+  wire [16:0] \$128 ;
+  wire [16:0] \$129 ;
   wire \$13 ;
+  wire [34:0] \$130 ;
+  wire \$131 ;
+  wire \$132 ;
+  wire \$133 ;
+  wire [3:0] \$134 ;
+  wire [3:0] \$135 ;
+  wire [3:0] \$136 ;
+  wire [3:0] \$137 ;
+  wire [3:0] \$138 ;
+  wire [255:0] \$139 ;
   wire \$14 ;
+  wire \$140 ;
+  wire [16:0] \$141 ;
+  wire \$142 ;
+  wire [3:0] \$143 ;
+  wire [3:0] \$144 ;
+  wire [255:0] \$145 ;
+  wire \$146 ;
+  wire \$147 ;
+  wire [32:0] \$148 ;
+  wire [33:0] \$149 ;
   wire [16:0] \$15 ;
+  wire \$150 ;
+  wire [32:0] \$151 ;
+  wire [33:0] \$152 ;
+  wire \$153 ;
+  wire \$154 ;
+  wire [3:0] \$155 ;
+  wire [3:0] \$156 ;
+  wire [3:0] \$157 ;
+  wire \$158 ;
+  wire \$159 ;
   wire \$16 ;
+  wire \$160 ;
+  wire [2:0] \$161 ;
+  wire [18:0] \$162 ;
+  wire \$163 ;
+  wire [16:0] \$164 ;
+  wire [16:0] \$165 ;
+  wire \$166 ;
+  wire [15:0] \$167 ;
+  wire [32:0] \$168 ;
+  wire \$169 ;
   wire [3:0] \$17 ;
+  wire [16:0] \$170 ;
+  wire [16:0] \$171 ;
+  wire [16:0] \$172 ;
+  wire \$173 ;
+  wire [15:0] \$174 ;
+  wire [32:0] \$175 ;
+  wire \$176 ;
+  wire [16:0] \$177 ;
+  wire [16:0] \$178 ;
+  wire [16:0] \$179 ;
   wire [3:0] \$18 ;
+  wire \$180 ;
+  wire [15:0] \$181 ;
+  wire [32:0] \$182 ;
+  wire [16:0] \$183 ;
+  wire [32:0] \$184 ;
+  reg [255:0] \$185 ;
+  reg \$186 ;
+  reg [1:0] \$187 ;
+  reg [31:0] \$188 ;
+  reg [31:0] \$189 ;
   wire [3:0] \$19 ;
+  reg [31:0] \$190 ;
+  reg [31:0] \$191 ;
+  reg [31:0] \$192 ;
+  reg [7:0] \$193 ;
   wire [255:0] \$2 ;
   wire [3:0] \$20 ;
   wire [255:0] \$21 ;
@@ -4069,25 +4312,81 @@ module \dx1_tile_core_a4.decoder (cmd__tvalid, clk, rst, cmd__tready, decoded, c
   wire [3:0] \$34 ;
   wire [3:0] \$35 ;
   wire [3:0] \$36 ;
-  wire \$37 ;
+  wire [255:0] \$37 ;
   wire \$38 ;
   wire \$39 ;
   wire [3:0] \$4 ;
-  wire [2:0] \$40 ;
-  wire [31:0] \$41 ;
-  wire [18:0] \$42 ;
-  reg [255:0] \$43 ;
-  reg \$44 ;
-  reg [1:0] \$45 ;
-  reg [31:0] \$46 ;
-  reg [31:0] \$47 ;
-  reg [7:0] \$48 ;
+  wire [255:0] \$40 ;
+  wire \$41 ;
+  wire \$42 ;
+  wire [255:0] \$43 ;
+  wire \$44 ;
+  wire \$45 ;
+  wire [255:0] \$46 ;
+  wire \$47 ;
+  wire \$48 ;
+  wire [255:0] \$49 ;
   wire [255:0] \$5 ;
+  wire \$50 ;
+  wire \$51 ;
+  wire [255:0] \$52 ;
+  wire \$53 ;
+  wire \$54 ;
+  wire [255:0] \$55 ;
+  wire \$56 ;
+  wire \$57 ;
+  wire [255:0] \$58 ;
+  wire \$59 ;
   wire \$6 ;
+  wire \$60 ;
+  wire \$61 ;
+  wire \$62 ;
+  wire [255:0] \$63 ;
+  wire \$64 ;
+  wire \$65 ;
+  wire [255:0] \$66 ;
+  wire \$67 ;
+  wire \$68 ;
+  wire [255:0] \$69 ;
   wire \$7 ;
+  wire \$70 ;
+  wire \$71 ;
+  wire [255:0] \$72 ;
+  wire \$73 ;
+  wire \$74 ;
+  wire [255:0] \$75 ;
+  wire \$76 ;
+  wire \$77 ;
+  wire [255:0] \$78 ;
+  wire \$79 ;
   wire \$8 ;
+  wire \$80 ;
+  wire [255:0] \$81 ;
+  wire \$82 ;
+  wire \$83 ;
+  wire [255:0] \$84 ;
+  wire \$85 ;
+  wire \$86 ;
+  wire \$87 ;
+  wire \$88 ;
+  wire \$89 ;
   wire \$9 ;
+  wire \$90 ;
+  wire [32:0] \$91 ;
+  wire [16:0] \$92 ;
+  wire [34:0] \$93 ;
+  wire \$94 ;
+  wire \$95 ;
+  wire \$96 ;
+  wire \$97 ;
+  wire \$98 ;
+  wire [32:0] \$99 ;
+  reg \$signal ;
+  reg \$signal$10 ;
+  reg \$signal$11 ;
+  reg \$signal$9 ;
   reg [31:0] a_rows = 32'd0;
+  reg [31:0] b_last = 32'd0;
   reg [31:0] b_rows = 32'd0;
   input clk;
   wire clk;
@@ -4097,8 +4396,10 @@ module \dx1_tile_core_a4.decoder (cmd__tvalid, clk, rst, cmd__tready, decoded, c
   wire cmd__tready;
   input cmd__tvalid;
   wire cmd__tvalid;
+  reg [31:0] col_last = 32'd0;
   output [255:0] command;
   reg [255:0] command = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+  reg [31:0] d_last = 32'd0;
   output decoded;
   wire decoded;
   output holding;
@@ -4111,12 +4412,6 @@ module \dx1_tile_core_a4.decoder (cmd__tvalid, clk, rst, cmd__tready, decoded, c
   reg [7:0] status_next;
   input take;
   wire take;
-  always @(posedge clk)
-    a_rows <= \$46 ;
-  always @(posedge clk)
-    b_rows <= \$47 ;
-  always @(posedge clk)
-    status <= \$48 ;
   assign cmd__tready = ~ holding;
   assign \$1  = stage == 2'h2;
   assign decoded = holding & \$1 ;
@@ -4152,39 +4447,148 @@ module \dx1_tile_core_a4.decoder (cmd__tvalid, clk, rst, cmd__tready, decoded, c
   assign \$34  = \$24  ? 4'h4 : \$33 ;
   assign \$35  = \$23  ? 4'h3 : \$34 ;
   assign \$36  = \$22  ? 4'h2 : \$35 ;
-  assign \$37  = cmd__tvalid & cmd__tready;
-  assign \$38  = stage != 2'h2;
-  assign \$39  = holding & \$38 ;
-  assign \$40  = stage + 1'h1;
-  assign \$41  = command[143:128] * command[127:112];
-  assign \$42  = command[143:128] * 3'h4;
+  assign \$38  = | \$37 ;
+  assign \$39  = command[45:40] > 1'h0;
+  assign \$41  = | \$40 ;
+  assign \$42  = command[45:40] > 1'h0;
+  assign \$44  = | \$43 ;
+  assign \$45  = command[45:40] > 6'h2f;
+  assign \$47  = | \$46 ;
+  assign \$48  = command[45:40] > 1'h0;
+  assign \$50  = | \$49 ;
+  assign \$51  = command[45:40] > 1'h0;
+  assign \$53  = | \$52 ;
+  assign \$54  = command[45:40] > 6'h2f;
+  assign \$56  = | \$55 ;
+  assign \$57  = command[45:40] > 5'h1f;
+  assign \$59  = | \$58 ;
+  assign \$60  = command[45:40] > 1'h0;
+  assign \$61  = $signed(command[223:192]) > $signed(command[255:224]);
+  assign \$62  = \$60  | \$61 ;
+  assign \$64  = | \$63 ;
+  assign \$65  = command[45:40] > 1'h0;
+  assign \$67  = | \$66 ;
+  assign \$68  = command[45:40] > 1'h0;
+  assign \$70  = | \$69 ;
+  assign \$71  = command[45:40] > 1'h0;
+  assign \$73  = | \$72 ;
+  assign \$74  = command[45:40] > 1'h0;
+  assign \$76  = | \$75 ;
+  assign \$77  = command[45:40] > 6'h2f;
+  assign \$79  = | \$78 ;
+  assign \$80  = command[45:40] > 1'h0;
+  assign \$82  = | \$81 ;
+  assign \$83  = command[45:40] > 5'h10;
+  assign \$85  = | \$84 ;
+  assign \$86  = ! command[127:112];
+  assign \$87  = ! command[63:48];
+  assign \$88  = \$86  | \$87 ;
+  assign \$89  = ~ command[8];
+  assign \$91  = command[79:64] + a_rows;
+  assign \$92  = command[63:48] - 1'h1;
+  assign \$93  = $signed({ 1'h0, \$91  }) + $signed(\$92 );
+  assign \$94  = $signed(\$93 ) >= $signed(12'h400);
+  assign \$95  = \$90  & \$94 ;
+  assign \$97  = ~ command[9];
+  assign \$98  = \$signal$10  & \$97 ;
+  assign \$99  = command[95:80] + b_last;
+  assign \$100  = \$99  + col_last;
+  assign \$101  = \$100  >= 11'h400;
+  assign \$102  = \$98  & \$101 ;
+  assign \$103  = \$96  | \$102 ;
+  assign \$104  = ~ command[10];
+  assign \$106  = command[111:96] + d_last;
+  assign \$107  = command[63:48] - 1'h1;
+  assign \$108  = \$signal$11  ? 17'h00000 : \$107 ;
+  assign \$109  = $signed({ 1'h0, \$106  }) + $signed(\$108 );
+  assign \$110  = $signed(\$109 ) >= $signed(12'h400);
+  assign \$111  = \$105  & \$110 ;
+  assign \$112  = \$103  | \$111 ;
+  assign \$114  = command[79:64] + a_rows;
+  assign \$115  = command[63:48] - 1'h1;
+  assign \$116  = $signed({ 1'h0, \$114  }) + $signed(\$115 );
+  assign \$117  = $signed(\$116 ) >= $signed(10'h100);
+  assign \$118  = \$113  & \$117 ;
+  assign \$120  = \$signal$10  & command[9];
+  assign \$121  = command[95:80] + b_last;
+  assign \$122  = \$121  + col_last;
+  assign \$123  = \$122  >= 9'h100;
+  assign \$124  = \$120  & \$123 ;
+  assign \$125  = \$119  | \$124 ;
+  assign \$127  = command[111:96] + d_last;
+  assign \$128  = command[63:48] - 1'h1;
+  assign \$129  = \$signal$11  ? 17'h00000 : \$128 ;
+  assign \$130  = $signed({ 1'h0, \$127  }) + $signed(\$129 );
+  assign \$131  = $signed(\$130 ) >= $signed(10'h100);
+  assign \$132  = \$126  & \$131 ;
+  assign \$133  = \$125  | \$132 ;
+  assign \$134  = \$133  ? 4'h6 : 4'h0;
+  assign \$135  = \$112  ? 4'h5 : \$134 ;
+  assign \$136  = \$signal$9  ? 4'h4 : \$135 ;
+  assign \$137  = \$88  ? 4'h3 : \$136 ;
+  assign \$138  = \$signal  ? 4'h2 : \$137 ;
+  assign \$140  = | \$139 ;
+  assign \$141  = command[79:64] + 8'h81;
+  assign \$142  = \$141  > 11'h400;
+  assign \$143  = \$142  ? 4'h5 : 4'h0;
+  assign \$144  = \$140  ? 4'h2 : \$143 ;
+  assign \$146  = | \$145 ;
+  assign \$147  = ! command[111:96];
+  assign \$148  = command[79:64] + b_last;
+  assign \$149  = \$148  + 3'h4;
+  assign \$150  = \$149  > 11'h400;
+  assign \$151  = command[95:80] + col_last;
+  assign \$152  = \$151  + 3'h4;
+  assign \$153  = \$152  > 11'h400;
+  assign \$154  = \$150  | \$153 ;
+  assign \$155  = \$154  ? 4'h5 : 4'h0;
+  assign \$156  = \$147  ? 4'h3 : \$155 ;
+  assign \$157  = \$146  ? 4'h2 : \$156 ;
+  assign \$158  = cmd__tvalid & cmd__tready;
+  assign \$159  = stage != 2'h2;
+  assign \$160  = holding & \$159 ;
+  assign \$161  = stage + 1'h1;
+  assign \$162  = command[143:128] * 3'h4;
+  assign \$163  = command[7:0] == 2'h3;
+  assign \$164  = command[127:112] - 1'h1;
+  assign \$165  = \$163  ? { 1'h0, command[143:128] } : \$164 ;
+  assign \$166  = command[7:0] == 2'h3;
+  assign \$167  = \$166  ? command[127:112] : command[143:128];
+  assign \$168  = $signed(\$165 ) * $signed({ 1'h0, \$167  });
+  assign \$169  = command[7:0] == 4'hb;
+  assign \$170  = command[111:96] - 1'h1;
+  assign \$171  = command[127:112] - 1'h1;
+  assign \$172  = \$169  ? \$170  : \$171 ;
+  assign \$173  = command[7:0] == 4'hb;
+  assign \$174  = \$173  ? command[127:112] : command[159:144];
+  assign \$175  = $signed(\$172 ) * $signed({ 1'h0, \$174  });
+  assign \$176  = command[7:0] == 4'hb;
+  assign \$177  = command[111:96] - 1'h1;
+  assign \$178  = command[63:48] - 1'h1;
+  assign \$179  = \$176  ? \$177  : \$178 ;
+  assign \$180  = command[7:0] == 4'hb;
+  assign \$181  = \$180  ? command[143:128] : command[175:160];
+  assign \$182  = $signed(\$179 ) * $signed({ 1'h0, \$181  });
+  assign \$183  = command[127:112] - 1'h1;
+  assign \$184  = $signed(\$183 ) * $signed({ 1'h0, command[191:176] });
   always @(posedge clk)
-    command <= \$43 ;
+    command <= \$185 ;
   always @(posedge clk)
-    holding <= \$44 ;
+    holding <= \$186 ;
   always @(posedge clk)
-    stage <= \$45 ;
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
-    \$46  = \$41 ;
-    if (rst) begin
-      \$46  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
-    \$47  = { 13'h0000, \$42  };
-    if (rst) begin
-      \$47  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
-    \$48  = status_next;
-    if (rst) begin
-      \$48  = 8'h00;
-    end
-  end
+    stage <= \$187 ;
+  always @(posedge clk)
+    b_rows <= \$188 ;
+  always @(posedge clk)
+    a_rows <= \$189 ;
+  always @(posedge clk)
+    b_last <= \$190 ;
+  always @(posedge clk)
+    col_last <= \$191 ;
+  always @(posedge clk)
+    d_last <= \$192 ;
+  always @(posedge clk)
+    status <= \$193 ;
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
     (* full_case = 32'd1 *)
@@ -4195,43 +4599,277 @@ module \dx1_tile_core_a4.decoder (cmd__tvalid, clk, rst, cmd__tready, decoded, c
           status_next = { 4'h0, \$20  };
       8'h04:
           status_next = { 4'h0, \$36  };
+      8'h09:
+          status_next = { 4'h0, \$138  };
+      8'h0a:
+          status_next = { 4'h0, \$144  };
+      8'h0b:
+          status_next = { 4'h0, \$157  };
       default:
           status_next = 8'h01;
     endcase
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
-    \$43  = command;
-    if (\$37 ) begin
-      \$43  = cmd__tdata;
+    \$signal  = 1'h0;
+    casez (command[7:0])
+      8'h00:
+          /* empty */;
+      8'h03:
+          /* empty */;
+      8'h04:
+          /* empty */;
+      8'h09:
+          (* full_case = 32'd1 *)
+          casez (command[39:32])
+            8'h00:
+                \$signal  = \$38 ;
+            8'h01:
+                \$signal  = \$41 ;
+            8'h02:
+                \$signal  = \$44 ;
+            8'h03:
+                \$signal  = \$47 ;
+            8'h04:
+                \$signal  = \$50 ;
+            8'h05:
+                \$signal  = \$53 ;
+            8'h06:
+                \$signal  = \$56 ;
+            8'h07:
+                \$signal  = \$59 ;
+            8'h08:
+                \$signal  = \$64 ;
+            8'h09:
+                \$signal  = \$67 ;
+            8'h0a:
+                \$signal  = \$70 ;
+            8'h0b:
+                \$signal  = \$73 ;
+            8'h0c:
+                \$signal  = \$76 ;
+            8'h0d:
+                \$signal  = \$79 ;
+            8'h0e:
+                \$signal  = \$82 ;
+            default:
+                \$signal  = \$85 ;
+          endcase
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    \$signal$9  = 1'h0;
+    casez (command[7:0])
+      8'h00:
+          /* empty */;
+      8'h03:
+          /* empty */;
+      8'h04:
+          /* empty */;
+      8'h09:
+          (* full_case = 32'd1 *)
+          casez (command[39:32])
+            8'h00:
+                \$signal$9  = \$39 ;
+            8'h01:
+                \$signal$9  = \$42 ;
+            8'h02:
+                \$signal$9  = \$45 ;
+            8'h03:
+                \$signal$9  = \$48 ;
+            8'h04:
+                \$signal$9  = \$51 ;
+            8'h05:
+                \$signal$9  = \$54 ;
+            8'h06:
+                \$signal$9  = \$57 ;
+            8'h07:
+                \$signal$9  = \$62 ;
+            8'h08:
+                \$signal$9  = \$65 ;
+            8'h09:
+                \$signal$9  = \$68 ;
+            8'h0a:
+                \$signal$9  = \$71 ;
+            8'h0b:
+                \$signal$9  = \$74 ;
+            8'h0c:
+                \$signal$9  = \$77 ;
+            8'h0d:
+                \$signal$9  = \$80 ;
+            8'h0e:
+                \$signal$9  = \$83 ;
+            default:
+                \$signal$9  = 1'h1;
+          endcase
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    \$signal$10  = 1'h0;
+    casez (command[7:0])
+      8'h00:
+          /* empty */;
+      8'h03:
+          /* empty */;
+      8'h04:
+          /* empty */;
+      8'h09:
+          casez (command[39:32])
+            8'h00:
+                \$signal$10  = 1'h1;
+            8'h01:
+                \$signal$10  = 1'h1;
+            8'h02:
+                \$signal$10  = 1'h1;
+            8'h03:
+                \$signal$10  = 1'h1;
+            8'h04:
+                \$signal$10  = 1'h1;
+            8'h05:
+                \$signal$10  = 1'h0;
+            8'h06:
+                \$signal$10  = 1'h0;
+            8'h07:
+                \$signal$10  = 1'h0;
+            8'h08:
+                \$signal$10  = 1'h0;
+            8'h09:
+                \$signal$10  = 1'h0;
+            8'h0a:
+                \$signal$10  = 1'h0;
+            8'h0b:
+                \$signal$10  = 1'h0;
+            8'h0c:
+                \$signal$10  = 1'h0;
+            8'h0d:
+                \$signal$10  = 1'h0;
+            8'h0e:
+                \$signal$10  = 1'h0;
+          endcase
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    \$signal$11  = 1'h0;
+    casez (command[7:0])
+      8'h00:
+          /* empty */;
+      8'h03:
+          /* empty */;
+      8'h04:
+          /* empty */;
+      8'h09:
+          casez (command[39:32])
+            8'h00:
+                \$signal$11  = 1'h0;
+            8'h01:
+                \$signal$11  = 1'h0;
+            8'h02:
+                \$signal$11  = 1'h0;
+            8'h03:
+                \$signal$11  = 1'h0;
+            8'h04:
+                \$signal$11  = 1'h0;
+            8'h05:
+                \$signal$11  = 1'h0;
+            8'h06:
+                \$signal$11  = 1'h0;
+            8'h07:
+                \$signal$11  = 1'h0;
+            8'h08:
+                \$signal$11  = 1'h0;
+            8'h09:
+                \$signal$11  = 1'h1;
+            8'h0a:
+                \$signal$11  = 1'h1;
+            8'h0b:
+                \$signal$11  = 1'h1;
+            8'h0c:
+                \$signal$11  = 1'h0;
+            8'h0d:
+                \$signal$11  = 1'h0;
+            8'h0e:
+                \$signal$11  = 1'h0;
+          endcase
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    \$185  = command;
+    if (\$158 ) begin
+      \$185  = cmd__tdata;
     end
     if (rst) begin
-      \$43  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+      \$185  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
-    \$44  = holding;
-    if (\$37 ) begin
-      \$44  = 1'h1;
+    \$186  = holding;
+    if (\$158 ) begin
+      \$186  = 1'h1;
     end else if (take) begin
-      \$44  = 1'h0;
+      \$186  = 1'h0;
     end
     if (rst) begin
-      \$44  = 1'h0;
+      \$186  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
-    \$45  = stage;
-    if (\$37 ) begin
-      \$45  = 2'h0;
+    \$187  = stage;
+    if (\$158 ) begin
+      \$187  = 2'h0;
     end else if (take) begin
-    end else if (\$39 ) begin
-      \$45  = \$40 [1:0];
+    end else if (\$160 ) begin
+      \$187  = \$161 [1:0];
     end
     if (rst) begin
-      \$45  = 2'h0;
+      \$187  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    \$188  = { 13'h0000, \$162  };
+    if (rst) begin
+      \$188  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    \$189  = \$168 [31:0];
+    if (rst) begin
+      \$189  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    \$190  = \$175 [31:0];
+    if (rst) begin
+      \$190  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    \$191  = \$182 [31:0];
+    if (rst) begin
+      \$191  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    \$192  = \$184 [31:0];
+    if (rst) begin
+      \$192  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$9 ) begin end
+    \$193  = status_next;
+    if (rst) begin
+      \$193  = 8'h00;
     end
   end
   assign { \$2 [31:16], \$2 [7:0] } = 24'h000000;
@@ -4240,16 +4878,66 @@ module \dx1_tile_core_a4.decoder (cmd__tvalid, clk, rst, cmd__tready, decoded, c
   assign { \$5 [255:144], \$5 [63:32], \$5 [15:9] } = { command[255:144], command[63:32], command[15:9] };
   assign { \$21 [149:64], \$21 [31:16], \$21 [9:0] } = 112'h0000000000000000000000000000;
   assign { \$21 [255:150], \$21 [63:32], \$21 [15:10] } = { command[255:150], command[63:32], command[15:10] };
+  assign { \$37 [191:48], \$37 [39:16], \$37 [10:0] } = 179'h000000000000000000000000000000000000000000000;
+  assign { \$37 [255:192], \$37 [47:40], \$37 [15:11] } = { command[255:192], command[47:40], command[15:11] };
+  assign { \$40 [191:48], \$40 [39:16], \$40 [10:0] } = 179'h000000000000000000000000000000000000000000000;
+  assign { \$40 [255:192], \$40 [47:40], \$40 [15:11] } = { command[255:192], command[47:40], command[15:11] };
+  assign { \$43 [191:48], \$43 [45:16], \$43 [10:0] } = 185'h00000000000000000000000000000000000000000000000;
+  assign { \$43 [255:192], \$43 [47:46], \$43 [15:11] } = { command[255:192], command[47:46], command[15:11] };
+  assign { \$46 [191:48], \$46 [39:16], \$46 [10:0] } = 179'h000000000000000000000000000000000000000000000;
+  assign { \$46 [255:192], \$46 [47:40], \$46 [15:11] } = { command[255:192], command[47:40], command[15:11] };
+  assign { \$49 [191:48], \$49 [39:16], \$49 [10:0] } = 179'h000000000000000000000000000000000000000000000;
+  assign { \$49 [255:192], \$49 [47:40], \$49 [15:11] } = { command[255:192], command[47:40], command[15:11] };
+  assign { \$52 [191:176], \$52 [143:96], \$52 [79:48], \$52 [45:16], \$52 [10], \$52 [8:0] } = 136'h0000000000000000000000000000000000;
+  assign { \$52 [255:192], \$52 [175:144], \$52 [95:80], \$52 [47:46], \$52 [15:11], \$52 [9] } = { command[255:192], command[175:144], command[95:80], command[47:46], command[15:11], command[9] };
+  assign { \$55 [191:176], \$55 [143:96], \$55 [79:48], \$55 [45:16], \$55 [10], \$55 [8:0] } = 136'h0000000000000000000000000000000000;
+  assign { \$55 [255:192], \$55 [175:144], \$55 [95:80], \$55 [47:46], \$55 [15:11], \$55 [9] } = { command[255:192], command[175:144], command[95:80], command[47:46], command[15:11], command[9] };
+  assign { \$58 [255:176], \$58 [143:96], \$58 [79:48], \$58 [39:16], \$58 [10], \$58 [8:0] } = 194'h0000000000000000000000000000000000000000000000000;
+  assign { \$58 [175:144], \$58 [95:80], \$58 [47:40], \$58 [15:11], \$58 [9] } = { command[175:144], command[95:80], command[47:40], command[15:11], command[9] };
+  assign { \$63 [191:176], \$63 [143:96], \$63 [79:48], \$63 [39:16], \$63 [10], \$63 [8:0] } = 130'h000000000000000000000000000000000;
+  assign { \$63 [255:192], \$63 [175:144], \$63 [95:80], \$63 [47:40], \$63 [15:11], \$63 [9] } = { command[255:192], command[175:144], command[95:80], command[47:40], command[15:11], command[9] };
+  assign { \$66 [191:176], \$66 [143:96], \$66 [79:48], \$66 [39:16], \$66 [10], \$66 [8:0] } = 130'h000000000000000000000000000000000;
+  assign { \$66 [255:192], \$66 [175:144], \$66 [95:80], \$66 [47:40], \$66 [15:11], \$66 [9] } = { command[255:192], command[175:144], command[95:80], command[47:40], command[15:11], command[9] };
+  assign { \$69 [191:176], \$69 [143:96], \$69 [79:48], \$69 [39:16], \$69 [10], \$69 [8:0] } = 130'h000000000000000000000000000000000;
+  assign { \$69 [255:192], \$69 [175:144], \$69 [95:80], \$69 [47:40], \$69 [15:11], \$69 [9] } = { command[255:192], command[175:144], command[95:80], command[47:40], command[15:11], command[9] };
+  assign { \$72 [191:176], \$72 [143:96], \$72 [79:48], \$72 [39:16], \$72 [10], \$72 [8:0] } = 130'h000000000000000000000000000000000;
+  assign { \$72 [255:192], \$72 [175:144], \$72 [95:80], \$72 [47:40], \$72 [15:11], \$72 [9] } = { command[255:192], command[175:144], command[95:80], command[47:40], command[15:11], command[9] };
+  assign { \$75 [191:176], \$75 [143:96], \$75 [79:48], \$75 [45:16], \$75 [10], \$75 [8:0] } = 136'h0000000000000000000000000000000000;
+  assign { \$75 [255:192], \$75 [175:144], \$75 [95:80], \$75 [47:46], \$75 [15:11], \$75 [9] } = { command[255:192], command[175:144], command[95:80], command[47:46], command[15:11], command[9] };
+  assign { \$78 [191:176], \$78 [143:96], \$78 [79:48], \$78 [39:16], \$78 [10], \$78 [8:0] } = 130'h000000000000000000000000000000000;
+  assign { \$78 [255:192], \$78 [175:144], \$78 [95:80], \$78 [47:40], \$78 [15:11], \$78 [9] } = { command[255:192], command[175:144], command[95:80], command[47:40], command[15:11], command[9] };
+  assign { \$81 [223:176], \$81 [143:96], \$81 [79:48], \$81 [45:16], \$81 [10], \$81 [8:0] } = 168'h000000000000000000000000000000000000000000;
+  assign { \$81 [255:224], \$81 [175:144], \$81 [95:80], \$81 [47:46], \$81 [15:11], \$81 [9] } = { command[255:224], command[175:144], command[95:80], command[47:46], command[15:11], command[9] };
+  assign { \$84 [255:48], \$84 [45:16], \$84 [10:0] } = 249'h000000000000000000000000000000000000000000000000000000000000000;
+  assign { \$84 [47:46], \$84 [15:11] } = { command[47:46], command[15:11] };
+  assign \$90  = \$89 ;
+  assign \$96  = \$95 ;
+  assign \$105  = \$104 ;
+  assign \$113  = command[8];
+  assign \$119  = \$118 ;
+  assign \$126  = command[10];
+  assign { \$139 [79:64], \$139 [31:16], \$139 [7:0] } = 40'h0000000000;
+  assign { \$139 [255:80], \$139 [63:32], \$139 [15:8] } = { command[255:80], command[63:32], command[15:8] };
+  assign { \$145 [143:64], \$145 [31:16], \$145 [7:0] } = 104'h00000000000000000000000000;
+  assign { \$145 [255:144], \$145 [63:32], \$145 [15:8] } = { command[255:144], command[63:32], command[15:8] };
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_tile_core_a4.issue$192 (rst, queues_ready, decoded, credit, command, status, take, done__valid, done__tag, done__status, done__opcode, gemm, postop, gemm_done, postop_busy, clk);
+module \dx1_tile_core_a4.issue$230 (rst, queues_ready, decoded, credit, vector_busy, command, status, take, done__valid, done__tag, done__status, done__opcode, gemm, vector, postop, gemm_done, postop_busy, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$10  = 0;
   wire [4:0] \$1 ;
   wire \$10 ;
   wire \$11 ;
-  reg [3:0] \$12 ;
+  wire \$12 ;
+  wire \$13 ;
+  wire \$14 ;
+  wire \$15 ;
+  wire \$16 ;
+  wire \$17 ;
+  wire \$18 ;
+  wire \$19 ;
   wire [5:0] \$2 ;
+  reg [3:0] \$20 ;
   wire \$3 ;
   wire \$4 ;
   wire \$5 ;
@@ -4291,38 +4979,54 @@ module \dx1_tile_core_a4.issue$192 (rst, queues_ready, decoded, credit, command,
   wire [7:0] status;
   output take;
   reg take;
+  output vector;
+  reg vector;
+  input vector_busy;
+  wire vector_busy;
   assign \$1  = gemm_inflight + gemm;
   assign \$2  = \$1  - gemm_done;
   assign \$3  = ! gemm_inflight;
   assign \$4  = ~ postop_busy;
-  assign idle = \$3  & \$4 ;
-  assign \$5  = decoded & credit;
-  assign \$6  = | status;
-  assign \$7  = ! command[7:0];
-  assign \$8  = \$6  | \$7 ;
-  assign \$9  = command[7:0] == 2'h3;
-  assign \$10  = ~ postop_busy;
-  assign \$11  = \$10  & queues_ready;
+  assign \$5  = \$3  & \$4 ;
+  assign \$6  = ~ vector_busy;
+  assign idle = \$5  & \$6 ;
+  assign \$7  = decoded & credit;
+  assign \$8  = | status;
+  assign \$9  = ! command[7:0];
+  assign \$10  = \$8  | \$9 ;
+  assign \$11  = command[7:0] == 2'h3;
+  assign \$12  = command[7:0] == 4'h9;
+  assign \$13  = command[7:0] == 4'ha;
+  assign \$14  = command[7:0] == 4'hb;
+  assign \$15  = | { \$14 , \$13 , \$12  };
+  assign \$16  = ~ postop_busy;
+  assign \$17  = ~ vector_busy;
+  assign \$18  = \$16  & \$17 ;
+  assign \$19  = \$18  & queues_ready;
   always @(posedge clk)
-    gemm_inflight <= \$12 ;
+    gemm_inflight <= \$20 ;
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$10 ) begin end
-    \$12  = \$2 [3:0];
+    \$20  = \$2 [3:0];
     if (rst) begin
-      \$12  = 4'h0;
+      \$20  = 4'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$10 ) begin end
     take = 1'h0;
-    if (\$5 ) begin
+    if (\$7 ) begin
       (* full_case = 32'd1 *)
-      if (\$8 ) begin
+      if (\$10 ) begin
         if (idle) begin
           take = 1'h1;
         end
-      end else if (\$9 ) begin
-        if (\$11 ) begin
+      end else if (\$11 ) begin
+        if (\$19 ) begin
+          take = 1'h1;
+        end
+      end else if (\$15 ) begin
+        if (idle) begin
           take = 1'h1;
         end
       end else begin
@@ -4335,8 +5039,8 @@ module \dx1_tile_core_a4.issue$192 (rst, queues_ready, decoded, credit, command,
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$10 ) begin end
     done__valid = 1'h0;
-    if (\$5 ) begin
-      if (\$8 ) begin
+    if (\$7 ) begin
+      if (\$10 ) begin
         if (idle) begin
           done__valid = 1'h1;
         end
@@ -4346,8 +5050,8 @@ module \dx1_tile_core_a4.issue$192 (rst, queues_ready, decoded, credit, command,
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$10 ) begin end
     done__tag = 16'h0000;
-    if (\$5 ) begin
-      if (\$8 ) begin
+    if (\$7 ) begin
+      if (\$10 ) begin
         if (idle) begin
           done__tag = command[31:16];
         end
@@ -4357,8 +5061,8 @@ module \dx1_tile_core_a4.issue$192 (rst, queues_ready, decoded, credit, command,
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$10 ) begin end
     done__status = 8'h00;
-    if (\$5 ) begin
-      if (\$8 ) begin
+    if (\$7 ) begin
+      if (\$10 ) begin
         if (idle) begin
           done__status = status;
         end
@@ -4368,8 +5072,8 @@ module \dx1_tile_core_a4.issue$192 (rst, queues_ready, decoded, credit, command,
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$10 ) begin end
     done__opcode = 8'h00;
-    if (\$5 ) begin
-      if (\$8 ) begin
+    if (\$7 ) begin
+      if (\$10 ) begin
         if (idle) begin
           done__opcode = command[7:0];
         end
@@ -4379,10 +5083,10 @@ module \dx1_tile_core_a4.issue$192 (rst, queues_ready, decoded, credit, command,
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$10 ) begin end
     gemm = 1'h0;
-    if (\$5 ) begin
-      if (\$8 ) begin
-      end else if (\$9 ) begin
-        if (\$11 ) begin
+    if (\$7 ) begin
+      if (\$10 ) begin
+      end else if (\$11 ) begin
+        if (\$19 ) begin
           gemm = 1'h1;
         end
       end
@@ -4390,11 +5094,25 @@ module \dx1_tile_core_a4.issue$192 (rst, queues_ready, decoded, credit, command,
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$10 ) begin end
+    vector = 1'h0;
+    if (\$7 ) begin
+      if (\$10 ) begin
+      end else if (\$11 ) begin
+      end else if (\$15 ) begin
+        if (idle) begin
+          vector = 1'h1;
+        end
+      end
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$10 ) begin end
     postop = 1'h0;
-    if (\$5 ) begin
+    if (\$7 ) begin
       (* full_case = 32'd1 *)
-      if (\$8 ) begin
-      end else if (\$9 ) begin
+      if (\$10 ) begin
+      end else if (\$11 ) begin
+      end else if (\$15 ) begin
       end else begin
         if (idle) begin
           postop = 1'h1;
@@ -6642,4 +7360,7420 @@ module \dx1_tile_core_a4.streamer.stream_q (rst, w_rdy, r_rdy, r_data, w_port__d
   assign w_data = w_port__data;
   assign consume = r_port__addr;
   assign r_port__data = r_data;
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_tile_core_a4.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, acc_b_data, busy, acc_b_use, spm_b_use, finished, progress, command, start, acc_a_addr, spm_a_addr, acc_b_addr, spm_b_addr, acc_w_en, acc_w_addr, acc_w_data, spm_w_en, spm_w_addr
+, spm_w_data, done__tag, done__opcode, busy_cycles, hits, underflows, overflows, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$21  = 0;
+  wire \$1 ;
+  wire [31:0] \$10 ;
+  wire [31:0] \$11 ;
+  wire [31:0] \$12 ;
+  wire [31:0] \$13 ;
+  wire [31:0] \$14 ;
+  wire [31:0] \$15 ;
+  wire [31:0] \$16 ;
+  wire \$17 ;
+  wire \$18 ;
+  wire \$19 ;
+  wire \$2 ;
+  wire \$20 ;
+  wire \$21 ;
+  wire \$22 ;
+  wire \$23 ;
+  wire \$24 ;
+  wire \$25 ;
+  wire \$26 ;
+  wire \$27 ;
+  wire \$28 ;
+  wire \$29 ;
+  wire \$3 ;
+  wire \$30 ;
+  wire \$31 ;
+  wire \$32 ;
+  wire \$33 ;
+  wire \$34 ;
+  wire \$35 ;
+  wire [32:0] \$36 ;
+  wire [32:0] \$37 ;
+  wire [32:0] \$38 ;
+  wire [32:0] \$39 ;
+  wire \$4 ;
+  reg [7:0] \$40 ;
+  reg [5:0] \$41 ;
+  reg [31:0] \$42 ;
+  reg [31:0] \$43 ;
+  reg \$44 ;
+  reg \$45 ;
+  reg [15:0] \$46 ;
+  reg [7:0] \$47 ;
+  reg \$48 ;
+  reg [20:0] \$49 ;
+  wire \$5 ;
+  reg \$50 ;
+  reg [20:0] \$51 ;
+  reg \$52 ;
+  reg [20:0] \$53 ;
+  reg \$54 ;
+  reg [20:0] \$55 ;
+  reg \$56 ;
+  reg [20:0] \$57 ;
+  reg \$58 ;
+  reg [20:0] \$59 ;
+  wire \$6 ;
+  reg \$60 ;
+  reg [20:0] \$61 ;
+  reg \$62 ;
+  reg [20:0] \$63 ;
+  reg \$64 ;
+  reg [16:0] \$65 ;
+  reg \$66 ;
+  reg [16:0] \$67 ;
+  reg \$68 ;
+  reg [16:0] \$69 ;
+  wire \$7 ;
+  reg \$70 ;
+  reg [16:0] \$71 ;
+  reg \$72 ;
+  reg [16:0] \$73 ;
+  reg [20:0] \$74 ;
+  reg [31:0] \$75 ;
+  reg [31:0] \$76 ;
+  reg [31:0] \$77 ;
+  reg [31:0] \$78 ;
+  wire \$8 ;
+  wire [31:0] \$9 ;
+  reg [7:0] \$signal  = 8'h00;
+  (* init = 16'h0000 *)
+  wire [15:0] \$signal$102 ;
+  (* init = 6'h00 *)
+  wire [5:0] \$signal$44 ;
+  (* init = 32'd0 *)
+  wire [31:0] \$signal$46 ;
+  (* init = 32'd0 *)
+  wire [31:0] \$signal$48 ;
+  (* init = 1'h0 *)
+  wire \$signal$50 ;
+  reg \$signal$74 ;
+  reg [15:0] \$signal$75 ;
+  wire [127:0] a;
+  wire [127:0] \a$68 ;
+  wire [31:0] \a$68[0] ;
+  wire [31:0] \a$68[1] ;
+  wire [31:0] \a$68[2] ;
+  wire [31:0] \a$68[3] ;
+  wire [31:0] \a[0] ;
+  wire [31:0] \a[1] ;
+  wire [31:0] \a[2] ;
+  wire [31:0] \a[3] ;
+  wire a_acc;
+  wire [15:0] a_addr;
+  wire a_read;
+  output [15:0] acc_a_addr;
+  reg [15:0] acc_a_addr;
+  input [127:0] acc_a_data;
+  wire [127:0] acc_a_data;
+  output [15:0] acc_b_addr;
+  reg [15:0] acc_b_addr;
+  input [127:0] acc_b_data;
+  wire [127:0] acc_b_data;
+  output acc_b_use;
+  wire acc_b_use;
+  output [15:0] acc_w_addr;
+  reg [15:0] acc_w_addr;
+  output [127:0] acc_w_data;
+  reg [127:0] acc_w_data;
+  output acc_w_en;
+  reg acc_w_en;
+  wire [127:0] b;
+  wire [31:0] \b[0] ;
+  wire [31:0] \b[1] ;
+  wire [31:0] \b[2] ;
+  wire [31:0] \b[3] ;
+  wire b_acc;
+  wire [15:0] b_addr;
+  wire b_read;
+  output busy;
+  wire busy;
+  wire \busy$10 ;
+  wire \busy$11 ;
+  wire \busy$12 ;
+  output [31:0] busy_cycles;
+  reg [31:0] busy_cycles = 32'd0;
+  input clk;
+  wire clk;
+  wire [31:0] col;
+  wire [7:0] \col[0] ;
+  wire [7:0] \col[1] ;
+  wire [7:0] \col[2] ;
+  wire [7:0] \col[3] ;
+  input [255:0] command;
+  wire [255:0] command;
+  wire [255:0] \command$4 ;
+  wire [255:0] \command$8 ;
+  reg [20:0] ctl_lanes0 = 21'h000000;
+  reg [20:0] ctl_lanes1 = 21'h000000;
+  reg [20:0] ctl_lanes2 = 21'h000000;
+  reg [20:0] ctl_lanes3 = 21'h000000;
+  reg [20:0] ctl_lanes4 = 21'h000000;
+  reg [20:0] ctl_lanes5 = 21'h000000;
+  reg [20:0] ctl_lanes6 = 21'h000000;
+  reg [20:0] ctl_lanes7 = 21'h000000;
+  reg [16:0] ctl_reduce0 = 17'h00000;
+  reg [16:0] ctl_reduce1 = 17'h00000;
+  reg [16:0] ctl_reduce2 = 17'h00000;
+  reg [16:0] ctl_reduce3 = 17'h00000;
+  reg [16:0] ctl_reduce4 = 17'h00000;
+  reg d_acc = 1'h0;
+  (* init = 1'h0 *)
+  wire \d_acc$64 ;
+  (* init = 1'h0 *)
+  wire \d_acc$71 ;
+  reg [20:0] div_ctl = 21'h000000;
+  wire \div_ctl.d_acc ;
+  wire [15:0] \div_ctl.d_addr ;
+  wire \div_ctl.end ;
+  wire \div_ctl.first ;
+  wire \div_ctl.last ;
+  wire \div_ctl.valid ;
+  wire done;
+  wire \done$98 ;
+  wire \done$99 ;
+  output [7:0] done__opcode;
+  reg [7:0] done__opcode = 8'h00;
+  wire [7:0] done__status;
+  output [15:0] done__tag;
+  reg [15:0] done__tag = 16'h0000;
+  wire done__valid;
+  output finished;
+  wire finished;
+  wire first;
+  output [31:0] hits;
+  reg [31:0] hits = 32'd0;
+  wire [2:0] \hits$134 ;
+  reg [31:0] imm = 32'd0;
+  reg [31:0] imm2 = 32'd0;
+  wire is_reduce;
+  wire lanes_step;
+  wire last;
+  wire load;
+  wire \load$90 ;
+  (* init = 8'h00 *)
+  wire [7:0] opcode;
+  wire [127:0] out;
+  wire [127:0] \out$79 ;
+  wire [31:0] \out$79[0] ;
+  wire [31:0] \out$79[1] ;
+  wire [31:0] \out$79[2] ;
+  wire [31:0] \out$79[3] ;
+  wire [127:0] \out$81 ;
+  wire [31:0] \out$81[0] ;
+  wire [31:0] \out$81[1] ;
+  wire [31:0] \out$81[2] ;
+  wire [31:0] \out$81[3] ;
+  wire [31:0] \out[0] ;
+  wire [31:0] \out[1] ;
+  wire [31:0] \out[2] ;
+  wire [31:0] \out[3] ;
+  wire out_valid;
+  output [31:0] overflows;
+  reg [31:0] overflows = 32'd0;
+  wire [2:0] \overflows$138 ;
+  output progress;
+  wire progress;
+  wire read;
+  wire \read$93 ;
+  wire [127:0] row;
+  wire [127:0] \row$32 ;
+  wire [31:0] \row$32[0] ;
+  wire [31:0] \row$32[1] ;
+  wire [31:0] \row$32[2] ;
+  wire [31:0] \row$32[3] ;
+  wire [31:0] \row$91 ;
+  wire [7:0] \row$91[0] ;
+  wire [7:0] \row$91[1] ;
+  wire [7:0] \row$91[2] ;
+  wire [7:0] \row$91[3] ;
+  wire [31:0] \row[0] ;
+  wire [31:0] \row[1] ;
+  wire [31:0] \row[2] ;
+  wire [31:0] \row[3] ;
+  input rst;
+  wire rst;
+  reg serial = 1'h0;
+  reg [5:0] shift = 6'h00;
+  (* init = 6'h00 *)
+  wire [5:0] \shift$70 ;
+  output [15:0] spm_a_addr;
+  reg [15:0] spm_a_addr;
+  input [31:0] spm_a_data;
+  wire [31:0] spm_a_data;
+  wire [15:0] spm_addr;
+  wire [15:0] \spm_addr$21 ;
+  output [15:0] spm_b_addr;
+  reg [15:0] spm_b_addr;
+  input [31:0] spm_b_data;
+  wire [31:0] spm_b_data;
+  output spm_b_use;
+  wire spm_b_use;
+  wire spm_read;
+  wire spm_use;
+  output [15:0] spm_w_addr;
+  reg [15:0] spm_w_addr;
+  output [31:0] spm_w_data;
+  reg [31:0] spm_w_data;
+  output spm_w_en;
+  reg spm_w_en;
+  wire [15:0] src_addr;
+  input start;
+  wire start;
+  wire \start$3 ;
+  wire \start$5 ;
+  wire \start$67 ;
+  wire \start$7 ;
+  wire [20:0] step;
+  wire \step.d_acc ;
+  wire [15:0] \step.d_addr ;
+  wire \step.end ;
+  wire \step.first ;
+  wire \step.last ;
+  wire \step.valid ;
+  wire [15:0] table_data;
+  wire [15:0] \table_data$56 ;
+  wire [8:0] table_index;
+  wire [8:0] \table_index$54 ;
+  wire table_we;
+  wire \table_we$52 ;
+  wire [127:0] terms;
+  wire [31:0] \terms[0] ;
+  wire [31:0] \terms[1] ;
+  wire [31:0] \terms[2] ;
+  wire [31:0] \terms[3] ;
+  output [31:0] underflows;
+  reg [31:0] underflows = 32'd0;
+  wire [2:0] \underflows$136 ;
+  wire v_start;
+  wire valid;
+  wire \valid$58 ;
+  reg valid_lanes0 = 1'h0;
+  reg valid_lanes1 = 1'h0;
+  reg valid_lanes2 = 1'h0;
+  reg valid_lanes3 = 1'h0;
+  reg valid_lanes4 = 1'h0;
+  reg valid_lanes5 = 1'h0;
+  reg valid_lanes6 = 1'h0;
+  reg valid_lanes7 = 1'h0;
+  reg valid_reduce0 = 1'h0;
+  reg valid_reduce1 = 1'h0;
+  reg valid_reduce2 = 1'h0;
+  reg valid_reduce3 = 1'h0;
+  reg valid_reduce4 = 1'h0;
+  wire [3:0] vop;
+  wire [3:0] \vop$63 ;
+  wire [3:0] \vop$69 ;
+  wire [15:0] w_addr;
+  wire w_en;
+  reg w_end;
+  reg [127:0] w_row;
+  wire [31:0] \w_row[0] ;
+  wire [31:0] \w_row[1] ;
+  wire [31:0] \w_row[2] ;
+  wire [31:0] \w_row[3] ;
+  wire written;
+  assign \$16  = b_acc ? acc_b_data[127:96] : { spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31:24] };
+  assign \$17  = ~ serial;
+  assign lanes_step = step[0] & \$17 ;
+  assign \$18  = \$signal  == 4'h9;
+  assign \$19  = \$signal  == 4'ha;
+  assign \$20  = \$signal  == 4'hb;
+  assign is_reduce = | { \$20 , \$19 , \$18  };
+  assign \valid$58  = valid_lanes7 & is_reduce;
+  assign \start$67  = step[0] & serial;
+  assign \$21  = ~ is_reduce;
+  assign \$22  = valid_lanes7 & \$21 ;
+  assign \$23  = \$signal$74  & d_acc;
+  assign \$24  = ~ d_acc;
+  assign \$25  = \$signal$74  & \$24 ;
+  assign \$26  = \$signal$74  & w_end;
+  assign \$27  = \$26  | \done$98 ;
+  assign finished = \$27  | \done$99 ;
+  assign \$28  = a_read | table_we;
+  assign \$29  = \$28  | spm_read;
+  assign \$30  = \$29  | spm_w_en;
+  assign progress = \$30  | acc_w_en;
+  assign \$31  = command[39:32] == 4'hc;
+  assign \$32  = command[39:32] == 4'hd;
+  assign \$33  = | { \$32 , \$31  };
+  assign \$34  = valid_lanes7 & ctl_lanes7[2];
+  assign \$35  = step[0] & serial;
+  assign \$36  = busy_cycles + 1'h1;
+  assign \$37  = hits + \hits$134 ;
+  assign \$38  = underflows + \underflows$136 ;
+  assign \$39  = overflows + \overflows$138 ;
+  always @(posedge clk)
+    \$signal  <= \$40 ;
+  always @(posedge clk)
+    shift <= \$41 ;
+  always @(posedge clk)
+    imm <= \$42 ;
+  always @(posedge clk)
+    imm2 <= \$43 ;
+  always @(posedge clk)
+    d_acc <= \$44 ;
+  always @(posedge clk)
+    serial <= \$45 ;
+  always @(posedge clk)
+    done__tag <= \$46 ;
+  always @(posedge clk)
+    done__opcode <= \$47 ;
+  always @(posedge clk)
+    valid_lanes0 <= \$48 ;
+  always @(posedge clk)
+    ctl_lanes0 <= \$49 ;
+  always @(posedge clk)
+    valid_lanes1 <= \$50 ;
+  always @(posedge clk)
+    ctl_lanes1 <= \$51 ;
+  always @(posedge clk)
+    valid_lanes2 <= \$52 ;
+  always @(posedge clk)
+    ctl_lanes2 <= \$53 ;
+  always @(posedge clk)
+    valid_lanes3 <= \$54 ;
+  always @(posedge clk)
+    ctl_lanes3 <= \$55 ;
+  always @(posedge clk)
+    valid_lanes4 <= \$56 ;
+  always @(posedge clk)
+    ctl_lanes4 <= \$57 ;
+  always @(posedge clk)
+    valid_lanes5 <= \$58 ;
+  always @(posedge clk)
+    ctl_lanes5 <= \$59 ;
+  always @(posedge clk)
+    valid_lanes6 <= \$60 ;
+  always @(posedge clk)
+    ctl_lanes6 <= \$61 ;
+  always @(posedge clk)
+    valid_lanes7 <= \$62 ;
+  always @(posedge clk)
+    ctl_lanes7 <= \$63 ;
+  always @(posedge clk)
+    valid_reduce0 <= \$64 ;
+  always @(posedge clk)
+    ctl_reduce0 <= \$65 ;
+  always @(posedge clk)
+    valid_reduce1 <= \$66 ;
+  always @(posedge clk)
+    ctl_reduce1 <= \$67 ;
+  always @(posedge clk)
+    valid_reduce2 <= \$68 ;
+  always @(posedge clk)
+    ctl_reduce2 <= \$69 ;
+  always @(posedge clk)
+    valid_reduce3 <= \$70 ;
+  always @(posedge clk)
+    ctl_reduce3 <= \$71 ;
+  always @(posedge clk)
+    valid_reduce4 <= \$72 ;
+  always @(posedge clk)
+    ctl_reduce4 <= \$73 ;
+  always @(posedge clk)
+    div_ctl <= \$74 ;
+  always @(posedge clk)
+    busy_cycles <= \$75 ;
+  always @(posedge clk)
+    hits <= \$76 ;
+  always @(posedge clk)
+    underflows <= \$77 ;
+  always @(posedge clk)
+    overflows <= \$78 ;
+  assign \$1  = command[7:0] == 4'h9;
+  assign v_start = start & \$1 ;
+  assign \$2  = command[7:0] == 4'ha;
+  assign \start$5  = start & \$2 ;
+  assign \$3  = command[7:0] == 4'hb;
+  assign \start$7  = start & \$3 ;
+  assign \$4  = \busy$10  | \busy$11 ;
+  assign busy = \$4  | \busy$12 ;
+  assign \$5  = a_read & a_acc;
+  assign \$6  = ~ a_acc;
+  assign \$7  = a_read & \$6 ;
+  assign acc_b_use = b_read & b_acc;
+  assign \$8  = ~ b_acc;
+  assign spm_b_use = b_read & \$8 ;
+  assign \$9  = a_acc ? acc_a_data[31:0] : { spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7:0] };
+  assign \$10  = a_acc ? acc_a_data[63:32] : { spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15:8] };
+  assign \$11  = a_acc ? acc_a_data[95:64] : { spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23:16] };
+  assign \$12  = a_acc ? acc_a_data[127:96] : { spm_a_data[31], spm_a_data[31], spm_a_data[31], spm_a_data[31], spm_a_data[31], spm_a_data[31], spm_a_data[31], spm_a_data[31], spm_a_data[31], spm_a_data[31], spm_a_data[31], spm_a_data[31], spm_a_data[31], spm_a_data[31], spm_a_data[31], spm_a_data[31], spm_a_data[31], spm_a_data[31], spm_a_data[31], spm_a_data[31], spm_a_data[31], spm_a_data[31], spm_a_data[31], spm_a_data[31], spm_a_data[31:24] };
+  assign \$13  = b_acc ? acc_b_data[31:0] : { spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7:0] };
+  assign \$14  = b_acc ? acc_b_data[63:32] : { spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15:8] };
+  assign \$15  = b_acc ? acc_b_data[95:64] : { spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23:16] };
+  \dx1_tile_core_a4.vector$242.divider  divider (
+    .a(row),
+    .clk(clk),
+    .\d_acc$46 (d_acc),
+    .done(done),
+    .out(\out$79 ),
+    .rst(rst),
+    .\shift$9 (shift),
+    .start(\start$67 ),
+    .vop(\$signal [3:0])
+  );
+  \dx1_tile_core_a4.vector$242.lanes  lanes (
+    .a(row),
+    .b(\row$32 ),
+    .clk(clk),
+    .d_acc(d_acc),
+    .hits8(\hits$134 ),
+    .imm(imm),
+    .imm2(imm2),
+    .out(terms),
+    .overs8(\overflows$138 ),
+    .rst(rst),
+    .shift(shift),
+    .table_index(table_index),
+    .table_we(table_we),
+    .unders8(\underflows$136 ),
+    .valid(lanes_step),
+    .vop(\$signal [3:0]),
+    .write__data(table_data)
+  );
+  \dx1_tile_core_a4.vector$242.reducer  reducer (
+    .clk(clk),
+    .d_acc(d_acc),
+    .out(\out$81 ),
+    .out_valid(out_valid),
+    .\port$3125$1 (ctl_lanes7[2:1]),
+    .rst(rst),
+    .terms(terms),
+    .valid(\valid$58 ),
+    .vop(\$signal [3:0])
+  );
+  \dx1_tile_core_a4.vector$242.sequencer  sequencer (
+    .a_acc(a_acc),
+    .a_addr(a_addr),
+    .b_acc(b_acc),
+    .b_addr(b_addr),
+    .b_read(b_read),
+    .busy(\busy$10 ),
+    .clk(clk),
+    .command(command),
+    .go(a_read),
+    .pop(\$signal$74 ),
+    .rst(rst),
+    .start(v_start),
+    .step(step)
+  );
+  \dx1_tile_core_a4.vector$242.table_loader  table_loader (
+    .clk(clk),
+    .done(\done$98 ),
+    .primed(table_we),
+    .rst(rst),
+    .spm_addr(spm_addr),
+    .spm_use(\busy$11 ),
+    .src_addr(command[79:64]),
+    .start(\start$5 ),
+    .table_data(table_data),
+    .table_index(table_index)
+  );
+  \dx1_tile_core_a4.vector$242.transpose_buffer  transpose_buffer (
+    .clk(clk),
+    .col(col),
+    .load(load),
+    .read(read),
+    .row(spm_a_data),
+    .rst(rst)
+  );
+  \dx1_tile_core_a4.vector$242.transposer  transposer (
+    .busy(\busy$12 ),
+    .clk(clk),
+    .command(command),
+    .done(\done$99 ),
+    .load(load),
+    .rst(rst),
+    .spm_addr(\spm_addr$21 ),
+    .spm_read(spm_read),
+    .start(\start$7 ),
+    .w_addr(w_addr),
+    .writing(read)
+  );
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    acc_a_addr = 16'h0000;
+    if (\$5 ) begin
+      acc_a_addr = a_addr;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    spm_a_addr = 16'h0000;
+    if (\$7 ) begin
+      spm_a_addr = a_addr;
+    end
+    if (\busy$11 ) begin
+      spm_a_addr = spm_addr;
+    end
+    if (spm_read) begin
+      spm_a_addr = \spm_addr$21 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    acc_b_addr = 16'h0000;
+    if (acc_b_use) begin
+      acc_b_addr = b_addr;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    spm_b_addr = 16'h0000;
+    if (spm_b_use) begin
+      spm_b_addr = b_addr;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$signal$74  = 1'h0;
+    if (done) begin
+      \$signal$74  = 1'h1;
+    end else if (out_valid) begin
+      \$signal$74  = 1'h1;
+    end else if (\$22 ) begin
+      \$signal$74  = 1'h1;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$signal$75  = 16'h0000;
+    if (done) begin
+      \$signal$75  = div_ctl[19:4];
+    end else if (out_valid) begin
+      \$signal$75  = ctl_reduce4[15:0];
+    end else if (\$22 ) begin
+      \$signal$75  = ctl_lanes7[19:4];
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    w_end = 1'h0;
+    if (done) begin
+      w_end = div_ctl[3];
+    end else if (out_valid) begin
+      w_end = ctl_reduce4[16];
+    end else if (\$22 ) begin
+      w_end = ctl_lanes7[3];
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    w_row = 128'h00000000000000000000000000000000;
+    if (done) begin
+      w_row = \out$79 ;
+    end else if (out_valid) begin
+      w_row = \out$81 ;
+    end else if (\$22 ) begin
+      w_row = terms;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    acc_w_en = 1'h0;
+    if (\$23 ) begin
+      acc_w_en = 1'h1;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    acc_w_addr = 16'h0000;
+    if (\$23 ) begin
+      acc_w_addr = \$signal$75 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    acc_w_data = 128'h00000000000000000000000000000000;
+    if (\$23 ) begin
+      acc_w_data = w_row;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    spm_w_en = 1'h0;
+    if (\$25 ) begin
+      spm_w_en = 1'h1;
+    end
+    if (read) begin
+      spm_w_en = 1'h1;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    spm_w_addr = 16'h0000;
+    if (\$25 ) begin
+      spm_w_addr = \$signal$75 ;
+    end
+    if (read) begin
+      spm_w_addr = w_addr;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    spm_w_data = 32'd0;
+    if (\$25 ) begin
+      spm_w_data = { w_row[103:96], w_row[71:64], w_row[39:32], w_row[7:0] };
+    end
+    if (read) begin
+      spm_w_data = col;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$40  = \$signal ;
+    if (start) begin
+      \$40  = command[39:32];
+    end
+    if (rst) begin
+      \$40  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$41  = shift;
+    if (start) begin
+      \$41  = command[45:40];
+    end
+    if (rst) begin
+      \$41  = 6'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$42  = imm;
+    if (start) begin
+      \$42  = command[223:192];
+    end
+    if (rst) begin
+      \$42  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$43  = imm2;
+    if (start) begin
+      \$43  = command[255:224];
+    end
+    if (rst) begin
+      \$43  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$44  = d_acc;
+    if (start) begin
+      \$44  = command[10];
+    end
+    if (rst) begin
+      \$44  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$45  = serial;
+    if (start) begin
+      \$45  = \$33 ;
+    end
+    if (rst) begin
+      \$45  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$46  = done__tag;
+    if (start) begin
+      \$46  = command[31:16];
+    end
+    if (rst) begin
+      \$46  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$47  = done__opcode;
+    if (start) begin
+      \$47  = command[7:0];
+    end
+    if (rst) begin
+      \$47  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$48  = lanes_step;
+    if (rst) begin
+      \$48  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$49  = step;
+    if (rst) begin
+      \$49  = 21'h000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$50  = valid_lanes0;
+    if (rst) begin
+      \$50  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$51  = ctl_lanes0;
+    if (rst) begin
+      \$51  = 21'h000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$52  = valid_lanes1;
+    if (rst) begin
+      \$52  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$53  = ctl_lanes1;
+    if (rst) begin
+      \$53  = 21'h000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$54  = valid_lanes2;
+    if (rst) begin
+      \$54  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$55  = ctl_lanes2;
+    if (rst) begin
+      \$55  = 21'h000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$56  = valid_lanes3;
+    if (rst) begin
+      \$56  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$57  = ctl_lanes3;
+    if (rst) begin
+      \$57  = 21'h000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$58  = valid_lanes4;
+    if (rst) begin
+      \$58  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$59  = ctl_lanes4;
+    if (rst) begin
+      \$59  = 21'h000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$60  = valid_lanes5;
+    if (rst) begin
+      \$60  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$61  = ctl_lanes5;
+    if (rst) begin
+      \$61  = 21'h000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$62  = valid_lanes6;
+    if (rst) begin
+      \$62  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$63  = ctl_lanes6;
+    if (rst) begin
+      \$63  = 21'h000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$64  = \$34 ;
+    if (rst) begin
+      \$64  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$65  = { ctl_lanes7[3], ctl_lanes7[19:4] };
+    if (rst) begin
+      \$65  = 17'h00000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$66  = valid_reduce0;
+    if (rst) begin
+      \$66  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$67  = ctl_reduce0;
+    if (rst) begin
+      \$67  = 17'h00000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$68  = valid_reduce1;
+    if (rst) begin
+      \$68  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$69  = ctl_reduce1;
+    if (rst) begin
+      \$69  = 17'h00000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$70  = valid_reduce2;
+    if (rst) begin
+      \$70  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$71  = ctl_reduce2;
+    if (rst) begin
+      \$71  = 17'h00000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$72  = valid_reduce3;
+    if (rst) begin
+      \$72  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$73  = ctl_reduce3;
+    if (rst) begin
+      \$73  = 17'h00000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$74  = div_ctl;
+    if (\$35 ) begin
+      \$74  = step;
+    end
+    if (rst) begin
+      \$74  = 21'h000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$75  = busy_cycles;
+    if (busy) begin
+      \$75  = \$36 [31:0];
+    end
+    if (rst) begin
+      \$75  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$76  = hits;
+    if (valid_lanes7) begin
+      \$76  = \$37 [31:0];
+    end
+    if (rst) begin
+      \$76  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$77  = underflows;
+    if (valid_lanes7) begin
+      \$77  = \$38 [31:0];
+    end
+    if (rst) begin
+      \$77  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$78  = overflows;
+    if (valid_lanes7) begin
+      \$78  = \$39 [31:0];
+    end
+    if (rst) begin
+      \$78  = 32'd0;
+    end
+  end
+  assign \start$3  = v_start;
+  assign \command$4  = command;
+  assign src_addr = command[79:64];
+  assign \command$8  = command;
+  assign spm_use = \busy$11 ;
+  assign valid = lanes_step;
+  assign vop = \$signal [3:0];
+  assign a = row;
+  assign b = \row$32 ;
+  assign \$signal$44  = shift;
+  assign \$signal$46  = imm;
+  assign \$signal$48  = imm2;
+  assign \$signal$50  = d_acc;
+  assign \table_we$52  = table_we;
+  assign \table_index$54  = table_index;
+  assign \table_data$56  = table_data;
+  assign first = ctl_lanes7[1];
+  assign last = ctl_lanes7[2];
+  assign \vop$63  = \$signal [3:0];
+  assign \d_acc$64  = d_acc;
+  assign out = terms;
+  assign \a$68  = row;
+  assign \vop$69  = \$signal [3:0];
+  assign \shift$70  = shift;
+  assign \d_acc$71  = d_acc;
+  assign written = \$signal$74 ;
+  assign \load$90  = load;
+  assign \row$91  = spm_a_data;
+  assign \read$93  = read;
+  assign w_en = read;
+  assign done__valid = finished;
+  assign \$signal$102  = done__tag;
+  assign done__status = 8'h00;
+  assign opcode = done__opcode;
+  assign \row[0]  = row[31:0];
+  assign \row[1]  = row[63:32];
+  assign \row[2]  = row[95:64];
+  assign \row[3]  = row[127:96];
+  assign \row$32[0]  = \row$32 [31:0];
+  assign \row$32[1]  = \row$32 [63:32];
+  assign \row$32[2]  = \row$32 [95:64];
+  assign \row$32[3]  = \row$32 [127:96];
+  assign \step.valid  = step[0];
+  assign \step.first  = step[1];
+  assign \step.last  = step[2];
+  assign \step.end  = step[3];
+  assign \step.d_addr  = step[19:4];
+  assign \step.d_acc  = step[20];
+  assign \a[0]  = row[31:0];
+  assign \a[1]  = row[63:32];
+  assign \a[2]  = row[95:64];
+  assign \a[3]  = row[127:96];
+  assign \b[0]  = \row$32 [31:0];
+  assign \b[1]  = \row$32 [63:32];
+  assign \b[2]  = \row$32 [95:64];
+  assign \b[3]  = \row$32 [127:96];
+  assign \terms[0]  = terms[31:0];
+  assign \terms[1]  = terms[63:32];
+  assign \terms[2]  = terms[95:64];
+  assign \terms[3]  = terms[127:96];
+  assign \out[0]  = terms[31:0];
+  assign \out[1]  = terms[63:32];
+  assign \out[2]  = terms[95:64];
+  assign \out[3]  = terms[127:96];
+  assign \a$68[0]  = row[31:0];
+  assign \a$68[1]  = row[63:32];
+  assign \a$68[2]  = row[95:64];
+  assign \a$68[3]  = row[127:96];
+  assign \div_ctl.valid  = div_ctl[0];
+  assign \div_ctl.first  = div_ctl[1];
+  assign \div_ctl.last  = div_ctl[2];
+  assign \div_ctl.end  = div_ctl[3];
+  assign \div_ctl.d_addr  = div_ctl[19:4];
+  assign \div_ctl.d_acc  = div_ctl[20];
+  assign \w_row[0]  = w_row[31:0];
+  assign \w_row[1]  = w_row[63:32];
+  assign \w_row[2]  = w_row[95:64];
+  assign \w_row[3]  = w_row[127:96];
+  assign \out$79[0]  = \out$79 [31:0];
+  assign \out$79[1]  = \out$79 [63:32];
+  assign \out$79[2]  = \out$79 [95:64];
+  assign \out$79[3]  = \out$79 [127:96];
+  assign \out$81[0]  = \out$81 [31:0];
+  assign \out$81[1]  = \out$81 [63:32];
+  assign \out$81[2]  = \out$81 [95:64];
+  assign \out$81[3]  = \out$81 [127:96];
+  assign \row$91[0]  = spm_a_data[7:0];
+  assign \row$91[1]  = spm_a_data[15:8];
+  assign \row$91[2]  = spm_a_data[23:16];
+  assign \row$91[3]  = spm_a_data[31:24];
+  assign \col[0]  = col[7:0];
+  assign \col[1]  = col[15:8];
+  assign \col[2]  = col[23:16];
+  assign \col[3]  = col[31:24];
+  assign \row$32 [127:96] = \$16 ;
+  assign \row$32 [95:64] = \$15 ;
+  assign \row$32 [63:32] = \$14 ;
+  assign \row$32 [31:0] = \$13 ;
+  assign row[127:96] = \$12 ;
+  assign row[95:64] = \$11 ;
+  assign row[63:32] = \$10 ;
+  assign row[31:0] = \$9 ;
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_tile_core_a4.vector$242.divider (rst, start, a, vop, \shift$9 , \d_acc$46 , done, out, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$22  = 0;
+  wire \$1 ;
+  wire [30:0] \$10 ;
+  wire [33:0] \$100 ;
+  wire [33:0] \$101 ;
+  wire [33:0] \$102 ;
+  wire [35:0] \$103 ;
+  wire [1:0] \$104 ;
+  wire [35:0] \$105 ;
+  wire [35:0] \$106 ;
+  wire [34:0] \$107 ;
+  wire [34:0] \$108 ;
+  wire [34:0] \$109 ;
+  wire [30:0] \$11 ;
+  wire [36:0] \$110 ;
+  wire [33:0] \$111 ;
+  wire [33:0] \$112 ;
+  wire [35:0] \$113 ;
+  wire [1:0] \$114 ;
+  wire [35:0] \$115 ;
+  wire [35:0] \$116 ;
+  wire [36:0] \$117 ;
+  wire [35:0] \$118 ;
+  wire [34:0] \$119 ;
+  wire [33:0] \$12 ;
+  wire [34:0] \$120 ;
+  wire [1:0] \$121 ;
+  wire [35:0] \$122 ;
+  wire [35:0] \$123 ;
+  wire [32:0] \$124 ;
+  wire [32:0] \$125 ;
+  wire [34:0] \$126 ;
+  wire [34:0] \$127 ;
+  wire [34:0] \$128 ;
+  wire \$129 ;
+  wire [33:0] \$13 ;
+  wire \$130 ;
+  wire \$131 ;
+  wire [33:0] \$132 ;
+  wire [33:0] \$133 ;
+  wire [35:0] \$134 ;
+  wire [1:0] \$135 ;
+  wire [35:0] \$136 ;
+  wire [35:0] \$137 ;
+  wire [34:0] \$138 ;
+  wire [34:0] \$139 ;
+  wire [35:0] \$14 ;
+  wire [34:0] \$140 ;
+  wire \$141 ;
+  wire [33:0] \$142 ;
+  wire [33:0] \$143 ;
+  wire [35:0] \$144 ;
+  wire [1:0] \$145 ;
+  wire [35:0] \$146 ;
+  wire [35:0] \$147 ;
+  wire [34:0] \$148 ;
+  wire [34:0] \$149 ;
+  wire [1:0] \$15 ;
+  wire [34:0] \$150 ;
+  wire [36:0] \$151 ;
+  wire [33:0] \$152 ;
+  wire [33:0] \$153 ;
+  wire [35:0] \$154 ;
+  wire [1:0] \$155 ;
+  wire [35:0] \$156 ;
+  wire [35:0] \$157 ;
+  wire [36:0] \$158 ;
+  wire [33:0] \$159 ;
+  wire [35:0] \$16 ;
+  wire [33:0] \$160 ;
+  wire [33:0] \$161 ;
+  wire [33:0] \$162 ;
+  wire [35:0] \$163 ;
+  wire [1:0] \$164 ;
+  wire [35:0] \$165 ;
+  wire [35:0] \$166 ;
+  wire [34:0] \$167 ;
+  wire [34:0] \$168 ;
+  wire [34:0] \$169 ;
+  wire [35:0] \$17 ;
+  wire [36:0] \$170 ;
+  wire [33:0] \$171 ;
+  wire [33:0] \$172 ;
+  wire [35:0] \$173 ;
+  wire [1:0] \$174 ;
+  wire [35:0] \$175 ;
+  wire [35:0] \$176 ;
+  wire [36:0] \$177 ;
+  wire [35:0] \$178 ;
+  wire [34:0] \$179 ;
+  wire [34:0] \$18 ;
+  wire [34:0] \$180 ;
+  wire [1:0] \$181 ;
+  wire [35:0] \$182 ;
+  wire [35:0] \$183 ;
+  wire [32:0] \$184 ;
+  wire [32:0] \$185 ;
+  wire [34:0] \$186 ;
+  wire [34:0] \$187 ;
+  wire [34:0] \$188 ;
+  wire \$189 ;
+  wire [34:0] \$19 ;
+  wire \$190 ;
+  wire \$191 ;
+  wire [33:0] \$192 ;
+  wire [33:0] \$193 ;
+  wire [35:0] \$194 ;
+  wire [1:0] \$195 ;
+  wire [35:0] \$196 ;
+  wire [35:0] \$197 ;
+  wire [34:0] \$198 ;
+  wire [34:0] \$199 ;
+  wire [5:0] \$2 ;
+  wire [34:0] \$20 ;
+  wire [34:0] \$200 ;
+  wire \$201 ;
+  wire [33:0] \$202 ;
+  wire [33:0] \$203 ;
+  wire [35:0] \$204 ;
+  wire [1:0] \$205 ;
+  wire [35:0] \$206 ;
+  wire [35:0] \$207 ;
+  wire [34:0] \$208 ;
+  wire [34:0] \$209 ;
+  wire \$21 ;
+  wire [34:0] \$210 ;
+  wire [36:0] \$211 ;
+  wire [33:0] \$212 ;
+  wire [33:0] \$213 ;
+  wire [35:0] \$214 ;
+  wire [1:0] \$215 ;
+  wire [35:0] \$216 ;
+  wire [35:0] \$217 ;
+  wire [36:0] \$218 ;
+  wire [33:0] \$219 ;
+  wire [33:0] \$22 ;
+  wire [33:0] \$220 ;
+  wire [33:0] \$221 ;
+  wire [33:0] \$222 ;
+  wire [35:0] \$223 ;
+  wire [1:0] \$224 ;
+  wire [35:0] \$225 ;
+  wire [35:0] \$226 ;
+  wire [34:0] \$227 ;
+  wire [34:0] \$228 ;
+  wire [34:0] \$229 ;
+  wire [33:0] \$23 ;
+  wire [36:0] \$230 ;
+  wire [33:0] \$231 ;
+  wire [33:0] \$232 ;
+  wire [35:0] \$233 ;
+  wire [1:0] \$234 ;
+  wire [35:0] \$235 ;
+  wire [35:0] \$236 ;
+  wire [36:0] \$237 ;
+  wire [35:0] \$238 ;
+  wire [34:0] \$239 ;
+  wire [35:0] \$24 ;
+  wire [34:0] \$240 ;
+  wire [1:0] \$241 ;
+  wire [35:0] \$242 ;
+  wire [35:0] \$243 ;
+  wire [32:0] \$244 ;
+  wire [32:0] \$245 ;
+  wire [34:0] \$246 ;
+  wire [34:0] \$247 ;
+  wire [34:0] \$248 ;
+  wire \$249 ;
+  wire [1:0] \$25 ;
+  wire \$250 ;
+  wire \$251 ;
+  wire \$252 ;
+  wire [4:0] \$253 ;
+  wire \$254 ;
+  wire [31:0] \$255 ;
+  wire \$256 ;
+  wire [15:0] \$257 ;
+  wire \$258 ;
+  wire \$259 ;
+  wire [35:0] \$26 ;
+  wire \$260 ;
+  wire [33:0] \$261 ;
+  wire [33:0] \$262 ;
+  wire [35:0] \$263 ;
+  wire [1:0] \$264 ;
+  wire [35:0] \$265 ;
+  wire [35:0] \$266 ;
+  wire [34:0] \$267 ;
+  wire [34:0] \$268 ;
+  wire [34:0] \$269 ;
+  wire [35:0] \$27 ;
+  wire [36:0] \$270 ;
+  wire [33:0] \$271 ;
+  wire [33:0] \$272 ;
+  wire [35:0] \$273 ;
+  wire [1:0] \$274 ;
+  wire [35:0] \$275 ;
+  wire [35:0] \$276 ;
+  wire [36:0] \$277 ;
+  wire [33:0] \$278 ;
+  wire [33:0] \$279 ;
+  wire [34:0] \$28 ;
+  wire [33:0] \$280 ;
+  wire [33:0] \$281 ;
+  wire [35:0] \$282 ;
+  wire [1:0] \$283 ;
+  wire [35:0] \$284 ;
+  wire [35:0] \$285 ;
+  wire [34:0] \$286 ;
+  wire [34:0] \$287 ;
+  wire [34:0] \$288 ;
+  wire [36:0] \$289 ;
+  wire [34:0] \$29 ;
+  wire [33:0] \$290 ;
+  wire [33:0] \$291 ;
+  wire [35:0] \$292 ;
+  wire [1:0] \$293 ;
+  wire [35:0] \$294 ;
+  wire [35:0] \$295 ;
+  wire [36:0] \$296 ;
+  wire [35:0] \$297 ;
+  wire [34:0] \$298 ;
+  wire [34:0] \$299 ;
+  wire [6:0] \$3 ;
+  wire [34:0] \$30 ;
+  wire [1:0] \$300 ;
+  wire [35:0] \$301 ;
+  wire [35:0] \$302 ;
+  wire [32:0] \$303 ;
+  wire [32:0] \$304 ;
+  wire [34:0] \$305 ;
+  wire [34:0] \$306 ;
+  wire [34:0] \$307 ;
+  wire [36:0] \$308 ;
+  wire [33:0] \$309 ;
+  wire [36:0] \$31 ;
+  wire [33:0] \$310 ;
+  wire [35:0] \$311 ;
+  wire [1:0] \$312 ;
+  wire [35:0] \$313 ;
+  wire [35:0] \$314 ;
+  wire [34:0] \$315 ;
+  wire [34:0] \$316 ;
+  wire [34:0] \$317 ;
+  wire [36:0] \$318 ;
+  wire [33:0] \$319 ;
+  wire [33:0] \$32 ;
+  wire [33:0] \$320 ;
+  wire [35:0] \$321 ;
+  wire [1:0] \$322 ;
+  wire [35:0] \$323 ;
+  wire [35:0] \$324 ;
+  wire [36:0] \$325 ;
+  wire [33:0] \$326 ;
+  wire [33:0] \$327 ;
+  wire [33:0] \$328 ;
+  wire [33:0] \$329 ;
+  wire [33:0] \$33 ;
+  wire [35:0] \$330 ;
+  wire [1:0] \$331 ;
+  wire [35:0] \$332 ;
+  wire [35:0] \$333 ;
+  wire [34:0] \$334 ;
+  wire [34:0] \$335 ;
+  wire [34:0] \$336 ;
+  wire [36:0] \$337 ;
+  wire [33:0] \$338 ;
+  wire [33:0] \$339 ;
+  wire [35:0] \$34 ;
+  wire [35:0] \$340 ;
+  wire [1:0] \$341 ;
+  wire [35:0] \$342 ;
+  wire [35:0] \$343 ;
+  wire [36:0] \$344 ;
+  wire [35:0] \$345 ;
+  wire [34:0] \$346 ;
+  wire [34:0] \$347 ;
+  wire [1:0] \$348 ;
+  wire [35:0] \$349 ;
+  wire [1:0] \$35 ;
+  wire [35:0] \$350 ;
+  wire [36:0] \$351 ;
+  wire [32:0] \$352 ;
+  wire [32:0] \$353 ;
+  wire [32:0] \$354 ;
+  wire [32:0] \$355 ;
+  wire \$356 ;
+  wire [34:0] \$357 ;
+  wire [34:0] \$358 ;
+  wire [34:0] \$359 ;
+  wire [35:0] \$36 ;
+  wire [34:0] \$360 ;
+  wire [34:0] \$361 ;
+  wire [34:0] \$362 ;
+  wire \$363 ;
+  wire \$364 ;
+  wire [31:0] \$365 ;
+  wire [31:0] \$366 ;
+  wire \$367 ;
+  wire [15:0] \$368 ;
+  wire \$369 ;
+  wire [35:0] \$37 ;
+  wire \$370 ;
+  wire \$371 ;
+  wire [33:0] \$372 ;
+  wire [33:0] \$373 ;
+  wire [35:0] \$374 ;
+  wire [1:0] \$375 ;
+  wire [35:0] \$376 ;
+  wire [35:0] \$377 ;
+  wire [34:0] \$378 ;
+  wire [34:0] \$379 ;
+  wire [36:0] \$38 ;
+  wire [34:0] \$380 ;
+  wire [36:0] \$381 ;
+  wire [33:0] \$382 ;
+  wire [33:0] \$383 ;
+  wire [35:0] \$384 ;
+  wire [1:0] \$385 ;
+  wire [35:0] \$386 ;
+  wire [35:0] \$387 ;
+  wire [36:0] \$388 ;
+  wire [33:0] \$389 ;
+  wire [33:0] \$39 ;
+  wire [33:0] \$390 ;
+  wire [33:0] \$391 ;
+  wire [33:0] \$392 ;
+  wire [35:0] \$393 ;
+  wire [1:0] \$394 ;
+  wire [35:0] \$395 ;
+  wire [35:0] \$396 ;
+  wire [34:0] \$397 ;
+  wire [34:0] \$398 ;
+  wire [34:0] \$399 ;
+  wire [7:0] \$4 ;
+  wire [33:0] \$40 ;
+  wire [36:0] \$400 ;
+  wire [33:0] \$401 ;
+  wire [33:0] \$402 ;
+  wire [35:0] \$403 ;
+  wire [1:0] \$404 ;
+  wire [35:0] \$405 ;
+  wire [35:0] \$406 ;
+  wire [36:0] \$407 ;
+  wire [35:0] \$408 ;
+  wire [34:0] \$409 ;
+  wire [33:0] \$41 ;
+  wire [34:0] \$410 ;
+  wire [1:0] \$411 ;
+  wire [35:0] \$412 ;
+  wire [35:0] \$413 ;
+  wire [32:0] \$414 ;
+  wire [32:0] \$415 ;
+  wire [34:0] \$416 ;
+  wire [34:0] \$417 ;
+  wire [34:0] \$418 ;
+  wire [36:0] \$419 ;
+  wire [33:0] \$42 ;
+  wire [33:0] \$420 ;
+  wire [33:0] \$421 ;
+  wire [35:0] \$422 ;
+  wire [1:0] \$423 ;
+  wire [35:0] \$424 ;
+  wire [35:0] \$425 ;
+  wire [34:0] \$426 ;
+  wire [34:0] \$427 ;
+  wire [34:0] \$428 ;
+  wire [36:0] \$429 ;
+  wire [35:0] \$43 ;
+  wire [33:0] \$430 ;
+  wire [33:0] \$431 ;
+  wire [35:0] \$432 ;
+  wire [1:0] \$433 ;
+  wire [35:0] \$434 ;
+  wire [35:0] \$435 ;
+  wire [36:0] \$436 ;
+  wire [33:0] \$437 ;
+  wire [33:0] \$438 ;
+  wire [33:0] \$439 ;
+  wire [1:0] \$44 ;
+  wire [33:0] \$440 ;
+  wire [35:0] \$441 ;
+  wire [1:0] \$442 ;
+  wire [35:0] \$443 ;
+  wire [35:0] \$444 ;
+  wire [34:0] \$445 ;
+  wire [34:0] \$446 ;
+  wire [34:0] \$447 ;
+  wire [36:0] \$448 ;
+  wire [33:0] \$449 ;
+  wire [35:0] \$45 ;
+  wire [33:0] \$450 ;
+  wire [35:0] \$451 ;
+  wire [1:0] \$452 ;
+  wire [35:0] \$453 ;
+  wire [35:0] \$454 ;
+  wire [36:0] \$455 ;
+  wire [35:0] \$456 ;
+  wire [34:0] \$457 ;
+  wire [34:0] \$458 ;
+  wire [1:0] \$459 ;
+  wire [35:0] \$46 ;
+  wire [35:0] \$460 ;
+  wire [35:0] \$461 ;
+  wire [36:0] \$462 ;
+  wire [32:0] \$463 ;
+  wire [32:0] \$464 ;
+  wire [32:0] \$465 ;
+  wire [32:0] \$466 ;
+  wire \$467 ;
+  wire [34:0] \$468 ;
+  wire [34:0] \$469 ;
+  wire [34:0] \$47 ;
+  wire [34:0] \$470 ;
+  wire [34:0] \$471 ;
+  wire [34:0] \$472 ;
+  wire [34:0] \$473 ;
+  wire \$474 ;
+  wire \$475 ;
+  wire [31:0] \$476 ;
+  wire [31:0] \$477 ;
+  wire \$478 ;
+  wire [15:0] \$479 ;
+  wire [34:0] \$48 ;
+  wire \$480 ;
+  wire \$481 ;
+  wire \$482 ;
+  wire [33:0] \$483 ;
+  wire [33:0] \$484 ;
+  wire [35:0] \$485 ;
+  wire [1:0] \$486 ;
+  wire [35:0] \$487 ;
+  wire [35:0] \$488 ;
+  wire [34:0] \$489 ;
+  wire [34:0] \$49 ;
+  wire [34:0] \$490 ;
+  wire [34:0] \$491 ;
+  wire [36:0] \$492 ;
+  wire [33:0] \$493 ;
+  wire [33:0] \$494 ;
+  wire [35:0] \$495 ;
+  wire [1:0] \$496 ;
+  wire [35:0] \$497 ;
+  wire [35:0] \$498 ;
+  wire [36:0] \$499 ;
+  wire [5:0] \$5 ;
+  wire [36:0] \$50 ;
+  wire [33:0] \$500 ;
+  wire [33:0] \$501 ;
+  wire [33:0] \$502 ;
+  wire [33:0] \$503 ;
+  wire [35:0] \$504 ;
+  wire [1:0] \$505 ;
+  wire [35:0] \$506 ;
+  wire [35:0] \$507 ;
+  wire [34:0] \$508 ;
+  wire [34:0] \$509 ;
+  wire [33:0] \$51 ;
+  wire [34:0] \$510 ;
+  wire [36:0] \$511 ;
+  wire [33:0] \$512 ;
+  wire [33:0] \$513 ;
+  wire [35:0] \$514 ;
+  wire [1:0] \$515 ;
+  wire [35:0] \$516 ;
+  wire [35:0] \$517 ;
+  wire [36:0] \$518 ;
+  wire [35:0] \$519 ;
+  wire [33:0] \$52 ;
+  wire [34:0] \$520 ;
+  wire [34:0] \$521 ;
+  wire [1:0] \$522 ;
+  wire [35:0] \$523 ;
+  wire [35:0] \$524 ;
+  wire [32:0] \$525 ;
+  wire [32:0] \$526 ;
+  wire [34:0] \$527 ;
+  wire [34:0] \$528 ;
+  wire [34:0] \$529 ;
+  wire [35:0] \$53 ;
+  wire [36:0] \$530 ;
+  wire [33:0] \$531 ;
+  wire [33:0] \$532 ;
+  wire [35:0] \$533 ;
+  wire [1:0] \$534 ;
+  wire [35:0] \$535 ;
+  wire [35:0] \$536 ;
+  wire [34:0] \$537 ;
+  wire [34:0] \$538 ;
+  wire [34:0] \$539 ;
+  wire [1:0] \$54 ;
+  wire [36:0] \$540 ;
+  wire [33:0] \$541 ;
+  wire [33:0] \$542 ;
+  wire [35:0] \$543 ;
+  wire [1:0] \$544 ;
+  wire [35:0] \$545 ;
+  wire [35:0] \$546 ;
+  wire [36:0] \$547 ;
+  wire [33:0] \$548 ;
+  wire [33:0] \$549 ;
+  wire [35:0] \$55 ;
+  wire [33:0] \$550 ;
+  wire [33:0] \$551 ;
+  wire [35:0] \$552 ;
+  wire [1:0] \$553 ;
+  wire [35:0] \$554 ;
+  wire [35:0] \$555 ;
+  wire [34:0] \$556 ;
+  wire [34:0] \$557 ;
+  wire [34:0] \$558 ;
+  wire [36:0] \$559 ;
+  wire [35:0] \$56 ;
+  wire [33:0] \$560 ;
+  wire [33:0] \$561 ;
+  wire [35:0] \$562 ;
+  wire [1:0] \$563 ;
+  wire [35:0] \$564 ;
+  wire [35:0] \$565 ;
+  wire [36:0] \$566 ;
+  wire [35:0] \$567 ;
+  wire [34:0] \$568 ;
+  wire [34:0] \$569 ;
+  wire [36:0] \$57 ;
+  wire [1:0] \$570 ;
+  wire [35:0] \$571 ;
+  wire [35:0] \$572 ;
+  wire [36:0] \$573 ;
+  wire [32:0] \$574 ;
+  wire [32:0] \$575 ;
+  wire [32:0] \$576 ;
+  wire [32:0] \$577 ;
+  wire \$578 ;
+  wire [34:0] \$579 ;
+  wire [35:0] \$58 ;
+  wire [34:0] \$580 ;
+  wire [34:0] \$581 ;
+  wire [34:0] \$582 ;
+  wire [34:0] \$583 ;
+  wire [34:0] \$584 ;
+  wire \$585 ;
+  wire \$586 ;
+  wire [31:0] \$587 ;
+  wire [31:0] \$588 ;
+  wire \$589 ;
+  wire [34:0] \$59 ;
+  wire [15:0] \$590 ;
+  wire \$591 ;
+  wire \$592 ;
+  wire \$593 ;
+  wire [33:0] \$594 ;
+  wire [33:0] \$595 ;
+  wire [35:0] \$596 ;
+  wire [1:0] \$597 ;
+  wire [35:0] \$598 ;
+  wire [35:0] \$599 ;
+  wire [6:0] \$6 ;
+  wire [34:0] \$60 ;
+  wire [34:0] \$600 ;
+  wire [34:0] \$601 ;
+  wire [34:0] \$602 ;
+  wire [36:0] \$603 ;
+  wire [33:0] \$604 ;
+  wire [33:0] \$605 ;
+  wire [35:0] \$606 ;
+  wire [1:0] \$607 ;
+  wire [35:0] \$608 ;
+  wire [35:0] \$609 ;
+  wire [1:0] \$61 ;
+  wire [36:0] \$610 ;
+  wire [33:0] \$611 ;
+  wire [33:0] \$612 ;
+  wire [33:0] \$613 ;
+  wire [33:0] \$614 ;
+  wire [35:0] \$615 ;
+  wire [1:0] \$616 ;
+  wire [35:0] \$617 ;
+  wire [35:0] \$618 ;
+  wire [34:0] \$619 ;
+  wire [35:0] \$62 ;
+  wire [34:0] \$620 ;
+  wire [34:0] \$621 ;
+  wire [36:0] \$622 ;
+  wire [33:0] \$623 ;
+  wire [33:0] \$624 ;
+  wire [35:0] \$625 ;
+  wire [1:0] \$626 ;
+  wire [35:0] \$627 ;
+  wire [35:0] \$628 ;
+  wire [36:0] \$629 ;
+  wire [35:0] \$63 ;
+  wire [35:0] \$630 ;
+  wire [34:0] \$631 ;
+  wire [34:0] \$632 ;
+  wire [1:0] \$633 ;
+  wire [35:0] \$634 ;
+  wire [35:0] \$635 ;
+  wire [32:0] \$636 ;
+  wire [32:0] \$637 ;
+  wire [34:0] \$638 ;
+  wire [34:0] \$639 ;
+  wire [32:0] \$64 ;
+  wire [34:0] \$640 ;
+  wire [36:0] \$641 ;
+  wire [33:0] \$642 ;
+  wire [33:0] \$643 ;
+  wire [35:0] \$644 ;
+  wire [1:0] \$645 ;
+  wire [35:0] \$646 ;
+  wire [35:0] \$647 ;
+  wire [34:0] \$648 ;
+  wire [34:0] \$649 ;
+  wire [32:0] \$65 ;
+  wire [34:0] \$650 ;
+  wire [36:0] \$651 ;
+  wire [33:0] \$652 ;
+  wire [33:0] \$653 ;
+  wire [35:0] \$654 ;
+  wire [1:0] \$655 ;
+  wire [35:0] \$656 ;
+  wire [35:0] \$657 ;
+  wire [36:0] \$658 ;
+  wire [33:0] \$659 ;
+  wire [34:0] \$66 ;
+  wire [33:0] \$660 ;
+  wire [33:0] \$661 ;
+  wire [33:0] \$662 ;
+  wire [35:0] \$663 ;
+  wire [1:0] \$664 ;
+  wire [35:0] \$665 ;
+  wire [35:0] \$666 ;
+  wire [34:0] \$667 ;
+  wire [34:0] \$668 ;
+  wire [34:0] \$669 ;
+  wire [34:0] \$67 ;
+  wire [36:0] \$670 ;
+  wire [33:0] \$671 ;
+  wire [33:0] \$672 ;
+  wire [35:0] \$673 ;
+  wire [1:0] \$674 ;
+  wire [35:0] \$675 ;
+  wire [35:0] \$676 ;
+  wire [36:0] \$677 ;
+  wire [35:0] \$678 ;
+  wire [34:0] \$679 ;
+  wire [34:0] \$68 ;
+  wire [34:0] \$680 ;
+  wire [1:0] \$681 ;
+  wire [35:0] \$682 ;
+  wire [35:0] \$683 ;
+  wire [36:0] \$684 ;
+  wire [32:0] \$685 ;
+  wire [32:0] \$686 ;
+  wire [32:0] \$687 ;
+  wire [32:0] \$688 ;
+  wire \$689 ;
+  wire \$69 ;
+  wire [34:0] \$690 ;
+  wire [34:0] \$691 ;
+  wire [34:0] \$692 ;
+  wire [34:0] \$693 ;
+  wire [34:0] \$694 ;
+  wire [34:0] \$695 ;
+  wire \$696 ;
+  wire \$697 ;
+  wire [31:0] \$698 ;
+  reg \$699 ;
+  wire [7:0] \$7 ;
+  wire \$70 ;
+  reg \$700 ;
+  reg \$701 ;
+  reg [5:0] \$702 ;
+  reg \$703 ;
+  reg [3:0] \$704 ;
+  reg \$705 ;
+  reg \$706 ;
+  reg [31:0] \$707 ;
+  reg [32:0] \$708 ;
+  reg [31:0] \$709 ;
+  wire \$71 ;
+  reg \$710 ;
+  reg [127:0] \$711 ;
+  reg [31:0] \$712 ;
+  reg [32:0] \$713 ;
+  reg [31:0] \$714 ;
+  reg \$715 ;
+  reg [31:0] \$716 ;
+  reg [32:0] \$717 ;
+  reg [31:0] \$718 ;
+  reg \$719 ;
+  wire [33:0] \$72 ;
+  reg [31:0] \$720 ;
+  reg [32:0] \$721 ;
+  reg [31:0] \$722 ;
+  reg \$723 ;
+  wire [33:0] \$73 ;
+  wire [35:0] \$74 ;
+  wire [1:0] \$75 ;
+  wire [35:0] \$76 ;
+  wire [35:0] \$77 ;
+  wire [34:0] \$78 ;
+  wire [34:0] \$79 ;
+  wire \$8 ;
+  wire [34:0] \$80 ;
+  wire \$81 ;
+  wire [33:0] \$82 ;
+  wire [33:0] \$83 ;
+  wire [35:0] \$84 ;
+  wire [1:0] \$85 ;
+  wire [35:0] \$86 ;
+  wire [35:0] \$87 ;
+  wire [34:0] \$88 ;
+  wire [34:0] \$89 ;
+  wire [6:0] \$9 ;
+  wire [34:0] \$90 ;
+  wire [36:0] \$91 ;
+  wire [33:0] \$92 ;
+  wire [33:0] \$93 ;
+  wire [35:0] \$94 ;
+  wire [1:0] \$95 ;
+  wire [35:0] \$96 ;
+  wire [35:0] \$97 ;
+  wire [36:0] \$98 ;
+  wire [33:0] \$99 ;
+  input [127:0] a;
+  wire [127:0] a;
+  wire [31:0] \a[0] ;
+  wire [31:0] \a[1] ;
+  wire [31:0] \a[2] ;
+  wire [31:0] \a[3] ;
+  reg busy = 1'h0;
+  input clk;
+  wire clk;
+  reg [3:0] count = 4'h0;
+  reg d_acc = 1'h0;
+  input \d_acc$46 ;
+  wire \d_acc$46 ;
+  output done;
+  reg done = 1'h0;
+  reg finish = 1'h0;
+  reg fits0_0;
+  reg fits0_1;
+  reg fits1_0;
+  reg fits1_1;
+  reg fits2_0;
+  reg fits2_1;
+  reg fits3_0;
+  reg fits3_1;
+  wire [15:0] high;
+  wire numerator0;
+  wire numerator1;
+  reg [31:0] operand0 = 32'd0;
+  reg [31:0] operand1 = 32'd0;
+  reg [31:0] operand2 = 32'd0;
+  reg [31:0] operand3 = 32'd0;
+  output [127:0] out;
+  reg [127:0] out = 128'h00000000000000000000000000000000;
+  wire [31:0] \out[0] ;
+  wire [31:0] \out[1] ;
+  wire [31:0] \out[2] ;
+  wire [31:0] \out[3] ;
+  wire pairs_on;
+  reg [31:0] quotient0 = 32'd0;
+  reg [31:0] quotient1 = 32'd0;
+  reg [31:0] quotient2 = 32'd0;
+  reg [31:0] quotient3 = 32'd0;
+  reg recip = 1'h0;
+  reg [32:0] rem0 = 33'h000000000;
+  reg [32:0] rem1 = 33'h000000000;
+  reg [32:0] rem2 = 33'h000000000;
+  reg [32:0] rem3 = 33'h000000000;
+  input rst;
+  wire rst;
+  reg running = 1'h0;
+  reg saturated0 = 1'h0;
+  reg saturated1 = 1'h0;
+  reg saturated2 = 1'h0;
+  reg saturated3 = 1'h0;
+  reg [5:0] shift = 6'h00;
+  input [5:0] \shift$9 ;
+  wire [5:0] \shift$9 ;
+  input start;
+  wire start;
+  wire take;
+  wire [31:0] value0;
+  wire [31:0] value1;
+  wire [31:0] value2;
+  wire [31:0] value3;
+  input [3:0] vop;
+  wire [3:0] vop;
+  assign \$269  = recip ? { 3'h0, operand0 } : \$268 ;
+  assign \$270  = \$266  - \$269 ;
+  assign \$272  = \$271  | { 33'h000000000, numerator0 };
+  assign \$274  = pairs_on ? operand0[31:30] : 2'h0;
+  assign \$275  = \$273  | { 34'h000000000, \$274  };
+  assign \$276  = recip ? { 2'h0, \$272  } : \$275 ;
+  assign \$277  = fits0_0 ? \$270  : { 1'h0, \$276  };
+  assign \$279  = \$278  | { 33'h000000000, numerator1 };
+  assign \$281  = \$280  | { 33'h000000000, numerator0 };
+  assign \$283  = pairs_on ? operand0[31:30] : 2'h0;
+  assign \$284  = \$282  | { 34'h000000000, \$283  };
+  assign \$285  = recip ? { 2'h0, \$281  } : \$284 ;
+  assign \$288  = recip ? { 3'h0, operand0 } : \$287 ;
+  assign \$289  = \$285  - \$288 ;
+  assign \$291  = \$290  | { 33'h000000000, numerator0 };
+  assign \$293  = pairs_on ? operand0[31:30] : 2'h0;
+  assign \$294  = \$292  | { 34'h000000000, \$293  };
+  assign \$295  = recip ? { 2'h0, \$291  } : \$294 ;
+  assign \$296  = fits0_0 ? \$289  : { 1'h0, \$295  };
+  assign \$299  = pairs_on ? \$298  : { 3'h0, operand0 };
+  assign \$300  = pairs_on ? \$299 [31:30] : 2'h0;
+  assign \$301  = \$297  | { 34'h000000000, \$300  };
+  assign \$302  = recip ? { 2'h0, \$279  } : \$301 ;
+  assign \$304  = \$303  | { 32'h00000000, fits0_0 };
+  assign \$307  = recip ? { 3'h0, operand0 } : \$306 ;
+  assign \$308  = \$302  - \$307 ;
+  assign \$310  = \$309  | { 33'h000000000, numerator0 };
+  assign \$312  = pairs_on ? operand0[31:30] : 2'h0;
+  assign \$313  = \$311  | { 34'h000000000, \$312  };
+  assign \$314  = recip ? { 2'h0, \$310  } : \$313 ;
+  assign \$317  = recip ? { 3'h0, operand0 } : \$316 ;
+  assign \$318  = \$314  - \$317 ;
+  assign \$320  = \$319  | { 33'h000000000, numerator0 };
+  assign \$322  = pairs_on ? operand0[31:30] : 2'h0;
+  assign \$323  = \$321  | { 34'h000000000, \$322  };
+  assign \$324  = recip ? { 2'h0, \$320  } : \$323 ;
+  assign \$325  = fits0_0 ? \$318  : { 1'h0, \$324  };
+  assign \$327  = \$326  | { 33'h000000000, numerator1 };
+  assign \$329  = \$328  | { 33'h000000000, numerator0 };
+  assign \$331  = pairs_on ? operand0[31:30] : 2'h0;
+  assign \$332  = \$330  | { 34'h000000000, \$331  };
+  assign \$333  = recip ? { 2'h0, \$329  } : \$332 ;
+  assign \$336  = recip ? { 3'h0, operand0 } : \$335 ;
+  assign \$337  = \$333  - \$336 ;
+  assign \$339  = \$338  | { 33'h000000000, numerator0 };
+  assign \$341  = pairs_on ? operand0[31:30] : 2'h0;
+  assign \$342  = \$340  | { 34'h000000000, \$341  };
+  assign \$343  = recip ? { 2'h0, \$339  } : \$342 ;
+  assign \$344  = fits0_0 ? \$337  : { 1'h0, \$343  };
+  assign \$347  = pairs_on ? \$346  : { 3'h0, operand0 };
+  assign \$348  = pairs_on ? \$347 [31:30] : 2'h0;
+  assign \$349  = \$345  | { 34'h000000000, \$348  };
+  assign \$350  = recip ? { 2'h0, \$327  } : \$349 ;
+  assign \$351  = fits0_1 ? \$308  : { 1'h0, \$350  };
+  assign \$353  = \$352  | { 32'h00000000, fits0_0 };
+  assign \$355  = \$354  | { 32'h00000000, fits0_1 };
+  assign \$356  = ~ recip;
+  assign \$358  = pairs_on ? \$357  : { 3'h0, operand0 };
+  assign \$361  = pairs_on ? \$360  : { 3'h0, operand0 };
+  assign \$362  = pairs_on ? \$359  : { 3'h0, \$361 [31:0] };
+  assign \$363  = value0 < 8'h80;
+  assign \$364  = d_acc | \$363 ;
+  assign \$365  = \$364  ? value0 : 32'd127;
+  assign \$366  = a[63] ? 32'd0 : a[63:32];
+  assign \$367  = vop == 4'hc;
+  assign \$368  = \$367  ? \$11 [15:0] : 16'h0000;
+  assign \$369  = vop == 4'hc;
+  assign \$370  = $signed(a[63:32]) <= $signed(1'h0);
+  assign \$371  = \$369  & \$370 ;
+  assign \$373  = \$372  | { 33'h000000000, numerator0 };
+  assign \$375  = pairs_on ? operand1[31:30] : 2'h0;
+  assign \$376  = \$374  | { 34'h000000000, \$375  };
+  assign \$377  = recip ? { 2'h0, \$373  } : \$376 ;
+  assign \$380  = recip ? { 3'h0, operand1 } : \$379 ;
+  assign \$381  = \$377  - \$380 ;
+  assign \$383  = \$382  | { 33'h000000000, numerator0 };
+  assign \$385  = pairs_on ? operand1[31:30] : 2'h0;
+  assign \$386  = \$384  | { 34'h000000000, \$385  };
+  assign \$387  = recip ? { 2'h0, \$383  } : \$386 ;
+  assign \$388  = fits1_0 ? \$381  : { 1'h0, \$387  };
+  assign \$390  = \$389  | { 33'h000000000, numerator1 };
+  assign \$392  = \$391  | { 33'h000000000, numerator0 };
+  assign \$394  = pairs_on ? operand1[31:30] : 2'h0;
+  assign \$395  = \$393  | { 34'h000000000, \$394  };
+  assign \$396  = recip ? { 2'h0, \$392  } : \$395 ;
+  assign \$399  = recip ? { 3'h0, operand1 } : \$398 ;
+  assign \$400  = \$396  - \$399 ;
+  assign \$402  = \$401  | { 33'h000000000, numerator0 };
+  assign \$404  = pairs_on ? operand1[31:30] : 2'h0;
+  assign \$405  = \$403  | { 34'h000000000, \$404  };
+  assign \$406  = recip ? { 2'h0, \$402  } : \$405 ;
+  assign \$407  = fits1_0 ? \$400  : { 1'h0, \$406  };
+  assign \$410  = pairs_on ? \$409  : { 3'h0, operand1 };
+  assign \$411  = pairs_on ? \$410 [31:30] : 2'h0;
+  assign \$412  = \$408  | { 34'h000000000, \$411  };
+  assign \$413  = recip ? { 2'h0, \$390  } : \$412 ;
+  assign \$415  = \$414  | { 32'h00000000, fits1_0 };
+  assign \$418  = recip ? { 3'h0, operand1 } : \$417 ;
+  assign \$419  = \$413  - \$418 ;
+  assign \$421  = \$420  | { 33'h000000000, numerator0 };
+  assign \$423  = pairs_on ? operand1[31:30] : 2'h0;
+  assign \$424  = \$422  | { 34'h000000000, \$423  };
+  assign \$425  = recip ? { 2'h0, \$421  } : \$424 ;
+  assign \$428  = recip ? { 3'h0, operand1 } : \$427 ;
+  assign \$429  = \$425  - \$428 ;
+  assign \$431  = \$430  | { 33'h000000000, numerator0 };
+  assign \$433  = pairs_on ? operand1[31:30] : 2'h0;
+  assign \$434  = \$432  | { 34'h000000000, \$433  };
+  assign \$435  = recip ? { 2'h0, \$431  } : \$434 ;
+  assign \$436  = fits1_0 ? \$429  : { 1'h0, \$435  };
+  assign \$438  = \$437  | { 33'h000000000, numerator1 };
+  assign \$440  = \$439  | { 33'h000000000, numerator0 };
+  assign \$442  = pairs_on ? operand1[31:30] : 2'h0;
+  assign \$443  = \$441  | { 34'h000000000, \$442  };
+  assign \$444  = recip ? { 2'h0, \$440  } : \$443 ;
+  assign \$447  = recip ? { 3'h0, operand1 } : \$446 ;
+  assign \$448  = \$444  - \$447 ;
+  assign \$450  = \$449  | { 33'h000000000, numerator0 };
+  assign \$452  = pairs_on ? operand1[31:30] : 2'h0;
+  assign \$453  = \$451  | { 34'h000000000, \$452  };
+  assign \$454  = recip ? { 2'h0, \$450  } : \$453 ;
+  assign \$455  = fits1_0 ? \$448  : { 1'h0, \$454  };
+  assign \$458  = pairs_on ? \$457  : { 3'h0, operand1 };
+  assign \$459  = pairs_on ? \$458 [31:30] : 2'h0;
+  assign \$460  = \$456  | { 34'h000000000, \$459  };
+  assign \$461  = recip ? { 2'h0, \$438  } : \$460 ;
+  assign \$462  = fits1_1 ? \$419  : { 1'h0, \$461  };
+  assign \$464  = \$463  | { 32'h00000000, fits1_0 };
+  assign \$466  = \$465  | { 32'h00000000, fits1_1 };
+  assign \$467  = ~ recip;
+  assign \$469  = pairs_on ? \$468  : { 3'h0, operand1 };
+  assign \$472  = pairs_on ? \$471  : { 3'h0, operand1 };
+  assign \$473  = pairs_on ? \$470  : { 3'h0, \$472 [31:0] };
+  assign \$474  = value1 < 8'h80;
+  assign \$475  = d_acc | \$474 ;
+  assign \$476  = \$475  ? value1 : 32'd127;
+  assign \$477  = a[95] ? 32'd0 : a[95:64];
+  assign \$478  = vop == 4'hc;
+  assign \$479  = \$478  ? \$11 [15:0] : 16'h0000;
+  assign \$480  = vop == 4'hc;
+  assign \$481  = $signed(a[95:64]) <= $signed(1'h0);
+  assign \$482  = \$480  & \$481 ;
+  assign \$484  = \$483  | { 33'h000000000, numerator0 };
+  assign \$486  = pairs_on ? operand2[31:30] : 2'h0;
+  assign \$487  = \$485  | { 34'h000000000, \$486  };
+  assign \$488  = recip ? { 2'h0, \$484  } : \$487 ;
+  assign \$491  = recip ? { 3'h0, operand2 } : \$490 ;
+  assign \$492  = \$488  - \$491 ;
+  assign \$494  = \$493  | { 33'h000000000, numerator0 };
+  assign \$496  = pairs_on ? operand2[31:30] : 2'h0;
+  assign \$497  = \$495  | { 34'h000000000, \$496  };
+  assign \$498  = recip ? { 2'h0, \$494  } : \$497 ;
+  assign \$499  = fits2_0 ? \$492  : { 1'h0, \$498  };
+  assign \$501  = \$500  | { 33'h000000000, numerator1 };
+  assign \$503  = \$502  | { 33'h000000000, numerator0 };
+  assign \$505  = pairs_on ? operand2[31:30] : 2'h0;
+  assign \$506  = \$504  | { 34'h000000000, \$505  };
+  assign \$507  = recip ? { 2'h0, \$503  } : \$506 ;
+  assign \$510  = recip ? { 3'h0, operand2 } : \$509 ;
+  assign \$511  = \$507  - \$510 ;
+  assign \$513  = \$512  | { 33'h000000000, numerator0 };
+  assign \$515  = pairs_on ? operand2[31:30] : 2'h0;
+  assign \$516  = \$514  | { 34'h000000000, \$515  };
+  assign \$517  = recip ? { 2'h0, \$513  } : \$516 ;
+  assign \$518  = fits2_0 ? \$511  : { 1'h0, \$517  };
+  assign \$521  = pairs_on ? \$520  : { 3'h0, operand2 };
+  assign \$522  = pairs_on ? \$521 [31:30] : 2'h0;
+  assign \$523  = \$519  | { 34'h000000000, \$522  };
+  assign \$524  = recip ? { 2'h0, \$501  } : \$523 ;
+  assign \$526  = \$525  | { 32'h00000000, fits2_0 };
+  assign \$529  = recip ? { 3'h0, operand2 } : \$528 ;
+  assign \$530  = \$524  - \$529 ;
+  assign \$532  = \$531  | { 33'h000000000, numerator0 };
+  assign \$534  = pairs_on ? operand2[31:30] : 2'h0;
+  assign \$535  = \$533  | { 34'h000000000, \$534  };
+  assign \$536  = recip ? { 2'h0, \$532  } : \$535 ;
+  assign \$539  = recip ? { 3'h0, operand2 } : \$538 ;
+  assign \$540  = \$536  - \$539 ;
+  assign \$542  = \$541  | { 33'h000000000, numerator0 };
+  assign \$544  = pairs_on ? operand2[31:30] : 2'h0;
+  assign \$545  = \$543  | { 34'h000000000, \$544  };
+  assign \$546  = recip ? { 2'h0, \$542  } : \$545 ;
+  assign \$547  = fits2_0 ? \$540  : { 1'h0, \$546  };
+  assign \$549  = \$548  | { 33'h000000000, numerator1 };
+  assign \$551  = \$550  | { 33'h000000000, numerator0 };
+  assign \$553  = pairs_on ? operand2[31:30] : 2'h0;
+  assign \$554  = \$552  | { 34'h000000000, \$553  };
+  assign \$555  = recip ? { 2'h0, \$551  } : \$554 ;
+  assign \$558  = recip ? { 3'h0, operand2 } : \$557 ;
+  assign \$559  = \$555  - \$558 ;
+  assign \$561  = \$560  | { 33'h000000000, numerator0 };
+  assign \$563  = pairs_on ? operand2[31:30] : 2'h0;
+  assign \$564  = \$562  | { 34'h000000000, \$563  };
+  assign \$565  = recip ? { 2'h0, \$561  } : \$564 ;
+  assign \$566  = fits2_0 ? \$559  : { 1'h0, \$565  };
+  assign \$569  = pairs_on ? \$568  : { 3'h0, operand2 };
+  assign \$570  = pairs_on ? \$569 [31:30] : 2'h0;
+  assign \$571  = \$567  | { 34'h000000000, \$570  };
+  assign \$572  = recip ? { 2'h0, \$549  } : \$571 ;
+  assign \$573  = fits2_1 ? \$530  : { 1'h0, \$572  };
+  assign \$575  = \$574  | { 32'h00000000, fits2_0 };
+  assign \$577  = \$576  | { 32'h00000000, fits2_1 };
+  assign \$578  = ~ recip;
+  assign \$580  = pairs_on ? \$579  : { 3'h0, operand2 };
+  assign \$583  = pairs_on ? \$582  : { 3'h0, operand2 };
+  assign \$584  = pairs_on ? \$581  : { 3'h0, \$583 [31:0] };
+  assign \$585  = value2 < 8'h80;
+  assign \$586  = d_acc | \$585 ;
+  assign \$587  = \$586  ? value2 : 32'd127;
+  assign \$588  = a[127] ? 32'd0 : a[127:96];
+  assign \$589  = vop == 4'hc;
+  assign \$590  = \$589  ? \$11 [15:0] : 16'h0000;
+  assign \$591  = vop == 4'hc;
+  assign \$592  = $signed(a[127:96]) <= $signed(1'h0);
+  assign \$593  = \$591  & \$592 ;
+  assign \$595  = \$594  | { 33'h000000000, numerator0 };
+  assign \$597  = pairs_on ? operand3[31:30] : 2'h0;
+  assign \$598  = \$596  | { 34'h000000000, \$597  };
+  assign \$599  = recip ? { 2'h0, \$595  } : \$598 ;
+  assign \$602  = recip ? { 3'h0, operand3 } : \$601 ;
+  assign \$603  = \$599  - \$602 ;
+  assign \$605  = \$604  | { 33'h000000000, numerator0 };
+  assign \$607  = pairs_on ? operand3[31:30] : 2'h0;
+  assign \$608  = \$606  | { 34'h000000000, \$607  };
+  assign \$609  = recip ? { 2'h0, \$605  } : \$608 ;
+  assign \$610  = fits3_0 ? \$603  : { 1'h0, \$609  };
+  assign \$612  = \$611  | { 33'h000000000, numerator1 };
+  assign \$614  = \$613  | { 33'h000000000, numerator0 };
+  assign \$616  = pairs_on ? operand3[31:30] : 2'h0;
+  assign \$617  = \$615  | { 34'h000000000, \$616  };
+  assign \$618  = recip ? { 2'h0, \$614  } : \$617 ;
+  assign \$621  = recip ? { 3'h0, operand3 } : \$620 ;
+  assign \$622  = \$618  - \$621 ;
+  assign \$624  = \$623  | { 33'h000000000, numerator0 };
+  assign \$626  = pairs_on ? operand3[31:30] : 2'h0;
+  assign \$627  = \$625  | { 34'h000000000, \$626  };
+  assign \$628  = recip ? { 2'h0, \$624  } : \$627 ;
+  assign \$629  = fits3_0 ? \$622  : { 1'h0, \$628  };
+  assign \$632  = pairs_on ? \$631  : { 3'h0, operand3 };
+  assign \$633  = pairs_on ? \$632 [31:30] : 2'h0;
+  assign \$634  = \$630  | { 34'h000000000, \$633  };
+  assign \$635  = recip ? { 2'h0, \$612  } : \$634 ;
+  assign \$637  = \$636  | { 32'h00000000, fits3_0 };
+  assign \$640  = recip ? { 3'h0, operand3 } : \$639 ;
+  assign \$641  = \$635  - \$640 ;
+  assign \$643  = \$642  | { 33'h000000000, numerator0 };
+  assign \$645  = pairs_on ? operand3[31:30] : 2'h0;
+  assign \$646  = \$644  | { 34'h000000000, \$645  };
+  assign \$647  = recip ? { 2'h0, \$643  } : \$646 ;
+  assign \$650  = recip ? { 3'h0, operand3 } : \$649 ;
+  assign \$651  = \$647  - \$650 ;
+  assign \$653  = \$652  | { 33'h000000000, numerator0 };
+  assign \$655  = pairs_on ? operand3[31:30] : 2'h0;
+  assign \$656  = \$654  | { 34'h000000000, \$655  };
+  assign \$657  = recip ? { 2'h0, \$653  } : \$656 ;
+  assign \$658  = fits3_0 ? \$651  : { 1'h0, \$657  };
+  assign \$660  = \$659  | { 33'h000000000, numerator1 };
+  assign \$662  = \$661  | { 33'h000000000, numerator0 };
+  assign \$664  = pairs_on ? operand3[31:30] : 2'h0;
+  assign \$665  = \$663  | { 34'h000000000, \$664  };
+  assign \$666  = recip ? { 2'h0, \$662  } : \$665 ;
+  assign \$669  = recip ? { 3'h0, operand3 } : \$668 ;
+  assign \$670  = \$666  - \$669 ;
+  assign \$672  = \$671  | { 33'h000000000, numerator0 };
+  assign \$674  = pairs_on ? operand3[31:30] : 2'h0;
+  assign \$675  = \$673  | { 34'h000000000, \$674  };
+  assign \$676  = recip ? { 2'h0, \$672  } : \$675 ;
+  assign \$677  = fits3_0 ? \$670  : { 1'h0, \$676  };
+  assign \$680  = pairs_on ? \$679  : { 3'h0, operand3 };
+  assign \$681  = pairs_on ? \$680 [31:30] : 2'h0;
+  assign \$682  = \$678  | { 34'h000000000, \$681  };
+  assign \$683  = recip ? { 2'h0, \$660  } : \$682 ;
+  assign \$684  = fits3_1 ? \$641  : { 1'h0, \$683  };
+  assign \$686  = \$685  | { 32'h00000000, fits3_0 };
+  assign \$688  = \$687  | { 32'h00000000, fits3_1 };
+  assign \$689  = ~ recip;
+  assign \$691  = pairs_on ? \$690  : { 3'h0, operand3 };
+  assign \$694  = pairs_on ? \$693  : { 3'h0, operand3 };
+  assign \$695  = pairs_on ? \$692  : { 3'h0, \$694 [31:0] };
+  assign \$696  = value3 < 8'h80;
+  assign \$697  = d_acc | \$696 ;
+  assign \$698  = \$697  ? value3 : 32'd127;
+  always @(posedge clk)
+    done <= \$699 ;
+  always @(posedge clk)
+    finish <= \$700 ;
+  always @(posedge clk)
+    recip <= \$701 ;
+  always @(posedge clk)
+    shift <= \$702 ;
+  always @(posedge clk)
+    d_acc <= \$703 ;
+  always @(posedge clk)
+    count <= \$704 ;
+  always @(posedge clk)
+    running <= \$705 ;
+  always @(posedge clk)
+    busy <= \$706 ;
+  always @(posedge clk)
+    operand0 <= \$707 ;
+  always @(posedge clk)
+    rem0 <= \$708 ;
+  always @(posedge clk)
+    quotient0 <= \$709 ;
+  always @(posedge clk)
+    saturated0 <= \$710 ;
+  always @(posedge clk)
+    out <= \$711 ;
+  always @(posedge clk)
+    operand1 <= \$712 ;
+  always @(posedge clk)
+    rem1 <= \$713 ;
+  always @(posedge clk)
+    quotient1 <= \$714 ;
+  always @(posedge clk)
+    saturated1 <= \$715 ;
+  always @(posedge clk)
+    operand2 <= \$716 ;
+  always @(posedge clk)
+    rem2 <= \$717 ;
+  always @(posedge clk)
+    quotient2 <= \$718 ;
+  always @(posedge clk)
+    saturated2 <= \$719 ;
+  always @(posedge clk)
+    operand3 <= \$720 ;
+  always @(posedge clk)
+    rem3 <= \$721 ;
+  always @(posedge clk)
+    quotient3 <= \$722 ;
+  always @(posedge clk)
+    saturated3 <= \$723 ;
+  assign \$1  = ~ busy;
+  assign take = start & \$1 ;
+  assign \$2  = 2'h2 * count;
+  assign \$3  = \$2  + 1'h0;
+  assign \$4  = 5'h1f - \$3 ;
+  assign numerator0 = shift == \$4 ;
+  assign \$5  = 2'h2 * count;
+  assign \$6  = \$5  + 1'h1;
+  assign \$7  = 5'h1f - \$6 ;
+  assign numerator1 = shift == \$7 ;
+  assign pairs_on = count >= 4'h8;
+  assign \$8  = \shift$9  >= 6'h20;
+  assign \$9  = \shift$9  - 6'h20;
+  assign \$10  = 1'h1 << \$9 [3:0];
+  assign \$11  = \$8  ? \$10  : 31'h00000000;
+  assign \$13  = \$12  | { 33'h000000000, numerator0 };
+  assign \$15  = pairs_on ? operand0[31:30] : 2'h0;
+  assign \$16  = \$14  | { 34'h000000000, \$15  };
+  assign \$17  = recip ? { 2'h0, \$13  } : \$16 ;
+  assign \$20  = recip ? { 3'h0, operand0 } : \$19 ;
+  assign \$21  = \$17  >= \$20 ;
+  assign \$23  = \$22  | { 33'h000000000, numerator0 };
+  assign \$25  = pairs_on ? operand0[31:30] : 2'h0;
+  assign \$26  = \$24  | { 34'h000000000, \$25  };
+  assign \$27  = recip ? { 2'h0, \$23  } : \$26 ;
+  assign \$30  = recip ? { 3'h0, operand0 } : \$29 ;
+  assign \$31  = \$27  - \$30 ;
+  assign \$33  = \$32  | { 33'h000000000, numerator0 };
+  assign \$35  = pairs_on ? operand0[31:30] : 2'h0;
+  assign \$36  = \$34  | { 34'h000000000, \$35  };
+  assign \$37  = recip ? { 2'h0, \$33  } : \$36 ;
+  assign \$38  = fits0_0 ? \$31  : { 1'h0, \$37  };
+  assign \$40  = \$39  | { 33'h000000000, numerator1 };
+  assign \$42  = \$41  | { 33'h000000000, numerator0 };
+  assign \$44  = pairs_on ? operand0[31:30] : 2'h0;
+  assign \$45  = \$43  | { 34'h000000000, \$44  };
+  assign \$46  = recip ? { 2'h0, \$42  } : \$45 ;
+  assign \$49  = recip ? { 3'h0, operand0 } : \$48 ;
+  assign \$50  = \$46  - \$49 ;
+  assign \$52  = \$51  | { 33'h000000000, numerator0 };
+  assign \$54  = pairs_on ? operand0[31:30] : 2'h0;
+  assign \$55  = \$53  | { 34'h000000000, \$54  };
+  assign \$56  = recip ? { 2'h0, \$52  } : \$55 ;
+  assign \$57  = fits0_0 ? \$50  : { 1'h0, \$56  };
+  assign \$60  = pairs_on ? \$59  : { 3'h0, operand0 };
+  assign \$61  = pairs_on ? \$60 [31:30] : 2'h0;
+  assign \$62  = \$58  | { 34'h000000000, \$61  };
+  assign \$63  = recip ? { 2'h0, \$40  } : \$62 ;
+  assign \$65  = \$64  | { 32'h00000000, fits0_0 };
+  assign \$68  = recip ? { 3'h0, operand0 } : \$67 ;
+  assign \$69  = \$63  >= \$68 ;
+  assign \$70  = saturated0 | quotient0[31];
+  assign \$71  = recip & \$70 ;
+  assign value0 = \$71  ? 32'd2147483647 : quotient0;
+  assign \$73  = \$72  | { 33'h000000000, numerator0 };
+  assign \$75  = pairs_on ? operand1[31:30] : 2'h0;
+  assign \$76  = \$74  | { 34'h000000000, \$75  };
+  assign \$77  = recip ? { 2'h0, \$73  } : \$76 ;
+  assign \$80  = recip ? { 3'h0, operand1 } : \$79 ;
+  assign \$81  = \$77  >= \$80 ;
+  assign \$83  = \$82  | { 33'h000000000, numerator0 };
+  assign \$85  = pairs_on ? operand1[31:30] : 2'h0;
+  assign \$86  = \$84  | { 34'h000000000, \$85  };
+  assign \$87  = recip ? { 2'h0, \$83  } : \$86 ;
+  assign \$90  = recip ? { 3'h0, operand1 } : \$89 ;
+  assign \$91  = \$87  - \$90 ;
+  assign \$93  = \$92  | { 33'h000000000, numerator0 };
+  assign \$95  = pairs_on ? operand1[31:30] : 2'h0;
+  assign \$96  = \$94  | { 34'h000000000, \$95  };
+  assign \$97  = recip ? { 2'h0, \$93  } : \$96 ;
+  assign \$98  = fits1_0 ? \$91  : { 1'h0, \$97  };
+  assign \$100  = \$99  | { 33'h000000000, numerator1 };
+  assign \$102  = \$101  | { 33'h000000000, numerator0 };
+  assign \$104  = pairs_on ? operand1[31:30] : 2'h0;
+  assign \$105  = \$103  | { 34'h000000000, \$104  };
+  assign \$106  = recip ? { 2'h0, \$102  } : \$105 ;
+  assign \$109  = recip ? { 3'h0, operand1 } : \$108 ;
+  assign \$110  = \$106  - \$109 ;
+  assign \$112  = \$111  | { 33'h000000000, numerator0 };
+  assign \$114  = pairs_on ? operand1[31:30] : 2'h0;
+  assign \$115  = \$113  | { 34'h000000000, \$114  };
+  assign \$116  = recip ? { 2'h0, \$112  } : \$115 ;
+  assign \$117  = fits1_0 ? \$110  : { 1'h0, \$116  };
+  assign \$120  = pairs_on ? \$119  : { 3'h0, operand1 };
+  assign \$121  = pairs_on ? \$120 [31:30] : 2'h0;
+  assign \$122  = \$118  | { 34'h000000000, \$121  };
+  assign \$123  = recip ? { 2'h0, \$100  } : \$122 ;
+  assign \$125  = \$124  | { 32'h00000000, fits1_0 };
+  assign \$128  = recip ? { 3'h0, operand1 } : \$127 ;
+  assign \$129  = \$123  >= \$128 ;
+  assign \$130  = saturated1 | quotient1[31];
+  assign \$131  = recip & \$130 ;
+  assign value1 = \$131  ? 32'd2147483647 : quotient1;
+  assign \$133  = \$132  | { 33'h000000000, numerator0 };
+  assign \$135  = pairs_on ? operand2[31:30] : 2'h0;
+  assign \$136  = \$134  | { 34'h000000000, \$135  };
+  assign \$137  = recip ? { 2'h0, \$133  } : \$136 ;
+  assign \$140  = recip ? { 3'h0, operand2 } : \$139 ;
+  assign \$141  = \$137  >= \$140 ;
+  assign \$143  = \$142  | { 33'h000000000, numerator0 };
+  assign \$145  = pairs_on ? operand2[31:30] : 2'h0;
+  assign \$146  = \$144  | { 34'h000000000, \$145  };
+  assign \$147  = recip ? { 2'h0, \$143  } : \$146 ;
+  assign \$150  = recip ? { 3'h0, operand2 } : \$149 ;
+  assign \$151  = \$147  - \$150 ;
+  assign \$153  = \$152  | { 33'h000000000, numerator0 };
+  assign \$155  = pairs_on ? operand2[31:30] : 2'h0;
+  assign \$156  = \$154  | { 34'h000000000, \$155  };
+  assign \$157  = recip ? { 2'h0, \$153  } : \$156 ;
+  assign \$158  = fits2_0 ? \$151  : { 1'h0, \$157  };
+  assign \$160  = \$159  | { 33'h000000000, numerator1 };
+  assign \$162  = \$161  | { 33'h000000000, numerator0 };
+  assign \$164  = pairs_on ? operand2[31:30] : 2'h0;
+  assign \$165  = \$163  | { 34'h000000000, \$164  };
+  assign \$166  = recip ? { 2'h0, \$162  } : \$165 ;
+  assign \$169  = recip ? { 3'h0, operand2 } : \$168 ;
+  assign \$170  = \$166  - \$169 ;
+  assign \$172  = \$171  | { 33'h000000000, numerator0 };
+  assign \$174  = pairs_on ? operand2[31:30] : 2'h0;
+  assign \$175  = \$173  | { 34'h000000000, \$174  };
+  assign \$176  = recip ? { 2'h0, \$172  } : \$175 ;
+  assign \$177  = fits2_0 ? \$170  : { 1'h0, \$176  };
+  assign \$180  = pairs_on ? \$179  : { 3'h0, operand2 };
+  assign \$181  = pairs_on ? \$180 [31:30] : 2'h0;
+  assign \$182  = \$178  | { 34'h000000000, \$181  };
+  assign \$183  = recip ? { 2'h0, \$160  } : \$182 ;
+  assign \$185  = \$184  | { 32'h00000000, fits2_0 };
+  assign \$188  = recip ? { 3'h0, operand2 } : \$187 ;
+  assign \$189  = \$183  >= \$188 ;
+  assign \$190  = saturated2 | quotient2[31];
+  assign \$191  = recip & \$190 ;
+  assign value2 = \$191  ? 32'd2147483647 : quotient2;
+  assign \$193  = \$192  | { 33'h000000000, numerator0 };
+  assign \$195  = pairs_on ? operand3[31:30] : 2'h0;
+  assign \$196  = \$194  | { 34'h000000000, \$195  };
+  assign \$197  = recip ? { 2'h0, \$193  } : \$196 ;
+  assign \$200  = recip ? { 3'h0, operand3 } : \$199 ;
+  assign \$201  = \$197  >= \$200 ;
+  assign \$203  = \$202  | { 33'h000000000, numerator0 };
+  assign \$205  = pairs_on ? operand3[31:30] : 2'h0;
+  assign \$206  = \$204  | { 34'h000000000, \$205  };
+  assign \$207  = recip ? { 2'h0, \$203  } : \$206 ;
+  assign \$210  = recip ? { 3'h0, operand3 } : \$209 ;
+  assign \$211  = \$207  - \$210 ;
+  assign \$213  = \$212  | { 33'h000000000, numerator0 };
+  assign \$215  = pairs_on ? operand3[31:30] : 2'h0;
+  assign \$216  = \$214  | { 34'h000000000, \$215  };
+  assign \$217  = recip ? { 2'h0, \$213  } : \$216 ;
+  assign \$218  = fits3_0 ? \$211  : { 1'h0, \$217  };
+  assign \$220  = \$219  | { 33'h000000000, numerator1 };
+  assign \$222  = \$221  | { 33'h000000000, numerator0 };
+  assign \$224  = pairs_on ? operand3[31:30] : 2'h0;
+  assign \$225  = \$223  | { 34'h000000000, \$224  };
+  assign \$226  = recip ? { 2'h0, \$222  } : \$225 ;
+  assign \$229  = recip ? { 3'h0, operand3 } : \$228 ;
+  assign \$230  = \$226  - \$229 ;
+  assign \$232  = \$231  | { 33'h000000000, numerator0 };
+  assign \$234  = pairs_on ? operand3[31:30] : 2'h0;
+  assign \$235  = \$233  | { 34'h000000000, \$234  };
+  assign \$236  = recip ? { 2'h0, \$232  } : \$235 ;
+  assign \$237  = fits3_0 ? \$230  : { 1'h0, \$236  };
+  assign \$240  = pairs_on ? \$239  : { 3'h0, operand3 };
+  assign \$241  = pairs_on ? \$240 [31:30] : 2'h0;
+  assign \$242  = \$238  | { 34'h000000000, \$241  };
+  assign \$243  = recip ? { 2'h0, \$220  } : \$242 ;
+  assign \$245  = \$244  | { 32'h00000000, fits3_0 };
+  assign \$248  = recip ? { 3'h0, operand3 } : \$247 ;
+  assign \$249  = \$243  >= \$248 ;
+  assign \$250  = saturated3 | quotient3[31];
+  assign \$251  = recip & \$250 ;
+  assign value3 = \$251  ? 32'd2147483647 : quotient3;
+  assign \$252  = vop == 4'hc;
+  assign \$253  = count + 1'h1;
+  assign \$254  = count == 4'hf;
+  assign \$255  = a[31] ? 32'd0 : a[31:0];
+  assign \$256  = vop == 4'hc;
+  assign \$257  = \$256  ? \$11 [15:0] : 16'h0000;
+  assign \$258  = vop == 4'hc;
+  assign \$259  = $signed(a[31:0]) <= $signed(1'h0);
+  assign \$260  = \$258  & \$259 ;
+  assign \$262  = \$261  | { 33'h000000000, numerator0 };
+  assign \$264  = pairs_on ? operand0[31:30] : 2'h0;
+  assign \$265  = \$263  | { 34'h000000000, \$264  };
+  assign \$266  = recip ? { 2'h0, \$262  } : \$265 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$22 ) begin end
+    fits0_0 = 1'h0;
+    if (take) begin
+    end else if (running) begin
+      fits0_0 = \$21 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$22 ) begin end
+    fits0_1 = 1'h0;
+    if (take) begin
+    end else if (running) begin
+      fits0_1 = \$69 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$22 ) begin end
+    fits1_0 = 1'h0;
+    if (take) begin
+    end else if (running) begin
+      fits1_0 = \$81 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$22 ) begin end
+    fits1_1 = 1'h0;
+    if (take) begin
+    end else if (running) begin
+      fits1_1 = \$129 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$22 ) begin end
+    fits2_0 = 1'h0;
+    if (take) begin
+    end else if (running) begin
+      fits2_0 = \$141 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$22 ) begin end
+    fits2_1 = 1'h0;
+    if (take) begin
+    end else if (running) begin
+      fits2_1 = \$189 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$22 ) begin end
+    fits3_0 = 1'h0;
+    if (take) begin
+    end else if (running) begin
+      fits3_0 = \$201 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$22 ) begin end
+    fits3_1 = 1'h0;
+    if (take) begin
+    end else if (running) begin
+      fits3_1 = \$249 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$22 ) begin end
+    \$699  = finish;
+    if (rst) begin
+      \$699  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$22 ) begin end
+    \$700  = 1'h0;
+    if (take) begin
+    end else if (running) begin
+      if (\$254 ) begin
+        \$700  = 1'h1;
+      end
+    end
+    if (rst) begin
+      \$700  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$22 ) begin end
+    \$701  = recip;
+    if (take) begin
+      \$701  = \$252 ;
+    end
+    if (rst) begin
+      \$701  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$22 ) begin end
+    \$702  = shift;
+    if (take) begin
+      \$702  = \shift$9 ;
+    end
+    if (rst) begin
+      \$702  = 6'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$22 ) begin end
+    \$703  = d_acc;
+    if (take) begin
+      \$703  = \d_acc$46 ;
+    end
+    if (rst) begin
+      \$703  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$22 ) begin end
+    \$704  = count;
+    if (take) begin
+      \$704  = 4'h0;
+    end else if (running) begin
+      \$704  = \$253 [3:0];
+    end
+    if (rst) begin
+      \$704  = 4'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$22 ) begin end
+    \$705  = running;
+    if (take) begin
+      \$705  = 1'h1;
+    end else if (running) begin
+      if (\$254 ) begin
+        \$705  = 1'h0;
+      end
+    end
+    if (rst) begin
+      \$705  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$22 ) begin end
+    \$706  = busy;
+    if (take) begin
+      \$706  = 1'h1;
+    end
+    if (finish) begin
+      \$706  = 1'h0;
+    end
+    if (rst) begin
+      \$706  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$22 ) begin end
+    \$707  = operand0;
+    if (take) begin
+      \$707  = \$255 ;
+    end else if (running) begin
+      if (\$356 ) begin
+        \$707  = \$362 [31:0];
+      end
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$22 ) begin end
+    \$708  = rem0;
+    if (take) begin
+      \$708  = { 17'h00000, \$257  };
+    end else if (running) begin
+      \$708  = \$351 [32:0];
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$22 ) begin end
+    \$709  = quotient0;
+    if (take) begin
+      \$709  = 32'd0;
+    end else if (running) begin
+      \$709  = \$355 [31:0];
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$22 ) begin end
+    \$710  = saturated0;
+    if (take) begin
+      \$710  = \$260 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$22 ) begin end
+    \$711  = out;
+    if (finish) begin
+      \$711 [31:0] = \$365 ;
+      \$711 [63:32] = \$476 ;
+      \$711 [95:64] = \$587 ;
+      \$711 [127:96] = \$698 ;
+    end
+    if (rst) begin
+      \$711  = 128'h00000000000000000000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$22 ) begin end
+    \$712  = operand1;
+    if (take) begin
+      \$712  = \$366 ;
+    end else if (running) begin
+      if (\$467 ) begin
+        \$712  = \$473 [31:0];
+      end
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$22 ) begin end
+    \$713  = rem1;
+    if (take) begin
+      \$713  = { 17'h00000, \$368  };
+    end else if (running) begin
+      \$713  = \$462 [32:0];
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$22 ) begin end
+    \$714  = quotient1;
+    if (take) begin
+      \$714  = 32'd0;
+    end else if (running) begin
+      \$714  = \$466 [31:0];
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$22 ) begin end
+    \$715  = saturated1;
+    if (take) begin
+      \$715  = \$371 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$22 ) begin end
+    \$716  = operand2;
+    if (take) begin
+      \$716  = \$477 ;
+    end else if (running) begin
+      if (\$578 ) begin
+        \$716  = \$584 [31:0];
+      end
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$22 ) begin end
+    \$717  = rem2;
+    if (take) begin
+      \$717  = { 17'h00000, \$479  };
+    end else if (running) begin
+      \$717  = \$573 [32:0];
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$22 ) begin end
+    \$718  = quotient2;
+    if (take) begin
+      \$718  = 32'd0;
+    end else if (running) begin
+      \$718  = \$577 [31:0];
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$22 ) begin end
+    \$719  = saturated2;
+    if (take) begin
+      \$719  = \$482 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$22 ) begin end
+    \$720  = operand3;
+    if (take) begin
+      \$720  = \$588 ;
+    end else if (running) begin
+      if (\$689 ) begin
+        \$720  = \$695 [31:0];
+      end
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$22 ) begin end
+    \$721  = rem3;
+    if (take) begin
+      \$721  = { 17'h00000, \$590  };
+    end else if (running) begin
+      \$721  = \$684 [32:0];
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$22 ) begin end
+    \$722  = quotient3;
+    if (take) begin
+      \$722  = 32'd0;
+    end else if (running) begin
+      \$722  = \$688 [31:0];
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$22 ) begin end
+    \$723  = saturated3;
+    if (take) begin
+      \$723  = \$593 ;
+    end
+  end
+  assign high = \$11 [15:0];
+  assign \a[0]  = a[31:0];
+  assign \a[1]  = a[63:32];
+  assign \a[2]  = a[95:64];
+  assign \a[3]  = a[127:96];
+  assign \out[0]  = out[31:0];
+  assign \out[1]  = out[63:32];
+  assign \out[2]  = out[95:64];
+  assign \out[3]  = out[127:96];
+  assign \$12  = { rem0, 1'h0 };
+  assign \$14  = { 1'h0, rem0, 2'h0 };
+  assign \$18  = { 1'h0, quotient0, 2'h0 };
+  assign \$19 [34:1] = \$18 [34:1];
+  assign \$19 [0] = 1'h1;
+  assign \$22  = { rem0, 1'h0 };
+  assign \$24  = { 1'h0, rem0, 2'h0 };
+  assign \$28  = { 1'h0, quotient0, 2'h0 };
+  assign \$29 [34:1] = \$28 [34:1];
+  assign \$29 [0] = 1'h1;
+  assign \$32  = { rem0, 1'h0 };
+  assign \$34  = { 1'h0, rem0, 2'h0 };
+  assign \$39  = { \$38 [32:0], 1'h0 };
+  assign \$41  = { rem0, 1'h0 };
+  assign \$43  = { 1'h0, rem0, 2'h0 };
+  assign \$47  = { 1'h0, quotient0, 2'h0 };
+  assign \$48 [34:1] = \$47 [34:1];
+  assign \$48 [0] = 1'h1;
+  assign \$51  = { rem0, 1'h0 };
+  assign \$53  = { 1'h0, rem0, 2'h0 };
+  assign \$58  = { 1'h0, \$57 [32:0], 2'h0 };
+  assign \$59  = { 1'h0, operand0, 2'h0 };
+  assign \$64  = { quotient0, 1'h0 };
+  assign \$66  = { 1'h0, \$65 [31:0], 2'h0 };
+  assign \$67 [34:1] = \$66 [34:1];
+  assign \$67 [0] = 1'h1;
+  assign \$72  = { rem1, 1'h0 };
+  assign \$74  = { 1'h0, rem1, 2'h0 };
+  assign \$78  = { 1'h0, quotient1, 2'h0 };
+  assign \$79 [34:1] = \$78 [34:1];
+  assign \$79 [0] = 1'h1;
+  assign \$82  = { rem1, 1'h0 };
+  assign \$84  = { 1'h0, rem1, 2'h0 };
+  assign \$88  = { 1'h0, quotient1, 2'h0 };
+  assign \$89 [34:1] = \$88 [34:1];
+  assign \$89 [0] = 1'h1;
+  assign \$92  = { rem1, 1'h0 };
+  assign \$94  = { 1'h0, rem1, 2'h0 };
+  assign \$99  = { \$98 [32:0], 1'h0 };
+  assign \$101  = { rem1, 1'h0 };
+  assign \$103  = { 1'h0, rem1, 2'h0 };
+  assign \$107  = { 1'h0, quotient1, 2'h0 };
+  assign \$108 [34:1] = \$107 [34:1];
+  assign \$108 [0] = 1'h1;
+  assign \$111  = { rem1, 1'h0 };
+  assign \$113  = { 1'h0, rem1, 2'h0 };
+  assign \$118  = { 1'h0, \$117 [32:0], 2'h0 };
+  assign \$119  = { 1'h0, operand1, 2'h0 };
+  assign \$124  = { quotient1, 1'h0 };
+  assign \$126  = { 1'h0, \$125 [31:0], 2'h0 };
+  assign \$127 [34:1] = \$126 [34:1];
+  assign \$127 [0] = 1'h1;
+  assign \$132  = { rem2, 1'h0 };
+  assign \$134  = { 1'h0, rem2, 2'h0 };
+  assign \$138  = { 1'h0, quotient2, 2'h0 };
+  assign \$139 [34:1] = \$138 [34:1];
+  assign \$139 [0] = 1'h1;
+  assign \$142  = { rem2, 1'h0 };
+  assign \$144  = { 1'h0, rem2, 2'h0 };
+  assign \$148  = { 1'h0, quotient2, 2'h0 };
+  assign \$149 [34:1] = \$148 [34:1];
+  assign \$149 [0] = 1'h1;
+  assign \$152  = { rem2, 1'h0 };
+  assign \$154  = { 1'h0, rem2, 2'h0 };
+  assign \$159  = { \$158 [32:0], 1'h0 };
+  assign \$161  = { rem2, 1'h0 };
+  assign \$163  = { 1'h0, rem2, 2'h0 };
+  assign \$167  = { 1'h0, quotient2, 2'h0 };
+  assign \$168 [34:1] = \$167 [34:1];
+  assign \$168 [0] = 1'h1;
+  assign \$171  = { rem2, 1'h0 };
+  assign \$173  = { 1'h0, rem2, 2'h0 };
+  assign \$178  = { 1'h0, \$177 [32:0], 2'h0 };
+  assign \$179  = { 1'h0, operand2, 2'h0 };
+  assign \$184  = { quotient2, 1'h0 };
+  assign \$186  = { 1'h0, \$185 [31:0], 2'h0 };
+  assign \$187 [34:1] = \$186 [34:1];
+  assign \$187 [0] = 1'h1;
+  assign \$192  = { rem3, 1'h0 };
+  assign \$194  = { 1'h0, rem3, 2'h0 };
+  assign \$198  = { 1'h0, quotient3, 2'h0 };
+  assign \$199 [34:1] = \$198 [34:1];
+  assign \$199 [0] = 1'h1;
+  assign \$202  = { rem3, 1'h0 };
+  assign \$204  = { 1'h0, rem3, 2'h0 };
+  assign \$208  = { 1'h0, quotient3, 2'h0 };
+  assign \$209 [34:1] = \$208 [34:1];
+  assign \$209 [0] = 1'h1;
+  assign \$212  = { rem3, 1'h0 };
+  assign \$214  = { 1'h0, rem3, 2'h0 };
+  assign \$219  = { \$218 [32:0], 1'h0 };
+  assign \$221  = { rem3, 1'h0 };
+  assign \$223  = { 1'h0, rem3, 2'h0 };
+  assign \$227  = { 1'h0, quotient3, 2'h0 };
+  assign \$228 [34:1] = \$227 [34:1];
+  assign \$228 [0] = 1'h1;
+  assign \$231  = { rem3, 1'h0 };
+  assign \$233  = { 1'h0, rem3, 2'h0 };
+  assign \$238  = { 1'h0, \$237 [32:0], 2'h0 };
+  assign \$239  = { 1'h0, operand3, 2'h0 };
+  assign \$244  = { quotient3, 1'h0 };
+  assign \$246  = { 1'h0, \$245 [31:0], 2'h0 };
+  assign \$247 [34:1] = \$246 [34:1];
+  assign \$247 [0] = 1'h1;
+  assign \$261  = { rem0, 1'h0 };
+  assign \$263  = { 1'h0, rem0, 2'h0 };
+  assign \$267  = { 1'h0, quotient0, 2'h0 };
+  assign \$268 [34:1] = \$267 [34:1];
+  assign \$268 [0] = 1'h1;
+  assign \$271  = { rem0, 1'h0 };
+  assign \$273  = { 1'h0, rem0, 2'h0 };
+  assign \$278  = { \$277 [32:0], 1'h0 };
+  assign \$280  = { rem0, 1'h0 };
+  assign \$282  = { 1'h0, rem0, 2'h0 };
+  assign \$286  = { 1'h0, quotient0, 2'h0 };
+  assign \$287 [34:1] = \$286 [34:1];
+  assign \$287 [0] = 1'h1;
+  assign \$290  = { rem0, 1'h0 };
+  assign \$292  = { 1'h0, rem0, 2'h0 };
+  assign \$297  = { 1'h0, \$296 [32:0], 2'h0 };
+  assign \$298  = { 1'h0, operand0, 2'h0 };
+  assign \$303  = { quotient0, 1'h0 };
+  assign \$305  = { 1'h0, \$304 [31:0], 2'h0 };
+  assign \$306 [34:1] = \$305 [34:1];
+  assign \$306 [0] = 1'h1;
+  assign \$309  = { rem0, 1'h0 };
+  assign \$311  = { 1'h0, rem0, 2'h0 };
+  assign \$315  = { 1'h0, quotient0, 2'h0 };
+  assign \$316 [34:1] = \$315 [34:1];
+  assign \$316 [0] = 1'h1;
+  assign \$319  = { rem0, 1'h0 };
+  assign \$321  = { 1'h0, rem0, 2'h0 };
+  assign \$326  = { \$325 [32:0], 1'h0 };
+  assign \$328  = { rem0, 1'h0 };
+  assign \$330  = { 1'h0, rem0, 2'h0 };
+  assign \$334  = { 1'h0, quotient0, 2'h0 };
+  assign \$335 [34:1] = \$334 [34:1];
+  assign \$335 [0] = 1'h1;
+  assign \$338  = { rem0, 1'h0 };
+  assign \$340  = { 1'h0, rem0, 2'h0 };
+  assign \$345  = { 1'h0, \$344 [32:0], 2'h0 };
+  assign \$346  = { 1'h0, operand0, 2'h0 };
+  assign \$352  = { quotient0, 1'h0 };
+  assign \$354  = { \$353 [31:0], 1'h0 };
+  assign \$357  = { 1'h0, operand0, 2'h0 };
+  assign \$359  = { 1'h0, \$358 [31:0], 2'h0 };
+  assign \$360  = { 1'h0, operand0, 2'h0 };
+  assign \$372  = { rem1, 1'h0 };
+  assign \$374  = { 1'h0, rem1, 2'h0 };
+  assign \$378  = { 1'h0, quotient1, 2'h0 };
+  assign \$379 [34:1] = \$378 [34:1];
+  assign \$379 [0] = 1'h1;
+  assign \$382  = { rem1, 1'h0 };
+  assign \$384  = { 1'h0, rem1, 2'h0 };
+  assign \$389  = { \$388 [32:0], 1'h0 };
+  assign \$391  = { rem1, 1'h0 };
+  assign \$393  = { 1'h0, rem1, 2'h0 };
+  assign \$397  = { 1'h0, quotient1, 2'h0 };
+  assign \$398 [34:1] = \$397 [34:1];
+  assign \$398 [0] = 1'h1;
+  assign \$401  = { rem1, 1'h0 };
+  assign \$403  = { 1'h0, rem1, 2'h0 };
+  assign \$408  = { 1'h0, \$407 [32:0], 2'h0 };
+  assign \$409  = { 1'h0, operand1, 2'h0 };
+  assign \$414  = { quotient1, 1'h0 };
+  assign \$416  = { 1'h0, \$415 [31:0], 2'h0 };
+  assign \$417 [34:1] = \$416 [34:1];
+  assign \$417 [0] = 1'h1;
+  assign \$420  = { rem1, 1'h0 };
+  assign \$422  = { 1'h0, rem1, 2'h0 };
+  assign \$426  = { 1'h0, quotient1, 2'h0 };
+  assign \$427 [34:1] = \$426 [34:1];
+  assign \$427 [0] = 1'h1;
+  assign \$430  = { rem1, 1'h0 };
+  assign \$432  = { 1'h0, rem1, 2'h0 };
+  assign \$437  = { \$436 [32:0], 1'h0 };
+  assign \$439  = { rem1, 1'h0 };
+  assign \$441  = { 1'h0, rem1, 2'h0 };
+  assign \$445  = { 1'h0, quotient1, 2'h0 };
+  assign \$446 [34:1] = \$445 [34:1];
+  assign \$446 [0] = 1'h1;
+  assign \$449  = { rem1, 1'h0 };
+  assign \$451  = { 1'h0, rem1, 2'h0 };
+  assign \$456  = { 1'h0, \$455 [32:0], 2'h0 };
+  assign \$457  = { 1'h0, operand1, 2'h0 };
+  assign \$463  = { quotient1, 1'h0 };
+  assign \$465  = { \$464 [31:0], 1'h0 };
+  assign \$468  = { 1'h0, operand1, 2'h0 };
+  assign \$470  = { 1'h0, \$469 [31:0], 2'h0 };
+  assign \$471  = { 1'h0, operand1, 2'h0 };
+  assign \$483  = { rem2, 1'h0 };
+  assign \$485  = { 1'h0, rem2, 2'h0 };
+  assign \$489  = { 1'h0, quotient2, 2'h0 };
+  assign \$490 [34:1] = \$489 [34:1];
+  assign \$490 [0] = 1'h1;
+  assign \$493  = { rem2, 1'h0 };
+  assign \$495  = { 1'h0, rem2, 2'h0 };
+  assign \$500  = { \$499 [32:0], 1'h0 };
+  assign \$502  = { rem2, 1'h0 };
+  assign \$504  = { 1'h0, rem2, 2'h0 };
+  assign \$508  = { 1'h0, quotient2, 2'h0 };
+  assign \$509 [34:1] = \$508 [34:1];
+  assign \$509 [0] = 1'h1;
+  assign \$512  = { rem2, 1'h0 };
+  assign \$514  = { 1'h0, rem2, 2'h0 };
+  assign \$519  = { 1'h0, \$518 [32:0], 2'h0 };
+  assign \$520  = { 1'h0, operand2, 2'h0 };
+  assign \$525  = { quotient2, 1'h0 };
+  assign \$527  = { 1'h0, \$526 [31:0], 2'h0 };
+  assign \$528 [34:1] = \$527 [34:1];
+  assign \$528 [0] = 1'h1;
+  assign \$531  = { rem2, 1'h0 };
+  assign \$533  = { 1'h0, rem2, 2'h0 };
+  assign \$537  = { 1'h0, quotient2, 2'h0 };
+  assign \$538 [34:1] = \$537 [34:1];
+  assign \$538 [0] = 1'h1;
+  assign \$541  = { rem2, 1'h0 };
+  assign \$543  = { 1'h0, rem2, 2'h0 };
+  assign \$548  = { \$547 [32:0], 1'h0 };
+  assign \$550  = { rem2, 1'h0 };
+  assign \$552  = { 1'h0, rem2, 2'h0 };
+  assign \$556  = { 1'h0, quotient2, 2'h0 };
+  assign \$557 [34:1] = \$556 [34:1];
+  assign \$557 [0] = 1'h1;
+  assign \$560  = { rem2, 1'h0 };
+  assign \$562  = { 1'h0, rem2, 2'h0 };
+  assign \$567  = { 1'h0, \$566 [32:0], 2'h0 };
+  assign \$568  = { 1'h0, operand2, 2'h0 };
+  assign \$574  = { quotient2, 1'h0 };
+  assign \$576  = { \$575 [31:0], 1'h0 };
+  assign \$579  = { 1'h0, operand2, 2'h0 };
+  assign \$581  = { 1'h0, \$580 [31:0], 2'h0 };
+  assign \$582  = { 1'h0, operand2, 2'h0 };
+  assign \$594  = { rem3, 1'h0 };
+  assign \$596  = { 1'h0, rem3, 2'h0 };
+  assign \$600  = { 1'h0, quotient3, 2'h0 };
+  assign \$601 [34:1] = \$600 [34:1];
+  assign \$601 [0] = 1'h1;
+  assign \$604  = { rem3, 1'h0 };
+  assign \$606  = { 1'h0, rem3, 2'h0 };
+  assign \$611  = { \$610 [32:0], 1'h0 };
+  assign \$613  = { rem3, 1'h0 };
+  assign \$615  = { 1'h0, rem3, 2'h0 };
+  assign \$619  = { 1'h0, quotient3, 2'h0 };
+  assign \$620 [34:1] = \$619 [34:1];
+  assign \$620 [0] = 1'h1;
+  assign \$623  = { rem3, 1'h0 };
+  assign \$625  = { 1'h0, rem3, 2'h0 };
+  assign \$630  = { 1'h0, \$629 [32:0], 2'h0 };
+  assign \$631  = { 1'h0, operand3, 2'h0 };
+  assign \$636  = { quotient3, 1'h0 };
+  assign \$638  = { 1'h0, \$637 [31:0], 2'h0 };
+  assign \$639 [34:1] = \$638 [34:1];
+  assign \$639 [0] = 1'h1;
+  assign \$642  = { rem3, 1'h0 };
+  assign \$644  = { 1'h0, rem3, 2'h0 };
+  assign \$648  = { 1'h0, quotient3, 2'h0 };
+  assign \$649 [34:1] = \$648 [34:1];
+  assign \$649 [0] = 1'h1;
+  assign \$652  = { rem3, 1'h0 };
+  assign \$654  = { 1'h0, rem3, 2'h0 };
+  assign \$659  = { \$658 [32:0], 1'h0 };
+  assign \$661  = { rem3, 1'h0 };
+  assign \$663  = { 1'h0, rem3, 2'h0 };
+  assign \$667  = { 1'h0, quotient3, 2'h0 };
+  assign \$668 [34:1] = \$667 [34:1];
+  assign \$668 [0] = 1'h1;
+  assign \$671  = { rem3, 1'h0 };
+  assign \$673  = { 1'h0, rem3, 2'h0 };
+  assign \$678  = { 1'h0, \$677 [32:0], 2'h0 };
+  assign \$679  = { 1'h0, operand3, 2'h0 };
+  assign \$685  = { quotient3, 1'h0 };
+  assign \$687  = { \$686 [31:0], 1'h0 };
+  assign \$690  = { 1'h0, operand3, 2'h0 };
+  assign \$692  = { 1'h0, \$691 [31:0], 2'h0 };
+  assign \$693  = { 1'h0, operand3, 2'h0 };
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, imm2, d_acc, out, hits8, unders8, overs8, write__data, table_we, table_index, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$23  = 0;
+  wire \$1 ;
+  wire \$10 ;
+  wire [32:0] \$100 ;
+  wire [32:0] \$101 ;
+  wire [33:0] \$102 ;
+  wire [34:0] \$103 ;
+  wire [65:0] \$104 ;
+  wire [67:0] \$105 ;
+  wire [46:0] \$106 ;
+  wire [64:0] \$107 ;
+  wire [63:0] \$108 ;
+  wire [32:0] \$109 ;
+  wire \$11 ;
+  wire [63:0] \$110 ;
+  wire [110:0] \$111 ;
+  wire [110:0] \$112 ;
+  wire \$113 ;
+  wire [47:0] \$114 ;
+  wire [47:0] \$115 ;
+  wire [32:0] \$116 ;
+  wire [32:0] \$117 ;
+  wire \$118 ;
+  wire [31:0] \$119 ;
+  wire \$12 ;
+  wire \$120 ;
+  wire [31:0] \$121 ;
+  wire \$122 ;
+  wire [31:0] \$123 ;
+  wire [32:0] \$124 ;
+  wire \$125 ;
+  wire \$126 ;
+  wire [7:0] \$127 ;
+  wire [79:0] \$128 ;
+  wire [80:0] \$129 ;
+  wire [5:0] \$13 ;
+  wire \$130 ;
+  wire [15:0] \$131 ;
+  wire [9:0] \$132 ;
+  wire \$133 ;
+  wire \$134 ;
+  wire [9:0] \$135 ;
+  wire \$136 ;
+  wire [9:0] \$137 ;
+  wire \$138 ;
+  wire \$139 ;
+  wire \$14 ;
+  wire [9:0] \$140 ;
+  wire \$141 ;
+  wire [20:0] \$142 ;
+  wire \$143 ;
+  wire \$144 ;
+  wire \$145 ;
+  wire [31:0] \$146 ;
+  wire [32:0] \$147 ;
+  wire \$148 ;
+  wire \$149 ;
+  wire \$15 ;
+  wire \$150 ;
+  wire [7:0] \$151 ;
+  wire [7:0] \$152 ;
+  wire [32:0] \$153 ;
+  wire [32:0] \$154 ;
+  wire \$155 ;
+  wire [31:0] \$156 ;
+  wire \$157 ;
+  wire [31:0] \$158 ;
+  wire \$159 ;
+  wire [32:0] \$16 ;
+  wire [31:0] \$160 ;
+  wire [32:0] \$161 ;
+  wire \$162 ;
+  wire \$163 ;
+  wire [7:0] \$164 ;
+  wire [79:0] \$165 ;
+  wire [80:0] \$166 ;
+  wire \$167 ;
+  wire [15:0] \$168 ;
+  wire [9:0] \$169 ;
+  wire \$17 ;
+  wire \$170 ;
+  wire \$171 ;
+  wire [9:0] \$172 ;
+  wire \$173 ;
+  wire [9:0] \$174 ;
+  wire \$175 ;
+  wire \$176 ;
+  wire [9:0] \$177 ;
+  wire \$178 ;
+  wire [20:0] \$179 ;
+  wire \$18 ;
+  wire \$180 ;
+  wire \$181 ;
+  wire \$182 ;
+  wire [31:0] \$183 ;
+  wire [32:0] \$184 ;
+  wire \$185 ;
+  wire \$186 ;
+  wire \$187 ;
+  wire [7:0] \$188 ;
+  wire [7:0] \$189 ;
+  wire \$19 ;
+  wire [32:0] \$190 ;
+  wire [32:0] \$191 ;
+  wire \$192 ;
+  wire [31:0] \$193 ;
+  wire \$194 ;
+  wire [31:0] \$195 ;
+  wire \$196 ;
+  wire [31:0] \$197 ;
+  wire [32:0] \$198 ;
+  wire \$199 ;
+  wire \$2 ;
+  wire \$20 ;
+  wire \$200 ;
+  wire [7:0] \$201 ;
+  wire [79:0] \$202 ;
+  wire [80:0] \$203 ;
+  wire \$204 ;
+  wire [15:0] \$205 ;
+  wire [9:0] \$206 ;
+  wire \$207 ;
+  wire \$208 ;
+  wire [9:0] \$209 ;
+  wire \$21 ;
+  wire \$210 ;
+  wire [9:0] \$211 ;
+  wire \$212 ;
+  wire \$213 ;
+  wire [9:0] \$214 ;
+  wire \$215 ;
+  wire [20:0] \$216 ;
+  wire \$217 ;
+  wire \$218 ;
+  wire \$219 ;
+  wire \$22 ;
+  wire [31:0] \$220 ;
+  wire [32:0] \$221 ;
+  wire \$222 ;
+  wire \$223 ;
+  wire \$224 ;
+  wire [7:0] \$225 ;
+  wire [7:0] \$226 ;
+  wire [32:0] \$227 ;
+  wire [32:0] \$228 ;
+  wire \$229 ;
+  wire [32:0] \$23 ;
+  wire [31:0] \$230 ;
+  wire \$231 ;
+  wire [31:0] \$232 ;
+  wire \$233 ;
+  wire [31:0] \$234 ;
+  wire [32:0] \$235 ;
+  wire \$236 ;
+  wire \$237 ;
+  wire [7:0] \$238 ;
+  wire [79:0] \$239 ;
+  wire [32:0] \$24 ;
+  wire [80:0] \$240 ;
+  wire \$241 ;
+  wire [15:0] \$242 ;
+  wire [9:0] \$243 ;
+  wire \$244 ;
+  wire \$245 ;
+  wire [9:0] \$246 ;
+  wire \$247 ;
+  wire [9:0] \$248 ;
+  wire \$249 ;
+  wire [15:0] \$25 ;
+  wire \$250 ;
+  wire [9:0] \$251 ;
+  wire \$252 ;
+  wire [20:0] \$253 ;
+  wire \$254 ;
+  wire \$255 ;
+  wire \$256 ;
+  wire [31:0] \$257 ;
+  wire [32:0] \$258 ;
+  wire \$259 ;
+  wire [15:0] \$26 ;
+  wire \$260 ;
+  wire \$261 ;
+  wire [7:0] \$262 ;
+  wire [7:0] \$263 ;
+  wire [1:0] \$264 ;
+  wire [2:0] \$265 ;
+  wire [3:0] \$266 ;
+  wire [1:0] \$267 ;
+  wire [2:0] \$268 ;
+  wire [3:0] \$269 ;
+  wire [31:0] \$27 ;
+  wire [1:0] \$270 ;
+  wire [2:0] \$271 ;
+  wire [3:0] \$272 ;
+  reg [10:0] \$273 ;
+  reg [10:0] \$274 ;
+  reg [10:0] \$275 ;
+  reg [10:0] \$276 ;
+  reg [10:0] \$277 ;
+  reg [10:0] \$278 ;
+  reg [10:0] \$279 ;
+  wire [32:0] \$28 ;
+  reg [10:0] \$280 ;
+  reg [127:0] \$281 ;
+  wire [32:0] \$29 ;
+  wire \$3 ;
+  wire [33:0] \$30 ;
+  wire [34:0] \$31 ;
+  wire [65:0] \$32 ;
+  wire [67:0] \$33 ;
+  wire [46:0] \$34 ;
+  wire [64:0] \$35 ;
+  wire [63:0] \$36 ;
+  wire [32:0] \$37 ;
+  wire \$38 ;
+  wire \$39 ;
+  wire \$4 ;
+  wire [32:0] \$40 ;
+  wire \$41 ;
+  wire \$42 ;
+  wire \$43 ;
+  wire \$44 ;
+  wire \$45 ;
+  wire \$46 ;
+  wire [32:0] \$47 ;
+  wire [32:0] \$48 ;
+  wire [15:0] \$49 ;
+  wire \$5 ;
+  wire [15:0] \$50 ;
+  wire [31:0] \$51 ;
+  wire [32:0] \$52 ;
+  wire [32:0] \$53 ;
+  wire [33:0] \$54 ;
+  wire [34:0] \$55 ;
+  wire [65:0] \$56 ;
+  wire [67:0] \$57 ;
+  wire [46:0] \$58 ;
+  wire [64:0] \$59 ;
+  wire \$6 ;
+  wire [63:0] \$60 ;
+  wire [32:0] \$61 ;
+  wire \$62 ;
+  wire \$63 ;
+  wire [32:0] \$64 ;
+  wire \$65 ;
+  wire \$66 ;
+  wire \$67 ;
+  wire \$68 ;
+  wire \$69 ;
+  wire \$7 ;
+  wire \$70 ;
+  wire [32:0] \$71 ;
+  wire [32:0] \$72 ;
+  wire [15:0] \$73 ;
+  wire [15:0] \$74 ;
+  wire [31:0] \$75 ;
+  wire [32:0] \$76 ;
+  wire [32:0] \$77 ;
+  wire [33:0] \$78 ;
+  wire [34:0] \$79 ;
+  wire \$8 ;
+  wire [65:0] \$80 ;
+  wire [67:0] \$81 ;
+  wire [46:0] \$82 ;
+  wire [64:0] \$83 ;
+  wire [63:0] \$84 ;
+  wire [32:0] \$85 ;
+  wire \$86 ;
+  wire \$87 ;
+  wire [32:0] \$88 ;
+  wire \$89 ;
+  wire \$9 ;
+  wire \$90 ;
+  wire \$91 ;
+  wire \$92 ;
+  wire \$93 ;
+  wire \$94 ;
+  wire [32:0] \$95 ;
+  wire [32:0] \$96 ;
+  wire [15:0] \$97 ;
+  wire [15:0] \$98 ;
+  wire [31:0] \$99 ;
+  input [127:0] a;
+  wire [127:0] a;
+  wire [31:0] \a[0] ;
+  wire [31:0] \a[1] ;
+  wire [31:0] \a[2] ;
+  wire [31:0] \a[3] ;
+  reg [32:0] alu0;
+  reg [32:0] alu1;
+  reg [32:0] alu2;
+  reg [32:0] alu3;
+  input [127:0] b;
+  wire [127:0] b;
+  wire [31:0] \b[0] ;
+  wire [31:0] \b[1] ;
+  wire [31:0] \b[2] ;
+  wire [31:0] \b[3] ;
+  reg [15:0] base3_0 = 16'h0000;
+  reg [15:0] base3_1 = 16'h0000;
+  reg [15:0] base3_2 = 16'h0000;
+  reg [15:0] base3_3 = 16'h0000;
+  reg [15:0] base4_0 = 16'h0000;
+  reg [15:0] base4_1 = 16'h0000;
+  reg [15:0] base4_2 = 16'h0000;
+  reg [15:0] base4_3 = 16'h0000;
+  reg [15:0] base5_0 = 16'h0000;
+  reg [15:0] base5_1 = 16'h0000;
+  reg [15:0] base5_2 = 16'h0000;
+  reg [15:0] base5_3 = 16'h0000;
+  reg [15:0] base6_0 = 16'h0000;
+  reg [15:0] base6_1 = 16'h0000;
+  reg [15:0] base6_2 = 16'h0000;
+  reg [15:0] base6_3 = 16'h0000;
+  reg [15:0] base7_0 = 16'h0000;
+  reg [15:0] base7_1 = 16'h0000;
+  reg [15:0] base7_2 = 16'h0000;
+  reg [15:0] base7_3 = 16'h0000;
+  input clk;
+  wire clk;
+  reg [10:0] ctl1 = 11'h000;
+  wire \ctl1.clamp ;
+  wire \ctl1.d_acc ;
+  wire \ctl1.lut ;
+  wire \ctl1.raw ;
+  wire [5:0] \ctl1.shift ;
+  wire \ctl1.valid ;
+  reg [10:0] ctl2 = 11'h000;
+  wire \ctl2.clamp ;
+  wire \ctl2.d_acc ;
+  wire \ctl2.lut ;
+  wire \ctl2.raw ;
+  wire [5:0] \ctl2.shift ;
+  wire \ctl2.valid ;
+  reg [10:0] ctl3 = 11'h000;
+  wire \ctl3.clamp ;
+  wire \ctl3.d_acc ;
+  wire \ctl3.lut ;
+  wire \ctl3.raw ;
+  wire [5:0] \ctl3.shift ;
+  wire \ctl3.valid ;
+  reg [10:0] ctl4 = 11'h000;
+  wire \ctl4.clamp ;
+  wire \ctl4.d_acc ;
+  wire \ctl4.lut ;
+  wire \ctl4.raw ;
+  wire [5:0] \ctl4.shift ;
+  wire \ctl4.valid ;
+  reg [10:0] ctl5 = 11'h000;
+  wire \ctl5.clamp ;
+  wire \ctl5.d_acc ;
+  wire \ctl5.lut ;
+  wire \ctl5.raw ;
+  wire [5:0] \ctl5.shift ;
+  wire \ctl5.valid ;
+  reg [10:0] ctl6 = 11'h000;
+  wire \ctl6.clamp ;
+  wire \ctl6.d_acc ;
+  wire \ctl6.lut ;
+  wire \ctl6.raw ;
+  wire [5:0] \ctl6.shift ;
+  wire \ctl6.valid ;
+  reg [10:0] ctl7 = 11'h000;
+  wire \ctl7.clamp ;
+  wire \ctl7.d_acc ;
+  wire \ctl7.lut ;
+  wire \ctl7.raw ;
+  wire [5:0] \ctl7.shift ;
+  wire \ctl7.valid ;
+  reg [10:0] ctl8 = 11'h000;
+  wire \ctl8.clamp ;
+  wire \ctl8.d_acc ;
+  wire \ctl8.lut ;
+  wire \ctl8.raw ;
+  wire [5:0] \ctl8.shift ;
+  wire \ctl8.valid ;
+  input d_acc;
+  wire d_acc;
+  wire [16:0] diff0;
+  wire [16:0] diff1;
+  wire [16:0] diff2;
+  wire [16:0] diff3;
+  reg [15:0] f2_0 = 16'h0000;
+  reg [15:0] f2_1 = 16'h0000;
+  reg [15:0] f2_2 = 16'h0000;
+  reg [15:0] f2_3 = 16'h0000;
+  wire [15:0] frac0;
+  wire [15:0] frac1;
+  wire [15:0] frac2;
+  wire [15:0] frac3;
+  wire [46:0] half;
+  wire [46:0] half_neg;
+  reg [33:0] hh0 = 34'h000000000;
+  reg [33:0] hh1 = 34'h000000000;
+  reg [33:0] hh2 = 34'h000000000;
+  reg [33:0] hh3 = 34'h000000000;
+  reg hit2_0 = 1'h0;
+  reg hit2_1 = 1'h0;
+  reg hit2_2 = 1'h0;
+  reg hit2_3 = 1'h0;
+  wire [2:0] hits;
+  (* init = 3'h0 *)
+  wire [2:0] \hits$224 ;
+  reg [2:0] hits3 = 3'h0;
+  reg [2:0] hits4 = 3'h0;
+  reg [2:0] hits5 = 3'h0;
+  reg [2:0] hits6 = 3'h0;
+  reg [2:0] hits7 = 3'h0;
+  output [2:0] hits8;
+  reg [2:0] hits8 = 3'h0;
+  reg [33:0] hl0 = 34'h000000000;
+  reg [33:0] hl1 = 34'h000000000;
+  reg [33:0] hl2 = 34'h000000000;
+  reg [33:0] hl3 = 34'h000000000;
+  input [31:0] imm;
+  wire [31:0] imm;
+  input [31:0] imm2;
+  wire [31:0] imm2;
+  reg [31:0] imm2_1 = 32'd0;
+  wire [7:0] index0;
+  wire [7:0] index1;
+  wire [7:0] index2;
+  wire [7:0] index3;
+  reg [33:0] lh0 = 34'h000000000;
+  reg [33:0] lh1 = 34'h000000000;
+  reg [33:0] lh2 = 34'h000000000;
+  reg [33:0] lh3 = 34'h000000000;
+  reg [31:0] ll0 = 32'd0;
+  reg [31:0] ll1 = 32'd0;
+  reg [31:0] ll2 = 32'd0;
+  reg [31:0] ll3 = 32'd0;
+  wire [15:0] mask0;
+  wire [15:0] mask1;
+  wire [15:0] mask2;
+  wire [15:0] mask3;
+  output [127:0] out;
+  reg [127:0] out = 128'h00000000000000000000000000000000;
+  wire [31:0] \out[0] ;
+  wire [31:0] \out[1] ;
+  wire [31:0] \out[2] ;
+  wire [31:0] \out[3] ;
+  wire out_valid;
+  wire over0;
+  wire over1;
+  wire over2;
+  reg over2_0 = 1'h0;
+  reg \over2_0$29  = 1'h0;
+  reg over2_1 = 1'h0;
+  reg \over2_1$64  = 1'h0;
+  reg over2_2 = 1'h0;
+  reg \over2_2$96  = 1'h0;
+  reg over2_3 = 1'h0;
+  reg \over2_3$128  = 1'h0;
+  wire over3;
+  (* init = 3'h0 *)
+  wire [2:0] overflows;
+  wire [2:0] overs;
+  reg [2:0] overs3 = 3'h0;
+  reg [2:0] overs4 = 3'h0;
+  reg [2:0] overs5 = 3'h0;
+  reg [2:0] overs6 = 3'h0;
+  reg [2:0] overs7 = 3'h0;
+  output [2:0] overs8;
+  reg [2:0] overs8 = 3'h0;
+  reg [63:0] p5_0 = 64'h0000000000000000;
+  reg [63:0] p5_1 = 64'h0000000000000000;
+  reg [63:0] p5_2 = 64'h0000000000000000;
+  reg [63:0] p5_3 = 64'h0000000000000000;
+  reg [63:0] q6_0 = 64'h0000000000000000;
+  reg [63:0] q6_1 = 64'h0000000000000000;
+  reg [63:0] q6_2 = 64'h0000000000000000;
+  reg [63:0] q6_3 = 64'h0000000000000000;
+  reg [63:0] r7_0 = 64'h0000000000000000;
+  reg [63:0] r7_1 = 64'h0000000000000000;
+  reg [63:0] r7_2 = 64'h0000000000000000;
+  reg [63:0] r7_3 = 64'h0000000000000000;
+  wire [7:0] read__addr;
+  wire [7:0] \read__addr$186 ;
+  wire [7:0] \read__addr$194 ;
+  wire [7:0] \read__addr$198 ;
+  wire [7:0] \read__addr$206 ;
+  wire [7:0] \read__addr$210 ;
+  wire [7:0] \read__addr$218 ;
+  wire [7:0] \read__addr$222 ;
+  wire [15:0] read__data;
+  wire [15:0] \read__data$101 ;
+  wire [15:0] \read__data$102 ;
+  wire [15:0] \read__data$133 ;
+  wire [15:0] \read__data$134 ;
+  wire [15:0] \read__data$35 ;
+  wire [15:0] \read__data$69 ;
+  wire [15:0] \read__data$70 ;
+  input rst;
+  wire rst;
+  reg [31:0] sat0;
+  reg [31:0] sat1;
+  reg [31:0] sat2;
+  reg [31:0] sat3;
+  wire [32:0] scaled0;
+  wire [32:0] scaled1;
+  wire [32:0] scaled2;
+  wire [32:0] scaled3;
+  input [5:0] shift;
+  wire [5:0] shift;
+  wire [32:0] shl_y;
+  wire [15:0] table_data;
+  input [8:0] table_index;
+  wire [8:0] table_index;
+  input table_we;
+  wire table_we;
+  wire under0;
+  wire under1;
+  wire under2;
+  reg under2_0 = 1'h0;
+  reg under2_1 = 1'h0;
+  reg under2_2 = 1'h0;
+  reg under2_3 = 1'h0;
+  wire under3;
+  (* init = 3'h0 *)
+  wire [2:0] underflows;
+  wire [2:0] unders;
+  reg [2:0] unders3 = 3'h0;
+  reg [2:0] unders4 = 3'h0;
+  reg [2:0] unders5 = 3'h0;
+  reg [2:0] unders6 = 3'h0;
+  reg [2:0] unders7 = 3'h0;
+  output [2:0] unders8;
+  reg [2:0] unders8 = 3'h0;
+  input valid;
+  wire valid;
+  wire [63:0] value0;
+  wire [63:0] value1;
+  wire [63:0] value2;
+  wire [63:0] value3;
+  input [3:0] vop;
+  wire [3:0] vop;
+  wire [7:0] write__addr;
+  wire [7:0] \write__addr$183 ;
+  wire [7:0] \write__addr$191 ;
+  wire [7:0] \write__addr$195 ;
+  wire [7:0] \write__addr$203 ;
+  wire [7:0] \write__addr$207 ;
+  wire [7:0] \write__addr$215 ;
+  wire [7:0] \write__addr$219 ;
+  input [15:0] write__data;
+  wire [15:0] write__data;
+  wire [15:0] \write__data$184 ;
+  wire [15:0] \write__data$192 ;
+  wire [15:0] \write__data$196 ;
+  wire [15:0] \write__data$204 ;
+  wire [15:0] \write__data$208 ;
+  wire [15:0] \write__data$216 ;
+  wire [15:0] \write__data$220 ;
+  wire write__en;
+  wire \write__en$185 ;
+  wire \write__en$193 ;
+  wire \write__en$197 ;
+  wire \write__en$205 ;
+  wire \write__en$209 ;
+  wire \write__en$217 ;
+  wire \write__en$221 ;
+  reg [32:0] x1_0 = 33'h000000000;
+  reg [32:0] x1_1 = 33'h000000000;
+  reg [32:0] x1_2 = 33'h000000000;
+  reg [32:0] x1_3 = 33'h000000000;
+  reg [32:0] x2_0 = 33'h000000000;
+  reg [32:0] x2_1 = 33'h000000000;
+  reg [32:0] x2_2 = 33'h000000000;
+  reg [32:0] x2_3 = 33'h000000000;
+  reg [32:0] x3_0 = 33'h000000000;
+  reg [32:0] x3_1 = 33'h000000000;
+  reg [32:0] x3_2 = 33'h000000000;
+  reg [32:0] x3_3 = 33'h000000000;
+  reg [32:0] y0;
+  reg [32:0] y1;
+  reg [32:0] y1_0 = 33'h000000000;
+  reg [32:0] y1_1 = 33'h000000000;
+  reg [32:0] y1_2 = 33'h000000000;
+  reg [32:0] y1_3 = 33'h000000000;
+  reg [32:0] y2;
+  reg [32:0] y2_0 = 33'h000000000;
+  reg [32:0] y2_1 = 33'h000000000;
+  reg [32:0] y2_2 = 33'h000000000;
+  reg [32:0] y2_3 = 33'h000000000;
+  reg [32:0] y3;
+  reg [32:0] y3_0 = 33'h000000000;
+  reg [32:0] y3_1 = 33'h000000000;
+  reg [32:0] y3_2 = 33'h000000000;
+  reg [32:0] y3_3 = 33'h000000000;
+  reg [15:0] table_high0 [255:0];
+  initial begin
+    for (int i = 0; i < 256; i = i + 1) table_high0[i] = 16'h0;
+  end
+  always @(posedge clk) begin
+    if (\write__en$185 )
+      table_high0[\$137 [7:0]] <= write__data;
+  end
+  reg [15:0] _0_;
+  always @(posedge clk) begin
+    _0_ <= table_high0[index0];
+  end
+  assign \read__data$35  = _0_;
+  reg [15:0] table_high1 [255:0];
+  initial begin
+    for (int i = 0; i < 256; i = i + 1) table_high1[i] = 16'h0;
+  end
+  always @(posedge clk) begin
+    if (\write__en$197 )
+      table_high1[\$174 [7:0]] <= write__data;
+  end
+  reg [15:0] _1_;
+  always @(posedge clk) begin
+    _1_ <= table_high1[index1];
+  end
+  assign \read__data$70  = _1_;
+  reg [15:0] table_high2 [255:0];
+  initial begin
+    for (int i = 0; i < 256; i = i + 1) table_high2[i] = 16'h0;
+  end
+  always @(posedge clk) begin
+    if (\write__en$209 )
+      table_high2[\$211 [7:0]] <= write__data;
+  end
+  reg [15:0] _2_;
+  always @(posedge clk) begin
+    _2_ <= table_high2[index2];
+  end
+  assign \read__data$102  = _2_;
+  reg [15:0] table_high3 [255:0];
+  initial begin
+    for (int i = 0; i < 256; i = i + 1) table_high3[i] = 16'h0;
+  end
+  always @(posedge clk) begin
+    if (\write__en$221 )
+      table_high3[\$248 [7:0]] <= write__data;
+  end
+  reg [15:0] _3_;
+  always @(posedge clk) begin
+    _3_ <= table_high3[index3];
+  end
+  assign \read__data$134  = _3_;
+  reg [15:0] table_low0 [255:0];
+  initial begin
+    for (int i = 0; i < 256; i = i + 1) table_low0[i] = 16'h0;
+  end
+  always @(posedge clk) begin
+    if (write__en)
+      table_low0[\$132 [7:0]] <= write__data;
+  end
+  reg [15:0] _4_;
+  always @(posedge clk) begin
+    _4_ <= table_low0[index0];
+  end
+  assign read__data = _4_;
+  reg [15:0] table_low1 [255:0];
+  initial begin
+    for (int i = 0; i < 256; i = i + 1) table_low1[i] = 16'h0;
+  end
+  always @(posedge clk) begin
+    if (\write__en$193 )
+      table_low1[\$169 [7:0]] <= write__data;
+  end
+  reg [15:0] _5_;
+  always @(posedge clk) begin
+    _5_ <= table_low1[index1];
+  end
+  assign \read__data$69  = _5_;
+  reg [15:0] table_low2 [255:0];
+  initial begin
+    for (int i = 0; i < 256; i = i + 1) table_low2[i] = 16'h0;
+  end
+  always @(posedge clk) begin
+    if (\write__en$205 )
+      table_low2[\$206 [7:0]] <= write__data;
+  end
+  reg [15:0] _6_;
+  always @(posedge clk) begin
+    _6_ <= table_low2[index2];
+  end
+  assign \read__data$101  = _6_;
+  reg [15:0] table_low3 [255:0];
+  initial begin
+    for (int i = 0; i < 256; i = i + 1) table_low3[i] = 16'h0;
+  end
+  always @(posedge clk) begin
+    if (\write__en$217 )
+      table_low3[\$243 [7:0]] <= write__data;
+  end
+  reg [15:0] _7_;
+  always @(posedge clk) begin
+    _7_ <= table_low3[index3];
+  end
+  assign \read__data$133  = _7_;
+  assign \$1  = vop == 4'he;
+  assign \$2  = vop == 4'h9;
+  assign \$3  = vop == 4'ha;
+  assign \$4  = \$2  | \$3 ;
+  assign \$5  = vop == 4'hb;
+  assign \$6  = \$4  | \$5 ;
+  assign \$7  = vop == 3'h7;
+  assign \$8  = vop == 2'h2;
+  assign \$9  = vop == 3'h5;
+  assign \$10  = \$8  | \$9 ;
+  assign \$11  = vop == 4'he;
+  assign \$12  = \$10  | \$11 ;
+  assign \$13  = \$12  ? shift : 6'h00;
+  assign \$14  = $signed(x1_0) > $signed(imm2_1);
+  assign \$15  = ctl1[3] & \$14 ;
+  assign \$16  = \$15  ? { imm2_1[31], imm2_1 } : x1_0;
+  assign \$17  = ~ x1_0[32];
+  assign \$18  = ~ over0;
+  assign \$19  = \$17  & \$18 ;
+  assign \$20  = \$19  & ctl1[1];
+  assign \$21  = x1_0[32] & ctl1[1];
+  assign \$22  = over0 & ctl1[1];
+  assign \$23  = ctl2[1] ? { diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0 } : x2_0;
+  assign \$24  = ctl2[1] ? { 17'h00000, f2_0 } : y2_0;
+  assign \$25  = over2_0 ? \read__data$35  : read__data;
+  assign \$26  = ctl2[1] ? \$25  : 16'h0000;
+  assign \$27  = x3_0[15:0] * y3_0[15:0];
+  assign \$28  = $signed({ 1'h0, x3_0[15:0] }) * $signed(y3_0[32:16]);
+  assign \$29  = $signed(x3_0[32:16]) * $signed({ 1'h0, y3_0[15:0] });
+  assign \$30  = $signed(x3_0[32:16]) * $signed(y3_0[32:16]);
+  assign \$31  = $signed(lh0) + $signed(hl0);
+  assign \$33  = $signed({ 1'h0, hh0, ll0 }) + $signed(\$32 );
+  assign \$34  = p5_0[63] ? \$115 [46:0] : \$112 [46:0];
+  assign \$35  = $signed(p5_0) + $signed({ 1'h0, \$34  });
+  assign \$36  = $signed(q6_0) >>> ctl6[10:5];
+  assign \$37  = ctl7[2] ? { 1'h0, r7_0[31:0] } : { sat0[31], sat0 };
+  assign \$38  = $signed(x1_1) > $signed(imm2_1);
+  assign \$39  = ctl1[3] & \$38 ;
+  assign \$40  = \$39  ? { imm2_1[31], imm2_1 } : x1_1;
+  assign \$41  = ~ x1_1[32];
+  assign \$42  = ~ over1;
+  assign \$43  = \$41  & \$42 ;
+  assign \$44  = \$43  & ctl1[1];
+  assign \$45  = x1_1[32] & ctl1[1];
+  assign \$46  = over1 & ctl1[1];
+  assign \$47  = ctl2[1] ? { diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1 } : x2_1;
+  assign \$48  = ctl2[1] ? { 17'h00000, f2_1 } : y2_1;
+  assign \$49  = over2_1 ? \read__data$70  : \read__data$69 ;
+  assign \$50  = ctl2[1] ? \$49  : 16'h0000;
+  assign \$51  = x3_1[15:0] * y3_1[15:0];
+  assign \$52  = $signed({ 1'h0, x3_1[15:0] }) * $signed(y3_1[32:16]);
+  assign \$53  = $signed(x3_1[32:16]) * $signed({ 1'h0, y3_1[15:0] });
+  assign \$54  = $signed(x3_1[32:16]) * $signed(y3_1[32:16]);
+  assign \$55  = $signed(lh1) + $signed(hl1);
+  assign \$57  = $signed({ 1'h0, hh1, ll1 }) + $signed(\$56 );
+  assign \$58  = p5_1[63] ? \$115 [46:0] : \$112 [46:0];
+  assign \$59  = $signed(p5_1) + $signed({ 1'h0, \$58  });
+  assign \$60  = $signed(q6_1) >>> ctl6[10:5];
+  assign \$61  = ctl7[2] ? { 1'h0, r7_1[31:0] } : { sat1[31], sat1 };
+  assign \$62  = $signed(x1_2) > $signed(imm2_1);
+  assign \$63  = ctl1[3] & \$62 ;
+  assign \$64  = \$63  ? { imm2_1[31], imm2_1 } : x1_2;
+  assign \$65  = ~ x1_2[32];
+  assign \$66  = ~ over2;
+  assign \$67  = \$65  & \$66 ;
+  assign \$68  = \$67  & ctl1[1];
+  assign \$69  = x1_2[32] & ctl1[1];
+  assign \$70  = over2 & ctl1[1];
+  assign \$71  = ctl2[1] ? { diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2 } : x2_2;
+  assign \$72  = ctl2[1] ? { 17'h00000, f2_2 } : y2_2;
+  assign \$73  = over2_2 ? \read__data$102  : \read__data$101 ;
+  assign \$74  = ctl2[1] ? \$73  : 16'h0000;
+  assign \$75  = x3_2[15:0] * y3_2[15:0];
+  assign \$76  = $signed({ 1'h0, x3_2[15:0] }) * $signed(y3_2[32:16]);
+  assign \$77  = $signed(x3_2[32:16]) * $signed({ 1'h0, y3_2[15:0] });
+  assign \$78  = $signed(x3_2[32:16]) * $signed(y3_2[32:16]);
+  assign \$79  = $signed(lh2) + $signed(hl2);
+  assign \$81  = $signed({ 1'h0, hh2, ll2 }) + $signed(\$80 );
+  assign \$82  = p5_2[63] ? \$115 [46:0] : \$112 [46:0];
+  assign \$83  = $signed(p5_2) + $signed({ 1'h0, \$82  });
+  assign \$84  = $signed(q6_2) >>> ctl6[10:5];
+  assign \$85  = ctl7[2] ? { 1'h0, r7_2[31:0] } : { sat2[31], sat2 };
+  assign \$86  = $signed(x1_3) > $signed(imm2_1);
+  assign \$87  = ctl1[3] & \$86 ;
+  assign \$88  = \$87  ? { imm2_1[31], imm2_1 } : x1_3;
+  assign \$89  = ~ x1_3[32];
+  assign \$90  = ~ over3;
+  assign \$91  = \$89  & \$90 ;
+  assign \$92  = \$91  & ctl1[1];
+  assign \$93  = x1_3[32] & ctl1[1];
+  assign \$94  = over3 & ctl1[1];
+  assign \$95  = ctl2[1] ? { diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3 } : x2_3;
+  assign \$96  = ctl2[1] ? { 17'h00000, f2_3 } : y2_3;
+  assign \$97  = over2_3 ? \read__data$134  : \read__data$133 ;
+  assign \$98  = ctl2[1] ? \$97  : 16'h0000;
+  assign \$99  = x3_3[15:0] * y3_3[15:0];
+  assign \$100  = $signed({ 1'h0, x3_3[15:0] }) * $signed(y3_3[32:16]);
+  assign \$101  = $signed(x3_3[32:16]) * $signed({ 1'h0, y3_3[15:0] });
+  assign \$102  = $signed(x3_3[32:16]) * $signed(y3_3[32:16]);
+  assign \$103  = $signed(lh3) + $signed(hl3);
+  assign \$105  = $signed({ 1'h0, hh3, ll3 }) + $signed(\$104 );
+  assign \$106  = p5_3[63] ? \$115 [46:0] : \$112 [46:0];
+  assign \$107  = $signed(p5_3) + $signed({ 1'h0, \$106  });
+  assign \$108  = $signed(q6_3) >>> ctl6[10:5];
+  assign \$109  = ctl7[2] ? { 1'h0, r7_3[31:0] } : { sat3[31], sat3 };
+  assign \$110  = 1'h1 << shift[4:0];
+  assign \$111  = 1'h1 << ctl5[10:5];
+  assign \$113  = ! ctl5[10:5];
+  assign \$114  = \$112 [46:0] - 1'h1;
+  assign \$115  = \$113  ? 48'h000000000000 : \$114 ;
+  assign \$116  = $signed(a[31:0]) + $signed(b[31:0]);
+  assign \$117  = $signed(a[31:0]) - $signed(b[31:0]);
+  assign \$118  = $signed(a[31:0]) > $signed(b[31:0]);
+  assign \$119  = \$118  ? a[31:0] : b[31:0];
+  assign \$120  = $signed(a[31:0]) < $signed(b[31:0]);
+  assign \$121  = \$120  ? a[31:0] : b[31:0];
+  assign \$122  = $signed(a[31:0]) < $signed(imm);
+  assign \$123  = \$122  ? imm : a[31:0];
+  assign \$124  = $signed(a[31:0]) - $signed(imm);
+  assign scaled0 = $signed(x1_0) >>> ctl1[10:5];
+  assign \$125  = ~ x1_0[32];
+  assign \$126  = | scaled0[32:8];
+  assign over0 = \$125  & \$126 ;
+  assign \$127  = x1_0[32] ? 8'h00 : scaled0[7:0];
+  assign index0 = over0 ? 8'hff : \$127 ;
+  assign \$128  = 1'h1 << ctl1[10:5];
+  assign \$129  = \$128  - 1'h1;
+  assign \$130  = x1_0[32] | over0;
+  assign \$131  = x1_0[15:0] & \$129 [15:0];
+  assign frac0 = \$130  ? 16'h0000 : \$131 ;
+  assign \$132  = table_index - 1'h0;
+  assign \$133  = table_index >= 1'h0;
+  assign \$134  = table_we & \$133 ;
+  assign \$135  = table_index - 1'h0;
+  assign \$136  = $signed(\$135 ) < $signed(10'h100);
+  assign write__en = \$134  & \$136 ;
+  assign \$137  = table_index - 1'h1;
+  assign \$138  = table_index >= 1'h1;
+  assign \$139  = table_we & \$138 ;
+  assign \$140  = table_index - 1'h1;
+  assign \$141  = $signed(\$140 ) < $signed(10'h100);
+  assign \write__en$185  = \$139  & \$141 ;
+  assign diff0 = $signed(\read__data$35 ) - $signed(read__data);
+  assign \$142  = $signed(r7_0[19:0]) + $signed(base7_0);
+  assign value0 = ctl7[1] ? { \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142  } : r7_0;
+  assign \$143  = ! value0[63:31];
+  assign \$144  = value0[63:31] == 33'h1ffffffff;
+  assign \$145  = \$143  | \$144 ;
+  assign \$146  = value0[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$147  = \$145  ? { 1'h0, value0[31:0] } : { \$146 [31], \$146  };
+  assign \$148  = ! value0[63:7];
+  assign \$149  = value0[63:7] == 57'h1ffffffffffffff;
+  assign \$150  = \$148  | \$149 ;
+  assign \$151  = value0[63] ? 8'h80 : 8'h7f;
+  assign \$152  = \$150  ? value0[7:0] : \$151 ;
+  assign \$153  = $signed(a[63:32]) + $signed(b[63:32]);
+  assign \$154  = $signed(a[63:32]) - $signed(b[63:32]);
+  assign \$155  = $signed(a[63:32]) > $signed(b[63:32]);
+  assign \$156  = \$155  ? a[63:32] : b[63:32];
+  assign \$157  = $signed(a[63:32]) < $signed(b[63:32]);
+  assign \$158  = \$157  ? a[63:32] : b[63:32];
+  assign \$159  = $signed(a[63:32]) < $signed(imm);
+  assign \$160  = \$159  ? imm : a[63:32];
+  assign \$161  = $signed(a[63:32]) - $signed(imm);
+  assign scaled1 = $signed(x1_1) >>> ctl1[10:5];
+  assign \$162  = ~ x1_1[32];
+  assign \$163  = | scaled1[32:8];
+  assign over1 = \$162  & \$163 ;
+  assign \$164  = x1_1[32] ? 8'h00 : scaled1[7:0];
+  assign index1 = over1 ? 8'hff : \$164 ;
+  assign \$165  = 1'h1 << ctl1[10:5];
+  assign \$166  = \$165  - 1'h1;
+  assign \$167  = x1_1[32] | over1;
+  assign \$168  = x1_1[15:0] & \$166 [15:0];
+  assign frac1 = \$167  ? 16'h0000 : \$168 ;
+  assign \$169  = table_index - 1'h0;
+  assign \$170  = table_index >= 1'h0;
+  assign \$171  = table_we & \$170 ;
+  assign \$172  = table_index - 1'h0;
+  assign \$173  = $signed(\$172 ) < $signed(10'h100);
+  assign \write__en$193  = \$171  & \$173 ;
+  assign \$174  = table_index - 1'h1;
+  assign \$175  = table_index >= 1'h1;
+  assign \$176  = table_we & \$175 ;
+  assign \$177  = table_index - 1'h1;
+  assign \$178  = $signed(\$177 ) < $signed(10'h100);
+  assign \write__en$197  = \$176  & \$178 ;
+  assign diff1 = $signed(\read__data$70 ) - $signed(\read__data$69 );
+  assign \$179  = $signed(r7_1[19:0]) + $signed(base7_1);
+  assign value1 = ctl7[1] ? { \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179  } : r7_1;
+  assign \$180  = ! value1[63:31];
+  assign \$181  = value1[63:31] == 33'h1ffffffff;
+  assign \$182  = \$180  | \$181 ;
+  assign \$183  = value1[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$184  = \$182  ? { 1'h0, value1[31:0] } : { \$183 [31], \$183  };
+  assign \$185  = ! value1[63:7];
+  assign \$186  = value1[63:7] == 57'h1ffffffffffffff;
+  assign \$187  = \$185  | \$186 ;
+  assign \$188  = value1[63] ? 8'h80 : 8'h7f;
+  assign \$189  = \$187  ? value1[7:0] : \$188 ;
+  assign \$190  = $signed(a[95:64]) + $signed(b[95:64]);
+  assign \$191  = $signed(a[95:64]) - $signed(b[95:64]);
+  assign \$192  = $signed(a[95:64]) > $signed(b[95:64]);
+  assign \$193  = \$192  ? a[95:64] : b[95:64];
+  assign \$194  = $signed(a[95:64]) < $signed(b[95:64]);
+  assign \$195  = \$194  ? a[95:64] : b[95:64];
+  assign \$196  = $signed(a[95:64]) < $signed(imm);
+  assign \$197  = \$196  ? imm : a[95:64];
+  assign \$198  = $signed(a[95:64]) - $signed(imm);
+  assign scaled2 = $signed(x1_2) >>> ctl1[10:5];
+  assign \$199  = ~ x1_2[32];
+  assign \$200  = | scaled2[32:8];
+  assign over2 = \$199  & \$200 ;
+  assign \$201  = x1_2[32] ? 8'h00 : scaled2[7:0];
+  assign index2 = over2 ? 8'hff : \$201 ;
+  assign \$202  = 1'h1 << ctl1[10:5];
+  assign \$203  = \$202  - 1'h1;
+  assign \$204  = x1_2[32] | over2;
+  assign \$205  = x1_2[15:0] & \$203 [15:0];
+  assign frac2 = \$204  ? 16'h0000 : \$205 ;
+  assign \$206  = table_index - 1'h0;
+  assign \$207  = table_index >= 1'h0;
+  assign \$208  = table_we & \$207 ;
+  assign \$209  = table_index - 1'h0;
+  assign \$210  = $signed(\$209 ) < $signed(10'h100);
+  assign \write__en$205  = \$208  & \$210 ;
+  assign \$211  = table_index - 1'h1;
+  assign \$212  = table_index >= 1'h1;
+  assign \$213  = table_we & \$212 ;
+  assign \$214  = table_index - 1'h1;
+  assign \$215  = $signed(\$214 ) < $signed(10'h100);
+  assign \write__en$209  = \$213  & \$215 ;
+  assign diff2 = $signed(\read__data$102 ) - $signed(\read__data$101 );
+  assign \$216  = $signed(r7_2[19:0]) + $signed(base7_2);
+  assign value2 = ctl7[1] ? { \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216  } : r7_2;
+  assign \$217  = ! value2[63:31];
+  assign \$218  = value2[63:31] == 33'h1ffffffff;
+  assign \$219  = \$217  | \$218 ;
+  assign \$220  = value2[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$221  = \$219  ? { 1'h0, value2[31:0] } : { \$220 [31], \$220  };
+  assign \$222  = ! value2[63:7];
+  assign \$223  = value2[63:7] == 57'h1ffffffffffffff;
+  assign \$224  = \$222  | \$223 ;
+  assign \$225  = value2[63] ? 8'h80 : 8'h7f;
+  assign \$226  = \$224  ? value2[7:0] : \$225 ;
+  assign \$227  = $signed(a[127:96]) + $signed(b[127:96]);
+  assign \$228  = $signed(a[127:96]) - $signed(b[127:96]);
+  assign \$229  = $signed(a[127:96]) > $signed(b[127:96]);
+  assign \$230  = \$229  ? a[127:96] : b[127:96];
+  assign \$231  = $signed(a[127:96]) < $signed(b[127:96]);
+  assign \$232  = \$231  ? a[127:96] : b[127:96];
+  assign \$233  = $signed(a[127:96]) < $signed(imm);
+  assign \$234  = \$233  ? imm : a[127:96];
+  assign \$235  = $signed(a[127:96]) - $signed(imm);
+  assign scaled3 = $signed(x1_3) >>> ctl1[10:5];
+  assign \$236  = ~ x1_3[32];
+  assign \$237  = | scaled3[32:8];
+  assign over3 = \$236  & \$237 ;
+  assign \$238  = x1_3[32] ? 8'h00 : scaled3[7:0];
+  assign index3 = over3 ? 8'hff : \$238 ;
+  assign \$239  = 1'h1 << ctl1[10:5];
+  assign \$240  = \$239  - 1'h1;
+  assign \$241  = x1_3[32] | over3;
+  assign \$242  = x1_3[15:0] & \$240 [15:0];
+  assign frac3 = \$241  ? 16'h0000 : \$242 ;
+  assign \$243  = table_index - 1'h0;
+  assign \$244  = table_index >= 1'h0;
+  assign \$245  = table_we & \$244 ;
+  assign \$246  = table_index - 1'h0;
+  assign \$247  = $signed(\$246 ) < $signed(10'h100);
+  assign \write__en$217  = \$245  & \$247 ;
+  assign \$248  = table_index - 1'h1;
+  assign \$249  = table_index >= 1'h1;
+  assign \$250  = table_we & \$249 ;
+  assign \$251  = table_index - 1'h1;
+  assign \$252  = $signed(\$251 ) < $signed(10'h100);
+  assign \write__en$221  = \$250  & \$252 ;
+  assign diff3 = $signed(\read__data$134 ) - $signed(\read__data$133 );
+  assign \$253  = $signed(r7_3[19:0]) + $signed(base7_3);
+  assign value3 = ctl7[1] ? { \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253  } : r7_3;
+  assign \$254  = ! value3[63:31];
+  assign \$255  = value3[63:31] == 33'h1ffffffff;
+  assign \$256  = \$254  | \$255 ;
+  assign \$257  = value3[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$258  = \$256  ? { 1'h0, value3[31:0] } : { \$257 [31], \$257  };
+  assign \$259  = ! value3[63:7];
+  assign \$260  = value3[63:7] == 57'h1ffffffffffffff;
+  assign \$261  = \$259  | \$260 ;
+  assign \$262  = value3[63] ? 8'h80 : 8'h7f;
+  assign \$263  = \$261  ? value3[7:0] : \$262 ;
+  assign \$264  = hit2_0 + hit2_1;
+  assign \$265  = \$264  + hit2_2;
+  assign \$266  = \$265  + hit2_3;
+  assign \$267  = under2_0 + under2_1;
+  assign \$268  = \$267  + under2_2;
+  assign \$269  = \$268  + under2_3;
+  assign \$270  = \over2_0$29  + \over2_1$64 ;
+  assign \$271  = \$270  + \over2_2$96 ;
+  assign \$272  = \$271  + \over2_3$128 ;
+  always @(posedge clk)
+    ctl1 <= \$273 ;
+  always @(posedge clk)
+    ctl2 <= \$274 ;
+  always @(posedge clk)
+    ctl3 <= \$275 ;
+  always @(posedge clk)
+    ctl4 <= \$276 ;
+  always @(posedge clk)
+    ctl5 <= \$277 ;
+  always @(posedge clk)
+    ctl6 <= \$278 ;
+  always @(posedge clk)
+    ctl7 <= \$279 ;
+  always @(posedge clk)
+    ctl8 <= \$280 ;
+  always @(posedge clk)
+    imm2_1 <= imm2;
+  always @(posedge clk)
+    x1_0 <= alu0;
+  always @(posedge clk)
+    y1_0 <= y0;
+  always @(posedge clk)
+    x2_0 <= \$16 ;
+  always @(posedge clk)
+    y2_0 <= y1_0;
+  always @(posedge clk)
+    f2_0 <= frac0;
+  always @(posedge clk)
+    over2_0 <= over0;
+  always @(posedge clk)
+    hit2_0 <= \$20 ;
+  always @(posedge clk)
+    under2_0 <= \$21 ;
+  always @(posedge clk)
+    \over2_0$29  <= \$22 ;
+  always @(posedge clk)
+    x3_0 <= \$23 ;
+  always @(posedge clk)
+    y3_0 <= \$24 ;
+  always @(posedge clk)
+    base3_0 <= \$26 ;
+  always @(posedge clk)
+    ll0 <= \$27 ;
+  always @(posedge clk)
+    lh0 <= { \$28 [32], \$28  };
+  always @(posedge clk)
+    hl0 <= { \$29 [32], \$29  };
+  always @(posedge clk)
+    hh0 <= \$30 ;
+  always @(posedge clk)
+    base4_0 <= base3_0;
+  always @(posedge clk)
+    p5_0 <= \$33 [63:0];
+  always @(posedge clk)
+    base5_0 <= base4_0;
+  always @(posedge clk)
+    q6_0 <= \$35 [63:0];
+  always @(posedge clk)
+    base6_0 <= base5_0;
+  always @(posedge clk)
+    r7_0 <= \$36 ;
+  always @(posedge clk)
+    base7_0 <= base6_0;
+  always @(posedge clk)
+    out <= \$281 ;
+  always @(posedge clk)
+    x1_1 <= alu1;
+  always @(posedge clk)
+    y1_1 <= y1;
+  always @(posedge clk)
+    x2_1 <= \$40 ;
+  always @(posedge clk)
+    y2_1 <= y1_1;
+  always @(posedge clk)
+    f2_1 <= frac1;
+  always @(posedge clk)
+    over2_1 <= over1;
+  always @(posedge clk)
+    hit2_1 <= \$44 ;
+  always @(posedge clk)
+    under2_1 <= \$45 ;
+  always @(posedge clk)
+    \over2_1$64  <= \$46 ;
+  always @(posedge clk)
+    x3_1 <= \$47 ;
+  always @(posedge clk)
+    y3_1 <= \$48 ;
+  always @(posedge clk)
+    base3_1 <= \$50 ;
+  always @(posedge clk)
+    ll1 <= \$51 ;
+  always @(posedge clk)
+    lh1 <= { \$52 [32], \$52  };
+  always @(posedge clk)
+    hl1 <= { \$53 [32], \$53  };
+  always @(posedge clk)
+    hh1 <= \$54 ;
+  always @(posedge clk)
+    base4_1 <= base3_1;
+  always @(posedge clk)
+    p5_1 <= \$57 [63:0];
+  always @(posedge clk)
+    base5_1 <= base4_1;
+  always @(posedge clk)
+    q6_1 <= \$59 [63:0];
+  always @(posedge clk)
+    base6_1 <= base5_1;
+  always @(posedge clk)
+    r7_1 <= \$60 ;
+  always @(posedge clk)
+    base7_1 <= base6_1;
+  always @(posedge clk)
+    x1_2 <= alu2;
+  always @(posedge clk)
+    y1_2 <= y2;
+  always @(posedge clk)
+    x2_2 <= \$64 ;
+  always @(posedge clk)
+    y2_2 <= y1_2;
+  always @(posedge clk)
+    f2_2 <= frac2;
+  always @(posedge clk)
+    over2_2 <= over2;
+  always @(posedge clk)
+    hit2_2 <= \$68 ;
+  always @(posedge clk)
+    under2_2 <= \$69 ;
+  always @(posedge clk)
+    \over2_2$96  <= \$70 ;
+  always @(posedge clk)
+    x3_2 <= \$71 ;
+  always @(posedge clk)
+    y3_2 <= \$72 ;
+  always @(posedge clk)
+    base3_2 <= \$74 ;
+  always @(posedge clk)
+    ll2 <= \$75 ;
+  always @(posedge clk)
+    lh2 <= { \$76 [32], \$76  };
+  always @(posedge clk)
+    hl2 <= { \$77 [32], \$77  };
+  always @(posedge clk)
+    hh2 <= \$78 ;
+  always @(posedge clk)
+    base4_2 <= base3_2;
+  always @(posedge clk)
+    p5_2 <= \$81 [63:0];
+  always @(posedge clk)
+    base5_2 <= base4_2;
+  always @(posedge clk)
+    q6_2 <= \$83 [63:0];
+  always @(posedge clk)
+    base6_2 <= base5_2;
+  always @(posedge clk)
+    r7_2 <= \$84 ;
+  always @(posedge clk)
+    base7_2 <= base6_2;
+  always @(posedge clk)
+    x1_3 <= alu3;
+  always @(posedge clk)
+    y1_3 <= y3;
+  always @(posedge clk)
+    x2_3 <= \$88 ;
+  always @(posedge clk)
+    y2_3 <= y1_3;
+  always @(posedge clk)
+    f2_3 <= frac3;
+  always @(posedge clk)
+    over2_3 <= over3;
+  always @(posedge clk)
+    hit2_3 <= \$92 ;
+  always @(posedge clk)
+    under2_3 <= \$93 ;
+  always @(posedge clk)
+    \over2_3$128  <= \$94 ;
+  always @(posedge clk)
+    x3_3 <= \$95 ;
+  always @(posedge clk)
+    y3_3 <= \$96 ;
+  always @(posedge clk)
+    base3_3 <= \$98 ;
+  always @(posedge clk)
+    ll3 <= \$99 ;
+  always @(posedge clk)
+    lh3 <= { \$100 [32], \$100  };
+  always @(posedge clk)
+    hl3 <= { \$101 [32], \$101  };
+  always @(posedge clk)
+    hh3 <= \$102 ;
+  always @(posedge clk)
+    base4_3 <= base3_3;
+  always @(posedge clk)
+    p5_3 <= \$105 [63:0];
+  always @(posedge clk)
+    base5_3 <= base4_3;
+  always @(posedge clk)
+    q6_3 <= \$107 [63:0];
+  always @(posedge clk)
+    base6_3 <= base5_3;
+  always @(posedge clk)
+    r7_3 <= \$108 ;
+  always @(posedge clk)
+    base7_3 <= base6_3;
+  always @(posedge clk)
+    hits3 <= \$266 [2:0];
+  always @(posedge clk)
+    hits4 <= hits3;
+  always @(posedge clk)
+    hits5 <= hits4;
+  always @(posedge clk)
+    hits6 <= hits5;
+  always @(posedge clk)
+    hits7 <= hits6;
+  always @(posedge clk)
+    hits8 <= hits7;
+  always @(posedge clk)
+    unders3 <= \$269 [2:0];
+  always @(posedge clk)
+    unders4 <= unders3;
+  always @(posedge clk)
+    unders5 <= unders4;
+  always @(posedge clk)
+    unders6 <= unders5;
+  always @(posedge clk)
+    unders7 <= unders6;
+  always @(posedge clk)
+    unders8 <= unders7;
+  always @(posedge clk)
+    overs3 <= \$272 [2:0];
+  always @(posedge clk)
+    overs4 <= overs3;
+  always @(posedge clk)
+    overs5 <= overs4;
+  always @(posedge clk)
+    overs6 <= overs5;
+  always @(posedge clk)
+    overs7 <= overs6;
+  always @(posedge clk)
+    overs8 <= overs7;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
+    \$273 [0] = valid;
+    \$273 [1] = \$1 ;
+    \$273 [2] = \$6 ;
+    \$273 [3] = \$7 ;
+    \$273 [4] = d_acc;
+    \$273 [10:5] = \$13 ;
+    if (rst) begin
+      \$273  = 11'h000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
+    \$274  = ctl1;
+    if (rst) begin
+      \$274  = 11'h000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
+    \$275  = ctl2;
+    if (rst) begin
+      \$275  = 11'h000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
+    \$276  = ctl3;
+    if (rst) begin
+      \$276  = 11'h000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
+    \$277  = ctl4;
+    if (rst) begin
+      \$277  = 11'h000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
+    \$278  = ctl5;
+    if (rst) begin
+      \$278  = 11'h000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
+    \$279  = ctl6;
+    if (rst) begin
+      \$279  = 11'h000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
+    \$280  = ctl7;
+    if (rst) begin
+      \$280  = 11'h000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
+    \$281 [31:0] = \$37 [31:0];
+    \$281 [63:32] = \$61 [31:0];
+    \$281 [95:64] = \$85 [31:0];
+    \$281 [127:96] = \$109 [31:0];
+    if (rst) begin
+      \$281  = 128'h00000000000000000000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
+    (* full_case = 32'd1 *)
+    casez (vop)
+      4'h0:
+          alu0 = \$116 ;
+      4'h1:
+          alu0 = \$117 ;
+      4'h3:
+          alu0 = { \$119 [31], \$119  };
+      4'h4:
+          alu0 = { \$121 [31], \$121  };
+      4'h7:
+          alu0 = { \$123 [31], \$123  };
+      4'he:
+          alu0 = \$124 ;
+      default:
+          alu0 = { a[31], a[31:0] };
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
+    (* full_case = 32'd1 *)
+    casez (vop)
+      4'h2:
+          y0 = { b[31], b[31:0] };
+      4'hb:
+          y0 = { a[31], a[31:0] };
+      4'h6:
+          y0 = \$110 [32:0];
+      default:
+          y0 = 33'h000000001;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
+    (* full_case = 32'd1 *)
+    if (ctl7[4]) begin
+      sat0 = \$147 [31:0];
+    end else begin
+      sat0 = { \$152 [7], \$152 [7], \$152 [7], \$152 [7], \$152 [7], \$152 [7], \$152 [7], \$152 [7], \$152 [7], \$152 [7], \$152 [7], \$152 [7], \$152 [7], \$152 [7], \$152 [7], \$152 [7], \$152 [7], \$152 [7], \$152 [7], \$152 [7], \$152 [7], \$152 [7], \$152 [7], \$152 [7], \$152  };
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
+    (* full_case = 32'd1 *)
+    casez (vop)
+      4'h0:
+          alu1 = \$153 ;
+      4'h1:
+          alu1 = \$154 ;
+      4'h3:
+          alu1 = { \$156 [31], \$156  };
+      4'h4:
+          alu1 = { \$158 [31], \$158  };
+      4'h7:
+          alu1 = { \$160 [31], \$160  };
+      4'he:
+          alu1 = \$161 ;
+      default:
+          alu1 = { a[63], a[63:32] };
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
+    (* full_case = 32'd1 *)
+    casez (vop)
+      4'h2:
+          y1 = { b[63], b[63:32] };
+      4'hb:
+          y1 = { a[63], a[63:32] };
+      4'h6:
+          y1 = \$110 [32:0];
+      default:
+          y1 = 33'h000000001;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
+    (* full_case = 32'd1 *)
+    if (ctl7[4]) begin
+      sat1 = \$184 [31:0];
+    end else begin
+      sat1 = { \$189 [7], \$189 [7], \$189 [7], \$189 [7], \$189 [7], \$189 [7], \$189 [7], \$189 [7], \$189 [7], \$189 [7], \$189 [7], \$189 [7], \$189 [7], \$189 [7], \$189 [7], \$189 [7], \$189 [7], \$189 [7], \$189 [7], \$189 [7], \$189 [7], \$189 [7], \$189 [7], \$189 [7], \$189  };
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
+    (* full_case = 32'd1 *)
+    casez (vop)
+      4'h0:
+          alu2 = \$190 ;
+      4'h1:
+          alu2 = \$191 ;
+      4'h3:
+          alu2 = { \$193 [31], \$193  };
+      4'h4:
+          alu2 = { \$195 [31], \$195  };
+      4'h7:
+          alu2 = { \$197 [31], \$197  };
+      4'he:
+          alu2 = \$198 ;
+      default:
+          alu2 = { a[95], a[95:64] };
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
+    (* full_case = 32'd1 *)
+    casez (vop)
+      4'h2:
+          y2 = { b[95], b[95:64] };
+      4'hb:
+          y2 = { a[95], a[95:64] };
+      4'h6:
+          y2 = \$110 [32:0];
+      default:
+          y2 = 33'h000000001;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
+    (* full_case = 32'd1 *)
+    if (ctl7[4]) begin
+      sat2 = \$221 [31:0];
+    end else begin
+      sat2 = { \$226 [7], \$226 [7], \$226 [7], \$226 [7], \$226 [7], \$226 [7], \$226 [7], \$226 [7], \$226 [7], \$226 [7], \$226 [7], \$226 [7], \$226 [7], \$226 [7], \$226 [7], \$226 [7], \$226 [7], \$226 [7], \$226 [7], \$226 [7], \$226 [7], \$226 [7], \$226 [7], \$226 [7], \$226  };
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
+    (* full_case = 32'd1 *)
+    casez (vop)
+      4'h0:
+          alu3 = \$227 ;
+      4'h1:
+          alu3 = \$228 ;
+      4'h3:
+          alu3 = { \$230 [31], \$230  };
+      4'h4:
+          alu3 = { \$232 [31], \$232  };
+      4'h7:
+          alu3 = { \$234 [31], \$234  };
+      4'he:
+          alu3 = \$235 ;
+      default:
+          alu3 = { a[127], a[127:96] };
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
+    (* full_case = 32'd1 *)
+    casez (vop)
+      4'h2:
+          y3 = { b[127], b[127:96] };
+      4'hb:
+          y3 = { a[127], a[127:96] };
+      4'h6:
+          y3 = \$110 [32:0];
+      default:
+          y3 = 33'h000000001;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
+    (* full_case = 32'd1 *)
+    if (ctl7[4]) begin
+      sat3 = \$258 [31:0];
+    end else begin
+      sat3 = { \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263  };
+    end
+  end
+  assign under0 = x1_0[32];
+  assign half = \$112 [46:0];
+  assign half_neg = \$115 [46:0];
+  assign under1 = x1_1[32];
+  assign under2 = x1_2[32];
+  assign under3 = x1_3[32];
+  assign hits = \$266 [2:0];
+  assign unders = \$269 [2:0];
+  assign overs = \$272 [2:0];
+  assign out_valid = ctl8[0];
+  assign shl_y = \$110 [32:0];
+  assign mask0 = \$129 [15:0];
+  assign write__addr = \$132 [7:0];
+  assign table_data = write__data;
+  assign read__addr = index0;
+  assign \write__addr$183  = \$137 [7:0];
+  assign \write__data$184  = write__data;
+  assign \read__addr$186  = index0;
+  assign mask1 = \$166 [15:0];
+  assign \write__addr$191  = \$169 [7:0];
+  assign \write__data$192  = write__data;
+  assign \read__addr$194  = index1;
+  assign \write__addr$195  = \$174 [7:0];
+  assign \write__data$196  = write__data;
+  assign \read__addr$198  = index1;
+  assign mask2 = \$203 [15:0];
+  assign \write__addr$203  = \$206 [7:0];
+  assign \write__data$204  = write__data;
+  assign \read__addr$206  = index2;
+  assign \write__addr$207  = \$211 [7:0];
+  assign \write__data$208  = write__data;
+  assign \read__addr$210  = index2;
+  assign mask3 = \$240 [15:0];
+  assign \write__addr$215  = \$243 [7:0];
+  assign \write__data$216  = write__data;
+  assign \read__addr$218  = index3;
+  assign \write__addr$219  = \$248 [7:0];
+  assign \write__data$220  = write__data;
+  assign \read__addr$222  = index3;
+  assign \hits$224  = hits8;
+  assign underflows = unders8;
+  assign overflows = overs8;
+  assign \ctl1.valid  = ctl1[0];
+  assign \ctl1.lut  = ctl1[1];
+  assign \ctl1.raw  = ctl1[2];
+  assign \ctl1.clamp  = ctl1[3];
+  assign \ctl1.d_acc  = ctl1[4];
+  assign \ctl1.shift  = ctl1[10:5];
+  assign \ctl2.valid  = ctl2[0];
+  assign \ctl2.lut  = ctl2[1];
+  assign \ctl2.raw  = ctl2[2];
+  assign \ctl2.clamp  = ctl2[3];
+  assign \ctl2.d_acc  = ctl2[4];
+  assign \ctl2.shift  = ctl2[10:5];
+  assign \ctl3.valid  = ctl3[0];
+  assign \ctl3.lut  = ctl3[1];
+  assign \ctl3.raw  = ctl3[2];
+  assign \ctl3.clamp  = ctl3[3];
+  assign \ctl3.d_acc  = ctl3[4];
+  assign \ctl3.shift  = ctl3[10:5];
+  assign \ctl4.valid  = ctl4[0];
+  assign \ctl4.lut  = ctl4[1];
+  assign \ctl4.raw  = ctl4[2];
+  assign \ctl4.clamp  = ctl4[3];
+  assign \ctl4.d_acc  = ctl4[4];
+  assign \ctl4.shift  = ctl4[10:5];
+  assign \ctl5.valid  = ctl5[0];
+  assign \ctl5.lut  = ctl5[1];
+  assign \ctl5.raw  = ctl5[2];
+  assign \ctl5.clamp  = ctl5[3];
+  assign \ctl5.d_acc  = ctl5[4];
+  assign \ctl5.shift  = ctl5[10:5];
+  assign \ctl6.valid  = ctl6[0];
+  assign \ctl6.lut  = ctl6[1];
+  assign \ctl6.raw  = ctl6[2];
+  assign \ctl6.clamp  = ctl6[3];
+  assign \ctl6.d_acc  = ctl6[4];
+  assign \ctl6.shift  = ctl6[10:5];
+  assign \ctl7.valid  = ctl7[0];
+  assign \ctl7.lut  = ctl7[1];
+  assign \ctl7.raw  = ctl7[2];
+  assign \ctl7.clamp  = ctl7[3];
+  assign \ctl7.d_acc  = ctl7[4];
+  assign \ctl7.shift  = ctl7[10:5];
+  assign \ctl8.valid  = ctl8[0];
+  assign \ctl8.lut  = ctl8[1];
+  assign \ctl8.raw  = ctl8[2];
+  assign \ctl8.clamp  = ctl8[3];
+  assign \ctl8.d_acc  = ctl8[4];
+  assign \ctl8.shift  = ctl8[10:5];
+  assign \out[0]  = out[31:0];
+  assign \out[1]  = out[63:32];
+  assign \out[2]  = out[95:64];
+  assign \out[3]  = out[127:96];
+  assign \a[0]  = a[31:0];
+  assign \a[1]  = a[63:32];
+  assign \a[2]  = a[95:64];
+  assign \a[3]  = a[127:96];
+  assign \b[0]  = b[31:0];
+  assign \b[1]  = b[63:32];
+  assign \b[2]  = b[95:64];
+  assign \b[3]  = b[127:96];
+  assign \$32  = { \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 , 16'h0000 };
+  assign \$112  = { 1'h0, \$111 [110:1] };
+  assign \$56  = { \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 , 16'h0000 };
+  assign \$80  = { \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 , 16'h0000 };
+  assign \$104  = { \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 , 16'h0000 };
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_tile_core_a4.vector$242.reducer (rst, valid, vop, d_acc, \port$3125$1 , terms, out_valid, out, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$24  = 0;
+  wire \$1 ;
+  wire \$10 ;
+  wire \$11 ;
+  wire [31:0] \$12 ;
+  wire [32:0] \$13 ;
+  wire [31:0] \$14 ;
+  wire \$15 ;
+  wire [31:0] \$16 ;
+  wire [32:0] \$17 ;
+  wire [31:0] \$18 ;
+  wire [31:0] \$19 ;
+  wire \$2 ;
+  wire \$20 ;
+  wire [31:0] \$21 ;
+  wire [32:0] \$22 ;
+  wire [31:0] \$23 ;
+  wire \$24 ;
+  wire [31:0] \$25 ;
+  wire [32:0] \$26 ;
+  wire [31:0] \$27 ;
+  wire [32:0] \$28 ;
+  wire [31:0] \$29 ;
+  wire [31:0] \$3 ;
+  wire \$30 ;
+  wire [31:0] \$31 ;
+  wire [32:0] \$32 ;
+  wire [31:0] \$33 ;
+  wire [31:0] \$34 ;
+  wire \$35 ;
+  wire \$36 ;
+  wire \$37 ;
+  wire \$38 ;
+  wire \$39 ;
+  wire [32:0] \$4 ;
+  wire \$40 ;
+  wire [7:0] \$41 ;
+  reg [4:0] \$42 ;
+  reg [4:0] \$43 ;
+  reg [4:0] \$44 ;
+  reg [4:0] \$45 ;
+  reg [31:0] \$46 ;
+  reg \$47 ;
+  reg [127:0] \$48 ;
+  wire [31:0] \$5 ;
+  wire \$6 ;
+  wire [31:0] \$7 ;
+  wire [32:0] \$8 ;
+  wire [31:0] \$9 ;
+  input clk;
+  wire clk;
+  reg [4:0] ctl1 = 5'h00;
+  wire \ctl1.d_acc ;
+  wire \ctl1.first ;
+  wire \ctl1.last ;
+  wire \ctl1.max ;
+  wire \ctl1.valid ;
+  reg [4:0] ctl2 = 5'h00;
+  wire \ctl2.d_acc ;
+  wire \ctl2.first ;
+  wire \ctl2.last ;
+  wire \ctl2.max ;
+  wire \ctl2.valid ;
+  reg [4:0] ctl3 = 5'h00;
+  wire \ctl3.d_acc ;
+  wire \ctl3.first ;
+  wire \ctl3.last ;
+  wire \ctl3.max ;
+  wire \ctl3.valid ;
+  reg [4:0] ctl4 = 5'h00;
+  wire \ctl4.d_acc ;
+  wire \ctl4.first ;
+  wire \ctl4.last ;
+  wire \ctl4.max ;
+  wire \ctl4.valid ;
+  input d_acc;
+  wire d_acc;
+  wire first;
+  wire last;
+  output [127:0] out;
+  reg [127:0] out = 128'h00000000000000000000000000000000;
+  wire [31:0] \out[0] ;
+  wire [31:0] \out[1] ;
+  wire [31:0] \out[2] ;
+  wire [31:0] \out[3] ;
+  output out_valid;
+  reg out_valid = 1'h0;
+  input [1:0] \port$3125$1 ;
+  wire [1:0] \port$3125$1 ;
+  reg [31:0] row = 32'd0;
+  input rst;
+  wire rst;
+  wire [31:0] stat;
+  reg [31:0] term0 = 32'd0;
+  reg [31:0] term1 = 32'd0;
+  reg [31:0] term2 = 32'd0;
+  reg [31:0] term3 = 32'd0;
+  input [127:0] terms;
+  wire [127:0] terms;
+  wire [31:0] \terms[0] ;
+  wire [31:0] \terms[1] ;
+  wire [31:0] \terms[2] ;
+  wire [31:0] \terms[3] ;
+  reg [31:0] tree2_0 = 32'd0;
+  reg [31:0] tree3_0 = 32'd0;
+  input valid;
+  wire valid;
+  input [3:0] vop;
+  wire [3:0] vop;
+  always @(posedge clk)
+    term1 <= terms[63:32];
+  always @(posedge clk)
+    term2 <= terms[95:64];
+  always @(posedge clk)
+    term3 <= terms[127:96];
+  always @(posedge clk)
+    tree2_0 <= \$29 ;
+  always @(posedge clk)
+    tree3_0 <= tree2_0;
+  always @(posedge clk)
+    row <= \$46 ;
+  always @(posedge clk)
+    out_valid <= \$47 ;
+  always @(posedge clk)
+    out <= \$48 ;
+  assign \$1  = vop == 4'h9;
+  assign \$2  = $signed(term0) > $signed(term1);
+  assign \$3  = \$2  ? term0 : term1;
+  assign \$4  = $signed(term0) + $signed(term1);
+  assign \$5  = ctl1[3] ? \$3  : \$4 [31:0];
+  assign \$6  = $signed(term2) > $signed(term3);
+  assign \$7  = \$6  ? term2 : term3;
+  assign \$8  = $signed(term2) + $signed(term3);
+  assign \$9  = ctl1[3] ? \$7  : \$8 [31:0];
+  assign \$10  = $signed(\$5 ) > $signed(\$9 );
+  assign \$11  = $signed(term0) > $signed(term1);
+  assign \$12  = \$11  ? term0 : term1;
+  assign \$13  = $signed(term0) + $signed(term1);
+  assign \$14  = ctl1[3] ? \$12  : \$13 [31:0];
+  assign \$15  = $signed(term2) > $signed(term3);
+  assign \$16  = \$15  ? term2 : term3;
+  assign \$17  = $signed(term2) + $signed(term3);
+  assign \$18  = ctl1[3] ? \$16  : \$17 [31:0];
+  assign \$19  = \$10  ? \$14  : \$18 ;
+  assign \$20  = $signed(term0) > $signed(term1);
+  assign \$21  = \$20  ? term0 : term1;
+  assign \$22  = $signed(term0) + $signed(term1);
+  assign \$23  = ctl1[3] ? \$21  : \$22 [31:0];
+  assign \$24  = $signed(term2) > $signed(term3);
+  assign \$25  = \$24  ? term2 : term3;
+  assign \$26  = $signed(term2) + $signed(term3);
+  assign \$27  = ctl1[3] ? \$25  : \$26 [31:0];
+  assign \$28  = $signed(\$23 ) + $signed(\$27 );
+  assign \$29  = ctl1[3] ? \$19  : \$28 [31:0];
+  assign \$30  = $signed(row) > $signed(tree3_0);
+  assign \$31  = \$30  ? row : tree3_0;
+  assign \$32  = $signed(row) + $signed(tree3_0);
+  assign \$33  = ctl3[3] ? \$31  : \$32 [31:0];
+  assign \$34  = ctl3[1] ? tree3_0 : \$33 ;
+  assign \$35  = ctl4[0] & ctl4[2];
+  assign \$36  = ctl4[0] & ctl4[2];
+  assign \$37  = ! row[31:7];
+  assign \$38  = row[31:7] == 25'h1ffffff;
+  assign \$39  = \$37  | \$38 ;
+  assign \$40  = ctl4[4] | \$39 ;
+  assign \$41  = row[31] ? 8'h80 : 8'h7f;
+  assign stat = \$40  ? row : { \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41  };
+  always @(posedge clk)
+    ctl1 <= \$42 ;
+  always @(posedge clk)
+    ctl2 <= \$43 ;
+  always @(posedge clk)
+    ctl3 <= \$44 ;
+  always @(posedge clk)
+    ctl4 <= \$45 ;
+  always @(posedge clk)
+    term0 <= terms[31:0];
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$24 ) begin end
+    \$46  = row;
+    if (ctl3[0]) begin
+      \$46  = \$34 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$24 ) begin end
+    \$47  = \$35 ;
+    if (rst) begin
+      \$47  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$24 ) begin end
+    \$48  = out;
+    if (\$36 ) begin
+      \$48 [31:0] = stat;
+      \$48 [63:32] = stat;
+      \$48 [95:64] = stat;
+      \$48 [127:96] = stat;
+    end
+    if (rst) begin
+      \$48  = 128'h00000000000000000000000000000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$24 ) begin end
+    \$42 [0] = valid;
+    \$42 [1] = \port$3125$1 [0];
+    \$42 [2] = \port$3125$1 [1];
+    \$42 [3] = \$1 ;
+    \$42 [4] = d_acc;
+    if (rst) begin
+      \$42  = 5'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$24 ) begin end
+    \$43  = ctl1;
+    if (rst) begin
+      \$43  = 5'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$24 ) begin end
+    \$44  = ctl2;
+    if (rst) begin
+      \$44  = 5'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$24 ) begin end
+    \$45  = ctl3;
+    if (rst) begin
+      \$45  = 5'h00;
+    end
+  end
+  assign first = \port$3125$1 [0];
+  assign last = \port$3125$1 [1];
+  assign \ctl1.valid  = ctl1[0];
+  assign \ctl1.first  = ctl1[1];
+  assign \ctl1.last  = ctl1[2];
+  assign \ctl1.max  = ctl1[3];
+  assign \ctl1.d_acc  = ctl1[4];
+  assign \ctl2.valid  = ctl2[0];
+  assign \ctl2.first  = ctl2[1];
+  assign \ctl2.last  = ctl2[2];
+  assign \ctl2.max  = ctl2[3];
+  assign \ctl2.d_acc  = ctl2[4];
+  assign \ctl3.valid  = ctl3[0];
+  assign \ctl3.first  = ctl3[1];
+  assign \ctl3.last  = ctl3[2];
+  assign \ctl3.max  = ctl3[3];
+  assign \ctl3.d_acc  = ctl3[4];
+  assign \ctl4.valid  = ctl4[0];
+  assign \ctl4.first  = ctl4[1];
+  assign \ctl4.last  = ctl4[2];
+  assign \ctl4.max  = ctl4[3];
+  assign \ctl4.d_acc  = ctl4[4];
+  assign \terms[0]  = terms[31:0];
+  assign \terms[1]  = terms[63:32];
+  assign \terms[2]  = terms[95:64];
+  assign \terms[3]  = terms[127:96];
+  assign \out[0]  = out[31:0];
+  assign \out[1]  = out[63:32];
+  assign \out[2]  = out[95:64];
+  assign \out[3]  = out[127:96];
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_tile_core_a4.vector$242.sequencer (rst, start, go, b_read, command, pop, busy, a_acc, b_acc, a_addr, b_addr, step, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$25  = 0;
+  wire \$1 ;
+  wire \$10 ;
+  wire \$11 ;
+  wire \$12 ;
+  wire \$13 ;
+  wire \$14 ;
+  wire \$15 ;
+  wire \$16 ;
+  wire \$17 ;
+  wire \$18 ;
+  wire \$19 ;
+  wire \$2 ;
+  wire \$20 ;
+  wire [16:0] \$21 ;
+  wire [16:0] \$22 ;
+  wire [16:0] \$23 ;
+  wire \$24 ;
+  wire [16:0] \$25 ;
+  wire [16:0] \$26 ;
+  wire [16:0] \$27 ;
+  wire [16:0] \$28 ;
+  wire [16:0] \$29 ;
+  wire \$3 ;
+  wire [16:0] \$30 ;
+  wire [16:0] \$31 ;
+  wire [16:0] \$32 ;
+  wire \$33 ;
+  wire \$34 ;
+  wire \$35 ;
+  wire \$36 ;
+  wire \$37 ;
+  wire \$38 ;
+  wire \$39 ;
+  wire \$4 ;
+  wire [16:0] \$40 ;
+  wire \$41 ;
+  wire \$42 ;
+  wire \$43 ;
+  wire \$44 ;
+  wire \$45 ;
+  wire \$46 ;
+  wire \$47 ;
+  wire \$48 ;
+  wire \$49 ;
+  wire \$5 ;
+  wire \$50 ;
+  wire \$51 ;
+  reg \$52 ;
+  reg \$53 ;
+  reg \$54 ;
+  reg \$55 ;
+  reg \$56 ;
+  reg \$57 ;
+  reg \$58 ;
+  reg \$59 ;
+  wire \$6 ;
+  reg \$60 ;
+  reg [15:0] \$61 ;
+  reg [15:0] \$62 ;
+  reg [15:0] \$63 ;
+  reg [15:0] \$64 ;
+  reg [15:0] \$65 ;
+  reg [15:0] \$66 ;
+  reg [15:0] \$67 ;
+  reg [15:0] \$68 ;
+  reg [15:0] \$69 ;
+  wire \$7 ;
+  reg [15:0] \$70 ;
+  reg [15:0] \$71 ;
+  reg [15:0] \$72 ;
+  reg [15:0] \$73 ;
+  reg [20:0] \$74 ;
+  wire \$8 ;
+  wire \$9 ;
+  reg \$signal  = 1'h0;
+  reg [15:0] \$signal$16  = 16'h0000;
+  reg [15:0] \$signal$17  = 16'h0000;
+  reg [15:0] \$signal$19  = 16'h0000;
+  reg [15:0] \$signal$20  = 16'h0000;
+  reg [15:0] \$signal$21  = 16'h0000;
+  reg [15:0] \$signal$22  = 16'h0000;
+  reg [15:0] \$signal$23  = 16'h0000;
+  reg [15:0] \$signal$24  = 16'h0000;
+  reg \$signal$8  = 1'h0;
+  output a_acc;
+  reg a_acc = 1'h0;
+  (* init = 1'h0 *)
+  wire \a_acc$32 ;
+  (* init = 16'h0000 *)
+  output [15:0] a_addr;
+  wire [15:0] a_addr;
+  (* init = 16'h0000 *)
+  wire [15:0] \a_addr$33 ;
+  wire a_hit;
+  wire a_read;
+  reg [15:0] a_rs = 16'h0000;
+  output b_acc;
+  reg b_acc = 1'h0;
+  (* init = 1'h0 *)
+  wire \b_acc$34 ;
+  (* init = 16'h0000 *)
+  output [15:0] b_addr;
+  wire [15:0] b_addr;
+  (* init = 16'h0000 *)
+  wire [15:0] \b_addr$35 ;
+  wire b_hit;
+  output b_read;
+  wire b_read;
+  output busy;
+  reg busy = 1'h0;
+  input clk;
+  wire clk;
+  reg [15:0] col = 16'h0000;
+  reg [15:0] cols = 16'h0000;
+  input [255:0] command;
+  wire [255:0] command;
+  reg d_acc = 1'h0;
+  reg [15:0] d_rs = 16'h0000;
+  wire empty;
+  reg ends = 1'h0;
+  output go;
+  wire go;
+  reg issuing = 1'h0;
+  wire last_col;
+  input pop;
+  wire pop;
+  wire push;
+  (* init = 1'h0 *)
+  wire push_acc;
+  (* init = 16'h0000 *)
+  wire [15:0] push_addr;
+  wire room;
+  reg [15:0] rows_left = 16'h0000;
+  input rst;
+  wire rst;
+  reg serial = 1'h0;
+  wire stalled;
+  input start;
+  wire start;
+  output [20:0] step;
+  reg [20:0] step = 21'h000000;
+  wire \step.d_acc ;
+  wire [15:0] \step.d_addr ;
+  wire \step.end ;
+  wire \step.first ;
+  wire \step.last ;
+  wire \step.valid ;
+  wire writes;
+  wire written;
+  assign \$26  = rows_left - 1'h1;
+  assign \$27  = \$signal$16  + a_rs;
+  assign \$28  = \$signal$16  + a_rs;
+  assign \$29  = \$signal$19  + \$signal$21 ;
+  assign \$30  = \$signal$19  + \$signal$21 ;
+  assign \$31  = \$signal$23  + d_rs;
+  assign \$32  = \$signal$23  + d_rs;
+  assign \$33  = rows_left == 1'h1;
+  assign \$34  = ! col;
+  assign \$35  = rows_left == 1'h1;
+  assign \$36  = last_col & \$35 ;
+  assign \$37  = ends & empty;
+  assign \$38  = ~ start;
+  assign \$39  = \$37  & \$38 ;
+  assign \$40  = cols - 1'h1;
+  assign last_col = col == \$40 ;
+  assign \$41  = ~ \$signal$8 ;
+  assign writes = \$41  | last_col;
+  assign \$42  = ~ go;
+  assign stalled = issuing & \$42 ;
+  assign \$43  = ~ a_hit;
+  assign \$44  = issuing & \$43 ;
+  assign \$45  = \$signal  & b_hit;
+  assign \$46  = ~ \$45 ;
+  assign \$47  = \$44  & \$46 ;
+  assign \$48  = \$47  & room;
+  assign \$49  = ~ empty;
+  assign \$50  = serial & \$49 ;
+  assign \$51  = ~ \$50 ;
+  assign go = \$48  & \$51 ;
+  assign b_read = go & \$signal ;
+  assign push = go & writes;
+  always @(posedge clk)
+    busy <= \$52 ;
+  always @(posedge clk)
+    issuing <= \$53 ;
+  always @(posedge clk)
+    ends <= \$54 ;
+  always @(posedge clk)
+    \$signal  <= \$55 ;
+  always @(posedge clk)
+    \$signal$8  <= \$56 ;
+  always @(posedge clk)
+    serial <= \$57 ;
+  always @(posedge clk)
+    a_acc <= \$58 ;
+  always @(posedge clk)
+    b_acc <= \$59 ;
+  always @(posedge clk)
+    d_acc <= \$60 ;
+  always @(posedge clk)
+    rows_left <= \$61 ;
+  always @(posedge clk)
+    cols <= \$62 ;
+  always @(posedge clk)
+    col <= \$63 ;
+  always @(posedge clk)
+    \$signal$16  <= \$64 ;
+  always @(posedge clk)
+    \$signal$17  <= \$65 ;
+  always @(posedge clk)
+    a_rs <= \$66 ;
+  always @(posedge clk)
+    \$signal$19  <= \$67 ;
+  always @(posedge clk)
+    \$signal$20  <= \$68 ;
+  always @(posedge clk)
+    \$signal$21  <= \$69 ;
+  always @(posedge clk)
+    \$signal$22  <= \$70 ;
+  always @(posedge clk)
+    \$signal$23  <= \$71 ;
+  always @(posedge clk)
+    \$signal$24  <= \$72 ;
+  always @(posedge clk)
+    d_rs <= \$73 ;
+  always @(posedge clk)
+    step <= \$74 ;
+  assign \$1  = ! command[39:32];
+  assign \$3  = command[39:32] == 1'h1;
+  assign \$4  = \$2  | \$3 ;
+  assign \$5  = command[39:32] == 2'h2;
+  assign \$6  = \$4  | \$5 ;
+  assign \$7  = command[39:32] == 2'h3;
+  assign \$8  = \$6  | \$7 ;
+  assign \$9  = command[39:32] == 3'h4;
+  assign \$10  = \$8  | \$9 ;
+  assign \$11  = command[39:32] == 4'h9;
+  assign \$13  = command[39:32] == 4'ha;
+  assign \$14  = \$12  | \$13 ;
+  assign \$15  = command[39:32] == 4'hb;
+  assign \$16  = \$14  | \$15 ;
+  assign \$17  = command[39:32] == 4'hc;
+  assign \$19  = command[39:32] == 4'hd;
+  assign \$20  = \$18  | \$19 ;
+  assign \$21  = col + 1'h1;
+  assign \$22  = \$signal$17  + 1'h1;
+  assign \$23  = \$signal$20  + \$signal$22 ;
+  assign \$24  = ~ \$signal$8 ;
+  assign \$25  = \$signal$24  + 1'h1;
+  \dx1_tile_core_a4.vector$242.sequencer.hazards  hazards (
+    .a_acc(a_acc),
+    .a_addr(\$signal$17 ),
+    .a_hit(a_hit),
+    .b_acc(b_acc),
+    .b_addr(\$signal$20 ),
+    .b_hit(b_hit),
+    .clk(clk),
+    .empty(empty),
+    .pop(pop),
+    .push(push),
+    .push_acc(d_acc),
+    .push_addr(\$signal$24 ),
+    .room(room),
+    .rst(rst)
+  );
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$25 ) begin end
+    \$52  = busy;
+    if (start) begin
+      \$52  = 1'h1;
+    end
+    if (\$39 ) begin
+      \$52  = 1'h0;
+    end
+    if (rst) begin
+      \$52  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$25 ) begin end
+    \$53  = issuing;
+    if (start) begin
+      \$53  = 1'h1;
+    end
+    if (go) begin
+      if (last_col) begin
+        if (\$33 ) begin
+          \$53  = 1'h0;
+        end
+      end
+    end
+    if (rst) begin
+      \$53  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$25 ) begin end
+    \$54  = ends;
+    if (start) begin
+      \$54  = 1'h0;
+    end
+    if (go) begin
+      if (last_col) begin
+        if (\$33 ) begin
+          \$54  = 1'h1;
+        end
+      end
+    end
+    if (\$39 ) begin
+      \$54  = 1'h0;
+    end
+    if (rst) begin
+      \$54  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$25 ) begin end
+    \$55  = \$signal ;
+    if (start) begin
+      \$55  = \$10 ;
+    end
+    if (rst) begin
+      \$55  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$25 ) begin end
+    \$56  = \$signal$8 ;
+    if (start) begin
+      \$56  = \$16 ;
+    end
+    if (rst) begin
+      \$56  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$25 ) begin end
+    \$57  = serial;
+    if (start) begin
+      \$57  = \$20 ;
+    end
+    if (rst) begin
+      \$57  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$25 ) begin end
+    \$58  = a_acc;
+    if (start) begin
+      \$58  = command[8];
+    end
+    if (rst) begin
+      \$58  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$25 ) begin end
+    \$59  = b_acc;
+    if (start) begin
+      \$59  = command[9];
+    end
+    if (rst) begin
+      \$59  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$25 ) begin end
+    \$60  = d_acc;
+    if (start) begin
+      \$60  = command[10];
+    end
+    if (rst) begin
+      \$60  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$25 ) begin end
+    \$61  = rows_left;
+    if (start) begin
+      \$61  = command[127:112];
+    end
+    if (go) begin
+      if (last_col) begin
+        \$61  = \$26 [15:0];
+      end
+    end
+    if (rst) begin
+      \$61  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$25 ) begin end
+    \$62  = cols;
+    if (start) begin
+      \$62  = command[63:48];
+    end
+    if (rst) begin
+      \$62  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$25 ) begin end
+    \$63  = col;
+    if (start) begin
+      \$63  = 16'h0000;
+    end
+    if (go) begin
+      \$63  = \$21 [15:0];
+      if (last_col) begin
+        \$63  = 16'h0000;
+      end
+    end
+    if (rst) begin
+      \$63  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$25 ) begin end
+    \$64  = \$signal$16 ;
+    if (start) begin
+      \$64  = command[79:64];
+    end
+    if (go) begin
+      if (last_col) begin
+        \$64  = \$27 [15:0];
+      end
+    end
+    if (rst) begin
+      \$64  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$25 ) begin end
+    \$65  = \$signal$17 ;
+    if (start) begin
+      \$65  = command[79:64];
+    end
+    if (go) begin
+      \$65  = \$22 [15:0];
+      if (last_col) begin
+        \$65  = \$28 [15:0];
+      end
+    end
+    if (rst) begin
+      \$65  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$25 ) begin end
+    \$66  = a_rs;
+    if (start) begin
+      \$66  = command[143:128];
+    end
+    if (rst) begin
+      \$66  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$25 ) begin end
+    \$67  = \$signal$19 ;
+    if (start) begin
+      \$67  = command[95:80];
+    end
+    if (go) begin
+      if (last_col) begin
+        \$67  = \$29 [15:0];
+      end
+    end
+    if (rst) begin
+      \$67  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$25 ) begin end
+    \$68  = \$signal$20 ;
+    if (start) begin
+      \$68  = command[95:80];
+    end
+    if (go) begin
+      \$68  = \$23 [15:0];
+      if (last_col) begin
+        \$68  = \$30 [15:0];
+      end
+    end
+    if (rst) begin
+      \$68  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$25 ) begin end
+    \$69  = \$signal$21 ;
+    if (start) begin
+      \$69  = command[159:144];
+    end
+    if (rst) begin
+      \$69  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$25 ) begin end
+    \$70  = \$signal$22 ;
+    if (start) begin
+      \$70  = command[175:160];
+    end
+    if (rst) begin
+      \$70  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$25 ) begin end
+    \$71  = \$signal$23 ;
+    if (start) begin
+      \$71  = command[111:96];
+    end
+    if (go) begin
+      if (last_col) begin
+        \$71  = \$31 [15:0];
+      end
+    end
+    if (rst) begin
+      \$71  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$25 ) begin end
+    \$72  = \$signal$24 ;
+    if (start) begin
+      \$72  = command[111:96];
+    end
+    if (go) begin
+      if (\$24 ) begin
+        \$72  = \$25 [15:0];
+      end
+      if (last_col) begin
+        \$72  = \$32 [15:0];
+      end
+    end
+    if (rst) begin
+      \$72  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$25 ) begin end
+    \$73  = d_rs;
+    if (start) begin
+      \$73  = command[191:176];
+    end
+    if (rst) begin
+      \$73  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$25 ) begin end
+    \$74 [0] = go;
+    \$74 [1] = \$34 ;
+    \$74 [2] = last_col;
+    \$74 [3] = \$36 ;
+    \$74 [19:4] = \$signal$24 ;
+    \$74 [20] = d_acc;
+    if (rst) begin
+      \$74  = 21'h000000;
+    end
+  end
+  assign \a_acc$32  = a_acc;
+  assign \a_addr$33  = \$signal$17 ;
+  assign \b_acc$34  = b_acc;
+  assign \b_addr$35  = \$signal$20 ;
+  assign a_read = go;
+  assign push_acc = d_acc;
+  assign push_addr = \$signal$24 ;
+  assign written = pop;
+  assign a_addr = \$signal$17 ;
+  assign b_addr = \$signal$20 ;
+  assign \step.valid  = step[0];
+  assign \step.first  = step[1];
+  assign \step.last  = step[2];
+  assign \step.end  = step[3];
+  assign \step.d_addr  = step[19:4];
+  assign \step.d_acc  = step[20];
+  assign \$2  = \$1 ;
+  assign \$12  = \$11 ;
+  assign \$18  = \$17 ;
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_tile_core_a4.vector$242.sequencer.hazards (rst, push, empty, room, a_hit, b_hit, pop, a_acc, b_acc, push_acc, a_addr, b_addr, push_addr, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$26  = 0;
+  wire \$1 ;
+  wire \$10 ;
+  wire \$100 ;
+  wire \$101 ;
+  wire \$102 ;
+  wire \$103 ;
+  wire \$104 ;
+  wire \$105 ;
+  wire \$106 ;
+  wire \$107 ;
+  wire \$108 ;
+  wire \$109 ;
+  wire \$11 ;
+  wire \$110 ;
+  wire \$111 ;
+  wire \$112 ;
+  wire \$113 ;
+  wire \$114 ;
+  wire \$115 ;
+  wire \$116 ;
+  wire \$117 ;
+  wire \$118 ;
+  wire \$119 ;
+  wire \$12 ;
+  wire \$120 ;
+  wire \$121 ;
+  wire \$122 ;
+  wire \$123 ;
+  wire \$124 ;
+  wire \$125 ;
+  wire \$126 ;
+  wire \$127 ;
+  wire \$128 ;
+  wire \$129 ;
+  wire \$13 ;
+  wire \$130 ;
+  wire \$131 ;
+  wire \$132 ;
+  wire \$133 ;
+  wire \$134 ;
+  wire \$135 ;
+  wire \$136 ;
+  wire \$137 ;
+  wire \$138 ;
+  wire \$139 ;
+  wire \$14 ;
+  wire \$140 ;
+  wire \$141 ;
+  wire \$142 ;
+  wire \$143 ;
+  wire \$144 ;
+  wire \$145 ;
+  wire \$146 ;
+  wire \$147 ;
+  wire \$148 ;
+  wire [4:0] \$149 ;
+  wire \$15 ;
+  wire [5:0] \$150 ;
+  wire [4:0] \$151 ;
+  wire [4:0] \$152 ;
+  wire [4:0] \$153 ;
+  wire [4:0] \$154 ;
+  wire \$155 ;
+  wire \$156 ;
+  wire \$157 ;
+  wire \$158 ;
+  wire \$159 ;
+  wire \$16 ;
+  wire \$160 ;
+  wire \$161 ;
+  wire \$162 ;
+  wire \$163 ;
+  wire \$164 ;
+  wire \$165 ;
+  wire \$166 ;
+  wire \$167 ;
+  wire \$168 ;
+  wire \$169 ;
+  wire \$17 ;
+  wire \$170 ;
+  wire \$171 ;
+  wire \$172 ;
+  wire \$173 ;
+  wire \$174 ;
+  wire \$175 ;
+  wire \$176 ;
+  wire \$177 ;
+  wire \$178 ;
+  wire \$179 ;
+  wire \$18 ;
+  wire \$180 ;
+  wire \$181 ;
+  wire \$182 ;
+  wire \$183 ;
+  wire \$184 ;
+  wire \$185 ;
+  wire \$186 ;
+  wire \$187 ;
+  wire \$188 ;
+  wire \$189 ;
+  wire \$19 ;
+  wire \$190 ;
+  wire \$191 ;
+  wire \$192 ;
+  wire \$193 ;
+  wire \$194 ;
+  wire \$195 ;
+  wire \$196 ;
+  wire \$197 ;
+  wire \$198 ;
+  wire \$199 ;
+  wire \$2 ;
+  wire \$20 ;
+  wire \$200 ;
+  wire \$201 ;
+  wire \$202 ;
+  wire \$203 ;
+  wire \$204 ;
+  wire \$205 ;
+  wire \$206 ;
+  wire \$207 ;
+  wire \$208 ;
+  wire \$209 ;
+  wire \$21 ;
+  wire \$210 ;
+  wire \$211 ;
+  wire \$212 ;
+  wire \$213 ;
+  wire \$214 ;
+  reg [3:0] \$215 ;
+  reg [3:0] \$216 ;
+  reg [3:0] \$217 ;
+  reg \$218 ;
+  reg \$219 ;
+  wire \$22 ;
+  reg [15:0] \$220 ;
+  reg \$221 ;
+  reg \$222 ;
+  reg [15:0] \$223 ;
+  reg \$224 ;
+  reg \$225 ;
+  reg [15:0] \$226 ;
+  reg \$227 ;
+  reg \$228 ;
+  reg [15:0] \$229 ;
+  wire \$23 ;
+  reg \$230 ;
+  reg \$231 ;
+  reg [15:0] \$232 ;
+  reg \$233 ;
+  reg \$234 ;
+  reg [15:0] \$235 ;
+  reg \$236 ;
+  reg \$237 ;
+  reg [15:0] \$238 ;
+  reg \$239 ;
+  wire \$24 ;
+  reg \$240 ;
+  reg [15:0] \$241 ;
+  reg \$242 ;
+  reg \$243 ;
+  reg [15:0] \$244 ;
+  reg \$245 ;
+  reg \$246 ;
+  reg [15:0] \$247 ;
+  reg \$248 ;
+  reg \$249 ;
+  wire \$25 ;
+  reg [15:0] \$250 ;
+  reg \$251 ;
+  reg \$252 ;
+  reg [15:0] \$253 ;
+  reg \$254 ;
+  reg \$255 ;
+  reg [15:0] \$256 ;
+  reg \$257 ;
+  reg \$258 ;
+  reg [15:0] \$259 ;
+  wire \$26 ;
+  reg \$260 ;
+  reg \$261 ;
+  reg [15:0] \$262 ;
+  wire \$27 ;
+  wire \$28 ;
+  wire \$29 ;
+  wire \$3 ;
+  wire \$30 ;
+  wire \$31 ;
+  wire \$32 ;
+  wire \$33 ;
+  wire \$34 ;
+  wire \$35 ;
+  wire \$36 ;
+  wire \$37 ;
+  wire \$38 ;
+  wire \$39 ;
+  wire \$4 ;
+  wire \$40 ;
+  wire \$41 ;
+  wire [4:0] \$418 ;
+  wire \$42 ;
+  wire \$420 ;
+  wire [4:0] \$424 ;
+  wire \$426 ;
+  wire \$43 ;
+  wire \$44 ;
+  wire \$45 ;
+  wire \$46 ;
+  wire \$47 ;
+  wire \$48 ;
+  wire \$49 ;
+  wire \$5 ;
+  wire \$50 ;
+  wire \$51 ;
+  wire \$52 ;
+  wire \$53 ;
+  wire \$54 ;
+  wire \$55 ;
+  wire \$56 ;
+  wire \$57 ;
+  wire \$58 ;
+  wire \$59 ;
+  wire \$6 ;
+  wire \$60 ;
+  wire \$61 ;
+  wire \$62 ;
+  wire \$63 ;
+  wire \$64 ;
+  wire \$65 ;
+  wire \$66 ;
+  wire \$67 ;
+  wire \$68 ;
+  wire \$69 ;
+  wire \$7 ;
+  wire \$70 ;
+  wire \$71 ;
+  wire \$72 ;
+  wire \$73 ;
+  wire \$74 ;
+  wire \$75 ;
+  wire \$76 ;
+  wire \$77 ;
+  wire \$78 ;
+  wire \$79 ;
+  wire \$8 ;
+  wire \$80 ;
+  wire \$81 ;
+  wire \$82 ;
+  wire \$83 ;
+  wire \$84 ;
+  wire \$85 ;
+  wire \$86 ;
+  wire \$87 ;
+  wire \$88 ;
+  wire \$89 ;
+  wire \$9 ;
+  wire \$90 ;
+  wire \$91 ;
+  wire \$92 ;
+  wire \$93 ;
+  wire \$94 ;
+  wire \$95 ;
+  wire \$96 ;
+  wire \$97 ;
+  wire \$98 ;
+  wire \$99 ;
+  input a_acc;
+  wire a_acc;
+  input [15:0] a_addr;
+  wire [15:0] a_addr;
+  output a_hit;
+  wire a_hit;
+  reg acc0 = 1'h0;
+  reg acc1 = 1'h0;
+  reg acc10 = 1'h0;
+  reg acc11 = 1'h0;
+  reg acc12 = 1'h0;
+  reg acc13 = 1'h0;
+  reg acc14 = 1'h0;
+  reg acc2 = 1'h0;
+  reg acc3 = 1'h0;
+  reg acc4 = 1'h0;
+  reg acc5 = 1'h0;
+  reg acc6 = 1'h0;
+  reg acc7 = 1'h0;
+  reg acc8 = 1'h0;
+  reg acc9 = 1'h0;
+  reg [15:0] addr0 = 16'h0000;
+  reg [15:0] addr1 = 16'h0000;
+  reg [15:0] addr10 = 16'h0000;
+  reg [15:0] addr11 = 16'h0000;
+  reg [15:0] addr12 = 16'h0000;
+  reg [15:0] addr13 = 16'h0000;
+  reg [15:0] addr14 = 16'h0000;
+  reg [15:0] addr2 = 16'h0000;
+  reg [15:0] addr3 = 16'h0000;
+  reg [15:0] addr4 = 16'h0000;
+  reg [15:0] addr5 = 16'h0000;
+  reg [15:0] addr6 = 16'h0000;
+  reg [15:0] addr7 = 16'h0000;
+  reg [15:0] addr8 = 16'h0000;
+  reg [15:0] addr9 = 16'h0000;
+  input b_acc;
+  wire b_acc;
+  input [15:0] b_addr;
+  wire [15:0] b_addr;
+  output b_hit;
+  wire b_hit;
+  input clk;
+  wire clk;
+  reg [3:0] count = 4'h0;
+  output empty;
+  wire empty;
+  reg [3:0] head = 4'h0;
+  input pop;
+  wire pop;
+  input push;
+  wire push;
+  input push_acc;
+  wire push_acc;
+  input [15:0] push_addr;
+  wire [15:0] push_addr;
+  output room;
+  wire room;
+  input rst;
+  wire rst;
+  reg [3:0] tail = 4'h0;
+  reg valid0 = 1'h0;
+  reg valid1 = 1'h0;
+  reg valid10 = 1'h0;
+  reg valid11 = 1'h0;
+  reg valid12 = 1'h0;
+  reg valid13 = 1'h0;
+  reg valid14 = 1'h0;
+  reg valid2 = 1'h0;
+  reg valid3 = 1'h0;
+  reg valid4 = 1'h0;
+  reg valid5 = 1'h0;
+  reg valid6 = 1'h0;
+  reg valid7 = 1'h0;
+  reg valid8 = 1'h0;
+  reg valid9 = 1'h0;
+  assign empty = ! count;
+  assign room = count != 4'hf;
+  assign \$1  = acc0 == a_acc;
+  assign \$2  = valid0 & \$1 ;
+  assign \$3  = addr0 == a_addr;
+  assign \$4  = \$2  & \$3 ;
+  assign \$6  = acc1 == a_acc;
+  assign \$7  = valid1 & \$6 ;
+  assign \$8  = addr1 == a_addr;
+  assign \$9  = \$7  & \$8 ;
+  assign \$10  = \$5  | \$9 ;
+  assign \$11  = acc2 == a_acc;
+  assign \$12  = valid2 & \$11 ;
+  assign \$13  = addr2 == a_addr;
+  assign \$14  = \$12  & \$13 ;
+  assign \$15  = \$10  | \$14 ;
+  assign \$16  = acc3 == a_acc;
+  assign \$17  = valid3 & \$16 ;
+  assign \$18  = addr3 == a_addr;
+  assign \$19  = \$17  & \$18 ;
+  assign \$20  = \$15  | \$19 ;
+  assign \$21  = acc4 == a_acc;
+  assign \$22  = valid4 & \$21 ;
+  assign \$23  = addr4 == a_addr;
+  assign \$24  = \$22  & \$23 ;
+  assign \$25  = \$20  | \$24 ;
+  assign \$26  = acc5 == a_acc;
+  assign \$27  = valid5 & \$26 ;
+  assign \$28  = addr5 == a_addr;
+  assign \$29  = \$27  & \$28 ;
+  assign \$30  = \$25  | \$29 ;
+  assign \$31  = acc6 == a_acc;
+  assign \$32  = valid6 & \$31 ;
+  assign \$33  = addr6 == a_addr;
+  assign \$34  = \$32  & \$33 ;
+  assign \$35  = \$30  | \$34 ;
+  assign \$36  = acc7 == a_acc;
+  assign \$37  = valid7 & \$36 ;
+  assign \$38  = addr7 == a_addr;
+  assign \$39  = \$37  & \$38 ;
+  assign \$40  = \$35  | \$39 ;
+  assign \$41  = acc8 == a_acc;
+  assign \$42  = valid8 & \$41 ;
+  assign \$43  = addr8 == a_addr;
+  assign \$44  = \$42  & \$43 ;
+  assign \$45  = \$40  | \$44 ;
+  assign \$46  = acc9 == a_acc;
+  assign \$47  = valid9 & \$46 ;
+  assign \$48  = addr9 == a_addr;
+  assign \$49  = \$47  & \$48 ;
+  assign \$50  = \$45  | \$49 ;
+  assign \$51  = acc10 == a_acc;
+  assign \$52  = valid10 & \$51 ;
+  assign \$53  = addr10 == a_addr;
+  assign \$54  = \$52  & \$53 ;
+  assign \$55  = \$50  | \$54 ;
+  assign \$56  = acc11 == a_acc;
+  assign \$57  = valid11 & \$56 ;
+  assign \$58  = addr11 == a_addr;
+  assign \$59  = \$57  & \$58 ;
+  assign \$60  = \$55  | \$59 ;
+  assign \$61  = acc12 == a_acc;
+  assign \$62  = valid12 & \$61 ;
+  assign \$63  = addr12 == a_addr;
+  assign \$64  = \$62  & \$63 ;
+  assign \$65  = \$60  | \$64 ;
+  assign \$66  = acc13 == a_acc;
+  assign \$67  = valid13 & \$66 ;
+  assign \$68  = addr13 == a_addr;
+  assign \$69  = \$67  & \$68 ;
+  assign \$70  = \$65  | \$69 ;
+  assign \$71  = acc14 == a_acc;
+  assign \$72  = valid14 & \$71 ;
+  assign \$73  = addr14 == a_addr;
+  assign \$74  = \$72  & \$73 ;
+  assign a_hit = \$70  | \$74 ;
+  assign \$75  = acc0 == b_acc;
+  assign \$76  = valid0 & \$75 ;
+  assign \$77  = addr0 == b_addr;
+  assign \$78  = \$76  & \$77 ;
+  assign \$80  = acc1 == b_acc;
+  assign \$81  = valid1 & \$80 ;
+  assign \$82  = addr1 == b_addr;
+  assign \$83  = \$81  & \$82 ;
+  assign \$84  = \$79  | \$83 ;
+  assign \$85  = acc2 == b_acc;
+  assign \$86  = valid2 & \$85 ;
+  assign \$87  = addr2 == b_addr;
+  assign \$88  = \$86  & \$87 ;
+  assign \$89  = \$84  | \$88 ;
+  assign \$90  = acc3 == b_acc;
+  assign \$91  = valid3 & \$90 ;
+  assign \$92  = addr3 == b_addr;
+  assign \$93  = \$91  & \$92 ;
+  assign \$94  = \$89  | \$93 ;
+  assign \$95  = acc4 == b_acc;
+  assign \$96  = valid4 & \$95 ;
+  assign \$97  = addr4 == b_addr;
+  assign \$98  = \$96  & \$97 ;
+  assign \$99  = \$94  | \$98 ;
+  assign \$100  = acc5 == b_acc;
+  assign \$101  = valid5 & \$100 ;
+  assign \$102  = addr5 == b_addr;
+  assign \$103  = \$101  & \$102 ;
+  assign \$104  = \$99  | \$103 ;
+  assign \$105  = acc6 == b_acc;
+  assign \$106  = valid6 & \$105 ;
+  assign \$107  = addr6 == b_addr;
+  assign \$108  = \$106  & \$107 ;
+  assign \$109  = \$104  | \$108 ;
+  assign \$110  = acc7 == b_acc;
+  assign \$111  = valid7 & \$110 ;
+  assign \$112  = addr7 == b_addr;
+  assign \$113  = \$111  & \$112 ;
+  assign \$114  = \$109  | \$113 ;
+  assign \$115  = acc8 == b_acc;
+  assign \$116  = valid8 & \$115 ;
+  assign \$117  = addr8 == b_addr;
+  assign \$118  = \$116  & \$117 ;
+  assign \$119  = \$114  | \$118 ;
+  assign \$120  = acc9 == b_acc;
+  assign \$121  = valid9 & \$120 ;
+  assign \$122  = addr9 == b_addr;
+  assign \$123  = \$121  & \$122 ;
+  assign \$124  = \$119  | \$123 ;
+  assign \$125  = acc10 == b_acc;
+  assign \$126  = valid10 & \$125 ;
+  assign \$127  = addr10 == b_addr;
+  assign \$128  = \$126  & \$127 ;
+  assign \$129  = \$124  | \$128 ;
+  assign \$130  = acc11 == b_acc;
+  assign \$131  = valid11 & \$130 ;
+  assign \$132  = addr11 == b_addr;
+  assign \$133  = \$131  & \$132 ;
+  assign \$134  = \$129  | \$133 ;
+  assign \$135  = acc12 == b_acc;
+  assign \$136  = valid12 & \$135 ;
+  assign \$137  = addr12 == b_addr;
+  assign \$138  = \$136  & \$137 ;
+  assign \$139  = \$134  | \$138 ;
+  assign \$140  = acc13 == b_acc;
+  assign \$141  = valid13 & \$140 ;
+  assign \$142  = addr13 == b_addr;
+  assign \$143  = \$141  & \$142 ;
+  assign \$144  = \$139  | \$143 ;
+  assign \$145  = acc14 == b_acc;
+  assign \$146  = valid14 & \$145 ;
+  assign \$147  = addr14 == b_addr;
+  assign \$148  = \$146  & \$147 ;
+  assign b_hit = \$144  | \$148 ;
+  assign \$149  = count + push;
+  assign \$150  = \$149  - pop;
+  assign \$151  = tail + 1'h1;
+  assign \$418  = \$151  % 4'hf;
+  assign \$153  = head + 1'h1;
+  assign \$424  = \$153  % 4'hf;
+  assign \$155  = ! head;
+  assign \$156  = pop & \$155 ;
+  assign \$157  = ! tail;
+  assign \$158  = push & \$157 ;
+  assign \$159  = head == 1'h1;
+  assign \$160  = pop & \$159 ;
+  assign \$161  = tail == 1'h1;
+  assign \$162  = push & \$161 ;
+  assign \$163  = head == 2'h2;
+  assign \$164  = pop & \$163 ;
+  assign \$165  = tail == 2'h2;
+  assign \$166  = push & \$165 ;
+  assign \$167  = head == 2'h3;
+  assign \$168  = pop & \$167 ;
+  assign \$169  = tail == 2'h3;
+  assign \$170  = push & \$169 ;
+  assign \$171  = head == 3'h4;
+  assign \$172  = pop & \$171 ;
+  assign \$173  = tail == 3'h4;
+  assign \$174  = push & \$173 ;
+  assign \$175  = head == 3'h5;
+  assign \$176  = pop & \$175 ;
+  assign \$177  = tail == 3'h5;
+  assign \$178  = push & \$177 ;
+  assign \$179  = head == 3'h6;
+  assign \$180  = pop & \$179 ;
+  assign \$181  = tail == 3'h6;
+  assign \$182  = push & \$181 ;
+  assign \$183  = head == 3'h7;
+  assign \$184  = pop & \$183 ;
+  assign \$185  = tail == 3'h7;
+  assign \$186  = push & \$185 ;
+  assign \$187  = head == 4'h8;
+  assign \$188  = pop & \$187 ;
+  assign \$189  = tail == 4'h8;
+  assign \$190  = push & \$189 ;
+  assign \$191  = head == 4'h9;
+  assign \$192  = pop & \$191 ;
+  assign \$193  = tail == 4'h9;
+  assign \$194  = push & \$193 ;
+  assign \$195  = head == 4'ha;
+  assign \$196  = pop & \$195 ;
+  assign \$197  = tail == 4'ha;
+  assign \$198  = push & \$197 ;
+  assign \$199  = head == 4'hb;
+  assign \$200  = pop & \$199 ;
+  assign \$201  = tail == 4'hb;
+  assign \$202  = push & \$201 ;
+  assign \$203  = head == 4'hc;
+  assign \$204  = pop & \$203 ;
+  assign \$205  = tail == 4'hc;
+  assign \$206  = push & \$205 ;
+  assign \$207  = head == 4'hd;
+  assign \$208  = pop & \$207 ;
+  assign \$209  = tail == 4'hd;
+  assign \$210  = push & \$209 ;
+  assign \$211  = head == 4'he;
+  assign \$212  = pop & \$211 ;
+  assign \$213  = tail == 4'he;
+  assign \$214  = push & \$213 ;
+  always @(posedge clk)
+    count <= \$215 ;
+  always @(posedge clk)
+    tail <= \$216 ;
+  always @(posedge clk)
+    head <= \$217 ;
+  always @(posedge clk)
+    valid0 <= \$218 ;
+  always @(posedge clk)
+    acc0 <= \$219 ;
+  always @(posedge clk)
+    addr0 <= \$220 ;
+  always @(posedge clk)
+    valid1 <= \$221 ;
+  always @(posedge clk)
+    acc1 <= \$222 ;
+  always @(posedge clk)
+    addr1 <= \$223 ;
+  always @(posedge clk)
+    valid2 <= \$224 ;
+  always @(posedge clk)
+    acc2 <= \$225 ;
+  always @(posedge clk)
+    addr2 <= \$226 ;
+  always @(posedge clk)
+    valid3 <= \$227 ;
+  always @(posedge clk)
+    acc3 <= \$228 ;
+  always @(posedge clk)
+    addr3 <= \$229 ;
+  always @(posedge clk)
+    valid4 <= \$230 ;
+  always @(posedge clk)
+    acc4 <= \$231 ;
+  always @(posedge clk)
+    addr4 <= \$232 ;
+  always @(posedge clk)
+    valid5 <= \$233 ;
+  always @(posedge clk)
+    acc5 <= \$234 ;
+  always @(posedge clk)
+    addr5 <= \$235 ;
+  always @(posedge clk)
+    valid6 <= \$236 ;
+  always @(posedge clk)
+    acc6 <= \$237 ;
+  always @(posedge clk)
+    addr6 <= \$238 ;
+  always @(posedge clk)
+    valid7 <= \$239 ;
+  always @(posedge clk)
+    acc7 <= \$240 ;
+  always @(posedge clk)
+    addr7 <= \$241 ;
+  always @(posedge clk)
+    valid8 <= \$242 ;
+  always @(posedge clk)
+    acc8 <= \$243 ;
+  always @(posedge clk)
+    addr8 <= \$244 ;
+  always @(posedge clk)
+    valid9 <= \$245 ;
+  always @(posedge clk)
+    acc9 <= \$246 ;
+  always @(posedge clk)
+    addr9 <= \$247 ;
+  always @(posedge clk)
+    valid10 <= \$248 ;
+  always @(posedge clk)
+    acc10 <= \$249 ;
+  always @(posedge clk)
+    addr10 <= \$250 ;
+  always @(posedge clk)
+    valid11 <= \$251 ;
+  always @(posedge clk)
+    acc11 <= \$252 ;
+  always @(posedge clk)
+    addr11 <= \$253 ;
+  always @(posedge clk)
+    valid12 <= \$254 ;
+  always @(posedge clk)
+    acc12 <= \$255 ;
+  always @(posedge clk)
+    addr12 <= \$256 ;
+  always @(posedge clk)
+    valid13 <= \$257 ;
+  always @(posedge clk)
+    acc13 <= \$258 ;
+  always @(posedge clk)
+    addr13 <= \$259 ;
+  always @(posedge clk)
+    valid14 <= \$260 ;
+  always @(posedge clk)
+    acc14 <= \$261 ;
+  always @(posedge clk)
+    addr14 <= \$262 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$215  = \$150 [3:0];
+    if (rst) begin
+      \$215  = 4'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$216  = tail;
+    if (push) begin
+      \$216  = \$152 [3:0];
+    end
+    if (rst) begin
+      \$216  = 4'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$217  = head;
+    if (pop) begin
+      \$217  = \$154 [3:0];
+    end
+    if (rst) begin
+      \$217  = 4'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$218  = valid0;
+    if (\$156 ) begin
+      \$218  = 1'h0;
+    end
+    if (\$158 ) begin
+      \$218  = 1'h1;
+    end
+    if (rst) begin
+      \$218  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$219  = acc0;
+    if (\$158 ) begin
+      \$219  = push_acc;
+    end
+    if (rst) begin
+      \$219  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$220  = addr0;
+    if (\$158 ) begin
+      \$220  = push_addr;
+    end
+    if (rst) begin
+      \$220  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$221  = valid1;
+    if (\$160 ) begin
+      \$221  = 1'h0;
+    end
+    if (\$162 ) begin
+      \$221  = 1'h1;
+    end
+    if (rst) begin
+      \$221  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$222  = acc1;
+    if (\$162 ) begin
+      \$222  = push_acc;
+    end
+    if (rst) begin
+      \$222  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$223  = addr1;
+    if (\$162 ) begin
+      \$223  = push_addr;
+    end
+    if (rst) begin
+      \$223  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$224  = valid2;
+    if (\$164 ) begin
+      \$224  = 1'h0;
+    end
+    if (\$166 ) begin
+      \$224  = 1'h1;
+    end
+    if (rst) begin
+      \$224  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$225  = acc2;
+    if (\$166 ) begin
+      \$225  = push_acc;
+    end
+    if (rst) begin
+      \$225  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$226  = addr2;
+    if (\$166 ) begin
+      \$226  = push_addr;
+    end
+    if (rst) begin
+      \$226  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$227  = valid3;
+    if (\$168 ) begin
+      \$227  = 1'h0;
+    end
+    if (\$170 ) begin
+      \$227  = 1'h1;
+    end
+    if (rst) begin
+      \$227  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$228  = acc3;
+    if (\$170 ) begin
+      \$228  = push_acc;
+    end
+    if (rst) begin
+      \$228  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$229  = addr3;
+    if (\$170 ) begin
+      \$229  = push_addr;
+    end
+    if (rst) begin
+      \$229  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$230  = valid4;
+    if (\$172 ) begin
+      \$230  = 1'h0;
+    end
+    if (\$174 ) begin
+      \$230  = 1'h1;
+    end
+    if (rst) begin
+      \$230  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$231  = acc4;
+    if (\$174 ) begin
+      \$231  = push_acc;
+    end
+    if (rst) begin
+      \$231  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$232  = addr4;
+    if (\$174 ) begin
+      \$232  = push_addr;
+    end
+    if (rst) begin
+      \$232  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$233  = valid5;
+    if (\$176 ) begin
+      \$233  = 1'h0;
+    end
+    if (\$178 ) begin
+      \$233  = 1'h1;
+    end
+    if (rst) begin
+      \$233  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$234  = acc5;
+    if (\$178 ) begin
+      \$234  = push_acc;
+    end
+    if (rst) begin
+      \$234  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$235  = addr5;
+    if (\$178 ) begin
+      \$235  = push_addr;
+    end
+    if (rst) begin
+      \$235  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$236  = valid6;
+    if (\$180 ) begin
+      \$236  = 1'h0;
+    end
+    if (\$182 ) begin
+      \$236  = 1'h1;
+    end
+    if (rst) begin
+      \$236  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$237  = acc6;
+    if (\$182 ) begin
+      \$237  = push_acc;
+    end
+    if (rst) begin
+      \$237  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$238  = addr6;
+    if (\$182 ) begin
+      \$238  = push_addr;
+    end
+    if (rst) begin
+      \$238  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$239  = valid7;
+    if (\$184 ) begin
+      \$239  = 1'h0;
+    end
+    if (\$186 ) begin
+      \$239  = 1'h1;
+    end
+    if (rst) begin
+      \$239  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$240  = acc7;
+    if (\$186 ) begin
+      \$240  = push_acc;
+    end
+    if (rst) begin
+      \$240  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$241  = addr7;
+    if (\$186 ) begin
+      \$241  = push_addr;
+    end
+    if (rst) begin
+      \$241  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$242  = valid8;
+    if (\$188 ) begin
+      \$242  = 1'h0;
+    end
+    if (\$190 ) begin
+      \$242  = 1'h1;
+    end
+    if (rst) begin
+      \$242  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$243  = acc8;
+    if (\$190 ) begin
+      \$243  = push_acc;
+    end
+    if (rst) begin
+      \$243  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$244  = addr8;
+    if (\$190 ) begin
+      \$244  = push_addr;
+    end
+    if (rst) begin
+      \$244  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$245  = valid9;
+    if (\$192 ) begin
+      \$245  = 1'h0;
+    end
+    if (\$194 ) begin
+      \$245  = 1'h1;
+    end
+    if (rst) begin
+      \$245  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$246  = acc9;
+    if (\$194 ) begin
+      \$246  = push_acc;
+    end
+    if (rst) begin
+      \$246  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$247  = addr9;
+    if (\$194 ) begin
+      \$247  = push_addr;
+    end
+    if (rst) begin
+      \$247  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$248  = valid10;
+    if (\$196 ) begin
+      \$248  = 1'h0;
+    end
+    if (\$198 ) begin
+      \$248  = 1'h1;
+    end
+    if (rst) begin
+      \$248  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$249  = acc10;
+    if (\$198 ) begin
+      \$249  = push_acc;
+    end
+    if (rst) begin
+      \$249  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$250  = addr10;
+    if (\$198 ) begin
+      \$250  = push_addr;
+    end
+    if (rst) begin
+      \$250  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$251  = valid11;
+    if (\$200 ) begin
+      \$251  = 1'h0;
+    end
+    if (\$202 ) begin
+      \$251  = 1'h1;
+    end
+    if (rst) begin
+      \$251  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$252  = acc11;
+    if (\$202 ) begin
+      \$252  = push_acc;
+    end
+    if (rst) begin
+      \$252  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$253  = addr11;
+    if (\$202 ) begin
+      \$253  = push_addr;
+    end
+    if (rst) begin
+      \$253  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$254  = valid12;
+    if (\$204 ) begin
+      \$254  = 1'h0;
+    end
+    if (\$206 ) begin
+      \$254  = 1'h1;
+    end
+    if (rst) begin
+      \$254  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$255  = acc12;
+    if (\$206 ) begin
+      \$255  = push_acc;
+    end
+    if (rst) begin
+      \$255  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$256  = addr12;
+    if (\$206 ) begin
+      \$256  = push_addr;
+    end
+    if (rst) begin
+      \$256  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$257  = valid13;
+    if (\$208 ) begin
+      \$257  = 1'h0;
+    end
+    if (\$210 ) begin
+      \$257  = 1'h1;
+    end
+    if (rst) begin
+      \$257  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$258  = acc13;
+    if (\$210 ) begin
+      \$258  = push_acc;
+    end
+    if (rst) begin
+      \$258  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$259  = addr13;
+    if (\$210 ) begin
+      \$259  = push_addr;
+    end
+    if (rst) begin
+      \$259  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$260  = valid14;
+    if (\$212 ) begin
+      \$260  = 1'h0;
+    end
+    if (\$214 ) begin
+      \$260  = 1'h1;
+    end
+    if (rst) begin
+      \$260  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$261  = acc14;
+    if (\$214 ) begin
+      \$261  = push_acc;
+    end
+    if (rst) begin
+      \$261  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$262  = addr14;
+    if (\$214 ) begin
+      \$262  = push_addr;
+    end
+    if (rst) begin
+      \$262  = 16'h0000;
+    end
+  end
+  assign \$5  = \$4 ;
+  assign \$79  = \$78 ;
+  assign \$420  = 1'h1;
+  assign \$152  = \$418 ;
+  assign \$426  = 1'h1;
+  assign \$154  = \$424 ;
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_tile_core_a4.vector$242.table_loader (rst, start, spm_addr, done, src_addr, table_data, spm_use, primed, table_index, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$27  = 0;
+  wire \$1 ;
+  reg \$10 ;
+  reg [8:0] \$11 ;
+  wire [16:0] \$2 ;
+  wire \$3 ;
+  wire [9:0] \$4 ;
+  wire [1:0] \$5 ;
+  wire [16:0] \$6 ;
+  reg \$7 ;
+  reg \$8 ;
+  reg [15:0] \$9 ;
+  reg [15:0] addr = 16'h0000;
+  wire advance;
+  (* init = 1'h0 *)
+  wire busy;
+  input clk;
+  wire clk;
+  output done;
+  wire done;
+  reg entry = 1'h0;
+  output primed;
+  reg primed = 1'h0;
+  input rst;
+  wire rst;
+  output [15:0] spm_addr;
+  wire [15:0] spm_addr;
+  wire [31:0] spm_data;
+  output spm_use;
+  reg spm_use = 1'h0;
+  input [15:0] src_addr;
+  wire [15:0] src_addr;
+  input start;
+  wire start;
+  output [15:0] table_data;
+  reg [15:0] table_data;
+  output [8:0] table_index;
+  reg [8:0] table_index = 9'h000;
+  (* init = 1'h0 *)
+  wire table_we;
+  assign advance = primed & \$1 ;
+  assign \$2  = addr + advance;
+  assign \$3  = table_index == 9'h100;
+  assign done = primed & \$3 ;
+  assign \$4  = table_index + 1'h1;
+  assign \$5  = entry + 1'h1;
+  assign \$6  = addr + 1'h1;
+  always @(posedge clk)
+    spm_use <= \$7 ;
+  always @(posedge clk)
+    primed <= \$8 ;
+  always @(posedge clk)
+    addr <= \$9 ;
+  always @(posedge clk)
+    entry <= \$10 ;
+  always @(posedge clk)
+    table_index <= \$11 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$27 ) begin end
+    (* full_case = 32'd1 *)
+    casez (entry)
+      1'h0:
+          table_data = 16'h0000;
+      1'h1:
+          table_data = 16'h0000;
+    endcase
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$27 ) begin end
+    \$7  = spm_use;
+    if (start) begin
+      \$7  = 1'h1;
+    end else if (spm_use) begin
+      if (done) begin
+        \$7  = 1'h0;
+      end
+    end
+    if (rst) begin
+      \$7  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$27 ) begin end
+    \$8  = primed;
+    if (start) begin
+      \$8  = 1'h0;
+    end else if (spm_use) begin
+      \$8  = 1'h1;
+      if (done) begin
+        \$8  = 1'h0;
+      end
+    end
+    if (rst) begin
+      \$8  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$27 ) begin end
+    \$9  = addr;
+    if (start) begin
+      \$9  = src_addr;
+    end else if (spm_use) begin
+      if (primed) begin
+        if (advance) begin
+          \$9  = \$6 [15:0];
+        end
+      end
+    end
+    if (rst) begin
+      \$9  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$27 ) begin end
+    \$10  = entry;
+    if (start) begin
+      \$10  = 1'h0;
+    end else if (spm_use) begin
+      if (primed) begin
+        \$10  = \$5 [0];
+        if (advance) begin
+          \$10  = 1'h0;
+        end
+      end
+    end
+    if (rst) begin
+      \$10  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$27 ) begin end
+    \$11  = table_index;
+    if (start) begin
+      \$11  = 9'h000;
+    end else if (spm_use) begin
+      if (primed) begin
+        \$11  = \$4 [8:0];
+      end
+    end
+    if (rst) begin
+      \$11  = 9'h000;
+    end
+  end
+  assign busy = spm_use;
+  assign table_we = primed;
+  assign spm_data = 32'd0;
+  assign spm_addr = \$2 [15:0];
+  assign \$1  = entry;
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_tile_core_a4.vector$242.transpose_buffer (rst, row, col, load, read, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$28  = 0;
+  wire \$1 ;
+  wire \$10 ;
+  wire [2:0] \$11 ;
+  wire [2:0] \$12 ;
+  wire \$13 ;
+  wire \$14 ;
+  wire \$15 ;
+  wire [2:0] \$16 ;
+  wire [2:0] \$17 ;
+  wire \$18 ;
+  wire \$19 ;
+  wire [7:0] \$2 ;
+  wire [1:0] \$20 ;
+  wire [1:0] \$21 ;
+  wire [1:0] \$22 ;
+  wire \$23 ;
+  wire \$24 ;
+  wire \$25 ;
+  wire \$26 ;
+  wire \$27 ;
+  wire \$28 ;
+  wire [31:0] \$29 ;
+  wire [7:0] \$3 ;
+  wire \$30 ;
+  wire \$31 ;
+  wire \$32 ;
+  wire \$33 ;
+  wire \$34 ;
+  wire \$35 ;
+  wire [31:0] \$36 ;
+  wire \$37 ;
+  wire \$38 ;
+  wire \$39 ;
+  wire [7:0] \$4 ;
+  wire \$40 ;
+  wire \$41 ;
+  wire \$42 ;
+  wire [31:0] \$43 ;
+  wire \$44 ;
+  wire \$45 ;
+  wire \$46 ;
+  wire \$47 ;
+  wire \$48 ;
+  wire \$49 ;
+  wire [7:0] \$5 ;
+  wire [31:0] \$50 ;
+  wire \$51 ;
+  wire \$52 ;
+  wire \$53 ;
+  wire \$54 ;
+  wire \$55 ;
+  wire \$56 ;
+  wire [31:0] \$57 ;
+  wire \$58 ;
+  wire \$59 ;
+  wire \$6 ;
+  wire \$60 ;
+  wire \$61 ;
+  wire \$62 ;
+  wire \$63 ;
+  wire [31:0] \$64 ;
+  wire \$65 ;
+  wire \$66 ;
+  wire \$67 ;
+  wire \$68 ;
+  wire \$69 ;
+  wire [1:0] \$7 ;
+  wire \$70 ;
+  wire [31:0] \$71 ;
+  wire \$72 ;
+  wire \$73 ;
+  wire \$74 ;
+  wire \$75 ;
+  wire \$76 ;
+  wire \$77 ;
+  wire [31:0] \$78 ;
+  reg [1:0] \$79 ;
+  wire \$8 ;
+  reg \$80 ;
+  reg [1:0] \$81 ;
+  reg \$82 ;
+  reg [1:0] \$83 ;
+  reg [31:0] \$84 ;
+  reg [31:0] \$85 ;
+  reg [31:0] \$86 ;
+  reg [31:0] \$87 ;
+  reg [31:0] \$88 ;
+  reg [31:0] \$89 ;
+  wire [1:0] \$9 ;
+  reg [31:0] \$90 ;
+  reg [31:0] \$91 ;
+  reg [31:0] bank0_row0 = 32'd0;
+  reg [31:0] bank0_row1 = 32'd0;
+  reg [31:0] bank0_row2 = 32'd0;
+  reg [31:0] bank0_row3 = 32'd0;
+  reg [31:0] bank1_row0 = 32'd0;
+  reg [31:0] bank1_row1 = 32'd0;
+  reg [31:0] bank1_row2 = 32'd0;
+  reg [31:0] bank1_row3 = 32'd0;
+  reg [1:0] clear_full;
+  input clk;
+  wire clk;
+  output [31:0] col;
+  wire [31:0] col;
+  wire [7:0] \col[0] ;
+  wire [7:0] \col[1] ;
+  wire [7:0] \col[2] ;
+  wire [7:0] \col[3] ;
+  wire col_valid;
+  wire do_load;
+  wire do_read;
+  reg drain = 1'h0;
+  reg fill = 1'h0;
+  reg [1:0] full = 2'h0;
+  input load;
+  wire load;
+  wire load_ready;
+  reg [1:0] loaded = 2'h0;
+  input read;
+  wire read;
+  input [31:0] row;
+  wire [31:0] row;
+  wire [7:0] \row[0] ;
+  wire [7:0] \row[1] ;
+  wire [7:0] \row[2] ;
+  wire [7:0] \row[3] ;
+  input rst;
+  wire rst;
+  reg [1:0] set_full;
+  reg [1:0] taken = 2'h0;
+  assign do_read = read & col_valid;
+  assign \$6  = loaded == 2'h3;
+  assign \$7  = fill ? 2'h2 : 2'h1;
+  assign \$8  = taken == 2'h3;
+  assign \$9  = drain ? 2'h2 : 2'h1;
+  assign \$10  = loaded == 2'h3;
+  assign \$11  = loaded + 1'h1;
+  assign \$12  = \$10  ? 3'h0 : \$11 ;
+  assign \$13  = loaded == 2'h3;
+  assign \$14  = ~ fill;
+  assign \$15  = taken == 2'h3;
+  assign \$16  = taken + 1'h1;
+  assign \$17  = \$15  ? 3'h0 : \$16 ;
+  assign \$18  = taken == 2'h3;
+  assign \$19  = ~ drain;
+  assign \$20  = ~ clear_full;
+  assign \$21  = full & \$20 ;
+  assign \$22  = \$21  | set_full;
+  assign \$23  = ! fill;
+  assign \$24  = do_load & \$23 ;
+  assign \$25  = ! loaded;
+  assign \$26  = \$24  & \$25 ;
+  assign \$27  = ! drain;
+  assign \$28  = do_read & \$27 ;
+  assign \$30  = ! fill;
+  assign \$31  = do_load & \$30 ;
+  assign \$32  = loaded == 1'h1;
+  assign \$33  = \$31  & \$32 ;
+  assign \$34  = ! drain;
+  assign \$35  = do_read & \$34 ;
+  assign \$37  = ! fill;
+  assign \$38  = do_load & \$37 ;
+  assign \$39  = loaded == 2'h2;
+  assign \$40  = \$38  & \$39 ;
+  assign \$41  = ! drain;
+  assign \$42  = do_read & \$41 ;
+  assign \$44  = ! fill;
+  assign \$45  = do_load & \$44 ;
+  assign \$46  = loaded == 2'h3;
+  assign \$47  = \$45  & \$46 ;
+  assign \$48  = ! drain;
+  assign \$49  = do_read & \$48 ;
+  assign \$52  = do_load & \$51 ;
+  assign \$53  = ! loaded;
+  assign \$54  = \$52  & \$53 ;
+  assign \$56  = do_read & \$55 ;
+  assign \$59  = do_load & \$58 ;
+  assign \$60  = loaded == 1'h1;
+  assign \$61  = \$59  & \$60 ;
+  assign \$63  = do_read & \$62 ;
+  assign \$66  = do_load & \$65 ;
+  assign \$67  = loaded == 2'h2;
+  assign \$68  = \$66  & \$67 ;
+  assign \$70  = do_read & \$69 ;
+  assign \$73  = do_load & \$72 ;
+  assign \$74  = loaded == 2'h3;
+  assign \$75  = \$73  & \$74 ;
+  assign \$77  = do_read & \$76 ;
+  always @(posedge clk)
+    loaded <= \$79 ;
+  always @(posedge clk)
+    fill <= \$80 ;
+  always @(posedge clk)
+    taken <= \$81 ;
+  always @(posedge clk)
+    drain <= \$82 ;
+  always @(posedge clk)
+    full <= \$83 ;
+  always @(posedge clk)
+    bank0_row0 <= \$84 ;
+  always @(posedge clk)
+    bank0_row1 <= \$85 ;
+  always @(posedge clk)
+    bank0_row2 <= \$86 ;
+  always @(posedge clk)
+    bank0_row3 <= \$87 ;
+  always @(posedge clk)
+    bank1_row0 <= \$88 ;
+  always @(posedge clk)
+    bank1_row1 <= \$89 ;
+  always @(posedge clk)
+    bank1_row2 <= \$90 ;
+  always @(posedge clk)
+    bank1_row3 <= \$91 ;
+  assign \$1  = full >> fill;
+  assign load_ready = ~ \$1 ;
+  assign col_valid = full >> drain;
+  assign \$2  = drain ? bank1_row0[7:0] : bank0_row0[7:0];
+  assign \$3  = drain ? bank1_row1[7:0] : bank0_row1[7:0];
+  assign \$4  = drain ? bank1_row2[7:0] : bank0_row2[7:0];
+  assign \$5  = drain ? bank1_row3[7:0] : bank0_row3[7:0];
+  assign do_load = load & load_ready;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    set_full = 2'h0;
+    if (do_load) begin
+      if (\$6 ) begin
+        set_full = \$7 ;
+      end
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    clear_full = 2'h0;
+    if (do_read) begin
+      if (\$8 ) begin
+        clear_full = \$9 ;
+      end
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    \$79  = loaded;
+    if (do_load) begin
+      \$79  = \$12 [1:0];
+    end
+    if (rst) begin
+      \$79  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    \$80  = fill;
+    if (do_load) begin
+      if (\$13 ) begin
+        \$80  = \$14 ;
+      end
+    end
+    if (rst) begin
+      \$80  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    \$81  = taken;
+    if (do_read) begin
+      \$81  = \$17 [1:0];
+    end
+    if (rst) begin
+      \$81  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    \$82  = drain;
+    if (do_read) begin
+      if (\$18 ) begin
+        \$82  = \$19 ;
+      end
+    end
+    if (rst) begin
+      \$82  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    \$83  = \$22 ;
+    if (rst) begin
+      \$83  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    \$84  = bank0_row0;
+    if (\$26 ) begin
+      \$84  = row;
+    end else if (\$28 ) begin
+      \$84  = \$29 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    \$85  = bank0_row1;
+    if (\$33 ) begin
+      \$85  = row;
+    end else if (\$35 ) begin
+      \$85  = \$36 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    \$86  = bank0_row2;
+    if (\$40 ) begin
+      \$86  = row;
+    end else if (\$42 ) begin
+      \$86  = \$43 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    \$87  = bank0_row3;
+    if (\$47 ) begin
+      \$87  = row;
+    end else if (\$49 ) begin
+      \$87  = \$50 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    \$88  = bank1_row0;
+    if (\$54 ) begin
+      \$88  = row;
+    end else if (\$56 ) begin
+      \$88  = \$57 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    \$89  = bank1_row1;
+    if (\$61 ) begin
+      \$89  = row;
+    end else if (\$63 ) begin
+      \$89  = \$64 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    \$90  = bank1_row2;
+    if (\$68 ) begin
+      \$90  = row;
+    end else if (\$70 ) begin
+      \$90  = \$71 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$28 ) begin end
+    \$91  = bank1_row3;
+    if (\$75 ) begin
+      \$91  = row;
+    end else if (\$77 ) begin
+      \$91  = \$78 ;
+    end
+  end
+  assign \col[0]  = col[7:0];
+  assign \col[1]  = col[15:8];
+  assign \col[2]  = col[23:16];
+  assign \col[3]  = col[31:24];
+  assign \row[0]  = row[7:0];
+  assign \row[1]  = row[15:8];
+  assign \row[2]  = row[23:16];
+  assign \row[3]  = row[31:24];
+  assign col[31:24] = \$5 ;
+  assign col[23:16] = \$4 ;
+  assign col[15:8] = \$3 ;
+  assign col[7:0] = \$2 ;
+  assign \$29  = { 8'h00, bank0_row0[31:8] };
+  assign \$36  = { 8'h00, bank0_row1[31:8] };
+  assign \$43  = { 8'h00, bank0_row2[31:8] };
+  assign \$50  = { 8'h00, bank0_row3[31:8] };
+  assign \$51  = fill;
+  assign \$55  = drain;
+  assign \$57  = { 8'h00, bank1_row0[31:8] };
+  assign \$58  = fill;
+  assign \$62  = drain;
+  assign \$64  = { 8'h00, bank1_row1[31:8] };
+  assign \$65  = fill;
+  assign \$69  = drain;
+  assign \$71  = { 8'h00, bank1_row2[31:8] };
+  assign \$72  = fill;
+  assign \$76  = drain;
+  assign \$78  = { 8'h00, bank1_row3[31:8] };
+endmodule
+
+(* generator = "Amaranth" *)
+module \dx1_tile_core_a4.vector$242.transposer (rst, start, spm_addr, w_addr, done, command, load, busy, spm_read, writing, clk);
+  reg \$auto$verilog_backend.cc:2355:dump_module$29  = 0;
+  wire \$1 ;
+  wire [16:0] \$10 ;
+  wire [16:0] \$11 ;
+  wire \$12 ;
+  wire [16:0] \$13 ;
+  wire \$14 ;
+  wire [16:0] \$15 ;
+  wire \$16 ;
+  wire \$17 ;
+  reg \$18 ;
+  reg \$19 ;
+  wire \$2 ;
+  reg \$20 ;
+  reg \$21 ;
+  reg [1:0] \$22 ;
+  reg [15:0] \$23 ;
+  reg [15:0] \$24 ;
+  reg [15:0] \$25 ;
+  reg [15:0] \$26 ;
+  reg [15:0] \$27 ;
+  wire \$3 ;
+  wire \$4 ;
+  wire [2:0] \$5 ;
+  wire \$6 ;
+  wire [2:0] \$7 ;
+  wire \$8 ;
+  wire [16:0] \$9 ;
+  (* init = 1'h0 *)
+  wire \$signal ;
+  output busy;
+  reg busy = 1'h0;
+  input clk;
+  wire clk;
+  input [255:0] command;
+  wire [255:0] command;
+  output done;
+  wire done;
+  reg [15:0] dst = 16'h0000;
+  reg [15:0] dst_stride = 16'h0000;
+  reg [1:0] index = 2'h0;
+  wire last_write;
+  reg [15:0] left = 16'h0000;
+  output load;
+  reg load = 1'h0;
+  (* init = 1'h0 *)
+  wire read;
+  input rst;
+  wire rst;
+  output [15:0] spm_addr;
+  wire [15:0] spm_addr;
+  output spm_read;
+  reg spm_read = 1'h0;
+  reg [15:0] src = 16'h0000;
+  reg [15:0] src_stride = 16'h0000;
+  input start;
+  wire start;
+  output [15:0] w_addr;
+  wire [15:0] w_addr;
+  (* init = 1'h0 *)
+  wire w_en;
+  output writing;
+  reg writing = 1'h0;
+  assign \$1  = ~ spm_read;
+  assign \$2  = load & \$1 ;
+  assign \$3  = ~ writing;
+  assign \$4  = \$2  & \$3 ;
+  assign \$5  = index + 1'h1;
+  assign \$6  = index == 2'h3;
+  assign \$7  = index + 1'h1;
+  assign \$8  = index == 2'h3;
+  assign \$9  = left - 1'h1;
+  assign \$10  = src + src_stride;
+  assign \$11  = dst + dst_stride;
+  assign \$12  = left == 1'h1;
+  assign \$13  = src + index;
+  assign \$14  = index == 2'h3;
+  assign \$15  = dst + index;
+  assign \$16  = index == 2'h3;
+  assign last_write = writing & \$16 ;
+  assign \$17  = left == 1'h1;
+  assign done = last_write & \$17 ;
+  always @(posedge clk)
+    load <= \$18 ;
+  always @(posedge clk)
+    busy <= \$19 ;
+  always @(posedge clk)
+    spm_read <= \$20 ;
+  always @(posedge clk)
+    writing <= \$21 ;
+  always @(posedge clk)
+    index <= \$22 ;
+  always @(posedge clk)
+    left <= \$23 ;
+  always @(posedge clk)
+    src <= \$24 ;
+  always @(posedge clk)
+    dst <= \$25 ;
+  always @(posedge clk)
+    src_stride <= \$26 ;
+  always @(posedge clk)
+    dst_stride <= \$27 ;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
+    \$18  = spm_read;
+    if (rst) begin
+      \$18  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
+    \$19  = busy;
+    if (start) begin
+      \$19  = 1'h1;
+    end
+    if (last_write) begin
+      if (\$12 ) begin
+        \$19  = 1'h0;
+      end
+    end
+    if (rst) begin
+      \$19  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
+    \$20  = spm_read;
+    if (start) begin
+      \$20  = 1'h1;
+    end else if (spm_read) begin
+      if (\$6 ) begin
+        \$20  = 1'h0;
+      end
+    end
+    if (last_write) begin
+      (* full_case = 32'd1 *)
+      if (\$12 ) begin
+      end else begin
+        \$20  = 1'h1;
+      end
+    end
+    if (rst) begin
+      \$20  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
+    \$21  = writing;
+    if (start) begin
+      \$21  = 1'h0;
+    end else if (spm_read) begin
+    end else if (\$4 ) begin
+      \$21  = 1'h1;
+    end else if (writing) begin
+      if (\$8 ) begin
+        \$21  = 1'h0;
+      end
+    end
+    if (rst) begin
+      \$21  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
+    \$22  = index;
+    if (start) begin
+      \$22  = 2'h0;
+    end else if (spm_read) begin
+      \$22  = \$5 [1:0];
+      if (\$6 ) begin
+        \$22  = 2'h0;
+      end
+    end else if (\$4 ) begin
+    end else if (writing) begin
+      \$22  = \$7 [1:0];
+      if (\$8 ) begin
+        \$22  = 2'h0;
+      end
+    end
+    if (rst) begin
+      \$22  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
+    \$23  = left;
+    if (start) begin
+      \$23  = command[111:96];
+    end
+    if (last_write) begin
+      \$23  = \$9 [15:0];
+    end
+    if (rst) begin
+      \$23  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
+    \$24  = src;
+    if (start) begin
+      \$24  = command[79:64];
+    end
+    if (last_write) begin
+      \$24  = \$10 [15:0];
+    end
+    if (rst) begin
+      \$24  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
+    \$25  = dst;
+    if (start) begin
+      \$25  = command[95:80];
+    end
+    if (last_write) begin
+      \$25  = \$11 [15:0];
+    end
+    if (rst) begin
+      \$25  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
+    \$26  = src_stride;
+    if (start) begin
+      \$26  = command[127:112];
+    end
+    if (rst) begin
+      \$26  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
+    \$27  = dst_stride;
+    if (start) begin
+      \$27  = command[143:128];
+    end
+    if (rst) begin
+      \$27  = 16'h0000;
+    end
+  end
+  assign \$signal  = spm_read;
+  assign read = writing;
+  assign w_en = writing;
+  assign spm_addr = \$13 [15:0];
+  assign w_addr = \$15 [15:0];
 endmodule

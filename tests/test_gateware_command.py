@@ -268,11 +268,12 @@ def test_decoder_routes_good_commands_with_their_footprints_after_the_decode_ste
         _word(Opcode.GEMM, m=4, k_chunks=2, a_addr=100, b_addr=20, c_addr=7),
         _word(Opcode.COPY, src_addr=0, dst_addr=64, length=64),
         _word(Opcode.WAIT, sem=1, count=2),
+        _word(Opcode.VECTOR, vop=0, rows=1, cols=1),
     ])
-    (load, store, gemm, copy, wait) = results
+    (load, store, gemm, copy, wait, vector) = results
     assert [r[:2] for r in results] == [(ErrorCode.OK, Route.DMA), (ErrorCode.OK, Route.DMA),
                                          (ErrorCode.OK, Route.TILE), (ErrorCode.OK, Route.DMA),
-                                         (ErrorCode.OK, Route.LOCAL)]
+                                         (ErrorCode.OK, Route.LOCAL), (ErrorCode.OK, Route.TILE)]
     assert all(cycles == DECODE_STAGES for *_, cycles in results)
     # LOAD: rows 10 + r*4 + c, last row 10 + 2*4 + 1 = 19.
     assert (load[2]["spm_w_lo"], load[2]["spm_w_hi"], load[2]["spm_r_hi"], load[2]["acc_w_hi"]) == (10, 20, 0, 0)
@@ -280,13 +281,18 @@ def test_decoder_routes_good_commands_with_their_footprints_after_the_decode_ste
     # GEMM: A rows [100, 108), B rows [20, 20 + 2*8), C rows [7, 11).
     assert (gemm[2]["spm_r_lo"], gemm[2]["spm_r_hi"], gemm[2]["acc_w_lo"], gemm[2]["acc_w_hi"]) == (20, 108, 7, 11)
     assert not any(copy[2].values()) and not any(wait[2].values())
+    # A vector command: the tile's whole scratchpad and accumulator buffer, read and written.
+    tile = CONFIG.tile
+    assert vector[2] == {f"{mem}_{rw}_{end}": 0 if end == "lo" else size
+                         for mem, size in (("spm", tile.spm_rows), ("acc", tile.acc_rows))
+                         for rw in ("r", "w") for end in ("lo", "hi")}
 
 
 def test_footprint_decoder_widens_a_postop_source_range_to_its_bias_row() -> None:
     """A POSTOP reads accumulator rows [src, src + rows) and, with bias on, the bias row too (the bounding
     range grows to include it); it writes scratchpad rows [dst, dst + rows).  Without bias the bias row
     does not count."""
-    dut = FootprintDecoder()
+    dut = FootprintDecoder(CONFIG.tile)
     seen = []
 
     async def bench(ctx) -> None:

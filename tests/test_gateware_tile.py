@@ -22,8 +22,9 @@ from dx1_bringup.gateware.tile.ports import READ_QUEUE_DEPTH, ReadServer, WriteS
 from dx1_bringup.gateware.tile.postops import PostOpSequencer
 from dx1_bringup.gateware.tile.results import ResultWriter
 from dx1_bringup.gateware.tile.streamer import ActivationStreamer
-from dx1_bringup.model.tile import requantize
-from dx1_bringup.spec import ErrorCode, Opcode, PostOpParams, TileConfig, pack_command
+from dx1_bringup.model.tile import check_command, requantize
+from dx1_bringup.sim.stimulus import random_vector_word
+from dx1_bringup.spec import ErrorCode, Opcode, PostOpParams, TileConfig, pack_command, unpack_command
 
 pytestmark = pytest.mark.amaranth_sim
 
@@ -116,6 +117,41 @@ def test_issue_keeps_completions_in_order() -> None:
         assert ctx.get(dut.done.status) == ErrorCode.BAD_OPCODE
         ctx.set(dut.credit, 0)
         assert ctx.get(dut.take) == 0, "no credit"
+
+    simulate(dut, bench)
+
+
+@pytest.mark.parametrize("opcode", [Opcode.VECTOR, Opcode.TABLE, Opcode.TRANSPOSE])
+def test_issue_runs_a_vector_command_alone(opcode: Opcode) -> None:
+    """A vector command waits for GEMMs in flight and a running post-op; while it runs nothing else goes."""
+    dut = CommandIssue()
+    vector = _word(pack_command(opcode, tag=4))
+    others = [_word(pack_command(Opcode.GEMM, tag=1, m=1, k_chunks=1)), _word(pack_command(Opcode.NOP, tag=2)),
+              _word(pack_command(Opcode.POSTOP, tag=3, rows=1)), vector]
+
+    async def bench(ctx) -> None:
+        ctx.set(dut.decoded, 1)
+        ctx.set(dut.credit, 1)
+        ctx.set(dut.queues_ready, 1)
+        ctx.set(dut.command, others[0])
+        await ctx.tick()
+        ctx.set(dut.command, vector)
+        assert ctx.get(dut.take) == 0, "a GEMM is in flight"
+        ctx.set(dut.gemm_done, 1)
+        await ctx.tick()
+        ctx.set(dut.gemm_done, 0)
+        ctx.set(dut.postop_busy, 1)
+        assert ctx.get(dut.take) == 0, "a post-op is running"
+        ctx.set(dut.postop_busy, 0)
+        assert (ctx.get(dut.take), ctx.get(dut.vector), ctx.get(dut.done.valid)) == (1, 1, 0)
+        await ctx.tick()
+        ctx.set(dut.vector_busy, 1)
+        for command in others:
+            ctx.set(dut.command, command)
+            assert ctx.get(dut.take) == 0, "the vector unit is running"
+        ctx.set(dut.vector_busy, 0)
+        ctx.set(dut.command, others[0])
+        assert (ctx.get(dut.take), ctx.get(dut.gemm), ctx.get(dut.vector)) == (1, 1, 0)
 
     simulate(dut, bench)
 
@@ -377,3 +413,32 @@ def test_read_server_answers_in_order_under_back_pressure() -> None:
     simulate(dut, bench)
     assert answers == [a * 3 for a in range(10, 20)]
     assert READ_QUEUE_DEPTH == 4
+
+
+@pytest.mark.parametrize("config", [TileConfig(array=2, spm_rows=512, acc_rows=32),
+                                    TileConfig(array=4, spm_rows=1024, acc_rows=256)], ids=["a2", "a4"])
+def test_decoder_checks_vector_commands_as_the_model(config: TileConfig) -> None:
+    """VECTOR, TABLE and TRANSPOSE commands, good and broken in every way, get the golden model's status; without
+    a vector unit they are BAD_OPCODE."""
+    rng = np.random.default_rng(3)
+    commands = [random_vector_word(rng, config, tag) for tag in range(300)]
+    plain = TileConfig(array=config.array, spm_rows=config.spm_rows, acc_rows=config.acc_rows, vector=False)
+    for cfg in (config, plain):
+        dut = CommandDecoder(cfg)
+        expected = [check_command(c, cfg) for c in commands]
+        assert len(set(expected)) >= (6 if cfg.vector else 1), "the stimulus misses error kinds"
+
+        async def bench(ctx, dut=dut, expected=expected) -> None:
+            for command, status in zip(commands, expected, strict=True):
+                ctx.set(dut.cmd.tdata, _word(command))
+                ctx.set(dut.cmd.tvalid, 1)
+                await ctx.tick()
+                ctx.set(dut.cmd.tvalid, 0)
+                await ctx.tick().repeat(DECODE_STAGES)
+                assert ctx.get(dut.decoded) == 1
+                assert ctx.get(dut.status) == status, f"{unpack_command(command)[1]}: model says {status!r}"
+                ctx.set(dut.take, 1)
+                await ctx.tick()
+                ctx.set(dut.take, 0)
+
+        simulate(dut, bench)

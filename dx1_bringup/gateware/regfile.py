@@ -31,7 +31,7 @@ __all__ = ["RegisterFile", "ADDR_WIDTH", "HEADER_NAMES", "identity_values", "def
 ADDR_WIDTH = exact_log2(REG_BYTES)
 #: The header registers every block starts with; the register file answers them itself.
 HEADER_NAMES = ("ID", "VERSION", "NEXT")
-#: Every feature FEATURES can announce is implemented.
+#: The features FEATURES always announces; ``vector`` follows the tile config (``TileConfig.vector``).
 FEATURES_IMPLEMENTED = ("postop", "copy", "trace")
 
 
@@ -75,7 +75,7 @@ def identity_values(config: SocConfig) -> dict[str, int]:
         "SPM_ROWS": config.tile.spm_rows,
         "ACC_ROWS": config.tile.acc_rows,
         "MEM_BYTES": config.mem_bytes,
-        "FEATURES": glob["FEATURES"].pack(**dict.fromkeys(FEATURES_IMPLEMENTED, 1)),
+        "FEATURES": glob["FEATURES"].pack(**dict.fromkeys(FEATURES_IMPLEMENTED, 1), vector=int(config.tile.vector)),
     }
 
 

@@ -159,4 +159,8 @@ class TileTB(Harness):
             return f["m"] * max(f["k_chunks"], 1) + 4 * self.n
         if opcode == Opcode.POSTOP:
             return f["rows"] + 8
+        if opcode in (Opcode.VECTOR, Opcode.TABLE, Opcode.TRANSPOSE) and f.get("rows", 1) and f.get("cols", 1):
+            from ..perfmodel.costs import COSTS
+
+            return COSTS.vector_command_cycles(f, self.n)
         return 2

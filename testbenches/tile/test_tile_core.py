@@ -16,9 +16,12 @@ from dx1_bringup.sim.stimulus import (
     random_int8,
     random_int32,
     random_stream,
+    random_table,
+    random_vector,
+    random_vector_stream,
 )
 from dx1_bringup.sim.tile_tb import TileTB
-from dx1_bringup.spec import ErrorCode, Opcode, pack_command
+from dx1_bringup.spec import ErrorCode, Opcode, VectorOp, pack_command
 
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 
@@ -120,8 +123,32 @@ async def errors_then_good(dut):
     await check_memories(tb, model)
 
 
+@cocotb.test()
+async def vector_directed(dut):
+    """Every vop with every operand memory (A, B, D in either), then TABLE and LUTs, flat out."""
+    tb, model, rng = await setup(dut, backpressure=False)
+    commands = []
+    for vop in VectorOp:
+        if vop == VectorOp.LUT:
+            commands.append(random_table(rng, tb.config, len(commands)))
+        for bits in range(8):
+            flags = {"a_acc": bool(bits & 1), "b_acc": bool(bits & 2), "d_acc": bool(bits & 4)}
+            commands.append(random_vector(rng, tb.config, len(commands), vop=vop, flags=flags))
+    await run_and_check(tb, model, commands)
+    unit = model.vector
+    assert (int(dut.perf_table_hits.value), int(dut.perf_table_underflows.value),
+            int(dut.perf_table_overflows.value)) == (unit.hits, unit.underflows, unit.overflows)
+
+
+@cocotb.test()
+async def vector_random(dut):
+    """Vector commands (good and bad), GEMMs and post-ops mixed, random idle and back-pressure on every stream."""
+    tb, model, rng = await setup(dut)
+    await run_and_check(tb, model, random_vector_stream(rng, tb.config, 80))
+
+
 @pytest.mark.parametrize("module", ["dx1_tile_core_a4", "dx1_tile_core_a8"])
 @pytest.mark.parametrize("testcase", ["random_commands", "back_to_back_gemms", "postop_extremes",
-                                      "errors_then_good"])
+                                      "errors_then_good", "vector_directed", "vector_random"])
 def test_tile_core(module, testcase, seed, cocotb_batch):
     run_cocotb_shared(module, "tile.test_tile_core", testcase, batch=cocotb_batch, seed=seed, quiet=True)

@@ -429,7 +429,8 @@ class QueueStateSeq(RegSeq):
                 for reg in block.registers:
                     addr = block.base + reg.offset
                     if readable(addr) and reg.register.name not in ("BUSY_LOAD", "BUSY_STORE", "BUSY_COMPUTE",
-                                                                    "STALL_DEP", "STALL_MEM", "MACS_LO", "MACS_HI"):
+                                                                    "BUSY_VECTOR", "STALL_DEP", "STALL_MEM",
+                                                                    "MACS_LO", "MACS_HI"):
                         await self.read(addr, expect_err=False)
 
 

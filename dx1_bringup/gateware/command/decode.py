@@ -6,11 +6,13 @@ from amaranth import Const, Module, Mux, Signal, Value
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from ...spec import COMMAND_BYTES, COMMANDS, ErrorCode, Opcode, SocConfig
+from ...spec import COMMAND_BYTES, COMMANDS, ErrorCode, Opcode, SocConfig, TileConfig
 from ..layouts import HEADER_LAYOUT, command_layout
 from .slots import FOOTPRINT_LAYOUT, RANGE_BITS
 
 __all__ = ["CommandDecoder", "FootprintDecoder", "DECODE_STAGES", "Route"]
+
+_VECTOR_OPCODES = (Opcode.VECTOR, Opcode.TABLE, Opcode.TRANSPOSE)
 
 #: Registered decode steps between a fetched command and its dispatch: products, sums, checks (here), and
 #: hazards (:class:`~.hazards.HazardTracker`).
@@ -30,7 +32,8 @@ class CommandDecoder(wiring.Component):
     recomputes each cycle from the previous one, so no path runs from the command register through a
     multiplier and an adder chain into the dispatch decision.
 
-    * GEMM and POSTOP go to the tile core unchecked (it checks them itself); LOAD, STORE and COPY to the
+    * GEMM and POSTOP (and, with a vector unit, VECTOR, TABLE and TRANSPOSE) go to the tile core unchecked
+      (it checks them itself); LOAD, STORE and COPY to the
       DMA; NOP, FENCE, SIGNAL and WAIT stay local.
     * ``status`` is the first failing check's error code (``OK`` when none fails), and any command that
       fails one is routed ``LOCAL``, to complete with its code.  An unknown opcode is ``BAD_OPCODE``.
@@ -111,7 +114,7 @@ class CommandDecoder(wiring.Component):
         status_next = Signal(8)
         route_next = Signal(2)
         with m.Switch(hdr.opcode):
-            with m.Case(Opcode.GEMM, Opcode.POSTOP):
+            with m.Case(Opcode.GEMM, Opcode.POSTOP, *(_VECTOR_OPCODES if tile.vector else ())):
                 m.d.comb += [status_next.eq(ErrorCode.OK), route_next.eq(Route.TILE)]
             with m.Case(Opcode.LOAD):
                 m.d.comb += [status_next.eq(first_failing(move_checks(Opcode.LOAD))), route_next.eq(Route.DMA)]
@@ -146,7 +149,7 @@ class CommandDecoder(wiring.Component):
             m.d.comb += route_next.eq(Route.LOCAL)
         m.d.sync += [self.status.eq(status_next), self.route.eq(route_next)]
 
-        m.submodules.footprint = footprint = FootprintDecoder()
+        m.submodules.footprint = footprint = FootprintDecoder(tile)
         m.d.comb += [footprint.cmd.eq(cmd), footprint.mv_last.eq(mv_last), footprint.a_end.eq(a_end),
                      footprint.b_end.eq(b_end), footprint.p_src_end.eq(p_src_end)]
         m.d.sync += self.footprint.eq(footprint.footprint)
@@ -159,9 +162,19 @@ class FootprintDecoder(wiring.Component):
     ``footprint`` holds one bounding range [lo, hi) per memory and direction; ranges a command does not touch
     are empty (0, 0).  The sums come from the decoder's second step: ``mv_last`` (a LOAD's or STORE's last
     local row), ``a_end``/``b_end`` (a GEMM's A and B row ends), ``p_src_end`` (a POSTOP's source end).
+    A vector command (with ``tile.vector``) reads and writes, conservatively, the whole scratchpad and
+    accumulator buffer.
+
+    Parameters
+    ----------
+    tile:
+        The tile's sizes.
     """
 
-    def __init__(self):
+    def __init__(self, tile: TileConfig):
+        if not isinstance(tile, TileConfig):
+            raise TypeError(f"Footprint decoder tile must be a TileConfig, not {tile!r}")
+        self.tile = tile
         super().__init__({
             "cmd": In(8 * COMMAND_BYTES), "mv_last": In(RANGE_BITS), "a_end": In(RANGE_BITS), "b_end": In(RANGE_BITS),
             "p_src_end": In(RANGE_BITS), "footprint": Out(FOOTPRINT_LAYOUT),
@@ -201,4 +214,9 @@ class FootprintDecoder(wiring.Component):
                     m.d.comb += [fp_next.acc_r_lo.eq(mv.local_addr), fp_next.acc_r_hi.eq(mv_last + 1)]
                 with m.Else():
                     m.d.comb += [fp_next.spm_r_lo.eq(mv.local_addr), fp_next.spm_r_hi.eq(mv_last + 1)]
+            if self.tile.vector:
+                with m.Case(*_VECTOR_OPCODES):
+                    rows = {"spm": self.tile.spm_rows, "acc": self.tile.acc_rows}
+                    m.d.comb += [getattr(fp_next, f"{mem}_{rw}_hi").eq(size)
+                                 for mem, size in rows.items() for rw in ("r", "w")]
         return m

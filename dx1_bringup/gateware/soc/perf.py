@@ -8,7 +8,7 @@ from amaranth import Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["PerfCounters", "COUNTED"]
+__all__ = ["PerfCounters", "COUNTED", "KEPT"]
 
 #: The handshake bits of the DMA's memory port that the counters watch.
 _WATCHED = ("arvalid", "arready", "rvalid", "rready", "rlast", "awvalid", "awready", "wvalid", "wready",
@@ -16,6 +16,9 @@ _WATCHED = ("arvalid", "arready", "rvalid", "rready", "rlast", "awvalid", "awrea
 
 #: The counters kept here, each counting the cycles in which its condition held.
 COUNTED = ("CYCLES", "BUSY_LOAD", "BUSY_STORE", "STALL_DEP", "STALL_MEM")
+#: The 32-bit counters the units keep, reported since the last clear.
+KEPT = ("BUSY_COMPUTE", "BYTES_READ", "BYTES_WRITTEN", "BUSY_VECTOR", "TABLE_HITS", "TABLE_UNDERFLOWS",
+        "TABLE_OVERFLOWS")
 
 
 class PerfCounters(wiring.Component):
@@ -27,7 +30,8 @@ class PerfCounters(wiring.Component):
     memory (a read burst open and no beat, or a write beat or read address not taken).  The ``dma_*`` inputs
     are the handshake bits of the DMA's memory port.
 
-    Kept by the units (``busy_compute``, ``bytes_read``, ``bytes_written``, ``macs``) and reported relative
+    Kept by the units (``busy_compute``, ``bytes_read``, ``bytes_written``, ``macs``, and the vector unit's
+    ``busy_vector``, ``table_hits``, ``table_underflows``, ``table_overflows``) and reported relative
     to their value at the last ``clear``; ``reset_units`` (the units' counters restart from 0) resets the
     reference too.  Reading ``MACS_LO`` (``macs_lo_read``) latches the high word into ``macs_hi``.
     """
@@ -36,10 +40,9 @@ class PerfCounters(wiring.Component):
         super().__init__({
             "clear": In(1), "reset_units": In(1), "waiting_dep": In(1),
             **{f"dma_{name}": In(1) for name in _WATCHED},
-            "busy_compute_source": In(32), "bytes_read_source": In(32), "bytes_written_source": In(32),
+            **{f"{name.lower()}_source": In(32) for name in KEPT},
             "macs_source": In(48), "macs_lo_read": In(1),
-            **{name.lower(): Out(32) for name in COUNTED},
-            "busy_compute": Out(32), "bytes_read": Out(32), "bytes_written": Out(32),
+            **{name.lower(): Out(32) for name in COUNTED + KEPT},
             "macs_lo": Out(32), "macs_hi": Out(32),
         })
 
@@ -62,7 +65,7 @@ class PerfCounters(wiring.Component):
             m.d.sync += count.eq(count + increments[name])
             with m.If(self.clear):
                 m.d.sync += count.eq(0)
-        for name in ("busy_compute", "bytes_read", "bytes_written"):
+        for name in (k.lower() for k in KEPT):
             source = getattr(self, f"{name}_source")
             base = Signal(32, name=f"{name}_base")
             with m.If(self.clear):

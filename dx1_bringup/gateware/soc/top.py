@@ -14,7 +14,7 @@ from ..memory import AxiMemory
 from ..regfile import ADDR_WIDTH, RegisterFile, field_bits, field_word
 from ..tile import LOCAL_PORTS, TileCore
 from ..tile_reset import TileReset
-from .perf import COUNTED, PerfCounters
+from .perf import COUNTED, KEPT, PerfCounters
 from .semaphores import SemaphoreArbiter
 from .trace import TraceWriter
 
@@ -118,9 +118,13 @@ class Dx1Soc(wiring.Component):
                                "wready", "bvalid", "bready")),
                 counters.busy_compute_source.eq(core.perf_busy), counters.macs_source.eq(core.perf_macs),
                 counters.bytes_read_source.eq(dma.bytes_read), counters.bytes_written_source.eq(dma.bytes_written),
+                counters.busy_vector_source.eq(core.perf_vector_busy),
+                counters.table_hits_source.eq(core.perf_table_hits),
+                counters.table_underflows_source.eq(core.perf_table_underflows),
+                counters.table_overflows_source.eq(core.perf_table_overflows),
                 counters.macs_lo_read.eq(reg(perf, "MACS_LO").read),
                 *(reg(perf, name).value.eq(getattr(counters, name.lower()))
-                  for name in (*COUNTED, "BUSY_COMPUTE", "BYTES_READ", "BYTES_WRITTEN", "MACS_LO", "MACS_HI")),
+                  for name in (*COUNTED, *KEPT, "MACS_LO", "MACS_HI")),
             ]
 
             # Trace FIFO: start events at dispatch, end events when the completion is written.

@@ -2,12 +2,13 @@
 
 The core is built from parts: command :mod:`.decode` and :mod:`.issue`, the in-order :mod:`.completions`,
 the GEMM pipeline (:mod:`.loader` of weights into the :mod:`.banks`, activation :mod:`.streamer`, the systolic array,
-the :mod:`.results` writer), the :mod:`.postops` sequencer, and the outside's memory :mod:`.ports`.
+the :mod:`.results` writer), the :mod:`.postops` sequencer, the vector unit (:mod:`..vector.unit`, with
+``TileConfig.vector``), and the outside's memory :mod:`.ports`.
 """
 
 from __future__ import annotations
 
-from amaranth import Module, unsigned
+from amaranth import Module, Mux, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -16,6 +17,7 @@ from ...spec import COMMAND_BITS, COMMANDS, Opcode, TileConfig
 from ..layouts import command_layout
 from ..stream import AXIStreamSignature
 from ..systolic import SystolicArray
+from ..vector.unit import VectorUnit
 from .banks import WeightBanks
 from .completions import Completions
 from .decode import CommandDecoder
@@ -51,7 +53,8 @@ LOCAL_PORTS = tuple(local_ports(1))
 
 
 class TileCore(wiring.Component):
-    """Executes NOP, GEMM and POSTOP commands on the tile's own memories.
+    """Executes NOP, GEMM and POSTOP (and, with a vector unit, VECTOR, TABLE and TRANSPOSE) commands on the
+    tile's own memories.
 
     Commands arrive on ``cmd`` (the spec's 256-bit encoding); each leaves one
     entry on ``done`` (tag, status, opcode), in the order the commands came.
@@ -61,7 +64,9 @@ class TileCore(wiring.Component):
     with their error code and change nothing.  GEMMs run back to back: the
     weight loader fills one bank of the array while the activation streamer
     uses the other.  A POSTOP waits for earlier GEMMs to finish, and a GEMM for
-    an earlier POSTOP, since one writes what the other reads.
+    an earlier POSTOP, since one writes what the other reads.  A vector command
+    runs alone: it waits for every earlier command and the next waits for it;
+    while it runs it uses the GEMM pipeline's read ports and the write ports.
 
     The ``spm_*`` and ``acc_*`` streams give the outside (the DMA, or a
     testbench) access to the memories; the compute pipeline has priority and the
@@ -88,6 +93,10 @@ class TileCore(wiring.Component):
             "perf_macs": Out(48),
             "perf_busy": Out(32),
             "perf_stall": Out(32),
+            "perf_vector_busy": Out(32),
+            "perf_table_hits": Out(32),
+            "perf_table_underflows": Out(32),
+            "perf_table_overflows": Out(32),
             "progress": Out(1),
         })
 
@@ -146,24 +155,49 @@ class TileCore(wiring.Component):
             banks.stream_bank.eq(streamer.stream_bank),
             loader.bank_empty.eq(banks.empty), streamer.bank_full.eq(banks.full),
             array.w_load.eq(loader.w_load), array.w_bank.eq(loader.w_bank), array.w_row.eq(loader.w_row),
-            spm_ra.addr.eq(streamer.spm_addr), streamer.spm_data.eq(spm_ra.data),
+            streamer.spm_data.eq(spm_ra.data),
             array.a.eq(streamer.a), array.a_valid.eq(streamer.a_valid), array.a_bank.eq(streamer.a_bank),
             array.ctl.eq(streamer.ctl),
             results.out.eq(array.out), results.out_valid.eq(array.out_valid), results.out_ctl.eq(array.out_ctl),
-            acc_rc.addr.eq(results.acc_addr), results.acc_data.eq(acc_rc.data),
+            results.acc_data.eq(acc_rc.data),
         ]
 
-        # ---- shared memory ports: the pipeline first, the outside behind it ------------------------
+        # ---- the vector unit: it runs alone, on the pipeline's read ports and the write ports ------------
+        if cfg.vector:
+            m.submodules.vector = vector = VectorUnit(cfg)
+            wiring.connect(m, vector.done, completions.vector)
+            m.d.comb += [
+                vector.start.eq(issue.vector), vector.command.eq(decoder.command), issue.vector_busy.eq(vector.busy),
+                vector.spm_a_data.eq(spm_ra.data), vector.acc_a_data.eq(acc_rc.data),
+                vector.spm_b_data.eq(spm_rb.data), vector.acc_b_data.eq(acc_rp.data),
+                self.perf_vector_busy.eq(vector.busy_cycles), self.perf_table_hits.eq(vector.hits),
+                self.perf_table_underflows.eq(vector.underflows), self.perf_table_overflows.eq(vector.overflows),
+            ]
+            v_spm_a, v_acc_a, v_busy = vector.spm_a_addr, vector.acc_a_addr, vector.busy
+            v_spm_b, v_spm_b_use, v_acc_b, v_acc_b_use = (vector.spm_b_addr, vector.spm_b_use, vector.acc_b_addr,
+                                                          vector.acc_b_use)
+            v_spm_w, v_acc_w = (vector.spm_w_en, vector.spm_w_addr, vector.spm_w_data), \
+                (vector.acc_w_en, vector.acc_w_addr, vector.acc_w_data)
+            v_progress = vector.progress
+        else:
+            v_spm_a = v_acc_a = v_busy = v_spm_b = v_spm_b_use = v_acc_b = v_acc_b_use = v_progress = 0
+            v_spm_w = v_acc_w = (0, 0, 0)
+        m.d.comb += [spm_ra.addr.eq(streamer.spm_addr | v_spm_a),
+                     acc_rc.addr.eq(Mux(v_busy, v_acc_a, results.acc_addr))]
+
+        # ---- shared memory ports: the pipeline (or the vector unit) first, the outside behind it ----------
         m.d.comb += [
-            spm_ext_w.grant.eq(~postops.writing), acc_ext_w.grant.eq(~results.writing),
-            spm_ext_r.grant.eq(~loader.issue), acc_ext_r.grant.eq(~postops.acc_use),
-            spm_w.addr.eq(postops.spm_addr | spm_ext_w.addr), spm_w.data.eq(postops.spm_data | spm_ext_w.data),
-            spm_w.en.eq(postops.writing | spm_ext_w.en),
-            acc_w.addr.eq(results.w_addr | acc_ext_w.addr), acc_w.data.eq(results.w_data | acc_ext_w.data),
-            acc_w.en.eq(results.writing | acc_ext_w.en),
-            spm_rb.addr.eq(loader.spm_addr | spm_ext_r.addr),
+            spm_ext_w.grant.eq(~postops.writing & ~v_spm_w[0]), acc_ext_w.grant.eq(~results.writing & ~v_acc_w[0]),
+            spm_ext_r.grant.eq(~loader.issue & ~v_spm_b_use), acc_ext_r.grant.eq(~postops.acc_use & ~v_acc_b_use),
+            spm_w.addr.eq(postops.spm_addr | spm_ext_w.addr | v_spm_w[1]),
+            spm_w.data.eq(postops.spm_data | spm_ext_w.data | v_spm_w[2]),
+            spm_w.en.eq(postops.writing | spm_ext_w.en | v_spm_w[0]),
+            acc_w.addr.eq(results.w_addr | acc_ext_w.addr | v_acc_w[1]),
+            acc_w.data.eq(results.w_data | acc_ext_w.data | v_acc_w[2]),
+            acc_w.en.eq(results.writing | acc_ext_w.en | v_acc_w[0]),
+            spm_rb.addr.eq(loader.spm_addr | spm_ext_r.addr | v_spm_b),
             loader.spm_data.eq(spm_rb.data), spm_ext_r.data.eq(spm_rb.data),
-            acc_rp.addr.eq(postops.acc_addr | acc_ext_r.addr),
+            acc_rp.addr.eq(postops.acc_addr | acc_ext_r.addr | v_acc_b),
             postops.acc_data.eq(acc_rp.data), acc_ext_r.data.eq(acc_rp.data),
         ]
         for server, port in ((spm_ext_w, self.spm_wr), (acc_ext_w, self.acc_wr),
@@ -175,8 +209,8 @@ class TileCore(wiring.Component):
         # ---- counters ------------------------------------------------------------------------------
         with m.If(streamer.a_valid):
             m.d.sync += [self.perf_macs.eq(self.perf_macs + n * n), self.perf_busy.eq(self.perf_busy + 1)]
-        # For the queue's watchdog: a row entered the array, or the post-op wrote one.
-        m.d.comb += self.progress.eq(streamer.a_valid | postops.writing)
+        # For the queue's watchdog: a row entered the array, the post-op wrote one, or the vector unit moved one.
+        m.d.comb += self.progress.eq(streamer.a_valid | postops.writing | v_progress)
         with m.If(streamer.stalled):
             m.d.sync += self.perf_stall.eq(self.perf_stall + 1)
         return m

@@ -25,10 +25,10 @@ COMPLETION = wiring.Signature({
 
 
 class Completions(wiring.Component):
-    """Completions from three writers, in the order they come, on ``done`` (DONE_LAYOUT words).
+    """Completions from four writers, in the order they come, on ``done`` (DONE_LAYOUT words).
 
     The writers are the command issue (errors and NOPs), the GEMM result
-    writer and the post-op sequencer; the core never lets two complete in one
+    writer, the post-op sequencer and the vector unit; the core never lets two complete in one
     cycle (if they did, the later in that list would win).  ``reserve`` says a
     command was taken, so a completion will follow: ``credit`` is high while
     fewer than :data:`DONE_DEPTH` completions are promised or waiting, and
@@ -40,6 +40,7 @@ class Completions(wiring.Component):
             "issue": In(COMPLETION),
             "gemm": In(COMPLETION),
             "postop": In(COMPLETION),
+            "vector": In(COMPLETION),
             "done": Out(AXIStreamSignature(32)),
             "reserve": In(1),
             "credit": Out(1),
@@ -51,7 +52,7 @@ class Completions(wiring.Component):
         m.submodules.done_fifo = fifo = SyncFIFOBuffered(width=32, depth=DONE_DEPTH)
         entry = data.View(DONE_LAYOUT, fifo.w_data)
         m.d.comb += [self.done.tdata.eq(fifo.r_data), self.done.tvalid.eq(fifo.r_rdy), fifo.r_en.eq(self.done.tready)]
-        for writer in (self.issue, self.gemm, self.postop):
+        for writer in (self.issue, self.gemm, self.postop, self.vector):
             with m.If(writer.valid):
                 m.d.comb += [fifo.w_en.eq(1), entry.tag.eq(writer.tag), entry.status.eq(writer.status),
                              entry.opcode.eq(writer.opcode)]
