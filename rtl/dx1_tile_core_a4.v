@@ -7446,7 +7446,7 @@ module \dx1_tile_core_a4.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
   wire [31:0] \$9 ;
   reg [7:0] \$signal  = 8'h00;
   (* init = 16'h0000 *)
-  wire [15:0] \$signal$102 ;
+  wire [15:0] \$signal$103 ;
   (* init = 6'h00 *)
   wire [5:0] \$signal$44 ;
   (* init = 32'd0 *)
@@ -7455,14 +7455,14 @@ module \dx1_tile_core_a4.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
   wire [31:0] \$signal$48 ;
   (* init = 1'h0 *)
   wire \$signal$50 ;
-  reg \$signal$74 ;
-  reg [15:0] \$signal$75 ;
+  reg \$signal$75 ;
+  reg [15:0] \$signal$76 ;
   wire [127:0] a;
-  wire [127:0] \a$68 ;
-  wire [31:0] \a$68[0] ;
-  wire [31:0] \a$68[1] ;
-  wire [31:0] \a$68[2] ;
-  wire [31:0] \a$68[3] ;
+  wire [127:0] \a$69 ;
+  wire [31:0] \a$69[0] ;
+  wire [31:0] \a$69[1] ;
+  wire [31:0] \a$69[2] ;
+  wire [31:0] \a$69[3] ;
   wire [31:0] \a[0] ;
   wire [31:0] \a[1] ;
   wire [31:0] \a[2] ;
@@ -7527,9 +7527,9 @@ module \dx1_tile_core_a4.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
   reg [16:0] ctl_reduce4 = 17'h00000;
   reg d_acc = 1'h0;
   (* init = 1'h0 *)
-  wire \d_acc$64 ;
+  wire \d_acc$65 ;
   (* init = 1'h0 *)
-  wire \d_acc$71 ;
+  wire \d_acc$72 ;
   reg [20:0] div_ctl = 21'h000000;
   wire \div_ctl.d_acc ;
   wire [15:0] \div_ctl.d_addr ;
@@ -7538,7 +7538,7 @@ module \dx1_tile_core_a4.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
   wire \div_ctl.last ;
   wire \div_ctl.valid ;
   wire done;
-  wire \done$98 ;
+  wire \done$100 ;
   wire \done$99 ;
   output [7:0] done__opcode;
   reg [7:0] done__opcode = 8'h00;
@@ -7551,27 +7551,27 @@ module \dx1_tile_core_a4.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
   wire first;
   output [31:0] hits;
   reg [31:0] hits = 32'd0;
-  wire [2:0] \hits$134 ;
+  wire [2:0] \hits$135 ;
   reg [31:0] imm = 32'd0;
   reg [31:0] imm2 = 32'd0;
   wire is_reduce;
   wire lanes_step;
   wire last;
   wire load;
-  wire \load$90 ;
+  wire \load$91 ;
   (* init = 8'h00 *)
   wire [7:0] opcode;
   wire [127:0] out;
-  wire [127:0] \out$79 ;
-  wire [31:0] \out$79[0] ;
-  wire [31:0] \out$79[1] ;
-  wire [31:0] \out$79[2] ;
-  wire [31:0] \out$79[3] ;
-  wire [127:0] \out$81 ;
-  wire [31:0] \out$81[0] ;
-  wire [31:0] \out$81[1] ;
-  wire [31:0] \out$81[2] ;
-  wire [31:0] \out$81[3] ;
+  wire [127:0] \out$80 ;
+  wire [31:0] \out$80[0] ;
+  wire [31:0] \out$80[1] ;
+  wire [31:0] \out$80[2] ;
+  wire [31:0] \out$80[3] ;
+  wire [127:0] \out$82 ;
+  wire [31:0] \out$82[0] ;
+  wire [31:0] \out$82[1] ;
+  wire [31:0] \out$82[2] ;
+  wire [31:0] \out$82[3] ;
   wire [31:0] \out[0] ;
   wire [31:0] \out[1] ;
   wire [31:0] \out[2] ;
@@ -7579,22 +7579,22 @@ module \dx1_tile_core_a4.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
   wire out_valid;
   output [31:0] overflows;
   reg [31:0] overflows = 32'd0;
-  wire [2:0] \overflows$138 ;
+  wire [2:0] \overflows$139 ;
   output progress;
   wire progress;
   wire read;
-  wire \read$93 ;
+  wire \read$94 ;
   wire [127:0] row;
   wire [127:0] \row$32 ;
   wire [31:0] \row$32[0] ;
   wire [31:0] \row$32[1] ;
   wire [31:0] \row$32[2] ;
   wire [31:0] \row$32[3] ;
-  wire [31:0] \row$91 ;
-  wire [7:0] \row$91[0] ;
-  wire [7:0] \row$91[1] ;
-  wire [7:0] \row$91[2] ;
-  wire [7:0] \row$91[3] ;
+  wire [31:0] \row$92 ;
+  wire [7:0] \row$92[0] ;
+  wire [7:0] \row$92[1] ;
+  wire [7:0] \row$92[2] ;
+  wire [7:0] \row$92[3] ;
   wire [31:0] \row[0] ;
   wire [31:0] \row[1] ;
   wire [31:0] \row[2] ;
@@ -7604,7 +7604,7 @@ module \dx1_tile_core_a4.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
   reg serial = 1'h0;
   reg [5:0] shift = 6'h00;
   (* init = 6'h00 *)
-  wire [5:0] \shift$70 ;
+  wire [5:0] \shift$71 ;
   output [15:0] spm_a_addr;
   reg [15:0] spm_a_addr;
   input [31:0] spm_a_data;
@@ -7617,6 +7617,7 @@ module \dx1_tile_core_a4.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
   wire [31:0] spm_b_data;
   output spm_b_use;
   wire spm_b_use;
+  wire [31:0] spm_data;
   wire spm_read;
   wire spm_use;
   output [15:0] spm_w_addr;
@@ -7630,7 +7631,7 @@ module \dx1_tile_core_a4.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
   wire start;
   wire \start$3 ;
   wire \start$5 ;
-  wire \start$67 ;
+  wire \start$68 ;
   wire \start$7 ;
   wire [20:0] step;
   wire \step.d_acc ;
@@ -7640,11 +7641,11 @@ module \dx1_tile_core_a4.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
   wire \step.last ;
   wire \step.valid ;
   wire [15:0] table_data;
-  wire [15:0] \table_data$56 ;
+  wire [15:0] \table_data$57 ;
   wire [8:0] table_index;
-  wire [8:0] \table_index$54 ;
+  wire [8:0] \table_index$55 ;
   wire table_we;
-  wire \table_we$52 ;
+  wire \table_we$53 ;
   wire [127:0] terms;
   wire [31:0] \terms[0] ;
   wire [31:0] \terms[1] ;
@@ -7652,10 +7653,10 @@ module \dx1_tile_core_a4.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
   wire [31:0] \terms[3] ;
   output [31:0] underflows;
   reg [31:0] underflows = 32'd0;
-  wire [2:0] \underflows$136 ;
+  wire [2:0] \underflows$137 ;
   wire v_start;
   wire valid;
-  wire \valid$58 ;
+  wire \valid$59 ;
   reg valid_lanes0 = 1'h0;
   reg valid_lanes1 = 1'h0;
   reg valid_lanes2 = 1'h0;
@@ -7670,8 +7671,8 @@ module \dx1_tile_core_a4.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
   reg valid_reduce3 = 1'h0;
   reg valid_reduce4 = 1'h0;
   wire [3:0] vop;
-  wire [3:0] \vop$63 ;
-  wire [3:0] \vop$69 ;
+  wire [3:0] \vop$64 ;
+  wire [3:0] \vop$70 ;
   wire [15:0] w_addr;
   wire w_en;
   reg w_end;
@@ -7688,16 +7689,16 @@ module \dx1_tile_core_a4.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
   assign \$19  = \$signal  == 4'ha;
   assign \$20  = \$signal  == 4'hb;
   assign is_reduce = | { \$20 , \$19 , \$18  };
-  assign \valid$58  = valid_lanes7 & is_reduce;
-  assign \start$67  = step[0] & serial;
+  assign \valid$59  = valid_lanes7 & is_reduce;
+  assign \start$68  = step[0] & serial;
   assign \$21  = ~ is_reduce;
   assign \$22  = valid_lanes7 & \$21 ;
-  assign \$23  = \$signal$74  & d_acc;
+  assign \$23  = \$signal$75  & d_acc;
   assign \$24  = ~ d_acc;
-  assign \$25  = \$signal$74  & \$24 ;
-  assign \$26  = \$signal$74  & w_end;
-  assign \$27  = \$26  | \done$98 ;
-  assign finished = \$27  | \done$99 ;
+  assign \$25  = \$signal$75  & \$24 ;
+  assign \$26  = \$signal$75  & w_end;
+  assign \$27  = \$26  | \done$99 ;
+  assign finished = \$27  | \done$100 ;
   assign \$28  = a_read | table_we;
   assign \$29  = \$28  | spm_read;
   assign \$30  = \$29  | spm_w_en;
@@ -7708,9 +7709,9 @@ module \dx1_tile_core_a4.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
   assign \$34  = valid_lanes7 & ctl_lanes7[2];
   assign \$35  = step[0] & serial;
   assign \$36  = busy_cycles + 1'h1;
-  assign \$37  = hits + \hits$134 ;
-  assign \$38  = underflows + \underflows$136 ;
-  assign \$39  = overflows + \overflows$138 ;
+  assign \$37  = hits + \hits$135 ;
+  assign \$38  = underflows + \underflows$137 ;
+  assign \$39  = overflows + \overflows$139 ;
   always @(posedge clk)
     \$signal  <= \$40 ;
   always @(posedge clk)
@@ -7815,10 +7816,10 @@ module \dx1_tile_core_a4.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
     .clk(clk),
     .\d_acc$46 (d_acc),
     .done(done),
-    .out(\out$79 ),
+    .out(\out$80 ),
     .rst(rst),
     .\shift$9 (shift),
-    .start(\start$67 ),
+    .start(\start$68 ),
     .vop(\$signal [3:0])
   );
   \dx1_tile_core_a4.vector$242.lanes  lanes (
@@ -7826,16 +7827,16 @@ module \dx1_tile_core_a4.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
     .b(\row$32 ),
     .clk(clk),
     .d_acc(d_acc),
-    .hits8(\hits$134 ),
+    .hits8(\hits$135 ),
     .imm(imm),
     .imm2(imm2),
     .out(terms),
-    .overs8(\overflows$138 ),
+    .overs8(\overflows$139 ),
     .rst(rst),
     .shift(shift),
     .table_index(table_index),
     .table_we(table_we),
-    .unders8(\underflows$136 ),
+    .unders8(\underflows$137 ),
     .valid(lanes_step),
     .vop(\$signal [3:0]),
     .write__data(table_data)
@@ -7843,12 +7844,12 @@ module \dx1_tile_core_a4.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
   \dx1_tile_core_a4.vector$242.reducer  reducer (
     .clk(clk),
     .d_acc(d_acc),
-    .out(\out$81 ),
+    .out(\out$82 ),
     .out_valid(out_valid),
-    .\port$3125$1 (ctl_lanes7[2:1]),
+    .\port$3117$1 (ctl_lanes7[2:1]),
     .rst(rst),
     .terms(terms),
-    .valid(\valid$58 ),
+    .valid(\valid$59 ),
     .vop(\$signal [3:0])
   );
   \dx1_tile_core_a4.vector$242.sequencer  sequencer (
@@ -7861,17 +7862,18 @@ module \dx1_tile_core_a4.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
     .clk(clk),
     .command(command),
     .go(a_read),
-    .pop(\$signal$74 ),
+    .pop(\$signal$75 ),
     .rst(rst),
     .start(v_start),
     .step(step)
   );
   \dx1_tile_core_a4.vector$242.table_loader  table_loader (
     .clk(clk),
-    .done(\done$98 ),
+    .done(\done$99 ),
     .primed(table_we),
     .rst(rst),
     .spm_addr(spm_addr),
+    .spm_data(spm_a_data),
     .spm_use(\busy$11 ),
     .src_addr(command[79:64]),
     .start(\start$5 ),
@@ -7890,7 +7892,7 @@ module \dx1_tile_core_a4.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
     .busy(\busy$12 ),
     .clk(clk),
     .command(command),
-    .done(\done$99 ),
+    .done(\done$100 ),
     .load(load),
     .rst(rst),
     .spm_addr(\spm_addr$21 ),
@@ -7935,24 +7937,24 @@ module \dx1_tile_core_a4.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$signal$74  = 1'h0;
+    \$signal$75  = 1'h0;
     if (done) begin
-      \$signal$74  = 1'h1;
+      \$signal$75  = 1'h1;
     end else if (out_valid) begin
-      \$signal$74  = 1'h1;
+      \$signal$75  = 1'h1;
     end else if (\$22 ) begin
-      \$signal$74  = 1'h1;
+      \$signal$75  = 1'h1;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$signal$75  = 16'h0000;
+    \$signal$76  = 16'h0000;
     if (done) begin
-      \$signal$75  = div_ctl[19:4];
+      \$signal$76  = div_ctl[19:4];
     end else if (out_valid) begin
-      \$signal$75  = ctl_reduce4[15:0];
+      \$signal$76  = ctl_reduce4[15:0];
     end else if (\$22 ) begin
-      \$signal$75  = ctl_lanes7[19:4];
+      \$signal$76  = ctl_lanes7[19:4];
     end
   end
   always @* begin
@@ -7970,9 +7972,9 @@ module \dx1_tile_core_a4.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
     w_row = 128'h00000000000000000000000000000000;
     if (done) begin
-      w_row = \out$79 ;
+      w_row = \out$80 ;
     end else if (out_valid) begin
-      w_row = \out$81 ;
+      w_row = \out$82 ;
     end else if (\$22 ) begin
       w_row = terms;
     end
@@ -7988,7 +7990,7 @@ module \dx1_tile_core_a4.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
     acc_w_addr = 16'h0000;
     if (\$23 ) begin
-      acc_w_addr = \$signal$75 ;
+      acc_w_addr = \$signal$76 ;
     end
   end
   always @* begin
@@ -8012,7 +8014,7 @@ module \dx1_tile_core_a4.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
     spm_w_addr = 16'h0000;
     if (\$25 ) begin
-      spm_w_addr = \$signal$75 ;
+      spm_w_addr = \$signal$76 ;
     end
     if (read) begin
       spm_w_addr = w_addr;
@@ -8353,25 +8355,26 @@ module \dx1_tile_core_a4.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
   assign \$signal$46  = imm;
   assign \$signal$48  = imm2;
   assign \$signal$50  = d_acc;
-  assign \table_we$52  = table_we;
-  assign \table_index$54  = table_index;
-  assign \table_data$56  = table_data;
+  assign spm_data = spm_a_data;
+  assign \table_we$53  = table_we;
+  assign \table_index$55  = table_index;
+  assign \table_data$57  = table_data;
   assign first = ctl_lanes7[1];
   assign last = ctl_lanes7[2];
-  assign \vop$63  = \$signal [3:0];
-  assign \d_acc$64  = d_acc;
+  assign \vop$64  = \$signal [3:0];
+  assign \d_acc$65  = d_acc;
   assign out = terms;
-  assign \a$68  = row;
-  assign \vop$69  = \$signal [3:0];
-  assign \shift$70  = shift;
-  assign \d_acc$71  = d_acc;
-  assign written = \$signal$74 ;
-  assign \load$90  = load;
-  assign \row$91  = spm_a_data;
-  assign \read$93  = read;
+  assign \a$69  = row;
+  assign \vop$70  = \$signal [3:0];
+  assign \shift$71  = shift;
+  assign \d_acc$72  = d_acc;
+  assign written = \$signal$75 ;
+  assign \load$91  = load;
+  assign \row$92  = spm_a_data;
+  assign \read$94  = read;
   assign w_en = read;
   assign done__valid = finished;
-  assign \$signal$102  = done__tag;
+  assign \$signal$103  = done__tag;
   assign done__status = 8'h00;
   assign opcode = done__opcode;
   assign \row[0]  = row[31:0];
@@ -8404,10 +8407,10 @@ module \dx1_tile_core_a4.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
   assign \out[1]  = terms[63:32];
   assign \out[2]  = terms[95:64];
   assign \out[3]  = terms[127:96];
-  assign \a$68[0]  = row[31:0];
-  assign \a$68[1]  = row[63:32];
-  assign \a$68[2]  = row[95:64];
-  assign \a$68[3]  = row[127:96];
+  assign \a$69[0]  = row[31:0];
+  assign \a$69[1]  = row[63:32];
+  assign \a$69[2]  = row[95:64];
+  assign \a$69[3]  = row[127:96];
   assign \div_ctl.valid  = div_ctl[0];
   assign \div_ctl.first  = div_ctl[1];
   assign \div_ctl.last  = div_ctl[2];
@@ -8418,18 +8421,18 @@ module \dx1_tile_core_a4.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
   assign \w_row[1]  = w_row[63:32];
   assign \w_row[2]  = w_row[95:64];
   assign \w_row[3]  = w_row[127:96];
-  assign \out$79[0]  = \out$79 [31:0];
-  assign \out$79[1]  = \out$79 [63:32];
-  assign \out$79[2]  = \out$79 [95:64];
-  assign \out$79[3]  = \out$79 [127:96];
-  assign \out$81[0]  = \out$81 [31:0];
-  assign \out$81[1]  = \out$81 [63:32];
-  assign \out$81[2]  = \out$81 [95:64];
-  assign \out$81[3]  = \out$81 [127:96];
-  assign \row$91[0]  = spm_a_data[7:0];
-  assign \row$91[1]  = spm_a_data[15:8];
-  assign \row$91[2]  = spm_a_data[23:16];
-  assign \row$91[3]  = spm_a_data[31:24];
+  assign \out$80[0]  = \out$80 [31:0];
+  assign \out$80[1]  = \out$80 [63:32];
+  assign \out$80[2]  = \out$80 [95:64];
+  assign \out$80[3]  = \out$80 [127:96];
+  assign \out$82[0]  = \out$82 [31:0];
+  assign \out$82[1]  = \out$82 [63:32];
+  assign \out$82[2]  = \out$82 [95:64];
+  assign \out$82[3]  = \out$82 [127:96];
+  assign \row$92[0]  = spm_a_data[7:0];
+  assign \row$92[1]  = spm_a_data[15:8];
+  assign \row$92[2]  = spm_a_data[23:16];
+  assign \row$92[3]  = spm_a_data[31:24];
   assign \col[0]  = col[7:0];
   assign \col[1]  = col[15:8];
   assign \col[2]  = col[23:16];
@@ -10390,171 +10393,163 @@ module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   wire \$130 ;
   wire [15:0] \$131 ;
   wire [9:0] \$132 ;
-  wire \$133 ;
+  wire [9:0] \$133 ;
   wire \$134 ;
   wire [9:0] \$135 ;
-  wire \$136 ;
-  wire [9:0] \$137 ;
+  wire [9:0] \$136 ;
+  wire \$137 ;
   wire \$138 ;
   wire \$139 ;
   wire \$14 ;
-  wire [9:0] \$140 ;
+  wire [20:0] \$140 ;
   wire \$141 ;
-  wire [20:0] \$142 ;
+  wire \$142 ;
   wire \$143 ;
-  wire \$144 ;
-  wire \$145 ;
-  wire [31:0] \$146 ;
-  wire [32:0] \$147 ;
+  wire [31:0] \$144 ;
+  wire [32:0] \$145 ;
+  wire \$146 ;
+  wire \$147 ;
   wire \$148 ;
-  wire \$149 ;
+  wire [7:0] \$149 ;
   wire \$15 ;
-  wire \$150 ;
-  wire [7:0] \$151 ;
-  wire [7:0] \$152 ;
-  wire [32:0] \$153 ;
-  wire [32:0] \$154 ;
+  wire [7:0] \$150 ;
+  wire [32:0] \$151 ;
+  wire [32:0] \$152 ;
+  wire \$153 ;
+  wire [31:0] \$154 ;
   wire \$155 ;
   wire [31:0] \$156 ;
   wire \$157 ;
   wire [31:0] \$158 ;
-  wire \$159 ;
+  wire [32:0] \$159 ;
   wire [32:0] \$16 ;
-  wire [31:0] \$160 ;
-  wire [32:0] \$161 ;
-  wire \$162 ;
-  wire \$163 ;
-  wire [7:0] \$164 ;
-  wire [79:0] \$165 ;
-  wire [80:0] \$166 ;
-  wire \$167 ;
-  wire [15:0] \$168 ;
-  wire [9:0] \$169 ;
+  wire \$160 ;
+  wire \$161 ;
+  wire [7:0] \$162 ;
+  wire [79:0] \$163 ;
+  wire [80:0] \$164 ;
+  wire \$165 ;
+  wire [15:0] \$166 ;
+  wire [9:0] \$167 ;
+  wire [9:0] \$168 ;
+  wire \$169 ;
   wire \$17 ;
-  wire \$170 ;
-  wire \$171 ;
-  wire [9:0] \$172 ;
+  wire [9:0] \$170 ;
+  wire [9:0] \$171 ;
+  wire \$172 ;
   wire \$173 ;
-  wire [9:0] \$174 ;
-  wire \$175 ;
+  wire \$174 ;
+  wire [20:0] \$175 ;
   wire \$176 ;
-  wire [9:0] \$177 ;
+  wire \$177 ;
   wire \$178 ;
-  wire [20:0] \$179 ;
+  wire [31:0] \$179 ;
   wire \$18 ;
-  wire \$180 ;
+  wire [32:0] \$180 ;
   wire \$181 ;
   wire \$182 ;
-  wire [31:0] \$183 ;
-  wire [32:0] \$184 ;
-  wire \$185 ;
-  wire \$186 ;
-  wire \$187 ;
-  wire [7:0] \$188 ;
-  wire [7:0] \$189 ;
+  wire \$183 ;
+  wire [7:0] \$184 ;
+  wire [7:0] \$185 ;
+  wire [32:0] \$186 ;
+  wire [32:0] \$187 ;
+  wire \$188 ;
+  wire [31:0] \$189 ;
   wire \$19 ;
-  wire [32:0] \$190 ;
-  wire [32:0] \$191 ;
+  wire \$190 ;
+  wire [31:0] \$191 ;
   wire \$192 ;
   wire [31:0] \$193 ;
-  wire \$194 ;
-  wire [31:0] \$195 ;
+  wire [32:0] \$194 ;
+  wire \$195 ;
   wire \$196 ;
-  wire [31:0] \$197 ;
-  wire [32:0] \$198 ;
-  wire \$199 ;
+  wire [7:0] \$197 ;
+  wire [79:0] \$198 ;
+  wire [80:0] \$199 ;
   wire \$2 ;
   wire \$20 ;
   wire \$200 ;
-  wire [7:0] \$201 ;
-  wire [79:0] \$202 ;
-  wire [80:0] \$203 ;
+  wire [15:0] \$201 ;
+  wire [9:0] \$202 ;
+  wire [9:0] \$203 ;
   wire \$204 ;
-  wire [15:0] \$205 ;
+  wire [9:0] \$205 ;
   wire [9:0] \$206 ;
   wire \$207 ;
   wire \$208 ;
-  wire [9:0] \$209 ;
+  wire \$209 ;
   wire \$21 ;
-  wire \$210 ;
-  wire [9:0] \$211 ;
+  wire [20:0] \$210 ;
+  wire \$211 ;
   wire \$212 ;
   wire \$213 ;
-  wire [9:0] \$214 ;
-  wire \$215 ;
-  wire [20:0] \$216 ;
+  wire [31:0] \$214 ;
+  wire [32:0] \$215 ;
+  wire \$216 ;
   wire \$217 ;
   wire \$218 ;
-  wire \$219 ;
+  wire [7:0] \$219 ;
   wire \$22 ;
-  wire [31:0] \$220 ;
+  wire [7:0] \$220 ;
   wire [32:0] \$221 ;
-  wire \$222 ;
+  wire [32:0] \$222 ;
   wire \$223 ;
-  wire \$224 ;
-  wire [7:0] \$225 ;
-  wire [7:0] \$226 ;
-  wire [32:0] \$227 ;
-  wire [32:0] \$228 ;
-  wire \$229 ;
+  wire [31:0] \$224 ;
+  wire \$225 ;
+  wire [31:0] \$226 ;
+  wire \$227 ;
+  wire [31:0] \$228 ;
+  wire [32:0] \$229 ;
   wire [32:0] \$23 ;
-  wire [31:0] \$230 ;
+  wire \$230 ;
   wire \$231 ;
-  wire [31:0] \$232 ;
-  wire \$233 ;
-  wire [31:0] \$234 ;
-  wire [32:0] \$235 ;
-  wire \$236 ;
-  wire \$237 ;
-  wire [7:0] \$238 ;
-  wire [79:0] \$239 ;
+  wire [7:0] \$232 ;
+  wire [79:0] \$233 ;
+  wire [80:0] \$234 ;
+  wire \$235 ;
+  wire [15:0] \$236 ;
+  wire [9:0] \$237 ;
+  wire [9:0] \$238 ;
+  wire \$239 ;
   wire [32:0] \$24 ;
-  wire [80:0] \$240 ;
-  wire \$241 ;
-  wire [15:0] \$242 ;
-  wire [9:0] \$243 ;
+  wire [9:0] \$240 ;
+  wire [9:0] \$241 ;
+  wire \$242 ;
+  wire \$243 ;
   wire \$244 ;
-  wire \$245 ;
-  wire [9:0] \$246 ;
+  wire [20:0] \$245 ;
+  wire \$246 ;
   wire \$247 ;
-  wire [9:0] \$248 ;
-  wire \$249 ;
+  wire \$248 ;
+  wire [31:0] \$249 ;
   wire [15:0] \$25 ;
-  wire \$250 ;
-  wire [9:0] \$251 ;
+  wire [32:0] \$250 ;
+  wire \$251 ;
   wire \$252 ;
-  wire [20:0] \$253 ;
-  wire \$254 ;
-  wire \$255 ;
-  wire \$256 ;
-  wire [31:0] \$257 ;
-  wire [32:0] \$258 ;
-  wire \$259 ;
+  wire \$253 ;
+  wire [7:0] \$254 ;
+  wire [7:0] \$255 ;
+  wire [1:0] \$256 ;
+  wire [2:0] \$257 ;
+  wire [3:0] \$258 ;
+  wire [1:0] \$259 ;
   wire [15:0] \$26 ;
-  wire \$260 ;
-  wire \$261 ;
-  wire [7:0] \$262 ;
-  wire [7:0] \$263 ;
-  wire [1:0] \$264 ;
-  wire [2:0] \$265 ;
-  wire [3:0] \$266 ;
-  wire [1:0] \$267 ;
-  wire [2:0] \$268 ;
-  wire [3:0] \$269 ;
+  wire [2:0] \$260 ;
+  wire [3:0] \$261 ;
+  wire [1:0] \$262 ;
+  wire [2:0] \$263 ;
+  wire [3:0] \$264 ;
+  reg [10:0] \$265 ;
+  reg [10:0] \$266 ;
+  reg [10:0] \$267 ;
+  reg [10:0] \$268 ;
+  reg [10:0] \$269 ;
   wire [31:0] \$27 ;
-  wire [1:0] \$270 ;
-  wire [2:0] \$271 ;
-  wire [3:0] \$272 ;
-  reg [10:0] \$273 ;
-  reg [10:0] \$274 ;
-  reg [10:0] \$275 ;
-  reg [10:0] \$276 ;
-  reg [10:0] \$277 ;
-  reg [10:0] \$278 ;
-  reg [10:0] \$279 ;
+  reg [10:0] \$270 ;
+  reg [10:0] \$271 ;
+  reg [10:0] \$272 ;
+  reg [127:0] \$273 ;
   wire [32:0] \$28 ;
-  reg [10:0] \$280 ;
-  reg [127:0] \$281 ;
   wire [32:0] \$29 ;
   wire \$3 ;
   wire [33:0] \$30 ;
@@ -10946,7 +10941,7 @@ module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   end
   always @(posedge clk) begin
     if (\write__en$185 )
-      table_high0[\$137 [7:0]] <= write__data;
+      table_high0[\$135 [7:0]] <= write__data;
   end
   reg [15:0] _0_;
   always @(posedge clk) begin
@@ -10959,7 +10954,7 @@ module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   end
   always @(posedge clk) begin
     if (\write__en$197 )
-      table_high1[\$174 [7:0]] <= write__data;
+      table_high1[\$170 [7:0]] <= write__data;
   end
   reg [15:0] _1_;
   always @(posedge clk) begin
@@ -10972,7 +10967,7 @@ module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   end
   always @(posedge clk) begin
     if (\write__en$209 )
-      table_high2[\$211 [7:0]] <= write__data;
+      table_high2[\$205 [7:0]] <= write__data;
   end
   reg [15:0] _2_;
   always @(posedge clk) begin
@@ -10985,7 +10980,7 @@ module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   end
   always @(posedge clk) begin
     if (\write__en$221 )
-      table_high3[\$248 [7:0]] <= write__data;
+      table_high3[\$240 [7:0]] <= write__data;
   end
   reg [15:0] _3_;
   always @(posedge clk) begin
@@ -11011,7 +11006,7 @@ module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   end
   always @(posedge clk) begin
     if (\write__en$193 )
-      table_low1[\$169 [7:0]] <= write__data;
+      table_low1[\$167 [7:0]] <= write__data;
   end
   reg [15:0] _5_;
   always @(posedge clk) begin
@@ -11024,7 +11019,7 @@ module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   end
   always @(posedge clk) begin
     if (\write__en$205 )
-      table_low2[\$206 [7:0]] <= write__data;
+      table_low2[\$202 [7:0]] <= write__data;
   end
   reg [15:0] _6_;
   always @(posedge clk) begin
@@ -11037,7 +11032,7 @@ module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   end
   always @(posedge clk) begin
     if (\write__en$217 )
-      table_low3[\$243 [7:0]] <= write__data;
+      table_low3[\$237 [7:0]] <= write__data;
   end
   reg [15:0] _7_;
   always @(posedge clk) begin
@@ -11175,190 +11170,182 @@ module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   assign \$131  = x1_0[15:0] & \$129 [15:0];
   assign frac0 = \$130  ? 16'h0000 : \$131 ;
   assign \$132  = table_index - 1'h0;
-  assign \$133  = table_index >= 1'h0;
-  assign \$134  = table_we & \$133 ;
-  assign \$135  = table_index - 1'h0;
-  assign \$136  = $signed(\$135 ) < $signed(10'h100);
-  assign write__en = \$134  & \$136 ;
-  assign \$137  = table_index - 1'h1;
+  assign \$133  = table_index - 1'h0;
+  assign \$134  = $signed(\$133 ) < $signed(10'h100);
+  assign write__en = table_we & \$134 ;
+  assign \$135  = table_index - 1'h1;
+  assign \$136  = table_index - 1'h1;
+  assign \$137  = $signed(\$136 ) < $signed(10'h100);
   assign \$138  = table_index >= 1'h1;
-  assign \$139  = table_we & \$138 ;
-  assign \$140  = table_index - 1'h1;
-  assign \$141  = $signed(\$140 ) < $signed(10'h100);
-  assign \write__en$185  = \$139  & \$141 ;
+  assign \$139  = \$137  & \$138 ;
+  assign \write__en$185  = table_we & \$139 ;
   assign diff0 = $signed(\read__data$35 ) - $signed(read__data);
-  assign \$142  = $signed(r7_0[19:0]) + $signed(base7_0);
-  assign value0 = ctl7[1] ? { \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142  } : r7_0;
-  assign \$143  = ! value0[63:31];
-  assign \$144  = value0[63:31] == 33'h1ffffffff;
-  assign \$145  = \$143  | \$144 ;
-  assign \$146  = value0[63] ? 32'd2147483648 : 32'd2147483647;
-  assign \$147  = \$145  ? { 1'h0, value0[31:0] } : { \$146 [31], \$146  };
-  assign \$148  = ! value0[63:7];
-  assign \$149  = value0[63:7] == 57'h1ffffffffffffff;
-  assign \$150  = \$148  | \$149 ;
-  assign \$151  = value0[63] ? 8'h80 : 8'h7f;
-  assign \$152  = \$150  ? value0[7:0] : \$151 ;
-  assign \$153  = $signed(a[63:32]) + $signed(b[63:32]);
-  assign \$154  = $signed(a[63:32]) - $signed(b[63:32]);
-  assign \$155  = $signed(a[63:32]) > $signed(b[63:32]);
+  assign \$140  = $signed(r7_0[19:0]) + $signed(base7_0);
+  assign value0 = ctl7[1] ? { \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140  } : r7_0;
+  assign \$141  = ! value0[63:31];
+  assign \$142  = value0[63:31] == 33'h1ffffffff;
+  assign \$143  = \$141  | \$142 ;
+  assign \$144  = value0[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$145  = \$143  ? { 1'h0, value0[31:0] } : { \$144 [31], \$144  };
+  assign \$146  = ! value0[63:7];
+  assign \$147  = value0[63:7] == 57'h1ffffffffffffff;
+  assign \$148  = \$146  | \$147 ;
+  assign \$149  = value0[63] ? 8'h80 : 8'h7f;
+  assign \$150  = \$148  ? value0[7:0] : \$149 ;
+  assign \$151  = $signed(a[63:32]) + $signed(b[63:32]);
+  assign \$152  = $signed(a[63:32]) - $signed(b[63:32]);
+  assign \$153  = $signed(a[63:32]) > $signed(b[63:32]);
+  assign \$154  = \$153  ? a[63:32] : b[63:32];
+  assign \$155  = $signed(a[63:32]) < $signed(b[63:32]);
   assign \$156  = \$155  ? a[63:32] : b[63:32];
-  assign \$157  = $signed(a[63:32]) < $signed(b[63:32]);
-  assign \$158  = \$157  ? a[63:32] : b[63:32];
-  assign \$159  = $signed(a[63:32]) < $signed(imm);
-  assign \$160  = \$159  ? imm : a[63:32];
-  assign \$161  = $signed(a[63:32]) - $signed(imm);
+  assign \$157  = $signed(a[63:32]) < $signed(imm);
+  assign \$158  = \$157  ? imm : a[63:32];
+  assign \$159  = $signed(a[63:32]) - $signed(imm);
   assign scaled1 = $signed(x1_1) >>> ctl1[10:5];
-  assign \$162  = ~ x1_1[32];
-  assign \$163  = | scaled1[32:8];
-  assign over1 = \$162  & \$163 ;
-  assign \$164  = x1_1[32] ? 8'h00 : scaled1[7:0];
-  assign index1 = over1 ? 8'hff : \$164 ;
-  assign \$165  = 1'h1 << ctl1[10:5];
-  assign \$166  = \$165  - 1'h1;
-  assign \$167  = x1_1[32] | over1;
-  assign \$168  = x1_1[15:0] & \$166 [15:0];
-  assign frac1 = \$167  ? 16'h0000 : \$168 ;
-  assign \$169  = table_index - 1'h0;
-  assign \$170  = table_index >= 1'h0;
-  assign \$171  = table_we & \$170 ;
-  assign \$172  = table_index - 1'h0;
-  assign \$173  = $signed(\$172 ) < $signed(10'h100);
-  assign \write__en$193  = \$171  & \$173 ;
-  assign \$174  = table_index - 1'h1;
-  assign \$175  = table_index >= 1'h1;
-  assign \$176  = table_we & \$175 ;
-  assign \$177  = table_index - 1'h1;
-  assign \$178  = $signed(\$177 ) < $signed(10'h100);
-  assign \write__en$197  = \$176  & \$178 ;
+  assign \$160  = ~ x1_1[32];
+  assign \$161  = | scaled1[32:8];
+  assign over1 = \$160  & \$161 ;
+  assign \$162  = x1_1[32] ? 8'h00 : scaled1[7:0];
+  assign index1 = over1 ? 8'hff : \$162 ;
+  assign \$163  = 1'h1 << ctl1[10:5];
+  assign \$164  = \$163  - 1'h1;
+  assign \$165  = x1_1[32] | over1;
+  assign \$166  = x1_1[15:0] & \$164 [15:0];
+  assign frac1 = \$165  ? 16'h0000 : \$166 ;
+  assign \$167  = table_index - 1'h0;
+  assign \$168  = table_index - 1'h0;
+  assign \$169  = $signed(\$168 ) < $signed(10'h100);
+  assign \write__en$193  = table_we & \$169 ;
+  assign \$170  = table_index - 1'h1;
+  assign \$171  = table_index - 1'h1;
+  assign \$172  = $signed(\$171 ) < $signed(10'h100);
+  assign \$173  = table_index >= 1'h1;
+  assign \$174  = \$172  & \$173 ;
+  assign \write__en$197  = table_we & \$174 ;
   assign diff1 = $signed(\read__data$70 ) - $signed(\read__data$69 );
-  assign \$179  = $signed(r7_1[19:0]) + $signed(base7_1);
-  assign value1 = ctl7[1] ? { \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179  } : r7_1;
-  assign \$180  = ! value1[63:31];
-  assign \$181  = value1[63:31] == 33'h1ffffffff;
-  assign \$182  = \$180  | \$181 ;
-  assign \$183  = value1[63] ? 32'd2147483648 : 32'd2147483647;
-  assign \$184  = \$182  ? { 1'h0, value1[31:0] } : { \$183 [31], \$183  };
-  assign \$185  = ! value1[63:7];
-  assign \$186  = value1[63:7] == 57'h1ffffffffffffff;
-  assign \$187  = \$185  | \$186 ;
-  assign \$188  = value1[63] ? 8'h80 : 8'h7f;
-  assign \$189  = \$187  ? value1[7:0] : \$188 ;
-  assign \$190  = $signed(a[95:64]) + $signed(b[95:64]);
-  assign \$191  = $signed(a[95:64]) - $signed(b[95:64]);
-  assign \$192  = $signed(a[95:64]) > $signed(b[95:64]);
-  assign \$193  = \$192  ? a[95:64] : b[95:64];
-  assign \$194  = $signed(a[95:64]) < $signed(b[95:64]);
-  assign \$195  = \$194  ? a[95:64] : b[95:64];
-  assign \$196  = $signed(a[95:64]) < $signed(imm);
-  assign \$197  = \$196  ? imm : a[95:64];
-  assign \$198  = $signed(a[95:64]) - $signed(imm);
+  assign \$175  = $signed(r7_1[19:0]) + $signed(base7_1);
+  assign value1 = ctl7[1] ? { \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175  } : r7_1;
+  assign \$176  = ! value1[63:31];
+  assign \$177  = value1[63:31] == 33'h1ffffffff;
+  assign \$178  = \$176  | \$177 ;
+  assign \$179  = value1[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$180  = \$178  ? { 1'h0, value1[31:0] } : { \$179 [31], \$179  };
+  assign \$181  = ! value1[63:7];
+  assign \$182  = value1[63:7] == 57'h1ffffffffffffff;
+  assign \$183  = \$181  | \$182 ;
+  assign \$184  = value1[63] ? 8'h80 : 8'h7f;
+  assign \$185  = \$183  ? value1[7:0] : \$184 ;
+  assign \$186  = $signed(a[95:64]) + $signed(b[95:64]);
+  assign \$187  = $signed(a[95:64]) - $signed(b[95:64]);
+  assign \$188  = $signed(a[95:64]) > $signed(b[95:64]);
+  assign \$189  = \$188  ? a[95:64] : b[95:64];
+  assign \$190  = $signed(a[95:64]) < $signed(b[95:64]);
+  assign \$191  = \$190  ? a[95:64] : b[95:64];
+  assign \$192  = $signed(a[95:64]) < $signed(imm);
+  assign \$193  = \$192  ? imm : a[95:64];
+  assign \$194  = $signed(a[95:64]) - $signed(imm);
   assign scaled2 = $signed(x1_2) >>> ctl1[10:5];
-  assign \$199  = ~ x1_2[32];
-  assign \$200  = | scaled2[32:8];
-  assign over2 = \$199  & \$200 ;
-  assign \$201  = x1_2[32] ? 8'h00 : scaled2[7:0];
-  assign index2 = over2 ? 8'hff : \$201 ;
-  assign \$202  = 1'h1 << ctl1[10:5];
-  assign \$203  = \$202  - 1'h1;
-  assign \$204  = x1_2[32] | over2;
-  assign \$205  = x1_2[15:0] & \$203 [15:0];
-  assign frac2 = \$204  ? 16'h0000 : \$205 ;
-  assign \$206  = table_index - 1'h0;
-  assign \$207  = table_index >= 1'h0;
-  assign \$208  = table_we & \$207 ;
-  assign \$209  = table_index - 1'h0;
-  assign \$210  = $signed(\$209 ) < $signed(10'h100);
-  assign \write__en$205  = \$208  & \$210 ;
-  assign \$211  = table_index - 1'h1;
-  assign \$212  = table_index >= 1'h1;
-  assign \$213  = table_we & \$212 ;
-  assign \$214  = table_index - 1'h1;
-  assign \$215  = $signed(\$214 ) < $signed(10'h100);
-  assign \write__en$209  = \$213  & \$215 ;
+  assign \$195  = ~ x1_2[32];
+  assign \$196  = | scaled2[32:8];
+  assign over2 = \$195  & \$196 ;
+  assign \$197  = x1_2[32] ? 8'h00 : scaled2[7:0];
+  assign index2 = over2 ? 8'hff : \$197 ;
+  assign \$198  = 1'h1 << ctl1[10:5];
+  assign \$199  = \$198  - 1'h1;
+  assign \$200  = x1_2[32] | over2;
+  assign \$201  = x1_2[15:0] & \$199 [15:0];
+  assign frac2 = \$200  ? 16'h0000 : \$201 ;
+  assign \$202  = table_index - 1'h0;
+  assign \$203  = table_index - 1'h0;
+  assign \$204  = $signed(\$203 ) < $signed(10'h100);
+  assign \write__en$205  = table_we & \$204 ;
+  assign \$205  = table_index - 1'h1;
+  assign \$206  = table_index - 1'h1;
+  assign \$207  = $signed(\$206 ) < $signed(10'h100);
+  assign \$208  = table_index >= 1'h1;
+  assign \$209  = \$207  & \$208 ;
+  assign \write__en$209  = table_we & \$209 ;
   assign diff2 = $signed(\read__data$102 ) - $signed(\read__data$101 );
-  assign \$216  = $signed(r7_2[19:0]) + $signed(base7_2);
-  assign value2 = ctl7[1] ? { \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216  } : r7_2;
-  assign \$217  = ! value2[63:31];
-  assign \$218  = value2[63:31] == 33'h1ffffffff;
-  assign \$219  = \$217  | \$218 ;
-  assign \$220  = value2[63] ? 32'd2147483648 : 32'd2147483647;
-  assign \$221  = \$219  ? { 1'h0, value2[31:0] } : { \$220 [31], \$220  };
-  assign \$222  = ! value2[63:7];
-  assign \$223  = value2[63:7] == 57'h1ffffffffffffff;
-  assign \$224  = \$222  | \$223 ;
-  assign \$225  = value2[63] ? 8'h80 : 8'h7f;
-  assign \$226  = \$224  ? value2[7:0] : \$225 ;
-  assign \$227  = $signed(a[127:96]) + $signed(b[127:96]);
-  assign \$228  = $signed(a[127:96]) - $signed(b[127:96]);
-  assign \$229  = $signed(a[127:96]) > $signed(b[127:96]);
-  assign \$230  = \$229  ? a[127:96] : b[127:96];
-  assign \$231  = $signed(a[127:96]) < $signed(b[127:96]);
-  assign \$232  = \$231  ? a[127:96] : b[127:96];
-  assign \$233  = $signed(a[127:96]) < $signed(imm);
-  assign \$234  = \$233  ? imm : a[127:96];
-  assign \$235  = $signed(a[127:96]) - $signed(imm);
+  assign \$210  = $signed(r7_2[19:0]) + $signed(base7_2);
+  assign value2 = ctl7[1] ? { \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210  } : r7_2;
+  assign \$211  = ! value2[63:31];
+  assign \$212  = value2[63:31] == 33'h1ffffffff;
+  assign \$213  = \$211  | \$212 ;
+  assign \$214  = value2[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$215  = \$213  ? { 1'h0, value2[31:0] } : { \$214 [31], \$214  };
+  assign \$216  = ! value2[63:7];
+  assign \$217  = value2[63:7] == 57'h1ffffffffffffff;
+  assign \$218  = \$216  | \$217 ;
+  assign \$219  = value2[63] ? 8'h80 : 8'h7f;
+  assign \$220  = \$218  ? value2[7:0] : \$219 ;
+  assign \$221  = $signed(a[127:96]) + $signed(b[127:96]);
+  assign \$222  = $signed(a[127:96]) - $signed(b[127:96]);
+  assign \$223  = $signed(a[127:96]) > $signed(b[127:96]);
+  assign \$224  = \$223  ? a[127:96] : b[127:96];
+  assign \$225  = $signed(a[127:96]) < $signed(b[127:96]);
+  assign \$226  = \$225  ? a[127:96] : b[127:96];
+  assign \$227  = $signed(a[127:96]) < $signed(imm);
+  assign \$228  = \$227  ? imm : a[127:96];
+  assign \$229  = $signed(a[127:96]) - $signed(imm);
   assign scaled3 = $signed(x1_3) >>> ctl1[10:5];
-  assign \$236  = ~ x1_3[32];
-  assign \$237  = | scaled3[32:8];
-  assign over3 = \$236  & \$237 ;
-  assign \$238  = x1_3[32] ? 8'h00 : scaled3[7:0];
-  assign index3 = over3 ? 8'hff : \$238 ;
-  assign \$239  = 1'h1 << ctl1[10:5];
-  assign \$240  = \$239  - 1'h1;
-  assign \$241  = x1_3[32] | over3;
-  assign \$242  = x1_3[15:0] & \$240 [15:0];
-  assign frac3 = \$241  ? 16'h0000 : \$242 ;
-  assign \$243  = table_index - 1'h0;
-  assign \$244  = table_index >= 1'h0;
-  assign \$245  = table_we & \$244 ;
-  assign \$246  = table_index - 1'h0;
-  assign \$247  = $signed(\$246 ) < $signed(10'h100);
-  assign \write__en$217  = \$245  & \$247 ;
-  assign \$248  = table_index - 1'h1;
-  assign \$249  = table_index >= 1'h1;
-  assign \$250  = table_we & \$249 ;
-  assign \$251  = table_index - 1'h1;
-  assign \$252  = $signed(\$251 ) < $signed(10'h100);
-  assign \write__en$221  = \$250  & \$252 ;
+  assign \$230  = ~ x1_3[32];
+  assign \$231  = | scaled3[32:8];
+  assign over3 = \$230  & \$231 ;
+  assign \$232  = x1_3[32] ? 8'h00 : scaled3[7:0];
+  assign index3 = over3 ? 8'hff : \$232 ;
+  assign \$233  = 1'h1 << ctl1[10:5];
+  assign \$234  = \$233  - 1'h1;
+  assign \$235  = x1_3[32] | over3;
+  assign \$236  = x1_3[15:0] & \$234 [15:0];
+  assign frac3 = \$235  ? 16'h0000 : \$236 ;
+  assign \$237  = table_index - 1'h0;
+  assign \$238  = table_index - 1'h0;
+  assign \$239  = $signed(\$238 ) < $signed(10'h100);
+  assign \write__en$217  = table_we & \$239 ;
+  assign \$240  = table_index - 1'h1;
+  assign \$241  = table_index - 1'h1;
+  assign \$242  = $signed(\$241 ) < $signed(10'h100);
+  assign \$243  = table_index >= 1'h1;
+  assign \$244  = \$242  & \$243 ;
+  assign \write__en$221  = table_we & \$244 ;
   assign diff3 = $signed(\read__data$134 ) - $signed(\read__data$133 );
-  assign \$253  = $signed(r7_3[19:0]) + $signed(base7_3);
-  assign value3 = ctl7[1] ? { \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253  } : r7_3;
-  assign \$254  = ! value3[63:31];
-  assign \$255  = value3[63:31] == 33'h1ffffffff;
-  assign \$256  = \$254  | \$255 ;
-  assign \$257  = value3[63] ? 32'd2147483648 : 32'd2147483647;
-  assign \$258  = \$256  ? { 1'h0, value3[31:0] } : { \$257 [31], \$257  };
-  assign \$259  = ! value3[63:7];
-  assign \$260  = value3[63:7] == 57'h1ffffffffffffff;
-  assign \$261  = \$259  | \$260 ;
-  assign \$262  = value3[63] ? 8'h80 : 8'h7f;
-  assign \$263  = \$261  ? value3[7:0] : \$262 ;
-  assign \$264  = hit2_0 + hit2_1;
-  assign \$265  = \$264  + hit2_2;
-  assign \$266  = \$265  + hit2_3;
-  assign \$267  = under2_0 + under2_1;
-  assign \$268  = \$267  + under2_2;
-  assign \$269  = \$268  + under2_3;
-  assign \$270  = \over2_0$29  + \over2_1$64 ;
-  assign \$271  = \$270  + \over2_2$96 ;
-  assign \$272  = \$271  + \over2_3$128 ;
+  assign \$245  = $signed(r7_3[19:0]) + $signed(base7_3);
+  assign value3 = ctl7[1] ? { \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245  } : r7_3;
+  assign \$246  = ! value3[63:31];
+  assign \$247  = value3[63:31] == 33'h1ffffffff;
+  assign \$248  = \$246  | \$247 ;
+  assign \$249  = value3[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$250  = \$248  ? { 1'h0, value3[31:0] } : { \$249 [31], \$249  };
+  assign \$251  = ! value3[63:7];
+  assign \$252  = value3[63:7] == 57'h1ffffffffffffff;
+  assign \$253  = \$251  | \$252 ;
+  assign \$254  = value3[63] ? 8'h80 : 8'h7f;
+  assign \$255  = \$253  ? value3[7:0] : \$254 ;
+  assign \$256  = hit2_0 + hit2_1;
+  assign \$257  = \$256  + hit2_2;
+  assign \$258  = \$257  + hit2_3;
+  assign \$259  = under2_0 + under2_1;
+  assign \$260  = \$259  + under2_2;
+  assign \$261  = \$260  + under2_3;
+  assign \$262  = \over2_0$29  + \over2_1$64 ;
+  assign \$263  = \$262  + \over2_2$96 ;
+  assign \$264  = \$263  + \over2_3$128 ;
   always @(posedge clk)
-    ctl1 <= \$273 ;
+    ctl1 <= \$265 ;
   always @(posedge clk)
-    ctl2 <= \$274 ;
+    ctl2 <= \$266 ;
   always @(posedge clk)
-    ctl3 <= \$275 ;
+    ctl3 <= \$267 ;
   always @(posedge clk)
-    ctl4 <= \$276 ;
+    ctl4 <= \$268 ;
   always @(posedge clk)
-    ctl5 <= \$277 ;
+    ctl5 <= \$269 ;
   always @(posedge clk)
-    ctl6 <= \$278 ;
+    ctl6 <= \$270 ;
   always @(posedge clk)
-    ctl7 <= \$279 ;
+    ctl7 <= \$271 ;
   always @(posedge clk)
-    ctl8 <= \$280 ;
+    ctl8 <= \$272 ;
   always @(posedge clk)
     imm2_1 <= imm2;
   always @(posedge clk)
@@ -11408,7 +11395,7 @@ module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   always @(posedge clk)
     base7_0 <= base6_0;
   always @(posedge clk)
-    out <= \$281 ;
+    out <= \$273 ;
   always @(posedge clk)
     x1_1 <= alu1;
   always @(posedge clk)
@@ -11548,7 +11535,7 @@ module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   always @(posedge clk)
     base7_3 <= base6_3;
   always @(posedge clk)
-    hits3 <= \$266 [2:0];
+    hits3 <= \$258 [2:0];
   always @(posedge clk)
     hits4 <= hits3;
   always @(posedge clk)
@@ -11560,7 +11547,7 @@ module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   always @(posedge clk)
     hits8 <= hits7;
   always @(posedge clk)
-    unders3 <= \$269 [2:0];
+    unders3 <= \$261 [2:0];
   always @(posedge clk)
     unders4 <= unders3;
   always @(posedge clk)
@@ -11572,7 +11559,7 @@ module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   always @(posedge clk)
     unders8 <= unders7;
   always @(posedge clk)
-    overs3 <= \$272 [2:0];
+    overs3 <= \$264 [2:0];
   always @(posedge clk)
     overs4 <= overs3;
   always @(posedge clk)
@@ -11585,73 +11572,73 @@ module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
     overs8 <= overs7;
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
-    \$273 [0] = valid;
-    \$273 [1] = \$1 ;
-    \$273 [2] = \$6 ;
-    \$273 [3] = \$7 ;
-    \$273 [4] = d_acc;
-    \$273 [10:5] = \$13 ;
+    \$265 [0] = valid;
+    \$265 [1] = \$1 ;
+    \$265 [2] = \$6 ;
+    \$265 [3] = \$7 ;
+    \$265 [4] = d_acc;
+    \$265 [10:5] = \$13 ;
     if (rst) begin
-      \$273  = 11'h000;
+      \$265  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
-    \$274  = ctl1;
+    \$266  = ctl1;
     if (rst) begin
-      \$274  = 11'h000;
+      \$266  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
-    \$275  = ctl2;
+    \$267  = ctl2;
     if (rst) begin
-      \$275  = 11'h000;
+      \$267  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
-    \$276  = ctl3;
+    \$268  = ctl3;
     if (rst) begin
-      \$276  = 11'h000;
+      \$268  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
-    \$277  = ctl4;
+    \$269  = ctl4;
     if (rst) begin
-      \$277  = 11'h000;
+      \$269  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
-    \$278  = ctl5;
+    \$270  = ctl5;
     if (rst) begin
-      \$278  = 11'h000;
+      \$270  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
-    \$279  = ctl6;
+    \$271  = ctl6;
     if (rst) begin
-      \$279  = 11'h000;
+      \$271  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
-    \$280  = ctl7;
+    \$272  = ctl7;
     if (rst) begin
-      \$280  = 11'h000;
+      \$272  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
-    \$281 [31:0] = \$37 [31:0];
-    \$281 [63:32] = \$61 [31:0];
-    \$281 [95:64] = \$85 [31:0];
-    \$281 [127:96] = \$109 [31:0];
+    \$273 [31:0] = \$37 [31:0];
+    \$273 [63:32] = \$61 [31:0];
+    \$273 [95:64] = \$85 [31:0];
+    \$273 [127:96] = \$109 [31:0];
     if (rst) begin
-      \$281  = 128'h00000000000000000000000000000000;
+      \$273  = 128'h00000000000000000000000000000000;
     end
   end
   always @* begin
@@ -11692,9 +11679,9 @@ module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
     (* full_case = 32'd1 *)
     if (ctl7[4]) begin
-      sat0 = \$147 [31:0];
+      sat0 = \$145 [31:0];
     end else begin
-      sat0 = { \$152 [7], \$152 [7], \$152 [7], \$152 [7], \$152 [7], \$152 [7], \$152 [7], \$152 [7], \$152 [7], \$152 [7], \$152 [7], \$152 [7], \$152 [7], \$152 [7], \$152 [7], \$152 [7], \$152 [7], \$152 [7], \$152 [7], \$152 [7], \$152 [7], \$152 [7], \$152 [7], \$152 [7], \$152  };
+      sat0 = { \$150 [7], \$150 [7], \$150 [7], \$150 [7], \$150 [7], \$150 [7], \$150 [7], \$150 [7], \$150 [7], \$150 [7], \$150 [7], \$150 [7], \$150 [7], \$150 [7], \$150 [7], \$150 [7], \$150 [7], \$150 [7], \$150 [7], \$150 [7], \$150 [7], \$150 [7], \$150 [7], \$150 [7], \$150  };
     end
   end
   always @* begin
@@ -11702,17 +11689,17 @@ module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
     (* full_case = 32'd1 *)
     casez (vop)
       4'h0:
-          alu1 = \$153 ;
+          alu1 = \$151 ;
       4'h1:
-          alu1 = \$154 ;
+          alu1 = \$152 ;
       4'h3:
-          alu1 = { \$156 [31], \$156  };
+          alu1 = { \$154 [31], \$154  };
       4'h4:
-          alu1 = { \$158 [31], \$158  };
+          alu1 = { \$156 [31], \$156  };
       4'h7:
-          alu1 = { \$160 [31], \$160  };
+          alu1 = { \$158 [31], \$158  };
       4'he:
-          alu1 = \$161 ;
+          alu1 = \$159 ;
       default:
           alu1 = { a[63], a[63:32] };
     endcase
@@ -11735,9 +11722,9 @@ module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
     (* full_case = 32'd1 *)
     if (ctl7[4]) begin
-      sat1 = \$184 [31:0];
+      sat1 = \$180 [31:0];
     end else begin
-      sat1 = { \$189 [7], \$189 [7], \$189 [7], \$189 [7], \$189 [7], \$189 [7], \$189 [7], \$189 [7], \$189 [7], \$189 [7], \$189 [7], \$189 [7], \$189 [7], \$189 [7], \$189 [7], \$189 [7], \$189 [7], \$189 [7], \$189 [7], \$189 [7], \$189 [7], \$189 [7], \$189 [7], \$189 [7], \$189  };
+      sat1 = { \$185 [7], \$185 [7], \$185 [7], \$185 [7], \$185 [7], \$185 [7], \$185 [7], \$185 [7], \$185 [7], \$185 [7], \$185 [7], \$185 [7], \$185 [7], \$185 [7], \$185 [7], \$185 [7], \$185 [7], \$185 [7], \$185 [7], \$185 [7], \$185 [7], \$185 [7], \$185 [7], \$185 [7], \$185  };
     end
   end
   always @* begin
@@ -11745,17 +11732,17 @@ module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
     (* full_case = 32'd1 *)
     casez (vop)
       4'h0:
-          alu2 = \$190 ;
+          alu2 = \$186 ;
       4'h1:
-          alu2 = \$191 ;
+          alu2 = \$187 ;
       4'h3:
-          alu2 = { \$193 [31], \$193  };
+          alu2 = { \$189 [31], \$189  };
       4'h4:
-          alu2 = { \$195 [31], \$195  };
+          alu2 = { \$191 [31], \$191  };
       4'h7:
-          alu2 = { \$197 [31], \$197  };
+          alu2 = { \$193 [31], \$193  };
       4'he:
-          alu2 = \$198 ;
+          alu2 = \$194 ;
       default:
           alu2 = { a[95], a[95:64] };
     endcase
@@ -11778,9 +11765,9 @@ module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
     (* full_case = 32'd1 *)
     if (ctl7[4]) begin
-      sat2 = \$221 [31:0];
+      sat2 = \$215 [31:0];
     end else begin
-      sat2 = { \$226 [7], \$226 [7], \$226 [7], \$226 [7], \$226 [7], \$226 [7], \$226 [7], \$226 [7], \$226 [7], \$226 [7], \$226 [7], \$226 [7], \$226 [7], \$226 [7], \$226 [7], \$226 [7], \$226 [7], \$226 [7], \$226 [7], \$226 [7], \$226 [7], \$226 [7], \$226 [7], \$226 [7], \$226  };
+      sat2 = { \$220 [7], \$220 [7], \$220 [7], \$220 [7], \$220 [7], \$220 [7], \$220 [7], \$220 [7], \$220 [7], \$220 [7], \$220 [7], \$220 [7], \$220 [7], \$220 [7], \$220 [7], \$220 [7], \$220 [7], \$220 [7], \$220 [7], \$220 [7], \$220 [7], \$220 [7], \$220 [7], \$220 [7], \$220  };
     end
   end
   always @* begin
@@ -11788,17 +11775,17 @@ module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
     (* full_case = 32'd1 *)
     casez (vop)
       4'h0:
-          alu3 = \$227 ;
+          alu3 = \$221 ;
       4'h1:
-          alu3 = \$228 ;
+          alu3 = \$222 ;
       4'h3:
-          alu3 = { \$230 [31], \$230  };
+          alu3 = { \$224 [31], \$224  };
       4'h4:
-          alu3 = { \$232 [31], \$232  };
+          alu3 = { \$226 [31], \$226  };
       4'h7:
-          alu3 = { \$234 [31], \$234  };
+          alu3 = { \$228 [31], \$228  };
       4'he:
-          alu3 = \$235 ;
+          alu3 = \$229 ;
       default:
           alu3 = { a[127], a[127:96] };
     endcase
@@ -11821,9 +11808,9 @@ module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
     (* full_case = 32'd1 *)
     if (ctl7[4]) begin
-      sat3 = \$258 [31:0];
+      sat3 = \$250 [31:0];
     end else begin
-      sat3 = { \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263  };
+      sat3 = { \$255 [7], \$255 [7], \$255 [7], \$255 [7], \$255 [7], \$255 [7], \$255 [7], \$255 [7], \$255 [7], \$255 [7], \$255 [7], \$255 [7], \$255 [7], \$255 [7], \$255 [7], \$255 [7], \$255 [7], \$255 [7], \$255 [7], \$255 [7], \$255 [7], \$255 [7], \$255 [7], \$255 [7], \$255  };
     end
   end
   assign under0 = x1_0[32];
@@ -11832,37 +11819,37 @@ module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   assign under1 = x1_1[32];
   assign under2 = x1_2[32];
   assign under3 = x1_3[32];
-  assign hits = \$266 [2:0];
-  assign unders = \$269 [2:0];
-  assign overs = \$272 [2:0];
+  assign hits = \$258 [2:0];
+  assign unders = \$261 [2:0];
+  assign overs = \$264 [2:0];
   assign out_valid = ctl8[0];
   assign shl_y = \$110 [32:0];
   assign mask0 = \$129 [15:0];
   assign write__addr = \$132 [7:0];
   assign table_data = write__data;
   assign read__addr = index0;
-  assign \write__addr$183  = \$137 [7:0];
+  assign \write__addr$183  = \$135 [7:0];
   assign \write__data$184  = write__data;
   assign \read__addr$186  = index0;
-  assign mask1 = \$166 [15:0];
-  assign \write__addr$191  = \$169 [7:0];
+  assign mask1 = \$164 [15:0];
+  assign \write__addr$191  = \$167 [7:0];
   assign \write__data$192  = write__data;
   assign \read__addr$194  = index1;
-  assign \write__addr$195  = \$174 [7:0];
+  assign \write__addr$195  = \$170 [7:0];
   assign \write__data$196  = write__data;
   assign \read__addr$198  = index1;
-  assign mask2 = \$203 [15:0];
-  assign \write__addr$203  = \$206 [7:0];
+  assign mask2 = \$199 [15:0];
+  assign \write__addr$203  = \$202 [7:0];
   assign \write__data$204  = write__data;
   assign \read__addr$206  = index2;
-  assign \write__addr$207  = \$211 [7:0];
+  assign \write__addr$207  = \$205 [7:0];
   assign \write__data$208  = write__data;
   assign \read__addr$210  = index2;
-  assign mask3 = \$240 [15:0];
-  assign \write__addr$215  = \$243 [7:0];
+  assign mask3 = \$234 [15:0];
+  assign \write__addr$215  = \$237 [7:0];
   assign \write__data$216  = write__data;
   assign \read__addr$218  = index3;
-  assign \write__addr$219  = \$248 [7:0];
+  assign \write__addr$219  = \$240 [7:0];
   assign \write__data$220  = write__data;
   assign \read__addr$222  = index3;
   assign \hits$224  = hits8;
@@ -11936,7 +11923,7 @@ module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_tile_core_a4.vector$242.reducer (rst, valid, vop, d_acc, \port$3125$1 , terms, out_valid, out, clk);
+module \dx1_tile_core_a4.vector$242.reducer (rst, valid, vop, d_acc, \port$3117$1 , terms, out_valid, out, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$24  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -12024,8 +12011,8 @@ module \dx1_tile_core_a4.vector$242.reducer (rst, valid, vop, d_acc, \port$3125$
   wire [31:0] \out[3] ;
   output out_valid;
   reg out_valid = 1'h0;
-  input [1:0] \port$3125$1 ;
-  wire [1:0] \port$3125$1 ;
+  input [1:0] \port$3117$1 ;
+  wire [1:0] \port$3117$1 ;
   reg [31:0] row = 32'd0;
   input rst;
   wire rst;
@@ -12144,8 +12131,8 @@ module \dx1_tile_core_a4.vector$242.reducer (rst, valid, vop, d_acc, \port$3125$
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$24 ) begin end
     \$42 [0] = valid;
-    \$42 [1] = \port$3125$1 [0];
-    \$42 [2] = \port$3125$1 [1];
+    \$42 [1] = \port$3117$1 [0];
+    \$42 [2] = \port$3117$1 [1];
     \$42 [3] = \$1 ;
     \$42 [4] = d_acc;
     if (rst) begin
@@ -12173,8 +12160,8 @@ module \dx1_tile_core_a4.vector$242.reducer (rst, valid, vop, d_acc, \port$3125$
       \$45  = 5'h00;
     end
   end
-  assign first = \port$3125$1 [0];
-  assign last = \port$3125$1 [1];
+  assign first = \port$3117$1 [0];
+  assign last = \port$3117$1 [1];
   assign \ctl1.valid  = ctl1[0];
   assign \ctl1.first  = ctl1[1];
   assign \ctl1.last  = ctl1[2];
@@ -13980,7 +13967,7 @@ module \dx1_tile_core_a4.vector$242.sequencer.hazards (rst, push, empty, room, a
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_tile_core_a4.vector$242.table_loader (rst, start, spm_addr, done, src_addr, table_data, spm_use, primed, table_index, clk);
+module \dx1_tile_core_a4.vector$242.table_loader (rst, spm_data, start, spm_addr, done, src_addr, table_data, spm_use, primed, table_index, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$27  = 0;
   wire \$1 ;
   reg \$10 ;
@@ -14008,6 +13995,7 @@ module \dx1_tile_core_a4.vector$242.table_loader (rst, start, spm_addr, done, sr
   wire rst;
   output [15:0] spm_addr;
   wire [15:0] spm_addr;
+  input [31:0] spm_data;
   wire [31:0] spm_data;
   output spm_use;
   reg spm_use = 1'h0;
@@ -14043,9 +14031,9 @@ module \dx1_tile_core_a4.vector$242.table_loader (rst, start, spm_addr, done, sr
     (* full_case = 32'd1 *)
     casez (entry)
       1'h0:
-          table_data = 16'h0000;
+          table_data = spm_data[15:0];
       1'h1:
-          table_data = 16'h0000;
+          table_data = spm_data[31:16];
     endcase
   end
   always @* begin
@@ -14126,7 +14114,6 @@ module \dx1_tile_core_a4.vector$242.table_loader (rst, start, spm_addr, done, sr
   end
   assign busy = spm_use;
   assign table_we = primed;
-  assign spm_data = 32'd0;
   assign spm_addr = \$2 [15:0];
   assign \$1  = entry;
 endmodule
@@ -14348,9 +14335,9 @@ module \dx1_tile_core_a4.vector$242.transpose_buffer (rst, row, col, load, read,
     bank1_row2 <= \$90 ;
   always @(posedge clk)
     bank1_row3 <= \$91 ;
-  assign \$1  = full >> fill;
+  assign \$1  = fill ? full[1] : full[0];
   assign load_ready = ~ \$1 ;
-  assign col_valid = full >> drain;
+  assign col_valid = drain ? full[1] : full[0];
   assign \$2  = drain ? bank1_row0[7:0] : bank0_row0[7:0];
   assign \$3  = drain ? bank1_row1[7:0] : bank0_row1[7:0];
   assign \$4  = drain ? bank1_row2[7:0] : bank0_row2[7:0];
