@@ -20,7 +20,7 @@ from pathlib import Path
 
 __all__ = [
     "integer", "positive", "seed", "seconds", "fraction", "port", "byte_count", "device", "devices",
-    "names", "integers", "writable_file", "add_shape",
+    "device_group", "MAX_GROUP", "names", "integers", "writable_file", "add_shape",
 ]
 
 _DECIMAL = re.compile(r"[+-]?\d+(_\d+)*")
@@ -113,6 +113,56 @@ def devices(text: str) -> list[str]:
         raise argparse.ArgumentTypeError(f"must name at least two devices separated by commas (for example "
                                          f"model,sim), not {text!r}")
     return [device(n) for n in listed]
+
+
+#: The most ranks a device group may have (each is an open device, and a ``sim`` rank a simulator process).
+MAX_GROUP = 64
+
+_REPEAT = re.compile(r"(.*)\*(\d+)")
+
+
+def _starts_a_device(text: str) -> bool:
+    from dx1_driver.registry import find_backend
+
+    match = _REPEAT.fullmatch(text.strip())
+    return find_backend((match.group(1) if match else text).strip()) is not None
+
+
+def device_group(text: str) -> list[str]:
+    """A group device string: device strings separated by commas, each optionally ``*N`` (``N`` ranks of it).
+
+    ``model*4`` is four golden models, ``sim*2,model`` two simulators and a model, ``model,model,sim`` three ranks.
+    Device strings have commas of their own (``model:tiles=2,banks=4``, ``model:stuck-bit=5,stuck-at=0``): a
+    comma starts the next rank only where a registered backend opens what follows it, so
+    ``model:tiles=2,banks=4*2,sim`` is two ``model:tiles=2,banks=4`` ranks and a ``sim``.  Returns one device string
+    per rank, in rank order, each checked as :func:`device` checks it.
+    """
+    pieces = [p.strip() for p in text.split(",")]
+    items: list[str] = []
+    for piece in pieces:
+        if items and not _starts_a_device(piece):
+            items[-1] += "," + piece
+        else:
+            items.append(piece)
+    ranks: list[str] = []
+    for item in items:
+        match = _REPEAT.fullmatch(item)
+        name, count = (match.group(1).strip(), int(match.group(2))) if match else (item, 1)
+        if not name or count < 1:
+            raise argparse.ArgumentTypeError(f"must be device strings separated by commas, each optionally *N with N "
+                                             f"at least 1 (for example model*4 or sim*2,model), not {text!r}")
+        try:
+            ranks += [device(name)] * count
+        except argparse.ArgumentTypeError as e:
+            if "," not in name:
+                raise
+            why = (f"{e} (in a group, a comma starts the next rank only before a device string that a backend "
+                   f"opens, so {name!r} was read as one device)")
+            raise argparse.ArgumentTypeError(why) from None
+        if len(ranks) > MAX_GROUP:
+            raise argparse.ArgumentTypeError(f"a group has at most {MAX_GROUP} ranks, not {len(ranks)} or more "
+                                             f"({text!r})")
+    return ranks
 
 
 def names(allowed: Sequence[str]) -> Callable[[str], list[str]]:

@@ -222,9 +222,10 @@ def open_model(device: str) -> ModelTransport:
 
 
 #: What ``sim:`` takes besides the sizes, for messages.
-_SIM_FORMS = ("expected sim, sim:tiles=T,banks=B,mem_mib=M (any of them: 1 to 8 tiles, a power of two of banks from 1 "
-              "to 16 and of MiB) or sim:verilog=PATH with PATH an existing Verilog file of the SoC, either with "
-              "stall=UNIT[+UNIT...] or alone, and any of them with server=native (the default) or server=cocotb")
+_SIM_FORMS = ("expected sim, sim:tiles=T,banks=B,mem_mib=M,vector=V (any of them: 1 to 8 tiles, a power of two of "
+              "banks from 1 to 16 and of MiB, vector 0 for tiles without a vector unit) or sim:verilog=PATH with "
+              "PATH an existing Verilog file of the SoC, either with stall=UNIT[+UNIT...] or alone, and any of them "
+              "with server=native (the default) or server=cocotb")
 
 
 def _sim_stalls(device: str, items: list[str], tiles: int) -> UnitStalls | None:
@@ -271,7 +272,7 @@ def open_sim(device: str) -> SimTransport:
         process, port = start_simulator(verilog=verilog, server=server)
     else:
         process, port = start_simulator(tiles=config.tiles, banks=config.mem_banks, mem_mib=config.mem_bytes >> 20,
-                                        server=server)
+                                        vector=int(config.tile.vector), server=server)
     transport = PrivateSimTransport(process, port)
     if stalls is not None:
         try:
@@ -299,14 +300,11 @@ def _parse_sim(device: str) -> tuple[Path | None, SocConfig | None, UnitStalls |
         paths = [item for item in rest if item.startswith("verilog=")]
         faults = [item for item in rest if not item.startswith("verilog=")]
         if paths and config is not None:
-            raise ValueError(f"device {device!r}: after tiles=, banks= and mem_mib= expected no verilog=, not "
+            raise ValueError(f"device {device!r}: after tiles=, banks=, mem_mib= and vector= expected no verilog=, not "
                              f"{','.join(paths)!r} (sim:verilog=PATH serves a given Verilog file alone)")
         if len(paths) > 1 or (paths and not Path(paths[0][len("verilog="):]).is_file()) or (
                 config is None and not paths and not faults and server is None):
             raise ValueError(f"device {device!r}: {_SIM_FORMS}")
-        if config is not None and not config.tile.vector:
-            raise ValueError(f"device {device!r}: vector=0 is the golden model's (model:vector=0); the simulated "
-                             f"SoC's tiles have their vector unit")
         verilog = Path(paths[0][len("verilog="):]) if paths else None
         stalls = _sim_stalls(device, faults, (config or SocConfig()).tiles)
     return verilog, config, stalls, server

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from . import argtypes as types
-from . import bench_scaling, bench_vector
+from . import bench_collectives, bench_scaling, bench_vector
 from .bench_simspeed import print_simspeed, simspeed_bench
 from .runtime.operands import random_operands
 from .serving import cli as serving_cli
@@ -331,7 +331,7 @@ def print_serial(serial: dict) -> None:
 
 
 #: Sections of the bench, in the order they run.
-SECTIONS = ("tile", "soc", "simspeed", "serial", "perfmodel", "vector", "scaling", "serving")
+SECTIONS = ("tile", "soc", "simspeed", "serial", "perfmodel", "vector", "scaling", "serving", "collectives")
 
 
 def _some_of(allowed: tuple[int, ...]):
@@ -380,7 +380,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     """Run the sections in ``args.only``, print their tables and merge their figures into ``args.out``."""
     if args.sections:
         args.only = [s for listed in args.sections for s in listed]
-    reason = verilator_missing() if set(args.only) - {"serving"} else None
+    reason = verilator_missing() if set(args.only) - {"serving", "collectives"} else None
     if reason:
         print(f"dx1 bench: cannot run: {reason}", file=sys.stderr)
         return 2
@@ -425,7 +425,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
             print(f"[{step}/{len(steps)}] The vector unit on long rows, on the SoC RTL and the golden model, with the "
                   "performance model's prediction ...", flush=True)
             report["vector"] = bench_vector.vector_bench()
-            ok &= all(r["same_bytes"] for r in report["vector"]["runs"])
+            report["vector"]["blocks"] = bench_vector.block_bench()
+            ok &= all(r["same_bytes"] for r in report["vector"]["runs"]) and all(
+                d["exact"] for b in report["vector"]["blocks"]["blocks"].values() for d in b["devices"].values())
+        elif section == "collectives":
+            print(f"[{step}/{len(steps)}] Collectives, host-staged: every op on four golden models, all-reduce on "
+                  "two simulators, ring and direct, like nccl-tests ...", flush=True)
+            report["collectives"] = bench_collectives.collectives_bench()
+            ok &= bench_collectives.correct(report["collectives"])
         elif section == "serving":
             print(f"[{step}/{len(steps)}] Serving: continuous against static batching under one Poisson load over "
                   "HTTP on loopback ...", flush=True)
@@ -450,11 +457,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print_perfmodel(report["perf_model"])
     if "vector" in args.only:
         bench_vector.print_vector(report["vector"])
+        bench_vector.print_blocks(report["vector"]["blocks"])
     if "scaling" in args.only:
         bench_scaling.print_table(report["scaling"])
         print(f"\nscaling plot written to {args.scaling_png}, points to {args.scaling_json}")
     if "serving" in args.only:
         print("\n" + report["serving"]["table"])
+    if "collectives" in args.only:
+        bench_collectives.print_collectives(report["collectives"])
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"\nwritten to {args.out}")

@@ -6,6 +6,11 @@ counter BUSY_VECTOR gives the cycles the unit was busy.  Elements per cycle are 
 (``ROWS * COLS * array / BUSY_VECTOR``, fill and drain included) and in the steady state (the slope between
 the two lengths, which the fill and drain cancel out of); :meth:`~dx1_bringup.perfmodel.Costs.
 vector_command_cycles` is the prediction the cycles are compared with.
+
+Then one forward pass of the encoder and the decoder block on the SoC without a vector unit (the host runs
+their layer norms, softmax, transposes and activations between device segments: the plan before the unit)
+and with it (one device segment), in one run: device cycles, the vector unit's share, host transfers, and
+the performance model's cycles beside the measured ones.
 """
 
 from __future__ import annotations
@@ -17,7 +22,8 @@ from .perfmodel import COSTS
 from .runtime.commands import CommandStream
 from .spec import VECTOR_OPS, Opcode, VectorOp, unpack_command
 
-__all__ = ["ROWS", "COLS", "VOPS", "vector_command", "vector_bench", "print_vector"]
+__all__ = ["ROWS", "COLS", "VOPS", "BLOCK_DEVICES", "vector_command", "vector_bench", "block_bench", "print_vector",
+           "print_blocks"]
 
 #: Outer rows and steps per outer row of each measured command: 1024 steps.
 ROWS, COLS = 8, 128
@@ -103,3 +109,40 @@ def print_vector(report: dict) -> None:
         print(f"  {r['vop']:6s} {r['busy_cycles'][first]:>8} {r['elements_per_cycle']:>14.2f} "
               f"{r['steady_elements_per_cycle']:>12.2f} {r['predicted']:>9} {r['model_error']:>+7.1%}  "
               f"{r['same_bytes']}")
+
+
+#: The devices of the block comparison: the SoC without a vector unit (before), then with it.
+BLOCK_DEVICES = ("sim:vector=0", "sim")
+
+
+def block_bench(devices: tuple[str, ...] = BLOCK_DEVICES) -> dict:
+    """One forward pass of the encoder and the decoder block per device: the plan's shape, device cycles, the
+    vector unit's busy cycles, the performance model's cycles and whether every on-device value was exact."""
+    from .workloads.decoder import run_decoder
+    from .workloads.encoder import run_encoder
+
+    blocks = {}
+    for name, run in (("encoder", run_encoder), ("decoder", run_decoder)):
+        result = run(list(devices), progress=lambda text: print(f"  {text} ...", flush=True))
+        blocks[name] = {"float_error": result.float_error, "int_error": result.int_error, "devices": {
+            device: {"device_segments": st.device_segments, "host_ops": st.host_ops, "transfers": st.transfers,
+                     "commands": st.commands, "cycles": st.cycles, "vector_cycles": st.vector_cycles,
+                     "vector_share": st.vector_cycles / st.cycles if st.cycles else 0.0,
+                     "predicted_cycles": st.predicted_cycles,
+                     "model_error": (st.predicted_cycles - st.cycles) / st.cycles if st.cycles else 0.0,
+                     "exact": not result.mismatches[device]}
+            for device, st in result.stats.items()}}
+    return {"devices": list(devices), "blocks": blocks}
+
+
+def print_blocks(report: dict) -> None:
+    print("\nOne forward pass of each block, before the vector unit and with it (cycles: PERF CYCLES over the device "
+          "segments; predicted: the performance model):")
+    print(f"  {'block':8s} {'device':14s} {'segments':>8} {'host ops':>8} {'transfers':>9} {'cycles':>8} "
+          f"{'vector':>7} {'predicted':>9} {'error':>7}  exact")
+    for block, r in report["blocks"].items():
+        for device, d in r["devices"].items():
+            print(f"  {block:8s} {device:14s} {d['device_segments']:>8} {d['host_ops']:>8} {d['transfers']:>9} "
+                  f"{d['cycles']:>8} {d['vector_share']:>7.1%} {d['predicted_cycles']:>9.0f} "
+                  f"{d['model_error']:>+7.1%}  {d['exact']}")
+        print(f"  {block:8s} against the float block: {r['float_error']:.2%} relative L2")

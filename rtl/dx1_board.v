@@ -752,7 +752,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
     .frames__w_addr(frames__w_addr),
     .frames__w_data(frames__w_data),
     .frames__w_en(frames__w_en),
-    .\port$19984$0 (\$40 ),
+    .\port$19952$0 (\$40 ),
     .rst(rst),
     .rx__abort(rx__abort),
     .rx__byte(cmd),
@@ -798,7 +798,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
     .crc__feed(\crc__feed$176 ),
     .crc__restart(\crc__restart$181 ),
     .crc__value(crc__value),
-    .\port$19984$0 (\$40 ),
+    .\port$19952$0 (\$40 ),
     .rst(rst),
     .rx__abort(rx__abort),
     .rx__byte(cmd),
@@ -939,7 +939,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
     .clk(clk),
     .crc__data(\crc__data$167 ),
     .crc__feed(\crc__feed$177 ),
-    .\port$19984$0 (\$40 ),
+    .\port$19952$0 (\$40 ),
     .rst(rst),
     .rx__abort(rx__abort),
     .rx__byte(cmd),
@@ -985,7 +985,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
     .busy(\busy$6 ),
     .clk(clk),
     .cmd(cmd),
-    .\port$19984$0 (\$40 ),
+    .\port$19952$0 (\$40 ),
     .rst(rst),
     .rx__abort(rx__abort),
     .rx__listen(\rx__listen$139 ),
@@ -1207,7 +1207,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.bridge.buffer (rst, frames__receive, frames__receive_crc, frames__send, frames__offset, frames__length, frames__w_addr, frames__w_data, frames__w_en, frames__r_addr, rx__valid, rx__abort, rx__byte, tx__tready, crc__value, frames__crc_ok, frames__r_data, \port$19984$0 , crc__restart, rx__listen, crc__feed
+module \dx1_board.bridge.buffer (rst, frames__receive, frames__receive_crc, frames__send, frames__offset, frames__length, frames__w_addr, frames__w_data, frames__w_en, frames__r_addr, rx__valid, rx__abort, rx__byte, tx__tready, crc__value, frames__crc_ok, frames__r_data, \port$19952$0 , crc__restart, rx__listen, crc__feed
 , crc__data, frames__received, tx__tvalid, tx__tdata, crc__shift, frames__sent, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$33  = 0;
   wire [13:0] \$1 ;
@@ -1283,8 +1283,8 @@ module \dx1_board.bridge.buffer (rst, frames__receive, frames__receive_crc, fram
   reg [12:0] idx = 13'h0000;
   reg [7:0] lane_byte;
   reg [12:0] length = 13'h0000;
-  input [23:0] \port$19984$0 ;
-  wire [23:0] \port$19984$0 ;
+  input [23:0] \port$19952$0 ;
+  wire [23:0] \port$19952$0 ;
   reg rd_ok = 1'h0;
   wire [9:0] rp__addr;
   wire [63:0] rp__data;
@@ -1350,7 +1350,7 @@ module \dx1_board.bridge.buffer (rst, frames__receive, frames__receive_crc, fram
   assign \$12  = count + 1'h1;
   assign \$13  = count == 2'h3;
   assign \$15  = sending ? \$14  : { 3'h0, frames__r_addr };
-  assign frames__crc_ok = { \port$19984$0 , rx__byte } == crc__value;
+  assign frames__crc_ok = { \port$19952$0 , rx__byte } == crc__value;
   assign \$17  = 1'h1 << idx[2:0];
   assign \$18  = count == 2'h3;
   assign \$19  = tx__tvalid & tx__tready;
@@ -1724,13 +1724,13 @@ module \dx1_board.bridge.buffer (rst, frames__receive, frames__receive_crc, fram
   end
   assign rp__addr = \$15 [9:0];
   assign rp__data = frames__r_data;
-  assign rx__field = { \port$19984$0 , rx__byte };
+  assign rx__field = { \port$19952$0 , rx__byte };
   assign \$14  = { 3'h0, idx[12:3] };
   assign \$16  = { 3'h0, idx[12:3] };
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tready, crc__value, buf__crc_ok, buf__r_data, bus__mem_b_done, bus__mem_b_err, bus__mem_r_done, bus__mem_r_err, busy, bus__mem_rdata, bus__mem_rlast, bus__mem_wready, \port$19984$0 , \start$54 , buf__received, buf__sent, rx__listen
+module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tready, crc__value, buf__crc_ok, buf__r_data, bus__mem_b_done, bus__mem_b_err, bus__mem_r_done, bus__mem_r_err, busy, bus__mem_rdata, bus__mem_rlast, bus__mem_wready, \port$19952$0 , \start$54 , buf__received, buf__sent, rx__listen
 , crc__feed, crc__data, crc__restart, buf__receive, buf__offset, buf__length, tx__tvalid, tx__tdata, rx__discard, bus__mem_write, bus__mem_addr, bus__mem_len, buf__r_addr, bus__mem_stream, bus__mem_wdata, bus__mem_wstrb, bus__mem_wlast, bus__mem_b_wait, bus__mem_read, bus__mem_r_wait, buf__w_addr
 , buf__w_data, buf__w_en, buf__send, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$34  = 0;
@@ -1891,8 +1891,8 @@ module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tre
   wire [7:0] len;
   wire [12:0] length;
   reg next;
-  input [23:0] \port$19984$0 ;
-  wire [23:0] \port$19984$0 ;
+  input [23:0] \port$19952$0 ;
+  wire [23:0] \port$19952$0 ;
   input rst;
   wire rst;
   input rx__abort;
@@ -1920,7 +1920,7 @@ module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tre
   reg write = 1'h0;
   assign \$29  = count == 3'h7;
   assign \$30  = count == 4'hb;
-  assign \$31  = { \port$19984$0 , rx__byte } != crc__value;
+  assign \$31  = { \port$19952$0 , rx__byte } != crc__value;
   assign \$32  = ~ byte_addr[31];
   assign \$33  = ! blen;
   assign \$34  = \$32  | \$33 ;
@@ -1999,14 +1999,14 @@ module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tre
     .len(len),
     .length(blen[12:0]),
     .next(next),
-    .\port$14599$0 (\$63 ),
-    .\port$14606$0 (\$64 ),
-    .\port$14613$0 (\$65 ),
-    .\port$14620$0 (\$66 ),
-    .\port$14627$0 (\$67 ),
-    .\port$14634$0 (\$68 ),
-    .\port$14641$0 (\$69 ),
-    .\port$14648$0 (\$70 ),
+    .\port$14567$0 (\$63 ),
+    .\port$14574$0 (\$64 ),
+    .\port$14581$0 (\$65 ),
+    .\port$14588$0 (\$66 ),
+    .\port$14595$0 (\$67 ),
+    .\port$14602$0 (\$68 ),
+    .\port$14609$0 (\$69 ),
+    .\port$14616$0 (\$70 ),
     .rst(rst),
     .start(start)
   );
@@ -2892,7 +2892,7 @@ module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tre
           if (rx__abort) begin
           end else if (rx__valid) begin
             if (\$28 ) begin
-              \$58  = { \port$19984$0 , rx__byte };
+              \$58  = { \port$19952$0 , rx__byte };
             end
           end
     endcase
@@ -2910,7 +2910,7 @@ module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tre
           if (rx__abort) begin
           end else if (rx__valid) begin
             if (\$29 ) begin
-              \$59  = { \port$19984$0 , rx__byte };
+              \$59  = { \port$19952$0 , rx__byte };
             end
           end
     endcase
@@ -3036,11 +3036,11 @@ module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tre
   assign \beat$5  = beat;
   assign strb = { \$70 , \$69 , \$68 , \$67 , \$66 , \$65 , \$64 , \$63  };
   assign cmd = rx__byte;
-  assign rx__field = { \port$19984$0 , rx__byte };
+  assign rx__field = { \port$19952$0 , rx__byte };
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.bridge.burst$357.cutter (rst, len, done, \port$14599$0 , \port$14606$0 , \port$14613$0 , \port$14620$0 , \port$14627$0 , \port$14634$0 , \port$14641$0 , \port$14648$0 , start, next, byte_addr, length, beat, addr, clk);
+module \dx1_board.bridge.burst$357.cutter (rst, len, done, \port$14567$0 , \port$14574$0 , \port$14581$0 , \port$14588$0 , \port$14595$0 , \port$14602$0 , \port$14609$0 , \port$14616$0 , start, next, byte_addr, length, beat, addr, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$35  = 0;
   wire [14:0] \$1 ;
   wire [14:0] \$10 ;
@@ -3132,22 +3132,22 @@ module \dx1_board.bridge.burst$357.cutter (rst, len, done, \port$14599$0 , \port
   wire [9:0] nbeats;
   input next;
   wire next;
-  output \port$14599$0 ;
-  wire \port$14599$0 ;
-  output \port$14606$0 ;
-  wire \port$14606$0 ;
-  output \port$14613$0 ;
-  wire \port$14613$0 ;
-  output \port$14620$0 ;
-  wire \port$14620$0 ;
-  output \port$14627$0 ;
-  wire \port$14627$0 ;
-  output \port$14634$0 ;
-  wire \port$14634$0 ;
-  output \port$14641$0 ;
-  wire \port$14641$0 ;
-  output \port$14648$0 ;
-  wire \port$14648$0 ;
+  output \port$14567$0 ;
+  wire \port$14567$0 ;
+  output \port$14574$0 ;
+  wire \port$14574$0 ;
+  output \port$14581$0 ;
+  wire \port$14581$0 ;
+  output \port$14588$0 ;
+  wire \port$14588$0 ;
+  output \port$14595$0 ;
+  wire \port$14595$0 ;
+  output \port$14602$0 ;
+  wire \port$14602$0 ;
+  output \port$14609$0 ;
+  wire \port$14609$0 ;
+  output \port$14616$0 ;
+  wire \port$14616$0 ;
   input rst;
   wire rst;
   input start;
@@ -3255,14 +3255,14 @@ module \dx1_board.bridge.burst$357.cutter (rst, len, done, \port$14599$0 , \port
   assign cut = \$7 [8:0];
   assign strb = { \$64 , \$57 , \$50 , \$43 , \$36 , \$29 , \$22 , \$15  };
   assign len = \$8 [7:0];
-  assign \port$14599$0  = \$15 ;
-  assign \port$14606$0  = \$22 ;
-  assign \port$14613$0  = \$29 ;
-  assign \port$14620$0  = \$36 ;
-  assign \port$14627$0  = \$43 ;
-  assign \port$14634$0  = \$50 ;
-  assign \port$14641$0  = \$57 ;
-  assign \port$14648$0  = \$64 ;
+  assign \port$14567$0  = \$15 ;
+  assign \port$14574$0  = \$22 ;
+  assign \port$14581$0  = \$29 ;
+  assign \port$14588$0  = \$36 ;
+  assign \port$14595$0  = \$43 ;
+  assign \port$14602$0  = \$50 ;
+  assign \port$14609$0  = \$57 ;
+  assign \port$14616$0  = \$64 ;
   assign \$3  = { \$2 [15], \$2 [15], \$2 [15], \$2 [15:3] };
   assign \$65  = { \$7 [8:0], 3'h0 };
 endmodule
@@ -5179,7 +5179,7 @@ module \dx1_board.bridge.receiver.uart_rx.sync (clk, rst, stage1, rx);
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.bridge.reg_frames (rst, rx__valid, rx__abort, rx__byte, tx__tready, buf__crc_ok, buf__r_data, bus__reg_b_done, bus__reg_b_err, bus__reg_r_done, bus__reg_r_err, busy, bus__reg_rdata, \port$19984$0 , start, buf__received, buf__sent, rx__listen, crc__feed, crc__data, buf__offset
+module \dx1_board.bridge.reg_frames (rst, rx__valid, rx__abort, rx__byte, tx__tready, buf__crc_ok, buf__r_data, bus__reg_b_done, bus__reg_b_err, bus__reg_r_done, bus__reg_r_err, busy, bus__reg_rdata, \port$19952$0 , start, buf__received, buf__sent, rx__listen, crc__feed, crc__data, buf__offset
 , buf__length, buf__receive, buf__receive_crc, tx__tvalid, tx__tdata, rx__discard, buf__r_addr, bus__reg_write, bus__reg_addr, bus__reg_wdata, bus__reg_b_wait, bus__reg_read, bus__reg_r_wait, buf__w_addr, buf__w_data, buf__w_en, buf__send, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$42  = 0;
   wire [9:0] \$1 ;
@@ -5309,8 +5309,8 @@ module \dx1_board.bridge.reg_frames (rst, rx__valid, rx__abort, rx__byte, tx__tr
   reg crc__feed;
   reg err;
   wire last;
-  input [23:0] \port$19984$0 ;
-  wire [23:0] \port$19984$0 ;
+  input [23:0] \port$19952$0 ;
+  wire [23:0] \port$19952$0 ;
   reg [3:0] reg_frame_fsm_state = 4'h0;
   input rst;
   wire rst;
@@ -6067,7 +6067,7 @@ module \dx1_board.bridge.reg_frames (rst, rx__valid, rx__abort, rx__byte, tx__tr
           if (rx__abort) begin
           end else if (rx__valid) begin
             if (\$29 ) begin
-              \$60  = { \port$19984$0 , rx__byte };
+              \$60  = { \port$19952$0 , rx__byte };
             end
           end
       4'h2:
@@ -6217,7 +6217,7 @@ module \dx1_board.bridge.reg_frames (rst, rx__valid, rx__abort, rx__byte, tx__tr
     end
   end
   assign cmd = rx__byte;
-  assign rx__field = { \port$19984$0 , rx__byte };
+  assign rx__field = { \port$19952$0 , rx__byte };
   assign \$3  = { 1'h0, rx__byte, 2'h0 };
   assign \$10  = { 1'h0, count[8:1] };
   assign \$15  = { 1'h0, words, 2'h0 };
@@ -6366,7 +6366,7 @@ module \dx1_board.bridge.uart_tx (rst, data__tdata, data__tvalid, data__tready, 
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.bridge.uartbone$356 (rst, rx__valid, rx__abort, cmd, tx__tready, bus__reg_b_done, bus__reg_r_done, bus__reg_r_err, bus__mem_b_done, bus__mem_r_done, bus__mem_r_err, busy, bus__reg_rdata, bus__mem_rdata, \port$19984$0 , start, rx__listen, bus__reg_write, bus__reg_addr, bus__reg_wdata, bus__mem_write
+module \dx1_board.bridge.uartbone$356 (rst, rx__valid, rx__abort, cmd, tx__tready, bus__reg_b_done, bus__reg_r_done, bus__reg_r_err, bus__mem_b_done, bus__mem_r_done, bus__mem_r_err, busy, bus__reg_rdata, bus__mem_rdata, \port$19952$0 , start, rx__listen, bus__reg_write, bus__reg_addr, bus__reg_wdata, bus__mem_write
 , bus__mem_beat, bus__mem_addr, bus__mem_wdata, bus__mem_wstrb, bus__reg_read, bus__mem_read, bus__reg_b_wait, bus__mem_b_wait, bus__reg_r_wait, bus__mem_r_wait, tx__tvalid, tx__tdata, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$44  = 0;
   wire \$1 ;
@@ -6465,8 +6465,8 @@ module \dx1_board.bridge.uartbone$356 (rst, rx__valid, rx__abort, cmd, tx__tread
   wire in_mem;
   wire in_regs;
   reg incr = 1'h0;
-  input [23:0] \port$19984$0 ;
-  wire [23:0] \port$19984$0 ;
+  input [23:0] \port$19952$0 ;
+  wire [23:0] \port$19952$0 ;
   input rst;
   wire rst;
   input rx__abort;
@@ -6637,7 +6637,7 @@ module \dx1_board.bridge.uartbone$356 (rst, rx__valid, rx__abort, cmd, tx__tread
           if (rx__abort) begin
           end else if (rx__valid) begin
             if (\$21 ) begin
-              \$40  = { \port$19984$0 , cmd };
+              \$40  = { \port$19952$0 , cmd };
             end
           end
       4'h3:
@@ -6675,7 +6675,7 @@ module \dx1_board.bridge.uartbone$356 (rst, rx__valid, rx__abort, cmd, tx__tread
           if (rx__abort) begin
           end else if (rx__valid) begin
             if (\$23 ) begin
-              \$41  = { \port$19984$0 , cmd };
+              \$41  = { \port$19952$0 , cmd };
             end
           end
       4'h4:
@@ -7174,7 +7174,7 @@ module \dx1_board.bridge.uartbone$356 (rst, rx__valid, rx__abort, cmd, tx__tread
   assign byte_addr = { waddr[29:0], 2'h0 };
   assign in_mem = waddr[29];
   assign rx__byte = cmd;
-  assign rx__field = { \port$19984$0 , cmd };
+  assign rx__field = { \port$19952$0 , cmd };
   assign \$3  = { waddr[28:1], 3'h0 };
   assign \$5  = { waddr[28:1], 3'h0 };
   assign \$29  = { 7'h00, word, 8'h00 };
@@ -8297,8 +8297,8 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .perf_table_overflows(table_overflows_source),
     .perf_table_underflows(table_underflows_source),
     .perf_vector_busy(busy_vector_source),
-    .\port$17392$0 (\$54 ),
-    .\port$17394$0 (\$55 ),
+    .\port$17360$0 (\$54 ),
+    .\port$17362$0 (\$55 ),
     .progress(\progress$312 ),
     .\req__tdata$195 (spm_rreq__tdata),
     .req__tvalid(spm_wr__tvalid),
@@ -8332,8 +8332,8 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .perf_table_overflows(\table_overflows_source$762 ),
     .perf_table_underflows(\table_underflows_source$760 ),
     .perf_vector_busy(\busy_vector_source$756 ),
-    .\port$19697$0 (\$57 ),
-    .\port$19699$0 (\$58 ),
+    .\port$19665$0 (\$57 ),
+    .\port$19667$0 (\$58 ),
     .progress(\progress$666 ),
     .\req__tdata$195 (\spm_rreq__tdata$517 ),
     .req__tvalid(\spm_wr__tvalid$515 ),
@@ -8392,22 +8392,22 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .head(head),
     .irq_completion(irq_completion),
     .irq_error(irq_error),
-    .\port$14877$0 (GLOBAL_SEM0__value[15:0]),
-    .\port$14879$0 (GLOBAL_SEM1__value[15:0]),
-    .\port$14881$0 (GLOBAL_SEM2__value[15:0]),
-    .\port$14883$0 (GLOBAL_SEM3__value[15:0]),
-    .\port$14885$0 (GLOBAL_SEM4__value[15:0]),
-    .\port$14887$0 (GLOBAL_SEM5__value[15:0]),
-    .\port$14889$0 (GLOBAL_SEM6__value[15:0]),
-    .\port$14891$0 (GLOBAL_SEM7__value[15:0]),
-    .\port$14893$0 (GLOBAL_SEM8__value[15:0]),
-    .\port$14895$0 (GLOBAL_SEM9__value[15:0]),
-    .\port$14897$0 (GLOBAL_SEM10__value[15:0]),
-    .\port$14899$0 (GLOBAL_SEM11__value[15:0]),
-    .\port$14901$0 (GLOBAL_SEM12__value[15:0]),
-    .\port$14903$0 (GLOBAL_SEM13__value[15:0]),
-    .\port$14905$0 (GLOBAL_SEM14__value[15:0]),
-    .\port$14907$0 (GLOBAL_SEM15__value[15:0]),
+    .\port$14845$0 (GLOBAL_SEM0__value[15:0]),
+    .\port$14847$0 (GLOBAL_SEM1__value[15:0]),
+    .\port$14849$0 (GLOBAL_SEM2__value[15:0]),
+    .\port$14851$0 (GLOBAL_SEM3__value[15:0]),
+    .\port$14853$0 (GLOBAL_SEM4__value[15:0]),
+    .\port$14855$0 (GLOBAL_SEM5__value[15:0]),
+    .\port$14857$0 (GLOBAL_SEM6__value[15:0]),
+    .\port$14859$0 (GLOBAL_SEM7__value[15:0]),
+    .\port$14861$0 (GLOBAL_SEM8__value[15:0]),
+    .\port$14863$0 (GLOBAL_SEM9__value[15:0]),
+    .\port$14865$0 (GLOBAL_SEM10__value[15:0]),
+    .\port$14867$0 (GLOBAL_SEM11__value[15:0]),
+    .\port$14869$0 (GLOBAL_SEM12__value[15:0]),
+    .\port$14871$0 (GLOBAL_SEM13__value[15:0]),
+    .\port$14873$0 (GLOBAL_SEM14__value[15:0]),
+    .\port$14875$0 (GLOBAL_SEM15__value[15:0]),
     .progress(progress),
     .quiesce(quiesce),
     .reset_cp(reset_cp),
@@ -8476,22 +8476,22 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .head(\head$704 ),
     .irq_completion(\irq_completion$715 ),
     .irq_error(\irq_error$716 ),
-    .\port$14877$0 (GLOBAL_SEM0__value[15:0]),
-    .\port$14879$0 (GLOBAL_SEM1__value[15:0]),
-    .\port$14881$0 (GLOBAL_SEM2__value[15:0]),
-    .\port$14883$0 (GLOBAL_SEM3__value[15:0]),
-    .\port$14885$0 (GLOBAL_SEM4__value[15:0]),
-    .\port$14887$0 (GLOBAL_SEM5__value[15:0]),
-    .\port$14889$0 (GLOBAL_SEM6__value[15:0]),
-    .\port$14891$0 (GLOBAL_SEM7__value[15:0]),
-    .\port$14893$0 (GLOBAL_SEM8__value[15:0]),
-    .\port$14895$0 (GLOBAL_SEM9__value[15:0]),
-    .\port$14897$0 (GLOBAL_SEM10__value[15:0]),
-    .\port$14899$0 (GLOBAL_SEM11__value[15:0]),
-    .\port$14901$0 (GLOBAL_SEM12__value[15:0]),
-    .\port$14903$0 (GLOBAL_SEM13__value[15:0]),
-    .\port$14905$0 (GLOBAL_SEM14__value[15:0]),
-    .\port$14907$0 (GLOBAL_SEM15__value[15:0]),
+    .\port$14845$0 (GLOBAL_SEM0__value[15:0]),
+    .\port$14847$0 (GLOBAL_SEM1__value[15:0]),
+    .\port$14849$0 (GLOBAL_SEM2__value[15:0]),
+    .\port$14851$0 (GLOBAL_SEM3__value[15:0]),
+    .\port$14853$0 (GLOBAL_SEM4__value[15:0]),
+    .\port$14855$0 (GLOBAL_SEM5__value[15:0]),
+    .\port$14857$0 (GLOBAL_SEM6__value[15:0]),
+    .\port$14859$0 (GLOBAL_SEM7__value[15:0]),
+    .\port$14861$0 (GLOBAL_SEM8__value[15:0]),
+    .\port$14863$0 (GLOBAL_SEM9__value[15:0]),
+    .\port$14865$0 (GLOBAL_SEM10__value[15:0]),
+    .\port$14867$0 (GLOBAL_SEM11__value[15:0]),
+    .\port$14869$0 (GLOBAL_SEM12__value[15:0]),
+    .\port$14871$0 (GLOBAL_SEM13__value[15:0]),
+    .\port$14873$0 (GLOBAL_SEM14__value[15:0]),
+    .\port$14875$0 (GLOBAL_SEM15__value[15:0]),
     .progress(\progress$665 ),
     .quiesce(\quiesce$676 ),
     .reset_cp(\reset_cp$867 ),
@@ -8556,8 +8556,8 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .done__tdata(dma_done__tdata),
     .done__tready(\done__tready$153 ),
     .done__tvalid(dma_done__tvalid),
-    .\port$17392$0 (\$54 ),
-    .\port$17394$0 (\$55 ),
+    .\port$17360$0 (\$54 ),
+    .\port$17362$0 (\$55 ),
     .quiet(dma_quiet),
     .reset_units(reset_units),
     .rst(rst),
@@ -8610,8 +8610,8 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .done__tdata(\dma_done__tdata$505 ),
     .done__tready(\done__tready$507 ),
     .done__tvalid(\dma_done__tvalid$509 ),
-    .\port$19697$0 (\$57 ),
-    .\port$19699$0 (\$58 ),
+    .\port$19665$0 (\$57 ),
+    .\port$19667$0 (\$58 ),
     .quiet(\dma_quiet$674 ),
     .reset_units(\reset_units$731 ),
     .rst(rst),
@@ -8990,26 +8990,26 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .bus__wready(regs__wready),
     .bus__wvalid(bus__wvalid),
     .clk(clk),
-    .\port$12918$0 (\busy$708 ),
-    .\port$13649$0 (\$59 ),
-    .\port$17438$0 (head),
-    .\port$17440$0 (tail),
-    .\port$17446$0 (halted),
-    .\port$17448$0 (error_code),
-    .\port$17450$0 (error_index),
-    .\port$17451$0 (irq_error),
-    .\port$17602$0 (irq_completion),
-    .\port$19743$0 (\head$704 ),
-    .\port$19745$0 (\tail$706 ),
-    .\port$19751$0 (\halted$709 ),
-    .\port$19753$0 (\error_code$712 ),
-    .\port$19755$0 (\error_index$713 ),
-    .\port$19756$0 (\irq_error$716 ),
-    .\port$19907$0 (\irq_completion$715 ),
+    .\port$12886$0 (\busy$708 ),
+    .\port$13617$0 (\$59 ),
+    .\port$17406$0 (head),
+    .\port$17408$0 (tail),
+    .\port$17414$0 (halted),
+    .\port$17416$0 (error_code),
+    .\port$17418$0 (error_index),
+    .\port$17419$0 (irq_error),
+    .\port$17570$0 (irq_completion),
+    .\port$19711$0 (\head$704 ),
+    .\port$19713$0 (\tail$706 ),
+    .\port$19719$0 (\halted$709 ),
+    .\port$19721$0 (\error_code$712 ),
+    .\port$19723$0 (\error_index$713 ),
+    .\port$19724$0 (\irq_error$716 ),
+    .\port$19875$0 (\irq_completion$715 ),
     .\port$3011$0 (\busy$356 ),
-    .\port$7569$0 (busy),
-    .\port$8300$0 (\$56 ),
-    .\port$8360$0 (\busy$710 ),
+    .\port$7553$0 (busy),
+    .\port$8284$0 (\$56 ),
+    .\port$8344$0 (\busy$710 ),
     .rst(rst)
   );
   \dx1_board.soc.reset0  reset0 (
@@ -9047,22 +9047,22 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .grant1(\sem_grant$728 ),
     .index0(cmd__tdata[67:64]),
     .index1(\cmd__tdata$486 [67:64]),
-    .\port$14877$0 (GLOBAL_SEM0__value),
-    .\port$14879$0 (GLOBAL_SEM1__value),
-    .\port$14881$0 (GLOBAL_SEM2__value),
-    .\port$14883$0 (GLOBAL_SEM3__value),
-    .\port$14885$0 (GLOBAL_SEM4__value),
-    .\port$14887$0 (GLOBAL_SEM5__value),
-    .\port$14889$0 (GLOBAL_SEM6__value),
-    .\port$14891$0 (GLOBAL_SEM7__value),
-    .\port$14893$0 (GLOBAL_SEM8__value),
-    .\port$14895$0 (GLOBAL_SEM9__value),
-    .\port$14897$0 (GLOBAL_SEM10__value),
-    .\port$14899$0 (GLOBAL_SEM11__value),
-    .\port$14901$0 (GLOBAL_SEM12__value),
-    .\port$14903$0 (GLOBAL_SEM13__value),
-    .\port$14905$0 (GLOBAL_SEM14__value),
-    .\port$14907$0 (GLOBAL_SEM15__value),
+    .\port$14845$0 (GLOBAL_SEM0__value),
+    .\port$14847$0 (GLOBAL_SEM1__value),
+    .\port$14849$0 (GLOBAL_SEM2__value),
+    .\port$14851$0 (GLOBAL_SEM3__value),
+    .\port$14853$0 (GLOBAL_SEM4__value),
+    .\port$14855$0 (GLOBAL_SEM5__value),
+    .\port$14857$0 (GLOBAL_SEM6__value),
+    .\port$14859$0 (GLOBAL_SEM7__value),
+    .\port$14861$0 (GLOBAL_SEM8__value),
+    .\port$14863$0 (GLOBAL_SEM9__value),
+    .\port$14865$0 (GLOBAL_SEM10__value),
+    .\port$14867$0 (GLOBAL_SEM11__value),
+    .\port$14869$0 (GLOBAL_SEM12__value),
+    .\port$14871$0 (GLOBAL_SEM13__value),
+    .\port$14873$0 (GLOBAL_SEM14__value),
+    .\port$14875$0 (GLOBAL_SEM15__value),
     .set(set),
     .set_value(set_value),
     .valid0(valid0),
@@ -10249,7 +10249,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$142 , progress, cmd__tready, done__tdata, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, req__tvalid, \req__tvalid$193 , \req__tvalid$199 , \req__tvalid$205 , \resp__tready$215 , resp__tready, reset_units
-, perf_macs, perf_busy, done__tvalid, perf_vector_busy, perf_table_hits, perf_table_underflows, perf_table_overflows, \port$17392$0 , \port$17394$0 , \req__tdata$195 , cmd__tdata, clk);
+, perf_macs, perf_busy, done__tvalid, perf_vector_busy, perf_table_hits, perf_table_underflows, perf_table_overflows, \port$17360$0 , \port$17362$0 , \req__tdata$195 , cmd__tdata, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$46  = 0;
   wire [15:0] \$1 ;
   wire \$10 ;
@@ -10472,10 +10472,10 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$142 ,
   wire [31:0] perf_table_underflows;
   output [31:0] perf_vector_busy;
   wire [31:0] perf_vector_busy;
-  input [255:0] \port$17392$0 ;
-  wire [255:0] \port$17392$0 ;
-  input [15:0] \port$17394$0 ;
-  wire [15:0] \port$17394$0 ;
+  input [255:0] \port$17360$0 ;
+  wire [255:0] \port$17360$0 ;
+  input [15:0] \port$17362$0 ;
+  wire [15:0] \port$17362$0 ;
   wire postop;
   wire [7:0] postop__opcode;
   wire [7:0] postop__status;
@@ -10684,8 +10684,8 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$142 ,
     .addr(\addr$163 ),
     .data(\data$167 ),
     .en(\en$170 ),
-    .\port$17392$0 (\port$17392$0 ),
-    .\port$17394$0 (\port$17394$0 ),
+    .\port$17360$0 (\port$17360$0 ),
+    .\port$17362$0 (\port$17362$0 ),
     .req__tready(\grant$142 ),
     .req__tvalid(\req__tvalid$193 )
   );
@@ -10847,8 +10847,8 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$142 ,
     .addr(addr),
     .data(data),
     .en(en),
-    .\port$17392$0 (\port$17392$0 [63:0]),
-    .\port$17394$0 (\port$17394$0 ),
+    .\port$17360$0 (\port$17360$0 [63:0]),
+    .\port$17362$0 (\port$17362$0 ),
     .req__tready(grant),
     .req__tvalid(req__tvalid)
   );
@@ -11022,13 +11022,13 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$142 ,
   assign acc_rp__addr = \$22 [9:0];
   assign \acc_data$181  = acc_b_data;
   assign \data$182  = acc_b_data;
-  assign req__tdata = { \port$17394$0 , \port$17392$0 [63:0] };
-  assign spm_wr__tdata = { \port$17394$0 , \port$17392$0 [63:0] };
+  assign req__tdata = { \port$17362$0 , \port$17360$0 [63:0] };
+  assign spm_wr__tdata = { \port$17362$0 , \port$17360$0 [63:0] };
   assign spm_wr__tready = grant;
   assign req__tready = grant;
   assign spm_wr__tvalid = req__tvalid;
-  assign \req__tdata$189  = { \port$17394$0 , \port$17392$0  };
-  assign acc_wr__tdata = { \port$17394$0 , \port$17392$0  };
+  assign \req__tdata$189  = { \port$17362$0 , \port$17360$0  };
+  assign acc_wr__tdata = { \port$17362$0 , \port$17360$0  };
   assign acc_wr__tready = \grant$142 ;
   assign \req__tready$192  = \grant$142 ;
   assign acc_wr__tvalid = \req__tvalid$193 ;
@@ -11323,7 +11323,7 @@ module \dx1_board.soc.core0.acc_ext_read.fifo (rst, w_port__data, r_rdy, r_data,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$17392$0 , \port$17394$0 , req__tready);
+module \dx1_board.soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$17360$0 , \port$17362$0 , req__tready);
   reg \$auto$verilog_backend.cc:2355:dump_module$49  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -11333,10 +11333,10 @@ module \dx1_board.soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$17
   output en;
   reg en;
   wire grant;
-  input [255:0] \port$17392$0 ;
-  wire [255:0] \port$17392$0 ;
-  input [15:0] \port$17394$0 ;
-  wire [15:0] \port$17394$0 ;
+  input [255:0] \port$17360$0 ;
+  wire [255:0] \port$17360$0 ;
+  input [15:0] \port$17362$0 ;
+  wire [15:0] \port$17362$0 ;
   wire [271:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -11347,14 +11347,14 @@ module \dx1_board.soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$17
     if (\$auto$verilog_backend.cc:2355:dump_module$49 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$17394$0 ;
+      addr = \port$17362$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$49 ) begin end
     data = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     if (\$1 ) begin
-      data = \port$17392$0 ;
+      data = \port$17360$0 ;
     end
   end
   always @* begin
@@ -11365,7 +11365,7 @@ module \dx1_board.soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$17
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$17394$0 , \port$17392$0  };
+  assign req__tdata = { \port$17362$0 , \port$17360$0  };
 endmodule
 
 (* generator = "Amaranth" *)
@@ -22674,7 +22674,7 @@ module \dx1_board.soc.core0.spm_ext_read.fifo (rst, w_port__data, r_rdy, r_data,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$17392$0 , \port$17394$0 , req__tready);
+module \dx1_board.soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$17360$0 , \port$17362$0 , req__tready);
   reg \$auto$verilog_backend.cc:2355:dump_module$63  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -22684,10 +22684,10 @@ module \dx1_board.soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$17
   output en;
   reg en;
   wire grant;
-  input [63:0] \port$17392$0 ;
-  wire [63:0] \port$17392$0 ;
-  input [15:0] \port$17394$0 ;
-  wire [15:0] \port$17394$0 ;
+  input [63:0] \port$17360$0 ;
+  wire [63:0] \port$17360$0 ;
+  input [15:0] \port$17362$0 ;
+  wire [15:0] \port$17362$0 ;
   wire [79:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -22698,14 +22698,14 @@ module \dx1_board.soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$17
     if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$17394$0 ;
+      addr = \port$17362$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
     data = 64'h0000000000000000;
     if (\$1 ) begin
-      data = \port$17392$0 ;
+      data = \port$17360$0 ;
     end
   end
   always @* begin
@@ -22716,7 +22716,7 @@ module \dx1_board.soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$17
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$17394$0 , \port$17392$0  };
+  assign req__tdata = { \port$17362$0 , \port$17360$0  };
 endmodule
 
 (* generator = "Amaranth" *)
@@ -23887,7 +23887,7 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
     .d_acc(d_acc),
     .out(\out$82 ),
     .out_valid(out_valid),
-    .\port$16634$1 (ctl_lanes7[2:1]),
+    .\port$16602$1 (ctl_lanes7[2:1]),
     .reset_units(reset_units),
     .rst(rst),
     .terms(terms),
@@ -28459,349 +28459,333 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
   wire \$226 ;
   wire [15:0] \$227 ;
   wire [9:0] \$228 ;
-  wire \$229 ;
+  wire [9:0] \$229 ;
   wire [32:0] \$23 ;
   wire \$230 ;
   wire [9:0] \$231 ;
-  wire \$232 ;
-  wire [9:0] \$233 ;
+  wire [9:0] \$232 ;
+  wire \$233 ;
   wire \$234 ;
   wire \$235 ;
-  wire [9:0] \$236 ;
+  wire [20:0] \$236 ;
   wire \$237 ;
-  wire [20:0] \$238 ;
+  wire \$238 ;
   wire \$239 ;
   wire [32:0] \$24 ;
-  wire \$240 ;
-  wire \$241 ;
-  wire [31:0] \$242 ;
-  wire [32:0] \$243 ;
+  wire [31:0] \$240 ;
+  wire [32:0] \$241 ;
+  wire \$242 ;
+  wire \$243 ;
   wire \$244 ;
-  wire \$245 ;
-  wire \$246 ;
-  wire [7:0] \$247 ;
-  wire [7:0] \$248 ;
-  wire [32:0] \$249 ;
+  wire [7:0] \$245 ;
+  wire [7:0] \$246 ;
+  wire [32:0] \$247 ;
+  wire [32:0] \$248 ;
+  wire \$249 ;
   wire [15:0] \$25 ;
-  wire [32:0] \$250 ;
+  wire [31:0] \$250 ;
   wire \$251 ;
   wire [31:0] \$252 ;
   wire \$253 ;
   wire [31:0] \$254 ;
-  wire \$255 ;
-  wire [31:0] \$256 ;
-  wire [32:0] \$257 ;
-  wire \$258 ;
-  wire \$259 ;
+  wire [32:0] \$255 ;
+  wire \$256 ;
+  wire \$257 ;
+  wire [7:0] \$258 ;
+  wire [79:0] \$259 ;
   wire [15:0] \$26 ;
-  wire [7:0] \$260 ;
-  wire [79:0] \$261 ;
-  wire [80:0] \$262 ;
-  wire \$263 ;
-  wire [15:0] \$264 ;
-  wire [9:0] \$265 ;
-  wire \$266 ;
-  wire \$267 ;
-  wire [9:0] \$268 ;
+  wire [80:0] \$260 ;
+  wire \$261 ;
+  wire [15:0] \$262 ;
+  wire [9:0] \$263 ;
+  wire [9:0] \$264 ;
+  wire \$265 ;
+  wire [9:0] \$266 ;
+  wire [9:0] \$267 ;
+  wire \$268 ;
   wire \$269 ;
   wire [31:0] \$27 ;
-  wire [9:0] \$270 ;
-  wire \$271 ;
+  wire \$270 ;
+  wire [20:0] \$271 ;
   wire \$272 ;
-  wire [9:0] \$273 ;
+  wire \$273 ;
   wire \$274 ;
-  wire [20:0] \$275 ;
-  wire \$276 ;
+  wire [31:0] \$275 ;
+  wire [32:0] \$276 ;
   wire \$277 ;
   wire \$278 ;
-  wire [31:0] \$279 ;
+  wire \$279 ;
   wire [32:0] \$28 ;
-  wire [32:0] \$280 ;
-  wire \$281 ;
-  wire \$282 ;
-  wire \$283 ;
-  wire [7:0] \$284 ;
-  wire [7:0] \$285 ;
-  wire [32:0] \$286 ;
-  wire [32:0] \$287 ;
+  wire [7:0] \$280 ;
+  wire [7:0] \$281 ;
+  wire [32:0] \$282 ;
+  wire [32:0] \$283 ;
+  wire \$284 ;
+  wire [31:0] \$285 ;
+  wire \$286 ;
+  wire [31:0] \$287 ;
   wire \$288 ;
   wire [31:0] \$289 ;
   wire [32:0] \$29 ;
-  wire \$290 ;
-  wire [31:0] \$291 ;
+  wire [32:0] \$290 ;
+  wire \$291 ;
   wire \$292 ;
-  wire [31:0] \$293 ;
-  wire [32:0] \$294 ;
-  wire \$295 ;
+  wire [7:0] \$293 ;
+  wire [79:0] \$294 ;
+  wire [80:0] \$295 ;
   wire \$296 ;
-  wire [7:0] \$297 ;
-  wire [79:0] \$298 ;
-  wire [80:0] \$299 ;
+  wire [15:0] \$297 ;
+  wire [9:0] \$298 ;
+  wire [9:0] \$299 ;
   wire \$3 ;
   wire [33:0] \$30 ;
   wire \$300 ;
-  wire [15:0] \$301 ;
+  wire [9:0] \$301 ;
   wire [9:0] \$302 ;
   wire \$303 ;
   wire \$304 ;
-  wire [9:0] \$305 ;
-  wire \$306 ;
-  wire [9:0] \$307 ;
+  wire \$305 ;
+  wire [20:0] \$306 ;
+  wire \$307 ;
   wire \$308 ;
   wire \$309 ;
   wire [34:0] \$31 ;
-  wire [9:0] \$310 ;
-  wire \$311 ;
-  wire [20:0] \$312 ;
+  wire [31:0] \$310 ;
+  wire [32:0] \$311 ;
+  wire \$312 ;
   wire \$313 ;
   wire \$314 ;
-  wire \$315 ;
-  wire [31:0] \$316 ;
+  wire [7:0] \$315 ;
+  wire [7:0] \$316 ;
   wire [32:0] \$317 ;
-  wire \$318 ;
+  wire [32:0] \$318 ;
   wire \$319 ;
   wire [65:0] \$32 ;
-  wire \$320 ;
-  wire [7:0] \$321 ;
-  wire [7:0] \$322 ;
-  wire [32:0] \$323 ;
-  wire [32:0] \$324 ;
-  wire \$325 ;
-  wire [31:0] \$326 ;
+  wire [31:0] \$320 ;
+  wire \$321 ;
+  wire [31:0] \$322 ;
+  wire \$323 ;
+  wire [31:0] \$324 ;
+  wire [32:0] \$325 ;
+  wire \$326 ;
   wire \$327 ;
-  wire [31:0] \$328 ;
-  wire \$329 ;
+  wire [7:0] \$328 ;
+  wire [79:0] \$329 ;
   wire [67:0] \$33 ;
-  wire [31:0] \$330 ;
-  wire [32:0] \$331 ;
-  wire \$332 ;
-  wire \$333 ;
-  wire [7:0] \$334 ;
-  wire [79:0] \$335 ;
-  wire [80:0] \$336 ;
-  wire \$337 ;
-  wire [15:0] \$338 ;
-  wire [9:0] \$339 ;
+  wire [80:0] \$330 ;
+  wire \$331 ;
+  wire [15:0] \$332 ;
+  wire [9:0] \$333 ;
+  wire [9:0] \$334 ;
+  wire \$335 ;
+  wire [9:0] \$336 ;
+  wire [9:0] \$337 ;
+  wire \$338 ;
+  wire \$339 ;
   wire [46:0] \$34 ;
   wire \$340 ;
-  wire \$341 ;
-  wire [9:0] \$342 ;
+  wire [20:0] \$341 ;
+  wire \$342 ;
   wire \$343 ;
-  wire [9:0] \$344 ;
-  wire \$345 ;
-  wire \$346 ;
-  wire [9:0] \$347 ;
+  wire \$344 ;
+  wire [31:0] \$345 ;
+  wire [32:0] \$346 ;
+  wire \$347 ;
   wire \$348 ;
-  wire [20:0] \$349 ;
+  wire \$349 ;
   wire [64:0] \$35 ;
-  wire \$350 ;
-  wire \$351 ;
-  wire \$352 ;
-  wire [31:0] \$353 ;
-  wire [32:0] \$354 ;
-  wire \$355 ;
+  wire [7:0] \$350 ;
+  wire [7:0] \$351 ;
+  wire [32:0] \$352 ;
+  wire [32:0] \$353 ;
+  wire \$354 ;
+  wire [31:0] \$355 ;
   wire \$356 ;
-  wire \$357 ;
-  wire [7:0] \$358 ;
-  wire [7:0] \$359 ;
+  wire [31:0] \$357 ;
+  wire \$358 ;
+  wire [31:0] \$359 ;
   wire [63:0] \$36 ;
   wire [32:0] \$360 ;
-  wire [32:0] \$361 ;
+  wire \$361 ;
   wire \$362 ;
-  wire [31:0] \$363 ;
-  wire \$364 ;
-  wire [31:0] \$365 ;
+  wire [7:0] \$363 ;
+  wire [79:0] \$364 ;
+  wire [80:0] \$365 ;
   wire \$366 ;
-  wire [31:0] \$367 ;
-  wire [32:0] \$368 ;
-  wire \$369 ;
+  wire [15:0] \$367 ;
+  wire [9:0] \$368 ;
+  wire [9:0] \$369 ;
   wire [32:0] \$37 ;
   wire \$370 ;
-  wire [7:0] \$371 ;
-  wire [79:0] \$372 ;
-  wire [80:0] \$373 ;
+  wire [9:0] \$371 ;
+  wire [9:0] \$372 ;
+  wire \$373 ;
   wire \$374 ;
-  wire [15:0] \$375 ;
-  wire [9:0] \$376 ;
+  wire \$375 ;
+  wire [20:0] \$376 ;
   wire \$377 ;
   wire \$378 ;
-  wire [9:0] \$379 ;
+  wire \$379 ;
   wire \$38 ;
-  wire \$380 ;
-  wire [9:0] \$381 ;
+  wire [31:0] \$380 ;
+  wire [32:0] \$381 ;
   wire \$382 ;
   wire \$383 ;
-  wire [9:0] \$384 ;
-  wire \$385 ;
-  wire [20:0] \$386 ;
-  wire \$387 ;
-  wire \$388 ;
+  wire \$384 ;
+  wire [7:0] \$385 ;
+  wire [7:0] \$386 ;
+  wire [32:0] \$387 ;
+  wire [32:0] \$388 ;
   wire \$389 ;
   wire \$39 ;
   wire [31:0] \$390 ;
-  wire [32:0] \$391 ;
-  wire \$392 ;
+  wire \$391 ;
+  wire [31:0] \$392 ;
   wire \$393 ;
-  wire \$394 ;
-  wire [7:0] \$395 ;
-  wire [7:0] \$396 ;
-  wire [32:0] \$397 ;
-  wire [32:0] \$398 ;
-  wire \$399 ;
+  wire [31:0] \$394 ;
+  wire [32:0] \$395 ;
+  wire \$396 ;
+  wire \$397 ;
+  wire [7:0] \$398 ;
+  wire [79:0] \$399 ;
   wire \$4 ;
   wire [32:0] \$40 ;
-  wire [31:0] \$400 ;
+  wire [80:0] \$400 ;
   wire \$401 ;
-  wire [31:0] \$402 ;
-  wire \$403 ;
-  wire [31:0] \$404 ;
-  wire [32:0] \$405 ;
-  wire \$406 ;
-  wire \$407 ;
-  wire [7:0] \$408 ;
-  wire [79:0] \$409 ;
+  wire [15:0] \$402 ;
+  wire [9:0] \$403 ;
+  wire [9:0] \$404 ;
+  wire \$405 ;
+  wire [9:0] \$406 ;
+  wire [9:0] \$407 ;
+  wire \$408 ;
+  wire \$409 ;
   wire \$41 ;
-  wire [80:0] \$410 ;
-  wire \$411 ;
-  wire [15:0] \$412 ;
-  wire [9:0] \$413 ;
+  wire \$410 ;
+  wire [20:0] \$411 ;
+  wire \$412 ;
+  wire \$413 ;
   wire \$414 ;
-  wire \$415 ;
-  wire [9:0] \$416 ;
+  wire [31:0] \$415 ;
+  wire [32:0] \$416 ;
   wire \$417 ;
-  wire [9:0] \$418 ;
+  wire \$418 ;
   wire \$419 ;
   wire \$42 ;
-  wire \$420 ;
-  wire [9:0] \$421 ;
-  wire \$422 ;
-  wire [20:0] \$423 ;
+  wire [7:0] \$420 ;
+  wire [7:0] \$421 ;
+  wire [32:0] \$422 ;
+  wire [32:0] \$423 ;
   wire \$424 ;
-  wire \$425 ;
+  wire [31:0] \$425 ;
   wire \$426 ;
   wire [31:0] \$427 ;
-  wire [32:0] \$428 ;
-  wire \$429 ;
+  wire \$428 ;
+  wire [31:0] \$429 ;
   wire \$43 ;
-  wire \$430 ;
+  wire [32:0] \$430 ;
   wire \$431 ;
-  wire [7:0] \$432 ;
+  wire \$432 ;
   wire [7:0] \$433 ;
-  wire [32:0] \$434 ;
-  wire [32:0] \$435 ;
+  wire [79:0] \$434 ;
+  wire [80:0] \$435 ;
   wire \$436 ;
-  wire [31:0] \$437 ;
-  wire \$438 ;
-  wire [31:0] \$439 ;
+  wire [15:0] \$437 ;
+  wire [9:0] \$438 ;
+  wire [9:0] \$439 ;
   wire \$44 ;
   wire \$440 ;
-  wire [31:0] \$441 ;
-  wire [32:0] \$442 ;
+  wire [9:0] \$441 ;
+  wire [9:0] \$442 ;
   wire \$443 ;
   wire \$444 ;
-  wire [7:0] \$445 ;
-  wire [79:0] \$446 ;
-  wire [80:0] \$447 ;
+  wire \$445 ;
+  wire [20:0] \$446 ;
+  wire \$447 ;
   wire \$448 ;
-  wire [15:0] \$449 ;
+  wire \$449 ;
   wire \$45 ;
-  wire [9:0] \$450 ;
-  wire \$451 ;
+  wire [31:0] \$450 ;
+  wire [32:0] \$451 ;
   wire \$452 ;
-  wire [9:0] \$453 ;
+  wire \$453 ;
   wire \$454 ;
-  wire [9:0] \$455 ;
-  wire \$456 ;
-  wire \$457 ;
-  wire [9:0] \$458 ;
+  wire [7:0] \$455 ;
+  wire [7:0] \$456 ;
+  wire [32:0] \$457 ;
+  wire [32:0] \$458 ;
   wire \$459 ;
   wire \$46 ;
-  wire [20:0] \$460 ;
+  wire [31:0] \$460 ;
   wire \$461 ;
-  wire \$462 ;
+  wire [31:0] \$462 ;
   wire \$463 ;
   wire [31:0] \$464 ;
   wire [32:0] \$465 ;
   wire \$466 ;
   wire \$467 ;
-  wire \$468 ;
-  wire [7:0] \$469 ;
+  wire [7:0] \$468 ;
+  wire [79:0] \$469 ;
   wire [32:0] \$47 ;
-  wire [7:0] \$470 ;
-  wire [32:0] \$471 ;
-  wire [32:0] \$472 ;
-  wire \$473 ;
-  wire [31:0] \$474 ;
+  wire [80:0] \$470 ;
+  wire \$471 ;
+  wire [15:0] \$472 ;
+  wire [9:0] \$473 ;
+  wire [9:0] \$474 ;
   wire \$475 ;
-  wire [31:0] \$476 ;
-  wire \$477 ;
-  wire [31:0] \$478 ;
-  wire [32:0] \$479 ;
+  wire [9:0] \$476 ;
+  wire [9:0] \$477 ;
+  wire \$478 ;
+  wire \$479 ;
   wire [32:0] \$48 ;
   wire \$480 ;
-  wire \$481 ;
-  wire [7:0] \$482 ;
-  wire [79:0] \$483 ;
-  wire [80:0] \$484 ;
-  wire \$485 ;
-  wire [15:0] \$486 ;
-  wire [9:0] \$487 ;
+  wire [20:0] \$481 ;
+  wire \$482 ;
+  wire \$483 ;
+  wire \$484 ;
+  wire [31:0] \$485 ;
+  wire [32:0] \$486 ;
+  wire \$487 ;
   wire \$488 ;
   wire \$489 ;
   wire [15:0] \$49 ;
-  wire [9:0] \$490 ;
-  wire \$491 ;
-  wire [9:0] \$492 ;
-  wire \$493 ;
-  wire \$494 ;
-  wire [9:0] \$495 ;
-  wire \$496 ;
-  wire [20:0] \$497 ;
-  wire \$498 ;
-  wire \$499 ;
+  wire [7:0] \$490 ;
+  wire [7:0] \$491 ;
+  wire [1:0] \$492 ;
+  wire [2:0] \$493 ;
+  wire [3:0] \$494 ;
+  wire [4:0] \$495 ;
+  wire [5:0] \$496 ;
+  wire [6:0] \$497 ;
+  wire [7:0] \$498 ;
+  wire [1:0] \$499 ;
   wire \$5 ;
   wire [15:0] \$50 ;
-  wire \$500 ;
-  wire [31:0] \$501 ;
-  wire [32:0] \$502 ;
-  wire \$503 ;
-  wire \$504 ;
-  wire \$505 ;
-  wire [7:0] \$506 ;
-  wire [7:0] \$507 ;
-  wire [1:0] \$508 ;
-  wire [2:0] \$509 ;
+  wire [2:0] \$500 ;
+  wire [3:0] \$501 ;
+  wire [4:0] \$502 ;
+  wire [5:0] \$503 ;
+  wire [6:0] \$504 ;
+  wire [7:0] \$505 ;
+  wire [1:0] \$506 ;
+  wire [2:0] \$507 ;
+  wire [3:0] \$508 ;
+  wire [4:0] \$509 ;
   wire [31:0] \$51 ;
-  wire [3:0] \$510 ;
-  wire [4:0] \$511 ;
-  wire [5:0] \$512 ;
-  wire [6:0] \$513 ;
-  wire [7:0] \$514 ;
-  wire [1:0] \$515 ;
-  wire [2:0] \$516 ;
-  wire [3:0] \$517 ;
-  wire [4:0] \$518 ;
-  wire [5:0] \$519 ;
+  wire [5:0] \$510 ;
+  wire [6:0] \$511 ;
+  wire [7:0] \$512 ;
+  reg [10:0] \$513 ;
+  reg [10:0] \$514 ;
+  reg [10:0] \$515 ;
+  reg [10:0] \$516 ;
+  reg [10:0] \$517 ;
+  reg [10:0] \$518 ;
+  reg [10:0] \$519 ;
   wire [32:0] \$52 ;
-  wire [6:0] \$520 ;
-  wire [7:0] \$521 ;
-  wire [1:0] \$522 ;
-  wire [2:0] \$523 ;
-  wire [3:0] \$524 ;
-  wire [4:0] \$525 ;
-  wire [5:0] \$526 ;
-  wire [6:0] \$527 ;
-  wire [7:0] \$528 ;
-  reg [10:0] \$529 ;
+  reg [10:0] \$520 ;
+  reg [255:0] \$521 ;
   wire [32:0] \$53 ;
-  reg [10:0] \$530 ;
-  reg [10:0] \$531 ;
-  reg [10:0] \$532 ;
-  reg [10:0] \$533 ;
-  reg [10:0] \$534 ;
-  reg [10:0] \$535 ;
-  reg [10:0] \$536 ;
-  reg [255:0] \$537 ;
   wire [33:0] \$54 ;
   wire [34:0] \$55 ;
   wire [65:0] \$56 ;
@@ -29355,7 +29339,7 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
   end
   always @(posedge clk) begin
     if (\write__en$314 )
-      table_high0[\$233 [7:0]] <= write__data;
+      table_high0[\$231 [7:0]] <= write__data;
   end
   reg [15:0] _0_;
   always @(posedge clk) begin
@@ -29368,7 +29352,7 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
   end
   always @(posedge clk) begin
     if (\write__en$326 )
-      table_high1[\$270 [7:0]] <= write__data;
+      table_high1[\$266 [7:0]] <= write__data;
   end
   reg [15:0] _1_;
   always @(posedge clk) begin
@@ -29381,7 +29365,7 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
   end
   always @(posedge clk) begin
     if (\write__en$338 )
-      table_high2[\$307 [7:0]] <= write__data;
+      table_high2[\$301 [7:0]] <= write__data;
   end
   reg [15:0] _2_;
   always @(posedge clk) begin
@@ -29394,7 +29378,7 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
   end
   always @(posedge clk) begin
     if (\write__en$350 )
-      table_high3[\$344 [7:0]] <= write__data;
+      table_high3[\$336 [7:0]] <= write__data;
   end
   reg [15:0] _3_;
   always @(posedge clk) begin
@@ -29407,7 +29391,7 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
   end
   always @(posedge clk) begin
     if (\write__en$362 )
-      table_high4[\$381 [7:0]] <= write__data;
+      table_high4[\$371 [7:0]] <= write__data;
   end
   reg [15:0] _4_;
   always @(posedge clk) begin
@@ -29420,7 +29404,7 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
   end
   always @(posedge clk) begin
     if (\write__en$374 )
-      table_high5[\$418 [7:0]] <= write__data;
+      table_high5[\$406 [7:0]] <= write__data;
   end
   reg [15:0] _5_;
   always @(posedge clk) begin
@@ -29433,7 +29417,7 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
   end
   always @(posedge clk) begin
     if (\write__en$386 )
-      table_high6[\$455 [7:0]] <= write__data;
+      table_high6[\$441 [7:0]] <= write__data;
   end
   reg [15:0] _6_;
   always @(posedge clk) begin
@@ -29446,7 +29430,7 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
   end
   always @(posedge clk) begin
     if (\write__en$398 )
-      table_high7[\$492 [7:0]] <= write__data;
+      table_high7[\$476 [7:0]] <= write__data;
   end
   reg [15:0] _7_;
   always @(posedge clk) begin
@@ -29472,7 +29456,7 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
   end
   always @(posedge clk) begin
     if (\write__en$322 )
-      table_low1[\$265 [7:0]] <= write__data;
+      table_low1[\$263 [7:0]] <= write__data;
   end
   reg [15:0] _9_;
   always @(posedge clk) begin
@@ -29485,7 +29469,7 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
   end
   always @(posedge clk) begin
     if (\write__en$334 )
-      table_low2[\$302 [7:0]] <= write__data;
+      table_low2[\$298 [7:0]] <= write__data;
   end
   reg [15:0] _10_;
   always @(posedge clk) begin
@@ -29498,7 +29482,7 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
   end
   always @(posedge clk) begin
     if (\write__en$346 )
-      table_low3[\$339 [7:0]] <= write__data;
+      table_low3[\$333 [7:0]] <= write__data;
   end
   reg [15:0] _11_;
   always @(posedge clk) begin
@@ -29511,7 +29495,7 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
   end
   always @(posedge clk) begin
     if (\write__en$358 )
-      table_low4[\$376 [7:0]] <= write__data;
+      table_low4[\$368 [7:0]] <= write__data;
   end
   reg [15:0] _12_;
   always @(posedge clk) begin
@@ -29524,7 +29508,7 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
   end
   always @(posedge clk) begin
     if (\write__en$370 )
-      table_low5[\$413 [7:0]] <= write__data;
+      table_low5[\$403 [7:0]] <= write__data;
   end
   reg [15:0] _13_;
   always @(posedge clk) begin
@@ -29537,7 +29521,7 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
   end
   always @(posedge clk) begin
     if (\write__en$382 )
-      table_low6[\$450 [7:0]] <= write__data;
+      table_low6[\$438 [7:0]] <= write__data;
   end
   reg [15:0] _14_;
   always @(posedge clk) begin
@@ -29550,159 +29534,127 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
   end
   always @(posedge clk) begin
     if (\write__en$394 )
-      table_low7[\$487 [7:0]] <= write__data;
+      table_low7[\$473 [7:0]] <= write__data;
   end
   reg [15:0] _15_;
   always @(posedge clk) begin
     _15_ <= table_low7[index7];
   end
   assign \read__data$261  = _15_;
-  assign \$418  = table_index - 1'h1;
-  assign \$419  = table_index >= 1'h1;
-  assign \$420  = table_we & \$419 ;
-  assign \$421  = table_index - 1'h1;
-  assign \$422  = $signed(\$421 ) < $signed(10'h100);
-  assign \write__en$374  = \$420  & \$422 ;
-  assign diff5 = $signed(\read__data$198 ) - $signed(\read__data$197 );
-  assign \$423  = $signed(r7_5[19:0]) + $signed(base7_5);
-  assign value5 = ctl7[1] ? { \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423  } : r7_5;
-  assign \$424  = ! value5[63:31];
-  assign \$425  = value5[63:31] == 33'h1ffffffff;
-  assign \$426  = \$424  | \$425 ;
-  assign \$427  = value5[63] ? 32'd2147483648 : 32'd2147483647;
-  assign \$428  = \$426  ? { 1'h0, value5[31:0] } : { \$427 [31], \$427  };
-  assign \$429  = ! value5[63:7];
-  assign \$430  = value5[63:7] == 57'h1ffffffffffffff;
-  assign \$431  = \$429  | \$430 ;
-  assign \$432  = value5[63] ? 8'h80 : 8'h7f;
-  assign \$433  = \$431  ? value5[7:0] : \$432 ;
-  assign \$434  = $signed(a[223:192]) + $signed(b[223:192]);
-  assign \$435  = $signed(a[223:192]) - $signed(b[223:192]);
-  assign \$436  = $signed(a[223:192]) > $signed(b[223:192]);
-  assign \$437  = \$436  ? a[223:192] : b[223:192];
-  assign \$438  = $signed(a[223:192]) < $signed(b[223:192]);
-  assign \$439  = \$438  ? a[223:192] : b[223:192];
-  assign \$440  = $signed(a[223:192]) < $signed(imm);
-  assign \$441  = \$440  ? imm : a[223:192];
-  assign \$442  = $signed(a[223:192]) - $signed(imm);
   assign scaled6 = $signed(x1_6) >>> ctl1[10:5];
-  assign \$443  = ~ x1_6[32];
-  assign \$444  = | scaled6[32:8];
-  assign over6 = \$443  & \$444 ;
-  assign \$445  = x1_6[32] ? 8'h00 : scaled6[7:0];
-  assign index6 = over6 ? 8'hff : \$445 ;
-  assign \$446  = 1'h1 << ctl1[10:5];
-  assign \$447  = \$446  - 1'h1;
-  assign \$448  = x1_6[32] | over6;
-  assign \$449  = x1_6[15:0] & \$447 [15:0];
-  assign frac6 = \$448  ? 16'h0000 : \$449 ;
-  assign \$450  = table_index - 1'h0;
-  assign \$451  = table_index >= 1'h0;
-  assign \$452  = table_we & \$451 ;
-  assign \$453  = table_index - 1'h0;
-  assign \$454  = $signed(\$453 ) < $signed(10'h100);
-  assign \write__en$382  = \$452  & \$454 ;
-  assign \$455  = table_index - 1'h1;
-  assign \$456  = table_index >= 1'h1;
-  assign \$457  = table_we & \$456 ;
-  assign \$458  = table_index - 1'h1;
-  assign \$459  = $signed(\$458 ) < $signed(10'h100);
-  assign \write__en$386  = \$457  & \$459 ;
+  assign \$431  = ~ x1_6[32];
+  assign \$432  = | scaled6[32:8];
+  assign over6 = \$431  & \$432 ;
+  assign \$433  = x1_6[32] ? 8'h00 : scaled6[7:0];
+  assign index6 = over6 ? 8'hff : \$433 ;
+  assign \$434  = 1'h1 << ctl1[10:5];
+  assign \$435  = \$434  - 1'h1;
+  assign \$436  = x1_6[32] | over6;
+  assign \$437  = x1_6[15:0] & \$435 [15:0];
+  assign frac6 = \$436  ? 16'h0000 : \$437 ;
+  assign \$438  = table_index - 1'h0;
+  assign \$439  = table_index - 1'h0;
+  assign \$440  = $signed(\$439 ) < $signed(10'h100);
+  assign \write__en$382  = table_we & \$440 ;
+  assign \$441  = table_index - 1'h1;
+  assign \$442  = table_index - 1'h1;
+  assign \$443  = $signed(\$442 ) < $signed(10'h100);
+  assign \$444  = table_index >= 1'h1;
+  assign \$445  = \$443  & \$444 ;
+  assign \write__en$386  = table_we & \$445 ;
   assign diff6 = $signed(\read__data$230 ) - $signed(\read__data$229 );
-  assign \$460  = $signed(r7_6[19:0]) + $signed(base7_6);
-  assign value6 = ctl7[1] ? { \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460  } : r7_6;
-  assign \$461  = ! value6[63:31];
-  assign \$462  = value6[63:31] == 33'h1ffffffff;
-  assign \$463  = \$461  | \$462 ;
-  assign \$464  = value6[63] ? 32'd2147483648 : 32'd2147483647;
-  assign \$465  = \$463  ? { 1'h0, value6[31:0] } : { \$464 [31], \$464  };
-  assign \$466  = ! value6[63:7];
-  assign \$467  = value6[63:7] == 57'h1ffffffffffffff;
-  assign \$468  = \$466  | \$467 ;
-  assign \$469  = value6[63] ? 8'h80 : 8'h7f;
-  assign \$470  = \$468  ? value6[7:0] : \$469 ;
-  assign \$471  = $signed(a[255:224]) + $signed(b[255:224]);
-  assign \$472  = $signed(a[255:224]) - $signed(b[255:224]);
-  assign \$473  = $signed(a[255:224]) > $signed(b[255:224]);
-  assign \$474  = \$473  ? a[255:224] : b[255:224];
-  assign \$475  = $signed(a[255:224]) < $signed(b[255:224]);
-  assign \$476  = \$475  ? a[255:224] : b[255:224];
-  assign \$477  = $signed(a[255:224]) < $signed(imm);
-  assign \$478  = \$477  ? imm : a[255:224];
-  assign \$479  = $signed(a[255:224]) - $signed(imm);
+  assign \$446  = $signed(r7_6[19:0]) + $signed(base7_6);
+  assign value6 = ctl7[1] ? { \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446  } : r7_6;
+  assign \$447  = ! value6[63:31];
+  assign \$448  = value6[63:31] == 33'h1ffffffff;
+  assign \$449  = \$447  | \$448 ;
+  assign \$450  = value6[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$451  = \$449  ? { 1'h0, value6[31:0] } : { \$450 [31], \$450  };
+  assign \$452  = ! value6[63:7];
+  assign \$453  = value6[63:7] == 57'h1ffffffffffffff;
+  assign \$454  = \$452  | \$453 ;
+  assign \$455  = value6[63] ? 8'h80 : 8'h7f;
+  assign \$456  = \$454  ? value6[7:0] : \$455 ;
+  assign \$457  = $signed(a[255:224]) + $signed(b[255:224]);
+  assign \$458  = $signed(a[255:224]) - $signed(b[255:224]);
+  assign \$459  = $signed(a[255:224]) > $signed(b[255:224]);
+  assign \$460  = \$459  ? a[255:224] : b[255:224];
+  assign \$461  = $signed(a[255:224]) < $signed(b[255:224]);
+  assign \$462  = \$461  ? a[255:224] : b[255:224];
+  assign \$463  = $signed(a[255:224]) < $signed(imm);
+  assign \$464  = \$463  ? imm : a[255:224];
+  assign \$465  = $signed(a[255:224]) - $signed(imm);
   assign scaled7 = $signed(x1_7) >>> ctl1[10:5];
-  assign \$480  = ~ x1_7[32];
-  assign \$481  = | scaled7[32:8];
-  assign over7 = \$480  & \$481 ;
-  assign \$482  = x1_7[32] ? 8'h00 : scaled7[7:0];
-  assign index7 = over7 ? 8'hff : \$482 ;
-  assign \$483  = 1'h1 << ctl1[10:5];
-  assign \$484  = \$483  - 1'h1;
-  assign \$485  = x1_7[32] | over7;
-  assign \$486  = x1_7[15:0] & \$484 [15:0];
-  assign frac7 = \$485  ? 16'h0000 : \$486 ;
-  assign \$487  = table_index - 1'h0;
-  assign \$488  = table_index >= 1'h0;
-  assign \$489  = table_we & \$488 ;
-  assign \$490  = table_index - 1'h0;
-  assign \$491  = $signed(\$490 ) < $signed(10'h100);
-  assign \write__en$394  = \$489  & \$491 ;
-  assign \$492  = table_index - 1'h1;
-  assign \$493  = table_index >= 1'h1;
-  assign \$494  = table_we & \$493 ;
-  assign \$495  = table_index - 1'h1;
-  assign \$496  = $signed(\$495 ) < $signed(10'h100);
-  assign \write__en$398  = \$494  & \$496 ;
+  assign \$466  = ~ x1_7[32];
+  assign \$467  = | scaled7[32:8];
+  assign over7 = \$466  & \$467 ;
+  assign \$468  = x1_7[32] ? 8'h00 : scaled7[7:0];
+  assign index7 = over7 ? 8'hff : \$468 ;
+  assign \$469  = 1'h1 << ctl1[10:5];
+  assign \$470  = \$469  - 1'h1;
+  assign \$471  = x1_7[32] | over7;
+  assign \$472  = x1_7[15:0] & \$470 [15:0];
+  assign frac7 = \$471  ? 16'h0000 : \$472 ;
+  assign \$473  = table_index - 1'h0;
+  assign \$474  = table_index - 1'h0;
+  assign \$475  = $signed(\$474 ) < $signed(10'h100);
+  assign \write__en$394  = table_we & \$475 ;
+  assign \$476  = table_index - 1'h1;
+  assign \$477  = table_index - 1'h1;
+  assign \$478  = $signed(\$477 ) < $signed(10'h100);
+  assign \$479  = table_index >= 1'h1;
+  assign \$480  = \$478  & \$479 ;
+  assign \write__en$398  = table_we & \$480 ;
   assign diff7 = $signed(\read__data$262 ) - $signed(\read__data$261 );
-  assign \$497  = $signed(r7_7[19:0]) + $signed(base7_7);
-  assign value7 = ctl7[1] ? { \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497  } : r7_7;
-  assign \$498  = ! value7[63:31];
-  assign \$499  = value7[63:31] == 33'h1ffffffff;
-  assign \$500  = \$498  | \$499 ;
-  assign \$501  = value7[63] ? 32'd2147483648 : 32'd2147483647;
-  assign \$502  = \$500  ? { 1'h0, value7[31:0] } : { \$501 [31], \$501  };
-  assign \$503  = ! value7[63:7];
-  assign \$504  = value7[63:7] == 57'h1ffffffffffffff;
-  assign \$505  = \$503  | \$504 ;
-  assign \$506  = value7[63] ? 8'h80 : 8'h7f;
-  assign \$507  = \$505  ? value7[7:0] : \$506 ;
-  assign \$508  = hit2_0 + hit2_1;
-  assign \$509  = \$508  + hit2_2;
-  assign \$510  = \$509  + hit2_3;
-  assign \$511  = \$510  + hit2_4;
-  assign \$512  = \$511  + hit2_5;
-  assign \$513  = \$512  + hit2_6;
-  assign \$514  = \$513  + hit2_7;
-  assign \$515  = under2_0 + under2_1;
-  assign \$516  = \$515  + under2_2;
-  assign \$517  = \$516  + under2_3;
-  assign \$518  = \$517  + under2_4;
-  assign \$519  = \$518  + under2_5;
-  assign \$520  = \$519  + under2_6;
-  assign \$521  = \$520  + under2_7;
-  assign \$522  = \over2_0$29  + \over2_1$64 ;
-  assign \$523  = \$522  + \over2_2$96 ;
-  assign \$524  = \$523  + \over2_3$128 ;
-  assign \$525  = \$524  + \over2_4$160 ;
-  assign \$526  = \$525  + \over2_5$192 ;
-  assign \$527  = \$526  + \over2_6$224 ;
-  assign \$528  = \$527  + \over2_7$256 ;
+  assign \$481  = $signed(r7_7[19:0]) + $signed(base7_7);
+  assign value7 = ctl7[1] ? { \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481  } : r7_7;
+  assign \$482  = ! value7[63:31];
+  assign \$483  = value7[63:31] == 33'h1ffffffff;
+  assign \$484  = \$482  | \$483 ;
+  assign \$485  = value7[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$486  = \$484  ? { 1'h0, value7[31:0] } : { \$485 [31], \$485  };
+  assign \$487  = ! value7[63:7];
+  assign \$488  = value7[63:7] == 57'h1ffffffffffffff;
+  assign \$489  = \$487  | \$488 ;
+  assign \$490  = value7[63] ? 8'h80 : 8'h7f;
+  assign \$491  = \$489  ? value7[7:0] : \$490 ;
+  assign \$492  = hit2_0 + hit2_1;
+  assign \$493  = \$492  + hit2_2;
+  assign \$494  = \$493  + hit2_3;
+  assign \$495  = \$494  + hit2_4;
+  assign \$496  = \$495  + hit2_5;
+  assign \$497  = \$496  + hit2_6;
+  assign \$498  = \$497  + hit2_7;
+  assign \$499  = under2_0 + under2_1;
+  assign \$500  = \$499  + under2_2;
+  assign \$501  = \$500  + under2_3;
+  assign \$502  = \$501  + under2_4;
+  assign \$503  = \$502  + under2_5;
+  assign \$504  = \$503  + under2_6;
+  assign \$505  = \$504  + under2_7;
+  assign \$506  = \over2_0$29  + \over2_1$64 ;
+  assign \$507  = \$506  + \over2_2$96 ;
+  assign \$508  = \$507  + \over2_3$128 ;
+  assign \$509  = \$508  + \over2_4$160 ;
+  assign \$510  = \$509  + \over2_5$192 ;
+  assign \$511  = \$510  + \over2_6$224 ;
+  assign \$512  = \$511  + \over2_7$256 ;
   always @(posedge clk)
-    ctl1 <= \$529 ;
+    ctl1 <= \$513 ;
   always @(posedge clk)
-    ctl2 <= \$530 ;
+    ctl2 <= \$514 ;
   always @(posedge clk)
-    ctl3 <= \$531 ;
+    ctl3 <= \$515 ;
   always @(posedge clk)
-    ctl4 <= \$532 ;
+    ctl4 <= \$516 ;
   always @(posedge clk)
-    ctl5 <= \$533 ;
+    ctl5 <= \$517 ;
   always @(posedge clk)
-    ctl6 <= \$534 ;
+    ctl6 <= \$518 ;
   always @(posedge clk)
-    ctl7 <= \$535 ;
+    ctl7 <= \$519 ;
   always @(posedge clk)
-    ctl8 <= \$536 ;
+    ctl8 <= \$520 ;
   always @(posedge clk)
     imm2_1 <= imm2;
   always @(posedge clk)
@@ -29752,7 +29704,7 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
   always @(posedge clk)
     base7_0 <= base6_0;
   always @(posedge clk)
-    out <= \$537 ;
+    out <= \$521 ;
   always @(posedge clk)
     x1_1 <= alu1;
   always @(posedge clk)
@@ -30076,7 +30028,7 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
   always @(posedge clk)
     base7_7 <= base6_7;
   always @(posedge clk)
-    hits3 <= \$514 [3:0];
+    hits3 <= \$498 [3:0];
   always @(posedge clk)
     hits4 <= hits3;
   always @(posedge clk)
@@ -30088,7 +30040,7 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
   always @(posedge clk)
     hits8 <= hits7;
   always @(posedge clk)
-    unders3 <= \$521 [3:0];
+    unders3 <= \$505 [3:0];
   always @(posedge clk)
     unders4 <= unders3;
   always @(posedge clk)
@@ -30100,7 +30052,7 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
   always @(posedge clk)
     unders8 <= unders7;
   always @(posedge clk)
-    overs3 <= \$528 [3:0];
+    overs3 <= \$512 [3:0];
   always @(posedge clk)
     overs4 <= overs3;
   always @(posedge clk)
@@ -30334,336 +30286,352 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
   assign \$227  = x1_0[15:0] & \$225 [15:0];
   assign frac0 = \$226  ? 16'h0000 : \$227 ;
   assign \$228  = table_index - 1'h0;
-  assign \$229  = table_index >= 1'h0;
-  assign \$230  = table_we & \$229 ;
-  assign \$231  = table_index - 1'h0;
-  assign \$232  = $signed(\$231 ) < $signed(10'h100);
-  assign write__en = \$230  & \$232 ;
-  assign \$233  = table_index - 1'h1;
+  assign \$229  = table_index - 1'h0;
+  assign \$230  = $signed(\$229 ) < $signed(10'h100);
+  assign write__en = table_we & \$230 ;
+  assign \$231  = table_index - 1'h1;
+  assign \$232  = table_index - 1'h1;
+  assign \$233  = $signed(\$232 ) < $signed(10'h100);
   assign \$234  = table_index >= 1'h1;
-  assign \$235  = table_we & \$234 ;
-  assign \$236  = table_index - 1'h1;
-  assign \$237  = $signed(\$236 ) < $signed(10'h100);
-  assign \write__en$314  = \$235  & \$237 ;
+  assign \$235  = \$233  & \$234 ;
+  assign \write__en$314  = table_we & \$235 ;
   assign diff0 = $signed(\read__data$35 ) - $signed(read__data);
-  assign \$238  = $signed(r7_0[19:0]) + $signed(base7_0);
-  assign value0 = ctl7[1] ? { \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238  } : r7_0;
-  assign \$239  = ! value0[63:31];
-  assign \$240  = value0[63:31] == 33'h1ffffffff;
-  assign \$241  = \$239  | \$240 ;
-  assign \$242  = value0[63] ? 32'd2147483648 : 32'd2147483647;
-  assign \$243  = \$241  ? { 1'h0, value0[31:0] } : { \$242 [31], \$242  };
-  assign \$244  = ! value0[63:7];
-  assign \$245  = value0[63:7] == 57'h1ffffffffffffff;
-  assign \$246  = \$244  | \$245 ;
-  assign \$247  = value0[63] ? 8'h80 : 8'h7f;
-  assign \$248  = \$246  ? value0[7:0] : \$247 ;
-  assign \$249  = $signed(a[63:32]) + $signed(b[63:32]);
-  assign \$250  = $signed(a[63:32]) - $signed(b[63:32]);
-  assign \$251  = $signed(a[63:32]) > $signed(b[63:32]);
+  assign \$236  = $signed(r7_0[19:0]) + $signed(base7_0);
+  assign value0 = ctl7[1] ? { \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236  } : r7_0;
+  assign \$237  = ! value0[63:31];
+  assign \$238  = value0[63:31] == 33'h1ffffffff;
+  assign \$239  = \$237  | \$238 ;
+  assign \$240  = value0[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$241  = \$239  ? { 1'h0, value0[31:0] } : { \$240 [31], \$240  };
+  assign \$242  = ! value0[63:7];
+  assign \$243  = value0[63:7] == 57'h1ffffffffffffff;
+  assign \$244  = \$242  | \$243 ;
+  assign \$245  = value0[63] ? 8'h80 : 8'h7f;
+  assign \$246  = \$244  ? value0[7:0] : \$245 ;
+  assign \$247  = $signed(a[63:32]) + $signed(b[63:32]);
+  assign \$248  = $signed(a[63:32]) - $signed(b[63:32]);
+  assign \$249  = $signed(a[63:32]) > $signed(b[63:32]);
+  assign \$250  = \$249  ? a[63:32] : b[63:32];
+  assign \$251  = $signed(a[63:32]) < $signed(b[63:32]);
   assign \$252  = \$251  ? a[63:32] : b[63:32];
-  assign \$253  = $signed(a[63:32]) < $signed(b[63:32]);
-  assign \$254  = \$253  ? a[63:32] : b[63:32];
-  assign \$255  = $signed(a[63:32]) < $signed(imm);
-  assign \$256  = \$255  ? imm : a[63:32];
-  assign \$257  = $signed(a[63:32]) - $signed(imm);
+  assign \$253  = $signed(a[63:32]) < $signed(imm);
+  assign \$254  = \$253  ? imm : a[63:32];
+  assign \$255  = $signed(a[63:32]) - $signed(imm);
   assign scaled1 = $signed(x1_1) >>> ctl1[10:5];
-  assign \$258  = ~ x1_1[32];
-  assign \$259  = | scaled1[32:8];
-  assign over1 = \$258  & \$259 ;
-  assign \$260  = x1_1[32] ? 8'h00 : scaled1[7:0];
-  assign index1 = over1 ? 8'hff : \$260 ;
-  assign \$261  = 1'h1 << ctl1[10:5];
-  assign \$262  = \$261  - 1'h1;
-  assign \$263  = x1_1[32] | over1;
-  assign \$264  = x1_1[15:0] & \$262 [15:0];
-  assign frac1 = \$263  ? 16'h0000 : \$264 ;
-  assign \$265  = table_index - 1'h0;
-  assign \$266  = table_index >= 1'h0;
-  assign \$267  = table_we & \$266 ;
-  assign \$268  = table_index - 1'h0;
-  assign \$269  = $signed(\$268 ) < $signed(10'h100);
-  assign \write__en$322  = \$267  & \$269 ;
-  assign \$270  = table_index - 1'h1;
-  assign \$271  = table_index >= 1'h1;
-  assign \$272  = table_we & \$271 ;
-  assign \$273  = table_index - 1'h1;
-  assign \$274  = $signed(\$273 ) < $signed(10'h100);
-  assign \write__en$326  = \$272  & \$274 ;
+  assign \$256  = ~ x1_1[32];
+  assign \$257  = | scaled1[32:8];
+  assign over1 = \$256  & \$257 ;
+  assign \$258  = x1_1[32] ? 8'h00 : scaled1[7:0];
+  assign index1 = over1 ? 8'hff : \$258 ;
+  assign \$259  = 1'h1 << ctl1[10:5];
+  assign \$260  = \$259  - 1'h1;
+  assign \$261  = x1_1[32] | over1;
+  assign \$262  = x1_1[15:0] & \$260 [15:0];
+  assign frac1 = \$261  ? 16'h0000 : \$262 ;
+  assign \$263  = table_index - 1'h0;
+  assign \$264  = table_index - 1'h0;
+  assign \$265  = $signed(\$264 ) < $signed(10'h100);
+  assign \write__en$322  = table_we & \$265 ;
+  assign \$266  = table_index - 1'h1;
+  assign \$267  = table_index - 1'h1;
+  assign \$268  = $signed(\$267 ) < $signed(10'h100);
+  assign \$269  = table_index >= 1'h1;
+  assign \$270  = \$268  & \$269 ;
+  assign \write__en$326  = table_we & \$270 ;
   assign diff1 = $signed(\read__data$70 ) - $signed(\read__data$69 );
-  assign \$275  = $signed(r7_1[19:0]) + $signed(base7_1);
-  assign value1 = ctl7[1] ? { \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275  } : r7_1;
-  assign \$276  = ! value1[63:31];
-  assign \$277  = value1[63:31] == 33'h1ffffffff;
-  assign \$278  = \$276  | \$277 ;
-  assign \$279  = value1[63] ? 32'd2147483648 : 32'd2147483647;
-  assign \$280  = \$278  ? { 1'h0, value1[31:0] } : { \$279 [31], \$279  };
-  assign \$281  = ! value1[63:7];
-  assign \$282  = value1[63:7] == 57'h1ffffffffffffff;
-  assign \$283  = \$281  | \$282 ;
-  assign \$284  = value1[63] ? 8'h80 : 8'h7f;
-  assign \$285  = \$283  ? value1[7:0] : \$284 ;
-  assign \$286  = $signed(a[95:64]) + $signed(b[95:64]);
-  assign \$287  = $signed(a[95:64]) - $signed(b[95:64]);
-  assign \$288  = $signed(a[95:64]) > $signed(b[95:64]);
-  assign \$289  = \$288  ? a[95:64] : b[95:64];
-  assign \$290  = $signed(a[95:64]) < $signed(b[95:64]);
-  assign \$291  = \$290  ? a[95:64] : b[95:64];
-  assign \$292  = $signed(a[95:64]) < $signed(imm);
-  assign \$293  = \$292  ? imm : a[95:64];
-  assign \$294  = $signed(a[95:64]) - $signed(imm);
+  assign \$271  = $signed(r7_1[19:0]) + $signed(base7_1);
+  assign value1 = ctl7[1] ? { \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271  } : r7_1;
+  assign \$272  = ! value1[63:31];
+  assign \$273  = value1[63:31] == 33'h1ffffffff;
+  assign \$274  = \$272  | \$273 ;
+  assign \$275  = value1[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$276  = \$274  ? { 1'h0, value1[31:0] } : { \$275 [31], \$275  };
+  assign \$277  = ! value1[63:7];
+  assign \$278  = value1[63:7] == 57'h1ffffffffffffff;
+  assign \$279  = \$277  | \$278 ;
+  assign \$280  = value1[63] ? 8'h80 : 8'h7f;
+  assign \$281  = \$279  ? value1[7:0] : \$280 ;
+  assign \$282  = $signed(a[95:64]) + $signed(b[95:64]);
+  assign \$283  = $signed(a[95:64]) - $signed(b[95:64]);
+  assign \$284  = $signed(a[95:64]) > $signed(b[95:64]);
+  assign \$285  = \$284  ? a[95:64] : b[95:64];
+  assign \$286  = $signed(a[95:64]) < $signed(b[95:64]);
+  assign \$287  = \$286  ? a[95:64] : b[95:64];
+  assign \$288  = $signed(a[95:64]) < $signed(imm);
+  assign \$289  = \$288  ? imm : a[95:64];
+  assign \$290  = $signed(a[95:64]) - $signed(imm);
   assign scaled2 = $signed(x1_2) >>> ctl1[10:5];
-  assign \$295  = ~ x1_2[32];
-  assign \$296  = | scaled2[32:8];
-  assign over2 = \$295  & \$296 ;
-  assign \$297  = x1_2[32] ? 8'h00 : scaled2[7:0];
-  assign index2 = over2 ? 8'hff : \$297 ;
-  assign \$298  = 1'h1 << ctl1[10:5];
-  assign \$299  = \$298  - 1'h1;
-  assign \$300  = x1_2[32] | over2;
-  assign \$301  = x1_2[15:0] & \$299 [15:0];
-  assign frac2 = \$300  ? 16'h0000 : \$301 ;
-  assign \$302  = table_index - 1'h0;
-  assign \$303  = table_index >= 1'h0;
-  assign \$304  = table_we & \$303 ;
-  assign \$305  = table_index - 1'h0;
-  assign \$306  = $signed(\$305 ) < $signed(10'h100);
-  assign \write__en$334  = \$304  & \$306 ;
-  assign \$307  = table_index - 1'h1;
-  assign \$308  = table_index >= 1'h1;
-  assign \$309  = table_we & \$308 ;
-  assign \$310  = table_index - 1'h1;
-  assign \$311  = $signed(\$310 ) < $signed(10'h100);
-  assign \write__en$338  = \$309  & \$311 ;
+  assign \$291  = ~ x1_2[32];
+  assign \$292  = | scaled2[32:8];
+  assign over2 = \$291  & \$292 ;
+  assign \$293  = x1_2[32] ? 8'h00 : scaled2[7:0];
+  assign index2 = over2 ? 8'hff : \$293 ;
+  assign \$294  = 1'h1 << ctl1[10:5];
+  assign \$295  = \$294  - 1'h1;
+  assign \$296  = x1_2[32] | over2;
+  assign \$297  = x1_2[15:0] & \$295 [15:0];
+  assign frac2 = \$296  ? 16'h0000 : \$297 ;
+  assign \$298  = table_index - 1'h0;
+  assign \$299  = table_index - 1'h0;
+  assign \$300  = $signed(\$299 ) < $signed(10'h100);
+  assign \write__en$334  = table_we & \$300 ;
+  assign \$301  = table_index - 1'h1;
+  assign \$302  = table_index - 1'h1;
+  assign \$303  = $signed(\$302 ) < $signed(10'h100);
+  assign \$304  = table_index >= 1'h1;
+  assign \$305  = \$303  & \$304 ;
+  assign \write__en$338  = table_we & \$305 ;
   assign diff2 = $signed(\read__data$102 ) - $signed(\read__data$101 );
-  assign \$312  = $signed(r7_2[19:0]) + $signed(base7_2);
-  assign value2 = ctl7[1] ? { \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312  } : r7_2;
-  assign \$313  = ! value2[63:31];
-  assign \$314  = value2[63:31] == 33'h1ffffffff;
-  assign \$315  = \$313  | \$314 ;
-  assign \$316  = value2[63] ? 32'd2147483648 : 32'd2147483647;
-  assign \$317  = \$315  ? { 1'h0, value2[31:0] } : { \$316 [31], \$316  };
-  assign \$318  = ! value2[63:7];
-  assign \$319  = value2[63:7] == 57'h1ffffffffffffff;
-  assign \$320  = \$318  | \$319 ;
-  assign \$321  = value2[63] ? 8'h80 : 8'h7f;
-  assign \$322  = \$320  ? value2[7:0] : \$321 ;
-  assign \$323  = $signed(a[127:96]) + $signed(b[127:96]);
-  assign \$324  = $signed(a[127:96]) - $signed(b[127:96]);
-  assign \$325  = $signed(a[127:96]) > $signed(b[127:96]);
-  assign \$326  = \$325  ? a[127:96] : b[127:96];
-  assign \$327  = $signed(a[127:96]) < $signed(b[127:96]);
-  assign \$328  = \$327  ? a[127:96] : b[127:96];
-  assign \$329  = $signed(a[127:96]) < $signed(imm);
-  assign \$330  = \$329  ? imm : a[127:96];
-  assign \$331  = $signed(a[127:96]) - $signed(imm);
+  assign \$306  = $signed(r7_2[19:0]) + $signed(base7_2);
+  assign value2 = ctl7[1] ? { \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306  } : r7_2;
+  assign \$307  = ! value2[63:31];
+  assign \$308  = value2[63:31] == 33'h1ffffffff;
+  assign \$309  = \$307  | \$308 ;
+  assign \$310  = value2[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$311  = \$309  ? { 1'h0, value2[31:0] } : { \$310 [31], \$310  };
+  assign \$312  = ! value2[63:7];
+  assign \$313  = value2[63:7] == 57'h1ffffffffffffff;
+  assign \$314  = \$312  | \$313 ;
+  assign \$315  = value2[63] ? 8'h80 : 8'h7f;
+  assign \$316  = \$314  ? value2[7:0] : \$315 ;
+  assign \$317  = $signed(a[127:96]) + $signed(b[127:96]);
+  assign \$318  = $signed(a[127:96]) - $signed(b[127:96]);
+  assign \$319  = $signed(a[127:96]) > $signed(b[127:96]);
+  assign \$320  = \$319  ? a[127:96] : b[127:96];
+  assign \$321  = $signed(a[127:96]) < $signed(b[127:96]);
+  assign \$322  = \$321  ? a[127:96] : b[127:96];
+  assign \$323  = $signed(a[127:96]) < $signed(imm);
+  assign \$324  = \$323  ? imm : a[127:96];
+  assign \$325  = $signed(a[127:96]) - $signed(imm);
   assign scaled3 = $signed(x1_3) >>> ctl1[10:5];
-  assign \$332  = ~ x1_3[32];
-  assign \$333  = | scaled3[32:8];
-  assign over3 = \$332  & \$333 ;
-  assign \$334  = x1_3[32] ? 8'h00 : scaled3[7:0];
-  assign index3 = over3 ? 8'hff : \$334 ;
-  assign \$335  = 1'h1 << ctl1[10:5];
-  assign \$336  = \$335  - 1'h1;
-  assign \$337  = x1_3[32] | over3;
-  assign \$338  = x1_3[15:0] & \$336 [15:0];
-  assign frac3 = \$337  ? 16'h0000 : \$338 ;
-  assign \$339  = table_index - 1'h0;
-  assign \$340  = table_index >= 1'h0;
-  assign \$341  = table_we & \$340 ;
-  assign \$342  = table_index - 1'h0;
-  assign \$343  = $signed(\$342 ) < $signed(10'h100);
-  assign \write__en$346  = \$341  & \$343 ;
-  assign \$344  = table_index - 1'h1;
-  assign \$345  = table_index >= 1'h1;
-  assign \$346  = table_we & \$345 ;
-  assign \$347  = table_index - 1'h1;
-  assign \$348  = $signed(\$347 ) < $signed(10'h100);
-  assign \write__en$350  = \$346  & \$348 ;
+  assign \$326  = ~ x1_3[32];
+  assign \$327  = | scaled3[32:8];
+  assign over3 = \$326  & \$327 ;
+  assign \$328  = x1_3[32] ? 8'h00 : scaled3[7:0];
+  assign index3 = over3 ? 8'hff : \$328 ;
+  assign \$329  = 1'h1 << ctl1[10:5];
+  assign \$330  = \$329  - 1'h1;
+  assign \$331  = x1_3[32] | over3;
+  assign \$332  = x1_3[15:0] & \$330 [15:0];
+  assign frac3 = \$331  ? 16'h0000 : \$332 ;
+  assign \$333  = table_index - 1'h0;
+  assign \$334  = table_index - 1'h0;
+  assign \$335  = $signed(\$334 ) < $signed(10'h100);
+  assign \write__en$346  = table_we & \$335 ;
+  assign \$336  = table_index - 1'h1;
+  assign \$337  = table_index - 1'h1;
+  assign \$338  = $signed(\$337 ) < $signed(10'h100);
+  assign \$339  = table_index >= 1'h1;
+  assign \$340  = \$338  & \$339 ;
+  assign \write__en$350  = table_we & \$340 ;
   assign diff3 = $signed(\read__data$134 ) - $signed(\read__data$133 );
-  assign \$349  = $signed(r7_3[19:0]) + $signed(base7_3);
-  assign value3 = ctl7[1] ? { \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349  } : r7_3;
-  assign \$350  = ! value3[63:31];
-  assign \$351  = value3[63:31] == 33'h1ffffffff;
-  assign \$352  = \$350  | \$351 ;
-  assign \$353  = value3[63] ? 32'd2147483648 : 32'd2147483647;
-  assign \$354  = \$352  ? { 1'h0, value3[31:0] } : { \$353 [31], \$353  };
-  assign \$355  = ! value3[63:7];
-  assign \$356  = value3[63:7] == 57'h1ffffffffffffff;
-  assign \$357  = \$355  | \$356 ;
-  assign \$358  = value3[63] ? 8'h80 : 8'h7f;
-  assign \$359  = \$357  ? value3[7:0] : \$358 ;
-  assign \$360  = $signed(a[159:128]) + $signed(b[159:128]);
-  assign \$361  = $signed(a[159:128]) - $signed(b[159:128]);
-  assign \$362  = $signed(a[159:128]) > $signed(b[159:128]);
-  assign \$363  = \$362  ? a[159:128] : b[159:128];
-  assign \$364  = $signed(a[159:128]) < $signed(b[159:128]);
-  assign \$365  = \$364  ? a[159:128] : b[159:128];
-  assign \$366  = $signed(a[159:128]) < $signed(imm);
-  assign \$367  = \$366  ? imm : a[159:128];
-  assign \$368  = $signed(a[159:128]) - $signed(imm);
+  assign \$341  = $signed(r7_3[19:0]) + $signed(base7_3);
+  assign value3 = ctl7[1] ? { \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341  } : r7_3;
+  assign \$342  = ! value3[63:31];
+  assign \$343  = value3[63:31] == 33'h1ffffffff;
+  assign \$344  = \$342  | \$343 ;
+  assign \$345  = value3[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$346  = \$344  ? { 1'h0, value3[31:0] } : { \$345 [31], \$345  };
+  assign \$347  = ! value3[63:7];
+  assign \$348  = value3[63:7] == 57'h1ffffffffffffff;
+  assign \$349  = \$347  | \$348 ;
+  assign \$350  = value3[63] ? 8'h80 : 8'h7f;
+  assign \$351  = \$349  ? value3[7:0] : \$350 ;
+  assign \$352  = $signed(a[159:128]) + $signed(b[159:128]);
+  assign \$353  = $signed(a[159:128]) - $signed(b[159:128]);
+  assign \$354  = $signed(a[159:128]) > $signed(b[159:128]);
+  assign \$355  = \$354  ? a[159:128] : b[159:128];
+  assign \$356  = $signed(a[159:128]) < $signed(b[159:128]);
+  assign \$357  = \$356  ? a[159:128] : b[159:128];
+  assign \$358  = $signed(a[159:128]) < $signed(imm);
+  assign \$359  = \$358  ? imm : a[159:128];
+  assign \$360  = $signed(a[159:128]) - $signed(imm);
   assign scaled4 = $signed(x1_4) >>> ctl1[10:5];
-  assign \$369  = ~ x1_4[32];
-  assign \$370  = | scaled4[32:8];
-  assign over4 = \$369  & \$370 ;
-  assign \$371  = x1_4[32] ? 8'h00 : scaled4[7:0];
-  assign index4 = over4 ? 8'hff : \$371 ;
-  assign \$372  = 1'h1 << ctl1[10:5];
-  assign \$373  = \$372  - 1'h1;
-  assign \$374  = x1_4[32] | over4;
-  assign \$375  = x1_4[15:0] & \$373 [15:0];
-  assign frac4 = \$374  ? 16'h0000 : \$375 ;
-  assign \$376  = table_index - 1'h0;
-  assign \$377  = table_index >= 1'h0;
-  assign \$378  = table_we & \$377 ;
-  assign \$379  = table_index - 1'h0;
-  assign \$380  = $signed(\$379 ) < $signed(10'h100);
-  assign \write__en$358  = \$378  & \$380 ;
-  assign \$381  = table_index - 1'h1;
-  assign \$382  = table_index >= 1'h1;
-  assign \$383  = table_we & \$382 ;
-  assign \$384  = table_index - 1'h1;
-  assign \$385  = $signed(\$384 ) < $signed(10'h100);
-  assign \write__en$362  = \$383  & \$385 ;
+  assign \$361  = ~ x1_4[32];
+  assign \$362  = | scaled4[32:8];
+  assign over4 = \$361  & \$362 ;
+  assign \$363  = x1_4[32] ? 8'h00 : scaled4[7:0];
+  assign index4 = over4 ? 8'hff : \$363 ;
+  assign \$364  = 1'h1 << ctl1[10:5];
+  assign \$365  = \$364  - 1'h1;
+  assign \$366  = x1_4[32] | over4;
+  assign \$367  = x1_4[15:0] & \$365 [15:0];
+  assign frac4 = \$366  ? 16'h0000 : \$367 ;
+  assign \$368  = table_index - 1'h0;
+  assign \$369  = table_index - 1'h0;
+  assign \$370  = $signed(\$369 ) < $signed(10'h100);
+  assign \write__en$358  = table_we & \$370 ;
+  assign \$371  = table_index - 1'h1;
+  assign \$372  = table_index - 1'h1;
+  assign \$373  = $signed(\$372 ) < $signed(10'h100);
+  assign \$374  = table_index >= 1'h1;
+  assign \$375  = \$373  & \$374 ;
+  assign \write__en$362  = table_we & \$375 ;
   assign diff4 = $signed(\read__data$166 ) - $signed(\read__data$165 );
-  assign \$386  = $signed(r7_4[19:0]) + $signed(base7_4);
-  assign value4 = ctl7[1] ? { \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386  } : r7_4;
-  assign \$387  = ! value4[63:31];
-  assign \$388  = value4[63:31] == 33'h1ffffffff;
-  assign \$389  = \$387  | \$388 ;
-  assign \$390  = value4[63] ? 32'd2147483648 : 32'd2147483647;
-  assign \$391  = \$389  ? { 1'h0, value4[31:0] } : { \$390 [31], \$390  };
-  assign \$392  = ! value4[63:7];
-  assign \$393  = value4[63:7] == 57'h1ffffffffffffff;
-  assign \$394  = \$392  | \$393 ;
-  assign \$395  = value4[63] ? 8'h80 : 8'h7f;
-  assign \$396  = \$394  ? value4[7:0] : \$395 ;
-  assign \$397  = $signed(a[191:160]) + $signed(b[191:160]);
-  assign \$398  = $signed(a[191:160]) - $signed(b[191:160]);
-  assign \$399  = $signed(a[191:160]) > $signed(b[191:160]);
-  assign \$400  = \$399  ? a[191:160] : b[191:160];
-  assign \$401  = $signed(a[191:160]) < $signed(b[191:160]);
-  assign \$402  = \$401  ? a[191:160] : b[191:160];
-  assign \$403  = $signed(a[191:160]) < $signed(imm);
-  assign \$404  = \$403  ? imm : a[191:160];
-  assign \$405  = $signed(a[191:160]) - $signed(imm);
+  assign \$376  = $signed(r7_4[19:0]) + $signed(base7_4);
+  assign value4 = ctl7[1] ? { \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376  } : r7_4;
+  assign \$377  = ! value4[63:31];
+  assign \$378  = value4[63:31] == 33'h1ffffffff;
+  assign \$379  = \$377  | \$378 ;
+  assign \$380  = value4[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$381  = \$379  ? { 1'h0, value4[31:0] } : { \$380 [31], \$380  };
+  assign \$382  = ! value4[63:7];
+  assign \$383  = value4[63:7] == 57'h1ffffffffffffff;
+  assign \$384  = \$382  | \$383 ;
+  assign \$385  = value4[63] ? 8'h80 : 8'h7f;
+  assign \$386  = \$384  ? value4[7:0] : \$385 ;
+  assign \$387  = $signed(a[191:160]) + $signed(b[191:160]);
+  assign \$388  = $signed(a[191:160]) - $signed(b[191:160]);
+  assign \$389  = $signed(a[191:160]) > $signed(b[191:160]);
+  assign \$390  = \$389  ? a[191:160] : b[191:160];
+  assign \$391  = $signed(a[191:160]) < $signed(b[191:160]);
+  assign \$392  = \$391  ? a[191:160] : b[191:160];
+  assign \$393  = $signed(a[191:160]) < $signed(imm);
+  assign \$394  = \$393  ? imm : a[191:160];
+  assign \$395  = $signed(a[191:160]) - $signed(imm);
   assign scaled5 = $signed(x1_5) >>> ctl1[10:5];
-  assign \$406  = ~ x1_5[32];
-  assign \$407  = | scaled5[32:8];
-  assign over5 = \$406  & \$407 ;
-  assign \$408  = x1_5[32] ? 8'h00 : scaled5[7:0];
-  assign index5 = over5 ? 8'hff : \$408 ;
-  assign \$409  = 1'h1 << ctl1[10:5];
-  assign \$410  = \$409  - 1'h1;
-  assign \$411  = x1_5[32] | over5;
-  assign \$412  = x1_5[15:0] & \$410 [15:0];
-  assign frac5 = \$411  ? 16'h0000 : \$412 ;
-  assign \$413  = table_index - 1'h0;
-  assign \$414  = table_index >= 1'h0;
-  assign \$415  = table_we & \$414 ;
-  assign \$416  = table_index - 1'h0;
-  assign \$417  = $signed(\$416 ) < $signed(10'h100);
-  assign \write__en$370  = \$415  & \$417 ;
+  assign \$396  = ~ x1_5[32];
+  assign \$397  = | scaled5[32:8];
+  assign over5 = \$396  & \$397 ;
+  assign \$398  = x1_5[32] ? 8'h00 : scaled5[7:0];
+  assign index5 = over5 ? 8'hff : \$398 ;
+  assign \$399  = 1'h1 << ctl1[10:5];
+  assign \$400  = \$399  - 1'h1;
+  assign \$401  = x1_5[32] | over5;
+  assign \$402  = x1_5[15:0] & \$400 [15:0];
+  assign frac5 = \$401  ? 16'h0000 : \$402 ;
+  assign \$403  = table_index - 1'h0;
+  assign \$404  = table_index - 1'h0;
+  assign \$405  = $signed(\$404 ) < $signed(10'h100);
+  assign \write__en$370  = table_we & \$405 ;
+  assign \$406  = table_index - 1'h1;
+  assign \$407  = table_index - 1'h1;
+  assign \$408  = $signed(\$407 ) < $signed(10'h100);
+  assign \$409  = table_index >= 1'h1;
+  assign \$410  = \$408  & \$409 ;
+  assign \write__en$374  = table_we & \$410 ;
+  assign diff5 = $signed(\read__data$198 ) - $signed(\read__data$197 );
+  assign \$411  = $signed(r7_5[19:0]) + $signed(base7_5);
+  assign value5 = ctl7[1] ? { \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411  } : r7_5;
+  assign \$412  = ! value5[63:31];
+  assign \$413  = value5[63:31] == 33'h1ffffffff;
+  assign \$414  = \$412  | \$413 ;
+  assign \$415  = value5[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$416  = \$414  ? { 1'h0, value5[31:0] } : { \$415 [31], \$415  };
+  assign \$417  = ! value5[63:7];
+  assign \$418  = value5[63:7] == 57'h1ffffffffffffff;
+  assign \$419  = \$417  | \$418 ;
+  assign \$420  = value5[63] ? 8'h80 : 8'h7f;
+  assign \$421  = \$419  ? value5[7:0] : \$420 ;
+  assign \$422  = $signed(a[223:192]) + $signed(b[223:192]);
+  assign \$423  = $signed(a[223:192]) - $signed(b[223:192]);
+  assign \$424  = $signed(a[223:192]) > $signed(b[223:192]);
+  assign \$425  = \$424  ? a[223:192] : b[223:192];
+  assign \$426  = $signed(a[223:192]) < $signed(b[223:192]);
+  assign \$427  = \$426  ? a[223:192] : b[223:192];
+  assign \$428  = $signed(a[223:192]) < $signed(imm);
+  assign \$429  = \$428  ? imm : a[223:192];
+  assign \$430  = $signed(a[223:192]) - $signed(imm);
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
-    \$529 [0] = valid;
-    \$529 [1] = \$1 ;
-    \$529 [2] = \$6 ;
-    \$529 [3] = \$7 ;
-    \$529 [4] = d_acc;
-    \$529 [10:5] = \$13 ;
+    \$513 [0] = valid;
+    \$513 [1] = \$1 ;
+    \$513 [2] = \$6 ;
+    \$513 [3] = \$7 ;
+    \$513 [4] = d_acc;
+    \$513 [10:5] = \$13 ;
     if (reset_units) begin
-      \$529  = 11'h000;
+      \$513  = 11'h000;
     end
     if (rst) begin
-      \$529  = 11'h000;
+      \$513  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
-    \$530  = ctl1;
+    \$514  = ctl1;
     if (reset_units) begin
-      \$530  = 11'h000;
+      \$514  = 11'h000;
     end
     if (rst) begin
-      \$530  = 11'h000;
+      \$514  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
-    \$531  = ctl2;
+    \$515  = ctl2;
     if (reset_units) begin
-      \$531  = 11'h000;
+      \$515  = 11'h000;
     end
     if (rst) begin
-      \$531  = 11'h000;
+      \$515  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
-    \$532  = ctl3;
+    \$516  = ctl3;
     if (reset_units) begin
-      \$532  = 11'h000;
+      \$516  = 11'h000;
     end
     if (rst) begin
-      \$532  = 11'h000;
+      \$516  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
-    \$533  = ctl4;
+    \$517  = ctl4;
     if (reset_units) begin
-      \$533  = 11'h000;
+      \$517  = 11'h000;
     end
     if (rst) begin
-      \$533  = 11'h000;
+      \$517  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
-    \$534  = ctl5;
+    \$518  = ctl5;
     if (reset_units) begin
-      \$534  = 11'h000;
+      \$518  = 11'h000;
     end
     if (rst) begin
-      \$534  = 11'h000;
+      \$518  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
-    \$535  = ctl6;
+    \$519  = ctl6;
     if (reset_units) begin
-      \$535  = 11'h000;
+      \$519  = 11'h000;
     end
     if (rst) begin
-      \$535  = 11'h000;
+      \$519  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
-    \$536  = ctl7;
+    \$520  = ctl7;
     if (reset_units) begin
-      \$536  = 11'h000;
+      \$520  = 11'h000;
     end
     if (rst) begin
-      \$536  = 11'h000;
+      \$520  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
-    \$537 [31:0] = \$37 [31:0];
-    \$537 [63:32] = \$61 [31:0];
-    \$537 [95:64] = \$85 [31:0];
-    \$537 [127:96] = \$109 [31:0];
-    \$537 [159:128] = \$133 [31:0];
-    \$537 [191:160] = \$157 [31:0];
-    \$537 [223:192] = \$181 [31:0];
-    \$537 [255:224] = \$205 [31:0];
+    \$521 [31:0] = \$37 [31:0];
+    \$521 [63:32] = \$61 [31:0];
+    \$521 [95:64] = \$85 [31:0];
+    \$521 [127:96] = \$109 [31:0];
+    \$521 [159:128] = \$133 [31:0];
+    \$521 [191:160] = \$157 [31:0];
+    \$521 [223:192] = \$181 [31:0];
+    \$521 [255:224] = \$205 [31:0];
     if (reset_units) begin
-      \$537  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+      \$521  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
     if (rst) begin
-      \$537  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+      \$521  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
   end
   always @* begin
@@ -30704,9 +30672,9 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
     if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
     (* full_case = 32'd1 *)
     if (ctl7[4]) begin
-      sat0 = \$243 [31:0];
+      sat0 = \$241 [31:0];
     end else begin
-      sat0 = { \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248  };
+      sat0 = { \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246  };
     end
   end
   always @* begin
@@ -30714,17 +30682,17 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
     (* full_case = 32'd1 *)
     casez (vop)
       4'h0:
-          alu1 = \$249 ;
+          alu1 = \$247 ;
       4'h1:
-          alu1 = \$250 ;
+          alu1 = \$248 ;
       4'h3:
-          alu1 = { \$252 [31], \$252  };
+          alu1 = { \$250 [31], \$250  };
       4'h4:
-          alu1 = { \$254 [31], \$254  };
+          alu1 = { \$252 [31], \$252  };
       4'h7:
-          alu1 = { \$256 [31], \$256  };
+          alu1 = { \$254 [31], \$254  };
       4'he:
-          alu1 = \$257 ;
+          alu1 = \$255 ;
       default:
           alu1 = { a[63], a[63:32] };
     endcase
@@ -30747,9 +30715,9 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
     if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
     (* full_case = 32'd1 *)
     if (ctl7[4]) begin
-      sat1 = \$280 [31:0];
+      sat1 = \$276 [31:0];
     end else begin
-      sat1 = { \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285  };
+      sat1 = { \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281  };
     end
   end
   always @* begin
@@ -30757,17 +30725,17 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
     (* full_case = 32'd1 *)
     casez (vop)
       4'h0:
-          alu2 = \$286 ;
+          alu2 = \$282 ;
       4'h1:
-          alu2 = \$287 ;
+          alu2 = \$283 ;
       4'h3:
-          alu2 = { \$289 [31], \$289  };
+          alu2 = { \$285 [31], \$285  };
       4'h4:
-          alu2 = { \$291 [31], \$291  };
+          alu2 = { \$287 [31], \$287  };
       4'h7:
-          alu2 = { \$293 [31], \$293  };
+          alu2 = { \$289 [31], \$289  };
       4'he:
-          alu2 = \$294 ;
+          alu2 = \$290 ;
       default:
           alu2 = { a[95], a[95:64] };
     endcase
@@ -30790,9 +30758,9 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
     if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
     (* full_case = 32'd1 *)
     if (ctl7[4]) begin
-      sat2 = \$317 [31:0];
+      sat2 = \$311 [31:0];
     end else begin
-      sat2 = { \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322  };
+      sat2 = { \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316  };
     end
   end
   always @* begin
@@ -30800,17 +30768,17 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
     (* full_case = 32'd1 *)
     casez (vop)
       4'h0:
-          alu3 = \$323 ;
+          alu3 = \$317 ;
       4'h1:
-          alu3 = \$324 ;
+          alu3 = \$318 ;
       4'h3:
-          alu3 = { \$326 [31], \$326  };
+          alu3 = { \$320 [31], \$320  };
       4'h4:
-          alu3 = { \$328 [31], \$328  };
+          alu3 = { \$322 [31], \$322  };
       4'h7:
-          alu3 = { \$330 [31], \$330  };
+          alu3 = { \$324 [31], \$324  };
       4'he:
-          alu3 = \$331 ;
+          alu3 = \$325 ;
       default:
           alu3 = { a[127], a[127:96] };
     endcase
@@ -30833,9 +30801,9 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
     if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
     (* full_case = 32'd1 *)
     if (ctl7[4]) begin
-      sat3 = \$354 [31:0];
+      sat3 = \$346 [31:0];
     end else begin
-      sat3 = { \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359  };
+      sat3 = { \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351  };
     end
   end
   always @* begin
@@ -30843,17 +30811,17 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
     (* full_case = 32'd1 *)
     casez (vop)
       4'h0:
-          alu4 = \$360 ;
+          alu4 = \$352 ;
       4'h1:
-          alu4 = \$361 ;
+          alu4 = \$353 ;
       4'h3:
-          alu4 = { \$363 [31], \$363  };
+          alu4 = { \$355 [31], \$355  };
       4'h4:
-          alu4 = { \$365 [31], \$365  };
+          alu4 = { \$357 [31], \$357  };
       4'h7:
-          alu4 = { \$367 [31], \$367  };
+          alu4 = { \$359 [31], \$359  };
       4'he:
-          alu4 = \$368 ;
+          alu4 = \$360 ;
       default:
           alu4 = { a[159], a[159:128] };
     endcase
@@ -30876,9 +30844,9 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
     if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
     (* full_case = 32'd1 *)
     if (ctl7[4]) begin
-      sat4 = \$391 [31:0];
+      sat4 = \$381 [31:0];
     end else begin
-      sat4 = { \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396  };
+      sat4 = { \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386  };
     end
   end
   always @* begin
@@ -30886,17 +30854,17 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
     (* full_case = 32'd1 *)
     casez (vop)
       4'h0:
-          alu5 = \$397 ;
+          alu5 = \$387 ;
       4'h1:
-          alu5 = \$398 ;
+          alu5 = \$388 ;
       4'h3:
-          alu5 = { \$400 [31], \$400  };
+          alu5 = { \$390 [31], \$390  };
       4'h4:
-          alu5 = { \$402 [31], \$402  };
+          alu5 = { \$392 [31], \$392  };
       4'h7:
-          alu5 = { \$404 [31], \$404  };
+          alu5 = { \$394 [31], \$394  };
       4'he:
-          alu5 = \$405 ;
+          alu5 = \$395 ;
       default:
           alu5 = { a[191], a[191:160] };
     endcase
@@ -30919,9 +30887,9 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
     if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
     (* full_case = 32'd1 *)
     if (ctl7[4]) begin
-      sat5 = \$428 [31:0];
+      sat5 = \$416 [31:0];
     end else begin
-      sat5 = { \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433  };
+      sat5 = { \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421  };
     end
   end
   always @* begin
@@ -30929,17 +30897,17 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
     (* full_case = 32'd1 *)
     casez (vop)
       4'h0:
-          alu6 = \$434 ;
+          alu6 = \$422 ;
       4'h1:
-          alu6 = \$435 ;
+          alu6 = \$423 ;
       4'h3:
-          alu6 = { \$437 [31], \$437  };
+          alu6 = { \$425 [31], \$425  };
       4'h4:
-          alu6 = { \$439 [31], \$439  };
+          alu6 = { \$427 [31], \$427  };
       4'h7:
-          alu6 = { \$441 [31], \$441  };
+          alu6 = { \$429 [31], \$429  };
       4'he:
-          alu6 = \$442 ;
+          alu6 = \$430 ;
       default:
           alu6 = { a[223], a[223:192] };
     endcase
@@ -30962,9 +30930,9 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
     if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
     (* full_case = 32'd1 *)
     if (ctl7[4]) begin
-      sat6 = \$465 [31:0];
+      sat6 = \$451 [31:0];
     end else begin
-      sat6 = { \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470  };
+      sat6 = { \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456  };
     end
   end
   always @* begin
@@ -30972,17 +30940,17 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
     (* full_case = 32'd1 *)
     casez (vop)
       4'h0:
-          alu7 = \$471 ;
+          alu7 = \$457 ;
       4'h1:
-          alu7 = \$472 ;
+          alu7 = \$458 ;
       4'h3:
-          alu7 = { \$474 [31], \$474  };
+          alu7 = { \$460 [31], \$460  };
       4'h4:
-          alu7 = { \$476 [31], \$476  };
+          alu7 = { \$462 [31], \$462  };
       4'h7:
-          alu7 = { \$478 [31], \$478  };
+          alu7 = { \$464 [31], \$464  };
       4'he:
-          alu7 = \$479 ;
+          alu7 = \$465 ;
       default:
           alu7 = { a[255], a[255:224] };
     endcase
@@ -31005,9 +30973,9 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
     if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
     (* full_case = 32'd1 *)
     if (ctl7[4]) begin
-      sat7 = \$502 [31:0];
+      sat7 = \$486 [31:0];
     end else begin
-      sat7 = { \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507  };
+      sat7 = { \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491  };
     end
   end
   assign under0 = x1_0[32];
@@ -31020,65 +30988,65 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
   assign under5 = x1_5[32];
   assign under6 = x1_6[32];
   assign under7 = x1_7[32];
-  assign hits = \$514 [3:0];
-  assign unders = \$521 [3:0];
-  assign overs = \$528 [3:0];
+  assign hits = \$498 [3:0];
+  assign unders = \$505 [3:0];
+  assign overs = \$512 [3:0];
   assign out_valid = ctl8[0];
   assign shl_y = \$206 [32:0];
   assign mask0 = \$225 [15:0];
   assign write__addr = \$228 [7:0];
   assign table_data = write__data;
   assign read__addr = index0;
-  assign \write__addr$312  = \$233 [7:0];
+  assign \write__addr$312  = \$231 [7:0];
   assign \write__data$313  = write__data;
   assign \read__addr$315  = index0;
-  assign mask1 = \$262 [15:0];
-  assign \write__addr$320  = \$265 [7:0];
+  assign mask1 = \$260 [15:0];
+  assign \write__addr$320  = \$263 [7:0];
   assign \write__data$321  = write__data;
   assign \read__addr$323  = index1;
-  assign \write__addr$324  = \$270 [7:0];
+  assign \write__addr$324  = \$266 [7:0];
   assign \write__data$325  = write__data;
   assign \read__addr$327  = index1;
-  assign mask2 = \$299 [15:0];
-  assign \write__addr$332  = \$302 [7:0];
+  assign mask2 = \$295 [15:0];
+  assign \write__addr$332  = \$298 [7:0];
   assign \write__data$333  = write__data;
   assign \read__addr$335  = index2;
-  assign \write__addr$336  = \$307 [7:0];
+  assign \write__addr$336  = \$301 [7:0];
   assign \write__data$337  = write__data;
   assign \read__addr$339  = index2;
-  assign mask3 = \$336 [15:0];
-  assign \write__addr$344  = \$339 [7:0];
+  assign mask3 = \$330 [15:0];
+  assign \write__addr$344  = \$333 [7:0];
   assign \write__data$345  = write__data;
   assign \read__addr$347  = index3;
-  assign \write__addr$348  = \$344 [7:0];
+  assign \write__addr$348  = \$336 [7:0];
   assign \write__data$349  = write__data;
   assign \read__addr$351  = index3;
-  assign mask4 = \$373 [15:0];
-  assign \write__addr$356  = \$376 [7:0];
+  assign mask4 = \$365 [15:0];
+  assign \write__addr$356  = \$368 [7:0];
   assign \write__data$357  = write__data;
   assign \read__addr$359  = index4;
-  assign \write__addr$360  = \$381 [7:0];
+  assign \write__addr$360  = \$371 [7:0];
   assign \write__data$361  = write__data;
   assign \read__addr$363  = index4;
-  assign mask5 = \$410 [15:0];
-  assign \write__addr$368  = \$413 [7:0];
+  assign mask5 = \$400 [15:0];
+  assign \write__addr$368  = \$403 [7:0];
   assign \write__data$369  = write__data;
   assign \read__addr$371  = index5;
-  assign \write__addr$372  = \$418 [7:0];
+  assign \write__addr$372  = \$406 [7:0];
   assign \write__data$373  = write__data;
   assign \read__addr$375  = index5;
-  assign mask6 = \$447 [15:0];
-  assign \write__addr$380  = \$450 [7:0];
+  assign mask6 = \$435 [15:0];
+  assign \write__addr$380  = \$438 [7:0];
   assign \write__data$381  = write__data;
   assign \read__addr$383  = index6;
-  assign \write__addr$384  = \$455 [7:0];
+  assign \write__addr$384  = \$441 [7:0];
   assign \write__data$385  = write__data;
   assign \read__addr$387  = index6;
-  assign mask7 = \$484 [15:0];
-  assign \write__addr$392  = \$487 [7:0];
+  assign mask7 = \$470 [15:0];
+  assign \write__addr$392  = \$473 [7:0];
   assign \write__data$393  = write__data;
   assign \read__addr$395  = index7;
-  assign \write__addr$396  = \$492 [7:0];
+  assign \write__addr$396  = \$476 [7:0];
   assign \write__data$397  = write__data;
   assign \read__addr$399  = index7;
   assign \hits$401  = hits8;
@@ -31168,7 +31136,7 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core0.vector$243.reducer (rst, valid, reset_units, vop, d_acc, \port$16634$1 , terms, out_valid, out, clk);
+module \dx1_board.soc.core0.vector$243.reducer (rst, valid, reset_units, vop, d_acc, \port$16602$1 , terms, out_valid, out, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$69  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -31292,8 +31260,8 @@ module \dx1_board.soc.core0.vector$243.reducer (rst, valid, reset_units, vop, d_
   wire [31:0] \out[7] ;
   output out_valid;
   reg out_valid = 1'h0;
-  input [1:0] \port$16634$1 ;
-  wire [1:0] \port$16634$1 ;
+  input [1:0] \port$16602$1 ;
+  wire [1:0] \port$16602$1 ;
   input reset_units;
   wire reset_units;
   reg [31:0] row = 32'd0;
@@ -31438,8 +31406,8 @@ module \dx1_board.soc.core0.vector$243.reducer (rst, valid, reset_units, vop, d_
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
     \$74 [0] = valid;
-    \$74 [1] = \port$16634$1 [0];
-    \$74 [2] = \port$16634$1 [1];
+    \$74 [1] = \port$16602$1 [0];
+    \$74 [2] = \port$16602$1 [1];
     \$74 [3] = \$1 ;
     \$74 [4] = d_acc;
     if (reset_units) begin
@@ -31516,8 +31484,8 @@ module \dx1_board.soc.core0.vector$243.reducer (rst, valid, reset_units, vop, d_
       \$80  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
   end
-  assign first = \port$16634$1 [0];
-  assign last = \port$16634$1 [1];
+  assign first = \port$16602$1 [0];
+  assign last = \port$16602$1 [1];
   assign \ctl1.valid  = ctl1[0];
   assign \ctl1.first  = ctl1[1];
   assign \ctl1.last  = ctl1[2];
@@ -33940,9 +33908,9 @@ module \dx1_board.soc.core0.vector$243.transpose_buffer (rst, row, reset_units, 
   wire rst;
   reg [1:0] set_full;
   reg [2:0] taken = 3'h0;
-  assign \$1  = full >> fill;
+  assign \$1  = fill ? full[1] : full[0];
   assign load_ready = ~ \$1 ;
-  assign col_valid = full >> drain;
+  assign col_valid = drain ? full[1] : full[0];
   assign \$2  = drain ? bank1_row0[7:0] : bank0_row0[7:0];
   assign \$3  = drain ? bank1_row1[7:0] : bank0_row1[7:0];
   assign \$4  = drain ? bank1_row2[7:0] : bank0_row2[7:0];
@@ -34663,7 +34631,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$142 , progress, cmd__tready, done__tdata, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, req__tvalid, \req__tvalid$193 , \req__tvalid$199 , \req__tvalid$205 , \resp__tready$215 , resp__tready, reset_units
-, perf_macs, perf_busy, done__tvalid, perf_vector_busy, perf_table_hits, perf_table_underflows, perf_table_overflows, \port$19697$0 , \port$19699$0 , \req__tdata$195 , cmd__tdata, clk);
+, perf_macs, perf_busy, done__tvalid, perf_vector_busy, perf_table_hits, perf_table_underflows, perf_table_overflows, \port$19665$0 , \port$19667$0 , \req__tdata$195 , cmd__tdata, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$75  = 0;
   wire [15:0] \$1 ;
   wire \$10 ;
@@ -34886,10 +34854,10 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$142 ,
   wire [31:0] perf_table_underflows;
   output [31:0] perf_vector_busy;
   wire [31:0] perf_vector_busy;
-  input [255:0] \port$19697$0 ;
-  wire [255:0] \port$19697$0 ;
-  input [15:0] \port$19699$0 ;
-  wire [15:0] \port$19699$0 ;
+  input [255:0] \port$19665$0 ;
+  wire [255:0] \port$19665$0 ;
+  input [15:0] \port$19667$0 ;
+  wire [15:0] \port$19667$0 ;
   wire postop;
   wire [7:0] postop__opcode;
   wire [7:0] postop__status;
@@ -35098,8 +35066,8 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$142 ,
     .addr(\addr$163 ),
     .data(\data$167 ),
     .en(\en$170 ),
-    .\port$19697$0 (\port$19697$0 ),
-    .\port$19699$0 (\port$19699$0 ),
+    .\port$19665$0 (\port$19665$0 ),
+    .\port$19667$0 (\port$19667$0 ),
     .req__tready(\grant$142 ),
     .req__tvalid(\req__tvalid$193 )
   );
@@ -35261,8 +35229,8 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$142 ,
     .addr(addr),
     .data(data),
     .en(en),
-    .\port$19697$0 (\port$19697$0 [63:0]),
-    .\port$19699$0 (\port$19699$0 ),
+    .\port$19665$0 (\port$19665$0 [63:0]),
+    .\port$19667$0 (\port$19667$0 ),
     .req__tready(grant),
     .req__tvalid(req__tvalid)
   );
@@ -35436,13 +35404,13 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$142 ,
   assign acc_rp__addr = \$22 [9:0];
   assign \acc_data$181  = acc_b_data;
   assign \data$182  = acc_b_data;
-  assign req__tdata = { \port$19699$0 , \port$19697$0 [63:0] };
-  assign spm_wr__tdata = { \port$19699$0 , \port$19697$0 [63:0] };
+  assign req__tdata = { \port$19667$0 , \port$19665$0 [63:0] };
+  assign spm_wr__tdata = { \port$19667$0 , \port$19665$0 [63:0] };
   assign spm_wr__tready = grant;
   assign req__tready = grant;
   assign spm_wr__tvalid = req__tvalid;
-  assign \req__tdata$189  = { \port$19699$0 , \port$19697$0  };
-  assign acc_wr__tdata = { \port$19699$0 , \port$19697$0  };
+  assign \req__tdata$189  = { \port$19667$0 , \port$19665$0  };
+  assign acc_wr__tdata = { \port$19667$0 , \port$19665$0  };
   assign acc_wr__tready = \grant$142 ;
   assign \req__tready$192  = \grant$142 ;
   assign acc_wr__tvalid = \req__tvalid$193 ;
@@ -35737,7 +35705,7 @@ module \dx1_board.soc.core1.acc_ext_read.fifo (rst, w_port__data, r_rdy, r_data,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$19697$0 , \port$19699$0 , req__tready);
+module \dx1_board.soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$19665$0 , \port$19667$0 , req__tready);
   reg \$auto$verilog_backend.cc:2355:dump_module$78  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -35747,10 +35715,10 @@ module \dx1_board.soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$19
   output en;
   reg en;
   wire grant;
-  input [255:0] \port$19697$0 ;
-  wire [255:0] \port$19697$0 ;
-  input [15:0] \port$19699$0 ;
-  wire [15:0] \port$19699$0 ;
+  input [255:0] \port$19665$0 ;
+  wire [255:0] \port$19665$0 ;
+  input [15:0] \port$19667$0 ;
+  wire [15:0] \port$19667$0 ;
   wire [271:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -35761,14 +35729,14 @@ module \dx1_board.soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$19
     if (\$auto$verilog_backend.cc:2355:dump_module$78 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$19699$0 ;
+      addr = \port$19667$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$78 ) begin end
     data = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     if (\$1 ) begin
-      data = \port$19697$0 ;
+      data = \port$19665$0 ;
     end
   end
   always @* begin
@@ -35779,7 +35747,7 @@ module \dx1_board.soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$19
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$19699$0 , \port$19697$0  };
+  assign req__tdata = { \port$19667$0 , \port$19665$0  };
 endmodule
 
 (* generator = "Amaranth" *)
@@ -47088,7 +47056,7 @@ module \dx1_board.soc.core1.spm_ext_read.fifo (rst, w_port__data, r_rdy, r_data,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$19697$0 , \port$19699$0 , req__tready);
+module \dx1_board.soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$19665$0 , \port$19667$0 , req__tready);
   reg \$auto$verilog_backend.cc:2355:dump_module$92  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -47098,10 +47066,10 @@ module \dx1_board.soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$19
   output en;
   reg en;
   wire grant;
-  input [63:0] \port$19697$0 ;
-  wire [63:0] \port$19697$0 ;
-  input [15:0] \port$19699$0 ;
-  wire [15:0] \port$19699$0 ;
+  input [63:0] \port$19665$0 ;
+  wire [63:0] \port$19665$0 ;
+  input [15:0] \port$19667$0 ;
+  wire [15:0] \port$19667$0 ;
   wire [79:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -47112,14 +47080,14 @@ module \dx1_board.soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$19
     if (\$auto$verilog_backend.cc:2355:dump_module$92 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$19699$0 ;
+      addr = \port$19667$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$92 ) begin end
     data = 64'h0000000000000000;
     if (\$1 ) begin
-      data = \port$19697$0 ;
+      data = \port$19665$0 ;
     end
   end
   always @* begin
@@ -47130,7 +47098,7 @@ module \dx1_board.soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$19
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$19699$0 , \port$19697$0  };
+  assign req__tdata = { \port$19667$0 , \port$19665$0  };
 endmodule
 
 (* generator = "Amaranth" *)
@@ -48301,7 +48269,7 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
     .d_acc(d_acc),
     .out(\out$82 ),
     .out_valid(out_valid),
-    .\port$18939$1 (ctl_lanes7[2:1]),
+    .\port$18907$1 (ctl_lanes7[2:1]),
     .reset_units(reset_units),
     .rst(rst),
     .terms(terms),
@@ -52873,349 +52841,333 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
   wire \$226 ;
   wire [15:0] \$227 ;
   wire [9:0] \$228 ;
-  wire \$229 ;
+  wire [9:0] \$229 ;
   wire [32:0] \$23 ;
   wire \$230 ;
   wire [9:0] \$231 ;
-  wire \$232 ;
-  wire [9:0] \$233 ;
+  wire [9:0] \$232 ;
+  wire \$233 ;
   wire \$234 ;
   wire \$235 ;
-  wire [9:0] \$236 ;
+  wire [20:0] \$236 ;
   wire \$237 ;
-  wire [20:0] \$238 ;
+  wire \$238 ;
   wire \$239 ;
   wire [32:0] \$24 ;
-  wire \$240 ;
-  wire \$241 ;
-  wire [31:0] \$242 ;
-  wire [32:0] \$243 ;
+  wire [31:0] \$240 ;
+  wire [32:0] \$241 ;
+  wire \$242 ;
+  wire \$243 ;
   wire \$244 ;
-  wire \$245 ;
-  wire \$246 ;
-  wire [7:0] \$247 ;
-  wire [7:0] \$248 ;
-  wire [32:0] \$249 ;
+  wire [7:0] \$245 ;
+  wire [7:0] \$246 ;
+  wire [32:0] \$247 ;
+  wire [32:0] \$248 ;
+  wire \$249 ;
   wire [15:0] \$25 ;
-  wire [32:0] \$250 ;
+  wire [31:0] \$250 ;
   wire \$251 ;
   wire [31:0] \$252 ;
   wire \$253 ;
   wire [31:0] \$254 ;
-  wire \$255 ;
-  wire [31:0] \$256 ;
-  wire [32:0] \$257 ;
-  wire \$258 ;
-  wire \$259 ;
+  wire [32:0] \$255 ;
+  wire \$256 ;
+  wire \$257 ;
+  wire [7:0] \$258 ;
+  wire [79:0] \$259 ;
   wire [15:0] \$26 ;
-  wire [7:0] \$260 ;
-  wire [79:0] \$261 ;
-  wire [80:0] \$262 ;
-  wire \$263 ;
-  wire [15:0] \$264 ;
-  wire [9:0] \$265 ;
-  wire \$266 ;
-  wire \$267 ;
-  wire [9:0] \$268 ;
+  wire [80:0] \$260 ;
+  wire \$261 ;
+  wire [15:0] \$262 ;
+  wire [9:0] \$263 ;
+  wire [9:0] \$264 ;
+  wire \$265 ;
+  wire [9:0] \$266 ;
+  wire [9:0] \$267 ;
+  wire \$268 ;
   wire \$269 ;
   wire [31:0] \$27 ;
-  wire [9:0] \$270 ;
-  wire \$271 ;
+  wire \$270 ;
+  wire [20:0] \$271 ;
   wire \$272 ;
-  wire [9:0] \$273 ;
+  wire \$273 ;
   wire \$274 ;
-  wire [20:0] \$275 ;
-  wire \$276 ;
+  wire [31:0] \$275 ;
+  wire [32:0] \$276 ;
   wire \$277 ;
   wire \$278 ;
-  wire [31:0] \$279 ;
+  wire \$279 ;
   wire [32:0] \$28 ;
-  wire [32:0] \$280 ;
-  wire \$281 ;
-  wire \$282 ;
-  wire \$283 ;
-  wire [7:0] \$284 ;
-  wire [7:0] \$285 ;
-  wire [32:0] \$286 ;
-  wire [32:0] \$287 ;
+  wire [7:0] \$280 ;
+  wire [7:0] \$281 ;
+  wire [32:0] \$282 ;
+  wire [32:0] \$283 ;
+  wire \$284 ;
+  wire [31:0] \$285 ;
+  wire \$286 ;
+  wire [31:0] \$287 ;
   wire \$288 ;
   wire [31:0] \$289 ;
   wire [32:0] \$29 ;
-  wire \$290 ;
-  wire [31:0] \$291 ;
+  wire [32:0] \$290 ;
+  wire \$291 ;
   wire \$292 ;
-  wire [31:0] \$293 ;
-  wire [32:0] \$294 ;
-  wire \$295 ;
+  wire [7:0] \$293 ;
+  wire [79:0] \$294 ;
+  wire [80:0] \$295 ;
   wire \$296 ;
-  wire [7:0] \$297 ;
-  wire [79:0] \$298 ;
-  wire [80:0] \$299 ;
+  wire [15:0] \$297 ;
+  wire [9:0] \$298 ;
+  wire [9:0] \$299 ;
   wire \$3 ;
   wire [33:0] \$30 ;
   wire \$300 ;
-  wire [15:0] \$301 ;
+  wire [9:0] \$301 ;
   wire [9:0] \$302 ;
   wire \$303 ;
   wire \$304 ;
-  wire [9:0] \$305 ;
-  wire \$306 ;
-  wire [9:0] \$307 ;
+  wire \$305 ;
+  wire [20:0] \$306 ;
+  wire \$307 ;
   wire \$308 ;
   wire \$309 ;
   wire [34:0] \$31 ;
-  wire [9:0] \$310 ;
-  wire \$311 ;
-  wire [20:0] \$312 ;
+  wire [31:0] \$310 ;
+  wire [32:0] \$311 ;
+  wire \$312 ;
   wire \$313 ;
   wire \$314 ;
-  wire \$315 ;
-  wire [31:0] \$316 ;
+  wire [7:0] \$315 ;
+  wire [7:0] \$316 ;
   wire [32:0] \$317 ;
-  wire \$318 ;
+  wire [32:0] \$318 ;
   wire \$319 ;
   wire [65:0] \$32 ;
-  wire \$320 ;
-  wire [7:0] \$321 ;
-  wire [7:0] \$322 ;
-  wire [32:0] \$323 ;
-  wire [32:0] \$324 ;
-  wire \$325 ;
-  wire [31:0] \$326 ;
+  wire [31:0] \$320 ;
+  wire \$321 ;
+  wire [31:0] \$322 ;
+  wire \$323 ;
+  wire [31:0] \$324 ;
+  wire [32:0] \$325 ;
+  wire \$326 ;
   wire \$327 ;
-  wire [31:0] \$328 ;
-  wire \$329 ;
+  wire [7:0] \$328 ;
+  wire [79:0] \$329 ;
   wire [67:0] \$33 ;
-  wire [31:0] \$330 ;
-  wire [32:0] \$331 ;
-  wire \$332 ;
-  wire \$333 ;
-  wire [7:0] \$334 ;
-  wire [79:0] \$335 ;
-  wire [80:0] \$336 ;
-  wire \$337 ;
-  wire [15:0] \$338 ;
-  wire [9:0] \$339 ;
+  wire [80:0] \$330 ;
+  wire \$331 ;
+  wire [15:0] \$332 ;
+  wire [9:0] \$333 ;
+  wire [9:0] \$334 ;
+  wire \$335 ;
+  wire [9:0] \$336 ;
+  wire [9:0] \$337 ;
+  wire \$338 ;
+  wire \$339 ;
   wire [46:0] \$34 ;
   wire \$340 ;
-  wire \$341 ;
-  wire [9:0] \$342 ;
+  wire [20:0] \$341 ;
+  wire \$342 ;
   wire \$343 ;
-  wire [9:0] \$344 ;
-  wire \$345 ;
-  wire \$346 ;
-  wire [9:0] \$347 ;
+  wire \$344 ;
+  wire [31:0] \$345 ;
+  wire [32:0] \$346 ;
+  wire \$347 ;
   wire \$348 ;
-  wire [20:0] \$349 ;
+  wire \$349 ;
   wire [64:0] \$35 ;
-  wire \$350 ;
-  wire \$351 ;
-  wire \$352 ;
-  wire [31:0] \$353 ;
-  wire [32:0] \$354 ;
-  wire \$355 ;
+  wire [7:0] \$350 ;
+  wire [7:0] \$351 ;
+  wire [32:0] \$352 ;
+  wire [32:0] \$353 ;
+  wire \$354 ;
+  wire [31:0] \$355 ;
   wire \$356 ;
-  wire \$357 ;
-  wire [7:0] \$358 ;
-  wire [7:0] \$359 ;
+  wire [31:0] \$357 ;
+  wire \$358 ;
+  wire [31:0] \$359 ;
   wire [63:0] \$36 ;
   wire [32:0] \$360 ;
-  wire [32:0] \$361 ;
+  wire \$361 ;
   wire \$362 ;
-  wire [31:0] \$363 ;
-  wire \$364 ;
-  wire [31:0] \$365 ;
+  wire [7:0] \$363 ;
+  wire [79:0] \$364 ;
+  wire [80:0] \$365 ;
   wire \$366 ;
-  wire [31:0] \$367 ;
-  wire [32:0] \$368 ;
-  wire \$369 ;
+  wire [15:0] \$367 ;
+  wire [9:0] \$368 ;
+  wire [9:0] \$369 ;
   wire [32:0] \$37 ;
   wire \$370 ;
-  wire [7:0] \$371 ;
-  wire [79:0] \$372 ;
-  wire [80:0] \$373 ;
+  wire [9:0] \$371 ;
+  wire [9:0] \$372 ;
+  wire \$373 ;
   wire \$374 ;
-  wire [15:0] \$375 ;
-  wire [9:0] \$376 ;
+  wire \$375 ;
+  wire [20:0] \$376 ;
   wire \$377 ;
   wire \$378 ;
-  wire [9:0] \$379 ;
+  wire \$379 ;
   wire \$38 ;
-  wire \$380 ;
-  wire [9:0] \$381 ;
+  wire [31:0] \$380 ;
+  wire [32:0] \$381 ;
   wire \$382 ;
   wire \$383 ;
-  wire [9:0] \$384 ;
-  wire \$385 ;
-  wire [20:0] \$386 ;
-  wire \$387 ;
-  wire \$388 ;
+  wire \$384 ;
+  wire [7:0] \$385 ;
+  wire [7:0] \$386 ;
+  wire [32:0] \$387 ;
+  wire [32:0] \$388 ;
   wire \$389 ;
   wire \$39 ;
   wire [31:0] \$390 ;
-  wire [32:0] \$391 ;
-  wire \$392 ;
+  wire \$391 ;
+  wire [31:0] \$392 ;
   wire \$393 ;
-  wire \$394 ;
-  wire [7:0] \$395 ;
-  wire [7:0] \$396 ;
-  wire [32:0] \$397 ;
-  wire [32:0] \$398 ;
-  wire \$399 ;
+  wire [31:0] \$394 ;
+  wire [32:0] \$395 ;
+  wire \$396 ;
+  wire \$397 ;
+  wire [7:0] \$398 ;
+  wire [79:0] \$399 ;
   wire \$4 ;
   wire [32:0] \$40 ;
-  wire [31:0] \$400 ;
+  wire [80:0] \$400 ;
   wire \$401 ;
-  wire [31:0] \$402 ;
-  wire \$403 ;
-  wire [31:0] \$404 ;
-  wire [32:0] \$405 ;
-  wire \$406 ;
-  wire \$407 ;
-  wire [7:0] \$408 ;
-  wire [79:0] \$409 ;
+  wire [15:0] \$402 ;
+  wire [9:0] \$403 ;
+  wire [9:0] \$404 ;
+  wire \$405 ;
+  wire [9:0] \$406 ;
+  wire [9:0] \$407 ;
+  wire \$408 ;
+  wire \$409 ;
   wire \$41 ;
-  wire [80:0] \$410 ;
-  wire \$411 ;
-  wire [15:0] \$412 ;
-  wire [9:0] \$413 ;
+  wire \$410 ;
+  wire [20:0] \$411 ;
+  wire \$412 ;
+  wire \$413 ;
   wire \$414 ;
-  wire \$415 ;
-  wire [9:0] \$416 ;
+  wire [31:0] \$415 ;
+  wire [32:0] \$416 ;
   wire \$417 ;
-  wire [9:0] \$418 ;
+  wire \$418 ;
   wire \$419 ;
   wire \$42 ;
-  wire \$420 ;
-  wire [9:0] \$421 ;
-  wire \$422 ;
-  wire [20:0] \$423 ;
+  wire [7:0] \$420 ;
+  wire [7:0] \$421 ;
+  wire [32:0] \$422 ;
+  wire [32:0] \$423 ;
   wire \$424 ;
-  wire \$425 ;
+  wire [31:0] \$425 ;
   wire \$426 ;
   wire [31:0] \$427 ;
-  wire [32:0] \$428 ;
-  wire \$429 ;
+  wire \$428 ;
+  wire [31:0] \$429 ;
   wire \$43 ;
-  wire \$430 ;
+  wire [32:0] \$430 ;
   wire \$431 ;
-  wire [7:0] \$432 ;
+  wire \$432 ;
   wire [7:0] \$433 ;
-  wire [32:0] \$434 ;
-  wire [32:0] \$435 ;
+  wire [79:0] \$434 ;
+  wire [80:0] \$435 ;
   wire \$436 ;
-  wire [31:0] \$437 ;
-  wire \$438 ;
-  wire [31:0] \$439 ;
+  wire [15:0] \$437 ;
+  wire [9:0] \$438 ;
+  wire [9:0] \$439 ;
   wire \$44 ;
   wire \$440 ;
-  wire [31:0] \$441 ;
-  wire [32:0] \$442 ;
+  wire [9:0] \$441 ;
+  wire [9:0] \$442 ;
   wire \$443 ;
   wire \$444 ;
-  wire [7:0] \$445 ;
-  wire [79:0] \$446 ;
-  wire [80:0] \$447 ;
+  wire \$445 ;
+  wire [20:0] \$446 ;
+  wire \$447 ;
   wire \$448 ;
-  wire [15:0] \$449 ;
+  wire \$449 ;
   wire \$45 ;
-  wire [9:0] \$450 ;
-  wire \$451 ;
+  wire [31:0] \$450 ;
+  wire [32:0] \$451 ;
   wire \$452 ;
-  wire [9:0] \$453 ;
+  wire \$453 ;
   wire \$454 ;
-  wire [9:0] \$455 ;
-  wire \$456 ;
-  wire \$457 ;
-  wire [9:0] \$458 ;
+  wire [7:0] \$455 ;
+  wire [7:0] \$456 ;
+  wire [32:0] \$457 ;
+  wire [32:0] \$458 ;
   wire \$459 ;
   wire \$46 ;
-  wire [20:0] \$460 ;
+  wire [31:0] \$460 ;
   wire \$461 ;
-  wire \$462 ;
+  wire [31:0] \$462 ;
   wire \$463 ;
   wire [31:0] \$464 ;
   wire [32:0] \$465 ;
   wire \$466 ;
   wire \$467 ;
-  wire \$468 ;
-  wire [7:0] \$469 ;
+  wire [7:0] \$468 ;
+  wire [79:0] \$469 ;
   wire [32:0] \$47 ;
-  wire [7:0] \$470 ;
-  wire [32:0] \$471 ;
-  wire [32:0] \$472 ;
-  wire \$473 ;
-  wire [31:0] \$474 ;
+  wire [80:0] \$470 ;
+  wire \$471 ;
+  wire [15:0] \$472 ;
+  wire [9:0] \$473 ;
+  wire [9:0] \$474 ;
   wire \$475 ;
-  wire [31:0] \$476 ;
-  wire \$477 ;
-  wire [31:0] \$478 ;
-  wire [32:0] \$479 ;
+  wire [9:0] \$476 ;
+  wire [9:0] \$477 ;
+  wire \$478 ;
+  wire \$479 ;
   wire [32:0] \$48 ;
   wire \$480 ;
-  wire \$481 ;
-  wire [7:0] \$482 ;
-  wire [79:0] \$483 ;
-  wire [80:0] \$484 ;
-  wire \$485 ;
-  wire [15:0] \$486 ;
-  wire [9:0] \$487 ;
+  wire [20:0] \$481 ;
+  wire \$482 ;
+  wire \$483 ;
+  wire \$484 ;
+  wire [31:0] \$485 ;
+  wire [32:0] \$486 ;
+  wire \$487 ;
   wire \$488 ;
   wire \$489 ;
   wire [15:0] \$49 ;
-  wire [9:0] \$490 ;
-  wire \$491 ;
-  wire [9:0] \$492 ;
-  wire \$493 ;
-  wire \$494 ;
-  wire [9:0] \$495 ;
-  wire \$496 ;
-  wire [20:0] \$497 ;
-  wire \$498 ;
-  wire \$499 ;
+  wire [7:0] \$490 ;
+  wire [7:0] \$491 ;
+  wire [1:0] \$492 ;
+  wire [2:0] \$493 ;
+  wire [3:0] \$494 ;
+  wire [4:0] \$495 ;
+  wire [5:0] \$496 ;
+  wire [6:0] \$497 ;
+  wire [7:0] \$498 ;
+  wire [1:0] \$499 ;
   wire \$5 ;
   wire [15:0] \$50 ;
-  wire \$500 ;
-  wire [31:0] \$501 ;
-  wire [32:0] \$502 ;
-  wire \$503 ;
-  wire \$504 ;
-  wire \$505 ;
-  wire [7:0] \$506 ;
-  wire [7:0] \$507 ;
-  wire [1:0] \$508 ;
-  wire [2:0] \$509 ;
+  wire [2:0] \$500 ;
+  wire [3:0] \$501 ;
+  wire [4:0] \$502 ;
+  wire [5:0] \$503 ;
+  wire [6:0] \$504 ;
+  wire [7:0] \$505 ;
+  wire [1:0] \$506 ;
+  wire [2:0] \$507 ;
+  wire [3:0] \$508 ;
+  wire [4:0] \$509 ;
   wire [31:0] \$51 ;
-  wire [3:0] \$510 ;
-  wire [4:0] \$511 ;
-  wire [5:0] \$512 ;
-  wire [6:0] \$513 ;
-  wire [7:0] \$514 ;
-  wire [1:0] \$515 ;
-  wire [2:0] \$516 ;
-  wire [3:0] \$517 ;
-  wire [4:0] \$518 ;
-  wire [5:0] \$519 ;
+  wire [5:0] \$510 ;
+  wire [6:0] \$511 ;
+  wire [7:0] \$512 ;
+  reg [10:0] \$513 ;
+  reg [10:0] \$514 ;
+  reg [10:0] \$515 ;
+  reg [10:0] \$516 ;
+  reg [10:0] \$517 ;
+  reg [10:0] \$518 ;
+  reg [10:0] \$519 ;
   wire [32:0] \$52 ;
-  wire [6:0] \$520 ;
-  wire [7:0] \$521 ;
-  wire [1:0] \$522 ;
-  wire [2:0] \$523 ;
-  wire [3:0] \$524 ;
-  wire [4:0] \$525 ;
-  wire [5:0] \$526 ;
-  wire [6:0] \$527 ;
-  wire [7:0] \$528 ;
-  reg [10:0] \$529 ;
+  reg [10:0] \$520 ;
+  reg [255:0] \$521 ;
   wire [32:0] \$53 ;
-  reg [10:0] \$530 ;
-  reg [10:0] \$531 ;
-  reg [10:0] \$532 ;
-  reg [10:0] \$533 ;
-  reg [10:0] \$534 ;
-  reg [10:0] \$535 ;
-  reg [10:0] \$536 ;
-  reg [255:0] \$537 ;
   wire [33:0] \$54 ;
   wire [34:0] \$55 ;
   wire [65:0] \$56 ;
@@ -53769,7 +53721,7 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
   end
   always @(posedge clk) begin
     if (\write__en$314 )
-      table_high0[\$233 [7:0]] <= write__data;
+      table_high0[\$231 [7:0]] <= write__data;
   end
   reg [15:0] _0_;
   always @(posedge clk) begin
@@ -53782,7 +53734,7 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
   end
   always @(posedge clk) begin
     if (\write__en$326 )
-      table_high1[\$270 [7:0]] <= write__data;
+      table_high1[\$266 [7:0]] <= write__data;
   end
   reg [15:0] _1_;
   always @(posedge clk) begin
@@ -53795,7 +53747,7 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
   end
   always @(posedge clk) begin
     if (\write__en$338 )
-      table_high2[\$307 [7:0]] <= write__data;
+      table_high2[\$301 [7:0]] <= write__data;
   end
   reg [15:0] _2_;
   always @(posedge clk) begin
@@ -53808,7 +53760,7 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
   end
   always @(posedge clk) begin
     if (\write__en$350 )
-      table_high3[\$344 [7:0]] <= write__data;
+      table_high3[\$336 [7:0]] <= write__data;
   end
   reg [15:0] _3_;
   always @(posedge clk) begin
@@ -53821,7 +53773,7 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
   end
   always @(posedge clk) begin
     if (\write__en$362 )
-      table_high4[\$381 [7:0]] <= write__data;
+      table_high4[\$371 [7:0]] <= write__data;
   end
   reg [15:0] _4_;
   always @(posedge clk) begin
@@ -53834,7 +53786,7 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
   end
   always @(posedge clk) begin
     if (\write__en$374 )
-      table_high5[\$418 [7:0]] <= write__data;
+      table_high5[\$406 [7:0]] <= write__data;
   end
   reg [15:0] _5_;
   always @(posedge clk) begin
@@ -53847,7 +53799,7 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
   end
   always @(posedge clk) begin
     if (\write__en$386 )
-      table_high6[\$455 [7:0]] <= write__data;
+      table_high6[\$441 [7:0]] <= write__data;
   end
   reg [15:0] _6_;
   always @(posedge clk) begin
@@ -53860,7 +53812,7 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
   end
   always @(posedge clk) begin
     if (\write__en$398 )
-      table_high7[\$492 [7:0]] <= write__data;
+      table_high7[\$476 [7:0]] <= write__data;
   end
   reg [15:0] _7_;
   always @(posedge clk) begin
@@ -53886,7 +53838,7 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
   end
   always @(posedge clk) begin
     if (\write__en$322 )
-      table_low1[\$265 [7:0]] <= write__data;
+      table_low1[\$263 [7:0]] <= write__data;
   end
   reg [15:0] _9_;
   always @(posedge clk) begin
@@ -53899,7 +53851,7 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
   end
   always @(posedge clk) begin
     if (\write__en$334 )
-      table_low2[\$302 [7:0]] <= write__data;
+      table_low2[\$298 [7:0]] <= write__data;
   end
   reg [15:0] _10_;
   always @(posedge clk) begin
@@ -53912,7 +53864,7 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
   end
   always @(posedge clk) begin
     if (\write__en$346 )
-      table_low3[\$339 [7:0]] <= write__data;
+      table_low3[\$333 [7:0]] <= write__data;
   end
   reg [15:0] _11_;
   always @(posedge clk) begin
@@ -53925,7 +53877,7 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
   end
   always @(posedge clk) begin
     if (\write__en$358 )
-      table_low4[\$376 [7:0]] <= write__data;
+      table_low4[\$368 [7:0]] <= write__data;
   end
   reg [15:0] _12_;
   always @(posedge clk) begin
@@ -53938,7 +53890,7 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
   end
   always @(posedge clk) begin
     if (\write__en$370 )
-      table_low5[\$413 [7:0]] <= write__data;
+      table_low5[\$403 [7:0]] <= write__data;
   end
   reg [15:0] _13_;
   always @(posedge clk) begin
@@ -53951,7 +53903,7 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
   end
   always @(posedge clk) begin
     if (\write__en$382 )
-      table_low6[\$450 [7:0]] <= write__data;
+      table_low6[\$438 [7:0]] <= write__data;
   end
   reg [15:0] _14_;
   always @(posedge clk) begin
@@ -53964,159 +53916,127 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
   end
   always @(posedge clk) begin
     if (\write__en$394 )
-      table_low7[\$487 [7:0]] <= write__data;
+      table_low7[\$473 [7:0]] <= write__data;
   end
   reg [15:0] _15_;
   always @(posedge clk) begin
     _15_ <= table_low7[index7];
   end
   assign \read__data$261  = _15_;
-  assign \$418  = table_index - 1'h1;
-  assign \$419  = table_index >= 1'h1;
-  assign \$420  = table_we & \$419 ;
-  assign \$421  = table_index - 1'h1;
-  assign \$422  = $signed(\$421 ) < $signed(10'h100);
-  assign \write__en$374  = \$420  & \$422 ;
-  assign diff5 = $signed(\read__data$198 ) - $signed(\read__data$197 );
-  assign \$423  = $signed(r7_5[19:0]) + $signed(base7_5);
-  assign value5 = ctl7[1] ? { \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423  } : r7_5;
-  assign \$424  = ! value5[63:31];
-  assign \$425  = value5[63:31] == 33'h1ffffffff;
-  assign \$426  = \$424  | \$425 ;
-  assign \$427  = value5[63] ? 32'd2147483648 : 32'd2147483647;
-  assign \$428  = \$426  ? { 1'h0, value5[31:0] } : { \$427 [31], \$427  };
-  assign \$429  = ! value5[63:7];
-  assign \$430  = value5[63:7] == 57'h1ffffffffffffff;
-  assign \$431  = \$429  | \$430 ;
-  assign \$432  = value5[63] ? 8'h80 : 8'h7f;
-  assign \$433  = \$431  ? value5[7:0] : \$432 ;
-  assign \$434  = $signed(a[223:192]) + $signed(b[223:192]);
-  assign \$435  = $signed(a[223:192]) - $signed(b[223:192]);
-  assign \$436  = $signed(a[223:192]) > $signed(b[223:192]);
-  assign \$437  = \$436  ? a[223:192] : b[223:192];
-  assign \$438  = $signed(a[223:192]) < $signed(b[223:192]);
-  assign \$439  = \$438  ? a[223:192] : b[223:192];
-  assign \$440  = $signed(a[223:192]) < $signed(imm);
-  assign \$441  = \$440  ? imm : a[223:192];
-  assign \$442  = $signed(a[223:192]) - $signed(imm);
   assign scaled6 = $signed(x1_6) >>> ctl1[10:5];
-  assign \$443  = ~ x1_6[32];
-  assign \$444  = | scaled6[32:8];
-  assign over6 = \$443  & \$444 ;
-  assign \$445  = x1_6[32] ? 8'h00 : scaled6[7:0];
-  assign index6 = over6 ? 8'hff : \$445 ;
-  assign \$446  = 1'h1 << ctl1[10:5];
-  assign \$447  = \$446  - 1'h1;
-  assign \$448  = x1_6[32] | over6;
-  assign \$449  = x1_6[15:0] & \$447 [15:0];
-  assign frac6 = \$448  ? 16'h0000 : \$449 ;
-  assign \$450  = table_index - 1'h0;
-  assign \$451  = table_index >= 1'h0;
-  assign \$452  = table_we & \$451 ;
-  assign \$453  = table_index - 1'h0;
-  assign \$454  = $signed(\$453 ) < $signed(10'h100);
-  assign \write__en$382  = \$452  & \$454 ;
-  assign \$455  = table_index - 1'h1;
-  assign \$456  = table_index >= 1'h1;
-  assign \$457  = table_we & \$456 ;
-  assign \$458  = table_index - 1'h1;
-  assign \$459  = $signed(\$458 ) < $signed(10'h100);
-  assign \write__en$386  = \$457  & \$459 ;
+  assign \$431  = ~ x1_6[32];
+  assign \$432  = | scaled6[32:8];
+  assign over6 = \$431  & \$432 ;
+  assign \$433  = x1_6[32] ? 8'h00 : scaled6[7:0];
+  assign index6 = over6 ? 8'hff : \$433 ;
+  assign \$434  = 1'h1 << ctl1[10:5];
+  assign \$435  = \$434  - 1'h1;
+  assign \$436  = x1_6[32] | over6;
+  assign \$437  = x1_6[15:0] & \$435 [15:0];
+  assign frac6 = \$436  ? 16'h0000 : \$437 ;
+  assign \$438  = table_index - 1'h0;
+  assign \$439  = table_index - 1'h0;
+  assign \$440  = $signed(\$439 ) < $signed(10'h100);
+  assign \write__en$382  = table_we & \$440 ;
+  assign \$441  = table_index - 1'h1;
+  assign \$442  = table_index - 1'h1;
+  assign \$443  = $signed(\$442 ) < $signed(10'h100);
+  assign \$444  = table_index >= 1'h1;
+  assign \$445  = \$443  & \$444 ;
+  assign \write__en$386  = table_we & \$445 ;
   assign diff6 = $signed(\read__data$230 ) - $signed(\read__data$229 );
-  assign \$460  = $signed(r7_6[19:0]) + $signed(base7_6);
-  assign value6 = ctl7[1] ? { \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460  } : r7_6;
-  assign \$461  = ! value6[63:31];
-  assign \$462  = value6[63:31] == 33'h1ffffffff;
-  assign \$463  = \$461  | \$462 ;
-  assign \$464  = value6[63] ? 32'd2147483648 : 32'd2147483647;
-  assign \$465  = \$463  ? { 1'h0, value6[31:0] } : { \$464 [31], \$464  };
-  assign \$466  = ! value6[63:7];
-  assign \$467  = value6[63:7] == 57'h1ffffffffffffff;
-  assign \$468  = \$466  | \$467 ;
-  assign \$469  = value6[63] ? 8'h80 : 8'h7f;
-  assign \$470  = \$468  ? value6[7:0] : \$469 ;
-  assign \$471  = $signed(a[255:224]) + $signed(b[255:224]);
-  assign \$472  = $signed(a[255:224]) - $signed(b[255:224]);
-  assign \$473  = $signed(a[255:224]) > $signed(b[255:224]);
-  assign \$474  = \$473  ? a[255:224] : b[255:224];
-  assign \$475  = $signed(a[255:224]) < $signed(b[255:224]);
-  assign \$476  = \$475  ? a[255:224] : b[255:224];
-  assign \$477  = $signed(a[255:224]) < $signed(imm);
-  assign \$478  = \$477  ? imm : a[255:224];
-  assign \$479  = $signed(a[255:224]) - $signed(imm);
+  assign \$446  = $signed(r7_6[19:0]) + $signed(base7_6);
+  assign value6 = ctl7[1] ? { \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446  } : r7_6;
+  assign \$447  = ! value6[63:31];
+  assign \$448  = value6[63:31] == 33'h1ffffffff;
+  assign \$449  = \$447  | \$448 ;
+  assign \$450  = value6[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$451  = \$449  ? { 1'h0, value6[31:0] } : { \$450 [31], \$450  };
+  assign \$452  = ! value6[63:7];
+  assign \$453  = value6[63:7] == 57'h1ffffffffffffff;
+  assign \$454  = \$452  | \$453 ;
+  assign \$455  = value6[63] ? 8'h80 : 8'h7f;
+  assign \$456  = \$454  ? value6[7:0] : \$455 ;
+  assign \$457  = $signed(a[255:224]) + $signed(b[255:224]);
+  assign \$458  = $signed(a[255:224]) - $signed(b[255:224]);
+  assign \$459  = $signed(a[255:224]) > $signed(b[255:224]);
+  assign \$460  = \$459  ? a[255:224] : b[255:224];
+  assign \$461  = $signed(a[255:224]) < $signed(b[255:224]);
+  assign \$462  = \$461  ? a[255:224] : b[255:224];
+  assign \$463  = $signed(a[255:224]) < $signed(imm);
+  assign \$464  = \$463  ? imm : a[255:224];
+  assign \$465  = $signed(a[255:224]) - $signed(imm);
   assign scaled7 = $signed(x1_7) >>> ctl1[10:5];
-  assign \$480  = ~ x1_7[32];
-  assign \$481  = | scaled7[32:8];
-  assign over7 = \$480  & \$481 ;
-  assign \$482  = x1_7[32] ? 8'h00 : scaled7[7:0];
-  assign index7 = over7 ? 8'hff : \$482 ;
-  assign \$483  = 1'h1 << ctl1[10:5];
-  assign \$484  = \$483  - 1'h1;
-  assign \$485  = x1_7[32] | over7;
-  assign \$486  = x1_7[15:0] & \$484 [15:0];
-  assign frac7 = \$485  ? 16'h0000 : \$486 ;
-  assign \$487  = table_index - 1'h0;
-  assign \$488  = table_index >= 1'h0;
-  assign \$489  = table_we & \$488 ;
-  assign \$490  = table_index - 1'h0;
-  assign \$491  = $signed(\$490 ) < $signed(10'h100);
-  assign \write__en$394  = \$489  & \$491 ;
-  assign \$492  = table_index - 1'h1;
-  assign \$493  = table_index >= 1'h1;
-  assign \$494  = table_we & \$493 ;
-  assign \$495  = table_index - 1'h1;
-  assign \$496  = $signed(\$495 ) < $signed(10'h100);
-  assign \write__en$398  = \$494  & \$496 ;
+  assign \$466  = ~ x1_7[32];
+  assign \$467  = | scaled7[32:8];
+  assign over7 = \$466  & \$467 ;
+  assign \$468  = x1_7[32] ? 8'h00 : scaled7[7:0];
+  assign index7 = over7 ? 8'hff : \$468 ;
+  assign \$469  = 1'h1 << ctl1[10:5];
+  assign \$470  = \$469  - 1'h1;
+  assign \$471  = x1_7[32] | over7;
+  assign \$472  = x1_7[15:0] & \$470 [15:0];
+  assign frac7 = \$471  ? 16'h0000 : \$472 ;
+  assign \$473  = table_index - 1'h0;
+  assign \$474  = table_index - 1'h0;
+  assign \$475  = $signed(\$474 ) < $signed(10'h100);
+  assign \write__en$394  = table_we & \$475 ;
+  assign \$476  = table_index - 1'h1;
+  assign \$477  = table_index - 1'h1;
+  assign \$478  = $signed(\$477 ) < $signed(10'h100);
+  assign \$479  = table_index >= 1'h1;
+  assign \$480  = \$478  & \$479 ;
+  assign \write__en$398  = table_we & \$480 ;
   assign diff7 = $signed(\read__data$262 ) - $signed(\read__data$261 );
-  assign \$497  = $signed(r7_7[19:0]) + $signed(base7_7);
-  assign value7 = ctl7[1] ? { \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497  } : r7_7;
-  assign \$498  = ! value7[63:31];
-  assign \$499  = value7[63:31] == 33'h1ffffffff;
-  assign \$500  = \$498  | \$499 ;
-  assign \$501  = value7[63] ? 32'd2147483648 : 32'd2147483647;
-  assign \$502  = \$500  ? { 1'h0, value7[31:0] } : { \$501 [31], \$501  };
-  assign \$503  = ! value7[63:7];
-  assign \$504  = value7[63:7] == 57'h1ffffffffffffff;
-  assign \$505  = \$503  | \$504 ;
-  assign \$506  = value7[63] ? 8'h80 : 8'h7f;
-  assign \$507  = \$505  ? value7[7:0] : \$506 ;
-  assign \$508  = hit2_0 + hit2_1;
-  assign \$509  = \$508  + hit2_2;
-  assign \$510  = \$509  + hit2_3;
-  assign \$511  = \$510  + hit2_4;
-  assign \$512  = \$511  + hit2_5;
-  assign \$513  = \$512  + hit2_6;
-  assign \$514  = \$513  + hit2_7;
-  assign \$515  = under2_0 + under2_1;
-  assign \$516  = \$515  + under2_2;
-  assign \$517  = \$516  + under2_3;
-  assign \$518  = \$517  + under2_4;
-  assign \$519  = \$518  + under2_5;
-  assign \$520  = \$519  + under2_6;
-  assign \$521  = \$520  + under2_7;
-  assign \$522  = \over2_0$29  + \over2_1$64 ;
-  assign \$523  = \$522  + \over2_2$96 ;
-  assign \$524  = \$523  + \over2_3$128 ;
-  assign \$525  = \$524  + \over2_4$160 ;
-  assign \$526  = \$525  + \over2_5$192 ;
-  assign \$527  = \$526  + \over2_6$224 ;
-  assign \$528  = \$527  + \over2_7$256 ;
+  assign \$481  = $signed(r7_7[19:0]) + $signed(base7_7);
+  assign value7 = ctl7[1] ? { \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481  } : r7_7;
+  assign \$482  = ! value7[63:31];
+  assign \$483  = value7[63:31] == 33'h1ffffffff;
+  assign \$484  = \$482  | \$483 ;
+  assign \$485  = value7[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$486  = \$484  ? { 1'h0, value7[31:0] } : { \$485 [31], \$485  };
+  assign \$487  = ! value7[63:7];
+  assign \$488  = value7[63:7] == 57'h1ffffffffffffff;
+  assign \$489  = \$487  | \$488 ;
+  assign \$490  = value7[63] ? 8'h80 : 8'h7f;
+  assign \$491  = \$489  ? value7[7:0] : \$490 ;
+  assign \$492  = hit2_0 + hit2_1;
+  assign \$493  = \$492  + hit2_2;
+  assign \$494  = \$493  + hit2_3;
+  assign \$495  = \$494  + hit2_4;
+  assign \$496  = \$495  + hit2_5;
+  assign \$497  = \$496  + hit2_6;
+  assign \$498  = \$497  + hit2_7;
+  assign \$499  = under2_0 + under2_1;
+  assign \$500  = \$499  + under2_2;
+  assign \$501  = \$500  + under2_3;
+  assign \$502  = \$501  + under2_4;
+  assign \$503  = \$502  + under2_5;
+  assign \$504  = \$503  + under2_6;
+  assign \$505  = \$504  + under2_7;
+  assign \$506  = \over2_0$29  + \over2_1$64 ;
+  assign \$507  = \$506  + \over2_2$96 ;
+  assign \$508  = \$507  + \over2_3$128 ;
+  assign \$509  = \$508  + \over2_4$160 ;
+  assign \$510  = \$509  + \over2_5$192 ;
+  assign \$511  = \$510  + \over2_6$224 ;
+  assign \$512  = \$511  + \over2_7$256 ;
   always @(posedge clk)
-    ctl1 <= \$529 ;
+    ctl1 <= \$513 ;
   always @(posedge clk)
-    ctl2 <= \$530 ;
+    ctl2 <= \$514 ;
   always @(posedge clk)
-    ctl3 <= \$531 ;
+    ctl3 <= \$515 ;
   always @(posedge clk)
-    ctl4 <= \$532 ;
+    ctl4 <= \$516 ;
   always @(posedge clk)
-    ctl5 <= \$533 ;
+    ctl5 <= \$517 ;
   always @(posedge clk)
-    ctl6 <= \$534 ;
+    ctl6 <= \$518 ;
   always @(posedge clk)
-    ctl7 <= \$535 ;
+    ctl7 <= \$519 ;
   always @(posedge clk)
-    ctl8 <= \$536 ;
+    ctl8 <= \$520 ;
   always @(posedge clk)
     imm2_1 <= imm2;
   always @(posedge clk)
@@ -54166,7 +54086,7 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
   always @(posedge clk)
     base7_0 <= base6_0;
   always @(posedge clk)
-    out <= \$537 ;
+    out <= \$521 ;
   always @(posedge clk)
     x1_1 <= alu1;
   always @(posedge clk)
@@ -54490,7 +54410,7 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
   always @(posedge clk)
     base7_7 <= base6_7;
   always @(posedge clk)
-    hits3 <= \$514 [3:0];
+    hits3 <= \$498 [3:0];
   always @(posedge clk)
     hits4 <= hits3;
   always @(posedge clk)
@@ -54502,7 +54422,7 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
   always @(posedge clk)
     hits8 <= hits7;
   always @(posedge clk)
-    unders3 <= \$521 [3:0];
+    unders3 <= \$505 [3:0];
   always @(posedge clk)
     unders4 <= unders3;
   always @(posedge clk)
@@ -54514,7 +54434,7 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
   always @(posedge clk)
     unders8 <= unders7;
   always @(posedge clk)
-    overs3 <= \$528 [3:0];
+    overs3 <= \$512 [3:0];
   always @(posedge clk)
     overs4 <= overs3;
   always @(posedge clk)
@@ -54748,336 +54668,352 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
   assign \$227  = x1_0[15:0] & \$225 [15:0];
   assign frac0 = \$226  ? 16'h0000 : \$227 ;
   assign \$228  = table_index - 1'h0;
-  assign \$229  = table_index >= 1'h0;
-  assign \$230  = table_we & \$229 ;
-  assign \$231  = table_index - 1'h0;
-  assign \$232  = $signed(\$231 ) < $signed(10'h100);
-  assign write__en = \$230  & \$232 ;
-  assign \$233  = table_index - 1'h1;
+  assign \$229  = table_index - 1'h0;
+  assign \$230  = $signed(\$229 ) < $signed(10'h100);
+  assign write__en = table_we & \$230 ;
+  assign \$231  = table_index - 1'h1;
+  assign \$232  = table_index - 1'h1;
+  assign \$233  = $signed(\$232 ) < $signed(10'h100);
   assign \$234  = table_index >= 1'h1;
-  assign \$235  = table_we & \$234 ;
-  assign \$236  = table_index - 1'h1;
-  assign \$237  = $signed(\$236 ) < $signed(10'h100);
-  assign \write__en$314  = \$235  & \$237 ;
+  assign \$235  = \$233  & \$234 ;
+  assign \write__en$314  = table_we & \$235 ;
   assign diff0 = $signed(\read__data$35 ) - $signed(read__data);
-  assign \$238  = $signed(r7_0[19:0]) + $signed(base7_0);
-  assign value0 = ctl7[1] ? { \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238  } : r7_0;
-  assign \$239  = ! value0[63:31];
-  assign \$240  = value0[63:31] == 33'h1ffffffff;
-  assign \$241  = \$239  | \$240 ;
-  assign \$242  = value0[63] ? 32'd2147483648 : 32'd2147483647;
-  assign \$243  = \$241  ? { 1'h0, value0[31:0] } : { \$242 [31], \$242  };
-  assign \$244  = ! value0[63:7];
-  assign \$245  = value0[63:7] == 57'h1ffffffffffffff;
-  assign \$246  = \$244  | \$245 ;
-  assign \$247  = value0[63] ? 8'h80 : 8'h7f;
-  assign \$248  = \$246  ? value0[7:0] : \$247 ;
-  assign \$249  = $signed(a[63:32]) + $signed(b[63:32]);
-  assign \$250  = $signed(a[63:32]) - $signed(b[63:32]);
-  assign \$251  = $signed(a[63:32]) > $signed(b[63:32]);
+  assign \$236  = $signed(r7_0[19:0]) + $signed(base7_0);
+  assign value0 = ctl7[1] ? { \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236  } : r7_0;
+  assign \$237  = ! value0[63:31];
+  assign \$238  = value0[63:31] == 33'h1ffffffff;
+  assign \$239  = \$237  | \$238 ;
+  assign \$240  = value0[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$241  = \$239  ? { 1'h0, value0[31:0] } : { \$240 [31], \$240  };
+  assign \$242  = ! value0[63:7];
+  assign \$243  = value0[63:7] == 57'h1ffffffffffffff;
+  assign \$244  = \$242  | \$243 ;
+  assign \$245  = value0[63] ? 8'h80 : 8'h7f;
+  assign \$246  = \$244  ? value0[7:0] : \$245 ;
+  assign \$247  = $signed(a[63:32]) + $signed(b[63:32]);
+  assign \$248  = $signed(a[63:32]) - $signed(b[63:32]);
+  assign \$249  = $signed(a[63:32]) > $signed(b[63:32]);
+  assign \$250  = \$249  ? a[63:32] : b[63:32];
+  assign \$251  = $signed(a[63:32]) < $signed(b[63:32]);
   assign \$252  = \$251  ? a[63:32] : b[63:32];
-  assign \$253  = $signed(a[63:32]) < $signed(b[63:32]);
-  assign \$254  = \$253  ? a[63:32] : b[63:32];
-  assign \$255  = $signed(a[63:32]) < $signed(imm);
-  assign \$256  = \$255  ? imm : a[63:32];
-  assign \$257  = $signed(a[63:32]) - $signed(imm);
+  assign \$253  = $signed(a[63:32]) < $signed(imm);
+  assign \$254  = \$253  ? imm : a[63:32];
+  assign \$255  = $signed(a[63:32]) - $signed(imm);
   assign scaled1 = $signed(x1_1) >>> ctl1[10:5];
-  assign \$258  = ~ x1_1[32];
-  assign \$259  = | scaled1[32:8];
-  assign over1 = \$258  & \$259 ;
-  assign \$260  = x1_1[32] ? 8'h00 : scaled1[7:0];
-  assign index1 = over1 ? 8'hff : \$260 ;
-  assign \$261  = 1'h1 << ctl1[10:5];
-  assign \$262  = \$261  - 1'h1;
-  assign \$263  = x1_1[32] | over1;
-  assign \$264  = x1_1[15:0] & \$262 [15:0];
-  assign frac1 = \$263  ? 16'h0000 : \$264 ;
-  assign \$265  = table_index - 1'h0;
-  assign \$266  = table_index >= 1'h0;
-  assign \$267  = table_we & \$266 ;
-  assign \$268  = table_index - 1'h0;
-  assign \$269  = $signed(\$268 ) < $signed(10'h100);
-  assign \write__en$322  = \$267  & \$269 ;
-  assign \$270  = table_index - 1'h1;
-  assign \$271  = table_index >= 1'h1;
-  assign \$272  = table_we & \$271 ;
-  assign \$273  = table_index - 1'h1;
-  assign \$274  = $signed(\$273 ) < $signed(10'h100);
-  assign \write__en$326  = \$272  & \$274 ;
+  assign \$256  = ~ x1_1[32];
+  assign \$257  = | scaled1[32:8];
+  assign over1 = \$256  & \$257 ;
+  assign \$258  = x1_1[32] ? 8'h00 : scaled1[7:0];
+  assign index1 = over1 ? 8'hff : \$258 ;
+  assign \$259  = 1'h1 << ctl1[10:5];
+  assign \$260  = \$259  - 1'h1;
+  assign \$261  = x1_1[32] | over1;
+  assign \$262  = x1_1[15:0] & \$260 [15:0];
+  assign frac1 = \$261  ? 16'h0000 : \$262 ;
+  assign \$263  = table_index - 1'h0;
+  assign \$264  = table_index - 1'h0;
+  assign \$265  = $signed(\$264 ) < $signed(10'h100);
+  assign \write__en$322  = table_we & \$265 ;
+  assign \$266  = table_index - 1'h1;
+  assign \$267  = table_index - 1'h1;
+  assign \$268  = $signed(\$267 ) < $signed(10'h100);
+  assign \$269  = table_index >= 1'h1;
+  assign \$270  = \$268  & \$269 ;
+  assign \write__en$326  = table_we & \$270 ;
   assign diff1 = $signed(\read__data$70 ) - $signed(\read__data$69 );
-  assign \$275  = $signed(r7_1[19:0]) + $signed(base7_1);
-  assign value1 = ctl7[1] ? { \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275  } : r7_1;
-  assign \$276  = ! value1[63:31];
-  assign \$277  = value1[63:31] == 33'h1ffffffff;
-  assign \$278  = \$276  | \$277 ;
-  assign \$279  = value1[63] ? 32'd2147483648 : 32'd2147483647;
-  assign \$280  = \$278  ? { 1'h0, value1[31:0] } : { \$279 [31], \$279  };
-  assign \$281  = ! value1[63:7];
-  assign \$282  = value1[63:7] == 57'h1ffffffffffffff;
-  assign \$283  = \$281  | \$282 ;
-  assign \$284  = value1[63] ? 8'h80 : 8'h7f;
-  assign \$285  = \$283  ? value1[7:0] : \$284 ;
-  assign \$286  = $signed(a[95:64]) + $signed(b[95:64]);
-  assign \$287  = $signed(a[95:64]) - $signed(b[95:64]);
-  assign \$288  = $signed(a[95:64]) > $signed(b[95:64]);
-  assign \$289  = \$288  ? a[95:64] : b[95:64];
-  assign \$290  = $signed(a[95:64]) < $signed(b[95:64]);
-  assign \$291  = \$290  ? a[95:64] : b[95:64];
-  assign \$292  = $signed(a[95:64]) < $signed(imm);
-  assign \$293  = \$292  ? imm : a[95:64];
-  assign \$294  = $signed(a[95:64]) - $signed(imm);
+  assign \$271  = $signed(r7_1[19:0]) + $signed(base7_1);
+  assign value1 = ctl7[1] ? { \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271  } : r7_1;
+  assign \$272  = ! value1[63:31];
+  assign \$273  = value1[63:31] == 33'h1ffffffff;
+  assign \$274  = \$272  | \$273 ;
+  assign \$275  = value1[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$276  = \$274  ? { 1'h0, value1[31:0] } : { \$275 [31], \$275  };
+  assign \$277  = ! value1[63:7];
+  assign \$278  = value1[63:7] == 57'h1ffffffffffffff;
+  assign \$279  = \$277  | \$278 ;
+  assign \$280  = value1[63] ? 8'h80 : 8'h7f;
+  assign \$281  = \$279  ? value1[7:0] : \$280 ;
+  assign \$282  = $signed(a[95:64]) + $signed(b[95:64]);
+  assign \$283  = $signed(a[95:64]) - $signed(b[95:64]);
+  assign \$284  = $signed(a[95:64]) > $signed(b[95:64]);
+  assign \$285  = \$284  ? a[95:64] : b[95:64];
+  assign \$286  = $signed(a[95:64]) < $signed(b[95:64]);
+  assign \$287  = \$286  ? a[95:64] : b[95:64];
+  assign \$288  = $signed(a[95:64]) < $signed(imm);
+  assign \$289  = \$288  ? imm : a[95:64];
+  assign \$290  = $signed(a[95:64]) - $signed(imm);
   assign scaled2 = $signed(x1_2) >>> ctl1[10:5];
-  assign \$295  = ~ x1_2[32];
-  assign \$296  = | scaled2[32:8];
-  assign over2 = \$295  & \$296 ;
-  assign \$297  = x1_2[32] ? 8'h00 : scaled2[7:0];
-  assign index2 = over2 ? 8'hff : \$297 ;
-  assign \$298  = 1'h1 << ctl1[10:5];
-  assign \$299  = \$298  - 1'h1;
-  assign \$300  = x1_2[32] | over2;
-  assign \$301  = x1_2[15:0] & \$299 [15:0];
-  assign frac2 = \$300  ? 16'h0000 : \$301 ;
-  assign \$302  = table_index - 1'h0;
-  assign \$303  = table_index >= 1'h0;
-  assign \$304  = table_we & \$303 ;
-  assign \$305  = table_index - 1'h0;
-  assign \$306  = $signed(\$305 ) < $signed(10'h100);
-  assign \write__en$334  = \$304  & \$306 ;
-  assign \$307  = table_index - 1'h1;
-  assign \$308  = table_index >= 1'h1;
-  assign \$309  = table_we & \$308 ;
-  assign \$310  = table_index - 1'h1;
-  assign \$311  = $signed(\$310 ) < $signed(10'h100);
-  assign \write__en$338  = \$309  & \$311 ;
+  assign \$291  = ~ x1_2[32];
+  assign \$292  = | scaled2[32:8];
+  assign over2 = \$291  & \$292 ;
+  assign \$293  = x1_2[32] ? 8'h00 : scaled2[7:0];
+  assign index2 = over2 ? 8'hff : \$293 ;
+  assign \$294  = 1'h1 << ctl1[10:5];
+  assign \$295  = \$294  - 1'h1;
+  assign \$296  = x1_2[32] | over2;
+  assign \$297  = x1_2[15:0] & \$295 [15:0];
+  assign frac2 = \$296  ? 16'h0000 : \$297 ;
+  assign \$298  = table_index - 1'h0;
+  assign \$299  = table_index - 1'h0;
+  assign \$300  = $signed(\$299 ) < $signed(10'h100);
+  assign \write__en$334  = table_we & \$300 ;
+  assign \$301  = table_index - 1'h1;
+  assign \$302  = table_index - 1'h1;
+  assign \$303  = $signed(\$302 ) < $signed(10'h100);
+  assign \$304  = table_index >= 1'h1;
+  assign \$305  = \$303  & \$304 ;
+  assign \write__en$338  = table_we & \$305 ;
   assign diff2 = $signed(\read__data$102 ) - $signed(\read__data$101 );
-  assign \$312  = $signed(r7_2[19:0]) + $signed(base7_2);
-  assign value2 = ctl7[1] ? { \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312  } : r7_2;
-  assign \$313  = ! value2[63:31];
-  assign \$314  = value2[63:31] == 33'h1ffffffff;
-  assign \$315  = \$313  | \$314 ;
-  assign \$316  = value2[63] ? 32'd2147483648 : 32'd2147483647;
-  assign \$317  = \$315  ? { 1'h0, value2[31:0] } : { \$316 [31], \$316  };
-  assign \$318  = ! value2[63:7];
-  assign \$319  = value2[63:7] == 57'h1ffffffffffffff;
-  assign \$320  = \$318  | \$319 ;
-  assign \$321  = value2[63] ? 8'h80 : 8'h7f;
-  assign \$322  = \$320  ? value2[7:0] : \$321 ;
-  assign \$323  = $signed(a[127:96]) + $signed(b[127:96]);
-  assign \$324  = $signed(a[127:96]) - $signed(b[127:96]);
-  assign \$325  = $signed(a[127:96]) > $signed(b[127:96]);
-  assign \$326  = \$325  ? a[127:96] : b[127:96];
-  assign \$327  = $signed(a[127:96]) < $signed(b[127:96]);
-  assign \$328  = \$327  ? a[127:96] : b[127:96];
-  assign \$329  = $signed(a[127:96]) < $signed(imm);
-  assign \$330  = \$329  ? imm : a[127:96];
-  assign \$331  = $signed(a[127:96]) - $signed(imm);
+  assign \$306  = $signed(r7_2[19:0]) + $signed(base7_2);
+  assign value2 = ctl7[1] ? { \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306  } : r7_2;
+  assign \$307  = ! value2[63:31];
+  assign \$308  = value2[63:31] == 33'h1ffffffff;
+  assign \$309  = \$307  | \$308 ;
+  assign \$310  = value2[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$311  = \$309  ? { 1'h0, value2[31:0] } : { \$310 [31], \$310  };
+  assign \$312  = ! value2[63:7];
+  assign \$313  = value2[63:7] == 57'h1ffffffffffffff;
+  assign \$314  = \$312  | \$313 ;
+  assign \$315  = value2[63] ? 8'h80 : 8'h7f;
+  assign \$316  = \$314  ? value2[7:0] : \$315 ;
+  assign \$317  = $signed(a[127:96]) + $signed(b[127:96]);
+  assign \$318  = $signed(a[127:96]) - $signed(b[127:96]);
+  assign \$319  = $signed(a[127:96]) > $signed(b[127:96]);
+  assign \$320  = \$319  ? a[127:96] : b[127:96];
+  assign \$321  = $signed(a[127:96]) < $signed(b[127:96]);
+  assign \$322  = \$321  ? a[127:96] : b[127:96];
+  assign \$323  = $signed(a[127:96]) < $signed(imm);
+  assign \$324  = \$323  ? imm : a[127:96];
+  assign \$325  = $signed(a[127:96]) - $signed(imm);
   assign scaled3 = $signed(x1_3) >>> ctl1[10:5];
-  assign \$332  = ~ x1_3[32];
-  assign \$333  = | scaled3[32:8];
-  assign over3 = \$332  & \$333 ;
-  assign \$334  = x1_3[32] ? 8'h00 : scaled3[7:0];
-  assign index3 = over3 ? 8'hff : \$334 ;
-  assign \$335  = 1'h1 << ctl1[10:5];
-  assign \$336  = \$335  - 1'h1;
-  assign \$337  = x1_3[32] | over3;
-  assign \$338  = x1_3[15:0] & \$336 [15:0];
-  assign frac3 = \$337  ? 16'h0000 : \$338 ;
-  assign \$339  = table_index - 1'h0;
-  assign \$340  = table_index >= 1'h0;
-  assign \$341  = table_we & \$340 ;
-  assign \$342  = table_index - 1'h0;
-  assign \$343  = $signed(\$342 ) < $signed(10'h100);
-  assign \write__en$346  = \$341  & \$343 ;
-  assign \$344  = table_index - 1'h1;
-  assign \$345  = table_index >= 1'h1;
-  assign \$346  = table_we & \$345 ;
-  assign \$347  = table_index - 1'h1;
-  assign \$348  = $signed(\$347 ) < $signed(10'h100);
-  assign \write__en$350  = \$346  & \$348 ;
+  assign \$326  = ~ x1_3[32];
+  assign \$327  = | scaled3[32:8];
+  assign over3 = \$326  & \$327 ;
+  assign \$328  = x1_3[32] ? 8'h00 : scaled3[7:0];
+  assign index3 = over3 ? 8'hff : \$328 ;
+  assign \$329  = 1'h1 << ctl1[10:5];
+  assign \$330  = \$329  - 1'h1;
+  assign \$331  = x1_3[32] | over3;
+  assign \$332  = x1_3[15:0] & \$330 [15:0];
+  assign frac3 = \$331  ? 16'h0000 : \$332 ;
+  assign \$333  = table_index - 1'h0;
+  assign \$334  = table_index - 1'h0;
+  assign \$335  = $signed(\$334 ) < $signed(10'h100);
+  assign \write__en$346  = table_we & \$335 ;
+  assign \$336  = table_index - 1'h1;
+  assign \$337  = table_index - 1'h1;
+  assign \$338  = $signed(\$337 ) < $signed(10'h100);
+  assign \$339  = table_index >= 1'h1;
+  assign \$340  = \$338  & \$339 ;
+  assign \write__en$350  = table_we & \$340 ;
   assign diff3 = $signed(\read__data$134 ) - $signed(\read__data$133 );
-  assign \$349  = $signed(r7_3[19:0]) + $signed(base7_3);
-  assign value3 = ctl7[1] ? { \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349  } : r7_3;
-  assign \$350  = ! value3[63:31];
-  assign \$351  = value3[63:31] == 33'h1ffffffff;
-  assign \$352  = \$350  | \$351 ;
-  assign \$353  = value3[63] ? 32'd2147483648 : 32'd2147483647;
-  assign \$354  = \$352  ? { 1'h0, value3[31:0] } : { \$353 [31], \$353  };
-  assign \$355  = ! value3[63:7];
-  assign \$356  = value3[63:7] == 57'h1ffffffffffffff;
-  assign \$357  = \$355  | \$356 ;
-  assign \$358  = value3[63] ? 8'h80 : 8'h7f;
-  assign \$359  = \$357  ? value3[7:0] : \$358 ;
-  assign \$360  = $signed(a[159:128]) + $signed(b[159:128]);
-  assign \$361  = $signed(a[159:128]) - $signed(b[159:128]);
-  assign \$362  = $signed(a[159:128]) > $signed(b[159:128]);
-  assign \$363  = \$362  ? a[159:128] : b[159:128];
-  assign \$364  = $signed(a[159:128]) < $signed(b[159:128]);
-  assign \$365  = \$364  ? a[159:128] : b[159:128];
-  assign \$366  = $signed(a[159:128]) < $signed(imm);
-  assign \$367  = \$366  ? imm : a[159:128];
-  assign \$368  = $signed(a[159:128]) - $signed(imm);
+  assign \$341  = $signed(r7_3[19:0]) + $signed(base7_3);
+  assign value3 = ctl7[1] ? { \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341  } : r7_3;
+  assign \$342  = ! value3[63:31];
+  assign \$343  = value3[63:31] == 33'h1ffffffff;
+  assign \$344  = \$342  | \$343 ;
+  assign \$345  = value3[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$346  = \$344  ? { 1'h0, value3[31:0] } : { \$345 [31], \$345  };
+  assign \$347  = ! value3[63:7];
+  assign \$348  = value3[63:7] == 57'h1ffffffffffffff;
+  assign \$349  = \$347  | \$348 ;
+  assign \$350  = value3[63] ? 8'h80 : 8'h7f;
+  assign \$351  = \$349  ? value3[7:0] : \$350 ;
+  assign \$352  = $signed(a[159:128]) + $signed(b[159:128]);
+  assign \$353  = $signed(a[159:128]) - $signed(b[159:128]);
+  assign \$354  = $signed(a[159:128]) > $signed(b[159:128]);
+  assign \$355  = \$354  ? a[159:128] : b[159:128];
+  assign \$356  = $signed(a[159:128]) < $signed(b[159:128]);
+  assign \$357  = \$356  ? a[159:128] : b[159:128];
+  assign \$358  = $signed(a[159:128]) < $signed(imm);
+  assign \$359  = \$358  ? imm : a[159:128];
+  assign \$360  = $signed(a[159:128]) - $signed(imm);
   assign scaled4 = $signed(x1_4) >>> ctl1[10:5];
-  assign \$369  = ~ x1_4[32];
-  assign \$370  = | scaled4[32:8];
-  assign over4 = \$369  & \$370 ;
-  assign \$371  = x1_4[32] ? 8'h00 : scaled4[7:0];
-  assign index4 = over4 ? 8'hff : \$371 ;
-  assign \$372  = 1'h1 << ctl1[10:5];
-  assign \$373  = \$372  - 1'h1;
-  assign \$374  = x1_4[32] | over4;
-  assign \$375  = x1_4[15:0] & \$373 [15:0];
-  assign frac4 = \$374  ? 16'h0000 : \$375 ;
-  assign \$376  = table_index - 1'h0;
-  assign \$377  = table_index >= 1'h0;
-  assign \$378  = table_we & \$377 ;
-  assign \$379  = table_index - 1'h0;
-  assign \$380  = $signed(\$379 ) < $signed(10'h100);
-  assign \write__en$358  = \$378  & \$380 ;
-  assign \$381  = table_index - 1'h1;
-  assign \$382  = table_index >= 1'h1;
-  assign \$383  = table_we & \$382 ;
-  assign \$384  = table_index - 1'h1;
-  assign \$385  = $signed(\$384 ) < $signed(10'h100);
-  assign \write__en$362  = \$383  & \$385 ;
+  assign \$361  = ~ x1_4[32];
+  assign \$362  = | scaled4[32:8];
+  assign over4 = \$361  & \$362 ;
+  assign \$363  = x1_4[32] ? 8'h00 : scaled4[7:0];
+  assign index4 = over4 ? 8'hff : \$363 ;
+  assign \$364  = 1'h1 << ctl1[10:5];
+  assign \$365  = \$364  - 1'h1;
+  assign \$366  = x1_4[32] | over4;
+  assign \$367  = x1_4[15:0] & \$365 [15:0];
+  assign frac4 = \$366  ? 16'h0000 : \$367 ;
+  assign \$368  = table_index - 1'h0;
+  assign \$369  = table_index - 1'h0;
+  assign \$370  = $signed(\$369 ) < $signed(10'h100);
+  assign \write__en$358  = table_we & \$370 ;
+  assign \$371  = table_index - 1'h1;
+  assign \$372  = table_index - 1'h1;
+  assign \$373  = $signed(\$372 ) < $signed(10'h100);
+  assign \$374  = table_index >= 1'h1;
+  assign \$375  = \$373  & \$374 ;
+  assign \write__en$362  = table_we & \$375 ;
   assign diff4 = $signed(\read__data$166 ) - $signed(\read__data$165 );
-  assign \$386  = $signed(r7_4[19:0]) + $signed(base7_4);
-  assign value4 = ctl7[1] ? { \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386  } : r7_4;
-  assign \$387  = ! value4[63:31];
-  assign \$388  = value4[63:31] == 33'h1ffffffff;
-  assign \$389  = \$387  | \$388 ;
-  assign \$390  = value4[63] ? 32'd2147483648 : 32'd2147483647;
-  assign \$391  = \$389  ? { 1'h0, value4[31:0] } : { \$390 [31], \$390  };
-  assign \$392  = ! value4[63:7];
-  assign \$393  = value4[63:7] == 57'h1ffffffffffffff;
-  assign \$394  = \$392  | \$393 ;
-  assign \$395  = value4[63] ? 8'h80 : 8'h7f;
-  assign \$396  = \$394  ? value4[7:0] : \$395 ;
-  assign \$397  = $signed(a[191:160]) + $signed(b[191:160]);
-  assign \$398  = $signed(a[191:160]) - $signed(b[191:160]);
-  assign \$399  = $signed(a[191:160]) > $signed(b[191:160]);
-  assign \$400  = \$399  ? a[191:160] : b[191:160];
-  assign \$401  = $signed(a[191:160]) < $signed(b[191:160]);
-  assign \$402  = \$401  ? a[191:160] : b[191:160];
-  assign \$403  = $signed(a[191:160]) < $signed(imm);
-  assign \$404  = \$403  ? imm : a[191:160];
-  assign \$405  = $signed(a[191:160]) - $signed(imm);
+  assign \$376  = $signed(r7_4[19:0]) + $signed(base7_4);
+  assign value4 = ctl7[1] ? { \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376  } : r7_4;
+  assign \$377  = ! value4[63:31];
+  assign \$378  = value4[63:31] == 33'h1ffffffff;
+  assign \$379  = \$377  | \$378 ;
+  assign \$380  = value4[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$381  = \$379  ? { 1'h0, value4[31:0] } : { \$380 [31], \$380  };
+  assign \$382  = ! value4[63:7];
+  assign \$383  = value4[63:7] == 57'h1ffffffffffffff;
+  assign \$384  = \$382  | \$383 ;
+  assign \$385  = value4[63] ? 8'h80 : 8'h7f;
+  assign \$386  = \$384  ? value4[7:0] : \$385 ;
+  assign \$387  = $signed(a[191:160]) + $signed(b[191:160]);
+  assign \$388  = $signed(a[191:160]) - $signed(b[191:160]);
+  assign \$389  = $signed(a[191:160]) > $signed(b[191:160]);
+  assign \$390  = \$389  ? a[191:160] : b[191:160];
+  assign \$391  = $signed(a[191:160]) < $signed(b[191:160]);
+  assign \$392  = \$391  ? a[191:160] : b[191:160];
+  assign \$393  = $signed(a[191:160]) < $signed(imm);
+  assign \$394  = \$393  ? imm : a[191:160];
+  assign \$395  = $signed(a[191:160]) - $signed(imm);
   assign scaled5 = $signed(x1_5) >>> ctl1[10:5];
-  assign \$406  = ~ x1_5[32];
-  assign \$407  = | scaled5[32:8];
-  assign over5 = \$406  & \$407 ;
-  assign \$408  = x1_5[32] ? 8'h00 : scaled5[7:0];
-  assign index5 = over5 ? 8'hff : \$408 ;
-  assign \$409  = 1'h1 << ctl1[10:5];
-  assign \$410  = \$409  - 1'h1;
-  assign \$411  = x1_5[32] | over5;
-  assign \$412  = x1_5[15:0] & \$410 [15:0];
-  assign frac5 = \$411  ? 16'h0000 : \$412 ;
-  assign \$413  = table_index - 1'h0;
-  assign \$414  = table_index >= 1'h0;
-  assign \$415  = table_we & \$414 ;
-  assign \$416  = table_index - 1'h0;
-  assign \$417  = $signed(\$416 ) < $signed(10'h100);
-  assign \write__en$370  = \$415  & \$417 ;
+  assign \$396  = ~ x1_5[32];
+  assign \$397  = | scaled5[32:8];
+  assign over5 = \$396  & \$397 ;
+  assign \$398  = x1_5[32] ? 8'h00 : scaled5[7:0];
+  assign index5 = over5 ? 8'hff : \$398 ;
+  assign \$399  = 1'h1 << ctl1[10:5];
+  assign \$400  = \$399  - 1'h1;
+  assign \$401  = x1_5[32] | over5;
+  assign \$402  = x1_5[15:0] & \$400 [15:0];
+  assign frac5 = \$401  ? 16'h0000 : \$402 ;
+  assign \$403  = table_index - 1'h0;
+  assign \$404  = table_index - 1'h0;
+  assign \$405  = $signed(\$404 ) < $signed(10'h100);
+  assign \write__en$370  = table_we & \$405 ;
+  assign \$406  = table_index - 1'h1;
+  assign \$407  = table_index - 1'h1;
+  assign \$408  = $signed(\$407 ) < $signed(10'h100);
+  assign \$409  = table_index >= 1'h1;
+  assign \$410  = \$408  & \$409 ;
+  assign \write__en$374  = table_we & \$410 ;
+  assign diff5 = $signed(\read__data$198 ) - $signed(\read__data$197 );
+  assign \$411  = $signed(r7_5[19:0]) + $signed(base7_5);
+  assign value5 = ctl7[1] ? { \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411  } : r7_5;
+  assign \$412  = ! value5[63:31];
+  assign \$413  = value5[63:31] == 33'h1ffffffff;
+  assign \$414  = \$412  | \$413 ;
+  assign \$415  = value5[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$416  = \$414  ? { 1'h0, value5[31:0] } : { \$415 [31], \$415  };
+  assign \$417  = ! value5[63:7];
+  assign \$418  = value5[63:7] == 57'h1ffffffffffffff;
+  assign \$419  = \$417  | \$418 ;
+  assign \$420  = value5[63] ? 8'h80 : 8'h7f;
+  assign \$421  = \$419  ? value5[7:0] : \$420 ;
+  assign \$422  = $signed(a[223:192]) + $signed(b[223:192]);
+  assign \$423  = $signed(a[223:192]) - $signed(b[223:192]);
+  assign \$424  = $signed(a[223:192]) > $signed(b[223:192]);
+  assign \$425  = \$424  ? a[223:192] : b[223:192];
+  assign \$426  = $signed(a[223:192]) < $signed(b[223:192]);
+  assign \$427  = \$426  ? a[223:192] : b[223:192];
+  assign \$428  = $signed(a[223:192]) < $signed(imm);
+  assign \$429  = \$428  ? imm : a[223:192];
+  assign \$430  = $signed(a[223:192]) - $signed(imm);
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$97 ) begin end
-    \$529 [0] = valid;
-    \$529 [1] = \$1 ;
-    \$529 [2] = \$6 ;
-    \$529 [3] = \$7 ;
-    \$529 [4] = d_acc;
-    \$529 [10:5] = \$13 ;
+    \$513 [0] = valid;
+    \$513 [1] = \$1 ;
+    \$513 [2] = \$6 ;
+    \$513 [3] = \$7 ;
+    \$513 [4] = d_acc;
+    \$513 [10:5] = \$13 ;
     if (reset_units) begin
-      \$529  = 11'h000;
+      \$513  = 11'h000;
     end
     if (rst) begin
-      \$529  = 11'h000;
+      \$513  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$97 ) begin end
-    \$530  = ctl1;
+    \$514  = ctl1;
     if (reset_units) begin
-      \$530  = 11'h000;
+      \$514  = 11'h000;
     end
     if (rst) begin
-      \$530  = 11'h000;
+      \$514  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$97 ) begin end
-    \$531  = ctl2;
+    \$515  = ctl2;
     if (reset_units) begin
-      \$531  = 11'h000;
+      \$515  = 11'h000;
     end
     if (rst) begin
-      \$531  = 11'h000;
+      \$515  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$97 ) begin end
-    \$532  = ctl3;
+    \$516  = ctl3;
     if (reset_units) begin
-      \$532  = 11'h000;
+      \$516  = 11'h000;
     end
     if (rst) begin
-      \$532  = 11'h000;
+      \$516  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$97 ) begin end
-    \$533  = ctl4;
+    \$517  = ctl4;
     if (reset_units) begin
-      \$533  = 11'h000;
+      \$517  = 11'h000;
     end
     if (rst) begin
-      \$533  = 11'h000;
+      \$517  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$97 ) begin end
-    \$534  = ctl5;
+    \$518  = ctl5;
     if (reset_units) begin
-      \$534  = 11'h000;
+      \$518  = 11'h000;
     end
     if (rst) begin
-      \$534  = 11'h000;
+      \$518  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$97 ) begin end
-    \$535  = ctl6;
+    \$519  = ctl6;
     if (reset_units) begin
-      \$535  = 11'h000;
+      \$519  = 11'h000;
     end
     if (rst) begin
-      \$535  = 11'h000;
+      \$519  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$97 ) begin end
-    \$536  = ctl7;
+    \$520  = ctl7;
     if (reset_units) begin
-      \$536  = 11'h000;
+      \$520  = 11'h000;
     end
     if (rst) begin
-      \$536  = 11'h000;
+      \$520  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$97 ) begin end
-    \$537 [31:0] = \$37 [31:0];
-    \$537 [63:32] = \$61 [31:0];
-    \$537 [95:64] = \$85 [31:0];
-    \$537 [127:96] = \$109 [31:0];
-    \$537 [159:128] = \$133 [31:0];
-    \$537 [191:160] = \$157 [31:0];
-    \$537 [223:192] = \$181 [31:0];
-    \$537 [255:224] = \$205 [31:0];
+    \$521 [31:0] = \$37 [31:0];
+    \$521 [63:32] = \$61 [31:0];
+    \$521 [95:64] = \$85 [31:0];
+    \$521 [127:96] = \$109 [31:0];
+    \$521 [159:128] = \$133 [31:0];
+    \$521 [191:160] = \$157 [31:0];
+    \$521 [223:192] = \$181 [31:0];
+    \$521 [255:224] = \$205 [31:0];
     if (reset_units) begin
-      \$537  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+      \$521  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
     if (rst) begin
-      \$537  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+      \$521  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
   end
   always @* begin
@@ -55118,9 +55054,9 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
     if (\$auto$verilog_backend.cc:2355:dump_module$97 ) begin end
     (* full_case = 32'd1 *)
     if (ctl7[4]) begin
-      sat0 = \$243 [31:0];
+      sat0 = \$241 [31:0];
     end else begin
-      sat0 = { \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248  };
+      sat0 = { \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246  };
     end
   end
   always @* begin
@@ -55128,17 +55064,17 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
     (* full_case = 32'd1 *)
     casez (vop)
       4'h0:
-          alu1 = \$249 ;
+          alu1 = \$247 ;
       4'h1:
-          alu1 = \$250 ;
+          alu1 = \$248 ;
       4'h3:
-          alu1 = { \$252 [31], \$252  };
+          alu1 = { \$250 [31], \$250  };
       4'h4:
-          alu1 = { \$254 [31], \$254  };
+          alu1 = { \$252 [31], \$252  };
       4'h7:
-          alu1 = { \$256 [31], \$256  };
+          alu1 = { \$254 [31], \$254  };
       4'he:
-          alu1 = \$257 ;
+          alu1 = \$255 ;
       default:
           alu1 = { a[63], a[63:32] };
     endcase
@@ -55161,9 +55097,9 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
     if (\$auto$verilog_backend.cc:2355:dump_module$97 ) begin end
     (* full_case = 32'd1 *)
     if (ctl7[4]) begin
-      sat1 = \$280 [31:0];
+      sat1 = \$276 [31:0];
     end else begin
-      sat1 = { \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285  };
+      sat1 = { \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281  };
     end
   end
   always @* begin
@@ -55171,17 +55107,17 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
     (* full_case = 32'd1 *)
     casez (vop)
       4'h0:
-          alu2 = \$286 ;
+          alu2 = \$282 ;
       4'h1:
-          alu2 = \$287 ;
+          alu2 = \$283 ;
       4'h3:
-          alu2 = { \$289 [31], \$289  };
+          alu2 = { \$285 [31], \$285  };
       4'h4:
-          alu2 = { \$291 [31], \$291  };
+          alu2 = { \$287 [31], \$287  };
       4'h7:
-          alu2 = { \$293 [31], \$293  };
+          alu2 = { \$289 [31], \$289  };
       4'he:
-          alu2 = \$294 ;
+          alu2 = \$290 ;
       default:
           alu2 = { a[95], a[95:64] };
     endcase
@@ -55204,9 +55140,9 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
     if (\$auto$verilog_backend.cc:2355:dump_module$97 ) begin end
     (* full_case = 32'd1 *)
     if (ctl7[4]) begin
-      sat2 = \$317 [31:0];
+      sat2 = \$311 [31:0];
     end else begin
-      sat2 = { \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322  };
+      sat2 = { \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316  };
     end
   end
   always @* begin
@@ -55214,17 +55150,17 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
     (* full_case = 32'd1 *)
     casez (vop)
       4'h0:
-          alu3 = \$323 ;
+          alu3 = \$317 ;
       4'h1:
-          alu3 = \$324 ;
+          alu3 = \$318 ;
       4'h3:
-          alu3 = { \$326 [31], \$326  };
+          alu3 = { \$320 [31], \$320  };
       4'h4:
-          alu3 = { \$328 [31], \$328  };
+          alu3 = { \$322 [31], \$322  };
       4'h7:
-          alu3 = { \$330 [31], \$330  };
+          alu3 = { \$324 [31], \$324  };
       4'he:
-          alu3 = \$331 ;
+          alu3 = \$325 ;
       default:
           alu3 = { a[127], a[127:96] };
     endcase
@@ -55247,9 +55183,9 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
     if (\$auto$verilog_backend.cc:2355:dump_module$97 ) begin end
     (* full_case = 32'd1 *)
     if (ctl7[4]) begin
-      sat3 = \$354 [31:0];
+      sat3 = \$346 [31:0];
     end else begin
-      sat3 = { \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359  };
+      sat3 = { \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351  };
     end
   end
   always @* begin
@@ -55257,17 +55193,17 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
     (* full_case = 32'd1 *)
     casez (vop)
       4'h0:
-          alu4 = \$360 ;
+          alu4 = \$352 ;
       4'h1:
-          alu4 = \$361 ;
+          alu4 = \$353 ;
       4'h3:
-          alu4 = { \$363 [31], \$363  };
+          alu4 = { \$355 [31], \$355  };
       4'h4:
-          alu4 = { \$365 [31], \$365  };
+          alu4 = { \$357 [31], \$357  };
       4'h7:
-          alu4 = { \$367 [31], \$367  };
+          alu4 = { \$359 [31], \$359  };
       4'he:
-          alu4 = \$368 ;
+          alu4 = \$360 ;
       default:
           alu4 = { a[159], a[159:128] };
     endcase
@@ -55290,9 +55226,9 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
     if (\$auto$verilog_backend.cc:2355:dump_module$97 ) begin end
     (* full_case = 32'd1 *)
     if (ctl7[4]) begin
-      sat4 = \$391 [31:0];
+      sat4 = \$381 [31:0];
     end else begin
-      sat4 = { \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396  };
+      sat4 = { \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386  };
     end
   end
   always @* begin
@@ -55300,17 +55236,17 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
     (* full_case = 32'd1 *)
     casez (vop)
       4'h0:
-          alu5 = \$397 ;
+          alu5 = \$387 ;
       4'h1:
-          alu5 = \$398 ;
+          alu5 = \$388 ;
       4'h3:
-          alu5 = { \$400 [31], \$400  };
+          alu5 = { \$390 [31], \$390  };
       4'h4:
-          alu5 = { \$402 [31], \$402  };
+          alu5 = { \$392 [31], \$392  };
       4'h7:
-          alu5 = { \$404 [31], \$404  };
+          alu5 = { \$394 [31], \$394  };
       4'he:
-          alu5 = \$405 ;
+          alu5 = \$395 ;
       default:
           alu5 = { a[191], a[191:160] };
     endcase
@@ -55333,9 +55269,9 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
     if (\$auto$verilog_backend.cc:2355:dump_module$97 ) begin end
     (* full_case = 32'd1 *)
     if (ctl7[4]) begin
-      sat5 = \$428 [31:0];
+      sat5 = \$416 [31:0];
     end else begin
-      sat5 = { \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433  };
+      sat5 = { \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421  };
     end
   end
   always @* begin
@@ -55343,17 +55279,17 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
     (* full_case = 32'd1 *)
     casez (vop)
       4'h0:
-          alu6 = \$434 ;
+          alu6 = \$422 ;
       4'h1:
-          alu6 = \$435 ;
+          alu6 = \$423 ;
       4'h3:
-          alu6 = { \$437 [31], \$437  };
+          alu6 = { \$425 [31], \$425  };
       4'h4:
-          alu6 = { \$439 [31], \$439  };
+          alu6 = { \$427 [31], \$427  };
       4'h7:
-          alu6 = { \$441 [31], \$441  };
+          alu6 = { \$429 [31], \$429  };
       4'he:
-          alu6 = \$442 ;
+          alu6 = \$430 ;
       default:
           alu6 = { a[223], a[223:192] };
     endcase
@@ -55376,9 +55312,9 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
     if (\$auto$verilog_backend.cc:2355:dump_module$97 ) begin end
     (* full_case = 32'd1 *)
     if (ctl7[4]) begin
-      sat6 = \$465 [31:0];
+      sat6 = \$451 [31:0];
     end else begin
-      sat6 = { \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470  };
+      sat6 = { \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456  };
     end
   end
   always @* begin
@@ -55386,17 +55322,17 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
     (* full_case = 32'd1 *)
     casez (vop)
       4'h0:
-          alu7 = \$471 ;
+          alu7 = \$457 ;
       4'h1:
-          alu7 = \$472 ;
+          alu7 = \$458 ;
       4'h3:
-          alu7 = { \$474 [31], \$474  };
+          alu7 = { \$460 [31], \$460  };
       4'h4:
-          alu7 = { \$476 [31], \$476  };
+          alu7 = { \$462 [31], \$462  };
       4'h7:
-          alu7 = { \$478 [31], \$478  };
+          alu7 = { \$464 [31], \$464  };
       4'he:
-          alu7 = \$479 ;
+          alu7 = \$465 ;
       default:
           alu7 = { a[255], a[255:224] };
     endcase
@@ -55419,9 +55355,9 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
     if (\$auto$verilog_backend.cc:2355:dump_module$97 ) begin end
     (* full_case = 32'd1 *)
     if (ctl7[4]) begin
-      sat7 = \$502 [31:0];
+      sat7 = \$486 [31:0];
     end else begin
-      sat7 = { \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507  };
+      sat7 = { \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491  };
     end
   end
   assign under0 = x1_0[32];
@@ -55434,65 +55370,65 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
   assign under5 = x1_5[32];
   assign under6 = x1_6[32];
   assign under7 = x1_7[32];
-  assign hits = \$514 [3:0];
-  assign unders = \$521 [3:0];
-  assign overs = \$528 [3:0];
+  assign hits = \$498 [3:0];
+  assign unders = \$505 [3:0];
+  assign overs = \$512 [3:0];
   assign out_valid = ctl8[0];
   assign shl_y = \$206 [32:0];
   assign mask0 = \$225 [15:0];
   assign write__addr = \$228 [7:0];
   assign table_data = write__data;
   assign read__addr = index0;
-  assign \write__addr$312  = \$233 [7:0];
+  assign \write__addr$312  = \$231 [7:0];
   assign \write__data$313  = write__data;
   assign \read__addr$315  = index0;
-  assign mask1 = \$262 [15:0];
-  assign \write__addr$320  = \$265 [7:0];
+  assign mask1 = \$260 [15:0];
+  assign \write__addr$320  = \$263 [7:0];
   assign \write__data$321  = write__data;
   assign \read__addr$323  = index1;
-  assign \write__addr$324  = \$270 [7:0];
+  assign \write__addr$324  = \$266 [7:0];
   assign \write__data$325  = write__data;
   assign \read__addr$327  = index1;
-  assign mask2 = \$299 [15:0];
-  assign \write__addr$332  = \$302 [7:0];
+  assign mask2 = \$295 [15:0];
+  assign \write__addr$332  = \$298 [7:0];
   assign \write__data$333  = write__data;
   assign \read__addr$335  = index2;
-  assign \write__addr$336  = \$307 [7:0];
+  assign \write__addr$336  = \$301 [7:0];
   assign \write__data$337  = write__data;
   assign \read__addr$339  = index2;
-  assign mask3 = \$336 [15:0];
-  assign \write__addr$344  = \$339 [7:0];
+  assign mask3 = \$330 [15:0];
+  assign \write__addr$344  = \$333 [7:0];
   assign \write__data$345  = write__data;
   assign \read__addr$347  = index3;
-  assign \write__addr$348  = \$344 [7:0];
+  assign \write__addr$348  = \$336 [7:0];
   assign \write__data$349  = write__data;
   assign \read__addr$351  = index3;
-  assign mask4 = \$373 [15:0];
-  assign \write__addr$356  = \$376 [7:0];
+  assign mask4 = \$365 [15:0];
+  assign \write__addr$356  = \$368 [7:0];
   assign \write__data$357  = write__data;
   assign \read__addr$359  = index4;
-  assign \write__addr$360  = \$381 [7:0];
+  assign \write__addr$360  = \$371 [7:0];
   assign \write__data$361  = write__data;
   assign \read__addr$363  = index4;
-  assign mask5 = \$410 [15:0];
-  assign \write__addr$368  = \$413 [7:0];
+  assign mask5 = \$400 [15:0];
+  assign \write__addr$368  = \$403 [7:0];
   assign \write__data$369  = write__data;
   assign \read__addr$371  = index5;
-  assign \write__addr$372  = \$418 [7:0];
+  assign \write__addr$372  = \$406 [7:0];
   assign \write__data$373  = write__data;
   assign \read__addr$375  = index5;
-  assign mask6 = \$447 [15:0];
-  assign \write__addr$380  = \$450 [7:0];
+  assign mask6 = \$435 [15:0];
+  assign \write__addr$380  = \$438 [7:0];
   assign \write__data$381  = write__data;
   assign \read__addr$383  = index6;
-  assign \write__addr$384  = \$455 [7:0];
+  assign \write__addr$384  = \$441 [7:0];
   assign \write__data$385  = write__data;
   assign \read__addr$387  = index6;
-  assign mask7 = \$484 [15:0];
-  assign \write__addr$392  = \$487 [7:0];
+  assign mask7 = \$470 [15:0];
+  assign \write__addr$392  = \$473 [7:0];
   assign \write__data$393  = write__data;
   assign \read__addr$395  = index7;
-  assign \write__addr$396  = \$492 [7:0];
+  assign \write__addr$396  = \$476 [7:0];
   assign \write__data$397  = write__data;
   assign \read__addr$399  = index7;
   assign \hits$401  = hits8;
@@ -55582,7 +55518,7 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core1.vector$243.reducer (rst, valid, reset_units, vop, d_acc, \port$18939$1 , terms, out_valid, out, clk);
+module \dx1_board.soc.core1.vector$243.reducer (rst, valid, reset_units, vop, d_acc, \port$18907$1 , terms, out_valid, out, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$98  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -55706,8 +55642,8 @@ module \dx1_board.soc.core1.vector$243.reducer (rst, valid, reset_units, vop, d_
   wire [31:0] \out[7] ;
   output out_valid;
   reg out_valid = 1'h0;
-  input [1:0] \port$18939$1 ;
-  wire [1:0] \port$18939$1 ;
+  input [1:0] \port$18907$1 ;
+  wire [1:0] \port$18907$1 ;
   input reset_units;
   wire reset_units;
   reg [31:0] row = 32'd0;
@@ -55852,8 +55788,8 @@ module \dx1_board.soc.core1.vector$243.reducer (rst, valid, reset_units, vop, d_
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$98 ) begin end
     \$74 [0] = valid;
-    \$74 [1] = \port$18939$1 [0];
-    \$74 [2] = \port$18939$1 [1];
+    \$74 [1] = \port$18907$1 [0];
+    \$74 [2] = \port$18907$1 [1];
     \$74 [3] = \$1 ;
     \$74 [4] = d_acc;
     if (reset_units) begin
@@ -55930,8 +55866,8 @@ module \dx1_board.soc.core1.vector$243.reducer (rst, valid, reset_units, vop, d_
       \$80  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
   end
-  assign first = \port$18939$1 [0];
-  assign last = \port$18939$1 [1];
+  assign first = \port$18907$1 [0];
+  assign last = \port$18907$1 [1];
   assign \ctl1.valid  = ctl1[0];
   assign \ctl1.first  = ctl1[1];
   assign \ctl1.last  = ctl1[2];
@@ -58354,9 +58290,9 @@ module \dx1_board.soc.core1.vector$243.transpose_buffer (rst, row, reset_units, 
   wire rst;
   reg [1:0] set_full;
   reg [2:0] taken = 3'h0;
-  assign \$1  = full >> fill;
+  assign \$1  = fill ? full[1] : full[0];
   assign load_ready = ~ \$1 ;
-  assign col_valid = full >> drain;
+  assign col_valid = drain ? full[1] : full[0];
   assign \$2  = drain ? bank1_row0[7:0] : bank0_row0[7:0];
   assign \$3  = drain ? bank1_row1[7:0] : bank0_row1[7:0];
   assign \$4  = drain ? bank1_row2[7:0] : bank0_row2[7:0];
@@ -59076,8 +59012,8 @@ module \dx1_board.soc.core1.vector$243.transposer (rst, start, spm_addr, w_addr,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, timestamp, doorbell_index, \port$14877$0 , \port$14879$0 
-, \port$14881$0 , \port$14883$0 , \port$14885$0 , \port$14887$0 , \port$14889$0 , \port$14891$0 , \port$14893$0 , \port$14895$0 , \port$14897$0 , \port$14899$0 , \port$14901$0 , \port$14903$0 , \port$14905$0 , \port$14907$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit, budget
+module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, timestamp, doorbell_index, \port$14845$0 , \port$14847$0 
+, \port$14849$0 , \port$14851$0 , \port$14853$0 , \port$14855$0 , \port$14857$0 , \port$14859$0 , \port$14861$0 , \port$14863$0 , \port$14865$0 , \port$14867$0 , \port$14869$0 , \port$14871$0 , \port$14873$0 , \port$14875$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit, budget
 , bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, sem_grant, quiesce, reset_cp, abort_done, dma_done__tdata, head, tail, halted, error_code, error_index, irq_error, axi__arvalid
 , axi__rready, cmd, tile_cmd__tvalid, taken, dma_cmd__tvalid, sem_valid, sem_delta, axi__awaddr, axi__wdata, trace_end_tag, trace_end_opcode, dma_done__tready, tile_done__tready, axi__awvalid, axi__wvalid, axi__bready, irq_completion, trace_end, clk);
   wire \$1 ;
@@ -59358,38 +59294,38 @@ module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume,
   wire [7:0] opcode;
   wire phase;
   wire \phase$128 ;
-  input [15:0] \port$14877$0 ;
-  wire [15:0] \port$14877$0 ;
-  input [15:0] \port$14879$0 ;
-  wire [15:0] \port$14879$0 ;
-  input [15:0] \port$14881$0 ;
-  wire [15:0] \port$14881$0 ;
-  input [15:0] \port$14883$0 ;
-  wire [15:0] \port$14883$0 ;
-  input [15:0] \port$14885$0 ;
-  wire [15:0] \port$14885$0 ;
-  input [15:0] \port$14887$0 ;
-  wire [15:0] \port$14887$0 ;
-  input [15:0] \port$14889$0 ;
-  wire [15:0] \port$14889$0 ;
-  input [15:0] \port$14891$0 ;
-  wire [15:0] \port$14891$0 ;
-  input [15:0] \port$14893$0 ;
-  wire [15:0] \port$14893$0 ;
-  input [15:0] \port$14895$0 ;
-  wire [15:0] \port$14895$0 ;
-  input [15:0] \port$14897$0 ;
-  wire [15:0] \port$14897$0 ;
-  input [15:0] \port$14899$0 ;
-  wire [15:0] \port$14899$0 ;
-  input [15:0] \port$14901$0 ;
-  wire [15:0] \port$14901$0 ;
-  input [15:0] \port$14903$0 ;
-  wire [15:0] \port$14903$0 ;
-  input [15:0] \port$14905$0 ;
-  wire [15:0] \port$14905$0 ;
-  input [15:0] \port$14907$0 ;
-  wire [15:0] \port$14907$0 ;
+  input [15:0] \port$14845$0 ;
+  wire [15:0] \port$14845$0 ;
+  input [15:0] \port$14847$0 ;
+  wire [15:0] \port$14847$0 ;
+  input [15:0] \port$14849$0 ;
+  wire [15:0] \port$14849$0 ;
+  input [15:0] \port$14851$0 ;
+  wire [15:0] \port$14851$0 ;
+  input [15:0] \port$14853$0 ;
+  wire [15:0] \port$14853$0 ;
+  input [15:0] \port$14855$0 ;
+  wire [15:0] \port$14855$0 ;
+  input [15:0] \port$14857$0 ;
+  wire [15:0] \port$14857$0 ;
+  input [15:0] \port$14859$0 ;
+  wire [15:0] \port$14859$0 ;
+  input [15:0] \port$14861$0 ;
+  wire [15:0] \port$14861$0 ;
+  input [15:0] \port$14863$0 ;
+  wire [15:0] \port$14863$0 ;
+  input [15:0] \port$14865$0 ;
+  wire [15:0] \port$14865$0 ;
+  input [15:0] \port$14867$0 ;
+  wire [15:0] \port$14867$0 ;
+  input [15:0] \port$14869$0 ;
+  wire [15:0] \port$14869$0 ;
+  input [15:0] \port$14871$0 ;
+  wire [15:0] \port$14871$0 ;
+  input [15:0] \port$14873$0 ;
+  wire [15:0] \port$14873$0 ;
+  input [15:0] \port$14875$0 ;
+  wire [15:0] \port$14875$0 ;
   input progress;
   wire progress;
   wire \progress$239 ;
@@ -59739,23 +59675,23 @@ module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume,
   );
   \dx1_board.soc.cp0.semaphore  semaphore (
     .done(sem_done),
-    .\port$14877$0 (\port$14877$0 ),
-    .\port$14879$0 (\port$14879$0 ),
-    .\port$14881$0 (\port$14881$0 ),
-    .\port$14883$0 (\port$14883$0 ),
-    .\port$14885$0 (\port$14885$0 ),
-    .\port$14887$0 (\port$14887$0 ),
-    .\port$14889$0 (\port$14889$0 ),
-    .\port$14891$0 (\port$14891$0 ),
-    .\port$14893$0 (\port$14893$0 ),
-    .\port$14895$0 (\port$14895$0 ),
-    .\port$14897$0 (\port$14897$0 ),
-    .\port$14899$0 (\port$14899$0 ),
-    .\port$14901$0 (\port$14901$0 ),
-    .\port$14903$0 (\port$14903$0 ),
-    .\port$14905$0 (\port$14905$0 ),
-    .\port$14907$0 (\port$14907$0 ),
-    .\port$17466$64 (cmd[87:64]),
+    .\port$14845$0 (\port$14845$0 ),
+    .\port$14847$0 (\port$14847$0 ),
+    .\port$14849$0 (\port$14849$0 ),
+    .\port$14851$0 (\port$14851$0 ),
+    .\port$14853$0 (\port$14853$0 ),
+    .\port$14855$0 (\port$14855$0 ),
+    .\port$14857$0 (\port$14857$0 ),
+    .\port$14859$0 (\port$14859$0 ),
+    .\port$14861$0 (\port$14861$0 ),
+    .\port$14863$0 (\port$14863$0 ),
+    .\port$14865$0 (\port$14865$0 ),
+    .\port$14867$0 (\port$14867$0 ),
+    .\port$14869$0 (\port$14869$0 ),
+    .\port$14871$0 (\port$14871$0 ),
+    .\port$14873$0 (\port$14873$0 ),
+    .\port$14875$0 (\port$14875$0 ),
+    .\port$17434$64 (cmd[87:64]),
     .sem_delta(sem_delta),
     .sem_grant(sem_grant),
     .sem_valid(sem_valid),
@@ -59932,8 +59868,8 @@ module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume,
   assign done = sem_done;
   assign sem = cmd[71:64];
   assign count = cmd[87:72];
-  assign sem_values = { \port$14907$0 , \port$14905$0 , \port$14903$0 , \port$14901$0 , \port$14899$0 , \port$14897$0 , \port$14895$0 , \port$14893$0 , \port$14891$0 , \port$14889$0 , \port$14887$0 , \port$14885$0 , \port$14883$0 , \port$14881$0 , \port$14879$0 , \port$14877$0  };
-  assign \sem_values$182  = { \port$14907$0 , \port$14905$0 , \port$14903$0 , \port$14901$0 , \port$14899$0 , \port$14897$0 , \port$14895$0 , \port$14893$0 , \port$14891$0 , \port$14889$0 , \port$14887$0 , \port$14885$0 , \port$14883$0 , \port$14881$0 , \port$14879$0 , \port$14877$0  };
+  assign sem_values = { \port$14875$0 , \port$14873$0 , \port$14871$0 , \port$14869$0 , \port$14867$0 , \port$14865$0 , \port$14863$0 , \port$14861$0 , \port$14859$0 , \port$14857$0 , \port$14855$0 , \port$14853$0 , \port$14851$0 , \port$14849$0 , \port$14847$0 , \port$14845$0  };
+  assign \sem_values$182  = { \port$14875$0 , \port$14873$0 , \port$14871$0 , \port$14869$0 , \port$14867$0 , \port$14865$0 , \port$14863$0 , \port$14861$0 , \port$14859$0 , \port$14857$0 , \port$14855$0 , \port$14853$0 , \port$14851$0 , \port$14849$0 , \port$14847$0 , \port$14845$0  };
   assign \sem_grant$184  = sem_grant;
   assign \sem_valid$186  = sem_valid;
   assign sem_index = cmd[67:64];
@@ -60020,38 +59956,38 @@ module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume,
   assign \slot.footprint.acc_r_hi  = slot_in[244:211];
   assign \slot.footprint.acc_w_lo  = slot_in[278:245];
   assign \slot.footprint.acc_w_hi  = slot_in[312:279];
-  assign \sem_values[0]  = \port$14877$0 ;
-  assign \sem_values[1]  = \port$14879$0 ;
-  assign \sem_values[2]  = \port$14881$0 ;
-  assign \sem_values[3]  = \port$14883$0 ;
-  assign \sem_values[4]  = \port$14885$0 ;
-  assign \sem_values[5]  = \port$14887$0 ;
-  assign \sem_values[6]  = \port$14889$0 ;
-  assign \sem_values[7]  = \port$14891$0 ;
-  assign \sem_values[8]  = \port$14893$0 ;
-  assign \sem_values[9]  = \port$14895$0 ;
-  assign \sem_values[10]  = \port$14897$0 ;
-  assign \sem_values[11]  = \port$14899$0 ;
-  assign \sem_values[12]  = \port$14901$0 ;
-  assign \sem_values[13]  = \port$14903$0 ;
-  assign \sem_values[14]  = \port$14905$0 ;
-  assign \sem_values[15]  = \port$14907$0 ;
-  assign \sem_values$182[0]  = \port$14877$0 ;
-  assign \sem_values$182[1]  = \port$14879$0 ;
-  assign \sem_values$182[2]  = \port$14881$0 ;
-  assign \sem_values$182[3]  = \port$14883$0 ;
-  assign \sem_values$182[4]  = \port$14885$0 ;
-  assign \sem_values$182[5]  = \port$14887$0 ;
-  assign \sem_values$182[6]  = \port$14889$0 ;
-  assign \sem_values$182[7]  = \port$14891$0 ;
-  assign \sem_values$182[8]  = \port$14893$0 ;
-  assign \sem_values$182[9]  = \port$14895$0 ;
-  assign \sem_values$182[10]  = \port$14897$0 ;
-  assign \sem_values$182[11]  = \port$14899$0 ;
-  assign \sem_values$182[12]  = \port$14901$0 ;
-  assign \sem_values$182[13]  = \port$14903$0 ;
-  assign \sem_values$182[14]  = \port$14905$0 ;
-  assign \sem_values$182[15]  = \port$14907$0 ;
+  assign \sem_values[0]  = \port$14845$0 ;
+  assign \sem_values[1]  = \port$14847$0 ;
+  assign \sem_values[2]  = \port$14849$0 ;
+  assign \sem_values[3]  = \port$14851$0 ;
+  assign \sem_values[4]  = \port$14853$0 ;
+  assign \sem_values[5]  = \port$14855$0 ;
+  assign \sem_values[6]  = \port$14857$0 ;
+  assign \sem_values[7]  = \port$14859$0 ;
+  assign \sem_values[8]  = \port$14861$0 ;
+  assign \sem_values[9]  = \port$14863$0 ;
+  assign \sem_values[10]  = \port$14865$0 ;
+  assign \sem_values[11]  = \port$14867$0 ;
+  assign \sem_values[12]  = \port$14869$0 ;
+  assign \sem_values[13]  = \port$14871$0 ;
+  assign \sem_values[14]  = \port$14873$0 ;
+  assign \sem_values[15]  = \port$14875$0 ;
+  assign \sem_values$182[0]  = \port$14845$0 ;
+  assign \sem_values$182[1]  = \port$14847$0 ;
+  assign \sem_values$182[2]  = \port$14849$0 ;
+  assign \sem_values$182[3]  = \port$14851$0 ;
+  assign \sem_values$182[4]  = \port$14853$0 ;
+  assign \sem_values$182[5]  = \port$14855$0 ;
+  assign \sem_values$182[6]  = \port$14857$0 ;
+  assign \sem_values$182[7]  = \port$14859$0 ;
+  assign \sem_values$182[8]  = \port$14861$0 ;
+  assign \sem_values$182[9]  = \port$14863$0 ;
+  assign \sem_values$182[10]  = \port$14865$0 ;
+  assign \sem_values$182[11]  = \port$14867$0 ;
+  assign \sem_values$182[12]  = \port$14869$0 ;
+  assign \sem_values$182[13]  = \port$14871$0 ;
+  assign \sem_values$182[14]  = \port$14873$0 ;
+  assign \sem_values$182[15]  = \port$14875$0 ;
   assign \local_slot.ring_index  = slot_in[15:0];
   assign \local_slot.phase  = slot_in[16];
   assign \local_slot.tag  = slot_in[32:17];
@@ -60477,9 +60413,9 @@ module \dx1_board.soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
     .cmd(cmd),
     .footprint(\footprint$24 ),
     .mv_last(mv_last),
-    .\port$17498$0 (g_a_end),
-    .\port$17500$0 (g_b_end),
-    .\port$17502$0 (p_src_end)
+    .\port$17466$0 (g_a_end),
+    .\port$17468$0 (g_b_end),
+    .\port$17470$0 (p_src_end)
   );
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$104 ) begin end
@@ -60735,7 +60671,7 @@ module \dx1_board.soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.cp0.decoder.footprint$34 (mv_last, \port$17498$0 , \port$17500$0 , \port$17502$0 , footprint, cmd);
+module \dx1_board.soc.cp0.decoder.footprint$34 (mv_last, \port$17466$0 , \port$17468$0 , \port$17470$0 , footprint, cmd);
   reg \$auto$verilog_backend.cc:2355:dump_module$105  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -60771,24 +60707,24 @@ module \dx1_board.soc.cp0.decoder.footprint$34 (mv_last, \port$17498$0 , \port$1
   input [33:0] mv_last;
   wire [33:0] mv_last;
   wire [33:0] p_src_end;
-  input [32:0] \port$17498$0 ;
-  wire [32:0] \port$17498$0 ;
-  input [20:0] \port$17500$0 ;
-  wire [20:0] \port$17500$0 ;
-  input [16:0] \port$17502$0 ;
-  wire [16:0] \port$17502$0 ;
+  input [32:0] \port$17466$0 ;
+  wire [32:0] \port$17466$0 ;
+  input [20:0] \port$17468$0 ;
+  wire [20:0] \port$17468$0 ;
+  input [16:0] \port$17470$0 ;
+  wire [16:0] \port$17470$0 ;
   assign \$1  = cmd[79:64] < cmd[95:80];
   assign \$2  = \$1  ? cmd[79:64] : cmd[95:80];
-  assign \$3  = \port$17498$0  > \port$17500$0 ;
-  assign \$4  = \$3  ? { 1'h0, \port$17498$0  } : { 13'h0000, \port$17500$0  };
+  assign \$3  = \port$17466$0  > \port$17468$0 ;
+  assign \$4  = \$3  ? { 1'h0, \port$17466$0  } : { 13'h0000, \port$17468$0  };
   assign \$5  = cmd[111:96] + cmd[127:112];
   assign \$6  = cmd[127:112] < cmd[79:64];
   assign \$7  = cmd[9] & \$6 ;
   assign \$8  = \$7  ? cmd[127:112] : cmd[79:64];
-  assign \$9  = cmd[127:112] >= \port$17502$0 ;
+  assign \$9  = cmd[127:112] >= \port$17470$0 ;
   assign \$10  = cmd[9] & \$9 ;
   assign \$11  = cmd[127:112] + 1'h1;
-  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$17502$0  };
+  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$17470$0  };
   assign \$13  = cmd[95:80] + cmd[111:96];
   assign \$14  = mv_last + 1'h1;
   assign \$15  = mv_last + 1'h1;
@@ -60839,9 +60775,9 @@ module \dx1_board.soc.cp0.decoder.footprint$34 (mv_last, \port$17498$0 , \port$1
         end
     endcase
   end
-  assign a_end = { 1'h0, \port$17498$0  };
-  assign b_end = { 13'h0000, \port$17500$0  };
-  assign p_src_end = { 17'h00000, \port$17502$0  };
+  assign a_end = { 1'h0, \port$17466$0  };
+  assign b_end = { 13'h0000, \port$17468$0  };
+  assign p_src_end = { 17'h00000, \port$17470$0  };
   assign \footprint.spm_r_lo  = footprint[33:0];
   assign \footprint.spm_r_hi  = footprint[67:34];
   assign \footprint.spm_w_lo  = footprint[101:68];
@@ -63235,8 +63171,8 @@ module \dx1_board.soc.cp0.ring (rst, ring_reset, doorbell, entries_ok, mask, doo
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.cp0.semaphore (\port$14879$0 , \port$14881$0 , \port$14883$0 , \port$14885$0 , \port$14887$0 , \port$14889$0 , \port$14891$0 , \port$14893$0 , \port$14895$0 , \port$14897$0 , \port$14899$0 , \port$14901$0 , \port$14903$0 , \port$14905$0 , \port$14907$0 , sem_grant, \port$17466$64 , signal, \wait , sem_valid, sem_delta
-, done, \port$14877$0 );
+module \dx1_board.soc.cp0.semaphore (\port$14847$0 , \port$14849$0 , \port$14851$0 , \port$14853$0 , \port$14855$0 , \port$14857$0 , \port$14859$0 , \port$14861$0 , \port$14863$0 , \port$14865$0 , \port$14867$0 , \port$14869$0 , \port$14871$0 , \port$14873$0 , \port$14875$0 , sem_grant, \port$17434$64 , signal, \wait , sem_valid, sem_delta
+, done, \port$14845$0 );
   reg \$auto$verilog_backend.cc:2355:dump_module$113  = 0;
   reg [15:0] \$1 ;
   wire \$2 ;
@@ -63244,40 +63180,40 @@ module \dx1_board.soc.cp0.semaphore (\port$14879$0 , \port$14881$0 , \port$14883
   wire [15:0] count;
   output done;
   reg done;
-  input [15:0] \port$14877$0 ;
-  wire [15:0] \port$14877$0 ;
-  input [15:0] \port$14879$0 ;
-  wire [15:0] \port$14879$0 ;
-  input [15:0] \port$14881$0 ;
-  wire [15:0] \port$14881$0 ;
-  input [15:0] \port$14883$0 ;
-  wire [15:0] \port$14883$0 ;
-  input [15:0] \port$14885$0 ;
-  wire [15:0] \port$14885$0 ;
-  input [15:0] \port$14887$0 ;
-  wire [15:0] \port$14887$0 ;
-  input [15:0] \port$14889$0 ;
-  wire [15:0] \port$14889$0 ;
-  input [15:0] \port$14891$0 ;
-  wire [15:0] \port$14891$0 ;
-  input [15:0] \port$14893$0 ;
-  wire [15:0] \port$14893$0 ;
-  input [15:0] \port$14895$0 ;
-  wire [15:0] \port$14895$0 ;
-  input [15:0] \port$14897$0 ;
-  wire [15:0] \port$14897$0 ;
-  input [15:0] \port$14899$0 ;
-  wire [15:0] \port$14899$0 ;
-  input [15:0] \port$14901$0 ;
-  wire [15:0] \port$14901$0 ;
-  input [15:0] \port$14903$0 ;
-  wire [15:0] \port$14903$0 ;
-  input [15:0] \port$14905$0 ;
-  wire [15:0] \port$14905$0 ;
-  input [15:0] \port$14907$0 ;
-  wire [15:0] \port$14907$0 ;
-  input [23:0] \port$17466$64 ;
-  wire [23:0] \port$17466$64 ;
+  input [15:0] \port$14845$0 ;
+  wire [15:0] \port$14845$0 ;
+  input [15:0] \port$14847$0 ;
+  wire [15:0] \port$14847$0 ;
+  input [15:0] \port$14849$0 ;
+  wire [15:0] \port$14849$0 ;
+  input [15:0] \port$14851$0 ;
+  wire [15:0] \port$14851$0 ;
+  input [15:0] \port$14853$0 ;
+  wire [15:0] \port$14853$0 ;
+  input [15:0] \port$14855$0 ;
+  wire [15:0] \port$14855$0 ;
+  input [15:0] \port$14857$0 ;
+  wire [15:0] \port$14857$0 ;
+  input [15:0] \port$14859$0 ;
+  wire [15:0] \port$14859$0 ;
+  input [15:0] \port$14861$0 ;
+  wire [15:0] \port$14861$0 ;
+  input [15:0] \port$14863$0 ;
+  wire [15:0] \port$14863$0 ;
+  input [15:0] \port$14865$0 ;
+  wire [15:0] \port$14865$0 ;
+  input [15:0] \port$14867$0 ;
+  wire [15:0] \port$14867$0 ;
+  input [15:0] \port$14869$0 ;
+  wire [15:0] \port$14869$0 ;
+  input [15:0] \port$14871$0 ;
+  wire [15:0] \port$14871$0 ;
+  input [15:0] \port$14873$0 ;
+  wire [15:0] \port$14873$0 ;
+  input [15:0] \port$14875$0 ;
+  wire [15:0] \port$14875$0 ;
+  input [23:0] \port$17434$64 ;
+  wire [23:0] \port$17434$64 ;
   wire [7:0] sem;
   output [17:0] sem_delta;
   reg [17:0] sem_delta;
@@ -63307,44 +63243,44 @@ module \dx1_board.soc.cp0.semaphore (\port$14879$0 , \port$14881$0 , \port$14883
   wire signal;
   input \wait ;
   wire \wait ;
-  assign \$2  = \$1  >= \port$17466$64 [23:8];
-  assign \$3  = - \port$17466$64 [23:8];
+  assign \$2  = \$1  >= \port$17434$64 [23:8];
+  assign \$3  = - \port$17434$64 [23:8];
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$113 ) begin end
     \$1  = 16'h0000;
-    casez (\port$17466$64 [7:0])
+    casez (\port$17434$64 [7:0])
       8'h00:
-          \$1  = \port$14877$0 ;
+          \$1  = \port$14845$0 ;
       8'h01:
-          \$1  = \port$14879$0 ;
+          \$1  = \port$14847$0 ;
       8'h02:
-          \$1  = \port$14881$0 ;
+          \$1  = \port$14849$0 ;
       8'h03:
-          \$1  = \port$14883$0 ;
+          \$1  = \port$14851$0 ;
       8'h04:
-          \$1  = \port$14885$0 ;
+          \$1  = \port$14853$0 ;
       8'h05:
-          \$1  = \port$14887$0 ;
+          \$1  = \port$14855$0 ;
       8'h06:
-          \$1  = \port$14889$0 ;
+          \$1  = \port$14857$0 ;
       8'h07:
-          \$1  = \port$14891$0 ;
+          \$1  = \port$14859$0 ;
       8'h08:
-          \$1  = \port$14893$0 ;
+          \$1  = \port$14861$0 ;
       8'h09:
-          \$1  = \port$14895$0 ;
+          \$1  = \port$14863$0 ;
       8'h0a:
-          \$1  = \port$14897$0 ;
+          \$1  = \port$14865$0 ;
       8'h0b:
-          \$1  = \port$14899$0 ;
+          \$1  = \port$14867$0 ;
       8'h0c:
-          \$1  = \port$14901$0 ;
+          \$1  = \port$14869$0 ;
       8'h0d:
-          \$1  = \port$14903$0 ;
+          \$1  = \port$14871$0 ;
       8'h0e:
-          \$1  = \port$14905$0 ;
+          \$1  = \port$14873$0 ;
       8'h0f:
-          \$1  = \port$14907$0 ;
+          \$1  = \port$14875$0 ;
     endcase
   end
   always @* begin
@@ -63363,7 +63299,7 @@ module \dx1_board.soc.cp0.semaphore (\port$14879$0 , \port$14881$0 , \port$14883
     if (\$auto$verilog_backend.cc:2355:dump_module$113 ) begin end
     sem_delta = 18'h00000;
     if (signal) begin
-      sem_delta = { 2'h0, \port$17466$64 [23:8] };
+      sem_delta = { 2'h0, \port$17434$64 [23:8] };
     end
     if (\wait ) begin
       if (\$2 ) begin
@@ -63383,26 +63319,26 @@ module \dx1_board.soc.cp0.semaphore (\port$14879$0 , \port$14881$0 , \port$14883
       end
     end
   end
-  assign count = \port$17466$64 [23:8];
-  assign sem = \port$17466$64 [7:0];
-  assign sem_values = { \port$14907$0 , \port$14905$0 , \port$14903$0 , \port$14901$0 , \port$14899$0 , \port$14897$0 , \port$14895$0 , \port$14893$0 , \port$14891$0 , \port$14889$0 , \port$14887$0 , \port$14885$0 , \port$14883$0 , \port$14881$0 , \port$14879$0 , \port$14877$0  };
-  assign sem_index = \port$17466$64 [3:0];
-  assign \sem_values[0]  = \port$14877$0 ;
-  assign \sem_values[1]  = \port$14879$0 ;
-  assign \sem_values[2]  = \port$14881$0 ;
-  assign \sem_values[3]  = \port$14883$0 ;
-  assign \sem_values[4]  = \port$14885$0 ;
-  assign \sem_values[5]  = \port$14887$0 ;
-  assign \sem_values[6]  = \port$14889$0 ;
-  assign \sem_values[7]  = \port$14891$0 ;
-  assign \sem_values[8]  = \port$14893$0 ;
-  assign \sem_values[9]  = \port$14895$0 ;
-  assign \sem_values[10]  = \port$14897$0 ;
-  assign \sem_values[11]  = \port$14899$0 ;
-  assign \sem_values[12]  = \port$14901$0 ;
-  assign \sem_values[13]  = \port$14903$0 ;
-  assign \sem_values[14]  = \port$14905$0 ;
-  assign \sem_values[15]  = \port$14907$0 ;
+  assign count = \port$17434$64 [23:8];
+  assign sem = \port$17434$64 [7:0];
+  assign sem_values = { \port$14875$0 , \port$14873$0 , \port$14871$0 , \port$14869$0 , \port$14867$0 , \port$14865$0 , \port$14863$0 , \port$14861$0 , \port$14859$0 , \port$14857$0 , \port$14855$0 , \port$14853$0 , \port$14851$0 , \port$14849$0 , \port$14847$0 , \port$14845$0  };
+  assign sem_index = \port$17434$64 [3:0];
+  assign \sem_values[0]  = \port$14845$0 ;
+  assign \sem_values[1]  = \port$14847$0 ;
+  assign \sem_values[2]  = \port$14849$0 ;
+  assign \sem_values[3]  = \port$14851$0 ;
+  assign \sem_values[4]  = \port$14853$0 ;
+  assign \sem_values[5]  = \port$14855$0 ;
+  assign \sem_values[6]  = \port$14857$0 ;
+  assign \sem_values[7]  = \port$14859$0 ;
+  assign \sem_values[8]  = \port$14861$0 ;
+  assign \sem_values[9]  = \port$14863$0 ;
+  assign \sem_values[10]  = \port$14865$0 ;
+  assign \sem_values[11]  = \port$14867$0 ;
+  assign \sem_values[12]  = \port$14869$0 ;
+  assign \sem_values[13]  = \port$14871$0 ;
+  assign \sem_values[14]  = \port$14873$0 ;
+  assign \sem_values[15]  = \port$14875$0 ;
 endmodule
 
 (* generator = "Amaranth" *)
@@ -64333,8 +64269,8 @@ module \dx1_board.soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_don
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, timestamp, doorbell_index, \port$14877$0 , \port$14879$0 
-, \port$14881$0 , \port$14883$0 , \port$14885$0 , \port$14887$0 , \port$14889$0 , \port$14891$0 , \port$14893$0 , \port$14895$0 , \port$14897$0 , \port$14899$0 , \port$14901$0 , \port$14903$0 , \port$14905$0 , \port$14907$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit, budget
+module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, timestamp, doorbell_index, \port$14845$0 , \port$14847$0 
+, \port$14849$0 , \port$14851$0 , \port$14853$0 , \port$14855$0 , \port$14857$0 , \port$14859$0 , \port$14861$0 , \port$14863$0 , \port$14865$0 , \port$14867$0 , \port$14869$0 , \port$14871$0 , \port$14873$0 , \port$14875$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit, budget
 , bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, sem_grant, quiesce, reset_cp, abort_done, dma_done__tdata, head, tail, halted, error_code, error_index, irq_error, axi__arvalid
 , axi__rready, cmd, tile_cmd__tvalid, taken, dma_cmd__tvalid, sem_valid, sem_delta, axi__awaddr, axi__wdata, trace_end_tag, trace_end_opcode, dma_done__tready, tile_done__tready, axi__awvalid, axi__wvalid, axi__bready, irq_completion, trace_end, clk);
   wire \$1 ;
@@ -64615,38 +64551,38 @@ module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume,
   wire [7:0] opcode;
   wire phase;
   wire \phase$128 ;
-  input [15:0] \port$14877$0 ;
-  wire [15:0] \port$14877$0 ;
-  input [15:0] \port$14879$0 ;
-  wire [15:0] \port$14879$0 ;
-  input [15:0] \port$14881$0 ;
-  wire [15:0] \port$14881$0 ;
-  input [15:0] \port$14883$0 ;
-  wire [15:0] \port$14883$0 ;
-  input [15:0] \port$14885$0 ;
-  wire [15:0] \port$14885$0 ;
-  input [15:0] \port$14887$0 ;
-  wire [15:0] \port$14887$0 ;
-  input [15:0] \port$14889$0 ;
-  wire [15:0] \port$14889$0 ;
-  input [15:0] \port$14891$0 ;
-  wire [15:0] \port$14891$0 ;
-  input [15:0] \port$14893$0 ;
-  wire [15:0] \port$14893$0 ;
-  input [15:0] \port$14895$0 ;
-  wire [15:0] \port$14895$0 ;
-  input [15:0] \port$14897$0 ;
-  wire [15:0] \port$14897$0 ;
-  input [15:0] \port$14899$0 ;
-  wire [15:0] \port$14899$0 ;
-  input [15:0] \port$14901$0 ;
-  wire [15:0] \port$14901$0 ;
-  input [15:0] \port$14903$0 ;
-  wire [15:0] \port$14903$0 ;
-  input [15:0] \port$14905$0 ;
-  wire [15:0] \port$14905$0 ;
-  input [15:0] \port$14907$0 ;
-  wire [15:0] \port$14907$0 ;
+  input [15:0] \port$14845$0 ;
+  wire [15:0] \port$14845$0 ;
+  input [15:0] \port$14847$0 ;
+  wire [15:0] \port$14847$0 ;
+  input [15:0] \port$14849$0 ;
+  wire [15:0] \port$14849$0 ;
+  input [15:0] \port$14851$0 ;
+  wire [15:0] \port$14851$0 ;
+  input [15:0] \port$14853$0 ;
+  wire [15:0] \port$14853$0 ;
+  input [15:0] \port$14855$0 ;
+  wire [15:0] \port$14855$0 ;
+  input [15:0] \port$14857$0 ;
+  wire [15:0] \port$14857$0 ;
+  input [15:0] \port$14859$0 ;
+  wire [15:0] \port$14859$0 ;
+  input [15:0] \port$14861$0 ;
+  wire [15:0] \port$14861$0 ;
+  input [15:0] \port$14863$0 ;
+  wire [15:0] \port$14863$0 ;
+  input [15:0] \port$14865$0 ;
+  wire [15:0] \port$14865$0 ;
+  input [15:0] \port$14867$0 ;
+  wire [15:0] \port$14867$0 ;
+  input [15:0] \port$14869$0 ;
+  wire [15:0] \port$14869$0 ;
+  input [15:0] \port$14871$0 ;
+  wire [15:0] \port$14871$0 ;
+  input [15:0] \port$14873$0 ;
+  wire [15:0] \port$14873$0 ;
+  input [15:0] \port$14875$0 ;
+  wire [15:0] \port$14875$0 ;
   input progress;
   wire progress;
   wire \progress$239 ;
@@ -64996,23 +64932,23 @@ module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume,
   );
   \dx1_board.soc.cp1.semaphore  semaphore (
     .done(sem_done),
-    .\port$14877$0 (\port$14877$0 ),
-    .\port$14879$0 (\port$14879$0 ),
-    .\port$14881$0 (\port$14881$0 ),
-    .\port$14883$0 (\port$14883$0 ),
-    .\port$14885$0 (\port$14885$0 ),
-    .\port$14887$0 (\port$14887$0 ),
-    .\port$14889$0 (\port$14889$0 ),
-    .\port$14891$0 (\port$14891$0 ),
-    .\port$14893$0 (\port$14893$0 ),
-    .\port$14895$0 (\port$14895$0 ),
-    .\port$14897$0 (\port$14897$0 ),
-    .\port$14899$0 (\port$14899$0 ),
-    .\port$14901$0 (\port$14901$0 ),
-    .\port$14903$0 (\port$14903$0 ),
-    .\port$14905$0 (\port$14905$0 ),
-    .\port$14907$0 (\port$14907$0 ),
-    .\port$19771$64 (cmd[87:64]),
+    .\port$14845$0 (\port$14845$0 ),
+    .\port$14847$0 (\port$14847$0 ),
+    .\port$14849$0 (\port$14849$0 ),
+    .\port$14851$0 (\port$14851$0 ),
+    .\port$14853$0 (\port$14853$0 ),
+    .\port$14855$0 (\port$14855$0 ),
+    .\port$14857$0 (\port$14857$0 ),
+    .\port$14859$0 (\port$14859$0 ),
+    .\port$14861$0 (\port$14861$0 ),
+    .\port$14863$0 (\port$14863$0 ),
+    .\port$14865$0 (\port$14865$0 ),
+    .\port$14867$0 (\port$14867$0 ),
+    .\port$14869$0 (\port$14869$0 ),
+    .\port$14871$0 (\port$14871$0 ),
+    .\port$14873$0 (\port$14873$0 ),
+    .\port$14875$0 (\port$14875$0 ),
+    .\port$19739$64 (cmd[87:64]),
     .sem_delta(sem_delta),
     .sem_grant(sem_grant),
     .sem_valid(sem_valid),
@@ -65189,8 +65125,8 @@ module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume,
   assign done = sem_done;
   assign sem = cmd[71:64];
   assign count = cmd[87:72];
-  assign sem_values = { \port$14907$0 , \port$14905$0 , \port$14903$0 , \port$14901$0 , \port$14899$0 , \port$14897$0 , \port$14895$0 , \port$14893$0 , \port$14891$0 , \port$14889$0 , \port$14887$0 , \port$14885$0 , \port$14883$0 , \port$14881$0 , \port$14879$0 , \port$14877$0  };
-  assign \sem_values$182  = { \port$14907$0 , \port$14905$0 , \port$14903$0 , \port$14901$0 , \port$14899$0 , \port$14897$0 , \port$14895$0 , \port$14893$0 , \port$14891$0 , \port$14889$0 , \port$14887$0 , \port$14885$0 , \port$14883$0 , \port$14881$0 , \port$14879$0 , \port$14877$0  };
+  assign sem_values = { \port$14875$0 , \port$14873$0 , \port$14871$0 , \port$14869$0 , \port$14867$0 , \port$14865$0 , \port$14863$0 , \port$14861$0 , \port$14859$0 , \port$14857$0 , \port$14855$0 , \port$14853$0 , \port$14851$0 , \port$14849$0 , \port$14847$0 , \port$14845$0  };
+  assign \sem_values$182  = { \port$14875$0 , \port$14873$0 , \port$14871$0 , \port$14869$0 , \port$14867$0 , \port$14865$0 , \port$14863$0 , \port$14861$0 , \port$14859$0 , \port$14857$0 , \port$14855$0 , \port$14853$0 , \port$14851$0 , \port$14849$0 , \port$14847$0 , \port$14845$0  };
   assign \sem_grant$184  = sem_grant;
   assign \sem_valid$186  = sem_valid;
   assign sem_index = cmd[67:64];
@@ -65277,38 +65213,38 @@ module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume,
   assign \slot.footprint.acc_r_hi  = slot_in[244:211];
   assign \slot.footprint.acc_w_lo  = slot_in[278:245];
   assign \slot.footprint.acc_w_hi  = slot_in[312:279];
-  assign \sem_values[0]  = \port$14877$0 ;
-  assign \sem_values[1]  = \port$14879$0 ;
-  assign \sem_values[2]  = \port$14881$0 ;
-  assign \sem_values[3]  = \port$14883$0 ;
-  assign \sem_values[4]  = \port$14885$0 ;
-  assign \sem_values[5]  = \port$14887$0 ;
-  assign \sem_values[6]  = \port$14889$0 ;
-  assign \sem_values[7]  = \port$14891$0 ;
-  assign \sem_values[8]  = \port$14893$0 ;
-  assign \sem_values[9]  = \port$14895$0 ;
-  assign \sem_values[10]  = \port$14897$0 ;
-  assign \sem_values[11]  = \port$14899$0 ;
-  assign \sem_values[12]  = \port$14901$0 ;
-  assign \sem_values[13]  = \port$14903$0 ;
-  assign \sem_values[14]  = \port$14905$0 ;
-  assign \sem_values[15]  = \port$14907$0 ;
-  assign \sem_values$182[0]  = \port$14877$0 ;
-  assign \sem_values$182[1]  = \port$14879$0 ;
-  assign \sem_values$182[2]  = \port$14881$0 ;
-  assign \sem_values$182[3]  = \port$14883$0 ;
-  assign \sem_values$182[4]  = \port$14885$0 ;
-  assign \sem_values$182[5]  = \port$14887$0 ;
-  assign \sem_values$182[6]  = \port$14889$0 ;
-  assign \sem_values$182[7]  = \port$14891$0 ;
-  assign \sem_values$182[8]  = \port$14893$0 ;
-  assign \sem_values$182[9]  = \port$14895$0 ;
-  assign \sem_values$182[10]  = \port$14897$0 ;
-  assign \sem_values$182[11]  = \port$14899$0 ;
-  assign \sem_values$182[12]  = \port$14901$0 ;
-  assign \sem_values$182[13]  = \port$14903$0 ;
-  assign \sem_values$182[14]  = \port$14905$0 ;
-  assign \sem_values$182[15]  = \port$14907$0 ;
+  assign \sem_values[0]  = \port$14845$0 ;
+  assign \sem_values[1]  = \port$14847$0 ;
+  assign \sem_values[2]  = \port$14849$0 ;
+  assign \sem_values[3]  = \port$14851$0 ;
+  assign \sem_values[4]  = \port$14853$0 ;
+  assign \sem_values[5]  = \port$14855$0 ;
+  assign \sem_values[6]  = \port$14857$0 ;
+  assign \sem_values[7]  = \port$14859$0 ;
+  assign \sem_values[8]  = \port$14861$0 ;
+  assign \sem_values[9]  = \port$14863$0 ;
+  assign \sem_values[10]  = \port$14865$0 ;
+  assign \sem_values[11]  = \port$14867$0 ;
+  assign \sem_values[12]  = \port$14869$0 ;
+  assign \sem_values[13]  = \port$14871$0 ;
+  assign \sem_values[14]  = \port$14873$0 ;
+  assign \sem_values[15]  = \port$14875$0 ;
+  assign \sem_values$182[0]  = \port$14845$0 ;
+  assign \sem_values$182[1]  = \port$14847$0 ;
+  assign \sem_values$182[2]  = \port$14849$0 ;
+  assign \sem_values$182[3]  = \port$14851$0 ;
+  assign \sem_values$182[4]  = \port$14853$0 ;
+  assign \sem_values$182[5]  = \port$14855$0 ;
+  assign \sem_values$182[6]  = \port$14857$0 ;
+  assign \sem_values$182[7]  = \port$14859$0 ;
+  assign \sem_values$182[8]  = \port$14861$0 ;
+  assign \sem_values$182[9]  = \port$14863$0 ;
+  assign \sem_values$182[10]  = \port$14865$0 ;
+  assign \sem_values$182[11]  = \port$14867$0 ;
+  assign \sem_values$182[12]  = \port$14869$0 ;
+  assign \sem_values$182[13]  = \port$14871$0 ;
+  assign \sem_values$182[14]  = \port$14873$0 ;
+  assign \sem_values$182[15]  = \port$14875$0 ;
   assign \local_slot.ring_index  = slot_in[15:0];
   assign \local_slot.phase  = slot_in[16];
   assign \local_slot.tag  = slot_in[32:17];
@@ -65734,9 +65670,9 @@ module \dx1_board.soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
     .cmd(cmd),
     .footprint(\footprint$24 ),
     .mv_last(mv_last),
-    .\port$19803$0 (g_a_end),
-    .\port$19805$0 (g_b_end),
-    .\port$19807$0 (p_src_end)
+    .\port$19771$0 (g_a_end),
+    .\port$19773$0 (g_b_end),
+    .\port$19775$0 (p_src_end)
   );
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$116 ) begin end
@@ -65992,7 +65928,7 @@ module \dx1_board.soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.cp1.decoder.footprint$34 (mv_last, \port$19803$0 , \port$19805$0 , \port$19807$0 , footprint, cmd);
+module \dx1_board.soc.cp1.decoder.footprint$34 (mv_last, \port$19771$0 , \port$19773$0 , \port$19775$0 , footprint, cmd);
   reg \$auto$verilog_backend.cc:2355:dump_module$117  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -66028,24 +65964,24 @@ module \dx1_board.soc.cp1.decoder.footprint$34 (mv_last, \port$19803$0 , \port$1
   input [33:0] mv_last;
   wire [33:0] mv_last;
   wire [33:0] p_src_end;
-  input [32:0] \port$19803$0 ;
-  wire [32:0] \port$19803$0 ;
-  input [20:0] \port$19805$0 ;
-  wire [20:0] \port$19805$0 ;
-  input [16:0] \port$19807$0 ;
-  wire [16:0] \port$19807$0 ;
+  input [32:0] \port$19771$0 ;
+  wire [32:0] \port$19771$0 ;
+  input [20:0] \port$19773$0 ;
+  wire [20:0] \port$19773$0 ;
+  input [16:0] \port$19775$0 ;
+  wire [16:0] \port$19775$0 ;
   assign \$1  = cmd[79:64] < cmd[95:80];
   assign \$2  = \$1  ? cmd[79:64] : cmd[95:80];
-  assign \$3  = \port$19803$0  > \port$19805$0 ;
-  assign \$4  = \$3  ? { 1'h0, \port$19803$0  } : { 13'h0000, \port$19805$0  };
+  assign \$3  = \port$19771$0  > \port$19773$0 ;
+  assign \$4  = \$3  ? { 1'h0, \port$19771$0  } : { 13'h0000, \port$19773$0  };
   assign \$5  = cmd[111:96] + cmd[127:112];
   assign \$6  = cmd[127:112] < cmd[79:64];
   assign \$7  = cmd[9] & \$6 ;
   assign \$8  = \$7  ? cmd[127:112] : cmd[79:64];
-  assign \$9  = cmd[127:112] >= \port$19807$0 ;
+  assign \$9  = cmd[127:112] >= \port$19775$0 ;
   assign \$10  = cmd[9] & \$9 ;
   assign \$11  = cmd[127:112] + 1'h1;
-  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$19807$0  };
+  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$19775$0  };
   assign \$13  = cmd[95:80] + cmd[111:96];
   assign \$14  = mv_last + 1'h1;
   assign \$15  = mv_last + 1'h1;
@@ -66096,9 +66032,9 @@ module \dx1_board.soc.cp1.decoder.footprint$34 (mv_last, \port$19803$0 , \port$1
         end
     endcase
   end
-  assign a_end = { 1'h0, \port$19803$0  };
-  assign b_end = { 13'h0000, \port$19805$0  };
-  assign p_src_end = { 17'h00000, \port$19807$0  };
+  assign a_end = { 1'h0, \port$19771$0  };
+  assign b_end = { 13'h0000, \port$19773$0  };
+  assign p_src_end = { 17'h00000, \port$19775$0  };
   assign \footprint.spm_r_lo  = footprint[33:0];
   assign \footprint.spm_r_hi  = footprint[67:34];
   assign \footprint.spm_w_lo  = footprint[101:68];
@@ -68492,8 +68428,8 @@ module \dx1_board.soc.cp1.ring (rst, ring_reset, doorbell, entries_ok, mask, doo
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.cp1.semaphore (\port$14879$0 , \port$14881$0 , \port$14883$0 , \port$14885$0 , \port$14887$0 , \port$14889$0 , \port$14891$0 , \port$14893$0 , \port$14895$0 , \port$14897$0 , \port$14899$0 , \port$14901$0 , \port$14903$0 , \port$14905$0 , \port$14907$0 , sem_grant, \port$19771$64 , signal, \wait , sem_valid, sem_delta
-, done, \port$14877$0 );
+module \dx1_board.soc.cp1.semaphore (\port$14847$0 , \port$14849$0 , \port$14851$0 , \port$14853$0 , \port$14855$0 , \port$14857$0 , \port$14859$0 , \port$14861$0 , \port$14863$0 , \port$14865$0 , \port$14867$0 , \port$14869$0 , \port$14871$0 , \port$14873$0 , \port$14875$0 , sem_grant, \port$19739$64 , signal, \wait , sem_valid, sem_delta
+, done, \port$14845$0 );
   reg \$auto$verilog_backend.cc:2355:dump_module$125  = 0;
   reg [15:0] \$1 ;
   wire \$2 ;
@@ -68501,40 +68437,40 @@ module \dx1_board.soc.cp1.semaphore (\port$14879$0 , \port$14881$0 , \port$14883
   wire [15:0] count;
   output done;
   reg done;
-  input [15:0] \port$14877$0 ;
-  wire [15:0] \port$14877$0 ;
-  input [15:0] \port$14879$0 ;
-  wire [15:0] \port$14879$0 ;
-  input [15:0] \port$14881$0 ;
-  wire [15:0] \port$14881$0 ;
-  input [15:0] \port$14883$0 ;
-  wire [15:0] \port$14883$0 ;
-  input [15:0] \port$14885$0 ;
-  wire [15:0] \port$14885$0 ;
-  input [15:0] \port$14887$0 ;
-  wire [15:0] \port$14887$0 ;
-  input [15:0] \port$14889$0 ;
-  wire [15:0] \port$14889$0 ;
-  input [15:0] \port$14891$0 ;
-  wire [15:0] \port$14891$0 ;
-  input [15:0] \port$14893$0 ;
-  wire [15:0] \port$14893$0 ;
-  input [15:0] \port$14895$0 ;
-  wire [15:0] \port$14895$0 ;
-  input [15:0] \port$14897$0 ;
-  wire [15:0] \port$14897$0 ;
-  input [15:0] \port$14899$0 ;
-  wire [15:0] \port$14899$0 ;
-  input [15:0] \port$14901$0 ;
-  wire [15:0] \port$14901$0 ;
-  input [15:0] \port$14903$0 ;
-  wire [15:0] \port$14903$0 ;
-  input [15:0] \port$14905$0 ;
-  wire [15:0] \port$14905$0 ;
-  input [15:0] \port$14907$0 ;
-  wire [15:0] \port$14907$0 ;
-  input [23:0] \port$19771$64 ;
-  wire [23:0] \port$19771$64 ;
+  input [15:0] \port$14845$0 ;
+  wire [15:0] \port$14845$0 ;
+  input [15:0] \port$14847$0 ;
+  wire [15:0] \port$14847$0 ;
+  input [15:0] \port$14849$0 ;
+  wire [15:0] \port$14849$0 ;
+  input [15:0] \port$14851$0 ;
+  wire [15:0] \port$14851$0 ;
+  input [15:0] \port$14853$0 ;
+  wire [15:0] \port$14853$0 ;
+  input [15:0] \port$14855$0 ;
+  wire [15:0] \port$14855$0 ;
+  input [15:0] \port$14857$0 ;
+  wire [15:0] \port$14857$0 ;
+  input [15:0] \port$14859$0 ;
+  wire [15:0] \port$14859$0 ;
+  input [15:0] \port$14861$0 ;
+  wire [15:0] \port$14861$0 ;
+  input [15:0] \port$14863$0 ;
+  wire [15:0] \port$14863$0 ;
+  input [15:0] \port$14865$0 ;
+  wire [15:0] \port$14865$0 ;
+  input [15:0] \port$14867$0 ;
+  wire [15:0] \port$14867$0 ;
+  input [15:0] \port$14869$0 ;
+  wire [15:0] \port$14869$0 ;
+  input [15:0] \port$14871$0 ;
+  wire [15:0] \port$14871$0 ;
+  input [15:0] \port$14873$0 ;
+  wire [15:0] \port$14873$0 ;
+  input [15:0] \port$14875$0 ;
+  wire [15:0] \port$14875$0 ;
+  input [23:0] \port$19739$64 ;
+  wire [23:0] \port$19739$64 ;
   wire [7:0] sem;
   output [17:0] sem_delta;
   reg [17:0] sem_delta;
@@ -68564,44 +68500,44 @@ module \dx1_board.soc.cp1.semaphore (\port$14879$0 , \port$14881$0 , \port$14883
   wire signal;
   input \wait ;
   wire \wait ;
-  assign \$2  = \$1  >= \port$19771$64 [23:8];
-  assign \$3  = - \port$19771$64 [23:8];
+  assign \$2  = \$1  >= \port$19739$64 [23:8];
+  assign \$3  = - \port$19739$64 [23:8];
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$125 ) begin end
     \$1  = 16'h0000;
-    casez (\port$19771$64 [7:0])
+    casez (\port$19739$64 [7:0])
       8'h00:
-          \$1  = \port$14877$0 ;
+          \$1  = \port$14845$0 ;
       8'h01:
-          \$1  = \port$14879$0 ;
+          \$1  = \port$14847$0 ;
       8'h02:
-          \$1  = \port$14881$0 ;
+          \$1  = \port$14849$0 ;
       8'h03:
-          \$1  = \port$14883$0 ;
+          \$1  = \port$14851$0 ;
       8'h04:
-          \$1  = \port$14885$0 ;
+          \$1  = \port$14853$0 ;
       8'h05:
-          \$1  = \port$14887$0 ;
+          \$1  = \port$14855$0 ;
       8'h06:
-          \$1  = \port$14889$0 ;
+          \$1  = \port$14857$0 ;
       8'h07:
-          \$1  = \port$14891$0 ;
+          \$1  = \port$14859$0 ;
       8'h08:
-          \$1  = \port$14893$0 ;
+          \$1  = \port$14861$0 ;
       8'h09:
-          \$1  = \port$14895$0 ;
+          \$1  = \port$14863$0 ;
       8'h0a:
-          \$1  = \port$14897$0 ;
+          \$1  = \port$14865$0 ;
       8'h0b:
-          \$1  = \port$14899$0 ;
+          \$1  = \port$14867$0 ;
       8'h0c:
-          \$1  = \port$14901$0 ;
+          \$1  = \port$14869$0 ;
       8'h0d:
-          \$1  = \port$14903$0 ;
+          \$1  = \port$14871$0 ;
       8'h0e:
-          \$1  = \port$14905$0 ;
+          \$1  = \port$14873$0 ;
       8'h0f:
-          \$1  = \port$14907$0 ;
+          \$1  = \port$14875$0 ;
     endcase
   end
   always @* begin
@@ -68620,7 +68556,7 @@ module \dx1_board.soc.cp1.semaphore (\port$14879$0 , \port$14881$0 , \port$14883
     if (\$auto$verilog_backend.cc:2355:dump_module$125 ) begin end
     sem_delta = 18'h00000;
     if (signal) begin
-      sem_delta = { 2'h0, \port$19771$64 [23:8] };
+      sem_delta = { 2'h0, \port$19739$64 [23:8] };
     end
     if (\wait ) begin
       if (\$2 ) begin
@@ -68640,26 +68576,26 @@ module \dx1_board.soc.cp1.semaphore (\port$14879$0 , \port$14881$0 , \port$14883
       end
     end
   end
-  assign count = \port$19771$64 [23:8];
-  assign sem = \port$19771$64 [7:0];
-  assign sem_values = { \port$14907$0 , \port$14905$0 , \port$14903$0 , \port$14901$0 , \port$14899$0 , \port$14897$0 , \port$14895$0 , \port$14893$0 , \port$14891$0 , \port$14889$0 , \port$14887$0 , \port$14885$0 , \port$14883$0 , \port$14881$0 , \port$14879$0 , \port$14877$0  };
-  assign sem_index = \port$19771$64 [3:0];
-  assign \sem_values[0]  = \port$14877$0 ;
-  assign \sem_values[1]  = \port$14879$0 ;
-  assign \sem_values[2]  = \port$14881$0 ;
-  assign \sem_values[3]  = \port$14883$0 ;
-  assign \sem_values[4]  = \port$14885$0 ;
-  assign \sem_values[5]  = \port$14887$0 ;
-  assign \sem_values[6]  = \port$14889$0 ;
-  assign \sem_values[7]  = \port$14891$0 ;
-  assign \sem_values[8]  = \port$14893$0 ;
-  assign \sem_values[9]  = \port$14895$0 ;
-  assign \sem_values[10]  = \port$14897$0 ;
-  assign \sem_values[11]  = \port$14899$0 ;
-  assign \sem_values[12]  = \port$14901$0 ;
-  assign \sem_values[13]  = \port$14903$0 ;
-  assign \sem_values[14]  = \port$14905$0 ;
-  assign \sem_values[15]  = \port$14907$0 ;
+  assign count = \port$19739$64 [23:8];
+  assign sem = \port$19739$64 [7:0];
+  assign sem_values = { \port$14875$0 , \port$14873$0 , \port$14871$0 , \port$14869$0 , \port$14867$0 , \port$14865$0 , \port$14863$0 , \port$14861$0 , \port$14859$0 , \port$14857$0 , \port$14855$0 , \port$14853$0 , \port$14851$0 , \port$14849$0 , \port$14847$0 , \port$14845$0  };
+  assign sem_index = \port$19739$64 [3:0];
+  assign \sem_values[0]  = \port$14845$0 ;
+  assign \sem_values[1]  = \port$14847$0 ;
+  assign \sem_values[2]  = \port$14849$0 ;
+  assign \sem_values[3]  = \port$14851$0 ;
+  assign \sem_values[4]  = \port$14853$0 ;
+  assign \sem_values[5]  = \port$14855$0 ;
+  assign \sem_values[6]  = \port$14857$0 ;
+  assign \sem_values[7]  = \port$14859$0 ;
+  assign \sem_values[8]  = \port$14861$0 ;
+  assign \sem_values[9]  = \port$14863$0 ;
+  assign \sem_values[10]  = \port$14865$0 ;
+  assign \sem_values[11]  = \port$14867$0 ;
+  assign \sem_values[12]  = \port$14869$0 ;
+  assign \sem_values[13]  = \port$14871$0 ;
+  assign \sem_values[14]  = \port$14873$0 ;
+  assign \sem_values[15]  = \port$14875$0 ;
 endmodule
 
 (* generator = "Amaranth" *)
@@ -69592,7 +69528,7 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.dma0 (rst, bus__arready, bus__awready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, cmd__tready, axi__rready, done__tvalid, quiet, axi__wdata, axi__wvalid, axi__wstrb, axi__wlast, spm_wr__tvalid, acc_wr__tvalid
 , spm_rreq__tvalid, acc_rreq__tvalid, acc_rresp__tready, spm_rresp__tready, bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, abort, reset_units, done__tdata, bytes_read, axi__arvalid, axi__araddr, axi__arlen, bytes_written
-, axi__awvalid, axi__awaddr, axi__awlen, \port$17392$0 , \port$17394$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
+, axi__awvalid, axi__awaddr, axi__awlen, \port$17360$0 , \port$17362$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$128  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -69824,10 +69760,10 @@ module \dx1_board.soc.dma0 (rst, bus__arready, bus__awready, spm_wr__tready, acc
   wire [15:0] local_addr;
   wire [15:0] \local_addr$127 ;
   wire [29:0] move_beats;
-  output [255:0] \port$17392$0 ;
-  wire [255:0] \port$17392$0 ;
-  output [15:0] \port$17394$0 ;
-  wire [15:0] \port$17394$0 ;
+  output [255:0] \port$17360$0 ;
+  wire [255:0] \port$17360$0 ;
+  output [15:0] \port$17362$0 ;
+  wire [15:0] \port$17362$0 ;
   wire push;
   output quiet;
   wire quiet;
@@ -70000,7 +69936,7 @@ module \dx1_board.soc.dma0 (rst, bus__arready, bus__awready, spm_wr__tready, acc
     .fifo_ready(fifo_ready),
     .fifo_take(\fifo_take$179 ),
     .local_addr(command[143:128]),
-    .\port$7223$0 (r_data),
+    .\port$7207$0 (r_data),
     .rd_err(rd_err),
     .read_error(\read_error$20 ),
     .reset_units(reset_units),
@@ -70084,7 +70020,7 @@ module \dx1_board.soc.dma0 (rst, bus__arready, bus__awready, spm_wr__tready, acc
     .fifo_ready(fifo_ready),
     .is_copy(is_copy),
     .is_load(is_load),
-    .\port$7223$0 (r_data),
+    .\port$7207$0 (r_data),
     .quiet(\quiet$190 ),
     .rd_err(rd_err),
     .read_error(read_error),
@@ -70407,8 +70343,8 @@ module \dx1_board.soc.dma0 (rst, bus__arready, bus__awready, spm_wr__tready, acc
   assign \acc_rresp__tready$174  = acc_rresp__tready;
   assign \acc_rresp__tvalid$176  = acc_rresp__tvalid;
   assign axi__wdata = r_data[63:0];
-  assign \port$17392$0  = \$48 ;
-  assign \port$17394$0  = \$49 ;
+  assign \port$17360$0  = \$48 ;
+  assign \port$17362$0  = \$49 ;
   assign \$13  = { 1'h0, command[175:160], 2'h0 };
   assign \$14  = { 1'h0, command[175:160] };
   assign base = command[95:64];
@@ -70608,7 +70544,7 @@ module \dx1_board.soc.dma0.data_fifo (rst, r_en, w_rdy, r_data, reset_units, w_p
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \port$7223$0 , spm_wr__tvalid, acc_wr__tvalid, fifo_take, read_error, done, reset_units, local_addr, acc, rows, cols, row_stride, col_stride, rd_err, fifo_ready, wr_data
+module \dx1_board.soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \port$7207$0 , spm_wr__tvalid, acc_wr__tvalid, fifo_take, read_error, done, reset_units, local_addr, acc, rows, cols, row_stride, col_stride, rd_err, fifo_ready, wr_data
 , wr_addr, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$130  = 0;
   wire \$1 ;
@@ -70665,8 +70601,8 @@ module \dx1_board.soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, r
   input [15:0] local_addr;
   wire [15:0] local_addr;
   wire [15:0] \local_addr$14 ;
-  input [64:0] \port$7223$0 ;
-  wire [64:0] \port$7223$0 ;
+  input [64:0] \port$7207$0 ;
+  wire [64:0] \port$7207$0 ;
   input rd_err;
   wire rd_err;
   output read_error;
@@ -70712,12 +70648,12 @@ module \dx1_board.soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, r
   assign \$8  = \$6  | \$7 ;
   assign \$9  = \$8  | wr_ready;
   assign fifo_take = \$5  & \$9 ;
-  assign read_error = fifo_take & \port$7223$0 [64];
+  assign read_error = fifo_take & \port$7207$0 [64];
   assign advance = fifo_take & a_last;
   assign \$10  = ~ wr_valid;
   assign done = walked & \$10 ;
   assign \$11  = wr_valid & wr_ready;
-  assign \$12  = ~ \port$7223$0 [64];
+  assign \$12  = ~ \port$7207$0 [64];
   assign \$13  = ~ rd_err;
   assign \$14  = \$12  & \$13 ;
   assign \$15  = a_cnt + 1'h1;
@@ -70753,13 +70689,13 @@ module \dx1_board.soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, r
     (* full_case = 32'd1 *)
     casez (a_cnt)
       2'h0:
-          assembled[63:0] = \port$7223$0 [63:0];
+          assembled[63:0] = \port$7207$0 [63:0];
       2'h1:
-          assembled[127:64] = \port$7223$0 [63:0];
+          assembled[127:64] = \port$7207$0 [63:0];
       2'h2:
-          assembled[191:128] = \port$7223$0 [63:0];
+          assembled[191:128] = \port$7207$0 [63:0];
       2'h3:
-          assembled[255:192] = \port$7223$0 [63:0];
+          assembled[255:192] = \port$7207$0 [63:0];
     endcase
   end
   always @* begin
@@ -70882,8 +70818,8 @@ module \dx1_board.soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, r
   assign \cols$18  = cols;
   assign \row_stride$20  = row_stride;
   assign \col_stride$22  = col_stride;
-  assign fifo_data = \port$7223$0 [63:0];
-  assign fifo_err = \port$7223$0 [64];
+  assign fifo_data = \port$7207$0 [63:0];
+  assign fifo_err = \port$7207$0 [64];
 endmodule
 
 (* generator = "Amaranth" *)
@@ -71864,7 +71800,7 @@ module \dx1_board.soc.dma0.storer.walker (rst, start, advance, last, reset_units
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.dma0.writer (rst, ready, start, base, stride, segments, seg_beats, \port$7223$0 , copy_beat, error, bus__wvalid, bus__wstrb, bus__wlast, w_hs, read_error, done, quiet, bus__wready, bus__bvalid, bus__bresp, abort
+module \dx1_board.soc.dma0.writer (rst, ready, start, base, stride, segments, seg_beats, \port$7207$0 , copy_beat, error, bus__wvalid, bus__wstrb, bus__wlast, w_hs, read_error, done, quiet, bus__wready, bus__bvalid, bus__bresp, abort
 , reset_units, is_load, is_copy, rd_err, fifo_ready, bytes_written, bus__awvalid, bus__awaddr, bus__awlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$136  = 0;
   wire \$1 ;
@@ -71974,8 +71910,8 @@ module \dx1_board.soc.dma0.writer (rst, ready, start, base, stride, segments, se
   wire issue;
   wire [7:0] len;
   wire [8:0] max_beats;
-  input [64:0] \port$7223$0 ;
-  wire [64:0] \port$7223$0 ;
+  input [64:0] \port$7207$0 ;
+  wire [64:0] \port$7207$0 ;
   output quiet;
   wire quiet;
   wire [7:0] r_data;
@@ -72048,12 +71984,12 @@ module \dx1_board.soc.dma0.writer (rst, ready, start, base, stride, segments, se
   assign \$11  = w_cur & \$10 ;
   assign \$12  = ~ is_load;
   assign bus__wvalid = \$11  & \$12 ;
-  assign \$13  = \port$7223$0 [64] | rd_err;
+  assign \$13  = \port$7207$0 [64] | rd_err;
   assign w_bad = \$13  | abort;
   assign bus__wstrb = w_bad ? 8'h00 : 8'hff;
   assign bus__wlast = w_cnt == w_len;
   assign w_hs = bus__wvalid & bus__wready;
-  assign read_error = w_hs & \port$7223$0 [64];
+  assign read_error = w_hs & \port$7207$0 [64];
   assign \$14  = ~ w_cur;
   assign \$15  = w_hs & bus__wlast;
   assign \$16  = \$14  | \$15 ;
@@ -72213,9 +72149,9 @@ module \dx1_board.soc.dma0.writer (rst, ready, start, base, stride, segments, se
   assign issue = w_en;
   assign w_data = \$8 [7:0];
   assign bus__bready = 1'h1;
-  assign bus__wdata = \port$7223$0 [63:0];
-  assign fifo_data = \port$7223$0 [63:0];
-  assign fifo_err = \port$7223$0 [64];
+  assign bus__wdata = \port$7207$0 [63:0];
+  assign fifo_data = \port$7207$0 [63:0];
+  assign fifo_err = \port$7207$0 [64];
   assign fifo_take = w_hs;
   assign \$5  = 1'h1;
   assign \$6  = \$4 ;
@@ -72713,7 +72649,7 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.dma1 (rst, bus__arready, bus__awready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, cmd__tready, axi__rready, done__tvalid, quiet, axi__wdata, axi__wvalid, axi__wstrb, axi__wlast, spm_wr__tvalid, acc_wr__tvalid
 , spm_rreq__tvalid, acc_rreq__tvalid, acc_rresp__tready, spm_rresp__tready, bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, abort, reset_units, done__tdata, bytes_read, axi__arvalid, axi__araddr, axi__arlen, bytes_written
-, axi__awvalid, axi__awaddr, axi__awlen, \port$19697$0 , \port$19699$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
+, axi__awvalid, axi__awaddr, axi__awlen, \port$19665$0 , \port$19667$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$139  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -72945,10 +72881,10 @@ module \dx1_board.soc.dma1 (rst, bus__arready, bus__awready, spm_wr__tready, acc
   wire [15:0] local_addr;
   wire [15:0] \local_addr$127 ;
   wire [29:0] move_beats;
-  output [255:0] \port$19697$0 ;
-  wire [255:0] \port$19697$0 ;
-  output [15:0] \port$19699$0 ;
-  wire [15:0] \port$19699$0 ;
+  output [255:0] \port$19665$0 ;
+  wire [255:0] \port$19665$0 ;
+  output [15:0] \port$19667$0 ;
+  wire [15:0] \port$19667$0 ;
   wire push;
   output quiet;
   wire quiet;
@@ -73121,7 +73057,7 @@ module \dx1_board.soc.dma1 (rst, bus__arready, bus__awready, spm_wr__tready, acc
     .fifo_ready(fifo_ready),
     .fifo_take(\fifo_take$179 ),
     .local_addr(command[143:128]),
-    .\port$12572$0 (r_data),
+    .\port$12540$0 (r_data),
     .rd_err(rd_err),
     .read_error(\read_error$20 ),
     .reset_units(reset_units),
@@ -73205,7 +73141,7 @@ module \dx1_board.soc.dma1 (rst, bus__arready, bus__awready, spm_wr__tready, acc
     .fifo_ready(fifo_ready),
     .is_copy(is_copy),
     .is_load(is_load),
-    .\port$12572$0 (r_data),
+    .\port$12540$0 (r_data),
     .quiet(\quiet$190 ),
     .rd_err(rd_err),
     .read_error(read_error),
@@ -73528,8 +73464,8 @@ module \dx1_board.soc.dma1 (rst, bus__arready, bus__awready, spm_wr__tready, acc
   assign \acc_rresp__tready$174  = acc_rresp__tready;
   assign \acc_rresp__tvalid$176  = acc_rresp__tvalid;
   assign axi__wdata = r_data[63:0];
-  assign \port$19697$0  = \$48 ;
-  assign \port$19699$0  = \$49 ;
+  assign \port$19665$0  = \$48 ;
+  assign \port$19667$0  = \$49 ;
   assign \$13  = { 1'h0, command[175:160], 2'h0 };
   assign \$14  = { 1'h0, command[175:160] };
   assign base = command[95:64];
@@ -73729,7 +73665,7 @@ module \dx1_board.soc.dma1.data_fifo (rst, r_en, w_rdy, r_data, reset_units, w_p
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \port$12572$0 , spm_wr__tvalid, acc_wr__tvalid, fifo_take, read_error, done, reset_units, local_addr, acc, rows, cols, row_stride, col_stride, rd_err, fifo_ready, wr_data
+module \dx1_board.soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \port$12540$0 , spm_wr__tvalid, acc_wr__tvalid, fifo_take, read_error, done, reset_units, local_addr, acc, rows, cols, row_stride, col_stride, rd_err, fifo_ready, wr_data
 , wr_addr, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$141  = 0;
   wire \$1 ;
@@ -73786,8 +73722,8 @@ module \dx1_board.soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, r
   input [15:0] local_addr;
   wire [15:0] local_addr;
   wire [15:0] \local_addr$14 ;
-  input [64:0] \port$12572$0 ;
-  wire [64:0] \port$12572$0 ;
+  input [64:0] \port$12540$0 ;
+  wire [64:0] \port$12540$0 ;
   input rd_err;
   wire rd_err;
   output read_error;
@@ -73833,12 +73769,12 @@ module \dx1_board.soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, r
   assign \$8  = \$6  | \$7 ;
   assign \$9  = \$8  | wr_ready;
   assign fifo_take = \$5  & \$9 ;
-  assign read_error = fifo_take & \port$12572$0 [64];
+  assign read_error = fifo_take & \port$12540$0 [64];
   assign advance = fifo_take & a_last;
   assign \$10  = ~ wr_valid;
   assign done = walked & \$10 ;
   assign \$11  = wr_valid & wr_ready;
-  assign \$12  = ~ \port$12572$0 [64];
+  assign \$12  = ~ \port$12540$0 [64];
   assign \$13  = ~ rd_err;
   assign \$14  = \$12  & \$13 ;
   assign \$15  = a_cnt + 1'h1;
@@ -73874,13 +73810,13 @@ module \dx1_board.soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, r
     (* full_case = 32'd1 *)
     casez (a_cnt)
       2'h0:
-          assembled[63:0] = \port$12572$0 [63:0];
+          assembled[63:0] = \port$12540$0 [63:0];
       2'h1:
-          assembled[127:64] = \port$12572$0 [63:0];
+          assembled[127:64] = \port$12540$0 [63:0];
       2'h2:
-          assembled[191:128] = \port$12572$0 [63:0];
+          assembled[191:128] = \port$12540$0 [63:0];
       2'h3:
-          assembled[255:192] = \port$12572$0 [63:0];
+          assembled[255:192] = \port$12540$0 [63:0];
     endcase
   end
   always @* begin
@@ -74003,8 +73939,8 @@ module \dx1_board.soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, r
   assign \cols$18  = cols;
   assign \row_stride$20  = row_stride;
   assign \col_stride$22  = col_stride;
-  assign fifo_data = \port$12572$0 [63:0];
-  assign fifo_err = \port$12572$0 [64];
+  assign fifo_data = \port$12540$0 [63:0];
+  assign fifo_err = \port$12540$0 [64];
 endmodule
 
 (* generator = "Amaranth" *)
@@ -74985,7 +74921,7 @@ module \dx1_board.soc.dma1.storer.walker (rst, start, advance, last, reset_units
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.dma1.writer (rst, ready, start, base, stride, segments, seg_beats, \port$12572$0 , copy_beat, error, bus__wvalid, bus__wstrb, bus__wlast, w_hs, read_error, done, quiet, bus__wready, bus__bvalid, bus__bresp, abort
+module \dx1_board.soc.dma1.writer (rst, ready, start, base, stride, segments, seg_beats, \port$12540$0 , copy_beat, error, bus__wvalid, bus__wstrb, bus__wlast, w_hs, read_error, done, quiet, bus__wready, bus__bvalid, bus__bresp, abort
 , reset_units, is_load, is_copy, rd_err, fifo_ready, bytes_written, bus__awvalid, bus__awaddr, bus__awlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$147  = 0;
   wire \$1 ;
@@ -75095,8 +75031,8 @@ module \dx1_board.soc.dma1.writer (rst, ready, start, base, stride, segments, se
   wire issue;
   wire [7:0] len;
   wire [8:0] max_beats;
-  input [64:0] \port$12572$0 ;
-  wire [64:0] \port$12572$0 ;
+  input [64:0] \port$12540$0 ;
+  wire [64:0] \port$12540$0 ;
   output quiet;
   wire quiet;
   wire [7:0] r_data;
@@ -75169,12 +75105,12 @@ module \dx1_board.soc.dma1.writer (rst, ready, start, base, stride, segments, se
   assign \$11  = w_cur & \$10 ;
   assign \$12  = ~ is_load;
   assign bus__wvalid = \$11  & \$12 ;
-  assign \$13  = \port$12572$0 [64] | rd_err;
+  assign \$13  = \port$12540$0 [64] | rd_err;
   assign w_bad = \$13  | abort;
   assign bus__wstrb = w_bad ? 8'h00 : 8'hff;
   assign bus__wlast = w_cnt == w_len;
   assign w_hs = bus__wvalid & bus__wready;
-  assign read_error = w_hs & \port$12572$0 [64];
+  assign read_error = w_hs & \port$12540$0 [64];
   assign \$14  = ~ w_cur;
   assign \$15  = w_hs & bus__wlast;
   assign \$16  = \$14  | \$15 ;
@@ -75334,9 +75270,9 @@ module \dx1_board.soc.dma1.writer (rst, ready, start, base, stride, segments, se
   assign issue = w_en;
   assign w_data = \$8 [7:0];
   assign bus__bready = 1'h1;
-  assign bus__wdata = \port$12572$0 [63:0];
-  assign fifo_data = \port$12572$0 [63:0];
-  assign fifo_err = \port$12572$0 [64];
+  assign bus__wdata = \port$12540$0 [63:0];
+  assign fifo_data = \port$12540$0 [63:0];
+  assign fifo_err = \port$12540$0 [64];
   assign fifo_take = w_hs;
   assign \$5  = 1'h1;
   assign \$6  = \$4 ;
@@ -77782,27 +77718,27 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     .b_valid_3(\s3__bvalid$579 ),
     .b_valid_4(\s4__bvalid$728 ),
     .clk(clk),
-    .\port$12975$0 (\s3__araddr$448 [11:0]),
-    .\port$12975$14 (\s3__araddr$448 [31:14]),
-    .\port$17320$0 (\s2__araddr$299 [11:0]),
-    .\port$17320$14 (\s2__araddr$299 [31:14]),
-    .\port$17357$0 (\s2__awaddr$315 [11:0]),
-    .\port$17357$14 (\s2__awaddr$315 [31:14]),
-    .\port$17577$0 (\s1__awaddr$166 [11:0]),
-    .\port$17577$14 (\s1__awaddr$166 [31:14]),
+    .\port$12943$0 (\s3__araddr$448 [11:0]),
+    .\port$12943$14 (\s3__araddr$448 [31:14]),
+    .\port$17288$0 (\s2__araddr$299 [11:0]),
+    .\port$17288$14 (\s2__araddr$299 [31:14]),
+    .\port$17325$0 (\s2__awaddr$315 [11:0]),
+    .\port$17325$14 (\s2__awaddr$315 [31:14]),
+    .\port$17545$0 (\s1__awaddr$166 [11:0]),
+    .\port$17545$14 (\s1__awaddr$166 [31:14]),
     .\port$1848$0 (\$481 ),
-    .\port$19625$0 (\s4__araddr$597 [11:0]),
-    .\port$19625$14 (\s4__araddr$597 [31:14]),
-    .\port$19662$0 (\s4__awaddr$613 [11:0]),
-    .\port$19662$14 (\s4__awaddr$613 [31:14]),
-    .\port$19882$0 (\s3__awaddr$464 [11:0]),
-    .\port$19882$14 (\s3__awaddr$464 [31:14]),
-    .\port$20082$0 (\s0__awaddr$17 [11:0]),
-    .\port$20082$14 (\s0__awaddr$17 [31:14]),
-    .\port$20090$0 (\s0__araddr$1 [11:0]),
-    .\port$20090$14 (\s0__araddr$1 [31:14]),
-    .\port$7626$0 (\s1__araddr$150 [11:0]),
-    .\port$7626$14 (\s1__araddr$150 [31:14]),
+    .\port$19593$0 (\s4__araddr$597 [11:0]),
+    .\port$19593$14 (\s4__araddr$597 [31:14]),
+    .\port$19630$0 (\s4__awaddr$613 [11:0]),
+    .\port$19630$14 (\s4__awaddr$613 [31:14]),
+    .\port$19850$0 (\s3__awaddr$464 [11:0]),
+    .\port$19850$14 (\s3__awaddr$464 [31:14]),
+    .\port$20050$0 (\s0__awaddr$17 [11:0]),
+    .\port$20050$14 (\s0__awaddr$17 [31:14]),
+    .\port$20058$0 (\s0__araddr$1 [11:0]),
+    .\port$20058$14 (\s0__araddr$1 [31:14]),
+    .\port$7610$0 (\s1__araddr$150 [11:0]),
+    .\port$7610$14 (\s1__araddr$150 [31:14]),
     .rst(rst),
     .s0__arlen(s0__arlen),
     .s0__arready(\s0__arready$95 ),
@@ -77887,27 +77823,27 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     .b_valid_3(\s3__bvalid$585 ),
     .b_valid_4(\s4__bvalid$734 ),
     .clk(clk),
-    .\port$12975$0 (\s3__araddr$448 [11:0]),
-    .\port$12975$14 (\s3__araddr$448 [31:14]),
-    .\port$17320$0 (\s2__araddr$299 [11:0]),
-    .\port$17320$14 (\s2__araddr$299 [31:14]),
-    .\port$17357$0 (\s2__awaddr$315 [11:0]),
-    .\port$17357$14 (\s2__awaddr$315 [31:14]),
-    .\port$17577$0 (\s1__awaddr$166 [11:0]),
-    .\port$17577$14 (\s1__awaddr$166 [31:14]),
-    .\port$19625$0 (\s4__araddr$597 [11:0]),
-    .\port$19625$14 (\s4__araddr$597 [31:14]),
-    .\port$19662$0 (\s4__awaddr$613 [11:0]),
-    .\port$19662$14 (\s4__awaddr$613 [31:14]),
-    .\port$19882$0 (\s3__awaddr$464 [11:0]),
-    .\port$19882$14 (\s3__awaddr$464 [31:14]),
-    .\port$20082$0 (\s0__awaddr$17 [11:0]),
-    .\port$20082$14 (\s0__awaddr$17 [31:14]),
-    .\port$20090$0 (\s0__araddr$1 [11:0]),
-    .\port$20090$14 (\s0__araddr$1 [31:14]),
+    .\port$12943$0 (\s3__araddr$448 [11:0]),
+    .\port$12943$14 (\s3__araddr$448 [31:14]),
+    .\port$17288$0 (\s2__araddr$299 [11:0]),
+    .\port$17288$14 (\s2__araddr$299 [31:14]),
+    .\port$17325$0 (\s2__awaddr$315 [11:0]),
+    .\port$17325$14 (\s2__awaddr$315 [31:14]),
+    .\port$17545$0 (\s1__awaddr$166 [11:0]),
+    .\port$17545$14 (\s1__awaddr$166 [31:14]),
+    .\port$19593$0 (\s4__araddr$597 [11:0]),
+    .\port$19593$14 (\s4__araddr$597 [31:14]),
+    .\port$19630$0 (\s4__awaddr$613 [11:0]),
+    .\port$19630$14 (\s4__awaddr$613 [31:14]),
+    .\port$19850$0 (\s3__awaddr$464 [11:0]),
+    .\port$19850$14 (\s3__awaddr$464 [31:14]),
+    .\port$20050$0 (\s0__awaddr$17 [11:0]),
+    .\port$20050$14 (\s0__awaddr$17 [31:14]),
+    .\port$20058$0 (\s0__araddr$1 [11:0]),
+    .\port$20058$14 (\s0__araddr$1 [31:14]),
     .\port$2184$0 (\$482 ),
-    .\port$7626$0 (\s1__araddr$150 [11:0]),
-    .\port$7626$14 (\s1__araddr$150 [31:14]),
+    .\port$7610$0 (\s1__araddr$150 [11:0]),
+    .\port$7610$14 (\s1__araddr$150 [31:14]),
     .rst(rst),
     .s0__arlen(s0__arlen),
     .s0__arready(\s0__arready$96 ),
@@ -77992,27 +77928,27 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     .b_valid_3(\s3__bvalid$589 ),
     .b_valid_4(\s4__bvalid$738 ),
     .clk(clk),
-    .\port$12975$0 (\s3__araddr$448 [11:0]),
-    .\port$12975$14 (\s3__araddr$448 [31:14]),
-    .\port$17320$0 (\s2__araddr$299 [11:0]),
-    .\port$17320$14 (\s2__araddr$299 [31:14]),
-    .\port$17357$0 (\s2__awaddr$315 [11:0]),
-    .\port$17357$14 (\s2__awaddr$315 [31:14]),
-    .\port$17577$0 (\s1__awaddr$166 [11:0]),
-    .\port$17577$14 (\s1__awaddr$166 [31:14]),
-    .\port$19625$0 (\s4__araddr$597 [11:0]),
-    .\port$19625$14 (\s4__araddr$597 [31:14]),
-    .\port$19662$0 (\s4__awaddr$613 [11:0]),
-    .\port$19662$14 (\s4__awaddr$613 [31:14]),
-    .\port$19882$0 (\s3__awaddr$464 [11:0]),
-    .\port$19882$14 (\s3__awaddr$464 [31:14]),
-    .\port$20082$0 (\s0__awaddr$17 [11:0]),
-    .\port$20082$14 (\s0__awaddr$17 [31:14]),
-    .\port$20090$0 (\s0__araddr$1 [11:0]),
-    .\port$20090$14 (\s0__araddr$1 [31:14]),
+    .\port$12943$0 (\s3__araddr$448 [11:0]),
+    .\port$12943$14 (\s3__araddr$448 [31:14]),
+    .\port$17288$0 (\s2__araddr$299 [11:0]),
+    .\port$17288$14 (\s2__araddr$299 [31:14]),
+    .\port$17325$0 (\s2__awaddr$315 [11:0]),
+    .\port$17325$14 (\s2__awaddr$315 [31:14]),
+    .\port$17545$0 (\s1__awaddr$166 [11:0]),
+    .\port$17545$14 (\s1__awaddr$166 [31:14]),
+    .\port$19593$0 (\s4__araddr$597 [11:0]),
+    .\port$19593$14 (\s4__araddr$597 [31:14]),
+    .\port$19630$0 (\s4__awaddr$613 [11:0]),
+    .\port$19630$14 (\s4__awaddr$613 [31:14]),
+    .\port$19850$0 (\s3__awaddr$464 [11:0]),
+    .\port$19850$14 (\s3__awaddr$464 [31:14]),
+    .\port$20050$0 (\s0__awaddr$17 [11:0]),
+    .\port$20050$14 (\s0__awaddr$17 [31:14]),
+    .\port$20058$0 (\s0__araddr$1 [11:0]),
+    .\port$20058$14 (\s0__araddr$1 [31:14]),
     .\port$2520$0 (\$483 ),
-    .\port$7626$0 (\s1__araddr$150 [11:0]),
-    .\port$7626$14 (\s1__araddr$150 [31:14]),
+    .\port$7610$0 (\s1__araddr$150 [11:0]),
+    .\port$7610$14 (\s1__araddr$150 [31:14]),
     .rst(rst),
     .s0__arlen(s0__arlen),
     .s0__arready(\s0__arready$97 ),
@@ -78097,27 +78033,27 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     .b_valid_3(\s3__bvalid$593 ),
     .b_valid_4(\s4__bvalid$742 ),
     .clk(clk),
-    .\port$12975$0 (\s3__araddr$448 [11:0]),
-    .\port$12975$14 (\s3__araddr$448 [31:14]),
-    .\port$17320$0 (\s2__araddr$299 [11:0]),
-    .\port$17320$14 (\s2__araddr$299 [31:14]),
-    .\port$17357$0 (\s2__awaddr$315 [11:0]),
-    .\port$17357$14 (\s2__awaddr$315 [31:14]),
-    .\port$17577$0 (\s1__awaddr$166 [11:0]),
-    .\port$17577$14 (\s1__awaddr$166 [31:14]),
-    .\port$19625$0 (\s4__araddr$597 [11:0]),
-    .\port$19625$14 (\s4__araddr$597 [31:14]),
-    .\port$19662$0 (\s4__awaddr$613 [11:0]),
-    .\port$19662$14 (\s4__awaddr$613 [31:14]),
-    .\port$19882$0 (\s3__awaddr$464 [11:0]),
-    .\port$19882$14 (\s3__awaddr$464 [31:14]),
-    .\port$20082$0 (\s0__awaddr$17 [11:0]),
-    .\port$20082$14 (\s0__awaddr$17 [31:14]),
-    .\port$20090$0 (\s0__araddr$1 [11:0]),
-    .\port$20090$14 (\s0__araddr$1 [31:14]),
+    .\port$12943$0 (\s3__araddr$448 [11:0]),
+    .\port$12943$14 (\s3__araddr$448 [31:14]),
+    .\port$17288$0 (\s2__araddr$299 [11:0]),
+    .\port$17288$14 (\s2__araddr$299 [31:14]),
+    .\port$17325$0 (\s2__awaddr$315 [11:0]),
+    .\port$17325$14 (\s2__awaddr$315 [31:14]),
+    .\port$17545$0 (\s1__awaddr$166 [11:0]),
+    .\port$17545$14 (\s1__awaddr$166 [31:14]),
+    .\port$19593$0 (\s4__araddr$597 [11:0]),
+    .\port$19593$14 (\s4__araddr$597 [31:14]),
+    .\port$19630$0 (\s4__awaddr$613 [11:0]),
+    .\port$19630$14 (\s4__awaddr$613 [31:14]),
+    .\port$19850$0 (\s3__awaddr$464 [11:0]),
+    .\port$19850$14 (\s3__awaddr$464 [31:14]),
+    .\port$20050$0 (\s0__awaddr$17 [11:0]),
+    .\port$20050$14 (\s0__awaddr$17 [31:14]),
+    .\port$20058$0 (\s0__araddr$1 [11:0]),
+    .\port$20058$14 (\s0__araddr$1 [31:14]),
     .\port$2856$0 (\$484 ),
-    .\port$7626$0 (\s1__araddr$150 [11:0]),
-    .\port$7626$14 (\s1__araddr$150 [31:14]),
+    .\port$7610$0 (\s1__araddr$150 [11:0]),
+    .\port$7610$14 (\s1__araddr$150 [31:14]),
     .rst(rst),
     .s0__arlen(s0__arlen),
     .s0__arready(\s0__arready$98 ),
@@ -79418,9 +79354,9 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid, s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready
 , s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready, s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp
-, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$1848$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7626$0 , \port$7626$14 , s4__wdata, s4__wstrb, \port$12975$0 , \port$12975$14 , s0__wdata, s0__wstrb
-, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$17320$0 , \port$17320$14 , s2__arlen, \port$17357$0 , \port$17357$14 , s2__awlen
-, \port$17577$0 , \port$17577$14 , s1__wdata, \port$19625$0 , \port$19625$14 , s4__arlen, \port$19662$0 , \port$19662$14 , s4__awlen, \port$19882$0 , \port$19882$14 , s3__wdata, \port$20082$0 , \port$20082$14 , s0__awlen, \port$20090$0 , \port$20090$14 , s0__arlen, clk);
+, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$1848$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7610$0 , \port$7610$14 , s4__wdata, s4__wstrb, \port$12943$0 , \port$12943$14 , s0__wdata, s0__wstrb
+, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$17288$0 , \port$17288$14 , s2__arlen, \port$17325$0 , \port$17325$14 , s2__awlen
+, \port$17545$0 , \port$17545$14 , s1__wdata, \port$19593$0 , \port$19593$14 , s4__arlen, \port$19630$0 , \port$19630$14 , s4__awlen, \port$19850$0 , \port$19850$14 , s3__wdata, \port$20050$0 , \port$20050$14 , s0__awlen, \port$20058$0 , \port$20058$14 , s0__arlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$151  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -79705,48 +79641,48 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   wire \pending.last ;
   wire [2:0] \pending.port ;
   reg pending_valid = 1'h0;
-  input [11:0] \port$12975$0 ;
-  wire [11:0] \port$12975$0 ;
-  input [17:0] \port$12975$14 ;
-  wire [17:0] \port$12975$14 ;
-  input [11:0] \port$17320$0 ;
-  wire [11:0] \port$17320$0 ;
-  input [17:0] \port$17320$14 ;
-  wire [17:0] \port$17320$14 ;
-  input [11:0] \port$17357$0 ;
-  wire [11:0] \port$17357$0 ;
-  input [17:0] \port$17357$14 ;
-  wire [17:0] \port$17357$14 ;
-  input [11:0] \port$17577$0 ;
-  wire [11:0] \port$17577$0 ;
-  input [17:0] \port$17577$14 ;
-  wire [17:0] \port$17577$14 ;
+  input [11:0] \port$12943$0 ;
+  wire [11:0] \port$12943$0 ;
+  input [17:0] \port$12943$14 ;
+  wire [17:0] \port$12943$14 ;
+  input [11:0] \port$17288$0 ;
+  wire [11:0] \port$17288$0 ;
+  input [17:0] \port$17288$14 ;
+  wire [17:0] \port$17288$14 ;
+  input [11:0] \port$17325$0 ;
+  wire [11:0] \port$17325$0 ;
+  input [17:0] \port$17325$14 ;
+  wire [17:0] \port$17325$14 ;
+  input [11:0] \port$17545$0 ;
+  wire [11:0] \port$17545$0 ;
+  input [17:0] \port$17545$14 ;
+  wire [17:0] \port$17545$14 ;
   output [67:0] \port$1848$0 ;
   wire [67:0] \port$1848$0 ;
-  input [11:0] \port$19625$0 ;
-  wire [11:0] \port$19625$0 ;
-  input [17:0] \port$19625$14 ;
-  wire [17:0] \port$19625$14 ;
-  input [11:0] \port$19662$0 ;
-  wire [11:0] \port$19662$0 ;
-  input [17:0] \port$19662$14 ;
-  wire [17:0] \port$19662$14 ;
-  input [11:0] \port$19882$0 ;
-  wire [11:0] \port$19882$0 ;
-  input [17:0] \port$19882$14 ;
-  wire [17:0] \port$19882$14 ;
-  input [11:0] \port$20082$0 ;
-  wire [11:0] \port$20082$0 ;
-  input [17:0] \port$20082$14 ;
-  wire [17:0] \port$20082$14 ;
-  input [11:0] \port$20090$0 ;
-  wire [11:0] \port$20090$0 ;
-  input [17:0] \port$20090$14 ;
-  wire [17:0] \port$20090$14 ;
-  input [11:0] \port$7626$0 ;
-  wire [11:0] \port$7626$0 ;
-  input [17:0] \port$7626$14 ;
-  wire [17:0] \port$7626$14 ;
+  input [11:0] \port$19593$0 ;
+  wire [11:0] \port$19593$0 ;
+  input [17:0] \port$19593$14 ;
+  wire [17:0] \port$19593$14 ;
+  input [11:0] \port$19630$0 ;
+  wire [11:0] \port$19630$0 ;
+  input [17:0] \port$19630$14 ;
+  wire [17:0] \port$19630$14 ;
+  input [11:0] \port$19850$0 ;
+  wire [11:0] \port$19850$0 ;
+  input [17:0] \port$19850$14 ;
+  wire [17:0] \port$19850$14 ;
+  input [11:0] \port$20050$0 ;
+  wire [11:0] \port$20050$0 ;
+  input [17:0] \port$20050$14 ;
+  wire [17:0] \port$20050$14 ;
+  input [11:0] \port$20058$0 ;
+  wire [11:0] \port$20058$0 ;
+  input [17:0] \port$20058$14 ;
+  wire [17:0] \port$20058$14 ;
+  input [11:0] \port$7610$0 ;
+  wire [11:0] \port$7610$0 ;
+  input [17:0] \port$7610$14 ;
+  wire [17:0] \port$7610$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -80337,15 +80273,15 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (aw_grant)
       3'h0:
-          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$20082$14 , \port$20082$0  };
+          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$20050$14 , \port$20050$0  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$17577$14 , \port$17577$0  };
+          aw_sel = { 19'h02c00, \port$17545$14 , \port$17545$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$17357$14 , \port$17357$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$17325$14 , \port$17325$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$19882$14 , \port$19882$0  };
+          aw_sel = { 19'h02c00, \port$19850$14 , \port$19850$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$19662$14 , \port$19662$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$19630$14 , \port$19630$0  };
     endcase
   end
   always @* begin
@@ -80433,15 +80369,15 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (ar_grant)
       3'h0:
-          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$20090$14 , \port$20090$0  };
+          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$20058$14 , \port$20058$0  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$7626$14 , \port$7626$0  };
+          ar_sel = { 19'h02c0c, \port$7610$14 , \port$7610$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$17320$14 , \port$17320$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$17288$14 , \port$17288$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$12975$14 , \port$12975$0  };
+          ar_sel = { 19'h02c0c, \port$12943$14 , \port$12943$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$19625$14 , \port$19625$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$19593$14 , \port$19593$0  };
     endcase
   end
   always @* begin
@@ -80870,25 +80806,25 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
       \$229  = 73'h0000000000000000000;
     end
   end
-  assign s0__awaddr = { 2'h0, \port$20082$14 , \port$20082$0  };
+  assign s0__awaddr = { 2'h0, \port$20050$14 , \port$20050$0  };
   assign s0__awsize = 3'h3;
   assign s0__awburst = 2'h1;
   assign s0__awid = 4'h0;
-  assign s1__awaddr = { 2'h0, \port$17577$14 , \port$17577$0  };
+  assign s1__awaddr = { 2'h0, \port$17545$14 , \port$17545$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$17357$14 , \port$17357$0  };
+  assign s2__awaddr = { 2'h0, \port$17325$14 , \port$17325$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$19882$14 , \port$19882$0  };
+  assign s3__awaddr = { 2'h0, \port$19850$14 , \port$19850$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$19662$14 , \port$19662$0  };
+  assign s4__awaddr = { 2'h0, \port$19630$14 , \port$19630$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -80911,25 +80847,25 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign b_resp_4 = s4__bresp;
   assign w_addr = wr__addr;
   assign wr__data = w_data;
-  assign s0__araddr = { 2'h0, \port$20090$14 , \port$20090$0  };
+  assign s0__araddr = { 2'h0, \port$20058$14 , \port$20058$0  };
   assign s0__arsize = 3'h3;
   assign s0__arburst = 2'h1;
   assign s0__arid = 4'h0;
-  assign s1__araddr = { 2'h0, \port$7626$14 , \port$7626$0  };
+  assign s1__araddr = { 2'h0, \port$7610$14 , \port$7610$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$17320$14 , \port$17320$0  };
+  assign s2__araddr = { 2'h0, \port$17288$14 , \port$17288$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$12975$14 , \port$12975$0  };
+  assign s3__araddr = { 2'h0, \port$12943$14 , \port$12943$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$19625$14 , \port$19625$0  };
+  assign s4__araddr = { 2'h0, \port$19593$14 , \port$19593$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -81119,9 +81055,9 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid, s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready
 , s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready, s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp
-, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2184$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7626$0 , \port$7626$14 , s4__wdata, s4__wstrb, \port$12975$0 , \port$12975$14 , s0__wdata, s0__wstrb
-, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$17320$0 , \port$17320$14 , s2__arlen, \port$17357$0 , \port$17357$14 , s2__awlen
-, \port$17577$0 , \port$17577$14 , s1__wdata, \port$19625$0 , \port$19625$14 , s4__arlen, \port$19662$0 , \port$19662$14 , s4__awlen, \port$19882$0 , \port$19882$14 , s3__wdata, \port$20082$0 , \port$20082$14 , s0__awlen, \port$20090$0 , \port$20090$14 , s0__arlen, clk);
+, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2184$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7610$0 , \port$7610$14 , s4__wdata, s4__wstrb, \port$12943$0 , \port$12943$14 , s0__wdata, s0__wstrb
+, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$17288$0 , \port$17288$14 , s2__arlen, \port$17325$0 , \port$17325$14 , s2__awlen
+, \port$17545$0 , \port$17545$14 , s1__wdata, \port$19593$0 , \port$19593$14 , s4__arlen, \port$19630$0 , \port$19630$14 , s4__awlen, \port$19850$0 , \port$19850$14 , s3__wdata, \port$20050$0 , \port$20050$14 , s0__awlen, \port$20058$0 , \port$20058$14 , s0__arlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$153  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -81406,48 +81342,48 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   wire \pending.last ;
   wire [2:0] \pending.port ;
   reg pending_valid = 1'h0;
-  input [11:0] \port$12975$0 ;
-  wire [11:0] \port$12975$0 ;
-  input [17:0] \port$12975$14 ;
-  wire [17:0] \port$12975$14 ;
-  input [11:0] \port$17320$0 ;
-  wire [11:0] \port$17320$0 ;
-  input [17:0] \port$17320$14 ;
-  wire [17:0] \port$17320$14 ;
-  input [11:0] \port$17357$0 ;
-  wire [11:0] \port$17357$0 ;
-  input [17:0] \port$17357$14 ;
-  wire [17:0] \port$17357$14 ;
-  input [11:0] \port$17577$0 ;
-  wire [11:0] \port$17577$0 ;
-  input [17:0] \port$17577$14 ;
-  wire [17:0] \port$17577$14 ;
-  input [11:0] \port$19625$0 ;
-  wire [11:0] \port$19625$0 ;
-  input [17:0] \port$19625$14 ;
-  wire [17:0] \port$19625$14 ;
-  input [11:0] \port$19662$0 ;
-  wire [11:0] \port$19662$0 ;
-  input [17:0] \port$19662$14 ;
-  wire [17:0] \port$19662$14 ;
-  input [11:0] \port$19882$0 ;
-  wire [11:0] \port$19882$0 ;
-  input [17:0] \port$19882$14 ;
-  wire [17:0] \port$19882$14 ;
-  input [11:0] \port$20082$0 ;
-  wire [11:0] \port$20082$0 ;
-  input [17:0] \port$20082$14 ;
-  wire [17:0] \port$20082$14 ;
-  input [11:0] \port$20090$0 ;
-  wire [11:0] \port$20090$0 ;
-  input [17:0] \port$20090$14 ;
-  wire [17:0] \port$20090$14 ;
+  input [11:0] \port$12943$0 ;
+  wire [11:0] \port$12943$0 ;
+  input [17:0] \port$12943$14 ;
+  wire [17:0] \port$12943$14 ;
+  input [11:0] \port$17288$0 ;
+  wire [11:0] \port$17288$0 ;
+  input [17:0] \port$17288$14 ;
+  wire [17:0] \port$17288$14 ;
+  input [11:0] \port$17325$0 ;
+  wire [11:0] \port$17325$0 ;
+  input [17:0] \port$17325$14 ;
+  wire [17:0] \port$17325$14 ;
+  input [11:0] \port$17545$0 ;
+  wire [11:0] \port$17545$0 ;
+  input [17:0] \port$17545$14 ;
+  wire [17:0] \port$17545$14 ;
+  input [11:0] \port$19593$0 ;
+  wire [11:0] \port$19593$0 ;
+  input [17:0] \port$19593$14 ;
+  wire [17:0] \port$19593$14 ;
+  input [11:0] \port$19630$0 ;
+  wire [11:0] \port$19630$0 ;
+  input [17:0] \port$19630$14 ;
+  wire [17:0] \port$19630$14 ;
+  input [11:0] \port$19850$0 ;
+  wire [11:0] \port$19850$0 ;
+  input [17:0] \port$19850$14 ;
+  wire [17:0] \port$19850$14 ;
+  input [11:0] \port$20050$0 ;
+  wire [11:0] \port$20050$0 ;
+  input [17:0] \port$20050$14 ;
+  wire [17:0] \port$20050$14 ;
+  input [11:0] \port$20058$0 ;
+  wire [11:0] \port$20058$0 ;
+  input [17:0] \port$20058$14 ;
+  wire [17:0] \port$20058$14 ;
   output [67:0] \port$2184$0 ;
   wire [67:0] \port$2184$0 ;
-  input [11:0] \port$7626$0 ;
-  wire [11:0] \port$7626$0 ;
-  input [17:0] \port$7626$14 ;
-  wire [17:0] \port$7626$14 ;
+  input [11:0] \port$7610$0 ;
+  wire [11:0] \port$7610$0 ;
+  input [17:0] \port$7610$14 ;
+  wire [17:0] \port$7610$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -82038,15 +81974,15 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (aw_grant)
       3'h0:
-          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$20082$14 , \port$20082$0  };
+          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$20050$14 , \port$20050$0  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$17577$14 , \port$17577$0  };
+          aw_sel = { 19'h02c00, \port$17545$14 , \port$17545$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$17357$14 , \port$17357$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$17325$14 , \port$17325$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$19882$14 , \port$19882$0  };
+          aw_sel = { 19'h02c00, \port$19850$14 , \port$19850$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$19662$14 , \port$19662$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$19630$14 , \port$19630$0  };
     endcase
   end
   always @* begin
@@ -82134,15 +82070,15 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (ar_grant)
       3'h0:
-          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$20090$14 , \port$20090$0  };
+          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$20058$14 , \port$20058$0  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$7626$14 , \port$7626$0  };
+          ar_sel = { 19'h02c0c, \port$7610$14 , \port$7610$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$17320$14 , \port$17320$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$17288$14 , \port$17288$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$12975$14 , \port$12975$0  };
+          ar_sel = { 19'h02c0c, \port$12943$14 , \port$12943$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$19625$14 , \port$19625$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$19593$14 , \port$19593$0  };
     endcase
   end
   always @* begin
@@ -82571,25 +82507,25 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
       \$229  = 73'h0000000000000000000;
     end
   end
-  assign s0__awaddr = { 2'h0, \port$20082$14 , \port$20082$0  };
+  assign s0__awaddr = { 2'h0, \port$20050$14 , \port$20050$0  };
   assign s0__awsize = 3'h3;
   assign s0__awburst = 2'h1;
   assign s0__awid = 4'h0;
-  assign s1__awaddr = { 2'h0, \port$17577$14 , \port$17577$0  };
+  assign s1__awaddr = { 2'h0, \port$17545$14 , \port$17545$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$17357$14 , \port$17357$0  };
+  assign s2__awaddr = { 2'h0, \port$17325$14 , \port$17325$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$19882$14 , \port$19882$0  };
+  assign s3__awaddr = { 2'h0, \port$19850$14 , \port$19850$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$19662$14 , \port$19662$0  };
+  assign s4__awaddr = { 2'h0, \port$19630$14 , \port$19630$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -82612,25 +82548,25 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign b_resp_4 = s4__bresp;
   assign w_addr = wr__addr;
   assign wr__data = w_data;
-  assign s0__araddr = { 2'h0, \port$20090$14 , \port$20090$0  };
+  assign s0__araddr = { 2'h0, \port$20058$14 , \port$20058$0  };
   assign s0__arsize = 3'h3;
   assign s0__arburst = 2'h1;
   assign s0__arid = 4'h0;
-  assign s1__araddr = { 2'h0, \port$7626$14 , \port$7626$0  };
+  assign s1__araddr = { 2'h0, \port$7610$14 , \port$7610$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$17320$14 , \port$17320$0  };
+  assign s2__araddr = { 2'h0, \port$17288$14 , \port$17288$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$12975$14 , \port$12975$0  };
+  assign s3__araddr = { 2'h0, \port$12943$14 , \port$12943$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$19625$14 , \port$19625$0  };
+  assign s4__araddr = { 2'h0, \port$19593$14 , \port$19593$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -82820,9 +82756,9 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid, s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready
 , s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready, s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp
-, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2520$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7626$0 , \port$7626$14 , s4__wdata, s4__wstrb, \port$12975$0 , \port$12975$14 , s0__wdata, s0__wstrb
-, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$17320$0 , \port$17320$14 , s2__arlen, \port$17357$0 , \port$17357$14 , s2__awlen
-, \port$17577$0 , \port$17577$14 , s1__wdata, \port$19625$0 , \port$19625$14 , s4__arlen, \port$19662$0 , \port$19662$14 , s4__awlen, \port$19882$0 , \port$19882$14 , s3__wdata, \port$20082$0 , \port$20082$14 , s0__awlen, \port$20090$0 , \port$20090$14 , s0__arlen, clk);
+, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2520$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7610$0 , \port$7610$14 , s4__wdata, s4__wstrb, \port$12943$0 , \port$12943$14 , s0__wdata, s0__wstrb
+, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$17288$0 , \port$17288$14 , s2__arlen, \port$17325$0 , \port$17325$14 , s2__awlen
+, \port$17545$0 , \port$17545$14 , s1__wdata, \port$19593$0 , \port$19593$14 , s4__arlen, \port$19630$0 , \port$19630$14 , s4__awlen, \port$19850$0 , \port$19850$14 , s3__wdata, \port$20050$0 , \port$20050$14 , s0__awlen, \port$20058$0 , \port$20058$14 , s0__arlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$155  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -83107,48 +83043,48 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   wire \pending.last ;
   wire [2:0] \pending.port ;
   reg pending_valid = 1'h0;
-  input [11:0] \port$12975$0 ;
-  wire [11:0] \port$12975$0 ;
-  input [17:0] \port$12975$14 ;
-  wire [17:0] \port$12975$14 ;
-  input [11:0] \port$17320$0 ;
-  wire [11:0] \port$17320$0 ;
-  input [17:0] \port$17320$14 ;
-  wire [17:0] \port$17320$14 ;
-  input [11:0] \port$17357$0 ;
-  wire [11:0] \port$17357$0 ;
-  input [17:0] \port$17357$14 ;
-  wire [17:0] \port$17357$14 ;
-  input [11:0] \port$17577$0 ;
-  wire [11:0] \port$17577$0 ;
-  input [17:0] \port$17577$14 ;
-  wire [17:0] \port$17577$14 ;
-  input [11:0] \port$19625$0 ;
-  wire [11:0] \port$19625$0 ;
-  input [17:0] \port$19625$14 ;
-  wire [17:0] \port$19625$14 ;
-  input [11:0] \port$19662$0 ;
-  wire [11:0] \port$19662$0 ;
-  input [17:0] \port$19662$14 ;
-  wire [17:0] \port$19662$14 ;
-  input [11:0] \port$19882$0 ;
-  wire [11:0] \port$19882$0 ;
-  input [17:0] \port$19882$14 ;
-  wire [17:0] \port$19882$14 ;
-  input [11:0] \port$20082$0 ;
-  wire [11:0] \port$20082$0 ;
-  input [17:0] \port$20082$14 ;
-  wire [17:0] \port$20082$14 ;
-  input [11:0] \port$20090$0 ;
-  wire [11:0] \port$20090$0 ;
-  input [17:0] \port$20090$14 ;
-  wire [17:0] \port$20090$14 ;
+  input [11:0] \port$12943$0 ;
+  wire [11:0] \port$12943$0 ;
+  input [17:0] \port$12943$14 ;
+  wire [17:0] \port$12943$14 ;
+  input [11:0] \port$17288$0 ;
+  wire [11:0] \port$17288$0 ;
+  input [17:0] \port$17288$14 ;
+  wire [17:0] \port$17288$14 ;
+  input [11:0] \port$17325$0 ;
+  wire [11:0] \port$17325$0 ;
+  input [17:0] \port$17325$14 ;
+  wire [17:0] \port$17325$14 ;
+  input [11:0] \port$17545$0 ;
+  wire [11:0] \port$17545$0 ;
+  input [17:0] \port$17545$14 ;
+  wire [17:0] \port$17545$14 ;
+  input [11:0] \port$19593$0 ;
+  wire [11:0] \port$19593$0 ;
+  input [17:0] \port$19593$14 ;
+  wire [17:0] \port$19593$14 ;
+  input [11:0] \port$19630$0 ;
+  wire [11:0] \port$19630$0 ;
+  input [17:0] \port$19630$14 ;
+  wire [17:0] \port$19630$14 ;
+  input [11:0] \port$19850$0 ;
+  wire [11:0] \port$19850$0 ;
+  input [17:0] \port$19850$14 ;
+  wire [17:0] \port$19850$14 ;
+  input [11:0] \port$20050$0 ;
+  wire [11:0] \port$20050$0 ;
+  input [17:0] \port$20050$14 ;
+  wire [17:0] \port$20050$14 ;
+  input [11:0] \port$20058$0 ;
+  wire [11:0] \port$20058$0 ;
+  input [17:0] \port$20058$14 ;
+  wire [17:0] \port$20058$14 ;
   output [67:0] \port$2520$0 ;
   wire [67:0] \port$2520$0 ;
-  input [11:0] \port$7626$0 ;
-  wire [11:0] \port$7626$0 ;
-  input [17:0] \port$7626$14 ;
-  wire [17:0] \port$7626$14 ;
+  input [11:0] \port$7610$0 ;
+  wire [11:0] \port$7610$0 ;
+  input [17:0] \port$7610$14 ;
+  wire [17:0] \port$7610$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -83739,15 +83675,15 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (aw_grant)
       3'h0:
-          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$20082$14 , \port$20082$0  };
+          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$20050$14 , \port$20050$0  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$17577$14 , \port$17577$0  };
+          aw_sel = { 19'h02c00, \port$17545$14 , \port$17545$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$17357$14 , \port$17357$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$17325$14 , \port$17325$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$19882$14 , \port$19882$0  };
+          aw_sel = { 19'h02c00, \port$19850$14 , \port$19850$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$19662$14 , \port$19662$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$19630$14 , \port$19630$0  };
     endcase
   end
   always @* begin
@@ -83835,15 +83771,15 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (ar_grant)
       3'h0:
-          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$20090$14 , \port$20090$0  };
+          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$20058$14 , \port$20058$0  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$7626$14 , \port$7626$0  };
+          ar_sel = { 19'h02c0c, \port$7610$14 , \port$7610$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$17320$14 , \port$17320$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$17288$14 , \port$17288$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$12975$14 , \port$12975$0  };
+          ar_sel = { 19'h02c0c, \port$12943$14 , \port$12943$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$19625$14 , \port$19625$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$19593$14 , \port$19593$0  };
     endcase
   end
   always @* begin
@@ -84272,25 +84208,25 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
       \$229  = 73'h0000000000000000000;
     end
   end
-  assign s0__awaddr = { 2'h0, \port$20082$14 , \port$20082$0  };
+  assign s0__awaddr = { 2'h0, \port$20050$14 , \port$20050$0  };
   assign s0__awsize = 3'h3;
   assign s0__awburst = 2'h1;
   assign s0__awid = 4'h0;
-  assign s1__awaddr = { 2'h0, \port$17577$14 , \port$17577$0  };
+  assign s1__awaddr = { 2'h0, \port$17545$14 , \port$17545$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$17357$14 , \port$17357$0  };
+  assign s2__awaddr = { 2'h0, \port$17325$14 , \port$17325$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$19882$14 , \port$19882$0  };
+  assign s3__awaddr = { 2'h0, \port$19850$14 , \port$19850$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$19662$14 , \port$19662$0  };
+  assign s4__awaddr = { 2'h0, \port$19630$14 , \port$19630$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -84313,25 +84249,25 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign b_resp_4 = s4__bresp;
   assign w_addr = wr__addr;
   assign wr__data = w_data;
-  assign s0__araddr = { 2'h0, \port$20090$14 , \port$20090$0  };
+  assign s0__araddr = { 2'h0, \port$20058$14 , \port$20058$0  };
   assign s0__arsize = 3'h3;
   assign s0__arburst = 2'h1;
   assign s0__arid = 4'h0;
-  assign s1__araddr = { 2'h0, \port$7626$14 , \port$7626$0  };
+  assign s1__araddr = { 2'h0, \port$7610$14 , \port$7610$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$17320$14 , \port$17320$0  };
+  assign s2__araddr = { 2'h0, \port$17288$14 , \port$17288$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$12975$14 , \port$12975$0  };
+  assign s3__araddr = { 2'h0, \port$12943$14 , \port$12943$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$19625$14 , \port$19625$0  };
+  assign s4__araddr = { 2'h0, \port$19593$14 , \port$19593$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -84521,9 +84457,9 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid, s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready
 , s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready, s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp
-, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2856$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7626$0 , \port$7626$14 , s4__wdata, s4__wstrb, \port$12975$0 , \port$12975$14 , s0__wdata, s0__wstrb
-, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$17320$0 , \port$17320$14 , s2__arlen, \port$17357$0 , \port$17357$14 , s2__awlen
-, \port$17577$0 , \port$17577$14 , s1__wdata, \port$19625$0 , \port$19625$14 , s4__arlen, \port$19662$0 , \port$19662$14 , s4__awlen, \port$19882$0 , \port$19882$14 , s3__wdata, \port$20082$0 , \port$20082$14 , s0__awlen, \port$20090$0 , \port$20090$14 , s0__arlen, clk);
+, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2856$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7610$0 , \port$7610$14 , s4__wdata, s4__wstrb, \port$12943$0 , \port$12943$14 , s0__wdata, s0__wstrb
+, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$17288$0 , \port$17288$14 , s2__arlen, \port$17325$0 , \port$17325$14 , s2__awlen
+, \port$17545$0 , \port$17545$14 , s1__wdata, \port$19593$0 , \port$19593$14 , s4__arlen, \port$19630$0 , \port$19630$14 , s4__awlen, \port$19850$0 , \port$19850$14 , s3__wdata, \port$20050$0 , \port$20050$14 , s0__awlen, \port$20058$0 , \port$20058$14 , s0__arlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$157  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -84808,48 +84744,48 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   wire \pending.last ;
   wire [2:0] \pending.port ;
   reg pending_valid = 1'h0;
-  input [11:0] \port$12975$0 ;
-  wire [11:0] \port$12975$0 ;
-  input [17:0] \port$12975$14 ;
-  wire [17:0] \port$12975$14 ;
-  input [11:0] \port$17320$0 ;
-  wire [11:0] \port$17320$0 ;
-  input [17:0] \port$17320$14 ;
-  wire [17:0] \port$17320$14 ;
-  input [11:0] \port$17357$0 ;
-  wire [11:0] \port$17357$0 ;
-  input [17:0] \port$17357$14 ;
-  wire [17:0] \port$17357$14 ;
-  input [11:0] \port$17577$0 ;
-  wire [11:0] \port$17577$0 ;
-  input [17:0] \port$17577$14 ;
-  wire [17:0] \port$17577$14 ;
-  input [11:0] \port$19625$0 ;
-  wire [11:0] \port$19625$0 ;
-  input [17:0] \port$19625$14 ;
-  wire [17:0] \port$19625$14 ;
-  input [11:0] \port$19662$0 ;
-  wire [11:0] \port$19662$0 ;
-  input [17:0] \port$19662$14 ;
-  wire [17:0] \port$19662$14 ;
-  input [11:0] \port$19882$0 ;
-  wire [11:0] \port$19882$0 ;
-  input [17:0] \port$19882$14 ;
-  wire [17:0] \port$19882$14 ;
-  input [11:0] \port$20082$0 ;
-  wire [11:0] \port$20082$0 ;
-  input [17:0] \port$20082$14 ;
-  wire [17:0] \port$20082$14 ;
-  input [11:0] \port$20090$0 ;
-  wire [11:0] \port$20090$0 ;
-  input [17:0] \port$20090$14 ;
-  wire [17:0] \port$20090$14 ;
+  input [11:0] \port$12943$0 ;
+  wire [11:0] \port$12943$0 ;
+  input [17:0] \port$12943$14 ;
+  wire [17:0] \port$12943$14 ;
+  input [11:0] \port$17288$0 ;
+  wire [11:0] \port$17288$0 ;
+  input [17:0] \port$17288$14 ;
+  wire [17:0] \port$17288$14 ;
+  input [11:0] \port$17325$0 ;
+  wire [11:0] \port$17325$0 ;
+  input [17:0] \port$17325$14 ;
+  wire [17:0] \port$17325$14 ;
+  input [11:0] \port$17545$0 ;
+  wire [11:0] \port$17545$0 ;
+  input [17:0] \port$17545$14 ;
+  wire [17:0] \port$17545$14 ;
+  input [11:0] \port$19593$0 ;
+  wire [11:0] \port$19593$0 ;
+  input [17:0] \port$19593$14 ;
+  wire [17:0] \port$19593$14 ;
+  input [11:0] \port$19630$0 ;
+  wire [11:0] \port$19630$0 ;
+  input [17:0] \port$19630$14 ;
+  wire [17:0] \port$19630$14 ;
+  input [11:0] \port$19850$0 ;
+  wire [11:0] \port$19850$0 ;
+  input [17:0] \port$19850$14 ;
+  wire [17:0] \port$19850$14 ;
+  input [11:0] \port$20050$0 ;
+  wire [11:0] \port$20050$0 ;
+  input [17:0] \port$20050$14 ;
+  wire [17:0] \port$20050$14 ;
+  input [11:0] \port$20058$0 ;
+  wire [11:0] \port$20058$0 ;
+  input [17:0] \port$20058$14 ;
+  wire [17:0] \port$20058$14 ;
   output [67:0] \port$2856$0 ;
   wire [67:0] \port$2856$0 ;
-  input [11:0] \port$7626$0 ;
-  wire [11:0] \port$7626$0 ;
-  input [17:0] \port$7626$14 ;
-  wire [17:0] \port$7626$14 ;
+  input [11:0] \port$7610$0 ;
+  wire [11:0] \port$7610$0 ;
+  input [17:0] \port$7610$14 ;
+  wire [17:0] \port$7610$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -85440,15 +85376,15 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (aw_grant)
       3'h0:
-          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$20082$14 , \port$20082$0  };
+          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$20050$14 , \port$20050$0  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$17577$14 , \port$17577$0  };
+          aw_sel = { 19'h02c00, \port$17545$14 , \port$17545$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$17357$14 , \port$17357$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$17325$14 , \port$17325$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$19882$14 , \port$19882$0  };
+          aw_sel = { 19'h02c00, \port$19850$14 , \port$19850$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$19662$14 , \port$19662$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$19630$14 , \port$19630$0  };
     endcase
   end
   always @* begin
@@ -85536,15 +85472,15 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (ar_grant)
       3'h0:
-          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$20090$14 , \port$20090$0  };
+          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$20058$14 , \port$20058$0  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$7626$14 , \port$7626$0  };
+          ar_sel = { 19'h02c0c, \port$7610$14 , \port$7610$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$17320$14 , \port$17320$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$17288$14 , \port$17288$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$12975$14 , \port$12975$0  };
+          ar_sel = { 19'h02c0c, \port$12943$14 , \port$12943$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$19625$14 , \port$19625$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$19593$14 , \port$19593$0  };
     endcase
   end
   always @* begin
@@ -85973,25 +85909,25 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
       \$229  = 73'h0000000000000000000;
     end
   end
-  assign s0__awaddr = { 2'h0, \port$20082$14 , \port$20082$0  };
+  assign s0__awaddr = { 2'h0, \port$20050$14 , \port$20050$0  };
   assign s0__awsize = 3'h3;
   assign s0__awburst = 2'h1;
   assign s0__awid = 4'h0;
-  assign s1__awaddr = { 2'h0, \port$17577$14 , \port$17577$0  };
+  assign s1__awaddr = { 2'h0, \port$17545$14 , \port$17545$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$17357$14 , \port$17357$0  };
+  assign s2__awaddr = { 2'h0, \port$17325$14 , \port$17325$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$19882$14 , \port$19882$0  };
+  assign s3__awaddr = { 2'h0, \port$19850$14 , \port$19850$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$19662$14 , \port$19662$0  };
+  assign s4__awaddr = { 2'h0, \port$19630$14 , \port$19630$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -86014,25 +85950,25 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign b_resp_4 = s4__bresp;
   assign w_addr = wr__addr;
   assign wr__data = w_data;
-  assign s0__araddr = { 2'h0, \port$20090$14 , \port$20090$0  };
+  assign s0__araddr = { 2'h0, \port$20058$14 , \port$20058$0  };
   assign s0__arsize = 3'h3;
   assign s0__arburst = 2'h1;
   assign s0__arid = 4'h0;
-  assign s1__araddr = { 2'h0, \port$7626$14 , \port$7626$0  };
+  assign s1__araddr = { 2'h0, \port$7610$14 , \port$7610$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$17320$14 , \port$17320$0  };
+  assign s2__araddr = { 2'h0, \port$17288$14 , \port$17288$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$12975$14 , \port$12975$0  };
+  assign s3__araddr = { 2'h0, \port$12943$14 , \port$12943$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$19625$14 , \port$19625$0  };
+  assign s4__araddr = { 2'h0, \port$19593$14 , \port$19593$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -87031,14 +86967,14 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLOBAL_CYCLES_LO__read, GLOBAL_RESET_write, QUEUE0_RING_LOG2_write, QUEUE0_DOORBELL_write, QUEUE0_CONTROL_write, QUEUE0_RESET_write, QUEUE1_RING_LOG2_write, QUEUE1_DOORBELL_write, QUEUE1_CONTROL_write, QUEUE1_RESET_write, PERF0_CONTROL_write, PERF0_MACS_LO__read, PERF1_CONTROL_write, PERF1_MACS_LO__read, TRACE0_CONTROL_write, TRACE0_DATA_HI__read, TRACE1_CONTROL_write
-, TRACE1_DATA_HI__read, \port$3011$0 , \port$7569$0 , PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ__value, PERF0_BYTES_WRITTEN__value, PERF0_BUSY_VECTOR__value, PERF0_TABLE_HITS__value, PERF0_TABLE_UNDERFLOWS__value, PERF0_TABLE_OVERFLOWS__value, PERF0_MACS_LO__value, TRACE0_DATA_LO__value, TRACE0_DATA_HI__value, \port$8300$0 , \port$8360$0 , \port$12918$0 , PERF1_BUSY_COMPUTE__value, PERF1_BYTES_READ__value, PERF1_BYTES_WRITTEN__value, PERF1_BUSY_VECTOR__value, PERF1_TABLE_HITS__value
-, PERF1_TABLE_UNDERFLOWS__value, PERF1_TABLE_OVERFLOWS__value, PERF1_MACS_LO__value, TRACE1_DATA_LO__value, TRACE1_DATA_HI__value, \port$13649$0 , bus__bready, bus__rready, GLOBAL_SEM0__set, GLOBAL_SEM1__set, GLOBAL_SEM2__set, GLOBAL_SEM3__set, GLOBAL_SEM4__set, GLOBAL_SEM5__set, GLOBAL_SEM6__set, GLOBAL_SEM7__set, GLOBAL_SEM8__set, GLOBAL_SEM9__set, GLOBAL_SEM10__set, GLOBAL_SEM11__set, GLOBAL_SEM12__set
+, TRACE1_DATA_HI__read, \port$3011$0 , \port$7553$0 , PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ__value, PERF0_BYTES_WRITTEN__value, PERF0_BUSY_VECTOR__value, PERF0_TABLE_HITS__value, PERF0_TABLE_UNDERFLOWS__value, PERF0_TABLE_OVERFLOWS__value, PERF0_MACS_LO__value, TRACE0_DATA_LO__value, TRACE0_DATA_HI__value, \port$8284$0 , \port$8344$0 , \port$12886$0 , PERF1_BUSY_COMPUTE__value, PERF1_BYTES_READ__value, PERF1_BYTES_WRITTEN__value, PERF1_BUSY_VECTOR__value, PERF1_TABLE_HITS__value
+, PERF1_TABLE_UNDERFLOWS__value, PERF1_TABLE_OVERFLOWS__value, PERF1_MACS_LO__value, TRACE1_DATA_LO__value, TRACE1_DATA_HI__value, \port$13617$0 , bus__bready, bus__rready, GLOBAL_SEM0__set, GLOBAL_SEM1__set, GLOBAL_SEM2__set, GLOBAL_SEM3__set, GLOBAL_SEM4__set, GLOBAL_SEM5__set, GLOBAL_SEM6__set, GLOBAL_SEM7__set, GLOBAL_SEM8__set, GLOBAL_SEM9__set, GLOBAL_SEM10__set, GLOBAL_SEM11__set, GLOBAL_SEM12__set
 , GLOBAL_SEM13__set, GLOBAL_SEM14__set, GLOBAL_SEM15__set, QUEUE0_CONTROL__set, QUEUE0_CONTROL__set_value, TRACE0_CONTROL__set, TRACE0_CONTROL__set_value, QUEUE0_RING_BASE__set, QUEUE0_RING_BASE__set_value, QUEUE0_RING_LOG2__set, QUEUE0_RING_LOG2__set_value, QUEUE0_CQ_BASE__set, QUEUE0_CQ_BASE__set_value, QUEUE0_IRQ_STATUS__clear, QUEUE0_IRQ_MASK__set, QUEUE0_IRQ_MASK__set_value, QUEUE0_DMA_BASE__set, QUEUE0_DMA_BASE__set_value, QUEUE0_DMA_LIMIT__set, QUEUE0_DMA_LIMIT__set_value, QUEUE0_WATCHDOG__set
 , QUEUE0_WATCHDOG__set_value, QUEUE1_CONTROL__set, QUEUE1_CONTROL__set_value, TRACE1_CONTROL__set, TRACE1_CONTROL__set_value, QUEUE1_RING_BASE__set, QUEUE1_RING_BASE__set_value, QUEUE1_RING_LOG2__set, QUEUE1_RING_LOG2__set_value, QUEUE1_CQ_BASE__set, QUEUE1_CQ_BASE__set_value, QUEUE1_IRQ_STATUS__clear, QUEUE1_IRQ_MASK__set, QUEUE1_IRQ_MASK__set_value, QUEUE1_DMA_BASE__set, QUEUE1_DMA_BASE__set_value, QUEUE1_DMA_LIMIT__set, QUEUE1_DMA_LIMIT__set_value, QUEUE1_WATCHDOG__set, QUEUE1_WATCHDOG__set_value, GLOBAL_SEM0__set_value
 , GLOBAL_SEM1__set_value, GLOBAL_SEM2__set_value, GLOBAL_SEM3__set_value, GLOBAL_SEM4__set_value, GLOBAL_SEM5__set_value, GLOBAL_SEM6__set_value, GLOBAL_SEM7__set_value, GLOBAL_SEM8__set_value, GLOBAL_SEM9__set_value, GLOBAL_SEM10__set_value, GLOBAL_SEM11__set_value, GLOBAL_SEM12__set_value, GLOBAL_SEM13__set_value, GLOBAL_SEM14__set_value, GLOBAL_SEM15__set_value, GLOBAL_CYCLES_LO__value, GLOBAL_CYCLES_HI__value, GLOBAL_SCRATCH__wdata, bus__bvalid, bus__bresp, bus__rvalid
 , bus__rdata, bus__rresp, GLOBAL_SEM0__value, GLOBAL_SEM1__value, GLOBAL_SEM2__value, GLOBAL_SEM3__value, GLOBAL_SEM4__value, GLOBAL_SEM5__value, GLOBAL_SEM6__value, GLOBAL_SEM7__value, GLOBAL_SEM8__value, GLOBAL_SEM9__value, GLOBAL_SEM10__value, GLOBAL_SEM11__value, GLOBAL_SEM12__value, GLOBAL_SEM13__value, GLOBAL_SEM14__value, GLOBAL_SEM15__value, QUEUE0_RING_BASE__value, QUEUE0_RING_LOG2__value, QUEUE0_CQ_BASE__value
-, QUEUE0_CONTROL__value, QUEUE0_IRQ_STATUS__value, QUEUE0_IRQ_MASK__value, QUEUE0_DMA_BASE__value, QUEUE0_DMA_LIMIT__value, QUEUE0_WATCHDOG__value, QUEUE1_RING_BASE__value, QUEUE1_RING_LOG2__value, QUEUE1_CQ_BASE__value, QUEUE1_CONTROL__value, QUEUE1_IRQ_STATUS__value, QUEUE1_IRQ_MASK__value, QUEUE1_DMA_BASE__value, QUEUE1_DMA_LIMIT__value, QUEUE1_WATCHDOG__value, TRACE0_CONTROL__value, TRACE1_CONTROL__value, \port$17438$0 , \port$17440$0 , \port$17446$0 , \port$17448$0 
-, \port$17450$0 , \port$17451$0 , \port$17602$0 , PERF0_CYCLES__value, PERF0_BUSY_LOAD__value, PERF0_BUSY_STORE__value, PERF0_STALL_DEP__value, PERF0_STALL_MEM__value, PERF0_MACS_HI__value, \port$19743$0 , \port$19745$0 , \port$19751$0 , \port$19753$0 , \port$19755$0 , \port$19756$0 , \port$19907$0 , PERF1_CYCLES__value, PERF1_BUSY_LOAD__value, PERF1_BUSY_STORE__value, PERF1_STALL_DEP__value, PERF1_STALL_MEM__value
+, QUEUE0_CONTROL__value, QUEUE0_IRQ_STATUS__value, QUEUE0_IRQ_MASK__value, QUEUE0_DMA_BASE__value, QUEUE0_DMA_LIMIT__value, QUEUE0_WATCHDOG__value, QUEUE1_RING_BASE__value, QUEUE1_RING_LOG2__value, QUEUE1_CQ_BASE__value, QUEUE1_CONTROL__value, QUEUE1_IRQ_STATUS__value, QUEUE1_IRQ_MASK__value, QUEUE1_DMA_BASE__value, QUEUE1_DMA_LIMIT__value, QUEUE1_WATCHDOG__value, TRACE0_CONTROL__value, TRACE1_CONTROL__value, \port$17406$0 , \port$17408$0 , \port$17414$0 , \port$17416$0 
+, \port$17418$0 , \port$17419$0 , \port$17570$0 , PERF0_CYCLES__value, PERF0_BUSY_LOAD__value, PERF0_BUSY_STORE__value, PERF0_STALL_DEP__value, PERF0_STALL_MEM__value, PERF0_MACS_HI__value, \port$19711$0 , \port$19713$0 , \port$19719$0 , \port$19721$0 , \port$19723$0 , \port$19724$0 , \port$19875$0 , PERF1_CYCLES__value, PERF1_BUSY_LOAD__value, PERF1_BUSY_STORE__value, PERF1_STALL_DEP__value, PERF1_STALL_MEM__value
 , PERF1_MACS_HI__value, bus__wvalid, bus__awvalid, bus__arvalid, bus__awaddr, bus__wdata, bus__araddr, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$161  = 0;
   wire \$1 ;
@@ -88242,46 +88178,46 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   wire clk;
   wire do_read;
   wire do_write;
-  input \port$12918$0 ;
-  wire \port$12918$0 ;
-  input [8:0] \port$13649$0 ;
-  wire [8:0] \port$13649$0 ;
-  input [15:0] \port$17438$0 ;
-  wire [15:0] \port$17438$0 ;
-  input [15:0] \port$17440$0 ;
-  wire [15:0] \port$17440$0 ;
-  input \port$17446$0 ;
-  wire \port$17446$0 ;
-  input [7:0] \port$17448$0 ;
-  wire [7:0] \port$17448$0 ;
-  input [15:0] \port$17450$0 ;
-  wire [15:0] \port$17450$0 ;
-  input \port$17451$0 ;
-  wire \port$17451$0 ;
-  input \port$17602$0 ;
-  wire \port$17602$0 ;
-  input [15:0] \port$19743$0 ;
-  wire [15:0] \port$19743$0 ;
-  input [15:0] \port$19745$0 ;
-  wire [15:0] \port$19745$0 ;
-  input \port$19751$0 ;
-  wire \port$19751$0 ;
-  input [7:0] \port$19753$0 ;
-  wire [7:0] \port$19753$0 ;
-  input [15:0] \port$19755$0 ;
-  wire [15:0] \port$19755$0 ;
-  input \port$19756$0 ;
-  wire \port$19756$0 ;
-  input \port$19907$0 ;
-  wire \port$19907$0 ;
+  input \port$12886$0 ;
+  wire \port$12886$0 ;
+  input [8:0] \port$13617$0 ;
+  wire [8:0] \port$13617$0 ;
+  input [15:0] \port$17406$0 ;
+  wire [15:0] \port$17406$0 ;
+  input [15:0] \port$17408$0 ;
+  wire [15:0] \port$17408$0 ;
+  input \port$17414$0 ;
+  wire \port$17414$0 ;
+  input [7:0] \port$17416$0 ;
+  wire [7:0] \port$17416$0 ;
+  input [15:0] \port$17418$0 ;
+  wire [15:0] \port$17418$0 ;
+  input \port$17419$0 ;
+  wire \port$17419$0 ;
+  input \port$17570$0 ;
+  wire \port$17570$0 ;
+  input [15:0] \port$19711$0 ;
+  wire [15:0] \port$19711$0 ;
+  input [15:0] \port$19713$0 ;
+  wire [15:0] \port$19713$0 ;
+  input \port$19719$0 ;
+  wire \port$19719$0 ;
+  input [7:0] \port$19721$0 ;
+  wire [7:0] \port$19721$0 ;
+  input [15:0] \port$19723$0 ;
+  wire [15:0] \port$19723$0 ;
+  input \port$19724$0 ;
+  wire \port$19724$0 ;
+  input \port$19875$0 ;
+  wire \port$19875$0 ;
   input \port$3011$0 ;
   wire \port$3011$0 ;
-  input \port$7569$0 ;
-  wire \port$7569$0 ;
-  input [8:0] \port$8300$0 ;
-  wire [8:0] \port$8300$0 ;
-  input \port$8360$0 ;
-  wire \port$8360$0 ;
+  input \port$7553$0 ;
+  wire \port$7553$0 ;
+  input [8:0] \port$8284$0 ;
+  wire [8:0] \port$8284$0 ;
+  input \port$8344$0 ;
+  wire \port$8344$0 ;
   wire [31:0] rd_data;
   wire rd_hit;
   input rst;
@@ -88293,7 +88229,7 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   wire wr_hit;
   wire wr_ok;
   wire writing;
-  assign \$343  = \$342  | { 30'h00000000, \port$19756$0 , \port$19907$0  };
+  assign \$343  = \$342  | { 30'h00000000, \port$19724$0 , \port$19875$0  };
   assign \$345  = QUEUE1_IRQ_STATUS__clear ? 32'd0 : \$344 ;
   always @(posedge clk)
     aw_full <= \$358 ;
@@ -88876,7 +88812,7 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   assign \$318  = QUEUE0_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
   assign \$319  = ~ \$318 ;
   assign \$320  = QUEUE0_IRQ_STATUS__value & \$319 ;
-  assign \$321  = \$320  | { 30'h00000000, \port$17451$0 , \port$17602$0  };
+  assign \$321  = \$320  | { 30'h00000000, \port$17419$0 , \port$17570$0  };
   assign \$323  = QUEUE0_IRQ_STATUS__clear ? 32'd0 : \$322 ;
   assign \$340  = QUEUE1_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
   assign \$341  = ~ \$340 ;
@@ -89448,16 +89384,16 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
       \$406  = 32'd0;
     end
   end
-  assign QUEUE0_HEAD__value = { 16'h0000, \port$17438$0  };
-  assign QUEUE0_TAIL__value = { 16'h0000, \port$17440$0  };
-  assign QUEUE0_STATUS__value = { 29'h00000000, \port$3011$0 , \port$17446$0 , \port$7569$0  };
-  assign QUEUE0_ERROR__value = { \port$17450$0 , 8'h00, \port$17448$0  };
-  assign QUEUE1_HEAD__value = { 16'h0000, \port$19743$0  };
-  assign QUEUE1_TAIL__value = { 16'h0000, \port$19745$0  };
-  assign QUEUE1_STATUS__value = { 29'h00000000, \port$8360$0 , \port$19751$0 , \port$12918$0  };
-  assign QUEUE1_ERROR__value = { \port$19755$0 , 8'h00, \port$19753$0  };
-  assign TRACE0_COUNT__value = { 23'h000000, \port$8300$0  };
-  assign TRACE1_COUNT__value = { 23'h000000, \port$13649$0  };
+  assign QUEUE0_HEAD__value = { 16'h0000, \port$17406$0  };
+  assign QUEUE0_TAIL__value = { 16'h0000, \port$17408$0  };
+  assign QUEUE0_STATUS__value = { 29'h00000000, \port$3011$0 , \port$17414$0 , \port$7553$0  };
+  assign QUEUE0_ERROR__value = { \port$17418$0 , 8'h00, \port$17416$0  };
+  assign QUEUE1_HEAD__value = { 16'h0000, \port$19711$0  };
+  assign QUEUE1_TAIL__value = { 16'h0000, \port$19713$0  };
+  assign QUEUE1_STATUS__value = { 29'h00000000, \port$8344$0 , \port$19719$0 , \port$12886$0  };
+  assign QUEUE1_ERROR__value = { \port$19723$0 , 8'h00, \port$19721$0  };
+  assign TRACE0_COUNT__value = { 23'h000000, \port$8284$0  };
+  assign TRACE1_COUNT__value = { 23'h000000, \port$13617$0  };
   assign GLOBAL_SCRATCH__write = GLOBAL_SCRATCH_write;
   assign w_data = GLOBAL_SCRATCH__wdata;
   assign GLOBAL_SCRATCH_reg = GLOBAL_SCRATCH__value;
@@ -89582,26 +89518,26 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   assign bus__wstrb = 4'hf;
   assign GLOBAL_SCRATCH__set = 1'h0;
   assign GLOBAL_SCRATCH__set_value = 32'd0;
-  assign QUEUE0_IRQ_STATUS__set = { 30'h00000000, \port$17451$0 , \port$17602$0  };
-  assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \port$19756$0 , \port$19907$0  };
+  assign QUEUE0_IRQ_STATUS__set = { 30'h00000000, \port$17419$0 , \port$17570$0  };
+  assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \port$19724$0 , \port$19875$0  };
   assign \$24  = GLOBAL_CYCLES_LO__value;
   assign \$28  = GLOBAL_CYCLES_HI__value;
   assign \$74 [31:16] = 16'h0000;
-  assign \$74 [15:0] = \port$17438$0 ;
+  assign \$74 [15:0] = \port$17406$0 ;
   assign \$78 [31:16] = 16'h0000;
-  assign \$78 [15:0] = \port$17440$0 ;
+  assign \$78 [15:0] = \port$17408$0 ;
   assign \$82 [31:3] = 29'h00000000;
-  assign \$82 [2:0] = { \port$3011$0 , \port$17446$0 , \port$7569$0  };
+  assign \$82 [2:0] = { \port$3011$0 , \port$17414$0 , \port$7553$0  };
   assign \$84 [15:8] = 8'h00;
-  assign { \$84 [31:16], \$84 [7:0] } = { \port$17450$0 , \port$17448$0  };
+  assign { \$84 [31:16], \$84 [7:0] } = { \port$17418$0 , \port$17416$0  };
   assign \$109 [31:16] = 16'h0000;
-  assign \$109 [15:0] = \port$19743$0 ;
+  assign \$109 [15:0] = \port$19711$0 ;
   assign \$113 [31:16] = 16'h0000;
-  assign \$113 [15:0] = \port$19745$0 ;
+  assign \$113 [15:0] = \port$19713$0 ;
   assign \$117 [31:3] = 29'h00000000;
-  assign \$117 [2:0] = { \port$8360$0 , \port$19751$0 , \port$12918$0  };
+  assign \$117 [2:0] = { \port$8344$0 , \port$19719$0 , \port$12886$0  };
   assign \$119 [15:8] = 8'h00;
-  assign { \$119 [31:16], \$119 [7:0] } = { \port$19755$0 , \port$19753$0  };
+  assign { \$119 [31:16], \$119 [7:0] } = { \port$19723$0 , \port$19721$0  };
   assign \$142  = PERF0_CYCLES__value;
   assign \$144  = PERF0_BUSY_LOAD__value;
   assign \$147  = PERF0_BUSY_COMPUTE__value;
@@ -89630,12 +89566,12 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   assign \$220  = PERF1_TABLE_HITS__value;
   assign \$222  = PERF1_TABLE_UNDERFLOWS__value;
   assign \$225  = PERF1_TABLE_OVERFLOWS__value;
-  assign \$237  = { 23'h000000, \port$8300$0  };
+  assign \$237  = { 23'h000000, \port$8284$0  };
   assign \$241  = TRACE0_DATA_LO__value;
   assign \$243  = TRACE0_DATA_HI__value;
   assign \$251  = 32'd0;
   assign \$253  = \$252 ;
-  assign \$254  = { 23'h000000, \port$13649$0  };
+  assign \$254  = { 23'h000000, \port$13617$0  };
   assign \$256  = TRACE1_DATA_LO__value;
   assign \$260  = TRACE1_DATA_HI__value;
   assign \$276  = GLOBAL_SCRATCH__wdata;
@@ -90041,8 +89977,8 @@ module \dx1_board.soc.reset1 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.semaphores (\port$14879$0 , \port$14881$0 , \port$14883$0 , \port$14885$0 , \port$14887$0 , \port$14889$0 , \port$14891$0 , \port$14893$0 , \port$14895$0 , \port$14897$0 , \port$14899$0 , \port$14901$0 , \port$14903$0 , \port$14905$0 , \port$14907$0 , grant0, set, set_value, grant1, index0, valid0
-, delta0, index1, valid1, delta1, \port$14877$0 );
+module \dx1_board.soc.semaphores (\port$14847$0 , \port$14849$0 , \port$14851$0 , \port$14853$0 , \port$14855$0 , \port$14857$0 , \port$14859$0 , \port$14861$0 , \port$14863$0 , \port$14865$0 , \port$14867$0 , \port$14869$0 , \port$14871$0 , \port$14873$0 , \port$14875$0 , grant0, set, set_value, grant1, index0, valid0
+, delta0, index1, valid1, delta1, \port$14845$0 );
   reg \$auto$verilog_backend.cc:2355:dump_module$164  = 0;
   wire \$1 ;
   wire [33:0] \$10 ;
@@ -90127,38 +90063,38 @@ module \dx1_board.soc.semaphores (\port$14879$0 , \port$14881$0 , \port$14883$0 
   wire [3:0] index0;
   input [3:0] index1;
   wire [3:0] index1;
-  input [31:0] \port$14877$0 ;
-  wire [31:0] \port$14877$0 ;
-  input [31:0] \port$14879$0 ;
-  wire [31:0] \port$14879$0 ;
-  input [31:0] \port$14881$0 ;
-  wire [31:0] \port$14881$0 ;
-  input [31:0] \port$14883$0 ;
-  wire [31:0] \port$14883$0 ;
-  input [31:0] \port$14885$0 ;
-  wire [31:0] \port$14885$0 ;
-  input [31:0] \port$14887$0 ;
-  wire [31:0] \port$14887$0 ;
-  input [31:0] \port$14889$0 ;
-  wire [31:0] \port$14889$0 ;
-  input [31:0] \port$14891$0 ;
-  wire [31:0] \port$14891$0 ;
-  input [31:0] \port$14893$0 ;
-  wire [31:0] \port$14893$0 ;
-  input [31:0] \port$14895$0 ;
-  wire [31:0] \port$14895$0 ;
-  input [31:0] \port$14897$0 ;
-  wire [31:0] \port$14897$0 ;
-  input [31:0] \port$14899$0 ;
-  wire [31:0] \port$14899$0 ;
-  input [31:0] \port$14901$0 ;
-  wire [31:0] \port$14901$0 ;
-  input [31:0] \port$14903$0 ;
-  wire [31:0] \port$14903$0 ;
-  input [31:0] \port$14905$0 ;
-  wire [31:0] \port$14905$0 ;
-  input [31:0] \port$14907$0 ;
-  wire [31:0] \port$14907$0 ;
+  input [31:0] \port$14845$0 ;
+  wire [31:0] \port$14845$0 ;
+  input [31:0] \port$14847$0 ;
+  wire [31:0] \port$14847$0 ;
+  input [31:0] \port$14849$0 ;
+  wire [31:0] \port$14849$0 ;
+  input [31:0] \port$14851$0 ;
+  wire [31:0] \port$14851$0 ;
+  input [31:0] \port$14853$0 ;
+  wire [31:0] \port$14853$0 ;
+  input [31:0] \port$14855$0 ;
+  wire [31:0] \port$14855$0 ;
+  input [31:0] \port$14857$0 ;
+  wire [31:0] \port$14857$0 ;
+  input [31:0] \port$14859$0 ;
+  wire [31:0] \port$14859$0 ;
+  input [31:0] \port$14861$0 ;
+  wire [31:0] \port$14861$0 ;
+  input [31:0] \port$14863$0 ;
+  wire [31:0] \port$14863$0 ;
+  input [31:0] \port$14865$0 ;
+  wire [31:0] \port$14865$0 ;
+  input [31:0] \port$14867$0 ;
+  wire [31:0] \port$14867$0 ;
+  input [31:0] \port$14869$0 ;
+  wire [31:0] \port$14869$0 ;
+  input [31:0] \port$14871$0 ;
+  wire [31:0] \port$14871$0 ;
+  input [31:0] \port$14873$0 ;
+  wire [31:0] \port$14873$0 ;
+  input [31:0] \port$14875$0 ;
+  wire [31:0] \port$14875$0 ;
   output [15:0] set;
   reg [15:0] set;
   output [255:0] set_value;
@@ -90200,72 +90136,72 @@ module \dx1_board.soc.semaphores (\port$14879$0 , \port$14881$0 , \port$14883$0 
   wire [31:0] \values[7] ;
   wire [31:0] \values[8] ;
   wire [31:0] \values[9] ;
-  assign \$32  = $signed({ 1'h0, \port$14905$0  }) + $signed(delta0);
+  assign \$32  = $signed({ 1'h0, \port$14873$0  }) + $signed(delta0);
   assign \$33  = index0 == 4'hf;
-  assign \$34  = $signed({ 1'h0, \port$14907$0  }) + $signed(delta0);
+  assign \$34  = $signed({ 1'h0, \port$14875$0  }) + $signed(delta0);
   assign \$35  = ~ granted0;
   assign \$36  = valid1 & \$35 ;
   assign \$37  = ! index1;
-  assign \$38  = $signed({ 1'h0, \port$14877$0  }) + $signed(delta1);
+  assign \$38  = $signed({ 1'h0, \port$14845$0  }) + $signed(delta1);
   assign \$39  = index1 == 1'h1;
-  assign \$40  = $signed({ 1'h0, \port$14879$0  }) + $signed(delta1);
+  assign \$40  = $signed({ 1'h0, \port$14847$0  }) + $signed(delta1);
   assign \$41  = index1 == 2'h2;
-  assign \$42  = $signed({ 1'h0, \port$14881$0  }) + $signed(delta1);
+  assign \$42  = $signed({ 1'h0, \port$14849$0  }) + $signed(delta1);
   assign \$43  = index1 == 2'h3;
-  assign \$44  = $signed({ 1'h0, \port$14883$0  }) + $signed(delta1);
+  assign \$44  = $signed({ 1'h0, \port$14851$0  }) + $signed(delta1);
   assign \$45  = index1 == 3'h4;
-  assign \$46  = $signed({ 1'h0, \port$14885$0  }) + $signed(delta1);
+  assign \$46  = $signed({ 1'h0, \port$14853$0  }) + $signed(delta1);
   assign \$47  = index1 == 3'h5;
-  assign \$48  = $signed({ 1'h0, \port$14887$0  }) + $signed(delta1);
+  assign \$48  = $signed({ 1'h0, \port$14855$0  }) + $signed(delta1);
   assign \$49  = index1 == 3'h6;
-  assign \$50  = $signed({ 1'h0, \port$14889$0  }) + $signed(delta1);
+  assign \$50  = $signed({ 1'h0, \port$14857$0  }) + $signed(delta1);
   assign \$51  = index1 == 3'h7;
-  assign \$52  = $signed({ 1'h0, \port$14891$0  }) + $signed(delta1);
+  assign \$52  = $signed({ 1'h0, \port$14859$0  }) + $signed(delta1);
   assign \$53  = index1 == 4'h8;
-  assign \$54  = $signed({ 1'h0, \port$14893$0  }) + $signed(delta1);
+  assign \$54  = $signed({ 1'h0, \port$14861$0  }) + $signed(delta1);
   assign \$55  = index1 == 4'h9;
-  assign \$56  = $signed({ 1'h0, \port$14895$0  }) + $signed(delta1);
+  assign \$56  = $signed({ 1'h0, \port$14863$0  }) + $signed(delta1);
   assign \$57  = index1 == 4'ha;
-  assign \$58  = $signed({ 1'h0, \port$14897$0  }) + $signed(delta1);
+  assign \$58  = $signed({ 1'h0, \port$14865$0  }) + $signed(delta1);
   assign \$59  = index1 == 4'hb;
-  assign \$60  = $signed({ 1'h0, \port$14899$0  }) + $signed(delta1);
+  assign \$60  = $signed({ 1'h0, \port$14867$0  }) + $signed(delta1);
   assign \$61  = index1 == 4'hc;
-  assign \$62  = $signed({ 1'h0, \port$14901$0  }) + $signed(delta1);
+  assign \$62  = $signed({ 1'h0, \port$14869$0  }) + $signed(delta1);
   assign \$63  = index1 == 4'hd;
-  assign \$64  = $signed({ 1'h0, \port$14903$0  }) + $signed(delta1);
+  assign \$64  = $signed({ 1'h0, \port$14871$0  }) + $signed(delta1);
   assign \$65  = index1 == 4'he;
-  assign \$66  = $signed({ 1'h0, \port$14905$0  }) + $signed(delta1);
+  assign \$66  = $signed({ 1'h0, \port$14873$0  }) + $signed(delta1);
   assign \$67  = index1 == 4'hf;
-  assign \$68  = $signed({ 1'h0, \port$14907$0  }) + $signed(delta1);
+  assign \$68  = $signed({ 1'h0, \port$14875$0  }) + $signed(delta1);
   assign granted1 = granted0 | valid1;
   assign \$3  = ! index0;
-  assign \$4  = $signed({ 1'h0, \port$14877$0  }) + $signed(delta0);
+  assign \$4  = $signed({ 1'h0, \port$14845$0  }) + $signed(delta0);
   assign \$5  = index0 == 1'h1;
-  assign \$6  = $signed({ 1'h0, \port$14879$0  }) + $signed(delta0);
+  assign \$6  = $signed({ 1'h0, \port$14847$0  }) + $signed(delta0);
   assign \$7  = index0 == 2'h2;
-  assign \$8  = $signed({ 1'h0, \port$14881$0  }) + $signed(delta0);
+  assign \$8  = $signed({ 1'h0, \port$14849$0  }) + $signed(delta0);
   assign \$9  = index0 == 2'h3;
-  assign \$10  = $signed({ 1'h0, \port$14883$0  }) + $signed(delta0);
+  assign \$10  = $signed({ 1'h0, \port$14851$0  }) + $signed(delta0);
   assign \$11  = index0 == 3'h4;
-  assign \$12  = $signed({ 1'h0, \port$14885$0  }) + $signed(delta0);
+  assign \$12  = $signed({ 1'h0, \port$14853$0  }) + $signed(delta0);
   assign \$13  = index0 == 3'h5;
-  assign \$14  = $signed({ 1'h0, \port$14887$0  }) + $signed(delta0);
+  assign \$14  = $signed({ 1'h0, \port$14855$0  }) + $signed(delta0);
   assign \$15  = index0 == 3'h6;
-  assign \$16  = $signed({ 1'h0, \port$14889$0  }) + $signed(delta0);
+  assign \$16  = $signed({ 1'h0, \port$14857$0  }) + $signed(delta0);
   assign \$17  = index0 == 3'h7;
-  assign \$18  = $signed({ 1'h0, \port$14891$0  }) + $signed(delta0);
+  assign \$18  = $signed({ 1'h0, \port$14859$0  }) + $signed(delta0);
   assign \$19  = index0 == 4'h8;
-  assign \$20  = $signed({ 1'h0, \port$14893$0  }) + $signed(delta0);
+  assign \$20  = $signed({ 1'h0, \port$14861$0  }) + $signed(delta0);
   assign \$21  = index0 == 4'h9;
-  assign \$22  = $signed({ 1'h0, \port$14895$0  }) + $signed(delta0);
+  assign \$22  = $signed({ 1'h0, \port$14863$0  }) + $signed(delta0);
   assign \$23  = index0 == 4'ha;
-  assign \$24  = $signed({ 1'h0, \port$14897$0  }) + $signed(delta0);
+  assign \$24  = $signed({ 1'h0, \port$14865$0  }) + $signed(delta0);
   assign \$25  = index0 == 4'hb;
-  assign \$26  = $signed({ 1'h0, \port$14899$0  }) + $signed(delta0);
+  assign \$26  = $signed({ 1'h0, \port$14867$0  }) + $signed(delta0);
   assign \$27  = index0 == 4'hc;
-  assign \$28  = $signed({ 1'h0, \port$14901$0  }) + $signed(delta0);
+  assign \$28  = $signed({ 1'h0, \port$14869$0  }) + $signed(delta0);
   assign \$29  = index0 == 4'hd;
-  assign \$30  = $signed({ 1'h0, \port$14903$0  }) + $signed(delta0);
+  assign \$30  = $signed({ 1'h0, \port$14871$0  }) + $signed(delta0);
   assign \$31  = index0 == 4'he;
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$164 ) begin end
@@ -90490,7 +90426,7 @@ module \dx1_board.soc.semaphores (\port$14879$0 , \port$14881$0 , \port$14883$0 
     end
   end
   assign granted = 1'h0;
-  assign values = { \port$14907$0 , \port$14905$0 , \port$14903$0 , \port$14901$0 , \port$14899$0 , \port$14897$0 , \port$14895$0 , \port$14893$0 , \port$14891$0 , \port$14889$0 , \port$14887$0 , \port$14885$0 , \port$14883$0 , \port$14881$0 , \port$14879$0 , \port$14877$0  };
+  assign values = { \port$14875$0 , \port$14873$0 , \port$14871$0 , \port$14869$0 , \port$14867$0 , \port$14865$0 , \port$14863$0 , \port$14861$0 , \port$14859$0 , \port$14857$0 , \port$14855$0 , \port$14853$0 , \port$14851$0 , \port$14849$0 , \port$14847$0 , \port$14845$0  };
   assign \set_value[0]  = set_value[15:0];
   assign \set_value[1]  = set_value[31:16];
   assign \set_value[2]  = set_value[47:32];
@@ -90507,22 +90443,22 @@ module \dx1_board.soc.semaphores (\port$14879$0 , \port$14881$0 , \port$14883$0 
   assign \set_value[13]  = set_value[223:208];
   assign \set_value[14]  = set_value[239:224];
   assign \set_value[15]  = set_value[255:240];
-  assign \values[0]  = \port$14877$0 ;
-  assign \values[1]  = \port$14879$0 ;
-  assign \values[2]  = \port$14881$0 ;
-  assign \values[3]  = \port$14883$0 ;
-  assign \values[4]  = \port$14885$0 ;
-  assign \values[5]  = \port$14887$0 ;
-  assign \values[6]  = \port$14889$0 ;
-  assign \values[7]  = \port$14891$0 ;
-  assign \values[8]  = \port$14893$0 ;
-  assign \values[9]  = \port$14895$0 ;
-  assign \values[10]  = \port$14897$0 ;
-  assign \values[11]  = \port$14899$0 ;
-  assign \values[12]  = \port$14901$0 ;
-  assign \values[13]  = \port$14903$0 ;
-  assign \values[14]  = \port$14905$0 ;
-  assign \values[15]  = \port$14907$0 ;
+  assign \values[0]  = \port$14845$0 ;
+  assign \values[1]  = \port$14847$0 ;
+  assign \values[2]  = \port$14849$0 ;
+  assign \values[3]  = \port$14851$0 ;
+  assign \values[4]  = \port$14853$0 ;
+  assign \values[5]  = \port$14855$0 ;
+  assign \values[6]  = \port$14857$0 ;
+  assign \values[7]  = \port$14859$0 ;
+  assign \values[8]  = \port$14861$0 ;
+  assign \values[9]  = \port$14863$0 ;
+  assign \values[10]  = \port$14865$0 ;
+  assign \values[11]  = \port$14867$0 ;
+  assign \values[12]  = \port$14869$0 ;
+  assign \values[13]  = \port$14871$0 ;
+  assign \values[14]  = \port$14873$0 ;
+  assign \values[15]  = \port$14875$0 ;
   assign \$1  = 1'h1;
   assign \$2  = valid0;
   assign granted0 = valid0;

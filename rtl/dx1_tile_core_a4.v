@@ -7846,7 +7846,7 @@ module \dx1_tile_core_a4.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
     .d_acc(d_acc),
     .out(\out$82 ),
     .out_valid(out_valid),
-    .\port$3125$1 (ctl_lanes7[2:1]),
+    .\port$3117$1 (ctl_lanes7[2:1]),
     .rst(rst),
     .terms(terms),
     .valid(\valid$59 ),
@@ -10393,171 +10393,163 @@ module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   wire \$130 ;
   wire [15:0] \$131 ;
   wire [9:0] \$132 ;
-  wire \$133 ;
+  wire [9:0] \$133 ;
   wire \$134 ;
   wire [9:0] \$135 ;
-  wire \$136 ;
-  wire [9:0] \$137 ;
+  wire [9:0] \$136 ;
+  wire \$137 ;
   wire \$138 ;
   wire \$139 ;
   wire \$14 ;
-  wire [9:0] \$140 ;
+  wire [20:0] \$140 ;
   wire \$141 ;
-  wire [20:0] \$142 ;
+  wire \$142 ;
   wire \$143 ;
-  wire \$144 ;
-  wire \$145 ;
-  wire [31:0] \$146 ;
-  wire [32:0] \$147 ;
+  wire [31:0] \$144 ;
+  wire [32:0] \$145 ;
+  wire \$146 ;
+  wire \$147 ;
   wire \$148 ;
-  wire \$149 ;
+  wire [7:0] \$149 ;
   wire \$15 ;
-  wire \$150 ;
-  wire [7:0] \$151 ;
-  wire [7:0] \$152 ;
-  wire [32:0] \$153 ;
-  wire [32:0] \$154 ;
+  wire [7:0] \$150 ;
+  wire [32:0] \$151 ;
+  wire [32:0] \$152 ;
+  wire \$153 ;
+  wire [31:0] \$154 ;
   wire \$155 ;
   wire [31:0] \$156 ;
   wire \$157 ;
   wire [31:0] \$158 ;
-  wire \$159 ;
+  wire [32:0] \$159 ;
   wire [32:0] \$16 ;
-  wire [31:0] \$160 ;
-  wire [32:0] \$161 ;
-  wire \$162 ;
-  wire \$163 ;
-  wire [7:0] \$164 ;
-  wire [79:0] \$165 ;
-  wire [80:0] \$166 ;
-  wire \$167 ;
-  wire [15:0] \$168 ;
-  wire [9:0] \$169 ;
+  wire \$160 ;
+  wire \$161 ;
+  wire [7:0] \$162 ;
+  wire [79:0] \$163 ;
+  wire [80:0] \$164 ;
+  wire \$165 ;
+  wire [15:0] \$166 ;
+  wire [9:0] \$167 ;
+  wire [9:0] \$168 ;
+  wire \$169 ;
   wire \$17 ;
-  wire \$170 ;
-  wire \$171 ;
-  wire [9:0] \$172 ;
+  wire [9:0] \$170 ;
+  wire [9:0] \$171 ;
+  wire \$172 ;
   wire \$173 ;
-  wire [9:0] \$174 ;
-  wire \$175 ;
+  wire \$174 ;
+  wire [20:0] \$175 ;
   wire \$176 ;
-  wire [9:0] \$177 ;
+  wire \$177 ;
   wire \$178 ;
-  wire [20:0] \$179 ;
+  wire [31:0] \$179 ;
   wire \$18 ;
-  wire \$180 ;
+  wire [32:0] \$180 ;
   wire \$181 ;
   wire \$182 ;
-  wire [31:0] \$183 ;
-  wire [32:0] \$184 ;
-  wire \$185 ;
-  wire \$186 ;
-  wire \$187 ;
-  wire [7:0] \$188 ;
-  wire [7:0] \$189 ;
+  wire \$183 ;
+  wire [7:0] \$184 ;
+  wire [7:0] \$185 ;
+  wire [32:0] \$186 ;
+  wire [32:0] \$187 ;
+  wire \$188 ;
+  wire [31:0] \$189 ;
   wire \$19 ;
-  wire [32:0] \$190 ;
-  wire [32:0] \$191 ;
+  wire \$190 ;
+  wire [31:0] \$191 ;
   wire \$192 ;
   wire [31:0] \$193 ;
-  wire \$194 ;
-  wire [31:0] \$195 ;
+  wire [32:0] \$194 ;
+  wire \$195 ;
   wire \$196 ;
-  wire [31:0] \$197 ;
-  wire [32:0] \$198 ;
-  wire \$199 ;
+  wire [7:0] \$197 ;
+  wire [79:0] \$198 ;
+  wire [80:0] \$199 ;
   wire \$2 ;
   wire \$20 ;
   wire \$200 ;
-  wire [7:0] \$201 ;
-  wire [79:0] \$202 ;
-  wire [80:0] \$203 ;
+  wire [15:0] \$201 ;
+  wire [9:0] \$202 ;
+  wire [9:0] \$203 ;
   wire \$204 ;
-  wire [15:0] \$205 ;
+  wire [9:0] \$205 ;
   wire [9:0] \$206 ;
   wire \$207 ;
   wire \$208 ;
-  wire [9:0] \$209 ;
+  wire \$209 ;
   wire \$21 ;
-  wire \$210 ;
-  wire [9:0] \$211 ;
+  wire [20:0] \$210 ;
+  wire \$211 ;
   wire \$212 ;
   wire \$213 ;
-  wire [9:0] \$214 ;
-  wire \$215 ;
-  wire [20:0] \$216 ;
+  wire [31:0] \$214 ;
+  wire [32:0] \$215 ;
+  wire \$216 ;
   wire \$217 ;
   wire \$218 ;
-  wire \$219 ;
+  wire [7:0] \$219 ;
   wire \$22 ;
-  wire [31:0] \$220 ;
+  wire [7:0] \$220 ;
   wire [32:0] \$221 ;
-  wire \$222 ;
+  wire [32:0] \$222 ;
   wire \$223 ;
-  wire \$224 ;
-  wire [7:0] \$225 ;
-  wire [7:0] \$226 ;
-  wire [32:0] \$227 ;
-  wire [32:0] \$228 ;
-  wire \$229 ;
+  wire [31:0] \$224 ;
+  wire \$225 ;
+  wire [31:0] \$226 ;
+  wire \$227 ;
+  wire [31:0] \$228 ;
+  wire [32:0] \$229 ;
   wire [32:0] \$23 ;
-  wire [31:0] \$230 ;
+  wire \$230 ;
   wire \$231 ;
-  wire [31:0] \$232 ;
-  wire \$233 ;
-  wire [31:0] \$234 ;
-  wire [32:0] \$235 ;
-  wire \$236 ;
-  wire \$237 ;
-  wire [7:0] \$238 ;
-  wire [79:0] \$239 ;
+  wire [7:0] \$232 ;
+  wire [79:0] \$233 ;
+  wire [80:0] \$234 ;
+  wire \$235 ;
+  wire [15:0] \$236 ;
+  wire [9:0] \$237 ;
+  wire [9:0] \$238 ;
+  wire \$239 ;
   wire [32:0] \$24 ;
-  wire [80:0] \$240 ;
-  wire \$241 ;
-  wire [15:0] \$242 ;
-  wire [9:0] \$243 ;
+  wire [9:0] \$240 ;
+  wire [9:0] \$241 ;
+  wire \$242 ;
+  wire \$243 ;
   wire \$244 ;
-  wire \$245 ;
-  wire [9:0] \$246 ;
+  wire [20:0] \$245 ;
+  wire \$246 ;
   wire \$247 ;
-  wire [9:0] \$248 ;
-  wire \$249 ;
+  wire \$248 ;
+  wire [31:0] \$249 ;
   wire [15:0] \$25 ;
-  wire \$250 ;
-  wire [9:0] \$251 ;
+  wire [32:0] \$250 ;
+  wire \$251 ;
   wire \$252 ;
-  wire [20:0] \$253 ;
-  wire \$254 ;
-  wire \$255 ;
-  wire \$256 ;
-  wire [31:0] \$257 ;
-  wire [32:0] \$258 ;
-  wire \$259 ;
+  wire \$253 ;
+  wire [7:0] \$254 ;
+  wire [7:0] \$255 ;
+  wire [1:0] \$256 ;
+  wire [2:0] \$257 ;
+  wire [3:0] \$258 ;
+  wire [1:0] \$259 ;
   wire [15:0] \$26 ;
-  wire \$260 ;
-  wire \$261 ;
-  wire [7:0] \$262 ;
-  wire [7:0] \$263 ;
-  wire [1:0] \$264 ;
-  wire [2:0] \$265 ;
-  wire [3:0] \$266 ;
-  wire [1:0] \$267 ;
-  wire [2:0] \$268 ;
-  wire [3:0] \$269 ;
+  wire [2:0] \$260 ;
+  wire [3:0] \$261 ;
+  wire [1:0] \$262 ;
+  wire [2:0] \$263 ;
+  wire [3:0] \$264 ;
+  reg [10:0] \$265 ;
+  reg [10:0] \$266 ;
+  reg [10:0] \$267 ;
+  reg [10:0] \$268 ;
+  reg [10:0] \$269 ;
   wire [31:0] \$27 ;
-  wire [1:0] \$270 ;
-  wire [2:0] \$271 ;
-  wire [3:0] \$272 ;
-  reg [10:0] \$273 ;
-  reg [10:0] \$274 ;
-  reg [10:0] \$275 ;
-  reg [10:0] \$276 ;
-  reg [10:0] \$277 ;
-  reg [10:0] \$278 ;
-  reg [10:0] \$279 ;
+  reg [10:0] \$270 ;
+  reg [10:0] \$271 ;
+  reg [10:0] \$272 ;
+  reg [127:0] \$273 ;
   wire [32:0] \$28 ;
-  reg [10:0] \$280 ;
-  reg [127:0] \$281 ;
   wire [32:0] \$29 ;
   wire \$3 ;
   wire [33:0] \$30 ;
@@ -10949,7 +10941,7 @@ module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   end
   always @(posedge clk) begin
     if (\write__en$185 )
-      table_high0[\$137 [7:0]] <= write__data;
+      table_high0[\$135 [7:0]] <= write__data;
   end
   reg [15:0] _0_;
   always @(posedge clk) begin
@@ -10962,7 +10954,7 @@ module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   end
   always @(posedge clk) begin
     if (\write__en$197 )
-      table_high1[\$174 [7:0]] <= write__data;
+      table_high1[\$170 [7:0]] <= write__data;
   end
   reg [15:0] _1_;
   always @(posedge clk) begin
@@ -10975,7 +10967,7 @@ module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   end
   always @(posedge clk) begin
     if (\write__en$209 )
-      table_high2[\$211 [7:0]] <= write__data;
+      table_high2[\$205 [7:0]] <= write__data;
   end
   reg [15:0] _2_;
   always @(posedge clk) begin
@@ -10988,7 +10980,7 @@ module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   end
   always @(posedge clk) begin
     if (\write__en$221 )
-      table_high3[\$248 [7:0]] <= write__data;
+      table_high3[\$240 [7:0]] <= write__data;
   end
   reg [15:0] _3_;
   always @(posedge clk) begin
@@ -11014,7 +11006,7 @@ module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   end
   always @(posedge clk) begin
     if (\write__en$193 )
-      table_low1[\$169 [7:0]] <= write__data;
+      table_low1[\$167 [7:0]] <= write__data;
   end
   reg [15:0] _5_;
   always @(posedge clk) begin
@@ -11027,7 +11019,7 @@ module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   end
   always @(posedge clk) begin
     if (\write__en$205 )
-      table_low2[\$206 [7:0]] <= write__data;
+      table_low2[\$202 [7:0]] <= write__data;
   end
   reg [15:0] _6_;
   always @(posedge clk) begin
@@ -11040,7 +11032,7 @@ module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   end
   always @(posedge clk) begin
     if (\write__en$217 )
-      table_low3[\$243 [7:0]] <= write__data;
+      table_low3[\$237 [7:0]] <= write__data;
   end
   reg [15:0] _7_;
   always @(posedge clk) begin
@@ -11178,190 +11170,182 @@ module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   assign \$131  = x1_0[15:0] & \$129 [15:0];
   assign frac0 = \$130  ? 16'h0000 : \$131 ;
   assign \$132  = table_index - 1'h0;
-  assign \$133  = table_index >= 1'h0;
-  assign \$134  = table_we & \$133 ;
-  assign \$135  = table_index - 1'h0;
-  assign \$136  = $signed(\$135 ) < $signed(10'h100);
-  assign write__en = \$134  & \$136 ;
-  assign \$137  = table_index - 1'h1;
+  assign \$133  = table_index - 1'h0;
+  assign \$134  = $signed(\$133 ) < $signed(10'h100);
+  assign write__en = table_we & \$134 ;
+  assign \$135  = table_index - 1'h1;
+  assign \$136  = table_index - 1'h1;
+  assign \$137  = $signed(\$136 ) < $signed(10'h100);
   assign \$138  = table_index >= 1'h1;
-  assign \$139  = table_we & \$138 ;
-  assign \$140  = table_index - 1'h1;
-  assign \$141  = $signed(\$140 ) < $signed(10'h100);
-  assign \write__en$185  = \$139  & \$141 ;
+  assign \$139  = \$137  & \$138 ;
+  assign \write__en$185  = table_we & \$139 ;
   assign diff0 = $signed(\read__data$35 ) - $signed(read__data);
-  assign \$142  = $signed(r7_0[19:0]) + $signed(base7_0);
-  assign value0 = ctl7[1] ? { \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142 [20], \$142  } : r7_0;
-  assign \$143  = ! value0[63:31];
-  assign \$144  = value0[63:31] == 33'h1ffffffff;
-  assign \$145  = \$143  | \$144 ;
-  assign \$146  = value0[63] ? 32'd2147483648 : 32'd2147483647;
-  assign \$147  = \$145  ? { 1'h0, value0[31:0] } : { \$146 [31], \$146  };
-  assign \$148  = ! value0[63:7];
-  assign \$149  = value0[63:7] == 57'h1ffffffffffffff;
-  assign \$150  = \$148  | \$149 ;
-  assign \$151  = value0[63] ? 8'h80 : 8'h7f;
-  assign \$152  = \$150  ? value0[7:0] : \$151 ;
-  assign \$153  = $signed(a[63:32]) + $signed(b[63:32]);
-  assign \$154  = $signed(a[63:32]) - $signed(b[63:32]);
-  assign \$155  = $signed(a[63:32]) > $signed(b[63:32]);
+  assign \$140  = $signed(r7_0[19:0]) + $signed(base7_0);
+  assign value0 = ctl7[1] ? { \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140  } : r7_0;
+  assign \$141  = ! value0[63:31];
+  assign \$142  = value0[63:31] == 33'h1ffffffff;
+  assign \$143  = \$141  | \$142 ;
+  assign \$144  = value0[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$145  = \$143  ? { 1'h0, value0[31:0] } : { \$144 [31], \$144  };
+  assign \$146  = ! value0[63:7];
+  assign \$147  = value0[63:7] == 57'h1ffffffffffffff;
+  assign \$148  = \$146  | \$147 ;
+  assign \$149  = value0[63] ? 8'h80 : 8'h7f;
+  assign \$150  = \$148  ? value0[7:0] : \$149 ;
+  assign \$151  = $signed(a[63:32]) + $signed(b[63:32]);
+  assign \$152  = $signed(a[63:32]) - $signed(b[63:32]);
+  assign \$153  = $signed(a[63:32]) > $signed(b[63:32]);
+  assign \$154  = \$153  ? a[63:32] : b[63:32];
+  assign \$155  = $signed(a[63:32]) < $signed(b[63:32]);
   assign \$156  = \$155  ? a[63:32] : b[63:32];
-  assign \$157  = $signed(a[63:32]) < $signed(b[63:32]);
-  assign \$158  = \$157  ? a[63:32] : b[63:32];
-  assign \$159  = $signed(a[63:32]) < $signed(imm);
-  assign \$160  = \$159  ? imm : a[63:32];
-  assign \$161  = $signed(a[63:32]) - $signed(imm);
+  assign \$157  = $signed(a[63:32]) < $signed(imm);
+  assign \$158  = \$157  ? imm : a[63:32];
+  assign \$159  = $signed(a[63:32]) - $signed(imm);
   assign scaled1 = $signed(x1_1) >>> ctl1[10:5];
-  assign \$162  = ~ x1_1[32];
-  assign \$163  = | scaled1[32:8];
-  assign over1 = \$162  & \$163 ;
-  assign \$164  = x1_1[32] ? 8'h00 : scaled1[7:0];
-  assign index1 = over1 ? 8'hff : \$164 ;
-  assign \$165  = 1'h1 << ctl1[10:5];
-  assign \$166  = \$165  - 1'h1;
-  assign \$167  = x1_1[32] | over1;
-  assign \$168  = x1_1[15:0] & \$166 [15:0];
-  assign frac1 = \$167  ? 16'h0000 : \$168 ;
-  assign \$169  = table_index - 1'h0;
-  assign \$170  = table_index >= 1'h0;
-  assign \$171  = table_we & \$170 ;
-  assign \$172  = table_index - 1'h0;
-  assign \$173  = $signed(\$172 ) < $signed(10'h100);
-  assign \write__en$193  = \$171  & \$173 ;
-  assign \$174  = table_index - 1'h1;
-  assign \$175  = table_index >= 1'h1;
-  assign \$176  = table_we & \$175 ;
-  assign \$177  = table_index - 1'h1;
-  assign \$178  = $signed(\$177 ) < $signed(10'h100);
-  assign \write__en$197  = \$176  & \$178 ;
+  assign \$160  = ~ x1_1[32];
+  assign \$161  = | scaled1[32:8];
+  assign over1 = \$160  & \$161 ;
+  assign \$162  = x1_1[32] ? 8'h00 : scaled1[7:0];
+  assign index1 = over1 ? 8'hff : \$162 ;
+  assign \$163  = 1'h1 << ctl1[10:5];
+  assign \$164  = \$163  - 1'h1;
+  assign \$165  = x1_1[32] | over1;
+  assign \$166  = x1_1[15:0] & \$164 [15:0];
+  assign frac1 = \$165  ? 16'h0000 : \$166 ;
+  assign \$167  = table_index - 1'h0;
+  assign \$168  = table_index - 1'h0;
+  assign \$169  = $signed(\$168 ) < $signed(10'h100);
+  assign \write__en$193  = table_we & \$169 ;
+  assign \$170  = table_index - 1'h1;
+  assign \$171  = table_index - 1'h1;
+  assign \$172  = $signed(\$171 ) < $signed(10'h100);
+  assign \$173  = table_index >= 1'h1;
+  assign \$174  = \$172  & \$173 ;
+  assign \write__en$197  = table_we & \$174 ;
   assign diff1 = $signed(\read__data$70 ) - $signed(\read__data$69 );
-  assign \$179  = $signed(r7_1[19:0]) + $signed(base7_1);
-  assign value1 = ctl7[1] ? { \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179 [20], \$179  } : r7_1;
-  assign \$180  = ! value1[63:31];
-  assign \$181  = value1[63:31] == 33'h1ffffffff;
-  assign \$182  = \$180  | \$181 ;
-  assign \$183  = value1[63] ? 32'd2147483648 : 32'd2147483647;
-  assign \$184  = \$182  ? { 1'h0, value1[31:0] } : { \$183 [31], \$183  };
-  assign \$185  = ! value1[63:7];
-  assign \$186  = value1[63:7] == 57'h1ffffffffffffff;
-  assign \$187  = \$185  | \$186 ;
-  assign \$188  = value1[63] ? 8'h80 : 8'h7f;
-  assign \$189  = \$187  ? value1[7:0] : \$188 ;
-  assign \$190  = $signed(a[95:64]) + $signed(b[95:64]);
-  assign \$191  = $signed(a[95:64]) - $signed(b[95:64]);
-  assign \$192  = $signed(a[95:64]) > $signed(b[95:64]);
-  assign \$193  = \$192  ? a[95:64] : b[95:64];
-  assign \$194  = $signed(a[95:64]) < $signed(b[95:64]);
-  assign \$195  = \$194  ? a[95:64] : b[95:64];
-  assign \$196  = $signed(a[95:64]) < $signed(imm);
-  assign \$197  = \$196  ? imm : a[95:64];
-  assign \$198  = $signed(a[95:64]) - $signed(imm);
+  assign \$175  = $signed(r7_1[19:0]) + $signed(base7_1);
+  assign value1 = ctl7[1] ? { \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175  } : r7_1;
+  assign \$176  = ! value1[63:31];
+  assign \$177  = value1[63:31] == 33'h1ffffffff;
+  assign \$178  = \$176  | \$177 ;
+  assign \$179  = value1[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$180  = \$178  ? { 1'h0, value1[31:0] } : { \$179 [31], \$179  };
+  assign \$181  = ! value1[63:7];
+  assign \$182  = value1[63:7] == 57'h1ffffffffffffff;
+  assign \$183  = \$181  | \$182 ;
+  assign \$184  = value1[63] ? 8'h80 : 8'h7f;
+  assign \$185  = \$183  ? value1[7:0] : \$184 ;
+  assign \$186  = $signed(a[95:64]) + $signed(b[95:64]);
+  assign \$187  = $signed(a[95:64]) - $signed(b[95:64]);
+  assign \$188  = $signed(a[95:64]) > $signed(b[95:64]);
+  assign \$189  = \$188  ? a[95:64] : b[95:64];
+  assign \$190  = $signed(a[95:64]) < $signed(b[95:64]);
+  assign \$191  = \$190  ? a[95:64] : b[95:64];
+  assign \$192  = $signed(a[95:64]) < $signed(imm);
+  assign \$193  = \$192  ? imm : a[95:64];
+  assign \$194  = $signed(a[95:64]) - $signed(imm);
   assign scaled2 = $signed(x1_2) >>> ctl1[10:5];
-  assign \$199  = ~ x1_2[32];
-  assign \$200  = | scaled2[32:8];
-  assign over2 = \$199  & \$200 ;
-  assign \$201  = x1_2[32] ? 8'h00 : scaled2[7:0];
-  assign index2 = over2 ? 8'hff : \$201 ;
-  assign \$202  = 1'h1 << ctl1[10:5];
-  assign \$203  = \$202  - 1'h1;
-  assign \$204  = x1_2[32] | over2;
-  assign \$205  = x1_2[15:0] & \$203 [15:0];
-  assign frac2 = \$204  ? 16'h0000 : \$205 ;
-  assign \$206  = table_index - 1'h0;
-  assign \$207  = table_index >= 1'h0;
-  assign \$208  = table_we & \$207 ;
-  assign \$209  = table_index - 1'h0;
-  assign \$210  = $signed(\$209 ) < $signed(10'h100);
-  assign \write__en$205  = \$208  & \$210 ;
-  assign \$211  = table_index - 1'h1;
-  assign \$212  = table_index >= 1'h1;
-  assign \$213  = table_we & \$212 ;
-  assign \$214  = table_index - 1'h1;
-  assign \$215  = $signed(\$214 ) < $signed(10'h100);
-  assign \write__en$209  = \$213  & \$215 ;
+  assign \$195  = ~ x1_2[32];
+  assign \$196  = | scaled2[32:8];
+  assign over2 = \$195  & \$196 ;
+  assign \$197  = x1_2[32] ? 8'h00 : scaled2[7:0];
+  assign index2 = over2 ? 8'hff : \$197 ;
+  assign \$198  = 1'h1 << ctl1[10:5];
+  assign \$199  = \$198  - 1'h1;
+  assign \$200  = x1_2[32] | over2;
+  assign \$201  = x1_2[15:0] & \$199 [15:0];
+  assign frac2 = \$200  ? 16'h0000 : \$201 ;
+  assign \$202  = table_index - 1'h0;
+  assign \$203  = table_index - 1'h0;
+  assign \$204  = $signed(\$203 ) < $signed(10'h100);
+  assign \write__en$205  = table_we & \$204 ;
+  assign \$205  = table_index - 1'h1;
+  assign \$206  = table_index - 1'h1;
+  assign \$207  = $signed(\$206 ) < $signed(10'h100);
+  assign \$208  = table_index >= 1'h1;
+  assign \$209  = \$207  & \$208 ;
+  assign \write__en$209  = table_we & \$209 ;
   assign diff2 = $signed(\read__data$102 ) - $signed(\read__data$101 );
-  assign \$216  = $signed(r7_2[19:0]) + $signed(base7_2);
-  assign value2 = ctl7[1] ? { \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216 [20], \$216  } : r7_2;
-  assign \$217  = ! value2[63:31];
-  assign \$218  = value2[63:31] == 33'h1ffffffff;
-  assign \$219  = \$217  | \$218 ;
-  assign \$220  = value2[63] ? 32'd2147483648 : 32'd2147483647;
-  assign \$221  = \$219  ? { 1'h0, value2[31:0] } : { \$220 [31], \$220  };
-  assign \$222  = ! value2[63:7];
-  assign \$223  = value2[63:7] == 57'h1ffffffffffffff;
-  assign \$224  = \$222  | \$223 ;
-  assign \$225  = value2[63] ? 8'h80 : 8'h7f;
-  assign \$226  = \$224  ? value2[7:0] : \$225 ;
-  assign \$227  = $signed(a[127:96]) + $signed(b[127:96]);
-  assign \$228  = $signed(a[127:96]) - $signed(b[127:96]);
-  assign \$229  = $signed(a[127:96]) > $signed(b[127:96]);
-  assign \$230  = \$229  ? a[127:96] : b[127:96];
-  assign \$231  = $signed(a[127:96]) < $signed(b[127:96]);
-  assign \$232  = \$231  ? a[127:96] : b[127:96];
-  assign \$233  = $signed(a[127:96]) < $signed(imm);
-  assign \$234  = \$233  ? imm : a[127:96];
-  assign \$235  = $signed(a[127:96]) - $signed(imm);
+  assign \$210  = $signed(r7_2[19:0]) + $signed(base7_2);
+  assign value2 = ctl7[1] ? { \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210  } : r7_2;
+  assign \$211  = ! value2[63:31];
+  assign \$212  = value2[63:31] == 33'h1ffffffff;
+  assign \$213  = \$211  | \$212 ;
+  assign \$214  = value2[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$215  = \$213  ? { 1'h0, value2[31:0] } : { \$214 [31], \$214  };
+  assign \$216  = ! value2[63:7];
+  assign \$217  = value2[63:7] == 57'h1ffffffffffffff;
+  assign \$218  = \$216  | \$217 ;
+  assign \$219  = value2[63] ? 8'h80 : 8'h7f;
+  assign \$220  = \$218  ? value2[7:0] : \$219 ;
+  assign \$221  = $signed(a[127:96]) + $signed(b[127:96]);
+  assign \$222  = $signed(a[127:96]) - $signed(b[127:96]);
+  assign \$223  = $signed(a[127:96]) > $signed(b[127:96]);
+  assign \$224  = \$223  ? a[127:96] : b[127:96];
+  assign \$225  = $signed(a[127:96]) < $signed(b[127:96]);
+  assign \$226  = \$225  ? a[127:96] : b[127:96];
+  assign \$227  = $signed(a[127:96]) < $signed(imm);
+  assign \$228  = \$227  ? imm : a[127:96];
+  assign \$229  = $signed(a[127:96]) - $signed(imm);
   assign scaled3 = $signed(x1_3) >>> ctl1[10:5];
-  assign \$236  = ~ x1_3[32];
-  assign \$237  = | scaled3[32:8];
-  assign over3 = \$236  & \$237 ;
-  assign \$238  = x1_3[32] ? 8'h00 : scaled3[7:0];
-  assign index3 = over3 ? 8'hff : \$238 ;
-  assign \$239  = 1'h1 << ctl1[10:5];
-  assign \$240  = \$239  - 1'h1;
-  assign \$241  = x1_3[32] | over3;
-  assign \$242  = x1_3[15:0] & \$240 [15:0];
-  assign frac3 = \$241  ? 16'h0000 : \$242 ;
-  assign \$243  = table_index - 1'h0;
-  assign \$244  = table_index >= 1'h0;
-  assign \$245  = table_we & \$244 ;
-  assign \$246  = table_index - 1'h0;
-  assign \$247  = $signed(\$246 ) < $signed(10'h100);
-  assign \write__en$217  = \$245  & \$247 ;
-  assign \$248  = table_index - 1'h1;
-  assign \$249  = table_index >= 1'h1;
-  assign \$250  = table_we & \$249 ;
-  assign \$251  = table_index - 1'h1;
-  assign \$252  = $signed(\$251 ) < $signed(10'h100);
-  assign \write__en$221  = \$250  & \$252 ;
+  assign \$230  = ~ x1_3[32];
+  assign \$231  = | scaled3[32:8];
+  assign over3 = \$230  & \$231 ;
+  assign \$232  = x1_3[32] ? 8'h00 : scaled3[7:0];
+  assign index3 = over3 ? 8'hff : \$232 ;
+  assign \$233  = 1'h1 << ctl1[10:5];
+  assign \$234  = \$233  - 1'h1;
+  assign \$235  = x1_3[32] | over3;
+  assign \$236  = x1_3[15:0] & \$234 [15:0];
+  assign frac3 = \$235  ? 16'h0000 : \$236 ;
+  assign \$237  = table_index - 1'h0;
+  assign \$238  = table_index - 1'h0;
+  assign \$239  = $signed(\$238 ) < $signed(10'h100);
+  assign \write__en$217  = table_we & \$239 ;
+  assign \$240  = table_index - 1'h1;
+  assign \$241  = table_index - 1'h1;
+  assign \$242  = $signed(\$241 ) < $signed(10'h100);
+  assign \$243  = table_index >= 1'h1;
+  assign \$244  = \$242  & \$243 ;
+  assign \write__en$221  = table_we & \$244 ;
   assign diff3 = $signed(\read__data$134 ) - $signed(\read__data$133 );
-  assign \$253  = $signed(r7_3[19:0]) + $signed(base7_3);
-  assign value3 = ctl7[1] ? { \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253 [20], \$253  } : r7_3;
-  assign \$254  = ! value3[63:31];
-  assign \$255  = value3[63:31] == 33'h1ffffffff;
-  assign \$256  = \$254  | \$255 ;
-  assign \$257  = value3[63] ? 32'd2147483648 : 32'd2147483647;
-  assign \$258  = \$256  ? { 1'h0, value3[31:0] } : { \$257 [31], \$257  };
-  assign \$259  = ! value3[63:7];
-  assign \$260  = value3[63:7] == 57'h1ffffffffffffff;
-  assign \$261  = \$259  | \$260 ;
-  assign \$262  = value3[63] ? 8'h80 : 8'h7f;
-  assign \$263  = \$261  ? value3[7:0] : \$262 ;
-  assign \$264  = hit2_0 + hit2_1;
-  assign \$265  = \$264  + hit2_2;
-  assign \$266  = \$265  + hit2_3;
-  assign \$267  = under2_0 + under2_1;
-  assign \$268  = \$267  + under2_2;
-  assign \$269  = \$268  + under2_3;
-  assign \$270  = \over2_0$29  + \over2_1$64 ;
-  assign \$271  = \$270  + \over2_2$96 ;
-  assign \$272  = \$271  + \over2_3$128 ;
+  assign \$245  = $signed(r7_3[19:0]) + $signed(base7_3);
+  assign value3 = ctl7[1] ? { \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245  } : r7_3;
+  assign \$246  = ! value3[63:31];
+  assign \$247  = value3[63:31] == 33'h1ffffffff;
+  assign \$248  = \$246  | \$247 ;
+  assign \$249  = value3[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$250  = \$248  ? { 1'h0, value3[31:0] } : { \$249 [31], \$249  };
+  assign \$251  = ! value3[63:7];
+  assign \$252  = value3[63:7] == 57'h1ffffffffffffff;
+  assign \$253  = \$251  | \$252 ;
+  assign \$254  = value3[63] ? 8'h80 : 8'h7f;
+  assign \$255  = \$253  ? value3[7:0] : \$254 ;
+  assign \$256  = hit2_0 + hit2_1;
+  assign \$257  = \$256  + hit2_2;
+  assign \$258  = \$257  + hit2_3;
+  assign \$259  = under2_0 + under2_1;
+  assign \$260  = \$259  + under2_2;
+  assign \$261  = \$260  + under2_3;
+  assign \$262  = \over2_0$29  + \over2_1$64 ;
+  assign \$263  = \$262  + \over2_2$96 ;
+  assign \$264  = \$263  + \over2_3$128 ;
   always @(posedge clk)
-    ctl1 <= \$273 ;
+    ctl1 <= \$265 ;
   always @(posedge clk)
-    ctl2 <= \$274 ;
+    ctl2 <= \$266 ;
   always @(posedge clk)
-    ctl3 <= \$275 ;
+    ctl3 <= \$267 ;
   always @(posedge clk)
-    ctl4 <= \$276 ;
+    ctl4 <= \$268 ;
   always @(posedge clk)
-    ctl5 <= \$277 ;
+    ctl5 <= \$269 ;
   always @(posedge clk)
-    ctl6 <= \$278 ;
+    ctl6 <= \$270 ;
   always @(posedge clk)
-    ctl7 <= \$279 ;
+    ctl7 <= \$271 ;
   always @(posedge clk)
-    ctl8 <= \$280 ;
+    ctl8 <= \$272 ;
   always @(posedge clk)
     imm2_1 <= imm2;
   always @(posedge clk)
@@ -11411,7 +11395,7 @@ module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   always @(posedge clk)
     base7_0 <= base6_0;
   always @(posedge clk)
-    out <= \$281 ;
+    out <= \$273 ;
   always @(posedge clk)
     x1_1 <= alu1;
   always @(posedge clk)
@@ -11551,7 +11535,7 @@ module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   always @(posedge clk)
     base7_3 <= base6_3;
   always @(posedge clk)
-    hits3 <= \$266 [2:0];
+    hits3 <= \$258 [2:0];
   always @(posedge clk)
     hits4 <= hits3;
   always @(posedge clk)
@@ -11563,7 +11547,7 @@ module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   always @(posedge clk)
     hits8 <= hits7;
   always @(posedge clk)
-    unders3 <= \$269 [2:0];
+    unders3 <= \$261 [2:0];
   always @(posedge clk)
     unders4 <= unders3;
   always @(posedge clk)
@@ -11575,7 +11559,7 @@ module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   always @(posedge clk)
     unders8 <= unders7;
   always @(posedge clk)
-    overs3 <= \$272 [2:0];
+    overs3 <= \$264 [2:0];
   always @(posedge clk)
     overs4 <= overs3;
   always @(posedge clk)
@@ -11588,73 +11572,73 @@ module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
     overs8 <= overs7;
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
-    \$273 [0] = valid;
-    \$273 [1] = \$1 ;
-    \$273 [2] = \$6 ;
-    \$273 [3] = \$7 ;
-    \$273 [4] = d_acc;
-    \$273 [10:5] = \$13 ;
+    \$265 [0] = valid;
+    \$265 [1] = \$1 ;
+    \$265 [2] = \$6 ;
+    \$265 [3] = \$7 ;
+    \$265 [4] = d_acc;
+    \$265 [10:5] = \$13 ;
     if (rst) begin
-      \$273  = 11'h000;
+      \$265  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
-    \$274  = ctl1;
+    \$266  = ctl1;
     if (rst) begin
-      \$274  = 11'h000;
+      \$266  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
-    \$275  = ctl2;
+    \$267  = ctl2;
     if (rst) begin
-      \$275  = 11'h000;
+      \$267  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
-    \$276  = ctl3;
+    \$268  = ctl3;
     if (rst) begin
-      \$276  = 11'h000;
+      \$268  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
-    \$277  = ctl4;
+    \$269  = ctl4;
     if (rst) begin
-      \$277  = 11'h000;
+      \$269  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
-    \$278  = ctl5;
+    \$270  = ctl5;
     if (rst) begin
-      \$278  = 11'h000;
+      \$270  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
-    \$279  = ctl6;
+    \$271  = ctl6;
     if (rst) begin
-      \$279  = 11'h000;
+      \$271  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
-    \$280  = ctl7;
+    \$272  = ctl7;
     if (rst) begin
-      \$280  = 11'h000;
+      \$272  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
-    \$281 [31:0] = \$37 [31:0];
-    \$281 [63:32] = \$61 [31:0];
-    \$281 [95:64] = \$85 [31:0];
-    \$281 [127:96] = \$109 [31:0];
+    \$273 [31:0] = \$37 [31:0];
+    \$273 [63:32] = \$61 [31:0];
+    \$273 [95:64] = \$85 [31:0];
+    \$273 [127:96] = \$109 [31:0];
     if (rst) begin
-      \$281  = 128'h00000000000000000000000000000000;
+      \$273  = 128'h00000000000000000000000000000000;
     end
   end
   always @* begin
@@ -11695,9 +11679,9 @@ module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
     (* full_case = 32'd1 *)
     if (ctl7[4]) begin
-      sat0 = \$147 [31:0];
+      sat0 = \$145 [31:0];
     end else begin
-      sat0 = { \$152 [7], \$152 [7], \$152 [7], \$152 [7], \$152 [7], \$152 [7], \$152 [7], \$152 [7], \$152 [7], \$152 [7], \$152 [7], \$152 [7], \$152 [7], \$152 [7], \$152 [7], \$152 [7], \$152 [7], \$152 [7], \$152 [7], \$152 [7], \$152 [7], \$152 [7], \$152 [7], \$152 [7], \$152  };
+      sat0 = { \$150 [7], \$150 [7], \$150 [7], \$150 [7], \$150 [7], \$150 [7], \$150 [7], \$150 [7], \$150 [7], \$150 [7], \$150 [7], \$150 [7], \$150 [7], \$150 [7], \$150 [7], \$150 [7], \$150 [7], \$150 [7], \$150 [7], \$150 [7], \$150 [7], \$150 [7], \$150 [7], \$150 [7], \$150  };
     end
   end
   always @* begin
@@ -11705,17 +11689,17 @@ module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
     (* full_case = 32'd1 *)
     casez (vop)
       4'h0:
-          alu1 = \$153 ;
+          alu1 = \$151 ;
       4'h1:
-          alu1 = \$154 ;
+          alu1 = \$152 ;
       4'h3:
-          alu1 = { \$156 [31], \$156  };
+          alu1 = { \$154 [31], \$154  };
       4'h4:
-          alu1 = { \$158 [31], \$158  };
+          alu1 = { \$156 [31], \$156  };
       4'h7:
-          alu1 = { \$160 [31], \$160  };
+          alu1 = { \$158 [31], \$158  };
       4'he:
-          alu1 = \$161 ;
+          alu1 = \$159 ;
       default:
           alu1 = { a[63], a[63:32] };
     endcase
@@ -11738,9 +11722,9 @@ module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
     (* full_case = 32'd1 *)
     if (ctl7[4]) begin
-      sat1 = \$184 [31:0];
+      sat1 = \$180 [31:0];
     end else begin
-      sat1 = { \$189 [7], \$189 [7], \$189 [7], \$189 [7], \$189 [7], \$189 [7], \$189 [7], \$189 [7], \$189 [7], \$189 [7], \$189 [7], \$189 [7], \$189 [7], \$189 [7], \$189 [7], \$189 [7], \$189 [7], \$189 [7], \$189 [7], \$189 [7], \$189 [7], \$189 [7], \$189 [7], \$189 [7], \$189  };
+      sat1 = { \$185 [7], \$185 [7], \$185 [7], \$185 [7], \$185 [7], \$185 [7], \$185 [7], \$185 [7], \$185 [7], \$185 [7], \$185 [7], \$185 [7], \$185 [7], \$185 [7], \$185 [7], \$185 [7], \$185 [7], \$185 [7], \$185 [7], \$185 [7], \$185 [7], \$185 [7], \$185 [7], \$185 [7], \$185  };
     end
   end
   always @* begin
@@ -11748,17 +11732,17 @@ module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
     (* full_case = 32'd1 *)
     casez (vop)
       4'h0:
-          alu2 = \$190 ;
+          alu2 = \$186 ;
       4'h1:
-          alu2 = \$191 ;
+          alu2 = \$187 ;
       4'h3:
-          alu2 = { \$193 [31], \$193  };
+          alu2 = { \$189 [31], \$189  };
       4'h4:
-          alu2 = { \$195 [31], \$195  };
+          alu2 = { \$191 [31], \$191  };
       4'h7:
-          alu2 = { \$197 [31], \$197  };
+          alu2 = { \$193 [31], \$193  };
       4'he:
-          alu2 = \$198 ;
+          alu2 = \$194 ;
       default:
           alu2 = { a[95], a[95:64] };
     endcase
@@ -11781,9 +11765,9 @@ module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
     (* full_case = 32'd1 *)
     if (ctl7[4]) begin
-      sat2 = \$221 [31:0];
+      sat2 = \$215 [31:0];
     end else begin
-      sat2 = { \$226 [7], \$226 [7], \$226 [7], \$226 [7], \$226 [7], \$226 [7], \$226 [7], \$226 [7], \$226 [7], \$226 [7], \$226 [7], \$226 [7], \$226 [7], \$226 [7], \$226 [7], \$226 [7], \$226 [7], \$226 [7], \$226 [7], \$226 [7], \$226 [7], \$226 [7], \$226 [7], \$226 [7], \$226  };
+      sat2 = { \$220 [7], \$220 [7], \$220 [7], \$220 [7], \$220 [7], \$220 [7], \$220 [7], \$220 [7], \$220 [7], \$220 [7], \$220 [7], \$220 [7], \$220 [7], \$220 [7], \$220 [7], \$220 [7], \$220 [7], \$220 [7], \$220 [7], \$220 [7], \$220 [7], \$220 [7], \$220 [7], \$220 [7], \$220  };
     end
   end
   always @* begin
@@ -11791,17 +11775,17 @@ module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
     (* full_case = 32'd1 *)
     casez (vop)
       4'h0:
-          alu3 = \$227 ;
+          alu3 = \$221 ;
       4'h1:
-          alu3 = \$228 ;
+          alu3 = \$222 ;
       4'h3:
-          alu3 = { \$230 [31], \$230  };
+          alu3 = { \$224 [31], \$224  };
       4'h4:
-          alu3 = { \$232 [31], \$232  };
+          alu3 = { \$226 [31], \$226  };
       4'h7:
-          alu3 = { \$234 [31], \$234  };
+          alu3 = { \$228 [31], \$228  };
       4'he:
-          alu3 = \$235 ;
+          alu3 = \$229 ;
       default:
           alu3 = { a[127], a[127:96] };
     endcase
@@ -11824,9 +11808,9 @@ module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
     (* full_case = 32'd1 *)
     if (ctl7[4]) begin
-      sat3 = \$258 [31:0];
+      sat3 = \$250 [31:0];
     end else begin
-      sat3 = { \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263  };
+      sat3 = { \$255 [7], \$255 [7], \$255 [7], \$255 [7], \$255 [7], \$255 [7], \$255 [7], \$255 [7], \$255 [7], \$255 [7], \$255 [7], \$255 [7], \$255 [7], \$255 [7], \$255 [7], \$255 [7], \$255 [7], \$255 [7], \$255 [7], \$255 [7], \$255 [7], \$255 [7], \$255 [7], \$255 [7], \$255  };
     end
   end
   assign under0 = x1_0[32];
@@ -11835,37 +11819,37 @@ module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   assign under1 = x1_1[32];
   assign under2 = x1_2[32];
   assign under3 = x1_3[32];
-  assign hits = \$266 [2:0];
-  assign unders = \$269 [2:0];
-  assign overs = \$272 [2:0];
+  assign hits = \$258 [2:0];
+  assign unders = \$261 [2:0];
+  assign overs = \$264 [2:0];
   assign out_valid = ctl8[0];
   assign shl_y = \$110 [32:0];
   assign mask0 = \$129 [15:0];
   assign write__addr = \$132 [7:0];
   assign table_data = write__data;
   assign read__addr = index0;
-  assign \write__addr$183  = \$137 [7:0];
+  assign \write__addr$183  = \$135 [7:0];
   assign \write__data$184  = write__data;
   assign \read__addr$186  = index0;
-  assign mask1 = \$166 [15:0];
-  assign \write__addr$191  = \$169 [7:0];
+  assign mask1 = \$164 [15:0];
+  assign \write__addr$191  = \$167 [7:0];
   assign \write__data$192  = write__data;
   assign \read__addr$194  = index1;
-  assign \write__addr$195  = \$174 [7:0];
+  assign \write__addr$195  = \$170 [7:0];
   assign \write__data$196  = write__data;
   assign \read__addr$198  = index1;
-  assign mask2 = \$203 [15:0];
-  assign \write__addr$203  = \$206 [7:0];
+  assign mask2 = \$199 [15:0];
+  assign \write__addr$203  = \$202 [7:0];
   assign \write__data$204  = write__data;
   assign \read__addr$206  = index2;
-  assign \write__addr$207  = \$211 [7:0];
+  assign \write__addr$207  = \$205 [7:0];
   assign \write__data$208  = write__data;
   assign \read__addr$210  = index2;
-  assign mask3 = \$240 [15:0];
-  assign \write__addr$215  = \$243 [7:0];
+  assign mask3 = \$234 [15:0];
+  assign \write__addr$215  = \$237 [7:0];
   assign \write__data$216  = write__data;
   assign \read__addr$218  = index3;
-  assign \write__addr$219  = \$248 [7:0];
+  assign \write__addr$219  = \$240 [7:0];
   assign \write__data$220  = write__data;
   assign \read__addr$222  = index3;
   assign \hits$224  = hits8;
@@ -11939,7 +11923,7 @@ module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_tile_core_a4.vector$242.reducer (rst, valid, vop, d_acc, \port$3125$1 , terms, out_valid, out, clk);
+module \dx1_tile_core_a4.vector$242.reducer (rst, valid, vop, d_acc, \port$3117$1 , terms, out_valid, out, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$24  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -12027,8 +12011,8 @@ module \dx1_tile_core_a4.vector$242.reducer (rst, valid, vop, d_acc, \port$3125$
   wire [31:0] \out[3] ;
   output out_valid;
   reg out_valid = 1'h0;
-  input [1:0] \port$3125$1 ;
-  wire [1:0] \port$3125$1 ;
+  input [1:0] \port$3117$1 ;
+  wire [1:0] \port$3117$1 ;
   reg [31:0] row = 32'd0;
   input rst;
   wire rst;
@@ -12147,8 +12131,8 @@ module \dx1_tile_core_a4.vector$242.reducer (rst, valid, vop, d_acc, \port$3125$
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$24 ) begin end
     \$42 [0] = valid;
-    \$42 [1] = \port$3125$1 [0];
-    \$42 [2] = \port$3125$1 [1];
+    \$42 [1] = \port$3117$1 [0];
+    \$42 [2] = \port$3117$1 [1];
     \$42 [3] = \$1 ;
     \$42 [4] = d_acc;
     if (rst) begin
@@ -12176,8 +12160,8 @@ module \dx1_tile_core_a4.vector$242.reducer (rst, valid, vop, d_acc, \port$3125$
       \$45  = 5'h00;
     end
   end
-  assign first = \port$3125$1 [0];
-  assign last = \port$3125$1 [1];
+  assign first = \port$3117$1 [0];
+  assign last = \port$3117$1 [1];
   assign \ctl1.valid  = ctl1[0];
   assign \ctl1.first  = ctl1[1];
   assign \ctl1.last  = ctl1[2];
@@ -14351,9 +14335,9 @@ module \dx1_tile_core_a4.vector$242.transpose_buffer (rst, row, col, load, read,
     bank1_row2 <= \$90 ;
   always @(posedge clk)
     bank1_row3 <= \$91 ;
-  assign \$1  = full >> fill;
+  assign \$1  = fill ? full[1] : full[0];
   assign load_ready = ~ \$1 ;
-  assign col_valid = full >> drain;
+  assign col_valid = drain ? full[1] : full[0];
   assign \$2  = drain ? bank1_row0[7:0] : bank0_row0[7:0];
   assign \$3  = drain ? bank1_row1[7:0] : bank0_row1[7:0];
   assign \$4  = drain ? bank1_row2[7:0] : bank0_row2[7:0];

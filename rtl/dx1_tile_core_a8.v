@@ -11909,7 +11909,7 @@ module \dx1_tile_core_a8.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
     .d_acc(d_acc),
     .out(\out$82 ),
     .out_valid(out_valid),
-    .\port$5295$1 (ctl_lanes7[2:1]),
+    .\port$5279$1 (ctl_lanes7[2:1]),
     .rst(rst),
     .terms(terms),
     .valid(\valid$59 ),
@@ -16330,349 +16330,333 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   wire \$226 ;
   wire [15:0] \$227 ;
   wire [9:0] \$228 ;
-  wire \$229 ;
+  wire [9:0] \$229 ;
   wire [32:0] \$23 ;
   wire \$230 ;
   wire [9:0] \$231 ;
-  wire \$232 ;
-  wire [9:0] \$233 ;
+  wire [9:0] \$232 ;
+  wire \$233 ;
   wire \$234 ;
   wire \$235 ;
-  wire [9:0] \$236 ;
+  wire [20:0] \$236 ;
   wire \$237 ;
-  wire [20:0] \$238 ;
+  wire \$238 ;
   wire \$239 ;
   wire [32:0] \$24 ;
-  wire \$240 ;
-  wire \$241 ;
-  wire [31:0] \$242 ;
-  wire [32:0] \$243 ;
+  wire [31:0] \$240 ;
+  wire [32:0] \$241 ;
+  wire \$242 ;
+  wire \$243 ;
   wire \$244 ;
-  wire \$245 ;
-  wire \$246 ;
-  wire [7:0] \$247 ;
-  wire [7:0] \$248 ;
-  wire [32:0] \$249 ;
+  wire [7:0] \$245 ;
+  wire [7:0] \$246 ;
+  wire [32:0] \$247 ;
+  wire [32:0] \$248 ;
+  wire \$249 ;
   wire [15:0] \$25 ;
-  wire [32:0] \$250 ;
+  wire [31:0] \$250 ;
   wire \$251 ;
   wire [31:0] \$252 ;
   wire \$253 ;
   wire [31:0] \$254 ;
-  wire \$255 ;
-  wire [31:0] \$256 ;
-  wire [32:0] \$257 ;
-  wire \$258 ;
-  wire \$259 ;
+  wire [32:0] \$255 ;
+  wire \$256 ;
+  wire \$257 ;
+  wire [7:0] \$258 ;
+  wire [79:0] \$259 ;
   wire [15:0] \$26 ;
-  wire [7:0] \$260 ;
-  wire [79:0] \$261 ;
-  wire [80:0] \$262 ;
-  wire \$263 ;
-  wire [15:0] \$264 ;
-  wire [9:0] \$265 ;
-  wire \$266 ;
-  wire \$267 ;
-  wire [9:0] \$268 ;
+  wire [80:0] \$260 ;
+  wire \$261 ;
+  wire [15:0] \$262 ;
+  wire [9:0] \$263 ;
+  wire [9:0] \$264 ;
+  wire \$265 ;
+  wire [9:0] \$266 ;
+  wire [9:0] \$267 ;
+  wire \$268 ;
   wire \$269 ;
   wire [31:0] \$27 ;
-  wire [9:0] \$270 ;
-  wire \$271 ;
+  wire \$270 ;
+  wire [20:0] \$271 ;
   wire \$272 ;
-  wire [9:0] \$273 ;
+  wire \$273 ;
   wire \$274 ;
-  wire [20:0] \$275 ;
-  wire \$276 ;
+  wire [31:0] \$275 ;
+  wire [32:0] \$276 ;
   wire \$277 ;
   wire \$278 ;
-  wire [31:0] \$279 ;
+  wire \$279 ;
   wire [32:0] \$28 ;
-  wire [32:0] \$280 ;
-  wire \$281 ;
-  wire \$282 ;
-  wire \$283 ;
-  wire [7:0] \$284 ;
-  wire [7:0] \$285 ;
-  wire [32:0] \$286 ;
-  wire [32:0] \$287 ;
+  wire [7:0] \$280 ;
+  wire [7:0] \$281 ;
+  wire [32:0] \$282 ;
+  wire [32:0] \$283 ;
+  wire \$284 ;
+  wire [31:0] \$285 ;
+  wire \$286 ;
+  wire [31:0] \$287 ;
   wire \$288 ;
   wire [31:0] \$289 ;
   wire [32:0] \$29 ;
-  wire \$290 ;
-  wire [31:0] \$291 ;
+  wire [32:0] \$290 ;
+  wire \$291 ;
   wire \$292 ;
-  wire [31:0] \$293 ;
-  wire [32:0] \$294 ;
-  wire \$295 ;
+  wire [7:0] \$293 ;
+  wire [79:0] \$294 ;
+  wire [80:0] \$295 ;
   wire \$296 ;
-  wire [7:0] \$297 ;
-  wire [79:0] \$298 ;
-  wire [80:0] \$299 ;
+  wire [15:0] \$297 ;
+  wire [9:0] \$298 ;
+  wire [9:0] \$299 ;
   wire \$3 ;
   wire [33:0] \$30 ;
   wire \$300 ;
-  wire [15:0] \$301 ;
+  wire [9:0] \$301 ;
   wire [9:0] \$302 ;
   wire \$303 ;
   wire \$304 ;
-  wire [9:0] \$305 ;
-  wire \$306 ;
-  wire [9:0] \$307 ;
+  wire \$305 ;
+  wire [20:0] \$306 ;
+  wire \$307 ;
   wire \$308 ;
   wire \$309 ;
   wire [34:0] \$31 ;
-  wire [9:0] \$310 ;
-  wire \$311 ;
-  wire [20:0] \$312 ;
+  wire [31:0] \$310 ;
+  wire [32:0] \$311 ;
+  wire \$312 ;
   wire \$313 ;
   wire \$314 ;
-  wire \$315 ;
-  wire [31:0] \$316 ;
+  wire [7:0] \$315 ;
+  wire [7:0] \$316 ;
   wire [32:0] \$317 ;
-  wire \$318 ;
+  wire [32:0] \$318 ;
   wire \$319 ;
   wire [65:0] \$32 ;
-  wire \$320 ;
-  wire [7:0] \$321 ;
-  wire [7:0] \$322 ;
-  wire [32:0] \$323 ;
-  wire [32:0] \$324 ;
-  wire \$325 ;
-  wire [31:0] \$326 ;
+  wire [31:0] \$320 ;
+  wire \$321 ;
+  wire [31:0] \$322 ;
+  wire \$323 ;
+  wire [31:0] \$324 ;
+  wire [32:0] \$325 ;
+  wire \$326 ;
   wire \$327 ;
-  wire [31:0] \$328 ;
-  wire \$329 ;
+  wire [7:0] \$328 ;
+  wire [79:0] \$329 ;
   wire [67:0] \$33 ;
-  wire [31:0] \$330 ;
-  wire [32:0] \$331 ;
-  wire \$332 ;
-  wire \$333 ;
-  wire [7:0] \$334 ;
-  wire [79:0] \$335 ;
-  wire [80:0] \$336 ;
-  wire \$337 ;
-  wire [15:0] \$338 ;
-  wire [9:0] \$339 ;
+  wire [80:0] \$330 ;
+  wire \$331 ;
+  wire [15:0] \$332 ;
+  wire [9:0] \$333 ;
+  wire [9:0] \$334 ;
+  wire \$335 ;
+  wire [9:0] \$336 ;
+  wire [9:0] \$337 ;
+  wire \$338 ;
+  wire \$339 ;
   wire [46:0] \$34 ;
   wire \$340 ;
-  wire \$341 ;
-  wire [9:0] \$342 ;
+  wire [20:0] \$341 ;
+  wire \$342 ;
   wire \$343 ;
-  wire [9:0] \$344 ;
-  wire \$345 ;
-  wire \$346 ;
-  wire [9:0] \$347 ;
+  wire \$344 ;
+  wire [31:0] \$345 ;
+  wire [32:0] \$346 ;
+  wire \$347 ;
   wire \$348 ;
-  wire [20:0] \$349 ;
+  wire \$349 ;
   wire [64:0] \$35 ;
-  wire \$350 ;
-  wire \$351 ;
-  wire \$352 ;
-  wire [31:0] \$353 ;
-  wire [32:0] \$354 ;
-  wire \$355 ;
+  wire [7:0] \$350 ;
+  wire [7:0] \$351 ;
+  wire [32:0] \$352 ;
+  wire [32:0] \$353 ;
+  wire \$354 ;
+  wire [31:0] \$355 ;
   wire \$356 ;
-  wire \$357 ;
-  wire [7:0] \$358 ;
-  wire [7:0] \$359 ;
+  wire [31:0] \$357 ;
+  wire \$358 ;
+  wire [31:0] \$359 ;
   wire [63:0] \$36 ;
   wire [32:0] \$360 ;
-  wire [32:0] \$361 ;
+  wire \$361 ;
   wire \$362 ;
-  wire [31:0] \$363 ;
-  wire \$364 ;
-  wire [31:0] \$365 ;
+  wire [7:0] \$363 ;
+  wire [79:0] \$364 ;
+  wire [80:0] \$365 ;
   wire \$366 ;
-  wire [31:0] \$367 ;
-  wire [32:0] \$368 ;
-  wire \$369 ;
+  wire [15:0] \$367 ;
+  wire [9:0] \$368 ;
+  wire [9:0] \$369 ;
   wire [32:0] \$37 ;
   wire \$370 ;
-  wire [7:0] \$371 ;
-  wire [79:0] \$372 ;
-  wire [80:0] \$373 ;
+  wire [9:0] \$371 ;
+  wire [9:0] \$372 ;
+  wire \$373 ;
   wire \$374 ;
-  wire [15:0] \$375 ;
-  wire [9:0] \$376 ;
+  wire \$375 ;
+  wire [20:0] \$376 ;
   wire \$377 ;
   wire \$378 ;
-  wire [9:0] \$379 ;
+  wire \$379 ;
   wire \$38 ;
-  wire \$380 ;
-  wire [9:0] \$381 ;
+  wire [31:0] \$380 ;
+  wire [32:0] \$381 ;
   wire \$382 ;
   wire \$383 ;
-  wire [9:0] \$384 ;
-  wire \$385 ;
-  wire [20:0] \$386 ;
-  wire \$387 ;
-  wire \$388 ;
+  wire \$384 ;
+  wire [7:0] \$385 ;
+  wire [7:0] \$386 ;
+  wire [32:0] \$387 ;
+  wire [32:0] \$388 ;
   wire \$389 ;
   wire \$39 ;
   wire [31:0] \$390 ;
-  wire [32:0] \$391 ;
-  wire \$392 ;
+  wire \$391 ;
+  wire [31:0] \$392 ;
   wire \$393 ;
-  wire \$394 ;
-  wire [7:0] \$395 ;
-  wire [7:0] \$396 ;
-  wire [32:0] \$397 ;
-  wire [32:0] \$398 ;
-  wire \$399 ;
+  wire [31:0] \$394 ;
+  wire [32:0] \$395 ;
+  wire \$396 ;
+  wire \$397 ;
+  wire [7:0] \$398 ;
+  wire [79:0] \$399 ;
   wire \$4 ;
   wire [32:0] \$40 ;
-  wire [31:0] \$400 ;
+  wire [80:0] \$400 ;
   wire \$401 ;
-  wire [31:0] \$402 ;
-  wire \$403 ;
-  wire [31:0] \$404 ;
-  wire [32:0] \$405 ;
-  wire \$406 ;
-  wire \$407 ;
-  wire [7:0] \$408 ;
-  wire [79:0] \$409 ;
+  wire [15:0] \$402 ;
+  wire [9:0] \$403 ;
+  wire [9:0] \$404 ;
+  wire \$405 ;
+  wire [9:0] \$406 ;
+  wire [9:0] \$407 ;
+  wire \$408 ;
+  wire \$409 ;
   wire \$41 ;
-  wire [80:0] \$410 ;
-  wire \$411 ;
-  wire [15:0] \$412 ;
-  wire [9:0] \$413 ;
+  wire \$410 ;
+  wire [20:0] \$411 ;
+  wire \$412 ;
+  wire \$413 ;
   wire \$414 ;
-  wire \$415 ;
-  wire [9:0] \$416 ;
+  wire [31:0] \$415 ;
+  wire [32:0] \$416 ;
   wire \$417 ;
-  wire [9:0] \$418 ;
+  wire \$418 ;
   wire \$419 ;
   wire \$42 ;
-  wire \$420 ;
-  wire [9:0] \$421 ;
-  wire \$422 ;
-  wire [20:0] \$423 ;
+  wire [7:0] \$420 ;
+  wire [7:0] \$421 ;
+  wire [32:0] \$422 ;
+  wire [32:0] \$423 ;
   wire \$424 ;
-  wire \$425 ;
+  wire [31:0] \$425 ;
   wire \$426 ;
   wire [31:0] \$427 ;
-  wire [32:0] \$428 ;
-  wire \$429 ;
+  wire \$428 ;
+  wire [31:0] \$429 ;
   wire \$43 ;
-  wire \$430 ;
+  wire [32:0] \$430 ;
   wire \$431 ;
-  wire [7:0] \$432 ;
+  wire \$432 ;
   wire [7:0] \$433 ;
-  wire [32:0] \$434 ;
-  wire [32:0] \$435 ;
+  wire [79:0] \$434 ;
+  wire [80:0] \$435 ;
   wire \$436 ;
-  wire [31:0] \$437 ;
-  wire \$438 ;
-  wire [31:0] \$439 ;
+  wire [15:0] \$437 ;
+  wire [9:0] \$438 ;
+  wire [9:0] \$439 ;
   wire \$44 ;
   wire \$440 ;
-  wire [31:0] \$441 ;
-  wire [32:0] \$442 ;
+  wire [9:0] \$441 ;
+  wire [9:0] \$442 ;
   wire \$443 ;
   wire \$444 ;
-  wire [7:0] \$445 ;
-  wire [79:0] \$446 ;
-  wire [80:0] \$447 ;
+  wire \$445 ;
+  wire [20:0] \$446 ;
+  wire \$447 ;
   wire \$448 ;
-  wire [15:0] \$449 ;
+  wire \$449 ;
   wire \$45 ;
-  wire [9:0] \$450 ;
-  wire \$451 ;
+  wire [31:0] \$450 ;
+  wire [32:0] \$451 ;
   wire \$452 ;
-  wire [9:0] \$453 ;
+  wire \$453 ;
   wire \$454 ;
-  wire [9:0] \$455 ;
-  wire \$456 ;
-  wire \$457 ;
-  wire [9:0] \$458 ;
+  wire [7:0] \$455 ;
+  wire [7:0] \$456 ;
+  wire [32:0] \$457 ;
+  wire [32:0] \$458 ;
   wire \$459 ;
   wire \$46 ;
-  wire [20:0] \$460 ;
+  wire [31:0] \$460 ;
   wire \$461 ;
-  wire \$462 ;
+  wire [31:0] \$462 ;
   wire \$463 ;
   wire [31:0] \$464 ;
   wire [32:0] \$465 ;
   wire \$466 ;
   wire \$467 ;
-  wire \$468 ;
-  wire [7:0] \$469 ;
+  wire [7:0] \$468 ;
+  wire [79:0] \$469 ;
   wire [32:0] \$47 ;
-  wire [7:0] \$470 ;
-  wire [32:0] \$471 ;
-  wire [32:0] \$472 ;
-  wire \$473 ;
-  wire [31:0] \$474 ;
+  wire [80:0] \$470 ;
+  wire \$471 ;
+  wire [15:0] \$472 ;
+  wire [9:0] \$473 ;
+  wire [9:0] \$474 ;
   wire \$475 ;
-  wire [31:0] \$476 ;
-  wire \$477 ;
-  wire [31:0] \$478 ;
-  wire [32:0] \$479 ;
+  wire [9:0] \$476 ;
+  wire [9:0] \$477 ;
+  wire \$478 ;
+  wire \$479 ;
   wire [32:0] \$48 ;
   wire \$480 ;
-  wire \$481 ;
-  wire [7:0] \$482 ;
-  wire [79:0] \$483 ;
-  wire [80:0] \$484 ;
-  wire \$485 ;
-  wire [15:0] \$486 ;
-  wire [9:0] \$487 ;
+  wire [20:0] \$481 ;
+  wire \$482 ;
+  wire \$483 ;
+  wire \$484 ;
+  wire [31:0] \$485 ;
+  wire [32:0] \$486 ;
+  wire \$487 ;
   wire \$488 ;
   wire \$489 ;
   wire [15:0] \$49 ;
-  wire [9:0] \$490 ;
-  wire \$491 ;
-  wire [9:0] \$492 ;
-  wire \$493 ;
-  wire \$494 ;
-  wire [9:0] \$495 ;
-  wire \$496 ;
-  wire [20:0] \$497 ;
-  wire \$498 ;
-  wire \$499 ;
+  wire [7:0] \$490 ;
+  wire [7:0] \$491 ;
+  wire [1:0] \$492 ;
+  wire [2:0] \$493 ;
+  wire [3:0] \$494 ;
+  wire [4:0] \$495 ;
+  wire [5:0] \$496 ;
+  wire [6:0] \$497 ;
+  wire [7:0] \$498 ;
+  wire [1:0] \$499 ;
   wire \$5 ;
   wire [15:0] \$50 ;
-  wire \$500 ;
-  wire [31:0] \$501 ;
-  wire [32:0] \$502 ;
-  wire \$503 ;
-  wire \$504 ;
-  wire \$505 ;
-  wire [7:0] \$506 ;
-  wire [7:0] \$507 ;
-  wire [1:0] \$508 ;
-  wire [2:0] \$509 ;
+  wire [2:0] \$500 ;
+  wire [3:0] \$501 ;
+  wire [4:0] \$502 ;
+  wire [5:0] \$503 ;
+  wire [6:0] \$504 ;
+  wire [7:0] \$505 ;
+  wire [1:0] \$506 ;
+  wire [2:0] \$507 ;
+  wire [3:0] \$508 ;
+  wire [4:0] \$509 ;
   wire [31:0] \$51 ;
-  wire [3:0] \$510 ;
-  wire [4:0] \$511 ;
-  wire [5:0] \$512 ;
-  wire [6:0] \$513 ;
-  wire [7:0] \$514 ;
-  wire [1:0] \$515 ;
-  wire [2:0] \$516 ;
-  wire [3:0] \$517 ;
-  wire [4:0] \$518 ;
-  wire [5:0] \$519 ;
+  wire [5:0] \$510 ;
+  wire [6:0] \$511 ;
+  wire [7:0] \$512 ;
+  reg [10:0] \$513 ;
+  reg [10:0] \$514 ;
+  reg [10:0] \$515 ;
+  reg [10:0] \$516 ;
+  reg [10:0] \$517 ;
+  reg [10:0] \$518 ;
+  reg [10:0] \$519 ;
   wire [32:0] \$52 ;
-  wire [6:0] \$520 ;
-  wire [7:0] \$521 ;
-  wire [1:0] \$522 ;
-  wire [2:0] \$523 ;
-  wire [3:0] \$524 ;
-  wire [4:0] \$525 ;
-  wire [5:0] \$526 ;
-  wire [6:0] \$527 ;
-  wire [7:0] \$528 ;
-  reg [10:0] \$529 ;
+  reg [10:0] \$520 ;
+  reg [255:0] \$521 ;
   wire [32:0] \$53 ;
-  reg [10:0] \$530 ;
-  reg [10:0] \$531 ;
-  reg [10:0] \$532 ;
-  reg [10:0] \$533 ;
-  reg [10:0] \$534 ;
-  reg [10:0] \$535 ;
-  reg [10:0] \$536 ;
-  reg [255:0] \$537 ;
   wire [33:0] \$54 ;
   wire [34:0] \$55 ;
   wire [65:0] \$56 ;
@@ -17224,7 +17208,7 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   end
   always @(posedge clk) begin
     if (\write__en$313 )
-      table_high0[\$233 [7:0]] <= write__data;
+      table_high0[\$231 [7:0]] <= write__data;
   end
   reg [15:0] _0_;
   always @(posedge clk) begin
@@ -17237,7 +17221,7 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   end
   always @(posedge clk) begin
     if (\write__en$325 )
-      table_high1[\$270 [7:0]] <= write__data;
+      table_high1[\$266 [7:0]] <= write__data;
   end
   reg [15:0] _1_;
   always @(posedge clk) begin
@@ -17250,7 +17234,7 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   end
   always @(posedge clk) begin
     if (\write__en$337 )
-      table_high2[\$307 [7:0]] <= write__data;
+      table_high2[\$301 [7:0]] <= write__data;
   end
   reg [15:0] _2_;
   always @(posedge clk) begin
@@ -17263,7 +17247,7 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   end
   always @(posedge clk) begin
     if (\write__en$349 )
-      table_high3[\$344 [7:0]] <= write__data;
+      table_high3[\$336 [7:0]] <= write__data;
   end
   reg [15:0] _3_;
   always @(posedge clk) begin
@@ -17276,7 +17260,7 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   end
   always @(posedge clk) begin
     if (\write__en$361 )
-      table_high4[\$381 [7:0]] <= write__data;
+      table_high4[\$371 [7:0]] <= write__data;
   end
   reg [15:0] _4_;
   always @(posedge clk) begin
@@ -17289,7 +17273,7 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   end
   always @(posedge clk) begin
     if (\write__en$373 )
-      table_high5[\$418 [7:0]] <= write__data;
+      table_high5[\$406 [7:0]] <= write__data;
   end
   reg [15:0] _5_;
   always @(posedge clk) begin
@@ -17302,7 +17286,7 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   end
   always @(posedge clk) begin
     if (\write__en$385 )
-      table_high6[\$455 [7:0]] <= write__data;
+      table_high6[\$441 [7:0]] <= write__data;
   end
   reg [15:0] _6_;
   always @(posedge clk) begin
@@ -17315,7 +17299,7 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   end
   always @(posedge clk) begin
     if (\write__en$397 )
-      table_high7[\$492 [7:0]] <= write__data;
+      table_high7[\$476 [7:0]] <= write__data;
   end
   reg [15:0] _7_;
   always @(posedge clk) begin
@@ -17341,7 +17325,7 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   end
   always @(posedge clk) begin
     if (\write__en$321 )
-      table_low1[\$265 [7:0]] <= write__data;
+      table_low1[\$263 [7:0]] <= write__data;
   end
   reg [15:0] _9_;
   always @(posedge clk) begin
@@ -17354,7 +17338,7 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   end
   always @(posedge clk) begin
     if (\write__en$333 )
-      table_low2[\$302 [7:0]] <= write__data;
+      table_low2[\$298 [7:0]] <= write__data;
   end
   reg [15:0] _10_;
   always @(posedge clk) begin
@@ -17367,7 +17351,7 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   end
   always @(posedge clk) begin
     if (\write__en$345 )
-      table_low3[\$339 [7:0]] <= write__data;
+      table_low3[\$333 [7:0]] <= write__data;
   end
   reg [15:0] _11_;
   always @(posedge clk) begin
@@ -17380,7 +17364,7 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   end
   always @(posedge clk) begin
     if (\write__en$357 )
-      table_low4[\$376 [7:0]] <= write__data;
+      table_low4[\$368 [7:0]] <= write__data;
   end
   reg [15:0] _12_;
   always @(posedge clk) begin
@@ -17393,7 +17377,7 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   end
   always @(posedge clk) begin
     if (\write__en$369 )
-      table_low5[\$413 [7:0]] <= write__data;
+      table_low5[\$403 [7:0]] <= write__data;
   end
   reg [15:0] _13_;
   always @(posedge clk) begin
@@ -17406,7 +17390,7 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   end
   always @(posedge clk) begin
     if (\write__en$381 )
-      table_low6[\$450 [7:0]] <= write__data;
+      table_low6[\$438 [7:0]] <= write__data;
   end
   reg [15:0] _14_;
   always @(posedge clk) begin
@@ -17419,159 +17403,127 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   end
   always @(posedge clk) begin
     if (\write__en$393 )
-      table_low7[\$487 [7:0]] <= write__data;
+      table_low7[\$473 [7:0]] <= write__data;
   end
   reg [15:0] _15_;
   always @(posedge clk) begin
     _15_ <= table_low7[index7];
   end
   assign \read__data$261  = _15_;
-  assign \$418  = table_index - 1'h1;
-  assign \$419  = table_index >= 1'h1;
-  assign \$420  = table_we & \$419 ;
-  assign \$421  = table_index - 1'h1;
-  assign \$422  = $signed(\$421 ) < $signed(10'h100);
-  assign \write__en$373  = \$420  & \$422 ;
-  assign diff5 = $signed(\read__data$198 ) - $signed(\read__data$197 );
-  assign \$423  = $signed(r7_5[19:0]) + $signed(base7_5);
-  assign value5 = ctl7[1] ? { \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423 [20], \$423  } : r7_5;
-  assign \$424  = ! value5[63:31];
-  assign \$425  = value5[63:31] == 33'h1ffffffff;
-  assign \$426  = \$424  | \$425 ;
-  assign \$427  = value5[63] ? 32'd2147483648 : 32'd2147483647;
-  assign \$428  = \$426  ? { 1'h0, value5[31:0] } : { \$427 [31], \$427  };
-  assign \$429  = ! value5[63:7];
-  assign \$430  = value5[63:7] == 57'h1ffffffffffffff;
-  assign \$431  = \$429  | \$430 ;
-  assign \$432  = value5[63] ? 8'h80 : 8'h7f;
-  assign \$433  = \$431  ? value5[7:0] : \$432 ;
-  assign \$434  = $signed(a[223:192]) + $signed(b[223:192]);
-  assign \$435  = $signed(a[223:192]) - $signed(b[223:192]);
-  assign \$436  = $signed(a[223:192]) > $signed(b[223:192]);
-  assign \$437  = \$436  ? a[223:192] : b[223:192];
-  assign \$438  = $signed(a[223:192]) < $signed(b[223:192]);
-  assign \$439  = \$438  ? a[223:192] : b[223:192];
-  assign \$440  = $signed(a[223:192]) < $signed(imm);
-  assign \$441  = \$440  ? imm : a[223:192];
-  assign \$442  = $signed(a[223:192]) - $signed(imm);
   assign scaled6 = $signed(x1_6) >>> ctl1[10:5];
-  assign \$443  = ~ x1_6[32];
-  assign \$444  = | scaled6[32:8];
-  assign over6 = \$443  & \$444 ;
-  assign \$445  = x1_6[32] ? 8'h00 : scaled6[7:0];
-  assign index6 = over6 ? 8'hff : \$445 ;
-  assign \$446  = 1'h1 << ctl1[10:5];
-  assign \$447  = \$446  - 1'h1;
-  assign \$448  = x1_6[32] | over6;
-  assign \$449  = x1_6[15:0] & \$447 [15:0];
-  assign frac6 = \$448  ? 16'h0000 : \$449 ;
-  assign \$450  = table_index - 1'h0;
-  assign \$451  = table_index >= 1'h0;
-  assign \$452  = table_we & \$451 ;
-  assign \$453  = table_index - 1'h0;
-  assign \$454  = $signed(\$453 ) < $signed(10'h100);
-  assign \write__en$381  = \$452  & \$454 ;
-  assign \$455  = table_index - 1'h1;
-  assign \$456  = table_index >= 1'h1;
-  assign \$457  = table_we & \$456 ;
-  assign \$458  = table_index - 1'h1;
-  assign \$459  = $signed(\$458 ) < $signed(10'h100);
-  assign \write__en$385  = \$457  & \$459 ;
+  assign \$431  = ~ x1_6[32];
+  assign \$432  = | scaled6[32:8];
+  assign over6 = \$431  & \$432 ;
+  assign \$433  = x1_6[32] ? 8'h00 : scaled6[7:0];
+  assign index6 = over6 ? 8'hff : \$433 ;
+  assign \$434  = 1'h1 << ctl1[10:5];
+  assign \$435  = \$434  - 1'h1;
+  assign \$436  = x1_6[32] | over6;
+  assign \$437  = x1_6[15:0] & \$435 [15:0];
+  assign frac6 = \$436  ? 16'h0000 : \$437 ;
+  assign \$438  = table_index - 1'h0;
+  assign \$439  = table_index - 1'h0;
+  assign \$440  = $signed(\$439 ) < $signed(10'h100);
+  assign \write__en$381  = table_we & \$440 ;
+  assign \$441  = table_index - 1'h1;
+  assign \$442  = table_index - 1'h1;
+  assign \$443  = $signed(\$442 ) < $signed(10'h100);
+  assign \$444  = table_index >= 1'h1;
+  assign \$445  = \$443  & \$444 ;
+  assign \write__en$385  = table_we & \$445 ;
   assign diff6 = $signed(\read__data$230 ) - $signed(\read__data$229 );
-  assign \$460  = $signed(r7_6[19:0]) + $signed(base7_6);
-  assign value6 = ctl7[1] ? { \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460 [20], \$460  } : r7_6;
-  assign \$461  = ! value6[63:31];
-  assign \$462  = value6[63:31] == 33'h1ffffffff;
-  assign \$463  = \$461  | \$462 ;
-  assign \$464  = value6[63] ? 32'd2147483648 : 32'd2147483647;
-  assign \$465  = \$463  ? { 1'h0, value6[31:0] } : { \$464 [31], \$464  };
-  assign \$466  = ! value6[63:7];
-  assign \$467  = value6[63:7] == 57'h1ffffffffffffff;
-  assign \$468  = \$466  | \$467 ;
-  assign \$469  = value6[63] ? 8'h80 : 8'h7f;
-  assign \$470  = \$468  ? value6[7:0] : \$469 ;
-  assign \$471  = $signed(a[255:224]) + $signed(b[255:224]);
-  assign \$472  = $signed(a[255:224]) - $signed(b[255:224]);
-  assign \$473  = $signed(a[255:224]) > $signed(b[255:224]);
-  assign \$474  = \$473  ? a[255:224] : b[255:224];
-  assign \$475  = $signed(a[255:224]) < $signed(b[255:224]);
-  assign \$476  = \$475  ? a[255:224] : b[255:224];
-  assign \$477  = $signed(a[255:224]) < $signed(imm);
-  assign \$478  = \$477  ? imm : a[255:224];
-  assign \$479  = $signed(a[255:224]) - $signed(imm);
+  assign \$446  = $signed(r7_6[19:0]) + $signed(base7_6);
+  assign value6 = ctl7[1] ? { \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446  } : r7_6;
+  assign \$447  = ! value6[63:31];
+  assign \$448  = value6[63:31] == 33'h1ffffffff;
+  assign \$449  = \$447  | \$448 ;
+  assign \$450  = value6[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$451  = \$449  ? { 1'h0, value6[31:0] } : { \$450 [31], \$450  };
+  assign \$452  = ! value6[63:7];
+  assign \$453  = value6[63:7] == 57'h1ffffffffffffff;
+  assign \$454  = \$452  | \$453 ;
+  assign \$455  = value6[63] ? 8'h80 : 8'h7f;
+  assign \$456  = \$454  ? value6[7:0] : \$455 ;
+  assign \$457  = $signed(a[255:224]) + $signed(b[255:224]);
+  assign \$458  = $signed(a[255:224]) - $signed(b[255:224]);
+  assign \$459  = $signed(a[255:224]) > $signed(b[255:224]);
+  assign \$460  = \$459  ? a[255:224] : b[255:224];
+  assign \$461  = $signed(a[255:224]) < $signed(b[255:224]);
+  assign \$462  = \$461  ? a[255:224] : b[255:224];
+  assign \$463  = $signed(a[255:224]) < $signed(imm);
+  assign \$464  = \$463  ? imm : a[255:224];
+  assign \$465  = $signed(a[255:224]) - $signed(imm);
   assign scaled7 = $signed(x1_7) >>> ctl1[10:5];
-  assign \$480  = ~ x1_7[32];
-  assign \$481  = | scaled7[32:8];
-  assign over7 = \$480  & \$481 ;
-  assign \$482  = x1_7[32] ? 8'h00 : scaled7[7:0];
-  assign index7 = over7 ? 8'hff : \$482 ;
-  assign \$483  = 1'h1 << ctl1[10:5];
-  assign \$484  = \$483  - 1'h1;
-  assign \$485  = x1_7[32] | over7;
-  assign \$486  = x1_7[15:0] & \$484 [15:0];
-  assign frac7 = \$485  ? 16'h0000 : \$486 ;
-  assign \$487  = table_index - 1'h0;
-  assign \$488  = table_index >= 1'h0;
-  assign \$489  = table_we & \$488 ;
-  assign \$490  = table_index - 1'h0;
-  assign \$491  = $signed(\$490 ) < $signed(10'h100);
-  assign \write__en$393  = \$489  & \$491 ;
-  assign \$492  = table_index - 1'h1;
-  assign \$493  = table_index >= 1'h1;
-  assign \$494  = table_we & \$493 ;
-  assign \$495  = table_index - 1'h1;
-  assign \$496  = $signed(\$495 ) < $signed(10'h100);
-  assign \write__en$397  = \$494  & \$496 ;
+  assign \$466  = ~ x1_7[32];
+  assign \$467  = | scaled7[32:8];
+  assign over7 = \$466  & \$467 ;
+  assign \$468  = x1_7[32] ? 8'h00 : scaled7[7:0];
+  assign index7 = over7 ? 8'hff : \$468 ;
+  assign \$469  = 1'h1 << ctl1[10:5];
+  assign \$470  = \$469  - 1'h1;
+  assign \$471  = x1_7[32] | over7;
+  assign \$472  = x1_7[15:0] & \$470 [15:0];
+  assign frac7 = \$471  ? 16'h0000 : \$472 ;
+  assign \$473  = table_index - 1'h0;
+  assign \$474  = table_index - 1'h0;
+  assign \$475  = $signed(\$474 ) < $signed(10'h100);
+  assign \write__en$393  = table_we & \$475 ;
+  assign \$476  = table_index - 1'h1;
+  assign \$477  = table_index - 1'h1;
+  assign \$478  = $signed(\$477 ) < $signed(10'h100);
+  assign \$479  = table_index >= 1'h1;
+  assign \$480  = \$478  & \$479 ;
+  assign \write__en$397  = table_we & \$480 ;
   assign diff7 = $signed(\read__data$262 ) - $signed(\read__data$261 );
-  assign \$497  = $signed(r7_7[19:0]) + $signed(base7_7);
-  assign value7 = ctl7[1] ? { \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497 [20], \$497  } : r7_7;
-  assign \$498  = ! value7[63:31];
-  assign \$499  = value7[63:31] == 33'h1ffffffff;
-  assign \$500  = \$498  | \$499 ;
-  assign \$501  = value7[63] ? 32'd2147483648 : 32'd2147483647;
-  assign \$502  = \$500  ? { 1'h0, value7[31:0] } : { \$501 [31], \$501  };
-  assign \$503  = ! value7[63:7];
-  assign \$504  = value7[63:7] == 57'h1ffffffffffffff;
-  assign \$505  = \$503  | \$504 ;
-  assign \$506  = value7[63] ? 8'h80 : 8'h7f;
-  assign \$507  = \$505  ? value7[7:0] : \$506 ;
-  assign \$508  = hit2_0 + hit2_1;
-  assign \$509  = \$508  + hit2_2;
-  assign \$510  = \$509  + hit2_3;
-  assign \$511  = \$510  + hit2_4;
-  assign \$512  = \$511  + hit2_5;
-  assign \$513  = \$512  + hit2_6;
-  assign \$514  = \$513  + hit2_7;
-  assign \$515  = under2_0 + under2_1;
-  assign \$516  = \$515  + under2_2;
-  assign \$517  = \$516  + under2_3;
-  assign \$518  = \$517  + under2_4;
-  assign \$519  = \$518  + under2_5;
-  assign \$520  = \$519  + under2_6;
-  assign \$521  = \$520  + under2_7;
-  assign \$522  = \over2_0$29  + \over2_1$64 ;
-  assign \$523  = \$522  + \over2_2$96 ;
-  assign \$524  = \$523  + \over2_3$128 ;
-  assign \$525  = \$524  + \over2_4$160 ;
-  assign \$526  = \$525  + \over2_5$192 ;
-  assign \$527  = \$526  + \over2_6$224 ;
-  assign \$528  = \$527  + \over2_7$256 ;
+  assign \$481  = $signed(r7_7[19:0]) + $signed(base7_7);
+  assign value7 = ctl7[1] ? { \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481  } : r7_7;
+  assign \$482  = ! value7[63:31];
+  assign \$483  = value7[63:31] == 33'h1ffffffff;
+  assign \$484  = \$482  | \$483 ;
+  assign \$485  = value7[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$486  = \$484  ? { 1'h0, value7[31:0] } : { \$485 [31], \$485  };
+  assign \$487  = ! value7[63:7];
+  assign \$488  = value7[63:7] == 57'h1ffffffffffffff;
+  assign \$489  = \$487  | \$488 ;
+  assign \$490  = value7[63] ? 8'h80 : 8'h7f;
+  assign \$491  = \$489  ? value7[7:0] : \$490 ;
+  assign \$492  = hit2_0 + hit2_1;
+  assign \$493  = \$492  + hit2_2;
+  assign \$494  = \$493  + hit2_3;
+  assign \$495  = \$494  + hit2_4;
+  assign \$496  = \$495  + hit2_5;
+  assign \$497  = \$496  + hit2_6;
+  assign \$498  = \$497  + hit2_7;
+  assign \$499  = under2_0 + under2_1;
+  assign \$500  = \$499  + under2_2;
+  assign \$501  = \$500  + under2_3;
+  assign \$502  = \$501  + under2_4;
+  assign \$503  = \$502  + under2_5;
+  assign \$504  = \$503  + under2_6;
+  assign \$505  = \$504  + under2_7;
+  assign \$506  = \over2_0$29  + \over2_1$64 ;
+  assign \$507  = \$506  + \over2_2$96 ;
+  assign \$508  = \$507  + \over2_3$128 ;
+  assign \$509  = \$508  + \over2_4$160 ;
+  assign \$510  = \$509  + \over2_5$192 ;
+  assign \$511  = \$510  + \over2_6$224 ;
+  assign \$512  = \$511  + \over2_7$256 ;
   always @(posedge clk)
-    ctl1 <= \$529 ;
+    ctl1 <= \$513 ;
   always @(posedge clk)
-    ctl2 <= \$530 ;
+    ctl2 <= \$514 ;
   always @(posedge clk)
-    ctl3 <= \$531 ;
+    ctl3 <= \$515 ;
   always @(posedge clk)
-    ctl4 <= \$532 ;
+    ctl4 <= \$516 ;
   always @(posedge clk)
-    ctl5 <= \$533 ;
+    ctl5 <= \$517 ;
   always @(posedge clk)
-    ctl6 <= \$534 ;
+    ctl6 <= \$518 ;
   always @(posedge clk)
-    ctl7 <= \$535 ;
+    ctl7 <= \$519 ;
   always @(posedge clk)
-    ctl8 <= \$536 ;
+    ctl8 <= \$520 ;
   always @(posedge clk)
     imm2_1 <= imm2;
   always @(posedge clk)
@@ -17621,7 +17573,7 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   always @(posedge clk)
     base7_0 <= base6_0;
   always @(posedge clk)
-    out <= \$537 ;
+    out <= \$521 ;
   always @(posedge clk)
     x1_1 <= alu1;
   always @(posedge clk)
@@ -17945,7 +17897,7 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   always @(posedge clk)
     base7_7 <= base6_7;
   always @(posedge clk)
-    hits3 <= \$514 [3:0];
+    hits3 <= \$498 [3:0];
   always @(posedge clk)
     hits4 <= hits3;
   always @(posedge clk)
@@ -17957,7 +17909,7 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   always @(posedge clk)
     hits8 <= hits7;
   always @(posedge clk)
-    unders3 <= \$521 [3:0];
+    unders3 <= \$505 [3:0];
   always @(posedge clk)
     unders4 <= unders3;
   always @(posedge clk)
@@ -17969,7 +17921,7 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   always @(posedge clk)
     unders8 <= unders7;
   always @(posedge clk)
-    overs3 <= \$528 [3:0];
+    overs3 <= \$512 [3:0];
   always @(posedge clk)
     overs4 <= overs3;
   always @(posedge clk)
@@ -18203,309 +18155,325 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   assign \$227  = x1_0[15:0] & \$225 [15:0];
   assign frac0 = \$226  ? 16'h0000 : \$227 ;
   assign \$228  = table_index - 1'h0;
-  assign \$229  = table_index >= 1'h0;
-  assign \$230  = table_we & \$229 ;
-  assign \$231  = table_index - 1'h0;
-  assign \$232  = $signed(\$231 ) < $signed(10'h100);
-  assign write__en = \$230  & \$232 ;
-  assign \$233  = table_index - 1'h1;
+  assign \$229  = table_index - 1'h0;
+  assign \$230  = $signed(\$229 ) < $signed(10'h100);
+  assign write__en = table_we & \$230 ;
+  assign \$231  = table_index - 1'h1;
+  assign \$232  = table_index - 1'h1;
+  assign \$233  = $signed(\$232 ) < $signed(10'h100);
   assign \$234  = table_index >= 1'h1;
-  assign \$235  = table_we & \$234 ;
-  assign \$236  = table_index - 1'h1;
-  assign \$237  = $signed(\$236 ) < $signed(10'h100);
-  assign \write__en$313  = \$235  & \$237 ;
+  assign \$235  = \$233  & \$234 ;
+  assign \write__en$313  = table_we & \$235 ;
   assign diff0 = $signed(\read__data$35 ) - $signed(read__data);
-  assign \$238  = $signed(r7_0[19:0]) + $signed(base7_0);
-  assign value0 = ctl7[1] ? { \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238 [20], \$238  } : r7_0;
-  assign \$239  = ! value0[63:31];
-  assign \$240  = value0[63:31] == 33'h1ffffffff;
-  assign \$241  = \$239  | \$240 ;
-  assign \$242  = value0[63] ? 32'd2147483648 : 32'd2147483647;
-  assign \$243  = \$241  ? { 1'h0, value0[31:0] } : { \$242 [31], \$242  };
-  assign \$244  = ! value0[63:7];
-  assign \$245  = value0[63:7] == 57'h1ffffffffffffff;
-  assign \$246  = \$244  | \$245 ;
-  assign \$247  = value0[63] ? 8'h80 : 8'h7f;
-  assign \$248  = \$246  ? value0[7:0] : \$247 ;
-  assign \$249  = $signed(a[63:32]) + $signed(b[63:32]);
-  assign \$250  = $signed(a[63:32]) - $signed(b[63:32]);
-  assign \$251  = $signed(a[63:32]) > $signed(b[63:32]);
+  assign \$236  = $signed(r7_0[19:0]) + $signed(base7_0);
+  assign value0 = ctl7[1] ? { \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236  } : r7_0;
+  assign \$237  = ! value0[63:31];
+  assign \$238  = value0[63:31] == 33'h1ffffffff;
+  assign \$239  = \$237  | \$238 ;
+  assign \$240  = value0[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$241  = \$239  ? { 1'h0, value0[31:0] } : { \$240 [31], \$240  };
+  assign \$242  = ! value0[63:7];
+  assign \$243  = value0[63:7] == 57'h1ffffffffffffff;
+  assign \$244  = \$242  | \$243 ;
+  assign \$245  = value0[63] ? 8'h80 : 8'h7f;
+  assign \$246  = \$244  ? value0[7:0] : \$245 ;
+  assign \$247  = $signed(a[63:32]) + $signed(b[63:32]);
+  assign \$248  = $signed(a[63:32]) - $signed(b[63:32]);
+  assign \$249  = $signed(a[63:32]) > $signed(b[63:32]);
+  assign \$250  = \$249  ? a[63:32] : b[63:32];
+  assign \$251  = $signed(a[63:32]) < $signed(b[63:32]);
   assign \$252  = \$251  ? a[63:32] : b[63:32];
-  assign \$253  = $signed(a[63:32]) < $signed(b[63:32]);
-  assign \$254  = \$253  ? a[63:32] : b[63:32];
-  assign \$255  = $signed(a[63:32]) < $signed(imm);
-  assign \$256  = \$255  ? imm : a[63:32];
-  assign \$257  = $signed(a[63:32]) - $signed(imm);
+  assign \$253  = $signed(a[63:32]) < $signed(imm);
+  assign \$254  = \$253  ? imm : a[63:32];
+  assign \$255  = $signed(a[63:32]) - $signed(imm);
   assign scaled1 = $signed(x1_1) >>> ctl1[10:5];
-  assign \$258  = ~ x1_1[32];
-  assign \$259  = | scaled1[32:8];
-  assign over1 = \$258  & \$259 ;
-  assign \$260  = x1_1[32] ? 8'h00 : scaled1[7:0];
-  assign index1 = over1 ? 8'hff : \$260 ;
-  assign \$261  = 1'h1 << ctl1[10:5];
-  assign \$262  = \$261  - 1'h1;
-  assign \$263  = x1_1[32] | over1;
-  assign \$264  = x1_1[15:0] & \$262 [15:0];
-  assign frac1 = \$263  ? 16'h0000 : \$264 ;
-  assign \$265  = table_index - 1'h0;
-  assign \$266  = table_index >= 1'h0;
-  assign \$267  = table_we & \$266 ;
-  assign \$268  = table_index - 1'h0;
-  assign \$269  = $signed(\$268 ) < $signed(10'h100);
-  assign \write__en$321  = \$267  & \$269 ;
-  assign \$270  = table_index - 1'h1;
-  assign \$271  = table_index >= 1'h1;
-  assign \$272  = table_we & \$271 ;
-  assign \$273  = table_index - 1'h1;
-  assign \$274  = $signed(\$273 ) < $signed(10'h100);
-  assign \write__en$325  = \$272  & \$274 ;
+  assign \$256  = ~ x1_1[32];
+  assign \$257  = | scaled1[32:8];
+  assign over1 = \$256  & \$257 ;
+  assign \$258  = x1_1[32] ? 8'h00 : scaled1[7:0];
+  assign index1 = over1 ? 8'hff : \$258 ;
+  assign \$259  = 1'h1 << ctl1[10:5];
+  assign \$260  = \$259  - 1'h1;
+  assign \$261  = x1_1[32] | over1;
+  assign \$262  = x1_1[15:0] & \$260 [15:0];
+  assign frac1 = \$261  ? 16'h0000 : \$262 ;
+  assign \$263  = table_index - 1'h0;
+  assign \$264  = table_index - 1'h0;
+  assign \$265  = $signed(\$264 ) < $signed(10'h100);
+  assign \write__en$321  = table_we & \$265 ;
+  assign \$266  = table_index - 1'h1;
+  assign \$267  = table_index - 1'h1;
+  assign \$268  = $signed(\$267 ) < $signed(10'h100);
+  assign \$269  = table_index >= 1'h1;
+  assign \$270  = \$268  & \$269 ;
+  assign \write__en$325  = table_we & \$270 ;
   assign diff1 = $signed(\read__data$70 ) - $signed(\read__data$69 );
-  assign \$275  = $signed(r7_1[19:0]) + $signed(base7_1);
-  assign value1 = ctl7[1] ? { \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275 [20], \$275  } : r7_1;
-  assign \$276  = ! value1[63:31];
-  assign \$277  = value1[63:31] == 33'h1ffffffff;
-  assign \$278  = \$276  | \$277 ;
-  assign \$279  = value1[63] ? 32'd2147483648 : 32'd2147483647;
-  assign \$280  = \$278  ? { 1'h0, value1[31:0] } : { \$279 [31], \$279  };
-  assign \$281  = ! value1[63:7];
-  assign \$282  = value1[63:7] == 57'h1ffffffffffffff;
-  assign \$283  = \$281  | \$282 ;
-  assign \$284  = value1[63] ? 8'h80 : 8'h7f;
-  assign \$285  = \$283  ? value1[7:0] : \$284 ;
-  assign \$286  = $signed(a[95:64]) + $signed(b[95:64]);
-  assign \$287  = $signed(a[95:64]) - $signed(b[95:64]);
-  assign \$288  = $signed(a[95:64]) > $signed(b[95:64]);
-  assign \$289  = \$288  ? a[95:64] : b[95:64];
-  assign \$290  = $signed(a[95:64]) < $signed(b[95:64]);
-  assign \$291  = \$290  ? a[95:64] : b[95:64];
-  assign \$292  = $signed(a[95:64]) < $signed(imm);
-  assign \$293  = \$292  ? imm : a[95:64];
-  assign \$294  = $signed(a[95:64]) - $signed(imm);
+  assign \$271  = $signed(r7_1[19:0]) + $signed(base7_1);
+  assign value1 = ctl7[1] ? { \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271  } : r7_1;
+  assign \$272  = ! value1[63:31];
+  assign \$273  = value1[63:31] == 33'h1ffffffff;
+  assign \$274  = \$272  | \$273 ;
+  assign \$275  = value1[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$276  = \$274  ? { 1'h0, value1[31:0] } : { \$275 [31], \$275  };
+  assign \$277  = ! value1[63:7];
+  assign \$278  = value1[63:7] == 57'h1ffffffffffffff;
+  assign \$279  = \$277  | \$278 ;
+  assign \$280  = value1[63] ? 8'h80 : 8'h7f;
+  assign \$281  = \$279  ? value1[7:0] : \$280 ;
+  assign \$282  = $signed(a[95:64]) + $signed(b[95:64]);
+  assign \$283  = $signed(a[95:64]) - $signed(b[95:64]);
+  assign \$284  = $signed(a[95:64]) > $signed(b[95:64]);
+  assign \$285  = \$284  ? a[95:64] : b[95:64];
+  assign \$286  = $signed(a[95:64]) < $signed(b[95:64]);
+  assign \$287  = \$286  ? a[95:64] : b[95:64];
+  assign \$288  = $signed(a[95:64]) < $signed(imm);
+  assign \$289  = \$288  ? imm : a[95:64];
+  assign \$290  = $signed(a[95:64]) - $signed(imm);
   assign scaled2 = $signed(x1_2) >>> ctl1[10:5];
-  assign \$295  = ~ x1_2[32];
-  assign \$296  = | scaled2[32:8];
-  assign over2 = \$295  & \$296 ;
-  assign \$297  = x1_2[32] ? 8'h00 : scaled2[7:0];
-  assign index2 = over2 ? 8'hff : \$297 ;
-  assign \$298  = 1'h1 << ctl1[10:5];
-  assign \$299  = \$298  - 1'h1;
-  assign \$300  = x1_2[32] | over2;
-  assign \$301  = x1_2[15:0] & \$299 [15:0];
-  assign frac2 = \$300  ? 16'h0000 : \$301 ;
-  assign \$302  = table_index - 1'h0;
-  assign \$303  = table_index >= 1'h0;
-  assign \$304  = table_we & \$303 ;
-  assign \$305  = table_index - 1'h0;
-  assign \$306  = $signed(\$305 ) < $signed(10'h100);
-  assign \write__en$333  = \$304  & \$306 ;
-  assign \$307  = table_index - 1'h1;
-  assign \$308  = table_index >= 1'h1;
-  assign \$309  = table_we & \$308 ;
-  assign \$310  = table_index - 1'h1;
-  assign \$311  = $signed(\$310 ) < $signed(10'h100);
-  assign \write__en$337  = \$309  & \$311 ;
+  assign \$291  = ~ x1_2[32];
+  assign \$292  = | scaled2[32:8];
+  assign over2 = \$291  & \$292 ;
+  assign \$293  = x1_2[32] ? 8'h00 : scaled2[7:0];
+  assign index2 = over2 ? 8'hff : \$293 ;
+  assign \$294  = 1'h1 << ctl1[10:5];
+  assign \$295  = \$294  - 1'h1;
+  assign \$296  = x1_2[32] | over2;
+  assign \$297  = x1_2[15:0] & \$295 [15:0];
+  assign frac2 = \$296  ? 16'h0000 : \$297 ;
+  assign \$298  = table_index - 1'h0;
+  assign \$299  = table_index - 1'h0;
+  assign \$300  = $signed(\$299 ) < $signed(10'h100);
+  assign \write__en$333  = table_we & \$300 ;
+  assign \$301  = table_index - 1'h1;
+  assign \$302  = table_index - 1'h1;
+  assign \$303  = $signed(\$302 ) < $signed(10'h100);
+  assign \$304  = table_index >= 1'h1;
+  assign \$305  = \$303  & \$304 ;
+  assign \write__en$337  = table_we & \$305 ;
   assign diff2 = $signed(\read__data$102 ) - $signed(\read__data$101 );
-  assign \$312  = $signed(r7_2[19:0]) + $signed(base7_2);
-  assign value2 = ctl7[1] ? { \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312 [20], \$312  } : r7_2;
-  assign \$313  = ! value2[63:31];
-  assign \$314  = value2[63:31] == 33'h1ffffffff;
-  assign \$315  = \$313  | \$314 ;
-  assign \$316  = value2[63] ? 32'd2147483648 : 32'd2147483647;
-  assign \$317  = \$315  ? { 1'h0, value2[31:0] } : { \$316 [31], \$316  };
-  assign \$318  = ! value2[63:7];
-  assign \$319  = value2[63:7] == 57'h1ffffffffffffff;
-  assign \$320  = \$318  | \$319 ;
-  assign \$321  = value2[63] ? 8'h80 : 8'h7f;
-  assign \$322  = \$320  ? value2[7:0] : \$321 ;
-  assign \$323  = $signed(a[127:96]) + $signed(b[127:96]);
-  assign \$324  = $signed(a[127:96]) - $signed(b[127:96]);
-  assign \$325  = $signed(a[127:96]) > $signed(b[127:96]);
-  assign \$326  = \$325  ? a[127:96] : b[127:96];
-  assign \$327  = $signed(a[127:96]) < $signed(b[127:96]);
-  assign \$328  = \$327  ? a[127:96] : b[127:96];
-  assign \$329  = $signed(a[127:96]) < $signed(imm);
-  assign \$330  = \$329  ? imm : a[127:96];
-  assign \$331  = $signed(a[127:96]) - $signed(imm);
+  assign \$306  = $signed(r7_2[19:0]) + $signed(base7_2);
+  assign value2 = ctl7[1] ? { \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306  } : r7_2;
+  assign \$307  = ! value2[63:31];
+  assign \$308  = value2[63:31] == 33'h1ffffffff;
+  assign \$309  = \$307  | \$308 ;
+  assign \$310  = value2[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$311  = \$309  ? { 1'h0, value2[31:0] } : { \$310 [31], \$310  };
+  assign \$312  = ! value2[63:7];
+  assign \$313  = value2[63:7] == 57'h1ffffffffffffff;
+  assign \$314  = \$312  | \$313 ;
+  assign \$315  = value2[63] ? 8'h80 : 8'h7f;
+  assign \$316  = \$314  ? value2[7:0] : \$315 ;
+  assign \$317  = $signed(a[127:96]) + $signed(b[127:96]);
+  assign \$318  = $signed(a[127:96]) - $signed(b[127:96]);
+  assign \$319  = $signed(a[127:96]) > $signed(b[127:96]);
+  assign \$320  = \$319  ? a[127:96] : b[127:96];
+  assign \$321  = $signed(a[127:96]) < $signed(b[127:96]);
+  assign \$322  = \$321  ? a[127:96] : b[127:96];
+  assign \$323  = $signed(a[127:96]) < $signed(imm);
+  assign \$324  = \$323  ? imm : a[127:96];
+  assign \$325  = $signed(a[127:96]) - $signed(imm);
   assign scaled3 = $signed(x1_3) >>> ctl1[10:5];
-  assign \$332  = ~ x1_3[32];
-  assign \$333  = | scaled3[32:8];
-  assign over3 = \$332  & \$333 ;
-  assign \$334  = x1_3[32] ? 8'h00 : scaled3[7:0];
-  assign index3 = over3 ? 8'hff : \$334 ;
-  assign \$335  = 1'h1 << ctl1[10:5];
-  assign \$336  = \$335  - 1'h1;
-  assign \$337  = x1_3[32] | over3;
-  assign \$338  = x1_3[15:0] & \$336 [15:0];
-  assign frac3 = \$337  ? 16'h0000 : \$338 ;
-  assign \$339  = table_index - 1'h0;
-  assign \$340  = table_index >= 1'h0;
-  assign \$341  = table_we & \$340 ;
-  assign \$342  = table_index - 1'h0;
-  assign \$343  = $signed(\$342 ) < $signed(10'h100);
-  assign \write__en$345  = \$341  & \$343 ;
-  assign \$344  = table_index - 1'h1;
-  assign \$345  = table_index >= 1'h1;
-  assign \$346  = table_we & \$345 ;
-  assign \$347  = table_index - 1'h1;
-  assign \$348  = $signed(\$347 ) < $signed(10'h100);
-  assign \write__en$349  = \$346  & \$348 ;
+  assign \$326  = ~ x1_3[32];
+  assign \$327  = | scaled3[32:8];
+  assign over3 = \$326  & \$327 ;
+  assign \$328  = x1_3[32] ? 8'h00 : scaled3[7:0];
+  assign index3 = over3 ? 8'hff : \$328 ;
+  assign \$329  = 1'h1 << ctl1[10:5];
+  assign \$330  = \$329  - 1'h1;
+  assign \$331  = x1_3[32] | over3;
+  assign \$332  = x1_3[15:0] & \$330 [15:0];
+  assign frac3 = \$331  ? 16'h0000 : \$332 ;
+  assign \$333  = table_index - 1'h0;
+  assign \$334  = table_index - 1'h0;
+  assign \$335  = $signed(\$334 ) < $signed(10'h100);
+  assign \write__en$345  = table_we & \$335 ;
+  assign \$336  = table_index - 1'h1;
+  assign \$337  = table_index - 1'h1;
+  assign \$338  = $signed(\$337 ) < $signed(10'h100);
+  assign \$339  = table_index >= 1'h1;
+  assign \$340  = \$338  & \$339 ;
+  assign \write__en$349  = table_we & \$340 ;
   assign diff3 = $signed(\read__data$134 ) - $signed(\read__data$133 );
-  assign \$349  = $signed(r7_3[19:0]) + $signed(base7_3);
-  assign value3 = ctl7[1] ? { \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349 [20], \$349  } : r7_3;
-  assign \$350  = ! value3[63:31];
-  assign \$351  = value3[63:31] == 33'h1ffffffff;
-  assign \$352  = \$350  | \$351 ;
-  assign \$353  = value3[63] ? 32'd2147483648 : 32'd2147483647;
-  assign \$354  = \$352  ? { 1'h0, value3[31:0] } : { \$353 [31], \$353  };
-  assign \$355  = ! value3[63:7];
-  assign \$356  = value3[63:7] == 57'h1ffffffffffffff;
-  assign \$357  = \$355  | \$356 ;
-  assign \$358  = value3[63] ? 8'h80 : 8'h7f;
-  assign \$359  = \$357  ? value3[7:0] : \$358 ;
-  assign \$360  = $signed(a[159:128]) + $signed(b[159:128]);
-  assign \$361  = $signed(a[159:128]) - $signed(b[159:128]);
-  assign \$362  = $signed(a[159:128]) > $signed(b[159:128]);
-  assign \$363  = \$362  ? a[159:128] : b[159:128];
-  assign \$364  = $signed(a[159:128]) < $signed(b[159:128]);
-  assign \$365  = \$364  ? a[159:128] : b[159:128];
-  assign \$366  = $signed(a[159:128]) < $signed(imm);
-  assign \$367  = \$366  ? imm : a[159:128];
-  assign \$368  = $signed(a[159:128]) - $signed(imm);
+  assign \$341  = $signed(r7_3[19:0]) + $signed(base7_3);
+  assign value3 = ctl7[1] ? { \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341  } : r7_3;
+  assign \$342  = ! value3[63:31];
+  assign \$343  = value3[63:31] == 33'h1ffffffff;
+  assign \$344  = \$342  | \$343 ;
+  assign \$345  = value3[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$346  = \$344  ? { 1'h0, value3[31:0] } : { \$345 [31], \$345  };
+  assign \$347  = ! value3[63:7];
+  assign \$348  = value3[63:7] == 57'h1ffffffffffffff;
+  assign \$349  = \$347  | \$348 ;
+  assign \$350  = value3[63] ? 8'h80 : 8'h7f;
+  assign \$351  = \$349  ? value3[7:0] : \$350 ;
+  assign \$352  = $signed(a[159:128]) + $signed(b[159:128]);
+  assign \$353  = $signed(a[159:128]) - $signed(b[159:128]);
+  assign \$354  = $signed(a[159:128]) > $signed(b[159:128]);
+  assign \$355  = \$354  ? a[159:128] : b[159:128];
+  assign \$356  = $signed(a[159:128]) < $signed(b[159:128]);
+  assign \$357  = \$356  ? a[159:128] : b[159:128];
+  assign \$358  = $signed(a[159:128]) < $signed(imm);
+  assign \$359  = \$358  ? imm : a[159:128];
+  assign \$360  = $signed(a[159:128]) - $signed(imm);
   assign scaled4 = $signed(x1_4) >>> ctl1[10:5];
-  assign \$369  = ~ x1_4[32];
-  assign \$370  = | scaled4[32:8];
-  assign over4 = \$369  & \$370 ;
-  assign \$371  = x1_4[32] ? 8'h00 : scaled4[7:0];
-  assign index4 = over4 ? 8'hff : \$371 ;
-  assign \$372  = 1'h1 << ctl1[10:5];
-  assign \$373  = \$372  - 1'h1;
-  assign \$374  = x1_4[32] | over4;
-  assign \$375  = x1_4[15:0] & \$373 [15:0];
-  assign frac4 = \$374  ? 16'h0000 : \$375 ;
-  assign \$376  = table_index - 1'h0;
-  assign \$377  = table_index >= 1'h0;
-  assign \$378  = table_we & \$377 ;
-  assign \$379  = table_index - 1'h0;
-  assign \$380  = $signed(\$379 ) < $signed(10'h100);
-  assign \write__en$357  = \$378  & \$380 ;
-  assign \$381  = table_index - 1'h1;
-  assign \$382  = table_index >= 1'h1;
-  assign \$383  = table_we & \$382 ;
-  assign \$384  = table_index - 1'h1;
-  assign \$385  = $signed(\$384 ) < $signed(10'h100);
-  assign \write__en$361  = \$383  & \$385 ;
+  assign \$361  = ~ x1_4[32];
+  assign \$362  = | scaled4[32:8];
+  assign over4 = \$361  & \$362 ;
+  assign \$363  = x1_4[32] ? 8'h00 : scaled4[7:0];
+  assign index4 = over4 ? 8'hff : \$363 ;
+  assign \$364  = 1'h1 << ctl1[10:5];
+  assign \$365  = \$364  - 1'h1;
+  assign \$366  = x1_4[32] | over4;
+  assign \$367  = x1_4[15:0] & \$365 [15:0];
+  assign frac4 = \$366  ? 16'h0000 : \$367 ;
+  assign \$368  = table_index - 1'h0;
+  assign \$369  = table_index - 1'h0;
+  assign \$370  = $signed(\$369 ) < $signed(10'h100);
+  assign \write__en$357  = table_we & \$370 ;
+  assign \$371  = table_index - 1'h1;
+  assign \$372  = table_index - 1'h1;
+  assign \$373  = $signed(\$372 ) < $signed(10'h100);
+  assign \$374  = table_index >= 1'h1;
+  assign \$375  = \$373  & \$374 ;
+  assign \write__en$361  = table_we & \$375 ;
   assign diff4 = $signed(\read__data$166 ) - $signed(\read__data$165 );
-  assign \$386  = $signed(r7_4[19:0]) + $signed(base7_4);
-  assign value4 = ctl7[1] ? { \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386 [20], \$386  } : r7_4;
-  assign \$387  = ! value4[63:31];
-  assign \$388  = value4[63:31] == 33'h1ffffffff;
-  assign \$389  = \$387  | \$388 ;
-  assign \$390  = value4[63] ? 32'd2147483648 : 32'd2147483647;
-  assign \$391  = \$389  ? { 1'h0, value4[31:0] } : { \$390 [31], \$390  };
-  assign \$392  = ! value4[63:7];
-  assign \$393  = value4[63:7] == 57'h1ffffffffffffff;
-  assign \$394  = \$392  | \$393 ;
-  assign \$395  = value4[63] ? 8'h80 : 8'h7f;
-  assign \$396  = \$394  ? value4[7:0] : \$395 ;
-  assign \$397  = $signed(a[191:160]) + $signed(b[191:160]);
-  assign \$398  = $signed(a[191:160]) - $signed(b[191:160]);
-  assign \$399  = $signed(a[191:160]) > $signed(b[191:160]);
-  assign \$400  = \$399  ? a[191:160] : b[191:160];
-  assign \$401  = $signed(a[191:160]) < $signed(b[191:160]);
-  assign \$402  = \$401  ? a[191:160] : b[191:160];
-  assign \$403  = $signed(a[191:160]) < $signed(imm);
-  assign \$404  = \$403  ? imm : a[191:160];
-  assign \$405  = $signed(a[191:160]) - $signed(imm);
+  assign \$376  = $signed(r7_4[19:0]) + $signed(base7_4);
+  assign value4 = ctl7[1] ? { \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376  } : r7_4;
+  assign \$377  = ! value4[63:31];
+  assign \$378  = value4[63:31] == 33'h1ffffffff;
+  assign \$379  = \$377  | \$378 ;
+  assign \$380  = value4[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$381  = \$379  ? { 1'h0, value4[31:0] } : { \$380 [31], \$380  };
+  assign \$382  = ! value4[63:7];
+  assign \$383  = value4[63:7] == 57'h1ffffffffffffff;
+  assign \$384  = \$382  | \$383 ;
+  assign \$385  = value4[63] ? 8'h80 : 8'h7f;
+  assign \$386  = \$384  ? value4[7:0] : \$385 ;
+  assign \$387  = $signed(a[191:160]) + $signed(b[191:160]);
+  assign \$388  = $signed(a[191:160]) - $signed(b[191:160]);
+  assign \$389  = $signed(a[191:160]) > $signed(b[191:160]);
+  assign \$390  = \$389  ? a[191:160] : b[191:160];
+  assign \$391  = $signed(a[191:160]) < $signed(b[191:160]);
+  assign \$392  = \$391  ? a[191:160] : b[191:160];
+  assign \$393  = $signed(a[191:160]) < $signed(imm);
+  assign \$394  = \$393  ? imm : a[191:160];
+  assign \$395  = $signed(a[191:160]) - $signed(imm);
   assign scaled5 = $signed(x1_5) >>> ctl1[10:5];
-  assign \$406  = ~ x1_5[32];
-  assign \$407  = | scaled5[32:8];
-  assign over5 = \$406  & \$407 ;
-  assign \$408  = x1_5[32] ? 8'h00 : scaled5[7:0];
-  assign index5 = over5 ? 8'hff : \$408 ;
-  assign \$409  = 1'h1 << ctl1[10:5];
-  assign \$410  = \$409  - 1'h1;
-  assign \$411  = x1_5[32] | over5;
-  assign \$412  = x1_5[15:0] & \$410 [15:0];
-  assign frac5 = \$411  ? 16'h0000 : \$412 ;
-  assign \$413  = table_index - 1'h0;
-  assign \$414  = table_index >= 1'h0;
-  assign \$415  = table_we & \$414 ;
-  assign \$416  = table_index - 1'h0;
-  assign \$417  = $signed(\$416 ) < $signed(10'h100);
-  assign \write__en$369  = \$415  & \$417 ;
+  assign \$396  = ~ x1_5[32];
+  assign \$397  = | scaled5[32:8];
+  assign over5 = \$396  & \$397 ;
+  assign \$398  = x1_5[32] ? 8'h00 : scaled5[7:0];
+  assign index5 = over5 ? 8'hff : \$398 ;
+  assign \$399  = 1'h1 << ctl1[10:5];
+  assign \$400  = \$399  - 1'h1;
+  assign \$401  = x1_5[32] | over5;
+  assign \$402  = x1_5[15:0] & \$400 [15:0];
+  assign frac5 = \$401  ? 16'h0000 : \$402 ;
+  assign \$403  = table_index - 1'h0;
+  assign \$404  = table_index - 1'h0;
+  assign \$405  = $signed(\$404 ) < $signed(10'h100);
+  assign \write__en$369  = table_we & \$405 ;
+  assign \$406  = table_index - 1'h1;
+  assign \$407  = table_index - 1'h1;
+  assign \$408  = $signed(\$407 ) < $signed(10'h100);
+  assign \$409  = table_index >= 1'h1;
+  assign \$410  = \$408  & \$409 ;
+  assign \write__en$373  = table_we & \$410 ;
+  assign diff5 = $signed(\read__data$198 ) - $signed(\read__data$197 );
+  assign \$411  = $signed(r7_5[19:0]) + $signed(base7_5);
+  assign value5 = ctl7[1] ? { \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411  } : r7_5;
+  assign \$412  = ! value5[63:31];
+  assign \$413  = value5[63:31] == 33'h1ffffffff;
+  assign \$414  = \$412  | \$413 ;
+  assign \$415  = value5[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$416  = \$414  ? { 1'h0, value5[31:0] } : { \$415 [31], \$415  };
+  assign \$417  = ! value5[63:7];
+  assign \$418  = value5[63:7] == 57'h1ffffffffffffff;
+  assign \$419  = \$417  | \$418 ;
+  assign \$420  = value5[63] ? 8'h80 : 8'h7f;
+  assign \$421  = \$419  ? value5[7:0] : \$420 ;
+  assign \$422  = $signed(a[223:192]) + $signed(b[223:192]);
+  assign \$423  = $signed(a[223:192]) - $signed(b[223:192]);
+  assign \$424  = $signed(a[223:192]) > $signed(b[223:192]);
+  assign \$425  = \$424  ? a[223:192] : b[223:192];
+  assign \$426  = $signed(a[223:192]) < $signed(b[223:192]);
+  assign \$427  = \$426  ? a[223:192] : b[223:192];
+  assign \$428  = $signed(a[223:192]) < $signed(imm);
+  assign \$429  = \$428  ? imm : a[223:192];
+  assign \$430  = $signed(a[223:192]) - $signed(imm);
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
-    \$529 [0] = valid;
-    \$529 [1] = \$1 ;
-    \$529 [2] = \$6 ;
-    \$529 [3] = \$7 ;
-    \$529 [4] = d_acc;
-    \$529 [10:5] = \$13 ;
+    \$513 [0] = valid;
+    \$513 [1] = \$1 ;
+    \$513 [2] = \$6 ;
+    \$513 [3] = \$7 ;
+    \$513 [4] = d_acc;
+    \$513 [10:5] = \$13 ;
     if (rst) begin
-      \$529  = 11'h000;
+      \$513  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
-    \$530  = ctl1;
+    \$514  = ctl1;
     if (rst) begin
-      \$530  = 11'h000;
+      \$514  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
-    \$531  = ctl2;
+    \$515  = ctl2;
     if (rst) begin
-      \$531  = 11'h000;
+      \$515  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
-    \$532  = ctl3;
+    \$516  = ctl3;
     if (rst) begin
-      \$532  = 11'h000;
+      \$516  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
-    \$533  = ctl4;
+    \$517  = ctl4;
     if (rst) begin
-      \$533  = 11'h000;
+      \$517  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
-    \$534  = ctl5;
+    \$518  = ctl5;
     if (rst) begin
-      \$534  = 11'h000;
+      \$518  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
-    \$535  = ctl6;
+    \$519  = ctl6;
     if (rst) begin
-      \$535  = 11'h000;
+      \$519  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
-    \$536  = ctl7;
+    \$520  = ctl7;
     if (rst) begin
-      \$536  = 11'h000;
+      \$520  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
-    \$537 [31:0] = \$37 [31:0];
-    \$537 [63:32] = \$61 [31:0];
-    \$537 [95:64] = \$85 [31:0];
-    \$537 [127:96] = \$109 [31:0];
-    \$537 [159:128] = \$133 [31:0];
-    \$537 [191:160] = \$157 [31:0];
-    \$537 [223:192] = \$181 [31:0];
-    \$537 [255:224] = \$205 [31:0];
+    \$521 [31:0] = \$37 [31:0];
+    \$521 [63:32] = \$61 [31:0];
+    \$521 [95:64] = \$85 [31:0];
+    \$521 [127:96] = \$109 [31:0];
+    \$521 [159:128] = \$133 [31:0];
+    \$521 [191:160] = \$157 [31:0];
+    \$521 [223:192] = \$181 [31:0];
+    \$521 [255:224] = \$205 [31:0];
     if (rst) begin
-      \$537  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+      \$521  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
   end
   always @* begin
@@ -18546,9 +18514,9 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
     (* full_case = 32'd1 *)
     if (ctl7[4]) begin
-      sat0 = \$243 [31:0];
+      sat0 = \$241 [31:0];
     end else begin
-      sat0 = { \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248 [7], \$248  };
+      sat0 = { \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246  };
     end
   end
   always @* begin
@@ -18556,17 +18524,17 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
     (* full_case = 32'd1 *)
     casez (vop)
       4'h0:
-          alu1 = \$249 ;
+          alu1 = \$247 ;
       4'h1:
-          alu1 = \$250 ;
+          alu1 = \$248 ;
       4'h3:
-          alu1 = { \$252 [31], \$252  };
+          alu1 = { \$250 [31], \$250  };
       4'h4:
-          alu1 = { \$254 [31], \$254  };
+          alu1 = { \$252 [31], \$252  };
       4'h7:
-          alu1 = { \$256 [31], \$256  };
+          alu1 = { \$254 [31], \$254  };
       4'he:
-          alu1 = \$257 ;
+          alu1 = \$255 ;
       default:
           alu1 = { a[63], a[63:32] };
     endcase
@@ -18589,9 +18557,9 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
     (* full_case = 32'd1 *)
     if (ctl7[4]) begin
-      sat1 = \$280 [31:0];
+      sat1 = \$276 [31:0];
     end else begin
-      sat1 = { \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285 [7], \$285  };
+      sat1 = { \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281  };
     end
   end
   always @* begin
@@ -18599,17 +18567,17 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
     (* full_case = 32'd1 *)
     casez (vop)
       4'h0:
-          alu2 = \$286 ;
+          alu2 = \$282 ;
       4'h1:
-          alu2 = \$287 ;
+          alu2 = \$283 ;
       4'h3:
-          alu2 = { \$289 [31], \$289  };
+          alu2 = { \$285 [31], \$285  };
       4'h4:
-          alu2 = { \$291 [31], \$291  };
+          alu2 = { \$287 [31], \$287  };
       4'h7:
-          alu2 = { \$293 [31], \$293  };
+          alu2 = { \$289 [31], \$289  };
       4'he:
-          alu2 = \$294 ;
+          alu2 = \$290 ;
       default:
           alu2 = { a[95], a[95:64] };
     endcase
@@ -18632,9 +18600,9 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
     (* full_case = 32'd1 *)
     if (ctl7[4]) begin
-      sat2 = \$317 [31:0];
+      sat2 = \$311 [31:0];
     end else begin
-      sat2 = { \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322 [7], \$322  };
+      sat2 = { \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316  };
     end
   end
   always @* begin
@@ -18642,17 +18610,17 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
     (* full_case = 32'd1 *)
     casez (vop)
       4'h0:
-          alu3 = \$323 ;
+          alu3 = \$317 ;
       4'h1:
-          alu3 = \$324 ;
+          alu3 = \$318 ;
       4'h3:
-          alu3 = { \$326 [31], \$326  };
+          alu3 = { \$320 [31], \$320  };
       4'h4:
-          alu3 = { \$328 [31], \$328  };
+          alu3 = { \$322 [31], \$322  };
       4'h7:
-          alu3 = { \$330 [31], \$330  };
+          alu3 = { \$324 [31], \$324  };
       4'he:
-          alu3 = \$331 ;
+          alu3 = \$325 ;
       default:
           alu3 = { a[127], a[127:96] };
     endcase
@@ -18675,9 +18643,9 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
     (* full_case = 32'd1 *)
     if (ctl7[4]) begin
-      sat3 = \$354 [31:0];
+      sat3 = \$346 [31:0];
     end else begin
-      sat3 = { \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359 [7], \$359  };
+      sat3 = { \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351  };
     end
   end
   always @* begin
@@ -18685,17 +18653,17 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
     (* full_case = 32'd1 *)
     casez (vop)
       4'h0:
-          alu4 = \$360 ;
+          alu4 = \$352 ;
       4'h1:
-          alu4 = \$361 ;
+          alu4 = \$353 ;
       4'h3:
-          alu4 = { \$363 [31], \$363  };
+          alu4 = { \$355 [31], \$355  };
       4'h4:
-          alu4 = { \$365 [31], \$365  };
+          alu4 = { \$357 [31], \$357  };
       4'h7:
-          alu4 = { \$367 [31], \$367  };
+          alu4 = { \$359 [31], \$359  };
       4'he:
-          alu4 = \$368 ;
+          alu4 = \$360 ;
       default:
           alu4 = { a[159], a[159:128] };
     endcase
@@ -18718,9 +18686,9 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
     (* full_case = 32'd1 *)
     if (ctl7[4]) begin
-      sat4 = \$391 [31:0];
+      sat4 = \$381 [31:0];
     end else begin
-      sat4 = { \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396 [7], \$396  };
+      sat4 = { \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386  };
     end
   end
   always @* begin
@@ -18728,17 +18696,17 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
     (* full_case = 32'd1 *)
     casez (vop)
       4'h0:
-          alu5 = \$397 ;
+          alu5 = \$387 ;
       4'h1:
-          alu5 = \$398 ;
+          alu5 = \$388 ;
       4'h3:
-          alu5 = { \$400 [31], \$400  };
+          alu5 = { \$390 [31], \$390  };
       4'h4:
-          alu5 = { \$402 [31], \$402  };
+          alu5 = { \$392 [31], \$392  };
       4'h7:
-          alu5 = { \$404 [31], \$404  };
+          alu5 = { \$394 [31], \$394  };
       4'he:
-          alu5 = \$405 ;
+          alu5 = \$395 ;
       default:
           alu5 = { a[191], a[191:160] };
     endcase
@@ -18761,9 +18729,9 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
     (* full_case = 32'd1 *)
     if (ctl7[4]) begin
-      sat5 = \$428 [31:0];
+      sat5 = \$416 [31:0];
     end else begin
-      sat5 = { \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433 [7], \$433  };
+      sat5 = { \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421  };
     end
   end
   always @* begin
@@ -18771,17 +18739,17 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
     (* full_case = 32'd1 *)
     casez (vop)
       4'h0:
-          alu6 = \$434 ;
+          alu6 = \$422 ;
       4'h1:
-          alu6 = \$435 ;
+          alu6 = \$423 ;
       4'h3:
-          alu6 = { \$437 [31], \$437  };
+          alu6 = { \$425 [31], \$425  };
       4'h4:
-          alu6 = { \$439 [31], \$439  };
+          alu6 = { \$427 [31], \$427  };
       4'h7:
-          alu6 = { \$441 [31], \$441  };
+          alu6 = { \$429 [31], \$429  };
       4'he:
-          alu6 = \$442 ;
+          alu6 = \$430 ;
       default:
           alu6 = { a[223], a[223:192] };
     endcase
@@ -18804,9 +18772,9 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
     (* full_case = 32'd1 *)
     if (ctl7[4]) begin
-      sat6 = \$465 [31:0];
+      sat6 = \$451 [31:0];
     end else begin
-      sat6 = { \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470 [7], \$470  };
+      sat6 = { \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456  };
     end
   end
   always @* begin
@@ -18814,17 +18782,17 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
     (* full_case = 32'd1 *)
     casez (vop)
       4'h0:
-          alu7 = \$471 ;
+          alu7 = \$457 ;
       4'h1:
-          alu7 = \$472 ;
+          alu7 = \$458 ;
       4'h3:
-          alu7 = { \$474 [31], \$474  };
+          alu7 = { \$460 [31], \$460  };
       4'h4:
-          alu7 = { \$476 [31], \$476  };
+          alu7 = { \$462 [31], \$462  };
       4'h7:
-          alu7 = { \$478 [31], \$478  };
+          alu7 = { \$464 [31], \$464  };
       4'he:
-          alu7 = \$479 ;
+          alu7 = \$465 ;
       default:
           alu7 = { a[255], a[255:224] };
     endcase
@@ -18847,9 +18815,9 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
     (* full_case = 32'd1 *)
     if (ctl7[4]) begin
-      sat7 = \$502 [31:0];
+      sat7 = \$486 [31:0];
     end else begin
-      sat7 = { \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507 [7], \$507  };
+      sat7 = { \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491  };
     end
   end
   assign under0 = x1_0[32];
@@ -18862,65 +18830,65 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   assign under5 = x1_5[32];
   assign under6 = x1_6[32];
   assign under7 = x1_7[32];
-  assign hits = \$514 [3:0];
-  assign unders = \$521 [3:0];
-  assign overs = \$528 [3:0];
+  assign hits = \$498 [3:0];
+  assign unders = \$505 [3:0];
+  assign overs = \$512 [3:0];
   assign out_valid = ctl8[0];
   assign shl_y = \$206 [32:0];
   assign mask0 = \$225 [15:0];
   assign write__addr = \$228 [7:0];
   assign table_data = write__data;
   assign read__addr = index0;
-  assign \write__addr$311  = \$233 [7:0];
+  assign \write__addr$311  = \$231 [7:0];
   assign \write__data$312  = write__data;
   assign \read__addr$314  = index0;
-  assign mask1 = \$262 [15:0];
-  assign \write__addr$319  = \$265 [7:0];
+  assign mask1 = \$260 [15:0];
+  assign \write__addr$319  = \$263 [7:0];
   assign \write__data$320  = write__data;
   assign \read__addr$322  = index1;
-  assign \write__addr$323  = \$270 [7:0];
+  assign \write__addr$323  = \$266 [7:0];
   assign \write__data$324  = write__data;
   assign \read__addr$326  = index1;
-  assign mask2 = \$299 [15:0];
-  assign \write__addr$331  = \$302 [7:0];
+  assign mask2 = \$295 [15:0];
+  assign \write__addr$331  = \$298 [7:0];
   assign \write__data$332  = write__data;
   assign \read__addr$334  = index2;
-  assign \write__addr$335  = \$307 [7:0];
+  assign \write__addr$335  = \$301 [7:0];
   assign \write__data$336  = write__data;
   assign \read__addr$338  = index2;
-  assign mask3 = \$336 [15:0];
-  assign \write__addr$343  = \$339 [7:0];
+  assign mask3 = \$330 [15:0];
+  assign \write__addr$343  = \$333 [7:0];
   assign \write__data$344  = write__data;
   assign \read__addr$346  = index3;
-  assign \write__addr$347  = \$344 [7:0];
+  assign \write__addr$347  = \$336 [7:0];
   assign \write__data$348  = write__data;
   assign \read__addr$350  = index3;
-  assign mask4 = \$373 [15:0];
-  assign \write__addr$355  = \$376 [7:0];
+  assign mask4 = \$365 [15:0];
+  assign \write__addr$355  = \$368 [7:0];
   assign \write__data$356  = write__data;
   assign \read__addr$358  = index4;
-  assign \write__addr$359  = \$381 [7:0];
+  assign \write__addr$359  = \$371 [7:0];
   assign \write__data$360  = write__data;
   assign \read__addr$362  = index4;
-  assign mask5 = \$410 [15:0];
-  assign \write__addr$367  = \$413 [7:0];
+  assign mask5 = \$400 [15:0];
+  assign \write__addr$367  = \$403 [7:0];
   assign \write__data$368  = write__data;
   assign \read__addr$370  = index5;
-  assign \write__addr$371  = \$418 [7:0];
+  assign \write__addr$371  = \$406 [7:0];
   assign \write__data$372  = write__data;
   assign \read__addr$374  = index5;
-  assign mask6 = \$447 [15:0];
-  assign \write__addr$379  = \$450 [7:0];
+  assign mask6 = \$435 [15:0];
+  assign \write__addr$379  = \$438 [7:0];
   assign \write__data$380  = write__data;
   assign \read__addr$382  = index6;
-  assign \write__addr$383  = \$455 [7:0];
+  assign \write__addr$383  = \$441 [7:0];
   assign \write__data$384  = write__data;
   assign \read__addr$386  = index6;
-  assign mask7 = \$484 [15:0];
-  assign \write__addr$391  = \$487 [7:0];
+  assign mask7 = \$470 [15:0];
+  assign \write__addr$391  = \$473 [7:0];
   assign \write__data$392  = write__data;
   assign \read__addr$394  = index7;
-  assign \write__addr$395  = \$492 [7:0];
+  assign \write__addr$395  = \$476 [7:0];
   assign \write__data$396  = write__data;
   assign \read__addr$398  = index7;
   assign \hits$400  = hits8;
@@ -19010,7 +18978,7 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_tile_core_a8.vector$242.reducer (rst, valid, vop, d_acc, \port$5295$1 , terms, out_valid, out, clk);
+module \dx1_tile_core_a8.vector$242.reducer (rst, valid, vop, d_acc, \port$5279$1 , terms, out_valid, out, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$24  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -19134,8 +19102,8 @@ module \dx1_tile_core_a8.vector$242.reducer (rst, valid, vop, d_acc, \port$5295$
   wire [31:0] \out[7] ;
   output out_valid;
   reg out_valid = 1'h0;
-  input [1:0] \port$5295$1 ;
-  wire [1:0] \port$5295$1 ;
+  input [1:0] \port$5279$1 ;
+  wire [1:0] \port$5279$1 ;
   reg [31:0] row = 32'd0;
   input rst;
   wire rst;
@@ -19278,8 +19246,8 @@ module \dx1_tile_core_a8.vector$242.reducer (rst, valid, vop, d_acc, \port$5295$
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$24 ) begin end
     \$74 [0] = valid;
-    \$74 [1] = \port$5295$1 [0];
-    \$74 [2] = \port$5295$1 [1];
+    \$74 [1] = \port$5279$1 [0];
+    \$74 [2] = \port$5279$1 [1];
     \$74 [3] = \$1 ;
     \$74 [4] = d_acc;
     if (rst) begin
@@ -19338,8 +19306,8 @@ module \dx1_tile_core_a8.vector$242.reducer (rst, valid, vop, d_acc, \port$5295$
       \$80  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
   end
-  assign first = \port$5295$1 [0];
-  assign last = \port$5295$1 [1];
+  assign first = \port$5279$1 [0];
+  assign last = \port$5279$1 [1];
   assign \ctl1.valid  = ctl1[0];
   assign \ctl1.first  = ctl1[1];
   assign \ctl1.last  = ctl1[2];
@@ -21525,9 +21493,9 @@ module \dx1_tile_core_a8.vector$242.transpose_buffer (rst, row, col, load, read,
   wire rst;
   reg [1:0] set_full;
   reg [2:0] taken = 3'h0;
-  assign \$1  = full >> fill;
+  assign \$1  = fill ? full[1] : full[0];
   assign load_ready = ~ \$1 ;
-  assign col_valid = full >> drain;
+  assign col_valid = drain ? full[1] : full[0];
   assign \$2  = drain ? bank1_row0[7:0] : bank0_row0[7:0];
   assign \$3  = drain ? bank1_row1[7:0] : bank0_row1[7:0];
   assign \$4  = drain ? bank1_row2[7:0] : bank0_row2[7:0];

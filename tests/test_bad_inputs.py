@@ -19,8 +19,9 @@ BAD_DEVICES = [
          "sim:tiles=T,banks=B,mem_mib=M, sim:verilog=PATH, sim:[...,]stall=UNIT[+UNIT...], sim://HOST:PORT, "
          "serial:URL, pcie:BDF"),
     ("bogus", "unknown device 'bogus'; expected one of model"),
-    ("sim:", "device 'sim:': expected sim, sim:tiles=T,banks=B,mem_mib=M (any of them: 1 to 8 tiles, a power of two "
-             "of banks from 1 to 16 and of MiB) or sim:verilog=PATH with PATH an existing Verilog file of the SoC"),
+    ("sim:", "device 'sim:': expected sim, sim:tiles=T,banks=B,mem_mib=M,vector=V (any of them: 1 to 8 tiles, a "
+             "power of two of banks from 1 to 16 and of MiB, vector 0 for tiles without a vector unit) or "
+             "sim:verilog=PATH with PATH an existing Verilog file of the SoC"),
     ("sim:verilog=/nonexistent.v", "or sim:verilog=PATH with PATH an existing Verilog file of the SoC"),
     ("sim:stall=core2", "device 'sim:stall=core2': cannot stall core2: the device has tiles 0 to 1"),
     ("sim:tiles=4,stall=dma1+dma4", "device 'sim:tiles=4,stall=dma1+dma4': cannot stall dma4: the device has tiles 0 "
@@ -157,6 +158,21 @@ BAD_ARGUMENTS = [
     (["run", "digits", "--device", "foo"], "argument --device: unknown device 'foo'; expected one of model"),
     (["run", "digits", "--tiles", "0"], "argument --tiles: must be at least 1, not 0"),
     (["bringup", "--mem-bytes", "0x200000"], "--mem-bytes 2097152 is more than the device memory"),
+    (["collectives", "--device", "model*0"], "argument --device: must be device strings separated by commas, each "
+                                             "optionally *N with N at least 1 (for example model*4 or sim*2,model)"),
+    (["collectives", "--device", "nope*2"], "argument --device: unknown device 'nope'; expected one of model"),
+    (["collectives", "--device", "model,nope*2"], "(in a group, a comma starts the next rank only before a device "
+                                                  "string that a backend opens, so 'model,nope' was read as one "
+                                                  "device)"),
+    (["collectives", "--device", "model*65"], "argument --device: a group has at most 64 ranks"),
+    (["collectives", "--op", "alltoall"], "argument --op: invalid choice: 'alltoall'"),
+    (["collectives", "--bytes", "4,-1"], "argument --bytes: expected a comma-separated list of byte counts of 0 or "
+                                         "more, not '4,-1'"),
+    (["collectives", "--root", "4"], "argument --root: must be a rank of the group, 0 to 3, not 4"),
+    (["collectives", "--redop", "avg"], "int32 reduces only by sum, without a scale"),
+    (["collectives", "--chunk-bytes", "0"], "argument --chunk-bytes: must be at least 1, not 0"),
+    (["collectives", "--timeout", "0"], "argument --timeout: must be a number of seconds > 0, not '0'"),
+    (["collectives", "--bytes", "1000000"], "--bytes 1000000 does not fit"),
 ]
 
 
@@ -263,9 +279,9 @@ def test_device_strings_are_checked_before_any_work(device: str, message: str, c
 def test_dx1_info_explains_the_spec_and_block_versions(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["info", "--device", "model"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("dx1-mini spec 1.2, magic 0x44583131\n  The spec version (GLOBAL HW_VERSION) covers the "
+    assert out.startswith("dx1-mini spec 1.3, magic 0x44583131\n  The spec version (GLOBAL HW_VERSION) covers the "
                           "whole interface")
-    assert "every block reads 1.0 under\n  spec 1.2" in out or "every block reads 1.0 under spec 1.2" in out
+    assert "every block reads 1.0 under\n  spec 1.3" in out or "every block reads 1.0 under spec 1.3" in out
     assert "    1.1: CAPS.mem_banks" in out and "    1.2: the LOAD/STORE address and stride fields" in out
     assert "  0x0000 GLOBAL    30 registers  version 1.0  next 0x0100" in out
 

@@ -237,3 +237,18 @@ def test_vector_commands_busy_cycles_match_the_rtl(sim_transport):
             busy = device.perf(0).read().since(before).busy_vector
             predicted = COSTS.vector_command_cycles(unpack_command(cmd)[1], CONFIG.tile.array)
             assert abs(busy - predicted) <= 0.03 * busy, (name, unpack_command(cmd)[1], busy, predicted)
+
+
+def test_a_vector_command_runs_alone_between_the_gemms():
+    from dx1_bringup.spec import TileConfig, VectorOp
+
+    tile = TileConfig()
+    vector = pack_command(Opcode.VECTOR, vop=VectorOp.MOV, rows=4, cols=32, a_row_stride=32, d_row_stride=32,
+                          flags={"a_acc": True})
+    gemm = pack_command(Opcode.GEMM, a_addr=0, b_addr=512, c_addr=0, m=64, k_chunks=2)
+    prediction = predict([[gemm, vector, gemm]], tile).per_tile[0]
+    first, vec, second = prediction.commands
+    cost = COSTS.vector_command_cycles({"opcode": Opcode.VECTOR, "vop": VectorOp.MOV, "rows": 4, "cols": 32},
+                                       tile.array)
+    assert vec.end == first.end + cost and second.start >= vec.end  # dispatched early, it waits for the array
+    assert prediction.vector == cost

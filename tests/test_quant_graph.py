@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from dx1_driver import Device
 
-from dx1_bringup.runtime.graph import Graph, GraphSession, HostOp, Lifetime, Value, plan_arena
+from dx1_bringup.runtime.graph import Graph, GraphSession, HostOp, Lifetime, Value, View, plan_arena
 from dx1_bringup.runtime.quant import quantize, quantize_bias, requant_multiplier
 from dx1_bringup.runtime.reference import reference_gemm
 from dx1_bringup.spec import POSTOP_MAX_SHIFT
@@ -118,3 +118,28 @@ def test_graph_validation_and_memory_errors():
         GraphSession(dev, big)
     with pytest.raises(ValueError, match="shift must be"):
         PostOp(1, 48)
+
+
+def test_back_to_back_barriers_over_four_tiles_neither_deadlock_nor_let_a_tile_run_ahead():
+    """Products too small for four tiles leave three with nothing between barriers: with one set of
+    semaphores such a tile takes a second unit of another's signal and the others wait for ever."""
+    rng = np.random.default_rng(11)
+    g = Graph()
+    g.add_input(Value("x", 32, 16, "int8"))
+    for name in ("a", "b", "c", "d"):
+        g.add_value(Value(name, 32, 16, "int8"))
+    post = PostOp(*requant_multiplier(1 / 64))
+    w = [rng.integers(-20, 20, (16, 16), dtype=np.int8) for _ in range(4)]
+    g.linear("l1", "x", "a", w[0], None, post)
+    g.linear("l2", View("a", rows=8), View("b", rows=8), w[1], None, post)  # one tile's worth of rows
+    g.linear("l3", View("b", rows=8), View("c", rows=8), w[2], None, post)
+    g.linear("l4", View("c", rows=8), View("d", rows=8), w[3], None, post)
+    g.outputs = ["d"]
+    x = rng.integers(-128, 128, (32, 16), dtype=np.int8)
+    with Device.open("model:tiles=4") as dev, GraphSession(dev, g, timeout=2.0) as session:
+        out, stats = session.run({"x": x})
+        assert session.segments[0].barriers == 3
+    want = x[:8]
+    for wi in w:
+        want = reference_gemm(want, wi.T, None, post)
+    assert np.array_equal(out["d"][:8], want) and stats.tiles == 4

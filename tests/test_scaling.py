@@ -42,11 +42,13 @@ def test_model_takes_tiles_banks_and_memory_and_faults_beside_them():
     ("model:tiles=two", "device 'model:tiles=two': tiles= must be a whole number, not 'two'"),
     ("model:tiles=2,tiles=4", "device 'model:tiles=2,tiles=4': tiles= is given twice; expected it once"),
     ("sim:tiles=0", "device 'sim:tiles=0': SoC tile count must be an integer from 1 to 8, not 0"),
-    ("sim:cores=4", "device 'sim:cores=4': expected sim, sim:tiles=T,banks=B,mem_mib=M (any of them: 1 to 8 tiles, "
-                    "a power of two of banks from 1 to 16 and of MiB) or sim:verilog=PATH with PATH an existing "
-                    "Verilog file of the SoC, either with stall=UNIT[+UNIT...] or alone, and any of them with "
-                    "server=native (the default) or server=cocotb"),
-    ("sim:tiles=4,verilog=x.v", "device 'sim:tiles=4,verilog=x.v': after tiles=, banks= and mem_mib= expected no "
+    ("sim:cores=4", "device 'sim:cores=4': expected sim, sim:tiles=T,banks=B,mem_mib=M,vector=V (any of them: 1 to 8 "
+                    "tiles, a power of two of banks from 1 to 16 and of MiB, vector 0 for tiles without a vector "
+                    "unit) or sim:verilog=PATH with PATH an existing Verilog file of the SoC, either with "
+                    "stall=UNIT[+UNIT...] or alone, and any of them with server=native (the default) or "
+                    "server=cocotb"),
+    ("sim:tiles=4,verilog=x.v", "device 'sim:tiles=4,verilog=x.v': after tiles=, banks=, mem_mib= and vector= "
+                                "expected no "
                                 "verilog=, not 'verilog=x.v' (sim:verilog=PATH serves a given Verilog file alone)"),
 ])
 def test_bad_sizes_in_device_strings_are_refused_before_anything_starts(device, message):
@@ -71,15 +73,16 @@ def test_sim_serve_options_are_one_definition(capsys):
     own_help = capsys.readouterr().out
     options = sorted(word for word in dx1_help.split() if word.startswith("--"))
     assert options == sorted(word for word in own_help.split() if word.startswith("--"))
-    assert {"--tiles", "--banks", "--mem-mib", "--host-path", "--verilog"} <= set(options)
+    assert {"--tiles", "--banks", "--mem-mib", "--host-path", "--verilog", "--vector"} <= set(options)
     args = build_parser().parse_args(["sim", "serve", "--tiles", "9"])
     with pytest.raises(SystemExit):
         args.func(args)
-    assert "--tiles/--banks/--mem-mib: SoC tile count must be an integer from 1 to 8, not 9" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "--tiles/--banks/--mem-mib/--vector: SoC tile count must be an integer from 1 to 8, not 9" in err
     args = build_parser().parse_args(["sim", "serve", "--uart", "--banks", "2"])
     with pytest.raises(SystemExit):
         args.func(args)
-    assert "--tiles, --banks and --mem-mib configure the generated SoC" in capsys.readouterr().err
+    assert "--tiles, --banks, --mem-mib and --vector configure the generated SoC" in capsys.readouterr().err
 
 
 def test_start_simulator_refuses_sizes_with_another_verilog():

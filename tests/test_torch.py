@@ -277,15 +277,39 @@ def test_encoder_block_on_the_model_is_bit_exact_per_device_op():
 
     result = run_encoder(["model"])
     assert result.mismatches == {"model": []}
-    assert result.int_error == 0.0 and result.float_error < 0.06
+    assert result.int_error == 0.0 and result.float_error < 0.05
+    # Nothing on the host between the input's quantise and the output's dequantise.
+    assert [name for name, where in result.placement if where == "host"] == ["quantize", "dequantize"]
     placement = dict(result.placement)
-    for op in ("q_proj", "k_proj", "v_proj", "scores0", "scores1", "attend0", "attend1", "out_proj", "ffn1", "ffn2"):
+    for op in ("layer_norm1", "transpose", "softmax", "layer_norm2", "q_proj", "scores0", "attend1", "ffn2"):
         assert placement[op] == "device"
-    for op in ("layer_norm1", "softmax", "layer_norm2"):
-        assert placement[op] == "host"
     stats = result.stats["model"]
-    assert stats.device_segments == 3 and stats.host_ops == 6
+    assert stats.device_segments == 1 and stats.host_ops == 2 and stats.transfers == 2
     assert "x1 @ residual2.identity" in result.plan  # the second residual reads x1 where out_proj wrote it
+    assert "softmax: p = softmax(scores, 2 blocks a row)  [vector unit]" in result.plan
+
+
+def test_decoder_block_on_the_model_is_all_integer_and_bit_exact():
+    from dx1_bringup.workloads.decoder import run_decoder
+
+    result = run_decoder(["model"])
+    assert result.mismatches == {"model": []}
+    assert result.int_error == 0.0 and result.float_error < 0.05
+    assert [name for name, where in result.placement if where == "host"] == ["quantize", "dequantize"]
+    assert "softmax(scores, 2 blocks a row, causal)" in result.plan
+    assert "gelu: f = gelu(fpre)  [vector unit]" in result.plan
+    stats = result.stats["model"]
+    assert stats.device_segments == 1 and stats.host_ops == 2 and stats.transfers == 2
+
+
+def test_encoder_block_without_a_vector_unit_runs_the_kernels_on_the_host_with_the_same_result():
+    from dx1_bringup.workloads.encoder import run_encoder
+
+    result = run_encoder(["model", "model:vector=0"])
+    assert result.mismatches == {"model": [], "model:vector=0": []} and result.int_error == 0.0
+    assert [name for name, where in result.placement if where == "host"] == [
+        "quantize", "layer_norm1", "transpose", "softmax", "layer_norm2", "dequantize"]
+    assert result.stats["model:vector=0"].host_ops == 6 and result.stats["model"].host_ops == 2
 
 
 def test_graph_views_are_checked_where_the_device_would_read_past_them():
@@ -309,3 +333,89 @@ def test_encoder_block_on_the_rtl_is_bit_exact_per_device_op(sim_transport):
     result = run_encoder([Device(sim_transport)])
     assert result.mismatches == {"device": []}
     assert result.stats["device"].round_trips > 0
+
+
+@pytest.mark.verilator
+def test_decoder_block_on_the_rtl_is_bit_exact_per_device_op(sim_transport):
+    from dx1_driver import Device
+
+    from dx1_bringup.workloads.decoder import run_decoder
+
+    result = run_decoder([Device(sim_transport)])
+    assert result.mismatches == {"device": []}
+    assert [name for name, where in result.placement if where == "host"] == ["quantize", "dequantize"]
+
+
+class _Kernels(torch.nn.Module):
+    """Layer norm, a qlinear, a causal softmax and a GELU in int8, then a float softmax."""
+
+    def __init__(self):
+        super().__init__()
+        gen = torch.Generator().manual_seed(4)
+        self.w = torch.randint(-64, 64, (16, 16), dtype=torch.int8, generator=gen)
+        self.g = torch.rand(16, generator=gen) + 0.5
+        self.b = torch.rand(16, generator=gen) - 0.5
+
+    def forward(self, x):
+        h = torch.ops.dx1.qlayer_norm(x, self.g, self.b, 1e-5, 0.05, 0.03)
+        s = torch.ops.dx1.qlinear(h, self.w, None, 20000, 20, False)
+        p = torch.ops.dx1.qsoftmax(s, 0.08, 2, True)
+        return torch.ops.dx1.qgelu(p, 1 / 127, 1 / 127), torch.softmax(p.float(), -1)
+
+
+def test_vector_kernel_ops_equal_their_int_reference_and_pass_opcheck():
+    from dx1_bringup.torch.ops import vector_kernel_reference
+
+    x = torch.randint(-128, 128, (16, 16), dtype=torch.int8, generator=torch.Generator().manual_seed(2))
+    g, b = torch.linspace(0.5, 1.5, 16), torch.linspace(-0.2, 0.2, 16)
+    for name, args in (("qsoftmax", (0.05, 2, True)), ("qlayer_norm", (g, b, 1e-5, 0.05, 0.03)),
+                       ("qgelu", (0.05, 0.04)), ("qsilu", (0.05, 0.04))):
+        op = getattr(torch.ops.dx1, name)
+        assert torch.equal(op(x, *args), vector_kernel_reference(name, x, *args))
+        torch.library.opcheck(op, (x, *args))
+    with pytest.raises(TypeError, match=r"dx1::qgelu takes a 2-D int8 x, not torch.float32 with 2 dimensions"):
+        torch.ops.dx1.qgelu(x.float(), 0.05, 0.04)
+
+
+def test_compile_backend_places_softmax_layer_norm_and_gelu_on_the_vector_unit():
+    torch._dynamo.reset()
+    model, backend = _Kernels(), dxt.Dx1Backend()
+    x = torch.randint(-128, 128, (16, 16), dtype=torch.int8, generator=torch.Generator().manual_seed(3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", dxt.Dx1FallbackWarning)
+        got = torch.compile(model, backend=backend)(x)
+    want = model(x)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    placement = {p.node: p for p in backend.compiled[-1].dx1_placement}
+    for node, target in (("h", "dx1::qlayer_norm"), ("s", "dx1::qlinear"), ("p", "dx1::qsoftmax"),
+                         ("qgelu", "dx1::qgelu")):
+        assert (placement[node].target, placement[node].where, placement[node].subgraph) == (
+            target, "dx1", "dx1_subgraph_0")
+    assert placement["softmax"].where == "cpu" and "torch.ops.dx1.qsoftmax" in placement["softmax"].reason
+    assert backend.compiled[-1].dx1_subgraphs["dx1_subgraph_0"].last_stats.device_segments == 1
+
+
+def test_compile_backend_runs_the_kernels_reference_on_the_cpu_without_a_vector_unit():
+    torch._dynamo.reset()
+    model, backend = _Kernels(), dxt.Dx1Backend()
+    x = torch.randint(-128, 128, (16, 16), dtype=torch.int8, generator=torch.Generator().manual_seed(3))
+    with dxt.device("model:vector=0"):
+        with pytest.warns(dxt.Dx1FallbackWarning, match=r"h \(vector_kernel_reference\), p \(vector_kernel_reference"
+                                                        r"\), qgelu \(vector_kernel_reference\) run on the CPU, not on "
+                                                        r"DX-1: CPU integer reference: the device has no vector unit"):
+            got = torch.compile(model, backend=backend)(x)
+        assert torch.equal(got[0], model(x)[0])
+    placement = {p.node: p.where for p in backend.compiled[-1].dx1_placement}
+    assert placement["s"] == "dx1" and placement["h"] == placement["p"] == placement["qgelu"] == "cpu"
+
+
+def test_dx1_run_decoder_prints_the_plan_and_only_quantise_and_dequantise_on_the_host(capsys):
+    from dx1_bringup.cli import main
+
+    assert main(["run", "decoder", "--device", "model", "--device", "model:tiles=4"]) == 0
+    out = capsys.readouterr().out
+    assert "activation='gelu', norm_first=True), sequence 16, causal mask" in out
+    assert "  on the host (2): quantize, dequantize\n" in out
+    assert "  model: all 15 on-device results == int reference bit for bit" in out
+    assert "  model:tiles=4: all 15 on-device results == int reference bit for bit" in out
+    assert "dx1 run decoder: PASS" in out

@@ -243,3 +243,22 @@ def test_the_vector_bench_measures_long_rows_on_two_devices():
     assert [r["vop"] for r in report["runs"]] == [v.name for v in VOPS]
     assert all(r["same_bytes"] and r["model_error"] == 0 for r in report["runs"])
     assert min(r["steady_elements_per_cycle"] for r in report["runs"] if r["vop"] != "RECIP") == report["array"]
+
+
+def test_the_directed_sweep_hits_every_vector_coverage_bin():
+    from dx1_bringup.sim.vector_stimulus import vector_sweep
+
+    config = CONFIGS[2]
+    sweep = vector_sweep(np.random.default_rng(2), config, 0)
+    legal = [vector_meta(cmd) for cmd, refusal in sweep if refusal is None]
+    assert {m["vop"] for m in legal} == {op.name for op in VectorOp}
+    assert len({m["operands"] for m in legal}) == 12
+    shifted = {(m["vop"], m["shift"]) for m in legal if m["shift"] != "n/a"}
+    assert shifted == {(s.op.name, c) for s in VECTOR_OPS.values() if s.max_shift is not None
+                       for c in ("zero", "one", "mid", "max")}
+    assert {m["broadcast"] for m in legal} >= {"none", "row", "column", "outer"}
+    assert {m["overlap"] for m in legal} == {"no", "yes"}
+    assert [r for _, r in sweep if r is not None] == list(VECTOR_BAD_KINDS)
+    tile = TileModel(config)
+    for cmd, refusal in sweep:
+        assert (tile.execute(cmd) == ErrorCode.OK) == (refusal is None), (refusal, vector_meta(cmd))

@@ -11,6 +11,7 @@ import functools
 
 from .. import bench, generate
 from ..bringup import add_parser as add_bringup_parser
+from ..collectives.cli import add_parser as add_collectives_parser
 from ..fuzz.cli import add_parser as add_fuzz_parser
 from ..replay.cli import add_parser as add_replay_parser
 from ..serving.cli import add_parser as add_serving_parser
@@ -69,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_replay_parser(sub)  # replay, diff, shrink
     add_fuzz_parser(sub)  # fuzz, diff-demo
     _add_sim(sub)
+    add_collectives_parser(sub)
     bench.add_parser(sub)
     add_serving_parser(sub)  # serve, lm
     generate.add_parser(sub)

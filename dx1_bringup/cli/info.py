@@ -36,7 +36,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         return 0
     with dev:
         caps = dev.caps
-        features = [name for name in ("postop", "copy", "trace") if getattr(caps, name)]
+        features = [name for name in ("postop", "copy", "trace", "vector") if getattr(caps, name)]
         print(f"device {args.device}: hw {_version(caps.hw_version)}, tiles {caps.tiles}, "
               f"array {caps.array}x{caps.array}, scratchpad {caps.spm_rows} rows, accumulators {caps.acc_rows} rows, "
               f"device memory {caps.mem_bytes // 1024} KiB, {caps.semaphores} semaphores, "

@@ -21,7 +21,8 @@ from ..sim.vector_stimulus import bad_vector_command, random_vector_command, vec
 from ..spec import COMMANDS, Opcode, VectorOp, pack_command, table_rows
 from .layout import Layout
 
-__all__ = ["SHAPE_LIMITS", "VECTOR_SHARE", "ERROR_KINDS", "shape_of", "pick_work", "meta", "vector_command_meta",
+__all__ = ["SHAPE_LIMITS", "VECTOR_SHARE", "VECTOR_ERROR_KIND", "ERROR_KINDS", "shape_of", "pick_work", "meta",
+           "vector_command_meta",
            "random_move", "random_copy",
            "error_command", "directed_error", "random_command", "random_batch"]
 
@@ -58,6 +59,8 @@ def vector_command_meta(cmd: bytes, error_kind: str = "none") -> dict:
 _VECTOR_KINDS = {"reserved": ("reserved", "vop_reserved"), "dimension": ("dimension", "transpose_dimension"),
                  "field": ("vop", "shift", "clamp"), "spm_range": ("spm_range", "table_range", "transpose_range"),
                  "acc_range": ("acc_range",)}
+#: The error_command kind of each vector refusal.
+VECTOR_ERROR_KIND = {refusal: kind for kind, refusals in _VECTOR_KINDS.items() for refusal in refusals}
 
 
 def random_move(r: np.random.Generator, lay: Layout, q: int, opcode: Opcode, tag: int) -> tuple[bytes, dict]:

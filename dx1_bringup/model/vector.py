@@ -16,6 +16,7 @@ import numpy as np
 from ..spec import (
     COMMANDS,
     TABLE_ENTRIES,
+    VECTOR_OPCODES,
     VECTOR_OPS,
     ErrorCode,
     Opcode,
@@ -28,9 +29,6 @@ from ..spec import (
 )
 
 __all__ = ["VECTOR_OPCODES", "VectorUnit", "check_vector_command", "round_shift", "isqrt", "lookup"]
-
-#: The commands the vector unit runs.
-VECTOR_OPCODES = (Opcode.VECTOR, Opcode.TABLE, Opcode.TRANSPOSE)
 
 _INT8 = (-(1 << 7), (1 << 7) - 1)
 _INT32 = (-(1 << 31), (1 << 31) - 1)

@@ -29,7 +29,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..spec import BUS_BYTES, COMMAND_BYTES, Opcode, TileConfig, unpack_command
+from ..spec import BUS_BYTES, COMMAND_BYTES, VECTOR_OPCODES, Opcode, TileConfig, unpack_command
 from .costs import COPY_BURST, COSTS, PAGE_BYTES, Costs, move_bank_runs, move_bursts
 
 __all__ = ["CommandTime", "Prediction", "Ring", "TilePrediction", "predict"]
@@ -76,7 +76,8 @@ class Ring:
 
 @dataclass
 class TilePrediction:
-    """One tile's commands and unit totals: cycles its DMA read and wrote, the array streamed, and its span."""
+    """One tile's commands and unit totals: cycles its DMA read and wrote, the array streamed, the post-op and
+    the vector unit ran, and its span."""
 
     commands: list[CommandTime] = field(default_factory=list)
     load: float = 0.0
@@ -84,6 +85,7 @@ class TilePrediction:
     store: float = 0.0
     postop: float = 0.0
     offset: float = 0.0
+    vector: float = 0.0
 
     @property
     def end(self) -> float:
@@ -188,6 +190,10 @@ def _decode(cmd: bytes, tile: TileConfig, costs: Costs, banks: int) -> _Decoded:
         reads = (("acc", f["src_addr"], f["src_addr"] + rows), ("acc", f["bias_addr"], f["bias_addr"] + 1))
         return _Decoded(opcode, f, "core", float(costs.postop_cycles(rows)), {}, reads,
                         (("spm", f["dst_addr"], f["dst_addr"] + rows),))
+    if opcode in VECTOR_OPCODES:
+        # The tile runs a vector command alone, and the command processor holds the tile's whole memories for it.
+        whole = (("spm", 0, tile.spm_rows), ("acc", 0, tile.acc_rows))
+        return _Decoded(opcode, f, "core", float(costs.vector_command_cycles(f, n)), {}, whole, whole)
     return _Decoded(opcode, f, "sync", float(costs.sync_cycles), {}, (), ())
 
 
@@ -220,7 +226,7 @@ class _TileState:
         self.ends: list[float] = []
         self.inflight: dict[str, list[int]] = {"dma": [], "core": []}
         self.times: list[CommandTime] = []
-        self.busy = {"load": 0.0, "compute": 0.0, "store": 0.0, "postop": 0.0}
+        self.busy = {"load": 0.0, "compute": 0.0, "store": 0.0, "postop": 0.0, "vector": 0.0}
 
     def step(self, sem_times: dict[int, list[float]], sem_used: dict[int, int]) -> bool:
         """Schedule the next command; False when it is a WAIT whose semaphore is not signalled yet."""
@@ -270,6 +276,13 @@ class _TileState:
 
     def _core(self, d: _Decoded, t: float) -> float:
         c = self.costs
+        if d.opcode in VECTOR_OPCODES:  # after every earlier GEMM and POSTOP has drained; the next waits for it
+            start = max(t, self.core_free)
+            end = start + d.cost
+            self.core_free = self.core_input = end
+            self.chunks = []
+            self.busy["vector"] += d.cost
+            return end
         if d.opcode == Opcode.POSTOP:
             start = max(t + c.postop_fill, self.core_free)
             end = start + d.cost
@@ -523,6 +536,6 @@ def predict(streams: list[list[bytes]], tile: TileConfig, costs: Costs = COSTS, 
     for t in used:
         st = states[t]
         per_tile[t] = TilePrediction(st.times, st.busy["load"], st.busy["compute"], st.busy["store"], st.busy["postop"],
-                                  offsets[t])
+                                     offsets[t], st.busy["vector"])
     host = costs.host_cycles(len(used))
     return Prediction(per_tile, float(host))

@@ -8,10 +8,12 @@ encoding (:func:`~dx1_bringup.spec.pack_command`) exist once.
 
 from __future__ import annotations
 
-from ..spec import HEADER, Opcode, PostOpParams, TileConfig, pack_command
+from dataclasses import dataclass
+
+from ..spec import HEADER, VECTOR_OPS, Opcode, PostOpParams, TileConfig, VectorOp, pack_command, table_rows, unsigned32
 from .operands import ACC_LANE_BYTES, BUS_BYTES
 
-__all__ = ["CommandStream"]
+__all__ = ["CommandStream", "LocalRows"]
 
 _TAG_MASK = (1 << next(f.width for f in HEADER if f.name == "tag")) - 1
 
@@ -119,3 +121,58 @@ class CommandStream:
             Opcode.POSTOP, tag=self._tag(), flags={"relu": post.relu, "bias": bias_addr is not None},
             src_addr=src_addr, dst_addr=dst_addr, rows=rows, bias_addr=bias_addr or 0, mult=post.mult,
             shift=post.shift))
+
+    # -- the vector unit ---------------------------------------------------------------------------
+
+    def vector(self, op: VectorOp, *, a: LocalRows, d: LocalRows, rows: int, cols: int, b: LocalRows | None = None,
+               shift: int = 0, imm: int = 0, imm2: int = 0) -> None:
+        """One VECTOR command: ``op`` over ``rows`` outer rows of ``cols`` local rows (spec/vector.py).
+
+        ``a``, ``b`` and ``d`` say where each operand is (memory, first row, outer-row step; B's column step
+        too); a reduction writes one D row per outer row.  Fields ``op`` does not use stay zero.
+        """
+        spec = VECTOR_OPS[VectorOp(op)]
+        if (b is not None) != spec.uses_b:
+            raise ValueError(f"{self.what}: {VectorOp(op).name} {'needs' if spec.uses_b else 'takes no'} operand B")
+        what = f"VECTOR {VectorOp(op).name}"
+        self._local(f"{what} A", a.acc, a.addr, a.addr + (rows - 1) * a.row_stride + cols - 1)
+        d_cols = 1 if spec.kind == "reduce" else cols
+        self._local(f"{what} D", d.acc, d.addr, d.addr + (rows - 1) * d.row_stride + d_cols - 1)
+        fields = {"vop": int(op), "cols": cols, "rows": rows, "a_addr": a.addr, "a_row_stride": a.row_stride,
+                  "d_addr": d.addr, "d_row_stride": d.row_stride}
+        if b is not None:
+            self._local(f"{what} B", b.acc, b.addr, b.addr + (rows - 1) * b.row_stride + (cols - 1) * b.col_stride)
+            fields.update(b_addr=b.addr, b_row_stride=b.row_stride, b_col_stride=b.col_stride)
+        if spec.max_shift is not None:
+            fields["shift"] = shift
+        elif shift:
+            raise ValueError(f"{self.what}: {VectorOp(op).name} takes no shift")
+        if "imm" in spec.imms:
+            fields["imm"] = unsigned32(imm)
+        if "imm2" in spec.imms:
+            fields["imm2"] = unsigned32(imm2)
+        flags = {"a_acc": a.acc, "b_acc": b is not None and b.acc, "d_acc": d.acc}
+        self.commands.append(pack_command(Opcode.VECTOR, tag=self._tag(), flags=flags, **fields))
+
+    def table(self, *, src_addr: int) -> None:
+        """One TABLE command: the lookup table from the scratchpad rows at ``src_addr``."""
+        self._local("TABLE", False, src_addr, src_addr + table_rows(self.array) - 1)
+        self.commands.append(pack_command(Opcode.TABLE, tag=self._tag(), src_addr=src_addr))
+
+    def transpose(self, *, src_addr: int, dst_addr: int, blocks: int, src_stride: int, dst_stride: int) -> None:
+        """One TRANSPOSE command: ``blocks`` array x array int8 blocks of the scratchpad, each transposed."""
+        n = self.array
+        self._local("TRANSPOSE source", False, src_addr, src_addr + (blocks - 1) * src_stride + n - 1)
+        self._local("TRANSPOSE destination", False, dst_addr, dst_addr + (blocks - 1) * dst_stride + n - 1)
+        self.commands.append(pack_command(Opcode.TRANSPOSE, tag=self._tag(), src_addr=src_addr, dst_addr=dst_addr,
+                                          blocks=blocks, src_stride=src_stride, dst_stride=dst_stride))
+
+
+@dataclass(frozen=True)
+class LocalRows:
+    """Where a VECTOR operand is: the accumulator buffer or the scratchpad, its first local row, its steps."""
+
+    acc: bool
+    addr: int
+    row_stride: int = 0
+    col_stride: int = 1

@@ -67,7 +67,7 @@ class PrivateSimTransport(SimTransport):
 def start_simulator(*, uart: bool = False, timeout: float = 900.0, fault_rate: float = 0.0,
                     fault_seed: int = 1, host_path: str = "backdoor",
                     verilog: str | Path | None = None, tiles: int | None = None, banks: int | None = None,
-                    mem_mib: int | None = None, clock: str = "cocotb",
+                    mem_mib: int | None = None, vector: int | None = None, clock: str = "cocotb",
                     server: str | None = None) -> tuple[subprocess.Popen, int]:
     """Start a private `dx1 sim serve --once` and return it with its port (the first run builds it: minutes).
 
@@ -77,9 +77,10 @@ def start_simulator(*, uart: bool = False, timeout: float = 900.0, fault_rate: f
     does.  ``host_path`` (SoC only) is how host memory blocks are served: ``"backdoor"`` straight into the
     memory array, ``"bus"`` through the AXI4 memory port (:mod:`dx1_bringup.sim.backdoor`).  ``verilog``
     (not with ``uart``) serves that Verilog file of the SoC instead of the generated one
-    (``dx1 sim serve --verilog``).  ``tiles``, ``banks`` and ``mem_mib`` (not with ``uart`` nor ``verilog``)
-    serve the default SoC with that many tiles, memory banks and MiB of device memory
-    (``dx1 sim serve --tiles T --banks B --mem-mib M``: generated into
+    (``dx1 sim serve --verilog``).  ``tiles``, ``banks``, ``mem_mib`` and ``vector`` (not with ``uart`` nor
+    ``verilog``) serve the default SoC with that many tiles, memory banks and MiB of device memory, and for
+    ``vector`` 0 tiles without a vector unit (``dx1 sim serve --tiles T --banks B --mem-mib M --vector 0``:
+    generated into
     ``build/sim/configs/`` and built there, minutes the first time).  ``clock`` (SoC only) is what drives
     its clock, as ``dx1 sim serve --clock`` takes it; ``server`` what serves it, ``"native"`` or
     ``"cocotb"`` (``None``: as ``dx1 sim serve`` chooses, :func:`~dx1_bringup.sim.serve.choose_server`).  The
@@ -88,8 +89,8 @@ def start_simulator(*, uart: bool = False, timeout: float = 900.0, fault_rate: f
     Raises
     ------
     ValueError
-        ``fault_rate`` is outside 0 to 0.5, or given without ``uart``; ``tiles``, ``banks`` or ``mem_mib`` is given with
-        ``uart`` or ``verilog``.
+        ``fault_rate`` is outside 0 to 0.5, or given without ``uart``; ``tiles``, ``banks``, ``mem_mib`` or ``vector``
+        is given with ``uart`` or ``verilog``.
     TransportError
         The simulator exited before it listened, or did not listen within ``timeout`` seconds.
     """
@@ -97,10 +98,10 @@ def start_simulator(*, uart: bool = False, timeout: float = 900.0, fault_rate: f
         raise ValueError(f"fault_rate needs uart=True (faults are injected on the serial line), not {fault_rate!r}")
     if not 0 <= fault_rate < 0.5:
         raise ValueError(f"fault_rate must be from 0 to 0.5, not {fault_rate!r}")
-    sizes = {"tiles": tiles, "banks": banks, "mem-mib": mem_mib}
+    sizes = {"tiles": tiles, "banks": banks, "mem-mib": mem_mib, "vector": vector}
     if any(v is not None for v in sizes.values()) and (uart or verilog is not None):
-        raise ValueError("tiles, banks and mem_mib configure the generated SoC; they cannot be given with uart or "
-                         "verilog")
+        raise ValueError("tiles, banks, mem_mib and vector configure the generated SoC; they cannot be given with "
+                         "uart or verilog")
     with tempfile.TemporaryDirectory() as tmp:
         port_file = Path(tmp) / "port"
         process = subprocess.Popen(

@@ -28,7 +28,8 @@ __all__ = ["serve", "choose_server", "server_problem", "add_arguments", "run", "
 def serve(port: int = 0, port_file: str | None = None, once: bool = False, quiet: bool = True, *,
           uart: bool = False, fault_rate: float = 0.0, fault_seed: int = 1, host_path: str = "backdoor",
           verilog: str | None = None, tiles: int | None = None, banks: int | None = None,
-          mem_mib: int | None = None, clock: str = "cocotb", server: str | None = None) -> None:
+          mem_mib: int | None = None, vector: int | None = None, clock: str = "cocotb",
+          server: str | None = None) -> None:
     """Build the simulated device (first time only) and serve it until a client stops the server.
 
     ``server`` (SoC only): ``"native"``, the C++ server of :mod:`.native`, which this process becomes
@@ -37,9 +38,10 @@ def serve(port: int = 0, port_file: str | None = None, once: bool = False, quiet
 
     ``host_path`` (SoC only): how host memory blocks are served, ``"backdoor"`` or ``"bus"`` (see
     :mod:`dx1_bringup.sim.backdoor`).  ``verilog``: serve this Verilog file of the SoC (a mutant, say)
-    instead of the generated ``rtl/dx1_soc.v``.  ``tiles``, ``banks``, ``mem_mib`` (SoC only, not with
-    ``verilog``): serve the default SoC with this many tiles, memory banks and MiB of device memory (``None``:
-    the default's), generated and built in ``build/sim/configs/``
+    instead of the generated ``rtl/dx1_soc.v``.  ``tiles``, ``banks``, ``mem_mib`` and ``vector`` (SoC only,
+    not with ``verilog``): serve the default SoC with this many tiles, memory banks and MiB of device memory, and
+    for ``vector`` 0 tiles without a vector unit (``None``: the default's), generated and built in
+    ``build/sim/configs/``
     (:func:`~dx1_bringup.sim.configs.soc_verilog`; minutes, the first time).  ``clock`` (SoC only):
     ``"cocotb"``, the bare SoC on cocotb's clock, or ``"verilator"``, the SoC inside the clocked top
     of :mod:`dx1_bringup.sim.clocked_top` (backdoor host path only).
@@ -55,14 +57,14 @@ def serve(port: int = 0, port_file: str | None = None, once: bool = False, quiet
         raise ValueError(CLOCKED_BUS)
     if problem := server_problem(server, uart=uart, host_path=host_path, clock=clock):
         raise ValueError(problem)
-    sized = (tiles, banks, mem_mib) != (None, None, None)
+    sized = (tiles, banks, mem_mib, vector) != (None, None, None, None)
     if sized and (uart or verilog is not None):
-        raise ValueError("tiles, banks and mem_mib configure the generated SoC; they cannot be given with uart or "
-                         "verilog")
+        raise ValueError("tiles, banks, mem_mib and vector configure the generated SoC; they cannot be given with "
+                         "uart or verilog")
     if sized:
         from .configs import soc_config, soc_verilog
 
-        verilog = str(soc_verilog(soc_config(tiles, banks, mem_mib)))
+        verilog = str(soc_verilog(soc_config(tiles, banks, mem_mib, vector)))
     env = {"DX1_SIM_PORT": str(port), "DX1_SIM_ONCE": "1" if once else "0", "DX1_SIM_HOST_PATH": host_path,
            "DX1_SIM_CLOCK": clock,
            "DX1_FAULT_RATE": repr(fault_rate), "DX1_FAULT_SEED": str(fault_seed)}
@@ -136,6 +138,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mem-mib", type=types.positive, default=None,
                         help=f"serve a SoC with this many MiB of device memory, a power of two (default "
                              f"{SocConfig().mem_bytes >> 20}; not with --uart or --verilog)")
+    parser.add_argument("--vector", type=int, choices=(0, 1), default=None,
+                        help="0: serve a SoC whose tiles have no vector unit (default 1; not with --uart or --verilog)")
 
 
 def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
@@ -151,17 +155,17 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         parser.error("--verilog replaces the SoC's Verilog and cannot be used with --uart (the board)")
     if args.verilog and not Path(args.verilog).is_file():
         parser.error(f"--verilog {args.verilog} is not a file; expected the Verilog of the SoC to serve")
-    sized = (args.tiles, args.banks, args.mem_mib) != (None, None, None)
+    sized = (args.tiles, args.banks, args.mem_mib, args.vector) != (None, None, None, None)
     if sized and (args.uart or args.verilog):
-        parser.error("--tiles, --banks and --mem-mib configure the generated SoC and cannot be used with --uart or "
-                     "--verilog")
+        parser.error("--tiles, --banks, --mem-mib and --vector configure the generated SoC and cannot be used with "
+                     "--uart or --verilog")
     if sized:
         from .configs import soc_config
 
         try:
-            soc_config(args.tiles, args.banks, args.mem_mib)
+            soc_config(args.tiles, args.banks, args.mem_mib, args.vector)
         except (TypeError, ValueError) as e:
-            parser.error(f"--tiles/--banks/--mem-mib: {e}")
+            parser.error(f"--tiles/--banks/--mem-mib/--vector: {e}")
     reason = verilator_missing()
     if reason:
         print(f"dx1 sim serve: {reason}", file=sys.stderr)
@@ -172,7 +176,7 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     try:
         serve(args.port, args.port_file, args.once, quiet=False, uart=args.uart, fault_rate=args.fault_rate,
               fault_seed=args.fault_seed, host_path=args.host_path, verilog=args.verilog, tiles=args.tiles,
-              banks=args.banks, mem_mib=args.mem_mib, clock=args.clock, server=server)
+              banks=args.banks, mem_mib=args.mem_mib, vector=args.vector, clock=args.clock, server=server)
     except (SimulationFailed, RuntimeError) as exc:
         print(f"dx1 sim serve: {exc}", file=sys.stderr)
         return 1

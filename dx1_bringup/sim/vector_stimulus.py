@@ -26,7 +26,7 @@ from ..spec import (
 )
 
 __all__ = ["VECTOR_BAD_KINDS", "random_vector", "random_table", "random_transpose", "random_vector_command",
-           "bad_vector_command", "vector_meta", "random_table_entries", "shift_corner"]
+           "bad_vector_command", "vector_meta", "random_table_entries", "shift_corner", "vector_sweep"]
 
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 
@@ -245,3 +245,44 @@ def bad_vector_command(rng: np.random.Generator, config: TileConfig, tag: int, k
         return pack_command(Opcode.TRANSPOSE, tag=tag, blocks=2, src_stride=n,
                             src_addr=config.spm_rows - 2 * n + int(rng.integers(1, n + 1))), ErrorCode.SPM_RANGE
     raise ValueError(f"bad vector command kind must be one of {VECTOR_BAD_KINDS}, not {kind!r}")
+
+
+def vector_sweep(rng: np.random.Generator, config: TileConfig, tag: int) -> list[tuple[bytes, str | None]]:
+    """Directed vector-unit commands that hit every coverage bin of ``vector_meta`` once: every vop at every
+    shift corner, every operand placement, every broadcast of B, a destination on top of its source, and
+    every refusal kind.  Returns (command, refusal kind or None); tags count up from ``tag``."""
+    out: list[tuple[bytes, str | None]] = []
+
+    def add(cmd: bytes, refusal: str | None = None) -> None:
+        out.append((cmd, refusal))
+
+    def vector(op: VectorOp, *, shift: int = 0, a_acc=False, b_acc=False, d_acc=False, b_row_stride=2,
+               b_col_stride=1, d_addr=40, **extra) -> bytes:
+        spec = VECTOR_OPS[op]
+        fields = dict(vop=int(op), rows=2, cols=2, a_addr=0, a_row_stride=2, d_addr=d_addr,
+                      d_row_stride=1 if spec.kind == "reduce" else 2, shift=shift, **extra)
+        flags = {"a_acc": a_acc, "d_acc": d_acc}
+        if spec.uses_b:
+            fields.update(b_addr=20, b_row_stride=b_row_stride, b_col_stride=b_col_stride)
+            flags["b_acc"] = b_acc
+        if "imm" in spec.imms:
+            fields["imm"] = unsigned32(-4)
+            if "imm2" in spec.imms:
+                fields["imm2"] = unsigned32(100)
+        return pack_command(Opcode.VECTOR, tag=(tag + len(out)) & 0xFFFF, flags=flags, **fields)
+
+    for op, spec in VECTOR_OPS.items():
+        shifts = [0] if spec.max_shift is None else sorted({0, 1, spec.max_shift, spec.max_shift // 2})
+        for shift in shifts:
+            add(vector(op, shift=shift))
+    for a_acc in (False, True):
+        for d_acc in (False, True):
+            add(vector(VectorOp.MOV, a_acc=a_acc, d_acc=d_acc))
+            for b_acc in (False, True):
+                add(vector(VectorOp.ADD, a_acc=a_acc, b_acc=b_acc, d_acc=d_acc))
+    for b_row_stride, b_col_stride in ((0, 0), (2, 0), (0, 1)):
+        add(vector(VectorOp.SUB, b_row_stride=b_row_stride, b_col_stride=b_col_stride))
+    add(vector(VectorOp.MAX, d_addr=0))
+    for kind in VECTOR_BAD_KINDS:
+        add(bad_vector_command(rng, config, (tag + len(out)) & 0xFFFF, kind)[0], kind)
+    return out

@@ -27,9 +27,11 @@ from dataclasses import dataclass
 from .commands import COMMANDS, Opcode
 from .sizes import ceil_div
 
-__all__ = ["VectorOp", "VectorOpSpec", "VECTOR_OPS", "TABLE_ENTRIES", "TABLE_MAX_SHIFT", "VECTOR_MAX_SHIFT",
-           "table_rows", "vector_reserved_mask", "signed32", "unsigned32"]
+__all__ = ["VECTOR_OPCODES", "VectorOp", "VectorOpSpec", "VECTOR_OPS", "TABLE_ENTRIES", "TABLE_MAX_SHIFT",
+           "VECTOR_MAX_SHIFT", "table_rows", "vector_reserved_mask", "signed32", "unsigned32"]
 
+#: The commands the vector unit runs.
+VECTOR_OPCODES = (Opcode.VECTOR, Opcode.TABLE, Opcode.TRANSPOSE)
 #: Entries of the lookup table: 256 intervals of linear interpolation.
 TABLE_ENTRIES = 257
 #: Largest LUT index shift: the fraction ``f`` has at most 16 bits, so ``(T[i+1] - T[i]) * f`` fits 33 bits.

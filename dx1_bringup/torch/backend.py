@@ -2,7 +2,9 @@
 
 ``torch.compile(model, backend="dx1")`` hands the backend each FX graph Dynamo captures.  The backend
 partitions it with torch.fx's ``CapabilityBasedPartitioner``: connected ``dx1::qlinear`` nodes that DX-1
-can take (int8 operands, constant POSTOP parameters) become one submodule, which runs as one graph-runtime
+can take (int8 operands, constant POSTOP parameters) and the vector unit's ``dx1::qsoftmax``,
+``dx1::qlayer_norm``, ``dx1::qgelu`` and ``dx1::qsilu`` (int8, constant scales, whole local rows, a device with a vector
+unit) become one submodule, which runs as one graph-runtime
 session on the current device (:func:`~dx1_bringup.torch.context.device`): weights uploaded once and kept
 resident, activations planned in device memory, one command stream per tile.  Dynamic shapes (Dynamo makes
 the batch dimension dynamic when a second batch size arrives; ``dynamic=True`` makes every size dynamic)
@@ -32,6 +34,7 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 from ..runtime.graph import Graph, GraphSession, Value
 from ..spec import PostOpParams
 from .context import _on_close, current_device
+from .ops import KERNEL_OPS, kernel_of, vector_kernel_reference
 from .reference import qlinear_reference
 
 __all__ = ["dx1_backend", "Dx1Backend", "Dx1FallbackWarning", "Placement", "Dx1Subgraph"]
@@ -56,6 +59,16 @@ class Placement:
 
 def _is_qlinear(node: torch.fx.Node) -> bool:
     return node.op == "call_function" and node.target in (torch.ops.dx1.qlinear.default, torch.ops.dx1.qlinear)
+
+
+def _kernel_op(node: torch.fx.Node) -> str | None:
+    """``qsoftmax``, ``qlayer_norm`` or ``qgelu`` for a call of that vector-kernel operator, else ``None``."""
+    if node.op != "call_function":
+        return None
+    for name, op in KERNEL_OPS.items():
+        if node.target in (op, op.default):
+            return name
+    return None
 
 
 def _meta(node) -> torch.Tensor | None:
@@ -88,6 +101,37 @@ def unsupported_reason(node: torch.fx.Node) -> str | None:
     return None
 
 
+def kernel_unsupported_reason(node: torch.fx.Node) -> str | None:
+    """Why DX-1 cannot run this vector-kernel node (``dx1::qsoftmax`` ...); ``None`` when it can."""
+    name = _kernel_op(node)
+    x, *args = node.args
+    consts = args if name != "qlayer_norm" else [args[2], args[3], args[4]]
+    if any(isinstance(a, torch.fx.Node) for a in consts):
+        return f"a scalar argument of dx1::{name} is computed at run time; DX-1 takes it as a constant"
+    val = _meta(x)
+    if val is None or val.dtype != torch.int8 or val.dim() != 2:
+        return "x is not a 2-D int8 tensor"
+    dev = current_device()
+    if not dev.caps.vector:
+        return "the device has no vector unit (FEATURES.vector is 0)"
+    cols = val.shape[1]
+    if not isinstance(cols, int):
+        return "x's last dimension is dynamic; the kernel is planned for a fixed row width"
+    rows = val.shape[0] if isinstance(val.shape[0], int) else cols
+    try:
+        if name == "qlayer_norm":
+            w = _meta(args[0])
+            if w is None or w.shape != (cols,):
+                return "weight is not a vector of x's width"
+            kernel = kernel_of(name, (torch.ones(cols).numpy(), torch.zeros(cols).numpy(), *consts))
+        else:
+            kernel = kernel_of(name, tuple(args))
+        kernel.check(rows, cols, dev.caps.array)
+    except (TypeError, ValueError) as exc:
+        return str(exc)
+    return None
+
+
 #: Float operators that DX-1 could run once quantised, and what to do about them.
 _FLOAT_MATMULS = {"linear", "matmul", "mm", "addmm", "bmm"}
 _QUANTISE_FIRST = ("a float {op}: DX-1 multiplies int8 only; quantise first: dx1_bringup.torch.quantize_mlp(model, "
@@ -95,8 +139,16 @@ _QUANTISE_FIRST = ("a float {op}: DX-1 multiplies int8 only; quantise first: dx1
                    "are dx1::qlinear, or call torch.ops.dx1.qlinear on int8 tensors")
 
 
+_QUANTISE_KERNEL = ("a float {op}: DX-1's vector unit takes int8 only; quantise it first: torch.ops.dx1.{q} on the "
+                    "int8 input and its scale")
+#: Float operators the vector unit runs once quantised, and the operator that does.
+_FLOAT_KERNELS = {"softmax": "qsoftmax", "layer_norm": "qlayer_norm", "gelu": "qgelu", "silu": "qsilu"}
+
+
 class _Support(OperatorSupportBase):
     def is_node_supported(self, submodules, node: torch.fx.Node) -> bool:
+        if _kernel_op(node):
+            return True  # the ones DX-1 cannot take were moved to the CPU reference already
         return _is_qlinear(node) and unsupported_reason(node) is None
 
 
@@ -132,6 +184,19 @@ class Dx1Subgraph(torch.nn.Module):
         names: dict[torch.fx.Node, str] = {}
         inputs: list[str] = []
         for node in self.gm.graph.nodes:
+            kind = _kernel_op(node)
+            if kind:
+                x, *args = node.args
+                if x not in names:
+                    names[x] = x.name
+                    g.add_input(Value(x.name, *env[x].shape, "int8"))
+                    inputs.append(x.name)
+                args = [env[a].double().numpy() if isinstance(a, torch.fx.Node) else a for a in args]
+                names[node] = node.name
+                g.add_value(Value(node.name, *env[x].shape, "int8"))
+                g.kernel(node.name, names[x], node.name, kernel_of(kind, tuple(args)))
+                env[node] = torch.empty(env[x].shape, dtype=torch.int8)
+                continue
             if not _is_qlinear(node):
                 continue
             x, w, bias, mult, shift, relu = node.args
@@ -184,10 +249,19 @@ def _placement(gm: torch.fx.GraphModule, subgraphs: dict[str, Dx1Subgraph],
                 if _is_qlinear(inner):
                     out.append(Placement(inner.name, "dx1::qlinear", "dx1", node.target,
                                          "int8 qlinear with constant POSTOP parameters"))
+                elif _kernel_op(inner):
+                    out.append(Placement(inner.name, f"dx1::{_kernel_op(inner)}", "dx1", node.target,
+                                         "int8 kernel on the vector unit"))
         elif node.op in ("call_function", "call_method", "call_module") and node.target is not operator.getitem:
             target = getattr(node.target, "__name__", str(node.target))
-            default = _QUANTISE_FIRST.format(op=target) if target in _FLOAT_MATMULS else \
-                "DX-1's commands have no such operator"
+            if _kernel_op(node):
+                target = f"dx1::{_kernel_op(node)}"
+            if target in _FLOAT_MATMULS:
+                default = _QUANTISE_FIRST.format(op=target)
+            elif target in _FLOAT_KERNELS:
+                default = _QUANTISE_KERNEL.format(op=target, q=_FLOAT_KERNELS[target])
+            else:
+                default = "DX-1's commands have no such operator"
             out.append(Placement(node.name, target, "cpu", None, fallbacks.get(node.name, default)))
     return out
 
@@ -225,6 +299,12 @@ def dx1_backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]):
             if reason is not None:
                 fallbacks[node.name] = f"CPU integer reference: {reason}"
                 node.target = qlinear_reference
+        elif _kernel_op(node):
+            reason = kernel_unsupported_reason(node)
+            if reason is not None:
+                fallbacks[node.name] = f"CPU integer reference: {reason}"
+                node.args = (_kernel_op(node), *node.args)
+                node.target = vector_kernel_reference
     gm.recompile()
     partitioner = CapabilityBasedPartitioner(gm, _Support(), allows_single_node_partition=True)
     fused = partitioner.fuse_partitions(partitioner.propose_partitions(), prefix="dx1_subgraph_")

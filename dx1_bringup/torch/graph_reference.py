@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..runtime.graph import Graph, HostOp, QMatmul, View
+from ..runtime.graph import Graph, HostOp, QMatmul, VectorKernel, View
 from .reference import int_matmul, requantize
 
 __all__ = ["run_reference"]
@@ -20,6 +20,14 @@ __all__ = ["run_reference"]
 def _slice(env: dict[str, torch.Tensor], graph: Graph, view: View) -> torch.Tensor:
     rows, cols = view.shape(graph)
     return env[view.value][view.row0:view.row0 + rows, view.col0:view.col0 + cols]
+
+
+def _assign(env: dict[str, torch.Tensor], graph: Graph, view: View, out: torch.Tensor) -> None:
+    v = graph.values[view.value]
+    if view.value not in env:
+        env[view.value] = torch.zeros(v.shape, dtype=torch.int8)
+    rows, cols = view.shape(graph)
+    env[view.value][view.row0:view.row0 + rows, view.col0:view.col0 + cols] = out
 
 
 def run_reference(graph: Graph, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -31,6 +39,10 @@ def run_reference(graph: Graph, inputs: dict[str, np.ndarray]) -> dict[str, np.n
         if isinstance(op, HostOp):
             env[op.out] = torch.from_numpy(op.fn(*(env[n].numpy() for n in op.inputs)))
             continue
+        if isinstance(op, VectorKernel):
+            out = torch.from_numpy(op.kernel.reference(_slice(env, graph, op.x).numpy()))
+            _assign(env, graph, op.out, out)
+            continue
         assert isinstance(op, QMatmul)
         acc = None
         for a, b in op.terms:
@@ -38,9 +50,5 @@ def run_reference(graph: Graph, inputs: dict[str, np.ndarray]) -> dict[str, np.n
             acc = product if acc is None else acc + product  # int32 adds wrap, as the accumulators do
         out = requantize(acc, None if op.bias is None else torch.from_numpy(op.bias), op.post.mult, op.post.shift,
                          op.post.relu)
-        v = graph.values[op.out.value]
-        if op.out.value not in env:
-            env[op.out.value] = torch.zeros(v.shape, dtype=torch.int8)
-        rows, cols = op.out.shape(graph)
-        env[op.out.value][op.out.row0:op.out.row0 + rows, op.out.col0:op.out.col0 + cols] = out
+        _assign(env, graph, op.out, out)
     return {name: t.numpy() for name, t in env.items()}

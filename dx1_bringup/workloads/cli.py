@@ -10,7 +10,7 @@ from .. import argtypes as types
 
 __all__ = ["add_parser", "cmd_run"]
 
-WORKLOADS = ("digits", "encoder")
+WORKLOADS = ("digits", "encoder", "decoder")
 
 
 def _print_stats(name: str, stats) -> None:
@@ -45,13 +45,16 @@ def _digits(args: argparse.Namespace, devices: list[str]) -> bool:
     return all(result.bit_exact.values()) and bool(result.compiled_matches_eager)
 
 
-def _encoder(args: argparse.Namespace, devices: list[str]) -> bool:
-    from .encoder import FFN, HEADS, MODEL, SEQ, run_encoder
+def _block(args: argparse.Namespace, devices: list[str]) -> bool:
+    from .decoder import DECODER
+    from .encoder import ENCODER, FFN, HEADS, MODEL, SEQ, run_block
 
+    spec = DECODER if args.workload == "decoder" else ENCODER
     print(f"  block: nn.TransformerEncoderLayer(d_model={MODEL}, nhead={HEADS}, dim_feedforward={FFN}, "
-          f"norm_first=True), sequence {SEQ}", flush=True)
-    result = run_encoder(devices, seed=args.seed, tiles=args.tiles,
-                         progress=lambda text: print(f"  {text} ...", flush=True))
+          f"activation={spec.activation!r}, norm_first=True), sequence {SEQ}"
+          f"{', causal mask' if spec.causal else ''}", flush=True)
+    result = run_block(spec, devices, seed=args.seed, tiles=args.tiles,
+                       progress=lambda text: print(f"  {text} ...", flush=True))
     print(result.plan)
     device = [name for name, where in result.placement if where == "device"]
     host = [name for name, where in result.placement if where == "host"]
@@ -76,7 +79,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     print(f"dx1 run {args.workload}: on {', '.join(devices)} (seed {args.seed})", flush=True)
     try:
-        ok = (_digits if args.workload == "digits" else _encoder)(args, devices)
+        ok = (_digits if args.workload == "digits" else _block)(args, devices)
     except (ValueError, DriverError) as exc:
         print(f"dx1 run: {exc}", file=sys.stderr)
         return 2
@@ -88,7 +91,8 @@ def add_parser(sub) -> None:
     run = sub.add_parser("run", help="a real network on DX-1 beside float and int references",
                          description="run a real network on DX-1 and compare it with float and int references")
     run.add_argument("workload", choices=WORKLOADS,
-                     help="digits: an MLP classifier of scikit-learn's digits; encoder: a transformer encoder block")
+                     help="digits: an MLP classifier of scikit-learn's digits; encoder: a transformer encoder block; "
+                          "decoder: a causal transformer block with a GELU MLP")
     run.add_argument("--device", action="append", type=types.device,
                      help="device to run on (repeat to compare several; default model)")
     run.add_argument("--seed", type=types.seed, default=1, help="data, weight and quantisation seed (default 1)")

@@ -1,7 +1,8 @@
 """The encoder workload: a transformer encoder block (pre-norm, multi-head attention, ReLU MLP) on DX-1.
 
 The block is PyTorch's own ``nn.TransformerEncoderLayer`` (``norm_first=True``), at small sizes, with
-seeded weights.  It is quantised per tensor (calibrated on seeded inputs) into one graph:
+seeded weights.  The same code builds the decoder workload (:mod:`.decoder`: causal self-attention, a GELU
+MLP) from a :class:`BlockKind`.  It is quantised per tensor (calibrated on seeded inputs) into one graph:
 
 * on DX-1, every matrix product, each one GEMM with its bias, ReLU and requantise fused into the POSTOP:
   the Q and V projections; K^T = W_k h^T (a product with the weights as the left operand, so the keys
@@ -11,8 +12,13 @@ seeded weights.  It is quantised per tensor (calibrated on seeded inputs) into o
 * both residual connections as accumulating GEMMs: ``x1 = requant(o W_o^T + x (c I) + b_o)``, the
   residual a second GEMM term into the same accumulators, with the weights' scale chosen so that the
   residual's multiplier ``c`` is an integer (and the second one reads ``x1`` where the first wrote it);
-* on the host, what the commands cannot express: both layer norms, the softmax, (de)quantisation and
-  the one transpose of the normalised input.
+* on the vector unit (:mod:`dx1_bringup.runtime.kernels`), each an integer kernel: both layer norms
+  (of the quantised input and of ``x1``), the transpose of the normalised input (8x8 block TRANSPOSEs),
+  the softmax of every head (an exp table, a 32-bit sum and its reciprocal; the decoder's with the
+  causal mask) and the decoder's GELU (a table of every int8 pre-activation);
+* on the host only the input's quantisation and the output's dequantisation: one device segment and two
+  host transfers a forward pass.  A device without a vector unit runs the kernels' int reference on the
+  host instead (the same integers, more segments).
 
 Every on-device result is compared with the PyTorch integer reference (:mod:`dx1_bringup.torch.
 graph_reference`) bit for bit, and the block's output with the float block's.
@@ -29,24 +35,38 @@ import torch
 from dx1_driver import Device, check_device
 
 from ..runtime.graph import Graph, GraphSession, HostOp, QMatmul, RunStats, Value, View
+from ..runtime.kernels import FUNCTIONS, P_ONE, LayerNorm, Softmax, TableMap, Transpose
 from ..runtime.quant import INT8_MAX, quantize, quantize_bias, requant_multiplier, symmetric_scale
 from ..spec import PostOpParams
 from ..torch.graph_reference import run_reference
 
-__all__ = ["SEQ", "MODEL", "HEADS", "FFN", "make_block", "EncoderQuant", "quantize_encoder", "run_encoder",
-           "EncoderResult"]
+__all__ = ["SEQ", "MODEL", "HEADS", "FFN", "BlockKind", "ENCODER", "make_block", "EncoderQuant", "quantize_encoder",
+           "run_encoder", "run_block", "EncoderResult"]
 
 #: Sequence length, model width, heads and MLP width (every one a multiple of the array size).
 SEQ, MODEL, HEADS, FFN = 16, 32, 2, 64
 #: The scale of the softmax's int8 probabilities (0 .. 127 for 0 .. 1).
-P_SCALE = 1.0 / INT8_MAX
+P_SCALE = 1.0 / P_ONE
 
 
-def make_block(seed: int = 1) -> torch.nn.TransformerEncoderLayer:
+@dataclass(frozen=True)
+class BlockKind:
+    """Which block: ``causal`` self-attention or not, the MLP's ``activation`` (``relu`` or ``gelu``)."""
+
+    name: str
+    causal: bool
+    activation: str
+
+
+#: The encoder block: bidirectional attention, ReLU MLP.
+ENCODER = BlockKind("encoder", causal=False, activation="relu")
+
+
+def make_block(seed: int = 1, spec: BlockKind = ENCODER) -> torch.nn.TransformerEncoderLayer:
     """PyTorch's pre-norm encoder layer at this workload's sizes, with seeded weights and biases."""
     torch.manual_seed(seed)
-    block = torch.nn.TransformerEncoderLayer(MODEL, HEADS, FFN, dropout=0.0, activation="relu", batch_first=True,
-                                             norm_first=True)
+    block = torch.nn.TransformerEncoderLayer(MODEL, HEADS, FFN, dropout=0.0, activation=spec.activation,
+                                             batch_first=True, norm_first=True)
     with torch.no_grad():
         for p in block.parameters():
             if p.dim() == 1:
@@ -89,21 +109,26 @@ class _Float:
         with torch.no_grad():
             return which(torch.from_numpy(x).float()).double().numpy()
 
-    def forward(self, x: np.ndarray) -> dict[str, np.ndarray]:
+    def forward(self, x: np.ndarray, spec: BlockKind = ENCODER) -> dict[str, np.ndarray]:
         """Every intermediate of the float block (float64), for calibration."""
         dh = MODEL // HEADS
         h = self.layer_norm(self.ln1, x)
         q, k, v = h @ self.wq.T + self.bq, h @ self.wk.T, h @ self.wv.T + self.bv
         scores = np.concatenate([q[:, i * dh:(i + 1) * dh] @ k[:, i * dh:(i + 1) * dh].T / math.sqrt(dh)
                                  for i in range(HEADS)], axis=1)
-        p = np.concatenate([_softmax(scores[:, i * SEQ:(i + 1) * SEQ]) for i in range(HEADS)], axis=1)
+        # A masked score takes no part in the softmax, nor in its calibration.
+        masked = np.triu(np.ones((SEQ, SEQ), bool), 1) if spec.causal else np.zeros((SEQ, SEQ), bool)
+        p = np.concatenate([_softmax(np.where(masked, -np.inf, scores[:, i * SEQ:(i + 1) * SEQ]))
+                            for i in range(HEADS)], axis=1)
+        scores = np.where(np.tile(masked, (1, HEADS)), 0.0, scores)
         o = np.concatenate([p[:, i * SEQ:(i + 1) * SEQ] @ v[:, i * dh:(i + 1) * dh] for i in range(HEADS)], axis=1)
         x1 = x + o @ self.wo.T + self.bo
         h2 = self.layer_norm(self.ln2, x1)
-        f = np.maximum(h2 @ self.w1.T + self.b1, 0)
+        fpre = h2 @ self.w1.T + self.b1
+        f = np.maximum(fpre, 0) if spec.activation == "relu" else FUNCTIONS["gelu"](fpre)
         y = x1 + f @ self.w2.T + self.b2
-        return {"x": x, "h": h, "q": q, "kT": k.T, "v": v, "scores": scores, "o": o, "x1": x1, "h2": h2, "f": f,
-                "y": y}
+        return {"x": x, "h": h, "q": q, "kT": k.T, "v": v, "scores": scores, "o": o, "x1": x1, "h2": h2,
+                "fpre": fpre, "f": f, "y": y}
 
 
 def _softmax(s: np.ndarray) -> np.ndarray:
@@ -133,12 +158,19 @@ def _residual_weights(w: np.ndarray, s_in: float, s_res: float) -> tuple[np.ndar
     return quantize(w, s_w), s_w, c
 
 
-def quantize_encoder(block: torch.nn.TransformerEncoderLayer, calibration: list[np.ndarray]) -> EncoderQuant:
+def _layer_norm(ln: torch.nn.LayerNorm, s_in: float, s_out: float) -> LayerNorm:
+    return LayerNorm(ln.weight.detach().double().numpy(), ln.bias.detach().double().numpy(), s_in, s_out, ln.eps)
+
+
+def quantize_encoder(block: torch.nn.TransformerEncoderLayer, calibration: list[np.ndarray],
+                     spec: BlockKind = ENCODER) -> EncoderQuant:
     """The block as a graph of quantised operators (see the module docstring), scales from ``calibration``."""
+    if spec.activation not in ("relu", "gelu"):
+        raise ValueError(f"the block's MLP activation must be relu or gelu, not {spec.activation!r}")
     fl = _Float.of(block)
     peaks: dict[str, float] = {}
     for x in calibration:
-        for name, value in fl.forward(x.astype(np.float64)).items():
+        for name, value in fl.forward(x.astype(np.float64), spec).items():
             peaks[name] = max(peaks.get(name, 0.0), float(np.max(np.abs(value))))
     s = {name: (peak / INT8_MAX if peak > 0 else 1.0) for name, peak in peaks.items()}
     dh = MODEL // HEADS
@@ -147,7 +179,8 @@ def quantize_encoder(block: torch.nn.TransformerEncoderLayer, calibration: list[
     for name, rows, cols in (("xq", SEQ, MODEL), ("h", SEQ, MODEL), ("hT", MODEL, SEQ), ("q", SEQ, MODEL),
                              ("kT", MODEL, SEQ), ("v", SEQ, MODEL), ("scores", SEQ, HEADS * SEQ),
                              ("p", SEQ, HEADS * SEQ), ("o", SEQ, MODEL), ("x1", SEQ, MODEL), ("h2", SEQ, MODEL),
-                             ("f", SEQ, FFN), ("y", SEQ, MODEL)):
+                             *((("fpre", SEQ, FFN),) if spec.activation == "gelu" else ()), ("f", SEQ, FFN),
+                             ("y", SEQ, MODEL)):
         g.add_value(Value(name, rows, cols, "int8", s.get(name, P_SCALE)))
     g.add_value(Value("out", SEQ, MODEL, "float32"))
 
@@ -158,8 +191,8 @@ def quantize_encoder(block: torch.nn.TransformerEncoderLayer, calibration: list[
         g.add(HostOp(name, inputs, out, fn))
 
     host("quantize", ("x",), "xq", lambda x: quantize(x, s["x"]))
-    host("layer_norm1", ("x",), "h", lambda x: quantize(fl.layer_norm(fl.ln1, x.astype(np.float64)), s["h"]))
-    host("transpose", ("h",), "hT", lambda h: np.ascontiguousarray(h.T))
+    g.kernel("layer_norm1", "xq", "h", _layer_norm(fl.ln1, s["x"], s["h"]))
+    g.kernel("transpose", "h", "hT", Transpose())
     sw = {name: symmetric_scale(getattr(fl, name)) for name in ("wq", "wk", "wv", "w1")}
     g.linear("q_proj", "h", "q", quantize(fl.wq, sw["wq"]), quantize_bias(fl.bq, s["h"] * sw["wq"]),
              post(s["h"] * sw["wq"] / s["q"]))
@@ -173,12 +206,7 @@ def quantize_encoder(block: torch.nn.TransformerEncoderLayer, calibration: list[
                       View("scores", col0=i * SEQ, cols=SEQ), None,
                       post(s["q"] * s["kT"] / (math.sqrt(dh) * s["scores"]))))
 
-    def softmax(scores: np.ndarray) -> np.ndarray:
-        real = scores.astype(np.float64) * s["scores"]
-        return np.concatenate([quantize(_softmax(real[:, i * SEQ:(i + 1) * SEQ]), P_SCALE) for i in range(HEADS)],
-                              axis=1)
-
-    host("softmax", ("scores",), "p", softmax)
+    g.kernel("softmax", "scores", "p", Softmax(s["scores"], groups=HEADS, causal=spec.causal))
     for i in range(HEADS):
         g.add(QMatmul(f"attend{i}", ((View("p", col0=i * SEQ, cols=SEQ), View("v", col0=i * dh, cols=dh)),),
                       View("o", col0=i * dh, cols=dh), None, post(P_SCALE * s["v"] / s["o"])))
@@ -187,10 +215,14 @@ def quantize_encoder(block: torch.nn.TransformerEncoderLayer, calibration: list[
     g.add_const("out_proj.weight", wo.T.copy())
     g.add(QMatmul("out_proj", ((View("o"), View("out_proj.weight")), (View("xq"), View("residual1.identity"))),
                   View("x1"), quantize_bias(fl.bo, s["o"] * s_wo), post(s["o"] * s_wo / s["x1"])))
-    host("layer_norm2", ("x1",), "h2",
-         lambda x1: quantize(fl.layer_norm(fl.ln2, x1.astype(np.float64) * s["x1"]), s["h2"]))
-    g.linear("ffn1", "h2", "f", quantize(fl.w1, sw["w1"]), quantize_bias(fl.b1, s["h2"] * sw["w1"]),
-             post(s["h2"] * sw["w1"] / s["f"], relu=True))
+    g.kernel("layer_norm2", "x1", "h2", _layer_norm(fl.ln2, s["x1"], s["h2"]))
+    if spec.activation == "relu":
+        g.linear("ffn1", "h2", "f", quantize(fl.w1, sw["w1"]), quantize_bias(fl.b1, s["h2"] * sw["w1"]),
+                 post(s["h2"] * sw["w1"] / s["f"], relu=True))
+    else:
+        g.linear("ffn1", "h2", "fpre", quantize(fl.w1, sw["w1"]), quantize_bias(fl.b1, s["h2"] * sw["w1"]),
+                 post(s["h2"] * sw["w1"] / s["fpre"]))
+        g.kernel("gelu", "fpre", "f", TableMap("gelu", s["fpre"], s["f"]))
     w2, s_w2, c2 = _residual_weights(fl.w2, s["f"], s["x1"])
     g.add_const("residual2.identity", (np.eye(MODEL) * c2).astype(np.int8))
     g.add_const("ffn2.weight", w2.T.copy())
@@ -220,31 +252,43 @@ def _relative_error(got: np.ndarray, want: np.ndarray) -> float:
 
 def run_encoder(devices: list[str] | list[Device], *, seed: int = 1, tiles: int | None = None,
                 progress: Callable[[str], None] = lambda _: None) -> EncoderResult:
-    """Quantise the block, run one forward pass on every device, compare with the references."""
+    """Quantise the encoder block, run one forward pass on every device, compare with the references."""
+    return run_block(ENCODER, devices, seed=seed, tiles=tiles, progress=progress)
+
+
+def run_block(spec: BlockKind, devices: list[str] | list[Device], *, seed: int = 1, tiles: int | None = None,
+              progress: Callable[[str], None] = lambda _: None) -> EncoderResult:
+    """Quantise the ``spec`` block, run one forward pass on every device, compare with the references."""
     for target in devices:  # a malformed device string is refused before any work
         if isinstance(target, str):
             check_device(target)
-    block = make_block(seed)
+    block = make_block(seed, spec)
     rng = np.random.default_rng(seed)
     calibration = [rng.standard_normal((SEQ, MODEL)) for _ in range(16)]
-    quant = quantize_encoder(block, calibration)
+    quant = quantize_encoder(block, calibration, spec)
     x = rng.standard_normal((SEQ, MODEL)).astype(np.float32)
+    mask = torch.nn.Transformer.generate_square_subsequent_mask(SEQ) if spec.causal else None
     with torch.no_grad():
-        want = block(torch.from_numpy(x)[None])[0].double().numpy()
+        want = block(torch.from_numpy(x)[None], src_mask=mask, is_causal=spec.causal)[0].double().numpy()
     reference = run_reference(quant.graph, {"x": x})
     result = EncoderResult(float_error=_relative_error(reference["out"].astype(np.float64), want), int_error=0.0,
                            placement=quant.graph.placement(), residual=quant.residual)
-    device_ops = [op for op in quant.graph.ops if op.on_device]
-    keep = tuple(dict.fromkeys(op.writes for op in device_ops))
     for device in devices:
         name = device if isinstance(device, str) else "device"
-        progress(f"one forward pass of the encoder block on {name}")
+        progress(f"one forward pass of the {spec.name} block on {name}")
         dev = Device.open(device) if isinstance(device, str) else device
         try:
             with GraphSession(dev, quant.graph, tiles=tiles) as session:
                 result.plan = session.plan_text()
-                out, _ = session.run({"x": x}, keep=keep)  # every on-device result, to check
-                again, stats = session.run({"x": x})  # what a forward pass costs, without the checking
+                result.placement = session.placement()
+                device_ops = [op for op in quant.graph.ops if session.on_device(op)]
+            # Every on-device result, to check, from a session that keeps each one (no memory shared) ...
+            keep = tuple(dict.fromkeys(op.writes for op in device_ops))
+            with GraphSession(dev, quant.graph, tiles=tiles, keep=keep) as checking:
+                out, _ = checking.run({"x": x}, keep=keep)
+            # ... and what a forward pass costs, with the planned memory.
+            with GraphSession(dev, quant.graph, tiles=tiles) as session:
+                again, stats = session.run({"x": x})
             if not np.array_equal(again["out"], out["out"]):
                 raise RuntimeError(f"two forward passes on {name} gave different outputs")
         finally:

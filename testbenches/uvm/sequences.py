@@ -7,8 +7,15 @@ import numpy as np
 from pyuvm import ConfigDB, uvm_sequence
 
 from dx1_bringup.fuzz.layout import Layout
-from dx1_bringup.fuzz.streams import directed_error, random_batch, random_command
+from dx1_bringup.fuzz.streams import (
+    VECTOR_ERROR_KIND,
+    directed_error,
+    random_batch,
+    random_command,
+    vector_command_meta,
+)
 from dx1_bringup.model.tile import MAX_SHIFT
+from dx1_bringup.sim.vector_stimulus import vector_sweep
 from dx1_bringup.spec import Access, ErrorCode
 
 from .env import (
@@ -136,6 +143,10 @@ class StreamSeq(CmdSeq):
             for q, cmds in enumerate(error_sweep(r, lay, tags)):
                 for cmd, meta in cmds:
                     await self.send("cmd", queue=q, data=cmd, meta=meta)
+            if lay.config.tile.vector:   # every vector coverage bin once, half on each queue
+                for i, (cmd, refusal) in enumerate(vector_sweep(r, lay.config.tile, tags[0] + 0x1000)):
+                    meta = vector_command_meta(cmd, "none" if refusal is None else VECTOR_ERROR_KIND[refusal])
+                    await self.send("cmd", queue=i % 2, data=cmd, meta={**meta, "vector_refusal": refusal})
             for q in range(lay.config.tiles):
                 await self.send("doorbell", queue=q)
             await completions.wait_idle()

@@ -230,10 +230,13 @@ class VectorLanes(wiring.Component):
             m.submodules[f"table_{name}{lane}"] = memory
             write = memory.write_port()
             entry = self.table_index - offset
+            fits = entry < _INTERVALS
+            if offset:  # entry 0 has no interval below it (and an unsigned index is never below 0: no test then)
+                fits &= self.table_index >= offset
             m.d.comb += [
                 write.addr.eq(entry[:_INDEX_BITS]),
                 write.data.eq(self.table_data),
-                write.en.eq(self.table_we & (self.table_index >= offset) & (entry < _INTERVALS)),
+                write.en.eq(self.table_we & fits),
             ]
             read = memory.read_port()
             m.d.comb += read.addr.eq(index)

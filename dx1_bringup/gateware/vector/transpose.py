@@ -50,8 +50,8 @@ class TransposeBuffer(wiring.Component):
         banks = [[Signal(8 * n, name=f"bank{b}_row{i}", reset_less=True) for i in range(n)] for b in range(2)]
 
         m.d.comb += [
-            self.load_ready.eq(~full.bit_select(fill, 1)),
-            self.col_valid.eq(full.bit_select(drain, 1)),
+            self.load_ready.eq(~Mux(fill, full[1], full[0])),
+            self.col_valid.eq(Mux(drain, full[1], full[0])),
         ]
         for j in range(n):
             m.d.comb += self.col[j].eq(Mux(drain, banks[1][j][:8], banks[0][j][:8]))

@@ -7,8 +7,9 @@ residual add (a second term, ``x @ (c * I)``) or a product of two activations (a
 ``P V``) are each one operator.  Operands are :class:`View` s: a value, or a block of its rows and
 columns (one attention head's columns, say), read and written in place with the value's row stride.
 Values are activations (uploaded by the host or written by an operator) or constants (weights, resident
-on the device).  Everything the commands cannot express is a :class:`HostOp` that runs on the host in
-numpy (softmax, layer norm, (de)quantisation); :meth:`Graph.placement` shows the split.
+on the device).  A :class:`VectorKernel` runs an integer kernel (softmax, layer norm, GELU, transpose, ...) on the
+tiles' vector units.  Everything the commands cannot express is a :class:`HostOp` that runs on the host
+in numpy ((de)quantisation of float tensors); :meth:`Graph.placement` shows the split.
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...spec import PostOpParams
+from ..kernels import Kernel
 from ..operands import BUS_BYTES
 
-__all__ = ["Value", "View", "QMatmul", "HostOp", "Graph", "Op"]
+__all__ = ["Value", "View", "QMatmul", "HostOp", "VectorKernel", "Graph", "Op"]
 
 _DTYPES = {"int8": np.int8, "int32": np.int32, "float32": np.float32}
 
@@ -116,7 +118,33 @@ class HostOp:
         return False
 
 
-Op = QMatmul | HostOp
+@dataclass
+class VectorKernel:
+    """``out = kernel(x)`` on the device's vector unit (softmax, layer norm, GELU, transpose, ...): int8 in and out.
+
+    The kernel (:mod:`dx1_bringup.runtime.kernels`) is its int reference and its lowering; on a device
+    without a vector unit the graph session runs the reference on the host instead.
+    """
+
+    name: str
+    x: View
+    out: View
+    kernel: Kernel
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        return (self.x.value,)
+
+    @property
+    def writes(self) -> str:
+        return self.out.value
+
+    @property
+    def on_device(self) -> bool:
+        return True
+
+
+Op = QMatmul | HostOp | VectorKernel
 
 
 @dataclass
@@ -150,6 +178,12 @@ class Graph:
         value = self.add_value(Value(name, *data.shape, "int8", scale))
         self.consts[name] = np.ascontiguousarray(data)
         return value
+
+    def kernel(self, name: str, x: str | View, out: str | View, kernel: Kernel) -> VectorKernel:
+        """``out = kernel(x)`` as a :class:`VectorKernel`."""
+        x = x if isinstance(x, View) else View(x)
+        out = out if isinstance(out, View) else View(out)
+        return self.add(VectorKernel(name, x, out, kernel))
 
     def add(self, op: Op) -> Op:
         self.ops.append(op)
@@ -196,6 +230,8 @@ class Graph:
                 raise ValueError(f"{op.name} writes {op.writes!r}, which is a graph input or a constant")
             if isinstance(op, QMatmul):
                 self._check_matmul(op)
+            elif isinstance(op, VectorKernel):
+                self._check_kernel(op)
             elif op.writes in known:
                 raise ValueError(f"{op.name} writes {op.writes!r} a second time (a host operator writes a whole value)")
             known.add(op.writes)
@@ -238,3 +274,10 @@ class Graph:
         if op.bias is not None and (not isinstance(op.bias, np.ndarray) or op.bias.dtype != np.int32
                                     or op.bias.shape != (n,)):
             raise ValueError(f"{op.name}: bias must be an int32 array of shape ({n},)")
+
+    def _check_kernel(self, op: VectorKernel) -> None:
+        rows, cols = self._check_view(op, op.x, "x")
+        want = op.kernel.out_shape(rows, cols)
+        if self._check_view(op, op.out, "out") != want:
+            raise ValueError(f"{op.name}: {op.kernel.kind} of {op.x} ({rows}x{cols}) is {want[0]}x{want[1]}; "
+                             f"{op.out} is {op.out.shape(self)[0]}x{op.out.shape(self)[1]}")

@@ -26,11 +26,14 @@ from dataclasses import dataclass, field
 import numpy as np
 from dx1_driver import Device, DriverError
 
-from ...spec import Opcode, align_up, pack_command
+from ...perfmodel import predict
+from ...spec import Opcode, TileConfig, align_up, pack_command
+from ..commands import CommandStream
 from ..gemm import GemmTerm, compile_gemm
 from ..gemm_run import GemmStats, drive
+from ..kernels import Mem
 from ..operands import padded
-from .ir import Graph, HostOp, QMatmul, View
+from .ir import Graph, HostOp, Op, QMatmul, VectorKernel, View
 from .memory import ArenaPlan, Lifetime, plan_arena
 
 __all__ = ["GraphSession", "RunStats", "Segment"]
@@ -70,6 +73,10 @@ class RunStats:
     wall_seconds: float
     #: Transport requests the pass made, where the transport counts them (sim, serial); else ``None``.
     round_trips: int | None = None
+    #: Cycles the vector unit was busy (PERF BUSY_VECTOR), per device segment its busiest tile's, summed.
+    vector_cycles: int = 0
+    #: The performance model's CYCLES of the device segments (:func:`~dx1_bringup.perfmodel.predict`), summed.
+    predicted_cycles: float = 0.0
 
     @property
     def utilisation(self) -> float:
@@ -104,18 +111,26 @@ class GraphSession:
         The graph is malformed, or its constants and activations do not fit in device memory.
     """
 
-    def __init__(self, device: Device, graph: Graph, *, tiles: int | None = None, timeout: float = 5.0):
+    def __init__(self, device: Device, graph: Graph, *, tiles: int | None = None, timeout: float = 5.0,
+                 keep: tuple[str, ...] = ()):
         graph.validate()
         self.device, self.graph, self.timeout = device, graph, timeout
+        unknown = sorted(set(keep) - set(graph.values))
+        if unknown:
+            raise ValueError(f"keep names values the graph does not have: {unknown}")
+        self.keep = tuple(keep)
         caps = device.caps
         self.tiles = caps.tiles if tiles is None else tiles
         if isinstance(self.tiles, bool) or not isinstance(self.tiles, int) or not 1 <= self.tiles <= caps.tiles:
             raise ValueError(f"tiles must be an integer from 1 to {caps.tiles}, not {tiles!r}")
-        if self.tiles > caps.semaphores:
-            raise ValueError(f"a barrier over {self.tiles} tiles needs as many semaphores; the device has "
-                             f"{caps.semaphores}")
+        if self._barrier_semaphores() > caps.semaphores:
+            raise ValueError(f"a barrier over {self.tiles} tiles needs {self._barrier_semaphores()} semaphores; the "
+                             f"device has {caps.semaphores}")
         self.array = caps.array
         self._align = device.allocator.alignment
+        for op in graph.ops:
+            if isinstance(op, VectorKernel):
+                op.kernel.check(*op.x.shape(graph), self.array)
         self.segments = self._segments()
         self.arena: ArenaPlan = plan_arena(self._lifetimes(), self._align)
         self._const_offsets, self.weight_bytes = {}, 0
@@ -129,6 +144,13 @@ class GraphSession:
                 bias[:op.bias.shape[0]] = op.bias
                 self._biases[op.name] = (self.weight_bytes, bias)
                 self.weight_bytes += self._aligned(bias.nbytes)
+        self._kernel_consts: dict[str, tuple[int, object, np.ndarray]] = {}
+        for op in graph.ops:
+            if isinstance(op, VectorKernel) and self.on_device(op):
+                consts = op.kernel.consts(*op.x.shape(graph), self.array)
+                blob = consts.blob()
+                self._kernel_consts[op.name] = (self.weight_bytes, consts, blob)
+                self.weight_bytes += self._aligned(blob.nbytes)
         need = self.weight_bytes + self.arena.size
         if need > caps.mem_bytes:
             raise ValueError(f"the graph needs {need} bytes of device memory ({self.weight_bytes} of weights, "
@@ -144,6 +166,8 @@ class GraphSession:
             self._write(name, data)
         for offset, bias in self._biases.values():
             device.write_mem(self._weights_base + offset, bias)
+        for offset, _, blob in self._kernel_consts.values():
+            device.write_mem(self._weights_base + offset, blob)
         for seg in self.segments:
             if seg.device:
                 self._lower(seg)
@@ -183,10 +207,20 @@ class GraphSession:
 
     # -- planning --------------------------------------------------------------------------------
 
+    def on_device(self, op: Op) -> bool:
+        """Whether ``op`` runs on the device: a GEMM always, a vector kernel where the tiles have a vector unit."""
+        if isinstance(op, VectorKernel):
+            return self.device.caps.vector
+        return op.on_device
+
+    def placement(self) -> list[tuple[str, str]]:
+        """``(operator name, "device" | "host")`` for every operator, in order, on this session's device."""
+        return [(op.name, "device" if self.on_device(op) else "host") for op in self.graph.ops]
+
     def _device_values(self) -> set[str]:
         names: set[str] = set()
         for op in self.graph.ops:
-            if op.on_device:
+            if self.on_device(op):
                 names.update(op.inputs)
                 names.add(op.writes)
         return names - set(self.graph.consts)
@@ -194,22 +228,22 @@ class GraphSession:
     def _segments(self) -> list[Segment]:
         segments: list[Segment] = []
         for i, op in enumerate(self.graph.ops):
-            if op.on_device and segments and segments[-1].device:
+            if self.on_device(op) and segments and segments[-1].device:
                 segments[-1].ops.append(i)
             else:
-                segments.append(Segment(op.on_device, [i]))
+                segments.append(Segment(self.on_device(op), [i]))
         ops = self.graph.ops
         for seg in segments:
             if not seg.device:
                 continue
             start, end = seg.ops[0], seg.ops[-1]
             read = {n for i in seg.ops for n in ops[i].inputs} - set(self.graph.consts)
-            on_device_before = {ops[i].writes for i in range(start) if ops[i].on_device}
+            on_device_before = {ops[i].writes for i in range(start) if self.on_device(ops[i])}
             written_here = {ops[i].writes for i in seg.ops}
             # A value read here that no device operator wrote earlier comes from the host.  (Written here
             # too, it is read before this segment writes it only if the graph says so: validate() checks.)
             seg.uploads = sorted(n for n in read if n not in on_device_before and n not in written_here)
-            later_host = {n for i in range(end + 1, len(ops)) if not ops[i].on_device for n in ops[i].inputs}
+            later_host = {n for i in range(end + 1, len(ops)) if not self.on_device(ops[i]) for n in ops[i].inputs}
             seg.downloads = sorted(n for n in written_here if n in later_host or n in self.graph.outputs)
         return segments
 
@@ -217,9 +251,9 @@ class GraphSession:
         ops, end = self.graph.ops, len(self.graph.ops)
         out = []
         for name in sorted(self._device_values()):
-            touched = [i for i, op in enumerate(ops) if op.on_device and (name in op.inputs or op.writes == name)]
+            touched = [i for i, op in enumerate(ops) if self.on_device(op) and (name in op.inputs or op.writes == name)]
             first, last = min(touched), max(touched)
-            if name in self.graph.outputs:
+            if name in self.graph.outputs or name in self.keep:
                 last = end
             # An uploaded value is written before its segment's first operator runs, and a downloaded one
             # is read after its last: keep each alive over the whole segment.
@@ -231,12 +265,25 @@ class GraphSession:
             out.append(Lifetime(name, self._bytes(name), first, last))
         return out
 
-    def _barrier(self) -> list[list[bytes]]:
-        """Per tile: commands after which every tile's earlier commands have completed."""
+    def _barrier_semaphores(self) -> int:
+        """Semaphores the barriers use: one a tile, two sets of them from three tiles on (see :meth:`_barrier`)."""
+        return self.tiles if self.tiles <= 2 else 2 * self.tiles
+
+    def _barrier(self, n: int) -> list[list[bytes]]:
+        """Per tile: commands after which every tile's earlier commands have completed (the ``n`` th barrier).
+
+        Each tile SIGNALs its semaphore by one for every other tile and WAITs for one unit of each other
+        tile's.  From three tiles on, a tile with nothing to do between two barriers could otherwise take
+        a second unit of one tile's signal, meant for a third tile, and pass the next barrier early (or
+        leave that tile waiting forever): consecutive barriers alternate between two sets of semaphores,
+        and a tile reaches barrier ``n + 2`` only after every tile has finished waiting at ``n``.
+        """
         if self.tiles == 1:
             return [[pack_command(Opcode.FENCE, tag=BARRIER_TAG)]]
-        return [[pack_command(Opcode.SIGNAL, tag=BARRIER_TAG, sem=t, count=self.tiles - 1)]
-                + [pack_command(Opcode.WAIT, tag=BARRIER_TAG, sem=u, count=1) for u in range(self.tiles) if u != t]
+        base = 0 if self.tiles <= 2 else self.tiles * (n % 2)
+        return [[pack_command(Opcode.SIGNAL, tag=BARRIER_TAG, sem=base + t, count=self.tiles - 1)]
+                + [pack_command(Opcode.WAIT, tag=BARRIER_TAG, sem=base + u, count=1) for u in range(self.tiles)
+                   if u != t]
                 for t in range(self.tiles)]
 
     @staticmethod
@@ -255,18 +302,21 @@ class GraphSession:
         pending_writes: list[tuple] = []
         for i in seg.ops:
             op = self.graph.ops[i]
-            assert isinstance(op, QMatmul)
-            reads = [self._span(v) for term in op.terms for v in term]
+            reads = [self._span(v) for term in op.terms for v in term] if isinstance(op, QMatmul) else [
+                self._span(op.x)]
             write = self._span(op.out)
             hazard = (any(self._conflict(r, w) for r in reads for w in pending_writes)
                       or any(self._conflict(write, x) for x in pending_reads + pending_writes))
             if hazard:
-                for t, cmds in enumerate(self._barrier()):
+                for t, cmds in enumerate(self._barrier(seg.barriers)):
                     streams[t].extend(cmds)
                 seg.barriers += 1
                 pending_reads, pending_writes = [], []
             pending_reads += reads
             pending_writes.append(write)
+            if isinstance(op, VectorKernel):
+                self._lower_kernel(op, streams)
+                continue
             (a, b), *more = op.terms
             m, k = a.shape(self.graph)
             n = b.shape(self.graph)[1]
@@ -281,7 +331,32 @@ class GraphSession:
                 streams[t].extend(cmds)
         seg.commands = streams
 
+    def _lower_kernel(self, op: VectorKernel, streams: list[list[bytes]]) -> None:
+        caps = self.device.caps
+        rows, cols = op.x.shape(self.graph)
+        offset, consts, _ = self._kernel_consts[op.name]
+        x = Mem(self._view_address(op.x), self._stride(op.x.value))
+        out = Mem(self._view_address(op.out), self._stride(op.out.value))
+        for t, block in enumerate(op.kernel.split(rows, cols, self.tiles, self.array)):
+            stream = CommandStream(array=self.array, spm_rows=caps.spm_rows, acc_rows=caps.acc_rows,
+                                   mem_bytes=caps.mem_bytes, tile=t, what=op.name)
+            op.kernel.lower(stream, x, out, block, cols, consts, self._weights_base + offset)
+            streams[t].extend(stream.commands)
+
     # -- running ---------------------------------------------------------------------------------
+
+    def _host(self, op: Op, env: dict[str, np.ndarray]) -> np.ndarray:
+        """Run a host operator, or a vector kernel's int reference on a device without a vector unit."""
+        if isinstance(op, HostOp):
+            return op.fn(*(env[n] for n in op.inputs))
+        assert isinstance(op, VectorKernel)
+        rows, cols = op.x.shape(self.graph)
+        x = env[op.x.value][op.x.row0:op.x.row0 + rows, op.x.col0:op.x.col0 + cols]
+        v = self.graph.values[op.writes]
+        out = env.get(op.writes, np.zeros(v.shape, v.numpy_dtype)).copy()
+        orows, ocols = op.out.shape(self.graph)
+        out[op.out.row0:op.out.row0 + orows, op.out.col0:op.out.col0 + ocols] = op.kernel.reference(x)
+        return out
 
     def _check_inputs(self, inputs: dict[str, np.ndarray]) -> None:
         missing = set(self.graph.inputs) - set(inputs)
@@ -300,7 +375,8 @@ class GraphSession:
         """One forward pass: ``inputs`` by name -> ``(outputs by name, RunStats)``.
 
         ``keep`` names further values to return (each downloaded after the segment that writes it), for
-        checking intermediate results.
+        checking intermediate results; each must be one the session was opened to keep (its memory is then
+        not shared with a later value).
 
         Raises
         ------
@@ -312,20 +388,25 @@ class GraphSession:
         if self._closed:
             raise DriverError("the graph session is closed")
         self._check_inputs(inputs)
+        if set(keep) - set(self.keep):
+            raise ValueError(f"run can return only the values the session keeps ({sorted(self.keep)}), not "
+                             f"{sorted(set(keep) - set(self.keep))}: open it with keep=...")
         start, trips0 = time.perf_counter(), _round_trips(self.device)
         env: dict[str, np.ndarray] = dict(inputs)
-        written = read = transfers = cycles = macs = commands = 0
+        written = read = transfers = cycles = macs = commands = vector = 0
+        predicted = 0.0
+        caps = self.device.caps
+        tile = TileConfig(caps.array, caps.spm_rows, caps.acc_rows, caps.vector)
         used = list(range(self.tiles))
         for seg in self.segments:
             if not seg.device:
                 op = self.graph.ops[seg.ops[0]]
-                assert isinstance(op, HostOp)
-                out = op.fn(*(env[n] for n in op.inputs))
-                v = self.graph.values[op.out]
+                out = self._host(op, env)
+                v = self.graph.values[op.writes]
                 if not isinstance(out, np.ndarray) or out.shape != v.shape or out.dtype != v.numpy_dtype:
                     raise ValueError(f"host operator {op.name} must return a {v.dtype} array of shape {v.shape}, "
                                      f"not {getattr(out, 'dtype', type(out).__name__)} {getattr(out, 'shape', '')}")
-                env[op.out] = out
+                env[op.writes] = out
                 continue
             for name in seg.uploads:
                 written += self._write(name, env[name])
@@ -335,6 +416,8 @@ class GraphSession:
             after = {t: self.device.perf(t).read() for t in used}
             stats = GemmStats(self.array, {t: len(seg.commands[t]) for t in used}, before, after, 0, 0)
             cycles += stats.cycles
+            vector += max(stats.delta(t).busy_vector for t in used)
+            predicted += predict([seg.commands[t] for t in used], tile, banks=caps.mem_banks).total
             macs += stats.macs
             commands += sum(len(c) for c in seg.commands)
             wanted = set(seg.downloads) | ({self.graph.ops[i].writes for i in seg.ops} & set(keep))
@@ -348,7 +431,8 @@ class GraphSession:
             commands=commands, cycles=cycles, macs=macs, tiles=self.tiles, array=self.array,
             host_bytes_written=written, host_bytes_read=read, transfers=transfers,
             wall_seconds=time.perf_counter() - start,
-            round_trips=None if trips0 is None else trips1 - trips0)
+            round_trips=None if trips0 is None else trips1 - trips0, vector_cycles=vector,
+            predicted_cycles=predicted)
         return {name: env[name] for name in (*self.graph.outputs, *keep)}, stats
 
     def _write(self, name: str, value: np.ndarray) -> int:
@@ -375,12 +459,19 @@ class GraphSession:
                              f"upload {', '.join(seg.uploads) or '-'}; download {', '.join(seg.downloads) or '-'}")
                 for i in seg.ops:
                     op = self.graph.ops[i]
+                    if isinstance(op, VectorKernel):
+                        lines.append(f"       {op.name}: {op.out} = {op.kernel.describe(str(op.x))}  [vector unit]")
+                        continue
                     terms = " + ".join(f"{a} @ {b}" for a, b in op.terms)
                     extra = (" + bias" if op.bias is not None else "") + (", relu" if op.post.relu else "")
                     lines.append(f"       {op.name}: {op.out} = requant({terms}{extra})")
             else:
                 op = self.graph.ops[seg.ops[0]]
-                lines.append(f"  {n}: host    {op.name}: {op.out} = {op.name}({', '.join(op.inputs)})")
+                if isinstance(op, VectorKernel):
+                    lines.append(f"  {n}: host    {op.name}: {op.out} = {op.kernel.describe(str(op.x))}  "
+                                 f"[int reference: the device has no vector unit]")
+                else:
+                    lines.append(f"  {n}: host    {op.name}: {op.out} = {op.name}({', '.join(op.inputs)})")
         return "\n".join(lines)
 
     def close(self) -> None:

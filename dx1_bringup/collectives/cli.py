@@ -1,0 +1,124 @@
+"""``dx1 collectives``: the collectives measured like nccl-tests on a device group (host-staged).
+
+``--device`` takes a group device string (``model*4``, ``sim*2``, ``model,model,sim``: see
+:func:`dx1_bringup.argtypes.device_group`).  Per size the table gives, out of place and in place, the time
+of one collective in microseconds and in device cycles, algbw and busbw (MB/s, nccl-tests' factors), busbw as a
+percentage of the host-staged hop's measured peak, and the wrong elements of a checked run
+(:mod:`dx1_bringup.collectives.perf`).  Exit status 0 when every element was right, 1 when one was wrong or a
+collective failed (its typed error is printed), 2 for bad arguments or a device that does not open.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import sys
+from typing import Any
+
+from .. import argtypes as types
+
+__all__ = ["add_parser", "cmd_collectives", "DEFAULT_SIZES"]
+
+#: The sizes measured unless ``--bytes`` says otherwise: 4 B to 256 KiB, by 16.
+DEFAULT_SIZES = [4, 64, 1024, 16384, 262144]
+_OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "sendrecv", "all")
+
+
+def add_parser(sub: Any) -> None:
+    """Add ``collectives`` to the ``dx1`` subcommands."""
+    p = sub.add_parser("collectives", help="collectives over a device group, measured like nccl-tests",
+                       description=__doc__.split("\n\n")[0] + " " + __doc__.split("\n\n")[1],
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", type=types.device_group, default="model*4", metavar="GROUP",
+                   help="the ranks: device strings separated by commas, each optionally *N (default model*4)")
+    p.add_argument("--op", choices=_OPS, default="all_reduce",
+                   help="the collective, or all of them one after another (default all_reduce)")
+    p.add_argument("--bytes", type=types.integers("byte counts of 0 or more", lambda v: v >= 0), metavar="SIZES",
+                   default=DEFAULT_SIZES, help="buffer sizes in bytes, comma-separated, rounded down to whole "
+                                               "elements (default " + ",".join(map(str, DEFAULT_SIZES)) + ")")
+    p.add_argument("--dtype", choices=("int32", "int8"), default="int32", help="element type (default int32)")
+    p.add_argument("--redop", choices=("sum", "avg"), default="sum",
+                   help="reduction: sum (int8 requantised by --scale, default 1), avg (int8 only) (default sum)")
+    p.add_argument("--scale", type=float, default=None, help="int8 sum: the requantisation scale (default 1)")
+    p.add_argument("--root", type=types.seed, default=0, help="root rank of broadcast and reduce (default 0)")
+    p.add_argument("--algorithm", choices=("ring", "direct", "both"), default="ring",
+                   help="ring (chunked, pipelined), direct (gather, reduce, scatter) or both (default ring)")
+    p.add_argument("--chunk-bytes", type=types.positive, default=None,
+                   help="the ring's chunk in bytes (default 65536)")
+    p.add_argument("--iters", type=types.positive, default=5, help="timed collectives per size (default 5)")
+    p.add_argument("--warmup", type=types.seed, default=1, help="untimed collectives first (default 1)")
+    p.add_argument("--timeout", type=types.seconds, default=None,
+                   help="seconds any one wait may take (default 10)")
+    p.add_argument("--no-verify", action="store_true",
+                   help="do not read back the results written (quicker; a bad memory cell then goes unnoticed)")
+    p.add_argument("--seed", type=types.seed, default=1, help="seed of the inputs (default 1)")
+    p.add_argument("--json", type=types.writable_file, default=None, metavar="FILE",
+                   help="also write every row to FILE as JSON")
+    p.set_defaults(func=functools.partial(cmd_collectives, p))
+
+
+def cmd_collectives(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """Measure and print; the exit status as the module says."""
+    from dx1_driver import DriverError
+
+    from .errors import CollectiveError
+    from .group import DEFAULT_TIMEOUT, DeviceGroup
+    from .perf import PERF_OPS, format_table, hop_peak, measure
+
+    if args.root >= len(args.device):
+        parser.error(f"argument --root: must be a rank of the group, 0 to {len(args.device) - 1}, not {args.root}")
+    if args.redop == "avg" and args.dtype != "int8" or args.scale is not None and args.dtype != "int8":
+        parser.error("argument --redop/--scale: int32 reduces only by sum, without a scale (its sum wraps)")
+    ops = PERF_OPS if args.op == "all" else (args.op,)
+    algorithms = ("ring", "direct") if args.algorithm == "both" else (args.algorithm,)
+    if any(name.startswith("sim") and "://" not in name for name in args.device):
+        print("dx1 collectives: starting a private simulator per sim rank (the first run builds it: minutes) ...",
+              flush=True)
+    try:
+        group = DeviceGroup.open(args.device, timeout=args.timeout or DEFAULT_TIMEOUT, verify=not args.no_verify)
+    except (DriverError, OSError, ValueError) as e:
+        print(f"dx1 collectives: cannot open {','.join(args.device)}: {e}", file=sys.stderr)
+        return 2
+    report: dict[str, Any] = {"devices": args.device, "ranks": group.size, "dtype": args.dtype, "path": "host-staged",
+                              "verify": not args.no_verify, "iters": args.iters, "tables": []}
+    wrong = 0
+    try:
+        biggest = max(args.bytes, default=4)
+        limit = min(dev.caps.mem_bytes for dev in group.devs) // 3
+        if biggest > limit:
+            print(f"dx1 collectives: --bytes {biggest} does not fit: a rank's input, output and the peak "
+                  f"measurement's staging must fit its device memory ({limit} bytes each at most here)",
+                  file=sys.stderr)
+            return 2
+        peak = hop_peak(group, biggest)
+        for op in ops:
+            for algorithm in algorithms:
+                options = {"algorithm": algorithm}
+                if op in ("all_reduce", "reduce_scatter", "reduce"):
+                    options.update(redop=args.redop, scale=args.scale)
+                if args.chunk_bytes:
+                    options["chunk_bytes"] = args.chunk_bytes
+                rows, _ = measure(group, op, args.bytes, dtype=args.dtype, root=args.root, iters=args.iters,
+                                  warmup=args.warmup, seed=args.seed, peak=peak, **options)
+                print(format_table(group, op, algorithm if op != "sendrecv" else "point to point", rows, peak),
+                      flush=True)
+                print()
+                wrong += sum(r.out_of_place.wrong + (r.in_place.wrong if r.in_place else 0) for r in rows)
+                report["tables"].append({"op": op, "algorithm": algorithm, "peak_bytes_per_s": peak,
+                                         "rows": [r.to_json() for r in rows]})
+                if op == "sendrecv":
+                    break
+    except CollectiveError as e:
+        print(f"dx1 collectives: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    finally:
+        group.close()
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=2)
+            f.write("\n")
+        print(f"written to {args.json}")
+    if wrong:
+        print(f"dx1 collectives: {wrong} wrong elements", file=sys.stderr)
+    return 1 if wrong else 0
