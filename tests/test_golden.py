@@ -401,7 +401,7 @@ def test_reserved_bits_and_zero_dims_give_reserved_bits() -> None:
     assert check_command(pack_command(Opcode.GEMM, m=0, k_chunks=1), SMALL) == ErrorCode.BAD_DIMENSION
 
 
-@pytest.mark.parametrize("opcode", [0x01, 0x02, 0x05, 0x06, 0x07, 0x08, 0x09, 0x7F, 0xFF])
+@pytest.mark.parametrize("opcode", [0x01, 0x02, 0x05, 0x06, 0x07, 0x08, 0x0C, 0x7F, 0xFF])
 def test_non_compute_opcodes_are_bad_opcode(opcode: int) -> None:
     """Opcodes the compute core does not run (including undefined ones) are BAD_OPCODE, even with reserved bits."""
     assert opcode not in COMPUTE_OPCODES

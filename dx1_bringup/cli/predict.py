@@ -127,7 +127,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 def add_parser(sub: Any) -> None:
     """Add ``predict`` to the ``dx1`` subcommands."""
-    p = sub.add_parser("predict", help="a GEMM's cycles from the performance model (--device: measured)",
+    p = sub.add_parser("predict", help="a GEMM's predicted cycles (with --device: measured too)",
                        description="predict a GEMM's cycles per unit with the performance model (and measure them "
                                    "on a device)")
     types.add_shape(p)

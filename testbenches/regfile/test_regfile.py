@@ -209,9 +209,12 @@ async def reset_and_walk(dut):
     expected = [(b.base, int(b.spec.type), b.spec.version, b.next) for b in tb.regmap.blocks]
     assert seen == expected, f"block walk differs ({seed_note()}):\nRTL  {seen}\nspec {expected}"
     assert [BlockType(s[1]).name for s in seen][0] == "GLOBAL"
+    features = tb.regmap.block("GLOBAL").reg("FEATURES").register.pack(postop=1, copy=1, trace=1,
+                                                                       vector=int(tb.config.tile.vector))
     identity = {
         "MAGIC": MAGIC, "HW_VERSION": SPEC_VERSION, "CAPS": expected_caps(tb), "SPM_ROWS": tb.config.tile.spm_rows,
-        "ACC_ROWS": tb.config.tile.acc_rows, "MEM_BYTES": tb.config.mem_bytes, "FEATURES": 0b111,
+        "ACC_ROWS": tb.config.tile.acc_rows, "MEM_BYTES": tb.config.mem_bytes,
+        "FEATURES": features,
     }
     for name in tb.rng.permutation(list(identity)):
         got = await tb.read_ok(tb.reg("GLOBAL", str(name)))
