@@ -1,5 +1,8 @@
 """The character model on DX-1 (the golden model): paged, batched greedy output equals the unpaged reference.
 
+``model`` has the vector unit (layer norms, transpositions and softmax on it); ``model:vector=0`` runs the same
+kernels' int references on the host.
+
 The test-sized model is :mod:`tests.serving_lm`'s, trained in seconds; nothing is downloaded.
 """
 
@@ -52,6 +55,44 @@ def test_batched_paged_greedy_output_equals_the_unpaged_reference(model, dev, bl
     if batching == "continuous" and num_blocks > 6 and block_size <= 16:
         assert engine.blocks.prefix_hits > 0  # the prompts share "From fairest creatures"
     engine.close()
+
+
+def test_without_the_vector_unit_the_host_runs_the_same_integer_kernels(model):
+    with Device.open("model:vector=0") as dev:
+        engine = LLMEngine(dev, model, EngineConfig(num_blocks=16, block_size=8, max_num_seqs=4))
+        out = engine.generate(PROMPTS[:3], SamplingParams(max_tokens=6, temperature=0))
+        assert out == [[greedy_reference(model, p, 6)] for p in PROMPTS[:3]]
+        assert engine.runner.stats.kernels == 0
+        engine.close()
+
+
+def _decode_transfers(model, dev, batch: int) -> int:
+    from dx1_bringup.serving.block_manager import BlockManager
+    from dx1_bringup.serving.runner import ModelRunner
+    from dx1_bringup.serving.scheduler import ScheduledSeq
+    from dx1_bringup.serving.sequence import Sequence
+
+    runner, blocks = ModelRunner(dev, model, 16, 8), BlockManager(16, 8, prefix_caching=False)
+    seqs = [Sequence(model.config.encode(p)) for p in PROMPTS[:batch]]
+    for s in seqs:
+        s.token_ids.append(s.token_ids[0])
+        blocks.allocate(s)
+    runner.run([ScheduledSeq(s, 0, len(s) - 1) for s in seqs])
+    before = runner.stats.transfers
+    runner.run([ScheduledSeq(s, len(s) - 1, 1) for s in seqs])
+    runner.close()
+    return runner.stats.transfers - before
+
+
+def test_a_decode_step_on_the_vector_unit_makes_the_same_few_transfers_whatever_the_batch(model, dev):
+    # Per layer: q(x) before each layer norm written, the projection's and the MLP's outputs read; then q(x)
+    # before the final layer norm and the logits.
+    layers = model.config.layers
+    assert [_decode_transfers(model, dev, b) for b in (1, 3)] == [4 * layers + 2] * 2
+    with Device.open("model:vector=0") as host:  # h and h^T written, each head's scores read, P written
+        heads = model.config.heads
+        assert [_decode_transfers(model, host, b) for b in (1, 3)] == [(5 + b * (heads + 1)) * layers + 2
+                                                                          for b in (1, 3)]
 
 
 def test_parallel_samples_share_the_prompt_and_copy_on_write(model, dev):
