@@ -39,19 +39,26 @@ def dev():
 PROMPTS = ["From fairest", "From fairest creature", "Thou", "But as the riper", "From fairest creatures"]
 
 
-@pytest.mark.parametrize(("block_size", "num_blocks", "batching"), [
-    (8, 64, "continuous"), (16, 32, "continuous"), (32, 16, "continuous"), (8, 64, "static"),
-    (8, 6, "continuous"),  # a cache this small forces preemption by recompute
+@pytest.mark.parametrize(("block_size", "num_blocks", "batching", "preemption"), [
+    (8, 64, "continuous", "recompute"), (16, 32, "continuous", "recompute"), (32, 16, "continuous", "recompute"),
+    (8, 64, "static", "recompute"),
+    (8, 6, "continuous", "recompute"),  # a cache this small forces preemption
+    (8, 6, "continuous", "swap"),
 ])
-def test_batched_paged_greedy_output_equals_the_unpaged_reference(model, dev, block_size, num_blocks, batching):
+def test_batched_paged_greedy_output_equals_the_unpaged_reference(model, dev, block_size, num_blocks, batching,
+                                                                  preemption):
     engine = LLMEngine(dev, model, EngineConfig(num_blocks=num_blocks, block_size=block_size, max_num_seqs=4,
-                                                batching=batching))
+                                                batching=batching, preemption=preemption, num_host_blocks=16))
     out = engine.generate(PROMPTS, SamplingParams(max_tokens=8, temperature=0))
     want = [[greedy_reference(model, p, 8)] for p in PROMPTS]
     assert out == want
     assert engine.blocks.num_free == num_blocks, "a block leaked"
+    assert engine.blocks.num_free_host == engine.blocks.num_host_blocks, "a host block leaked"
     if num_blocks == 6:
         assert engine.scheduler.preemptions > 0
+    if preemption == "swap":  # every preemption swapped out and back in, none recomputed
+        assert engine.scheduler.swap_outs == engine.scheduler.swap_ins == engine.scheduler.preemptions
+        assert engine.runner.stats.swapped_out == engine.runner.stats.swapped_in > 0
     if batching == "continuous" and num_blocks > 6 and block_size <= 16:
         assert engine.blocks.prefix_hits > 0  # the prompts share "From fairest creatures"
     engine.close()

@@ -23,6 +23,9 @@ projections' outputs to it.  Per layer:
 4. the output projection, ``h2 = LN2(q(x))`` and the MLP over the whole batch.
 
 Without a vector unit the host runs the kernels' int references instead (same result, more transfers).
+Swapping (:meth:`ModelRunner.swap_out`, :meth:`ModelRunner.swap_in`) moves whole blocks between the pool and
+``num_host_blocks`` blocks of host memory (a numpy array), one read or write per layer and keys or values of
+each run of consecutive blocks.
 Each phase is one set of command streams driven to completion (dealt round-robin over the tiles, or a
 batch-wide one spread over them), so every write of a phase lands before the next phase reads it.  A block
 copy (copy-on-write) is COPY commands on the device before the step.
@@ -55,7 +58,8 @@ COPY_TAG = 0xFFFE
 @dataclass
 class StepStats:
     """What the runner has done: steps, GEMMs, vector kernels, commands, tokens computed, blocks copied
-    (copy-on-write), host transfers (each ``write_mem`` or read of device memory) and the device cycles its
+    (copy-on-write), blocks swapped out to and in from host memory, host transfers (each ``write_mem`` or read
+    of device memory) and the device cycles its
     phases took (per phase the slowest tile's CYCLES increase: device time, whatever the host)."""
 
     steps: int = 0
@@ -66,6 +70,8 @@ class StepStats:
     commands: int = 0
     tokens: int = 0
     transfers: int = 0
+    swapped_out: int = 0
+    swapped_in: int = 0
 
 
 class _Phase:
@@ -138,6 +144,8 @@ class ModelRunner:
         The quantised model.
     num_blocks, block_size:
         The KV cache's blocks (``block_size`` a multiple of 8: a block is a whole number of the GEMMs' chunks).
+    num_host_blocks:
+        Blocks of host memory for swapped-out sequences.
     tiles:
         Tiles to use (default: the device's usable tiles).
     timeout:
@@ -150,7 +158,7 @@ class ModelRunner:
     """
 
     def __init__(self, dev: Device, model: QuantCharLM, num_blocks: int, block_size: int = 16, *,
-                 tiles: int | None = None, timeout: float = 5.0):
+                 num_host_blocks: int = 0, tiles: int | None = None, timeout: float = 5.0):
         if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 8 or block_size % 8:
             raise ValueError(f"block_size must be a positive multiple of 8 on the device, not {block_size!r}")
         self.dev, self.model, self.timeout = dev, model, timeout
@@ -175,6 +183,8 @@ class ModelRunner:
             dev.write_mem(self.addr[name], array)
             offset += align_up(array.nbytes, 64)
         self.pool = dev.alloc(num_blocks * self.block_bytes)
+        #: Swap space: per host block, per layer its keys then its values (``block_size x width`` each).
+        self.host_kv = np.zeros((num_host_blocks, c.layers, 2, block_size, c.width), np.int8)
         # The softmax's causal mask has a row per query position (padded queries included) and the keys of
         # the longest block table: each sequence uses its first columns and the rows of its positions.
         self.mask_rows = padded(c.context, dev.caps.array) + dev.caps.array
@@ -254,6 +264,36 @@ class ModelRunner:
                     phase.copy(self.kv_address(src, layer, value), self.kv_address(dst, layer, value), self.kv_bytes)
             self.stats.copies += 1
         phase.run()
+
+    @staticmethod
+    def _pair_runs(pairs: Seq[tuple[int, int]]) -> list[tuple[int, int, int]]:
+        """``(first device block, first host block, blocks)`` of each run consecutive on both sides."""
+        runs: list[tuple[int, int, int]] = []
+        for dev_block, host_block in pairs:
+            if runs and (dev_block, host_block) == (runs[-1][0] + runs[-1][2], runs[-1][1] + runs[-1][2]):
+                runs[-1] = (*runs[-1][:2], runs[-1][2] + 1)
+            else:
+                runs.append((dev_block, host_block, 1))
+        return runs
+
+    def swap_out(self, pairs: Seq[tuple[int, int]]) -> None:
+        """Copy device blocks to host blocks, ``(device, host)`` pairs (before the device blocks are reused)."""
+        shape = (self.block_size, self.width)
+        for dev_block, host_block, n in self._pair_runs(pairs):
+            for layer in range(self.model.config.layers):
+                for value in (False, True):
+                    data = self._read(self.kv_address(dev_block, layer, value), (n * shape[0], shape[1]), np.int8)
+                    self.host_kv[host_block:host_block + n, layer, int(value)] = data.reshape(n, *shape)
+        self.stats.swapped_out += len(pairs)
+
+    def swap_in(self, pairs: Seq[tuple[int, int]]) -> None:
+        """Copy host blocks to device blocks, ``(host, device)`` pairs."""
+        for dev_block, host_block, n in self._pair_runs([(d, h) for h, d in pairs]):
+            for layer in range(self.model.config.layers):
+                for value in (False, True):
+                    self._write(self.kv_address(dev_block, layer, value),
+                                np.ascontiguousarray(self.host_kv[host_block:host_block + n, layer, int(value)]))
+        self.stats.swapped_in += len(pairs)
 
     @staticmethod
     def _runs(table: list[int], count: int) -> list[tuple[int, int]]:
