@@ -59,8 +59,9 @@ def simulate(requests, *, block_size, num_blocks, static=False, budget=64, max_s
         assert batch.num_tokens <= budget
         live = sched.running
         _check_refs(bm, live, sched.swapped)
-        for seq in sched.swapped:  # a swapped sequence keeps its computed positions, none to spare
-            assert seq.num_computed_tokens == len(seq) - 1 and len(seq.host_table) <= seq.num_blocks(block_size)
+        for seq in sched.swapped:  # a swapped sequence keeps its computed positions (and static its reservation)
+            assert seq.num_computed_tokens == len(seq) - 1
+            assert static or len(seq.host_table) <= seq.num_blocks(block_size)
         # The runner's order: swap-outs, swap-ins, then copy-on-write copies.
         for dev_block, host_block in batch.swap_out:
             host[host_block] = dict(contents.get(dev_block, {}))
@@ -125,7 +126,7 @@ requests = st.lists(
     min_size=1, max_size=12)
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(requests, st.sampled_from([1, 2, 4, 16]), st.integers(0, 20), st.booleans(),
        st.sets(st.tuples(st.integers(0, 6), st.integers(0, 30)), max_size=4), st.sampled_from([None, 1, 4, 64]))
 def test_random_schedules_leak_nothing_and_keep_every_sequence_in_its_blocks(reqs, block_size, spare, static, aborts,
