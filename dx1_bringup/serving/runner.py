@@ -448,7 +448,7 @@ class ModelRunner:
         layer, heads = self.model.layers[li], self.model.config.heads
         if not self.dev.caps.vector:
             for i, item in enumerate(items):
-                p = np.zeros((cols[i], heads * keys[i]), np.int8)
+                p = np.zeros((item.count, heads * keys[i]), np.int8)  # the rows P V reads
                 for j in range(heads):
                     s_t = self._read(st_addrs[i][j], (keys[i], cols[i]), np.int8)
                     p[:item.count, j * keys[i]:(j + 1) * keys[i]] = causal_probs(
