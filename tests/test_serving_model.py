@@ -91,15 +91,37 @@ def _decode_transfers(model, dev, batch: int) -> int:
     return runner.stats.transfers - before
 
 
-def test_a_decode_step_on_the_vector_unit_makes_the_same_few_transfers_whatever_the_batch(model, dev):
-    # Per layer: q(x) before each layer norm written, the projection's and the MLP's outputs read; then q(x)
-    # before the final layer norm and the logits.
+def test_a_decode_step_on_the_vector_unit_makes_two_transfers_whatever_the_batch(model, dev):
+    # The embeddings written, the logits read: the residual stream stays on the device.
     layers = model.config.layers
-    assert [_decode_transfers(model, dev, b) for b in (1, 3)] == [4 * layers + 2] * 2
+    assert [_decode_transfers(model, dev, b) for b in (1, 3)] == [2, 2]
     with Device.open("model:vector=0") as host:  # h and h^T written, each head's scores read, P written
         heads = model.config.heads
         assert [_decode_transfers(model, host, b) for b in (1, 3)] == [(5 + b * (heads + 1)) * layers + 2
                                                                           for b in (1, 3)]
+
+
+def test_the_residual_add_kernel_equals_its_int_reference_and_the_float_sum_within_one_lsb(dev):
+    import re
+
+    from dx1_bringup.runtime.graph import Graph, GraphSession, Value
+    from dx1_bringup.serving.residual import ResidualAdd
+
+    add = ResidualAdd(0.05, 0.03, 0.06)
+    x = np.random.default_rng(1).integers(-128, 128, (37, 64)).astype(np.int8)
+    g = Graph()
+    g.add_input(Value("x", 37, 64, "int8"))
+    g.add_value(Value("y", 37, 32, "int8"))
+    g.kernel("add", "x", "y", add)
+    g.outputs = ["y"]
+    with GraphSession(dev, g) as session:
+        out, stats = session.run({"x": x})
+    assert np.array_equal(out["y"], add.reference(x)) and stats.host_ops == 0
+    ideal = np.clip((x[:, :32] * 0.05 + x[:, 32:] * 0.03) / 0.06, -128, 127)
+    assert np.abs(add.reference(x) - ideal).max() <= 0.51
+    with pytest.raises(ValueError, match=re.escape("residual_add: the input's 40 columns must be two halves of "
+                                                   "whole local rows (a multiple of 16)")):
+        add.check(8, 40, 8)
 
 
 def test_parallel_samples_share_the_prompt_and_copy_on_write(model, dev):

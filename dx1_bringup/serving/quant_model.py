@@ -2,16 +2,18 @@
 
 Per layer, with per-tensor symmetric scales calibrated on the float model (``s_name``):
 
-* ``h = LN1(q(x))``: the residual stream ``x`` (float, on the host) quantised at ``s_x1``, then the integer
-  layer norm (:class:`~dx1_bringup.runtime.kernels.LayerNorm`, on the vector unit);
+* ``h = LN1(x)``: the residual stream ``x`` is int8 at ``s_x1`` (the embeddings quantised, then each add's
+  result), the integer layer norm :class:`~dx1_bringup.runtime.kernels.LayerNorm` (on the vector unit);
 * device: ``K = rq(h Wk^T)``, ``V = rq(h Wv^T)`` (written straight into the KV cache's blocks), and
   ``Q^T = rq(Wq h^T)`` (queries transposed, so that each key block is the *left* operand and its scores come
   out as rows: ``S^T = rq(K_blk Q^T / sqrt(d))``; a bias would be per row there, hence projections without);
 * ``P``: the integer causal softmax (:class:`~dx1_bringup.runtime.kernels.Softmax`) of each query's scores,
   int8 at scale 1/127 (:data:`P_SCALE`);
 * device: ``O_h = rq(sum_blk P_blk V_blk)``, ``A = rq(O Wo^T + bo)``, ``F = relu(rq(h2 W1^T + b1))``,
-  ``M = rq(F W2^T + b2)``; host: residuals ``x += A s_A`` and ``x += M s_M`` in float, ``h2 = LN2(q(x))``;
-* ``hf = LNf(q(x))``; device: the unembedding's int32 accumulators ``hf Wh^T``; host:
+  ``M = rq(F W2^T + b2)``; the residual adds ``x2 = q(x s_x1 + A s_A)`` at ``s_x2`` and
+  ``x = q(x2 s_x2 + M s_M)`` at the next layer norm's input scale (:class:`.residual.ResidualAdd`, integer
+  multipliers), ``h2 = LN2(x2)``;
+* ``hf = LNf(x)``; device: the unembedding's int32 accumulators ``hf Wh^T``; host:
   ``logits = acc s_hf s_Wh + bh``.
 
 ``rq`` is DX-1's POSTOP (:func:`~dx1_bringup.model.tile.requantize`) with the multiplier of the scales.
@@ -33,6 +35,7 @@ from ..runtime.quant import INT8_MAX, quantize, quantize_bias, requant_multiplie
 from ..runtime.reference import reference_gemm
 from ..spec import PostOpParams
 from .charlm import CharLMConfig, Checkpoint
+from .residual import ResidualAdd
 
 __all__ = ["FloatCharLM", "QuantCharLM", "QuantLayer", "P_SCALE", "causal_probs", "layer_norm"]
 
@@ -122,6 +125,8 @@ class QuantLayer:
     ln1: LayerNorm      # int8 x at s_x1 -> h at s_h
     ln2: LayerNorm      # int8 x at s_x2 -> h2 at s_h2
     softmax: Softmax    # causal, one head's scores at s_s -> int8 probabilities at 1/127
+    add1: ResidualAdd   # [x | A] -> x2 at s_x2
+    add2: ResidualAdd   # [x2 | M] -> the next layer's x (or the final layer norm's input)
     s: dict[str, float]
     post: dict[str, PostOpParams]
 
@@ -166,7 +171,9 @@ class QuantCharLM:
                 quantize_bias(w[p + "fc2.bias"], s["f"] * sw["fc2"]),
                 LayerNorm(w[p + "ln1.weight"], w[p + "ln1.bias"], s["x1"], s["h"], _EPS),
                 LayerNorm(w[p + "ln2.weight"], w[p + "ln2.bias"], s["x2"], s["h2"], _EPS),
-                Softmax(s["s"], causal=True), s, post))
+                Softmax(s["s"], causal=True), ResidualAdd(s["x1"], s["a"], s["x2"]),
+                ResidualAdd(s["x2"], s["m"], scale[f"blocks.{i + 1}.x1"] if i + 1 < c.layers else scale["xf"]),
+                s, post))
         self.s_hf = scale["hf"]
         s_head = symmetric_scale(w["head.weight"])
         self.head_t = quantize(w["head.weight"], s_head).T.copy()  # (D, V)
@@ -178,16 +185,8 @@ class QuantCharLM:
     # -- host steps, shared by the reference and the device runner ---------------------------------
 
     def embed(self, tokens: list[int], positions: list[int]) -> np.ndarray:
-        return self.tok[tokens] + self.pos[positions]
-
-    def norm1(self, layer: QuantLayer, x: np.ndarray) -> np.ndarray:
-        return layer.ln1.reference(quantize(x, layer.s["x1"]))
-
-    def norm2(self, layer: QuantLayer, x: np.ndarray) -> np.ndarray:
-        return layer.ln2.reference(quantize(x, layer.s["x2"]))
-
-    def norm_f(self, x: np.ndarray) -> np.ndarray:
-        return self.ln_f.reference(quantize(x, self.s_xf))
+        """The residual stream's first value: the embeddings, int8 at the first layer norm's input scale."""
+        return quantize(self.tok[tokens] + self.pos[positions], self.layers[0].s["x1"])
 
     def logits(self, acc: np.ndarray) -> np.ndarray:
         return acc.astype(np.float64) * self.head_scale + self.head_bias
@@ -203,7 +202,7 @@ class QuantCharLM:
         d = c.head_dim
         x = self.embed(tokens, list(range(t)))
         for layer in self.layers:
-            h = self.norm1(layer, x)
+            h = layer.ln1.reference(x)
             k = reference_gemm(h, layer.wk_t, post=layer.post["k"])
             v = reference_gemm(h, layer.wv_t, post=layer.post["v"])
             q_t = reference_gemm(layer.wq, np.ascontiguousarray(h.T), post=layer.post["q"])
@@ -215,8 +214,8 @@ class QuantCharLM:
                 p = causal_probs(layer.softmax, np.ascontiguousarray(s_t.T), 0)
                 o[:, cols] = reference_gemm(p, np.ascontiguousarray(v[:, cols]), post=layer.post["o"])
             a = reference_gemm(o, layer.wo_t, layer.bo, layer.post["a"])
-            x = x + a * layer.s["a"]
-            f = reference_gemm(self.norm2(layer, x), layer.w1_t, layer.b1, layer.post["f"])
+            x = layer.add1.reference(np.hstack([x, a]))
+            f = reference_gemm(layer.ln2.reference(x), layer.w1_t, layer.b1, layer.post["f"])
             m = reference_gemm(f, layer.w2_t, layer.b2, layer.post["m"])
-            x = x + m * layer.s["m"]
-        return self.logits(reference_gemm(self.norm_f(x), self.head_t))
+            x = layer.add2.reference(np.hstack([x, m]))
+        return self.logits(reference_gemm(self.ln_f.reference(x), self.head_t))

@@ -44,7 +44,6 @@ from ..runtime.gemm import GemmTerm, compile_gemm
 from ..runtime.gemm_run import drive
 from ..runtime.kernels import Consts, Kernel, Mem, Softmax, Transpose
 from ..runtime.operands import ACC_LANE_BYTES, pad_operand, padded
-from ..runtime.quant import quantize
 from ..spec import Opcode, PostOpParams, align_up, ceil_div, pack_command
 from .quant_model import QuantCharLM, causal_probs
 from .scheduler import ScheduledSeq
@@ -234,18 +233,11 @@ class ModelRunner:
         self.stats.transfers += 1
         return self.dev.read_array(addr, shape, dtype)
 
-    def _norm(self, kernel: Kernel, xq: np.ndarray, xq_addr: int, h_addr: int) -> np.ndarray | None:
-        """``h = kernel(xq)`` into ``h_addr``: on the vector unit (``None`` back), or on the host (``h`` back)."""
-        if self.dev.caps.vector:
-            self._write(xq_addr, xq)
-            phase = _Phase(self)
-            phase.kernel(kernel, Mem(xq_addr, self.width), Mem(h_addr, self.width), (0, len(xq)), self.width,
-                         spread=True)
-            phase.run()
-            return None
-        h = kernel.reference(xq)
-        self._write(h_addr, h)
-        return h
+    def _vector(self, kernel: Kernel, x: Mem, out: Mem, rows: int, cols: int) -> None:
+        """One batch-wide kernel over ``rows`` rows, spread over the tiles, as a phase of its own."""
+        phase = _Phase(self)
+        phase.kernel(kernel, x, out, (0, rows), cols, spread=True)
+        phase.run()
 
     def kv_address(self, block: int, layer: int, value: bool) -> int:
         """Device address of one layer's key (or value) rows of KV block ``block``.
@@ -344,20 +336,30 @@ class ModelRunner:
         try:
             fp = padded(c.ffn, arr)
             # h has a chunk of rows to spare: a sequence's transposition reads whole chunks of rows.
-            xq_addr, o_addr, a_addr, m_addr, k_addr, v_addr = (alloc(t * d) for _ in range(6))
+            o_addr, a_addr, m_addr, k_addr, v_addr, hf_addr = (alloc(t * d) for _ in range(6))
+            # On the vector unit the residual stream stays in device memory: [x | A] and [x2 | M], each
+            # block's output written beside the stream by its GEMM.
+            xa, xm = alloc(t * 2 * d), alloc(t * 2 * d)
+            if vec:
+                self._write(xa, np.hstack([x, np.zeros_like(x)]))
+                a_addr, m_addr, out_stride = xa + d, xm + d, 2 * d
+            else:
+                out_stride = d
             h_addr, f_addr, ht_addr, qt_addr = alloc((t + arr) * d), alloc(t * fp), alloc(d * tq), alloc(d * tq)
             st_addrs = [[alloc(lp * w) for _ in range(heads)] for lp, w in zip(keys, cols, strict=True)]
             # S and P: a sequence's query rows, each head's keys side by side.
             s_addrs = [alloc(w * heads * lp) if vec else 0 for lp, w in zip(keys, cols, strict=True)]
             p_addrs = [alloc(w * heads * lp) for lp, w in zip(keys, cols, strict=True)]
             for li, layer in enumerate(model.layers):
-                h = self._norm(layer.ln1, quantize(x, layer.s["x1"]), xq_addr, h_addr)
-                if h is None:  # each sequence's rows (and the next ones, as padding) to its columns of h^T
+                if vec:  # then each sequence's rows (and the next ones, as padding) to its columns of h^T
+                    self._vector(layer.ln1, Mem(xa, 2 * d), Mem(h_addr, d), t, d)
                     phase = _Phase(self)
                     for row, at, w in zip(rows, col0, cols, strict=True):
                         phase.kernel(self.transpose, Mem(h_addr + row * d, d), Mem(ht_addr + at, tq), (0, w), d)
                     phase.run()
                 else:
+                    h = layer.ln1.reference(x)
+                    self._write(h_addr, h)
                     h_t = np.zeros((d, tq), np.int8)
                     for item, row, at in zip(items, rows, col0, strict=True):
                         h_t[:, at:at + item.count] = h[row:row + item.count].T
@@ -405,30 +407,48 @@ class ModelRunner:
                                     more=tuple(terms[1:]))
                 attend.run()
                 proj = _Phase(self)
-                proj.gemm(t, d, d, o_addr, self.addr[f"{li}.wo_t"], a_addr, a_stride=d, b_stride=d, c_stride=d,
+                proj.gemm(t, d, d, o_addr, self.addr[f"{li}.wo_t"], a_addr, a_stride=d, b_stride=d, c_stride=out_stride,
                           post=layer.post["a"], bias=self.addr[f"{li}.bo"], spread=True)
                 proj.run()
-                x = x + self._read(a_addr, (t, d), np.int8) * layer.s["a"]
-                self._norm(layer.ln2, quantize(x, layer.s["x2"]), xq_addr, h_addr)
+                if vec:
+                    self._vector(layer.add1, Mem(xa, 2 * d), Mem(xm, 2 * d), t, 2 * d)
+                    self._vector(layer.ln2, Mem(xm, 2 * d), Mem(h_addr, d), t, d)
+                else:
+                    x = layer.add1.reference(np.hstack([x, self._read(a_addr, (t, d), np.int8)]))
+                    self._write(h_addr, layer.ln2.reference(x))
                 mlp = _Phase(self)
                 mlp.gemm(t, d, c.ffn, h_addr, self.addr[f"{li}.w1_t"], f_addr, a_stride=d, b_stride=fp,
                          c_stride=fp, post=layer.post["f"], bias=self.addr[f"{li}.b1"], spread=True)
                 mlp.run()
                 mlp = _Phase(self)
-                mlp.gemm(t, c.ffn, d, f_addr, self.addr[f"{li}.w2_t"], m_addr, a_stride=fp, b_stride=d, c_stride=d,
+                mlp.gemm(t, c.ffn, d, f_addr, self.addr[f"{li}.w2_t"], m_addr, a_stride=fp, b_stride=d,
+                         c_stride=out_stride,
                          post=layer.post["m"], bias=self.addr[f"{li}.b2"], spread=True)
                 mlp.run()
-                x = x + self._read(m_addr, (t, d), np.int8) * layer.s["m"]
-            wanted = [r for item, row in zip(items, rows, strict=True)
-                      for r in (range(row, row + item.count) if all_logits else [row + item.count - 1])]
-            self._norm(model.ln_f, quantize(x[wanted], model.s_xf), xq_addr, h_addr)
+                if vec:
+                    self._vector(layer.add2, Mem(xm, 2 * d), Mem(xa, 2 * d), t, 2 * d)
+                else:
+                    x = layer.add2.reference(np.hstack([x, self._read(m_addr, (t, d), np.int8)]))
+            # The rows whose logits are wanted: per item its last, or all of them.
+            wanted = [(row + item.count - 1, 1) if not all_logits else (row, item.count)
+                      for item, row in zip(items, rows, strict=True)]
+            n_wanted = sum(n for _, n in wanted)
+            if vec:
+                self._vector(model.ln_f, Mem(xa, 2 * d), Mem(h_addr, d), t, d)
+                gather, at = _Phase(self), 0
+                for row, n in wanted:
+                    gather.copy(h_addr + row * d, hf_addr + at * d, n * d)
+                    at += n
+                gather.run()
+            else:
+                self._write(hf_addr, model.ln_f.reference(x[[r for row, n in wanted for r in range(row, row + n)]]))
             vp = self.vocab_padded
-            logits_addr = alloc(len(wanted) * vp * ACC_LANE_BYTES)
+            logits_addr = alloc(n_wanted * vp * ACC_LANE_BYTES)
             head = _Phase(self)
-            head.gemm(len(wanted), d, len(c.vocab), h_addr, self.addr["head_t"], logits_addr, a_stride=d,
+            head.gemm(n_wanted, d, len(c.vocab), hf_addr, self.addr["head_t"], logits_addr, a_stride=d,
                       b_stride=vp, c_stride=vp * ACC_LANE_BYTES, post=None, spread=True)
             head.run()
-            acc = self._read(logits_addr, (len(wanted), vp), np.int32)[:, :len(c.vocab)]
+            acc = self._read(logits_addr, (n_wanted, vp), np.int32)[:, :len(c.vocab)]
         finally:
             for addr in scratch:
                 dev.free(addr)
