@@ -7,11 +7,12 @@ of layer ``l`` are at ``pool + (2 l num_blocks + b) block_size width`` and block
 consecutive rows.  A step computes, for every scheduled sequence, ``count`` new tokens from position
 ``start``; each sequence's queries are one column block of ``Q^T``, padded to whole chunks.  Every matrix
 product runs on the device; on a device with a vector unit (``caps.vector``) so do the layer norms, the
-transpositions and the softmax (:mod:`..runtime.kernels`, the same integer math as :mod:`.quant_model`'s
-reference), and the host only quantises the residual stream (float) before each layer norm and adds the
-projections' outputs to it.  Per layer:
+transpositions, the softmax (:mod:`..runtime.kernels`) and the residual adds (:mod:`.residual`), the same
+integer math as :mod:`.quant_model`'s reference: the int8 residual stream stays in device memory as the left
+half of ``[x | A]`` and ``[x2 | M]`` (the output projection and the MLP write beside it), and a step's only
+transfers are the embeddings in and the logits out.  Per layer:
 
-1. ``h = LN1(q(x))``, ``h^T``; the transposed queries, the keys and the values of the whole batch are one
+1. ``h = LN1(x)``, ``h^T``; the transposed queries, the keys and the values of the whole batch are one
    GEMM each; then COPY commands move each sequence's new key and value rows into their slots in its blocks
    (one COPY per run of positions in physically consecutive blocks);
 2. attention reads the keys through the block table: per sequence, head and run of consecutive blocks of its
@@ -20,7 +21,7 @@ projections' outputs to it.  Per layer:
    ``start ..`` of the causal softmax over the context (one resident mask serves every sequence); then
    ``O_h = sum_run P_run V_run`` is one GEMM per sequence and head whose terms are the runs of its table
    (accumulated before one POSTOP);
-4. the output projection, ``h2 = LN2(q(x))`` and the MLP over the whole batch.
+4. the output projection, ``x2 = x + A``, ``h2 = LN2(x2)``, the MLP and ``x = x2 + M`` over the whole batch.
 
 Without a vector unit the host runs the kernels' int references instead (same result, more transfers).
 Swapping (:meth:`ModelRunner.swap_out`, :meth:`ModelRunner.swap_in`) moves whole blocks between the pool and
