@@ -1,5 +1,8 @@
 """The character model on DX-1 (the golden model): paged, batched greedy output equals the unpaged reference.
 
+``model`` has the vector unit (layer norms, transpositions and softmax on it); ``model:vector=0`` runs the same
+kernels' int references on the host.
+
 The test-sized model is :mod:`tests.serving_lm`'s, trained in seconds; nothing is downloaded.
 """
 
@@ -36,22 +39,89 @@ def dev():
 PROMPTS = ["From fairest", "From fairest creature", "Thou", "But as the riper", "From fairest creatures"]
 
 
-@pytest.mark.parametrize(("block_size", "num_blocks", "batching"), [
-    (8, 64, "continuous"), (16, 32, "continuous"), (32, 16, "continuous"), (8, 64, "static"),
-    (8, 6, "continuous"),  # a cache this small forces preemption by recompute
+@pytest.mark.parametrize(("block_size", "num_blocks", "batching", "preemption"), [
+    (8, 64, "continuous", "recompute"), (16, 32, "continuous", "recompute"), (32, 16, "continuous", "recompute"),
+    (8, 64, "static", "recompute"),
+    (8, 6, "continuous", "recompute"),  # a cache this small forces preemption
+    (8, 6, "continuous", "swap"),
 ])
-def test_batched_paged_greedy_output_equals_the_unpaged_reference(model, dev, block_size, num_blocks, batching):
+def test_batched_paged_greedy_output_equals_the_unpaged_reference(model, dev, block_size, num_blocks, batching,
+                                                                  preemption):
     engine = LLMEngine(dev, model, EngineConfig(num_blocks=num_blocks, block_size=block_size, max_num_seqs=4,
-                                                batching=batching))
+                                                batching=batching, preemption=preemption, num_host_blocks=16))
     out = engine.generate(PROMPTS, SamplingParams(max_tokens=8, temperature=0))
     want = [[greedy_reference(model, p, 8)] for p in PROMPTS]
     assert out == want
     assert engine.blocks.num_free == num_blocks, "a block leaked"
+    assert engine.blocks.num_free_host == engine.blocks.num_host_blocks, "a host block leaked"
     if num_blocks == 6:
         assert engine.scheduler.preemptions > 0
+    if preemption == "swap":  # every preemption swapped out and back in, none recomputed
+        assert engine.scheduler.swap_outs == engine.scheduler.swap_ins == engine.scheduler.preemptions
+        assert engine.runner.stats.swapped_out == engine.runner.stats.swapped_in > 0
     if batching == "continuous" and num_blocks > 6 and block_size <= 16:
         assert engine.blocks.prefix_hits > 0  # the prompts share "From fairest creatures"
     engine.close()
+
+
+def test_without_the_vector_unit_the_host_runs_the_same_integer_kernels(model):
+    with Device.open("model:vector=0") as dev:
+        engine = LLMEngine(dev, model, EngineConfig(num_blocks=16, block_size=8, max_num_seqs=4))
+        out = engine.generate(PROMPTS[:3], SamplingParams(max_tokens=6, temperature=0))
+        assert out == [[greedy_reference(model, p, 6)] for p in PROMPTS[:3]]
+        assert engine.runner.stats.kernels == 0
+        engine.close()
+
+
+def _decode_transfers(model, dev, batch: int) -> int:
+    from dx1_bringup.serving.block_manager import BlockManager
+    from dx1_bringup.serving.runner import ModelRunner
+    from dx1_bringup.serving.scheduler import ScheduledSeq
+    from dx1_bringup.serving.sequence import Sequence
+
+    runner, blocks = ModelRunner(dev, model, 16, 8), BlockManager(16, 8, prefix_caching=False)
+    seqs = [Sequence(model.config.encode(p)) for p in PROMPTS[:batch]]
+    for s in seqs:
+        s.token_ids.append(s.token_ids[0])
+        blocks.allocate(s)
+    runner.run([ScheduledSeq(s, 0, len(s) - 1) for s in seqs])
+    before = runner.stats.transfers
+    runner.run([ScheduledSeq(s, len(s) - 1, 1) for s in seqs])
+    runner.close()
+    return runner.stats.transfers - before
+
+
+def test_a_decode_step_on_the_vector_unit_makes_two_transfers_whatever_the_batch(model, dev):
+    # The embeddings written, the logits read: the residual stream stays on the device.
+    layers = model.config.layers
+    assert [_decode_transfers(model, dev, b) for b in (1, 3)] == [2, 2]
+    with Device.open("model:vector=0") as host:  # h and h^T written, each head's scores read, P written
+        heads = model.config.heads
+        assert [_decode_transfers(model, host, b) for b in (1, 3)] == [(5 + b * (heads + 1)) * layers + 2
+                                                                          for b in (1, 3)]
+
+
+def test_the_residual_add_kernel_equals_its_int_reference_and_the_float_sum_within_one_lsb(dev):
+    import re
+
+    from dx1_bringup.runtime.graph import Graph, GraphSession, Value
+    from dx1_bringup.serving.residual import ResidualAdd
+
+    add = ResidualAdd(0.05, 0.03, 0.06)
+    x = np.random.default_rng(1).integers(-128, 128, (37, 64)).astype(np.int8)
+    g = Graph()
+    g.add_input(Value("x", 37, 64, "int8"))
+    g.add_value(Value("y", 37, 32, "int8"))
+    g.kernel("add", "x", "y", add)
+    g.outputs = ["y"]
+    with GraphSession(dev, g) as session:
+        out, stats = session.run({"x": x})
+    assert np.array_equal(out["y"], add.reference(x)) and stats.host_ops == 0
+    ideal = np.clip((x[:, :32] * 0.05 + x[:, 32:] * 0.03) / 0.06, -128, 127)
+    assert np.abs(add.reference(x) - ideal).max() <= 0.51
+    with pytest.raises(ValueError, match=re.escape("residual_add: the input's 40 columns must be two halves of "
+                                                   "whole local rows (a multiple of 16)")):
+        add.check(8, 40, 8)
 
 
 def test_parallel_samples_share_the_prompt_and_copy_on_write(model, dev):

@@ -19,22 +19,29 @@ from dx1_bringup.serving.scheduler import Scheduler, StaticScheduler
 from dx1_bringup.serving.sequence import SamplingParams, Sequence, SequenceStatus
 
 
-def _check_refs(bm: BlockManager, live: list[Sequence]) -> None:
+def _check_refs(bm: BlockManager, live: list[Sequence], swapped=()) -> None:
     counts = Counter(b for seq in live for b in seq.block_table)
     assert [counts.get(b, 0) for b in range(bm.num_blocks)] == bm.ref_counts
     assert bm.num_free == sum(1 for c in bm.ref_counts if c == 0)
+    held = [h for seq in swapped for h in seq.host_table]
+    assert len(set(held)) == len(held) and len(held) + bm.num_free_host == bm.num_host_blocks
+    assert all(not seq.block_table for seq in swapped)
 
 
-def simulate(requests, *, block_size, num_blocks, static=False, budget=64, max_seqs=4, aborts=(), seed=0):
+def simulate(requests, *, block_size, num_blocks, static=False, budget=64, max_seqs=4, aborts=(), seed=0,
+             host_blocks=None):
     """Run every request to its end on a fake model; return (scheduler, finished sequences, steps).
 
-    ``requests``: (arrival step, prompt tokens, max_tokens, n).  Each step asserts the invariants.
+    ``requests``: (arrival step, prompt tokens, max_tokens, n); ``host_blocks``: preemption by swap to that
+    many host blocks (``None``: by recompute).  Each step asserts the invariants.
     """
     rng = random.Random(seed)
-    bm = BlockManager(num_blocks, block_size)
+    bm = BlockManager(num_blocks, block_size, num_host_blocks=host_blocks or 0)
     cls = StaticScheduler if static else Scheduler
-    sched = cls(bm, max_num_seqs=max_seqs, max_num_batched_tokens=budget, max_model_len=32)
+    sched = cls(bm, max_num_seqs=max_seqs, max_num_batched_tokens=budget, max_model_len=32,
+                preemption="recompute" if host_blocks is None else "swap")
     contents: dict[int, dict[int, int]] = {}
+    host: dict[int, dict[int, int]] = {}
     pending = sorted(requests, key=lambda r: r[0])
     groups: dict[int, int] = {}  # parent seq id -> samples still to fork
     every: list[Sequence] = []
@@ -46,12 +53,20 @@ def simulate(requests, *, block_size, num_blocks, static=False, budget=64, max_s
             groups[seq.seq_id] = n - 1
             sched.add(seq)
             every.append(seq)
-        for victim in [s for s in sched.running if (s.seq_id % 7, step) in aborts]:
+        for victim in [s for s in sched.running + list(sched.swapped) if (s.seq_id % 7, step) in aborts]:
             sched.finish(victim, "abort")
         batch = sched.schedule()
         assert batch.num_tokens <= budget
         live = sched.running
-        _check_refs(bm, live)
+        _check_refs(bm, live, sched.swapped)
+        for seq in sched.swapped:  # a swapped sequence keeps its computed positions (and static its reservation)
+            assert seq.num_computed_tokens == len(seq) - 1
+            assert static or len(seq.host_table) <= seq.num_blocks(block_size)
+        # The runner's order: swap-outs, swap-ins, then copy-on-write copies.
+        for dev_block, host_block in batch.swap_out:
+            host[host_block] = dict(contents.get(dev_block, {}))
+        for host_block, dev_block in batch.swap_in:
+            contents[dev_block] = dict(host[host_block])
         for src, dst in batch.copies:
             contents[dst] = dict(contents.get(src, {}))
         for item in batch.items:
@@ -93,10 +108,11 @@ def simulate(requests, *, block_size, num_blocks, static=False, budget=64, max_s
         for child in sched.running:
             if child.num_computed_tokens == len(child):  # a fork's first token is also sampled this step
                 raise AssertionError("a running sequence has no token to compute")
-        _check_refs(bm, sched.running)
+        _check_refs(bm, sched.running, sched.swapped)
         step += 1
         assert step < 2000, "the schedule made no progress"
     assert bm.num_free == num_blocks and not any(bm.ref_counts), "a block leaked"
+    assert bm.num_free_host == bm.num_host_blocks, "a host block leaked"
     return sched, every, step
 
 
@@ -112,11 +128,14 @@ requests = st.lists(
 
 @settings(max_examples=60, deadline=None)
 @given(requests, st.sampled_from([1, 2, 4, 16]), st.integers(0, 20), st.booleans(),
-       st.sets(st.tuples(st.integers(0, 6), st.integers(0, 30)), max_size=4))
-def test_random_schedules_leak_nothing_and_keep_every_sequence_in_its_blocks(reqs, block_size, spare, static, aborts):
-    """Any arrivals, prompts with shared prefixes, n > 1, aborts and a tight cache: refs stay exact, contents right."""
+       st.sets(st.tuples(st.integers(0, 6), st.integers(0, 30)), max_size=4), st.sampled_from([None, 1, 4, 64]))
+def test_random_schedules_leak_nothing_and_keep_every_sequence_in_its_blocks(reqs, block_size, spare, static, aborts,
+                                                                             host_blocks):
+    """Any arrivals, prompts with shared prefixes, n > 1, aborts, a tight cache, preemption by recompute or by swap
+    (with host blocks too few or enough): refs stay exact (device and host), contents right, no token lost."""
     num_blocks = 3 * (-(-32 // block_size)) + spare  # a fork group of 3 at full length fits
-    sched, every, _ = simulate(reqs, block_size=block_size, num_blocks=num_blocks, static=static, aborts=aborts)
+    sched, every, _ = simulate(reqs, block_size=block_size, num_blocks=num_blocks, static=static, aborts=aborts,
+                               host_blocks=host_blocks)
     assert all(seq.status is SequenceStatus.FINISHED for seq in every)
     assert all(seq.finish_reason == "abort" or seq.num_completion_tokens == min(seq.params.max_tokens,
                                                                                   32 - seq.num_prompt_tokens)
@@ -129,6 +148,29 @@ def test_a_tight_cache_preempts_the_newest_and_recomputes_it():
     assert sched.preemptions > 0
     assert every[0].preemptions == 0  # the oldest is never the victim while a newer one runs
     assert all(seq.num_completion_tokens == 20 for seq in every)
+
+
+def test_a_tight_cache_swaps_the_newest_out_and_back_in_with_its_computed_positions():
+    reqs = [(0, [0] * 10 + [i], 20, 1) for i in range(3)]
+    sched, every, _ = simulate(reqs, block_size=4, num_blocks=10, max_seqs=3, budget=64, host_blocks=16)
+    assert sched.swap_outs > 0 and sched.swap_ins == sched.swap_outs
+    assert sched.preemptions == sched.swap_outs  # enough host blocks: nothing was recomputed
+    assert all(seq.num_completion_tokens == 20 for seq in every)
+
+
+def test_with_the_host_blocks_full_a_swap_falls_back_to_recompute():
+    reqs = [(0, [0] * 10 + [i], 20, 1) for i in range(3)]
+    sched, every, _ = simulate(reqs, block_size=4, num_blocks=10, max_seqs=3, budget=64, host_blocks=1)
+    assert sched.swap_outs == 0 < sched.preemptions
+    assert all(seq.num_completion_tokens == 20 for seq in every)
+
+
+def test_swapping_needs_host_blocks():
+    with pytest.raises(ValueError, match=r"preemption by swap needs host blocks \(num_host_blocks\), and the block "
+                                         r"manager has none"):
+        Scheduler(BlockManager(8, 4), max_model_len=32, max_num_batched_tokens=64, preemption="swap")
+    with pytest.raises(ValueError, match="preemption must be 'recompute' or 'swap', not 'evict'"):
+        Scheduler(BlockManager(8, 4), max_model_len=32, max_num_batched_tokens=64, preemption="evict")
 
 
 def test_a_shared_prompt_is_served_from_the_prefix_cache():

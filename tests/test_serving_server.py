@@ -135,7 +135,8 @@ def test_metrics_are_prometheus_text_with_latency_histograms(server):
     text = httpx.get(f"{url}/metrics", timeout=10).text
     for name in ("dx1_serving_time_to_first_token_seconds_bucket", "dx1_serving_inter_token_latency_seconds_count",
                  'dx1_serving_kv_blocks_free{device="model"} 32.0', 'dx1_serving_requests_running{device="model"}',
-                 'dx1_serving_requests_waiting{device="model"}', "dx1_serving_preemptions_total",
+                 'dx1_serving_requests_waiting{device="model"}', 'dx1_serving_requests_swapped{device="model"}',
+                 "dx1_serving_preemptions_total",
                  "dx1_serving_prefix_cache_hits_total", "dx1_serving_device_busy_seconds_total"):
         assert name in text
 

@@ -43,6 +43,8 @@ KERNELS = {
     "silu": (TableMap("silu", 0.05, 0.04), (20, 24)),
     "softmax": (Softmax(0.06, groups=3), (20, 48)),
     "softmax_causal": (Softmax(0.06, groups=2, causal=True), (20, 32)),
+    # A mask of longer rows (a KV cache's longest table) whose first columns serve these 16-key blocks.
+    "softmax_causal_long_mask": (Softmax(0.06, groups=2, causal=True, mask_keys=40), (20, 32)),
     "layer_norm": (LayerNorm(np.linspace(0.5, 1.5, 40), np.linspace(-0.3, 0.3, 40), 0.03, 0.03), (20, 40)),
 }
 
@@ -55,6 +57,15 @@ def test_each_kernel_on_the_model_equals_its_int_reference_bit_for_bit(name, til
     y, stats, placement = _run(kernel, x, tiles=tiles)
     assert placement == [("k", "device")] and stats.host_ops == 0 and stats.commands > 0
     assert np.array_equal(y, kernel.reference(x))
+
+
+def test_a_longer_mask_gives_the_same_probabilities_and_must_cover_the_block():
+    x = _ints(np.random.default_rng(5), (20, 32))
+    assert np.array_equal(Softmax(0.06, groups=2, causal=True, mask_keys=40).reference(x),
+                          Softmax(0.06, groups=2, causal=True).reference(x))
+    with pytest.raises(ValueError, match=re.escape("softmax: a mask of 8 keys a row must be a multiple of the array "
+                                                   "size 8 and cover the block's 16 keys")):
+        Softmax(0.06, groups=2, causal=True, mask_keys=8).check(20, 32, 8)
 
 
 @pytest.mark.parametrize("kernel", [Softmax(0.05, groups=2, causal=True),

@@ -7,7 +7,7 @@ tokens.  For each batching mode a server is started on 127.0.0.1 (a free port) o
 every request is streamed with httpx, and the run reports output tokens per second, time to first token and
 inter-token latency at p50 and p99, the KV cache's utilisation (blocks in use over blocks) and waste (slots
 in used blocks that hold no token; static batching reserves every request's longest length up front),
-preemptions and prefix-cache hits.
+preemptions (and of them the swaps to host memory) and prefix-cache hits.
 """
 
 from __future__ import annotations
@@ -57,6 +57,8 @@ class ModeResult:
     kv_utilisation: float
     kv_waste: float
     preemptions: int
+    #: Of the preemptions, those swapped out to host memory (the rest recomputed).
+    swaps: int
     prefix_hits: int
     steps: int
     #: Device cycles of every step (load-independent, unlike the seconds): per output token.
@@ -123,6 +125,7 @@ def run_mode(device: str, model: QuantCharLM, config: EngineConfig, workload: li
         results = asyncio.run(_load(url, workload, timeout))
         seconds = time.monotonic() - start
         preemptions, hits = engine.scheduler.preemptions, engine.blocks.prefix_hits
+        swaps = engine.scheduler.swap_outs
         cycles = engine.runner.stats.cycles
     ttfts = [times[0] - sent for sent, times, _ in results if times]
     itls = [b - a for _, times, _ in results for a, b in zip(times, times[1:], strict=False)]
@@ -131,19 +134,19 @@ def run_mode(device: str, model: QuantCharLM, config: EngineConfig, workload: li
     return ModeResult(config.batching, len(results), tokens, seconds, tokens / seconds, _pct(ttfts, 50),
                       _pct(ttfts, 99), _pct(itls, 50), _pct(itls, 99),
                       float(np.mean([s[2] / config.num_blocks for s in samples])) if samples else 0.0,
-                      1 - sum(s[0] for s in samples) / allocated if allocated else 0.0, preemptions, hits,
+                      1 - sum(s[0] for s in samples) / allocated if allocated else 0.0, preemptions, swaps, hits,
                       len(samples), cycles / tokens if tokens else 0.0, ttfts, itls)
 
 
 def table(results: list[ModeResult]) -> str:
     """The side-by-side table, with the ratio of continuous to static throughput."""
     lines = [f"{'batching':<11} {'req':>4} {'tokens':>6} {'s':>6} {'tok/s':>6} {'TTFT p50':>9} {'p99':>7} "
-             f"{'ITL p50':>8} {'p99':>7} {'KV util':>7} {'waste':>6} {'preempt':>7} {'hits':>5} {'steps':>5} "
-             f"{'cyc/tok':>8}"]
+             f"{'ITL p50':>8} {'p99':>7} {'KV util':>7} {'waste':>6} {'preempt':>7} {'swaps':>5} {'hits':>5} "
+             f"{'steps':>5} {'cyc/tok':>8}"]
     for r in results:
         lines.append(f"{r.mode:<11} {r.requests:>4} {r.output_tokens:>6} {r.seconds:>6.1f} {r.tokens_per_second:>6.1f} "
                      f"{r.ttft_p50:>8.2f}s {r.ttft_p99:>6.2f}s {r.itl_p50:>7.3f}s {r.itl_p99:>6.3f}s "
-                     f"{r.kv_utilisation:>7.1%} {r.kv_waste:>6.1%} {r.preemptions:>7} {r.prefix_hits:>5} "
+                     f"{r.kv_utilisation:>7.1%} {r.kv_waste:>6.1%} {r.preemptions:>7} {r.swaps:>5} {r.prefix_hits:>5} "
                      f"{r.steps:>5} {r.cycles_per_token:>8.0f}")
     by = {r.mode: r for r in results}
     if {"continuous", "static"} <= by.keys():

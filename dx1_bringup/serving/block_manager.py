@@ -13,6 +13,10 @@ Device memory for keys and values is cut into ``num_blocks`` blocks of ``block_s
   wrong cache entry.
 * **Copy-on-write.**  Appending to a block whose count is above 1 first copies it into a fresh block: the
   caller (the model runner) does the copies :meth:`BlockManager.append_slot` returns before the step runs.
+* **Swapping.**  ``num_host_blocks`` blocks of host memory take a preempted sequence's blocks
+  (:meth:`BlockManager.swap_out`, vLLM's swap-out) and give them back to fresh device blocks later
+  (:meth:`BlockManager.swap_in`); the caller moves the data.  A block shared with another sequence is
+  copied to the host like any other (the other keeps the device block), so sharing is not restored.
 
 Nothing here touches a device: the block ids are turned into addresses by the model runner.
 """
@@ -46,18 +50,25 @@ class BlockManager:
         Reuse full blocks of an identical prefix (on by default).
     hash_fn:
         The chained hash of a full block (:func:`chained_hash`); tests give a colliding one.
+    num_host_blocks:
+        Blocks of host memory for swapped-out sequences (0: no swapping).
 
     Raises
     ------
     ValueError
-        ``num_blocks`` or ``block_size`` is not a positive integer.
+        ``num_blocks`` or ``block_size`` is not a positive integer, or ``num_host_blocks`` a negative one.
     """
 
     def __init__(self, num_blocks: int, block_size: int = 16, *, prefix_caching: bool = True,
-                 hash_fn: Callable[[int | None, tuple[int, ...]], Hashable] = chained_hash):
+                 hash_fn: Callable[[int | None, tuple[int, ...]], Hashable] = chained_hash, num_host_blocks: int = 0):
         for name, value in (("num_blocks", num_blocks), ("block_size", block_size)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, not {value!r}")
+        if isinstance(num_host_blocks, bool) or not isinstance(num_host_blocks, int) or num_host_blocks < 0:
+            raise ValueError(f"num_host_blocks must be a non-negative integer, not {num_host_blocks!r}")
+        self.num_host_blocks = num_host_blocks
+        #: Free host blocks (swap space).
+        self._free_host: list[int] = list(range(num_host_blocks - 1, -1, -1))
         self.num_blocks, self.block_size, self.prefix_caching = num_blocks, block_size, prefix_caching
         self._hash = hash_fn
         self.ref_counts = [0] * num_blocks
@@ -229,3 +240,64 @@ class BlockManager:
             self.ref_counts[block] += 1
         child.block_table = list(parent.block_table)
         child.num_computed_tokens = parent.num_computed_tokens
+
+    # -- swapping to host memory -----------------------------------------------------------------
+
+    @property
+    def num_free_host(self) -> int:
+        return len(self._free_host)
+
+    def can_swap_out(self, seq: Sequence) -> bool:
+        return bool(seq.block_table) and len(seq.block_table) <= len(self._free_host)
+
+    def swap_out(self, seq: Sequence) -> list[tuple[int, int]]:
+        """Give the sequence host blocks for its device blocks; returns the ``(device, host)`` copies to make
+        before any device block is reused.  Its device references are dropped as by :meth:`deallocate` (a
+        block another sequence holds stays theirs); its computed positions are kept.
+
+        Raises
+        ------
+        ValueError
+            Too few free host blocks (check :meth:`can_swap_out` first).
+        """
+        if not self.can_swap_out(seq):
+            raise ValueError(f"sequence {seq.seq_id} has {len(seq.block_table)} blocks to swap out; "
+                             f"{len(self._free_host)} host blocks are free")
+        pairs = [(block, self._free_host.pop()) for block in seq.block_table]
+        computed = seq.num_computed_tokens
+        self.deallocate(seq)
+        seq.host_table, seq.num_computed_tokens = [host for _, host in pairs], computed
+        return pairs
+
+    def can_swap_in(self, seq: Sequence) -> bool:
+        """Whether the sequence's host blocks, and a block for its next token, fit the free device blocks."""
+        return len(seq.host_table) + 1 <= self.num_free
+
+    def swap_in(self, seq: Sequence) -> list[tuple[int, int]]:
+        """Fresh device blocks for the sequence's host blocks; returns the ``(host, device)`` copies to make
+        before the step runs.  Its full computed blocks re-enter the prefix cache under their chained hashes.
+
+        Raises
+        ------
+        ValueError
+            The sequence is not swapped out, or too few device blocks are free.
+        """
+        if seq.block_table or not seq.host_table:
+            raise ValueError(f"sequence {seq.seq_id} is not swapped out")
+        if len(seq.host_table) > self.num_free:
+            raise ValueError(f"sequence {seq.seq_id} needs {len(seq.host_table)} free blocks to swap in; "
+                             f"{self.num_free} are free")
+        table = [self._take_free() for _ in seq.host_table]
+        pairs = list(zip(seq.host_table, table, strict=True))
+        self.free_host(seq)
+        seq.block_table = table
+        if self.prefix_caching:
+            full = seq.num_computed_tokens // self.block_size
+            for i, h in enumerate(self._hashes(seq, full)):
+                self._register(table[i], h, tuple(seq.block_tokens(i, self.block_size)))
+        return pairs
+
+    def free_host(self, seq: Sequence) -> None:
+        """Return the sequence's host blocks (swapped in, or ended while swapped out)."""
+        self._free_host.extend(reversed(seq.host_table))
+        seq.host_table = []

@@ -21,13 +21,18 @@ def _engine_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-num-seqs", type=types.positive, default=16, help="sequences in one step at most (default 16)")
     p.add_argument("--max-num-batched-tokens", type=types.positive, default=512,
                    help="the token budget of one step (default 512)")
+    p.add_argument("--preemption", choices=("recompute", "swap"), default="recompute",
+                   help="a preempted sequence is recomputed later (default) or its KV blocks swapped to host memory")
+    p.add_argument("--num-host-blocks", type=types.positive, default=128,
+                   help="host-memory KV blocks per device for --preemption swap (default 128)")
 
 
 def _engine_config(args: argparse.Namespace, batching: str = "continuous"):
     from .engine import EngineConfig
 
     return EngineConfig(num_blocks=args.num_blocks, block_size=args.block_size, max_num_seqs=args.max_num_seqs,
-                        max_num_batched_tokens=args.max_num_batched_tokens, batching=batching)
+                        max_num_batched_tokens=args.max_num_batched_tokens, batching=batching,
+                        preemption=args.preemption, num_host_blocks=args.num_host_blocks)
 
 
 def _model(args: argparse.Namespace):
@@ -112,12 +117,13 @@ def bench_section(args: argparse.Namespace) -> dict:
     spec = LoadSpec(requests=args.serving_requests, rate=args.serving_rate, prompt_len=tuple(args.serving_prompt),
                     output_len=tuple(args.serving_output), seed=args.serving_seed)
     config = EngineConfig(num_blocks=args.serving_num_blocks, block_size=args.serving_block_size,
-                          max_num_seqs=args.serving_max_num_seqs)
+                          max_num_seqs=args.serving_max_num_seqs, preemption=args.serving_preemption,
+                          num_host_blocks=args.serving_num_host_blocks)
     results = bench_serving(args.serving_device, model, spec, config, png=args.serving_png)
     head = (f"Serving on {args.serving_device}: {spec.requests} requests, Poisson at {spec.rate}/s, prompts "
             f"{spec.prompt_len[0]}-{spec.prompt_len[1]} and outputs {spec.output_len[0]}-{spec.output_len[1]} "
             f"characters, blocks of {config.block_size}, {config.num_blocks} blocks, {config.max_num_seqs} "
-            f"sequences a step at most (figure: {args.serving_png})")
+            f"sequences a step at most, preemption by {config.preemption} (figure: {args.serving_png})")
     return {"device": args.serving_device, "table": head + "\n" + table(results),
             "results": [{k: v for k, v in vars(r).items() if k not in ("ttfts", "itls")} for r in results]}
 
@@ -139,6 +145,10 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--serving-num-blocks", type=types.positive, default=128, help="KV blocks (default 128)")
     g.add_argument("--serving-max-num-seqs", type=types.positive, default=16,
                    help="sequences in one step at most (default 16)")
+    g.add_argument("--serving-preemption", choices=("recompute", "swap"), default="recompute",
+                   help="preemption by recompute (default) or by swapping KV blocks to host memory")
+    g.add_argument("--serving-num-host-blocks", type=types.positive, default=128,
+                   help="host-memory KV blocks for --serving-preemption swap (default 128)")
     g.add_argument("--serving-png", default="build/bench-serving.png", type=types.writable_file,
                    help="throughput and latency CDFs (default build/bench-serving.png)")
 

@@ -30,7 +30,8 @@ __all__ = ["EngineConfig", "LLMEngine", "RequestState", "TokenEvent", "sample"]
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """The KV cache and the scheduler: ``batching`` is ``continuous`` or ``static``."""
+    """The KV cache and the scheduler: ``batching`` is ``continuous`` or ``static``; ``preemption`` is
+    ``recompute`` or ``swap`` (to ``num_host_blocks`` blocks of host memory)."""
 
     num_blocks: int = 128
     block_size: int = 16
@@ -38,10 +39,14 @@ class EngineConfig:
     max_num_batched_tokens: int = 512
     batching: str = "continuous"
     prefix_caching: bool = True
+    preemption: str = "recompute"
+    num_host_blocks: int = 128
 
     def __post_init__(self) -> None:
         if self.batching not in ("continuous", "static"):
             raise ValueError(f"batching must be 'continuous' or 'static', not {self.batching!r}")
+        if self.preemption not in ("recompute", "swap"):
+            raise ValueError(f"preemption must be 'recompute' or 'swap', not {self.preemption!r}")
 
 
 @dataclass(frozen=True)
@@ -107,12 +112,14 @@ class LLMEngine:
     def __init__(self, dev: Device, model: QuantCharLM, config: EngineConfig = EngineConfig()):
         self.model, self.config = model, config
         self.context = model.config.context
-        self.blocks = BlockManager(config.num_blocks, config.block_size, prefix_caching=config.prefix_caching)
+        host_blocks = config.num_host_blocks if config.preemption == "swap" else 0
+        self.blocks = BlockManager(config.num_blocks, config.block_size, prefix_caching=config.prefix_caching,
+                                   num_host_blocks=host_blocks)
         cls = StaticScheduler if config.batching == "static" else Scheduler
         self.scheduler = cls(self.blocks, max_num_seqs=config.max_num_seqs,
                              max_num_batched_tokens=max(config.max_num_batched_tokens, self.context),
-                             max_model_len=self.context)
-        self.runner = ModelRunner(dev, model, config.num_blocks, config.block_size)
+                             max_model_len=self.context, preemption=config.preemption)
+        self.runner = ModelRunner(dev, model, config.num_blocks, config.block_size, num_host_blocks=host_blocks)
         self.requests: dict[str, RequestState] = {}
         self._owner: dict[int, tuple[RequestState, int]] = {}
         self._seeds = itertools.count(1 << 32)
@@ -191,6 +198,9 @@ class LLMEngine:
     def step(self) -> list[TokenEvent]:
         """Schedule, run and sample one step; the new text of every sequence that ran (empty if none could)."""
         batch = self.scheduler.schedule()
+        # Swap-outs first, even in a step with nothing to run: their device blocks may be reused next.
+        self.runner.swap_out(batch.swap_out)
+        self.runner.swap_in(batch.swap_in)
         if not batch:
             return []
         self.runner.copy_blocks(batch.copies)

@@ -27,9 +27,11 @@ class ServingMetrics:
         self.running = Gauge("dx1_serving_requests_running", "Sequences running", ["device"], registry=r)
         self.waiting = Gauge("dx1_serving_requests_waiting", "Sequences waiting (queued or preempted)", ["device"],
                              registry=r)
+        self.swapped = Gauge("dx1_serving_requests_swapped", "Sequences preempted, their KV blocks in host memory",
+                             ["device"], registry=r)
         self.kv_used = Gauge("dx1_serving_kv_blocks_used", "KV-cache blocks in use", ["device"], registry=r)
         self.kv_free = Gauge("dx1_serving_kv_blocks_free", "KV-cache blocks free", ["device"], registry=r)
-        self.preemptions = Counter("dx1_serving_preemptions", "Sequences preempted (to be recomputed)", ["device"],
+        self.preemptions = Counter("dx1_serving_preemptions", "Sequences preempted (recomputed or swapped)", ["device"],
                                    registry=r)
         self.prefix_hits = Counter("dx1_serving_prefix_cache_hits", "Full blocks found in the prefix cache",
                                    ["device"], registry=r)
@@ -64,6 +66,7 @@ class ServingMetrics:
             s, b = engine.scheduler, engine.blocks
             self.running.labels(device).set(len(s.running))
             self.waiting.labels(device).set(len(s.waiting))
+            self.swapped.labels(device).set(len(s.swapped))
             self.kv_used.labels(device).set(b.num_used)
             self.kv_free.labels(device).set(b.num_free)
             before = self._seen.get(device, (0, 0, 0, 0))

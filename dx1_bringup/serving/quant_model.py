@@ -2,19 +2,25 @@
 
 Per layer, with per-tensor symmetric scales calibrated on the float model (``s_name``):
 
-* host: ``h = q(LN1(x))``;
+* ``h = LN1(x)``: the residual stream ``x`` is int8 at ``s_x1`` (the embeddings quantised, then each add's
+  result), the integer layer norm :class:`~dx1_bringup.runtime.kernels.LayerNorm` (on the vector unit);
 * device: ``K = rq(h Wk^T)``, ``V = rq(h Wv^T)`` (written straight into the KV cache's blocks), and
   ``Q^T = rq(Wq h^T)`` (queries transposed, so that each key block is the *left* operand and its scores come
   out as rows: ``S^T = rq(K_blk Q^T / sqrt(d))``; a bias would be per row there, hence projections without);
-* host: the causal softmax of each query's scores, ``P = q(softmax(S))`` at scale 1/127;
+* ``P``: the integer causal softmax (:class:`~dx1_bringup.runtime.kernels.Softmax`) of each query's scores,
+  int8 at scale 1/127 (:data:`P_SCALE`);
 * device: ``O_h = rq(sum_blk P_blk V_blk)``, ``A = rq(O Wo^T + bo)``, ``F = relu(rq(h2 W1^T + b1))``,
-  ``M = rq(F W2^T + b2)``; host: residuals ``x += A s_A`` and ``x += M s_M`` in float, ``h2 = q(LN2(x))``;
-* device: the unembedding's int32 accumulators ``hf Wh^T``; host: ``logits = acc s_hf s_Wh + bh``.
+  ``M = rq(F W2^T + b2)``; the residual adds ``x2 = q(x s_x1 + A s_A)`` at ``s_x2`` and
+  ``x = q(x2 s_x2 + M s_M)`` at the next layer norm's input scale (:class:`.residual.ResidualAdd`, integer
+  multipliers), ``h2 = LN2(x2)``;
+* ``hf = LNf(x)``; device: the unembedding's int32 accumulators ``hf Wh^T``; host:
+  ``logits = acc s_hf s_Wh + bh``.
 
 ``rq`` is DX-1's POSTOP (:func:`~dx1_bringup.model.tile.requantize`) with the multiplier of the scales.
-:meth:`QuantCharLM.reference_logits` runs all of it on one whole sequence with numpy GEMMs and no cache: the
-paged runner on a device must give the same logits bit for bit, whatever the batch and block size, because
-each int8 product is exact and each host step works on one row (one query) at a time.
+:meth:`QuantCharLM.reference_logits` runs all of it on one whole sequence with numpy GEMMs, the kernels' int
+references and no cache: the paged runner on a device must give the same logits bit for bit, whatever the
+batch and block size, because each int8 product is exact, the kernels work on one row (one query) at a time,
+and a causal softmax's masked keys add exactly nothing (so the number of keys a row is padded to is moot).
 """
 
 from __future__ import annotations
@@ -24,12 +30,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..runtime.kernels import LayerNorm, Softmax
 from ..runtime.quant import INT8_MAX, quantize, quantize_bias, requant_multiplier, symmetric_scale
 from ..runtime.reference import reference_gemm
 from ..spec import PostOpParams
 from .charlm import CharLMConfig, Checkpoint
+from .residual import ResidualAdd
 
-__all__ = ["FloatCharLM", "QuantCharLM", "QuantLayer", "P_SCALE", "attention_probs", "layer_norm"]
+__all__ = ["FloatCharLM", "QuantCharLM", "QuantLayer", "P_SCALE", "causal_probs", "layer_norm"]
 
 #: The scale of the softmax's int8 probabilities (0 .. 127 for 0 .. 1).
 P_SCALE = 1.0 / INT8_MAX
@@ -43,11 +51,16 @@ def layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> np.ndarra
     return (x - mean) / np.sqrt(var + _EPS) * weight + bias
 
 
-def attention_probs(scores: np.ndarray, scale: float) -> np.ndarray:
-    """One query's int8 probabilities from its int8 scores over the keys it may see (a 1-D vector)."""
-    real = scores.astype(np.float64) * scale
-    e = np.exp(real - real.max())
-    return quantize(e / e.sum(), P_SCALE)
+def causal_probs(softmax: Softmax, scores: np.ndarray, start: int) -> np.ndarray:
+    """The int8 probabilities of queries at positions ``start ..`` from their int8 scores over keys ``0 ..``.
+
+    ``scores`` (queries, keys) are rows ``start ..`` of a causal softmax whose query ``i`` sees keys ``<= i``;
+    the keys past a query's own are masked, so they may be anything (an unwritten slot of a KV block).
+    """
+    rows, keys = scores.shape
+    whole = np.zeros((start + rows, keys), np.int8)
+    whole[start:] = scores
+    return softmax.reference(whole)[start:]
 
 
 def _softmax(s: np.ndarray) -> np.ndarray:
@@ -76,7 +89,7 @@ class FloatCharLM:
         causal = np.triu(np.ones((t, t), dtype=bool), 1)
         for i in range(c.layers):
             p = f"blocks.{i}."
-            h = seen(p + "h", layer_norm(x, w[p + "ln1.weight"], w[p + "ln1.bias"]))
+            h = seen(p + "h", layer_norm(seen(p + "x1", x), w[p + "ln1.weight"], w[p + "ln1.bias"]))
             q, k, v = (seen(p + n, h @ w[p + f"w{n}.weight"].T) for n in "qkv")
             o = np.zeros_like(x)
             for j in range(c.heads):
@@ -85,10 +98,10 @@ class FloatCharLM:
                 o[:, cols] = _softmax(np.where(causal, -np.inf, s)) @ v[:, cols]
             seen(p + "o", o)
             x = x + seen(p + "a", o @ w[p + "wo.weight"].T + w[p + "wo.bias"])
-            h2 = seen(p + "h2", layer_norm(x, w[p + "ln2.weight"], w[p + "ln2.bias"]))
+            h2 = seen(p + "h2", layer_norm(seen(p + "x2", x), w[p + "ln2.weight"], w[p + "ln2.bias"]))
             f = seen(p + "f", np.maximum(h2 @ w[p + "fc1.weight"].T + w[p + "fc1.bias"], 0))
             x = x + seen(p + "m", f @ w[p + "fc2.weight"].T + w[p + "fc2.bias"])
-        hf = seen("hf", layer_norm(x, w["ln_f.weight"], w["ln_f.bias"]))
+        hf = seen("hf", layer_norm(seen("xf", x), w["ln_f.weight"], w["ln_f.bias"]))
         return hf @ w["head.weight"].T + w["head.bias"]
 
 
@@ -109,8 +122,11 @@ class QuantLayer:
     b1: np.ndarray
     w2_t: np.ndarray    # (F, D)
     b2: np.ndarray
-    ln1: tuple[np.ndarray, np.ndarray]
-    ln2: tuple[np.ndarray, np.ndarray]
+    ln1: LayerNorm      # int8 x at s_x1 -> h at s_h
+    ln2: LayerNorm      # int8 x at s_x2 -> h2 at s_h2
+    softmax: Softmax    # causal, one head's scores at s_s -> int8 probabilities at 1/127
+    add1: ResidualAdd   # [x | A] -> x2 at s_x2
+    add2: ResidualAdd   # [x2 | M] -> the next layer's x (or the final layer norm's input)
     s: dict[str, float]
     post: dict[str, PostOpParams]
 
@@ -141,7 +157,7 @@ class QuantCharLM:
         dh = math.sqrt(c.head_dim)
         for i in range(c.layers):
             p = f"blocks.{i}."
-            s = {n: scale[p + n] for n in ("h", "q", "k", "v", "s", "o", "a", "h2", "f", "m")}
+            s = {n: scale[p + n] for n in ("x1", "h", "q", "k", "v", "s", "o", "a", "x2", "h2", "f", "m")}
             sw = {n: symmetric_scale(w[p + n + ".weight"]) for n in ("wq", "wk", "wv", "wo", "fc1", "fc2")}
             qw = {n: quantize(w[p + n + ".weight"], sw[n]) for n in sw}
             post = {"q": _post(sw["wq"] * s["h"] / s["q"]), "k": _post(s["h"] * sw["wk"] / s["k"]),
@@ -153,27 +169,24 @@ class QuantCharLM:
                 quantize_bias(w[p + "wo.bias"], s["o"] * sw["wo"]), qw["fc1"].T.copy(),
                 quantize_bias(w[p + "fc1.bias"], s["h2"] * sw["fc1"]), qw["fc2"].T.copy(),
                 quantize_bias(w[p + "fc2.bias"], s["f"] * sw["fc2"]),
-                (w[p + "ln1.weight"], w[p + "ln1.bias"]), (w[p + "ln2.weight"], w[p + "ln2.bias"]), s, post))
+                LayerNorm(w[p + "ln1.weight"], w[p + "ln1.bias"], s["x1"], s["h"], _EPS),
+                LayerNorm(w[p + "ln2.weight"], w[p + "ln2.bias"], s["x2"], s["h2"], _EPS),
+                Softmax(s["s"], causal=True), ResidualAdd(s["x1"], s["a"], s["x2"]),
+                ResidualAdd(s["x2"], s["m"], scale[f"blocks.{i + 1}.x1"] if i + 1 < c.layers else scale["xf"]),
+                s, post))
         self.s_hf = scale["hf"]
         s_head = symmetric_scale(w["head.weight"])
         self.head_t = quantize(w["head.weight"], s_head).T.copy()  # (D, V)
         self.head_scale = self.s_hf * s_head
         self.head_bias = w["head.bias"]
-        self.ln_f = (w["ln_f.weight"], w["ln_f.bias"])
+        self.s_xf = scale["xf"]
+        self.ln_f = LayerNorm(w["ln_f.weight"], w["ln_f.bias"], self.s_xf, self.s_hf, _EPS)
 
     # -- host steps, shared by the reference and the device runner ---------------------------------
 
     def embed(self, tokens: list[int], positions: list[int]) -> np.ndarray:
-        return self.tok[tokens] + self.pos[positions]
-
-    def norm1(self, layer: QuantLayer, x: np.ndarray) -> np.ndarray:
-        return quantize(layer_norm(x, *layer.ln1), layer.s["h"])
-
-    def norm2(self, layer: QuantLayer, x: np.ndarray) -> np.ndarray:
-        return quantize(layer_norm(x, *layer.ln2), layer.s["h2"])
-
-    def norm_f(self, x: np.ndarray) -> np.ndarray:
-        return quantize(layer_norm(x, *self.ln_f), self.s_hf)
+        """The residual stream's first value: the embeddings, int8 at the first layer norm's input scale."""
+        return quantize(self.tok[tokens] + self.pos[positions], self.layers[0].s["x1"])
 
     def logits(self, acc: np.ndarray) -> np.ndarray:
         return acc.astype(np.float64) * self.head_scale + self.head_bias
@@ -189,7 +202,7 @@ class QuantCharLM:
         d = c.head_dim
         x = self.embed(tokens, list(range(t)))
         for layer in self.layers:
-            h = self.norm1(layer, x)
+            h = layer.ln1.reference(x)
             k = reference_gemm(h, layer.wk_t, post=layer.post["k"])
             v = reference_gemm(h, layer.wv_t, post=layer.post["v"])
             q_t = reference_gemm(layer.wq, np.ascontiguousarray(h.T), post=layer.post["q"])
@@ -198,13 +211,11 @@ class QuantCharLM:
                 cols = slice(j * d, (j + 1) * d)
                 s_t = reference_gemm(np.ascontiguousarray(k[:, cols]), np.ascontiguousarray(q_t[cols]),
                                      post=layer.post["s"])
-                p = np.zeros((t, t), np.int8)
-                for i in range(t):
-                    p[i, :i + 1] = attention_probs(s_t[:i + 1, i], layer.s["s"])
+                p = causal_probs(layer.softmax, np.ascontiguousarray(s_t.T), 0)
                 o[:, cols] = reference_gemm(p, np.ascontiguousarray(v[:, cols]), post=layer.post["o"])
             a = reference_gemm(o, layer.wo_t, layer.bo, layer.post["a"])
-            x = x + a * layer.s["a"]
-            f = reference_gemm(self.norm2(layer, x), layer.w1_t, layer.b1, layer.post["f"])
+            x = layer.add1.reference(np.hstack([x, a]))
+            f = reference_gemm(layer.ln2.reference(x), layer.w1_t, layer.b1, layer.post["f"])
             m = reference_gemm(f, layer.w2_t, layer.b2, layer.post["m"])
-            x = x + m * layer.s["m"]
-        return self.logits(reference_gemm(self.norm_f(x), self.head_t))
+            x = layer.add2.reference(np.hstack([x, m]))
+        return self.logits(reference_gemm(self.ln_f.reference(x), self.head_t))

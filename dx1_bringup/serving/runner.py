@@ -5,21 +5,31 @@ memory.  Per layer, the keys of every block form one region (block after block, 
 rows each, one row per token position, heads side by side), and the values another, so block ``b``'s keys
 of layer ``l`` are at ``pool + (2 l num_blocks + b) block_size width`` and blocks with consecutive ids are
 consecutive rows.  A step computes, for every scheduled sequence, ``count`` new tokens from position
-``start``; every matrix product runs on the device, the layer norms, softmax and residual adds on the host
-(:mod:`.quant_model`).  Per layer:
+``start``; each sequence's queries are one column block of ``Q^T``, padded to whole chunks.  Every matrix
+product runs on the device; on a device with a vector unit (``caps.vector``) so do the layer norms, the
+transpositions, the softmax (:mod:`..runtime.kernels`) and the residual adds (:mod:`.residual`), the same
+integer math as :mod:`.quant_model`'s reference: the int8 residual stream stays in device memory as the left
+half of ``[x | A]`` and ``[x2 | M]`` (the output projection and the MLP write beside it), and a step's only
+transfers are the embeddings in and the logits out.  Per layer:
 
-1. the transposed queries, the keys and the values of the whole batch are one GEMM each (each sequence's
-   query columns padded to whole chunks); then COPY commands move each sequence's new key and value rows
-   into their slots in its blocks (one COPY per run of positions in physically consecutive blocks);
+1. ``h = LN1(x)``, ``h^T``; the transposed queries, the keys and the values of the whole batch are one
+   GEMM each; then COPY commands move each sequence's new key and value rows into their slots in its blocks
+   (one COPY per run of positions in physically consecutive blocks);
 2. attention reads the keys through the block table: per sequence, head and run of consecutive blocks of its
    table, ``S^T_run = K_run Q^T`` writes those blocks' rows of the scores;
-3. the host turns each query's visible scores into int8 probabilities; ``O_h = sum_run P_run V_run`` is one
-   GEMM per sequence and head whose terms are the runs of its table (accumulated before one POSTOP);
-4. the output projection and the MLP are GEMMs over the whole batch.
+3. each head's ``S^T`` transposed into the sequence's ``S`` (heads side by side), whose rows are rows
+   ``start ..`` of the causal softmax over the context (one resident mask serves every sequence); then
+   ``O_h = sum_run P_run V_run`` is one GEMM per sequence and head whose terms are the runs of its table
+   (accumulated before one POSTOP);
+4. the output projection, ``x2 = x + A``, ``h2 = LN2(x2)``, the MLP and ``x = x2 + M`` over the whole batch.
 
-Each phase is one set of command streams driven to completion (the small GEMMs dealt round-robin over the
-tiles), so every write of a phase lands before the next phase reads it.  A block copy (copy-on-write) is
-COPY commands on the device before the step.
+Without a vector unit the host runs the kernels' int references instead (same result, more transfers).
+Swapping (:meth:`ModelRunner.swap_out`, :meth:`ModelRunner.swap_in`) moves whole blocks between the pool and
+``num_host_blocks`` blocks of host memory (a numpy array), one read or write per layer and keys or values of
+each run of consecutive blocks.
+Each phase is one set of command streams driven to completion (dealt round-robin over the tiles, or a
+batch-wide one spread over them), so every write of a phase lands before the next phase reads it.  A block
+copy (copy-on-write) is COPY commands on the device before the step.
 """
 
 from __future__ import annotations
@@ -30,11 +40,13 @@ from dataclasses import dataclass
 import numpy as np
 from dx1_driver import Device
 
+from ..runtime.commands import CommandStream
 from ..runtime.gemm import GemmTerm, compile_gemm
 from ..runtime.gemm_run import drive
+from ..runtime.kernels import Consts, Kernel, Mem, Softmax, Transpose
 from ..runtime.operands import ACC_LANE_BYTES, pad_operand, padded
 from ..spec import Opcode, PostOpParams, align_up, ceil_div, pack_command
-from .quant_model import QuantCharLM, attention_probs
+from .quant_model import QuantCharLM, causal_probs
 from .scheduler import ScheduledSeq
 
 __all__ = ["ModelRunner", "StepStats"]
@@ -45,15 +57,21 @@ COPY_TAG = 0xFFFE
 
 @dataclass
 class StepStats:
-    """What the runner has done: steps, GEMMs, commands, tokens computed, blocks copied (copy-on-write), and the
-    device cycles its phases took (per phase the slowest tile's CYCLES increase: device time, whatever the host)."""
+    """What the runner has done: steps, GEMMs, vector kernels, commands, tokens computed, blocks copied
+    (copy-on-write), blocks swapped out to and in from host memory, host transfers (each ``write_mem`` or read
+    of device memory) and the device cycles its
+    phases took (per phase the slowest tile's CYCLES increase: device time, whatever the host)."""
 
     steps: int = 0
     copies: int = 0
     cycles: int = 0
     gemms: int = 0
+    kernels: int = 0
     commands: int = 0
     tokens: int = 0
+    transfers: int = 0
+    swapped_out: int = 0
+    swapped_in: int = 0
 
 
 class _Phase:
@@ -76,6 +94,28 @@ class _Phase:
             self.streams[t].extend(cmds)
         r.stats.gemms += 1
         r.stats.commands += sum(len(c) for c in plan.commands)
+
+    def kernel(self, kernel: Kernel, x: Mem, out: Mem, rows: tuple[int, int], cols: int, *,
+               spread: bool = False) -> None:
+        """A vector kernel over input rows ``rows = (first, count)`` of ``cols`` columns, on the next tile in
+        turn or (``spread``) cut over every tile."""
+        r = self.runner
+        consts, addr = r.resident(kernel, cols)
+        first, count = rows
+        if spread:
+            blocks = [(first + at, n) for at, n in kernel.split(count, cols, r.tiles, r.dev.caps.array)]
+        else:
+            blocks = [rows]
+        for i, block in enumerate(blocks):
+            t = i if spread else self.next % r.tiles
+            caps = r.dev.caps
+            stream = CommandStream(array=caps.array, spm_rows=caps.spm_rows, acc_rows=caps.acc_rows,
+                                   mem_bytes=caps.mem_bytes, tile=t, what=f"serving {kernel.kind}")
+            kernel.lower(stream, x, out, block, cols, consts, addr)
+            self.streams[t].extend(stream.commands)
+            r.stats.commands += len(stream.commands)
+        self.next += not spread
+        r.stats.kernels += 1
 
     def copy(self, src: int, dst: int, length: int) -> None:
         """A device-memory copy (the COPY command), on the next tile in turn."""
@@ -104,6 +144,8 @@ class ModelRunner:
         The quantised model.
     num_blocks, block_size:
         The KV cache's blocks (``block_size`` a multiple of 8: a block is a whole number of the GEMMs' chunks).
+    num_host_blocks:
+        Blocks of host memory for swapped-out sequences.
     tiles:
         Tiles to use (default: the device's usable tiles).
     timeout:
@@ -116,7 +158,7 @@ class ModelRunner:
     """
 
     def __init__(self, dev: Device, model: QuantCharLM, num_blocks: int, block_size: int = 16, *,
-                 tiles: int | None = None, timeout: float = 5.0):
+                 num_host_blocks: int = 0, tiles: int | None = None, timeout: float = 5.0):
         if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 8 or block_size % 8:
             raise ValueError(f"block_size must be a positive multiple of 8 on the device, not {block_size!r}")
         self.dev, self.model, self.timeout = dev, model, timeout
@@ -141,6 +183,15 @@ class ModelRunner:
             dev.write_mem(self.addr[name], array)
             offset += align_up(array.nbytes, 64)
         self.pool = dev.alloc(num_blocks * self.block_bytes)
+        #: Swap space: per host block, per layer its keys then its values (``block_size x width`` each).
+        self.host_kv = np.zeros((num_host_blocks, c.layers, 2, block_size, c.width), np.int8)
+        # The softmax's causal mask has a row per query position (padded queries included) and the keys of
+        # the longest block table: each sequence uses its first columns and the rows of its positions.
+        self.mask_rows = padded(c.context, dev.caps.array) + dev.caps.array
+        self.softmax = [Softmax(layer.softmax.s_in, groups=c.heads, causal=True,
+                                mask_keys=ceil_div(c.context, block_size) * block_size) for layer in model.layers]
+        self.transpose = Transpose()
+        self._consts: dict[Kernel, tuple[Consts, int]] = {}
         self._closed = False
 
     def _weight_arrays(self) -> dict[str, np.ndarray]:
@@ -157,6 +208,37 @@ class ModelRunner:
                 const(f"{i}.{name}", getattr(layer, name))
         const("head_t", self.model.head_t)
         return out
+
+    def resident(self, kernel: Kernel, cols: int) -> tuple[Consts, int]:
+        """A kernel's constants and their device address, checked for inputs of ``cols`` columns and up to
+        :attr:`mask_rows` rows, uploaded on the kernel's first use and kept until :meth:`close`.
+
+        Each kernel here has one set: a layer norm's depend on its width only, a softmax's (its mask of
+        :attr:`mask_rows` rows of ``mask_keys``) on no block table's length, a transpose has none.
+        """
+        arr = self.dev.caps.array
+        kernel.check(self.mask_rows, cols, arr)
+        if kernel not in self._consts:
+            consts = kernel.consts(self.mask_rows, cols, arr)
+            blob = consts.blob()
+            addr = self.dev.alloc(blob.nbytes)
+            self._write(addr, blob)
+            self._consts[kernel] = (consts, addr)
+        return self._consts[kernel]
+
+    def _write(self, addr: int, data: np.ndarray) -> None:
+        self.dev.write_mem(addr, data)
+        self.stats.transfers += 1
+
+    def _read(self, addr: int, shape: tuple[int, int], dtype: type) -> np.ndarray:
+        self.stats.transfers += 1
+        return self.dev.read_array(addr, shape, dtype)
+
+    def _vector(self, kernel: Kernel, x: Mem, out: Mem, rows: int, cols: int) -> None:
+        """One batch-wide kernel over ``rows`` rows, spread over the tiles, as a phase of its own."""
+        phase = _Phase(self)
+        phase.kernel(kernel, x, out, (0, rows), cols, spread=True)
+        phase.run()
 
     def kv_address(self, block: int, layer: int, value: bool) -> int:
         """Device address of one layer's key (or value) rows of KV block ``block``.
@@ -175,6 +257,36 @@ class ModelRunner:
                     phase.copy(self.kv_address(src, layer, value), self.kv_address(dst, layer, value), self.kv_bytes)
             self.stats.copies += 1
         phase.run()
+
+    @staticmethod
+    def _pair_runs(pairs: Seq[tuple[int, int]]) -> list[tuple[int, int, int]]:
+        """``(first device block, first host block, blocks)`` of each run consecutive on both sides."""
+        runs: list[tuple[int, int, int]] = []
+        for dev_block, host_block in pairs:
+            if runs and (dev_block, host_block) == (runs[-1][0] + runs[-1][2], runs[-1][1] + runs[-1][2]):
+                runs[-1] = (*runs[-1][:2], runs[-1][2] + 1)
+            else:
+                runs.append((dev_block, host_block, 1))
+        return runs
+
+    def swap_out(self, pairs: Seq[tuple[int, int]]) -> None:
+        """Copy device blocks to host blocks, ``(device, host)`` pairs (before the device blocks are reused)."""
+        shape = (self.block_size, self.width)
+        for dev_block, host_block, n in self._pair_runs(pairs):
+            for layer in range(self.model.config.layers):
+                for value in (False, True):
+                    data = self._read(self.kv_address(dev_block, layer, value), (n * shape[0], shape[1]), np.int8)
+                    self.host_kv[host_block:host_block + n, layer, int(value)] = data.reshape(n, *shape)
+        self.stats.swapped_out += len(pairs)
+
+    def swap_in(self, pairs: Seq[tuple[int, int]]) -> None:
+        """Copy host blocks to device blocks, ``(host, device)`` pairs."""
+        for dev_block, host_block, n in self._pair_runs([(d, h) for h, d in pairs]):
+            for layer in range(self.model.config.layers):
+                for value in (False, True):
+                    self._write(self.kv_address(dev_block, layer, value),
+                                np.ascontiguousarray(self.host_kv[host_block:host_block + n, layer, int(value)]))
+        self.stats.swapped_in += len(pairs)
 
     @staticmethod
     def _runs(table: list[int], count: int) -> list[tuple[int, int]]:
@@ -198,7 +310,7 @@ class ModelRunner:
         if self._closed:
             raise ValueError("the model runner is closed")
         model, c, dev = self.model, self.model.config, self.dev
-        bs, d, dh, arr = self.block_size, c.width, c.head_dim, dev.caps.array
+        bs, d, dh, arr, heads, vec = self.block_size, c.width, c.head_dim, dev.caps.array, c.heads, dev.caps.vector
         tokens, positions, rows = [], [], []
         for item in items:
             if item.start + item.count > c.context:
@@ -214,6 +326,7 @@ class ModelRunner:
         col0 = [sum(cols[:i]) for i in range(len(items))]
         tq = sum(cols)
         nblocks = [ceil_div(item.start + item.count, bs) for item in items]
+        keys = [n * bs for n in nblocks]
         runs = [self._runs(item.seq.block_table, n) for item, n in zip(items, nblocks, strict=True)]
         scratch: list[int] = []
 
@@ -223,19 +336,35 @@ class ModelRunner:
 
         try:
             fp = padded(c.ffn, arr)
-            h_addr, o_addr, a_addr, m_addr = alloc(t * d), alloc(t * d), alloc(t * d), alloc(t * d)
-            f_addr, ht_addr, qt_addr = alloc(t * fp), alloc(d * tq), alloc(d * tq)
-            k_addr, v_addr = alloc(t * d), alloc(t * d)
-            s_addrs = [[alloc(n * bs * w) for _ in range(c.heads)] for n, w in zip(nblocks, cols, strict=True)]
-            p_addrs = [[alloc(item.count * n * bs) for _ in range(c.heads)]
-                       for item, n in zip(items, nblocks, strict=True)]
+            # h has a chunk of rows to spare: a sequence's transposition reads whole chunks of rows.
+            o_addr, a_addr, m_addr, k_addr, v_addr, hf_addr = (alloc(t * d) for _ in range(6))
+            # On the vector unit the residual stream stays in device memory: [x | A] and [x2 | M], each
+            # block's output written beside the stream by its GEMM.
+            xa, xm = alloc(t * 2 * d), alloc(t * 2 * d)
+            if vec:
+                self._write(xa, np.hstack([x, np.zeros_like(x)]))
+                a_addr, m_addr, out_stride = xa + d, xm + d, 2 * d
+            else:
+                out_stride = d
+            h_addr, f_addr, ht_addr, qt_addr = alloc((t + arr) * d), alloc(t * fp), alloc(d * tq), alloc(d * tq)
+            st_addrs = [[alloc(lp * w) for _ in range(heads)] for lp, w in zip(keys, cols, strict=True)]
+            # S and P: a sequence's query rows, each head's keys side by side.
+            s_addrs = [alloc(w * heads * lp) if vec else 0 for lp, w in zip(keys, cols, strict=True)]
+            p_addrs = [alloc(w * heads * lp) for lp, w in zip(keys, cols, strict=True)]
             for li, layer in enumerate(model.layers):
-                h = model.norm1(layer, x)
-                dev.write_mem(h_addr, h)
-                h_t = np.zeros((d, tq), np.int8)
-                for item, row, at in zip(items, rows, col0, strict=True):
-                    h_t[:, at:at + item.count] = h[row:row + item.count].T
-                dev.write_mem(ht_addr, h_t)
+                if vec:  # then each sequence's rows (and the next ones, as padding) to its columns of h^T
+                    self._vector(layer.ln1, Mem(xa, 2 * d), Mem(h_addr, d), t, d)
+                    phase = _Phase(self)
+                    for row, at, w in zip(rows, col0, cols, strict=True):
+                        phase.kernel(self.transpose, Mem(h_addr + row * d, d), Mem(ht_addr + at, tq), (0, w), d)
+                    phase.run()
+                else:
+                    h = layer.ln1.reference(x)
+                    self._write(h_addr, h)
+                    h_t = np.zeros((d, tq), np.int8)
+                    for item, row, at in zip(items, rows, col0, strict=True):
+                        h_t[:, at:at + item.count] = h[row:row + item.count].T
+                    self._write(ht_addr, h_t)
                 kv = _Phase(self)
                 kv.gemm(d, d, tq, self.addr[f"{li}.wq"], ht_addr, qt_addr, a_stride=d, b_stride=tq, c_stride=tq,
                         post=layer.post["q"], spread=True)
@@ -259,54 +388,68 @@ class ModelRunner:
                 scores = _Phase(self)
                 for i, item in enumerate(items):
                     table = item.seq.block_table
-                    for j in range(c.heads):
+                    for j in range(heads):
                         for b0, nb in runs[i]:
                             scores.gemm(nb * bs, dh, item.count, self.kv_address(table[b0], li, False) + j * dh,
-                                        qt_addr + j * dh * tq + col0[i], s_addrs[i][j] + b0 * bs * cols[i],
+                                        qt_addr + j * dh * tq + col0[i], st_addrs[i][j] + b0 * bs * cols[i],
                                         a_stride=d, b_stride=tq, c_stride=cols[i], post=layer.post["s"])
                 scores.run()
+                self._softmax(li, items, cols, keys, st_addrs, s_addrs, p_addrs)
                 attend = _Phase(self)
                 for i, (item, row) in enumerate(zip(items, rows, strict=True)):
-                    lp, table = nblocks[i] * bs, item.seq.block_table
-                    for j in range(c.heads):
-                        s_t = dev.read_array(s_addrs[i][j], (lp, cols[i]), np.int8)
-                        p = np.zeros((item.count, lp), np.int8)
-                        for q in range(item.count):
-                            visible = item.start + q + 1
-                            p[q, :visible] = attention_probs(s_t[:visible, q], layer.s["s"])
-                        dev.write_mem(p_addrs[i][j], p)
-                        terms = [GemmTerm(nb * bs, p_addrs[i][j] + b0 * bs,
-                                          self.kv_address(table[b0], li, True) + j * dh, lp, d)
+                    table, stride = item.seq.block_table, heads * keys[i]
+                    for j in range(heads):
+                        terms = [GemmTerm(nb * bs, p_addrs[i] + j * keys[i] + b0 * bs,
+                                          self.kv_address(table[b0], li, True) + j * dh, stride, d)
                                  for b0, nb in runs[i]]
                         first = terms[0]
                         attend.gemm(item.count, first.k, dh, first.a_addr, first.b_addr, o_addr + row * d + j * dh,
-                                    a_stride=lp, b_stride=d, c_stride=d, post=layer.post["o"], more=tuple(terms[1:]))
+                                    a_stride=stride, b_stride=d, c_stride=d, post=layer.post["o"],
+                                    more=tuple(terms[1:]))
                 attend.run()
                 proj = _Phase(self)
-                proj.gemm(t, d, d, o_addr, self.addr[f"{li}.wo_t"], a_addr, a_stride=d, b_stride=d, c_stride=d,
+                proj.gemm(t, d, d, o_addr, self.addr[f"{li}.wo_t"], a_addr, a_stride=d, b_stride=d, c_stride=out_stride,
                           post=layer.post["a"], bias=self.addr[f"{li}.bo"], spread=True)
                 proj.run()
-                x = x + dev.read_array(a_addr, (t, d), np.int8) * layer.s["a"]
-                dev.write_mem(h_addr, model.norm2(layer, x))
+                if vec:
+                    self._vector(layer.add1, Mem(xa, 2 * d), Mem(xm, 2 * d), t, 2 * d)
+                    self._vector(layer.ln2, Mem(xm, 2 * d), Mem(h_addr, d), t, d)
+                else:
+                    x = layer.add1.reference(np.hstack([x, self._read(a_addr, (t, d), np.int8)]))
+                    self._write(h_addr, layer.ln2.reference(x))
                 mlp = _Phase(self)
-                mlp.gemm(t, d, c.ffn, h_addr, self.addr[f"{li}.w1_t"], f_addr, a_stride=d, b_stride=fp, c_stride=fp,
-                         post=layer.post["f"], bias=self.addr[f"{li}.b1"], spread=True)
+                mlp.gemm(t, d, c.ffn, h_addr, self.addr[f"{li}.w1_t"], f_addr, a_stride=d, b_stride=fp,
+                         c_stride=fp, post=layer.post["f"], bias=self.addr[f"{li}.b1"], spread=True)
                 mlp.run()
                 mlp = _Phase(self)
-                mlp.gemm(t, c.ffn, d, f_addr, self.addr[f"{li}.w2_t"], m_addr, a_stride=fp, b_stride=d, c_stride=d,
+                mlp.gemm(t, c.ffn, d, f_addr, self.addr[f"{li}.w2_t"], m_addr, a_stride=fp, b_stride=d,
+                         c_stride=out_stride,
                          post=layer.post["m"], bias=self.addr[f"{li}.b2"], spread=True)
                 mlp.run()
-                x = x + dev.read_array(m_addr, (t, d), np.int8) * layer.s["m"]
-            wanted = [r for item, row in zip(items, rows, strict=True)
-                      for r in (range(row, row + item.count) if all_logits else [row + item.count - 1])]
-            dev.write_mem(h_addr, model.norm_f(x[wanted]))
+                if vec:
+                    self._vector(layer.add2, Mem(xm, 2 * d), Mem(xa, 2 * d), t, 2 * d)
+                else:
+                    x = layer.add2.reference(np.hstack([x, self._read(m_addr, (t, d), np.int8)]))
+            # The rows whose logits are wanted: per item its last, or all of them.
+            wanted = [(row + item.count - 1, 1) if not all_logits else (row, item.count)
+                      for item, row in zip(items, rows, strict=True)]
+            n_wanted = sum(n for _, n in wanted)
+            if vec:
+                self._vector(model.ln_f, Mem(xa, 2 * d), Mem(h_addr, d), t, d)
+                gather, at = _Phase(self), 0
+                for row, n in wanted:
+                    gather.copy(h_addr + row * d, hf_addr + at * d, n * d)
+                    at += n
+                gather.run()
+            else:
+                self._write(hf_addr, model.ln_f.reference(x[[r for row, n in wanted for r in range(row, row + n)]]))
             vp = self.vocab_padded
-            logits_addr = alloc(len(wanted) * vp * ACC_LANE_BYTES)
+            logits_addr = alloc(n_wanted * vp * ACC_LANE_BYTES)
             head = _Phase(self)
-            head.gemm(len(wanted), d, len(c.vocab), h_addr, self.addr["head_t"], logits_addr, a_stride=d, b_stride=vp,
-                      c_stride=vp * ACC_LANE_BYTES, post=None, spread=True)
+            head.gemm(n_wanted, d, len(c.vocab), hf_addr, self.addr["head_t"], logits_addr, a_stride=d,
+                      b_stride=vp, c_stride=vp * ACC_LANE_BYTES, post=None, spread=True)
             head.run()
-            acc = dev.read_array(logits_addr, (len(wanted), vp), np.int32)[:, :len(c.vocab)]
+            acc = self._read(logits_addr, (n_wanted, vp), np.int32)[:, :len(c.vocab)]
         finally:
             for addr in scratch:
                 dev.free(addr)
@@ -320,9 +463,39 @@ class ModelRunner:
             at += n
         return out
 
+    def _softmax(self, li: int, items: Seq[ScheduledSeq], cols: list[int], keys: list[int],
+                 st_addrs: list[list[int]], s_addrs: list[int], p_addrs: list[int]) -> None:
+        """Each sequence's int8 probabilities ``P`` (query rows, heads side by side) from its heads' ``S^T``."""
+        layer, heads = self.model.layers[li], self.model.config.heads
+        if not self.dev.caps.vector:
+            for i, item in enumerate(items):
+                p = np.zeros((item.count, heads * keys[i]), np.int8)  # the rows P V reads
+                for j in range(heads):
+                    s_t = self._read(st_addrs[i][j], (keys[i], cols[i]), np.int8)
+                    p[:item.count, j * keys[i]:(j + 1) * keys[i]] = causal_probs(
+                        layer.softmax, np.ascontiguousarray(s_t[:, :item.count].T), item.start)
+                self._write(p_addrs[i], p)
+            return
+        transpose = _Phase(self)
+        for i in range(len(items)):
+            for j in range(heads):
+                transpose.kernel(self.transpose, Mem(st_addrs[i][j], cols[i]),
+                                 Mem(s_addrs[i] + j * keys[i], heads * keys[i]), (0, keys[i]), cols[i])
+        transpose.run()
+        softmax = _Phase(self)
+        for i, item in enumerate(items):
+            # The sequence's query rows are rows start .. of the causal softmax over the whole context: the
+            # views begin `start` rows before the scores, so that row `start` is the first query's.
+            stride = heads * keys[i]
+            softmax.kernel(self.softmax[li], Mem(s_addrs[i] - item.start * stride, stride),
+                           Mem(p_addrs[i] - item.start * stride, stride), (item.start, cols[i]), stride)
+        softmax.run()
+
     def close(self) -> None:
         """Free the weights and the KV pool."""
         if not self._closed:
             self._closed = True
+            for _, addr in self._consts.values():
+                self.dev.free(addr)
             self.dev.free(self.pool)
             self.dev.free(self._weights_base)

@@ -3,11 +3,17 @@
 Every step the :class:`Scheduler` builds one batch under a token budget:
 
 1. **Decode** every running sequence (one token each), oldest first.  A sequence whose next token needs a
-   block (a new one, or a copy of a shared one) when none is free preempts the newest running sequence,
-   which frees its blocks and goes back to the front of the waiting queue to be *recomputed* later from its
-   prompt and the tokens it has so far (preemption by recompute; the prefix cache often makes that cheap).
-2. **Prefill** waiting sequences in arrival order (FIFO: the head blocks the rest) while the budget, the
-   batch size limit and the free blocks allow, unless this step preempted something.
+   block (a new one, or a copy of a shared one) when none is free preempts the newest running sequence.
+   With ``preemption="recompute"`` that one frees its blocks and goes back to the front of the waiting queue
+   to be *recomputed* later from its prompt and the tokens it has so far (the prefix cache often makes that
+   cheap); with ``preemption="swap"`` its blocks are copied to host memory (vLLM's swap-out) and it waits in
+   the swapped queue, its computed positions kept; when the host blocks are full it is recomputed instead.
+2. **Swap in** swapped sequences (first swapped back first) while their blocks, and one for the next token,
+   fit: each decodes in the same step.  Nothing new is admitted while any is swapped out.
+3. **Prefill** waiting sequences in arrival order (FIFO: the head blocks the rest) while the budget, the
+   batch size limit and the free blocks allow.
+
+Steps 2 and 3 are skipped in a step that preempted something.
 
 :class:`StaticScheduler` is the request-level baseline (FasterTransformer before Orca): it admits a new
 batch only when the previous one has entirely finished, and reserves every sequence's blocks for its whole
@@ -40,11 +46,15 @@ class ScheduledSeq:
 
 @dataclass
 class ScheduledBatch:
-    """One step: what to compute, the block copies to do first, what was preempted to make room."""
+    """One step: what to compute, what was preempted to make room, and the block moves to do first, in this
+    order: ``swap_out`` (device block, host block), ``swap_in`` (host block, device block), ``copies``
+    (device to device, copy-on-write)."""
 
     items: list[ScheduledSeq] = field(default_factory=list)
     copies: list[tuple[int, int]] = field(default_factory=list)
     preempted: list[Sequence] = field(default_factory=list)
+    swap_out: list[tuple[int, int]] = field(default_factory=list)
+    swap_in: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def num_tokens(self) -> int:
@@ -67,15 +77,18 @@ class Scheduler:
         The token budget of one step (prefill tokens plus one per decoding sequence).
     max_model_len:
         The model's context: a sequence never holds more tokens.
+    preemption:
+        ``recompute`` or ``swap`` (to the block manager's host blocks).
 
     Raises
     ------
     ValueError
-        A limit is not a positive integer, or the budget cannot hold one whole context.
+        A limit is not a positive integer, the budget cannot hold one whole context, or ``preemption`` is
+        neither way (or ``swap`` with no host blocks).
     """
 
     def __init__(self, blocks: BlockManager, *, max_num_seqs: int = 16, max_num_batched_tokens: int = 512,
-                 max_model_len: int = 128):
+                 max_model_len: int = 128, preemption: str = "recompute"):
         for name, value in (("max_num_seqs", max_num_seqs), ("max_num_batched_tokens", max_num_batched_tokens),
                             ("max_model_len", max_model_len)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -83,12 +96,20 @@ class Scheduler:
         if max_num_batched_tokens < max_model_len:
             raise ValueError(f"max_num_batched_tokens ({max_num_batched_tokens}) must be at least max_model_len "
                              f"({max_model_len}), or a long prompt could never be prefilled")
-        self.blocks = blocks
+        if preemption not in ("recompute", "swap"):
+            raise ValueError(f"preemption must be 'recompute' or 'swap', not {preemption!r}")
+        if preemption == "swap" and blocks.num_host_blocks == 0:
+            raise ValueError("preemption by swap needs host blocks (num_host_blocks), and the block manager has none")
+        self.blocks, self.preemption = blocks, preemption
         self.max_num_seqs, self.max_num_batched_tokens = max_num_seqs, max_num_batched_tokens
         self.max_model_len = max_model_len
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
+        self.swapped: deque[Sequence] = deque()
+        #: Preemptions, and of them those that swapped out; sequences swapped back in.
         self.preemptions = 0
+        self.swap_outs = 0
+        self.swap_ins = 0
 
     def add(self, seq: Sequence) -> None:
         """Queue a new sequence (last in FIFO order)."""
@@ -104,7 +125,7 @@ class Scheduler:
 
     @property
     def has_unfinished(self) -> bool:
-        return bool(self.waiting or self.running)
+        return bool(self.waiting or self.running or self.swapped)
 
     def finish(self, seq: Sequence, reason: str) -> None:
         """End a sequence (``reason``: ``stop``, ``length`` or ``abort``) and free its blocks at once."""
@@ -112,17 +133,37 @@ class Scheduler:
             self.running.remove(seq)
         elif seq.status is SequenceStatus.WAITING and seq in self.waiting:
             self.waiting.remove(seq)
+        elif seq.status is SequenceStatus.SWAPPED:
+            self.swapped.remove(seq)
+            self.blocks.free_host(seq)
         self.blocks.deallocate(seq)
         seq.status, seq.finish_reason = SequenceStatus.FINISHED, reason
 
     def _preempt(self, seq: Sequence, batch: ScheduledBatch) -> None:
         self.running.remove(seq)
-        self.blocks.deallocate(seq)
-        seq.status = SequenceStatus.WAITING
         seq.preemptions += 1
         self.preemptions += 1
-        self.waiting.appendleft(seq)
         batch.preempted.append(seq)
+        if self.preemption == "swap" and self.blocks.can_swap_out(seq):
+            batch.swap_out += self.blocks.swap_out(seq)
+            seq.status = SequenceStatus.SWAPPED
+            self.swap_outs += 1
+            self.swapped.appendleft(seq)  # of one step's, the oldest (preempted last) comes back first
+            return
+        self.blocks.deallocate(seq)
+        seq.status = SequenceStatus.WAITING
+        self.waiting.appendleft(seq)
+
+    def _swap_in(self, batch: ScheduledBatch) -> None:
+        while (self.swapped and len(batch.items) < self.max_num_seqs
+               and batch.num_tokens < self.max_num_batched_tokens and self.blocks.can_swap_in(self.swapped[0])):
+            seq = self.swapped.popleft()
+            batch.swap_in += self.blocks.swap_in(seq)
+            seq.status = SequenceStatus.RUNNING
+            self.swap_ins += 1
+            self.running.append(seq)
+            batch.copies += self.blocks.append_slot(seq)
+            batch.items.append(ScheduledSeq(seq, len(seq) - 1, 1))
 
     def _decode(self, batch: ScheduledBatch) -> None:
         i = 0
@@ -153,7 +194,8 @@ class Scheduler:
         batch = ScheduledBatch()
         self._decode(batch)
         if not batch.preempted:
-            while self.waiting and len(batch.items) < self.max_num_seqs:
+            self._swap_in(batch)
+            while self.waiting and not self.swapped and len(batch.items) < self.max_num_seqs:
                 if not self._admit(self.waiting[0], batch, self.max_num_batched_tokens - batch.num_tokens, None):
                     break
         return batch
@@ -165,8 +207,10 @@ class StaticScheduler(Scheduler):
 
     def schedule(self) -> ScheduledBatch:
         batch = ScheduledBatch()
-        if self.running:
+        if self.running or self.swapped:
             self._decode(batch)
+            if not batch.preempted:
+                self._swap_in(batch)
             return batch
         while self.waiting and len(batch.items) < self.max_num_seqs:
             seq = self.waiting[0]

@@ -12,10 +12,12 @@ __all__ = ["SamplingParams", "Sequence", "SequenceStatus"]
 
 
 class SequenceStatus(enum.Enum):
-    """WAITING (queued, or preempted and waiting to be recomputed), RUNNING (has blocks), FINISHED."""
+    """WAITING (queued, or preempted and waiting to be recomputed), RUNNING (has blocks), SWAPPED (preempted,
+    its blocks in host memory), FINISHED."""
 
     WAITING = "waiting"
     RUNNING = "running"
+    SWAPPED = "swapped"
     FINISHED = "finished"
 
 
@@ -53,6 +55,8 @@ class Sequence:
         Positions whose keys and values are in the cache (after prefix-cache hits and computed steps).
     num_cached_tokens:
         Of those, how many came from the prefix cache when the sequence was (re)admitted.
+    host_table:
+        While swapped out: the host-memory blocks holding what ``block_table`` held.
     """
 
     token_ids: list[int]
@@ -61,6 +65,7 @@ class Sequence:
     seq_id: int = field(default_factory=lambda: next(_ids))
     status: SequenceStatus = SequenceStatus.WAITING
     block_table: list[int] = field(default_factory=list)
+    host_table: list[int] = field(default_factory=list)
     num_computed_tokens: int = 0
     num_cached_tokens: int = 0
     num_prompt_tokens: int = -1

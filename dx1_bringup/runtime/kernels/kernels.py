@@ -60,12 +60,18 @@ def _move(stream: CommandStream, load: bool, mem: Mem, r0: int, rows: int, local
 
 @dataclass(eq=False)
 class Softmax(Kernel):
-    """Softmax over each of ``groups`` equal blocks of a row of int8 scores at scale ``s_in``; out at 1/127."""
+    """Softmax over each of ``groups`` equal blocks of a row of int8 scores at scale ``s_in``; out at 1/127.
+
+    ``mask_keys`` (causal only) is the length of the resident mask's rows: 0 for the block's own keys, or a
+    longer one, whose first columns serve every block of up to that many keys (one mask for a KV cache whose
+    sequences see a varying number of keys).  The result does not depend on it.
+    """
 
     s_in: float
     groups: int = 1
     causal: bool = False
     recip_shift: int = 30
+    mask_keys: int = 0
     table: Table = field(init=False, repr=False)
 
     kind = "softmax"
@@ -86,6 +92,9 @@ class Softmax(Kernel):
         if self.causal and cols // self.groups > rows:
             raise ValueError(f"softmax: a causal block of {cols // self.groups} keys needs as many query rows, "
                              f"not {rows}")
+        if self.causal and self.mask_keys and (cols // self.groups > self.mask_keys or self.mask_keys % array):
+            raise ValueError(f"softmax: a mask of {self.mask_keys} keys a row must be a multiple of the array size "
+                             f"{array} and cover the block's {cols // self.groups} keys")
 
     def mask(self, rows: int, keys: int) -> np.ndarray:
         """The causal mask, int32 (rows, keys): 0 where key <= query, :data:`MASKED` above."""
@@ -106,7 +115,7 @@ class Softmax(Kernel):
         spm = np.concatenate([self.table.rows(array), np.full((1, array), P_ONE, np.int8)])
         if not self.causal:
             return Consts(spm=spm)
-        keys = cols // self.groups
+        keys = self.mask_keys or cols // self.groups
         return Consts(spm=spm, rowwise=self.mask(rows, keys).reshape(-1, array), rowwise_rows=keys // array)
 
     def lower(self, stream: CommandStream, x: Mem, out: Mem, rows: tuple[int, int], cols: int, consts: Consts,
@@ -127,7 +136,8 @@ class Softmax(Kernel):
         for r0, m in blocks:
             _move(stream, True, x, r0, m, xs, wl)
             if self.causal:
-                _move(stream, True, Mem(consts_addr + mask_at, cl * n * ACC_LANE_BYTES), r0, m, mask, cl, acc=True)
+                mask_row = (self.mask_keys or cl * n) * ACC_LANE_BYTES  # the first cl local rows of each
+                _move(stream, True, Mem(consts_addr + mask_at, mask_row), r0, m, mask, cl, acc=True)
                 for h in range(g):
                     stream.vector(VectorOp.ADD, a=_spm(xs + h * cl, wl), b=_acc(mask, cl), d=_acc(z + h * cl, wl),
                                   rows=m, cols=cl)
