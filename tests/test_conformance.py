@@ -284,7 +284,8 @@ def test_vector_commands_match_the_golden_model(device):
     """Random VECTOR (every vop, flags and overlaps), TABLE and TRANSPOSE commands, good and bad, on tile 0: the
     completions, both memories bit for bit and the LUT counters are the golden tile model's."""
     from dx1_bringup.model.tile import TileModel
-    from dx1_bringup.sim.stimulus import random_int8, random_int32, random_vector_stream
+    from dx1_bringup.sim.stimulus import random_int8, random_int32
+    from dx1_bringup.sim.vector_stimulus import random_vector_stream
     from dx1_bringup.spec import TileConfig
 
     window = TileConfig(array=8, spm_rows=512, acc_rows=128)  # the rows the commands touch

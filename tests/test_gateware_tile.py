@@ -23,7 +23,7 @@ from dx1_bringup.gateware.tile.postops import PostOpSequencer
 from dx1_bringup.gateware.tile.results import ResultWriter
 from dx1_bringup.gateware.tile.streamer import ActivationStreamer
 from dx1_bringup.model.tile import check_command, requantize
-from dx1_bringup.sim.stimulus import random_vector_word
+from dx1_bringup.sim.vector_stimulus import random_vector_word
 from dx1_bringup.spec import ErrorCode, Opcode, PostOpParams, TileConfig, pack_command, unpack_command
 
 pytestmark = pytest.mark.amaranth_sim

@@ -16,9 +16,8 @@ from amaranth_run import simulate
 
 from dx1_bringup.gateware import TileCore
 from dx1_bringup.model.tile import TileModel
-from dx1_bringup.sim.stimulus import (
-    random_int8,
-    random_int32,
+from dx1_bringup.sim.stimulus import random_int8, random_int32
+from dx1_bringup.sim.vector_stimulus import (
     random_table,
     random_transpose,
     random_vector,

@@ -12,7 +12,7 @@ from amaranth_run import simulate
 from dx1_bringup.gateware.vector.sequencer import HazardQueue, VectorSequencer
 from dx1_bringup.gateware.vector.table_loader import TableLoader
 from dx1_bringup.gateware.vector.transposer import TransposeSequencer
-from dx1_bringup.sim.stimulus import random_vector
+from dx1_bringup.sim.vector_stimulus import random_vector
 from dx1_bringup.spec import (
     TABLE_ENTRIES,
     VECTOR_OPS,

@@ -7,20 +7,14 @@ import numpy as np
 from ..model.tile import COMPUTE_OPCODES, MAX_SHIFT
 from ..spec import (
     COMMANDS,
-    TABLE_ENTRIES,
-    VECTOR_OPS,
     ErrorCode,
     Opcode,
     TileConfig,
-    VectorOp,
     pack_command,
-    table_rows,
-    unsigned32,
 )
 
 __all__ = ["random_int8", "random_int32", "random_gemm", "random_postop", "bad_command", "random_stream",
-           "BAD_KINDS", "random_vector", "random_table", "random_transpose", "random_vector_word",
-           "random_vector_stream"]
+           "BAD_KINDS"]
 
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 
@@ -131,115 +125,4 @@ def random_stream(rng: np.random.Generator, config: TileConfig, count: int,
             out.append(random_postop(rng, config, tag))
         else:
             out.append(pack_command(Opcode.NOP, tag=tag))
-    return out
-
-
-def _vector_operand(rng: np.random.Generator, config: TileConfig, acc: bool, rows: int, span: int) -> tuple[int, int]:
-    """(first row, row stride) of an operand of ``rows`` outer rows whose rows reach ``span - 1`` past each start."""
-    size = config.acc_rows if acc else config.spm_rows
-    stride = int(rng.choice([0, 1, span, int(rng.integers(0, 2 * span + 2))]))
-    stride = min(stride, (size - span) // max(rows - 1, 1))
-    return int(rng.integers(0, size - (rows - 1) * stride - span + 1)), stride
-
-
-def random_vector(rng: np.random.Generator, config: TileConfig, tag: int, vop: VectorOp | None = None,
-                  flags: dict[str, bool] | None = None) -> bytes:
-    """A VECTOR command that passes every check: any vop, operands anywhere (overlaps included), short rows often."""
-    op = VectorOp(int(rng.integers(0, len(VectorOp)))) if vop is None else VectorOp(vop)
-    spec = VECTOR_OPS[op]
-    flags = dict(flags) if flags is not None else {name: bool(rng.integers(0, 2)) for name in ("a_acc", "b_acc",
-                                                                                               "d_acc")}
-    if not spec.uses_b:
-        flags["b_acc"] = False
-    rows = int(rng.choice([1, 2, int(rng.integers(1, 6))]))
-    cols = int(rng.choice([1, 2, int(rng.integers(1, 9)), int(rng.integers(1, 24))]))
-    fields: dict[str, int] = {"vop": int(op), "rows": rows, "cols": cols}
-    fields["a_addr"], fields["a_row_stride"] = _vector_operand(rng, config, flags["a_acc"], rows, cols)
-    d_cols = 1 if spec.kind == "reduce" else cols
-    fields["d_addr"], fields["d_row_stride"] = _vector_operand(rng, config, flags["d_acc"], rows, d_cols)
-    if flags["a_acc"] == flags["d_acc"] and rng.random() < 0.3:  # in place, or just behind A: the hazard cases
-        fields["d_addr"] = min(fields["a_addr"] + int(rng.integers(0, 3)), fields["d_addr"])
-        fields["d_row_stride"] = min(fields["a_row_stride"], fields["d_row_stride"])
-    if spec.uses_b:
-        b_col = int(rng.choice([0, 1, int(rng.integers(0, 3))]))
-        span = (cols - 1) * b_col + 1
-        fields["b_addr"], fields["b_row_stride"] = _vector_operand(rng, config, flags["b_acc"], rows, span)
-        fields["b_col_stride"] = b_col
-    if spec.max_shift is not None:
-        top = spec.max_shift
-        fields["shift"] = int(rng.choice([0, 1, top, int(rng.integers(0, top + 1))]))
-    if op == VectorOp.CLAMP:
-        low, high = sorted(int(x) for x in rng.integers(-(1 << 31), 1 << 31, size=2))
-        if rng.random() < 0.5:
-            low, high = sorted(int(x) for x in rng.integers(-200, 200, size=2))
-        fields["imm"], fields["imm2"] = unsigned32(low), unsigned32(high)
-    if op == VectorOp.LUT:
-        shift = int(rng.integers(0, 4)) if rng.random() < 0.6 else int(rng.integers(0, spec.max_shift + 1))
-        fields["shift"] = shift
-        centre = -((TABLE_ENTRIES - 1) << shift) // 2
-        fields["imm"] = unsigned32(int(rng.choice([-128, centre, int(rng.integers(-(1 << 20), 1 << 20))])))
-    return pack_command(Opcode.VECTOR, tag=tag, flags=flags, **fields)
-
-
-def random_table(rng: np.random.Generator, config: TileConfig, tag: int) -> bytes:
-    return pack_command(Opcode.TABLE, tag=tag,
-                        src_addr=int(rng.integers(0, max(config.spm_rows - table_rows(config.array) + 1, 1))))
-
-
-def random_transpose(rng: np.random.Generator, config: TileConfig, tag: int) -> bytes:
-    n = config.array
-    blocks = int(rng.choice([1, 2, int(rng.integers(1, 5))]))
-    fields = {"blocks": blocks}
-    for name in ("src", "dst"):
-        stride = int(rng.choice([0, n, int(rng.integers(0, 2 * n + 1))]))
-        stride = min(stride, (config.spm_rows - n) // max(blocks - 1, 1))
-        fields[f"{name}_stride"] = stride
-        fields[f"{name}_addr"] = int(rng.integers(0, config.spm_rows - (blocks - 1) * stride - n + 1))
-    return pack_command(Opcode.TRANSPOSE, tag=tag, **fields)
-
-
-def random_vector_word(rng: np.random.Generator, config: TileConfig, tag: int) -> bytes:
-    """A VECTOR, TABLE or TRANSPOSE command, good or broken in one way: a stray bit, a zero count, an unknown vop,
-    a shift one over, a clamp the wrong way round, a row past the end; its status is the golden model's."""
-    opcode = Opcode(int(rng.choice([Opcode.VECTOR] * 4 + [Opcode.TABLE, Opcode.TRANSPOSE])))
-    good = {Opcode.VECTOR: random_vector, Opcode.TABLE: random_table, Opcode.TRANSPOSE: random_transpose}[opcode]
-    word = int.from_bytes(good(rng, config, tag), "little")
-    cmd = COMMANDS[opcode]
-    kind = rng.integers(0, 8)
-    if kind == 1:  # a random bit anywhere but the header's opcode and tag
-        word ^= 1 << int(rng.choice([b for b in range(8, 256) if not 16 <= b < 32]))
-    elif kind == 2:
-        name = str(rng.choice([f.name for f in cmd.fields]))
-        word &= ~cmd.field(name).mask
-    elif kind == 3:
-        name = str(rng.choice([f.name for f in cmd.fields]))
-        f = cmd.field(name)
-        word = word & ~f.mask | int(rng.integers(0, 1 << f.width)) << f.lsb
-    elif kind == 4 and opcode == Opcode.VECTOR:
-        f = cmd.field("shift")
-        vop = cmd.field("vop").extract(word)
-        top = (VECTOR_OPS[VectorOp(vop)].max_shift or 0) + 1
-        word = word & ~f.mask | min(top, 63) << f.lsb
-    elif kind == 5 and opcode == Opcode.VECTOR:
-        word = word & ~cmd.field("vop").mask | int(rng.integers(len(VectorOp), 256)) << cmd.field("vop").lsb
-    return word.to_bytes(32, "little")
-
-
-def random_vector_stream(rng: np.random.Generator, config: TileConfig, count: int) -> list[bytes]:
-    """``count`` commands for a tile with a vector unit: vector commands, good and bad, among GEMMs and post-ops."""
-    out = []
-    for tag in range(count):
-        r = rng.random()
-        if r < 0.15:
-            out.append(random_vector_word(rng, config, tag))
-        elif r < 0.6:
-            out.append(random_vector(rng, config, tag))
-        elif r < 0.68:
-            out.append(random_table(rng, config, tag))
-        elif r < 0.76:
-            out.append(random_transpose(rng, config, tag))
-        elif r < 0.88:
-            out.append(random_gemm(rng, config, tag))
-        else:
-            out.append(random_postop(rng, config, tag))
     return out

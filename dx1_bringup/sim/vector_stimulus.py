@@ -24,9 +24,11 @@ from ..spec import (
     unsigned32,
     vector_reserved_mask,
 )
+from .stimulus import random_gemm, random_postop
 
 __all__ = ["VECTOR_BAD_KINDS", "random_vector", "random_table", "random_transpose", "random_vector_command",
-           "bad_vector_command", "vector_meta", "random_table_entries", "shift_corner", "vector_sweep"]
+           "bad_vector_command", "vector_meta", "random_table_entries", "shift_corner", "vector_sweep",
+           "random_vector_word", "random_vector_stream"]
 
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 
@@ -96,13 +98,16 @@ def _imm(rng: np.random.Generator) -> int:
                            int(rng.integers(INT32_MIN, INT32_MAX, endpoint=True)), INT32_MIN, INT32_MAX, 0]))
 
 
-def random_vector(rng: np.random.Generator, config: TileConfig, tag: int, vop: VectorOp | None = None) -> bytes:
-    """A legal VECTOR command of ``vop`` (default: a random one) with random operands, strides and immediates."""
+def random_vector(rng: np.random.Generator, config: TileConfig, tag: int, vop: VectorOp | None = None,
+                  flags: dict[str, bool] | None = None) -> bytes:
+    """A legal VECTOR command of ``vop`` (default: a random one) with random operands, strides and immediates;
+    ``flags`` fixes the operands' memories (``a_acc``, ``b_acc``, ``d_acc``; default: random)."""
     spec = VECTOR_OPS[VectorOp(int(rng.integers(0, len(VECTOR_OPS)))) if vop is None else vop]
     work = _work(rng)
     cols = int(rng.integers(1, min(work, 16) + 1))
     rows = max(1, work // cols)
-    flags = {name: bool(rng.integers(0, 2)) for name in ("a_acc", "d_acc")}
+    chosen = flags or {}
+    flags = {name: chosen.get(name, bool(rng.integers(0, 2))) for name in ("a_acc", "d_acc")}
     depth = {False: config.spm_rows, True: config.acc_rows}
     fields: dict[str, int] = {"vop": int(spec.op), "rows": rows, "cols": cols,
                               "shift": _shift(rng, spec.max_shift)}
@@ -123,7 +128,7 @@ def random_vector(rng: np.random.Generator, config: TileConfig, tag: int, vop: V
         cols = fields["cols"] = 1
     operand("a", flags["a_acc"], 1)
     if spec.uses_b:
-        flags["b_acc"] = bool(rng.integers(0, 2))
+        flags["b_acc"] = chosen.get("b_acc", bool(rng.integers(0, 2)))
         col_stride = int(rng.choice([0, 1, 1, 2]))
         if (cols - 1) * col_stride + 1 > depth[flags["b_acc"]]:
             col_stride = 0
@@ -142,7 +147,10 @@ def random_vector(rng: np.random.Generator, config: TileConfig, tag: int, vop: V
             fields["a_addr"], fields["a_row_stride"], flags["a_acc"]
         if spec.kind == "reduce":
             fields["d_row_stride"] = min(fields["d_row_stride"], cols)
-    if "imm" in spec.imms:
+    if spec.op == VectorOp.LUT:  # offsets that centre the table on the lanes often, so that most lanes hit
+        centre = -((TABLE_ENTRIES - 1) << fields["shift"]) // 2
+        fields["imm"] = unsigned32(int(rng.choice([centre, -128, _imm(rng)])))
+    elif "imm" in spec.imms:
         low, high = sorted((_imm(rng), _imm(rng)))
         fields["imm"] = unsigned32(low)
         if "imm2" in spec.imms:
@@ -285,4 +293,52 @@ def vector_sweep(rng: np.random.Generator, config: TileConfig, tag: int) -> list
     add(vector(VectorOp.MAX, d_addr=0))
     for kind in VECTOR_BAD_KINDS:
         add(bad_vector_command(rng, config, (tag + len(out)) & 0xFFFF, kind)[0], kind)
+    return out
+
+
+def random_vector_word(rng: np.random.Generator, config: TileConfig, tag: int) -> bytes:
+    """A VECTOR, TABLE or TRANSPOSE command, good or broken in one way: a stray bit, a zero count, an unknown vop,
+    a shift one over, a clamp the wrong way round, a row past the end; its status is the golden model's."""
+    table = table_rows(config.array) <= config.spm_rows
+    opcode = Opcode(int(rng.choice([Opcode.VECTOR] * 4 + [Opcode.TABLE] * table + [Opcode.TRANSPOSE])))
+    good = {Opcode.VECTOR: random_vector, Opcode.TABLE: random_table, Opcode.TRANSPOSE: random_transpose}[opcode]
+    word = int.from_bytes(good(rng, config, tag), "little")
+    cmd = COMMANDS[opcode]
+    kind = rng.integers(0, 8)
+    if kind == 1:  # a random bit anywhere but the header's opcode and tag
+        word ^= 1 << int(rng.choice([b for b in range(8, 256) if not 16 <= b < 32]))
+    elif kind == 2:
+        name = str(rng.choice([f.name for f in cmd.fields]))
+        word &= ~cmd.field(name).mask
+    elif kind == 3:
+        name = str(rng.choice([f.name for f in cmd.fields]))
+        f = cmd.field(name)
+        word = word & ~f.mask | int(rng.integers(0, 1 << f.width)) << f.lsb
+    elif kind == 4 and opcode == Opcode.VECTOR:
+        f = cmd.field("shift")
+        vop = cmd.field("vop").extract(word)
+        top = (VECTOR_OPS[VectorOp(vop)].max_shift or 0) + 1
+        word = word & ~f.mask | min(top, 63) << f.lsb
+    elif kind == 5 and opcode == Opcode.VECTOR:
+        word = word & ~cmd.field("vop").mask | int(rng.integers(len(VectorOp), 256)) << cmd.field("vop").lsb
+    return word.to_bytes(32, "little")
+
+
+def random_vector_stream(rng: np.random.Generator, config: TileConfig, count: int) -> list[bytes]:
+    """``count`` commands for a tile with a vector unit: vector commands, good and bad, among GEMMs and post-ops."""
+    out = []
+    for tag in range(count):
+        r = rng.random()
+        if r < 0.15:
+            out.append(random_vector_word(rng, config, tag))
+        elif r < 0.6:
+            out.append(random_vector(rng, config, tag))
+        elif r < 0.68 and table_rows(config.array) <= config.spm_rows:
+            out.append(random_table(rng, config, tag))
+        elif r < 0.76:
+            out.append(random_transpose(rng, config, tag))
+        elif r < 0.88:
+            out.append(random_gemm(rng, config, tag))
+        else:
+            out.append(random_postop(rng, config, tag))
     return out

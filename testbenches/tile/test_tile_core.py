@@ -16,11 +16,9 @@ from dx1_bringup.sim.stimulus import (
     random_int8,
     random_int32,
     random_stream,
-    random_table,
-    random_vector,
-    random_vector_stream,
 )
 from dx1_bringup.sim.tile_tb import TileTB
+from dx1_bringup.sim.vector_stimulus import random_table, random_vector, random_vector_stream
 from dx1_bringup.spec import ErrorCode, Opcode, VectorOp, pack_command
 
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
