@@ -149,3 +149,19 @@ def test_tiles_without_a_vector_unit_get_no_legal_vector_commands(tmp_path: Path
         assert set(report.coverage.get(opcode, {})) <= {"BAD_OPCODE"}
     with_unit = fuzz([model(), model()], ["model", "model"], commands=1500, seed=3, repro_dir=tmp_path)
     assert with_unit.coverage["VECTOR"]["OK"] > 100
+
+
+def test_a_lookup_table_left_by_earlier_work_does_not_leak_into_a_segment(tmp_path: Path) -> None:
+    """A reset keeps the vector unit's lookup table: each segment loads its own, so a device that ran other work
+    first agrees with a fresh one (the CI slice once failed on a simulator a conformance test had used)."""
+    used = model()
+    n = used.caps.array
+    used.write_mem(0x1000, np.arange(-128, 128, dtype=np.int8).repeat(n * 2)[: 129 * n].tobytes())
+    for tile in range(used.caps.tiles):
+        q = used.queue(tile)
+        q.submit([pack_command(Op.LOAD, mem_addr=0x1000, mem_stride=n, rows=129, cols=1, local_row_stride=1),
+                  pack_command(Op.TABLE, src_addr=0)])
+        q.wait(2)
+    used.reset()
+    report = fuzz([model(), used], ["model", "model (used)"], commands=1500, seed=3, repro_dir=tmp_path)
+    assert report.ok, report.mismatch

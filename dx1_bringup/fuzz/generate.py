@@ -6,8 +6,9 @@ before it, so a reproducer is one segment.  A segment is:
 1. **setup**: each queue's DMA window set to its window of the :class:`~dx1_bringup.fuzz.layout.Layout`;
    random bytes uploaded to every part of the windows that commands read or that is compared (the
    input area, the output area, the priming area, the guard bytes around each window's ends); both
-   tiles' scratchpads and accumulator buffers loaded whole from the priming area, so no command reads
-   a local row whose value depends on what ran on the device before;
+   tiles' scratchpads and accumulator buffers loaded whole from the priming area, and on tiles with a
+   vector unit its lookup table (which a reset keeps) from the primed scratchpad, so no command reads a
+   local row or table entry whose value depends on what ran on the device before;
 2. **batches**: :func:`~dx1_bringup.fuzz.streams.random_batch` commands for both queues (every opcode,
    errors of every kind in ``CHECK_ORDER``, SIGNAL/WAIT pairs kept satisfiable), published with one
    doorbell per queue in a random order, so both tiles run at once; then a wait on each queue and a
@@ -129,6 +130,9 @@ def setup_events(lay: Layout, rng: np.random.Generator, tags: list[int]) -> list
         cmds = (_whole_local(lay, Opcode.LOAD, tags[q] & 0xFFFF, prime, False),
                 _whole_local(lay, Opcode.LOAD, (tags[q] + 1) & 0xFFFF, prime + spm_bytes, True))
         tags[q] += 2
+        if tile.vector:  # the lookup table outlives a reset: load it from the primed scratchpad
+            cmds += (pack_command(Opcode.TABLE, tag=tags[q] & 0xFFFF, src_addr=0),)
+            tags[q] += 1
         events += [Submit(q, cmds), Doorbell(q)]
     events += [Wait(q, None) for q in _queues(lay)]
     return events
