@@ -25,7 +25,8 @@ SIMULATOR_FIXTURES = {"sim": "sim_transport", "serial": "serial_transport"}
 def pytest_collection_modifyitems(config, items):
     """Mark ``verilator`` every test that uses a simulator fixture, directly or through its ``device`` parameter,
     and put it in that fixture's xdist group: under ``pytest -n N --dist loadgroup`` (``make test``) all the
-    tests of one simulator run on one worker, which starts it once."""
+    tests of one simulator run on one worker, which starts it once.  A ``slow_on_serial`` test's ``serial``
+    case is also ``slow``: ``make test`` runs the rest of the serial cases, ``pytest -m slow`` those."""
     for item in items:
         params = item.callspec.params if hasattr(item, "callspec") else {}
         used = [fixture for name, fixture in SIMULATOR_FIXTURES.items()
@@ -33,6 +34,8 @@ def pytest_collection_modifyitems(config, items):
         if used:
             item.add_marker(pytest.mark.verilator)
             item.add_marker(pytest.mark.xdist_group(used[0]))
+        if params.get("device") == "serial" and item.get_closest_marker("slow_on_serial"):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")

@@ -48,7 +48,7 @@ def test_discovery(device):
     assert names == ["GLOBAL", "QUEUE", "QUEUE", "PERF", "PERF", "TRACE", "TRACE"]
 
 
-@pytest.mark.parametrize("size", [1, 3, 7, 8, 9, 63, 4095])
+@pytest.mark.parametrize("size", [1, 3, 7, 8, 9, 63, pytest.param(4095, marks=pytest.mark.slow_on_serial)])
 def test_memory_round_trip(device, size):
     rng = np.random.default_rng(size)
     base = device.alloc(8192)
@@ -60,7 +60,8 @@ def test_memory_round_trip(device, size):
         assert device.read_mem(base + offset + size, 8) == guard, "a write spilled past its end"
 
 
-@pytest.mark.parametrize("shape", [(1, 1, 1), (5, 7, 3), (8, 8, 8), (9, 17, 23), (64, 64, 64)])
+@pytest.mark.parametrize("shape", [(1, 1, 1), (5, 7, 3), (8, 8, 8), (9, 17, 23),
+                                   pytest.param((64, 64, 64), marks=pytest.mark.slow_on_serial)])
 @pytest.mark.parametrize("post", [None, PostOpParams(mult=181, shift=17, relu=True)], ids=["int32", "postop"])
 def test_gemm_shapes(device, shape, post):
     m, k, n = shape
@@ -83,6 +84,7 @@ def test_postop_edges(device):
         np.testing.assert_array_equal(out, reference_gemm(a, b, bias, post))
 
 
+@pytest.mark.slow_on_serial
 def test_both_tiles_concurrently(device):
     rng = np.random.default_rng(7)
     a = rng.integers(-128, 128, (96, 40), dtype=np.int8)
@@ -127,6 +129,7 @@ def pack_raw(word: int) -> bytes:
     return word.to_bytes(regs.COMMAND_BYTES, "little")
 
 
+@pytest.mark.slow_on_serial
 def test_errors_complete_and_the_queue_goes_on(device):
     """Every bad field gives its own error code, nothing is written, and the next GEMM is right."""
     base = device.alloc(4096)
@@ -288,7 +291,9 @@ def test_vector_commands_match_the_golden_model(device):
     from dx1_bringup.sim.vector_stimulus import random_vector_stream
     from dx1_bringup.spec import TileConfig
 
-    window = TileConfig(array=8, spm_rows=512, acc_rows=128)  # the rows the commands touch
+    # The rows the commands touch; a quarter of them over the serial line, which moves a few KiB a second.
+    serial = isinstance(device.transport, SerialTransport)
+    window = TileConfig(array=8, spm_rows=128 if serial else 512, acc_rows=32 if serial else 128)
     rng = np.random.default_rng(2027)
     model = TileModel(TileConfig())
     model.spm[:window.spm_rows] = random_int8(rng, (window.spm_rows, 8))
