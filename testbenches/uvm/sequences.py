@@ -18,18 +18,9 @@ from dx1_bringup.model.tile import MAX_SHIFT
 from dx1_bringup.sim.vector_stimulus import vector_sweep
 from dx1_bringup.spec import Access, ErrorCode
 
-from .env import (
-    DECODE,
-    DMA_OPCODES,
-    LEGAL_STATUS,
-    REGMAP,
-    UNIT_STATUSES,
-    CmdItem,
-    RegItem,
-    bfm,
-    sample_queue_error,
-    sample_sync,
-)
+from .coverage import DMA_OPCODES, LEGAL_STATUS, UNIT_STATUSES, sample_queue_error, sample_sync
+from .env import bfm
+from .items import DECODE, REGMAP, CmdItem, RegItem
 
 #: QUEUEn.WATCHDOG in ``WatchdogTimeoutSeq``: cycles without progress before a held command is aborted.
 WATCHDOG_CYCLES = 200

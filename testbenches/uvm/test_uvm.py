@@ -11,7 +11,7 @@
   keeps serving.
 
 ``test_uvm_coverage_goals`` checks that the runs of one seed hit every bin of the coverage goals
-(``env.COVERAGE_GOALS``) together.
+(``coverage.COVERAGE_GOALS``) together.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ from pyuvm import ConfigDB, uvm_factory, uvm_test
 from dx1_bringup.sim import run_cocotb
 from dx1_bringup.sim.report import CoverItem, functional_text, merge_functional
 
-from .env import COVERAGE_GOALS, LAYOUT, Dx1Env, SocBfm, bfm, missed_goals
+from .coverage import COVERAGE_GOALS, missed_goals
+from .env import LAYOUT, Dx1Env, SocBfm, bfm
 from .sequences import (
     BusErrorSeq,
     CsrSuiteSeq,
