@@ -136,6 +136,9 @@ class DeviceGroup:
         """Open a group from a group device string (``model*4``, ``sim*2,model``: see
         :func:`dx1_bringup.argtypes.device_group`) or a list of device strings; ``kwargs`` as the constructor's.
 
+        A device string that opens a whole board (``model:chips=4``: its transport lists every chip's in
+        ``board_transports``) makes one rank of each chip, in rank order, wired by the chip-to-chip link.
+
         Raises
         ------
         ValueError
@@ -155,7 +158,12 @@ class DeviceGroup:
         opened: list[Device] = []
         try:
             for name in devices:
-                opened.append(Device.open(name))
+                dev = Device.open(name)
+                opened.append(dev)
+                for rank, transport in enumerate(getattr(dev.transport, "board_transports", [])[1:], 1):
+                    chip = Device(transport)
+                    chip.name = f"{name}#{rank}"
+                    opened.append(chip)
             return cls(opened, owns=True, **kwargs)
         except BaseException:
             for dev in opened:

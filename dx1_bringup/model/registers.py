@@ -250,6 +250,7 @@ class RegisterSpace(ABC):
         self.cycles = 0
         self._cycles_hi = 0
         self._sems = [0] * self.config.semaphores
+        self._sem_landed = [0] * self.config.semaphores  # cycle a peer's SEND last signalled each one
         self._queues = [QueueState() for _ in range(self.config.tiles)]
         self._perf = [self._cleared_perf(tile, cycles=0) for tile in range(self.config.tiles)]
         self._trace = [TraceBuffer() for _ in range(self.config.tiles)]
