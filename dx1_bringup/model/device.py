@@ -331,14 +331,26 @@ class DeviceModel(RegisterSpace):
         if self._sems[f["sem"]] < f["count"]:  # WAIT
             return None
         self._sems[f["sem"]] -= f["count"]
-        # Released by a peer's SEND: not before its data landed (the chips' clocks are one).
-        self.cycles = max(self.cycles, self._sem_landed[f["sem"]])
+        # Released by peers' SENDs: not before the data of the arrivals it takes landed (the chips' clocks are one).
+        self.cycles = max(self.cycles, self._take_arrivals(f["sem"], f["count"]))
         return ErrorCode.OK, COSTS.sync_cycles
 
     def signal_remote(self, sem: int, count: int, landed: int) -> None:
         """A peer's SEND landed here at cycle ``landed`` and adds ``count`` to semaphore ``sem``."""
         self._sems[sem] = (self._sems[sem] + count) & 0xFFFF
-        self._sem_landed[sem] = max(self._sem_landed[sem], landed)
+        self._arrivals[sem].append([landed, count])
+
+    def _take_arrivals(self, sem: int, count: int) -> int:
+        """Take ``count`` of semaphore ``sem``'s remote arrivals, oldest first; the cycle the last one landed."""
+        arrivals, latest = self._arrivals[sem], 0
+        while count and arrivals:
+            taken = min(count, arrivals[0][1])
+            latest = max(latest, arrivals[0][0])
+            count -= taken
+            arrivals[0][1] -= taken
+            if not arrivals[0][1]:
+                arrivals.popleft()
+        return latest
 
     def _in_window(self, q: QueueState, start: int, end: int) -> bool:
         """True when bytes [start, end) lie in the queue's DMA window and in device memory."""
