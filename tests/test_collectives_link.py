@@ -142,7 +142,10 @@ def test_a_dead_chip_is_a_timeout_naming_the_rank_the_op_and_the_step_on_every_r
         assert set(errors) == {0, 1, 2}
         assert all(err.op == "all_reduce" for err in errors.values())
         stuck = [err for err in errors.values() if isinstance(err, CollectiveTimeout) and err.observer == err.rank]
-        assert stuck and all("link reduce-scatter" in err.step or "link all-gather" in err.step for err in stuck)
+        assert stuck and all(err.step.startswith("link barrier round") for err in stuck)
+        own = {err.rank: err.step for err in stuck}
+        assert "SEND of 8 bytes to rank 2" in own.get(1, "SEND of 8 bytes to rank 2")  # the dead chip's own command
+        assert "WAIT for 1 chunk(s) from rank 1" in own.get(2, "WAIT for 1 chunk(s) from rank 1")
         assert "timed out after 0.5 s in all_reduce" in str(stuck[0])
 
 
@@ -162,3 +165,19 @@ def test_crc_errors_within_the_retries_change_nothing_and_past_them_fail_every_r
         with pytest.raises(RankFailed, match="LINK_CRC") as e:
             g.all_reduce(b)
         assert set(e.value.per_rank) == {0, 1}
+
+
+def test_measured_like_nccl_tests_over_the_link_near_its_peak_and_as_the_cost_model_predicts():
+    from dx1_bringup.collectives.perf import format_table, measure
+
+    with DeviceGroup.open("model:chips=4") as g:
+        rows, peak = measure(g, "all_reduce", [4, 65536, 262144], iters=1, warmup=1)
+        assert peak == ChipLinkConfig().width
+        table = format_table(g, "all_reduce", "link", rows, peak)
+        assert "over the chip-to-chip link" in table and "# Out of bounds values : 0 OK" in table
+        for row in rows:
+            assert row.algorithm == "link" and row.out_of_place.wrong == row.in_place.wrong == 0
+            assert row.out_of_place.cycles > 0 and row.out_of_place.predicted > 0
+        big = rows[-1].out_of_place
+        assert big.peak_percent >= 80.0 and abs(big.error_percent) < 5.0
+        assert abs(rows[1].out_of_place.error_percent) < 5.0

@@ -10,7 +10,8 @@ segment (:func:`~.buffer.segment`), each slot padded to 8 bytes (SEND moves mult
 are) and the padding zero, so an ADD of padding adds nothing.  The rank's elements go into the scratch area
 through host memory (one read and one write of its own data; no byte crosses between ranks there) and come
 out the same way; the ranks then tell each other where their scratch is and that it is filled (one host
-rendezvous), so no SEND lands before its destination is ready.
+rendezvous), so no SEND lands before its destination is ready, and pass a token round the ring ``n - 1``
+times (a device-side barrier: every rank's data moves only after every rank started, in device time too).
 
 Rank ``r`` sends on port 0 to ``r + 1`` and receives from ``r - 1``.  Each chunk SEND adds 1 to the
 neighbour's semaphore :data:`SEM` (the last one), and before forwarding a chunk a rank WAITs for 1: both
@@ -111,8 +112,8 @@ class _Run:
         self.dev = c.dev
         self.q = self.dev.queue(TILE)
         self.sem = _sem(self.dev)
-        self.nbytes = max(nbytes, _ALIGN)
-        self.addr = self.dev.alloc(self.nbytes, _ALIGN)
+        self.nbytes = nbytes
+        self.addr = self.dev.alloc(nbytes + _ALIGN, _ALIGN)  # the last 8 bytes: the barrier's token
         self.peer_addr = 0
         self.cmds: list[tuple[bytes, str]] = []
         self.chunk_bytes = max(_ALIGN, c.chunk * itemsize // _ALIGN * _ALIGN)
@@ -124,7 +125,7 @@ class _Run:
         """The scratch area's contents, zero-padded (host memory to the rank's own device memory)."""
         self.c.step("link: filling the scratch area")
         try:
-            self.dev.write_mem(self.addr, data + bytes(self.nbytes - len(data)))
+            self.dev.write_mem(self.addr, data + bytes(self.nbytes + _ALIGN - len(data)))
         except (DriverError, OSError) as e:
             raise self.c._failed("filling the link scratch area", e) from e
 
@@ -244,12 +245,23 @@ def _out_all(c: Call, run: _Run, slots: _Slots, dst: Buffer, count: int) -> None
                                      dst.dtype))
 
 
+def _barrier(run: _Run) -> None:
+    """``n - 1`` rounds of an 8-byte token round the ring: no rank's data moves before every rank has started
+    (in device time too: the golden model's chips advance their clocks only with commands)."""
+    n = run.c.size
+    for k in range(n - 1):
+        where = f"link barrier round {k + 1} of {n - 1}"
+        run.send(run.nbytes, _ALIGN, _WRITE, where)
+        run.wait(1, where)
+
+
 def _collective(c: Call, nbytes: int, itemsize: int, fill: Callable[[_Run], bytes], plan: Callable[[_Run], None],
                 out: Callable[[_Run], None]) -> None:
     run = _Run(c, nbytes, itemsize)
     try:
         run.fill(bytes(fill(run)))
         run.ready()
+        _barrier(run)
         plan(run)
         run.execute()
         out(run)
