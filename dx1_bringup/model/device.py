@@ -37,6 +37,10 @@ Execution
   between device memory ``mem_addr + r*mem_stride + c*row_bytes`` and local
   row ``local_addr + r*local_row_stride + c*local_col_stride``, r outer and c
   inner, so when rows overlap the later one wins.  COPY behaves like memmove.
+* SEND (a chip of a board, :class:`~dx1_bringup.model.board.ModelBoard`) runs at once, whole:
+  :func:`~dx1_bringup.model.link.execute_send` moves its bytes into the peer, signals the peer's semaphore
+  and costs :func:`~dx1_bringup.spec.send_timing`'s cycles; a WAIT that takes a peer's signal ends no earlier
+  than the cycle that data landed.  Without a link SEND completes ``BAD_OPCODE``.
 * WAIT on a semaphore below ``count`` leaves the queue at that command; it runs
   again when a SIGNAL of another queue or a host write to SEMi makes it
   possible.  The scheduler runs every runnable queue in a loop until none makes
