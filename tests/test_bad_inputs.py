@@ -15,7 +15,8 @@ from dx1_bringup.cli import main
 
 #: Device strings no backend opens, and what the message must say.
 BAD_DEVICES = [
-    ("", "unknown device ''; expected one of model, model:[tiles=T,banks=B,mem_mib=M,]FAULTS, sim, "
+    ("", "unknown device ''; expected one of model, model:[tiles=T,banks=B,mem_mib=M,]FAULTS, "
+         "model:chips=N[,tiles=T,...], sim, "
          "sim:tiles=T,banks=B,mem_mib=M, sim:verilog=PATH, sim:[...,]stall=UNIT[+UNIT...], sim://HOST:PORT, "
          "serial:URL, pcie:BDF"),
     ("bogus", "unknown device 'bogus'; expected one of model"),

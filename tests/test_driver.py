@@ -166,7 +166,8 @@ def test_transport_context_manager_closes():
                                  "for example serial:/dev/ttyUSB0@115200 or serial:socket://127.0.0.1:5555"),
     ("pcie:01:00", "device 'pcie:01:00': PCI address '01:00' is not [DOMAIN:]BUS:DEVICE.FUNCTION, "
                    "for example 0000:01:00.0"),
-    ("xyz", "unknown device 'xyz'; expected one of model, model:[tiles=T,banks=B,mem_mib=M,]FAULTS, sim, "
+    ("xyz", "unknown device 'xyz'; expected one of model, model:[tiles=T,banks=B,mem_mib=M,]FAULTS, "
+            "model:chips=N[,tiles=T,...], sim, "
             "sim:tiles=T,banks=B,mem_mib=M, sim:verilog=PATH, sim:[...,]stall=UNIT[+UNIT...], sim://HOST:PORT, "
             "serial:URL, pcie:BDF"),
 ])
