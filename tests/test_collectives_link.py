@@ -181,3 +181,11 @@ def test_measured_like_nccl_tests_over_the_link_near_its_peak_and_as_the_cost_mo
         big = rows[-1].out_of_place
         assert big.peak_percent >= 80.0 and abs(big.error_percent) < 5.0
         assert abs(rows[1].out_of_place.error_percent) < 5.0
+
+
+def test_the_barrier_over_the_link_passes_tokens_round_the_ring():
+    with DeviceGroup.open("model:chips=3", timeout=1) as g:
+        before = [d.queue(0).next_index for d in g.devs]
+        g.barrier()
+        assert [d.queue(0).next_index - b for d, b in zip(g.devs, before, strict=True)] == [4, 4, 4]  # 2 rounds
+        assert all(d.read_reg(d.link_base, regs.Link.TX_PACKETS) == 2 for d in g.devs)

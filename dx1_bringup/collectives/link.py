@@ -23,6 +23,7 @@ chunk goes on as soon as it is there (pipelined).
 * all-gather, ``n - 1`` steps: at step ``t`` rank ``r`` sends slot ``r - t`` with WRITE.
 * all-reduce: reduce-scatter, then all-gather of the finished slots, on one scratch area.
 * broadcast: a chain from the root with WRITE; reduce: a chain from root + 1 ending at the root with ADD.
+* barrier: the token rounds alone (after the host's fingerprint exchange, which is a barrier of the hosts).
 
 A SEND that completes with an error (LINK_DOWN: a cut link; LINK_CRC; REMOTE_WINDOW) fails the rank, and so
 the group (:class:`RankFailed`, with the code's name); a WAIT that does not complete within the deadline (a
@@ -43,7 +44,7 @@ from .call import Call
 from .errors import CollectiveTimeout
 from .reduction import Reduction
 
-__all__ = ["TILE", "usable", "supports", "all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce"]
+__all__ = ["TILE", "usable", "supports", "barrier", "all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce"]
 
 #: The tile whose queue runs the link commands.
 TILE = 0
@@ -267,6 +268,11 @@ def _collective(c: Call, nbytes: int, itemsize: int, fill: Callable[[_Run], byte
         out(run)
     finally:
         run.free()
+
+
+def barrier(c: Call) -> None:
+    """The device-side barrier alone: every rank's queue passes it only once every rank's has reached it."""
+    _collective(c, 0, 1, lambda run: b"", lambda run: None, lambda run: None)
 
 
 def all_reduce(c: Call, src: Buffer, dst: Buffer, count: int) -> None:

@@ -104,8 +104,10 @@ class Rank:
                          lambda: _same_size(buf, dst) or self._check_root(root), **options)
 
     def barrier(self, *, timeout: float | None = None) -> None:
-        """Return once every rank has called it (a fingerprint exchange and nothing else)."""
-        self._collective("barrier", None, None, None, None, None, None, lambda c, alg: None, lambda: "",
+        """Return once every rank has called it (a fingerprint exchange; over the link, then the devices' token
+        barrier too, so every rank's queue has run everything before it)."""
+        self._collective("barrier", None, None, None, None, None, None,
+                         lambda c, alg: link.barrier(c) if self.group.has_link else None, lambda: "",
                          timeout=timeout)
 
     # -- point to point ----------------------------------------------------------------------------
