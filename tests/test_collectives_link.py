@@ -189,3 +189,29 @@ def test_the_barrier_over_the_link_passes_tokens_round_the_ring():
         g.barrier()
         assert [d.queue(0).next_index - b for d, b in zip(g.devs, before, strict=True)] == [4, 4, 4]  # 2 rounds
         assert all(d.read_reg(d.link_base, regs.Link.TX_PACKETS) == 2 for d in g.devs)
+
+
+def test_the_timeline_has_a_group_per_chip_a_track_per_link_direction_and_each_collective(tmp_path):
+    import json
+
+    from dx1_bringup.cli import main
+    from dx1_bringup.timeline import link_timeline
+
+    with DeviceGroup.open("model:chips=3") as g:
+        g.link_log = []
+        b = g.alloc(3000)
+        g.all_reduce(b, chunk_bytes=1024)
+        data = link_timeline(g.link_log)
+        sends = [e for e in g.link_log if e.kind == "SEND"]
+        assert {e.rank for e in sends} == {0, 1, 2} and all(e.end > e.start for e in sends)
+        for r in range(3):
+            link = data.lanes(f"chip {r}", f"link {r}->{(r + 1) % 3}")
+            assert sum(len(t.slices) for t in link) == sum(e.rank == r for e in sends)
+            assert sum(e.nbytes for e in sends if e.rank == r) == 2 * 8 + 4 * 4000  # 2 tokens, 4 slots of 4000 B
+        (span,) = data.lanes("collectives", "rank 0")[0].slices
+        assert span.name == "all_reduce #0" and span.end_ns > span.start_ns
+    out = tmp_path / "link.json"
+    assert main(["collectives", "--device", "model:chips=2", "--bytes", "1024", "--iters", "1",
+                 "--timeline", str(out)]) == 0
+    names = {e.get("name") for e in json.loads(out.read_text())["traceEvents"]}
+    assert any(str(n).startswith("all_reduce #") for n in names)

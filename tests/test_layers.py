@@ -47,7 +47,7 @@ PARTS: dict[str, tuple[tuple[str, ...], frozenset[str]]] = {
                                                     "replay", "argtypes"})),
     "generate": (("dx1_bringup.generate",), frozenset({"spec", "gen", "gateware"})),
     "collectives": (("dx1_bringup.collectives",), frozenset({"spec", "perfmodel", "model", "driver", "runtime",
-                                                             "argtypes"})),
+                                                             "timeline", "argtypes"})),
     "bench": (("dx1_bringup.bench", "dx1_bringup.bench_collectives", "dx1_bringup.bench_scaling",
                "dx1_bringup.bench_simspeed", "dx1_bringup.bench_vector"),
               frozenset({"spec", "gateware", "perfmodel", "model", "driver", "runtime", "sim", "argtypes", "serving",

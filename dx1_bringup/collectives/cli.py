@@ -57,6 +57,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--seed", type=types.seed, default=1, help="seed of the inputs (default 1)")
     p.add_argument("--json", type=types.writable_file, default=None, metavar="FILE",
                    help="also write every row to FILE as JSON")
+    p.add_argument("--timeline", type=types.writable_file, default=None, metavar="FILE",
+                   help="over the chip link: write a timeline of every link command to FILE for ui.perfetto.dev "
+                        "(a group per chip, a track per link direction, each collective's span per rank; device "
+                        "cycles shown as ns); Chrome JSON for a .json FILE, else Perfetto protobuf")
     p.set_defaults(func=functools.partial(cmd_collectives, p))
 
 
@@ -79,6 +83,8 @@ def cmd_collectives(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     except (DriverError, OSError, ValueError) as e:
         print(f"dx1 collectives: cannot open {','.join(args.device)}: {e}", file=sys.stderr)
         return 2
+    if args.timeline:
+        group.link_log = []
     if args.root >= group.size:
         group.close()
         parser.error(f"argument --root: must be a rank of the group, 0 to {group.size - 1}, not {args.root}")
@@ -124,6 +130,11 @@ def cmd_collectives(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         return 1
     finally:
         group.close()
+    if args.timeline:
+        from ..timeline import link_timeline, write
+
+        write(link_timeline(group.link_log or []), args.timeline)
+        print(f"timeline of {len(group.link_log or [])} link commands written to {args.timeline}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=2)

@@ -128,6 +128,8 @@ class DeviceGroup:
         self.algorithm = algorithm
         #: Every rank is a chip of one ring board, in rank order: the link algorithm can run.
         self.has_link = link.usable(devs)
+        #: Set to a list to have the link algorithm log every command it runs (``timeline.LinkEvent``).
+        self.link_log: list | None = None
         self.chunk_bytes = chunk_bytes
         self.verify = verify
         self.owns = owns

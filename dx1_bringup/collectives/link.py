@@ -39,6 +39,7 @@ import numpy as np
 from dx1_driver import CommandError, Device, DeviceTimeout, DriverError, regs
 
 from ..spec import align_up
+from ..timeline import LinkEvent
 from .buffer import Buffer, segment
 from .call import Call
 from .errors import CollectiveTimeout
@@ -154,9 +155,12 @@ class _Run:
                               f"{where}: WAIT for {count} chunk(s) from rank {(self.c.rank - 1) % self.c.size}"))
 
     def execute(self) -> None:
-        """Submit the commands and collect their completions in order, each under the call's deadline."""
+        """Submit the commands and collect their completions in order, each under the call's deadline (and, when
+        the group keeps a ``link_log``, log each one with its start and end cycles)."""
         c = self.c
         batch = self.q.entries - 1
+        log = c.log
+        last = self.dev.cycles() if log is not None and self.cmds else 0
         for start in range(0, len(self.cmds), batch):
             part = self.cmds[start:start + batch]
             c.fabric.check(c.rank)
@@ -165,10 +169,12 @@ class _Run:
                 self.q.submit([cmd for cmd, _ in part], timeout=c.timeout)
             except (DriverError, OSError) as e:
                 raise c._failed("submitting link commands", e) from e
-            for _, where in part:
+            for cmd, where in part:
                 c.step(where)
                 try:
                     (done,) = self.q.wait(1, timeout=c.timeout, check=True)
+                    if log is not None:
+                        last = self._log(log, cmd, where, last, done.timestamp)
                 except CommandError as e:
                     raise c._failed(f"the command completed {regs.ErrorCode(e.code).name}", e) from e
                 except DeviceTimeout as e:
@@ -179,6 +185,16 @@ class _Run:
                     raise error from e
                 except (DriverError, OSError) as e:
                     raise c._failed("waiting for a link command", e) from e
+
+    def _log(self, log: list, cmd: bytes, where: str, start: int, stamp: int) -> int:
+        """Append the command's :class:`LinkEvent`; its end cycle (the completion's 31-bit stamp, unwrapped)."""
+        c = self.c
+        end = start - (start & 0x7FFF_FFFF) + stamp + (0x8000_0000 if stamp < (start & 0x7FFF_FFFF) else 0)
+        send = cmd[0] == regs.Opcode.SEND
+        length = int.from_bytes(cmd[16:20], "little") if send else 0
+        log.append(LinkEvent(c.rank, c.op, c.seq, where.split(":")[0], "SEND" if send else "WAIT",
+                             (c.rank + 1) % c.size if send else (c.rank - 1) % c.size, length, start, end))
+        return end
 
     def read(self, offset: int, nbytes: int) -> bytes:
         try:

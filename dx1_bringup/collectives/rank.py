@@ -188,7 +188,7 @@ class Rank:
                          red.describe() if red else (redop[0] if redop else None),
                          algorithm if buf else None, chunk if buf and algorithm == "ring" else None)
         call = Call(g.fabric, self.dev, self.rank, op, seq, timeout=timeout, chunk=chunk, verify=g.verify,
-                    reduction=red)
+                    reduction=red, log=getattr(g, "link_log", None))
         self._run(call, lambda: self._agree_and_move(call, Entry(fp, part, refused),
                                                      lambda: body(call, ALGORITHMS[algorithm])))
 
