@@ -215,3 +215,25 @@ def test_the_timeline_has_a_group_per_chip_a_track_per_link_direction_and_each_c
                  "--timeline", str(out)]) == 0
     names = {e.get("name") for e in json.loads(out.read_text())["traceEvents"]}
     assert any(str(n).startswith("all_reduce #") for n in names)
+
+
+def test_send_recv_between_neighbours_goes_over_the_link_and_others_through_the_host():
+    with DeviceGroup.open("model:chips=4", timeout=2) as g:
+        tx = regs.Link.TX_PACKETS
+
+        def sent(rank: int, port: int) -> int:
+            return g.devs[rank].read_reg(g.devs[rank].link_base, tx + 4 * port)
+
+        for src, dst, port in ((0, 1, 0), (2, 1, 1), (3, 0, 0), (0, 2, None)):
+            for count in (0, 1, 3, 777):
+                a = g.alloc(count)
+                data = inputs(1, count, src + count)[0]
+                g.write([a[src]], [data])
+                before = sent(src, port) if port is not None else [sent(src, p) for p in (0, 1)]
+                g.send_recv(a[src], a[dst], chunk_bytes=512)
+                assert np.array_equal(g.read([a[dst]])[0], data), (src, dst, count)
+                if port is None:
+                    assert [sent(src, p) for p in (0, 1)] == before
+                else:  # nothing to move for no elements
+                    assert sent(src, port) > before if count else sent(src, port) == before
+                g.free(a)

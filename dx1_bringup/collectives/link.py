@@ -45,7 +45,8 @@ from .call import Call
 from .errors import CollectiveTimeout
 from .reduction import Reduction
 
-__all__ = ["TILE", "usable", "supports", "barrier", "all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce"]
+__all__ = ["TILE", "usable", "supports", "port_to", "send", "recv", "barrier", "all_reduce", "reduce_scatter",
+           "all_gather", "broadcast", "reduce"]
 
 #: The tile whose queue runs the link commands.
 TILE = 0
@@ -57,6 +58,21 @@ _PORT_NEXT = 0
 def _sem(dev: Device) -> int:
     """The semaphore the link collectives count arrivals on: the device's last one."""
     return dev.caps.semaphores - 1
+
+
+def _p2p_sem(dev: Device) -> int:
+    """The semaphore point-to-point receives count arrivals on: the one before the collectives'."""
+    return max(0, dev.caps.semaphores - 2)
+
+
+def port_to(rank: int, peer: int, size: int) -> int | None:
+    """The link port from ``rank`` to ``peer`` in a ring of ``size``: 0 to the next, 1 to the previous, None when
+    ``peer`` is no neighbour."""
+    if peer == (rank + 1) % size:
+        return 0
+    if peer == (rank - 1) % size:
+        return 1
+    return None
 
 
 def usable(devs: list[Device]) -> bool:
@@ -109,11 +125,12 @@ class _Slots:
 class _Run:
     """One rank's link commands of one collective: its scratch area, the neighbour's, the command list."""
 
-    def __init__(self, c: Call, nbytes: int, itemsize: int):
+    def __init__(self, c: Call, nbytes: int, itemsize: int, *, port: int = _PORT_NEXT, sem: int | None = None):
         self.c = c
         self.dev = c.dev
         self.q = self.dev.queue(TILE)
-        self.sem = _sem(self.dev)
+        self.port = port
+        self.sem = _sem(self.dev) if sem is None else sem
         self.nbytes = nbytes
         self.addr = self.dev.alloc(nbytes + _ALIGN, _ALIGN)  # the last 8 bytes: the barrier's token
         self.peer_addr = 0
@@ -145,9 +162,10 @@ class _Run:
         self.peer_addr = addrs[(c.rank + 1) % c.size]
 
     def send(self, offset: int, length: int, op: int, where: str) -> None:
-        self.cmds.append((regs.send(tag=len(self.cmds) & 0xFFFF, op=op, port=_PORT_NEXT, src_addr=self.addr + offset,
+        peer = (self.c.rank + (1 if self.port == _PORT_NEXT else -1)) % self.c.size
+        self.cmds.append((regs.send(tag=len(self.cmds) & 0xFFFF, op=op, port=self.port, src_addr=self.addr + offset,
                                     dst_addr=self.peer_addr + offset, length=length, sem=self.sem, count=1),
-                          f"{where}: SEND of {length} bytes to rank {(self.c.rank + 1) % self.c.size}"))
+                          f"{where}: SEND of {length} bytes to rank {peer}"))
 
     def wait(self, count: int, where: str) -> None:
         if count:
@@ -192,8 +210,9 @@ class _Run:
         end = start - (start & 0x7FFF_FFFF) + stamp + (0x8000_0000 if stamp < (start & 0x7FFF_FFFF) else 0)
         send = cmd[0] == regs.Opcode.SEND
         length = int.from_bytes(cmd[16:20], "little") if send else 0
+        step = 1 if self.port == _PORT_NEXT else -1
         log.append(LinkEvent(c.rank, c.op, c.seq, where.split(":")[0], "SEND" if send else "WAIT",
-                             (c.rank + 1) % c.size if send else (c.rank - 1) % c.size, length, start, end))
+                             (c.rank + step) % c.size if send else (c.rank - step) % c.size, length, start, end))
         return end
 
     def read(self, offset: int, nbytes: int) -> bytes:
@@ -282,6 +301,45 @@ def _collective(c: Call, nbytes: int, itemsize: int, fill: Callable[[_Run], byte
         plan(run)
         run.execute()
         out(run)
+    finally:
+        run.free()
+
+
+def send(c: Call, buf: Buffer, dst: int) -> None:
+    """Rank ``c.rank`` sends ``buf`` to its neighbour ``dst`` (which calls :func:`recv`), chunk by chunk over the
+    link into the receiver's scratch area, whose address comes by the host's fabric."""
+    nbytes = align_up(buf.nbytes, _ALIGN)
+    run = _Run(c, nbytes, buf.dtype.itemsize, port=port_to(c.rank, dst, c.size), sem=_p2p_sem(c.dev))
+    try:
+        run.fill(_own(c, buf, buf.count))
+        c.step(f"link send to rank {dst}: waiting for its scratch address")
+        run.peer_addr = c.recv(dst, "link scratch")
+        for lo in range(0, nbytes, run.chunk_bytes):
+            run.send(lo, min(run.chunk_bytes, nbytes - lo), _WRITE, f"link send to rank {dst}")
+        run.execute()
+    finally:
+        run.free()
+
+
+def recv(c: Call, buf: Buffer, src: int) -> None:
+    """Receive into ``buf`` what neighbour ``src`` sends (:func:`send`): WAIT for each chunk, then store it."""
+    nbytes = align_up(buf.nbytes, _ALIGN)
+    run = _Run(c, nbytes, buf.dtype.itemsize, sem=_p2p_sem(c.dev))
+    try:
+        dev = c.dev
+        try:
+            dev.write_reg(dev.link_base, regs.Link.WINDOW_BASE, 0)
+            dev.write_reg(dev.link_base, regs.Link.WINDOW_LIMIT, dev.caps.mem_bytes)
+            dev.set_semaphore(run.sem, 0)
+        except (DriverError, OSError) as e:
+            raise c._failed("opening the link window", e) from e
+        c.send(src, "link scratch", run.addr)
+        chunks = len(range(0, nbytes, run.chunk_bytes))
+        run.wait(chunks, f"link recv from rank {src}")
+        run.execute()
+        c.step(f"link recv from rank {src}: storing")
+        if buf.count:
+            c.write(buf, 0, _values(run.read(0, buf.nbytes), buf.dtype))
     finally:
         run.free()
 
