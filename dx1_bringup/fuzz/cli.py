@@ -131,7 +131,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--out", default="build/diff-demo", help="folder for the captures (default build/diff-demo)")
     p.add_argument("--budget", type=types.positive, default=100, help="most shrink tests (default 100)")
     p.set_defaults(func=functools.partial(cmd_diff_demo, p))
-    p = sub.add_parser("fuzz-link", help="random SENDs compared on two boards of chips wired by the link",
+    p = sub.add_parser("fuzz-link", help="random SENDs compared on two boards (chip link)",
                        description="differential fuzzing of the chip link: seeded random SEND batches (every "
                                    "outcome, cut links, injected CRC errors) on two boards, compared after each batch")
     p.add_argument("--commands", type=types.positive, default=1000, help="SEND budget (default 1000)")
