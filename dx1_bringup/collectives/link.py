@@ -22,7 +22,9 @@ chunk goes on as soon as it is there (pipelined).
   last step its slot ``r`` holds the sum of every rank's segment ``r``.
 * all-gather, ``n - 1`` steps: at step ``t`` rank ``r`` sends slot ``r - t`` with WRITE.
 * all-reduce: reduce-scatter, then all-gather of the finished slots, on one scratch area.
-* broadcast: a chain from the root with WRITE; reduce: a chain from root + 1 ending at the root with ADD.
+* broadcast: a chain from the root with WRITE; reduce: a chain from root + 1 ending at the root with ADD; a
+  chain cuts finer than the call's chunk (:func:`~dx1_bringup.perfmodel.collectives.chain_chunk_bytes`), so its
+  pipeline fills quickly.
 * barrier: the token rounds alone (after the host's fingerprint exchange, which is a barrier of the hosts).
 
 A SEND that completes with an error (LINK_DOWN: a cut link; LINK_CRC; REMOTE_WINDOW) fails the rank, and so
@@ -38,6 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 from dx1_driver import CommandError, Device, DeviceTimeout, DriverError, regs
 
+from ..perfmodel.collectives import chain_chunk_bytes
 from ..spec import align_up
 from ..timeline import LinkEvent
 from .buffer import Buffer, segment
@@ -384,11 +387,12 @@ def _chain(run: _Run, nbytes: int, pos: int, op: int, name: str) -> None:
     """A chain of ``n`` ranks, this one at ``pos``: each chunk arrives from the one before, goes to the next."""
     n = run.c.size
     where = f"link {name}, hop {pos + 1} of {n}"
-    for lo in range(0, nbytes, run.chunk_bytes):
+    chunk = chain_chunk_bytes(nbytes, n, run.chunk_bytes)
+    for lo in range(0, nbytes, chunk):
         if pos > 0:
             run.wait(1, where)
         if pos < n - 1:
-            run.send(lo, min(run.chunk_bytes, nbytes - lo), op, where)
+            run.send(lo, min(chunk, nbytes - lo), op, where)
 
 
 def broadcast(c: Call, src: Buffer, dst: Buffer, count: int, root: int) -> None:

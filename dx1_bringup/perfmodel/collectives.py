@@ -17,7 +17,10 @@ from dataclasses import dataclass
 from ..spec import HEADER_BYTES, TRAILER_BYTES, ChipLinkConfig, align_up, ceil_div, send_cycles
 from .costs import COSTS
 
-__all__ = ["LinkCost", "link_cost", "predict_collective_cycles"]
+__all__ = ["LinkCost", "link_cost", "chain_chunk_bytes", "predict_collective_cycles"]
+
+#: The smallest piece a chain cuts a buffer into when it cuts it finer than the call's chunk.
+CHAIN_MIN_CHUNK = 4096
 
 #: Steps of each ring collective over ``n`` ranks.
 _RING_STEPS = {"all_reduce": lambda n: 2 * (n - 1), "reduce_scatter": lambda n: n - 1,
@@ -44,6 +47,14 @@ def link_cost(config: ChipLinkConfig | None = None) -> LinkCost:
     return LinkCost(alpha, beta, COSTS.sync_cycles)
 
 
+def chain_chunk_bytes(total: int, n: int, chunk_bytes: int) -> int:
+    """The piece a chain of ``n`` ranks (broadcast, reduce) sends ``total`` bytes in: the call's chunk, or finer,
+    about ``total / (8 n)`` (at least :data:`CHAIN_MIN_CHUNK`), so that the ``n - 2`` pieces the last rank trails
+    the first by cost little; a multiple of 8."""
+    fine = max(CHAIN_MIN_CHUNK, align_up(ceil_div(total, 8 * n), 8))
+    return max(8, min(chunk_bytes, fine) // 8 * 8)
+
+
 def predict_collective_cycles(op: str, n: int, count: int, itemsize: int, chunk_bytes: int,
                               config: ChipLinkConfig | None = None) -> float:
     """Predicted device cycles of ``op`` on ``count`` elements over ``n`` chips with the link algorithm."""
@@ -62,6 +73,7 @@ def _data_cycles(op: str, n: int, count: int, itemsize: int, chunk: int, cost: L
         return _RING_STEPS[op](n) * sum(cost.send(p) + cost.sync for p in pieces)
     if op in ("broadcast", "reduce"):
         total = align_up(count * itemsize, 8)
+        chunk = chain_chunk_bytes(total, n, chunk)
         pieces = [min(chunk, total - a) for a in range(0, total, chunk)]
         if n == 1 or not pieces:
             return 0.0
