@@ -45,7 +45,7 @@ def test_discovery(device):
     assert (caps.tiles, caps.array, caps.semaphores) == (2, 8, 16)
     assert (caps.spm_rows, caps.acc_rows, caps.mem_bytes) == (4096, 1024, 1 << 20)
     names = [b.type.name for b in device.blocks]
-    assert names == ["GLOBAL", "QUEUE", "QUEUE", "PERF", "PERF", "TRACE", "TRACE"]
+    assert names == ["GLOBAL", "QUEUE", "QUEUE", "PERF", "PERF", "TRACE", "TRACE", "LINK"]
 
 
 @pytest.mark.parametrize("size", [1, 3, 7, 8, 9, 63, pytest.param(4095, marks=pytest.mark.slow_on_serial)])

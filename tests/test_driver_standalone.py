@@ -132,7 +132,8 @@ def test_framework_backends_come_with_only_import_dx1_driver():
     assert result.returncode == 0, result.stderr
     assert result.stdout.split(" ", 2) == [
         "dx1_bringup.backends", "ModelTransport",
-        "('model', 'model:[tiles=T,banks=B,mem_mib=M,]FAULTS', 'sim', 'sim:tiles=T,banks=B,mem_mib=M', "
+        "('model', 'model:[tiles=T,banks=B,mem_mib=M,]FAULTS', 'model:chips=N[,tiles=T,...]', 'sim', "
+        "'sim:tiles=T,banks=B,mem_mib=M', "
         "'sim:verilog=PATH', 'sim:[...,]stall=UNIT[+UNIT...]', 'sim://HOST:PORT', 'serial:URL', 'pcie:BDF')\n"]
 
 

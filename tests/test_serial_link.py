@@ -370,7 +370,8 @@ def test_dx1_gemm_prints_the_link_statistics(capsys):
 
 def test_device_and_gemm(link):
     with Device(link) as dev:
-        assert [b.type.name for b in dev.blocks] == ["GLOBAL", "QUEUE", "QUEUE", "PERF", "PERF", "TRACE", "TRACE"]
+        assert [b.type.name for b in dev.blocks] == ["GLOBAL", "QUEUE", "QUEUE", "PERF", "PERF", "TRACE", "TRACE",
+                                                     "LINK"]
         a, b, bias = _gemm_operands(1, 33, 40, 17)
         post = PostOpParams(mult=181, shift=17, relu=True)
         out, _ = run_gemm(dev, a, b, bias, post)

@@ -27,7 +27,8 @@ class Call:
     """Rank ``rank``'s part in collective ``op`` number ``seq`` of a group of ``size`` ranks."""
 
     def __init__(self, fabric: Fabric, dev: Device, rank: int, op: str, seq: int, *, timeout: float,
-                 chunk: int, verify: bool, reduction: Reduction | None = None, lane: str = "coll"):
+                 chunk: int, verify: bool, reduction: Reduction | None = None, lane: str = "coll",
+                 log: list | None = None):
         self.fabric = fabric
         self.dev = dev
         self.rank = rank
@@ -39,6 +40,8 @@ class Call:
         self.verify = verify
         self.reduction = reduction
         self.lane = lane
+        #: Where the link algorithm logs its commands (the group's ``link_log``), or None.
+        self.log = log
         self.where = "start"
         fabric.enter(rank, op, seq, self.where)
 

@@ -14,7 +14,7 @@ from typing import Protocol
 
 from dx1_driver import Device
 
-from . import direct, ring
+from . import direct, link, ring
 from .buffer import Buffer, chunks, segment
 from .call import Call
 from .errors import CollectiveError, RankFailed
@@ -24,8 +24,9 @@ from .reduction import Reduction, reduction
 
 __all__ = ["ALGORITHMS", "Rank"]
 
-#: The algorithms: ``ring`` (chunked, pipelined, rank to rank) and ``direct`` (gather, reduce in rank order, scatter).
-ALGORITHMS = {"ring": ring, "direct": direct}
+#: The algorithms: ``ring`` (chunked, pipelined, rank to rank, through the host), ``direct`` (gather, reduce in rank
+#: order, scatter) and ``link`` (the ring over the chip-to-chip link: SEND and WAIT on the devices).
+ALGORITHMS = {"ring": ring, "direct": direct, "link": link}
 
 
 class Group(Protocol):
@@ -35,7 +36,8 @@ class Group(Protocol):
     size: int
     fabric: Fabric
     timeout: float
-    algorithm: str
+    algorithm: str | None
+    has_link: bool
     chunk_bytes: int
     verify: bool
 
@@ -102,8 +104,10 @@ class Rank:
                          lambda: _same_size(buf, dst) or self._check_root(root), **options)
 
     def barrier(self, *, timeout: float | None = None) -> None:
-        """Return once every rank has called it (a fingerprint exchange and nothing else)."""
-        self._collective("barrier", None, None, None, None, None, None, lambda c, alg: None, lambda: "",
+        """Return once every rank has called it (a fingerprint exchange; over the link, then the devices' token
+        barrier too, so every rank's queue has run everything before it)."""
+        self._collective("barrier", None, None, None, None, None, None,
+                         lambda c, alg: link.barrier(c) if self.group.has_link else None, lambda: "",
                          timeout=timeout)
 
     # -- point to point ----------------------------------------------------------------------------
@@ -136,6 +140,8 @@ class Rank:
                  itemsize: int) -> tuple[str, int, float]:
         g = self.group
         algorithm = g.algorithm if algorithm is None else algorithm
+        if algorithm is None:  # the group's default: the link when every rank has one
+            algorithm = "link" if g.has_link else "ring"
         chunk_bytes = g.chunk_bytes if chunk_bytes is None else chunk_bytes
         timeout = g.timeout if timeout is None else timeout
         if algorithm not in ALGORITHMS:
@@ -151,6 +157,7 @@ class Rank:
                     body: Callable[[Call, object], None], check: Callable[[], str], *,
                     algorithm: str | None = None, chunk_bytes: int | None = None,
                     timeout: float | None = None) -> None:
+        options = {"algorithm": algorithm}
         g = self.group
         g.fabric.check(self.rank)
         seq = self.seq
@@ -169,11 +176,19 @@ class Rank:
                 red = reduction(redop[0], buf.dtype, g.size, redop[1])
             except ValueError as e:
                 refused = str(e)
+        if algorithm == "link" and buf is not None and not refused:
+            why = link.supports(op, buf.dtype, red) or ("" if g.has_link else
+                                                        "the link algorithm needs every rank to be a chip of one "
+                                                        "ring board, in rank order")
+            if why and (options.get("algorithm") or g.algorithm) == "link":
+                refused = why
+            elif why:  # the default: what the link cannot do takes the host-staged ring
+                algorithm = "ring"
         fp = Fingerprint(seq, op, buf.dtype.name if buf else None, shape, root,
                          red.describe() if red else (redop[0] if redop else None),
                          algorithm if buf else None, chunk if buf and algorithm == "ring" else None)
         call = Call(g.fabric, self.dev, self.rank, op, seq, timeout=timeout, chunk=chunk, verify=g.verify,
-                    reduction=red)
+                    reduction=red, log=getattr(g, "link_log", None))
         self._run(call, lambda: self._agree_and_move(call, Entry(fp, part, refused),
                                                      lambda: body(call, ALGORITHMS[algorithm])))
 
@@ -198,7 +213,10 @@ class Rank:
         self._p2p[(src, dst)] = seq + 1
         call = Call(g.fabric, self.dev, self.rank, f"{op} {src}->{dst}", seq, timeout=timeout, chunk=chunk,
                     verify=g.verify, lane="p2p")
-        mine = Fingerprint(seq, "send/recv", buf.dtype.name, buf.shape, None, None, None, chunk)
+        # Neighbours of a board move the data over the link; other pairs through the host.
+        over_link = g.has_link and link.port_to(src, dst, g.size) is not None
+        mine = Fingerprint(seq, "send/recv", buf.dtype.name, buf.shape, None, None, "link" if over_link else None,
+                           chunk)
 
         def move() -> None:
             if op == "send":
@@ -208,6 +226,9 @@ class Rank:
                 verdict = call.recv(dst, "verdict")
                 if verdict is not None:
                     raise verdict.seen_by(self.rank)
+                if over_link:
+                    link.send(call, buf, dst)
+                    return
                 for lo, hi in chunks(0, buf.count, chunk):
                     call.step(f"send {src}->{dst}, elements {lo}..{hi}")
                     call.send(dst, f"p2p:{lo}", call.read(buf, lo, hi))
@@ -222,6 +243,9 @@ class Rank:
                 call.send(src, "verdict", verdict)
                 if verdict is not None:
                     raise verdict.seen_by(self.rank)
+                if over_link:
+                    link.recv(call, buf, src)
+                    return
                 for lo, hi in chunks(0, buf.count, chunk):
                     call.step(f"recv {src}->{dst}, elements {lo}..{hi}")
                     call.write(buf, lo, call.recv(src, f"p2p:{lo}"))

@@ -131,3 +131,35 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--out", default="build/diff-demo", help="folder for the captures (default build/diff-demo)")
     p.add_argument("--budget", type=types.positive, default=100, help="most shrink tests (default 100)")
     p.set_defaults(func=functools.partial(cmd_diff_demo, p))
+    p = sub.add_parser("fuzz-link", help="random SENDs compared on two boards (chip link)",
+                       description="differential fuzzing of the chip link: seeded random SEND batches (every "
+                                   "outcome, cut links, injected CRC errors) on two boards, compared after each batch")
+    p.add_argument("--commands", type=types.positive, default=1000, help="SEND budget (default 1000)")
+    p.add_argument("--seed", type=types.seed, default=1, help="seed of the whole run (default 1)")
+    p.add_argument("--boards", default="model:chips=4;model:chips=4", metavar="A;B",
+                   help="the two boards' device strings, the reference first, separated by ';' (default "
+                        "model:chips=4;model:chips=4)")
+    p.set_defaults(func=cmd_fuzz_link)
+
+
+def cmd_fuzz_link(args: argparse.Namespace) -> int:
+    """Run :func:`~dx1_bringup.fuzz.link.link_fuzz` and print what ran; exit 0 when the boards agreed, 1 when not,
+    2 when a board did not open."""
+    from .link import link_fuzz
+
+    boards = args.boards.split(";")
+    if len(boards) != 2:
+        print(f"dx1 fuzz-link: --boards must be two device strings separated by ';', not {args.boards!r}",
+              file=sys.stderr)
+        return 2
+    try:
+        report = link_fuzz((boards[0], boards[1]), commands=args.commands, seed=args.seed)
+    except ValueError as e:
+        print(f"dx1 fuzz-link: {e}", file=sys.stderr)
+        return 2
+    outcomes = ", ".join(f"{name} {n}" for name, n in sorted(report.outcomes.items()))
+    faults = ", ".join(f"{name} {n}" for name, n in sorted(report.faults.items())) or "none"
+    print(f"dx1 fuzz-link: {report.commands} SENDs in {report.batches} batches on {report.chips} chips, seed "
+          f"{report.seed}: {outcomes}; faults: {faults}")
+    print(f"dx1 fuzz-link: {'the boards agree' if report.ok else 'MISMATCH: ' + report.mismatch}")
+    return 0 if report.ok else 1
