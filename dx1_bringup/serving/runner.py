@@ -485,10 +485,11 @@ class ModelRunner:
         softmax = _Phase(self)
         for i, item in enumerate(items):
             # The sequence's query rows are rows start .. of the causal softmax over the whole context: the
-            # views begin `start` rows before the scores, so that row `start` is the first query's.
+            # views begin `start` rows before the scores, so that row `start` is the first query's.  Only the
+            # `count` rows P V reads (a decode step's one, not its chunk of padded query columns).
             stride = heads * keys[i]
             softmax.kernel(self.softmax[li], Mem(s_addrs[i] - item.start * stride, stride),
-                           Mem(p_addrs[i] - item.start * stride, stride), (item.start, cols[i]), stride)
+                           Mem(p_addrs[i] - item.start * stride, stride), (item.start, item.count), stride)
         softmax.run()
 
     def close(self) -> None:
