@@ -19,8 +19,9 @@ def _engine_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--block-size", type=types.positive, default=16, help="KV-cache block size in tokens (default 16)")
     p.add_argument("--num-blocks", type=types.positive, default=128, help="KV-cache blocks per device (default 128)")
     p.add_argument("--max-num-seqs", type=types.positive, default=16, help="sequences in one step at most (default 16)")
-    p.add_argument("--max-num-batched-tokens", type=types.positive, default=512,
-                   help="the token budget of one step (default 512)")
+    p.add_argument("--max-num-batched-tokens", type=types.positive, default=128,
+                   help="the token budget of one step, at least the context (default 128: a step of 512 tokens "
+                        "does not fit the 1 MiB device beside the weights and 128 KV blocks)")
     p.add_argument("--preemption", choices=("recompute", "swap"), default="recompute",
                    help="a preempted sequence is recomputed later (default) or its KV blocks swapped to host memory")
     p.add_argument("--num-host-blocks", type=types.positive, default=128,
