@@ -6,7 +6,7 @@ import json
 
 from serving_lm import tiny_model
 
-from dx1_bringup.serving.bench import LoadSpec, bench_serving, make_workload, table
+from dx1_bringup.serving.bench import LoadSpec, bench_device_clock, bench_serving, make_workload, table
 from dx1_bringup.serving.engine import EngineConfig
 
 
@@ -30,3 +30,17 @@ def test_continuous_and_static_serve_the_same_tokens_and_static_wastes_more_cach
     saved = json.loads((tmp_path / "bench.json").read_text())
     assert [r["mode"] for r in saved["results"]] == ["continuous", "static"]
     assert "continuous / static" in table(results)
+
+
+def test_the_device_clock_replay_counts_device_time_only_and_serves_every_token():
+    spec = LoadSpec(requests=12, rate=2000.0, prompt_len=(4, 10), output_len=(2, 20), seed=1)
+    clock = 50e6
+    continuous, static = bench_device_clock("model", tiny_model(), spec,
+                                            EngineConfig(num_blocks=24, block_size=8, max_num_seqs=4), clock)
+    want = sum(n for *_, n in make_workload(spec, tiny_model().calibration, 32))
+    for r in (continuous, static):
+        assert r.output_tokens == want and r.requests == 12
+        busy = r.cycles_per_token * r.output_tokens / clock  # every step's device time; idle gaps come on top
+        assert busy <= r.seconds * (1 + 1e-9) and len(r.ttfts) == 12
+    assert continuous.steps < static.steps  # iteration-level: no step waits for a batch to drain
+    assert "ms" in table([continuous, static], ms=True).splitlines()[0]

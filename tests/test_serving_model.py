@@ -58,7 +58,8 @@ def test_batched_paged_greedy_output_equals_the_unpaged_reference(model, dev, bl
         assert engine.scheduler.preemptions > 0
     if preemption == "swap":  # every preemption swapped out and back in, none recomputed
         assert engine.scheduler.swap_outs == engine.scheduler.swap_ins == engine.scheduler.preemptions
-        assert engine.runner.stats.swapped_out == engine.runner.stats.swapped_in > 0
+        # every block swapped out came back: copied from host memory, or shared again with a block still on it
+        assert engine.runner.stats.swapped_out == engine.runner.stats.swapped_in + engine.blocks.swap_in_hits > 0
     if batching == "continuous" and num_blocks > 6 and block_size <= 16:
         assert engine.blocks.prefix_hits > 0  # the prompts share "From fairest creatures"
     engine.close()

@@ -156,6 +156,28 @@ def test_a_tight_cache_swaps_the_newest_out_and_back_in_with_its_computed_positi
     assert sched.swap_outs > 0 and sched.swap_ins == sched.swap_outs
     assert sched.preemptions == sched.swap_outs  # enough host blocks: nothing was recomputed
     assert all(seq.num_completion_tokens == 20 for seq in every)
+    assert sched.blocks.swap_in_hits > 0  # the shared prompt blocks came back shared, not copied
+
+
+def test_a_swap_in_shares_the_blocks_another_sequence_still_holds_and_copies_only_the_rest():
+    bm = BlockManager(8, 4, num_host_blocks=8)
+    parent = Sequence(list(range(9)))  # two full blocks and one token
+    bm.allocate(parent)
+    parent.num_computed_tokens = 9
+    child = Sequence(list(range(9)))
+    bm.fork(parent, child)
+    child.token_ids.append(42)
+    bm.append_slot(child)  # the shared partial block copied for the child
+    child.num_computed_tokens = 10
+    child.token_ids.append(43)
+    shared, own = parent.block_table[:2], child.block_table[2]
+    out = bm.swap_out(child)
+    assert [d for d, _ in out] == [*shared, own]
+    assert bm.ref_counts[shared[0]] == bm.ref_counts[shared[1]] == 1
+    back = bm.swap_in(child)
+    assert child.block_table[:2] == shared and bm.ref_counts[shared[0]] == bm.ref_counts[shared[1]] == 2
+    assert len(back) == 1 and back[0][1] == child.block_table[2] and bm.swap_in_hits == 2
+    assert bm.num_free_host == 8
 
 
 def test_with_the_host_blocks_full_a_swap_falls_back_to_recompute():

@@ -157,6 +157,8 @@ def test_a_device_that_fails_mid_generation_hands_its_streams_to_another_replica
                                                                   "stream": True}, timeout=60) as r:
             chunks = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
         assert not engines[0].healthy and engines[1].healthy
+        health = httpx.get(f"{url}/health", timeout=10).json()
+        assert health["status"] == "degraded" and health["failed"] == [f"model:{window}"]
         texts = ["", ""]
         for c in chunks[:-1]:
             texts[c["choices"][0]["index"]] += c["choices"][0]["text"]

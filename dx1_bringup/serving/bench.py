@@ -8,6 +8,11 @@ every request is streamed with httpx, and the run reports output tokens per seco
 inter-token latency at p50 and p99, the KV cache's utilisation (blocks in use over blocks) and waste (slots
 in used blocks that hold no token; static batching reserves every request's longest length up front),
 preemptions (and of them the swaps to host memory) and prefix-cache hits.
+
+The seconds over HTTP are the host's: on the golden model they are the Python model's time, and on a shared
+host they vary with everything else it runs.  :func:`bench_device_clock` replays the same kind of load on the
+engine in the device's own time (each step's device cycles at a clock rate), so throughput and latencies are
+those of DX-1 alone and the same on every run.
 """
 
 from __future__ import annotations
@@ -27,7 +32,8 @@ from .metrics import ServingMetrics
 from .quant_model import QuantCharLM
 from .server import MODEL_NAME, create_app, open_engines, serve_in_thread
 
-__all__ = ["LoadSpec", "ModeResult", "bench_serving", "make_workload", "table"]
+__all__ = ["LoadSpec", "ModeResult", "bench_device_clock", "bench_serving", "make_workload", "run_device_clock",
+           "table"]
 
 
 @dataclass(frozen=True)
@@ -138,21 +144,89 @@ def run_mode(device: str, model: QuantCharLM, config: EngineConfig, workload: li
                       len(samples), cycles / tokens if tokens else 0.0, ttfts, itls)
 
 
-def table(results: list[ModeResult]) -> str:
-    """The side-by-side table, with the ratio of continuous to static throughput."""
-    lines = [f"{'batching':<11} {'req':>4} {'tokens':>6} {'s':>6} {'tok/s':>6} {'TTFT p50':>9} {'p99':>7} "
-             f"{'ITL p50':>8} {'p99':>7} {'KV util':>7} {'waste':>6} {'preempt':>7} {'swaps':>5} {'hits':>5} "
+def run_device_clock(device: str, model: QuantCharLM, config: EngineConfig, workload: list[tuple[float, str, int]],
+                     clock_hz: float) -> ModeResult:
+    """Replay ``workload`` on the engine in the device's time: no HTTP, no host time.
+
+    The clock starts at 0 and advances only by each step's device cycles at ``clock_hz``; a request is added
+    once the clock has passed its arrival, and the engine idles to the next arrival when nothing is left to
+    run.  Throughput and latencies are then those of the device alone (deterministic, whatever else the host
+    runs), which a loaded shared host cannot give over HTTP.
+    """
+    from dx1_driver import Device
+
+    from .sequence import SamplingParams
+
+    with Device.open(device) as dev:
+        engine = LLMEngine(dev, model, config)
+        try:
+            now, arrived, idle = 0.0, 0, 0
+            sent: dict[str, float] = {}
+            times: dict[str, list[float]] = {}
+            samples: list[tuple[int, int, int]] = []
+            while arrived < len(workload) or engine.has_unfinished:
+                while arrived < len(workload) and workload[arrived][0] <= now:
+                    _, prompt, max_tokens = workload[arrived]
+                    rid = f"r{arrived}"
+                    engine.add_request(rid, prompt, SamplingParams(max_tokens=max_tokens, temperature=0))
+                    sent[rid], times[rid] = workload[arrived][0], []
+                    arrived += 1
+                if not engine.has_unfinished:
+                    now = workload[arrived][0]
+                    continue
+                before = engine.runner.stats.cycles
+                events = engine.step()
+                idle = idle + 1 if engine.runner.stats.cycles == before else 0
+                if idle > 2:
+                    raise RuntimeError(f"the {config.batching} scheduler ran nothing for 3 steps with requests waiting")
+                now += (engine.runner.stats.cycles - before) / clock_hz
+                filled, allocated = engine.kv_slots()
+                samples.append((filled, allocated, engine.blocks.num_used))
+                for event in events:
+                    times[event.request_id].append(now)
+            stats, preemptions = engine.runner.stats, engine.scheduler.preemptions
+            swaps, hits = engine.scheduler.swap_outs, engine.blocks.prefix_hits
+        finally:
+            engine.close()
+    seconds = now - workload[0][0]
+    ttfts = [t[0] - sent[r] for r, t in times.items() if t]
+    itls = [b - a for t in times.values() for a, b in zip(t, t[1:], strict=False)]
+    tokens = sum(len(t) for t in times.values())
+    allocated = sum(x[1] for x in samples)
+    return ModeResult(config.batching, len(times), tokens, seconds, tokens / seconds, _pct(ttfts, 50), _pct(ttfts, 99),
+                      _pct(itls, 50), _pct(itls, 99), float(np.mean([x[2] / config.num_blocks for x in samples])),
+                      1 - sum(x[0] for x in samples) / allocated if allocated else 0.0, preemptions, swaps, hits,
+                      len(samples), stats.cycles / tokens if tokens else 0.0, ttfts, itls)
+
+
+def bench_device_clock(device: str, model: QuantCharLM, spec: LoadSpec, config: EngineConfig,
+                       clock_hz: float = 50e6) -> list[ModeResult]:
+    """Both modes replayed on the device's clock (:func:`run_device_clock`) under the same seeded load."""
+    workload = make_workload(spec, model_texts(model), model.config.context)
+    return [run_device_clock(device, model, EngineConfig(**{**asdict(config), "batching": mode}), workload, clock_hz)
+            for mode in ("continuous", "static")]
+
+
+def table(results: list[ModeResult], *, ms: bool = False) -> str:
+    """The side-by-side table, with the ratio of continuous to static throughput and p99 latencies; times in
+    milliseconds with ``ms`` (the device-clock replay), else in seconds."""
+    f, u = (1000.0, "ms") if ms else (1.0, "s")
+    lines = [f"{'batching':<11} {'req':>4} {'tokens':>6} {u:>6} {'tok/s':>6} {'TTFT p50':>9} {'p99':>8} "
+             f"{'ITL p50':>8} {'p99':>8} {'KV util':>7} {'waste':>6} {'preempt':>7} {'swaps':>5} {'hits':>5} "
              f"{'steps':>5} {'cyc/tok':>8}"]
     for r in results:
-        lines.append(f"{r.mode:<11} {r.requests:>4} {r.output_tokens:>6} {r.seconds:>6.1f} {r.tokens_per_second:>6.1f} "
-                     f"{r.ttft_p50:>8.2f}s {r.ttft_p99:>6.2f}s {r.itl_p50:>7.3f}s {r.itl_p99:>6.3f}s "
-                     f"{r.kv_utilisation:>7.1%} {r.kv_waste:>6.1%} {r.preemptions:>7} {r.swaps:>5} {r.prefix_hits:>5} "
-                     f"{r.steps:>5} {r.cycles_per_token:>8.0f}")
+        lines.append(f"{r.mode:<11} {r.requests:>4} {r.output_tokens:>6} {r.seconds * f:>6.1f} "
+                     f"{r.tokens_per_second:>6.1f} {r.ttft_p50 * f:>7.2f}{u:<2} {r.ttft_p99 * f:>6.2f}{u:<2} "
+                     f"{r.itl_p50 * f:>6.3f}{u:<2} {r.itl_p99 * f:>6.3f}{u:<2} {r.kv_utilisation:>7.1%} "
+                     f"{r.kv_waste:>6.1%} {r.preemptions:>7} {r.swaps:>5} {r.prefix_hits:>5} {r.steps:>5} "
+                     f"{r.cycles_per_token:>8.0f}")
     by = {r.mode: r for r in results}
     if {"continuous", "static"} <= by.keys():
         c, st = by["continuous"], by["static"]
         lines.append(f"continuous / static: {c.tokens_per_second / st.tokens_per_second:.2f}x the tokens/s, "
-                     f"{st.cycles_per_token / c.cycles_per_token:.2f}x fewer device cycles per token")
+                     f"{st.cycles_per_token / c.cycles_per_token:.2f}x fewer device cycles per token; p99 TTFT "
+                     f"{c.ttft_p99 / st.ttft_p99:.2f}x and p99 inter-token latency {c.itl_p99 / st.itl_p99:.2f}x "
+                     f"static's")
     return "\n".join(lines)
 
 

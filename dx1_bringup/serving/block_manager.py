@@ -14,9 +14,11 @@ Device memory for keys and values is cut into ``num_blocks`` blocks of ``block_s
 * **Copy-on-write.**  Appending to a block whose count is above 1 first copies it into a fresh block: the
   caller (the model runner) does the copies :meth:`BlockManager.append_slot` returns before the step runs.
 * **Swapping.**  ``num_host_blocks`` blocks of host memory take a preempted sequence's blocks
-  (:meth:`BlockManager.swap_out`, vLLM's swap-out) and give them back to fresh device blocks later
+  (:meth:`BlockManager.swap_out`, vLLM's swap-out) and give them back to device blocks later
   (:meth:`BlockManager.swap_in`); the caller moves the data.  A block shared with another sequence is
-  copied to the host like any other (the other keeps the device block), so sharing is not restored.
+  copied to the host like any other (the other keeps the device block); at swap-in each full block is first
+  looked up in the prefix cache, so one that another sequence still holds (or a freed block not yet reused)
+  is shared again and not copied back: sharing survives the swap wherever the block survived on the device.
 
 Nothing here touches a device: the block ids are turned into addresses by the model runner.
 """
@@ -80,6 +82,8 @@ class BlockManager:
         #: Full blocks looked up in the prefix cache, and how many were found.
         self.prefix_queries = 0
         self.prefix_hits = 0
+        #: Blocks a swap-in found on the device (shared again, not copied back from host memory).
+        self.swap_in_hits = 0
 
     # -- state -----------------------------------------------------------------------------------
 
@@ -274,8 +278,9 @@ class BlockManager:
         return len(seq.host_table) + 1 <= self.num_free
 
     def swap_in(self, seq: Sequence) -> list[tuple[int, int]]:
-        """Fresh device blocks for the sequence's host blocks; returns the ``(host, device)`` copies to make
-        before the step runs.  Its full computed blocks re-enter the prefix cache under their chained hashes.
+        """Device blocks for the sequence's host blocks; returns the ``(host, device)`` copies to make before
+        the step runs.  A full computed block whose chained hash and tokens the prefix cache holds takes that
+        device block (shared, no copy); the others get fresh blocks and re-enter the prefix cache.
 
         Raises
         ------
@@ -287,14 +292,25 @@ class BlockManager:
         if len(seq.host_table) > self.num_free:
             raise ValueError(f"sequence {seq.seq_id} needs {len(seq.host_table)} free blocks to swap in; "
                              f"{self.num_free} are free")
-        table = [self._take_free() for _ in seq.host_table]
-        pairs = list(zip(seq.host_table, table, strict=True))
+        full = seq.num_computed_tokens // self.block_size if self.prefix_caching else 0
+        hashes = self._hashes(seq, full)
+        table, pairs = [], []
+        for i, host in enumerate(seq.host_table):
+            tokens = tuple(seq.block_tokens(i, self.block_size)) if i < full else None
+            block = self._by_hash.get(hashes[i]) if i < full else None
+            if block is not None and self.block_tokens[block] == tokens:
+                if self.ref_counts[block] == 0:
+                    del self._free[block]
+                self.ref_counts[block] += 1
+                self.swap_in_hits += 1
+            else:
+                block = self._take_free()
+                pairs.append((host, block))
+                if tokens is not None:
+                    self._register(block, hashes[i], tokens)
+            table.append(block)
         self.free_host(seq)
         seq.block_table = table
-        if self.prefix_caching:
-            full = seq.num_computed_tokens // self.block_size
-            for i, h in enumerate(self._hashes(seq, full)):
-                self._register(table[i], h, tuple(seq.block_tokens(i, self.block_size)))
         return pairs
 
     def free_host(self, seq: Sequence) -> None:

@@ -19,8 +19,9 @@ def _engine_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--block-size", type=types.positive, default=16, help="KV-cache block size in tokens (default 16)")
     p.add_argument("--num-blocks", type=types.positive, default=128, help="KV-cache blocks per device (default 128)")
     p.add_argument("--max-num-seqs", type=types.positive, default=16, help="sequences in one step at most (default 16)")
-    p.add_argument("--max-num-batched-tokens", type=types.positive, default=512,
-                   help="the token budget of one step (default 512)")
+    p.add_argument("--max-num-batched-tokens", type=types.positive, default=128,
+                   help="the token budget of one step, at least the context (default 128: a step of 512 tokens "
+                        "does not fit the 1 MiB device beside the weights and 128 KV blocks)")
     p.add_argument("--preemption", choices=("recompute", "swap"), default="recompute",
                    help="a preempted sequence is recomputed later (default) or its KV blocks swapped to host memory")
     p.add_argument("--num-host-blocks", type=types.positive, default=128,
@@ -108,7 +109,9 @@ def cmd_lm_sample(args: argparse.Namespace) -> int:
 
 def bench_section(args: argparse.Namespace) -> dict:
     """``dx1 bench serving``: run the serving bench with the ``--serving-*`` options; its figures and table."""
-    from .bench import LoadSpec, bench_serving, table
+    import dataclasses
+
+    from .bench import LoadSpec, bench_device_clock, bench_serving, table
     from .charlm import DEFAULT_CHECKPOINT, load_checkpoint
     from .engine import EngineConfig
     from .quant_model import QuantCharLM
@@ -120,12 +123,23 @@ def bench_section(args: argparse.Namespace) -> dict:
                           max_num_seqs=args.serving_max_num_seqs, preemption=args.serving_preemption,
                           num_host_blocks=args.serving_num_host_blocks)
     results = bench_serving(args.serving_device, model, spec, config, png=args.serving_png)
-    head = (f"Serving on {args.serving_device}: {spec.requests} requests, Poisson at {spec.rate}/s, prompts "
-            f"{spec.prompt_len[0]}-{spec.prompt_len[1]} and outputs {spec.output_len[0]}-{spec.output_len[1]} "
-            f"characters, blocks of {config.block_size}, {config.num_blocks} blocks, {config.max_num_seqs} "
-            f"sequences a step at most, preemption by {config.preemption} (figure: {args.serving_png})")
-    return {"device": args.serving_device, "table": head + "\n" + table(results),
-            "results": [{k: v for k, v in vars(r).items() if k not in ("ttfts", "itls")} for r in results]}
+    lengths = (f"prompts {spec.prompt_len[0]}-{spec.prompt_len[1]} and outputs {spec.output_len[0]}-"
+               f"{spec.output_len[1]} characters, blocks of {config.block_size}, {config.num_blocks} blocks, "
+               f"{config.max_num_seqs} sequences and {config.max_num_batched_tokens} tokens a step at most, "
+               f"preemption by {config.preemption}")
+    head = (f"Serving on {args.serving_device} over HTTP: {spec.requests} requests, Poisson at {spec.rate}/s, "
+            f"{lengths} (figure: {args.serving_png})")
+    out = {"device": args.serving_device, "table": head + "\n" + table(results),
+           "results": [{k: v for k, v in vars(r).items() if k not in ("ttfts", "itls")} for r in results]}
+    if not args.serving_no_clock:
+        clock = dataclasses.replace(spec, rate=args.serving_clock_rate)
+        replay = bench_device_clock(args.serving_device, model, clock, config, args.serving_clock_mhz * 1e6)
+        out["table"] += (f"\n\nThe same on the device's clock ({args.serving_clock_mhz:g} MHz, no HTTP, no host "
+                         f"time): {clock.requests} requests, Poisson at {clock.rate:g}/s, {lengths}\n"
+                         + table(replay, ms=True))
+        out["device_clock"] = {"mhz": args.serving_clock_mhz, "rate": clock.rate, "results": [
+            {k: v for k, v in vars(r).items() if k not in ("ttfts", "itls")} for r in replay]}
+    return out
 
 
 def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
@@ -149,6 +163,12 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
                    help="preemption by recompute (default) or by swapping KV blocks to host memory")
     g.add_argument("--serving-num-host-blocks", type=types.positive, default=128,
                    help="host-memory KV blocks for --serving-preemption swap (default 128)")
+    g.add_argument("--serving-clock-rate", type=types.seconds, default=100.0, metavar="PER_SECOND",
+                   help="arrivals per second of the replay on the device's clock (default 100)")
+    g.add_argument("--serving-no-clock", action="store_true",
+                   help="leave out the replay on the device's clock (HTTP only)")
+    g.add_argument("--serving-clock-mhz", type=types.seconds, default=50.0, metavar="MHZ",
+                   help="the device clock of that replay in MHz (default 50, the simulated SoC's)")
     g.add_argument("--serving-png", default="build/bench-serving.png", type=types.writable_file,
                    help="throughput and latency CDFs (default build/bench-serving.png)")
 

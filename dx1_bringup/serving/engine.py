@@ -36,7 +36,9 @@ class EngineConfig:
     num_blocks: int = 128
     block_size: int = 16
     max_num_seqs: int = 16
-    max_num_batched_tokens: int = 512
+    #: The scheduler's token budget (the context at least).  128: the scratch of a step of 512 tokens does not
+    #: fit the 1 MiB of the golden model's device beside the weights and 128 KV blocks.
+    max_num_batched_tokens: int = 128
     batching: str = "continuous"
     prefix_caching: bool = True
     preemption: str = "recompute"

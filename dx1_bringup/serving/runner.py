@@ -12,9 +12,10 @@ integer math as :mod:`.quant_model`'s reference: the int8 residual stream stays 
 half of ``[x | A]`` and ``[x2 | M]`` (the output projection and the MLP write beside it), and a step's only
 transfers are the embeddings in and the logits out.  Per layer:
 
-1. ``h = LN1(x)``, ``h^T``; the transposed queries, the keys and the values of the whole batch are one
-   GEMM each; then COPY commands move each sequence's new key and value rows into their slots in its blocks
-   (one COPY per run of positions in physically consecutive blocks);
+1. ``h = LN1(x)``; the queries, the keys and the values of the whole batch are one GEMM each, and each
+   sequence's rows of ``Q`` are transposed into its columns of ``Q^T`` (without a vector unit the host
+   writes ``h^T`` and ``Q^T = Wq h^T`` is the GEMM); then COPY commands move each sequence's new key and
+   value rows into their slots in its blocks (one COPY per run of positions in physically consecutive blocks);
 2. attention reads the keys through the block table: per sequence, head and run of consecutive blocks of its
    table, ``S^T_run = K_run Q^T`` writes those blocks' rows of the scores;
 3. each head's ``S^T`` transposed into the sequence's ``S`` (heads side by side), whose rows are rows
@@ -204,8 +205,12 @@ class ModelRunner:
             out[name] = pad_operand(a, shape)
 
         for i, layer in enumerate(self.model.layers):
-            for name in ("wq", "wk_t", "wv_t", "wo_t", "w1_t", "w2_t", "bo", "b1", "b2"):
+            for name in ("wk_t", "wv_t", "wo_t", "w1_t", "w2_t", "bo", "b1", "b2"):
                 const(f"{i}.{name}", getattr(layer, name))
+            if self.dev.caps.vector:  # Q = h Wq^T, transposed per sequence on the vector unit
+                const(f"{i}.wq_t", np.ascontiguousarray(layer.wq.T))
+            else:  # Q^T = Wq h^T from the host's h^T
+                const(f"{i}.wq", layer.wq)
         const("head_t", self.model.head_t)
         return out
 
@@ -336,7 +341,6 @@ class ModelRunner:
 
         try:
             fp = padded(c.ffn, arr)
-            # h has a chunk of rows to spare: a sequence's transposition reads whole chunks of rows.
             o_addr, a_addr, m_addr, k_addr, v_addr, hf_addr = (alloc(t * d) for _ in range(6))
             # On the vector unit the residual stream stays in device memory: [x | A] and [x2 | M], each
             # block's output written beside the stream by its GEMM.
@@ -346,32 +350,37 @@ class ModelRunner:
                 a_addr, m_addr, out_stride = xa + d, xm + d, 2 * d
             else:
                 out_stride = d
-            h_addr, f_addr, ht_addr, qt_addr = alloc((t + arr) * d), alloc(t * fp), alloc(d * tq), alloc(d * tq)
+            h_addr, f_addr, qt_addr = alloc(t * d), alloc(t * fp), alloc(d * tq)
+            # Q has a chunk of rows to spare: a sequence's transposition reads whole chunks of rows.
+            q_addr, ht_addr = (alloc((t + arr) * d), 0) if vec else (0, alloc(d * tq))
             st_addrs = [[alloc(lp * w) for _ in range(heads)] for lp, w in zip(keys, cols, strict=True)]
             # S and P: a sequence's query rows, each head's keys side by side.
             s_addrs = [alloc(w * heads * lp) if vec else 0 for lp, w in zip(keys, cols, strict=True)]
             p_addrs = [alloc(w * heads * lp) for lp, w in zip(keys, cols, strict=True)]
             for li, layer in enumerate(model.layers):
-                if vec:  # then each sequence's rows (and the next ones, as padding) to its columns of h^T
+                kv = _Phase(self)
+                if vec:  # Q = h Wq^T over the batch, then each sequence's rows of Q to its columns of Q^T
                     self._vector(layer.ln1, Mem(xa, 2 * d), Mem(h_addr, d), t, d)
-                    phase = _Phase(self)
-                    for row, at, w in zip(rows, col0, cols, strict=True):
-                        phase.kernel(self.transpose, Mem(h_addr + row * d, d), Mem(ht_addr + at, tq), (0, w), d)
-                    phase.run()
-                else:
+                    kv.gemm(t, d, d, h_addr, self.addr[f"{li}.wq_t"], q_addr, a_stride=d, b_stride=d, c_stride=d,
+                            post=layer.post["q"], spread=True)
+                else:  # Q^T = Wq h^T from the host's h^T, each sequence's columns padded to whole chunks
                     h = layer.ln1.reference(x)
                     self._write(h_addr, h)
                     h_t = np.zeros((d, tq), np.int8)
                     for item, row, at in zip(items, rows, col0, strict=True):
                         h_t[:, at:at + item.count] = h[row:row + item.count].T
                     self._write(ht_addr, h_t)
-                kv = _Phase(self)
-                kv.gemm(d, d, tq, self.addr[f"{li}.wq"], ht_addr, qt_addr, a_stride=d, b_stride=tq, c_stride=tq,
-                        post=layer.post["q"], spread=True)
+                    kv.gemm(d, d, tq, self.addr[f"{li}.wq"], ht_addr, qt_addr, a_stride=d, b_stride=tq,
+                            c_stride=tq, post=layer.post["q"], spread=True)
                 for w, out, post in (("wk_t", k_addr, "k"), ("wv_t", v_addr, "v")):
                     kv.gemm(t, d, d, h_addr, self.addr[f"{li}.{w}"], out, a_stride=d, b_stride=d, c_stride=d,
                             post=layer.post[post], spread=True)
                 kv.run()
+                if vec:  # each sequence's rows of Q (and the next ones, as padding) to its columns of Q^T
+                    phase = _Phase(self)
+                    for row, at, w in zip(rows, col0, cols, strict=True):
+                        phase.kernel(self.transpose, Mem(q_addr + row * d, d), Mem(qt_addr + at, tq), (0, w), d)
+                    phase.run()
                 slots = _Phase(self)
                 for item, row in zip(items, rows, strict=True):
                     table, pos, end = item.seq.block_table, item.start, item.start + item.count
@@ -485,10 +494,11 @@ class ModelRunner:
         softmax = _Phase(self)
         for i, item in enumerate(items):
             # The sequence's query rows are rows start .. of the causal softmax over the whole context: the
-            # views begin `start` rows before the scores, so that row `start` is the first query's.
+            # views begin `start` rows before the scores, so that row `start` is the first query's.  Only the
+            # `count` rows P V reads (a decode step's one, not its chunk of padded query columns).
             stride = heads * keys[i]
             softmax.kernel(self.softmax[li], Mem(s_addrs[i] - item.start * stride, stride),
-                           Mem(p_addrs[i] - item.start * stride, stride), (item.start, cols[i]), stride)
+                           Mem(p_addrs[i] - item.start * stride, stride), (item.start, item.count), stride)
         softmax.run()
 
     def close(self) -> None:

@@ -15,8 +15,9 @@ Every step the :class:`Scheduler` builds one batch under a token budget:
 
 Steps 2 and 3 are skipped in a step that preempted something.
 
-:class:`StaticScheduler` is the request-level baseline (FasterTransformer before Orca): it admits a new
-batch only when the previous one has entirely finished, and reserves every sequence's blocks for its whole
+:class:`StaticScheduler` is the request-level baseline (FasterTransformer before Orca): it forms a new
+batch only when the previous one has entirely finished, from the requests waiting then, prefills it (in
+token-budget-sized steps) before any of it decodes, and reserves every sequence's blocks for its whole
 possible length up front.
 """
 
@@ -202,19 +203,32 @@ class Scheduler:
 
 
 class StaticScheduler(Scheduler):
-    """Request-level batching: a batch is admitted only when the last one has finished, its blocks reserved for
-    every sequence's longest possible length (prompt plus ``max_tokens``, at most the context)."""
+    """Request-level batching: a batch is formed only when the last one has finished, from the requests waiting
+    then (FIFO, up to ``max_num_seqs``, while their blocks fit), each sequence's blocks reserved for its longest
+    possible length (prompt plus ``max_tokens``, at most the context).  Its prompts are prefilled in as many
+    steps as the token budget needs, with no decoding meanwhile (one context pass, cut to what a step holds);
+    then the whole batch decodes until its last sequence ends, and requests that arrive in the meantime wait."""
+
+    def __init__(self, blocks: BlockManager, **kwargs):
+        super().__init__(blocks, **kwargs)
+        #: The batch being formed: the sequences chosen for it that are still to be prefilled.
+        self._forming: list[Sequence] = []
 
     def schedule(self) -> ScheduledBatch:
         batch = ScheduledBatch()
-        if self.running or self.swapped:
-            self._decode(batch)
-            if not batch.preempted:
-                self._swap_in(batch)
-            return batch
-        while self.waiting and len(batch.items) < self.max_num_seqs:
+        if not self._forming and not (self.running or self.swapped):
+            self._forming = list(self.waiting)[:self.max_num_seqs]
+        self._forming = [seq for seq in self._forming if seq.status is SequenceStatus.WAITING]
+        while self._forming and self.waiting and self.waiting[0] is self._forming[0]:
             seq = self.waiting[0]
             reserve = min(self.max_model_len, len(seq) + seq.params.max_tokens - seq.num_completion_tokens)
             if not self._admit(seq, batch, self.max_num_batched_tokens - batch.num_tokens, max(reserve, len(seq))):
+                if not batch.items and not self.blocks.can_allocate(seq, max(reserve, len(seq))):
+                    self._forming = []  # no room for its reservation: the batch is what has been admitted
                 break
+            self._forming.pop(0)
+        if not batch and not self._forming:
+            self._decode(batch)
+            if not batch.preempted:
+                self._swap_in(batch)
         return batch

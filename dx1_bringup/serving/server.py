@@ -192,7 +192,9 @@ def create_app(engines: list[AsyncEngine], model_name: str, metrics: ServingMetr
 
     @app.get("/health")
     async def health() -> dict:
-        return {"status": "ok", "devices": [e.name for e in engines]}
+        failed = [e.name for e in engines if not e.healthy]
+        status = "ok" if not failed else "degraded" if len(failed) < len(engines) else "down"
+        return {"status": status, "devices": [e.name for e in engines], "failed": failed}
 
     @app.get("/v1/models")
     async def models() -> dict:
