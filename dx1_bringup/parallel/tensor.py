@@ -6,13 +6,16 @@ columns (and of the bias): its part of the output, no communication.  A row-para
 sum of the whole one; the ranks keep it as int32 accumulators (a GEMM without its POSTOP), all-reduce them, and
 only then requantise (bias, ReLU, rounding and saturation: the POSTOP, :class:`~..runtime.graph.Requantize`).
 int32 addition modulo 2**32 is associative, so the summed accumulators are the whole product's, and the result
-equals one chip's bit for bit.  A residual term of the row-parallel GEMM is added on rank 0 only.
+equals one chip's bit for bit.  A residual term of the row-parallel GEMM (``x (c I)``) is split the same way:
+each rank adds its block of ``x``'s columns times its block of the identity's rows, so the ranks share it evenly.
 
 :func:`shard_block` splits the encoder and decoder blocks (:mod:`dx1_bringup.workloads.encoder`) this way:
 per rank ``heads / tp`` attention heads (their columns of the Q and V projections, their rows of ``W_k``,
 their scores, softmax and ``P V``), the output projection row-parallel, the MLP's first layer
 column-parallel and its second row-parallel: two all-reduces a block, as in Megatron-LM.  The layer norms,
-the transpose and the (de)quantisation run on every rank (replicated, as Megatron-LM does).
+the transpose and the (de)quantisation run on every rank (replicated, as Megatron-LM does), or, sequence-parallel
+(Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models", 2022), the layer norms and the
+row-parallel layers' POSTOPs each on the rank's block of the sequence, with reduce-scatters and all-gathers.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import dataclasses
 
 import numpy as np
 
-from ..runtime.graph import AllReduce, Graph, HostOp, QMatmul, Requantize, Value, VectorKernel, View
+from ..runtime.graph import Collective, Graph, HostOp, QMatmul, Requantize, Value, VectorKernel, View
 from ..runtime.kernels import Softmax
 from ..workloads.encoder import BlockSize, EncoderQuant
 
@@ -61,38 +64,56 @@ def column_parallel(g: Graph, name: str, x: View, out: View, weight_t: np.ndarra
                   op.post))
 
 
-def row_parallel(g: Graph, name: str, x: View, out: View, weight_t: np.ndarray, op: QMatmul, tp: int, rank: int,
-                 residual: tuple[View, View] | None = None) -> None:
-    """Rank ``rank``'s part of ``out = requant(x @ weight_t + residual + bias)``, the ranks' int32 sums all-reduced.
+def row_parallel(g: Graph, name: str, x: View, out: str, weight_t: np.ndarray, op: QMatmul, tp: int, rank: int,
+                 residual: tuple[View, View] | None = None, sequence_parallel: bool = False) -> None:
+    """Rank ``rank``'s part of value ``out = requant(x @ weight_t + residual + bias)``, the int32 sums all-reduced.
 
     ``x`` is the rank's own block of the input's columns (``K / tp``); ``weight_t`` (K x N) is the whole
-    layer's, of which the rank takes its block of rows.  ``residual`` (a second GEMM term, the whole one)
-    goes into rank 0's accumulators.  Adds the int32 value ``{out.value}.acc`` to ``g``.
+    layer's, of which the rank takes its block of rows.  ``residual`` (``(r, c I)``: a whole value of N
+    columns and the name of an identity constant times ``c``, already in ``g``) is split as the product is:
+    the rank adds its block of ``r``'s columns times its block of the identity's rows.  Adds the int32 value
+    ``{out}.acc`` to ``g``.  With ``sequence_parallel`` the sums are reduce-scattered instead and the rank
+    requantises only its block of rows of ``out`` (Megatron-LM's sequence parallelism: the caller gathers).
     """
     r0, k = split(weight_t.shape[0], tp, rank)
-    acc = f"{out.value}.acc"
-    rows, cols = out.shape(g)
+    acc = f"{out}.acc"
+    rows, cols = g.values[out].shape
     g.add_value(Value(acc, rows, cols, "int32"))
     g.add_const(f"{name}.weight", np.ascontiguousarray(weight_t[r0:r0 + k]))
-    terms = ((x, View(f"{name}.weight")),) + ((residual,) if residual is not None and rank == 0 else ())
+    terms: tuple[tuple[View, View], ...] = ((x, View(f"{name}.weight")),)
+    if residual is not None:
+        (res, identity), (n0, n) = residual, split(cols, tp, rank)
+        terms += ((View(res.value, col0=n0, cols=n), View(identity.value, row0=n0, rows=n)),)
     g.add(QMatmul(f"{name}.partial", terms, View(acc), None, None))
-    g.add(AllReduce(f"{name}.all_reduce", acc))
-    g.add(Requantize(name, View(acc), out, op.bias, op.post))
+    if not sequence_parallel:
+        g.add(Collective(f"{name}.all_reduce", "all_reduce", acc))
+        g.add(Requantize(name, View(acc), View(out), op.bias, op.post))
+        return
+    s0, sn = split(rows, tp, rank)
+    g.add(Collective(f"{name}.reduce_scatter", "reduce_scatter", acc))
+    g.add(Requantize(name, View(acc, row0=s0, rows=sn), View(out, row0=s0, rows=sn), op.bias, op.post))
 
 
-def shard_block(quant: EncoderQuant, size: BlockSize, tp: int, rank: int) -> Graph:
+def shard_block(quant: EncoderQuant, size: BlockSize, tp: int, rank: int, *, sequence_parallel: bool = True) -> Graph:
     """Rank ``rank`` of ``tp``'s graph of the quantised block (:func:`~..workloads.encoder.quantize_encoder`).
 
-    Its input and output are the whole block's (``x`` and ``out``, on every rank); run with a collective
-    over the ``tp`` ranks (:class:`~.run.TensorParallelBlock`).
+    Its input and output are the whole block's (``x`` and ``out``, on every rank); run it with a collective
+    runner over the ``tp`` ranks (:class:`~.tensor_run.TensorParallel`).  With ``sequence_parallel`` (the
+    default) what Megatron-LM's plain tensor parallelism runs on every rank is split by rows instead: each
+    rank runs both layer norms and both POSTOPs after the row-parallel products on its block of the
+    sequence, the products' sums are reduce-scattered rather than all-reduced, and the normalised
+    activations, the residual stream and the output are all-gathered.
 
     Raises
     ------
     ValueError
-        ``tp`` does not divide the heads or the MLP width, or ``rank`` is not one of ``0 .. tp - 1``.
+        ``tp`` does not divide the heads, the MLP width or (sequence-parallel) the sequence, or ``rank`` is not
+        one of ``0 .. tp - 1``.
     """
     check_degree(tp, "the block", size.heads, "attention heads")
     check_degree(tp, "the block", size.ffn, "MLP columns")
+    if sequence_parallel:
+        check_degree(tp, "the block", size.seq, "sequence rows")
     if not 0 <= rank < tp:
         raise ValueError(f"rank must be from 0 to {tp - 1}, not {rank!r}")
     src, ops = quant.graph, {op.name: op for op in quant.graph.ops}
@@ -122,8 +143,23 @@ def shard_block(quant: EncoderQuant, size: BlockSize, tp: int, rank: int) -> Gra
         assert isinstance(op, (HostOp, VectorKernel))
         g.add(op)
 
+    s0, sn = split(seq, tp, rank)
+
+    def norm(name: str, x: str, out: str) -> None:
+        op = ops[name]
+        assert isinstance(op, VectorKernel)
+        if not sequence_parallel:
+            g.add(op)
+            return
+        g.kernel(name, View(x, row0=s0, rows=sn), View(out, row0=s0, rows=sn), op.kernel)
+
+    def gather(value: str) -> None:
+        if sequence_parallel:
+            g.add(Collective(f"{value}.all_gather", "all_gather", value))
+
     same("quantize")
-    same("layer_norm1")
+    norm("layer_norm1", "xq", "h")
+    gather("h")
     same("transpose")
     for proj, out in (("q_proj", "q"), ("v_proj", "v")):
         op = ops[proj]
@@ -141,16 +177,19 @@ def shard_block(quant: EncoderQuant, size: BlockSize, tp: int, rank: int) -> Gra
         i = rank * hp + j
         g.add(QMatmul(f"attend{i}", ((View("p", col0=j * seq, cols=seq), View("v", col0=j * dh, cols=dh)),),
                       View("o", col0=j * dh, cols=dh), None, ops[f"attend{i}"].post))
-    row_parallel(g, "out_proj", View("o"), View("x1"), src.consts["out_proj.weight"], ops["out_proj"], tp, rank,
-                 residual=(View("xq"), View("residual1.identity")))
-    same("layer_norm2")
+    row_parallel(g, "out_proj", View("o"), "x1", src.consts["out_proj.weight"], ops["out_proj"], tp, rank,
+                 residual=(View("xq"), View("residual1.identity")), sequence_parallel=sequence_parallel)
+    norm("layer_norm2", "x1", "h2")
+    gather("h2")
+    gather("x1")
     ffn1 = ops["ffn1"]
     column_parallel(g, "ffn1", View("h2"), View("fpre" if gelu else "f"), src.consts["ffn1.weight"], ffn1.bias,
                     ffn1, tp, rank)
     if gelu:
         same("gelu")
-    row_parallel(g, "ffn2", View("f"), View("y"), src.consts["ffn2.weight"], ops["ffn2"], tp, rank,
-                 residual=(View("x1"), View("residual2.identity")))
+    row_parallel(g, "ffn2", View("f"), "y", src.consts["ffn2.weight"], ops["ffn2"], tp, rank,
+                 residual=(View("x1"), View("residual2.identity")), sequence_parallel=sequence_parallel)
+    gather("y")
     same("dequantize")
     g.outputs = list(src.outputs)
     g.validate()
@@ -183,7 +222,7 @@ def shard_mlp(graph: Graph, tp: int, rank: int) -> Graph:
     g.add(ops["quantize"])
     fc1, fc2 = ops["fc1"], ops["fc2"]
     column_parallel(g, "fc1", View("xq"), View("hidden"), graph.consts["fc1.weight"], fc1.bias, fc1, tp, rank)
-    row_parallel(g, "fc2", View("hidden"), View("y"), graph.consts["fc2.weight"], fc2, tp, rank)
+    row_parallel(g, "fc2", View("hidden"), "y", graph.consts["fc2.weight"], fc2, tp, rank)
     g.add(ops["dequantize"])
     g.outputs = list(graph.outputs)
     g.validate()

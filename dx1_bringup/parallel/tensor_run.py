@@ -1,13 +1,14 @@
 """Running tensor-parallel graphs: one graph session per rank of a device group, the all-reduces over the group.
 
 :class:`TensorParallel` opens a :class:`~..runtime.graph.GraphSession` for each rank's graph on that rank's
-thread, with a collective that hands each :class:`~..runtime.graph.AllReduce` to the rank's
-:meth:`~..collectives.Rank.all_reduce` (its fingerprints, deadlines and typed errors included) on the value's
-place in the rank's device memory.  :meth:`TensorParallel.run` runs one forward pass on every rank at once.
+thread, with a collective runner that hands each :class:`~..runtime.graph.Collective` to the rank's
+:meth:`~..collectives.Rank.all_reduce`, ``reduce_scatter`` or ``all_gather`` (their fingerprints, deadlines and
+typed errors included) on the value's place in the rank's device memory.
+:meth:`TensorParallel.run` runs one forward pass on every rank at once.
 
 The device cycles of a forward are those of its critical path: per device segment (the stretches between
-host operators and all-reduces, the same on every rank) the slowest rank's CYCLES, summed.  The host-staged
-all-reduce itself takes no device cycles (host memory accesses, no commands); its wall time is reported.
+host operators and collectives, the same on every rank) the slowest rank's CYCLES, summed.  A host-staged
+collective itself takes no device cycles (host memory accesses, no commands); its wall time is reported.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..collectives import Buffer, DeviceGroup, Rank
-from ..runtime.graph import AllReduce, Graph, GraphSession, RunStats
+from ..runtime.graph import Collective, Graph, GraphSession, RunStats
 
 __all__ = ["TensorParallel", "ParallelStats"]
 
@@ -30,9 +31,9 @@ class ParallelStats:
     per_rank: list[RunStats]
     #: Per device segment the slowest rank's CYCLES, summed.
     cycles: int
-    #: Wall seconds the all-reduces took, summed over the pass (rank 0's view).
+    #: Wall seconds the collectives took, summed over the pass (rank 0's view).
     collective_seconds: float
-    #: How many all-reduces a pass ran (rank 0's).
+    #: How many collectives a pass ran (rank 0's).
     collectives: int
     wall_seconds: float
 
@@ -72,13 +73,16 @@ class TensorParallel:
             raise
 
     def _collective(self, rank: Rank):
-        def all_reduce(op: AllReduce, addr: int, shape: tuple[int, int], dtype: np.dtype) -> None:
+        def collective(op: Collective, addr: int, shape: tuple[int, int], dtype: np.dtype) -> None:
+            if op.kind != "all_reduce" and shape[0] % self.group.size:
+                raise ValueError(f"{op.name}: a {op.kind} splits whole rows, so the group's {self.group.size} "
+                                 f"ranks must divide the {shape[0]} rows")
             start = time.perf_counter()
-            rank.all_reduce(Buffer(rank.rank, addr, dtype, shape))
+            getattr(rank, op.kind)(Buffer(rank.rank, addr, dtype, shape))
             self._seconds[rank.rank] += time.perf_counter() - start
             self._counts[rank.rank] += 1
 
-        return all_reduce
+        return collective
 
     def run(self, inputs: dict[str, np.ndarray]) -> tuple[list[dict[str, np.ndarray]], ParallelStats]:
         """One forward pass on every rank: each rank's outputs, and the pass's :class:`ParallelStats`."""

@@ -9,8 +9,9 @@ columns (one attention head's columns, say), read and written in place with the 
 Values are activations (uploaded by the host or written by an operator) or constants (weights, resident
 on the device).  A :class:`VectorKernel` runs an integer kernel (softmax, layer norm, GELU, transpose, ...) on the
 tiles' vector units.  For tensor parallelism a QMatmul without a post-op keeps its int32 accumulators
-(a partial sum), an :class:`AllReduce` sums a value across the ranks of a group in place (the graph
-session hands it to the caller's collective), and a :class:`Requantize` runs the POSTOP on an int32 value.
+(a partial sum), a :class:`Collective` sums or gathers a value across the ranks of a group in place (the
+graph session hands it to the caller's collective runner), and a :class:`Requantize` runs the POSTOP on an
+int32 value.
 Everything the commands cannot express is a :class:`HostOp` that runs on the host
 in numpy ((de)quantisation of float tensors); :meth:`Graph.placement` shows the split.
 """
@@ -26,7 +27,8 @@ from ...spec import PostOpParams
 from ..kernels import Kernel
 from ..operands import BUS_BYTES
 
-__all__ = ["Value", "View", "QMatmul", "Requantize", "AllReduce", "HostOp", "VectorKernel", "Graph", "Op"]
+__all__ = ["Value", "View", "QMatmul", "Requantize", "Collective", "COLLECTIVE_KINDS", "HostOp", "VectorKernel",
+           "Graph", "Op"]
 
 _DTYPES = {"int8": np.int8, "int32": np.int32, "float32": np.float32}
 
@@ -133,16 +135,29 @@ class Requantize:
         return True
 
 
-@dataclass
-class AllReduce:
-    """Every rank's ``value`` becomes the sum of every rank's, in place in device memory (int32 wraps).
+#: What a :class:`Collective` does to its value, as NCCL names it.
+COLLECTIVE_KINDS = ("all_reduce", "reduce_scatter", "all_gather")
 
-    Neither host nor device operator: the graph session calls the collective it was given (a rank of a
-    :class:`~dx1_bringup.collectives.DeviceGroup`, for example) with the value's place in device memory.
+
+@dataclass
+class Collective:
+    """A collective over the ranks of a group on ``value``, in place in each rank's device memory.
+
+    ``all_reduce``: every rank's value becomes the sum of every rank's (int32 wraps).  ``reduce_scatter``:
+    rank ``r``'s ``r`` th block of rows becomes the sum of every rank's block (the rest is left as it was).
+    ``all_gather``: every rank's value becomes the ranks' ``r`` th blocks of rows, each from rank ``r``.  The
+    blocks are equal, so the ranks must divide the rows.  Neither host nor device operator: the graph session
+    calls the collective runner it was given (a rank of a :class:`~dx1_bringup.collectives.DeviceGroup`, say)
+    with the value's place in device memory.
     """
 
     name: str
+    kind: str
     value: str
+
+    def __post_init__(self) -> None:
+        if self.kind not in COLLECTIVE_KINDS:
+            raise ValueError(f"{self.name}: a collective is one of {', '.join(COLLECTIVE_KINDS)}, not {self.kind!r}")
 
     @property
     def inputs(self) -> tuple[str, ...]:
@@ -201,7 +216,7 @@ class VectorKernel:
         return True
 
 
-Op = QMatmul | Requantize | AllReduce | HostOp | VectorKernel
+Op = QMatmul | Requantize | Collective | HostOp | VectorKernel
 
 
 @dataclass
@@ -291,9 +306,9 @@ class Graph:
                 self._check_kernel(op)
             elif isinstance(op, Requantize):
                 self._check_requantize(op)
-            elif isinstance(op, AllReduce):
+            elif isinstance(op, Collective):
                 if self.values[op.value].dtype not in ("int32", "int8"):
-                    raise ValueError(f"{op.name}: an all-reduce sums int32 or int8, not {self.values[op.value].dtype}")
+                    raise ValueError(f"{op.name}: a collective moves int32 or int8, not {self.values[op.value].dtype}")
             elif op.writes in known:
                 raise ValueError(f"{op.name} writes {op.writes!r} a second time (a host operator writes a whole value)")
             known.add(op.writes)

@@ -14,8 +14,9 @@
   where the later one reads memory an earlier one writes, or writes memory an earlier one touches, since
   the last barrier; a :class:`~.ir.HostOp` between segments runs in numpy, its inputs downloaded and its
   output uploaded;
-* an :class:`~.ir.AllReduce` between segments hands the value's place in device memory to the session's
-  ``collective`` (a rank of a device group, say): the value stays on the device, summed there in place.
+* a :class:`~.ir.Collective` between segments hands the value's place in device memory to the session's
+  ``collective`` runner (a rank of a device group, say): the value stays on the device, summed or
+  gathered there in place.
 
 :meth:`GraphSession.run` executes one forward pass and returns the outputs with :class:`RunStats`.
 """
@@ -37,14 +38,14 @@ from ..gemm_run import GemmStats, drive
 from ..kernels import Mem
 from ..operands import padded
 from ..requantize import compile_requantize
-from .ir import AllReduce, Graph, HostOp, Op, QMatmul, Requantize, VectorKernel, View
+from .ir import Collective, Graph, HostOp, Op, QMatmul, Requantize, VectorKernel, View
 from .memory import ArenaPlan, Lifetime, plan_arena
 
-__all__ = ["GraphSession", "RunStats", "Segment", "Collective"]
+__all__ = ["GraphSession", "RunStats", "Segment", "CollectiveRunner"]
 
-#: What runs an :class:`~.ir.AllReduce`: ``collective(op, address, shape, dtype)`` sums every rank's value at
-#: ``address`` of this device's memory (``shape`` in its padded layout) in place.
-Collective = Callable[[AllReduce, int, tuple[int, int], np.dtype], None]
+#: What runs a :class:`~.ir.Collective`: ``collective(op, address, shape, dtype)`` runs ``op.kind`` on the
+#: value at ``address`` of this device's memory (``shape`` in its padded layout), in place.
+CollectiveRunner = Callable[[Collective, int, tuple[int, int], np.dtype], None]
 
 #: Tag of the barrier commands between operators (the tiling compiler's tags count up from 0).
 BARRIER_TAG = 0xFFFF
@@ -115,7 +116,7 @@ class GraphSession:
     timeout:
         Seconds without progress before the driver's ``DeviceTimeout``.
     collective:
-        Runs the graph's :class:`~.ir.AllReduce` operators (required when it has any).
+        Runs the graph's :class:`~.ir.Collective` operators (required when it has any).
 
     Raises
     ------
@@ -124,11 +125,11 @@ class GraphSession:
     """
 
     def __init__(self, device: Device, graph: Graph, *, tiles: int | None = None, timeout: float = 5.0,
-                 keep: tuple[str, ...] = (), collective: Collective | None = None):
+                 keep: tuple[str, ...] = (), collective: CollectiveRunner | None = None):
         graph.validate()
         self.device, self.graph, self.timeout = device, graph, timeout
-        if collective is None and any(isinstance(op, AllReduce) for op in graph.ops):
-            raise ValueError("the graph has all-reduce operators; the session needs a collective to run them")
+        if collective is None and any(isinstance(op, Collective) for op in graph.ops):
+            raise ValueError("the graph has collectives; the session needs a collective runner to run them")
         self.collective = collective
         unknown = sorted(set(keep) - set(graph.values))
         if unknown:
@@ -233,8 +234,8 @@ class GraphSession:
         return [(op.name, "device" if self.on_device(op) else "host") for op in self.graph.ops]
 
     def _in_memory(self, op: Op) -> bool:
-        """Whether ``op`` reads and writes device memory: a device operator, or an all-reduce (in place)."""
-        return self.on_device(op) or isinstance(op, AllReduce)
+        """Whether ``op`` reads and writes device memory: a device operator, or a collective (in place)."""
+        return self.on_device(op) or isinstance(op, Collective)
 
     def _device_values(self) -> set[str]:
         names: set[str] = set()
@@ -253,7 +254,7 @@ class GraphSession:
                 segments.append(Segment(self.on_device(op), [i]))
         ops = self.graph.ops
         for seg in segments:
-            if not seg.device:
+            if not self._in_memory(ops[seg.ops[0]]):
                 continue
             start, end = seg.ops[0], seg.ops[-1]
             read = {n for i in seg.ops for n in ops[i].inputs} - set(self.graph.consts)
@@ -262,9 +263,18 @@ class GraphSession:
             # A value read here that no device operator wrote earlier comes from the host.  (Written here
             # too, it is read before this segment writes it only if the graph says so: validate() checks.)
             seg.uploads = sorted(n for n in read if n not in on_device_before and n not in written_here)
-            later_host = {n for i in range(end + 1, len(ops)) if not self._in_memory(ops[i]) for n in ops[i].inputs}
-            seg.downloads = sorted(n for n in written_here if n in later_host or n in self.graph.outputs)
+            seg.downloads = sorted(n for n in written_here if self._read_next_by_host(n, end))
         return segments
+
+    def _read_next_by_host(self, name: str, end: int) -> bool:
+        """Whether the host reads ``name`` (a host operator, or the graph's output) before the device writes it
+        again after operator ``end``: then the segment ending there downloads it."""
+        for op in self.graph.ops[end + 1:]:
+            if not self._in_memory(op) and name in op.inputs:
+                return True
+            if self._in_memory(op) and op.writes == name:
+                return False
+        return name in self.graph.outputs
 
     def _lifetimes(self) -> list[Lifetime]:
         ops, end = self.graph.ops, len(self.graph.ops)
@@ -435,11 +445,18 @@ class GraphSession:
         tile = TileConfig(caps.array, caps.spm_rows, caps.acc_rows, caps.vector)
         used = list(range(self.tiles))
         for seg in self.segments:
-            if not seg.device and isinstance(self.graph.ops[seg.ops[0]], AllReduce):
+            if not seg.device and isinstance(self.graph.ops[seg.ops[0]], Collective):
                 op = self.graph.ops[seg.ops[0]]
+                for name in seg.uploads:
+                    written += self._write(name, env[name])
+                    transfers += 1
                 v = self.graph.values[op.value]
                 self.collective(op, self.address(op.value), (v.rows, padded(v.cols, self.array)),
                                 np.dtype(v.numpy_dtype))
+                for name in sorted(set(seg.downloads) | ({op.value} & set(keep))):
+                    env[name] = self._read(name)
+                    read += env[name].nbytes
+                    transfers += 1
                 continue
             if not seg.device:
                 op = self.graph.ops[seg.ops[0]]
@@ -511,9 +528,8 @@ class GraphSession:
                     lines.append(f"       {op.name}: {op.out} = {wrap.format(terms + extra)}")
             else:
                 op = self.graph.ops[seg.ops[0]]
-                if isinstance(op, AllReduce):
-                    lines.append(f"  {n}: ranks   {op.name}: {op.value} = sum of every rank's {op.value} "
-                                 f"[all-reduce, in device memory]")
+                if isinstance(op, Collective):
+                    lines.append(f"  {n}: ranks   {op.name}: {op.kind} of {op.value} [in device memory]")
                 elif isinstance(op, VectorKernel):
                     lines.append(f"  {n}: host    {op.name}: {op.out} = {op.kernel.describe(str(op.x))}  "
                                  f"[int reference: the device has no vector unit]")
