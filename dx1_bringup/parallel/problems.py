@@ -16,7 +16,7 @@ from ..spec import PostOpParams
 from ..workloads.decoder import DECODER
 from ..workloads.encoder import ENCODER, BlockKind, BlockSize, EncoderQuant, block_problem
 
-__all__ = ["KINDS", "BlockProblem", "block", "mlp_problem"]
+__all__ = ["KINDS", "BlockProblem", "block", "stack", "mlp_problem"]
 
 #: The blocks by name.
 KINDS: dict[str, BlockKind] = {"encoder": ENCODER, "decoder": DECODER}
@@ -38,6 +38,17 @@ def block(kind: str, size: BlockSize, seed: int = 1) -> BlockProblem:
         raise ValueError(f"the block must be one of {', '.join(KINDS)}, not {kind!r}")
     _, quant, x = block_problem(KINDS[kind], seed, size)
     return BlockProblem(KINDS[kind], size, quant, x)
+
+
+def stack(kind: str, size: BlockSize, layers: int, seed: int = 1) -> list[BlockProblem]:
+    """``layers`` blocks of ``kind`` at ``size``, layer ``i`` seeded ``seed + i`` (each its own weights and scales).
+
+    Each maps a float ``x`` to a float ``out`` of the same shape, so the layers chain; the input to feed the
+    first is layer 0's ``x``.
+    """
+    if isinstance(layers, bool) or not isinstance(layers, int) or layers < 1:
+        raise ValueError(f"a stack needs a positive number of layers, not {layers!r}")
+    return [block(kind, size, seed + i) for i in range(layers)]
 
 
 def mlp_problem(rows: int, width: int, hidden: int, seed: int = 1) -> tuple[Graph, np.ndarray]:
