@@ -21,7 +21,19 @@ import numpy as np
 from ..collectives import Buffer, DeviceGroup, Rank
 from ..runtime.graph import Collective, Graph, GraphSession, RunStats
 
-__all__ = ["TensorParallel", "ParallelStats"]
+__all__ = ["TensorParallel", "ParallelStats", "collective_runner"]
+
+
+def collective_runner(rank, size: int):
+    """A graph session's collective runner for ``rank`` of ``size`` ranks: a :class:`~..collectives.Rank` or a
+    :class:`~.distributed.ProcessRank` (anything with ``rank`` and the three collectives on a Buffer)."""
+    def run(op: Collective, addr: int, shape: tuple[int, int], dtype: np.dtype) -> None:
+        if op.kind != "all_reduce" and shape[0] % size:
+            raise ValueError(f"{op.name}: a {op.kind} splits whole rows, so the group's {size} ranks must divide "
+                             f"the {shape[0]} rows")
+        getattr(rank, op.kind)(Buffer(rank.rank, addr, dtype, shape))
+
+    return run
 
 
 @dataclass
@@ -73,12 +85,11 @@ class TensorParallel:
             raise
 
     def _collective(self, rank: Rank):
+        inner = collective_runner(rank, self.group.size)
+
         def collective(op: Collective, addr: int, shape: tuple[int, int], dtype: np.dtype) -> None:
-            if op.kind != "all_reduce" and shape[0] % self.group.size:
-                raise ValueError(f"{op.name}: a {op.kind} splits whole rows, so the group's {self.group.size} "
-                                 f"ranks must divide the {shape[0]} rows")
             start = time.perf_counter()
-            getattr(rank, op.kind)(Buffer(rank.rank, addr, dtype, shape))
+            inner(op, addr, shape, dtype)
             self._seconds[rank.rank] += time.perf_counter() - start
             self._counts[rank.rank] += 1
 

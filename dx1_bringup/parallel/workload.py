@@ -1,0 +1,116 @@
+"""`dx1 run encoder|decoder --tp N`: the workload's block split over N chips, in one process or under torchrun.
+
+In one process the N tensor-parallel ranks are a :class:`~..collectives.DeviceGroup` (rank ``r`` opens the
+``r`` th of the device strings given, round robin).  Under torchrun each process is one rank and owns its
+chip; the collectives between the processes go through the torch.distributed process group
+(:class:`~.distributed.ProcessRank`, gloo).  Either way every rank also runs the whole block on one chip of
+its own (the first device string) and compares: the output must be the same bit for bit, and its SHA-256
+(printed) must be the same in every run, in one process or across hosts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+from dataclasses import dataclass
+
+import numpy as np
+from dx1_driver import Device
+
+from ..collectives import DeviceGroup
+from ..runtime.graph import Graph, GraphSession
+from ..workloads.encoder import BlockSize
+from .distributed import ProcessRank
+from .problems import BlockProblem, block
+from .tensor import shard_block
+from .tensor_run import TensorParallel, collective_runner
+
+__all__ = ["TpResult", "digest", "run_block_tp", "run_rank"]
+
+
+def digest(out: np.ndarray) -> str:
+    """The first 16 hex digits of the SHA-256 of an output's bytes."""
+    return hashlib.sha256(np.ascontiguousarray(out).tobytes()).hexdigest()[:16]
+
+
+@dataclass
+class TpResult:
+    """One forward pass at TP = ``tp`` beside one chip's: the digests, bit identity and device cycles."""
+
+    tp: int
+    digest: str
+    one_chip_digest: str
+    identical: bool
+    cycles: int
+    one_chip_cycles: int
+    collectives: int
+    lines: list[str]
+
+
+def _one_chip(graph: Graph, device: str, x: np.ndarray) -> tuple[np.ndarray, int]:
+    dev = Device.open(device)
+    try:
+        with GraphSession(dev, graph) as session:
+            out, stats = session.run({"x": x})
+    finally:
+        dev.close()
+    return out["out"], stats.cycles
+
+
+def _problem(kind: str, size: BlockSize, seed: int, tp: int) -> BlockProblem:
+    problem = block(kind, size, seed)
+    shard_block(problem.quant, size, tp, 0)  # a degree that does not divide the block is refused here
+    return problem
+
+
+def run_block_tp(kind: str, devices: list[str], tp: int, *, size: BlockSize, seed: int = 1) -> TpResult:
+    """The block on ``tp`` ranks of one process (rank ``r`` on ``devices[r % len(devices)]``) and on one chip."""
+    problem = _problem(kind, size, seed, tp)
+    want, one_cycles = _one_chip(problem.quant.graph, devices[0], problem.x)
+    graphs = [shard_block(problem.quant, size, tp, r) for r in range(tp)]
+    with DeviceGroup.open([devices[r % len(devices)] for r in range(tp)]) as group, \
+            TensorParallel(group, graphs) as run:
+        outs, stats = run.run({"x": problem.x})
+    lines = [f"  rank {r}/{tp}: {devices[r % len(devices)]}, {stats.per_rank[r].cycles} cycles, output "
+             f"{digest(o['out'])}" for r, o in enumerate(outs)]
+    same = all(np.array_equal(o["out"], want) for o in outs)
+    return TpResult(tp, digest(outs[0]["out"]), digest(want), same, stats.cycles, one_cycles, stats.collectives,
+                    lines)
+
+
+def run_rank(kind: str, devices: list[str], tp: int, *, size: BlockSize, seed: int = 1) -> TpResult:
+    """This torchrun process's rank of the block at TP = ``tp`` (the world size), beside one chip's result.
+
+    Raises
+    ------
+    ValueError
+        ``tp`` is not the world size (each process owns one chip of the tensor-parallel group).
+    """
+    import torch.distributed as dist
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if tp != world:
+        raise ValueError(f"under torchrun each process is one tensor-parallel rank: --tp must be the world size "
+                         f"{world}, not {tp}")
+    problem = _problem(kind, size, seed, tp)
+    want, one_cycles = _one_chip(problem.quant.graph, devices[0], problem.x)
+    name = devices[rank % len(devices)]
+    dev = Device.open(name)
+    try:
+        me = ProcessRank(dev)
+        with GraphSession(dev, shard_block(problem.quant, size, tp, rank),
+                          collective=collective_runner(me, world)) as session:
+            out, stats = session.run({"x": problem.x})
+    finally:
+        dev.close()
+    mine = (rank, socket.gethostname(), os.getpid(), name, stats.segment_cycles, digest(out["out"]),
+            bool(np.array_equal(out["out"], want)))
+    everyone: list[tuple | None] = [None] * world
+    dist.all_gather_object(everyone, mine)
+    critical = sum(max(e[4][i] for e in everyone) for i in range(len(stats.segment_cycles)))
+    lines = [f"  rank {r}/{world} on {host} (pid {pid}): {dev_name}, {sum(seg)} cycles, output {d}"
+             f"{'' if ok else ' DIFFERS from one chip'}"
+             for r, host, pid, dev_name, seg, d, ok in everyone]
+    return TpResult(tp, digest(out["out"]), digest(want), all(e[6] for e in everyone), critical, one_cycles,
+                    me.seq, lines)
