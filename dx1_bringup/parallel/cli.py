@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
@@ -66,6 +67,7 @@ def _run_tp(args: argparse.Namespace, plain) -> int:
 
     devices = args.device or ["model"]
     started = time.perf_counter()
+    who = f" (rank {os.environ['RANK']} of {os.environ['WORLD_SIZE']})" if under_torchrun() else ""
     try:
         if under_torchrun():
             with process_group(args.dist_timeout) as (rank, world):
@@ -79,7 +81,7 @@ def _run_tp(args: argparse.Namespace, plain) -> int:
                   f"{', '.join(devices)}, {args.block}", flush=True)
             result = run_block_tp(args.workload, devices, args.tp, size=args.block, seed=args.seed)
     except (ValueError, DriverError, CollectiveError) as exc:
-        print(f"dx1 run: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        print(f"dx1 run{who}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         return 2
     print("\n".join(result.lines))
     verdict = "== one chip bit for bit" if result.identical else "DIFFERS from one chip"
