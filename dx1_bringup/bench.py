@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from . import argtypes as types
-from . import bench_collectives, bench_scaling, bench_vector
+from . import bench_collectives, bench_parallel, bench_scaling, bench_vector
 from .bench_simspeed import print_simspeed, simspeed_bench
 from .runtime.operands import random_operands
 from .serving import cli as serving_cli
@@ -331,7 +331,8 @@ def print_serial(serial: dict) -> None:
 
 
 #: Sections of the bench, in the order they run.
-SECTIONS = ("tile", "soc", "simspeed", "serial", "perfmodel", "vector", "scaling", "serving", "collectives")
+SECTIONS = ("tile", "soc", "simspeed", "serial", "perfmodel", "vector", "scaling", "serving", "collectives",
+            "parallel")
 
 
 def _some_of(allowed: tuple[int, ...]):
@@ -373,6 +374,8 @@ def add_parser(sub: Any) -> None:
                          help="the scaling points, merged point by point (default build/bench_scaling.json)")
     scaling.add_argument("--scaling-png", type=Path, default=Path("build/scaling.png"),
                          help="the plot of every correct point in --scaling-json (default build/scaling.png)")
+    parser.add_argument("--parallel-device", type=types.device, default="model",
+                        help="the parallel section's chip: each group is N of it (default model)")
     parser.set_defaults(func=cmd_bench)
 
 
@@ -380,7 +383,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     """Run the sections in ``args.only``, print their tables and merge their figures into ``args.out``."""
     if args.sections:
         args.only = [s for listed in args.sections for s in listed]
-    reason = verilator_missing() if set(args.only) - {"serving", "collectives"} else None
+    reason = verilator_missing() if set(args.only) - {"serving", "collectives", "parallel"} else None
     if reason:
         print(f"dx1 bench: cannot run: {reason}", file=sys.stderr)
         return 2
@@ -433,6 +436,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
                   "two simulators, ring and direct, like nccl-tests ...", flush=True)
             report["collectives"] = bench_collectives.collectives_bench()
             ok &= bench_collectives.correct(report["collectives"])
+        elif section == "parallel":
+            print(f"[{step}/{len(steps)}] Parallel: tensor, pipeline and data parallelism on groups of "
+                  f"{args.parallel_device} against one chip ...", flush=True)
+            report["parallel"] = bench_parallel.parallel_bench(args.parallel_device)
+            ok &= bench_parallel.correct(report["parallel"])
         elif section == "serving":
             print(f"[{step}/{len(steps)}] Serving: continuous against static batching under one Poisson load over "
                   "HTTP on loopback ...", flush=True)
@@ -465,6 +473,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print("\n" + report["serving"]["table"])
     if "collectives" in args.only:
         bench_collectives.print_collectives(report["collectives"])
+    if "parallel" in args.only:
+        bench_parallel.print_parallel(report["parallel"])
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"\nwritten to {args.out}")

@@ -75,6 +75,8 @@ class ServeReport:
 
     served_by: dict[int, int] = field(default_factory=dict)
     per_replica: list[int] = field(default_factory=list)
+    #: Per replica, the device CYCLES of the requests it answered, summed.
+    cycles: list[int] = field(default_factory=list)
     fenced: dict[int, str] = field(default_factory=dict)
     #: Requests sent to another replica after theirs was fenced.
     moved: int = 0
@@ -122,8 +124,8 @@ class DataParallel:
             with self._lock:
                 self._started[(req.id, r.index)] = time.monotonic()
             try:
-                out, _ = r.sessions[req.model].run(req.inputs)
-                self._done.put((req.id, r.index, out, None))
+                out, stats = r.sessions[req.model].run(req.inputs)
+                self._done.put((req.id, r.index, (out, stats.cycles), None))
             except Exception as e:  # handed to the scheduler, which fences the replica
                 self._done.put((req.id, r.index, None, e))
 
@@ -167,7 +169,7 @@ class DataParallel:
         if unknown:
             raise ValueError(f"requests name models the replicas do not hold: {unknown}")
         started = time.perf_counter()
-        report = ServeReport(per_replica=[0] * len(self.replicas))
+        report = ServeReport(per_replica=[0] * len(self.replicas), cycles=[0] * len(self.replicas))
         assigned: dict[int, int] = {}
         results: dict[int, dict[str, np.ndarray]] = {}
         for req in requests:
@@ -186,9 +188,10 @@ class DataParallel:
                 self._fence(r, f"{type(error).__name__}: {error}", by_id, assigned, report)
                 continue
             r.pending.pop(rid, None)
-            results[rid] = out
+            results[rid], cycles = out
             report.served_by[rid] = index
             report.per_replica[index] += 1
+            report.cycles[index] += cycles
         report.wall_seconds = time.perf_counter() - started
         return results, report
 
