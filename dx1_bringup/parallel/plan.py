@@ -30,7 +30,7 @@ from dx1_driver import Device
 from ..perfmodel import predict
 from ..runtime.graph import GraphSession
 from ..runtime.operands import BUS_BYTES
-from ..spec import TileConfig
+from ..spec import TileConfig, ceil_div
 from ..workloads.encoder import BlockSize
 from .pipeline import bubble_formula
 from .problems import block
@@ -159,7 +159,7 @@ def plan(model: ModelSpec, chips: int, *, device: str = "model", micro: int = 8,
             continue
         costs[tp] = cost = _layer_cost(model, tp, scratch, seed)
         for pp in range(1, min(chips // tp, model.layers) + 1):
-            per_stage = -(-model.layers // pp)
+            per_stage = ceil_div(model.layers, pp)
             per_layer = cost.weight_bytes + cost.arena_bytes
             io = 4 * model.size.seq * model.size.model  # the stage's activation buffer (float32)
             if per_stage * per_layer + io <= caps.mem_bytes:
