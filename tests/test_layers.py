@@ -48,7 +48,7 @@ PARTS: dict[str, tuple[tuple[str, ...], frozenset[str]]] = {
     "generate": (("dx1_bringup.generate",), frozenset({"spec", "gen", "gateware"})),
     "collectives": (("dx1_bringup.collectives",), frozenset({"spec", "model", "driver", "runtime", "argtypes"})),
     "parallel": (("dx1_bringup.parallel",), frozenset({"spec", "perfmodel", "model", "driver", "runtime", "argtypes",
-                                                       "collectives", "torch", "workloads"})),
+                                                       "collectives", "torch", "workloads", "timeline"})),
     "bench": (("dx1_bringup.bench", "dx1_bringup.bench_collectives", "dx1_bringup.bench_scaling",
                "dx1_bringup.bench_simspeed", "dx1_bringup.bench_vector", "dx1_bringup.bench_parallel"),
               frozenset({"spec", "gateware", "perfmodel", "model", "driver", "runtime", "sim", "argtypes", "serving",

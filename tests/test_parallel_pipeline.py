@@ -58,3 +58,25 @@ def test_pipeline_refuses():
             PipelineParallel(g, [[layers[0].quant.graph]])
         with pytest.raises(ValueError, match="the schedule must be one of gpipe, 1f1b, not 'zb'"):
             PipelineParallel(g, [[layers[0].quant.graph]] * 2, schedule="zb")
+
+
+def test_traces(tmp_path):
+    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TrackEvent
+
+    from dx1_bringup.parallel.trace import pipeline_trace, tensor_trace
+    from dx1_bringup.timeline import write
+
+    pp = pipeline_trace(replay(np.full((2, 3), 100.0), "gpipe"), ["model", "model"])
+    assert pp.slice_count("stage 1: model", "passes") == 3
+    assert [s.start_ns for s in pp.lanes("stage 1: model", "passes")[0].slices] == [100, 200, 300]
+    tp = tensor_trace([[10, 30], [20, 5]], ["model", "model"])
+    # Segment 1 starts on both ranks when the slowest finished segment 0; the faster rank waits.
+    assert [s.start_ns for s in tp.lanes("rank 0: model", "device")[0].slices] == [0, 20]
+    assert [s.start_ns for s in tp.lanes("rank 1: model", "device")[0].slices] == [0, 20]
+    assert [(s.start_ns, s.end_ns) for s in tp.lanes("rank 0: model", "waiting")[0].slices] == [(10, 20)]
+    path = tmp_path / "pp.pftrace"
+    write(pp, path)
+    trace = Trace.FromString(path.read_bytes())
+    begins = [p.track_event.name for p in trace.packet
+              if p.HasField("track_event") and p.track_event.type == TrackEvent.TYPE_SLICE_BEGIN]
+    assert sorted(begins) == sorted([f"micro-batch {i}" for i in range(3)] * 2)

@@ -88,6 +88,13 @@ def _run_tp(args: argparse.Namespace, plain) -> int:
     print(f"  output {result.digest} {verdict} (one chip: {result.one_chip_digest})")
     print(f"  device cycles per forward: {result.cycles} at TP {result.tp} (critical path), {result.one_chip_cycles} "
           f"on one chip: {result.one_chip_cycles / result.cycles:.2f}x; {result.collectives} collectives a pass")
+    if args.timeline is not None:
+        from ..timeline import write
+        from .trace import tensor_trace
+
+        write(tensor_trace(result.segments, result.devices), args.timeline, args.timeline_format)
+        print(f"  timeline of the {len(result.devices)} ranks (device cycles, aligned at the collectives) written to "
+              f"{args.timeline}")
     ok = result.identical
     print(f"dx1 run {args.workload} --tp {args.tp}: {'PASS' if ok else 'FAIL'} in "
           f"{time.perf_counter() - started:.1f} s")
@@ -106,5 +113,8 @@ def extend_run_parser(run: argparse.ArgumentParser) -> None:
                           f"{SIZE.seq},{SIZE.model},{SIZE.heads},{SIZE.ffn})")
     run.add_argument("--dist-timeout", type=float, default=30.0,
                      help="under torchrun: seconds any torch.distributed wait may take (default 30)")
+    from ..timeline import add_timeline_arguments
+
+    add_timeline_arguments(run)  # with --tp: a track per rank, in device cycles aligned at the collectives
     plain = run.get_default("func")
     run.set_defaults(func=lambda args: _run_tp(args, plain))

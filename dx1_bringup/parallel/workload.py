@@ -46,6 +46,9 @@ class TpResult:
     one_chip_cycles: int
     collectives: int
     lines: list[str]
+    #: Per rank, its device (string) and the CYCLES of each of its device segments.
+    devices: list[str]
+    segments: list[list[int]]
 
 
 def _one_chip(graph: Graph, device: str, x: np.ndarray) -> tuple[np.ndarray, int]:
@@ -76,7 +79,7 @@ def run_block_tp(kind: str, devices: list[str], tp: int, *, size: BlockSize, see
              f"{digest(o['out'])}" for r, o in enumerate(outs)]
     same = all(np.array_equal(o["out"], want) for o in outs)
     return TpResult(tp, digest(outs[0]["out"]), digest(want), same, stats.cycles, one_cycles, stats.collectives,
-                    lines)
+                    lines, [devices[r % len(devices)] for r in range(tp)], [s.segment_cycles for s in stats.per_rank])
 
 
 def run_rank(kind: str, devices: list[str], tp: int, *, size: BlockSize, seed: int = 1) -> TpResult:
@@ -113,4 +116,4 @@ def run_rank(kind: str, devices: list[str], tp: int, *, size: BlockSize, seed: i
              f"{'' if ok else ' DIFFERS from one chip'}"
              for r, host, pid, dev_name, seg, d, ok in everyone]
     return TpResult(tp, digest(out["out"]), digest(want), all(e[6] for e in everyone), critical, one_cycles,
-                    me.seq, lines)
+                    me.seq, lines, [f"{e[3]} on {e[1]} (pid {e[2]})" for e in everyone], [list(e[4]) for e in everyone])
