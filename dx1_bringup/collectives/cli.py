@@ -42,8 +42,10 @@ def add_parser(sub: Any) -> None:
                    help="reduction: sum (int8 requantised by --scale, default 1), avg (int8 only) (default sum)")
     p.add_argument("--scale", type=float, default=None, help="int8 sum: the requantisation scale (default 1)")
     p.add_argument("--root", type=types.seed, default=0, help="root rank of broadcast and reduce (default 0)")
-    p.add_argument("--algorithm", choices=("ring", "direct", "both"), default="ring",
-                   help="ring (chunked, pipelined), direct (gather, reduce, scatter) or both (default ring)")
+    p.add_argument("--algorithm", choices=("default", "link", "ring", "direct", "both"), default="default",
+                   help="link (the ring over the chip-to-chip link), ring (chunked, pipelined, host-staged), direct "
+                        "(gather, reduce, scatter), both (every one the group can run) or default (link when every "
+                        "rank is a chip of one board, else ring; the default)")
     p.add_argument("--chunk-bytes", type=types.positive, default=None,
                    help="the ring's chunk in bytes (default 65536)")
     p.add_argument("--iters", type=types.positive, default=5, help="timed collectives per size (default 5)")
@@ -66,12 +68,9 @@ def cmd_collectives(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     from .group import DEFAULT_TIMEOUT, DeviceGroup
     from .perf import PERF_OPS, format_table, hop_peak, measure
 
-    if args.root >= len(args.device):
-        parser.error(f"argument --root: must be a rank of the group, 0 to {len(args.device) - 1}, not {args.root}")
     if args.redop == "avg" and args.dtype != "int8" or args.scale is not None and args.dtype != "int8":
         parser.error("argument --redop/--scale: int32 reduces only by sum, without a scale (its sum wraps)")
     ops = PERF_OPS if args.op == "all" else (args.op,)
-    algorithms = ("ring", "direct") if args.algorithm == "both" else (args.algorithm,)
     if any(name.startswith("sim") and "://" not in name for name in args.device):
         print("dx1 collectives: starting a private simulator per sim rank (the first run builds it: minutes) ...",
               flush=True)
@@ -80,7 +79,15 @@ def cmd_collectives(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     except (DriverError, OSError, ValueError) as e:
         print(f"dx1 collectives: cannot open {','.join(args.device)}: {e}", file=sys.stderr)
         return 2
-    report: dict[str, Any] = {"devices": args.device, "ranks": group.size, "dtype": args.dtype, "path": "host-staged",
+    if args.root >= group.size:
+        group.close()
+        parser.error(f"argument --root: must be a rank of the group, 0 to {group.size - 1}, not {args.root}")
+    if args.algorithm == "both":
+        algorithms: tuple[str | None, ...] = ("link", "ring", "direct") if group.has_link else ("ring", "direct")
+    else:
+        algorithms = (None if args.algorithm == "default" else args.algorithm,)
+    path = "link" if group.has_link else "host-staged"
+    report: dict[str, Any] = {"devices": args.device, "ranks": group.size, "dtype": args.dtype, "path": path,
                               "verify": not args.no_verify, "iters": args.iters, "tables": []}
     wrong = 0
     try:
@@ -99,13 +106,16 @@ def cmd_collectives(parser: argparse.ArgumentParser, args: argparse.Namespace) -
                     options.update(redop=args.redop, scale=args.scale)
                 if args.chunk_bytes:
                     options["chunk_bytes"] = args.chunk_bytes
-                rows, _ = measure(group, op, args.bytes, dtype=args.dtype, root=args.root, iters=args.iters,
+                rows, used_peak = measure(group, op, args.bytes, dtype=args.dtype, root=args.root, iters=args.iters,
                                   warmup=args.warmup, seed=args.seed, peak=peak, **options)
-                print(format_table(group, op, algorithm if op != "sendrecv" else "point to point", rows, peak),
-                      flush=True)
+                shown = rows[0].algorithm if rows else (algorithm or "ring")
+                print(format_table(group, op, shown if op != "sendrecv" else "point to point", rows,
+                                   used_peak), flush=True)
                 print()
                 wrong += sum(r.out_of_place.wrong + (r.in_place.wrong if r.in_place else 0) for r in rows)
-                report["tables"].append({"op": op, "algorithm": algorithm, "peak_bytes_per_s": peak,
+                link_table = bool(rows) and rows[0].algorithm == "link"
+                report["tables"].append({"op": op, "algorithm": shown,
+                                         ("peak_bytes_per_cycle" if link_table else "peak_bytes_per_s"): used_peak,
                                          "rows": [r.to_json() for r in rows]})
                 if op == "sendrecv":
                     break

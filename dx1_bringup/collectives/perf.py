@@ -7,6 +7,10 @@ nccl-tests' factors (all-reduce ``2 (n - 1) / n``; reduce-scatter and all-gather
 reduce and send/recv 1), so that busbw compares with the hardware's peak whatever the rank count.  ``size`` is
 the whole buffer's bytes (all-gather's output, reduce-scatter's input), as in nccl-tests.
 
+Over the chip-to-chip link (the ``link`` algorithm) the bandwidths are in bytes per device cycle, the peak is
+the link's (LINK.CAPS.width bytes a cycle), and each row also gives the cycles the alpha-beta model predicts
+(:func:`dx1_bringup.perfmodel.predict_collective_cycles`) and its error against the cycles seen.
+
 The peak of the host-staged path is that of one hop measured on the same group: ``read_mem`` of a whole
 buffer on one rank and ``write_mem`` of it (with the read-back when the group verifies writes) on the next,
 one after the other, for every pair of neighbours, the slowest pair counting.  ``#wrong`` counts the elements
@@ -21,6 +25,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from ..perfmodel import predict_collective_cycles
+from . import link
 from .buffer import DTYPES, segment
 from .group import DeviceGroup
 from .reduction import reduction
@@ -53,6 +59,9 @@ class Result:
     busbw: float
     peak_percent: float
     wrong: int
+    #: The alpha-beta model's cycles and its error against ``cycles`` in percent (the link algorithm; else 0).
+    predicted: float = 0.0
+    error_percent: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -211,8 +220,14 @@ def measure(group: DeviceGroup, op: str, sizes: list[int], *, dtype: str = "int3
     if peak is None:
         peak = hop_peak(group, max(sizes, default=4))
     rng = np.random.default_rng(seed)
-    algorithm = options.get("algorithm", group.algorithm)
+    algorithm = options.get("algorithm") or group.algorithm or ("link" if group.has_link else "ring")
     redop = options.get("redop", "sum") if op in ("all_reduce", "reduce_scatter", "reduce") else "-"
+    red = reduction(redop, dt, group.size, options.get("scale")) if redop != "-" else None
+    on_link = algorithm == "link" and op != "sendrecv" and group.has_link and not link.supports(op, dt, red)
+    if not on_link and algorithm == "link":
+        algorithm = "ring"  # what the group's default gives an op the link cannot run
+    if on_link:
+        peak = float(group.devs[0].caps.link_width)
     rows = []
     for size in sizes:
         count = size // dt.itemsize
@@ -220,9 +235,16 @@ def measure(group: DeviceGroup, op: str, sizes: list[int], *, dtype: str = "int3
         results = []
         for in_place in (False, True) if op != "sendrecv" else (False,):
             seconds, cycles, wrong = _run_one(group, op, count, dt, root, in_place, options, iters, warmup, rng)
-            algbw = nbytes / seconds if seconds > 0 else 0.0
+            predicted = error = 0.0
+            if on_link:
+                algbw = nbytes / cycles if cycles > 0 else 0.0
+                predicted = predict_collective_cycles(op, group.size, count, dt.itemsize,
+                                                      options.get("chunk_bytes") or group.chunk_bytes)
+                error = 100.0 * (predicted - cycles) / cycles if cycles else 0.0
+            else:
+                algbw = nbytes / seconds if seconds > 0 else 0.0
             busbw = algbw * BUS_FACTORS[op](group.size)
-            results.append(Result(seconds, cycles, algbw, busbw, 100.0 * busbw / peak, wrong))
+            results.append(Result(seconds, cycles, algbw, busbw, 100.0 * busbw / peak, wrong, predicted, error))
         row = Row(op, algorithm, nbytes, count, dtype, redop, root if op in ("broadcast", "reduce") else -1,
                   results[0], results[1] if len(results) > 1 else None)
         rows.append(row)
@@ -239,10 +261,23 @@ HEADER = ("#                                                   out-of-place     
           "                    (us)             (MB/s)  (MB/s)")
 
 
+LINK_HEADER = ("#                                                   out-of-place                                "
+               "                    in-place\n"
+               "#    size     count   type  redop  root       time     cycles  predicted  err%   algbw   busbw  "
+               "%peak #wrong       time     cycles  predicted  err%   algbw   busbw  %peak #wrong\n"
+               "#     (B) (elements)                            (us)                             (B/cyc) (B/cyc)"
+               "                     (us)                             (B/cyc) (B/cyc)")
+
+
 def format_row(row: Row) -> str:
+    link_row = row.algorithm == "link"
+
     def half(r: Result | None) -> str:
         if r is None:
-            return f" {'n/a':>10} {'':10} {'':7} {'':7} {'':6} {'':6}"
+            return f" {'n/a':>10} {'':10}" + (f" {'':10} {'':5}" if link_row else "") + f" {'':7} {'':7} {'':6} {'':6}"
+        if link_row:
+            return (f" {r.seconds * 1e6:10.1f} {r.cycles:10d} {r.predicted:10.0f} {r.error_percent:5.1f} "
+                    f"{r.algbw:7.3f} {r.busbw:7.3f} {r.peak_percent:6.1f} {r.wrong:6d}")
         return (f" {r.seconds * 1e6:10.1f} {r.cycles:10d} {r.algbw / 1e6:7.2f} {r.busbw / 1e6:7.2f} "
                 f"{r.peak_percent:6.1f} {r.wrong:6d}")
 
@@ -252,14 +287,22 @@ def format_row(row: Row) -> str:
 
 def format_table(group: DeviceGroup, op: str, algorithm: str, rows: list[Row], peak: float) -> str:
     """The nccl-tests style table of ``rows``, with a header saying what was measured."""
-    lines = [f"# dx1 collectives: {op}, host-staged, algorithm {algorithm}, {group.size} ranks: "
-             f"{', '.join(d.name for d in group.devs)}",
-             f"# link peak (host-staged hop, measured): {peak / 1e6:.2f} MB/s; busbw factor "
-             f"{BUS_FACTORS[op](group.size):.3f}", HEADER]
+    if rows and rows[0].algorithm == "link":
+        lines = [f"# dx1 collectives: {op} over the chip-to-chip link, {group.size} ranks: "
+                 f"{', '.join(d.name for d in group.devs)}",
+                 f"# link peak (LINK.CAPS.width): {peak:.0f} B/cycle; bandwidths in bytes per device cycle; busbw "
+                 f"factor {BUS_FACTORS[op](group.size):.3f}; predicted: the alpha-beta model", LINK_HEADER]
+    else:
+        lines = [f"# dx1 collectives: {op}, host-staged, algorithm {algorithm}, {group.size} ranks: "
+                 f"{', '.join(d.name for d in group.devs)}",
+                 f"# link peak (host-staged hop, measured): {peak / 1e6:.2f} MB/s; busbw factor "
+                 f"{BUS_FACTORS[op](group.size):.3f}", HEADER]
     lines += [format_row(r) for r in rows]
     results = [res for r in rows for res in (r.out_of_place, r.in_place) if res is not None]
     wrong = sum(res.wrong for res in results)
     lines.append(f"# Out of bounds values : {wrong} {'OK' if not wrong else 'FAILED'}")
-    if results:
+    if results and rows[0].algorithm == "link":
+        lines.append(f"# Avg bus bandwidth    : {sum(res.busbw for res in results) / len(results):.3f} B/cycle")
+    elif results:
         lines.append(f"# Avg bus bandwidth    : {sum(res.busbw for res in results) / len(results) / 1e6:.3f} MB/s")
     return "\n".join(lines)
