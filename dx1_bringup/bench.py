@@ -340,6 +340,12 @@ def _some_of(allowed: tuple[int, ...]):
     return types.integers("some of " + ", ".join(map(str, allowed)), allowed.__contains__, ordered=True)
 
 
+def _board_or_device(text: str) -> str:
+    """A device string, or one with ``{n}`` for a board of N chips (``model:chips={n}``), checked at ``n = 2``."""
+    types.device(text.replace("{n}", "2"))
+    return text
+
+
 def add_parser(sub: Any) -> None:
     """Add ``bench`` to the ``dx1`` subcommands."""
     parser = sub.add_parser("bench", help="the benchmarks: utilisation, sim speed, link, models, serving",
@@ -374,8 +380,9 @@ def add_parser(sub: Any) -> None:
                          help="the scaling points, merged point by point (default build/bench_scaling.json)")
     scaling.add_argument("--scaling-png", type=Path, default=Path("build/scaling.png"),
                          help="the plot of every correct point in --scaling-json (default build/scaling.png)")
-    parser.add_argument("--parallel-device", type=types.device, default="model",
-                        help="the parallel section's chip: each group is N of it (default model)")
+    parser.add_argument("--parallel-device", type=_board_or_device, default="model",
+                        help="the parallel section's chip: each group is N of it (default model); with {n} in it, "
+                             "a board of N chips (model:chips={n}: collectives over the chip link)")
     parser.set_defaults(func=cmd_bench)
 
 

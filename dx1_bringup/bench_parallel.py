@@ -10,8 +10,9 @@
 * Data parallelism: 12 requests of the block over 1, 2 and 4 replicas: device cycles per request (the
   busiest replica's total over the requests) and the speedup.
 
-Every group is ``DEVICE*N`` of the device given (default ``model``); on a device with a chip link
-(``model:chips=N``) the same calls run over it.
+Every group is N devices of the device string given (default ``model``, host-staged collectives); a device
+string with ``{n}`` in it names a board of N chips instead (``model:chips={n}``: the collectives run over its
+chip link and their SEND/WAIT cycles count), and one chip is the string at ``n = 1``.
 """
 
 from __future__ import annotations
@@ -39,12 +40,16 @@ PP_LAYERS, MICRO, REQUESTS = 4, 8, 12
 
 
 def _group(device: str, n: int) -> DeviceGroup:
-    return DeviceGroup.open([device] * n)
+    return DeviceGroup.open(device.format(n=n) if "{n}" in device else [device] * n)
+
+
+def _one(device: str) -> str:
+    return device.format(n=1) if "{n}" in device else device
 
 
 def _tensor(device: str) -> list[dict]:
     p = block("encoder", TP_SIZE)
-    dev = Device.open(device)
+    dev = Device.open(_one(device))
     try:
         with GraphSession(dev, p.quant.graph) as session:
             session.run({"x": p.x})
@@ -64,6 +69,7 @@ def _tensor(device: str) -> list[dict]:
                          "speedup": one.cycles / stats.cycles,
                          "identical": all(np.array_equal(o["out"], want["out"]) for o in outs),
                          "collectives": stats.collectives, "collective_seconds": stats.collective_seconds,
+                         "collective_cycles": stats.collective_cycles,
                          "imbalance": stats.imbalance})
     return rows
 
@@ -91,7 +97,7 @@ def _pipeline(device: str) -> list[dict]:
     layers = [p.quant.graph for p in stack("encoder", PP_SIZE, PP_LAYERS)]
     rng = np.random.default_rng(7)
     xs = [rng.standard_normal((PP_SIZE.seq, PP_SIZE.model)).astype(np.float32) for _ in range(MICRO)]
-    want, one = _one_chip_stack(device, layers, xs)
+    want, one = _one_chip_stack(_one(device), layers, xs)
     base = one / MICRO
     rows = [{"mode": "pp", "tp": 1, "pp": 1, "dp": 1, "variant": "one chip, layer by layer", "cycles": base,
              "speedup": 1.0, "identical": True}]
@@ -117,7 +123,7 @@ def _data(device: str) -> list[dict]:
     xs = [rng.standard_normal((TP_SIZE.seq, TP_SIZE.model)).astype(np.float32) for _ in range(REQUESTS)]
     rows, want, base = [], None, None
     for dp in (1, 2, 4):
-        devs = [Device.open(device) for _ in range(dp)]
+        devs = [Device.open(_one(device)) for _ in range(dp)]
         try:
             with DataParallel(devs, {"encoder": p.quant.graph}) as run:
                 results, report = run.serve([Request(i, "encoder", {"x": x}) for i, x in enumerate(xs)])
@@ -161,5 +167,9 @@ def print_parallel(report: dict) -> None:
         imbalance = f"{r['imbalance']:7.1%}" if "imbalance" in r else f"{'':7}"
         print(f"{r['tp']:>3} {r['pp']:>3} {r['dp']:>3} {r['variant']:<24} {r['cycles']:>11.0f} "
               f"{r['speedup']:>7.2f}x {bubble} {ideal} {imbalance}  {'yes' if r['identical'] else 'NO'}")
-    print("  cycles/fwd: TP the critical path's device cycles of one forward (host-staged collectives take none); "
+    link = [r for r in report["rows"] if r.get("collective_cycles")]
+    if link:
+        print("  collectives' cycles in TP's: " + ", ".join(f"TP {r['tp']} {r['variant']} {r['collective_cycles']}"
+                                                          for r in link))
+    print("  cycles/fwd: TP the critical path's device cycles of one forward (collectives' cycles included); "
           "PP the rebuilt makespan over the micro-batches; DP the busiest replica's cycles over the requests")

@@ -7,8 +7,10 @@ typed errors included) on the value's place in the rank's device memory.
 :meth:`TensorParallel.run` runs one forward pass on every rank at once.
 
 The device cycles of a forward are those of its critical path: per device segment (the stretches between
-host operators and collectives, the same on every rank) the slowest rank's CYCLES, summed.  A host-staged
-collective itself takes no device cycles (host memory accesses, no commands); its wall time is reported.
+host operators and collectives, the same on every rank) the slowest rank's CYCLES, plus per collective the
+most any rank's cycle counter advanced during it (``dev.cycles()``), summed.  A host-staged collective takes
+no device cycles (host memory accesses, no commands: 0 on the golden model, a cycle or two on ``sim``); over a
+chip link (``model:chips=N``) its SEND and WAIT commands count.  Its wall time is reported too.
 """
 
 from __future__ import annotations
@@ -41,8 +43,10 @@ class ParallelStats:
     """One forward pass over the ranks: each rank's :class:`RunStats`, and the critical path's device cycles."""
 
     per_rank: list[RunStats]
-    #: Per device segment the slowest rank's CYCLES, summed.
+    #: Per device segment the slowest rank's CYCLES, and per collective the slowest rank's cycles, summed.
     cycles: int
+    #: The collectives' part of ``cycles``.
+    collective_cycles: int
     #: Wall seconds the collectives took, summed over the pass (rank 0's view).
     collective_seconds: float
     #: How many collectives a pass ran (rank 0's).
@@ -72,6 +76,7 @@ class TensorParallel:
         self.group, self.graphs = group, graphs
         self._seconds = [0.0] * group.size
         self._counts = [0] * group.size
+        self._cycles: list[list[int]] = [[] for _ in range(group.size)]
         self.sessions: list[GraphSession | None] = [None] * group.size
 
         def open_session(rank: Rank) -> None:
@@ -88,8 +93,9 @@ class TensorParallel:
         inner = collective_runner(rank, self.group.size)
 
         def collective(op: Collective, addr: int, shape: tuple[int, int], dtype: np.dtype) -> None:
-            start = time.perf_counter()
+            start, cycles = time.perf_counter(), rank.dev.cycles()
             inner(op, addr, shape, dtype)
+            self._cycles[rank.rank].append(rank.dev.cycles() - cycles)
             self._seconds[rank.rank] += time.perf_counter() - start
             self._counts[rank.rank] += 1
 
@@ -99,6 +105,7 @@ class TensorParallel:
         """One forward pass on every rank: each rank's outputs, and the pass's :class:`ParallelStats`."""
         self._seconds = [0.0] * self.group.size
         self._counts = [0] * self.group.size
+        self._cycles = [[] for _ in range(self.group.size)]
         start = time.perf_counter()
         results = self.group.run(lambda rank: self.sessions[rank.rank].run(inputs))
         wall = time.perf_counter() - start
@@ -108,8 +115,9 @@ class TensorParallel:
             raise ValueError(f"the ranks' graphs have different device segments ({sorted(segments)}): they must "
                              f"be cut from one graph")
         critical = sum(max(s.segment_cycles[i] for s in stats) for i in range(segments.pop()))
+        collective = sum(max(c) for c in zip(*self._cycles, strict=True))
         return ([out for out, _ in results],
-                ParallelStats(stats, critical, self._seconds[0], self._counts[0], wall))
+                ParallelStats(stats, critical + collective, collective, self._seconds[0], self._counts[0], wall))
 
     def close(self) -> None:
         """Close every rank's session (on its own thread)."""
