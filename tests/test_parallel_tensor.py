@@ -103,3 +103,18 @@ def test_collective_needs_a_runner():
         dev.close()
     with pytest.raises(ValueError, match="a collective is one of all_reduce, reduce_scatter, all_gather, not 'bcast'"):
         Collective("x", "bcast", "a")
+
+
+@pytest.mark.parametrize("tp", [2, 4])
+def test_block_tp_over_the_chip_link(tp):
+    """On a board of chips (model:chips=N) the collectives run over the link; their cycles count."""
+    p = block("encoder", SIZE)
+    want = _one_chip(p.quant.graph, p.x)
+    graphs = [shard_block(p.quant, p.size, tp, r) for r in range(tp)]
+    with DeviceGroup.open(f"model:chips={tp}") as group, TensorParallel(group, graphs) as run:
+        outs, stats = run.run({"x": p.x})
+    assert all(np.array_equal(o["out"], want) for o in outs)
+    assert stats.collective_cycles > 0 and stats.cycles > sum(
+        max(s.segment_cycles[i] for s in stats.per_rank) for i in range(len(stats.per_rank[0].segment_cycles)))
+    _, host_staged = _parallel(graphs, p.x)
+    assert host_staged.collective_cycles == 0
