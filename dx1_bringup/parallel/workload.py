@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import socket
 from dataclasses import dataclass
 
@@ -67,19 +68,40 @@ def _problem(kind: str, size: BlockSize, seed: int, tp: int) -> BlockProblem:
     return problem
 
 
+def _board(devices: list[str]) -> int | None:
+    """The chips of a board device string (``model:chips=4``) given alone, else ``None``."""
+    found = re.search(r"(?:^|[:,])chips=(\d+)", devices[0]) if len(devices) == 1 else None
+    return int(found.group(1)) if found else None
+
+
 def run_block_tp(kind: str, devices: list[str], tp: int, *, size: BlockSize, seed: int = 1) -> TpResult:
-    """The block on ``tp`` ranks of one process (rank ``r`` on ``devices[r % len(devices)]``) and on one chip."""
+    """The block on ``tp`` ranks of one process and on one chip: rank ``r`` on ``devices[r % len(devices)]``,
+    or, for one board device string (``model:chips=N``, N = ``tp``), on its chip ``r`` (the collectives over
+    its link; one chip is the same string with ``chips=1``).
+
+    Raises
+    ------
+    ValueError
+        A board's chips are not ``tp``.
+    """
     problem = _problem(kind, size, seed, tp)
-    want, one_cycles = _one_chip(problem.quant.graph, devices[0], problem.x)
+    chips = _board(devices)
+    if chips is not None and chips != tp:
+        raise ValueError(f"the board {devices[0]!r} has {chips} chips; --tp {tp} needs {tp}")
+    one = re.sub(r"chips=\d+", "chips=1", devices[0]) if chips is not None else devices[0]
+    want, one_cycles = _one_chip(problem.quant.graph, one, problem.x)
     graphs = [shard_block(problem.quant, size, tp, r) for r in range(tp)]
-    with DeviceGroup.open([devices[r % len(devices)] for r in range(tp)]) as group, \
-            TensorParallel(group, graphs) as run:
+    ranks = devices[0] if chips is not None else [devices[r % len(devices)] for r in range(tp)]
+    with DeviceGroup.open(ranks) as group, TensorParallel(group, graphs) as run:
+        names = [d.name for d in group.devs]
         outs, stats = run.run({"x": problem.x})
-    lines = [f"  rank {r}/{tp}: {devices[r % len(devices)]}, {stats.per_rank[r].cycles} cycles, output "
+    lines = [f"  rank {r}/{tp}: {names[r]}, {stats.per_rank[r].cycles} cycles, output "
              f"{digest(o['out'])}" for r, o in enumerate(outs)]
+    if stats.collective_cycles:
+        lines.append(f"  collectives: {stats.collective_cycles} device cycles a pass (over the chip link)")
     same = all(np.array_equal(o["out"], want) for o in outs)
     return TpResult(tp, digest(outs[0]["out"]), digest(want), same, stats.cycles, one_cycles, stats.collectives,
-                    lines, [devices[r % len(devices)] for r in range(tp)], [s.segment_cycles for s in stats.per_rank])
+                    lines, names, [s.segment_cycles for s in stats.per_rank])
 
 
 def run_rank(kind: str, devices: list[str], tp: int, *, size: BlockSize, seed: int = 1) -> TpResult:
