@@ -39,7 +39,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def add_parser(sub) -> None:
     from .plan import MODELS
 
-    p = sub.add_parser("plan", help="choose tensor- and pipeline-parallel degrees of a model over chips",
+    p = sub.add_parser("plan", help="choose a model's TP and PP degrees over N chips",
                        description="cost every TP x PP placement of a model from device memory, the weights' and "
                                    "activations' sizes and the performance model, and choose one")
     p.add_argument("model", choices=sorted(MODELS), help="; ".join(str(m) for m in MODELS.values()))
