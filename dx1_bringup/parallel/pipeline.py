@@ -146,6 +146,10 @@ class PipelineParallel:
     Every graph takes one float32 input ``x`` and gives one float32 output ``out`` of the same shape, so a
     stage's output is the next stage's input.
 
+    ``timeout`` bounds every wait of a stage for its neighbour (and of stage 0 for a place in the window).  A
+    stage's first wait spans the pipeline's fill, the passes of every stage before it, so it is generous; the
+    sessions' device timeout is ``device_timeout``.
+
     Raises
     ------
     ValueError
@@ -153,7 +157,7 @@ class PipelineParallel:
     """
 
     def __init__(self, group: DeviceGroup, stages: list[list[Graph]], *, schedule: str = "1f1b",
-                 tiles: int | None = None, timeout: float = 10.0):
+                 tiles: int | None = None, timeout: float = 60.0, device_timeout: float = 5.0):
         if len(stages) != group.size or not all(stages):
             raise ValueError(f"{len(stages)} stages for a group of {group.size} ranks: one non-empty stage a rank")
         if schedule not in SCHEDULES:
@@ -165,7 +169,8 @@ class PipelineParallel:
 
         def open_stage(rank: Rank) -> None:
             for graph in stages[rank.rank]:
-                self.sessions[rank.rank].append(GraphSession(rank.dev, graph, tiles=tiles, timeout=timeout))
+                self.sessions[rank.rank].append(GraphSession(rank.dev, graph, tiles=tiles,
+                                                                timeout=device_timeout))
             self._buffers[rank.rank] = rank.dev.alloc(int(np.prod(shape)) * 4)
 
         try:
