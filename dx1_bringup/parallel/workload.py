@@ -95,10 +95,11 @@ def run_block_tp(kind: str, devices: list[str], tp: int, *, size: BlockSize, see
     with DeviceGroup.open(ranks) as group, TensorParallel(group, graphs) as run:
         names = [d.name for d in group.devs]
         outs, stats = run.run({"x": problem.x})
+        over = "over the chip link" if group.has_link else "host-staged: the host's accesses to device memory"
     lines = [f"  rank {r}/{tp}: {names[r]}, {stats.per_rank[r].cycles} cycles, output "
              f"{digest(o['out'])}" for r, o in enumerate(outs)]
     if stats.collective_cycles:
-        lines.append(f"  collectives: {stats.collective_cycles} device cycles a pass (over the chip link)")
+        lines.append(f"  collectives: {stats.collective_cycles} device cycles a pass ({over})")
     same = all(np.array_equal(o["out"], want) for o in outs)
     return TpResult(tp, digest(outs[0]["out"]), digest(want), same, stats.cycles, one_cycles, stats.collectives,
                     lines, names, [s.segment_cycles for s in stats.per_rank])
