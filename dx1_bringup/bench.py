@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from . import argtypes as types
-from . import bench_collectives, bench_scaling, bench_vector
+from . import bench_collectives, bench_parallel, bench_scaling, bench_vector
 from .bench_simspeed import print_simspeed, simspeed_bench
 from .runtime.operands import random_operands
 from .serving import cli as serving_cli
@@ -331,12 +331,19 @@ def print_serial(serial: dict) -> None:
 
 
 #: Sections of the bench, in the order they run.
-SECTIONS = ("tile", "soc", "simspeed", "serial", "perfmodel", "vector", "scaling", "serving", "collectives")
+SECTIONS = ("tile", "soc", "simspeed", "serial", "perfmodel", "vector", "scaling", "serving", "collectives",
+            "parallel")
 
 
 def _some_of(allowed: tuple[int, ...]):
     """An argument type: a comma-separated list of some of ``allowed``, sorted, without repeats."""
     return types.integers("some of " + ", ".join(map(str, allowed)), allowed.__contains__, ordered=True)
+
+
+def _board_or_device(text: str) -> str:
+    """A device string, or one with ``{n}`` for a board of N chips (``model:chips={n}``), checked at ``n = 2``."""
+    types.device(text.replace("{n}", "2"))
+    return text
 
 
 def add_parser(sub: Any) -> None:
@@ -373,6 +380,9 @@ def add_parser(sub: Any) -> None:
                          help="the scaling points, merged point by point (default build/bench_scaling.json)")
     scaling.add_argument("--scaling-png", type=Path, default=Path("build/scaling.png"),
                          help="the plot of every correct point in --scaling-json (default build/scaling.png)")
+    parser.add_argument("--parallel-device", type=_board_or_device, default="model",
+                        help="the parallel section's chip: each group is N of it (default model); with {n} in it, "
+                             "a board of N chips (model:chips={n}: collectives over the chip link)")
     parser.set_defaults(func=cmd_bench)
 
 
@@ -380,7 +390,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     """Run the sections in ``args.only``, print their tables and merge their figures into ``args.out``."""
     if args.sections:
         args.only = [s for listed in args.sections for s in listed]
-    reason = verilator_missing() if set(args.only) - {"serving", "collectives"} else None
+    reason = verilator_missing() if set(args.only) - {"serving", "collectives", "parallel"} else None
     if reason:
         print(f"dx1 bench: cannot run: {reason}", file=sys.stderr)
         return 2
@@ -433,6 +443,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
                   "two simulators, ring and direct, like nccl-tests ...", flush=True)
             report["collectives"] = bench_collectives.collectives_bench()
             ok &= bench_collectives.correct(report["collectives"])
+        elif section == "parallel":
+            print(f"[{step}/{len(steps)}] Parallel: tensor, pipeline and data parallelism on groups of "
+                  f"{args.parallel_device} against one chip ...", flush=True)
+            report["parallel"] = bench_parallel.parallel_bench(args.parallel_device)
+            ok &= bench_parallel.correct(report["parallel"])
         elif section == "serving":
             print(f"[{step}/{len(steps)}] Serving: continuous against static batching under one Poisson load over "
                   "HTTP on loopback ...", flush=True)
@@ -465,6 +480,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print("\n" + report["serving"]["table"])
     if "collectives" in args.only:
         bench_collectives.print_collectives(report["collectives"])
+    if "parallel" in args.only:
+        bench_parallel.print_parallel(report["parallel"])
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"\nwritten to {args.out}")

@@ -13,6 +13,8 @@ from .. import bench, generate
 from ..bringup import add_parser as add_bringup_parser
 from ..collectives.cli import add_parser as add_collectives_parser
 from ..fuzz.cli import add_parser as add_fuzz_parser
+from ..parallel.cli import add_parser as add_plan_parser
+from ..parallel.cli import extend_run_parser
 from ..replay.cli import add_parser as add_replay_parser
 from ..serving.cli import add_parser as add_serving_parser
 from ..sim import report, serve
@@ -65,12 +67,13 @@ def build_parser() -> argparse.ArgumentParser:
     gemm.add_parser(sub)  # demo, gemm
     info.add_parser(sub)
     add_bringup_parser(sub)
-    add_run_parser(sub)
+    extend_run_parser(add_run_parser(sub))
     predict.add_parser(sub)
     add_replay_parser(sub)  # replay, diff, shrink
     add_fuzz_parser(sub)  # fuzz, diff-demo
     _add_sim(sub)
     add_collectives_parser(sub)
+    add_plan_parser(sub)
     bench.add_parser(sub)
     add_serving_parser(sub)  # serve, lm
     generate.add_parser(sub)

@@ -87,7 +87,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
-def add_parser(sub) -> None:
+def add_parser(sub) -> argparse.ArgumentParser:
+    """Add ``dx1 run``; its parser, for the tools above to extend (the parallel part's ``--tp``)."""
     run = sub.add_parser("run", help="a real network on DX-1 beside float and int references",
                          description="run a real network on DX-1 and compare it with float and int references")
     run.add_argument("workload", choices=WORKLOADS,
@@ -98,3 +99,4 @@ def add_parser(sub) -> None:
     run.add_argument("--seed", type=types.seed, default=1, help="data, weight and quantisation seed (default 1)")
     run.add_argument("--tiles", type=types.positive, default=None, help="how many tiles to use (default: all)")
     run.set_defaults(func=cmd_run)
+    return run

@@ -40,11 +40,48 @@ from ..runtime.quant import INT8_MAX, quantize, quantize_bias, requant_multiplie
 from ..spec import PostOpParams
 from ..torch.graph_reference import run_reference
 
-__all__ = ["SEQ", "MODEL", "HEADS", "FFN", "BlockKind", "ENCODER", "make_block", "EncoderQuant", "quantize_encoder",
-           "run_encoder", "run_block", "EncoderResult"]
+__all__ = ["SEQ", "MODEL", "HEADS", "FFN", "BlockSize", "SIZE", "BlockKind", "ENCODER", "make_block", "EncoderQuant",
+           "quantize_encoder", "run_encoder", "run_block", "block_problem", "EncoderResult"]
 
 #: Sequence length, model width, heads and MLP width (every one a multiple of the array size).
 SEQ, MODEL, HEADS, FFN = 16, 32, 2, 64
+
+
+@dataclass(frozen=True)
+class BlockSize:
+    """A block's sequence length, model width, attention heads and MLP width.
+
+    Every width the graph slices (the model width, a head's width ``model // heads``, the MLP width and the
+    sequence) must be a multiple of the bus width, 8, so that every view starts on a whole bus word.
+    """
+
+    seq: int = SEQ
+    model: int = MODEL
+    heads: int = HEADS
+    ffn: int = FFN
+
+    def __post_init__(self) -> None:
+        for name in ("seq", "model", "heads", "ffn"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"a block's {name} must be a positive integer, not {value!r}")
+        if self.model % self.heads:
+            raise ValueError(f"a block's model width ({self.model}) must be a multiple of its heads ({self.heads})")
+        for name, value in (("sequence", self.seq), ("head width", self.head), ("MLP width", self.ffn)):
+            if value % 8:
+                raise ValueError(f"a block's {name} must be a multiple of 8, not {value}")
+
+    @property
+    def head(self) -> int:
+        """One head's width."""
+        return self.model // self.heads
+
+    def __str__(self) -> str:
+        return f"sequence {self.seq}, d_model {self.model}, {self.heads} heads, MLP {self.ffn}"
+
+
+#: The workload's block (``dx1 run encoder|decoder``).
+SIZE = BlockSize()
 #: The scale of the softmax's int8 probabilities (0 .. 127 for 0 .. 1).
 P_SCALE = 1.0 / P_ONE
 
@@ -62,10 +99,10 @@ class BlockKind:
 ENCODER = BlockKind("encoder", causal=False, activation="relu")
 
 
-def make_block(seed: int = 1, spec: BlockKind = ENCODER) -> torch.nn.TransformerEncoderLayer:
-    """PyTorch's pre-norm encoder layer at this workload's sizes, with seeded weights and biases."""
+def make_block(seed: int = 1, spec: BlockKind = ENCODER, size: BlockSize = SIZE) -> torch.nn.TransformerEncoderLayer:
+    """PyTorch's pre-norm encoder layer at ``size``, with seeded weights and biases."""
     torch.manual_seed(seed)
-    block = torch.nn.TransformerEncoderLayer(MODEL, HEADS, FFN, dropout=0.0, activation=spec.activation,
+    block = torch.nn.TransformerEncoderLayer(size.model, size.heads, size.ffn, dropout=0.0, activation=spec.activation,
                                              batch_first=True, norm_first=True)
     with torch.no_grad():
         for p in block.parameters():
@@ -96,7 +133,7 @@ class _Float:
     def of(cls, block: torch.nn.TransformerEncoderLayer) -> _Float:
         w = block.self_attn.in_proj_weight.detach().double().numpy()
         b = block.self_attn.in_proj_bias.detach().double().numpy()
-        d = MODEL
+        d = block.self_attn.embed_dim
 
         def p(t):
             return t.detach().double().numpy()
@@ -109,19 +146,19 @@ class _Float:
         with torch.no_grad():
             return which(torch.from_numpy(x).float()).double().numpy()
 
-    def forward(self, x: np.ndarray, spec: BlockKind = ENCODER) -> dict[str, np.ndarray]:
+    def forward(self, x: np.ndarray, spec: BlockKind = ENCODER, size: BlockSize = SIZE) -> dict[str, np.ndarray]:
         """Every intermediate of the float block (float64), for calibration."""
-        dh = MODEL // HEADS
+        seq, heads, dh = size.seq, size.heads, size.head
         h = self.layer_norm(self.ln1, x)
         q, k, v = h @ self.wq.T + self.bq, h @ self.wk.T, h @ self.wv.T + self.bv
         scores = np.concatenate([q[:, i * dh:(i + 1) * dh] @ k[:, i * dh:(i + 1) * dh].T / math.sqrt(dh)
-                                 for i in range(HEADS)], axis=1)
+                                 for i in range(heads)], axis=1)
         # A masked score takes no part in the softmax, nor in its calibration.
-        masked = np.triu(np.ones((SEQ, SEQ), bool), 1) if spec.causal else np.zeros((SEQ, SEQ), bool)
-        p = np.concatenate([_softmax(np.where(masked, -np.inf, scores[:, i * SEQ:(i + 1) * SEQ]))
-                            for i in range(HEADS)], axis=1)
-        scores = np.where(np.tile(masked, (1, HEADS)), 0.0, scores)
-        o = np.concatenate([p[:, i * SEQ:(i + 1) * SEQ] @ v[:, i * dh:(i + 1) * dh] for i in range(HEADS)], axis=1)
+        masked = np.triu(np.ones((seq, seq), bool), 1) if spec.causal else np.zeros((seq, seq), bool)
+        p = np.concatenate([_softmax(np.where(masked, -np.inf, scores[:, i * seq:(i + 1) * seq]))
+                            for i in range(heads)], axis=1)
+        scores = np.where(np.tile(masked, (1, heads)), 0.0, scores)
+        o = np.concatenate([p[:, i * seq:(i + 1) * seq] @ v[:, i * dh:(i + 1) * dh] for i in range(heads)], axis=1)
         x1 = x + o @ self.wo.T + self.bo
         h2 = self.layer_norm(self.ln2, x1)
         fpre = h2 @ self.w1.T + self.b1
@@ -163,26 +200,27 @@ def _layer_norm(ln: torch.nn.LayerNorm, s_in: float, s_out: float) -> LayerNorm:
 
 
 def quantize_encoder(block: torch.nn.TransformerEncoderLayer, calibration: list[np.ndarray],
-                     spec: BlockKind = ENCODER) -> EncoderQuant:
+                     spec: BlockKind = ENCODER, size: BlockSize = SIZE) -> EncoderQuant:
     """The block as a graph of quantised operators (see the module docstring), scales from ``calibration``."""
+    seq, d, heads, ffn = size.seq, size.model, size.heads, size.ffn
     if spec.activation not in ("relu", "gelu"):
         raise ValueError(f"the block's MLP activation must be relu or gelu, not {spec.activation!r}")
     fl = _Float.of(block)
     peaks: dict[str, float] = {}
     for x in calibration:
-        for name, value in fl.forward(x.astype(np.float64), spec).items():
+        for name, value in fl.forward(x.astype(np.float64), spec, size).items():
             peaks[name] = max(peaks.get(name, 0.0), float(np.max(np.abs(value))))
     s = {name: (peak / INT8_MAX if peak > 0 else 1.0) for name, peak in peaks.items()}
-    dh = MODEL // HEADS
+    dh = size.head
     g = Graph()
-    g.add_input(Value("x", SEQ, MODEL, "float32", s["x"]))
-    for name, rows, cols in (("xq", SEQ, MODEL), ("h", SEQ, MODEL), ("hT", MODEL, SEQ), ("q", SEQ, MODEL),
-                             ("kT", MODEL, SEQ), ("v", SEQ, MODEL), ("scores", SEQ, HEADS * SEQ),
-                             ("p", SEQ, HEADS * SEQ), ("o", SEQ, MODEL), ("x1", SEQ, MODEL), ("h2", SEQ, MODEL),
-                             *((("fpre", SEQ, FFN),) if spec.activation == "gelu" else ()), ("f", SEQ, FFN),
-                             ("y", SEQ, MODEL)):
+    g.add_input(Value("x", seq, d, "float32", s["x"]))
+    for name, rows, cols in (("xq", seq, d), ("h", seq, d), ("hT", d, seq), ("q", seq, d),
+                             ("kT", d, seq), ("v", seq, d), ("scores", seq, heads * seq),
+                             ("p", seq, heads * seq), ("o", seq, d), ("x1", seq, d), ("h2", seq, d),
+                             *((("fpre", seq, ffn),) if spec.activation == "gelu" else ()), ("f", seq, ffn),
+                             ("y", seq, d)):
         g.add_value(Value(name, rows, cols, "int8", s.get(name, P_SCALE)))
-    g.add_value(Value("out", SEQ, MODEL, "float32"))
+    g.add_value(Value("out", seq, d, "float32"))
 
     def post(real: float, relu: bool = False) -> PostOpParams:
         return PostOpParams(*requant_multiplier(real), relu)
@@ -201,17 +239,17 @@ def quantize_encoder(block: torch.nn.TransformerEncoderLayer, calibration: list[
                   post(sw["wk"] * s["h"] / s["kT"])))
     g.linear("v_proj", "h", "v", quantize(fl.wv, sw["wv"]), quantize_bias(fl.bv, s["h"] * sw["wv"]),
              post(s["h"] * sw["wv"] / s["v"]))
-    for i in range(HEADS):
+    for i in range(heads):
         g.add(QMatmul(f"scores{i}", ((View("q", col0=i * dh, cols=dh), View("kT", row0=i * dh, rows=dh)),),
-                      View("scores", col0=i * SEQ, cols=SEQ), None,
+                      View("scores", col0=i * seq, cols=seq), None,
                       post(s["q"] * s["kT"] / (math.sqrt(dh) * s["scores"]))))
 
-    g.kernel("softmax", "scores", "p", Softmax(s["scores"], groups=HEADS, causal=spec.causal))
-    for i in range(HEADS):
-        g.add(QMatmul(f"attend{i}", ((View("p", col0=i * SEQ, cols=SEQ), View("v", col0=i * dh, cols=dh)),),
+    g.kernel("softmax", "scores", "p", Softmax(s["scores"], groups=heads, causal=spec.causal))
+    for i in range(heads):
+        g.add(QMatmul(f"attend{i}", ((View("p", col0=i * seq, cols=seq), View("v", col0=i * dh, cols=dh)),),
                       View("o", col0=i * dh, cols=dh), None, post(P_SCALE * s["v"] / s["o"])))
     wo, s_wo, c1 = _residual_weights(fl.wo, s["o"], s["x"])
-    g.add_const("residual1.identity", (np.eye(MODEL) * c1).astype(np.int8))
+    g.add_const("residual1.identity", (np.eye(d) * c1).astype(np.int8))
     g.add_const("out_proj.weight", wo.T.copy())
     g.add(QMatmul("out_proj", ((View("o"), View("out_proj.weight")), (View("xq"), View("residual1.identity"))),
                   View("x1"), quantize_bias(fl.bo, s["o"] * s_wo), post(s["o"] * s_wo / s["x1"])))
@@ -224,7 +262,7 @@ def quantize_encoder(block: torch.nn.TransformerEncoderLayer, calibration: list[
                  post(s["h2"] * sw["w1"] / s["fpre"]))
         g.kernel("gelu", "fpre", "f", TableMap("gelu", s["fpre"], s["f"]))
     w2, s_w2, c2 = _residual_weights(fl.w2, s["f"], s["x1"])
-    g.add_const("residual2.identity", (np.eye(MODEL) * c2).astype(np.int8))
+    g.add_const("residual2.identity", (np.eye(d) * c2).astype(np.int8))
     g.add_const("ffn2.weight", w2.T.copy())
     g.add(QMatmul("ffn2", ((View("f"), View("ffn2.weight")), (View("x1"), View("residual2.identity"))),
                   View("y"), quantize_bias(fl.b2, s["f"] * s_w2), post(s["f"] * s_w2 / s["y"])))
@@ -256,17 +294,24 @@ def run_encoder(devices: list[str] | list[Device], *, seed: int = 1, tiles: int 
     return run_block(ENCODER, devices, seed=seed, tiles=tiles, progress=progress)
 
 
+def block_problem(spec: BlockKind, seed: int = 1, size: BlockSize = SIZE
+                  ) -> tuple[torch.nn.TransformerEncoderLayer, EncoderQuant, np.ndarray]:
+    """The seeded ``spec`` block at ``size``, its quantised graph (calibrated on 16 seeded inputs) and an input."""
+    block = make_block(seed, spec, size)
+    rng = np.random.default_rng(seed)
+    calibration = [rng.standard_normal((size.seq, size.model)) for _ in range(16)]
+    quant = quantize_encoder(block, calibration, spec, size)
+    x = rng.standard_normal((size.seq, size.model)).astype(np.float32)
+    return block, quant, x
+
+
 def run_block(spec: BlockKind, devices: list[str] | list[Device], *, seed: int = 1, tiles: int | None = None,
               progress: Callable[[str], None] = lambda _: None) -> EncoderResult:
     """Quantise the ``spec`` block, run one forward pass on every device, compare with the references."""
     for target in devices:  # a malformed device string is refused before any work
         if isinstance(target, str):
             check_device(target)
-    block = make_block(seed, spec)
-    rng = np.random.default_rng(seed)
-    calibration = [rng.standard_normal((SEQ, MODEL)) for _ in range(16)]
-    quant = quantize_encoder(block, calibration, spec)
-    x = rng.standard_normal((SEQ, MODEL)).astype(np.float32)
+    block, quant, x = block_problem(spec, seed)
     mask = torch.nn.Transformer.generate_square_subsequent_mask(SEQ) if spec.causal else None
     with torch.no_grad():
         want = block(torch.from_numpy(x)[None], src_mask=mask, is_causal=spec.causal)[0].double().numpy()

@@ -8,7 +8,11 @@ residual add (a second term, ``x @ (c * I)``) or a product of two activations (a
 columns (one attention head's columns, say), read and written in place with the value's row stride.
 Values are activations (uploaded by the host or written by an operator) or constants (weights, resident
 on the device).  A :class:`VectorKernel` runs an integer kernel (softmax, layer norm, GELU, transpose, ...) on the
-tiles' vector units.  Everything the commands cannot express is a :class:`HostOp` that runs on the host
+tiles' vector units.  For tensor parallelism a QMatmul without a post-op keeps its int32 accumulators
+(a partial sum), a :class:`Collective` sums or gathers a value across the ranks of a group in place (the
+graph session hands it to the caller's collective runner), and a :class:`Requantize` runs the POSTOP on an
+int32 value.
+Everything the commands cannot express is a :class:`HostOp` that runs on the host
 in numpy ((de)quantisation of float tensors); :meth:`Graph.placement` shows the split.
 """
 
@@ -23,7 +27,8 @@ from ...spec import PostOpParams
 from ..kernels import Kernel
 from ..operands import BUS_BYTES
 
-__all__ = ["Value", "View", "QMatmul", "HostOp", "VectorKernel", "Graph", "Op"]
+__all__ = ["Value", "View", "QMatmul", "Requantize", "Collective", "COLLECTIVE_KINDS", "HostOp", "VectorKernel",
+           "Graph", "Op"]
 
 _DTYPES = {"int8": np.int8, "int32": np.int32, "float32": np.float32}
 
@@ -79,13 +84,16 @@ class View:
 
 @dataclass
 class QMatmul:
-    """``out = requant(sum_i a_i @ b_i + bias)`` on the device: int8 operands, int32 bias per column, int8 out."""
+    """``out = requant(sum_i a_i @ b_i + bias)`` on the device: int8 operands, int32 bias per column, int8 out.
+
+    Without a post-op (``post=None``) ``out`` is int32: the accumulators ``sum_i a_i @ b_i + bias``, wrapping.
+    """
 
     name: str
     terms: tuple[tuple[View, View], ...]
     out: View
     bias: np.ndarray | None
-    post: PostOpParams
+    post: PostOpParams | None
 
     @property
     def inputs(self) -> tuple[str, ...]:
@@ -98,6 +106,70 @@ class QMatmul:
     @property
     def on_device(self) -> bool:
         return True
+
+
+@dataclass
+class Requantize:
+    """``out = requant(x + bias)`` on the device: the POSTOP of an int32 value ``x`` (int32 bias per column) to int8.
+
+    The POSTOP of a :class:`QMatmul` whose accumulators were summed elsewhere first (a row-parallel layer's
+    partial sums, all-reduced), so the result is the one the whole product's fused POSTOP gives.
+    """
+
+    name: str
+    x: View
+    out: View
+    bias: np.ndarray | None
+    post: PostOpParams
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        return (self.x.value,)
+
+    @property
+    def writes(self) -> str:
+        return self.out.value
+
+    @property
+    def on_device(self) -> bool:
+        return True
+
+
+#: What a :class:`Collective` does to its value, as NCCL names it.
+COLLECTIVE_KINDS = ("all_reduce", "reduce_scatter", "all_gather")
+
+
+@dataclass
+class Collective:
+    """A collective over the ranks of a group on ``value``, in place in each rank's device memory.
+
+    ``all_reduce``: every rank's value becomes the sum of every rank's (int32 wraps).  ``reduce_scatter``:
+    rank ``r``'s ``r`` th block of rows becomes the sum of every rank's block (the rest is left as it was).
+    ``all_gather``: every rank's value becomes the ranks' ``r`` th blocks of rows, each from rank ``r``.  The
+    blocks are equal, so the ranks must divide the rows.  Neither host nor device operator: the graph session
+    calls the collective runner it was given (a rank of a :class:`~dx1_bringup.collectives.DeviceGroup`, say)
+    with the value's place in device memory.
+    """
+
+    name: str
+    kind: str
+    value: str
+
+    def __post_init__(self) -> None:
+        if self.kind not in COLLECTIVE_KINDS:
+            raise ValueError(f"{self.name}: a collective is one of {', '.join(COLLECTIVE_KINDS)}, not {self.kind!r}")
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        return (self.value,)
+
+    @property
+    def writes(self) -> str:
+        return self.value
+
+    @property
+    def on_device(self) -> bool:
+        return False
 
 
 @dataclass
@@ -144,7 +216,7 @@ class VectorKernel:
         return True
 
 
-Op = QMatmul | HostOp | VectorKernel
+Op = QMatmul | Requantize | Collective | HostOp | VectorKernel
 
 
 @dataclass
@@ -232,6 +304,11 @@ class Graph:
                 self._check_matmul(op)
             elif isinstance(op, VectorKernel):
                 self._check_kernel(op)
+            elif isinstance(op, Requantize):
+                self._check_requantize(op)
+            elif isinstance(op, Collective):
+                if self.values[op.value].dtype not in ("int32", "int8"):
+                    raise ValueError(f"{op.name}: a collective moves int32 or int8, not {self.values[op.value].dtype}")
             elif op.writes in known:
                 raise ValueError(f"{op.name} writes {op.writes!r} a second time (a host operator writes a whole value)")
             known.add(op.writes)
@@ -239,13 +316,13 @@ class Graph:
             if name not in known:
                 raise ValueError(f"graph output {name!r} is never produced")
 
-    def _check_view(self, op: QMatmul, view: View, role: str) -> tuple[int, int]:
+    def _check_view(self, op: Op, view: View, role: str, dtype: str = "int8") -> tuple[int, int]:
         if view.value not in self.values:
             raise ValueError(f"{op.name}: {role} reads {view.value!r}, which the graph does not declare")
         v = self.values[view.value]
         rows, cols = view.shape(self)
-        if v.dtype != "int8":
-            raise ValueError(f"{op.name}: {role} {view} must be int8, not {v.dtype}")
+        if v.dtype != dtype:
+            raise ValueError(f"{op.name}: {role} {view} must be {dtype}, not {v.dtype}")
         if not (0 <= view.row0 and rows >= 1 and view.row0 + rows <= v.rows
                 and 0 <= view.col0 and cols >= 1 and view.col0 + cols <= v.cols):
             raise ValueError(f"{op.name}: {role} {view} is not inside {v.name} ({v.rows}x{v.cols})")
@@ -261,7 +338,7 @@ class Graph:
     def _check_matmul(self, op: QMatmul) -> None:
         if not op.terms:
             raise ValueError(f"{op.name}: a QMatmul needs at least one term")
-        m, n = self._check_view(op, op.out, "out")
+        m, n = self._check_view(op, op.out, "out", "int8" if op.post is not None else "int32")
         for i, (a, b) in enumerate(op.terms):
             am, ak = self._check_view(op, a, f"term {i} A")
             bk, bn = self._check_view(op, b, f"term {i} B")
@@ -274,6 +351,14 @@ class Graph:
         if op.bias is not None and (not isinstance(op.bias, np.ndarray) or op.bias.dtype != np.int32
                                     or op.bias.shape != (n,)):
             raise ValueError(f"{op.name}: bias must be an int32 array of shape ({n},)")
+
+    def _check_requantize(self, op: Requantize) -> None:
+        shape = self._check_view(op, op.x, "x", "int32")
+        if self._check_view(op, op.out, "out") != shape:
+            raise ValueError(f"{op.name}: out {op.out} must have the shape of x {op.x} ({shape[0]}x{shape[1]})")
+        if op.bias is not None and (not isinstance(op.bias, np.ndarray) or op.bias.dtype != np.int32
+                                    or op.bias.shape != (shape[1],)):
+            raise ValueError(f"{op.name}: bias must be an int32 array of shape ({shape[1]},)")
 
     def _check_kernel(self, op: VectorKernel) -> None:
         rows, cols = self._check_view(op, op.x, "x")

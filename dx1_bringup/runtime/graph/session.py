@@ -13,7 +13,10 @@
   barrier (SIGNAL/WAIT semaphores between tiles, a FENCE on one tile) goes between two operators only
   where the later one reads memory an earlier one writes, or writes memory an earlier one touches, since
   the last barrier; a :class:`~.ir.HostOp` between segments runs in numpy, its inputs downloaded and its
-  output uploaded.
+  output uploaded;
+* a :class:`~.ir.Collective` between segments hands the value's place in device memory to the session's
+  ``collective`` runner (a rank of a device group, say): the value stays on the device, summed or
+  gathered there in place.
 
 :meth:`GraphSession.run` executes one forward pass and returns the outputs with :class:`RunStats`.
 """
@@ -21,6 +24,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -33,10 +37,15 @@ from ..gemm import GemmTerm, compile_gemm
 from ..gemm_run import GemmStats, drive
 from ..kernels import Mem
 from ..operands import padded
-from .ir import Graph, HostOp, Op, QMatmul, VectorKernel, View
+from ..requantize import compile_requantize
+from .ir import Collective, Graph, HostOp, Op, QMatmul, Requantize, VectorKernel, View
 from .memory import ArenaPlan, Lifetime, plan_arena
 
-__all__ = ["GraphSession", "RunStats", "Segment"]
+__all__ = ["GraphSession", "RunStats", "Segment", "CollectiveRunner"]
+
+#: What runs a :class:`~.ir.Collective`: ``collective(op, address, shape, dtype)`` runs ``op.kind`` on the
+#: value at ``address`` of this device's memory (``shape`` in its padded layout), in place.
+CollectiveRunner = Callable[[Collective, int, tuple[int, int], np.dtype], None]
 
 #: Tag of the barrier commands between operators (the tiling compiler's tags count up from 0).
 BARRIER_TAG = 0xFFFF
@@ -77,6 +86,8 @@ class RunStats:
     vector_cycles: int = 0
     #: The performance model's CYCLES of the device segments (:func:`~dx1_bringup.perfmodel.predict`), summed.
     predicted_cycles: float = 0.0
+    #: Per device segment, in order, its CYCLES (``cycles`` is their sum).
+    segment_cycles: list[int] = field(default_factory=list)
 
     @property
     def utilisation(self) -> float:
@@ -104,6 +115,8 @@ class GraphSession:
         Tiles to spread each operator over (default: all).
     timeout:
         Seconds without progress before the driver's ``DeviceTimeout``.
+    collective:
+        Runs the graph's :class:`~.ir.Collective` operators (required when it has any).
 
     Raises
     ------
@@ -112,9 +125,12 @@ class GraphSession:
     """
 
     def __init__(self, device: Device, graph: Graph, *, tiles: int | None = None, timeout: float = 5.0,
-                 keep: tuple[str, ...] = ()):
+                 keep: tuple[str, ...] = (), collective: CollectiveRunner | None = None):
         graph.validate()
         self.device, self.graph, self.timeout = device, graph, timeout
+        if collective is None and any(isinstance(op, Collective) for op in graph.ops):
+            raise ValueError("the graph has collectives; the session needs a collective runner to run them")
+        self.collective = collective
         unknown = sorted(set(keep) - set(graph.values))
         if unknown:
             raise ValueError(f"keep names values the graph does not have: {unknown}")
@@ -139,7 +155,7 @@ class GraphSession:
             self.weight_bytes += self._aligned(self._bytes(name))
         self._biases: dict[str, tuple[int, np.ndarray]] = {}
         for op in graph.ops:
-            if isinstance(op, QMatmul) and op.bias is not None:
+            if isinstance(op, (QMatmul, Requantize)) and op.bias is not None:
                 bias = np.zeros(padded(op.bias.shape[0], self.array), np.int32)
                 bias[:op.bias.shape[0]] = op.bias
                 self._biases[op.name] = (self.weight_bytes, bias)
@@ -217,10 +233,14 @@ class GraphSession:
         """``(operator name, "device" | "host")`` for every operator, in order, on this session's device."""
         return [(op.name, "device" if self.on_device(op) else "host") for op in self.graph.ops]
 
+    def _in_memory(self, op: Op) -> bool:
+        """Whether ``op`` reads and writes device memory: a device operator, or a collective (in place)."""
+        return self.on_device(op) or isinstance(op, Collective)
+
     def _device_values(self) -> set[str]:
         names: set[str] = set()
         for op in self.graph.ops:
-            if self.on_device(op):
+            if self._in_memory(op):
                 names.update(op.inputs)
                 names.add(op.writes)
         return names - set(self.graph.consts)
@@ -234,24 +254,34 @@ class GraphSession:
                 segments.append(Segment(self.on_device(op), [i]))
         ops = self.graph.ops
         for seg in segments:
-            if not seg.device:
+            if not self._in_memory(ops[seg.ops[0]]):
                 continue
             start, end = seg.ops[0], seg.ops[-1]
             read = {n for i in seg.ops for n in ops[i].inputs} - set(self.graph.consts)
-            on_device_before = {ops[i].writes for i in range(start) if self.on_device(ops[i])}
+            on_device_before = {ops[i].writes for i in range(start) if self._in_memory(ops[i])}
             written_here = {ops[i].writes for i in seg.ops}
             # A value read here that no device operator wrote earlier comes from the host.  (Written here
             # too, it is read before this segment writes it only if the graph says so: validate() checks.)
             seg.uploads = sorted(n for n in read if n not in on_device_before and n not in written_here)
-            later_host = {n for i in range(end + 1, len(ops)) if not self.on_device(ops[i]) for n in ops[i].inputs}
-            seg.downloads = sorted(n for n in written_here if n in later_host or n in self.graph.outputs)
+            seg.downloads = sorted(n for n in written_here if self._read_next_by_host(n, end))
         return segments
+
+    def _read_next_by_host(self, name: str, end: int) -> bool:
+        """Whether the host reads ``name`` (a host operator, or the graph's output) before the device writes it
+        again after operator ``end``: then the segment ending there downloads it."""
+        for op in self.graph.ops[end + 1:]:
+            if not self._in_memory(op) and name in op.inputs:
+                return True
+            if self._in_memory(op) and op.writes == name:
+                return False
+        return name in self.graph.outputs
 
     def _lifetimes(self) -> list[Lifetime]:
         ops, end = self.graph.ops, len(self.graph.ops)
         out = []
         for name in sorted(self._device_values()):
-            touched = [i for i, op in enumerate(ops) if self.on_device(op) and (name in op.inputs or op.writes == name)]
+            touched = [i for i, op in enumerate(ops)
+                       if self._in_memory(op) and (name in op.inputs or op.writes == name)]
             first, last = min(touched), max(touched)
             if name in self.graph.outputs or name in self.keep:
                 last = end
@@ -317,6 +347,9 @@ class GraphSession:
             if isinstance(op, VectorKernel):
                 self._lower_kernel(op, streams)
                 continue
+            if isinstance(op, Requantize):
+                self._lower_requantize(op, streams)
+                continue
             (a, b), *more = op.terms
             m, k = a.shape(self.graph)
             n = b.shape(self.graph)[1]
@@ -330,6 +363,18 @@ class GraphSession:
             for t, cmds in enumerate(plan.commands):
                 streams[t].extend(cmds)
         seg.commands = streams
+
+    def _lower_requantize(self, op: Requantize, streams: list[list[bytes]]) -> None:
+        caps = self.device.caps
+        rows, cols = op.x.shape(self.graph)
+        bias_addr = None if op.bias is None else self._weights_base + self._biases[op.name][0]
+        plan = compile_requantize(rows, cols, array=self.array, spm_rows=caps.spm_rows, acc_rows=caps.acc_rows,
+                                  mem_bytes=caps.mem_bytes, x_addr=self._view_address(op.x),
+                                  x_stride=self._stride(op.x.value), out_addr=self._view_address(op.out),
+                                  out_stride=self._stride(op.out.value), bias_addr=bias_addr, post=op.post,
+                                  tiles=self.tiles, what=op.name)
+        for t, cmds in enumerate(plan):
+            streams[t].extend(cmds)
 
     def _lower_kernel(self, op: VectorKernel, streams: list[list[bytes]]) -> None:
         caps = self.device.caps
@@ -394,11 +439,25 @@ class GraphSession:
         start, trips0 = time.perf_counter(), _round_trips(self.device)
         env: dict[str, np.ndarray] = dict(inputs)
         written = read = transfers = cycles = macs = commands = vector = 0
+        segment_cycles: list[int] = []
         predicted = 0.0
         caps = self.device.caps
         tile = TileConfig(caps.array, caps.spm_rows, caps.acc_rows, caps.vector)
         used = list(range(self.tiles))
         for seg in self.segments:
+            if not seg.device and isinstance(self.graph.ops[seg.ops[0]], Collective):
+                op = self.graph.ops[seg.ops[0]]
+                for name in seg.uploads:
+                    written += self._write(name, env[name])
+                    transfers += 1
+                v = self.graph.values[op.value]
+                self.collective(op, self.address(op.value), (v.rows, padded(v.cols, self.array)),
+                                np.dtype(v.numpy_dtype))
+                for name in sorted(set(seg.downloads) | ({op.value} & set(keep))):
+                    env[name] = self._read(name)
+                    read += env[name].nbytes
+                    transfers += 1
+                continue
             if not seg.device:
                 op = self.graph.ops[seg.ops[0]]
                 out = self._host(op, env)
@@ -416,6 +475,7 @@ class GraphSession:
             after = {t: self.device.perf(t).read() for t in used}
             stats = GemmStats(self.array, {t: len(seg.commands[t]) for t in used}, before, after, 0, 0)
             cycles += stats.cycles
+            segment_cycles.append(stats.cycles)
             vector += max(stats.delta(t).busy_vector for t in used)
             predicted += predict([seg.commands[t] for t in used], tile, banks=caps.mem_banks).total
             macs += stats.macs
@@ -432,7 +492,7 @@ class GraphSession:
             host_bytes_written=written, host_bytes_read=read, transfers=transfers,
             wall_seconds=time.perf_counter() - start,
             round_trips=None if trips0 is None else trips1 - trips0, vector_cycles=vector,
-            predicted_cycles=predicted)
+            predicted_cycles=predicted, segment_cycles=segment_cycles)
         return {name: env[name] for name in (*self.graph.outputs, *keep)}, stats
 
     def _write(self, name: str, value: np.ndarray) -> int:
@@ -462,12 +522,15 @@ class GraphSession:
                     if isinstance(op, VectorKernel):
                         lines.append(f"       {op.name}: {op.out} = {op.kernel.describe(str(op.x))}  [vector unit]")
                         continue
-                    terms = " + ".join(f"{a} @ {b}" for a, b in op.terms)
-                    extra = (" + bias" if op.bias is not None else "") + (", relu" if op.post.relu else "")
-                    lines.append(f"       {op.name}: {op.out} = requant({terms}{extra})")
+                    terms = str(op.x) if isinstance(op, Requantize) else " + ".join(f"{a} @ {b}" for a, b in op.terms)
+                    extra = (" + bias" if op.bias is not None else "") + (", relu" if op.post and op.post.relu else "")
+                    wrap = "requant({})" if op.post is not None else "int32({})"
+                    lines.append(f"       {op.name}: {op.out} = {wrap.format(terms + extra)}")
             else:
                 op = self.graph.ops[seg.ops[0]]
-                if isinstance(op, VectorKernel):
+                if isinstance(op, Collective):
+                    lines.append(f"  {n}: ranks   {op.name}: {op.kind} of {op.value} [in device memory]")
+                elif isinstance(op, VectorKernel):
                     lines.append(f"  {n}: host    {op.name}: {op.out} = {op.kernel.describe(str(op.x))}  "
                                  f"[int reference: the device has no vector unit]")
                 else:
