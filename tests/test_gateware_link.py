@@ -228,8 +228,9 @@ def test_credits_run_out_while_the_receiver_keeps_its_buffers() -> None:
 
 
 def test_injected_crc_errors_are_naked_and_sent_again() -> None:
-    """Two corrupted sendings of frame 1 (within the retry limit of 2): b counts two CRC errors and NAKs them, a sends
-    frame 1 (and what followed it) again, and b keeps each frame once, in order."""
+    """Two corrupted sendings of frame 1 (within the retry limit of 2): b counts two CRC errors and NAKs them, a acts
+    on both NAKs (RETRIES 2), sending frame 1 (and what followed it) again, and b keeps each frame once, in order;
+    the injection has counted down to 0."""
     pair = _Pair()
     sent = [_frame(i, [100 + i] * 4, first=i == 0) for i in range(4)]
     run = _Run(pair, [])
@@ -247,8 +248,8 @@ def test_injected_crc_errors_are_naked_and_sent_again() -> None:
         assert [h["seq"] for h, _ in run.received] == [0, 1, 2, 3]
         assert [p[0] for _, p in run.received] == [100, 101, 102, 103]
         assert ctx.get(pair.b.crc_errors) == 2
-        assert ctx.get(pair.a.retries) >= 2 and ctx.get(pair.a.tx_frames) == 4
-        assert not ctx.get(pair.a.failed)
+        assert ctx.get(pair.a.retries) == 2 and ctx.get(pair.a.tx_frames) == 4
+        assert not ctx.get(pair.a.failed) and ctx.get(pair.a.inject_left) == 0
         bad = [f for f in _frames_on(run.beats_ab) if not _crc_ok(f)]
         assert len(bad) == 2 and {_header(f)["seq"] for f in bad} == {1}
         naks = [_header(f) for f in _frames_on(run.beats_ba)]
@@ -276,6 +277,7 @@ def test_past_the_retry_limit_the_port_fails_and_drops_the_frames() -> None:
         for _ in range(60):
             await run.step(ctx)
         assert run.received == [] and ctx.get(pair.a.failed) and ctx.get(pair.a.idle)
+        assert ctx.get(pair.a.retries) == CONFIG.retries and ctx.get(pair.a.inject_left) == 0
         ctx.set(pair.a.abort, 1)
         await run.step(ctx)
         ctx.set(pair.a.abort, 0)

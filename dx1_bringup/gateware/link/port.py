@@ -16,8 +16,8 @@ from .wire import WORD_BITS, link_wire
 __all__ = ["COUNTERS", "LinkPort"]
 
 #: The port's counters, each a 32-bit count of events (wrapping): DATA frames sent for the first time, DATA frames
-#: kept by the receiver, frames sent again after a NAK, frames received with a bad CRC, cycles a frame waited
-#: for a credit.
+#: kept by the receiver, NAKs acted on (each a resend from the NAKed frame on), frames received with a bad CRC,
+#: cycles a frame waited for a credit.
 COUNTERS = ("tx_frames", "rx_frames", "retries", "crc_errors", "credit_stalls")
 
 
@@ -31,8 +31,8 @@ class LinkPort(wiring.Component):
     DONE (``done``, ``done_seq``, ``done_status``) or from ``failed`` (a frame past the retry
     limit), ending it with ``abort``.  The receiving DMA takes kept frames (``frame_valid``,
     ``header``, ``pay_addr``/``pay_data``, ``consume``) and sends its DONE (``done_req_*``).
-    ``inject``/``inject_count`` corrupt the CRC of the next frame stored, its first
-    ``inject_count`` sendings.  The counters (:data:`COUNTERS`) count while ``clear`` is low.
+    ``inject``/``inject_count`` corrupt the CRC of the next frame sent for the first time and
+    its resends while the count (``inject_left``) lasts.  The counters (:data:`COUNTERS`) count while ``clear`` is low.
     """
 
     def __init__(self, config: ChipLinkConfig):
@@ -43,12 +43,12 @@ class LinkPort(wiring.Component):
         self._rx = LinkReceiver(config)
         super().__init__({
             "tx": Out(link_wire()), "rx": In(link_wire()), "force_down": In(1), "up": Out(1),
-            "frames": In(frame_stream()), "failed": Out(1), "abort": In(1), "idle": Out(1),
+            "frames": In(frame_stream()), "failed": Out(1), "abort": In(1), "idle": Out(1), "next_seq": Out(SEQ_BITS),
             "done": Out(1), "done_seq": Out(SEQ_BITS), "done_status": Out(8),
             "frame_valid": Out(1), "header": Out(2 * WORD_BITS),
             "pay_addr": In(len(self._rx.pay_addr)), "pay_data": Out(WORD_BITS), "consume": In(1),
             "done_req_valid": In(1), "done_req_seq": In(SEQ_BITS), "done_req_status": In(8), "done_req_ready": Out(1),
-            "inject": In(1), "inject_count": In(4),
+            "inject": In(1), "inject_count": In(8), "inject_left": Out(8),
             "clear": In(1), **{name: Out(32) for name in COUNTERS},
         })
 
@@ -67,8 +67,8 @@ class LinkPort(wiring.Component):
         connect(m, control.ctrl, tx.ctrl)
         m.d.comb += [
             tx.ack.eq(rx.ack), tx.ack_seq.eq(rx.ack_seq), tx.nak.eq(rx.nak), tx.nak_seq.eq(rx.nak_seq),
-            tx.inject.eq(self.inject), tx.inject_count.eq(self.inject_count), tx.abort.eq(self.abort),
-            self.failed.eq(tx.failed), self.idle.eq(tx.idle),
+            tx.inject.eq(self.inject), tx.inject_count.eq(self.inject_count), self.inject_left.eq(tx.inject_left), tx.abort.eq(self.abort),
+            self.failed.eq(tx.failed), self.idle.eq(tx.idle), self.next_seq.eq(tx.next_seq),
             self.done.eq(rx.done), self.done_seq.eq(rx.done_seq), self.done_status.eq(rx.done_status),
             self.frame_valid.eq(rx.frame_valid), self.header.eq(rx.header), rx.pay_addr.eq(self.pay_addr),
             self.pay_data.eq(rx.pay_data), rx.consume.eq(self.consume),
@@ -77,7 +77,7 @@ class LinkPort(wiring.Component):
             control.done_valid.eq(self.done_req_valid), control.done_seq.eq(self.done_req_seq),
             control.done_status.eq(self.done_req_status), self.done_req_ready.eq(control.done_ready),
         ]
-        events = {"tx_frames": tx.sent_new, "rx_frames": rx.accepted, "retries": tx.sent_again,
+        events = {"tx_frames": tx.sent_new, "rx_frames": rx.accepted, "retries": tx.nak_taken,
                   "crc_errors": rx.crc_error, "credit_stalls": tx.credit_stall}
         for name in COUNTERS:
             counter = getattr(self, name)

@@ -56,10 +56,12 @@ class LinkTransmitter(wiring.Component):
       SEND ends with LINK_CRC); words offered meanwhile are taken and dropped.
     * ``abort`` (the DMA ended its SEND) drops a partly stored frame and clears ``failed``.
     * While ``up`` is low nothing is sent, the buffer is emptied and offered words are dropped.
-    * ``inject`` with ``inject_count``: the next frame stored is sent with a corrupted
-      trailer (its CRC inverted) its first ``inject_count`` times, so the peer sees CRC errors.
+    * ``inject`` with ``inject_count`` (LINK.CONTROL ``corrupt``): the next frame sent for the
+      first time, and its resends, go out with a corrupted trailer (the CRC inverted) while
+      the count lasts (``inject_left`` counts down; a frame past the retry limit takes what
+      is left with it), so the peer sees exactly that many CRC errors.
     * Pulses for the port's counters: ``sent_new`` (a frame's first sending starts),
-      ``sent_again``, ``nak_taken``; ``idle`` while nothing is stored, unacknowledged or on the wire.
+      ``sent_again``, ``nak_taken`` (a NAK that sends frames again: not the one past the limit); ``next_seq``, the ``seq`` the next frame stored gets; ``idle`` while nothing is stored, unacknowledged or on the wire.
     """
 
     def __init__(self, config: ChipLinkConfig):
@@ -73,8 +75,8 @@ class LinkTransmitter(wiring.Component):
             "wire": Out(link_wire()), "up": In(1),
             "frames": In(frame_stream()), "ctrl": In(control_stream()),
             "ack": In(1), "ack_seq": In(SEQ_BITS), "nak": In(1), "nak_seq": In(SEQ_BITS),
-            "inject": In(1), "inject_count": In(4),
-            "failed": Out(1), "abort": In(1),
+            "inject": In(1), "inject_count": In(8), "inject_left": Out(8),
+            "failed": Out(1), "abort": In(1), "next_seq": Out(SEQ_BITS),
             "credit_stall": Out(1), "sent_new": Out(1), "sent_again": Out(1), "nak_taken": Out(1), "idle": Out(1),
         })
 
@@ -96,7 +98,7 @@ class LinkTransmitter(wiring.Component):
         count = Signal(range(slots + 1))
         base_slot, send_slot, store_slot = Signal(slot_bits), Signal(slot_bits), Signal(slot_bits)
         stored = Signal(SEQ_BITS)
-        m.d.comb += stored.eq(base + count)
+        m.d.comb += [stored.eq(base + count), self.next_seq.eq(stored)]
         down = ~self.up
 
         # ---- storing frames ---------------------------------------------------------------------------------------
@@ -128,13 +130,12 @@ class LinkTransmitter(wiring.Component):
         with m.If(commit):
             m.d.sync += store_slot.eq(_add_mod(store_slot, 1, slots))
 
-        # ---- fault injection: the next frame stored, its first inject_count sendings --------------------------------
-        inj_armed, inj_bound = Signal(), Signal()
-        inj_seq, inj_left = Signal(SEQ_BITS), Signal(4)
+        # ---- fault injection: the next frame sent for the first time, and its resends, while the count lasts ------
+        inj_bound = Signal()
+        inj_seq, inj_left = Signal(SEQ_BITS), Signal(8)
+        m.d.comb += self.inject_left.eq(inj_left)
         with m.If(self.inject):
-            m.d.sync += [inj_armed.eq(self.inject_count != 0), inj_bound.eq(0), inj_left.eq(self.inject_count)]
-        with m.Elif(commit & inj_armed):
-            m.d.sync += [inj_armed.eq(0), inj_bound.eq(1), inj_seq.eq(stored)]
+            m.d.sync += [inj_bound.eq(0), inj_left.eq(self.inject_count)]
 
         # ---- acknowledgements and NAKs (one control frame at a time from the port's receiver) ---------------------
         freed = Signal(range(slots + 1))
@@ -153,7 +154,7 @@ class LinkTransmitter(wiring.Component):
             take_nak.eq(self.nak & (nak_dist < sent_dist) & ~failed & self.up),
             times.eq(Mux(nak_active & (nak_last == self.nak_seq), nak_times + 1, 1)),
             exhausted.eq(take_nak & (times > cfg.retries)),
-            self.nak_taken.eq(take_nak),
+            self.nak_taken.eq(take_nak & ~exhausted),
         ]
         with m.If(self.ack & nak_active & (self.ack_seq == nak_last)):
             m.d.sync += nak_active.eq(0)
@@ -182,12 +183,13 @@ class LinkTransmitter(wiring.Component):
                         m.d.sync += [ctrl_word.eq(self.ctrl.data), emit.eq(_Emit.CONTROL),
                                      pick.eq(_Pick.CONTROL_TRAILER)]
                     with m.Elif((sent != stored) & ~failed):
-                        corrupt = inj_bound & (inj_seq == sent) & (inj_left != 0)
+                        new = sent == high
+                        corrupt = (inj_left != 0) & Mux(inj_bound, inj_seq == sent, new)
                         m.d.sync += [emit.eq(_Emit.HEADER0), pick.eq(_Pick.HEADER1), frame_corrupt.eq(corrupt),
                                      pay_idx.eq(0)]
                         with m.If(corrupt):
-                            m.d.sync += inj_left.eq(inj_left - 1)
-                        with m.If(sent == high):
+                            m.d.sync += [inj_left.eq(inj_left - 1), inj_bound.eq(1), inj_seq.eq(sent)]
+                        with m.If(new):
                             m.d.comb += self.sent_new.eq(1)
                             m.d.sync += high.eq(high + 1)
                         with m.Else():
@@ -235,7 +237,8 @@ class LinkTransmitter(wiring.Component):
         m.d.sync += [count.eq(count + commit - freed), base.eq(base + freed),
                      base_slot.eq(_add_mod(base_slot, freed, slots) if slots > 1 else 0)]
         with m.If(exhausted):
-            m.d.sync += failed.eq(1)
+            # The corrupted frame is dropped with its SEND: what is left of the injection goes with it.
+            m.d.sync += [failed.eq(1), inj_left.eq(0), inj_bound.eq(0)]
         with m.If(self.abort):
             m.d.sync += [failed.eq(0), store_idx.eq(0)]
         with m.If(exhausted | down):
