@@ -67,7 +67,8 @@ class LinkPort(wiring.Component):
         connect(m, control.ctrl, tx.ctrl)
         m.d.comb += [
             tx.ack.eq(rx.ack), tx.ack_seq.eq(rx.ack_seq), tx.nak.eq(rx.nak), tx.nak_seq.eq(rx.nak_seq),
-            tx.inject.eq(self.inject), tx.inject_count.eq(self.inject_count), self.inject_left.eq(tx.inject_left), tx.abort.eq(self.abort),
+            tx.inject.eq(self.inject), tx.inject_count.eq(self.inject_count), self.inject_left.eq(tx.inject_left),
+            tx.abort.eq(self.abort),
             self.failed.eq(tx.failed), self.idle.eq(tx.idle), self.next_seq.eq(tx.next_seq),
             self.done.eq(rx.done), self.done_seq.eq(rx.done_seq), self.done_status.eq(rx.done_status),
             self.frame_valid.eq(rx.frame_valid), self.header.eq(rx.header), rx.pay_addr.eq(self.pay_addr),

@@ -26,7 +26,7 @@ class ReservedReads(wiring.Component):
     A link DMA's read waits for credits from another chip; if its burst could stall the memory's read side
     until they came, chips in a ring could each hold their memory for the next (a deadlock across the ring).
     Reserving the room first, every beat is taken the cycle it arrives: ``beat`` marks it.
-    ``abort`` stops new bursts; beats of issued ones still arrive.  ``done``: every burst was issued and
+    ``abort`` ends the job: no new burst, beats of issued ones still arrive.  ``done``: every burst was issued and
     answered; ``error``: a beat had an error response.
     """
 
@@ -44,15 +44,20 @@ class ReservedReads(wiring.Component):
         bus = self.bus
         m.submodules.bursts = bursts = BurstGenerator(self.addr_width)
         asked = Signal(range(self.depth + READ_BURST + 1))  # beats issued, not yet arrived
+        cancelled = Signal()  # an abort ends the job: the bursts not yet issued never will be
         m.d.comb += [
             bursts.start.eq(self.start), bursts.base.eq(self.base), bursts.stride.eq(0), bursts.segments.eq(1),
             bursts.seg_beats.eq(self.beats), bursts.max_beats.eq(READ_BURST),
-            bursts.allow.eq(~self.abort & (asked + bursts.beats <= self.room)),
+            bursts.allow.eq(~self.abort & ~cancelled & ~self.start & (asked + bursts.beats <= self.room)),
             bus.arvalid.eq(bursts.valid), bus.araddr.eq(bursts.addr), bus.arlen.eq(bursts.len),
             bursts.ready.eq(bus.arready),
             bus.arid.eq(0), bus.arsize.eq(exact_log2(BEAT_BYTES)), bus.arburst.eq(BURST_INCR),
             bus.rready.eq(1), self.beat.eq(bus.rvalid), self.error.eq(bus.rvalid & (bus.rresp != 0)),
         ]
         m.d.sync += asked.eq(asked + bursts.issue * bursts.beats - self.beat)
-        m.d.comb += self.done.eq(~bursts.active & ~bus.arvalid & (asked == 0))
+        with m.If(self.start):
+            m.d.sync += cancelled.eq(0)
+        with m.Elif(self.abort):
+            m.d.sync += cancelled.eq(1)
+        m.d.comb += self.done.eq((~bursts.active | cancelled) & ~bus.arvalid & (asked == 0))
         return m

@@ -3,7 +3,7 @@ the SEND ends with the peer's DONE, or with LINK_DOWN, LINK_CRC or BUS_ERROR."""
 
 from __future__ import annotations
 
-from amaranth import Cat, Module, Mux, Signal
+from amaranth import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
@@ -38,9 +38,12 @@ def _header_word(values: dict, word: int):
     for f in DATA_HEADER:
         value = values.get(f.name, 0)
         for i in range(f.width):
-            bits[f.lsb + i] = value[i] if hasattr(value, "shape") else (value >> i) & 1
+            if hasattr(value, "shape"):
+                bits[f.lsb + i] = Value.cast(value)[i] if i < len(Value.cast(value)) else 0
+            else:
+                bits[f.lsb + i] = (int(value) >> i) & 1
     part = bits[word * WORD_BITS:(word + 1) * WORD_BITS]
-    return Cat(*(0 if b is None else b for b in part))
+    return Cat(*(Const(b, 1) if isinstance(b, int) else b for b in (0 if b is None else b for b in part)))
 
 
 class LinkSender(wiring.Component):
@@ -140,7 +143,7 @@ class LinkSender(wiring.Component):
                     m.d.sync += [status.eq(self.peer_done_status), state.eq(_State.DONE)]
             with m.Case(_State.DRAIN):
                 m.d.comb += fifo.r_en.eq(1)
-                with m.If(reads.done & ~fifo.r_rdy):
+                with m.If(reads.done & (fifo.level == 0)):
                     m.d.sync += state.eq(_State.DONE)
             with m.Case(_State.DONE):
                 m.d.comb += [self.done.tvalid.eq(1), self.done.tdata.eq(status)]

@@ -61,7 +61,9 @@ class LinkTransmitter(wiring.Component):
       the count lasts (``inject_left`` counts down; a frame past the retry limit takes what
       is left with it), so the peer sees exactly that many CRC errors.
     * Pulses for the port's counters: ``sent_new`` (a frame's first sending starts),
-      ``sent_again``, ``nak_taken`` (a NAK that sends frames again: not the one past the limit); ``next_seq``, the ``seq`` the next frame stored gets; ``idle`` while nothing is stored, unacknowledged or on the wire.
+      ``sent_again``, ``nak_taken`` (a NAK that sends frames again: not the one past the limit);
+      ``next_seq``, the ``seq`` the next frame stored gets; ``idle`` while nothing is stored,
+      unacknowledged or on the wire.
     """
 
     def __init__(self, config: ChipLinkConfig):
@@ -172,6 +174,7 @@ class LinkTransmitter(wiring.Component):
         pay_idx = Signal(word_bits + 1)
         pay_words = Signal(word_bits + 1)
         frame_corrupt = Signal()
+        frame_stale = Signal()  # the buffer was emptied while this frame was on the wire: it ends, sent stays
         frame_end = Signal()
         m.d.sync += emit.eq(_Emit.NONE)
         m.d.comb += [hdr_r.addr.eq(send_slot << 1), pay_r.addr.eq(send_slot << word_bits | pay_idx[:word_bits])]
@@ -186,7 +189,7 @@ class LinkTransmitter(wiring.Component):
                         new = sent == high
                         corrupt = (inj_left != 0) & Mux(inj_bound, inj_seq == sent, new)
                         m.d.sync += [emit.eq(_Emit.HEADER0), pick.eq(_Pick.HEADER1), frame_corrupt.eq(corrupt),
-                                     pay_idx.eq(0)]
+                                     pay_idx.eq(0), frame_stale.eq(0)]
                         with m.If(corrupt):
                             m.d.sync += [inj_left.eq(inj_left - 1), inj_bound.eq(1), inj_seq.eq(sent)]
                         with m.If(new):
@@ -205,8 +208,9 @@ class LinkTransmitter(wiring.Component):
                     m.d.sync += pick.eq(_Pick.TRAILER)
             with m.Case(_Pick.TRAILER):
                 m.d.comb += frame_end.eq(1)
-                m.d.sync += [emit.eq(_Emit.TRAILER), emit_corrupt.eq(frame_corrupt), pick.eq(_Pick.IDLE),
-                             sent.eq(sent + 1), send_slot.eq(_add_mod(send_slot, 1, slots))]
+                m.d.sync += [emit.eq(_Emit.TRAILER), emit_corrupt.eq(frame_corrupt), pick.eq(_Pick.IDLE)]
+                with m.If(~frame_stale):
+                    m.d.sync += [sent.eq(sent + 1), send_slot.eq(_add_mod(send_slot, 1, slots))]
         with m.If(emit == _Emit.HEADER0):
             m.d.sync += pay_words.eq(payload_words(hdr_r.data))
         # A NAK's rewind applies between frames.
@@ -244,7 +248,7 @@ class LinkTransmitter(wiring.Component):
         with m.If(exhausted | down):
             # Every stored frame is dropped; the sequence numbers go on from the next one never stored.
             m.d.sync += [count.eq(0), base.eq(stored), sent.eq(stored), high.eq(stored), rewind.eq(0),
-                         nak_active.eq(0), base_slot.eq(store_slot), send_slot.eq(store_slot)]
+                         nak_active.eq(0), base_slot.eq(store_slot), send_slot.eq(store_slot), frame_stale.eq(1)]
         with m.If(down):
             m.d.sync += [pick.eq(_Pick.IDLE), emit.eq(_Emit.NONE), store_idx.eq(0)]
         m.d.comb += self.idle.eq((count == 0) & (pick == _Pick.IDLE) & (emit == _Emit.NONE) & (store_idx == 0))
