@@ -77,8 +77,13 @@ class _Bench:
         assert all(ctx.get(e.up) for e in self.chips.ends)
 
     async def send(self, ctx, chip: int, *, src: int, dst: int, length: int, op=LinkOp.WRITE, sem=1, count=1,
-                   limit: int = 5000) -> tuple[int, int]:
-        """A SEND from ``chip`` to its peer; returns its status and the cycles from request to status."""
+                   limit: int = 5000, corrupt_after: tuple[int, int] | None = None) -> tuple[int, int]:
+        """A SEND from ``chip`` to its peer; returns its status and the cycles from request to status.
+
+        ``corrupt_after`` ``(frames, n)``: once the port has sent ``frames`` more frames, inject ``n`` corruptions.
+        """
+        end = self.chips.ends[chip]
+        armed_at = None if corrupt_after is None else ctx.get(end.tx_frames) + corrupt_after[0]
         req = self.chips.ends[chip].request
         for name, value in (("src_addr", src), ("dst_addr", dst), ("length", length), ("op", op), ("sem", sem),
                             ("count", count)):
@@ -91,6 +96,12 @@ class _Bench:
         done = self.chips.ends[chip].done
         ctx.set(done.tready, 1)
         for cycles in range(limit):
+            if armed_at is not None and ctx.get(end.tx_frames) == armed_at:
+                ctx.set(end.inject, 1)
+                ctx.set(end.inject_count, corrupt_after[1])
+                await self.tick(ctx)
+                ctx.set(end.inject, 0)
+                armed_at = None
             if ctx.get(done.tvalid):
                 status = ctx.get(done.tdata)
                 await self.tick(ctx)
@@ -213,5 +224,37 @@ def test_crc_errors_within_the_retries_recover_past_them_link_crc() -> None:
         assert b.signals == [(1, 1, 1)]
         status, _ = await b.send(ctx, 0, src=0, dst=0x3000, length=512, sem=3, count=1)
         assert status == ErrorCode.OK and b.read(ctx, 1, 0x3000, 512) == data and b.signals[-1] == (1, 3, 1)
+
+    simulate(chips, bench)
+
+
+@pytest.mark.parametrize("op", [LinkOp.WRITE, LinkOp.ADD])
+def test_a_send_cut_short_is_abandoned_by_the_next(op: LinkOp) -> None:
+    """Frame 3 of 8 corrupted past the retry limit: LINK_CRC, frames 0..2 landed (ADD: added) and nothing after,
+    no signal; the peer abandons the unfinished SEND when the next one's first frame comes, which lands whole."""
+    chips = _Chips()
+    b = _Bench(chips)
+    rng = np.random.default_rng(5)
+    x = rng.integers(-2**31, 2**31, 128, dtype=np.int64).astype(np.int32)
+    y = rng.integers(-2**31, 2**31, 128, dtype=np.int64).astype(np.int32)
+    frame = CONFIG.max_payload // 4  # int32 lanes a frame
+
+    def landed(old: np.ndarray, new: np.ndarray) -> np.ndarray:
+        return (old.astype(np.int64) + new).astype(np.int32) if op == LinkOp.ADD else new
+
+    async def bench(ctx) -> None:
+        await b.come_up(ctx)
+        b.write(ctx, 0, 0, x.tobytes())
+        b.write(ctx, 1, 0x1000, y.tobytes())
+        status, _ = await b.send(ctx, 0, src=0, dst=0x1000, length=512, op=op, corrupt_after=(3, CONFIG.retries + 1))
+        assert status == ErrorCode.LINK_CRC
+        got = np.frombuffer(b.read(ctx, 1, 0x1000, 512), dtype=np.int32)
+        assert np.array_equal(got[:3 * frame], landed(y[:3 * frame], x[:3 * frame]))
+        assert np.array_equal(got[3 * frame:], y[3 * frame:])
+        assert b.signals == []
+        status, _ = await b.send(ctx, 0, src=0, dst=0x2000, length=512, op=op, sem=0, count=4)
+        assert status == ErrorCode.OK
+        assert np.array_equal(np.frombuffer(b.read(ctx, 1, 0x2000, 512), dtype=np.int32), x)
+        assert b.signals == [(1, 0, 4)]
 
     simulate(chips, bench)

@@ -27,7 +27,8 @@ class ReservedReads(wiring.Component):
     until they came, chips in a ring could each hold their memory for the next (a deadlock across the ring).
     Reserving the room first, every beat is taken the cycle it arrives: ``beat`` marks it.
     ``abort`` ends the job: no new burst, beats of issued ones still arrive.  ``done``: every burst was issued and
-    answered; ``error``: a beat had an error response.
+    answered; ``issued``: every burst was issued (a new job may start while their beats arrive); ``error``: a
+    beat had an error response.
     """
 
     def __init__(self, depth: int, addr_width: int = 32, id_width: int = 4):
@@ -36,7 +37,7 @@ class ReservedReads(wiring.Component):
         super().__init__({
             "bus": Out(AXI4Signature(addr_width=addr_width, data_width=8 * BEAT_BYTES, id_width=id_width)),
             "start": In(1), "base": In(addr_width), "beats": In(30), "abort": In(1),
-            "room": In(range(depth + 1)), "beat": Out(1), "error": Out(1), "done": Out(1),
+            "room": In(range(depth + 1)), "beat": Out(1), "error": Out(1), "done": Out(1), "issued": Out(1),
         })
 
     def elaborate(self, platform):
@@ -59,5 +60,6 @@ class ReservedReads(wiring.Component):
             m.d.sync += cancelled.eq(0)
         with m.Elif(self.abort):
             m.d.sync += cancelled.eq(1)
-        m.d.comb += self.done.eq((~bursts.active | cancelled) & ~bus.arvalid & (asked == 0))
+        m.d.comb += [self.done.eq((~bursts.active | cancelled) & ~bus.arvalid & (asked == 0)),
+                     self.issued.eq(~bursts.active | cancelled)]
         return m
