@@ -752,7 +752,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
     .frames__w_addr(frames__w_addr),
     .frames__w_data(frames__w_data),
     .frames__w_en(frames__w_en),
-    .\port$19952$0 (\$40 ),
+    .\port$20084$0 (\$40 ),
     .rst(rst),
     .rx__abort(rx__abort),
     .rx__byte(cmd),
@@ -798,7 +798,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
     .crc__feed(\crc__feed$176 ),
     .crc__restart(\crc__restart$181 ),
     .crc__value(crc__value),
-    .\port$19952$0 (\$40 ),
+    .\port$20084$0 (\$40 ),
     .rst(rst),
     .rx__abort(rx__abort),
     .rx__byte(cmd),
@@ -939,7 +939,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
     .clk(clk),
     .crc__data(\crc__data$167 ),
     .crc__feed(\crc__feed$177 ),
-    .\port$19952$0 (\$40 ),
+    .\port$20084$0 (\$40 ),
     .rst(rst),
     .rx__abort(rx__abort),
     .rx__byte(cmd),
@@ -985,7 +985,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
     .busy(\busy$6 ),
     .clk(clk),
     .cmd(cmd),
-    .\port$19952$0 (\$40 ),
+    .\port$20084$0 (\$40 ),
     .rst(rst),
     .rx__abort(rx__abort),
     .rx__listen(\rx__listen$139 ),
@@ -1207,7 +1207,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.bridge.buffer (rst, frames__receive, frames__receive_crc, frames__send, frames__offset, frames__length, frames__w_addr, frames__w_data, frames__w_en, frames__r_addr, rx__valid, rx__abort, rx__byte, tx__tready, crc__value, frames__crc_ok, frames__r_data, \port$19952$0 , crc__restart, rx__listen, crc__feed
+module \dx1_board.bridge.buffer (rst, frames__receive, frames__receive_crc, frames__send, frames__offset, frames__length, frames__w_addr, frames__w_data, frames__w_en, frames__r_addr, rx__valid, rx__abort, rx__byte, tx__tready, crc__value, frames__crc_ok, frames__r_data, \port$20084$0 , crc__restart, rx__listen, crc__feed
 , crc__data, frames__received, tx__tvalid, tx__tdata, crc__shift, frames__sent, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$33  = 0;
   wire [13:0] \$1 ;
@@ -1283,8 +1283,8 @@ module \dx1_board.bridge.buffer (rst, frames__receive, frames__receive_crc, fram
   reg [12:0] idx = 13'h0000;
   reg [7:0] lane_byte;
   reg [12:0] length = 13'h0000;
-  input [23:0] \port$19952$0 ;
-  wire [23:0] \port$19952$0 ;
+  input [23:0] \port$20084$0 ;
+  wire [23:0] \port$20084$0 ;
   reg rd_ok = 1'h0;
   wire [9:0] rp__addr;
   wire [63:0] rp__data;
@@ -1350,7 +1350,7 @@ module \dx1_board.bridge.buffer (rst, frames__receive, frames__receive_crc, fram
   assign \$12  = count + 1'h1;
   assign \$13  = count == 2'h3;
   assign \$15  = sending ? \$14  : { 3'h0, frames__r_addr };
-  assign frames__crc_ok = { \port$19952$0 , rx__byte } == crc__value;
+  assign frames__crc_ok = { \port$20084$0 , rx__byte } == crc__value;
   assign \$17  = 1'h1 << idx[2:0];
   assign \$18  = count == 2'h3;
   assign \$19  = tx__tvalid & tx__tready;
@@ -1724,13 +1724,13 @@ module \dx1_board.bridge.buffer (rst, frames__receive, frames__receive_crc, fram
   end
   assign rp__addr = \$15 [9:0];
   assign rp__data = frames__r_data;
-  assign rx__field = { \port$19952$0 , rx__byte };
+  assign rx__field = { \port$20084$0 , rx__byte };
   assign \$14  = { 3'h0, idx[12:3] };
   assign \$16  = { 3'h0, idx[12:3] };
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tready, crc__value, buf__crc_ok, buf__r_data, bus__mem_b_done, bus__mem_b_err, bus__mem_r_done, bus__mem_r_err, busy, bus__mem_rdata, bus__mem_rlast, bus__mem_wready, \port$19952$0 , \start$54 , buf__received, buf__sent, rx__listen
+module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tready, crc__value, buf__crc_ok, buf__r_data, bus__mem_b_done, bus__mem_b_err, bus__mem_r_done, bus__mem_r_err, busy, bus__mem_rdata, bus__mem_rlast, bus__mem_wready, \port$20084$0 , \start$54 , buf__received, buf__sent, rx__listen
 , crc__feed, crc__data, crc__restart, buf__receive, buf__offset, buf__length, tx__tvalid, tx__tdata, rx__discard, bus__mem_write, bus__mem_addr, bus__mem_len, buf__r_addr, bus__mem_stream, bus__mem_wdata, bus__mem_wstrb, bus__mem_wlast, bus__mem_b_wait, bus__mem_read, bus__mem_r_wait, buf__w_addr
 , buf__w_data, buf__w_en, buf__send, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$34  = 0;
@@ -1891,8 +1891,8 @@ module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tre
   wire [7:0] len;
   wire [12:0] length;
   reg next;
-  input [23:0] \port$19952$0 ;
-  wire [23:0] \port$19952$0 ;
+  input [23:0] \port$20084$0 ;
+  wire [23:0] \port$20084$0 ;
   input rst;
   wire rst;
   input rx__abort;
@@ -1920,7 +1920,7 @@ module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tre
   reg write = 1'h0;
   assign \$29  = count == 3'h7;
   assign \$30  = count == 4'hb;
-  assign \$31  = { \port$19952$0 , rx__byte } != crc__value;
+  assign \$31  = { \port$20084$0 , rx__byte } != crc__value;
   assign \$32  = ~ byte_addr[31];
   assign \$33  = ! blen;
   assign \$34  = \$32  | \$33 ;
@@ -1999,14 +1999,14 @@ module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tre
     .len(len),
     .length(blen[12:0]),
     .next(next),
-    .\port$14567$0 (\$63 ),
-    .\port$14574$0 (\$64 ),
-    .\port$14581$0 (\$65 ),
-    .\port$14588$0 (\$66 ),
-    .\port$14595$0 (\$67 ),
-    .\port$14602$0 (\$68 ),
-    .\port$14609$0 (\$69 ),
-    .\port$14616$0 (\$70 ),
+    .\port$14691$0 (\$63 ),
+    .\port$14698$0 (\$64 ),
+    .\port$14705$0 (\$65 ),
+    .\port$14712$0 (\$66 ),
+    .\port$14719$0 (\$67 ),
+    .\port$14726$0 (\$68 ),
+    .\port$14733$0 (\$69 ),
+    .\port$14740$0 (\$70 ),
     .rst(rst),
     .start(start)
   );
@@ -2892,7 +2892,7 @@ module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tre
           if (rx__abort) begin
           end else if (rx__valid) begin
             if (\$28 ) begin
-              \$58  = { \port$19952$0 , rx__byte };
+              \$58  = { \port$20084$0 , rx__byte };
             end
           end
     endcase
@@ -2910,7 +2910,7 @@ module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tre
           if (rx__abort) begin
           end else if (rx__valid) begin
             if (\$29 ) begin
-              \$59  = { \port$19952$0 , rx__byte };
+              \$59  = { \port$20084$0 , rx__byte };
             end
           end
     endcase
@@ -3036,11 +3036,11 @@ module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tre
   assign \beat$5  = beat;
   assign strb = { \$70 , \$69 , \$68 , \$67 , \$66 , \$65 , \$64 , \$63  };
   assign cmd = rx__byte;
-  assign rx__field = { \port$19952$0 , rx__byte };
+  assign rx__field = { \port$20084$0 , rx__byte };
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.bridge.burst$357.cutter (rst, len, done, \port$14567$0 , \port$14574$0 , \port$14581$0 , \port$14588$0 , \port$14595$0 , \port$14602$0 , \port$14609$0 , \port$14616$0 , start, next, byte_addr, length, beat, addr, clk);
+module \dx1_board.bridge.burst$357.cutter (rst, len, done, \port$14691$0 , \port$14698$0 , \port$14705$0 , \port$14712$0 , \port$14719$0 , \port$14726$0 , \port$14733$0 , \port$14740$0 , start, next, byte_addr, length, beat, addr, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$35  = 0;
   wire [14:0] \$1 ;
   wire [14:0] \$10 ;
@@ -3132,22 +3132,22 @@ module \dx1_board.bridge.burst$357.cutter (rst, len, done, \port$14567$0 , \port
   wire [9:0] nbeats;
   input next;
   wire next;
-  output \port$14567$0 ;
-  wire \port$14567$0 ;
-  output \port$14574$0 ;
-  wire \port$14574$0 ;
-  output \port$14581$0 ;
-  wire \port$14581$0 ;
-  output \port$14588$0 ;
-  wire \port$14588$0 ;
-  output \port$14595$0 ;
-  wire \port$14595$0 ;
-  output \port$14602$0 ;
-  wire \port$14602$0 ;
-  output \port$14609$0 ;
-  wire \port$14609$0 ;
-  output \port$14616$0 ;
-  wire \port$14616$0 ;
+  output \port$14691$0 ;
+  wire \port$14691$0 ;
+  output \port$14698$0 ;
+  wire \port$14698$0 ;
+  output \port$14705$0 ;
+  wire \port$14705$0 ;
+  output \port$14712$0 ;
+  wire \port$14712$0 ;
+  output \port$14719$0 ;
+  wire \port$14719$0 ;
+  output \port$14726$0 ;
+  wire \port$14726$0 ;
+  output \port$14733$0 ;
+  wire \port$14733$0 ;
+  output \port$14740$0 ;
+  wire \port$14740$0 ;
   input rst;
   wire rst;
   input start;
@@ -3255,14 +3255,14 @@ module \dx1_board.bridge.burst$357.cutter (rst, len, done, \port$14567$0 , \port
   assign cut = \$7 [8:0];
   assign strb = { \$64 , \$57 , \$50 , \$43 , \$36 , \$29 , \$22 , \$15  };
   assign len = \$8 [7:0];
-  assign \port$14567$0  = \$15 ;
-  assign \port$14574$0  = \$22 ;
-  assign \port$14581$0  = \$29 ;
-  assign \port$14588$0  = \$36 ;
-  assign \port$14595$0  = \$43 ;
-  assign \port$14602$0  = \$50 ;
-  assign \port$14609$0  = \$57 ;
-  assign \port$14616$0  = \$64 ;
+  assign \port$14691$0  = \$15 ;
+  assign \port$14698$0  = \$22 ;
+  assign \port$14705$0  = \$29 ;
+  assign \port$14712$0  = \$36 ;
+  assign \port$14719$0  = \$43 ;
+  assign \port$14726$0  = \$50 ;
+  assign \port$14733$0  = \$57 ;
+  assign \port$14740$0  = \$64 ;
   assign \$3  = { \$2 [15], \$2 [15], \$2 [15], \$2 [15:3] };
   assign \$65  = { \$7 [8:0], 3'h0 };
 endmodule
@@ -4209,8 +4209,8 @@ module \dx1_board.bridge.crc (rst, data, start, feed, restart, shift, value, clk
       \$323  = 32'd4294967295;
     end
   end
-  assign { \$83 [7:5], \$83 [1] } = 4'h0;
-  assign { \$83 [4:2], \$83 [0] } = { data[4:2], data[0] };
+  assign \$153 [5:2] = 4'h0;
+  assign { \$153 [7:6], \$153 [1:0] } = { data[7:6], data[1:0] };
   assign \$1  = 32'd260;
   assign \$2  = 1'h0;
   assign { \$3 [7:3], \$3 [1:0] } = 7'h00;
@@ -4293,6 +4293,8 @@ module \dx1_board.bridge.crc (rst, data, start, feed, restart, shift, value, clk
   assign \$80  = \$79 ;
   assign \$81  = 32'd16777245;
   assign \$82  = 1'h1;
+  assign { \$83 [7:5], \$83 [1] } = 4'h0;
+  assign { \$83 [4:2], \$83 [0] } = { data[4:2], data[0] };
   assign \$85  = \$auto$rtlil.cc:2739:Not$12 ;
   assign \$86  = 32'd33554491;
   assign \$87  = 1'h0;
@@ -4361,8 +4363,6 @@ module \dx1_board.bridge.crc (rst, data, start, feed, restart, shift, value, clk
   assign \$150  = \$auto$rtlil.cc:2739:Not$32 ;
   assign \$151  = 32'd195;
   assign \$152  = 1'h0;
-  assign \$153 [5:2] = 4'h0;
-  assign { \$153 [7:6], \$153 [1:0] } = { data[7:6], data[1:0] };
   assign \$155  = \$154 ;
   assign \$156  = 32'd130;
   assign \$157  = 1'h0;
@@ -5179,7 +5179,7 @@ module \dx1_board.bridge.receiver.uart_rx.sync (clk, rst, stage1, rx);
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.bridge.reg_frames (rst, rx__valid, rx__abort, rx__byte, tx__tready, buf__crc_ok, buf__r_data, bus__reg_b_done, bus__reg_b_err, bus__reg_r_done, bus__reg_r_err, busy, bus__reg_rdata, \port$19952$0 , start, buf__received, buf__sent, rx__listen, crc__feed, crc__data, buf__offset
+module \dx1_board.bridge.reg_frames (rst, rx__valid, rx__abort, rx__byte, tx__tready, buf__crc_ok, buf__r_data, bus__reg_b_done, bus__reg_b_err, bus__reg_r_done, bus__reg_r_err, busy, bus__reg_rdata, \port$20084$0 , start, buf__received, buf__sent, rx__listen, crc__feed, crc__data, buf__offset
 , buf__length, buf__receive, buf__receive_crc, tx__tvalid, tx__tdata, rx__discard, buf__r_addr, bus__reg_write, bus__reg_addr, bus__reg_wdata, bus__reg_b_wait, bus__reg_read, bus__reg_r_wait, buf__w_addr, buf__w_data, buf__w_en, buf__send, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$42  = 0;
   wire [9:0] \$1 ;
@@ -5309,8 +5309,8 @@ module \dx1_board.bridge.reg_frames (rst, rx__valid, rx__abort, rx__byte, tx__tr
   reg crc__feed;
   reg err;
   wire last;
-  input [23:0] \port$19952$0 ;
-  wire [23:0] \port$19952$0 ;
+  input [23:0] \port$20084$0 ;
+  wire [23:0] \port$20084$0 ;
   reg [3:0] reg_frame_fsm_state = 4'h0;
   input rst;
   wire rst;
@@ -6067,7 +6067,7 @@ module \dx1_board.bridge.reg_frames (rst, rx__valid, rx__abort, rx__byte, tx__tr
           if (rx__abort) begin
           end else if (rx__valid) begin
             if (\$29 ) begin
-              \$60  = { \port$19952$0 , rx__byte };
+              \$60  = { \port$20084$0 , rx__byte };
             end
           end
       4'h2:
@@ -6217,7 +6217,7 @@ module \dx1_board.bridge.reg_frames (rst, rx__valid, rx__abort, rx__byte, tx__tr
     end
   end
   assign cmd = rx__byte;
-  assign rx__field = { \port$19952$0 , rx__byte };
+  assign rx__field = { \port$20084$0 , rx__byte };
   assign \$3  = { 1'h0, rx__byte, 2'h0 };
   assign \$10  = { 1'h0, count[8:1] };
   assign \$15  = { 1'h0, words, 2'h0 };
@@ -6366,7 +6366,7 @@ module \dx1_board.bridge.uart_tx (rst, data__tdata, data__tvalid, data__tready, 
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.bridge.uartbone$356 (rst, rx__valid, rx__abort, cmd, tx__tready, bus__reg_b_done, bus__reg_r_done, bus__reg_r_err, bus__mem_b_done, bus__mem_r_done, bus__mem_r_err, busy, bus__reg_rdata, bus__mem_rdata, \port$19952$0 , start, rx__listen, bus__reg_write, bus__reg_addr, bus__reg_wdata, bus__mem_write
+module \dx1_board.bridge.uartbone$356 (rst, rx__valid, rx__abort, cmd, tx__tready, bus__reg_b_done, bus__reg_r_done, bus__reg_r_err, bus__mem_b_done, bus__mem_r_done, bus__mem_r_err, busy, bus__reg_rdata, bus__mem_rdata, \port$20084$0 , start, rx__listen, bus__reg_write, bus__reg_addr, bus__reg_wdata, bus__mem_write
 , bus__mem_beat, bus__mem_addr, bus__mem_wdata, bus__mem_wstrb, bus__reg_read, bus__mem_read, bus__reg_b_wait, bus__mem_b_wait, bus__reg_r_wait, bus__mem_r_wait, tx__tvalid, tx__tdata, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$44  = 0;
   wire \$1 ;
@@ -6465,8 +6465,8 @@ module \dx1_board.bridge.uartbone$356 (rst, rx__valid, rx__abort, cmd, tx__tread
   wire in_mem;
   wire in_regs;
   reg incr = 1'h0;
-  input [23:0] \port$19952$0 ;
-  wire [23:0] \port$19952$0 ;
+  input [23:0] \port$20084$0 ;
+  wire [23:0] \port$20084$0 ;
   input rst;
   wire rst;
   input rx__abort;
@@ -6637,7 +6637,7 @@ module \dx1_board.bridge.uartbone$356 (rst, rx__valid, rx__abort, cmd, tx__tread
           if (rx__abort) begin
           end else if (rx__valid) begin
             if (\$21 ) begin
-              \$40  = { \port$19952$0 , cmd };
+              \$40  = { \port$20084$0 , cmd };
             end
           end
       4'h3:
@@ -6675,7 +6675,7 @@ module \dx1_board.bridge.uartbone$356 (rst, rx__valid, rx__abort, cmd, tx__tread
           if (rx__abort) begin
           end else if (rx__valid) begin
             if (\$23 ) begin
-              \$41  = { \port$19952$0 , cmd };
+              \$41  = { \port$20084$0 , cmd };
             end
           end
       4'h4:
@@ -7174,7 +7174,7 @@ module \dx1_board.bridge.uartbone$356 (rst, rx__valid, rx__abort, cmd, tx__tread
   assign byte_addr = { waddr[29:0], 2'h0 };
   assign in_mem = waddr[29];
   assign rx__byte = cmd;
-  assign rx__field = { \port$19952$0 , cmd };
+  assign rx__field = { \port$20084$0 , cmd };
   assign \$3  = { waddr[28:1], 3'h0 };
   assign \$5  = { waddr[28:1], 3'h0 };
   assign \$29  = { 7'h00, word, 8'h00 };
@@ -8297,8 +8297,8 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .perf_table_overflows(table_overflows_source),
     .perf_table_underflows(table_underflows_source),
     .perf_vector_busy(busy_vector_source),
-    .\port$17360$0 (\$54 ),
-    .\port$17362$0 (\$55 ),
+    .\port$17492$0 (\$54 ),
+    .\port$17494$0 (\$55 ),
     .progress(\progress$312 ),
     .\req__tdata$195 (spm_rreq__tdata),
     .req__tvalid(spm_wr__tvalid),
@@ -8332,8 +8332,8 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .perf_table_overflows(\table_overflows_source$762 ),
     .perf_table_underflows(\table_underflows_source$760 ),
     .perf_vector_busy(\busy_vector_source$756 ),
-    .\port$19665$0 (\$57 ),
-    .\port$19667$0 (\$58 ),
+    .\port$19797$0 (\$57 ),
+    .\port$19799$0 (\$58 ),
     .progress(\progress$666 ),
     .\req__tdata$195 (\spm_rreq__tdata$517 ),
     .req__tvalid(\spm_wr__tvalid$515 ),
@@ -8392,22 +8392,22 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .head(head),
     .irq_completion(irq_completion),
     .irq_error(irq_error),
-    .\port$14845$0 (GLOBAL_SEM0__value[15:0]),
-    .\port$14847$0 (GLOBAL_SEM1__value[15:0]),
-    .\port$14849$0 (GLOBAL_SEM2__value[15:0]),
-    .\port$14851$0 (GLOBAL_SEM3__value[15:0]),
-    .\port$14853$0 (GLOBAL_SEM4__value[15:0]),
-    .\port$14855$0 (GLOBAL_SEM5__value[15:0]),
-    .\port$14857$0 (GLOBAL_SEM6__value[15:0]),
-    .\port$14859$0 (GLOBAL_SEM7__value[15:0]),
-    .\port$14861$0 (GLOBAL_SEM8__value[15:0]),
-    .\port$14863$0 (GLOBAL_SEM9__value[15:0]),
-    .\port$14865$0 (GLOBAL_SEM10__value[15:0]),
-    .\port$14867$0 (GLOBAL_SEM11__value[15:0]),
-    .\port$14869$0 (GLOBAL_SEM12__value[15:0]),
-    .\port$14871$0 (GLOBAL_SEM13__value[15:0]),
-    .\port$14873$0 (GLOBAL_SEM14__value[15:0]),
-    .\port$14875$0 (GLOBAL_SEM15__value[15:0]),
+    .\port$14969$0 (GLOBAL_SEM0__value[15:0]),
+    .\port$14971$0 (GLOBAL_SEM1__value[15:0]),
+    .\port$14973$0 (GLOBAL_SEM2__value[15:0]),
+    .\port$14975$0 (GLOBAL_SEM3__value[15:0]),
+    .\port$14977$0 (GLOBAL_SEM4__value[15:0]),
+    .\port$14979$0 (GLOBAL_SEM5__value[15:0]),
+    .\port$14981$0 (GLOBAL_SEM6__value[15:0]),
+    .\port$14983$0 (GLOBAL_SEM7__value[15:0]),
+    .\port$14985$0 (GLOBAL_SEM8__value[15:0]),
+    .\port$14987$0 (GLOBAL_SEM9__value[15:0]),
+    .\port$14989$0 (GLOBAL_SEM10__value[15:0]),
+    .\port$14991$0 (GLOBAL_SEM11__value[15:0]),
+    .\port$14993$0 (GLOBAL_SEM12__value[15:0]),
+    .\port$14995$0 (GLOBAL_SEM13__value[15:0]),
+    .\port$14997$0 (GLOBAL_SEM14__value[15:0]),
+    .\port$14999$0 (GLOBAL_SEM15__value[15:0]),
     .progress(progress),
     .quiesce(quiesce),
     .reset_cp(reset_cp),
@@ -8476,22 +8476,22 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .head(\head$704 ),
     .irq_completion(\irq_completion$715 ),
     .irq_error(\irq_error$716 ),
-    .\port$14845$0 (GLOBAL_SEM0__value[15:0]),
-    .\port$14847$0 (GLOBAL_SEM1__value[15:0]),
-    .\port$14849$0 (GLOBAL_SEM2__value[15:0]),
-    .\port$14851$0 (GLOBAL_SEM3__value[15:0]),
-    .\port$14853$0 (GLOBAL_SEM4__value[15:0]),
-    .\port$14855$0 (GLOBAL_SEM5__value[15:0]),
-    .\port$14857$0 (GLOBAL_SEM6__value[15:0]),
-    .\port$14859$0 (GLOBAL_SEM7__value[15:0]),
-    .\port$14861$0 (GLOBAL_SEM8__value[15:0]),
-    .\port$14863$0 (GLOBAL_SEM9__value[15:0]),
-    .\port$14865$0 (GLOBAL_SEM10__value[15:0]),
-    .\port$14867$0 (GLOBAL_SEM11__value[15:0]),
-    .\port$14869$0 (GLOBAL_SEM12__value[15:0]),
-    .\port$14871$0 (GLOBAL_SEM13__value[15:0]),
-    .\port$14873$0 (GLOBAL_SEM14__value[15:0]),
-    .\port$14875$0 (GLOBAL_SEM15__value[15:0]),
+    .\port$14969$0 (GLOBAL_SEM0__value[15:0]),
+    .\port$14971$0 (GLOBAL_SEM1__value[15:0]),
+    .\port$14973$0 (GLOBAL_SEM2__value[15:0]),
+    .\port$14975$0 (GLOBAL_SEM3__value[15:0]),
+    .\port$14977$0 (GLOBAL_SEM4__value[15:0]),
+    .\port$14979$0 (GLOBAL_SEM5__value[15:0]),
+    .\port$14981$0 (GLOBAL_SEM6__value[15:0]),
+    .\port$14983$0 (GLOBAL_SEM7__value[15:0]),
+    .\port$14985$0 (GLOBAL_SEM8__value[15:0]),
+    .\port$14987$0 (GLOBAL_SEM9__value[15:0]),
+    .\port$14989$0 (GLOBAL_SEM10__value[15:0]),
+    .\port$14991$0 (GLOBAL_SEM11__value[15:0]),
+    .\port$14993$0 (GLOBAL_SEM12__value[15:0]),
+    .\port$14995$0 (GLOBAL_SEM13__value[15:0]),
+    .\port$14997$0 (GLOBAL_SEM14__value[15:0]),
+    .\port$14999$0 (GLOBAL_SEM15__value[15:0]),
     .progress(\progress$665 ),
     .quiesce(\quiesce$676 ),
     .reset_cp(\reset_cp$867 ),
@@ -8556,8 +8556,8 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .done__tdata(dma_done__tdata),
     .done__tready(\done__tready$153 ),
     .done__tvalid(dma_done__tvalid),
-    .\port$17360$0 (\$54 ),
-    .\port$17362$0 (\$55 ),
+    .\port$17492$0 (\$54 ),
+    .\port$17494$0 (\$55 ),
     .quiet(dma_quiet),
     .reset_units(reset_units),
     .rst(rst),
@@ -8610,8 +8610,8 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .done__tdata(\dma_done__tdata$505 ),
     .done__tready(\done__tready$507 ),
     .done__tvalid(\dma_done__tvalid$509 ),
-    .\port$19665$0 (\$57 ),
-    .\port$19667$0 (\$58 ),
+    .\port$19797$0 (\$57 ),
+    .\port$19799$0 (\$58 ),
     .quiet(\dma_quiet$674 ),
     .reset_units(\reset_units$731 ),
     .rst(rst),
@@ -8990,26 +8990,26 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .bus__wready(regs__wready),
     .bus__wvalid(bus__wvalid),
     .clk(clk),
-    .\port$12886$0 (\busy$708 ),
-    .\port$13617$0 (\$59 ),
-    .\port$17406$0 (head),
-    .\port$17408$0 (tail),
-    .\port$17414$0 (halted),
-    .\port$17416$0 (error_code),
-    .\port$17418$0 (error_index),
-    .\port$17419$0 (irq_error),
-    .\port$17570$0 (irq_completion),
-    .\port$19711$0 (\head$704 ),
-    .\port$19713$0 (\tail$706 ),
-    .\port$19719$0 (\halted$709 ),
-    .\port$19721$0 (\error_code$712 ),
-    .\port$19723$0 (\error_index$713 ),
-    .\port$19724$0 (\irq_error$716 ),
-    .\port$19875$0 (\irq_completion$715 ),
-    .\port$3011$0 (\busy$356 ),
-    .\port$7553$0 (busy),
-    .\port$8284$0 (\$56 ),
-    .\port$8344$0 (\busy$710 ),
+    .\port$13010$0 (\busy$708 ),
+    .\port$13741$0 (\$59 ),
+    .\port$17538$0 (head),
+    .\port$17540$0 (tail),
+    .\port$17546$0 (halted),
+    .\port$17548$0 (error_code),
+    .\port$17550$0 (error_index),
+    .\port$17551$0 (irq_error),
+    .\port$17702$0 (irq_completion),
+    .\port$19843$0 (\head$704 ),
+    .\port$19845$0 (\tail$706 ),
+    .\port$19851$0 (\halted$709 ),
+    .\port$19853$0 (\error_code$712 ),
+    .\port$19855$0 (\error_index$713 ),
+    .\port$19856$0 (\irq_error$716 ),
+    .\port$20007$0 (\irq_completion$715 ),
+    .\port$3135$0 (\busy$356 ),
+    .\port$7677$0 (busy),
+    .\port$8408$0 (\$56 ),
+    .\port$8468$0 (\busy$710 ),
     .rst(rst)
   );
   \dx1_board.soc.reset0  reset0 (
@@ -9047,22 +9047,22 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .grant1(\sem_grant$728 ),
     .index0(cmd__tdata[67:64]),
     .index1(\cmd__tdata$486 [67:64]),
-    .\port$14845$0 (GLOBAL_SEM0__value),
-    .\port$14847$0 (GLOBAL_SEM1__value),
-    .\port$14849$0 (GLOBAL_SEM2__value),
-    .\port$14851$0 (GLOBAL_SEM3__value),
-    .\port$14853$0 (GLOBAL_SEM4__value),
-    .\port$14855$0 (GLOBAL_SEM5__value),
-    .\port$14857$0 (GLOBAL_SEM6__value),
-    .\port$14859$0 (GLOBAL_SEM7__value),
-    .\port$14861$0 (GLOBAL_SEM8__value),
-    .\port$14863$0 (GLOBAL_SEM9__value),
-    .\port$14865$0 (GLOBAL_SEM10__value),
-    .\port$14867$0 (GLOBAL_SEM11__value),
-    .\port$14869$0 (GLOBAL_SEM12__value),
-    .\port$14871$0 (GLOBAL_SEM13__value),
-    .\port$14873$0 (GLOBAL_SEM14__value),
-    .\port$14875$0 (GLOBAL_SEM15__value),
+    .\port$14969$0 (GLOBAL_SEM0__value),
+    .\port$14971$0 (GLOBAL_SEM1__value),
+    .\port$14973$0 (GLOBAL_SEM2__value),
+    .\port$14975$0 (GLOBAL_SEM3__value),
+    .\port$14977$0 (GLOBAL_SEM4__value),
+    .\port$14979$0 (GLOBAL_SEM5__value),
+    .\port$14981$0 (GLOBAL_SEM6__value),
+    .\port$14983$0 (GLOBAL_SEM7__value),
+    .\port$14985$0 (GLOBAL_SEM8__value),
+    .\port$14987$0 (GLOBAL_SEM9__value),
+    .\port$14989$0 (GLOBAL_SEM10__value),
+    .\port$14991$0 (GLOBAL_SEM11__value),
+    .\port$14993$0 (GLOBAL_SEM12__value),
+    .\port$14995$0 (GLOBAL_SEM13__value),
+    .\port$14997$0 (GLOBAL_SEM14__value),
+    .\port$14999$0 (GLOBAL_SEM15__value),
     .set(set),
     .set_value(set_value),
     .valid0(valid0),
@@ -10249,7 +10249,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$142 , progress, cmd__tready, done__tdata, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, req__tvalid, \req__tvalid$193 , \req__tvalid$199 , \req__tvalid$205 , \resp__tready$215 , resp__tready, reset_units
-, perf_macs, perf_busy, done__tvalid, perf_vector_busy, perf_table_hits, perf_table_underflows, perf_table_overflows, \port$17360$0 , \port$17362$0 , \req__tdata$195 , cmd__tdata, clk);
+, perf_macs, perf_busy, done__tvalid, perf_vector_busy, perf_table_hits, perf_table_underflows, perf_table_overflows, \port$17492$0 , \port$17494$0 , \req__tdata$195 , cmd__tdata, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$46  = 0;
   wire [15:0] \$1 ;
   wire \$10 ;
@@ -10472,10 +10472,10 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$142 ,
   wire [31:0] perf_table_underflows;
   output [31:0] perf_vector_busy;
   wire [31:0] perf_vector_busy;
-  input [255:0] \port$17360$0 ;
-  wire [255:0] \port$17360$0 ;
-  input [15:0] \port$17362$0 ;
-  wire [15:0] \port$17362$0 ;
+  input [255:0] \port$17492$0 ;
+  wire [255:0] \port$17492$0 ;
+  input [15:0] \port$17494$0 ;
+  wire [15:0] \port$17494$0 ;
   wire postop;
   wire [7:0] postop__opcode;
   wire [7:0] postop__status;
@@ -10684,8 +10684,8 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$142 ,
     .addr(\addr$163 ),
     .data(\data$167 ),
     .en(\en$170 ),
-    .\port$17360$0 (\port$17360$0 ),
-    .\port$17362$0 (\port$17362$0 ),
+    .\port$17492$0 (\port$17492$0 ),
+    .\port$17494$0 (\port$17494$0 ),
     .req__tready(\grant$142 ),
     .req__tvalid(\req__tvalid$193 )
   );
@@ -10847,8 +10847,8 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$142 ,
     .addr(addr),
     .data(data),
     .en(en),
-    .\port$17360$0 (\port$17360$0 [63:0]),
-    .\port$17362$0 (\port$17362$0 ),
+    .\port$17492$0 (\port$17492$0 [63:0]),
+    .\port$17494$0 (\port$17494$0 ),
     .req__tready(grant),
     .req__tvalid(req__tvalid)
   );
@@ -11022,13 +11022,13 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$142 ,
   assign acc_rp__addr = \$22 [9:0];
   assign \acc_data$181  = acc_b_data;
   assign \data$182  = acc_b_data;
-  assign req__tdata = { \port$17362$0 , \port$17360$0 [63:0] };
-  assign spm_wr__tdata = { \port$17362$0 , \port$17360$0 [63:0] };
+  assign req__tdata = { \port$17494$0 , \port$17492$0 [63:0] };
+  assign spm_wr__tdata = { \port$17494$0 , \port$17492$0 [63:0] };
   assign spm_wr__tready = grant;
   assign req__tready = grant;
   assign spm_wr__tvalid = req__tvalid;
-  assign \req__tdata$189  = { \port$17362$0 , \port$17360$0  };
-  assign acc_wr__tdata = { \port$17362$0 , \port$17360$0  };
+  assign \req__tdata$189  = { \port$17494$0 , \port$17492$0  };
+  assign acc_wr__tdata = { \port$17494$0 , \port$17492$0  };
   assign acc_wr__tready = \grant$142 ;
   assign \req__tready$192  = \grant$142 ;
   assign acc_wr__tvalid = \req__tvalid$193 ;
@@ -11323,7 +11323,7 @@ module \dx1_board.soc.core0.acc_ext_read.fifo (rst, w_port__data, r_rdy, r_data,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$17360$0 , \port$17362$0 , req__tready);
+module \dx1_board.soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$17492$0 , \port$17494$0 , req__tready);
   reg \$auto$verilog_backend.cc:2355:dump_module$49  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -11333,10 +11333,10 @@ module \dx1_board.soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$17
   output en;
   reg en;
   wire grant;
-  input [255:0] \port$17360$0 ;
-  wire [255:0] \port$17360$0 ;
-  input [15:0] \port$17362$0 ;
-  wire [15:0] \port$17362$0 ;
+  input [255:0] \port$17492$0 ;
+  wire [255:0] \port$17492$0 ;
+  input [15:0] \port$17494$0 ;
+  wire [15:0] \port$17494$0 ;
   wire [271:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -11347,14 +11347,14 @@ module \dx1_board.soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$17
     if (\$auto$verilog_backend.cc:2355:dump_module$49 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$17362$0 ;
+      addr = \port$17494$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$49 ) begin end
     data = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     if (\$1 ) begin
-      data = \port$17360$0 ;
+      data = \port$17492$0 ;
     end
   end
   always @* begin
@@ -11365,7 +11365,7 @@ module \dx1_board.soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$17
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$17362$0 , \port$17360$0  };
+  assign req__tdata = { \port$17494$0 , \port$17492$0  };
 endmodule
 
 (* generator = "Amaranth" *)
@@ -19438,18 +19438,18 @@ module \dx1_board.soc.core0.decoder (rst, cmd__tvalid, cmd__tready, decoded, res
   wire \$131 ;
   wire \$132 ;
   wire \$133 ;
-  wire [3:0] \$134 ;
-  wire [3:0] \$135 ;
-  wire [3:0] \$136 ;
-  wire [3:0] \$137 ;
-  wire [3:0] \$138 ;
+  wire [4:0] \$134 ;
+  wire [4:0] \$135 ;
+  wire [4:0] \$136 ;
+  wire [4:0] \$137 ;
+  wire [4:0] \$138 ;
   wire [255:0] \$139 ;
   wire \$14 ;
   wire \$140 ;
   wire [16:0] \$141 ;
   wire \$142 ;
-  wire [3:0] \$143 ;
-  wire [3:0] \$144 ;
+  wire [4:0] \$143 ;
+  wire [4:0] \$144 ;
   wire [255:0] \$145 ;
   wire \$146 ;
   wire \$147 ;
@@ -19461,9 +19461,9 @@ module \dx1_board.soc.core0.decoder (rst, cmd__tvalid, cmd__tready, decoded, res
   wire [33:0] \$152 ;
   wire \$153 ;
   wire \$154 ;
-  wire [3:0] \$155 ;
-  wire [3:0] \$156 ;
-  wire [3:0] \$157 ;
+  wire [4:0] \$155 ;
+  wire [4:0] \$156 ;
+  wire [4:0] \$157 ;
   wire \$158 ;
   wire \$159 ;
   wire \$16 ;
@@ -19477,7 +19477,7 @@ module \dx1_board.soc.core0.decoder (rst, cmd__tvalid, cmd__tready, decoded, res
   wire [15:0] \$167 ;
   wire [32:0] \$168 ;
   wire \$169 ;
-  wire [3:0] \$17 ;
+  wire [4:0] \$17 ;
   wire [16:0] \$170 ;
   wire [16:0] \$171 ;
   wire [16:0] \$172 ;
@@ -19488,7 +19488,7 @@ module \dx1_board.soc.core0.decoder (rst, cmd__tvalid, cmd__tready, decoded, res
   wire [16:0] \$177 ;
   wire [16:0] \$178 ;
   wire [16:0] \$179 ;
-  wire [3:0] \$18 ;
+  wire [4:0] \$18 ;
   wire \$180 ;
   wire [15:0] \$181 ;
   wire [32:0] \$182 ;
@@ -19499,13 +19499,13 @@ module \dx1_board.soc.core0.decoder (rst, cmd__tvalid, cmd__tready, decoded, res
   reg [1:0] \$187 ;
   reg [31:0] \$188 ;
   reg [31:0] \$189 ;
-  wire [3:0] \$19 ;
+  wire [4:0] \$19 ;
   reg [31:0] \$190 ;
   reg [31:0] \$191 ;
   reg [31:0] \$192 ;
   reg [7:0] \$193 ;
   wire [255:0] \$2 ;
-  wire [3:0] \$20 ;
+  wire [4:0] \$20 ;
   wire [255:0] \$21 ;
   wire \$22 ;
   wire \$23 ;
@@ -19518,15 +19518,15 @@ module \dx1_board.soc.core0.decoder (rst, cmd__tvalid, cmd__tready, decoded, res
   wire \$3 ;
   wire \$30 ;
   wire \$31 ;
-  wire [3:0] \$32 ;
-  wire [3:0] \$33 ;
-  wire [3:0] \$34 ;
-  wire [3:0] \$35 ;
-  wire [3:0] \$36 ;
+  wire [4:0] \$32 ;
+  wire [4:0] \$33 ;
+  wire [4:0] \$34 ;
+  wire [4:0] \$35 ;
+  wire [4:0] \$36 ;
   wire [255:0] \$37 ;
   wire \$38 ;
   wire \$39 ;
-  wire [3:0] \$4 ;
+  wire [4:0] \$4 ;
   wire [255:0] \$40 ;
   wire \$41 ;
   wire \$42 ;
@@ -19629,7 +19629,7 @@ module \dx1_board.soc.core0.decoder (rst, cmd__tvalid, cmd__tready, decoded, res
   assign \$1  = stage == 2'h2;
   assign decoded = holding & \$1 ;
   assign \$3  = | \$2 ;
-  assign \$4  = \$3  ? 4'h2 : 4'h0;
+  assign \$4  = \$3  ? 5'h02 : 5'h00;
   assign \$6  = | \$5 ;
   assign \$7  = ! command[127:112];
   assign \$8  = ! command[143:128];
@@ -19641,10 +19641,10 @@ module \dx1_board.soc.core0.decoder (rst, cmd__tvalid, cmd__tready, decoded, res
   assign \$14  = \$11  | \$13 ;
   assign \$15  = command[111:96] + command[127:112];
   assign \$16  = \$15  > 11'h400;
-  assign \$17  = \$16  ? 4'h6 : 4'h0;
-  assign \$18  = \$14  ? 4'h5 : \$17 ;
-  assign \$19  = \$9  ? 4'h3 : \$18 ;
-  assign \$20  = \$6  ? 4'h2 : \$19 ;
+  assign \$17  = \$16  ? 5'h06 : 5'h00;
+  assign \$18  = \$14  ? 5'h05 : \$17 ;
+  assign \$19  = \$9  ? 5'h03 : \$18 ;
+  assign \$20  = \$6  ? 5'h02 : \$19 ;
   assign \$22  = | \$21 ;
   assign \$23  = ! command[111:96];
   assign \$24  = command[149:144] > 6'h2f;
@@ -19655,11 +19655,11 @@ module \dx1_board.soc.core0.decoder (rst, cmd__tvalid, cmd__tready, decoded, res
   assign \$29  = command[127:112] >= 11'h400;
   assign \$30  = command[9] & \$29 ;
   assign \$31  = \$28  | \$30 ;
-  assign \$32  = \$31  ? 4'h6 : 4'h0;
-  assign \$33  = \$26  ? 4'h5 : \$32 ;
-  assign \$34  = \$24  ? 4'h4 : \$33 ;
-  assign \$35  = \$23  ? 4'h3 : \$34 ;
-  assign \$36  = \$22  ? 4'h2 : \$35 ;
+  assign \$32  = \$31  ? 5'h06 : 5'h00;
+  assign \$33  = \$26  ? 5'h05 : \$32 ;
+  assign \$34  = \$24  ? 5'h04 : \$33 ;
+  assign \$35  = \$23  ? 5'h03 : \$34 ;
+  assign \$36  = \$22  ? 5'h02 : \$35 ;
   assign \$38  = | \$37 ;
   assign \$39  = command[45:40] > 1'h0;
   assign \$41  = | \$40 ;
@@ -19735,16 +19735,16 @@ module \dx1_board.soc.core0.decoder (rst, cmd__tvalid, cmd__tready, decoded, res
   assign \$131  = $signed(\$130 ) >= $signed(12'h400);
   assign \$132  = \$126  & \$131 ;
   assign \$133  = \$125  | \$132 ;
-  assign \$134  = \$133  ? 4'h6 : 4'h0;
-  assign \$135  = \$112  ? 4'h5 : \$134 ;
-  assign \$136  = \$signal$9  ? 4'h4 : \$135 ;
-  assign \$137  = \$88  ? 4'h3 : \$136 ;
-  assign \$138  = \$signal  ? 4'h2 : \$137 ;
+  assign \$134  = \$133  ? 5'h06 : 5'h00;
+  assign \$135  = \$112  ? 5'h05 : \$134 ;
+  assign \$136  = \$signal$9  ? 5'h04 : \$135 ;
+  assign \$137  = \$88  ? 5'h03 : \$136 ;
+  assign \$138  = \$signal  ? 5'h02 : \$137 ;
   assign \$140  = | \$139 ;
   assign \$141  = command[79:64] + 7'h41;
   assign \$142  = \$141  > 13'h1000;
-  assign \$143  = \$142  ? 4'h5 : 4'h0;
-  assign \$144  = \$140  ? 4'h2 : \$143 ;
+  assign \$143  = \$142  ? 5'h05 : 5'h00;
+  assign \$144  = \$140  ? 5'h02 : \$143 ;
   assign \$146  = | \$145 ;
   assign \$147  = ! command[111:96];
   assign \$148  = command[79:64] + b_last;
@@ -19754,9 +19754,9 @@ module \dx1_board.soc.core0.decoder (rst, cmd__tvalid, cmd__tready, decoded, res
   assign \$152  = \$151  + 4'h8;
   assign \$153  = \$152  > 13'h1000;
   assign \$154  = \$150  | \$153 ;
-  assign \$155  = \$154  ? 4'h5 : 4'h0;
-  assign \$156  = \$147  ? 4'h3 : \$155 ;
-  assign \$157  = \$146  ? 4'h2 : \$156 ;
+  assign \$155  = \$154  ? 5'h05 : 5'h00;
+  assign \$156  = \$147  ? 5'h03 : \$155 ;
+  assign \$157  = \$146  ? 5'h02 : \$156 ;
   assign \$158  = cmd__tvalid & cmd__tready;
   assign \$159  = stage != 2'h2;
   assign \$160  = holding & \$159 ;
@@ -19807,17 +19807,17 @@ module \dx1_board.soc.core0.decoder (rst, cmd__tvalid, cmd__tready, decoded, res
     (* full_case = 32'd1 *)
     casez (command[7:0])
       8'h00:
-          status_next = { 4'h0, \$4  };
+          status_next = { 3'h0, \$4  };
       8'h03:
-          status_next = { 4'h0, \$20  };
+          status_next = { 3'h0, \$20  };
       8'h04:
-          status_next = { 4'h0, \$36  };
+          status_next = { 3'h0, \$36  };
       8'h09:
-          status_next = { 4'h0, \$138  };
+          status_next = { 3'h0, \$138  };
       8'h0a:
-          status_next = { 4'h0, \$144  };
+          status_next = { 3'h0, \$144  };
       8'h0b:
-          status_next = { 4'h0, \$157  };
+          status_next = { 3'h0, \$157  };
       default:
           status_next = 8'h01;
     endcase
@@ -22674,7 +22674,7 @@ module \dx1_board.soc.core0.spm_ext_read.fifo (rst, w_port__data, r_rdy, r_data,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$17360$0 , \port$17362$0 , req__tready);
+module \dx1_board.soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$17492$0 , \port$17494$0 , req__tready);
   reg \$auto$verilog_backend.cc:2355:dump_module$63  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -22684,10 +22684,10 @@ module \dx1_board.soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$17
   output en;
   reg en;
   wire grant;
-  input [63:0] \port$17360$0 ;
-  wire [63:0] \port$17360$0 ;
-  input [15:0] \port$17362$0 ;
-  wire [15:0] \port$17362$0 ;
+  input [63:0] \port$17492$0 ;
+  wire [63:0] \port$17492$0 ;
+  input [15:0] \port$17494$0 ;
+  wire [15:0] \port$17494$0 ;
   wire [79:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -22698,14 +22698,14 @@ module \dx1_board.soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$17
     if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$17362$0 ;
+      addr = \port$17494$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
     data = 64'h0000000000000000;
     if (\$1 ) begin
-      data = \port$17360$0 ;
+      data = \port$17492$0 ;
     end
   end
   always @* begin
@@ -22716,7 +22716,7 @@ module \dx1_board.soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$17
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$17362$0 , \port$17360$0  };
+  assign req__tdata = { \port$17494$0 , \port$17492$0  };
 endmodule
 
 (* generator = "Amaranth" *)
@@ -23887,7 +23887,7 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
     .d_acc(d_acc),
     .out(\out$82 ),
     .out_valid(out_valid),
-    .\port$16602$1 (ctl_lanes7[2:1]),
+    .\port$16734$1 (ctl_lanes7[2:1]),
     .reset_units(reset_units),
     .rst(rst),
     .terms(terms),
@@ -31136,7 +31136,7 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core0.vector$243.reducer (rst, valid, reset_units, vop, d_acc, \port$16602$1 , terms, out_valid, out, clk);
+module \dx1_board.soc.core0.vector$243.reducer (rst, valid, reset_units, vop, d_acc, \port$16734$1 , terms, out_valid, out, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$69  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -31260,8 +31260,8 @@ module \dx1_board.soc.core0.vector$243.reducer (rst, valid, reset_units, vop, d_
   wire [31:0] \out[7] ;
   output out_valid;
   reg out_valid = 1'h0;
-  input [1:0] \port$16602$1 ;
-  wire [1:0] \port$16602$1 ;
+  input [1:0] \port$16734$1 ;
+  wire [1:0] \port$16734$1 ;
   input reset_units;
   wire reset_units;
   reg [31:0] row = 32'd0;
@@ -31406,8 +31406,8 @@ module \dx1_board.soc.core0.vector$243.reducer (rst, valid, reset_units, vop, d_
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
     \$74 [0] = valid;
-    \$74 [1] = \port$16602$1 [0];
-    \$74 [2] = \port$16602$1 [1];
+    \$74 [1] = \port$16734$1 [0];
+    \$74 [2] = \port$16734$1 [1];
     \$74 [3] = \$1 ;
     \$74 [4] = d_acc;
     if (reset_units) begin
@@ -31484,8 +31484,8 @@ module \dx1_board.soc.core0.vector$243.reducer (rst, valid, reset_units, vop, d_
       \$80  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
   end
-  assign first = \port$16602$1 [0];
-  assign last = \port$16602$1 [1];
+  assign first = \port$16734$1 [0];
+  assign last = \port$16734$1 [1];
   assign \ctl1.valid  = ctl1[0];
   assign \ctl1.first  = ctl1[1];
   assign \ctl1.last  = ctl1[2];
@@ -34631,7 +34631,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$142 , progress, cmd__tready, done__tdata, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, req__tvalid, \req__tvalid$193 , \req__tvalid$199 , \req__tvalid$205 , \resp__tready$215 , resp__tready, reset_units
-, perf_macs, perf_busy, done__tvalid, perf_vector_busy, perf_table_hits, perf_table_underflows, perf_table_overflows, \port$19665$0 , \port$19667$0 , \req__tdata$195 , cmd__tdata, clk);
+, perf_macs, perf_busy, done__tvalid, perf_vector_busy, perf_table_hits, perf_table_underflows, perf_table_overflows, \port$19797$0 , \port$19799$0 , \req__tdata$195 , cmd__tdata, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$75  = 0;
   wire [15:0] \$1 ;
   wire \$10 ;
@@ -34854,10 +34854,10 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$142 ,
   wire [31:0] perf_table_underflows;
   output [31:0] perf_vector_busy;
   wire [31:0] perf_vector_busy;
-  input [255:0] \port$19665$0 ;
-  wire [255:0] \port$19665$0 ;
-  input [15:0] \port$19667$0 ;
-  wire [15:0] \port$19667$0 ;
+  input [255:0] \port$19797$0 ;
+  wire [255:0] \port$19797$0 ;
+  input [15:0] \port$19799$0 ;
+  wire [15:0] \port$19799$0 ;
   wire postop;
   wire [7:0] postop__opcode;
   wire [7:0] postop__status;
@@ -35066,8 +35066,8 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$142 ,
     .addr(\addr$163 ),
     .data(\data$167 ),
     .en(\en$170 ),
-    .\port$19665$0 (\port$19665$0 ),
-    .\port$19667$0 (\port$19667$0 ),
+    .\port$19797$0 (\port$19797$0 ),
+    .\port$19799$0 (\port$19799$0 ),
     .req__tready(\grant$142 ),
     .req__tvalid(\req__tvalid$193 )
   );
@@ -35229,8 +35229,8 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$142 ,
     .addr(addr),
     .data(data),
     .en(en),
-    .\port$19665$0 (\port$19665$0 [63:0]),
-    .\port$19667$0 (\port$19667$0 ),
+    .\port$19797$0 (\port$19797$0 [63:0]),
+    .\port$19799$0 (\port$19799$0 ),
     .req__tready(grant),
     .req__tvalid(req__tvalid)
   );
@@ -35404,13 +35404,13 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$142 ,
   assign acc_rp__addr = \$22 [9:0];
   assign \acc_data$181  = acc_b_data;
   assign \data$182  = acc_b_data;
-  assign req__tdata = { \port$19667$0 , \port$19665$0 [63:0] };
-  assign spm_wr__tdata = { \port$19667$0 , \port$19665$0 [63:0] };
+  assign req__tdata = { \port$19799$0 , \port$19797$0 [63:0] };
+  assign spm_wr__tdata = { \port$19799$0 , \port$19797$0 [63:0] };
   assign spm_wr__tready = grant;
   assign req__tready = grant;
   assign spm_wr__tvalid = req__tvalid;
-  assign \req__tdata$189  = { \port$19667$0 , \port$19665$0  };
-  assign acc_wr__tdata = { \port$19667$0 , \port$19665$0  };
+  assign \req__tdata$189  = { \port$19799$0 , \port$19797$0  };
+  assign acc_wr__tdata = { \port$19799$0 , \port$19797$0  };
   assign acc_wr__tready = \grant$142 ;
   assign \req__tready$192  = \grant$142 ;
   assign acc_wr__tvalid = \req__tvalid$193 ;
@@ -35705,7 +35705,7 @@ module \dx1_board.soc.core1.acc_ext_read.fifo (rst, w_port__data, r_rdy, r_data,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$19665$0 , \port$19667$0 , req__tready);
+module \dx1_board.soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$19797$0 , \port$19799$0 , req__tready);
   reg \$auto$verilog_backend.cc:2355:dump_module$78  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -35715,10 +35715,10 @@ module \dx1_board.soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$19
   output en;
   reg en;
   wire grant;
-  input [255:0] \port$19665$0 ;
-  wire [255:0] \port$19665$0 ;
-  input [15:0] \port$19667$0 ;
-  wire [15:0] \port$19667$0 ;
+  input [255:0] \port$19797$0 ;
+  wire [255:0] \port$19797$0 ;
+  input [15:0] \port$19799$0 ;
+  wire [15:0] \port$19799$0 ;
   wire [271:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -35729,14 +35729,14 @@ module \dx1_board.soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$19
     if (\$auto$verilog_backend.cc:2355:dump_module$78 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$19667$0 ;
+      addr = \port$19799$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$78 ) begin end
     data = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     if (\$1 ) begin
-      data = \port$19665$0 ;
+      data = \port$19797$0 ;
     end
   end
   always @* begin
@@ -35747,7 +35747,7 @@ module \dx1_board.soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$19
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$19667$0 , \port$19665$0  };
+  assign req__tdata = { \port$19799$0 , \port$19797$0  };
 endmodule
 
 (* generator = "Amaranth" *)
@@ -43820,18 +43820,18 @@ module \dx1_board.soc.core1.decoder (rst, cmd__tvalid, cmd__tready, decoded, res
   wire \$131 ;
   wire \$132 ;
   wire \$133 ;
-  wire [3:0] \$134 ;
-  wire [3:0] \$135 ;
-  wire [3:0] \$136 ;
-  wire [3:0] \$137 ;
-  wire [3:0] \$138 ;
+  wire [4:0] \$134 ;
+  wire [4:0] \$135 ;
+  wire [4:0] \$136 ;
+  wire [4:0] \$137 ;
+  wire [4:0] \$138 ;
   wire [255:0] \$139 ;
   wire \$14 ;
   wire \$140 ;
   wire [16:0] \$141 ;
   wire \$142 ;
-  wire [3:0] \$143 ;
-  wire [3:0] \$144 ;
+  wire [4:0] \$143 ;
+  wire [4:0] \$144 ;
   wire [255:0] \$145 ;
   wire \$146 ;
   wire \$147 ;
@@ -43843,9 +43843,9 @@ module \dx1_board.soc.core1.decoder (rst, cmd__tvalid, cmd__tready, decoded, res
   wire [33:0] \$152 ;
   wire \$153 ;
   wire \$154 ;
-  wire [3:0] \$155 ;
-  wire [3:0] \$156 ;
-  wire [3:0] \$157 ;
+  wire [4:0] \$155 ;
+  wire [4:0] \$156 ;
+  wire [4:0] \$157 ;
   wire \$158 ;
   wire \$159 ;
   wire \$16 ;
@@ -43859,7 +43859,7 @@ module \dx1_board.soc.core1.decoder (rst, cmd__tvalid, cmd__tready, decoded, res
   wire [15:0] \$167 ;
   wire [32:0] \$168 ;
   wire \$169 ;
-  wire [3:0] \$17 ;
+  wire [4:0] \$17 ;
   wire [16:0] \$170 ;
   wire [16:0] \$171 ;
   wire [16:0] \$172 ;
@@ -43870,7 +43870,7 @@ module \dx1_board.soc.core1.decoder (rst, cmd__tvalid, cmd__tready, decoded, res
   wire [16:0] \$177 ;
   wire [16:0] \$178 ;
   wire [16:0] \$179 ;
-  wire [3:0] \$18 ;
+  wire [4:0] \$18 ;
   wire \$180 ;
   wire [15:0] \$181 ;
   wire [32:0] \$182 ;
@@ -43881,13 +43881,13 @@ module \dx1_board.soc.core1.decoder (rst, cmd__tvalid, cmd__tready, decoded, res
   reg [1:0] \$187 ;
   reg [31:0] \$188 ;
   reg [31:0] \$189 ;
-  wire [3:0] \$19 ;
+  wire [4:0] \$19 ;
   reg [31:0] \$190 ;
   reg [31:0] \$191 ;
   reg [31:0] \$192 ;
   reg [7:0] \$193 ;
   wire [255:0] \$2 ;
-  wire [3:0] \$20 ;
+  wire [4:0] \$20 ;
   wire [255:0] \$21 ;
   wire \$22 ;
   wire \$23 ;
@@ -43900,15 +43900,15 @@ module \dx1_board.soc.core1.decoder (rst, cmd__tvalid, cmd__tready, decoded, res
   wire \$3 ;
   wire \$30 ;
   wire \$31 ;
-  wire [3:0] \$32 ;
-  wire [3:0] \$33 ;
-  wire [3:0] \$34 ;
-  wire [3:0] \$35 ;
-  wire [3:0] \$36 ;
+  wire [4:0] \$32 ;
+  wire [4:0] \$33 ;
+  wire [4:0] \$34 ;
+  wire [4:0] \$35 ;
+  wire [4:0] \$36 ;
   wire [255:0] \$37 ;
   wire \$38 ;
   wire \$39 ;
-  wire [3:0] \$4 ;
+  wire [4:0] \$4 ;
   wire [255:0] \$40 ;
   wire \$41 ;
   wire \$42 ;
@@ -44011,7 +44011,7 @@ module \dx1_board.soc.core1.decoder (rst, cmd__tvalid, cmd__tready, decoded, res
   assign \$1  = stage == 2'h2;
   assign decoded = holding & \$1 ;
   assign \$3  = | \$2 ;
-  assign \$4  = \$3  ? 4'h2 : 4'h0;
+  assign \$4  = \$3  ? 5'h02 : 5'h00;
   assign \$6  = | \$5 ;
   assign \$7  = ! command[127:112];
   assign \$8  = ! command[143:128];
@@ -44023,10 +44023,10 @@ module \dx1_board.soc.core1.decoder (rst, cmd__tvalid, cmd__tready, decoded, res
   assign \$14  = \$11  | \$13 ;
   assign \$15  = command[111:96] + command[127:112];
   assign \$16  = \$15  > 11'h400;
-  assign \$17  = \$16  ? 4'h6 : 4'h0;
-  assign \$18  = \$14  ? 4'h5 : \$17 ;
-  assign \$19  = \$9  ? 4'h3 : \$18 ;
-  assign \$20  = \$6  ? 4'h2 : \$19 ;
+  assign \$17  = \$16  ? 5'h06 : 5'h00;
+  assign \$18  = \$14  ? 5'h05 : \$17 ;
+  assign \$19  = \$9  ? 5'h03 : \$18 ;
+  assign \$20  = \$6  ? 5'h02 : \$19 ;
   assign \$22  = | \$21 ;
   assign \$23  = ! command[111:96];
   assign \$24  = command[149:144] > 6'h2f;
@@ -44037,11 +44037,11 @@ module \dx1_board.soc.core1.decoder (rst, cmd__tvalid, cmd__tready, decoded, res
   assign \$29  = command[127:112] >= 11'h400;
   assign \$30  = command[9] & \$29 ;
   assign \$31  = \$28  | \$30 ;
-  assign \$32  = \$31  ? 4'h6 : 4'h0;
-  assign \$33  = \$26  ? 4'h5 : \$32 ;
-  assign \$34  = \$24  ? 4'h4 : \$33 ;
-  assign \$35  = \$23  ? 4'h3 : \$34 ;
-  assign \$36  = \$22  ? 4'h2 : \$35 ;
+  assign \$32  = \$31  ? 5'h06 : 5'h00;
+  assign \$33  = \$26  ? 5'h05 : \$32 ;
+  assign \$34  = \$24  ? 5'h04 : \$33 ;
+  assign \$35  = \$23  ? 5'h03 : \$34 ;
+  assign \$36  = \$22  ? 5'h02 : \$35 ;
   assign \$38  = | \$37 ;
   assign \$39  = command[45:40] > 1'h0;
   assign \$41  = | \$40 ;
@@ -44117,16 +44117,16 @@ module \dx1_board.soc.core1.decoder (rst, cmd__tvalid, cmd__tready, decoded, res
   assign \$131  = $signed(\$130 ) >= $signed(12'h400);
   assign \$132  = \$126  & \$131 ;
   assign \$133  = \$125  | \$132 ;
-  assign \$134  = \$133  ? 4'h6 : 4'h0;
-  assign \$135  = \$112  ? 4'h5 : \$134 ;
-  assign \$136  = \$signal$9  ? 4'h4 : \$135 ;
-  assign \$137  = \$88  ? 4'h3 : \$136 ;
-  assign \$138  = \$signal  ? 4'h2 : \$137 ;
+  assign \$134  = \$133  ? 5'h06 : 5'h00;
+  assign \$135  = \$112  ? 5'h05 : \$134 ;
+  assign \$136  = \$signal$9  ? 5'h04 : \$135 ;
+  assign \$137  = \$88  ? 5'h03 : \$136 ;
+  assign \$138  = \$signal  ? 5'h02 : \$137 ;
   assign \$140  = | \$139 ;
   assign \$141  = command[79:64] + 7'h41;
   assign \$142  = \$141  > 13'h1000;
-  assign \$143  = \$142  ? 4'h5 : 4'h0;
-  assign \$144  = \$140  ? 4'h2 : \$143 ;
+  assign \$143  = \$142  ? 5'h05 : 5'h00;
+  assign \$144  = \$140  ? 5'h02 : \$143 ;
   assign \$146  = | \$145 ;
   assign \$147  = ! command[111:96];
   assign \$148  = command[79:64] + b_last;
@@ -44136,9 +44136,9 @@ module \dx1_board.soc.core1.decoder (rst, cmd__tvalid, cmd__tready, decoded, res
   assign \$152  = \$151  + 4'h8;
   assign \$153  = \$152  > 13'h1000;
   assign \$154  = \$150  | \$153 ;
-  assign \$155  = \$154  ? 4'h5 : 4'h0;
-  assign \$156  = \$147  ? 4'h3 : \$155 ;
-  assign \$157  = \$146  ? 4'h2 : \$156 ;
+  assign \$155  = \$154  ? 5'h05 : 5'h00;
+  assign \$156  = \$147  ? 5'h03 : \$155 ;
+  assign \$157  = \$146  ? 5'h02 : \$156 ;
   assign \$158  = cmd__tvalid & cmd__tready;
   assign \$159  = stage != 2'h2;
   assign \$160  = holding & \$159 ;
@@ -44189,17 +44189,17 @@ module \dx1_board.soc.core1.decoder (rst, cmd__tvalid, cmd__tready, decoded, res
     (* full_case = 32'd1 *)
     casez (command[7:0])
       8'h00:
-          status_next = { 4'h0, \$4  };
+          status_next = { 3'h0, \$4  };
       8'h03:
-          status_next = { 4'h0, \$20  };
+          status_next = { 3'h0, \$20  };
       8'h04:
-          status_next = { 4'h0, \$36  };
+          status_next = { 3'h0, \$36  };
       8'h09:
-          status_next = { 4'h0, \$138  };
+          status_next = { 3'h0, \$138  };
       8'h0a:
-          status_next = { 4'h0, \$144  };
+          status_next = { 3'h0, \$144  };
       8'h0b:
-          status_next = { 4'h0, \$157  };
+          status_next = { 3'h0, \$157  };
       default:
           status_next = 8'h01;
     endcase
@@ -47056,7 +47056,7 @@ module \dx1_board.soc.core1.spm_ext_read.fifo (rst, w_port__data, r_rdy, r_data,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$19665$0 , \port$19667$0 , req__tready);
+module \dx1_board.soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$19797$0 , \port$19799$0 , req__tready);
   reg \$auto$verilog_backend.cc:2355:dump_module$92  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -47066,10 +47066,10 @@ module \dx1_board.soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$19
   output en;
   reg en;
   wire grant;
-  input [63:0] \port$19665$0 ;
-  wire [63:0] \port$19665$0 ;
-  input [15:0] \port$19667$0 ;
-  wire [15:0] \port$19667$0 ;
+  input [63:0] \port$19797$0 ;
+  wire [63:0] \port$19797$0 ;
+  input [15:0] \port$19799$0 ;
+  wire [15:0] \port$19799$0 ;
   wire [79:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -47080,14 +47080,14 @@ module \dx1_board.soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$19
     if (\$auto$verilog_backend.cc:2355:dump_module$92 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$19667$0 ;
+      addr = \port$19799$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$92 ) begin end
     data = 64'h0000000000000000;
     if (\$1 ) begin
-      data = \port$19665$0 ;
+      data = \port$19797$0 ;
     end
   end
   always @* begin
@@ -47098,7 +47098,7 @@ module \dx1_board.soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$19
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$19667$0 , \port$19665$0  };
+  assign req__tdata = { \port$19799$0 , \port$19797$0  };
 endmodule
 
 (* generator = "Amaranth" *)
@@ -48269,7 +48269,7 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
     .d_acc(d_acc),
     .out(\out$82 ),
     .out_valid(out_valid),
-    .\port$18907$1 (ctl_lanes7[2:1]),
+    .\port$19039$1 (ctl_lanes7[2:1]),
     .reset_units(reset_units),
     .rst(rst),
     .terms(terms),
@@ -55518,7 +55518,7 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core1.vector$243.reducer (rst, valid, reset_units, vop, d_acc, \port$18907$1 , terms, out_valid, out, clk);
+module \dx1_board.soc.core1.vector$243.reducer (rst, valid, reset_units, vop, d_acc, \port$19039$1 , terms, out_valid, out, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$98  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -55642,8 +55642,8 @@ module \dx1_board.soc.core1.vector$243.reducer (rst, valid, reset_units, vop, d_
   wire [31:0] \out[7] ;
   output out_valid;
   reg out_valid = 1'h0;
-  input [1:0] \port$18907$1 ;
-  wire [1:0] \port$18907$1 ;
+  input [1:0] \port$19039$1 ;
+  wire [1:0] \port$19039$1 ;
   input reset_units;
   wire reset_units;
   reg [31:0] row = 32'd0;
@@ -55788,8 +55788,8 @@ module \dx1_board.soc.core1.vector$243.reducer (rst, valid, reset_units, vop, d_
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$98 ) begin end
     \$74 [0] = valid;
-    \$74 [1] = \port$18907$1 [0];
-    \$74 [2] = \port$18907$1 [1];
+    \$74 [1] = \port$19039$1 [0];
+    \$74 [2] = \port$19039$1 [1];
     \$74 [3] = \$1 ;
     \$74 [4] = d_acc;
     if (reset_units) begin
@@ -55866,8 +55866,8 @@ module \dx1_board.soc.core1.vector$243.reducer (rst, valid, reset_units, vop, d_
       \$80  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
   end
-  assign first = \port$18907$1 [0];
-  assign last = \port$18907$1 [1];
+  assign first = \port$19039$1 [0];
+  assign last = \port$19039$1 [1];
   assign \ctl1.valid  = ctl1[0];
   assign \ctl1.first  = ctl1[1];
   assign \ctl1.last  = ctl1[2];
@@ -59012,8 +59012,8 @@ module \dx1_board.soc.core1.vector$243.transposer (rst, start, spm_addr, w_addr,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, timestamp, doorbell_index, \port$14845$0 , \port$14847$0 
-, \port$14849$0 , \port$14851$0 , \port$14853$0 , \port$14855$0 , \port$14857$0 , \port$14859$0 , \port$14861$0 , \port$14863$0 , \port$14865$0 , \port$14867$0 , \port$14869$0 , \port$14871$0 , \port$14873$0 , \port$14875$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit, budget
+module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, timestamp, doorbell_index, \port$14969$0 , \port$14971$0 
+, \port$14973$0 , \port$14975$0 , \port$14977$0 , \port$14979$0 , \port$14981$0 , \port$14983$0 , \port$14985$0 , \port$14987$0 , \port$14989$0 , \port$14991$0 , \port$14993$0 , \port$14995$0 , \port$14997$0 , \port$14999$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit, budget
 , bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, sem_grant, quiesce, reset_cp, abort_done, dma_done__tdata, head, tail, halted, error_code, error_index, irq_error, axi__arvalid
 , axi__rready, cmd, tile_cmd__tvalid, taken, dma_cmd__tvalid, sem_valid, sem_delta, axi__awaddr, axi__wdata, trace_end_tag, trace_end_opcode, dma_done__tready, tile_done__tready, axi__awvalid, axi__wvalid, axi__bready, irq_completion, trace_end, clk);
   wire \$1 ;
@@ -59294,38 +59294,38 @@ module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume,
   wire [7:0] opcode;
   wire phase;
   wire \phase$128 ;
-  input [15:0] \port$14845$0 ;
-  wire [15:0] \port$14845$0 ;
-  input [15:0] \port$14847$0 ;
-  wire [15:0] \port$14847$0 ;
-  input [15:0] \port$14849$0 ;
-  wire [15:0] \port$14849$0 ;
-  input [15:0] \port$14851$0 ;
-  wire [15:0] \port$14851$0 ;
-  input [15:0] \port$14853$0 ;
-  wire [15:0] \port$14853$0 ;
-  input [15:0] \port$14855$0 ;
-  wire [15:0] \port$14855$0 ;
-  input [15:0] \port$14857$0 ;
-  wire [15:0] \port$14857$0 ;
-  input [15:0] \port$14859$0 ;
-  wire [15:0] \port$14859$0 ;
-  input [15:0] \port$14861$0 ;
-  wire [15:0] \port$14861$0 ;
-  input [15:0] \port$14863$0 ;
-  wire [15:0] \port$14863$0 ;
-  input [15:0] \port$14865$0 ;
-  wire [15:0] \port$14865$0 ;
-  input [15:0] \port$14867$0 ;
-  wire [15:0] \port$14867$0 ;
-  input [15:0] \port$14869$0 ;
-  wire [15:0] \port$14869$0 ;
-  input [15:0] \port$14871$0 ;
-  wire [15:0] \port$14871$0 ;
-  input [15:0] \port$14873$0 ;
-  wire [15:0] \port$14873$0 ;
-  input [15:0] \port$14875$0 ;
-  wire [15:0] \port$14875$0 ;
+  input [15:0] \port$14969$0 ;
+  wire [15:0] \port$14969$0 ;
+  input [15:0] \port$14971$0 ;
+  wire [15:0] \port$14971$0 ;
+  input [15:0] \port$14973$0 ;
+  wire [15:0] \port$14973$0 ;
+  input [15:0] \port$14975$0 ;
+  wire [15:0] \port$14975$0 ;
+  input [15:0] \port$14977$0 ;
+  wire [15:0] \port$14977$0 ;
+  input [15:0] \port$14979$0 ;
+  wire [15:0] \port$14979$0 ;
+  input [15:0] \port$14981$0 ;
+  wire [15:0] \port$14981$0 ;
+  input [15:0] \port$14983$0 ;
+  wire [15:0] \port$14983$0 ;
+  input [15:0] \port$14985$0 ;
+  wire [15:0] \port$14985$0 ;
+  input [15:0] \port$14987$0 ;
+  wire [15:0] \port$14987$0 ;
+  input [15:0] \port$14989$0 ;
+  wire [15:0] \port$14989$0 ;
+  input [15:0] \port$14991$0 ;
+  wire [15:0] \port$14991$0 ;
+  input [15:0] \port$14993$0 ;
+  wire [15:0] \port$14993$0 ;
+  input [15:0] \port$14995$0 ;
+  wire [15:0] \port$14995$0 ;
+  input [15:0] \port$14997$0 ;
+  wire [15:0] \port$14997$0 ;
+  input [15:0] \port$14999$0 ;
+  wire [15:0] \port$14999$0 ;
   input progress;
   wire progress;
   wire \progress$239 ;
@@ -59675,23 +59675,23 @@ module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume,
   );
   \dx1_board.soc.cp0.semaphore  semaphore (
     .done(sem_done),
-    .\port$14845$0 (\port$14845$0 ),
-    .\port$14847$0 (\port$14847$0 ),
-    .\port$14849$0 (\port$14849$0 ),
-    .\port$14851$0 (\port$14851$0 ),
-    .\port$14853$0 (\port$14853$0 ),
-    .\port$14855$0 (\port$14855$0 ),
-    .\port$14857$0 (\port$14857$0 ),
-    .\port$14859$0 (\port$14859$0 ),
-    .\port$14861$0 (\port$14861$0 ),
-    .\port$14863$0 (\port$14863$0 ),
-    .\port$14865$0 (\port$14865$0 ),
-    .\port$14867$0 (\port$14867$0 ),
-    .\port$14869$0 (\port$14869$0 ),
-    .\port$14871$0 (\port$14871$0 ),
-    .\port$14873$0 (\port$14873$0 ),
-    .\port$14875$0 (\port$14875$0 ),
-    .\port$17434$64 (cmd[87:64]),
+    .\port$14969$0 (\port$14969$0 ),
+    .\port$14971$0 (\port$14971$0 ),
+    .\port$14973$0 (\port$14973$0 ),
+    .\port$14975$0 (\port$14975$0 ),
+    .\port$14977$0 (\port$14977$0 ),
+    .\port$14979$0 (\port$14979$0 ),
+    .\port$14981$0 (\port$14981$0 ),
+    .\port$14983$0 (\port$14983$0 ),
+    .\port$14985$0 (\port$14985$0 ),
+    .\port$14987$0 (\port$14987$0 ),
+    .\port$14989$0 (\port$14989$0 ),
+    .\port$14991$0 (\port$14991$0 ),
+    .\port$14993$0 (\port$14993$0 ),
+    .\port$14995$0 (\port$14995$0 ),
+    .\port$14997$0 (\port$14997$0 ),
+    .\port$14999$0 (\port$14999$0 ),
+    .\port$17566$64 (cmd[87:64]),
     .sem_delta(sem_delta),
     .sem_grant(sem_grant),
     .sem_valid(sem_valid),
@@ -59868,8 +59868,8 @@ module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume,
   assign done = sem_done;
   assign sem = cmd[71:64];
   assign count = cmd[87:72];
-  assign sem_values = { \port$14875$0 , \port$14873$0 , \port$14871$0 , \port$14869$0 , \port$14867$0 , \port$14865$0 , \port$14863$0 , \port$14861$0 , \port$14859$0 , \port$14857$0 , \port$14855$0 , \port$14853$0 , \port$14851$0 , \port$14849$0 , \port$14847$0 , \port$14845$0  };
-  assign \sem_values$182  = { \port$14875$0 , \port$14873$0 , \port$14871$0 , \port$14869$0 , \port$14867$0 , \port$14865$0 , \port$14863$0 , \port$14861$0 , \port$14859$0 , \port$14857$0 , \port$14855$0 , \port$14853$0 , \port$14851$0 , \port$14849$0 , \port$14847$0 , \port$14845$0  };
+  assign sem_values = { \port$14999$0 , \port$14997$0 , \port$14995$0 , \port$14993$0 , \port$14991$0 , \port$14989$0 , \port$14987$0 , \port$14985$0 , \port$14983$0 , \port$14981$0 , \port$14979$0 , \port$14977$0 , \port$14975$0 , \port$14973$0 , \port$14971$0 , \port$14969$0  };
+  assign \sem_values$182  = { \port$14999$0 , \port$14997$0 , \port$14995$0 , \port$14993$0 , \port$14991$0 , \port$14989$0 , \port$14987$0 , \port$14985$0 , \port$14983$0 , \port$14981$0 , \port$14979$0 , \port$14977$0 , \port$14975$0 , \port$14973$0 , \port$14971$0 , \port$14969$0  };
   assign \sem_grant$184  = sem_grant;
   assign \sem_valid$186  = sem_valid;
   assign sem_index = cmd[67:64];
@@ -59956,38 +59956,38 @@ module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume,
   assign \slot.footprint.acc_r_hi  = slot_in[244:211];
   assign \slot.footprint.acc_w_lo  = slot_in[278:245];
   assign \slot.footprint.acc_w_hi  = slot_in[312:279];
-  assign \sem_values[0]  = \port$14845$0 ;
-  assign \sem_values[1]  = \port$14847$0 ;
-  assign \sem_values[2]  = \port$14849$0 ;
-  assign \sem_values[3]  = \port$14851$0 ;
-  assign \sem_values[4]  = \port$14853$0 ;
-  assign \sem_values[5]  = \port$14855$0 ;
-  assign \sem_values[6]  = \port$14857$0 ;
-  assign \sem_values[7]  = \port$14859$0 ;
-  assign \sem_values[8]  = \port$14861$0 ;
-  assign \sem_values[9]  = \port$14863$0 ;
-  assign \sem_values[10]  = \port$14865$0 ;
-  assign \sem_values[11]  = \port$14867$0 ;
-  assign \sem_values[12]  = \port$14869$0 ;
-  assign \sem_values[13]  = \port$14871$0 ;
-  assign \sem_values[14]  = \port$14873$0 ;
-  assign \sem_values[15]  = \port$14875$0 ;
-  assign \sem_values$182[0]  = \port$14845$0 ;
-  assign \sem_values$182[1]  = \port$14847$0 ;
-  assign \sem_values$182[2]  = \port$14849$0 ;
-  assign \sem_values$182[3]  = \port$14851$0 ;
-  assign \sem_values$182[4]  = \port$14853$0 ;
-  assign \sem_values$182[5]  = \port$14855$0 ;
-  assign \sem_values$182[6]  = \port$14857$0 ;
-  assign \sem_values$182[7]  = \port$14859$0 ;
-  assign \sem_values$182[8]  = \port$14861$0 ;
-  assign \sem_values$182[9]  = \port$14863$0 ;
-  assign \sem_values$182[10]  = \port$14865$0 ;
-  assign \sem_values$182[11]  = \port$14867$0 ;
-  assign \sem_values$182[12]  = \port$14869$0 ;
-  assign \sem_values$182[13]  = \port$14871$0 ;
-  assign \sem_values$182[14]  = \port$14873$0 ;
-  assign \sem_values$182[15]  = \port$14875$0 ;
+  assign \sem_values[0]  = \port$14969$0 ;
+  assign \sem_values[1]  = \port$14971$0 ;
+  assign \sem_values[2]  = \port$14973$0 ;
+  assign \sem_values[3]  = \port$14975$0 ;
+  assign \sem_values[4]  = \port$14977$0 ;
+  assign \sem_values[5]  = \port$14979$0 ;
+  assign \sem_values[6]  = \port$14981$0 ;
+  assign \sem_values[7]  = \port$14983$0 ;
+  assign \sem_values[8]  = \port$14985$0 ;
+  assign \sem_values[9]  = \port$14987$0 ;
+  assign \sem_values[10]  = \port$14989$0 ;
+  assign \sem_values[11]  = \port$14991$0 ;
+  assign \sem_values[12]  = \port$14993$0 ;
+  assign \sem_values[13]  = \port$14995$0 ;
+  assign \sem_values[14]  = \port$14997$0 ;
+  assign \sem_values[15]  = \port$14999$0 ;
+  assign \sem_values$182[0]  = \port$14969$0 ;
+  assign \sem_values$182[1]  = \port$14971$0 ;
+  assign \sem_values$182[2]  = \port$14973$0 ;
+  assign \sem_values$182[3]  = \port$14975$0 ;
+  assign \sem_values$182[4]  = \port$14977$0 ;
+  assign \sem_values$182[5]  = \port$14979$0 ;
+  assign \sem_values$182[6]  = \port$14981$0 ;
+  assign \sem_values$182[7]  = \port$14983$0 ;
+  assign \sem_values$182[8]  = \port$14985$0 ;
+  assign \sem_values$182[9]  = \port$14987$0 ;
+  assign \sem_values$182[10]  = \port$14989$0 ;
+  assign \sem_values$182[11]  = \port$14991$0 ;
+  assign \sem_values$182[12]  = \port$14993$0 ;
+  assign \sem_values$182[13]  = \port$14995$0 ;
+  assign \sem_values$182[14]  = \port$14997$0 ;
+  assign \sem_values$182[15]  = \port$14999$0 ;
   assign \local_slot.ring_index  = slot_in[15:0];
   assign \local_slot.phase  = slot_in[16];
   assign \local_slot.tag  = slot_in[32:17];
@@ -60413,9 +60413,9 @@ module \dx1_board.soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
     .cmd(cmd),
     .footprint(\footprint$24 ),
     .mv_last(mv_last),
-    .\port$17466$0 (g_a_end),
-    .\port$17468$0 (g_b_end),
-    .\port$17470$0 (p_src_end)
+    .\port$17598$0 (g_a_end),
+    .\port$17600$0 (g_b_end),
+    .\port$17602$0 (p_src_end)
   );
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$104 ) begin end
@@ -60671,7 +60671,7 @@ module \dx1_board.soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.cp0.decoder.footprint$34 (mv_last, \port$17466$0 , \port$17468$0 , \port$17470$0 , footprint, cmd);
+module \dx1_board.soc.cp0.decoder.footprint$34 (mv_last, \port$17598$0 , \port$17600$0 , \port$17602$0 , footprint, cmd);
   reg \$auto$verilog_backend.cc:2355:dump_module$105  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -60707,24 +60707,24 @@ module \dx1_board.soc.cp0.decoder.footprint$34 (mv_last, \port$17466$0 , \port$1
   input [33:0] mv_last;
   wire [33:0] mv_last;
   wire [33:0] p_src_end;
-  input [32:0] \port$17466$0 ;
-  wire [32:0] \port$17466$0 ;
-  input [20:0] \port$17468$0 ;
-  wire [20:0] \port$17468$0 ;
-  input [16:0] \port$17470$0 ;
-  wire [16:0] \port$17470$0 ;
+  input [32:0] \port$17598$0 ;
+  wire [32:0] \port$17598$0 ;
+  input [20:0] \port$17600$0 ;
+  wire [20:0] \port$17600$0 ;
+  input [16:0] \port$17602$0 ;
+  wire [16:0] \port$17602$0 ;
   assign \$1  = cmd[79:64] < cmd[95:80];
   assign \$2  = \$1  ? cmd[79:64] : cmd[95:80];
-  assign \$3  = \port$17466$0  > \port$17468$0 ;
-  assign \$4  = \$3  ? { 1'h0, \port$17466$0  } : { 13'h0000, \port$17468$0  };
+  assign \$3  = \port$17598$0  > \port$17600$0 ;
+  assign \$4  = \$3  ? { 1'h0, \port$17598$0  } : { 13'h0000, \port$17600$0  };
   assign \$5  = cmd[111:96] + cmd[127:112];
   assign \$6  = cmd[127:112] < cmd[79:64];
   assign \$7  = cmd[9] & \$6 ;
   assign \$8  = \$7  ? cmd[127:112] : cmd[79:64];
-  assign \$9  = cmd[127:112] >= \port$17470$0 ;
+  assign \$9  = cmd[127:112] >= \port$17602$0 ;
   assign \$10  = cmd[9] & \$9 ;
   assign \$11  = cmd[127:112] + 1'h1;
-  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$17470$0  };
+  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$17602$0  };
   assign \$13  = cmd[95:80] + cmd[111:96];
   assign \$14  = mv_last + 1'h1;
   assign \$15  = mv_last + 1'h1;
@@ -60775,9 +60775,9 @@ module \dx1_board.soc.cp0.decoder.footprint$34 (mv_last, \port$17466$0 , \port$1
         end
     endcase
   end
-  assign a_end = { 1'h0, \port$17466$0  };
-  assign b_end = { 13'h0000, \port$17468$0  };
-  assign p_src_end = { 17'h00000, \port$17470$0  };
+  assign a_end = { 1'h0, \port$17598$0  };
+  assign b_end = { 13'h0000, \port$17600$0  };
+  assign p_src_end = { 17'h00000, \port$17602$0  };
   assign \footprint.spm_r_lo  = footprint[33:0];
   assign \footprint.spm_r_hi  = footprint[67:34];
   assign \footprint.spm_w_lo  = footprint[101:68];
@@ -63171,8 +63171,8 @@ module \dx1_board.soc.cp0.ring (rst, ring_reset, doorbell, entries_ok, mask, doo
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.cp0.semaphore (\port$14847$0 , \port$14849$0 , \port$14851$0 , \port$14853$0 , \port$14855$0 , \port$14857$0 , \port$14859$0 , \port$14861$0 , \port$14863$0 , \port$14865$0 , \port$14867$0 , \port$14869$0 , \port$14871$0 , \port$14873$0 , \port$14875$0 , sem_grant, \port$17434$64 , signal, \wait , sem_valid, sem_delta
-, done, \port$14845$0 );
+module \dx1_board.soc.cp0.semaphore (\port$14971$0 , \port$14973$0 , \port$14975$0 , \port$14977$0 , \port$14979$0 , \port$14981$0 , \port$14983$0 , \port$14985$0 , \port$14987$0 , \port$14989$0 , \port$14991$0 , \port$14993$0 , \port$14995$0 , \port$14997$0 , \port$14999$0 , sem_grant, \port$17566$64 , signal, \wait , sem_valid, sem_delta
+, done, \port$14969$0 );
   reg \$auto$verilog_backend.cc:2355:dump_module$113  = 0;
   reg [15:0] \$1 ;
   wire \$2 ;
@@ -63180,40 +63180,40 @@ module \dx1_board.soc.cp0.semaphore (\port$14847$0 , \port$14849$0 , \port$14851
   wire [15:0] count;
   output done;
   reg done;
-  input [15:0] \port$14845$0 ;
-  wire [15:0] \port$14845$0 ;
-  input [15:0] \port$14847$0 ;
-  wire [15:0] \port$14847$0 ;
-  input [15:0] \port$14849$0 ;
-  wire [15:0] \port$14849$0 ;
-  input [15:0] \port$14851$0 ;
-  wire [15:0] \port$14851$0 ;
-  input [15:0] \port$14853$0 ;
-  wire [15:0] \port$14853$0 ;
-  input [15:0] \port$14855$0 ;
-  wire [15:0] \port$14855$0 ;
-  input [15:0] \port$14857$0 ;
-  wire [15:0] \port$14857$0 ;
-  input [15:0] \port$14859$0 ;
-  wire [15:0] \port$14859$0 ;
-  input [15:0] \port$14861$0 ;
-  wire [15:0] \port$14861$0 ;
-  input [15:0] \port$14863$0 ;
-  wire [15:0] \port$14863$0 ;
-  input [15:0] \port$14865$0 ;
-  wire [15:0] \port$14865$0 ;
-  input [15:0] \port$14867$0 ;
-  wire [15:0] \port$14867$0 ;
-  input [15:0] \port$14869$0 ;
-  wire [15:0] \port$14869$0 ;
-  input [15:0] \port$14871$0 ;
-  wire [15:0] \port$14871$0 ;
-  input [15:0] \port$14873$0 ;
-  wire [15:0] \port$14873$0 ;
-  input [15:0] \port$14875$0 ;
-  wire [15:0] \port$14875$0 ;
-  input [23:0] \port$17434$64 ;
-  wire [23:0] \port$17434$64 ;
+  input [15:0] \port$14969$0 ;
+  wire [15:0] \port$14969$0 ;
+  input [15:0] \port$14971$0 ;
+  wire [15:0] \port$14971$0 ;
+  input [15:0] \port$14973$0 ;
+  wire [15:0] \port$14973$0 ;
+  input [15:0] \port$14975$0 ;
+  wire [15:0] \port$14975$0 ;
+  input [15:0] \port$14977$0 ;
+  wire [15:0] \port$14977$0 ;
+  input [15:0] \port$14979$0 ;
+  wire [15:0] \port$14979$0 ;
+  input [15:0] \port$14981$0 ;
+  wire [15:0] \port$14981$0 ;
+  input [15:0] \port$14983$0 ;
+  wire [15:0] \port$14983$0 ;
+  input [15:0] \port$14985$0 ;
+  wire [15:0] \port$14985$0 ;
+  input [15:0] \port$14987$0 ;
+  wire [15:0] \port$14987$0 ;
+  input [15:0] \port$14989$0 ;
+  wire [15:0] \port$14989$0 ;
+  input [15:0] \port$14991$0 ;
+  wire [15:0] \port$14991$0 ;
+  input [15:0] \port$14993$0 ;
+  wire [15:0] \port$14993$0 ;
+  input [15:0] \port$14995$0 ;
+  wire [15:0] \port$14995$0 ;
+  input [15:0] \port$14997$0 ;
+  wire [15:0] \port$14997$0 ;
+  input [15:0] \port$14999$0 ;
+  wire [15:0] \port$14999$0 ;
+  input [23:0] \port$17566$64 ;
+  wire [23:0] \port$17566$64 ;
   wire [7:0] sem;
   output [17:0] sem_delta;
   reg [17:0] sem_delta;
@@ -63243,44 +63243,44 @@ module \dx1_board.soc.cp0.semaphore (\port$14847$0 , \port$14849$0 , \port$14851
   wire signal;
   input \wait ;
   wire \wait ;
-  assign \$2  = \$1  >= \port$17434$64 [23:8];
-  assign \$3  = - \port$17434$64 [23:8];
+  assign \$2  = \$1  >= \port$17566$64 [23:8];
+  assign \$3  = - \port$17566$64 [23:8];
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$113 ) begin end
     \$1  = 16'h0000;
-    casez (\port$17434$64 [7:0])
+    casez (\port$17566$64 [7:0])
       8'h00:
-          \$1  = \port$14845$0 ;
+          \$1  = \port$14969$0 ;
       8'h01:
-          \$1  = \port$14847$0 ;
+          \$1  = \port$14971$0 ;
       8'h02:
-          \$1  = \port$14849$0 ;
+          \$1  = \port$14973$0 ;
       8'h03:
-          \$1  = \port$14851$0 ;
+          \$1  = \port$14975$0 ;
       8'h04:
-          \$1  = \port$14853$0 ;
+          \$1  = \port$14977$0 ;
       8'h05:
-          \$1  = \port$14855$0 ;
+          \$1  = \port$14979$0 ;
       8'h06:
-          \$1  = \port$14857$0 ;
+          \$1  = \port$14981$0 ;
       8'h07:
-          \$1  = \port$14859$0 ;
+          \$1  = \port$14983$0 ;
       8'h08:
-          \$1  = \port$14861$0 ;
+          \$1  = \port$14985$0 ;
       8'h09:
-          \$1  = \port$14863$0 ;
+          \$1  = \port$14987$0 ;
       8'h0a:
-          \$1  = \port$14865$0 ;
+          \$1  = \port$14989$0 ;
       8'h0b:
-          \$1  = \port$14867$0 ;
+          \$1  = \port$14991$0 ;
       8'h0c:
-          \$1  = \port$14869$0 ;
+          \$1  = \port$14993$0 ;
       8'h0d:
-          \$1  = \port$14871$0 ;
+          \$1  = \port$14995$0 ;
       8'h0e:
-          \$1  = \port$14873$0 ;
+          \$1  = \port$14997$0 ;
       8'h0f:
-          \$1  = \port$14875$0 ;
+          \$1  = \port$14999$0 ;
     endcase
   end
   always @* begin
@@ -63299,7 +63299,7 @@ module \dx1_board.soc.cp0.semaphore (\port$14847$0 , \port$14849$0 , \port$14851
     if (\$auto$verilog_backend.cc:2355:dump_module$113 ) begin end
     sem_delta = 18'h00000;
     if (signal) begin
-      sem_delta = { 2'h0, \port$17434$64 [23:8] };
+      sem_delta = { 2'h0, \port$17566$64 [23:8] };
     end
     if (\wait ) begin
       if (\$2 ) begin
@@ -63319,26 +63319,26 @@ module \dx1_board.soc.cp0.semaphore (\port$14847$0 , \port$14849$0 , \port$14851
       end
     end
   end
-  assign count = \port$17434$64 [23:8];
-  assign sem = \port$17434$64 [7:0];
-  assign sem_values = { \port$14875$0 , \port$14873$0 , \port$14871$0 , \port$14869$0 , \port$14867$0 , \port$14865$0 , \port$14863$0 , \port$14861$0 , \port$14859$0 , \port$14857$0 , \port$14855$0 , \port$14853$0 , \port$14851$0 , \port$14849$0 , \port$14847$0 , \port$14845$0  };
-  assign sem_index = \port$17434$64 [3:0];
-  assign \sem_values[0]  = \port$14845$0 ;
-  assign \sem_values[1]  = \port$14847$0 ;
-  assign \sem_values[2]  = \port$14849$0 ;
-  assign \sem_values[3]  = \port$14851$0 ;
-  assign \sem_values[4]  = \port$14853$0 ;
-  assign \sem_values[5]  = \port$14855$0 ;
-  assign \sem_values[6]  = \port$14857$0 ;
-  assign \sem_values[7]  = \port$14859$0 ;
-  assign \sem_values[8]  = \port$14861$0 ;
-  assign \sem_values[9]  = \port$14863$0 ;
-  assign \sem_values[10]  = \port$14865$0 ;
-  assign \sem_values[11]  = \port$14867$0 ;
-  assign \sem_values[12]  = \port$14869$0 ;
-  assign \sem_values[13]  = \port$14871$0 ;
-  assign \sem_values[14]  = \port$14873$0 ;
-  assign \sem_values[15]  = \port$14875$0 ;
+  assign count = \port$17566$64 [23:8];
+  assign sem = \port$17566$64 [7:0];
+  assign sem_values = { \port$14999$0 , \port$14997$0 , \port$14995$0 , \port$14993$0 , \port$14991$0 , \port$14989$0 , \port$14987$0 , \port$14985$0 , \port$14983$0 , \port$14981$0 , \port$14979$0 , \port$14977$0 , \port$14975$0 , \port$14973$0 , \port$14971$0 , \port$14969$0  };
+  assign sem_index = \port$17566$64 [3:0];
+  assign \sem_values[0]  = \port$14969$0 ;
+  assign \sem_values[1]  = \port$14971$0 ;
+  assign \sem_values[2]  = \port$14973$0 ;
+  assign \sem_values[3]  = \port$14975$0 ;
+  assign \sem_values[4]  = \port$14977$0 ;
+  assign \sem_values[5]  = \port$14979$0 ;
+  assign \sem_values[6]  = \port$14981$0 ;
+  assign \sem_values[7]  = \port$14983$0 ;
+  assign \sem_values[8]  = \port$14985$0 ;
+  assign \sem_values[9]  = \port$14987$0 ;
+  assign \sem_values[10]  = \port$14989$0 ;
+  assign \sem_values[11]  = \port$14991$0 ;
+  assign \sem_values[12]  = \port$14993$0 ;
+  assign \sem_values[13]  = \port$14995$0 ;
+  assign \sem_values[14]  = \port$14997$0 ;
+  assign \sem_values[15]  = \port$14999$0 ;
 endmodule
 
 (* generator = "Amaranth" *)
@@ -64269,8 +64269,8 @@ module \dx1_board.soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_don
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, timestamp, doorbell_index, \port$14845$0 , \port$14847$0 
-, \port$14849$0 , \port$14851$0 , \port$14853$0 , \port$14855$0 , \port$14857$0 , \port$14859$0 , \port$14861$0 , \port$14863$0 , \port$14865$0 , \port$14867$0 , \port$14869$0 , \port$14871$0 , \port$14873$0 , \port$14875$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit, budget
+module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, timestamp, doorbell_index, \port$14969$0 , \port$14971$0 
+, \port$14973$0 , \port$14975$0 , \port$14977$0 , \port$14979$0 , \port$14981$0 , \port$14983$0 , \port$14985$0 , \port$14987$0 , \port$14989$0 , \port$14991$0 , \port$14993$0 , \port$14995$0 , \port$14997$0 , \port$14999$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit, budget
 , bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, sem_grant, quiesce, reset_cp, abort_done, dma_done__tdata, head, tail, halted, error_code, error_index, irq_error, axi__arvalid
 , axi__rready, cmd, tile_cmd__tvalid, taken, dma_cmd__tvalid, sem_valid, sem_delta, axi__awaddr, axi__wdata, trace_end_tag, trace_end_opcode, dma_done__tready, tile_done__tready, axi__awvalid, axi__wvalid, axi__bready, irq_completion, trace_end, clk);
   wire \$1 ;
@@ -64551,38 +64551,38 @@ module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume,
   wire [7:0] opcode;
   wire phase;
   wire \phase$128 ;
-  input [15:0] \port$14845$0 ;
-  wire [15:0] \port$14845$0 ;
-  input [15:0] \port$14847$0 ;
-  wire [15:0] \port$14847$0 ;
-  input [15:0] \port$14849$0 ;
-  wire [15:0] \port$14849$0 ;
-  input [15:0] \port$14851$0 ;
-  wire [15:0] \port$14851$0 ;
-  input [15:0] \port$14853$0 ;
-  wire [15:0] \port$14853$0 ;
-  input [15:0] \port$14855$0 ;
-  wire [15:0] \port$14855$0 ;
-  input [15:0] \port$14857$0 ;
-  wire [15:0] \port$14857$0 ;
-  input [15:0] \port$14859$0 ;
-  wire [15:0] \port$14859$0 ;
-  input [15:0] \port$14861$0 ;
-  wire [15:0] \port$14861$0 ;
-  input [15:0] \port$14863$0 ;
-  wire [15:0] \port$14863$0 ;
-  input [15:0] \port$14865$0 ;
-  wire [15:0] \port$14865$0 ;
-  input [15:0] \port$14867$0 ;
-  wire [15:0] \port$14867$0 ;
-  input [15:0] \port$14869$0 ;
-  wire [15:0] \port$14869$0 ;
-  input [15:0] \port$14871$0 ;
-  wire [15:0] \port$14871$0 ;
-  input [15:0] \port$14873$0 ;
-  wire [15:0] \port$14873$0 ;
-  input [15:0] \port$14875$0 ;
-  wire [15:0] \port$14875$0 ;
+  input [15:0] \port$14969$0 ;
+  wire [15:0] \port$14969$0 ;
+  input [15:0] \port$14971$0 ;
+  wire [15:0] \port$14971$0 ;
+  input [15:0] \port$14973$0 ;
+  wire [15:0] \port$14973$0 ;
+  input [15:0] \port$14975$0 ;
+  wire [15:0] \port$14975$0 ;
+  input [15:0] \port$14977$0 ;
+  wire [15:0] \port$14977$0 ;
+  input [15:0] \port$14979$0 ;
+  wire [15:0] \port$14979$0 ;
+  input [15:0] \port$14981$0 ;
+  wire [15:0] \port$14981$0 ;
+  input [15:0] \port$14983$0 ;
+  wire [15:0] \port$14983$0 ;
+  input [15:0] \port$14985$0 ;
+  wire [15:0] \port$14985$0 ;
+  input [15:0] \port$14987$0 ;
+  wire [15:0] \port$14987$0 ;
+  input [15:0] \port$14989$0 ;
+  wire [15:0] \port$14989$0 ;
+  input [15:0] \port$14991$0 ;
+  wire [15:0] \port$14991$0 ;
+  input [15:0] \port$14993$0 ;
+  wire [15:0] \port$14993$0 ;
+  input [15:0] \port$14995$0 ;
+  wire [15:0] \port$14995$0 ;
+  input [15:0] \port$14997$0 ;
+  wire [15:0] \port$14997$0 ;
+  input [15:0] \port$14999$0 ;
+  wire [15:0] \port$14999$0 ;
   input progress;
   wire progress;
   wire \progress$239 ;
@@ -64932,23 +64932,23 @@ module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume,
   );
   \dx1_board.soc.cp1.semaphore  semaphore (
     .done(sem_done),
-    .\port$14845$0 (\port$14845$0 ),
-    .\port$14847$0 (\port$14847$0 ),
-    .\port$14849$0 (\port$14849$0 ),
-    .\port$14851$0 (\port$14851$0 ),
-    .\port$14853$0 (\port$14853$0 ),
-    .\port$14855$0 (\port$14855$0 ),
-    .\port$14857$0 (\port$14857$0 ),
-    .\port$14859$0 (\port$14859$0 ),
-    .\port$14861$0 (\port$14861$0 ),
-    .\port$14863$0 (\port$14863$0 ),
-    .\port$14865$0 (\port$14865$0 ),
-    .\port$14867$0 (\port$14867$0 ),
-    .\port$14869$0 (\port$14869$0 ),
-    .\port$14871$0 (\port$14871$0 ),
-    .\port$14873$0 (\port$14873$0 ),
-    .\port$14875$0 (\port$14875$0 ),
-    .\port$19739$64 (cmd[87:64]),
+    .\port$14969$0 (\port$14969$0 ),
+    .\port$14971$0 (\port$14971$0 ),
+    .\port$14973$0 (\port$14973$0 ),
+    .\port$14975$0 (\port$14975$0 ),
+    .\port$14977$0 (\port$14977$0 ),
+    .\port$14979$0 (\port$14979$0 ),
+    .\port$14981$0 (\port$14981$0 ),
+    .\port$14983$0 (\port$14983$0 ),
+    .\port$14985$0 (\port$14985$0 ),
+    .\port$14987$0 (\port$14987$0 ),
+    .\port$14989$0 (\port$14989$0 ),
+    .\port$14991$0 (\port$14991$0 ),
+    .\port$14993$0 (\port$14993$0 ),
+    .\port$14995$0 (\port$14995$0 ),
+    .\port$14997$0 (\port$14997$0 ),
+    .\port$14999$0 (\port$14999$0 ),
+    .\port$19871$64 (cmd[87:64]),
     .sem_delta(sem_delta),
     .sem_grant(sem_grant),
     .sem_valid(sem_valid),
@@ -65125,8 +65125,8 @@ module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume,
   assign done = sem_done;
   assign sem = cmd[71:64];
   assign count = cmd[87:72];
-  assign sem_values = { \port$14875$0 , \port$14873$0 , \port$14871$0 , \port$14869$0 , \port$14867$0 , \port$14865$0 , \port$14863$0 , \port$14861$0 , \port$14859$0 , \port$14857$0 , \port$14855$0 , \port$14853$0 , \port$14851$0 , \port$14849$0 , \port$14847$0 , \port$14845$0  };
-  assign \sem_values$182  = { \port$14875$0 , \port$14873$0 , \port$14871$0 , \port$14869$0 , \port$14867$0 , \port$14865$0 , \port$14863$0 , \port$14861$0 , \port$14859$0 , \port$14857$0 , \port$14855$0 , \port$14853$0 , \port$14851$0 , \port$14849$0 , \port$14847$0 , \port$14845$0  };
+  assign sem_values = { \port$14999$0 , \port$14997$0 , \port$14995$0 , \port$14993$0 , \port$14991$0 , \port$14989$0 , \port$14987$0 , \port$14985$0 , \port$14983$0 , \port$14981$0 , \port$14979$0 , \port$14977$0 , \port$14975$0 , \port$14973$0 , \port$14971$0 , \port$14969$0  };
+  assign \sem_values$182  = { \port$14999$0 , \port$14997$0 , \port$14995$0 , \port$14993$0 , \port$14991$0 , \port$14989$0 , \port$14987$0 , \port$14985$0 , \port$14983$0 , \port$14981$0 , \port$14979$0 , \port$14977$0 , \port$14975$0 , \port$14973$0 , \port$14971$0 , \port$14969$0  };
   assign \sem_grant$184  = sem_grant;
   assign \sem_valid$186  = sem_valid;
   assign sem_index = cmd[67:64];
@@ -65213,38 +65213,38 @@ module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume,
   assign \slot.footprint.acc_r_hi  = slot_in[244:211];
   assign \slot.footprint.acc_w_lo  = slot_in[278:245];
   assign \slot.footprint.acc_w_hi  = slot_in[312:279];
-  assign \sem_values[0]  = \port$14845$0 ;
-  assign \sem_values[1]  = \port$14847$0 ;
-  assign \sem_values[2]  = \port$14849$0 ;
-  assign \sem_values[3]  = \port$14851$0 ;
-  assign \sem_values[4]  = \port$14853$0 ;
-  assign \sem_values[5]  = \port$14855$0 ;
-  assign \sem_values[6]  = \port$14857$0 ;
-  assign \sem_values[7]  = \port$14859$0 ;
-  assign \sem_values[8]  = \port$14861$0 ;
-  assign \sem_values[9]  = \port$14863$0 ;
-  assign \sem_values[10]  = \port$14865$0 ;
-  assign \sem_values[11]  = \port$14867$0 ;
-  assign \sem_values[12]  = \port$14869$0 ;
-  assign \sem_values[13]  = \port$14871$0 ;
-  assign \sem_values[14]  = \port$14873$0 ;
-  assign \sem_values[15]  = \port$14875$0 ;
-  assign \sem_values$182[0]  = \port$14845$0 ;
-  assign \sem_values$182[1]  = \port$14847$0 ;
-  assign \sem_values$182[2]  = \port$14849$0 ;
-  assign \sem_values$182[3]  = \port$14851$0 ;
-  assign \sem_values$182[4]  = \port$14853$0 ;
-  assign \sem_values$182[5]  = \port$14855$0 ;
-  assign \sem_values$182[6]  = \port$14857$0 ;
-  assign \sem_values$182[7]  = \port$14859$0 ;
-  assign \sem_values$182[8]  = \port$14861$0 ;
-  assign \sem_values$182[9]  = \port$14863$0 ;
-  assign \sem_values$182[10]  = \port$14865$0 ;
-  assign \sem_values$182[11]  = \port$14867$0 ;
-  assign \sem_values$182[12]  = \port$14869$0 ;
-  assign \sem_values$182[13]  = \port$14871$0 ;
-  assign \sem_values$182[14]  = \port$14873$0 ;
-  assign \sem_values$182[15]  = \port$14875$0 ;
+  assign \sem_values[0]  = \port$14969$0 ;
+  assign \sem_values[1]  = \port$14971$0 ;
+  assign \sem_values[2]  = \port$14973$0 ;
+  assign \sem_values[3]  = \port$14975$0 ;
+  assign \sem_values[4]  = \port$14977$0 ;
+  assign \sem_values[5]  = \port$14979$0 ;
+  assign \sem_values[6]  = \port$14981$0 ;
+  assign \sem_values[7]  = \port$14983$0 ;
+  assign \sem_values[8]  = \port$14985$0 ;
+  assign \sem_values[9]  = \port$14987$0 ;
+  assign \sem_values[10]  = \port$14989$0 ;
+  assign \sem_values[11]  = \port$14991$0 ;
+  assign \sem_values[12]  = \port$14993$0 ;
+  assign \sem_values[13]  = \port$14995$0 ;
+  assign \sem_values[14]  = \port$14997$0 ;
+  assign \sem_values[15]  = \port$14999$0 ;
+  assign \sem_values$182[0]  = \port$14969$0 ;
+  assign \sem_values$182[1]  = \port$14971$0 ;
+  assign \sem_values$182[2]  = \port$14973$0 ;
+  assign \sem_values$182[3]  = \port$14975$0 ;
+  assign \sem_values$182[4]  = \port$14977$0 ;
+  assign \sem_values$182[5]  = \port$14979$0 ;
+  assign \sem_values$182[6]  = \port$14981$0 ;
+  assign \sem_values$182[7]  = \port$14983$0 ;
+  assign \sem_values$182[8]  = \port$14985$0 ;
+  assign \sem_values$182[9]  = \port$14987$0 ;
+  assign \sem_values$182[10]  = \port$14989$0 ;
+  assign \sem_values$182[11]  = \port$14991$0 ;
+  assign \sem_values$182[12]  = \port$14993$0 ;
+  assign \sem_values$182[13]  = \port$14995$0 ;
+  assign \sem_values$182[14]  = \port$14997$0 ;
+  assign \sem_values$182[15]  = \port$14999$0 ;
   assign \local_slot.ring_index  = slot_in[15:0];
   assign \local_slot.phase  = slot_in[16];
   assign \local_slot.tag  = slot_in[32:17];
@@ -65670,9 +65670,9 @@ module \dx1_board.soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
     .cmd(cmd),
     .footprint(\footprint$24 ),
     .mv_last(mv_last),
-    .\port$19771$0 (g_a_end),
-    .\port$19773$0 (g_b_end),
-    .\port$19775$0 (p_src_end)
+    .\port$19903$0 (g_a_end),
+    .\port$19905$0 (g_b_end),
+    .\port$19907$0 (p_src_end)
   );
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$116 ) begin end
@@ -65928,7 +65928,7 @@ module \dx1_board.soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.cp1.decoder.footprint$34 (mv_last, \port$19771$0 , \port$19773$0 , \port$19775$0 , footprint, cmd);
+module \dx1_board.soc.cp1.decoder.footprint$34 (mv_last, \port$19903$0 , \port$19905$0 , \port$19907$0 , footprint, cmd);
   reg \$auto$verilog_backend.cc:2355:dump_module$117  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -65964,24 +65964,24 @@ module \dx1_board.soc.cp1.decoder.footprint$34 (mv_last, \port$19771$0 , \port$1
   input [33:0] mv_last;
   wire [33:0] mv_last;
   wire [33:0] p_src_end;
-  input [32:0] \port$19771$0 ;
-  wire [32:0] \port$19771$0 ;
-  input [20:0] \port$19773$0 ;
-  wire [20:0] \port$19773$0 ;
-  input [16:0] \port$19775$0 ;
-  wire [16:0] \port$19775$0 ;
+  input [32:0] \port$19903$0 ;
+  wire [32:0] \port$19903$0 ;
+  input [20:0] \port$19905$0 ;
+  wire [20:0] \port$19905$0 ;
+  input [16:0] \port$19907$0 ;
+  wire [16:0] \port$19907$0 ;
   assign \$1  = cmd[79:64] < cmd[95:80];
   assign \$2  = \$1  ? cmd[79:64] : cmd[95:80];
-  assign \$3  = \port$19771$0  > \port$19773$0 ;
-  assign \$4  = \$3  ? { 1'h0, \port$19771$0  } : { 13'h0000, \port$19773$0  };
+  assign \$3  = \port$19903$0  > \port$19905$0 ;
+  assign \$4  = \$3  ? { 1'h0, \port$19903$0  } : { 13'h0000, \port$19905$0  };
   assign \$5  = cmd[111:96] + cmd[127:112];
   assign \$6  = cmd[127:112] < cmd[79:64];
   assign \$7  = cmd[9] & \$6 ;
   assign \$8  = \$7  ? cmd[127:112] : cmd[79:64];
-  assign \$9  = cmd[127:112] >= \port$19775$0 ;
+  assign \$9  = cmd[127:112] >= \port$19907$0 ;
   assign \$10  = cmd[9] & \$9 ;
   assign \$11  = cmd[127:112] + 1'h1;
-  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$19775$0  };
+  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$19907$0  };
   assign \$13  = cmd[95:80] + cmd[111:96];
   assign \$14  = mv_last + 1'h1;
   assign \$15  = mv_last + 1'h1;
@@ -66032,9 +66032,9 @@ module \dx1_board.soc.cp1.decoder.footprint$34 (mv_last, \port$19771$0 , \port$1
         end
     endcase
   end
-  assign a_end = { 1'h0, \port$19771$0  };
-  assign b_end = { 13'h0000, \port$19773$0  };
-  assign p_src_end = { 17'h00000, \port$19775$0  };
+  assign a_end = { 1'h0, \port$19903$0  };
+  assign b_end = { 13'h0000, \port$19905$0  };
+  assign p_src_end = { 17'h00000, \port$19907$0  };
   assign \footprint.spm_r_lo  = footprint[33:0];
   assign \footprint.spm_r_hi  = footprint[67:34];
   assign \footprint.spm_w_lo  = footprint[101:68];
@@ -68428,8 +68428,8 @@ module \dx1_board.soc.cp1.ring (rst, ring_reset, doorbell, entries_ok, mask, doo
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.cp1.semaphore (\port$14847$0 , \port$14849$0 , \port$14851$0 , \port$14853$0 , \port$14855$0 , \port$14857$0 , \port$14859$0 , \port$14861$0 , \port$14863$0 , \port$14865$0 , \port$14867$0 , \port$14869$0 , \port$14871$0 , \port$14873$0 , \port$14875$0 , sem_grant, \port$19739$64 , signal, \wait , sem_valid, sem_delta
-, done, \port$14845$0 );
+module \dx1_board.soc.cp1.semaphore (\port$14971$0 , \port$14973$0 , \port$14975$0 , \port$14977$0 , \port$14979$0 , \port$14981$0 , \port$14983$0 , \port$14985$0 , \port$14987$0 , \port$14989$0 , \port$14991$0 , \port$14993$0 , \port$14995$0 , \port$14997$0 , \port$14999$0 , sem_grant, \port$19871$64 , signal, \wait , sem_valid, sem_delta
+, done, \port$14969$0 );
   reg \$auto$verilog_backend.cc:2355:dump_module$125  = 0;
   reg [15:0] \$1 ;
   wire \$2 ;
@@ -68437,40 +68437,40 @@ module \dx1_board.soc.cp1.semaphore (\port$14847$0 , \port$14849$0 , \port$14851
   wire [15:0] count;
   output done;
   reg done;
-  input [15:0] \port$14845$0 ;
-  wire [15:0] \port$14845$0 ;
-  input [15:0] \port$14847$0 ;
-  wire [15:0] \port$14847$0 ;
-  input [15:0] \port$14849$0 ;
-  wire [15:0] \port$14849$0 ;
-  input [15:0] \port$14851$0 ;
-  wire [15:0] \port$14851$0 ;
-  input [15:0] \port$14853$0 ;
-  wire [15:0] \port$14853$0 ;
-  input [15:0] \port$14855$0 ;
-  wire [15:0] \port$14855$0 ;
-  input [15:0] \port$14857$0 ;
-  wire [15:0] \port$14857$0 ;
-  input [15:0] \port$14859$0 ;
-  wire [15:0] \port$14859$0 ;
-  input [15:0] \port$14861$0 ;
-  wire [15:0] \port$14861$0 ;
-  input [15:0] \port$14863$0 ;
-  wire [15:0] \port$14863$0 ;
-  input [15:0] \port$14865$0 ;
-  wire [15:0] \port$14865$0 ;
-  input [15:0] \port$14867$0 ;
-  wire [15:0] \port$14867$0 ;
-  input [15:0] \port$14869$0 ;
-  wire [15:0] \port$14869$0 ;
-  input [15:0] \port$14871$0 ;
-  wire [15:0] \port$14871$0 ;
-  input [15:0] \port$14873$0 ;
-  wire [15:0] \port$14873$0 ;
-  input [15:0] \port$14875$0 ;
-  wire [15:0] \port$14875$0 ;
-  input [23:0] \port$19739$64 ;
-  wire [23:0] \port$19739$64 ;
+  input [15:0] \port$14969$0 ;
+  wire [15:0] \port$14969$0 ;
+  input [15:0] \port$14971$0 ;
+  wire [15:0] \port$14971$0 ;
+  input [15:0] \port$14973$0 ;
+  wire [15:0] \port$14973$0 ;
+  input [15:0] \port$14975$0 ;
+  wire [15:0] \port$14975$0 ;
+  input [15:0] \port$14977$0 ;
+  wire [15:0] \port$14977$0 ;
+  input [15:0] \port$14979$0 ;
+  wire [15:0] \port$14979$0 ;
+  input [15:0] \port$14981$0 ;
+  wire [15:0] \port$14981$0 ;
+  input [15:0] \port$14983$0 ;
+  wire [15:0] \port$14983$0 ;
+  input [15:0] \port$14985$0 ;
+  wire [15:0] \port$14985$0 ;
+  input [15:0] \port$14987$0 ;
+  wire [15:0] \port$14987$0 ;
+  input [15:0] \port$14989$0 ;
+  wire [15:0] \port$14989$0 ;
+  input [15:0] \port$14991$0 ;
+  wire [15:0] \port$14991$0 ;
+  input [15:0] \port$14993$0 ;
+  wire [15:0] \port$14993$0 ;
+  input [15:0] \port$14995$0 ;
+  wire [15:0] \port$14995$0 ;
+  input [15:0] \port$14997$0 ;
+  wire [15:0] \port$14997$0 ;
+  input [15:0] \port$14999$0 ;
+  wire [15:0] \port$14999$0 ;
+  input [23:0] \port$19871$64 ;
+  wire [23:0] \port$19871$64 ;
   wire [7:0] sem;
   output [17:0] sem_delta;
   reg [17:0] sem_delta;
@@ -68500,44 +68500,44 @@ module \dx1_board.soc.cp1.semaphore (\port$14847$0 , \port$14849$0 , \port$14851
   wire signal;
   input \wait ;
   wire \wait ;
-  assign \$2  = \$1  >= \port$19739$64 [23:8];
-  assign \$3  = - \port$19739$64 [23:8];
+  assign \$2  = \$1  >= \port$19871$64 [23:8];
+  assign \$3  = - \port$19871$64 [23:8];
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$125 ) begin end
     \$1  = 16'h0000;
-    casez (\port$19739$64 [7:0])
+    casez (\port$19871$64 [7:0])
       8'h00:
-          \$1  = \port$14845$0 ;
+          \$1  = \port$14969$0 ;
       8'h01:
-          \$1  = \port$14847$0 ;
+          \$1  = \port$14971$0 ;
       8'h02:
-          \$1  = \port$14849$0 ;
+          \$1  = \port$14973$0 ;
       8'h03:
-          \$1  = \port$14851$0 ;
+          \$1  = \port$14975$0 ;
       8'h04:
-          \$1  = \port$14853$0 ;
+          \$1  = \port$14977$0 ;
       8'h05:
-          \$1  = \port$14855$0 ;
+          \$1  = \port$14979$0 ;
       8'h06:
-          \$1  = \port$14857$0 ;
+          \$1  = \port$14981$0 ;
       8'h07:
-          \$1  = \port$14859$0 ;
+          \$1  = \port$14983$0 ;
       8'h08:
-          \$1  = \port$14861$0 ;
+          \$1  = \port$14985$0 ;
       8'h09:
-          \$1  = \port$14863$0 ;
+          \$1  = \port$14987$0 ;
       8'h0a:
-          \$1  = \port$14865$0 ;
+          \$1  = \port$14989$0 ;
       8'h0b:
-          \$1  = \port$14867$0 ;
+          \$1  = \port$14991$0 ;
       8'h0c:
-          \$1  = \port$14869$0 ;
+          \$1  = \port$14993$0 ;
       8'h0d:
-          \$1  = \port$14871$0 ;
+          \$1  = \port$14995$0 ;
       8'h0e:
-          \$1  = \port$14873$0 ;
+          \$1  = \port$14997$0 ;
       8'h0f:
-          \$1  = \port$14875$0 ;
+          \$1  = \port$14999$0 ;
     endcase
   end
   always @* begin
@@ -68556,7 +68556,7 @@ module \dx1_board.soc.cp1.semaphore (\port$14847$0 , \port$14849$0 , \port$14851
     if (\$auto$verilog_backend.cc:2355:dump_module$125 ) begin end
     sem_delta = 18'h00000;
     if (signal) begin
-      sem_delta = { 2'h0, \port$19739$64 [23:8] };
+      sem_delta = { 2'h0, \port$19871$64 [23:8] };
     end
     if (\wait ) begin
       if (\$2 ) begin
@@ -68576,26 +68576,26 @@ module \dx1_board.soc.cp1.semaphore (\port$14847$0 , \port$14849$0 , \port$14851
       end
     end
   end
-  assign count = \port$19739$64 [23:8];
-  assign sem = \port$19739$64 [7:0];
-  assign sem_values = { \port$14875$0 , \port$14873$0 , \port$14871$0 , \port$14869$0 , \port$14867$0 , \port$14865$0 , \port$14863$0 , \port$14861$0 , \port$14859$0 , \port$14857$0 , \port$14855$0 , \port$14853$0 , \port$14851$0 , \port$14849$0 , \port$14847$0 , \port$14845$0  };
-  assign sem_index = \port$19739$64 [3:0];
-  assign \sem_values[0]  = \port$14845$0 ;
-  assign \sem_values[1]  = \port$14847$0 ;
-  assign \sem_values[2]  = \port$14849$0 ;
-  assign \sem_values[3]  = \port$14851$0 ;
-  assign \sem_values[4]  = \port$14853$0 ;
-  assign \sem_values[5]  = \port$14855$0 ;
-  assign \sem_values[6]  = \port$14857$0 ;
-  assign \sem_values[7]  = \port$14859$0 ;
-  assign \sem_values[8]  = \port$14861$0 ;
-  assign \sem_values[9]  = \port$14863$0 ;
-  assign \sem_values[10]  = \port$14865$0 ;
-  assign \sem_values[11]  = \port$14867$0 ;
-  assign \sem_values[12]  = \port$14869$0 ;
-  assign \sem_values[13]  = \port$14871$0 ;
-  assign \sem_values[14]  = \port$14873$0 ;
-  assign \sem_values[15]  = \port$14875$0 ;
+  assign count = \port$19871$64 [23:8];
+  assign sem = \port$19871$64 [7:0];
+  assign sem_values = { \port$14999$0 , \port$14997$0 , \port$14995$0 , \port$14993$0 , \port$14991$0 , \port$14989$0 , \port$14987$0 , \port$14985$0 , \port$14983$0 , \port$14981$0 , \port$14979$0 , \port$14977$0 , \port$14975$0 , \port$14973$0 , \port$14971$0 , \port$14969$0  };
+  assign sem_index = \port$19871$64 [3:0];
+  assign \sem_values[0]  = \port$14969$0 ;
+  assign \sem_values[1]  = \port$14971$0 ;
+  assign \sem_values[2]  = \port$14973$0 ;
+  assign \sem_values[3]  = \port$14975$0 ;
+  assign \sem_values[4]  = \port$14977$0 ;
+  assign \sem_values[5]  = \port$14979$0 ;
+  assign \sem_values[6]  = \port$14981$0 ;
+  assign \sem_values[7]  = \port$14983$0 ;
+  assign \sem_values[8]  = \port$14985$0 ;
+  assign \sem_values[9]  = \port$14987$0 ;
+  assign \sem_values[10]  = \port$14989$0 ;
+  assign \sem_values[11]  = \port$14991$0 ;
+  assign \sem_values[12]  = \port$14993$0 ;
+  assign \sem_values[13]  = \port$14995$0 ;
+  assign \sem_values[14]  = \port$14997$0 ;
+  assign \sem_values[15]  = \port$14999$0 ;
 endmodule
 
 (* generator = "Amaranth" *)
@@ -69528,7 +69528,7 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.dma0 (rst, bus__arready, bus__awready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, cmd__tready, axi__rready, done__tvalid, quiet, axi__wdata, axi__wvalid, axi__wstrb, axi__wlast, spm_wr__tvalid, acc_wr__tvalid
 , spm_rreq__tvalid, acc_rreq__tvalid, acc_rresp__tready, spm_rresp__tready, bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, abort, reset_units, done__tdata, bytes_read, axi__arvalid, axi__araddr, axi__arlen, bytes_written
-, axi__awvalid, axi__awaddr, axi__awlen, \port$17360$0 , \port$17362$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
+, axi__awvalid, axi__awaddr, axi__awlen, \port$17492$0 , \port$17494$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$128  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -69578,7 +69578,7 @@ module \dx1_board.soc.dma0 (rst, bus__arready, bus__awready, spm_wr__tready, acc
   wire \$6 ;
   wire \$7 ;
   wire \$8 ;
-  wire [3:0] \$9 ;
+  wire [4:0] \$9 ;
   input abort;
   wire abort;
   wire \abort$102 ;
@@ -69760,10 +69760,10 @@ module \dx1_board.soc.dma0 (rst, bus__arready, bus__awready, spm_wr__tready, acc
   wire [15:0] local_addr;
   wire [15:0] \local_addr$127 ;
   wire [29:0] move_beats;
-  output [255:0] \port$17360$0 ;
-  wire [255:0] \port$17360$0 ;
-  output [15:0] \port$17362$0 ;
-  wire [15:0] \port$17362$0 ;
+  output [255:0] \port$17492$0 ;
+  wire [255:0] \port$17492$0 ;
+  output [15:0] \port$17494$0 ;
+  wire [15:0] \port$17494$0 ;
   wire push;
   output quiet;
   wire quiet;
@@ -69877,7 +69877,7 @@ module \dx1_board.soc.dma0 (rst, bus__arready, bus__awready, spm_wr__tready, acc
   assign \$6  = state == 1'h1;
   assign \$7  = \$6  & finished;
   assign \$8  = rd_err | wr_err;
-  assign \$9  = \$8  ? 4'h9 : 4'h0;
+  assign \$9  = \$8  ? 5'h09 : 5'h00;
   assign \$10  = state == 2'h2;
   assign \$11  = \$10  & done__tready;
   assign cmd__tready = ~ held;
@@ -69936,7 +69936,7 @@ module \dx1_board.soc.dma0 (rst, bus__arready, bus__awready, spm_wr__tready, acc
     .fifo_ready(fifo_ready),
     .fifo_take(\fifo_take$179 ),
     .local_addr(command[143:128]),
-    .\port$7207$0 (r_data),
+    .\port$7331$0 (r_data),
     .rd_err(rd_err),
     .read_error(\read_error$20 ),
     .reset_units(reset_units),
@@ -70020,7 +70020,7 @@ module \dx1_board.soc.dma0 (rst, bus__arready, bus__awready, spm_wr__tready, acc
     .fifo_ready(fifo_ready),
     .is_copy(is_copy),
     .is_load(is_load),
-    .\port$7207$0 (r_data),
+    .\port$7331$0 (r_data),
     .quiet(\quiet$190 ),
     .rd_err(rd_err),
     .read_error(read_error),
@@ -70220,7 +70220,7 @@ module \dx1_board.soc.dma0 (rst, bus__arready, bus__awready, spm_wr__tready, acc
     if (\$auto$verilog_backend.cc:2355:dump_module$128 ) begin end
     \$47  = done__tdata;
     if (\$7 ) begin
-      \$47  = { 4'h0, \$9  };
+      \$47  = { 3'h0, \$9  };
     end
     if (reset_units) begin
       \$47  = 8'h00;
@@ -70343,8 +70343,8 @@ module \dx1_board.soc.dma0 (rst, bus__arready, bus__awready, spm_wr__tready, acc
   assign \acc_rresp__tready$174  = acc_rresp__tready;
   assign \acc_rresp__tvalid$176  = acc_rresp__tvalid;
   assign axi__wdata = r_data[63:0];
-  assign \port$17360$0  = \$48 ;
-  assign \port$17362$0  = \$49 ;
+  assign \port$17492$0  = \$48 ;
+  assign \port$17494$0  = \$49 ;
   assign \$13  = { 1'h0, command[175:160], 2'h0 };
   assign \$14  = { 1'h0, command[175:160] };
   assign base = command[95:64];
@@ -70544,7 +70544,7 @@ module \dx1_board.soc.dma0.data_fifo (rst, r_en, w_rdy, r_data, reset_units, w_p
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \port$7207$0 , spm_wr__tvalid, acc_wr__tvalid, fifo_take, read_error, done, reset_units, local_addr, acc, rows, cols, row_stride, col_stride, rd_err, fifo_ready, wr_data
+module \dx1_board.soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \port$7331$0 , spm_wr__tvalid, acc_wr__tvalid, fifo_take, read_error, done, reset_units, local_addr, acc, rows, cols, row_stride, col_stride, rd_err, fifo_ready, wr_data
 , wr_addr, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$130  = 0;
   wire \$1 ;
@@ -70601,8 +70601,8 @@ module \dx1_board.soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, r
   input [15:0] local_addr;
   wire [15:0] local_addr;
   wire [15:0] \local_addr$14 ;
-  input [64:0] \port$7207$0 ;
-  wire [64:0] \port$7207$0 ;
+  input [64:0] \port$7331$0 ;
+  wire [64:0] \port$7331$0 ;
   input rd_err;
   wire rd_err;
   output read_error;
@@ -70648,12 +70648,12 @@ module \dx1_board.soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, r
   assign \$8  = \$6  | \$7 ;
   assign \$9  = \$8  | wr_ready;
   assign fifo_take = \$5  & \$9 ;
-  assign read_error = fifo_take & \port$7207$0 [64];
+  assign read_error = fifo_take & \port$7331$0 [64];
   assign advance = fifo_take & a_last;
   assign \$10  = ~ wr_valid;
   assign done = walked & \$10 ;
   assign \$11  = wr_valid & wr_ready;
-  assign \$12  = ~ \port$7207$0 [64];
+  assign \$12  = ~ \port$7331$0 [64];
   assign \$13  = ~ rd_err;
   assign \$14  = \$12  & \$13 ;
   assign \$15  = a_cnt + 1'h1;
@@ -70689,13 +70689,13 @@ module \dx1_board.soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, r
     (* full_case = 32'd1 *)
     casez (a_cnt)
       2'h0:
-          assembled[63:0] = \port$7207$0 [63:0];
+          assembled[63:0] = \port$7331$0 [63:0];
       2'h1:
-          assembled[127:64] = \port$7207$0 [63:0];
+          assembled[127:64] = \port$7331$0 [63:0];
       2'h2:
-          assembled[191:128] = \port$7207$0 [63:0];
+          assembled[191:128] = \port$7331$0 [63:0];
       2'h3:
-          assembled[255:192] = \port$7207$0 [63:0];
+          assembled[255:192] = \port$7331$0 [63:0];
     endcase
   end
   always @* begin
@@ -70818,8 +70818,8 @@ module \dx1_board.soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, r
   assign \cols$18  = cols;
   assign \row_stride$20  = row_stride;
   assign \col_stride$22  = col_stride;
-  assign fifo_data = \port$7207$0 [63:0];
-  assign fifo_err = \port$7207$0 [64];
+  assign fifo_data = \port$7331$0 [63:0];
+  assign fifo_err = \port$7331$0 [64];
 endmodule
 
 (* generator = "Amaranth" *)
@@ -71800,7 +71800,7 @@ module \dx1_board.soc.dma0.storer.walker (rst, start, advance, last, reset_units
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.dma0.writer (rst, ready, start, base, stride, segments, seg_beats, \port$7207$0 , copy_beat, error, bus__wvalid, bus__wstrb, bus__wlast, w_hs, read_error, done, quiet, bus__wready, bus__bvalid, bus__bresp, abort
+module \dx1_board.soc.dma0.writer (rst, ready, start, base, stride, segments, seg_beats, \port$7331$0 , copy_beat, error, bus__wvalid, bus__wstrb, bus__wlast, w_hs, read_error, done, quiet, bus__wready, bus__bvalid, bus__bresp, abort
 , reset_units, is_load, is_copy, rd_err, fifo_ready, bytes_written, bus__awvalid, bus__awaddr, bus__awlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$136  = 0;
   wire \$1 ;
@@ -71910,8 +71910,8 @@ module \dx1_board.soc.dma0.writer (rst, ready, start, base, stride, segments, se
   wire issue;
   wire [7:0] len;
   wire [8:0] max_beats;
-  input [64:0] \port$7207$0 ;
-  wire [64:0] \port$7207$0 ;
+  input [64:0] \port$7331$0 ;
+  wire [64:0] \port$7331$0 ;
   output quiet;
   wire quiet;
   wire [7:0] r_data;
@@ -71984,12 +71984,12 @@ module \dx1_board.soc.dma0.writer (rst, ready, start, base, stride, segments, se
   assign \$11  = w_cur & \$10 ;
   assign \$12  = ~ is_load;
   assign bus__wvalid = \$11  & \$12 ;
-  assign \$13  = \port$7207$0 [64] | rd_err;
+  assign \$13  = \port$7331$0 [64] | rd_err;
   assign w_bad = \$13  | abort;
   assign bus__wstrb = w_bad ? 8'h00 : 8'hff;
   assign bus__wlast = w_cnt == w_len;
   assign w_hs = bus__wvalid & bus__wready;
-  assign read_error = w_hs & \port$7207$0 [64];
+  assign read_error = w_hs & \port$7331$0 [64];
   assign \$14  = ~ w_cur;
   assign \$15  = w_hs & bus__wlast;
   assign \$16  = \$14  | \$15 ;
@@ -72149,9 +72149,9 @@ module \dx1_board.soc.dma0.writer (rst, ready, start, base, stride, segments, se
   assign issue = w_en;
   assign w_data = \$8 [7:0];
   assign bus__bready = 1'h1;
-  assign bus__wdata = \port$7207$0 [63:0];
-  assign fifo_data = \port$7207$0 [63:0];
-  assign fifo_err = \port$7207$0 [64];
+  assign bus__wdata = \port$7331$0 [63:0];
+  assign fifo_data = \port$7331$0 [63:0];
+  assign fifo_err = \port$7331$0 [64];
   assign fifo_take = w_hs;
   assign \$5  = 1'h1;
   assign \$6  = \$4 ;
@@ -72649,7 +72649,7 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.dma1 (rst, bus__arready, bus__awready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, cmd__tready, axi__rready, done__tvalid, quiet, axi__wdata, axi__wvalid, axi__wstrb, axi__wlast, spm_wr__tvalid, acc_wr__tvalid
 , spm_rreq__tvalid, acc_rreq__tvalid, acc_rresp__tready, spm_rresp__tready, bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, abort, reset_units, done__tdata, bytes_read, axi__arvalid, axi__araddr, axi__arlen, bytes_written
-, axi__awvalid, axi__awaddr, axi__awlen, \port$19665$0 , \port$19667$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
+, axi__awvalid, axi__awaddr, axi__awlen, \port$19797$0 , \port$19799$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$139  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -72699,7 +72699,7 @@ module \dx1_board.soc.dma1 (rst, bus__arready, bus__awready, spm_wr__tready, acc
   wire \$6 ;
   wire \$7 ;
   wire \$8 ;
-  wire [3:0] \$9 ;
+  wire [4:0] \$9 ;
   input abort;
   wire abort;
   wire \abort$102 ;
@@ -72881,10 +72881,10 @@ module \dx1_board.soc.dma1 (rst, bus__arready, bus__awready, spm_wr__tready, acc
   wire [15:0] local_addr;
   wire [15:0] \local_addr$127 ;
   wire [29:0] move_beats;
-  output [255:0] \port$19665$0 ;
-  wire [255:0] \port$19665$0 ;
-  output [15:0] \port$19667$0 ;
-  wire [15:0] \port$19667$0 ;
+  output [255:0] \port$19797$0 ;
+  wire [255:0] \port$19797$0 ;
+  output [15:0] \port$19799$0 ;
+  wire [15:0] \port$19799$0 ;
   wire push;
   output quiet;
   wire quiet;
@@ -72998,7 +72998,7 @@ module \dx1_board.soc.dma1 (rst, bus__arready, bus__awready, spm_wr__tready, acc
   assign \$6  = state == 1'h1;
   assign \$7  = \$6  & finished;
   assign \$8  = rd_err | wr_err;
-  assign \$9  = \$8  ? 4'h9 : 4'h0;
+  assign \$9  = \$8  ? 5'h09 : 5'h00;
   assign \$10  = state == 2'h2;
   assign \$11  = \$10  & done__tready;
   assign cmd__tready = ~ held;
@@ -73057,7 +73057,7 @@ module \dx1_board.soc.dma1 (rst, bus__arready, bus__awready, spm_wr__tready, acc
     .fifo_ready(fifo_ready),
     .fifo_take(\fifo_take$179 ),
     .local_addr(command[143:128]),
-    .\port$12540$0 (r_data),
+    .\port$12664$0 (r_data),
     .rd_err(rd_err),
     .read_error(\read_error$20 ),
     .reset_units(reset_units),
@@ -73141,7 +73141,7 @@ module \dx1_board.soc.dma1 (rst, bus__arready, bus__awready, spm_wr__tready, acc
     .fifo_ready(fifo_ready),
     .is_copy(is_copy),
     .is_load(is_load),
-    .\port$12540$0 (r_data),
+    .\port$12664$0 (r_data),
     .quiet(\quiet$190 ),
     .rd_err(rd_err),
     .read_error(read_error),
@@ -73341,7 +73341,7 @@ module \dx1_board.soc.dma1 (rst, bus__arready, bus__awready, spm_wr__tready, acc
     if (\$auto$verilog_backend.cc:2355:dump_module$139 ) begin end
     \$47  = done__tdata;
     if (\$7 ) begin
-      \$47  = { 4'h0, \$9  };
+      \$47  = { 3'h0, \$9  };
     end
     if (reset_units) begin
       \$47  = 8'h00;
@@ -73464,8 +73464,8 @@ module \dx1_board.soc.dma1 (rst, bus__arready, bus__awready, spm_wr__tready, acc
   assign \acc_rresp__tready$174  = acc_rresp__tready;
   assign \acc_rresp__tvalid$176  = acc_rresp__tvalid;
   assign axi__wdata = r_data[63:0];
-  assign \port$19665$0  = \$48 ;
-  assign \port$19667$0  = \$49 ;
+  assign \port$19797$0  = \$48 ;
+  assign \port$19799$0  = \$49 ;
   assign \$13  = { 1'h0, command[175:160], 2'h0 };
   assign \$14  = { 1'h0, command[175:160] };
   assign base = command[95:64];
@@ -73665,7 +73665,7 @@ module \dx1_board.soc.dma1.data_fifo (rst, r_en, w_rdy, r_data, reset_units, w_p
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \port$12540$0 , spm_wr__tvalid, acc_wr__tvalid, fifo_take, read_error, done, reset_units, local_addr, acc, rows, cols, row_stride, col_stride, rd_err, fifo_ready, wr_data
+module \dx1_board.soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \port$12664$0 , spm_wr__tvalid, acc_wr__tvalid, fifo_take, read_error, done, reset_units, local_addr, acc, rows, cols, row_stride, col_stride, rd_err, fifo_ready, wr_data
 , wr_addr, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$141  = 0;
   wire \$1 ;
@@ -73722,8 +73722,8 @@ module \dx1_board.soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, r
   input [15:0] local_addr;
   wire [15:0] local_addr;
   wire [15:0] \local_addr$14 ;
-  input [64:0] \port$12540$0 ;
-  wire [64:0] \port$12540$0 ;
+  input [64:0] \port$12664$0 ;
+  wire [64:0] \port$12664$0 ;
   input rd_err;
   wire rd_err;
   output read_error;
@@ -73769,12 +73769,12 @@ module \dx1_board.soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, r
   assign \$8  = \$6  | \$7 ;
   assign \$9  = \$8  | wr_ready;
   assign fifo_take = \$5  & \$9 ;
-  assign read_error = fifo_take & \port$12540$0 [64];
+  assign read_error = fifo_take & \port$12664$0 [64];
   assign advance = fifo_take & a_last;
   assign \$10  = ~ wr_valid;
   assign done = walked & \$10 ;
   assign \$11  = wr_valid & wr_ready;
-  assign \$12  = ~ \port$12540$0 [64];
+  assign \$12  = ~ \port$12664$0 [64];
   assign \$13  = ~ rd_err;
   assign \$14  = \$12  & \$13 ;
   assign \$15  = a_cnt + 1'h1;
@@ -73810,13 +73810,13 @@ module \dx1_board.soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, r
     (* full_case = 32'd1 *)
     casez (a_cnt)
       2'h0:
-          assembled[63:0] = \port$12540$0 [63:0];
+          assembled[63:0] = \port$12664$0 [63:0];
       2'h1:
-          assembled[127:64] = \port$12540$0 [63:0];
+          assembled[127:64] = \port$12664$0 [63:0];
       2'h2:
-          assembled[191:128] = \port$12540$0 [63:0];
+          assembled[191:128] = \port$12664$0 [63:0];
       2'h3:
-          assembled[255:192] = \port$12540$0 [63:0];
+          assembled[255:192] = \port$12664$0 [63:0];
     endcase
   end
   always @* begin
@@ -73939,8 +73939,8 @@ module \dx1_board.soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, r
   assign \cols$18  = cols;
   assign \row_stride$20  = row_stride;
   assign \col_stride$22  = col_stride;
-  assign fifo_data = \port$12540$0 [63:0];
-  assign fifo_err = \port$12540$0 [64];
+  assign fifo_data = \port$12664$0 [63:0];
+  assign fifo_err = \port$12664$0 [64];
 endmodule
 
 (* generator = "Amaranth" *)
@@ -74921,7 +74921,7 @@ module \dx1_board.soc.dma1.storer.walker (rst, start, advance, last, reset_units
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.dma1.writer (rst, ready, start, base, stride, segments, seg_beats, \port$12540$0 , copy_beat, error, bus__wvalid, bus__wstrb, bus__wlast, w_hs, read_error, done, quiet, bus__wready, bus__bvalid, bus__bresp, abort
+module \dx1_board.soc.dma1.writer (rst, ready, start, base, stride, segments, seg_beats, \port$12664$0 , copy_beat, error, bus__wvalid, bus__wstrb, bus__wlast, w_hs, read_error, done, quiet, bus__wready, bus__bvalid, bus__bresp, abort
 , reset_units, is_load, is_copy, rd_err, fifo_ready, bytes_written, bus__awvalid, bus__awaddr, bus__awlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$147  = 0;
   wire \$1 ;
@@ -75031,8 +75031,8 @@ module \dx1_board.soc.dma1.writer (rst, ready, start, base, stride, segments, se
   wire issue;
   wire [7:0] len;
   wire [8:0] max_beats;
-  input [64:0] \port$12540$0 ;
-  wire [64:0] \port$12540$0 ;
+  input [64:0] \port$12664$0 ;
+  wire [64:0] \port$12664$0 ;
   output quiet;
   wire quiet;
   wire [7:0] r_data;
@@ -75105,12 +75105,12 @@ module \dx1_board.soc.dma1.writer (rst, ready, start, base, stride, segments, se
   assign \$11  = w_cur & \$10 ;
   assign \$12  = ~ is_load;
   assign bus__wvalid = \$11  & \$12 ;
-  assign \$13  = \port$12540$0 [64] | rd_err;
+  assign \$13  = \port$12664$0 [64] | rd_err;
   assign w_bad = \$13  | abort;
   assign bus__wstrb = w_bad ? 8'h00 : 8'hff;
   assign bus__wlast = w_cnt == w_len;
   assign w_hs = bus__wvalid & bus__wready;
-  assign read_error = w_hs & \port$12540$0 [64];
+  assign read_error = w_hs & \port$12664$0 [64];
   assign \$14  = ~ w_cur;
   assign \$15  = w_hs & bus__wlast;
   assign \$16  = \$14  | \$15 ;
@@ -75270,9 +75270,9 @@ module \dx1_board.soc.dma1.writer (rst, ready, start, base, stride, segments, se
   assign issue = w_en;
   assign w_data = \$8 [7:0];
   assign bus__bready = 1'h1;
-  assign bus__wdata = \port$12540$0 [63:0];
-  assign fifo_data = \port$12540$0 [63:0];
-  assign fifo_err = \port$12540$0 [64];
+  assign bus__wdata = \port$12664$0 [63:0];
+  assign fifo_data = \port$12664$0 [63:0];
+  assign fifo_err = \port$12664$0 [64];
   assign fifo_take = w_hs;
   assign \$5  = 1'h1;
   assign \$6  = \$4 ;
@@ -77718,27 +77718,27 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     .b_valid_3(\s3__bvalid$579 ),
     .b_valid_4(\s4__bvalid$728 ),
     .clk(clk),
-    .\port$12943$0 (\s3__araddr$448 [11:0]),
-    .\port$12943$14 (\s3__araddr$448 [31:14]),
-    .\port$17288$0 (\s2__araddr$299 [11:0]),
-    .\port$17288$14 (\s2__araddr$299 [31:14]),
-    .\port$17325$0 (\s2__awaddr$315 [11:0]),
-    .\port$17325$14 (\s2__awaddr$315 [31:14]),
-    .\port$17545$0 (\s1__awaddr$166 [11:0]),
-    .\port$17545$14 (\s1__awaddr$166 [31:14]),
-    .\port$1848$0 (\$481 ),
-    .\port$19593$0 (\s4__araddr$597 [11:0]),
-    .\port$19593$14 (\s4__araddr$597 [31:14]),
-    .\port$19630$0 (\s4__awaddr$613 [11:0]),
-    .\port$19630$14 (\s4__awaddr$613 [31:14]),
-    .\port$19850$0 (\s3__awaddr$464 [11:0]),
-    .\port$19850$14 (\s3__awaddr$464 [31:14]),
-    .\port$20050$0 (\s0__awaddr$17 [11:0]),
-    .\port$20050$14 (\s0__awaddr$17 [31:14]),
-    .\port$20058$0 (\s0__araddr$1 [11:0]),
-    .\port$20058$14 (\s0__araddr$1 [31:14]),
-    .\port$7610$0 (\s1__araddr$150 [11:0]),
-    .\port$7610$14 (\s1__araddr$150 [31:14]),
+    .\port$13067$0 (\s3__araddr$448 [11:0]),
+    .\port$13067$14 (\s3__araddr$448 [31:14]),
+    .\port$17420$0 (\s2__araddr$299 [11:0]),
+    .\port$17420$14 (\s2__araddr$299 [31:14]),
+    .\port$17457$0 (\s2__awaddr$315 [11:0]),
+    .\port$17457$14 (\s2__awaddr$315 [31:14]),
+    .\port$17677$0 (\s1__awaddr$166 [11:0]),
+    .\port$17677$14 (\s1__awaddr$166 [31:14]),
+    .\port$1972$0 (\$481 ),
+    .\port$19725$0 (\s4__araddr$597 [11:0]),
+    .\port$19725$14 (\s4__araddr$597 [31:14]),
+    .\port$19762$0 (\s4__awaddr$613 [11:0]),
+    .\port$19762$14 (\s4__awaddr$613 [31:14]),
+    .\port$19982$0 (\s3__awaddr$464 [11:0]),
+    .\port$19982$14 (\s3__awaddr$464 [31:14]),
+    .\port$20182$0 (\s0__awaddr$17 [11:0]),
+    .\port$20182$14 (\s0__awaddr$17 [31:14]),
+    .\port$20190$0 (\s0__araddr$1 [11:0]),
+    .\port$20190$14 (\s0__araddr$1 [31:14]),
+    .\port$7734$0 (\s1__araddr$150 [11:0]),
+    .\port$7734$14 (\s1__araddr$150 [31:14]),
     .rst(rst),
     .s0__arlen(s0__arlen),
     .s0__arready(\s0__arready$95 ),
@@ -77823,27 +77823,27 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     .b_valid_3(\s3__bvalid$585 ),
     .b_valid_4(\s4__bvalid$734 ),
     .clk(clk),
-    .\port$12943$0 (\s3__araddr$448 [11:0]),
-    .\port$12943$14 (\s3__araddr$448 [31:14]),
-    .\port$17288$0 (\s2__araddr$299 [11:0]),
-    .\port$17288$14 (\s2__araddr$299 [31:14]),
-    .\port$17325$0 (\s2__awaddr$315 [11:0]),
-    .\port$17325$14 (\s2__awaddr$315 [31:14]),
-    .\port$17545$0 (\s1__awaddr$166 [11:0]),
-    .\port$17545$14 (\s1__awaddr$166 [31:14]),
-    .\port$19593$0 (\s4__araddr$597 [11:0]),
-    .\port$19593$14 (\s4__araddr$597 [31:14]),
-    .\port$19630$0 (\s4__awaddr$613 [11:0]),
-    .\port$19630$14 (\s4__awaddr$613 [31:14]),
-    .\port$19850$0 (\s3__awaddr$464 [11:0]),
-    .\port$19850$14 (\s3__awaddr$464 [31:14]),
-    .\port$20050$0 (\s0__awaddr$17 [11:0]),
-    .\port$20050$14 (\s0__awaddr$17 [31:14]),
-    .\port$20058$0 (\s0__araddr$1 [11:0]),
-    .\port$20058$14 (\s0__araddr$1 [31:14]),
-    .\port$2184$0 (\$482 ),
-    .\port$7610$0 (\s1__araddr$150 [11:0]),
-    .\port$7610$14 (\s1__araddr$150 [31:14]),
+    .\port$13067$0 (\s3__araddr$448 [11:0]),
+    .\port$13067$14 (\s3__araddr$448 [31:14]),
+    .\port$17420$0 (\s2__araddr$299 [11:0]),
+    .\port$17420$14 (\s2__araddr$299 [31:14]),
+    .\port$17457$0 (\s2__awaddr$315 [11:0]),
+    .\port$17457$14 (\s2__awaddr$315 [31:14]),
+    .\port$17677$0 (\s1__awaddr$166 [11:0]),
+    .\port$17677$14 (\s1__awaddr$166 [31:14]),
+    .\port$19725$0 (\s4__araddr$597 [11:0]),
+    .\port$19725$14 (\s4__araddr$597 [31:14]),
+    .\port$19762$0 (\s4__awaddr$613 [11:0]),
+    .\port$19762$14 (\s4__awaddr$613 [31:14]),
+    .\port$19982$0 (\s3__awaddr$464 [11:0]),
+    .\port$19982$14 (\s3__awaddr$464 [31:14]),
+    .\port$20182$0 (\s0__awaddr$17 [11:0]),
+    .\port$20182$14 (\s0__awaddr$17 [31:14]),
+    .\port$20190$0 (\s0__araddr$1 [11:0]),
+    .\port$20190$14 (\s0__araddr$1 [31:14]),
+    .\port$2308$0 (\$482 ),
+    .\port$7734$0 (\s1__araddr$150 [11:0]),
+    .\port$7734$14 (\s1__araddr$150 [31:14]),
     .rst(rst),
     .s0__arlen(s0__arlen),
     .s0__arready(\s0__arready$96 ),
@@ -77928,27 +77928,27 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     .b_valid_3(\s3__bvalid$589 ),
     .b_valid_4(\s4__bvalid$738 ),
     .clk(clk),
-    .\port$12943$0 (\s3__araddr$448 [11:0]),
-    .\port$12943$14 (\s3__araddr$448 [31:14]),
-    .\port$17288$0 (\s2__araddr$299 [11:0]),
-    .\port$17288$14 (\s2__araddr$299 [31:14]),
-    .\port$17325$0 (\s2__awaddr$315 [11:0]),
-    .\port$17325$14 (\s2__awaddr$315 [31:14]),
-    .\port$17545$0 (\s1__awaddr$166 [11:0]),
-    .\port$17545$14 (\s1__awaddr$166 [31:14]),
-    .\port$19593$0 (\s4__araddr$597 [11:0]),
-    .\port$19593$14 (\s4__araddr$597 [31:14]),
-    .\port$19630$0 (\s4__awaddr$613 [11:0]),
-    .\port$19630$14 (\s4__awaddr$613 [31:14]),
-    .\port$19850$0 (\s3__awaddr$464 [11:0]),
-    .\port$19850$14 (\s3__awaddr$464 [31:14]),
-    .\port$20050$0 (\s0__awaddr$17 [11:0]),
-    .\port$20050$14 (\s0__awaddr$17 [31:14]),
-    .\port$20058$0 (\s0__araddr$1 [11:0]),
-    .\port$20058$14 (\s0__araddr$1 [31:14]),
-    .\port$2520$0 (\$483 ),
-    .\port$7610$0 (\s1__araddr$150 [11:0]),
-    .\port$7610$14 (\s1__araddr$150 [31:14]),
+    .\port$13067$0 (\s3__araddr$448 [11:0]),
+    .\port$13067$14 (\s3__araddr$448 [31:14]),
+    .\port$17420$0 (\s2__araddr$299 [11:0]),
+    .\port$17420$14 (\s2__araddr$299 [31:14]),
+    .\port$17457$0 (\s2__awaddr$315 [11:0]),
+    .\port$17457$14 (\s2__awaddr$315 [31:14]),
+    .\port$17677$0 (\s1__awaddr$166 [11:0]),
+    .\port$17677$14 (\s1__awaddr$166 [31:14]),
+    .\port$19725$0 (\s4__araddr$597 [11:0]),
+    .\port$19725$14 (\s4__araddr$597 [31:14]),
+    .\port$19762$0 (\s4__awaddr$613 [11:0]),
+    .\port$19762$14 (\s4__awaddr$613 [31:14]),
+    .\port$19982$0 (\s3__awaddr$464 [11:0]),
+    .\port$19982$14 (\s3__awaddr$464 [31:14]),
+    .\port$20182$0 (\s0__awaddr$17 [11:0]),
+    .\port$20182$14 (\s0__awaddr$17 [31:14]),
+    .\port$20190$0 (\s0__araddr$1 [11:0]),
+    .\port$20190$14 (\s0__araddr$1 [31:14]),
+    .\port$2644$0 (\$483 ),
+    .\port$7734$0 (\s1__araddr$150 [11:0]),
+    .\port$7734$14 (\s1__araddr$150 [31:14]),
     .rst(rst),
     .s0__arlen(s0__arlen),
     .s0__arready(\s0__arready$97 ),
@@ -78033,27 +78033,27 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     .b_valid_3(\s3__bvalid$593 ),
     .b_valid_4(\s4__bvalid$742 ),
     .clk(clk),
-    .\port$12943$0 (\s3__araddr$448 [11:0]),
-    .\port$12943$14 (\s3__araddr$448 [31:14]),
-    .\port$17288$0 (\s2__araddr$299 [11:0]),
-    .\port$17288$14 (\s2__araddr$299 [31:14]),
-    .\port$17325$0 (\s2__awaddr$315 [11:0]),
-    .\port$17325$14 (\s2__awaddr$315 [31:14]),
-    .\port$17545$0 (\s1__awaddr$166 [11:0]),
-    .\port$17545$14 (\s1__awaddr$166 [31:14]),
-    .\port$19593$0 (\s4__araddr$597 [11:0]),
-    .\port$19593$14 (\s4__araddr$597 [31:14]),
-    .\port$19630$0 (\s4__awaddr$613 [11:0]),
-    .\port$19630$14 (\s4__awaddr$613 [31:14]),
-    .\port$19850$0 (\s3__awaddr$464 [11:0]),
-    .\port$19850$14 (\s3__awaddr$464 [31:14]),
-    .\port$20050$0 (\s0__awaddr$17 [11:0]),
-    .\port$20050$14 (\s0__awaddr$17 [31:14]),
-    .\port$20058$0 (\s0__araddr$1 [11:0]),
-    .\port$20058$14 (\s0__araddr$1 [31:14]),
-    .\port$2856$0 (\$484 ),
-    .\port$7610$0 (\s1__araddr$150 [11:0]),
-    .\port$7610$14 (\s1__araddr$150 [31:14]),
+    .\port$13067$0 (\s3__araddr$448 [11:0]),
+    .\port$13067$14 (\s3__araddr$448 [31:14]),
+    .\port$17420$0 (\s2__araddr$299 [11:0]),
+    .\port$17420$14 (\s2__araddr$299 [31:14]),
+    .\port$17457$0 (\s2__awaddr$315 [11:0]),
+    .\port$17457$14 (\s2__awaddr$315 [31:14]),
+    .\port$17677$0 (\s1__awaddr$166 [11:0]),
+    .\port$17677$14 (\s1__awaddr$166 [31:14]),
+    .\port$19725$0 (\s4__araddr$597 [11:0]),
+    .\port$19725$14 (\s4__araddr$597 [31:14]),
+    .\port$19762$0 (\s4__awaddr$613 [11:0]),
+    .\port$19762$14 (\s4__awaddr$613 [31:14]),
+    .\port$19982$0 (\s3__awaddr$464 [11:0]),
+    .\port$19982$14 (\s3__awaddr$464 [31:14]),
+    .\port$20182$0 (\s0__awaddr$17 [11:0]),
+    .\port$20182$14 (\s0__awaddr$17 [31:14]),
+    .\port$20190$0 (\s0__araddr$1 [11:0]),
+    .\port$20190$14 (\s0__araddr$1 [31:14]),
+    .\port$2980$0 (\$484 ),
+    .\port$7734$0 (\s1__araddr$150 [11:0]),
+    .\port$7734$14 (\s1__araddr$150 [31:14]),
     .rst(rst),
     .s0__arlen(s0__arlen),
     .s0__arready(\s0__arready$98 ),
@@ -79354,9 +79354,9 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid, s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready
 , s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready, s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp
-, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$1848$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7610$0 , \port$7610$14 , s4__wdata, s4__wstrb, \port$12943$0 , \port$12943$14 , s0__wdata, s0__wstrb
-, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$17288$0 , \port$17288$14 , s2__arlen, \port$17325$0 , \port$17325$14 , s2__awlen
-, \port$17545$0 , \port$17545$14 , s1__wdata, \port$19593$0 , \port$19593$14 , s4__arlen, \port$19630$0 , \port$19630$14 , s4__awlen, \port$19850$0 , \port$19850$14 , s3__wdata, \port$20050$0 , \port$20050$14 , s0__awlen, \port$20058$0 , \port$20058$14 , s0__arlen, clk);
+, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$1972$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7734$0 , \port$7734$14 , s4__wdata, s4__wstrb, \port$13067$0 , \port$13067$14 , s0__wdata, s0__wstrb
+, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$17420$0 , \port$17420$14 , s2__arlen, \port$17457$0 , \port$17457$14 , s2__awlen
+, \port$17677$0 , \port$17677$14 , s1__wdata, \port$19725$0 , \port$19725$14 , s4__arlen, \port$19762$0 , \port$19762$14 , s4__awlen, \port$19982$0 , \port$19982$14 , s3__wdata, \port$20182$0 , \port$20182$14 , s0__awlen, \port$20190$0 , \port$20190$14 , s0__arlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$151  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -79641,48 +79641,48 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   wire \pending.last ;
   wire [2:0] \pending.port ;
   reg pending_valid = 1'h0;
-  input [11:0] \port$12943$0 ;
-  wire [11:0] \port$12943$0 ;
-  input [17:0] \port$12943$14 ;
-  wire [17:0] \port$12943$14 ;
-  input [11:0] \port$17288$0 ;
-  wire [11:0] \port$17288$0 ;
-  input [17:0] \port$17288$14 ;
-  wire [17:0] \port$17288$14 ;
-  input [11:0] \port$17325$0 ;
-  wire [11:0] \port$17325$0 ;
-  input [17:0] \port$17325$14 ;
-  wire [17:0] \port$17325$14 ;
-  input [11:0] \port$17545$0 ;
-  wire [11:0] \port$17545$0 ;
-  input [17:0] \port$17545$14 ;
-  wire [17:0] \port$17545$14 ;
-  output [67:0] \port$1848$0 ;
-  wire [67:0] \port$1848$0 ;
-  input [11:0] \port$19593$0 ;
-  wire [11:0] \port$19593$0 ;
-  input [17:0] \port$19593$14 ;
-  wire [17:0] \port$19593$14 ;
-  input [11:0] \port$19630$0 ;
-  wire [11:0] \port$19630$0 ;
-  input [17:0] \port$19630$14 ;
-  wire [17:0] \port$19630$14 ;
-  input [11:0] \port$19850$0 ;
-  wire [11:0] \port$19850$0 ;
-  input [17:0] \port$19850$14 ;
-  wire [17:0] \port$19850$14 ;
-  input [11:0] \port$20050$0 ;
-  wire [11:0] \port$20050$0 ;
-  input [17:0] \port$20050$14 ;
-  wire [17:0] \port$20050$14 ;
-  input [11:0] \port$20058$0 ;
-  wire [11:0] \port$20058$0 ;
-  input [17:0] \port$20058$14 ;
-  wire [17:0] \port$20058$14 ;
-  input [11:0] \port$7610$0 ;
-  wire [11:0] \port$7610$0 ;
-  input [17:0] \port$7610$14 ;
-  wire [17:0] \port$7610$14 ;
+  input [11:0] \port$13067$0 ;
+  wire [11:0] \port$13067$0 ;
+  input [17:0] \port$13067$14 ;
+  wire [17:0] \port$13067$14 ;
+  input [11:0] \port$17420$0 ;
+  wire [11:0] \port$17420$0 ;
+  input [17:0] \port$17420$14 ;
+  wire [17:0] \port$17420$14 ;
+  input [11:0] \port$17457$0 ;
+  wire [11:0] \port$17457$0 ;
+  input [17:0] \port$17457$14 ;
+  wire [17:0] \port$17457$14 ;
+  input [11:0] \port$17677$0 ;
+  wire [11:0] \port$17677$0 ;
+  input [17:0] \port$17677$14 ;
+  wire [17:0] \port$17677$14 ;
+  output [67:0] \port$1972$0 ;
+  wire [67:0] \port$1972$0 ;
+  input [11:0] \port$19725$0 ;
+  wire [11:0] \port$19725$0 ;
+  input [17:0] \port$19725$14 ;
+  wire [17:0] \port$19725$14 ;
+  input [11:0] \port$19762$0 ;
+  wire [11:0] \port$19762$0 ;
+  input [17:0] \port$19762$14 ;
+  wire [17:0] \port$19762$14 ;
+  input [11:0] \port$19982$0 ;
+  wire [11:0] \port$19982$0 ;
+  input [17:0] \port$19982$14 ;
+  wire [17:0] \port$19982$14 ;
+  input [11:0] \port$20182$0 ;
+  wire [11:0] \port$20182$0 ;
+  input [17:0] \port$20182$14 ;
+  wire [17:0] \port$20182$14 ;
+  input [11:0] \port$20190$0 ;
+  wire [11:0] \port$20190$0 ;
+  input [17:0] \port$20190$14 ;
+  wire [17:0] \port$20190$14 ;
+  input [11:0] \port$7734$0 ;
+  wire [11:0] \port$7734$0 ;
+  input [17:0] \port$7734$14 ;
+  wire [17:0] \port$7734$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -80273,15 +80273,15 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (aw_grant)
       3'h0:
-          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$20050$14 , \port$20050$0  };
+          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$20182$14 , \port$20182$0  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$17545$14 , \port$17545$0  };
+          aw_sel = { 19'h02c00, \port$17677$14 , \port$17677$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$17325$14 , \port$17325$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$17457$14 , \port$17457$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$19850$14 , \port$19850$0  };
+          aw_sel = { 19'h02c00, \port$19982$14 , \port$19982$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$19630$14 , \port$19630$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$19762$14 , \port$19762$0  };
     endcase
   end
   always @* begin
@@ -80369,15 +80369,15 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (ar_grant)
       3'h0:
-          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$20058$14 , \port$20058$0  };
+          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$20190$14 , \port$20190$0  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$7610$14 , \port$7610$0  };
+          ar_sel = { 19'h02c0c, \port$7734$14 , \port$7734$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$17288$14 , \port$17288$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$17420$14 , \port$17420$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$12943$14 , \port$12943$0  };
+          ar_sel = { 19'h02c0c, \port$13067$14 , \port$13067$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$19593$14 , \port$19593$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$19725$14 , \port$19725$0  };
     endcase
   end
   always @* begin
@@ -80806,25 +80806,25 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
       \$229  = 73'h0000000000000000000;
     end
   end
-  assign s0__awaddr = { 2'h0, \port$20050$14 , \port$20050$0  };
+  assign s0__awaddr = { 2'h0, \port$20182$14 , \port$20182$0  };
   assign s0__awsize = 3'h3;
   assign s0__awburst = 2'h1;
   assign s0__awid = 4'h0;
-  assign s1__awaddr = { 2'h0, \port$17545$14 , \port$17545$0  };
+  assign s1__awaddr = { 2'h0, \port$17677$14 , \port$17677$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$17325$14 , \port$17325$0  };
+  assign s2__awaddr = { 2'h0, \port$17457$14 , \port$17457$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$19850$14 , \port$19850$0  };
+  assign s3__awaddr = { 2'h0, \port$19982$14 , \port$19982$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$19630$14 , \port$19630$0  };
+  assign s4__awaddr = { 2'h0, \port$19762$14 , \port$19762$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -80847,25 +80847,25 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign b_resp_4 = s4__bresp;
   assign w_addr = wr__addr;
   assign wr__data = w_data;
-  assign s0__araddr = { 2'h0, \port$20058$14 , \port$20058$0  };
+  assign s0__araddr = { 2'h0, \port$20190$14 , \port$20190$0  };
   assign s0__arsize = 3'h3;
   assign s0__arburst = 2'h1;
   assign s0__arid = 4'h0;
-  assign s1__araddr = { 2'h0, \port$7610$14 , \port$7610$0  };
+  assign s1__araddr = { 2'h0, \port$7734$14 , \port$7734$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$17288$14 , \port$17288$0  };
+  assign s2__araddr = { 2'h0, \port$17420$14 , \port$17420$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$12943$14 , \port$12943$0  };
+  assign s3__araddr = { 2'h0, \port$13067$14 , \port$13067$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$19593$14 , \port$19593$0  };
+  assign s4__araddr = { 2'h0, \port$19725$14 , \port$19725$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -80887,7 +80887,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign s4__rid = r_data[67:64];
   assign s4__rlast = r_data[72];
   assign r_en = r_ready;
-  assign \port$1848$0  = r_data[67:0];
+  assign \port$1972$0  = r_data[67:0];
   assign s0__rlast = r_data[72];
   assign \into.data  = into[63:0];
   assign \into.id  = into[67:64];
@@ -81055,9 +81055,9 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid, s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready
 , s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready, s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp
-, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2184$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7610$0 , \port$7610$14 , s4__wdata, s4__wstrb, \port$12943$0 , \port$12943$14 , s0__wdata, s0__wstrb
-, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$17288$0 , \port$17288$14 , s2__arlen, \port$17325$0 , \port$17325$14 , s2__awlen
-, \port$17545$0 , \port$17545$14 , s1__wdata, \port$19593$0 , \port$19593$14 , s4__arlen, \port$19630$0 , \port$19630$14 , s4__awlen, \port$19850$0 , \port$19850$14 , s3__wdata, \port$20050$0 , \port$20050$14 , s0__awlen, \port$20058$0 , \port$20058$14 , s0__arlen, clk);
+, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2308$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7734$0 , \port$7734$14 , s4__wdata, s4__wstrb, \port$13067$0 , \port$13067$14 , s0__wdata, s0__wstrb
+, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$17420$0 , \port$17420$14 , s2__arlen, \port$17457$0 , \port$17457$14 , s2__awlen
+, \port$17677$0 , \port$17677$14 , s1__wdata, \port$19725$0 , \port$19725$14 , s4__arlen, \port$19762$0 , \port$19762$14 , s4__awlen, \port$19982$0 , \port$19982$14 , s3__wdata, \port$20182$0 , \port$20182$14 , s0__awlen, \port$20190$0 , \port$20190$14 , s0__arlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$153  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -81342,48 +81342,48 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   wire \pending.last ;
   wire [2:0] \pending.port ;
   reg pending_valid = 1'h0;
-  input [11:0] \port$12943$0 ;
-  wire [11:0] \port$12943$0 ;
-  input [17:0] \port$12943$14 ;
-  wire [17:0] \port$12943$14 ;
-  input [11:0] \port$17288$0 ;
-  wire [11:0] \port$17288$0 ;
-  input [17:0] \port$17288$14 ;
-  wire [17:0] \port$17288$14 ;
-  input [11:0] \port$17325$0 ;
-  wire [11:0] \port$17325$0 ;
-  input [17:0] \port$17325$14 ;
-  wire [17:0] \port$17325$14 ;
-  input [11:0] \port$17545$0 ;
-  wire [11:0] \port$17545$0 ;
-  input [17:0] \port$17545$14 ;
-  wire [17:0] \port$17545$14 ;
-  input [11:0] \port$19593$0 ;
-  wire [11:0] \port$19593$0 ;
-  input [17:0] \port$19593$14 ;
-  wire [17:0] \port$19593$14 ;
-  input [11:0] \port$19630$0 ;
-  wire [11:0] \port$19630$0 ;
-  input [17:0] \port$19630$14 ;
-  wire [17:0] \port$19630$14 ;
-  input [11:0] \port$19850$0 ;
-  wire [11:0] \port$19850$0 ;
-  input [17:0] \port$19850$14 ;
-  wire [17:0] \port$19850$14 ;
-  input [11:0] \port$20050$0 ;
-  wire [11:0] \port$20050$0 ;
-  input [17:0] \port$20050$14 ;
-  wire [17:0] \port$20050$14 ;
-  input [11:0] \port$20058$0 ;
-  wire [11:0] \port$20058$0 ;
-  input [17:0] \port$20058$14 ;
-  wire [17:0] \port$20058$14 ;
-  output [67:0] \port$2184$0 ;
-  wire [67:0] \port$2184$0 ;
-  input [11:0] \port$7610$0 ;
-  wire [11:0] \port$7610$0 ;
-  input [17:0] \port$7610$14 ;
-  wire [17:0] \port$7610$14 ;
+  input [11:0] \port$13067$0 ;
+  wire [11:0] \port$13067$0 ;
+  input [17:0] \port$13067$14 ;
+  wire [17:0] \port$13067$14 ;
+  input [11:0] \port$17420$0 ;
+  wire [11:0] \port$17420$0 ;
+  input [17:0] \port$17420$14 ;
+  wire [17:0] \port$17420$14 ;
+  input [11:0] \port$17457$0 ;
+  wire [11:0] \port$17457$0 ;
+  input [17:0] \port$17457$14 ;
+  wire [17:0] \port$17457$14 ;
+  input [11:0] \port$17677$0 ;
+  wire [11:0] \port$17677$0 ;
+  input [17:0] \port$17677$14 ;
+  wire [17:0] \port$17677$14 ;
+  input [11:0] \port$19725$0 ;
+  wire [11:0] \port$19725$0 ;
+  input [17:0] \port$19725$14 ;
+  wire [17:0] \port$19725$14 ;
+  input [11:0] \port$19762$0 ;
+  wire [11:0] \port$19762$0 ;
+  input [17:0] \port$19762$14 ;
+  wire [17:0] \port$19762$14 ;
+  input [11:0] \port$19982$0 ;
+  wire [11:0] \port$19982$0 ;
+  input [17:0] \port$19982$14 ;
+  wire [17:0] \port$19982$14 ;
+  input [11:0] \port$20182$0 ;
+  wire [11:0] \port$20182$0 ;
+  input [17:0] \port$20182$14 ;
+  wire [17:0] \port$20182$14 ;
+  input [11:0] \port$20190$0 ;
+  wire [11:0] \port$20190$0 ;
+  input [17:0] \port$20190$14 ;
+  wire [17:0] \port$20190$14 ;
+  output [67:0] \port$2308$0 ;
+  wire [67:0] \port$2308$0 ;
+  input [11:0] \port$7734$0 ;
+  wire [11:0] \port$7734$0 ;
+  input [17:0] \port$7734$14 ;
+  wire [17:0] \port$7734$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -81974,15 +81974,15 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (aw_grant)
       3'h0:
-          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$20050$14 , \port$20050$0  };
+          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$20182$14 , \port$20182$0  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$17545$14 , \port$17545$0  };
+          aw_sel = { 19'h02c00, \port$17677$14 , \port$17677$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$17325$14 , \port$17325$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$17457$14 , \port$17457$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$19850$14 , \port$19850$0  };
+          aw_sel = { 19'h02c00, \port$19982$14 , \port$19982$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$19630$14 , \port$19630$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$19762$14 , \port$19762$0  };
     endcase
   end
   always @* begin
@@ -82070,15 +82070,15 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (ar_grant)
       3'h0:
-          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$20058$14 , \port$20058$0  };
+          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$20190$14 , \port$20190$0  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$7610$14 , \port$7610$0  };
+          ar_sel = { 19'h02c0c, \port$7734$14 , \port$7734$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$17288$14 , \port$17288$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$17420$14 , \port$17420$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$12943$14 , \port$12943$0  };
+          ar_sel = { 19'h02c0c, \port$13067$14 , \port$13067$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$19593$14 , \port$19593$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$19725$14 , \port$19725$0  };
     endcase
   end
   always @* begin
@@ -82507,25 +82507,25 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
       \$229  = 73'h0000000000000000000;
     end
   end
-  assign s0__awaddr = { 2'h0, \port$20050$14 , \port$20050$0  };
+  assign s0__awaddr = { 2'h0, \port$20182$14 , \port$20182$0  };
   assign s0__awsize = 3'h3;
   assign s0__awburst = 2'h1;
   assign s0__awid = 4'h0;
-  assign s1__awaddr = { 2'h0, \port$17545$14 , \port$17545$0  };
+  assign s1__awaddr = { 2'h0, \port$17677$14 , \port$17677$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$17325$14 , \port$17325$0  };
+  assign s2__awaddr = { 2'h0, \port$17457$14 , \port$17457$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$19850$14 , \port$19850$0  };
+  assign s3__awaddr = { 2'h0, \port$19982$14 , \port$19982$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$19630$14 , \port$19630$0  };
+  assign s4__awaddr = { 2'h0, \port$19762$14 , \port$19762$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -82548,25 +82548,25 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign b_resp_4 = s4__bresp;
   assign w_addr = wr__addr;
   assign wr__data = w_data;
-  assign s0__araddr = { 2'h0, \port$20058$14 , \port$20058$0  };
+  assign s0__araddr = { 2'h0, \port$20190$14 , \port$20190$0  };
   assign s0__arsize = 3'h3;
   assign s0__arburst = 2'h1;
   assign s0__arid = 4'h0;
-  assign s1__araddr = { 2'h0, \port$7610$14 , \port$7610$0  };
+  assign s1__araddr = { 2'h0, \port$7734$14 , \port$7734$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$17288$14 , \port$17288$0  };
+  assign s2__araddr = { 2'h0, \port$17420$14 , \port$17420$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$12943$14 , \port$12943$0  };
+  assign s3__araddr = { 2'h0, \port$13067$14 , \port$13067$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$19593$14 , \port$19593$0  };
+  assign s4__araddr = { 2'h0, \port$19725$14 , \port$19725$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -82588,7 +82588,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign s4__rid = r_data[67:64];
   assign s4__rlast = r_data[72];
   assign r_en = r_ready;
-  assign \port$2184$0  = r_data[67:0];
+  assign \port$2308$0  = r_data[67:0];
   assign s0__rlast = r_data[72];
   assign \into.data  = into[63:0];
   assign \into.id  = into[67:64];
@@ -82756,9 +82756,9 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid, s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready
 , s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready, s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp
-, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2520$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7610$0 , \port$7610$14 , s4__wdata, s4__wstrb, \port$12943$0 , \port$12943$14 , s0__wdata, s0__wstrb
-, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$17288$0 , \port$17288$14 , s2__arlen, \port$17325$0 , \port$17325$14 , s2__awlen
-, \port$17545$0 , \port$17545$14 , s1__wdata, \port$19593$0 , \port$19593$14 , s4__arlen, \port$19630$0 , \port$19630$14 , s4__awlen, \port$19850$0 , \port$19850$14 , s3__wdata, \port$20050$0 , \port$20050$14 , s0__awlen, \port$20058$0 , \port$20058$14 , s0__arlen, clk);
+, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2644$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7734$0 , \port$7734$14 , s4__wdata, s4__wstrb, \port$13067$0 , \port$13067$14 , s0__wdata, s0__wstrb
+, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$17420$0 , \port$17420$14 , s2__arlen, \port$17457$0 , \port$17457$14 , s2__awlen
+, \port$17677$0 , \port$17677$14 , s1__wdata, \port$19725$0 , \port$19725$14 , s4__arlen, \port$19762$0 , \port$19762$14 , s4__awlen, \port$19982$0 , \port$19982$14 , s3__wdata, \port$20182$0 , \port$20182$14 , s0__awlen, \port$20190$0 , \port$20190$14 , s0__arlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$155  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -83043,48 +83043,48 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   wire \pending.last ;
   wire [2:0] \pending.port ;
   reg pending_valid = 1'h0;
-  input [11:0] \port$12943$0 ;
-  wire [11:0] \port$12943$0 ;
-  input [17:0] \port$12943$14 ;
-  wire [17:0] \port$12943$14 ;
-  input [11:0] \port$17288$0 ;
-  wire [11:0] \port$17288$0 ;
-  input [17:0] \port$17288$14 ;
-  wire [17:0] \port$17288$14 ;
-  input [11:0] \port$17325$0 ;
-  wire [11:0] \port$17325$0 ;
-  input [17:0] \port$17325$14 ;
-  wire [17:0] \port$17325$14 ;
-  input [11:0] \port$17545$0 ;
-  wire [11:0] \port$17545$0 ;
-  input [17:0] \port$17545$14 ;
-  wire [17:0] \port$17545$14 ;
-  input [11:0] \port$19593$0 ;
-  wire [11:0] \port$19593$0 ;
-  input [17:0] \port$19593$14 ;
-  wire [17:0] \port$19593$14 ;
-  input [11:0] \port$19630$0 ;
-  wire [11:0] \port$19630$0 ;
-  input [17:0] \port$19630$14 ;
-  wire [17:0] \port$19630$14 ;
-  input [11:0] \port$19850$0 ;
-  wire [11:0] \port$19850$0 ;
-  input [17:0] \port$19850$14 ;
-  wire [17:0] \port$19850$14 ;
-  input [11:0] \port$20050$0 ;
-  wire [11:0] \port$20050$0 ;
-  input [17:0] \port$20050$14 ;
-  wire [17:0] \port$20050$14 ;
-  input [11:0] \port$20058$0 ;
-  wire [11:0] \port$20058$0 ;
-  input [17:0] \port$20058$14 ;
-  wire [17:0] \port$20058$14 ;
-  output [67:0] \port$2520$0 ;
-  wire [67:0] \port$2520$0 ;
-  input [11:0] \port$7610$0 ;
-  wire [11:0] \port$7610$0 ;
-  input [17:0] \port$7610$14 ;
-  wire [17:0] \port$7610$14 ;
+  input [11:0] \port$13067$0 ;
+  wire [11:0] \port$13067$0 ;
+  input [17:0] \port$13067$14 ;
+  wire [17:0] \port$13067$14 ;
+  input [11:0] \port$17420$0 ;
+  wire [11:0] \port$17420$0 ;
+  input [17:0] \port$17420$14 ;
+  wire [17:0] \port$17420$14 ;
+  input [11:0] \port$17457$0 ;
+  wire [11:0] \port$17457$0 ;
+  input [17:0] \port$17457$14 ;
+  wire [17:0] \port$17457$14 ;
+  input [11:0] \port$17677$0 ;
+  wire [11:0] \port$17677$0 ;
+  input [17:0] \port$17677$14 ;
+  wire [17:0] \port$17677$14 ;
+  input [11:0] \port$19725$0 ;
+  wire [11:0] \port$19725$0 ;
+  input [17:0] \port$19725$14 ;
+  wire [17:0] \port$19725$14 ;
+  input [11:0] \port$19762$0 ;
+  wire [11:0] \port$19762$0 ;
+  input [17:0] \port$19762$14 ;
+  wire [17:0] \port$19762$14 ;
+  input [11:0] \port$19982$0 ;
+  wire [11:0] \port$19982$0 ;
+  input [17:0] \port$19982$14 ;
+  wire [17:0] \port$19982$14 ;
+  input [11:0] \port$20182$0 ;
+  wire [11:0] \port$20182$0 ;
+  input [17:0] \port$20182$14 ;
+  wire [17:0] \port$20182$14 ;
+  input [11:0] \port$20190$0 ;
+  wire [11:0] \port$20190$0 ;
+  input [17:0] \port$20190$14 ;
+  wire [17:0] \port$20190$14 ;
+  output [67:0] \port$2644$0 ;
+  wire [67:0] \port$2644$0 ;
+  input [11:0] \port$7734$0 ;
+  wire [11:0] \port$7734$0 ;
+  input [17:0] \port$7734$14 ;
+  wire [17:0] \port$7734$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -83675,15 +83675,15 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (aw_grant)
       3'h0:
-          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$20050$14 , \port$20050$0  };
+          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$20182$14 , \port$20182$0  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$17545$14 , \port$17545$0  };
+          aw_sel = { 19'h02c00, \port$17677$14 , \port$17677$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$17325$14 , \port$17325$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$17457$14 , \port$17457$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$19850$14 , \port$19850$0  };
+          aw_sel = { 19'h02c00, \port$19982$14 , \port$19982$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$19630$14 , \port$19630$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$19762$14 , \port$19762$0  };
     endcase
   end
   always @* begin
@@ -83771,15 +83771,15 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (ar_grant)
       3'h0:
-          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$20058$14 , \port$20058$0  };
+          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$20190$14 , \port$20190$0  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$7610$14 , \port$7610$0  };
+          ar_sel = { 19'h02c0c, \port$7734$14 , \port$7734$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$17288$14 , \port$17288$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$17420$14 , \port$17420$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$12943$14 , \port$12943$0  };
+          ar_sel = { 19'h02c0c, \port$13067$14 , \port$13067$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$19593$14 , \port$19593$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$19725$14 , \port$19725$0  };
     endcase
   end
   always @* begin
@@ -84208,25 +84208,25 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
       \$229  = 73'h0000000000000000000;
     end
   end
-  assign s0__awaddr = { 2'h0, \port$20050$14 , \port$20050$0  };
+  assign s0__awaddr = { 2'h0, \port$20182$14 , \port$20182$0  };
   assign s0__awsize = 3'h3;
   assign s0__awburst = 2'h1;
   assign s0__awid = 4'h0;
-  assign s1__awaddr = { 2'h0, \port$17545$14 , \port$17545$0  };
+  assign s1__awaddr = { 2'h0, \port$17677$14 , \port$17677$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$17325$14 , \port$17325$0  };
+  assign s2__awaddr = { 2'h0, \port$17457$14 , \port$17457$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$19850$14 , \port$19850$0  };
+  assign s3__awaddr = { 2'h0, \port$19982$14 , \port$19982$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$19630$14 , \port$19630$0  };
+  assign s4__awaddr = { 2'h0, \port$19762$14 , \port$19762$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -84249,25 +84249,25 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign b_resp_4 = s4__bresp;
   assign w_addr = wr__addr;
   assign wr__data = w_data;
-  assign s0__araddr = { 2'h0, \port$20058$14 , \port$20058$0  };
+  assign s0__araddr = { 2'h0, \port$20190$14 , \port$20190$0  };
   assign s0__arsize = 3'h3;
   assign s0__arburst = 2'h1;
   assign s0__arid = 4'h0;
-  assign s1__araddr = { 2'h0, \port$7610$14 , \port$7610$0  };
+  assign s1__araddr = { 2'h0, \port$7734$14 , \port$7734$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$17288$14 , \port$17288$0  };
+  assign s2__araddr = { 2'h0, \port$17420$14 , \port$17420$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$12943$14 , \port$12943$0  };
+  assign s3__araddr = { 2'h0, \port$13067$14 , \port$13067$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$19593$14 , \port$19593$0  };
+  assign s4__araddr = { 2'h0, \port$19725$14 , \port$19725$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -84289,7 +84289,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign s4__rid = r_data[67:64];
   assign s4__rlast = r_data[72];
   assign r_en = r_ready;
-  assign \port$2520$0  = r_data[67:0];
+  assign \port$2644$0  = r_data[67:0];
   assign s0__rlast = r_data[72];
   assign \into.data  = into[63:0];
   assign \into.id  = into[67:64];
@@ -84457,9 +84457,9 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid, s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready
 , s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready, s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp
-, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2856$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7610$0 , \port$7610$14 , s4__wdata, s4__wstrb, \port$12943$0 , \port$12943$14 , s0__wdata, s0__wstrb
-, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$17288$0 , \port$17288$14 , s2__arlen, \port$17325$0 , \port$17325$14 , s2__awlen
-, \port$17545$0 , \port$17545$14 , s1__wdata, \port$19593$0 , \port$19593$14 , s4__arlen, \port$19630$0 , \port$19630$14 , s4__awlen, \port$19850$0 , \port$19850$14 , s3__wdata, \port$20050$0 , \port$20050$14 , s0__awlen, \port$20058$0 , \port$20058$14 , s0__arlen, clk);
+, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2980$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7734$0 , \port$7734$14 , s4__wdata, s4__wstrb, \port$13067$0 , \port$13067$14 , s0__wdata, s0__wstrb
+, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$17420$0 , \port$17420$14 , s2__arlen, \port$17457$0 , \port$17457$14 , s2__awlen
+, \port$17677$0 , \port$17677$14 , s1__wdata, \port$19725$0 , \port$19725$14 , s4__arlen, \port$19762$0 , \port$19762$14 , s4__awlen, \port$19982$0 , \port$19982$14 , s3__wdata, \port$20182$0 , \port$20182$14 , s0__awlen, \port$20190$0 , \port$20190$14 , s0__arlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$157  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -84744,48 +84744,48 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   wire \pending.last ;
   wire [2:0] \pending.port ;
   reg pending_valid = 1'h0;
-  input [11:0] \port$12943$0 ;
-  wire [11:0] \port$12943$0 ;
-  input [17:0] \port$12943$14 ;
-  wire [17:0] \port$12943$14 ;
-  input [11:0] \port$17288$0 ;
-  wire [11:0] \port$17288$0 ;
-  input [17:0] \port$17288$14 ;
-  wire [17:0] \port$17288$14 ;
-  input [11:0] \port$17325$0 ;
-  wire [11:0] \port$17325$0 ;
-  input [17:0] \port$17325$14 ;
-  wire [17:0] \port$17325$14 ;
-  input [11:0] \port$17545$0 ;
-  wire [11:0] \port$17545$0 ;
-  input [17:0] \port$17545$14 ;
-  wire [17:0] \port$17545$14 ;
-  input [11:0] \port$19593$0 ;
-  wire [11:0] \port$19593$0 ;
-  input [17:0] \port$19593$14 ;
-  wire [17:0] \port$19593$14 ;
-  input [11:0] \port$19630$0 ;
-  wire [11:0] \port$19630$0 ;
-  input [17:0] \port$19630$14 ;
-  wire [17:0] \port$19630$14 ;
-  input [11:0] \port$19850$0 ;
-  wire [11:0] \port$19850$0 ;
-  input [17:0] \port$19850$14 ;
-  wire [17:0] \port$19850$14 ;
-  input [11:0] \port$20050$0 ;
-  wire [11:0] \port$20050$0 ;
-  input [17:0] \port$20050$14 ;
-  wire [17:0] \port$20050$14 ;
-  input [11:0] \port$20058$0 ;
-  wire [11:0] \port$20058$0 ;
-  input [17:0] \port$20058$14 ;
-  wire [17:0] \port$20058$14 ;
-  output [67:0] \port$2856$0 ;
-  wire [67:0] \port$2856$0 ;
-  input [11:0] \port$7610$0 ;
-  wire [11:0] \port$7610$0 ;
-  input [17:0] \port$7610$14 ;
-  wire [17:0] \port$7610$14 ;
+  input [11:0] \port$13067$0 ;
+  wire [11:0] \port$13067$0 ;
+  input [17:0] \port$13067$14 ;
+  wire [17:0] \port$13067$14 ;
+  input [11:0] \port$17420$0 ;
+  wire [11:0] \port$17420$0 ;
+  input [17:0] \port$17420$14 ;
+  wire [17:0] \port$17420$14 ;
+  input [11:0] \port$17457$0 ;
+  wire [11:0] \port$17457$0 ;
+  input [17:0] \port$17457$14 ;
+  wire [17:0] \port$17457$14 ;
+  input [11:0] \port$17677$0 ;
+  wire [11:0] \port$17677$0 ;
+  input [17:0] \port$17677$14 ;
+  wire [17:0] \port$17677$14 ;
+  input [11:0] \port$19725$0 ;
+  wire [11:0] \port$19725$0 ;
+  input [17:0] \port$19725$14 ;
+  wire [17:0] \port$19725$14 ;
+  input [11:0] \port$19762$0 ;
+  wire [11:0] \port$19762$0 ;
+  input [17:0] \port$19762$14 ;
+  wire [17:0] \port$19762$14 ;
+  input [11:0] \port$19982$0 ;
+  wire [11:0] \port$19982$0 ;
+  input [17:0] \port$19982$14 ;
+  wire [17:0] \port$19982$14 ;
+  input [11:0] \port$20182$0 ;
+  wire [11:0] \port$20182$0 ;
+  input [17:0] \port$20182$14 ;
+  wire [17:0] \port$20182$14 ;
+  input [11:0] \port$20190$0 ;
+  wire [11:0] \port$20190$0 ;
+  input [17:0] \port$20190$14 ;
+  wire [17:0] \port$20190$14 ;
+  output [67:0] \port$2980$0 ;
+  wire [67:0] \port$2980$0 ;
+  input [11:0] \port$7734$0 ;
+  wire [11:0] \port$7734$0 ;
+  input [17:0] \port$7734$14 ;
+  wire [17:0] \port$7734$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -85376,15 +85376,15 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (aw_grant)
       3'h0:
-          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$20050$14 , \port$20050$0  };
+          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$20182$14 , \port$20182$0  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$17545$14 , \port$17545$0  };
+          aw_sel = { 19'h02c00, \port$17677$14 , \port$17677$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$17325$14 , \port$17325$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$17457$14 , \port$17457$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$19850$14 , \port$19850$0  };
+          aw_sel = { 19'h02c00, \port$19982$14 , \port$19982$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$19630$14 , \port$19630$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$19762$14 , \port$19762$0  };
     endcase
   end
   always @* begin
@@ -85472,15 +85472,15 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (ar_grant)
       3'h0:
-          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$20058$14 , \port$20058$0  };
+          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$20190$14 , \port$20190$0  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$7610$14 , \port$7610$0  };
+          ar_sel = { 19'h02c0c, \port$7734$14 , \port$7734$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$17288$14 , \port$17288$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$17420$14 , \port$17420$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$12943$14 , \port$12943$0  };
+          ar_sel = { 19'h02c0c, \port$13067$14 , \port$13067$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$19593$14 , \port$19593$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$19725$14 , \port$19725$0  };
     endcase
   end
   always @* begin
@@ -85909,25 +85909,25 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
       \$229  = 73'h0000000000000000000;
     end
   end
-  assign s0__awaddr = { 2'h0, \port$20050$14 , \port$20050$0  };
+  assign s0__awaddr = { 2'h0, \port$20182$14 , \port$20182$0  };
   assign s0__awsize = 3'h3;
   assign s0__awburst = 2'h1;
   assign s0__awid = 4'h0;
-  assign s1__awaddr = { 2'h0, \port$17545$14 , \port$17545$0  };
+  assign s1__awaddr = { 2'h0, \port$17677$14 , \port$17677$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$17325$14 , \port$17325$0  };
+  assign s2__awaddr = { 2'h0, \port$17457$14 , \port$17457$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$19850$14 , \port$19850$0  };
+  assign s3__awaddr = { 2'h0, \port$19982$14 , \port$19982$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$19630$14 , \port$19630$0  };
+  assign s4__awaddr = { 2'h0, \port$19762$14 , \port$19762$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -85950,25 +85950,25 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign b_resp_4 = s4__bresp;
   assign w_addr = wr__addr;
   assign wr__data = w_data;
-  assign s0__araddr = { 2'h0, \port$20058$14 , \port$20058$0  };
+  assign s0__araddr = { 2'h0, \port$20190$14 , \port$20190$0  };
   assign s0__arsize = 3'h3;
   assign s0__arburst = 2'h1;
   assign s0__arid = 4'h0;
-  assign s1__araddr = { 2'h0, \port$7610$14 , \port$7610$0  };
+  assign s1__araddr = { 2'h0, \port$7734$14 , \port$7734$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$17288$14 , \port$17288$0  };
+  assign s2__araddr = { 2'h0, \port$17420$14 , \port$17420$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$12943$14 , \port$12943$0  };
+  assign s3__araddr = { 2'h0, \port$13067$14 , \port$13067$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$19593$14 , \port$19593$0  };
+  assign s4__araddr = { 2'h0, \port$19725$14 , \port$19725$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -85990,7 +85990,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign s4__rid = r_data[67:64];
   assign s4__rlast = r_data[72];
   assign r_en = r_ready;
-  assign \port$2856$0  = r_data[67:0];
+  assign \port$2980$0  = r_data[67:0];
   assign s0__rlast = r_data[72];
   assign \into.data  = into[63:0];
   assign \into.id  = into[67:64];
@@ -86967,14 +86967,14 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLOBAL_CYCLES_LO__read, GLOBAL_RESET_write, QUEUE0_RING_LOG2_write, QUEUE0_DOORBELL_write, QUEUE0_CONTROL_write, QUEUE0_RESET_write, QUEUE1_RING_LOG2_write, QUEUE1_DOORBELL_write, QUEUE1_CONTROL_write, QUEUE1_RESET_write, PERF0_CONTROL_write, PERF0_MACS_LO__read, PERF1_CONTROL_write, PERF1_MACS_LO__read, TRACE0_CONTROL_write, TRACE0_DATA_HI__read, TRACE1_CONTROL_write
-, TRACE1_DATA_HI__read, \port$3011$0 , \port$7553$0 , PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ__value, PERF0_BYTES_WRITTEN__value, PERF0_BUSY_VECTOR__value, PERF0_TABLE_HITS__value, PERF0_TABLE_UNDERFLOWS__value, PERF0_TABLE_OVERFLOWS__value, PERF0_MACS_LO__value, TRACE0_DATA_LO__value, TRACE0_DATA_HI__value, \port$8284$0 , \port$8344$0 , \port$12886$0 , PERF1_BUSY_COMPUTE__value, PERF1_BYTES_READ__value, PERF1_BYTES_WRITTEN__value, PERF1_BUSY_VECTOR__value, PERF1_TABLE_HITS__value
-, PERF1_TABLE_UNDERFLOWS__value, PERF1_TABLE_OVERFLOWS__value, PERF1_MACS_LO__value, TRACE1_DATA_LO__value, TRACE1_DATA_HI__value, \port$13617$0 , bus__bready, bus__rready, GLOBAL_SEM0__set, GLOBAL_SEM1__set, GLOBAL_SEM2__set, GLOBAL_SEM3__set, GLOBAL_SEM4__set, GLOBAL_SEM5__set, GLOBAL_SEM6__set, GLOBAL_SEM7__set, GLOBAL_SEM8__set, GLOBAL_SEM9__set, GLOBAL_SEM10__set, GLOBAL_SEM11__set, GLOBAL_SEM12__set
+, TRACE1_DATA_HI__read, \port$3135$0 , \port$7677$0 , PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ__value, PERF0_BYTES_WRITTEN__value, PERF0_BUSY_VECTOR__value, PERF0_TABLE_HITS__value, PERF0_TABLE_UNDERFLOWS__value, PERF0_TABLE_OVERFLOWS__value, PERF0_MACS_LO__value, TRACE0_DATA_LO__value, TRACE0_DATA_HI__value, \port$8408$0 , \port$8468$0 , \port$13010$0 , PERF1_BUSY_COMPUTE__value, PERF1_BYTES_READ__value, PERF1_BYTES_WRITTEN__value, PERF1_BUSY_VECTOR__value, PERF1_TABLE_HITS__value
+, PERF1_TABLE_UNDERFLOWS__value, PERF1_TABLE_OVERFLOWS__value, PERF1_MACS_LO__value, TRACE1_DATA_LO__value, TRACE1_DATA_HI__value, \port$13741$0 , bus__bready, bus__rready, GLOBAL_SEM0__set, GLOBAL_SEM1__set, GLOBAL_SEM2__set, GLOBAL_SEM3__set, GLOBAL_SEM4__set, GLOBAL_SEM5__set, GLOBAL_SEM6__set, GLOBAL_SEM7__set, GLOBAL_SEM8__set, GLOBAL_SEM9__set, GLOBAL_SEM10__set, GLOBAL_SEM11__set, GLOBAL_SEM12__set
 , GLOBAL_SEM13__set, GLOBAL_SEM14__set, GLOBAL_SEM15__set, QUEUE0_CONTROL__set, QUEUE0_CONTROL__set_value, TRACE0_CONTROL__set, TRACE0_CONTROL__set_value, QUEUE0_RING_BASE__set, QUEUE0_RING_BASE__set_value, QUEUE0_RING_LOG2__set, QUEUE0_RING_LOG2__set_value, QUEUE0_CQ_BASE__set, QUEUE0_CQ_BASE__set_value, QUEUE0_IRQ_STATUS__clear, QUEUE0_IRQ_MASK__set, QUEUE0_IRQ_MASK__set_value, QUEUE0_DMA_BASE__set, QUEUE0_DMA_BASE__set_value, QUEUE0_DMA_LIMIT__set, QUEUE0_DMA_LIMIT__set_value, QUEUE0_WATCHDOG__set
 , QUEUE0_WATCHDOG__set_value, QUEUE1_CONTROL__set, QUEUE1_CONTROL__set_value, TRACE1_CONTROL__set, TRACE1_CONTROL__set_value, QUEUE1_RING_BASE__set, QUEUE1_RING_BASE__set_value, QUEUE1_RING_LOG2__set, QUEUE1_RING_LOG2__set_value, QUEUE1_CQ_BASE__set, QUEUE1_CQ_BASE__set_value, QUEUE1_IRQ_STATUS__clear, QUEUE1_IRQ_MASK__set, QUEUE1_IRQ_MASK__set_value, QUEUE1_DMA_BASE__set, QUEUE1_DMA_BASE__set_value, QUEUE1_DMA_LIMIT__set, QUEUE1_DMA_LIMIT__set_value, QUEUE1_WATCHDOG__set, QUEUE1_WATCHDOG__set_value, GLOBAL_SEM0__set_value
 , GLOBAL_SEM1__set_value, GLOBAL_SEM2__set_value, GLOBAL_SEM3__set_value, GLOBAL_SEM4__set_value, GLOBAL_SEM5__set_value, GLOBAL_SEM6__set_value, GLOBAL_SEM7__set_value, GLOBAL_SEM8__set_value, GLOBAL_SEM9__set_value, GLOBAL_SEM10__set_value, GLOBAL_SEM11__set_value, GLOBAL_SEM12__set_value, GLOBAL_SEM13__set_value, GLOBAL_SEM14__set_value, GLOBAL_SEM15__set_value, GLOBAL_CYCLES_LO__value, GLOBAL_CYCLES_HI__value, GLOBAL_SCRATCH__wdata, bus__bvalid, bus__bresp, bus__rvalid
 , bus__rdata, bus__rresp, GLOBAL_SEM0__value, GLOBAL_SEM1__value, GLOBAL_SEM2__value, GLOBAL_SEM3__value, GLOBAL_SEM4__value, GLOBAL_SEM5__value, GLOBAL_SEM6__value, GLOBAL_SEM7__value, GLOBAL_SEM8__value, GLOBAL_SEM9__value, GLOBAL_SEM10__value, GLOBAL_SEM11__value, GLOBAL_SEM12__value, GLOBAL_SEM13__value, GLOBAL_SEM14__value, GLOBAL_SEM15__value, QUEUE0_RING_BASE__value, QUEUE0_RING_LOG2__value, QUEUE0_CQ_BASE__value
-, QUEUE0_CONTROL__value, QUEUE0_IRQ_STATUS__value, QUEUE0_IRQ_MASK__value, QUEUE0_DMA_BASE__value, QUEUE0_DMA_LIMIT__value, QUEUE0_WATCHDOG__value, QUEUE1_RING_BASE__value, QUEUE1_RING_LOG2__value, QUEUE1_CQ_BASE__value, QUEUE1_CONTROL__value, QUEUE1_IRQ_STATUS__value, QUEUE1_IRQ_MASK__value, QUEUE1_DMA_BASE__value, QUEUE1_DMA_LIMIT__value, QUEUE1_WATCHDOG__value, TRACE0_CONTROL__value, TRACE1_CONTROL__value, \port$17406$0 , \port$17408$0 , \port$17414$0 , \port$17416$0 
-, \port$17418$0 , \port$17419$0 , \port$17570$0 , PERF0_CYCLES__value, PERF0_BUSY_LOAD__value, PERF0_BUSY_STORE__value, PERF0_STALL_DEP__value, PERF0_STALL_MEM__value, PERF0_MACS_HI__value, \port$19711$0 , \port$19713$0 , \port$19719$0 , \port$19721$0 , \port$19723$0 , \port$19724$0 , \port$19875$0 , PERF1_CYCLES__value, PERF1_BUSY_LOAD__value, PERF1_BUSY_STORE__value, PERF1_STALL_DEP__value, PERF1_STALL_MEM__value
+, QUEUE0_CONTROL__value, QUEUE0_IRQ_STATUS__value, QUEUE0_IRQ_MASK__value, QUEUE0_DMA_BASE__value, QUEUE0_DMA_LIMIT__value, QUEUE0_WATCHDOG__value, QUEUE1_RING_BASE__value, QUEUE1_RING_LOG2__value, QUEUE1_CQ_BASE__value, QUEUE1_CONTROL__value, QUEUE1_IRQ_STATUS__value, QUEUE1_IRQ_MASK__value, QUEUE1_DMA_BASE__value, QUEUE1_DMA_LIMIT__value, QUEUE1_WATCHDOG__value, TRACE0_CONTROL__value, TRACE1_CONTROL__value, \port$17538$0 , \port$17540$0 , \port$17546$0 , \port$17548$0 
+, \port$17550$0 , \port$17551$0 , \port$17702$0 , PERF0_CYCLES__value, PERF0_BUSY_LOAD__value, PERF0_BUSY_STORE__value, PERF0_STALL_DEP__value, PERF0_STALL_MEM__value, PERF0_MACS_HI__value, \port$19843$0 , \port$19845$0 , \port$19851$0 , \port$19853$0 , \port$19855$0 , \port$19856$0 , \port$20007$0 , PERF1_CYCLES__value, PERF1_BUSY_LOAD__value, PERF1_BUSY_STORE__value, PERF1_STALL_DEP__value, PERF1_STALL_MEM__value
 , PERF1_MACS_HI__value, bus__wvalid, bus__awvalid, bus__arvalid, bus__awaddr, bus__wdata, bus__araddr, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$161  = 0;
   wire \$1 ;
@@ -87161,18 +87161,18 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   wire [31:0] \$262 ;
   wire [31:0] \$263 ;
   wire [31:0] \$264 ;
-  wire \$265 ;
-  wire \$266 ;
-  wire \$267 ;
-  wire \$268 ;
-  wire [1:0] \$269 ;
+  wire [31:0] \$265 ;
+  wire [31:0] \$266 ;
+  wire [31:0] \$267 ;
+  wire [31:0] \$268 ;
+  wire [31:0] \$269 ;
   wire [31:0] \$27 ;
-  wire \$270 ;
-  wire \$271 ;
-  wire \$272 ;
+  wire [31:0] \$270 ;
+  wire [31:0] \$271 ;
+  wire [31:0] \$272 ;
   wire [31:0] \$273 ;
-  wire [1:0] \$274 ;
-  wire \$275 ;
+  wire [31:0] \$274 ;
+  wire [31:0] \$275 ;
   wire [31:0] \$276 ;
   wire [31:0] \$277 ;
   wire [31:0] \$278 ;
@@ -87226,18 +87226,18 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   wire [31:0] \$320 ;
   wire [31:0] \$321 ;
   wire [31:0] \$322 ;
-  wire [31:0] \$323 ;
-  wire [31:0] \$324 ;
-  wire [31:0] \$325 ;
-  wire [31:0] \$326 ;
-  wire [31:0] \$327 ;
-  wire [31:0] \$328 ;
-  wire [31:0] \$329 ;
+  wire \$323 ;
+  wire \$324 ;
+  wire \$325 ;
+  wire \$326 ;
+  wire [1:0] \$327 ;
+  wire \$328 ;
+  wire \$329 ;
   wire [31:0] \$33 ;
-  wire [31:0] \$330 ;
+  wire \$330 ;
   wire [31:0] \$331 ;
-  wire [31:0] \$332 ;
-  wire [31:0] \$333 ;
+  wire [1:0] \$332 ;
+  wire \$333 ;
   wire [31:0] \$334 ;
   wire [31:0] \$335 ;
   wire [31:0] \$336 ;
@@ -87264,68 +87264,138 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   wire [31:0] \$355 ;
   wire [31:0] \$356 ;
   wire [31:0] \$357 ;
-  reg \$358 ;
-  reg [15:0] \$359 ;
+  wire [31:0] \$358 ;
+  wire [31:0] \$359 ;
   wire [31:0] \$36 ;
-  reg \$360 ;
-  reg [31:0] \$361 ;
-  reg [3:0] \$362 ;
-  reg \$363 ;
-  reg [1:0] \$364 ;
-  reg \$365 ;
-  reg [15:0] \$366 ;
-  reg \$367 ;
-  reg [31:0] \$368 ;
-  reg [1:0] \$369 ;
+  wire [31:0] \$360 ;
+  wire [31:0] \$361 ;
+  wire [31:0] \$362 ;
+  wire [31:0] \$363 ;
+  wire [31:0] \$364 ;
+  wire [31:0] \$365 ;
+  wire [31:0] \$366 ;
+  wire [31:0] \$367 ;
+  wire [31:0] \$368 ;
+  wire [31:0] \$369 ;
   wire [31:0] \$37 ;
-  reg [31:0] \$370 ;
-  reg [31:0] \$371 ;
-  reg [31:0] \$372 ;
-  reg [31:0] \$373 ;
-  reg [31:0] \$374 ;
-  reg [31:0] \$375 ;
-  reg [31:0] \$376 ;
-  reg [31:0] \$377 ;
-  reg [31:0] \$378 ;
-  reg [31:0] \$379 ;
+  wire [31:0] \$370 ;
+  wire [31:0] \$371 ;
+  wire [31:0] \$372 ;
+  wire [31:0] \$373 ;
+  wire [31:0] \$374 ;
+  wire [31:0] \$375 ;
+  wire [31:0] \$376 ;
+  wire [31:0] \$377 ;
+  wire [31:0] \$378 ;
+  wire [31:0] \$379 ;
   wire [31:0] \$38 ;
-  reg [31:0] \$380 ;
-  reg [31:0] \$381 ;
-  reg [31:0] \$382 ;
-  reg [31:0] \$383 ;
-  reg [31:0] \$384 ;
-  reg [31:0] \$385 ;
-  reg [31:0] \$386 ;
-  reg [31:0] \$387 ;
-  reg [31:0] \$388 ;
-  reg [31:0] \$389 ;
+  wire [31:0] \$380 ;
+  wire [31:0] \$381 ;
+  wire [31:0] \$382 ;
+  wire [31:0] \$383 ;
+  wire [31:0] \$384 ;
+  wire [31:0] \$385 ;
+  wire [31:0] \$386 ;
+  wire [31:0] \$387 ;
+  wire [31:0] \$388 ;
+  wire [31:0] \$389 ;
   wire [31:0] \$39 ;
-  reg [31:0] \$390 ;
-  reg [31:0] \$391 ;
-  reg [31:0] \$392 ;
-  reg [31:0] \$393 ;
-  reg [31:0] \$394 ;
-  reg [31:0] \$395 ;
-  reg [31:0] \$396 ;
-  reg [31:0] \$397 ;
-  reg [31:0] \$398 ;
-  reg [31:0] \$399 ;
+  wire [31:0] \$390 ;
+  wire [31:0] \$391 ;
+  wire [31:0] \$392 ;
+  wire [31:0] \$393 ;
+  wire [31:0] \$394 ;
+  wire [31:0] \$395 ;
+  wire [31:0] \$396 ;
+  wire [31:0] \$397 ;
+  wire [31:0] \$398 ;
+  wire [31:0] \$399 ;
   wire \$4 ;
   wire [31:0] \$40 ;
-  reg [31:0] \$400 ;
-  reg [31:0] \$401 ;
-  reg [31:0] \$402 ;
-  reg [31:0] \$403 ;
-  reg [31:0] \$404 ;
-  reg [31:0] \$405 ;
-  reg [31:0] \$406 ;
+  wire [31:0] \$400 ;
+  wire [31:0] \$401 ;
+  wire [31:0] \$402 ;
+  wire [31:0] \$403 ;
+  wire [31:0] \$404 ;
+  wire [31:0] \$405 ;
+  wire [31:0] \$406 ;
+  wire [31:0] \$407 ;
+  wire [31:0] \$408 ;
+  wire [31:0] \$409 ;
   wire [31:0] \$41 ;
+  wire [31:0] \$410 ;
+  wire [31:0] \$411 ;
+  wire [31:0] \$412 ;
+  wire [31:0] \$413 ;
+  wire [31:0] \$414 ;
+  wire [31:0] \$415 ;
+  wire [31:0] \$416 ;
+  wire [31:0] \$417 ;
+  wire [31:0] \$418 ;
+  wire [31:0] \$419 ;
   wire [31:0] \$42 ;
+  wire [31:0] \$420 ;
+  wire [31:0] \$421 ;
+  wire [31:0] \$422 ;
+  wire [31:0] \$423 ;
+  reg \$424 ;
+  reg [15:0] \$425 ;
+  reg \$426 ;
+  reg [31:0] \$427 ;
+  reg [3:0] \$428 ;
+  reg \$429 ;
   wire [31:0] \$43 ;
+  reg [1:0] \$430 ;
+  reg \$431 ;
+  reg [15:0] \$432 ;
+  reg \$433 ;
+  reg [31:0] \$434 ;
+  reg [1:0] \$435 ;
+  reg [31:0] \$436 ;
+  reg [31:0] \$437 ;
+  reg [31:0] \$438 ;
+  reg [31:0] \$439 ;
   wire [31:0] \$44 ;
+  reg [31:0] \$440 ;
+  reg [31:0] \$441 ;
+  reg [31:0] \$442 ;
+  reg [31:0] \$443 ;
+  reg [31:0] \$444 ;
+  reg [31:0] \$445 ;
+  reg [31:0] \$446 ;
+  reg [31:0] \$447 ;
+  reg [31:0] \$448 ;
+  reg [31:0] \$449 ;
   wire [31:0] \$45 ;
+  reg [31:0] \$450 ;
+  reg [31:0] \$451 ;
+  reg [31:0] \$452 ;
+  reg [31:0] \$453 ;
+  reg [31:0] \$454 ;
+  reg [31:0] \$455 ;
+  reg [31:0] \$456 ;
+  reg [31:0] \$457 ;
+  reg [31:0] \$458 ;
+  reg [31:0] \$459 ;
   wire [31:0] \$46 ;
+  reg [31:0] \$460 ;
+  reg [31:0] \$461 ;
+  reg [31:0] \$462 ;
+  reg [31:0] \$463 ;
+  reg [31:0] \$464 ;
+  reg [31:0] \$465 ;
+  reg [31:0] \$466 ;
+  reg [31:0] \$467 ;
+  reg [31:0] \$468 ;
+  reg [31:0] \$469 ;
   wire [31:0] \$47 ;
+  reg [31:0] \$470 ;
+  reg [31:0] \$471 ;
+  reg [31:0] \$472 ;
+  reg [31:0] \$473 ;
+  reg [31:0] \$474 ;
+  reg [31:0] \$475 ;
+  reg [31:0] \$476 ;
   wire [31:0] \$48 ;
   wire [31:0] \$49 ;
   wire [31:0] \$5 ;
@@ -87385,6 +87455,7 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   wire [31:0] \$99 ;
   wire GLOBAL_ACC_ROWS_rsel;
   wire GLOBAL_CAPS_rsel;
+  wire GLOBAL_CHIP_ID_rsel;
   wire GLOBAL_CYCLES_HI__read;
   input [31:0] GLOBAL_CYCLES_HI__value;
   wire [31:0] GLOBAL_CYCLES_HI__value;
@@ -87643,6 +87714,100 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   wire GLOBAL_SEM9_wsel;
   wire GLOBAL_SPM_ROWS_rsel;
   wire GLOBAL_VERSION_rsel;
+  wire LINK_CAPS__read;
+  wire [31:0] LINK_CAPS__value;
+  wire LINK_CAPS_rsel;
+  (* init = 32'd0 *)
+  wire [31:0] LINK_CLEAR__wdata;
+  wire LINK_CLEAR__write;
+  wire LINK_CLEAR_write;
+  wire LINK_CLEAR_wsel;
+  wire LINK_CONTROL0__set;
+  wire [31:0] LINK_CONTROL0__set_value;
+  reg [31:0] LINK_CONTROL0__value = 32'd0;
+  (* init = 32'd0 *)
+  wire [31:0] LINK_CONTROL0__wdata;
+  wire LINK_CONTROL0__write;
+  (* init = 32'd0 *)
+  wire [31:0] LINK_CONTROL0_reg;
+  wire LINK_CONTROL0_rsel;
+  wire LINK_CONTROL0_write;
+  wire LINK_CONTROL0_wsel;
+  wire LINK_CONTROL1__set;
+  wire [31:0] LINK_CONTROL1__set_value;
+  reg [31:0] LINK_CONTROL1__value = 32'd0;
+  (* init = 32'd0 *)
+  wire [31:0] LINK_CONTROL1__wdata;
+  wire LINK_CONTROL1__write;
+  (* init = 32'd0 *)
+  wire [31:0] LINK_CONTROL1_reg;
+  wire LINK_CONTROL1_rsel;
+  wire LINK_CONTROL1_write;
+  wire LINK_CONTROL1_wsel;
+  wire LINK_CRC_ERRORS0__read;
+  wire [31:0] LINK_CRC_ERRORS0__value;
+  wire LINK_CRC_ERRORS0_rsel;
+  wire LINK_CRC_ERRORS1__read;
+  wire [31:0] LINK_CRC_ERRORS1__value;
+  wire LINK_CRC_ERRORS1_rsel;
+  wire LINK_CREDIT_STALLS0__read;
+  wire [31:0] LINK_CREDIT_STALLS0__value;
+  wire LINK_CREDIT_STALLS0_rsel;
+  wire LINK_CREDIT_STALLS1__read;
+  wire [31:0] LINK_CREDIT_STALLS1__value;
+  wire LINK_CREDIT_STALLS1_rsel;
+  wire LINK_ID_rsel;
+  wire LINK_LATENCY__read;
+  wire [31:0] LINK_LATENCY__value;
+  wire LINK_LATENCY_rsel;
+  wire LINK_NEXT_rsel;
+  wire LINK_RETRIES0__read;
+  wire [31:0] LINK_RETRIES0__value;
+  wire LINK_RETRIES0_rsel;
+  wire LINK_RETRIES1__read;
+  wire [31:0] LINK_RETRIES1__value;
+  wire LINK_RETRIES1_rsel;
+  wire LINK_RX_PACKETS0__read;
+  wire [31:0] LINK_RX_PACKETS0__value;
+  wire LINK_RX_PACKETS0_rsel;
+  wire LINK_RX_PACKETS1__read;
+  wire [31:0] LINK_RX_PACKETS1__value;
+  wire LINK_RX_PACKETS1_rsel;
+  wire LINK_STATUS0__read;
+  wire [31:0] LINK_STATUS0__value;
+  wire LINK_STATUS0_rsel;
+  wire LINK_STATUS1__read;
+  wire [31:0] LINK_STATUS1__value;
+  wire LINK_STATUS1_rsel;
+  wire LINK_TX_PACKETS0__read;
+  wire [31:0] LINK_TX_PACKETS0__value;
+  wire LINK_TX_PACKETS0_rsel;
+  wire LINK_TX_PACKETS1__read;
+  wire [31:0] LINK_TX_PACKETS1__value;
+  wire LINK_TX_PACKETS1_rsel;
+  wire LINK_VERSION_rsel;
+  wire LINK_WINDOW_BASE__set;
+  wire [31:0] LINK_WINDOW_BASE__set_value;
+  reg [31:0] LINK_WINDOW_BASE__value = 32'd0;
+  (* init = 32'd0 *)
+  wire [31:0] LINK_WINDOW_BASE__wdata;
+  wire LINK_WINDOW_BASE__write;
+  (* init = 32'd0 *)
+  wire [31:0] LINK_WINDOW_BASE_reg;
+  wire LINK_WINDOW_BASE_rsel;
+  wire LINK_WINDOW_BASE_write;
+  wire LINK_WINDOW_BASE_wsel;
+  wire LINK_WINDOW_LIMIT__set;
+  wire [31:0] LINK_WINDOW_LIMIT__set_value;
+  reg [31:0] LINK_WINDOW_LIMIT__value = 32'd0;
+  (* init = 32'd0 *)
+  wire [31:0] LINK_WINDOW_LIMIT__wdata;
+  wire LINK_WINDOW_LIMIT__write;
+  (* init = 32'd0 *)
+  wire [31:0] LINK_WINDOW_LIMIT_reg;
+  wire LINK_WINDOW_LIMIT_rsel;
+  wire LINK_WINDOW_LIMIT_write;
+  wire LINK_WINDOW_LIMIT_wsel;
   wire PERF0_BUSY_COMPUTE__read;
   input [31:0] PERF0_BUSY_COMPUTE__value;
   wire [31:0] PERF0_BUSY_COMPUTE__value;
@@ -88178,46 +88343,46 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   wire clk;
   wire do_read;
   wire do_write;
-  input \port$12886$0 ;
-  wire \port$12886$0 ;
-  input [8:0] \port$13617$0 ;
-  wire [8:0] \port$13617$0 ;
-  input [15:0] \port$17406$0 ;
-  wire [15:0] \port$17406$0 ;
-  input [15:0] \port$17408$0 ;
-  wire [15:0] \port$17408$0 ;
-  input \port$17414$0 ;
-  wire \port$17414$0 ;
-  input [7:0] \port$17416$0 ;
-  wire [7:0] \port$17416$0 ;
-  input [15:0] \port$17418$0 ;
-  wire [15:0] \port$17418$0 ;
-  input \port$17419$0 ;
-  wire \port$17419$0 ;
-  input \port$17570$0 ;
-  wire \port$17570$0 ;
-  input [15:0] \port$19711$0 ;
-  wire [15:0] \port$19711$0 ;
-  input [15:0] \port$19713$0 ;
-  wire [15:0] \port$19713$0 ;
-  input \port$19719$0 ;
-  wire \port$19719$0 ;
-  input [7:0] \port$19721$0 ;
-  wire [7:0] \port$19721$0 ;
-  input [15:0] \port$19723$0 ;
-  wire [15:0] \port$19723$0 ;
-  input \port$19724$0 ;
-  wire \port$19724$0 ;
-  input \port$19875$0 ;
-  wire \port$19875$0 ;
-  input \port$3011$0 ;
-  wire \port$3011$0 ;
-  input \port$7553$0 ;
-  wire \port$7553$0 ;
-  input [8:0] \port$8284$0 ;
-  wire [8:0] \port$8284$0 ;
-  input \port$8344$0 ;
-  wire \port$8344$0 ;
+  input \port$13010$0 ;
+  wire \port$13010$0 ;
+  input [8:0] \port$13741$0 ;
+  wire [8:0] \port$13741$0 ;
+  input [15:0] \port$17538$0 ;
+  wire [15:0] \port$17538$0 ;
+  input [15:0] \port$17540$0 ;
+  wire [15:0] \port$17540$0 ;
+  input \port$17546$0 ;
+  wire \port$17546$0 ;
+  input [7:0] \port$17548$0 ;
+  wire [7:0] \port$17548$0 ;
+  input [15:0] \port$17550$0 ;
+  wire [15:0] \port$17550$0 ;
+  input \port$17551$0 ;
+  wire \port$17551$0 ;
+  input \port$17702$0 ;
+  wire \port$17702$0 ;
+  input [15:0] \port$19843$0 ;
+  wire [15:0] \port$19843$0 ;
+  input [15:0] \port$19845$0 ;
+  wire [15:0] \port$19845$0 ;
+  input \port$19851$0 ;
+  wire \port$19851$0 ;
+  input [7:0] \port$19853$0 ;
+  wire [7:0] \port$19853$0 ;
+  input [15:0] \port$19855$0 ;
+  wire [15:0] \port$19855$0 ;
+  input \port$19856$0 ;
+  wire \port$19856$0 ;
+  input \port$20007$0 ;
+  wire \port$20007$0 ;
+  input \port$3135$0 ;
+  wire \port$3135$0 ;
+  input \port$7677$0 ;
+  wire \port$7677$0 ;
+  input [8:0] \port$8408$0 ;
+  wire [8:0] \port$8408$0 ;
+  input \port$8468$0 ;
+  wire \port$8468$0 ;
   wire [31:0] rd_data;
   wire rd_hit;
   input rst;
@@ -88229,106 +88394,229 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   wire wr_hit;
   wire wr_ok;
   wire writing;
-  assign \$343  = \$342  | { 30'h00000000, \port$19724$0 , \port$19875$0  };
-  assign \$345  = QUEUE1_IRQ_STATUS__clear ? 32'd0 : \$344 ;
+  assign GLOBAL_SEM7_write = writing & GLOBAL_SEM7_wsel;
+  assign GLOBAL_SEM8_write = writing & GLOBAL_SEM8_wsel;
+  assign GLOBAL_SEM9_write = writing & GLOBAL_SEM9_wsel;
+  assign GLOBAL_SEM10_write = writing & GLOBAL_SEM10_wsel;
+  assign GLOBAL_SEM11_write = writing & GLOBAL_SEM11_wsel;
+  assign GLOBAL_SEM12_write = writing & GLOBAL_SEM12_wsel;
+  assign GLOBAL_SEM13_write = writing & GLOBAL_SEM13_wsel;
+  assign GLOBAL_SEM14_write = writing & GLOBAL_SEM14_wsel;
+  assign GLOBAL_SEM15_write = writing & GLOBAL_SEM15_wsel;
+  assign QUEUE0_RING_BASE_write = writing & QUEUE0_RING_BASE_wsel;
+  assign QUEUE0_RING_LOG2_write = writing & QUEUE0_RING_LOG2_wsel;
+  assign QUEUE0_CQ_BASE_write = writing & QUEUE0_CQ_BASE_wsel;
+  assign QUEUE0_HEAD__read = do_read & QUEUE0_HEAD_rsel;
+  assign QUEUE0_TAIL__read = do_read & QUEUE0_TAIL_rsel;
+  assign QUEUE0_DOORBELL_write = writing & QUEUE0_DOORBELL_wsel;
+  assign QUEUE0_CONTROL_write = writing & QUEUE0_CONTROL_wsel;
+  assign QUEUE0_STATUS__read = do_read & QUEUE0_STATUS_rsel;
+  assign QUEUE0_ERROR__read = do_read & QUEUE0_ERROR_rsel;
+  assign QUEUE0_IRQ_STATUS_write = writing & QUEUE0_IRQ_STATUS_wsel;
+  assign QUEUE0_IRQ_MASK_write = writing & QUEUE0_IRQ_MASK_wsel;
+  assign QUEUE0_DMA_BASE_write = writing & QUEUE0_DMA_BASE_wsel;
+  assign QUEUE0_DMA_LIMIT_write = writing & QUEUE0_DMA_LIMIT_wsel;
+  assign QUEUE0_WATCHDOG_write = writing & QUEUE0_WATCHDOG_wsel;
+  assign QUEUE0_RESET_write = writing & QUEUE0_RESET_wsel;
+  assign QUEUE1_RING_BASE_write = writing & QUEUE1_RING_BASE_wsel;
+  assign QUEUE1_RING_LOG2_write = writing & QUEUE1_RING_LOG2_wsel;
+  assign QUEUE1_CQ_BASE_write = writing & QUEUE1_CQ_BASE_wsel;
+  assign QUEUE1_HEAD__read = do_read & QUEUE1_HEAD_rsel;
+  assign QUEUE1_TAIL__read = do_read & QUEUE1_TAIL_rsel;
+  assign QUEUE1_DOORBELL_write = writing & QUEUE1_DOORBELL_wsel;
+  assign QUEUE1_CONTROL_write = writing & QUEUE1_CONTROL_wsel;
+  assign QUEUE1_STATUS__read = do_read & QUEUE1_STATUS_rsel;
+  assign QUEUE1_ERROR__read = do_read & QUEUE1_ERROR_rsel;
+  assign QUEUE1_IRQ_STATUS_write = writing & QUEUE1_IRQ_STATUS_wsel;
+  assign QUEUE1_IRQ_MASK_write = writing & QUEUE1_IRQ_MASK_wsel;
+  assign QUEUE1_DMA_BASE_write = writing & QUEUE1_DMA_BASE_wsel;
+  assign QUEUE1_DMA_LIMIT_write = writing & QUEUE1_DMA_LIMIT_wsel;
+  assign QUEUE1_WATCHDOG_write = writing & QUEUE1_WATCHDOG_wsel;
+  assign QUEUE1_RESET_write = writing & QUEUE1_RESET_wsel;
+  assign PERF0_CONTROL_write = writing & PERF0_CONTROL_wsel;
+  assign PERF0_CYCLES__read = do_read & PERF0_CYCLES_rsel;
+  assign PERF0_BUSY_LOAD__read = do_read & PERF0_BUSY_LOAD_rsel;
+  assign PERF0_BUSY_COMPUTE__read = do_read & PERF0_BUSY_COMPUTE_rsel;
+  assign PERF0_BUSY_STORE__read = do_read & PERF0_BUSY_STORE_rsel;
+  assign PERF0_MACS_LO__read = do_read & PERF0_MACS_LO_rsel;
+  assign PERF0_MACS_HI__read = do_read & PERF0_MACS_HI_rsel;
+  assign PERF0_STALL_DEP__read = do_read & PERF0_STALL_DEP_rsel;
+  assign PERF0_STALL_MEM__read = do_read & PERF0_STALL_MEM_rsel;
+  assign PERF0_BYTES_READ__read = do_read & PERF0_BYTES_READ_rsel;
+  assign PERF0_BYTES_WRITTEN__read = do_read & PERF0_BYTES_WRITTEN_rsel;
+  assign PERF0_BUSY_VECTOR__read = do_read & PERF0_BUSY_VECTOR_rsel;
+  assign PERF0_TABLE_HITS__read = do_read & PERF0_TABLE_HITS_rsel;
+  assign PERF0_TABLE_UNDERFLOWS__read = do_read & PERF0_TABLE_UNDERFLOWS_rsel;
+  assign PERF0_TABLE_OVERFLOWS__read = do_read & PERF0_TABLE_OVERFLOWS_rsel;
+  assign PERF1_CONTROL_write = writing & PERF1_CONTROL_wsel;
+  assign PERF1_CYCLES__read = do_read & PERF1_CYCLES_rsel;
+  assign PERF1_BUSY_LOAD__read = do_read & PERF1_BUSY_LOAD_rsel;
+  assign PERF1_BUSY_COMPUTE__read = do_read & PERF1_BUSY_COMPUTE_rsel;
+  assign PERF1_BUSY_STORE__read = do_read & PERF1_BUSY_STORE_rsel;
+  assign PERF1_MACS_LO__read = do_read & PERF1_MACS_LO_rsel;
+  assign PERF1_MACS_HI__read = do_read & PERF1_MACS_HI_rsel;
+  assign PERF1_STALL_DEP__read = do_read & PERF1_STALL_DEP_rsel;
+  assign PERF1_STALL_MEM__read = do_read & PERF1_STALL_MEM_rsel;
+  assign PERF1_BYTES_READ__read = do_read & PERF1_BYTES_READ_rsel;
+  assign PERF1_BYTES_WRITTEN__read = do_read & PERF1_BYTES_WRITTEN_rsel;
+  assign PERF1_BUSY_VECTOR__read = do_read & PERF1_BUSY_VECTOR_rsel;
+  assign PERF1_TABLE_HITS__read = do_read & PERF1_TABLE_HITS_rsel;
+  assign PERF1_TABLE_UNDERFLOWS__read = do_read & PERF1_TABLE_UNDERFLOWS_rsel;
+  assign PERF1_TABLE_OVERFLOWS__read = do_read & PERF1_TABLE_OVERFLOWS_rsel;
+  assign TRACE0_CONTROL_write = writing & TRACE0_CONTROL_wsel;
+  assign TRACE0_COUNT__read = do_read & TRACE0_COUNT_rsel;
+  assign TRACE0_DATA_LO__read = do_read & TRACE0_DATA_LO_rsel;
+  assign TRACE0_DATA_HI__read = do_read & TRACE0_DATA_HI_rsel;
+  assign TRACE1_CONTROL_write = writing & TRACE1_CONTROL_wsel;
+  assign TRACE1_COUNT__read = do_read & TRACE1_COUNT_rsel;
+  assign TRACE1_DATA_LO__read = do_read & TRACE1_DATA_LO_rsel;
+  assign TRACE1_DATA_HI__read = do_read & TRACE1_DATA_HI_rsel;
+  assign LINK_CAPS__read = do_read & LINK_CAPS_rsel;
+  assign LINK_LATENCY__read = do_read & LINK_LATENCY_rsel;
+  assign LINK_WINDOW_BASE_write = writing & LINK_WINDOW_BASE_wsel;
+  assign LINK_WINDOW_LIMIT_write = writing & LINK_WINDOW_LIMIT_wsel;
+  assign LINK_CLEAR_write = writing & LINK_CLEAR_wsel;
+  assign LINK_CONTROL0_write = writing & LINK_CONTROL0_wsel;
+  assign LINK_CONTROL1_write = writing & LINK_CONTROL1_wsel;
+  assign LINK_STATUS0__read = do_read & LINK_STATUS0_rsel;
+  assign LINK_STATUS1__read = do_read & LINK_STATUS1_rsel;
+  assign LINK_TX_PACKETS0__read = do_read & LINK_TX_PACKETS0_rsel;
+  assign LINK_TX_PACKETS1__read = do_read & LINK_TX_PACKETS1_rsel;
+  assign LINK_RX_PACKETS0__read = do_read & LINK_RX_PACKETS0_rsel;
+  assign LINK_RX_PACKETS1__read = do_read & LINK_RX_PACKETS1_rsel;
+  assign LINK_RETRIES0__read = do_read & LINK_RETRIES0_rsel;
+  assign LINK_RETRIES1__read = do_read & LINK_RETRIES1_rsel;
+  assign LINK_CRC_ERRORS0__read = do_read & LINK_CRC_ERRORS0_rsel;
+  assign LINK_CRC_ERRORS1__read = do_read & LINK_CRC_ERRORS1_rsel;
+  assign LINK_CREDIT_STALLS0__read = do_read & LINK_CREDIT_STALLS0_rsel;
+  assign LINK_CREDIT_STALLS1__read = do_read & LINK_CREDIT_STALLS1_rsel;
+  assign \$323  = ~ aw_full;
+  assign \$324  = bus__awvalid & \$323 ;
+  assign \$325  = ~ w_full;
+  assign \$326  = bus__wvalid & \$325 ;
+  assign \$327  = wr_ok ? 2'h0 : 2'h2;
+  assign \$328  = bus__bvalid & bus__bready;
+  assign \$329  = ~ ar_full;
+  assign \$330  = bus__arvalid & \$329 ;
+  assign \$331  = rd_hit ? rd_data : 32'd0;
+  assign \$332  = rd_hit ? 2'h0 : 2'h2;
+  assign \$333  = bus__rvalid & bus__rready;
+  assign \$376  = QUEUE0_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
+  assign \$377  = ~ \$376 ;
+  assign \$378  = QUEUE0_IRQ_STATUS__value & \$377 ;
+  assign \$379  = \$378  | { 30'h00000000, \port$17551$0 , \port$17702$0  };
+  assign \$381  = QUEUE0_IRQ_STATUS__clear ? 32'd0 : \$380 ;
+  assign \$398  = QUEUE1_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
+  assign \$399  = ~ \$398 ;
+  assign \$400  = QUEUE1_IRQ_STATUS__value & \$399 ;
+  assign \$401  = \$400  | { 30'h00000000, \port$19856$0 , \port$20007$0  };
+  assign \$403  = QUEUE1_IRQ_STATUS__clear ? 32'd0 : \$402 ;
   always @(posedge clk)
-    aw_full <= \$358 ;
+    aw_full <= \$424 ;
   always @(posedge clk)
-    aw_addr <= \$359 ;
+    aw_addr <= \$425 ;
   always @(posedge clk)
-    w_full <= \$360 ;
+    w_full <= \$426 ;
   always @(posedge clk)
-    GLOBAL_SCRATCH__wdata <= \$361 ;
+    GLOBAL_SCRATCH__wdata <= \$427 ;
   always @(posedge clk)
-    w_strb <= \$362 ;
+    w_strb <= \$428 ;
   always @(posedge clk)
-    bus__bvalid <= \$363 ;
+    bus__bvalid <= \$429 ;
   always @(posedge clk)
-    bus__bresp <= \$364 ;
+    bus__bresp <= \$430 ;
   always @(posedge clk)
-    ar_full <= \$365 ;
+    ar_full <= \$431 ;
   always @(posedge clk)
-    ar_addr <= \$366 ;
+    ar_addr <= \$432 ;
   always @(posedge clk)
-    bus__rvalid <= \$367 ;
+    bus__rvalid <= \$433 ;
   always @(posedge clk)
-    bus__rdata <= \$368 ;
+    bus__rdata <= \$434 ;
   always @(posedge clk)
-    bus__rresp <= \$369 ;
+    bus__rresp <= \$435 ;
   always @(posedge clk)
-    GLOBAL_SCRATCH__value <= \$370 ;
+    GLOBAL_SCRATCH__value <= \$436 ;
   always @(posedge clk)
-    GLOBAL_SEM0__value <= \$371 ;
+    GLOBAL_SEM0__value <= \$437 ;
   always @(posedge clk)
-    GLOBAL_SEM1__value <= \$372 ;
+    GLOBAL_SEM1__value <= \$438 ;
   always @(posedge clk)
-    GLOBAL_SEM2__value <= \$373 ;
+    GLOBAL_SEM2__value <= \$439 ;
   always @(posedge clk)
-    GLOBAL_SEM3__value <= \$374 ;
+    GLOBAL_SEM3__value <= \$440 ;
   always @(posedge clk)
-    GLOBAL_SEM4__value <= \$375 ;
+    GLOBAL_SEM4__value <= \$441 ;
   always @(posedge clk)
-    GLOBAL_SEM5__value <= \$376 ;
+    GLOBAL_SEM5__value <= \$442 ;
   always @(posedge clk)
-    GLOBAL_SEM6__value <= \$377 ;
+    GLOBAL_SEM6__value <= \$443 ;
   always @(posedge clk)
-    GLOBAL_SEM7__value <= \$378 ;
+    GLOBAL_SEM7__value <= \$444 ;
   always @(posedge clk)
-    GLOBAL_SEM8__value <= \$379 ;
+    GLOBAL_SEM8__value <= \$445 ;
   always @(posedge clk)
-    GLOBAL_SEM9__value <= \$380 ;
+    GLOBAL_SEM9__value <= \$446 ;
   always @(posedge clk)
-    GLOBAL_SEM10__value <= \$381 ;
+    GLOBAL_SEM10__value <= \$447 ;
   always @(posedge clk)
-    GLOBAL_SEM11__value <= \$382 ;
+    GLOBAL_SEM11__value <= \$448 ;
   always @(posedge clk)
-    GLOBAL_SEM12__value <= \$383 ;
+    GLOBAL_SEM12__value <= \$449 ;
   always @(posedge clk)
-    GLOBAL_SEM13__value <= \$384 ;
+    GLOBAL_SEM13__value <= \$450 ;
   always @(posedge clk)
-    GLOBAL_SEM14__value <= \$385 ;
+    GLOBAL_SEM14__value <= \$451 ;
   always @(posedge clk)
-    GLOBAL_SEM15__value <= \$386 ;
+    GLOBAL_SEM15__value <= \$452 ;
   always @(posedge clk)
-    QUEUE0_RING_BASE__value <= \$387 ;
+    QUEUE0_RING_BASE__value <= \$453 ;
   always @(posedge clk)
-    QUEUE0_RING_LOG2__value <= \$388 ;
+    QUEUE0_RING_LOG2__value <= \$454 ;
   always @(posedge clk)
-    QUEUE0_CQ_BASE__value <= \$389 ;
+    QUEUE0_CQ_BASE__value <= \$455 ;
   always @(posedge clk)
-    QUEUE0_CONTROL__value <= \$390 ;
+    QUEUE0_CONTROL__value <= \$456 ;
   always @(posedge clk)
-    QUEUE0_IRQ_STATUS__value <= \$391 ;
+    QUEUE0_IRQ_STATUS__value <= \$457 ;
   always @(posedge clk)
-    QUEUE0_IRQ_MASK__value <= \$392 ;
+    QUEUE0_IRQ_MASK__value <= \$458 ;
   always @(posedge clk)
-    QUEUE0_DMA_BASE__value <= \$393 ;
+    QUEUE0_DMA_BASE__value <= \$459 ;
   always @(posedge clk)
-    QUEUE0_DMA_LIMIT__value <= \$394 ;
+    QUEUE0_DMA_LIMIT__value <= \$460 ;
   always @(posedge clk)
-    QUEUE0_WATCHDOG__value <= \$395 ;
+    QUEUE0_WATCHDOG__value <= \$461 ;
   always @(posedge clk)
-    QUEUE1_RING_BASE__value <= \$396 ;
+    QUEUE1_RING_BASE__value <= \$462 ;
   always @(posedge clk)
-    QUEUE1_RING_LOG2__value <= \$397 ;
+    QUEUE1_RING_LOG2__value <= \$463 ;
   always @(posedge clk)
-    QUEUE1_CQ_BASE__value <= \$398 ;
+    QUEUE1_CQ_BASE__value <= \$464 ;
   always @(posedge clk)
-    QUEUE1_CONTROL__value <= \$399 ;
+    QUEUE1_CONTROL__value <= \$465 ;
   always @(posedge clk)
-    QUEUE1_IRQ_STATUS__value <= \$400 ;
+    QUEUE1_IRQ_STATUS__value <= \$466 ;
   always @(posedge clk)
-    QUEUE1_IRQ_MASK__value <= \$401 ;
+    QUEUE1_IRQ_MASK__value <= \$467 ;
   always @(posedge clk)
-    QUEUE1_DMA_BASE__value <= \$402 ;
+    QUEUE1_DMA_BASE__value <= \$468 ;
   always @(posedge clk)
-    QUEUE1_DMA_LIMIT__value <= \$403 ;
+    QUEUE1_DMA_LIMIT__value <= \$469 ;
   always @(posedge clk)
-    QUEUE1_WATCHDOG__value <= \$404 ;
+    QUEUE1_WATCHDOG__value <= \$470 ;
   always @(posedge clk)
-    TRACE0_CONTROL__value <= \$405 ;
+    TRACE0_CONTROL__value <= \$471 ;
   always @(posedge clk)
-    TRACE1_CONTROL__value <= \$406 ;
+    TRACE1_CONTROL__value <= \$472 ;
+  always @(posedge clk)
+    LINK_WINDOW_BASE__value <= \$473 ;
+  always @(posedge clk)
+    LINK_WINDOW_LIMIT__value <= \$474 ;
+  always @(posedge clk)
+    LINK_CONTROL0__value <= \$475 ;
+  always @(posedge clk)
+    LINK_CONTROL1__value <= \$476 ;
   assign bus__awready = ~ aw_full;
   assign bus__wready = ~ w_full;
   assign \$1  = aw_full & w_full;
@@ -88387,6 +88675,7 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   assign GLOBAL_SEM14_wsel = aw_addr == 7'h70;
   assign GLOBAL_SEM15_rsel = ar_addr == 7'h74;
   assign GLOBAL_SEM15_wsel = aw_addr == 7'h74;
+  assign GLOBAL_CHIP_ID_rsel = ar_addr == 7'h78;
   assign QUEUE0_ID_rsel = ar_addr == 9'h100;
   assign QUEUE0_VERSION_rsel = ar_addr == 9'h104;
   assign QUEUE0_NEXT_rsel = ar_addr == 9'h108;
@@ -88493,8 +88782,34 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   assign TRACE1_COUNT_rsel = ar_addr == 11'h610;
   assign TRACE1_DATA_LO_rsel = ar_addr == 11'h614;
   assign TRACE1_DATA_HI_rsel = ar_addr == 11'h618;
-  assign wr_hit = | { TRACE1_CONTROL_wsel, TRACE0_CONTROL_wsel, PERF1_CONTROL_wsel, PERF0_CONTROL_wsel, QUEUE1_RESET_wsel, QUEUE1_WATCHDOG_wsel, QUEUE1_DMA_LIMIT_wsel, QUEUE1_DMA_BASE_wsel, QUEUE1_IRQ_MASK_wsel, QUEUE1_IRQ_STATUS_wsel, QUEUE1_CONTROL_wsel, QUEUE1_DOORBELL_wsel, QUEUE1_CQ_BASE_wsel, QUEUE1_RING_LOG2_wsel, QUEUE1_RING_BASE_wsel, QUEUE0_RESET_wsel, QUEUE0_WATCHDOG_wsel, QUEUE0_DMA_LIMIT_wsel, QUEUE0_DMA_BASE_wsel, QUEUE0_IRQ_MASK_wsel, QUEUE0_IRQ_STATUS_wsel, QUEUE0_CONTROL_wsel, QUEUE0_DOORBELL_wsel, QUEUE0_CQ_BASE_wsel, QUEUE0_RING_LOG2_wsel, QUEUE0_RING_BASE_wsel, GLOBAL_SEM15_wsel, GLOBAL_SEM14_wsel, GLOBAL_SEM13_wsel, GLOBAL_SEM12_wsel, GLOBAL_SEM11_wsel, GLOBAL_SEM10_wsel, GLOBAL_SEM9_wsel, GLOBAL_SEM8_wsel, GLOBAL_SEM7_wsel, GLOBAL_SEM6_wsel, GLOBAL_SEM5_wsel, GLOBAL_SEM4_wsel, GLOBAL_SEM3_wsel, GLOBAL_SEM2_wsel, GLOBAL_SEM1_wsel, GLOBAL_SEM0_wsel, GLOBAL_RESET_wsel, GLOBAL_SCRATCH_wsel };
-  assign rd_hit = | { TRACE1_DATA_HI_rsel, TRACE1_DATA_LO_rsel, TRACE1_COUNT_rsel, TRACE1_CONTROL_rsel, TRACE1_NEXT_rsel, TRACE1_VERSION_rsel, TRACE1_ID_rsel, TRACE0_DATA_HI_rsel, TRACE0_DATA_LO_rsel, TRACE0_COUNT_rsel, TRACE0_CONTROL_rsel, TRACE0_NEXT_rsel, TRACE0_VERSION_rsel, TRACE0_ID_rsel, PERF1_TABLE_OVERFLOWS_rsel, PERF1_TABLE_UNDERFLOWS_rsel, PERF1_TABLE_HITS_rsel, PERF1_BUSY_VECTOR_rsel, PERF1_BYTES_WRITTEN_rsel, PERF1_BYTES_READ_rsel, PERF1_STALL_MEM_rsel, PERF1_STALL_DEP_rsel, PERF1_MACS_HI_rsel, PERF1_MACS_LO_rsel, PERF1_BUSY_STORE_rsel, PERF1_BUSY_COMPUTE_rsel, PERF1_BUSY_LOAD_rsel, PERF1_CYCLES_rsel, PERF1_NEXT_rsel, PERF1_VERSION_rsel, PERF1_ID_rsel, PERF0_TABLE_OVERFLOWS_rsel, PERF0_TABLE_UNDERFLOWS_rsel, PERF0_TABLE_HITS_rsel, PERF0_BUSY_VECTOR_rsel, PERF0_BYTES_WRITTEN_rsel, PERF0_BYTES_READ_rsel, PERF0_STALL_MEM_rsel, PERF0_STALL_DEP_rsel, PERF0_MACS_HI_rsel, PERF0_MACS_LO_rsel, PERF0_BUSY_STORE_rsel, PERF0_BUSY_COMPUTE_rsel, PERF0_BUSY_LOAD_rsel, PERF0_CYCLES_rsel, PERF0_NEXT_rsel, PERF0_VERSION_rsel, PERF0_ID_rsel, QUEUE1_WATCHDOG_rsel, QUEUE1_DMA_LIMIT_rsel, QUEUE1_DMA_BASE_rsel, QUEUE1_IRQ_MASK_rsel, QUEUE1_IRQ_STATUS_rsel, QUEUE1_ERROR_rsel, QUEUE1_STATUS_rsel, QUEUE1_CONTROL_rsel, QUEUE1_TAIL_rsel, QUEUE1_HEAD_rsel, QUEUE1_CQ_BASE_rsel, QUEUE1_RING_LOG2_rsel, QUEUE1_RING_BASE_rsel, QUEUE1_NEXT_rsel, QUEUE1_VERSION_rsel, QUEUE1_ID_rsel, QUEUE0_WATCHDOG_rsel, QUEUE0_DMA_LIMIT_rsel, QUEUE0_DMA_BASE_rsel, QUEUE0_IRQ_MASK_rsel, QUEUE0_IRQ_STATUS_rsel, QUEUE0_ERROR_rsel, QUEUE0_STATUS_rsel, QUEUE0_CONTROL_rsel, QUEUE0_TAIL_rsel, QUEUE0_HEAD_rsel, QUEUE0_CQ_BASE_rsel, QUEUE0_RING_LOG2_rsel, QUEUE0_RING_BASE_rsel, QUEUE0_NEXT_rsel, QUEUE0_VERSION_rsel, QUEUE0_ID_rsel, GLOBAL_SEM15_rsel, GLOBAL_SEM14_rsel, GLOBAL_SEM13_rsel, GLOBAL_SEM12_rsel, GLOBAL_SEM11_rsel, GLOBAL_SEM10_rsel, GLOBAL_SEM9_rsel, GLOBAL_SEM8_rsel, GLOBAL_SEM7_rsel, GLOBAL_SEM6_rsel, GLOBAL_SEM5_rsel, GLOBAL_SEM4_rsel, GLOBAL_SEM3_rsel, GLOBAL_SEM2_rsel, GLOBAL_SEM1_rsel, GLOBAL_SEM0_rsel, GLOBAL_CYCLES_HI_rsel, GLOBAL_CYCLES_LO_rsel, GLOBAL_SCRATCH_rsel, GLOBAL_FEATURES_rsel, GLOBAL_MEM_BYTES_rsel, GLOBAL_ACC_ROWS_rsel, GLOBAL_SPM_ROWS_rsel, GLOBAL_CAPS_rsel, GLOBAL_HW_VERSION_rsel, GLOBAL_MAGIC_rsel, GLOBAL_NEXT_rsel, GLOBAL_VERSION_rsel, GLOBAL_ID_rsel };
+  assign LINK_ID_rsel = ar_addr == 11'h700;
+  assign LINK_VERSION_rsel = ar_addr == 11'h704;
+  assign LINK_NEXT_rsel = ar_addr == 11'h708;
+  assign LINK_CAPS_rsel = ar_addr == 11'h70c;
+  assign LINK_LATENCY_rsel = ar_addr == 11'h710;
+  assign LINK_WINDOW_BASE_rsel = ar_addr == 11'h714;
+  assign LINK_WINDOW_BASE_wsel = aw_addr == 11'h714;
+  assign LINK_WINDOW_LIMIT_rsel = ar_addr == 11'h718;
+  assign LINK_WINDOW_LIMIT_wsel = aw_addr == 11'h718;
+  assign LINK_CLEAR_wsel = aw_addr == 11'h71c;
+  assign LINK_CONTROL0_rsel = ar_addr == 11'h720;
+  assign LINK_CONTROL0_wsel = aw_addr == 11'h720;
+  assign LINK_CONTROL1_rsel = ar_addr == 11'h724;
+  assign LINK_CONTROL1_wsel = aw_addr == 11'h724;
+  assign LINK_STATUS0_rsel = ar_addr == 11'h728;
+  assign LINK_STATUS1_rsel = ar_addr == 11'h72c;
+  assign LINK_TX_PACKETS0_rsel = ar_addr == 11'h730;
+  assign LINK_TX_PACKETS1_rsel = ar_addr == 11'h734;
+  assign LINK_RX_PACKETS0_rsel = ar_addr == 11'h738;
+  assign LINK_RX_PACKETS1_rsel = ar_addr == 11'h73c;
+  assign LINK_RETRIES0_rsel = ar_addr == 11'h740;
+  assign LINK_RETRIES1_rsel = ar_addr == 11'h744;
+  assign LINK_CRC_ERRORS0_rsel = ar_addr == 11'h748;
+  assign LINK_CRC_ERRORS1_rsel = ar_addr == 11'h74c;
+  assign LINK_CREDIT_STALLS0_rsel = ar_addr == 11'h750;
+  assign LINK_CREDIT_STALLS1_rsel = ar_addr == 11'h754;
+  assign wr_hit = | { LINK_CONTROL1_wsel, LINK_CONTROL0_wsel, LINK_CLEAR_wsel, LINK_WINDOW_LIMIT_wsel, LINK_WINDOW_BASE_wsel, TRACE1_CONTROL_wsel, TRACE0_CONTROL_wsel, PERF1_CONTROL_wsel, PERF0_CONTROL_wsel, QUEUE1_RESET_wsel, QUEUE1_WATCHDOG_wsel, QUEUE1_DMA_LIMIT_wsel, QUEUE1_DMA_BASE_wsel, QUEUE1_IRQ_MASK_wsel, QUEUE1_IRQ_STATUS_wsel, QUEUE1_CONTROL_wsel, QUEUE1_DOORBELL_wsel, QUEUE1_CQ_BASE_wsel, QUEUE1_RING_LOG2_wsel, QUEUE1_RING_BASE_wsel, QUEUE0_RESET_wsel, QUEUE0_WATCHDOG_wsel, QUEUE0_DMA_LIMIT_wsel, QUEUE0_DMA_BASE_wsel, QUEUE0_IRQ_MASK_wsel, QUEUE0_IRQ_STATUS_wsel, QUEUE0_CONTROL_wsel, QUEUE0_DOORBELL_wsel, QUEUE0_CQ_BASE_wsel, QUEUE0_RING_LOG2_wsel, QUEUE0_RING_BASE_wsel, GLOBAL_SEM15_wsel, GLOBAL_SEM14_wsel, GLOBAL_SEM13_wsel, GLOBAL_SEM12_wsel, GLOBAL_SEM11_wsel, GLOBAL_SEM10_wsel, GLOBAL_SEM9_wsel, GLOBAL_SEM8_wsel, GLOBAL_SEM7_wsel, GLOBAL_SEM6_wsel, GLOBAL_SEM5_wsel, GLOBAL_SEM4_wsel, GLOBAL_SEM3_wsel, GLOBAL_SEM2_wsel, GLOBAL_SEM1_wsel, GLOBAL_SEM0_wsel, GLOBAL_RESET_wsel, GLOBAL_SCRATCH_wsel };
+  assign rd_hit = | { LINK_CREDIT_STALLS1_rsel, LINK_CREDIT_STALLS0_rsel, LINK_CRC_ERRORS1_rsel, LINK_CRC_ERRORS0_rsel, LINK_RETRIES1_rsel, LINK_RETRIES0_rsel, LINK_RX_PACKETS1_rsel, LINK_RX_PACKETS0_rsel, LINK_TX_PACKETS1_rsel, LINK_TX_PACKETS0_rsel, LINK_STATUS1_rsel, LINK_STATUS0_rsel, LINK_CONTROL1_rsel, LINK_CONTROL0_rsel, LINK_WINDOW_LIMIT_rsel, LINK_WINDOW_BASE_rsel, LINK_LATENCY_rsel, LINK_CAPS_rsel, LINK_NEXT_rsel, LINK_VERSION_rsel, LINK_ID_rsel, TRACE1_DATA_HI_rsel, TRACE1_DATA_LO_rsel, TRACE1_COUNT_rsel, TRACE1_CONTROL_rsel, TRACE1_NEXT_rsel, TRACE1_VERSION_rsel, TRACE1_ID_rsel, TRACE0_DATA_HI_rsel, TRACE0_DATA_LO_rsel, TRACE0_COUNT_rsel, TRACE0_CONTROL_rsel, TRACE0_NEXT_rsel, TRACE0_VERSION_rsel, TRACE0_ID_rsel, PERF1_TABLE_OVERFLOWS_rsel, PERF1_TABLE_UNDERFLOWS_rsel, PERF1_TABLE_HITS_rsel, PERF1_BUSY_VECTOR_rsel, PERF1_BYTES_WRITTEN_rsel, PERF1_BYTES_READ_rsel, PERF1_STALL_MEM_rsel, PERF1_STALL_DEP_rsel, PERF1_MACS_HI_rsel, PERF1_MACS_LO_rsel, PERF1_BUSY_STORE_rsel, PERF1_BUSY_COMPUTE_rsel, PERF1_BUSY_LOAD_rsel, PERF1_CYCLES_rsel, PERF1_NEXT_rsel, PERF1_VERSION_rsel, PERF1_ID_rsel, PERF0_TABLE_OVERFLOWS_rsel, PERF0_TABLE_UNDERFLOWS_rsel, PERF0_TABLE_HITS_rsel, PERF0_BUSY_VECTOR_rsel, PERF0_BYTES_WRITTEN_rsel, PERF0_BYTES_READ_rsel, PERF0_STALL_MEM_rsel, PERF0_STALL_DEP_rsel, PERF0_MACS_HI_rsel, PERF0_MACS_LO_rsel, PERF0_BUSY_STORE_rsel, PERF0_BUSY_COMPUTE_rsel, PERF0_BUSY_LOAD_rsel, PERF0_CYCLES_rsel, PERF0_NEXT_rsel, PERF0_VERSION_rsel, PERF0_ID_rsel, QUEUE1_WATCHDOG_rsel, QUEUE1_DMA_LIMIT_rsel, QUEUE1_DMA_BASE_rsel, QUEUE1_IRQ_MASK_rsel, QUEUE1_IRQ_STATUS_rsel, QUEUE1_ERROR_rsel, QUEUE1_STATUS_rsel, QUEUE1_CONTROL_rsel, QUEUE1_TAIL_rsel, QUEUE1_HEAD_rsel, QUEUE1_CQ_BASE_rsel, QUEUE1_RING_LOG2_rsel, QUEUE1_RING_BASE_rsel, QUEUE1_NEXT_rsel, QUEUE1_VERSION_rsel, QUEUE1_ID_rsel, QUEUE0_WATCHDOG_rsel, QUEUE0_DMA_LIMIT_rsel, QUEUE0_DMA_BASE_rsel, QUEUE0_IRQ_MASK_rsel, QUEUE0_IRQ_STATUS_rsel, QUEUE0_ERROR_rsel, QUEUE0_STATUS_rsel, QUEUE0_CONTROL_rsel, QUEUE0_TAIL_rsel, QUEUE0_HEAD_rsel, QUEUE0_CQ_BASE_rsel, QUEUE0_RING_LOG2_rsel, QUEUE0_RING_BASE_rsel, QUEUE0_NEXT_rsel, QUEUE0_VERSION_rsel, QUEUE0_ID_rsel, GLOBAL_CHIP_ID_rsel, GLOBAL_SEM15_rsel, GLOBAL_SEM14_rsel, GLOBAL_SEM13_rsel, GLOBAL_SEM12_rsel, GLOBAL_SEM11_rsel, GLOBAL_SEM10_rsel, GLOBAL_SEM9_rsel, GLOBAL_SEM8_rsel, GLOBAL_SEM7_rsel, GLOBAL_SEM6_rsel, GLOBAL_SEM5_rsel, GLOBAL_SEM4_rsel, GLOBAL_SEM3_rsel, GLOBAL_SEM2_rsel, GLOBAL_SEM1_rsel, GLOBAL_SEM0_rsel, GLOBAL_CYCLES_HI_rsel, GLOBAL_CYCLES_LO_rsel, GLOBAL_SCRATCH_rsel, GLOBAL_FEATURES_rsel, GLOBAL_MEM_BYTES_rsel, GLOBAL_ACC_ROWS_rsel, GLOBAL_SPM_ROWS_rsel, GLOBAL_CAPS_rsel, GLOBAL_HW_VERSION_rsel, GLOBAL_MAGIC_rsel, GLOBAL_NEXT_rsel, GLOBAL_VERSION_rsel, GLOBAL_ID_rsel };
   assign \$5  = GLOBAL_ID_rsel ? 32'd1146617857 : 32'd0;
   assign \$6  = GLOBAL_VERSION_rsel ? 32'd65536 : 32'd0;
   assign \$7  = \$5  | \$6 ;
@@ -88502,7 +88817,7 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   assign \$9  = GLOBAL_MAGIC_rsel ? 32'd1146630449 : 32'd0;
   assign \$10  = \$8  | \$9 ;
   assign \$11  = \$7  | \$10 ;
-  assign \$12  = GLOBAL_HW_VERSION_rsel ? 32'd65539 : 32'd0;
+  assign \$12  = GLOBAL_HW_VERSION_rsel ? 32'd65540 : 32'd0;
   assign \$13  = GLOBAL_CAPS_rsel ? 32'd1050754 : 32'd0;
   assign \$14  = \$12  | \$13 ;
   assign \$15  = GLOBAL_SPM_ROWS_rsel ? 32'd4096 : 32'd0;
@@ -88549,167 +88864,183 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   assign \$58  = \$56  | \$57 ;
   assign \$59  = \$55  | \$58 ;
   assign \$60  = GLOBAL_SEM15_rsel ? GLOBAL_SEM15__value : 32'd0;
-  assign \$61  = QUEUE0_ID_rsel ? 32'd1146617858 : 32'd0;
+  assign \$61  = GLOBAL_CHIP_ID_rsel ? 32'd256 : 32'd0;
   assign \$62  = \$60  | \$61 ;
-  assign \$63  = QUEUE0_VERSION_rsel ? 32'd65536 : 32'd0;
-  assign \$64  = QUEUE0_NEXT_rsel ? 32'd512 : 32'd0;
+  assign \$63  = QUEUE0_ID_rsel ? 32'd1146617858 : 32'd0;
+  assign \$64  = QUEUE0_VERSION_rsel ? 32'd65536 : 32'd0;
   assign \$65  = \$63  | \$64 ;
   assign \$66  = \$62  | \$65 ;
   assign \$67  = \$59  | \$66 ;
   assign \$68  = \$52  | \$67 ;
   assign \$69  = \$37  | \$68 ;
-  assign \$70  = QUEUE0_RING_BASE_rsel ? QUEUE0_RING_BASE__value : 32'd0;
-  assign \$71  = QUEUE0_RING_LOG2_rsel ? QUEUE0_RING_LOG2__value : 32'd0;
+  assign \$70  = QUEUE0_NEXT_rsel ? 32'd512 : 32'd0;
+  assign \$71  = QUEUE0_RING_BASE_rsel ? QUEUE0_RING_BASE__value : 32'd0;
   assign \$72  = \$70  | \$71 ;
-  assign \$73  = QUEUE0_CQ_BASE_rsel ? QUEUE0_CQ_BASE__value : 32'd0;
-  assign \$75  = QUEUE0_HEAD_rsel ? \$74  : 32'd0;
-  assign \$76  = \$73  | \$75 ;
-  assign \$77  = \$72  | \$76 ;
-  assign \$79  = QUEUE0_TAIL_rsel ? \$78  : 32'd0;
-  assign \$80  = QUEUE0_CONTROL_rsel ? QUEUE0_CONTROL__value : 32'd0;
-  assign \$81  = \$79  | \$80 ;
-  assign \$83  = QUEUE0_STATUS_rsel ? \$82  : 32'd0;
-  assign \$85  = QUEUE0_ERROR_rsel ? \$84  : 32'd0;
-  assign \$86  = \$83  | \$85 ;
-  assign \$87  = \$81  | \$86 ;
-  assign \$88  = \$77  | \$87 ;
-  assign \$89  = QUEUE0_IRQ_STATUS_rsel ? QUEUE0_IRQ_STATUS__value : 32'd0;
-  assign \$90  = QUEUE0_IRQ_MASK_rsel ? QUEUE0_IRQ_MASK__value : 32'd0;
+  assign \$73  = QUEUE0_RING_LOG2_rsel ? QUEUE0_RING_LOG2__value : 32'd0;
+  assign \$74  = QUEUE0_CQ_BASE_rsel ? QUEUE0_CQ_BASE__value : 32'd0;
+  assign \$75  = \$73  | \$74 ;
+  assign \$76  = \$72  | \$75 ;
+  assign \$78  = QUEUE0_HEAD_rsel ? \$77  : 32'd0;
+  assign \$80  = QUEUE0_TAIL_rsel ? \$79  : 32'd0;
+  assign \$81  = \$78  | \$80 ;
+  assign \$82  = QUEUE0_CONTROL_rsel ? QUEUE0_CONTROL__value : 32'd0;
+  assign \$84  = QUEUE0_STATUS_rsel ? \$83  : 32'd0;
+  assign \$85  = \$82  | \$84 ;
+  assign \$86  = \$81  | \$85 ;
+  assign \$87  = \$76  | \$86 ;
+  assign \$89  = QUEUE0_ERROR_rsel ? \$88  : 32'd0;
+  assign \$90  = QUEUE0_IRQ_STATUS_rsel ? QUEUE0_IRQ_STATUS__value : 32'd0;
   assign \$91  = \$89  | \$90 ;
-  assign \$92  = QUEUE0_DMA_BASE_rsel ? QUEUE0_DMA_BASE__value : 32'd0;
-  assign \$93  = QUEUE0_DMA_LIMIT_rsel ? QUEUE0_DMA_LIMIT__value : 32'd0;
+  assign \$92  = QUEUE0_IRQ_MASK_rsel ? QUEUE0_IRQ_MASK__value : 32'd0;
+  assign \$93  = QUEUE0_DMA_BASE_rsel ? QUEUE0_DMA_BASE__value : 32'd0;
   assign \$94  = \$92  | \$93 ;
   assign \$95  = \$91  | \$94 ;
-  assign \$96  = QUEUE0_WATCHDOG_rsel ? QUEUE0_WATCHDOG__value : 32'd0;
-  assign \$97  = QUEUE1_ID_rsel ? 32'd1146617858 : 32'd0;
+  assign \$96  = QUEUE0_DMA_LIMIT_rsel ? QUEUE0_DMA_LIMIT__value : 32'd0;
+  assign \$97  = QUEUE0_WATCHDOG_rsel ? QUEUE0_WATCHDOG__value : 32'd0;
   assign \$98  = \$96  | \$97 ;
-  assign \$99  = QUEUE1_VERSION_rsel ? 32'd65536 : 32'd0;
-  assign \$100  = QUEUE1_NEXT_rsel ? 32'd768 : 32'd0;
+  assign \$99  = QUEUE1_ID_rsel ? 32'd1146617858 : 32'd0;
+  assign \$100  = QUEUE1_VERSION_rsel ? 32'd65536 : 32'd0;
   assign \$101  = \$99  | \$100 ;
   assign \$102  = \$98  | \$101 ;
   assign \$103  = \$95  | \$102 ;
-  assign \$104  = \$88  | \$103 ;
-  assign \$105  = QUEUE1_RING_BASE_rsel ? QUEUE1_RING_BASE__value : 32'd0;
-  assign \$106  = QUEUE1_RING_LOG2_rsel ? QUEUE1_RING_LOG2__value : 32'd0;
+  assign \$104  = \$87  | \$103 ;
+  assign \$105  = QUEUE1_NEXT_rsel ? 32'd768 : 32'd0;
+  assign \$106  = QUEUE1_RING_BASE_rsel ? QUEUE1_RING_BASE__value : 32'd0;
   assign \$107  = \$105  | \$106 ;
-  assign \$108  = QUEUE1_CQ_BASE_rsel ? QUEUE1_CQ_BASE__value : 32'd0;
-  assign \$110  = QUEUE1_HEAD_rsel ? \$109  : 32'd0;
-  assign \$111  = \$108  | \$110 ;
-  assign \$112  = \$107  | \$111 ;
-  assign \$114  = QUEUE1_TAIL_rsel ? \$113  : 32'd0;
-  assign \$115  = QUEUE1_CONTROL_rsel ? QUEUE1_CONTROL__value : 32'd0;
-  assign \$116  = \$114  | \$115 ;
-  assign \$118  = QUEUE1_STATUS_rsel ? \$117  : 32'd0;
-  assign \$120  = QUEUE1_ERROR_rsel ? \$119  : 32'd0;
-  assign \$121  = \$118  | \$120 ;
-  assign \$122  = \$116  | \$121 ;
-  assign \$123  = \$112  | \$122 ;
-  assign \$124  = QUEUE1_IRQ_STATUS_rsel ? QUEUE1_IRQ_STATUS__value : 32'd0;
-  assign \$125  = QUEUE1_IRQ_MASK_rsel ? QUEUE1_IRQ_MASK__value : 32'd0;
+  assign \$108  = QUEUE1_RING_LOG2_rsel ? QUEUE1_RING_LOG2__value : 32'd0;
+  assign \$109  = QUEUE1_CQ_BASE_rsel ? QUEUE1_CQ_BASE__value : 32'd0;
+  assign \$110  = \$108  | \$109 ;
+  assign \$111  = \$107  | \$110 ;
+  assign \$113  = QUEUE1_HEAD_rsel ? \$112  : 32'd0;
+  assign \$115  = QUEUE1_TAIL_rsel ? \$114  : 32'd0;
+  assign \$116  = \$113  | \$115 ;
+  assign \$117  = QUEUE1_CONTROL_rsel ? QUEUE1_CONTROL__value : 32'd0;
+  assign \$119  = QUEUE1_STATUS_rsel ? \$118  : 32'd0;
+  assign \$120  = \$117  | \$119 ;
+  assign \$121  = \$116  | \$120 ;
+  assign \$122  = \$111  | \$121 ;
+  assign \$124  = QUEUE1_ERROR_rsel ? \$123  : 32'd0;
+  assign \$125  = QUEUE1_IRQ_STATUS_rsel ? QUEUE1_IRQ_STATUS__value : 32'd0;
   assign \$126  = \$124  | \$125 ;
-  assign \$127  = QUEUE1_DMA_BASE_rsel ? QUEUE1_DMA_BASE__value : 32'd0;
-  assign \$128  = QUEUE1_DMA_LIMIT_rsel ? QUEUE1_DMA_LIMIT__value : 32'd0;
+  assign \$127  = QUEUE1_IRQ_MASK_rsel ? QUEUE1_IRQ_MASK__value : 32'd0;
+  assign \$128  = QUEUE1_DMA_BASE_rsel ? QUEUE1_DMA_BASE__value : 32'd0;
   assign \$129  = \$127  | \$128 ;
   assign \$130  = \$126  | \$129 ;
-  assign \$131  = QUEUE1_WATCHDOG_rsel ? QUEUE1_WATCHDOG__value : 32'd0;
-  assign \$132  = PERF0_ID_rsel ? 32'd1146617859 : 32'd0;
+  assign \$131  = QUEUE1_DMA_LIMIT_rsel ? QUEUE1_DMA_LIMIT__value : 32'd0;
+  assign \$132  = QUEUE1_WATCHDOG_rsel ? QUEUE1_WATCHDOG__value : 32'd0;
   assign \$133  = \$131  | \$132 ;
-  assign \$134  = PERF0_VERSION_rsel ? 32'd65536 : 32'd0;
-  assign \$135  = PERF0_NEXT_rsel ? 32'd1024 : 32'd0;
+  assign \$134  = PERF0_ID_rsel ? 32'd1146617859 : 32'd0;
+  assign \$135  = PERF0_VERSION_rsel ? 32'd65536 : 32'd0;
   assign \$136  = \$134  | \$135 ;
   assign \$137  = \$133  | \$136 ;
   assign \$138  = \$130  | \$137 ;
-  assign \$139  = \$123  | \$138 ;
+  assign \$139  = \$122  | \$138 ;
   assign \$140  = \$104  | \$139 ;
   assign \$141  = \$69  | \$140 ;
-  assign \$143  = PERF0_CYCLES_rsel ? \$142  : 32'd0;
-  assign \$145  = PERF0_BUSY_LOAD_rsel ? \$144  : 32'd0;
-  assign \$146  = \$143  | \$145 ;
-  assign \$148  = PERF0_BUSY_COMPUTE_rsel ? \$147  : 32'd0;
-  assign \$150  = PERF0_BUSY_STORE_rsel ? \$149  : 32'd0;
-  assign \$151  = \$148  | \$150 ;
-  assign \$152  = \$146  | \$151 ;
-  assign \$154  = PERF0_MACS_LO_rsel ? \$153  : 32'd0;
-  assign \$156  = PERF0_MACS_HI_rsel ? \$155  : 32'd0;
-  assign \$157  = \$154  | \$156 ;
-  assign \$159  = PERF0_STALL_DEP_rsel ? \$158  : 32'd0;
-  assign \$161  = PERF0_STALL_MEM_rsel ? \$160  : 32'd0;
-  assign \$162  = \$159  | \$161 ;
-  assign \$163  = \$157  | \$162 ;
-  assign \$164  = \$152  | \$163 ;
-  assign \$166  = PERF0_BYTES_READ_rsel ? \$165  : 32'd0;
-  assign \$168  = PERF0_BYTES_WRITTEN_rsel ? \$167  : 32'd0;
-  assign \$169  = \$166  | \$168 ;
-  assign \$171  = PERF0_BUSY_VECTOR_rsel ? \$170  : 32'd0;
-  assign \$173  = PERF0_TABLE_HITS_rsel ? \$172  : 32'd0;
-  assign \$174  = \$171  | \$173 ;
-  assign \$175  = \$169  | \$174 ;
-  assign \$177  = PERF0_TABLE_UNDERFLOWS_rsel ? \$176  : 32'd0;
-  assign \$179  = PERF0_TABLE_OVERFLOWS_rsel ? \$178  : 32'd0;
-  assign \$180  = \$177  | \$179 ;
-  assign \$181  = PERF1_ID_rsel ? 32'd1146617859 : 32'd0;
-  assign \$182  = PERF1_VERSION_rsel ? 32'd65536 : 32'd0;
+  assign \$142  = PERF0_NEXT_rsel ? 32'd1024 : 32'd0;
+  assign \$144  = PERF0_CYCLES_rsel ? \$143  : 32'd0;
+  assign \$145  = \$142  | \$144 ;
+  assign \$147  = PERF0_BUSY_LOAD_rsel ? \$146  : 32'd0;
+  assign \$149  = PERF0_BUSY_COMPUTE_rsel ? \$148  : 32'd0;
+  assign \$150  = \$147  | \$149 ;
+  assign \$151  = \$145  | \$150 ;
+  assign \$153  = PERF0_BUSY_STORE_rsel ? \$152  : 32'd0;
+  assign \$155  = PERF0_MACS_LO_rsel ? \$154  : 32'd0;
+  assign \$156  = \$153  | \$155 ;
+  assign \$158  = PERF0_MACS_HI_rsel ? \$157  : 32'd0;
+  assign \$160  = PERF0_STALL_DEP_rsel ? \$159  : 32'd0;
+  assign \$161  = \$158  | \$160 ;
+  assign \$162  = \$156  | \$161 ;
+  assign \$163  = \$151  | \$162 ;
+  assign \$165  = PERF0_STALL_MEM_rsel ? \$164  : 32'd0;
+  assign \$167  = PERF0_BYTES_READ_rsel ? \$166  : 32'd0;
+  assign \$168  = \$165  | \$167 ;
+  assign \$170  = PERF0_BYTES_WRITTEN_rsel ? \$169  : 32'd0;
+  assign \$172  = PERF0_BUSY_VECTOR_rsel ? \$171  : 32'd0;
+  assign \$173  = \$170  | \$172 ;
+  assign \$174  = \$168  | \$173 ;
+  assign \$176  = PERF0_TABLE_HITS_rsel ? \$175  : 32'd0;
+  assign \$178  = PERF0_TABLE_UNDERFLOWS_rsel ? \$177  : 32'd0;
+  assign \$179  = \$176  | \$178 ;
+  assign \$181  = PERF0_TABLE_OVERFLOWS_rsel ? \$180  : 32'd0;
+  assign \$182  = PERF1_ID_rsel ? 32'd1146617859 : 32'd0;
   assign \$183  = \$181  | \$182 ;
-  assign \$184  = \$180  | \$183 ;
-  assign \$185  = \$175  | \$184 ;
-  assign \$186  = \$164  | \$185 ;
-  assign \$187  = PERF1_NEXT_rsel ? 32'd1280 : 32'd0;
-  assign \$189  = PERF1_CYCLES_rsel ? \$188  : 32'd0;
-  assign \$190  = \$187  | \$189 ;
-  assign \$192  = PERF1_BUSY_LOAD_rsel ? \$191  : 32'd0;
-  assign \$194  = PERF1_BUSY_COMPUTE_rsel ? \$193  : 32'd0;
-  assign \$195  = \$192  | \$194 ;
-  assign \$196  = \$190  | \$195 ;
-  assign \$198  = PERF1_BUSY_STORE_rsel ? \$197  : 32'd0;
-  assign \$200  = PERF1_MACS_LO_rsel ? \$199  : 32'd0;
-  assign \$201  = \$198  | \$200 ;
-  assign \$203  = PERF1_MACS_HI_rsel ? \$202  : 32'd0;
-  assign \$205  = PERF1_STALL_DEP_rsel ? \$204  : 32'd0;
-  assign \$206  = \$203  | \$205 ;
-  assign \$207  = \$201  | \$206 ;
-  assign \$208  = \$196  | \$207 ;
-  assign \$210  = PERF1_STALL_MEM_rsel ? \$209  : 32'd0;
-  assign \$212  = PERF1_BYTES_READ_rsel ? \$211  : 32'd0;
-  assign \$213  = \$210  | \$212 ;
-  assign \$215  = PERF1_BYTES_WRITTEN_rsel ? \$214  : 32'd0;
-  assign \$217  = PERF1_BUSY_VECTOR_rsel ? \$216  : 32'd0;
-  assign \$218  = \$215  | \$217 ;
-  assign \$219  = \$213  | \$218 ;
-  assign \$221  = PERF1_TABLE_HITS_rsel ? \$220  : 32'd0;
-  assign \$223  = PERF1_TABLE_UNDERFLOWS_rsel ? \$222  : 32'd0;
-  assign \$224  = \$221  | \$223 ;
-  assign \$226  = PERF1_TABLE_OVERFLOWS_rsel ? \$225  : 32'd0;
-  assign \$227  = TRACE0_ID_rsel ? 32'd1146617860 : 32'd0;
-  assign \$228  = \$226  | \$227 ;
-  assign \$229  = \$224  | \$228 ;
-  assign \$230  = \$219  | \$229 ;
-  assign \$231  = \$208  | \$230 ;
+  assign \$184  = \$179  | \$183 ;
+  assign \$185  = \$174  | \$184 ;
+  assign \$186  = \$163  | \$185 ;
+  assign \$187  = PERF1_VERSION_rsel ? 32'd65536 : 32'd0;
+  assign \$188  = PERF1_NEXT_rsel ? 32'd1280 : 32'd0;
+  assign \$189  = \$187  | \$188 ;
+  assign \$191  = PERF1_CYCLES_rsel ? \$190  : 32'd0;
+  assign \$193  = PERF1_BUSY_LOAD_rsel ? \$192  : 32'd0;
+  assign \$194  = \$191  | \$193 ;
+  assign \$195  = \$189  | \$194 ;
+  assign \$197  = PERF1_BUSY_COMPUTE_rsel ? \$196  : 32'd0;
+  assign \$199  = PERF1_BUSY_STORE_rsel ? \$198  : 32'd0;
+  assign \$200  = \$197  | \$199 ;
+  assign \$202  = PERF1_MACS_LO_rsel ? \$201  : 32'd0;
+  assign \$204  = PERF1_MACS_HI_rsel ? \$203  : 32'd0;
+  assign \$205  = \$202  | \$204 ;
+  assign \$206  = \$200  | \$205 ;
+  assign \$207  = \$195  | \$206 ;
+  assign \$209  = PERF1_STALL_DEP_rsel ? \$208  : 32'd0;
+  assign \$211  = PERF1_STALL_MEM_rsel ? \$210  : 32'd0;
+  assign \$212  = \$209  | \$211 ;
+  assign \$214  = PERF1_BYTES_READ_rsel ? \$213  : 32'd0;
+  assign \$216  = PERF1_BYTES_WRITTEN_rsel ? \$215  : 32'd0;
+  assign \$217  = \$214  | \$216 ;
+  assign \$218  = \$212  | \$217 ;
+  assign \$220  = PERF1_BUSY_VECTOR_rsel ? \$219  : 32'd0;
+  assign \$222  = PERF1_TABLE_HITS_rsel ? \$221  : 32'd0;
+  assign \$223  = \$220  | \$222 ;
+  assign \$225  = PERF1_TABLE_UNDERFLOWS_rsel ? \$224  : 32'd0;
+  assign \$227  = PERF1_TABLE_OVERFLOWS_rsel ? \$226  : 32'd0;
+  assign \$228  = \$225  | \$227 ;
+  assign \$229  = \$223  | \$228 ;
+  assign \$230  = \$218  | \$229 ;
+  assign \$231  = \$207  | \$230 ;
   assign \$232  = \$186  | \$231 ;
-  assign \$233  = TRACE0_VERSION_rsel ? 32'd65536 : 32'd0;
-  assign \$234  = TRACE0_NEXT_rsel ? 32'd1536 : 32'd0;
+  assign \$233  = TRACE0_ID_rsel ? 32'd1146617860 : 32'd0;
+  assign \$234  = TRACE0_VERSION_rsel ? 32'd65536 : 32'd0;
   assign \$235  = \$233  | \$234 ;
-  assign \$236  = TRACE0_CONTROL_rsel ? TRACE0_CONTROL__value : 32'd0;
-  assign \$238  = TRACE0_COUNT_rsel ? \$237  : 32'd0;
-  assign \$239  = \$236  | \$238 ;
-  assign \$240  = \$235  | \$239 ;
-  assign \$242  = TRACE0_DATA_LO_rsel ? \$241  : 32'd0;
-  assign \$244  = TRACE0_DATA_HI_rsel ? \$243  : 32'd0;
-  assign \$245  = \$242  | \$244 ;
-  assign \$246  = TRACE1_ID_rsel ? 32'd1146617860 : 32'd0;
-  assign \$247  = TRACE1_VERSION_rsel ? 32'd65536 : 32'd0;
+  assign \$236  = TRACE0_NEXT_rsel ? 32'd1536 : 32'd0;
+  assign \$237  = TRACE0_CONTROL_rsel ? TRACE0_CONTROL__value : 32'd0;
+  assign \$238  = \$236  | \$237 ;
+  assign \$239  = \$235  | \$238 ;
+  assign \$241  = TRACE0_COUNT_rsel ? \$240  : 32'd0;
+  assign \$243  = TRACE0_DATA_LO_rsel ? \$242  : 32'd0;
+  assign \$244  = \$241  | \$243 ;
+  assign \$246  = TRACE0_DATA_HI_rsel ? \$245  : 32'd0;
+  assign \$247  = TRACE1_ID_rsel ? 32'd1146617860 : 32'd0;
   assign \$248  = \$246  | \$247 ;
-  assign \$249  = \$245  | \$248 ;
-  assign \$250  = \$240  | \$249 ;
-  assign \$252  = TRACE1_CONTROL_rsel ? TRACE1_CONTROL__value : 32'd0;
-  assign \$255  = TRACE1_COUNT_rsel ? \$254  : 32'd0;
-  assign \$257  = TRACE1_DATA_LO_rsel ? \$256  : 32'd0;
-  assign \$258  = \$255  | \$257 ;
-  assign \$259  = \$253  | \$258 ;
-  assign \$261  = TRACE1_DATA_HI_rsel ? \$260  : 32'd0;
-  assign \$262  = \$259  | \$261 ;
-  assign \$263  = \$250  | \$262 ;
-  assign \$264  = \$232  | \$263 ;
-  assign rd_data = \$141  | \$264 ;
+  assign \$249  = \$244  | \$248 ;
+  assign \$250  = \$239  | \$249 ;
+  assign \$251  = TRACE1_VERSION_rsel ? 32'd65536 : 32'd0;
+  assign \$252  = TRACE1_NEXT_rsel ? 32'd1792 : 32'd0;
+  assign \$253  = \$251  | \$252 ;
+  assign \$254  = TRACE1_CONTROL_rsel ? TRACE1_CONTROL__value : 32'd0;
+  assign \$256  = TRACE1_COUNT_rsel ? \$255  : 32'd0;
+  assign \$257  = \$254  | \$256 ;
+  assign \$258  = \$253  | \$257 ;
+  assign \$260  = TRACE1_DATA_LO_rsel ? \$259  : 32'd0;
+  assign \$262  = TRACE1_DATA_HI_rsel ? \$261  : 32'd0;
+  assign \$263  = \$260  | \$262 ;
+  assign \$264  = LINK_ID_rsel ? 32'd1146617861 : 32'd0;
+  assign \$265  = LINK_VERSION_rsel ? 32'd65536 : 32'd0;
+  assign \$266  = \$264  | \$265 ;
+  assign \$267  = \$263  | \$266 ;
+  assign \$268  = \$258  | \$267 ;
+  assign \$269  = \$250  | \$268 ;
+  assign \$276  = LINK_WINDOW_BASE_rsel ? LINK_WINDOW_BASE__value : 32'd0;
+  assign \$279  = LINK_WINDOW_LIMIT_rsel ? LINK_WINDOW_LIMIT__value : 32'd0;
+  assign \$280  = LINK_CONTROL0_rsel ? LINK_CONTROL0__value : 32'd0;
+  assign \$281  = \$279  | \$280 ;
+  assign \$282  = LINK_CONTROL1_rsel ? LINK_CONTROL1__value : 32'd0;
+  assign \$286  = \$281  | \$285 ;
+  assign \$287  = \$278  | \$286 ;
+  assign \$312  = \$269  | \$311 ;
+  assign \$313  = \$232  | \$312 ;
+  assign \$314  = \$141  | \$313 ;
   assign GLOBAL_SCRATCH_write = writing & GLOBAL_SCRATCH_wsel;
   assign GLOBAL_CYCLES_LO__read = do_read & GLOBAL_CYCLES_LO_rsel;
   assign GLOBAL_CYCLES_HI__read = do_read & GLOBAL_CYCLES_HI_rsel;
@@ -88721,679 +89052,637 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   assign GLOBAL_SEM4_write = writing & GLOBAL_SEM4_wsel;
   assign GLOBAL_SEM5_write = writing & GLOBAL_SEM5_wsel;
   assign GLOBAL_SEM6_write = writing & GLOBAL_SEM6_wsel;
-  assign GLOBAL_SEM7_write = writing & GLOBAL_SEM7_wsel;
-  assign GLOBAL_SEM8_write = writing & GLOBAL_SEM8_wsel;
-  assign GLOBAL_SEM9_write = writing & GLOBAL_SEM9_wsel;
-  assign GLOBAL_SEM10_write = writing & GLOBAL_SEM10_wsel;
-  assign GLOBAL_SEM11_write = writing & GLOBAL_SEM11_wsel;
-  assign GLOBAL_SEM12_write = writing & GLOBAL_SEM12_wsel;
-  assign GLOBAL_SEM13_write = writing & GLOBAL_SEM13_wsel;
-  assign GLOBAL_SEM14_write = writing & GLOBAL_SEM14_wsel;
-  assign GLOBAL_SEM15_write = writing & GLOBAL_SEM15_wsel;
-  assign QUEUE0_RING_BASE_write = writing & QUEUE0_RING_BASE_wsel;
-  assign QUEUE0_RING_LOG2_write = writing & QUEUE0_RING_LOG2_wsel;
-  assign QUEUE0_CQ_BASE_write = writing & QUEUE0_CQ_BASE_wsel;
-  assign QUEUE0_HEAD__read = do_read & QUEUE0_HEAD_rsel;
-  assign QUEUE0_TAIL__read = do_read & QUEUE0_TAIL_rsel;
-  assign QUEUE0_DOORBELL_write = writing & QUEUE0_DOORBELL_wsel;
-  assign QUEUE0_CONTROL_write = writing & QUEUE0_CONTROL_wsel;
-  assign QUEUE0_STATUS__read = do_read & QUEUE0_STATUS_rsel;
-  assign QUEUE0_ERROR__read = do_read & QUEUE0_ERROR_rsel;
-  assign QUEUE0_IRQ_STATUS_write = writing & QUEUE0_IRQ_STATUS_wsel;
-  assign QUEUE0_IRQ_MASK_write = writing & QUEUE0_IRQ_MASK_wsel;
-  assign QUEUE0_DMA_BASE_write = writing & QUEUE0_DMA_BASE_wsel;
-  assign QUEUE0_DMA_LIMIT_write = writing & QUEUE0_DMA_LIMIT_wsel;
-  assign QUEUE0_WATCHDOG_write = writing & QUEUE0_WATCHDOG_wsel;
-  assign QUEUE0_RESET_write = writing & QUEUE0_RESET_wsel;
-  assign QUEUE1_RING_BASE_write = writing & QUEUE1_RING_BASE_wsel;
-  assign QUEUE1_RING_LOG2_write = writing & QUEUE1_RING_LOG2_wsel;
-  assign QUEUE1_CQ_BASE_write = writing & QUEUE1_CQ_BASE_wsel;
-  assign QUEUE1_HEAD__read = do_read & QUEUE1_HEAD_rsel;
-  assign QUEUE1_TAIL__read = do_read & QUEUE1_TAIL_rsel;
-  assign QUEUE1_DOORBELL_write = writing & QUEUE1_DOORBELL_wsel;
-  assign QUEUE1_CONTROL_write = writing & QUEUE1_CONTROL_wsel;
-  assign QUEUE1_STATUS__read = do_read & QUEUE1_STATUS_rsel;
-  assign QUEUE1_ERROR__read = do_read & QUEUE1_ERROR_rsel;
-  assign QUEUE1_IRQ_STATUS_write = writing & QUEUE1_IRQ_STATUS_wsel;
-  assign QUEUE1_IRQ_MASK_write = writing & QUEUE1_IRQ_MASK_wsel;
-  assign QUEUE1_DMA_BASE_write = writing & QUEUE1_DMA_BASE_wsel;
-  assign QUEUE1_DMA_LIMIT_write = writing & QUEUE1_DMA_LIMIT_wsel;
-  assign QUEUE1_WATCHDOG_write = writing & QUEUE1_WATCHDOG_wsel;
-  assign QUEUE1_RESET_write = writing & QUEUE1_RESET_wsel;
-  assign PERF0_CONTROL_write = writing & PERF0_CONTROL_wsel;
-  assign PERF0_CYCLES__read = do_read & PERF0_CYCLES_rsel;
-  assign PERF0_BUSY_LOAD__read = do_read & PERF0_BUSY_LOAD_rsel;
-  assign PERF0_BUSY_COMPUTE__read = do_read & PERF0_BUSY_COMPUTE_rsel;
-  assign PERF0_BUSY_STORE__read = do_read & PERF0_BUSY_STORE_rsel;
-  assign PERF0_MACS_LO__read = do_read & PERF0_MACS_LO_rsel;
-  assign PERF0_MACS_HI__read = do_read & PERF0_MACS_HI_rsel;
-  assign PERF0_STALL_DEP__read = do_read & PERF0_STALL_DEP_rsel;
-  assign PERF0_STALL_MEM__read = do_read & PERF0_STALL_MEM_rsel;
-  assign PERF0_BYTES_READ__read = do_read & PERF0_BYTES_READ_rsel;
-  assign PERF0_BYTES_WRITTEN__read = do_read & PERF0_BYTES_WRITTEN_rsel;
-  assign PERF0_BUSY_VECTOR__read = do_read & PERF0_BUSY_VECTOR_rsel;
-  assign PERF0_TABLE_HITS__read = do_read & PERF0_TABLE_HITS_rsel;
-  assign PERF0_TABLE_UNDERFLOWS__read = do_read & PERF0_TABLE_UNDERFLOWS_rsel;
-  assign PERF0_TABLE_OVERFLOWS__read = do_read & PERF0_TABLE_OVERFLOWS_rsel;
-  assign PERF1_CONTROL_write = writing & PERF1_CONTROL_wsel;
-  assign PERF1_CYCLES__read = do_read & PERF1_CYCLES_rsel;
-  assign PERF1_BUSY_LOAD__read = do_read & PERF1_BUSY_LOAD_rsel;
-  assign PERF1_BUSY_COMPUTE__read = do_read & PERF1_BUSY_COMPUTE_rsel;
-  assign PERF1_BUSY_STORE__read = do_read & PERF1_BUSY_STORE_rsel;
-  assign PERF1_MACS_LO__read = do_read & PERF1_MACS_LO_rsel;
-  assign PERF1_MACS_HI__read = do_read & PERF1_MACS_HI_rsel;
-  assign PERF1_STALL_DEP__read = do_read & PERF1_STALL_DEP_rsel;
-  assign PERF1_STALL_MEM__read = do_read & PERF1_STALL_MEM_rsel;
-  assign PERF1_BYTES_READ__read = do_read & PERF1_BYTES_READ_rsel;
-  assign PERF1_BYTES_WRITTEN__read = do_read & PERF1_BYTES_WRITTEN_rsel;
-  assign PERF1_BUSY_VECTOR__read = do_read & PERF1_BUSY_VECTOR_rsel;
-  assign PERF1_TABLE_HITS__read = do_read & PERF1_TABLE_HITS_rsel;
-  assign PERF1_TABLE_UNDERFLOWS__read = do_read & PERF1_TABLE_UNDERFLOWS_rsel;
-  assign PERF1_TABLE_OVERFLOWS__read = do_read & PERF1_TABLE_OVERFLOWS_rsel;
-  assign TRACE0_CONTROL_write = writing & TRACE0_CONTROL_wsel;
-  assign TRACE0_COUNT__read = do_read & TRACE0_COUNT_rsel;
-  assign TRACE0_DATA_LO__read = do_read & TRACE0_DATA_LO_rsel;
-  assign TRACE0_DATA_HI__read = do_read & TRACE0_DATA_HI_rsel;
-  assign TRACE1_CONTROL_write = writing & TRACE1_CONTROL_wsel;
-  assign TRACE1_COUNT__read = do_read & TRACE1_COUNT_rsel;
-  assign TRACE1_DATA_LO__read = do_read & TRACE1_DATA_LO_rsel;
-  assign TRACE1_DATA_HI__read = do_read & TRACE1_DATA_HI_rsel;
-  assign \$265  = ~ aw_full;
-  assign \$266  = bus__awvalid & \$265 ;
-  assign \$267  = ~ w_full;
-  assign \$268  = bus__wvalid & \$267 ;
-  assign \$269  = wr_ok ? 2'h0 : 2'h2;
-  assign \$270  = bus__bvalid & bus__bready;
-  assign \$271  = ~ ar_full;
-  assign \$272  = bus__arvalid & \$271 ;
-  assign \$273  = rd_hit ? rd_data : 32'd0;
-  assign \$274  = rd_hit ? 2'h0 : 2'h2;
-  assign \$275  = bus__rvalid & bus__rready;
-  assign \$318  = QUEUE0_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
-  assign \$319  = ~ \$318 ;
-  assign \$320  = QUEUE0_IRQ_STATUS__value & \$319 ;
-  assign \$321  = \$320  | { 30'h00000000, \port$17419$0 , \port$17570$0  };
-  assign \$323  = QUEUE0_IRQ_STATUS__clear ? 32'd0 : \$322 ;
-  assign \$340  = QUEUE1_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
-  assign \$341  = ~ \$340 ;
-  assign \$342  = QUEUE1_IRQ_STATUS__value & \$341 ;
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$161 ) begin end
-    \$358  = aw_full;
-    if (\$266 ) begin
-      \$358  = 1'h1;
+    \$424  = aw_full;
+    if (\$324 ) begin
+      \$424  = 1'h1;
     end
     if (do_write) begin
-      \$358  = 1'h0;
+      \$424  = 1'h0;
     end
     if (rst) begin
-      \$358  = 1'h0;
+      \$424  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$161 ) begin end
-    \$359  = aw_addr;
-    if (\$266 ) begin
-      \$359  = bus__awaddr;
+    \$425  = aw_addr;
+    if (\$324 ) begin
+      \$425  = bus__awaddr;
     end
     if (rst) begin
-      \$359  = 16'h0000;
+      \$425  = 16'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$161 ) begin end
-    \$360  = w_full;
-    if (\$268 ) begin
-      \$360  = 1'h1;
+    \$426  = w_full;
+    if (\$326 ) begin
+      \$426  = 1'h1;
     end
     if (do_write) begin
-      \$360  = 1'h0;
+      \$426  = 1'h0;
     end
     if (rst) begin
-      \$360  = 1'h0;
+      \$426  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$161 ) begin end
-    \$361  = GLOBAL_SCRATCH__wdata;
-    if (\$268 ) begin
-      \$361  = bus__wdata;
+    \$427  = GLOBAL_SCRATCH__wdata;
+    if (\$326 ) begin
+      \$427  = bus__wdata;
     end
     if (rst) begin
-      \$361  = 32'd0;
+      \$427  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$161 ) begin end
-    \$362  = w_strb;
-    if (\$268 ) begin
-      \$362  = 4'hf;
+    \$428  = w_strb;
+    if (\$326 ) begin
+      \$428  = 4'hf;
     end
     if (rst) begin
-      \$362  = 4'h0;
+      \$428  = 4'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$161 ) begin end
-    \$363  = bus__bvalid;
+    \$429  = bus__bvalid;
     if (do_write) begin
-      \$363  = 1'h1;
+      \$429  = 1'h1;
     end
-    if (\$270 ) begin
-      \$363  = 1'h0;
+    if (\$328 ) begin
+      \$429  = 1'h0;
     end
     if (rst) begin
-      \$363  = 1'h0;
+      \$429  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$161 ) begin end
-    \$364  = bus__bresp;
+    \$430  = bus__bresp;
     if (do_write) begin
-      \$364  = \$269 ;
+      \$430  = \$327 ;
     end
     if (rst) begin
-      \$364  = 2'h0;
+      \$430  = 2'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$161 ) begin end
-    \$365  = ar_full;
-    if (\$272 ) begin
-      \$365  = 1'h1;
+    \$431  = ar_full;
+    if (\$330 ) begin
+      \$431  = 1'h1;
     end
     if (do_read) begin
-      \$365  = 1'h0;
+      \$431  = 1'h0;
     end
     if (rst) begin
-      \$365  = 1'h0;
+      \$431  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$161 ) begin end
-    \$366  = ar_addr;
-    if (\$272 ) begin
-      \$366  = bus__araddr;
+    \$432  = ar_addr;
+    if (\$330 ) begin
+      \$432  = bus__araddr;
     end
     if (rst) begin
-      \$366  = 16'h0000;
+      \$432  = 16'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$161 ) begin end
-    \$367  = bus__rvalid;
+    \$433  = bus__rvalid;
     if (do_read) begin
-      \$367  = 1'h1;
+      \$433  = 1'h1;
     end
-    if (\$275 ) begin
-      \$367  = 1'h0;
+    if (\$333 ) begin
+      \$433  = 1'h0;
     end
     if (rst) begin
-      \$367  = 1'h0;
+      \$433  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$161 ) begin end
-    \$368  = bus__rdata;
+    \$434  = bus__rdata;
     if (do_read) begin
-      \$368  = \$273 ;
+      \$434  = \$331 ;
     end
     if (rst) begin
-      \$368  = 32'd0;
+      \$434  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$161 ) begin end
-    \$369  = bus__rresp;
+    \$435  = bus__rresp;
     if (do_read) begin
-      \$369  = \$274 ;
+      \$435  = \$332 ;
     end
     if (rst) begin
-      \$369  = 2'h0;
+      \$435  = 2'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$161 ) begin end
-    \$370  = GLOBAL_SCRATCH__value;
+    \$436  = GLOBAL_SCRATCH__value;
     if (GLOBAL_SCRATCH_write) begin
-      \$370  = \$276 ;
+      \$436  = \$334 ;
     end
     if (rst) begin
-      \$370  = 32'd0;
+      \$436  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$161 ) begin end
-    \$371  = GLOBAL_SEM0__value;
+    \$437  = GLOBAL_SEM0__value;
     if (GLOBAL_SEM0_write) begin
-      \$371  = \$278 ;
+      \$437  = \$336 ;
     end else if (GLOBAL_SEM0__set) begin
-      \$371  = \$279 ;
+      \$437  = \$337 ;
     end
     if (rst) begin
-      \$371  = 32'd0;
+      \$437  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$161 ) begin end
-    \$372  = GLOBAL_SEM1__value;
+    \$438  = GLOBAL_SEM1__value;
     if (GLOBAL_SEM1_write) begin
-      \$372  = \$280 ;
+      \$438  = \$338 ;
     end else if (GLOBAL_SEM1__set) begin
-      \$372  = \$281 ;
+      \$438  = \$339 ;
     end
     if (rst) begin
-      \$372  = 32'd0;
+      \$438  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$161 ) begin end
-    \$373  = GLOBAL_SEM2__value;
+    \$439  = GLOBAL_SEM2__value;
     if (GLOBAL_SEM2_write) begin
-      \$373  = \$282 ;
+      \$439  = \$340 ;
     end else if (GLOBAL_SEM2__set) begin
-      \$373  = \$283 ;
+      \$439  = \$341 ;
     end
     if (rst) begin
-      \$373  = 32'd0;
+      \$439  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$161 ) begin end
-    \$374  = GLOBAL_SEM3__value;
+    \$440  = GLOBAL_SEM3__value;
     if (GLOBAL_SEM3_write) begin
-      \$374  = \$284 ;
+      \$440  = \$342 ;
     end else if (GLOBAL_SEM3__set) begin
-      \$374  = \$285 ;
+      \$440  = \$343 ;
     end
     if (rst) begin
-      \$374  = 32'd0;
+      \$440  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$161 ) begin end
-    \$375  = GLOBAL_SEM4__value;
+    \$441  = GLOBAL_SEM4__value;
     if (GLOBAL_SEM4_write) begin
-      \$375  = \$286 ;
+      \$441  = \$344 ;
     end else if (GLOBAL_SEM4__set) begin
-      \$375  = \$287 ;
+      \$441  = \$345 ;
     end
     if (rst) begin
-      \$375  = 32'd0;
+      \$441  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$161 ) begin end
-    \$376  = GLOBAL_SEM5__value;
+    \$442  = GLOBAL_SEM5__value;
     if (GLOBAL_SEM5_write) begin
-      \$376  = \$288 ;
+      \$442  = \$346 ;
     end else if (GLOBAL_SEM5__set) begin
-      \$376  = \$289 ;
+      \$442  = \$347 ;
     end
     if (rst) begin
-      \$376  = 32'd0;
+      \$442  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$161 ) begin end
-    \$377  = GLOBAL_SEM6__value;
+    \$443  = GLOBAL_SEM6__value;
     if (GLOBAL_SEM6_write) begin
-      \$377  = \$290 ;
+      \$443  = \$348 ;
     end else if (GLOBAL_SEM6__set) begin
-      \$377  = \$291 ;
+      \$443  = \$349 ;
     end
     if (rst) begin
-      \$377  = 32'd0;
+      \$443  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$161 ) begin end
-    \$378  = GLOBAL_SEM7__value;
+    \$444  = GLOBAL_SEM7__value;
     if (GLOBAL_SEM7_write) begin
-      \$378  = \$292 ;
+      \$444  = \$350 ;
     end else if (GLOBAL_SEM7__set) begin
-      \$378  = \$293 ;
+      \$444  = \$351 ;
     end
     if (rst) begin
-      \$378  = 32'd0;
+      \$444  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$161 ) begin end
-    \$379  = GLOBAL_SEM8__value;
+    \$445  = GLOBAL_SEM8__value;
     if (GLOBAL_SEM8_write) begin
-      \$379  = \$294 ;
+      \$445  = \$352 ;
     end else if (GLOBAL_SEM8__set) begin
-      \$379  = \$295 ;
+      \$445  = \$353 ;
     end
     if (rst) begin
-      \$379  = 32'd0;
+      \$445  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$161 ) begin end
-    \$380  = GLOBAL_SEM9__value;
+    \$446  = GLOBAL_SEM9__value;
     if (GLOBAL_SEM9_write) begin
-      \$380  = \$296 ;
+      \$446  = \$354 ;
     end else if (GLOBAL_SEM9__set) begin
-      \$380  = \$297 ;
+      \$446  = \$355 ;
     end
     if (rst) begin
-      \$380  = 32'd0;
+      \$446  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$161 ) begin end
-    \$381  = GLOBAL_SEM10__value;
+    \$447  = GLOBAL_SEM10__value;
     if (GLOBAL_SEM10_write) begin
-      \$381  = \$298 ;
+      \$447  = \$356 ;
     end else if (GLOBAL_SEM10__set) begin
-      \$381  = \$299 ;
+      \$447  = \$357 ;
     end
     if (rst) begin
-      \$381  = 32'd0;
+      \$447  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$161 ) begin end
-    \$382  = GLOBAL_SEM11__value;
+    \$448  = GLOBAL_SEM11__value;
     if (GLOBAL_SEM11_write) begin
-      \$382  = \$300 ;
+      \$448  = \$358 ;
     end else if (GLOBAL_SEM11__set) begin
-      \$382  = \$301 ;
+      \$448  = \$359 ;
     end
     if (rst) begin
-      \$382  = 32'd0;
+      \$448  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$161 ) begin end
-    \$383  = GLOBAL_SEM12__value;
+    \$449  = GLOBAL_SEM12__value;
     if (GLOBAL_SEM12_write) begin
-      \$383  = \$302 ;
+      \$449  = \$360 ;
     end else if (GLOBAL_SEM12__set) begin
-      \$383  = \$303 ;
+      \$449  = \$361 ;
     end
     if (rst) begin
-      \$383  = 32'd0;
+      \$449  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$161 ) begin end
-    \$384  = GLOBAL_SEM13__value;
+    \$450  = GLOBAL_SEM13__value;
     if (GLOBAL_SEM13_write) begin
-      \$384  = \$304 ;
+      \$450  = \$362 ;
     end else if (GLOBAL_SEM13__set) begin
-      \$384  = \$305 ;
+      \$450  = \$363 ;
     end
     if (rst) begin
-      \$384  = 32'd0;
+      \$450  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$161 ) begin end
-    \$385  = GLOBAL_SEM14__value;
+    \$451  = GLOBAL_SEM14__value;
     if (GLOBAL_SEM14_write) begin
-      \$385  = \$306 ;
+      \$451  = \$364 ;
     end else if (GLOBAL_SEM14__set) begin
-      \$385  = \$307 ;
+      \$451  = \$365 ;
     end
     if (rst) begin
-      \$385  = 32'd0;
+      \$451  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$161 ) begin end
-    \$386  = GLOBAL_SEM15__value;
+    \$452  = GLOBAL_SEM15__value;
     if (GLOBAL_SEM15_write) begin
-      \$386  = \$308 ;
+      \$452  = \$366 ;
     end else if (GLOBAL_SEM15__set) begin
-      \$386  = \$309 ;
+      \$452  = \$367 ;
     end
     if (rst) begin
-      \$386  = 32'd0;
+      \$452  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$161 ) begin end
-    \$387  = QUEUE0_RING_BASE__value;
+    \$453  = QUEUE0_RING_BASE__value;
     if (QUEUE0_RING_BASE_write) begin
-      \$387  = \$310 ;
+      \$453  = \$368 ;
     end else if (QUEUE0_RING_BASE__set) begin
-      \$387  = \$311 ;
+      \$453  = \$369 ;
     end
     if (rst) begin
-      \$387  = 32'd0;
+      \$453  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$161 ) begin end
-    \$388  = QUEUE0_RING_LOG2__value;
+    \$454  = QUEUE0_RING_LOG2__value;
     if (QUEUE0_RING_LOG2_write) begin
-      \$388  = \$312 ;
+      \$454  = \$370 ;
     end else if (QUEUE0_RING_LOG2__set) begin
-      \$388  = \$313 ;
+      \$454  = \$371 ;
     end
     if (rst) begin
-      \$388  = 32'd4;
+      \$454  = 32'd4;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$161 ) begin end
-    \$389  = QUEUE0_CQ_BASE__value;
+    \$455  = QUEUE0_CQ_BASE__value;
     if (QUEUE0_CQ_BASE_write) begin
-      \$389  = \$314 ;
+      \$455  = \$372 ;
     end else if (QUEUE0_CQ_BASE__set) begin
-      \$389  = \$315 ;
+      \$455  = \$373 ;
     end
     if (rst) begin
-      \$389  = 32'd0;
+      \$455  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$161 ) begin end
-    \$390  = QUEUE0_CONTROL__value;
+    \$456  = QUEUE0_CONTROL__value;
     if (QUEUE0_CONTROL_write) begin
-      \$390  = \$316 ;
+      \$456  = \$374 ;
     end else if (QUEUE0_CONTROL__set) begin
-      \$390  = \$317 ;
+      \$456  = \$375 ;
     end
     if (rst) begin
-      \$390  = 32'd0;
+      \$456  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$161 ) begin end
-    \$391  = \$323 ;
+    \$457  = \$381 ;
     if (rst) begin
-      \$391  = 32'd0;
+      \$457  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$161 ) begin end
-    \$392  = QUEUE0_IRQ_MASK__value;
+    \$458  = QUEUE0_IRQ_MASK__value;
     if (QUEUE0_IRQ_MASK_write) begin
-      \$392  = \$324 ;
+      \$458  = \$382 ;
     end else if (QUEUE0_IRQ_MASK__set) begin
-      \$392  = \$325 ;
+      \$458  = \$383 ;
     end
     if (rst) begin
-      \$392  = 32'd0;
+      \$458  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$161 ) begin end
-    \$393  = QUEUE0_DMA_BASE__value;
+    \$459  = QUEUE0_DMA_BASE__value;
     if (QUEUE0_DMA_BASE_write) begin
-      \$393  = \$326 ;
+      \$459  = \$384 ;
     end else if (QUEUE0_DMA_BASE__set) begin
-      \$393  = \$327 ;
+      \$459  = \$385 ;
     end
     if (rst) begin
-      \$393  = 32'd0;
+      \$459  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$161 ) begin end
-    \$394  = QUEUE0_DMA_LIMIT__value;
+    \$460  = QUEUE0_DMA_LIMIT__value;
     if (QUEUE0_DMA_LIMIT_write) begin
-      \$394  = \$328 ;
+      \$460  = \$386 ;
     end else if (QUEUE0_DMA_LIMIT__set) begin
-      \$394  = \$329 ;
+      \$460  = \$387 ;
     end
     if (rst) begin
-      \$394  = 32'd0;
+      \$460  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$161 ) begin end
-    \$395  = QUEUE0_WATCHDOG__value;
+    \$461  = QUEUE0_WATCHDOG__value;
     if (QUEUE0_WATCHDOG_write) begin
-      \$395  = \$330 ;
+      \$461  = \$388 ;
     end else if (QUEUE0_WATCHDOG__set) begin
-      \$395  = \$331 ;
+      \$461  = \$389 ;
     end
     if (rst) begin
-      \$395  = 32'd0;
+      \$461  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$161 ) begin end
-    \$396  = QUEUE1_RING_BASE__value;
+    \$462  = QUEUE1_RING_BASE__value;
     if (QUEUE1_RING_BASE_write) begin
-      \$396  = \$332 ;
+      \$462  = \$390 ;
     end else if (QUEUE1_RING_BASE__set) begin
-      \$396  = \$333 ;
+      \$462  = \$391 ;
     end
     if (rst) begin
-      \$396  = 32'd0;
+      \$462  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$161 ) begin end
-    \$397  = QUEUE1_RING_LOG2__value;
+    \$463  = QUEUE1_RING_LOG2__value;
     if (QUEUE1_RING_LOG2_write) begin
-      \$397  = \$334 ;
+      \$463  = \$392 ;
     end else if (QUEUE1_RING_LOG2__set) begin
-      \$397  = \$335 ;
+      \$463  = \$393 ;
     end
     if (rst) begin
-      \$397  = 32'd4;
+      \$463  = 32'd4;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$161 ) begin end
-    \$398  = QUEUE1_CQ_BASE__value;
+    \$464  = QUEUE1_CQ_BASE__value;
     if (QUEUE1_CQ_BASE_write) begin
-      \$398  = \$336 ;
+      \$464  = \$394 ;
     end else if (QUEUE1_CQ_BASE__set) begin
-      \$398  = \$337 ;
+      \$464  = \$395 ;
     end
     if (rst) begin
-      \$398  = 32'd0;
+      \$464  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$161 ) begin end
-    \$399  = QUEUE1_CONTROL__value;
+    \$465  = QUEUE1_CONTROL__value;
     if (QUEUE1_CONTROL_write) begin
-      \$399  = \$338 ;
+      \$465  = \$396 ;
     end else if (QUEUE1_CONTROL__set) begin
-      \$399  = \$339 ;
+      \$465  = \$397 ;
     end
     if (rst) begin
-      \$399  = 32'd0;
+      \$465  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$161 ) begin end
-    \$400  = \$345 ;
+    \$466  = \$403 ;
     if (rst) begin
-      \$400  = 32'd0;
+      \$466  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$161 ) begin end
-    \$401  = QUEUE1_IRQ_MASK__value;
+    \$467  = QUEUE1_IRQ_MASK__value;
     if (QUEUE1_IRQ_MASK_write) begin
-      \$401  = \$346 ;
+      \$467  = \$404 ;
     end else if (QUEUE1_IRQ_MASK__set) begin
-      \$401  = \$347 ;
+      \$467  = \$405 ;
     end
     if (rst) begin
-      \$401  = 32'd0;
+      \$467  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$161 ) begin end
-    \$402  = QUEUE1_DMA_BASE__value;
+    \$468  = QUEUE1_DMA_BASE__value;
     if (QUEUE1_DMA_BASE_write) begin
-      \$402  = \$348 ;
+      \$468  = \$406 ;
     end else if (QUEUE1_DMA_BASE__set) begin
-      \$402  = \$349 ;
+      \$468  = \$407 ;
     end
     if (rst) begin
-      \$402  = 32'd0;
+      \$468  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$161 ) begin end
-    \$403  = QUEUE1_DMA_LIMIT__value;
+    \$469  = QUEUE1_DMA_LIMIT__value;
     if (QUEUE1_DMA_LIMIT_write) begin
-      \$403  = \$350 ;
+      \$469  = \$408 ;
     end else if (QUEUE1_DMA_LIMIT__set) begin
-      \$403  = \$351 ;
+      \$469  = \$409 ;
     end
     if (rst) begin
-      \$403  = 32'd0;
+      \$469  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$161 ) begin end
-    \$404  = QUEUE1_WATCHDOG__value;
+    \$470  = QUEUE1_WATCHDOG__value;
     if (QUEUE1_WATCHDOG_write) begin
-      \$404  = \$352 ;
+      \$470  = \$410 ;
     end else if (QUEUE1_WATCHDOG__set) begin
-      \$404  = \$353 ;
+      \$470  = \$411 ;
     end
     if (rst) begin
-      \$404  = 32'd0;
+      \$470  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$161 ) begin end
-    \$405  = TRACE0_CONTROL__value;
+    \$471  = TRACE0_CONTROL__value;
     if (TRACE0_CONTROL_write) begin
-      \$405  = \$354 ;
+      \$471  = \$412 ;
     end else if (TRACE0_CONTROL__set) begin
-      \$405  = \$355 ;
+      \$471  = \$413 ;
     end
     if (rst) begin
-      \$405  = 32'd0;
+      \$471  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$161 ) begin end
-    \$406  = TRACE1_CONTROL__value;
+    \$472  = TRACE1_CONTROL__value;
     if (TRACE1_CONTROL_write) begin
-      \$406  = \$356 ;
+      \$472  = \$414 ;
     end else if (TRACE1_CONTROL__set) begin
-      \$406  = \$357 ;
+      \$472  = \$415 ;
     end
     if (rst) begin
-      \$406  = 32'd0;
+      \$472  = 32'd0;
     end
   end
-  assign QUEUE0_HEAD__value = { 16'h0000, \port$17406$0  };
-  assign QUEUE0_TAIL__value = { 16'h0000, \port$17408$0  };
-  assign QUEUE0_STATUS__value = { 29'h00000000, \port$3011$0 , \port$17414$0 , \port$7553$0  };
-  assign QUEUE0_ERROR__value = { \port$17418$0 , 8'h00, \port$17416$0  };
-  assign QUEUE1_HEAD__value = { 16'h0000, \port$19711$0  };
-  assign QUEUE1_TAIL__value = { 16'h0000, \port$19713$0  };
-  assign QUEUE1_STATUS__value = { 29'h00000000, \port$8344$0 , \port$19719$0 , \port$12886$0  };
-  assign QUEUE1_ERROR__value = { \port$19723$0 , 8'h00, \port$19721$0  };
-  assign TRACE0_COUNT__value = { 23'h000000, \port$8284$0  };
-  assign TRACE1_COUNT__value = { 23'h000000, \port$13617$0  };
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$161 ) begin end
+    \$473  = LINK_WINDOW_BASE__value;
+    if (LINK_WINDOW_BASE_write) begin
+      \$473  = \$416 ;
+    end
+    if (rst) begin
+      \$473  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$161 ) begin end
+    \$474  = LINK_WINDOW_LIMIT__value;
+    if (LINK_WINDOW_LIMIT_write) begin
+      \$474  = \$418 ;
+    end
+    if (rst) begin
+      \$474  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$161 ) begin end
+    \$475  = LINK_CONTROL0__value;
+    if (LINK_CONTROL0_write) begin
+      \$475  = \$420 ;
+    end
+    if (rst) begin
+      \$475  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$161 ) begin end
+    \$476  = LINK_CONTROL1__value;
+    if (LINK_CONTROL1_write) begin
+      \$476  = \$422 ;
+    end
+    if (rst) begin
+      \$476  = 32'd0;
+    end
+  end
+  assign QUEUE0_HEAD__value = { 16'h0000, \port$17538$0  };
+  assign QUEUE0_TAIL__value = { 16'h0000, \port$17540$0  };
+  assign QUEUE0_STATUS__value = { 29'h00000000, \port$3135$0 , \port$17546$0 , \port$7677$0  };
+  assign QUEUE0_ERROR__value = { \port$17550$0 , 8'h00, \port$17548$0  };
+  assign QUEUE1_HEAD__value = { 16'h0000, \port$19843$0  };
+  assign QUEUE1_TAIL__value = { 16'h0000, \port$19845$0  };
+  assign QUEUE1_STATUS__value = { 29'h00000000, \port$8468$0 , \port$19851$0 , \port$13010$0  };
+  assign QUEUE1_ERROR__value = { \port$19855$0 , 8'h00, \port$19853$0  };
+  assign TRACE0_COUNT__value = { 23'h000000, \port$8408$0  };
+  assign TRACE1_COUNT__value = { 23'h000000, \port$13741$0  };
+  assign LINK_CAPS__value = 32'd0;
+  assign LINK_LATENCY__value = 32'd0;
+  assign LINK_STATUS0__value = 32'd0;
+  assign LINK_STATUS1__value = 32'd0;
+  assign LINK_TX_PACKETS0__value = 32'd0;
+  assign LINK_TX_PACKETS1__value = 32'd0;
+  assign LINK_RX_PACKETS0__value = 32'd0;
+  assign LINK_RX_PACKETS1__value = 32'd0;
+  assign LINK_RETRIES0__value = 32'd0;
+  assign LINK_RETRIES1__value = 32'd0;
+  assign LINK_CRC_ERRORS0__value = 32'd0;
+  assign LINK_CRC_ERRORS1__value = 32'd0;
+  assign LINK_CREDIT_STALLS0__value = 32'd0;
+  assign LINK_CREDIT_STALLS1__value = 32'd0;
   assign GLOBAL_SCRATCH__write = GLOBAL_SCRATCH_write;
   assign w_data = GLOBAL_SCRATCH__wdata;
   assign GLOBAL_SCRATCH_reg = GLOBAL_SCRATCH__value;
@@ -89515,195 +89804,269 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   assign TRACE1_CONTROL__write = TRACE1_CONTROL_write;
   assign TRACE1_CONTROL__wdata = GLOBAL_SCRATCH__wdata;
   assign TRACE1_CONTROL_reg = TRACE1_CONTROL__value;
+  assign LINK_WINDOW_BASE__write = LINK_WINDOW_BASE_write;
+  assign LINK_WINDOW_BASE__wdata = GLOBAL_SCRATCH__wdata;
+  assign LINK_WINDOW_BASE_reg = LINK_WINDOW_BASE__value;
+  assign LINK_WINDOW_LIMIT__write = LINK_WINDOW_LIMIT_write;
+  assign LINK_WINDOW_LIMIT__wdata = GLOBAL_SCRATCH__wdata;
+  assign LINK_WINDOW_LIMIT_reg = LINK_WINDOW_LIMIT__value;
+  assign LINK_CLEAR__write = LINK_CLEAR_write;
+  assign LINK_CLEAR__wdata = GLOBAL_SCRATCH__wdata;
+  assign LINK_CONTROL0__write = LINK_CONTROL0_write;
+  assign LINK_CONTROL0__wdata = GLOBAL_SCRATCH__wdata;
+  assign LINK_CONTROL0_reg = LINK_CONTROL0__value;
+  assign LINK_CONTROL1__write = LINK_CONTROL1_write;
+  assign LINK_CONTROL1__wdata = GLOBAL_SCRATCH__wdata;
+  assign LINK_CONTROL1_reg = LINK_CONTROL1__value;
   assign bus__wstrb = 4'hf;
   assign GLOBAL_SCRATCH__set = 1'h0;
   assign GLOBAL_SCRATCH__set_value = 32'd0;
-  assign QUEUE0_IRQ_STATUS__set = { 30'h00000000, \port$17419$0 , \port$17570$0  };
-  assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \port$19724$0 , \port$19875$0  };
+  assign QUEUE0_IRQ_STATUS__set = { 30'h00000000, \port$17551$0 , \port$17702$0  };
+  assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \port$19856$0 , \port$20007$0  };
+  assign LINK_WINDOW_BASE__set = 1'h0;
+  assign LINK_WINDOW_BASE__set_value = 32'd0;
+  assign LINK_WINDOW_LIMIT__set = 1'h0;
+  assign LINK_WINDOW_LIMIT__set_value = 32'd0;
+  assign LINK_CONTROL0__set = 1'h0;
+  assign LINK_CONTROL0__set_value = 32'd0;
+  assign LINK_CONTROL1__set = 1'h0;
+  assign LINK_CONTROL1__set_value = 32'd0;
   assign \$24  = GLOBAL_CYCLES_LO__value;
   assign \$28  = GLOBAL_CYCLES_HI__value;
-  assign \$74 [31:16] = 16'h0000;
-  assign \$74 [15:0] = \port$17406$0 ;
-  assign \$78 [31:16] = 16'h0000;
-  assign \$78 [15:0] = \port$17408$0 ;
-  assign \$82 [31:3] = 29'h00000000;
-  assign \$82 [2:0] = { \port$3011$0 , \port$17414$0 , \port$7553$0  };
-  assign \$84 [15:8] = 8'h00;
-  assign { \$84 [31:16], \$84 [7:0] } = { \port$17418$0 , \port$17416$0  };
-  assign \$109 [31:16] = 16'h0000;
-  assign \$109 [15:0] = \port$19711$0 ;
-  assign \$113 [31:16] = 16'h0000;
-  assign \$113 [15:0] = \port$19713$0 ;
-  assign \$117 [31:3] = 29'h00000000;
-  assign \$117 [2:0] = { \port$8344$0 , \port$19719$0 , \port$12886$0  };
-  assign \$119 [15:8] = 8'h00;
-  assign { \$119 [31:16], \$119 [7:0] } = { \port$19723$0 , \port$19721$0  };
-  assign \$142  = PERF0_CYCLES__value;
-  assign \$144  = PERF0_BUSY_LOAD__value;
-  assign \$147  = PERF0_BUSY_COMPUTE__value;
-  assign \$149  = PERF0_BUSY_STORE__value;
-  assign \$153  = PERF0_MACS_LO__value;
-  assign \$155  = PERF0_MACS_HI__value;
-  assign \$158  = PERF0_STALL_DEP__value;
-  assign \$160  = PERF0_STALL_MEM__value;
-  assign \$165  = PERF0_BYTES_READ__value;
-  assign \$167  = PERF0_BYTES_WRITTEN__value;
-  assign \$170  = PERF0_BUSY_VECTOR__value;
-  assign \$172  = PERF0_TABLE_HITS__value;
-  assign \$176  = PERF0_TABLE_UNDERFLOWS__value;
-  assign \$178  = PERF0_TABLE_OVERFLOWS__value;
-  assign \$188  = PERF1_CYCLES__value;
-  assign \$191  = PERF1_BUSY_LOAD__value;
-  assign \$193  = PERF1_BUSY_COMPUTE__value;
-  assign \$197  = PERF1_BUSY_STORE__value;
-  assign \$199  = PERF1_MACS_LO__value;
-  assign \$202  = PERF1_MACS_HI__value;
-  assign \$204  = PERF1_STALL_DEP__value;
-  assign \$209  = PERF1_STALL_MEM__value;
-  assign \$211  = PERF1_BYTES_READ__value;
-  assign \$214  = PERF1_BYTES_WRITTEN__value;
-  assign \$216  = PERF1_BUSY_VECTOR__value;
-  assign \$220  = PERF1_TABLE_HITS__value;
-  assign \$222  = PERF1_TABLE_UNDERFLOWS__value;
-  assign \$225  = PERF1_TABLE_OVERFLOWS__value;
-  assign \$237  = { 23'h000000, \port$8284$0  };
-  assign \$241  = TRACE0_DATA_LO__value;
-  assign \$243  = TRACE0_DATA_HI__value;
-  assign \$251  = 32'd0;
-  assign \$253  = \$252 ;
-  assign \$254  = { 23'h000000, \port$13617$0  };
-  assign \$256  = TRACE1_DATA_LO__value;
-  assign \$260  = TRACE1_DATA_HI__value;
-  assign \$276  = GLOBAL_SCRATCH__wdata;
-  assign \$277  = 32'd0;
-  assign \$278 [31:16] = 16'h0000;
-  assign \$278 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$279 [31:16] = 16'h0000;
-  assign \$279 [15:0] = GLOBAL_SEM0__set_value[15:0];
-  assign \$280 [31:16] = 16'h0000;
-  assign \$280 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$281 [31:16] = 16'h0000;
-  assign \$281 [15:0] = GLOBAL_SEM1__set_value[15:0];
-  assign \$282 [31:16] = 16'h0000;
-  assign \$282 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$283 [31:16] = 16'h0000;
-  assign \$283 [15:0] = GLOBAL_SEM2__set_value[15:0];
-  assign \$284 [31:16] = 16'h0000;
-  assign \$284 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$285 [31:16] = 16'h0000;
-  assign \$285 [15:0] = GLOBAL_SEM3__set_value[15:0];
-  assign \$286 [31:16] = 16'h0000;
-  assign \$286 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$287 [31:16] = 16'h0000;
-  assign \$287 [15:0] = GLOBAL_SEM4__set_value[15:0];
-  assign \$288 [31:16] = 16'h0000;
-  assign \$288 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$289 [31:16] = 16'h0000;
-  assign \$289 [15:0] = GLOBAL_SEM5__set_value[15:0];
-  assign \$290 [31:16] = 16'h0000;
-  assign \$290 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$291 [31:16] = 16'h0000;
-  assign \$291 [15:0] = GLOBAL_SEM6__set_value[15:0];
-  assign \$292 [31:16] = 16'h0000;
-  assign \$292 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$293 [31:16] = 16'h0000;
-  assign \$293 [15:0] = GLOBAL_SEM7__set_value[15:0];
-  assign \$294 [31:16] = 16'h0000;
-  assign \$294 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$295 [31:16] = 16'h0000;
-  assign \$295 [15:0] = GLOBAL_SEM8__set_value[15:0];
-  assign \$296 [31:16] = 16'h0000;
-  assign \$296 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$297 [31:16] = 16'h0000;
-  assign \$297 [15:0] = GLOBAL_SEM9__set_value[15:0];
-  assign \$298 [31:16] = 16'h0000;
-  assign \$298 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$299 [31:16] = 16'h0000;
-  assign \$299 [15:0] = GLOBAL_SEM10__set_value[15:0];
-  assign \$300 [31:16] = 16'h0000;
-  assign \$300 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$301 [31:16] = 16'h0000;
-  assign \$301 [15:0] = GLOBAL_SEM11__set_value[15:0];
-  assign \$302 [31:16] = 16'h0000;
-  assign \$302 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$303 [31:16] = 16'h0000;
-  assign \$303 [15:0] = GLOBAL_SEM12__set_value[15:0];
-  assign \$304 [31:16] = 16'h0000;
-  assign \$304 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$305 [31:16] = 16'h0000;
-  assign \$305 [15:0] = GLOBAL_SEM13__set_value[15:0];
-  assign \$306 [31:16] = 16'h0000;
-  assign \$306 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$307 [31:16] = 16'h0000;
-  assign \$307 [15:0] = GLOBAL_SEM14__set_value[15:0];
-  assign \$308 [31:16] = 16'h0000;
-  assign \$308 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$309 [31:16] = 16'h0000;
-  assign \$309 [15:0] = GLOBAL_SEM15__set_value[15:0];
-  assign \$310 [4:0] = 5'h00;
-  assign \$310 [31:5] = GLOBAL_SCRATCH__wdata[31:5];
-  assign \$311 [4:0] = 5'h00;
-  assign \$311 [31:5] = QUEUE0_RING_BASE__set_value[31:5];
-  assign \$312 [31:5] = 27'h0000000;
-  assign \$312 [4:0] = GLOBAL_SCRATCH__wdata[4:0];
-  assign \$313 [31:5] = 27'h0000000;
-  assign \$313 [4:0] = QUEUE0_RING_LOG2__set_value[4:0];
-  assign \$314 [2:0] = 3'h0;
-  assign \$314 [31:3] = GLOBAL_SCRATCH__wdata[31:3];
-  assign \$315 [2:0] = 3'h0;
-  assign \$315 [31:3] = QUEUE0_CQ_BASE__set_value[31:3];
-  assign \$316 [31:2] = 30'h00000000;
-  assign \$316 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
-  assign \$317 [31:2] = 30'h00000000;
-  assign \$317 [1:0] = QUEUE0_CONTROL__set_value[1:0];
-  assign \$322 [31:2] = 30'h00000000;
-  assign \$322 [1:0] = \$321 [1:0];
-  assign \$324 [31:2] = 30'h00000000;
-  assign \$324 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
-  assign \$325 [31:2] = 30'h00000000;
-  assign \$325 [1:0] = QUEUE0_IRQ_MASK__set_value[1:0];
-  assign \$326  = GLOBAL_SCRATCH__wdata;
-  assign \$327  = QUEUE0_DMA_BASE__set_value;
-  assign \$328  = GLOBAL_SCRATCH__wdata;
-  assign \$329  = QUEUE0_DMA_LIMIT__set_value;
-  assign \$330  = GLOBAL_SCRATCH__wdata;
-  assign \$331  = QUEUE0_WATCHDOG__set_value;
-  assign \$332 [4:0] = 5'h00;
-  assign \$332 [31:5] = GLOBAL_SCRATCH__wdata[31:5];
-  assign \$333 [4:0] = 5'h00;
-  assign \$333 [31:5] = QUEUE1_RING_BASE__set_value[31:5];
-  assign \$334 [31:5] = 27'h0000000;
-  assign \$334 [4:0] = GLOBAL_SCRATCH__wdata[4:0];
-  assign \$335 [31:5] = 27'h0000000;
-  assign \$335 [4:0] = QUEUE1_RING_LOG2__set_value[4:0];
-  assign \$336 [2:0] = 3'h0;
-  assign \$336 [31:3] = GLOBAL_SCRATCH__wdata[31:3];
-  assign \$337 [2:0] = 3'h0;
-  assign \$337 [31:3] = QUEUE1_CQ_BASE__set_value[31:3];
-  assign \$338 [31:2] = 30'h00000000;
-  assign \$338 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
-  assign \$339 [31:2] = 30'h00000000;
-  assign \$339 [1:0] = QUEUE1_CONTROL__set_value[1:0];
-  assign \$344 [31:2] = 30'h00000000;
-  assign \$344 [1:0] = \$343 [1:0];
-  assign \$346 [31:2] = 30'h00000000;
-  assign \$346 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
-  assign \$347 [31:2] = 30'h00000000;
-  assign \$347 [1:0] = QUEUE1_IRQ_MASK__set_value[1:0];
-  assign \$348  = GLOBAL_SCRATCH__wdata;
-  assign \$349  = QUEUE1_DMA_BASE__set_value;
-  assign \$350  = GLOBAL_SCRATCH__wdata;
-  assign \$351  = QUEUE1_DMA_LIMIT__set_value;
-  assign \$352  = GLOBAL_SCRATCH__wdata;
-  assign \$353  = QUEUE1_WATCHDOG__set_value;
-  assign \$354 [31:2] = 30'h00000000;
-  assign \$354 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
-  assign \$355 [31:2] = 30'h00000000;
-  assign \$355 [1:0] = TRACE0_CONTROL__set_value[1:0];
-  assign \$356 [31:2] = 30'h00000000;
-  assign \$356 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
-  assign \$357 [31:2] = 30'h00000000;
-  assign \$357 [1:0] = TRACE1_CONTROL__set_value[1:0];
+  assign \$77 [31:16] = 16'h0000;
+  assign \$77 [15:0] = \port$17538$0 ;
+  assign \$79 [31:16] = 16'h0000;
+  assign \$79 [15:0] = \port$17540$0 ;
+  assign \$83 [31:3] = 29'h00000000;
+  assign \$83 [2:0] = { \port$3135$0 , \port$17546$0 , \port$7677$0  };
+  assign \$88 [15:8] = 8'h00;
+  assign { \$88 [31:16], \$88 [7:0] } = { \port$17550$0 , \port$17548$0  };
+  assign \$112 [31:16] = 16'h0000;
+  assign \$112 [15:0] = \port$19843$0 ;
+  assign \$114 [31:16] = 16'h0000;
+  assign \$114 [15:0] = \port$19845$0 ;
+  assign \$118 [31:3] = 29'h00000000;
+  assign \$118 [2:0] = { \port$8468$0 , \port$19851$0 , \port$13010$0  };
+  assign \$123 [15:8] = 8'h00;
+  assign { \$123 [31:16], \$123 [7:0] } = { \port$19855$0 , \port$19853$0  };
+  assign \$143  = PERF0_CYCLES__value;
+  assign \$146  = PERF0_BUSY_LOAD__value;
+  assign \$148  = PERF0_BUSY_COMPUTE__value;
+  assign \$152  = PERF0_BUSY_STORE__value;
+  assign \$154  = PERF0_MACS_LO__value;
+  assign \$157  = PERF0_MACS_HI__value;
+  assign \$159  = PERF0_STALL_DEP__value;
+  assign \$164  = PERF0_STALL_MEM__value;
+  assign \$166  = PERF0_BYTES_READ__value;
+  assign \$169  = PERF0_BYTES_WRITTEN__value;
+  assign \$171  = PERF0_BUSY_VECTOR__value;
+  assign \$175  = PERF0_TABLE_HITS__value;
+  assign \$177  = PERF0_TABLE_UNDERFLOWS__value;
+  assign \$180  = PERF0_TABLE_OVERFLOWS__value;
+  assign \$190  = PERF1_CYCLES__value;
+  assign \$192  = PERF1_BUSY_LOAD__value;
+  assign \$196  = PERF1_BUSY_COMPUTE__value;
+  assign \$198  = PERF1_BUSY_STORE__value;
+  assign \$201  = PERF1_MACS_LO__value;
+  assign \$203  = PERF1_MACS_HI__value;
+  assign \$208  = PERF1_STALL_DEP__value;
+  assign \$210  = PERF1_STALL_MEM__value;
+  assign \$213  = PERF1_BYTES_READ__value;
+  assign \$215  = PERF1_BYTES_WRITTEN__value;
+  assign \$219  = PERF1_BUSY_VECTOR__value;
+  assign \$221  = PERF1_TABLE_HITS__value;
+  assign \$224  = PERF1_TABLE_UNDERFLOWS__value;
+  assign \$226  = PERF1_TABLE_OVERFLOWS__value;
+  assign \$240  = { 23'h000000, \port$8408$0  };
+  assign \$242  = TRACE0_DATA_LO__value;
+  assign \$245  = TRACE0_DATA_HI__value;
+  assign \$255  = { 23'h000000, \port$13741$0  };
+  assign \$259  = TRACE1_DATA_LO__value;
+  assign \$261  = TRACE1_DATA_HI__value;
+  assign \$270  = 32'd0;
+  assign \$271  = 32'd0;
+  assign \$272  = 32'd0;
+  assign \$273  = 32'd0;
+  assign \$274  = 32'd0;
+  assign \$275  = 32'd0;
+  assign \$277  = \$276 ;
+  assign \$278  = \$276 ;
+  assign \$283  = 32'd0;
+  assign \$284  = 32'd0;
+  assign \$285  = \$282 ;
+  assign \$288  = 32'd0;
+  assign \$289  = 32'd0;
+  assign \$290  = 32'd0;
+  assign \$291  = 32'd0;
+  assign \$292  = 32'd0;
+  assign \$293  = 32'd0;
+  assign \$294  = 32'd0;
+  assign \$295  = 32'd0;
+  assign \$296  = 32'd0;
+  assign \$297  = 32'd0;
+  assign \$298  = 32'd0;
+  assign \$299  = 32'd0;
+  assign \$300  = 32'd0;
+  assign \$301  = 32'd0;
+  assign \$302  = 32'd0;
+  assign \$303  = 32'd0;
+  assign \$304  = 32'd0;
+  assign \$305  = 32'd0;
+  assign \$306  = 32'd0;
+  assign \$307  = 32'd0;
+  assign \$308  = 32'd0;
+  assign \$309  = 32'd0;
+  assign \$310  = 32'd0;
+  assign \$311  = \$287 ;
+  assign \$315  = 32'd0;
+  assign \$316  = 32'd0;
+  assign \$317  = 32'd0;
+  assign \$318  = 32'd0;
+  assign \$319  = 32'd0;
+  assign \$320  = 32'd0;
+  assign \$321  = 32'd0;
+  assign \$322  = 32'd0;
+  assign rd_data = \$314 ;
+  assign \$334  = GLOBAL_SCRATCH__wdata;
+  assign \$335  = 32'd0;
+  assign \$336 [31:16] = 16'h0000;
+  assign \$336 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$337 [31:16] = 16'h0000;
+  assign \$337 [15:0] = GLOBAL_SEM0__set_value[15:0];
+  assign \$338 [31:16] = 16'h0000;
+  assign \$338 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$339 [31:16] = 16'h0000;
+  assign \$339 [15:0] = GLOBAL_SEM1__set_value[15:0];
+  assign \$340 [31:16] = 16'h0000;
+  assign \$340 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$341 [31:16] = 16'h0000;
+  assign \$341 [15:0] = GLOBAL_SEM2__set_value[15:0];
+  assign \$342 [31:16] = 16'h0000;
+  assign \$342 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$343 [31:16] = 16'h0000;
+  assign \$343 [15:0] = GLOBAL_SEM3__set_value[15:0];
+  assign \$344 [31:16] = 16'h0000;
+  assign \$344 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$345 [31:16] = 16'h0000;
+  assign \$345 [15:0] = GLOBAL_SEM4__set_value[15:0];
+  assign \$346 [31:16] = 16'h0000;
+  assign \$346 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$347 [31:16] = 16'h0000;
+  assign \$347 [15:0] = GLOBAL_SEM5__set_value[15:0];
+  assign \$348 [31:16] = 16'h0000;
+  assign \$348 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$349 [31:16] = 16'h0000;
+  assign \$349 [15:0] = GLOBAL_SEM6__set_value[15:0];
+  assign \$350 [31:16] = 16'h0000;
+  assign \$350 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$351 [31:16] = 16'h0000;
+  assign \$351 [15:0] = GLOBAL_SEM7__set_value[15:0];
+  assign \$352 [31:16] = 16'h0000;
+  assign \$352 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$353 [31:16] = 16'h0000;
+  assign \$353 [15:0] = GLOBAL_SEM8__set_value[15:0];
+  assign \$354 [31:16] = 16'h0000;
+  assign \$354 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$355 [31:16] = 16'h0000;
+  assign \$355 [15:0] = GLOBAL_SEM9__set_value[15:0];
+  assign \$356 [31:16] = 16'h0000;
+  assign \$356 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$357 [31:16] = 16'h0000;
+  assign \$357 [15:0] = GLOBAL_SEM10__set_value[15:0];
+  assign \$358 [31:16] = 16'h0000;
+  assign \$358 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$359 [31:16] = 16'h0000;
+  assign \$359 [15:0] = GLOBAL_SEM11__set_value[15:0];
+  assign \$360 [31:16] = 16'h0000;
+  assign \$360 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$361 [31:16] = 16'h0000;
+  assign \$361 [15:0] = GLOBAL_SEM12__set_value[15:0];
+  assign \$362 [31:16] = 16'h0000;
+  assign \$362 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$363 [31:16] = 16'h0000;
+  assign \$363 [15:0] = GLOBAL_SEM13__set_value[15:0];
+  assign \$364 [31:16] = 16'h0000;
+  assign \$364 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$365 [31:16] = 16'h0000;
+  assign \$365 [15:0] = GLOBAL_SEM14__set_value[15:0];
+  assign \$366 [31:16] = 16'h0000;
+  assign \$366 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$367 [31:16] = 16'h0000;
+  assign \$367 [15:0] = GLOBAL_SEM15__set_value[15:0];
+  assign \$368 [4:0] = 5'h00;
+  assign \$368 [31:5] = GLOBAL_SCRATCH__wdata[31:5];
+  assign \$369 [4:0] = 5'h00;
+  assign \$369 [31:5] = QUEUE0_RING_BASE__set_value[31:5];
+  assign \$370 [31:5] = 27'h0000000;
+  assign \$370 [4:0] = GLOBAL_SCRATCH__wdata[4:0];
+  assign \$371 [31:5] = 27'h0000000;
+  assign \$371 [4:0] = QUEUE0_RING_LOG2__set_value[4:0];
+  assign \$372 [2:0] = 3'h0;
+  assign \$372 [31:3] = GLOBAL_SCRATCH__wdata[31:3];
+  assign \$373 [2:0] = 3'h0;
+  assign \$373 [31:3] = QUEUE0_CQ_BASE__set_value[31:3];
+  assign \$374 [31:2] = 30'h00000000;
+  assign \$374 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
+  assign \$375 [31:2] = 30'h00000000;
+  assign \$375 [1:0] = QUEUE0_CONTROL__set_value[1:0];
+  assign \$380 [31:2] = 30'h00000000;
+  assign \$380 [1:0] = \$379 [1:0];
+  assign \$382 [31:2] = 30'h00000000;
+  assign \$382 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
+  assign \$383 [31:2] = 30'h00000000;
+  assign \$383 [1:0] = QUEUE0_IRQ_MASK__set_value[1:0];
+  assign \$384  = GLOBAL_SCRATCH__wdata;
+  assign \$385  = QUEUE0_DMA_BASE__set_value;
+  assign \$386  = GLOBAL_SCRATCH__wdata;
+  assign \$387  = QUEUE0_DMA_LIMIT__set_value;
+  assign \$388  = GLOBAL_SCRATCH__wdata;
+  assign \$389  = QUEUE0_WATCHDOG__set_value;
+  assign \$390 [4:0] = 5'h00;
+  assign \$390 [31:5] = GLOBAL_SCRATCH__wdata[31:5];
+  assign \$391 [4:0] = 5'h00;
+  assign \$391 [31:5] = QUEUE1_RING_BASE__set_value[31:5];
+  assign \$392 [31:5] = 27'h0000000;
+  assign \$392 [4:0] = GLOBAL_SCRATCH__wdata[4:0];
+  assign \$393 [31:5] = 27'h0000000;
+  assign \$393 [4:0] = QUEUE1_RING_LOG2__set_value[4:0];
+  assign \$394 [2:0] = 3'h0;
+  assign \$394 [31:3] = GLOBAL_SCRATCH__wdata[31:3];
+  assign \$395 [2:0] = 3'h0;
+  assign \$395 [31:3] = QUEUE1_CQ_BASE__set_value[31:3];
+  assign \$396 [31:2] = 30'h00000000;
+  assign \$396 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
+  assign \$397 [31:2] = 30'h00000000;
+  assign \$397 [1:0] = QUEUE1_CONTROL__set_value[1:0];
+  assign \$402 [31:2] = 30'h00000000;
+  assign \$402 [1:0] = \$401 [1:0];
+  assign \$404 [31:2] = 30'h00000000;
+  assign \$404 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
+  assign \$405 [31:2] = 30'h00000000;
+  assign \$405 [1:0] = QUEUE1_IRQ_MASK__set_value[1:0];
+  assign \$406  = GLOBAL_SCRATCH__wdata;
+  assign \$407  = QUEUE1_DMA_BASE__set_value;
+  assign \$408  = GLOBAL_SCRATCH__wdata;
+  assign \$409  = QUEUE1_DMA_LIMIT__set_value;
+  assign \$410  = GLOBAL_SCRATCH__wdata;
+  assign \$411  = QUEUE1_WATCHDOG__set_value;
+  assign \$412 [31:2] = 30'h00000000;
+  assign \$412 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
+  assign \$413 [31:2] = 30'h00000000;
+  assign \$413 [1:0] = TRACE0_CONTROL__set_value[1:0];
+  assign \$414 [31:2] = 30'h00000000;
+  assign \$414 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
+  assign \$415 [31:2] = 30'h00000000;
+  assign \$415 [1:0] = TRACE1_CONTROL__set_value[1:0];
+  assign \$416  = GLOBAL_SCRATCH__wdata;
+  assign \$417  = 32'd0;
+  assign \$418  = GLOBAL_SCRATCH__wdata;
+  assign \$419  = 32'd0;
+  assign { \$420 [31:16], \$420 [7:1] } = 23'h000000;
+  assign { \$420 [15:8], \$420 [0] } = { GLOBAL_SCRATCH__wdata[15:8], GLOBAL_SCRATCH__wdata[0] };
+  assign \$421  = 32'd0;
+  assign { \$422 [31:16], \$422 [7:1] } = 23'h000000;
+  assign { \$422 [15:8], \$422 [0] } = { GLOBAL_SCRATCH__wdata[15:8], GLOBAL_SCRATCH__wdata[0] };
+  assign \$423  = 32'd0;
 endmodule
 
 (* generator = "Amaranth" *)
@@ -89977,8 +90340,8 @@ module \dx1_board.soc.reset1 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.semaphores (\port$14847$0 , \port$14849$0 , \port$14851$0 , \port$14853$0 , \port$14855$0 , \port$14857$0 , \port$14859$0 , \port$14861$0 , \port$14863$0 , \port$14865$0 , \port$14867$0 , \port$14869$0 , \port$14871$0 , \port$14873$0 , \port$14875$0 , grant0, set, set_value, grant1, index0, valid0
-, delta0, index1, valid1, delta1, \port$14845$0 );
+module \dx1_board.soc.semaphores (\port$14971$0 , \port$14973$0 , \port$14975$0 , \port$14977$0 , \port$14979$0 , \port$14981$0 , \port$14983$0 , \port$14985$0 , \port$14987$0 , \port$14989$0 , \port$14991$0 , \port$14993$0 , \port$14995$0 , \port$14997$0 , \port$14999$0 , grant0, set, set_value, grant1, index0, valid0
+, delta0, index1, valid1, delta1, \port$14969$0 );
   reg \$auto$verilog_backend.cc:2355:dump_module$164  = 0;
   wire \$1 ;
   wire [33:0] \$10 ;
@@ -90063,38 +90426,38 @@ module \dx1_board.soc.semaphores (\port$14847$0 , \port$14849$0 , \port$14851$0 
   wire [3:0] index0;
   input [3:0] index1;
   wire [3:0] index1;
-  input [31:0] \port$14845$0 ;
-  wire [31:0] \port$14845$0 ;
-  input [31:0] \port$14847$0 ;
-  wire [31:0] \port$14847$0 ;
-  input [31:0] \port$14849$0 ;
-  wire [31:0] \port$14849$0 ;
-  input [31:0] \port$14851$0 ;
-  wire [31:0] \port$14851$0 ;
-  input [31:0] \port$14853$0 ;
-  wire [31:0] \port$14853$0 ;
-  input [31:0] \port$14855$0 ;
-  wire [31:0] \port$14855$0 ;
-  input [31:0] \port$14857$0 ;
-  wire [31:0] \port$14857$0 ;
-  input [31:0] \port$14859$0 ;
-  wire [31:0] \port$14859$0 ;
-  input [31:0] \port$14861$0 ;
-  wire [31:0] \port$14861$0 ;
-  input [31:0] \port$14863$0 ;
-  wire [31:0] \port$14863$0 ;
-  input [31:0] \port$14865$0 ;
-  wire [31:0] \port$14865$0 ;
-  input [31:0] \port$14867$0 ;
-  wire [31:0] \port$14867$0 ;
-  input [31:0] \port$14869$0 ;
-  wire [31:0] \port$14869$0 ;
-  input [31:0] \port$14871$0 ;
-  wire [31:0] \port$14871$0 ;
-  input [31:0] \port$14873$0 ;
-  wire [31:0] \port$14873$0 ;
-  input [31:0] \port$14875$0 ;
-  wire [31:0] \port$14875$0 ;
+  input [31:0] \port$14969$0 ;
+  wire [31:0] \port$14969$0 ;
+  input [31:0] \port$14971$0 ;
+  wire [31:0] \port$14971$0 ;
+  input [31:0] \port$14973$0 ;
+  wire [31:0] \port$14973$0 ;
+  input [31:0] \port$14975$0 ;
+  wire [31:0] \port$14975$0 ;
+  input [31:0] \port$14977$0 ;
+  wire [31:0] \port$14977$0 ;
+  input [31:0] \port$14979$0 ;
+  wire [31:0] \port$14979$0 ;
+  input [31:0] \port$14981$0 ;
+  wire [31:0] \port$14981$0 ;
+  input [31:0] \port$14983$0 ;
+  wire [31:0] \port$14983$0 ;
+  input [31:0] \port$14985$0 ;
+  wire [31:0] \port$14985$0 ;
+  input [31:0] \port$14987$0 ;
+  wire [31:0] \port$14987$0 ;
+  input [31:0] \port$14989$0 ;
+  wire [31:0] \port$14989$0 ;
+  input [31:0] \port$14991$0 ;
+  wire [31:0] \port$14991$0 ;
+  input [31:0] \port$14993$0 ;
+  wire [31:0] \port$14993$0 ;
+  input [31:0] \port$14995$0 ;
+  wire [31:0] \port$14995$0 ;
+  input [31:0] \port$14997$0 ;
+  wire [31:0] \port$14997$0 ;
+  input [31:0] \port$14999$0 ;
+  wire [31:0] \port$14999$0 ;
   output [15:0] set;
   reg [15:0] set;
   output [255:0] set_value;
@@ -90136,72 +90499,72 @@ module \dx1_board.soc.semaphores (\port$14847$0 , \port$14849$0 , \port$14851$0 
   wire [31:0] \values[7] ;
   wire [31:0] \values[8] ;
   wire [31:0] \values[9] ;
-  assign \$32  = $signed({ 1'h0, \port$14873$0  }) + $signed(delta0);
+  assign \$32  = $signed({ 1'h0, \port$14997$0  }) + $signed(delta0);
   assign \$33  = index0 == 4'hf;
-  assign \$34  = $signed({ 1'h0, \port$14875$0  }) + $signed(delta0);
+  assign \$34  = $signed({ 1'h0, \port$14999$0  }) + $signed(delta0);
   assign \$35  = ~ granted0;
   assign \$36  = valid1 & \$35 ;
   assign \$37  = ! index1;
-  assign \$38  = $signed({ 1'h0, \port$14845$0  }) + $signed(delta1);
+  assign \$38  = $signed({ 1'h0, \port$14969$0  }) + $signed(delta1);
   assign \$39  = index1 == 1'h1;
-  assign \$40  = $signed({ 1'h0, \port$14847$0  }) + $signed(delta1);
+  assign \$40  = $signed({ 1'h0, \port$14971$0  }) + $signed(delta1);
   assign \$41  = index1 == 2'h2;
-  assign \$42  = $signed({ 1'h0, \port$14849$0  }) + $signed(delta1);
+  assign \$42  = $signed({ 1'h0, \port$14973$0  }) + $signed(delta1);
   assign \$43  = index1 == 2'h3;
-  assign \$44  = $signed({ 1'h0, \port$14851$0  }) + $signed(delta1);
+  assign \$44  = $signed({ 1'h0, \port$14975$0  }) + $signed(delta1);
   assign \$45  = index1 == 3'h4;
-  assign \$46  = $signed({ 1'h0, \port$14853$0  }) + $signed(delta1);
+  assign \$46  = $signed({ 1'h0, \port$14977$0  }) + $signed(delta1);
   assign \$47  = index1 == 3'h5;
-  assign \$48  = $signed({ 1'h0, \port$14855$0  }) + $signed(delta1);
+  assign \$48  = $signed({ 1'h0, \port$14979$0  }) + $signed(delta1);
   assign \$49  = index1 == 3'h6;
-  assign \$50  = $signed({ 1'h0, \port$14857$0  }) + $signed(delta1);
+  assign \$50  = $signed({ 1'h0, \port$14981$0  }) + $signed(delta1);
   assign \$51  = index1 == 3'h7;
-  assign \$52  = $signed({ 1'h0, \port$14859$0  }) + $signed(delta1);
+  assign \$52  = $signed({ 1'h0, \port$14983$0  }) + $signed(delta1);
   assign \$53  = index1 == 4'h8;
-  assign \$54  = $signed({ 1'h0, \port$14861$0  }) + $signed(delta1);
+  assign \$54  = $signed({ 1'h0, \port$14985$0  }) + $signed(delta1);
   assign \$55  = index1 == 4'h9;
-  assign \$56  = $signed({ 1'h0, \port$14863$0  }) + $signed(delta1);
+  assign \$56  = $signed({ 1'h0, \port$14987$0  }) + $signed(delta1);
   assign \$57  = index1 == 4'ha;
-  assign \$58  = $signed({ 1'h0, \port$14865$0  }) + $signed(delta1);
+  assign \$58  = $signed({ 1'h0, \port$14989$0  }) + $signed(delta1);
   assign \$59  = index1 == 4'hb;
-  assign \$60  = $signed({ 1'h0, \port$14867$0  }) + $signed(delta1);
+  assign \$60  = $signed({ 1'h0, \port$14991$0  }) + $signed(delta1);
   assign \$61  = index1 == 4'hc;
-  assign \$62  = $signed({ 1'h0, \port$14869$0  }) + $signed(delta1);
+  assign \$62  = $signed({ 1'h0, \port$14993$0  }) + $signed(delta1);
   assign \$63  = index1 == 4'hd;
-  assign \$64  = $signed({ 1'h0, \port$14871$0  }) + $signed(delta1);
+  assign \$64  = $signed({ 1'h0, \port$14995$0  }) + $signed(delta1);
   assign \$65  = index1 == 4'he;
-  assign \$66  = $signed({ 1'h0, \port$14873$0  }) + $signed(delta1);
+  assign \$66  = $signed({ 1'h0, \port$14997$0  }) + $signed(delta1);
   assign \$67  = index1 == 4'hf;
-  assign \$68  = $signed({ 1'h0, \port$14875$0  }) + $signed(delta1);
+  assign \$68  = $signed({ 1'h0, \port$14999$0  }) + $signed(delta1);
   assign granted1 = granted0 | valid1;
   assign \$3  = ! index0;
-  assign \$4  = $signed({ 1'h0, \port$14845$0  }) + $signed(delta0);
+  assign \$4  = $signed({ 1'h0, \port$14969$0  }) + $signed(delta0);
   assign \$5  = index0 == 1'h1;
-  assign \$6  = $signed({ 1'h0, \port$14847$0  }) + $signed(delta0);
+  assign \$6  = $signed({ 1'h0, \port$14971$0  }) + $signed(delta0);
   assign \$7  = index0 == 2'h2;
-  assign \$8  = $signed({ 1'h0, \port$14849$0  }) + $signed(delta0);
+  assign \$8  = $signed({ 1'h0, \port$14973$0  }) + $signed(delta0);
   assign \$9  = index0 == 2'h3;
-  assign \$10  = $signed({ 1'h0, \port$14851$0  }) + $signed(delta0);
+  assign \$10  = $signed({ 1'h0, \port$14975$0  }) + $signed(delta0);
   assign \$11  = index0 == 3'h4;
-  assign \$12  = $signed({ 1'h0, \port$14853$0  }) + $signed(delta0);
+  assign \$12  = $signed({ 1'h0, \port$14977$0  }) + $signed(delta0);
   assign \$13  = index0 == 3'h5;
-  assign \$14  = $signed({ 1'h0, \port$14855$0  }) + $signed(delta0);
+  assign \$14  = $signed({ 1'h0, \port$14979$0  }) + $signed(delta0);
   assign \$15  = index0 == 3'h6;
-  assign \$16  = $signed({ 1'h0, \port$14857$0  }) + $signed(delta0);
+  assign \$16  = $signed({ 1'h0, \port$14981$0  }) + $signed(delta0);
   assign \$17  = index0 == 3'h7;
-  assign \$18  = $signed({ 1'h0, \port$14859$0  }) + $signed(delta0);
+  assign \$18  = $signed({ 1'h0, \port$14983$0  }) + $signed(delta0);
   assign \$19  = index0 == 4'h8;
-  assign \$20  = $signed({ 1'h0, \port$14861$0  }) + $signed(delta0);
+  assign \$20  = $signed({ 1'h0, \port$14985$0  }) + $signed(delta0);
   assign \$21  = index0 == 4'h9;
-  assign \$22  = $signed({ 1'h0, \port$14863$0  }) + $signed(delta0);
+  assign \$22  = $signed({ 1'h0, \port$14987$0  }) + $signed(delta0);
   assign \$23  = index0 == 4'ha;
-  assign \$24  = $signed({ 1'h0, \port$14865$0  }) + $signed(delta0);
+  assign \$24  = $signed({ 1'h0, \port$14989$0  }) + $signed(delta0);
   assign \$25  = index0 == 4'hb;
-  assign \$26  = $signed({ 1'h0, \port$14867$0  }) + $signed(delta0);
+  assign \$26  = $signed({ 1'h0, \port$14991$0  }) + $signed(delta0);
   assign \$27  = index0 == 4'hc;
-  assign \$28  = $signed({ 1'h0, \port$14869$0  }) + $signed(delta0);
+  assign \$28  = $signed({ 1'h0, \port$14993$0  }) + $signed(delta0);
   assign \$29  = index0 == 4'hd;
-  assign \$30  = $signed({ 1'h0, \port$14871$0  }) + $signed(delta0);
+  assign \$30  = $signed({ 1'h0, \port$14995$0  }) + $signed(delta0);
   assign \$31  = index0 == 4'he;
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$164 ) begin end
@@ -90426,7 +90789,7 @@ module \dx1_board.soc.semaphores (\port$14847$0 , \port$14849$0 , \port$14851$0 
     end
   end
   assign granted = 1'h0;
-  assign values = { \port$14875$0 , \port$14873$0 , \port$14871$0 , \port$14869$0 , \port$14867$0 , \port$14865$0 , \port$14863$0 , \port$14861$0 , \port$14859$0 , \port$14857$0 , \port$14855$0 , \port$14853$0 , \port$14851$0 , \port$14849$0 , \port$14847$0 , \port$14845$0  };
+  assign values = { \port$14999$0 , \port$14997$0 , \port$14995$0 , \port$14993$0 , \port$14991$0 , \port$14989$0 , \port$14987$0 , \port$14985$0 , \port$14983$0 , \port$14981$0 , \port$14979$0 , \port$14977$0 , \port$14975$0 , \port$14973$0 , \port$14971$0 , \port$14969$0  };
   assign \set_value[0]  = set_value[15:0];
   assign \set_value[1]  = set_value[31:16];
   assign \set_value[2]  = set_value[47:32];
@@ -90443,22 +90806,22 @@ module \dx1_board.soc.semaphores (\port$14847$0 , \port$14849$0 , \port$14851$0 
   assign \set_value[13]  = set_value[223:208];
   assign \set_value[14]  = set_value[239:224];
   assign \set_value[15]  = set_value[255:240];
-  assign \values[0]  = \port$14845$0 ;
-  assign \values[1]  = \port$14847$0 ;
-  assign \values[2]  = \port$14849$0 ;
-  assign \values[3]  = \port$14851$0 ;
-  assign \values[4]  = \port$14853$0 ;
-  assign \values[5]  = \port$14855$0 ;
-  assign \values[6]  = \port$14857$0 ;
-  assign \values[7]  = \port$14859$0 ;
-  assign \values[8]  = \port$14861$0 ;
-  assign \values[9]  = \port$14863$0 ;
-  assign \values[10]  = \port$14865$0 ;
-  assign \values[11]  = \port$14867$0 ;
-  assign \values[12]  = \port$14869$0 ;
-  assign \values[13]  = \port$14871$0 ;
-  assign \values[14]  = \port$14873$0 ;
-  assign \values[15]  = \port$14875$0 ;
+  assign \values[0]  = \port$14969$0 ;
+  assign \values[1]  = \port$14971$0 ;
+  assign \values[2]  = \port$14973$0 ;
+  assign \values[3]  = \port$14975$0 ;
+  assign \values[4]  = \port$14977$0 ;
+  assign \values[5]  = \port$14979$0 ;
+  assign \values[6]  = \port$14981$0 ;
+  assign \values[7]  = \port$14983$0 ;
+  assign \values[8]  = \port$14985$0 ;
+  assign \values[9]  = \port$14987$0 ;
+  assign \values[10]  = \port$14989$0 ;
+  assign \values[11]  = \port$14991$0 ;
+  assign \values[12]  = \port$14993$0 ;
+  assign \values[13]  = \port$14995$0 ;
+  assign \values[14]  = \port$14997$0 ;
+  assign \values[15]  = \port$14999$0 ;
   assign \$1  = 1'h1;
   assign \$2  = valid0;
   assign granted0 = valid0;

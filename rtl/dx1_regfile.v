@@ -8,15 +8,17 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
 , QUEUE0_DMA_LIMIT__set_value, QUEUE0_WATCHDOG__set, QUEUE0_WATCHDOG__set_value, QUEUE1_RING_BASE__set, QUEUE1_RING_BASE__set_value, QUEUE1_RING_LOG2__set, QUEUE1_RING_LOG2__set_value, QUEUE1_CQ_BASE__set, QUEUE1_CQ_BASE__set_value, QUEUE1_HEAD__value, QUEUE1_TAIL__value, QUEUE1_CONTROL__set, QUEUE1_CONTROL__set_value, QUEUE1_STATUS__value, QUEUE1_ERROR__value, QUEUE1_IRQ_STATUS__set, QUEUE1_IRQ_STATUS__clear, QUEUE1_IRQ_MASK__set, QUEUE1_IRQ_MASK__set_value, QUEUE1_DMA_BASE__set, QUEUE1_DMA_BASE__set_value
 , QUEUE1_DMA_LIMIT__set, QUEUE1_DMA_LIMIT__set_value, QUEUE1_WATCHDOG__set, QUEUE1_WATCHDOG__set_value, PERF0_CYCLES__value, PERF0_BUSY_LOAD__value, PERF0_BUSY_COMPUTE__value, PERF0_BUSY_STORE__value, PERF0_MACS_LO__value, PERF0_MACS_HI__value, PERF0_STALL_DEP__value, PERF0_STALL_MEM__value, PERF0_BYTES_READ__value, PERF0_BYTES_WRITTEN__value, PERF0_BUSY_VECTOR__value, PERF0_TABLE_HITS__value, PERF0_TABLE_UNDERFLOWS__value, PERF0_TABLE_OVERFLOWS__value, PERF1_CYCLES__value, PERF1_BUSY_LOAD__value, PERF1_BUSY_COMPUTE__value
 , PERF1_BUSY_STORE__value, PERF1_MACS_LO__value, PERF1_MACS_HI__value, PERF1_STALL_DEP__value, PERF1_STALL_MEM__value, PERF1_BYTES_READ__value, PERF1_BYTES_WRITTEN__value, PERF1_BUSY_VECTOR__value, PERF1_TABLE_HITS__value, PERF1_TABLE_UNDERFLOWS__value, PERF1_TABLE_OVERFLOWS__value, TRACE0_CONTROL__set, TRACE0_CONTROL__set_value, TRACE0_COUNT__value, TRACE0_DATA_LO__value, TRACE0_DATA_HI__value, TRACE1_CONTROL__set, TRACE1_CONTROL__set_value, TRACE1_COUNT__value, TRACE1_DATA_LO__value, TRACE1_DATA_HI__value
-, clk, rst, bus__awready, bus__wready, bus__bresp, bus__bvalid, bus__arready, bus__rdata, bus__rresp, bus__rvalid, GLOBAL_SCRATCH__value, GLOBAL_SCRATCH__write, GLOBAL_SCRATCH__wdata, GLOBAL_CYCLES_LO__read, GLOBAL_CYCLES_HI__read, GLOBAL_RESET__write, GLOBAL_RESET__wdata, GLOBAL_SEM0__value, GLOBAL_SEM0__write, GLOBAL_SEM0__wdata, GLOBAL_SEM1__value
-, GLOBAL_SEM1__write, GLOBAL_SEM1__wdata, GLOBAL_SEM2__value, GLOBAL_SEM2__write, GLOBAL_SEM2__wdata, GLOBAL_SEM3__value, GLOBAL_SEM3__write, GLOBAL_SEM3__wdata, GLOBAL_SEM4__value, GLOBAL_SEM4__write, GLOBAL_SEM4__wdata, GLOBAL_SEM5__value, GLOBAL_SEM5__write, GLOBAL_SEM5__wdata, GLOBAL_SEM6__value, GLOBAL_SEM6__write, GLOBAL_SEM6__wdata, GLOBAL_SEM7__value, GLOBAL_SEM7__write, GLOBAL_SEM7__wdata, GLOBAL_SEM8__value
-, GLOBAL_SEM8__write, GLOBAL_SEM8__wdata, GLOBAL_SEM9__value, GLOBAL_SEM9__write, GLOBAL_SEM9__wdata, GLOBAL_SEM10__value, GLOBAL_SEM10__write, GLOBAL_SEM10__wdata, GLOBAL_SEM11__value, GLOBAL_SEM11__write, GLOBAL_SEM11__wdata, GLOBAL_SEM12__value, GLOBAL_SEM12__write, GLOBAL_SEM12__wdata, GLOBAL_SEM13__value, GLOBAL_SEM13__write, GLOBAL_SEM13__wdata, GLOBAL_SEM14__value, GLOBAL_SEM14__write, GLOBAL_SEM14__wdata, GLOBAL_SEM15__value
-, GLOBAL_SEM15__write, GLOBAL_SEM15__wdata, QUEUE0_RING_BASE__value, QUEUE0_RING_BASE__write, QUEUE0_RING_BASE__wdata, QUEUE0_RING_LOG2__value, QUEUE0_RING_LOG2__write, QUEUE0_RING_LOG2__wdata, QUEUE0_CQ_BASE__value, QUEUE0_CQ_BASE__write, QUEUE0_CQ_BASE__wdata, QUEUE0_HEAD__read, QUEUE0_TAIL__read, QUEUE0_DOORBELL__write, QUEUE0_DOORBELL__wdata, QUEUE0_CONTROL__value, QUEUE0_CONTROL__write, QUEUE0_CONTROL__wdata, QUEUE0_STATUS__read, QUEUE0_ERROR__read, QUEUE0_IRQ_STATUS__value
-, QUEUE0_IRQ_MASK__value, QUEUE0_IRQ_MASK__write, QUEUE0_IRQ_MASK__wdata, QUEUE0_DMA_BASE__value, QUEUE0_DMA_BASE__write, QUEUE0_DMA_BASE__wdata, QUEUE0_DMA_LIMIT__value, QUEUE0_DMA_LIMIT__write, QUEUE0_DMA_LIMIT__wdata, QUEUE0_WATCHDOG__value, QUEUE0_WATCHDOG__write, QUEUE0_WATCHDOG__wdata, QUEUE0_RESET__write, QUEUE0_RESET__wdata, QUEUE1_RING_BASE__value, QUEUE1_RING_BASE__write, QUEUE1_RING_BASE__wdata, QUEUE1_RING_LOG2__value, QUEUE1_RING_LOG2__write, QUEUE1_RING_LOG2__wdata, QUEUE1_CQ_BASE__value
-, QUEUE1_CQ_BASE__write, QUEUE1_CQ_BASE__wdata, QUEUE1_HEAD__read, QUEUE1_TAIL__read, QUEUE1_DOORBELL__write, QUEUE1_DOORBELL__wdata, QUEUE1_CONTROL__value, QUEUE1_CONTROL__write, QUEUE1_CONTROL__wdata, QUEUE1_STATUS__read, QUEUE1_ERROR__read, QUEUE1_IRQ_STATUS__value, QUEUE1_IRQ_MASK__value, QUEUE1_IRQ_MASK__write, QUEUE1_IRQ_MASK__wdata, QUEUE1_DMA_BASE__value, QUEUE1_DMA_BASE__write, QUEUE1_DMA_BASE__wdata, QUEUE1_DMA_LIMIT__value, QUEUE1_DMA_LIMIT__write, QUEUE1_DMA_LIMIT__wdata
-, QUEUE1_WATCHDOG__value, QUEUE1_WATCHDOG__write, QUEUE1_WATCHDOG__wdata, QUEUE1_RESET__write, QUEUE1_RESET__wdata, PERF0_CONTROL__write, PERF0_CONTROL__wdata, PERF0_CYCLES__read, PERF0_BUSY_LOAD__read, PERF0_BUSY_COMPUTE__read, PERF0_BUSY_STORE__read, PERF0_MACS_LO__read, PERF0_MACS_HI__read, PERF0_STALL_DEP__read, PERF0_STALL_MEM__read, PERF0_BYTES_READ__read, PERF0_BYTES_WRITTEN__read, PERF0_BUSY_VECTOR__read, PERF0_TABLE_HITS__read, PERF0_TABLE_UNDERFLOWS__read, PERF0_TABLE_OVERFLOWS__read
-, PERF1_CONTROL__write, PERF1_CONTROL__wdata, PERF1_CYCLES__read, PERF1_BUSY_LOAD__read, PERF1_BUSY_COMPUTE__read, PERF1_BUSY_STORE__read, PERF1_MACS_LO__read, PERF1_MACS_HI__read, PERF1_STALL_DEP__read, PERF1_STALL_MEM__read, PERF1_BYTES_READ__read, PERF1_BYTES_WRITTEN__read, PERF1_BUSY_VECTOR__read, PERF1_TABLE_HITS__read, PERF1_TABLE_UNDERFLOWS__read, PERF1_TABLE_OVERFLOWS__read, TRACE0_CONTROL__value, TRACE0_CONTROL__write, TRACE0_CONTROL__wdata, TRACE0_COUNT__read, TRACE0_DATA_LO__read
-, TRACE0_DATA_HI__read, TRACE1_CONTROL__value, TRACE1_CONTROL__write, TRACE1_CONTROL__wdata, TRACE1_COUNT__read, TRACE1_DATA_LO__read, TRACE1_DATA_HI__read, bus__awaddr);
+, LINK_CAPS__value, LINK_LATENCY__value, LINK_WINDOW_BASE__set, LINK_WINDOW_BASE__set_value, LINK_WINDOW_LIMIT__set, LINK_WINDOW_LIMIT__set_value, LINK_CONTROL0__set, LINK_CONTROL0__set_value, LINK_CONTROL1__set, LINK_CONTROL1__set_value, LINK_STATUS0__value, LINK_STATUS1__value, LINK_TX_PACKETS0__value, LINK_TX_PACKETS1__value, LINK_RX_PACKETS0__value, LINK_RX_PACKETS1__value, LINK_RETRIES0__value, LINK_RETRIES1__value, LINK_CRC_ERRORS0__value, LINK_CRC_ERRORS1__value, LINK_CREDIT_STALLS0__value
+, LINK_CREDIT_STALLS1__value, clk, rst, bus__awready, bus__wready, bus__bresp, bus__bvalid, bus__arready, bus__rdata, bus__rresp, bus__rvalid, GLOBAL_SCRATCH__value, GLOBAL_SCRATCH__write, GLOBAL_SCRATCH__wdata, GLOBAL_CYCLES_LO__read, GLOBAL_CYCLES_HI__read, GLOBAL_RESET__write, GLOBAL_RESET__wdata, GLOBAL_SEM0__value, GLOBAL_SEM0__write, GLOBAL_SEM0__wdata
+, GLOBAL_SEM1__value, GLOBAL_SEM1__write, GLOBAL_SEM1__wdata, GLOBAL_SEM2__value, GLOBAL_SEM2__write, GLOBAL_SEM2__wdata, GLOBAL_SEM3__value, GLOBAL_SEM3__write, GLOBAL_SEM3__wdata, GLOBAL_SEM4__value, GLOBAL_SEM4__write, GLOBAL_SEM4__wdata, GLOBAL_SEM5__value, GLOBAL_SEM5__write, GLOBAL_SEM5__wdata, GLOBAL_SEM6__value, GLOBAL_SEM6__write, GLOBAL_SEM6__wdata, GLOBAL_SEM7__value, GLOBAL_SEM7__write, GLOBAL_SEM7__wdata
+, GLOBAL_SEM8__value, GLOBAL_SEM8__write, GLOBAL_SEM8__wdata, GLOBAL_SEM9__value, GLOBAL_SEM9__write, GLOBAL_SEM9__wdata, GLOBAL_SEM10__value, GLOBAL_SEM10__write, GLOBAL_SEM10__wdata, GLOBAL_SEM11__value, GLOBAL_SEM11__write, GLOBAL_SEM11__wdata, GLOBAL_SEM12__value, GLOBAL_SEM12__write, GLOBAL_SEM12__wdata, GLOBAL_SEM13__value, GLOBAL_SEM13__write, GLOBAL_SEM13__wdata, GLOBAL_SEM14__value, GLOBAL_SEM14__write, GLOBAL_SEM14__wdata
+, GLOBAL_SEM15__value, GLOBAL_SEM15__write, GLOBAL_SEM15__wdata, QUEUE0_RING_BASE__value, QUEUE0_RING_BASE__write, QUEUE0_RING_BASE__wdata, QUEUE0_RING_LOG2__value, QUEUE0_RING_LOG2__write, QUEUE0_RING_LOG2__wdata, QUEUE0_CQ_BASE__value, QUEUE0_CQ_BASE__write, QUEUE0_CQ_BASE__wdata, QUEUE0_HEAD__read, QUEUE0_TAIL__read, QUEUE0_DOORBELL__write, QUEUE0_DOORBELL__wdata, QUEUE0_CONTROL__value, QUEUE0_CONTROL__write, QUEUE0_CONTROL__wdata, QUEUE0_STATUS__read, QUEUE0_ERROR__read
+, QUEUE0_IRQ_STATUS__value, QUEUE0_IRQ_MASK__value, QUEUE0_IRQ_MASK__write, QUEUE0_IRQ_MASK__wdata, QUEUE0_DMA_BASE__value, QUEUE0_DMA_BASE__write, QUEUE0_DMA_BASE__wdata, QUEUE0_DMA_LIMIT__value, QUEUE0_DMA_LIMIT__write, QUEUE0_DMA_LIMIT__wdata, QUEUE0_WATCHDOG__value, QUEUE0_WATCHDOG__write, QUEUE0_WATCHDOG__wdata, QUEUE0_RESET__write, QUEUE0_RESET__wdata, QUEUE1_RING_BASE__value, QUEUE1_RING_BASE__write, QUEUE1_RING_BASE__wdata, QUEUE1_RING_LOG2__value, QUEUE1_RING_LOG2__write, QUEUE1_RING_LOG2__wdata
+, QUEUE1_CQ_BASE__value, QUEUE1_CQ_BASE__write, QUEUE1_CQ_BASE__wdata, QUEUE1_HEAD__read, QUEUE1_TAIL__read, QUEUE1_DOORBELL__write, QUEUE1_DOORBELL__wdata, QUEUE1_CONTROL__value, QUEUE1_CONTROL__write, QUEUE1_CONTROL__wdata, QUEUE1_STATUS__read, QUEUE1_ERROR__read, QUEUE1_IRQ_STATUS__value, QUEUE1_IRQ_MASK__value, QUEUE1_IRQ_MASK__write, QUEUE1_IRQ_MASK__wdata, QUEUE1_DMA_BASE__value, QUEUE1_DMA_BASE__write, QUEUE1_DMA_BASE__wdata, QUEUE1_DMA_LIMIT__value, QUEUE1_DMA_LIMIT__write
+, QUEUE1_DMA_LIMIT__wdata, QUEUE1_WATCHDOG__value, QUEUE1_WATCHDOG__write, QUEUE1_WATCHDOG__wdata, QUEUE1_RESET__write, QUEUE1_RESET__wdata, PERF0_CONTROL__write, PERF0_CONTROL__wdata, PERF0_CYCLES__read, PERF0_BUSY_LOAD__read, PERF0_BUSY_COMPUTE__read, PERF0_BUSY_STORE__read, PERF0_MACS_LO__read, PERF0_MACS_HI__read, PERF0_STALL_DEP__read, PERF0_STALL_MEM__read, PERF0_BYTES_READ__read, PERF0_BYTES_WRITTEN__read, PERF0_BUSY_VECTOR__read, PERF0_TABLE_HITS__read, PERF0_TABLE_UNDERFLOWS__read
+, PERF0_TABLE_OVERFLOWS__read, PERF1_CONTROL__write, PERF1_CONTROL__wdata, PERF1_CYCLES__read, PERF1_BUSY_LOAD__read, PERF1_BUSY_COMPUTE__read, PERF1_BUSY_STORE__read, PERF1_MACS_LO__read, PERF1_MACS_HI__read, PERF1_STALL_DEP__read, PERF1_STALL_MEM__read, PERF1_BYTES_READ__read, PERF1_BYTES_WRITTEN__read, PERF1_BUSY_VECTOR__read, PERF1_TABLE_HITS__read, PERF1_TABLE_UNDERFLOWS__read, PERF1_TABLE_OVERFLOWS__read, TRACE0_CONTROL__value, TRACE0_CONTROL__write, TRACE0_CONTROL__wdata, TRACE0_COUNT__read
+, TRACE0_DATA_LO__read, TRACE0_DATA_HI__read, TRACE1_CONTROL__value, TRACE1_CONTROL__write, TRACE1_CONTROL__wdata, TRACE1_COUNT__read, TRACE1_DATA_LO__read, TRACE1_DATA_HI__read, LINK_CAPS__read, LINK_LATENCY__read, LINK_WINDOW_BASE__value, LINK_WINDOW_BASE__write, LINK_WINDOW_BASE__wdata, LINK_WINDOW_LIMIT__value, LINK_WINDOW_LIMIT__write, LINK_WINDOW_LIMIT__wdata, LINK_CLEAR__write, LINK_CLEAR__wdata, LINK_CONTROL0__value, LINK_CONTROL0__write, LINK_CONTROL0__wdata
+, LINK_CONTROL1__value, LINK_CONTROL1__write, LINK_CONTROL1__wdata, LINK_STATUS0__read, LINK_STATUS1__read, LINK_TX_PACKETS0__read, LINK_TX_PACKETS1__read, LINK_RX_PACKETS0__read, LINK_RX_PACKETS1__read, LINK_RETRIES0__read, LINK_RETRIES1__read, LINK_CRC_ERRORS0__read, LINK_CRC_ERRORS1__read, LINK_CREDIT_STALLS0__read, LINK_CREDIT_STALLS1__read, bus__awaddr);
   reg \$auto$verilog_backend.cc:2355:dump_module$1  = 0;
   wire \$1 ;
   wire [31:0] \$10 ;
@@ -202,18 +204,18 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   wire [31:0] \$262 ;
   wire [31:0] \$263 ;
   wire [31:0] \$264 ;
-  wire \$265 ;
-  wire \$266 ;
-  wire \$267 ;
-  wire \$268 ;
-  wire [1:0] \$269 ;
+  wire [31:0] \$265 ;
+  wire [31:0] \$266 ;
+  wire [31:0] \$267 ;
+  wire [31:0] \$268 ;
+  wire [31:0] \$269 ;
   wire [31:0] \$27 ;
-  wire \$270 ;
-  wire \$271 ;
-  wire \$272 ;
+  wire [31:0] \$270 ;
+  wire [31:0] \$271 ;
+  wire [31:0] \$272 ;
   wire [31:0] \$273 ;
-  wire [1:0] \$274 ;
-  wire \$275 ;
+  wire [31:0] \$274 ;
+  wire [31:0] \$275 ;
   wire [31:0] \$276 ;
   wire [31:0] \$277 ;
   wire [31:0] \$278 ;
@@ -267,18 +269,18 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   wire [31:0] \$320 ;
   wire [31:0] \$321 ;
   wire [31:0] \$322 ;
-  wire [31:0] \$323 ;
-  wire [31:0] \$324 ;
-  wire [31:0] \$325 ;
-  wire [31:0] \$326 ;
-  wire [31:0] \$327 ;
-  wire [31:0] \$328 ;
-  wire [31:0] \$329 ;
+  wire \$323 ;
+  wire \$324 ;
+  wire \$325 ;
+  wire \$326 ;
+  wire [1:0] \$327 ;
+  wire \$328 ;
+  wire \$329 ;
   wire [31:0] \$33 ;
-  wire [31:0] \$330 ;
+  wire \$330 ;
   wire [31:0] \$331 ;
-  wire [31:0] \$332 ;
-  wire [31:0] \$333 ;
+  wire [1:0] \$332 ;
+  wire \$333 ;
   wire [31:0] \$334 ;
   wire [31:0] \$335 ;
   wire [31:0] \$336 ;
@@ -305,68 +307,138 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   wire [31:0] \$355 ;
   wire [31:0] \$356 ;
   wire [31:0] \$357 ;
-  reg \$358 ;
-  reg [15:0] \$359 ;
+  wire [31:0] \$358 ;
+  wire [31:0] \$359 ;
   wire [31:0] \$36 ;
-  reg \$360 ;
-  reg [31:0] \$361 ;
-  reg [3:0] \$362 ;
-  reg \$363 ;
-  reg [1:0] \$364 ;
-  reg \$365 ;
-  reg [15:0] \$366 ;
-  reg \$367 ;
-  reg [31:0] \$368 ;
-  reg [1:0] \$369 ;
+  wire [31:0] \$360 ;
+  wire [31:0] \$361 ;
+  wire [31:0] \$362 ;
+  wire [31:0] \$363 ;
+  wire [31:0] \$364 ;
+  wire [31:0] \$365 ;
+  wire [31:0] \$366 ;
+  wire [31:0] \$367 ;
+  wire [31:0] \$368 ;
+  wire [31:0] \$369 ;
   wire [31:0] \$37 ;
-  reg [31:0] \$370 ;
-  reg [31:0] \$371 ;
-  reg [31:0] \$372 ;
-  reg [31:0] \$373 ;
-  reg [31:0] \$374 ;
-  reg [31:0] \$375 ;
-  reg [31:0] \$376 ;
-  reg [31:0] \$377 ;
-  reg [31:0] \$378 ;
-  reg [31:0] \$379 ;
+  wire [31:0] \$370 ;
+  wire [31:0] \$371 ;
+  wire [31:0] \$372 ;
+  wire [31:0] \$373 ;
+  wire [31:0] \$374 ;
+  wire [31:0] \$375 ;
+  wire [31:0] \$376 ;
+  wire [31:0] \$377 ;
+  wire [31:0] \$378 ;
+  wire [31:0] \$379 ;
   wire [31:0] \$38 ;
-  reg [31:0] \$380 ;
-  reg [31:0] \$381 ;
-  reg [31:0] \$382 ;
-  reg [31:0] \$383 ;
-  reg [31:0] \$384 ;
-  reg [31:0] \$385 ;
-  reg [31:0] \$386 ;
-  reg [31:0] \$387 ;
-  reg [31:0] \$388 ;
-  reg [31:0] \$389 ;
+  wire [31:0] \$380 ;
+  wire [31:0] \$381 ;
+  wire [31:0] \$382 ;
+  wire [31:0] \$383 ;
+  wire [31:0] \$384 ;
+  wire [31:0] \$385 ;
+  wire [31:0] \$386 ;
+  wire [31:0] \$387 ;
+  wire [31:0] \$388 ;
+  wire [31:0] \$389 ;
   wire [31:0] \$39 ;
-  reg [31:0] \$390 ;
-  reg [31:0] \$391 ;
-  reg [31:0] \$392 ;
-  reg [31:0] \$393 ;
-  reg [31:0] \$394 ;
-  reg [31:0] \$395 ;
-  reg [31:0] \$396 ;
-  reg [31:0] \$397 ;
-  reg [31:0] \$398 ;
-  reg [31:0] \$399 ;
+  wire [31:0] \$390 ;
+  wire [31:0] \$391 ;
+  wire [31:0] \$392 ;
+  wire [31:0] \$393 ;
+  wire [31:0] \$394 ;
+  wire [31:0] \$395 ;
+  wire [31:0] \$396 ;
+  wire [31:0] \$397 ;
+  wire [31:0] \$398 ;
+  wire [31:0] \$399 ;
   wire \$4 ;
   wire [31:0] \$40 ;
-  reg [31:0] \$400 ;
-  reg [31:0] \$401 ;
-  reg [31:0] \$402 ;
-  reg [31:0] \$403 ;
-  reg [31:0] \$404 ;
-  reg [31:0] \$405 ;
-  reg [31:0] \$406 ;
+  wire [31:0] \$400 ;
+  wire [31:0] \$401 ;
+  wire [31:0] \$402 ;
+  wire [31:0] \$403 ;
+  wire [31:0] \$404 ;
+  wire [31:0] \$405 ;
+  wire [31:0] \$406 ;
+  wire [31:0] \$407 ;
+  wire [31:0] \$408 ;
+  wire [31:0] \$409 ;
   wire [31:0] \$41 ;
+  wire [31:0] \$410 ;
+  wire [31:0] \$411 ;
+  wire [31:0] \$412 ;
+  wire [31:0] \$413 ;
+  wire [31:0] \$414 ;
+  wire [31:0] \$415 ;
+  wire [31:0] \$416 ;
+  wire [31:0] \$417 ;
+  wire [31:0] \$418 ;
+  wire [31:0] \$419 ;
   wire [31:0] \$42 ;
+  wire [31:0] \$420 ;
+  wire [31:0] \$421 ;
+  wire [31:0] \$422 ;
+  wire [31:0] \$423 ;
+  reg \$424 ;
+  reg [15:0] \$425 ;
+  reg \$426 ;
+  reg [31:0] \$427 ;
+  reg [3:0] \$428 ;
+  reg \$429 ;
   wire [31:0] \$43 ;
+  reg [1:0] \$430 ;
+  reg \$431 ;
+  reg [15:0] \$432 ;
+  reg \$433 ;
+  reg [31:0] \$434 ;
+  reg [1:0] \$435 ;
+  reg [31:0] \$436 ;
+  reg [31:0] \$437 ;
+  reg [31:0] \$438 ;
+  reg [31:0] \$439 ;
   wire [31:0] \$44 ;
+  reg [31:0] \$440 ;
+  reg [31:0] \$441 ;
+  reg [31:0] \$442 ;
+  reg [31:0] \$443 ;
+  reg [31:0] \$444 ;
+  reg [31:0] \$445 ;
+  reg [31:0] \$446 ;
+  reg [31:0] \$447 ;
+  reg [31:0] \$448 ;
+  reg [31:0] \$449 ;
   wire [31:0] \$45 ;
+  reg [31:0] \$450 ;
+  reg [31:0] \$451 ;
+  reg [31:0] \$452 ;
+  reg [31:0] \$453 ;
+  reg [31:0] \$454 ;
+  reg [31:0] \$455 ;
+  reg [31:0] \$456 ;
+  reg [31:0] \$457 ;
+  reg [31:0] \$458 ;
+  reg [31:0] \$459 ;
   wire [31:0] \$46 ;
+  reg [31:0] \$460 ;
+  reg [31:0] \$461 ;
+  reg [31:0] \$462 ;
+  reg [31:0] \$463 ;
+  reg [31:0] \$464 ;
+  reg [31:0] \$465 ;
+  reg [31:0] \$466 ;
+  reg [31:0] \$467 ;
+  reg [31:0] \$468 ;
+  reg [31:0] \$469 ;
   wire [31:0] \$47 ;
+  reg [31:0] \$470 ;
+  reg [31:0] \$471 ;
+  reg [31:0] \$472 ;
+  reg [31:0] \$473 ;
+  reg [31:0] \$474 ;
+  reg [31:0] \$475 ;
+  reg [31:0] \$476 ;
   wire [31:0] \$48 ;
   wire [31:0] \$49 ;
   wire [31:0] \$5 ;
@@ -426,6 +498,7 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   wire [31:0] \$99 ;
   wire GLOBAL_ACC_ROWS_rsel;
   wire GLOBAL_CAPS_rsel;
+  wire GLOBAL_CHIP_ID_rsel;
   output GLOBAL_CYCLES_HI__read;
   wire GLOBAL_CYCLES_HI__read;
   input [31:0] GLOBAL_CYCLES_HI__value;
@@ -722,6 +795,150 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   wire GLOBAL_SEM9_wsel;
   wire GLOBAL_SPM_ROWS_rsel;
   wire GLOBAL_VERSION_rsel;
+  output LINK_CAPS__read;
+  wire LINK_CAPS__read;
+  input [31:0] LINK_CAPS__value;
+  wire [31:0] LINK_CAPS__value;
+  wire LINK_CAPS_rsel;
+  (* init = 32'd0 *)
+  output [31:0] LINK_CLEAR__wdata;
+  wire [31:0] LINK_CLEAR__wdata;
+  output LINK_CLEAR__write;
+  wire LINK_CLEAR__write;
+  wire LINK_CLEAR_write;
+  wire LINK_CLEAR_wsel;
+  input LINK_CONTROL0__set;
+  wire LINK_CONTROL0__set;
+  input [31:0] LINK_CONTROL0__set_value;
+  wire [31:0] LINK_CONTROL0__set_value;
+  output [31:0] LINK_CONTROL0__value;
+  reg [31:0] LINK_CONTROL0__value = 32'd0;
+  (* init = 32'd0 *)
+  output [31:0] LINK_CONTROL0__wdata;
+  wire [31:0] LINK_CONTROL0__wdata;
+  output LINK_CONTROL0__write;
+  wire LINK_CONTROL0__write;
+  (* init = 32'd0 *)
+  wire [31:0] LINK_CONTROL0_reg;
+  wire LINK_CONTROL0_rsel;
+  wire LINK_CONTROL0_write;
+  wire LINK_CONTROL0_wsel;
+  input LINK_CONTROL1__set;
+  wire LINK_CONTROL1__set;
+  input [31:0] LINK_CONTROL1__set_value;
+  wire [31:0] LINK_CONTROL1__set_value;
+  output [31:0] LINK_CONTROL1__value;
+  reg [31:0] LINK_CONTROL1__value = 32'd0;
+  (* init = 32'd0 *)
+  output [31:0] LINK_CONTROL1__wdata;
+  wire [31:0] LINK_CONTROL1__wdata;
+  output LINK_CONTROL1__write;
+  wire LINK_CONTROL1__write;
+  (* init = 32'd0 *)
+  wire [31:0] LINK_CONTROL1_reg;
+  wire LINK_CONTROL1_rsel;
+  wire LINK_CONTROL1_write;
+  wire LINK_CONTROL1_wsel;
+  output LINK_CRC_ERRORS0__read;
+  wire LINK_CRC_ERRORS0__read;
+  input [31:0] LINK_CRC_ERRORS0__value;
+  wire [31:0] LINK_CRC_ERRORS0__value;
+  wire LINK_CRC_ERRORS0_rsel;
+  output LINK_CRC_ERRORS1__read;
+  wire LINK_CRC_ERRORS1__read;
+  input [31:0] LINK_CRC_ERRORS1__value;
+  wire [31:0] LINK_CRC_ERRORS1__value;
+  wire LINK_CRC_ERRORS1_rsel;
+  output LINK_CREDIT_STALLS0__read;
+  wire LINK_CREDIT_STALLS0__read;
+  input [31:0] LINK_CREDIT_STALLS0__value;
+  wire [31:0] LINK_CREDIT_STALLS0__value;
+  wire LINK_CREDIT_STALLS0_rsel;
+  output LINK_CREDIT_STALLS1__read;
+  wire LINK_CREDIT_STALLS1__read;
+  input [31:0] LINK_CREDIT_STALLS1__value;
+  wire [31:0] LINK_CREDIT_STALLS1__value;
+  wire LINK_CREDIT_STALLS1_rsel;
+  wire LINK_ID_rsel;
+  output LINK_LATENCY__read;
+  wire LINK_LATENCY__read;
+  input [31:0] LINK_LATENCY__value;
+  wire [31:0] LINK_LATENCY__value;
+  wire LINK_LATENCY_rsel;
+  wire LINK_NEXT_rsel;
+  output LINK_RETRIES0__read;
+  wire LINK_RETRIES0__read;
+  input [31:0] LINK_RETRIES0__value;
+  wire [31:0] LINK_RETRIES0__value;
+  wire LINK_RETRIES0_rsel;
+  output LINK_RETRIES1__read;
+  wire LINK_RETRIES1__read;
+  input [31:0] LINK_RETRIES1__value;
+  wire [31:0] LINK_RETRIES1__value;
+  wire LINK_RETRIES1_rsel;
+  output LINK_RX_PACKETS0__read;
+  wire LINK_RX_PACKETS0__read;
+  input [31:0] LINK_RX_PACKETS0__value;
+  wire [31:0] LINK_RX_PACKETS0__value;
+  wire LINK_RX_PACKETS0_rsel;
+  output LINK_RX_PACKETS1__read;
+  wire LINK_RX_PACKETS1__read;
+  input [31:0] LINK_RX_PACKETS1__value;
+  wire [31:0] LINK_RX_PACKETS1__value;
+  wire LINK_RX_PACKETS1_rsel;
+  output LINK_STATUS0__read;
+  wire LINK_STATUS0__read;
+  input [31:0] LINK_STATUS0__value;
+  wire [31:0] LINK_STATUS0__value;
+  wire LINK_STATUS0_rsel;
+  output LINK_STATUS1__read;
+  wire LINK_STATUS1__read;
+  input [31:0] LINK_STATUS1__value;
+  wire [31:0] LINK_STATUS1__value;
+  wire LINK_STATUS1_rsel;
+  output LINK_TX_PACKETS0__read;
+  wire LINK_TX_PACKETS0__read;
+  input [31:0] LINK_TX_PACKETS0__value;
+  wire [31:0] LINK_TX_PACKETS0__value;
+  wire LINK_TX_PACKETS0_rsel;
+  output LINK_TX_PACKETS1__read;
+  wire LINK_TX_PACKETS1__read;
+  input [31:0] LINK_TX_PACKETS1__value;
+  wire [31:0] LINK_TX_PACKETS1__value;
+  wire LINK_TX_PACKETS1_rsel;
+  wire LINK_VERSION_rsel;
+  input LINK_WINDOW_BASE__set;
+  wire LINK_WINDOW_BASE__set;
+  input [31:0] LINK_WINDOW_BASE__set_value;
+  wire [31:0] LINK_WINDOW_BASE__set_value;
+  output [31:0] LINK_WINDOW_BASE__value;
+  reg [31:0] LINK_WINDOW_BASE__value = 32'd0;
+  (* init = 32'd0 *)
+  output [31:0] LINK_WINDOW_BASE__wdata;
+  wire [31:0] LINK_WINDOW_BASE__wdata;
+  output LINK_WINDOW_BASE__write;
+  wire LINK_WINDOW_BASE__write;
+  (* init = 32'd0 *)
+  wire [31:0] LINK_WINDOW_BASE_reg;
+  wire LINK_WINDOW_BASE_rsel;
+  wire LINK_WINDOW_BASE_write;
+  wire LINK_WINDOW_BASE_wsel;
+  input LINK_WINDOW_LIMIT__set;
+  wire LINK_WINDOW_LIMIT__set;
+  input [31:0] LINK_WINDOW_LIMIT__set_value;
+  wire [31:0] LINK_WINDOW_LIMIT__set_value;
+  output [31:0] LINK_WINDOW_LIMIT__value;
+  reg [31:0] LINK_WINDOW_LIMIT__value = 32'd0;
+  (* init = 32'd0 *)
+  output [31:0] LINK_WINDOW_LIMIT__wdata;
+  wire [31:0] LINK_WINDOW_LIMIT__wdata;
+  output LINK_WINDOW_LIMIT__write;
+  wire LINK_WINDOW_LIMIT__write;
+  (* init = 32'd0 *)
+  wire [31:0] LINK_WINDOW_LIMIT_reg;
+  wire LINK_WINDOW_LIMIT_rsel;
+  wire LINK_WINDOW_LIMIT_write;
+  wire LINK_WINDOW_LIMIT_wsel;
   output PERF0_BUSY_COMPUTE__read;
   wire PERF0_BUSY_COMPUTE__read;
   input [31:0] PERF0_BUSY_COMPUTE__value;
@@ -1355,106 +1572,229 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   wire wr_hit;
   wire wr_ok;
   wire writing;
-  assign \$343  = \$342  | QUEUE1_IRQ_STATUS__set;
-  assign \$345  = QUEUE1_IRQ_STATUS__clear ? 32'd0 : \$344 ;
+  assign GLOBAL_SEM7__write = writing & GLOBAL_SEM7_wsel;
+  assign GLOBAL_SEM8__write = writing & GLOBAL_SEM8_wsel;
+  assign GLOBAL_SEM9__write = writing & GLOBAL_SEM9_wsel;
+  assign GLOBAL_SEM10__write = writing & GLOBAL_SEM10_wsel;
+  assign GLOBAL_SEM11__write = writing & GLOBAL_SEM11_wsel;
+  assign GLOBAL_SEM12__write = writing & GLOBAL_SEM12_wsel;
+  assign GLOBAL_SEM13__write = writing & GLOBAL_SEM13_wsel;
+  assign GLOBAL_SEM14__write = writing & GLOBAL_SEM14_wsel;
+  assign GLOBAL_SEM15__write = writing & GLOBAL_SEM15_wsel;
+  assign QUEUE0_RING_BASE__write = writing & QUEUE0_RING_BASE_wsel;
+  assign QUEUE0_RING_LOG2__write = writing & QUEUE0_RING_LOG2_wsel;
+  assign QUEUE0_CQ_BASE__write = writing & QUEUE0_CQ_BASE_wsel;
+  assign QUEUE0_HEAD__read = do_read & QUEUE0_HEAD_rsel;
+  assign QUEUE0_TAIL__read = do_read & QUEUE0_TAIL_rsel;
+  assign QUEUE0_DOORBELL__write = writing & QUEUE0_DOORBELL_wsel;
+  assign QUEUE0_CONTROL__write = writing & QUEUE0_CONTROL_wsel;
+  assign QUEUE0_STATUS__read = do_read & QUEUE0_STATUS_rsel;
+  assign QUEUE0_ERROR__read = do_read & QUEUE0_ERROR_rsel;
+  assign QUEUE0_IRQ_STATUS_write = writing & QUEUE0_IRQ_STATUS_wsel;
+  assign QUEUE0_IRQ_MASK__write = writing & QUEUE0_IRQ_MASK_wsel;
+  assign QUEUE0_DMA_BASE__write = writing & QUEUE0_DMA_BASE_wsel;
+  assign QUEUE0_DMA_LIMIT__write = writing & QUEUE0_DMA_LIMIT_wsel;
+  assign QUEUE0_WATCHDOG__write = writing & QUEUE0_WATCHDOG_wsel;
+  assign QUEUE0_RESET__write = writing & QUEUE0_RESET_wsel;
+  assign QUEUE1_RING_BASE__write = writing & QUEUE1_RING_BASE_wsel;
+  assign QUEUE1_RING_LOG2__write = writing & QUEUE1_RING_LOG2_wsel;
+  assign QUEUE1_CQ_BASE__write = writing & QUEUE1_CQ_BASE_wsel;
+  assign QUEUE1_HEAD__read = do_read & QUEUE1_HEAD_rsel;
+  assign QUEUE1_TAIL__read = do_read & QUEUE1_TAIL_rsel;
+  assign QUEUE1_DOORBELL__write = writing & QUEUE1_DOORBELL_wsel;
+  assign QUEUE1_CONTROL__write = writing & QUEUE1_CONTROL_wsel;
+  assign QUEUE1_STATUS__read = do_read & QUEUE1_STATUS_rsel;
+  assign QUEUE1_ERROR__read = do_read & QUEUE1_ERROR_rsel;
+  assign QUEUE1_IRQ_STATUS_write = writing & QUEUE1_IRQ_STATUS_wsel;
+  assign QUEUE1_IRQ_MASK__write = writing & QUEUE1_IRQ_MASK_wsel;
+  assign QUEUE1_DMA_BASE__write = writing & QUEUE1_DMA_BASE_wsel;
+  assign QUEUE1_DMA_LIMIT__write = writing & QUEUE1_DMA_LIMIT_wsel;
+  assign QUEUE1_WATCHDOG__write = writing & QUEUE1_WATCHDOG_wsel;
+  assign QUEUE1_RESET__write = writing & QUEUE1_RESET_wsel;
+  assign PERF0_CONTROL__write = writing & PERF0_CONTROL_wsel;
+  assign PERF0_CYCLES__read = do_read & PERF0_CYCLES_rsel;
+  assign PERF0_BUSY_LOAD__read = do_read & PERF0_BUSY_LOAD_rsel;
+  assign PERF0_BUSY_COMPUTE__read = do_read & PERF0_BUSY_COMPUTE_rsel;
+  assign PERF0_BUSY_STORE__read = do_read & PERF0_BUSY_STORE_rsel;
+  assign PERF0_MACS_LO__read = do_read & PERF0_MACS_LO_rsel;
+  assign PERF0_MACS_HI__read = do_read & PERF0_MACS_HI_rsel;
+  assign PERF0_STALL_DEP__read = do_read & PERF0_STALL_DEP_rsel;
+  assign PERF0_STALL_MEM__read = do_read & PERF0_STALL_MEM_rsel;
+  assign PERF0_BYTES_READ__read = do_read & PERF0_BYTES_READ_rsel;
+  assign PERF0_BYTES_WRITTEN__read = do_read & PERF0_BYTES_WRITTEN_rsel;
+  assign PERF0_BUSY_VECTOR__read = do_read & PERF0_BUSY_VECTOR_rsel;
+  assign PERF0_TABLE_HITS__read = do_read & PERF0_TABLE_HITS_rsel;
+  assign PERF0_TABLE_UNDERFLOWS__read = do_read & PERF0_TABLE_UNDERFLOWS_rsel;
+  assign PERF0_TABLE_OVERFLOWS__read = do_read & PERF0_TABLE_OVERFLOWS_rsel;
+  assign PERF1_CONTROL__write = writing & PERF1_CONTROL_wsel;
+  assign PERF1_CYCLES__read = do_read & PERF1_CYCLES_rsel;
+  assign PERF1_BUSY_LOAD__read = do_read & PERF1_BUSY_LOAD_rsel;
+  assign PERF1_BUSY_COMPUTE__read = do_read & PERF1_BUSY_COMPUTE_rsel;
+  assign PERF1_BUSY_STORE__read = do_read & PERF1_BUSY_STORE_rsel;
+  assign PERF1_MACS_LO__read = do_read & PERF1_MACS_LO_rsel;
+  assign PERF1_MACS_HI__read = do_read & PERF1_MACS_HI_rsel;
+  assign PERF1_STALL_DEP__read = do_read & PERF1_STALL_DEP_rsel;
+  assign PERF1_STALL_MEM__read = do_read & PERF1_STALL_MEM_rsel;
+  assign PERF1_BYTES_READ__read = do_read & PERF1_BYTES_READ_rsel;
+  assign PERF1_BYTES_WRITTEN__read = do_read & PERF1_BYTES_WRITTEN_rsel;
+  assign PERF1_BUSY_VECTOR__read = do_read & PERF1_BUSY_VECTOR_rsel;
+  assign PERF1_TABLE_HITS__read = do_read & PERF1_TABLE_HITS_rsel;
+  assign PERF1_TABLE_UNDERFLOWS__read = do_read & PERF1_TABLE_UNDERFLOWS_rsel;
+  assign PERF1_TABLE_OVERFLOWS__read = do_read & PERF1_TABLE_OVERFLOWS_rsel;
+  assign TRACE0_CONTROL__write = writing & TRACE0_CONTROL_wsel;
+  assign TRACE0_COUNT__read = do_read & TRACE0_COUNT_rsel;
+  assign TRACE0_DATA_LO__read = do_read & TRACE0_DATA_LO_rsel;
+  assign TRACE0_DATA_HI__read = do_read & TRACE0_DATA_HI_rsel;
+  assign TRACE1_CONTROL__write = writing & TRACE1_CONTROL_wsel;
+  assign TRACE1_COUNT__read = do_read & TRACE1_COUNT_rsel;
+  assign TRACE1_DATA_LO__read = do_read & TRACE1_DATA_LO_rsel;
+  assign TRACE1_DATA_HI__read = do_read & TRACE1_DATA_HI_rsel;
+  assign LINK_CAPS__read = do_read & LINK_CAPS_rsel;
+  assign LINK_LATENCY__read = do_read & LINK_LATENCY_rsel;
+  assign LINK_WINDOW_BASE__write = writing & LINK_WINDOW_BASE_wsel;
+  assign LINK_WINDOW_LIMIT__write = writing & LINK_WINDOW_LIMIT_wsel;
+  assign LINK_CLEAR__write = writing & LINK_CLEAR_wsel;
+  assign LINK_CONTROL0__write = writing & LINK_CONTROL0_wsel;
+  assign LINK_CONTROL1__write = writing & LINK_CONTROL1_wsel;
+  assign LINK_STATUS0__read = do_read & LINK_STATUS0_rsel;
+  assign LINK_STATUS1__read = do_read & LINK_STATUS1_rsel;
+  assign LINK_TX_PACKETS0__read = do_read & LINK_TX_PACKETS0_rsel;
+  assign LINK_TX_PACKETS1__read = do_read & LINK_TX_PACKETS1_rsel;
+  assign LINK_RX_PACKETS0__read = do_read & LINK_RX_PACKETS0_rsel;
+  assign LINK_RX_PACKETS1__read = do_read & LINK_RX_PACKETS1_rsel;
+  assign LINK_RETRIES0__read = do_read & LINK_RETRIES0_rsel;
+  assign LINK_RETRIES1__read = do_read & LINK_RETRIES1_rsel;
+  assign LINK_CRC_ERRORS0__read = do_read & LINK_CRC_ERRORS0_rsel;
+  assign LINK_CRC_ERRORS1__read = do_read & LINK_CRC_ERRORS1_rsel;
+  assign LINK_CREDIT_STALLS0__read = do_read & LINK_CREDIT_STALLS0_rsel;
+  assign LINK_CREDIT_STALLS1__read = do_read & LINK_CREDIT_STALLS1_rsel;
+  assign \$323  = ~ aw_full;
+  assign \$324  = bus__awvalid & \$323 ;
+  assign \$325  = ~ w_full;
+  assign \$326  = bus__wvalid & \$325 ;
+  assign \$327  = wr_ok ? 2'h0 : 2'h2;
+  assign \$328  = bus__bvalid & bus__bready;
+  assign \$329  = ~ ar_full;
+  assign \$330  = bus__arvalid & \$329 ;
+  assign \$331  = rd_hit ? rd_data : 32'd0;
+  assign \$332  = rd_hit ? 2'h0 : 2'h2;
+  assign \$333  = bus__rvalid & bus__rready;
+  assign \$376  = QUEUE0_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
+  assign \$377  = ~ \$376 ;
+  assign \$378  = QUEUE0_IRQ_STATUS__value & \$377 ;
+  assign \$379  = \$378  | QUEUE0_IRQ_STATUS__set;
+  assign \$381  = QUEUE0_IRQ_STATUS__clear ? 32'd0 : \$380 ;
+  assign \$398  = QUEUE1_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
+  assign \$399  = ~ \$398 ;
+  assign \$400  = QUEUE1_IRQ_STATUS__value & \$399 ;
+  assign \$401  = \$400  | QUEUE1_IRQ_STATUS__set;
+  assign \$403  = QUEUE1_IRQ_STATUS__clear ? 32'd0 : \$402 ;
   always @(posedge clk)
-    aw_full <= \$358 ;
+    aw_full <= \$424 ;
   always @(posedge clk)
-    aw_addr <= \$359 ;
+    aw_addr <= \$425 ;
   always @(posedge clk)
-    w_full <= \$360 ;
+    w_full <= \$426 ;
   always @(posedge clk)
-    GLOBAL_SCRATCH__wdata <= \$361 ;
+    GLOBAL_SCRATCH__wdata <= \$427 ;
   always @(posedge clk)
-    w_strb <= \$362 ;
+    w_strb <= \$428 ;
   always @(posedge clk)
-    bus__bvalid <= \$363 ;
+    bus__bvalid <= \$429 ;
   always @(posedge clk)
-    bus__bresp <= \$364 ;
+    bus__bresp <= \$430 ;
   always @(posedge clk)
-    ar_full <= \$365 ;
+    ar_full <= \$431 ;
   always @(posedge clk)
-    ar_addr <= \$366 ;
+    ar_addr <= \$432 ;
   always @(posedge clk)
-    bus__rvalid <= \$367 ;
+    bus__rvalid <= \$433 ;
   always @(posedge clk)
-    bus__rdata <= \$368 ;
+    bus__rdata <= \$434 ;
   always @(posedge clk)
-    bus__rresp <= \$369 ;
+    bus__rresp <= \$435 ;
   always @(posedge clk)
-    GLOBAL_SCRATCH__value <= \$370 ;
+    GLOBAL_SCRATCH__value <= \$436 ;
   always @(posedge clk)
-    GLOBAL_SEM0__value <= \$371 ;
+    GLOBAL_SEM0__value <= \$437 ;
   always @(posedge clk)
-    GLOBAL_SEM1__value <= \$372 ;
+    GLOBAL_SEM1__value <= \$438 ;
   always @(posedge clk)
-    GLOBAL_SEM2__value <= \$373 ;
+    GLOBAL_SEM2__value <= \$439 ;
   always @(posedge clk)
-    GLOBAL_SEM3__value <= \$374 ;
+    GLOBAL_SEM3__value <= \$440 ;
   always @(posedge clk)
-    GLOBAL_SEM4__value <= \$375 ;
+    GLOBAL_SEM4__value <= \$441 ;
   always @(posedge clk)
-    GLOBAL_SEM5__value <= \$376 ;
+    GLOBAL_SEM5__value <= \$442 ;
   always @(posedge clk)
-    GLOBAL_SEM6__value <= \$377 ;
+    GLOBAL_SEM6__value <= \$443 ;
   always @(posedge clk)
-    GLOBAL_SEM7__value <= \$378 ;
+    GLOBAL_SEM7__value <= \$444 ;
   always @(posedge clk)
-    GLOBAL_SEM8__value <= \$379 ;
+    GLOBAL_SEM8__value <= \$445 ;
   always @(posedge clk)
-    GLOBAL_SEM9__value <= \$380 ;
+    GLOBAL_SEM9__value <= \$446 ;
   always @(posedge clk)
-    GLOBAL_SEM10__value <= \$381 ;
+    GLOBAL_SEM10__value <= \$447 ;
   always @(posedge clk)
-    GLOBAL_SEM11__value <= \$382 ;
+    GLOBAL_SEM11__value <= \$448 ;
   always @(posedge clk)
-    GLOBAL_SEM12__value <= \$383 ;
+    GLOBAL_SEM12__value <= \$449 ;
   always @(posedge clk)
-    GLOBAL_SEM13__value <= \$384 ;
+    GLOBAL_SEM13__value <= \$450 ;
   always @(posedge clk)
-    GLOBAL_SEM14__value <= \$385 ;
+    GLOBAL_SEM14__value <= \$451 ;
   always @(posedge clk)
-    GLOBAL_SEM15__value <= \$386 ;
+    GLOBAL_SEM15__value <= \$452 ;
   always @(posedge clk)
-    QUEUE0_RING_BASE__value <= \$387 ;
+    QUEUE0_RING_BASE__value <= \$453 ;
   always @(posedge clk)
-    QUEUE0_RING_LOG2__value <= \$388 ;
+    QUEUE0_RING_LOG2__value <= \$454 ;
   always @(posedge clk)
-    QUEUE0_CQ_BASE__value <= \$389 ;
+    QUEUE0_CQ_BASE__value <= \$455 ;
   always @(posedge clk)
-    QUEUE0_CONTROL__value <= \$390 ;
+    QUEUE0_CONTROL__value <= \$456 ;
   always @(posedge clk)
-    QUEUE0_IRQ_STATUS__value <= \$391 ;
+    QUEUE0_IRQ_STATUS__value <= \$457 ;
   always @(posedge clk)
-    QUEUE0_IRQ_MASK__value <= \$392 ;
+    QUEUE0_IRQ_MASK__value <= \$458 ;
   always @(posedge clk)
-    QUEUE0_DMA_BASE__value <= \$393 ;
+    QUEUE0_DMA_BASE__value <= \$459 ;
   always @(posedge clk)
-    QUEUE0_DMA_LIMIT__value <= \$394 ;
+    QUEUE0_DMA_LIMIT__value <= \$460 ;
   always @(posedge clk)
-    QUEUE0_WATCHDOG__value <= \$395 ;
+    QUEUE0_WATCHDOG__value <= \$461 ;
   always @(posedge clk)
-    QUEUE1_RING_BASE__value <= \$396 ;
+    QUEUE1_RING_BASE__value <= \$462 ;
   always @(posedge clk)
-    QUEUE1_RING_LOG2__value <= \$397 ;
+    QUEUE1_RING_LOG2__value <= \$463 ;
   always @(posedge clk)
-    QUEUE1_CQ_BASE__value <= \$398 ;
+    QUEUE1_CQ_BASE__value <= \$464 ;
   always @(posedge clk)
-    QUEUE1_CONTROL__value <= \$399 ;
+    QUEUE1_CONTROL__value <= \$465 ;
   always @(posedge clk)
-    QUEUE1_IRQ_STATUS__value <= \$400 ;
+    QUEUE1_IRQ_STATUS__value <= \$466 ;
   always @(posedge clk)
-    QUEUE1_IRQ_MASK__value <= \$401 ;
+    QUEUE1_IRQ_MASK__value <= \$467 ;
   always @(posedge clk)
-    QUEUE1_DMA_BASE__value <= \$402 ;
+    QUEUE1_DMA_BASE__value <= \$468 ;
   always @(posedge clk)
-    QUEUE1_DMA_LIMIT__value <= \$403 ;
+    QUEUE1_DMA_LIMIT__value <= \$469 ;
   always @(posedge clk)
-    QUEUE1_WATCHDOG__value <= \$404 ;
+    QUEUE1_WATCHDOG__value <= \$470 ;
   always @(posedge clk)
-    TRACE0_CONTROL__value <= \$405 ;
+    TRACE0_CONTROL__value <= \$471 ;
   always @(posedge clk)
-    TRACE1_CONTROL__value <= \$406 ;
+    TRACE1_CONTROL__value <= \$472 ;
+  always @(posedge clk)
+    LINK_WINDOW_BASE__value <= \$473 ;
+  always @(posedge clk)
+    LINK_WINDOW_LIMIT__value <= \$474 ;
+  always @(posedge clk)
+    LINK_CONTROL0__value <= \$475 ;
+  always @(posedge clk)
+    LINK_CONTROL1__value <= \$476 ;
   assign bus__awready = ~ aw_full;
   assign bus__wready = ~ w_full;
   assign \$1  = aw_full & w_full;
@@ -1513,6 +1853,7 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   assign GLOBAL_SEM14_wsel = aw_addr == 7'h70;
   assign GLOBAL_SEM15_rsel = ar_addr == 7'h74;
   assign GLOBAL_SEM15_wsel = aw_addr == 7'h74;
+  assign GLOBAL_CHIP_ID_rsel = ar_addr == 7'h78;
   assign QUEUE0_ID_rsel = ar_addr == 9'h100;
   assign QUEUE0_VERSION_rsel = ar_addr == 9'h104;
   assign QUEUE0_NEXT_rsel = ar_addr == 9'h108;
@@ -1619,8 +1960,34 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   assign TRACE1_COUNT_rsel = ar_addr == 11'h610;
   assign TRACE1_DATA_LO_rsel = ar_addr == 11'h614;
   assign TRACE1_DATA_HI_rsel = ar_addr == 11'h618;
-  assign wr_hit = | { TRACE1_CONTROL_wsel, TRACE0_CONTROL_wsel, PERF1_CONTROL_wsel, PERF0_CONTROL_wsel, QUEUE1_RESET_wsel, QUEUE1_WATCHDOG_wsel, QUEUE1_DMA_LIMIT_wsel, QUEUE1_DMA_BASE_wsel, QUEUE1_IRQ_MASK_wsel, QUEUE1_IRQ_STATUS_wsel, QUEUE1_CONTROL_wsel, QUEUE1_DOORBELL_wsel, QUEUE1_CQ_BASE_wsel, QUEUE1_RING_LOG2_wsel, QUEUE1_RING_BASE_wsel, QUEUE0_RESET_wsel, QUEUE0_WATCHDOG_wsel, QUEUE0_DMA_LIMIT_wsel, QUEUE0_DMA_BASE_wsel, QUEUE0_IRQ_MASK_wsel, QUEUE0_IRQ_STATUS_wsel, QUEUE0_CONTROL_wsel, QUEUE0_DOORBELL_wsel, QUEUE0_CQ_BASE_wsel, QUEUE0_RING_LOG2_wsel, QUEUE0_RING_BASE_wsel, GLOBAL_SEM15_wsel, GLOBAL_SEM14_wsel, GLOBAL_SEM13_wsel, GLOBAL_SEM12_wsel, GLOBAL_SEM11_wsel, GLOBAL_SEM10_wsel, GLOBAL_SEM9_wsel, GLOBAL_SEM8_wsel, GLOBAL_SEM7_wsel, GLOBAL_SEM6_wsel, GLOBAL_SEM5_wsel, GLOBAL_SEM4_wsel, GLOBAL_SEM3_wsel, GLOBAL_SEM2_wsel, GLOBAL_SEM1_wsel, GLOBAL_SEM0_wsel, GLOBAL_RESET_wsel, GLOBAL_SCRATCH_wsel };
-  assign rd_hit = | { TRACE1_DATA_HI_rsel, TRACE1_DATA_LO_rsel, TRACE1_COUNT_rsel, TRACE1_CONTROL_rsel, TRACE1_NEXT_rsel, TRACE1_VERSION_rsel, TRACE1_ID_rsel, TRACE0_DATA_HI_rsel, TRACE0_DATA_LO_rsel, TRACE0_COUNT_rsel, TRACE0_CONTROL_rsel, TRACE0_NEXT_rsel, TRACE0_VERSION_rsel, TRACE0_ID_rsel, PERF1_TABLE_OVERFLOWS_rsel, PERF1_TABLE_UNDERFLOWS_rsel, PERF1_TABLE_HITS_rsel, PERF1_BUSY_VECTOR_rsel, PERF1_BYTES_WRITTEN_rsel, PERF1_BYTES_READ_rsel, PERF1_STALL_MEM_rsel, PERF1_STALL_DEP_rsel, PERF1_MACS_HI_rsel, PERF1_MACS_LO_rsel, PERF1_BUSY_STORE_rsel, PERF1_BUSY_COMPUTE_rsel, PERF1_BUSY_LOAD_rsel, PERF1_CYCLES_rsel, PERF1_NEXT_rsel, PERF1_VERSION_rsel, PERF1_ID_rsel, PERF0_TABLE_OVERFLOWS_rsel, PERF0_TABLE_UNDERFLOWS_rsel, PERF0_TABLE_HITS_rsel, PERF0_BUSY_VECTOR_rsel, PERF0_BYTES_WRITTEN_rsel, PERF0_BYTES_READ_rsel, PERF0_STALL_MEM_rsel, PERF0_STALL_DEP_rsel, PERF0_MACS_HI_rsel, PERF0_MACS_LO_rsel, PERF0_BUSY_STORE_rsel, PERF0_BUSY_COMPUTE_rsel, PERF0_BUSY_LOAD_rsel, PERF0_CYCLES_rsel, PERF0_NEXT_rsel, PERF0_VERSION_rsel, PERF0_ID_rsel, QUEUE1_WATCHDOG_rsel, QUEUE1_DMA_LIMIT_rsel, QUEUE1_DMA_BASE_rsel, QUEUE1_IRQ_MASK_rsel, QUEUE1_IRQ_STATUS_rsel, QUEUE1_ERROR_rsel, QUEUE1_STATUS_rsel, QUEUE1_CONTROL_rsel, QUEUE1_TAIL_rsel, QUEUE1_HEAD_rsel, QUEUE1_CQ_BASE_rsel, QUEUE1_RING_LOG2_rsel, QUEUE1_RING_BASE_rsel, QUEUE1_NEXT_rsel, QUEUE1_VERSION_rsel, QUEUE1_ID_rsel, QUEUE0_WATCHDOG_rsel, QUEUE0_DMA_LIMIT_rsel, QUEUE0_DMA_BASE_rsel, QUEUE0_IRQ_MASK_rsel, QUEUE0_IRQ_STATUS_rsel, QUEUE0_ERROR_rsel, QUEUE0_STATUS_rsel, QUEUE0_CONTROL_rsel, QUEUE0_TAIL_rsel, QUEUE0_HEAD_rsel, QUEUE0_CQ_BASE_rsel, QUEUE0_RING_LOG2_rsel, QUEUE0_RING_BASE_rsel, QUEUE0_NEXT_rsel, QUEUE0_VERSION_rsel, QUEUE0_ID_rsel, GLOBAL_SEM15_rsel, GLOBAL_SEM14_rsel, GLOBAL_SEM13_rsel, GLOBAL_SEM12_rsel, GLOBAL_SEM11_rsel, GLOBAL_SEM10_rsel, GLOBAL_SEM9_rsel, GLOBAL_SEM8_rsel, GLOBAL_SEM7_rsel, GLOBAL_SEM6_rsel, GLOBAL_SEM5_rsel, GLOBAL_SEM4_rsel, GLOBAL_SEM3_rsel, GLOBAL_SEM2_rsel, GLOBAL_SEM1_rsel, GLOBAL_SEM0_rsel, GLOBAL_CYCLES_HI_rsel, GLOBAL_CYCLES_LO_rsel, GLOBAL_SCRATCH_rsel, GLOBAL_FEATURES_rsel, GLOBAL_MEM_BYTES_rsel, GLOBAL_ACC_ROWS_rsel, GLOBAL_SPM_ROWS_rsel, GLOBAL_CAPS_rsel, GLOBAL_HW_VERSION_rsel, GLOBAL_MAGIC_rsel, GLOBAL_NEXT_rsel, GLOBAL_VERSION_rsel, GLOBAL_ID_rsel };
+  assign LINK_ID_rsel = ar_addr == 11'h700;
+  assign LINK_VERSION_rsel = ar_addr == 11'h704;
+  assign LINK_NEXT_rsel = ar_addr == 11'h708;
+  assign LINK_CAPS_rsel = ar_addr == 11'h70c;
+  assign LINK_LATENCY_rsel = ar_addr == 11'h710;
+  assign LINK_WINDOW_BASE_rsel = ar_addr == 11'h714;
+  assign LINK_WINDOW_BASE_wsel = aw_addr == 11'h714;
+  assign LINK_WINDOW_LIMIT_rsel = ar_addr == 11'h718;
+  assign LINK_WINDOW_LIMIT_wsel = aw_addr == 11'h718;
+  assign LINK_CLEAR_wsel = aw_addr == 11'h71c;
+  assign LINK_CONTROL0_rsel = ar_addr == 11'h720;
+  assign LINK_CONTROL0_wsel = aw_addr == 11'h720;
+  assign LINK_CONTROL1_rsel = ar_addr == 11'h724;
+  assign LINK_CONTROL1_wsel = aw_addr == 11'h724;
+  assign LINK_STATUS0_rsel = ar_addr == 11'h728;
+  assign LINK_STATUS1_rsel = ar_addr == 11'h72c;
+  assign LINK_TX_PACKETS0_rsel = ar_addr == 11'h730;
+  assign LINK_TX_PACKETS1_rsel = ar_addr == 11'h734;
+  assign LINK_RX_PACKETS0_rsel = ar_addr == 11'h738;
+  assign LINK_RX_PACKETS1_rsel = ar_addr == 11'h73c;
+  assign LINK_RETRIES0_rsel = ar_addr == 11'h740;
+  assign LINK_RETRIES1_rsel = ar_addr == 11'h744;
+  assign LINK_CRC_ERRORS0_rsel = ar_addr == 11'h748;
+  assign LINK_CRC_ERRORS1_rsel = ar_addr == 11'h74c;
+  assign LINK_CREDIT_STALLS0_rsel = ar_addr == 11'h750;
+  assign LINK_CREDIT_STALLS1_rsel = ar_addr == 11'h754;
+  assign wr_hit = | { LINK_CONTROL1_wsel, LINK_CONTROL0_wsel, LINK_CLEAR_wsel, LINK_WINDOW_LIMIT_wsel, LINK_WINDOW_BASE_wsel, TRACE1_CONTROL_wsel, TRACE0_CONTROL_wsel, PERF1_CONTROL_wsel, PERF0_CONTROL_wsel, QUEUE1_RESET_wsel, QUEUE1_WATCHDOG_wsel, QUEUE1_DMA_LIMIT_wsel, QUEUE1_DMA_BASE_wsel, QUEUE1_IRQ_MASK_wsel, QUEUE1_IRQ_STATUS_wsel, QUEUE1_CONTROL_wsel, QUEUE1_DOORBELL_wsel, QUEUE1_CQ_BASE_wsel, QUEUE1_RING_LOG2_wsel, QUEUE1_RING_BASE_wsel, QUEUE0_RESET_wsel, QUEUE0_WATCHDOG_wsel, QUEUE0_DMA_LIMIT_wsel, QUEUE0_DMA_BASE_wsel, QUEUE0_IRQ_MASK_wsel, QUEUE0_IRQ_STATUS_wsel, QUEUE0_CONTROL_wsel, QUEUE0_DOORBELL_wsel, QUEUE0_CQ_BASE_wsel, QUEUE0_RING_LOG2_wsel, QUEUE0_RING_BASE_wsel, GLOBAL_SEM15_wsel, GLOBAL_SEM14_wsel, GLOBAL_SEM13_wsel, GLOBAL_SEM12_wsel, GLOBAL_SEM11_wsel, GLOBAL_SEM10_wsel, GLOBAL_SEM9_wsel, GLOBAL_SEM8_wsel, GLOBAL_SEM7_wsel, GLOBAL_SEM6_wsel, GLOBAL_SEM5_wsel, GLOBAL_SEM4_wsel, GLOBAL_SEM3_wsel, GLOBAL_SEM2_wsel, GLOBAL_SEM1_wsel, GLOBAL_SEM0_wsel, GLOBAL_RESET_wsel, GLOBAL_SCRATCH_wsel };
+  assign rd_hit = | { LINK_CREDIT_STALLS1_rsel, LINK_CREDIT_STALLS0_rsel, LINK_CRC_ERRORS1_rsel, LINK_CRC_ERRORS0_rsel, LINK_RETRIES1_rsel, LINK_RETRIES0_rsel, LINK_RX_PACKETS1_rsel, LINK_RX_PACKETS0_rsel, LINK_TX_PACKETS1_rsel, LINK_TX_PACKETS0_rsel, LINK_STATUS1_rsel, LINK_STATUS0_rsel, LINK_CONTROL1_rsel, LINK_CONTROL0_rsel, LINK_WINDOW_LIMIT_rsel, LINK_WINDOW_BASE_rsel, LINK_LATENCY_rsel, LINK_CAPS_rsel, LINK_NEXT_rsel, LINK_VERSION_rsel, LINK_ID_rsel, TRACE1_DATA_HI_rsel, TRACE1_DATA_LO_rsel, TRACE1_COUNT_rsel, TRACE1_CONTROL_rsel, TRACE1_NEXT_rsel, TRACE1_VERSION_rsel, TRACE1_ID_rsel, TRACE0_DATA_HI_rsel, TRACE0_DATA_LO_rsel, TRACE0_COUNT_rsel, TRACE0_CONTROL_rsel, TRACE0_NEXT_rsel, TRACE0_VERSION_rsel, TRACE0_ID_rsel, PERF1_TABLE_OVERFLOWS_rsel, PERF1_TABLE_UNDERFLOWS_rsel, PERF1_TABLE_HITS_rsel, PERF1_BUSY_VECTOR_rsel, PERF1_BYTES_WRITTEN_rsel, PERF1_BYTES_READ_rsel, PERF1_STALL_MEM_rsel, PERF1_STALL_DEP_rsel, PERF1_MACS_HI_rsel, PERF1_MACS_LO_rsel, PERF1_BUSY_STORE_rsel, PERF1_BUSY_COMPUTE_rsel, PERF1_BUSY_LOAD_rsel, PERF1_CYCLES_rsel, PERF1_NEXT_rsel, PERF1_VERSION_rsel, PERF1_ID_rsel, PERF0_TABLE_OVERFLOWS_rsel, PERF0_TABLE_UNDERFLOWS_rsel, PERF0_TABLE_HITS_rsel, PERF0_BUSY_VECTOR_rsel, PERF0_BYTES_WRITTEN_rsel, PERF0_BYTES_READ_rsel, PERF0_STALL_MEM_rsel, PERF0_STALL_DEP_rsel, PERF0_MACS_HI_rsel, PERF0_MACS_LO_rsel, PERF0_BUSY_STORE_rsel, PERF0_BUSY_COMPUTE_rsel, PERF0_BUSY_LOAD_rsel, PERF0_CYCLES_rsel, PERF0_NEXT_rsel, PERF0_VERSION_rsel, PERF0_ID_rsel, QUEUE1_WATCHDOG_rsel, QUEUE1_DMA_LIMIT_rsel, QUEUE1_DMA_BASE_rsel, QUEUE1_IRQ_MASK_rsel, QUEUE1_IRQ_STATUS_rsel, QUEUE1_ERROR_rsel, QUEUE1_STATUS_rsel, QUEUE1_CONTROL_rsel, QUEUE1_TAIL_rsel, QUEUE1_HEAD_rsel, QUEUE1_CQ_BASE_rsel, QUEUE1_RING_LOG2_rsel, QUEUE1_RING_BASE_rsel, QUEUE1_NEXT_rsel, QUEUE1_VERSION_rsel, QUEUE1_ID_rsel, QUEUE0_WATCHDOG_rsel, QUEUE0_DMA_LIMIT_rsel, QUEUE0_DMA_BASE_rsel, QUEUE0_IRQ_MASK_rsel, QUEUE0_IRQ_STATUS_rsel, QUEUE0_ERROR_rsel, QUEUE0_STATUS_rsel, QUEUE0_CONTROL_rsel, QUEUE0_TAIL_rsel, QUEUE0_HEAD_rsel, QUEUE0_CQ_BASE_rsel, QUEUE0_RING_LOG2_rsel, QUEUE0_RING_BASE_rsel, QUEUE0_NEXT_rsel, QUEUE0_VERSION_rsel, QUEUE0_ID_rsel, GLOBAL_CHIP_ID_rsel, GLOBAL_SEM15_rsel, GLOBAL_SEM14_rsel, GLOBAL_SEM13_rsel, GLOBAL_SEM12_rsel, GLOBAL_SEM11_rsel, GLOBAL_SEM10_rsel, GLOBAL_SEM9_rsel, GLOBAL_SEM8_rsel, GLOBAL_SEM7_rsel, GLOBAL_SEM6_rsel, GLOBAL_SEM5_rsel, GLOBAL_SEM4_rsel, GLOBAL_SEM3_rsel, GLOBAL_SEM2_rsel, GLOBAL_SEM1_rsel, GLOBAL_SEM0_rsel, GLOBAL_CYCLES_HI_rsel, GLOBAL_CYCLES_LO_rsel, GLOBAL_SCRATCH_rsel, GLOBAL_FEATURES_rsel, GLOBAL_MEM_BYTES_rsel, GLOBAL_ACC_ROWS_rsel, GLOBAL_SPM_ROWS_rsel, GLOBAL_CAPS_rsel, GLOBAL_HW_VERSION_rsel, GLOBAL_MAGIC_rsel, GLOBAL_NEXT_rsel, GLOBAL_VERSION_rsel, GLOBAL_ID_rsel };
   assign \$5  = GLOBAL_ID_rsel ? 32'd1146617857 : 32'd0;
   assign \$6  = GLOBAL_VERSION_rsel ? 32'd65536 : 32'd0;
   assign \$7  = \$5  | \$6 ;
@@ -1628,7 +1995,7 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   assign \$9  = GLOBAL_MAGIC_rsel ? 32'd1146630449 : 32'd0;
   assign \$10  = \$8  | \$9 ;
   assign \$11  = \$7  | \$10 ;
-  assign \$12  = GLOBAL_HW_VERSION_rsel ? 32'd65539 : 32'd0;
+  assign \$12  = GLOBAL_HW_VERSION_rsel ? 32'd65540 : 32'd0;
   assign \$13  = GLOBAL_CAPS_rsel ? 32'd1050754 : 32'd0;
   assign \$14  = \$12  | \$13 ;
   assign \$15  = GLOBAL_SPM_ROWS_rsel ? 32'd4096 : 32'd0;
@@ -1675,167 +2042,211 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   assign \$58  = \$56  | \$57 ;
   assign \$59  = \$55  | \$58 ;
   assign \$60  = GLOBAL_SEM15_rsel ? GLOBAL_SEM15__value : 32'd0;
-  assign \$61  = QUEUE0_ID_rsel ? 32'd1146617858 : 32'd0;
+  assign \$61  = GLOBAL_CHIP_ID_rsel ? 32'd256 : 32'd0;
   assign \$62  = \$60  | \$61 ;
-  assign \$63  = QUEUE0_VERSION_rsel ? 32'd65536 : 32'd0;
-  assign \$64  = QUEUE0_NEXT_rsel ? 32'd512 : 32'd0;
+  assign \$63  = QUEUE0_ID_rsel ? 32'd1146617858 : 32'd0;
+  assign \$64  = QUEUE0_VERSION_rsel ? 32'd65536 : 32'd0;
   assign \$65  = \$63  | \$64 ;
   assign \$66  = \$62  | \$65 ;
   assign \$67  = \$59  | \$66 ;
   assign \$68  = \$52  | \$67 ;
   assign \$69  = \$37  | \$68 ;
-  assign \$70  = QUEUE0_RING_BASE_rsel ? QUEUE0_RING_BASE__value : 32'd0;
-  assign \$71  = QUEUE0_RING_LOG2_rsel ? QUEUE0_RING_LOG2__value : 32'd0;
+  assign \$70  = QUEUE0_NEXT_rsel ? 32'd512 : 32'd0;
+  assign \$71  = QUEUE0_RING_BASE_rsel ? QUEUE0_RING_BASE__value : 32'd0;
   assign \$72  = \$70  | \$71 ;
-  assign \$73  = QUEUE0_CQ_BASE_rsel ? QUEUE0_CQ_BASE__value : 32'd0;
-  assign \$75  = QUEUE0_HEAD_rsel ? \$74  : 32'd0;
-  assign \$76  = \$73  | \$75 ;
-  assign \$77  = \$72  | \$76 ;
-  assign \$79  = QUEUE0_TAIL_rsel ? \$78  : 32'd0;
-  assign \$80  = QUEUE0_CONTROL_rsel ? QUEUE0_CONTROL__value : 32'd0;
-  assign \$81  = \$79  | \$80 ;
-  assign \$83  = QUEUE0_STATUS_rsel ? \$82  : 32'd0;
-  assign \$85  = QUEUE0_ERROR_rsel ? \$84  : 32'd0;
-  assign \$86  = \$83  | \$85 ;
-  assign \$87  = \$81  | \$86 ;
-  assign \$88  = \$77  | \$87 ;
-  assign \$89  = QUEUE0_IRQ_STATUS_rsel ? QUEUE0_IRQ_STATUS__value : 32'd0;
-  assign \$90  = QUEUE0_IRQ_MASK_rsel ? QUEUE0_IRQ_MASK__value : 32'd0;
+  assign \$73  = QUEUE0_RING_LOG2_rsel ? QUEUE0_RING_LOG2__value : 32'd0;
+  assign \$74  = QUEUE0_CQ_BASE_rsel ? QUEUE0_CQ_BASE__value : 32'd0;
+  assign \$75  = \$73  | \$74 ;
+  assign \$76  = \$72  | \$75 ;
+  assign \$78  = QUEUE0_HEAD_rsel ? \$77  : 32'd0;
+  assign \$80  = QUEUE0_TAIL_rsel ? \$79  : 32'd0;
+  assign \$81  = \$78  | \$80 ;
+  assign \$82  = QUEUE0_CONTROL_rsel ? QUEUE0_CONTROL__value : 32'd0;
+  assign \$84  = QUEUE0_STATUS_rsel ? \$83  : 32'd0;
+  assign \$85  = \$82  | \$84 ;
+  assign \$86  = \$81  | \$85 ;
+  assign \$87  = \$76  | \$86 ;
+  assign \$89  = QUEUE0_ERROR_rsel ? \$88  : 32'd0;
+  assign \$90  = QUEUE0_IRQ_STATUS_rsel ? QUEUE0_IRQ_STATUS__value : 32'd0;
   assign \$91  = \$89  | \$90 ;
-  assign \$92  = QUEUE0_DMA_BASE_rsel ? QUEUE0_DMA_BASE__value : 32'd0;
-  assign \$93  = QUEUE0_DMA_LIMIT_rsel ? QUEUE0_DMA_LIMIT__value : 32'd0;
+  assign \$92  = QUEUE0_IRQ_MASK_rsel ? QUEUE0_IRQ_MASK__value : 32'd0;
+  assign \$93  = QUEUE0_DMA_BASE_rsel ? QUEUE0_DMA_BASE__value : 32'd0;
   assign \$94  = \$92  | \$93 ;
   assign \$95  = \$91  | \$94 ;
-  assign \$96  = QUEUE0_WATCHDOG_rsel ? QUEUE0_WATCHDOG__value : 32'd0;
-  assign \$97  = QUEUE1_ID_rsel ? 32'd1146617858 : 32'd0;
+  assign \$96  = QUEUE0_DMA_LIMIT_rsel ? QUEUE0_DMA_LIMIT__value : 32'd0;
+  assign \$97  = QUEUE0_WATCHDOG_rsel ? QUEUE0_WATCHDOG__value : 32'd0;
   assign \$98  = \$96  | \$97 ;
-  assign \$99  = QUEUE1_VERSION_rsel ? 32'd65536 : 32'd0;
-  assign \$100  = QUEUE1_NEXT_rsel ? 32'd768 : 32'd0;
+  assign \$99  = QUEUE1_ID_rsel ? 32'd1146617858 : 32'd0;
+  assign \$100  = QUEUE1_VERSION_rsel ? 32'd65536 : 32'd0;
   assign \$101  = \$99  | \$100 ;
   assign \$102  = \$98  | \$101 ;
   assign \$103  = \$95  | \$102 ;
-  assign \$104  = \$88  | \$103 ;
-  assign \$105  = QUEUE1_RING_BASE_rsel ? QUEUE1_RING_BASE__value : 32'd0;
-  assign \$106  = QUEUE1_RING_LOG2_rsel ? QUEUE1_RING_LOG2__value : 32'd0;
+  assign \$104  = \$87  | \$103 ;
+  assign \$105  = QUEUE1_NEXT_rsel ? 32'd768 : 32'd0;
+  assign \$106  = QUEUE1_RING_BASE_rsel ? QUEUE1_RING_BASE__value : 32'd0;
   assign \$107  = \$105  | \$106 ;
-  assign \$108  = QUEUE1_CQ_BASE_rsel ? QUEUE1_CQ_BASE__value : 32'd0;
-  assign \$110  = QUEUE1_HEAD_rsel ? \$109  : 32'd0;
-  assign \$111  = \$108  | \$110 ;
-  assign \$112  = \$107  | \$111 ;
-  assign \$114  = QUEUE1_TAIL_rsel ? \$113  : 32'd0;
-  assign \$115  = QUEUE1_CONTROL_rsel ? QUEUE1_CONTROL__value : 32'd0;
-  assign \$116  = \$114  | \$115 ;
-  assign \$118  = QUEUE1_STATUS_rsel ? \$117  : 32'd0;
-  assign \$120  = QUEUE1_ERROR_rsel ? \$119  : 32'd0;
-  assign \$121  = \$118  | \$120 ;
-  assign \$122  = \$116  | \$121 ;
-  assign \$123  = \$112  | \$122 ;
-  assign \$124  = QUEUE1_IRQ_STATUS_rsel ? QUEUE1_IRQ_STATUS__value : 32'd0;
-  assign \$125  = QUEUE1_IRQ_MASK_rsel ? QUEUE1_IRQ_MASK__value : 32'd0;
+  assign \$108  = QUEUE1_RING_LOG2_rsel ? QUEUE1_RING_LOG2__value : 32'd0;
+  assign \$109  = QUEUE1_CQ_BASE_rsel ? QUEUE1_CQ_BASE__value : 32'd0;
+  assign \$110  = \$108  | \$109 ;
+  assign \$111  = \$107  | \$110 ;
+  assign \$113  = QUEUE1_HEAD_rsel ? \$112  : 32'd0;
+  assign \$115  = QUEUE1_TAIL_rsel ? \$114  : 32'd0;
+  assign \$116  = \$113  | \$115 ;
+  assign \$117  = QUEUE1_CONTROL_rsel ? QUEUE1_CONTROL__value : 32'd0;
+  assign \$119  = QUEUE1_STATUS_rsel ? \$118  : 32'd0;
+  assign \$120  = \$117  | \$119 ;
+  assign \$121  = \$116  | \$120 ;
+  assign \$122  = \$111  | \$121 ;
+  assign \$124  = QUEUE1_ERROR_rsel ? \$123  : 32'd0;
+  assign \$125  = QUEUE1_IRQ_STATUS_rsel ? QUEUE1_IRQ_STATUS__value : 32'd0;
   assign \$126  = \$124  | \$125 ;
-  assign \$127  = QUEUE1_DMA_BASE_rsel ? QUEUE1_DMA_BASE__value : 32'd0;
-  assign \$128  = QUEUE1_DMA_LIMIT_rsel ? QUEUE1_DMA_LIMIT__value : 32'd0;
+  assign \$127  = QUEUE1_IRQ_MASK_rsel ? QUEUE1_IRQ_MASK__value : 32'd0;
+  assign \$128  = QUEUE1_DMA_BASE_rsel ? QUEUE1_DMA_BASE__value : 32'd0;
   assign \$129  = \$127  | \$128 ;
   assign \$130  = \$126  | \$129 ;
-  assign \$131  = QUEUE1_WATCHDOG_rsel ? QUEUE1_WATCHDOG__value : 32'd0;
-  assign \$132  = PERF0_ID_rsel ? 32'd1146617859 : 32'd0;
+  assign \$131  = QUEUE1_DMA_LIMIT_rsel ? QUEUE1_DMA_LIMIT__value : 32'd0;
+  assign \$132  = QUEUE1_WATCHDOG_rsel ? QUEUE1_WATCHDOG__value : 32'd0;
   assign \$133  = \$131  | \$132 ;
-  assign \$134  = PERF0_VERSION_rsel ? 32'd65536 : 32'd0;
-  assign \$135  = PERF0_NEXT_rsel ? 32'd1024 : 32'd0;
+  assign \$134  = PERF0_ID_rsel ? 32'd1146617859 : 32'd0;
+  assign \$135  = PERF0_VERSION_rsel ? 32'd65536 : 32'd0;
   assign \$136  = \$134  | \$135 ;
   assign \$137  = \$133  | \$136 ;
   assign \$138  = \$130  | \$137 ;
-  assign \$139  = \$123  | \$138 ;
+  assign \$139  = \$122  | \$138 ;
   assign \$140  = \$104  | \$139 ;
   assign \$141  = \$69  | \$140 ;
-  assign \$143  = PERF0_CYCLES_rsel ? \$142  : 32'd0;
-  assign \$145  = PERF0_BUSY_LOAD_rsel ? \$144  : 32'd0;
-  assign \$146  = \$143  | \$145 ;
-  assign \$148  = PERF0_BUSY_COMPUTE_rsel ? \$147  : 32'd0;
-  assign \$150  = PERF0_BUSY_STORE_rsel ? \$149  : 32'd0;
-  assign \$151  = \$148  | \$150 ;
-  assign \$152  = \$146  | \$151 ;
-  assign \$154  = PERF0_MACS_LO_rsel ? \$153  : 32'd0;
-  assign \$156  = PERF0_MACS_HI_rsel ? \$155  : 32'd0;
-  assign \$157  = \$154  | \$156 ;
-  assign \$159  = PERF0_STALL_DEP_rsel ? \$158  : 32'd0;
-  assign \$161  = PERF0_STALL_MEM_rsel ? \$160  : 32'd0;
-  assign \$162  = \$159  | \$161 ;
-  assign \$163  = \$157  | \$162 ;
-  assign \$164  = \$152  | \$163 ;
-  assign \$166  = PERF0_BYTES_READ_rsel ? \$165  : 32'd0;
-  assign \$168  = PERF0_BYTES_WRITTEN_rsel ? \$167  : 32'd0;
-  assign \$169  = \$166  | \$168 ;
-  assign \$171  = PERF0_BUSY_VECTOR_rsel ? \$170  : 32'd0;
-  assign \$173  = PERF0_TABLE_HITS_rsel ? \$172  : 32'd0;
-  assign \$174  = \$171  | \$173 ;
-  assign \$175  = \$169  | \$174 ;
-  assign \$177  = PERF0_TABLE_UNDERFLOWS_rsel ? \$176  : 32'd0;
-  assign \$179  = PERF0_TABLE_OVERFLOWS_rsel ? \$178  : 32'd0;
-  assign \$180  = \$177  | \$179 ;
-  assign \$181  = PERF1_ID_rsel ? 32'd1146617859 : 32'd0;
-  assign \$182  = PERF1_VERSION_rsel ? 32'd65536 : 32'd0;
+  assign \$142  = PERF0_NEXT_rsel ? 32'd1024 : 32'd0;
+  assign \$144  = PERF0_CYCLES_rsel ? \$143  : 32'd0;
+  assign \$145  = \$142  | \$144 ;
+  assign \$147  = PERF0_BUSY_LOAD_rsel ? \$146  : 32'd0;
+  assign \$149  = PERF0_BUSY_COMPUTE_rsel ? \$148  : 32'd0;
+  assign \$150  = \$147  | \$149 ;
+  assign \$151  = \$145  | \$150 ;
+  assign \$153  = PERF0_BUSY_STORE_rsel ? \$152  : 32'd0;
+  assign \$155  = PERF0_MACS_LO_rsel ? \$154  : 32'd0;
+  assign \$156  = \$153  | \$155 ;
+  assign \$158  = PERF0_MACS_HI_rsel ? \$157  : 32'd0;
+  assign \$160  = PERF0_STALL_DEP_rsel ? \$159  : 32'd0;
+  assign \$161  = \$158  | \$160 ;
+  assign \$162  = \$156  | \$161 ;
+  assign \$163  = \$151  | \$162 ;
+  assign \$165  = PERF0_STALL_MEM_rsel ? \$164  : 32'd0;
+  assign \$167  = PERF0_BYTES_READ_rsel ? \$166  : 32'd0;
+  assign \$168  = \$165  | \$167 ;
+  assign \$170  = PERF0_BYTES_WRITTEN_rsel ? \$169  : 32'd0;
+  assign \$172  = PERF0_BUSY_VECTOR_rsel ? \$171  : 32'd0;
+  assign \$173  = \$170  | \$172 ;
+  assign \$174  = \$168  | \$173 ;
+  assign \$176  = PERF0_TABLE_HITS_rsel ? \$175  : 32'd0;
+  assign \$178  = PERF0_TABLE_UNDERFLOWS_rsel ? \$177  : 32'd0;
+  assign \$179  = \$176  | \$178 ;
+  assign \$181  = PERF0_TABLE_OVERFLOWS_rsel ? \$180  : 32'd0;
+  assign \$182  = PERF1_ID_rsel ? 32'd1146617859 : 32'd0;
   assign \$183  = \$181  | \$182 ;
-  assign \$184  = \$180  | \$183 ;
-  assign \$185  = \$175  | \$184 ;
-  assign \$186  = \$164  | \$185 ;
-  assign \$187  = PERF1_NEXT_rsel ? 32'd1280 : 32'd0;
-  assign \$189  = PERF1_CYCLES_rsel ? \$188  : 32'd0;
-  assign \$190  = \$187  | \$189 ;
-  assign \$192  = PERF1_BUSY_LOAD_rsel ? \$191  : 32'd0;
-  assign \$194  = PERF1_BUSY_COMPUTE_rsel ? \$193  : 32'd0;
-  assign \$195  = \$192  | \$194 ;
-  assign \$196  = \$190  | \$195 ;
-  assign \$198  = PERF1_BUSY_STORE_rsel ? \$197  : 32'd0;
-  assign \$200  = PERF1_MACS_LO_rsel ? \$199  : 32'd0;
-  assign \$201  = \$198  | \$200 ;
-  assign \$203  = PERF1_MACS_HI_rsel ? \$202  : 32'd0;
-  assign \$205  = PERF1_STALL_DEP_rsel ? \$204  : 32'd0;
-  assign \$206  = \$203  | \$205 ;
-  assign \$207  = \$201  | \$206 ;
-  assign \$208  = \$196  | \$207 ;
-  assign \$210  = PERF1_STALL_MEM_rsel ? \$209  : 32'd0;
-  assign \$212  = PERF1_BYTES_READ_rsel ? \$211  : 32'd0;
-  assign \$213  = \$210  | \$212 ;
-  assign \$215  = PERF1_BYTES_WRITTEN_rsel ? \$214  : 32'd0;
-  assign \$217  = PERF1_BUSY_VECTOR_rsel ? \$216  : 32'd0;
-  assign \$218  = \$215  | \$217 ;
-  assign \$219  = \$213  | \$218 ;
-  assign \$221  = PERF1_TABLE_HITS_rsel ? \$220  : 32'd0;
-  assign \$223  = PERF1_TABLE_UNDERFLOWS_rsel ? \$222  : 32'd0;
-  assign \$224  = \$221  | \$223 ;
-  assign \$226  = PERF1_TABLE_OVERFLOWS_rsel ? \$225  : 32'd0;
-  assign \$227  = TRACE0_ID_rsel ? 32'd1146617860 : 32'd0;
-  assign \$228  = \$226  | \$227 ;
-  assign \$229  = \$224  | \$228 ;
-  assign \$230  = \$219  | \$229 ;
-  assign \$231  = \$208  | \$230 ;
+  assign \$184  = \$179  | \$183 ;
+  assign \$185  = \$174  | \$184 ;
+  assign \$186  = \$163  | \$185 ;
+  assign \$187  = PERF1_VERSION_rsel ? 32'd65536 : 32'd0;
+  assign \$188  = PERF1_NEXT_rsel ? 32'd1280 : 32'd0;
+  assign \$189  = \$187  | \$188 ;
+  assign \$191  = PERF1_CYCLES_rsel ? \$190  : 32'd0;
+  assign \$193  = PERF1_BUSY_LOAD_rsel ? \$192  : 32'd0;
+  assign \$194  = \$191  | \$193 ;
+  assign \$195  = \$189  | \$194 ;
+  assign \$197  = PERF1_BUSY_COMPUTE_rsel ? \$196  : 32'd0;
+  assign \$199  = PERF1_BUSY_STORE_rsel ? \$198  : 32'd0;
+  assign \$200  = \$197  | \$199 ;
+  assign \$202  = PERF1_MACS_LO_rsel ? \$201  : 32'd0;
+  assign \$204  = PERF1_MACS_HI_rsel ? \$203  : 32'd0;
+  assign \$205  = \$202  | \$204 ;
+  assign \$206  = \$200  | \$205 ;
+  assign \$207  = \$195  | \$206 ;
+  assign \$209  = PERF1_STALL_DEP_rsel ? \$208  : 32'd0;
+  assign \$211  = PERF1_STALL_MEM_rsel ? \$210  : 32'd0;
+  assign \$212  = \$209  | \$211 ;
+  assign \$214  = PERF1_BYTES_READ_rsel ? \$213  : 32'd0;
+  assign \$216  = PERF1_BYTES_WRITTEN_rsel ? \$215  : 32'd0;
+  assign \$217  = \$214  | \$216 ;
+  assign \$218  = \$212  | \$217 ;
+  assign \$220  = PERF1_BUSY_VECTOR_rsel ? \$219  : 32'd0;
+  assign \$222  = PERF1_TABLE_HITS_rsel ? \$221  : 32'd0;
+  assign \$223  = \$220  | \$222 ;
+  assign \$225  = PERF1_TABLE_UNDERFLOWS_rsel ? \$224  : 32'd0;
+  assign \$227  = PERF1_TABLE_OVERFLOWS_rsel ? \$226  : 32'd0;
+  assign \$228  = \$225  | \$227 ;
+  assign \$229  = \$223  | \$228 ;
+  assign \$230  = \$218  | \$229 ;
+  assign \$231  = \$207  | \$230 ;
   assign \$232  = \$186  | \$231 ;
-  assign \$233  = TRACE0_VERSION_rsel ? 32'd65536 : 32'd0;
-  assign \$234  = TRACE0_NEXT_rsel ? 32'd1536 : 32'd0;
+  assign \$233  = TRACE0_ID_rsel ? 32'd1146617860 : 32'd0;
+  assign \$234  = TRACE0_VERSION_rsel ? 32'd65536 : 32'd0;
   assign \$235  = \$233  | \$234 ;
-  assign \$236  = TRACE0_CONTROL_rsel ? TRACE0_CONTROL__value : 32'd0;
-  assign \$238  = TRACE0_COUNT_rsel ? \$237  : 32'd0;
-  assign \$239  = \$236  | \$238 ;
-  assign \$240  = \$235  | \$239 ;
-  assign \$242  = TRACE0_DATA_LO_rsel ? \$241  : 32'd0;
-  assign \$244  = TRACE0_DATA_HI_rsel ? \$243  : 32'd0;
-  assign \$245  = \$242  | \$244 ;
-  assign \$246  = TRACE1_ID_rsel ? 32'd1146617860 : 32'd0;
-  assign \$247  = TRACE1_VERSION_rsel ? 32'd65536 : 32'd0;
+  assign \$236  = TRACE0_NEXT_rsel ? 32'd1536 : 32'd0;
+  assign \$237  = TRACE0_CONTROL_rsel ? TRACE0_CONTROL__value : 32'd0;
+  assign \$238  = \$236  | \$237 ;
+  assign \$239  = \$235  | \$238 ;
+  assign \$241  = TRACE0_COUNT_rsel ? \$240  : 32'd0;
+  assign \$243  = TRACE0_DATA_LO_rsel ? \$242  : 32'd0;
+  assign \$244  = \$241  | \$243 ;
+  assign \$246  = TRACE0_DATA_HI_rsel ? \$245  : 32'd0;
+  assign \$247  = TRACE1_ID_rsel ? 32'd1146617860 : 32'd0;
   assign \$248  = \$246  | \$247 ;
-  assign \$249  = \$245  | \$248 ;
-  assign \$250  = \$240  | \$249 ;
-  assign \$252  = TRACE1_CONTROL_rsel ? TRACE1_CONTROL__value : 32'd0;
-  assign \$255  = TRACE1_COUNT_rsel ? \$254  : 32'd0;
-  assign \$257  = TRACE1_DATA_LO_rsel ? \$256  : 32'd0;
-  assign \$258  = \$255  | \$257 ;
-  assign \$259  = \$253  | \$258 ;
-  assign \$261  = TRACE1_DATA_HI_rsel ? \$260  : 32'd0;
-  assign \$262  = \$259  | \$261 ;
-  assign \$263  = \$250  | \$262 ;
-  assign \$264  = \$232  | \$263 ;
-  assign rd_data = \$141  | \$264 ;
+  assign \$249  = \$244  | \$248 ;
+  assign \$250  = \$239  | \$249 ;
+  assign \$251  = TRACE1_VERSION_rsel ? 32'd65536 : 32'd0;
+  assign \$252  = TRACE1_NEXT_rsel ? 32'd1792 : 32'd0;
+  assign \$253  = \$251  | \$252 ;
+  assign \$254  = TRACE1_CONTROL_rsel ? TRACE1_CONTROL__value : 32'd0;
+  assign \$256  = TRACE1_COUNT_rsel ? \$255  : 32'd0;
+  assign \$257  = \$254  | \$256 ;
+  assign \$258  = \$253  | \$257 ;
+  assign \$260  = TRACE1_DATA_LO_rsel ? \$259  : 32'd0;
+  assign \$262  = TRACE1_DATA_HI_rsel ? \$261  : 32'd0;
+  assign \$263  = \$260  | \$262 ;
+  assign \$264  = LINK_ID_rsel ? 32'd1146617861 : 32'd0;
+  assign \$265  = LINK_VERSION_rsel ? 32'd65536 : 32'd0;
+  assign \$266  = \$264  | \$265 ;
+  assign \$267  = \$263  | \$266 ;
+  assign \$268  = \$258  | \$267 ;
+  assign \$269  = \$250  | \$268 ;
+  assign \$272  = LINK_CAPS_rsel ? \$271  : 32'd0;
+  assign \$275  = LINK_LATENCY_rsel ? \$274  : 32'd0;
+  assign \$276  = LINK_WINDOW_BASE_rsel ? LINK_WINDOW_BASE__value : 32'd0;
+  assign \$277  = \$275  | \$276 ;
+  assign \$278  = \$273  | \$277 ;
+  assign \$279  = LINK_WINDOW_LIMIT_rsel ? LINK_WINDOW_LIMIT__value : 32'd0;
+  assign \$280  = LINK_CONTROL0_rsel ? LINK_CONTROL0__value : 32'd0;
+  assign \$281  = \$279  | \$280 ;
+  assign \$282  = LINK_CONTROL1_rsel ? LINK_CONTROL1__value : 32'd0;
+  assign \$284  = LINK_STATUS0_rsel ? \$283  : 32'd0;
+  assign \$285  = \$282  | \$284 ;
+  assign \$286  = \$281  | \$285 ;
+  assign \$287  = \$278  | \$286 ;
+  assign \$289  = LINK_STATUS1_rsel ? \$288  : 32'd0;
+  assign \$291  = LINK_TX_PACKETS0_rsel ? \$290  : 32'd0;
+  assign \$292  = \$289  | \$291 ;
+  assign \$294  = LINK_TX_PACKETS1_rsel ? \$293  : 32'd0;
+  assign \$296  = LINK_RX_PACKETS0_rsel ? \$295  : 32'd0;
+  assign \$297  = \$294  | \$296 ;
+  assign \$298  = \$292  | \$297 ;
+  assign \$300  = LINK_RX_PACKETS1_rsel ? \$299  : 32'd0;
+  assign \$302  = LINK_RETRIES0_rsel ? \$301  : 32'd0;
+  assign \$303  = \$300  | \$302 ;
+  assign \$305  = LINK_RETRIES1_rsel ? \$304  : 32'd0;
+  assign \$307  = LINK_CRC_ERRORS0_rsel ? \$306  : 32'd0;
+  assign \$308  = \$305  | \$307 ;
+  assign \$309  = \$303  | \$308 ;
+  assign \$310  = \$298  | \$309 ;
+  assign \$311  = \$287  | \$310 ;
+  assign \$312  = \$269  | \$311 ;
+  assign \$313  = \$232  | \$312 ;
+  assign \$314  = \$141  | \$313 ;
+  assign \$316  = LINK_CRC_ERRORS1_rsel ? \$315  : 32'd0;
+  assign \$318  = LINK_CREDIT_STALLS0_rsel ? \$317  : 32'd0;
+  assign \$319  = \$316  | \$318 ;
+  assign \$321  = LINK_CREDIT_STALLS1_rsel ? \$320  : 32'd0;
+  assign \$322  = \$319  | \$321 ;
+  assign rd_data = \$314  | \$322 ;
   assign GLOBAL_SCRATCH__write = writing & GLOBAL_SCRATCH_wsel;
   assign GLOBAL_CYCLES_LO__read = do_read & GLOBAL_CYCLES_LO_rsel;
   assign GLOBAL_CYCLES_HI__read = do_read & GLOBAL_CYCLES_HI_rsel;
@@ -1847,669 +2258,621 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   assign GLOBAL_SEM4__write = writing & GLOBAL_SEM4_wsel;
   assign GLOBAL_SEM5__write = writing & GLOBAL_SEM5_wsel;
   assign GLOBAL_SEM6__write = writing & GLOBAL_SEM6_wsel;
-  assign GLOBAL_SEM7__write = writing & GLOBAL_SEM7_wsel;
-  assign GLOBAL_SEM8__write = writing & GLOBAL_SEM8_wsel;
-  assign GLOBAL_SEM9__write = writing & GLOBAL_SEM9_wsel;
-  assign GLOBAL_SEM10__write = writing & GLOBAL_SEM10_wsel;
-  assign GLOBAL_SEM11__write = writing & GLOBAL_SEM11_wsel;
-  assign GLOBAL_SEM12__write = writing & GLOBAL_SEM12_wsel;
-  assign GLOBAL_SEM13__write = writing & GLOBAL_SEM13_wsel;
-  assign GLOBAL_SEM14__write = writing & GLOBAL_SEM14_wsel;
-  assign GLOBAL_SEM15__write = writing & GLOBAL_SEM15_wsel;
-  assign QUEUE0_RING_BASE__write = writing & QUEUE0_RING_BASE_wsel;
-  assign QUEUE0_RING_LOG2__write = writing & QUEUE0_RING_LOG2_wsel;
-  assign QUEUE0_CQ_BASE__write = writing & QUEUE0_CQ_BASE_wsel;
-  assign QUEUE0_HEAD__read = do_read & QUEUE0_HEAD_rsel;
-  assign QUEUE0_TAIL__read = do_read & QUEUE0_TAIL_rsel;
-  assign QUEUE0_DOORBELL__write = writing & QUEUE0_DOORBELL_wsel;
-  assign QUEUE0_CONTROL__write = writing & QUEUE0_CONTROL_wsel;
-  assign QUEUE0_STATUS__read = do_read & QUEUE0_STATUS_rsel;
-  assign QUEUE0_ERROR__read = do_read & QUEUE0_ERROR_rsel;
-  assign QUEUE0_IRQ_STATUS_write = writing & QUEUE0_IRQ_STATUS_wsel;
-  assign QUEUE0_IRQ_MASK__write = writing & QUEUE0_IRQ_MASK_wsel;
-  assign QUEUE0_DMA_BASE__write = writing & QUEUE0_DMA_BASE_wsel;
-  assign QUEUE0_DMA_LIMIT__write = writing & QUEUE0_DMA_LIMIT_wsel;
-  assign QUEUE0_WATCHDOG__write = writing & QUEUE0_WATCHDOG_wsel;
-  assign QUEUE0_RESET__write = writing & QUEUE0_RESET_wsel;
-  assign QUEUE1_RING_BASE__write = writing & QUEUE1_RING_BASE_wsel;
-  assign QUEUE1_RING_LOG2__write = writing & QUEUE1_RING_LOG2_wsel;
-  assign QUEUE1_CQ_BASE__write = writing & QUEUE1_CQ_BASE_wsel;
-  assign QUEUE1_HEAD__read = do_read & QUEUE1_HEAD_rsel;
-  assign QUEUE1_TAIL__read = do_read & QUEUE1_TAIL_rsel;
-  assign QUEUE1_DOORBELL__write = writing & QUEUE1_DOORBELL_wsel;
-  assign QUEUE1_CONTROL__write = writing & QUEUE1_CONTROL_wsel;
-  assign QUEUE1_STATUS__read = do_read & QUEUE1_STATUS_rsel;
-  assign QUEUE1_ERROR__read = do_read & QUEUE1_ERROR_rsel;
-  assign QUEUE1_IRQ_STATUS_write = writing & QUEUE1_IRQ_STATUS_wsel;
-  assign QUEUE1_IRQ_MASK__write = writing & QUEUE1_IRQ_MASK_wsel;
-  assign QUEUE1_DMA_BASE__write = writing & QUEUE1_DMA_BASE_wsel;
-  assign QUEUE1_DMA_LIMIT__write = writing & QUEUE1_DMA_LIMIT_wsel;
-  assign QUEUE1_WATCHDOG__write = writing & QUEUE1_WATCHDOG_wsel;
-  assign QUEUE1_RESET__write = writing & QUEUE1_RESET_wsel;
-  assign PERF0_CONTROL__write = writing & PERF0_CONTROL_wsel;
-  assign PERF0_CYCLES__read = do_read & PERF0_CYCLES_rsel;
-  assign PERF0_BUSY_LOAD__read = do_read & PERF0_BUSY_LOAD_rsel;
-  assign PERF0_BUSY_COMPUTE__read = do_read & PERF0_BUSY_COMPUTE_rsel;
-  assign PERF0_BUSY_STORE__read = do_read & PERF0_BUSY_STORE_rsel;
-  assign PERF0_MACS_LO__read = do_read & PERF0_MACS_LO_rsel;
-  assign PERF0_MACS_HI__read = do_read & PERF0_MACS_HI_rsel;
-  assign PERF0_STALL_DEP__read = do_read & PERF0_STALL_DEP_rsel;
-  assign PERF0_STALL_MEM__read = do_read & PERF0_STALL_MEM_rsel;
-  assign PERF0_BYTES_READ__read = do_read & PERF0_BYTES_READ_rsel;
-  assign PERF0_BYTES_WRITTEN__read = do_read & PERF0_BYTES_WRITTEN_rsel;
-  assign PERF0_BUSY_VECTOR__read = do_read & PERF0_BUSY_VECTOR_rsel;
-  assign PERF0_TABLE_HITS__read = do_read & PERF0_TABLE_HITS_rsel;
-  assign PERF0_TABLE_UNDERFLOWS__read = do_read & PERF0_TABLE_UNDERFLOWS_rsel;
-  assign PERF0_TABLE_OVERFLOWS__read = do_read & PERF0_TABLE_OVERFLOWS_rsel;
-  assign PERF1_CONTROL__write = writing & PERF1_CONTROL_wsel;
-  assign PERF1_CYCLES__read = do_read & PERF1_CYCLES_rsel;
-  assign PERF1_BUSY_LOAD__read = do_read & PERF1_BUSY_LOAD_rsel;
-  assign PERF1_BUSY_COMPUTE__read = do_read & PERF1_BUSY_COMPUTE_rsel;
-  assign PERF1_BUSY_STORE__read = do_read & PERF1_BUSY_STORE_rsel;
-  assign PERF1_MACS_LO__read = do_read & PERF1_MACS_LO_rsel;
-  assign PERF1_MACS_HI__read = do_read & PERF1_MACS_HI_rsel;
-  assign PERF1_STALL_DEP__read = do_read & PERF1_STALL_DEP_rsel;
-  assign PERF1_STALL_MEM__read = do_read & PERF1_STALL_MEM_rsel;
-  assign PERF1_BYTES_READ__read = do_read & PERF1_BYTES_READ_rsel;
-  assign PERF1_BYTES_WRITTEN__read = do_read & PERF1_BYTES_WRITTEN_rsel;
-  assign PERF1_BUSY_VECTOR__read = do_read & PERF1_BUSY_VECTOR_rsel;
-  assign PERF1_TABLE_HITS__read = do_read & PERF1_TABLE_HITS_rsel;
-  assign PERF1_TABLE_UNDERFLOWS__read = do_read & PERF1_TABLE_UNDERFLOWS_rsel;
-  assign PERF1_TABLE_OVERFLOWS__read = do_read & PERF1_TABLE_OVERFLOWS_rsel;
-  assign TRACE0_CONTROL__write = writing & TRACE0_CONTROL_wsel;
-  assign TRACE0_COUNT__read = do_read & TRACE0_COUNT_rsel;
-  assign TRACE0_DATA_LO__read = do_read & TRACE0_DATA_LO_rsel;
-  assign TRACE0_DATA_HI__read = do_read & TRACE0_DATA_HI_rsel;
-  assign TRACE1_CONTROL__write = writing & TRACE1_CONTROL_wsel;
-  assign TRACE1_COUNT__read = do_read & TRACE1_COUNT_rsel;
-  assign TRACE1_DATA_LO__read = do_read & TRACE1_DATA_LO_rsel;
-  assign TRACE1_DATA_HI__read = do_read & TRACE1_DATA_HI_rsel;
-  assign \$265  = ~ aw_full;
-  assign \$266  = bus__awvalid & \$265 ;
-  assign \$267  = ~ w_full;
-  assign \$268  = bus__wvalid & \$267 ;
-  assign \$269  = wr_ok ? 2'h0 : 2'h2;
-  assign \$270  = bus__bvalid & bus__bready;
-  assign \$271  = ~ ar_full;
-  assign \$272  = bus__arvalid & \$271 ;
-  assign \$273  = rd_hit ? rd_data : 32'd0;
-  assign \$274  = rd_hit ? 2'h0 : 2'h2;
-  assign \$275  = bus__rvalid & bus__rready;
-  assign \$318  = QUEUE0_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
-  assign \$319  = ~ \$318 ;
-  assign \$320  = QUEUE0_IRQ_STATUS__value & \$319 ;
-  assign \$321  = \$320  | QUEUE0_IRQ_STATUS__set;
-  assign \$323  = QUEUE0_IRQ_STATUS__clear ? 32'd0 : \$322 ;
-  assign \$340  = QUEUE1_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
-  assign \$341  = ~ \$340 ;
-  assign \$342  = QUEUE1_IRQ_STATUS__value & \$341 ;
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$358  = aw_full;
-    if (\$266 ) begin
-      \$358  = 1'h1;
+    \$424  = aw_full;
+    if (\$324 ) begin
+      \$424  = 1'h1;
     end
     if (do_write) begin
-      \$358  = 1'h0;
+      \$424  = 1'h0;
     end
     if (rst) begin
-      \$358  = 1'h0;
+      \$424  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$359  = aw_addr;
-    if (\$266 ) begin
-      \$359  = bus__awaddr;
+    \$425  = aw_addr;
+    if (\$324 ) begin
+      \$425  = bus__awaddr;
     end
     if (rst) begin
-      \$359  = 16'h0000;
+      \$425  = 16'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$360  = w_full;
-    if (\$268 ) begin
-      \$360  = 1'h1;
+    \$426  = w_full;
+    if (\$326 ) begin
+      \$426  = 1'h1;
     end
     if (do_write) begin
-      \$360  = 1'h0;
+      \$426  = 1'h0;
     end
     if (rst) begin
-      \$360  = 1'h0;
+      \$426  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$361  = GLOBAL_SCRATCH__wdata;
-    if (\$268 ) begin
-      \$361  = bus__wdata;
+    \$427  = GLOBAL_SCRATCH__wdata;
+    if (\$326 ) begin
+      \$427  = bus__wdata;
     end
     if (rst) begin
-      \$361  = 32'd0;
+      \$427  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$362  = w_strb;
-    if (\$268 ) begin
-      \$362  = bus__wstrb;
+    \$428  = w_strb;
+    if (\$326 ) begin
+      \$428  = bus__wstrb;
     end
     if (rst) begin
-      \$362  = 4'h0;
+      \$428  = 4'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$363  = bus__bvalid;
+    \$429  = bus__bvalid;
     if (do_write) begin
-      \$363  = 1'h1;
+      \$429  = 1'h1;
     end
-    if (\$270 ) begin
-      \$363  = 1'h0;
+    if (\$328 ) begin
+      \$429  = 1'h0;
     end
     if (rst) begin
-      \$363  = 1'h0;
+      \$429  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$364  = bus__bresp;
+    \$430  = bus__bresp;
     if (do_write) begin
-      \$364  = \$269 ;
+      \$430  = \$327 ;
     end
     if (rst) begin
-      \$364  = 2'h0;
+      \$430  = 2'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$365  = ar_full;
-    if (\$272 ) begin
-      \$365  = 1'h1;
+    \$431  = ar_full;
+    if (\$330 ) begin
+      \$431  = 1'h1;
     end
     if (do_read) begin
-      \$365  = 1'h0;
+      \$431  = 1'h0;
     end
     if (rst) begin
-      \$365  = 1'h0;
+      \$431  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$366  = ar_addr;
-    if (\$272 ) begin
-      \$366  = bus__araddr;
+    \$432  = ar_addr;
+    if (\$330 ) begin
+      \$432  = bus__araddr;
     end
     if (rst) begin
-      \$366  = 16'h0000;
+      \$432  = 16'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$367  = bus__rvalid;
+    \$433  = bus__rvalid;
     if (do_read) begin
-      \$367  = 1'h1;
+      \$433  = 1'h1;
     end
-    if (\$275 ) begin
-      \$367  = 1'h0;
+    if (\$333 ) begin
+      \$433  = 1'h0;
     end
     if (rst) begin
-      \$367  = 1'h0;
+      \$433  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$368  = bus__rdata;
+    \$434  = bus__rdata;
     if (do_read) begin
-      \$368  = \$273 ;
+      \$434  = \$331 ;
     end
     if (rst) begin
-      \$368  = 32'd0;
+      \$434  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$369  = bus__rresp;
+    \$435  = bus__rresp;
     if (do_read) begin
-      \$369  = \$274 ;
+      \$435  = \$332 ;
     end
     if (rst) begin
-      \$369  = 2'h0;
+      \$435  = 2'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$370  = GLOBAL_SCRATCH__value;
+    \$436  = GLOBAL_SCRATCH__value;
     if (GLOBAL_SCRATCH__write) begin
-      \$370  = \$276 ;
+      \$436  = \$334 ;
     end else if (GLOBAL_SCRATCH__set) begin
-      \$370  = \$277 ;
+      \$436  = \$335 ;
     end
     if (rst) begin
-      \$370  = 32'd0;
+      \$436  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$371  = GLOBAL_SEM0__value;
+    \$437  = GLOBAL_SEM0__value;
     if (GLOBAL_SEM0__write) begin
-      \$371  = \$278 ;
+      \$437  = \$336 ;
     end else if (GLOBAL_SEM0__set) begin
-      \$371  = \$279 ;
+      \$437  = \$337 ;
     end
     if (rst) begin
-      \$371  = 32'd0;
+      \$437  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$372  = GLOBAL_SEM1__value;
+    \$438  = GLOBAL_SEM1__value;
     if (GLOBAL_SEM1__write) begin
-      \$372  = \$280 ;
+      \$438  = \$338 ;
     end else if (GLOBAL_SEM1__set) begin
-      \$372  = \$281 ;
+      \$438  = \$339 ;
     end
     if (rst) begin
-      \$372  = 32'd0;
+      \$438  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$373  = GLOBAL_SEM2__value;
+    \$439  = GLOBAL_SEM2__value;
     if (GLOBAL_SEM2__write) begin
-      \$373  = \$282 ;
+      \$439  = \$340 ;
     end else if (GLOBAL_SEM2__set) begin
-      \$373  = \$283 ;
+      \$439  = \$341 ;
     end
     if (rst) begin
-      \$373  = 32'd0;
+      \$439  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$374  = GLOBAL_SEM3__value;
+    \$440  = GLOBAL_SEM3__value;
     if (GLOBAL_SEM3__write) begin
-      \$374  = \$284 ;
+      \$440  = \$342 ;
     end else if (GLOBAL_SEM3__set) begin
-      \$374  = \$285 ;
+      \$440  = \$343 ;
     end
     if (rst) begin
-      \$374  = 32'd0;
+      \$440  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$375  = GLOBAL_SEM4__value;
+    \$441  = GLOBAL_SEM4__value;
     if (GLOBAL_SEM4__write) begin
-      \$375  = \$286 ;
+      \$441  = \$344 ;
     end else if (GLOBAL_SEM4__set) begin
-      \$375  = \$287 ;
+      \$441  = \$345 ;
     end
     if (rst) begin
-      \$375  = 32'd0;
+      \$441  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$376  = GLOBAL_SEM5__value;
+    \$442  = GLOBAL_SEM5__value;
     if (GLOBAL_SEM5__write) begin
-      \$376  = \$288 ;
+      \$442  = \$346 ;
     end else if (GLOBAL_SEM5__set) begin
-      \$376  = \$289 ;
+      \$442  = \$347 ;
     end
     if (rst) begin
-      \$376  = 32'd0;
+      \$442  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$377  = GLOBAL_SEM6__value;
+    \$443  = GLOBAL_SEM6__value;
     if (GLOBAL_SEM6__write) begin
-      \$377  = \$290 ;
+      \$443  = \$348 ;
     end else if (GLOBAL_SEM6__set) begin
-      \$377  = \$291 ;
+      \$443  = \$349 ;
     end
     if (rst) begin
-      \$377  = 32'd0;
+      \$443  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$378  = GLOBAL_SEM7__value;
+    \$444  = GLOBAL_SEM7__value;
     if (GLOBAL_SEM7__write) begin
-      \$378  = \$292 ;
+      \$444  = \$350 ;
     end else if (GLOBAL_SEM7__set) begin
-      \$378  = \$293 ;
+      \$444  = \$351 ;
     end
     if (rst) begin
-      \$378  = 32'd0;
+      \$444  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$379  = GLOBAL_SEM8__value;
+    \$445  = GLOBAL_SEM8__value;
     if (GLOBAL_SEM8__write) begin
-      \$379  = \$294 ;
+      \$445  = \$352 ;
     end else if (GLOBAL_SEM8__set) begin
-      \$379  = \$295 ;
+      \$445  = \$353 ;
     end
     if (rst) begin
-      \$379  = 32'd0;
+      \$445  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$380  = GLOBAL_SEM9__value;
+    \$446  = GLOBAL_SEM9__value;
     if (GLOBAL_SEM9__write) begin
-      \$380  = \$296 ;
+      \$446  = \$354 ;
     end else if (GLOBAL_SEM9__set) begin
-      \$380  = \$297 ;
+      \$446  = \$355 ;
     end
     if (rst) begin
-      \$380  = 32'd0;
+      \$446  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$381  = GLOBAL_SEM10__value;
+    \$447  = GLOBAL_SEM10__value;
     if (GLOBAL_SEM10__write) begin
-      \$381  = \$298 ;
+      \$447  = \$356 ;
     end else if (GLOBAL_SEM10__set) begin
-      \$381  = \$299 ;
+      \$447  = \$357 ;
     end
     if (rst) begin
-      \$381  = 32'd0;
+      \$447  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$382  = GLOBAL_SEM11__value;
+    \$448  = GLOBAL_SEM11__value;
     if (GLOBAL_SEM11__write) begin
-      \$382  = \$300 ;
+      \$448  = \$358 ;
     end else if (GLOBAL_SEM11__set) begin
-      \$382  = \$301 ;
+      \$448  = \$359 ;
     end
     if (rst) begin
-      \$382  = 32'd0;
+      \$448  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$383  = GLOBAL_SEM12__value;
+    \$449  = GLOBAL_SEM12__value;
     if (GLOBAL_SEM12__write) begin
-      \$383  = \$302 ;
+      \$449  = \$360 ;
     end else if (GLOBAL_SEM12__set) begin
-      \$383  = \$303 ;
+      \$449  = \$361 ;
     end
     if (rst) begin
-      \$383  = 32'd0;
+      \$449  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$384  = GLOBAL_SEM13__value;
+    \$450  = GLOBAL_SEM13__value;
     if (GLOBAL_SEM13__write) begin
-      \$384  = \$304 ;
+      \$450  = \$362 ;
     end else if (GLOBAL_SEM13__set) begin
-      \$384  = \$305 ;
+      \$450  = \$363 ;
     end
     if (rst) begin
-      \$384  = 32'd0;
+      \$450  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$385  = GLOBAL_SEM14__value;
+    \$451  = GLOBAL_SEM14__value;
     if (GLOBAL_SEM14__write) begin
-      \$385  = \$306 ;
+      \$451  = \$364 ;
     end else if (GLOBAL_SEM14__set) begin
-      \$385  = \$307 ;
+      \$451  = \$365 ;
     end
     if (rst) begin
-      \$385  = 32'd0;
+      \$451  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$386  = GLOBAL_SEM15__value;
+    \$452  = GLOBAL_SEM15__value;
     if (GLOBAL_SEM15__write) begin
-      \$386  = \$308 ;
+      \$452  = \$366 ;
     end else if (GLOBAL_SEM15__set) begin
-      \$386  = \$309 ;
+      \$452  = \$367 ;
     end
     if (rst) begin
-      \$386  = 32'd0;
+      \$452  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$387  = QUEUE0_RING_BASE__value;
+    \$453  = QUEUE0_RING_BASE__value;
     if (QUEUE0_RING_BASE__write) begin
-      \$387  = \$310 ;
+      \$453  = \$368 ;
     end else if (QUEUE0_RING_BASE__set) begin
-      \$387  = \$311 ;
+      \$453  = \$369 ;
     end
     if (rst) begin
-      \$387  = 32'd0;
+      \$453  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$388  = QUEUE0_RING_LOG2__value;
+    \$454  = QUEUE0_RING_LOG2__value;
     if (QUEUE0_RING_LOG2__write) begin
-      \$388  = \$312 ;
+      \$454  = \$370 ;
     end else if (QUEUE0_RING_LOG2__set) begin
-      \$388  = \$313 ;
+      \$454  = \$371 ;
     end
     if (rst) begin
-      \$388  = 32'd4;
+      \$454  = 32'd4;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$389  = QUEUE0_CQ_BASE__value;
+    \$455  = QUEUE0_CQ_BASE__value;
     if (QUEUE0_CQ_BASE__write) begin
-      \$389  = \$314 ;
+      \$455  = \$372 ;
     end else if (QUEUE0_CQ_BASE__set) begin
-      \$389  = \$315 ;
+      \$455  = \$373 ;
     end
     if (rst) begin
-      \$389  = 32'd0;
+      \$455  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$390  = QUEUE0_CONTROL__value;
+    \$456  = QUEUE0_CONTROL__value;
     if (QUEUE0_CONTROL__write) begin
-      \$390  = \$316 ;
+      \$456  = \$374 ;
     end else if (QUEUE0_CONTROL__set) begin
-      \$390  = \$317 ;
+      \$456  = \$375 ;
     end
     if (rst) begin
-      \$390  = 32'd0;
+      \$456  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$391  = \$323 ;
+    \$457  = \$381 ;
     if (rst) begin
-      \$391  = 32'd0;
+      \$457  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$392  = QUEUE0_IRQ_MASK__value;
+    \$458  = QUEUE0_IRQ_MASK__value;
     if (QUEUE0_IRQ_MASK__write) begin
-      \$392  = \$324 ;
+      \$458  = \$382 ;
     end else if (QUEUE0_IRQ_MASK__set) begin
-      \$392  = \$325 ;
+      \$458  = \$383 ;
     end
     if (rst) begin
-      \$392  = 32'd0;
+      \$458  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$393  = QUEUE0_DMA_BASE__value;
+    \$459  = QUEUE0_DMA_BASE__value;
     if (QUEUE0_DMA_BASE__write) begin
-      \$393  = \$326 ;
+      \$459  = \$384 ;
     end else if (QUEUE0_DMA_BASE__set) begin
-      \$393  = \$327 ;
+      \$459  = \$385 ;
     end
     if (rst) begin
-      \$393  = 32'd0;
+      \$459  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$394  = QUEUE0_DMA_LIMIT__value;
+    \$460  = QUEUE0_DMA_LIMIT__value;
     if (QUEUE0_DMA_LIMIT__write) begin
-      \$394  = \$328 ;
+      \$460  = \$386 ;
     end else if (QUEUE0_DMA_LIMIT__set) begin
-      \$394  = \$329 ;
+      \$460  = \$387 ;
     end
     if (rst) begin
-      \$394  = 32'd0;
+      \$460  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$395  = QUEUE0_WATCHDOG__value;
+    \$461  = QUEUE0_WATCHDOG__value;
     if (QUEUE0_WATCHDOG__write) begin
-      \$395  = \$330 ;
+      \$461  = \$388 ;
     end else if (QUEUE0_WATCHDOG__set) begin
-      \$395  = \$331 ;
+      \$461  = \$389 ;
     end
     if (rst) begin
-      \$395  = 32'd0;
+      \$461  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$396  = QUEUE1_RING_BASE__value;
+    \$462  = QUEUE1_RING_BASE__value;
     if (QUEUE1_RING_BASE__write) begin
-      \$396  = \$332 ;
+      \$462  = \$390 ;
     end else if (QUEUE1_RING_BASE__set) begin
-      \$396  = \$333 ;
+      \$462  = \$391 ;
     end
     if (rst) begin
-      \$396  = 32'd0;
+      \$462  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$397  = QUEUE1_RING_LOG2__value;
+    \$463  = QUEUE1_RING_LOG2__value;
     if (QUEUE1_RING_LOG2__write) begin
-      \$397  = \$334 ;
+      \$463  = \$392 ;
     end else if (QUEUE1_RING_LOG2__set) begin
-      \$397  = \$335 ;
+      \$463  = \$393 ;
     end
     if (rst) begin
-      \$397  = 32'd4;
+      \$463  = 32'd4;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$398  = QUEUE1_CQ_BASE__value;
+    \$464  = QUEUE1_CQ_BASE__value;
     if (QUEUE1_CQ_BASE__write) begin
-      \$398  = \$336 ;
+      \$464  = \$394 ;
     end else if (QUEUE1_CQ_BASE__set) begin
-      \$398  = \$337 ;
+      \$464  = \$395 ;
     end
     if (rst) begin
-      \$398  = 32'd0;
+      \$464  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$399  = QUEUE1_CONTROL__value;
+    \$465  = QUEUE1_CONTROL__value;
     if (QUEUE1_CONTROL__write) begin
-      \$399  = \$338 ;
+      \$465  = \$396 ;
     end else if (QUEUE1_CONTROL__set) begin
-      \$399  = \$339 ;
+      \$465  = \$397 ;
     end
     if (rst) begin
-      \$399  = 32'd0;
+      \$465  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$400  = \$345 ;
+    \$466  = \$403 ;
     if (rst) begin
-      \$400  = 32'd0;
+      \$466  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$401  = QUEUE1_IRQ_MASK__value;
+    \$467  = QUEUE1_IRQ_MASK__value;
     if (QUEUE1_IRQ_MASK__write) begin
-      \$401  = \$346 ;
+      \$467  = \$404 ;
     end else if (QUEUE1_IRQ_MASK__set) begin
-      \$401  = \$347 ;
+      \$467  = \$405 ;
     end
     if (rst) begin
-      \$401  = 32'd0;
+      \$467  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$402  = QUEUE1_DMA_BASE__value;
+    \$468  = QUEUE1_DMA_BASE__value;
     if (QUEUE1_DMA_BASE__write) begin
-      \$402  = \$348 ;
+      \$468  = \$406 ;
     end else if (QUEUE1_DMA_BASE__set) begin
-      \$402  = \$349 ;
+      \$468  = \$407 ;
     end
     if (rst) begin
-      \$402  = 32'd0;
+      \$468  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$403  = QUEUE1_DMA_LIMIT__value;
+    \$469  = QUEUE1_DMA_LIMIT__value;
     if (QUEUE1_DMA_LIMIT__write) begin
-      \$403  = \$350 ;
+      \$469  = \$408 ;
     end else if (QUEUE1_DMA_LIMIT__set) begin
-      \$403  = \$351 ;
+      \$469  = \$409 ;
     end
     if (rst) begin
-      \$403  = 32'd0;
+      \$469  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$404  = QUEUE1_WATCHDOG__value;
+    \$470  = QUEUE1_WATCHDOG__value;
     if (QUEUE1_WATCHDOG__write) begin
-      \$404  = \$352 ;
+      \$470  = \$410 ;
     end else if (QUEUE1_WATCHDOG__set) begin
-      \$404  = \$353 ;
+      \$470  = \$411 ;
     end
     if (rst) begin
-      \$404  = 32'd0;
+      \$470  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$405  = TRACE0_CONTROL__value;
+    \$471  = TRACE0_CONTROL__value;
     if (TRACE0_CONTROL__write) begin
-      \$405  = \$354 ;
+      \$471  = \$412 ;
     end else if (TRACE0_CONTROL__set) begin
-      \$405  = \$355 ;
+      \$471  = \$413 ;
     end
     if (rst) begin
-      \$405  = 32'd0;
+      \$471  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$406  = TRACE1_CONTROL__value;
+    \$472  = TRACE1_CONTROL__value;
     if (TRACE1_CONTROL__write) begin
-      \$406  = \$356 ;
+      \$472  = \$414 ;
     end else if (TRACE1_CONTROL__set) begin
-      \$406  = \$357 ;
+      \$472  = \$415 ;
     end
     if (rst) begin
-      \$406  = 32'd0;
+      \$472  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$473  = LINK_WINDOW_BASE__value;
+    if (LINK_WINDOW_BASE__write) begin
+      \$473  = \$416 ;
+    end else if (LINK_WINDOW_BASE__set) begin
+      \$473  = \$417 ;
+    end
+    if (rst) begin
+      \$473  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$474  = LINK_WINDOW_LIMIT__value;
+    if (LINK_WINDOW_LIMIT__write) begin
+      \$474  = \$418 ;
+    end else if (LINK_WINDOW_LIMIT__set) begin
+      \$474  = \$419 ;
+    end
+    if (rst) begin
+      \$474  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$475  = LINK_CONTROL0__value;
+    if (LINK_CONTROL0__write) begin
+      \$475  = \$420 ;
+    end else if (LINK_CONTROL0__set) begin
+      \$475  = \$421 ;
+    end
+    if (rst) begin
+      \$475  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$476  = LINK_CONTROL1__value;
+    if (LINK_CONTROL1__write) begin
+      \$476  = \$422 ;
+    end else if (LINK_CONTROL1__set) begin
+      \$476  = \$423 ;
+    end
+    if (rst) begin
+      \$476  = 32'd0;
     end
   end
   assign GLOBAL_SCRATCH_write = GLOBAL_SCRATCH__write;
@@ -2592,6 +2955,15 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   assign TRACE0_CONTROL_reg = TRACE0_CONTROL__value;
   assign TRACE1_CONTROL_write = TRACE1_CONTROL__write;
   assign TRACE1_CONTROL_reg = TRACE1_CONTROL__value;
+  assign LINK_WINDOW_BASE_write = LINK_WINDOW_BASE__write;
+  assign LINK_WINDOW_BASE_reg = LINK_WINDOW_BASE__value;
+  assign LINK_WINDOW_LIMIT_write = LINK_WINDOW_LIMIT__write;
+  assign LINK_WINDOW_LIMIT_reg = LINK_WINDOW_LIMIT__value;
+  assign LINK_CLEAR_write = LINK_CLEAR__write;
+  assign LINK_CONTROL0_write = LINK_CONTROL0__write;
+  assign LINK_CONTROL0_reg = LINK_CONTROL0__value;
+  assign LINK_CONTROL1_write = LINK_CONTROL1__write;
+  assign LINK_CONTROL1_reg = LINK_CONTROL1__value;
   assign GLOBAL_RESET__wdata = GLOBAL_SCRATCH__wdata;
   assign GLOBAL_SEM0__wdata = GLOBAL_SCRATCH__wdata;
   assign GLOBAL_SEM1__wdata = GLOBAL_SCRATCH__wdata;
@@ -2633,188 +3005,223 @@ module dx1_regfile(bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bread
   assign PERF1_CONTROL__wdata = GLOBAL_SCRATCH__wdata;
   assign TRACE0_CONTROL__wdata = GLOBAL_SCRATCH__wdata;
   assign TRACE1_CONTROL__wdata = GLOBAL_SCRATCH__wdata;
+  assign LINK_WINDOW_BASE__wdata = GLOBAL_SCRATCH__wdata;
+  assign LINK_WINDOW_LIMIT__wdata = GLOBAL_SCRATCH__wdata;
+  assign LINK_CLEAR__wdata = GLOBAL_SCRATCH__wdata;
+  assign LINK_CONTROL0__wdata = GLOBAL_SCRATCH__wdata;
+  assign LINK_CONTROL1__wdata = GLOBAL_SCRATCH__wdata;
   assign \$24  = GLOBAL_CYCLES_LO__value;
   assign \$28  = GLOBAL_CYCLES_HI__value;
-  assign \$74 [31:16] = 16'h0000;
-  assign \$74 [15:0] = QUEUE0_HEAD__value[15:0];
-  assign \$78 [31:16] = 16'h0000;
-  assign \$78 [15:0] = QUEUE0_TAIL__value[15:0];
-  assign \$82 [31:3] = 29'h00000000;
-  assign \$82 [2:0] = QUEUE0_STATUS__value[2:0];
-  assign \$84 [15:8] = 8'h00;
-  assign { \$84 [31:16], \$84 [7:0] } = { QUEUE0_ERROR__value[31:16], QUEUE0_ERROR__value[7:0] };
-  assign \$109 [31:16] = 16'h0000;
-  assign \$109 [15:0] = QUEUE1_HEAD__value[15:0];
-  assign \$113 [31:16] = 16'h0000;
-  assign \$113 [15:0] = QUEUE1_TAIL__value[15:0];
-  assign \$117 [31:3] = 29'h00000000;
-  assign \$117 [2:0] = QUEUE1_STATUS__value[2:0];
-  assign \$119 [15:8] = 8'h00;
-  assign { \$119 [31:16], \$119 [7:0] } = { QUEUE1_ERROR__value[31:16], QUEUE1_ERROR__value[7:0] };
-  assign \$142  = PERF0_CYCLES__value;
-  assign \$144  = PERF0_BUSY_LOAD__value;
-  assign \$147  = PERF0_BUSY_COMPUTE__value;
-  assign \$149  = PERF0_BUSY_STORE__value;
-  assign \$153  = PERF0_MACS_LO__value;
-  assign \$155  = PERF0_MACS_HI__value;
-  assign \$158  = PERF0_STALL_DEP__value;
-  assign \$160  = PERF0_STALL_MEM__value;
-  assign \$165  = PERF0_BYTES_READ__value;
-  assign \$167  = PERF0_BYTES_WRITTEN__value;
-  assign \$170  = PERF0_BUSY_VECTOR__value;
-  assign \$172  = PERF0_TABLE_HITS__value;
-  assign \$176  = PERF0_TABLE_UNDERFLOWS__value;
-  assign \$178  = PERF0_TABLE_OVERFLOWS__value;
-  assign \$188  = PERF1_CYCLES__value;
-  assign \$191  = PERF1_BUSY_LOAD__value;
-  assign \$193  = PERF1_BUSY_COMPUTE__value;
-  assign \$197  = PERF1_BUSY_STORE__value;
-  assign \$199  = PERF1_MACS_LO__value;
-  assign \$202  = PERF1_MACS_HI__value;
-  assign \$204  = PERF1_STALL_DEP__value;
-  assign \$209  = PERF1_STALL_MEM__value;
-  assign \$211  = PERF1_BYTES_READ__value;
-  assign \$214  = PERF1_BYTES_WRITTEN__value;
-  assign \$216  = PERF1_BUSY_VECTOR__value;
-  assign \$220  = PERF1_TABLE_HITS__value;
-  assign \$222  = PERF1_TABLE_UNDERFLOWS__value;
-  assign \$225  = PERF1_TABLE_OVERFLOWS__value;
-  assign \$237  = TRACE0_COUNT__value;
-  assign \$241  = TRACE0_DATA_LO__value;
-  assign \$243  = TRACE0_DATA_HI__value;
-  assign \$251  = 32'd0;
-  assign \$253  = \$252 ;
-  assign \$254  = TRACE1_COUNT__value;
-  assign \$256  = TRACE1_DATA_LO__value;
-  assign \$260  = TRACE1_DATA_HI__value;
-  assign \$276  = GLOBAL_SCRATCH__wdata;
-  assign \$277  = GLOBAL_SCRATCH__set_value;
-  assign \$278 [31:16] = 16'h0000;
-  assign \$278 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$279 [31:16] = 16'h0000;
-  assign \$279 [15:0] = GLOBAL_SEM0__set_value[15:0];
-  assign \$280 [31:16] = 16'h0000;
-  assign \$280 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$281 [31:16] = 16'h0000;
-  assign \$281 [15:0] = GLOBAL_SEM1__set_value[15:0];
-  assign \$282 [31:16] = 16'h0000;
-  assign \$282 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$283 [31:16] = 16'h0000;
-  assign \$283 [15:0] = GLOBAL_SEM2__set_value[15:0];
-  assign \$284 [31:16] = 16'h0000;
-  assign \$284 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$285 [31:16] = 16'h0000;
-  assign \$285 [15:0] = GLOBAL_SEM3__set_value[15:0];
-  assign \$286 [31:16] = 16'h0000;
-  assign \$286 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$287 [31:16] = 16'h0000;
-  assign \$287 [15:0] = GLOBAL_SEM4__set_value[15:0];
-  assign \$288 [31:16] = 16'h0000;
-  assign \$288 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$289 [31:16] = 16'h0000;
-  assign \$289 [15:0] = GLOBAL_SEM5__set_value[15:0];
-  assign \$290 [31:16] = 16'h0000;
-  assign \$290 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$291 [31:16] = 16'h0000;
-  assign \$291 [15:0] = GLOBAL_SEM6__set_value[15:0];
-  assign \$292 [31:16] = 16'h0000;
-  assign \$292 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$293 [31:16] = 16'h0000;
-  assign \$293 [15:0] = GLOBAL_SEM7__set_value[15:0];
-  assign \$294 [31:16] = 16'h0000;
-  assign \$294 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$295 [31:16] = 16'h0000;
-  assign \$295 [15:0] = GLOBAL_SEM8__set_value[15:0];
-  assign \$296 [31:16] = 16'h0000;
-  assign \$296 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$297 [31:16] = 16'h0000;
-  assign \$297 [15:0] = GLOBAL_SEM9__set_value[15:0];
-  assign \$298 [31:16] = 16'h0000;
-  assign \$298 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$299 [31:16] = 16'h0000;
-  assign \$299 [15:0] = GLOBAL_SEM10__set_value[15:0];
-  assign \$300 [31:16] = 16'h0000;
-  assign \$300 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$301 [31:16] = 16'h0000;
-  assign \$301 [15:0] = GLOBAL_SEM11__set_value[15:0];
-  assign \$302 [31:16] = 16'h0000;
-  assign \$302 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$303 [31:16] = 16'h0000;
-  assign \$303 [15:0] = GLOBAL_SEM12__set_value[15:0];
-  assign \$304 [31:16] = 16'h0000;
-  assign \$304 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$305 [31:16] = 16'h0000;
-  assign \$305 [15:0] = GLOBAL_SEM13__set_value[15:0];
-  assign \$306 [31:16] = 16'h0000;
-  assign \$306 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$307 [31:16] = 16'h0000;
-  assign \$307 [15:0] = GLOBAL_SEM14__set_value[15:0];
-  assign \$308 [31:16] = 16'h0000;
-  assign \$308 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
-  assign \$309 [31:16] = 16'h0000;
-  assign \$309 [15:0] = GLOBAL_SEM15__set_value[15:0];
-  assign \$310 [4:0] = 5'h00;
-  assign \$310 [31:5] = GLOBAL_SCRATCH__wdata[31:5];
-  assign \$311 [4:0] = 5'h00;
-  assign \$311 [31:5] = QUEUE0_RING_BASE__set_value[31:5];
-  assign \$312 [31:5] = 27'h0000000;
-  assign \$312 [4:0] = GLOBAL_SCRATCH__wdata[4:0];
-  assign \$313 [31:5] = 27'h0000000;
-  assign \$313 [4:0] = QUEUE0_RING_LOG2__set_value[4:0];
-  assign \$314 [2:0] = 3'h0;
-  assign \$314 [31:3] = GLOBAL_SCRATCH__wdata[31:3];
-  assign \$315 [2:0] = 3'h0;
-  assign \$315 [31:3] = QUEUE0_CQ_BASE__set_value[31:3];
-  assign \$316 [31:2] = 30'h00000000;
-  assign \$316 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
-  assign \$317 [31:2] = 30'h00000000;
-  assign \$317 [1:0] = QUEUE0_CONTROL__set_value[1:0];
-  assign \$322 [31:2] = 30'h00000000;
-  assign \$322 [1:0] = \$321 [1:0];
-  assign \$324 [31:2] = 30'h00000000;
-  assign \$324 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
-  assign \$325 [31:2] = 30'h00000000;
-  assign \$325 [1:0] = QUEUE0_IRQ_MASK__set_value[1:0];
-  assign \$326  = GLOBAL_SCRATCH__wdata;
-  assign \$327  = QUEUE0_DMA_BASE__set_value;
-  assign \$328  = GLOBAL_SCRATCH__wdata;
-  assign \$329  = QUEUE0_DMA_LIMIT__set_value;
-  assign \$330  = GLOBAL_SCRATCH__wdata;
-  assign \$331  = QUEUE0_WATCHDOG__set_value;
-  assign \$332 [4:0] = 5'h00;
-  assign \$332 [31:5] = GLOBAL_SCRATCH__wdata[31:5];
-  assign \$333 [4:0] = 5'h00;
-  assign \$333 [31:5] = QUEUE1_RING_BASE__set_value[31:5];
-  assign \$334 [31:5] = 27'h0000000;
-  assign \$334 [4:0] = GLOBAL_SCRATCH__wdata[4:0];
-  assign \$335 [31:5] = 27'h0000000;
-  assign \$335 [4:0] = QUEUE1_RING_LOG2__set_value[4:0];
-  assign \$336 [2:0] = 3'h0;
-  assign \$336 [31:3] = GLOBAL_SCRATCH__wdata[31:3];
-  assign \$337 [2:0] = 3'h0;
-  assign \$337 [31:3] = QUEUE1_CQ_BASE__set_value[31:3];
-  assign \$338 [31:2] = 30'h00000000;
-  assign \$338 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
-  assign \$339 [31:2] = 30'h00000000;
-  assign \$339 [1:0] = QUEUE1_CONTROL__set_value[1:0];
-  assign \$344 [31:2] = 30'h00000000;
-  assign \$344 [1:0] = \$343 [1:0];
-  assign \$346 [31:2] = 30'h00000000;
-  assign \$346 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
-  assign \$347 [31:2] = 30'h00000000;
-  assign \$347 [1:0] = QUEUE1_IRQ_MASK__set_value[1:0];
-  assign \$348  = GLOBAL_SCRATCH__wdata;
-  assign \$349  = QUEUE1_DMA_BASE__set_value;
-  assign \$350  = GLOBAL_SCRATCH__wdata;
-  assign \$351  = QUEUE1_DMA_LIMIT__set_value;
-  assign \$352  = GLOBAL_SCRATCH__wdata;
-  assign \$353  = QUEUE1_WATCHDOG__set_value;
-  assign \$354 [31:2] = 30'h00000000;
-  assign \$354 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
-  assign \$355 [31:2] = 30'h00000000;
-  assign \$355 [1:0] = TRACE0_CONTROL__set_value[1:0];
-  assign \$356 [31:2] = 30'h00000000;
-  assign \$356 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
-  assign \$357 [31:2] = 30'h00000000;
-  assign \$357 [1:0] = TRACE1_CONTROL__set_value[1:0];
+  assign \$77 [31:16] = 16'h0000;
+  assign \$77 [15:0] = QUEUE0_HEAD__value[15:0];
+  assign \$79 [31:16] = 16'h0000;
+  assign \$79 [15:0] = QUEUE0_TAIL__value[15:0];
+  assign \$83 [31:3] = 29'h00000000;
+  assign \$83 [2:0] = QUEUE0_STATUS__value[2:0];
+  assign \$88 [15:8] = 8'h00;
+  assign { \$88 [31:16], \$88 [7:0] } = { QUEUE0_ERROR__value[31:16], QUEUE0_ERROR__value[7:0] };
+  assign \$112 [31:16] = 16'h0000;
+  assign \$112 [15:0] = QUEUE1_HEAD__value[15:0];
+  assign \$114 [31:16] = 16'h0000;
+  assign \$114 [15:0] = QUEUE1_TAIL__value[15:0];
+  assign \$118 [31:3] = 29'h00000000;
+  assign \$118 [2:0] = QUEUE1_STATUS__value[2:0];
+  assign \$123 [15:8] = 8'h00;
+  assign { \$123 [31:16], \$123 [7:0] } = { QUEUE1_ERROR__value[31:16], QUEUE1_ERROR__value[7:0] };
+  assign \$143  = PERF0_CYCLES__value;
+  assign \$146  = PERF0_BUSY_LOAD__value;
+  assign \$148  = PERF0_BUSY_COMPUTE__value;
+  assign \$152  = PERF0_BUSY_STORE__value;
+  assign \$154  = PERF0_MACS_LO__value;
+  assign \$157  = PERF0_MACS_HI__value;
+  assign \$159  = PERF0_STALL_DEP__value;
+  assign \$164  = PERF0_STALL_MEM__value;
+  assign \$166  = PERF0_BYTES_READ__value;
+  assign \$169  = PERF0_BYTES_WRITTEN__value;
+  assign \$171  = PERF0_BUSY_VECTOR__value;
+  assign \$175  = PERF0_TABLE_HITS__value;
+  assign \$177  = PERF0_TABLE_UNDERFLOWS__value;
+  assign \$180  = PERF0_TABLE_OVERFLOWS__value;
+  assign \$190  = PERF1_CYCLES__value;
+  assign \$192  = PERF1_BUSY_LOAD__value;
+  assign \$196  = PERF1_BUSY_COMPUTE__value;
+  assign \$198  = PERF1_BUSY_STORE__value;
+  assign \$201  = PERF1_MACS_LO__value;
+  assign \$203  = PERF1_MACS_HI__value;
+  assign \$208  = PERF1_STALL_DEP__value;
+  assign \$210  = PERF1_STALL_MEM__value;
+  assign \$213  = PERF1_BYTES_READ__value;
+  assign \$215  = PERF1_BYTES_WRITTEN__value;
+  assign \$219  = PERF1_BUSY_VECTOR__value;
+  assign \$221  = PERF1_TABLE_HITS__value;
+  assign \$224  = PERF1_TABLE_UNDERFLOWS__value;
+  assign \$226  = PERF1_TABLE_OVERFLOWS__value;
+  assign \$240  = TRACE0_COUNT__value;
+  assign \$242  = TRACE0_DATA_LO__value;
+  assign \$245  = TRACE0_DATA_HI__value;
+  assign \$255  = TRACE1_COUNT__value;
+  assign \$259  = TRACE1_DATA_LO__value;
+  assign \$261  = TRACE1_DATA_HI__value;
+  assign \$270  = 32'd0;
+  assign \$271 [31:24] = 8'h00;
+  assign \$271 [23:0] = LINK_CAPS__value[23:0];
+  assign \$273  = \$272 ;
+  assign \$274 [31:12] = 20'h00000;
+  assign \$274 [11:0] = LINK_LATENCY__value[11:0];
+  assign \$283 [31:2] = 30'h00000000;
+  assign \$283 [1:0] = LINK_STATUS0__value[1:0];
+  assign \$288 [31:2] = 30'h00000000;
+  assign \$288 [1:0] = LINK_STATUS1__value[1:0];
+  assign \$290  = LINK_TX_PACKETS0__value;
+  assign \$293  = LINK_TX_PACKETS1__value;
+  assign \$295  = LINK_RX_PACKETS0__value;
+  assign \$299  = LINK_RX_PACKETS1__value;
+  assign \$301  = LINK_RETRIES0__value;
+  assign \$304  = LINK_RETRIES1__value;
+  assign \$306  = LINK_CRC_ERRORS0__value;
+  assign \$315  = LINK_CRC_ERRORS1__value;
+  assign \$317  = LINK_CREDIT_STALLS0__value;
+  assign \$320  = LINK_CREDIT_STALLS1__value;
+  assign \$334  = GLOBAL_SCRATCH__wdata;
+  assign \$335  = GLOBAL_SCRATCH__set_value;
+  assign \$336 [31:16] = 16'h0000;
+  assign \$336 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$337 [31:16] = 16'h0000;
+  assign \$337 [15:0] = GLOBAL_SEM0__set_value[15:0];
+  assign \$338 [31:16] = 16'h0000;
+  assign \$338 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$339 [31:16] = 16'h0000;
+  assign \$339 [15:0] = GLOBAL_SEM1__set_value[15:0];
+  assign \$340 [31:16] = 16'h0000;
+  assign \$340 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$341 [31:16] = 16'h0000;
+  assign \$341 [15:0] = GLOBAL_SEM2__set_value[15:0];
+  assign \$342 [31:16] = 16'h0000;
+  assign \$342 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$343 [31:16] = 16'h0000;
+  assign \$343 [15:0] = GLOBAL_SEM3__set_value[15:0];
+  assign \$344 [31:16] = 16'h0000;
+  assign \$344 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$345 [31:16] = 16'h0000;
+  assign \$345 [15:0] = GLOBAL_SEM4__set_value[15:0];
+  assign \$346 [31:16] = 16'h0000;
+  assign \$346 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$347 [31:16] = 16'h0000;
+  assign \$347 [15:0] = GLOBAL_SEM5__set_value[15:0];
+  assign \$348 [31:16] = 16'h0000;
+  assign \$348 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$349 [31:16] = 16'h0000;
+  assign \$349 [15:0] = GLOBAL_SEM6__set_value[15:0];
+  assign \$350 [31:16] = 16'h0000;
+  assign \$350 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$351 [31:16] = 16'h0000;
+  assign \$351 [15:0] = GLOBAL_SEM7__set_value[15:0];
+  assign \$352 [31:16] = 16'h0000;
+  assign \$352 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$353 [31:16] = 16'h0000;
+  assign \$353 [15:0] = GLOBAL_SEM8__set_value[15:0];
+  assign \$354 [31:16] = 16'h0000;
+  assign \$354 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$355 [31:16] = 16'h0000;
+  assign \$355 [15:0] = GLOBAL_SEM9__set_value[15:0];
+  assign \$356 [31:16] = 16'h0000;
+  assign \$356 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$357 [31:16] = 16'h0000;
+  assign \$357 [15:0] = GLOBAL_SEM10__set_value[15:0];
+  assign \$358 [31:16] = 16'h0000;
+  assign \$358 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$359 [31:16] = 16'h0000;
+  assign \$359 [15:0] = GLOBAL_SEM11__set_value[15:0];
+  assign \$360 [31:16] = 16'h0000;
+  assign \$360 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$361 [31:16] = 16'h0000;
+  assign \$361 [15:0] = GLOBAL_SEM12__set_value[15:0];
+  assign \$362 [31:16] = 16'h0000;
+  assign \$362 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$363 [31:16] = 16'h0000;
+  assign \$363 [15:0] = GLOBAL_SEM13__set_value[15:0];
+  assign \$364 [31:16] = 16'h0000;
+  assign \$364 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$365 [31:16] = 16'h0000;
+  assign \$365 [15:0] = GLOBAL_SEM14__set_value[15:0];
+  assign \$366 [31:16] = 16'h0000;
+  assign \$366 [15:0] = GLOBAL_SCRATCH__wdata[15:0];
+  assign \$367 [31:16] = 16'h0000;
+  assign \$367 [15:0] = GLOBAL_SEM15__set_value[15:0];
+  assign \$368 [4:0] = 5'h00;
+  assign \$368 [31:5] = GLOBAL_SCRATCH__wdata[31:5];
+  assign \$369 [4:0] = 5'h00;
+  assign \$369 [31:5] = QUEUE0_RING_BASE__set_value[31:5];
+  assign \$370 [31:5] = 27'h0000000;
+  assign \$370 [4:0] = GLOBAL_SCRATCH__wdata[4:0];
+  assign \$371 [31:5] = 27'h0000000;
+  assign \$371 [4:0] = QUEUE0_RING_LOG2__set_value[4:0];
+  assign \$372 [2:0] = 3'h0;
+  assign \$372 [31:3] = GLOBAL_SCRATCH__wdata[31:3];
+  assign \$373 [2:0] = 3'h0;
+  assign \$373 [31:3] = QUEUE0_CQ_BASE__set_value[31:3];
+  assign \$374 [31:2] = 30'h00000000;
+  assign \$374 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
+  assign \$375 [31:2] = 30'h00000000;
+  assign \$375 [1:0] = QUEUE0_CONTROL__set_value[1:0];
+  assign \$380 [31:2] = 30'h00000000;
+  assign \$380 [1:0] = \$379 [1:0];
+  assign \$382 [31:2] = 30'h00000000;
+  assign \$382 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
+  assign \$383 [31:2] = 30'h00000000;
+  assign \$383 [1:0] = QUEUE0_IRQ_MASK__set_value[1:0];
+  assign \$384  = GLOBAL_SCRATCH__wdata;
+  assign \$385  = QUEUE0_DMA_BASE__set_value;
+  assign \$386  = GLOBAL_SCRATCH__wdata;
+  assign \$387  = QUEUE0_DMA_LIMIT__set_value;
+  assign \$388  = GLOBAL_SCRATCH__wdata;
+  assign \$389  = QUEUE0_WATCHDOG__set_value;
+  assign \$390 [4:0] = 5'h00;
+  assign \$390 [31:5] = GLOBAL_SCRATCH__wdata[31:5];
+  assign \$391 [4:0] = 5'h00;
+  assign \$391 [31:5] = QUEUE1_RING_BASE__set_value[31:5];
+  assign \$392 [31:5] = 27'h0000000;
+  assign \$392 [4:0] = GLOBAL_SCRATCH__wdata[4:0];
+  assign \$393 [31:5] = 27'h0000000;
+  assign \$393 [4:0] = QUEUE1_RING_LOG2__set_value[4:0];
+  assign \$394 [2:0] = 3'h0;
+  assign \$394 [31:3] = GLOBAL_SCRATCH__wdata[31:3];
+  assign \$395 [2:0] = 3'h0;
+  assign \$395 [31:3] = QUEUE1_CQ_BASE__set_value[31:3];
+  assign \$396 [31:2] = 30'h00000000;
+  assign \$396 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
+  assign \$397 [31:2] = 30'h00000000;
+  assign \$397 [1:0] = QUEUE1_CONTROL__set_value[1:0];
+  assign \$402 [31:2] = 30'h00000000;
+  assign \$402 [1:0] = \$401 [1:0];
+  assign \$404 [31:2] = 30'h00000000;
+  assign \$404 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
+  assign \$405 [31:2] = 30'h00000000;
+  assign \$405 [1:0] = QUEUE1_IRQ_MASK__set_value[1:0];
+  assign \$406  = GLOBAL_SCRATCH__wdata;
+  assign \$407  = QUEUE1_DMA_BASE__set_value;
+  assign \$408  = GLOBAL_SCRATCH__wdata;
+  assign \$409  = QUEUE1_DMA_LIMIT__set_value;
+  assign \$410  = GLOBAL_SCRATCH__wdata;
+  assign \$411  = QUEUE1_WATCHDOG__set_value;
+  assign \$412 [31:2] = 30'h00000000;
+  assign \$412 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
+  assign \$413 [31:2] = 30'h00000000;
+  assign \$413 [1:0] = TRACE0_CONTROL__set_value[1:0];
+  assign \$414 [31:2] = 30'h00000000;
+  assign \$414 [1:0] = GLOBAL_SCRATCH__wdata[1:0];
+  assign \$415 [31:2] = 30'h00000000;
+  assign \$415 [1:0] = TRACE1_CONTROL__set_value[1:0];
+  assign \$416  = GLOBAL_SCRATCH__wdata;
+  assign \$417  = LINK_WINDOW_BASE__set_value;
+  assign \$418  = GLOBAL_SCRATCH__wdata;
+  assign \$419  = LINK_WINDOW_LIMIT__set_value;
+  assign { \$420 [31:16], \$420 [7:1] } = 23'h000000;
+  assign { \$420 [15:8], \$420 [0] } = { GLOBAL_SCRATCH__wdata[15:8], GLOBAL_SCRATCH__wdata[0] };
+  assign { \$421 [31:16], \$421 [7:1] } = 23'h000000;
+  assign { \$421 [15:8], \$421 [0] } = { LINK_CONTROL0__set_value[15:8], LINK_CONTROL0__set_value[0] };
+  assign { \$422 [31:16], \$422 [7:1] } = 23'h000000;
+  assign { \$422 [15:8], \$422 [0] } = { GLOBAL_SCRATCH__wdata[15:8], GLOBAL_SCRATCH__wdata[0] };
+  assign { \$423 [31:16], \$423 [7:1] } = 23'h000000;
+  assign { \$423 [15:8], \$423 [0] } = { LINK_CONTROL1__set_value[15:8], LINK_CONTROL1__set_value[0] };
 endmodule

@@ -4227,18 +4227,18 @@ module \dx1_tile_core_a4.decoder (cmd__tvalid, clk, rst, cmd__tready, decoded, c
   wire \$131 ;
   wire \$132 ;
   wire \$133 ;
-  wire [3:0] \$134 ;
-  wire [3:0] \$135 ;
-  wire [3:0] \$136 ;
-  wire [3:0] \$137 ;
-  wire [3:0] \$138 ;
+  wire [4:0] \$134 ;
+  wire [4:0] \$135 ;
+  wire [4:0] \$136 ;
+  wire [4:0] \$137 ;
+  wire [4:0] \$138 ;
   wire [255:0] \$139 ;
   wire \$14 ;
   wire \$140 ;
   wire [16:0] \$141 ;
   wire \$142 ;
-  wire [3:0] \$143 ;
-  wire [3:0] \$144 ;
+  wire [4:0] \$143 ;
+  wire [4:0] \$144 ;
   wire [255:0] \$145 ;
   wire \$146 ;
   wire \$147 ;
@@ -4250,9 +4250,9 @@ module \dx1_tile_core_a4.decoder (cmd__tvalid, clk, rst, cmd__tready, decoded, c
   wire [33:0] \$152 ;
   wire \$153 ;
   wire \$154 ;
-  wire [3:0] \$155 ;
-  wire [3:0] \$156 ;
-  wire [3:0] \$157 ;
+  wire [4:0] \$155 ;
+  wire [4:0] \$156 ;
+  wire [4:0] \$157 ;
   wire \$158 ;
   wire \$159 ;
   wire \$16 ;
@@ -4266,7 +4266,7 @@ module \dx1_tile_core_a4.decoder (cmd__tvalid, clk, rst, cmd__tready, decoded, c
   wire [15:0] \$167 ;
   wire [32:0] \$168 ;
   wire \$169 ;
-  wire [3:0] \$17 ;
+  wire [4:0] \$17 ;
   wire [16:0] \$170 ;
   wire [16:0] \$171 ;
   wire [16:0] \$172 ;
@@ -4277,7 +4277,7 @@ module \dx1_tile_core_a4.decoder (cmd__tvalid, clk, rst, cmd__tready, decoded, c
   wire [16:0] \$177 ;
   wire [16:0] \$178 ;
   wire [16:0] \$179 ;
-  wire [3:0] \$18 ;
+  wire [4:0] \$18 ;
   wire \$180 ;
   wire [15:0] \$181 ;
   wire [32:0] \$182 ;
@@ -4288,13 +4288,13 @@ module \dx1_tile_core_a4.decoder (cmd__tvalid, clk, rst, cmd__tready, decoded, c
   reg [1:0] \$187 ;
   reg [31:0] \$188 ;
   reg [31:0] \$189 ;
-  wire [3:0] \$19 ;
+  wire [4:0] \$19 ;
   reg [31:0] \$190 ;
   reg [31:0] \$191 ;
   reg [31:0] \$192 ;
   reg [7:0] \$193 ;
   wire [255:0] \$2 ;
-  wire [3:0] \$20 ;
+  wire [4:0] \$20 ;
   wire [255:0] \$21 ;
   wire \$22 ;
   wire \$23 ;
@@ -4307,15 +4307,15 @@ module \dx1_tile_core_a4.decoder (cmd__tvalid, clk, rst, cmd__tready, decoded, c
   wire \$3 ;
   wire \$30 ;
   wire \$31 ;
-  wire [3:0] \$32 ;
-  wire [3:0] \$33 ;
-  wire [3:0] \$34 ;
-  wire [3:0] \$35 ;
-  wire [3:0] \$36 ;
+  wire [4:0] \$32 ;
+  wire [4:0] \$33 ;
+  wire [4:0] \$34 ;
+  wire [4:0] \$35 ;
+  wire [4:0] \$36 ;
   wire [255:0] \$37 ;
   wire \$38 ;
   wire \$39 ;
-  wire [3:0] \$4 ;
+  wire [4:0] \$4 ;
   wire [255:0] \$40 ;
   wire \$41 ;
   wire \$42 ;
@@ -4416,7 +4416,7 @@ module \dx1_tile_core_a4.decoder (cmd__tvalid, clk, rst, cmd__tready, decoded, c
   assign \$1  = stage == 2'h2;
   assign decoded = holding & \$1 ;
   assign \$3  = | \$2 ;
-  assign \$4  = \$3  ? 4'h2 : 4'h0;
+  assign \$4  = \$3  ? 5'h02 : 5'h00;
   assign \$6  = | \$5 ;
   assign \$7  = ! command[127:112];
   assign \$8  = ! command[143:128];
@@ -4428,10 +4428,10 @@ module \dx1_tile_core_a4.decoder (cmd__tvalid, clk, rst, cmd__tready, decoded, c
   assign \$14  = \$11  | \$13 ;
   assign \$15  = command[111:96] + command[127:112];
   assign \$16  = \$15  > 9'h100;
-  assign \$17  = \$16  ? 4'h6 : 4'h0;
-  assign \$18  = \$14  ? 4'h5 : \$17 ;
-  assign \$19  = \$9  ? 4'h3 : \$18 ;
-  assign \$20  = \$6  ? 4'h2 : \$19 ;
+  assign \$17  = \$16  ? 5'h06 : 5'h00;
+  assign \$18  = \$14  ? 5'h05 : \$17 ;
+  assign \$19  = \$9  ? 5'h03 : \$18 ;
+  assign \$20  = \$6  ? 5'h02 : \$19 ;
   assign \$22  = | \$21 ;
   assign \$23  = ! command[111:96];
   assign \$24  = command[149:144] > 6'h2f;
@@ -4442,11 +4442,11 @@ module \dx1_tile_core_a4.decoder (cmd__tvalid, clk, rst, cmd__tready, decoded, c
   assign \$29  = command[127:112] >= 9'h100;
   assign \$30  = command[9] & \$29 ;
   assign \$31  = \$28  | \$30 ;
-  assign \$32  = \$31  ? 4'h6 : 4'h0;
-  assign \$33  = \$26  ? 4'h5 : \$32 ;
-  assign \$34  = \$24  ? 4'h4 : \$33 ;
-  assign \$35  = \$23  ? 4'h3 : \$34 ;
-  assign \$36  = \$22  ? 4'h2 : \$35 ;
+  assign \$32  = \$31  ? 5'h06 : 5'h00;
+  assign \$33  = \$26  ? 5'h05 : \$32 ;
+  assign \$34  = \$24  ? 5'h04 : \$33 ;
+  assign \$35  = \$23  ? 5'h03 : \$34 ;
+  assign \$36  = \$22  ? 5'h02 : \$35 ;
   assign \$38  = | \$37 ;
   assign \$39  = command[45:40] > 1'h0;
   assign \$41  = | \$40 ;
@@ -4522,16 +4522,16 @@ module \dx1_tile_core_a4.decoder (cmd__tvalid, clk, rst, cmd__tready, decoded, c
   assign \$131  = $signed(\$130 ) >= $signed(10'h100);
   assign \$132  = \$126  & \$131 ;
   assign \$133  = \$125  | \$132 ;
-  assign \$134  = \$133  ? 4'h6 : 4'h0;
-  assign \$135  = \$112  ? 4'h5 : \$134 ;
-  assign \$136  = \$signal$9  ? 4'h4 : \$135 ;
-  assign \$137  = \$88  ? 4'h3 : \$136 ;
-  assign \$138  = \$signal  ? 4'h2 : \$137 ;
+  assign \$134  = \$133  ? 5'h06 : 5'h00;
+  assign \$135  = \$112  ? 5'h05 : \$134 ;
+  assign \$136  = \$signal$9  ? 5'h04 : \$135 ;
+  assign \$137  = \$88  ? 5'h03 : \$136 ;
+  assign \$138  = \$signal  ? 5'h02 : \$137 ;
   assign \$140  = | \$139 ;
   assign \$141  = command[79:64] + 8'h81;
   assign \$142  = \$141  > 11'h400;
-  assign \$143  = \$142  ? 4'h5 : 4'h0;
-  assign \$144  = \$140  ? 4'h2 : \$143 ;
+  assign \$143  = \$142  ? 5'h05 : 5'h00;
+  assign \$144  = \$140  ? 5'h02 : \$143 ;
   assign \$146  = | \$145 ;
   assign \$147  = ! command[111:96];
   assign \$148  = command[79:64] + b_last;
@@ -4541,9 +4541,9 @@ module \dx1_tile_core_a4.decoder (cmd__tvalid, clk, rst, cmd__tready, decoded, c
   assign \$152  = \$151  + 3'h4;
   assign \$153  = \$152  > 11'h400;
   assign \$154  = \$150  | \$153 ;
-  assign \$155  = \$154  ? 4'h5 : 4'h0;
-  assign \$156  = \$147  ? 4'h3 : \$155 ;
-  assign \$157  = \$146  ? 4'h2 : \$156 ;
+  assign \$155  = \$154  ? 5'h05 : 5'h00;
+  assign \$156  = \$147  ? 5'h03 : \$155 ;
+  assign \$157  = \$146  ? 5'h02 : \$156 ;
   assign \$158  = cmd__tvalid & cmd__tready;
   assign \$159  = stage != 2'h2;
   assign \$160  = holding & \$159 ;
@@ -4594,17 +4594,17 @@ module \dx1_tile_core_a4.decoder (cmd__tvalid, clk, rst, cmd__tready, decoded, c
     (* full_case = 32'd1 *)
     casez (command[7:0])
       8'h00:
-          status_next = { 4'h0, \$4  };
+          status_next = { 3'h0, \$4  };
       8'h03:
-          status_next = { 4'h0, \$20  };
+          status_next = { 3'h0, \$20  };
       8'h04:
-          status_next = { 4'h0, \$36  };
+          status_next = { 3'h0, \$36  };
       8'h09:
-          status_next = { 4'h0, \$138  };
+          status_next = { 3'h0, \$138  };
       8'h0a:
-          status_next = { 4'h0, \$144  };
+          status_next = { 3'h0, \$144  };
       8'h0b:
-          status_next = { 4'h0, \$157  };
+          status_next = { 3'h0, \$157  };
       default:
           status_next = 8'h01;
     endcase

@@ -279,11 +279,11 @@ def test_device_strings_are_checked_before_any_work(device: str, message: str, c
 def test_dx1_info_explains_the_spec_and_block_versions(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["info", "--device", "model"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("dx1-mini spec 1.3, magic 0x44583131\n  The spec version (GLOBAL HW_VERSION) covers the "
+    assert out.startswith("dx1-mini spec 1.4, magic 0x44583131\n  The spec version (GLOBAL HW_VERSION) covers the "
                           "whole interface")
-    assert "every block reads 1.0 under\n  spec 1.3" in out or "every block reads 1.0 under spec 1.3" in out
+    assert "every block reads 1.0 under\n  spec 1.4" in out or "every block reads 1.0 under spec 1.4" in out
     assert "    1.1: CAPS.mem_banks" in out and "    1.2: the LOAD/STORE address and stride fields" in out
-    assert "  0x0000 GLOBAL    30 registers  version 1.0  next 0x0100" in out
+    assert "  0x0000 GLOBAL    31 registers  version 1.0  next 0x0100" in out
 
 
 def test_output_paths_follow_one_rule_and_nothing_is_written_unasked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

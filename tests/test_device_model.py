@@ -91,7 +91,7 @@ def test_walk_next_finds_every_block():
             break
     tiles = dev.config.tiles
     assert [t for t, _ in found] == ([BlockType.GLOBAL] + [BlockType.QUEUE] * tiles + [BlockType.PERF] * tiles
-                                     + [BlockType.TRACE] * tiles)
+                                     + [BlockType.TRACE] * tiles + [BlockType.LINK])
     assert all(version == 0x0001_0000 for _, version in found)
 
 

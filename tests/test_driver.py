@@ -207,7 +207,7 @@ def _fake_device(**overrides: int) -> FakeTransport:
 def test_discovery_on_model():
     with Device.open("model") as d:
         kinds = [b.type.name for b in d.blocks]
-        assert kinds == ["GLOBAL", "QUEUE", "QUEUE", "PERF", "PERF", "TRACE", "TRACE"]
+        assert kinds == ["GLOBAL", "QUEUE", "QUEUE", "PERF", "PERF", "TRACE", "TRACE", "LINK"]
         assert [b.base for b in d.blocks] == list(regs.BLOCK_BASES.values())
         c = d.caps
         assert (c.tiles, c.array, c.mem_banks, c.semaphores, c.spm_rows, c.acc_rows, c.mem_bytes) == (
@@ -227,7 +227,7 @@ def test_capabilities_follow_config():
 def test_wrong_magic_and_version():
     with pytest.raises(NotADx1Device, match=r'^GLOBAL MAGIC reads 0x12345678, expected 0x44583131 \("DX11"\)$'):
         Device(_fake_device(MAGIC=0x12345678))
-    with pytest.raises(NotADx1Device, match=r"^GLOBAL HW_VERSION reads 2.0, but this driver supports spec 1.3"):
+    with pytest.raises(NotADx1Device, match=r"^GLOBAL HW_VERSION reads 2.0, but this driver supports spec 1.4"):
         Device(_fake_device(HW_VERSION=0x20000))
     with pytest.raises(NotADx1Device, match=r"^block 0 ID reads 0x00000000, expected GLOBAL 0x44580001$"):
         Device(FakeTransport())
@@ -571,12 +571,12 @@ def test_semaphores_and_cycles(dev):
 
 def test_device_repr_says_what_is_open():
     with Device.open("model:tiles=4") as dev:
-        assert repr(dev) == ("<Device 'model:tiles=4': dx1 1.3, 4 tiles (4 usable) of 8x8 with a vector unit, "
+        assert repr(dev) == ("<Device 'model:tiles=4': dx1 1.4, 4 tiles (4 usable) of 8x8 with a vector unit, "
                              "1024 KiB device memory, over ModelTransport>")
         dev.fence(2, "a test")
         assert "4 tiles (3 usable)" in repr(dev)
     assert "4 tiles (closed)" in repr(dev)
-    assert repr(Device(ModelTransport())).startswith("<Device 'ModelTransport': dx1 1.3, 2 tiles (2 usable)")
+    assert repr(Device(ModelTransport())).startswith("<Device 'ModelTransport': dx1 1.4, 2 tiles (2 usable)")
 
 
 def test_help_device_shows_caps_and_its_fields():

@@ -303,7 +303,7 @@ def test_cli_info_with_and_without_device(capsys):
     assert "device model" not in capsys.readouterr().out
     assert main(["info", "--device", "model"]) == 0
     out = capsys.readouterr().out
-    assert "device model: hw 1.3, tiles 2, array 8x8" in out and "PERF" in out
+    assert "device model: hw 1.4, tiles 2, array 8x8" in out and "PERF" in out
     assert "features postop copy trace vector" in out
     assert main(["info", "--device", "model:vector=0"]) == 0
     assert "features postop copy trace\n" in capsys.readouterr().out

@@ -275,12 +275,13 @@ def test_register_map_no_overlap(config: SocConfig) -> None:
 
 @pytest.mark.parametrize("config", SOC_CONFIGS)
 def test_register_map_per_tile_blocks(config: SocConfig) -> None:
-    """GLOBAL comes once, first; QUEUE, PERF and TRACE come once per tile, numbered 0..tiles-1."""
+    """GLOBAL comes once, first, and LINK once, last; QUEUE, PERF and TRACE come once per tile, numbered 0..tiles-1."""
     rmap = register_map(config)
     assert rmap.blocks[0].spec.type == BlockType.GLOBAL and rmap.blocks[0].tile is None
+    assert rmap.blocks[-1].spec.type == BlockType.LINK and rmap.blocks[-1].tile is None
     for kind in BlockType:
         blocks = [b for b in rmap.blocks if b.spec.type == kind]
-        if kind == BlockType.GLOBAL:
+        if kind in (BlockType.GLOBAL, BlockType.LINK):
             assert len(blocks) == 1
         else:
             assert [b.tile for b in blocks] == list(range(config.tiles))
@@ -388,7 +389,7 @@ def test_soc_config_extremes_accepted() -> None:
                    SocConfig(tiles=1, mem_bytes=4096, mem_banks=1, semaphores=1, trace_depth=16,
                              tile=TileConfig(array=2, spm_rows=8, acc_rows=4))):
         rmap = register_map(config)
-        assert len(rmap.blocks) == 1 + 3 * config.tiles
+        assert len(rmap.blocks) == 2 + 3 * config.tiles
         assert rmap.blocks[-1].next == 0
 
 

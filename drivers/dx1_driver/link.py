@@ -1,5 +1,5 @@
 # generated from dx1_bringup/spec by `make rtl`; do not edit
-"""DX-1 host links, spec version 1.3: the UART bridge and the simulator socket.
+"""DX-1 host links, spec version 1.4: the UART bridge and the simulator socket.
 
 Standalone (standard library only), like ``regs``.  Frame and request layouts are :mod:`struct`
 formats with the names of their fields in ``*_FIELDS``; the UART bridge is big-endian, the simulator

@@ -1,5 +1,5 @@
 # generated from dx1_bringup/spec by `make rtl`; do not edit
-"""DX-1 register map and command encoding, spec version 1.3.
+"""DX-1 register map and command encoding, spec version 1.4.
 
 Standalone (standard library only), so that the driver installs without the generator.
 Registers are 32 bits wide.  Every register block starts with ID, VERSION and NEXT (byte offset of
@@ -16,7 +16,7 @@ import enum
 import operator
 
 MAGIC = 0x44583131
-SPEC_VERSION = 0x00010003
+SPEC_VERSION = 0x00010004
 BLOCK_ALIGN = 0x100
 COMMAND_BYTES = 32
 COMPLETION_BYTES = 8
@@ -31,6 +31,7 @@ CONFIG: dict[str, object] = {
     "mem_banks": 4,
     "semaphores": 16,
     "trace_depth": 256,
+    "link": None,
 }
 
 #: Block bases in CONFIG's register map; a driver should still walk the NEXT chain.
@@ -42,6 +43,7 @@ BLOCK_BASES: dict[str, int] = {
     "PERF1": 0x0400,
     "TRACE0": 0x0500,
     "TRACE1": 0x0600,
+    "LINK": 0x0700,
 }
 
 
@@ -52,6 +54,7 @@ class BlockType(enum.IntEnum):
     QUEUE = 0x44580002
     PERF = 0x44580003
     TRACE = 0x44580004
+    LINK = 0x44580005
 
 
 class Opcode(enum.IntEnum):
@@ -69,6 +72,7 @@ class Opcode(enum.IntEnum):
     VECTOR = 0x09
     TABLE = 0x0a
     TRANSPOSE = 0x0b
+    SEND = 0x0c
 
 
 class ErrorCode(enum.IntEnum):
@@ -88,6 +92,9 @@ class ErrorCode(enum.IntEnum):
     RING_OVERFLOW = 0x0b
     DOORBELL_RANGE = 0x0c
     TIMEOUT = 0x0d
+    LINK_DOWN = 0x0e
+    LINK_CRC = 0x0f
+    REMOTE_WINDOW = 0x10
 
 
 ERROR_DOCS: dict[ErrorCode, str] = {
@@ -107,6 +114,18 @@ ERROR_DOCS: dict[ErrorCode, str] = {
     ErrorCode.TIMEOUT: (
         "The queue's watchdog aborted the command: the unit running it made no progress for QUEUE.WATCHDOG cycles.  "
         "Its effect may be partial; the queue halts with this code."
+    ),
+    ErrorCode.LINK_DOWN: (
+        "SEND: the link port is down (no peer, or LINK.CONTROL force_down at either end). Down when the SEND starts: "
+        "nothing was moved; going down during it: its effect may be partial."
+    ),
+    ErrorCode.LINK_CRC: (
+        "SEND: a frame failed its CRC on every one of its 1 + retries transmissions; what landed stays, the peer's "
+        "semaphore is not signalled."
+    ),
+    ErrorCode.REMOTE_WINDOW: (
+        "SEND: the destination range falls outside the peer's link window (its LINK.WINDOW_BASE and WINDOW_LIMIT); "
+        "nothing was moved at the peer, its semaphore is not signalled."
     ),
 }
 
@@ -157,6 +176,7 @@ class Global:
     CAPS_ARRAY = (4, 5)
     CAPS_MEM_BANKS = (9, 5)
     CAPS_SEMAPHORES = (16, 9)
+    CAPS_LINK_PORTS = (25, 2)
     SPM_ROWS = 0x18
     ACC_ROWS = 0x1c
     MEM_BYTES = 0x20
@@ -165,6 +185,7 @@ class Global:
     FEATURES_COPY = (1, 1)
     FEATURES_TRACE = (2, 1)
     FEATURES_VECTOR = (3, 1)
+    FEATURES_LINK = (4, 1)
     SCRATCH = 0x28
     CYCLES_LO = 0x2c
     CYCLES_HI = 0x30
@@ -173,6 +194,9 @@ class Global:
     SEM = 0x38  # SEM0 .. SEM15: use sem(index)
     SEM_COUNT = 16
     SEM_VALUE = (0, 16)
+    CHIP_ID = 0x78
+    CHIP_ID_RANK = (0, 8)
+    CHIP_ID_CHIPS = (8, 8)
 
     @staticmethod
     def sem(index: int) -> int:
@@ -285,12 +309,109 @@ class Trace:
     DATA_HI_END = (31, 1)
 
 
+class Link:
+    """LINK block (one per device): The chip-to-chip link ports (`spec/chip_link.py`): parameters, the
+    receive window, control and counters, one register of each array per port (0: next chip, 1:
+    previous chip).  A chip without a link (CAPS.link_ports = 0) reads 0 in every register here but
+    WINDOW_BASE, WINDOW_LIMIT and CONTROL, which store what is written and act on nothing.
+
+    Register offsets within the block; fields as ``(shift, width)``.
+    """
+
+    TYPE = BlockType.LINK
+    BLOCK_VERSION = 0x00010000
+
+    ID = 0x00
+    VERSION = 0x04
+    NEXT = 0x08
+    CAPS = 0x0c
+    CAPS_WIDTH = (0, 8)
+    CAPS_CREDITS = (8, 8)
+    CAPS_RETRIES = (16, 4)
+    CAPS_MAX_PAYLOAD_LOG2 = (20, 4)
+    LATENCY = 0x10
+    LATENCY_CYCLES = (0, 12)
+    WINDOW_BASE = 0x14
+    WINDOW_LIMIT = 0x18
+    WINDOW_LIMIT_LIMIT = (0, 32)
+    CLEAR = 0x1c
+    CLEAR_COUNTERS = (0, 1)
+    CONTROL = 0x20  # CONTROL0 .. CONTROL1: use control(index)
+    CONTROL_COUNT = 2
+    CONTROL_FORCE_DOWN = (0, 1)
+    CONTROL_CORRUPT = (8, 8)
+    STATUS = 0x28  # STATUS0 .. STATUS1: use status(index)
+    STATUS_COUNT = 2
+    STATUS_UP = (0, 1)
+    STATUS_BUSY = (1, 1)
+    TX_PACKETS = 0x30  # TX_PACKETS0 .. TX_PACKETS1: use tx_packets(index)
+    TX_PACKETS_COUNT = 2
+    RX_PACKETS = 0x38  # RX_PACKETS0 .. RX_PACKETS1: use rx_packets(index)
+    RX_PACKETS_COUNT = 2
+    RETRIES = 0x40  # RETRIES0 .. RETRIES1: use retries(index)
+    RETRIES_COUNT = 2
+    CRC_ERRORS = 0x48  # CRC_ERRORS0 .. CRC_ERRORS1: use crc_errors(index)
+    CRC_ERRORS_COUNT = 2
+    CREDIT_STALLS = 0x50  # CREDIT_STALLS0 .. CREDIT_STALLS1: use credit_stalls(index)
+    CREDIT_STALLS_COUNT = 2
+
+    @staticmethod
+    def control(index: int) -> int:
+        """Offset of CONTROL<index>."""
+        if not 0 <= index < Link.CONTROL_COUNT:
+            raise IndexError(f"CONTROL index must be 0 to {Link.CONTROL_COUNT - 1}, not {index!r}")
+        return Link.CONTROL + 4 * index
+
+    @staticmethod
+    def status(index: int) -> int:
+        """Offset of STATUS<index>."""
+        if not 0 <= index < Link.STATUS_COUNT:
+            raise IndexError(f"STATUS index must be 0 to {Link.STATUS_COUNT - 1}, not {index!r}")
+        return Link.STATUS + 4 * index
+
+    @staticmethod
+    def tx_packets(index: int) -> int:
+        """Offset of TX_PACKETS<index>."""
+        if not 0 <= index < Link.TX_PACKETS_COUNT:
+            raise IndexError(f"TX_PACKETS index must be 0 to {Link.TX_PACKETS_COUNT - 1}, not {index!r}")
+        return Link.TX_PACKETS + 4 * index
+
+    @staticmethod
+    def rx_packets(index: int) -> int:
+        """Offset of RX_PACKETS<index>."""
+        if not 0 <= index < Link.RX_PACKETS_COUNT:
+            raise IndexError(f"RX_PACKETS index must be 0 to {Link.RX_PACKETS_COUNT - 1}, not {index!r}")
+        return Link.RX_PACKETS + 4 * index
+
+    @staticmethod
+    def retries(index: int) -> int:
+        """Offset of RETRIES<index>."""
+        if not 0 <= index < Link.RETRIES_COUNT:
+            raise IndexError(f"RETRIES index must be 0 to {Link.RETRIES_COUNT - 1}, not {index!r}")
+        return Link.RETRIES + 4 * index
+
+    @staticmethod
+    def crc_errors(index: int) -> int:
+        """Offset of CRC_ERRORS<index>."""
+        if not 0 <= index < Link.CRC_ERRORS_COUNT:
+            raise IndexError(f"CRC_ERRORS index must be 0 to {Link.CRC_ERRORS_COUNT - 1}, not {index!r}")
+        return Link.CRC_ERRORS + 4 * index
+
+    @staticmethod
+    def credit_stalls(index: int) -> int:
+        """Offset of CREDIT_STALLS<index>."""
+        if not 0 <= index < Link.CREDIT_STALLS_COUNT:
+            raise IndexError(f"CREDIT_STALLS index must be 0 to {Link.CREDIT_STALLS_COUNT - 1}, not {index!r}")
+        return Link.CREDIT_STALLS + 4 * index
+
+
 #: Which class describes a block, by the value of its ID register.
 BLOCK_CLASSES: dict[BlockType, type] = {
     BlockType.GLOBAL: Global,
     BlockType.QUEUE: Queue,
     BlockType.PERF: Perf,
     BlockType.TRACE: Trace,
+    BlockType.LINK: Link,
 }
 
 #: Fields of each command, the common header included: name -> (lsb, width).
@@ -381,6 +502,18 @@ COMMAND_FIELDS: dict[Opcode, dict[str, tuple[int, int]]] = {
         "src_stride": (112, 16),
         "dst_stride": (128, 16),
     },
+    Opcode.SEND: {
+        "opcode": (0, 8),
+        "flags": (8, 8),
+        "tag": (16, 16),
+        "op": (32, 4),
+        "port": (40, 4),
+        "src_addr": (64, 32),
+        "dst_addr": (96, 32),
+        "length": (128, 32),
+        "sem": (160, 8),
+        "count": (168, 16),
+    },
 }
 
 #: Flag bits of each command, numbered within its flags field.
@@ -397,6 +530,7 @@ COMMAND_FLAGS: dict[Opcode, dict[str, int]] = {
     Opcode.VECTOR: {"a_acc": 0, "b_acc": 1, "d_acc": 2},
     Opcode.TABLE: {},
     Opcode.TRANSPOSE: {},
+    Opcode.SEND: {},
 }
 
 #: Bits of each command that must be zero, undefined flag bits included.
@@ -413,6 +547,7 @@ RESERVED_MASK: dict[Opcode, int] = {
     Opcode.VECTOR: 0x0000000000000000_0000000000000000_0000000000000000_0000c0000000f800,
     Opcode.TABLE: 0xffffffffffffffff_ffffffffffffffff_ffffffffffff0000_ffffffff0000ff00,
     Opcode.TRANSPOSE: 0xffffffffffffffff_ffffffffffff0000_0000000000000000_ffffffff0000ff00,
+    Opcode.SEND: 0xffffffffffffffff_ff00000000000000_0000000000000000_fffff0f00000ff00,
 }
 
 #: Fields of a completion entry: name -> (lsb, width).
@@ -917,3 +1052,51 @@ def transpose(*, tag: int, src_addr: int, dst_addr: int, blocks: int, src_stride
         "dst_stride": dst_stride,
     }
     return _pack(Opcode.TRANSPOSE, fields, {})
+
+
+def send(*, tag: int, op: int, port: int, src_addr: int, dst_addr: int, length: int, sem: int, count: int) -> bytes:
+    """Build a SEND command (opcode 0x0c).
+
+    Chip-to-chip DMA (`spec/chip_link.py`): sends `length` bytes of local device memory from
+    `src_addr` (in this queue's DMA window) over link `port` (0: the next chip of the ring, 1: the
+    previous one) into the peer's device memory at `dst_addr` (in the peer's link window), where
+    `op` WRITE stores them and ADD adds them as int32 lanes, wrapping; once the last byte has
+    landed, the peer adds `count` to its semaphore `sem` (count 0: no signal), and then the SEND
+    completes here. A port carries one SEND at a time. Alignment as COPY. A chip without link ports
+    (CAPS.link_ports = 0) completes SEND with BAD_OPCODE.
+
+    Parameters
+    ----------
+    tag : int
+        Host-chosen tag, returned in the completion.
+    op : int
+        `LinkOp`: 0 WRITE, 1 ADD; others are BAD_FIELD.
+    port : int
+        Link port: 0 next chip, 1 previous chip; others are BAD_FIELD.
+    src_addr : int
+        Local source byte address; a multiple of 8.
+    dst_addr : int
+        Peer's destination byte address; a multiple of 8.
+    length : int
+        Bytes; a multiple of 8 (>= 8).
+    sem : int
+        Peer's semaphore index.
+    count : int
+        Amount added to the peer's semaphore after the last byte landed (0: none).
+
+    Returns
+    -------
+    bytes
+        The 32-byte command, ready for the ring.
+    """
+    fields = {
+        "tag": tag,
+        "op": op,
+        "port": port,
+        "src_addr": src_addr,
+        "dst_addr": dst_addr,
+        "length": length,
+        "sem": sem,
+        "count": count,
+    }
+    return _pack(Opcode.SEND, fields, {})

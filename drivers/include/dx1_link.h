@@ -1,6 +1,6 @@
 /* generated from dx1_bringup/spec by `make rtl`; do not edit */
 /*
- * dx1-mini host links, spec version 1.3: the UART bridge's frames
+ * dx1-mini host links, spec version 1.4: the UART bridge's frames
  * and the simulator socket (docs/link.md).  Bridge fields are big-endian, simulator
  * fields little-endian; CRC-32 is zlib's crc32 (IEEE 802.3, reflected).
  */

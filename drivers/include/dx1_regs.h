@@ -1,6 +1,6 @@
 /* generated from dx1_bringup/spec by `make rtl`; do not edit */
 /*
- * dx1-mini register map and command encoding, spec version 1.3.
+ * dx1-mini register map and command encoding, spec version 1.4.
  *
  * Registers are 32 bits wide.  Every register block starts with ID, VERSION and
  * NEXT (byte offset of the next block, 0 after the last); a driver finds the
@@ -31,7 +31,7 @@
 
 /* Identity */
 #define DX1_MAGIC        0x44583131u
-#define DX1_SPEC_VERSION 0x00010003u
+#define DX1_SPEC_VERSION 0x00010004u
 #define DX1_BLOCK_ALIGN  0x0100u
 
 /* The configuration this header was generated for */
@@ -53,6 +53,8 @@
 #define DX1_BLOCK_PERF_VERSION   0x00010000u
 #define DX1_BLOCK_TRACE_ID       0x44580004u
 #define DX1_BLOCK_TRACE_VERSION  0x00010000u
+#define DX1_BLOCK_LINK_ID        0x44580005u
+#define DX1_BLOCK_LINK_VERSION   0x00010000u
 
 /* Absolute block bases; per-tile blocks are DX1_<BLOCK>_BASE(tile) */
 #define DX1_GLOBAL_BASE   0x0000u
@@ -62,7 +64,8 @@
 #define DX1_PERF_BASE(t)  (0x0300u + (uint32_t)(t) * DX1_PERF_STRIDE)
 #define DX1_TRACE_STRIDE  0x0100u
 #define DX1_TRACE_BASE(t) (0x0500u + (uint32_t)(t) * DX1_TRACE_STRIDE)
-#define DX1_MAP_BYTES     0x0700u
+#define DX1_LINK_BASE     0x0700u
+#define DX1_MAP_BYTES     0x0800u
 
 /*
  * GLOBAL block (one per device): Identity, capabilities and device-wide controls. Offsets within
@@ -82,6 +85,8 @@
 #define DX1_GLOBAL_CAPS_MEM_BANKS_MASK   0x00003e00u
 #define DX1_GLOBAL_CAPS_SEMAPHORES_SHIFT 16
 #define DX1_GLOBAL_CAPS_SEMAPHORES_MASK  0x01ff0000u
+#define DX1_GLOBAL_CAPS_LINK_PORTS_SHIFT 25
+#define DX1_GLOBAL_CAPS_LINK_PORTS_MASK  0x06000000u
 #define DX1_GLOBAL_SPM_ROWS              0x18u
 #define DX1_GLOBAL_ACC_ROWS              0x1cu
 #define DX1_GLOBAL_MEM_BYTES             0x20u
@@ -94,6 +99,8 @@
 #define DX1_GLOBAL_FEATURES_TRACE_MASK   0x00000004u
 #define DX1_GLOBAL_FEATURES_VECTOR_SHIFT 3
 #define DX1_GLOBAL_FEATURES_VECTOR_MASK  0x00000008u
+#define DX1_GLOBAL_FEATURES_LINK_SHIFT   4
+#define DX1_GLOBAL_FEATURES_LINK_MASK    0x00000010u
 #define DX1_GLOBAL_SCRATCH               0x28u
 #define DX1_GLOBAL_CYCLES_LO             0x2cu
 #define DX1_GLOBAL_CYCLES_HI             0x30u
@@ -104,6 +111,11 @@
 #define DX1_GLOBAL_SEM(i)                (0x38u + 4u * (uint32_t)(i))
 #define DX1_GLOBAL_SEM_VALUE_SHIFT       0
 #define DX1_GLOBAL_SEM_VALUE_MASK        0x0000ffffu
+#define DX1_GLOBAL_CHIP_ID               0x78u
+#define DX1_GLOBAL_CHIP_ID_RANK_SHIFT    0
+#define DX1_GLOBAL_CHIP_ID_RANK_MASK     0x000000ffu
+#define DX1_GLOBAL_CHIP_ID_CHIPS_SHIFT   8
+#define DX1_GLOBAL_CHIP_ID_CHIPS_MASK    0x0000ff00u
 
 /* QUEUE block (one per tile): One command queue, feeding one tile. Offsets within the block. */
 #define DX1_QUEUE_ID                          0x00u
@@ -214,6 +226,58 @@
 #define DX1_TRACE_DATA_HI_END_SHIFT    31
 #define DX1_TRACE_DATA_HI_END_MASK     0x80000000u
 
+/*
+ * LINK block (one per device): The chip-to-chip link ports (`spec/chip_link.py`): parameters, the
+ * receive window, control and counters, one register of each array per port (0: next chip, 1:
+ * previous chip).  A chip without a link (CAPS.link_ports = 0) reads 0 in every register here but
+ * WINDOW_BASE, WINDOW_LIMIT and CONTROL, which store what is written and act on nothing. Offsets
+ * within the block.
+ */
+#define DX1_LINK_ID                          0x00u
+#define DX1_LINK_VERSION                     0x04u
+#define DX1_LINK_NEXT                        0x08u
+#define DX1_LINK_CAPS                        0x0cu
+#define DX1_LINK_CAPS_WIDTH_SHIFT            0
+#define DX1_LINK_CAPS_WIDTH_MASK             0x000000ffu
+#define DX1_LINK_CAPS_CREDITS_SHIFT          8
+#define DX1_LINK_CAPS_CREDITS_MASK           0x0000ff00u
+#define DX1_LINK_CAPS_RETRIES_SHIFT          16
+#define DX1_LINK_CAPS_RETRIES_MASK           0x000f0000u
+#define DX1_LINK_CAPS_MAX_PAYLOAD_LOG2_SHIFT 20
+#define DX1_LINK_CAPS_MAX_PAYLOAD_LOG2_MASK  0x00f00000u
+#define DX1_LINK_LATENCY                     0x10u
+#define DX1_LINK_LATENCY_CYCLES_SHIFT        0
+#define DX1_LINK_LATENCY_CYCLES_MASK         0x00000fffu
+#define DX1_LINK_WINDOW_BASE                 0x14u
+#define DX1_LINK_WINDOW_LIMIT                0x18u
+#define DX1_LINK_WINDOW_LIMIT_LIMIT_SHIFT    0
+#define DX1_LINK_WINDOW_LIMIT_LIMIT_MASK     0xffffffffu
+#define DX1_LINK_CLEAR                       0x1cu
+#define DX1_LINK_CLEAR_COUNTERS_SHIFT        0
+#define DX1_LINK_CLEAR_COUNTERS_MASK         0x00000001u
+#define DX1_LINK_CONTROL_COUNT               2
+#define DX1_LINK_CONTROL(i)                  (0x20u + 4u * (uint32_t)(i))
+#define DX1_LINK_CONTROL_FORCE_DOWN_SHIFT    0
+#define DX1_LINK_CONTROL_FORCE_DOWN_MASK     0x00000001u
+#define DX1_LINK_CONTROL_CORRUPT_SHIFT       8
+#define DX1_LINK_CONTROL_CORRUPT_MASK        0x0000ff00u
+#define DX1_LINK_STATUS_COUNT                2
+#define DX1_LINK_STATUS(i)                   (0x28u + 4u * (uint32_t)(i))
+#define DX1_LINK_STATUS_UP_SHIFT             0
+#define DX1_LINK_STATUS_UP_MASK              0x00000001u
+#define DX1_LINK_STATUS_BUSY_SHIFT           1
+#define DX1_LINK_STATUS_BUSY_MASK            0x00000002u
+#define DX1_LINK_TX_PACKETS_COUNT            2
+#define DX1_LINK_TX_PACKETS(i)               (0x30u + 4u * (uint32_t)(i))
+#define DX1_LINK_RX_PACKETS_COUNT            2
+#define DX1_LINK_RX_PACKETS(i)               (0x38u + 4u * (uint32_t)(i))
+#define DX1_LINK_RETRIES_COUNT               2
+#define DX1_LINK_RETRIES(i)                  (0x40u + 4u * (uint32_t)(i))
+#define DX1_LINK_CRC_ERRORS_COUNT            2
+#define DX1_LINK_CRC_ERRORS(i)               (0x48u + 4u * (uint32_t)(i))
+#define DX1_LINK_CREDIT_STALLS_COUNT         2
+#define DX1_LINK_CREDIT_STALLS(i)            (0x50u + 4u * (uint32_t)(i))
+
 /* Command opcodes (bits [7:0] of every command) */
 enum dx1_opcode {
     DX1_OP_NOP       = 0x00,
@@ -228,6 +292,7 @@ enum dx1_opcode {
     DX1_OP_VECTOR    = 0x09,
     DX1_OP_TABLE     = 0x0a,
     DX1_OP_TRANSPOSE = 0x0b,
+    DX1_OP_SEND      = 0x0c,
 };
 
 /* Completion status codes; only DX1_ERR_OK is a success */
@@ -246,6 +311,9 @@ enum dx1_error {
     DX1_ERR_RING_OVERFLOW  = 0x0b,  /* The host moved the tail past the head (queue error status, not a completion). */
     DX1_ERR_DOORBELL_RANGE = 0x0c,  /* The doorbell named an entry past the ring (queue error status, not a completion). */
     DX1_ERR_TIMEOUT        = 0x0d,  /* The queue's watchdog aborted the command: the unit running it made no progress for QUEUE.WATCHDOG cycles.  Its effect may be partial; the queue halts with this code. */
+    DX1_ERR_LINK_DOWN      = 0x0e,  /* SEND: the link port is down (no peer, or LINK.CONTROL force_down at either end). Down when the SEND starts: nothing was moved; going down during it: its effect may be partial. */
+    DX1_ERR_LINK_CRC       = 0x0f,  /* SEND: a frame failed its CRC on every one of its 1 + retries transmissions; what landed stays, the peer's semaphore is not signalled. */
+    DX1_ERR_REMOTE_WINDOW  = 0x10,  /* SEND: the destination range falls outside the peer's link window (its LINK.WINDOW_BASE and WINDOW_LIMIT); nothing was moved at the peer, its semaphore is not signalled. */
 };
 
 /* Command size and the common header of every command */
@@ -422,6 +490,30 @@ enum dx1_error {
 #define DX1_CMD_TRANSPOSE_SRC_STRIDE_WIDTH 16
 #define DX1_CMD_TRANSPOSE_DST_STRIDE_LSB   128
 #define DX1_CMD_TRANSPOSE_DST_STRIDE_WIDTH 16
+
+/*
+ * SEND: Chip-to-chip DMA (`spec/chip_link.py`): sends `length` bytes of local device memory from
+ * `src_addr` (in this queue's DMA window) over link `port` (0: the next chip of the ring, 1: the
+ * previous one) into the peer's device memory at `dst_addr` (in the peer's link window), where `op`
+ * WRITE stores them and ADD adds them as int32 lanes, wrapping; once the last byte has landed, the
+ * peer adds `count` to its semaphore `sem` (count 0: no signal), and then the SEND completes here.
+ * A port carries one SEND at a time. Alignment as COPY. A chip without link ports (CAPS.link_ports
+ * = 0) completes SEND with BAD_OPCODE.
+ */
+#define DX1_CMD_SEND_OP_LSB         32
+#define DX1_CMD_SEND_OP_WIDTH       4
+#define DX1_CMD_SEND_PORT_LSB       40
+#define DX1_CMD_SEND_PORT_WIDTH     4
+#define DX1_CMD_SEND_SRC_ADDR_LSB   64
+#define DX1_CMD_SEND_SRC_ADDR_WIDTH 32
+#define DX1_CMD_SEND_DST_ADDR_LSB   96
+#define DX1_CMD_SEND_DST_ADDR_WIDTH 32
+#define DX1_CMD_SEND_LENGTH_LSB     128
+#define DX1_CMD_SEND_LENGTH_WIDTH   32
+#define DX1_CMD_SEND_SEM_LSB        160
+#define DX1_CMD_SEND_SEM_WIDTH      8
+#define DX1_CMD_SEND_COUNT_LSB      168
+#define DX1_CMD_SEND_COUNT_WIDTH    16
 
 /* Completion entry */
 #define DX1_COMPLETION_BYTES           8

@@ -12,6 +12,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
 from ..spec import (
+    LINK_PORTS,
     MAGIC,
     REG_BYTES,
     SPEC_VERSION,
@@ -65,17 +66,24 @@ def field_word(register: Register, **values: Value | int) -> Value:
 
 
 def identity_values(config: SocConfig) -> dict[str, int]:
-    """The GLOBAL registers that are constants of ``config``, by register name."""
+    """The GLOBAL registers that are constants of ``config``, by register name.
+
+    CHIP_ID is one only on a chip without a link (rank 0 of 1); with one, the board sets it.
+    """
     glob = {r.name: r for r in register_map(config).block("GLOBAL").spec.registers}
+    chip = {} if config.link is not None else {"CHIP_ID": glob["CHIP_ID"].pack(rank=0, chips=1)}
     return {
+        **chip,
         "MAGIC": MAGIC,
         "HW_VERSION": SPEC_VERSION,
         "CAPS": glob["CAPS"].pack(tiles=config.tiles, array=config.tile.array, mem_banks=config.mem_banks,
-                                     semaphores=config.semaphores),
+                                     semaphores=config.semaphores,
+                                     link_ports=0 if config.link is None else LINK_PORTS),
         "SPM_ROWS": config.tile.spm_rows,
         "ACC_ROWS": config.tile.acc_rows,
         "MEM_BYTES": config.mem_bytes,
-        "FEATURES": glob["FEATURES"].pack(**dict.fromkeys(FEATURES_IMPLEMENTED, 1), vector=int(config.tile.vector)),
+        "FEATURES": glob["FEATURES"].pack(**dict.fromkeys(FEATURES_IMPLEMENTED, 1), vector=int(config.tile.vector),
+                                          link=int(config.link is not None)),
     }
 
 

@@ -295,7 +295,7 @@ class DeviceModel(RegisterSpace):
                 self._perf[tile].busy_vector += cost
                 return status, cost
             return status, COSTS.sync_cycles
-        if opcode not in (int(o) for o in Opcode):
+        if opcode not in (int(o) for o in Opcode) or (opcode == Opcode.SEND and self.config.link is None):
             return ErrorCode.BAD_OPCODE, COSTS.sync_cycles
         if word & COMMANDS[Opcode(opcode)].reserved_mask:
             return ErrorCode.RESERVED_BITS, COSTS.sync_cycles

@@ -24,6 +24,8 @@ Register space
   TRACE block and every semaphore to reset; device memory, the tiles'
   scratchpads and accumulator buffers and SCRATCH are kept (they are memories
   or belong to the host, not state of the command processor).
+  CHIP_ID reads :attr:`RegisterSpace.rank` and ``chips`` (rank 0 of 1 unless a board sets them).
+* LINK: :class:`~dx1_bringup.model.link.LinkRegisters` (GLOBAL.RESET clears its counters).
 * QUEUE: RING_BASE keeps bits [31:5] and CQ_BASE bits [31:3] (their fields), so
   rings are always aligned.  RING_LOG2 keeps its 5-bit field; a doorbell while
   it is outside 1..16 halts the queue with ``BAD_FIELD``.  Writing RING_LOG2
@@ -49,6 +51,7 @@ from dataclasses import dataclass, field
 from ..faults import BusErrors, MemoryFaults
 from ..spec import (
     BLOCKS,
+    LINK_PORTS,
     MAGIC,
     SPEC_VERSION,
     Access,
@@ -61,6 +64,7 @@ from ..spec import (
     SocConfig,
     register_map,
 )
+from .link import LinkRegisters
 from .tile import TileModel
 
 __all__ = ["BusError", "RegisterSpace", "QueueState", "StuckCommand", "PerfCounters", "TraceBuffer", "MASK32",
@@ -226,13 +230,18 @@ class RegisterSpace(ABC):
             "MAGIC": MAGIC,
             "HW_VERSION": SPEC_VERSION,
             "CAPS": glob.reg("CAPS").register.pack(tiles=cfg.tiles, array=cfg.tile.array,
-                                                          mem_banks=cfg.mem_banks, semaphores=cfg.semaphores),
+                                                          mem_banks=cfg.mem_banks, semaphores=cfg.semaphores,
+                                                          link_ports=0 if cfg.link is None else LINK_PORTS),
             "SPM_ROWS": cfg.tile.spm_rows,
             "ACC_ROWS": cfg.tile.acc_rows,
             "MEM_BYTES": cfg.mem_bytes,
             "FEATURES": glob.reg("FEATURES").register.pack(postop=1, copy=1, trace=1,
-                                                             vector=int(cfg.tile.vector)),
+                                                             vector=int(cfg.tile.vector),
+                                                             link=int(cfg.link is not None)),
         }
+        #: This chip's rank and its board's chip count (GLOBAL.CHIP_ID); a board sets them.
+        self.rank, self.chips = 0, 1
+        self.link = LinkRegisters(cfg.link)
         self._scratch = 0
         self._reset()
 
@@ -244,6 +253,7 @@ class RegisterSpace(ABC):
         self._queues = [QueueState() for _ in range(self.config.tiles)]
         self._perf = [self._cleared_perf(tile, cycles=0) for tile in range(self.config.tiles)]
         self._trace = [TraceBuffer() for _ in range(self.config.tiles)]
+        self.link.clear_counters()
 
     # -- host ports ------------------------------------------------------------------------------------------
 
@@ -269,6 +279,8 @@ class RegisterSpace(ABC):
             return self._read_queue(self._queues[block.tile], reg.name)
         if kind is BlockType.PERF:
             return self._read_perf(block.tile, reg.name)
+        if kind is BlockType.LINK:
+            return self.link.read(reg.register.name, reg.index)
         return self._read_trace(self._trace[block.tile], reg.name)
 
     def write32(self, addr: int, value: int) -> None:
@@ -289,6 +301,8 @@ class RegisterSpace(ABC):
             # CONTROL is the only writable PERF register.
             if _PERF["CONTROL"].field("clear").extract(value):
                 self._perf[block.tile] = self._cleared_perf(block.tile)
+        elif kind is BlockType.LINK:
+            self.link.write(reg.register.name, reg.index, value)
         else:
             # CONTROL is the only writable TRACE register.
             trace = self._trace[block.tile]
@@ -343,6 +357,8 @@ class RegisterSpace(ABC):
             return self._identity[name]
         if name == "SEM":
             return self._sems[reg.index]
+        if name == "CHIP_ID":
+            return _GLOBAL["CHIP_ID"].pack(rank=self.rank, chips=self.chips)
         if name == "CYCLES_LO":
             self._cycles_hi = (self.cycles >> 32) & MASK32
             return self.cycles & MASK32

@@ -44,9 +44,9 @@ __all__ = ["FORMAT", "FORMAT_VERSION", "CaptureError", "Upload", "DmaWindow", "S
 FORMAT = "dx1-capture"
 #: Bumped whenever a reader of the previous version could misread a capture of this one.
 FORMAT_VERSION = 1
-#: Spec versions whose captures replay here: 1.3 only added commands and registers to 1.2 (1.1's command
-#: fields were renamed by 1.2, so its captures are refused).
-READABLE_SPECS = (0x0001_0002, SPEC_VERSION)
+#: Spec versions whose captures replay here: 1.3 and 1.4 only added commands, registers and error codes to
+#: 1.2 (1.1's command fields were renamed by 1.2, so its captures are refused).
+READABLE_SPECS = (0x0001_0002, 0x0001_0003, SPEC_VERSION)
 
 
 class CaptureError(ValueError):

@@ -4,6 +4,8 @@ Everything else (gateware decoders, the driver's accessors, the C header, the
 JSON description and the Markdown reference) is generated from this package.
 """
 
+from .chip_link import *  # noqa: F403
+from .chip_link import __all__ as _chip_link_all
 from .commands import *  # noqa: F403
 from .commands import __all__ as _commands_all
 from .config import *  # noqa: F403
@@ -21,5 +23,5 @@ from .stall import __all__ as _stall_all
 from .vector import *  # noqa: F403
 from .vector import __all__ as _vector_all
 
-__all__ = [*_commands_all, *_config_all, *_link_all, *_postop_all, *_registers_all, *_sizes_all, *_stall_all,
-           *_vector_all]
+__all__ = [*_chip_link_all, *_commands_all, *_config_all, *_link_all, *_postop_all, *_registers_all, *_sizes_all,
+           *_stall_all, *_vector_all]

@@ -61,6 +61,7 @@ class Opcode(enum.IntEnum):
     VECTOR = 0x09
     TABLE = 0x0A
     TRANSPOSE = 0x0B
+    SEND = 0x0C
 
 
 class ErrorCode(enum.IntEnum):
@@ -80,6 +81,9 @@ class ErrorCode(enum.IntEnum):
     RING_OVERFLOW = 0x0B
     DOORBELL_RANGE = 0x0C
     TIMEOUT = 0x0D
+    LINK_DOWN = 0x0E
+    LINK_CRC = 0x0F
+    REMOTE_WINDOW = 0x10
 
 
 ERROR_DOCS = {
@@ -98,11 +102,18 @@ ERROR_DOCS = {
     ErrorCode.DOORBELL_RANGE: "The doorbell named an entry past the ring (queue error status, not a completion).",
     ErrorCode.TIMEOUT: "The queue's watchdog aborted the command: the unit running it made no progress for "
                        "QUEUE.WATCHDOG cycles.  Its effect may be partial; the queue halts with this code.",
+    ErrorCode.LINK_DOWN: "SEND: the link port is down (no peer, or LINK.CONTROL force_down at either end). Down "
+                         "when the SEND starts: nothing was moved; going down during it: its effect may be partial.",
+    ErrorCode.LINK_CRC: "SEND: a frame failed its CRC on every one of its 1 + retries transmissions; what landed "
+                        "stays, the peer's semaphore is not signalled.",
+    ErrorCode.REMOTE_WINDOW: "SEND: the destination range falls outside the peer's link window (its LINK.WINDOW_BASE"
+                             " and WINDOW_LIMIT); nothing was moved at the peer, its semaphore is not signalled.",
 }
 
 #: The order in which a command's fields are checked; the first failing check
 #: gives the completion's status.  BUS_ERROR and TIMEOUT are not checks: they are
-#: outcomes of a command that passed every check and started.
+#: outcomes of a command that passed every check and started, and so are SEND's LINK_DOWN,
+#: LINK_CRC and REMOTE_WINDOW (in that order when the link is down and the range is bad too).
 CHECK_ORDER = (
     ErrorCode.BAD_OPCODE,
     ErrorCode.RESERVED_BITS,
@@ -304,6 +315,25 @@ COMMANDS[Opcode.TRANSPOSE] = Command(
         _F("blocks", 96, 16, "Blocks (>= 1)."),
         _F("src_stride", 112, 16, "Scratchpad-row step between source blocks."),
         _F("dst_stride", 128, 16, "Scratchpad-row step between destination blocks."),
+    ),
+)
+
+COMMANDS[Opcode.SEND] = Command(
+    Opcode.SEND,
+    "Chip-to-chip DMA (`spec/chip_link.py`): sends `length` bytes of local device memory from `src_addr` (in "
+    "this queue's DMA window) over link `port` (0: the next chip of the ring, 1: the previous one) into the "
+    "peer's device memory at `dst_addr` (in the peer's link window), where `op` WRITE stores them and ADD adds "
+    "them as int32 lanes, wrapping; once the last byte has landed, the peer adds `count` to its semaphore `sem` "
+    "(count 0: no signal), and then the SEND completes here. A port carries one SEND at a time. Alignment as "
+    "COPY. A chip without link ports (CAPS.link_ports = 0) completes SEND with BAD_OPCODE.",
+    (
+        _F("op", 32, 4, "`LinkOp`: 0 WRITE, 1 ADD; others are BAD_FIELD."),
+        _F("port", 40, 4, "Link port: 0 next chip, 1 previous chip; others are BAD_FIELD."),
+        _F("src_addr", 64, 32, "Local source byte address; a multiple of 8."),
+        _F("dst_addr", 96, 32, "Peer's destination byte address; a multiple of 8."),
+        _F("length", 128, 32, "Bytes; a multiple of 8 (>= 8)."),
+        _F("sem", 160, 8, "Peer's semaphore index."),
+        _F("count", 168, 16, "Amount added to the peer's semaphore after the last byte landed (0: none)."),
     ),
 )
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .chip_link import ChipLinkConfig
+
 __all__ = ["BUS_BYTES", "TileConfig", "SocConfig"]
 
 #: Bytes of one beat of the SoC's AXI4 device-memory bus (64-bit data): the DMA's, the memory's, the host
@@ -66,6 +68,8 @@ class SocConfig:
 
     ``mem_banks`` is the number of banks of device memory, interleaved in 4 KiB pages (a power of
     two from 1 to 16, each bank at least 4 KiB): bursts to different banks are served at once.
+    ``link`` gives the SoC the chip-to-chip link's two ports with those parameters (CAPS.link_ports,
+    FEATURES.link, SEND); ``None``, the default, is a single chip without one.
     """
 
     tiles: int = 2
@@ -74,6 +78,7 @@ class SocConfig:
     mem_banks: int = 4
     semaphores: int = 16
     trace_depth: int = 256
+    link: ChipLinkConfig | None = None
 
     def __post_init__(self):
         if not isinstance(self.tile, TileConfig):
@@ -86,3 +91,5 @@ class SocConfig:
                              f"at least 4096 bytes each")
         _check_int("SoC", "semaphore count", self.semaphores, 1, 256)
         _check_int("SoC", "trace depth", self.trace_depth, 16, 4096, power_of_two=True)
+        if self.link is not None and not isinstance(self.link, ChipLinkConfig):
+            raise TypeError(f"SoC link must be a ChipLinkConfig or None, not {self.link!r}")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from .chip_link import LINK_PORTS
 from .config import SocConfig
 from .sizes import align_up
 
@@ -23,7 +24,7 @@ __all__ = [
 ]
 
 MAGIC = 0x44583131  # "DX11" read as big-endian ASCII
-SPEC_VERSION = 0x0001_0003  # major.minor in 16.16
+SPEC_VERSION = 0x0001_0004  # major.minor in 16.16
 
 #: What each spec version changed, oldest first: ``(version, change)``, the last one :data:`SPEC_VERSION`.
 SPEC_HISTORY: tuple[tuple[int, str], ...] = (
@@ -35,6 +36,10 @@ SPEC_HISTORY: tuple[tuple[int, str], ...] = (
     (0x0001_0003, "the vector unit: VECTOR, TABLE and TRANSPOSE commands (opcodes 0x09-0x0B, which completed "
                   "BAD_OPCODE before), FEATURES.vector, and the PERF registers BUSY_VECTOR, TABLE_HITS, "
                   "TABLE_UNDERFLOWS and TABLE_OVERFLOWS after the 1.2 ones"),
+    (0x0001_0004, "the chip-to-chip link: the SEND command (opcode 0x0C, which completed BAD_OPCODE before), "
+                  "error codes LINK_DOWN, LINK_CRC and REMOTE_WINDOW, CAPS.link_ports, FEATURES.link, "
+                  "GLOBAL.CHIP_ID after the semaphores, and the LINK block after the TRACE blocks; the link's "
+                  "frames are in spec/chip_link.py"),
 )
 
 #: Why the blocks' VERSION registers can read less than the spec version (``dx1 info`` and the register reference).
@@ -42,8 +47,10 @@ VERSIONS_EXPLAINED = (
     "The spec version (GLOBAL HW_VERSION) covers the whole interface: command encoding, error codes, register "
     "map and host links; a driver needs the same major version. A block's VERSION register counts changes to "
     "that block's own registers that a driver must know about; no block has had one, so every block reads 1.0 "
-    "under spec 1.3: 1.1 only filled CAPS bits that read 0 before, 1.2 only renamed command fields, 1.3 added "
-    "commands, a FEATURES bit and PERF registers after the existing ones, none of which a 1.2 driver reads."
+    "under spec 1.4: 1.1 only filled CAPS bits that read 0 before, 1.2 only renamed command fields, 1.3 added "
+    "commands, a FEATURES bit and PERF registers after the existing ones, none of which a 1.2 driver reads; 1.4 "
+    "added a command, CAPS and FEATURES bits that read 0 before, a GLOBAL register after the existing ones and "
+    "a new block (LINK, version 1.0)."
 )
 BLOCK_ALIGN = 0x100
 
@@ -116,6 +123,7 @@ class BlockType(enum.IntEnum):
     QUEUE = 0x4458_0002
     PERF = 0x4458_0003
     TRACE = 0x4458_0004
+    LINK = 0x4458_0005
 
 
 def _R(name, access, doc, *fields, count=None):
@@ -146,14 +154,16 @@ def _blocks(semaphores: int) -> tuple[BlockSpec, ...]:
             _R("CAPS", Access.RO, "Capabilities.",
                ("tiles", 0, 4, "Number of tiles."), ("array", 4, 5, "Systolic array size."),
                ("mem_banks", 9, 5, "Device memory banks (4 KiB pages interleaved)."),
-               ("semaphores", 16, 9, "Number of semaphores.")),
+               ("semaphores", 16, 9, "Number of semaphores."),
+               ("link_ports", 25, 2, "Chip-to-chip link ports (0: no link; 2: a ring, `spec/chip_link.py`).")),
             _R("SPM_ROWS", Access.RO, "Scratchpad rows per tile."),
             _R("ACC_ROWS", Access.RO, "Accumulator rows per tile."),
             _R("MEM_BYTES", Access.RO, "Device memory size in bytes."),
             _R("FEATURES", Access.RO, "Feature bits.",
                ("postop", 0, 1, "POSTOP is implemented."), ("copy", 1, 1, "COPY is implemented."),
                ("trace", 2, 1, "A trace buffer is implemented."),
-               ("vector", 3, 1, "The vector unit (VECTOR, TABLE, TRANSPOSE) is implemented.")),
+               ("vector", 3, 1, "The vector unit (VECTOR, TABLE, TRANSPOSE) is implemented."),
+               ("link", 4, 1, "The chip-to-chip link (SEND, the LINK block's ports) is implemented.")),
             _R("SCRATCH", Access.RW, "Free for the host; used by link and register tests."),
             _R("CYCLES_LO", Access.RO, "Free-running cycle counter, low word (reading it latches the high word)."),
             _R("CYCLES_HI", Access.RO, "Cycle counter high word, latched by reading CYCLES_LO."),
@@ -161,6 +171,10 @@ def _blocks(semaphores: int) -> tuple[BlockSpec, ...]:
                ("all", 0, 1, "Reset request.")),
             _R("SEM", Access.RW, "Semaphore values (host may read and set them).", ("value", 0, 16, "Value."),
                count=semaphores),
+            _R("CHIP_ID", Access.RO, "This chip's place on its board, set by the board (straps): a single-chip "
+               "device reads rank 0 of 1.",
+               ("rank", 0, 8, "Rank of this chip in the board's ring, 0 .. chips - 1."),
+               ("chips", 8, 8, "Chips on the board (1 for a single chip).")),
         )),
         BlockSpec(BlockType.QUEUE, 0x0001_0000, "One command queue, feeding one tile.", True, (
             _R("RING_BASE", Access.RW, "Device-memory byte address of the command ring.",
@@ -230,6 +244,39 @@ def _blocks(semaphores: int) -> tuple[BlockSpec, ...]:
                ("tag", 0, 16, "Command tag."), ("status", 16, 8, "`ErrorCode` (end events)."),
                ("opcode", 24, 7, "Opcode, low 7 bits (every defined opcode fits)."),
                ("end", 31, 1, "0: the command started; 1: it completed.")),
+        )),
+        BlockSpec(BlockType.LINK, 0x0001_0000, "The chip-to-chip link ports (`spec/chip_link.py`): parameters, "
+                  "the receive window, control and counters, one register of each array per port (0: next chip, "
+                  "1: previous chip).  A chip without a link (CAPS.link_ports = 0) reads 0 in every register "
+                  "here but WINDOW_BASE, WINDOW_LIMIT and CONTROL, which store what is written and act on nothing.",
+                  False, (
+            _R("CAPS", Access.RO, "Link parameters (`ChipLinkConfig`).",
+               ("width", 0, 8, "Bytes per cycle of each direction of a port: the link's peak."),
+               ("credits", 8, 8, "DATA frames the receiver buffers (the sender's replay buffer holds as many)."),
+               ("retries", 16, 4, "Resends of a frame after NAKs before its SEND completes LINK_CRC."),
+               ("max_payload_log2", 20, 4, "log2 of the largest DATA payload in bytes.")),
+            _R("LATENCY", Access.RO, "Wire delay of each direction of a port.", ("cycles", 0, 12, "Cycles.")),
+            _R("WINDOW_BASE", Access.RW, "First byte of this chip's device memory that arriving SENDs may touch."),
+            _R("WINDOW_LIMIT", Access.RW, "First byte past the link window.  It resets to 0, an empty window: "
+               "every arriving SEND is answered REMOTE_WINDOW until the host opens one.",
+               ("limit", 0, 32, "Limit.", 0)),
+            _R("CLEAR", Access.WO, "Write 1 to bit 0 to clear every counter of both ports (GLOBAL.RESET does too).",
+               ("counters", 0, 1, "Clear.")),
+            _R("CONTROL", Access.RW, "Port control.",
+               ("force_down", 0, 1, "Hold the port down (a cut link, for tests): no frames leave or are taken; "
+                "the peer's port goes down too; SENDs on it complete LINK_DOWN."),
+               ("corrupt", 8, 8, "Fault injection: the next DATA frame sent for the first time and its next "
+                "corrupt - 1 resends go out with a bad CRC; counts down as they go."), count=LINK_PORTS),
+            _R("STATUS", Access.RO, "Port state.",
+               ("up", 0, 1, "The port has a peer and neither end forces it down."),
+               ("busy", 1, 1, "A SEND is in flight on the port."), count=LINK_PORTS),
+            _R("TX_PACKETS", Access.RO, "DATA frames sent for the first time.", count=LINK_PORTS),
+            _R("RX_PACKETS", Access.RO, "DATA frames accepted (intact and in order).", count=LINK_PORTS),
+            _R("RETRIES", Access.RO, "NAKs the sender acted on (each resends from the NAK's frame on).",
+               count=LINK_PORTS),
+            _R("CRC_ERRORS", Access.RO, "DATA frames received with a bad CRC.", count=LINK_PORTS),
+            _R("CREDIT_STALLS", Access.RO, "Cycles a frame ready to go waited for a credit (a timing figure).",
+               count=LINK_PORTS),
         )),
     )
 

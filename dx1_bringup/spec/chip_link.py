@@ -1,0 +1,263 @@
+"""The chip-to-chip link: its parameters, its frames and the timing the golden model gives a SEND.
+
+A chip has :data:`LINK_PORTS` link ports wired in a ring: port 0 goes to the next chip
+(rank + 1 modulo the chip count), port 1 to the previous one.  Each port is a pair of
+unidirectional streams of ``width`` bytes per cycle with a wire delay of ``latency`` cycles.
+
+Frames
+------
+Every frame is a header, for a DATA frame a payload, and a trailer, each a whole number of
+8-byte little-endian words; a frame occupies ``ceil(bytes / width)`` cycles on the wire (the
+unused bytes of its last beat are zero).  The trailer's low 32 bits are the CRC-32
+(``zlib.crc32``: IEEE 802.3, reflected, initial value and final XOR ``0xFFFFFFFF``) of every
+byte before it; its high 32 bits are zero.
+
+* ``DATA`` (:data:`DATA_HEADER`, :data:`HEADER_BYTES` bytes): at most ``max_payload`` bytes of
+  one SEND, written (``op`` WRITE) or int32-added (``op`` ADD) at ``dst_addr`` of the receiver.
+  The first frame of a SEND has ``first`` set and gives the SEND's whole length
+  (``transfer_bytes``); the last has ``last`` set and carries the semaphore signal.
+* ``ACK`` / ``NAK`` / ``DONE`` (:data:`CONTROL_HEADER`, one word): ``ACK seq``: every DATA frame
+  up to ``seq`` was received intact and consumed (its buffer is free: one credit back per frame
+  acknowledged); ``NAK seq``: a frame failed its CRC, ``seq`` is the one expected next; ``DONE``:
+  the SEND whose last frame is ``seq`` finished at the receiver with ``status`` (``OK`` or
+  ``REMOTE_WINDOW``), sent after its last byte landed and its semaphore was signalled.
+
+Flow control and retransmission
+-------------------------------
+A port carries one SEND at a time: the next one's first frame leaves after the previous one
+completed (DONE arrived, or it ended with an error).  The sender keeps every unacknowledged DATA
+frame in a replay buffer of ``credits`` frames and sends a frame only while it holds a credit.
+Sequence numbers count DATA frames modulo 256 per direction.  The receiver drops a frame with a
+bad CRC and every frame after it until the expected one arrives intact, answering the bad one
+with NAK; on NAK the sender sends every frame from ``seq`` on again (go-back-N).  When one frame
+has gone out ``1 + retries`` times with a bad CRC, its SEND completes ``LINK_CRC``: the sender
+drops the rest of that SEND, no DONE comes, nothing is signalled, and what landed stays; the
+receiver, which drops a partly received SEND when an intact ``first`` frame arrives, takes the
+next SEND's first frame at whatever ``seq`` it has.  The receiver checks the SEND's whole
+destination range against its link window (LINK.WINDOW_BASE/WINDOW_LIMIT) on the first frame;
+outside it, it acknowledges the frames but writes nothing, signals nothing and answers
+``DONE REMOTE_WINDOW``.
+
+Counters (LINK block, per port): TX_PACKETS counts DATA frames sent for the first time,
+RX_PACKETS DATA frames accepted (intact and in order), RETRIES NAKs the sender acted on,
+CRC_ERRORS DATA frames received with a bad CRC; these four are exact and the same on the golden
+model and the gateware.  CREDIT_STALLS (cycles a ready frame waited for a credit) is a timing
+figure: the golden model reports its timing model's count.
+
+Fault injection (LINK.CONTROL ``corrupt`` = N, for tests): the next DATA frame the port sends
+for the first time goes out with its CRC inverted, and so do its next N - 1 resends; the field
+counts down to 0 as they go.  N <= ``retries`` costs N NAK round trips and the SEND completes
+OK; N > ``retries`` completes it LINK_CRC.  Control frames are never corrupted and never resent.
+The golden model moves whole frames and times a SEND with :func:`send_cycles`.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from .sizes import ceil_div
+
+__all__ = [
+    "LINK_PORTS", "PORT_NEXT", "PORT_PREVIOUS", "MAX_CHIPS", "FrameKind", "LinkOp", "LINK_OP_DOCS", "LinkField",
+    "DATA_HEADER", "CONTROL_HEADER", "HEADER_BYTES", "CONTROL_BYTES", "TRAILER_BYTES", "SEQ_MODULO",
+    "ChipLinkConfig", "pack_link_header", "unpack_link_header", "frame_cycles", "send_frames", "send_cycles",
+    "peer_rank",
+]
+
+#: Link ports of a chip: port 0 to the next chip of the ring, port 1 to the previous one.
+LINK_PORTS = 2
+PORT_NEXT = 0
+PORT_PREVIOUS = 1
+#: Chips a board may wire in one ring (CHIP_ID's ``chips`` field allows more; the boards stop here).
+MAX_CHIPS = 8
+#: Sequence numbers count DATA frames modulo this, separately in each direction.
+SEQ_MODULO = 256
+
+
+class FrameKind(enum.IntEnum):
+    """The ``kind`` field of every frame."""
+
+    DATA = 1
+    ACK = 2
+    NAK = 3
+    DONE = 4
+
+
+class LinkOp(enum.IntEnum):
+    """What the receiver does with a SEND's bytes (the SEND command's ``op`` field)."""
+
+    WRITE = 0
+    ADD = 1
+
+
+LINK_OP_DOCS = {
+    LinkOp.WRITE: "The bytes overwrite the destination.",
+    LinkOp.ADD: "Each 4-byte little-endian int32 lane of the bytes is added to the destination's lane, "
+                "wrapping modulo 2^32 (the receiving DMA reads, adds and writes back).",
+}
+
+
+@dataclass(frozen=True)
+class LinkField:
+    """A bit field of a frame header word sequence (bits of the header read as one little-endian integer)."""
+
+    name: str
+    lsb: int
+    width: int
+    doc: str
+
+    @property
+    def mask(self) -> int:
+        return ((1 << self.width) - 1) << self.lsb
+
+    def extract(self, word: int) -> int:
+        return (word >> self.lsb) & ((1 << self.width) - 1)
+
+
+#: The DATA frame's header: two little-endian words.
+DATA_HEADER = (
+    LinkField("kind", 0, 4, "`FrameKind.DATA`."),
+    LinkField("op", 4, 4, "`LinkOp` of the SEND."),
+    LinkField("first", 8, 1, "The SEND's first frame: the receiver checks the whole destination range."),
+    LinkField("last", 9, 1, "The SEND's last frame: the receiver signals the semaphore after it lands."),
+    LinkField("seq", 16, 8, "Sequence number of this DATA frame in its direction."),
+    LinkField("sem", 24, 8, "Receiver's semaphore to signal after the last frame."),
+    LinkField("payload_bytes", 32, 16, "Payload bytes in this frame; a multiple of 8, 8 .. max_payload."),
+    LinkField("count", 48, 16, "Amount added to semaphore `sem` after the last frame (0: no signal)."),
+    LinkField("dst_addr", 64, 32, "Receiver's device-memory byte address of this frame's first payload byte."),
+    LinkField("transfer_bytes", 96, 32, "Bytes of the whole SEND (the same in every frame of it)."),
+)
+#: ACK, NAK and DONE frames: one little-endian word.
+CONTROL_HEADER = (
+    LinkField("kind", 0, 4, "`FrameKind.ACK`, `NAK` or `DONE`."),
+    LinkField("seq", 16, 8, "ACK: the last frame consumed; NAK: the frame expected next; DONE: the SEND's last "
+              "frame."),
+    LinkField("status", 24, 8, "DONE: `ErrorCode` OK or REMOTE_WINDOW; 0 in ACK and NAK."),
+)
+HEADER_BYTES = 16
+CONTROL_BYTES = 8
+TRAILER_BYTES = 8
+
+
+def _header(kind: FrameKind) -> tuple[tuple[LinkField, ...], int]:
+    return (DATA_HEADER, HEADER_BYTES) if kind == FrameKind.DATA else (CONTROL_HEADER, CONTROL_BYTES)
+
+
+def pack_link_header(kind: FrameKind, **values: int) -> bytes:
+    """The header bytes of a frame of ``kind`` with the named fields set (``kind`` itself is filled in)."""
+    fields, size = _header(FrameKind(kind))
+    by_name = {f.name: f for f in fields}
+    word = 0
+    for name, value in {**values, "kind": int(kind)}.items():
+        if name not in by_name:
+            raise ValueError(f"{FrameKind(kind).name} frame header has no field {name!r}; fields are "
+                             f"{sorted(by_name)}")
+        f = by_name[name]
+        if not 0 <= int(value) < 1 << f.width:
+            raise ValueError(f"{FrameKind(kind).name} frame field {name!r} must fit in {f.width} bits unsigned, "
+                             f"not {value!r}")
+        word |= int(value) << f.lsb
+    return word.to_bytes(size, "little")
+
+
+def unpack_link_header(data: bytes) -> dict[str, int]:
+    """Decode a frame header (its kind says which layout)."""
+    kind = data[0] & 0xF
+    if kind not in FrameKind._value2member_map_:
+        raise ValueError(f"frame kind must be one of {[k.value for k in FrameKind]}, not {kind}")
+    fields, size = _header(FrameKind(kind))
+    if len(data) < size:
+        raise ValueError(f"a {FrameKind(kind).name} header is {size} bytes, not {len(data)}")
+    word = int.from_bytes(data[:size], "little")
+    return {f.name: f.extract(word) for f in fields}
+
+
+def _check(name: str, value, low: int, high: int, *, power_of_two: bool = False) -> None:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"Link {name} must be an integer, not {value!r}")
+    what = "a power of two" if power_of_two else "an integer"
+    if not low <= value <= high or (power_of_two and value & (value - 1)):
+        raise ValueError(f"Link {name} must be {what} from {low} to {high}, not {value!r}")
+
+
+@dataclass(frozen=True)
+class ChipLinkConfig:
+    """Generator parameters of a chip's link ports (both ports alike), read back in LINK.CAPS and LINK.LATENCY.
+
+    Parameters
+    ----------
+    width:
+        Bytes per cycle of each direction of a port: the link's peak.
+    latency:
+        Cycles from a beat leaving a chip to it reaching the peer (the wire delay, each direction).
+    max_payload:
+        Largest DATA payload in bytes (a SEND is cut into frames of this many bytes, the last shorter).
+    credits:
+        DATA frames the receiver buffers; the sender's replay buffer holds as many.
+    retries:
+        Times a frame is sent again after NAKs before its SEND completes LINK_CRC.
+    """
+
+    width: int = 8
+    latency: int = 16
+    max_payload: int = 256
+    credits: int = 4
+    retries: int = 3
+
+    def __post_init__(self):
+        _check("width", self.width, 8, 64, power_of_two=True)
+        _check("latency", self.latency, 1, 4095)
+        _check("max_payload", self.max_payload, 8, 4096, power_of_two=True)
+        _check("credits", self.credits, 1, 64)
+        _check("retries", self.retries, 0, 15)
+
+
+def frame_cycles(config: ChipLinkConfig, payload_bytes: int) -> int:
+    """Cycles a DATA frame with ``payload_bytes`` of payload occupies the wire."""
+    return ceil_div(HEADER_BYTES + payload_bytes + TRAILER_BYTES, config.width)
+
+
+def send_frames(config: ChipLinkConfig, length: int) -> list[int]:
+    """The payload sizes of the DATA frames a SEND of ``length`` bytes is cut into, in order."""
+    full, rest = divmod(length, config.max_payload)
+    return [config.max_payload] * full + ([rest] if rest else [])
+
+
+#: Cycles the receiver takes from a DATA frame's last beat to its bytes being in memory (one bus
+#: burst; an ADD reads before it writes, one more).
+_LAND_CYCLES = {LinkOp.WRITE: 2, LinkOp.ADD: 4}
+
+
+def send_cycles(config: ChipLinkConfig, length: int, op: LinkOp = LinkOp.WRITE, crc_faults: int = 0) -> int:
+    """The golden model's cycles for a SEND of ``length`` bytes on an idle, up link, start to DONE.
+
+    The frames stream back to back while credits last; a frame waits for the credit its
+    predecessor ``credits`` frames back returns (an ACK ``latency`` cycles after it landed).  The
+    SEND completes when DONE, sent after the last frame landed, arrives back: one more
+    ``latency`` plus a control frame.  Each of ``crc_faults`` corrupted frames costs a NAK round
+    trip and the resending of the frames after it that were already in flight.
+    """
+    frames = send_frames(config, length)
+    control = ceil_div(CONTROL_BYTES + TRAILER_BYTES, config.width)
+    land = _LAND_CYCLES[LinkOp(op)]
+    sent_at: list[int] = []  # cycle each frame's last beat leaves
+    credit_back: list[int] = []  # cycle each frame's credit is back at the sender
+    now = 0
+    for i, payload in enumerate(frames):
+        if i >= config.credits:
+            now = max(now, credit_back[i - config.credits])
+        now += frame_cycles(config, payload)
+        sent_at.append(now)
+        credit_back.append(now + config.latency + land + control + config.latency)
+    resend = crc_faults * (2 * config.latency + control + land
+                           + min(config.credits, len(frames)) * frame_cycles(config, config.max_payload))
+    landed = sent_at[-1] + config.latency + land if frames else 0
+    return landed + control + config.latency + resend
+
+
+def peer_rank(rank: int, chips: int, port: int) -> int:
+    """The rank at the other end of ``port`` of chip ``rank`` in a ring of ``chips``."""
+    if port not in (PORT_NEXT, PORT_PREVIOUS):
+        raise ValueError(f"link port must be {PORT_NEXT} (next) or {PORT_PREVIOUS} (previous), not {port!r}")
+    return (rank + (1 if port == PORT_NEXT else -1)) % chips
