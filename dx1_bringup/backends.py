@@ -29,6 +29,7 @@ socket, so the serial transport is tested without a board.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -41,13 +42,15 @@ from dx1_driver.sim_transport import SimTransport
 from dx1_driver.transport import Transport
 
 from .faults import BusErrors, LineFaults, MemoryFaults, UnitStalls, parse_faults
+from .model.board import ModelBoard
 from .model.bridge import ModelBridge
 from .model.device import BusError, DeviceModel
 from .sim.launch import PrivateSimTransport, start_simulator
 from .sim.native import SERVERS
-from .spec import SimOp, SocConfig, stall_bit
+from .spec import MAX_CHIPS, SimOp, SocConfig, stall_bit
 
-__all__ = ["ModelTransport", "ModelBar", "model_pcie_transport", "loopback_model_transport", "open_model", "open_sim",
+__all__ = ["ModelTransport", "ModelBar", "model_pcie_transport", "loopback_model_transport", "open_model",
+           "open_model_board", "open_sim",
            "register", "set_stalls"]
 
 
@@ -69,13 +72,22 @@ class ModelTransport(Transport):
     has_irq_line = True
 
     def __init__(self, config: SocConfig | None = None, faults: MemoryFaults | None = None,
-                 stalls: UnitStalls | None = None, bus_errors: BusErrors | None = None):
-        self.model = DeviceModel(config, faults=faults, stalls=stalls, bus_errors=bus_errors)
+                 stalls: UnitStalls | None = None, bus_errors: BusErrors | None = None, *,
+                 model: DeviceModel | None = None):
+        self.model = model if model is not None else DeviceModel(config, faults=faults, stalls=stalls,
+                                                                 bus_errors=bus_errors)
+        #: The chip's board (``model:chips=N``), whose lock every access takes; None for a single chip.
+        self.board = self.model.board
+        #: Every chip's transport of the board, in rank order, on the transport a board was opened through
+        #: (rank 0's; a group opener, ``DeviceGroup.open("model:chips=4")``, opens the others from it); else [].
+        self.board_transports: list[ModelTransport] = []
+        self._lock = self.board.lock if self.board is not None else threading.RLock()
         super().__init__(self.model.regmap.size, self.model.config.mem_bytes)
 
     def _call(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
         try:
-            return fn(*args)
+            with self._lock:
+                return fn(*args)
         except BusError as e:
             raise BusErrorResponse(f"model bus error on {what}: {e}") from e
 
@@ -92,12 +104,20 @@ class ModelTransport(Transport):
         self._call(f"memory write at 0x{addr:x}", self.model.mem_write, addr, data)
 
     def _wait_irq(self, timeout: float) -> bool:
-        # The model runs commands synchronously inside the doorbell write, so
-        # nothing can change while we wait: answer at once when the line is up.
-        if self.model.irq_pending():
-            return True
-        time.sleep(timeout)
-        return self.model.irq_pending()
+        # The model runs commands synchronously inside the doorbell write, so only another chip of the
+        # board (another rank's thread) can change anything while we wait: poll for it.
+        end = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                if self.model.irq_pending():
+                    return True
+            if self.board is None or time.monotonic() >= end:
+                if self.board is None:
+                    time.sleep(timeout)
+                    with self._lock:
+                        return self.model.irq_pending()
+                return False
+            time.sleep(min(0.001, max(0.0, end - time.monotonic())))
 
 
 class ModelBar(BarMapping):
@@ -197,10 +217,52 @@ def _split_sizes(device: str, text: str) -> tuple[SocConfig | None, list[str]]:
         raise ValueError(f"device {device!r}: {e}") from None
 
 
+def _split_chips(device: str, items: list[str]) -> tuple[int | None, list[str]]:
+    """The ``chips=N`` item of ``items`` (None when there is none) and the other items."""
+    chips = [item for item in items if item.partition("=")[0] == "chips"]
+    rest = [item for item in items if item.partition("=")[0] != "chips"]
+    if not chips:
+        return None, rest
+    if len(chips) > 1:
+        raise ValueError(f"device {device!r}: chips= is given twice; expected it once")
+    value = chips[0].partition("=")[2]
+    if not value.isdigit() or not 1 <= int(value) <= MAX_CHIPS:
+        raise ValueError(f"device {device!r}: chips= must be a whole number of chips from 1 to {MAX_CHIPS}, "
+                         f"not {value!r}")
+    return int(value), rest
+
+
+def open_model_board(device: str) -> list[ModelTransport]:
+    """Open ``model:chips=N[,ITEMS]``: a fresh :class:`~dx1_bringup.model.board.ModelBoard` of N chips in a ring,
+    one transport a chip in rank order (the ITEMS as :func:`open_model` takes them; faults act on chip 0).
+
+    Raises
+    ------
+    ValueError
+        No ``chips=N`` item, or an item :func:`open_model` refuses (the message names the device string).
+    """
+    if not device.startswith("model:"):
+        raise ValueError(f"device {device!r}: a board of model chips is model:chips=N[,ITEMS]")
+    config, rest = _split_sizes(device, device[len("model:"):])
+    chips, rest = _split_chips(device, rest)
+    if chips is None:
+        raise ValueError(f"device {device!r}: a board of model chips needs chips=N (1 to {MAX_CHIPS})")
+    try:
+        kinds = parse_faults(",".join(rest), (MemoryFaults, UnitStalls, BusErrors)) if rest else {}
+    except ValueError as e:
+        raise ValueError(f"device {device!r}: {e}") from None
+    board = ModelBoard(chips, config, faults=kinds.get(MemoryFaults), stalls=kinds.get(UnitStalls),
+                       bus_errors=kinds.get(BusErrors))
+    transports = [ModelTransport(model=dev) for dev in board.devices]
+    transports[0].board_transports = list(transports)
+    return transports
+
+
 def open_model(device: str) -> ModelTransport:
     """Open ``model`` or ``model:ITEMS``: ``tiles=T``, ``banks=B``, ``mem_mib=M``, ``vector=0`` (the SoC's tiles,
-    memory banks, MiB of device memory, and tiles without a vector unit, as ``sim:`` has them) and FAULTS,
-    comma-separated, in any order.
+    memory banks, MiB of device memory, and tiles without a vector unit, as ``sim:`` has them), ``chips=N``
+    (rank 0 of a fresh board of N chips in a ring, :func:`open_model_board`) and FAULTS, comma-separated, in any
+    order.
 
     Raises
     ------
@@ -211,6 +273,8 @@ def open_model(device: str) -> ModelTransport:
     if device == "model":
         return ModelTransport()
     config, rest = _split_sizes(device, device[len("model:"):])
+    if _split_chips(device, rest)[0] is not None:
+        return open_model_board(device)[0]
     if config is not None and not rest:
         return ModelTransport(config)
     try:
@@ -345,7 +409,8 @@ def set_stalls(transport: Transport, units: Iterable[tuple[str, int]]) -> None:
 def register() -> None:
     """Register ``model``, ``model:ITEMS``, ``sim`` and ``sim:ITEMS`` with the driver (the entry point)."""
     register_backend("model", open_model, "model")
-    register_backend("model:", open_model, "model:[tiles=T,banks=B,mem_mib=M,]FAULTS", check=_check_model)
+    register_backend("model:", open_model, ("model:[tiles=T,banks=B,mem_mib=M,]FAULTS",
+                                            "model:chips=N[,tiles=T,...]"), check=_check_model)
     register_backend("sim", open_sim, "sim")
     register_backend("sim:", open_sim, ("sim:tiles=T,banks=B,mem_mib=M", "sim:verilog=PATH",
                                         "sim:[...,]stall=UNIT[+UNIT...]"), check=_check_sim)

@@ -150,7 +150,7 @@ def test_int8_average_requantises_like_the_postop(groups):
     with pytest.raises(CollectiveRefused, match="rank 2 refused its arguments: .* is in rank 0's device memory"):
         g.run(lambda rank: rank.all_reduce(bufs[0] if rank.rank == 2 else bufs[rank.rank]))
     with pytest.raises(CollectiveRefused, match="rank 1 refused its arguments: the algorithm must be one of ring, "
-                                                "direct, not 'tree'"):
+                                                "direct, link, not 'tree'"):
         g.run(lambda rank: rank.all_reduce(bufs[rank.rank], algorithm="tree" if rank.rank == 1 else "ring"))
 
 
@@ -291,7 +291,7 @@ def test_group_device_strings():
     dev = Device.open("model")
     with pytest.raises(ValueError, match="one device cannot be two ranks"):
         DeviceGroup([dev, dev])
-    with pytest.raises(ValueError, match="algorithm must be one of ring, direct, not 'tree'"):
+    with pytest.raises(ValueError, match="algorithm must be one of ring, direct, link, not 'tree'"):
         DeviceGroup([dev], algorithm="tree")
     dev.close()
 

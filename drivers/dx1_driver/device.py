@@ -68,6 +68,12 @@ class Capabilities:
     postop, copy, trace, vector:
         FEATURES: the POSTOP and COPY commands, the TRACE blocks, and the vector unit (VECTOR, TABLE and
         TRANSPOSE).
+    link_ports, rank, chips:
+        The chip-to-chip link's ports (0: none; FEATURES.link), and GLOBAL.CHIP_ID: this chip's rank on its
+        board of ``chips`` chips (rank 0 of 1 for a single chip, and on a device older than spec 1.4).
+    link_width, link_latency:
+        LINK.CAPS.width (bytes per cycle of each direction of a port: the link's peak) and LINK.LATENCY
+        (cycles); 0 without a link.
     """
 
     hw_version: int
@@ -82,6 +88,11 @@ class Capabilities:
     copy: bool
     trace: bool
     vector: bool
+    link_ports: int = 0
+    rank: int = 0
+    chips: int = 1
+    link_width: int = 0
+    link_latency: int = 0
 
 
 class Device:
@@ -238,7 +249,33 @@ class Device:
             copy=bool(regs.get_field(features, g.FEATURES_COPY)),
             trace=bool(regs.get_field(features, g.FEATURES_TRACE)),
             vector=bool(regs.get_field(features, g.FEATURES_VECTOR)),
+            **self._identify_link(hw, caps, features),
         )
+
+    @property
+    def link_base(self) -> int | None:
+        """Base of the LINK block (``regs.Link`` gives its registers), or None on a device without one."""
+        found = [b.base for b in self.blocks if b.type is regs.BlockType.LINK]
+        return found[0] if found else None
+
+    def _identify_link(self, hw: int, caps: int, features: int) -> dict[str, int]:
+        """The link's part of the capabilities: none before spec 1.4, which added CHIP_ID and the LINK block."""
+        if hw < 0x0001_0004:
+            return {}
+        g, lk = regs.Global, regs.Link
+        chip_id = self.transport.read32(self.global_base + g.CHIP_ID)
+        found = {
+            "rank": regs.get_field(chip_id, g.CHIP_ID_RANK),
+            "chips": regs.get_field(chip_id, g.CHIP_ID_CHIPS),
+        }
+        if not regs.get_field(features, g.FEATURES_LINK):
+            return found
+        base = self.link_base
+        if base is None:
+            raise DriverError("FEATURES announces the chip-to-chip link but the register space has no LINK block")
+        return {**found, "link_ports": regs.get_field(caps, g.CAPS_LINK_PORTS),
+                "link_width": regs.get_field(self.transport.read32(base + lk.CAPS), lk.CAPS_WIDTH),
+                "link_latency": regs.get_field(self.transport.read32(base + lk.LATENCY), lk.LATENCY_CYCLES)}
 
     # -- registers and memory ---------------------------------------------------------------------
 

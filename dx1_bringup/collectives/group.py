@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import numpy as np
 from dx1_driver import Device
 
+from . import link
 from .buffer import DTYPES, Buffer
 from .errors import CollectiveError
 from .fabric import Fabric
@@ -95,7 +96,9 @@ class DeviceGroup:
     timeout:
         The deadline of every wait of a collective, in seconds (each call may give its own).
     algorithm:
-        ``ring`` or ``direct``, the default of every collective.
+        ``ring``, ``direct`` or ``link``, the default of every collective; ``None`` (the default): ``link`` when
+        every rank is a chip of one ring board in rank order (``has_link``), else ``ring`` (and ``ring`` for
+        what the link cannot reduce: int8 and ``avg``).
     chunk_bytes:
         The ring's chunk size in bytes, the default of every collective.
     verify:
@@ -104,7 +107,7 @@ class DeviceGroup:
         Close the devices on :meth:`close` (:meth:`open` sets it).
     """
 
-    def __init__(self, devs: Sequence[Device], *, timeout: float = DEFAULT_TIMEOUT, algorithm: str = "ring",
+    def __init__(self, devs: Sequence[Device], *, timeout: float = DEFAULT_TIMEOUT, algorithm: str | None = None,
                  chunk_bytes: int = DEFAULT_CHUNK_BYTES, verify: bool = True, owns: bool = False):
         devs = list(devs)
         if not devs:
@@ -113,7 +116,7 @@ class DeviceGroup:
             raise TypeError(f"a group's ranks must be opened dx1_driver.Device objects, not {devs!r}")
         if len({id(d) for d in devs}) != len(devs):
             raise ValueError("one device cannot be two ranks: open it once per rank")
-        if algorithm not in ALGORITHMS:
+        if algorithm is not None and algorithm not in ALGORITHMS:
             raise ValueError(f"the algorithm must be one of {', '.join(ALGORITHMS)}, not {algorithm!r}")
         if not (isinstance(timeout, (int, float)) and timeout > 0 and math.isfinite(timeout)):
             raise ValueError(f"the timeout must be a number of seconds > 0, not {timeout!r}")
@@ -123,6 +126,8 @@ class DeviceGroup:
         self.size = len(devs)
         self.timeout = float(timeout)
         self.algorithm = algorithm
+        #: Every rank is a chip of one ring board, in rank order: the link algorithm can run.
+        self.has_link = link.usable(devs)
         self.chunk_bytes = chunk_bytes
         self.verify = verify
         self.owns = owns
@@ -135,6 +140,9 @@ class DeviceGroup:
     def open(cls, devices: str | Sequence[str], **kwargs: Any) -> DeviceGroup:
         """Open a group from a group device string (``model*4``, ``sim*2,model``: see
         :func:`dx1_bringup.argtypes.device_group`) or a list of device strings; ``kwargs`` as the constructor's.
+
+        A device string that opens a whole board (``model:chips=4``: its transport lists every chip's in
+        ``board_transports``) makes one rank of each chip, in rank order, wired by the chip-to-chip link.
 
         Raises
         ------
@@ -155,7 +163,12 @@ class DeviceGroup:
         opened: list[Device] = []
         try:
             for name in devices:
-                opened.append(Device.open(name))
+                dev = Device.open(name)
+                opened.append(dev)
+                for rank, transport in enumerate(getattr(dev.transport, "board_transports", [])[1:], 1):
+                    chip = Device(transport)
+                    chip.name = f"{name}#{rank}"
+                    opened.append(chip)
             return cls(opened, owns=True, **kwargs)
         except BaseException:
             for dev in opened:

@@ -14,7 +14,7 @@ from typing import Protocol
 
 from dx1_driver import Device
 
-from . import direct, ring
+from . import direct, link, ring
 from .buffer import Buffer, chunks, segment
 from .call import Call
 from .errors import CollectiveError, RankFailed
@@ -24,8 +24,9 @@ from .reduction import Reduction, reduction
 
 __all__ = ["ALGORITHMS", "Rank"]
 
-#: The algorithms: ``ring`` (chunked, pipelined, rank to rank) and ``direct`` (gather, reduce in rank order, scatter).
-ALGORITHMS = {"ring": ring, "direct": direct}
+#: The algorithms: ``ring`` (chunked, pipelined, rank to rank, through the host), ``direct`` (gather, reduce in rank
+#: order, scatter) and ``link`` (the ring over the chip-to-chip link: SEND and WAIT on the devices).
+ALGORITHMS = {"ring": ring, "direct": direct, "link": link}
 
 
 class Group(Protocol):
@@ -35,7 +36,8 @@ class Group(Protocol):
     size: int
     fabric: Fabric
     timeout: float
-    algorithm: str
+    algorithm: str | None
+    has_link: bool
     chunk_bytes: int
     verify: bool
 
@@ -136,6 +138,8 @@ class Rank:
                  itemsize: int) -> tuple[str, int, float]:
         g = self.group
         algorithm = g.algorithm if algorithm is None else algorithm
+        if algorithm is None:  # the group's default: the link when every rank has one
+            algorithm = "link" if g.has_link else "ring"
         chunk_bytes = g.chunk_bytes if chunk_bytes is None else chunk_bytes
         timeout = g.timeout if timeout is None else timeout
         if algorithm not in ALGORITHMS:
@@ -151,6 +155,7 @@ class Rank:
                     body: Callable[[Call, object], None], check: Callable[[], str], *,
                     algorithm: str | None = None, chunk_bytes: int | None = None,
                     timeout: float | None = None) -> None:
+        options = {"algorithm": algorithm}
         g = self.group
         g.fabric.check(self.rank)
         seq = self.seq
@@ -169,6 +174,14 @@ class Rank:
                 red = reduction(redop[0], buf.dtype, g.size, redop[1])
             except ValueError as e:
                 refused = str(e)
+        if algorithm == "link" and buf is not None and not refused:
+            why = link.supports(op, buf.dtype, red) or ("" if g.has_link else
+                                                        "the link algorithm needs every rank to be a chip of one "
+                                                        "ring board, in rank order")
+            if why and (options.get("algorithm") or g.algorithm) == "link":
+                refused = why
+            elif why:  # the default: what the link cannot do takes the host-staged ring
+                algorithm = "ring"
         fp = Fingerprint(seq, op, buf.dtype.name if buf else None, shape, root,
                          red.describe() if red else (redop[0] if redop else None),
                          algorithm if buf else None, chunk if buf and algorithm == "ring" else None)

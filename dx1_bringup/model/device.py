@@ -123,6 +123,7 @@ from ..spec import (
     pack_completion,
     unpack_command,
 )
+from .link import execute_send
 from .registers import (
     IRQ_COMPLETION,
     MASK32,
@@ -166,6 +167,8 @@ class DeviceModel(RegisterSpace):
         self.stalled: frozenset[tuple[str, int]] = frozenset()
         self._check_stalls(stalls.units if stalls is not None else frozenset())
         self.stalled = stalls.units if stalls is not None else frozenset()
+        #: The board that wires this chip's link ports (:class:`~dx1_bringup.model.board.ModelBoard`), or None.
+        self.board = None
 
     def _check_stalls(self, units: frozenset[tuple[str, int]]) -> None:
         for unit, tile in units:
@@ -182,13 +185,23 @@ class DeviceModel(RegisterSpace):
     # -- queues ----------------------------------------------------------------------------------------------
 
     def _run(self) -> None:
-        """Run every queue until none can make progress (WAITs released by later SIGNALs included)."""
+        """Run every queue until none can make progress (WAITs released by later SIGNALs included); on a board,
+        every chip's queues (a SEND here may release a WAIT there)."""
+        if self.board is not None:
+            self.board.run()
+        else:
+            self.run_queues()
+
+    def run_queues(self) -> bool:
+        """Run this chip's queues until none can make progress; whether any did."""
+        ran = False
         progress = True
         while progress:
             progress = False
             for tile, q in enumerate(self._queues):
                 while self._step(tile, q):
-                    progress = True
+                    progress = ran = True
+        return ran
 
     def _step(self, tile: int, q: QueueState) -> bool:
         """Execute the command at HEAD; False when the queue is idle, disabled, halted, stuck or waiting."""
@@ -303,6 +316,8 @@ class DeviceModel(RegisterSpace):
             return self._move(tile, q, Opcode(opcode), f)
         if opcode == Opcode.COPY:
             return self._copy(tile, q, f)
+        if opcode == Opcode.SEND:
+            return execute_send(self, q, f)
         if opcode == Opcode.FENCE:
             # Every earlier command of the queue has completed: execution is synchronous and in order.
             return ErrorCode.OK, COSTS.sync_cycles
@@ -316,7 +331,26 @@ class DeviceModel(RegisterSpace):
         if self._sems[f["sem"]] < f["count"]:  # WAIT
             return None
         self._sems[f["sem"]] -= f["count"]
+        # Released by peers' SENDs: not before the data of the arrivals it takes landed (the chips' clocks are one).
+        self.cycles = max(self.cycles, self._take_arrivals(f["sem"], f["count"]))
         return ErrorCode.OK, COSTS.sync_cycles
+
+    def signal_remote(self, sem: int, count: int, landed: int) -> None:
+        """A peer's SEND landed here at cycle ``landed`` and adds ``count`` to semaphore ``sem``."""
+        self._sems[sem] = (self._sems[sem] + count) & 0xFFFF
+        self._arrivals[sem].append([landed, count])
+
+    def _take_arrivals(self, sem: int, count: int) -> int:
+        """Take ``count`` of semaphore ``sem``'s remote arrivals, oldest first; the cycle the last one landed."""
+        arrivals, latest = self._arrivals[sem], 0
+        while count and arrivals:
+            taken = min(count, arrivals[0][1])
+            latest = max(latest, arrivals[0][0])
+            count -= taken
+            arrivals[0][1] -= taken
+            if not arrivals[0][1]:
+                arrivals.popleft()
+        return latest
 
     def _in_window(self, q: QueueState, start: int, end: int) -> bool:
         """True when bytes [start, end) lie in the queue's DMA window and in device memory."""

@@ -250,6 +250,8 @@ class RegisterSpace(ABC):
         self.cycles = 0
         self._cycles_hi = 0
         self._sems = [0] * self.config.semaphores
+        #: Each semaphore's increments by peers' SENDs not yet taken by a WAIT: [cycle landed, amount left].
+        self._arrivals: list[deque[list[int]]] = [deque() for _ in range(self.config.semaphores)]
         self._queues = [QueueState() for _ in range(self.config.tiles)]
         self._perf = [self._cleared_perf(tile, cycles=0) for tile in range(self.config.tiles)]
         self._trace = [TraceBuffer() for _ in range(self.config.tiles)]
@@ -370,6 +372,7 @@ class RegisterSpace(ABC):
             self._scratch = value
         elif name == "SEM":
             self._sems[reg.index] = value
+            self._arrivals[reg.index].clear()  # the host's value replaces what arrived
             self._run()
         elif _GLOBAL["RESET"].field("all").extract(value):
             self._reset()

@@ -25,7 +25,9 @@ byte before it; its high 32 bits are zero.
 Flow control and retransmission
 -------------------------------
 A port carries one SEND at a time: the next one's first frame leaves after the previous one
-completed (DONE arrived, or it ended with an error).  The sender keeps every unacknowledged DATA
+completed (DONE arrived, or it ended with an error).  A SEND's first frame goes alone: the sender
+waits for its ACK (or NAK) before it sends the others, so a bad first frame costs no frames
+behind it.  The sender keeps every unacknowledged DATA
 frame in a replay buffer of ``credits`` frames and sends a frame only while it holds a credit.
 Sequence numbers count DATA frames modulo 256 per direction.  The receiver drops a frame with a
 bad CRC and every frame after it until the expected one arrives intact, answering the bad one
@@ -44,11 +46,13 @@ CRC_ERRORS DATA frames received with a bad CRC; these four are exact and the sam
 model and the gateware.  CREDIT_STALLS (cycles a ready frame waited for a credit) is a timing
 figure: the golden model reports its timing model's count.
 
-Fault injection (LINK.CONTROL ``corrupt`` = N, for tests): the next DATA frame the port sends
-for the first time goes out with its CRC inverted, and so do its next N - 1 resends; the field
-counts down to 0 as they go.  N <= ``retries`` costs N NAK round trips and the SEND completes
-OK; N > ``retries`` completes it LINK_CRC.  Control frames are never corrupted and never resent.
-The golden model moves whole frames and times a SEND with :func:`send_cycles`.
+Fault injection (LINK.CONTROL ``corrupt`` = N, for tests): the first frame of the next SEND on
+the port goes out with its CRC inverted, and so do its next N - 1 resends; the field counts down
+as they go (what a SEND ending LINK_CRC leaves of it applies to the next SEND).  N <= ``retries``
+costs N NAK round trips and the SEND completes OK with RETRIES and CRC_ERRORS up by N; N >
+``retries`` completes it LINK_CRC with RETRIES up by ``retries`` and CRC_ERRORS by ``1 + retries``.
+Control frames are never corrupted and never resent.  The golden model moves whole frames and
+times a SEND with :func:`send_timing`.
 """
 
 from __future__ import annotations
@@ -61,8 +65,8 @@ from .sizes import ceil_div
 __all__ = [
     "LINK_PORTS", "PORT_NEXT", "PORT_PREVIOUS", "MAX_CHIPS", "FrameKind", "LinkOp", "LINK_OP_DOCS", "LinkField",
     "DATA_HEADER", "CONTROL_HEADER", "HEADER_BYTES", "CONTROL_BYTES", "TRAILER_BYTES", "SEQ_MODULO",
-    "ChipLinkConfig", "pack_link_header", "unpack_link_header", "frame_cycles", "send_frames", "send_cycles",
-    "peer_rank",
+    "ChipLinkConfig", "pack_link_header", "unpack_link_header", "frame_cycles", "control_cycles", "send_frames",
+    "SendTiming", "send_timing", "send_cycles", "LAND_CYCLES", "peer_rank",
 ]
 
 #: Link ports of a chip: port 0 to the next chip of the ring, port 1 to the previous one.
@@ -226,34 +230,55 @@ def send_frames(config: ChipLinkConfig, length: int) -> list[int]:
 
 #: Cycles the receiver takes from a DATA frame's last beat to its bytes being in memory (one bus
 #: burst; an ADD reads before it writes, one more).
-_LAND_CYCLES = {LinkOp.WRITE: 2, LinkOp.ADD: 4}
+LAND_CYCLES = {LinkOp.WRITE: 2, LinkOp.ADD: 4}
+
+
+def control_cycles(config: ChipLinkConfig) -> int:
+    """Cycles an ACK, NAK or DONE frame occupies the wire."""
+    return ceil_div(CONTROL_BYTES + TRAILER_BYTES, config.width)
+
+
+@dataclass(frozen=True)
+class SendTiming:
+    """Cycles after a SEND started: ``landed`` (its last byte is in the peer's memory and the semaphore
+    signalled), ``done`` (DONE is back: the SEND completes); ``credit_stalls`` the cycles frames waited for a
+    credit."""
+
+    landed: int
+    done: int
+    credit_stalls: int
+
+
+def send_timing(config: ChipLinkConfig, length: int, op: LinkOp = LinkOp.WRITE, crc_faults: int = 0) -> SendTiming:
+    """The golden model's timing of a SEND of ``length`` bytes on an idle, up link.
+
+    The first frame goes alone and waits for its ACK: one round trip (``2 * latency``, the landing and an
+    ACK), plus one more for each of ``crc_faults`` bad transmissions of it.  The other frames then stream back
+    to back while credits last; frame ``i`` waits for the credit of frame ``i - credits``, back one round trip
+    after that frame left.  DONE follows the last frame's landing by ``latency`` plus a control frame.
+    """
+    frames = send_frames(config, length)
+    if not frames:
+        return SendTiming(0, 0, 0)
+    control = control_cycles(config)
+    land = LAND_CYCLES[LinkOp(op)]
+    round_trip = config.latency + land + control + config.latency
+    now = (1 + crc_faults) * (frame_cycles(config, frames[0]) + round_trip)
+    sent_at: list[int] = [now - round_trip]
+    stalls = 0
+    for i, payload in enumerate(frames[1:], 1):
+        if i >= config.credits and sent_at[i - config.credits] + round_trip > now:
+            stalls += sent_at[i - config.credits] + round_trip - now
+            now = sent_at[i - config.credits] + round_trip
+        now += frame_cycles(config, payload)
+        sent_at.append(now)
+    landed = sent_at[-1] + config.latency + land
+    return SendTiming(landed, landed + control + config.latency, stalls)
 
 
 def send_cycles(config: ChipLinkConfig, length: int, op: LinkOp = LinkOp.WRITE, crc_faults: int = 0) -> int:
-    """The golden model's cycles for a SEND of ``length`` bytes on an idle, up link, start to DONE.
-
-    The frames stream back to back while credits last; a frame waits for the credit its
-    predecessor ``credits`` frames back returns (an ACK ``latency`` cycles after it landed).  The
-    SEND completes when DONE, sent after the last frame landed, arrives back: one more
-    ``latency`` plus a control frame.  Each of ``crc_faults`` corrupted frames costs a NAK round
-    trip and the resending of the frames after it that were already in flight.
-    """
-    frames = send_frames(config, length)
-    control = ceil_div(CONTROL_BYTES + TRAILER_BYTES, config.width)
-    land = _LAND_CYCLES[LinkOp(op)]
-    sent_at: list[int] = []  # cycle each frame's last beat leaves
-    credit_back: list[int] = []  # cycle each frame's credit is back at the sender
-    now = 0
-    for i, payload in enumerate(frames):
-        if i >= config.credits:
-            now = max(now, credit_back[i - config.credits])
-        now += frame_cycles(config, payload)
-        sent_at.append(now)
-        credit_back.append(now + config.latency + land + control + config.latency)
-    resend = crc_faults * (2 * config.latency + control + land
-                           + min(config.credits, len(frames)) * frame_cycles(config, config.max_payload))
-    landed = sent_at[-1] + config.latency + land if frames else 0
-    return landed + control + config.latency + resend
+    """Cycles of a SEND from its start to its completion (:func:`send_timing`'s ``done``)."""
+    return send_timing(config, length, op, crc_faults).done
 
 
 def peer_rank(rank: int, chips: int, port: int) -> int:

@@ -265,7 +265,7 @@ def _blocks(semaphores: int) -> tuple[BlockSpec, ...]:
             _R("CONTROL", Access.RW, "Port control.",
                ("force_down", 0, 1, "Hold the port down (a cut link, for tests): no frames leave or are taken; "
                 "the peer's port goes down too; SENDs on it complete LINK_DOWN."),
-               ("corrupt", 8, 8, "Fault injection: the next DATA frame sent for the first time and its next "
+               ("corrupt", 8, 8, "Fault injection: the first frame of the next SEND on the port and its next "
                 "corrupt - 1 resends go out with a bad CRC; counts down as they go."), count=LINK_PORTS),
             _R("STATUS", Access.RO, "Port state.",
                ("up", 0, 1, "The port has a peer and neither end forces it down."),
