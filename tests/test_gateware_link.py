@@ -228,11 +228,12 @@ def test_credits_run_out_while_the_receiver_keeps_its_buffers() -> None:
 
 
 def test_injected_crc_errors_are_naked_and_sent_again() -> None:
-    """Two corrupted sendings of frame 1 (within the retry limit of 2): b counts two CRC errors and NAKs them, a acts
-    on both NAKs (RETRIES 2), sending frame 1 (and what followed it) again, and b keeps each frame once, in order;
+    """Two corrupted sendings of frame 1, the next SEND's first frame (within the retry limit of 2): b counts two CRC
+    errors and NAKs them, a acts on both NAKs (RETRIES 2) sending frame 1 again, alone (a first frame goes alone:
+    frames 2 and 3 go once it is acknowledged, so nothing else is sent twice), and b keeps each frame once, in order;
     the injection has counted down to 0."""
     pair = _Pair()
-    sent = [_frame(i, [100 + i] * 4, first=i == 0) for i in range(4)]
+    sent = [_frame(i, [100 + i] * 4, first=i in (0, 1)) for i in range(4)]
     run = _Run(pair, [])
 
     async def bench(ctx) -> None:
@@ -250,8 +251,10 @@ def test_injected_crc_errors_are_naked_and_sent_again() -> None:
         assert ctx.get(pair.b.crc_errors) == 2
         assert ctx.get(pair.a.retries) == 2 and ctx.get(pair.a.tx_frames) == 4
         assert not ctx.get(pair.a.failed) and ctx.get(pair.a.inject_left) == 0
-        bad = [f for f in _frames_on(run.beats_ab) if not _crc_ok(f)]
+        data = _frames_on(run.beats_ab)
+        bad = [f for f in data if not _crc_ok(f)]
         assert len(bad) == 2 and {_header(f)["seq"] for f in bad} == {1}
+        assert [_header(f)["seq"] for f in data] == [0, 1, 1, 1, 2, 3]
         naks = [_header(f) for f in _frames_on(run.beats_ba)]
         assert [h["seq"] for h in naks if h["kind"] == FrameKind.NAK] == [1, 1]
 
@@ -337,5 +340,25 @@ def test_done_frames_reach_the_senders_dma() -> None:
                 seen.append((ctx.get(pair.a.done_seq), ctx.get(pair.a.done_status)))
             await ctx.tick()
         assert seen == [(7, 0x21)]
+
+    simulate(pair, bench)
+
+
+def test_a_first_frame_goes_alone_until_acknowledged() -> None:
+    """With b consuming nothing, a sends a SEND's first frame and nothing after it, though credits remain; once b
+    consumes (ACK), the rest follow."""
+    pair = _Pair(ChipLinkConfig(latency=3, max_payload=64, credits=4, retries=2))
+    run = _Run(pair, [])
+    run.consuming = False
+
+    async def bench(ctx) -> None:
+        await run.come_up(ctx)
+        run.queue.extend(_frame(i, [i] * 8, first=i == 0) for i in range(3))
+        for _ in range(150):
+            await run.step(ctx)
+        assert [_header(f)["seq"] for f in _frames_on(run.beats_ab)] == [0]
+        run.consuming = True
+        await run.until(ctx, lambda: len(run.received) == 3)
+        assert [_header(f)["seq"] for f in _frames_on(run.beats_ab)] == [0, 1, 2]
 
     simulate(pair, bench)

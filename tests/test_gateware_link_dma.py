@@ -30,7 +30,7 @@ class _Chips(Elaboratable):
     """Chips 0 and 1: an endpoint and a device memory each, 0's tx to 1's rx and back."""
 
     def __init__(self, config: ChipLinkConfig = CONFIG):
-        self.ends = [LinkEndpoint(config, semaphores=4) for _ in range(2)]
+        self.ends = [LinkEndpoint(config, semaphores=4, mem_bytes=MEM_BYTES) for _ in range(2)]
         self.mems = [AxiMemory(size=MEM_BYTES, ports=2, banks=1) for _ in range(2)]
         self.wires = [LinkWire(config.latency) for _ in range(2)]
 
@@ -77,13 +77,13 @@ class _Bench:
         assert all(ctx.get(e.up) for e in self.chips.ends)
 
     async def send(self, ctx, chip: int, *, src: int, dst: int, length: int, op=LinkOp.WRITE, sem=1, count=1,
-                   limit: int = 5000, corrupt_after: tuple[int, int] | None = None) -> tuple[int, int]:
+                   limit: int = 5000, cut_after: int | None = None) -> tuple[int, int]:
         """A SEND from ``chip`` to its peer; returns its status and the cycles from request to status.
 
-        ``corrupt_after`` ``(frames, n)``: once the port has sent ``frames`` more frames, inject ``n`` corruptions.
+        ``cut_after``: once the port has sent that many more frames, the peer forces its port down.
         """
         end = self.chips.ends[chip]
-        armed_at = None if corrupt_after is None else ctx.get(end.tx_frames) + corrupt_after[0]
+        armed_at = None if cut_after is None else ctx.get(end.tx_frames) + cut_after
         req = self.chips.ends[chip].request
         for name, value in (("src_addr", src), ("dst_addr", dst), ("length", length), ("op", op), ("sem", sem),
                             ("count", count)):
@@ -97,10 +97,7 @@ class _Bench:
         ctx.set(done.tready, 1)
         for cycles in range(limit):
             if armed_at is not None and ctx.get(end.tx_frames) == armed_at:
-                ctx.set(end.inject, 1)
-                ctx.set(end.inject_count, corrupt_after[1])
-                await self.tick(ctx)
-                ctx.set(end.inject, 0)
+                ctx.set(self.chips.ends[1 - chip].force_down, 1)
                 armed_at = None
             if ctx.get(done.tvalid):
                 status = ctx.get(done.tdata)
@@ -230,28 +227,31 @@ def test_crc_errors_within_the_retries_recover_past_them_link_crc() -> None:
 
 @pytest.mark.parametrize("op", [LinkOp.WRITE, LinkOp.ADD])
 def test_a_send_cut_short_is_abandoned_by_the_next(op: LinkOp) -> None:
-    """Frame 3 of 8 corrupted past the retry limit: LINK_CRC, frames 0..2 landed (ADD: added) and nothing after,
-    no signal; the peer abandons the unfinished SEND when the next one's first frame comes, which lands whole."""
+    """Chip 1 forces its port down after 3 of 8 frames: LINK_DOWN, whole frames only landed (ADD: added) and no
+    signal; up again, the peer abandons the unfinished SEND when the next one's first frame comes, which lands
+    whole and signals."""
     chips = _Chips()
     b = _Bench(chips)
     rng = np.random.default_rng(5)
     x = rng.integers(-2**31, 2**31, 128, dtype=np.int64).astype(np.int32)
     y = rng.integers(-2**31, 2**31, 128, dtype=np.int64).astype(np.int32)
     frame = CONFIG.max_payload // 4  # int32 lanes a frame
-
-    def landed(old: np.ndarray, new: np.ndarray) -> np.ndarray:
-        return (old.astype(np.int64) + new).astype(np.int32) if op == LinkOp.ADD else new
+    landed = (y.astype(np.int64) + x).astype(np.int32) if op == LinkOp.ADD else x
 
     async def bench(ctx) -> None:
         await b.come_up(ctx)
         b.write(ctx, 0, 0, x.tobytes())
         b.write(ctx, 1, 0x1000, y.tobytes())
-        status, _ = await b.send(ctx, 0, src=0, dst=0x1000, length=512, op=op, corrupt_after=(3, CONFIG.retries + 1))
-        assert status == ErrorCode.LINK_CRC
-        got = np.frombuffer(b.read(ctx, 1, 0x1000, 512), dtype=np.int32)
-        assert np.array_equal(got[:3 * frame], landed(y[:3 * frame], x[:3 * frame]))
-        assert np.array_equal(got[3 * frame:], y[3 * frame:])
+        status, _ = await b.send(ctx, 0, src=0, dst=0x1000, length=512, op=op, cut_after=3)
+        assert status == ErrorCode.LINK_DOWN
+        got = np.frombuffer(b.read(ctx, 1, 0x1000, 512), dtype=np.int32).reshape(8, frame)
+        whole = [np.array_equal(got[k], landed.reshape(8, frame)[k]) for k in range(8)]
+        untouched = [np.array_equal(got[k], y.reshape(8, frame)[k]) for k in range(8)]
+        assert all(w or u for w, u in zip(whole, untouched, strict=True)) and 1 <= sum(whole) < 8
         assert b.signals == []
+        ctx.set(chips.ends[1].force_down, 0)
+        for _ in range(CONFIG.latency + 2):
+            await b.tick(ctx)
         status, _ = await b.send(ctx, 0, src=0, dst=0x2000, length=512, op=op, sem=0, count=4)
         assert status == ErrorCode.OK
         assert np.array_equal(np.frombuffer(b.read(ctx, 1, 0x2000, 512), dtype=np.int32), x)

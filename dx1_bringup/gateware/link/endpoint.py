@@ -27,13 +27,13 @@ class LinkEndpoint(wiring.Component):
     ``clear`` and the counters are the port's (:class:`~.port.LinkPort`); ``busy`` while a SEND runs.
     """
 
-    def __init__(self, config: ChipLinkConfig, semaphores: int):
+    def __init__(self, config: ChipLinkConfig, semaphores: int, mem_bytes: int):
         if not isinstance(config, ChipLinkConfig):
             raise TypeError(f"Link endpoint config must be a ChipLinkConfig, not {config!r}")
         self.config = config
         self._port = LinkPort(config)
         self._sender = LinkSender(config)
-        self._lander = LinkLander(config, semaphores)
+        self._lander = LinkLander(config, semaphores, mem_bytes)
         lander = self._lander.signature.members
         super().__init__({
             "tx": Out(link_wire()), "rx": In(link_wire()), "force_down": In(1), "up": Out(1),

@@ -29,7 +29,7 @@ class LinkLander(wiring.Component):
     """Lands the frames a port kept, in order, a SEND at a time.
 
     A SEND's ``first`` frame checks its whole destination (``dst_addr`` .. ``+ transfer_bytes``)
-    against the link window (``window_base`` .. ``window_limit``); a SEND outside it lands
+    against the link window (``window_base`` .. ``window_limit``) and the memory's size; a SEND outside lands
     nothing and is answered DONE REMOTE_WINDOW at its last frame.  Inside, each frame's payload
     goes out as write bursts at its ``dst_addr``, each burst's address only once its beats are
     in the data FIFO, as a COPY's (:class:`~dx1_bringup.gateware.dma.write.WriteEngine`); the
@@ -44,10 +44,10 @@ class LinkLander(wiring.Component):
     ends that one silently once its frames have landed.  A frame of no SEND is dropped.
     """
 
-    def __init__(self, config: ChipLinkConfig, semaphores: int):
+    def __init__(self, config: ChipLinkConfig, semaphores: int, mem_bytes: int):
         if not isinstance(config, ChipLinkConfig):
             raise TypeError(f"Link lander config must be a ChipLinkConfig, not {config!r}")
-        self.config, self.semaphores = config, semaphores
+        self.config, self.semaphores, self.mem_bytes = config, semaphores, mem_bytes
         word_bits = max(1, (config.max_payload // 8 - 1).bit_length())
         super().__init__({
             "bus": Out(AXI4Signature()),
@@ -86,7 +86,8 @@ class LinkLander(wiring.Component):
         window_ok = Signal()
         end = Signal(33)
         dst, total = data_field(hdr, "dst_addr"), data_field(hdr, "transfer_bytes")
-        m.d.comb += [end.eq(dst + total), window_ok.eq((dst >= self.window_base) & (end <= self.window_limit))]
+        m.d.comb += [end.eq(dst + total), window_ok.eq((dst >= self.window_base) & (end <= self.window_limit)
+                                      & (end <= self.mem_bytes))]
         frame_words = data_field(hdr, "payload_bytes")[3:]
 
         # Payload words: pay_data is word idx (its address went out the cycle before); ``advance`` takes it,

@@ -56,10 +56,12 @@ class LinkTransmitter(wiring.Component):
       SEND ends with LINK_CRC); words offered meanwhile are taken and dropped.
     * ``abort`` (the DMA ended its SEND) drops a partly stored frame and clears ``failed``.
     * While ``up`` is low nothing is sent, the buffer is emptied and offered words are dropped.
-    * ``inject`` with ``inject_count`` (LINK.CONTROL ``corrupt``): the next frame sent for the
-      first time, and its resends, go out with a corrupted trailer (the CRC inverted) while
-      the count lasts (``inject_left`` counts down; a frame past the retry limit takes what
-      is left with it), so the peer sees exactly that many CRC errors.
+    * A SEND's ``first`` frame goes alone: no frame after it is sent until it is acknowledged
+      (so a SEND that fails on it has sent one frame, whatever the timing).
+    * ``inject`` with ``inject_count`` (LINK.CONTROL ``corrupt``): the next SEND's first frame,
+      and its resends, go out with a corrupted trailer (the CRC inverted) while the count
+      lasts (``inject_left`` counts down; past the retry limit the rest waits for the next
+      SEND's first frame), so the peer sees exactly that many CRC errors.
     * Pulses for the port's counters: ``sent_new`` (a frame's first sending starts),
       ``sent_again``, ``nak_taken`` (a NAK that sends frames again: not the one past the limit);
       ``next_seq``, the ``seq`` the next frame stored gets; ``idle`` while nothing is stored,
@@ -129,8 +131,14 @@ class LinkTransmitter(wiring.Component):
         ]
         with m.If(word_taken):
             m.d.sync += store_idx.eq(Mux(self.frames.last, 0, store_idx + 1))
+        # Which slots hold a SEND's first frame (word 0's ``first`` bit, kept from the word stored).
+        slot_first = Signal(slots)
+        storing_first = Signal()
+        with m.If(word_taken & (store_idx == 0)):
+            m.d.sync += storing_first.eq(data_field(self.frames.data, "first"))
         with m.If(commit):
-            m.d.sync += store_slot.eq(_add_mod(store_slot, 1, slots))
+            m.d.sync += [store_slot.eq(_add_mod(store_slot, 1, slots)), slot_first.bit_select(store_slot, 1).eq(
+                Mux(store_idx == 0, data_field(self.frames.data, "first"), storing_first))]
 
         # ---- fault injection: the next frame sent for the first time, and its resends, while the count lasts ------
         inj_bound = Signal()
@@ -167,6 +175,9 @@ class LinkTransmitter(wiring.Component):
                              rewind_slot.eq(_add_mod(base_slot, nak_dist[:slot_bits] if slots > 1 else 0, slots))]
 
         # ---- the sequencer: control frames first, then the oldest unsent DATA frame ------------------------------
+        # A SEND's first frame goes alone: nothing after it is sent until it is acknowledged.
+        first_waits = Signal()
+        m.d.comb += first_waits.eq((count != 0) & slot_first.bit_select(base_slot, 1) & (sent != base))
         pick = Signal(range(5))
         emit = Signal(range(7))
         emit_corrupt = Signal()
@@ -185,9 +196,10 @@ class LinkTransmitter(wiring.Component):
                         m.d.comb += self.ctrl.ready.eq(1)
                         m.d.sync += [ctrl_word.eq(self.ctrl.data), emit.eq(_Emit.CONTROL),
                                      pick.eq(_Pick.CONTROL_TRAILER)]
-                    with m.Elif((sent != stored) & ~failed):
+                    with m.Elif((sent != stored) & ~failed & ~first_waits):
                         new = sent == high
-                        corrupt = (inj_left != 0) & Mux(inj_bound, inj_seq == sent, new)
+                        corrupt = (inj_left != 0) & Mux(inj_bound, inj_seq == sent, new & slot_first.bit_select(
+                            send_slot, 1))
                         m.d.sync += [emit.eq(_Emit.HEADER0), pick.eq(_Pick.HEADER1), frame_corrupt.eq(corrupt),
                                      pay_idx.eq(0), frame_stale.eq(0)]
                         with m.If(corrupt):
@@ -241,8 +253,8 @@ class LinkTransmitter(wiring.Component):
         m.d.sync += [count.eq(count + commit - freed), base.eq(base + freed),
                      base_slot.eq(_add_mod(base_slot, freed, slots) if slots > 1 else 0)]
         with m.If(exhausted):
-            # The corrupted frame is dropped with its SEND: what is left of the injection goes with it.
-            m.d.sync += [failed.eq(1), inj_left.eq(0), inj_bound.eq(0)]
+            # What is left of the injection waits for the next SEND's first frame.
+            m.d.sync += [failed.eq(1), inj_bound.eq(0)]
         with m.If(self.abort):
             m.d.sync += [failed.eq(0), store_idx.eq(0)]
         with m.If(exhausted | down):

@@ -305,7 +305,7 @@ class Dx1Soc(wiring.Component):
         clear_counters = soft_reset | (clear.write & field_bits(clear.wdata, spec_reg("LINK", "CLEAR"), "counters"))
         first_link_master = 1 + 2 * cfg.tiles
         for p in range(LINK_PORTS):
-            m.submodules[f"link{p}"] = end = LinkEndpoint(link, cfg.semaphores)
+            m.submodules[f"link{p}"] = end = LinkEndpoint(link, cfg.semaphores, cfg.mem_bytes)
             wiring.connect(m, end.tx, wiring.flipped(getattr(self, f"link{p}_tx")))
             wiring.connect(m, wiring.flipped(getattr(self, f"link{p}_rx")), end.rx)
             wiring.connect(m, end.send_bus, getattr(memory, f"s{first_link_master + 2 * p}"))
