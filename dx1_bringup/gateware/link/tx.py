@@ -147,6 +147,10 @@ class LinkTransmitter(wiring.Component):
         with m.If(self.inject):
             m.d.sync += [inj_bound.eq(0), inj_left.eq(self.inject_count)]
 
+        # A SEND's first frame goes alone: nothing after it is sent until it is acknowledged.
+        first_waits = Signal()
+        m.d.comb += first_waits.eq((count != 0) & slot_first.bit_select(base_slot, 1) & (sent != base))
+
         # ---- acknowledgements and NAKs (one control frame at a time from the port's receiver) ---------------------
         freed = Signal(range(slots + 1))
         ack_dist = Signal(SEQ_BITS)
@@ -161,7 +165,9 @@ class LinkTransmitter(wiring.Component):
         times = Signal(5)
         exhausted = Signal()
         m.d.comb += [
-            take_nak.eq(self.nak & (nak_dist < sent_dist) & ~failed & self.up),
+            # While a SEND's first frame is alone on the wire a NAK can only be for it: the receiver names the seq it
+            # expects, which after a SEND that failed or a link that went down need not be the first frame's.
+            take_nak.eq(self.nak & ((nak_dist < sent_dist) | first_waits) & ~failed & self.up),
             times.eq(Mux(nak_active & (nak_last == self.nak_seq), nak_times + 1, 1)),
             exhausted.eq(take_nak & (times > cfg.retries)),
             self.nak_taken.eq(take_nak & ~exhausted),
@@ -170,14 +176,13 @@ class LinkTransmitter(wiring.Component):
             m.d.sync += nak_active.eq(0)
         with m.If(take_nak):
             m.d.sync += [nak_last.eq(self.nak_seq), nak_times.eq(times), nak_active.eq(1)]
-            with m.If(~exhausted):
+            with m.If(~exhausted & first_waits):
+                m.d.sync += [rewind.eq(1), rewind_seq.eq(base), rewind_slot.eq(base_slot)]
+            with m.Elif(~exhausted):
                 m.d.sync += [rewind.eq(1), rewind_seq.eq(self.nak_seq),
                              rewind_slot.eq(_add_mod(base_slot, nak_dist[:slot_bits] if slots > 1 else 0, slots))]
 
         # ---- the sequencer: control frames first, then the oldest unsent DATA frame ------------------------------
-        # A SEND's first frame goes alone: nothing after it is sent until it is acknowledged.
-        first_waits = Signal()
-        m.d.comb += first_waits.eq((count != 0) & slot_first.bit_select(base_slot, 1) & (sent != base))
         pick = Signal(range(5))
         emit = Signal(range(7))
         emit_corrupt = Signal()
