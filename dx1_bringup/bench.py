@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from . import argtypes as types
-from . import bench_collectives, bench_scaling, bench_vector
+from . import bench_collectives, bench_link, bench_scaling, bench_vector
 from .bench_simspeed import print_simspeed, simspeed_bench
 from .runtime.operands import random_operands
 from .serving import cli as serving_cli
@@ -331,7 +331,7 @@ def print_serial(serial: dict) -> None:
 
 
 #: Sections of the bench, in the order they run.
-SECTIONS = ("tile", "soc", "simspeed", "serial", "perfmodel", "vector", "scaling", "serving", "collectives")
+SECTIONS = ("tile", "soc", "simspeed", "serial", "perfmodel", "vector", "scaling", "serving", "collectives", "link")
 
 
 def _some_of(allowed: tuple[int, ...]):
@@ -380,7 +380,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     """Run the sections in ``args.only``, print their tables and merge their figures into ``args.out``."""
     if args.sections:
         args.only = [s for listed in args.sections for s in listed]
-    reason = verilator_missing() if set(args.only) - {"serving", "collectives"} else None
+    reason = verilator_missing() if set(args.only) - {"serving", "collectives", "link"} else None
     if reason:
         print(f"dx1 bench: cannot run: {reason}", file=sys.stderr)
         return 2
@@ -433,6 +433,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
                   "two simulators, ring and direct, like nccl-tests ...", flush=True)
             report["collectives"] = bench_collectives.collectives_bench()
             ok &= bench_collectives.correct(report["collectives"])
+        elif section == "link":
+            print(f"[{step}/{len(steps)}] The chip-to-chip link on its RTL (Amaranth's simulator): SENDs of "
+                  f"{', '.join(map(str, bench_link.SIZES))} bytes between two endpoints, WRITE and ADD ...", flush=True)
+            report["link"] = bench_link.link_bench()
+            ok &= all(r["ok"] for r in report["link"]["runs"])
         elif section == "serving":
             print(f"[{step}/{len(steps)}] Serving: continuous against static batching under one Poisson load over "
                   "HTTP on loopback ...", flush=True)
@@ -465,6 +470,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print("\n" + report["serving"]["table"])
     if "collectives" in args.only:
         bench_collectives.print_collectives(report["collectives"])
+    if "link" in args.only:
+        bench_link.print_link(report["link"])
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"\nwritten to {args.out}")

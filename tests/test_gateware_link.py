@@ -304,7 +304,7 @@ def test_a_port_forced_down_takes_both_ends_down_and_sends_nothing() -> None:
             await run.step(ctx)
         assert ctx.get(pair.a.up) and ctx.get(pair.b.up)
         ctx.set(pair.b.force_down, 1)
-        for _ in range(CONFIG.latency + 2):
+        for _ in range(2 * CONFIG.latency + 2):
             await run.step(ctx)
         assert not ctx.get(pair.a.up) and not ctx.get(pair.b.up)
         before = len(run.beats_ab)
@@ -314,7 +314,7 @@ def test_a_port_forced_down_takes_both_ends_down_and_sends_nothing() -> None:
             await run.step(ctx)
         assert len(run.beats_ab) == before and run.received == [] and ctx.get(pair.a.idle)
         ctx.set(pair.b.force_down, 0)
-        for _ in range(CONFIG.latency + 2):
+        for _ in range(2 * CONFIG.latency + 2):
             await run.step(ctx)
         assert ctx.get(pair.a.up) and ctx.get(pair.b.up)
         run.queue.append(_frame(5, [5], first=True))
@@ -360,5 +360,25 @@ def test_a_first_frame_goes_alone_until_acknowledged() -> None:
         run.consuming = True
         await run.until(ctx, lambda: len(run.received) == 3)
         assert [_header(f)["seq"] for f in _frames_on(run.beats_ab)] == [0, 1, 2]
+
+    simulate(pair, bench)
+
+
+def test_a_wire_cut_in_one_direction_takes_both_ends_down() -> None:
+    """Cutting only the wire from a to b: b loses a's signal, stops saying it hears a, and a goes down too; mended,
+    both come up again (a round trip: each end must hear that it is heard)."""
+    pair = _Pair()
+    run = _Run(pair, [])
+
+    async def bench(ctx) -> None:
+        await run.come_up(ctx)
+        ctx.set(pair.ab.cut, 1)
+        for _ in range(2 * CONFIG.latency + 2):
+            await run.step(ctx)
+        assert not ctx.get(pair.a.up) and not ctx.get(pair.b.up)
+        ctx.set(pair.ab.cut, 0)
+        await run.come_up(ctx)
+        run.queue.append(_frame(1, [1], first=True))
+        await run.until(ctx, lambda: len(run.received) == 1)
 
     simulate(pair, bench)

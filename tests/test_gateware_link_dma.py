@@ -72,7 +72,7 @@ class _Bench:
         for end in self.chips.ends:
             ctx.set(end.window_base, 0)
             ctx.set(end.window_limit, MEM_BYTES)
-        for _ in range(CONFIG.latency + 2):
+        for _ in range(2 * CONFIG.latency + 2):
             await self.tick(ctx)
         assert all(ctx.get(e.up) for e in self.chips.ends)
 
@@ -180,12 +180,12 @@ def test_a_port_down_at_either_end_completes_link_down() -> None:
     async def bench(ctx) -> None:
         await b.come_up(ctx)
         ctx.set(chips.ends[1].force_down, 1)
-        for _ in range(CONFIG.latency + 2):
+        for _ in range(2 * CONFIG.latency + 2):
             await b.tick(ctx)
         status, cycles = await b.send(ctx, 0, src=0, dst=0, length=64)
         assert status == ErrorCode.LINK_DOWN and cycles < 5
         ctx.set(chips.ends[1].force_down, 0)
-        for _ in range(CONFIG.latency + 2):
+        for _ in range(2 * CONFIG.latency + 2):
             await b.tick(ctx)
         assert (await b.send(ctx, 0, src=0, dst=0, length=64))[0] == ErrorCode.OK
 
@@ -250,7 +250,7 @@ def test_a_send_cut_short_is_abandoned_by_the_next(op: LinkOp) -> None:
         assert all(w or u for w, u in zip(whole, untouched, strict=True)) and 1 <= sum(whole) < 8
         assert b.signals == []
         ctx.set(chips.ends[1].force_down, 0)
-        for _ in range(CONFIG.latency + 2):
+        for _ in range(2 * CONFIG.latency + 2):
             await b.tick(ctx)
         status, _ = await b.send(ctx, 0, src=0, dst=0x2000, length=512, op=op, sem=0, count=4)
         assert status == ErrorCode.OK

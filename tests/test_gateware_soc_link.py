@@ -216,12 +216,12 @@ def test_send_checks_and_outcomes_in_the_spec_order() -> None:
         assert await host.read32(ctx, 0, _addr("LINK", "RETRIES0")) == 1
         assert await host.read32(ctx, 1, _addr("LINK", "CRC_ERRORS1")) == 2
         await host.write32(ctx, 1, _addr("LINK", "CONTROL1"), 1)
-        for _ in range(LINK.latency + 2):
+        for _ in range(2 * LINK.latency + 2):
             await ctx.tick()
         assert await host.read32(ctx, 0, _addr("LINK", "STATUS0")) & 1 == 0
         assert (await host.run(ctx, 0, _send()))["status"] == ErrorCode.LINK_DOWN
         await host.write32(ctx, 1, _addr("LINK", "CONTROL1"), 0)
-        for _ in range(LINK.latency + 2):
+        for _ in range(2 * LINK.latency + 2):
             await ctx.tick()
         assert (await host.run(ctx, 0, _send(port=PORT_NEXT)))["status"] == ErrorCode.OK
         assert host.peek(ctx, 1, 0x1000, 256) == bytes(range(256))

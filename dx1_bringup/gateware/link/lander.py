@@ -34,8 +34,9 @@ class LinkLander(wiring.Component):
     goes out as write bursts at its ``dst_addr``, each burst's address only once its beats are
     in the data FIFO, as a COPY's (:class:`~dx1_bringup.gateware.dma.write.WriteEngine`); the
     next frame starts as soon as the last burst of this one is issued, so frames stream through.
-    For ADD the destination is read ahead (bursts with room reserved in the read FIFO,
-    :class:`~.reads.ReservedReads`) and each int32 lane of the payload added to it, wrapping.
+    For ADD the SEND's whole destination is read ahead from its first frame on (bursts with room
+    reserved in the read FIFO, :class:`~.reads.ReservedReads`) and each int32 lane of the payload
+    added to it, wrapping.
     A frame's buffer is freed (``consume``: the port's ACK) as soon as its payload is in the
     data FIFO; every kept frame lands whole.  After a SEND's last write is answered the
     semaphore ``sem`` gets ``count`` (the SoC's semaphore arbiter: ``sem_*``; none when ``count``
@@ -101,7 +102,8 @@ class LinkLander(wiring.Component):
         summed = Cat(*((self.pay_data[32 * i:32 * i + 32] + rfifo.r_data[32 * i:32 * i + 32])[:32]
                        for i in range(WORD_BITS // 32)))
         m.d.comb += [
-            reads.room.eq(DATA_DEPTH - rfifo.level), reads.base.eq(dst), reads.beats.eq(frame_words),
+            reads.room.eq(DATA_DEPTH - rfifo.level), reads.base.eq(dst), reads.beats.eq(total[3:]),
+            reads.abort.eq(state == _State.ABANDON),
             rfifo.w_data.eq(bus.rdata), rfifo.w_en.eq(reads.beat),
             writer.base.eq(dst), writer.stride.eq(0), writer.segments.eq(1), writer.seg_beats.eq(frame_words),
             writer.is_copy.eq(1), writer.copy_beat.eq(fifo.w_en & fifo.w_rdy),
@@ -124,8 +126,9 @@ class LinkLander(wiring.Component):
                         idx.eq(0), state.eq(_State.DECIDE),
                     ]
             with m.Case(_State.DECIDE):
-                # A frame's bursts start once the last frame's are all issued (their data is in the FIFO).
-                start = writer.issued & reads.issued
+                # A frame's bursts start once the last frame's are all issued (their data is in the FIFO).  An ADD
+                # reads its whole destination ahead from its first frame on (frames follow each other in it).
+                start = writer.issued
                 with m.If(first & in_send):
                     m.d.sync += state.eq(_State.ABANDON)
                 with m.Elif(first):
@@ -140,7 +143,7 @@ class LinkLander(wiring.Component):
                     m.d.comb += self.consume.eq(1)
                     m.d.sync += state.eq(Mux(in_send & last, _State.DONE, _State.IDLE))
                 with m.Elif(start):
-                    m.d.comb += [writer.start.eq(1), reads.start.eq(is_add)]
+                    m.d.comb += writer.start.eq(1)
                     m.d.sync += state.eq(_State.COPY)
             with m.Case(_State.COPY):
                 with m.If(is_add):
@@ -166,8 +169,10 @@ class LinkLander(wiring.Component):
                 with m.If(self.done_ready):
                     m.d.sync += [state.eq(_State.IDLE), in_send.eq(0)]
             with m.Case(_State.ABANDON):
-                # The unfinished SEND's kept frames land; then the new SEND's first frame is decided afresh.
-                with m.If(writer.done & reads.done):
+                # The unfinished SEND's kept frames land and its reads ahead are dropped; then the new SEND's first
+                # frame is decided afresh.
+                m.d.comb += rfifo.r_en.eq(1)
+                with m.If(writer.done & reads.done & (rfifo.level == 0)):
                     m.d.sync += [in_send.eq(0), state.eq(_State.DECIDE)]
         m.d.comb += [
             self.sem_index.eq(sem), self.sem_delta.eq(count), self.done_seq.eq(seq),

@@ -24,8 +24,8 @@ COUNTERS = ("tx_frames", "rx_frames", "retries", "crc_errors", "credit_stalls")
 class LinkPort(wiring.Component):
     """A link port of a chip: ``tx``/``rx`` are its two wires, ``force_down`` holds it down (no traffic).
 
-    ``up`` is high while the port is not forced down and the peer's signal-detect arrives on
-    ``rx``; cutting either direction, or forcing either end down, brings both ends down.
+    ``up`` is high while the port is not forced down, the peer's signal arrives on ``rx`` and the
+    peer hears this end's; cutting either direction, or forcing either end down, brings both ends down.
 
     The sending DMA offers DATA frames on ``frames`` and learns their SEND's end from the peer's
     DONE (``done``, ``done_seq``, ``done_status``) or from ``failed`` (a frame past the retry
@@ -58,9 +58,12 @@ class LinkPort(wiring.Component):
         m.submodules.rx = rx = self._rx
         m.submodules.control = control = ControlQueue()
         up = Signal()
-        m.d.comb += [up.eq(~self.force_down & self.rx.up), self.up.eq(up), tx.up.eq(up), rx.up.eq(up)]
-        # The signal-detect goes out while this end is not forced down, so the peer sees a cut or a forced end.
-        m.d.comb += [self.tx.up.eq(~self.force_down), self.tx.valid.eq(tx.wire.valid),
+        # Up: not forced down, the peer's signal arrives, and the peer hears this end's.  The signal goes out
+        # while this end is not forced down, and ``hears`` while the peer's arrives, so a cut wire in either
+        # direction or a forced end downs both ends (and coming up takes a round trip).
+        m.d.comb += [up.eq(~self.force_down & self.rx.up & self.rx.hears), self.up.eq(up), tx.up.eq(up),
+                     rx.up.eq(up)]
+        m.d.comb += [self.tx.up.eq(~self.force_down), self.tx.hears.eq(self.rx.up), self.tx.valid.eq(tx.wire.valid),
                      self.tx.first.eq(tx.wire.first), self.tx.data.eq(tx.wire.data)]
         connect(m, flipped(self.rx), rx.wire)
         connect(m, flipped(self.frames), tx.frames)

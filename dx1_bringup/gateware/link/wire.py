@@ -16,16 +16,19 @@ WORD_BITS = 64
 def link_wire() -> wiring.Signature:
     """One direction of a link port, as the sending chip drives it.
 
-    ``up`` is the sender's signal-detect (high while its port is not forced down), ``valid`` marks a beat of a
+    ``up`` is the sender's signal (high while its port is not forced down), ``hears`` says the sender receives
+    its peer's signal (so a wire cut in one direction downs both ends), ``valid`` marks a beat of a
     frame and ``first`` its first beat (a framing bit beside the data, as 64b/66b's sync header: a receiver that
     lost a frame's end finds the next frame's start), ``data`` is one little-endian frame word.  No ready: the
     wire cannot stall, the sender holds credits for the receiver's buffers instead.
     """
-    return wiring.Signature({"up": Out(1), "valid": Out(1), "first": Out(1), "data": Out(WORD_BITS)})
+    return wiring.Signature({"up": Out(1), "hears": Out(1), "valid": Out(1), "first": Out(1),
+                             "data": Out(WORD_BITS)})
 
 
 class LinkWire(wiring.Component):
-    """``latency`` cycles of delay from ``tx`` to ``rx``; ``cut`` drops everything (``up`` too) while high.
+    """``latency`` cycles of delay from ``tx`` to ``rx``; ``cut`` drops everything (``up`` and ``hears`` too) while
+    high.
 
     Parameters
     ----------
@@ -41,11 +44,14 @@ class LinkWire(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        up, valid, first, data = self.tx.up & ~self.cut, self.tx.valid & ~self.cut, self.tx.first, self.tx.data
+        up, hears = self.tx.up & ~self.cut, self.tx.hears & ~self.cut
+        valid, first, data = self.tx.valid & ~self.cut, self.tx.first, self.tx.data
         for i in range(self.latency):
-            up_d, valid_d = Signal(name=f"up{i}"), Signal(name=f"valid{i}")
+            up_d, hears_d, valid_d = Signal(name=f"up{i}"), Signal(name=f"hears{i}"), Signal(name=f"valid{i}")
             first_d, data_d = Signal(name=f"first{i}"), Signal(WORD_BITS, name=f"data{i}")
-            m.d.sync += [up_d.eq(up), valid_d.eq(valid), first_d.eq(first & valid), data_d.eq(data)]
-            up, valid, first, data = up_d, valid_d, first_d, data_d
-        m.d.comb += [self.rx.up.eq(up), self.rx.valid.eq(valid), self.rx.first.eq(first), self.rx.data.eq(data)]
+            m.d.sync += [up_d.eq(up), hears_d.eq(hears), valid_d.eq(valid), first_d.eq(first & valid),
+                         data_d.eq(data)]
+            up, hears, valid, first, data = up_d, hears_d, valid_d, first_d, data_d
+        m.d.comb += [self.rx.up.eq(up), self.rx.hears.eq(hears), self.rx.valid.eq(valid), self.rx.first.eq(first),
+                     self.rx.data.eq(data)]
         return m
