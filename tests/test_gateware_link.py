@@ -14,7 +14,7 @@ from amaranth import Elaboratable, Module
 from amaranth.lib import wiring
 from amaranth_run import simulate
 
-from dx1_bringup.gateware.link import LinkPort, LinkWire, WordCrc32
+from dx1_bringup.gateware.link import ControlQueue, LinkPort, LinkWire, WordCrc32
 from dx1_bringup.spec.chip_link import ChipLinkConfig, FrameKind, LinkOp, pack_link_header, unpack_link_header
 
 pytestmark = pytest.mark.amaranth_sim
@@ -66,6 +66,37 @@ def test_wire_delays_by_its_latency_and_a_cut_drops_everything() -> None:
         for _ in range(5):
             await ctx.tick()
         assert (ctx.get(dut.rx.up), ctx.get(dut.rx.valid)) == (0, 0)
+
+    simulate(dut, bench)
+
+
+def test_control_queue_sends_nak_then_the_newest_ack_then_done() -> None:
+    """Two ACKs and a NAK asked for while the transmitter is busy, and a DONE: NAK first, then only the newer ACK
+    (ACKs are cumulative), then DONE with its status; the DONE register is not ready while it holds one."""
+    dut = ControlQueue()
+
+    async def bench(ctx) -> None:
+        for req, seq_port, seq in ((dut.ack_req, dut.ack_seq, 3), (dut.ack_req, dut.ack_seq, 5),
+                                   (dut.nak_req, dut.nak_seq, 6)):
+            ctx.set(req, 1)
+            ctx.set(seq_port, seq)
+            await ctx.tick()
+            ctx.set(req, 0)
+        ctx.set(dut.done_valid, 1)
+        ctx.set(dut.done_seq, 9)
+        ctx.set(dut.done_status, 0x10)
+        await ctx.tick()
+        ctx.set(dut.done_valid, 0)
+        assert not ctx.get(dut.done_ready)
+        sent = []
+        ctx.set(dut.ctrl.ready, 1)
+        for _ in range(5):
+            if ctx.get(dut.ctrl.valid):
+                sent.append(unpack_link_header(ctx.get(dut.ctrl.data).to_bytes(8, "little")))
+            await ctx.tick()
+        assert [(h["kind"], h["seq"], h["status"]) for h in sent] == [
+            (FrameKind.NAK, 6, 0), (FrameKind.ACK, 5, 0), (FrameKind.DONE, 9, 0x10)]
+        assert ctx.get(dut.done_ready)
 
     simulate(dut, bench)
 
