@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from . import argtypes as types
-from . import bench_collectives, bench_parallel, bench_scaling, bench_vector
+from . import bench_collectives, bench_link, bench_parallel, bench_scaling, bench_vector
 from .bench_simspeed import print_simspeed, simspeed_bench
 from .runtime.operands import random_operands
 from .serving import cli as serving_cli
@@ -332,7 +332,7 @@ def print_serial(serial: dict) -> None:
 
 #: Sections of the bench, in the order they run.
 SECTIONS = ("tile", "soc", "simspeed", "serial", "perfmodel", "vector", "scaling", "serving", "collectives",
-            "parallel")
+            "parallel", "link")
 
 
 def _some_of(allowed: tuple[int, ...]):
@@ -390,7 +390,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     """Run the sections in ``args.only``, print their tables and merge their figures into ``args.out``."""
     if args.sections:
         args.only = [s for listed in args.sections for s in listed]
-    reason = verilator_missing() if set(args.only) - {"serving", "collectives", "parallel"} else None
+    reason = verilator_missing() if set(args.only) - {"serving", "collectives", "parallel", "link"} else None
     if reason:
         print(f"dx1 bench: cannot run: {reason}", file=sys.stderr)
         return 2
@@ -448,6 +448,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
                   f"{args.parallel_device} against one chip ...", flush=True)
             report["parallel"] = bench_parallel.parallel_bench(args.parallel_device)
             ok &= bench_parallel.correct(report["parallel"])
+        elif section == "link":
+            print(f"[{step}/{len(steps)}] The chip-to-chip link on its RTL (Amaranth's simulator): SENDs of "
+                  f"{', '.join(map(str, bench_link.SIZES))} bytes between two endpoints, WRITE and ADD ...", flush=True)
+            report["link"] = bench_link.link_bench()
+            ok &= all(r["ok"] for r in report["link"]["runs"])
         elif section == "serving":
             print(f"[{step}/{len(steps)}] Serving: continuous against static batching under one Poisson load over "
                   "HTTP on loopback ...", flush=True)
@@ -482,6 +487,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         bench_collectives.print_collectives(report["collectives"])
     if "parallel" in args.only:
         bench_parallel.print_parallel(report["parallel"])
+    if "link" in args.only:
+        bench_link.print_link(report["link"])
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"\nwritten to {args.out}")

@@ -752,7 +752,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
     .frames__w_addr(frames__w_addr),
     .frames__w_data(frames__w_data),
     .frames__w_en(frames__w_en),
-    .\port$20084$0 (\$40 ),
+    .\port$20092$0 (\$40 ),
     .rst(rst),
     .rx__abort(rx__abort),
     .rx__byte(cmd),
@@ -798,7 +798,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
     .crc__feed(\crc__feed$176 ),
     .crc__restart(\crc__restart$181 ),
     .crc__value(crc__value),
-    .\port$20084$0 (\$40 ),
+    .\port$20092$0 (\$40 ),
     .rst(rst),
     .rx__abort(rx__abort),
     .rx__byte(cmd),
@@ -939,7 +939,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
     .clk(clk),
     .crc__data(\crc__data$167 ),
     .crc__feed(\crc__feed$177 ),
-    .\port$20084$0 (\$40 ),
+    .\port$20092$0 (\$40 ),
     .rst(rst),
     .rx__abort(rx__abort),
     .rx__byte(cmd),
@@ -985,7 +985,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
     .busy(\busy$6 ),
     .clk(clk),
     .cmd(cmd),
-    .\port$20084$0 (\$40 ),
+    .\port$20092$0 (\$40 ),
     .rst(rst),
     .rx__abort(rx__abort),
     .rx__listen(\rx__listen$139 ),
@@ -1207,7 +1207,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.bridge.buffer (rst, frames__receive, frames__receive_crc, frames__send, frames__offset, frames__length, frames__w_addr, frames__w_data, frames__w_en, frames__r_addr, rx__valid, rx__abort, rx__byte, tx__tready, crc__value, frames__crc_ok, frames__r_data, \port$20084$0 , crc__restart, rx__listen, crc__feed
+module \dx1_board.bridge.buffer (rst, frames__receive, frames__receive_crc, frames__send, frames__offset, frames__length, frames__w_addr, frames__w_data, frames__w_en, frames__r_addr, rx__valid, rx__abort, rx__byte, tx__tready, crc__value, frames__crc_ok, frames__r_data, \port$20092$0 , crc__restart, rx__listen, crc__feed
 , crc__data, frames__received, tx__tvalid, tx__tdata, crc__shift, frames__sent, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$33  = 0;
   wire [13:0] \$1 ;
@@ -1283,8 +1283,8 @@ module \dx1_board.bridge.buffer (rst, frames__receive, frames__receive_crc, fram
   reg [12:0] idx = 13'h0000;
   reg [7:0] lane_byte;
   reg [12:0] length = 13'h0000;
-  input [23:0] \port$20084$0 ;
-  wire [23:0] \port$20084$0 ;
+  input [23:0] \port$20092$0 ;
+  wire [23:0] \port$20092$0 ;
   reg rd_ok = 1'h0;
   wire [9:0] rp__addr;
   wire [63:0] rp__data;
@@ -1350,7 +1350,7 @@ module \dx1_board.bridge.buffer (rst, frames__receive, frames__receive_crc, fram
   assign \$12  = count + 1'h1;
   assign \$13  = count == 2'h3;
   assign \$15  = sending ? \$14  : { 3'h0, frames__r_addr };
-  assign frames__crc_ok = { \port$20084$0 , rx__byte } == crc__value;
+  assign frames__crc_ok = { \port$20092$0 , rx__byte } == crc__value;
   assign \$17  = 1'h1 << idx[2:0];
   assign \$18  = count == 2'h3;
   assign \$19  = tx__tvalid & tx__tready;
@@ -1724,13 +1724,13 @@ module \dx1_board.bridge.buffer (rst, frames__receive, frames__receive_crc, fram
   end
   assign rp__addr = \$15 [9:0];
   assign rp__data = frames__r_data;
-  assign rx__field = { \port$20084$0 , rx__byte };
+  assign rx__field = { \port$20092$0 , rx__byte };
   assign \$14  = { 3'h0, idx[12:3] };
   assign \$16  = { 3'h0, idx[12:3] };
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tready, crc__value, buf__crc_ok, buf__r_data, bus__mem_b_done, bus__mem_b_err, bus__mem_r_done, bus__mem_r_err, busy, bus__mem_rdata, bus__mem_rlast, bus__mem_wready, \port$20084$0 , \start$54 , buf__received, buf__sent, rx__listen
+module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tready, crc__value, buf__crc_ok, buf__r_data, bus__mem_b_done, bus__mem_b_err, bus__mem_r_done, bus__mem_r_err, busy, bus__mem_rdata, bus__mem_rlast, bus__mem_wready, \port$20092$0 , \start$54 , buf__received, buf__sent, rx__listen
 , crc__feed, crc__data, crc__restart, buf__receive, buf__offset, buf__length, tx__tvalid, tx__tdata, rx__discard, bus__mem_write, bus__mem_addr, bus__mem_len, buf__r_addr, bus__mem_stream, bus__mem_wdata, bus__mem_wstrb, bus__mem_wlast, bus__mem_b_wait, bus__mem_read, bus__mem_r_wait, buf__w_addr
 , buf__w_data, buf__w_en, buf__send, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$34  = 0;
@@ -1891,8 +1891,8 @@ module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tre
   wire [7:0] len;
   wire [12:0] length;
   reg next;
-  input [23:0] \port$20084$0 ;
-  wire [23:0] \port$20084$0 ;
+  input [23:0] \port$20092$0 ;
+  wire [23:0] \port$20092$0 ;
   input rst;
   wire rst;
   input rx__abort;
@@ -1920,7 +1920,7 @@ module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tre
   reg write = 1'h0;
   assign \$29  = count == 3'h7;
   assign \$30  = count == 4'hb;
-  assign \$31  = { \port$20084$0 , rx__byte } != crc__value;
+  assign \$31  = { \port$20092$0 , rx__byte } != crc__value;
   assign \$32  = ~ byte_addr[31];
   assign \$33  = ! blen;
   assign \$34  = \$32  | \$33 ;
@@ -1999,14 +1999,14 @@ module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tre
     .len(len),
     .length(blen[12:0]),
     .next(next),
-    .\port$14691$0 (\$63 ),
-    .\port$14698$0 (\$64 ),
-    .\port$14705$0 (\$65 ),
-    .\port$14712$0 (\$66 ),
-    .\port$14719$0 (\$67 ),
-    .\port$14726$0 (\$68 ),
-    .\port$14733$0 (\$69 ),
-    .\port$14740$0 (\$70 ),
+    .\port$14695$0 (\$63 ),
+    .\port$14702$0 (\$64 ),
+    .\port$14709$0 (\$65 ),
+    .\port$14716$0 (\$66 ),
+    .\port$14723$0 (\$67 ),
+    .\port$14730$0 (\$68 ),
+    .\port$14737$0 (\$69 ),
+    .\port$14744$0 (\$70 ),
     .rst(rst),
     .start(start)
   );
@@ -2892,7 +2892,7 @@ module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tre
           if (rx__abort) begin
           end else if (rx__valid) begin
             if (\$28 ) begin
-              \$58  = { \port$20084$0 , rx__byte };
+              \$58  = { \port$20092$0 , rx__byte };
             end
           end
     endcase
@@ -2910,7 +2910,7 @@ module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tre
           if (rx__abort) begin
           end else if (rx__valid) begin
             if (\$29 ) begin
-              \$59  = { \port$20084$0 , rx__byte };
+              \$59  = { \port$20092$0 , rx__byte };
             end
           end
     endcase
@@ -3036,11 +3036,11 @@ module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tre
   assign \beat$5  = beat;
   assign strb = { \$70 , \$69 , \$68 , \$67 , \$66 , \$65 , \$64 , \$63  };
   assign cmd = rx__byte;
-  assign rx__field = { \port$20084$0 , rx__byte };
+  assign rx__field = { \port$20092$0 , rx__byte };
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.bridge.burst$357.cutter (rst, len, done, \port$14691$0 , \port$14698$0 , \port$14705$0 , \port$14712$0 , \port$14719$0 , \port$14726$0 , \port$14733$0 , \port$14740$0 , start, next, byte_addr, length, beat, addr, clk);
+module \dx1_board.bridge.burst$357.cutter (rst, len, done, \port$14695$0 , \port$14702$0 , \port$14709$0 , \port$14716$0 , \port$14723$0 , \port$14730$0 , \port$14737$0 , \port$14744$0 , start, next, byte_addr, length, beat, addr, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$35  = 0;
   wire [14:0] \$1 ;
   wire [14:0] \$10 ;
@@ -3132,22 +3132,22 @@ module \dx1_board.bridge.burst$357.cutter (rst, len, done, \port$14691$0 , \port
   wire [9:0] nbeats;
   input next;
   wire next;
-  output \port$14691$0 ;
-  wire \port$14691$0 ;
-  output \port$14698$0 ;
-  wire \port$14698$0 ;
-  output \port$14705$0 ;
-  wire \port$14705$0 ;
-  output \port$14712$0 ;
-  wire \port$14712$0 ;
-  output \port$14719$0 ;
-  wire \port$14719$0 ;
-  output \port$14726$0 ;
-  wire \port$14726$0 ;
-  output \port$14733$0 ;
-  wire \port$14733$0 ;
-  output \port$14740$0 ;
-  wire \port$14740$0 ;
+  output \port$14695$0 ;
+  wire \port$14695$0 ;
+  output \port$14702$0 ;
+  wire \port$14702$0 ;
+  output \port$14709$0 ;
+  wire \port$14709$0 ;
+  output \port$14716$0 ;
+  wire \port$14716$0 ;
+  output \port$14723$0 ;
+  wire \port$14723$0 ;
+  output \port$14730$0 ;
+  wire \port$14730$0 ;
+  output \port$14737$0 ;
+  wire \port$14737$0 ;
+  output \port$14744$0 ;
+  wire \port$14744$0 ;
   input rst;
   wire rst;
   input start;
@@ -3255,14 +3255,14 @@ module \dx1_board.bridge.burst$357.cutter (rst, len, done, \port$14691$0 , \port
   assign cut = \$7 [8:0];
   assign strb = { \$64 , \$57 , \$50 , \$43 , \$36 , \$29 , \$22 , \$15  };
   assign len = \$8 [7:0];
-  assign \port$14691$0  = \$15 ;
-  assign \port$14698$0  = \$22 ;
-  assign \port$14705$0  = \$29 ;
-  assign \port$14712$0  = \$36 ;
-  assign \port$14719$0  = \$43 ;
-  assign \port$14726$0  = \$50 ;
-  assign \port$14733$0  = \$57 ;
-  assign \port$14740$0  = \$64 ;
+  assign \port$14695$0  = \$15 ;
+  assign \port$14702$0  = \$22 ;
+  assign \port$14709$0  = \$29 ;
+  assign \port$14716$0  = \$36 ;
+  assign \port$14723$0  = \$43 ;
+  assign \port$14730$0  = \$50 ;
+  assign \port$14737$0  = \$57 ;
+  assign \port$14744$0  = \$64 ;
   assign \$3  = { \$2 [15], \$2 [15], \$2 [15], \$2 [15:3] };
   assign \$65  = { \$7 [8:0], 3'h0 };
 endmodule
@@ -5179,7 +5179,7 @@ module \dx1_board.bridge.receiver.uart_rx.sync (clk, rst, stage1, rx);
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.bridge.reg_frames (rst, rx__valid, rx__abort, rx__byte, tx__tready, buf__crc_ok, buf__r_data, bus__reg_b_done, bus__reg_b_err, bus__reg_r_done, bus__reg_r_err, busy, bus__reg_rdata, \port$20084$0 , start, buf__received, buf__sent, rx__listen, crc__feed, crc__data, buf__offset
+module \dx1_board.bridge.reg_frames (rst, rx__valid, rx__abort, rx__byte, tx__tready, buf__crc_ok, buf__r_data, bus__reg_b_done, bus__reg_b_err, bus__reg_r_done, bus__reg_r_err, busy, bus__reg_rdata, \port$20092$0 , start, buf__received, buf__sent, rx__listen, crc__feed, crc__data, buf__offset
 , buf__length, buf__receive, buf__receive_crc, tx__tvalid, tx__tdata, rx__discard, buf__r_addr, bus__reg_write, bus__reg_addr, bus__reg_wdata, bus__reg_b_wait, bus__reg_read, bus__reg_r_wait, buf__w_addr, buf__w_data, buf__w_en, buf__send, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$42  = 0;
   wire [9:0] \$1 ;
@@ -5309,8 +5309,8 @@ module \dx1_board.bridge.reg_frames (rst, rx__valid, rx__abort, rx__byte, tx__tr
   reg crc__feed;
   reg err;
   wire last;
-  input [23:0] \port$20084$0 ;
-  wire [23:0] \port$20084$0 ;
+  input [23:0] \port$20092$0 ;
+  wire [23:0] \port$20092$0 ;
   reg [3:0] reg_frame_fsm_state = 4'h0;
   input rst;
   wire rst;
@@ -6067,7 +6067,7 @@ module \dx1_board.bridge.reg_frames (rst, rx__valid, rx__abort, rx__byte, tx__tr
           if (rx__abort) begin
           end else if (rx__valid) begin
             if (\$29 ) begin
-              \$60  = { \port$20084$0 , rx__byte };
+              \$60  = { \port$20092$0 , rx__byte };
             end
           end
       4'h2:
@@ -6217,7 +6217,7 @@ module \dx1_board.bridge.reg_frames (rst, rx__valid, rx__abort, rx__byte, tx__tr
     end
   end
   assign cmd = rx__byte;
-  assign rx__field = { \port$20084$0 , rx__byte };
+  assign rx__field = { \port$20092$0 , rx__byte };
   assign \$3  = { 1'h0, rx__byte, 2'h0 };
   assign \$10  = { 1'h0, count[8:1] };
   assign \$15  = { 1'h0, words, 2'h0 };
@@ -6366,7 +6366,7 @@ module \dx1_board.bridge.uart_tx (rst, data__tdata, data__tvalid, data__tready, 
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.bridge.uartbone$356 (rst, rx__valid, rx__abort, cmd, tx__tready, bus__reg_b_done, bus__reg_r_done, bus__reg_r_err, bus__mem_b_done, bus__mem_r_done, bus__mem_r_err, busy, bus__reg_rdata, bus__mem_rdata, \port$20084$0 , start, rx__listen, bus__reg_write, bus__reg_addr, bus__reg_wdata, bus__mem_write
+module \dx1_board.bridge.uartbone$356 (rst, rx__valid, rx__abort, cmd, tx__tready, bus__reg_b_done, bus__reg_r_done, bus__reg_r_err, bus__mem_b_done, bus__mem_r_done, bus__mem_r_err, busy, bus__reg_rdata, bus__mem_rdata, \port$20092$0 , start, rx__listen, bus__reg_write, bus__reg_addr, bus__reg_wdata, bus__mem_write
 , bus__mem_beat, bus__mem_addr, bus__mem_wdata, bus__mem_wstrb, bus__reg_read, bus__mem_read, bus__reg_b_wait, bus__mem_b_wait, bus__reg_r_wait, bus__mem_r_wait, tx__tvalid, tx__tdata, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$44  = 0;
   wire \$1 ;
@@ -6465,8 +6465,8 @@ module \dx1_board.bridge.uartbone$356 (rst, rx__valid, rx__abort, cmd, tx__tread
   wire in_mem;
   wire in_regs;
   reg incr = 1'h0;
-  input [23:0] \port$20084$0 ;
-  wire [23:0] \port$20084$0 ;
+  input [23:0] \port$20092$0 ;
+  wire [23:0] \port$20092$0 ;
   input rst;
   wire rst;
   input rx__abort;
@@ -6637,7 +6637,7 @@ module \dx1_board.bridge.uartbone$356 (rst, rx__valid, rx__abort, cmd, tx__tread
           if (rx__abort) begin
           end else if (rx__valid) begin
             if (\$21 ) begin
-              \$40  = { \port$20084$0 , cmd };
+              \$40  = { \port$20092$0 , cmd };
             end
           end
       4'h3:
@@ -6675,7 +6675,7 @@ module \dx1_board.bridge.uartbone$356 (rst, rx__valid, rx__abort, cmd, tx__tread
           if (rx__abort) begin
           end else if (rx__valid) begin
             if (\$23 ) begin
-              \$41  = { \port$20084$0 , cmd };
+              \$41  = { \port$20092$0 , cmd };
             end
           end
       4'h4:
@@ -7174,7 +7174,7 @@ module \dx1_board.bridge.uartbone$356 (rst, rx__valid, rx__abort, cmd, tx__tread
   assign byte_addr = { waddr[29:0], 2'h0 };
   assign in_mem = waddr[29];
   assign rx__byte = cmd;
-  assign rx__field = { \port$20084$0 , cmd };
+  assign rx__field = { \port$20092$0 , cmd };
   assign \$3  = { waddr[28:1], 3'h0 };
   assign \$5  = { waddr[28:1], 3'h0 };
   assign \$29  = { 7'h00, word, 8'h00 };
@@ -8297,8 +8297,8 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .perf_table_overflows(table_overflows_source),
     .perf_table_underflows(table_underflows_source),
     .perf_vector_busy(busy_vector_source),
-    .\port$17492$0 (\$54 ),
-    .\port$17494$0 (\$55 ),
+    .\port$17496$0 (\$54 ),
+    .\port$17498$0 (\$55 ),
     .progress(\progress$312 ),
     .\req__tdata$195 (spm_rreq__tdata),
     .req__tvalid(spm_wr__tvalid),
@@ -8332,8 +8332,8 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .perf_table_overflows(\table_overflows_source$762 ),
     .perf_table_underflows(\table_underflows_source$760 ),
     .perf_vector_busy(\busy_vector_source$756 ),
-    .\port$19797$0 (\$57 ),
-    .\port$19799$0 (\$58 ),
+    .\port$19803$0 (\$57 ),
+    .\port$19805$0 (\$58 ),
     .progress(\progress$666 ),
     .\req__tdata$195 (\spm_rreq__tdata$517 ),
     .req__tvalid(\spm_wr__tvalid$515 ),
@@ -8392,22 +8392,22 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .head(head),
     .irq_completion(irq_completion),
     .irq_error(irq_error),
-    .\port$14969$0 (GLOBAL_SEM0__value[15:0]),
-    .\port$14971$0 (GLOBAL_SEM1__value[15:0]),
-    .\port$14973$0 (GLOBAL_SEM2__value[15:0]),
-    .\port$14975$0 (GLOBAL_SEM3__value[15:0]),
-    .\port$14977$0 (GLOBAL_SEM4__value[15:0]),
-    .\port$14979$0 (GLOBAL_SEM5__value[15:0]),
-    .\port$14981$0 (GLOBAL_SEM6__value[15:0]),
-    .\port$14983$0 (GLOBAL_SEM7__value[15:0]),
-    .\port$14985$0 (GLOBAL_SEM8__value[15:0]),
-    .\port$14987$0 (GLOBAL_SEM9__value[15:0]),
-    .\port$14989$0 (GLOBAL_SEM10__value[15:0]),
-    .\port$14991$0 (GLOBAL_SEM11__value[15:0]),
-    .\port$14993$0 (GLOBAL_SEM12__value[15:0]),
-    .\port$14995$0 (GLOBAL_SEM13__value[15:0]),
-    .\port$14997$0 (GLOBAL_SEM14__value[15:0]),
-    .\port$14999$0 (GLOBAL_SEM15__value[15:0]),
+    .\port$14973$0 (GLOBAL_SEM0__value[15:0]),
+    .\port$14975$0 (GLOBAL_SEM1__value[15:0]),
+    .\port$14977$0 (GLOBAL_SEM2__value[15:0]),
+    .\port$14979$0 (GLOBAL_SEM3__value[15:0]),
+    .\port$14981$0 (GLOBAL_SEM4__value[15:0]),
+    .\port$14983$0 (GLOBAL_SEM5__value[15:0]),
+    .\port$14985$0 (GLOBAL_SEM6__value[15:0]),
+    .\port$14987$0 (GLOBAL_SEM7__value[15:0]),
+    .\port$14989$0 (GLOBAL_SEM8__value[15:0]),
+    .\port$14991$0 (GLOBAL_SEM9__value[15:0]),
+    .\port$14993$0 (GLOBAL_SEM10__value[15:0]),
+    .\port$14995$0 (GLOBAL_SEM11__value[15:0]),
+    .\port$14997$0 (GLOBAL_SEM12__value[15:0]),
+    .\port$14999$0 (GLOBAL_SEM13__value[15:0]),
+    .\port$15001$0 (GLOBAL_SEM14__value[15:0]),
+    .\port$15003$0 (GLOBAL_SEM15__value[15:0]),
     .progress(progress),
     .quiesce(quiesce),
     .reset_cp(reset_cp),
@@ -8476,22 +8476,22 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .head(\head$704 ),
     .irq_completion(\irq_completion$715 ),
     .irq_error(\irq_error$716 ),
-    .\port$14969$0 (GLOBAL_SEM0__value[15:0]),
-    .\port$14971$0 (GLOBAL_SEM1__value[15:0]),
-    .\port$14973$0 (GLOBAL_SEM2__value[15:0]),
-    .\port$14975$0 (GLOBAL_SEM3__value[15:0]),
-    .\port$14977$0 (GLOBAL_SEM4__value[15:0]),
-    .\port$14979$0 (GLOBAL_SEM5__value[15:0]),
-    .\port$14981$0 (GLOBAL_SEM6__value[15:0]),
-    .\port$14983$0 (GLOBAL_SEM7__value[15:0]),
-    .\port$14985$0 (GLOBAL_SEM8__value[15:0]),
-    .\port$14987$0 (GLOBAL_SEM9__value[15:0]),
-    .\port$14989$0 (GLOBAL_SEM10__value[15:0]),
-    .\port$14991$0 (GLOBAL_SEM11__value[15:0]),
-    .\port$14993$0 (GLOBAL_SEM12__value[15:0]),
-    .\port$14995$0 (GLOBAL_SEM13__value[15:0]),
-    .\port$14997$0 (GLOBAL_SEM14__value[15:0]),
-    .\port$14999$0 (GLOBAL_SEM15__value[15:0]),
+    .\port$14973$0 (GLOBAL_SEM0__value[15:0]),
+    .\port$14975$0 (GLOBAL_SEM1__value[15:0]),
+    .\port$14977$0 (GLOBAL_SEM2__value[15:0]),
+    .\port$14979$0 (GLOBAL_SEM3__value[15:0]),
+    .\port$14981$0 (GLOBAL_SEM4__value[15:0]),
+    .\port$14983$0 (GLOBAL_SEM5__value[15:0]),
+    .\port$14985$0 (GLOBAL_SEM6__value[15:0]),
+    .\port$14987$0 (GLOBAL_SEM7__value[15:0]),
+    .\port$14989$0 (GLOBAL_SEM8__value[15:0]),
+    .\port$14991$0 (GLOBAL_SEM9__value[15:0]),
+    .\port$14993$0 (GLOBAL_SEM10__value[15:0]),
+    .\port$14995$0 (GLOBAL_SEM11__value[15:0]),
+    .\port$14997$0 (GLOBAL_SEM12__value[15:0]),
+    .\port$14999$0 (GLOBAL_SEM13__value[15:0]),
+    .\port$15001$0 (GLOBAL_SEM14__value[15:0]),
+    .\port$15003$0 (GLOBAL_SEM15__value[15:0]),
     .progress(\progress$665 ),
     .quiesce(\quiesce$676 ),
     .reset_cp(\reset_cp$867 ),
@@ -8556,8 +8556,8 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .done__tdata(dma_done__tdata),
     .done__tready(\done__tready$153 ),
     .done__tvalid(dma_done__tvalid),
-    .\port$17492$0 (\$54 ),
-    .\port$17494$0 (\$55 ),
+    .\port$17496$0 (\$54 ),
+    .\port$17498$0 (\$55 ),
     .quiet(dma_quiet),
     .reset_units(reset_units),
     .rst(rst),
@@ -8610,8 +8610,8 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .done__tdata(\dma_done__tdata$505 ),
     .done__tready(\done__tready$507 ),
     .done__tvalid(\dma_done__tvalid$509 ),
-    .\port$19797$0 (\$57 ),
-    .\port$19799$0 (\$58 ),
+    .\port$19803$0 (\$57 ),
+    .\port$19805$0 (\$58 ),
     .quiet(\dma_quiet$674 ),
     .reset_units(\reset_units$731 ),
     .rst(rst),
@@ -8990,26 +8990,26 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .bus__wready(regs__wready),
     .bus__wvalid(bus__wvalid),
     .clk(clk),
-    .\port$13010$0 (\busy$708 ),
-    .\port$13741$0 (\$59 ),
-    .\port$17538$0 (head),
-    .\port$17540$0 (tail),
-    .\port$17546$0 (halted),
-    .\port$17548$0 (error_code),
-    .\port$17550$0 (error_index),
-    .\port$17551$0 (irq_error),
-    .\port$17702$0 (irq_completion),
-    .\port$19843$0 (\head$704 ),
-    .\port$19845$0 (\tail$706 ),
-    .\port$19851$0 (\halted$709 ),
-    .\port$19853$0 (\error_code$712 ),
-    .\port$19855$0 (\error_index$713 ),
-    .\port$19856$0 (\irq_error$716 ),
-    .\port$20007$0 (\irq_completion$715 ),
+    .\port$13013$0 (\busy$708 ),
+    .\port$13745$0 (\$59 ),
+    .\port$17542$0 (head),
+    .\port$17544$0 (tail),
+    .\port$17550$0 (halted),
+    .\port$17552$0 (error_code),
+    .\port$17554$0 (error_index),
+    .\port$17555$0 (irq_error),
+    .\port$17708$0 (irq_completion),
+    .\port$19849$0 (\head$704 ),
+    .\port$19851$0 (\tail$706 ),
+    .\port$19857$0 (\halted$709 ),
+    .\port$19859$0 (\error_code$712 ),
+    .\port$19861$0 (\error_index$713 ),
+    .\port$19862$0 (\irq_error$716 ),
+    .\port$20015$0 (\irq_completion$715 ),
     .\port$3135$0 (\busy$356 ),
-    .\port$7677$0 (busy),
-    .\port$8408$0 (\$56 ),
-    .\port$8468$0 (\busy$710 ),
+    .\port$7678$0 (busy),
+    .\port$8410$0 (\$56 ),
+    .\port$8470$0 (\busy$710 ),
     .rst(rst)
   );
   \dx1_board.soc.reset0  reset0 (
@@ -9047,22 +9047,22 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .grant1(\sem_grant$728 ),
     .index0(cmd__tdata[67:64]),
     .index1(\cmd__tdata$486 [67:64]),
-    .\port$14969$0 (GLOBAL_SEM0__value),
-    .\port$14971$0 (GLOBAL_SEM1__value),
-    .\port$14973$0 (GLOBAL_SEM2__value),
-    .\port$14975$0 (GLOBAL_SEM3__value),
-    .\port$14977$0 (GLOBAL_SEM4__value),
-    .\port$14979$0 (GLOBAL_SEM5__value),
-    .\port$14981$0 (GLOBAL_SEM6__value),
-    .\port$14983$0 (GLOBAL_SEM7__value),
-    .\port$14985$0 (GLOBAL_SEM8__value),
-    .\port$14987$0 (GLOBAL_SEM9__value),
-    .\port$14989$0 (GLOBAL_SEM10__value),
-    .\port$14991$0 (GLOBAL_SEM11__value),
-    .\port$14993$0 (GLOBAL_SEM12__value),
-    .\port$14995$0 (GLOBAL_SEM13__value),
-    .\port$14997$0 (GLOBAL_SEM14__value),
-    .\port$14999$0 (GLOBAL_SEM15__value),
+    .\port$14973$0 (GLOBAL_SEM0__value),
+    .\port$14975$0 (GLOBAL_SEM1__value),
+    .\port$14977$0 (GLOBAL_SEM2__value),
+    .\port$14979$0 (GLOBAL_SEM3__value),
+    .\port$14981$0 (GLOBAL_SEM4__value),
+    .\port$14983$0 (GLOBAL_SEM5__value),
+    .\port$14985$0 (GLOBAL_SEM6__value),
+    .\port$14987$0 (GLOBAL_SEM7__value),
+    .\port$14989$0 (GLOBAL_SEM8__value),
+    .\port$14991$0 (GLOBAL_SEM9__value),
+    .\port$14993$0 (GLOBAL_SEM10__value),
+    .\port$14995$0 (GLOBAL_SEM11__value),
+    .\port$14997$0 (GLOBAL_SEM12__value),
+    .\port$14999$0 (GLOBAL_SEM13__value),
+    .\port$15001$0 (GLOBAL_SEM14__value),
+    .\port$15003$0 (GLOBAL_SEM15__value),
     .set(set),
     .set_value(set_value),
     .valid0(valid0),
@@ -10249,7 +10249,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$142 , progress, cmd__tready, done__tdata, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, req__tvalid, \req__tvalid$193 , \req__tvalid$199 , \req__tvalid$205 , \resp__tready$215 , resp__tready, reset_units
-, perf_macs, perf_busy, done__tvalid, perf_vector_busy, perf_table_hits, perf_table_underflows, perf_table_overflows, \port$17492$0 , \port$17494$0 , \req__tdata$195 , cmd__tdata, clk);
+, perf_macs, perf_busy, done__tvalid, perf_vector_busy, perf_table_hits, perf_table_underflows, perf_table_overflows, \port$17496$0 , \port$17498$0 , \req__tdata$195 , cmd__tdata, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$46  = 0;
   wire [15:0] \$1 ;
   wire \$10 ;
@@ -10472,10 +10472,10 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$142 ,
   wire [31:0] perf_table_underflows;
   output [31:0] perf_vector_busy;
   wire [31:0] perf_vector_busy;
-  input [255:0] \port$17492$0 ;
-  wire [255:0] \port$17492$0 ;
-  input [15:0] \port$17494$0 ;
-  wire [15:0] \port$17494$0 ;
+  input [255:0] \port$17496$0 ;
+  wire [255:0] \port$17496$0 ;
+  input [15:0] \port$17498$0 ;
+  wire [15:0] \port$17498$0 ;
   wire postop;
   wire [7:0] postop__opcode;
   wire [7:0] postop__status;
@@ -10684,8 +10684,8 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$142 ,
     .addr(\addr$163 ),
     .data(\data$167 ),
     .en(\en$170 ),
-    .\port$17492$0 (\port$17492$0 ),
-    .\port$17494$0 (\port$17494$0 ),
+    .\port$17496$0 (\port$17496$0 ),
+    .\port$17498$0 (\port$17498$0 ),
     .req__tready(\grant$142 ),
     .req__tvalid(\req__tvalid$193 )
   );
@@ -10847,8 +10847,8 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$142 ,
     .addr(addr),
     .data(data),
     .en(en),
-    .\port$17492$0 (\port$17492$0 [63:0]),
-    .\port$17494$0 (\port$17494$0 ),
+    .\port$17496$0 (\port$17496$0 [63:0]),
+    .\port$17498$0 (\port$17498$0 ),
     .req__tready(grant),
     .req__tvalid(req__tvalid)
   );
@@ -11022,13 +11022,13 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$142 ,
   assign acc_rp__addr = \$22 [9:0];
   assign \acc_data$181  = acc_b_data;
   assign \data$182  = acc_b_data;
-  assign req__tdata = { \port$17494$0 , \port$17492$0 [63:0] };
-  assign spm_wr__tdata = { \port$17494$0 , \port$17492$0 [63:0] };
+  assign req__tdata = { \port$17498$0 , \port$17496$0 [63:0] };
+  assign spm_wr__tdata = { \port$17498$0 , \port$17496$0 [63:0] };
   assign spm_wr__tready = grant;
   assign req__tready = grant;
   assign spm_wr__tvalid = req__tvalid;
-  assign \req__tdata$189  = { \port$17494$0 , \port$17492$0  };
-  assign acc_wr__tdata = { \port$17494$0 , \port$17492$0  };
+  assign \req__tdata$189  = { \port$17498$0 , \port$17496$0  };
+  assign acc_wr__tdata = { \port$17498$0 , \port$17496$0  };
   assign acc_wr__tready = \grant$142 ;
   assign \req__tready$192  = \grant$142 ;
   assign acc_wr__tvalid = \req__tvalid$193 ;
@@ -11323,7 +11323,7 @@ module \dx1_board.soc.core0.acc_ext_read.fifo (rst, w_port__data, r_rdy, r_data,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$17492$0 , \port$17494$0 , req__tready);
+module \dx1_board.soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$17496$0 , \port$17498$0 , req__tready);
   reg \$auto$verilog_backend.cc:2355:dump_module$49  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -11333,10 +11333,10 @@ module \dx1_board.soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$17
   output en;
   reg en;
   wire grant;
-  input [255:0] \port$17492$0 ;
-  wire [255:0] \port$17492$0 ;
-  input [15:0] \port$17494$0 ;
-  wire [15:0] \port$17494$0 ;
+  input [255:0] \port$17496$0 ;
+  wire [255:0] \port$17496$0 ;
+  input [15:0] \port$17498$0 ;
+  wire [15:0] \port$17498$0 ;
   wire [271:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -11347,14 +11347,14 @@ module \dx1_board.soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$17
     if (\$auto$verilog_backend.cc:2355:dump_module$49 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$17494$0 ;
+      addr = \port$17498$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$49 ) begin end
     data = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     if (\$1 ) begin
-      data = \port$17492$0 ;
+      data = \port$17496$0 ;
     end
   end
   always @* begin
@@ -11365,7 +11365,7 @@ module \dx1_board.soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$17
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$17494$0 , \port$17492$0  };
+  assign req__tdata = { \port$17498$0 , \port$17496$0  };
 endmodule
 
 (* generator = "Amaranth" *)
@@ -22674,7 +22674,7 @@ module \dx1_board.soc.core0.spm_ext_read.fifo (rst, w_port__data, r_rdy, r_data,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$17492$0 , \port$17494$0 , req__tready);
+module \dx1_board.soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$17496$0 , \port$17498$0 , req__tready);
   reg \$auto$verilog_backend.cc:2355:dump_module$63  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -22684,10 +22684,10 @@ module \dx1_board.soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$17
   output en;
   reg en;
   wire grant;
-  input [63:0] \port$17492$0 ;
-  wire [63:0] \port$17492$0 ;
-  input [15:0] \port$17494$0 ;
-  wire [15:0] \port$17494$0 ;
+  input [63:0] \port$17496$0 ;
+  wire [63:0] \port$17496$0 ;
+  input [15:0] \port$17498$0 ;
+  wire [15:0] \port$17498$0 ;
   wire [79:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -22698,14 +22698,14 @@ module \dx1_board.soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$17
     if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$17494$0 ;
+      addr = \port$17498$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
     data = 64'h0000000000000000;
     if (\$1 ) begin
-      data = \port$17492$0 ;
+      data = \port$17496$0 ;
     end
   end
   always @* begin
@@ -22716,7 +22716,7 @@ module \dx1_board.soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$17
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$17494$0 , \port$17492$0  };
+  assign req__tdata = { \port$17498$0 , \port$17496$0  };
 endmodule
 
 (* generator = "Amaranth" *)
@@ -23887,7 +23887,7 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
     .d_acc(d_acc),
     .out(\out$82 ),
     .out_valid(out_valid),
-    .\port$16734$1 (ctl_lanes7[2:1]),
+    .\port$16738$1 (ctl_lanes7[2:1]),
     .reset_units(reset_units),
     .rst(rst),
     .terms(terms),
@@ -31136,7 +31136,7 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core0.vector$243.reducer (rst, valid, reset_units, vop, d_acc, \port$16734$1 , terms, out_valid, out, clk);
+module \dx1_board.soc.core0.vector$243.reducer (rst, valid, reset_units, vop, d_acc, \port$16738$1 , terms, out_valid, out, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$69  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -31260,8 +31260,8 @@ module \dx1_board.soc.core0.vector$243.reducer (rst, valid, reset_units, vop, d_
   wire [31:0] \out[7] ;
   output out_valid;
   reg out_valid = 1'h0;
-  input [1:0] \port$16734$1 ;
-  wire [1:0] \port$16734$1 ;
+  input [1:0] \port$16738$1 ;
+  wire [1:0] \port$16738$1 ;
   input reset_units;
   wire reset_units;
   reg [31:0] row = 32'd0;
@@ -31406,8 +31406,8 @@ module \dx1_board.soc.core0.vector$243.reducer (rst, valid, reset_units, vop, d_
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
     \$74 [0] = valid;
-    \$74 [1] = \port$16734$1 [0];
-    \$74 [2] = \port$16734$1 [1];
+    \$74 [1] = \port$16738$1 [0];
+    \$74 [2] = \port$16738$1 [1];
     \$74 [3] = \$1 ;
     \$74 [4] = d_acc;
     if (reset_units) begin
@@ -31484,8 +31484,8 @@ module \dx1_board.soc.core0.vector$243.reducer (rst, valid, reset_units, vop, d_
       \$80  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
   end
-  assign first = \port$16734$1 [0];
-  assign last = \port$16734$1 [1];
+  assign first = \port$16738$1 [0];
+  assign last = \port$16738$1 [1];
   assign \ctl1.valid  = ctl1[0];
   assign \ctl1.first  = ctl1[1];
   assign \ctl1.last  = ctl1[2];
@@ -34631,7 +34631,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$142 , progress, cmd__tready, done__tdata, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, req__tvalid, \req__tvalid$193 , \req__tvalid$199 , \req__tvalid$205 , \resp__tready$215 , resp__tready, reset_units
-, perf_macs, perf_busy, done__tvalid, perf_vector_busy, perf_table_hits, perf_table_underflows, perf_table_overflows, \port$19797$0 , \port$19799$0 , \req__tdata$195 , cmd__tdata, clk);
+, perf_macs, perf_busy, done__tvalid, perf_vector_busy, perf_table_hits, perf_table_underflows, perf_table_overflows, \port$19803$0 , \port$19805$0 , \req__tdata$195 , cmd__tdata, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$75  = 0;
   wire [15:0] \$1 ;
   wire \$10 ;
@@ -34854,10 +34854,10 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$142 ,
   wire [31:0] perf_table_underflows;
   output [31:0] perf_vector_busy;
   wire [31:0] perf_vector_busy;
-  input [255:0] \port$19797$0 ;
-  wire [255:0] \port$19797$0 ;
-  input [15:0] \port$19799$0 ;
-  wire [15:0] \port$19799$0 ;
+  input [255:0] \port$19803$0 ;
+  wire [255:0] \port$19803$0 ;
+  input [15:0] \port$19805$0 ;
+  wire [15:0] \port$19805$0 ;
   wire postop;
   wire [7:0] postop__opcode;
   wire [7:0] postop__status;
@@ -35066,8 +35066,8 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$142 ,
     .addr(\addr$163 ),
     .data(\data$167 ),
     .en(\en$170 ),
-    .\port$19797$0 (\port$19797$0 ),
-    .\port$19799$0 (\port$19799$0 ),
+    .\port$19803$0 (\port$19803$0 ),
+    .\port$19805$0 (\port$19805$0 ),
     .req__tready(\grant$142 ),
     .req__tvalid(\req__tvalid$193 )
   );
@@ -35229,8 +35229,8 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$142 ,
     .addr(addr),
     .data(data),
     .en(en),
-    .\port$19797$0 (\port$19797$0 [63:0]),
-    .\port$19799$0 (\port$19799$0 ),
+    .\port$19803$0 (\port$19803$0 [63:0]),
+    .\port$19805$0 (\port$19805$0 ),
     .req__tready(grant),
     .req__tvalid(req__tvalid)
   );
@@ -35404,13 +35404,13 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$142 ,
   assign acc_rp__addr = \$22 [9:0];
   assign \acc_data$181  = acc_b_data;
   assign \data$182  = acc_b_data;
-  assign req__tdata = { \port$19799$0 , \port$19797$0 [63:0] };
-  assign spm_wr__tdata = { \port$19799$0 , \port$19797$0 [63:0] };
+  assign req__tdata = { \port$19805$0 , \port$19803$0 [63:0] };
+  assign spm_wr__tdata = { \port$19805$0 , \port$19803$0 [63:0] };
   assign spm_wr__tready = grant;
   assign req__tready = grant;
   assign spm_wr__tvalid = req__tvalid;
-  assign \req__tdata$189  = { \port$19799$0 , \port$19797$0  };
-  assign acc_wr__tdata = { \port$19799$0 , \port$19797$0  };
+  assign \req__tdata$189  = { \port$19805$0 , \port$19803$0  };
+  assign acc_wr__tdata = { \port$19805$0 , \port$19803$0  };
   assign acc_wr__tready = \grant$142 ;
   assign \req__tready$192  = \grant$142 ;
   assign acc_wr__tvalid = \req__tvalid$193 ;
@@ -35705,7 +35705,7 @@ module \dx1_board.soc.core1.acc_ext_read.fifo (rst, w_port__data, r_rdy, r_data,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$19797$0 , \port$19799$0 , req__tready);
+module \dx1_board.soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$19803$0 , \port$19805$0 , req__tready);
   reg \$auto$verilog_backend.cc:2355:dump_module$78  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -35715,10 +35715,10 @@ module \dx1_board.soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$19
   output en;
   reg en;
   wire grant;
-  input [255:0] \port$19797$0 ;
-  wire [255:0] \port$19797$0 ;
-  input [15:0] \port$19799$0 ;
-  wire [15:0] \port$19799$0 ;
+  input [255:0] \port$19803$0 ;
+  wire [255:0] \port$19803$0 ;
+  input [15:0] \port$19805$0 ;
+  wire [15:0] \port$19805$0 ;
   wire [271:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -35729,14 +35729,14 @@ module \dx1_board.soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$19
     if (\$auto$verilog_backend.cc:2355:dump_module$78 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$19799$0 ;
+      addr = \port$19805$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$78 ) begin end
     data = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     if (\$1 ) begin
-      data = \port$19797$0 ;
+      data = \port$19803$0 ;
     end
   end
   always @* begin
@@ -35747,7 +35747,7 @@ module \dx1_board.soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$19
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$19799$0 , \port$19797$0  };
+  assign req__tdata = { \port$19805$0 , \port$19803$0  };
 endmodule
 
 (* generator = "Amaranth" *)
@@ -47056,7 +47056,7 @@ module \dx1_board.soc.core1.spm_ext_read.fifo (rst, w_port__data, r_rdy, r_data,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$19797$0 , \port$19799$0 , req__tready);
+module \dx1_board.soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$19803$0 , \port$19805$0 , req__tready);
   reg \$auto$verilog_backend.cc:2355:dump_module$92  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -47066,10 +47066,10 @@ module \dx1_board.soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$19
   output en;
   reg en;
   wire grant;
-  input [63:0] \port$19797$0 ;
-  wire [63:0] \port$19797$0 ;
-  input [15:0] \port$19799$0 ;
-  wire [15:0] \port$19799$0 ;
+  input [63:0] \port$19803$0 ;
+  wire [63:0] \port$19803$0 ;
+  input [15:0] \port$19805$0 ;
+  wire [15:0] \port$19805$0 ;
   wire [79:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -47080,14 +47080,14 @@ module \dx1_board.soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$19
     if (\$auto$verilog_backend.cc:2355:dump_module$92 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$19799$0 ;
+      addr = \port$19805$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$92 ) begin end
     data = 64'h0000000000000000;
     if (\$1 ) begin
-      data = \port$19797$0 ;
+      data = \port$19803$0 ;
     end
   end
   always @* begin
@@ -47098,7 +47098,7 @@ module \dx1_board.soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$19
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$19799$0 , \port$19797$0  };
+  assign req__tdata = { \port$19805$0 , \port$19803$0  };
 endmodule
 
 (* generator = "Amaranth" *)
@@ -48269,7 +48269,7 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
     .d_acc(d_acc),
     .out(\out$82 ),
     .out_valid(out_valid),
-    .\port$19039$1 (ctl_lanes7[2:1]),
+    .\port$19045$1 (ctl_lanes7[2:1]),
     .reset_units(reset_units),
     .rst(rst),
     .terms(terms),
@@ -55518,7 +55518,7 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core1.vector$243.reducer (rst, valid, reset_units, vop, d_acc, \port$19039$1 , terms, out_valid, out, clk);
+module \dx1_board.soc.core1.vector$243.reducer (rst, valid, reset_units, vop, d_acc, \port$19045$1 , terms, out_valid, out, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$98  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -55642,8 +55642,8 @@ module \dx1_board.soc.core1.vector$243.reducer (rst, valid, reset_units, vop, d_
   wire [31:0] \out[7] ;
   output out_valid;
   reg out_valid = 1'h0;
-  input [1:0] \port$19039$1 ;
-  wire [1:0] \port$19039$1 ;
+  input [1:0] \port$19045$1 ;
+  wire [1:0] \port$19045$1 ;
   input reset_units;
   wire reset_units;
   reg [31:0] row = 32'd0;
@@ -55788,8 +55788,8 @@ module \dx1_board.soc.core1.vector$243.reducer (rst, valid, reset_units, vop, d_
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$98 ) begin end
     \$74 [0] = valid;
-    \$74 [1] = \port$19039$1 [0];
-    \$74 [2] = \port$19039$1 [1];
+    \$74 [1] = \port$19045$1 [0];
+    \$74 [2] = \port$19045$1 [1];
     \$74 [3] = \$1 ;
     \$74 [4] = d_acc;
     if (reset_units) begin
@@ -55866,8 +55866,8 @@ module \dx1_board.soc.core1.vector$243.reducer (rst, valid, reset_units, vop, d_
       \$80  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
   end
-  assign first = \port$19039$1 [0];
-  assign last = \port$19039$1 [1];
+  assign first = \port$19045$1 [0];
+  assign last = \port$19045$1 [1];
   assign \ctl1.valid  = ctl1[0];
   assign \ctl1.first  = ctl1[1];
   assign \ctl1.last  = ctl1[2];
@@ -59012,8 +59012,8 @@ module \dx1_board.soc.core1.vector$243.transposer (rst, start, spm_addr, w_addr,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, timestamp, doorbell_index, \port$14969$0 , \port$14971$0 
-, \port$14973$0 , \port$14975$0 , \port$14977$0 , \port$14979$0 , \port$14981$0 , \port$14983$0 , \port$14985$0 , \port$14987$0 , \port$14989$0 , \port$14991$0 , \port$14993$0 , \port$14995$0 , \port$14997$0 , \port$14999$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit, budget
+module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, timestamp, doorbell_index, \port$14973$0 , \port$14975$0 
+, \port$14977$0 , \port$14979$0 , \port$14981$0 , \port$14983$0 , \port$14985$0 , \port$14987$0 , \port$14989$0 , \port$14991$0 , \port$14993$0 , \port$14995$0 , \port$14997$0 , \port$14999$0 , \port$15001$0 , \port$15003$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit, budget
 , bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, sem_grant, quiesce, reset_cp, abort_done, dma_done__tdata, head, tail, halted, error_code, error_index, irq_error, axi__arvalid
 , axi__rready, cmd, tile_cmd__tvalid, taken, dma_cmd__tvalid, sem_valid, sem_delta, axi__awaddr, axi__wdata, trace_end_tag, trace_end_opcode, dma_done__tready, tile_done__tready, axi__awvalid, axi__wvalid, axi__bready, irq_completion, trace_end, clk);
   wire \$1 ;
@@ -59294,10 +59294,6 @@ module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume,
   wire [7:0] opcode;
   wire phase;
   wire \phase$128 ;
-  input [15:0] \port$14969$0 ;
-  wire [15:0] \port$14969$0 ;
-  input [15:0] \port$14971$0 ;
-  wire [15:0] \port$14971$0 ;
   input [15:0] \port$14973$0 ;
   wire [15:0] \port$14973$0 ;
   input [15:0] \port$14975$0 ;
@@ -59326,6 +59322,10 @@ module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume,
   wire [15:0] \port$14997$0 ;
   input [15:0] \port$14999$0 ;
   wire [15:0] \port$14999$0 ;
+  input [15:0] \port$15001$0 ;
+  wire [15:0] \port$15001$0 ;
+  input [15:0] \port$15003$0 ;
+  wire [15:0] \port$15003$0 ;
   input progress;
   wire progress;
   wire \progress$239 ;
@@ -59675,8 +59675,6 @@ module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume,
   );
   \dx1_board.soc.cp0.semaphore  semaphore (
     .done(sem_done),
-    .\port$14969$0 (\port$14969$0 ),
-    .\port$14971$0 (\port$14971$0 ),
     .\port$14973$0 (\port$14973$0 ),
     .\port$14975$0 (\port$14975$0 ),
     .\port$14977$0 (\port$14977$0 ),
@@ -59691,7 +59689,9 @@ module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume,
     .\port$14995$0 (\port$14995$0 ),
     .\port$14997$0 (\port$14997$0 ),
     .\port$14999$0 (\port$14999$0 ),
-    .\port$17566$64 (cmd[87:64]),
+    .\port$15001$0 (\port$15001$0 ),
+    .\port$15003$0 (\port$15003$0 ),
+    .\port$17570$64 (cmd[87:64]),
     .sem_delta(sem_delta),
     .sem_grant(sem_grant),
     .sem_valid(sem_valid),
@@ -59868,8 +59868,8 @@ module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume,
   assign done = sem_done;
   assign sem = cmd[71:64];
   assign count = cmd[87:72];
-  assign sem_values = { \port$14999$0 , \port$14997$0 , \port$14995$0 , \port$14993$0 , \port$14991$0 , \port$14989$0 , \port$14987$0 , \port$14985$0 , \port$14983$0 , \port$14981$0 , \port$14979$0 , \port$14977$0 , \port$14975$0 , \port$14973$0 , \port$14971$0 , \port$14969$0  };
-  assign \sem_values$182  = { \port$14999$0 , \port$14997$0 , \port$14995$0 , \port$14993$0 , \port$14991$0 , \port$14989$0 , \port$14987$0 , \port$14985$0 , \port$14983$0 , \port$14981$0 , \port$14979$0 , \port$14977$0 , \port$14975$0 , \port$14973$0 , \port$14971$0 , \port$14969$0  };
+  assign sem_values = { \port$15003$0 , \port$15001$0 , \port$14999$0 , \port$14997$0 , \port$14995$0 , \port$14993$0 , \port$14991$0 , \port$14989$0 , \port$14987$0 , \port$14985$0 , \port$14983$0 , \port$14981$0 , \port$14979$0 , \port$14977$0 , \port$14975$0 , \port$14973$0  };
+  assign \sem_values$182  = { \port$15003$0 , \port$15001$0 , \port$14999$0 , \port$14997$0 , \port$14995$0 , \port$14993$0 , \port$14991$0 , \port$14989$0 , \port$14987$0 , \port$14985$0 , \port$14983$0 , \port$14981$0 , \port$14979$0 , \port$14977$0 , \port$14975$0 , \port$14973$0  };
   assign \sem_grant$184  = sem_grant;
   assign \sem_valid$186  = sem_valid;
   assign sem_index = cmd[67:64];
@@ -59956,38 +59956,38 @@ module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume,
   assign \slot.footprint.acc_r_hi  = slot_in[244:211];
   assign \slot.footprint.acc_w_lo  = slot_in[278:245];
   assign \slot.footprint.acc_w_hi  = slot_in[312:279];
-  assign \sem_values[0]  = \port$14969$0 ;
-  assign \sem_values[1]  = \port$14971$0 ;
-  assign \sem_values[2]  = \port$14973$0 ;
-  assign \sem_values[3]  = \port$14975$0 ;
-  assign \sem_values[4]  = \port$14977$0 ;
-  assign \sem_values[5]  = \port$14979$0 ;
-  assign \sem_values[6]  = \port$14981$0 ;
-  assign \sem_values[7]  = \port$14983$0 ;
-  assign \sem_values[8]  = \port$14985$0 ;
-  assign \sem_values[9]  = \port$14987$0 ;
-  assign \sem_values[10]  = \port$14989$0 ;
-  assign \sem_values[11]  = \port$14991$0 ;
-  assign \sem_values[12]  = \port$14993$0 ;
-  assign \sem_values[13]  = \port$14995$0 ;
-  assign \sem_values[14]  = \port$14997$0 ;
-  assign \sem_values[15]  = \port$14999$0 ;
-  assign \sem_values$182[0]  = \port$14969$0 ;
-  assign \sem_values$182[1]  = \port$14971$0 ;
-  assign \sem_values$182[2]  = \port$14973$0 ;
-  assign \sem_values$182[3]  = \port$14975$0 ;
-  assign \sem_values$182[4]  = \port$14977$0 ;
-  assign \sem_values$182[5]  = \port$14979$0 ;
-  assign \sem_values$182[6]  = \port$14981$0 ;
-  assign \sem_values$182[7]  = \port$14983$0 ;
-  assign \sem_values$182[8]  = \port$14985$0 ;
-  assign \sem_values$182[9]  = \port$14987$0 ;
-  assign \sem_values$182[10]  = \port$14989$0 ;
-  assign \sem_values$182[11]  = \port$14991$0 ;
-  assign \sem_values$182[12]  = \port$14993$0 ;
-  assign \sem_values$182[13]  = \port$14995$0 ;
-  assign \sem_values$182[14]  = \port$14997$0 ;
-  assign \sem_values$182[15]  = \port$14999$0 ;
+  assign \sem_values[0]  = \port$14973$0 ;
+  assign \sem_values[1]  = \port$14975$0 ;
+  assign \sem_values[2]  = \port$14977$0 ;
+  assign \sem_values[3]  = \port$14979$0 ;
+  assign \sem_values[4]  = \port$14981$0 ;
+  assign \sem_values[5]  = \port$14983$0 ;
+  assign \sem_values[6]  = \port$14985$0 ;
+  assign \sem_values[7]  = \port$14987$0 ;
+  assign \sem_values[8]  = \port$14989$0 ;
+  assign \sem_values[9]  = \port$14991$0 ;
+  assign \sem_values[10]  = \port$14993$0 ;
+  assign \sem_values[11]  = \port$14995$0 ;
+  assign \sem_values[12]  = \port$14997$0 ;
+  assign \sem_values[13]  = \port$14999$0 ;
+  assign \sem_values[14]  = \port$15001$0 ;
+  assign \sem_values[15]  = \port$15003$0 ;
+  assign \sem_values$182[0]  = \port$14973$0 ;
+  assign \sem_values$182[1]  = \port$14975$0 ;
+  assign \sem_values$182[2]  = \port$14977$0 ;
+  assign \sem_values$182[3]  = \port$14979$0 ;
+  assign \sem_values$182[4]  = \port$14981$0 ;
+  assign \sem_values$182[5]  = \port$14983$0 ;
+  assign \sem_values$182[6]  = \port$14985$0 ;
+  assign \sem_values$182[7]  = \port$14987$0 ;
+  assign \sem_values$182[8]  = \port$14989$0 ;
+  assign \sem_values$182[9]  = \port$14991$0 ;
+  assign \sem_values$182[10]  = \port$14993$0 ;
+  assign \sem_values$182[11]  = \port$14995$0 ;
+  assign \sem_values$182[12]  = \port$14997$0 ;
+  assign \sem_values$182[13]  = \port$14999$0 ;
+  assign \sem_values$182[14]  = \port$15001$0 ;
+  assign \sem_values$182[15]  = \port$15003$0 ;
   assign \local_slot.ring_index  = slot_in[15:0];
   assign \local_slot.phase  = slot_in[16];
   assign \local_slot.tag  = slot_in[32:17];
@@ -60066,45 +60066,47 @@ module \dx1_board.soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
   wire \$1 ;
   wire [48:0] \$10 ;
   wire [7:0] \$100 ;
-  wire [255:0] \$101 ;
-  wire \$102 ;
+  wire [7:0] \$101 ;
+  wire [255:0] \$102 ;
   wire \$103 ;
-  wire [7:0] \$104 ;
+  wire \$104 ;
   wire [7:0] \$105 ;
-  wire [255:0] \$106 ;
-  wire \$107 ;
+  wire [7:0] \$106 ;
+  wire [255:0] \$107 ;
   wire \$108 ;
   wire \$109 ;
   wire [21:0] \$11 ;
-  wire [7:0] \$110 ;
+  wire \$110 ;
   wire [7:0] \$111 ;
   wire [7:0] \$112 ;
-  wire [255:0] \$113 ;
-  wire \$114 ;
-  wire [7:0] \$115 ;
-  wire [255:0] \$116 ;
-  wire \$117 ;
-  wire [7:0] \$118 ;
-  wire \$119 ;
+  wire [7:0] \$113 ;
+  wire [255:0] \$114 ;
+  wire \$115 ;
+  wire [7:0] \$116 ;
+  wire [255:0] \$117 ;
+  wire \$118 ;
+  wire [7:0] \$119 ;
   wire [19:0] \$12 ;
-  reg [2:0] \$120 ;
-  reg [32:0] \$121 ;
+  wire \$120 ;
+  reg [2:0] \$121 ;
   reg [32:0] \$122 ;
-  reg [48:0] \$123 ;
-  reg [21:0] \$124 ;
-  reg [31:0] \$125 ;
-  reg [19:0] \$126 ;
-  reg [33:0] \$127 ;
-  reg [49:0] \$128 ;
-  reg [32:0] \$129 ;
+  reg [32:0] \$123 ;
+  reg [48:0] \$124 ;
+  reg [21:0] \$125 ;
+  reg [31:0] \$126 ;
+  reg [19:0] \$127 ;
+  reg [33:0] \$128 ;
+  reg [49:0] \$129 ;
   wire [21:0] \$13 ;
   reg [32:0] \$130 ;
   reg [32:0] \$131 ;
-  reg [20:0] \$132 ;
-  reg [16:0] \$133 ;
-  reg [7:0] \$134 ;
-  reg [1:0] \$135 ;
-  reg [271:0] \$136 ;
+  reg [32:0] \$132 ;
+  reg [20:0] \$133 ;
+  reg [16:0] \$134 ;
+  reg [32:0] \$135 ;
+  reg [7:0] \$136 ;
+  reg [1:0] \$137 ;
+  reg [271:0] \$138 ;
   wire [31:0] \$14 ;
   wire [19:0] \$15 ;
   wire [33:0] \$16 ;
@@ -60117,9 +60119,9 @@ module \dx1_board.soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
   wire [32:0] \$22 ;
   wire [20:0] \$23 ;
   wire [16:0] \$24 ;
-  wire \$25 ;
-  wire [255:0] \$26 ;
-  wire \$27 ;
+  wire [32:0] \$25 ;
+  wire \$26 ;
+  wire [255:0] \$27 ;
   wire \$28 ;
   wire \$29 ;
   wire \$3 ;
@@ -60139,15 +60141,15 @@ module \dx1_board.soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
   wire \$42 ;
   wire \$43 ;
   wire \$44 ;
-  wire [7:0] \$45 ;
+  wire \$45 ;
   wire [7:0] \$46 ;
   wire [7:0] \$47 ;
   wire [7:0] \$48 ;
   wire [7:0] \$49 ;
   wire [16:0] \$5 ;
   wire [7:0] \$50 ;
-  wire [255:0] \$51 ;
-  wire \$52 ;
+  wire [7:0] \$51 ;
+  wire [255:0] \$52 ;
   wire \$53 ;
   wire \$54 ;
   wire \$55 ;
@@ -60167,14 +60169,14 @@ module \dx1_board.soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
   wire \$68 ;
   wire \$69 ;
   wire [16:0] \$7 ;
-  wire [7:0] \$70 ;
+  wire \$70 ;
   wire [7:0] \$71 ;
   wire [7:0] \$72 ;
   wire [7:0] \$73 ;
   wire [7:0] \$74 ;
   wire [7:0] \$75 ;
-  wire [255:0] \$76 ;
-  wire \$77 ;
+  wire [7:0] \$76 ;
+  wire [255:0] \$77 ;
   wire \$78 ;
   wire \$79 ;
   wire [32:0] \$8 ;
@@ -60196,7 +60198,7 @@ module \dx1_board.soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
   wire \$94 ;
   wire \$95 ;
   wire \$96 ;
-  wire [7:0] \$97 ;
+  wire \$97 ;
   wire [7:0] \$98 ;
   wire [7:0] \$99 ;
   wire [33:0] a_end;
@@ -60205,7 +60207,7 @@ module \dx1_board.soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
   wire clk;
   input [255:0] cmd;
   wire [255:0] cmd;
-  wire [255:0] \cmd$29 ;
+  wire [255:0] \cmd$30 ;
   reg [32:0] cp_dst_end = 33'h000000000;
   reg [32:0] cp_src_end = 33'h000000000;
   output decoded;
@@ -60216,15 +60218,15 @@ module \dx1_board.soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
   wire [31:0] dma_limit;
   output [271:0] footprint;
   reg [271:0] footprint = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
-  wire [271:0] \footprint$24 ;
-  wire [33:0] \footprint$24.acc_r_hi ;
-  wire [33:0] \footprint$24.acc_r_lo ;
-  wire [33:0] \footprint$24.acc_w_hi ;
-  wire [33:0] \footprint$24.acc_w_lo ;
-  wire [33:0] \footprint$24.spm_r_hi ;
-  wire [33:0] \footprint$24.spm_r_lo ;
-  wire [33:0] \footprint$24.spm_w_hi ;
-  wire [33:0] \footprint$24.spm_w_lo ;
+  wire [271:0] \footprint$25 ;
+  wire [33:0] \footprint$25.acc_r_hi ;
+  wire [33:0] \footprint$25.acc_r_lo ;
+  wire [33:0] \footprint$25.acc_w_hi ;
+  wire [33:0] \footprint$25.acc_w_lo ;
+  wire [33:0] \footprint$25.spm_r_hi ;
+  wire [33:0] \footprint$25.spm_r_lo ;
+  wire [33:0] \footprint$25.spm_w_hi ;
+  wire [33:0] \footprint$25.spm_w_lo ;
   wire [33:0] \footprint.acc_r_hi ;
   wire [33:0] \footprint.acc_r_lo ;
   wire [33:0] \footprint.acc_w_hi ;
@@ -60242,11 +60244,11 @@ module \dx1_board.soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
   reg [49:0] mv_end = 50'h0000000000000;
   reg [33:0] mv_last = 34'h000000000;
   (* init = 34'h000000000 *)
-  wire [33:0] \mv_last$30 ;
+  wire [33:0] \mv_last$31 ;
   reg [48:0] mv_mem_off = 49'h0000000000000;
   reg [32:0] mv_row_off = 33'h000000000;
   reg [16:0] p_src_end = 17'h00000;
-  wire [33:0] \p_src_end$33 ;
+  wire [33:0] \p_src_end$34 ;
   input reset_cp;
   wire reset_cp;
   output [1:0] route;
@@ -60254,6 +60256,7 @@ module \dx1_board.soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
   reg [1:0] route_next;
   input rst;
   wire rst;
+  reg [32:0] sd_src_end = 33'h000000000;
   reg [2:0] stage = 3'h0;
   output [7:0] status;
   reg [7:0] status = 8'h00;
@@ -60286,165 +60289,158 @@ module \dx1_board.soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
   assign \$22  = cmd[79:64] + g_a_rows;
   assign \$23  = cmd[95:80] + g_b_rows;
   assign \$24  = cmd[79:64] + cmd[111:96];
-  assign \$25  = stage == 3'h4;
-  assign decoded = valid & \$25 ;
-  assign \$27  = | \$26 ;
-  assign \$28  = ! cmd[159:144];
-  assign \$29  = ! cmd[175:160];
-  assign \$30  = \$28  | \$29 ;
-  assign \$31  = ~ cmd[8];
-  assign \$32  = mv_last >= 13'h1000;
-  assign \$33  = \$31  & \$32 ;
-  assign \$34  = mv_last >= 11'h400;
-  assign \$35  = cmd[8] & \$34 ;
-  assign \$36  = | cmd[66:64];
-  assign \$37  = | cmd[98:96];
-  assign \$38  = \$36  | \$37 ;
-  assign \$39  = cmd[95:64] >= dma_base;
-  assign \$40  = mv_end <= dma_limit;
-  assign \$41  = \$39  & \$40 ;
-  assign \$42  = mv_end <= 21'h100000;
-  assign \$43  = \$41  & \$42 ;
-  assign \$44  = ~ \$43 ;
-  assign \$45  = \$43  ? 8'h00 : 8'h07;
-  assign \$46  = \$38  ? 8'h08 : \$45 ;
-  assign \$47  = \$35  ? 8'h06 : \$46 ;
-  assign \$48  = \$33  ? 8'h05 : \$47 ;
-  assign \$49  = \$30  ? 8'h03 : \$48 ;
-  assign \$50  = \$27  ? 8'h02 : \$49 ;
-  assign \$52  = | \$51 ;
-  assign \$53  = ! cmd[159:144];
-  assign \$54  = ! cmd[175:160];
-  assign \$55  = \$53  | \$54 ;
-  assign \$56  = ~ cmd[8];
-  assign \$57  = mv_last >= 13'h1000;
-  assign \$58  = \$56  & \$57 ;
-  assign \$59  = mv_last >= 11'h400;
-  assign \$60  = cmd[8] & \$59 ;
-  assign \$61  = | cmd[66:64];
-  assign \$62  = | cmd[98:96];
-  assign \$63  = \$61  | \$62 ;
-  assign \$64  = cmd[95:64] >= dma_base;
-  assign \$65  = mv_end <= dma_limit;
-  assign \$66  = \$64  & \$65 ;
-  assign \$67  = mv_end <= 21'h100000;
-  assign \$68  = \$66  & \$67 ;
-  assign \$69  = ~ \$68 ;
-  assign \$70  = \$68  ? 8'h00 : 8'h07;
-  assign \$71  = \$63  ? 8'h08 : \$70 ;
-  assign \$72  = \$60  ? 8'h06 : \$71 ;
-  assign \$73  = \$58  ? 8'h05 : \$72 ;
-  assign \$74  = \$55  ? 8'h03 : \$73 ;
-  assign \$75  = \$52  ? 8'h02 : \$74 ;
-  assign \$77  = | \$76 ;
-  assign \$78  = ! cmd[159:128];
-  assign \$79  = | cmd[66:64];
-  assign \$80  = | cmd[98:96];
-  assign \$81  = \$79  | \$80 ;
-  assign \$82  = | cmd[130:128];
-  assign \$83  = \$81  | \$82 ;
-  assign \$84  = cmd[95:64] >= dma_base;
-  assign \$85  = cp_src_end <= dma_limit;
-  assign \$86  = \$84  & \$85 ;
-  assign \$87  = cp_src_end <= 21'h100000;
-  assign \$88  = \$86  & \$87 ;
-  assign \$89  = ~ \$88 ;
-  assign \$90  = cmd[127:96] >= dma_base;
-  assign \$91  = cp_dst_end <= dma_limit;
-  assign \$92  = \$90  & \$91 ;
-  assign \$93  = cp_dst_end <= 21'h100000;
-  assign \$94  = \$92  & \$93 ;
-  assign \$95  = ~ \$94 ;
-  assign \$96  = \$89  | \$95 ;
-  assign \$97  = \$96  ? 8'h07 : 8'h00;
-  assign \$98  = \$83  ? 8'h08 : \$97 ;
-  assign \$99  = \$78  ? 8'h03 : \$98 ;
-  assign \$100  = \$77  ? 8'h02 : \$99 ;
-  assign \$102  = | \$101 ;
-  assign \$103  = cmd[71:64] >= 5'h10;
-  assign \$104  = \$103  ? 8'h0a : 8'h00;
-  assign \$105  = \$102  ? 8'h02 : \$104 ;
-  assign \$107  = | \$106 ;
-  assign \$108  = ! cmd[87:72];
-  assign \$109  = cmd[71:64] >= 5'h10;
-  assign \$110  = \$109  ? 8'h0a : 8'h00;
-  assign \$111  = \$108  ? 8'h03 : \$110 ;
-  assign \$112  = \$107  ? 8'h02 : \$111 ;
-  assign \$114  = | \$113 ;
-  assign \$115  = \$114  ? 8'h02 : 8'h00;
-  assign \$117  = | \$116 ;
-  assign \$118  = \$117  ? 8'h02 : 8'h00;
-  assign \$119  = | status_next;
+  assign \$25  = cmd[95:64] + cmd[159:128];
+  assign \$26  = stage == 3'h4;
+  assign decoded = valid & \$26 ;
+  assign \$28  = | \$27 ;
+  assign \$29  = ! cmd[159:144];
+  assign \$30  = ! cmd[175:160];
+  assign \$31  = \$29  | \$30 ;
+  assign \$32  = ~ cmd[8];
+  assign \$33  = mv_last >= 13'h1000;
+  assign \$34  = \$32  & \$33 ;
+  assign \$35  = mv_last >= 11'h400;
+  assign \$36  = cmd[8] & \$35 ;
+  assign \$37  = | cmd[66:64];
+  assign \$38  = | cmd[98:96];
+  assign \$39  = \$37  | \$38 ;
+  assign \$40  = cmd[95:64] >= dma_base;
+  assign \$41  = mv_end <= dma_limit;
+  assign \$42  = \$40  & \$41 ;
+  assign \$43  = mv_end <= 21'h100000;
+  assign \$44  = \$42  & \$43 ;
+  assign \$45  = ~ \$44 ;
+  assign \$46  = \$44  ? 8'h00 : 8'h07;
+  assign \$47  = \$39  ? 8'h08 : \$46 ;
+  assign \$48  = \$36  ? 8'h06 : \$47 ;
+  assign \$49  = \$34  ? 8'h05 : \$48 ;
+  assign \$50  = \$31  ? 8'h03 : \$49 ;
+  assign \$51  = \$28  ? 8'h02 : \$50 ;
+  assign \$53  = | \$52 ;
+  assign \$54  = ! cmd[159:144];
+  assign \$55  = ! cmd[175:160];
+  assign \$56  = \$54  | \$55 ;
+  assign \$57  = ~ cmd[8];
+  assign \$58  = mv_last >= 13'h1000;
+  assign \$59  = \$57  & \$58 ;
+  assign \$60  = mv_last >= 11'h400;
+  assign \$61  = cmd[8] & \$60 ;
+  assign \$62  = | cmd[66:64];
+  assign \$63  = | cmd[98:96];
+  assign \$64  = \$62  | \$63 ;
+  assign \$65  = cmd[95:64] >= dma_base;
+  assign \$66  = mv_end <= dma_limit;
+  assign \$67  = \$65  & \$66 ;
+  assign \$68  = mv_end <= 21'h100000;
+  assign \$69  = \$67  & \$68 ;
+  assign \$70  = ~ \$69 ;
+  assign \$71  = \$69  ? 8'h00 : 8'h07;
+  assign \$72  = \$64  ? 8'h08 : \$71 ;
+  assign \$73  = \$61  ? 8'h06 : \$72 ;
+  assign \$74  = \$59  ? 8'h05 : \$73 ;
+  assign \$75  = \$56  ? 8'h03 : \$74 ;
+  assign \$76  = \$53  ? 8'h02 : \$75 ;
+  assign \$78  = | \$77 ;
+  assign \$79  = ! cmd[159:128];
+  assign \$80  = | cmd[66:64];
+  assign \$81  = | cmd[98:96];
+  assign \$82  = \$80  | \$81 ;
+  assign \$83  = | cmd[130:128];
+  assign \$84  = \$82  | \$83 ;
+  assign \$85  = cmd[95:64] >= dma_base;
+  assign \$86  = cp_src_end <= dma_limit;
+  assign \$87  = \$85  & \$86 ;
+  assign \$88  = cp_src_end <= 21'h100000;
+  assign \$89  = \$87  & \$88 ;
+  assign \$90  = ~ \$89 ;
+  assign \$91  = cmd[127:96] >= dma_base;
+  assign \$92  = cp_dst_end <= dma_limit;
+  assign \$93  = \$91  & \$92 ;
+  assign \$94  = cp_dst_end <= 21'h100000;
+  assign \$95  = \$93  & \$94 ;
+  assign \$96  = ~ \$95 ;
+  assign \$97  = \$90  | \$96 ;
+  assign \$98  = \$97  ? 8'h07 : 8'h00;
+  assign \$99  = \$84  ? 8'h08 : \$98 ;
+  assign \$100  = \$79  ? 8'h03 : \$99 ;
+  assign \$101  = \$78  ? 8'h02 : \$100 ;
+  assign \$103  = | \$102 ;
+  assign \$104  = cmd[71:64] >= 5'h10;
+  assign \$105  = \$104  ? 8'h0a : 8'h00;
+  assign \$106  = \$103  ? 8'h02 : \$105 ;
+  assign \$108  = | \$107 ;
+  assign \$109  = ! cmd[87:72];
+  assign \$110  = cmd[71:64] >= 5'h10;
+  assign \$111  = \$110  ? 8'h0a : 8'h00;
+  assign \$112  = \$109  ? 8'h03 : \$111 ;
+  assign \$113  = \$108  ? 8'h02 : \$112 ;
+  assign \$115  = | \$114 ;
+  assign \$116  = \$115  ? 8'h02 : 8'h00;
+  assign \$118  = | \$117 ;
+  assign \$119  = \$118  ? 8'h02 : 8'h00;
+  assign \$120  = | status_next;
   always @(posedge clk)
-    stage <= \$120 ;
+    stage <= \$121 ;
   always @(posedge clk)
-    mv_row_off <= \$121 ;
+    mv_row_off <= \$122 ;
   always @(posedge clk)
-    mv_col_off <= \$122 ;
+    mv_col_off <= \$123 ;
   always @(posedge clk)
-    mv_mem_off <= \$123 ;
+    mv_mem_off <= \$124 ;
   always @(posedge clk)
-    mv_bytes <= \$124 ;
+    mv_bytes <= \$125 ;
   always @(posedge clk)
-    g_a_rows <= \$125 ;
+    g_a_rows <= \$126 ;
   always @(posedge clk)
-    g_b_rows <= \$126 ;
+    g_b_rows <= \$127 ;
   always @(posedge clk)
-    mv_last <= \$127 ;
+    mv_last <= \$128 ;
   always @(posedge clk)
-    mv_end <= \$128 ;
+    mv_end <= \$129 ;
   always @(posedge clk)
-    cp_src_end <= \$129 ;
+    cp_src_end <= \$130 ;
   always @(posedge clk)
-    cp_dst_end <= \$130 ;
+    cp_dst_end <= \$131 ;
   always @(posedge clk)
-    g_a_end <= \$131 ;
+    g_a_end <= \$132 ;
   always @(posedge clk)
-    g_b_end <= \$132 ;
+    g_b_end <= \$133 ;
   always @(posedge clk)
-    p_src_end <= \$133 ;
+    p_src_end <= \$134 ;
   always @(posedge clk)
-    status <= \$134 ;
+    sd_src_end <= \$135 ;
   always @(posedge clk)
-    route <= \$135 ;
+    status <= \$136 ;
   always @(posedge clk)
-    footprint <= \$136 ;
-  \dx1_board.soc.cp0.decoder.footprint$34  \footprint$34  (
+    route <= \$137 ;
+  always @(posedge clk)
+    footprint <= \$138 ;
+  \dx1_board.soc.cp0.decoder.footprint$35  \footprint$35  (
     .cmd(cmd),
-    .footprint(\footprint$24 ),
+    .footprint(\footprint$25 ),
     .mv_last(mv_last),
-    .\port$17598$0 (g_a_end),
-    .\port$17600$0 (g_b_end),
-    .\port$17602$0 (p_src_end)
+    .\port$17602$0 (g_a_end),
+    .\port$17604$0 (g_b_end),
+    .\port$17606$0 (p_src_end)
   );
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$104 ) begin end
-    \$120  = stage;
+    \$121  = stage;
     if (\$2 ) begin
-      \$120  = 3'h0;
+      \$121  = 3'h0;
     end else if (\$3 ) begin
-      \$120  = \$4 [2:0];
+      \$121  = \$4 [2:0];
     end
     if (reset_cp) begin
-      \$120  = 3'h0;
+      \$121  = 3'h0;
     end
     if (rst) begin
-      \$120  = 3'h0;
+      \$121  = 3'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$104 ) begin end
-    \$121  = \$6 ;
-    if (reset_cp) begin
-      \$121  = 33'h000000000;
-    end
-    if (rst) begin
-      \$121  = 33'h000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$104 ) begin end
-    \$122  = \$8 ;
+    \$122  = \$6 ;
     if (reset_cp) begin
       \$122  = 33'h000000000;
     end
@@ -60454,77 +60450,77 @@ module \dx1_board.soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$104 ) begin end
-    \$123  = \$10 ;
+    \$123  = \$8 ;
     if (reset_cp) begin
-      \$123  = 49'h0000000000000;
+      \$123  = 33'h000000000;
     end
     if (rst) begin
-      \$123  = 49'h0000000000000;
+      \$123  = 33'h000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$104 ) begin end
-    \$124  = \$13 ;
+    \$124  = \$10 ;
     if (reset_cp) begin
-      \$124  = 22'h000000;
+      \$124  = 49'h0000000000000;
     end
     if (rst) begin
-      \$124  = 22'h000000;
+      \$124  = 49'h0000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$104 ) begin end
-    \$125  = \$14 ;
+    \$125  = \$13 ;
     if (reset_cp) begin
-      \$125  = 32'd0;
+      \$125  = 22'h000000;
     end
     if (rst) begin
-      \$125  = 32'd0;
+      \$125  = 22'h000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$104 ) begin end
-    \$126  = \$15 ;
+    \$126  = \$14 ;
     if (reset_cp) begin
-      \$126  = 20'h00000;
+      \$126  = 32'd0;
     end
     if (rst) begin
-      \$126  = 20'h00000;
+      \$126  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$104 ) begin end
-    \$127  = \$17 [33:0];
+    \$127  = \$15 ;
     if (reset_cp) begin
-      \$127  = 34'h000000000;
+      \$127  = 20'h00000;
     end
     if (rst) begin
-      \$127  = 34'h000000000;
+      \$127  = 20'h00000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$104 ) begin end
-    \$128  = \$19 [49:0];
+    \$128  = \$17 [33:0];
     if (reset_cp) begin
-      \$128  = 50'h0000000000000;
+      \$128  = 34'h000000000;
     end
     if (rst) begin
-      \$128  = 50'h0000000000000;
+      \$128  = 34'h000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$104 ) begin end
-    \$129  = \$20 ;
+    \$129  = \$19 [49:0];
     if (reset_cp) begin
-      \$129  = 33'h000000000;
+      \$129  = 50'h0000000000000;
     end
     if (rst) begin
-      \$129  = 33'h000000000;
+      \$129  = 50'h0000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$104 ) begin end
-    \$130  = \$21 ;
+    \$130  = \$20 ;
     if (reset_cp) begin
       \$130  = 33'h000000000;
     end
@@ -60534,7 +60530,7 @@ module \dx1_board.soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$104 ) begin end
-    \$131  = \$22 ;
+    \$131  = \$21 ;
     if (reset_cp) begin
       \$131  = 33'h000000000;
     end
@@ -60544,52 +60540,72 @@ module \dx1_board.soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$104 ) begin end
-    \$132  = \$23 ;
+    \$132  = \$22 ;
     if (reset_cp) begin
-      \$132  = 21'h000000;
+      \$132  = 33'h000000000;
     end
     if (rst) begin
-      \$132  = 21'h000000;
+      \$132  = 33'h000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$104 ) begin end
-    \$133  = \$24 ;
+    \$133  = \$23 ;
     if (reset_cp) begin
-      \$133  = 17'h00000;
+      \$133  = 21'h000000;
     end
     if (rst) begin
-      \$133  = 17'h00000;
+      \$133  = 21'h000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$104 ) begin end
-    \$134  = status_next;
+    \$134  = \$24 ;
     if (reset_cp) begin
-      \$134  = 8'h00;
+      \$134  = 17'h00000;
     end
     if (rst) begin
-      \$134  = 8'h00;
+      \$134  = 17'h00000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$104 ) begin end
-    \$135  = route_next;
+    \$135  = \$25 ;
     if (reset_cp) begin
-      \$135  = 2'h0;
+      \$135  = 33'h000000000;
     end
     if (rst) begin
-      \$135  = 2'h0;
+      \$135  = 33'h000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$104 ) begin end
-    \$136  = \footprint$24 ;
+    \$136  = status_next;
     if (reset_cp) begin
-      \$136  = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
+      \$136  = 8'h00;
     end
     if (rst) begin
-      \$136  = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
+      \$136  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$104 ) begin end
+    \$137  = route_next;
+    if (reset_cp) begin
+      \$137  = 2'h0;
+    end
+    if (rst) begin
+      \$137  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$104 ) begin end
+    \$138  = \footprint$25 ;
+    if (reset_cp) begin
+      \$138  = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
+    end
+    if (rst) begin
+      \$138  = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
     end
   end
   always @* begin
@@ -60599,19 +60615,19 @@ module \dx1_board.soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
       8'h03, 8'h04, 8'h09, 8'h0a, 8'h0b:
           status_next = 8'h00;
       8'h01:
-          status_next = \$50 ;
+          status_next = \$51 ;
       8'h02:
-          status_next = \$75 ;
+          status_next = \$76 ;
       8'h08:
-          status_next = \$100 ;
+          status_next = \$101 ;
       8'h06:
-          status_next = \$105 ;
+          status_next = \$106 ;
       8'h07:
-          status_next = \$112 ;
+          status_next = \$113 ;
       8'h00:
-          status_next = \$115 ;
+          status_next = \$116 ;
       8'h05:
-          status_next = \$118 ;
+          status_next = \$119 ;
       default:
           status_next = 8'h01;
     endcase
@@ -60629,15 +60645,15 @@ module \dx1_board.soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
       8'h08:
           route_next = 2'h2;
     endcase
-    if (\$119 ) begin
+    if (\$120 ) begin
       route_next = 2'h0;
     end
   end
-  assign \cmd$29  = cmd;
-  assign \mv_last$30  = mv_last;
+  assign \cmd$30  = cmd;
+  assign \mv_last$31  = mv_last;
   assign a_end = { 1'h0, g_a_end };
   assign b_end = { 13'h0000, g_b_end };
-  assign \p_src_end$33  = { 17'h00000, p_src_end };
+  assign \p_src_end$34  = { 17'h00000, p_src_end };
   assign \footprint.spm_r_lo  = footprint[33:0];
   assign \footprint.spm_r_hi  = footprint[67:34];
   assign \footprint.spm_w_lo  = footprint[101:68];
@@ -60646,32 +60662,32 @@ module \dx1_board.soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
   assign \footprint.acc_r_hi  = footprint[203:170];
   assign \footprint.acc_w_lo  = footprint[237:204];
   assign \footprint.acc_w_hi  = footprint[271:238];
-  assign \footprint$24.spm_r_lo  = \footprint$24 [33:0];
-  assign \footprint$24.spm_r_hi  = \footprint$24 [67:34];
-  assign \footprint$24.spm_w_lo  = \footprint$24 [101:68];
-  assign \footprint$24.spm_w_hi  = \footprint$24 [135:102];
-  assign \footprint$24.acc_r_lo  = \footprint$24 [169:136];
-  assign \footprint$24.acc_r_hi  = \footprint$24 [203:170];
-  assign \footprint$24.acc_w_lo  = \footprint$24 [237:204];
-  assign \footprint$24.acc_w_hi  = \footprint$24 [271:238];
-  assign { \$26 [207:64], \$26 [31:16], \$26 [8:0] } = 169'h0000000000000000000000000000000000000000000;
-  assign { \$26 [255:208], \$26 [63:32], \$26 [15:9] } = { cmd[255:208], cmd[63:32], cmd[15:9] };
-  assign { \$51 [207:64], \$51 [31:16], \$51 [8:0] } = 169'h0000000000000000000000000000000000000000000;
-  assign { \$51 [255:208], \$51 [63:32], \$51 [15:9] } = { cmd[255:208], cmd[63:32], cmd[15:9] };
-  assign { \$76 [159:64], \$76 [31:16], \$76 [7:0] } = 120'h000000000000000000000000000000;
-  assign { \$76 [255:160], \$76 [63:32], \$76 [15:8] } = { cmd[255:160], cmd[63:32], cmd[15:8] };
-  assign { \$101 [87:64], \$101 [31:16], \$101 [7:0] } = 48'h000000000000;
-  assign { \$101 [255:88], \$101 [63:32], \$101 [15:8] } = { cmd[255:88], cmd[63:32], cmd[15:8] };
-  assign { \$106 [87:64], \$106 [31:16], \$106 [7:0] } = 48'h000000000000;
-  assign { \$106 [255:88], \$106 [63:32], \$106 [15:8] } = { cmd[255:88], cmd[63:32], cmd[15:8] };
-  assign { \$113 [31:16], \$113 [7:0] } = 24'h000000;
-  assign { \$113 [255:32], \$113 [15:8] } = { cmd[255:32], cmd[15:8] };
-  assign { \$116 [31:16], \$116 [7:0] } = 24'h000000;
-  assign { \$116 [255:32], \$116 [15:8] } = { cmd[255:32], cmd[15:8] };
+  assign \footprint$25.spm_r_lo  = \footprint$25 [33:0];
+  assign \footprint$25.spm_r_hi  = \footprint$25 [67:34];
+  assign \footprint$25.spm_w_lo  = \footprint$25 [101:68];
+  assign \footprint$25.spm_w_hi  = \footprint$25 [135:102];
+  assign \footprint$25.acc_r_lo  = \footprint$25 [169:136];
+  assign \footprint$25.acc_r_hi  = \footprint$25 [203:170];
+  assign \footprint$25.acc_w_lo  = \footprint$25 [237:204];
+  assign \footprint$25.acc_w_hi  = \footprint$25 [271:238];
+  assign { \$27 [207:64], \$27 [31:16], \$27 [8:0] } = 169'h0000000000000000000000000000000000000000000;
+  assign { \$27 [255:208], \$27 [63:32], \$27 [15:9] } = { cmd[255:208], cmd[63:32], cmd[15:9] };
+  assign { \$52 [207:64], \$52 [31:16], \$52 [8:0] } = 169'h0000000000000000000000000000000000000000000;
+  assign { \$52 [255:208], \$52 [63:32], \$52 [15:9] } = { cmd[255:208], cmd[63:32], cmd[15:9] };
+  assign { \$77 [159:64], \$77 [31:16], \$77 [7:0] } = 120'h000000000000000000000000000000;
+  assign { \$77 [255:160], \$77 [63:32], \$77 [15:8] } = { cmd[255:160], cmd[63:32], cmd[15:8] };
+  assign { \$102 [87:64], \$102 [31:16], \$102 [7:0] } = 48'h000000000000;
+  assign { \$102 [255:88], \$102 [63:32], \$102 [15:8] } = { cmd[255:88], cmd[63:32], cmd[15:8] };
+  assign { \$107 [87:64], \$107 [31:16], \$107 [7:0] } = 48'h000000000000;
+  assign { \$107 [255:88], \$107 [63:32], \$107 [15:8] } = { cmd[255:88], cmd[63:32], cmd[15:8] };
+  assign { \$114 [31:16], \$114 [7:0] } = 24'h000000;
+  assign { \$114 [255:32], \$114 [15:8] } = { cmd[255:32], cmd[15:8] };
+  assign { \$117 [31:16], \$117 [7:0] } = 24'h000000;
+  assign { \$117 [255:32], \$117 [15:8] } = { cmd[255:32], cmd[15:8] };
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.cp0.decoder.footprint$34 (mv_last, \port$17598$0 , \port$17600$0 , \port$17602$0 , footprint, cmd);
+module \dx1_board.soc.cp0.decoder.footprint$35 (mv_last, \port$17602$0 , \port$17604$0 , \port$17606$0 , footprint, cmd);
   reg \$auto$verilog_backend.cc:2355:dump_module$105  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -60707,24 +60723,24 @@ module \dx1_board.soc.cp0.decoder.footprint$34 (mv_last, \port$17598$0 , \port$1
   input [33:0] mv_last;
   wire [33:0] mv_last;
   wire [33:0] p_src_end;
-  input [32:0] \port$17598$0 ;
-  wire [32:0] \port$17598$0 ;
-  input [20:0] \port$17600$0 ;
-  wire [20:0] \port$17600$0 ;
-  input [16:0] \port$17602$0 ;
-  wire [16:0] \port$17602$0 ;
+  input [32:0] \port$17602$0 ;
+  wire [32:0] \port$17602$0 ;
+  input [20:0] \port$17604$0 ;
+  wire [20:0] \port$17604$0 ;
+  input [16:0] \port$17606$0 ;
+  wire [16:0] \port$17606$0 ;
   assign \$1  = cmd[79:64] < cmd[95:80];
   assign \$2  = \$1  ? cmd[79:64] : cmd[95:80];
-  assign \$3  = \port$17598$0  > \port$17600$0 ;
-  assign \$4  = \$3  ? { 1'h0, \port$17598$0  } : { 13'h0000, \port$17600$0  };
+  assign \$3  = \port$17602$0  > \port$17604$0 ;
+  assign \$4  = \$3  ? { 1'h0, \port$17602$0  } : { 13'h0000, \port$17604$0  };
   assign \$5  = cmd[111:96] + cmd[127:112];
   assign \$6  = cmd[127:112] < cmd[79:64];
   assign \$7  = cmd[9] & \$6 ;
   assign \$8  = \$7  ? cmd[127:112] : cmd[79:64];
-  assign \$9  = cmd[127:112] >= \port$17602$0 ;
+  assign \$9  = cmd[127:112] >= \port$17606$0 ;
   assign \$10  = cmd[9] & \$9 ;
   assign \$11  = cmd[127:112] + 1'h1;
-  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$17602$0  };
+  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$17606$0  };
   assign \$13  = cmd[95:80] + cmd[111:96];
   assign \$14  = mv_last + 1'h1;
   assign \$15  = mv_last + 1'h1;
@@ -60775,9 +60791,9 @@ module \dx1_board.soc.cp0.decoder.footprint$34 (mv_last, \port$17598$0 , \port$1
         end
     endcase
   end
-  assign a_end = { 1'h0, \port$17598$0  };
-  assign b_end = { 13'h0000, \port$17600$0  };
-  assign p_src_end = { 17'h00000, \port$17602$0  };
+  assign a_end = { 1'h0, \port$17602$0  };
+  assign b_end = { 13'h0000, \port$17604$0  };
+  assign p_src_end = { 17'h00000, \port$17606$0  };
   assign \footprint.spm_r_lo  = footprint[33:0];
   assign \footprint.spm_r_hi  = footprint[67:34];
   assign \footprint.spm_w_lo  = footprint[101:68];
@@ -63171,8 +63187,8 @@ module \dx1_board.soc.cp0.ring (rst, ring_reset, doorbell, entries_ok, mask, doo
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.cp0.semaphore (\port$14971$0 , \port$14973$0 , \port$14975$0 , \port$14977$0 , \port$14979$0 , \port$14981$0 , \port$14983$0 , \port$14985$0 , \port$14987$0 , \port$14989$0 , \port$14991$0 , \port$14993$0 , \port$14995$0 , \port$14997$0 , \port$14999$0 , sem_grant, \port$17566$64 , signal, \wait , sem_valid, sem_delta
-, done, \port$14969$0 );
+module \dx1_board.soc.cp0.semaphore (\port$14975$0 , \port$14977$0 , \port$14979$0 , \port$14981$0 , \port$14983$0 , \port$14985$0 , \port$14987$0 , \port$14989$0 , \port$14991$0 , \port$14993$0 , \port$14995$0 , \port$14997$0 , \port$14999$0 , \port$15001$0 , \port$15003$0 , sem_grant, \port$17570$64 , signal, \wait , sem_valid, sem_delta
+, done, \port$14973$0 );
   reg \$auto$verilog_backend.cc:2355:dump_module$113  = 0;
   reg [15:0] \$1 ;
   wire \$2 ;
@@ -63180,10 +63196,6 @@ module \dx1_board.soc.cp0.semaphore (\port$14971$0 , \port$14973$0 , \port$14975
   wire [15:0] count;
   output done;
   reg done;
-  input [15:0] \port$14969$0 ;
-  wire [15:0] \port$14969$0 ;
-  input [15:0] \port$14971$0 ;
-  wire [15:0] \port$14971$0 ;
   input [15:0] \port$14973$0 ;
   wire [15:0] \port$14973$0 ;
   input [15:0] \port$14975$0 ;
@@ -63212,8 +63224,12 @@ module \dx1_board.soc.cp0.semaphore (\port$14971$0 , \port$14973$0 , \port$14975
   wire [15:0] \port$14997$0 ;
   input [15:0] \port$14999$0 ;
   wire [15:0] \port$14999$0 ;
-  input [23:0] \port$17566$64 ;
-  wire [23:0] \port$17566$64 ;
+  input [15:0] \port$15001$0 ;
+  wire [15:0] \port$15001$0 ;
+  input [15:0] \port$15003$0 ;
+  wire [15:0] \port$15003$0 ;
+  input [23:0] \port$17570$64 ;
+  wire [23:0] \port$17570$64 ;
   wire [7:0] sem;
   output [17:0] sem_delta;
   reg [17:0] sem_delta;
@@ -63243,44 +63259,44 @@ module \dx1_board.soc.cp0.semaphore (\port$14971$0 , \port$14973$0 , \port$14975
   wire signal;
   input \wait ;
   wire \wait ;
-  assign \$2  = \$1  >= \port$17566$64 [23:8];
-  assign \$3  = - \port$17566$64 [23:8];
+  assign \$2  = \$1  >= \port$17570$64 [23:8];
+  assign \$3  = - \port$17570$64 [23:8];
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$113 ) begin end
     \$1  = 16'h0000;
-    casez (\port$17566$64 [7:0])
+    casez (\port$17570$64 [7:0])
       8'h00:
-          \$1  = \port$14969$0 ;
-      8'h01:
-          \$1  = \port$14971$0 ;
-      8'h02:
           \$1  = \port$14973$0 ;
-      8'h03:
+      8'h01:
           \$1  = \port$14975$0 ;
-      8'h04:
+      8'h02:
           \$1  = \port$14977$0 ;
-      8'h05:
+      8'h03:
           \$1  = \port$14979$0 ;
-      8'h06:
+      8'h04:
           \$1  = \port$14981$0 ;
-      8'h07:
+      8'h05:
           \$1  = \port$14983$0 ;
-      8'h08:
+      8'h06:
           \$1  = \port$14985$0 ;
-      8'h09:
+      8'h07:
           \$1  = \port$14987$0 ;
-      8'h0a:
+      8'h08:
           \$1  = \port$14989$0 ;
-      8'h0b:
+      8'h09:
           \$1  = \port$14991$0 ;
-      8'h0c:
+      8'h0a:
           \$1  = \port$14993$0 ;
-      8'h0d:
+      8'h0b:
           \$1  = \port$14995$0 ;
-      8'h0e:
+      8'h0c:
           \$1  = \port$14997$0 ;
-      8'h0f:
+      8'h0d:
           \$1  = \port$14999$0 ;
+      8'h0e:
+          \$1  = \port$15001$0 ;
+      8'h0f:
+          \$1  = \port$15003$0 ;
     endcase
   end
   always @* begin
@@ -63299,7 +63315,7 @@ module \dx1_board.soc.cp0.semaphore (\port$14971$0 , \port$14973$0 , \port$14975
     if (\$auto$verilog_backend.cc:2355:dump_module$113 ) begin end
     sem_delta = 18'h00000;
     if (signal) begin
-      sem_delta = { 2'h0, \port$17566$64 [23:8] };
+      sem_delta = { 2'h0, \port$17570$64 [23:8] };
     end
     if (\wait ) begin
       if (\$2 ) begin
@@ -63319,26 +63335,26 @@ module \dx1_board.soc.cp0.semaphore (\port$14971$0 , \port$14973$0 , \port$14975
       end
     end
   end
-  assign count = \port$17566$64 [23:8];
-  assign sem = \port$17566$64 [7:0];
-  assign sem_values = { \port$14999$0 , \port$14997$0 , \port$14995$0 , \port$14993$0 , \port$14991$0 , \port$14989$0 , \port$14987$0 , \port$14985$0 , \port$14983$0 , \port$14981$0 , \port$14979$0 , \port$14977$0 , \port$14975$0 , \port$14973$0 , \port$14971$0 , \port$14969$0  };
-  assign sem_index = \port$17566$64 [3:0];
-  assign \sem_values[0]  = \port$14969$0 ;
-  assign \sem_values[1]  = \port$14971$0 ;
-  assign \sem_values[2]  = \port$14973$0 ;
-  assign \sem_values[3]  = \port$14975$0 ;
-  assign \sem_values[4]  = \port$14977$0 ;
-  assign \sem_values[5]  = \port$14979$0 ;
-  assign \sem_values[6]  = \port$14981$0 ;
-  assign \sem_values[7]  = \port$14983$0 ;
-  assign \sem_values[8]  = \port$14985$0 ;
-  assign \sem_values[9]  = \port$14987$0 ;
-  assign \sem_values[10]  = \port$14989$0 ;
-  assign \sem_values[11]  = \port$14991$0 ;
-  assign \sem_values[12]  = \port$14993$0 ;
-  assign \sem_values[13]  = \port$14995$0 ;
-  assign \sem_values[14]  = \port$14997$0 ;
-  assign \sem_values[15]  = \port$14999$0 ;
+  assign count = \port$17570$64 [23:8];
+  assign sem = \port$17570$64 [7:0];
+  assign sem_values = { \port$15003$0 , \port$15001$0 , \port$14999$0 , \port$14997$0 , \port$14995$0 , \port$14993$0 , \port$14991$0 , \port$14989$0 , \port$14987$0 , \port$14985$0 , \port$14983$0 , \port$14981$0 , \port$14979$0 , \port$14977$0 , \port$14975$0 , \port$14973$0  };
+  assign sem_index = \port$17570$64 [3:0];
+  assign \sem_values[0]  = \port$14973$0 ;
+  assign \sem_values[1]  = \port$14975$0 ;
+  assign \sem_values[2]  = \port$14977$0 ;
+  assign \sem_values[3]  = \port$14979$0 ;
+  assign \sem_values[4]  = \port$14981$0 ;
+  assign \sem_values[5]  = \port$14983$0 ;
+  assign \sem_values[6]  = \port$14985$0 ;
+  assign \sem_values[7]  = \port$14987$0 ;
+  assign \sem_values[8]  = \port$14989$0 ;
+  assign \sem_values[9]  = \port$14991$0 ;
+  assign \sem_values[10]  = \port$14993$0 ;
+  assign \sem_values[11]  = \port$14995$0 ;
+  assign \sem_values[12]  = \port$14997$0 ;
+  assign \sem_values[13]  = \port$14999$0 ;
+  assign \sem_values[14]  = \port$15001$0 ;
+  assign \sem_values[15]  = \port$15003$0 ;
 endmodule
 
 (* generator = "Amaranth" *)
@@ -64269,8 +64285,8 @@ module \dx1_board.soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_don
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, timestamp, doorbell_index, \port$14969$0 , \port$14971$0 
-, \port$14973$0 , \port$14975$0 , \port$14977$0 , \port$14979$0 , \port$14981$0 , \port$14983$0 , \port$14985$0 , \port$14987$0 , \port$14989$0 , \port$14991$0 , \port$14993$0 , \port$14995$0 , \port$14997$0 , \port$14999$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit, budget
+module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, timestamp, doorbell_index, \port$14973$0 , \port$14975$0 
+, \port$14977$0 , \port$14979$0 , \port$14981$0 , \port$14983$0 , \port$14985$0 , \port$14987$0 , \port$14989$0 , \port$14991$0 , \port$14993$0 , \port$14995$0 , \port$14997$0 , \port$14999$0 , \port$15001$0 , \port$15003$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit, budget
 , bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, sem_grant, quiesce, reset_cp, abort_done, dma_done__tdata, head, tail, halted, error_code, error_index, irq_error, axi__arvalid
 , axi__rready, cmd, tile_cmd__tvalid, taken, dma_cmd__tvalid, sem_valid, sem_delta, axi__awaddr, axi__wdata, trace_end_tag, trace_end_opcode, dma_done__tready, tile_done__tready, axi__awvalid, axi__wvalid, axi__bready, irq_completion, trace_end, clk);
   wire \$1 ;
@@ -64551,10 +64567,6 @@ module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume,
   wire [7:0] opcode;
   wire phase;
   wire \phase$128 ;
-  input [15:0] \port$14969$0 ;
-  wire [15:0] \port$14969$0 ;
-  input [15:0] \port$14971$0 ;
-  wire [15:0] \port$14971$0 ;
   input [15:0] \port$14973$0 ;
   wire [15:0] \port$14973$0 ;
   input [15:0] \port$14975$0 ;
@@ -64583,6 +64595,10 @@ module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume,
   wire [15:0] \port$14997$0 ;
   input [15:0] \port$14999$0 ;
   wire [15:0] \port$14999$0 ;
+  input [15:0] \port$15001$0 ;
+  wire [15:0] \port$15001$0 ;
+  input [15:0] \port$15003$0 ;
+  wire [15:0] \port$15003$0 ;
   input progress;
   wire progress;
   wire \progress$239 ;
@@ -64932,8 +64948,6 @@ module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume,
   );
   \dx1_board.soc.cp1.semaphore  semaphore (
     .done(sem_done),
-    .\port$14969$0 (\port$14969$0 ),
-    .\port$14971$0 (\port$14971$0 ),
     .\port$14973$0 (\port$14973$0 ),
     .\port$14975$0 (\port$14975$0 ),
     .\port$14977$0 (\port$14977$0 ),
@@ -64948,7 +64962,9 @@ module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume,
     .\port$14995$0 (\port$14995$0 ),
     .\port$14997$0 (\port$14997$0 ),
     .\port$14999$0 (\port$14999$0 ),
-    .\port$19871$64 (cmd[87:64]),
+    .\port$15001$0 (\port$15001$0 ),
+    .\port$15003$0 (\port$15003$0 ),
+    .\port$19877$64 (cmd[87:64]),
     .sem_delta(sem_delta),
     .sem_grant(sem_grant),
     .sem_valid(sem_valid),
@@ -65125,8 +65141,8 @@ module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume,
   assign done = sem_done;
   assign sem = cmd[71:64];
   assign count = cmd[87:72];
-  assign sem_values = { \port$14999$0 , \port$14997$0 , \port$14995$0 , \port$14993$0 , \port$14991$0 , \port$14989$0 , \port$14987$0 , \port$14985$0 , \port$14983$0 , \port$14981$0 , \port$14979$0 , \port$14977$0 , \port$14975$0 , \port$14973$0 , \port$14971$0 , \port$14969$0  };
-  assign \sem_values$182  = { \port$14999$0 , \port$14997$0 , \port$14995$0 , \port$14993$0 , \port$14991$0 , \port$14989$0 , \port$14987$0 , \port$14985$0 , \port$14983$0 , \port$14981$0 , \port$14979$0 , \port$14977$0 , \port$14975$0 , \port$14973$0 , \port$14971$0 , \port$14969$0  };
+  assign sem_values = { \port$15003$0 , \port$15001$0 , \port$14999$0 , \port$14997$0 , \port$14995$0 , \port$14993$0 , \port$14991$0 , \port$14989$0 , \port$14987$0 , \port$14985$0 , \port$14983$0 , \port$14981$0 , \port$14979$0 , \port$14977$0 , \port$14975$0 , \port$14973$0  };
+  assign \sem_values$182  = { \port$15003$0 , \port$15001$0 , \port$14999$0 , \port$14997$0 , \port$14995$0 , \port$14993$0 , \port$14991$0 , \port$14989$0 , \port$14987$0 , \port$14985$0 , \port$14983$0 , \port$14981$0 , \port$14979$0 , \port$14977$0 , \port$14975$0 , \port$14973$0  };
   assign \sem_grant$184  = sem_grant;
   assign \sem_valid$186  = sem_valid;
   assign sem_index = cmd[67:64];
@@ -65213,38 +65229,38 @@ module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume,
   assign \slot.footprint.acc_r_hi  = slot_in[244:211];
   assign \slot.footprint.acc_w_lo  = slot_in[278:245];
   assign \slot.footprint.acc_w_hi  = slot_in[312:279];
-  assign \sem_values[0]  = \port$14969$0 ;
-  assign \sem_values[1]  = \port$14971$0 ;
-  assign \sem_values[2]  = \port$14973$0 ;
-  assign \sem_values[3]  = \port$14975$0 ;
-  assign \sem_values[4]  = \port$14977$0 ;
-  assign \sem_values[5]  = \port$14979$0 ;
-  assign \sem_values[6]  = \port$14981$0 ;
-  assign \sem_values[7]  = \port$14983$0 ;
-  assign \sem_values[8]  = \port$14985$0 ;
-  assign \sem_values[9]  = \port$14987$0 ;
-  assign \sem_values[10]  = \port$14989$0 ;
-  assign \sem_values[11]  = \port$14991$0 ;
-  assign \sem_values[12]  = \port$14993$0 ;
-  assign \sem_values[13]  = \port$14995$0 ;
-  assign \sem_values[14]  = \port$14997$0 ;
-  assign \sem_values[15]  = \port$14999$0 ;
-  assign \sem_values$182[0]  = \port$14969$0 ;
-  assign \sem_values$182[1]  = \port$14971$0 ;
-  assign \sem_values$182[2]  = \port$14973$0 ;
-  assign \sem_values$182[3]  = \port$14975$0 ;
-  assign \sem_values$182[4]  = \port$14977$0 ;
-  assign \sem_values$182[5]  = \port$14979$0 ;
-  assign \sem_values$182[6]  = \port$14981$0 ;
-  assign \sem_values$182[7]  = \port$14983$0 ;
-  assign \sem_values$182[8]  = \port$14985$0 ;
-  assign \sem_values$182[9]  = \port$14987$0 ;
-  assign \sem_values$182[10]  = \port$14989$0 ;
-  assign \sem_values$182[11]  = \port$14991$0 ;
-  assign \sem_values$182[12]  = \port$14993$0 ;
-  assign \sem_values$182[13]  = \port$14995$0 ;
-  assign \sem_values$182[14]  = \port$14997$0 ;
-  assign \sem_values$182[15]  = \port$14999$0 ;
+  assign \sem_values[0]  = \port$14973$0 ;
+  assign \sem_values[1]  = \port$14975$0 ;
+  assign \sem_values[2]  = \port$14977$0 ;
+  assign \sem_values[3]  = \port$14979$0 ;
+  assign \sem_values[4]  = \port$14981$0 ;
+  assign \sem_values[5]  = \port$14983$0 ;
+  assign \sem_values[6]  = \port$14985$0 ;
+  assign \sem_values[7]  = \port$14987$0 ;
+  assign \sem_values[8]  = \port$14989$0 ;
+  assign \sem_values[9]  = \port$14991$0 ;
+  assign \sem_values[10]  = \port$14993$0 ;
+  assign \sem_values[11]  = \port$14995$0 ;
+  assign \sem_values[12]  = \port$14997$0 ;
+  assign \sem_values[13]  = \port$14999$0 ;
+  assign \sem_values[14]  = \port$15001$0 ;
+  assign \sem_values[15]  = \port$15003$0 ;
+  assign \sem_values$182[0]  = \port$14973$0 ;
+  assign \sem_values$182[1]  = \port$14975$0 ;
+  assign \sem_values$182[2]  = \port$14977$0 ;
+  assign \sem_values$182[3]  = \port$14979$0 ;
+  assign \sem_values$182[4]  = \port$14981$0 ;
+  assign \sem_values$182[5]  = \port$14983$0 ;
+  assign \sem_values$182[6]  = \port$14985$0 ;
+  assign \sem_values$182[7]  = \port$14987$0 ;
+  assign \sem_values$182[8]  = \port$14989$0 ;
+  assign \sem_values$182[9]  = \port$14991$0 ;
+  assign \sem_values$182[10]  = \port$14993$0 ;
+  assign \sem_values$182[11]  = \port$14995$0 ;
+  assign \sem_values$182[12]  = \port$14997$0 ;
+  assign \sem_values$182[13]  = \port$14999$0 ;
+  assign \sem_values$182[14]  = \port$15001$0 ;
+  assign \sem_values$182[15]  = \port$15003$0 ;
   assign \local_slot.ring_index  = slot_in[15:0];
   assign \local_slot.phase  = slot_in[16];
   assign \local_slot.tag  = slot_in[32:17];
@@ -65323,45 +65339,47 @@ module \dx1_board.soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
   wire \$1 ;
   wire [48:0] \$10 ;
   wire [7:0] \$100 ;
-  wire [255:0] \$101 ;
-  wire \$102 ;
+  wire [7:0] \$101 ;
+  wire [255:0] \$102 ;
   wire \$103 ;
-  wire [7:0] \$104 ;
+  wire \$104 ;
   wire [7:0] \$105 ;
-  wire [255:0] \$106 ;
-  wire \$107 ;
+  wire [7:0] \$106 ;
+  wire [255:0] \$107 ;
   wire \$108 ;
   wire \$109 ;
   wire [21:0] \$11 ;
-  wire [7:0] \$110 ;
+  wire \$110 ;
   wire [7:0] \$111 ;
   wire [7:0] \$112 ;
-  wire [255:0] \$113 ;
-  wire \$114 ;
-  wire [7:0] \$115 ;
-  wire [255:0] \$116 ;
-  wire \$117 ;
-  wire [7:0] \$118 ;
-  wire \$119 ;
+  wire [7:0] \$113 ;
+  wire [255:0] \$114 ;
+  wire \$115 ;
+  wire [7:0] \$116 ;
+  wire [255:0] \$117 ;
+  wire \$118 ;
+  wire [7:0] \$119 ;
   wire [19:0] \$12 ;
-  reg [2:0] \$120 ;
-  reg [32:0] \$121 ;
+  wire \$120 ;
+  reg [2:0] \$121 ;
   reg [32:0] \$122 ;
-  reg [48:0] \$123 ;
-  reg [21:0] \$124 ;
-  reg [31:0] \$125 ;
-  reg [19:0] \$126 ;
-  reg [33:0] \$127 ;
-  reg [49:0] \$128 ;
-  reg [32:0] \$129 ;
+  reg [32:0] \$123 ;
+  reg [48:0] \$124 ;
+  reg [21:0] \$125 ;
+  reg [31:0] \$126 ;
+  reg [19:0] \$127 ;
+  reg [33:0] \$128 ;
+  reg [49:0] \$129 ;
   wire [21:0] \$13 ;
   reg [32:0] \$130 ;
   reg [32:0] \$131 ;
-  reg [20:0] \$132 ;
-  reg [16:0] \$133 ;
-  reg [7:0] \$134 ;
-  reg [1:0] \$135 ;
-  reg [271:0] \$136 ;
+  reg [32:0] \$132 ;
+  reg [20:0] \$133 ;
+  reg [16:0] \$134 ;
+  reg [32:0] \$135 ;
+  reg [7:0] \$136 ;
+  reg [1:0] \$137 ;
+  reg [271:0] \$138 ;
   wire [31:0] \$14 ;
   wire [19:0] \$15 ;
   wire [33:0] \$16 ;
@@ -65374,9 +65392,9 @@ module \dx1_board.soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
   wire [32:0] \$22 ;
   wire [20:0] \$23 ;
   wire [16:0] \$24 ;
-  wire \$25 ;
-  wire [255:0] \$26 ;
-  wire \$27 ;
+  wire [32:0] \$25 ;
+  wire \$26 ;
+  wire [255:0] \$27 ;
   wire \$28 ;
   wire \$29 ;
   wire \$3 ;
@@ -65396,15 +65414,15 @@ module \dx1_board.soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
   wire \$42 ;
   wire \$43 ;
   wire \$44 ;
-  wire [7:0] \$45 ;
+  wire \$45 ;
   wire [7:0] \$46 ;
   wire [7:0] \$47 ;
   wire [7:0] \$48 ;
   wire [7:0] \$49 ;
   wire [16:0] \$5 ;
   wire [7:0] \$50 ;
-  wire [255:0] \$51 ;
-  wire \$52 ;
+  wire [7:0] \$51 ;
+  wire [255:0] \$52 ;
   wire \$53 ;
   wire \$54 ;
   wire \$55 ;
@@ -65424,14 +65442,14 @@ module \dx1_board.soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
   wire \$68 ;
   wire \$69 ;
   wire [16:0] \$7 ;
-  wire [7:0] \$70 ;
+  wire \$70 ;
   wire [7:0] \$71 ;
   wire [7:0] \$72 ;
   wire [7:0] \$73 ;
   wire [7:0] \$74 ;
   wire [7:0] \$75 ;
-  wire [255:0] \$76 ;
-  wire \$77 ;
+  wire [7:0] \$76 ;
+  wire [255:0] \$77 ;
   wire \$78 ;
   wire \$79 ;
   wire [32:0] \$8 ;
@@ -65453,7 +65471,7 @@ module \dx1_board.soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
   wire \$94 ;
   wire \$95 ;
   wire \$96 ;
-  wire [7:0] \$97 ;
+  wire \$97 ;
   wire [7:0] \$98 ;
   wire [7:0] \$99 ;
   wire [33:0] a_end;
@@ -65462,7 +65480,7 @@ module \dx1_board.soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
   wire clk;
   input [255:0] cmd;
   wire [255:0] cmd;
-  wire [255:0] \cmd$29 ;
+  wire [255:0] \cmd$30 ;
   reg [32:0] cp_dst_end = 33'h000000000;
   reg [32:0] cp_src_end = 33'h000000000;
   output decoded;
@@ -65473,15 +65491,15 @@ module \dx1_board.soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
   wire [31:0] dma_limit;
   output [271:0] footprint;
   reg [271:0] footprint = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
-  wire [271:0] \footprint$24 ;
-  wire [33:0] \footprint$24.acc_r_hi ;
-  wire [33:0] \footprint$24.acc_r_lo ;
-  wire [33:0] \footprint$24.acc_w_hi ;
-  wire [33:0] \footprint$24.acc_w_lo ;
-  wire [33:0] \footprint$24.spm_r_hi ;
-  wire [33:0] \footprint$24.spm_r_lo ;
-  wire [33:0] \footprint$24.spm_w_hi ;
-  wire [33:0] \footprint$24.spm_w_lo ;
+  wire [271:0] \footprint$25 ;
+  wire [33:0] \footprint$25.acc_r_hi ;
+  wire [33:0] \footprint$25.acc_r_lo ;
+  wire [33:0] \footprint$25.acc_w_hi ;
+  wire [33:0] \footprint$25.acc_w_lo ;
+  wire [33:0] \footprint$25.spm_r_hi ;
+  wire [33:0] \footprint$25.spm_r_lo ;
+  wire [33:0] \footprint$25.spm_w_hi ;
+  wire [33:0] \footprint$25.spm_w_lo ;
   wire [33:0] \footprint.acc_r_hi ;
   wire [33:0] \footprint.acc_r_lo ;
   wire [33:0] \footprint.acc_w_hi ;
@@ -65499,11 +65517,11 @@ module \dx1_board.soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
   reg [49:0] mv_end = 50'h0000000000000;
   reg [33:0] mv_last = 34'h000000000;
   (* init = 34'h000000000 *)
-  wire [33:0] \mv_last$30 ;
+  wire [33:0] \mv_last$31 ;
   reg [48:0] mv_mem_off = 49'h0000000000000;
   reg [32:0] mv_row_off = 33'h000000000;
   reg [16:0] p_src_end = 17'h00000;
-  wire [33:0] \p_src_end$33 ;
+  wire [33:0] \p_src_end$34 ;
   input reset_cp;
   wire reset_cp;
   output [1:0] route;
@@ -65511,6 +65529,7 @@ module \dx1_board.soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
   reg [1:0] route_next;
   input rst;
   wire rst;
+  reg [32:0] sd_src_end = 33'h000000000;
   reg [2:0] stage = 3'h0;
   output [7:0] status;
   reg [7:0] status = 8'h00;
@@ -65543,165 +65562,158 @@ module \dx1_board.soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
   assign \$22  = cmd[79:64] + g_a_rows;
   assign \$23  = cmd[95:80] + g_b_rows;
   assign \$24  = cmd[79:64] + cmd[111:96];
-  assign \$25  = stage == 3'h4;
-  assign decoded = valid & \$25 ;
-  assign \$27  = | \$26 ;
-  assign \$28  = ! cmd[159:144];
-  assign \$29  = ! cmd[175:160];
-  assign \$30  = \$28  | \$29 ;
-  assign \$31  = ~ cmd[8];
-  assign \$32  = mv_last >= 13'h1000;
-  assign \$33  = \$31  & \$32 ;
-  assign \$34  = mv_last >= 11'h400;
-  assign \$35  = cmd[8] & \$34 ;
-  assign \$36  = | cmd[66:64];
-  assign \$37  = | cmd[98:96];
-  assign \$38  = \$36  | \$37 ;
-  assign \$39  = cmd[95:64] >= dma_base;
-  assign \$40  = mv_end <= dma_limit;
-  assign \$41  = \$39  & \$40 ;
-  assign \$42  = mv_end <= 21'h100000;
-  assign \$43  = \$41  & \$42 ;
-  assign \$44  = ~ \$43 ;
-  assign \$45  = \$43  ? 8'h00 : 8'h07;
-  assign \$46  = \$38  ? 8'h08 : \$45 ;
-  assign \$47  = \$35  ? 8'h06 : \$46 ;
-  assign \$48  = \$33  ? 8'h05 : \$47 ;
-  assign \$49  = \$30  ? 8'h03 : \$48 ;
-  assign \$50  = \$27  ? 8'h02 : \$49 ;
-  assign \$52  = | \$51 ;
-  assign \$53  = ! cmd[159:144];
-  assign \$54  = ! cmd[175:160];
-  assign \$55  = \$53  | \$54 ;
-  assign \$56  = ~ cmd[8];
-  assign \$57  = mv_last >= 13'h1000;
-  assign \$58  = \$56  & \$57 ;
-  assign \$59  = mv_last >= 11'h400;
-  assign \$60  = cmd[8] & \$59 ;
-  assign \$61  = | cmd[66:64];
-  assign \$62  = | cmd[98:96];
-  assign \$63  = \$61  | \$62 ;
-  assign \$64  = cmd[95:64] >= dma_base;
-  assign \$65  = mv_end <= dma_limit;
-  assign \$66  = \$64  & \$65 ;
-  assign \$67  = mv_end <= 21'h100000;
-  assign \$68  = \$66  & \$67 ;
-  assign \$69  = ~ \$68 ;
-  assign \$70  = \$68  ? 8'h00 : 8'h07;
-  assign \$71  = \$63  ? 8'h08 : \$70 ;
-  assign \$72  = \$60  ? 8'h06 : \$71 ;
-  assign \$73  = \$58  ? 8'h05 : \$72 ;
-  assign \$74  = \$55  ? 8'h03 : \$73 ;
-  assign \$75  = \$52  ? 8'h02 : \$74 ;
-  assign \$77  = | \$76 ;
-  assign \$78  = ! cmd[159:128];
-  assign \$79  = | cmd[66:64];
-  assign \$80  = | cmd[98:96];
-  assign \$81  = \$79  | \$80 ;
-  assign \$82  = | cmd[130:128];
-  assign \$83  = \$81  | \$82 ;
-  assign \$84  = cmd[95:64] >= dma_base;
-  assign \$85  = cp_src_end <= dma_limit;
-  assign \$86  = \$84  & \$85 ;
-  assign \$87  = cp_src_end <= 21'h100000;
-  assign \$88  = \$86  & \$87 ;
-  assign \$89  = ~ \$88 ;
-  assign \$90  = cmd[127:96] >= dma_base;
-  assign \$91  = cp_dst_end <= dma_limit;
-  assign \$92  = \$90  & \$91 ;
-  assign \$93  = cp_dst_end <= 21'h100000;
-  assign \$94  = \$92  & \$93 ;
-  assign \$95  = ~ \$94 ;
-  assign \$96  = \$89  | \$95 ;
-  assign \$97  = \$96  ? 8'h07 : 8'h00;
-  assign \$98  = \$83  ? 8'h08 : \$97 ;
-  assign \$99  = \$78  ? 8'h03 : \$98 ;
-  assign \$100  = \$77  ? 8'h02 : \$99 ;
-  assign \$102  = | \$101 ;
-  assign \$103  = cmd[71:64] >= 5'h10;
-  assign \$104  = \$103  ? 8'h0a : 8'h00;
-  assign \$105  = \$102  ? 8'h02 : \$104 ;
-  assign \$107  = | \$106 ;
-  assign \$108  = ! cmd[87:72];
-  assign \$109  = cmd[71:64] >= 5'h10;
-  assign \$110  = \$109  ? 8'h0a : 8'h00;
-  assign \$111  = \$108  ? 8'h03 : \$110 ;
-  assign \$112  = \$107  ? 8'h02 : \$111 ;
-  assign \$114  = | \$113 ;
-  assign \$115  = \$114  ? 8'h02 : 8'h00;
-  assign \$117  = | \$116 ;
-  assign \$118  = \$117  ? 8'h02 : 8'h00;
-  assign \$119  = | status_next;
+  assign \$25  = cmd[95:64] + cmd[159:128];
+  assign \$26  = stage == 3'h4;
+  assign decoded = valid & \$26 ;
+  assign \$28  = | \$27 ;
+  assign \$29  = ! cmd[159:144];
+  assign \$30  = ! cmd[175:160];
+  assign \$31  = \$29  | \$30 ;
+  assign \$32  = ~ cmd[8];
+  assign \$33  = mv_last >= 13'h1000;
+  assign \$34  = \$32  & \$33 ;
+  assign \$35  = mv_last >= 11'h400;
+  assign \$36  = cmd[8] & \$35 ;
+  assign \$37  = | cmd[66:64];
+  assign \$38  = | cmd[98:96];
+  assign \$39  = \$37  | \$38 ;
+  assign \$40  = cmd[95:64] >= dma_base;
+  assign \$41  = mv_end <= dma_limit;
+  assign \$42  = \$40  & \$41 ;
+  assign \$43  = mv_end <= 21'h100000;
+  assign \$44  = \$42  & \$43 ;
+  assign \$45  = ~ \$44 ;
+  assign \$46  = \$44  ? 8'h00 : 8'h07;
+  assign \$47  = \$39  ? 8'h08 : \$46 ;
+  assign \$48  = \$36  ? 8'h06 : \$47 ;
+  assign \$49  = \$34  ? 8'h05 : \$48 ;
+  assign \$50  = \$31  ? 8'h03 : \$49 ;
+  assign \$51  = \$28  ? 8'h02 : \$50 ;
+  assign \$53  = | \$52 ;
+  assign \$54  = ! cmd[159:144];
+  assign \$55  = ! cmd[175:160];
+  assign \$56  = \$54  | \$55 ;
+  assign \$57  = ~ cmd[8];
+  assign \$58  = mv_last >= 13'h1000;
+  assign \$59  = \$57  & \$58 ;
+  assign \$60  = mv_last >= 11'h400;
+  assign \$61  = cmd[8] & \$60 ;
+  assign \$62  = | cmd[66:64];
+  assign \$63  = | cmd[98:96];
+  assign \$64  = \$62  | \$63 ;
+  assign \$65  = cmd[95:64] >= dma_base;
+  assign \$66  = mv_end <= dma_limit;
+  assign \$67  = \$65  & \$66 ;
+  assign \$68  = mv_end <= 21'h100000;
+  assign \$69  = \$67  & \$68 ;
+  assign \$70  = ~ \$69 ;
+  assign \$71  = \$69  ? 8'h00 : 8'h07;
+  assign \$72  = \$64  ? 8'h08 : \$71 ;
+  assign \$73  = \$61  ? 8'h06 : \$72 ;
+  assign \$74  = \$59  ? 8'h05 : \$73 ;
+  assign \$75  = \$56  ? 8'h03 : \$74 ;
+  assign \$76  = \$53  ? 8'h02 : \$75 ;
+  assign \$78  = | \$77 ;
+  assign \$79  = ! cmd[159:128];
+  assign \$80  = | cmd[66:64];
+  assign \$81  = | cmd[98:96];
+  assign \$82  = \$80  | \$81 ;
+  assign \$83  = | cmd[130:128];
+  assign \$84  = \$82  | \$83 ;
+  assign \$85  = cmd[95:64] >= dma_base;
+  assign \$86  = cp_src_end <= dma_limit;
+  assign \$87  = \$85  & \$86 ;
+  assign \$88  = cp_src_end <= 21'h100000;
+  assign \$89  = \$87  & \$88 ;
+  assign \$90  = ~ \$89 ;
+  assign \$91  = cmd[127:96] >= dma_base;
+  assign \$92  = cp_dst_end <= dma_limit;
+  assign \$93  = \$91  & \$92 ;
+  assign \$94  = cp_dst_end <= 21'h100000;
+  assign \$95  = \$93  & \$94 ;
+  assign \$96  = ~ \$95 ;
+  assign \$97  = \$90  | \$96 ;
+  assign \$98  = \$97  ? 8'h07 : 8'h00;
+  assign \$99  = \$84  ? 8'h08 : \$98 ;
+  assign \$100  = \$79  ? 8'h03 : \$99 ;
+  assign \$101  = \$78  ? 8'h02 : \$100 ;
+  assign \$103  = | \$102 ;
+  assign \$104  = cmd[71:64] >= 5'h10;
+  assign \$105  = \$104  ? 8'h0a : 8'h00;
+  assign \$106  = \$103  ? 8'h02 : \$105 ;
+  assign \$108  = | \$107 ;
+  assign \$109  = ! cmd[87:72];
+  assign \$110  = cmd[71:64] >= 5'h10;
+  assign \$111  = \$110  ? 8'h0a : 8'h00;
+  assign \$112  = \$109  ? 8'h03 : \$111 ;
+  assign \$113  = \$108  ? 8'h02 : \$112 ;
+  assign \$115  = | \$114 ;
+  assign \$116  = \$115  ? 8'h02 : 8'h00;
+  assign \$118  = | \$117 ;
+  assign \$119  = \$118  ? 8'h02 : 8'h00;
+  assign \$120  = | status_next;
   always @(posedge clk)
-    stage <= \$120 ;
+    stage <= \$121 ;
   always @(posedge clk)
-    mv_row_off <= \$121 ;
+    mv_row_off <= \$122 ;
   always @(posedge clk)
-    mv_col_off <= \$122 ;
+    mv_col_off <= \$123 ;
   always @(posedge clk)
-    mv_mem_off <= \$123 ;
+    mv_mem_off <= \$124 ;
   always @(posedge clk)
-    mv_bytes <= \$124 ;
+    mv_bytes <= \$125 ;
   always @(posedge clk)
-    g_a_rows <= \$125 ;
+    g_a_rows <= \$126 ;
   always @(posedge clk)
-    g_b_rows <= \$126 ;
+    g_b_rows <= \$127 ;
   always @(posedge clk)
-    mv_last <= \$127 ;
+    mv_last <= \$128 ;
   always @(posedge clk)
-    mv_end <= \$128 ;
+    mv_end <= \$129 ;
   always @(posedge clk)
-    cp_src_end <= \$129 ;
+    cp_src_end <= \$130 ;
   always @(posedge clk)
-    cp_dst_end <= \$130 ;
+    cp_dst_end <= \$131 ;
   always @(posedge clk)
-    g_a_end <= \$131 ;
+    g_a_end <= \$132 ;
   always @(posedge clk)
-    g_b_end <= \$132 ;
+    g_b_end <= \$133 ;
   always @(posedge clk)
-    p_src_end <= \$133 ;
+    p_src_end <= \$134 ;
   always @(posedge clk)
-    status <= \$134 ;
+    sd_src_end <= \$135 ;
   always @(posedge clk)
-    route <= \$135 ;
+    status <= \$136 ;
   always @(posedge clk)
-    footprint <= \$136 ;
-  \dx1_board.soc.cp1.decoder.footprint$34  \footprint$34  (
+    route <= \$137 ;
+  always @(posedge clk)
+    footprint <= \$138 ;
+  \dx1_board.soc.cp1.decoder.footprint$35  \footprint$35  (
     .cmd(cmd),
-    .footprint(\footprint$24 ),
+    .footprint(\footprint$25 ),
     .mv_last(mv_last),
-    .\port$19903$0 (g_a_end),
-    .\port$19905$0 (g_b_end),
-    .\port$19907$0 (p_src_end)
+    .\port$19909$0 (g_a_end),
+    .\port$19911$0 (g_b_end),
+    .\port$19913$0 (p_src_end)
   );
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$116 ) begin end
-    \$120  = stage;
+    \$121  = stage;
     if (\$2 ) begin
-      \$120  = 3'h0;
+      \$121  = 3'h0;
     end else if (\$3 ) begin
-      \$120  = \$4 [2:0];
+      \$121  = \$4 [2:0];
     end
     if (reset_cp) begin
-      \$120  = 3'h0;
+      \$121  = 3'h0;
     end
     if (rst) begin
-      \$120  = 3'h0;
+      \$121  = 3'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$116 ) begin end
-    \$121  = \$6 ;
-    if (reset_cp) begin
-      \$121  = 33'h000000000;
-    end
-    if (rst) begin
-      \$121  = 33'h000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$116 ) begin end
-    \$122  = \$8 ;
+    \$122  = \$6 ;
     if (reset_cp) begin
       \$122  = 33'h000000000;
     end
@@ -65711,77 +65723,77 @@ module \dx1_board.soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$116 ) begin end
-    \$123  = \$10 ;
+    \$123  = \$8 ;
     if (reset_cp) begin
-      \$123  = 49'h0000000000000;
+      \$123  = 33'h000000000;
     end
     if (rst) begin
-      \$123  = 49'h0000000000000;
+      \$123  = 33'h000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$116 ) begin end
-    \$124  = \$13 ;
+    \$124  = \$10 ;
     if (reset_cp) begin
-      \$124  = 22'h000000;
+      \$124  = 49'h0000000000000;
     end
     if (rst) begin
-      \$124  = 22'h000000;
+      \$124  = 49'h0000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$116 ) begin end
-    \$125  = \$14 ;
+    \$125  = \$13 ;
     if (reset_cp) begin
-      \$125  = 32'd0;
+      \$125  = 22'h000000;
     end
     if (rst) begin
-      \$125  = 32'd0;
+      \$125  = 22'h000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$116 ) begin end
-    \$126  = \$15 ;
+    \$126  = \$14 ;
     if (reset_cp) begin
-      \$126  = 20'h00000;
+      \$126  = 32'd0;
     end
     if (rst) begin
-      \$126  = 20'h00000;
+      \$126  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$116 ) begin end
-    \$127  = \$17 [33:0];
+    \$127  = \$15 ;
     if (reset_cp) begin
-      \$127  = 34'h000000000;
+      \$127  = 20'h00000;
     end
     if (rst) begin
-      \$127  = 34'h000000000;
+      \$127  = 20'h00000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$116 ) begin end
-    \$128  = \$19 [49:0];
+    \$128  = \$17 [33:0];
     if (reset_cp) begin
-      \$128  = 50'h0000000000000;
+      \$128  = 34'h000000000;
     end
     if (rst) begin
-      \$128  = 50'h0000000000000;
+      \$128  = 34'h000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$116 ) begin end
-    \$129  = \$20 ;
+    \$129  = \$19 [49:0];
     if (reset_cp) begin
-      \$129  = 33'h000000000;
+      \$129  = 50'h0000000000000;
     end
     if (rst) begin
-      \$129  = 33'h000000000;
+      \$129  = 50'h0000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$116 ) begin end
-    \$130  = \$21 ;
+    \$130  = \$20 ;
     if (reset_cp) begin
       \$130  = 33'h000000000;
     end
@@ -65791,7 +65803,7 @@ module \dx1_board.soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$116 ) begin end
-    \$131  = \$22 ;
+    \$131  = \$21 ;
     if (reset_cp) begin
       \$131  = 33'h000000000;
     end
@@ -65801,52 +65813,72 @@ module \dx1_board.soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$116 ) begin end
-    \$132  = \$23 ;
+    \$132  = \$22 ;
     if (reset_cp) begin
-      \$132  = 21'h000000;
+      \$132  = 33'h000000000;
     end
     if (rst) begin
-      \$132  = 21'h000000;
+      \$132  = 33'h000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$116 ) begin end
-    \$133  = \$24 ;
+    \$133  = \$23 ;
     if (reset_cp) begin
-      \$133  = 17'h00000;
+      \$133  = 21'h000000;
     end
     if (rst) begin
-      \$133  = 17'h00000;
+      \$133  = 21'h000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$116 ) begin end
-    \$134  = status_next;
+    \$134  = \$24 ;
     if (reset_cp) begin
-      \$134  = 8'h00;
+      \$134  = 17'h00000;
     end
     if (rst) begin
-      \$134  = 8'h00;
+      \$134  = 17'h00000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$116 ) begin end
-    \$135  = route_next;
+    \$135  = \$25 ;
     if (reset_cp) begin
-      \$135  = 2'h0;
+      \$135  = 33'h000000000;
     end
     if (rst) begin
-      \$135  = 2'h0;
+      \$135  = 33'h000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$116 ) begin end
-    \$136  = \footprint$24 ;
+    \$136  = status_next;
     if (reset_cp) begin
-      \$136  = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
+      \$136  = 8'h00;
     end
     if (rst) begin
-      \$136  = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
+      \$136  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$116 ) begin end
+    \$137  = route_next;
+    if (reset_cp) begin
+      \$137  = 2'h0;
+    end
+    if (rst) begin
+      \$137  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$116 ) begin end
+    \$138  = \footprint$25 ;
+    if (reset_cp) begin
+      \$138  = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
+    end
+    if (rst) begin
+      \$138  = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
     end
   end
   always @* begin
@@ -65856,19 +65888,19 @@ module \dx1_board.soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
       8'h03, 8'h04, 8'h09, 8'h0a, 8'h0b:
           status_next = 8'h00;
       8'h01:
-          status_next = \$50 ;
+          status_next = \$51 ;
       8'h02:
-          status_next = \$75 ;
+          status_next = \$76 ;
       8'h08:
-          status_next = \$100 ;
+          status_next = \$101 ;
       8'h06:
-          status_next = \$105 ;
+          status_next = \$106 ;
       8'h07:
-          status_next = \$112 ;
+          status_next = \$113 ;
       8'h00:
-          status_next = \$115 ;
+          status_next = \$116 ;
       8'h05:
-          status_next = \$118 ;
+          status_next = \$119 ;
       default:
           status_next = 8'h01;
     endcase
@@ -65886,15 +65918,15 @@ module \dx1_board.soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
       8'h08:
           route_next = 2'h2;
     endcase
-    if (\$119 ) begin
+    if (\$120 ) begin
       route_next = 2'h0;
     end
   end
-  assign \cmd$29  = cmd;
-  assign \mv_last$30  = mv_last;
+  assign \cmd$30  = cmd;
+  assign \mv_last$31  = mv_last;
   assign a_end = { 1'h0, g_a_end };
   assign b_end = { 13'h0000, g_b_end };
-  assign \p_src_end$33  = { 17'h00000, p_src_end };
+  assign \p_src_end$34  = { 17'h00000, p_src_end };
   assign \footprint.spm_r_lo  = footprint[33:0];
   assign \footprint.spm_r_hi  = footprint[67:34];
   assign \footprint.spm_w_lo  = footprint[101:68];
@@ -65903,32 +65935,32 @@ module \dx1_board.soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
   assign \footprint.acc_r_hi  = footprint[203:170];
   assign \footprint.acc_w_lo  = footprint[237:204];
   assign \footprint.acc_w_hi  = footprint[271:238];
-  assign \footprint$24.spm_r_lo  = \footprint$24 [33:0];
-  assign \footprint$24.spm_r_hi  = \footprint$24 [67:34];
-  assign \footprint$24.spm_w_lo  = \footprint$24 [101:68];
-  assign \footprint$24.spm_w_hi  = \footprint$24 [135:102];
-  assign \footprint$24.acc_r_lo  = \footprint$24 [169:136];
-  assign \footprint$24.acc_r_hi  = \footprint$24 [203:170];
-  assign \footprint$24.acc_w_lo  = \footprint$24 [237:204];
-  assign \footprint$24.acc_w_hi  = \footprint$24 [271:238];
-  assign { \$26 [207:64], \$26 [31:16], \$26 [8:0] } = 169'h0000000000000000000000000000000000000000000;
-  assign { \$26 [255:208], \$26 [63:32], \$26 [15:9] } = { cmd[255:208], cmd[63:32], cmd[15:9] };
-  assign { \$51 [207:64], \$51 [31:16], \$51 [8:0] } = 169'h0000000000000000000000000000000000000000000;
-  assign { \$51 [255:208], \$51 [63:32], \$51 [15:9] } = { cmd[255:208], cmd[63:32], cmd[15:9] };
-  assign { \$76 [159:64], \$76 [31:16], \$76 [7:0] } = 120'h000000000000000000000000000000;
-  assign { \$76 [255:160], \$76 [63:32], \$76 [15:8] } = { cmd[255:160], cmd[63:32], cmd[15:8] };
-  assign { \$101 [87:64], \$101 [31:16], \$101 [7:0] } = 48'h000000000000;
-  assign { \$101 [255:88], \$101 [63:32], \$101 [15:8] } = { cmd[255:88], cmd[63:32], cmd[15:8] };
-  assign { \$106 [87:64], \$106 [31:16], \$106 [7:0] } = 48'h000000000000;
-  assign { \$106 [255:88], \$106 [63:32], \$106 [15:8] } = { cmd[255:88], cmd[63:32], cmd[15:8] };
-  assign { \$113 [31:16], \$113 [7:0] } = 24'h000000;
-  assign { \$113 [255:32], \$113 [15:8] } = { cmd[255:32], cmd[15:8] };
-  assign { \$116 [31:16], \$116 [7:0] } = 24'h000000;
-  assign { \$116 [255:32], \$116 [15:8] } = { cmd[255:32], cmd[15:8] };
+  assign \footprint$25.spm_r_lo  = \footprint$25 [33:0];
+  assign \footprint$25.spm_r_hi  = \footprint$25 [67:34];
+  assign \footprint$25.spm_w_lo  = \footprint$25 [101:68];
+  assign \footprint$25.spm_w_hi  = \footprint$25 [135:102];
+  assign \footprint$25.acc_r_lo  = \footprint$25 [169:136];
+  assign \footprint$25.acc_r_hi  = \footprint$25 [203:170];
+  assign \footprint$25.acc_w_lo  = \footprint$25 [237:204];
+  assign \footprint$25.acc_w_hi  = \footprint$25 [271:238];
+  assign { \$27 [207:64], \$27 [31:16], \$27 [8:0] } = 169'h0000000000000000000000000000000000000000000;
+  assign { \$27 [255:208], \$27 [63:32], \$27 [15:9] } = { cmd[255:208], cmd[63:32], cmd[15:9] };
+  assign { \$52 [207:64], \$52 [31:16], \$52 [8:0] } = 169'h0000000000000000000000000000000000000000000;
+  assign { \$52 [255:208], \$52 [63:32], \$52 [15:9] } = { cmd[255:208], cmd[63:32], cmd[15:9] };
+  assign { \$77 [159:64], \$77 [31:16], \$77 [7:0] } = 120'h000000000000000000000000000000;
+  assign { \$77 [255:160], \$77 [63:32], \$77 [15:8] } = { cmd[255:160], cmd[63:32], cmd[15:8] };
+  assign { \$102 [87:64], \$102 [31:16], \$102 [7:0] } = 48'h000000000000;
+  assign { \$102 [255:88], \$102 [63:32], \$102 [15:8] } = { cmd[255:88], cmd[63:32], cmd[15:8] };
+  assign { \$107 [87:64], \$107 [31:16], \$107 [7:0] } = 48'h000000000000;
+  assign { \$107 [255:88], \$107 [63:32], \$107 [15:8] } = { cmd[255:88], cmd[63:32], cmd[15:8] };
+  assign { \$114 [31:16], \$114 [7:0] } = 24'h000000;
+  assign { \$114 [255:32], \$114 [15:8] } = { cmd[255:32], cmd[15:8] };
+  assign { \$117 [31:16], \$117 [7:0] } = 24'h000000;
+  assign { \$117 [255:32], \$117 [15:8] } = { cmd[255:32], cmd[15:8] };
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.cp1.decoder.footprint$34 (mv_last, \port$19903$0 , \port$19905$0 , \port$19907$0 , footprint, cmd);
+module \dx1_board.soc.cp1.decoder.footprint$35 (mv_last, \port$19909$0 , \port$19911$0 , \port$19913$0 , footprint, cmd);
   reg \$auto$verilog_backend.cc:2355:dump_module$117  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -65964,24 +65996,24 @@ module \dx1_board.soc.cp1.decoder.footprint$34 (mv_last, \port$19903$0 , \port$1
   input [33:0] mv_last;
   wire [33:0] mv_last;
   wire [33:0] p_src_end;
-  input [32:0] \port$19903$0 ;
-  wire [32:0] \port$19903$0 ;
-  input [20:0] \port$19905$0 ;
-  wire [20:0] \port$19905$0 ;
-  input [16:0] \port$19907$0 ;
-  wire [16:0] \port$19907$0 ;
+  input [32:0] \port$19909$0 ;
+  wire [32:0] \port$19909$0 ;
+  input [20:0] \port$19911$0 ;
+  wire [20:0] \port$19911$0 ;
+  input [16:0] \port$19913$0 ;
+  wire [16:0] \port$19913$0 ;
   assign \$1  = cmd[79:64] < cmd[95:80];
   assign \$2  = \$1  ? cmd[79:64] : cmd[95:80];
-  assign \$3  = \port$19903$0  > \port$19905$0 ;
-  assign \$4  = \$3  ? { 1'h0, \port$19903$0  } : { 13'h0000, \port$19905$0  };
+  assign \$3  = \port$19909$0  > \port$19911$0 ;
+  assign \$4  = \$3  ? { 1'h0, \port$19909$0  } : { 13'h0000, \port$19911$0  };
   assign \$5  = cmd[111:96] + cmd[127:112];
   assign \$6  = cmd[127:112] < cmd[79:64];
   assign \$7  = cmd[9] & \$6 ;
   assign \$8  = \$7  ? cmd[127:112] : cmd[79:64];
-  assign \$9  = cmd[127:112] >= \port$19907$0 ;
+  assign \$9  = cmd[127:112] >= \port$19913$0 ;
   assign \$10  = cmd[9] & \$9 ;
   assign \$11  = cmd[127:112] + 1'h1;
-  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$19907$0  };
+  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$19913$0  };
   assign \$13  = cmd[95:80] + cmd[111:96];
   assign \$14  = mv_last + 1'h1;
   assign \$15  = mv_last + 1'h1;
@@ -66032,9 +66064,9 @@ module \dx1_board.soc.cp1.decoder.footprint$34 (mv_last, \port$19903$0 , \port$1
         end
     endcase
   end
-  assign a_end = { 1'h0, \port$19903$0  };
-  assign b_end = { 13'h0000, \port$19905$0  };
-  assign p_src_end = { 17'h00000, \port$19907$0  };
+  assign a_end = { 1'h0, \port$19909$0  };
+  assign b_end = { 13'h0000, \port$19911$0  };
+  assign p_src_end = { 17'h00000, \port$19913$0  };
   assign \footprint.spm_r_lo  = footprint[33:0];
   assign \footprint.spm_r_hi  = footprint[67:34];
   assign \footprint.spm_w_lo  = footprint[101:68];
@@ -68428,8 +68460,8 @@ module \dx1_board.soc.cp1.ring (rst, ring_reset, doorbell, entries_ok, mask, doo
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.cp1.semaphore (\port$14971$0 , \port$14973$0 , \port$14975$0 , \port$14977$0 , \port$14979$0 , \port$14981$0 , \port$14983$0 , \port$14985$0 , \port$14987$0 , \port$14989$0 , \port$14991$0 , \port$14993$0 , \port$14995$0 , \port$14997$0 , \port$14999$0 , sem_grant, \port$19871$64 , signal, \wait , sem_valid, sem_delta
-, done, \port$14969$0 );
+module \dx1_board.soc.cp1.semaphore (\port$14975$0 , \port$14977$0 , \port$14979$0 , \port$14981$0 , \port$14983$0 , \port$14985$0 , \port$14987$0 , \port$14989$0 , \port$14991$0 , \port$14993$0 , \port$14995$0 , \port$14997$0 , \port$14999$0 , \port$15001$0 , \port$15003$0 , sem_grant, \port$19877$64 , signal, \wait , sem_valid, sem_delta
+, done, \port$14973$0 );
   reg \$auto$verilog_backend.cc:2355:dump_module$125  = 0;
   reg [15:0] \$1 ;
   wire \$2 ;
@@ -68437,10 +68469,6 @@ module \dx1_board.soc.cp1.semaphore (\port$14971$0 , \port$14973$0 , \port$14975
   wire [15:0] count;
   output done;
   reg done;
-  input [15:0] \port$14969$0 ;
-  wire [15:0] \port$14969$0 ;
-  input [15:0] \port$14971$0 ;
-  wire [15:0] \port$14971$0 ;
   input [15:0] \port$14973$0 ;
   wire [15:0] \port$14973$0 ;
   input [15:0] \port$14975$0 ;
@@ -68469,8 +68497,12 @@ module \dx1_board.soc.cp1.semaphore (\port$14971$0 , \port$14973$0 , \port$14975
   wire [15:0] \port$14997$0 ;
   input [15:0] \port$14999$0 ;
   wire [15:0] \port$14999$0 ;
-  input [23:0] \port$19871$64 ;
-  wire [23:0] \port$19871$64 ;
+  input [15:0] \port$15001$0 ;
+  wire [15:0] \port$15001$0 ;
+  input [15:0] \port$15003$0 ;
+  wire [15:0] \port$15003$0 ;
+  input [23:0] \port$19877$64 ;
+  wire [23:0] \port$19877$64 ;
   wire [7:0] sem;
   output [17:0] sem_delta;
   reg [17:0] sem_delta;
@@ -68500,44 +68532,44 @@ module \dx1_board.soc.cp1.semaphore (\port$14971$0 , \port$14973$0 , \port$14975
   wire signal;
   input \wait ;
   wire \wait ;
-  assign \$2  = \$1  >= \port$19871$64 [23:8];
-  assign \$3  = - \port$19871$64 [23:8];
+  assign \$2  = \$1  >= \port$19877$64 [23:8];
+  assign \$3  = - \port$19877$64 [23:8];
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$125 ) begin end
     \$1  = 16'h0000;
-    casez (\port$19871$64 [7:0])
+    casez (\port$19877$64 [7:0])
       8'h00:
-          \$1  = \port$14969$0 ;
-      8'h01:
-          \$1  = \port$14971$0 ;
-      8'h02:
           \$1  = \port$14973$0 ;
-      8'h03:
+      8'h01:
           \$1  = \port$14975$0 ;
-      8'h04:
+      8'h02:
           \$1  = \port$14977$0 ;
-      8'h05:
+      8'h03:
           \$1  = \port$14979$0 ;
-      8'h06:
+      8'h04:
           \$1  = \port$14981$0 ;
-      8'h07:
+      8'h05:
           \$1  = \port$14983$0 ;
-      8'h08:
+      8'h06:
           \$1  = \port$14985$0 ;
-      8'h09:
+      8'h07:
           \$1  = \port$14987$0 ;
-      8'h0a:
+      8'h08:
           \$1  = \port$14989$0 ;
-      8'h0b:
+      8'h09:
           \$1  = \port$14991$0 ;
-      8'h0c:
+      8'h0a:
           \$1  = \port$14993$0 ;
-      8'h0d:
+      8'h0b:
           \$1  = \port$14995$0 ;
-      8'h0e:
+      8'h0c:
           \$1  = \port$14997$0 ;
-      8'h0f:
+      8'h0d:
           \$1  = \port$14999$0 ;
+      8'h0e:
+          \$1  = \port$15001$0 ;
+      8'h0f:
+          \$1  = \port$15003$0 ;
     endcase
   end
   always @* begin
@@ -68556,7 +68588,7 @@ module \dx1_board.soc.cp1.semaphore (\port$14971$0 , \port$14973$0 , \port$14975
     if (\$auto$verilog_backend.cc:2355:dump_module$125 ) begin end
     sem_delta = 18'h00000;
     if (signal) begin
-      sem_delta = { 2'h0, \port$19871$64 [23:8] };
+      sem_delta = { 2'h0, \port$19877$64 [23:8] };
     end
     if (\wait ) begin
       if (\$2 ) begin
@@ -68576,26 +68608,26 @@ module \dx1_board.soc.cp1.semaphore (\port$14971$0 , \port$14973$0 , \port$14975
       end
     end
   end
-  assign count = \port$19871$64 [23:8];
-  assign sem = \port$19871$64 [7:0];
-  assign sem_values = { \port$14999$0 , \port$14997$0 , \port$14995$0 , \port$14993$0 , \port$14991$0 , \port$14989$0 , \port$14987$0 , \port$14985$0 , \port$14983$0 , \port$14981$0 , \port$14979$0 , \port$14977$0 , \port$14975$0 , \port$14973$0 , \port$14971$0 , \port$14969$0  };
-  assign sem_index = \port$19871$64 [3:0];
-  assign \sem_values[0]  = \port$14969$0 ;
-  assign \sem_values[1]  = \port$14971$0 ;
-  assign \sem_values[2]  = \port$14973$0 ;
-  assign \sem_values[3]  = \port$14975$0 ;
-  assign \sem_values[4]  = \port$14977$0 ;
-  assign \sem_values[5]  = \port$14979$0 ;
-  assign \sem_values[6]  = \port$14981$0 ;
-  assign \sem_values[7]  = \port$14983$0 ;
-  assign \sem_values[8]  = \port$14985$0 ;
-  assign \sem_values[9]  = \port$14987$0 ;
-  assign \sem_values[10]  = \port$14989$0 ;
-  assign \sem_values[11]  = \port$14991$0 ;
-  assign \sem_values[12]  = \port$14993$0 ;
-  assign \sem_values[13]  = \port$14995$0 ;
-  assign \sem_values[14]  = \port$14997$0 ;
-  assign \sem_values[15]  = \port$14999$0 ;
+  assign count = \port$19877$64 [23:8];
+  assign sem = \port$19877$64 [7:0];
+  assign sem_values = { \port$15003$0 , \port$15001$0 , \port$14999$0 , \port$14997$0 , \port$14995$0 , \port$14993$0 , \port$14991$0 , \port$14989$0 , \port$14987$0 , \port$14985$0 , \port$14983$0 , \port$14981$0 , \port$14979$0 , \port$14977$0 , \port$14975$0 , \port$14973$0  };
+  assign sem_index = \port$19877$64 [3:0];
+  assign \sem_values[0]  = \port$14973$0 ;
+  assign \sem_values[1]  = \port$14975$0 ;
+  assign \sem_values[2]  = \port$14977$0 ;
+  assign \sem_values[3]  = \port$14979$0 ;
+  assign \sem_values[4]  = \port$14981$0 ;
+  assign \sem_values[5]  = \port$14983$0 ;
+  assign \sem_values[6]  = \port$14985$0 ;
+  assign \sem_values[7]  = \port$14987$0 ;
+  assign \sem_values[8]  = \port$14989$0 ;
+  assign \sem_values[9]  = \port$14991$0 ;
+  assign \sem_values[10]  = \port$14993$0 ;
+  assign \sem_values[11]  = \port$14995$0 ;
+  assign \sem_values[12]  = \port$14997$0 ;
+  assign \sem_values[13]  = \port$14999$0 ;
+  assign \sem_values[14]  = \port$15001$0 ;
+  assign \sem_values[15]  = \port$15003$0 ;
 endmodule
 
 (* generator = "Amaranth" *)
@@ -69528,7 +69560,7 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.dma0 (rst, bus__arready, bus__awready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, cmd__tready, axi__rready, done__tvalid, quiet, axi__wdata, axi__wvalid, axi__wstrb, axi__wlast, spm_wr__tvalid, acc_wr__tvalid
 , spm_rreq__tvalid, acc_rreq__tvalid, acc_rresp__tready, spm_rresp__tready, bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, abort, reset_units, done__tdata, bytes_read, axi__arvalid, axi__araddr, axi__arlen, bytes_written
-, axi__awvalid, axi__awaddr, axi__awlen, \port$17492$0 , \port$17494$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
+, axi__awvalid, axi__awaddr, axi__awlen, \port$17496$0 , \port$17498$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$128  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -69760,10 +69792,10 @@ module \dx1_board.soc.dma0 (rst, bus__arready, bus__awready, spm_wr__tready, acc
   wire [15:0] local_addr;
   wire [15:0] \local_addr$127 ;
   wire [29:0] move_beats;
-  output [255:0] \port$17492$0 ;
-  wire [255:0] \port$17492$0 ;
-  output [15:0] \port$17494$0 ;
-  wire [15:0] \port$17494$0 ;
+  output [255:0] \port$17496$0 ;
+  wire [255:0] \port$17496$0 ;
+  output [15:0] \port$17498$0 ;
+  wire [15:0] \port$17498$0 ;
   wire push;
   output quiet;
   wire quiet;
@@ -70343,8 +70375,8 @@ module \dx1_board.soc.dma0 (rst, bus__arready, bus__awready, spm_wr__tready, acc
   assign \acc_rresp__tready$174  = acc_rresp__tready;
   assign \acc_rresp__tvalid$176  = acc_rresp__tvalid;
   assign axi__wdata = r_data[63:0];
-  assign \port$17492$0  = \$48 ;
-  assign \port$17494$0  = \$49 ;
+  assign \port$17496$0  = \$48 ;
+  assign \port$17498$0  = \$49 ;
   assign \$13  = { 1'h0, command[175:160], 2'h0 };
   assign \$14  = { 1'h0, command[175:160] };
   assign base = command[95:64];
@@ -71908,6 +71940,7 @@ module \dx1_board.soc.dma0.writer (rst, ready, start, base, stride, segments, se
   input is_load;
   wire is_load;
   wire issue;
+  wire issued;
   wire [7:0] len;
   wire [8:0] max_beats;
   input [64:0] \port$7331$0 ;
@@ -71951,6 +71984,7 @@ module \dx1_board.soc.dma0.writer (rst, ready, start, base, stride, segments, se
   reg [7:0] w_len = 8'h00;
   wire w_rdy;
   reg [15:0] writes_out = 16'h0000;
+  assign \$37  = \$36  - b_hs;
   assign \$38  = w_cnt + 1'h1;
   assign \$39  = ~ w_bad;
   assign \$40  = bytes_written + 4'h8;
@@ -72009,13 +72043,13 @@ module \dx1_board.soc.dma0.writer (rst, ready, start, base, stride, segments, se
   assign \$29  = \$27  & \$28 ;
   assign \$30  = ~ r_rdy;
   assign quiet = \$29  & \$30 ;
+  assign issued = ~ active;
   assign \$31  = is_copy & copy_beat;
   assign \$32  = unclaimed + \$31 ;
   assign \$33  = is_copy & w_en;
   assign \$34  = \$33  ? beats : 9'h000;
   assign \$35  = \$32  - \$34 ;
   assign \$36  = writes_out + aw_hs;
-  assign \$37  = \$36  - b_hs;
   \dx1_board.soc.dma0.writer.bursts  bursts (
     .active(active),
     .\addr$13 (bus__awaddr),
@@ -72649,7 +72683,7 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.dma1 (rst, bus__arready, bus__awready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, cmd__tready, axi__rready, done__tvalid, quiet, axi__wdata, axi__wvalid, axi__wstrb, axi__wlast, spm_wr__tvalid, acc_wr__tvalid
 , spm_rreq__tvalid, acc_rreq__tvalid, acc_rresp__tready, spm_rresp__tready, bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, abort, reset_units, done__tdata, bytes_read, axi__arvalid, axi__araddr, axi__arlen, bytes_written
-, axi__awvalid, axi__awaddr, axi__awlen, \port$19797$0 , \port$19799$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
+, axi__awvalid, axi__awaddr, axi__awlen, \port$19803$0 , \port$19805$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$139  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -72881,10 +72915,10 @@ module \dx1_board.soc.dma1 (rst, bus__arready, bus__awready, spm_wr__tready, acc
   wire [15:0] local_addr;
   wire [15:0] \local_addr$127 ;
   wire [29:0] move_beats;
-  output [255:0] \port$19797$0 ;
-  wire [255:0] \port$19797$0 ;
-  output [15:0] \port$19799$0 ;
-  wire [15:0] \port$19799$0 ;
+  output [255:0] \port$19803$0 ;
+  wire [255:0] \port$19803$0 ;
+  output [15:0] \port$19805$0 ;
+  wire [15:0] \port$19805$0 ;
   wire push;
   output quiet;
   wire quiet;
@@ -73057,7 +73091,7 @@ module \dx1_board.soc.dma1 (rst, bus__arready, bus__awready, spm_wr__tready, acc
     .fifo_ready(fifo_ready),
     .fifo_take(\fifo_take$179 ),
     .local_addr(command[143:128]),
-    .\port$12664$0 (r_data),
+    .\port$12666$0 (r_data),
     .rd_err(rd_err),
     .read_error(\read_error$20 ),
     .reset_units(reset_units),
@@ -73141,7 +73175,7 @@ module \dx1_board.soc.dma1 (rst, bus__arready, bus__awready, spm_wr__tready, acc
     .fifo_ready(fifo_ready),
     .is_copy(is_copy),
     .is_load(is_load),
-    .\port$12664$0 (r_data),
+    .\port$12666$0 (r_data),
     .quiet(\quiet$190 ),
     .rd_err(rd_err),
     .read_error(read_error),
@@ -73464,8 +73498,8 @@ module \dx1_board.soc.dma1 (rst, bus__arready, bus__awready, spm_wr__tready, acc
   assign \acc_rresp__tready$174  = acc_rresp__tready;
   assign \acc_rresp__tvalid$176  = acc_rresp__tvalid;
   assign axi__wdata = r_data[63:0];
-  assign \port$19797$0  = \$48 ;
-  assign \port$19799$0  = \$49 ;
+  assign \port$19803$0  = \$48 ;
+  assign \port$19805$0  = \$49 ;
   assign \$13  = { 1'h0, command[175:160], 2'h0 };
   assign \$14  = { 1'h0, command[175:160] };
   assign base = command[95:64];
@@ -73665,7 +73699,7 @@ module \dx1_board.soc.dma1.data_fifo (rst, r_en, w_rdy, r_data, reset_units, w_p
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \port$12664$0 , spm_wr__tvalid, acc_wr__tvalid, fifo_take, read_error, done, reset_units, local_addr, acc, rows, cols, row_stride, col_stride, rd_err, fifo_ready, wr_data
+module \dx1_board.soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \port$12666$0 , spm_wr__tvalid, acc_wr__tvalid, fifo_take, read_error, done, reset_units, local_addr, acc, rows, cols, row_stride, col_stride, rd_err, fifo_ready, wr_data
 , wr_addr, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$141  = 0;
   wire \$1 ;
@@ -73722,8 +73756,8 @@ module \dx1_board.soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, r
   input [15:0] local_addr;
   wire [15:0] local_addr;
   wire [15:0] \local_addr$14 ;
-  input [64:0] \port$12664$0 ;
-  wire [64:0] \port$12664$0 ;
+  input [64:0] \port$12666$0 ;
+  wire [64:0] \port$12666$0 ;
   input rd_err;
   wire rd_err;
   output read_error;
@@ -73769,12 +73803,12 @@ module \dx1_board.soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, r
   assign \$8  = \$6  | \$7 ;
   assign \$9  = \$8  | wr_ready;
   assign fifo_take = \$5  & \$9 ;
-  assign read_error = fifo_take & \port$12664$0 [64];
+  assign read_error = fifo_take & \port$12666$0 [64];
   assign advance = fifo_take & a_last;
   assign \$10  = ~ wr_valid;
   assign done = walked & \$10 ;
   assign \$11  = wr_valid & wr_ready;
-  assign \$12  = ~ \port$12664$0 [64];
+  assign \$12  = ~ \port$12666$0 [64];
   assign \$13  = ~ rd_err;
   assign \$14  = \$12  & \$13 ;
   assign \$15  = a_cnt + 1'h1;
@@ -73810,13 +73844,13 @@ module \dx1_board.soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, r
     (* full_case = 32'd1 *)
     casez (a_cnt)
       2'h0:
-          assembled[63:0] = \port$12664$0 [63:0];
+          assembled[63:0] = \port$12666$0 [63:0];
       2'h1:
-          assembled[127:64] = \port$12664$0 [63:0];
+          assembled[127:64] = \port$12666$0 [63:0];
       2'h2:
-          assembled[191:128] = \port$12664$0 [63:0];
+          assembled[191:128] = \port$12666$0 [63:0];
       2'h3:
-          assembled[255:192] = \port$12664$0 [63:0];
+          assembled[255:192] = \port$12666$0 [63:0];
     endcase
   end
   always @* begin
@@ -73939,8 +73973,8 @@ module \dx1_board.soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, r
   assign \cols$18  = cols;
   assign \row_stride$20  = row_stride;
   assign \col_stride$22  = col_stride;
-  assign fifo_data = \port$12664$0 [63:0];
-  assign fifo_err = \port$12664$0 [64];
+  assign fifo_data = \port$12666$0 [63:0];
+  assign fifo_err = \port$12666$0 [64];
 endmodule
 
 (* generator = "Amaranth" *)
@@ -74921,7 +74955,7 @@ module \dx1_board.soc.dma1.storer.walker (rst, start, advance, last, reset_units
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.dma1.writer (rst, ready, start, base, stride, segments, seg_beats, \port$12664$0 , copy_beat, error, bus__wvalid, bus__wstrb, bus__wlast, w_hs, read_error, done, quiet, bus__wready, bus__bvalid, bus__bresp, abort
+module \dx1_board.soc.dma1.writer (rst, ready, start, base, stride, segments, seg_beats, \port$12666$0 , copy_beat, error, bus__wvalid, bus__wstrb, bus__wlast, w_hs, read_error, done, quiet, bus__wready, bus__bvalid, bus__bresp, abort
 , reset_units, is_load, is_copy, rd_err, fifo_ready, bytes_written, bus__awvalid, bus__awaddr, bus__awlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$147  = 0;
   wire \$1 ;
@@ -75029,10 +75063,11 @@ module \dx1_board.soc.dma1.writer (rst, ready, start, base, stride, segments, se
   input is_load;
   wire is_load;
   wire issue;
+  wire issued;
   wire [7:0] len;
   wire [8:0] max_beats;
-  input [64:0] \port$12664$0 ;
-  wire [64:0] \port$12664$0 ;
+  input [64:0] \port$12666$0 ;
+  wire [64:0] \port$12666$0 ;
   output quiet;
   wire quiet;
   wire [7:0] r_data;
@@ -75072,6 +75107,7 @@ module \dx1_board.soc.dma1.writer (rst, ready, start, base, stride, segments, se
   reg [7:0] w_len = 8'h00;
   wire w_rdy;
   reg [15:0] writes_out = 16'h0000;
+  assign \$37  = \$36  - b_hs;
   assign \$38  = w_cnt + 1'h1;
   assign \$39  = ~ w_bad;
   assign \$40  = bytes_written + 4'h8;
@@ -75105,12 +75141,12 @@ module \dx1_board.soc.dma1.writer (rst, ready, start, base, stride, segments, se
   assign \$11  = w_cur & \$10 ;
   assign \$12  = ~ is_load;
   assign bus__wvalid = \$11  & \$12 ;
-  assign \$13  = \port$12664$0 [64] | rd_err;
+  assign \$13  = \port$12666$0 [64] | rd_err;
   assign w_bad = \$13  | abort;
   assign bus__wstrb = w_bad ? 8'h00 : 8'hff;
   assign bus__wlast = w_cnt == w_len;
   assign w_hs = bus__wvalid & bus__wready;
-  assign read_error = w_hs & \port$12664$0 [64];
+  assign read_error = w_hs & \port$12666$0 [64];
   assign \$14  = ~ w_cur;
   assign \$15  = w_hs & bus__wlast;
   assign \$16  = \$14  | \$15 ;
@@ -75130,13 +75166,13 @@ module \dx1_board.soc.dma1.writer (rst, ready, start, base, stride, segments, se
   assign \$29  = \$27  & \$28 ;
   assign \$30  = ~ r_rdy;
   assign quiet = \$29  & \$30 ;
+  assign issued = ~ active;
   assign \$31  = is_copy & copy_beat;
   assign \$32  = unclaimed + \$31 ;
   assign \$33  = is_copy & w_en;
   assign \$34  = \$33  ? beats : 9'h000;
   assign \$35  = \$32  - \$34 ;
   assign \$36  = writes_out + aw_hs;
-  assign \$37  = \$36  - b_hs;
   \dx1_board.soc.dma1.writer.bursts  bursts (
     .active(active),
     .\addr$13 (bus__awaddr),
@@ -75270,9 +75306,9 @@ module \dx1_board.soc.dma1.writer (rst, ready, start, base, stride, segments, se
   assign issue = w_en;
   assign w_data = \$8 [7:0];
   assign bus__bready = 1'h1;
-  assign bus__wdata = \port$12664$0 [63:0];
-  assign fifo_data = \port$12664$0 [63:0];
-  assign fifo_err = \port$12664$0 [64];
+  assign bus__wdata = \port$12666$0 [63:0];
+  assign fifo_data = \port$12666$0 [63:0];
+  assign fifo_err = \port$12666$0 [64];
   assign fifo_take = w_hs;
   assign \$5  = 1'h1;
   assign \$6  = \$4 ;
@@ -77718,27 +77754,27 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     .b_valid_3(\s3__bvalid$579 ),
     .b_valid_4(\s4__bvalid$728 ),
     .clk(clk),
-    .\port$13067$0 (\s3__araddr$448 [11:0]),
-    .\port$13067$14 (\s3__araddr$448 [31:14]),
-    .\port$17420$0 (\s2__araddr$299 [11:0]),
-    .\port$17420$14 (\s2__araddr$299 [31:14]),
-    .\port$17457$0 (\s2__awaddr$315 [11:0]),
-    .\port$17457$14 (\s2__awaddr$315 [31:14]),
-    .\port$17677$0 (\s1__awaddr$166 [11:0]),
-    .\port$17677$14 (\s1__awaddr$166 [31:14]),
+    .\port$13070$0 (\s3__araddr$448 [11:0]),
+    .\port$13070$14 (\s3__araddr$448 [31:14]),
+    .\port$17424$0 (\s2__araddr$299 [11:0]),
+    .\port$17424$14 (\s2__araddr$299 [31:14]),
+    .\port$17461$0 (\s2__awaddr$315 [11:0]),
+    .\port$17461$14 (\s2__awaddr$315 [31:14]),
+    .\port$17683$0 (\s1__awaddr$166 [11:0]),
+    .\port$17683$14 (\s1__awaddr$166 [31:14]),
     .\port$1972$0 (\$481 ),
-    .\port$19725$0 (\s4__araddr$597 [11:0]),
-    .\port$19725$14 (\s4__araddr$597 [31:14]),
-    .\port$19762$0 (\s4__awaddr$613 [11:0]),
-    .\port$19762$14 (\s4__awaddr$613 [31:14]),
-    .\port$19982$0 (\s3__awaddr$464 [11:0]),
-    .\port$19982$14 (\s3__awaddr$464 [31:14]),
-    .\port$20182$0 (\s0__awaddr$17 [11:0]),
-    .\port$20182$14 (\s0__awaddr$17 [31:14]),
-    .\port$20190$0 (\s0__araddr$1 [11:0]),
-    .\port$20190$14 (\s0__araddr$1 [31:14]),
-    .\port$7734$0 (\s1__araddr$150 [11:0]),
-    .\port$7734$14 (\s1__araddr$150 [31:14]),
+    .\port$19731$0 (\s4__araddr$597 [11:0]),
+    .\port$19731$14 (\s4__araddr$597 [31:14]),
+    .\port$19768$0 (\s4__awaddr$613 [11:0]),
+    .\port$19768$14 (\s4__awaddr$613 [31:14]),
+    .\port$19990$0 (\s3__awaddr$464 [11:0]),
+    .\port$19990$14 (\s3__awaddr$464 [31:14]),
+    .\port$20190$0 (\s0__awaddr$17 [11:0]),
+    .\port$20190$14 (\s0__awaddr$17 [31:14]),
+    .\port$20198$0 (\s0__araddr$1 [11:0]),
+    .\port$20198$14 (\s0__araddr$1 [31:14]),
+    .\port$7735$0 (\s1__araddr$150 [11:0]),
+    .\port$7735$14 (\s1__araddr$150 [31:14]),
     .rst(rst),
     .s0__arlen(s0__arlen),
     .s0__arready(\s0__arready$95 ),
@@ -77823,27 +77859,27 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     .b_valid_3(\s3__bvalid$585 ),
     .b_valid_4(\s4__bvalid$734 ),
     .clk(clk),
-    .\port$13067$0 (\s3__araddr$448 [11:0]),
-    .\port$13067$14 (\s3__araddr$448 [31:14]),
-    .\port$17420$0 (\s2__araddr$299 [11:0]),
-    .\port$17420$14 (\s2__araddr$299 [31:14]),
-    .\port$17457$0 (\s2__awaddr$315 [11:0]),
-    .\port$17457$14 (\s2__awaddr$315 [31:14]),
-    .\port$17677$0 (\s1__awaddr$166 [11:0]),
-    .\port$17677$14 (\s1__awaddr$166 [31:14]),
-    .\port$19725$0 (\s4__araddr$597 [11:0]),
-    .\port$19725$14 (\s4__araddr$597 [31:14]),
-    .\port$19762$0 (\s4__awaddr$613 [11:0]),
-    .\port$19762$14 (\s4__awaddr$613 [31:14]),
-    .\port$19982$0 (\s3__awaddr$464 [11:0]),
-    .\port$19982$14 (\s3__awaddr$464 [31:14]),
-    .\port$20182$0 (\s0__awaddr$17 [11:0]),
-    .\port$20182$14 (\s0__awaddr$17 [31:14]),
-    .\port$20190$0 (\s0__araddr$1 [11:0]),
-    .\port$20190$14 (\s0__araddr$1 [31:14]),
+    .\port$13070$0 (\s3__araddr$448 [11:0]),
+    .\port$13070$14 (\s3__araddr$448 [31:14]),
+    .\port$17424$0 (\s2__araddr$299 [11:0]),
+    .\port$17424$14 (\s2__araddr$299 [31:14]),
+    .\port$17461$0 (\s2__awaddr$315 [11:0]),
+    .\port$17461$14 (\s2__awaddr$315 [31:14]),
+    .\port$17683$0 (\s1__awaddr$166 [11:0]),
+    .\port$17683$14 (\s1__awaddr$166 [31:14]),
+    .\port$19731$0 (\s4__araddr$597 [11:0]),
+    .\port$19731$14 (\s4__araddr$597 [31:14]),
+    .\port$19768$0 (\s4__awaddr$613 [11:0]),
+    .\port$19768$14 (\s4__awaddr$613 [31:14]),
+    .\port$19990$0 (\s3__awaddr$464 [11:0]),
+    .\port$19990$14 (\s3__awaddr$464 [31:14]),
+    .\port$20190$0 (\s0__awaddr$17 [11:0]),
+    .\port$20190$14 (\s0__awaddr$17 [31:14]),
+    .\port$20198$0 (\s0__araddr$1 [11:0]),
+    .\port$20198$14 (\s0__araddr$1 [31:14]),
     .\port$2308$0 (\$482 ),
-    .\port$7734$0 (\s1__araddr$150 [11:0]),
-    .\port$7734$14 (\s1__araddr$150 [31:14]),
+    .\port$7735$0 (\s1__araddr$150 [11:0]),
+    .\port$7735$14 (\s1__araddr$150 [31:14]),
     .rst(rst),
     .s0__arlen(s0__arlen),
     .s0__arready(\s0__arready$96 ),
@@ -77928,27 +77964,27 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     .b_valid_3(\s3__bvalid$589 ),
     .b_valid_4(\s4__bvalid$738 ),
     .clk(clk),
-    .\port$13067$0 (\s3__araddr$448 [11:0]),
-    .\port$13067$14 (\s3__araddr$448 [31:14]),
-    .\port$17420$0 (\s2__araddr$299 [11:0]),
-    .\port$17420$14 (\s2__araddr$299 [31:14]),
-    .\port$17457$0 (\s2__awaddr$315 [11:0]),
-    .\port$17457$14 (\s2__awaddr$315 [31:14]),
-    .\port$17677$0 (\s1__awaddr$166 [11:0]),
-    .\port$17677$14 (\s1__awaddr$166 [31:14]),
-    .\port$19725$0 (\s4__araddr$597 [11:0]),
-    .\port$19725$14 (\s4__araddr$597 [31:14]),
-    .\port$19762$0 (\s4__awaddr$613 [11:0]),
-    .\port$19762$14 (\s4__awaddr$613 [31:14]),
-    .\port$19982$0 (\s3__awaddr$464 [11:0]),
-    .\port$19982$14 (\s3__awaddr$464 [31:14]),
-    .\port$20182$0 (\s0__awaddr$17 [11:0]),
-    .\port$20182$14 (\s0__awaddr$17 [31:14]),
-    .\port$20190$0 (\s0__araddr$1 [11:0]),
-    .\port$20190$14 (\s0__araddr$1 [31:14]),
+    .\port$13070$0 (\s3__araddr$448 [11:0]),
+    .\port$13070$14 (\s3__araddr$448 [31:14]),
+    .\port$17424$0 (\s2__araddr$299 [11:0]),
+    .\port$17424$14 (\s2__araddr$299 [31:14]),
+    .\port$17461$0 (\s2__awaddr$315 [11:0]),
+    .\port$17461$14 (\s2__awaddr$315 [31:14]),
+    .\port$17683$0 (\s1__awaddr$166 [11:0]),
+    .\port$17683$14 (\s1__awaddr$166 [31:14]),
+    .\port$19731$0 (\s4__araddr$597 [11:0]),
+    .\port$19731$14 (\s4__araddr$597 [31:14]),
+    .\port$19768$0 (\s4__awaddr$613 [11:0]),
+    .\port$19768$14 (\s4__awaddr$613 [31:14]),
+    .\port$19990$0 (\s3__awaddr$464 [11:0]),
+    .\port$19990$14 (\s3__awaddr$464 [31:14]),
+    .\port$20190$0 (\s0__awaddr$17 [11:0]),
+    .\port$20190$14 (\s0__awaddr$17 [31:14]),
+    .\port$20198$0 (\s0__araddr$1 [11:0]),
+    .\port$20198$14 (\s0__araddr$1 [31:14]),
     .\port$2644$0 (\$483 ),
-    .\port$7734$0 (\s1__araddr$150 [11:0]),
-    .\port$7734$14 (\s1__araddr$150 [31:14]),
+    .\port$7735$0 (\s1__araddr$150 [11:0]),
+    .\port$7735$14 (\s1__araddr$150 [31:14]),
     .rst(rst),
     .s0__arlen(s0__arlen),
     .s0__arready(\s0__arready$97 ),
@@ -78033,27 +78069,27 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     .b_valid_3(\s3__bvalid$593 ),
     .b_valid_4(\s4__bvalid$742 ),
     .clk(clk),
-    .\port$13067$0 (\s3__araddr$448 [11:0]),
-    .\port$13067$14 (\s3__araddr$448 [31:14]),
-    .\port$17420$0 (\s2__araddr$299 [11:0]),
-    .\port$17420$14 (\s2__araddr$299 [31:14]),
-    .\port$17457$0 (\s2__awaddr$315 [11:0]),
-    .\port$17457$14 (\s2__awaddr$315 [31:14]),
-    .\port$17677$0 (\s1__awaddr$166 [11:0]),
-    .\port$17677$14 (\s1__awaddr$166 [31:14]),
-    .\port$19725$0 (\s4__araddr$597 [11:0]),
-    .\port$19725$14 (\s4__araddr$597 [31:14]),
-    .\port$19762$0 (\s4__awaddr$613 [11:0]),
-    .\port$19762$14 (\s4__awaddr$613 [31:14]),
-    .\port$19982$0 (\s3__awaddr$464 [11:0]),
-    .\port$19982$14 (\s3__awaddr$464 [31:14]),
-    .\port$20182$0 (\s0__awaddr$17 [11:0]),
-    .\port$20182$14 (\s0__awaddr$17 [31:14]),
-    .\port$20190$0 (\s0__araddr$1 [11:0]),
-    .\port$20190$14 (\s0__araddr$1 [31:14]),
+    .\port$13070$0 (\s3__araddr$448 [11:0]),
+    .\port$13070$14 (\s3__araddr$448 [31:14]),
+    .\port$17424$0 (\s2__araddr$299 [11:0]),
+    .\port$17424$14 (\s2__araddr$299 [31:14]),
+    .\port$17461$0 (\s2__awaddr$315 [11:0]),
+    .\port$17461$14 (\s2__awaddr$315 [31:14]),
+    .\port$17683$0 (\s1__awaddr$166 [11:0]),
+    .\port$17683$14 (\s1__awaddr$166 [31:14]),
+    .\port$19731$0 (\s4__araddr$597 [11:0]),
+    .\port$19731$14 (\s4__araddr$597 [31:14]),
+    .\port$19768$0 (\s4__awaddr$613 [11:0]),
+    .\port$19768$14 (\s4__awaddr$613 [31:14]),
+    .\port$19990$0 (\s3__awaddr$464 [11:0]),
+    .\port$19990$14 (\s3__awaddr$464 [31:14]),
+    .\port$20190$0 (\s0__awaddr$17 [11:0]),
+    .\port$20190$14 (\s0__awaddr$17 [31:14]),
+    .\port$20198$0 (\s0__araddr$1 [11:0]),
+    .\port$20198$14 (\s0__araddr$1 [31:14]),
     .\port$2980$0 (\$484 ),
-    .\port$7734$0 (\s1__araddr$150 [11:0]),
-    .\port$7734$14 (\s1__araddr$150 [31:14]),
+    .\port$7735$0 (\s1__araddr$150 [11:0]),
+    .\port$7735$14 (\s1__araddr$150 [31:14]),
     .rst(rst),
     .s0__arlen(s0__arlen),
     .s0__arready(\s0__arready$98 ),
@@ -79354,9 +79390,9 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid, s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready
 , s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready, s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp
-, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$1972$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7734$0 , \port$7734$14 , s4__wdata, s4__wstrb, \port$13067$0 , \port$13067$14 , s0__wdata, s0__wstrb
-, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$17420$0 , \port$17420$14 , s2__arlen, \port$17457$0 , \port$17457$14 , s2__awlen
-, \port$17677$0 , \port$17677$14 , s1__wdata, \port$19725$0 , \port$19725$14 , s4__arlen, \port$19762$0 , \port$19762$14 , s4__awlen, \port$19982$0 , \port$19982$14 , s3__wdata, \port$20182$0 , \port$20182$14 , s0__awlen, \port$20190$0 , \port$20190$14 , s0__arlen, clk);
+, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$1972$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7735$0 , \port$7735$14 , s4__wdata, s4__wstrb, \port$13070$0 , \port$13070$14 , s0__wdata, s0__wstrb
+, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$17424$0 , \port$17424$14 , s2__arlen, \port$17461$0 , \port$17461$14 , s2__awlen
+, \port$17683$0 , \port$17683$14 , s1__wdata, \port$19731$0 , \port$19731$14 , s4__arlen, \port$19768$0 , \port$19768$14 , s4__awlen, \port$19990$0 , \port$19990$14 , s3__wdata, \port$20190$0 , \port$20190$14 , s0__awlen, \port$20198$0 , \port$20198$14 , s0__arlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$151  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -79641,48 +79677,48 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   wire \pending.last ;
   wire [2:0] \pending.port ;
   reg pending_valid = 1'h0;
-  input [11:0] \port$13067$0 ;
-  wire [11:0] \port$13067$0 ;
-  input [17:0] \port$13067$14 ;
-  wire [17:0] \port$13067$14 ;
-  input [11:0] \port$17420$0 ;
-  wire [11:0] \port$17420$0 ;
-  input [17:0] \port$17420$14 ;
-  wire [17:0] \port$17420$14 ;
-  input [11:0] \port$17457$0 ;
-  wire [11:0] \port$17457$0 ;
-  input [17:0] \port$17457$14 ;
-  wire [17:0] \port$17457$14 ;
-  input [11:0] \port$17677$0 ;
-  wire [11:0] \port$17677$0 ;
-  input [17:0] \port$17677$14 ;
-  wire [17:0] \port$17677$14 ;
+  input [11:0] \port$13070$0 ;
+  wire [11:0] \port$13070$0 ;
+  input [17:0] \port$13070$14 ;
+  wire [17:0] \port$13070$14 ;
+  input [11:0] \port$17424$0 ;
+  wire [11:0] \port$17424$0 ;
+  input [17:0] \port$17424$14 ;
+  wire [17:0] \port$17424$14 ;
+  input [11:0] \port$17461$0 ;
+  wire [11:0] \port$17461$0 ;
+  input [17:0] \port$17461$14 ;
+  wire [17:0] \port$17461$14 ;
+  input [11:0] \port$17683$0 ;
+  wire [11:0] \port$17683$0 ;
+  input [17:0] \port$17683$14 ;
+  wire [17:0] \port$17683$14 ;
   output [67:0] \port$1972$0 ;
   wire [67:0] \port$1972$0 ;
-  input [11:0] \port$19725$0 ;
-  wire [11:0] \port$19725$0 ;
-  input [17:0] \port$19725$14 ;
-  wire [17:0] \port$19725$14 ;
-  input [11:0] \port$19762$0 ;
-  wire [11:0] \port$19762$0 ;
-  input [17:0] \port$19762$14 ;
-  wire [17:0] \port$19762$14 ;
-  input [11:0] \port$19982$0 ;
-  wire [11:0] \port$19982$0 ;
-  input [17:0] \port$19982$14 ;
-  wire [17:0] \port$19982$14 ;
-  input [11:0] \port$20182$0 ;
-  wire [11:0] \port$20182$0 ;
-  input [17:0] \port$20182$14 ;
-  wire [17:0] \port$20182$14 ;
+  input [11:0] \port$19731$0 ;
+  wire [11:0] \port$19731$0 ;
+  input [17:0] \port$19731$14 ;
+  wire [17:0] \port$19731$14 ;
+  input [11:0] \port$19768$0 ;
+  wire [11:0] \port$19768$0 ;
+  input [17:0] \port$19768$14 ;
+  wire [17:0] \port$19768$14 ;
+  input [11:0] \port$19990$0 ;
+  wire [11:0] \port$19990$0 ;
+  input [17:0] \port$19990$14 ;
+  wire [17:0] \port$19990$14 ;
   input [11:0] \port$20190$0 ;
   wire [11:0] \port$20190$0 ;
   input [17:0] \port$20190$14 ;
   wire [17:0] \port$20190$14 ;
-  input [11:0] \port$7734$0 ;
-  wire [11:0] \port$7734$0 ;
-  input [17:0] \port$7734$14 ;
-  wire [17:0] \port$7734$14 ;
+  input [11:0] \port$20198$0 ;
+  wire [11:0] \port$20198$0 ;
+  input [17:0] \port$20198$14 ;
+  wire [17:0] \port$20198$14 ;
+  input [11:0] \port$7735$0 ;
+  wire [11:0] \port$7735$0 ;
+  input [17:0] \port$7735$14 ;
+  wire [17:0] \port$7735$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -80273,15 +80309,15 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (aw_grant)
       3'h0:
-          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$20182$14 , \port$20182$0  };
+          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$20190$14 , \port$20190$0  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$17677$14 , \port$17677$0  };
+          aw_sel = { 19'h02c00, \port$17683$14 , \port$17683$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$17457$14 , \port$17457$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$17461$14 , \port$17461$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$19982$14 , \port$19982$0  };
+          aw_sel = { 19'h02c00, \port$19990$14 , \port$19990$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$19762$14 , \port$19762$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$19768$14 , \port$19768$0  };
     endcase
   end
   always @* begin
@@ -80369,15 +80405,15 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (ar_grant)
       3'h0:
-          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$20190$14 , \port$20190$0  };
+          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$20198$14 , \port$20198$0  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$7734$14 , \port$7734$0  };
+          ar_sel = { 19'h02c0c, \port$7735$14 , \port$7735$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$17420$14 , \port$17420$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$17424$14 , \port$17424$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$13067$14 , \port$13067$0  };
+          ar_sel = { 19'h02c0c, \port$13070$14 , \port$13070$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$19725$14 , \port$19725$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$19731$14 , \port$19731$0  };
     endcase
   end
   always @* begin
@@ -80806,25 +80842,25 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
       \$229  = 73'h0000000000000000000;
     end
   end
-  assign s0__awaddr = { 2'h0, \port$20182$14 , \port$20182$0  };
+  assign s0__awaddr = { 2'h0, \port$20190$14 , \port$20190$0  };
   assign s0__awsize = 3'h3;
   assign s0__awburst = 2'h1;
   assign s0__awid = 4'h0;
-  assign s1__awaddr = { 2'h0, \port$17677$14 , \port$17677$0  };
+  assign s1__awaddr = { 2'h0, \port$17683$14 , \port$17683$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$17457$14 , \port$17457$0  };
+  assign s2__awaddr = { 2'h0, \port$17461$14 , \port$17461$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$19982$14 , \port$19982$0  };
+  assign s3__awaddr = { 2'h0, \port$19990$14 , \port$19990$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$19762$14 , \port$19762$0  };
+  assign s4__awaddr = { 2'h0, \port$19768$14 , \port$19768$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -80847,25 +80883,25 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign b_resp_4 = s4__bresp;
   assign w_addr = wr__addr;
   assign wr__data = w_data;
-  assign s0__araddr = { 2'h0, \port$20190$14 , \port$20190$0  };
+  assign s0__araddr = { 2'h0, \port$20198$14 , \port$20198$0  };
   assign s0__arsize = 3'h3;
   assign s0__arburst = 2'h1;
   assign s0__arid = 4'h0;
-  assign s1__araddr = { 2'h0, \port$7734$14 , \port$7734$0  };
+  assign s1__araddr = { 2'h0, \port$7735$14 , \port$7735$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$17420$14 , \port$17420$0  };
+  assign s2__araddr = { 2'h0, \port$17424$14 , \port$17424$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$13067$14 , \port$13067$0  };
+  assign s3__araddr = { 2'h0, \port$13070$14 , \port$13070$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$19725$14 , \port$19725$0  };
+  assign s4__araddr = { 2'h0, \port$19731$14 , \port$19731$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -81055,9 +81091,9 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid, s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready
 , s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready, s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp
-, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2308$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7734$0 , \port$7734$14 , s4__wdata, s4__wstrb, \port$13067$0 , \port$13067$14 , s0__wdata, s0__wstrb
-, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$17420$0 , \port$17420$14 , s2__arlen, \port$17457$0 , \port$17457$14 , s2__awlen
-, \port$17677$0 , \port$17677$14 , s1__wdata, \port$19725$0 , \port$19725$14 , s4__arlen, \port$19762$0 , \port$19762$14 , s4__awlen, \port$19982$0 , \port$19982$14 , s3__wdata, \port$20182$0 , \port$20182$14 , s0__awlen, \port$20190$0 , \port$20190$14 , s0__arlen, clk);
+, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2308$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7735$0 , \port$7735$14 , s4__wdata, s4__wstrb, \port$13070$0 , \port$13070$14 , s0__wdata, s0__wstrb
+, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$17424$0 , \port$17424$14 , s2__arlen, \port$17461$0 , \port$17461$14 , s2__awlen
+, \port$17683$0 , \port$17683$14 , s1__wdata, \port$19731$0 , \port$19731$14 , s4__arlen, \port$19768$0 , \port$19768$14 , s4__awlen, \port$19990$0 , \port$19990$14 , s3__wdata, \port$20190$0 , \port$20190$14 , s0__awlen, \port$20198$0 , \port$20198$14 , s0__arlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$153  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -81342,48 +81378,48 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   wire \pending.last ;
   wire [2:0] \pending.port ;
   reg pending_valid = 1'h0;
-  input [11:0] \port$13067$0 ;
-  wire [11:0] \port$13067$0 ;
-  input [17:0] \port$13067$14 ;
-  wire [17:0] \port$13067$14 ;
-  input [11:0] \port$17420$0 ;
-  wire [11:0] \port$17420$0 ;
-  input [17:0] \port$17420$14 ;
-  wire [17:0] \port$17420$14 ;
-  input [11:0] \port$17457$0 ;
-  wire [11:0] \port$17457$0 ;
-  input [17:0] \port$17457$14 ;
-  wire [17:0] \port$17457$14 ;
-  input [11:0] \port$17677$0 ;
-  wire [11:0] \port$17677$0 ;
-  input [17:0] \port$17677$14 ;
-  wire [17:0] \port$17677$14 ;
-  input [11:0] \port$19725$0 ;
-  wire [11:0] \port$19725$0 ;
-  input [17:0] \port$19725$14 ;
-  wire [17:0] \port$19725$14 ;
-  input [11:0] \port$19762$0 ;
-  wire [11:0] \port$19762$0 ;
-  input [17:0] \port$19762$14 ;
-  wire [17:0] \port$19762$14 ;
-  input [11:0] \port$19982$0 ;
-  wire [11:0] \port$19982$0 ;
-  input [17:0] \port$19982$14 ;
-  wire [17:0] \port$19982$14 ;
-  input [11:0] \port$20182$0 ;
-  wire [11:0] \port$20182$0 ;
-  input [17:0] \port$20182$14 ;
-  wire [17:0] \port$20182$14 ;
+  input [11:0] \port$13070$0 ;
+  wire [11:0] \port$13070$0 ;
+  input [17:0] \port$13070$14 ;
+  wire [17:0] \port$13070$14 ;
+  input [11:0] \port$17424$0 ;
+  wire [11:0] \port$17424$0 ;
+  input [17:0] \port$17424$14 ;
+  wire [17:0] \port$17424$14 ;
+  input [11:0] \port$17461$0 ;
+  wire [11:0] \port$17461$0 ;
+  input [17:0] \port$17461$14 ;
+  wire [17:0] \port$17461$14 ;
+  input [11:0] \port$17683$0 ;
+  wire [11:0] \port$17683$0 ;
+  input [17:0] \port$17683$14 ;
+  wire [17:0] \port$17683$14 ;
+  input [11:0] \port$19731$0 ;
+  wire [11:0] \port$19731$0 ;
+  input [17:0] \port$19731$14 ;
+  wire [17:0] \port$19731$14 ;
+  input [11:0] \port$19768$0 ;
+  wire [11:0] \port$19768$0 ;
+  input [17:0] \port$19768$14 ;
+  wire [17:0] \port$19768$14 ;
+  input [11:0] \port$19990$0 ;
+  wire [11:0] \port$19990$0 ;
+  input [17:0] \port$19990$14 ;
+  wire [17:0] \port$19990$14 ;
   input [11:0] \port$20190$0 ;
   wire [11:0] \port$20190$0 ;
   input [17:0] \port$20190$14 ;
   wire [17:0] \port$20190$14 ;
+  input [11:0] \port$20198$0 ;
+  wire [11:0] \port$20198$0 ;
+  input [17:0] \port$20198$14 ;
+  wire [17:0] \port$20198$14 ;
   output [67:0] \port$2308$0 ;
   wire [67:0] \port$2308$0 ;
-  input [11:0] \port$7734$0 ;
-  wire [11:0] \port$7734$0 ;
-  input [17:0] \port$7734$14 ;
-  wire [17:0] \port$7734$14 ;
+  input [11:0] \port$7735$0 ;
+  wire [11:0] \port$7735$0 ;
+  input [17:0] \port$7735$14 ;
+  wire [17:0] \port$7735$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -81974,15 +82010,15 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (aw_grant)
       3'h0:
-          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$20182$14 , \port$20182$0  };
+          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$20190$14 , \port$20190$0  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$17677$14 , \port$17677$0  };
+          aw_sel = { 19'h02c00, \port$17683$14 , \port$17683$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$17457$14 , \port$17457$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$17461$14 , \port$17461$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$19982$14 , \port$19982$0  };
+          aw_sel = { 19'h02c00, \port$19990$14 , \port$19990$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$19762$14 , \port$19762$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$19768$14 , \port$19768$0  };
     endcase
   end
   always @* begin
@@ -82070,15 +82106,15 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (ar_grant)
       3'h0:
-          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$20190$14 , \port$20190$0  };
+          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$20198$14 , \port$20198$0  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$7734$14 , \port$7734$0  };
+          ar_sel = { 19'h02c0c, \port$7735$14 , \port$7735$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$17420$14 , \port$17420$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$17424$14 , \port$17424$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$13067$14 , \port$13067$0  };
+          ar_sel = { 19'h02c0c, \port$13070$14 , \port$13070$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$19725$14 , \port$19725$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$19731$14 , \port$19731$0  };
     endcase
   end
   always @* begin
@@ -82507,25 +82543,25 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
       \$229  = 73'h0000000000000000000;
     end
   end
-  assign s0__awaddr = { 2'h0, \port$20182$14 , \port$20182$0  };
+  assign s0__awaddr = { 2'h0, \port$20190$14 , \port$20190$0  };
   assign s0__awsize = 3'h3;
   assign s0__awburst = 2'h1;
   assign s0__awid = 4'h0;
-  assign s1__awaddr = { 2'h0, \port$17677$14 , \port$17677$0  };
+  assign s1__awaddr = { 2'h0, \port$17683$14 , \port$17683$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$17457$14 , \port$17457$0  };
+  assign s2__awaddr = { 2'h0, \port$17461$14 , \port$17461$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$19982$14 , \port$19982$0  };
+  assign s3__awaddr = { 2'h0, \port$19990$14 , \port$19990$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$19762$14 , \port$19762$0  };
+  assign s4__awaddr = { 2'h0, \port$19768$14 , \port$19768$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -82548,25 +82584,25 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign b_resp_4 = s4__bresp;
   assign w_addr = wr__addr;
   assign wr__data = w_data;
-  assign s0__araddr = { 2'h0, \port$20190$14 , \port$20190$0  };
+  assign s0__araddr = { 2'h0, \port$20198$14 , \port$20198$0  };
   assign s0__arsize = 3'h3;
   assign s0__arburst = 2'h1;
   assign s0__arid = 4'h0;
-  assign s1__araddr = { 2'h0, \port$7734$14 , \port$7734$0  };
+  assign s1__araddr = { 2'h0, \port$7735$14 , \port$7735$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$17420$14 , \port$17420$0  };
+  assign s2__araddr = { 2'h0, \port$17424$14 , \port$17424$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$13067$14 , \port$13067$0  };
+  assign s3__araddr = { 2'h0, \port$13070$14 , \port$13070$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$19725$14 , \port$19725$0  };
+  assign s4__araddr = { 2'h0, \port$19731$14 , \port$19731$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -82756,9 +82792,9 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid, s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready
 , s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready, s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp
-, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2644$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7734$0 , \port$7734$14 , s4__wdata, s4__wstrb, \port$13067$0 , \port$13067$14 , s0__wdata, s0__wstrb
-, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$17420$0 , \port$17420$14 , s2__arlen, \port$17457$0 , \port$17457$14 , s2__awlen
-, \port$17677$0 , \port$17677$14 , s1__wdata, \port$19725$0 , \port$19725$14 , s4__arlen, \port$19762$0 , \port$19762$14 , s4__awlen, \port$19982$0 , \port$19982$14 , s3__wdata, \port$20182$0 , \port$20182$14 , s0__awlen, \port$20190$0 , \port$20190$14 , s0__arlen, clk);
+, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2644$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7735$0 , \port$7735$14 , s4__wdata, s4__wstrb, \port$13070$0 , \port$13070$14 , s0__wdata, s0__wstrb
+, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$17424$0 , \port$17424$14 , s2__arlen, \port$17461$0 , \port$17461$14 , s2__awlen
+, \port$17683$0 , \port$17683$14 , s1__wdata, \port$19731$0 , \port$19731$14 , s4__arlen, \port$19768$0 , \port$19768$14 , s4__awlen, \port$19990$0 , \port$19990$14 , s3__wdata, \port$20190$0 , \port$20190$14 , s0__awlen, \port$20198$0 , \port$20198$14 , s0__arlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$155  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -83043,48 +83079,48 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   wire \pending.last ;
   wire [2:0] \pending.port ;
   reg pending_valid = 1'h0;
-  input [11:0] \port$13067$0 ;
-  wire [11:0] \port$13067$0 ;
-  input [17:0] \port$13067$14 ;
-  wire [17:0] \port$13067$14 ;
-  input [11:0] \port$17420$0 ;
-  wire [11:0] \port$17420$0 ;
-  input [17:0] \port$17420$14 ;
-  wire [17:0] \port$17420$14 ;
-  input [11:0] \port$17457$0 ;
-  wire [11:0] \port$17457$0 ;
-  input [17:0] \port$17457$14 ;
-  wire [17:0] \port$17457$14 ;
-  input [11:0] \port$17677$0 ;
-  wire [11:0] \port$17677$0 ;
-  input [17:0] \port$17677$14 ;
-  wire [17:0] \port$17677$14 ;
-  input [11:0] \port$19725$0 ;
-  wire [11:0] \port$19725$0 ;
-  input [17:0] \port$19725$14 ;
-  wire [17:0] \port$19725$14 ;
-  input [11:0] \port$19762$0 ;
-  wire [11:0] \port$19762$0 ;
-  input [17:0] \port$19762$14 ;
-  wire [17:0] \port$19762$14 ;
-  input [11:0] \port$19982$0 ;
-  wire [11:0] \port$19982$0 ;
-  input [17:0] \port$19982$14 ;
-  wire [17:0] \port$19982$14 ;
-  input [11:0] \port$20182$0 ;
-  wire [11:0] \port$20182$0 ;
-  input [17:0] \port$20182$14 ;
-  wire [17:0] \port$20182$14 ;
+  input [11:0] \port$13070$0 ;
+  wire [11:0] \port$13070$0 ;
+  input [17:0] \port$13070$14 ;
+  wire [17:0] \port$13070$14 ;
+  input [11:0] \port$17424$0 ;
+  wire [11:0] \port$17424$0 ;
+  input [17:0] \port$17424$14 ;
+  wire [17:0] \port$17424$14 ;
+  input [11:0] \port$17461$0 ;
+  wire [11:0] \port$17461$0 ;
+  input [17:0] \port$17461$14 ;
+  wire [17:0] \port$17461$14 ;
+  input [11:0] \port$17683$0 ;
+  wire [11:0] \port$17683$0 ;
+  input [17:0] \port$17683$14 ;
+  wire [17:0] \port$17683$14 ;
+  input [11:0] \port$19731$0 ;
+  wire [11:0] \port$19731$0 ;
+  input [17:0] \port$19731$14 ;
+  wire [17:0] \port$19731$14 ;
+  input [11:0] \port$19768$0 ;
+  wire [11:0] \port$19768$0 ;
+  input [17:0] \port$19768$14 ;
+  wire [17:0] \port$19768$14 ;
+  input [11:0] \port$19990$0 ;
+  wire [11:0] \port$19990$0 ;
+  input [17:0] \port$19990$14 ;
+  wire [17:0] \port$19990$14 ;
   input [11:0] \port$20190$0 ;
   wire [11:0] \port$20190$0 ;
   input [17:0] \port$20190$14 ;
   wire [17:0] \port$20190$14 ;
+  input [11:0] \port$20198$0 ;
+  wire [11:0] \port$20198$0 ;
+  input [17:0] \port$20198$14 ;
+  wire [17:0] \port$20198$14 ;
   output [67:0] \port$2644$0 ;
   wire [67:0] \port$2644$0 ;
-  input [11:0] \port$7734$0 ;
-  wire [11:0] \port$7734$0 ;
-  input [17:0] \port$7734$14 ;
-  wire [17:0] \port$7734$14 ;
+  input [11:0] \port$7735$0 ;
+  wire [11:0] \port$7735$0 ;
+  input [17:0] \port$7735$14 ;
+  wire [17:0] \port$7735$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -83675,15 +83711,15 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (aw_grant)
       3'h0:
-          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$20182$14 , \port$20182$0  };
+          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$20190$14 , \port$20190$0  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$17677$14 , \port$17677$0  };
+          aw_sel = { 19'h02c00, \port$17683$14 , \port$17683$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$17457$14 , \port$17457$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$17461$14 , \port$17461$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$19982$14 , \port$19982$0  };
+          aw_sel = { 19'h02c00, \port$19990$14 , \port$19990$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$19762$14 , \port$19762$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$19768$14 , \port$19768$0  };
     endcase
   end
   always @* begin
@@ -83771,15 +83807,15 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (ar_grant)
       3'h0:
-          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$20190$14 , \port$20190$0  };
+          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$20198$14 , \port$20198$0  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$7734$14 , \port$7734$0  };
+          ar_sel = { 19'h02c0c, \port$7735$14 , \port$7735$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$17420$14 , \port$17420$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$17424$14 , \port$17424$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$13067$14 , \port$13067$0  };
+          ar_sel = { 19'h02c0c, \port$13070$14 , \port$13070$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$19725$14 , \port$19725$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$19731$14 , \port$19731$0  };
     endcase
   end
   always @* begin
@@ -84208,25 +84244,25 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
       \$229  = 73'h0000000000000000000;
     end
   end
-  assign s0__awaddr = { 2'h0, \port$20182$14 , \port$20182$0  };
+  assign s0__awaddr = { 2'h0, \port$20190$14 , \port$20190$0  };
   assign s0__awsize = 3'h3;
   assign s0__awburst = 2'h1;
   assign s0__awid = 4'h0;
-  assign s1__awaddr = { 2'h0, \port$17677$14 , \port$17677$0  };
+  assign s1__awaddr = { 2'h0, \port$17683$14 , \port$17683$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$17457$14 , \port$17457$0  };
+  assign s2__awaddr = { 2'h0, \port$17461$14 , \port$17461$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$19982$14 , \port$19982$0  };
+  assign s3__awaddr = { 2'h0, \port$19990$14 , \port$19990$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$19762$14 , \port$19762$0  };
+  assign s4__awaddr = { 2'h0, \port$19768$14 , \port$19768$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -84249,25 +84285,25 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign b_resp_4 = s4__bresp;
   assign w_addr = wr__addr;
   assign wr__data = w_data;
-  assign s0__araddr = { 2'h0, \port$20190$14 , \port$20190$0  };
+  assign s0__araddr = { 2'h0, \port$20198$14 , \port$20198$0  };
   assign s0__arsize = 3'h3;
   assign s0__arburst = 2'h1;
   assign s0__arid = 4'h0;
-  assign s1__araddr = { 2'h0, \port$7734$14 , \port$7734$0  };
+  assign s1__araddr = { 2'h0, \port$7735$14 , \port$7735$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$17420$14 , \port$17420$0  };
+  assign s2__araddr = { 2'h0, \port$17424$14 , \port$17424$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$13067$14 , \port$13067$0  };
+  assign s3__araddr = { 2'h0, \port$13070$14 , \port$13070$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$19725$14 , \port$19725$0  };
+  assign s4__araddr = { 2'h0, \port$19731$14 , \port$19731$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -84457,9 +84493,9 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid, s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready
 , s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready, s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp
-, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2980$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7734$0 , \port$7734$14 , s4__wdata, s4__wstrb, \port$13067$0 , \port$13067$14 , s0__wdata, s0__wstrb
-, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$17420$0 , \port$17420$14 , s2__arlen, \port$17457$0 , \port$17457$14 , s2__awlen
-, \port$17677$0 , \port$17677$14 , s1__wdata, \port$19725$0 , \port$19725$14 , s4__arlen, \port$19762$0 , \port$19762$14 , s4__awlen, \port$19982$0 , \port$19982$14 , s3__wdata, \port$20182$0 , \port$20182$14 , s0__awlen, \port$20190$0 , \port$20190$14 , s0__arlen, clk);
+, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2980$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7735$0 , \port$7735$14 , s4__wdata, s4__wstrb, \port$13070$0 , \port$13070$14 , s0__wdata, s0__wstrb
+, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$17424$0 , \port$17424$14 , s2__arlen, \port$17461$0 , \port$17461$14 , s2__awlen
+, \port$17683$0 , \port$17683$14 , s1__wdata, \port$19731$0 , \port$19731$14 , s4__arlen, \port$19768$0 , \port$19768$14 , s4__awlen, \port$19990$0 , \port$19990$14 , s3__wdata, \port$20190$0 , \port$20190$14 , s0__awlen, \port$20198$0 , \port$20198$14 , s0__arlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$157  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -84744,48 +84780,48 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   wire \pending.last ;
   wire [2:0] \pending.port ;
   reg pending_valid = 1'h0;
-  input [11:0] \port$13067$0 ;
-  wire [11:0] \port$13067$0 ;
-  input [17:0] \port$13067$14 ;
-  wire [17:0] \port$13067$14 ;
-  input [11:0] \port$17420$0 ;
-  wire [11:0] \port$17420$0 ;
-  input [17:0] \port$17420$14 ;
-  wire [17:0] \port$17420$14 ;
-  input [11:0] \port$17457$0 ;
-  wire [11:0] \port$17457$0 ;
-  input [17:0] \port$17457$14 ;
-  wire [17:0] \port$17457$14 ;
-  input [11:0] \port$17677$0 ;
-  wire [11:0] \port$17677$0 ;
-  input [17:0] \port$17677$14 ;
-  wire [17:0] \port$17677$14 ;
-  input [11:0] \port$19725$0 ;
-  wire [11:0] \port$19725$0 ;
-  input [17:0] \port$19725$14 ;
-  wire [17:0] \port$19725$14 ;
-  input [11:0] \port$19762$0 ;
-  wire [11:0] \port$19762$0 ;
-  input [17:0] \port$19762$14 ;
-  wire [17:0] \port$19762$14 ;
-  input [11:0] \port$19982$0 ;
-  wire [11:0] \port$19982$0 ;
-  input [17:0] \port$19982$14 ;
-  wire [17:0] \port$19982$14 ;
-  input [11:0] \port$20182$0 ;
-  wire [11:0] \port$20182$0 ;
-  input [17:0] \port$20182$14 ;
-  wire [17:0] \port$20182$14 ;
+  input [11:0] \port$13070$0 ;
+  wire [11:0] \port$13070$0 ;
+  input [17:0] \port$13070$14 ;
+  wire [17:0] \port$13070$14 ;
+  input [11:0] \port$17424$0 ;
+  wire [11:0] \port$17424$0 ;
+  input [17:0] \port$17424$14 ;
+  wire [17:0] \port$17424$14 ;
+  input [11:0] \port$17461$0 ;
+  wire [11:0] \port$17461$0 ;
+  input [17:0] \port$17461$14 ;
+  wire [17:0] \port$17461$14 ;
+  input [11:0] \port$17683$0 ;
+  wire [11:0] \port$17683$0 ;
+  input [17:0] \port$17683$14 ;
+  wire [17:0] \port$17683$14 ;
+  input [11:0] \port$19731$0 ;
+  wire [11:0] \port$19731$0 ;
+  input [17:0] \port$19731$14 ;
+  wire [17:0] \port$19731$14 ;
+  input [11:0] \port$19768$0 ;
+  wire [11:0] \port$19768$0 ;
+  input [17:0] \port$19768$14 ;
+  wire [17:0] \port$19768$14 ;
+  input [11:0] \port$19990$0 ;
+  wire [11:0] \port$19990$0 ;
+  input [17:0] \port$19990$14 ;
+  wire [17:0] \port$19990$14 ;
   input [11:0] \port$20190$0 ;
   wire [11:0] \port$20190$0 ;
   input [17:0] \port$20190$14 ;
   wire [17:0] \port$20190$14 ;
+  input [11:0] \port$20198$0 ;
+  wire [11:0] \port$20198$0 ;
+  input [17:0] \port$20198$14 ;
+  wire [17:0] \port$20198$14 ;
   output [67:0] \port$2980$0 ;
   wire [67:0] \port$2980$0 ;
-  input [11:0] \port$7734$0 ;
-  wire [11:0] \port$7734$0 ;
-  input [17:0] \port$7734$14 ;
-  wire [17:0] \port$7734$14 ;
+  input [11:0] \port$7735$0 ;
+  wire [11:0] \port$7735$0 ;
+  input [17:0] \port$7735$14 ;
+  wire [17:0] \port$7735$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -85376,15 +85412,15 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (aw_grant)
       3'h0:
-          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$20182$14 , \port$20182$0  };
+          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$20190$14 , \port$20190$0  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$17677$14 , \port$17677$0  };
+          aw_sel = { 19'h02c00, \port$17683$14 , \port$17683$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$17457$14 , \port$17457$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$17461$14 , \port$17461$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$19982$14 , \port$19982$0  };
+          aw_sel = { 19'h02c00, \port$19990$14 , \port$19990$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$19762$14 , \port$19762$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$19768$14 , \port$19768$0  };
     endcase
   end
   always @* begin
@@ -85472,15 +85508,15 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (ar_grant)
       3'h0:
-          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$20190$14 , \port$20190$0  };
+          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$20198$14 , \port$20198$0  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$7734$14 , \port$7734$0  };
+          ar_sel = { 19'h02c0c, \port$7735$14 , \port$7735$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$17420$14 , \port$17420$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$17424$14 , \port$17424$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$13067$14 , \port$13067$0  };
+          ar_sel = { 19'h02c0c, \port$13070$14 , \port$13070$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$19725$14 , \port$19725$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$19731$14 , \port$19731$0  };
     endcase
   end
   always @* begin
@@ -85909,25 +85945,25 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
       \$229  = 73'h0000000000000000000;
     end
   end
-  assign s0__awaddr = { 2'h0, \port$20182$14 , \port$20182$0  };
+  assign s0__awaddr = { 2'h0, \port$20190$14 , \port$20190$0  };
   assign s0__awsize = 3'h3;
   assign s0__awburst = 2'h1;
   assign s0__awid = 4'h0;
-  assign s1__awaddr = { 2'h0, \port$17677$14 , \port$17677$0  };
+  assign s1__awaddr = { 2'h0, \port$17683$14 , \port$17683$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$17457$14 , \port$17457$0  };
+  assign s2__awaddr = { 2'h0, \port$17461$14 , \port$17461$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$19982$14 , \port$19982$0  };
+  assign s3__awaddr = { 2'h0, \port$19990$14 , \port$19990$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$19762$14 , \port$19762$0  };
+  assign s4__awaddr = { 2'h0, \port$19768$14 , \port$19768$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -85950,25 +85986,25 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign b_resp_4 = s4__bresp;
   assign w_addr = wr__addr;
   assign wr__data = w_data;
-  assign s0__araddr = { 2'h0, \port$20190$14 , \port$20190$0  };
+  assign s0__araddr = { 2'h0, \port$20198$14 , \port$20198$0  };
   assign s0__arsize = 3'h3;
   assign s0__arburst = 2'h1;
   assign s0__arid = 4'h0;
-  assign s1__araddr = { 2'h0, \port$7734$14 , \port$7734$0  };
+  assign s1__araddr = { 2'h0, \port$7735$14 , \port$7735$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$17420$14 , \port$17420$0  };
+  assign s2__araddr = { 2'h0, \port$17424$14 , \port$17424$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$13067$14 , \port$13067$0  };
+  assign s3__araddr = { 2'h0, \port$13070$14 , \port$13070$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$19725$14 , \port$19725$0  };
+  assign s4__araddr = { 2'h0, \port$19731$14 , \port$19731$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -86967,14 +87003,14 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLOBAL_CYCLES_LO__read, GLOBAL_RESET_write, QUEUE0_RING_LOG2_write, QUEUE0_DOORBELL_write, QUEUE0_CONTROL_write, QUEUE0_RESET_write, QUEUE1_RING_LOG2_write, QUEUE1_DOORBELL_write, QUEUE1_CONTROL_write, QUEUE1_RESET_write, PERF0_CONTROL_write, PERF0_MACS_LO__read, PERF1_CONTROL_write, PERF1_MACS_LO__read, TRACE0_CONTROL_write, TRACE0_DATA_HI__read, TRACE1_CONTROL_write
-, TRACE1_DATA_HI__read, \port$3135$0 , \port$7677$0 , PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ__value, PERF0_BYTES_WRITTEN__value, PERF0_BUSY_VECTOR__value, PERF0_TABLE_HITS__value, PERF0_TABLE_UNDERFLOWS__value, PERF0_TABLE_OVERFLOWS__value, PERF0_MACS_LO__value, TRACE0_DATA_LO__value, TRACE0_DATA_HI__value, \port$8408$0 , \port$8468$0 , \port$13010$0 , PERF1_BUSY_COMPUTE__value, PERF1_BYTES_READ__value, PERF1_BYTES_WRITTEN__value, PERF1_BUSY_VECTOR__value, PERF1_TABLE_HITS__value
-, PERF1_TABLE_UNDERFLOWS__value, PERF1_TABLE_OVERFLOWS__value, PERF1_MACS_LO__value, TRACE1_DATA_LO__value, TRACE1_DATA_HI__value, \port$13741$0 , bus__bready, bus__rready, GLOBAL_SEM0__set, GLOBAL_SEM1__set, GLOBAL_SEM2__set, GLOBAL_SEM3__set, GLOBAL_SEM4__set, GLOBAL_SEM5__set, GLOBAL_SEM6__set, GLOBAL_SEM7__set, GLOBAL_SEM8__set, GLOBAL_SEM9__set, GLOBAL_SEM10__set, GLOBAL_SEM11__set, GLOBAL_SEM12__set
+, TRACE1_DATA_HI__read, \port$3135$0 , \port$7678$0 , PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ__value, PERF0_BYTES_WRITTEN__value, PERF0_BUSY_VECTOR__value, PERF0_TABLE_HITS__value, PERF0_TABLE_UNDERFLOWS__value, PERF0_TABLE_OVERFLOWS__value, PERF0_MACS_LO__value, TRACE0_DATA_LO__value, TRACE0_DATA_HI__value, \port$8410$0 , \port$8470$0 , \port$13013$0 , PERF1_BUSY_COMPUTE__value, PERF1_BYTES_READ__value, PERF1_BYTES_WRITTEN__value, PERF1_BUSY_VECTOR__value, PERF1_TABLE_HITS__value
+, PERF1_TABLE_UNDERFLOWS__value, PERF1_TABLE_OVERFLOWS__value, PERF1_MACS_LO__value, TRACE1_DATA_LO__value, TRACE1_DATA_HI__value, \port$13745$0 , bus__bready, bus__rready, GLOBAL_SEM0__set, GLOBAL_SEM1__set, GLOBAL_SEM2__set, GLOBAL_SEM3__set, GLOBAL_SEM4__set, GLOBAL_SEM5__set, GLOBAL_SEM6__set, GLOBAL_SEM7__set, GLOBAL_SEM8__set, GLOBAL_SEM9__set, GLOBAL_SEM10__set, GLOBAL_SEM11__set, GLOBAL_SEM12__set
 , GLOBAL_SEM13__set, GLOBAL_SEM14__set, GLOBAL_SEM15__set, QUEUE0_CONTROL__set, QUEUE0_CONTROL__set_value, TRACE0_CONTROL__set, TRACE0_CONTROL__set_value, QUEUE0_RING_BASE__set, QUEUE0_RING_BASE__set_value, QUEUE0_RING_LOG2__set, QUEUE0_RING_LOG2__set_value, QUEUE0_CQ_BASE__set, QUEUE0_CQ_BASE__set_value, QUEUE0_IRQ_STATUS__clear, QUEUE0_IRQ_MASK__set, QUEUE0_IRQ_MASK__set_value, QUEUE0_DMA_BASE__set, QUEUE0_DMA_BASE__set_value, QUEUE0_DMA_LIMIT__set, QUEUE0_DMA_LIMIT__set_value, QUEUE0_WATCHDOG__set
 , QUEUE0_WATCHDOG__set_value, QUEUE1_CONTROL__set, QUEUE1_CONTROL__set_value, TRACE1_CONTROL__set, TRACE1_CONTROL__set_value, QUEUE1_RING_BASE__set, QUEUE1_RING_BASE__set_value, QUEUE1_RING_LOG2__set, QUEUE1_RING_LOG2__set_value, QUEUE1_CQ_BASE__set, QUEUE1_CQ_BASE__set_value, QUEUE1_IRQ_STATUS__clear, QUEUE1_IRQ_MASK__set, QUEUE1_IRQ_MASK__set_value, QUEUE1_DMA_BASE__set, QUEUE1_DMA_BASE__set_value, QUEUE1_DMA_LIMIT__set, QUEUE1_DMA_LIMIT__set_value, QUEUE1_WATCHDOG__set, QUEUE1_WATCHDOG__set_value, GLOBAL_SEM0__set_value
 , GLOBAL_SEM1__set_value, GLOBAL_SEM2__set_value, GLOBAL_SEM3__set_value, GLOBAL_SEM4__set_value, GLOBAL_SEM5__set_value, GLOBAL_SEM6__set_value, GLOBAL_SEM7__set_value, GLOBAL_SEM8__set_value, GLOBAL_SEM9__set_value, GLOBAL_SEM10__set_value, GLOBAL_SEM11__set_value, GLOBAL_SEM12__set_value, GLOBAL_SEM13__set_value, GLOBAL_SEM14__set_value, GLOBAL_SEM15__set_value, GLOBAL_CYCLES_LO__value, GLOBAL_CYCLES_HI__value, GLOBAL_SCRATCH__wdata, bus__bvalid, bus__bresp, bus__rvalid
 , bus__rdata, bus__rresp, GLOBAL_SEM0__value, GLOBAL_SEM1__value, GLOBAL_SEM2__value, GLOBAL_SEM3__value, GLOBAL_SEM4__value, GLOBAL_SEM5__value, GLOBAL_SEM6__value, GLOBAL_SEM7__value, GLOBAL_SEM8__value, GLOBAL_SEM9__value, GLOBAL_SEM10__value, GLOBAL_SEM11__value, GLOBAL_SEM12__value, GLOBAL_SEM13__value, GLOBAL_SEM14__value, GLOBAL_SEM15__value, QUEUE0_RING_BASE__value, QUEUE0_RING_LOG2__value, QUEUE0_CQ_BASE__value
-, QUEUE0_CONTROL__value, QUEUE0_IRQ_STATUS__value, QUEUE0_IRQ_MASK__value, QUEUE0_DMA_BASE__value, QUEUE0_DMA_LIMIT__value, QUEUE0_WATCHDOG__value, QUEUE1_RING_BASE__value, QUEUE1_RING_LOG2__value, QUEUE1_CQ_BASE__value, QUEUE1_CONTROL__value, QUEUE1_IRQ_STATUS__value, QUEUE1_IRQ_MASK__value, QUEUE1_DMA_BASE__value, QUEUE1_DMA_LIMIT__value, QUEUE1_WATCHDOG__value, TRACE0_CONTROL__value, TRACE1_CONTROL__value, \port$17538$0 , \port$17540$0 , \port$17546$0 , \port$17548$0 
-, \port$17550$0 , \port$17551$0 , \port$17702$0 , PERF0_CYCLES__value, PERF0_BUSY_LOAD__value, PERF0_BUSY_STORE__value, PERF0_STALL_DEP__value, PERF0_STALL_MEM__value, PERF0_MACS_HI__value, \port$19843$0 , \port$19845$0 , \port$19851$0 , \port$19853$0 , \port$19855$0 , \port$19856$0 , \port$20007$0 , PERF1_CYCLES__value, PERF1_BUSY_LOAD__value, PERF1_BUSY_STORE__value, PERF1_STALL_DEP__value, PERF1_STALL_MEM__value
+, QUEUE0_CONTROL__value, QUEUE0_IRQ_STATUS__value, QUEUE0_IRQ_MASK__value, QUEUE0_DMA_BASE__value, QUEUE0_DMA_LIMIT__value, QUEUE0_WATCHDOG__value, QUEUE1_RING_BASE__value, QUEUE1_RING_LOG2__value, QUEUE1_CQ_BASE__value, QUEUE1_CONTROL__value, QUEUE1_IRQ_STATUS__value, QUEUE1_IRQ_MASK__value, QUEUE1_DMA_BASE__value, QUEUE1_DMA_LIMIT__value, QUEUE1_WATCHDOG__value, TRACE0_CONTROL__value, TRACE1_CONTROL__value, \port$17542$0 , \port$17544$0 , \port$17550$0 , \port$17552$0 
+, \port$17554$0 , \port$17555$0 , \port$17708$0 , PERF0_CYCLES__value, PERF0_BUSY_LOAD__value, PERF0_BUSY_STORE__value, PERF0_STALL_DEP__value, PERF0_STALL_MEM__value, PERF0_MACS_HI__value, \port$19849$0 , \port$19851$0 , \port$19857$0 , \port$19859$0 , \port$19861$0 , \port$19862$0 , \port$20015$0 , PERF1_CYCLES__value, PERF1_BUSY_LOAD__value, PERF1_BUSY_STORE__value, PERF1_STALL_DEP__value, PERF1_STALL_MEM__value
 , PERF1_MACS_HI__value, bus__wvalid, bus__awvalid, bus__arvalid, bus__awaddr, bus__wdata, bus__araddr, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$161  = 0;
   wire \$1 ;
@@ -88343,46 +88379,46 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   wire clk;
   wire do_read;
   wire do_write;
-  input \port$13010$0 ;
-  wire \port$13010$0 ;
-  input [8:0] \port$13741$0 ;
-  wire [8:0] \port$13741$0 ;
-  input [15:0] \port$17538$0 ;
-  wire [15:0] \port$17538$0 ;
-  input [15:0] \port$17540$0 ;
-  wire [15:0] \port$17540$0 ;
-  input \port$17546$0 ;
-  wire \port$17546$0 ;
-  input [7:0] \port$17548$0 ;
-  wire [7:0] \port$17548$0 ;
-  input [15:0] \port$17550$0 ;
-  wire [15:0] \port$17550$0 ;
-  input \port$17551$0 ;
-  wire \port$17551$0 ;
-  input \port$17702$0 ;
-  wire \port$17702$0 ;
-  input [15:0] \port$19843$0 ;
-  wire [15:0] \port$19843$0 ;
-  input [15:0] \port$19845$0 ;
-  wire [15:0] \port$19845$0 ;
-  input \port$19851$0 ;
-  wire \port$19851$0 ;
-  input [7:0] \port$19853$0 ;
-  wire [7:0] \port$19853$0 ;
-  input [15:0] \port$19855$0 ;
-  wire [15:0] \port$19855$0 ;
-  input \port$19856$0 ;
-  wire \port$19856$0 ;
-  input \port$20007$0 ;
-  wire \port$20007$0 ;
+  input \port$13013$0 ;
+  wire \port$13013$0 ;
+  input [8:0] \port$13745$0 ;
+  wire [8:0] \port$13745$0 ;
+  input [15:0] \port$17542$0 ;
+  wire [15:0] \port$17542$0 ;
+  input [15:0] \port$17544$0 ;
+  wire [15:0] \port$17544$0 ;
+  input \port$17550$0 ;
+  wire \port$17550$0 ;
+  input [7:0] \port$17552$0 ;
+  wire [7:0] \port$17552$0 ;
+  input [15:0] \port$17554$0 ;
+  wire [15:0] \port$17554$0 ;
+  input \port$17555$0 ;
+  wire \port$17555$0 ;
+  input \port$17708$0 ;
+  wire \port$17708$0 ;
+  input [15:0] \port$19849$0 ;
+  wire [15:0] \port$19849$0 ;
+  input [15:0] \port$19851$0 ;
+  wire [15:0] \port$19851$0 ;
+  input \port$19857$0 ;
+  wire \port$19857$0 ;
+  input [7:0] \port$19859$0 ;
+  wire [7:0] \port$19859$0 ;
+  input [15:0] \port$19861$0 ;
+  wire [15:0] \port$19861$0 ;
+  input \port$19862$0 ;
+  wire \port$19862$0 ;
+  input \port$20015$0 ;
+  wire \port$20015$0 ;
   input \port$3135$0 ;
   wire \port$3135$0 ;
-  input \port$7677$0 ;
-  wire \port$7677$0 ;
-  input [8:0] \port$8408$0 ;
-  wire [8:0] \port$8408$0 ;
-  input \port$8468$0 ;
-  wire \port$8468$0 ;
+  input \port$7678$0 ;
+  wire \port$7678$0 ;
+  input [8:0] \port$8410$0 ;
+  wire [8:0] \port$8410$0 ;
+  input \port$8470$0 ;
+  wire \port$8470$0 ;
   wire [31:0] rd_data;
   wire rd_hit;
   input rst;
@@ -88504,12 +88540,12 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   assign \$376  = QUEUE0_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
   assign \$377  = ~ \$376 ;
   assign \$378  = QUEUE0_IRQ_STATUS__value & \$377 ;
-  assign \$379  = \$378  | { 30'h00000000, \port$17551$0 , \port$17702$0  };
+  assign \$379  = \$378  | { 30'h00000000, \port$17555$0 , \port$17708$0  };
   assign \$381  = QUEUE0_IRQ_STATUS__clear ? 32'd0 : \$380 ;
   assign \$398  = QUEUE1_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
   assign \$399  = ~ \$398 ;
   assign \$400  = QUEUE1_IRQ_STATUS__value & \$399 ;
-  assign \$401  = \$400  | { 30'h00000000, \port$19856$0 , \port$20007$0  };
+  assign \$401  = \$400  | { 30'h00000000, \port$19862$0 , \port$20015$0  };
   assign \$403  = QUEUE1_IRQ_STATUS__clear ? 32'd0 : \$402 ;
   always @(posedge clk)
     aw_full <= \$424 ;
@@ -89659,16 +89695,16 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
       \$476  = 32'd0;
     end
   end
-  assign QUEUE0_HEAD__value = { 16'h0000, \port$17538$0  };
-  assign QUEUE0_TAIL__value = { 16'h0000, \port$17540$0  };
-  assign QUEUE0_STATUS__value = { 29'h00000000, \port$3135$0 , \port$17546$0 , \port$7677$0  };
-  assign QUEUE0_ERROR__value = { \port$17550$0 , 8'h00, \port$17548$0  };
-  assign QUEUE1_HEAD__value = { 16'h0000, \port$19843$0  };
-  assign QUEUE1_TAIL__value = { 16'h0000, \port$19845$0  };
-  assign QUEUE1_STATUS__value = { 29'h00000000, \port$8468$0 , \port$19851$0 , \port$13010$0  };
-  assign QUEUE1_ERROR__value = { \port$19855$0 , 8'h00, \port$19853$0  };
-  assign TRACE0_COUNT__value = { 23'h000000, \port$8408$0  };
-  assign TRACE1_COUNT__value = { 23'h000000, \port$13741$0  };
+  assign QUEUE0_HEAD__value = { 16'h0000, \port$17542$0  };
+  assign QUEUE0_TAIL__value = { 16'h0000, \port$17544$0  };
+  assign QUEUE0_STATUS__value = { 29'h00000000, \port$3135$0 , \port$17550$0 , \port$7678$0  };
+  assign QUEUE0_ERROR__value = { \port$17554$0 , 8'h00, \port$17552$0  };
+  assign QUEUE1_HEAD__value = { 16'h0000, \port$19849$0  };
+  assign QUEUE1_TAIL__value = { 16'h0000, \port$19851$0  };
+  assign QUEUE1_STATUS__value = { 29'h00000000, \port$8470$0 , \port$19857$0 , \port$13013$0  };
+  assign QUEUE1_ERROR__value = { \port$19861$0 , 8'h00, \port$19859$0  };
+  assign TRACE0_COUNT__value = { 23'h000000, \port$8410$0  };
+  assign TRACE1_COUNT__value = { 23'h000000, \port$13745$0  };
   assign LINK_CAPS__value = 32'd0;
   assign LINK_LATENCY__value = 32'd0;
   assign LINK_STATUS0__value = 32'd0;
@@ -89821,8 +89857,8 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   assign bus__wstrb = 4'hf;
   assign GLOBAL_SCRATCH__set = 1'h0;
   assign GLOBAL_SCRATCH__set_value = 32'd0;
-  assign QUEUE0_IRQ_STATUS__set = { 30'h00000000, \port$17551$0 , \port$17702$0  };
-  assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \port$19856$0 , \port$20007$0  };
+  assign QUEUE0_IRQ_STATUS__set = { 30'h00000000, \port$17555$0 , \port$17708$0  };
+  assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \port$19862$0 , \port$20015$0  };
   assign LINK_WINDOW_BASE__set = 1'h0;
   assign LINK_WINDOW_BASE__set_value = 32'd0;
   assign LINK_WINDOW_LIMIT__set = 1'h0;
@@ -89834,21 +89870,21 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   assign \$24  = GLOBAL_CYCLES_LO__value;
   assign \$28  = GLOBAL_CYCLES_HI__value;
   assign \$77 [31:16] = 16'h0000;
-  assign \$77 [15:0] = \port$17538$0 ;
+  assign \$77 [15:0] = \port$17542$0 ;
   assign \$79 [31:16] = 16'h0000;
-  assign \$79 [15:0] = \port$17540$0 ;
+  assign \$79 [15:0] = \port$17544$0 ;
   assign \$83 [31:3] = 29'h00000000;
-  assign \$83 [2:0] = { \port$3135$0 , \port$17546$0 , \port$7677$0  };
+  assign \$83 [2:0] = { \port$3135$0 , \port$17550$0 , \port$7678$0  };
   assign \$88 [15:8] = 8'h00;
-  assign { \$88 [31:16], \$88 [7:0] } = { \port$17550$0 , \port$17548$0  };
+  assign { \$88 [31:16], \$88 [7:0] } = { \port$17554$0 , \port$17552$0  };
   assign \$112 [31:16] = 16'h0000;
-  assign \$112 [15:0] = \port$19843$0 ;
+  assign \$112 [15:0] = \port$19849$0 ;
   assign \$114 [31:16] = 16'h0000;
-  assign \$114 [15:0] = \port$19845$0 ;
+  assign \$114 [15:0] = \port$19851$0 ;
   assign \$118 [31:3] = 29'h00000000;
-  assign \$118 [2:0] = { \port$8468$0 , \port$19851$0 , \port$13010$0  };
+  assign \$118 [2:0] = { \port$8470$0 , \port$19857$0 , \port$13013$0  };
   assign \$123 [15:8] = 8'h00;
-  assign { \$123 [31:16], \$123 [7:0] } = { \port$19855$0 , \port$19853$0  };
+  assign { \$123 [31:16], \$123 [7:0] } = { \port$19861$0 , \port$19859$0  };
   assign \$143  = PERF0_CYCLES__value;
   assign \$146  = PERF0_BUSY_LOAD__value;
   assign \$148  = PERF0_BUSY_COMPUTE__value;
@@ -89877,10 +89913,10 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   assign \$221  = PERF1_TABLE_HITS__value;
   assign \$224  = PERF1_TABLE_UNDERFLOWS__value;
   assign \$226  = PERF1_TABLE_OVERFLOWS__value;
-  assign \$240  = { 23'h000000, \port$8408$0  };
+  assign \$240  = { 23'h000000, \port$8410$0  };
   assign \$242  = TRACE0_DATA_LO__value;
   assign \$245  = TRACE0_DATA_HI__value;
-  assign \$255  = { 23'h000000, \port$13741$0  };
+  assign \$255  = { 23'h000000, \port$13745$0  };
   assign \$259  = TRACE1_DATA_LO__value;
   assign \$261  = TRACE1_DATA_HI__value;
   assign \$270  = 32'd0;
@@ -90340,8 +90376,8 @@ module \dx1_board.soc.reset1 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.semaphores (\port$14971$0 , \port$14973$0 , \port$14975$0 , \port$14977$0 , \port$14979$0 , \port$14981$0 , \port$14983$0 , \port$14985$0 , \port$14987$0 , \port$14989$0 , \port$14991$0 , \port$14993$0 , \port$14995$0 , \port$14997$0 , \port$14999$0 , grant0, set, set_value, grant1, index0, valid0
-, delta0, index1, valid1, delta1, \port$14969$0 );
+module \dx1_board.soc.semaphores (\port$14975$0 , \port$14977$0 , \port$14979$0 , \port$14981$0 , \port$14983$0 , \port$14985$0 , \port$14987$0 , \port$14989$0 , \port$14991$0 , \port$14993$0 , \port$14995$0 , \port$14997$0 , \port$14999$0 , \port$15001$0 , \port$15003$0 , grant0, set, set_value, grant1, index0, valid0
+, delta0, index1, valid1, delta1, \port$14973$0 );
   reg \$auto$verilog_backend.cc:2355:dump_module$164  = 0;
   wire \$1 ;
   wire [33:0] \$10 ;
@@ -90426,10 +90462,6 @@ module \dx1_board.soc.semaphores (\port$14971$0 , \port$14973$0 , \port$14975$0 
   wire [3:0] index0;
   input [3:0] index1;
   wire [3:0] index1;
-  input [31:0] \port$14969$0 ;
-  wire [31:0] \port$14969$0 ;
-  input [31:0] \port$14971$0 ;
-  wire [31:0] \port$14971$0 ;
   input [31:0] \port$14973$0 ;
   wire [31:0] \port$14973$0 ;
   input [31:0] \port$14975$0 ;
@@ -90458,6 +90490,10 @@ module \dx1_board.soc.semaphores (\port$14971$0 , \port$14973$0 , \port$14975$0 
   wire [31:0] \port$14997$0 ;
   input [31:0] \port$14999$0 ;
   wire [31:0] \port$14999$0 ;
+  input [31:0] \port$15001$0 ;
+  wire [31:0] \port$15001$0 ;
+  input [31:0] \port$15003$0 ;
+  wire [31:0] \port$15003$0 ;
   output [15:0] set;
   reg [15:0] set;
   output [255:0] set_value;
@@ -90499,72 +90535,72 @@ module \dx1_board.soc.semaphores (\port$14971$0 , \port$14973$0 , \port$14975$0 
   wire [31:0] \values[7] ;
   wire [31:0] \values[8] ;
   wire [31:0] \values[9] ;
-  assign \$32  = $signed({ 1'h0, \port$14997$0  }) + $signed(delta0);
+  assign \$32  = $signed({ 1'h0, \port$15001$0  }) + $signed(delta0);
   assign \$33  = index0 == 4'hf;
-  assign \$34  = $signed({ 1'h0, \port$14999$0  }) + $signed(delta0);
+  assign \$34  = $signed({ 1'h0, \port$15003$0  }) + $signed(delta0);
   assign \$35  = ~ granted0;
   assign \$36  = valid1 & \$35 ;
   assign \$37  = ! index1;
-  assign \$38  = $signed({ 1'h0, \port$14969$0  }) + $signed(delta1);
+  assign \$38  = $signed({ 1'h0, \port$14973$0  }) + $signed(delta1);
   assign \$39  = index1 == 1'h1;
-  assign \$40  = $signed({ 1'h0, \port$14971$0  }) + $signed(delta1);
+  assign \$40  = $signed({ 1'h0, \port$14975$0  }) + $signed(delta1);
   assign \$41  = index1 == 2'h2;
-  assign \$42  = $signed({ 1'h0, \port$14973$0  }) + $signed(delta1);
+  assign \$42  = $signed({ 1'h0, \port$14977$0  }) + $signed(delta1);
   assign \$43  = index1 == 2'h3;
-  assign \$44  = $signed({ 1'h0, \port$14975$0  }) + $signed(delta1);
+  assign \$44  = $signed({ 1'h0, \port$14979$0  }) + $signed(delta1);
   assign \$45  = index1 == 3'h4;
-  assign \$46  = $signed({ 1'h0, \port$14977$0  }) + $signed(delta1);
+  assign \$46  = $signed({ 1'h0, \port$14981$0  }) + $signed(delta1);
   assign \$47  = index1 == 3'h5;
-  assign \$48  = $signed({ 1'h0, \port$14979$0  }) + $signed(delta1);
+  assign \$48  = $signed({ 1'h0, \port$14983$0  }) + $signed(delta1);
   assign \$49  = index1 == 3'h6;
-  assign \$50  = $signed({ 1'h0, \port$14981$0  }) + $signed(delta1);
+  assign \$50  = $signed({ 1'h0, \port$14985$0  }) + $signed(delta1);
   assign \$51  = index1 == 3'h7;
-  assign \$52  = $signed({ 1'h0, \port$14983$0  }) + $signed(delta1);
+  assign \$52  = $signed({ 1'h0, \port$14987$0  }) + $signed(delta1);
   assign \$53  = index1 == 4'h8;
-  assign \$54  = $signed({ 1'h0, \port$14985$0  }) + $signed(delta1);
+  assign \$54  = $signed({ 1'h0, \port$14989$0  }) + $signed(delta1);
   assign \$55  = index1 == 4'h9;
-  assign \$56  = $signed({ 1'h0, \port$14987$0  }) + $signed(delta1);
+  assign \$56  = $signed({ 1'h0, \port$14991$0  }) + $signed(delta1);
   assign \$57  = index1 == 4'ha;
-  assign \$58  = $signed({ 1'h0, \port$14989$0  }) + $signed(delta1);
+  assign \$58  = $signed({ 1'h0, \port$14993$0  }) + $signed(delta1);
   assign \$59  = index1 == 4'hb;
-  assign \$60  = $signed({ 1'h0, \port$14991$0  }) + $signed(delta1);
+  assign \$60  = $signed({ 1'h0, \port$14995$0  }) + $signed(delta1);
   assign \$61  = index1 == 4'hc;
-  assign \$62  = $signed({ 1'h0, \port$14993$0  }) + $signed(delta1);
+  assign \$62  = $signed({ 1'h0, \port$14997$0  }) + $signed(delta1);
   assign \$63  = index1 == 4'hd;
-  assign \$64  = $signed({ 1'h0, \port$14995$0  }) + $signed(delta1);
+  assign \$64  = $signed({ 1'h0, \port$14999$0  }) + $signed(delta1);
   assign \$65  = index1 == 4'he;
-  assign \$66  = $signed({ 1'h0, \port$14997$0  }) + $signed(delta1);
+  assign \$66  = $signed({ 1'h0, \port$15001$0  }) + $signed(delta1);
   assign \$67  = index1 == 4'hf;
-  assign \$68  = $signed({ 1'h0, \port$14999$0  }) + $signed(delta1);
+  assign \$68  = $signed({ 1'h0, \port$15003$0  }) + $signed(delta1);
   assign granted1 = granted0 | valid1;
   assign \$3  = ! index0;
-  assign \$4  = $signed({ 1'h0, \port$14969$0  }) + $signed(delta0);
+  assign \$4  = $signed({ 1'h0, \port$14973$0  }) + $signed(delta0);
   assign \$5  = index0 == 1'h1;
-  assign \$6  = $signed({ 1'h0, \port$14971$0  }) + $signed(delta0);
+  assign \$6  = $signed({ 1'h0, \port$14975$0  }) + $signed(delta0);
   assign \$7  = index0 == 2'h2;
-  assign \$8  = $signed({ 1'h0, \port$14973$0  }) + $signed(delta0);
+  assign \$8  = $signed({ 1'h0, \port$14977$0  }) + $signed(delta0);
   assign \$9  = index0 == 2'h3;
-  assign \$10  = $signed({ 1'h0, \port$14975$0  }) + $signed(delta0);
+  assign \$10  = $signed({ 1'h0, \port$14979$0  }) + $signed(delta0);
   assign \$11  = index0 == 3'h4;
-  assign \$12  = $signed({ 1'h0, \port$14977$0  }) + $signed(delta0);
+  assign \$12  = $signed({ 1'h0, \port$14981$0  }) + $signed(delta0);
   assign \$13  = index0 == 3'h5;
-  assign \$14  = $signed({ 1'h0, \port$14979$0  }) + $signed(delta0);
+  assign \$14  = $signed({ 1'h0, \port$14983$0  }) + $signed(delta0);
   assign \$15  = index0 == 3'h6;
-  assign \$16  = $signed({ 1'h0, \port$14981$0  }) + $signed(delta0);
+  assign \$16  = $signed({ 1'h0, \port$14985$0  }) + $signed(delta0);
   assign \$17  = index0 == 3'h7;
-  assign \$18  = $signed({ 1'h0, \port$14983$0  }) + $signed(delta0);
+  assign \$18  = $signed({ 1'h0, \port$14987$0  }) + $signed(delta0);
   assign \$19  = index0 == 4'h8;
-  assign \$20  = $signed({ 1'h0, \port$14985$0  }) + $signed(delta0);
+  assign \$20  = $signed({ 1'h0, \port$14989$0  }) + $signed(delta0);
   assign \$21  = index0 == 4'h9;
-  assign \$22  = $signed({ 1'h0, \port$14987$0  }) + $signed(delta0);
+  assign \$22  = $signed({ 1'h0, \port$14991$0  }) + $signed(delta0);
   assign \$23  = index0 == 4'ha;
-  assign \$24  = $signed({ 1'h0, \port$14989$0  }) + $signed(delta0);
+  assign \$24  = $signed({ 1'h0, \port$14993$0  }) + $signed(delta0);
   assign \$25  = index0 == 4'hb;
-  assign \$26  = $signed({ 1'h0, \port$14991$0  }) + $signed(delta0);
+  assign \$26  = $signed({ 1'h0, \port$14995$0  }) + $signed(delta0);
   assign \$27  = index0 == 4'hc;
-  assign \$28  = $signed({ 1'h0, \port$14993$0  }) + $signed(delta0);
+  assign \$28  = $signed({ 1'h0, \port$14997$0  }) + $signed(delta0);
   assign \$29  = index0 == 4'hd;
-  assign \$30  = $signed({ 1'h0, \port$14995$0  }) + $signed(delta0);
+  assign \$30  = $signed({ 1'h0, \port$14999$0  }) + $signed(delta0);
   assign \$31  = index0 == 4'he;
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$164 ) begin end
@@ -90789,7 +90825,7 @@ module \dx1_board.soc.semaphores (\port$14971$0 , \port$14973$0 , \port$14975$0 
     end
   end
   assign granted = 1'h0;
-  assign values = { \port$14999$0 , \port$14997$0 , \port$14995$0 , \port$14993$0 , \port$14991$0 , \port$14989$0 , \port$14987$0 , \port$14985$0 , \port$14983$0 , \port$14981$0 , \port$14979$0 , \port$14977$0 , \port$14975$0 , \port$14973$0 , \port$14971$0 , \port$14969$0  };
+  assign values = { \port$15003$0 , \port$15001$0 , \port$14999$0 , \port$14997$0 , \port$14995$0 , \port$14993$0 , \port$14991$0 , \port$14989$0 , \port$14987$0 , \port$14985$0 , \port$14983$0 , \port$14981$0 , \port$14979$0 , \port$14977$0 , \port$14975$0 , \port$14973$0  };
   assign \set_value[0]  = set_value[15:0];
   assign \set_value[1]  = set_value[31:16];
   assign \set_value[2]  = set_value[47:32];
@@ -90806,22 +90842,22 @@ module \dx1_board.soc.semaphores (\port$14971$0 , \port$14973$0 , \port$14975$0 
   assign \set_value[13]  = set_value[223:208];
   assign \set_value[14]  = set_value[239:224];
   assign \set_value[15]  = set_value[255:240];
-  assign \values[0]  = \port$14969$0 ;
-  assign \values[1]  = \port$14971$0 ;
-  assign \values[2]  = \port$14973$0 ;
-  assign \values[3]  = \port$14975$0 ;
-  assign \values[4]  = \port$14977$0 ;
-  assign \values[5]  = \port$14979$0 ;
-  assign \values[6]  = \port$14981$0 ;
-  assign \values[7]  = \port$14983$0 ;
-  assign \values[8]  = \port$14985$0 ;
-  assign \values[9]  = \port$14987$0 ;
-  assign \values[10]  = \port$14989$0 ;
-  assign \values[11]  = \port$14991$0 ;
-  assign \values[12]  = \port$14993$0 ;
-  assign \values[13]  = \port$14995$0 ;
-  assign \values[14]  = \port$14997$0 ;
-  assign \values[15]  = \port$14999$0 ;
+  assign \values[0]  = \port$14973$0 ;
+  assign \values[1]  = \port$14975$0 ;
+  assign \values[2]  = \port$14977$0 ;
+  assign \values[3]  = \port$14979$0 ;
+  assign \values[4]  = \port$14981$0 ;
+  assign \values[5]  = \port$14983$0 ;
+  assign \values[6]  = \port$14985$0 ;
+  assign \values[7]  = \port$14987$0 ;
+  assign \values[8]  = \port$14989$0 ;
+  assign \values[9]  = \port$14991$0 ;
+  assign \values[10]  = \port$14993$0 ;
+  assign \values[11]  = \port$14995$0 ;
+  assign \values[12]  = \port$14997$0 ;
+  assign \values[13]  = \port$14999$0 ;
+  assign \values[14]  = \port$15001$0 ;
+  assign \values[15]  = \port$15003$0 ;
   assign \$1  = 1'h1;
   assign \$2  = valid0;
   assign granted0 = valid0;

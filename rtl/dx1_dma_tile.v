@@ -222,8 +222,8 @@ module dx1_dma_tile(axi__wready, axi__bid, axi__bresp, axi__bvalid, axi__arready
     .done__tdata(dma_done__tdata),
     .done__tready(dma_done__tready),
     .done__tvalid(dma_done__tvalid),
-    .\port$4566$0 (\$1 ),
-    .\port$4568$0 (\$2 ),
+    .\port$4567$0 (\$1 ),
+    .\port$4569$0 (\$2 ),
     .rst(rst),
     .spm_rreq__tdata(spm_rreq__tdata),
     .spm_rreq__tready(spm_rreq__tready),
@@ -248,8 +248,8 @@ module dx1_dma_tile(axi__wready, axi__bid, axi__bresp, axi__bvalid, axi__arready
     .done__tvalid(tile_done__tvalid),
     .grant(spm_wr__tready),
     .\grant$142 (acc_wr__tready),
-    .\port$4566$0 (\$1 ),
-    .\port$4568$0 (\$2 ),
+    .\port$4567$0 (\$1 ),
+    .\port$4569$0 (\$2 ),
     .\req__tdata$195 (spm_rreq__tdata),
     .req__tvalid(spm_wr__tvalid),
     .\req__tvalid$193 (acc_wr__tvalid),
@@ -340,7 +340,7 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_dma_tile.dma (bus__wready, bus__bid, bus__bresp, bus__bvalid, bus__arready, bus__rid, bus__rdata, bus__rresp, bus__rlast, bus__rvalid, cmd__tdata, cmd__tvalid, done__tready, clk, rst, cmd__tready, busy, axi__rready, done__tvalid, axi__wdata, axi__wvalid
 , axi__wstrb, axi__wlast, spm_wr__tvalid, acc_wr__tvalid, spm_rreq__tvalid, acc_rreq__tvalid, acc_rresp__tready, spm_rresp__tready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, done__tdata, bytes_read, axi__arvalid, axi__araddr, axi__arlen
-, bytes_written, axi__awvalid, axi__awaddr, axi__awlen, \port$4566$0 , \port$4568$0 , spm_rreq__tdata, bus__awready);
+, bytes_written, axi__awvalid, axi__awaddr, axi__awlen, \port$4567$0 , \port$4569$0 , spm_rreq__tdata, bus__awready);
   reg \$auto$verilog_backend.cc:2355:dump_module$1  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -572,10 +572,10 @@ module \dx1_dma_tile.dma (bus__wready, bus__bid, bus__bresp, bus__bvalid, bus__a
   wire [15:0] local_addr;
   wire [15:0] \local_addr$126 ;
   wire [29:0] move_beats;
-  output [255:0] \port$4566$0 ;
-  wire [255:0] \port$4566$0 ;
-  output [15:0] \port$4568$0 ;
-  wire [15:0] \port$4568$0 ;
+  output [255:0] \port$4567$0 ;
+  wire [255:0] \port$4567$0 ;
+  output [15:0] \port$4569$0 ;
+  wire [15:0] \port$4569$0 ;
   wire push;
   wire quiet;
   wire \quiet$188 ;
@@ -1099,8 +1099,8 @@ module \dx1_dma_tile.dma (bus__wready, bus__bid, bus__bresp, bus__bvalid, bus__a
   assign \acc_rresp__tready$173  = acc_rresp__tready;
   assign \acc_rresp__tvalid$175  = acc_rresp__tvalid;
   assign axi__wdata = r_data[63:0];
-  assign \port$4566$0  = \$48 ;
-  assign \port$4568$0  = \$49 ;
+  assign \port$4567$0  = \$48 ;
+  assign \port$4569$0  = \$49 ;
   assign \$13  = { 1'h0, command[175:160], 2'h0 };
   assign \$14  = { 1'h0, command[175:160] };
   assign base = command[95:64];
@@ -2546,6 +2546,7 @@ module \dx1_dma_tile.dma.writer (bus__wready, bus__bresp, bus__bvalid, clk, rst,
   input is_load;
   wire is_load;
   wire issue;
+  wire issued;
   wire [7:0] len;
   wire [8:0] max_beats;
   input [64:0] \port$115$0 ;
@@ -2587,6 +2588,7 @@ module \dx1_dma_tile.dma.writer (bus__wready, bus__bresp, bus__bvalid, clk, rst,
   reg [7:0] w_len = 8'h00;
   wire w_rdy;
   reg [15:0] writes_out = 16'h0000;
+  assign \$37  = \$36  - b_hs;
   assign \$38  = w_cnt + 1'h1;
   assign \$39  = ~ w_bad;
   assign \$40  = bytes_written + 4'h8;
@@ -2641,13 +2643,13 @@ module \dx1_dma_tile.dma.writer (bus__wready, bus__bresp, bus__bvalid, clk, rst,
   assign \$29  = \$27  & \$28 ;
   assign \$30  = ~ r_rdy;
   assign quiet = \$29  & \$30 ;
+  assign issued = ~ active;
   assign \$31  = is_copy & copy_beat;
   assign \$32  = unclaimed + \$31 ;
   assign \$33  = is_copy & w_en;
   assign \$34  = \$33  ? beats : 9'h000;
   assign \$35  = \$32  - \$34 ;
   assign \$36  = writes_out + aw_hs;
-  assign \$37  = \$36  - b_hs;
   \dx1_dma_tile.dma.writer.bursts  bursts (
     .active(active),
     .\addr$13 (bus__awaddr),
@@ -3219,7 +3221,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_dma_tile.tile (cmd__tvalid, done__tready, clk, rst, req__tvalid, \req__tvalid$193 , \req__tvalid$199 , \req__tvalid$205 , \resp__tready$215 , resp__tready, \busy$53 , grant, \grant$142 , cmd__tready, done__tdata, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata
-, \port$4566$0 , \port$4568$0 , \req__tdata$195 , done__tvalid, cmd__tdata);
+, \port$4567$0 , \port$4569$0 , \req__tdata$195 , done__tvalid, cmd__tdata);
   reg \$auto$verilog_backend.cc:2355:dump_module$12  = 0;
   wire [15:0] \$1 ;
   wire \$10 ;
@@ -3437,10 +3439,10 @@ module \dx1_dma_tile.tile (cmd__tvalid, done__tready, clk, rst, req__tvalid, \re
   wire [31:0] perf_table_overflows;
   wire [31:0] perf_table_underflows;
   wire [31:0] perf_vector_busy;
-  input [255:0] \port$4566$0 ;
-  wire [255:0] \port$4566$0 ;
-  input [15:0] \port$4568$0 ;
-  wire [15:0] \port$4568$0 ;
+  input [255:0] \port$4567$0 ;
+  wire [255:0] \port$4567$0 ;
+  input [15:0] \port$4569$0 ;
+  wire [15:0] \port$4569$0 ;
   wire postop;
   wire [7:0] postop__opcode;
   wire [7:0] postop__status;
@@ -3645,8 +3647,8 @@ module \dx1_dma_tile.tile (cmd__tvalid, done__tready, clk, rst, req__tvalid, \re
     .addr(\addr$163 ),
     .data(\data$167 ),
     .en(\en$170 ),
-    .\port$4566$0 (\port$4566$0 ),
-    .\port$4568$0 (\port$4568$0 ),
+    .\port$4567$0 (\port$4567$0 ),
+    .\port$4569$0 (\port$4569$0 ),
     .req__tready(\grant$142 ),
     .req__tvalid(\req__tvalid$193 )
   );
@@ -3799,8 +3801,8 @@ module \dx1_dma_tile.tile (cmd__tvalid, done__tready, clk, rst, req__tvalid, \re
     .addr(addr),
     .data(data),
     .en(en),
-    .\port$4566$0 (\port$4566$0 [63:0]),
-    .\port$4568$0 (\port$4568$0 ),
+    .\port$4567$0 (\port$4567$0 [63:0]),
+    .\port$4569$0 (\port$4569$0 ),
     .req__tready(grant),
     .req__tvalid(req__tvalid)
   );
@@ -3963,13 +3965,13 @@ module \dx1_dma_tile.tile (cmd__tvalid, done__tready, clk, rst, req__tvalid, \re
   assign acc_rp__addr = \$22 [9:0];
   assign \acc_data$181  = acc_b_data;
   assign \data$182  = acc_b_data;
-  assign req__tdata = { \port$4568$0 , \port$4566$0 [63:0] };
-  assign spm_wr__tdata = { \port$4568$0 , \port$4566$0 [63:0] };
+  assign req__tdata = { \port$4569$0 , \port$4567$0 [63:0] };
+  assign spm_wr__tdata = { \port$4569$0 , \port$4567$0 [63:0] };
   assign spm_wr__tready = grant;
   assign req__tready = grant;
   assign spm_wr__tvalid = req__tvalid;
-  assign \req__tdata$189  = { \port$4568$0 , \port$4566$0  };
-  assign acc_wr__tdata = { \port$4568$0 , \port$4566$0  };
+  assign \req__tdata$189  = { \port$4569$0 , \port$4567$0  };
+  assign acc_wr__tdata = { \port$4569$0 , \port$4567$0  };
   assign acc_wr__tready = \grant$142 ;
   assign \req__tready$192  = \grant$142 ;
   assign acc_wr__tvalid = \req__tvalid$193 ;
@@ -4247,7 +4249,7 @@ module \dx1_dma_tile.tile.acc_ext_read.fifo (rst, r_en, w_port__data, r_rdy, r_d
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_dma_tile.tile.acc_ext_write (req__tready, \port$4566$0 , \port$4568$0 , addr, data, en, req__tvalid);
+module \dx1_dma_tile.tile.acc_ext_write (req__tready, \port$4567$0 , \port$4569$0 , addr, data, en, req__tvalid);
   reg \$auto$verilog_backend.cc:2355:dump_module$15  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -4257,10 +4259,10 @@ module \dx1_dma_tile.tile.acc_ext_write (req__tready, \port$4566$0 , \port$4568$
   output en;
   reg en;
   wire grant;
-  input [255:0] \port$4566$0 ;
-  wire [255:0] \port$4566$0 ;
-  input [15:0] \port$4568$0 ;
-  wire [15:0] \port$4568$0 ;
+  input [255:0] \port$4567$0 ;
+  wire [255:0] \port$4567$0 ;
+  input [15:0] \port$4569$0 ;
+  wire [15:0] \port$4569$0 ;
   wire [271:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -4271,14 +4273,14 @@ module \dx1_dma_tile.tile.acc_ext_write (req__tready, \port$4566$0 , \port$4568$
     if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$4568$0 ;
+      addr = \port$4569$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$15 ) begin end
     data = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     if (\$1 ) begin
-      data = \port$4566$0 ;
+      data = \port$4567$0 ;
     end
   end
   always @* begin
@@ -4289,7 +4291,7 @@ module \dx1_dma_tile.tile.acc_ext_write (req__tready, \port$4566$0 , \port$4568$
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$4568$0 , \port$4566$0  };
+  assign req__tdata = { \port$4569$0 , \port$4567$0  };
 endmodule
 
 (* generator = "Amaranth" *)
@@ -13987,7 +13989,7 @@ module \dx1_dma_tile.tile.spm_ext_read.fifo (rst, r_en, w_port__data, r_rdy, r_d
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_dma_tile.tile.spm_ext_write (req__tready, \port$4566$0 , \port$4568$0 , addr, data, en, req__tvalid);
+module \dx1_dma_tile.tile.spm_ext_write (req__tready, \port$4567$0 , \port$4569$0 , addr, data, en, req__tvalid);
   reg \$auto$verilog_backend.cc:2355:dump_module$29  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -13997,10 +13999,10 @@ module \dx1_dma_tile.tile.spm_ext_write (req__tready, \port$4566$0 , \port$4568$
   output en;
   reg en;
   wire grant;
-  input [63:0] \port$4566$0 ;
-  wire [63:0] \port$4566$0 ;
-  input [15:0] \port$4568$0 ;
-  wire [15:0] \port$4568$0 ;
+  input [63:0] \port$4567$0 ;
+  wire [63:0] \port$4567$0 ;
+  input [15:0] \port$4569$0 ;
+  wire [15:0] \port$4569$0 ;
   wire [79:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -14011,14 +14013,14 @@ module \dx1_dma_tile.tile.spm_ext_write (req__tready, \port$4566$0 , \port$4568$
     if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$4568$0 ;
+      addr = \port$4569$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$29 ) begin end
     data = 64'h0000000000000000;
     if (\$1 ) begin
-      data = \port$4566$0 ;
+      data = \port$4567$0 ;
     end
   end
   always @* begin
@@ -14029,7 +14031,7 @@ module \dx1_dma_tile.tile.spm_ext_write (req__tready, \port$4566$0 , \port$4568$
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$4568$0 , \port$4566$0  };
+  assign req__tdata = { \port$4569$0 , \port$4567$0  };
 endmodule
 
 (* generator = "Amaranth" *)
@@ -15131,7 +15133,7 @@ module \dx1_dma_tile.tile.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, a
     .d_acc(d_acc),
     .out(\out$82 ),
     .out_valid(out_valid),
-    .\port$5863$1 (ctl_lanes7[2:1]),
+    .\port$5864$1 (ctl_lanes7[2:1]),
     .rst(rst),
     .terms(terms),
     .valid(\valid$59 ),
@@ -22200,7 +22202,7 @@ module \dx1_dma_tile.tile.vector$242.lanes (rst, valid, a, b, vop, shift, imm, i
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_dma_tile.tile.vector$242.reducer (rst, valid, vop, d_acc, \port$5863$1 , terms, out_valid, out, clk);
+module \dx1_dma_tile.tile.vector$242.reducer (rst, valid, vop, d_acc, \port$5864$1 , terms, out_valid, out, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$35  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -22324,8 +22326,8 @@ module \dx1_dma_tile.tile.vector$242.reducer (rst, valid, vop, d_acc, \port$5863
   wire [31:0] \out[7] ;
   output out_valid;
   reg out_valid = 1'h0;
-  input [1:0] \port$5863$1 ;
-  wire [1:0] \port$5863$1 ;
+  input [1:0] \port$5864$1 ;
+  wire [1:0] \port$5864$1 ;
   reg [31:0] row = 32'd0;
   input rst;
   wire rst;
@@ -22468,8 +22470,8 @@ module \dx1_dma_tile.tile.vector$242.reducer (rst, valid, vop, d_acc, \port$5863
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$35 ) begin end
     \$74 [0] = valid;
-    \$74 [1] = \port$5863$1 [0];
-    \$74 [2] = \port$5863$1 [1];
+    \$74 [1] = \port$5864$1 [0];
+    \$74 [2] = \port$5864$1 [1];
     \$74 [3] = \$1 ;
     \$74 [4] = d_acc;
     if (rst) begin
@@ -22528,8 +22530,8 @@ module \dx1_dma_tile.tile.vector$242.reducer (rst, valid, vop, d_acc, \port$5863
       \$80  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
   end
-  assign first = \port$5863$1 [0];
-  assign last = \port$5863$1 [1];
+  assign first = \port$5864$1 [0];
+  assign last = \port$5864$1 [1];
   assign \ctl1.valid  = ctl1[0];
   assign \ctl1.first  = ctl1[1];
   assign \ctl1.last  = ctl1[2];

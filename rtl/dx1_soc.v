@@ -1149,8 +1149,8 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .perf_table_overflows(table_overflows_source),
     .perf_table_underflows(table_underflows_source),
     .perf_vector_busy(busy_vector_source),
-    .\port$16429$0 (\$58 ),
-    .\port$16431$0 (\$59 ),
+    .\port$16433$0 (\$58 ),
+    .\port$16435$0 (\$59 ),
     .progress(\progress$317 ),
     .\req__tdata$195 (spm_rreq__tdata),
     .req__tvalid(spm_wr__tvalid),
@@ -1184,8 +1184,8 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .perf_table_overflows(\table_overflows_source$768 ),
     .perf_table_underflows(\table_underflows_source$766 ),
     .perf_vector_busy(\busy_vector_source$762 ),
-    .\port$18734$0 (\$61 ),
-    .\port$18736$0 (\$62 ),
+    .\port$18740$0 (\$61 ),
+    .\port$18742$0 (\$62 ),
     .progress(\progress$672 ),
     .\req__tdata$195 (\spm_rreq__tdata$523 ),
     .req__tvalid(\spm_wr__tvalid$521 ),
@@ -1244,22 +1244,22 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .head(head),
     .irq_completion(irq_completion),
     .irq_error(irq_error),
-    .\port$13906$0 (GLOBAL_SEM0__value[15:0]),
-    .\port$13908$0 (GLOBAL_SEM1__value[15:0]),
-    .\port$13910$0 (GLOBAL_SEM2__value[15:0]),
-    .\port$13912$0 (GLOBAL_SEM3__value[15:0]),
-    .\port$13914$0 (GLOBAL_SEM4__value[15:0]),
-    .\port$13916$0 (GLOBAL_SEM5__value[15:0]),
-    .\port$13918$0 (GLOBAL_SEM6__value[15:0]),
-    .\port$13920$0 (GLOBAL_SEM7__value[15:0]),
-    .\port$13922$0 (GLOBAL_SEM8__value[15:0]),
-    .\port$13924$0 (GLOBAL_SEM9__value[15:0]),
-    .\port$13926$0 (GLOBAL_SEM10__value[15:0]),
-    .\port$13928$0 (GLOBAL_SEM11__value[15:0]),
-    .\port$13930$0 (GLOBAL_SEM12__value[15:0]),
-    .\port$13932$0 (GLOBAL_SEM13__value[15:0]),
-    .\port$13934$0 (GLOBAL_SEM14__value[15:0]),
-    .\port$13936$0 (GLOBAL_SEM15__value[15:0]),
+    .\port$13910$0 (GLOBAL_SEM0__value[15:0]),
+    .\port$13912$0 (GLOBAL_SEM1__value[15:0]),
+    .\port$13914$0 (GLOBAL_SEM2__value[15:0]),
+    .\port$13916$0 (GLOBAL_SEM3__value[15:0]),
+    .\port$13918$0 (GLOBAL_SEM4__value[15:0]),
+    .\port$13920$0 (GLOBAL_SEM5__value[15:0]),
+    .\port$13922$0 (GLOBAL_SEM6__value[15:0]),
+    .\port$13924$0 (GLOBAL_SEM7__value[15:0]),
+    .\port$13926$0 (GLOBAL_SEM8__value[15:0]),
+    .\port$13928$0 (GLOBAL_SEM9__value[15:0]),
+    .\port$13930$0 (GLOBAL_SEM10__value[15:0]),
+    .\port$13932$0 (GLOBAL_SEM11__value[15:0]),
+    .\port$13934$0 (GLOBAL_SEM12__value[15:0]),
+    .\port$13936$0 (GLOBAL_SEM13__value[15:0]),
+    .\port$13938$0 (GLOBAL_SEM14__value[15:0]),
+    .\port$13940$0 (GLOBAL_SEM15__value[15:0]),
     .progress(progress),
     .quiesce(quiesce),
     .reset_cp(reset_cp),
@@ -1328,22 +1328,22 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .head(\head$710 ),
     .irq_completion(\irq_completion$721 ),
     .irq_error(\irq_error$722 ),
-    .\port$13906$0 (GLOBAL_SEM0__value[15:0]),
-    .\port$13908$0 (GLOBAL_SEM1__value[15:0]),
-    .\port$13910$0 (GLOBAL_SEM2__value[15:0]),
-    .\port$13912$0 (GLOBAL_SEM3__value[15:0]),
-    .\port$13914$0 (GLOBAL_SEM4__value[15:0]),
-    .\port$13916$0 (GLOBAL_SEM5__value[15:0]),
-    .\port$13918$0 (GLOBAL_SEM6__value[15:0]),
-    .\port$13920$0 (GLOBAL_SEM7__value[15:0]),
-    .\port$13922$0 (GLOBAL_SEM8__value[15:0]),
-    .\port$13924$0 (GLOBAL_SEM9__value[15:0]),
-    .\port$13926$0 (GLOBAL_SEM10__value[15:0]),
-    .\port$13928$0 (GLOBAL_SEM11__value[15:0]),
-    .\port$13930$0 (GLOBAL_SEM12__value[15:0]),
-    .\port$13932$0 (GLOBAL_SEM13__value[15:0]),
-    .\port$13934$0 (GLOBAL_SEM14__value[15:0]),
-    .\port$13936$0 (GLOBAL_SEM15__value[15:0]),
+    .\port$13910$0 (GLOBAL_SEM0__value[15:0]),
+    .\port$13912$0 (GLOBAL_SEM1__value[15:0]),
+    .\port$13914$0 (GLOBAL_SEM2__value[15:0]),
+    .\port$13916$0 (GLOBAL_SEM3__value[15:0]),
+    .\port$13918$0 (GLOBAL_SEM4__value[15:0]),
+    .\port$13920$0 (GLOBAL_SEM5__value[15:0]),
+    .\port$13922$0 (GLOBAL_SEM6__value[15:0]),
+    .\port$13924$0 (GLOBAL_SEM7__value[15:0]),
+    .\port$13926$0 (GLOBAL_SEM8__value[15:0]),
+    .\port$13928$0 (GLOBAL_SEM9__value[15:0]),
+    .\port$13930$0 (GLOBAL_SEM10__value[15:0]),
+    .\port$13932$0 (GLOBAL_SEM11__value[15:0]),
+    .\port$13934$0 (GLOBAL_SEM12__value[15:0]),
+    .\port$13936$0 (GLOBAL_SEM13__value[15:0]),
+    .\port$13938$0 (GLOBAL_SEM14__value[15:0]),
+    .\port$13940$0 (GLOBAL_SEM15__value[15:0]),
     .progress(\progress$671 ),
     .quiesce(\quiesce$682 ),
     .reset_cp(\reset_cp$870 ),
@@ -1409,8 +1409,8 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .done__tready(\done__tready$158 ),
     .done__tvalid(dma_done__tvalid),
     .hold(hold),
-    .\port$16429$0 (\$58 ),
-    .\port$16431$0 (\$59 ),
+    .\port$16433$0 (\$58 ),
+    .\port$16435$0 (\$59 ),
     .quiet(dma_quiet),
     .reset_units(reset_units),
     .rst(rst),
@@ -1464,8 +1464,8 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .done__tready(\done__tready$513 ),
     .done__tvalid(\dma_done__tvalid$515 ),
     .hold(\hold$492 ),
-    .\port$18734$0 (\$61 ),
-    .\port$18736$0 (\$62 ),
+    .\port$18740$0 (\$61 ),
+    .\port$18742$0 (\$62 ),
     .quiet(\dma_quiet$680 ),
     .reset_units(\reset_units$737 ),
     .rst(rst),
@@ -1851,26 +1851,26 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .bus__wstrb(regs__wstrb),
     .bus__wvalid(regs__wvalid),
     .clk(clk),
-    .\port$13018$0 (\busy$714 ),
-    .\port$13749$0 (\$63 ),
-    .\port$16475$0 (head),
-    .\port$16477$0 (tail),
-    .\port$16483$0 (halted),
-    .\port$16485$0 (error_code),
-    .\port$16487$0 (error_index),
-    .\port$16488$0 (irq_error),
-    .\port$16639$0 (irq_completion),
-    .\port$18780$0 (\head$710 ),
-    .\port$18782$0 (\tail$712 ),
-    .\port$18788$0 (\halted$715 ),
-    .\port$18790$0 (\error_code$718 ),
-    .\port$18792$0 (\error_index$719 ),
-    .\port$18793$0 (\irq_error$722 ),
-    .\port$18944$0 (\irq_completion$721 ),
+    .\port$13021$0 (\busy$714 ),
+    .\port$13753$0 (\$63 ),
+    .\port$16479$0 (head),
+    .\port$16481$0 (tail),
+    .\port$16487$0 (halted),
+    .\port$16489$0 (error_code),
+    .\port$16491$0 (error_index),
+    .\port$16492$0 (irq_error),
+    .\port$16645$0 (irq_completion),
+    .\port$18786$0 (\head$710 ),
+    .\port$18788$0 (\tail$712 ),
+    .\port$18794$0 (\halted$715 ),
+    .\port$18796$0 (\error_code$718 ),
+    .\port$18798$0 (\error_index$719 ),
+    .\port$18799$0 (\irq_error$722 ),
+    .\port$18952$0 (\irq_completion$721 ),
     .\port$3143$0 (\busy$361 ),
-    .\port$7685$0 (busy),
-    .\port$8416$0 (\$60 ),
-    .\port$8476$0 (\busy$716 ),
+    .\port$7686$0 (busy),
+    .\port$8418$0 (\$60 ),
+    .\port$8478$0 (\busy$716 ),
     .rst(rst)
   );
   \dx1_soc.reset0  reset0 (
@@ -1908,22 +1908,22 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .grant1(\sem_grant$734 ),
     .index0(cmd__tdata[67:64]),
     .index1(\cmd__tdata$493 [67:64]),
-    .\port$13906$0 (GLOBAL_SEM0__value),
-    .\port$13908$0 (GLOBAL_SEM1__value),
-    .\port$13910$0 (GLOBAL_SEM2__value),
-    .\port$13912$0 (GLOBAL_SEM3__value),
-    .\port$13914$0 (GLOBAL_SEM4__value),
-    .\port$13916$0 (GLOBAL_SEM5__value),
-    .\port$13918$0 (GLOBAL_SEM6__value),
-    .\port$13920$0 (GLOBAL_SEM7__value),
-    .\port$13922$0 (GLOBAL_SEM8__value),
-    .\port$13924$0 (GLOBAL_SEM9__value),
-    .\port$13926$0 (GLOBAL_SEM10__value),
-    .\port$13928$0 (GLOBAL_SEM11__value),
-    .\port$13930$0 (GLOBAL_SEM12__value),
-    .\port$13932$0 (GLOBAL_SEM13__value),
-    .\port$13934$0 (GLOBAL_SEM14__value),
-    .\port$13936$0 (GLOBAL_SEM15__value),
+    .\port$13910$0 (GLOBAL_SEM0__value),
+    .\port$13912$0 (GLOBAL_SEM1__value),
+    .\port$13914$0 (GLOBAL_SEM2__value),
+    .\port$13916$0 (GLOBAL_SEM3__value),
+    .\port$13918$0 (GLOBAL_SEM4__value),
+    .\port$13920$0 (GLOBAL_SEM5__value),
+    .\port$13922$0 (GLOBAL_SEM6__value),
+    .\port$13924$0 (GLOBAL_SEM7__value),
+    .\port$13926$0 (GLOBAL_SEM8__value),
+    .\port$13928$0 (GLOBAL_SEM9__value),
+    .\port$13930$0 (GLOBAL_SEM10__value),
+    .\port$13932$0 (GLOBAL_SEM11__value),
+    .\port$13934$0 (GLOBAL_SEM12__value),
+    .\port$13936$0 (GLOBAL_SEM13__value),
+    .\port$13938$0 (GLOBAL_SEM14__value),
+    .\port$13940$0 (GLOBAL_SEM15__value),
     .set(set),
     .set_value(set_value),
     .valid0(valid0),
@@ -3097,7 +3097,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$142 , progress, cmd__tready, done__tdata, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, req__tvalid, \req__tvalid$193 , \req__tvalid$199 , \req__tvalid$205 , \resp__tready$215 , resp__tready, reset_units
-, perf_macs, perf_busy, done__tvalid, perf_vector_busy, perf_table_hits, perf_table_underflows, perf_table_overflows, \port$16429$0 , \port$16431$0 , \req__tdata$195 , cmd__tdata, clk);
+, perf_macs, perf_busy, done__tvalid, perf_vector_busy, perf_table_hits, perf_table_underflows, perf_table_overflows, \port$16433$0 , \port$16435$0 , \req__tdata$195 , cmd__tdata, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$2  = 0;
   wire [15:0] \$1 ;
   wire \$10 ;
@@ -3320,10 +3320,10 @@ module \dx1_soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$142 , progr
   wire [31:0] perf_table_underflows;
   output [31:0] perf_vector_busy;
   wire [31:0] perf_vector_busy;
-  input [255:0] \port$16429$0 ;
-  wire [255:0] \port$16429$0 ;
-  input [15:0] \port$16431$0 ;
-  wire [15:0] \port$16431$0 ;
+  input [255:0] \port$16433$0 ;
+  wire [255:0] \port$16433$0 ;
+  input [15:0] \port$16435$0 ;
+  wire [15:0] \port$16435$0 ;
   wire postop;
   wire [7:0] postop__opcode;
   wire [7:0] postop__status;
@@ -3532,8 +3532,8 @@ module \dx1_soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$142 , progr
     .addr(\addr$163 ),
     .data(\data$167 ),
     .en(\en$170 ),
-    .\port$16429$0 (\port$16429$0 ),
-    .\port$16431$0 (\port$16431$0 ),
+    .\port$16433$0 (\port$16433$0 ),
+    .\port$16435$0 (\port$16435$0 ),
     .req__tready(\grant$142 ),
     .req__tvalid(\req__tvalid$193 )
   );
@@ -3695,8 +3695,8 @@ module \dx1_soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$142 , progr
     .addr(addr),
     .data(data),
     .en(en),
-    .\port$16429$0 (\port$16429$0 [63:0]),
-    .\port$16431$0 (\port$16431$0 ),
+    .\port$16433$0 (\port$16433$0 [63:0]),
+    .\port$16435$0 (\port$16435$0 ),
     .req__tready(grant),
     .req__tvalid(req__tvalid)
   );
@@ -3870,13 +3870,13 @@ module \dx1_soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$142 , progr
   assign acc_rp__addr = \$22 [9:0];
   assign \acc_data$181  = acc_b_data;
   assign \data$182  = acc_b_data;
-  assign req__tdata = { \port$16431$0 , \port$16429$0 [63:0] };
-  assign spm_wr__tdata = { \port$16431$0 , \port$16429$0 [63:0] };
+  assign req__tdata = { \port$16435$0 , \port$16433$0 [63:0] };
+  assign spm_wr__tdata = { \port$16435$0 , \port$16433$0 [63:0] };
   assign spm_wr__tready = grant;
   assign req__tready = grant;
   assign spm_wr__tvalid = req__tvalid;
-  assign \req__tdata$189  = { \port$16431$0 , \port$16429$0  };
-  assign acc_wr__tdata = { \port$16431$0 , \port$16429$0  };
+  assign \req__tdata$189  = { \port$16435$0 , \port$16433$0  };
+  assign acc_wr__tdata = { \port$16435$0 , \port$16433$0  };
   assign acc_wr__tready = \grant$142 ;
   assign \req__tready$192  = \grant$142 ;
   assign acc_wr__tvalid = \req__tvalid$193 ;
@@ -4171,7 +4171,7 @@ module \dx1_soc.core0.acc_ext_read.fifo (rst, w_port__data, r_rdy, r_data, r_en,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$16429$0 , \port$16431$0 , req__tready);
+module \dx1_soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$16433$0 , \port$16435$0 , req__tready);
   reg \$auto$verilog_backend.cc:2355:dump_module$5  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -4181,10 +4181,10 @@ module \dx1_soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$16429$0 
   output en;
   reg en;
   wire grant;
-  input [255:0] \port$16429$0 ;
-  wire [255:0] \port$16429$0 ;
-  input [15:0] \port$16431$0 ;
-  wire [15:0] \port$16431$0 ;
+  input [255:0] \port$16433$0 ;
+  wire [255:0] \port$16433$0 ;
+  input [15:0] \port$16435$0 ;
+  wire [15:0] \port$16435$0 ;
   wire [271:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -4195,14 +4195,14 @@ module \dx1_soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$16429$0 
     if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$16431$0 ;
+      addr = \port$16435$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     data = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     if (\$1 ) begin
-      data = \port$16429$0 ;
+      data = \port$16433$0 ;
     end
   end
   always @* begin
@@ -4213,7 +4213,7 @@ module \dx1_soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$16429$0 
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$16431$0 , \port$16429$0  };
+  assign req__tdata = { \port$16435$0 , \port$16433$0  };
 endmodule
 
 (* generator = "Amaranth" *)
@@ -15522,7 +15522,7 @@ module \dx1_soc.core0.spm_ext_read.fifo (rst, w_port__data, r_rdy, r_data, r_en,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$16429$0 , \port$16431$0 , req__tready);
+module \dx1_soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$16433$0 , \port$16435$0 , req__tready);
   reg \$auto$verilog_backend.cc:2355:dump_module$19  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -15532,10 +15532,10 @@ module \dx1_soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$16429$0 
   output en;
   reg en;
   wire grant;
-  input [63:0] \port$16429$0 ;
-  wire [63:0] \port$16429$0 ;
-  input [15:0] \port$16431$0 ;
-  wire [15:0] \port$16431$0 ;
+  input [63:0] \port$16433$0 ;
+  wire [63:0] \port$16433$0 ;
+  input [15:0] \port$16435$0 ;
+  wire [15:0] \port$16435$0 ;
   wire [79:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -15546,14 +15546,14 @@ module \dx1_soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$16429$0 
     if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$16431$0 ;
+      addr = \port$16435$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
     data = 64'h0000000000000000;
     if (\$1 ) begin
-      data = \port$16429$0 ;
+      data = \port$16433$0 ;
     end
   end
   always @* begin
@@ -15564,7 +15564,7 @@ module \dx1_soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$16429$0 
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$16431$0 , \port$16429$0  };
+  assign req__tdata = { \port$16435$0 , \port$16433$0  };
 endmodule
 
 (* generator = "Amaranth" *)
@@ -16735,7 +16735,7 @@ module \dx1_soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data, acc_b
     .d_acc(d_acc),
     .out(\out$82 ),
     .out_valid(out_valid),
-    .\port$15671$1 (ctl_lanes7[2:1]),
+    .\port$15675$1 (ctl_lanes7[2:1]),
     .reset_units(reset_units),
     .rst(rst),
     .terms(terms),
@@ -23984,7 +23984,7 @@ module \dx1_soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop, shif
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.core0.vector$243.reducer (rst, valid, reset_units, vop, d_acc, \port$15671$1 , terms, out_valid, out, clk);
+module \dx1_soc.core0.vector$243.reducer (rst, valid, reset_units, vop, d_acc, \port$15675$1 , terms, out_valid, out, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$25  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -24108,8 +24108,8 @@ module \dx1_soc.core0.vector$243.reducer (rst, valid, reset_units, vop, d_acc, \
   wire [31:0] \out[7] ;
   output out_valid;
   reg out_valid = 1'h0;
-  input [1:0] \port$15671$1 ;
-  wire [1:0] \port$15671$1 ;
+  input [1:0] \port$15675$1 ;
+  wire [1:0] \port$15675$1 ;
   input reset_units;
   wire reset_units;
   reg [31:0] row = 32'd0;
@@ -24254,8 +24254,8 @@ module \dx1_soc.core0.vector$243.reducer (rst, valid, reset_units, vop, d_acc, \
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$25 ) begin end
     \$74 [0] = valid;
-    \$74 [1] = \port$15671$1 [0];
-    \$74 [2] = \port$15671$1 [1];
+    \$74 [1] = \port$15675$1 [0];
+    \$74 [2] = \port$15675$1 [1];
     \$74 [3] = \$1 ;
     \$74 [4] = d_acc;
     if (reset_units) begin
@@ -24332,8 +24332,8 @@ module \dx1_soc.core0.vector$243.reducer (rst, valid, reset_units, vop, d_acc, \
       \$80  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
   end
-  assign first = \port$15671$1 [0];
-  assign last = \port$15671$1 [1];
+  assign first = \port$15675$1 [0];
+  assign last = \port$15675$1 [1];
   assign \ctl1.valid  = ctl1[0];
   assign \ctl1.first  = ctl1[1];
   assign \ctl1.last  = ctl1[2];
@@ -27479,7 +27479,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$142 , progress, cmd__tready, done__tdata, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, req__tvalid, \req__tvalid$193 , \req__tvalid$199 , \req__tvalid$205 , \resp__tready$215 , resp__tready, reset_units
-, perf_macs, perf_busy, done__tvalid, perf_vector_busy, perf_table_hits, perf_table_underflows, perf_table_overflows, \port$18734$0 , \port$18736$0 , \req__tdata$195 , cmd__tdata, clk);
+, perf_macs, perf_busy, done__tvalid, perf_vector_busy, perf_table_hits, perf_table_underflows, perf_table_overflows, \port$18740$0 , \port$18742$0 , \req__tdata$195 , cmd__tdata, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$31  = 0;
   wire [15:0] \$1 ;
   wire \$10 ;
@@ -27702,10 +27702,10 @@ module \dx1_soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$142 , progr
   wire [31:0] perf_table_underflows;
   output [31:0] perf_vector_busy;
   wire [31:0] perf_vector_busy;
-  input [255:0] \port$18734$0 ;
-  wire [255:0] \port$18734$0 ;
-  input [15:0] \port$18736$0 ;
-  wire [15:0] \port$18736$0 ;
+  input [255:0] \port$18740$0 ;
+  wire [255:0] \port$18740$0 ;
+  input [15:0] \port$18742$0 ;
+  wire [15:0] \port$18742$0 ;
   wire postop;
   wire [7:0] postop__opcode;
   wire [7:0] postop__status;
@@ -27914,8 +27914,8 @@ module \dx1_soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$142 , progr
     .addr(\addr$163 ),
     .data(\data$167 ),
     .en(\en$170 ),
-    .\port$18734$0 (\port$18734$0 ),
-    .\port$18736$0 (\port$18736$0 ),
+    .\port$18740$0 (\port$18740$0 ),
+    .\port$18742$0 (\port$18742$0 ),
     .req__tready(\grant$142 ),
     .req__tvalid(\req__tvalid$193 )
   );
@@ -28077,8 +28077,8 @@ module \dx1_soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$142 , progr
     .addr(addr),
     .data(data),
     .en(en),
-    .\port$18734$0 (\port$18734$0 [63:0]),
-    .\port$18736$0 (\port$18736$0 ),
+    .\port$18740$0 (\port$18740$0 [63:0]),
+    .\port$18742$0 (\port$18742$0 ),
     .req__tready(grant),
     .req__tvalid(req__tvalid)
   );
@@ -28252,13 +28252,13 @@ module \dx1_soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$142 , progr
   assign acc_rp__addr = \$22 [9:0];
   assign \acc_data$181  = acc_b_data;
   assign \data$182  = acc_b_data;
-  assign req__tdata = { \port$18736$0 , \port$18734$0 [63:0] };
-  assign spm_wr__tdata = { \port$18736$0 , \port$18734$0 [63:0] };
+  assign req__tdata = { \port$18742$0 , \port$18740$0 [63:0] };
+  assign spm_wr__tdata = { \port$18742$0 , \port$18740$0 [63:0] };
   assign spm_wr__tready = grant;
   assign req__tready = grant;
   assign spm_wr__tvalid = req__tvalid;
-  assign \req__tdata$189  = { \port$18736$0 , \port$18734$0  };
-  assign acc_wr__tdata = { \port$18736$0 , \port$18734$0  };
+  assign \req__tdata$189  = { \port$18742$0 , \port$18740$0  };
+  assign acc_wr__tdata = { \port$18742$0 , \port$18740$0  };
   assign acc_wr__tready = \grant$142 ;
   assign \req__tready$192  = \grant$142 ;
   assign acc_wr__tvalid = \req__tvalid$193 ;
@@ -28553,7 +28553,7 @@ module \dx1_soc.core1.acc_ext_read.fifo (rst, w_port__data, r_rdy, r_data, r_en,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$18734$0 , \port$18736$0 , req__tready);
+module \dx1_soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$18740$0 , \port$18742$0 , req__tready);
   reg \$auto$verilog_backend.cc:2355:dump_module$34  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -28563,10 +28563,10 @@ module \dx1_soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$18734$0 
   output en;
   reg en;
   wire grant;
-  input [255:0] \port$18734$0 ;
-  wire [255:0] \port$18734$0 ;
-  input [15:0] \port$18736$0 ;
-  wire [15:0] \port$18736$0 ;
+  input [255:0] \port$18740$0 ;
+  wire [255:0] \port$18740$0 ;
+  input [15:0] \port$18742$0 ;
+  wire [15:0] \port$18742$0 ;
   wire [271:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -28577,14 +28577,14 @@ module \dx1_soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$18734$0 
     if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$18736$0 ;
+      addr = \port$18742$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
     data = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     if (\$1 ) begin
-      data = \port$18734$0 ;
+      data = \port$18740$0 ;
     end
   end
   always @* begin
@@ -28595,7 +28595,7 @@ module \dx1_soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$18734$0 
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$18736$0 , \port$18734$0  };
+  assign req__tdata = { \port$18742$0 , \port$18740$0  };
 endmodule
 
 (* generator = "Amaranth" *)
@@ -39904,7 +39904,7 @@ module \dx1_soc.core1.spm_ext_read.fifo (rst, w_port__data, r_rdy, r_data, r_en,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$18734$0 , \port$18736$0 , req__tready);
+module \dx1_soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$18740$0 , \port$18742$0 , req__tready);
   reg \$auto$verilog_backend.cc:2355:dump_module$48  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -39914,10 +39914,10 @@ module \dx1_soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$18734$0 
   output en;
   reg en;
   wire grant;
-  input [63:0] \port$18734$0 ;
-  wire [63:0] \port$18734$0 ;
-  input [15:0] \port$18736$0 ;
-  wire [15:0] \port$18736$0 ;
+  input [63:0] \port$18740$0 ;
+  wire [63:0] \port$18740$0 ;
+  input [15:0] \port$18742$0 ;
+  wire [15:0] \port$18742$0 ;
   wire [79:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -39928,14 +39928,14 @@ module \dx1_soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$18734$0 
     if (\$auto$verilog_backend.cc:2355:dump_module$48 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$18736$0 ;
+      addr = \port$18742$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$48 ) begin end
     data = 64'h0000000000000000;
     if (\$1 ) begin
-      data = \port$18734$0 ;
+      data = \port$18740$0 ;
     end
   end
   always @* begin
@@ -39946,7 +39946,7 @@ module \dx1_soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$18734$0 
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$18736$0 , \port$18734$0  };
+  assign req__tdata = { \port$18742$0 , \port$18740$0  };
 endmodule
 
 (* generator = "Amaranth" *)
@@ -41117,7 +41117,7 @@ module \dx1_soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data, acc_b
     .d_acc(d_acc),
     .out(\out$82 ),
     .out_valid(out_valid),
-    .\port$17976$1 (ctl_lanes7[2:1]),
+    .\port$17982$1 (ctl_lanes7[2:1]),
     .reset_units(reset_units),
     .rst(rst),
     .terms(terms),
@@ -48366,7 +48366,7 @@ module \dx1_soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop, shif
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.core1.vector$243.reducer (rst, valid, reset_units, vop, d_acc, \port$17976$1 , terms, out_valid, out, clk);
+module \dx1_soc.core1.vector$243.reducer (rst, valid, reset_units, vop, d_acc, \port$17982$1 , terms, out_valid, out, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$54  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -48490,8 +48490,8 @@ module \dx1_soc.core1.vector$243.reducer (rst, valid, reset_units, vop, d_acc, \
   wire [31:0] \out[7] ;
   output out_valid;
   reg out_valid = 1'h0;
-  input [1:0] \port$17976$1 ;
-  wire [1:0] \port$17976$1 ;
+  input [1:0] \port$17982$1 ;
+  wire [1:0] \port$17982$1 ;
   input reset_units;
   wire reset_units;
   reg [31:0] row = 32'd0;
@@ -48636,8 +48636,8 @@ module \dx1_soc.core1.vector$243.reducer (rst, valid, reset_units, vop, d_acc, \
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
     \$74 [0] = valid;
-    \$74 [1] = \port$17976$1 [0];
-    \$74 [2] = \port$17976$1 [1];
+    \$74 [1] = \port$17982$1 [0];
+    \$74 [2] = \port$17982$1 [1];
     \$74 [3] = \$1 ;
     \$74 [4] = d_acc;
     if (reset_units) begin
@@ -48714,8 +48714,8 @@ module \dx1_soc.core1.vector$243.reducer (rst, valid, reset_units, vop, d_acc, \
       \$80  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
   end
-  assign first = \port$17976$1 [0];
-  assign last = \port$17976$1 [1];
+  assign first = \port$17982$1 [0];
+  assign last = \port$17982$1 [1];
   assign \ctl1.valid  = ctl1[0];
   assign \ctl1.first  = ctl1[1];
   assign \ctl1.last  = ctl1[2];
@@ -51860,8 +51860,8 @@ module \dx1_soc.core1.vector$243.transposer (rst, start, spm_addr, w_addr, done,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, timestamp, doorbell_index, \port$13906$0 , \port$13908$0 
-, \port$13910$0 , \port$13912$0 , \port$13914$0 , \port$13916$0 , \port$13918$0 , \port$13920$0 , \port$13922$0 , \port$13924$0 , \port$13926$0 , \port$13928$0 , \port$13930$0 , \port$13932$0 , \port$13934$0 , \port$13936$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit, budget
+module \dx1_soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, timestamp, doorbell_index, \port$13910$0 , \port$13912$0 
+, \port$13914$0 , \port$13916$0 , \port$13918$0 , \port$13920$0 , \port$13922$0 , \port$13924$0 , \port$13926$0 , \port$13928$0 , \port$13930$0 , \port$13932$0 , \port$13934$0 , \port$13936$0 , \port$13938$0 , \port$13940$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit, budget
 , bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, sem_grant, quiesce, reset_cp, abort_done, dma_done__tdata, head, tail, halted, error_code, error_index, irq_error, axi__arvalid
 , axi__rready, cmd, tile_cmd__tvalid, taken, dma_cmd__tvalid, sem_valid, sem_delta, axi__awaddr, axi__wdata, trace_end_tag, trace_end_opcode, dma_done__tready, tile_done__tready, axi__awvalid, axi__wvalid, axi__bready, irq_completion, trace_end, clk);
   wire \$1 ;
@@ -52142,10 +52142,6 @@ module \dx1_soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
   wire [7:0] opcode;
   wire phase;
   wire \phase$128 ;
-  input [15:0] \port$13906$0 ;
-  wire [15:0] \port$13906$0 ;
-  input [15:0] \port$13908$0 ;
-  wire [15:0] \port$13908$0 ;
   input [15:0] \port$13910$0 ;
   wire [15:0] \port$13910$0 ;
   input [15:0] \port$13912$0 ;
@@ -52174,6 +52170,10 @@ module \dx1_soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
   wire [15:0] \port$13934$0 ;
   input [15:0] \port$13936$0 ;
   wire [15:0] \port$13936$0 ;
+  input [15:0] \port$13938$0 ;
+  wire [15:0] \port$13938$0 ;
+  input [15:0] \port$13940$0 ;
+  wire [15:0] \port$13940$0 ;
   input progress;
   wire progress;
   wire \progress$239 ;
@@ -52523,8 +52523,6 @@ module \dx1_soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
   );
   \dx1_soc.cp0.semaphore  semaphore (
     .done(sem_done),
-    .\port$13906$0 (\port$13906$0 ),
-    .\port$13908$0 (\port$13908$0 ),
     .\port$13910$0 (\port$13910$0 ),
     .\port$13912$0 (\port$13912$0 ),
     .\port$13914$0 (\port$13914$0 ),
@@ -52539,7 +52537,9 @@ module \dx1_soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
     .\port$13932$0 (\port$13932$0 ),
     .\port$13934$0 (\port$13934$0 ),
     .\port$13936$0 (\port$13936$0 ),
-    .\port$16503$64 (cmd[87:64]),
+    .\port$13938$0 (\port$13938$0 ),
+    .\port$13940$0 (\port$13940$0 ),
+    .\port$16507$64 (cmd[87:64]),
     .sem_delta(sem_delta),
     .sem_grant(sem_grant),
     .sem_valid(sem_valid),
@@ -52716,8 +52716,8 @@ module \dx1_soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
   assign done = sem_done;
   assign sem = cmd[71:64];
   assign count = cmd[87:72];
-  assign sem_values = { \port$13936$0 , \port$13934$0 , \port$13932$0 , \port$13930$0 , \port$13928$0 , \port$13926$0 , \port$13924$0 , \port$13922$0 , \port$13920$0 , \port$13918$0 , \port$13916$0 , \port$13914$0 , \port$13912$0 , \port$13910$0 , \port$13908$0 , \port$13906$0  };
-  assign \sem_values$182  = { \port$13936$0 , \port$13934$0 , \port$13932$0 , \port$13930$0 , \port$13928$0 , \port$13926$0 , \port$13924$0 , \port$13922$0 , \port$13920$0 , \port$13918$0 , \port$13916$0 , \port$13914$0 , \port$13912$0 , \port$13910$0 , \port$13908$0 , \port$13906$0  };
+  assign sem_values = { \port$13940$0 , \port$13938$0 , \port$13936$0 , \port$13934$0 , \port$13932$0 , \port$13930$0 , \port$13928$0 , \port$13926$0 , \port$13924$0 , \port$13922$0 , \port$13920$0 , \port$13918$0 , \port$13916$0 , \port$13914$0 , \port$13912$0 , \port$13910$0  };
+  assign \sem_values$182  = { \port$13940$0 , \port$13938$0 , \port$13936$0 , \port$13934$0 , \port$13932$0 , \port$13930$0 , \port$13928$0 , \port$13926$0 , \port$13924$0 , \port$13922$0 , \port$13920$0 , \port$13918$0 , \port$13916$0 , \port$13914$0 , \port$13912$0 , \port$13910$0  };
   assign \sem_grant$184  = sem_grant;
   assign \sem_valid$186  = sem_valid;
   assign sem_index = cmd[67:64];
@@ -52804,38 +52804,38 @@ module \dx1_soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
   assign \slot.footprint.acc_r_hi  = slot_in[244:211];
   assign \slot.footprint.acc_w_lo  = slot_in[278:245];
   assign \slot.footprint.acc_w_hi  = slot_in[312:279];
-  assign \sem_values[0]  = \port$13906$0 ;
-  assign \sem_values[1]  = \port$13908$0 ;
-  assign \sem_values[2]  = \port$13910$0 ;
-  assign \sem_values[3]  = \port$13912$0 ;
-  assign \sem_values[4]  = \port$13914$0 ;
-  assign \sem_values[5]  = \port$13916$0 ;
-  assign \sem_values[6]  = \port$13918$0 ;
-  assign \sem_values[7]  = \port$13920$0 ;
-  assign \sem_values[8]  = \port$13922$0 ;
-  assign \sem_values[9]  = \port$13924$0 ;
-  assign \sem_values[10]  = \port$13926$0 ;
-  assign \sem_values[11]  = \port$13928$0 ;
-  assign \sem_values[12]  = \port$13930$0 ;
-  assign \sem_values[13]  = \port$13932$0 ;
-  assign \sem_values[14]  = \port$13934$0 ;
-  assign \sem_values[15]  = \port$13936$0 ;
-  assign \sem_values$182[0]  = \port$13906$0 ;
-  assign \sem_values$182[1]  = \port$13908$0 ;
-  assign \sem_values$182[2]  = \port$13910$0 ;
-  assign \sem_values$182[3]  = \port$13912$0 ;
-  assign \sem_values$182[4]  = \port$13914$0 ;
-  assign \sem_values$182[5]  = \port$13916$0 ;
-  assign \sem_values$182[6]  = \port$13918$0 ;
-  assign \sem_values$182[7]  = \port$13920$0 ;
-  assign \sem_values$182[8]  = \port$13922$0 ;
-  assign \sem_values$182[9]  = \port$13924$0 ;
-  assign \sem_values$182[10]  = \port$13926$0 ;
-  assign \sem_values$182[11]  = \port$13928$0 ;
-  assign \sem_values$182[12]  = \port$13930$0 ;
-  assign \sem_values$182[13]  = \port$13932$0 ;
-  assign \sem_values$182[14]  = \port$13934$0 ;
-  assign \sem_values$182[15]  = \port$13936$0 ;
+  assign \sem_values[0]  = \port$13910$0 ;
+  assign \sem_values[1]  = \port$13912$0 ;
+  assign \sem_values[2]  = \port$13914$0 ;
+  assign \sem_values[3]  = \port$13916$0 ;
+  assign \sem_values[4]  = \port$13918$0 ;
+  assign \sem_values[5]  = \port$13920$0 ;
+  assign \sem_values[6]  = \port$13922$0 ;
+  assign \sem_values[7]  = \port$13924$0 ;
+  assign \sem_values[8]  = \port$13926$0 ;
+  assign \sem_values[9]  = \port$13928$0 ;
+  assign \sem_values[10]  = \port$13930$0 ;
+  assign \sem_values[11]  = \port$13932$0 ;
+  assign \sem_values[12]  = \port$13934$0 ;
+  assign \sem_values[13]  = \port$13936$0 ;
+  assign \sem_values[14]  = \port$13938$0 ;
+  assign \sem_values[15]  = \port$13940$0 ;
+  assign \sem_values$182[0]  = \port$13910$0 ;
+  assign \sem_values$182[1]  = \port$13912$0 ;
+  assign \sem_values$182[2]  = \port$13914$0 ;
+  assign \sem_values$182[3]  = \port$13916$0 ;
+  assign \sem_values$182[4]  = \port$13918$0 ;
+  assign \sem_values$182[5]  = \port$13920$0 ;
+  assign \sem_values$182[6]  = \port$13922$0 ;
+  assign \sem_values$182[7]  = \port$13924$0 ;
+  assign \sem_values$182[8]  = \port$13926$0 ;
+  assign \sem_values$182[9]  = \port$13928$0 ;
+  assign \sem_values$182[10]  = \port$13930$0 ;
+  assign \sem_values$182[11]  = \port$13932$0 ;
+  assign \sem_values$182[12]  = \port$13934$0 ;
+  assign \sem_values$182[13]  = \port$13936$0 ;
+  assign \sem_values$182[14]  = \port$13938$0 ;
+  assign \sem_values$182[15]  = \port$13940$0 ;
   assign \local_slot.ring_index  = slot_in[15:0];
   assign \local_slot.phase  = slot_in[16];
   assign \local_slot.tag  = slot_in[32:17];
@@ -52914,45 +52914,47 @@ module \dx1_soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
   wire \$1 ;
   wire [48:0] \$10 ;
   wire [7:0] \$100 ;
-  wire [255:0] \$101 ;
-  wire \$102 ;
+  wire [7:0] \$101 ;
+  wire [255:0] \$102 ;
   wire \$103 ;
-  wire [7:0] \$104 ;
+  wire \$104 ;
   wire [7:0] \$105 ;
-  wire [255:0] \$106 ;
-  wire \$107 ;
+  wire [7:0] \$106 ;
+  wire [255:0] \$107 ;
   wire \$108 ;
   wire \$109 ;
   wire [21:0] \$11 ;
-  wire [7:0] \$110 ;
+  wire \$110 ;
   wire [7:0] \$111 ;
   wire [7:0] \$112 ;
-  wire [255:0] \$113 ;
-  wire \$114 ;
-  wire [7:0] \$115 ;
-  wire [255:0] \$116 ;
-  wire \$117 ;
-  wire [7:0] \$118 ;
-  wire \$119 ;
+  wire [7:0] \$113 ;
+  wire [255:0] \$114 ;
+  wire \$115 ;
+  wire [7:0] \$116 ;
+  wire [255:0] \$117 ;
+  wire \$118 ;
+  wire [7:0] \$119 ;
   wire [19:0] \$12 ;
-  reg [2:0] \$120 ;
-  reg [32:0] \$121 ;
+  wire \$120 ;
+  reg [2:0] \$121 ;
   reg [32:0] \$122 ;
-  reg [48:0] \$123 ;
-  reg [21:0] \$124 ;
-  reg [31:0] \$125 ;
-  reg [19:0] \$126 ;
-  reg [33:0] \$127 ;
-  reg [49:0] \$128 ;
-  reg [32:0] \$129 ;
+  reg [32:0] \$123 ;
+  reg [48:0] \$124 ;
+  reg [21:0] \$125 ;
+  reg [31:0] \$126 ;
+  reg [19:0] \$127 ;
+  reg [33:0] \$128 ;
+  reg [49:0] \$129 ;
   wire [21:0] \$13 ;
   reg [32:0] \$130 ;
   reg [32:0] \$131 ;
-  reg [20:0] \$132 ;
-  reg [16:0] \$133 ;
-  reg [7:0] \$134 ;
-  reg [1:0] \$135 ;
-  reg [271:0] \$136 ;
+  reg [32:0] \$132 ;
+  reg [20:0] \$133 ;
+  reg [16:0] \$134 ;
+  reg [32:0] \$135 ;
+  reg [7:0] \$136 ;
+  reg [1:0] \$137 ;
+  reg [271:0] \$138 ;
   wire [31:0] \$14 ;
   wire [19:0] \$15 ;
   wire [33:0] \$16 ;
@@ -52965,9 +52967,9 @@ module \dx1_soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
   wire [32:0] \$22 ;
   wire [20:0] \$23 ;
   wire [16:0] \$24 ;
-  wire \$25 ;
-  wire [255:0] \$26 ;
-  wire \$27 ;
+  wire [32:0] \$25 ;
+  wire \$26 ;
+  wire [255:0] \$27 ;
   wire \$28 ;
   wire \$29 ;
   wire \$3 ;
@@ -52987,15 +52989,15 @@ module \dx1_soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
   wire \$42 ;
   wire \$43 ;
   wire \$44 ;
-  wire [7:0] \$45 ;
+  wire \$45 ;
   wire [7:0] \$46 ;
   wire [7:0] \$47 ;
   wire [7:0] \$48 ;
   wire [7:0] \$49 ;
   wire [16:0] \$5 ;
   wire [7:0] \$50 ;
-  wire [255:0] \$51 ;
-  wire \$52 ;
+  wire [7:0] \$51 ;
+  wire [255:0] \$52 ;
   wire \$53 ;
   wire \$54 ;
   wire \$55 ;
@@ -53015,14 +53017,14 @@ module \dx1_soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
   wire \$68 ;
   wire \$69 ;
   wire [16:0] \$7 ;
-  wire [7:0] \$70 ;
+  wire \$70 ;
   wire [7:0] \$71 ;
   wire [7:0] \$72 ;
   wire [7:0] \$73 ;
   wire [7:0] \$74 ;
   wire [7:0] \$75 ;
-  wire [255:0] \$76 ;
-  wire \$77 ;
+  wire [7:0] \$76 ;
+  wire [255:0] \$77 ;
   wire \$78 ;
   wire \$79 ;
   wire [32:0] \$8 ;
@@ -53044,7 +53046,7 @@ module \dx1_soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
   wire \$94 ;
   wire \$95 ;
   wire \$96 ;
-  wire [7:0] \$97 ;
+  wire \$97 ;
   wire [7:0] \$98 ;
   wire [7:0] \$99 ;
   wire [33:0] a_end;
@@ -53053,7 +53055,7 @@ module \dx1_soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
   wire clk;
   input [255:0] cmd;
   wire [255:0] cmd;
-  wire [255:0] \cmd$29 ;
+  wire [255:0] \cmd$30 ;
   reg [32:0] cp_dst_end = 33'h000000000;
   reg [32:0] cp_src_end = 33'h000000000;
   output decoded;
@@ -53064,15 +53066,15 @@ module \dx1_soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
   wire [31:0] dma_limit;
   output [271:0] footprint;
   reg [271:0] footprint = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
-  wire [271:0] \footprint$24 ;
-  wire [33:0] \footprint$24.acc_r_hi ;
-  wire [33:0] \footprint$24.acc_r_lo ;
-  wire [33:0] \footprint$24.acc_w_hi ;
-  wire [33:0] \footprint$24.acc_w_lo ;
-  wire [33:0] \footprint$24.spm_r_hi ;
-  wire [33:0] \footprint$24.spm_r_lo ;
-  wire [33:0] \footprint$24.spm_w_hi ;
-  wire [33:0] \footprint$24.spm_w_lo ;
+  wire [271:0] \footprint$25 ;
+  wire [33:0] \footprint$25.acc_r_hi ;
+  wire [33:0] \footprint$25.acc_r_lo ;
+  wire [33:0] \footprint$25.acc_w_hi ;
+  wire [33:0] \footprint$25.acc_w_lo ;
+  wire [33:0] \footprint$25.spm_r_hi ;
+  wire [33:0] \footprint$25.spm_r_lo ;
+  wire [33:0] \footprint$25.spm_w_hi ;
+  wire [33:0] \footprint$25.spm_w_lo ;
   wire [33:0] \footprint.acc_r_hi ;
   wire [33:0] \footprint.acc_r_lo ;
   wire [33:0] \footprint.acc_w_hi ;
@@ -53090,11 +53092,11 @@ module \dx1_soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
   reg [49:0] mv_end = 50'h0000000000000;
   reg [33:0] mv_last = 34'h000000000;
   (* init = 34'h000000000 *)
-  wire [33:0] \mv_last$30 ;
+  wire [33:0] \mv_last$31 ;
   reg [48:0] mv_mem_off = 49'h0000000000000;
   reg [32:0] mv_row_off = 33'h000000000;
   reg [16:0] p_src_end = 17'h00000;
-  wire [33:0] \p_src_end$33 ;
+  wire [33:0] \p_src_end$34 ;
   input reset_cp;
   wire reset_cp;
   output [1:0] route;
@@ -53102,6 +53104,7 @@ module \dx1_soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
   reg [1:0] route_next;
   input rst;
   wire rst;
+  reg [32:0] sd_src_end = 33'h000000000;
   reg [2:0] stage = 3'h0;
   output [7:0] status;
   reg [7:0] status = 8'h00;
@@ -53134,165 +53137,158 @@ module \dx1_soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
   assign \$22  = cmd[79:64] + g_a_rows;
   assign \$23  = cmd[95:80] + g_b_rows;
   assign \$24  = cmd[79:64] + cmd[111:96];
-  assign \$25  = stage == 3'h4;
-  assign decoded = valid & \$25 ;
-  assign \$27  = | \$26 ;
-  assign \$28  = ! cmd[159:144];
-  assign \$29  = ! cmd[175:160];
-  assign \$30  = \$28  | \$29 ;
-  assign \$31  = ~ cmd[8];
-  assign \$32  = mv_last >= 13'h1000;
-  assign \$33  = \$31  & \$32 ;
-  assign \$34  = mv_last >= 11'h400;
-  assign \$35  = cmd[8] & \$34 ;
-  assign \$36  = | cmd[66:64];
-  assign \$37  = | cmd[98:96];
-  assign \$38  = \$36  | \$37 ;
-  assign \$39  = cmd[95:64] >= dma_base;
-  assign \$40  = mv_end <= dma_limit;
-  assign \$41  = \$39  & \$40 ;
-  assign \$42  = mv_end <= 21'h100000;
-  assign \$43  = \$41  & \$42 ;
-  assign \$44  = ~ \$43 ;
-  assign \$45  = \$43  ? 8'h00 : 8'h07;
-  assign \$46  = \$38  ? 8'h08 : \$45 ;
-  assign \$47  = \$35  ? 8'h06 : \$46 ;
-  assign \$48  = \$33  ? 8'h05 : \$47 ;
-  assign \$49  = \$30  ? 8'h03 : \$48 ;
-  assign \$50  = \$27  ? 8'h02 : \$49 ;
-  assign \$52  = | \$51 ;
-  assign \$53  = ! cmd[159:144];
-  assign \$54  = ! cmd[175:160];
-  assign \$55  = \$53  | \$54 ;
-  assign \$56  = ~ cmd[8];
-  assign \$57  = mv_last >= 13'h1000;
-  assign \$58  = \$56  & \$57 ;
-  assign \$59  = mv_last >= 11'h400;
-  assign \$60  = cmd[8] & \$59 ;
-  assign \$61  = | cmd[66:64];
-  assign \$62  = | cmd[98:96];
-  assign \$63  = \$61  | \$62 ;
-  assign \$64  = cmd[95:64] >= dma_base;
-  assign \$65  = mv_end <= dma_limit;
-  assign \$66  = \$64  & \$65 ;
-  assign \$67  = mv_end <= 21'h100000;
-  assign \$68  = \$66  & \$67 ;
-  assign \$69  = ~ \$68 ;
-  assign \$70  = \$68  ? 8'h00 : 8'h07;
-  assign \$71  = \$63  ? 8'h08 : \$70 ;
-  assign \$72  = \$60  ? 8'h06 : \$71 ;
-  assign \$73  = \$58  ? 8'h05 : \$72 ;
-  assign \$74  = \$55  ? 8'h03 : \$73 ;
-  assign \$75  = \$52  ? 8'h02 : \$74 ;
-  assign \$77  = | \$76 ;
-  assign \$78  = ! cmd[159:128];
-  assign \$79  = | cmd[66:64];
-  assign \$80  = | cmd[98:96];
-  assign \$81  = \$79  | \$80 ;
-  assign \$82  = | cmd[130:128];
-  assign \$83  = \$81  | \$82 ;
-  assign \$84  = cmd[95:64] >= dma_base;
-  assign \$85  = cp_src_end <= dma_limit;
-  assign \$86  = \$84  & \$85 ;
-  assign \$87  = cp_src_end <= 21'h100000;
-  assign \$88  = \$86  & \$87 ;
-  assign \$89  = ~ \$88 ;
-  assign \$90  = cmd[127:96] >= dma_base;
-  assign \$91  = cp_dst_end <= dma_limit;
-  assign \$92  = \$90  & \$91 ;
-  assign \$93  = cp_dst_end <= 21'h100000;
-  assign \$94  = \$92  & \$93 ;
-  assign \$95  = ~ \$94 ;
-  assign \$96  = \$89  | \$95 ;
-  assign \$97  = \$96  ? 8'h07 : 8'h00;
-  assign \$98  = \$83  ? 8'h08 : \$97 ;
-  assign \$99  = \$78  ? 8'h03 : \$98 ;
-  assign \$100  = \$77  ? 8'h02 : \$99 ;
-  assign \$102  = | \$101 ;
-  assign \$103  = cmd[71:64] >= 5'h10;
-  assign \$104  = \$103  ? 8'h0a : 8'h00;
-  assign \$105  = \$102  ? 8'h02 : \$104 ;
-  assign \$107  = | \$106 ;
-  assign \$108  = ! cmd[87:72];
-  assign \$109  = cmd[71:64] >= 5'h10;
-  assign \$110  = \$109  ? 8'h0a : 8'h00;
-  assign \$111  = \$108  ? 8'h03 : \$110 ;
-  assign \$112  = \$107  ? 8'h02 : \$111 ;
-  assign \$114  = | \$113 ;
-  assign \$115  = \$114  ? 8'h02 : 8'h00;
-  assign \$117  = | \$116 ;
-  assign \$118  = \$117  ? 8'h02 : 8'h00;
-  assign \$119  = | status_next;
+  assign \$25  = cmd[95:64] + cmd[159:128];
+  assign \$26  = stage == 3'h4;
+  assign decoded = valid & \$26 ;
+  assign \$28  = | \$27 ;
+  assign \$29  = ! cmd[159:144];
+  assign \$30  = ! cmd[175:160];
+  assign \$31  = \$29  | \$30 ;
+  assign \$32  = ~ cmd[8];
+  assign \$33  = mv_last >= 13'h1000;
+  assign \$34  = \$32  & \$33 ;
+  assign \$35  = mv_last >= 11'h400;
+  assign \$36  = cmd[8] & \$35 ;
+  assign \$37  = | cmd[66:64];
+  assign \$38  = | cmd[98:96];
+  assign \$39  = \$37  | \$38 ;
+  assign \$40  = cmd[95:64] >= dma_base;
+  assign \$41  = mv_end <= dma_limit;
+  assign \$42  = \$40  & \$41 ;
+  assign \$43  = mv_end <= 21'h100000;
+  assign \$44  = \$42  & \$43 ;
+  assign \$45  = ~ \$44 ;
+  assign \$46  = \$44  ? 8'h00 : 8'h07;
+  assign \$47  = \$39  ? 8'h08 : \$46 ;
+  assign \$48  = \$36  ? 8'h06 : \$47 ;
+  assign \$49  = \$34  ? 8'h05 : \$48 ;
+  assign \$50  = \$31  ? 8'h03 : \$49 ;
+  assign \$51  = \$28  ? 8'h02 : \$50 ;
+  assign \$53  = | \$52 ;
+  assign \$54  = ! cmd[159:144];
+  assign \$55  = ! cmd[175:160];
+  assign \$56  = \$54  | \$55 ;
+  assign \$57  = ~ cmd[8];
+  assign \$58  = mv_last >= 13'h1000;
+  assign \$59  = \$57  & \$58 ;
+  assign \$60  = mv_last >= 11'h400;
+  assign \$61  = cmd[8] & \$60 ;
+  assign \$62  = | cmd[66:64];
+  assign \$63  = | cmd[98:96];
+  assign \$64  = \$62  | \$63 ;
+  assign \$65  = cmd[95:64] >= dma_base;
+  assign \$66  = mv_end <= dma_limit;
+  assign \$67  = \$65  & \$66 ;
+  assign \$68  = mv_end <= 21'h100000;
+  assign \$69  = \$67  & \$68 ;
+  assign \$70  = ~ \$69 ;
+  assign \$71  = \$69  ? 8'h00 : 8'h07;
+  assign \$72  = \$64  ? 8'h08 : \$71 ;
+  assign \$73  = \$61  ? 8'h06 : \$72 ;
+  assign \$74  = \$59  ? 8'h05 : \$73 ;
+  assign \$75  = \$56  ? 8'h03 : \$74 ;
+  assign \$76  = \$53  ? 8'h02 : \$75 ;
+  assign \$78  = | \$77 ;
+  assign \$79  = ! cmd[159:128];
+  assign \$80  = | cmd[66:64];
+  assign \$81  = | cmd[98:96];
+  assign \$82  = \$80  | \$81 ;
+  assign \$83  = | cmd[130:128];
+  assign \$84  = \$82  | \$83 ;
+  assign \$85  = cmd[95:64] >= dma_base;
+  assign \$86  = cp_src_end <= dma_limit;
+  assign \$87  = \$85  & \$86 ;
+  assign \$88  = cp_src_end <= 21'h100000;
+  assign \$89  = \$87  & \$88 ;
+  assign \$90  = ~ \$89 ;
+  assign \$91  = cmd[127:96] >= dma_base;
+  assign \$92  = cp_dst_end <= dma_limit;
+  assign \$93  = \$91  & \$92 ;
+  assign \$94  = cp_dst_end <= 21'h100000;
+  assign \$95  = \$93  & \$94 ;
+  assign \$96  = ~ \$95 ;
+  assign \$97  = \$90  | \$96 ;
+  assign \$98  = \$97  ? 8'h07 : 8'h00;
+  assign \$99  = \$84  ? 8'h08 : \$98 ;
+  assign \$100  = \$79  ? 8'h03 : \$99 ;
+  assign \$101  = \$78  ? 8'h02 : \$100 ;
+  assign \$103  = | \$102 ;
+  assign \$104  = cmd[71:64] >= 5'h10;
+  assign \$105  = \$104  ? 8'h0a : 8'h00;
+  assign \$106  = \$103  ? 8'h02 : \$105 ;
+  assign \$108  = | \$107 ;
+  assign \$109  = ! cmd[87:72];
+  assign \$110  = cmd[71:64] >= 5'h10;
+  assign \$111  = \$110  ? 8'h0a : 8'h00;
+  assign \$112  = \$109  ? 8'h03 : \$111 ;
+  assign \$113  = \$108  ? 8'h02 : \$112 ;
+  assign \$115  = | \$114 ;
+  assign \$116  = \$115  ? 8'h02 : 8'h00;
+  assign \$118  = | \$117 ;
+  assign \$119  = \$118  ? 8'h02 : 8'h00;
+  assign \$120  = | status_next;
   always @(posedge clk)
-    stage <= \$120 ;
+    stage <= \$121 ;
   always @(posedge clk)
-    mv_row_off <= \$121 ;
+    mv_row_off <= \$122 ;
   always @(posedge clk)
-    mv_col_off <= \$122 ;
+    mv_col_off <= \$123 ;
   always @(posedge clk)
-    mv_mem_off <= \$123 ;
+    mv_mem_off <= \$124 ;
   always @(posedge clk)
-    mv_bytes <= \$124 ;
+    mv_bytes <= \$125 ;
   always @(posedge clk)
-    g_a_rows <= \$125 ;
+    g_a_rows <= \$126 ;
   always @(posedge clk)
-    g_b_rows <= \$126 ;
+    g_b_rows <= \$127 ;
   always @(posedge clk)
-    mv_last <= \$127 ;
+    mv_last <= \$128 ;
   always @(posedge clk)
-    mv_end <= \$128 ;
+    mv_end <= \$129 ;
   always @(posedge clk)
-    cp_src_end <= \$129 ;
+    cp_src_end <= \$130 ;
   always @(posedge clk)
-    cp_dst_end <= \$130 ;
+    cp_dst_end <= \$131 ;
   always @(posedge clk)
-    g_a_end <= \$131 ;
+    g_a_end <= \$132 ;
   always @(posedge clk)
-    g_b_end <= \$132 ;
+    g_b_end <= \$133 ;
   always @(posedge clk)
-    p_src_end <= \$133 ;
+    p_src_end <= \$134 ;
   always @(posedge clk)
-    status <= \$134 ;
+    sd_src_end <= \$135 ;
   always @(posedge clk)
-    route <= \$135 ;
+    status <= \$136 ;
   always @(posedge clk)
-    footprint <= \$136 ;
-  \dx1_soc.cp0.decoder.footprint$34  \footprint$34  (
+    route <= \$137 ;
+  always @(posedge clk)
+    footprint <= \$138 ;
+  \dx1_soc.cp0.decoder.footprint$35  \footprint$35  (
     .cmd(cmd),
-    .footprint(\footprint$24 ),
+    .footprint(\footprint$25 ),
     .mv_last(mv_last),
-    .\port$16535$0 (g_a_end),
-    .\port$16537$0 (g_b_end),
-    .\port$16539$0 (p_src_end)
+    .\port$16539$0 (g_a_end),
+    .\port$16541$0 (g_b_end),
+    .\port$16543$0 (p_src_end)
   );
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$60 ) begin end
-    \$120  = stage;
+    \$121  = stage;
     if (\$2 ) begin
-      \$120  = 3'h0;
+      \$121  = 3'h0;
     end else if (\$3 ) begin
-      \$120  = \$4 [2:0];
+      \$121  = \$4 [2:0];
     end
     if (reset_cp) begin
-      \$120  = 3'h0;
+      \$121  = 3'h0;
     end
     if (rst) begin
-      \$120  = 3'h0;
+      \$121  = 3'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$60 ) begin end
-    \$121  = \$6 ;
-    if (reset_cp) begin
-      \$121  = 33'h000000000;
-    end
-    if (rst) begin
-      \$121  = 33'h000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$60 ) begin end
-    \$122  = \$8 ;
+    \$122  = \$6 ;
     if (reset_cp) begin
       \$122  = 33'h000000000;
     end
@@ -53302,77 +53298,77 @@ module \dx1_soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$60 ) begin end
-    \$123  = \$10 ;
+    \$123  = \$8 ;
     if (reset_cp) begin
-      \$123  = 49'h0000000000000;
+      \$123  = 33'h000000000;
     end
     if (rst) begin
-      \$123  = 49'h0000000000000;
+      \$123  = 33'h000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$60 ) begin end
-    \$124  = \$13 ;
+    \$124  = \$10 ;
     if (reset_cp) begin
-      \$124  = 22'h000000;
+      \$124  = 49'h0000000000000;
     end
     if (rst) begin
-      \$124  = 22'h000000;
+      \$124  = 49'h0000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$60 ) begin end
-    \$125  = \$14 ;
+    \$125  = \$13 ;
     if (reset_cp) begin
-      \$125  = 32'd0;
+      \$125  = 22'h000000;
     end
     if (rst) begin
-      \$125  = 32'd0;
+      \$125  = 22'h000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$60 ) begin end
-    \$126  = \$15 ;
+    \$126  = \$14 ;
     if (reset_cp) begin
-      \$126  = 20'h00000;
+      \$126  = 32'd0;
     end
     if (rst) begin
-      \$126  = 20'h00000;
+      \$126  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$60 ) begin end
-    \$127  = \$17 [33:0];
+    \$127  = \$15 ;
     if (reset_cp) begin
-      \$127  = 34'h000000000;
+      \$127  = 20'h00000;
     end
     if (rst) begin
-      \$127  = 34'h000000000;
+      \$127  = 20'h00000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$60 ) begin end
-    \$128  = \$19 [49:0];
+    \$128  = \$17 [33:0];
     if (reset_cp) begin
-      \$128  = 50'h0000000000000;
+      \$128  = 34'h000000000;
     end
     if (rst) begin
-      \$128  = 50'h0000000000000;
+      \$128  = 34'h000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$60 ) begin end
-    \$129  = \$20 ;
+    \$129  = \$19 [49:0];
     if (reset_cp) begin
-      \$129  = 33'h000000000;
+      \$129  = 50'h0000000000000;
     end
     if (rst) begin
-      \$129  = 33'h000000000;
+      \$129  = 50'h0000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$60 ) begin end
-    \$130  = \$21 ;
+    \$130  = \$20 ;
     if (reset_cp) begin
       \$130  = 33'h000000000;
     end
@@ -53382,7 +53378,7 @@ module \dx1_soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$60 ) begin end
-    \$131  = \$22 ;
+    \$131  = \$21 ;
     if (reset_cp) begin
       \$131  = 33'h000000000;
     end
@@ -53392,52 +53388,72 @@ module \dx1_soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$60 ) begin end
-    \$132  = \$23 ;
+    \$132  = \$22 ;
     if (reset_cp) begin
-      \$132  = 21'h000000;
+      \$132  = 33'h000000000;
     end
     if (rst) begin
-      \$132  = 21'h000000;
+      \$132  = 33'h000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$60 ) begin end
-    \$133  = \$24 ;
+    \$133  = \$23 ;
     if (reset_cp) begin
-      \$133  = 17'h00000;
+      \$133  = 21'h000000;
     end
     if (rst) begin
-      \$133  = 17'h00000;
+      \$133  = 21'h000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$60 ) begin end
-    \$134  = status_next;
+    \$134  = \$24 ;
     if (reset_cp) begin
-      \$134  = 8'h00;
+      \$134  = 17'h00000;
     end
     if (rst) begin
-      \$134  = 8'h00;
+      \$134  = 17'h00000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$60 ) begin end
-    \$135  = route_next;
+    \$135  = \$25 ;
     if (reset_cp) begin
-      \$135  = 2'h0;
+      \$135  = 33'h000000000;
     end
     if (rst) begin
-      \$135  = 2'h0;
+      \$135  = 33'h000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$60 ) begin end
-    \$136  = \footprint$24 ;
+    \$136  = status_next;
     if (reset_cp) begin
-      \$136  = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
+      \$136  = 8'h00;
     end
     if (rst) begin
-      \$136  = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
+      \$136  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$60 ) begin end
+    \$137  = route_next;
+    if (reset_cp) begin
+      \$137  = 2'h0;
+    end
+    if (rst) begin
+      \$137  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$60 ) begin end
+    \$138  = \footprint$25 ;
+    if (reset_cp) begin
+      \$138  = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
+    end
+    if (rst) begin
+      \$138  = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
     end
   end
   always @* begin
@@ -53447,19 +53463,19 @@ module \dx1_soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
       8'h03, 8'h04, 8'h09, 8'h0a, 8'h0b:
           status_next = 8'h00;
       8'h01:
-          status_next = \$50 ;
+          status_next = \$51 ;
       8'h02:
-          status_next = \$75 ;
+          status_next = \$76 ;
       8'h08:
-          status_next = \$100 ;
+          status_next = \$101 ;
       8'h06:
-          status_next = \$105 ;
+          status_next = \$106 ;
       8'h07:
-          status_next = \$112 ;
+          status_next = \$113 ;
       8'h00:
-          status_next = \$115 ;
+          status_next = \$116 ;
       8'h05:
-          status_next = \$118 ;
+          status_next = \$119 ;
       default:
           status_next = 8'h01;
     endcase
@@ -53477,15 +53493,15 @@ module \dx1_soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
       8'h08:
           route_next = 2'h2;
     endcase
-    if (\$119 ) begin
+    if (\$120 ) begin
       route_next = 2'h0;
     end
   end
-  assign \cmd$29  = cmd;
-  assign \mv_last$30  = mv_last;
+  assign \cmd$30  = cmd;
+  assign \mv_last$31  = mv_last;
   assign a_end = { 1'h0, g_a_end };
   assign b_end = { 13'h0000, g_b_end };
-  assign \p_src_end$33  = { 17'h00000, p_src_end };
+  assign \p_src_end$34  = { 17'h00000, p_src_end };
   assign \footprint.spm_r_lo  = footprint[33:0];
   assign \footprint.spm_r_hi  = footprint[67:34];
   assign \footprint.spm_w_lo  = footprint[101:68];
@@ -53494,32 +53510,32 @@ module \dx1_soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
   assign \footprint.acc_r_hi  = footprint[203:170];
   assign \footprint.acc_w_lo  = footprint[237:204];
   assign \footprint.acc_w_hi  = footprint[271:238];
-  assign \footprint$24.spm_r_lo  = \footprint$24 [33:0];
-  assign \footprint$24.spm_r_hi  = \footprint$24 [67:34];
-  assign \footprint$24.spm_w_lo  = \footprint$24 [101:68];
-  assign \footprint$24.spm_w_hi  = \footprint$24 [135:102];
-  assign \footprint$24.acc_r_lo  = \footprint$24 [169:136];
-  assign \footprint$24.acc_r_hi  = \footprint$24 [203:170];
-  assign \footprint$24.acc_w_lo  = \footprint$24 [237:204];
-  assign \footprint$24.acc_w_hi  = \footprint$24 [271:238];
-  assign { \$26 [207:64], \$26 [31:16], \$26 [8:0] } = 169'h0000000000000000000000000000000000000000000;
-  assign { \$26 [255:208], \$26 [63:32], \$26 [15:9] } = { cmd[255:208], cmd[63:32], cmd[15:9] };
-  assign { \$51 [207:64], \$51 [31:16], \$51 [8:0] } = 169'h0000000000000000000000000000000000000000000;
-  assign { \$51 [255:208], \$51 [63:32], \$51 [15:9] } = { cmd[255:208], cmd[63:32], cmd[15:9] };
-  assign { \$76 [159:64], \$76 [31:16], \$76 [7:0] } = 120'h000000000000000000000000000000;
-  assign { \$76 [255:160], \$76 [63:32], \$76 [15:8] } = { cmd[255:160], cmd[63:32], cmd[15:8] };
-  assign { \$101 [87:64], \$101 [31:16], \$101 [7:0] } = 48'h000000000000;
-  assign { \$101 [255:88], \$101 [63:32], \$101 [15:8] } = { cmd[255:88], cmd[63:32], cmd[15:8] };
-  assign { \$106 [87:64], \$106 [31:16], \$106 [7:0] } = 48'h000000000000;
-  assign { \$106 [255:88], \$106 [63:32], \$106 [15:8] } = { cmd[255:88], cmd[63:32], cmd[15:8] };
-  assign { \$113 [31:16], \$113 [7:0] } = 24'h000000;
-  assign { \$113 [255:32], \$113 [15:8] } = { cmd[255:32], cmd[15:8] };
-  assign { \$116 [31:16], \$116 [7:0] } = 24'h000000;
-  assign { \$116 [255:32], \$116 [15:8] } = { cmd[255:32], cmd[15:8] };
+  assign \footprint$25.spm_r_lo  = \footprint$25 [33:0];
+  assign \footprint$25.spm_r_hi  = \footprint$25 [67:34];
+  assign \footprint$25.spm_w_lo  = \footprint$25 [101:68];
+  assign \footprint$25.spm_w_hi  = \footprint$25 [135:102];
+  assign \footprint$25.acc_r_lo  = \footprint$25 [169:136];
+  assign \footprint$25.acc_r_hi  = \footprint$25 [203:170];
+  assign \footprint$25.acc_w_lo  = \footprint$25 [237:204];
+  assign \footprint$25.acc_w_hi  = \footprint$25 [271:238];
+  assign { \$27 [207:64], \$27 [31:16], \$27 [8:0] } = 169'h0000000000000000000000000000000000000000000;
+  assign { \$27 [255:208], \$27 [63:32], \$27 [15:9] } = { cmd[255:208], cmd[63:32], cmd[15:9] };
+  assign { \$52 [207:64], \$52 [31:16], \$52 [8:0] } = 169'h0000000000000000000000000000000000000000000;
+  assign { \$52 [255:208], \$52 [63:32], \$52 [15:9] } = { cmd[255:208], cmd[63:32], cmd[15:9] };
+  assign { \$77 [159:64], \$77 [31:16], \$77 [7:0] } = 120'h000000000000000000000000000000;
+  assign { \$77 [255:160], \$77 [63:32], \$77 [15:8] } = { cmd[255:160], cmd[63:32], cmd[15:8] };
+  assign { \$102 [87:64], \$102 [31:16], \$102 [7:0] } = 48'h000000000000;
+  assign { \$102 [255:88], \$102 [63:32], \$102 [15:8] } = { cmd[255:88], cmd[63:32], cmd[15:8] };
+  assign { \$107 [87:64], \$107 [31:16], \$107 [7:0] } = 48'h000000000000;
+  assign { \$107 [255:88], \$107 [63:32], \$107 [15:8] } = { cmd[255:88], cmd[63:32], cmd[15:8] };
+  assign { \$114 [31:16], \$114 [7:0] } = 24'h000000;
+  assign { \$114 [255:32], \$114 [15:8] } = { cmd[255:32], cmd[15:8] };
+  assign { \$117 [31:16], \$117 [7:0] } = 24'h000000;
+  assign { \$117 [255:32], \$117 [15:8] } = { cmd[255:32], cmd[15:8] };
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.cp0.decoder.footprint$34 (mv_last, \port$16535$0 , \port$16537$0 , \port$16539$0 , footprint, cmd);
+module \dx1_soc.cp0.decoder.footprint$35 (mv_last, \port$16539$0 , \port$16541$0 , \port$16543$0 , footprint, cmd);
   reg \$auto$verilog_backend.cc:2355:dump_module$61  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -53555,24 +53571,24 @@ module \dx1_soc.cp0.decoder.footprint$34 (mv_last, \port$16535$0 , \port$16537$0
   input [33:0] mv_last;
   wire [33:0] mv_last;
   wire [33:0] p_src_end;
-  input [32:0] \port$16535$0 ;
-  wire [32:0] \port$16535$0 ;
-  input [20:0] \port$16537$0 ;
-  wire [20:0] \port$16537$0 ;
-  input [16:0] \port$16539$0 ;
-  wire [16:0] \port$16539$0 ;
+  input [32:0] \port$16539$0 ;
+  wire [32:0] \port$16539$0 ;
+  input [20:0] \port$16541$0 ;
+  wire [20:0] \port$16541$0 ;
+  input [16:0] \port$16543$0 ;
+  wire [16:0] \port$16543$0 ;
   assign \$1  = cmd[79:64] < cmd[95:80];
   assign \$2  = \$1  ? cmd[79:64] : cmd[95:80];
-  assign \$3  = \port$16535$0  > \port$16537$0 ;
-  assign \$4  = \$3  ? { 1'h0, \port$16535$0  } : { 13'h0000, \port$16537$0  };
+  assign \$3  = \port$16539$0  > \port$16541$0 ;
+  assign \$4  = \$3  ? { 1'h0, \port$16539$0  } : { 13'h0000, \port$16541$0  };
   assign \$5  = cmd[111:96] + cmd[127:112];
   assign \$6  = cmd[127:112] < cmd[79:64];
   assign \$7  = cmd[9] & \$6 ;
   assign \$8  = \$7  ? cmd[127:112] : cmd[79:64];
-  assign \$9  = cmd[127:112] >= \port$16539$0 ;
+  assign \$9  = cmd[127:112] >= \port$16543$0 ;
   assign \$10  = cmd[9] & \$9 ;
   assign \$11  = cmd[127:112] + 1'h1;
-  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$16539$0  };
+  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$16543$0  };
   assign \$13  = cmd[95:80] + cmd[111:96];
   assign \$14  = mv_last + 1'h1;
   assign \$15  = mv_last + 1'h1;
@@ -53623,9 +53639,9 @@ module \dx1_soc.cp0.decoder.footprint$34 (mv_last, \port$16535$0 , \port$16537$0
         end
     endcase
   end
-  assign a_end = { 1'h0, \port$16535$0  };
-  assign b_end = { 13'h0000, \port$16537$0  };
-  assign p_src_end = { 17'h00000, \port$16539$0  };
+  assign a_end = { 1'h0, \port$16539$0  };
+  assign b_end = { 13'h0000, \port$16541$0  };
+  assign p_src_end = { 17'h00000, \port$16543$0  };
   assign \footprint.spm_r_lo  = footprint[33:0];
   assign \footprint.spm_r_hi  = footprint[67:34];
   assign \footprint.spm_w_lo  = footprint[101:68];
@@ -56019,8 +56035,8 @@ module \dx1_soc.cp0.ring (rst, ring_reset, doorbell, entries_ok, mask, doorbell_
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.cp0.semaphore (\port$13908$0 , \port$13910$0 , \port$13912$0 , \port$13914$0 , \port$13916$0 , \port$13918$0 , \port$13920$0 , \port$13922$0 , \port$13924$0 , \port$13926$0 , \port$13928$0 , \port$13930$0 , \port$13932$0 , \port$13934$0 , \port$13936$0 , sem_grant, \port$16503$64 , signal, \wait , sem_valid, sem_delta
-, done, \port$13906$0 );
+module \dx1_soc.cp0.semaphore (\port$13912$0 , \port$13914$0 , \port$13916$0 , \port$13918$0 , \port$13920$0 , \port$13922$0 , \port$13924$0 , \port$13926$0 , \port$13928$0 , \port$13930$0 , \port$13932$0 , \port$13934$0 , \port$13936$0 , \port$13938$0 , \port$13940$0 , sem_grant, \port$16507$64 , signal, \wait , sem_valid, sem_delta
+, done, \port$13910$0 );
   reg \$auto$verilog_backend.cc:2355:dump_module$69  = 0;
   reg [15:0] \$1 ;
   wire \$2 ;
@@ -56028,10 +56044,6 @@ module \dx1_soc.cp0.semaphore (\port$13908$0 , \port$13910$0 , \port$13912$0 , \
   wire [15:0] count;
   output done;
   reg done;
-  input [15:0] \port$13906$0 ;
-  wire [15:0] \port$13906$0 ;
-  input [15:0] \port$13908$0 ;
-  wire [15:0] \port$13908$0 ;
   input [15:0] \port$13910$0 ;
   wire [15:0] \port$13910$0 ;
   input [15:0] \port$13912$0 ;
@@ -56060,8 +56072,12 @@ module \dx1_soc.cp0.semaphore (\port$13908$0 , \port$13910$0 , \port$13912$0 , \
   wire [15:0] \port$13934$0 ;
   input [15:0] \port$13936$0 ;
   wire [15:0] \port$13936$0 ;
-  input [23:0] \port$16503$64 ;
-  wire [23:0] \port$16503$64 ;
+  input [15:0] \port$13938$0 ;
+  wire [15:0] \port$13938$0 ;
+  input [15:0] \port$13940$0 ;
+  wire [15:0] \port$13940$0 ;
+  input [23:0] \port$16507$64 ;
+  wire [23:0] \port$16507$64 ;
   wire [7:0] sem;
   output [17:0] sem_delta;
   reg [17:0] sem_delta;
@@ -56091,44 +56107,44 @@ module \dx1_soc.cp0.semaphore (\port$13908$0 , \port$13910$0 , \port$13912$0 , \
   wire signal;
   input \wait ;
   wire \wait ;
-  assign \$2  = \$1  >= \port$16503$64 [23:8];
-  assign \$3  = - \port$16503$64 [23:8];
+  assign \$2  = \$1  >= \port$16507$64 [23:8];
+  assign \$3  = - \port$16507$64 [23:8];
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
     \$1  = 16'h0000;
-    casez (\port$16503$64 [7:0])
+    casez (\port$16507$64 [7:0])
       8'h00:
-          \$1  = \port$13906$0 ;
-      8'h01:
-          \$1  = \port$13908$0 ;
-      8'h02:
           \$1  = \port$13910$0 ;
-      8'h03:
+      8'h01:
           \$1  = \port$13912$0 ;
-      8'h04:
+      8'h02:
           \$1  = \port$13914$0 ;
-      8'h05:
+      8'h03:
           \$1  = \port$13916$0 ;
-      8'h06:
+      8'h04:
           \$1  = \port$13918$0 ;
-      8'h07:
+      8'h05:
           \$1  = \port$13920$0 ;
-      8'h08:
+      8'h06:
           \$1  = \port$13922$0 ;
-      8'h09:
+      8'h07:
           \$1  = \port$13924$0 ;
-      8'h0a:
+      8'h08:
           \$1  = \port$13926$0 ;
-      8'h0b:
+      8'h09:
           \$1  = \port$13928$0 ;
-      8'h0c:
+      8'h0a:
           \$1  = \port$13930$0 ;
-      8'h0d:
+      8'h0b:
           \$1  = \port$13932$0 ;
-      8'h0e:
+      8'h0c:
           \$1  = \port$13934$0 ;
-      8'h0f:
+      8'h0d:
           \$1  = \port$13936$0 ;
+      8'h0e:
+          \$1  = \port$13938$0 ;
+      8'h0f:
+          \$1  = \port$13940$0 ;
     endcase
   end
   always @* begin
@@ -56147,7 +56163,7 @@ module \dx1_soc.cp0.semaphore (\port$13908$0 , \port$13910$0 , \port$13912$0 , \
     if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
     sem_delta = 18'h00000;
     if (signal) begin
-      sem_delta = { 2'h0, \port$16503$64 [23:8] };
+      sem_delta = { 2'h0, \port$16507$64 [23:8] };
     end
     if (\wait ) begin
       if (\$2 ) begin
@@ -56167,26 +56183,26 @@ module \dx1_soc.cp0.semaphore (\port$13908$0 , \port$13910$0 , \port$13912$0 , \
       end
     end
   end
-  assign count = \port$16503$64 [23:8];
-  assign sem = \port$16503$64 [7:0];
-  assign sem_values = { \port$13936$0 , \port$13934$0 , \port$13932$0 , \port$13930$0 , \port$13928$0 , \port$13926$0 , \port$13924$0 , \port$13922$0 , \port$13920$0 , \port$13918$0 , \port$13916$0 , \port$13914$0 , \port$13912$0 , \port$13910$0 , \port$13908$0 , \port$13906$0  };
-  assign sem_index = \port$16503$64 [3:0];
-  assign \sem_values[0]  = \port$13906$0 ;
-  assign \sem_values[1]  = \port$13908$0 ;
-  assign \sem_values[2]  = \port$13910$0 ;
-  assign \sem_values[3]  = \port$13912$0 ;
-  assign \sem_values[4]  = \port$13914$0 ;
-  assign \sem_values[5]  = \port$13916$0 ;
-  assign \sem_values[6]  = \port$13918$0 ;
-  assign \sem_values[7]  = \port$13920$0 ;
-  assign \sem_values[8]  = \port$13922$0 ;
-  assign \sem_values[9]  = \port$13924$0 ;
-  assign \sem_values[10]  = \port$13926$0 ;
-  assign \sem_values[11]  = \port$13928$0 ;
-  assign \sem_values[12]  = \port$13930$0 ;
-  assign \sem_values[13]  = \port$13932$0 ;
-  assign \sem_values[14]  = \port$13934$0 ;
-  assign \sem_values[15]  = \port$13936$0 ;
+  assign count = \port$16507$64 [23:8];
+  assign sem = \port$16507$64 [7:0];
+  assign sem_values = { \port$13940$0 , \port$13938$0 , \port$13936$0 , \port$13934$0 , \port$13932$0 , \port$13930$0 , \port$13928$0 , \port$13926$0 , \port$13924$0 , \port$13922$0 , \port$13920$0 , \port$13918$0 , \port$13916$0 , \port$13914$0 , \port$13912$0 , \port$13910$0  };
+  assign sem_index = \port$16507$64 [3:0];
+  assign \sem_values[0]  = \port$13910$0 ;
+  assign \sem_values[1]  = \port$13912$0 ;
+  assign \sem_values[2]  = \port$13914$0 ;
+  assign \sem_values[3]  = \port$13916$0 ;
+  assign \sem_values[4]  = \port$13918$0 ;
+  assign \sem_values[5]  = \port$13920$0 ;
+  assign \sem_values[6]  = \port$13922$0 ;
+  assign \sem_values[7]  = \port$13924$0 ;
+  assign \sem_values[8]  = \port$13926$0 ;
+  assign \sem_values[9]  = \port$13928$0 ;
+  assign \sem_values[10]  = \port$13930$0 ;
+  assign \sem_values[11]  = \port$13932$0 ;
+  assign \sem_values[12]  = \port$13934$0 ;
+  assign \sem_values[13]  = \port$13936$0 ;
+  assign \sem_values[14]  = \port$13938$0 ;
+  assign \sem_values[15]  = \port$13940$0 ;
 endmodule
 
 (* generator = "Amaranth" *)
@@ -57117,8 +57133,8 @@ module \dx1_soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_done__tda
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, timestamp, doorbell_index, \port$13906$0 , \port$13908$0 
-, \port$13910$0 , \port$13912$0 , \port$13914$0 , \port$13916$0 , \port$13918$0 , \port$13920$0 , \port$13922$0 , \port$13924$0 , \port$13926$0 , \port$13928$0 , \port$13930$0 , \port$13932$0 , \port$13934$0 , \port$13936$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit, budget
+module \dx1_soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, timestamp, doorbell_index, \port$13910$0 , \port$13912$0 
+, \port$13914$0 , \port$13916$0 , \port$13918$0 , \port$13920$0 , \port$13922$0 , \port$13924$0 , \port$13926$0 , \port$13928$0 , \port$13930$0 , \port$13932$0 , \port$13934$0 , \port$13936$0 , \port$13938$0 , \port$13940$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit, budget
 , bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, sem_grant, quiesce, reset_cp, abort_done, dma_done__tdata, head, tail, halted, error_code, error_index, irq_error, axi__arvalid
 , axi__rready, cmd, tile_cmd__tvalid, taken, dma_cmd__tvalid, sem_valid, sem_delta, axi__awaddr, axi__wdata, trace_end_tag, trace_end_opcode, dma_done__tready, tile_done__tready, axi__awvalid, axi__wvalid, axi__bready, irq_completion, trace_end, clk);
   wire \$1 ;
@@ -57399,10 +57415,6 @@ module \dx1_soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
   wire [7:0] opcode;
   wire phase;
   wire \phase$128 ;
-  input [15:0] \port$13906$0 ;
-  wire [15:0] \port$13906$0 ;
-  input [15:0] \port$13908$0 ;
-  wire [15:0] \port$13908$0 ;
   input [15:0] \port$13910$0 ;
   wire [15:0] \port$13910$0 ;
   input [15:0] \port$13912$0 ;
@@ -57431,6 +57443,10 @@ module \dx1_soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
   wire [15:0] \port$13934$0 ;
   input [15:0] \port$13936$0 ;
   wire [15:0] \port$13936$0 ;
+  input [15:0] \port$13938$0 ;
+  wire [15:0] \port$13938$0 ;
+  input [15:0] \port$13940$0 ;
+  wire [15:0] \port$13940$0 ;
   input progress;
   wire progress;
   wire \progress$239 ;
@@ -57780,8 +57796,6 @@ module \dx1_soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
   );
   \dx1_soc.cp1.semaphore  semaphore (
     .done(sem_done),
-    .\port$13906$0 (\port$13906$0 ),
-    .\port$13908$0 (\port$13908$0 ),
     .\port$13910$0 (\port$13910$0 ),
     .\port$13912$0 (\port$13912$0 ),
     .\port$13914$0 (\port$13914$0 ),
@@ -57796,7 +57810,9 @@ module \dx1_soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
     .\port$13932$0 (\port$13932$0 ),
     .\port$13934$0 (\port$13934$0 ),
     .\port$13936$0 (\port$13936$0 ),
-    .\port$18808$64 (cmd[87:64]),
+    .\port$13938$0 (\port$13938$0 ),
+    .\port$13940$0 (\port$13940$0 ),
+    .\port$18814$64 (cmd[87:64]),
     .sem_delta(sem_delta),
     .sem_grant(sem_grant),
     .sem_valid(sem_valid),
@@ -57973,8 +57989,8 @@ module \dx1_soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
   assign done = sem_done;
   assign sem = cmd[71:64];
   assign count = cmd[87:72];
-  assign sem_values = { \port$13936$0 , \port$13934$0 , \port$13932$0 , \port$13930$0 , \port$13928$0 , \port$13926$0 , \port$13924$0 , \port$13922$0 , \port$13920$0 , \port$13918$0 , \port$13916$0 , \port$13914$0 , \port$13912$0 , \port$13910$0 , \port$13908$0 , \port$13906$0  };
-  assign \sem_values$182  = { \port$13936$0 , \port$13934$0 , \port$13932$0 , \port$13930$0 , \port$13928$0 , \port$13926$0 , \port$13924$0 , \port$13922$0 , \port$13920$0 , \port$13918$0 , \port$13916$0 , \port$13914$0 , \port$13912$0 , \port$13910$0 , \port$13908$0 , \port$13906$0  };
+  assign sem_values = { \port$13940$0 , \port$13938$0 , \port$13936$0 , \port$13934$0 , \port$13932$0 , \port$13930$0 , \port$13928$0 , \port$13926$0 , \port$13924$0 , \port$13922$0 , \port$13920$0 , \port$13918$0 , \port$13916$0 , \port$13914$0 , \port$13912$0 , \port$13910$0  };
+  assign \sem_values$182  = { \port$13940$0 , \port$13938$0 , \port$13936$0 , \port$13934$0 , \port$13932$0 , \port$13930$0 , \port$13928$0 , \port$13926$0 , \port$13924$0 , \port$13922$0 , \port$13920$0 , \port$13918$0 , \port$13916$0 , \port$13914$0 , \port$13912$0 , \port$13910$0  };
   assign \sem_grant$184  = sem_grant;
   assign \sem_valid$186  = sem_valid;
   assign sem_index = cmd[67:64];
@@ -58061,38 +58077,38 @@ module \dx1_soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
   assign \slot.footprint.acc_r_hi  = slot_in[244:211];
   assign \slot.footprint.acc_w_lo  = slot_in[278:245];
   assign \slot.footprint.acc_w_hi  = slot_in[312:279];
-  assign \sem_values[0]  = \port$13906$0 ;
-  assign \sem_values[1]  = \port$13908$0 ;
-  assign \sem_values[2]  = \port$13910$0 ;
-  assign \sem_values[3]  = \port$13912$0 ;
-  assign \sem_values[4]  = \port$13914$0 ;
-  assign \sem_values[5]  = \port$13916$0 ;
-  assign \sem_values[6]  = \port$13918$0 ;
-  assign \sem_values[7]  = \port$13920$0 ;
-  assign \sem_values[8]  = \port$13922$0 ;
-  assign \sem_values[9]  = \port$13924$0 ;
-  assign \sem_values[10]  = \port$13926$0 ;
-  assign \sem_values[11]  = \port$13928$0 ;
-  assign \sem_values[12]  = \port$13930$0 ;
-  assign \sem_values[13]  = \port$13932$0 ;
-  assign \sem_values[14]  = \port$13934$0 ;
-  assign \sem_values[15]  = \port$13936$0 ;
-  assign \sem_values$182[0]  = \port$13906$0 ;
-  assign \sem_values$182[1]  = \port$13908$0 ;
-  assign \sem_values$182[2]  = \port$13910$0 ;
-  assign \sem_values$182[3]  = \port$13912$0 ;
-  assign \sem_values$182[4]  = \port$13914$0 ;
-  assign \sem_values$182[5]  = \port$13916$0 ;
-  assign \sem_values$182[6]  = \port$13918$0 ;
-  assign \sem_values$182[7]  = \port$13920$0 ;
-  assign \sem_values$182[8]  = \port$13922$0 ;
-  assign \sem_values$182[9]  = \port$13924$0 ;
-  assign \sem_values$182[10]  = \port$13926$0 ;
-  assign \sem_values$182[11]  = \port$13928$0 ;
-  assign \sem_values$182[12]  = \port$13930$0 ;
-  assign \sem_values$182[13]  = \port$13932$0 ;
-  assign \sem_values$182[14]  = \port$13934$0 ;
-  assign \sem_values$182[15]  = \port$13936$0 ;
+  assign \sem_values[0]  = \port$13910$0 ;
+  assign \sem_values[1]  = \port$13912$0 ;
+  assign \sem_values[2]  = \port$13914$0 ;
+  assign \sem_values[3]  = \port$13916$0 ;
+  assign \sem_values[4]  = \port$13918$0 ;
+  assign \sem_values[5]  = \port$13920$0 ;
+  assign \sem_values[6]  = \port$13922$0 ;
+  assign \sem_values[7]  = \port$13924$0 ;
+  assign \sem_values[8]  = \port$13926$0 ;
+  assign \sem_values[9]  = \port$13928$0 ;
+  assign \sem_values[10]  = \port$13930$0 ;
+  assign \sem_values[11]  = \port$13932$0 ;
+  assign \sem_values[12]  = \port$13934$0 ;
+  assign \sem_values[13]  = \port$13936$0 ;
+  assign \sem_values[14]  = \port$13938$0 ;
+  assign \sem_values[15]  = \port$13940$0 ;
+  assign \sem_values$182[0]  = \port$13910$0 ;
+  assign \sem_values$182[1]  = \port$13912$0 ;
+  assign \sem_values$182[2]  = \port$13914$0 ;
+  assign \sem_values$182[3]  = \port$13916$0 ;
+  assign \sem_values$182[4]  = \port$13918$0 ;
+  assign \sem_values$182[5]  = \port$13920$0 ;
+  assign \sem_values$182[6]  = \port$13922$0 ;
+  assign \sem_values$182[7]  = \port$13924$0 ;
+  assign \sem_values$182[8]  = \port$13926$0 ;
+  assign \sem_values$182[9]  = \port$13928$0 ;
+  assign \sem_values$182[10]  = \port$13930$0 ;
+  assign \sem_values$182[11]  = \port$13932$0 ;
+  assign \sem_values$182[12]  = \port$13934$0 ;
+  assign \sem_values$182[13]  = \port$13936$0 ;
+  assign \sem_values$182[14]  = \port$13938$0 ;
+  assign \sem_values$182[15]  = \port$13940$0 ;
   assign \local_slot.ring_index  = slot_in[15:0];
   assign \local_slot.phase  = slot_in[16];
   assign \local_slot.tag  = slot_in[32:17];
@@ -58171,45 +58187,47 @@ module \dx1_soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
   wire \$1 ;
   wire [48:0] \$10 ;
   wire [7:0] \$100 ;
-  wire [255:0] \$101 ;
-  wire \$102 ;
+  wire [7:0] \$101 ;
+  wire [255:0] \$102 ;
   wire \$103 ;
-  wire [7:0] \$104 ;
+  wire \$104 ;
   wire [7:0] \$105 ;
-  wire [255:0] \$106 ;
-  wire \$107 ;
+  wire [7:0] \$106 ;
+  wire [255:0] \$107 ;
   wire \$108 ;
   wire \$109 ;
   wire [21:0] \$11 ;
-  wire [7:0] \$110 ;
+  wire \$110 ;
   wire [7:0] \$111 ;
   wire [7:0] \$112 ;
-  wire [255:0] \$113 ;
-  wire \$114 ;
-  wire [7:0] \$115 ;
-  wire [255:0] \$116 ;
-  wire \$117 ;
-  wire [7:0] \$118 ;
-  wire \$119 ;
+  wire [7:0] \$113 ;
+  wire [255:0] \$114 ;
+  wire \$115 ;
+  wire [7:0] \$116 ;
+  wire [255:0] \$117 ;
+  wire \$118 ;
+  wire [7:0] \$119 ;
   wire [19:0] \$12 ;
-  reg [2:0] \$120 ;
-  reg [32:0] \$121 ;
+  wire \$120 ;
+  reg [2:0] \$121 ;
   reg [32:0] \$122 ;
-  reg [48:0] \$123 ;
-  reg [21:0] \$124 ;
-  reg [31:0] \$125 ;
-  reg [19:0] \$126 ;
-  reg [33:0] \$127 ;
-  reg [49:0] \$128 ;
-  reg [32:0] \$129 ;
+  reg [32:0] \$123 ;
+  reg [48:0] \$124 ;
+  reg [21:0] \$125 ;
+  reg [31:0] \$126 ;
+  reg [19:0] \$127 ;
+  reg [33:0] \$128 ;
+  reg [49:0] \$129 ;
   wire [21:0] \$13 ;
   reg [32:0] \$130 ;
   reg [32:0] \$131 ;
-  reg [20:0] \$132 ;
-  reg [16:0] \$133 ;
-  reg [7:0] \$134 ;
-  reg [1:0] \$135 ;
-  reg [271:0] \$136 ;
+  reg [32:0] \$132 ;
+  reg [20:0] \$133 ;
+  reg [16:0] \$134 ;
+  reg [32:0] \$135 ;
+  reg [7:0] \$136 ;
+  reg [1:0] \$137 ;
+  reg [271:0] \$138 ;
   wire [31:0] \$14 ;
   wire [19:0] \$15 ;
   wire [33:0] \$16 ;
@@ -58222,9 +58240,9 @@ module \dx1_soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
   wire [32:0] \$22 ;
   wire [20:0] \$23 ;
   wire [16:0] \$24 ;
-  wire \$25 ;
-  wire [255:0] \$26 ;
-  wire \$27 ;
+  wire [32:0] \$25 ;
+  wire \$26 ;
+  wire [255:0] \$27 ;
   wire \$28 ;
   wire \$29 ;
   wire \$3 ;
@@ -58244,15 +58262,15 @@ module \dx1_soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
   wire \$42 ;
   wire \$43 ;
   wire \$44 ;
-  wire [7:0] \$45 ;
+  wire \$45 ;
   wire [7:0] \$46 ;
   wire [7:0] \$47 ;
   wire [7:0] \$48 ;
   wire [7:0] \$49 ;
   wire [16:0] \$5 ;
   wire [7:0] \$50 ;
-  wire [255:0] \$51 ;
-  wire \$52 ;
+  wire [7:0] \$51 ;
+  wire [255:0] \$52 ;
   wire \$53 ;
   wire \$54 ;
   wire \$55 ;
@@ -58272,14 +58290,14 @@ module \dx1_soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
   wire \$68 ;
   wire \$69 ;
   wire [16:0] \$7 ;
-  wire [7:0] \$70 ;
+  wire \$70 ;
   wire [7:0] \$71 ;
   wire [7:0] \$72 ;
   wire [7:0] \$73 ;
   wire [7:0] \$74 ;
   wire [7:0] \$75 ;
-  wire [255:0] \$76 ;
-  wire \$77 ;
+  wire [7:0] \$76 ;
+  wire [255:0] \$77 ;
   wire \$78 ;
   wire \$79 ;
   wire [32:0] \$8 ;
@@ -58301,7 +58319,7 @@ module \dx1_soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
   wire \$94 ;
   wire \$95 ;
   wire \$96 ;
-  wire [7:0] \$97 ;
+  wire \$97 ;
   wire [7:0] \$98 ;
   wire [7:0] \$99 ;
   wire [33:0] a_end;
@@ -58310,7 +58328,7 @@ module \dx1_soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
   wire clk;
   input [255:0] cmd;
   wire [255:0] cmd;
-  wire [255:0] \cmd$29 ;
+  wire [255:0] \cmd$30 ;
   reg [32:0] cp_dst_end = 33'h000000000;
   reg [32:0] cp_src_end = 33'h000000000;
   output decoded;
@@ -58321,15 +58339,15 @@ module \dx1_soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
   wire [31:0] dma_limit;
   output [271:0] footprint;
   reg [271:0] footprint = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
-  wire [271:0] \footprint$24 ;
-  wire [33:0] \footprint$24.acc_r_hi ;
-  wire [33:0] \footprint$24.acc_r_lo ;
-  wire [33:0] \footprint$24.acc_w_hi ;
-  wire [33:0] \footprint$24.acc_w_lo ;
-  wire [33:0] \footprint$24.spm_r_hi ;
-  wire [33:0] \footprint$24.spm_r_lo ;
-  wire [33:0] \footprint$24.spm_w_hi ;
-  wire [33:0] \footprint$24.spm_w_lo ;
+  wire [271:0] \footprint$25 ;
+  wire [33:0] \footprint$25.acc_r_hi ;
+  wire [33:0] \footprint$25.acc_r_lo ;
+  wire [33:0] \footprint$25.acc_w_hi ;
+  wire [33:0] \footprint$25.acc_w_lo ;
+  wire [33:0] \footprint$25.spm_r_hi ;
+  wire [33:0] \footprint$25.spm_r_lo ;
+  wire [33:0] \footprint$25.spm_w_hi ;
+  wire [33:0] \footprint$25.spm_w_lo ;
   wire [33:0] \footprint.acc_r_hi ;
   wire [33:0] \footprint.acc_r_lo ;
   wire [33:0] \footprint.acc_w_hi ;
@@ -58347,11 +58365,11 @@ module \dx1_soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
   reg [49:0] mv_end = 50'h0000000000000;
   reg [33:0] mv_last = 34'h000000000;
   (* init = 34'h000000000 *)
-  wire [33:0] \mv_last$30 ;
+  wire [33:0] \mv_last$31 ;
   reg [48:0] mv_mem_off = 49'h0000000000000;
   reg [32:0] mv_row_off = 33'h000000000;
   reg [16:0] p_src_end = 17'h00000;
-  wire [33:0] \p_src_end$33 ;
+  wire [33:0] \p_src_end$34 ;
   input reset_cp;
   wire reset_cp;
   output [1:0] route;
@@ -58359,6 +58377,7 @@ module \dx1_soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
   reg [1:0] route_next;
   input rst;
   wire rst;
+  reg [32:0] sd_src_end = 33'h000000000;
   reg [2:0] stage = 3'h0;
   output [7:0] status;
   reg [7:0] status = 8'h00;
@@ -58391,165 +58410,158 @@ module \dx1_soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
   assign \$22  = cmd[79:64] + g_a_rows;
   assign \$23  = cmd[95:80] + g_b_rows;
   assign \$24  = cmd[79:64] + cmd[111:96];
-  assign \$25  = stage == 3'h4;
-  assign decoded = valid & \$25 ;
-  assign \$27  = | \$26 ;
-  assign \$28  = ! cmd[159:144];
-  assign \$29  = ! cmd[175:160];
-  assign \$30  = \$28  | \$29 ;
-  assign \$31  = ~ cmd[8];
-  assign \$32  = mv_last >= 13'h1000;
-  assign \$33  = \$31  & \$32 ;
-  assign \$34  = mv_last >= 11'h400;
-  assign \$35  = cmd[8] & \$34 ;
-  assign \$36  = | cmd[66:64];
-  assign \$37  = | cmd[98:96];
-  assign \$38  = \$36  | \$37 ;
-  assign \$39  = cmd[95:64] >= dma_base;
-  assign \$40  = mv_end <= dma_limit;
-  assign \$41  = \$39  & \$40 ;
-  assign \$42  = mv_end <= 21'h100000;
-  assign \$43  = \$41  & \$42 ;
-  assign \$44  = ~ \$43 ;
-  assign \$45  = \$43  ? 8'h00 : 8'h07;
-  assign \$46  = \$38  ? 8'h08 : \$45 ;
-  assign \$47  = \$35  ? 8'h06 : \$46 ;
-  assign \$48  = \$33  ? 8'h05 : \$47 ;
-  assign \$49  = \$30  ? 8'h03 : \$48 ;
-  assign \$50  = \$27  ? 8'h02 : \$49 ;
-  assign \$52  = | \$51 ;
-  assign \$53  = ! cmd[159:144];
-  assign \$54  = ! cmd[175:160];
-  assign \$55  = \$53  | \$54 ;
-  assign \$56  = ~ cmd[8];
-  assign \$57  = mv_last >= 13'h1000;
-  assign \$58  = \$56  & \$57 ;
-  assign \$59  = mv_last >= 11'h400;
-  assign \$60  = cmd[8] & \$59 ;
-  assign \$61  = | cmd[66:64];
-  assign \$62  = | cmd[98:96];
-  assign \$63  = \$61  | \$62 ;
-  assign \$64  = cmd[95:64] >= dma_base;
-  assign \$65  = mv_end <= dma_limit;
-  assign \$66  = \$64  & \$65 ;
-  assign \$67  = mv_end <= 21'h100000;
-  assign \$68  = \$66  & \$67 ;
-  assign \$69  = ~ \$68 ;
-  assign \$70  = \$68  ? 8'h00 : 8'h07;
-  assign \$71  = \$63  ? 8'h08 : \$70 ;
-  assign \$72  = \$60  ? 8'h06 : \$71 ;
-  assign \$73  = \$58  ? 8'h05 : \$72 ;
-  assign \$74  = \$55  ? 8'h03 : \$73 ;
-  assign \$75  = \$52  ? 8'h02 : \$74 ;
-  assign \$77  = | \$76 ;
-  assign \$78  = ! cmd[159:128];
-  assign \$79  = | cmd[66:64];
-  assign \$80  = | cmd[98:96];
-  assign \$81  = \$79  | \$80 ;
-  assign \$82  = | cmd[130:128];
-  assign \$83  = \$81  | \$82 ;
-  assign \$84  = cmd[95:64] >= dma_base;
-  assign \$85  = cp_src_end <= dma_limit;
-  assign \$86  = \$84  & \$85 ;
-  assign \$87  = cp_src_end <= 21'h100000;
-  assign \$88  = \$86  & \$87 ;
-  assign \$89  = ~ \$88 ;
-  assign \$90  = cmd[127:96] >= dma_base;
-  assign \$91  = cp_dst_end <= dma_limit;
-  assign \$92  = \$90  & \$91 ;
-  assign \$93  = cp_dst_end <= 21'h100000;
-  assign \$94  = \$92  & \$93 ;
-  assign \$95  = ~ \$94 ;
-  assign \$96  = \$89  | \$95 ;
-  assign \$97  = \$96  ? 8'h07 : 8'h00;
-  assign \$98  = \$83  ? 8'h08 : \$97 ;
-  assign \$99  = \$78  ? 8'h03 : \$98 ;
-  assign \$100  = \$77  ? 8'h02 : \$99 ;
-  assign \$102  = | \$101 ;
-  assign \$103  = cmd[71:64] >= 5'h10;
-  assign \$104  = \$103  ? 8'h0a : 8'h00;
-  assign \$105  = \$102  ? 8'h02 : \$104 ;
-  assign \$107  = | \$106 ;
-  assign \$108  = ! cmd[87:72];
-  assign \$109  = cmd[71:64] >= 5'h10;
-  assign \$110  = \$109  ? 8'h0a : 8'h00;
-  assign \$111  = \$108  ? 8'h03 : \$110 ;
-  assign \$112  = \$107  ? 8'h02 : \$111 ;
-  assign \$114  = | \$113 ;
-  assign \$115  = \$114  ? 8'h02 : 8'h00;
-  assign \$117  = | \$116 ;
-  assign \$118  = \$117  ? 8'h02 : 8'h00;
-  assign \$119  = | status_next;
+  assign \$25  = cmd[95:64] + cmd[159:128];
+  assign \$26  = stage == 3'h4;
+  assign decoded = valid & \$26 ;
+  assign \$28  = | \$27 ;
+  assign \$29  = ! cmd[159:144];
+  assign \$30  = ! cmd[175:160];
+  assign \$31  = \$29  | \$30 ;
+  assign \$32  = ~ cmd[8];
+  assign \$33  = mv_last >= 13'h1000;
+  assign \$34  = \$32  & \$33 ;
+  assign \$35  = mv_last >= 11'h400;
+  assign \$36  = cmd[8] & \$35 ;
+  assign \$37  = | cmd[66:64];
+  assign \$38  = | cmd[98:96];
+  assign \$39  = \$37  | \$38 ;
+  assign \$40  = cmd[95:64] >= dma_base;
+  assign \$41  = mv_end <= dma_limit;
+  assign \$42  = \$40  & \$41 ;
+  assign \$43  = mv_end <= 21'h100000;
+  assign \$44  = \$42  & \$43 ;
+  assign \$45  = ~ \$44 ;
+  assign \$46  = \$44  ? 8'h00 : 8'h07;
+  assign \$47  = \$39  ? 8'h08 : \$46 ;
+  assign \$48  = \$36  ? 8'h06 : \$47 ;
+  assign \$49  = \$34  ? 8'h05 : \$48 ;
+  assign \$50  = \$31  ? 8'h03 : \$49 ;
+  assign \$51  = \$28  ? 8'h02 : \$50 ;
+  assign \$53  = | \$52 ;
+  assign \$54  = ! cmd[159:144];
+  assign \$55  = ! cmd[175:160];
+  assign \$56  = \$54  | \$55 ;
+  assign \$57  = ~ cmd[8];
+  assign \$58  = mv_last >= 13'h1000;
+  assign \$59  = \$57  & \$58 ;
+  assign \$60  = mv_last >= 11'h400;
+  assign \$61  = cmd[8] & \$60 ;
+  assign \$62  = | cmd[66:64];
+  assign \$63  = | cmd[98:96];
+  assign \$64  = \$62  | \$63 ;
+  assign \$65  = cmd[95:64] >= dma_base;
+  assign \$66  = mv_end <= dma_limit;
+  assign \$67  = \$65  & \$66 ;
+  assign \$68  = mv_end <= 21'h100000;
+  assign \$69  = \$67  & \$68 ;
+  assign \$70  = ~ \$69 ;
+  assign \$71  = \$69  ? 8'h00 : 8'h07;
+  assign \$72  = \$64  ? 8'h08 : \$71 ;
+  assign \$73  = \$61  ? 8'h06 : \$72 ;
+  assign \$74  = \$59  ? 8'h05 : \$73 ;
+  assign \$75  = \$56  ? 8'h03 : \$74 ;
+  assign \$76  = \$53  ? 8'h02 : \$75 ;
+  assign \$78  = | \$77 ;
+  assign \$79  = ! cmd[159:128];
+  assign \$80  = | cmd[66:64];
+  assign \$81  = | cmd[98:96];
+  assign \$82  = \$80  | \$81 ;
+  assign \$83  = | cmd[130:128];
+  assign \$84  = \$82  | \$83 ;
+  assign \$85  = cmd[95:64] >= dma_base;
+  assign \$86  = cp_src_end <= dma_limit;
+  assign \$87  = \$85  & \$86 ;
+  assign \$88  = cp_src_end <= 21'h100000;
+  assign \$89  = \$87  & \$88 ;
+  assign \$90  = ~ \$89 ;
+  assign \$91  = cmd[127:96] >= dma_base;
+  assign \$92  = cp_dst_end <= dma_limit;
+  assign \$93  = \$91  & \$92 ;
+  assign \$94  = cp_dst_end <= 21'h100000;
+  assign \$95  = \$93  & \$94 ;
+  assign \$96  = ~ \$95 ;
+  assign \$97  = \$90  | \$96 ;
+  assign \$98  = \$97  ? 8'h07 : 8'h00;
+  assign \$99  = \$84  ? 8'h08 : \$98 ;
+  assign \$100  = \$79  ? 8'h03 : \$99 ;
+  assign \$101  = \$78  ? 8'h02 : \$100 ;
+  assign \$103  = | \$102 ;
+  assign \$104  = cmd[71:64] >= 5'h10;
+  assign \$105  = \$104  ? 8'h0a : 8'h00;
+  assign \$106  = \$103  ? 8'h02 : \$105 ;
+  assign \$108  = | \$107 ;
+  assign \$109  = ! cmd[87:72];
+  assign \$110  = cmd[71:64] >= 5'h10;
+  assign \$111  = \$110  ? 8'h0a : 8'h00;
+  assign \$112  = \$109  ? 8'h03 : \$111 ;
+  assign \$113  = \$108  ? 8'h02 : \$112 ;
+  assign \$115  = | \$114 ;
+  assign \$116  = \$115  ? 8'h02 : 8'h00;
+  assign \$118  = | \$117 ;
+  assign \$119  = \$118  ? 8'h02 : 8'h00;
+  assign \$120  = | status_next;
   always @(posedge clk)
-    stage <= \$120 ;
+    stage <= \$121 ;
   always @(posedge clk)
-    mv_row_off <= \$121 ;
+    mv_row_off <= \$122 ;
   always @(posedge clk)
-    mv_col_off <= \$122 ;
+    mv_col_off <= \$123 ;
   always @(posedge clk)
-    mv_mem_off <= \$123 ;
+    mv_mem_off <= \$124 ;
   always @(posedge clk)
-    mv_bytes <= \$124 ;
+    mv_bytes <= \$125 ;
   always @(posedge clk)
-    g_a_rows <= \$125 ;
+    g_a_rows <= \$126 ;
   always @(posedge clk)
-    g_b_rows <= \$126 ;
+    g_b_rows <= \$127 ;
   always @(posedge clk)
-    mv_last <= \$127 ;
+    mv_last <= \$128 ;
   always @(posedge clk)
-    mv_end <= \$128 ;
+    mv_end <= \$129 ;
   always @(posedge clk)
-    cp_src_end <= \$129 ;
+    cp_src_end <= \$130 ;
   always @(posedge clk)
-    cp_dst_end <= \$130 ;
+    cp_dst_end <= \$131 ;
   always @(posedge clk)
-    g_a_end <= \$131 ;
+    g_a_end <= \$132 ;
   always @(posedge clk)
-    g_b_end <= \$132 ;
+    g_b_end <= \$133 ;
   always @(posedge clk)
-    p_src_end <= \$133 ;
+    p_src_end <= \$134 ;
   always @(posedge clk)
-    status <= \$134 ;
+    sd_src_end <= \$135 ;
   always @(posedge clk)
-    route <= \$135 ;
+    status <= \$136 ;
   always @(posedge clk)
-    footprint <= \$136 ;
-  \dx1_soc.cp1.decoder.footprint$34  \footprint$34  (
+    route <= \$137 ;
+  always @(posedge clk)
+    footprint <= \$138 ;
+  \dx1_soc.cp1.decoder.footprint$35  \footprint$35  (
     .cmd(cmd),
-    .footprint(\footprint$24 ),
+    .footprint(\footprint$25 ),
     .mv_last(mv_last),
-    .\port$18840$0 (g_a_end),
-    .\port$18842$0 (g_b_end),
-    .\port$18844$0 (p_src_end)
+    .\port$18846$0 (g_a_end),
+    .\port$18848$0 (g_b_end),
+    .\port$18850$0 (p_src_end)
   );
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$72 ) begin end
-    \$120  = stage;
+    \$121  = stage;
     if (\$2 ) begin
-      \$120  = 3'h0;
+      \$121  = 3'h0;
     end else if (\$3 ) begin
-      \$120  = \$4 [2:0];
+      \$121  = \$4 [2:0];
     end
     if (reset_cp) begin
-      \$120  = 3'h0;
+      \$121  = 3'h0;
     end
     if (rst) begin
-      \$120  = 3'h0;
+      \$121  = 3'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$72 ) begin end
-    \$121  = \$6 ;
-    if (reset_cp) begin
-      \$121  = 33'h000000000;
-    end
-    if (rst) begin
-      \$121  = 33'h000000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$72 ) begin end
-    \$122  = \$8 ;
+    \$122  = \$6 ;
     if (reset_cp) begin
       \$122  = 33'h000000000;
     end
@@ -58559,77 +58571,77 @@ module \dx1_soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$72 ) begin end
-    \$123  = \$10 ;
+    \$123  = \$8 ;
     if (reset_cp) begin
-      \$123  = 49'h0000000000000;
+      \$123  = 33'h000000000;
     end
     if (rst) begin
-      \$123  = 49'h0000000000000;
+      \$123  = 33'h000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$72 ) begin end
-    \$124  = \$13 ;
+    \$124  = \$10 ;
     if (reset_cp) begin
-      \$124  = 22'h000000;
+      \$124  = 49'h0000000000000;
     end
     if (rst) begin
-      \$124  = 22'h000000;
+      \$124  = 49'h0000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$72 ) begin end
-    \$125  = \$14 ;
+    \$125  = \$13 ;
     if (reset_cp) begin
-      \$125  = 32'd0;
+      \$125  = 22'h000000;
     end
     if (rst) begin
-      \$125  = 32'd0;
+      \$125  = 22'h000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$72 ) begin end
-    \$126  = \$15 ;
+    \$126  = \$14 ;
     if (reset_cp) begin
-      \$126  = 20'h00000;
+      \$126  = 32'd0;
     end
     if (rst) begin
-      \$126  = 20'h00000;
+      \$126  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$72 ) begin end
-    \$127  = \$17 [33:0];
+    \$127  = \$15 ;
     if (reset_cp) begin
-      \$127  = 34'h000000000;
+      \$127  = 20'h00000;
     end
     if (rst) begin
-      \$127  = 34'h000000000;
+      \$127  = 20'h00000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$72 ) begin end
-    \$128  = \$19 [49:0];
+    \$128  = \$17 [33:0];
     if (reset_cp) begin
-      \$128  = 50'h0000000000000;
+      \$128  = 34'h000000000;
     end
     if (rst) begin
-      \$128  = 50'h0000000000000;
+      \$128  = 34'h000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$72 ) begin end
-    \$129  = \$20 ;
+    \$129  = \$19 [49:0];
     if (reset_cp) begin
-      \$129  = 33'h000000000;
+      \$129  = 50'h0000000000000;
     end
     if (rst) begin
-      \$129  = 33'h000000000;
+      \$129  = 50'h0000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$72 ) begin end
-    \$130  = \$21 ;
+    \$130  = \$20 ;
     if (reset_cp) begin
       \$130  = 33'h000000000;
     end
@@ -58639,7 +58651,7 @@ module \dx1_soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$72 ) begin end
-    \$131  = \$22 ;
+    \$131  = \$21 ;
     if (reset_cp) begin
       \$131  = 33'h000000000;
     end
@@ -58649,52 +58661,72 @@ module \dx1_soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$72 ) begin end
-    \$132  = \$23 ;
+    \$132  = \$22 ;
     if (reset_cp) begin
-      \$132  = 21'h000000;
+      \$132  = 33'h000000000;
     end
     if (rst) begin
-      \$132  = 21'h000000;
+      \$132  = 33'h000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$72 ) begin end
-    \$133  = \$24 ;
+    \$133  = \$23 ;
     if (reset_cp) begin
-      \$133  = 17'h00000;
+      \$133  = 21'h000000;
     end
     if (rst) begin
-      \$133  = 17'h00000;
+      \$133  = 21'h000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$72 ) begin end
-    \$134  = status_next;
+    \$134  = \$24 ;
     if (reset_cp) begin
-      \$134  = 8'h00;
+      \$134  = 17'h00000;
     end
     if (rst) begin
-      \$134  = 8'h00;
+      \$134  = 17'h00000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$72 ) begin end
-    \$135  = route_next;
+    \$135  = \$25 ;
     if (reset_cp) begin
-      \$135  = 2'h0;
+      \$135  = 33'h000000000;
     end
     if (rst) begin
-      \$135  = 2'h0;
+      \$135  = 33'h000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$72 ) begin end
-    \$136  = \footprint$24 ;
+    \$136  = status_next;
     if (reset_cp) begin
-      \$136  = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
+      \$136  = 8'h00;
     end
     if (rst) begin
-      \$136  = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
+      \$136  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$72 ) begin end
+    \$137  = route_next;
+    if (reset_cp) begin
+      \$137  = 2'h0;
+    end
+    if (rst) begin
+      \$137  = 2'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$72 ) begin end
+    \$138  = \footprint$25 ;
+    if (reset_cp) begin
+      \$138  = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
+    end
+    if (rst) begin
+      \$138  = 272'h00000000000000000000000000000000000000000000000000000000000000000000;
     end
   end
   always @* begin
@@ -58704,19 +58736,19 @@ module \dx1_soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
       8'h03, 8'h04, 8'h09, 8'h0a, 8'h0b:
           status_next = 8'h00;
       8'h01:
-          status_next = \$50 ;
+          status_next = \$51 ;
       8'h02:
-          status_next = \$75 ;
+          status_next = \$76 ;
       8'h08:
-          status_next = \$100 ;
+          status_next = \$101 ;
       8'h06:
-          status_next = \$105 ;
+          status_next = \$106 ;
       8'h07:
-          status_next = \$112 ;
+          status_next = \$113 ;
       8'h00:
-          status_next = \$115 ;
+          status_next = \$116 ;
       8'h05:
-          status_next = \$118 ;
+          status_next = \$119 ;
       default:
           status_next = 8'h01;
     endcase
@@ -58734,15 +58766,15 @@ module \dx1_soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
       8'h08:
           route_next = 2'h2;
     endcase
-    if (\$119 ) begin
+    if (\$120 ) begin
       route_next = 2'h0;
     end
   end
-  assign \cmd$29  = cmd;
-  assign \mv_last$30  = mv_last;
+  assign \cmd$30  = cmd;
+  assign \mv_last$31  = mv_last;
   assign a_end = { 1'h0, g_a_end };
   assign b_end = { 13'h0000, g_b_end };
-  assign \p_src_end$33  = { 17'h00000, p_src_end };
+  assign \p_src_end$34  = { 17'h00000, p_src_end };
   assign \footprint.spm_r_lo  = footprint[33:0];
   assign \footprint.spm_r_hi  = footprint[67:34];
   assign \footprint.spm_w_lo  = footprint[101:68];
@@ -58751,32 +58783,32 @@ module \dx1_soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
   assign \footprint.acc_r_hi  = footprint[203:170];
   assign \footprint.acc_w_lo  = footprint[237:204];
   assign \footprint.acc_w_hi  = footprint[271:238];
-  assign \footprint$24.spm_r_lo  = \footprint$24 [33:0];
-  assign \footprint$24.spm_r_hi  = \footprint$24 [67:34];
-  assign \footprint$24.spm_w_lo  = \footprint$24 [101:68];
-  assign \footprint$24.spm_w_hi  = \footprint$24 [135:102];
-  assign \footprint$24.acc_r_lo  = \footprint$24 [169:136];
-  assign \footprint$24.acc_r_hi  = \footprint$24 [203:170];
-  assign \footprint$24.acc_w_lo  = \footprint$24 [237:204];
-  assign \footprint$24.acc_w_hi  = \footprint$24 [271:238];
-  assign { \$26 [207:64], \$26 [31:16], \$26 [8:0] } = 169'h0000000000000000000000000000000000000000000;
-  assign { \$26 [255:208], \$26 [63:32], \$26 [15:9] } = { cmd[255:208], cmd[63:32], cmd[15:9] };
-  assign { \$51 [207:64], \$51 [31:16], \$51 [8:0] } = 169'h0000000000000000000000000000000000000000000;
-  assign { \$51 [255:208], \$51 [63:32], \$51 [15:9] } = { cmd[255:208], cmd[63:32], cmd[15:9] };
-  assign { \$76 [159:64], \$76 [31:16], \$76 [7:0] } = 120'h000000000000000000000000000000;
-  assign { \$76 [255:160], \$76 [63:32], \$76 [15:8] } = { cmd[255:160], cmd[63:32], cmd[15:8] };
-  assign { \$101 [87:64], \$101 [31:16], \$101 [7:0] } = 48'h000000000000;
-  assign { \$101 [255:88], \$101 [63:32], \$101 [15:8] } = { cmd[255:88], cmd[63:32], cmd[15:8] };
-  assign { \$106 [87:64], \$106 [31:16], \$106 [7:0] } = 48'h000000000000;
-  assign { \$106 [255:88], \$106 [63:32], \$106 [15:8] } = { cmd[255:88], cmd[63:32], cmd[15:8] };
-  assign { \$113 [31:16], \$113 [7:0] } = 24'h000000;
-  assign { \$113 [255:32], \$113 [15:8] } = { cmd[255:32], cmd[15:8] };
-  assign { \$116 [31:16], \$116 [7:0] } = 24'h000000;
-  assign { \$116 [255:32], \$116 [15:8] } = { cmd[255:32], cmd[15:8] };
+  assign \footprint$25.spm_r_lo  = \footprint$25 [33:0];
+  assign \footprint$25.spm_r_hi  = \footprint$25 [67:34];
+  assign \footprint$25.spm_w_lo  = \footprint$25 [101:68];
+  assign \footprint$25.spm_w_hi  = \footprint$25 [135:102];
+  assign \footprint$25.acc_r_lo  = \footprint$25 [169:136];
+  assign \footprint$25.acc_r_hi  = \footprint$25 [203:170];
+  assign \footprint$25.acc_w_lo  = \footprint$25 [237:204];
+  assign \footprint$25.acc_w_hi  = \footprint$25 [271:238];
+  assign { \$27 [207:64], \$27 [31:16], \$27 [8:0] } = 169'h0000000000000000000000000000000000000000000;
+  assign { \$27 [255:208], \$27 [63:32], \$27 [15:9] } = { cmd[255:208], cmd[63:32], cmd[15:9] };
+  assign { \$52 [207:64], \$52 [31:16], \$52 [8:0] } = 169'h0000000000000000000000000000000000000000000;
+  assign { \$52 [255:208], \$52 [63:32], \$52 [15:9] } = { cmd[255:208], cmd[63:32], cmd[15:9] };
+  assign { \$77 [159:64], \$77 [31:16], \$77 [7:0] } = 120'h000000000000000000000000000000;
+  assign { \$77 [255:160], \$77 [63:32], \$77 [15:8] } = { cmd[255:160], cmd[63:32], cmd[15:8] };
+  assign { \$102 [87:64], \$102 [31:16], \$102 [7:0] } = 48'h000000000000;
+  assign { \$102 [255:88], \$102 [63:32], \$102 [15:8] } = { cmd[255:88], cmd[63:32], cmd[15:8] };
+  assign { \$107 [87:64], \$107 [31:16], \$107 [7:0] } = 48'h000000000000;
+  assign { \$107 [255:88], \$107 [63:32], \$107 [15:8] } = { cmd[255:88], cmd[63:32], cmd[15:8] };
+  assign { \$114 [31:16], \$114 [7:0] } = 24'h000000;
+  assign { \$114 [255:32], \$114 [15:8] } = { cmd[255:32], cmd[15:8] };
+  assign { \$117 [31:16], \$117 [7:0] } = 24'h000000;
+  assign { \$117 [255:32], \$117 [15:8] } = { cmd[255:32], cmd[15:8] };
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.cp1.decoder.footprint$34 (mv_last, \port$18840$0 , \port$18842$0 , \port$18844$0 , footprint, cmd);
+module \dx1_soc.cp1.decoder.footprint$35 (mv_last, \port$18846$0 , \port$18848$0 , \port$18850$0 , footprint, cmd);
   reg \$auto$verilog_backend.cc:2355:dump_module$73  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -58812,24 +58844,24 @@ module \dx1_soc.cp1.decoder.footprint$34 (mv_last, \port$18840$0 , \port$18842$0
   input [33:0] mv_last;
   wire [33:0] mv_last;
   wire [33:0] p_src_end;
-  input [32:0] \port$18840$0 ;
-  wire [32:0] \port$18840$0 ;
-  input [20:0] \port$18842$0 ;
-  wire [20:0] \port$18842$0 ;
-  input [16:0] \port$18844$0 ;
-  wire [16:0] \port$18844$0 ;
+  input [32:0] \port$18846$0 ;
+  wire [32:0] \port$18846$0 ;
+  input [20:0] \port$18848$0 ;
+  wire [20:0] \port$18848$0 ;
+  input [16:0] \port$18850$0 ;
+  wire [16:0] \port$18850$0 ;
   assign \$1  = cmd[79:64] < cmd[95:80];
   assign \$2  = \$1  ? cmd[79:64] : cmd[95:80];
-  assign \$3  = \port$18840$0  > \port$18842$0 ;
-  assign \$4  = \$3  ? { 1'h0, \port$18840$0  } : { 13'h0000, \port$18842$0  };
+  assign \$3  = \port$18846$0  > \port$18848$0 ;
+  assign \$4  = \$3  ? { 1'h0, \port$18846$0  } : { 13'h0000, \port$18848$0  };
   assign \$5  = cmd[111:96] + cmd[127:112];
   assign \$6  = cmd[127:112] < cmd[79:64];
   assign \$7  = cmd[9] & \$6 ;
   assign \$8  = \$7  ? cmd[127:112] : cmd[79:64];
-  assign \$9  = cmd[127:112] >= \port$18844$0 ;
+  assign \$9  = cmd[127:112] >= \port$18850$0 ;
   assign \$10  = cmd[9] & \$9 ;
   assign \$11  = cmd[127:112] + 1'h1;
-  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$18844$0  };
+  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$18850$0  };
   assign \$13  = cmd[95:80] + cmd[111:96];
   assign \$14  = mv_last + 1'h1;
   assign \$15  = mv_last + 1'h1;
@@ -58880,9 +58912,9 @@ module \dx1_soc.cp1.decoder.footprint$34 (mv_last, \port$18840$0 , \port$18842$0
         end
     endcase
   end
-  assign a_end = { 1'h0, \port$18840$0  };
-  assign b_end = { 13'h0000, \port$18842$0  };
-  assign p_src_end = { 17'h00000, \port$18844$0  };
+  assign a_end = { 1'h0, \port$18846$0  };
+  assign b_end = { 13'h0000, \port$18848$0  };
+  assign p_src_end = { 17'h00000, \port$18850$0  };
   assign \footprint.spm_r_lo  = footprint[33:0];
   assign \footprint.spm_r_hi  = footprint[67:34];
   assign \footprint.spm_w_lo  = footprint[101:68];
@@ -61276,8 +61308,8 @@ module \dx1_soc.cp1.ring (rst, ring_reset, doorbell, entries_ok, mask, doorbell_
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.cp1.semaphore (\port$13908$0 , \port$13910$0 , \port$13912$0 , \port$13914$0 , \port$13916$0 , \port$13918$0 , \port$13920$0 , \port$13922$0 , \port$13924$0 , \port$13926$0 , \port$13928$0 , \port$13930$0 , \port$13932$0 , \port$13934$0 , \port$13936$0 , sem_grant, \port$18808$64 , signal, \wait , sem_valid, sem_delta
-, done, \port$13906$0 );
+module \dx1_soc.cp1.semaphore (\port$13912$0 , \port$13914$0 , \port$13916$0 , \port$13918$0 , \port$13920$0 , \port$13922$0 , \port$13924$0 , \port$13926$0 , \port$13928$0 , \port$13930$0 , \port$13932$0 , \port$13934$0 , \port$13936$0 , \port$13938$0 , \port$13940$0 , sem_grant, \port$18814$64 , signal, \wait , sem_valid, sem_delta
+, done, \port$13910$0 );
   reg \$auto$verilog_backend.cc:2355:dump_module$81  = 0;
   reg [15:0] \$1 ;
   wire \$2 ;
@@ -61285,10 +61317,6 @@ module \dx1_soc.cp1.semaphore (\port$13908$0 , \port$13910$0 , \port$13912$0 , \
   wire [15:0] count;
   output done;
   reg done;
-  input [15:0] \port$13906$0 ;
-  wire [15:0] \port$13906$0 ;
-  input [15:0] \port$13908$0 ;
-  wire [15:0] \port$13908$0 ;
   input [15:0] \port$13910$0 ;
   wire [15:0] \port$13910$0 ;
   input [15:0] \port$13912$0 ;
@@ -61317,8 +61345,12 @@ module \dx1_soc.cp1.semaphore (\port$13908$0 , \port$13910$0 , \port$13912$0 , \
   wire [15:0] \port$13934$0 ;
   input [15:0] \port$13936$0 ;
   wire [15:0] \port$13936$0 ;
-  input [23:0] \port$18808$64 ;
-  wire [23:0] \port$18808$64 ;
+  input [15:0] \port$13938$0 ;
+  wire [15:0] \port$13938$0 ;
+  input [15:0] \port$13940$0 ;
+  wire [15:0] \port$13940$0 ;
+  input [23:0] \port$18814$64 ;
+  wire [23:0] \port$18814$64 ;
   wire [7:0] sem;
   output [17:0] sem_delta;
   reg [17:0] sem_delta;
@@ -61348,44 +61380,44 @@ module \dx1_soc.cp1.semaphore (\port$13908$0 , \port$13910$0 , \port$13912$0 , \
   wire signal;
   input \wait ;
   wire \wait ;
-  assign \$2  = \$1  >= \port$18808$64 [23:8];
-  assign \$3  = - \port$18808$64 [23:8];
+  assign \$2  = \$1  >= \port$18814$64 [23:8];
+  assign \$3  = - \port$18814$64 [23:8];
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$81 ) begin end
     \$1  = 16'h0000;
-    casez (\port$18808$64 [7:0])
+    casez (\port$18814$64 [7:0])
       8'h00:
-          \$1  = \port$13906$0 ;
-      8'h01:
-          \$1  = \port$13908$0 ;
-      8'h02:
           \$1  = \port$13910$0 ;
-      8'h03:
+      8'h01:
           \$1  = \port$13912$0 ;
-      8'h04:
+      8'h02:
           \$1  = \port$13914$0 ;
-      8'h05:
+      8'h03:
           \$1  = \port$13916$0 ;
-      8'h06:
+      8'h04:
           \$1  = \port$13918$0 ;
-      8'h07:
+      8'h05:
           \$1  = \port$13920$0 ;
-      8'h08:
+      8'h06:
           \$1  = \port$13922$0 ;
-      8'h09:
+      8'h07:
           \$1  = \port$13924$0 ;
-      8'h0a:
+      8'h08:
           \$1  = \port$13926$0 ;
-      8'h0b:
+      8'h09:
           \$1  = \port$13928$0 ;
-      8'h0c:
+      8'h0a:
           \$1  = \port$13930$0 ;
-      8'h0d:
+      8'h0b:
           \$1  = \port$13932$0 ;
-      8'h0e:
+      8'h0c:
           \$1  = \port$13934$0 ;
-      8'h0f:
+      8'h0d:
           \$1  = \port$13936$0 ;
+      8'h0e:
+          \$1  = \port$13938$0 ;
+      8'h0f:
+          \$1  = \port$13940$0 ;
     endcase
   end
   always @* begin
@@ -61404,7 +61436,7 @@ module \dx1_soc.cp1.semaphore (\port$13908$0 , \port$13910$0 , \port$13912$0 , \
     if (\$auto$verilog_backend.cc:2355:dump_module$81 ) begin end
     sem_delta = 18'h00000;
     if (signal) begin
-      sem_delta = { 2'h0, \port$18808$64 [23:8] };
+      sem_delta = { 2'h0, \port$18814$64 [23:8] };
     end
     if (\wait ) begin
       if (\$2 ) begin
@@ -61424,26 +61456,26 @@ module \dx1_soc.cp1.semaphore (\port$13908$0 , \port$13910$0 , \port$13912$0 , \
       end
     end
   end
-  assign count = \port$18808$64 [23:8];
-  assign sem = \port$18808$64 [7:0];
-  assign sem_values = { \port$13936$0 , \port$13934$0 , \port$13932$0 , \port$13930$0 , \port$13928$0 , \port$13926$0 , \port$13924$0 , \port$13922$0 , \port$13920$0 , \port$13918$0 , \port$13916$0 , \port$13914$0 , \port$13912$0 , \port$13910$0 , \port$13908$0 , \port$13906$0  };
-  assign sem_index = \port$18808$64 [3:0];
-  assign \sem_values[0]  = \port$13906$0 ;
-  assign \sem_values[1]  = \port$13908$0 ;
-  assign \sem_values[2]  = \port$13910$0 ;
-  assign \sem_values[3]  = \port$13912$0 ;
-  assign \sem_values[4]  = \port$13914$0 ;
-  assign \sem_values[5]  = \port$13916$0 ;
-  assign \sem_values[6]  = \port$13918$0 ;
-  assign \sem_values[7]  = \port$13920$0 ;
-  assign \sem_values[8]  = \port$13922$0 ;
-  assign \sem_values[9]  = \port$13924$0 ;
-  assign \sem_values[10]  = \port$13926$0 ;
-  assign \sem_values[11]  = \port$13928$0 ;
-  assign \sem_values[12]  = \port$13930$0 ;
-  assign \sem_values[13]  = \port$13932$0 ;
-  assign \sem_values[14]  = \port$13934$0 ;
-  assign \sem_values[15]  = \port$13936$0 ;
+  assign count = \port$18814$64 [23:8];
+  assign sem = \port$18814$64 [7:0];
+  assign sem_values = { \port$13940$0 , \port$13938$0 , \port$13936$0 , \port$13934$0 , \port$13932$0 , \port$13930$0 , \port$13928$0 , \port$13926$0 , \port$13924$0 , \port$13922$0 , \port$13920$0 , \port$13918$0 , \port$13916$0 , \port$13914$0 , \port$13912$0 , \port$13910$0  };
+  assign sem_index = \port$18814$64 [3:0];
+  assign \sem_values[0]  = \port$13910$0 ;
+  assign \sem_values[1]  = \port$13912$0 ;
+  assign \sem_values[2]  = \port$13914$0 ;
+  assign \sem_values[3]  = \port$13916$0 ;
+  assign \sem_values[4]  = \port$13918$0 ;
+  assign \sem_values[5]  = \port$13920$0 ;
+  assign \sem_values[6]  = \port$13922$0 ;
+  assign \sem_values[7]  = \port$13924$0 ;
+  assign \sem_values[8]  = \port$13926$0 ;
+  assign \sem_values[9]  = \port$13928$0 ;
+  assign \sem_values[10]  = \port$13930$0 ;
+  assign \sem_values[11]  = \port$13932$0 ;
+  assign \sem_values[12]  = \port$13934$0 ;
+  assign \sem_values[13]  = \port$13936$0 ;
+  assign \sem_values[14]  = \port$13938$0 ;
+  assign \sem_values[15]  = \port$13940$0 ;
 endmodule
 
 (* generator = "Amaranth" *)
@@ -62376,7 +62408,7 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_soc.dma0 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, cmd__tready, axi__rready, done__tvalid, quiet, axi__wdata, axi__wvalid, axi__wstrb, axi__wlast, spm_wr__tvalid
 , acc_wr__tvalid, spm_rreq__tvalid, acc_rreq__tvalid, acc_rresp__tready, spm_rresp__tready, bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, abort, reset_units, done__tdata, bytes_read, axi__arvalid, axi__araddr, axi__arlen
-, bytes_written, axi__awvalid, axi__awaddr, axi__awlen, \port$16429$0 , \port$16431$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
+, bytes_written, axi__awvalid, axi__awaddr, axi__awlen, \port$16433$0 , \port$16435$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$84  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -62609,10 +62641,10 @@ module \dx1_soc.dma0 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc
   wire [15:0] local_addr;
   wire [15:0] \local_addr$127 ;
   wire [29:0] move_beats;
-  output [255:0] \port$16429$0 ;
-  wire [255:0] \port$16429$0 ;
-  output [15:0] \port$16431$0 ;
-  wire [15:0] \port$16431$0 ;
+  output [255:0] \port$16433$0 ;
+  wire [255:0] \port$16433$0 ;
+  output [15:0] \port$16435$0 ;
+  wire [15:0] \port$16435$0 ;
   wire push;
   output quiet;
   wire quiet;
@@ -63193,8 +63225,8 @@ module \dx1_soc.dma0 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc
   assign \acc_rresp__tready$174  = acc_rresp__tready;
   assign \acc_rresp__tvalid$176  = acc_rresp__tvalid;
   assign axi__wdata = r_data[63:0];
-  assign \port$16429$0  = \$48 ;
-  assign \port$16431$0  = \$49 ;
+  assign \port$16433$0  = \$48 ;
+  assign \port$16435$0  = \$49 ;
   assign \$13  = { 1'h0, command[175:160], 2'h0 };
   assign \$14  = { 1'h0, command[175:160] };
   assign base = command[95:64];
@@ -64760,6 +64792,7 @@ module \dx1_soc.dma0.writer (rst, hold, ready, start, base, stride, segments, se
   input is_load;
   wire is_load;
   wire issue;
+  wire issued;
   wire [7:0] len;
   wire [8:0] max_beats;
   input [64:0] \port$7339$0 ;
@@ -64803,6 +64836,7 @@ module \dx1_soc.dma0.writer (rst, hold, ready, start, base, stride, segments, se
   reg [7:0] w_len = 8'h00;
   wire w_rdy;
   reg [15:0] writes_out = 16'h0000;
+  assign \$37  = \$36  - b_hs;
   assign \$38  = w_cnt + 1'h1;
   assign \$39  = ~ w_bad;
   assign \$40  = bytes_written + 4'h8;
@@ -64863,13 +64897,13 @@ module \dx1_soc.dma0.writer (rst, hold, ready, start, base, stride, segments, se
   assign \$29  = \$27  & \$28 ;
   assign \$30  = ~ r_rdy;
   assign quiet = \$29  & \$30 ;
+  assign issued = ~ active;
   assign \$31  = is_copy & copy_beat;
   assign \$32  = unclaimed + \$31 ;
   assign \$33  = is_copy & w_en;
   assign \$34  = \$33  ? beats : 9'h000;
   assign \$35  = \$32  - \$34 ;
   assign \$36  = writes_out + aw_hs;
-  assign \$37  = \$36  - b_hs;
   \dx1_soc.dma0.writer.bursts  bursts (
     .active(active),
     .\addr$13 (bus__awaddr),
@@ -65500,7 +65534,7 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_soc.dma1 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, cmd__tready, axi__rready, done__tvalid, quiet, axi__wdata, axi__wvalid, axi__wstrb, axi__wlast, spm_wr__tvalid
 , acc_wr__tvalid, spm_rreq__tvalid, acc_rreq__tvalid, acc_rresp__tready, spm_rresp__tready, bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, abort, reset_units, done__tdata, bytes_read, axi__arvalid, axi__araddr, axi__arlen
-, bytes_written, axi__awvalid, axi__awaddr, axi__awlen, \port$18734$0 , \port$18736$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
+, bytes_written, axi__awvalid, axi__awaddr, axi__awlen, \port$18740$0 , \port$18742$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$95  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -65733,10 +65767,10 @@ module \dx1_soc.dma1 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc
   wire [15:0] local_addr;
   wire [15:0] \local_addr$127 ;
   wire [29:0] move_beats;
-  output [255:0] \port$18734$0 ;
-  wire [255:0] \port$18734$0 ;
-  output [15:0] \port$18736$0 ;
-  wire [15:0] \port$18736$0 ;
+  output [255:0] \port$18740$0 ;
+  wire [255:0] \port$18740$0 ;
+  output [15:0] \port$18742$0 ;
+  wire [15:0] \port$18742$0 ;
   wire push;
   output quiet;
   wire quiet;
@@ -65909,7 +65943,7 @@ module \dx1_soc.dma1 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc
     .fifo_ready(fifo_ready),
     .fifo_take(\fifo_take$179 ),
     .local_addr(command[143:128]),
-    .\port$12672$0 (r_data),
+    .\port$12674$0 (r_data),
     .rd_err(rd_err),
     .read_error(\read_error$20 ),
     .reset_units(reset_units),
@@ -65995,7 +66029,7 @@ module \dx1_soc.dma1 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc
     .hold(hold),
     .is_copy(is_copy),
     .is_load(is_load),
-    .\port$12672$0 (r_data),
+    .\port$12674$0 (r_data),
     .quiet(\quiet$190 ),
     .rd_err(rd_err),
     .read_error(read_error),
@@ -66317,8 +66351,8 @@ module \dx1_soc.dma1 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc
   assign \acc_rresp__tready$174  = acc_rresp__tready;
   assign \acc_rresp__tvalid$176  = acc_rresp__tvalid;
   assign axi__wdata = r_data[63:0];
-  assign \port$18734$0  = \$48 ;
-  assign \port$18736$0  = \$49 ;
+  assign \port$18740$0  = \$48 ;
+  assign \port$18742$0  = \$49 ;
   assign \$13  = { 1'h0, command[175:160], 2'h0 };
   assign \$14  = { 1'h0, command[175:160] };
   assign base = command[95:64];
@@ -66518,7 +66552,7 @@ module \dx1_soc.dma1.data_fifo (rst, r_en, w_rdy, r_data, reset_units, w_port__d
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \port$12672$0 , spm_wr__tvalid, acc_wr__tvalid, fifo_take, read_error, done, reset_units, local_addr, acc, rows, cols, row_stride, col_stride, rd_err, fifo_ready, wr_data
+module \dx1_soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \port$12674$0 , spm_wr__tvalid, acc_wr__tvalid, fifo_take, read_error, done, reset_units, local_addr, acc, rows, cols, row_stride, col_stride, rd_err, fifo_ready, wr_data
 , wr_addr, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$97  = 0;
   wire \$1 ;
@@ -66575,8 +66609,8 @@ module \dx1_soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \p
   input [15:0] local_addr;
   wire [15:0] local_addr;
   wire [15:0] \local_addr$14 ;
-  input [64:0] \port$12672$0 ;
-  wire [64:0] \port$12672$0 ;
+  input [64:0] \port$12674$0 ;
+  wire [64:0] \port$12674$0 ;
   input rd_err;
   wire rd_err;
   output read_error;
@@ -66622,12 +66656,12 @@ module \dx1_soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \p
   assign \$8  = \$6  | \$7 ;
   assign \$9  = \$8  | wr_ready;
   assign fifo_take = \$5  & \$9 ;
-  assign read_error = fifo_take & \port$12672$0 [64];
+  assign read_error = fifo_take & \port$12674$0 [64];
   assign advance = fifo_take & a_last;
   assign \$10  = ~ wr_valid;
   assign done = walked & \$10 ;
   assign \$11  = wr_valid & wr_ready;
-  assign \$12  = ~ \port$12672$0 [64];
+  assign \$12  = ~ \port$12674$0 [64];
   assign \$13  = ~ rd_err;
   assign \$14  = \$12  & \$13 ;
   assign \$15  = a_cnt + 1'h1;
@@ -66663,13 +66697,13 @@ module \dx1_soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \p
     (* full_case = 32'd1 *)
     casez (a_cnt)
       2'h0:
-          assembled[63:0] = \port$12672$0 [63:0];
+          assembled[63:0] = \port$12674$0 [63:0];
       2'h1:
-          assembled[127:64] = \port$12672$0 [63:0];
+          assembled[127:64] = \port$12674$0 [63:0];
       2'h2:
-          assembled[191:128] = \port$12672$0 [63:0];
+          assembled[191:128] = \port$12674$0 [63:0];
       2'h3:
-          assembled[255:192] = \port$12672$0 [63:0];
+          assembled[255:192] = \port$12674$0 [63:0];
     endcase
   end
   always @* begin
@@ -66792,8 +66826,8 @@ module \dx1_soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \p
   assign \cols$18  = cols;
   assign \row_stride$20  = row_stride;
   assign \col_stride$22  = col_stride;
-  assign fifo_data = \port$12672$0 [63:0];
-  assign fifo_err = \port$12672$0 [64];
+  assign fifo_data = \port$12674$0 [63:0];
+  assign fifo_err = \port$12674$0 [64];
 endmodule
 
 (* generator = "Amaranth" *)
@@ -67775,7 +67809,7 @@ module \dx1_soc.dma1.storer.walker (rst, start, advance, last, reset_units, loca
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.dma1.writer (rst, hold, ready, start, base, stride, segments, seg_beats, \port$12672$0 , copy_beat, error, bus__wvalid, bus__wstrb, bus__wlast, w_hs, read_error, done, quiet, bus__wready, bus__bvalid, bus__bresp
+module \dx1_soc.dma1.writer (rst, hold, ready, start, base, stride, segments, seg_beats, \port$12674$0 , copy_beat, error, bus__wvalid, bus__wstrb, bus__wlast, w_hs, read_error, done, quiet, bus__wready, bus__bvalid, bus__bresp
 , abort, reset_units, is_load, is_copy, rd_err, fifo_ready, bytes_written, bus__awvalid, bus__awaddr, bus__awlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$103  = 0;
   wire \$1 ;
@@ -67884,10 +67918,11 @@ module \dx1_soc.dma1.writer (rst, hold, ready, start, base, stride, segments, se
   input is_load;
   wire is_load;
   wire issue;
+  wire issued;
   wire [7:0] len;
   wire [8:0] max_beats;
-  input [64:0] \port$12672$0 ;
-  wire [64:0] \port$12672$0 ;
+  input [64:0] \port$12674$0 ;
+  wire [64:0] \port$12674$0 ;
   output quiet;
   wire quiet;
   wire [7:0] r_data;
@@ -67927,6 +67962,7 @@ module \dx1_soc.dma1.writer (rst, hold, ready, start, base, stride, segments, se
   reg [7:0] w_len = 8'h00;
   wire w_rdy;
   reg [15:0] writes_out = 16'h0000;
+  assign \$37  = \$36  - b_hs;
   assign \$38  = w_cnt + 1'h1;
   assign \$39  = ~ w_bad;
   assign \$40  = bytes_written + 4'h8;
@@ -67962,12 +67998,12 @@ module \dx1_soc.dma1.writer (rst, hold, ready, start, base, stride, segments, se
   assign \$11  = w_cur & \$10 ;
   assign \$12  = ~ is_load;
   assign bus__wvalid = \$11  & \$12 ;
-  assign \$13  = \port$12672$0 [64] | rd_err;
+  assign \$13  = \port$12674$0 [64] | rd_err;
   assign w_bad = \$13  | abort;
   assign bus__wstrb = w_bad ? 8'h00 : 8'hff;
   assign bus__wlast = w_cnt == w_len;
   assign w_hs = bus__wvalid & bus__wready;
-  assign read_error = w_hs & \port$12672$0 [64];
+  assign read_error = w_hs & \port$12674$0 [64];
   assign \$14  = ~ w_cur;
   assign \$15  = w_hs & bus__wlast;
   assign \$16  = \$14  | \$15 ;
@@ -67987,13 +68023,13 @@ module \dx1_soc.dma1.writer (rst, hold, ready, start, base, stride, segments, se
   assign \$29  = \$27  & \$28 ;
   assign \$30  = ~ r_rdy;
   assign quiet = \$29  & \$30 ;
+  assign issued = ~ active;
   assign \$31  = is_copy & copy_beat;
   assign \$32  = unclaimed + \$31 ;
   assign \$33  = is_copy & w_en;
   assign \$34  = \$33  ? beats : 9'h000;
   assign \$35  = \$32  - \$34 ;
   assign \$36  = writes_out + aw_hs;
-  assign \$37  = \$36  - b_hs;
   \dx1_soc.dma1.writer.bursts  bursts (
     .active(active),
     .\addr$13 (bus__awaddr),
@@ -68126,9 +68162,9 @@ module \dx1_soc.dma1.writer (rst, hold, ready, start, base, stride, segments, se
   assign issue = w_en;
   assign w_data = \$8 [7:0];
   assign bus__bready = 1'h1;
-  assign bus__wdata = \port$12672$0 [63:0];
-  assign fifo_data = \port$12672$0 [63:0];
-  assign fifo_err = \port$12672$0 [64];
+  assign bus__wdata = \port$12674$0 [63:0];
+  assign fifo_data = \port$12674$0 [63:0];
+  assign fifo_err = \port$12674$0 [64];
   assign fifo_take = w_hs;
   assign b_hs = bus__bvalid;
 endmodule
@@ -70582,23 +70618,23 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     .\port$0$218 (\s0__araddr$1 [31:14]),
     .\port$0$79 (\s0__awaddr$17 [11:0]),
     .\port$0$93 (\s0__awaddr$17 [31:14]),
-    .\port$13075$0 (\s3__araddr$448 [11:0]),
-    .\port$13075$14 (\s3__araddr$448 [31:14]),
-    .\port$16357$0 (\s2__araddr$299 [11:0]),
-    .\port$16357$14 (\s2__araddr$299 [31:14]),
-    .\port$16394$0 (\s2__awaddr$315 [11:0]),
-    .\port$16394$14 (\s2__awaddr$315 [31:14]),
-    .\port$16614$0 (\s1__awaddr$166 [11:0]),
-    .\port$16614$14 (\s1__awaddr$166 [31:14]),
-    .\port$18662$0 (\s4__araddr$597 [11:0]),
-    .\port$18662$14 (\s4__araddr$597 [31:14]),
-    .\port$18699$0 (\s4__awaddr$613 [11:0]),
-    .\port$18699$14 (\s4__awaddr$613 [31:14]),
-    .\port$18919$0 (\s3__awaddr$464 [11:0]),
-    .\port$18919$14 (\s3__awaddr$464 [31:14]),
+    .\port$13078$0 (\s3__araddr$448 [11:0]),
+    .\port$13078$14 (\s3__araddr$448 [31:14]),
+    .\port$16361$0 (\s2__araddr$299 [11:0]),
+    .\port$16361$14 (\s2__araddr$299 [31:14]),
+    .\port$16398$0 (\s2__awaddr$315 [11:0]),
+    .\port$16398$14 (\s2__awaddr$315 [31:14]),
+    .\port$16620$0 (\s1__awaddr$166 [11:0]),
+    .\port$16620$14 (\s1__awaddr$166 [31:14]),
+    .\port$18668$0 (\s4__araddr$597 [11:0]),
+    .\port$18668$14 (\s4__araddr$597 [31:14]),
+    .\port$18705$0 (\s4__awaddr$613 [11:0]),
+    .\port$18705$14 (\s4__awaddr$613 [31:14]),
+    .\port$18927$0 (\s3__awaddr$464 [11:0]),
+    .\port$18927$14 (\s3__awaddr$464 [31:14]),
     .\port$1980$0 (\$481 ),
-    .\port$7742$0 (\s1__araddr$150 [11:0]),
-    .\port$7742$14 (\s1__araddr$150 [31:14]),
+    .\port$7743$0 (\s1__araddr$150 [11:0]),
+    .\port$7743$14 (\s1__araddr$150 [31:14]),
     .rst(rst),
     .s0__arburst(s0__arburst),
     .s0__arid(s0__arid),
@@ -70693,23 +70729,23 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     .\port$0$218 (\s0__araddr$1 [31:14]),
     .\port$0$79 (\s0__awaddr$17 [11:0]),
     .\port$0$93 (\s0__awaddr$17 [31:14]),
-    .\port$13075$0 (\s3__araddr$448 [11:0]),
-    .\port$13075$14 (\s3__araddr$448 [31:14]),
-    .\port$16357$0 (\s2__araddr$299 [11:0]),
-    .\port$16357$14 (\s2__araddr$299 [31:14]),
-    .\port$16394$0 (\s2__awaddr$315 [11:0]),
-    .\port$16394$14 (\s2__awaddr$315 [31:14]),
-    .\port$16614$0 (\s1__awaddr$166 [11:0]),
-    .\port$16614$14 (\s1__awaddr$166 [31:14]),
-    .\port$18662$0 (\s4__araddr$597 [11:0]),
-    .\port$18662$14 (\s4__araddr$597 [31:14]),
-    .\port$18699$0 (\s4__awaddr$613 [11:0]),
-    .\port$18699$14 (\s4__awaddr$613 [31:14]),
-    .\port$18919$0 (\s3__awaddr$464 [11:0]),
-    .\port$18919$14 (\s3__awaddr$464 [31:14]),
+    .\port$13078$0 (\s3__araddr$448 [11:0]),
+    .\port$13078$14 (\s3__araddr$448 [31:14]),
+    .\port$16361$0 (\s2__araddr$299 [11:0]),
+    .\port$16361$14 (\s2__araddr$299 [31:14]),
+    .\port$16398$0 (\s2__awaddr$315 [11:0]),
+    .\port$16398$14 (\s2__awaddr$315 [31:14]),
+    .\port$16620$0 (\s1__awaddr$166 [11:0]),
+    .\port$16620$14 (\s1__awaddr$166 [31:14]),
+    .\port$18668$0 (\s4__araddr$597 [11:0]),
+    .\port$18668$14 (\s4__araddr$597 [31:14]),
+    .\port$18705$0 (\s4__awaddr$613 [11:0]),
+    .\port$18705$14 (\s4__awaddr$613 [31:14]),
+    .\port$18927$0 (\s3__awaddr$464 [11:0]),
+    .\port$18927$14 (\s3__awaddr$464 [31:14]),
     .\port$2316$0 (\$482 ),
-    .\port$7742$0 (\s1__araddr$150 [11:0]),
-    .\port$7742$14 (\s1__araddr$150 [31:14]),
+    .\port$7743$0 (\s1__araddr$150 [11:0]),
+    .\port$7743$14 (\s1__araddr$150 [31:14]),
     .rst(rst),
     .s0__arburst(s0__arburst),
     .s0__arid(s0__arid),
@@ -70804,23 +70840,23 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     .\port$0$218 (\s0__araddr$1 [31:14]),
     .\port$0$79 (\s0__awaddr$17 [11:0]),
     .\port$0$93 (\s0__awaddr$17 [31:14]),
-    .\port$13075$0 (\s3__araddr$448 [11:0]),
-    .\port$13075$14 (\s3__araddr$448 [31:14]),
-    .\port$16357$0 (\s2__araddr$299 [11:0]),
-    .\port$16357$14 (\s2__araddr$299 [31:14]),
-    .\port$16394$0 (\s2__awaddr$315 [11:0]),
-    .\port$16394$14 (\s2__awaddr$315 [31:14]),
-    .\port$16614$0 (\s1__awaddr$166 [11:0]),
-    .\port$16614$14 (\s1__awaddr$166 [31:14]),
-    .\port$18662$0 (\s4__araddr$597 [11:0]),
-    .\port$18662$14 (\s4__araddr$597 [31:14]),
-    .\port$18699$0 (\s4__awaddr$613 [11:0]),
-    .\port$18699$14 (\s4__awaddr$613 [31:14]),
-    .\port$18919$0 (\s3__awaddr$464 [11:0]),
-    .\port$18919$14 (\s3__awaddr$464 [31:14]),
+    .\port$13078$0 (\s3__araddr$448 [11:0]),
+    .\port$13078$14 (\s3__araddr$448 [31:14]),
+    .\port$16361$0 (\s2__araddr$299 [11:0]),
+    .\port$16361$14 (\s2__araddr$299 [31:14]),
+    .\port$16398$0 (\s2__awaddr$315 [11:0]),
+    .\port$16398$14 (\s2__awaddr$315 [31:14]),
+    .\port$16620$0 (\s1__awaddr$166 [11:0]),
+    .\port$16620$14 (\s1__awaddr$166 [31:14]),
+    .\port$18668$0 (\s4__araddr$597 [11:0]),
+    .\port$18668$14 (\s4__araddr$597 [31:14]),
+    .\port$18705$0 (\s4__awaddr$613 [11:0]),
+    .\port$18705$14 (\s4__awaddr$613 [31:14]),
+    .\port$18927$0 (\s3__awaddr$464 [11:0]),
+    .\port$18927$14 (\s3__awaddr$464 [31:14]),
     .\port$2652$0 (\$483 ),
-    .\port$7742$0 (\s1__araddr$150 [11:0]),
-    .\port$7742$14 (\s1__araddr$150 [31:14]),
+    .\port$7743$0 (\s1__araddr$150 [11:0]),
+    .\port$7743$14 (\s1__araddr$150 [31:14]),
     .rst(rst),
     .s0__arburst(s0__arburst),
     .s0__arid(s0__arid),
@@ -70915,23 +70951,23 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     .\port$0$218 (\s0__araddr$1 [31:14]),
     .\port$0$79 (\s0__awaddr$17 [11:0]),
     .\port$0$93 (\s0__awaddr$17 [31:14]),
-    .\port$13075$0 (\s3__araddr$448 [11:0]),
-    .\port$13075$14 (\s3__araddr$448 [31:14]),
-    .\port$16357$0 (\s2__araddr$299 [11:0]),
-    .\port$16357$14 (\s2__araddr$299 [31:14]),
-    .\port$16394$0 (\s2__awaddr$315 [11:0]),
-    .\port$16394$14 (\s2__awaddr$315 [31:14]),
-    .\port$16614$0 (\s1__awaddr$166 [11:0]),
-    .\port$16614$14 (\s1__awaddr$166 [31:14]),
-    .\port$18662$0 (\s4__araddr$597 [11:0]),
-    .\port$18662$14 (\s4__araddr$597 [31:14]),
-    .\port$18699$0 (\s4__awaddr$613 [11:0]),
-    .\port$18699$14 (\s4__awaddr$613 [31:14]),
-    .\port$18919$0 (\s3__awaddr$464 [11:0]),
-    .\port$18919$14 (\s3__awaddr$464 [31:14]),
+    .\port$13078$0 (\s3__araddr$448 [11:0]),
+    .\port$13078$14 (\s3__araddr$448 [31:14]),
+    .\port$16361$0 (\s2__araddr$299 [11:0]),
+    .\port$16361$14 (\s2__araddr$299 [31:14]),
+    .\port$16398$0 (\s2__awaddr$315 [11:0]),
+    .\port$16398$14 (\s2__awaddr$315 [31:14]),
+    .\port$16620$0 (\s1__awaddr$166 [11:0]),
+    .\port$16620$14 (\s1__awaddr$166 [31:14]),
+    .\port$18668$0 (\s4__araddr$597 [11:0]),
+    .\port$18668$14 (\s4__araddr$597 [31:14]),
+    .\port$18705$0 (\s4__awaddr$613 [11:0]),
+    .\port$18705$14 (\s4__awaddr$613 [31:14]),
+    .\port$18927$0 (\s3__awaddr$464 [11:0]),
+    .\port$18927$14 (\s3__awaddr$464 [31:14]),
     .\port$2988$0 (\$484 ),
-    .\port$7742$0 (\s1__araddr$150 [11:0]),
-    .\port$7742$14 (\s1__araddr$150 [31:14]),
+    .\port$7743$0 (\s1__araddr$150 [11:0]),
+    .\port$7743$14 (\s1__araddr$150 [31:14]),
     .rst(rst),
     .s0__arburst(s0__arburst),
     .s0__arid(s0__arid),
@@ -72233,9 +72269,9 @@ endmodule
 module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s0__awburst, s0__wdata, s0__wstrb, s0__arid, \port$0$204 , \port$0$218 , s0__arlen, s0__arsize, s0__arburst, clk, rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid
 , s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready, s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready
 , s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready
-, s4__rvalid, s4__rresp, \port$1980$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7742$0 , \port$7742$14 , s4__wdata, s4__wstrb, \port$13075$0 , \port$13075$14 , b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp
-, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$16357$0 , \port$16357$14 , s2__arlen, \port$16394$0 , \port$16394$14 , s2__awlen, \port$16614$0 , \port$16614$14 , s1__wdata, \port$18662$0 , \port$18662$14 , s4__arlen, \port$18699$0 , \port$18699$14 , s4__awlen
-, \port$18919$0 , \port$18919$14 , s3__wdata, s0__awid);
+, s4__rvalid, s4__rresp, \port$1980$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7743$0 , \port$7743$14 , s4__wdata, s4__wstrb, \port$13078$0 , \port$13078$14 , b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp
+, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$16361$0 , \port$16361$14 , s2__arlen, \port$16398$0 , \port$16398$14 , s2__awlen, \port$16620$0 , \port$16620$14 , s1__wdata, \port$18668$0 , \port$18668$14 , s4__arlen, \port$18705$0 , \port$18705$14 , s4__awlen
+, \port$18927$0 , \port$18927$14 , s3__wdata, s0__awid);
   reg \$auto$verilog_backend.cc:2355:dump_module$107  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -72528,40 +72564,40 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   wire [11:0] \port$0$79 ;
   input [17:0] \port$0$93 ;
   wire [17:0] \port$0$93 ;
-  input [11:0] \port$13075$0 ;
-  wire [11:0] \port$13075$0 ;
-  input [17:0] \port$13075$14 ;
-  wire [17:0] \port$13075$14 ;
-  input [11:0] \port$16357$0 ;
-  wire [11:0] \port$16357$0 ;
-  input [17:0] \port$16357$14 ;
-  wire [17:0] \port$16357$14 ;
-  input [11:0] \port$16394$0 ;
-  wire [11:0] \port$16394$0 ;
-  input [17:0] \port$16394$14 ;
-  wire [17:0] \port$16394$14 ;
-  input [11:0] \port$16614$0 ;
-  wire [11:0] \port$16614$0 ;
-  input [17:0] \port$16614$14 ;
-  wire [17:0] \port$16614$14 ;
-  input [11:0] \port$18662$0 ;
-  wire [11:0] \port$18662$0 ;
-  input [17:0] \port$18662$14 ;
-  wire [17:0] \port$18662$14 ;
-  input [11:0] \port$18699$0 ;
-  wire [11:0] \port$18699$0 ;
-  input [17:0] \port$18699$14 ;
-  wire [17:0] \port$18699$14 ;
-  input [11:0] \port$18919$0 ;
-  wire [11:0] \port$18919$0 ;
-  input [17:0] \port$18919$14 ;
-  wire [17:0] \port$18919$14 ;
+  input [11:0] \port$13078$0 ;
+  wire [11:0] \port$13078$0 ;
+  input [17:0] \port$13078$14 ;
+  wire [17:0] \port$13078$14 ;
+  input [11:0] \port$16361$0 ;
+  wire [11:0] \port$16361$0 ;
+  input [17:0] \port$16361$14 ;
+  wire [17:0] \port$16361$14 ;
+  input [11:0] \port$16398$0 ;
+  wire [11:0] \port$16398$0 ;
+  input [17:0] \port$16398$14 ;
+  wire [17:0] \port$16398$14 ;
+  input [11:0] \port$16620$0 ;
+  wire [11:0] \port$16620$0 ;
+  input [17:0] \port$16620$14 ;
+  wire [17:0] \port$16620$14 ;
+  input [11:0] \port$18668$0 ;
+  wire [11:0] \port$18668$0 ;
+  input [17:0] \port$18668$14 ;
+  wire [17:0] \port$18668$14 ;
+  input [11:0] \port$18705$0 ;
+  wire [11:0] \port$18705$0 ;
+  input [17:0] \port$18705$14 ;
+  wire [17:0] \port$18705$14 ;
+  input [11:0] \port$18927$0 ;
+  wire [11:0] \port$18927$0 ;
+  input [17:0] \port$18927$14 ;
+  wire [17:0] \port$18927$14 ;
   output [67:0] \port$1980$0 ;
   wire [67:0] \port$1980$0 ;
-  input [11:0] \port$7742$0 ;
-  wire [11:0] \port$7742$0 ;
-  input [17:0] \port$7742$14 ;
-  wire [17:0] \port$7742$14 ;
+  input [11:0] \port$7743$0 ;
+  wire [11:0] \port$7743$0 ;
+  input [17:0] \port$7743$14 ;
+  wire [17:0] \port$7743$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -73160,13 +73196,13 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
       3'h0:
           aw_sel = { s0__awid, s0__awburst, s0__awsize, s0__awlen, 2'h0, \port$0$93 , \port$0$79  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$16614$14 , \port$16614$0  };
+          aw_sel = { 19'h02c00, \port$16620$14 , \port$16620$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$16394$14 , \port$16394$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$16398$14 , \port$16398$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$18919$14 , \port$18919$0  };
+          aw_sel = { 19'h02c00, \port$18927$14 , \port$18927$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$18699$14 , \port$18699$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$18705$14 , \port$18705$0  };
     endcase
   end
   always @* begin
@@ -73256,13 +73292,13 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
       3'h0:
           ar_sel = { s0__arid, s0__arburst, s0__arsize, s0__arlen, 2'h0, \port$0$218 , \port$0$204  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$7742$14 , \port$7742$0  };
+          ar_sel = { 19'h02c0c, \port$7743$14 , \port$7743$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$16357$14 , \port$16357$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$16361$14 , \port$16361$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$13075$14 , \port$13075$0  };
+          ar_sel = { 19'h02c0c, \port$13078$14 , \port$13078$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$18662$14 , \port$18662$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$18668$14 , \port$18668$0  };
     endcase
   end
   always @* begin
@@ -73692,21 +73728,21 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   assign s0__awaddr = { 2'h0, \port$0$93 , \port$0$79  };
-  assign s1__awaddr = { 2'h0, \port$16614$14 , \port$16614$0  };
+  assign s1__awaddr = { 2'h0, \port$16620$14 , \port$16620$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$16394$14 , \port$16394$0  };
+  assign s2__awaddr = { 2'h0, \port$16398$14 , \port$16398$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$18919$14 , \port$18919$0  };
+  assign s3__awaddr = { 2'h0, \port$18927$14 , \port$18927$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$18699$14 , \port$18699$0  };
+  assign s4__awaddr = { 2'h0, \port$18705$14 , \port$18705$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -73730,21 +73766,21 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   assign w_addr = wr__addr;
   assign wr__data = w_data;
   assign s0__araddr = { 2'h0, \port$0$218 , \port$0$204  };
-  assign s1__araddr = { 2'h0, \port$7742$14 , \port$7742$0  };
+  assign s1__araddr = { 2'h0, \port$7743$14 , \port$7743$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$16357$14 , \port$16357$0  };
+  assign s2__araddr = { 2'h0, \port$16361$14 , \port$16361$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$13075$14 , \port$13075$0  };
+  assign s3__araddr = { 2'h0, \port$13078$14 , \port$13078$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$18662$14 , \port$18662$0  };
+  assign s4__araddr = { 2'h0, \port$18668$14 , \port$18668$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -73935,9 +73971,9 @@ endmodule
 module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s0__awburst, s0__wdata, s0__wstrb, s0__arid, \port$0$204 , \port$0$218 , s0__arlen, s0__arsize, s0__arburst, clk, rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid
 , s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready, s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready
 , s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready
-, s4__rvalid, s4__rresp, \port$2316$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7742$0 , \port$7742$14 , s4__wdata, s4__wstrb, \port$13075$0 , \port$13075$14 , b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp
-, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$16357$0 , \port$16357$14 , s2__arlen, \port$16394$0 , \port$16394$14 , s2__awlen, \port$16614$0 , \port$16614$14 , s1__wdata, \port$18662$0 , \port$18662$14 , s4__arlen, \port$18699$0 , \port$18699$14 , s4__awlen
-, \port$18919$0 , \port$18919$14 , s3__wdata, s0__awid);
+, s4__rvalid, s4__rresp, \port$2316$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7743$0 , \port$7743$14 , s4__wdata, s4__wstrb, \port$13078$0 , \port$13078$14 , b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp
+, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$16361$0 , \port$16361$14 , s2__arlen, \port$16398$0 , \port$16398$14 , s2__awlen, \port$16620$0 , \port$16620$14 , s1__wdata, \port$18668$0 , \port$18668$14 , s4__arlen, \port$18705$0 , \port$18705$14 , s4__awlen
+, \port$18927$0 , \port$18927$14 , s3__wdata, s0__awid);
   reg \$auto$verilog_backend.cc:2355:dump_module$109  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -74230,40 +74266,40 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   wire [11:0] \port$0$79 ;
   input [17:0] \port$0$93 ;
   wire [17:0] \port$0$93 ;
-  input [11:0] \port$13075$0 ;
-  wire [11:0] \port$13075$0 ;
-  input [17:0] \port$13075$14 ;
-  wire [17:0] \port$13075$14 ;
-  input [11:0] \port$16357$0 ;
-  wire [11:0] \port$16357$0 ;
-  input [17:0] \port$16357$14 ;
-  wire [17:0] \port$16357$14 ;
-  input [11:0] \port$16394$0 ;
-  wire [11:0] \port$16394$0 ;
-  input [17:0] \port$16394$14 ;
-  wire [17:0] \port$16394$14 ;
-  input [11:0] \port$16614$0 ;
-  wire [11:0] \port$16614$0 ;
-  input [17:0] \port$16614$14 ;
-  wire [17:0] \port$16614$14 ;
-  input [11:0] \port$18662$0 ;
-  wire [11:0] \port$18662$0 ;
-  input [17:0] \port$18662$14 ;
-  wire [17:0] \port$18662$14 ;
-  input [11:0] \port$18699$0 ;
-  wire [11:0] \port$18699$0 ;
-  input [17:0] \port$18699$14 ;
-  wire [17:0] \port$18699$14 ;
-  input [11:0] \port$18919$0 ;
-  wire [11:0] \port$18919$0 ;
-  input [17:0] \port$18919$14 ;
-  wire [17:0] \port$18919$14 ;
+  input [11:0] \port$13078$0 ;
+  wire [11:0] \port$13078$0 ;
+  input [17:0] \port$13078$14 ;
+  wire [17:0] \port$13078$14 ;
+  input [11:0] \port$16361$0 ;
+  wire [11:0] \port$16361$0 ;
+  input [17:0] \port$16361$14 ;
+  wire [17:0] \port$16361$14 ;
+  input [11:0] \port$16398$0 ;
+  wire [11:0] \port$16398$0 ;
+  input [17:0] \port$16398$14 ;
+  wire [17:0] \port$16398$14 ;
+  input [11:0] \port$16620$0 ;
+  wire [11:0] \port$16620$0 ;
+  input [17:0] \port$16620$14 ;
+  wire [17:0] \port$16620$14 ;
+  input [11:0] \port$18668$0 ;
+  wire [11:0] \port$18668$0 ;
+  input [17:0] \port$18668$14 ;
+  wire [17:0] \port$18668$14 ;
+  input [11:0] \port$18705$0 ;
+  wire [11:0] \port$18705$0 ;
+  input [17:0] \port$18705$14 ;
+  wire [17:0] \port$18705$14 ;
+  input [11:0] \port$18927$0 ;
+  wire [11:0] \port$18927$0 ;
+  input [17:0] \port$18927$14 ;
+  wire [17:0] \port$18927$14 ;
   output [67:0] \port$2316$0 ;
   wire [67:0] \port$2316$0 ;
-  input [11:0] \port$7742$0 ;
-  wire [11:0] \port$7742$0 ;
-  input [17:0] \port$7742$14 ;
-  wire [17:0] \port$7742$14 ;
+  input [11:0] \port$7743$0 ;
+  wire [11:0] \port$7743$0 ;
+  input [17:0] \port$7743$14 ;
+  wire [17:0] \port$7743$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -74862,13 +74898,13 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
       3'h0:
           aw_sel = { s0__awid, s0__awburst, s0__awsize, s0__awlen, 2'h0, \port$0$93 , \port$0$79  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$16614$14 , \port$16614$0  };
+          aw_sel = { 19'h02c00, \port$16620$14 , \port$16620$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$16394$14 , \port$16394$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$16398$14 , \port$16398$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$18919$14 , \port$18919$0  };
+          aw_sel = { 19'h02c00, \port$18927$14 , \port$18927$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$18699$14 , \port$18699$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$18705$14 , \port$18705$0  };
     endcase
   end
   always @* begin
@@ -74958,13 +74994,13 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
       3'h0:
           ar_sel = { s0__arid, s0__arburst, s0__arsize, s0__arlen, 2'h0, \port$0$218 , \port$0$204  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$7742$14 , \port$7742$0  };
+          ar_sel = { 19'h02c0c, \port$7743$14 , \port$7743$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$16357$14 , \port$16357$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$16361$14 , \port$16361$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$13075$14 , \port$13075$0  };
+          ar_sel = { 19'h02c0c, \port$13078$14 , \port$13078$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$18662$14 , \port$18662$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$18668$14 , \port$18668$0  };
     endcase
   end
   always @* begin
@@ -75394,21 +75430,21 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   assign s0__awaddr = { 2'h0, \port$0$93 , \port$0$79  };
-  assign s1__awaddr = { 2'h0, \port$16614$14 , \port$16614$0  };
+  assign s1__awaddr = { 2'h0, \port$16620$14 , \port$16620$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$16394$14 , \port$16394$0  };
+  assign s2__awaddr = { 2'h0, \port$16398$14 , \port$16398$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$18919$14 , \port$18919$0  };
+  assign s3__awaddr = { 2'h0, \port$18927$14 , \port$18927$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$18699$14 , \port$18699$0  };
+  assign s4__awaddr = { 2'h0, \port$18705$14 , \port$18705$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -75432,21 +75468,21 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   assign w_addr = wr__addr;
   assign wr__data = w_data;
   assign s0__araddr = { 2'h0, \port$0$218 , \port$0$204  };
-  assign s1__araddr = { 2'h0, \port$7742$14 , \port$7742$0  };
+  assign s1__araddr = { 2'h0, \port$7743$14 , \port$7743$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$16357$14 , \port$16357$0  };
+  assign s2__araddr = { 2'h0, \port$16361$14 , \port$16361$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$13075$14 , \port$13075$0  };
+  assign s3__araddr = { 2'h0, \port$13078$14 , \port$13078$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$18662$14 , \port$18662$0  };
+  assign s4__araddr = { 2'h0, \port$18668$14 , \port$18668$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -75637,9 +75673,9 @@ endmodule
 module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s0__awburst, s0__wdata, s0__wstrb, s0__arid, \port$0$204 , \port$0$218 , s0__arlen, s0__arsize, s0__arburst, clk, rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid
 , s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready, s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready
 , s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready
-, s4__rvalid, s4__rresp, \port$2652$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7742$0 , \port$7742$14 , s4__wdata, s4__wstrb, \port$13075$0 , \port$13075$14 , b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp
-, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$16357$0 , \port$16357$14 , s2__arlen, \port$16394$0 , \port$16394$14 , s2__awlen, \port$16614$0 , \port$16614$14 , s1__wdata, \port$18662$0 , \port$18662$14 , s4__arlen, \port$18699$0 , \port$18699$14 , s4__awlen
-, \port$18919$0 , \port$18919$14 , s3__wdata, s0__awid);
+, s4__rvalid, s4__rresp, \port$2652$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7743$0 , \port$7743$14 , s4__wdata, s4__wstrb, \port$13078$0 , \port$13078$14 , b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp
+, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$16361$0 , \port$16361$14 , s2__arlen, \port$16398$0 , \port$16398$14 , s2__awlen, \port$16620$0 , \port$16620$14 , s1__wdata, \port$18668$0 , \port$18668$14 , s4__arlen, \port$18705$0 , \port$18705$14 , s4__awlen
+, \port$18927$0 , \port$18927$14 , s3__wdata, s0__awid);
   reg \$auto$verilog_backend.cc:2355:dump_module$111  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -75932,40 +75968,40 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   wire [11:0] \port$0$79 ;
   input [17:0] \port$0$93 ;
   wire [17:0] \port$0$93 ;
-  input [11:0] \port$13075$0 ;
-  wire [11:0] \port$13075$0 ;
-  input [17:0] \port$13075$14 ;
-  wire [17:0] \port$13075$14 ;
-  input [11:0] \port$16357$0 ;
-  wire [11:0] \port$16357$0 ;
-  input [17:0] \port$16357$14 ;
-  wire [17:0] \port$16357$14 ;
-  input [11:0] \port$16394$0 ;
-  wire [11:0] \port$16394$0 ;
-  input [17:0] \port$16394$14 ;
-  wire [17:0] \port$16394$14 ;
-  input [11:0] \port$16614$0 ;
-  wire [11:0] \port$16614$0 ;
-  input [17:0] \port$16614$14 ;
-  wire [17:0] \port$16614$14 ;
-  input [11:0] \port$18662$0 ;
-  wire [11:0] \port$18662$0 ;
-  input [17:0] \port$18662$14 ;
-  wire [17:0] \port$18662$14 ;
-  input [11:0] \port$18699$0 ;
-  wire [11:0] \port$18699$0 ;
-  input [17:0] \port$18699$14 ;
-  wire [17:0] \port$18699$14 ;
-  input [11:0] \port$18919$0 ;
-  wire [11:0] \port$18919$0 ;
-  input [17:0] \port$18919$14 ;
-  wire [17:0] \port$18919$14 ;
+  input [11:0] \port$13078$0 ;
+  wire [11:0] \port$13078$0 ;
+  input [17:0] \port$13078$14 ;
+  wire [17:0] \port$13078$14 ;
+  input [11:0] \port$16361$0 ;
+  wire [11:0] \port$16361$0 ;
+  input [17:0] \port$16361$14 ;
+  wire [17:0] \port$16361$14 ;
+  input [11:0] \port$16398$0 ;
+  wire [11:0] \port$16398$0 ;
+  input [17:0] \port$16398$14 ;
+  wire [17:0] \port$16398$14 ;
+  input [11:0] \port$16620$0 ;
+  wire [11:0] \port$16620$0 ;
+  input [17:0] \port$16620$14 ;
+  wire [17:0] \port$16620$14 ;
+  input [11:0] \port$18668$0 ;
+  wire [11:0] \port$18668$0 ;
+  input [17:0] \port$18668$14 ;
+  wire [17:0] \port$18668$14 ;
+  input [11:0] \port$18705$0 ;
+  wire [11:0] \port$18705$0 ;
+  input [17:0] \port$18705$14 ;
+  wire [17:0] \port$18705$14 ;
+  input [11:0] \port$18927$0 ;
+  wire [11:0] \port$18927$0 ;
+  input [17:0] \port$18927$14 ;
+  wire [17:0] \port$18927$14 ;
   output [67:0] \port$2652$0 ;
   wire [67:0] \port$2652$0 ;
-  input [11:0] \port$7742$0 ;
-  wire [11:0] \port$7742$0 ;
-  input [17:0] \port$7742$14 ;
-  wire [17:0] \port$7742$14 ;
+  input [11:0] \port$7743$0 ;
+  wire [11:0] \port$7743$0 ;
+  input [17:0] \port$7743$14 ;
+  wire [17:0] \port$7743$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -76564,13 +76600,13 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
       3'h0:
           aw_sel = { s0__awid, s0__awburst, s0__awsize, s0__awlen, 2'h0, \port$0$93 , \port$0$79  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$16614$14 , \port$16614$0  };
+          aw_sel = { 19'h02c00, \port$16620$14 , \port$16620$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$16394$14 , \port$16394$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$16398$14 , \port$16398$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$18919$14 , \port$18919$0  };
+          aw_sel = { 19'h02c00, \port$18927$14 , \port$18927$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$18699$14 , \port$18699$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$18705$14 , \port$18705$0  };
     endcase
   end
   always @* begin
@@ -76660,13 +76696,13 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
       3'h0:
           ar_sel = { s0__arid, s0__arburst, s0__arsize, s0__arlen, 2'h0, \port$0$218 , \port$0$204  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$7742$14 , \port$7742$0  };
+          ar_sel = { 19'h02c0c, \port$7743$14 , \port$7743$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$16357$14 , \port$16357$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$16361$14 , \port$16361$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$13075$14 , \port$13075$0  };
+          ar_sel = { 19'h02c0c, \port$13078$14 , \port$13078$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$18662$14 , \port$18662$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$18668$14 , \port$18668$0  };
     endcase
   end
   always @* begin
@@ -77096,21 +77132,21 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   assign s0__awaddr = { 2'h0, \port$0$93 , \port$0$79  };
-  assign s1__awaddr = { 2'h0, \port$16614$14 , \port$16614$0  };
+  assign s1__awaddr = { 2'h0, \port$16620$14 , \port$16620$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$16394$14 , \port$16394$0  };
+  assign s2__awaddr = { 2'h0, \port$16398$14 , \port$16398$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$18919$14 , \port$18919$0  };
+  assign s3__awaddr = { 2'h0, \port$18927$14 , \port$18927$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$18699$14 , \port$18699$0  };
+  assign s4__awaddr = { 2'h0, \port$18705$14 , \port$18705$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -77134,21 +77170,21 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   assign w_addr = wr__addr;
   assign wr__data = w_data;
   assign s0__araddr = { 2'h0, \port$0$218 , \port$0$204  };
-  assign s1__araddr = { 2'h0, \port$7742$14 , \port$7742$0  };
+  assign s1__araddr = { 2'h0, \port$7743$14 , \port$7743$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$16357$14 , \port$16357$0  };
+  assign s2__araddr = { 2'h0, \port$16361$14 , \port$16361$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$13075$14 , \port$13075$0  };
+  assign s3__araddr = { 2'h0, \port$13078$14 , \port$13078$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$18662$14 , \port$18662$0  };
+  assign s4__araddr = { 2'h0, \port$18668$14 , \port$18668$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -77339,9 +77375,9 @@ endmodule
 module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s0__awburst, s0__wdata, s0__wstrb, s0__arid, \port$0$204 , \port$0$218 , s0__arlen, s0__arsize, s0__arburst, clk, rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid
 , s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready, s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready
 , s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready
-, s4__rvalid, s4__rresp, \port$2988$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7742$0 , \port$7742$14 , s4__wdata, s4__wstrb, \port$13075$0 , \port$13075$14 , b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp
-, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$16357$0 , \port$16357$14 , s2__arlen, \port$16394$0 , \port$16394$14 , s2__awlen, \port$16614$0 , \port$16614$14 , s1__wdata, \port$18662$0 , \port$18662$14 , s4__arlen, \port$18699$0 , \port$18699$14 , s4__awlen
-, \port$18919$0 , \port$18919$14 , s3__wdata, s0__awid);
+, s4__rvalid, s4__rresp, \port$2988$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7743$0 , \port$7743$14 , s4__wdata, s4__wstrb, \port$13078$0 , \port$13078$14 , b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp
+, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$16361$0 , \port$16361$14 , s2__arlen, \port$16398$0 , \port$16398$14 , s2__awlen, \port$16620$0 , \port$16620$14 , s1__wdata, \port$18668$0 , \port$18668$14 , s4__arlen, \port$18705$0 , \port$18705$14 , s4__awlen
+, \port$18927$0 , \port$18927$14 , s3__wdata, s0__awid);
   reg \$auto$verilog_backend.cc:2355:dump_module$113  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -77634,40 +77670,40 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   wire [11:0] \port$0$79 ;
   input [17:0] \port$0$93 ;
   wire [17:0] \port$0$93 ;
-  input [11:0] \port$13075$0 ;
-  wire [11:0] \port$13075$0 ;
-  input [17:0] \port$13075$14 ;
-  wire [17:0] \port$13075$14 ;
-  input [11:0] \port$16357$0 ;
-  wire [11:0] \port$16357$0 ;
-  input [17:0] \port$16357$14 ;
-  wire [17:0] \port$16357$14 ;
-  input [11:0] \port$16394$0 ;
-  wire [11:0] \port$16394$0 ;
-  input [17:0] \port$16394$14 ;
-  wire [17:0] \port$16394$14 ;
-  input [11:0] \port$16614$0 ;
-  wire [11:0] \port$16614$0 ;
-  input [17:0] \port$16614$14 ;
-  wire [17:0] \port$16614$14 ;
-  input [11:0] \port$18662$0 ;
-  wire [11:0] \port$18662$0 ;
-  input [17:0] \port$18662$14 ;
-  wire [17:0] \port$18662$14 ;
-  input [11:0] \port$18699$0 ;
-  wire [11:0] \port$18699$0 ;
-  input [17:0] \port$18699$14 ;
-  wire [17:0] \port$18699$14 ;
-  input [11:0] \port$18919$0 ;
-  wire [11:0] \port$18919$0 ;
-  input [17:0] \port$18919$14 ;
-  wire [17:0] \port$18919$14 ;
+  input [11:0] \port$13078$0 ;
+  wire [11:0] \port$13078$0 ;
+  input [17:0] \port$13078$14 ;
+  wire [17:0] \port$13078$14 ;
+  input [11:0] \port$16361$0 ;
+  wire [11:0] \port$16361$0 ;
+  input [17:0] \port$16361$14 ;
+  wire [17:0] \port$16361$14 ;
+  input [11:0] \port$16398$0 ;
+  wire [11:0] \port$16398$0 ;
+  input [17:0] \port$16398$14 ;
+  wire [17:0] \port$16398$14 ;
+  input [11:0] \port$16620$0 ;
+  wire [11:0] \port$16620$0 ;
+  input [17:0] \port$16620$14 ;
+  wire [17:0] \port$16620$14 ;
+  input [11:0] \port$18668$0 ;
+  wire [11:0] \port$18668$0 ;
+  input [17:0] \port$18668$14 ;
+  wire [17:0] \port$18668$14 ;
+  input [11:0] \port$18705$0 ;
+  wire [11:0] \port$18705$0 ;
+  input [17:0] \port$18705$14 ;
+  wire [17:0] \port$18705$14 ;
+  input [11:0] \port$18927$0 ;
+  wire [11:0] \port$18927$0 ;
+  input [17:0] \port$18927$14 ;
+  wire [17:0] \port$18927$14 ;
   output [67:0] \port$2988$0 ;
   wire [67:0] \port$2988$0 ;
-  input [11:0] \port$7742$0 ;
-  wire [11:0] \port$7742$0 ;
-  input [17:0] \port$7742$14 ;
-  wire [17:0] \port$7742$14 ;
+  input [11:0] \port$7743$0 ;
+  wire [11:0] \port$7743$0 ;
+  input [17:0] \port$7743$14 ;
+  wire [17:0] \port$7743$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -78266,13 +78302,13 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
       3'h0:
           aw_sel = { s0__awid, s0__awburst, s0__awsize, s0__awlen, 2'h0, \port$0$93 , \port$0$79  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$16614$14 , \port$16614$0  };
+          aw_sel = { 19'h02c00, \port$16620$14 , \port$16620$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$16394$14 , \port$16394$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$16398$14 , \port$16398$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$18919$14 , \port$18919$0  };
+          aw_sel = { 19'h02c00, \port$18927$14 , \port$18927$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$18699$14 , \port$18699$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$18705$14 , \port$18705$0  };
     endcase
   end
   always @* begin
@@ -78362,13 +78398,13 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
       3'h0:
           ar_sel = { s0__arid, s0__arburst, s0__arsize, s0__arlen, 2'h0, \port$0$218 , \port$0$204  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$7742$14 , \port$7742$0  };
+          ar_sel = { 19'h02c0c, \port$7743$14 , \port$7743$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$16357$14 , \port$16357$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$16361$14 , \port$16361$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$13075$14 , \port$13075$0  };
+          ar_sel = { 19'h02c0c, \port$13078$14 , \port$13078$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$18662$14 , \port$18662$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$18668$14 , \port$18668$0  };
     endcase
   end
   always @* begin
@@ -78798,21 +78834,21 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   assign s0__awaddr = { 2'h0, \port$0$93 , \port$0$79  };
-  assign s1__awaddr = { 2'h0, \port$16614$14 , \port$16614$0  };
+  assign s1__awaddr = { 2'h0, \port$16620$14 , \port$16620$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$16394$14 , \port$16394$0  };
+  assign s2__awaddr = { 2'h0, \port$16398$14 , \port$16398$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$18919$14 , \port$18919$0  };
+  assign s3__awaddr = { 2'h0, \port$18927$14 , \port$18927$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$18699$14 , \port$18699$0  };
+  assign s4__awaddr = { 2'h0, \port$18705$14 , \port$18705$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -78836,21 +78872,21 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   assign w_addr = wr__addr;
   assign wr__data = w_data;
   assign s0__araddr = { 2'h0, \port$0$218 , \port$0$204  };
-  assign s1__araddr = { 2'h0, \port$7742$14 , \port$7742$0  };
+  assign s1__araddr = { 2'h0, \port$7743$14 , \port$7743$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$16357$14 , \port$16357$0  };
+  assign s2__araddr = { 2'h0, \port$16361$14 , \port$16361$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$13075$14 , \port$13075$0  };
+  assign s3__araddr = { 2'h0, \port$13078$14 , \port$13078$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$18662$14 , \port$18662$0  };
+  assign s4__araddr = { 2'h0, \port$18668$14 , \port$18668$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -79849,15 +79885,15 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bready, bus__araddr, bus__arvalid, bus__rready, clk, rst, bus__awready, bus__wready, bus__arready, GLOBAL_CYCLES_LO__read, GLOBAL_RESET_write, QUEUE0_RING_LOG2_write, QUEUE0_DOORBELL_write, QUEUE0_CONTROL_write, QUEUE0_RESET_write, QUEUE1_RING_LOG2_write, QUEUE1_DOORBELL_write
-, QUEUE1_CONTROL_write, QUEUE1_RESET_write, PERF0_CONTROL_write, PERF0_MACS_LO__read, PERF1_CONTROL_write, PERF1_MACS_LO__read, TRACE0_CONTROL_write, TRACE0_DATA_HI__read, TRACE1_CONTROL_write, TRACE1_DATA_HI__read, \port$3143$0 , \port$7685$0 , PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ__value, PERF0_BYTES_WRITTEN__value, PERF0_BUSY_VECTOR__value, PERF0_TABLE_HITS__value, PERF0_TABLE_UNDERFLOWS__value, PERF0_TABLE_OVERFLOWS__value, PERF0_MACS_LO__value, TRACE0_DATA_LO__value
-, TRACE0_DATA_HI__value, \port$8416$0 , \port$8476$0 , \port$13018$0 , PERF1_BUSY_COMPUTE__value, PERF1_BYTES_READ__value, PERF1_BYTES_WRITTEN__value, PERF1_BUSY_VECTOR__value, PERF1_TABLE_HITS__value, PERF1_TABLE_UNDERFLOWS__value, PERF1_TABLE_OVERFLOWS__value, PERF1_MACS_LO__value, TRACE1_DATA_LO__value, TRACE1_DATA_HI__value, \port$13749$0 , GLOBAL_SEM0__set, GLOBAL_SEM1__set, GLOBAL_SEM2__set, GLOBAL_SEM3__set, GLOBAL_SEM4__set, GLOBAL_SEM5__set
+, QUEUE1_CONTROL_write, QUEUE1_RESET_write, PERF0_CONTROL_write, PERF0_MACS_LO__read, PERF1_CONTROL_write, PERF1_MACS_LO__read, TRACE0_CONTROL_write, TRACE0_DATA_HI__read, TRACE1_CONTROL_write, TRACE1_DATA_HI__read, \port$3143$0 , \port$7686$0 , PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ__value, PERF0_BYTES_WRITTEN__value, PERF0_BUSY_VECTOR__value, PERF0_TABLE_HITS__value, PERF0_TABLE_UNDERFLOWS__value, PERF0_TABLE_OVERFLOWS__value, PERF0_MACS_LO__value, TRACE0_DATA_LO__value
+, TRACE0_DATA_HI__value, \port$8418$0 , \port$8478$0 , \port$13021$0 , PERF1_BUSY_COMPUTE__value, PERF1_BYTES_READ__value, PERF1_BYTES_WRITTEN__value, PERF1_BUSY_VECTOR__value, PERF1_TABLE_HITS__value, PERF1_TABLE_UNDERFLOWS__value, PERF1_TABLE_OVERFLOWS__value, PERF1_MACS_LO__value, TRACE1_DATA_LO__value, TRACE1_DATA_HI__value, \port$13753$0 , GLOBAL_SEM0__set, GLOBAL_SEM1__set, GLOBAL_SEM2__set, GLOBAL_SEM3__set, GLOBAL_SEM4__set, GLOBAL_SEM5__set
 , GLOBAL_SEM6__set, GLOBAL_SEM7__set, GLOBAL_SEM8__set, GLOBAL_SEM9__set, GLOBAL_SEM10__set, GLOBAL_SEM11__set, GLOBAL_SEM12__set, GLOBAL_SEM13__set, GLOBAL_SEM14__set, GLOBAL_SEM15__set, QUEUE0_CONTROL__set, QUEUE0_CONTROL__set_value, TRACE0_CONTROL__set, TRACE0_CONTROL__set_value, QUEUE0_RING_BASE__set, QUEUE0_RING_BASE__set_value, QUEUE0_RING_LOG2__set, QUEUE0_RING_LOG2__set_value, QUEUE0_CQ_BASE__set, QUEUE0_CQ_BASE__set_value, QUEUE0_IRQ_STATUS__clear
 , QUEUE0_IRQ_MASK__set, QUEUE0_IRQ_MASK__set_value, QUEUE0_DMA_BASE__set, QUEUE0_DMA_BASE__set_value, QUEUE0_DMA_LIMIT__set, QUEUE0_DMA_LIMIT__set_value, QUEUE0_WATCHDOG__set, QUEUE0_WATCHDOG__set_value, QUEUE1_CONTROL__set, QUEUE1_CONTROL__set_value, TRACE1_CONTROL__set, TRACE1_CONTROL__set_value, QUEUE1_RING_BASE__set, QUEUE1_RING_BASE__set_value, QUEUE1_RING_LOG2__set, QUEUE1_RING_LOG2__set_value, QUEUE1_CQ_BASE__set, QUEUE1_CQ_BASE__set_value, QUEUE1_IRQ_STATUS__clear, QUEUE1_IRQ_MASK__set, QUEUE1_IRQ_MASK__set_value
 , QUEUE1_DMA_BASE__set, QUEUE1_DMA_BASE__set_value, QUEUE1_DMA_LIMIT__set, QUEUE1_DMA_LIMIT__set_value, QUEUE1_WATCHDOG__set, QUEUE1_WATCHDOG__set_value, GLOBAL_SEM0__set_value, GLOBAL_SEM1__set_value, GLOBAL_SEM2__set_value, GLOBAL_SEM3__set_value, GLOBAL_SEM4__set_value, GLOBAL_SEM5__set_value, GLOBAL_SEM6__set_value, GLOBAL_SEM7__set_value, GLOBAL_SEM8__set_value, GLOBAL_SEM9__set_value, GLOBAL_SEM10__set_value, GLOBAL_SEM11__set_value, GLOBAL_SEM12__set_value, GLOBAL_SEM13__set_value, GLOBAL_SEM14__set_value
 , GLOBAL_SEM15__set_value, GLOBAL_CYCLES_LO__value, GLOBAL_CYCLES_HI__value, GLOBAL_SCRATCH__wdata, bus__bvalid, bus__bresp, bus__rvalid, bus__rdata, bus__rresp, GLOBAL_SEM0__value, GLOBAL_SEM1__value, GLOBAL_SEM2__value, GLOBAL_SEM3__value, GLOBAL_SEM4__value, GLOBAL_SEM5__value, GLOBAL_SEM6__value, GLOBAL_SEM7__value, GLOBAL_SEM8__value, GLOBAL_SEM9__value, GLOBAL_SEM10__value, GLOBAL_SEM11__value
 , GLOBAL_SEM12__value, GLOBAL_SEM13__value, GLOBAL_SEM14__value, GLOBAL_SEM15__value, QUEUE0_RING_BASE__value, QUEUE0_RING_LOG2__value, QUEUE0_CQ_BASE__value, QUEUE0_CONTROL__value, QUEUE0_IRQ_STATUS__value, QUEUE0_IRQ_MASK__value, QUEUE0_DMA_BASE__value, QUEUE0_DMA_LIMIT__value, QUEUE0_WATCHDOG__value, QUEUE1_RING_BASE__value, QUEUE1_RING_LOG2__value, QUEUE1_CQ_BASE__value, QUEUE1_CONTROL__value, QUEUE1_IRQ_STATUS__value, QUEUE1_IRQ_MASK__value, QUEUE1_DMA_BASE__value, QUEUE1_DMA_LIMIT__value
-, QUEUE1_WATCHDOG__value, TRACE0_CONTROL__value, TRACE1_CONTROL__value, \port$16475$0 , \port$16477$0 , \port$16483$0 , \port$16485$0 , \port$16487$0 , \port$16488$0 , \port$16639$0 , PERF0_CYCLES__value, PERF0_BUSY_LOAD__value, PERF0_BUSY_STORE__value, PERF0_STALL_DEP__value, PERF0_STALL_MEM__value, PERF0_MACS_HI__value, \port$18780$0 , \port$18782$0 , \port$18788$0 , \port$18790$0 , \port$18792$0 
-, \port$18793$0 , \port$18944$0 , PERF1_CYCLES__value, PERF1_BUSY_LOAD__value, PERF1_BUSY_STORE__value, PERF1_STALL_DEP__value, PERF1_STALL_MEM__value, PERF1_MACS_HI__value, bus__awaddr);
+, QUEUE1_WATCHDOG__value, TRACE0_CONTROL__value, TRACE1_CONTROL__value, \port$16479$0 , \port$16481$0 , \port$16487$0 , \port$16489$0 , \port$16491$0 , \port$16492$0 , \port$16645$0 , PERF0_CYCLES__value, PERF0_BUSY_LOAD__value, PERF0_BUSY_STORE__value, PERF0_STALL_DEP__value, PERF0_STALL_MEM__value, PERF0_MACS_HI__value, \port$18786$0 , \port$18788$0 , \port$18794$0 , \port$18796$0 , \port$18798$0 
+, \port$18799$0 , \port$18952$0 , PERF1_CYCLES__value, PERF1_BUSY_LOAD__value, PERF1_BUSY_STORE__value, PERF1_STALL_DEP__value, PERF1_STALL_MEM__value, PERF1_MACS_HI__value, bus__awaddr);
   reg \$auto$verilog_backend.cc:2355:dump_module$117  = 0;
   wire \$1 ;
   wire [31:0] \$10 ;
@@ -81226,46 +81262,46 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   wire clk;
   wire do_read;
   wire do_write;
-  input \port$13018$0 ;
-  wire \port$13018$0 ;
-  input [8:0] \port$13749$0 ;
-  wire [8:0] \port$13749$0 ;
-  input [15:0] \port$16475$0 ;
-  wire [15:0] \port$16475$0 ;
-  input [15:0] \port$16477$0 ;
-  wire [15:0] \port$16477$0 ;
-  input \port$16483$0 ;
-  wire \port$16483$0 ;
-  input [7:0] \port$16485$0 ;
-  wire [7:0] \port$16485$0 ;
-  input [15:0] \port$16487$0 ;
-  wire [15:0] \port$16487$0 ;
-  input \port$16488$0 ;
-  wire \port$16488$0 ;
-  input \port$16639$0 ;
-  wire \port$16639$0 ;
-  input [15:0] \port$18780$0 ;
-  wire [15:0] \port$18780$0 ;
-  input [15:0] \port$18782$0 ;
-  wire [15:0] \port$18782$0 ;
-  input \port$18788$0 ;
-  wire \port$18788$0 ;
-  input [7:0] \port$18790$0 ;
-  wire [7:0] \port$18790$0 ;
-  input [15:0] \port$18792$0 ;
-  wire [15:0] \port$18792$0 ;
-  input \port$18793$0 ;
-  wire \port$18793$0 ;
-  input \port$18944$0 ;
-  wire \port$18944$0 ;
+  input \port$13021$0 ;
+  wire \port$13021$0 ;
+  input [8:0] \port$13753$0 ;
+  wire [8:0] \port$13753$0 ;
+  input [15:0] \port$16479$0 ;
+  wire [15:0] \port$16479$0 ;
+  input [15:0] \port$16481$0 ;
+  wire [15:0] \port$16481$0 ;
+  input \port$16487$0 ;
+  wire \port$16487$0 ;
+  input [7:0] \port$16489$0 ;
+  wire [7:0] \port$16489$0 ;
+  input [15:0] \port$16491$0 ;
+  wire [15:0] \port$16491$0 ;
+  input \port$16492$0 ;
+  wire \port$16492$0 ;
+  input \port$16645$0 ;
+  wire \port$16645$0 ;
+  input [15:0] \port$18786$0 ;
+  wire [15:0] \port$18786$0 ;
+  input [15:0] \port$18788$0 ;
+  wire [15:0] \port$18788$0 ;
+  input \port$18794$0 ;
+  wire \port$18794$0 ;
+  input [7:0] \port$18796$0 ;
+  wire [7:0] \port$18796$0 ;
+  input [15:0] \port$18798$0 ;
+  wire [15:0] \port$18798$0 ;
+  input \port$18799$0 ;
+  wire \port$18799$0 ;
+  input \port$18952$0 ;
+  wire \port$18952$0 ;
   input \port$3143$0 ;
   wire \port$3143$0 ;
-  input \port$7685$0 ;
-  wire \port$7685$0 ;
-  input [8:0] \port$8416$0 ;
-  wire [8:0] \port$8416$0 ;
-  input \port$8476$0 ;
-  wire \port$8476$0 ;
+  input \port$7686$0 ;
+  wire \port$7686$0 ;
+  input [8:0] \port$8418$0 ;
+  wire [8:0] \port$8418$0 ;
+  input \port$8478$0 ;
+  wire \port$8478$0 ;
   wire [31:0] rd_data;
   wire rd_hit;
   input rst;
@@ -81387,12 +81423,12 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   assign \$376  = QUEUE0_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
   assign \$377  = ~ \$376 ;
   assign \$378  = QUEUE0_IRQ_STATUS__value & \$377 ;
-  assign \$379  = \$378  | { 30'h00000000, \port$16488$0 , \port$16639$0  };
+  assign \$379  = \$378  | { 30'h00000000, \port$16492$0 , \port$16645$0  };
   assign \$381  = QUEUE0_IRQ_STATUS__clear ? 32'd0 : \$380 ;
   assign \$398  = QUEUE1_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
   assign \$399  = ~ \$398 ;
   assign \$400  = QUEUE1_IRQ_STATUS__value & \$399 ;
-  assign \$401  = \$400  | { 30'h00000000, \port$18793$0 , \port$18944$0  };
+  assign \$401  = \$400  | { 30'h00000000, \port$18799$0 , \port$18952$0  };
   assign \$403  = QUEUE1_IRQ_STATUS__clear ? 32'd0 : \$402 ;
   always @(posedge clk)
     aw_full <= \$424 ;
@@ -82542,16 +82578,16 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
       \$476  = 32'd0;
     end
   end
-  assign QUEUE0_HEAD__value = { 16'h0000, \port$16475$0  };
-  assign QUEUE0_TAIL__value = { 16'h0000, \port$16477$0  };
-  assign QUEUE0_STATUS__value = { 29'h00000000, \port$3143$0 , \port$16483$0 , \port$7685$0  };
-  assign QUEUE0_ERROR__value = { \port$16487$0 , 8'h00, \port$16485$0  };
-  assign QUEUE1_HEAD__value = { 16'h0000, \port$18780$0  };
-  assign QUEUE1_TAIL__value = { 16'h0000, \port$18782$0  };
-  assign QUEUE1_STATUS__value = { 29'h00000000, \port$8476$0 , \port$18788$0 , \port$13018$0  };
-  assign QUEUE1_ERROR__value = { \port$18792$0 , 8'h00, \port$18790$0  };
-  assign TRACE0_COUNT__value = { 23'h000000, \port$8416$0  };
-  assign TRACE1_COUNT__value = { 23'h000000, \port$13749$0  };
+  assign QUEUE0_HEAD__value = { 16'h0000, \port$16479$0  };
+  assign QUEUE0_TAIL__value = { 16'h0000, \port$16481$0  };
+  assign QUEUE0_STATUS__value = { 29'h00000000, \port$3143$0 , \port$16487$0 , \port$7686$0  };
+  assign QUEUE0_ERROR__value = { \port$16491$0 , 8'h00, \port$16489$0  };
+  assign QUEUE1_HEAD__value = { 16'h0000, \port$18786$0  };
+  assign QUEUE1_TAIL__value = { 16'h0000, \port$18788$0  };
+  assign QUEUE1_STATUS__value = { 29'h00000000, \port$8478$0 , \port$18794$0 , \port$13021$0  };
+  assign QUEUE1_ERROR__value = { \port$18798$0 , 8'h00, \port$18796$0  };
+  assign TRACE0_COUNT__value = { 23'h000000, \port$8418$0  };
+  assign TRACE1_COUNT__value = { 23'h000000, \port$13753$0  };
   assign LINK_CAPS__value = 32'd0;
   assign LINK_LATENCY__value = 32'd0;
   assign LINK_STATUS0__value = 32'd0;
@@ -82703,8 +82739,8 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   assign LINK_CONTROL1_reg = LINK_CONTROL1__value;
   assign GLOBAL_SCRATCH__set = 1'h0;
   assign GLOBAL_SCRATCH__set_value = 32'd0;
-  assign QUEUE0_IRQ_STATUS__set = { 30'h00000000, \port$16488$0 , \port$16639$0  };
-  assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \port$18793$0 , \port$18944$0  };
+  assign QUEUE0_IRQ_STATUS__set = { 30'h00000000, \port$16492$0 , \port$16645$0  };
+  assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \port$18799$0 , \port$18952$0  };
   assign LINK_WINDOW_BASE__set = 1'h0;
   assign LINK_WINDOW_BASE__set_value = 32'd0;
   assign LINK_WINDOW_LIMIT__set = 1'h0;
@@ -82716,21 +82752,21 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   assign \$24  = GLOBAL_CYCLES_LO__value;
   assign \$28  = GLOBAL_CYCLES_HI__value;
   assign \$77 [31:16] = 16'h0000;
-  assign \$77 [15:0] = \port$16475$0 ;
+  assign \$77 [15:0] = \port$16479$0 ;
   assign \$79 [31:16] = 16'h0000;
-  assign \$79 [15:0] = \port$16477$0 ;
+  assign \$79 [15:0] = \port$16481$0 ;
   assign \$83 [31:3] = 29'h00000000;
-  assign \$83 [2:0] = { \port$3143$0 , \port$16483$0 , \port$7685$0  };
+  assign \$83 [2:0] = { \port$3143$0 , \port$16487$0 , \port$7686$0  };
   assign \$88 [15:8] = 8'h00;
-  assign { \$88 [31:16], \$88 [7:0] } = { \port$16487$0 , \port$16485$0  };
+  assign { \$88 [31:16], \$88 [7:0] } = { \port$16491$0 , \port$16489$0  };
   assign \$112 [31:16] = 16'h0000;
-  assign \$112 [15:0] = \port$18780$0 ;
+  assign \$112 [15:0] = \port$18786$0 ;
   assign \$114 [31:16] = 16'h0000;
-  assign \$114 [15:0] = \port$18782$0 ;
+  assign \$114 [15:0] = \port$18788$0 ;
   assign \$118 [31:3] = 29'h00000000;
-  assign \$118 [2:0] = { \port$8476$0 , \port$18788$0 , \port$13018$0  };
+  assign \$118 [2:0] = { \port$8478$0 , \port$18794$0 , \port$13021$0  };
   assign \$123 [15:8] = 8'h00;
-  assign { \$123 [31:16], \$123 [7:0] } = { \port$18792$0 , \port$18790$0  };
+  assign { \$123 [31:16], \$123 [7:0] } = { \port$18798$0 , \port$18796$0  };
   assign \$143  = PERF0_CYCLES__value;
   assign \$146  = PERF0_BUSY_LOAD__value;
   assign \$148  = PERF0_BUSY_COMPUTE__value;
@@ -82759,10 +82795,10 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   assign \$221  = PERF1_TABLE_HITS__value;
   assign \$224  = PERF1_TABLE_UNDERFLOWS__value;
   assign \$226  = PERF1_TABLE_OVERFLOWS__value;
-  assign \$240  = { 23'h000000, \port$8416$0  };
+  assign \$240  = { 23'h000000, \port$8418$0  };
   assign \$242  = TRACE0_DATA_LO__value;
   assign \$245  = TRACE0_DATA_HI__value;
-  assign \$255  = { 23'h000000, \port$13749$0  };
+  assign \$255  = { 23'h000000, \port$13753$0  };
   assign \$259  = TRACE1_DATA_LO__value;
   assign \$261  = TRACE1_DATA_HI__value;
   assign \$270  = 32'd0;
@@ -83222,8 +83258,8 @@ module \dx1_soc.reset1 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_req, c
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.semaphores (\port$13908$0 , \port$13910$0 , \port$13912$0 , \port$13914$0 , \port$13916$0 , \port$13918$0 , \port$13920$0 , \port$13922$0 , \port$13924$0 , \port$13926$0 , \port$13928$0 , \port$13930$0 , \port$13932$0 , \port$13934$0 , \port$13936$0 , grant0, set, set_value, grant1, index0, valid0
-, delta0, index1, valid1, delta1, \port$13906$0 );
+module \dx1_soc.semaphores (\port$13912$0 , \port$13914$0 , \port$13916$0 , \port$13918$0 , \port$13920$0 , \port$13922$0 , \port$13924$0 , \port$13926$0 , \port$13928$0 , \port$13930$0 , \port$13932$0 , \port$13934$0 , \port$13936$0 , \port$13938$0 , \port$13940$0 , grant0, set, set_value, grant1, index0, valid0
+, delta0, index1, valid1, delta1, \port$13910$0 );
   reg \$auto$verilog_backend.cc:2355:dump_module$120  = 0;
   wire \$1 ;
   wire [33:0] \$10 ;
@@ -83308,10 +83344,6 @@ module \dx1_soc.semaphores (\port$13908$0 , \port$13910$0 , \port$13912$0 , \por
   wire [3:0] index0;
   input [3:0] index1;
   wire [3:0] index1;
-  input [31:0] \port$13906$0 ;
-  wire [31:0] \port$13906$0 ;
-  input [31:0] \port$13908$0 ;
-  wire [31:0] \port$13908$0 ;
   input [31:0] \port$13910$0 ;
   wire [31:0] \port$13910$0 ;
   input [31:0] \port$13912$0 ;
@@ -83340,6 +83372,10 @@ module \dx1_soc.semaphores (\port$13908$0 , \port$13910$0 , \port$13912$0 , \por
   wire [31:0] \port$13934$0 ;
   input [31:0] \port$13936$0 ;
   wire [31:0] \port$13936$0 ;
+  input [31:0] \port$13938$0 ;
+  wire [31:0] \port$13938$0 ;
+  input [31:0] \port$13940$0 ;
+  wire [31:0] \port$13940$0 ;
   output [15:0] set;
   reg [15:0] set;
   output [255:0] set_value;
@@ -83381,72 +83417,72 @@ module \dx1_soc.semaphores (\port$13908$0 , \port$13910$0 , \port$13912$0 , \por
   wire [31:0] \values[7] ;
   wire [31:0] \values[8] ;
   wire [31:0] \values[9] ;
-  assign \$32  = $signed({ 1'h0, \port$13934$0  }) + $signed(delta0);
+  assign \$32  = $signed({ 1'h0, \port$13938$0  }) + $signed(delta0);
   assign \$33  = index0 == 4'hf;
-  assign \$34  = $signed({ 1'h0, \port$13936$0  }) + $signed(delta0);
+  assign \$34  = $signed({ 1'h0, \port$13940$0  }) + $signed(delta0);
   assign \$35  = ~ granted0;
   assign \$36  = valid1 & \$35 ;
   assign \$37  = ! index1;
-  assign \$38  = $signed({ 1'h0, \port$13906$0  }) + $signed(delta1);
+  assign \$38  = $signed({ 1'h0, \port$13910$0  }) + $signed(delta1);
   assign \$39  = index1 == 1'h1;
-  assign \$40  = $signed({ 1'h0, \port$13908$0  }) + $signed(delta1);
+  assign \$40  = $signed({ 1'h0, \port$13912$0  }) + $signed(delta1);
   assign \$41  = index1 == 2'h2;
-  assign \$42  = $signed({ 1'h0, \port$13910$0  }) + $signed(delta1);
+  assign \$42  = $signed({ 1'h0, \port$13914$0  }) + $signed(delta1);
   assign \$43  = index1 == 2'h3;
-  assign \$44  = $signed({ 1'h0, \port$13912$0  }) + $signed(delta1);
+  assign \$44  = $signed({ 1'h0, \port$13916$0  }) + $signed(delta1);
   assign \$45  = index1 == 3'h4;
-  assign \$46  = $signed({ 1'h0, \port$13914$0  }) + $signed(delta1);
+  assign \$46  = $signed({ 1'h0, \port$13918$0  }) + $signed(delta1);
   assign \$47  = index1 == 3'h5;
-  assign \$48  = $signed({ 1'h0, \port$13916$0  }) + $signed(delta1);
+  assign \$48  = $signed({ 1'h0, \port$13920$0  }) + $signed(delta1);
   assign \$49  = index1 == 3'h6;
-  assign \$50  = $signed({ 1'h0, \port$13918$0  }) + $signed(delta1);
+  assign \$50  = $signed({ 1'h0, \port$13922$0  }) + $signed(delta1);
   assign \$51  = index1 == 3'h7;
-  assign \$52  = $signed({ 1'h0, \port$13920$0  }) + $signed(delta1);
+  assign \$52  = $signed({ 1'h0, \port$13924$0  }) + $signed(delta1);
   assign \$53  = index1 == 4'h8;
-  assign \$54  = $signed({ 1'h0, \port$13922$0  }) + $signed(delta1);
+  assign \$54  = $signed({ 1'h0, \port$13926$0  }) + $signed(delta1);
   assign \$55  = index1 == 4'h9;
-  assign \$56  = $signed({ 1'h0, \port$13924$0  }) + $signed(delta1);
+  assign \$56  = $signed({ 1'h0, \port$13928$0  }) + $signed(delta1);
   assign \$57  = index1 == 4'ha;
-  assign \$58  = $signed({ 1'h0, \port$13926$0  }) + $signed(delta1);
+  assign \$58  = $signed({ 1'h0, \port$13930$0  }) + $signed(delta1);
   assign \$59  = index1 == 4'hb;
-  assign \$60  = $signed({ 1'h0, \port$13928$0  }) + $signed(delta1);
+  assign \$60  = $signed({ 1'h0, \port$13932$0  }) + $signed(delta1);
   assign \$61  = index1 == 4'hc;
-  assign \$62  = $signed({ 1'h0, \port$13930$0  }) + $signed(delta1);
+  assign \$62  = $signed({ 1'h0, \port$13934$0  }) + $signed(delta1);
   assign \$63  = index1 == 4'hd;
-  assign \$64  = $signed({ 1'h0, \port$13932$0  }) + $signed(delta1);
+  assign \$64  = $signed({ 1'h0, \port$13936$0  }) + $signed(delta1);
   assign \$65  = index1 == 4'he;
-  assign \$66  = $signed({ 1'h0, \port$13934$0  }) + $signed(delta1);
+  assign \$66  = $signed({ 1'h0, \port$13938$0  }) + $signed(delta1);
   assign \$67  = index1 == 4'hf;
-  assign \$68  = $signed({ 1'h0, \port$13936$0  }) + $signed(delta1);
+  assign \$68  = $signed({ 1'h0, \port$13940$0  }) + $signed(delta1);
   assign granted1 = granted0 | valid1;
   assign \$3  = ! index0;
-  assign \$4  = $signed({ 1'h0, \port$13906$0  }) + $signed(delta0);
+  assign \$4  = $signed({ 1'h0, \port$13910$0  }) + $signed(delta0);
   assign \$5  = index0 == 1'h1;
-  assign \$6  = $signed({ 1'h0, \port$13908$0  }) + $signed(delta0);
+  assign \$6  = $signed({ 1'h0, \port$13912$0  }) + $signed(delta0);
   assign \$7  = index0 == 2'h2;
-  assign \$8  = $signed({ 1'h0, \port$13910$0  }) + $signed(delta0);
+  assign \$8  = $signed({ 1'h0, \port$13914$0  }) + $signed(delta0);
   assign \$9  = index0 == 2'h3;
-  assign \$10  = $signed({ 1'h0, \port$13912$0  }) + $signed(delta0);
+  assign \$10  = $signed({ 1'h0, \port$13916$0  }) + $signed(delta0);
   assign \$11  = index0 == 3'h4;
-  assign \$12  = $signed({ 1'h0, \port$13914$0  }) + $signed(delta0);
+  assign \$12  = $signed({ 1'h0, \port$13918$0  }) + $signed(delta0);
   assign \$13  = index0 == 3'h5;
-  assign \$14  = $signed({ 1'h0, \port$13916$0  }) + $signed(delta0);
+  assign \$14  = $signed({ 1'h0, \port$13920$0  }) + $signed(delta0);
   assign \$15  = index0 == 3'h6;
-  assign \$16  = $signed({ 1'h0, \port$13918$0  }) + $signed(delta0);
+  assign \$16  = $signed({ 1'h0, \port$13922$0  }) + $signed(delta0);
   assign \$17  = index0 == 3'h7;
-  assign \$18  = $signed({ 1'h0, \port$13920$0  }) + $signed(delta0);
+  assign \$18  = $signed({ 1'h0, \port$13924$0  }) + $signed(delta0);
   assign \$19  = index0 == 4'h8;
-  assign \$20  = $signed({ 1'h0, \port$13922$0  }) + $signed(delta0);
+  assign \$20  = $signed({ 1'h0, \port$13926$0  }) + $signed(delta0);
   assign \$21  = index0 == 4'h9;
-  assign \$22  = $signed({ 1'h0, \port$13924$0  }) + $signed(delta0);
+  assign \$22  = $signed({ 1'h0, \port$13928$0  }) + $signed(delta0);
   assign \$23  = index0 == 4'ha;
-  assign \$24  = $signed({ 1'h0, \port$13926$0  }) + $signed(delta0);
+  assign \$24  = $signed({ 1'h0, \port$13930$0  }) + $signed(delta0);
   assign \$25  = index0 == 4'hb;
-  assign \$26  = $signed({ 1'h0, \port$13928$0  }) + $signed(delta0);
+  assign \$26  = $signed({ 1'h0, \port$13932$0  }) + $signed(delta0);
   assign \$27  = index0 == 4'hc;
-  assign \$28  = $signed({ 1'h0, \port$13930$0  }) + $signed(delta0);
+  assign \$28  = $signed({ 1'h0, \port$13934$0  }) + $signed(delta0);
   assign \$29  = index0 == 4'hd;
-  assign \$30  = $signed({ 1'h0, \port$13932$0  }) + $signed(delta0);
+  assign \$30  = $signed({ 1'h0, \port$13936$0  }) + $signed(delta0);
   assign \$31  = index0 == 4'he;
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$120 ) begin end
@@ -83671,7 +83707,7 @@ module \dx1_soc.semaphores (\port$13908$0 , \port$13910$0 , \port$13912$0 , \por
     end
   end
   assign granted = 1'h0;
-  assign values = { \port$13936$0 , \port$13934$0 , \port$13932$0 , \port$13930$0 , \port$13928$0 , \port$13926$0 , \port$13924$0 , \port$13922$0 , \port$13920$0 , \port$13918$0 , \port$13916$0 , \port$13914$0 , \port$13912$0 , \port$13910$0 , \port$13908$0 , \port$13906$0  };
+  assign values = { \port$13940$0 , \port$13938$0 , \port$13936$0 , \port$13934$0 , \port$13932$0 , \port$13930$0 , \port$13928$0 , \port$13926$0 , \port$13924$0 , \port$13922$0 , \port$13920$0 , \port$13918$0 , \port$13916$0 , \port$13914$0 , \port$13912$0 , \port$13910$0  };
   assign \set_value[0]  = set_value[15:0];
   assign \set_value[1]  = set_value[31:16];
   assign \set_value[2]  = set_value[47:32];
@@ -83688,22 +83724,22 @@ module \dx1_soc.semaphores (\port$13908$0 , \port$13910$0 , \port$13912$0 , \por
   assign \set_value[13]  = set_value[223:208];
   assign \set_value[14]  = set_value[239:224];
   assign \set_value[15]  = set_value[255:240];
-  assign \values[0]  = \port$13906$0 ;
-  assign \values[1]  = \port$13908$0 ;
-  assign \values[2]  = \port$13910$0 ;
-  assign \values[3]  = \port$13912$0 ;
-  assign \values[4]  = \port$13914$0 ;
-  assign \values[5]  = \port$13916$0 ;
-  assign \values[6]  = \port$13918$0 ;
-  assign \values[7]  = \port$13920$0 ;
-  assign \values[8]  = \port$13922$0 ;
-  assign \values[9]  = \port$13924$0 ;
-  assign \values[10]  = \port$13926$0 ;
-  assign \values[11]  = \port$13928$0 ;
-  assign \values[12]  = \port$13930$0 ;
-  assign \values[13]  = \port$13932$0 ;
-  assign \values[14]  = \port$13934$0 ;
-  assign \values[15]  = \port$13936$0 ;
+  assign \values[0]  = \port$13910$0 ;
+  assign \values[1]  = \port$13912$0 ;
+  assign \values[2]  = \port$13914$0 ;
+  assign \values[3]  = \port$13916$0 ;
+  assign \values[4]  = \port$13918$0 ;
+  assign \values[5]  = \port$13920$0 ;
+  assign \values[6]  = \port$13922$0 ;
+  assign \values[7]  = \port$13924$0 ;
+  assign \values[8]  = \port$13926$0 ;
+  assign \values[9]  = \port$13928$0 ;
+  assign \values[10]  = \port$13930$0 ;
+  assign \values[11]  = \port$13932$0 ;
+  assign \values[12]  = \port$13934$0 ;
+  assign \values[13]  = \port$13936$0 ;
+  assign \values[14]  = \port$13938$0 ;
+  assign \values[15]  = \port$13940$0 ;
   assign \$1  = 1'h1;
   assign \$2  = valid0;
   assign granted0 = valid0;

@@ -22,10 +22,88 @@ from ..gateware.soc import Dx1Soc
 from ..spec import BUS_BYTES, REG_BYTES, SIM_BYTE_ORDER, SIM_IRQ_WAIT_CYCLES, SocConfig
 from .backdoor import word_location
 
-__all__ = ["AmaranthTransport"]
+__all__ = ["AmaranthTransport", "HostPort"]
 
 #: Simulated clock period; only the cycle count matters.
 _PERIOD = 1e-8
+
+
+class HostPort:
+    """One chip's host side in a simulation: AXI4-Lite register accesses on ``regs``, memory blocks through the
+    backdoor (``word(i)``: the array row of device-memory word i), ``irq``; ``tick(ctx)`` advances the clock."""
+
+    def __init__(self, regs, irq, word, tick):
+        self.regs, self.irq, self.word, self.tick = regs, irq, word, tick
+
+    async def _handshake(self, ctx, valid, ready) -> None:
+        """Hold ``valid`` until the clock edge at which ``ready`` is high."""
+        ctx.set(valid, 1)
+        while True:
+            accepted = ctx.get(ready)
+            await self.tick(ctx)
+            if accepted:
+                break
+        ctx.set(valid, 0)
+
+    async def _response(self, ctx, valid, ready, *fields):
+        """The values of ``fields`` at the clock edge that takes the response (``ready`` held high)."""
+        ctx.set(ready, 1)
+        while not ctx.get(valid):
+            await self.tick(ctx)
+        values = [ctx.get(f) for f in fields]
+        await self.tick(ctx)
+        ctx.set(ready, 0)
+        return values
+
+    async def serve(self, ctx, op: str, args: tuple) -> tuple[str, object]:
+        """Perform one transport request; ``("ok", value)`` or ``("error", message)``."""
+        regs = self.regs
+        if op == "read32":
+            ctx.set(regs.araddr, args[0])
+            await self._handshake(ctx, regs.arvalid, regs.arready)
+            data, resp = await self._response(ctx, regs.rvalid, regs.rready, regs.rdata, regs.rresp)
+            return ("error", f"read32 at 0x{args[0]:x}: AXI response {resp}") if resp else ("ok", data)
+        if op == "write32":
+            ctx.set(regs.awaddr, args[0])
+            ctx.set(regs.wdata, args[1])
+            ctx.set(regs.wstrb, 0xF)
+            ctx.set(regs.awvalid, 1)
+            ctx.set(regs.wvalid, 1)
+            aw = w = False
+            while not (aw and w):
+                aw_now, w_now = ctx.get(regs.awready), ctx.get(regs.wready)
+                await self.tick(ctx)
+                if aw_now and not aw:
+                    aw = True
+                    ctx.set(regs.awvalid, 0)
+                if w_now and not w:
+                    w = True
+                    ctx.set(regs.wvalid, 0)
+            (resp,) = await self._response(ctx, regs.bvalid, regs.bready, regs.bresp)
+            return ("error", f"write32 at 0x{args[0]:x}: AXI response {resp}") if resp else ("ok", None)
+        if op == "read_block":
+            addr, n = args
+            first, last = addr // BUS_BYTES, (addr + n - 1) // BUS_BYTES
+            raw = b"".join(ctx.get(self.word(i)).to_bytes(BUS_BYTES, SIM_BYTE_ORDER) for i in range(first, last + 1))
+            return ("ok", raw[addr - first * BUS_BYTES:][:n])
+        if op == "write_block":
+            addr, data = args
+            first, last = addr // BUS_BYTES, (addr + len(data) - 1) // BUS_BYTES
+            offset = addr - first * BUS_BYTES
+            merged = bytearray(b"".join(ctx.get(self.word(i)).to_bytes(BUS_BYTES, SIM_BYTE_ORDER)
+                                        for i in (first, last)))
+            image = bytearray((last + 1 - first) * BUS_BYTES)
+            image[:BUS_BYTES], image[-BUS_BYTES:] = merged[:BUS_BYTES], merged[BUS_BYTES:]
+            image[offset:offset + len(data)] = data
+            for k, i in enumerate(range(first, last + 1)):
+                ctx.set(self.word(i), int.from_bytes(image[k * BUS_BYTES:(k + 1) * BUS_BYTES], SIM_BYTE_ORDER))
+            return ("ok", None)
+        # wait_irq: until the interrupt line is high, or SIM_IRQ_WAIT_CYCLES pass
+        for _ in range(SIM_IRQ_WAIT_CYCLES):
+            if ctx.get(self.irq):
+                break
+            await self.tick(ctx)
+        return ("ok", bool(ctx.get(self.irq)))
 
 
 class AmaranthTransport(Transport):
@@ -69,84 +147,17 @@ class AmaranthTransport(Transport):
             await ctx.tick()
         self._cycles += n
 
-    async def _handshake(self, ctx, valid, ready) -> None:
-        """Hold ``valid`` until the clock edge at which ``ready`` is high."""
-        ctx.set(valid, 1)
-        while True:
-            accepted = ctx.get(ready)
-            await self._tick(ctx)
-            if accepted:
-                break
-        ctx.set(valid, 0)
-
-    async def _response(self, ctx, valid, ready, *fields):
-        """The values of ``fields`` at the clock edge that takes the response (``ready`` held high)."""
-        ctx.set(ready, 1)
-        while not ctx.get(valid):
-            await self._tick(ctx)
-        values = [ctx.get(f) for f in fields]
-        await self._tick(ctx)
-        ctx.set(ready, 0)
-        return values
-
-    def _word(self, i: int):
-        bank, row = word_location(i, self.config.mem_banks)
-        return self.soc.memory.bank_modules[bank].array.data[row]
-
     async def _host(self, ctx) -> None:
-        regs = self.soc.regs
+        port = HostPort(self.soc.regs, self.soc.irq, self._word, self._tick)
         while True:
             op, args = self._requests.get()
             if op == "close":
                 return
-            if op == "read32":
-                ctx.set(regs.araddr, args[0])
-                await self._handshake(ctx, regs.arvalid, regs.arready)
-                data, resp = await self._response(ctx, regs.rvalid, regs.rready, regs.rdata, regs.rresp)
-                answer = ("error", f"read32 at 0x{args[0]:x}: AXI response {resp}") if resp else ("ok", data)
-            elif op == "write32":
-                ctx.set(regs.awaddr, args[0])
-                ctx.set(regs.wdata, args[1])
-                ctx.set(regs.wstrb, 0xF)
-                ctx.set(regs.awvalid, 1)
-                ctx.set(regs.wvalid, 1)
-                aw = w = False
-                while not (aw and w):
-                    aw_now, w_now = ctx.get(regs.awready), ctx.get(regs.wready)
-                    await self._tick(ctx)
-                    if aw_now and not aw:
-                        aw = True
-                        ctx.set(regs.awvalid, 0)
-                    if w_now and not w:
-                        w = True
-                        ctx.set(regs.wvalid, 0)
-                (resp,) = await self._response(ctx, regs.bvalid, regs.bready, regs.bresp)
-                answer = ("error", f"write32 at 0x{args[0]:x}: AXI response {resp}") if resp else ("ok", None)
-            elif op == "read_block":
-                addr, n = args
-                first, last = addr // BUS_BYTES, (addr + n - 1) // BUS_BYTES
-                raw = b"".join(ctx.get(self._word(i)).to_bytes(BUS_BYTES, SIM_BYTE_ORDER)
-                               for i in range(first, last + 1))
-                answer = ("ok", raw[addr - first * BUS_BYTES:][:n])
-            elif op == "write_block":
-                addr, data = args
-                first, last = addr // BUS_BYTES, (addr + len(data) - 1) // BUS_BYTES
-                offset = addr - first * BUS_BYTES
-                merged = bytearray(b"".join(ctx.get(self._word(i)).to_bytes(BUS_BYTES, SIM_BYTE_ORDER)
-                                            for i in (first, last)))
-                image = bytearray((last + 1 - first) * BUS_BYTES)
-                image[:BUS_BYTES], image[-BUS_BYTES:] = merged[:BUS_BYTES], merged[BUS_BYTES:]
-                image[offset:offset + len(data)] = data
-                for k, i in enumerate(range(first, last + 1)):
-                    ctx.set(self._word(i), int.from_bytes(image[k * BUS_BYTES:(k + 1) * BUS_BYTES], SIM_BYTE_ORDER))
-                answer = ("ok", None)
-            else:  # wait_irq: until the interrupt line is high, or SIM_IRQ_WAIT_CYCLES pass
-                for _ in range(SIM_IRQ_WAIT_CYCLES):
-                    if ctx.get(self.soc.irq):
-                        break
-                    await self._tick(ctx)
-                answer = ("ok", bool(ctx.get(self.soc.irq)))
-            self._answers.put(answer)
+            self._answers.put(await port.serve(ctx, op, args))
+
+    def _word(self, i: int):
+        bank, row = word_location(i, self.config.mem_banks)
+        return self.soc.memory.bank_modules[bank].array.data[row]
 
     # -- the driver side -----------------------------------------------------------------------
 

@@ -6,7 +6,7 @@ from amaranth import Const, Module, Mux, Signal, Value
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from ...spec import COMMAND_BYTES, COMMANDS, ErrorCode, Opcode, SocConfig, TileConfig
+from ...spec import COMMAND_BYTES, COMMANDS, LINK_PORTS, ErrorCode, LinkOp, Opcode, SocConfig, TileConfig
 from ..layouts import HEADER_LAYOUT, command_layout
 from .slots import FOOTPRINT_LAYOUT, RANGE_BITS
 
@@ -33,7 +33,7 @@ class CommandDecoder(wiring.Component):
     multiplier and an adder chain into the dispatch decision.
 
     * GEMM and POSTOP (and, with a vector unit, VECTOR, TABLE and TRANSPOSE) go to the tile core unchecked
-      (it checks them itself); LOAD, STORE and COPY to the
+      (it checks them itself); LOAD, STORE and COPY (and, with a link, SEND) to the
       DMA; NOP, FENCE, SIGNAL and WAIT stay local.
     * ``status`` is the first failing check's error code (``OK`` when none fails), and any command that
       fails one is routed ``LOCAL``, to complete with its code.  An unknown opcode is ``BAD_OPCODE``.
@@ -59,6 +59,7 @@ class CommandDecoder(wiring.Component):
         sg = data.View(command_layout(Opcode.SIGNAL), cmd)
         g = data.View(command_layout(Opcode.GEMM), cmd)
         p = data.View(command_layout(Opcode.POSTOP), cmd)
+        sd = data.View(command_layout(Opcode.SEND), cmd)
 
         stage = Signal(range(DECODE_STAGES + 1))  # the steps that have seen the current command
         with m.If(~self.valid | self.taken):
@@ -89,6 +90,7 @@ class CommandDecoder(wiring.Component):
         a_end = registered(g.a_addr + g_a_rows, "g_a_end")
         b_end = registered(g.b_addr + g_b_rows, "g_b_end")
         p_src_end = registered(p.src_addr + p.rows, "p_src_end")
+        sd_src_end = registered(sd.src_addr + sd.length, "sd_src_end", 33)
 
         # Step 3: checks, route and footprint.
         def reserved(op):
@@ -127,6 +129,16 @@ class CommandDecoder(wiring.Component):
                     ((cp.src_addr[:3] != 0) | (cp.dst_addr[:3] != 0) | (cp.length[:3] != 0), ErrorCode.MISALIGNED),
                     (~in_window(cp.src_addr, cp_src_end) | ~in_window(cp.dst_addr, cp_dst_end), ErrorCode.DMA_WINDOW),
                 ])), route_next.eq(Route.DMA)]
+            if cfg.link is not None:
+                with m.Case(Opcode.SEND):
+                    m.d.comb += [status_next.eq(first_failing([
+                        (reserved(Opcode.SEND), ErrorCode.RESERVED_BITS),
+                        (sd.length == 0, ErrorCode.BAD_DIMENSION),
+                        ((sd.op > max(LinkOp)) | (sd.port >= LINK_PORTS), ErrorCode.BAD_FIELD),
+                        (sd.sem >= cfg.semaphores, ErrorCode.SEM_RANGE),
+                        ((sd.src_addr[:3] != 0) | (sd.dst_addr[:3] != 0) | (sd.length[:3] != 0), ErrorCode.MISALIGNED),
+                        (~in_window(sd.src_addr, sd_src_end), ErrorCode.DMA_WINDOW),
+                    ])), route_next.eq(Route.DMA)]
             with m.Case(Opcode.SIGNAL):
                 m.d.comb += status_next.eq(first_failing([
                     (reserved(Opcode.SIGNAL), ErrorCode.RESERVED_BITS),

@@ -35,7 +35,8 @@ class WriteEngine(wiring.Component):
     A beat goes out with null strobes when it carries a read error (``fifo_err``, which also pulses
     ``read_error``), after an earlier one (``rd_err``), or while ``abort``; others count in
     ``bytes_written``.  An error response pulses ``error``.  No beat is sent while ``is_load``.  ``done``:
-    every burst was issued, sent and answered; ``quiet``: no burst is open or waiting for its address.
+    every burst was issued, sent and answered; ``quiet``: no burst is open or waiting for its address;
+    ``issued``: every burst of the job was issued (a new job may start: the issued bursts keep their data).
     """
 
     def __init__(self, addr_width: int = 32, id_width: int = 4):
@@ -45,6 +46,7 @@ class WriteEngine(wiring.Component):
             "hold": In(1), "abort": In(1), "is_copy": In(1), "is_load": In(1), "copy_beat": In(1), "rd_err": In(1),
             "fifo_data": In(8 * BEAT_BYTES), "fifo_err": In(1), "fifo_ready": In(1), "fifo_take": Out(1),
             "read_error": Out(1), "error": Out(1), "bytes_written": Out(32), "done": Out(1), "quiet": Out(1),
+            "issued": Out(1),
         })
         self.addr_width = addr_width
 
@@ -103,5 +105,5 @@ class WriteEngine(wiring.Component):
             m.d.comb += wlen_fifo.r_en.eq(1)
             m.d.sync += [w_cur.eq(wlen_fifo.r_rdy), w_len.eq(wlen_fifo.r_data), w_cnt.eq(0)]
         quiet = ~bus.awvalid & (writes_out == 0) & ~w_cur & ~wlen_fifo.r_rdy
-        m.d.comb += [self.done.eq(~bursts.active & quiet), self.quiet.eq(quiet)]
+        m.d.comb += [self.done.eq(~bursts.active & quiet), self.quiet.eq(quiet), self.issued.eq(~bursts.active)]
         return m

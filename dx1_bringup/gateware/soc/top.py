@@ -6,10 +6,11 @@ from amaranth import Cat, Module, ResetInserter, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from ...spec import BUS_BYTES, STALL_UNITS, Access, SocConfig, stall_bit
+from ...spec import BUS_BYTES, LINK_PORTS, STALL_UNITS, Access, SocConfig, stall_bit
 from ..axi import AXI4LiteSignature, AXI4Signature
 from ..command import CommandProcessor
 from ..dma import Dma
+from ..link import COUNTERS, LinkEndpoint, SendRouter, link_wire
 from ..memory import AxiMemory
 from ..regfile import ADDR_WIDTH, RegisterFile, field_bits, field_word
 from ..tile import LOCAL_PORTS, TileCore
@@ -18,7 +19,16 @@ from .perf import COUNTED, KEPT, PerfCounters
 from .semaphores import SemaphoreArbiter
 from .trace import TraceWriter
 
-__all__ = ["Dx1Soc"]
+__all__ = ["Dx1Soc", "MAX_LINK_TILES"]
+
+#: Most tiles of a SoC with the chip-to-chip link: each of its two ports' DMA halves is two more masters on the
+#: device memory, which serves at most 17 (the host and a command processor and a DMA for each tile).
+MAX_LINK_TILES = 6
+
+# The LINK block's counter registers and the port counters they show.
+_LINK_COUNTERS = {"TX_PACKETS": "tx_frames", "RX_PACKETS": "rx_frames", "RETRIES": "retries",
+                  "CRC_ERRORS": "crc_errors", "CREDIT_STALLS": "credit_stalls"}
+assert sorted(_LINK_COUNTERS.values()) == sorted(COUNTERS)
 
 
 def _connect_gated(m: Module, src, dst, stop) -> None:
@@ -41,6 +51,11 @@ class Dx1Soc(wiring.Component):
     with commands in flight (they get no completion).  QUEUEn.RESET resets tile n alone (:class:`TileReset`),
     and QUEUEn.WATCHDOG aborts a command of tile n that makes no progress.
 
+    With ``config.link`` the SoC has the chip-to-chip link (:mod:`dx1_bringup.gateware.link`): ports
+    ``link{p}_tx``/``link{p}_rx`` (p = 0: the next chip, 1: the previous one), the input ``chip_id``
+    (GLOBAL.CHIP_ID, the board's straps), SEND through every queue and the LINK registers.  Without it
+    (the default) nothing of the link is built.
+
     ``stall_port`` adds the test-only input ``stall_units``
     (:mod:`dx1_bringup.spec.stall`): a DMA bit holds that DMA's new bursts, a core
     bit stops the tile core's command and completion handshakes.  Only the
@@ -54,6 +69,9 @@ class Dx1Soc(wiring.Component):
         if config.tile.array % BUS_BYTES:
             raise ValueError(f"SoC array size must be a multiple of {BUS_BYTES} (a scratchpad row is whole "
                              f"{8 * BUS_BYTES}-bit beats), not {config.tile.array}")
+        if config.link is not None and config.tiles > MAX_LINK_TILES:
+            raise ValueError(f"A SoC with the chip-to-chip link has at most {MAX_LINK_TILES} tiles (device memory "
+                             f"serves 17 masters), not {config.tiles}")
         self.config = config
         self.stall_port = stall_port
         ports = {
@@ -63,13 +81,19 @@ class Dx1Soc(wiring.Component):
         }
         if stall_port:
             ports["stall_units"] = In(len(STALL_UNITS) * config.tiles)
+        if config.link is not None:
+            for p in range(LINK_PORTS):
+                ports[f"link{p}_tx"], ports[f"link{p}_rx"] = Out(link_wire()), In(link_wire())
+            ports["chip_id"] = In(16)
         super().__init__(ports)
 
     def elaborate(self, platform):
         m = Module()
         cfg = self.config
         m.submodules.regfile = rf = RegisterFile(cfg)
-        m.submodules.memory = memory = AxiMemory(size=cfg.mem_bytes, ports=1 + 2 * cfg.tiles, banks=cfg.mem_banks)
+        link_masters = 0 if cfg.link is None else 2 * LINK_PORTS
+        m.submodules.memory = memory = AxiMemory(size=cfg.mem_bytes, ports=1 + 2 * cfg.tiles + link_masters,
+                                                 banks=cfg.mem_banks)
         self.memory = memory  # for simulation backdoors (dx1_bringup.sim.amaranth_transport)
         wiring.connect(m, wiring.flipped(self.regs), rf.bus)
         wiring.connect(m, wiring.flipped(self.mem), memory.s0)
@@ -91,13 +115,17 @@ class Dx1Soc(wiring.Component):
         sem_bits = spec_reg("GLOBAL", "SEM0").field("value").width
         with m.If(soft_reset):
             m.d.comb += [s.set.eq(1) for s in sems]  # set_value defaults to 0
-        m.submodules.semaphores = arbiter = SemaphoreArbiter(cfg.tiles, cfg.semaphores, sem_bits)
+        # The link's landers signal semaphores too, after the tiles.
+        requesters = cfg.tiles + (0 if cfg.link is None else LINK_PORTS)
+        m.submodules.semaphores = arbiter = SemaphoreArbiter(requesters, cfg.semaphores, sem_bits)
         m.d.comb += arbiter.values.eq(Cat(s.value for s in sems))
 
         irq_lines = []
+        routers = []
         for t in range(cfg.tiles):
             q, perf, trace = f"QUEUE{t}", f"PERF{t}", f"TRACE{t}"
-            cp, core, dma, seq = self._tile(m, t, reg, spec_reg, memory, soft_reset)
+            cp, core, dma, seq, router = self._tile(m, t, reg, spec_reg, memory, soft_reset)
+            routers.append(router)
             m.d.comb += [
                 cp.timestamp.eq(cycles[:32]),
                 cp.sem_values.eq(Cat(field_bits(s.value, spec_reg("GLOBAL", "SEM0"), "value") for s in sems)),
@@ -158,6 +186,8 @@ class Dx1Soc(wiring.Component):
                         elif placed.register.access == Access.W1C:
                             m.d.comb += reg(block, placed.name).clear.eq(1)
 
+        if cfg.link is not None:
+            self._link(m, reg, spec_reg, memory, routers, arbiter, soft_reset)
         for i, s in enumerate(sems):
             with m.If(arbiter.set[i]):
                 m.d.comb += [s.set.eq(1), s.set_value.eq(arbiter.set_value[i])]
@@ -183,7 +213,7 @@ class Dx1Soc(wiring.Component):
         """Tile ``t``'s units, their reset sequencer, their memory ports and its QUEUE registers.
 
         Returns the command processor, tile core, DMA and :class:`TileReset` for the PERF, TRACE and
-        semaphore wiring.
+        semaphore wiring, and with a link the tile's :class:`SendRouter` (None without).
         """
         cfg = self.config
         q = f"QUEUE{t}"
@@ -200,8 +230,17 @@ class Dx1Soc(wiring.Component):
                          dma.hold.eq((self.stall_units & stall_bit("dma", t)) != 0)]
         _connect_gated(m, cp.tile_cmd, core.cmd, core_stalled)
         _connect_gated(m, core.done, cp.tile_done, core_stalled)
-        wiring.connect(m, cp.dma_cmd, dma.cmd)
-        wiring.connect(m, dma.done, cp.dma_done)
+        router = None
+        if cfg.link is None:
+            wiring.connect(m, cp.dma_cmd, dma.cmd)
+            wiring.connect(m, dma.done, cp.dma_done)
+        else:
+            # SENDs leave the tile for the link ports; the router is reset with the tile's units.
+            m.submodules[f"route{t}"] = router = ResetInserter(seq.reset_units)(SendRouter())
+            wiring.connect(m, cp.dma_cmd, router.cmd)
+            wiring.connect(m, router.done, cp.dma_done)
+            wiring.connect(m, router.dma_cmd, dma.cmd)
+            wiring.connect(m, dma.done, router.dma_done)
         for port in ("spm_wr", "spm_rreq", "acc_wr", "acc_rreq"):
             wiring.connect(m, getattr(dma, port), getattr(core, port))
         for port in ("spm_rresp", "acc_rresp"):
@@ -246,4 +285,72 @@ class Dx1Soc(wiring.Component):
         with m.If(resume_written):
             m.d.comb += [control.set.eq(1),
                          control.set_value.eq(control.value & ~control_spec.field("resume").mask)]
-        return cp, core, dma, seq
+        return cp, core, dma, seq, router
+
+    def _link(self, m: Module, reg, spec_reg, memory: AxiMemory, routers: list, arbiter, soft_reset) -> None:
+        """The link ports' endpoints, their memory masters, the SENDs of every tile and the LINK registers
+        (GLOBAL.RESET clears the counters; the window and controls keep their values, as in the model)."""
+        cfg = self.config
+        link = cfg.link
+        glob_chip = spec_reg("GLOBAL", "CHIP_ID")
+        m.d.comb += reg("GLOBAL", "CHIP_ID").value.eq(
+            field_word(glob_chip, rank=self.chip_id[:8], chips=self.chip_id[8:16]))
+        m.d.comb += [
+            reg("LINK", "CAPS").value.eq(field_word(spec_reg("LINK", "CAPS"), width=link.width, credits=link.credits,
+                                                    retries=link.retries,
+                                                    max_payload_log2=link.max_payload.bit_length() - 1)),
+            reg("LINK", "LATENCY").value.eq(field_word(spec_reg("LINK", "LATENCY"), cycles=link.latency)),
+        ]
+        clear = reg("LINK", "CLEAR")
+        clear_counters = soft_reset | (clear.write & field_bits(clear.wdata, spec_reg("LINK", "CLEAR"), "counters"))
+        first_link_master = 1 + 2 * cfg.tiles
+        for p in range(LINK_PORTS):
+            m.submodules[f"link{p}"] = end = LinkEndpoint(link, cfg.semaphores, cfg.mem_bytes)
+            wiring.connect(m, end.tx, wiring.flipped(getattr(self, f"link{p}_tx")))
+            wiring.connect(m, wiring.flipped(getattr(self, f"link{p}_rx")), end.rx)
+            wiring.connect(m, end.send_bus, getattr(memory, f"s{first_link_master + 2 * p}"))
+            wiring.connect(m, end.land_bus, getattr(memory, f"s{first_link_master + 2 * p + 1}"))
+            control, control_spec = reg("LINK", f"CONTROL{p}"), spec_reg("LINK", f"CONTROL{p}")
+            requester = cfg.tiles + p
+            m.d.comb += [
+                end.window_base.eq(reg("LINK", "WINDOW_BASE").value),
+                end.window_limit.eq(field_bits(reg("LINK", "WINDOW_LIMIT").value, spec_reg("LINK", "WINDOW_LIMIT"),
+                                               "limit")),
+                end.force_down.eq(field_bits(control.value, control_spec, "force_down")),
+                end.inject.eq(control.write),
+                end.inject_count.eq(field_bits(control.wdata, control_spec, "corrupt")),
+                end.clear.eq(clear_counters),
+                reg("LINK", f"STATUS{p}").value.eq(field_word(spec_reg("LINK", f"STATUS{p}"), up=end.up,
+                                                              busy=end.busy)),
+                *(reg("LINK", f"{name}{p}").value.eq(getattr(end, counter))
+                  for name, counter in _LINK_COUNTERS.items()),
+                getattr(arbiter, f"valid{requester}").eq(end.sem_valid),
+                getattr(arbiter, f"index{requester}").eq(end.sem_index),
+                getattr(arbiter, f"delta{requester}").eq(end.sem_delta),
+                end.sem_grant.eq(getattr(arbiter, f"grant{requester}")),
+            ]
+            # CONTROL.corrupt counts down as the corrupted frames go out (a host write wins).
+            corrupt_now = field_bits(control.value, control_spec, "corrupt")
+            with m.If(~control.write & (corrupt_now != end.inject_left)):
+                m.d.comb += [control.set.eq(1), control.set_value.eq(
+                    (control.value & ~control_spec.field("corrupt").mask)
+                    | (end.inject_left << control_spec.field("corrupt").lsb))]
+
+            # SENDs on this port from every tile, the lowest tile first; the status goes back to the tile it ran for.
+            owner = Signal(range(max(2, cfg.tiles)), name=f"link{p}_owner")
+            granted = Signal(name=f"link{p}_granted0")
+            for t, router in enumerate(routers):
+                req = getattr(router, f"send{p}")
+                with m.If(req.valid & ~granted):
+                    m.d.comb += [end.request.valid.eq(1), req.ready.eq(end.request.ready),
+                                 *(getattr(end.request, f).eq(getattr(req, f))
+                                   for f in ("src_addr", "dst_addr", "length", "op", "sem", "count"))]
+                    with m.If(end.request.ready):
+                        m.d.sync += owner.eq(t)
+                granted_next = Signal(name=f"link{p}_granted{t + 1}")
+                m.d.comb += granted_next.eq(granted | req.valid)
+                granted = granted_next
+            m.d.comb += end.done.tready.eq(1)
+            for t, router in enumerate(routers):
+                with m.If(end.done.tvalid & (owner == t)):
+                    m.d.comb += [router.send_done.eq(1), router.send_status.eq(end.done.tdata)]
