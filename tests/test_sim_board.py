@@ -65,7 +65,7 @@ def test_the_send_sequence_and_its_faults_agree_with_the_golden_model(built) -> 
 
 
 def test_the_link_fuzzer_finds_the_board_equal_to_the_model(built, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["fuzz-link", "--commands", "96", "--seed", "3", "--boards", f"model:chips=2;{DEVICE}"]) == 0
+    assert main(["fuzz-link", "--commands", "200", "--seed", "3", "--boards", f"model:chips=2;{DEVICE}"]) == 0
     assert "the boards agree" in capsys.readouterr().out
 
 
