@@ -96,7 +96,10 @@ def test_posted_writes_ride_on_the_next_request_and_report_their_failure_there(s
         t.write32(regs.Global.SCRATCH, 0)
         with pytest.raises(DeviceStuck, match=f"write32 at 0x{regs.Global.SCRATCH:x} did not finish within 1 cycles"):
             t._request(SimOp.BUDGET, 0, 0)  # runs, then raises the posted write's failure
-        assert t.read32(regs.Global.SCRATCH) == 0x5CA7_0003, f"{server}: the link is intact, the budget back"
+        # An abandoned write may or may not have landed (the cocotb server's master had presented it); the link
+        # must be intact and the budget back.
+        t.write32(regs.Global.SCRATCH, 0x5CA7_0004)
+        assert t.read32(regs.Global.SCRATCH) == 0x5CA7_0004, f"{server}: the link is intact, the budget back"
 
 
 def _raw(t, op: int) -> bytes:
