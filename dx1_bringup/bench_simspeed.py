@@ -16,12 +16,16 @@ Then a small GEMM runs on the default setup and on the same SoC in Amaranth's Py
 
 Cycles are the simulator's own count (the sim socket's CYCLES request) from before the first upload to
 after the last download, so host transfers and the driver's waits are included; wall time is the
-same span on the host.
+same span on the host.  The simulator's CPU seconds over that span (its process and their children, from
+``/proc``; Linux only, else not reported) give cycles per server CPU second, the figure that holds on a
+machine whose cores other work shares.
 """
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 
 import numpy as np
 from dx1_driver import Device
@@ -41,13 +45,34 @@ SETUPS = (("cocotb clock, bus", "cocotb", "bus", "cocotb"), ("cocotb clock, back
           ("native server", "cocotb", "backdoor", "native"))
 
 
+def process_cpu_seconds(pid: int) -> float | None:
+    """User plus system CPU seconds of process ``pid`` and all its descendants (``None`` without ``/proc``)."""
+    proc = Path("/proc")
+    try:
+        fields = (proc / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+        total = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        children = [int(c) for task in (proc / str(pid) / "task").iterdir()
+                    for c in (task / "children").read_text().split()]
+    except (OSError, ValueError, IndexError):
+        return None
+    for child in children:
+        total += process_cpu_seconds(child) or 0.0
+    return total
+
+
 def _one_gemm(transport: SimTransport, a: np.ndarray, b: np.ndarray, tiles: int) -> dict:
     device = Device(transport)
+    process = getattr(transport, "process", None)
+    cpu = None if process is None else process_cpu_seconds(process.pid)
     trips, cycles, wall = transport.round_trips, transport.cycles(), time.perf_counter()
     out, stats = run_gemm(device, a, b, tiles=tiles, timeout=3600)
     wall = time.perf_counter() - wall
     sim_cycles = transport.cycles() - cycles
+    if cpu is not None:
+        after = process_cpu_seconds(process.pid)
+        cpu = None if after is None else after - cpu
     return {"wall_s": wall, "sim_cycles": sim_cycles, "cycles_per_s": sim_cycles / wall,
+            "server_cpu_s": cpu, "cycles_per_cpu_s": sim_cycles / cpu if cpu else None,
             "round_trips": transport.round_trips - trips, "utilisation": stats.utilisation(),
             "correct": bool(np.array_equal(out, reference_gemm(a, b)))}
 
@@ -79,7 +104,7 @@ def simspeed_bench(shape: tuple[int, int, int] = (256, 256, 256), tiles: int = 2
                 runs[label].append(_one_gemm(transport, a, b, tiles))
                 last = runs[label][-1]
                 print(f"  round {r + 1}/{rounds}, {label}: {last['sim_cycles']:,} cycles in {last['wall_s']:.2f} s "
-                      f"= {last['cycles_per_s']:,.0f} cycles/s, correct {last['correct']}", flush=True)
+                      f"= {last['cycles_per_s']:,.0f} cycles/s{_per_cpu(last)}, correct {last['correct']}", flush=True)
         sa, sb = _operands(small)
         print(f"  {'x'.join(map(str, small))} on one tile: {SETUPS[-1][0]}, then Amaranth's simulator ...", flush=True)
         versus = {"Verilator": _one_gemm(transports[SETUPS[-1][0]], sa, sb, 1)}
@@ -93,6 +118,12 @@ def simspeed_bench(shape: tuple[int, int, int] = (256, 256, 256), tiles: int = 2
             "versus_amaranth": {"shape": list(small), "tiles": 1, "runs": versus}}
 
 
+def _per_cpu(run: dict) -> str:
+    if run.get("cycles_per_cpu_s") is None:
+        return ""
+    return f" ({run['cycles_per_cpu_s']:,.0f} per server CPU second)"
+
+
 def print_simspeed(report: dict) -> None:
     """The best round of each setup, and each setup's speed against the first."""
     shape = "x".join(map(str, report["shape"]))
@@ -102,7 +133,7 @@ def print_simspeed(report: dict) -> None:
     for label, r in report["best"].items():
         base = base or r["cycles_per_s"]
         print(f"  {label:<26} {r['sim_cycles']:>9,} cycles {r['wall_s']:7.2f} s {r['cycles_per_s']:>10,.0f} cycles/s "
-              f"({r['cycles_per_s'] / base:.2f}x)  {r['round_trips']} round trips  correct {r['correct']}")
+              f"({r['cycles_per_s'] / base:.2f}x){_per_cpu(r)}  {r['round_trips']} round trips  correct {r['correct']}")
     versus = report["versus_amaranth"]
     print(f"\nThe same SoC on a {'x'.join(map(str, versus['shape']))} GEMM on one tile, same cycles on both "
           f"(host transfers and waits included):")

@@ -38,6 +38,19 @@ def test_the_wrapper_drives_the_clock_and_registers_reset_and_stalls(tmp_path):
     assert out.stat().st_mtime_ns == stamp  # unchanged text is not rewritten (no rebuild)
 
 
+def test_tied_inputs_are_constants_inside_the_wrapper_not_ports(tmp_path):
+    out = tmp_path / "native.v"
+    tied = {"mem__awaddr": 0, "mem__awvalid": 0, "mem__bready": 1}
+    write_clocked_top(SOC.path, SOC.name, out, None, ("rst",), "native", tied)
+    text = out.read_text()
+    header = re.search(r"module native\(([^;]*)\);", text).group(1)
+    assert not set(tied) & {p.strip() for p in header.split(",")}
+    assert ".mem__awaddr(32'd0)" in text and ".mem__awvalid(1'd0)" in text and ".mem__bready(1'd1)" in text
+    assert "clk" in header and "input mem__arvalid;" in text  # the clock stays an input; untied ports stay ports
+    with pytest.raises(ValueError, match="irq, rst cannot be tied"):
+        write_clocked_top(SOC.path, SOC.name, out, None, ("rst",), "native", {"rst": 0, "irq": 0})
+
+
 def test_bad_inputs_say_what_was_wrong(tmp_path):
     with pytest.raises(ValueError, match="no module 'nope'"):
         soc_ports(SOC.path.read_text(), "nope")

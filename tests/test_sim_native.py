@@ -84,6 +84,24 @@ def test_an_unknown_op_and_an_over_budget_request_answer_alike(servers):
     assert answers["native"] == answers["cocotb"]
 
 
+def test_posted_writes_ride_on_the_next_request_and_report_their_failure_there(servers):
+    for server, t in servers.items():
+        trips, posted = t.round_trips, t.posted_writes
+        for value in (1, 2, 3):
+            t.write32(regs.Global.SCRATCH, 0x5CA7_0000 + value)
+        assert t.round_trips == trips and t.posted_writes == posted + 3, server
+        assert t.read32(regs.Global.SCRATCH) == 0x5CA7_0003, server
+        assert t.round_trips == trips + 1, f"{server}: the read collects the three writes' answers"
+        t._request(SimOp.BUDGET, 0, 1)  # one cycle: the next register access is stuck
+        t.write32(regs.Global.SCRATCH, 0)
+        with pytest.raises(DeviceStuck, match=f"write32 at 0x{regs.Global.SCRATCH:x} did not finish within 1 cycles"):
+            t._request(SimOp.BUDGET, 0, 0)  # runs, then raises the posted write's failure
+        # An abandoned write may or may not have landed (the cocotb server's master had presented it); the link
+        # must be intact and the budget back.
+        t.write32(regs.Global.SCRATCH, 0x5CA7_0004)
+        assert t.read32(regs.Global.SCRATCH) == 0x5CA7_0004, f"{server}: the link is intact, the budget back"
+
+
 def _raw(t, op: int) -> bytes:
     t.sock.sendall(t.REQUEST.pack(op, 0, 0))
     return t.sock.recv(t.RESPONSE.size)

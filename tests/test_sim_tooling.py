@@ -280,3 +280,24 @@ def test_report_command_without_junit_says_so(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert "none.xml is missing: the regression wrote no JUnit XML" in result.stderr
     assert not (tmp_path / "summary.md").exists()
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="process CPU times come from /proc (Linux)")
+def test_the_simspeed_bench_counts_a_servers_children_cpu():
+    # The cocotb server is a Python process whose child is the simulator: its CPU must be counted.
+    from dx1_bringup.bench_simspeed import process_cpu_seconds
+
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.4: pass\ntime.sleep(30)"
+    parent = subprocess.Popen([sys.executable, "-c", f"import subprocess, sys; subprocess.run([sys.executable, "
+                                                     f"'-c', {burn!r}])"])
+    try:
+        deadline = time.monotonic() + 30
+        while (process_cpu_seconds(parent.pid) or 0) < 0.4:
+            assert time.monotonic() < deadline, "the child's 0.4 s of CPU was never counted"
+            time.sleep(0.1)
+        assert process_cpu_seconds(2 ** 22 + 1) is None  # no such process
+    finally:
+        for child in Path(f"/proc/{parent.pid}/task/{parent.pid}/children").read_text().split():
+            os.kill(int(child), 9)
+        parent.kill()
+        parent.wait()

@@ -450,3 +450,12 @@ def test_spec_history_ends_at_the_spec_version_and_explains_the_block_versions()
     text = f"every block reads {block_version >> 16}.{block_version & 0xFFFF} under spec " \
            f"{spec.SPEC_VERSION >> 16}.{spec.SPEC_VERSION & 0xFFFF}"
     assert text in spec.VERSIONS_EXPLAINED
+
+
+def test_a_decoded_command_is_the_callers_own_to_change():
+    from dx1_bringup.spec import Opcode, pack_command, unpack_command
+
+    cmd = pack_command(Opcode.COPY, tag=7, src_addr=0x100, dst_addr=0x200, length=64)
+    opcode, fields = unpack_command(cmd)
+    fields["length"] = 0
+    assert unpack_command(cmd) == (Opcode.COPY, {**fields, "length": 64})

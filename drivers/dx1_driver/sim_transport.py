@@ -12,10 +12,14 @@ import struct
 import time
 
 from . import link, regs
-from .errors import BusErrorResponse, DeviceStuck, LinkLost, LinkTimeout, TransportError
+from .errors import BusErrorResponse, DeviceStuck, DriverError, LinkLost, LinkTimeout, TransportError
 from .transport import Transport
 
-__all__ = ["SimTransport"]
+__all__ = ["MAX_POSTED_WRITES", "SimTransport"]
+
+#: Writes that may be sent ahead of their answers (their requests and answers stay far below the socket's
+#: buffers, so neither end can block the other).
+MAX_POSTED_WRITES = 256
 
 
 class SimTransport(Transport):
@@ -40,6 +44,16 @@ class SimTransport(Transport):
     per interrupt wait, which runs the simulation until the interrupt line rises
     or ``link.SIM_IRQ_WAIT_CYCLES`` pass.  The protocol is the simulator socket of
     ``docs/link.md`` (the generated :mod:`.link`).
+
+    Writes are posted: a WRITE32 or WRITE_BLOCK is sent at once and the transport goes on
+    without waiting for its answer; the next request that waits for an answer anyway (a read,
+    an interrupt wait, CYCLES, ...) reads the posted writes' answers first, in order, and then its
+    own, so it costs one round trip for all of them (:attr:`round_trips` counts those waits,
+    :attr:`posted_writes` the writes that rode on them).  The server runs requests in the order they
+    arrive and the simulation does not advance between them, so the device sees the same requests on
+    the same cycles as without posting.  A posted write's failure (a bus error, STUCK) is raised by
+    the request that collects its answer, naming the write; at most :data:`MAX_POSTED_WRITES` go
+    ahead unanswered.
 
     No request blocks forever.  The server bounds each bus transaction by simulated cycles and
     answers ``STUCK`` with what it saw (:class:`DeviceStuck`); a simulator that stops answering (frozen,
@@ -67,6 +81,8 @@ class SimTransport(Transport):
             raise TransportError(f"cannot reach the simulator at {host}:{port}: {e}") from e
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.round_trips = 0
+        self.posted_writes = 0
+        self._posted: list[tuple[str, int, int]] = []  # (op name, addr, bytes moved) of unanswered writes
         mem_bytes = int.from_bytes(self._request(link.SimOp.READ32, regs.Global.MEM_BYTES), link.SIM_BYTE_ORDER)
         super().__init__(link.REG_BYTES, mem_bytes)
 
@@ -101,35 +117,57 @@ class SimTransport(Transport):
             data += chunk
         return bytes(data)
 
-    def _request(self, op: link.SimOp, addr: int = 0, n: int = 0, payload: bytes = b"") -> bytes:
+    def _send(self, op: link.SimOp, addr: int, n: int, payload: bytes) -> str:
         name = op.name.lower()
         if self.broken:
             raise LinkLost(f"the simulator link is unusable after an earlier failure ({self.broken}); "
                            f"cannot {name} at 0x{addr:x}")
-        moved = n if op in (link.SimOp.READ_BLOCK, link.SimOp.WRITE_BLOCK) else 0
-        seconds = self.timeout + self.per_byte * moved
-        deadline = time.monotonic() + seconds
         try:
-            self.sock.settimeout(seconds)
+            self.sock.settimeout(self.timeout + self.per_byte * len(payload))
             self.sock.sendall(self.REQUEST.pack(op, addr, n) + payload)
         except OSError as e:
             raise self._lost(f"simulator connection failed sending {name} at 0x{addr:x}: {e}") from e
+        return name
+
+    def _post(self, op: link.SimOp, addr: int, n: int = 0, payload: bytes = b"") -> None:
+        """Send a write without waiting for its answer (the next waiting request collects it)."""
+        if len(self._posted) >= MAX_POSTED_WRITES:
+            self._request(link.SimOp.CYCLES)  # collects the answers of those ahead
+        name = self._send(op, addr, n, payload)
+        self._posted.append((name, addr, len(payload)))
+        self.posted_writes += 1
+
+    def _request(self, op: link.SimOp, addr: int = 0, n: int = 0, payload: bytes = b"") -> bytes:
+        """Send a request and return its answer's data, after the answers of every posted write ahead of it."""
+        moved = n if op in (link.SimOp.READ_BLOCK, link.SimOp.WRITE_BLOCK) else 0
+        name = self._send(op, addr, n, payload)
         self.round_trips += 1
-        status, length = self.RESPONSE.unpack(self._recv(self.RESPONSE.size, name, addr, deadline, seconds))
-        data = self._recv(length, name, addr, deadline, seconds)
-        if status == link.SimStatus.BUS_ERROR:
-            raise BusErrorResponse(f"bus error response to {name} at 0x{addr:x}")
-        if status == link.SimStatus.STUCK:
-            raise DeviceStuck(name, addr, data.decode(errors="replace"))
-        if status != link.SimStatus.OK:
-            raise TransportError(f"the simulator refused {name}: {data.decode(errors='replace')}")
+        waiting, self._posted = [*self._posted, (name, addr, moved)], []
+        seconds = self.timeout + self.per_byte * sum(m for _, _, m in waiting)
+        deadline = time.monotonic() + seconds
+        failure: DriverError | None = None
+        for what, at, _ in waiting:
+            status, length = self.RESPONSE.unpack(self._recv(self.RESPONSE.size, what, at, deadline, seconds))
+            data = self._recv(length, what, at, deadline, seconds)
+            if failure is None and status != link.SimStatus.OK:
+                failure = self._failure(status, what, at, data)
+        if failure is not None:
+            raise failure
         return data
+
+    @staticmethod
+    def _failure(status: int, name: str, addr: int, data: bytes) -> DriverError:
+        if status == link.SimStatus.BUS_ERROR:
+            return BusErrorResponse(f"bus error response to {name} at 0x{addr:x}")
+        if status == link.SimStatus.STUCK:
+            return DeviceStuck(name, addr, data.decode(errors="replace"))
+        return TransportError(f"the simulator refused {name}: {data.decode(errors='replace')}")
 
     def _read32(self, addr: int) -> int:
         return int.from_bytes(self._request(link.SimOp.READ32, addr), link.SIM_BYTE_ORDER)
 
     def _write32(self, addr: int, value: int) -> None:
-        self._request(link.SimOp.WRITE32, addr, value)
+        self._post(link.SimOp.WRITE32, addr, value)
 
     def _read_block(self, addr: int, n: int) -> bytes:
         out = bytearray()
@@ -140,7 +178,7 @@ class SimTransport(Transport):
     def _write_block(self, addr: int, data: bytes) -> None:
         for offset in range(0, len(data), link.SIM_MAX_BLOCK):
             chunk = data[offset:offset + link.SIM_MAX_BLOCK]
-            self._request(link.SimOp.WRITE_BLOCK, addr + offset, len(chunk), chunk)
+            self._post(link.SimOp.WRITE_BLOCK, addr + offset, len(chunk), chunk)
 
     def _wait_irq(self, timeout: float) -> bool:
         return self._request(link.SimOp.WAIT_IRQ, 0, link.SIM_IRQ_WAIT_CYCLES) == b"\x01"
@@ -150,9 +188,14 @@ class SimTransport(Transport):
         return int.from_bytes(self._request(link.SimOp.CYCLES), link.SIM_BYTE_ORDER)
 
     def _close(self) -> None:
+        failure = None
         if not self.broken:
             try:
                 self._request(link.SimOp.CLOSE, 0, int(self.stop_server))
+            except (BusErrorResponse, DeviceStuck) as e:
+                failure = e  # a posted write's answer, collected by CLOSE: the server got CLOSE all the same
             except TransportError:
                 pass  # already gone: nothing left to stop
         self.sock.close()
+        if failure is not None:
+            raise failure

@@ -81,12 +81,15 @@ class CompletionWaits:
               expired: Callable[[], DeviceTimeout]) -> None:
         """Return once ``ready()`` (which polls the completion rings of ``queues``) is true.
 
-        A wait costs one ring poll per look, one IRQ_STATUS write per queue each time completions were
-        collected since its last clear, and one interrupt wait; STATUS is read (``check``) once a call when
-        the first look finds too little, and after that only when an interrupt wait ends without an
-        interrupt (a lost interrupt, a reset device, a transport with no interrupt line: the wait falls
-        back to polling) or with the line up but no completion in the rings (a queue error's
-        IRQ_STATUS.error, or another queue's completion).
+        A wait costs one ring poll per look and one interrupt wait between looks.  An interrupt wait that
+        saw the line up is followed by one IRQ_STATUS write (completion) per open queue before the next
+        look: a completion written before the clear is in the rings for that look, one written after it
+        raises the line again, so the look needs no second clear and no second poll.  Completions
+        collected by the first look of a call are cleared the same way (a write per queue that collected,
+        then a look).  STATUS is read (``check``) once a call when the first look finds too little, and
+        after that only when an interrupt wait ends without an interrupt (a lost interrupt, a reset
+        device, a transport with no interrupt line: the wait falls back to polling) or with the line up
+        but no completion in the rings (a queue error's IRQ_STATUS.error, or another queue's completion).
 
         Raises
         ------
@@ -98,6 +101,7 @@ class CompletionWaits:
         deadline = time.monotonic() + timeout
         line = self.transport.has_irq_line
         woke = False  # the last interrupt wait saw the line up
+        cleared = False  # and every open queue's completion interrupt was cleared after it, before this look
         first = True
         while not ready():
             if first:
@@ -115,7 +119,8 @@ class CompletionWaits:
                 for q in self.open_queues():
                     q.clear_irq()
             woke = False
-            loud = [q for q in self.open_queues() if not q.irq_quiet] if line else []
+            loud = [q for q in self.open_queues() if not q.irq_quiet] if line and not cleared else []
+            cleared = False
             if loud:
                 # Clear the completion interrupts, then look at the rings once more: a completion written
                 # before the clear raises nothing, one written after it raises the line for wait_irq.
@@ -128,7 +133,12 @@ class CompletionWaits:
                     q.check()
                 raise expired()
             woke = self.transport.wait_irq(min(remaining, POLL_SLICE))
-            if not woke:
+            if woke:
+                # Clear before the next look rather than after it (see above): one look a wake, not two.
+                for q in self.open_queues():
+                    q.clear_irq(q.IRQ_COMPLETION)
+                cleared = True
+            else:
                 for q in queues:
                     q.check()
 

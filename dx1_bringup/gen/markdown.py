@@ -266,7 +266,9 @@ def render_link() -> str:
     out += ["", "### Limits and address windows", ""]
     out += limits(LINK_LIMIT_DOCS)
     out += ["", "## Simulator socket", "",
-            "One request at a time on a loopback TCP socket; the simulation advances only inside requests.", "",
+            "One request at a time on a loopback TCP socket; the simulation advances only inside requests. "
+            "A client may send requests before the answers of earlier ones arrive (the driver posts its "
+            "writes); the server runs them one at a time in the order they arrive and answers each in turn.", "",
             "### Ops", ""]
     out += _table(("Op", "Name", "Meaning"),
                   [(str(o.value), f"`{o.name}`", _md(doc)) for o, doc in SIM_OP_DOCS.items()])

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from functools import cached_property
 
 __all__ = [
     "COMMAND_BYTES", "COMMAND_BITS", "POSTOP_MAX_SHIFT", "COMPLETION_BYTES", "ERROR_DOCS", "Field", "Opcode",
@@ -142,20 +143,21 @@ class Command:
     fields: tuple[Field, ...] = ()
     flags: tuple[tuple[str, int, str], ...] = ()
 
-    @property
+    @cached_property
     def all_fields(self) -> tuple[Field, ...]:
         return HEADER + self.fields
 
-    @property
+    @cached_property
     def flag_mask(self) -> int:
         mask = 0
         for _name, bit, _doc in self.flags:
             mask |= 1 << bit
         return mask
 
-    @property
+    @cached_property
     def reserved_mask(self) -> int:
-        """Bits of the command that must be zero (flag bits included)."""
+        """Bits of the command that must be zero (flag bits included); computed once per opcode (the
+        golden model asks for every command it checks)."""
         used = 0
         for f in self.all_fields:
             used |= f.mask
@@ -374,12 +376,24 @@ def pack_command(opcode: Opcode, *, tag: int = 0, flags: dict[str, bool] | None 
     return word.to_bytes(COMMAND_BYTES, "little")
 
 
+#: Decoded commands by their 256-bit word: the golden model and the fuzzer decode the same few hundred
+#: words over and over.  Bounded: cleared when it reaches :data:`_DECODED_LIMIT` words.
+_DECODED: dict[int, tuple[int, dict[str, int]]] = {}
+_DECODED_LIMIT = 1 << 16
+
+
 def unpack_command(data: bytes | int) -> tuple[int, dict[str, int]]:
-    """Decode a command into its opcode byte and field values (header included)."""
+    """Decode a command into its opcode byte and field values (header included); the dict is the caller's own."""
     word = int.from_bytes(data, "little") if isinstance(data, (bytes, bytearray)) else int(data)
-    opcode = HEADER[0].extract(word)
-    fields = HEADER if opcode not in COMMANDS.keys() else COMMANDS[Opcode(opcode)].all_fields
-    return opcode, {f.name: f.extract(word) for f in fields}
+    decoded = _DECODED.get(word)
+    if decoded is None:
+        opcode = HEADER[0].extract(word)
+        fields = HEADER if opcode not in COMMANDS.keys() else COMMANDS[Opcode(opcode)].all_fields
+        decoded = opcode, {f.name: f.extract(word) for f in fields}
+        if len(_DECODED) >= _DECODED_LIMIT:
+            _DECODED.clear()
+        _DECODED[word] = decoded
+    return decoded[0], dict(decoded[1])
 
 
 def pack_completion(**values: int) -> bytes:

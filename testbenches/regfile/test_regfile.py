@@ -62,7 +62,9 @@ class RegfileTB(Harness):
         for block in self.regmap.blocks:
             for placed in block.registers:
                 r = placed.register
-                constant = placed.name in HEADER_NAMES or (block.name == "GLOBAL" and placed.name in IDENTITY)
+                # A chip without a link is rank 0 of 1 (a constant); with one, the board drives CHIP_ID.
+                identity = IDENTITY + (("CHIP_ID",) if self.config.link is None else ())
+                constant = placed.name in HEADER_NAMES or (block.name == "GLOBAL" and placed.name in identity)
                 mask = defined_mask(r) if r.access == Access.RO else r.writable_mask
                 self.regs.append(Reg(block.name, placed.name, block.base + placed.offset, r.access, mask,
                                      r.reset, constant, block.base))
@@ -216,6 +218,8 @@ async def reset_and_walk(dut):
         "ACC_ROWS": tb.config.tile.acc_rows, "MEM_BYTES": tb.config.mem_bytes,
         "FEATURES": features,
     }
+    if tb.config.link is None:
+        identity["CHIP_ID"] = tb.regmap.block("GLOBAL").reg("CHIP_ID").register.pack(rank=0, chips=1)
     for name in tb.rng.permutation(list(identity)):
         got = await tb.read_ok(tb.reg("GLOBAL", str(name)))
         assert got == identity[name], f"GLOBAL.{name} reads {got:#x}, expected {identity[name]:#x}"

@@ -2,24 +2,28 @@
 
 from __future__ import annotations
 
+from functools import cache
+
 from amaranth import Cat, Const, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ...spec import CRC_POLY
 
-__all__ = ["CRC_PORT", "Crc32", "crc32_update"]
+__all__ = ["CRC_PORT", "Crc32", "crc32_update", "crc32_matrix"]
 
 
-def _crc32_matrix() -> list[tuple[int, int]]:
-    """For each bit of the next CRC-32 register, the register bits and byte bits it is the XOR of (as masks).
+@cache
+def crc32_matrix(nbytes: int = 1) -> tuple[tuple[int, int], ...]:
+    """For each bit of the CRC-32 register after ``nbytes`` more bytes (byte 0 first, each LSB first), the register
+    bits and input bits it is the XOR of (as masks).
 
     The CRC is linear: run the bitwise algorithm on each unit vector (register
-    bit j, or byte bit j) alone and record which output bits it reaches.
+    bit j, or input bit j) alone and record which output bits it reaches.
     """
-    def step(crc: int, byte: int) -> int:
-        for i in range(8):
-            crc = (crc >> 1) ^ (CRC_POLY if (crc ^ (byte >> i)) & 1 else 0)
+    def step(crc: int, data: int) -> int:
+        for i in range(8 * nbytes):
+            crc = (crc >> 1) ^ (CRC_POLY if (crc ^ (data >> i)) & 1 else 0)
         return crc
     rows = [[0, 0] for _ in range(32)]
     for j in range(32):
@@ -27,15 +31,15 @@ def _crc32_matrix() -> list[tuple[int, int]]:
         for i in range(32):
             if out >> i & 1:
                 rows[i][0] |= 1 << j
-    for j in range(8):
+    for j in range(8 * nbytes):
         out = step(0, 1 << j)
         for i in range(32):
             if out >> i & 1:
                 rows[i][1] |= 1 << j
-    return [tuple(r) for r in rows]
+    return tuple((r[0], r[1]) for r in rows)
 
 
-_CRC32_ROWS = _crc32_matrix()
+_CRC32_ROWS = crc32_matrix()
 
 
 def crc32_update(crc, byte):

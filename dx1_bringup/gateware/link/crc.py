@@ -2,47 +2,20 @@
 
 from __future__ import annotations
 
-from functools import cache
-
 from amaranth import Cat, Const, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from ...spec import CRC_POLY
+from ..bridge.crc import crc32_matrix
 
 __all__ = ["crc32_word_update", "WordCrc32"]
-
-
-@cache
-def _word_matrix(nbytes: int) -> tuple[tuple[int, int], ...]:
-    """For each bit of the CRC-32 register after ``nbytes`` more bytes (byte 0 first, each LSB first), the register
-    bits and word bits it is the XOR of (as masks).
-
-    The CRC is linear, so running the bitwise algorithm on each unit vector alone gives the network.
-    """
-    def step(crc: int, word: int) -> int:
-        for i in range(8 * nbytes):
-            crc = (crc >> 1) ^ (CRC_POLY if (crc ^ (word >> i)) & 1 else 0)
-        return crc
-    rows = [[0, 0] for _ in range(32)]
-    for j in range(32):
-        out = step(1 << j, 0)
-        for i in range(32):
-            if out >> i & 1:
-                rows[i][0] |= 1 << j
-    for j in range(8 * nbytes):
-        out = step(0, 1 << j)
-        for i in range(32):
-            if out >> i & 1:
-                rows[i][1] |= 1 << j
-    return tuple((r[0], r[1]) for r in rows)
 
 
 def crc32_word_update(crc, word, nbytes: int):
     """The CRC-32 register after the ``nbytes`` bytes of ``word`` (little-endian: bits [7:0] first), as an
     Amaranth XOR network; ``crc`` is the register (the complement of the running ``zlib.crc32``)."""
     return Cat(*((crc & crc_mask).xor() ^ (word & word_mask).xor()
-                 for crc_mask, word_mask in _word_matrix(nbytes)))
+                 for crc_mask, word_mask in crc32_matrix(nbytes)))
 
 
 class WordCrc32(wiring.Component):
