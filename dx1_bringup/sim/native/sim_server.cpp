@@ -391,11 +391,12 @@ class Server {
     explicit Server(Soc* soc) : soc_(soc) {}
 
     // What became of the connection after one request.
-    enum class After { kMore, kEnded, kStop };
+    enum class After { kMore, kEnded, kStop, kWaiting };
 
     // Serve one request of the client on fd: kMore, kEnded (it closed the connection, or sent CLOSE 0) or kStop
-    // (CLOSE 1: it asks the server to stop).
-    After serve_one(int fd) {
+    // (CLOSE 1: it asks the server to stop).  With a non-null `wait`, a WAIT_IRQ that would tick is not served
+    // here: kWaiting, with its cycle budget in *wait, and the caller ticks the board and calls end_wait.
+    After serve_one(int fd, uint64_t* wait = nullptr) {
         unsigned char header[DX1_SIM_REQUEST_BYTES];
         if (!recv_exact(fd, header, sizeof header)) return After::kEnded;
         uint32_t op = header[0], addr = le32(header + 1), n = le32(header + 5);
@@ -413,6 +414,10 @@ class Server {
             payload.resize(n);
             if (n && !recv_exact(fd, &payload[0], n)) return After::kEnded;
         }
+        if (wait && op == DX1_SIM_WAIT_IRQ && !soc_->irq()) {
+            *wait = std::max<uint32_t>(1, n);
+            return After::kWaiting;
+        }
         std::string data;
         uint8_t status = handle(op, addr, n, payload, &data);
         answer(fd, status, data);
@@ -426,6 +431,9 @@ class Server {
             if (after != After::kMore) return after == After::kEnded;
         }
     }
+
+    // Answer the WAIT_IRQ that serve_one left waiting: the interrupt line now.
+    void end_wait(int fd) { answer(fd, DX1_SIM_OK, std::string(1, char(soc_->irq()))); }
 
   private:
     void answer(int fd, uint8_t status, const std::string& data) {
@@ -539,8 +547,21 @@ class Server {
     uint64_t fixed_budget_ = 0;
 };
 
-// A board of chips: one listening socket a chip, their connections served a request at a time in turn.
-// It stops once every chip has had a client and none is left, when each asked it to (CLOSE 1) or with --once.
+// A board of chips: one listening socket a chip, their connections served a request at a time in turn.  A
+// chip's WAIT_IRQ does not hold the board: the board ticks for every waiting chip at once, kWaitSlice cycles
+// at a time, and serves any other chip's request that arrived in between (a rank's submit is not kept waiting
+// while its peer's wait runs the clock).  It stops once every chip has had a client and none is left, when
+// each asked it to (CLOSE 1) or with --once.
+constexpr int kWaitSlice = 32;
+
+// Whether a waiting chip's interrupt is up (its WAIT_IRQ is answered before the next tick).
+bool wait_over(const std::vector<std::unique_ptr<Soc>>& socs, const std::vector<uint64_t>& wait_left) {
+    for (size_t chip = 0; chip < socs.size(); ++chip) {
+        if (wait_left[chip] && socs[chip]->irq()) return true;
+    }
+    return false;
+}
+
 void serve_board(Model* model, const dx1::ServerArgs& args, const char* program) {
     std::vector<std::unique_ptr<Soc>> socs;
     std::vector<std::unique_ptr<Server>> servers;
@@ -552,21 +573,26 @@ void serve_board(Model* model, const dx1::ServerArgs& args, const char* program)
                                                      "dx1 sim serving a board of chips");
     std::vector<int> conns(DX1_CHIPS, -1);
     std::vector<bool> seen(DX1_CHIPS, false), stop(DX1_CHIPS, false);
+    std::vector<uint64_t> wait_left(DX1_CHIPS, 0);  // 1 + cycles left of a chip's WAIT_IRQ; 0: not waiting
     int next = 0;  // where the next look starts, so that no chip's client waits behind another's for ever
     while (true) {
-        bool all_done = true;
+        bool all_done = true, waiting = false;
         for (int chip = 0; chip < DX1_CHIPS; ++chip) {
             all_done = all_done && seen[chip] && conns[chip] < 0 && (args.once || stop[chip]);
+            waiting = waiting || wait_left[chip] > 0;
         }
         if (all_done) break;
         std::vector<pollfd> fds(DX1_CHIPS);
         for (int chip = 0; chip < DX1_CHIPS; ++chip) {
-            fds[chip] = {conns[chip] >= 0 ? conns[chip] : listeners[chip], POLLIN, 0};
+            int fd = conns[chip] >= 0 ? conns[chip] : listeners[chip];
+            fds[chip] = {wait_left[chip] ? -1 : fd, POLLIN, 0};  // a waiting client sends nothing until answered
         }
-        if (poll(fds.data(), fds.size(), -1) < 0) continue;
+        if (poll(fds.data(), fds.size(), waiting ? 0 : -1) < 0) continue;
+        bool served = false;
         for (int k = 0; k < DX1_CHIPS; ++k) {
             int chip = (next + k) % DX1_CHIPS;
             if (!(fds[chip].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+            served = true;
             if (conns[chip] < 0) {
                 int conn = accept(listeners[chip], nullptr, nullptr);
                 if (conn < 0) continue;
@@ -577,14 +603,30 @@ void serve_board(Model* model, const dx1::ServerArgs& args, const char* program)
                 stop[chip] = false;
                 continue;
             }
-            Server::After after = servers[chip]->serve_one(conns[chip]);
-            if (after != Server::After::kMore) {
+            uint64_t wait = 0;
+            Server::After after = servers[chip]->serve_one(conns[chip], &wait);
+            if (after == Server::After::kWaiting) wait_left[chip] = wait + 1;
+            if (after == Server::After::kEnded || after == Server::After::kStop) {
                 close(conns[chip]);
                 conns[chip] = -1;
                 stop[chip] = after == Server::After::kStop;
             }
             next = (chip + 1) % DX1_CHIPS;
-            break;  // one request at a time: look at every socket again
+        }
+        if (served || !waiting) continue;
+        // Nothing else to serve: run the board for the waiting chips, then answer those whose wait is over.
+        for (int t = 0; t < kWaitSlice && !wait_over(socs, wait_left); ++t) {
+            model->tick();
+            for (uint64_t& left : wait_left) left -= left > 1;  // 1: the budget is spent
+            bool spent = false;
+            for (uint64_t left : wait_left) spent = spent || left == 1;
+            if (spent) break;
+        }
+        for (int chip = 0; chip < DX1_CHIPS; ++chip) {
+            if (wait_left[chip] && (wait_left[chip] == 1 || socs[chip]->irq())) {
+                servers[chip]->end_wait(conns[chip]);
+                wait_left[chip] = 0;
+            }
         }
     }
     for (int fd : listeners) close(fd);
