@@ -589,8 +589,9 @@ void serve_board(Model* model, const dx1::ServerArgs& args, const char* program)
         }
         if (poll(fds.data(), fds.size(), waiting ? 0 : -1) < 0) continue;
         bool served = false;
+        int first = next;
         for (int k = 0; k < DX1_CHIPS; ++k) {
-            int chip = (next + k) % DX1_CHIPS;
+            int chip = (first + k) % DX1_CHIPS;
             if (!(fds[chip].revents & (POLLIN | POLLHUP | POLLERR))) continue;
             served = true;
             if (conns[chip] < 0) {
