@@ -23,7 +23,7 @@ from dx1_bringup.sim.configs import ring_config, ring_verilog
 from dx1_bringup.sim.native import RING_MODULE, build
 from dx1_bringup.spec import PORT_NEXT, LinkOp, SocConfig
 
-pytestmark = [pytest.mark.verilator, pytest.mark.board, pytest.mark.slow, pytest.mark.xdist_group("sim_board")]
+pytestmark = [pytest.mark.verilator, pytest.mark.own_build, pytest.mark.slow, pytest.mark.xdist_group("sim_board")]
 
 CONFIG = ring_config(SocConfig())
 DEVICE = "sim:chips=2"
