@@ -26,7 +26,7 @@ FUZZ_DEVICES ?= model,sim
 # Commands per queue and batch; both tiles run a batch at once.
 FUZZ_BATCH ?= 16
 
-.PHONY: all demo test sim rtl check-rtl lint bench bench-serving lm fpga fuzz diff-demo clean venv
+.PHONY: all demo test test-builds sim rtl check-rtl lint bench bench-serving lm fpga fuzz diff-demo clean venv
 
 all: test
 
@@ -52,6 +52,11 @@ demo: $(STAMP)
 # worker (see tests/conftest.py and testbenches/conftest.py).
 test: $(STAMP)
 	$(PY) -m pytest -q tests testbenches --seeds=1 -m 'not slow' -n $(JOBS) --dist loadgroup
+
+# The tests that build a Verilator model of their own (slow: the two-chip ring, about 15 minutes the first
+# time, and the RTL mutant SoC); CI runs them after `make test`.
+test-builds: $(STAMP)
+	$(PY) -m pytest -q tests testbenches --seeds=1 -m own_build -n $(JOBS) --dist loadgroup
 
 # The regression, then its one-page summary (build/sim/summary.md) whether it passed or not; the exit
 # status is the regression's.

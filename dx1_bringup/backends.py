@@ -19,7 +19,9 @@ instead, through the ``dx1_driver.backends`` entry point (pyproject.toml), which
   stalls those units from the start, as ``model:stall=core1`` does: unit stalls are the fault kind both
   backends inject, so both take it the same way (memory faults and bus-error windows are the model's);
   and with ``server=native`` (the default: :mod:`dx1_bringup.sim.native`, the socket served in C++) or
-  ``server=cocotb`` (:mod:`dx1_bringup.sim.soc_server`, the socket served by Python under cocotb).
+  ``server=cocotb`` (:mod:`dx1_bringup.sim.soc_server`, the socket served by Python under cocotb);
+  ``sim:chips=N`` (with the sizes or not) a board of N chips in a ring in one Verilator model
+  (:func:`open_sim_board`), as ``model:chips=N`` is one of golden-model chips.
 
 :class:`ModelBar` and :func:`model_pcie_transport` serve the PCIe transport's BARs from the device
 model, so the PCIe access layer is tested without a card; :func:`loopback_model_transport` puts the
@@ -50,7 +52,7 @@ from .sim.native import SERVERS
 from .spec import MAX_CHIPS, SimOp, SocConfig, stall_bit
 
 __all__ = ["ModelTransport", "ModelBar", "model_pcie_transport", "loopback_model_transport", "open_model",
-           "open_model_board", "open_sim",
+           "open_model_board", "open_sim", "open_sim_board",
            "register", "set_stalls"]
 
 
@@ -331,6 +333,8 @@ def open_sim(device: str) -> SimTransport:
         ``banks=`` and ``mem_mib=`` with counts the SoC takes, and ``stall=`` with units of its tiles (a
         fault only the golden model injects is refused naming it).  Nothing is started then.
     """
+    if _parse_sim_board(device) is not None:
+        return open_sim_board(device)[0]
     verilog, config, stalls, server = _parse_sim(device)
     if config is None:
         process, port = start_simulator(verilog=verilog, server=server)
@@ -345,6 +349,54 @@ def open_sim(device: str) -> SimTransport:
             transport.close()
             raise
     return transport
+
+
+def _parse_sim_board(device: str) -> tuple[int, SocConfig | None] | None:
+    """The chip count and SoC configuration of a ``sim:chips=N[,tiles=T,banks=B,mem_mib=M,vector=V]`` device
+    string; None when it has no ``chips=`` item.  Starts nothing.
+
+    Raises
+    ------
+    ValueError
+        ``chips=`` is not 2 to MAX_CHIPS, a size is one the SoC does not take, or another item is given (stalls,
+        ``verilog=``, ``server=`` other than native: a board is generated and served natively).
+    """
+    if not device.startswith("sim:"):
+        return None
+    config, rest = _split_sizes(device, device[len("sim:"):])
+    chips, rest = _split_chips(device, rest)
+    if chips is None:
+        return None
+    if chips < 2:
+        raise ValueError(f"device {device!r}: a board of simulated chips has chips=2 to {MAX_CHIPS} (one chip is "
+                         f"sim, or sim:tiles=...)")
+    rest = [item for item in rest if item != "server=native"]
+    if rest:
+        raise ValueError(f"device {device!r}: a board of simulated chips takes tiles=, banks=, mem_mib= and vector= "
+                         f"besides chips=, not {','.join(rest)!r} (sim:chips=N[,tiles=T,banks=B,mem_mib=M,vector=V])")
+    return chips, config
+
+
+def open_sim_board(device: str) -> list[SimTransport]:
+    """Open ``sim:chips=N[,tiles=T,banks=B,mem_mib=M,vector=V]``: a private simulator of N chips of that SoC
+    (the default link) in a ring in one Verilator model (:func:`~dx1_bringup.sim.launch.open_board`; generated
+    and built the first time, many minutes), one transport a chip in rank order, rank 0's listing all in
+    ``board_transports`` (so ``DeviceGroup.open("sim:chips=4")`` makes a rank of each).
+
+    Raises
+    ------
+    ValueError
+        As :func:`_parse_sim_board`, or no ``chips=`` item.  Nothing is started then.
+    """
+    from .sim.launch import open_board
+
+    parsed = _parse_sim_board(device)
+    if parsed is None:
+        raise ValueError(f"device {device!r}: a board of simulated chips is sim:chips=N[,ITEMS]")
+    chips, config = parsed
+    sizes = {} if config is None else {"tiles": config.tiles, "banks": config.mem_banks,
+                                       "mem_mib": config.mem_bytes >> 20, "vector": int(config.tile.vector)}
+    return open_board(chips, **sizes)
 
 
 def _parse_sim(device: str) -> tuple[Path | None, SocConfig | None, UnitStalls | None, str | None]:
@@ -380,7 +432,8 @@ def _check_model(device: str) -> None:
 
 
 def _check_sim(device: str) -> None:
-    _parse_sim(device)
+    if _parse_sim_board(device) is None:
+        _parse_sim(device)
 
 
 def set_stalls(transport: Transport, units: Iterable[tuple[str, int]]) -> None:
@@ -413,7 +466,8 @@ def register() -> None:
                                             "model:chips=N[,tiles=T,...]"), check=_check_model)
     register_backend("sim", open_sim, "sim")
     register_backend("sim:", open_sim, ("sim:tiles=T,banks=B,mem_mib=M", "sim:verilog=PATH",
-                                        "sim:[...,]stall=UNIT[+UNIT...]"), check=_check_sim)
+                                        "sim:[...,]stall=UNIT[+UNIT...]", "sim:chips=N[,tiles=T,...]"),
+                     check=_check_sim)
 
 
 class _LoopbackTransport(SerialTransport):

@@ -752,7 +752,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
     .frames__w_addr(frames__w_addr),
     .frames__w_data(frames__w_data),
     .frames__w_en(frames__w_en),
-    .\port$20092$0 (\$40 ),
+    .\port$20094$0 (\$40 ),
     .rst(rst),
     .rx__abort(rx__abort),
     .rx__byte(cmd),
@@ -798,7 +798,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
     .crc__feed(\crc__feed$176 ),
     .crc__restart(\crc__restart$181 ),
     .crc__value(crc__value),
-    .\port$20092$0 (\$40 ),
+    .\port$20094$0 (\$40 ),
     .rst(rst),
     .rx__abort(rx__abort),
     .rx__byte(cmd),
@@ -939,7 +939,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
     .clk(clk),
     .crc__data(\crc__data$167 ),
     .crc__feed(\crc__feed$177 ),
-    .\port$20092$0 (\$40 ),
+    .\port$20094$0 (\$40 ),
     .rst(rst),
     .rx__abort(rx__abort),
     .rx__byte(cmd),
@@ -985,7 +985,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
     .busy(\busy$6 ),
     .clk(clk),
     .cmd(cmd),
-    .\port$20092$0 (\$40 ),
+    .\port$20094$0 (\$40 ),
     .rst(rst),
     .rx__abort(rx__abort),
     .rx__listen(\rx__listen$139 ),
@@ -1207,7 +1207,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.bridge.buffer (rst, frames__receive, frames__receive_crc, frames__send, frames__offset, frames__length, frames__w_addr, frames__w_data, frames__w_en, frames__r_addr, rx__valid, rx__abort, rx__byte, tx__tready, crc__value, frames__crc_ok, frames__r_data, \port$20092$0 , crc__restart, rx__listen, crc__feed
+module \dx1_board.bridge.buffer (rst, frames__receive, frames__receive_crc, frames__send, frames__offset, frames__length, frames__w_addr, frames__w_data, frames__w_en, frames__r_addr, rx__valid, rx__abort, rx__byte, tx__tready, crc__value, frames__crc_ok, frames__r_data, \port$20094$0 , crc__restart, rx__listen, crc__feed
 , crc__data, frames__received, tx__tvalid, tx__tdata, crc__shift, frames__sent, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$33  = 0;
   wire [13:0] \$1 ;
@@ -1283,8 +1283,8 @@ module \dx1_board.bridge.buffer (rst, frames__receive, frames__receive_crc, fram
   reg [12:0] idx = 13'h0000;
   reg [7:0] lane_byte;
   reg [12:0] length = 13'h0000;
-  input [23:0] \port$20092$0 ;
-  wire [23:0] \port$20092$0 ;
+  input [23:0] \port$20094$0 ;
+  wire [23:0] \port$20094$0 ;
   reg rd_ok = 1'h0;
   wire [9:0] rp__addr;
   wire [63:0] rp__data;
@@ -1350,7 +1350,7 @@ module \dx1_board.bridge.buffer (rst, frames__receive, frames__receive_crc, fram
   assign \$12  = count + 1'h1;
   assign \$13  = count == 2'h3;
   assign \$15  = sending ? \$14  : { 3'h0, frames__r_addr };
-  assign frames__crc_ok = { \port$20092$0 , rx__byte } == crc__value;
+  assign frames__crc_ok = { \port$20094$0 , rx__byte } == crc__value;
   assign \$17  = 1'h1 << idx[2:0];
   assign \$18  = count == 2'h3;
   assign \$19  = tx__tvalid & tx__tready;
@@ -1724,13 +1724,13 @@ module \dx1_board.bridge.buffer (rst, frames__receive, frames__receive_crc, fram
   end
   assign rp__addr = \$15 [9:0];
   assign rp__data = frames__r_data;
-  assign rx__field = { \port$20092$0 , rx__byte };
+  assign rx__field = { \port$20094$0 , rx__byte };
   assign \$14  = { 3'h0, idx[12:3] };
   assign \$16  = { 3'h0, idx[12:3] };
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tready, crc__value, buf__crc_ok, buf__r_data, bus__mem_b_done, bus__mem_b_err, bus__mem_r_done, bus__mem_r_err, busy, bus__mem_rdata, bus__mem_rlast, bus__mem_wready, \port$20092$0 , \start$54 , buf__received, buf__sent, rx__listen
+module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tready, crc__value, buf__crc_ok, buf__r_data, bus__mem_b_done, bus__mem_b_err, bus__mem_r_done, bus__mem_r_err, busy, bus__mem_rdata, bus__mem_rlast, bus__mem_wready, \port$20094$0 , \start$54 , buf__received, buf__sent, rx__listen
 , crc__feed, crc__data, crc__restart, buf__receive, buf__offset, buf__length, tx__tvalid, tx__tdata, rx__discard, bus__mem_write, bus__mem_addr, bus__mem_len, buf__r_addr, bus__mem_stream, bus__mem_wdata, bus__mem_wstrb, bus__mem_wlast, bus__mem_b_wait, bus__mem_read, bus__mem_r_wait, buf__w_addr
 , buf__w_data, buf__w_en, buf__send, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$34  = 0;
@@ -1891,8 +1891,8 @@ module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tre
   wire [7:0] len;
   wire [12:0] length;
   reg next;
-  input [23:0] \port$20092$0 ;
-  wire [23:0] \port$20092$0 ;
+  input [23:0] \port$20094$0 ;
+  wire [23:0] \port$20094$0 ;
   input rst;
   wire rst;
   input rx__abort;
@@ -1920,7 +1920,7 @@ module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tre
   reg write = 1'h0;
   assign \$29  = count == 3'h7;
   assign \$30  = count == 4'hb;
-  assign \$31  = { \port$20092$0 , rx__byte } != crc__value;
+  assign \$31  = { \port$20094$0 , rx__byte } != crc__value;
   assign \$32  = ~ byte_addr[31];
   assign \$33  = ! blen;
   assign \$34  = \$32  | \$33 ;
@@ -1999,14 +1999,14 @@ module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tre
     .len(len),
     .length(blen[12:0]),
     .next(next),
-    .\port$14695$0 (\$63 ),
-    .\port$14702$0 (\$64 ),
-    .\port$14709$0 (\$65 ),
-    .\port$14716$0 (\$66 ),
-    .\port$14723$0 (\$67 ),
-    .\port$14730$0 (\$68 ),
-    .\port$14737$0 (\$69 ),
-    .\port$14744$0 (\$70 ),
+    .\port$14697$0 (\$63 ),
+    .\port$14704$0 (\$64 ),
+    .\port$14711$0 (\$65 ),
+    .\port$14718$0 (\$66 ),
+    .\port$14725$0 (\$67 ),
+    .\port$14732$0 (\$68 ),
+    .\port$14739$0 (\$69 ),
+    .\port$14746$0 (\$70 ),
     .rst(rst),
     .start(start)
   );
@@ -2892,7 +2892,7 @@ module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tre
           if (rx__abort) begin
           end else if (rx__valid) begin
             if (\$28 ) begin
-              \$58  = { \port$20092$0 , rx__byte };
+              \$58  = { \port$20094$0 , rx__byte };
             end
           end
     endcase
@@ -2910,7 +2910,7 @@ module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tre
           if (rx__abort) begin
           end else if (rx__valid) begin
             if (\$29 ) begin
-              \$59  = { \port$20092$0 , rx__byte };
+              \$59  = { \port$20094$0 , rx__byte };
             end
           end
     endcase
@@ -3036,11 +3036,11 @@ module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tre
   assign \beat$5  = beat;
   assign strb = { \$70 , \$69 , \$68 , \$67 , \$66 , \$65 , \$64 , \$63  };
   assign cmd = rx__byte;
-  assign rx__field = { \port$20092$0 , rx__byte };
+  assign rx__field = { \port$20094$0 , rx__byte };
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.bridge.burst$357.cutter (rst, len, done, \port$14695$0 , \port$14702$0 , \port$14709$0 , \port$14716$0 , \port$14723$0 , \port$14730$0 , \port$14737$0 , \port$14744$0 , start, next, byte_addr, length, beat, addr, clk);
+module \dx1_board.bridge.burst$357.cutter (rst, len, done, \port$14697$0 , \port$14704$0 , \port$14711$0 , \port$14718$0 , \port$14725$0 , \port$14732$0 , \port$14739$0 , \port$14746$0 , start, next, byte_addr, length, beat, addr, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$35  = 0;
   wire [14:0] \$1 ;
   wire [14:0] \$10 ;
@@ -3132,22 +3132,22 @@ module \dx1_board.bridge.burst$357.cutter (rst, len, done, \port$14695$0 , \port
   wire [9:0] nbeats;
   input next;
   wire next;
-  output \port$14695$0 ;
-  wire \port$14695$0 ;
-  output \port$14702$0 ;
-  wire \port$14702$0 ;
-  output \port$14709$0 ;
-  wire \port$14709$0 ;
-  output \port$14716$0 ;
-  wire \port$14716$0 ;
-  output \port$14723$0 ;
-  wire \port$14723$0 ;
-  output \port$14730$0 ;
-  wire \port$14730$0 ;
-  output \port$14737$0 ;
-  wire \port$14737$0 ;
-  output \port$14744$0 ;
-  wire \port$14744$0 ;
+  output \port$14697$0 ;
+  wire \port$14697$0 ;
+  output \port$14704$0 ;
+  wire \port$14704$0 ;
+  output \port$14711$0 ;
+  wire \port$14711$0 ;
+  output \port$14718$0 ;
+  wire \port$14718$0 ;
+  output \port$14725$0 ;
+  wire \port$14725$0 ;
+  output \port$14732$0 ;
+  wire \port$14732$0 ;
+  output \port$14739$0 ;
+  wire \port$14739$0 ;
+  output \port$14746$0 ;
+  wire \port$14746$0 ;
   input rst;
   wire rst;
   input start;
@@ -3255,14 +3255,14 @@ module \dx1_board.bridge.burst$357.cutter (rst, len, done, \port$14695$0 , \port
   assign cut = \$7 [8:0];
   assign strb = { \$64 , \$57 , \$50 , \$43 , \$36 , \$29 , \$22 , \$15  };
   assign len = \$8 [7:0];
-  assign \port$14695$0  = \$15 ;
-  assign \port$14702$0  = \$22 ;
-  assign \port$14709$0  = \$29 ;
-  assign \port$14716$0  = \$36 ;
-  assign \port$14723$0  = \$43 ;
-  assign \port$14730$0  = \$50 ;
-  assign \port$14737$0  = \$57 ;
-  assign \port$14744$0  = \$64 ;
+  assign \port$14697$0  = \$15 ;
+  assign \port$14704$0  = \$22 ;
+  assign \port$14711$0  = \$29 ;
+  assign \port$14718$0  = \$36 ;
+  assign \port$14725$0  = \$43 ;
+  assign \port$14732$0  = \$50 ;
+  assign \port$14739$0  = \$57 ;
+  assign \port$14746$0  = \$64 ;
   assign \$3  = { \$2 [15], \$2 [15], \$2 [15], \$2 [15:3] };
   assign \$65  = { \$7 [8:0], 3'h0 };
 endmodule
@@ -5179,7 +5179,7 @@ module \dx1_board.bridge.receiver.uart_rx.sync (clk, rst, stage1, rx);
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.bridge.reg_frames (rst, rx__valid, rx__abort, rx__byte, tx__tready, buf__crc_ok, buf__r_data, bus__reg_b_done, bus__reg_b_err, bus__reg_r_done, bus__reg_r_err, busy, bus__reg_rdata, \port$20092$0 , start, buf__received, buf__sent, rx__listen, crc__feed, crc__data, buf__offset
+module \dx1_board.bridge.reg_frames (rst, rx__valid, rx__abort, rx__byte, tx__tready, buf__crc_ok, buf__r_data, bus__reg_b_done, bus__reg_b_err, bus__reg_r_done, bus__reg_r_err, busy, bus__reg_rdata, \port$20094$0 , start, buf__received, buf__sent, rx__listen, crc__feed, crc__data, buf__offset
 , buf__length, buf__receive, buf__receive_crc, tx__tvalid, tx__tdata, rx__discard, buf__r_addr, bus__reg_write, bus__reg_addr, bus__reg_wdata, bus__reg_b_wait, bus__reg_read, bus__reg_r_wait, buf__w_addr, buf__w_data, buf__w_en, buf__send, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$42  = 0;
   wire [9:0] \$1 ;
@@ -5309,8 +5309,8 @@ module \dx1_board.bridge.reg_frames (rst, rx__valid, rx__abort, rx__byte, tx__tr
   reg crc__feed;
   reg err;
   wire last;
-  input [23:0] \port$20092$0 ;
-  wire [23:0] \port$20092$0 ;
+  input [23:0] \port$20094$0 ;
+  wire [23:0] \port$20094$0 ;
   reg [3:0] reg_frame_fsm_state = 4'h0;
   input rst;
   wire rst;
@@ -6067,7 +6067,7 @@ module \dx1_board.bridge.reg_frames (rst, rx__valid, rx__abort, rx__byte, tx__tr
           if (rx__abort) begin
           end else if (rx__valid) begin
             if (\$29 ) begin
-              \$60  = { \port$20092$0 , rx__byte };
+              \$60  = { \port$20094$0 , rx__byte };
             end
           end
       4'h2:
@@ -6217,7 +6217,7 @@ module \dx1_board.bridge.reg_frames (rst, rx__valid, rx__abort, rx__byte, tx__tr
     end
   end
   assign cmd = rx__byte;
-  assign rx__field = { \port$20092$0 , rx__byte };
+  assign rx__field = { \port$20094$0 , rx__byte };
   assign \$3  = { 1'h0, rx__byte, 2'h0 };
   assign \$10  = { 1'h0, count[8:1] };
   assign \$15  = { 1'h0, words, 2'h0 };
@@ -6366,7 +6366,7 @@ module \dx1_board.bridge.uart_tx (rst, data__tdata, data__tvalid, data__tready, 
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.bridge.uartbone$356 (rst, rx__valid, rx__abort, cmd, tx__tready, bus__reg_b_done, bus__reg_r_done, bus__reg_r_err, bus__mem_b_done, bus__mem_r_done, bus__mem_r_err, busy, bus__reg_rdata, bus__mem_rdata, \port$20092$0 , start, rx__listen, bus__reg_write, bus__reg_addr, bus__reg_wdata, bus__mem_write
+module \dx1_board.bridge.uartbone$356 (rst, rx__valid, rx__abort, cmd, tx__tready, bus__reg_b_done, bus__reg_r_done, bus__reg_r_err, bus__mem_b_done, bus__mem_r_done, bus__mem_r_err, busy, bus__reg_rdata, bus__mem_rdata, \port$20094$0 , start, rx__listen, bus__reg_write, bus__reg_addr, bus__reg_wdata, bus__mem_write
 , bus__mem_beat, bus__mem_addr, bus__mem_wdata, bus__mem_wstrb, bus__reg_read, bus__mem_read, bus__reg_b_wait, bus__mem_b_wait, bus__reg_r_wait, bus__mem_r_wait, tx__tvalid, tx__tdata, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$44  = 0;
   wire \$1 ;
@@ -6465,8 +6465,8 @@ module \dx1_board.bridge.uartbone$356 (rst, rx__valid, rx__abort, cmd, tx__tread
   wire in_mem;
   wire in_regs;
   reg incr = 1'h0;
-  input [23:0] \port$20092$0 ;
-  wire [23:0] \port$20092$0 ;
+  input [23:0] \port$20094$0 ;
+  wire [23:0] \port$20094$0 ;
   input rst;
   wire rst;
   input rx__abort;
@@ -6637,7 +6637,7 @@ module \dx1_board.bridge.uartbone$356 (rst, rx__valid, rx__abort, cmd, tx__tread
           if (rx__abort) begin
           end else if (rx__valid) begin
             if (\$21 ) begin
-              \$40  = { \port$20092$0 , cmd };
+              \$40  = { \port$20094$0 , cmd };
             end
           end
       4'h3:
@@ -6675,7 +6675,7 @@ module \dx1_board.bridge.uartbone$356 (rst, rx__valid, rx__abort, cmd, tx__tread
           if (rx__abort) begin
           end else if (rx__valid) begin
             if (\$23 ) begin
-              \$41  = { \port$20092$0 , cmd };
+              \$41  = { \port$20094$0 , cmd };
             end
           end
       4'h4:
@@ -7174,7 +7174,7 @@ module \dx1_board.bridge.uartbone$356 (rst, rx__valid, rx__abort, cmd, tx__tread
   assign byte_addr = { waddr[29:0], 2'h0 };
   assign in_mem = waddr[29];
   assign rx__byte = cmd;
-  assign rx__field = { \port$20092$0 , cmd };
+  assign rx__field = { \port$20094$0 , cmd };
   assign \$3  = { waddr[28:1], 3'h0 };
   assign \$5  = { waddr[28:1], 3'h0 };
   assign \$29  = { 7'h00, word, 8'h00 };
@@ -7191,13 +7191,13 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   wire \$12 ;
   wire \$13 ;
   wire \$14 ;
-  wire [32:0] \$15 ;
-  wire \$16 ;
+  wire \$15 ;
+  wire [32:0] \$16 ;
   wire \$17 ;
   wire \$18 ;
-  wire [32:0] \$19 ;
+  wire \$19 ;
   wire \$2 ;
-  wire \$20 ;
+  wire [32:0] \$20 ;
   wire \$21 ;
   wire \$22 ;
   wire \$23 ;
@@ -7212,35 +7212,37 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   wire \$31 ;
   wire \$32 ;
   wire \$33 ;
-  wire [32:0] \$34 ;
+  wire \$34 ;
   wire \$35 ;
-  wire \$36 ;
+  wire [32:0] \$36 ;
   wire \$37 ;
-  wire [32:0] \$38 ;
-  wire [31:0] \$39 ;
+  wire \$38 ;
+  wire \$39 ;
   wire \$4 ;
-  wire \$40 ;
+  wire [32:0] \$40 ;
   wire [31:0] \$41 ;
   wire \$42 ;
-  wire [64:0] \$43 ;
+  wire [31:0] \$43 ;
   wire \$44 ;
-  wire \$45 ;
+  wire [64:0] \$45 ;
   wire \$46 ;
   wire \$47 ;
-  reg [63:0] \$48 ;
-  reg [31:0] \$49 ;
+  wire \$48 ;
+  wire \$49 ;
   wire \$5 ;
-  reg \$50 ;
-  reg \$51 ;
+  reg [63:0] \$50 ;
+  reg [31:0] \$51 ;
   reg \$52 ;
   reg \$53 ;
-  wire [255:0] \$54 ;
-  wire [15:0] \$55 ;
-  wire [8:0] \$56 ;
-  wire [255:0] \$57 ;
-  wire [15:0] \$58 ;
-  wire [8:0] \$59 ;
+  reg \$54 ;
+  reg \$55 ;
+  wire [255:0] \$56 ;
+  wire [15:0] \$57 ;
+  wire [8:0] \$58 ;
+  wire [255:0] \$59 ;
   wire \$6 ;
+  wire [15:0] \$60 ;
+  wire [8:0] \$61 ;
   wire \$7 ;
   wire \$8 ;
   wire \$9 ;
@@ -7426,169 +7428,169 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   wire [31:0] TRACE1_DATA_HI__value;
   wire [31:0] TRACE1_DATA_LO__value;
   wire abort;
-  wire \abort$678 ;
+  wire \abort$680 ;
   wire abort_done;
-  wire \abort_done$327 ;
-  wire \abort_done$680 ;
-  wire \abort_done$681 ;
+  wire \abort_done$328 ;
+  wire \abort_done$682 ;
+  wire \abort_done$683 ;
   wire abort_req;
-  wire \abort_req$317 ;
-  wire \abort_req$670 ;
-  wire \abort_req$671 ;
+  wire \abort_req$318 ;
+  wire \abort_req$672 ;
+  wire \abort_req$673 ;
   wire [15:0] acc_rreq__tdata;
   wire [15:0] \acc_rreq__tdata$176 ;
-  wire [15:0] \acc_rreq__tdata$529 ;
   wire [15:0] \acc_rreq__tdata$530 ;
+  wire [15:0] \acc_rreq__tdata$531 ;
   wire acc_rreq__tready;
   wire \acc_rreq__tready$178 ;
-  wire \acc_rreq__tready$531 ;
   wire \acc_rreq__tready$532 ;
+  wire \acc_rreq__tready$533 ;
   wire acc_rreq__tvalid;
   wire \acc_rreq__tvalid$180 ;
-  wire \acc_rreq__tvalid$533 ;
   wire \acc_rreq__tvalid$534 ;
+  wire \acc_rreq__tvalid$535 ;
   wire [255:0] acc_rresp__tdata;
   wire [255:0] \acc_rresp__tdata$188 ;
-  wire [255:0] \acc_rresp__tdata$541 ;
   wire [255:0] \acc_rresp__tdata$542 ;
+  wire [255:0] \acc_rresp__tdata$543 ;
   wire acc_rresp__tready;
   wire \acc_rresp__tready$190 ;
-  wire \acc_rresp__tready$543 ;
   wire \acc_rresp__tready$544 ;
+  wire \acc_rresp__tready$545 ;
   wire acc_rresp__tvalid;
   wire \acc_rresp__tvalid$192 ;
-  wire \acc_rresp__tvalid$545 ;
   wire \acc_rresp__tvalid$546 ;
+  wire \acc_rresp__tvalid$547 ;
   wire [271:0] acc_wr__tdata;
   wire [271:0] \acc_wr__tdata$170 ;
-  wire [271:0] \acc_wr__tdata$523 ;
   wire [271:0] \acc_wr__tdata$524 ;
+  wire [271:0] \acc_wr__tdata$525 ;
   wire acc_wr__tready;
   wire \acc_wr__tready$172 ;
-  wire \acc_wr__tready$525 ;
   wire \acc_wr__tready$526 ;
+  wire \acc_wr__tready$527 ;
   wire acc_wr__tvalid;
   wire \acc_wr__tvalid$174 ;
-  wire \acc_wr__tvalid$527 ;
   wire \acc_wr__tvalid$528 ;
+  wire \acc_wr__tvalid$529 ;
   wire [31:0] axi__araddr;
   wire [31:0] \axi__araddr$252 ;
-  wire [31:0] \axi__araddr$548 ;
-  wire [31:0] \axi__araddr$606 ;
+  wire [31:0] \axi__araddr$549 ;
+  wire [31:0] \axi__araddr$607 ;
   wire [1:0] axi__arburst;
   wire [1:0] \axi__arburst$254 ;
-  wire [1:0] \axi__arburst$550 ;
-  wire [1:0] \axi__arburst$608 ;
+  wire [1:0] \axi__arburst$551 ;
+  wire [1:0] \axi__arburst$609 ;
   wire [3:0] axi__arid;
   wire [3:0] \axi__arid$256 ;
-  wire [3:0] \axi__arid$552 ;
-  wire [3:0] \axi__arid$610 ;
+  wire [3:0] \axi__arid$553 ;
+  wire [3:0] \axi__arid$611 ;
   wire [7:0] axi__arlen;
   wire [7:0] \axi__arlen$258 ;
-  wire [7:0] \axi__arlen$554 ;
-  wire [7:0] \axi__arlen$612 ;
+  wire [7:0] \axi__arlen$555 ;
+  wire [7:0] \axi__arlen$613 ;
   wire axi__arready;
   wire \axi__arready$259 ;
-  wire \axi__arready$555 ;
-  wire \axi__arready$613 ;
+  wire \axi__arready$556 ;
+  wire \axi__arready$614 ;
   wire [2:0] axi__arsize;
   wire [2:0] \axi__arsize$262 ;
-  wire [2:0] \axi__arsize$558 ;
-  wire [2:0] \axi__arsize$616 ;
+  wire [2:0] \axi__arsize$559 ;
+  wire [2:0] \axi__arsize$617 ;
   wire axi__arvalid;
   wire \axi__arvalid$264 ;
-  wire \axi__arvalid$560 ;
-  wire \axi__arvalid$618 ;
+  wire \axi__arvalid$561 ;
+  wire \axi__arvalid$619 ;
   wire [31:0] axi__awaddr;
   wire [31:0] \axi__awaddr$266 ;
-  wire [31:0] \axi__awaddr$562 ;
-  wire [31:0] \axi__awaddr$620 ;
+  wire [31:0] \axi__awaddr$563 ;
+  wire [31:0] \axi__awaddr$621 ;
   wire [1:0] axi__awburst;
   wire [1:0] \axi__awburst$268 ;
-  wire [1:0] \axi__awburst$564 ;
-  wire [1:0] \axi__awburst$622 ;
+  wire [1:0] \axi__awburst$565 ;
+  wire [1:0] \axi__awburst$623 ;
   wire [3:0] axi__awid;
   wire [3:0] \axi__awid$270 ;
-  wire [3:0] \axi__awid$566 ;
-  wire [3:0] \axi__awid$624 ;
+  wire [3:0] \axi__awid$567 ;
+  wire [3:0] \axi__awid$625 ;
   wire [7:0] axi__awlen;
   wire [7:0] \axi__awlen$272 ;
-  wire [7:0] \axi__awlen$568 ;
-  wire [7:0] \axi__awlen$626 ;
+  wire [7:0] \axi__awlen$569 ;
+  wire [7:0] \axi__awlen$627 ;
   wire axi__awready;
   wire \axi__awready$273 ;
-  wire \axi__awready$569 ;
-  wire \axi__awready$627 ;
+  wire \axi__awready$570 ;
+  wire \axi__awready$628 ;
   wire [2:0] axi__awsize;
   wire [2:0] \axi__awsize$276 ;
-  wire [2:0] \axi__awsize$572 ;
-  wire [2:0] \axi__awsize$630 ;
+  wire [2:0] \axi__awsize$573 ;
+  wire [2:0] \axi__awsize$631 ;
   wire axi__awvalid;
   wire \axi__awvalid$278 ;
-  wire \axi__awvalid$574 ;
-  wire \axi__awvalid$632 ;
+  wire \axi__awvalid$575 ;
+  wire \axi__awvalid$633 ;
   wire [3:0] axi__bid;
   wire [3:0] \axi__bid$279 ;
-  wire [3:0] \axi__bid$575 ;
-  wire [3:0] \axi__bid$633 ;
+  wire [3:0] \axi__bid$576 ;
+  wire [3:0] \axi__bid$634 ;
   wire axi__bready;
   wire \axi__bready$282 ;
-  wire \axi__bready$578 ;
-  wire \axi__bready$636 ;
+  wire \axi__bready$579 ;
+  wire \axi__bready$637 ;
   wire [1:0] axi__bresp;
   wire [1:0] \axi__bresp$283 ;
-  wire [1:0] \axi__bresp$579 ;
-  wire [1:0] \axi__bresp$637 ;
+  wire [1:0] \axi__bresp$580 ;
+  wire [1:0] \axi__bresp$638 ;
   wire axi__bvalid;
   wire \axi__bvalid$285 ;
-  wire \axi__bvalid$581 ;
-  wire \axi__bvalid$639 ;
+  wire \axi__bvalid$582 ;
+  wire \axi__bvalid$640 ;
   wire [63:0] axi__rdata;
   wire [63:0] \axi__rdata$287 ;
-  wire [63:0] \axi__rdata$583 ;
-  wire [63:0] \axi__rdata$641 ;
+  wire [63:0] \axi__rdata$584 ;
+  wire [63:0] \axi__rdata$642 ;
   wire [3:0] axi__rid;
   wire [3:0] \axi__rid$289 ;
-  wire [3:0] \axi__rid$585 ;
-  wire [3:0] \axi__rid$643 ;
+  wire [3:0] \axi__rid$586 ;
+  wire [3:0] \axi__rid$644 ;
   wire axi__rlast;
   wire \axi__rlast$291 ;
-  wire \axi__rlast$587 ;
-  wire \axi__rlast$645 ;
+  wire \axi__rlast$588 ;
+  wire \axi__rlast$646 ;
   wire axi__rready;
   wire \axi__rready$294 ;
-  wire \axi__rready$590 ;
-  wire \axi__rready$648 ;
+  wire \axi__rready$591 ;
+  wire \axi__rready$649 ;
   wire [1:0] axi__rresp;
   wire [1:0] \axi__rresp$295 ;
-  wire [1:0] \axi__rresp$591 ;
-  wire [1:0] \axi__rresp$649 ;
+  wire [1:0] \axi__rresp$592 ;
+  wire [1:0] \axi__rresp$650 ;
   wire axi__rvalid;
   wire \axi__rvalid$297 ;
-  wire \axi__rvalid$593 ;
-  wire \axi__rvalid$651 ;
+  wire \axi__rvalid$594 ;
+  wire \axi__rvalid$652 ;
   wire [63:0] axi__wdata;
   wire [63:0] \axi__wdata$300 ;
-  wire [63:0] \axi__wdata$596 ;
-  wire [63:0] \axi__wdata$654 ;
+  wire [63:0] \axi__wdata$597 ;
+  wire [63:0] \axi__wdata$655 ;
   wire axi__wlast;
   wire \axi__wlast$302 ;
-  wire \axi__wlast$598 ;
-  wire \axi__wlast$656 ;
+  wire \axi__wlast$599 ;
+  wire \axi__wlast$657 ;
   wire axi__wready;
   wire \axi__wready$303 ;
-  wire \axi__wready$599 ;
-  wire \axi__wready$657 ;
+  wire \axi__wready$600 ;
+  wire \axi__wready$658 ;
   wire [7:0] axi__wstrb;
   wire [7:0] \axi__wstrb$306 ;
-  wire [7:0] \axi__wstrb$602 ;
-  wire [7:0] \axi__wstrb$660 ;
+  wire [7:0] \axi__wstrb$603 ;
+  wire [7:0] \axi__wstrb$661 ;
   wire axi__wvalid;
   wire \axi__wvalid$308 ;
-  wire \axi__wvalid$604 ;
-  wire \axi__wvalid$662 ;
+  wire \axi__wvalid$605 ;
+  wire \axi__wvalid$663 ;
   wire axi_quiet;
-  wire \axi_quiet$673 ;
+  wire \axi_quiet$675 ;
   input [15:0] bus__araddr;
   wire [15:0] bus__araddr;
   wire bus__arready;
@@ -7615,170 +7617,172 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   input bus__wvalid;
   wire bus__wvalid;
   wire busy;
-  wire \busy$356 ;
-  wire \busy$708 ;
+  wire \busy$357 ;
   wire \busy$710 ;
+  wire \busy$712 ;
   wire [31:0] busy_compute;
-  wire [31:0] \busy_compute$777 ;
+  wire [31:0] \busy_compute$779 ;
   wire [31:0] busy_compute_source;
-  wire [31:0] \busy_compute_source$748 ;
+  wire [31:0] \busy_compute_source$750 ;
   wire [31:0] busy_load;
-  wire [31:0] \busy_load$769 ;
+  wire [31:0] \busy_load$771 ;
   wire [31:0] busy_store;
-  wire [31:0] \busy_store$771 ;
+  wire [31:0] \busy_store$773 ;
   wire [31:0] busy_vector;
-  wire [31:0] \busy_vector$783 ;
+  wire [31:0] \busy_vector$785 ;
   wire [31:0] busy_vector_source;
-  wire [31:0] \busy_vector_source$756 ;
+  wire [31:0] \busy_vector_source$758 ;
   wire [31:0] bytes_read;
-  wire [31:0] \bytes_read$425 ;
-  wire [31:0] \bytes_read$753 ;
-  wire [31:0] \bytes_read$779 ;
+  wire [31:0] \bytes_read$426 ;
+  wire [31:0] \bytes_read$755 ;
+  wire [31:0] \bytes_read$781 ;
   wire [31:0] bytes_read_source;
-  wire [31:0] \bytes_read_source$752 ;
+  wire [31:0] \bytes_read_source$754 ;
   wire [31:0] bytes_written;
-  wire [31:0] \bytes_written$427 ;
-  wire [31:0] \bytes_written$755 ;
-  wire [31:0] \bytes_written$781 ;
+  wire [31:0] \bytes_written$428 ;
+  wire [31:0] \bytes_written$757 ;
+  wire [31:0] \bytes_written$783 ;
   wire [31:0] bytes_written_source;
-  wire [31:0] \bytes_written_source$754 ;
+  wire [31:0] \bytes_written_source$756 ;
   wire clear;
-  wire \clear$443 ;
-  wire \clear$730 ;
-  wire \clear$797 ;
+  wire \clear$444 ;
+  wire \clear$732 ;
+  wire \clear$799 ;
   input clk;
   wire clk;
   wire [255:0] cmd__tdata;
   wire [255:0] \cmd__tdata$145 ;
-  wire [255:0] \cmd__tdata$486 ;
-  wire [255:0] \cmd__tdata$499 ;
+  wire [255:0] \cmd__tdata$487 ;
+  wire [255:0] \cmd__tdata$500 ;
   wire cmd__tready;
   wire \cmd__tready$148 ;
-  wire \cmd__tready$492 ;
-  wire \cmd__tready$502 ;
+  wire \cmd__tready$493 ;
+  wire \cmd__tready$503 ;
   wire cmd__tvalid;
   wire \cmd__tvalid$149 ;
-  wire \cmd__tvalid$488 ;
-  wire \cmd__tvalid$503 ;
+  wire \cmd__tvalid$489 ;
+  wire \cmd__tvalid$504 ;
   wire core0_stalled;
   wire core1_stalled;
   wire [31:0] count;
-  wire [31:0] \count$815 ;
+  wire [31:0] \count$817 ;
   wire cp_quiesce;
-  wire \cp_quiesce$677 ;
+  wire \cp_quiesce$679 ;
   wire cp_quiet;
-  wire \cp_quiet$672 ;
+  wire \cp_quiet$674 ;
   wire [31:0] cq_base;
-  wire [31:0] \cq_base$686 ;
+  wire [31:0] \cq_base$688 ;
   reg [63:0] cycles = 64'h0000000000000000;
-  wire [31:0] \cycles$413 ;
-  wire [31:0] \cycles$767 ;
+  wire [31:0] \cycles$414 ;
+  wire [31:0] \cycles$769 ;
   (* init = 32'd0 *)
   wire [31:0] cycles_hi;
   wire [31:0] data_hi_word;
-  wire [31:0] \data_hi_word$819 ;
+  wire [31:0] \data_hi_word$821 ;
   wire [31:0] data_lo;
-  wire [31:0] \data_lo$817 ;
+  wire [31:0] \data_lo$819 ;
   wire [17:0] delta0;
   wire [17:0] delta1;
   wire dma_abort;
-  wire \dma_abort$679 ;
+  wire \dma_abort$681 ;
   wire dma_arready;
-  wire \dma_arready$738 ;
+  wire \dma_arready$740 ;
   wire dma_arvalid;
-  wire \dma_arvalid$737 ;
+  wire \dma_arvalid$739 ;
   wire dma_awready;
-  wire \dma_awready$743 ;
+  wire \dma_awready$745 ;
   wire dma_awvalid;
-  wire \dma_awvalid$742 ;
+  wire \dma_awvalid$744 ;
   wire [31:0] dma_base;
-  wire [31:0] \dma_base$688 ;
+  wire [31:0] \dma_base$690 ;
   wire dma_bready;
-  wire \dma_bready$747 ;
+  wire \dma_bready$749 ;
   wire dma_bvalid;
-  wire \dma_bvalid$746 ;
+  wire \dma_bvalid$748 ;
   wire [255:0] dma_cmd__tdata;
-  wire [255:0] \dma_cmd__tdata$500 ;
+  wire [255:0] \dma_cmd__tdata$501 ;
   wire dma_cmd__tready;
-  wire \dma_cmd__tready$501 ;
+  wire \dma_cmd__tready$502 ;
   wire dma_cmd__tvalid;
-  wire \dma_cmd__tvalid$504 ;
+  wire \dma_cmd__tvalid$505 ;
   wire [7:0] dma_done__tdata;
-  wire [7:0] \dma_done__tdata$505 ;
+  wire [7:0] \dma_done__tdata$506 ;
   wire dma_done__tready;
-  wire \dma_done__tready$508 ;
+  wire \dma_done__tready$509 ;
   wire dma_done__tvalid;
-  wire \dma_done__tvalid$509 ;
+  wire \dma_done__tvalid$510 ;
   wire [31:0] dma_limit;
-  wire [31:0] \dma_limit$690 ;
+  wire [31:0] \dma_limit$692 ;
   wire dma_quiet;
-  wire \dma_quiet$674 ;
+  wire \dma_quiet$676 ;
   wire dma_rlast;
-  wire \dma_rlast$741 ;
+  wire \dma_rlast$743 ;
   wire dma_rready;
-  wire \dma_rready$740 ;
+  wire \dma_rready$742 ;
   wire dma_rvalid;
-  wire \dma_rvalid$739 ;
+  wire \dma_rvalid$741 ;
   wire dma_wready;
-  wire \dma_wready$745 ;
+  wire \dma_wready$747 ;
   wire dma_wvalid;
-  wire \dma_wvalid$744 ;
+  wire \dma_wvalid$746 ;
   wire [31:0] done__tdata;
   wire [7:0] \done__tdata$152 ;
-  wire [31:0] \done__tdata$494 ;
-  wire [7:0] \done__tdata$506 ;
+  wire [31:0] \done__tdata$495 ;
+  wire [7:0] \done__tdata$507 ;
   wire done__tready;
   wire \done__tready$153 ;
-  wire \done__tready$497 ;
-  wire \done__tready$507 ;
+  wire \done__tready$498 ;
+  wire \done__tready$508 ;
   wire done__tvalid;
   wire \done__tvalid$156 ;
-  wire \done__tvalid$496 ;
-  wire \done__tvalid$510 ;
+  wire \done__tvalid$497 ;
+  wire \done__tvalid$511 ;
   wire doorbell;
-  wire \doorbell$699 ;
+  wire \doorbell$701 ;
   wire [15:0] doorbell_index;
-  wire [15:0] \doorbell_index$701 ;
+  wire [15:0] \doorbell_index$703 ;
   wire enable;
-  wire \enable$441 ;
-  wire \enable$692 ;
-  wire \enable$795 ;
+  wire \enable$442 ;
+  wire \enable$694 ;
+  wire \enable$797 ;
   wire \end ;
-  wire \end$806 ;
+  wire \end$808 ;
   wire [7:0] end_opcode;
-  wire [7:0] \end_opcode$810 ;
+  wire [7:0] \end_opcode$812 ;
   wire [7:0] end_status;
-  wire [7:0] \end_status$812 ;
+  wire [7:0] \end_status$814 ;
   wire [15:0] end_tag;
-  wire [15:0] \end_tag$808 ;
+  wire [15:0] \end_tag$810 ;
   wire [7:0] error_code;
-  wire [7:0] \error_code$712 ;
+  wire [7:0] \error_code$714 ;
   wire [15:0] error_index;
-  wire [15:0] \error_index$713 ;
+  wire [15:0] \error_index$715 ;
   wire grant0;
   wire grant1;
   wire halted;
-  wire \halted$709 ;
+  wire \halted$711 ;
   wire [15:0] head;
-  wire [15:0] \head$704 ;
+  wire [15:0] \head$706 ;
   wire host_reset;
-  wire \host_reset$667 ;
+  wire \host_reset$669 ;
   wire [3:0] index0;
   wire [3:0] index1;
   output irq;
   wire irq;
   wire irq_completion;
-  wire \irq_completion$715 ;
+  wire \irq_completion$717 ;
   wire irq_error;
-  wire \irq_error$716 ;
+  wire \irq_error$718 ;
+  wire link_progress0;
+  wire link_progress1;
   wire [31:0] macs_hi;
-  wire [31:0] \macs_hi$793 ;
+  wire [31:0] \macs_hi$795 ;
   wire [31:0] macs_lo;
-  wire [31:0] \macs_lo$791 ;
+  wire [31:0] \macs_lo$793 ;
   wire macs_lo_read;
-  wire \macs_lo_read$764 ;
+  wire \macs_lo_read$766 ;
   wire [47:0] macs_source;
-  wire [47:0] \macs_source$750 ;
+  wire [47:0] \macs_source$752 ;
   wire [31:0] mem__araddr;
   wire [1:0] mem__arburst;
   wire [3:0] mem__arid;
@@ -7820,27 +7824,27 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   wire [7:0] mem__wstrb;
   wire mem__wvalid;
   wire [31:0] perf_busy;
-  wire [31:0] \perf_busy$749 ;
+  wire [31:0] \perf_busy$751 ;
   wire [47:0] perf_macs;
-  wire [47:0] \perf_macs$751 ;
+  wire [47:0] \perf_macs$753 ;
   wire [31:0] perf_table_hits;
-  wire [31:0] \perf_table_hits$759 ;
+  wire [31:0] \perf_table_hits$761 ;
   wire [31:0] perf_table_overflows;
-  wire [31:0] \perf_table_overflows$763 ;
+  wire [31:0] \perf_table_overflows$765 ;
   wire [31:0] perf_table_underflows;
-  wire [31:0] \perf_table_underflows$761 ;
+  wire [31:0] \perf_table_underflows$763 ;
   wire [31:0] perf_vector_busy;
-  wire [31:0] \perf_vector_busy$757 ;
+  wire [31:0] \perf_vector_busy$759 ;
   wire pop;
-  wire \pop$820 ;
+  wire \pop$822 ;
   wire progress;
   wire \progress$312 ;
-  wire \progress$665 ;
   wire \progress$666 ;
+  wire \progress$667 ;
   wire quiesce;
-  wire \quiesce$676 ;
+  wire \quiesce$678 ;
   wire quiet;
-  wire \quiet$675 ;
+  wire \quiet$677 ;
   wire [15:0] regs__araddr;
   output regs__arready;
   wire regs__arready;
@@ -7867,21 +7871,21 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   wire [3:0] regs__wstrb;
   wire regs__wvalid;
   wire reset_cp;
-  wire \reset_cp$867 ;
+  wire \reset_cp$869 ;
   wire reset_units;
-  wire \reset_units$380 ;
-  wire \reset_units$731 ;
-  wire \reset_units$734 ;
+  wire \reset_units$381 ;
+  wire \reset_units$733 ;
+  wire \reset_units$736 ;
   wire resume;
-  wire \resume$694 ;
+  wire \resume$696 ;
   reg resume_written0 = 1'h0;
   reg resume_written1 = 1'h0;
   wire [31:0] ring_base;
-  wire [31:0] \ring_base$682 ;
+  wire [31:0] \ring_base$684 ;
   wire [4:0] ring_log2;
-  wire [4:0] \ring_log2$684 ;
+  wire [4:0] \ring_log2$686 ;
   wire ring_reset;
-  wire \ring_reset$697 ;
+  wire \ring_reset$699 ;
   input rst;
   wire rst;
   input [31:0] s0__araddr;
@@ -8042,31 +8046,31 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   wire [7:0] s4__wstrb;
   wire s4__wvalid;
   wire [17:0] sem_delta;
-  wire [17:0] \sem_delta$727 ;
+  wire [17:0] \sem_delta$729 ;
   wire sem_grant;
-  wire \sem_grant$728 ;
+  wire \sem_grant$730 ;
   wire [3:0] sem_index;
-  wire [3:0] \sem_index$725 ;
+  wire [3:0] \sem_index$727 ;
   wire sem_valid;
-  wire \sem_valid$723 ;
+  wire \sem_valid$725 ;
   wire [255:0] sem_values;
-  wire [255:0] \sem_values$721 ;
-  wire [15:0] \sem_values$721[0] ;
-  wire [15:0] \sem_values$721[10] ;
-  wire [15:0] \sem_values$721[11] ;
-  wire [15:0] \sem_values$721[12] ;
-  wire [15:0] \sem_values$721[13] ;
-  wire [15:0] \sem_values$721[14] ;
-  wire [15:0] \sem_values$721[15] ;
-  wire [15:0] \sem_values$721[1] ;
-  wire [15:0] \sem_values$721[2] ;
-  wire [15:0] \sem_values$721[3] ;
-  wire [15:0] \sem_values$721[4] ;
-  wire [15:0] \sem_values$721[5] ;
-  wire [15:0] \sem_values$721[6] ;
-  wire [15:0] \sem_values$721[7] ;
-  wire [15:0] \sem_values$721[8] ;
-  wire [15:0] \sem_values$721[9] ;
+  wire [255:0] \sem_values$723 ;
+  wire [15:0] \sem_values$723[0] ;
+  wire [15:0] \sem_values$723[10] ;
+  wire [15:0] \sem_values$723[11] ;
+  wire [15:0] \sem_values$723[12] ;
+  wire [15:0] \sem_values$723[13] ;
+  wire [15:0] \sem_values$723[14] ;
+  wire [15:0] \sem_values$723[15] ;
+  wire [15:0] \sem_values$723[1] ;
+  wire [15:0] \sem_values$723[2] ;
+  wire [15:0] \sem_values$723[3] ;
+  wire [15:0] \sem_values$723[4] ;
+  wire [15:0] \sem_values$723[5] ;
+  wire [15:0] \sem_values$723[6] ;
+  wire [15:0] \sem_values$723[7] ;
+  wire [15:0] \sem_values$723[8] ;
+  wire [15:0] \sem_values$723[9] ;
   wire [15:0] \sem_values[0] ;
   wire [15:0] \sem_values[10] ;
   wire [15:0] \sem_values[11] ;
@@ -8104,98 +8108,98 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   wire soft_reset;
   wire [15:0] spm_rreq__tdata;
   wire [15:0] \spm_rreq__tdata$164 ;
-  wire [15:0] \spm_rreq__tdata$517 ;
   wire [15:0] \spm_rreq__tdata$518 ;
+  wire [15:0] \spm_rreq__tdata$519 ;
   wire spm_rreq__tready;
   wire \spm_rreq__tready$166 ;
-  wire \spm_rreq__tready$519 ;
   wire \spm_rreq__tready$520 ;
+  wire \spm_rreq__tready$521 ;
   wire spm_rreq__tvalid;
   wire \spm_rreq__tvalid$168 ;
-  wire \spm_rreq__tvalid$521 ;
   wire \spm_rreq__tvalid$522 ;
+  wire \spm_rreq__tvalid$523 ;
   wire [63:0] spm_rresp__tdata;
   wire [63:0] \spm_rresp__tdata$182 ;
-  wire [63:0] \spm_rresp__tdata$535 ;
   wire [63:0] \spm_rresp__tdata$536 ;
+  wire [63:0] \spm_rresp__tdata$537 ;
   wire spm_rresp__tready;
   wire \spm_rresp__tready$184 ;
-  wire \spm_rresp__tready$537 ;
   wire \spm_rresp__tready$538 ;
+  wire \spm_rresp__tready$539 ;
   wire spm_rresp__tvalid;
   wire \spm_rresp__tvalid$186 ;
-  wire \spm_rresp__tvalid$539 ;
   wire \spm_rresp__tvalid$540 ;
+  wire \spm_rresp__tvalid$541 ;
   wire [79:0] spm_wr__tdata;
   wire [79:0] \spm_wr__tdata$158 ;
-  wire [79:0] \spm_wr__tdata$511 ;
   wire [79:0] \spm_wr__tdata$512 ;
+  wire [79:0] \spm_wr__tdata$513 ;
   wire spm_wr__tready;
   wire \spm_wr__tready$160 ;
-  wire \spm_wr__tready$513 ;
   wire \spm_wr__tready$514 ;
+  wire \spm_wr__tready$515 ;
   wire spm_wr__tvalid;
   wire \spm_wr__tvalid$162 ;
-  wire \spm_wr__tvalid$515 ;
   wire \spm_wr__tvalid$516 ;
+  wire \spm_wr__tvalid$517 ;
   wire stall;
-  wire \stall$736 ;
+  wire \stall$738 ;
   wire [31:0] stall_dep;
-  wire [31:0] \stall_dep$773 ;
+  wire [31:0] \stall_dep$775 ;
   wire [31:0] stall_mem;
-  wire [31:0] \stall_mem$775 ;
+  wire [31:0] \stall_mem$777 ;
   wire start;
-  wire \start$800 ;
+  wire \start$802 ;
   wire [7:0] start_opcode;
-  wire [7:0] \start_opcode$804 ;
+  wire [7:0] \start_opcode$806 ;
   wire [15:0] start_tag;
-  wire [15:0] \start_tag$802 ;
+  wire [15:0] \start_tag$804 ;
   wire [31:0] table_hits;
-  wire [31:0] \table_hits$785 ;
+  wire [31:0] \table_hits$787 ;
   wire [31:0] table_hits_source;
-  wire [31:0] \table_hits_source$758 ;
+  wire [31:0] \table_hits_source$760 ;
   wire [31:0] table_overflows;
-  wire [31:0] \table_overflows$789 ;
+  wire [31:0] \table_overflows$791 ;
   wire [31:0] table_overflows_source;
-  wire [31:0] \table_overflows_source$762 ;
+  wire [31:0] \table_overflows_source$764 ;
   wire [31:0] table_underflows;
-  wire [31:0] \table_underflows$787 ;
+  wire [31:0] \table_underflows$789 ;
   wire [31:0] table_underflows_source;
-  wire [31:0] \table_underflows_source$760 ;
+  wire [31:0] \table_underflows_source$762 ;
   wire [15:0] tail;
-  wire [15:0] \tail$706 ;
+  wire [15:0] \tail$708 ;
   wire [255:0] tile_cmd__tdata;
-  wire [255:0] \tile_cmd__tdata$487 ;
+  wire [255:0] \tile_cmd__tdata$488 ;
   wire tile_cmd__tready;
-  wire \tile_cmd__tready$491 ;
+  wire \tile_cmd__tready$492 ;
   wire tile_cmd__tvalid;
-  wire \tile_cmd__tvalid$489 ;
+  wire \tile_cmd__tvalid$490 ;
   wire [31:0] tile_done__tdata;
-  wire [31:0] \tile_done__tdata$493 ;
+  wire [31:0] \tile_done__tdata$494 ;
   wire tile_done__tready;
-  wire \tile_done__tready$498 ;
+  wire \tile_done__tready$499 ;
   wire tile_done__tvalid;
-  wire \tile_done__tvalid$495 ;
+  wire \tile_done__tvalid$496 ;
   wire [31:0] timestamp;
-  wire [31:0] \timestamp$440 ;
-  wire [31:0] \timestamp$720 ;
-  wire [31:0] \timestamp$794 ;
+  wire [31:0] \timestamp$441 ;
+  wire [31:0] \timestamp$722 ;
+  wire [31:0] \timestamp$796 ;
   reg trace0_clear_written = 1'h0;
   reg trace1_clear_written = 1'h0;
   wire trace_end;
-  wire \trace_end$807 ;
+  wire \trace_end$809 ;
   wire [7:0] trace_end_opcode;
-  wire [7:0] \trace_end_opcode$811 ;
+  wire [7:0] \trace_end_opcode$813 ;
   wire [15:0] trace_end_tag;
-  wire [15:0] \trace_end_tag$809 ;
+  wire [15:0] \trace_end_tag$811 ;
   wire [7:0] trace_opcode;
-  wire [7:0] \trace_opcode$805 ;
+  wire [7:0] \trace_opcode$807 ;
   wire trace_start;
-  wire \trace_start$801 ;
+  wire \trace_start$803 ;
   wire [7:0] trace_status;
-  wire [7:0] \trace_status$813 ;
+  wire [7:0] \trace_status$815 ;
   wire [15:0] trace_tag;
-  wire [15:0] \trace_tag$803 ;
+  wire [15:0] \trace_tag$805 ;
   wire valid0;
   wire valid1;
   wire [511:0] values;
@@ -8216,46 +8220,49 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   wire [31:0] \values[8] ;
   wire [31:0] \values[9] ;
   wire waiting_dep;
-  wire \waiting_dep$735 ;
+  wire \waiting_dep$737 ;
   wire [31:0] watchdog;
-  wire [31:0] \watchdog$663 ;
-  assign \$27  = \spm_rreq__tvalid$521  & \spm_rreq__tready$519 ;
-  assign \$28  = \spm_rresp__tvalid$539  & \spm_rresp__tready$537 ;
-  assign \$29  = \acc_wr__tvalid$527  & \acc_wr__tready$525 ;
-  assign \$30  = \acc_rreq__tvalid$533  & \acc_rreq__tready$531 ;
-  assign \$31  = \acc_rresp__tvalid$545  & \acc_rresp__tready$543 ;
-  assign \$32  = | { \$31 , \$30 , \$29 , \$28 , \$27 , \$26 , \$25 , \$24  };
-  assign \progress$665  = \$32  | \progress$666 ;
-  assign \$33  = QUEUE1_RESET__write & GLOBAL_RESET__wdata[0];
-  assign \host_reset$667  = soft_reset | \$33 ;
-  assign \resume$694  = QUEUE1_CONTROL__write & GLOBAL_RESET__wdata[1];
-  assign \$35  = soft_reset | \reset_units$731 ;
-  assign \$36  = PERF1_CONTROL__write & GLOBAL_RESET__wdata[0];
-  assign \clear$730  = \$35  | \$36 ;
-  assign \$37  = TRACE1_CONTROL__write & GLOBAL_RESET__wdata[1];
-  assign \clear$797  = soft_reset | \$37 ;
-  assign \$39  = QUEUE0_IRQ_STATUS__value & QUEUE0_IRQ_MASK__value;
-  assign \$40  = | \$39 ;
-  assign \$41  = QUEUE1_IRQ_STATUS__value & QUEUE1_IRQ_MASK__value;
+  wire [31:0] \watchdog$664 ;
+  assign \$25  = \axi__rvalid$652  & s4__rready;
+  assign \$26  = s4__wvalid & \axi__wready$658 ;
+  assign \$27  = \spm_wr__tvalid$516  & \spm_wr__tready$514 ;
+  assign \$28  = \spm_rreq__tvalid$522  & \spm_rreq__tready$520 ;
+  assign \$29  = \spm_rresp__tvalid$540  & \spm_rresp__tready$538 ;
+  assign \$30  = \acc_wr__tvalid$528  & \acc_wr__tready$526 ;
+  assign \$31  = \acc_rreq__tvalid$534  & \acc_rreq__tready$532 ;
+  assign \$32  = \acc_rresp__tvalid$546  & \acc_rresp__tready$544 ;
+  assign \$33  = | { \$32 , \$31 , \$30 , \$29 , \$28 , \$27 , \$26 , \$25  };
+  assign \$34  = \$33  | \progress$667 ;
+  assign \$35  = QUEUE1_RESET__write & GLOBAL_RESET__wdata[0];
+  assign \host_reset$669  = soft_reset | \$35 ;
+  assign \resume$696  = QUEUE1_CONTROL__write & GLOBAL_RESET__wdata[1];
+  assign \$37  = soft_reset | \reset_units$733 ;
+  assign \$38  = PERF1_CONTROL__write & GLOBAL_RESET__wdata[0];
+  assign \clear$732  = \$37  | \$38 ;
+  assign \$39  = TRACE1_CONTROL__write & GLOBAL_RESET__wdata[1];
+  assign \clear$799  = soft_reset | \$39 ;
+  assign \$41  = QUEUE0_IRQ_STATUS__value & QUEUE0_IRQ_MASK__value;
   assign \$42  = | \$41 ;
-  assign irq = \$40  | \$42 ;
-  assign \$43  = cycles + 1'h1;
-  assign \$44  = QUEUE0_CONTROL__write & GLOBAL_RESET__wdata[1];
-  assign \$45  = TRACE0_CONTROL__write & GLOBAL_RESET__wdata[1];
-  assign \$46  = QUEUE1_CONTROL__write & GLOBAL_RESET__wdata[1];
-  assign \$47  = TRACE1_CONTROL__write & GLOBAL_RESET__wdata[1];
+  assign \$43  = QUEUE1_IRQ_STATUS__value & QUEUE1_IRQ_MASK__value;
+  assign \$44  = | \$43 ;
+  assign irq = \$42  | \$44 ;
+  assign \$45  = cycles + 1'h1;
+  assign \$46  = QUEUE0_CONTROL__write & GLOBAL_RESET__wdata[1];
+  assign \$47  = TRACE0_CONTROL__write & GLOBAL_RESET__wdata[1];
+  assign \$48  = QUEUE1_CONTROL__write & GLOBAL_RESET__wdata[1];
+  assign \$49  = TRACE1_CONTROL__write & GLOBAL_RESET__wdata[1];
   always @(posedge clk)
-    cycles <= \$48 ;
+    cycles <= \$50 ;
   always @(posedge clk)
-    GLOBAL_CYCLES_HI__value <= \$49 ;
+    GLOBAL_CYCLES_HI__value <= \$51 ;
   always @(posedge clk)
-    resume_written0 <= \$50 ;
+    resume_written0 <= \$52 ;
   always @(posedge clk)
-    trace0_clear_written <= \$51 ;
+    trace0_clear_written <= \$53 ;
   always @(posedge clk)
-    resume_written1 <= \$52 ;
+    resume_written1 <= \$54 ;
   always @(posedge clk)
-    trace1_clear_written <= \$53 ;
+    trace1_clear_written <= \$55 ;
   assign soft_reset = GLOBAL_RESET__write & GLOBAL_RESET__wdata[0];
   assign \$5  = \axi__rvalid$297  & s2__rready;
   assign \$6  = s2__wvalid & \axi__wready$303 ;
@@ -8266,18 +8273,15 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   assign \$11  = acc_rreq__tvalid & acc_rreq__tready;
   assign \$12  = acc_rresp__tvalid & acc_rresp__tready;
   assign \$13  = | { \$12 , \$11 , \$10 , \$9 , \$8 , \$7 , \$6 , \$5  };
-  assign progress = \$13  | \progress$312 ;
-  assign \$14  = QUEUE0_RESET__write & GLOBAL_RESET__wdata[0];
-  assign host_reset = soft_reset | \$14 ;
+  assign \$14  = \$13  | \progress$312 ;
+  assign \$15  = QUEUE0_RESET__write & GLOBAL_RESET__wdata[0];
+  assign host_reset = soft_reset | \$15 ;
   assign resume = QUEUE0_CONTROL__write & GLOBAL_RESET__wdata[1];
-  assign \$16  = soft_reset | reset_units;
-  assign \$17  = PERF0_CONTROL__write & GLOBAL_RESET__wdata[0];
-  assign clear = \$16  | \$17 ;
-  assign \$18  = TRACE0_CONTROL__write & GLOBAL_RESET__wdata[1];
-  assign \clear$443  = soft_reset | \$18 ;
-  assign \$24  = \axi__rvalid$651  & s4__rready;
-  assign \$25  = s4__wvalid & \axi__wready$657 ;
-  assign \$26  = \spm_wr__tvalid$515  & \spm_wr__tready$513 ;
+  assign \$17  = soft_reset | reset_units;
+  assign \$18  = PERF0_CONTROL__write & GLOBAL_RESET__wdata[0];
+  assign clear = \$17  | \$18 ;
+  assign \$19  = TRACE0_CONTROL__write & GLOBAL_RESET__wdata[1];
+  assign \clear$444  = soft_reset | \$19 ;
   \dx1_board.soc.core0  core0 (
     .acc_rreq__tready(acc_rreq__tready),
     .acc_rresp__tdata(acc_rresp__tdata),
@@ -8297,8 +8301,8 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .perf_table_overflows(table_overflows_source),
     .perf_table_underflows(table_underflows_source),
     .perf_vector_busy(busy_vector_source),
-    .\port$17496$0 (\$54 ),
-    .\port$17498$0 (\$55 ),
+    .\port$17498$0 (\$56 ),
+    .\port$17500$0 (\$57 ),
     .progress(\progress$312 ),
     .\req__tdata$195 (spm_rreq__tdata),
     .req__tvalid(spm_wr__tvalid),
@@ -8314,39 +8318,39 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .spm_rresp__tvalid(spm_rresp__tvalid)
   );
   \dx1_board.soc.core1  core1 (
-    .acc_rreq__tready(\acc_rreq__tready$531 ),
-    .acc_rresp__tdata(\acc_rresp__tdata$541 ),
-    .acc_rresp__tvalid(\acc_rresp__tvalid$545 ),
+    .acc_rreq__tready(\acc_rreq__tready$532 ),
+    .acc_rresp__tdata(\acc_rresp__tdata$542 ),
+    .acc_rresp__tvalid(\acc_rresp__tvalid$546 ),
     .clk(clk),
-    .cmd__tdata(\cmd__tdata$486 ),
-    .cmd__tready(\cmd__tready$492 ),
-    .cmd__tvalid(\cmd__tvalid$488 ),
-    .done__tdata(\tile_done__tdata$493 ),
-    .done__tready(\done__tready$497 ),
-    .done__tvalid(\done__tvalid$496 ),
-    .grant(\spm_wr__tready$513 ),
-    .\grant$142 (\acc_wr__tready$525 ),
-    .perf_busy(\busy_compute_source$748 ),
-    .perf_macs(\macs_source$750 ),
-    .perf_table_hits(\table_hits_source$758 ),
-    .perf_table_overflows(\table_overflows_source$762 ),
-    .perf_table_underflows(\table_underflows_source$760 ),
-    .perf_vector_busy(\busy_vector_source$756 ),
-    .\port$19803$0 (\$57 ),
-    .\port$19805$0 (\$58 ),
-    .progress(\progress$666 ),
-    .\req__tdata$195 (\spm_rreq__tdata$517 ),
-    .req__tvalid(\spm_wr__tvalid$515 ),
-    .\req__tvalid$193 (\acc_wr__tvalid$527 ),
-    .\req__tvalid$199 (\spm_rreq__tvalid$521 ),
-    .\req__tvalid$205 (\acc_rreq__tvalid$533 ),
-    .reset_units(\reset_units$731 ),
-    .resp__tready(\spm_rresp__tready$537 ),
-    .\resp__tready$215 (\acc_rresp__tready$543 ),
+    .cmd__tdata(\cmd__tdata$487 ),
+    .cmd__tready(\cmd__tready$493 ),
+    .cmd__tvalid(\cmd__tvalid$489 ),
+    .done__tdata(\tile_done__tdata$494 ),
+    .done__tready(\done__tready$498 ),
+    .done__tvalid(\done__tvalid$497 ),
+    .grant(\spm_wr__tready$514 ),
+    .\grant$142 (\acc_wr__tready$526 ),
+    .perf_busy(\busy_compute_source$750 ),
+    .perf_macs(\macs_source$752 ),
+    .perf_table_hits(\table_hits_source$760 ),
+    .perf_table_overflows(\table_overflows_source$764 ),
+    .perf_table_underflows(\table_underflows_source$762 ),
+    .perf_vector_busy(\busy_vector_source$758 ),
+    .\port$19805$0 (\$59 ),
+    .\port$19807$0 (\$60 ),
+    .progress(\progress$667 ),
+    .\req__tdata$195 (\spm_rreq__tdata$518 ),
+    .req__tvalid(\spm_wr__tvalid$516 ),
+    .\req__tvalid$193 (\acc_wr__tvalid$528 ),
+    .\req__tvalid$199 (\spm_rreq__tvalid$522 ),
+    .\req__tvalid$205 (\acc_rreq__tvalid$534 ),
+    .reset_units(\reset_units$733 ),
+    .resp__tready(\spm_rresp__tready$538 ),
+    .\resp__tready$215 (\acc_rresp__tready$544 ),
     .rst(rst),
-    .spm_rreq__tready(\spm_rreq__tready$519 ),
-    .spm_rresp__tdata(\spm_rresp__tdata$535 ),
-    .spm_rresp__tvalid(\spm_rresp__tvalid$539 )
+    .spm_rreq__tready(\spm_rreq__tready$520 ),
+    .spm_rresp__tdata(\spm_rresp__tdata$536 ),
+    .spm_rresp__tvalid(\spm_rresp__tvalid$540 )
   );
   \dx1_board.soc.cp0  cp0 (
     .abort_done(abort_done),
@@ -8392,22 +8396,22 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .head(head),
     .irq_completion(irq_completion),
     .irq_error(irq_error),
-    .\port$14973$0 (GLOBAL_SEM0__value[15:0]),
-    .\port$14975$0 (GLOBAL_SEM1__value[15:0]),
-    .\port$14977$0 (GLOBAL_SEM2__value[15:0]),
-    .\port$14979$0 (GLOBAL_SEM3__value[15:0]),
-    .\port$14981$0 (GLOBAL_SEM4__value[15:0]),
-    .\port$14983$0 (GLOBAL_SEM5__value[15:0]),
-    .\port$14985$0 (GLOBAL_SEM6__value[15:0]),
-    .\port$14987$0 (GLOBAL_SEM7__value[15:0]),
-    .\port$14989$0 (GLOBAL_SEM8__value[15:0]),
-    .\port$14991$0 (GLOBAL_SEM9__value[15:0]),
-    .\port$14993$0 (GLOBAL_SEM10__value[15:0]),
-    .\port$14995$0 (GLOBAL_SEM11__value[15:0]),
-    .\port$14997$0 (GLOBAL_SEM12__value[15:0]),
-    .\port$14999$0 (GLOBAL_SEM13__value[15:0]),
-    .\port$15001$0 (GLOBAL_SEM14__value[15:0]),
-    .\port$15003$0 (GLOBAL_SEM15__value[15:0]),
+    .\port$14975$0 (GLOBAL_SEM0__value[15:0]),
+    .\port$14977$0 (GLOBAL_SEM1__value[15:0]),
+    .\port$14979$0 (GLOBAL_SEM2__value[15:0]),
+    .\port$14981$0 (GLOBAL_SEM3__value[15:0]),
+    .\port$14983$0 (GLOBAL_SEM4__value[15:0]),
+    .\port$14985$0 (GLOBAL_SEM5__value[15:0]),
+    .\port$14987$0 (GLOBAL_SEM6__value[15:0]),
+    .\port$14989$0 (GLOBAL_SEM7__value[15:0]),
+    .\port$14991$0 (GLOBAL_SEM8__value[15:0]),
+    .\port$14993$0 (GLOBAL_SEM9__value[15:0]),
+    .\port$14995$0 (GLOBAL_SEM10__value[15:0]),
+    .\port$14997$0 (GLOBAL_SEM11__value[15:0]),
+    .\port$14999$0 (GLOBAL_SEM12__value[15:0]),
+    .\port$15001$0 (GLOBAL_SEM13__value[15:0]),
+    .\port$15003$0 (GLOBAL_SEM14__value[15:0]),
+    .\port$15005$0 (GLOBAL_SEM15__value[15:0]),
     .progress(progress),
     .quiesce(quiesce),
     .reset_cp(reset_cp),
@@ -8433,8 +8437,8 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .trace_end_tag(end_tag)
   );
   \dx1_board.soc.cp1  cp1 (
-    .abort_done(\abort_done$680 ),
-    .abort_req(\abort_req$670 ),
+    .abort_done(\abort_done$682 ),
+    .abort_req(\abort_req$672 ),
     .axi__araddr(s3__araddr),
     .axi__arvalid(s3__arvalid),
     .axi__awaddr(s3__awaddr),
@@ -8443,78 +8447,78 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .axi__rready(s3__rready),
     .axi__wdata(s3__wdata),
     .axi__wvalid(s3__wvalid),
-    .axi_quiet(\cp_quiet$672 ),
-    .budget(\watchdog$663 ),
-    .bus__arready(\axi__arready$555 ),
-    .bus__awready(\axi__awready$569 ),
-    .bus__bid(\axi__bid$575 ),
-    .bus__bresp(\axi__bresp$579 ),
-    .bus__bvalid(\axi__bvalid$581 ),
-    .bus__rdata(\axi__rdata$583 ),
-    .bus__rid(\axi__rid$585 ),
-    .bus__rlast(\axi__rlast$587 ),
-    .bus__rresp(\axi__rresp$591 ),
-    .bus__rvalid(\axi__rvalid$593 ),
-    .bus__wready(\axi__wready$599 ),
-    .\busy$257 (\busy$708 ),
+    .axi_quiet(\cp_quiet$674 ),
+    .budget(\watchdog$664 ),
+    .bus__arready(\axi__arready$556 ),
+    .bus__awready(\axi__awready$570 ),
+    .bus__bid(\axi__bid$576 ),
+    .bus__bresp(\axi__bresp$580 ),
+    .bus__bvalid(\axi__bvalid$582 ),
+    .bus__rdata(\axi__rdata$584 ),
+    .bus__rid(\axi__rid$586 ),
+    .bus__rlast(\axi__rlast$588 ),
+    .bus__rresp(\axi__rresp$592 ),
+    .bus__rvalid(\axi__rvalid$594 ),
+    .bus__wready(\axi__wready$600 ),
+    .\busy$257 (\busy$710 ),
     .clk(clk),
-    .cmd(\cmd__tdata$486 ),
-    .cq_base(\cq_base$686 ),
-    .dma_base(\dma_base$688 ),
-    .dma_cmd__tvalid(\cmd__tvalid$503 ),
-    .dma_done__tdata(\dma_done__tdata$505 ),
-    .dma_done__tready(\done__tready$507 ),
-    .dma_done__tvalid(\dma_done__tvalid$509 ),
-    .dma_limit(\dma_limit$690 ),
-    .dma_ready(\dma_cmd__tready$501 ),
-    .doorbell(\doorbell$699 ),
+    .cmd(\cmd__tdata$487 ),
+    .cq_base(\cq_base$688 ),
+    .dma_base(\dma_base$690 ),
+    .dma_cmd__tvalid(\cmd__tvalid$504 ),
+    .dma_done__tdata(\dma_done__tdata$506 ),
+    .dma_done__tready(\done__tready$508 ),
+    .dma_done__tvalid(\dma_done__tvalid$510 ),
+    .dma_limit(\dma_limit$692 ),
+    .dma_ready(\dma_cmd__tready$502 ),
+    .doorbell(\doorbell$701 ),
     .doorbell_index(GLOBAL_RESET__wdata[15:0]),
     .enable(QUEUE1_CONTROL__value[0]),
-    .error_code(\error_code$712 ),
-    .error_index(\error_index$713 ),
-    .halted(\halted$709 ),
-    .head(\head$704 ),
-    .irq_completion(\irq_completion$715 ),
-    .irq_error(\irq_error$716 ),
-    .\port$14973$0 (GLOBAL_SEM0__value[15:0]),
-    .\port$14975$0 (GLOBAL_SEM1__value[15:0]),
-    .\port$14977$0 (GLOBAL_SEM2__value[15:0]),
-    .\port$14979$0 (GLOBAL_SEM3__value[15:0]),
-    .\port$14981$0 (GLOBAL_SEM4__value[15:0]),
-    .\port$14983$0 (GLOBAL_SEM5__value[15:0]),
-    .\port$14985$0 (GLOBAL_SEM6__value[15:0]),
-    .\port$14987$0 (GLOBAL_SEM7__value[15:0]),
-    .\port$14989$0 (GLOBAL_SEM8__value[15:0]),
-    .\port$14991$0 (GLOBAL_SEM9__value[15:0]),
-    .\port$14993$0 (GLOBAL_SEM10__value[15:0]),
-    .\port$14995$0 (GLOBAL_SEM11__value[15:0]),
-    .\port$14997$0 (GLOBAL_SEM12__value[15:0]),
-    .\port$14999$0 (GLOBAL_SEM13__value[15:0]),
-    .\port$15001$0 (GLOBAL_SEM14__value[15:0]),
-    .\port$15003$0 (GLOBAL_SEM15__value[15:0]),
-    .progress(\progress$665 ),
-    .quiesce(\quiesce$676 ),
-    .reset_cp(\reset_cp$867 ),
-    .resume(\resume$694 ),
-    .ring_base(\ring_base$682 ),
+    .error_code(\error_code$714 ),
+    .error_index(\error_index$715 ),
+    .halted(\halted$711 ),
+    .head(\head$706 ),
+    .irq_completion(\irq_completion$717 ),
+    .irq_error(\irq_error$718 ),
+    .\port$14975$0 (GLOBAL_SEM0__value[15:0]),
+    .\port$14977$0 (GLOBAL_SEM1__value[15:0]),
+    .\port$14979$0 (GLOBAL_SEM2__value[15:0]),
+    .\port$14981$0 (GLOBAL_SEM3__value[15:0]),
+    .\port$14983$0 (GLOBAL_SEM4__value[15:0]),
+    .\port$14985$0 (GLOBAL_SEM5__value[15:0]),
+    .\port$14987$0 (GLOBAL_SEM6__value[15:0]),
+    .\port$14989$0 (GLOBAL_SEM7__value[15:0]),
+    .\port$14991$0 (GLOBAL_SEM8__value[15:0]),
+    .\port$14993$0 (GLOBAL_SEM9__value[15:0]),
+    .\port$14995$0 (GLOBAL_SEM10__value[15:0]),
+    .\port$14997$0 (GLOBAL_SEM11__value[15:0]),
+    .\port$14999$0 (GLOBAL_SEM12__value[15:0]),
+    .\port$15001$0 (GLOBAL_SEM13__value[15:0]),
+    .\port$15003$0 (GLOBAL_SEM14__value[15:0]),
+    .\port$15005$0 (GLOBAL_SEM15__value[15:0]),
+    .progress(\progress$666 ),
+    .quiesce(\quiesce$678 ),
+    .reset_cp(\reset_cp$869 ),
+    .resume(\resume$696 ),
+    .ring_base(\ring_base$684 ),
     .ring_log2(QUEUE1_RING_LOG2__value[4:0]),
-    .ring_reset(\ring_reset$697 ),
+    .ring_reset(\ring_reset$699 ),
     .rst(rst),
     .sem_delta(delta1),
-    .sem_grant(\sem_grant$728 ),
+    .sem_grant(\sem_grant$730 ),
     .sem_valid(valid1),
-    .stall(\waiting_dep$735 ),
-    .tail(\tail$706 ),
-    .taken(\start$800 ),
-    .tile_cmd__tvalid(\tile_cmd__tvalid$489 ),
-    .tile_done__tdata(\tile_done__tdata$493 ),
-    .tile_done__tready(\tile_done__tready$498 ),
-    .tile_done__tvalid(\tile_done__tvalid$495 ),
-    .tile_ready(\tile_cmd__tready$491 ),
+    .stall(\waiting_dep$737 ),
+    .tail(\tail$708 ),
+    .taken(\start$802 ),
+    .tile_cmd__tvalid(\tile_cmd__tvalid$490 ),
+    .tile_done__tdata(\tile_done__tdata$494 ),
+    .tile_done__tready(\tile_done__tready$499 ),
+    .tile_done__tvalid(\tile_done__tvalid$496 ),
+    .tile_ready(\tile_cmd__tready$492 ),
     .timestamp(cycles[31:0]),
-    .trace_end(\end$806 ),
-    .trace_end_opcode(\end_opcode$810 ),
-    .trace_end_tag(\end_tag$808 )
+    .trace_end(\end$808 ),
+    .trace_end_opcode(\end_opcode$812 ),
+    .trace_end_tag(\end_tag$810 )
   );
   \dx1_board.soc.dma0  dma0 (
     .abort(abort),
@@ -8556,8 +8560,8 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .done__tdata(dma_done__tdata),
     .done__tready(\done__tready$153 ),
     .done__tvalid(dma_done__tvalid),
-    .\port$17496$0 (\$54 ),
-    .\port$17498$0 (\$55 ),
+    .\port$17498$0 (\$56 ),
+    .\port$17500$0 (\$57 ),
     .quiet(dma_quiet),
     .reset_units(reset_units),
     .rst(rst),
@@ -8571,14 +8575,14 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .spm_wr__tvalid(spm_wr__tvalid)
   );
   \dx1_board.soc.dma1  dma1 (
-    .abort(\abort$678 ),
-    .acc_rreq__tready(\acc_rreq__tready$531 ),
-    .acc_rreq__tvalid(\acc_rreq__tvalid$533 ),
-    .acc_rresp__tdata(\acc_rresp__tdata$541 ),
-    .acc_rresp__tready(\acc_rresp__tready$543 ),
-    .acc_rresp__tvalid(\acc_rresp__tvalid$545 ),
-    .acc_wr__tready(\acc_wr__tready$525 ),
-    .acc_wr__tvalid(\acc_wr__tvalid$527 ),
+    .abort(\abort$680 ),
+    .acc_rreq__tready(\acc_rreq__tready$532 ),
+    .acc_rreq__tvalid(\acc_rreq__tvalid$534 ),
+    .acc_rresp__tdata(\acc_rresp__tdata$542 ),
+    .acc_rresp__tready(\acc_rresp__tready$544 ),
+    .acc_rresp__tvalid(\acc_rresp__tvalid$546 ),
+    .acc_wr__tready(\acc_wr__tready$526 ),
+    .acc_wr__tvalid(\acc_wr__tvalid$528 ),
     .axi__araddr(s4__araddr),
     .axi__arlen(s4__arlen),
     .axi__arvalid(s4__arvalid),
@@ -8590,39 +8594,39 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .axi__wlast(s4__wlast),
     .axi__wstrb(s4__wstrb),
     .axi__wvalid(s4__wvalid),
-    .bus__arready(\axi__arready$613 ),
-    .bus__awready(\axi__awready$627 ),
-    .bus__bid(\axi__bid$633 ),
-    .bus__bresp(\axi__bresp$637 ),
-    .bus__bvalid(\axi__bvalid$639 ),
-    .bus__rdata(\axi__rdata$641 ),
-    .bus__rid(\axi__rid$643 ),
-    .bus__rlast(\axi__rlast$645 ),
-    .bus__rresp(\axi__rresp$649 ),
-    .bus__rvalid(\axi__rvalid$651 ),
-    .bus__wready(\axi__wready$657 ),
-    .bytes_read(\bytes_read_source$752 ),
-    .bytes_written(\bytes_written_source$754 ),
+    .bus__arready(\axi__arready$614 ),
+    .bus__awready(\axi__awready$628 ),
+    .bus__bid(\axi__bid$634 ),
+    .bus__bresp(\axi__bresp$638 ),
+    .bus__bvalid(\axi__bvalid$640 ),
+    .bus__rdata(\axi__rdata$642 ),
+    .bus__rid(\axi__rid$644 ),
+    .bus__rlast(\axi__rlast$646 ),
+    .bus__rresp(\axi__rresp$650 ),
+    .bus__rvalid(\axi__rvalid$652 ),
+    .bus__wready(\axi__wready$658 ),
+    .bytes_read(\bytes_read_source$754 ),
+    .bytes_written(\bytes_written_source$756 ),
     .clk(clk),
-    .cmd__tdata(\cmd__tdata$486 ),
-    .cmd__tready(\dma_cmd__tready$501 ),
-    .cmd__tvalid(\cmd__tvalid$503 ),
-    .done__tdata(\dma_done__tdata$505 ),
-    .done__tready(\done__tready$507 ),
-    .done__tvalid(\dma_done__tvalid$509 ),
-    .\port$19803$0 (\$57 ),
-    .\port$19805$0 (\$58 ),
-    .quiet(\dma_quiet$674 ),
-    .reset_units(\reset_units$731 ),
+    .cmd__tdata(\cmd__tdata$487 ),
+    .cmd__tready(\dma_cmd__tready$502 ),
+    .cmd__tvalid(\cmd__tvalid$504 ),
+    .done__tdata(\dma_done__tdata$506 ),
+    .done__tready(\done__tready$508 ),
+    .done__tvalid(\dma_done__tvalid$510 ),
+    .\port$19805$0 (\$59 ),
+    .\port$19807$0 (\$60 ),
+    .quiet(\dma_quiet$676 ),
+    .reset_units(\reset_units$733 ),
     .rst(rst),
-    .spm_rreq__tdata(\spm_rreq__tdata$517 ),
-    .spm_rreq__tready(\spm_rreq__tready$519 ),
-    .spm_rreq__tvalid(\spm_rreq__tvalid$521 ),
-    .spm_rresp__tdata(\spm_rresp__tdata$535 ),
-    .spm_rresp__tready(\spm_rresp__tready$537 ),
-    .spm_rresp__tvalid(\spm_rresp__tvalid$539 ),
-    .spm_wr__tready(\spm_wr__tready$513 ),
-    .spm_wr__tvalid(\spm_wr__tvalid$515 )
+    .spm_rreq__tdata(\spm_rreq__tdata$518 ),
+    .spm_rreq__tready(\spm_rreq__tready$520 ),
+    .spm_rreq__tvalid(\spm_rreq__tvalid$522 ),
+    .spm_rresp__tdata(\spm_rresp__tdata$536 ),
+    .spm_rresp__tready(\spm_rresp__tready$538 ),
+    .spm_rresp__tvalid(\spm_rresp__tvalid$540 ),
+    .spm_wr__tready(\spm_wr__tready$514 ),
+    .spm_wr__tvalid(\spm_wr__tvalid$516 )
   );
   \dx1_board.soc.memory  memory (
     .clk(clk),
@@ -8692,44 +8696,44 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .s2__wstrb(s2__wstrb),
     .\s2__wvalid$335 (s2__wvalid),
     .\s3__araddr$448 (s3__araddr),
-    .s3__arready(\axi__arready$555 ),
+    .s3__arready(\axi__arready$556 ),
     .\s3__arvalid$458 (s3__arvalid),
     .\s3__awaddr$464 (s3__awaddr),
-    .s3__awready(\axi__awready$569 ),
+    .s3__awready(\axi__awready$570 ),
     .\s3__awvalid$474 (s3__awvalid),
-    .s3__bid(\axi__bid$575 ),
+    .s3__bid(\axi__bid$576 ),
     .\s3__bready$486 (s3__bready),
-    .s3__bresp(\axi__bresp$579 ),
-    .s3__bvalid(\axi__bvalid$581 ),
-    .s3__rdata(\axi__rdata$583 ),
-    .s3__rid(\axi__rid$585 ),
-    .s3__rlast(\axi__rlast$587 ),
+    .s3__bresp(\axi__bresp$580 ),
+    .s3__bvalid(\axi__bvalid$582 ),
+    .s3__rdata(\axi__rdata$584 ),
+    .s3__rid(\axi__rid$586 ),
+    .s3__rlast(\axi__rlast$588 ),
     .\s3__rready$462 (s3__rready),
-    .s3__rresp(\axi__rresp$591 ),
-    .s3__rvalid(\axi__rvalid$593 ),
+    .s3__rresp(\axi__rresp$592 ),
+    .s3__rvalid(\axi__rvalid$594 ),
     .s3__wdata(s3__wdata),
-    .s3__wready(\axi__wready$599 ),
+    .s3__wready(\axi__wready$600 ),
     .\s3__wvalid$484 (s3__wvalid),
     .\s4__araddr$597 (s4__araddr),
     .s4__arlen(s4__arlen),
-    .s4__arready(\axi__arready$613 ),
+    .s4__arready(\axi__arready$614 ),
     .\s4__arvalid$607 (s4__arvalid),
     .\s4__awaddr$613 (s4__awaddr),
     .s4__awlen(s4__awlen),
-    .s4__awready(\axi__awready$627 ),
+    .s4__awready(\axi__awready$628 ),
     .\s4__awvalid$623 (s4__awvalid),
-    .s4__bid(\axi__bid$633 ),
-    .s4__bresp(\axi__bresp$637 ),
-    .s4__bvalid(\axi__bvalid$639 ),
-    .s4__rdata(\axi__rdata$641 ),
-    .s4__rid(\axi__rid$643 ),
-    .s4__rlast(\axi__rlast$645 ),
+    .s4__bid(\axi__bid$634 ),
+    .s4__bresp(\axi__bresp$638 ),
+    .s4__bvalid(\axi__bvalid$640 ),
+    .s4__rdata(\axi__rdata$642 ),
+    .s4__rid(\axi__rid$644 ),
+    .s4__rlast(\axi__rlast$646 ),
     .\s4__rready$611 (s4__rready),
-    .s4__rresp(\axi__rresp$649 ),
-    .s4__rvalid(\axi__rvalid$651 ),
+    .s4__rresp(\axi__rresp$650 ),
+    .s4__rvalid(\axi__rvalid$652 ),
     .s4__wdata(s4__wdata),
     .s4__wlast(s4__wlast),
-    .s4__wready(\axi__wready$657 ),
+    .s4__wready(\axi__wready$658 ),
     .s4__wstrb(s4__wstrb),
     .\s4__wvalid$633 (s4__wvalid)
   );
@@ -8775,43 +8779,43 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   );
   \dx1_board.soc.perf1  perf1 (
     .busy_compute(PERF1_BUSY_COMPUTE__value),
-    .busy_compute_source(\busy_compute_source$748 ),
+    .busy_compute_source(\busy_compute_source$750 ),
     .busy_load(PERF1_BUSY_LOAD__value),
     .busy_store(PERF1_BUSY_STORE__value),
     .busy_vector(PERF1_BUSY_VECTOR__value),
-    .busy_vector_source(\busy_vector_source$756 ),
+    .busy_vector_source(\busy_vector_source$758 ),
     .bytes_read(PERF1_BYTES_READ__value),
-    .bytes_read_source(\bytes_read_source$752 ),
+    .bytes_read_source(\bytes_read_source$754 ),
     .bytes_written(PERF1_BYTES_WRITTEN__value),
-    .bytes_written_source(\bytes_written_source$754 ),
-    .clear(\clear$730 ),
+    .bytes_written_source(\bytes_written_source$756 ),
+    .clear(\clear$732 ),
     .clk(clk),
     .cycles(PERF1_CYCLES__value),
-    .dma_arready(\axi__arready$613 ),
+    .dma_arready(\axi__arready$614 ),
     .dma_arvalid(s4__arvalid),
-    .dma_awready(\axi__awready$627 ),
+    .dma_awready(\axi__awready$628 ),
     .dma_awvalid(s4__awvalid),
-    .dma_bvalid(\axi__bvalid$639 ),
-    .dma_rlast(\axi__rlast$645 ),
+    .dma_bvalid(\axi__bvalid$640 ),
+    .dma_rlast(\axi__rlast$646 ),
     .dma_rready(s4__rready),
-    .dma_rvalid(\axi__rvalid$651 ),
-    .dma_wready(\axi__wready$657 ),
+    .dma_rvalid(\axi__rvalid$652 ),
+    .dma_wready(\axi__wready$658 ),
     .dma_wvalid(s4__wvalid),
     .macs_hi(PERF1_MACS_HI__value),
     .macs_lo(PERF1_MACS_LO__value),
-    .macs_lo_read(\macs_lo_read$764 ),
-    .macs_source(\macs_source$750 ),
-    .reset_units(\reset_units$731 ),
+    .macs_lo_read(\macs_lo_read$766 ),
+    .macs_source(\macs_source$752 ),
+    .reset_units(\reset_units$733 ),
     .rst(rst),
     .stall_dep(PERF1_STALL_DEP__value),
     .stall_mem(PERF1_STALL_MEM__value),
     .table_hits(PERF1_TABLE_HITS__value),
-    .table_hits_source(\table_hits_source$758 ),
+    .table_hits_source(\table_hits_source$760 ),
     .table_overflows(PERF1_TABLE_OVERFLOWS__value),
-    .table_overflows_source(\table_overflows_source$762 ),
+    .table_overflows_source(\table_overflows_source$764 ),
     .table_underflows(PERF1_TABLE_UNDERFLOWS__value),
-    .table_underflows_source(\table_underflows_source$760 ),
-    .waiting_dep(\waiting_dep$735 )
+    .table_underflows_source(\table_underflows_source$762 ),
+    .waiting_dep(\waiting_dep$737 )
   );
   \dx1_board.soc.regfile  regfile (
     .GLOBAL_CYCLES_HI__value(GLOBAL_CYCLES_HI__value),
@@ -8892,7 +8896,7 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .PERF1_CONTROL_write(PERF1_CONTROL__write),
     .PERF1_CYCLES__value(PERF1_CYCLES__value),
     .PERF1_MACS_HI__value(PERF1_MACS_HI__value),
-    .PERF1_MACS_LO__read(\macs_lo_read$764 ),
+    .PERF1_MACS_LO__read(\macs_lo_read$766 ),
     .PERF1_MACS_LO__value(PERF1_MACS_LO__value),
     .PERF1_STALL_DEP__value(PERF1_STALL_DEP__value),
     .PERF1_STALL_MEM__value(PERF1_STALL_MEM__value),
@@ -8935,14 +8939,14 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .QUEUE1_CONTROL_write(QUEUE1_CONTROL__write),
     .QUEUE1_CQ_BASE__set(QUEUE1_CQ_BASE__set),
     .QUEUE1_CQ_BASE__set_value(QUEUE1_CQ_BASE__set_value),
-    .QUEUE1_CQ_BASE__value(\cq_base$686 ),
+    .QUEUE1_CQ_BASE__value(\cq_base$688 ),
     .QUEUE1_DMA_BASE__set(QUEUE1_DMA_BASE__set),
     .QUEUE1_DMA_BASE__set_value(QUEUE1_DMA_BASE__set_value),
-    .QUEUE1_DMA_BASE__value(\dma_base$688 ),
+    .QUEUE1_DMA_BASE__value(\dma_base$690 ),
     .QUEUE1_DMA_LIMIT__set(QUEUE1_DMA_LIMIT__set),
     .QUEUE1_DMA_LIMIT__set_value(QUEUE1_DMA_LIMIT__set_value),
-    .QUEUE1_DMA_LIMIT__value(\dma_limit$690 ),
-    .QUEUE1_DOORBELL_write(\doorbell$699 ),
+    .QUEUE1_DMA_LIMIT__value(\dma_limit$692 ),
+    .QUEUE1_DOORBELL_write(\doorbell$701 ),
     .QUEUE1_IRQ_MASK__set(QUEUE1_IRQ_MASK__set),
     .QUEUE1_IRQ_MASK__set_value(QUEUE1_IRQ_MASK__set_value),
     .QUEUE1_IRQ_MASK__value(QUEUE1_IRQ_MASK__value),
@@ -8951,14 +8955,14 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .QUEUE1_RESET_write(QUEUE1_RESET__write),
     .QUEUE1_RING_BASE__set(QUEUE1_RING_BASE__set),
     .QUEUE1_RING_BASE__set_value(QUEUE1_RING_BASE__set_value),
-    .QUEUE1_RING_BASE__value(\ring_base$682 ),
+    .QUEUE1_RING_BASE__value(\ring_base$684 ),
     .QUEUE1_RING_LOG2__set(QUEUE1_RING_LOG2__set),
     .QUEUE1_RING_LOG2__set_value(QUEUE1_RING_LOG2__set_value),
     .QUEUE1_RING_LOG2__value(QUEUE1_RING_LOG2__value),
-    .QUEUE1_RING_LOG2_write(\ring_reset$697 ),
+    .QUEUE1_RING_LOG2_write(\ring_reset$699 ),
     .QUEUE1_WATCHDOG__set(QUEUE1_WATCHDOG__set),
     .QUEUE1_WATCHDOG__set_value(QUEUE1_WATCHDOG__set_value),
-    .QUEUE1_WATCHDOG__value(\watchdog$663 ),
+    .QUEUE1_WATCHDOG__value(\watchdog$664 ),
     .TRACE0_CONTROL__set(TRACE0_CONTROL__set),
     .TRACE0_CONTROL__set_value(TRACE0_CONTROL__set_value),
     .TRACE0_CONTROL__value(TRACE0_CONTROL__value),
@@ -8970,7 +8974,7 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .TRACE1_CONTROL__set_value(TRACE1_CONTROL__set_value),
     .TRACE1_CONTROL__value(TRACE1_CONTROL__value),
     .TRACE1_CONTROL_write(TRACE1_CONTROL__write),
-    .TRACE1_DATA_HI__read(\pop$820 ),
+    .TRACE1_DATA_HI__read(\pop$822 ),
     .TRACE1_DATA_HI__value(TRACE1_DATA_HI__value),
     .TRACE1_DATA_LO__value(TRACE1_DATA_LO__value),
     .bus__araddr(bus__araddr),
@@ -8990,32 +8994,32 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .bus__wready(regs__wready),
     .bus__wvalid(bus__wvalid),
     .clk(clk),
-    .\port$13013$0 (\busy$708 ),
-    .\port$13745$0 (\$59 ),
-    .\port$17542$0 (head),
-    .\port$17544$0 (tail),
-    .\port$17550$0 (halted),
-    .\port$17552$0 (error_code),
-    .\port$17554$0 (error_index),
-    .\port$17555$0 (irq_error),
-    .\port$17708$0 (irq_completion),
-    .\port$19849$0 (\head$704 ),
-    .\port$19851$0 (\tail$706 ),
-    .\port$19857$0 (\halted$709 ),
-    .\port$19859$0 (\error_code$712 ),
-    .\port$19861$0 (\error_index$713 ),
-    .\port$19862$0 (\irq_error$716 ),
-    .\port$20015$0 (\irq_completion$715 ),
-    .\port$3135$0 (\busy$356 ),
-    .\port$7678$0 (busy),
-    .\port$8410$0 (\$56 ),
-    .\port$8470$0 (\busy$710 ),
+    .\port$13015$0 (\busy$710 ),
+    .\port$13747$0 (\$61 ),
+    .\port$17544$0 (head),
+    .\port$17546$0 (tail),
+    .\port$17552$0 (halted),
+    .\port$17554$0 (error_code),
+    .\port$17556$0 (error_index),
+    .\port$17557$0 (irq_error),
+    .\port$17710$0 (irq_completion),
+    .\port$19851$0 (\head$706 ),
+    .\port$19853$0 (\tail$708 ),
+    .\port$19859$0 (\halted$711 ),
+    .\port$19861$0 (\error_code$714 ),
+    .\port$19863$0 (\error_index$715 ),
+    .\port$19864$0 (\irq_error$718 ),
+    .\port$20017$0 (\irq_completion$717 ),
+    .\port$3137$0 (\busy$357 ),
+    .\port$7680$0 (busy),
+    .\port$8412$0 (\$58 ),
+    .\port$8472$0 (\busy$712 ),
     .rst(rst)
   );
   \dx1_board.soc.reset0  reset0 (
     .abort_done(abort_done),
     .abort_req(abort_req),
-    .busy(\busy$356 ),
+    .busy(\busy$357 ),
     .clk(clk),
     .cp_quiesce(quiesce),
     .cp_quiet(cp_quiet),
@@ -9027,49 +9031,49 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .rst(rst)
   );
   \dx1_board.soc.reset1  reset1 (
-    .abort_done(\abort_done$680 ),
-    .abort_req(\abort_req$670 ),
-    .busy(\busy$710 ),
+    .abort_done(\abort_done$682 ),
+    .abort_req(\abort_req$672 ),
+    .busy(\busy$712 ),
     .clk(clk),
-    .cp_quiesce(\quiesce$676 ),
-    .cp_quiet(\cp_quiet$672 ),
-    .dma_abort(\abort$678 ),
-    .dma_quiet(\dma_quiet$674 ),
-    .host_reset(\host_reset$667 ),
-    .reset_cp(\reset_cp$867 ),
-    .reset_units(\reset_units$731 ),
+    .cp_quiesce(\quiesce$678 ),
+    .cp_quiet(\cp_quiet$674 ),
+    .dma_abort(\abort$680 ),
+    .dma_quiet(\dma_quiet$676 ),
+    .host_reset(\host_reset$669 ),
+    .reset_cp(\reset_cp$869 ),
+    .reset_units(\reset_units$733 ),
     .rst(rst)
   );
   \dx1_board.soc.semaphores  semaphores (
     .delta0(delta0),
     .delta1(delta1),
     .grant0(sem_grant),
-    .grant1(\sem_grant$728 ),
+    .grant1(\sem_grant$730 ),
     .index0(cmd__tdata[67:64]),
-    .index1(\cmd__tdata$486 [67:64]),
-    .\port$14973$0 (GLOBAL_SEM0__value),
-    .\port$14975$0 (GLOBAL_SEM1__value),
-    .\port$14977$0 (GLOBAL_SEM2__value),
-    .\port$14979$0 (GLOBAL_SEM3__value),
-    .\port$14981$0 (GLOBAL_SEM4__value),
-    .\port$14983$0 (GLOBAL_SEM5__value),
-    .\port$14985$0 (GLOBAL_SEM6__value),
-    .\port$14987$0 (GLOBAL_SEM7__value),
-    .\port$14989$0 (GLOBAL_SEM8__value),
-    .\port$14991$0 (GLOBAL_SEM9__value),
-    .\port$14993$0 (GLOBAL_SEM10__value),
-    .\port$14995$0 (GLOBAL_SEM11__value),
-    .\port$14997$0 (GLOBAL_SEM12__value),
-    .\port$14999$0 (GLOBAL_SEM13__value),
-    .\port$15001$0 (GLOBAL_SEM14__value),
-    .\port$15003$0 (GLOBAL_SEM15__value),
+    .index1(\cmd__tdata$487 [67:64]),
+    .\port$14975$0 (GLOBAL_SEM0__value),
+    .\port$14977$0 (GLOBAL_SEM1__value),
+    .\port$14979$0 (GLOBAL_SEM2__value),
+    .\port$14981$0 (GLOBAL_SEM3__value),
+    .\port$14983$0 (GLOBAL_SEM4__value),
+    .\port$14985$0 (GLOBAL_SEM5__value),
+    .\port$14987$0 (GLOBAL_SEM6__value),
+    .\port$14989$0 (GLOBAL_SEM7__value),
+    .\port$14991$0 (GLOBAL_SEM8__value),
+    .\port$14993$0 (GLOBAL_SEM9__value),
+    .\port$14995$0 (GLOBAL_SEM10__value),
+    .\port$14997$0 (GLOBAL_SEM11__value),
+    .\port$14999$0 (GLOBAL_SEM12__value),
+    .\port$15001$0 (GLOBAL_SEM13__value),
+    .\port$15003$0 (GLOBAL_SEM14__value),
+    .\port$15005$0 (GLOBAL_SEM15__value),
     .set(set),
     .set_value(set_value),
     .valid0(valid0),
     .valid1(valid1)
   );
   \dx1_board.soc.trace0  trace0 (
-    .clear(\clear$443 ),
+    .clear(\clear$444 ),
     .clk(clk),
     .data_hi_word(TRACE0_DATA_HI__value),
     .data_lo(TRACE0_DATA_LO__value),
@@ -9078,7 +9082,7 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .end_opcode(end_opcode),
     .end_status(s1__wdata[23:16]),
     .end_tag(end_tag),
-    .level(\$56 ),
+    .level(\$58 ),
     .r_en(pop),
     .rst(rst),
     .\start$11 (start),
@@ -9087,21 +9091,21 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .timestamp(cycles[31:0])
   );
   \dx1_board.soc.trace1  trace1 (
-    .clear(\clear$797 ),
+    .clear(\clear$799 ),
     .clk(clk),
     .data_hi_word(TRACE1_DATA_HI__value),
     .data_lo(TRACE1_DATA_LO__value),
     .enable(TRACE1_CONTROL__value[0]),
-    .\end$15 (\end$806 ),
-    .end_opcode(\end_opcode$810 ),
+    .\end$15 (\end$808 ),
+    .end_opcode(\end_opcode$812 ),
     .end_status(s3__wdata[23:16]),
-    .end_tag(\end_tag$808 ),
-    .level(\$59 ),
-    .r_en(\pop$820 ),
+    .end_tag(\end_tag$810 ),
+    .level(\$61 ),
+    .r_en(\pop$822 ),
     .rst(rst),
-    .\start$11 (\start$800 ),
-    .start_opcode(\cmd__tdata$486 [7:0]),
-    .start_tag(\cmd__tdata$486 [31:16]),
+    .\start$11 (\start$802 ),
+    .start_opcode(\cmd__tdata$487 [7:0]),
+    .start_tag(\cmd__tdata$487 [31:16]),
     .timestamp(cycles[31:0])
   );
   always @* begin
@@ -9278,7 +9282,7 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     if (\$auto$verilog_backend.cc:2355:dump_module$45 ) begin end
     QUEUE0_CONTROL__set_value = 32'd0;
     if (resume_written0) begin
-      QUEUE0_CONTROL__set_value = \$15 [31:0];
+      QUEUE0_CONTROL__set_value = \$16 [31:0];
     end
     if (soft_reset) begin
       QUEUE0_CONTROL__set_value = 32'd0;
@@ -9298,7 +9302,7 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     if (\$auto$verilog_backend.cc:2355:dump_module$45 ) begin end
     TRACE0_CONTROL__set_value = 32'd0;
     if (trace0_clear_written) begin
-      TRACE0_CONTROL__set_value = \$19 [31:0];
+      TRACE0_CONTROL__set_value = \$20 [31:0];
     end
     if (soft_reset) begin
       TRACE0_CONTROL__set_value = 32'd0;
@@ -9423,7 +9427,7 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     if (\$auto$verilog_backend.cc:2355:dump_module$45 ) begin end
     QUEUE1_CONTROL__set_value = 32'd0;
     if (resume_written1) begin
-      QUEUE1_CONTROL__set_value = \$34 [31:0];
+      QUEUE1_CONTROL__set_value = \$36 [31:0];
     end
     if (soft_reset) begin
       QUEUE1_CONTROL__set_value = 32'd0;
@@ -9443,7 +9447,7 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     if (\$auto$verilog_backend.cc:2355:dump_module$45 ) begin end
     TRACE1_CONTROL__set_value = 32'd0;
     if (trace1_clear_written) begin
-      TRACE1_CONTROL__set_value = \$38 [31:0];
+      TRACE1_CONTROL__set_value = \$40 [31:0];
     end
     if (soft_reset) begin
       TRACE1_CONTROL__set_value = 32'd0;
@@ -9668,39 +9672,25 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$45 ) begin end
-    \$48  = \$43 [63:0];
+    \$50  = \$45 [63:0];
     if (soft_reset) begin
-      \$48  = 64'h0000000000000000;
+      \$50  = 64'h0000000000000000;
     end
     if (rst) begin
-      \$48  = 64'h0000000000000000;
+      \$50  = 64'h0000000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$45 ) begin end
-    \$49  = GLOBAL_CYCLES_HI__value;
+    \$51  = GLOBAL_CYCLES_HI__value;
     if (GLOBAL_CYCLES_LO__read) begin
-      \$49  = cycles[63:32];
+      \$51  = cycles[63:32];
     end
     if (soft_reset) begin
-      \$49  = 32'd0;
+      \$51  = 32'd0;
     end
     if (rst) begin
-      \$49  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$45 ) begin end
-    \$50  = \$44 ;
-    if (rst) begin
-      \$50  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$45 ) begin end
-    \$51  = \$45 ;
-    if (rst) begin
-      \$51  = 1'h0;
+      \$51  = 32'd0;
     end
   end
   always @* begin
@@ -9715,6 +9705,20 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     \$53  = \$47 ;
     if (rst) begin
       \$53  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$45 ) begin end
+    \$54  = \$48 ;
+    if (rst) begin
+      \$54  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$45 ) begin end
+    \$55  = \$49 ;
+    if (rst) begin
+      \$55  = 1'h0;
     end
   end
   assign regs__araddr = bus__araddr;
@@ -9783,15 +9787,15 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   assign \done__tdata$152  = dma_done__tdata;
   assign dma_done__tready = \done__tready$153 ;
   assign \done__tvalid$156  = dma_done__tvalid;
-  assign spm_wr__tdata = { \$55 , \$54 [63:0] };
-  assign \spm_wr__tdata$158  = { \$55 , \$54 [63:0] };
+  assign spm_wr__tdata = { \$57 , \$56 [63:0] };
+  assign \spm_wr__tdata$158  = { \$57 , \$56 [63:0] };
   assign \spm_wr__tready$160  = spm_wr__tready;
   assign \spm_wr__tvalid$162  = spm_wr__tvalid;
   assign \spm_rreq__tdata$164  = spm_rreq__tdata;
   assign \spm_rreq__tready$166  = spm_rreq__tready;
   assign \spm_rreq__tvalid$168  = spm_rreq__tvalid;
-  assign acc_wr__tdata = { \$55 , \$54  };
-  assign \acc_wr__tdata$170  = { \$55 , \$54  };
+  assign acc_wr__tdata = { \$57 , \$56  };
+  assign \acc_wr__tdata$170  = { \$57 , \$56  };
   assign \acc_wr__tready$172  = acc_wr__tready;
   assign \acc_wr__tvalid$174  = acc_wr__tvalid;
   assign acc_rreq__tdata = spm_rreq__tdata;
@@ -9880,13 +9884,14 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   assign \axi__wstrb$306  = s2__wstrb;
   assign \axi__wvalid$308  = s2__wvalid;
   assign QUEUE0_WATCHDOG__value = watchdog;
+  assign link_progress0 = 1'h0;
   assign QUEUE0_RESET__wdata = GLOBAL_RESET__wdata;
-  assign \abort_req$317  = abort_req;
+  assign \abort_req$318  = abort_req;
   assign axi_quiet = cp_quiet;
   assign quiet = dma_quiet;
   assign cp_quiesce = quiesce;
   assign dma_abort = abort;
-  assign \abort_done$327  = abort_done;
+  assign \abort_done$328  = abort_done;
   assign QUEUE0_RING_BASE__value = ring_base;
   assign ring_log2 = QUEUE0_RING_LOG2__value[4:0];
   assign QUEUE0_CQ_BASE__value = cq_base;
@@ -9900,7 +9905,7 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   assign QUEUE0_DOORBELL__wdata = GLOBAL_RESET__wdata;
   assign QUEUE0_HEAD__value = { 16'h0000, head };
   assign QUEUE0_TAIL__value = { 16'h0000, tail };
-  assign QUEUE0_STATUS__value = { 29'h00000000, \busy$356 , halted, busy };
+  assign QUEUE0_STATUS__value = { 29'h00000000, \busy$357 , halted, busy };
   assign QUEUE0_ERROR__value = { error_index, 8'h00, error_code };
   assign QUEUE0_IRQ_STATUS__set = { 30'h00000000, irq_error, irq_completion };
   assign timestamp = cycles[31:0];
@@ -9911,7 +9916,7 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   assign sem_delta = delta0;
   assign grant0 = sem_grant;
   assign PERF0_CONTROL__wdata = GLOBAL_RESET__wdata;
-  assign \reset_units$380  = reset_units;
+  assign \reset_units$381  = reset_units;
   assign stall = waiting_dep;
   assign dma_arvalid = s2__arvalid;
   assign dma_arready = \axi__arready$259 ;
@@ -9933,22 +9938,22 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   assign perf_table_underflows = table_underflows_source;
   assign perf_table_overflows = table_overflows_source;
   assign PERF0_MACS_LO__read = macs_lo_read;
-  assign \cycles$413  = PERF0_CYCLES__value;
+  assign \cycles$414  = PERF0_CYCLES__value;
   assign busy_load = PERF0_BUSY_LOAD__value;
   assign busy_store = PERF0_BUSY_STORE__value;
   assign stall_dep = PERF0_STALL_DEP__value;
   assign stall_mem = PERF0_STALL_MEM__value;
   assign busy_compute = PERF0_BUSY_COMPUTE__value;
-  assign \bytes_read$425  = PERF0_BYTES_READ__value;
-  assign \bytes_written$427  = PERF0_BYTES_WRITTEN__value;
+  assign \bytes_read$426  = PERF0_BYTES_READ__value;
+  assign \bytes_written$428  = PERF0_BYTES_WRITTEN__value;
   assign busy_vector = PERF0_BUSY_VECTOR__value;
   assign table_hits = PERF0_TABLE_HITS__value;
   assign table_underflows = PERF0_TABLE_UNDERFLOWS__value;
   assign table_overflows = PERF0_TABLE_OVERFLOWS__value;
   assign macs_lo = PERF0_MACS_LO__value;
   assign macs_hi = PERF0_MACS_HI__value;
-  assign \timestamp$440  = cycles[31:0];
-  assign \enable$441  = TRACE0_CONTROL__value[0];
+  assign \timestamp$441  = cycles[31:0];
+  assign \enable$442  = TRACE0_CONTROL__value[0];
   assign TRACE0_CONTROL__wdata = GLOBAL_RESET__wdata;
   assign trace_start = start;
   assign start_tag = cmd__tdata[31:16];
@@ -9960,203 +9965,204 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   assign trace_end_opcode = end_opcode;
   assign end_status = s1__wdata[23:16];
   assign trace_status = s1__wdata[23:16];
-  assign TRACE0_COUNT__value = { 23'h000000, \$56  };
-  assign count = { 23'h000000, \$56  };
+  assign TRACE0_COUNT__value = { 23'h000000, \$58  };
+  assign count = { 23'h000000, \$58  };
   assign data_lo = TRACE0_DATA_LO__value;
   assign data_hi_word = TRACE0_DATA_HI__value;
   assign TRACE0_DATA_HI__read = pop;
-  assign \tile_cmd__tdata$487  = \cmd__tdata$486 ;
+  assign \tile_cmd__tdata$488  = \cmd__tdata$487 ;
   assign core1_stalled = 1'h0;
-  assign \done__tdata$494  = \tile_done__tdata$493 ;
-  assign \cmd__tdata$499  = \cmd__tdata$486 ;
-  assign \dma_cmd__tdata$500  = \cmd__tdata$486 ;
-  assign \cmd__tready$502  = \dma_cmd__tready$501 ;
-  assign \dma_cmd__tvalid$504  = \cmd__tvalid$503 ;
-  assign \done__tdata$506  = \dma_done__tdata$505 ;
-  assign \dma_done__tready$508  = \done__tready$507 ;
-  assign \done__tvalid$510  = \dma_done__tvalid$509 ;
-  assign \spm_wr__tdata$511  = { \$58 , \$57 [63:0] };
-  assign \spm_wr__tdata$512  = { \$58 , \$57 [63:0] };
-  assign \spm_wr__tready$514  = \spm_wr__tready$513 ;
-  assign \spm_wr__tvalid$516  = \spm_wr__tvalid$515 ;
-  assign \spm_rreq__tdata$518  = \spm_rreq__tdata$517 ;
-  assign \spm_rreq__tready$520  = \spm_rreq__tready$519 ;
-  assign \spm_rreq__tvalid$522  = \spm_rreq__tvalid$521 ;
-  assign \acc_wr__tdata$523  = { \$58 , \$57  };
-  assign \acc_wr__tdata$524  = { \$58 , \$57  };
-  assign \acc_wr__tready$526  = \acc_wr__tready$525 ;
-  assign \acc_wr__tvalid$528  = \acc_wr__tvalid$527 ;
-  assign \acc_rreq__tdata$529  = \spm_rreq__tdata$517 ;
-  assign \acc_rreq__tdata$530  = \spm_rreq__tdata$517 ;
-  assign \acc_rreq__tready$532  = \acc_rreq__tready$531 ;
-  assign \acc_rreq__tvalid$534  = \acc_rreq__tvalid$533 ;
-  assign \spm_rresp__tdata$536  = \spm_rresp__tdata$535 ;
-  assign \spm_rresp__tready$538  = \spm_rresp__tready$537 ;
-  assign \spm_rresp__tvalid$540  = \spm_rresp__tvalid$539 ;
-  assign \acc_rresp__tdata$542  = \acc_rresp__tdata$541 ;
-  assign \acc_rresp__tready$544  = \acc_rresp__tready$543 ;
-  assign \acc_rresp__tvalid$546  = \acc_rresp__tvalid$545 ;
-  assign \axi__araddr$548  = s3__araddr;
+  assign \done__tdata$495  = \tile_done__tdata$494 ;
+  assign \cmd__tdata$500  = \cmd__tdata$487 ;
+  assign \dma_cmd__tdata$501  = \cmd__tdata$487 ;
+  assign \cmd__tready$503  = \dma_cmd__tready$502 ;
+  assign \dma_cmd__tvalid$505  = \cmd__tvalid$504 ;
+  assign \done__tdata$507  = \dma_done__tdata$506 ;
+  assign \dma_done__tready$509  = \done__tready$508 ;
+  assign \done__tvalid$511  = \dma_done__tvalid$510 ;
+  assign \spm_wr__tdata$512  = { \$60 , \$59 [63:0] };
+  assign \spm_wr__tdata$513  = { \$60 , \$59 [63:0] };
+  assign \spm_wr__tready$515  = \spm_wr__tready$514 ;
+  assign \spm_wr__tvalid$517  = \spm_wr__tvalid$516 ;
+  assign \spm_rreq__tdata$519  = \spm_rreq__tdata$518 ;
+  assign \spm_rreq__tready$521  = \spm_rreq__tready$520 ;
+  assign \spm_rreq__tvalid$523  = \spm_rreq__tvalid$522 ;
+  assign \acc_wr__tdata$524  = { \$60 , \$59  };
+  assign \acc_wr__tdata$525  = { \$60 , \$59  };
+  assign \acc_wr__tready$527  = \acc_wr__tready$526 ;
+  assign \acc_wr__tvalid$529  = \acc_wr__tvalid$528 ;
+  assign \acc_rreq__tdata$530  = \spm_rreq__tdata$518 ;
+  assign \acc_rreq__tdata$531  = \spm_rreq__tdata$518 ;
+  assign \acc_rreq__tready$533  = \acc_rreq__tready$532 ;
+  assign \acc_rreq__tvalid$535  = \acc_rreq__tvalid$534 ;
+  assign \spm_rresp__tdata$537  = \spm_rresp__tdata$536 ;
+  assign \spm_rresp__tready$539  = \spm_rresp__tready$538 ;
+  assign \spm_rresp__tvalid$541  = \spm_rresp__tvalid$540 ;
+  assign \acc_rresp__tdata$543  = \acc_rresp__tdata$542 ;
+  assign \acc_rresp__tready$545  = \acc_rresp__tready$544 ;
+  assign \acc_rresp__tvalid$547  = \acc_rresp__tvalid$546 ;
+  assign \axi__araddr$549  = s3__araddr;
   assign s3__arburst = 2'h1;
-  assign \axi__arburst$550  = 2'h1;
+  assign \axi__arburst$551  = 2'h1;
   assign s3__arid = 4'h0;
-  assign \axi__arid$552  = 4'h0;
+  assign \axi__arid$553  = 4'h0;
   assign s3__arlen = 8'h03;
-  assign \axi__arlen$554  = 8'h03;
-  assign s3__arready = \axi__arready$555 ;
+  assign \axi__arlen$555  = 8'h03;
+  assign s3__arready = \axi__arready$556 ;
   assign s3__arsize = 3'h3;
-  assign \axi__arsize$558  = 3'h3;
-  assign \axi__arvalid$560  = s3__arvalid;
-  assign \axi__awaddr$562  = s3__awaddr;
+  assign \axi__arsize$559  = 3'h3;
+  assign \axi__arvalid$561  = s3__arvalid;
+  assign \axi__awaddr$563  = s3__awaddr;
   assign s3__awburst = 2'h1;
-  assign \axi__awburst$564  = 2'h1;
+  assign \axi__awburst$565  = 2'h1;
   assign s3__awid = 4'h0;
-  assign \axi__awid$566  = 4'h0;
+  assign \axi__awid$567  = 4'h0;
   assign s3__awlen = 8'h00;
-  assign \axi__awlen$568  = 8'h00;
-  assign s3__awready = \axi__awready$569 ;
+  assign \axi__awlen$569  = 8'h00;
+  assign s3__awready = \axi__awready$570 ;
   assign s3__awsize = 3'h3;
-  assign \axi__awsize$572  = 3'h3;
-  assign \axi__awvalid$574  = s3__awvalid;
-  assign s3__bid = \axi__bid$575 ;
-  assign \axi__bready$578  = s3__bready;
-  assign s3__bresp = \axi__bresp$579 ;
-  assign s3__bvalid = \axi__bvalid$581 ;
-  assign s3__rdata = \axi__rdata$583 ;
-  assign s3__rid = \axi__rid$585 ;
-  assign s3__rlast = \axi__rlast$587 ;
-  assign \axi__rready$590  = s3__rready;
-  assign s3__rresp = \axi__rresp$591 ;
-  assign s3__rvalid = \axi__rvalid$593 ;
-  assign \axi__wdata$596  = s3__wdata;
+  assign \axi__awsize$573  = 3'h3;
+  assign \axi__awvalid$575  = s3__awvalid;
+  assign s3__bid = \axi__bid$576 ;
+  assign \axi__bready$579  = s3__bready;
+  assign s3__bresp = \axi__bresp$580 ;
+  assign s3__bvalid = \axi__bvalid$582 ;
+  assign s3__rdata = \axi__rdata$584 ;
+  assign s3__rid = \axi__rid$586 ;
+  assign s3__rlast = \axi__rlast$588 ;
+  assign \axi__rready$591  = s3__rready;
+  assign s3__rresp = \axi__rresp$592 ;
+  assign s3__rvalid = \axi__rvalid$594 ;
+  assign \axi__wdata$597  = s3__wdata;
   assign s3__wlast = 1'h1;
-  assign \axi__wlast$598  = 1'h1;
-  assign s3__wready = \axi__wready$599 ;
+  assign \axi__wlast$599  = 1'h1;
+  assign s3__wready = \axi__wready$600 ;
   assign s3__wstrb = 8'hff;
-  assign \axi__wstrb$602  = 8'hff;
-  assign \axi__wvalid$604  = s3__wvalid;
-  assign \axi__araddr$606  = s4__araddr;
+  assign \axi__wstrb$603  = 8'hff;
+  assign \axi__wvalid$605  = s3__wvalid;
+  assign \axi__araddr$607  = s4__araddr;
   assign s4__arburst = 2'h1;
-  assign \axi__arburst$608  = 2'h1;
+  assign \axi__arburst$609  = 2'h1;
   assign s4__arid = 4'h0;
-  assign \axi__arid$610  = 4'h0;
-  assign \axi__arlen$612  = s4__arlen;
-  assign s4__arready = \axi__arready$613 ;
+  assign \axi__arid$611  = 4'h0;
+  assign \axi__arlen$613  = s4__arlen;
+  assign s4__arready = \axi__arready$614 ;
   assign s4__arsize = 3'h3;
-  assign \axi__arsize$616  = 3'h3;
-  assign \axi__arvalid$618  = s4__arvalid;
-  assign \axi__awaddr$620  = s4__awaddr;
+  assign \axi__arsize$617  = 3'h3;
+  assign \axi__arvalid$619  = s4__arvalid;
+  assign \axi__awaddr$621  = s4__awaddr;
   assign s4__awburst = 2'h1;
-  assign \axi__awburst$622  = 2'h1;
+  assign \axi__awburst$623  = 2'h1;
   assign s4__awid = 4'h0;
-  assign \axi__awid$624  = 4'h0;
-  assign \axi__awlen$626  = s4__awlen;
-  assign s4__awready = \axi__awready$627 ;
+  assign \axi__awid$625  = 4'h0;
+  assign \axi__awlen$627  = s4__awlen;
+  assign s4__awready = \axi__awready$628 ;
   assign s4__awsize = 3'h3;
-  assign \axi__awsize$630  = 3'h3;
-  assign \axi__awvalid$632  = s4__awvalid;
-  assign s4__bid = \axi__bid$633 ;
+  assign \axi__awsize$631  = 3'h3;
+  assign \axi__awvalid$633  = s4__awvalid;
+  assign s4__bid = \axi__bid$634 ;
   assign s4__bready = 1'h1;
-  assign \axi__bready$636  = 1'h1;
-  assign s4__bresp = \axi__bresp$637 ;
-  assign s4__bvalid = \axi__bvalid$639 ;
-  assign s4__rdata = \axi__rdata$641 ;
-  assign s4__rid = \axi__rid$643 ;
-  assign s4__rlast = \axi__rlast$645 ;
-  assign \axi__rready$648  = s4__rready;
-  assign s4__rresp = \axi__rresp$649 ;
-  assign s4__rvalid = \axi__rvalid$651 ;
-  assign \axi__wdata$654  = s4__wdata;
-  assign \axi__wlast$656  = s4__wlast;
-  assign s4__wready = \axi__wready$657 ;
-  assign \axi__wstrb$660  = s4__wstrb;
-  assign \axi__wvalid$662  = s4__wvalid;
-  assign QUEUE1_WATCHDOG__value = \watchdog$663 ;
+  assign \axi__bready$637  = 1'h1;
+  assign s4__bresp = \axi__bresp$638 ;
+  assign s4__bvalid = \axi__bvalid$640 ;
+  assign s4__rdata = \axi__rdata$642 ;
+  assign s4__rid = \axi__rid$644 ;
+  assign s4__rlast = \axi__rlast$646 ;
+  assign \axi__rready$649  = s4__rready;
+  assign s4__rresp = \axi__rresp$650 ;
+  assign s4__rvalid = \axi__rvalid$652 ;
+  assign \axi__wdata$655  = s4__wdata;
+  assign \axi__wlast$657  = s4__wlast;
+  assign s4__wready = \axi__wready$658 ;
+  assign \axi__wstrb$661  = s4__wstrb;
+  assign \axi__wvalid$663  = s4__wvalid;
+  assign QUEUE1_WATCHDOG__value = \watchdog$664 ;
+  assign link_progress1 = 1'h0;
   assign QUEUE1_RESET__wdata = GLOBAL_RESET__wdata;
-  assign \abort_req$671  = \abort_req$670 ;
-  assign \axi_quiet$673  = \cp_quiet$672 ;
-  assign \quiet$675  = \dma_quiet$674 ;
-  assign \cp_quiesce$677  = \quiesce$676 ;
-  assign \dma_abort$679  = \abort$678 ;
-  assign \abort_done$681  = \abort_done$680 ;
-  assign QUEUE1_RING_BASE__value = \ring_base$682 ;
-  assign \ring_log2$684  = QUEUE1_RING_LOG2__value[4:0];
-  assign QUEUE1_CQ_BASE__value = \cq_base$686 ;
-  assign QUEUE1_DMA_BASE__value = \dma_base$688 ;
-  assign QUEUE1_DMA_LIMIT__value = \dma_limit$690 ;
-  assign \enable$692  = QUEUE1_CONTROL__value[0];
+  assign \abort_req$673  = \abort_req$672 ;
+  assign \axi_quiet$675  = \cp_quiet$674 ;
+  assign \quiet$677  = \dma_quiet$676 ;
+  assign \cp_quiesce$679  = \quiesce$678 ;
+  assign \dma_abort$681  = \abort$680 ;
+  assign \abort_done$683  = \abort_done$682 ;
+  assign QUEUE1_RING_BASE__value = \ring_base$684 ;
+  assign \ring_log2$686  = QUEUE1_RING_LOG2__value[4:0];
+  assign QUEUE1_CQ_BASE__value = \cq_base$688 ;
+  assign QUEUE1_DMA_BASE__value = \dma_base$690 ;
+  assign QUEUE1_DMA_LIMIT__value = \dma_limit$692 ;
+  assign \enable$694  = QUEUE1_CONTROL__value[0];
   assign QUEUE1_CONTROL__wdata = GLOBAL_RESET__wdata;
-  assign QUEUE1_RING_LOG2__write = \ring_reset$697 ;
-  assign QUEUE1_DOORBELL__write = \doorbell$699 ;
-  assign \doorbell_index$701  = GLOBAL_RESET__wdata[15:0];
+  assign QUEUE1_RING_LOG2__write = \ring_reset$699 ;
+  assign QUEUE1_DOORBELL__write = \doorbell$701 ;
+  assign \doorbell_index$703  = GLOBAL_RESET__wdata[15:0];
   assign QUEUE1_DOORBELL__wdata = GLOBAL_RESET__wdata;
-  assign QUEUE1_HEAD__value = { 16'h0000, \head$704  };
-  assign QUEUE1_TAIL__value = { 16'h0000, \tail$706  };
-  assign QUEUE1_STATUS__value = { 29'h00000000, \busy$710 , \halted$709 , \busy$708  };
-  assign QUEUE1_ERROR__value = { \error_index$713 , 8'h00, \error_code$712  };
-  assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \irq_error$716 , \irq_completion$715  };
-  assign \timestamp$720  = cycles[31:0];
-  assign \sem_values$721  = { GLOBAL_SEM15__value[15:0], GLOBAL_SEM14__value[15:0], GLOBAL_SEM13__value[15:0], GLOBAL_SEM12__value[15:0], GLOBAL_SEM11__value[15:0], GLOBAL_SEM10__value[15:0], GLOBAL_SEM9__value[15:0], GLOBAL_SEM8__value[15:0], GLOBAL_SEM7__value[15:0], GLOBAL_SEM6__value[15:0], GLOBAL_SEM5__value[15:0], GLOBAL_SEM4__value[15:0], GLOBAL_SEM3__value[15:0], GLOBAL_SEM2__value[15:0], GLOBAL_SEM1__value[15:0], GLOBAL_SEM0__value[15:0] };
-  assign \sem_valid$723  = valid1;
-  assign index1 = \cmd__tdata$486 [67:64];
-  assign \sem_index$725  = \cmd__tdata$486 [67:64];
-  assign \sem_delta$727  = delta1;
-  assign grant1 = \sem_grant$728 ;
+  assign QUEUE1_HEAD__value = { 16'h0000, \head$706  };
+  assign QUEUE1_TAIL__value = { 16'h0000, \tail$708  };
+  assign QUEUE1_STATUS__value = { 29'h00000000, \busy$712 , \halted$711 , \busy$710  };
+  assign QUEUE1_ERROR__value = { \error_index$715 , 8'h00, \error_code$714  };
+  assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \irq_error$718 , \irq_completion$717  };
+  assign \timestamp$722  = cycles[31:0];
+  assign \sem_values$723  = { GLOBAL_SEM15__value[15:0], GLOBAL_SEM14__value[15:0], GLOBAL_SEM13__value[15:0], GLOBAL_SEM12__value[15:0], GLOBAL_SEM11__value[15:0], GLOBAL_SEM10__value[15:0], GLOBAL_SEM9__value[15:0], GLOBAL_SEM8__value[15:0], GLOBAL_SEM7__value[15:0], GLOBAL_SEM6__value[15:0], GLOBAL_SEM5__value[15:0], GLOBAL_SEM4__value[15:0], GLOBAL_SEM3__value[15:0], GLOBAL_SEM2__value[15:0], GLOBAL_SEM1__value[15:0], GLOBAL_SEM0__value[15:0] };
+  assign \sem_valid$725  = valid1;
+  assign index1 = \cmd__tdata$487 [67:64];
+  assign \sem_index$727  = \cmd__tdata$487 [67:64];
+  assign \sem_delta$729  = delta1;
+  assign grant1 = \sem_grant$730 ;
   assign PERF1_CONTROL__wdata = GLOBAL_RESET__wdata;
-  assign \reset_units$734  = \reset_units$731 ;
-  assign \stall$736  = \waiting_dep$735 ;
-  assign \dma_arvalid$737  = s4__arvalid;
-  assign \dma_arready$738  = \axi__arready$613 ;
-  assign \dma_rvalid$739  = \axi__rvalid$651 ;
-  assign \dma_rready$740  = s4__rready;
-  assign \dma_rlast$741  = \axi__rlast$645 ;
-  assign \dma_awvalid$742  = s4__awvalid;
-  assign \dma_awready$743  = \axi__awready$627 ;
-  assign \dma_wvalid$744  = s4__wvalid;
-  assign \dma_wready$745  = \axi__wready$657 ;
-  assign \dma_bvalid$746  = \axi__bvalid$639 ;
-  assign \dma_bready$747  = 1'h1;
-  assign \perf_busy$749  = \busy_compute_source$748 ;
-  assign \perf_macs$751  = \macs_source$750 ;
-  assign \bytes_read$753  = \bytes_read_source$752 ;
-  assign \bytes_written$755  = \bytes_written_source$754 ;
-  assign \perf_vector_busy$757  = \busy_vector_source$756 ;
-  assign \perf_table_hits$759  = \table_hits_source$758 ;
-  assign \perf_table_underflows$761  = \table_underflows_source$760 ;
-  assign \perf_table_overflows$763  = \table_overflows_source$762 ;
-  assign PERF1_MACS_LO__read = \macs_lo_read$764 ;
-  assign \cycles$767  = PERF1_CYCLES__value;
-  assign \busy_load$769  = PERF1_BUSY_LOAD__value;
-  assign \busy_store$771  = PERF1_BUSY_STORE__value;
-  assign \stall_dep$773  = PERF1_STALL_DEP__value;
-  assign \stall_mem$775  = PERF1_STALL_MEM__value;
-  assign \busy_compute$777  = PERF1_BUSY_COMPUTE__value;
-  assign \bytes_read$779  = PERF1_BYTES_READ__value;
-  assign \bytes_written$781  = PERF1_BYTES_WRITTEN__value;
-  assign \busy_vector$783  = PERF1_BUSY_VECTOR__value;
-  assign \table_hits$785  = PERF1_TABLE_HITS__value;
-  assign \table_underflows$787  = PERF1_TABLE_UNDERFLOWS__value;
-  assign \table_overflows$789  = PERF1_TABLE_OVERFLOWS__value;
-  assign \macs_lo$791  = PERF1_MACS_LO__value;
-  assign \macs_hi$793  = PERF1_MACS_HI__value;
-  assign \timestamp$794  = cycles[31:0];
-  assign \enable$795  = TRACE1_CONTROL__value[0];
+  assign \reset_units$736  = \reset_units$733 ;
+  assign \stall$738  = \waiting_dep$737 ;
+  assign \dma_arvalid$739  = s4__arvalid;
+  assign \dma_arready$740  = \axi__arready$614 ;
+  assign \dma_rvalid$741  = \axi__rvalid$652 ;
+  assign \dma_rready$742  = s4__rready;
+  assign \dma_rlast$743  = \axi__rlast$646 ;
+  assign \dma_awvalid$744  = s4__awvalid;
+  assign \dma_awready$745  = \axi__awready$628 ;
+  assign \dma_wvalid$746  = s4__wvalid;
+  assign \dma_wready$747  = \axi__wready$658 ;
+  assign \dma_bvalid$748  = \axi__bvalid$640 ;
+  assign \dma_bready$749  = 1'h1;
+  assign \perf_busy$751  = \busy_compute_source$750 ;
+  assign \perf_macs$753  = \macs_source$752 ;
+  assign \bytes_read$755  = \bytes_read_source$754 ;
+  assign \bytes_written$757  = \bytes_written_source$756 ;
+  assign \perf_vector_busy$759  = \busy_vector_source$758 ;
+  assign \perf_table_hits$761  = \table_hits_source$760 ;
+  assign \perf_table_underflows$763  = \table_underflows_source$762 ;
+  assign \perf_table_overflows$765  = \table_overflows_source$764 ;
+  assign PERF1_MACS_LO__read = \macs_lo_read$766 ;
+  assign \cycles$769  = PERF1_CYCLES__value;
+  assign \busy_load$771  = PERF1_BUSY_LOAD__value;
+  assign \busy_store$773  = PERF1_BUSY_STORE__value;
+  assign \stall_dep$775  = PERF1_STALL_DEP__value;
+  assign \stall_mem$777  = PERF1_STALL_MEM__value;
+  assign \busy_compute$779  = PERF1_BUSY_COMPUTE__value;
+  assign \bytes_read$781  = PERF1_BYTES_READ__value;
+  assign \bytes_written$783  = PERF1_BYTES_WRITTEN__value;
+  assign \busy_vector$785  = PERF1_BUSY_VECTOR__value;
+  assign \table_hits$787  = PERF1_TABLE_HITS__value;
+  assign \table_underflows$789  = PERF1_TABLE_UNDERFLOWS__value;
+  assign \table_overflows$791  = PERF1_TABLE_OVERFLOWS__value;
+  assign \macs_lo$793  = PERF1_MACS_LO__value;
+  assign \macs_hi$795  = PERF1_MACS_HI__value;
+  assign \timestamp$796  = cycles[31:0];
+  assign \enable$797  = TRACE1_CONTROL__value[0];
   assign TRACE1_CONTROL__wdata = GLOBAL_RESET__wdata;
-  assign \trace_start$801  = \start$800 ;
-  assign \start_tag$802  = \cmd__tdata$486 [31:16];
-  assign \trace_tag$803  = \cmd__tdata$486 [31:16];
-  assign \start_opcode$804  = \cmd__tdata$486 [7:0];
-  assign \trace_opcode$805  = \cmd__tdata$486 [7:0];
-  assign \trace_end$807  = \end$806 ;
-  assign \trace_end_tag$809  = \end_tag$808 ;
-  assign \trace_end_opcode$811  = \end_opcode$810 ;
-  assign \end_status$812  = s3__wdata[23:16];
-  assign \trace_status$813  = s3__wdata[23:16];
-  assign TRACE1_COUNT__value = { 23'h000000, \$59  };
-  assign \count$815  = { 23'h000000, \$59  };
-  assign \data_lo$817  = TRACE1_DATA_LO__value;
-  assign \data_hi_word$819  = TRACE1_DATA_HI__value;
-  assign TRACE1_DATA_HI__read = \pop$820 ;
+  assign \trace_start$803  = \start$802 ;
+  assign \start_tag$804  = \cmd__tdata$487 [31:16];
+  assign \trace_tag$805  = \cmd__tdata$487 [31:16];
+  assign \start_opcode$806  = \cmd__tdata$487 [7:0];
+  assign \trace_opcode$807  = \cmd__tdata$487 [7:0];
+  assign \trace_end$809  = \end$808 ;
+  assign \trace_end_tag$811  = \end_tag$810 ;
+  assign \trace_end_opcode$813  = \end_opcode$812 ;
+  assign \end_status$814  = s3__wdata[23:16];
+  assign \trace_status$815  = s3__wdata[23:16];
+  assign TRACE1_COUNT__value = { 23'h000000, \$61  };
+  assign \count$817  = { 23'h000000, \$61  };
+  assign \data_lo$819  = TRACE1_DATA_LO__value;
+  assign \data_hi_word$821  = TRACE1_DATA_HI__value;
+  assign TRACE1_DATA_HI__read = \pop$822 ;
   assign \values[0]  = GLOBAL_SEM0__value;
   assign \values[1]  = GLOBAL_SEM1__value;
   assign \values[2]  = GLOBAL_SEM2__value;
@@ -10189,22 +10195,22 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   assign \sem_values[13]  = GLOBAL_SEM13__value[15:0];
   assign \sem_values[14]  = GLOBAL_SEM14__value[15:0];
   assign \sem_values[15]  = GLOBAL_SEM15__value[15:0];
-  assign \sem_values$721[0]  = GLOBAL_SEM0__value[15:0];
-  assign \sem_values$721[1]  = GLOBAL_SEM1__value[15:0];
-  assign \sem_values$721[2]  = GLOBAL_SEM2__value[15:0];
-  assign \sem_values$721[3]  = GLOBAL_SEM3__value[15:0];
-  assign \sem_values$721[4]  = GLOBAL_SEM4__value[15:0];
-  assign \sem_values$721[5]  = GLOBAL_SEM5__value[15:0];
-  assign \sem_values$721[6]  = GLOBAL_SEM6__value[15:0];
-  assign \sem_values$721[7]  = GLOBAL_SEM7__value[15:0];
-  assign \sem_values$721[8]  = GLOBAL_SEM8__value[15:0];
-  assign \sem_values$721[9]  = GLOBAL_SEM9__value[15:0];
-  assign \sem_values$721[10]  = GLOBAL_SEM10__value[15:0];
-  assign \sem_values$721[11]  = GLOBAL_SEM11__value[15:0];
-  assign \sem_values$721[12]  = GLOBAL_SEM12__value[15:0];
-  assign \sem_values$721[13]  = GLOBAL_SEM13__value[15:0];
-  assign \sem_values$721[14]  = GLOBAL_SEM14__value[15:0];
-  assign \sem_values$721[15]  = GLOBAL_SEM15__value[15:0];
+  assign \sem_values$723[0]  = GLOBAL_SEM0__value[15:0];
+  assign \sem_values$723[1]  = GLOBAL_SEM1__value[15:0];
+  assign \sem_values$723[2]  = GLOBAL_SEM2__value[15:0];
+  assign \sem_values$723[3]  = GLOBAL_SEM3__value[15:0];
+  assign \sem_values$723[4]  = GLOBAL_SEM4__value[15:0];
+  assign \sem_values$723[5]  = GLOBAL_SEM5__value[15:0];
+  assign \sem_values$723[6]  = GLOBAL_SEM6__value[15:0];
+  assign \sem_values$723[7]  = GLOBAL_SEM7__value[15:0];
+  assign \sem_values$723[8]  = GLOBAL_SEM8__value[15:0];
+  assign \sem_values$723[9]  = GLOBAL_SEM9__value[15:0];
+  assign \sem_values$723[10]  = GLOBAL_SEM10__value[15:0];
+  assign \sem_values$723[11]  = GLOBAL_SEM11__value[15:0];
+  assign \sem_values$723[12]  = GLOBAL_SEM12__value[15:0];
+  assign \sem_values$723[13]  = GLOBAL_SEM13__value[15:0];
+  assign \sem_values$723[14]  = GLOBAL_SEM14__value[15:0];
+  assign \sem_values$723[15]  = GLOBAL_SEM15__value[15:0];
   assign \set_value[0]  = set_value[15:0];
   assign \set_value[1]  = set_value[31:16];
   assign \set_value[2]  = set_value[47:32];
@@ -10229,27 +10235,29 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
   assign tile_done__tvalid = done__tvalid;
   assign \$4  = 1'h1;
   assign done__tready = tile_done__tready;
-  assign \$15 [1] = 1'h0;
-  assign { \$15 [32:2], \$15 [0] } = { 1'h0, QUEUE0_CONTROL__value[31:2], QUEUE0_CONTROL__value[0] };
-  assign \$19 [1] = 1'h0;
-  assign { \$19 [32:2], \$19 [0] } = { 1'h0, TRACE0_CONTROL__value[31:2], TRACE0_CONTROL__value[0] };
-  assign \$20  = 1'h1;
-  assign \cmd__tvalid$488  = \tile_cmd__tvalid$489 ;
+  assign progress = \$14 ;
+  assign \$16 [1] = 1'h0;
+  assign { \$16 [32:2], \$16 [0] } = { 1'h0, QUEUE0_CONTROL__value[31:2], QUEUE0_CONTROL__value[0] };
+  assign \$20 [1] = 1'h0;
+  assign { \$20 [32:2], \$20 [0] } = { 1'h0, TRACE0_CONTROL__value[31:2], TRACE0_CONTROL__value[0] };
   assign \$21  = 1'h1;
-  assign \tile_cmd__tready$491  = \cmd__tready$492 ;
+  assign \cmd__tvalid$489  = \tile_cmd__tvalid$490 ;
   assign \$22  = 1'h1;
-  assign \tile_done__tvalid$495  = \done__tvalid$496 ;
+  assign \tile_cmd__tready$492  = \cmd__tready$493 ;
   assign \$23  = 1'h1;
-  assign \done__tready$497  = \tile_done__tready$498 ;
-  assign \$34 [1] = 1'h0;
-  assign { \$34 [32:2], \$34 [0] } = { 1'h0, QUEUE1_CONTROL__value[31:2], QUEUE1_CONTROL__value[0] };
-  assign \$38 [1] = 1'h0;
-  assign { \$38 [32:2], \$38 [0] } = { 1'h0, TRACE1_CONTROL__value[31:2], TRACE1_CONTROL__value[0] };
+  assign \tile_done__tvalid$496  = \done__tvalid$497 ;
+  assign \$24  = 1'h1;
+  assign \done__tready$498  = \tile_done__tready$499 ;
+  assign \progress$666  = \$34 ;
+  assign \$36 [1] = 1'h0;
+  assign { \$36 [32:2], \$36 [0] } = { 1'h0, QUEUE1_CONTROL__value[31:2], QUEUE1_CONTROL__value[0] };
+  assign \$40 [1] = 1'h0;
+  assign { \$40 [32:2], \$40 [0] } = { 1'h0, TRACE1_CONTROL__value[31:2], TRACE1_CONTROL__value[0] };
 endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$142 , progress, cmd__tready, done__tdata, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, req__tvalid, \req__tvalid$193 , \req__tvalid$199 , \req__tvalid$205 , \resp__tready$215 , resp__tready, reset_units
-, perf_macs, perf_busy, done__tvalid, perf_vector_busy, perf_table_hits, perf_table_underflows, perf_table_overflows, \port$17496$0 , \port$17498$0 , \req__tdata$195 , cmd__tdata, clk);
+, perf_macs, perf_busy, done__tvalid, perf_vector_busy, perf_table_hits, perf_table_underflows, perf_table_overflows, \port$17498$0 , \port$17500$0 , \req__tdata$195 , cmd__tdata, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$46  = 0;
   wire [15:0] \$1 ;
   wire \$10 ;
@@ -10472,10 +10480,10 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$142 ,
   wire [31:0] perf_table_underflows;
   output [31:0] perf_vector_busy;
   wire [31:0] perf_vector_busy;
-  input [255:0] \port$17496$0 ;
-  wire [255:0] \port$17496$0 ;
-  input [15:0] \port$17498$0 ;
-  wire [15:0] \port$17498$0 ;
+  input [255:0] \port$17498$0 ;
+  wire [255:0] \port$17498$0 ;
+  input [15:0] \port$17500$0 ;
+  wire [15:0] \port$17500$0 ;
   wire postop;
   wire [7:0] postop__opcode;
   wire [7:0] postop__status;
@@ -10684,8 +10692,8 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$142 ,
     .addr(\addr$163 ),
     .data(\data$167 ),
     .en(\en$170 ),
-    .\port$17496$0 (\port$17496$0 ),
     .\port$17498$0 (\port$17498$0 ),
+    .\port$17500$0 (\port$17500$0 ),
     .req__tready(\grant$142 ),
     .req__tvalid(\req__tvalid$193 )
   );
@@ -10847,8 +10855,8 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$142 ,
     .addr(addr),
     .data(data),
     .en(en),
-    .\port$17496$0 (\port$17496$0 [63:0]),
-    .\port$17498$0 (\port$17498$0 ),
+    .\port$17498$0 (\port$17498$0 [63:0]),
+    .\port$17500$0 (\port$17500$0 ),
     .req__tready(grant),
     .req__tvalid(req__tvalid)
   );
@@ -11022,13 +11030,13 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$142 ,
   assign acc_rp__addr = \$22 [9:0];
   assign \acc_data$181  = acc_b_data;
   assign \data$182  = acc_b_data;
-  assign req__tdata = { \port$17498$0 , \port$17496$0 [63:0] };
-  assign spm_wr__tdata = { \port$17498$0 , \port$17496$0 [63:0] };
+  assign req__tdata = { \port$17500$0 , \port$17498$0 [63:0] };
+  assign spm_wr__tdata = { \port$17500$0 , \port$17498$0 [63:0] };
   assign spm_wr__tready = grant;
   assign req__tready = grant;
   assign spm_wr__tvalid = req__tvalid;
-  assign \req__tdata$189  = { \port$17498$0 , \port$17496$0  };
-  assign acc_wr__tdata = { \port$17498$0 , \port$17496$0  };
+  assign \req__tdata$189  = { \port$17500$0 , \port$17498$0  };
+  assign acc_wr__tdata = { \port$17500$0 , \port$17498$0  };
   assign acc_wr__tready = \grant$142 ;
   assign \req__tready$192  = \grant$142 ;
   assign acc_wr__tvalid = \req__tvalid$193 ;
@@ -11323,7 +11331,7 @@ module \dx1_board.soc.core0.acc_ext_read.fifo (rst, w_port__data, r_rdy, r_data,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$17496$0 , \port$17498$0 , req__tready);
+module \dx1_board.soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$17498$0 , \port$17500$0 , req__tready);
   reg \$auto$verilog_backend.cc:2355:dump_module$49  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -11333,10 +11341,10 @@ module \dx1_board.soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$17
   output en;
   reg en;
   wire grant;
-  input [255:0] \port$17496$0 ;
-  wire [255:0] \port$17496$0 ;
-  input [15:0] \port$17498$0 ;
-  wire [15:0] \port$17498$0 ;
+  input [255:0] \port$17498$0 ;
+  wire [255:0] \port$17498$0 ;
+  input [15:0] \port$17500$0 ;
+  wire [15:0] \port$17500$0 ;
   wire [271:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -11347,14 +11355,14 @@ module \dx1_board.soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$17
     if (\$auto$verilog_backend.cc:2355:dump_module$49 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$17498$0 ;
+      addr = \port$17500$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$49 ) begin end
     data = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     if (\$1 ) begin
-      data = \port$17496$0 ;
+      data = \port$17498$0 ;
     end
   end
   always @* begin
@@ -11365,7 +11373,7 @@ module \dx1_board.soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$17
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$17498$0 , \port$17496$0  };
+  assign req__tdata = { \port$17500$0 , \port$17498$0  };
 endmodule
 
 (* generator = "Amaranth" *)
@@ -22674,7 +22682,7 @@ module \dx1_board.soc.core0.spm_ext_read.fifo (rst, w_port__data, r_rdy, r_data,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$17496$0 , \port$17498$0 , req__tready);
+module \dx1_board.soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$17498$0 , \port$17500$0 , req__tready);
   reg \$auto$verilog_backend.cc:2355:dump_module$63  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -22684,10 +22692,10 @@ module \dx1_board.soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$17
   output en;
   reg en;
   wire grant;
-  input [63:0] \port$17496$0 ;
-  wire [63:0] \port$17496$0 ;
-  input [15:0] \port$17498$0 ;
-  wire [15:0] \port$17498$0 ;
+  input [63:0] \port$17498$0 ;
+  wire [63:0] \port$17498$0 ;
+  input [15:0] \port$17500$0 ;
+  wire [15:0] \port$17500$0 ;
   wire [79:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -22698,14 +22706,14 @@ module \dx1_board.soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$17
     if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$17498$0 ;
+      addr = \port$17500$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
     data = 64'h0000000000000000;
     if (\$1 ) begin
-      data = \port$17496$0 ;
+      data = \port$17498$0 ;
     end
   end
   always @* begin
@@ -22716,7 +22724,7 @@ module \dx1_board.soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$17
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$17498$0 , \port$17496$0  };
+  assign req__tdata = { \port$17500$0 , \port$17498$0  };
 endmodule
 
 (* generator = "Amaranth" *)
@@ -23887,7 +23895,7 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
     .d_acc(d_acc),
     .out(\out$82 ),
     .out_valid(out_valid),
-    .\port$16738$1 (ctl_lanes7[2:1]),
+    .\port$16740$1 (ctl_lanes7[2:1]),
     .reset_units(reset_units),
     .rst(rst),
     .terms(terms),
@@ -31136,7 +31144,7 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core0.vector$243.reducer (rst, valid, reset_units, vop, d_acc, \port$16738$1 , terms, out_valid, out, clk);
+module \dx1_board.soc.core0.vector$243.reducer (rst, valid, reset_units, vop, d_acc, \port$16740$1 , terms, out_valid, out, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$69  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -31260,8 +31268,8 @@ module \dx1_board.soc.core0.vector$243.reducer (rst, valid, reset_units, vop, d_
   wire [31:0] \out[7] ;
   output out_valid;
   reg out_valid = 1'h0;
-  input [1:0] \port$16738$1 ;
-  wire [1:0] \port$16738$1 ;
+  input [1:0] \port$16740$1 ;
+  wire [1:0] \port$16740$1 ;
   input reset_units;
   wire reset_units;
   reg [31:0] row = 32'd0;
@@ -31406,8 +31414,8 @@ module \dx1_board.soc.core0.vector$243.reducer (rst, valid, reset_units, vop, d_
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
     \$74 [0] = valid;
-    \$74 [1] = \port$16738$1 [0];
-    \$74 [2] = \port$16738$1 [1];
+    \$74 [1] = \port$16740$1 [0];
+    \$74 [2] = \port$16740$1 [1];
     \$74 [3] = \$1 ;
     \$74 [4] = d_acc;
     if (reset_units) begin
@@ -31484,8 +31492,8 @@ module \dx1_board.soc.core0.vector$243.reducer (rst, valid, reset_units, vop, d_
       \$80  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
   end
-  assign first = \port$16738$1 [0];
-  assign last = \port$16738$1 [1];
+  assign first = \port$16740$1 [0];
+  assign last = \port$16740$1 [1];
   assign \ctl1.valid  = ctl1[0];
   assign \ctl1.first  = ctl1[1];
   assign \ctl1.last  = ctl1[2];
@@ -34631,7 +34639,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$142 , progress, cmd__tready, done__tdata, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, req__tvalid, \req__tvalid$193 , \req__tvalid$199 , \req__tvalid$205 , \resp__tready$215 , resp__tready, reset_units
-, perf_macs, perf_busy, done__tvalid, perf_vector_busy, perf_table_hits, perf_table_underflows, perf_table_overflows, \port$19803$0 , \port$19805$0 , \req__tdata$195 , cmd__tdata, clk);
+, perf_macs, perf_busy, done__tvalid, perf_vector_busy, perf_table_hits, perf_table_underflows, perf_table_overflows, \port$19805$0 , \port$19807$0 , \req__tdata$195 , cmd__tdata, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$75  = 0;
   wire [15:0] \$1 ;
   wire \$10 ;
@@ -34854,10 +34862,10 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$142 ,
   wire [31:0] perf_table_underflows;
   output [31:0] perf_vector_busy;
   wire [31:0] perf_vector_busy;
-  input [255:0] \port$19803$0 ;
-  wire [255:0] \port$19803$0 ;
-  input [15:0] \port$19805$0 ;
-  wire [15:0] \port$19805$0 ;
+  input [255:0] \port$19805$0 ;
+  wire [255:0] \port$19805$0 ;
+  input [15:0] \port$19807$0 ;
+  wire [15:0] \port$19807$0 ;
   wire postop;
   wire [7:0] postop__opcode;
   wire [7:0] postop__status;
@@ -35066,8 +35074,8 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$142 ,
     .addr(\addr$163 ),
     .data(\data$167 ),
     .en(\en$170 ),
-    .\port$19803$0 (\port$19803$0 ),
     .\port$19805$0 (\port$19805$0 ),
+    .\port$19807$0 (\port$19807$0 ),
     .req__tready(\grant$142 ),
     .req__tvalid(\req__tvalid$193 )
   );
@@ -35229,8 +35237,8 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$142 ,
     .addr(addr),
     .data(data),
     .en(en),
-    .\port$19803$0 (\port$19803$0 [63:0]),
-    .\port$19805$0 (\port$19805$0 ),
+    .\port$19805$0 (\port$19805$0 [63:0]),
+    .\port$19807$0 (\port$19807$0 ),
     .req__tready(grant),
     .req__tvalid(req__tvalid)
   );
@@ -35404,13 +35412,13 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$142 ,
   assign acc_rp__addr = \$22 [9:0];
   assign \acc_data$181  = acc_b_data;
   assign \data$182  = acc_b_data;
-  assign req__tdata = { \port$19805$0 , \port$19803$0 [63:0] };
-  assign spm_wr__tdata = { \port$19805$0 , \port$19803$0 [63:0] };
+  assign req__tdata = { \port$19807$0 , \port$19805$0 [63:0] };
+  assign spm_wr__tdata = { \port$19807$0 , \port$19805$0 [63:0] };
   assign spm_wr__tready = grant;
   assign req__tready = grant;
   assign spm_wr__tvalid = req__tvalid;
-  assign \req__tdata$189  = { \port$19805$0 , \port$19803$0  };
-  assign acc_wr__tdata = { \port$19805$0 , \port$19803$0  };
+  assign \req__tdata$189  = { \port$19807$0 , \port$19805$0  };
+  assign acc_wr__tdata = { \port$19807$0 , \port$19805$0  };
   assign acc_wr__tready = \grant$142 ;
   assign \req__tready$192  = \grant$142 ;
   assign acc_wr__tvalid = \req__tvalid$193 ;
@@ -35705,7 +35713,7 @@ module \dx1_board.soc.core1.acc_ext_read.fifo (rst, w_port__data, r_rdy, r_data,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$19803$0 , \port$19805$0 , req__tready);
+module \dx1_board.soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$19805$0 , \port$19807$0 , req__tready);
   reg \$auto$verilog_backend.cc:2355:dump_module$78  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -35715,10 +35723,10 @@ module \dx1_board.soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$19
   output en;
   reg en;
   wire grant;
-  input [255:0] \port$19803$0 ;
-  wire [255:0] \port$19803$0 ;
-  input [15:0] \port$19805$0 ;
-  wire [15:0] \port$19805$0 ;
+  input [255:0] \port$19805$0 ;
+  wire [255:0] \port$19805$0 ;
+  input [15:0] \port$19807$0 ;
+  wire [15:0] \port$19807$0 ;
   wire [271:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -35729,14 +35737,14 @@ module \dx1_board.soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$19
     if (\$auto$verilog_backend.cc:2355:dump_module$78 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$19805$0 ;
+      addr = \port$19807$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$78 ) begin end
     data = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     if (\$1 ) begin
-      data = \port$19803$0 ;
+      data = \port$19805$0 ;
     end
   end
   always @* begin
@@ -35747,7 +35755,7 @@ module \dx1_board.soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$19
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$19805$0 , \port$19803$0  };
+  assign req__tdata = { \port$19807$0 , \port$19805$0  };
 endmodule
 
 (* generator = "Amaranth" *)
@@ -47056,7 +47064,7 @@ module \dx1_board.soc.core1.spm_ext_read.fifo (rst, w_port__data, r_rdy, r_data,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$19803$0 , \port$19805$0 , req__tready);
+module \dx1_board.soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$19805$0 , \port$19807$0 , req__tready);
   reg \$auto$verilog_backend.cc:2355:dump_module$92  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -47066,10 +47074,10 @@ module \dx1_board.soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$19
   output en;
   reg en;
   wire grant;
-  input [63:0] \port$19803$0 ;
-  wire [63:0] \port$19803$0 ;
-  input [15:0] \port$19805$0 ;
-  wire [15:0] \port$19805$0 ;
+  input [63:0] \port$19805$0 ;
+  wire [63:0] \port$19805$0 ;
+  input [15:0] \port$19807$0 ;
+  wire [15:0] \port$19807$0 ;
   wire [79:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -47080,14 +47088,14 @@ module \dx1_board.soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$19
     if (\$auto$verilog_backend.cc:2355:dump_module$92 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$19805$0 ;
+      addr = \port$19807$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$92 ) begin end
     data = 64'h0000000000000000;
     if (\$1 ) begin
-      data = \port$19803$0 ;
+      data = \port$19805$0 ;
     end
   end
   always @* begin
@@ -47098,7 +47106,7 @@ module \dx1_board.soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$19
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$19805$0 , \port$19803$0  };
+  assign req__tdata = { \port$19807$0 , \port$19805$0  };
 endmodule
 
 (* generator = "Amaranth" *)
@@ -48269,7 +48277,7 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
     .d_acc(d_acc),
     .out(\out$82 ),
     .out_valid(out_valid),
-    .\port$19045$1 (ctl_lanes7[2:1]),
+    .\port$19047$1 (ctl_lanes7[2:1]),
     .reset_units(reset_units),
     .rst(rst),
     .terms(terms),
@@ -55518,7 +55526,7 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core1.vector$243.reducer (rst, valid, reset_units, vop, d_acc, \port$19045$1 , terms, out_valid, out, clk);
+module \dx1_board.soc.core1.vector$243.reducer (rst, valid, reset_units, vop, d_acc, \port$19047$1 , terms, out_valid, out, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$98  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -55642,8 +55650,8 @@ module \dx1_board.soc.core1.vector$243.reducer (rst, valid, reset_units, vop, d_
   wire [31:0] \out[7] ;
   output out_valid;
   reg out_valid = 1'h0;
-  input [1:0] \port$19045$1 ;
-  wire [1:0] \port$19045$1 ;
+  input [1:0] \port$19047$1 ;
+  wire [1:0] \port$19047$1 ;
   input reset_units;
   wire reset_units;
   reg [31:0] row = 32'd0;
@@ -55788,8 +55796,8 @@ module \dx1_board.soc.core1.vector$243.reducer (rst, valid, reset_units, vop, d_
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$98 ) begin end
     \$74 [0] = valid;
-    \$74 [1] = \port$19045$1 [0];
-    \$74 [2] = \port$19045$1 [1];
+    \$74 [1] = \port$19047$1 [0];
+    \$74 [2] = \port$19047$1 [1];
     \$74 [3] = \$1 ;
     \$74 [4] = d_acc;
     if (reset_units) begin
@@ -55866,8 +55874,8 @@ module \dx1_board.soc.core1.vector$243.reducer (rst, valid, reset_units, vop, d_
       \$80  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
   end
-  assign first = \port$19045$1 [0];
-  assign last = \port$19045$1 [1];
+  assign first = \port$19047$1 [0];
+  assign last = \port$19047$1 [1];
   assign \ctl1.valid  = ctl1[0];
   assign \ctl1.first  = ctl1[1];
   assign \ctl1.last  = ctl1[2];
@@ -59012,8 +59020,8 @@ module \dx1_board.soc.core1.vector$243.transposer (rst, start, spm_addr, w_addr,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, timestamp, doorbell_index, \port$14973$0 , \port$14975$0 
-, \port$14977$0 , \port$14979$0 , \port$14981$0 , \port$14983$0 , \port$14985$0 , \port$14987$0 , \port$14989$0 , \port$14991$0 , \port$14993$0 , \port$14995$0 , \port$14997$0 , \port$14999$0 , \port$15001$0 , \port$15003$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit, budget
+module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, timestamp, doorbell_index, \port$14975$0 , \port$14977$0 
+, \port$14979$0 , \port$14981$0 , \port$14983$0 , \port$14985$0 , \port$14987$0 , \port$14989$0 , \port$14991$0 , \port$14993$0 , \port$14995$0 , \port$14997$0 , \port$14999$0 , \port$15001$0 , \port$15003$0 , \port$15005$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit, budget
 , bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, sem_grant, quiesce, reset_cp, abort_done, dma_done__tdata, head, tail, halted, error_code, error_index, irq_error, axi__arvalid
 , axi__rready, cmd, tile_cmd__tvalid, taken, dma_cmd__tvalid, sem_valid, sem_delta, axi__awaddr, axi__wdata, trace_end_tag, trace_end_opcode, dma_done__tready, tile_done__tready, axi__awvalid, axi__wvalid, axi__bready, irq_completion, trace_end, clk);
   wire \$1 ;
@@ -59294,8 +59302,6 @@ module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume,
   wire [7:0] opcode;
   wire phase;
   wire \phase$128 ;
-  input [15:0] \port$14973$0 ;
-  wire [15:0] \port$14973$0 ;
   input [15:0] \port$14975$0 ;
   wire [15:0] \port$14975$0 ;
   input [15:0] \port$14977$0 ;
@@ -59326,6 +59332,8 @@ module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume,
   wire [15:0] \port$15001$0 ;
   input [15:0] \port$15003$0 ;
   wire [15:0] \port$15003$0 ;
+  input [15:0] \port$15005$0 ;
+  wire [15:0] \port$15005$0 ;
   input progress;
   wire progress;
   wire \progress$239 ;
@@ -59675,7 +59683,6 @@ module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume,
   );
   \dx1_board.soc.cp0.semaphore  semaphore (
     .done(sem_done),
-    .\port$14973$0 (\port$14973$0 ),
     .\port$14975$0 (\port$14975$0 ),
     .\port$14977$0 (\port$14977$0 ),
     .\port$14979$0 (\port$14979$0 ),
@@ -59691,7 +59698,8 @@ module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume,
     .\port$14999$0 (\port$14999$0 ),
     .\port$15001$0 (\port$15001$0 ),
     .\port$15003$0 (\port$15003$0 ),
-    .\port$17570$64 (cmd[87:64]),
+    .\port$15005$0 (\port$15005$0 ),
+    .\port$17572$64 (cmd[87:64]),
     .sem_delta(sem_delta),
     .sem_grant(sem_grant),
     .sem_valid(sem_valid),
@@ -59868,8 +59876,8 @@ module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume,
   assign done = sem_done;
   assign sem = cmd[71:64];
   assign count = cmd[87:72];
-  assign sem_values = { \port$15003$0 , \port$15001$0 , \port$14999$0 , \port$14997$0 , \port$14995$0 , \port$14993$0 , \port$14991$0 , \port$14989$0 , \port$14987$0 , \port$14985$0 , \port$14983$0 , \port$14981$0 , \port$14979$0 , \port$14977$0 , \port$14975$0 , \port$14973$0  };
-  assign \sem_values$182  = { \port$15003$0 , \port$15001$0 , \port$14999$0 , \port$14997$0 , \port$14995$0 , \port$14993$0 , \port$14991$0 , \port$14989$0 , \port$14987$0 , \port$14985$0 , \port$14983$0 , \port$14981$0 , \port$14979$0 , \port$14977$0 , \port$14975$0 , \port$14973$0  };
+  assign sem_values = { \port$15005$0 , \port$15003$0 , \port$15001$0 , \port$14999$0 , \port$14997$0 , \port$14995$0 , \port$14993$0 , \port$14991$0 , \port$14989$0 , \port$14987$0 , \port$14985$0 , \port$14983$0 , \port$14981$0 , \port$14979$0 , \port$14977$0 , \port$14975$0  };
+  assign \sem_values$182  = { \port$15005$0 , \port$15003$0 , \port$15001$0 , \port$14999$0 , \port$14997$0 , \port$14995$0 , \port$14993$0 , \port$14991$0 , \port$14989$0 , \port$14987$0 , \port$14985$0 , \port$14983$0 , \port$14981$0 , \port$14979$0 , \port$14977$0 , \port$14975$0  };
   assign \sem_grant$184  = sem_grant;
   assign \sem_valid$186  = sem_valid;
   assign sem_index = cmd[67:64];
@@ -59956,38 +59964,38 @@ module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume,
   assign \slot.footprint.acc_r_hi  = slot_in[244:211];
   assign \slot.footprint.acc_w_lo  = slot_in[278:245];
   assign \slot.footprint.acc_w_hi  = slot_in[312:279];
-  assign \sem_values[0]  = \port$14973$0 ;
-  assign \sem_values[1]  = \port$14975$0 ;
-  assign \sem_values[2]  = \port$14977$0 ;
-  assign \sem_values[3]  = \port$14979$0 ;
-  assign \sem_values[4]  = \port$14981$0 ;
-  assign \sem_values[5]  = \port$14983$0 ;
-  assign \sem_values[6]  = \port$14985$0 ;
-  assign \sem_values[7]  = \port$14987$0 ;
-  assign \sem_values[8]  = \port$14989$0 ;
-  assign \sem_values[9]  = \port$14991$0 ;
-  assign \sem_values[10]  = \port$14993$0 ;
-  assign \sem_values[11]  = \port$14995$0 ;
-  assign \sem_values[12]  = \port$14997$0 ;
-  assign \sem_values[13]  = \port$14999$0 ;
-  assign \sem_values[14]  = \port$15001$0 ;
-  assign \sem_values[15]  = \port$15003$0 ;
-  assign \sem_values$182[0]  = \port$14973$0 ;
-  assign \sem_values$182[1]  = \port$14975$0 ;
-  assign \sem_values$182[2]  = \port$14977$0 ;
-  assign \sem_values$182[3]  = \port$14979$0 ;
-  assign \sem_values$182[4]  = \port$14981$0 ;
-  assign \sem_values$182[5]  = \port$14983$0 ;
-  assign \sem_values$182[6]  = \port$14985$0 ;
-  assign \sem_values$182[7]  = \port$14987$0 ;
-  assign \sem_values$182[8]  = \port$14989$0 ;
-  assign \sem_values$182[9]  = \port$14991$0 ;
-  assign \sem_values$182[10]  = \port$14993$0 ;
-  assign \sem_values$182[11]  = \port$14995$0 ;
-  assign \sem_values$182[12]  = \port$14997$0 ;
-  assign \sem_values$182[13]  = \port$14999$0 ;
-  assign \sem_values$182[14]  = \port$15001$0 ;
-  assign \sem_values$182[15]  = \port$15003$0 ;
+  assign \sem_values[0]  = \port$14975$0 ;
+  assign \sem_values[1]  = \port$14977$0 ;
+  assign \sem_values[2]  = \port$14979$0 ;
+  assign \sem_values[3]  = \port$14981$0 ;
+  assign \sem_values[4]  = \port$14983$0 ;
+  assign \sem_values[5]  = \port$14985$0 ;
+  assign \sem_values[6]  = \port$14987$0 ;
+  assign \sem_values[7]  = \port$14989$0 ;
+  assign \sem_values[8]  = \port$14991$0 ;
+  assign \sem_values[9]  = \port$14993$0 ;
+  assign \sem_values[10]  = \port$14995$0 ;
+  assign \sem_values[11]  = \port$14997$0 ;
+  assign \sem_values[12]  = \port$14999$0 ;
+  assign \sem_values[13]  = \port$15001$0 ;
+  assign \sem_values[14]  = \port$15003$0 ;
+  assign \sem_values[15]  = \port$15005$0 ;
+  assign \sem_values$182[0]  = \port$14975$0 ;
+  assign \sem_values$182[1]  = \port$14977$0 ;
+  assign \sem_values$182[2]  = \port$14979$0 ;
+  assign \sem_values$182[3]  = \port$14981$0 ;
+  assign \sem_values$182[4]  = \port$14983$0 ;
+  assign \sem_values$182[5]  = \port$14985$0 ;
+  assign \sem_values$182[6]  = \port$14987$0 ;
+  assign \sem_values$182[7]  = \port$14989$0 ;
+  assign \sem_values$182[8]  = \port$14991$0 ;
+  assign \sem_values$182[9]  = \port$14993$0 ;
+  assign \sem_values$182[10]  = \port$14995$0 ;
+  assign \sem_values$182[11]  = \port$14997$0 ;
+  assign \sem_values$182[12]  = \port$14999$0 ;
+  assign \sem_values$182[13]  = \port$15001$0 ;
+  assign \sem_values$182[14]  = \port$15003$0 ;
+  assign \sem_values$182[15]  = \port$15005$0 ;
   assign \local_slot.ring_index  = slot_in[15:0];
   assign \local_slot.phase  = slot_in[16];
   assign \local_slot.tag  = slot_in[32:17];
@@ -60419,9 +60427,9 @@ module \dx1_board.soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
     .cmd(cmd),
     .footprint(\footprint$25 ),
     .mv_last(mv_last),
-    .\port$17602$0 (g_a_end),
-    .\port$17604$0 (g_b_end),
-    .\port$17606$0 (p_src_end)
+    .\port$17604$0 (g_a_end),
+    .\port$17606$0 (g_b_end),
+    .\port$17608$0 (p_src_end)
   );
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$104 ) begin end
@@ -60687,7 +60695,7 @@ module \dx1_board.soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.cp0.decoder.footprint$35 (mv_last, \port$17602$0 , \port$17604$0 , \port$17606$0 , footprint, cmd);
+module \dx1_board.soc.cp0.decoder.footprint$35 (mv_last, \port$17604$0 , \port$17606$0 , \port$17608$0 , footprint, cmd);
   reg \$auto$verilog_backend.cc:2355:dump_module$105  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -60723,24 +60731,24 @@ module \dx1_board.soc.cp0.decoder.footprint$35 (mv_last, \port$17602$0 , \port$1
   input [33:0] mv_last;
   wire [33:0] mv_last;
   wire [33:0] p_src_end;
-  input [32:0] \port$17602$0 ;
-  wire [32:0] \port$17602$0 ;
-  input [20:0] \port$17604$0 ;
-  wire [20:0] \port$17604$0 ;
-  input [16:0] \port$17606$0 ;
-  wire [16:0] \port$17606$0 ;
+  input [32:0] \port$17604$0 ;
+  wire [32:0] \port$17604$0 ;
+  input [20:0] \port$17606$0 ;
+  wire [20:0] \port$17606$0 ;
+  input [16:0] \port$17608$0 ;
+  wire [16:0] \port$17608$0 ;
   assign \$1  = cmd[79:64] < cmd[95:80];
   assign \$2  = \$1  ? cmd[79:64] : cmd[95:80];
-  assign \$3  = \port$17602$0  > \port$17604$0 ;
-  assign \$4  = \$3  ? { 1'h0, \port$17602$0  } : { 13'h0000, \port$17604$0  };
+  assign \$3  = \port$17604$0  > \port$17606$0 ;
+  assign \$4  = \$3  ? { 1'h0, \port$17604$0  } : { 13'h0000, \port$17606$0  };
   assign \$5  = cmd[111:96] + cmd[127:112];
   assign \$6  = cmd[127:112] < cmd[79:64];
   assign \$7  = cmd[9] & \$6 ;
   assign \$8  = \$7  ? cmd[127:112] : cmd[79:64];
-  assign \$9  = cmd[127:112] >= \port$17606$0 ;
+  assign \$9  = cmd[127:112] >= \port$17608$0 ;
   assign \$10  = cmd[9] & \$9 ;
   assign \$11  = cmd[127:112] + 1'h1;
-  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$17606$0  };
+  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$17608$0  };
   assign \$13  = cmd[95:80] + cmd[111:96];
   assign \$14  = mv_last + 1'h1;
   assign \$15  = mv_last + 1'h1;
@@ -60791,9 +60799,9 @@ module \dx1_board.soc.cp0.decoder.footprint$35 (mv_last, \port$17602$0 , \port$1
         end
     endcase
   end
-  assign a_end = { 1'h0, \port$17602$0  };
-  assign b_end = { 13'h0000, \port$17604$0  };
-  assign p_src_end = { 17'h00000, \port$17606$0  };
+  assign a_end = { 1'h0, \port$17604$0  };
+  assign b_end = { 13'h0000, \port$17606$0  };
+  assign p_src_end = { 17'h00000, \port$17608$0  };
   assign \footprint.spm_r_lo  = footprint[33:0];
   assign \footprint.spm_r_hi  = footprint[67:34];
   assign \footprint.spm_w_lo  = footprint[101:68];
@@ -63187,8 +63195,8 @@ module \dx1_board.soc.cp0.ring (rst, ring_reset, doorbell, entries_ok, mask, doo
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.cp0.semaphore (\port$14975$0 , \port$14977$0 , \port$14979$0 , \port$14981$0 , \port$14983$0 , \port$14985$0 , \port$14987$0 , \port$14989$0 , \port$14991$0 , \port$14993$0 , \port$14995$0 , \port$14997$0 , \port$14999$0 , \port$15001$0 , \port$15003$0 , sem_grant, \port$17570$64 , signal, \wait , sem_valid, sem_delta
-, done, \port$14973$0 );
+module \dx1_board.soc.cp0.semaphore (\port$14977$0 , \port$14979$0 , \port$14981$0 , \port$14983$0 , \port$14985$0 , \port$14987$0 , \port$14989$0 , \port$14991$0 , \port$14993$0 , \port$14995$0 , \port$14997$0 , \port$14999$0 , \port$15001$0 , \port$15003$0 , \port$15005$0 , sem_grant, \port$17572$64 , signal, \wait , sem_valid, sem_delta
+, done, \port$14975$0 );
   reg \$auto$verilog_backend.cc:2355:dump_module$113  = 0;
   reg [15:0] \$1 ;
   wire \$2 ;
@@ -63196,8 +63204,6 @@ module \dx1_board.soc.cp0.semaphore (\port$14975$0 , \port$14977$0 , \port$14979
   wire [15:0] count;
   output done;
   reg done;
-  input [15:0] \port$14973$0 ;
-  wire [15:0] \port$14973$0 ;
   input [15:0] \port$14975$0 ;
   wire [15:0] \port$14975$0 ;
   input [15:0] \port$14977$0 ;
@@ -63228,8 +63234,10 @@ module \dx1_board.soc.cp0.semaphore (\port$14975$0 , \port$14977$0 , \port$14979
   wire [15:0] \port$15001$0 ;
   input [15:0] \port$15003$0 ;
   wire [15:0] \port$15003$0 ;
-  input [23:0] \port$17570$64 ;
-  wire [23:0] \port$17570$64 ;
+  input [15:0] \port$15005$0 ;
+  wire [15:0] \port$15005$0 ;
+  input [23:0] \port$17572$64 ;
+  wire [23:0] \port$17572$64 ;
   wire [7:0] sem;
   output [17:0] sem_delta;
   reg [17:0] sem_delta;
@@ -63259,44 +63267,44 @@ module \dx1_board.soc.cp0.semaphore (\port$14975$0 , \port$14977$0 , \port$14979
   wire signal;
   input \wait ;
   wire \wait ;
-  assign \$2  = \$1  >= \port$17570$64 [23:8];
-  assign \$3  = - \port$17570$64 [23:8];
+  assign \$2  = \$1  >= \port$17572$64 [23:8];
+  assign \$3  = - \port$17572$64 [23:8];
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$113 ) begin end
     \$1  = 16'h0000;
-    casez (\port$17570$64 [7:0])
+    casez (\port$17572$64 [7:0])
       8'h00:
-          \$1  = \port$14973$0 ;
-      8'h01:
           \$1  = \port$14975$0 ;
-      8'h02:
+      8'h01:
           \$1  = \port$14977$0 ;
-      8'h03:
+      8'h02:
           \$1  = \port$14979$0 ;
-      8'h04:
+      8'h03:
           \$1  = \port$14981$0 ;
-      8'h05:
+      8'h04:
           \$1  = \port$14983$0 ;
-      8'h06:
+      8'h05:
           \$1  = \port$14985$0 ;
-      8'h07:
+      8'h06:
           \$1  = \port$14987$0 ;
-      8'h08:
+      8'h07:
           \$1  = \port$14989$0 ;
-      8'h09:
+      8'h08:
           \$1  = \port$14991$0 ;
-      8'h0a:
+      8'h09:
           \$1  = \port$14993$0 ;
-      8'h0b:
+      8'h0a:
           \$1  = \port$14995$0 ;
-      8'h0c:
+      8'h0b:
           \$1  = \port$14997$0 ;
-      8'h0d:
+      8'h0c:
           \$1  = \port$14999$0 ;
-      8'h0e:
+      8'h0d:
           \$1  = \port$15001$0 ;
-      8'h0f:
+      8'h0e:
           \$1  = \port$15003$0 ;
+      8'h0f:
+          \$1  = \port$15005$0 ;
     endcase
   end
   always @* begin
@@ -63315,7 +63323,7 @@ module \dx1_board.soc.cp0.semaphore (\port$14975$0 , \port$14977$0 , \port$14979
     if (\$auto$verilog_backend.cc:2355:dump_module$113 ) begin end
     sem_delta = 18'h00000;
     if (signal) begin
-      sem_delta = { 2'h0, \port$17570$64 [23:8] };
+      sem_delta = { 2'h0, \port$17572$64 [23:8] };
     end
     if (\wait ) begin
       if (\$2 ) begin
@@ -63335,26 +63343,26 @@ module \dx1_board.soc.cp0.semaphore (\port$14975$0 , \port$14977$0 , \port$14979
       end
     end
   end
-  assign count = \port$17570$64 [23:8];
-  assign sem = \port$17570$64 [7:0];
-  assign sem_values = { \port$15003$0 , \port$15001$0 , \port$14999$0 , \port$14997$0 , \port$14995$0 , \port$14993$0 , \port$14991$0 , \port$14989$0 , \port$14987$0 , \port$14985$0 , \port$14983$0 , \port$14981$0 , \port$14979$0 , \port$14977$0 , \port$14975$0 , \port$14973$0  };
-  assign sem_index = \port$17570$64 [3:0];
-  assign \sem_values[0]  = \port$14973$0 ;
-  assign \sem_values[1]  = \port$14975$0 ;
-  assign \sem_values[2]  = \port$14977$0 ;
-  assign \sem_values[3]  = \port$14979$0 ;
-  assign \sem_values[4]  = \port$14981$0 ;
-  assign \sem_values[5]  = \port$14983$0 ;
-  assign \sem_values[6]  = \port$14985$0 ;
-  assign \sem_values[7]  = \port$14987$0 ;
-  assign \sem_values[8]  = \port$14989$0 ;
-  assign \sem_values[9]  = \port$14991$0 ;
-  assign \sem_values[10]  = \port$14993$0 ;
-  assign \sem_values[11]  = \port$14995$0 ;
-  assign \sem_values[12]  = \port$14997$0 ;
-  assign \sem_values[13]  = \port$14999$0 ;
-  assign \sem_values[14]  = \port$15001$0 ;
-  assign \sem_values[15]  = \port$15003$0 ;
+  assign count = \port$17572$64 [23:8];
+  assign sem = \port$17572$64 [7:0];
+  assign sem_values = { \port$15005$0 , \port$15003$0 , \port$15001$0 , \port$14999$0 , \port$14997$0 , \port$14995$0 , \port$14993$0 , \port$14991$0 , \port$14989$0 , \port$14987$0 , \port$14985$0 , \port$14983$0 , \port$14981$0 , \port$14979$0 , \port$14977$0 , \port$14975$0  };
+  assign sem_index = \port$17572$64 [3:0];
+  assign \sem_values[0]  = \port$14975$0 ;
+  assign \sem_values[1]  = \port$14977$0 ;
+  assign \sem_values[2]  = \port$14979$0 ;
+  assign \sem_values[3]  = \port$14981$0 ;
+  assign \sem_values[4]  = \port$14983$0 ;
+  assign \sem_values[5]  = \port$14985$0 ;
+  assign \sem_values[6]  = \port$14987$0 ;
+  assign \sem_values[7]  = \port$14989$0 ;
+  assign \sem_values[8]  = \port$14991$0 ;
+  assign \sem_values[9]  = \port$14993$0 ;
+  assign \sem_values[10]  = \port$14995$0 ;
+  assign \sem_values[11]  = \port$14997$0 ;
+  assign \sem_values[12]  = \port$14999$0 ;
+  assign \sem_values[13]  = \port$15001$0 ;
+  assign \sem_values[14]  = \port$15003$0 ;
+  assign \sem_values[15]  = \port$15005$0 ;
 endmodule
 
 (* generator = "Amaranth" *)
@@ -64285,8 +64293,8 @@ module \dx1_board.soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_don
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, timestamp, doorbell_index, \port$14973$0 , \port$14975$0 
-, \port$14977$0 , \port$14979$0 , \port$14981$0 , \port$14983$0 , \port$14985$0 , \port$14987$0 , \port$14989$0 , \port$14991$0 , \port$14993$0 , \port$14995$0 , \port$14997$0 , \port$14999$0 , \port$15001$0 , \port$15003$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit, budget
+module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, timestamp, doorbell_index, \port$14975$0 , \port$14977$0 
+, \port$14979$0 , \port$14981$0 , \port$14983$0 , \port$14985$0 , \port$14987$0 , \port$14989$0 , \port$14991$0 , \port$14993$0 , \port$14995$0 , \port$14997$0 , \port$14999$0 , \port$15001$0 , \port$15003$0 , \port$15005$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit, budget
 , bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, sem_grant, quiesce, reset_cp, abort_done, dma_done__tdata, head, tail, halted, error_code, error_index, irq_error, axi__arvalid
 , axi__rready, cmd, tile_cmd__tvalid, taken, dma_cmd__tvalid, sem_valid, sem_delta, axi__awaddr, axi__wdata, trace_end_tag, trace_end_opcode, dma_done__tready, tile_done__tready, axi__awvalid, axi__wvalid, axi__bready, irq_completion, trace_end, clk);
   wire \$1 ;
@@ -64567,8 +64575,6 @@ module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume,
   wire [7:0] opcode;
   wire phase;
   wire \phase$128 ;
-  input [15:0] \port$14973$0 ;
-  wire [15:0] \port$14973$0 ;
   input [15:0] \port$14975$0 ;
   wire [15:0] \port$14975$0 ;
   input [15:0] \port$14977$0 ;
@@ -64599,6 +64605,8 @@ module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume,
   wire [15:0] \port$15001$0 ;
   input [15:0] \port$15003$0 ;
   wire [15:0] \port$15003$0 ;
+  input [15:0] \port$15005$0 ;
+  wire [15:0] \port$15005$0 ;
   input progress;
   wire progress;
   wire \progress$239 ;
@@ -64948,7 +64956,6 @@ module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume,
   );
   \dx1_board.soc.cp1.semaphore  semaphore (
     .done(sem_done),
-    .\port$14973$0 (\port$14973$0 ),
     .\port$14975$0 (\port$14975$0 ),
     .\port$14977$0 (\port$14977$0 ),
     .\port$14979$0 (\port$14979$0 ),
@@ -64964,7 +64971,8 @@ module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume,
     .\port$14999$0 (\port$14999$0 ),
     .\port$15001$0 (\port$15001$0 ),
     .\port$15003$0 (\port$15003$0 ),
-    .\port$19877$64 (cmd[87:64]),
+    .\port$15005$0 (\port$15005$0 ),
+    .\port$19879$64 (cmd[87:64]),
     .sem_delta(sem_delta),
     .sem_grant(sem_grant),
     .sem_valid(sem_valid),
@@ -65141,8 +65149,8 @@ module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume,
   assign done = sem_done;
   assign sem = cmd[71:64];
   assign count = cmd[87:72];
-  assign sem_values = { \port$15003$0 , \port$15001$0 , \port$14999$0 , \port$14997$0 , \port$14995$0 , \port$14993$0 , \port$14991$0 , \port$14989$0 , \port$14987$0 , \port$14985$0 , \port$14983$0 , \port$14981$0 , \port$14979$0 , \port$14977$0 , \port$14975$0 , \port$14973$0  };
-  assign \sem_values$182  = { \port$15003$0 , \port$15001$0 , \port$14999$0 , \port$14997$0 , \port$14995$0 , \port$14993$0 , \port$14991$0 , \port$14989$0 , \port$14987$0 , \port$14985$0 , \port$14983$0 , \port$14981$0 , \port$14979$0 , \port$14977$0 , \port$14975$0 , \port$14973$0  };
+  assign sem_values = { \port$15005$0 , \port$15003$0 , \port$15001$0 , \port$14999$0 , \port$14997$0 , \port$14995$0 , \port$14993$0 , \port$14991$0 , \port$14989$0 , \port$14987$0 , \port$14985$0 , \port$14983$0 , \port$14981$0 , \port$14979$0 , \port$14977$0 , \port$14975$0  };
+  assign \sem_values$182  = { \port$15005$0 , \port$15003$0 , \port$15001$0 , \port$14999$0 , \port$14997$0 , \port$14995$0 , \port$14993$0 , \port$14991$0 , \port$14989$0 , \port$14987$0 , \port$14985$0 , \port$14983$0 , \port$14981$0 , \port$14979$0 , \port$14977$0 , \port$14975$0  };
   assign \sem_grant$184  = sem_grant;
   assign \sem_valid$186  = sem_valid;
   assign sem_index = cmd[67:64];
@@ -65229,38 +65237,38 @@ module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume,
   assign \slot.footprint.acc_r_hi  = slot_in[244:211];
   assign \slot.footprint.acc_w_lo  = slot_in[278:245];
   assign \slot.footprint.acc_w_hi  = slot_in[312:279];
-  assign \sem_values[0]  = \port$14973$0 ;
-  assign \sem_values[1]  = \port$14975$0 ;
-  assign \sem_values[2]  = \port$14977$0 ;
-  assign \sem_values[3]  = \port$14979$0 ;
-  assign \sem_values[4]  = \port$14981$0 ;
-  assign \sem_values[5]  = \port$14983$0 ;
-  assign \sem_values[6]  = \port$14985$0 ;
-  assign \sem_values[7]  = \port$14987$0 ;
-  assign \sem_values[8]  = \port$14989$0 ;
-  assign \sem_values[9]  = \port$14991$0 ;
-  assign \sem_values[10]  = \port$14993$0 ;
-  assign \sem_values[11]  = \port$14995$0 ;
-  assign \sem_values[12]  = \port$14997$0 ;
-  assign \sem_values[13]  = \port$14999$0 ;
-  assign \sem_values[14]  = \port$15001$0 ;
-  assign \sem_values[15]  = \port$15003$0 ;
-  assign \sem_values$182[0]  = \port$14973$0 ;
-  assign \sem_values$182[1]  = \port$14975$0 ;
-  assign \sem_values$182[2]  = \port$14977$0 ;
-  assign \sem_values$182[3]  = \port$14979$0 ;
-  assign \sem_values$182[4]  = \port$14981$0 ;
-  assign \sem_values$182[5]  = \port$14983$0 ;
-  assign \sem_values$182[6]  = \port$14985$0 ;
-  assign \sem_values$182[7]  = \port$14987$0 ;
-  assign \sem_values$182[8]  = \port$14989$0 ;
-  assign \sem_values$182[9]  = \port$14991$0 ;
-  assign \sem_values$182[10]  = \port$14993$0 ;
-  assign \sem_values$182[11]  = \port$14995$0 ;
-  assign \sem_values$182[12]  = \port$14997$0 ;
-  assign \sem_values$182[13]  = \port$14999$0 ;
-  assign \sem_values$182[14]  = \port$15001$0 ;
-  assign \sem_values$182[15]  = \port$15003$0 ;
+  assign \sem_values[0]  = \port$14975$0 ;
+  assign \sem_values[1]  = \port$14977$0 ;
+  assign \sem_values[2]  = \port$14979$0 ;
+  assign \sem_values[3]  = \port$14981$0 ;
+  assign \sem_values[4]  = \port$14983$0 ;
+  assign \sem_values[5]  = \port$14985$0 ;
+  assign \sem_values[6]  = \port$14987$0 ;
+  assign \sem_values[7]  = \port$14989$0 ;
+  assign \sem_values[8]  = \port$14991$0 ;
+  assign \sem_values[9]  = \port$14993$0 ;
+  assign \sem_values[10]  = \port$14995$0 ;
+  assign \sem_values[11]  = \port$14997$0 ;
+  assign \sem_values[12]  = \port$14999$0 ;
+  assign \sem_values[13]  = \port$15001$0 ;
+  assign \sem_values[14]  = \port$15003$0 ;
+  assign \sem_values[15]  = \port$15005$0 ;
+  assign \sem_values$182[0]  = \port$14975$0 ;
+  assign \sem_values$182[1]  = \port$14977$0 ;
+  assign \sem_values$182[2]  = \port$14979$0 ;
+  assign \sem_values$182[3]  = \port$14981$0 ;
+  assign \sem_values$182[4]  = \port$14983$0 ;
+  assign \sem_values$182[5]  = \port$14985$0 ;
+  assign \sem_values$182[6]  = \port$14987$0 ;
+  assign \sem_values$182[7]  = \port$14989$0 ;
+  assign \sem_values$182[8]  = \port$14991$0 ;
+  assign \sem_values$182[9]  = \port$14993$0 ;
+  assign \sem_values$182[10]  = \port$14995$0 ;
+  assign \sem_values$182[11]  = \port$14997$0 ;
+  assign \sem_values$182[12]  = \port$14999$0 ;
+  assign \sem_values$182[13]  = \port$15001$0 ;
+  assign \sem_values$182[14]  = \port$15003$0 ;
+  assign \sem_values$182[15]  = \port$15005$0 ;
   assign \local_slot.ring_index  = slot_in[15:0];
   assign \local_slot.phase  = slot_in[16];
   assign \local_slot.tag  = slot_in[32:17];
@@ -65692,9 +65700,9 @@ module \dx1_board.soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
     .cmd(cmd),
     .footprint(\footprint$25 ),
     .mv_last(mv_last),
-    .\port$19909$0 (g_a_end),
-    .\port$19911$0 (g_b_end),
-    .\port$19913$0 (p_src_end)
+    .\port$19911$0 (g_a_end),
+    .\port$19913$0 (g_b_end),
+    .\port$19915$0 (p_src_end)
   );
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$116 ) begin end
@@ -65960,7 +65968,7 @@ module \dx1_board.soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.cp1.decoder.footprint$35 (mv_last, \port$19909$0 , \port$19911$0 , \port$19913$0 , footprint, cmd);
+module \dx1_board.soc.cp1.decoder.footprint$35 (mv_last, \port$19911$0 , \port$19913$0 , \port$19915$0 , footprint, cmd);
   reg \$auto$verilog_backend.cc:2355:dump_module$117  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -65996,24 +66004,24 @@ module \dx1_board.soc.cp1.decoder.footprint$35 (mv_last, \port$19909$0 , \port$1
   input [33:0] mv_last;
   wire [33:0] mv_last;
   wire [33:0] p_src_end;
-  input [32:0] \port$19909$0 ;
-  wire [32:0] \port$19909$0 ;
-  input [20:0] \port$19911$0 ;
-  wire [20:0] \port$19911$0 ;
-  input [16:0] \port$19913$0 ;
-  wire [16:0] \port$19913$0 ;
+  input [32:0] \port$19911$0 ;
+  wire [32:0] \port$19911$0 ;
+  input [20:0] \port$19913$0 ;
+  wire [20:0] \port$19913$0 ;
+  input [16:0] \port$19915$0 ;
+  wire [16:0] \port$19915$0 ;
   assign \$1  = cmd[79:64] < cmd[95:80];
   assign \$2  = \$1  ? cmd[79:64] : cmd[95:80];
-  assign \$3  = \port$19909$0  > \port$19911$0 ;
-  assign \$4  = \$3  ? { 1'h0, \port$19909$0  } : { 13'h0000, \port$19911$0  };
+  assign \$3  = \port$19911$0  > \port$19913$0 ;
+  assign \$4  = \$3  ? { 1'h0, \port$19911$0  } : { 13'h0000, \port$19913$0  };
   assign \$5  = cmd[111:96] + cmd[127:112];
   assign \$6  = cmd[127:112] < cmd[79:64];
   assign \$7  = cmd[9] & \$6 ;
   assign \$8  = \$7  ? cmd[127:112] : cmd[79:64];
-  assign \$9  = cmd[127:112] >= \port$19913$0 ;
+  assign \$9  = cmd[127:112] >= \port$19915$0 ;
   assign \$10  = cmd[9] & \$9 ;
   assign \$11  = cmd[127:112] + 1'h1;
-  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$19913$0  };
+  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$19915$0  };
   assign \$13  = cmd[95:80] + cmd[111:96];
   assign \$14  = mv_last + 1'h1;
   assign \$15  = mv_last + 1'h1;
@@ -66064,9 +66072,9 @@ module \dx1_board.soc.cp1.decoder.footprint$35 (mv_last, \port$19909$0 , \port$1
         end
     endcase
   end
-  assign a_end = { 1'h0, \port$19909$0  };
-  assign b_end = { 13'h0000, \port$19911$0  };
-  assign p_src_end = { 17'h00000, \port$19913$0  };
+  assign a_end = { 1'h0, \port$19911$0  };
+  assign b_end = { 13'h0000, \port$19913$0  };
+  assign p_src_end = { 17'h00000, \port$19915$0  };
   assign \footprint.spm_r_lo  = footprint[33:0];
   assign \footprint.spm_r_hi  = footprint[67:34];
   assign \footprint.spm_w_lo  = footprint[101:68];
@@ -68460,8 +68468,8 @@ module \dx1_board.soc.cp1.ring (rst, ring_reset, doorbell, entries_ok, mask, doo
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.cp1.semaphore (\port$14975$0 , \port$14977$0 , \port$14979$0 , \port$14981$0 , \port$14983$0 , \port$14985$0 , \port$14987$0 , \port$14989$0 , \port$14991$0 , \port$14993$0 , \port$14995$0 , \port$14997$0 , \port$14999$0 , \port$15001$0 , \port$15003$0 , sem_grant, \port$19877$64 , signal, \wait , sem_valid, sem_delta
-, done, \port$14973$0 );
+module \dx1_board.soc.cp1.semaphore (\port$14977$0 , \port$14979$0 , \port$14981$0 , \port$14983$0 , \port$14985$0 , \port$14987$0 , \port$14989$0 , \port$14991$0 , \port$14993$0 , \port$14995$0 , \port$14997$0 , \port$14999$0 , \port$15001$0 , \port$15003$0 , \port$15005$0 , sem_grant, \port$19879$64 , signal, \wait , sem_valid, sem_delta
+, done, \port$14975$0 );
   reg \$auto$verilog_backend.cc:2355:dump_module$125  = 0;
   reg [15:0] \$1 ;
   wire \$2 ;
@@ -68469,8 +68477,6 @@ module \dx1_board.soc.cp1.semaphore (\port$14975$0 , \port$14977$0 , \port$14979
   wire [15:0] count;
   output done;
   reg done;
-  input [15:0] \port$14973$0 ;
-  wire [15:0] \port$14973$0 ;
   input [15:0] \port$14975$0 ;
   wire [15:0] \port$14975$0 ;
   input [15:0] \port$14977$0 ;
@@ -68501,8 +68507,10 @@ module \dx1_board.soc.cp1.semaphore (\port$14975$0 , \port$14977$0 , \port$14979
   wire [15:0] \port$15001$0 ;
   input [15:0] \port$15003$0 ;
   wire [15:0] \port$15003$0 ;
-  input [23:0] \port$19877$64 ;
-  wire [23:0] \port$19877$64 ;
+  input [15:0] \port$15005$0 ;
+  wire [15:0] \port$15005$0 ;
+  input [23:0] \port$19879$64 ;
+  wire [23:0] \port$19879$64 ;
   wire [7:0] sem;
   output [17:0] sem_delta;
   reg [17:0] sem_delta;
@@ -68532,44 +68540,44 @@ module \dx1_board.soc.cp1.semaphore (\port$14975$0 , \port$14977$0 , \port$14979
   wire signal;
   input \wait ;
   wire \wait ;
-  assign \$2  = \$1  >= \port$19877$64 [23:8];
-  assign \$3  = - \port$19877$64 [23:8];
+  assign \$2  = \$1  >= \port$19879$64 [23:8];
+  assign \$3  = - \port$19879$64 [23:8];
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$125 ) begin end
     \$1  = 16'h0000;
-    casez (\port$19877$64 [7:0])
+    casez (\port$19879$64 [7:0])
       8'h00:
-          \$1  = \port$14973$0 ;
-      8'h01:
           \$1  = \port$14975$0 ;
-      8'h02:
+      8'h01:
           \$1  = \port$14977$0 ;
-      8'h03:
+      8'h02:
           \$1  = \port$14979$0 ;
-      8'h04:
+      8'h03:
           \$1  = \port$14981$0 ;
-      8'h05:
+      8'h04:
           \$1  = \port$14983$0 ;
-      8'h06:
+      8'h05:
           \$1  = \port$14985$0 ;
-      8'h07:
+      8'h06:
           \$1  = \port$14987$0 ;
-      8'h08:
+      8'h07:
           \$1  = \port$14989$0 ;
-      8'h09:
+      8'h08:
           \$1  = \port$14991$0 ;
-      8'h0a:
+      8'h09:
           \$1  = \port$14993$0 ;
-      8'h0b:
+      8'h0a:
           \$1  = \port$14995$0 ;
-      8'h0c:
+      8'h0b:
           \$1  = \port$14997$0 ;
-      8'h0d:
+      8'h0c:
           \$1  = \port$14999$0 ;
-      8'h0e:
+      8'h0d:
           \$1  = \port$15001$0 ;
-      8'h0f:
+      8'h0e:
           \$1  = \port$15003$0 ;
+      8'h0f:
+          \$1  = \port$15005$0 ;
     endcase
   end
   always @* begin
@@ -68588,7 +68596,7 @@ module \dx1_board.soc.cp1.semaphore (\port$14975$0 , \port$14977$0 , \port$14979
     if (\$auto$verilog_backend.cc:2355:dump_module$125 ) begin end
     sem_delta = 18'h00000;
     if (signal) begin
-      sem_delta = { 2'h0, \port$19877$64 [23:8] };
+      sem_delta = { 2'h0, \port$19879$64 [23:8] };
     end
     if (\wait ) begin
       if (\$2 ) begin
@@ -68608,26 +68616,26 @@ module \dx1_board.soc.cp1.semaphore (\port$14975$0 , \port$14977$0 , \port$14979
       end
     end
   end
-  assign count = \port$19877$64 [23:8];
-  assign sem = \port$19877$64 [7:0];
-  assign sem_values = { \port$15003$0 , \port$15001$0 , \port$14999$0 , \port$14997$0 , \port$14995$0 , \port$14993$0 , \port$14991$0 , \port$14989$0 , \port$14987$0 , \port$14985$0 , \port$14983$0 , \port$14981$0 , \port$14979$0 , \port$14977$0 , \port$14975$0 , \port$14973$0  };
-  assign sem_index = \port$19877$64 [3:0];
-  assign \sem_values[0]  = \port$14973$0 ;
-  assign \sem_values[1]  = \port$14975$0 ;
-  assign \sem_values[2]  = \port$14977$0 ;
-  assign \sem_values[3]  = \port$14979$0 ;
-  assign \sem_values[4]  = \port$14981$0 ;
-  assign \sem_values[5]  = \port$14983$0 ;
-  assign \sem_values[6]  = \port$14985$0 ;
-  assign \sem_values[7]  = \port$14987$0 ;
-  assign \sem_values[8]  = \port$14989$0 ;
-  assign \sem_values[9]  = \port$14991$0 ;
-  assign \sem_values[10]  = \port$14993$0 ;
-  assign \sem_values[11]  = \port$14995$0 ;
-  assign \sem_values[12]  = \port$14997$0 ;
-  assign \sem_values[13]  = \port$14999$0 ;
-  assign \sem_values[14]  = \port$15001$0 ;
-  assign \sem_values[15]  = \port$15003$0 ;
+  assign count = \port$19879$64 [23:8];
+  assign sem = \port$19879$64 [7:0];
+  assign sem_values = { \port$15005$0 , \port$15003$0 , \port$15001$0 , \port$14999$0 , \port$14997$0 , \port$14995$0 , \port$14993$0 , \port$14991$0 , \port$14989$0 , \port$14987$0 , \port$14985$0 , \port$14983$0 , \port$14981$0 , \port$14979$0 , \port$14977$0 , \port$14975$0  };
+  assign sem_index = \port$19879$64 [3:0];
+  assign \sem_values[0]  = \port$14975$0 ;
+  assign \sem_values[1]  = \port$14977$0 ;
+  assign \sem_values[2]  = \port$14979$0 ;
+  assign \sem_values[3]  = \port$14981$0 ;
+  assign \sem_values[4]  = \port$14983$0 ;
+  assign \sem_values[5]  = \port$14985$0 ;
+  assign \sem_values[6]  = \port$14987$0 ;
+  assign \sem_values[7]  = \port$14989$0 ;
+  assign \sem_values[8]  = \port$14991$0 ;
+  assign \sem_values[9]  = \port$14993$0 ;
+  assign \sem_values[10]  = \port$14995$0 ;
+  assign \sem_values[11]  = \port$14997$0 ;
+  assign \sem_values[12]  = \port$14999$0 ;
+  assign \sem_values[13]  = \port$15001$0 ;
+  assign \sem_values[14]  = \port$15003$0 ;
+  assign \sem_values[15]  = \port$15005$0 ;
 endmodule
 
 (* generator = "Amaranth" *)
@@ -69560,7 +69568,7 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.dma0 (rst, bus__arready, bus__awready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, cmd__tready, axi__rready, done__tvalid, quiet, axi__wdata, axi__wvalid, axi__wstrb, axi__wlast, spm_wr__tvalid, acc_wr__tvalid
 , spm_rreq__tvalid, acc_rreq__tvalid, acc_rresp__tready, spm_rresp__tready, bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, abort, reset_units, done__tdata, bytes_read, axi__arvalid, axi__araddr, axi__arlen, bytes_written
-, axi__awvalid, axi__awaddr, axi__awlen, \port$17496$0 , \port$17498$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
+, axi__awvalid, axi__awaddr, axi__awlen, \port$17498$0 , \port$17500$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$128  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -69792,10 +69800,10 @@ module \dx1_board.soc.dma0 (rst, bus__arready, bus__awready, spm_wr__tready, acc
   wire [15:0] local_addr;
   wire [15:0] \local_addr$127 ;
   wire [29:0] move_beats;
-  output [255:0] \port$17496$0 ;
-  wire [255:0] \port$17496$0 ;
-  output [15:0] \port$17498$0 ;
-  wire [15:0] \port$17498$0 ;
+  output [255:0] \port$17498$0 ;
+  wire [255:0] \port$17498$0 ;
+  output [15:0] \port$17500$0 ;
+  wire [15:0] \port$17500$0 ;
   wire push;
   output quiet;
   wire quiet;
@@ -69968,7 +69976,7 @@ module \dx1_board.soc.dma0 (rst, bus__arready, bus__awready, spm_wr__tready, acc
     .fifo_ready(fifo_ready),
     .fifo_take(\fifo_take$179 ),
     .local_addr(command[143:128]),
-    .\port$7331$0 (r_data),
+    .\port$7333$0 (r_data),
     .rd_err(rd_err),
     .read_error(\read_error$20 ),
     .reset_units(reset_units),
@@ -70052,7 +70060,7 @@ module \dx1_board.soc.dma0 (rst, bus__arready, bus__awready, spm_wr__tready, acc
     .fifo_ready(fifo_ready),
     .is_copy(is_copy),
     .is_load(is_load),
-    .\port$7331$0 (r_data),
+    .\port$7333$0 (r_data),
     .quiet(\quiet$190 ),
     .rd_err(rd_err),
     .read_error(read_error),
@@ -70375,8 +70383,8 @@ module \dx1_board.soc.dma0 (rst, bus__arready, bus__awready, spm_wr__tready, acc
   assign \acc_rresp__tready$174  = acc_rresp__tready;
   assign \acc_rresp__tvalid$176  = acc_rresp__tvalid;
   assign axi__wdata = r_data[63:0];
-  assign \port$17496$0  = \$48 ;
-  assign \port$17498$0  = \$49 ;
+  assign \port$17498$0  = \$48 ;
+  assign \port$17500$0  = \$49 ;
   assign \$13  = { 1'h0, command[175:160], 2'h0 };
   assign \$14  = { 1'h0, command[175:160] };
   assign base = command[95:64];
@@ -70576,7 +70584,7 @@ module \dx1_board.soc.dma0.data_fifo (rst, r_en, w_rdy, r_data, reset_units, w_p
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \port$7331$0 , spm_wr__tvalid, acc_wr__tvalid, fifo_take, read_error, done, reset_units, local_addr, acc, rows, cols, row_stride, col_stride, rd_err, fifo_ready, wr_data
+module \dx1_board.soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \port$7333$0 , spm_wr__tvalid, acc_wr__tvalid, fifo_take, read_error, done, reset_units, local_addr, acc, rows, cols, row_stride, col_stride, rd_err, fifo_ready, wr_data
 , wr_addr, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$130  = 0;
   wire \$1 ;
@@ -70633,8 +70641,8 @@ module \dx1_board.soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, r
   input [15:0] local_addr;
   wire [15:0] local_addr;
   wire [15:0] \local_addr$14 ;
-  input [64:0] \port$7331$0 ;
-  wire [64:0] \port$7331$0 ;
+  input [64:0] \port$7333$0 ;
+  wire [64:0] \port$7333$0 ;
   input rd_err;
   wire rd_err;
   output read_error;
@@ -70680,12 +70688,12 @@ module \dx1_board.soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, r
   assign \$8  = \$6  | \$7 ;
   assign \$9  = \$8  | wr_ready;
   assign fifo_take = \$5  & \$9 ;
-  assign read_error = fifo_take & \port$7331$0 [64];
+  assign read_error = fifo_take & \port$7333$0 [64];
   assign advance = fifo_take & a_last;
   assign \$10  = ~ wr_valid;
   assign done = walked & \$10 ;
   assign \$11  = wr_valid & wr_ready;
-  assign \$12  = ~ \port$7331$0 [64];
+  assign \$12  = ~ \port$7333$0 [64];
   assign \$13  = ~ rd_err;
   assign \$14  = \$12  & \$13 ;
   assign \$15  = a_cnt + 1'h1;
@@ -70721,13 +70729,13 @@ module \dx1_board.soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, r
     (* full_case = 32'd1 *)
     casez (a_cnt)
       2'h0:
-          assembled[63:0] = \port$7331$0 [63:0];
+          assembled[63:0] = \port$7333$0 [63:0];
       2'h1:
-          assembled[127:64] = \port$7331$0 [63:0];
+          assembled[127:64] = \port$7333$0 [63:0];
       2'h2:
-          assembled[191:128] = \port$7331$0 [63:0];
+          assembled[191:128] = \port$7333$0 [63:0];
       2'h3:
-          assembled[255:192] = \port$7331$0 [63:0];
+          assembled[255:192] = \port$7333$0 [63:0];
     endcase
   end
   always @* begin
@@ -70850,8 +70858,8 @@ module \dx1_board.soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, r
   assign \cols$18  = cols;
   assign \row_stride$20  = row_stride;
   assign \col_stride$22  = col_stride;
-  assign fifo_data = \port$7331$0 [63:0];
-  assign fifo_err = \port$7331$0 [64];
+  assign fifo_data = \port$7333$0 [63:0];
+  assign fifo_err = \port$7333$0 [64];
 endmodule
 
 (* generator = "Amaranth" *)
@@ -71832,7 +71840,7 @@ module \dx1_board.soc.dma0.storer.walker (rst, start, advance, last, reset_units
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.dma0.writer (rst, ready, start, base, stride, segments, seg_beats, \port$7331$0 , copy_beat, error, bus__wvalid, bus__wstrb, bus__wlast, w_hs, read_error, done, quiet, bus__wready, bus__bvalid, bus__bresp, abort
+module \dx1_board.soc.dma0.writer (rst, ready, start, base, stride, segments, seg_beats, \port$7333$0 , copy_beat, error, bus__wvalid, bus__wstrb, bus__wlast, w_hs, read_error, done, quiet, bus__wready, bus__bvalid, bus__bresp, abort
 , reset_units, is_load, is_copy, rd_err, fifo_ready, bytes_written, bus__awvalid, bus__awaddr, bus__awlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$136  = 0;
   wire \$1 ;
@@ -71943,8 +71951,8 @@ module \dx1_board.soc.dma0.writer (rst, ready, start, base, stride, segments, se
   wire issued;
   wire [7:0] len;
   wire [8:0] max_beats;
-  input [64:0] \port$7331$0 ;
-  wire [64:0] \port$7331$0 ;
+  input [64:0] \port$7333$0 ;
+  wire [64:0] \port$7333$0 ;
   output quiet;
   wire quiet;
   wire [7:0] r_data;
@@ -72018,12 +72026,12 @@ module \dx1_board.soc.dma0.writer (rst, ready, start, base, stride, segments, se
   assign \$11  = w_cur & \$10 ;
   assign \$12  = ~ is_load;
   assign bus__wvalid = \$11  & \$12 ;
-  assign \$13  = \port$7331$0 [64] | rd_err;
+  assign \$13  = \port$7333$0 [64] | rd_err;
   assign w_bad = \$13  | abort;
   assign bus__wstrb = w_bad ? 8'h00 : 8'hff;
   assign bus__wlast = w_cnt == w_len;
   assign w_hs = bus__wvalid & bus__wready;
-  assign read_error = w_hs & \port$7331$0 [64];
+  assign read_error = w_hs & \port$7333$0 [64];
   assign \$14  = ~ w_cur;
   assign \$15  = w_hs & bus__wlast;
   assign \$16  = \$14  | \$15 ;
@@ -72183,9 +72191,9 @@ module \dx1_board.soc.dma0.writer (rst, ready, start, base, stride, segments, se
   assign issue = w_en;
   assign w_data = \$8 [7:0];
   assign bus__bready = 1'h1;
-  assign bus__wdata = \port$7331$0 [63:0];
-  assign fifo_data = \port$7331$0 [63:0];
-  assign fifo_err = \port$7331$0 [64];
+  assign bus__wdata = \port$7333$0 [63:0];
+  assign fifo_data = \port$7333$0 [63:0];
+  assign fifo_err = \port$7333$0 [64];
   assign fifo_take = w_hs;
   assign \$5  = 1'h1;
   assign \$6  = \$4 ;
@@ -72683,7 +72691,7 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.dma1 (rst, bus__arready, bus__awready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, cmd__tready, axi__rready, done__tvalid, quiet, axi__wdata, axi__wvalid, axi__wstrb, axi__wlast, spm_wr__tvalid, acc_wr__tvalid
 , spm_rreq__tvalid, acc_rreq__tvalid, acc_rresp__tready, spm_rresp__tready, bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, abort, reset_units, done__tdata, bytes_read, axi__arvalid, axi__araddr, axi__arlen, bytes_written
-, axi__awvalid, axi__awaddr, axi__awlen, \port$19803$0 , \port$19805$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
+, axi__awvalid, axi__awaddr, axi__awlen, \port$19805$0 , \port$19807$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$139  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -72915,10 +72923,10 @@ module \dx1_board.soc.dma1 (rst, bus__arready, bus__awready, spm_wr__tready, acc
   wire [15:0] local_addr;
   wire [15:0] \local_addr$127 ;
   wire [29:0] move_beats;
-  output [255:0] \port$19803$0 ;
-  wire [255:0] \port$19803$0 ;
-  output [15:0] \port$19805$0 ;
-  wire [15:0] \port$19805$0 ;
+  output [255:0] \port$19805$0 ;
+  wire [255:0] \port$19805$0 ;
+  output [15:0] \port$19807$0 ;
+  wire [15:0] \port$19807$0 ;
   wire push;
   output quiet;
   wire quiet;
@@ -73091,7 +73099,7 @@ module \dx1_board.soc.dma1 (rst, bus__arready, bus__awready, spm_wr__tready, acc
     .fifo_ready(fifo_ready),
     .fifo_take(\fifo_take$179 ),
     .local_addr(command[143:128]),
-    .\port$12666$0 (r_data),
+    .\port$12668$0 (r_data),
     .rd_err(rd_err),
     .read_error(\read_error$20 ),
     .reset_units(reset_units),
@@ -73175,7 +73183,7 @@ module \dx1_board.soc.dma1 (rst, bus__arready, bus__awready, spm_wr__tready, acc
     .fifo_ready(fifo_ready),
     .is_copy(is_copy),
     .is_load(is_load),
-    .\port$12666$0 (r_data),
+    .\port$12668$0 (r_data),
     .quiet(\quiet$190 ),
     .rd_err(rd_err),
     .read_error(read_error),
@@ -73498,8 +73506,8 @@ module \dx1_board.soc.dma1 (rst, bus__arready, bus__awready, spm_wr__tready, acc
   assign \acc_rresp__tready$174  = acc_rresp__tready;
   assign \acc_rresp__tvalid$176  = acc_rresp__tvalid;
   assign axi__wdata = r_data[63:0];
-  assign \port$19803$0  = \$48 ;
-  assign \port$19805$0  = \$49 ;
+  assign \port$19805$0  = \$48 ;
+  assign \port$19807$0  = \$49 ;
   assign \$13  = { 1'h0, command[175:160], 2'h0 };
   assign \$14  = { 1'h0, command[175:160] };
   assign base = command[95:64];
@@ -73699,7 +73707,7 @@ module \dx1_board.soc.dma1.data_fifo (rst, r_en, w_rdy, r_data, reset_units, w_p
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \port$12666$0 , spm_wr__tvalid, acc_wr__tvalid, fifo_take, read_error, done, reset_units, local_addr, acc, rows, cols, row_stride, col_stride, rd_err, fifo_ready, wr_data
+module \dx1_board.soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \port$12668$0 , spm_wr__tvalid, acc_wr__tvalid, fifo_take, read_error, done, reset_units, local_addr, acc, rows, cols, row_stride, col_stride, rd_err, fifo_ready, wr_data
 , wr_addr, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$141  = 0;
   wire \$1 ;
@@ -73756,8 +73764,8 @@ module \dx1_board.soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, r
   input [15:0] local_addr;
   wire [15:0] local_addr;
   wire [15:0] \local_addr$14 ;
-  input [64:0] \port$12666$0 ;
-  wire [64:0] \port$12666$0 ;
+  input [64:0] \port$12668$0 ;
+  wire [64:0] \port$12668$0 ;
   input rd_err;
   wire rd_err;
   output read_error;
@@ -73803,12 +73811,12 @@ module \dx1_board.soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, r
   assign \$8  = \$6  | \$7 ;
   assign \$9  = \$8  | wr_ready;
   assign fifo_take = \$5  & \$9 ;
-  assign read_error = fifo_take & \port$12666$0 [64];
+  assign read_error = fifo_take & \port$12668$0 [64];
   assign advance = fifo_take & a_last;
   assign \$10  = ~ wr_valid;
   assign done = walked & \$10 ;
   assign \$11  = wr_valid & wr_ready;
-  assign \$12  = ~ \port$12666$0 [64];
+  assign \$12  = ~ \port$12668$0 [64];
   assign \$13  = ~ rd_err;
   assign \$14  = \$12  & \$13 ;
   assign \$15  = a_cnt + 1'h1;
@@ -73844,13 +73852,13 @@ module \dx1_board.soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, r
     (* full_case = 32'd1 *)
     casez (a_cnt)
       2'h0:
-          assembled[63:0] = \port$12666$0 [63:0];
+          assembled[63:0] = \port$12668$0 [63:0];
       2'h1:
-          assembled[127:64] = \port$12666$0 [63:0];
+          assembled[127:64] = \port$12668$0 [63:0];
       2'h2:
-          assembled[191:128] = \port$12666$0 [63:0];
+          assembled[191:128] = \port$12668$0 [63:0];
       2'h3:
-          assembled[255:192] = \port$12666$0 [63:0];
+          assembled[255:192] = \port$12668$0 [63:0];
     endcase
   end
   always @* begin
@@ -73973,8 +73981,8 @@ module \dx1_board.soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, r
   assign \cols$18  = cols;
   assign \row_stride$20  = row_stride;
   assign \col_stride$22  = col_stride;
-  assign fifo_data = \port$12666$0 [63:0];
-  assign fifo_err = \port$12666$0 [64];
+  assign fifo_data = \port$12668$0 [63:0];
+  assign fifo_err = \port$12668$0 [64];
 endmodule
 
 (* generator = "Amaranth" *)
@@ -74955,7 +74963,7 @@ module \dx1_board.soc.dma1.storer.walker (rst, start, advance, last, reset_units
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.dma1.writer (rst, ready, start, base, stride, segments, seg_beats, \port$12666$0 , copy_beat, error, bus__wvalid, bus__wstrb, bus__wlast, w_hs, read_error, done, quiet, bus__wready, bus__bvalid, bus__bresp, abort
+module \dx1_board.soc.dma1.writer (rst, ready, start, base, stride, segments, seg_beats, \port$12668$0 , copy_beat, error, bus__wvalid, bus__wstrb, bus__wlast, w_hs, read_error, done, quiet, bus__wready, bus__bvalid, bus__bresp, abort
 , reset_units, is_load, is_copy, rd_err, fifo_ready, bytes_written, bus__awvalid, bus__awaddr, bus__awlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$147  = 0;
   wire \$1 ;
@@ -75066,8 +75074,8 @@ module \dx1_board.soc.dma1.writer (rst, ready, start, base, stride, segments, se
   wire issued;
   wire [7:0] len;
   wire [8:0] max_beats;
-  input [64:0] \port$12666$0 ;
-  wire [64:0] \port$12666$0 ;
+  input [64:0] \port$12668$0 ;
+  wire [64:0] \port$12668$0 ;
   output quiet;
   wire quiet;
   wire [7:0] r_data;
@@ -75141,12 +75149,12 @@ module \dx1_board.soc.dma1.writer (rst, ready, start, base, stride, segments, se
   assign \$11  = w_cur & \$10 ;
   assign \$12  = ~ is_load;
   assign bus__wvalid = \$11  & \$12 ;
-  assign \$13  = \port$12666$0 [64] | rd_err;
+  assign \$13  = \port$12668$0 [64] | rd_err;
   assign w_bad = \$13  | abort;
   assign bus__wstrb = w_bad ? 8'h00 : 8'hff;
   assign bus__wlast = w_cnt == w_len;
   assign w_hs = bus__wvalid & bus__wready;
-  assign read_error = w_hs & \port$12666$0 [64];
+  assign read_error = w_hs & \port$12668$0 [64];
   assign \$14  = ~ w_cur;
   assign \$15  = w_hs & bus__wlast;
   assign \$16  = \$14  | \$15 ;
@@ -75306,9 +75314,9 @@ module \dx1_board.soc.dma1.writer (rst, ready, start, base, stride, segments, se
   assign issue = w_en;
   assign w_data = \$8 [7:0];
   assign bus__bready = 1'h1;
-  assign bus__wdata = \port$12666$0 [63:0];
-  assign fifo_data = \port$12666$0 [63:0];
-  assign fifo_err = \port$12666$0 [64];
+  assign bus__wdata = \port$12668$0 [63:0];
+  assign fifo_data = \port$12668$0 [63:0];
+  assign fifo_err = \port$12668$0 [64];
   assign fifo_take = w_hs;
   assign \$5  = 1'h1;
   assign \$6  = \$4 ;
@@ -77754,27 +77762,27 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     .b_valid_3(\s3__bvalid$579 ),
     .b_valid_4(\s4__bvalid$728 ),
     .clk(clk),
-    .\port$13070$0 (\s3__araddr$448 [11:0]),
-    .\port$13070$14 (\s3__araddr$448 [31:14]),
-    .\port$17424$0 (\s2__araddr$299 [11:0]),
-    .\port$17424$14 (\s2__araddr$299 [31:14]),
-    .\port$17461$0 (\s2__awaddr$315 [11:0]),
-    .\port$17461$14 (\s2__awaddr$315 [31:14]),
-    .\port$17683$0 (\s1__awaddr$166 [11:0]),
-    .\port$17683$14 (\s1__awaddr$166 [31:14]),
-    .\port$1972$0 (\$481 ),
-    .\port$19731$0 (\s4__araddr$597 [11:0]),
-    .\port$19731$14 (\s4__araddr$597 [31:14]),
-    .\port$19768$0 (\s4__awaddr$613 [11:0]),
-    .\port$19768$14 (\s4__awaddr$613 [31:14]),
-    .\port$19990$0 (\s3__awaddr$464 [11:0]),
-    .\port$19990$14 (\s3__awaddr$464 [31:14]),
-    .\port$20190$0 (\s0__awaddr$17 [11:0]),
-    .\port$20190$14 (\s0__awaddr$17 [31:14]),
-    .\port$20198$0 (\s0__araddr$1 [11:0]),
-    .\port$20198$14 (\s0__araddr$1 [31:14]),
-    .\port$7735$0 (\s1__araddr$150 [11:0]),
-    .\port$7735$14 (\s1__araddr$150 [31:14]),
+    .\port$13072$0 (\s3__araddr$448 [11:0]),
+    .\port$13072$14 (\s3__araddr$448 [31:14]),
+    .\port$17426$0 (\s2__araddr$299 [11:0]),
+    .\port$17426$14 (\s2__araddr$299 [31:14]),
+    .\port$17463$0 (\s2__awaddr$315 [11:0]),
+    .\port$17463$14 (\s2__awaddr$315 [31:14]),
+    .\port$17685$0 (\s1__awaddr$166 [11:0]),
+    .\port$17685$14 (\s1__awaddr$166 [31:14]),
+    .\port$19733$0 (\s4__araddr$597 [11:0]),
+    .\port$19733$14 (\s4__araddr$597 [31:14]),
+    .\port$1974$0 (\$481 ),
+    .\port$19770$0 (\s4__awaddr$613 [11:0]),
+    .\port$19770$14 (\s4__awaddr$613 [31:14]),
+    .\port$19992$0 (\s3__awaddr$464 [11:0]),
+    .\port$19992$14 (\s3__awaddr$464 [31:14]),
+    .\port$20192$0 (\s0__awaddr$17 [11:0]),
+    .\port$20192$14 (\s0__awaddr$17 [31:14]),
+    .\port$20200$0 (\s0__araddr$1 [11:0]),
+    .\port$20200$14 (\s0__araddr$1 [31:14]),
+    .\port$7737$0 (\s1__araddr$150 [11:0]),
+    .\port$7737$14 (\s1__araddr$150 [31:14]),
     .rst(rst),
     .s0__arlen(s0__arlen),
     .s0__arready(\s0__arready$95 ),
@@ -77859,27 +77867,27 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     .b_valid_3(\s3__bvalid$585 ),
     .b_valid_4(\s4__bvalid$734 ),
     .clk(clk),
-    .\port$13070$0 (\s3__araddr$448 [11:0]),
-    .\port$13070$14 (\s3__araddr$448 [31:14]),
-    .\port$17424$0 (\s2__araddr$299 [11:0]),
-    .\port$17424$14 (\s2__araddr$299 [31:14]),
-    .\port$17461$0 (\s2__awaddr$315 [11:0]),
-    .\port$17461$14 (\s2__awaddr$315 [31:14]),
-    .\port$17683$0 (\s1__awaddr$166 [11:0]),
-    .\port$17683$14 (\s1__awaddr$166 [31:14]),
-    .\port$19731$0 (\s4__araddr$597 [11:0]),
-    .\port$19731$14 (\s4__araddr$597 [31:14]),
-    .\port$19768$0 (\s4__awaddr$613 [11:0]),
-    .\port$19768$14 (\s4__awaddr$613 [31:14]),
-    .\port$19990$0 (\s3__awaddr$464 [11:0]),
-    .\port$19990$14 (\s3__awaddr$464 [31:14]),
-    .\port$20190$0 (\s0__awaddr$17 [11:0]),
-    .\port$20190$14 (\s0__awaddr$17 [31:14]),
-    .\port$20198$0 (\s0__araddr$1 [11:0]),
-    .\port$20198$14 (\s0__araddr$1 [31:14]),
-    .\port$2308$0 (\$482 ),
-    .\port$7735$0 (\s1__araddr$150 [11:0]),
-    .\port$7735$14 (\s1__araddr$150 [31:14]),
+    .\port$13072$0 (\s3__araddr$448 [11:0]),
+    .\port$13072$14 (\s3__araddr$448 [31:14]),
+    .\port$17426$0 (\s2__araddr$299 [11:0]),
+    .\port$17426$14 (\s2__araddr$299 [31:14]),
+    .\port$17463$0 (\s2__awaddr$315 [11:0]),
+    .\port$17463$14 (\s2__awaddr$315 [31:14]),
+    .\port$17685$0 (\s1__awaddr$166 [11:0]),
+    .\port$17685$14 (\s1__awaddr$166 [31:14]),
+    .\port$19733$0 (\s4__araddr$597 [11:0]),
+    .\port$19733$14 (\s4__araddr$597 [31:14]),
+    .\port$19770$0 (\s4__awaddr$613 [11:0]),
+    .\port$19770$14 (\s4__awaddr$613 [31:14]),
+    .\port$19992$0 (\s3__awaddr$464 [11:0]),
+    .\port$19992$14 (\s3__awaddr$464 [31:14]),
+    .\port$20192$0 (\s0__awaddr$17 [11:0]),
+    .\port$20192$14 (\s0__awaddr$17 [31:14]),
+    .\port$20200$0 (\s0__araddr$1 [11:0]),
+    .\port$20200$14 (\s0__araddr$1 [31:14]),
+    .\port$2310$0 (\$482 ),
+    .\port$7737$0 (\s1__araddr$150 [11:0]),
+    .\port$7737$14 (\s1__araddr$150 [31:14]),
     .rst(rst),
     .s0__arlen(s0__arlen),
     .s0__arready(\s0__arready$96 ),
@@ -77964,27 +77972,27 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     .b_valid_3(\s3__bvalid$589 ),
     .b_valid_4(\s4__bvalid$738 ),
     .clk(clk),
-    .\port$13070$0 (\s3__araddr$448 [11:0]),
-    .\port$13070$14 (\s3__araddr$448 [31:14]),
-    .\port$17424$0 (\s2__araddr$299 [11:0]),
-    .\port$17424$14 (\s2__araddr$299 [31:14]),
-    .\port$17461$0 (\s2__awaddr$315 [11:0]),
-    .\port$17461$14 (\s2__awaddr$315 [31:14]),
-    .\port$17683$0 (\s1__awaddr$166 [11:0]),
-    .\port$17683$14 (\s1__awaddr$166 [31:14]),
-    .\port$19731$0 (\s4__araddr$597 [11:0]),
-    .\port$19731$14 (\s4__araddr$597 [31:14]),
-    .\port$19768$0 (\s4__awaddr$613 [11:0]),
-    .\port$19768$14 (\s4__awaddr$613 [31:14]),
-    .\port$19990$0 (\s3__awaddr$464 [11:0]),
-    .\port$19990$14 (\s3__awaddr$464 [31:14]),
-    .\port$20190$0 (\s0__awaddr$17 [11:0]),
-    .\port$20190$14 (\s0__awaddr$17 [31:14]),
-    .\port$20198$0 (\s0__araddr$1 [11:0]),
-    .\port$20198$14 (\s0__araddr$1 [31:14]),
-    .\port$2644$0 (\$483 ),
-    .\port$7735$0 (\s1__araddr$150 [11:0]),
-    .\port$7735$14 (\s1__araddr$150 [31:14]),
+    .\port$13072$0 (\s3__araddr$448 [11:0]),
+    .\port$13072$14 (\s3__araddr$448 [31:14]),
+    .\port$17426$0 (\s2__araddr$299 [11:0]),
+    .\port$17426$14 (\s2__araddr$299 [31:14]),
+    .\port$17463$0 (\s2__awaddr$315 [11:0]),
+    .\port$17463$14 (\s2__awaddr$315 [31:14]),
+    .\port$17685$0 (\s1__awaddr$166 [11:0]),
+    .\port$17685$14 (\s1__awaddr$166 [31:14]),
+    .\port$19733$0 (\s4__araddr$597 [11:0]),
+    .\port$19733$14 (\s4__araddr$597 [31:14]),
+    .\port$19770$0 (\s4__awaddr$613 [11:0]),
+    .\port$19770$14 (\s4__awaddr$613 [31:14]),
+    .\port$19992$0 (\s3__awaddr$464 [11:0]),
+    .\port$19992$14 (\s3__awaddr$464 [31:14]),
+    .\port$20192$0 (\s0__awaddr$17 [11:0]),
+    .\port$20192$14 (\s0__awaddr$17 [31:14]),
+    .\port$20200$0 (\s0__araddr$1 [11:0]),
+    .\port$20200$14 (\s0__araddr$1 [31:14]),
+    .\port$2646$0 (\$483 ),
+    .\port$7737$0 (\s1__araddr$150 [11:0]),
+    .\port$7737$14 (\s1__araddr$150 [31:14]),
     .rst(rst),
     .s0__arlen(s0__arlen),
     .s0__arready(\s0__arready$97 ),
@@ -78069,27 +78077,27 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     .b_valid_3(\s3__bvalid$593 ),
     .b_valid_4(\s4__bvalid$742 ),
     .clk(clk),
-    .\port$13070$0 (\s3__araddr$448 [11:0]),
-    .\port$13070$14 (\s3__araddr$448 [31:14]),
-    .\port$17424$0 (\s2__araddr$299 [11:0]),
-    .\port$17424$14 (\s2__araddr$299 [31:14]),
-    .\port$17461$0 (\s2__awaddr$315 [11:0]),
-    .\port$17461$14 (\s2__awaddr$315 [31:14]),
-    .\port$17683$0 (\s1__awaddr$166 [11:0]),
-    .\port$17683$14 (\s1__awaddr$166 [31:14]),
-    .\port$19731$0 (\s4__araddr$597 [11:0]),
-    .\port$19731$14 (\s4__araddr$597 [31:14]),
-    .\port$19768$0 (\s4__awaddr$613 [11:0]),
-    .\port$19768$14 (\s4__awaddr$613 [31:14]),
-    .\port$19990$0 (\s3__awaddr$464 [11:0]),
-    .\port$19990$14 (\s3__awaddr$464 [31:14]),
-    .\port$20190$0 (\s0__awaddr$17 [11:0]),
-    .\port$20190$14 (\s0__awaddr$17 [31:14]),
-    .\port$20198$0 (\s0__araddr$1 [11:0]),
-    .\port$20198$14 (\s0__araddr$1 [31:14]),
-    .\port$2980$0 (\$484 ),
-    .\port$7735$0 (\s1__araddr$150 [11:0]),
-    .\port$7735$14 (\s1__araddr$150 [31:14]),
+    .\port$13072$0 (\s3__araddr$448 [11:0]),
+    .\port$13072$14 (\s3__araddr$448 [31:14]),
+    .\port$17426$0 (\s2__araddr$299 [11:0]),
+    .\port$17426$14 (\s2__araddr$299 [31:14]),
+    .\port$17463$0 (\s2__awaddr$315 [11:0]),
+    .\port$17463$14 (\s2__awaddr$315 [31:14]),
+    .\port$17685$0 (\s1__awaddr$166 [11:0]),
+    .\port$17685$14 (\s1__awaddr$166 [31:14]),
+    .\port$19733$0 (\s4__araddr$597 [11:0]),
+    .\port$19733$14 (\s4__araddr$597 [31:14]),
+    .\port$19770$0 (\s4__awaddr$613 [11:0]),
+    .\port$19770$14 (\s4__awaddr$613 [31:14]),
+    .\port$19992$0 (\s3__awaddr$464 [11:0]),
+    .\port$19992$14 (\s3__awaddr$464 [31:14]),
+    .\port$20192$0 (\s0__awaddr$17 [11:0]),
+    .\port$20192$14 (\s0__awaddr$17 [31:14]),
+    .\port$20200$0 (\s0__araddr$1 [11:0]),
+    .\port$20200$14 (\s0__araddr$1 [31:14]),
+    .\port$2982$0 (\$484 ),
+    .\port$7737$0 (\s1__araddr$150 [11:0]),
+    .\port$7737$14 (\s1__araddr$150 [31:14]),
     .rst(rst),
     .s0__arlen(s0__arlen),
     .s0__arready(\s0__arready$98 ),
@@ -79390,9 +79398,9 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid, s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready
 , s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready, s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp
-, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$1972$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7735$0 , \port$7735$14 , s4__wdata, s4__wstrb, \port$13070$0 , \port$13070$14 , s0__wdata, s0__wstrb
-, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$17424$0 , \port$17424$14 , s2__arlen, \port$17461$0 , \port$17461$14 , s2__awlen
-, \port$17683$0 , \port$17683$14 , s1__wdata, \port$19731$0 , \port$19731$14 , s4__arlen, \port$19768$0 , \port$19768$14 , s4__awlen, \port$19990$0 , \port$19990$14 , s3__wdata, \port$20190$0 , \port$20190$14 , s0__awlen, \port$20198$0 , \port$20198$14 , s0__arlen, clk);
+, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$1974$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7737$0 , \port$7737$14 , s4__wdata, s4__wstrb, \port$13072$0 , \port$13072$14 , s0__wdata, s0__wstrb
+, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$17426$0 , \port$17426$14 , s2__arlen, \port$17463$0 , \port$17463$14 , s2__awlen
+, \port$17685$0 , \port$17685$14 , s1__wdata, \port$19733$0 , \port$19733$14 , s4__arlen, \port$19770$0 , \port$19770$14 , s4__awlen, \port$19992$0 , \port$19992$14 , s3__wdata, \port$20192$0 , \port$20192$14 , s0__awlen, \port$20200$0 , \port$20200$14 , s0__arlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$151  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -79677,48 +79685,48 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   wire \pending.last ;
   wire [2:0] \pending.port ;
   reg pending_valid = 1'h0;
-  input [11:0] \port$13070$0 ;
-  wire [11:0] \port$13070$0 ;
-  input [17:0] \port$13070$14 ;
-  wire [17:0] \port$13070$14 ;
-  input [11:0] \port$17424$0 ;
-  wire [11:0] \port$17424$0 ;
-  input [17:0] \port$17424$14 ;
-  wire [17:0] \port$17424$14 ;
-  input [11:0] \port$17461$0 ;
-  wire [11:0] \port$17461$0 ;
-  input [17:0] \port$17461$14 ;
-  wire [17:0] \port$17461$14 ;
-  input [11:0] \port$17683$0 ;
-  wire [11:0] \port$17683$0 ;
-  input [17:0] \port$17683$14 ;
-  wire [17:0] \port$17683$14 ;
-  output [67:0] \port$1972$0 ;
-  wire [67:0] \port$1972$0 ;
-  input [11:0] \port$19731$0 ;
-  wire [11:0] \port$19731$0 ;
-  input [17:0] \port$19731$14 ;
-  wire [17:0] \port$19731$14 ;
-  input [11:0] \port$19768$0 ;
-  wire [11:0] \port$19768$0 ;
-  input [17:0] \port$19768$14 ;
-  wire [17:0] \port$19768$14 ;
-  input [11:0] \port$19990$0 ;
-  wire [11:0] \port$19990$0 ;
-  input [17:0] \port$19990$14 ;
-  wire [17:0] \port$19990$14 ;
-  input [11:0] \port$20190$0 ;
-  wire [11:0] \port$20190$0 ;
-  input [17:0] \port$20190$14 ;
-  wire [17:0] \port$20190$14 ;
-  input [11:0] \port$20198$0 ;
-  wire [11:0] \port$20198$0 ;
-  input [17:0] \port$20198$14 ;
-  wire [17:0] \port$20198$14 ;
-  input [11:0] \port$7735$0 ;
-  wire [11:0] \port$7735$0 ;
-  input [17:0] \port$7735$14 ;
-  wire [17:0] \port$7735$14 ;
+  input [11:0] \port$13072$0 ;
+  wire [11:0] \port$13072$0 ;
+  input [17:0] \port$13072$14 ;
+  wire [17:0] \port$13072$14 ;
+  input [11:0] \port$17426$0 ;
+  wire [11:0] \port$17426$0 ;
+  input [17:0] \port$17426$14 ;
+  wire [17:0] \port$17426$14 ;
+  input [11:0] \port$17463$0 ;
+  wire [11:0] \port$17463$0 ;
+  input [17:0] \port$17463$14 ;
+  wire [17:0] \port$17463$14 ;
+  input [11:0] \port$17685$0 ;
+  wire [11:0] \port$17685$0 ;
+  input [17:0] \port$17685$14 ;
+  wire [17:0] \port$17685$14 ;
+  input [11:0] \port$19733$0 ;
+  wire [11:0] \port$19733$0 ;
+  input [17:0] \port$19733$14 ;
+  wire [17:0] \port$19733$14 ;
+  output [67:0] \port$1974$0 ;
+  wire [67:0] \port$1974$0 ;
+  input [11:0] \port$19770$0 ;
+  wire [11:0] \port$19770$0 ;
+  input [17:0] \port$19770$14 ;
+  wire [17:0] \port$19770$14 ;
+  input [11:0] \port$19992$0 ;
+  wire [11:0] \port$19992$0 ;
+  input [17:0] \port$19992$14 ;
+  wire [17:0] \port$19992$14 ;
+  input [11:0] \port$20192$0 ;
+  wire [11:0] \port$20192$0 ;
+  input [17:0] \port$20192$14 ;
+  wire [17:0] \port$20192$14 ;
+  input [11:0] \port$20200$0 ;
+  wire [11:0] \port$20200$0 ;
+  input [17:0] \port$20200$14 ;
+  wire [17:0] \port$20200$14 ;
+  input [11:0] \port$7737$0 ;
+  wire [11:0] \port$7737$0 ;
+  input [17:0] \port$7737$14 ;
+  wire [17:0] \port$7737$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -80309,15 +80317,15 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (aw_grant)
       3'h0:
-          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$20190$14 , \port$20190$0  };
+          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$20192$14 , \port$20192$0  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$17683$14 , \port$17683$0  };
+          aw_sel = { 19'h02c00, \port$17685$14 , \port$17685$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$17461$14 , \port$17461$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$17463$14 , \port$17463$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$19990$14 , \port$19990$0  };
+          aw_sel = { 19'h02c00, \port$19992$14 , \port$19992$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$19768$14 , \port$19768$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$19770$14 , \port$19770$0  };
     endcase
   end
   always @* begin
@@ -80405,15 +80413,15 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (ar_grant)
       3'h0:
-          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$20198$14 , \port$20198$0  };
+          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$20200$14 , \port$20200$0  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$7735$14 , \port$7735$0  };
+          ar_sel = { 19'h02c0c, \port$7737$14 , \port$7737$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$17424$14 , \port$17424$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$17426$14 , \port$17426$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$13070$14 , \port$13070$0  };
+          ar_sel = { 19'h02c0c, \port$13072$14 , \port$13072$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$19731$14 , \port$19731$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$19733$14 , \port$19733$0  };
     endcase
   end
   always @* begin
@@ -80842,25 +80850,25 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
       \$229  = 73'h0000000000000000000;
     end
   end
-  assign s0__awaddr = { 2'h0, \port$20190$14 , \port$20190$0  };
+  assign s0__awaddr = { 2'h0, \port$20192$14 , \port$20192$0  };
   assign s0__awsize = 3'h3;
   assign s0__awburst = 2'h1;
   assign s0__awid = 4'h0;
-  assign s1__awaddr = { 2'h0, \port$17683$14 , \port$17683$0  };
+  assign s1__awaddr = { 2'h0, \port$17685$14 , \port$17685$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$17461$14 , \port$17461$0  };
+  assign s2__awaddr = { 2'h0, \port$17463$14 , \port$17463$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$19990$14 , \port$19990$0  };
+  assign s3__awaddr = { 2'h0, \port$19992$14 , \port$19992$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$19768$14 , \port$19768$0  };
+  assign s4__awaddr = { 2'h0, \port$19770$14 , \port$19770$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -80883,25 +80891,25 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign b_resp_4 = s4__bresp;
   assign w_addr = wr__addr;
   assign wr__data = w_data;
-  assign s0__araddr = { 2'h0, \port$20198$14 , \port$20198$0  };
+  assign s0__araddr = { 2'h0, \port$20200$14 , \port$20200$0  };
   assign s0__arsize = 3'h3;
   assign s0__arburst = 2'h1;
   assign s0__arid = 4'h0;
-  assign s1__araddr = { 2'h0, \port$7735$14 , \port$7735$0  };
+  assign s1__araddr = { 2'h0, \port$7737$14 , \port$7737$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$17424$14 , \port$17424$0  };
+  assign s2__araddr = { 2'h0, \port$17426$14 , \port$17426$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$13070$14 , \port$13070$0  };
+  assign s3__araddr = { 2'h0, \port$13072$14 , \port$13072$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$19731$14 , \port$19731$0  };
+  assign s4__araddr = { 2'h0, \port$19733$14 , \port$19733$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -80923,7 +80931,7 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign s4__rid = r_data[67:64];
   assign s4__rlast = r_data[72];
   assign r_en = r_ready;
-  assign \port$1972$0  = r_data[67:0];
+  assign \port$1974$0  = r_data[67:0];
   assign s0__rlast = r_data[72];
   assign \into.data  = into[63:0];
   assign \into.id  = into[67:64];
@@ -81091,9 +81099,9 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid, s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready
 , s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready, s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp
-, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2308$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7735$0 , \port$7735$14 , s4__wdata, s4__wstrb, \port$13070$0 , \port$13070$14 , s0__wdata, s0__wstrb
-, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$17424$0 , \port$17424$14 , s2__arlen, \port$17461$0 , \port$17461$14 , s2__awlen
-, \port$17683$0 , \port$17683$14 , s1__wdata, \port$19731$0 , \port$19731$14 , s4__arlen, \port$19768$0 , \port$19768$14 , s4__awlen, \port$19990$0 , \port$19990$14 , s3__wdata, \port$20190$0 , \port$20190$14 , s0__awlen, \port$20198$0 , \port$20198$14 , s0__arlen, clk);
+, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2310$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7737$0 , \port$7737$14 , s4__wdata, s4__wstrb, \port$13072$0 , \port$13072$14 , s0__wdata, s0__wstrb
+, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$17426$0 , \port$17426$14 , s2__arlen, \port$17463$0 , \port$17463$14 , s2__awlen
+, \port$17685$0 , \port$17685$14 , s1__wdata, \port$19733$0 , \port$19733$14 , s4__arlen, \port$19770$0 , \port$19770$14 , s4__awlen, \port$19992$0 , \port$19992$14 , s3__wdata, \port$20192$0 , \port$20192$14 , s0__awlen, \port$20200$0 , \port$20200$14 , s0__arlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$153  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -81378,48 +81386,48 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   wire \pending.last ;
   wire [2:0] \pending.port ;
   reg pending_valid = 1'h0;
-  input [11:0] \port$13070$0 ;
-  wire [11:0] \port$13070$0 ;
-  input [17:0] \port$13070$14 ;
-  wire [17:0] \port$13070$14 ;
-  input [11:0] \port$17424$0 ;
-  wire [11:0] \port$17424$0 ;
-  input [17:0] \port$17424$14 ;
-  wire [17:0] \port$17424$14 ;
-  input [11:0] \port$17461$0 ;
-  wire [11:0] \port$17461$0 ;
-  input [17:0] \port$17461$14 ;
-  wire [17:0] \port$17461$14 ;
-  input [11:0] \port$17683$0 ;
-  wire [11:0] \port$17683$0 ;
-  input [17:0] \port$17683$14 ;
-  wire [17:0] \port$17683$14 ;
-  input [11:0] \port$19731$0 ;
-  wire [11:0] \port$19731$0 ;
-  input [17:0] \port$19731$14 ;
-  wire [17:0] \port$19731$14 ;
-  input [11:0] \port$19768$0 ;
-  wire [11:0] \port$19768$0 ;
-  input [17:0] \port$19768$14 ;
-  wire [17:0] \port$19768$14 ;
-  input [11:0] \port$19990$0 ;
-  wire [11:0] \port$19990$0 ;
-  input [17:0] \port$19990$14 ;
-  wire [17:0] \port$19990$14 ;
-  input [11:0] \port$20190$0 ;
-  wire [11:0] \port$20190$0 ;
-  input [17:0] \port$20190$14 ;
-  wire [17:0] \port$20190$14 ;
-  input [11:0] \port$20198$0 ;
-  wire [11:0] \port$20198$0 ;
-  input [17:0] \port$20198$14 ;
-  wire [17:0] \port$20198$14 ;
-  output [67:0] \port$2308$0 ;
-  wire [67:0] \port$2308$0 ;
-  input [11:0] \port$7735$0 ;
-  wire [11:0] \port$7735$0 ;
-  input [17:0] \port$7735$14 ;
-  wire [17:0] \port$7735$14 ;
+  input [11:0] \port$13072$0 ;
+  wire [11:0] \port$13072$0 ;
+  input [17:0] \port$13072$14 ;
+  wire [17:0] \port$13072$14 ;
+  input [11:0] \port$17426$0 ;
+  wire [11:0] \port$17426$0 ;
+  input [17:0] \port$17426$14 ;
+  wire [17:0] \port$17426$14 ;
+  input [11:0] \port$17463$0 ;
+  wire [11:0] \port$17463$0 ;
+  input [17:0] \port$17463$14 ;
+  wire [17:0] \port$17463$14 ;
+  input [11:0] \port$17685$0 ;
+  wire [11:0] \port$17685$0 ;
+  input [17:0] \port$17685$14 ;
+  wire [17:0] \port$17685$14 ;
+  input [11:0] \port$19733$0 ;
+  wire [11:0] \port$19733$0 ;
+  input [17:0] \port$19733$14 ;
+  wire [17:0] \port$19733$14 ;
+  input [11:0] \port$19770$0 ;
+  wire [11:0] \port$19770$0 ;
+  input [17:0] \port$19770$14 ;
+  wire [17:0] \port$19770$14 ;
+  input [11:0] \port$19992$0 ;
+  wire [11:0] \port$19992$0 ;
+  input [17:0] \port$19992$14 ;
+  wire [17:0] \port$19992$14 ;
+  input [11:0] \port$20192$0 ;
+  wire [11:0] \port$20192$0 ;
+  input [17:0] \port$20192$14 ;
+  wire [17:0] \port$20192$14 ;
+  input [11:0] \port$20200$0 ;
+  wire [11:0] \port$20200$0 ;
+  input [17:0] \port$20200$14 ;
+  wire [17:0] \port$20200$14 ;
+  output [67:0] \port$2310$0 ;
+  wire [67:0] \port$2310$0 ;
+  input [11:0] \port$7737$0 ;
+  wire [11:0] \port$7737$0 ;
+  input [17:0] \port$7737$14 ;
+  wire [17:0] \port$7737$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -82010,15 +82018,15 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (aw_grant)
       3'h0:
-          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$20190$14 , \port$20190$0  };
+          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$20192$14 , \port$20192$0  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$17683$14 , \port$17683$0  };
+          aw_sel = { 19'h02c00, \port$17685$14 , \port$17685$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$17461$14 , \port$17461$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$17463$14 , \port$17463$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$19990$14 , \port$19990$0  };
+          aw_sel = { 19'h02c00, \port$19992$14 , \port$19992$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$19768$14 , \port$19768$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$19770$14 , \port$19770$0  };
     endcase
   end
   always @* begin
@@ -82106,15 +82114,15 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (ar_grant)
       3'h0:
-          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$20198$14 , \port$20198$0  };
+          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$20200$14 , \port$20200$0  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$7735$14 , \port$7735$0  };
+          ar_sel = { 19'h02c0c, \port$7737$14 , \port$7737$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$17424$14 , \port$17424$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$17426$14 , \port$17426$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$13070$14 , \port$13070$0  };
+          ar_sel = { 19'h02c0c, \port$13072$14 , \port$13072$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$19731$14 , \port$19731$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$19733$14 , \port$19733$0  };
     endcase
   end
   always @* begin
@@ -82543,25 +82551,25 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
       \$229  = 73'h0000000000000000000;
     end
   end
-  assign s0__awaddr = { 2'h0, \port$20190$14 , \port$20190$0  };
+  assign s0__awaddr = { 2'h0, \port$20192$14 , \port$20192$0  };
   assign s0__awsize = 3'h3;
   assign s0__awburst = 2'h1;
   assign s0__awid = 4'h0;
-  assign s1__awaddr = { 2'h0, \port$17683$14 , \port$17683$0  };
+  assign s1__awaddr = { 2'h0, \port$17685$14 , \port$17685$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$17461$14 , \port$17461$0  };
+  assign s2__awaddr = { 2'h0, \port$17463$14 , \port$17463$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$19990$14 , \port$19990$0  };
+  assign s3__awaddr = { 2'h0, \port$19992$14 , \port$19992$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$19768$14 , \port$19768$0  };
+  assign s4__awaddr = { 2'h0, \port$19770$14 , \port$19770$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -82584,25 +82592,25 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign b_resp_4 = s4__bresp;
   assign w_addr = wr__addr;
   assign wr__data = w_data;
-  assign s0__araddr = { 2'h0, \port$20198$14 , \port$20198$0  };
+  assign s0__araddr = { 2'h0, \port$20200$14 , \port$20200$0  };
   assign s0__arsize = 3'h3;
   assign s0__arburst = 2'h1;
   assign s0__arid = 4'h0;
-  assign s1__araddr = { 2'h0, \port$7735$14 , \port$7735$0  };
+  assign s1__araddr = { 2'h0, \port$7737$14 , \port$7737$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$17424$14 , \port$17424$0  };
+  assign s2__araddr = { 2'h0, \port$17426$14 , \port$17426$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$13070$14 , \port$13070$0  };
+  assign s3__araddr = { 2'h0, \port$13072$14 , \port$13072$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$19731$14 , \port$19731$0  };
+  assign s4__araddr = { 2'h0, \port$19733$14 , \port$19733$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -82624,7 +82632,7 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign s4__rid = r_data[67:64];
   assign s4__rlast = r_data[72];
   assign r_en = r_ready;
-  assign \port$2308$0  = r_data[67:0];
+  assign \port$2310$0  = r_data[67:0];
   assign s0__rlast = r_data[72];
   assign \into.data  = into[63:0];
   assign \into.id  = into[67:64];
@@ -82792,9 +82800,9 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid, s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready
 , s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready, s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp
-, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2644$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7735$0 , \port$7735$14 , s4__wdata, s4__wstrb, \port$13070$0 , \port$13070$14 , s0__wdata, s0__wstrb
-, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$17424$0 , \port$17424$14 , s2__arlen, \port$17461$0 , \port$17461$14 , s2__awlen
-, \port$17683$0 , \port$17683$14 , s1__wdata, \port$19731$0 , \port$19731$14 , s4__arlen, \port$19768$0 , \port$19768$14 , s4__awlen, \port$19990$0 , \port$19990$14 , s3__wdata, \port$20190$0 , \port$20190$14 , s0__awlen, \port$20198$0 , \port$20198$14 , s0__arlen, clk);
+, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2646$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7737$0 , \port$7737$14 , s4__wdata, s4__wstrb, \port$13072$0 , \port$13072$14 , s0__wdata, s0__wstrb
+, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$17426$0 , \port$17426$14 , s2__arlen, \port$17463$0 , \port$17463$14 , s2__awlen
+, \port$17685$0 , \port$17685$14 , s1__wdata, \port$19733$0 , \port$19733$14 , s4__arlen, \port$19770$0 , \port$19770$14 , s4__awlen, \port$19992$0 , \port$19992$14 , s3__wdata, \port$20192$0 , \port$20192$14 , s0__awlen, \port$20200$0 , \port$20200$14 , s0__arlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$155  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -83079,48 +83087,48 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   wire \pending.last ;
   wire [2:0] \pending.port ;
   reg pending_valid = 1'h0;
-  input [11:0] \port$13070$0 ;
-  wire [11:0] \port$13070$0 ;
-  input [17:0] \port$13070$14 ;
-  wire [17:0] \port$13070$14 ;
-  input [11:0] \port$17424$0 ;
-  wire [11:0] \port$17424$0 ;
-  input [17:0] \port$17424$14 ;
-  wire [17:0] \port$17424$14 ;
-  input [11:0] \port$17461$0 ;
-  wire [11:0] \port$17461$0 ;
-  input [17:0] \port$17461$14 ;
-  wire [17:0] \port$17461$14 ;
-  input [11:0] \port$17683$0 ;
-  wire [11:0] \port$17683$0 ;
-  input [17:0] \port$17683$14 ;
-  wire [17:0] \port$17683$14 ;
-  input [11:0] \port$19731$0 ;
-  wire [11:0] \port$19731$0 ;
-  input [17:0] \port$19731$14 ;
-  wire [17:0] \port$19731$14 ;
-  input [11:0] \port$19768$0 ;
-  wire [11:0] \port$19768$0 ;
-  input [17:0] \port$19768$14 ;
-  wire [17:0] \port$19768$14 ;
-  input [11:0] \port$19990$0 ;
-  wire [11:0] \port$19990$0 ;
-  input [17:0] \port$19990$14 ;
-  wire [17:0] \port$19990$14 ;
-  input [11:0] \port$20190$0 ;
-  wire [11:0] \port$20190$0 ;
-  input [17:0] \port$20190$14 ;
-  wire [17:0] \port$20190$14 ;
-  input [11:0] \port$20198$0 ;
-  wire [11:0] \port$20198$0 ;
-  input [17:0] \port$20198$14 ;
-  wire [17:0] \port$20198$14 ;
-  output [67:0] \port$2644$0 ;
-  wire [67:0] \port$2644$0 ;
-  input [11:0] \port$7735$0 ;
-  wire [11:0] \port$7735$0 ;
-  input [17:0] \port$7735$14 ;
-  wire [17:0] \port$7735$14 ;
+  input [11:0] \port$13072$0 ;
+  wire [11:0] \port$13072$0 ;
+  input [17:0] \port$13072$14 ;
+  wire [17:0] \port$13072$14 ;
+  input [11:0] \port$17426$0 ;
+  wire [11:0] \port$17426$0 ;
+  input [17:0] \port$17426$14 ;
+  wire [17:0] \port$17426$14 ;
+  input [11:0] \port$17463$0 ;
+  wire [11:0] \port$17463$0 ;
+  input [17:0] \port$17463$14 ;
+  wire [17:0] \port$17463$14 ;
+  input [11:0] \port$17685$0 ;
+  wire [11:0] \port$17685$0 ;
+  input [17:0] \port$17685$14 ;
+  wire [17:0] \port$17685$14 ;
+  input [11:0] \port$19733$0 ;
+  wire [11:0] \port$19733$0 ;
+  input [17:0] \port$19733$14 ;
+  wire [17:0] \port$19733$14 ;
+  input [11:0] \port$19770$0 ;
+  wire [11:0] \port$19770$0 ;
+  input [17:0] \port$19770$14 ;
+  wire [17:0] \port$19770$14 ;
+  input [11:0] \port$19992$0 ;
+  wire [11:0] \port$19992$0 ;
+  input [17:0] \port$19992$14 ;
+  wire [17:0] \port$19992$14 ;
+  input [11:0] \port$20192$0 ;
+  wire [11:0] \port$20192$0 ;
+  input [17:0] \port$20192$14 ;
+  wire [17:0] \port$20192$14 ;
+  input [11:0] \port$20200$0 ;
+  wire [11:0] \port$20200$0 ;
+  input [17:0] \port$20200$14 ;
+  wire [17:0] \port$20200$14 ;
+  output [67:0] \port$2646$0 ;
+  wire [67:0] \port$2646$0 ;
+  input [11:0] \port$7737$0 ;
+  wire [11:0] \port$7737$0 ;
+  input [17:0] \port$7737$14 ;
+  wire [17:0] \port$7737$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -83711,15 +83719,15 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (aw_grant)
       3'h0:
-          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$20190$14 , \port$20190$0  };
+          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$20192$14 , \port$20192$0  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$17683$14 , \port$17683$0  };
+          aw_sel = { 19'h02c00, \port$17685$14 , \port$17685$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$17461$14 , \port$17461$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$17463$14 , \port$17463$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$19990$14 , \port$19990$0  };
+          aw_sel = { 19'h02c00, \port$19992$14 , \port$19992$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$19768$14 , \port$19768$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$19770$14 , \port$19770$0  };
     endcase
   end
   always @* begin
@@ -83807,15 +83815,15 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (ar_grant)
       3'h0:
-          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$20198$14 , \port$20198$0  };
+          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$20200$14 , \port$20200$0  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$7735$14 , \port$7735$0  };
+          ar_sel = { 19'h02c0c, \port$7737$14 , \port$7737$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$17424$14 , \port$17424$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$17426$14 , \port$17426$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$13070$14 , \port$13070$0  };
+          ar_sel = { 19'h02c0c, \port$13072$14 , \port$13072$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$19731$14 , \port$19731$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$19733$14 , \port$19733$0  };
     endcase
   end
   always @* begin
@@ -84244,25 +84252,25 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
       \$229  = 73'h0000000000000000000;
     end
   end
-  assign s0__awaddr = { 2'h0, \port$20190$14 , \port$20190$0  };
+  assign s0__awaddr = { 2'h0, \port$20192$14 , \port$20192$0  };
   assign s0__awsize = 3'h3;
   assign s0__awburst = 2'h1;
   assign s0__awid = 4'h0;
-  assign s1__awaddr = { 2'h0, \port$17683$14 , \port$17683$0  };
+  assign s1__awaddr = { 2'h0, \port$17685$14 , \port$17685$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$17461$14 , \port$17461$0  };
+  assign s2__awaddr = { 2'h0, \port$17463$14 , \port$17463$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$19990$14 , \port$19990$0  };
+  assign s3__awaddr = { 2'h0, \port$19992$14 , \port$19992$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$19768$14 , \port$19768$0  };
+  assign s4__awaddr = { 2'h0, \port$19770$14 , \port$19770$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -84285,25 +84293,25 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign b_resp_4 = s4__bresp;
   assign w_addr = wr__addr;
   assign wr__data = w_data;
-  assign s0__araddr = { 2'h0, \port$20198$14 , \port$20198$0  };
+  assign s0__araddr = { 2'h0, \port$20200$14 , \port$20200$0  };
   assign s0__arsize = 3'h3;
   assign s0__arburst = 2'h1;
   assign s0__arid = 4'h0;
-  assign s1__araddr = { 2'h0, \port$7735$14 , \port$7735$0  };
+  assign s1__araddr = { 2'h0, \port$7737$14 , \port$7737$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$17424$14 , \port$17424$0  };
+  assign s2__araddr = { 2'h0, \port$17426$14 , \port$17426$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$13070$14 , \port$13070$0  };
+  assign s3__araddr = { 2'h0, \port$13072$14 , \port$13072$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$19731$14 , \port$19731$0  };
+  assign s4__araddr = { 2'h0, \port$19733$14 , \port$19733$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -84325,7 +84333,7 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign s4__rid = r_data[67:64];
   assign s4__rlast = r_data[72];
   assign r_en = r_ready;
-  assign \port$2644$0  = r_data[67:0];
+  assign \port$2646$0  = r_data[67:0];
   assign s0__rlast = r_data[72];
   assign \into.data  = into[63:0];
   assign \into.id  = into[67:64];
@@ -84493,9 +84501,9 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid, s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready
 , s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready, s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp
-, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2980$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7735$0 , \port$7735$14 , s4__wdata, s4__wstrb, \port$13070$0 , \port$13070$14 , s0__wdata, s0__wstrb
-, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$17424$0 , \port$17424$14 , s2__arlen, \port$17461$0 , \port$17461$14 , s2__awlen
-, \port$17683$0 , \port$17683$14 , s1__wdata, \port$19731$0 , \port$19731$14 , s4__arlen, \port$19768$0 , \port$19768$14 , s4__awlen, \port$19990$0 , \port$19990$14 , s3__wdata, \port$20190$0 , \port$20190$14 , s0__awlen, \port$20198$0 , \port$20198$14 , s0__arlen, clk);
+, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2982$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7737$0 , \port$7737$14 , s4__wdata, s4__wstrb, \port$13072$0 , \port$13072$14 , s0__wdata, s0__wstrb
+, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$17426$0 , \port$17426$14 , s2__arlen, \port$17463$0 , \port$17463$14 , s2__awlen
+, \port$17685$0 , \port$17685$14 , s1__wdata, \port$19733$0 , \port$19733$14 , s4__arlen, \port$19770$0 , \port$19770$14 , s4__awlen, \port$19992$0 , \port$19992$14 , s3__wdata, \port$20192$0 , \port$20192$14 , s0__awlen, \port$20200$0 , \port$20200$14 , s0__arlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$157  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -84780,48 +84788,48 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   wire \pending.last ;
   wire [2:0] \pending.port ;
   reg pending_valid = 1'h0;
-  input [11:0] \port$13070$0 ;
-  wire [11:0] \port$13070$0 ;
-  input [17:0] \port$13070$14 ;
-  wire [17:0] \port$13070$14 ;
-  input [11:0] \port$17424$0 ;
-  wire [11:0] \port$17424$0 ;
-  input [17:0] \port$17424$14 ;
-  wire [17:0] \port$17424$14 ;
-  input [11:0] \port$17461$0 ;
-  wire [11:0] \port$17461$0 ;
-  input [17:0] \port$17461$14 ;
-  wire [17:0] \port$17461$14 ;
-  input [11:0] \port$17683$0 ;
-  wire [11:0] \port$17683$0 ;
-  input [17:0] \port$17683$14 ;
-  wire [17:0] \port$17683$14 ;
-  input [11:0] \port$19731$0 ;
-  wire [11:0] \port$19731$0 ;
-  input [17:0] \port$19731$14 ;
-  wire [17:0] \port$19731$14 ;
-  input [11:0] \port$19768$0 ;
-  wire [11:0] \port$19768$0 ;
-  input [17:0] \port$19768$14 ;
-  wire [17:0] \port$19768$14 ;
-  input [11:0] \port$19990$0 ;
-  wire [11:0] \port$19990$0 ;
-  input [17:0] \port$19990$14 ;
-  wire [17:0] \port$19990$14 ;
-  input [11:0] \port$20190$0 ;
-  wire [11:0] \port$20190$0 ;
-  input [17:0] \port$20190$14 ;
-  wire [17:0] \port$20190$14 ;
-  input [11:0] \port$20198$0 ;
-  wire [11:0] \port$20198$0 ;
-  input [17:0] \port$20198$14 ;
-  wire [17:0] \port$20198$14 ;
-  output [67:0] \port$2980$0 ;
-  wire [67:0] \port$2980$0 ;
-  input [11:0] \port$7735$0 ;
-  wire [11:0] \port$7735$0 ;
-  input [17:0] \port$7735$14 ;
-  wire [17:0] \port$7735$14 ;
+  input [11:0] \port$13072$0 ;
+  wire [11:0] \port$13072$0 ;
+  input [17:0] \port$13072$14 ;
+  wire [17:0] \port$13072$14 ;
+  input [11:0] \port$17426$0 ;
+  wire [11:0] \port$17426$0 ;
+  input [17:0] \port$17426$14 ;
+  wire [17:0] \port$17426$14 ;
+  input [11:0] \port$17463$0 ;
+  wire [11:0] \port$17463$0 ;
+  input [17:0] \port$17463$14 ;
+  wire [17:0] \port$17463$14 ;
+  input [11:0] \port$17685$0 ;
+  wire [11:0] \port$17685$0 ;
+  input [17:0] \port$17685$14 ;
+  wire [17:0] \port$17685$14 ;
+  input [11:0] \port$19733$0 ;
+  wire [11:0] \port$19733$0 ;
+  input [17:0] \port$19733$14 ;
+  wire [17:0] \port$19733$14 ;
+  input [11:0] \port$19770$0 ;
+  wire [11:0] \port$19770$0 ;
+  input [17:0] \port$19770$14 ;
+  wire [17:0] \port$19770$14 ;
+  input [11:0] \port$19992$0 ;
+  wire [11:0] \port$19992$0 ;
+  input [17:0] \port$19992$14 ;
+  wire [17:0] \port$19992$14 ;
+  input [11:0] \port$20192$0 ;
+  wire [11:0] \port$20192$0 ;
+  input [17:0] \port$20192$14 ;
+  wire [17:0] \port$20192$14 ;
+  input [11:0] \port$20200$0 ;
+  wire [11:0] \port$20200$0 ;
+  input [17:0] \port$20200$14 ;
+  wire [17:0] \port$20200$14 ;
+  output [67:0] \port$2982$0 ;
+  wire [67:0] \port$2982$0 ;
+  input [11:0] \port$7737$0 ;
+  wire [11:0] \port$7737$0 ;
+  input [17:0] \port$7737$14 ;
+  wire [17:0] \port$7737$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -85412,15 +85420,15 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (aw_grant)
       3'h0:
-          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$20190$14 , \port$20190$0  };
+          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$20192$14 , \port$20192$0  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$17683$14 , \port$17683$0  };
+          aw_sel = { 19'h02c00, \port$17685$14 , \port$17685$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$17461$14 , \port$17461$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$17463$14 , \port$17463$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$19990$14 , \port$19990$0  };
+          aw_sel = { 19'h02c00, \port$19992$14 , \port$19992$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$19768$14 , \port$19768$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$19770$14 , \port$19770$0  };
     endcase
   end
   always @* begin
@@ -85508,15 +85516,15 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (ar_grant)
       3'h0:
-          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$20198$14 , \port$20198$0  };
+          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$20200$14 , \port$20200$0  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$7735$14 , \port$7735$0  };
+          ar_sel = { 19'h02c0c, \port$7737$14 , \port$7737$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$17424$14 , \port$17424$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$17426$14 , \port$17426$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$13070$14 , \port$13070$0  };
+          ar_sel = { 19'h02c0c, \port$13072$14 , \port$13072$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$19731$14 , \port$19731$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$19733$14 , \port$19733$0  };
     endcase
   end
   always @* begin
@@ -85945,25 +85953,25 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
       \$229  = 73'h0000000000000000000;
     end
   end
-  assign s0__awaddr = { 2'h0, \port$20190$14 , \port$20190$0  };
+  assign s0__awaddr = { 2'h0, \port$20192$14 , \port$20192$0  };
   assign s0__awsize = 3'h3;
   assign s0__awburst = 2'h1;
   assign s0__awid = 4'h0;
-  assign s1__awaddr = { 2'h0, \port$17683$14 , \port$17683$0  };
+  assign s1__awaddr = { 2'h0, \port$17685$14 , \port$17685$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$17461$14 , \port$17461$0  };
+  assign s2__awaddr = { 2'h0, \port$17463$14 , \port$17463$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$19990$14 , \port$19990$0  };
+  assign s3__awaddr = { 2'h0, \port$19992$14 , \port$19992$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$19768$14 , \port$19768$0  };
+  assign s4__awaddr = { 2'h0, \port$19770$14 , \port$19770$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -85986,25 +85994,25 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign b_resp_4 = s4__bresp;
   assign w_addr = wr__addr;
   assign wr__data = w_data;
-  assign s0__araddr = { 2'h0, \port$20198$14 , \port$20198$0  };
+  assign s0__araddr = { 2'h0, \port$20200$14 , \port$20200$0  };
   assign s0__arsize = 3'h3;
   assign s0__arburst = 2'h1;
   assign s0__arid = 4'h0;
-  assign s1__araddr = { 2'h0, \port$7735$14 , \port$7735$0  };
+  assign s1__araddr = { 2'h0, \port$7737$14 , \port$7737$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$17424$14 , \port$17424$0  };
+  assign s2__araddr = { 2'h0, \port$17426$14 , \port$17426$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$13070$14 , \port$13070$0  };
+  assign s3__araddr = { 2'h0, \port$13072$14 , \port$13072$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$19731$14 , \port$19731$0  };
+  assign s4__araddr = { 2'h0, \port$19733$14 , \port$19733$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -86026,7 +86034,7 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign s4__rid = r_data[67:64];
   assign s4__rlast = r_data[72];
   assign r_en = r_ready;
-  assign \port$2980$0  = r_data[67:0];
+  assign \port$2982$0  = r_data[67:0];
   assign s0__rlast = r_data[72];
   assign \into.data  = into[63:0];
   assign \into.id  = into[67:64];
@@ -87003,14 +87011,14 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLOBAL_CYCLES_LO__read, GLOBAL_RESET_write, QUEUE0_RING_LOG2_write, QUEUE0_DOORBELL_write, QUEUE0_CONTROL_write, QUEUE0_RESET_write, QUEUE1_RING_LOG2_write, QUEUE1_DOORBELL_write, QUEUE1_CONTROL_write, QUEUE1_RESET_write, PERF0_CONTROL_write, PERF0_MACS_LO__read, PERF1_CONTROL_write, PERF1_MACS_LO__read, TRACE0_CONTROL_write, TRACE0_DATA_HI__read, TRACE1_CONTROL_write
-, TRACE1_DATA_HI__read, \port$3135$0 , \port$7678$0 , PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ__value, PERF0_BYTES_WRITTEN__value, PERF0_BUSY_VECTOR__value, PERF0_TABLE_HITS__value, PERF0_TABLE_UNDERFLOWS__value, PERF0_TABLE_OVERFLOWS__value, PERF0_MACS_LO__value, TRACE0_DATA_LO__value, TRACE0_DATA_HI__value, \port$8410$0 , \port$8470$0 , \port$13013$0 , PERF1_BUSY_COMPUTE__value, PERF1_BYTES_READ__value, PERF1_BYTES_WRITTEN__value, PERF1_BUSY_VECTOR__value, PERF1_TABLE_HITS__value
-, PERF1_TABLE_UNDERFLOWS__value, PERF1_TABLE_OVERFLOWS__value, PERF1_MACS_LO__value, TRACE1_DATA_LO__value, TRACE1_DATA_HI__value, \port$13745$0 , bus__bready, bus__rready, GLOBAL_SEM0__set, GLOBAL_SEM1__set, GLOBAL_SEM2__set, GLOBAL_SEM3__set, GLOBAL_SEM4__set, GLOBAL_SEM5__set, GLOBAL_SEM6__set, GLOBAL_SEM7__set, GLOBAL_SEM8__set, GLOBAL_SEM9__set, GLOBAL_SEM10__set, GLOBAL_SEM11__set, GLOBAL_SEM12__set
+, TRACE1_DATA_HI__read, \port$3137$0 , \port$7680$0 , PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ__value, PERF0_BYTES_WRITTEN__value, PERF0_BUSY_VECTOR__value, PERF0_TABLE_HITS__value, PERF0_TABLE_UNDERFLOWS__value, PERF0_TABLE_OVERFLOWS__value, PERF0_MACS_LO__value, TRACE0_DATA_LO__value, TRACE0_DATA_HI__value, \port$8412$0 , \port$8472$0 , \port$13015$0 , PERF1_BUSY_COMPUTE__value, PERF1_BYTES_READ__value, PERF1_BYTES_WRITTEN__value, PERF1_BUSY_VECTOR__value, PERF1_TABLE_HITS__value
+, PERF1_TABLE_UNDERFLOWS__value, PERF1_TABLE_OVERFLOWS__value, PERF1_MACS_LO__value, TRACE1_DATA_LO__value, TRACE1_DATA_HI__value, \port$13747$0 , bus__bready, bus__rready, GLOBAL_SEM0__set, GLOBAL_SEM1__set, GLOBAL_SEM2__set, GLOBAL_SEM3__set, GLOBAL_SEM4__set, GLOBAL_SEM5__set, GLOBAL_SEM6__set, GLOBAL_SEM7__set, GLOBAL_SEM8__set, GLOBAL_SEM9__set, GLOBAL_SEM10__set, GLOBAL_SEM11__set, GLOBAL_SEM12__set
 , GLOBAL_SEM13__set, GLOBAL_SEM14__set, GLOBAL_SEM15__set, QUEUE0_CONTROL__set, QUEUE0_CONTROL__set_value, TRACE0_CONTROL__set, TRACE0_CONTROL__set_value, QUEUE0_RING_BASE__set, QUEUE0_RING_BASE__set_value, QUEUE0_RING_LOG2__set, QUEUE0_RING_LOG2__set_value, QUEUE0_CQ_BASE__set, QUEUE0_CQ_BASE__set_value, QUEUE0_IRQ_STATUS__clear, QUEUE0_IRQ_MASK__set, QUEUE0_IRQ_MASK__set_value, QUEUE0_DMA_BASE__set, QUEUE0_DMA_BASE__set_value, QUEUE0_DMA_LIMIT__set, QUEUE0_DMA_LIMIT__set_value, QUEUE0_WATCHDOG__set
 , QUEUE0_WATCHDOG__set_value, QUEUE1_CONTROL__set, QUEUE1_CONTROL__set_value, TRACE1_CONTROL__set, TRACE1_CONTROL__set_value, QUEUE1_RING_BASE__set, QUEUE1_RING_BASE__set_value, QUEUE1_RING_LOG2__set, QUEUE1_RING_LOG2__set_value, QUEUE1_CQ_BASE__set, QUEUE1_CQ_BASE__set_value, QUEUE1_IRQ_STATUS__clear, QUEUE1_IRQ_MASK__set, QUEUE1_IRQ_MASK__set_value, QUEUE1_DMA_BASE__set, QUEUE1_DMA_BASE__set_value, QUEUE1_DMA_LIMIT__set, QUEUE1_DMA_LIMIT__set_value, QUEUE1_WATCHDOG__set, QUEUE1_WATCHDOG__set_value, GLOBAL_SEM0__set_value
 , GLOBAL_SEM1__set_value, GLOBAL_SEM2__set_value, GLOBAL_SEM3__set_value, GLOBAL_SEM4__set_value, GLOBAL_SEM5__set_value, GLOBAL_SEM6__set_value, GLOBAL_SEM7__set_value, GLOBAL_SEM8__set_value, GLOBAL_SEM9__set_value, GLOBAL_SEM10__set_value, GLOBAL_SEM11__set_value, GLOBAL_SEM12__set_value, GLOBAL_SEM13__set_value, GLOBAL_SEM14__set_value, GLOBAL_SEM15__set_value, GLOBAL_CYCLES_LO__value, GLOBAL_CYCLES_HI__value, GLOBAL_SCRATCH__wdata, bus__bvalid, bus__bresp, bus__rvalid
 , bus__rdata, bus__rresp, GLOBAL_SEM0__value, GLOBAL_SEM1__value, GLOBAL_SEM2__value, GLOBAL_SEM3__value, GLOBAL_SEM4__value, GLOBAL_SEM5__value, GLOBAL_SEM6__value, GLOBAL_SEM7__value, GLOBAL_SEM8__value, GLOBAL_SEM9__value, GLOBAL_SEM10__value, GLOBAL_SEM11__value, GLOBAL_SEM12__value, GLOBAL_SEM13__value, GLOBAL_SEM14__value, GLOBAL_SEM15__value, QUEUE0_RING_BASE__value, QUEUE0_RING_LOG2__value, QUEUE0_CQ_BASE__value
-, QUEUE0_CONTROL__value, QUEUE0_IRQ_STATUS__value, QUEUE0_IRQ_MASK__value, QUEUE0_DMA_BASE__value, QUEUE0_DMA_LIMIT__value, QUEUE0_WATCHDOG__value, QUEUE1_RING_BASE__value, QUEUE1_RING_LOG2__value, QUEUE1_CQ_BASE__value, QUEUE1_CONTROL__value, QUEUE1_IRQ_STATUS__value, QUEUE1_IRQ_MASK__value, QUEUE1_DMA_BASE__value, QUEUE1_DMA_LIMIT__value, QUEUE1_WATCHDOG__value, TRACE0_CONTROL__value, TRACE1_CONTROL__value, \port$17542$0 , \port$17544$0 , \port$17550$0 , \port$17552$0 
-, \port$17554$0 , \port$17555$0 , \port$17708$0 , PERF0_CYCLES__value, PERF0_BUSY_LOAD__value, PERF0_BUSY_STORE__value, PERF0_STALL_DEP__value, PERF0_STALL_MEM__value, PERF0_MACS_HI__value, \port$19849$0 , \port$19851$0 , \port$19857$0 , \port$19859$0 , \port$19861$0 , \port$19862$0 , \port$20015$0 , PERF1_CYCLES__value, PERF1_BUSY_LOAD__value, PERF1_BUSY_STORE__value, PERF1_STALL_DEP__value, PERF1_STALL_MEM__value
+, QUEUE0_CONTROL__value, QUEUE0_IRQ_STATUS__value, QUEUE0_IRQ_MASK__value, QUEUE0_DMA_BASE__value, QUEUE0_DMA_LIMIT__value, QUEUE0_WATCHDOG__value, QUEUE1_RING_BASE__value, QUEUE1_RING_LOG2__value, QUEUE1_CQ_BASE__value, QUEUE1_CONTROL__value, QUEUE1_IRQ_STATUS__value, QUEUE1_IRQ_MASK__value, QUEUE1_DMA_BASE__value, QUEUE1_DMA_LIMIT__value, QUEUE1_WATCHDOG__value, TRACE0_CONTROL__value, TRACE1_CONTROL__value, \port$17544$0 , \port$17546$0 , \port$17552$0 , \port$17554$0 
+, \port$17556$0 , \port$17557$0 , \port$17710$0 , PERF0_CYCLES__value, PERF0_BUSY_LOAD__value, PERF0_BUSY_STORE__value, PERF0_STALL_DEP__value, PERF0_STALL_MEM__value, PERF0_MACS_HI__value, \port$19851$0 , \port$19853$0 , \port$19859$0 , \port$19861$0 , \port$19863$0 , \port$19864$0 , \port$20017$0 , PERF1_CYCLES__value, PERF1_BUSY_LOAD__value, PERF1_BUSY_STORE__value, PERF1_STALL_DEP__value, PERF1_STALL_MEM__value
 , PERF1_MACS_HI__value, bus__wvalid, bus__awvalid, bus__arvalid, bus__awaddr, bus__wdata, bus__araddr, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$161  = 0;
   wire \$1 ;
@@ -88379,46 +88387,46 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   wire clk;
   wire do_read;
   wire do_write;
-  input \port$13013$0 ;
-  wire \port$13013$0 ;
-  input [8:0] \port$13745$0 ;
-  wire [8:0] \port$13745$0 ;
-  input [15:0] \port$17542$0 ;
-  wire [15:0] \port$17542$0 ;
+  input \port$13015$0 ;
+  wire \port$13015$0 ;
+  input [8:0] \port$13747$0 ;
+  wire [8:0] \port$13747$0 ;
   input [15:0] \port$17544$0 ;
   wire [15:0] \port$17544$0 ;
-  input \port$17550$0 ;
-  wire \port$17550$0 ;
-  input [7:0] \port$17552$0 ;
-  wire [7:0] \port$17552$0 ;
-  input [15:0] \port$17554$0 ;
-  wire [15:0] \port$17554$0 ;
-  input \port$17555$0 ;
-  wire \port$17555$0 ;
-  input \port$17708$0 ;
-  wire \port$17708$0 ;
-  input [15:0] \port$19849$0 ;
-  wire [15:0] \port$19849$0 ;
+  input [15:0] \port$17546$0 ;
+  wire [15:0] \port$17546$0 ;
+  input \port$17552$0 ;
+  wire \port$17552$0 ;
+  input [7:0] \port$17554$0 ;
+  wire [7:0] \port$17554$0 ;
+  input [15:0] \port$17556$0 ;
+  wire [15:0] \port$17556$0 ;
+  input \port$17557$0 ;
+  wire \port$17557$0 ;
+  input \port$17710$0 ;
+  wire \port$17710$0 ;
   input [15:0] \port$19851$0 ;
   wire [15:0] \port$19851$0 ;
-  input \port$19857$0 ;
-  wire \port$19857$0 ;
-  input [7:0] \port$19859$0 ;
-  wire [7:0] \port$19859$0 ;
-  input [15:0] \port$19861$0 ;
-  wire [15:0] \port$19861$0 ;
-  input \port$19862$0 ;
-  wire \port$19862$0 ;
-  input \port$20015$0 ;
-  wire \port$20015$0 ;
-  input \port$3135$0 ;
-  wire \port$3135$0 ;
-  input \port$7678$0 ;
-  wire \port$7678$0 ;
-  input [8:0] \port$8410$0 ;
-  wire [8:0] \port$8410$0 ;
-  input \port$8470$0 ;
-  wire \port$8470$0 ;
+  input [15:0] \port$19853$0 ;
+  wire [15:0] \port$19853$0 ;
+  input \port$19859$0 ;
+  wire \port$19859$0 ;
+  input [7:0] \port$19861$0 ;
+  wire [7:0] \port$19861$0 ;
+  input [15:0] \port$19863$0 ;
+  wire [15:0] \port$19863$0 ;
+  input \port$19864$0 ;
+  wire \port$19864$0 ;
+  input \port$20017$0 ;
+  wire \port$20017$0 ;
+  input \port$3137$0 ;
+  wire \port$3137$0 ;
+  input \port$7680$0 ;
+  wire \port$7680$0 ;
+  input [8:0] \port$8412$0 ;
+  wire [8:0] \port$8412$0 ;
+  input \port$8472$0 ;
+  wire \port$8472$0 ;
   wire [31:0] rd_data;
   wire rd_hit;
   input rst;
@@ -88540,12 +88548,12 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   assign \$376  = QUEUE0_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
   assign \$377  = ~ \$376 ;
   assign \$378  = QUEUE0_IRQ_STATUS__value & \$377 ;
-  assign \$379  = \$378  | { 30'h00000000, \port$17555$0 , \port$17708$0  };
+  assign \$379  = \$378  | { 30'h00000000, \port$17557$0 , \port$17710$0  };
   assign \$381  = QUEUE0_IRQ_STATUS__clear ? 32'd0 : \$380 ;
   assign \$398  = QUEUE1_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
   assign \$399  = ~ \$398 ;
   assign \$400  = QUEUE1_IRQ_STATUS__value & \$399 ;
-  assign \$401  = \$400  | { 30'h00000000, \port$19862$0 , \port$20015$0  };
+  assign \$401  = \$400  | { 30'h00000000, \port$19864$0 , \port$20017$0  };
   assign \$403  = QUEUE1_IRQ_STATUS__clear ? 32'd0 : \$402 ;
   always @(posedge clk)
     aw_full <= \$424 ;
@@ -89695,16 +89703,16 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
       \$476  = 32'd0;
     end
   end
-  assign QUEUE0_HEAD__value = { 16'h0000, \port$17542$0  };
-  assign QUEUE0_TAIL__value = { 16'h0000, \port$17544$0  };
-  assign QUEUE0_STATUS__value = { 29'h00000000, \port$3135$0 , \port$17550$0 , \port$7678$0  };
-  assign QUEUE0_ERROR__value = { \port$17554$0 , 8'h00, \port$17552$0  };
-  assign QUEUE1_HEAD__value = { 16'h0000, \port$19849$0  };
-  assign QUEUE1_TAIL__value = { 16'h0000, \port$19851$0  };
-  assign QUEUE1_STATUS__value = { 29'h00000000, \port$8470$0 , \port$19857$0 , \port$13013$0  };
-  assign QUEUE1_ERROR__value = { \port$19861$0 , 8'h00, \port$19859$0  };
-  assign TRACE0_COUNT__value = { 23'h000000, \port$8410$0  };
-  assign TRACE1_COUNT__value = { 23'h000000, \port$13745$0  };
+  assign QUEUE0_HEAD__value = { 16'h0000, \port$17544$0  };
+  assign QUEUE0_TAIL__value = { 16'h0000, \port$17546$0  };
+  assign QUEUE0_STATUS__value = { 29'h00000000, \port$3137$0 , \port$17552$0 , \port$7680$0  };
+  assign QUEUE0_ERROR__value = { \port$17556$0 , 8'h00, \port$17554$0  };
+  assign QUEUE1_HEAD__value = { 16'h0000, \port$19851$0  };
+  assign QUEUE1_TAIL__value = { 16'h0000, \port$19853$0  };
+  assign QUEUE1_STATUS__value = { 29'h00000000, \port$8472$0 , \port$19859$0 , \port$13015$0  };
+  assign QUEUE1_ERROR__value = { \port$19863$0 , 8'h00, \port$19861$0  };
+  assign TRACE0_COUNT__value = { 23'h000000, \port$8412$0  };
+  assign TRACE1_COUNT__value = { 23'h000000, \port$13747$0  };
   assign LINK_CAPS__value = 32'd0;
   assign LINK_LATENCY__value = 32'd0;
   assign LINK_STATUS0__value = 32'd0;
@@ -89857,8 +89865,8 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   assign bus__wstrb = 4'hf;
   assign GLOBAL_SCRATCH__set = 1'h0;
   assign GLOBAL_SCRATCH__set_value = 32'd0;
-  assign QUEUE0_IRQ_STATUS__set = { 30'h00000000, \port$17555$0 , \port$17708$0  };
-  assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \port$19862$0 , \port$20015$0  };
+  assign QUEUE0_IRQ_STATUS__set = { 30'h00000000, \port$17557$0 , \port$17710$0  };
+  assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \port$19864$0 , \port$20017$0  };
   assign LINK_WINDOW_BASE__set = 1'h0;
   assign LINK_WINDOW_BASE__set_value = 32'd0;
   assign LINK_WINDOW_LIMIT__set = 1'h0;
@@ -89870,21 +89878,21 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   assign \$24  = GLOBAL_CYCLES_LO__value;
   assign \$28  = GLOBAL_CYCLES_HI__value;
   assign \$77 [31:16] = 16'h0000;
-  assign \$77 [15:0] = \port$17542$0 ;
+  assign \$77 [15:0] = \port$17544$0 ;
   assign \$79 [31:16] = 16'h0000;
-  assign \$79 [15:0] = \port$17544$0 ;
+  assign \$79 [15:0] = \port$17546$0 ;
   assign \$83 [31:3] = 29'h00000000;
-  assign \$83 [2:0] = { \port$3135$0 , \port$17550$0 , \port$7678$0  };
+  assign \$83 [2:0] = { \port$3137$0 , \port$17552$0 , \port$7680$0  };
   assign \$88 [15:8] = 8'h00;
-  assign { \$88 [31:16], \$88 [7:0] } = { \port$17554$0 , \port$17552$0  };
+  assign { \$88 [31:16], \$88 [7:0] } = { \port$17556$0 , \port$17554$0  };
   assign \$112 [31:16] = 16'h0000;
-  assign \$112 [15:0] = \port$19849$0 ;
+  assign \$112 [15:0] = \port$19851$0 ;
   assign \$114 [31:16] = 16'h0000;
-  assign \$114 [15:0] = \port$19851$0 ;
+  assign \$114 [15:0] = \port$19853$0 ;
   assign \$118 [31:3] = 29'h00000000;
-  assign \$118 [2:0] = { \port$8470$0 , \port$19857$0 , \port$13013$0  };
+  assign \$118 [2:0] = { \port$8472$0 , \port$19859$0 , \port$13015$0  };
   assign \$123 [15:8] = 8'h00;
-  assign { \$123 [31:16], \$123 [7:0] } = { \port$19861$0 , \port$19859$0  };
+  assign { \$123 [31:16], \$123 [7:0] } = { \port$19863$0 , \port$19861$0  };
   assign \$143  = PERF0_CYCLES__value;
   assign \$146  = PERF0_BUSY_LOAD__value;
   assign \$148  = PERF0_BUSY_COMPUTE__value;
@@ -89913,10 +89921,10 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   assign \$221  = PERF1_TABLE_HITS__value;
   assign \$224  = PERF1_TABLE_UNDERFLOWS__value;
   assign \$226  = PERF1_TABLE_OVERFLOWS__value;
-  assign \$240  = { 23'h000000, \port$8410$0  };
+  assign \$240  = { 23'h000000, \port$8412$0  };
   assign \$242  = TRACE0_DATA_LO__value;
   assign \$245  = TRACE0_DATA_HI__value;
-  assign \$255  = { 23'h000000, \port$13745$0  };
+  assign \$255  = { 23'h000000, \port$13747$0  };
   assign \$259  = TRACE1_DATA_LO__value;
   assign \$261  = TRACE1_DATA_HI__value;
   assign \$270  = 32'd0;
@@ -90376,8 +90384,8 @@ module \dx1_board.soc.reset1 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.semaphores (\port$14975$0 , \port$14977$0 , \port$14979$0 , \port$14981$0 , \port$14983$0 , \port$14985$0 , \port$14987$0 , \port$14989$0 , \port$14991$0 , \port$14993$0 , \port$14995$0 , \port$14997$0 , \port$14999$0 , \port$15001$0 , \port$15003$0 , grant0, set, set_value, grant1, index0, valid0
-, delta0, index1, valid1, delta1, \port$14973$0 );
+module \dx1_board.soc.semaphores (\port$14977$0 , \port$14979$0 , \port$14981$0 , \port$14983$0 , \port$14985$0 , \port$14987$0 , \port$14989$0 , \port$14991$0 , \port$14993$0 , \port$14995$0 , \port$14997$0 , \port$14999$0 , \port$15001$0 , \port$15003$0 , \port$15005$0 , grant0, set, set_value, grant1, index0, valid0
+, delta0, index1, valid1, delta1, \port$14975$0 );
   reg \$auto$verilog_backend.cc:2355:dump_module$164  = 0;
   wire \$1 ;
   wire [33:0] \$10 ;
@@ -90462,8 +90470,6 @@ module \dx1_board.soc.semaphores (\port$14975$0 , \port$14977$0 , \port$14979$0 
   wire [3:0] index0;
   input [3:0] index1;
   wire [3:0] index1;
-  input [31:0] \port$14973$0 ;
-  wire [31:0] \port$14973$0 ;
   input [31:0] \port$14975$0 ;
   wire [31:0] \port$14975$0 ;
   input [31:0] \port$14977$0 ;
@@ -90494,6 +90500,8 @@ module \dx1_board.soc.semaphores (\port$14975$0 , \port$14977$0 , \port$14979$0 
   wire [31:0] \port$15001$0 ;
   input [31:0] \port$15003$0 ;
   wire [31:0] \port$15003$0 ;
+  input [31:0] \port$15005$0 ;
+  wire [31:0] \port$15005$0 ;
   output [15:0] set;
   reg [15:0] set;
   output [255:0] set_value;
@@ -90535,72 +90543,72 @@ module \dx1_board.soc.semaphores (\port$14975$0 , \port$14977$0 , \port$14979$0 
   wire [31:0] \values[7] ;
   wire [31:0] \values[8] ;
   wire [31:0] \values[9] ;
-  assign \$32  = $signed({ 1'h0, \port$15001$0  }) + $signed(delta0);
+  assign \$32  = $signed({ 1'h0, \port$15003$0  }) + $signed(delta0);
   assign \$33  = index0 == 4'hf;
-  assign \$34  = $signed({ 1'h0, \port$15003$0  }) + $signed(delta0);
+  assign \$34  = $signed({ 1'h0, \port$15005$0  }) + $signed(delta0);
   assign \$35  = ~ granted0;
   assign \$36  = valid1 & \$35 ;
   assign \$37  = ! index1;
-  assign \$38  = $signed({ 1'h0, \port$14973$0  }) + $signed(delta1);
+  assign \$38  = $signed({ 1'h0, \port$14975$0  }) + $signed(delta1);
   assign \$39  = index1 == 1'h1;
-  assign \$40  = $signed({ 1'h0, \port$14975$0  }) + $signed(delta1);
+  assign \$40  = $signed({ 1'h0, \port$14977$0  }) + $signed(delta1);
   assign \$41  = index1 == 2'h2;
-  assign \$42  = $signed({ 1'h0, \port$14977$0  }) + $signed(delta1);
+  assign \$42  = $signed({ 1'h0, \port$14979$0  }) + $signed(delta1);
   assign \$43  = index1 == 2'h3;
-  assign \$44  = $signed({ 1'h0, \port$14979$0  }) + $signed(delta1);
+  assign \$44  = $signed({ 1'h0, \port$14981$0  }) + $signed(delta1);
   assign \$45  = index1 == 3'h4;
-  assign \$46  = $signed({ 1'h0, \port$14981$0  }) + $signed(delta1);
+  assign \$46  = $signed({ 1'h0, \port$14983$0  }) + $signed(delta1);
   assign \$47  = index1 == 3'h5;
-  assign \$48  = $signed({ 1'h0, \port$14983$0  }) + $signed(delta1);
+  assign \$48  = $signed({ 1'h0, \port$14985$0  }) + $signed(delta1);
   assign \$49  = index1 == 3'h6;
-  assign \$50  = $signed({ 1'h0, \port$14985$0  }) + $signed(delta1);
+  assign \$50  = $signed({ 1'h0, \port$14987$0  }) + $signed(delta1);
   assign \$51  = index1 == 3'h7;
-  assign \$52  = $signed({ 1'h0, \port$14987$0  }) + $signed(delta1);
+  assign \$52  = $signed({ 1'h0, \port$14989$0  }) + $signed(delta1);
   assign \$53  = index1 == 4'h8;
-  assign \$54  = $signed({ 1'h0, \port$14989$0  }) + $signed(delta1);
+  assign \$54  = $signed({ 1'h0, \port$14991$0  }) + $signed(delta1);
   assign \$55  = index1 == 4'h9;
-  assign \$56  = $signed({ 1'h0, \port$14991$0  }) + $signed(delta1);
+  assign \$56  = $signed({ 1'h0, \port$14993$0  }) + $signed(delta1);
   assign \$57  = index1 == 4'ha;
-  assign \$58  = $signed({ 1'h0, \port$14993$0  }) + $signed(delta1);
+  assign \$58  = $signed({ 1'h0, \port$14995$0  }) + $signed(delta1);
   assign \$59  = index1 == 4'hb;
-  assign \$60  = $signed({ 1'h0, \port$14995$0  }) + $signed(delta1);
+  assign \$60  = $signed({ 1'h0, \port$14997$0  }) + $signed(delta1);
   assign \$61  = index1 == 4'hc;
-  assign \$62  = $signed({ 1'h0, \port$14997$0  }) + $signed(delta1);
+  assign \$62  = $signed({ 1'h0, \port$14999$0  }) + $signed(delta1);
   assign \$63  = index1 == 4'hd;
-  assign \$64  = $signed({ 1'h0, \port$14999$0  }) + $signed(delta1);
+  assign \$64  = $signed({ 1'h0, \port$15001$0  }) + $signed(delta1);
   assign \$65  = index1 == 4'he;
-  assign \$66  = $signed({ 1'h0, \port$15001$0  }) + $signed(delta1);
+  assign \$66  = $signed({ 1'h0, \port$15003$0  }) + $signed(delta1);
   assign \$67  = index1 == 4'hf;
-  assign \$68  = $signed({ 1'h0, \port$15003$0  }) + $signed(delta1);
+  assign \$68  = $signed({ 1'h0, \port$15005$0  }) + $signed(delta1);
   assign granted1 = granted0 | valid1;
   assign \$3  = ! index0;
-  assign \$4  = $signed({ 1'h0, \port$14973$0  }) + $signed(delta0);
+  assign \$4  = $signed({ 1'h0, \port$14975$0  }) + $signed(delta0);
   assign \$5  = index0 == 1'h1;
-  assign \$6  = $signed({ 1'h0, \port$14975$0  }) + $signed(delta0);
+  assign \$6  = $signed({ 1'h0, \port$14977$0  }) + $signed(delta0);
   assign \$7  = index0 == 2'h2;
-  assign \$8  = $signed({ 1'h0, \port$14977$0  }) + $signed(delta0);
+  assign \$8  = $signed({ 1'h0, \port$14979$0  }) + $signed(delta0);
   assign \$9  = index0 == 2'h3;
-  assign \$10  = $signed({ 1'h0, \port$14979$0  }) + $signed(delta0);
+  assign \$10  = $signed({ 1'h0, \port$14981$0  }) + $signed(delta0);
   assign \$11  = index0 == 3'h4;
-  assign \$12  = $signed({ 1'h0, \port$14981$0  }) + $signed(delta0);
+  assign \$12  = $signed({ 1'h0, \port$14983$0  }) + $signed(delta0);
   assign \$13  = index0 == 3'h5;
-  assign \$14  = $signed({ 1'h0, \port$14983$0  }) + $signed(delta0);
+  assign \$14  = $signed({ 1'h0, \port$14985$0  }) + $signed(delta0);
   assign \$15  = index0 == 3'h6;
-  assign \$16  = $signed({ 1'h0, \port$14985$0  }) + $signed(delta0);
+  assign \$16  = $signed({ 1'h0, \port$14987$0  }) + $signed(delta0);
   assign \$17  = index0 == 3'h7;
-  assign \$18  = $signed({ 1'h0, \port$14987$0  }) + $signed(delta0);
+  assign \$18  = $signed({ 1'h0, \port$14989$0  }) + $signed(delta0);
   assign \$19  = index0 == 4'h8;
-  assign \$20  = $signed({ 1'h0, \port$14989$0  }) + $signed(delta0);
+  assign \$20  = $signed({ 1'h0, \port$14991$0  }) + $signed(delta0);
   assign \$21  = index0 == 4'h9;
-  assign \$22  = $signed({ 1'h0, \port$14991$0  }) + $signed(delta0);
+  assign \$22  = $signed({ 1'h0, \port$14993$0  }) + $signed(delta0);
   assign \$23  = index0 == 4'ha;
-  assign \$24  = $signed({ 1'h0, \port$14993$0  }) + $signed(delta0);
+  assign \$24  = $signed({ 1'h0, \port$14995$0  }) + $signed(delta0);
   assign \$25  = index0 == 4'hb;
-  assign \$26  = $signed({ 1'h0, \port$14995$0  }) + $signed(delta0);
+  assign \$26  = $signed({ 1'h0, \port$14997$0  }) + $signed(delta0);
   assign \$27  = index0 == 4'hc;
-  assign \$28  = $signed({ 1'h0, \port$14997$0  }) + $signed(delta0);
+  assign \$28  = $signed({ 1'h0, \port$14999$0  }) + $signed(delta0);
   assign \$29  = index0 == 4'hd;
-  assign \$30  = $signed({ 1'h0, \port$14999$0  }) + $signed(delta0);
+  assign \$30  = $signed({ 1'h0, \port$15001$0  }) + $signed(delta0);
   assign \$31  = index0 == 4'he;
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$164 ) begin end
@@ -90825,7 +90833,7 @@ module \dx1_board.soc.semaphores (\port$14975$0 , \port$14977$0 , \port$14979$0 
     end
   end
   assign granted = 1'h0;
-  assign values = { \port$15003$0 , \port$15001$0 , \port$14999$0 , \port$14997$0 , \port$14995$0 , \port$14993$0 , \port$14991$0 , \port$14989$0 , \port$14987$0 , \port$14985$0 , \port$14983$0 , \port$14981$0 , \port$14979$0 , \port$14977$0 , \port$14975$0 , \port$14973$0  };
+  assign values = { \port$15005$0 , \port$15003$0 , \port$15001$0 , \port$14999$0 , \port$14997$0 , \port$14995$0 , \port$14993$0 , \port$14991$0 , \port$14989$0 , \port$14987$0 , \port$14985$0 , \port$14983$0 , \port$14981$0 , \port$14979$0 , \port$14977$0 , \port$14975$0  };
   assign \set_value[0]  = set_value[15:0];
   assign \set_value[1]  = set_value[31:16];
   assign \set_value[2]  = set_value[47:32];
@@ -90842,22 +90850,22 @@ module \dx1_board.soc.semaphores (\port$14975$0 , \port$14977$0 , \port$14979$0 
   assign \set_value[13]  = set_value[223:208];
   assign \set_value[14]  = set_value[239:224];
   assign \set_value[15]  = set_value[255:240];
-  assign \values[0]  = \port$14973$0 ;
-  assign \values[1]  = \port$14975$0 ;
-  assign \values[2]  = \port$14977$0 ;
-  assign \values[3]  = \port$14979$0 ;
-  assign \values[4]  = \port$14981$0 ;
-  assign \values[5]  = \port$14983$0 ;
-  assign \values[6]  = \port$14985$0 ;
-  assign \values[7]  = \port$14987$0 ;
-  assign \values[8]  = \port$14989$0 ;
-  assign \values[9]  = \port$14991$0 ;
-  assign \values[10]  = \port$14993$0 ;
-  assign \values[11]  = \port$14995$0 ;
-  assign \values[12]  = \port$14997$0 ;
-  assign \values[13]  = \port$14999$0 ;
-  assign \values[14]  = \port$15001$0 ;
-  assign \values[15]  = \port$15003$0 ;
+  assign \values[0]  = \port$14975$0 ;
+  assign \values[1]  = \port$14977$0 ;
+  assign \values[2]  = \port$14979$0 ;
+  assign \values[3]  = \port$14981$0 ;
+  assign \values[4]  = \port$14983$0 ;
+  assign \values[5]  = \port$14985$0 ;
+  assign \values[6]  = \port$14987$0 ;
+  assign \values[7]  = \port$14989$0 ;
+  assign \values[8]  = \port$14991$0 ;
+  assign \values[9]  = \port$14993$0 ;
+  assign \values[10]  = \port$14995$0 ;
+  assign \values[11]  = \port$14997$0 ;
+  assign \values[12]  = \port$14999$0 ;
+  assign \values[13]  = \port$15001$0 ;
+  assign \values[14]  = \port$15003$0 ;
+  assign \values[15]  = \port$15005$0 ;
   assign \$1  = 1'h1;
   assign \$2  = valid0;
   assign granted0 = valid0;

@@ -14,15 +14,15 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   wire \$14 ;
   wire \$15 ;
   wire \$16 ;
-  wire [32:0] \$17 ;
-  wire \$18 ;
+  wire \$17 ;
+  wire [32:0] \$18 ;
   wire \$19 ;
   wire [3:0] \$2 ;
   wire \$20 ;
-  wire [32:0] \$21 ;
-  wire [3:0] \$22 ;
+  wire \$21 ;
+  wire [32:0] \$22 ;
   wire [3:0] \$23 ;
-  wire \$24 ;
+  wire [3:0] \$24 ;
   wire \$25 ;
   wire \$26 ;
   wire \$27 ;
@@ -37,35 +37,37 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   wire \$35 ;
   wire \$36 ;
   wire \$37 ;
-  wire [32:0] \$38 ;
+  wire \$38 ;
   wire \$39 ;
   wire \$4 ;
-  wire \$40 ;
+  wire [32:0] \$40 ;
   wire \$41 ;
-  wire [32:0] \$42 ;
-  wire [31:0] \$43 ;
-  wire \$44 ;
+  wire \$42 ;
+  wire \$43 ;
+  wire [32:0] \$44 ;
   wire [31:0] \$45 ;
   wire \$46 ;
-  wire [64:0] \$47 ;
+  wire [31:0] \$47 ;
   wire \$48 ;
-  wire \$49 ;
+  wire [64:0] \$49 ;
   wire \$5 ;
   wire \$50 ;
   wire \$51 ;
-  reg [63:0] \$52 ;
-  reg [31:0] \$53 ;
-  reg \$54 ;
-  reg \$55 ;
+  wire \$52 ;
+  wire \$53 ;
+  reg [63:0] \$54 ;
+  reg [31:0] \$55 ;
   reg \$56 ;
   reg \$57 ;
-  wire [255:0] \$58 ;
-  wire [15:0] \$59 ;
+  reg \$58 ;
+  reg \$59 ;
   wire \$6 ;
-  wire [8:0] \$60 ;
-  wire [255:0] \$61 ;
-  wire [15:0] \$62 ;
-  wire [8:0] \$63 ;
+  wire [255:0] \$60 ;
+  wire [15:0] \$61 ;
+  wire [8:0] \$62 ;
+  wire [255:0] \$63 ;
+  wire [15:0] \$64 ;
+  wire [8:0] \$65 ;
   wire \$7 ;
   wire \$8 ;
   wire \$9 ;
@@ -251,169 +253,169 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   wire [31:0] TRACE1_DATA_HI__value;
   wire [31:0] TRACE1_DATA_LO__value;
   wire abort;
-  wire \abort$684 ;
+  wire \abort$686 ;
   wire abort_done;
-  wire \abort_done$332 ;
-  wire \abort_done$686 ;
-  wire \abort_done$687 ;
+  wire \abort_done$333 ;
+  wire \abort_done$688 ;
+  wire \abort_done$689 ;
   wire abort_req;
-  wire \abort_req$322 ;
-  wire \abort_req$676 ;
-  wire \abort_req$677 ;
+  wire \abort_req$323 ;
+  wire \abort_req$678 ;
+  wire \abort_req$679 ;
   wire [15:0] acc_rreq__tdata;
   wire [15:0] \acc_rreq__tdata$181 ;
-  wire [15:0] \acc_rreq__tdata$535 ;
   wire [15:0] \acc_rreq__tdata$536 ;
+  wire [15:0] \acc_rreq__tdata$537 ;
   wire acc_rreq__tready;
   wire \acc_rreq__tready$183 ;
-  wire \acc_rreq__tready$537 ;
   wire \acc_rreq__tready$538 ;
+  wire \acc_rreq__tready$539 ;
   wire acc_rreq__tvalid;
   wire \acc_rreq__tvalid$185 ;
-  wire \acc_rreq__tvalid$539 ;
   wire \acc_rreq__tvalid$540 ;
+  wire \acc_rreq__tvalid$541 ;
   wire [255:0] acc_rresp__tdata;
   wire [255:0] \acc_rresp__tdata$193 ;
-  wire [255:0] \acc_rresp__tdata$547 ;
   wire [255:0] \acc_rresp__tdata$548 ;
+  wire [255:0] \acc_rresp__tdata$549 ;
   wire acc_rresp__tready;
   wire \acc_rresp__tready$195 ;
-  wire \acc_rresp__tready$549 ;
   wire \acc_rresp__tready$550 ;
+  wire \acc_rresp__tready$551 ;
   wire acc_rresp__tvalid;
   wire \acc_rresp__tvalid$197 ;
-  wire \acc_rresp__tvalid$551 ;
   wire \acc_rresp__tvalid$552 ;
+  wire \acc_rresp__tvalid$553 ;
   wire [271:0] acc_wr__tdata;
   wire [271:0] \acc_wr__tdata$175 ;
-  wire [271:0] \acc_wr__tdata$529 ;
   wire [271:0] \acc_wr__tdata$530 ;
+  wire [271:0] \acc_wr__tdata$531 ;
   wire acc_wr__tready;
   wire \acc_wr__tready$177 ;
-  wire \acc_wr__tready$531 ;
   wire \acc_wr__tready$532 ;
+  wire \acc_wr__tready$533 ;
   wire acc_wr__tvalid;
   wire \acc_wr__tvalid$179 ;
-  wire \acc_wr__tvalid$533 ;
   wire \acc_wr__tvalid$534 ;
+  wire \acc_wr__tvalid$535 ;
   wire [31:0] axi__araddr;
   wire [31:0] \axi__araddr$257 ;
-  wire [31:0] \axi__araddr$554 ;
-  wire [31:0] \axi__araddr$612 ;
+  wire [31:0] \axi__araddr$555 ;
+  wire [31:0] \axi__araddr$613 ;
   wire [1:0] axi__arburst;
   wire [1:0] \axi__arburst$259 ;
-  wire [1:0] \axi__arburst$556 ;
-  wire [1:0] \axi__arburst$614 ;
+  wire [1:0] \axi__arburst$557 ;
+  wire [1:0] \axi__arburst$615 ;
   wire [3:0] axi__arid;
   wire [3:0] \axi__arid$261 ;
-  wire [3:0] \axi__arid$558 ;
-  wire [3:0] \axi__arid$616 ;
+  wire [3:0] \axi__arid$559 ;
+  wire [3:0] \axi__arid$617 ;
   wire [7:0] axi__arlen;
   wire [7:0] \axi__arlen$263 ;
-  wire [7:0] \axi__arlen$560 ;
-  wire [7:0] \axi__arlen$618 ;
+  wire [7:0] \axi__arlen$561 ;
+  wire [7:0] \axi__arlen$619 ;
   wire axi__arready;
   wire \axi__arready$264 ;
-  wire \axi__arready$561 ;
-  wire \axi__arready$619 ;
+  wire \axi__arready$562 ;
+  wire \axi__arready$620 ;
   wire [2:0] axi__arsize;
   wire [2:0] \axi__arsize$267 ;
-  wire [2:0] \axi__arsize$564 ;
-  wire [2:0] \axi__arsize$622 ;
+  wire [2:0] \axi__arsize$565 ;
+  wire [2:0] \axi__arsize$623 ;
   wire axi__arvalid;
   wire \axi__arvalid$269 ;
-  wire \axi__arvalid$566 ;
-  wire \axi__arvalid$624 ;
+  wire \axi__arvalid$567 ;
+  wire \axi__arvalid$625 ;
   wire [31:0] axi__awaddr;
   wire [31:0] \axi__awaddr$271 ;
-  wire [31:0] \axi__awaddr$568 ;
-  wire [31:0] \axi__awaddr$626 ;
+  wire [31:0] \axi__awaddr$569 ;
+  wire [31:0] \axi__awaddr$627 ;
   wire [1:0] axi__awburst;
   wire [1:0] \axi__awburst$273 ;
-  wire [1:0] \axi__awburst$570 ;
-  wire [1:0] \axi__awburst$628 ;
+  wire [1:0] \axi__awburst$571 ;
+  wire [1:0] \axi__awburst$629 ;
   wire [3:0] axi__awid;
   wire [3:0] \axi__awid$275 ;
-  wire [3:0] \axi__awid$572 ;
-  wire [3:0] \axi__awid$630 ;
+  wire [3:0] \axi__awid$573 ;
+  wire [3:0] \axi__awid$631 ;
   wire [7:0] axi__awlen;
   wire [7:0] \axi__awlen$277 ;
-  wire [7:0] \axi__awlen$574 ;
-  wire [7:0] \axi__awlen$632 ;
+  wire [7:0] \axi__awlen$575 ;
+  wire [7:0] \axi__awlen$633 ;
   wire axi__awready;
   wire \axi__awready$278 ;
-  wire \axi__awready$575 ;
-  wire \axi__awready$633 ;
+  wire \axi__awready$576 ;
+  wire \axi__awready$634 ;
   wire [2:0] axi__awsize;
   wire [2:0] \axi__awsize$281 ;
-  wire [2:0] \axi__awsize$578 ;
-  wire [2:0] \axi__awsize$636 ;
+  wire [2:0] \axi__awsize$579 ;
+  wire [2:0] \axi__awsize$637 ;
   wire axi__awvalid;
   wire \axi__awvalid$283 ;
-  wire \axi__awvalid$580 ;
-  wire \axi__awvalid$638 ;
+  wire \axi__awvalid$581 ;
+  wire \axi__awvalid$639 ;
   wire [3:0] axi__bid;
   wire [3:0] \axi__bid$284 ;
-  wire [3:0] \axi__bid$581 ;
-  wire [3:0] \axi__bid$639 ;
+  wire [3:0] \axi__bid$582 ;
+  wire [3:0] \axi__bid$640 ;
   wire axi__bready;
   wire \axi__bready$287 ;
-  wire \axi__bready$584 ;
-  wire \axi__bready$642 ;
+  wire \axi__bready$585 ;
+  wire \axi__bready$643 ;
   wire [1:0] axi__bresp;
   wire [1:0] \axi__bresp$288 ;
-  wire [1:0] \axi__bresp$585 ;
-  wire [1:0] \axi__bresp$643 ;
+  wire [1:0] \axi__bresp$586 ;
+  wire [1:0] \axi__bresp$644 ;
   wire axi__bvalid;
   wire \axi__bvalid$290 ;
-  wire \axi__bvalid$587 ;
-  wire \axi__bvalid$645 ;
+  wire \axi__bvalid$588 ;
+  wire \axi__bvalid$646 ;
   wire [63:0] axi__rdata;
   wire [63:0] \axi__rdata$292 ;
-  wire [63:0] \axi__rdata$589 ;
-  wire [63:0] \axi__rdata$647 ;
+  wire [63:0] \axi__rdata$590 ;
+  wire [63:0] \axi__rdata$648 ;
   wire [3:0] axi__rid;
   wire [3:0] \axi__rid$294 ;
-  wire [3:0] \axi__rid$591 ;
-  wire [3:0] \axi__rid$649 ;
+  wire [3:0] \axi__rid$592 ;
+  wire [3:0] \axi__rid$650 ;
   wire axi__rlast;
   wire \axi__rlast$296 ;
-  wire \axi__rlast$593 ;
-  wire \axi__rlast$651 ;
+  wire \axi__rlast$594 ;
+  wire \axi__rlast$652 ;
   wire axi__rready;
   wire \axi__rready$299 ;
-  wire \axi__rready$596 ;
-  wire \axi__rready$654 ;
+  wire \axi__rready$597 ;
+  wire \axi__rready$655 ;
   wire [1:0] axi__rresp;
   wire [1:0] \axi__rresp$300 ;
-  wire [1:0] \axi__rresp$597 ;
-  wire [1:0] \axi__rresp$655 ;
+  wire [1:0] \axi__rresp$598 ;
+  wire [1:0] \axi__rresp$656 ;
   wire axi__rvalid;
   wire \axi__rvalid$302 ;
-  wire \axi__rvalid$599 ;
-  wire \axi__rvalid$657 ;
+  wire \axi__rvalid$600 ;
+  wire \axi__rvalid$658 ;
   wire [63:0] axi__wdata;
   wire [63:0] \axi__wdata$305 ;
-  wire [63:0] \axi__wdata$602 ;
-  wire [63:0] \axi__wdata$660 ;
+  wire [63:0] \axi__wdata$603 ;
+  wire [63:0] \axi__wdata$661 ;
   wire axi__wlast;
   wire \axi__wlast$307 ;
-  wire \axi__wlast$604 ;
-  wire \axi__wlast$662 ;
+  wire \axi__wlast$605 ;
+  wire \axi__wlast$663 ;
   wire axi__wready;
   wire \axi__wready$308 ;
-  wire \axi__wready$605 ;
-  wire \axi__wready$663 ;
+  wire \axi__wready$606 ;
+  wire \axi__wready$664 ;
   wire [7:0] axi__wstrb;
   wire [7:0] \axi__wstrb$311 ;
-  wire [7:0] \axi__wstrb$608 ;
-  wire [7:0] \axi__wstrb$666 ;
+  wire [7:0] \axi__wstrb$609 ;
+  wire [7:0] \axi__wstrb$667 ;
   wire axi__wvalid;
   wire \axi__wvalid$313 ;
-  wire \axi__wvalid$610 ;
-  wire \axi__wvalid$668 ;
+  wire \axi__wvalid$611 ;
+  wire \axi__wvalid$669 ;
   wire axi_quiet;
-  wire \axi_quiet$679 ;
+  wire \axi_quiet$681 ;
   wire [15:0] bus__araddr;
   wire bus__arready;
   wire bus__arvalid;
@@ -432,172 +434,174 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   wire [3:0] bus__wstrb;
   wire bus__wvalid;
   wire busy;
-  wire \busy$361 ;
-  wire \busy$714 ;
+  wire \busy$362 ;
   wire \busy$716 ;
+  wire \busy$718 ;
   wire [31:0] busy_compute;
-  wire [31:0] \busy_compute$783 ;
+  wire [31:0] \busy_compute$785 ;
   wire [31:0] busy_compute_source;
-  wire [31:0] \busy_compute_source$754 ;
+  wire [31:0] \busy_compute_source$756 ;
   wire [31:0] busy_load;
-  wire [31:0] \busy_load$775 ;
+  wire [31:0] \busy_load$777 ;
   wire [31:0] busy_store;
-  wire [31:0] \busy_store$777 ;
+  wire [31:0] \busy_store$779 ;
   wire [31:0] busy_vector;
-  wire [31:0] \busy_vector$789 ;
+  wire [31:0] \busy_vector$791 ;
   wire [31:0] busy_vector_source;
-  wire [31:0] \busy_vector_source$762 ;
+  wire [31:0] \busy_vector_source$764 ;
   wire [31:0] bytes_read;
-  wire [31:0] \bytes_read$430 ;
-  wire [31:0] \bytes_read$759 ;
-  wire [31:0] \bytes_read$785 ;
+  wire [31:0] \bytes_read$431 ;
+  wire [31:0] \bytes_read$761 ;
+  wire [31:0] \bytes_read$787 ;
   wire [31:0] bytes_read_source;
-  wire [31:0] \bytes_read_source$758 ;
+  wire [31:0] \bytes_read_source$760 ;
   wire [31:0] bytes_written;
-  wire [31:0] \bytes_written$432 ;
-  wire [31:0] \bytes_written$761 ;
-  wire [31:0] \bytes_written$787 ;
+  wire [31:0] \bytes_written$433 ;
+  wire [31:0] \bytes_written$763 ;
+  wire [31:0] \bytes_written$789 ;
   wire [31:0] bytes_written_source;
-  wire [31:0] \bytes_written_source$760 ;
+  wire [31:0] \bytes_written_source$762 ;
   wire clear;
-  wire \clear$448 ;
-  wire \clear$736 ;
-  wire \clear$803 ;
+  wire \clear$449 ;
+  wire \clear$738 ;
+  wire \clear$805 ;
   input clk;
   wire clk;
   wire [255:0] cmd__tdata;
   wire [255:0] \cmd__tdata$150 ;
-  wire [255:0] \cmd__tdata$493 ;
-  wire [255:0] \cmd__tdata$505 ;
+  wire [255:0] \cmd__tdata$494 ;
+  wire [255:0] \cmd__tdata$506 ;
   wire cmd__tready;
   wire \cmd__tready$153 ;
-  wire \cmd__tready$498 ;
-  wire \cmd__tready$508 ;
+  wire \cmd__tready$499 ;
+  wire \cmd__tready$509 ;
   wire cmd__tvalid;
   wire \cmd__tvalid$154 ;
-  wire \cmd__tvalid$495 ;
-  wire \cmd__tvalid$509 ;
+  wire \cmd__tvalid$496 ;
+  wire \cmd__tvalid$510 ;
   wire core0_stalled;
   wire core1_stalled;
   wire [31:0] count;
-  wire [31:0] \count$821 ;
+  wire [31:0] \count$823 ;
   wire cp_quiesce;
-  wire \cp_quiesce$683 ;
+  wire \cp_quiesce$685 ;
   wire cp_quiet;
-  wire \cp_quiet$678 ;
+  wire \cp_quiet$680 ;
   wire [31:0] cq_base;
-  wire [31:0] \cq_base$692 ;
+  wire [31:0] \cq_base$694 ;
   reg [63:0] cycles = 64'h0000000000000000;
-  wire [31:0] \cycles$418 ;
-  wire [31:0] \cycles$773 ;
+  wire [31:0] \cycles$419 ;
+  wire [31:0] \cycles$775 ;
   (* init = 32'd0 *)
   wire [31:0] cycles_hi;
   wire [31:0] data_hi_word;
-  wire [31:0] \data_hi_word$825 ;
+  wire [31:0] \data_hi_word$827 ;
   wire [31:0] data_lo;
-  wire [31:0] \data_lo$823 ;
+  wire [31:0] \data_lo$825 ;
   wire [17:0] delta0;
   wire [17:0] delta1;
   wire dma_abort;
-  wire \dma_abort$685 ;
+  wire \dma_abort$687 ;
   wire dma_arready;
-  wire \dma_arready$744 ;
+  wire \dma_arready$746 ;
   wire dma_arvalid;
-  wire \dma_arvalid$743 ;
+  wire \dma_arvalid$745 ;
   wire dma_awready;
-  wire \dma_awready$749 ;
+  wire \dma_awready$751 ;
   wire dma_awvalid;
-  wire \dma_awvalid$748 ;
+  wire \dma_awvalid$750 ;
   wire [31:0] dma_base;
-  wire [31:0] \dma_base$694 ;
+  wire [31:0] \dma_base$696 ;
   wire dma_bready;
-  wire \dma_bready$753 ;
+  wire \dma_bready$755 ;
   wire dma_bvalid;
-  wire \dma_bvalid$752 ;
+  wire \dma_bvalid$754 ;
   wire [255:0] dma_cmd__tdata;
-  wire [255:0] \dma_cmd__tdata$506 ;
+  wire [255:0] \dma_cmd__tdata$507 ;
   wire dma_cmd__tready;
-  wire \dma_cmd__tready$507 ;
+  wire \dma_cmd__tready$508 ;
   wire dma_cmd__tvalid;
-  wire \dma_cmd__tvalid$510 ;
+  wire \dma_cmd__tvalid$511 ;
   wire [7:0] dma_done__tdata;
-  wire [7:0] \dma_done__tdata$511 ;
+  wire [7:0] \dma_done__tdata$512 ;
   wire dma_done__tready;
-  wire \dma_done__tready$514 ;
+  wire \dma_done__tready$515 ;
   wire dma_done__tvalid;
-  wire \dma_done__tvalid$515 ;
+  wire \dma_done__tvalid$516 ;
   wire [31:0] dma_limit;
-  wire [31:0] \dma_limit$696 ;
+  wire [31:0] \dma_limit$698 ;
   wire dma_quiet;
-  wire \dma_quiet$680 ;
+  wire \dma_quiet$682 ;
   wire dma_rlast;
-  wire \dma_rlast$747 ;
+  wire \dma_rlast$749 ;
   wire dma_rready;
-  wire \dma_rready$746 ;
+  wire \dma_rready$748 ;
   wire dma_rvalid;
-  wire \dma_rvalid$745 ;
+  wire \dma_rvalid$747 ;
   wire dma_wready;
-  wire \dma_wready$751 ;
+  wire \dma_wready$753 ;
   wire dma_wvalid;
-  wire \dma_wvalid$750 ;
+  wire \dma_wvalid$752 ;
   wire [31:0] done__tdata;
   wire [7:0] \done__tdata$157 ;
-  wire [31:0] \done__tdata$500 ;
-  wire [7:0] \done__tdata$512 ;
+  wire [31:0] \done__tdata$501 ;
+  wire [7:0] \done__tdata$513 ;
   wire done__tready;
   wire \done__tready$158 ;
-  wire \done__tready$503 ;
-  wire \done__tready$513 ;
+  wire \done__tready$504 ;
+  wire \done__tready$514 ;
   wire done__tvalid;
   wire \done__tvalid$161 ;
-  wire \done__tvalid$502 ;
-  wire \done__tvalid$516 ;
+  wire \done__tvalid$503 ;
+  wire \done__tvalid$517 ;
   wire doorbell;
-  wire \doorbell$705 ;
+  wire \doorbell$707 ;
   wire [15:0] doorbell_index;
-  wire [15:0] \doorbell_index$707 ;
+  wire [15:0] \doorbell_index$709 ;
   wire enable;
-  wire \enable$446 ;
-  wire \enable$698 ;
-  wire \enable$801 ;
+  wire \enable$447 ;
+  wire \enable$700 ;
+  wire \enable$803 ;
   wire \end ;
-  wire \end$812 ;
+  wire \end$814 ;
   wire [7:0] end_opcode;
-  wire [7:0] \end_opcode$816 ;
+  wire [7:0] \end_opcode$818 ;
   wire [7:0] end_status;
-  wire [7:0] \end_status$818 ;
+  wire [7:0] \end_status$820 ;
   wire [15:0] end_tag;
-  wire [15:0] \end_tag$814 ;
+  wire [15:0] \end_tag$816 ;
   wire [7:0] error_code;
-  wire [7:0] \error_code$718 ;
+  wire [7:0] \error_code$720 ;
   wire [15:0] error_index;
-  wire [15:0] \error_index$719 ;
+  wire [15:0] \error_index$721 ;
   wire grant0;
   wire grant1;
   wire halted;
-  wire \halted$715 ;
+  wire \halted$717 ;
   wire [15:0] head;
-  wire [15:0] \head$710 ;
+  wire [15:0] \head$712 ;
   wire hold;
-  wire \hold$492 ;
+  wire \hold$493 ;
   wire host_reset;
-  wire \host_reset$673 ;
+  wire \host_reset$675 ;
   wire [3:0] index0;
   wire [3:0] index1;
   output irq;
   wire irq;
   wire irq_completion;
-  wire \irq_completion$721 ;
+  wire \irq_completion$723 ;
   wire irq_error;
-  wire \irq_error$722 ;
+  wire \irq_error$724 ;
+  wire link_progress0;
+  wire link_progress1;
   wire [31:0] macs_hi;
-  wire [31:0] \macs_hi$799 ;
+  wire [31:0] \macs_hi$801 ;
   wire [31:0] macs_lo;
-  wire [31:0] \macs_lo$797 ;
+  wire [31:0] \macs_lo$799 ;
   wire macs_lo_read;
-  wire \macs_lo_read$770 ;
+  wire \macs_lo_read$772 ;
   wire [47:0] macs_source;
-  wire [47:0] \macs_source$756 ;
+  wire [47:0] \macs_source$758 ;
   input [31:0] mem__araddr;
   wire [31:0] mem__araddr;
   input [1:0] mem__arburst;
@@ -657,27 +661,27 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   input mem__wvalid;
   wire mem__wvalid;
   wire [31:0] perf_busy;
-  wire [31:0] \perf_busy$755 ;
+  wire [31:0] \perf_busy$757 ;
   wire [47:0] perf_macs;
-  wire [47:0] \perf_macs$757 ;
+  wire [47:0] \perf_macs$759 ;
   wire [31:0] perf_table_hits;
-  wire [31:0] \perf_table_hits$765 ;
+  wire [31:0] \perf_table_hits$767 ;
   wire [31:0] perf_table_overflows;
-  wire [31:0] \perf_table_overflows$769 ;
+  wire [31:0] \perf_table_overflows$771 ;
   wire [31:0] perf_table_underflows;
-  wire [31:0] \perf_table_underflows$767 ;
+  wire [31:0] \perf_table_underflows$769 ;
   wire [31:0] perf_vector_busy;
-  wire [31:0] \perf_vector_busy$763 ;
+  wire [31:0] \perf_vector_busy$765 ;
   wire pop;
-  wire \pop$826 ;
+  wire \pop$828 ;
   wire progress;
   wire \progress$317 ;
-  wire \progress$671 ;
   wire \progress$672 ;
+  wire \progress$673 ;
   wire quiesce;
-  wire \quiesce$682 ;
+  wire \quiesce$684 ;
   wire quiet;
-  wire \quiet$681 ;
+  wire \quiet$683 ;
   input [15:0] regs__araddr;
   wire [15:0] regs__araddr;
   output regs__arready;
@@ -713,21 +717,21 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   input regs__wvalid;
   wire regs__wvalid;
   wire reset_cp;
-  wire \reset_cp$870 ;
+  wire \reset_cp$872 ;
   wire reset_units;
-  wire \reset_units$385 ;
-  wire \reset_units$737 ;
-  wire \reset_units$740 ;
+  wire \reset_units$386 ;
+  wire \reset_units$739 ;
+  wire \reset_units$742 ;
   wire resume;
-  wire \resume$700 ;
+  wire \resume$702 ;
   reg resume_written0 = 1'h0;
   reg resume_written1 = 1'h0;
   wire [31:0] ring_base;
-  wire [31:0] \ring_base$688 ;
+  wire [31:0] \ring_base$690 ;
   wire [4:0] ring_log2;
-  wire [4:0] \ring_log2$690 ;
+  wire [4:0] \ring_log2$692 ;
   wire ring_reset;
-  wire \ring_reset$703 ;
+  wire \ring_reset$705 ;
   input rst;
   wire rst;
   wire [31:0] s0__araddr;
@@ -876,31 +880,31 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   wire [7:0] s4__wstrb;
   wire s4__wvalid;
   wire [17:0] sem_delta;
-  wire [17:0] \sem_delta$733 ;
+  wire [17:0] \sem_delta$735 ;
   wire sem_grant;
-  wire \sem_grant$734 ;
+  wire \sem_grant$736 ;
   wire [3:0] sem_index;
-  wire [3:0] \sem_index$731 ;
+  wire [3:0] \sem_index$733 ;
   wire sem_valid;
-  wire \sem_valid$729 ;
+  wire \sem_valid$731 ;
   wire [255:0] sem_values;
-  wire [255:0] \sem_values$727 ;
-  wire [15:0] \sem_values$727[0] ;
-  wire [15:0] \sem_values$727[10] ;
-  wire [15:0] \sem_values$727[11] ;
-  wire [15:0] \sem_values$727[12] ;
-  wire [15:0] \sem_values$727[13] ;
-  wire [15:0] \sem_values$727[14] ;
-  wire [15:0] \sem_values$727[15] ;
-  wire [15:0] \sem_values$727[1] ;
-  wire [15:0] \sem_values$727[2] ;
-  wire [15:0] \sem_values$727[3] ;
-  wire [15:0] \sem_values$727[4] ;
-  wire [15:0] \sem_values$727[5] ;
-  wire [15:0] \sem_values$727[6] ;
-  wire [15:0] \sem_values$727[7] ;
-  wire [15:0] \sem_values$727[8] ;
-  wire [15:0] \sem_values$727[9] ;
+  wire [255:0] \sem_values$729 ;
+  wire [15:0] \sem_values$729[0] ;
+  wire [15:0] \sem_values$729[10] ;
+  wire [15:0] \sem_values$729[11] ;
+  wire [15:0] \sem_values$729[12] ;
+  wire [15:0] \sem_values$729[13] ;
+  wire [15:0] \sem_values$729[14] ;
+  wire [15:0] \sem_values$729[15] ;
+  wire [15:0] \sem_values$729[1] ;
+  wire [15:0] \sem_values$729[2] ;
+  wire [15:0] \sem_values$729[3] ;
+  wire [15:0] \sem_values$729[4] ;
+  wire [15:0] \sem_values$729[5] ;
+  wire [15:0] \sem_values$729[6] ;
+  wire [15:0] \sem_values$729[7] ;
+  wire [15:0] \sem_values$729[8] ;
+  wire [15:0] \sem_values$729[9] ;
   wire [15:0] \sem_values[0] ;
   wire [15:0] \sem_values[10] ;
   wire [15:0] \sem_values[11] ;
@@ -938,100 +942,100 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   wire soft_reset;
   wire [15:0] spm_rreq__tdata;
   wire [15:0] \spm_rreq__tdata$169 ;
-  wire [15:0] \spm_rreq__tdata$523 ;
   wire [15:0] \spm_rreq__tdata$524 ;
+  wire [15:0] \spm_rreq__tdata$525 ;
   wire spm_rreq__tready;
   wire \spm_rreq__tready$171 ;
-  wire \spm_rreq__tready$525 ;
   wire \spm_rreq__tready$526 ;
+  wire \spm_rreq__tready$527 ;
   wire spm_rreq__tvalid;
   wire \spm_rreq__tvalid$173 ;
-  wire \spm_rreq__tvalid$527 ;
   wire \spm_rreq__tvalid$528 ;
+  wire \spm_rreq__tvalid$529 ;
   wire [63:0] spm_rresp__tdata;
   wire [63:0] \spm_rresp__tdata$187 ;
-  wire [63:0] \spm_rresp__tdata$541 ;
   wire [63:0] \spm_rresp__tdata$542 ;
+  wire [63:0] \spm_rresp__tdata$543 ;
   wire spm_rresp__tready;
   wire \spm_rresp__tready$189 ;
-  wire \spm_rresp__tready$543 ;
   wire \spm_rresp__tready$544 ;
+  wire \spm_rresp__tready$545 ;
   wire spm_rresp__tvalid;
   wire \spm_rresp__tvalid$191 ;
-  wire \spm_rresp__tvalid$545 ;
   wire \spm_rresp__tvalid$546 ;
+  wire \spm_rresp__tvalid$547 ;
   wire [79:0] spm_wr__tdata;
   wire [79:0] \spm_wr__tdata$163 ;
-  wire [79:0] \spm_wr__tdata$517 ;
   wire [79:0] \spm_wr__tdata$518 ;
+  wire [79:0] \spm_wr__tdata$519 ;
   wire spm_wr__tready;
   wire \spm_wr__tready$165 ;
-  wire \spm_wr__tready$519 ;
   wire \spm_wr__tready$520 ;
+  wire \spm_wr__tready$521 ;
   wire spm_wr__tvalid;
   wire \spm_wr__tvalid$167 ;
-  wire \spm_wr__tvalid$521 ;
   wire \spm_wr__tvalid$522 ;
+  wire \spm_wr__tvalid$523 ;
   wire stall;
-  wire \stall$742 ;
+  wire \stall$744 ;
   wire [31:0] stall_dep;
-  wire [31:0] \stall_dep$779 ;
+  wire [31:0] \stall_dep$781 ;
   wire [31:0] stall_mem;
-  wire [31:0] \stall_mem$781 ;
+  wire [31:0] \stall_mem$783 ;
   input [3:0] stall_units;
   wire [3:0] stall_units;
   wire start;
-  wire \start$806 ;
+  wire \start$808 ;
   wire [7:0] start_opcode;
-  wire [7:0] \start_opcode$810 ;
+  wire [7:0] \start_opcode$812 ;
   wire [15:0] start_tag;
-  wire [15:0] \start_tag$808 ;
+  wire [15:0] \start_tag$810 ;
   wire [31:0] table_hits;
-  wire [31:0] \table_hits$791 ;
+  wire [31:0] \table_hits$793 ;
   wire [31:0] table_hits_source;
-  wire [31:0] \table_hits_source$764 ;
+  wire [31:0] \table_hits_source$766 ;
   wire [31:0] table_overflows;
-  wire [31:0] \table_overflows$795 ;
+  wire [31:0] \table_overflows$797 ;
   wire [31:0] table_overflows_source;
-  wire [31:0] \table_overflows_source$768 ;
+  wire [31:0] \table_overflows_source$770 ;
   wire [31:0] table_underflows;
-  wire [31:0] \table_underflows$793 ;
+  wire [31:0] \table_underflows$795 ;
   wire [31:0] table_underflows_source;
-  wire [31:0] \table_underflows_source$766 ;
+  wire [31:0] \table_underflows_source$768 ;
   wire [15:0] tail;
-  wire [15:0] \tail$712 ;
+  wire [15:0] \tail$714 ;
   wire [255:0] tile_cmd__tdata;
-  wire [255:0] \tile_cmd__tdata$494 ;
+  wire [255:0] \tile_cmd__tdata$495 ;
   wire tile_cmd__tready;
-  wire \tile_cmd__tready$497 ;
+  wire \tile_cmd__tready$498 ;
   wire tile_cmd__tvalid;
-  wire \tile_cmd__tvalid$496 ;
+  wire \tile_cmd__tvalid$497 ;
   wire [31:0] tile_done__tdata;
-  wire [31:0] \tile_done__tdata$499 ;
+  wire [31:0] \tile_done__tdata$500 ;
   wire tile_done__tready;
-  wire \tile_done__tready$504 ;
+  wire \tile_done__tready$505 ;
   wire tile_done__tvalid;
-  wire \tile_done__tvalid$501 ;
+  wire \tile_done__tvalid$502 ;
   wire [31:0] timestamp;
-  wire [31:0] \timestamp$445 ;
-  wire [31:0] \timestamp$726 ;
-  wire [31:0] \timestamp$800 ;
+  wire [31:0] \timestamp$446 ;
+  wire [31:0] \timestamp$728 ;
+  wire [31:0] \timestamp$802 ;
   reg trace0_clear_written = 1'h0;
   reg trace1_clear_written = 1'h0;
   wire trace_end;
-  wire \trace_end$813 ;
+  wire \trace_end$815 ;
   wire [7:0] trace_end_opcode;
-  wire [7:0] \trace_end_opcode$817 ;
+  wire [7:0] \trace_end_opcode$819 ;
   wire [15:0] trace_end_tag;
-  wire [15:0] \trace_end_tag$815 ;
+  wire [15:0] \trace_end_tag$817 ;
   wire [7:0] trace_opcode;
-  wire [7:0] \trace_opcode$811 ;
+  wire [7:0] \trace_opcode$813 ;
   wire trace_start;
-  wire \trace_start$807 ;
+  wire \trace_start$809 ;
   wire [7:0] trace_status;
-  wire [7:0] \trace_status$819 ;
+  wire [7:0] \trace_status$821 ;
   wire [15:0] trace_tag;
-  wire [15:0] \trace_tag$809 ;
+  wire [15:0] \trace_tag$811 ;
   wire valid0;
   wire valid1;
   wire [511:0] values;
@@ -1052,57 +1056,57 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   wire [31:0] \values[8] ;
   wire [31:0] \values[9] ;
   wire waiting_dep;
-  wire \waiting_dep$741 ;
+  wire \waiting_dep$743 ;
   wire [31:0] watchdog;
-  wire [31:0] \watchdog$669 ;
-  assign \$24  = ~ core1_stalled;
-  assign \cmd__tvalid$495  = \tile_cmd__tvalid$496  & \$24 ;
+  wire [31:0] \watchdog$670 ;
   assign \$25  = ~ core1_stalled;
-  assign \tile_cmd__tready$497  = \cmd__tready$498  & \$25 ;
+  assign \cmd__tvalid$496  = \tile_cmd__tvalid$497  & \$25 ;
   assign \$26  = ~ core1_stalled;
-  assign \tile_done__tvalid$501  = \done__tvalid$502  & \$26 ;
+  assign \tile_cmd__tready$498  = \cmd__tready$499  & \$26 ;
   assign \$27  = ~ core1_stalled;
-  assign \done__tready$503  = \tile_done__tready$504  & \$27 ;
-  assign \$28  = \axi__rvalid$657  & s4__rready;
-  assign \$29  = s4__wvalid & \axi__wready$663 ;
-  assign \$30  = \spm_wr__tvalid$521  & \spm_wr__tready$519 ;
-  assign \$31  = \spm_rreq__tvalid$527  & \spm_rreq__tready$525 ;
-  assign \$32  = \spm_rresp__tvalid$545  & \spm_rresp__tready$543 ;
-  assign \$33  = \acc_wr__tvalid$533  & \acc_wr__tready$531 ;
-  assign \$34  = \acc_rreq__tvalid$539  & \acc_rreq__tready$537 ;
-  assign \$35  = \acc_rresp__tvalid$551  & \acc_rresp__tready$549 ;
-  assign \$36  = | { \$35 , \$34 , \$33 , \$32 , \$31 , \$30 , \$29 , \$28  };
-  assign \progress$671  = \$36  | \progress$672 ;
-  assign \$37  = QUEUE1_RESET__write & GLOBAL_RESET__wdata[0];
-  assign \host_reset$673  = soft_reset | \$37 ;
-  assign \resume$700  = QUEUE1_CONTROL__write & GLOBAL_RESET__wdata[1];
-  assign \$39  = soft_reset | \reset_units$737 ;
-  assign \$40  = PERF1_CONTROL__write & GLOBAL_RESET__wdata[0];
-  assign \clear$736  = \$39  | \$40 ;
-  assign \$41  = TRACE1_CONTROL__write & GLOBAL_RESET__wdata[1];
-  assign \clear$803  = soft_reset | \$41 ;
-  assign \$43  = QUEUE0_IRQ_STATUS__value & QUEUE0_IRQ_MASK__value;
-  assign \$44  = | \$43 ;
-  assign \$45  = QUEUE1_IRQ_STATUS__value & QUEUE1_IRQ_MASK__value;
+  assign \tile_done__tvalid$502  = \done__tvalid$503  & \$27 ;
+  assign \$28  = ~ core1_stalled;
+  assign \done__tready$504  = \tile_done__tready$505  & \$28 ;
+  assign \$29  = \axi__rvalid$658  & s4__rready;
+  assign \$30  = s4__wvalid & \axi__wready$664 ;
+  assign \$31  = \spm_wr__tvalid$522  & \spm_wr__tready$520 ;
+  assign \$32  = \spm_rreq__tvalid$528  & \spm_rreq__tready$526 ;
+  assign \$33  = \spm_rresp__tvalid$546  & \spm_rresp__tready$544 ;
+  assign \$34  = \acc_wr__tvalid$534  & \acc_wr__tready$532 ;
+  assign \$35  = \acc_rreq__tvalid$540  & \acc_rreq__tready$538 ;
+  assign \$36  = \acc_rresp__tvalid$552  & \acc_rresp__tready$550 ;
+  assign \$37  = | { \$36 , \$35 , \$34 , \$33 , \$32 , \$31 , \$30 , \$29  };
+  assign \$38  = \$37  | \progress$673 ;
+  assign \$39  = QUEUE1_RESET__write & GLOBAL_RESET__wdata[0];
+  assign \host_reset$675  = soft_reset | \$39 ;
+  assign \resume$702  = QUEUE1_CONTROL__write & GLOBAL_RESET__wdata[1];
+  assign \$41  = soft_reset | \reset_units$739 ;
+  assign \$42  = PERF1_CONTROL__write & GLOBAL_RESET__wdata[0];
+  assign \clear$738  = \$41  | \$42 ;
+  assign \$43  = TRACE1_CONTROL__write & GLOBAL_RESET__wdata[1];
+  assign \clear$805  = soft_reset | \$43 ;
+  assign \$45  = QUEUE0_IRQ_STATUS__value & QUEUE0_IRQ_MASK__value;
   assign \$46  = | \$45 ;
-  assign irq = \$44  | \$46 ;
-  assign \$47  = cycles + 1'h1;
-  assign \$48  = QUEUE0_CONTROL__write & GLOBAL_RESET__wdata[1];
-  assign \$49  = TRACE0_CONTROL__write & GLOBAL_RESET__wdata[1];
-  assign \$50  = QUEUE1_CONTROL__write & GLOBAL_RESET__wdata[1];
-  assign \$51  = TRACE1_CONTROL__write & GLOBAL_RESET__wdata[1];
+  assign \$47  = QUEUE1_IRQ_STATUS__value & QUEUE1_IRQ_MASK__value;
+  assign \$48  = | \$47 ;
+  assign irq = \$46  | \$48 ;
+  assign \$49  = cycles + 1'h1;
+  assign \$50  = QUEUE0_CONTROL__write & GLOBAL_RESET__wdata[1];
+  assign \$51  = TRACE0_CONTROL__write & GLOBAL_RESET__wdata[1];
+  assign \$52  = QUEUE1_CONTROL__write & GLOBAL_RESET__wdata[1];
+  assign \$53  = TRACE1_CONTROL__write & GLOBAL_RESET__wdata[1];
   always @(posedge clk)
-    cycles <= \$52 ;
+    cycles <= \$54 ;
   always @(posedge clk)
-    GLOBAL_CYCLES_HI__value <= \$53 ;
+    GLOBAL_CYCLES_HI__value <= \$55 ;
   always @(posedge clk)
-    resume_written0 <= \$54 ;
+    resume_written0 <= \$56 ;
   always @(posedge clk)
-    trace0_clear_written <= \$55 ;
+    trace0_clear_written <= \$57 ;
   always @(posedge clk)
-    resume_written1 <= \$56 ;
+    resume_written1 <= \$58 ;
   always @(posedge clk)
-    trace1_clear_written <= \$57 ;
+    trace1_clear_written <= \$59 ;
   assign soft_reset = GLOBAL_RESET__write & GLOBAL_RESET__wdata[0];
   assign \$3  = ~ core0_stalled;
   assign cmd__tvalid = tile_cmd__tvalid & \$3 ;
@@ -1121,15 +1125,15 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   assign \$13  = acc_rreq__tvalid & acc_rreq__tready;
   assign \$14  = acc_rresp__tvalid & acc_rresp__tready;
   assign \$15  = | { \$14 , \$13 , \$12 , \$11 , \$10 , \$9 , \$8 , \$7  };
-  assign progress = \$15  | \progress$317 ;
-  assign \$16  = QUEUE0_RESET__write & GLOBAL_RESET__wdata[0];
-  assign host_reset = soft_reset | \$16 ;
+  assign \$16  = \$15  | \progress$317 ;
+  assign \$17  = QUEUE0_RESET__write & GLOBAL_RESET__wdata[0];
+  assign host_reset = soft_reset | \$17 ;
   assign resume = QUEUE0_CONTROL__write & GLOBAL_RESET__wdata[1];
-  assign \$18  = soft_reset | reset_units;
-  assign \$19  = PERF0_CONTROL__write & GLOBAL_RESET__wdata[0];
-  assign clear = \$18  | \$19 ;
-  assign \$20  = TRACE0_CONTROL__write & GLOBAL_RESET__wdata[1];
-  assign \clear$448  = soft_reset | \$20 ;
+  assign \$19  = soft_reset | reset_units;
+  assign \$20  = PERF0_CONTROL__write & GLOBAL_RESET__wdata[0];
+  assign clear = \$19  | \$20 ;
+  assign \$21  = TRACE0_CONTROL__write & GLOBAL_RESET__wdata[1];
+  assign \clear$449  = soft_reset | \$21 ;
   \dx1_soc.core0  core0 (
     .acc_rreq__tready(acc_rreq__tready),
     .acc_rresp__tdata(acc_rresp__tdata),
@@ -1149,8 +1153,8 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .perf_table_overflows(table_overflows_source),
     .perf_table_underflows(table_underflows_source),
     .perf_vector_busy(busy_vector_source),
-    .\port$16433$0 (\$58 ),
-    .\port$16435$0 (\$59 ),
+    .\port$16435$0 (\$60 ),
+    .\port$16437$0 (\$61 ),
     .progress(\progress$317 ),
     .\req__tdata$195 (spm_rreq__tdata),
     .req__tvalid(spm_wr__tvalid),
@@ -1166,39 +1170,39 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .spm_rresp__tvalid(spm_rresp__tvalid)
   );
   \dx1_soc.core1  core1 (
-    .acc_rreq__tready(\acc_rreq__tready$537 ),
-    .acc_rresp__tdata(\acc_rresp__tdata$547 ),
-    .acc_rresp__tvalid(\acc_rresp__tvalid$551 ),
+    .acc_rreq__tready(\acc_rreq__tready$538 ),
+    .acc_rresp__tdata(\acc_rresp__tdata$548 ),
+    .acc_rresp__tvalid(\acc_rresp__tvalid$552 ),
     .clk(clk),
-    .cmd__tdata(\cmd__tdata$493 ),
-    .cmd__tready(\cmd__tready$498 ),
-    .cmd__tvalid(\cmd__tvalid$495 ),
-    .done__tdata(\tile_done__tdata$499 ),
-    .done__tready(\done__tready$503 ),
-    .done__tvalid(\done__tvalid$502 ),
-    .grant(\spm_wr__tready$519 ),
-    .\grant$142 (\acc_wr__tready$531 ),
-    .perf_busy(\busy_compute_source$754 ),
-    .perf_macs(\macs_source$756 ),
-    .perf_table_hits(\table_hits_source$764 ),
-    .perf_table_overflows(\table_overflows_source$768 ),
-    .perf_table_underflows(\table_underflows_source$766 ),
-    .perf_vector_busy(\busy_vector_source$762 ),
-    .\port$18740$0 (\$61 ),
-    .\port$18742$0 (\$62 ),
-    .progress(\progress$672 ),
-    .\req__tdata$195 (\spm_rreq__tdata$523 ),
-    .req__tvalid(\spm_wr__tvalid$521 ),
-    .\req__tvalid$193 (\acc_wr__tvalid$533 ),
-    .\req__tvalid$199 (\spm_rreq__tvalid$527 ),
-    .\req__tvalid$205 (\acc_rreq__tvalid$539 ),
-    .reset_units(\reset_units$737 ),
-    .resp__tready(\spm_rresp__tready$543 ),
-    .\resp__tready$215 (\acc_rresp__tready$549 ),
+    .cmd__tdata(\cmd__tdata$494 ),
+    .cmd__tready(\cmd__tready$499 ),
+    .cmd__tvalid(\cmd__tvalid$496 ),
+    .done__tdata(\tile_done__tdata$500 ),
+    .done__tready(\done__tready$504 ),
+    .done__tvalid(\done__tvalid$503 ),
+    .grant(\spm_wr__tready$520 ),
+    .\grant$142 (\acc_wr__tready$532 ),
+    .perf_busy(\busy_compute_source$756 ),
+    .perf_macs(\macs_source$758 ),
+    .perf_table_hits(\table_hits_source$766 ),
+    .perf_table_overflows(\table_overflows_source$770 ),
+    .perf_table_underflows(\table_underflows_source$768 ),
+    .perf_vector_busy(\busy_vector_source$764 ),
+    .\port$18742$0 (\$63 ),
+    .\port$18744$0 (\$64 ),
+    .progress(\progress$673 ),
+    .\req__tdata$195 (\spm_rreq__tdata$524 ),
+    .req__tvalid(\spm_wr__tvalid$522 ),
+    .\req__tvalid$193 (\acc_wr__tvalid$534 ),
+    .\req__tvalid$199 (\spm_rreq__tvalid$528 ),
+    .\req__tvalid$205 (\acc_rreq__tvalid$540 ),
+    .reset_units(\reset_units$739 ),
+    .resp__tready(\spm_rresp__tready$544 ),
+    .\resp__tready$215 (\acc_rresp__tready$550 ),
     .rst(rst),
-    .spm_rreq__tready(\spm_rreq__tready$525 ),
-    .spm_rresp__tdata(\spm_rresp__tdata$541 ),
-    .spm_rresp__tvalid(\spm_rresp__tvalid$545 )
+    .spm_rreq__tready(\spm_rreq__tready$526 ),
+    .spm_rresp__tdata(\spm_rresp__tdata$542 ),
+    .spm_rresp__tvalid(\spm_rresp__tvalid$546 )
   );
   \dx1_soc.cp0  cp0 (
     .abort_done(abort_done),
@@ -1244,22 +1248,22 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .head(head),
     .irq_completion(irq_completion),
     .irq_error(irq_error),
-    .\port$13910$0 (GLOBAL_SEM0__value[15:0]),
-    .\port$13912$0 (GLOBAL_SEM1__value[15:0]),
-    .\port$13914$0 (GLOBAL_SEM2__value[15:0]),
-    .\port$13916$0 (GLOBAL_SEM3__value[15:0]),
-    .\port$13918$0 (GLOBAL_SEM4__value[15:0]),
-    .\port$13920$0 (GLOBAL_SEM5__value[15:0]),
-    .\port$13922$0 (GLOBAL_SEM6__value[15:0]),
-    .\port$13924$0 (GLOBAL_SEM7__value[15:0]),
-    .\port$13926$0 (GLOBAL_SEM8__value[15:0]),
-    .\port$13928$0 (GLOBAL_SEM9__value[15:0]),
-    .\port$13930$0 (GLOBAL_SEM10__value[15:0]),
-    .\port$13932$0 (GLOBAL_SEM11__value[15:0]),
-    .\port$13934$0 (GLOBAL_SEM12__value[15:0]),
-    .\port$13936$0 (GLOBAL_SEM13__value[15:0]),
-    .\port$13938$0 (GLOBAL_SEM14__value[15:0]),
-    .\port$13940$0 (GLOBAL_SEM15__value[15:0]),
+    .\port$13912$0 (GLOBAL_SEM0__value[15:0]),
+    .\port$13914$0 (GLOBAL_SEM1__value[15:0]),
+    .\port$13916$0 (GLOBAL_SEM2__value[15:0]),
+    .\port$13918$0 (GLOBAL_SEM3__value[15:0]),
+    .\port$13920$0 (GLOBAL_SEM4__value[15:0]),
+    .\port$13922$0 (GLOBAL_SEM5__value[15:0]),
+    .\port$13924$0 (GLOBAL_SEM6__value[15:0]),
+    .\port$13926$0 (GLOBAL_SEM7__value[15:0]),
+    .\port$13928$0 (GLOBAL_SEM8__value[15:0]),
+    .\port$13930$0 (GLOBAL_SEM9__value[15:0]),
+    .\port$13932$0 (GLOBAL_SEM10__value[15:0]),
+    .\port$13934$0 (GLOBAL_SEM11__value[15:0]),
+    .\port$13936$0 (GLOBAL_SEM12__value[15:0]),
+    .\port$13938$0 (GLOBAL_SEM13__value[15:0]),
+    .\port$13940$0 (GLOBAL_SEM14__value[15:0]),
+    .\port$13942$0 (GLOBAL_SEM15__value[15:0]),
     .progress(progress),
     .quiesce(quiesce),
     .reset_cp(reset_cp),
@@ -1285,8 +1289,8 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .trace_end_tag(end_tag)
   );
   \dx1_soc.cp1  cp1 (
-    .abort_done(\abort_done$686 ),
-    .abort_req(\abort_req$676 ),
+    .abort_done(\abort_done$688 ),
+    .abort_req(\abort_req$678 ),
     .axi__araddr(s3__araddr),
     .axi__arvalid(s3__arvalid),
     .axi__awaddr(s3__awaddr),
@@ -1295,78 +1299,78 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .axi__rready(s3__rready),
     .axi__wdata(s3__wdata),
     .axi__wvalid(s3__wvalid),
-    .axi_quiet(\cp_quiet$678 ),
-    .budget(\watchdog$669 ),
-    .bus__arready(\axi__arready$561 ),
-    .bus__awready(\axi__awready$575 ),
-    .bus__bid(\axi__bid$581 ),
-    .bus__bresp(\axi__bresp$585 ),
-    .bus__bvalid(\axi__bvalid$587 ),
-    .bus__rdata(\axi__rdata$589 ),
-    .bus__rid(\axi__rid$591 ),
-    .bus__rlast(\axi__rlast$593 ),
-    .bus__rresp(\axi__rresp$597 ),
-    .bus__rvalid(\axi__rvalid$599 ),
-    .bus__wready(\axi__wready$605 ),
-    .\busy$257 (\busy$714 ),
+    .axi_quiet(\cp_quiet$680 ),
+    .budget(\watchdog$670 ),
+    .bus__arready(\axi__arready$562 ),
+    .bus__awready(\axi__awready$576 ),
+    .bus__bid(\axi__bid$582 ),
+    .bus__bresp(\axi__bresp$586 ),
+    .bus__bvalid(\axi__bvalid$588 ),
+    .bus__rdata(\axi__rdata$590 ),
+    .bus__rid(\axi__rid$592 ),
+    .bus__rlast(\axi__rlast$594 ),
+    .bus__rresp(\axi__rresp$598 ),
+    .bus__rvalid(\axi__rvalid$600 ),
+    .bus__wready(\axi__wready$606 ),
+    .\busy$257 (\busy$716 ),
     .clk(clk),
-    .cmd(\cmd__tdata$493 ),
-    .cq_base(\cq_base$692 ),
-    .dma_base(\dma_base$694 ),
-    .dma_cmd__tvalid(\cmd__tvalid$509 ),
-    .dma_done__tdata(\dma_done__tdata$511 ),
-    .dma_done__tready(\done__tready$513 ),
-    .dma_done__tvalid(\dma_done__tvalid$515 ),
-    .dma_limit(\dma_limit$696 ),
-    .dma_ready(\dma_cmd__tready$507 ),
-    .doorbell(\doorbell$705 ),
+    .cmd(\cmd__tdata$494 ),
+    .cq_base(\cq_base$694 ),
+    .dma_base(\dma_base$696 ),
+    .dma_cmd__tvalid(\cmd__tvalid$510 ),
+    .dma_done__tdata(\dma_done__tdata$512 ),
+    .dma_done__tready(\done__tready$514 ),
+    .dma_done__tvalid(\dma_done__tvalid$516 ),
+    .dma_limit(\dma_limit$698 ),
+    .dma_ready(\dma_cmd__tready$508 ),
+    .doorbell(\doorbell$707 ),
     .doorbell_index(GLOBAL_RESET__wdata[15:0]),
     .enable(QUEUE1_CONTROL__value[0]),
-    .error_code(\error_code$718 ),
-    .error_index(\error_index$719 ),
-    .halted(\halted$715 ),
-    .head(\head$710 ),
-    .irq_completion(\irq_completion$721 ),
-    .irq_error(\irq_error$722 ),
-    .\port$13910$0 (GLOBAL_SEM0__value[15:0]),
-    .\port$13912$0 (GLOBAL_SEM1__value[15:0]),
-    .\port$13914$0 (GLOBAL_SEM2__value[15:0]),
-    .\port$13916$0 (GLOBAL_SEM3__value[15:0]),
-    .\port$13918$0 (GLOBAL_SEM4__value[15:0]),
-    .\port$13920$0 (GLOBAL_SEM5__value[15:0]),
-    .\port$13922$0 (GLOBAL_SEM6__value[15:0]),
-    .\port$13924$0 (GLOBAL_SEM7__value[15:0]),
-    .\port$13926$0 (GLOBAL_SEM8__value[15:0]),
-    .\port$13928$0 (GLOBAL_SEM9__value[15:0]),
-    .\port$13930$0 (GLOBAL_SEM10__value[15:0]),
-    .\port$13932$0 (GLOBAL_SEM11__value[15:0]),
-    .\port$13934$0 (GLOBAL_SEM12__value[15:0]),
-    .\port$13936$0 (GLOBAL_SEM13__value[15:0]),
-    .\port$13938$0 (GLOBAL_SEM14__value[15:0]),
-    .\port$13940$0 (GLOBAL_SEM15__value[15:0]),
-    .progress(\progress$671 ),
-    .quiesce(\quiesce$682 ),
-    .reset_cp(\reset_cp$870 ),
-    .resume(\resume$700 ),
-    .ring_base(\ring_base$688 ),
+    .error_code(\error_code$720 ),
+    .error_index(\error_index$721 ),
+    .halted(\halted$717 ),
+    .head(\head$712 ),
+    .irq_completion(\irq_completion$723 ),
+    .irq_error(\irq_error$724 ),
+    .\port$13912$0 (GLOBAL_SEM0__value[15:0]),
+    .\port$13914$0 (GLOBAL_SEM1__value[15:0]),
+    .\port$13916$0 (GLOBAL_SEM2__value[15:0]),
+    .\port$13918$0 (GLOBAL_SEM3__value[15:0]),
+    .\port$13920$0 (GLOBAL_SEM4__value[15:0]),
+    .\port$13922$0 (GLOBAL_SEM5__value[15:0]),
+    .\port$13924$0 (GLOBAL_SEM6__value[15:0]),
+    .\port$13926$0 (GLOBAL_SEM7__value[15:0]),
+    .\port$13928$0 (GLOBAL_SEM8__value[15:0]),
+    .\port$13930$0 (GLOBAL_SEM9__value[15:0]),
+    .\port$13932$0 (GLOBAL_SEM10__value[15:0]),
+    .\port$13934$0 (GLOBAL_SEM11__value[15:0]),
+    .\port$13936$0 (GLOBAL_SEM12__value[15:0]),
+    .\port$13938$0 (GLOBAL_SEM13__value[15:0]),
+    .\port$13940$0 (GLOBAL_SEM14__value[15:0]),
+    .\port$13942$0 (GLOBAL_SEM15__value[15:0]),
+    .progress(\progress$672 ),
+    .quiesce(\quiesce$684 ),
+    .reset_cp(\reset_cp$872 ),
+    .resume(\resume$702 ),
+    .ring_base(\ring_base$690 ),
     .ring_log2(QUEUE1_RING_LOG2__value[4:0]),
-    .ring_reset(\ring_reset$703 ),
+    .ring_reset(\ring_reset$705 ),
     .rst(rst),
     .sem_delta(delta1),
-    .sem_grant(\sem_grant$734 ),
+    .sem_grant(\sem_grant$736 ),
     .sem_valid(valid1),
-    .stall(\waiting_dep$741 ),
-    .tail(\tail$712 ),
-    .taken(\start$806 ),
-    .tile_cmd__tvalid(\tile_cmd__tvalid$496 ),
-    .tile_done__tdata(\tile_done__tdata$499 ),
-    .tile_done__tready(\tile_done__tready$504 ),
-    .tile_done__tvalid(\tile_done__tvalid$501 ),
-    .tile_ready(\tile_cmd__tready$497 ),
+    .stall(\waiting_dep$743 ),
+    .tail(\tail$714 ),
+    .taken(\start$808 ),
+    .tile_cmd__tvalid(\tile_cmd__tvalid$497 ),
+    .tile_done__tdata(\tile_done__tdata$500 ),
+    .tile_done__tready(\tile_done__tready$505 ),
+    .tile_done__tvalid(\tile_done__tvalid$502 ),
+    .tile_ready(\tile_cmd__tready$498 ),
     .timestamp(cycles[31:0]),
-    .trace_end(\end$812 ),
-    .trace_end_opcode(\end_opcode$816 ),
-    .trace_end_tag(\end_tag$814 )
+    .trace_end(\end$814 ),
+    .trace_end_opcode(\end_opcode$818 ),
+    .trace_end_tag(\end_tag$816 )
   );
   \dx1_soc.dma0  dma0 (
     .abort(abort),
@@ -1409,8 +1413,8 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .done__tready(\done__tready$158 ),
     .done__tvalid(dma_done__tvalid),
     .hold(hold),
-    .\port$16433$0 (\$58 ),
-    .\port$16435$0 (\$59 ),
+    .\port$16435$0 (\$60 ),
+    .\port$16437$0 (\$61 ),
     .quiet(dma_quiet),
     .reset_units(reset_units),
     .rst(rst),
@@ -1424,14 +1428,14 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .spm_wr__tvalid(spm_wr__tvalid)
   );
   \dx1_soc.dma1  dma1 (
-    .abort(\abort$684 ),
-    .acc_rreq__tready(\acc_rreq__tready$537 ),
-    .acc_rreq__tvalid(\acc_rreq__tvalid$539 ),
-    .acc_rresp__tdata(\acc_rresp__tdata$547 ),
-    .acc_rresp__tready(\acc_rresp__tready$549 ),
-    .acc_rresp__tvalid(\acc_rresp__tvalid$551 ),
-    .acc_wr__tready(\acc_wr__tready$531 ),
-    .acc_wr__tvalid(\acc_wr__tvalid$533 ),
+    .abort(\abort$686 ),
+    .acc_rreq__tready(\acc_rreq__tready$538 ),
+    .acc_rreq__tvalid(\acc_rreq__tvalid$540 ),
+    .acc_rresp__tdata(\acc_rresp__tdata$548 ),
+    .acc_rresp__tready(\acc_rresp__tready$550 ),
+    .acc_rresp__tvalid(\acc_rresp__tvalid$552 ),
+    .acc_wr__tready(\acc_wr__tready$532 ),
+    .acc_wr__tvalid(\acc_wr__tvalid$534 ),
     .axi__araddr(s4__araddr),
     .axi__arlen(s4__arlen),
     .axi__arvalid(s4__arvalid),
@@ -1443,40 +1447,40 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .axi__wlast(s4__wlast),
     .axi__wstrb(s4__wstrb),
     .axi__wvalid(s4__wvalid),
-    .bus__arready(\axi__arready$619 ),
-    .bus__awready(\axi__awready$633 ),
-    .bus__bid(\axi__bid$639 ),
-    .bus__bresp(\axi__bresp$643 ),
-    .bus__bvalid(\axi__bvalid$645 ),
-    .bus__rdata(\axi__rdata$647 ),
-    .bus__rid(\axi__rid$649 ),
-    .bus__rlast(\axi__rlast$651 ),
-    .bus__rresp(\axi__rresp$655 ),
-    .bus__rvalid(\axi__rvalid$657 ),
-    .bus__wready(\axi__wready$663 ),
-    .bytes_read(\bytes_read_source$758 ),
-    .bytes_written(\bytes_written_source$760 ),
+    .bus__arready(\axi__arready$620 ),
+    .bus__awready(\axi__awready$634 ),
+    .bus__bid(\axi__bid$640 ),
+    .bus__bresp(\axi__bresp$644 ),
+    .bus__bvalid(\axi__bvalid$646 ),
+    .bus__rdata(\axi__rdata$648 ),
+    .bus__rid(\axi__rid$650 ),
+    .bus__rlast(\axi__rlast$652 ),
+    .bus__rresp(\axi__rresp$656 ),
+    .bus__rvalid(\axi__rvalid$658 ),
+    .bus__wready(\axi__wready$664 ),
+    .bytes_read(\bytes_read_source$760 ),
+    .bytes_written(\bytes_written_source$762 ),
     .clk(clk),
-    .cmd__tdata(\cmd__tdata$493 ),
-    .cmd__tready(\dma_cmd__tready$507 ),
-    .cmd__tvalid(\cmd__tvalid$509 ),
-    .done__tdata(\dma_done__tdata$511 ),
-    .done__tready(\done__tready$513 ),
-    .done__tvalid(\dma_done__tvalid$515 ),
-    .hold(\hold$492 ),
-    .\port$18740$0 (\$61 ),
-    .\port$18742$0 (\$62 ),
-    .quiet(\dma_quiet$680 ),
-    .reset_units(\reset_units$737 ),
+    .cmd__tdata(\cmd__tdata$494 ),
+    .cmd__tready(\dma_cmd__tready$508 ),
+    .cmd__tvalid(\cmd__tvalid$510 ),
+    .done__tdata(\dma_done__tdata$512 ),
+    .done__tready(\done__tready$514 ),
+    .done__tvalid(\dma_done__tvalid$516 ),
+    .hold(\hold$493 ),
+    .\port$18742$0 (\$63 ),
+    .\port$18744$0 (\$64 ),
+    .quiet(\dma_quiet$682 ),
+    .reset_units(\reset_units$739 ),
     .rst(rst),
-    .spm_rreq__tdata(\spm_rreq__tdata$523 ),
-    .spm_rreq__tready(\spm_rreq__tready$525 ),
-    .spm_rreq__tvalid(\spm_rreq__tvalid$527 ),
-    .spm_rresp__tdata(\spm_rresp__tdata$541 ),
-    .spm_rresp__tready(\spm_rresp__tready$543 ),
-    .spm_rresp__tvalid(\spm_rresp__tvalid$545 ),
-    .spm_wr__tready(\spm_wr__tready$519 ),
-    .spm_wr__tvalid(\spm_wr__tvalid$521 )
+    .spm_rreq__tdata(\spm_rreq__tdata$524 ),
+    .spm_rreq__tready(\spm_rreq__tready$526 ),
+    .spm_rreq__tvalid(\spm_rreq__tvalid$528 ),
+    .spm_rresp__tdata(\spm_rresp__tdata$542 ),
+    .spm_rresp__tready(\spm_rresp__tready$544 ),
+    .spm_rresp__tvalid(\spm_rresp__tvalid$546 ),
+    .spm_wr__tready(\spm_wr__tready$520 ),
+    .spm_wr__tvalid(\spm_wr__tvalid$522 )
   );
   \dx1_soc.memory  memory (
     .clk(clk),
@@ -1552,44 +1556,44 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .s2__wstrb(s2__wstrb),
     .\s2__wvalid$335 (s2__wvalid),
     .\s3__araddr$448 (s3__araddr),
-    .s3__arready(\axi__arready$561 ),
+    .s3__arready(\axi__arready$562 ),
     .\s3__arvalid$458 (s3__arvalid),
     .\s3__awaddr$464 (s3__awaddr),
-    .s3__awready(\axi__awready$575 ),
+    .s3__awready(\axi__awready$576 ),
     .\s3__awvalid$474 (s3__awvalid),
-    .s3__bid(\axi__bid$581 ),
+    .s3__bid(\axi__bid$582 ),
     .\s3__bready$486 (s3__bready),
-    .s3__bresp(\axi__bresp$585 ),
-    .s3__bvalid(\axi__bvalid$587 ),
-    .s3__rdata(\axi__rdata$589 ),
-    .s3__rid(\axi__rid$591 ),
-    .s3__rlast(\axi__rlast$593 ),
+    .s3__bresp(\axi__bresp$586 ),
+    .s3__bvalid(\axi__bvalid$588 ),
+    .s3__rdata(\axi__rdata$590 ),
+    .s3__rid(\axi__rid$592 ),
+    .s3__rlast(\axi__rlast$594 ),
     .\s3__rready$462 (s3__rready),
-    .s3__rresp(\axi__rresp$597 ),
-    .s3__rvalid(\axi__rvalid$599 ),
+    .s3__rresp(\axi__rresp$598 ),
+    .s3__rvalid(\axi__rvalid$600 ),
     .s3__wdata(s3__wdata),
-    .s3__wready(\axi__wready$605 ),
+    .s3__wready(\axi__wready$606 ),
     .\s3__wvalid$484 (s3__wvalid),
     .\s4__araddr$597 (s4__araddr),
     .s4__arlen(s4__arlen),
-    .s4__arready(\axi__arready$619 ),
+    .s4__arready(\axi__arready$620 ),
     .\s4__arvalid$607 (s4__arvalid),
     .\s4__awaddr$613 (s4__awaddr),
     .s4__awlen(s4__awlen),
-    .s4__awready(\axi__awready$633 ),
+    .s4__awready(\axi__awready$634 ),
     .\s4__awvalid$623 (s4__awvalid),
-    .s4__bid(\axi__bid$639 ),
-    .s4__bresp(\axi__bresp$643 ),
-    .s4__bvalid(\axi__bvalid$645 ),
-    .s4__rdata(\axi__rdata$647 ),
-    .s4__rid(\axi__rid$649 ),
-    .s4__rlast(\axi__rlast$651 ),
+    .s4__bid(\axi__bid$640 ),
+    .s4__bresp(\axi__bresp$644 ),
+    .s4__bvalid(\axi__bvalid$646 ),
+    .s4__rdata(\axi__rdata$648 ),
+    .s4__rid(\axi__rid$650 ),
+    .s4__rlast(\axi__rlast$652 ),
     .\s4__rready$611 (s4__rready),
-    .s4__rresp(\axi__rresp$655 ),
-    .s4__rvalid(\axi__rvalid$657 ),
+    .s4__rresp(\axi__rresp$656 ),
+    .s4__rvalid(\axi__rvalid$658 ),
     .s4__wdata(s4__wdata),
     .s4__wlast(s4__wlast),
-    .s4__wready(\axi__wready$663 ),
+    .s4__wready(\axi__wready$664 ),
     .s4__wstrb(s4__wstrb),
     .\s4__wvalid$633 (s4__wvalid)
   );
@@ -1635,43 +1639,43 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   );
   \dx1_soc.perf1  perf1 (
     .busy_compute(PERF1_BUSY_COMPUTE__value),
-    .busy_compute_source(\busy_compute_source$754 ),
+    .busy_compute_source(\busy_compute_source$756 ),
     .busy_load(PERF1_BUSY_LOAD__value),
     .busy_store(PERF1_BUSY_STORE__value),
     .busy_vector(PERF1_BUSY_VECTOR__value),
-    .busy_vector_source(\busy_vector_source$762 ),
+    .busy_vector_source(\busy_vector_source$764 ),
     .bytes_read(PERF1_BYTES_READ__value),
-    .bytes_read_source(\bytes_read_source$758 ),
+    .bytes_read_source(\bytes_read_source$760 ),
     .bytes_written(PERF1_BYTES_WRITTEN__value),
-    .bytes_written_source(\bytes_written_source$760 ),
-    .clear(\clear$736 ),
+    .bytes_written_source(\bytes_written_source$762 ),
+    .clear(\clear$738 ),
     .clk(clk),
     .cycles(PERF1_CYCLES__value),
-    .dma_arready(\axi__arready$619 ),
+    .dma_arready(\axi__arready$620 ),
     .dma_arvalid(s4__arvalid),
-    .dma_awready(\axi__awready$633 ),
+    .dma_awready(\axi__awready$634 ),
     .dma_awvalid(s4__awvalid),
-    .dma_bvalid(\axi__bvalid$645 ),
-    .dma_rlast(\axi__rlast$651 ),
+    .dma_bvalid(\axi__bvalid$646 ),
+    .dma_rlast(\axi__rlast$652 ),
     .dma_rready(s4__rready),
-    .dma_rvalid(\axi__rvalid$657 ),
-    .dma_wready(\axi__wready$663 ),
+    .dma_rvalid(\axi__rvalid$658 ),
+    .dma_wready(\axi__wready$664 ),
     .dma_wvalid(s4__wvalid),
     .macs_hi(PERF1_MACS_HI__value),
     .macs_lo(PERF1_MACS_LO__value),
-    .macs_lo_read(\macs_lo_read$770 ),
-    .macs_source(\macs_source$756 ),
-    .reset_units(\reset_units$737 ),
+    .macs_lo_read(\macs_lo_read$772 ),
+    .macs_source(\macs_source$758 ),
+    .reset_units(\reset_units$739 ),
     .rst(rst),
     .stall_dep(PERF1_STALL_DEP__value),
     .stall_mem(PERF1_STALL_MEM__value),
     .table_hits(PERF1_TABLE_HITS__value),
-    .table_hits_source(\table_hits_source$764 ),
+    .table_hits_source(\table_hits_source$766 ),
     .table_overflows(PERF1_TABLE_OVERFLOWS__value),
-    .table_overflows_source(\table_overflows_source$768 ),
+    .table_overflows_source(\table_overflows_source$770 ),
     .table_underflows(PERF1_TABLE_UNDERFLOWS__value),
-    .table_underflows_source(\table_underflows_source$766 ),
-    .waiting_dep(\waiting_dep$741 )
+    .table_underflows_source(\table_underflows_source$768 ),
+    .waiting_dep(\waiting_dep$743 )
   );
   \dx1_soc.regfile  regfile (
     .GLOBAL_CYCLES_HI__value(GLOBAL_CYCLES_HI__value),
@@ -1752,7 +1756,7 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .PERF1_CONTROL_write(PERF1_CONTROL__write),
     .PERF1_CYCLES__value(PERF1_CYCLES__value),
     .PERF1_MACS_HI__value(PERF1_MACS_HI__value),
-    .PERF1_MACS_LO__read(\macs_lo_read$770 ),
+    .PERF1_MACS_LO__read(\macs_lo_read$772 ),
     .PERF1_MACS_LO__value(PERF1_MACS_LO__value),
     .PERF1_STALL_DEP__value(PERF1_STALL_DEP__value),
     .PERF1_STALL_MEM__value(PERF1_STALL_MEM__value),
@@ -1795,14 +1799,14 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .QUEUE1_CONTROL_write(QUEUE1_CONTROL__write),
     .QUEUE1_CQ_BASE__set(QUEUE1_CQ_BASE__set),
     .QUEUE1_CQ_BASE__set_value(QUEUE1_CQ_BASE__set_value),
-    .QUEUE1_CQ_BASE__value(\cq_base$692 ),
+    .QUEUE1_CQ_BASE__value(\cq_base$694 ),
     .QUEUE1_DMA_BASE__set(QUEUE1_DMA_BASE__set),
     .QUEUE1_DMA_BASE__set_value(QUEUE1_DMA_BASE__set_value),
-    .QUEUE1_DMA_BASE__value(\dma_base$694 ),
+    .QUEUE1_DMA_BASE__value(\dma_base$696 ),
     .QUEUE1_DMA_LIMIT__set(QUEUE1_DMA_LIMIT__set),
     .QUEUE1_DMA_LIMIT__set_value(QUEUE1_DMA_LIMIT__set_value),
-    .QUEUE1_DMA_LIMIT__value(\dma_limit$696 ),
-    .QUEUE1_DOORBELL_write(\doorbell$705 ),
+    .QUEUE1_DMA_LIMIT__value(\dma_limit$698 ),
+    .QUEUE1_DOORBELL_write(\doorbell$707 ),
     .QUEUE1_IRQ_MASK__set(QUEUE1_IRQ_MASK__set),
     .QUEUE1_IRQ_MASK__set_value(QUEUE1_IRQ_MASK__set_value),
     .QUEUE1_IRQ_MASK__value(QUEUE1_IRQ_MASK__value),
@@ -1811,14 +1815,14 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .QUEUE1_RESET_write(QUEUE1_RESET__write),
     .QUEUE1_RING_BASE__set(QUEUE1_RING_BASE__set),
     .QUEUE1_RING_BASE__set_value(QUEUE1_RING_BASE__set_value),
-    .QUEUE1_RING_BASE__value(\ring_base$688 ),
+    .QUEUE1_RING_BASE__value(\ring_base$690 ),
     .QUEUE1_RING_LOG2__set(QUEUE1_RING_LOG2__set),
     .QUEUE1_RING_LOG2__set_value(QUEUE1_RING_LOG2__set_value),
     .QUEUE1_RING_LOG2__value(QUEUE1_RING_LOG2__value),
-    .QUEUE1_RING_LOG2_write(\ring_reset$703 ),
+    .QUEUE1_RING_LOG2_write(\ring_reset$705 ),
     .QUEUE1_WATCHDOG__set(QUEUE1_WATCHDOG__set),
     .QUEUE1_WATCHDOG__set_value(QUEUE1_WATCHDOG__set_value),
-    .QUEUE1_WATCHDOG__value(\watchdog$669 ),
+    .QUEUE1_WATCHDOG__value(\watchdog$670 ),
     .TRACE0_CONTROL__set(TRACE0_CONTROL__set),
     .TRACE0_CONTROL__set_value(TRACE0_CONTROL__set_value),
     .TRACE0_CONTROL__value(TRACE0_CONTROL__value),
@@ -1830,7 +1834,7 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .TRACE1_CONTROL__set_value(TRACE1_CONTROL__set_value),
     .TRACE1_CONTROL__value(TRACE1_CONTROL__value),
     .TRACE1_CONTROL_write(TRACE1_CONTROL__write),
-    .TRACE1_DATA_HI__read(\pop$826 ),
+    .TRACE1_DATA_HI__read(\pop$828 ),
     .TRACE1_DATA_HI__value(TRACE1_DATA_HI__value),
     .TRACE1_DATA_LO__value(TRACE1_DATA_LO__value),
     .bus__araddr(regs__araddr),
@@ -1851,32 +1855,32 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .bus__wstrb(regs__wstrb),
     .bus__wvalid(regs__wvalid),
     .clk(clk),
-    .\port$13021$0 (\busy$714 ),
-    .\port$13753$0 (\$63 ),
-    .\port$16479$0 (head),
-    .\port$16481$0 (tail),
-    .\port$16487$0 (halted),
-    .\port$16489$0 (error_code),
-    .\port$16491$0 (error_index),
-    .\port$16492$0 (irq_error),
-    .\port$16645$0 (irq_completion),
-    .\port$18786$0 (\head$710 ),
-    .\port$18788$0 (\tail$712 ),
-    .\port$18794$0 (\halted$715 ),
-    .\port$18796$0 (\error_code$718 ),
-    .\port$18798$0 (\error_index$719 ),
-    .\port$18799$0 (\irq_error$722 ),
-    .\port$18952$0 (\irq_completion$721 ),
-    .\port$3143$0 (\busy$361 ),
-    .\port$7686$0 (busy),
-    .\port$8418$0 (\$60 ),
-    .\port$8478$0 (\busy$716 ),
+    .\port$13023$0 (\busy$716 ),
+    .\port$13755$0 (\$65 ),
+    .\port$16481$0 (head),
+    .\port$16483$0 (tail),
+    .\port$16489$0 (halted),
+    .\port$16491$0 (error_code),
+    .\port$16493$0 (error_index),
+    .\port$16494$0 (irq_error),
+    .\port$16647$0 (irq_completion),
+    .\port$18788$0 (\head$712 ),
+    .\port$18790$0 (\tail$714 ),
+    .\port$18796$0 (\halted$717 ),
+    .\port$18798$0 (\error_code$720 ),
+    .\port$18800$0 (\error_index$721 ),
+    .\port$18801$0 (\irq_error$724 ),
+    .\port$18954$0 (\irq_completion$723 ),
+    .\port$3145$0 (\busy$362 ),
+    .\port$7688$0 (busy),
+    .\port$8420$0 (\$62 ),
+    .\port$8480$0 (\busy$718 ),
     .rst(rst)
   );
   \dx1_soc.reset0  reset0 (
     .abort_done(abort_done),
     .abort_req(abort_req),
-    .busy(\busy$361 ),
+    .busy(\busy$362 ),
     .clk(clk),
     .cp_quiesce(quiesce),
     .cp_quiet(cp_quiet),
@@ -1888,49 +1892,49 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .rst(rst)
   );
   \dx1_soc.reset1  reset1 (
-    .abort_done(\abort_done$686 ),
-    .abort_req(\abort_req$676 ),
-    .busy(\busy$716 ),
+    .abort_done(\abort_done$688 ),
+    .abort_req(\abort_req$678 ),
+    .busy(\busy$718 ),
     .clk(clk),
-    .cp_quiesce(\quiesce$682 ),
-    .cp_quiet(\cp_quiet$678 ),
-    .dma_abort(\abort$684 ),
-    .dma_quiet(\dma_quiet$680 ),
-    .host_reset(\host_reset$673 ),
-    .reset_cp(\reset_cp$870 ),
-    .reset_units(\reset_units$737 ),
+    .cp_quiesce(\quiesce$684 ),
+    .cp_quiet(\cp_quiet$680 ),
+    .dma_abort(\abort$686 ),
+    .dma_quiet(\dma_quiet$682 ),
+    .host_reset(\host_reset$675 ),
+    .reset_cp(\reset_cp$872 ),
+    .reset_units(\reset_units$739 ),
     .rst(rst)
   );
   \dx1_soc.semaphores  semaphores (
     .delta0(delta0),
     .delta1(delta1),
     .grant0(sem_grant),
-    .grant1(\sem_grant$734 ),
+    .grant1(\sem_grant$736 ),
     .index0(cmd__tdata[67:64]),
-    .index1(\cmd__tdata$493 [67:64]),
-    .\port$13910$0 (GLOBAL_SEM0__value),
-    .\port$13912$0 (GLOBAL_SEM1__value),
-    .\port$13914$0 (GLOBAL_SEM2__value),
-    .\port$13916$0 (GLOBAL_SEM3__value),
-    .\port$13918$0 (GLOBAL_SEM4__value),
-    .\port$13920$0 (GLOBAL_SEM5__value),
-    .\port$13922$0 (GLOBAL_SEM6__value),
-    .\port$13924$0 (GLOBAL_SEM7__value),
-    .\port$13926$0 (GLOBAL_SEM8__value),
-    .\port$13928$0 (GLOBAL_SEM9__value),
-    .\port$13930$0 (GLOBAL_SEM10__value),
-    .\port$13932$0 (GLOBAL_SEM11__value),
-    .\port$13934$0 (GLOBAL_SEM12__value),
-    .\port$13936$0 (GLOBAL_SEM13__value),
-    .\port$13938$0 (GLOBAL_SEM14__value),
-    .\port$13940$0 (GLOBAL_SEM15__value),
+    .index1(\cmd__tdata$494 [67:64]),
+    .\port$13912$0 (GLOBAL_SEM0__value),
+    .\port$13914$0 (GLOBAL_SEM1__value),
+    .\port$13916$0 (GLOBAL_SEM2__value),
+    .\port$13918$0 (GLOBAL_SEM3__value),
+    .\port$13920$0 (GLOBAL_SEM4__value),
+    .\port$13922$0 (GLOBAL_SEM5__value),
+    .\port$13924$0 (GLOBAL_SEM6__value),
+    .\port$13926$0 (GLOBAL_SEM7__value),
+    .\port$13928$0 (GLOBAL_SEM8__value),
+    .\port$13930$0 (GLOBAL_SEM9__value),
+    .\port$13932$0 (GLOBAL_SEM10__value),
+    .\port$13934$0 (GLOBAL_SEM11__value),
+    .\port$13936$0 (GLOBAL_SEM12__value),
+    .\port$13938$0 (GLOBAL_SEM13__value),
+    .\port$13940$0 (GLOBAL_SEM14__value),
+    .\port$13942$0 (GLOBAL_SEM15__value),
     .set(set),
     .set_value(set_value),
     .valid0(valid0),
     .valid1(valid1)
   );
   \dx1_soc.trace0  trace0 (
-    .clear(\clear$448 ),
+    .clear(\clear$449 ),
     .clk(clk),
     .data_hi_word(TRACE0_DATA_HI__value),
     .data_lo(TRACE0_DATA_LO__value),
@@ -1939,7 +1943,7 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .end_opcode(end_opcode),
     .end_status(s1__wdata[23:16]),
     .end_tag(end_tag),
-    .level(\$60 ),
+    .level(\$62 ),
     .r_en(pop),
     .rst(rst),
     .\start$11 (start),
@@ -1948,21 +1952,21 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .timestamp(cycles[31:0])
   );
   \dx1_soc.trace1  trace1 (
-    .clear(\clear$803 ),
+    .clear(\clear$805 ),
     .clk(clk),
     .data_hi_word(TRACE1_DATA_HI__value),
     .data_lo(TRACE1_DATA_LO__value),
     .enable(TRACE1_CONTROL__value[0]),
-    .\end$15 (\end$812 ),
-    .end_opcode(\end_opcode$816 ),
+    .\end$15 (\end$814 ),
+    .end_opcode(\end_opcode$818 ),
     .end_status(s3__wdata[23:16]),
-    .end_tag(\end_tag$814 ),
-    .level(\$63 ),
-    .r_en(\pop$826 ),
+    .end_tag(\end_tag$816 ),
+    .level(\$65 ),
+    .r_en(\pop$828 ),
     .rst(rst),
-    .\start$11 (\start$806 ),
-    .start_opcode(\cmd__tdata$493 [7:0]),
-    .start_tag(\cmd__tdata$493 [31:16]),
+    .\start$11 (\start$808 ),
+    .start_opcode(\cmd__tdata$494 [7:0]),
+    .start_tag(\cmd__tdata$494 [31:16]),
     .timestamp(cycles[31:0])
   );
   always @* begin
@@ -2139,7 +2143,7 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
     QUEUE0_CONTROL__set_value = 32'd0;
     if (resume_written0) begin
-      QUEUE0_CONTROL__set_value = \$17 [31:0];
+      QUEUE0_CONTROL__set_value = \$18 [31:0];
     end
     if (soft_reset) begin
       QUEUE0_CONTROL__set_value = 32'd0;
@@ -2159,7 +2163,7 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
     TRACE0_CONTROL__set_value = 32'd0;
     if (trace0_clear_written) begin
-      TRACE0_CONTROL__set_value = \$21 [31:0];
+      TRACE0_CONTROL__set_value = \$22 [31:0];
     end
     if (soft_reset) begin
       TRACE0_CONTROL__set_value = 32'd0;
@@ -2284,7 +2288,7 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
     QUEUE1_CONTROL__set_value = 32'd0;
     if (resume_written1) begin
-      QUEUE1_CONTROL__set_value = \$38 [31:0];
+      QUEUE1_CONTROL__set_value = \$40 [31:0];
     end
     if (soft_reset) begin
       QUEUE1_CONTROL__set_value = 32'd0;
@@ -2304,7 +2308,7 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
     TRACE1_CONTROL__set_value = 32'd0;
     if (trace1_clear_written) begin
-      TRACE1_CONTROL__set_value = \$42 [31:0];
+      TRACE1_CONTROL__set_value = \$44 [31:0];
     end
     if (soft_reset) begin
       TRACE1_CONTROL__set_value = 32'd0;
@@ -2529,39 +2533,25 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$52  = \$47 [63:0];
+    \$54  = \$49 [63:0];
     if (soft_reset) begin
-      \$52  = 64'h0000000000000000;
+      \$54  = 64'h0000000000000000;
     end
     if (rst) begin
-      \$52  = 64'h0000000000000000;
+      \$54  = 64'h0000000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$53  = GLOBAL_CYCLES_HI__value;
+    \$55  = GLOBAL_CYCLES_HI__value;
     if (GLOBAL_CYCLES_LO__read) begin
-      \$53  = cycles[63:32];
+      \$55  = cycles[63:32];
     end
     if (soft_reset) begin
-      \$53  = 32'd0;
+      \$55  = 32'd0;
     end
     if (rst) begin
-      \$53  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$54  = \$48 ;
-    if (rst) begin
-      \$54  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
-    \$55  = \$49 ;
-    if (rst) begin
-      \$55  = 1'h0;
+      \$55  = 32'd0;
     end
   end
   always @* begin
@@ -2576,6 +2566,20 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     \$57  = \$51 ;
     if (rst) begin
       \$57  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$58  = \$52 ;
+    if (rst) begin
+      \$58  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
+    \$59  = \$53 ;
+    if (rst) begin
+      \$59  = 1'h0;
     end
   end
   assign bus__araddr = regs__araddr;
@@ -2636,15 +2640,15 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   assign \done__tdata$157  = dma_done__tdata;
   assign dma_done__tready = \done__tready$158 ;
   assign \done__tvalid$161  = dma_done__tvalid;
-  assign spm_wr__tdata = { \$59 , \$58 [63:0] };
-  assign \spm_wr__tdata$163  = { \$59 , \$58 [63:0] };
+  assign spm_wr__tdata = { \$61 , \$60 [63:0] };
+  assign \spm_wr__tdata$163  = { \$61 , \$60 [63:0] };
   assign \spm_wr__tready$165  = spm_wr__tready;
   assign \spm_wr__tvalid$167  = spm_wr__tvalid;
   assign \spm_rreq__tdata$169  = spm_rreq__tdata;
   assign \spm_rreq__tready$171  = spm_rreq__tready;
   assign \spm_rreq__tvalid$173  = spm_rreq__tvalid;
-  assign acc_wr__tdata = { \$59 , \$58  };
-  assign \acc_wr__tdata$175  = { \$59 , \$58  };
+  assign acc_wr__tdata = { \$61 , \$60  };
+  assign \acc_wr__tdata$175  = { \$61 , \$60  };
   assign \acc_wr__tready$177  = acc_wr__tready;
   assign \acc_wr__tvalid$179  = acc_wr__tvalid;
   assign acc_rreq__tdata = spm_rreq__tdata;
@@ -2733,13 +2737,14 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   assign \axi__wstrb$311  = s2__wstrb;
   assign \axi__wvalid$313  = s2__wvalid;
   assign QUEUE0_WATCHDOG__value = watchdog;
+  assign link_progress0 = 1'h0;
   assign QUEUE0_RESET__wdata = GLOBAL_RESET__wdata;
-  assign \abort_req$322  = abort_req;
+  assign \abort_req$323  = abort_req;
   assign axi_quiet = cp_quiet;
   assign quiet = dma_quiet;
   assign cp_quiesce = quiesce;
   assign dma_abort = abort;
-  assign \abort_done$332  = abort_done;
+  assign \abort_done$333  = abort_done;
   assign QUEUE0_RING_BASE__value = ring_base;
   assign ring_log2 = QUEUE0_RING_LOG2__value[4:0];
   assign QUEUE0_CQ_BASE__value = cq_base;
@@ -2753,7 +2758,7 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   assign QUEUE0_DOORBELL__wdata = GLOBAL_RESET__wdata;
   assign QUEUE0_HEAD__value = { 16'h0000, head };
   assign QUEUE0_TAIL__value = { 16'h0000, tail };
-  assign QUEUE0_STATUS__value = { 29'h00000000, \busy$361 , halted, busy };
+  assign QUEUE0_STATUS__value = { 29'h00000000, \busy$362 , halted, busy };
   assign QUEUE0_ERROR__value = { error_index, 8'h00, error_code };
   assign QUEUE0_IRQ_STATUS__set = { 30'h00000000, irq_error, irq_completion };
   assign timestamp = cycles[31:0];
@@ -2764,7 +2769,7 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   assign sem_delta = delta0;
   assign grant0 = sem_grant;
   assign PERF0_CONTROL__wdata = GLOBAL_RESET__wdata;
-  assign \reset_units$385  = reset_units;
+  assign \reset_units$386  = reset_units;
   assign stall = waiting_dep;
   assign dma_arvalid = s2__arvalid;
   assign dma_arready = \axi__arready$264 ;
@@ -2786,22 +2791,22 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   assign perf_table_underflows = table_underflows_source;
   assign perf_table_overflows = table_overflows_source;
   assign PERF0_MACS_LO__read = macs_lo_read;
-  assign \cycles$418  = PERF0_CYCLES__value;
+  assign \cycles$419  = PERF0_CYCLES__value;
   assign busy_load = PERF0_BUSY_LOAD__value;
   assign busy_store = PERF0_BUSY_STORE__value;
   assign stall_dep = PERF0_STALL_DEP__value;
   assign stall_mem = PERF0_STALL_MEM__value;
   assign busy_compute = PERF0_BUSY_COMPUTE__value;
-  assign \bytes_read$430  = PERF0_BYTES_READ__value;
-  assign \bytes_written$432  = PERF0_BYTES_WRITTEN__value;
+  assign \bytes_read$431  = PERF0_BYTES_READ__value;
+  assign \bytes_written$433  = PERF0_BYTES_WRITTEN__value;
   assign busy_vector = PERF0_BUSY_VECTOR__value;
   assign table_hits = PERF0_TABLE_HITS__value;
   assign table_underflows = PERF0_TABLE_UNDERFLOWS__value;
   assign table_overflows = PERF0_TABLE_OVERFLOWS__value;
   assign macs_lo = PERF0_MACS_LO__value;
   assign macs_hi = PERF0_MACS_HI__value;
-  assign \timestamp$445  = cycles[31:0];
-  assign \enable$446  = TRACE0_CONTROL__value[0];
+  assign \timestamp$446  = cycles[31:0];
+  assign \enable$447  = TRACE0_CONTROL__value[0];
   assign TRACE0_CONTROL__wdata = GLOBAL_RESET__wdata;
   assign trace_start = start;
   assign start_tag = cmd__tdata[31:16];
@@ -2813,202 +2818,203 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   assign trace_end_opcode = end_opcode;
   assign end_status = s1__wdata[23:16];
   assign trace_status = s1__wdata[23:16];
-  assign TRACE0_COUNT__value = { 23'h000000, \$60  };
-  assign count = { 23'h000000, \$60  };
+  assign TRACE0_COUNT__value = { 23'h000000, \$62  };
+  assign count = { 23'h000000, \$62  };
   assign data_lo = TRACE0_DATA_LO__value;
   assign data_hi_word = TRACE0_DATA_HI__value;
   assign TRACE0_DATA_HI__read = pop;
-  assign \tile_cmd__tdata$494  = \cmd__tdata$493 ;
-  assign \done__tdata$500  = \tile_done__tdata$499 ;
-  assign \cmd__tdata$505  = \cmd__tdata$493 ;
-  assign \dma_cmd__tdata$506  = \cmd__tdata$493 ;
-  assign \cmd__tready$508  = \dma_cmd__tready$507 ;
-  assign \dma_cmd__tvalid$510  = \cmd__tvalid$509 ;
-  assign \done__tdata$512  = \dma_done__tdata$511 ;
-  assign \dma_done__tready$514  = \done__tready$513 ;
-  assign \done__tvalid$516  = \dma_done__tvalid$515 ;
-  assign \spm_wr__tdata$517  = { \$62 , \$61 [63:0] };
-  assign \spm_wr__tdata$518  = { \$62 , \$61 [63:0] };
-  assign \spm_wr__tready$520  = \spm_wr__tready$519 ;
-  assign \spm_wr__tvalid$522  = \spm_wr__tvalid$521 ;
-  assign \spm_rreq__tdata$524  = \spm_rreq__tdata$523 ;
-  assign \spm_rreq__tready$526  = \spm_rreq__tready$525 ;
-  assign \spm_rreq__tvalid$528  = \spm_rreq__tvalid$527 ;
-  assign \acc_wr__tdata$529  = { \$62 , \$61  };
-  assign \acc_wr__tdata$530  = { \$62 , \$61  };
-  assign \acc_wr__tready$532  = \acc_wr__tready$531 ;
-  assign \acc_wr__tvalid$534  = \acc_wr__tvalid$533 ;
-  assign \acc_rreq__tdata$535  = \spm_rreq__tdata$523 ;
-  assign \acc_rreq__tdata$536  = \spm_rreq__tdata$523 ;
-  assign \acc_rreq__tready$538  = \acc_rreq__tready$537 ;
-  assign \acc_rreq__tvalid$540  = \acc_rreq__tvalid$539 ;
-  assign \spm_rresp__tdata$542  = \spm_rresp__tdata$541 ;
-  assign \spm_rresp__tready$544  = \spm_rresp__tready$543 ;
-  assign \spm_rresp__tvalid$546  = \spm_rresp__tvalid$545 ;
-  assign \acc_rresp__tdata$548  = \acc_rresp__tdata$547 ;
-  assign \acc_rresp__tready$550  = \acc_rresp__tready$549 ;
-  assign \acc_rresp__tvalid$552  = \acc_rresp__tvalid$551 ;
-  assign \axi__araddr$554  = s3__araddr;
+  assign \tile_cmd__tdata$495  = \cmd__tdata$494 ;
+  assign \done__tdata$501  = \tile_done__tdata$500 ;
+  assign \cmd__tdata$506  = \cmd__tdata$494 ;
+  assign \dma_cmd__tdata$507  = \cmd__tdata$494 ;
+  assign \cmd__tready$509  = \dma_cmd__tready$508 ;
+  assign \dma_cmd__tvalid$511  = \cmd__tvalid$510 ;
+  assign \done__tdata$513  = \dma_done__tdata$512 ;
+  assign \dma_done__tready$515  = \done__tready$514 ;
+  assign \done__tvalid$517  = \dma_done__tvalid$516 ;
+  assign \spm_wr__tdata$518  = { \$64 , \$63 [63:0] };
+  assign \spm_wr__tdata$519  = { \$64 , \$63 [63:0] };
+  assign \spm_wr__tready$521  = \spm_wr__tready$520 ;
+  assign \spm_wr__tvalid$523  = \spm_wr__tvalid$522 ;
+  assign \spm_rreq__tdata$525  = \spm_rreq__tdata$524 ;
+  assign \spm_rreq__tready$527  = \spm_rreq__tready$526 ;
+  assign \spm_rreq__tvalid$529  = \spm_rreq__tvalid$528 ;
+  assign \acc_wr__tdata$530  = { \$64 , \$63  };
+  assign \acc_wr__tdata$531  = { \$64 , \$63  };
+  assign \acc_wr__tready$533  = \acc_wr__tready$532 ;
+  assign \acc_wr__tvalid$535  = \acc_wr__tvalid$534 ;
+  assign \acc_rreq__tdata$536  = \spm_rreq__tdata$524 ;
+  assign \acc_rreq__tdata$537  = \spm_rreq__tdata$524 ;
+  assign \acc_rreq__tready$539  = \acc_rreq__tready$538 ;
+  assign \acc_rreq__tvalid$541  = \acc_rreq__tvalid$540 ;
+  assign \spm_rresp__tdata$543  = \spm_rresp__tdata$542 ;
+  assign \spm_rresp__tready$545  = \spm_rresp__tready$544 ;
+  assign \spm_rresp__tvalid$547  = \spm_rresp__tvalid$546 ;
+  assign \acc_rresp__tdata$549  = \acc_rresp__tdata$548 ;
+  assign \acc_rresp__tready$551  = \acc_rresp__tready$550 ;
+  assign \acc_rresp__tvalid$553  = \acc_rresp__tvalid$552 ;
+  assign \axi__araddr$555  = s3__araddr;
   assign s3__arburst = 2'h1;
-  assign \axi__arburst$556  = 2'h1;
+  assign \axi__arburst$557  = 2'h1;
   assign s3__arid = 4'h0;
-  assign \axi__arid$558  = 4'h0;
+  assign \axi__arid$559  = 4'h0;
   assign s3__arlen = 8'h03;
-  assign \axi__arlen$560  = 8'h03;
-  assign s3__arready = \axi__arready$561 ;
+  assign \axi__arlen$561  = 8'h03;
+  assign s3__arready = \axi__arready$562 ;
   assign s3__arsize = 3'h3;
-  assign \axi__arsize$564  = 3'h3;
-  assign \axi__arvalid$566  = s3__arvalid;
-  assign \axi__awaddr$568  = s3__awaddr;
+  assign \axi__arsize$565  = 3'h3;
+  assign \axi__arvalid$567  = s3__arvalid;
+  assign \axi__awaddr$569  = s3__awaddr;
   assign s3__awburst = 2'h1;
-  assign \axi__awburst$570  = 2'h1;
+  assign \axi__awburst$571  = 2'h1;
   assign s3__awid = 4'h0;
-  assign \axi__awid$572  = 4'h0;
+  assign \axi__awid$573  = 4'h0;
   assign s3__awlen = 8'h00;
-  assign \axi__awlen$574  = 8'h00;
-  assign s3__awready = \axi__awready$575 ;
+  assign \axi__awlen$575  = 8'h00;
+  assign s3__awready = \axi__awready$576 ;
   assign s3__awsize = 3'h3;
-  assign \axi__awsize$578  = 3'h3;
-  assign \axi__awvalid$580  = s3__awvalid;
-  assign s3__bid = \axi__bid$581 ;
-  assign \axi__bready$584  = s3__bready;
-  assign s3__bresp = \axi__bresp$585 ;
-  assign s3__bvalid = \axi__bvalid$587 ;
-  assign s3__rdata = \axi__rdata$589 ;
-  assign s3__rid = \axi__rid$591 ;
-  assign s3__rlast = \axi__rlast$593 ;
-  assign \axi__rready$596  = s3__rready;
-  assign s3__rresp = \axi__rresp$597 ;
-  assign s3__rvalid = \axi__rvalid$599 ;
-  assign \axi__wdata$602  = s3__wdata;
+  assign \axi__awsize$579  = 3'h3;
+  assign \axi__awvalid$581  = s3__awvalid;
+  assign s3__bid = \axi__bid$582 ;
+  assign \axi__bready$585  = s3__bready;
+  assign s3__bresp = \axi__bresp$586 ;
+  assign s3__bvalid = \axi__bvalid$588 ;
+  assign s3__rdata = \axi__rdata$590 ;
+  assign s3__rid = \axi__rid$592 ;
+  assign s3__rlast = \axi__rlast$594 ;
+  assign \axi__rready$597  = s3__rready;
+  assign s3__rresp = \axi__rresp$598 ;
+  assign s3__rvalid = \axi__rvalid$600 ;
+  assign \axi__wdata$603  = s3__wdata;
   assign s3__wlast = 1'h1;
-  assign \axi__wlast$604  = 1'h1;
-  assign s3__wready = \axi__wready$605 ;
+  assign \axi__wlast$605  = 1'h1;
+  assign s3__wready = \axi__wready$606 ;
   assign s3__wstrb = 8'hff;
-  assign \axi__wstrb$608  = 8'hff;
-  assign \axi__wvalid$610  = s3__wvalid;
-  assign \axi__araddr$612  = s4__araddr;
+  assign \axi__wstrb$609  = 8'hff;
+  assign \axi__wvalid$611  = s3__wvalid;
+  assign \axi__araddr$613  = s4__araddr;
   assign s4__arburst = 2'h1;
-  assign \axi__arburst$614  = 2'h1;
+  assign \axi__arburst$615  = 2'h1;
   assign s4__arid = 4'h0;
-  assign \axi__arid$616  = 4'h0;
-  assign \axi__arlen$618  = s4__arlen;
-  assign s4__arready = \axi__arready$619 ;
+  assign \axi__arid$617  = 4'h0;
+  assign \axi__arlen$619  = s4__arlen;
+  assign s4__arready = \axi__arready$620 ;
   assign s4__arsize = 3'h3;
-  assign \axi__arsize$622  = 3'h3;
-  assign \axi__arvalid$624  = s4__arvalid;
-  assign \axi__awaddr$626  = s4__awaddr;
+  assign \axi__arsize$623  = 3'h3;
+  assign \axi__arvalid$625  = s4__arvalid;
+  assign \axi__awaddr$627  = s4__awaddr;
   assign s4__awburst = 2'h1;
-  assign \axi__awburst$628  = 2'h1;
+  assign \axi__awburst$629  = 2'h1;
   assign s4__awid = 4'h0;
-  assign \axi__awid$630  = 4'h0;
-  assign \axi__awlen$632  = s4__awlen;
-  assign s4__awready = \axi__awready$633 ;
+  assign \axi__awid$631  = 4'h0;
+  assign \axi__awlen$633  = s4__awlen;
+  assign s4__awready = \axi__awready$634 ;
   assign s4__awsize = 3'h3;
-  assign \axi__awsize$636  = 3'h3;
-  assign \axi__awvalid$638  = s4__awvalid;
-  assign s4__bid = \axi__bid$639 ;
+  assign \axi__awsize$637  = 3'h3;
+  assign \axi__awvalid$639  = s4__awvalid;
+  assign s4__bid = \axi__bid$640 ;
   assign s4__bready = 1'h1;
-  assign \axi__bready$642  = 1'h1;
-  assign s4__bresp = \axi__bresp$643 ;
-  assign s4__bvalid = \axi__bvalid$645 ;
-  assign s4__rdata = \axi__rdata$647 ;
-  assign s4__rid = \axi__rid$649 ;
-  assign s4__rlast = \axi__rlast$651 ;
-  assign \axi__rready$654  = s4__rready;
-  assign s4__rresp = \axi__rresp$655 ;
-  assign s4__rvalid = \axi__rvalid$657 ;
-  assign \axi__wdata$660  = s4__wdata;
-  assign \axi__wlast$662  = s4__wlast;
-  assign s4__wready = \axi__wready$663 ;
-  assign \axi__wstrb$666  = s4__wstrb;
-  assign \axi__wvalid$668  = s4__wvalid;
-  assign QUEUE1_WATCHDOG__value = \watchdog$669 ;
+  assign \axi__bready$643  = 1'h1;
+  assign s4__bresp = \axi__bresp$644 ;
+  assign s4__bvalid = \axi__bvalid$646 ;
+  assign s4__rdata = \axi__rdata$648 ;
+  assign s4__rid = \axi__rid$650 ;
+  assign s4__rlast = \axi__rlast$652 ;
+  assign \axi__rready$655  = s4__rready;
+  assign s4__rresp = \axi__rresp$656 ;
+  assign s4__rvalid = \axi__rvalid$658 ;
+  assign \axi__wdata$661  = s4__wdata;
+  assign \axi__wlast$663  = s4__wlast;
+  assign s4__wready = \axi__wready$664 ;
+  assign \axi__wstrb$667  = s4__wstrb;
+  assign \axi__wvalid$669  = s4__wvalid;
+  assign QUEUE1_WATCHDOG__value = \watchdog$670 ;
+  assign link_progress1 = 1'h0;
   assign QUEUE1_RESET__wdata = GLOBAL_RESET__wdata;
-  assign \abort_req$677  = \abort_req$676 ;
-  assign \axi_quiet$679  = \cp_quiet$678 ;
-  assign \quiet$681  = \dma_quiet$680 ;
-  assign \cp_quiesce$683  = \quiesce$682 ;
-  assign \dma_abort$685  = \abort$684 ;
-  assign \abort_done$687  = \abort_done$686 ;
-  assign QUEUE1_RING_BASE__value = \ring_base$688 ;
-  assign \ring_log2$690  = QUEUE1_RING_LOG2__value[4:0];
-  assign QUEUE1_CQ_BASE__value = \cq_base$692 ;
-  assign QUEUE1_DMA_BASE__value = \dma_base$694 ;
-  assign QUEUE1_DMA_LIMIT__value = \dma_limit$696 ;
-  assign \enable$698  = QUEUE1_CONTROL__value[0];
+  assign \abort_req$679  = \abort_req$678 ;
+  assign \axi_quiet$681  = \cp_quiet$680 ;
+  assign \quiet$683  = \dma_quiet$682 ;
+  assign \cp_quiesce$685  = \quiesce$684 ;
+  assign \dma_abort$687  = \abort$686 ;
+  assign \abort_done$689  = \abort_done$688 ;
+  assign QUEUE1_RING_BASE__value = \ring_base$690 ;
+  assign \ring_log2$692  = QUEUE1_RING_LOG2__value[4:0];
+  assign QUEUE1_CQ_BASE__value = \cq_base$694 ;
+  assign QUEUE1_DMA_BASE__value = \dma_base$696 ;
+  assign QUEUE1_DMA_LIMIT__value = \dma_limit$698 ;
+  assign \enable$700  = QUEUE1_CONTROL__value[0];
   assign QUEUE1_CONTROL__wdata = GLOBAL_RESET__wdata;
-  assign QUEUE1_RING_LOG2__write = \ring_reset$703 ;
-  assign QUEUE1_DOORBELL__write = \doorbell$705 ;
-  assign \doorbell_index$707  = GLOBAL_RESET__wdata[15:0];
+  assign QUEUE1_RING_LOG2__write = \ring_reset$705 ;
+  assign QUEUE1_DOORBELL__write = \doorbell$707 ;
+  assign \doorbell_index$709  = GLOBAL_RESET__wdata[15:0];
   assign QUEUE1_DOORBELL__wdata = GLOBAL_RESET__wdata;
-  assign QUEUE1_HEAD__value = { 16'h0000, \head$710  };
-  assign QUEUE1_TAIL__value = { 16'h0000, \tail$712  };
-  assign QUEUE1_STATUS__value = { 29'h00000000, \busy$716 , \halted$715 , \busy$714  };
-  assign QUEUE1_ERROR__value = { \error_index$719 , 8'h00, \error_code$718  };
-  assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \irq_error$722 , \irq_completion$721  };
-  assign \timestamp$726  = cycles[31:0];
-  assign \sem_values$727  = { GLOBAL_SEM15__value[15:0], GLOBAL_SEM14__value[15:0], GLOBAL_SEM13__value[15:0], GLOBAL_SEM12__value[15:0], GLOBAL_SEM11__value[15:0], GLOBAL_SEM10__value[15:0], GLOBAL_SEM9__value[15:0], GLOBAL_SEM8__value[15:0], GLOBAL_SEM7__value[15:0], GLOBAL_SEM6__value[15:0], GLOBAL_SEM5__value[15:0], GLOBAL_SEM4__value[15:0], GLOBAL_SEM3__value[15:0], GLOBAL_SEM2__value[15:0], GLOBAL_SEM1__value[15:0], GLOBAL_SEM0__value[15:0] };
-  assign \sem_valid$729  = valid1;
-  assign index1 = \cmd__tdata$493 [67:64];
-  assign \sem_index$731  = \cmd__tdata$493 [67:64];
-  assign \sem_delta$733  = delta1;
-  assign grant1 = \sem_grant$734 ;
+  assign QUEUE1_HEAD__value = { 16'h0000, \head$712  };
+  assign QUEUE1_TAIL__value = { 16'h0000, \tail$714  };
+  assign QUEUE1_STATUS__value = { 29'h00000000, \busy$718 , \halted$717 , \busy$716  };
+  assign QUEUE1_ERROR__value = { \error_index$721 , 8'h00, \error_code$720  };
+  assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \irq_error$724 , \irq_completion$723  };
+  assign \timestamp$728  = cycles[31:0];
+  assign \sem_values$729  = { GLOBAL_SEM15__value[15:0], GLOBAL_SEM14__value[15:0], GLOBAL_SEM13__value[15:0], GLOBAL_SEM12__value[15:0], GLOBAL_SEM11__value[15:0], GLOBAL_SEM10__value[15:0], GLOBAL_SEM9__value[15:0], GLOBAL_SEM8__value[15:0], GLOBAL_SEM7__value[15:0], GLOBAL_SEM6__value[15:0], GLOBAL_SEM5__value[15:0], GLOBAL_SEM4__value[15:0], GLOBAL_SEM3__value[15:0], GLOBAL_SEM2__value[15:0], GLOBAL_SEM1__value[15:0], GLOBAL_SEM0__value[15:0] };
+  assign \sem_valid$731  = valid1;
+  assign index1 = \cmd__tdata$494 [67:64];
+  assign \sem_index$733  = \cmd__tdata$494 [67:64];
+  assign \sem_delta$735  = delta1;
+  assign grant1 = \sem_grant$736 ;
   assign PERF1_CONTROL__wdata = GLOBAL_RESET__wdata;
-  assign \reset_units$740  = \reset_units$737 ;
-  assign \stall$742  = \waiting_dep$741 ;
-  assign \dma_arvalid$743  = s4__arvalid;
-  assign \dma_arready$744  = \axi__arready$619 ;
-  assign \dma_rvalid$745  = \axi__rvalid$657 ;
-  assign \dma_rready$746  = s4__rready;
-  assign \dma_rlast$747  = \axi__rlast$651 ;
-  assign \dma_awvalid$748  = s4__awvalid;
-  assign \dma_awready$749  = \axi__awready$633 ;
-  assign \dma_wvalid$750  = s4__wvalid;
-  assign \dma_wready$751  = \axi__wready$663 ;
-  assign \dma_bvalid$752  = \axi__bvalid$645 ;
-  assign \dma_bready$753  = 1'h1;
-  assign \perf_busy$755  = \busy_compute_source$754 ;
-  assign \perf_macs$757  = \macs_source$756 ;
-  assign \bytes_read$759  = \bytes_read_source$758 ;
-  assign \bytes_written$761  = \bytes_written_source$760 ;
-  assign \perf_vector_busy$763  = \busy_vector_source$762 ;
-  assign \perf_table_hits$765  = \table_hits_source$764 ;
-  assign \perf_table_underflows$767  = \table_underflows_source$766 ;
-  assign \perf_table_overflows$769  = \table_overflows_source$768 ;
-  assign PERF1_MACS_LO__read = \macs_lo_read$770 ;
-  assign \cycles$773  = PERF1_CYCLES__value;
-  assign \busy_load$775  = PERF1_BUSY_LOAD__value;
-  assign \busy_store$777  = PERF1_BUSY_STORE__value;
-  assign \stall_dep$779  = PERF1_STALL_DEP__value;
-  assign \stall_mem$781  = PERF1_STALL_MEM__value;
-  assign \busy_compute$783  = PERF1_BUSY_COMPUTE__value;
-  assign \bytes_read$785  = PERF1_BYTES_READ__value;
-  assign \bytes_written$787  = PERF1_BYTES_WRITTEN__value;
-  assign \busy_vector$789  = PERF1_BUSY_VECTOR__value;
-  assign \table_hits$791  = PERF1_TABLE_HITS__value;
-  assign \table_underflows$793  = PERF1_TABLE_UNDERFLOWS__value;
-  assign \table_overflows$795  = PERF1_TABLE_OVERFLOWS__value;
-  assign \macs_lo$797  = PERF1_MACS_LO__value;
-  assign \macs_hi$799  = PERF1_MACS_HI__value;
-  assign \timestamp$800  = cycles[31:0];
-  assign \enable$801  = TRACE1_CONTROL__value[0];
+  assign \reset_units$742  = \reset_units$739 ;
+  assign \stall$744  = \waiting_dep$743 ;
+  assign \dma_arvalid$745  = s4__arvalid;
+  assign \dma_arready$746  = \axi__arready$620 ;
+  assign \dma_rvalid$747  = \axi__rvalid$658 ;
+  assign \dma_rready$748  = s4__rready;
+  assign \dma_rlast$749  = \axi__rlast$652 ;
+  assign \dma_awvalid$750  = s4__awvalid;
+  assign \dma_awready$751  = \axi__awready$634 ;
+  assign \dma_wvalid$752  = s4__wvalid;
+  assign \dma_wready$753  = \axi__wready$664 ;
+  assign \dma_bvalid$754  = \axi__bvalid$646 ;
+  assign \dma_bready$755  = 1'h1;
+  assign \perf_busy$757  = \busy_compute_source$756 ;
+  assign \perf_macs$759  = \macs_source$758 ;
+  assign \bytes_read$761  = \bytes_read_source$760 ;
+  assign \bytes_written$763  = \bytes_written_source$762 ;
+  assign \perf_vector_busy$765  = \busy_vector_source$764 ;
+  assign \perf_table_hits$767  = \table_hits_source$766 ;
+  assign \perf_table_underflows$769  = \table_underflows_source$768 ;
+  assign \perf_table_overflows$771  = \table_overflows_source$770 ;
+  assign PERF1_MACS_LO__read = \macs_lo_read$772 ;
+  assign \cycles$775  = PERF1_CYCLES__value;
+  assign \busy_load$777  = PERF1_BUSY_LOAD__value;
+  assign \busy_store$779  = PERF1_BUSY_STORE__value;
+  assign \stall_dep$781  = PERF1_STALL_DEP__value;
+  assign \stall_mem$783  = PERF1_STALL_MEM__value;
+  assign \busy_compute$785  = PERF1_BUSY_COMPUTE__value;
+  assign \bytes_read$787  = PERF1_BYTES_READ__value;
+  assign \bytes_written$789  = PERF1_BYTES_WRITTEN__value;
+  assign \busy_vector$791  = PERF1_BUSY_VECTOR__value;
+  assign \table_hits$793  = PERF1_TABLE_HITS__value;
+  assign \table_underflows$795  = PERF1_TABLE_UNDERFLOWS__value;
+  assign \table_overflows$797  = PERF1_TABLE_OVERFLOWS__value;
+  assign \macs_lo$799  = PERF1_MACS_LO__value;
+  assign \macs_hi$801  = PERF1_MACS_HI__value;
+  assign \timestamp$802  = cycles[31:0];
+  assign \enable$803  = TRACE1_CONTROL__value[0];
   assign TRACE1_CONTROL__wdata = GLOBAL_RESET__wdata;
-  assign \trace_start$807  = \start$806 ;
-  assign \start_tag$808  = \cmd__tdata$493 [31:16];
-  assign \trace_tag$809  = \cmd__tdata$493 [31:16];
-  assign \start_opcode$810  = \cmd__tdata$493 [7:0];
-  assign \trace_opcode$811  = \cmd__tdata$493 [7:0];
-  assign \trace_end$813  = \end$812 ;
-  assign \trace_end_tag$815  = \end_tag$814 ;
-  assign \trace_end_opcode$817  = \end_opcode$816 ;
-  assign \end_status$818  = s3__wdata[23:16];
-  assign \trace_status$819  = s3__wdata[23:16];
-  assign TRACE1_COUNT__value = { 23'h000000, \$63  };
-  assign \count$821  = { 23'h000000, \$63  };
-  assign \data_lo$823  = TRACE1_DATA_LO__value;
-  assign \data_hi_word$825  = TRACE1_DATA_HI__value;
-  assign TRACE1_DATA_HI__read = \pop$826 ;
+  assign \trace_start$809  = \start$808 ;
+  assign \start_tag$810  = \cmd__tdata$494 [31:16];
+  assign \trace_tag$811  = \cmd__tdata$494 [31:16];
+  assign \start_opcode$812  = \cmd__tdata$494 [7:0];
+  assign \trace_opcode$813  = \cmd__tdata$494 [7:0];
+  assign \trace_end$815  = \end$814 ;
+  assign \trace_end_tag$817  = \end_tag$816 ;
+  assign \trace_end_opcode$819  = \end_opcode$818 ;
+  assign \end_status$820  = s3__wdata[23:16];
+  assign \trace_status$821  = s3__wdata[23:16];
+  assign TRACE1_COUNT__value = { 23'h000000, \$65  };
+  assign \count$823  = { 23'h000000, \$65  };
+  assign \data_lo$825  = TRACE1_DATA_LO__value;
+  assign \data_hi_word$827  = TRACE1_DATA_HI__value;
+  assign TRACE1_DATA_HI__read = \pop$828 ;
   assign \values[0]  = GLOBAL_SEM0__value;
   assign \values[1]  = GLOBAL_SEM1__value;
   assign \values[2]  = GLOBAL_SEM2__value;
@@ -3041,22 +3047,22 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   assign \sem_values[13]  = GLOBAL_SEM13__value[15:0];
   assign \sem_values[14]  = GLOBAL_SEM14__value[15:0];
   assign \sem_values[15]  = GLOBAL_SEM15__value[15:0];
-  assign \sem_values$727[0]  = GLOBAL_SEM0__value[15:0];
-  assign \sem_values$727[1]  = GLOBAL_SEM1__value[15:0];
-  assign \sem_values$727[2]  = GLOBAL_SEM2__value[15:0];
-  assign \sem_values$727[3]  = GLOBAL_SEM3__value[15:0];
-  assign \sem_values$727[4]  = GLOBAL_SEM4__value[15:0];
-  assign \sem_values$727[5]  = GLOBAL_SEM5__value[15:0];
-  assign \sem_values$727[6]  = GLOBAL_SEM6__value[15:0];
-  assign \sem_values$727[7]  = GLOBAL_SEM7__value[15:0];
-  assign \sem_values$727[8]  = GLOBAL_SEM8__value[15:0];
-  assign \sem_values$727[9]  = GLOBAL_SEM9__value[15:0];
-  assign \sem_values$727[10]  = GLOBAL_SEM10__value[15:0];
-  assign \sem_values$727[11]  = GLOBAL_SEM11__value[15:0];
-  assign \sem_values$727[12]  = GLOBAL_SEM12__value[15:0];
-  assign \sem_values$727[13]  = GLOBAL_SEM13__value[15:0];
-  assign \sem_values$727[14]  = GLOBAL_SEM14__value[15:0];
-  assign \sem_values$727[15]  = GLOBAL_SEM15__value[15:0];
+  assign \sem_values$729[0]  = GLOBAL_SEM0__value[15:0];
+  assign \sem_values$729[1]  = GLOBAL_SEM1__value[15:0];
+  assign \sem_values$729[2]  = GLOBAL_SEM2__value[15:0];
+  assign \sem_values$729[3]  = GLOBAL_SEM3__value[15:0];
+  assign \sem_values$729[4]  = GLOBAL_SEM4__value[15:0];
+  assign \sem_values$729[5]  = GLOBAL_SEM5__value[15:0];
+  assign \sem_values$729[6]  = GLOBAL_SEM6__value[15:0];
+  assign \sem_values$729[7]  = GLOBAL_SEM7__value[15:0];
+  assign \sem_values$729[8]  = GLOBAL_SEM8__value[15:0];
+  assign \sem_values$729[9]  = GLOBAL_SEM9__value[15:0];
+  assign \sem_values$729[10]  = GLOBAL_SEM10__value[15:0];
+  assign \sem_values$729[11]  = GLOBAL_SEM11__value[15:0];
+  assign \sem_values$729[12]  = GLOBAL_SEM12__value[15:0];
+  assign \sem_values$729[13]  = GLOBAL_SEM13__value[15:0];
+  assign \sem_values$729[14]  = GLOBAL_SEM14__value[15:0];
+  assign \sem_values$729[15]  = GLOBAL_SEM15__value[15:0];
   assign \set_value[0]  = set_value[15:0];
   assign \set_value[1]  = set_value[31:16];
   assign \set_value[2]  = set_value[47:32];
@@ -3077,27 +3083,29 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
   assign \$1 [1] = stall_units[1];
   assign \$2 [3:1] = 3'h0;
   assign \$2 [0] = stall_units[0];
-  assign \$17 [1] = 1'h0;
-  assign { \$17 [32:2], \$17 [0] } = { 1'h0, QUEUE0_CONTROL__value[31:2], QUEUE0_CONTROL__value[0] };
-  assign \$21 [1] = 1'h0;
-  assign { \$21 [32:2], \$21 [0] } = { 1'h0, TRACE0_CONTROL__value[31:2], TRACE0_CONTROL__value[0] };
-  assign \$22 [2:0] = 3'h0;
-  assign \$22 [3] = stall_units[3];
-  assign { \$23 [3], \$23 [1:0] } = 3'h0;
-  assign \$23 [2] = stall_units[2];
-  assign \$38 [1] = 1'h0;
-  assign { \$38 [32:2], \$38 [0] } = { 1'h0, QUEUE1_CONTROL__value[31:2], QUEUE1_CONTROL__value[0] };
-  assign \$42 [1] = 1'h0;
-  assign { \$42 [32:2], \$42 [0] } = { 1'h0, TRACE1_CONTROL__value[31:2], TRACE1_CONTROL__value[0] };
+  assign progress = \$16 ;
+  assign \$18 [1] = 1'h0;
+  assign { \$18 [32:2], \$18 [0] } = { 1'h0, QUEUE0_CONTROL__value[31:2], QUEUE0_CONTROL__value[0] };
+  assign \$22 [1] = 1'h0;
+  assign { \$22 [32:2], \$22 [0] } = { 1'h0, TRACE0_CONTROL__value[31:2], TRACE0_CONTROL__value[0] };
+  assign \$23 [2:0] = 3'h0;
+  assign \$23 [3] = stall_units[3];
+  assign { \$24 [3], \$24 [1:0] } = 3'h0;
+  assign \$24 [2] = stall_units[2];
+  assign \progress$672  = \$38 ;
+  assign \$40 [1] = 1'h0;
+  assign { \$40 [32:2], \$40 [0] } = { 1'h0, QUEUE1_CONTROL__value[31:2], QUEUE1_CONTROL__value[0] };
+  assign \$44 [1] = 1'h0;
+  assign { \$44 [32:2], \$44 [0] } = { 1'h0, TRACE1_CONTROL__value[31:2], TRACE1_CONTROL__value[0] };
   assign core0_stalled = stall_units[1];
   assign hold = stall_units[0];
   assign core1_stalled = stall_units[3];
-  assign \hold$492  = stall_units[2];
+  assign \hold$493  = stall_units[2];
 endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$142 , progress, cmd__tready, done__tdata, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, req__tvalid, \req__tvalid$193 , \req__tvalid$199 , \req__tvalid$205 , \resp__tready$215 , resp__tready, reset_units
-, perf_macs, perf_busy, done__tvalid, perf_vector_busy, perf_table_hits, perf_table_underflows, perf_table_overflows, \port$16433$0 , \port$16435$0 , \req__tdata$195 , cmd__tdata, clk);
+, perf_macs, perf_busy, done__tvalid, perf_vector_busy, perf_table_hits, perf_table_underflows, perf_table_overflows, \port$16435$0 , \port$16437$0 , \req__tdata$195 , cmd__tdata, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$2  = 0;
   wire [15:0] \$1 ;
   wire \$10 ;
@@ -3320,10 +3328,10 @@ module \dx1_soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$142 , progr
   wire [31:0] perf_table_underflows;
   output [31:0] perf_vector_busy;
   wire [31:0] perf_vector_busy;
-  input [255:0] \port$16433$0 ;
-  wire [255:0] \port$16433$0 ;
-  input [15:0] \port$16435$0 ;
-  wire [15:0] \port$16435$0 ;
+  input [255:0] \port$16435$0 ;
+  wire [255:0] \port$16435$0 ;
+  input [15:0] \port$16437$0 ;
+  wire [15:0] \port$16437$0 ;
   wire postop;
   wire [7:0] postop__opcode;
   wire [7:0] postop__status;
@@ -3532,8 +3540,8 @@ module \dx1_soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$142 , progr
     .addr(\addr$163 ),
     .data(\data$167 ),
     .en(\en$170 ),
-    .\port$16433$0 (\port$16433$0 ),
     .\port$16435$0 (\port$16435$0 ),
+    .\port$16437$0 (\port$16437$0 ),
     .req__tready(\grant$142 ),
     .req__tvalid(\req__tvalid$193 )
   );
@@ -3695,8 +3703,8 @@ module \dx1_soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$142 , progr
     .addr(addr),
     .data(data),
     .en(en),
-    .\port$16433$0 (\port$16433$0 [63:0]),
-    .\port$16435$0 (\port$16435$0 ),
+    .\port$16435$0 (\port$16435$0 [63:0]),
+    .\port$16437$0 (\port$16437$0 ),
     .req__tready(grant),
     .req__tvalid(req__tvalid)
   );
@@ -3870,13 +3878,13 @@ module \dx1_soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$142 , progr
   assign acc_rp__addr = \$22 [9:0];
   assign \acc_data$181  = acc_b_data;
   assign \data$182  = acc_b_data;
-  assign req__tdata = { \port$16435$0 , \port$16433$0 [63:0] };
-  assign spm_wr__tdata = { \port$16435$0 , \port$16433$0 [63:0] };
+  assign req__tdata = { \port$16437$0 , \port$16435$0 [63:0] };
+  assign spm_wr__tdata = { \port$16437$0 , \port$16435$0 [63:0] };
   assign spm_wr__tready = grant;
   assign req__tready = grant;
   assign spm_wr__tvalid = req__tvalid;
-  assign \req__tdata$189  = { \port$16435$0 , \port$16433$0  };
-  assign acc_wr__tdata = { \port$16435$0 , \port$16433$0  };
+  assign \req__tdata$189  = { \port$16437$0 , \port$16435$0  };
+  assign acc_wr__tdata = { \port$16437$0 , \port$16435$0  };
   assign acc_wr__tready = \grant$142 ;
   assign \req__tready$192  = \grant$142 ;
   assign acc_wr__tvalid = \req__tvalid$193 ;
@@ -4171,7 +4179,7 @@ module \dx1_soc.core0.acc_ext_read.fifo (rst, w_port__data, r_rdy, r_data, r_en,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$16433$0 , \port$16435$0 , req__tready);
+module \dx1_soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$16435$0 , \port$16437$0 , req__tready);
   reg \$auto$verilog_backend.cc:2355:dump_module$5  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -4181,10 +4189,10 @@ module \dx1_soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$16433$0 
   output en;
   reg en;
   wire grant;
-  input [255:0] \port$16433$0 ;
-  wire [255:0] \port$16433$0 ;
-  input [15:0] \port$16435$0 ;
-  wire [15:0] \port$16435$0 ;
+  input [255:0] \port$16435$0 ;
+  wire [255:0] \port$16435$0 ;
+  input [15:0] \port$16437$0 ;
+  wire [15:0] \port$16437$0 ;
   wire [271:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -4195,14 +4203,14 @@ module \dx1_soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$16433$0 
     if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$16435$0 ;
+      addr = \port$16437$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     data = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     if (\$1 ) begin
-      data = \port$16433$0 ;
+      data = \port$16435$0 ;
     end
   end
   always @* begin
@@ -4213,7 +4221,7 @@ module \dx1_soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$16433$0 
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$16435$0 , \port$16433$0  };
+  assign req__tdata = { \port$16437$0 , \port$16435$0  };
 endmodule
 
 (* generator = "Amaranth" *)
@@ -15522,7 +15530,7 @@ module \dx1_soc.core0.spm_ext_read.fifo (rst, w_port__data, r_rdy, r_data, r_en,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$16433$0 , \port$16435$0 , req__tready);
+module \dx1_soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$16435$0 , \port$16437$0 , req__tready);
   reg \$auto$verilog_backend.cc:2355:dump_module$19  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -15532,10 +15540,10 @@ module \dx1_soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$16433$0 
   output en;
   reg en;
   wire grant;
-  input [63:0] \port$16433$0 ;
-  wire [63:0] \port$16433$0 ;
-  input [15:0] \port$16435$0 ;
-  wire [15:0] \port$16435$0 ;
+  input [63:0] \port$16435$0 ;
+  wire [63:0] \port$16435$0 ;
+  input [15:0] \port$16437$0 ;
+  wire [15:0] \port$16437$0 ;
   wire [79:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -15546,14 +15554,14 @@ module \dx1_soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$16433$0 
     if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$16435$0 ;
+      addr = \port$16437$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
     data = 64'h0000000000000000;
     if (\$1 ) begin
-      data = \port$16433$0 ;
+      data = \port$16435$0 ;
     end
   end
   always @* begin
@@ -15564,7 +15572,7 @@ module \dx1_soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$16433$0 
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$16435$0 , \port$16433$0  };
+  assign req__tdata = { \port$16437$0 , \port$16435$0  };
 endmodule
 
 (* generator = "Amaranth" *)
@@ -16735,7 +16743,7 @@ module \dx1_soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data, acc_b
     .d_acc(d_acc),
     .out(\out$82 ),
     .out_valid(out_valid),
-    .\port$15675$1 (ctl_lanes7[2:1]),
+    .\port$15677$1 (ctl_lanes7[2:1]),
     .reset_units(reset_units),
     .rst(rst),
     .terms(terms),
@@ -23984,7 +23992,7 @@ module \dx1_soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop, shif
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.core0.vector$243.reducer (rst, valid, reset_units, vop, d_acc, \port$15675$1 , terms, out_valid, out, clk);
+module \dx1_soc.core0.vector$243.reducer (rst, valid, reset_units, vop, d_acc, \port$15677$1 , terms, out_valid, out, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$25  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -24108,8 +24116,8 @@ module \dx1_soc.core0.vector$243.reducer (rst, valid, reset_units, vop, d_acc, \
   wire [31:0] \out[7] ;
   output out_valid;
   reg out_valid = 1'h0;
-  input [1:0] \port$15675$1 ;
-  wire [1:0] \port$15675$1 ;
+  input [1:0] \port$15677$1 ;
+  wire [1:0] \port$15677$1 ;
   input reset_units;
   wire reset_units;
   reg [31:0] row = 32'd0;
@@ -24254,8 +24262,8 @@ module \dx1_soc.core0.vector$243.reducer (rst, valid, reset_units, vop, d_acc, \
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$25 ) begin end
     \$74 [0] = valid;
-    \$74 [1] = \port$15675$1 [0];
-    \$74 [2] = \port$15675$1 [1];
+    \$74 [1] = \port$15677$1 [0];
+    \$74 [2] = \port$15677$1 [1];
     \$74 [3] = \$1 ;
     \$74 [4] = d_acc;
     if (reset_units) begin
@@ -24332,8 +24340,8 @@ module \dx1_soc.core0.vector$243.reducer (rst, valid, reset_units, vop, d_acc, \
       \$80  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
   end
-  assign first = \port$15675$1 [0];
-  assign last = \port$15675$1 [1];
+  assign first = \port$15677$1 [0];
+  assign last = \port$15677$1 [1];
   assign \ctl1.valid  = ctl1[0];
   assign \ctl1.first  = ctl1[1];
   assign \ctl1.last  = ctl1[2];
@@ -27479,7 +27487,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$142 , progress, cmd__tready, done__tdata, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, req__tvalid, \req__tvalid$193 , \req__tvalid$199 , \req__tvalid$205 , \resp__tready$215 , resp__tready, reset_units
-, perf_macs, perf_busy, done__tvalid, perf_vector_busy, perf_table_hits, perf_table_underflows, perf_table_overflows, \port$18740$0 , \port$18742$0 , \req__tdata$195 , cmd__tdata, clk);
+, perf_macs, perf_busy, done__tvalid, perf_vector_busy, perf_table_hits, perf_table_underflows, perf_table_overflows, \port$18742$0 , \port$18744$0 , \req__tdata$195 , cmd__tdata, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$31  = 0;
   wire [15:0] \$1 ;
   wire \$10 ;
@@ -27702,10 +27710,10 @@ module \dx1_soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$142 , progr
   wire [31:0] perf_table_underflows;
   output [31:0] perf_vector_busy;
   wire [31:0] perf_vector_busy;
-  input [255:0] \port$18740$0 ;
-  wire [255:0] \port$18740$0 ;
-  input [15:0] \port$18742$0 ;
-  wire [15:0] \port$18742$0 ;
+  input [255:0] \port$18742$0 ;
+  wire [255:0] \port$18742$0 ;
+  input [15:0] \port$18744$0 ;
+  wire [15:0] \port$18744$0 ;
   wire postop;
   wire [7:0] postop__opcode;
   wire [7:0] postop__status;
@@ -27914,8 +27922,8 @@ module \dx1_soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$142 , progr
     .addr(\addr$163 ),
     .data(\data$167 ),
     .en(\en$170 ),
-    .\port$18740$0 (\port$18740$0 ),
     .\port$18742$0 (\port$18742$0 ),
+    .\port$18744$0 (\port$18744$0 ),
     .req__tready(\grant$142 ),
     .req__tvalid(\req__tvalid$193 )
   );
@@ -28077,8 +28085,8 @@ module \dx1_soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$142 , progr
     .addr(addr),
     .data(data),
     .en(en),
-    .\port$18740$0 (\port$18740$0 [63:0]),
-    .\port$18742$0 (\port$18742$0 ),
+    .\port$18742$0 (\port$18742$0 [63:0]),
+    .\port$18744$0 (\port$18744$0 ),
     .req__tready(grant),
     .req__tvalid(req__tvalid)
   );
@@ -28252,13 +28260,13 @@ module \dx1_soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$142 , progr
   assign acc_rp__addr = \$22 [9:0];
   assign \acc_data$181  = acc_b_data;
   assign \data$182  = acc_b_data;
-  assign req__tdata = { \port$18742$0 , \port$18740$0 [63:0] };
-  assign spm_wr__tdata = { \port$18742$0 , \port$18740$0 [63:0] };
+  assign req__tdata = { \port$18744$0 , \port$18742$0 [63:0] };
+  assign spm_wr__tdata = { \port$18744$0 , \port$18742$0 [63:0] };
   assign spm_wr__tready = grant;
   assign req__tready = grant;
   assign spm_wr__tvalid = req__tvalid;
-  assign \req__tdata$189  = { \port$18742$0 , \port$18740$0  };
-  assign acc_wr__tdata = { \port$18742$0 , \port$18740$0  };
+  assign \req__tdata$189  = { \port$18744$0 , \port$18742$0  };
+  assign acc_wr__tdata = { \port$18744$0 , \port$18742$0  };
   assign acc_wr__tready = \grant$142 ;
   assign \req__tready$192  = \grant$142 ;
   assign acc_wr__tvalid = \req__tvalid$193 ;
@@ -28553,7 +28561,7 @@ module \dx1_soc.core1.acc_ext_read.fifo (rst, w_port__data, r_rdy, r_data, r_en,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$18740$0 , \port$18742$0 , req__tready);
+module \dx1_soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$18742$0 , \port$18744$0 , req__tready);
   reg \$auto$verilog_backend.cc:2355:dump_module$34  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -28563,10 +28571,10 @@ module \dx1_soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$18740$0 
   output en;
   reg en;
   wire grant;
-  input [255:0] \port$18740$0 ;
-  wire [255:0] \port$18740$0 ;
-  input [15:0] \port$18742$0 ;
-  wire [15:0] \port$18742$0 ;
+  input [255:0] \port$18742$0 ;
+  wire [255:0] \port$18742$0 ;
+  input [15:0] \port$18744$0 ;
+  wire [15:0] \port$18744$0 ;
   wire [271:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -28577,14 +28585,14 @@ module \dx1_soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$18740$0 
     if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$18742$0 ;
+      addr = \port$18744$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
     data = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     if (\$1 ) begin
-      data = \port$18740$0 ;
+      data = \port$18742$0 ;
     end
   end
   always @* begin
@@ -28595,7 +28603,7 @@ module \dx1_soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$18740$0 
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$18742$0 , \port$18740$0  };
+  assign req__tdata = { \port$18744$0 , \port$18742$0  };
 endmodule
 
 (* generator = "Amaranth" *)
@@ -39904,7 +39912,7 @@ module \dx1_soc.core1.spm_ext_read.fifo (rst, w_port__data, r_rdy, r_data, r_en,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$18740$0 , \port$18742$0 , req__tready);
+module \dx1_soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$18742$0 , \port$18744$0 , req__tready);
   reg \$auto$verilog_backend.cc:2355:dump_module$48  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -39914,10 +39922,10 @@ module \dx1_soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$18740$0 
   output en;
   reg en;
   wire grant;
-  input [63:0] \port$18740$0 ;
-  wire [63:0] \port$18740$0 ;
-  input [15:0] \port$18742$0 ;
-  wire [15:0] \port$18742$0 ;
+  input [63:0] \port$18742$0 ;
+  wire [63:0] \port$18742$0 ;
+  input [15:0] \port$18744$0 ;
+  wire [15:0] \port$18744$0 ;
   wire [79:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -39928,14 +39936,14 @@ module \dx1_soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$18740$0 
     if (\$auto$verilog_backend.cc:2355:dump_module$48 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$18742$0 ;
+      addr = \port$18744$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$48 ) begin end
     data = 64'h0000000000000000;
     if (\$1 ) begin
-      data = \port$18740$0 ;
+      data = \port$18742$0 ;
     end
   end
   always @* begin
@@ -39946,7 +39954,7 @@ module \dx1_soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$18740$0 
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$18742$0 , \port$18740$0  };
+  assign req__tdata = { \port$18744$0 , \port$18742$0  };
 endmodule
 
 (* generator = "Amaranth" *)
@@ -41117,7 +41125,7 @@ module \dx1_soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data, acc_b
     .d_acc(d_acc),
     .out(\out$82 ),
     .out_valid(out_valid),
-    .\port$17982$1 (ctl_lanes7[2:1]),
+    .\port$17984$1 (ctl_lanes7[2:1]),
     .reset_units(reset_units),
     .rst(rst),
     .terms(terms),
@@ -48366,7 +48374,7 @@ module \dx1_soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop, shif
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.core1.vector$243.reducer (rst, valid, reset_units, vop, d_acc, \port$17982$1 , terms, out_valid, out, clk);
+module \dx1_soc.core1.vector$243.reducer (rst, valid, reset_units, vop, d_acc, \port$17984$1 , terms, out_valid, out, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$54  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -48490,8 +48498,8 @@ module \dx1_soc.core1.vector$243.reducer (rst, valid, reset_units, vop, d_acc, \
   wire [31:0] \out[7] ;
   output out_valid;
   reg out_valid = 1'h0;
-  input [1:0] \port$17982$1 ;
-  wire [1:0] \port$17982$1 ;
+  input [1:0] \port$17984$1 ;
+  wire [1:0] \port$17984$1 ;
   input reset_units;
   wire reset_units;
   reg [31:0] row = 32'd0;
@@ -48636,8 +48644,8 @@ module \dx1_soc.core1.vector$243.reducer (rst, valid, reset_units, vop, d_acc, \
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
     \$74 [0] = valid;
-    \$74 [1] = \port$17982$1 [0];
-    \$74 [2] = \port$17982$1 [1];
+    \$74 [1] = \port$17984$1 [0];
+    \$74 [2] = \port$17984$1 [1];
     \$74 [3] = \$1 ;
     \$74 [4] = d_acc;
     if (reset_units) begin
@@ -48714,8 +48722,8 @@ module \dx1_soc.core1.vector$243.reducer (rst, valid, reset_units, vop, d_acc, \
       \$80  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
   end
-  assign first = \port$17982$1 [0];
-  assign last = \port$17982$1 [1];
+  assign first = \port$17984$1 [0];
+  assign last = \port$17984$1 [1];
   assign \ctl1.valid  = ctl1[0];
   assign \ctl1.first  = ctl1[1];
   assign \ctl1.last  = ctl1[2];
@@ -51860,8 +51868,8 @@ module \dx1_soc.core1.vector$243.transposer (rst, start, spm_addr, w_addr, done,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, timestamp, doorbell_index, \port$13910$0 , \port$13912$0 
-, \port$13914$0 , \port$13916$0 , \port$13918$0 , \port$13920$0 , \port$13922$0 , \port$13924$0 , \port$13926$0 , \port$13928$0 , \port$13930$0 , \port$13932$0 , \port$13934$0 , \port$13936$0 , \port$13938$0 , \port$13940$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit, budget
+module \dx1_soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, timestamp, doorbell_index, \port$13912$0 , \port$13914$0 
+, \port$13916$0 , \port$13918$0 , \port$13920$0 , \port$13922$0 , \port$13924$0 , \port$13926$0 , \port$13928$0 , \port$13930$0 , \port$13932$0 , \port$13934$0 , \port$13936$0 , \port$13938$0 , \port$13940$0 , \port$13942$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit, budget
 , bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, sem_grant, quiesce, reset_cp, abort_done, dma_done__tdata, head, tail, halted, error_code, error_index, irq_error, axi__arvalid
 , axi__rready, cmd, tile_cmd__tvalid, taken, dma_cmd__tvalid, sem_valid, sem_delta, axi__awaddr, axi__wdata, trace_end_tag, trace_end_opcode, dma_done__tready, tile_done__tready, axi__awvalid, axi__wvalid, axi__bready, irq_completion, trace_end, clk);
   wire \$1 ;
@@ -52142,8 +52150,6 @@ module \dx1_soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
   wire [7:0] opcode;
   wire phase;
   wire \phase$128 ;
-  input [15:0] \port$13910$0 ;
-  wire [15:0] \port$13910$0 ;
   input [15:0] \port$13912$0 ;
   wire [15:0] \port$13912$0 ;
   input [15:0] \port$13914$0 ;
@@ -52174,6 +52180,8 @@ module \dx1_soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
   wire [15:0] \port$13938$0 ;
   input [15:0] \port$13940$0 ;
   wire [15:0] \port$13940$0 ;
+  input [15:0] \port$13942$0 ;
+  wire [15:0] \port$13942$0 ;
   input progress;
   wire progress;
   wire \progress$239 ;
@@ -52523,7 +52531,6 @@ module \dx1_soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
   );
   \dx1_soc.cp0.semaphore  semaphore (
     .done(sem_done),
-    .\port$13910$0 (\port$13910$0 ),
     .\port$13912$0 (\port$13912$0 ),
     .\port$13914$0 (\port$13914$0 ),
     .\port$13916$0 (\port$13916$0 ),
@@ -52539,7 +52546,8 @@ module \dx1_soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
     .\port$13936$0 (\port$13936$0 ),
     .\port$13938$0 (\port$13938$0 ),
     .\port$13940$0 (\port$13940$0 ),
-    .\port$16507$64 (cmd[87:64]),
+    .\port$13942$0 (\port$13942$0 ),
+    .\port$16509$64 (cmd[87:64]),
     .sem_delta(sem_delta),
     .sem_grant(sem_grant),
     .sem_valid(sem_valid),
@@ -52716,8 +52724,8 @@ module \dx1_soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
   assign done = sem_done;
   assign sem = cmd[71:64];
   assign count = cmd[87:72];
-  assign sem_values = { \port$13940$0 , \port$13938$0 , \port$13936$0 , \port$13934$0 , \port$13932$0 , \port$13930$0 , \port$13928$0 , \port$13926$0 , \port$13924$0 , \port$13922$0 , \port$13920$0 , \port$13918$0 , \port$13916$0 , \port$13914$0 , \port$13912$0 , \port$13910$0  };
-  assign \sem_values$182  = { \port$13940$0 , \port$13938$0 , \port$13936$0 , \port$13934$0 , \port$13932$0 , \port$13930$0 , \port$13928$0 , \port$13926$0 , \port$13924$0 , \port$13922$0 , \port$13920$0 , \port$13918$0 , \port$13916$0 , \port$13914$0 , \port$13912$0 , \port$13910$0  };
+  assign sem_values = { \port$13942$0 , \port$13940$0 , \port$13938$0 , \port$13936$0 , \port$13934$0 , \port$13932$0 , \port$13930$0 , \port$13928$0 , \port$13926$0 , \port$13924$0 , \port$13922$0 , \port$13920$0 , \port$13918$0 , \port$13916$0 , \port$13914$0 , \port$13912$0  };
+  assign \sem_values$182  = { \port$13942$0 , \port$13940$0 , \port$13938$0 , \port$13936$0 , \port$13934$0 , \port$13932$0 , \port$13930$0 , \port$13928$0 , \port$13926$0 , \port$13924$0 , \port$13922$0 , \port$13920$0 , \port$13918$0 , \port$13916$0 , \port$13914$0 , \port$13912$0  };
   assign \sem_grant$184  = sem_grant;
   assign \sem_valid$186  = sem_valid;
   assign sem_index = cmd[67:64];
@@ -52804,38 +52812,38 @@ module \dx1_soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
   assign \slot.footprint.acc_r_hi  = slot_in[244:211];
   assign \slot.footprint.acc_w_lo  = slot_in[278:245];
   assign \slot.footprint.acc_w_hi  = slot_in[312:279];
-  assign \sem_values[0]  = \port$13910$0 ;
-  assign \sem_values[1]  = \port$13912$0 ;
-  assign \sem_values[2]  = \port$13914$0 ;
-  assign \sem_values[3]  = \port$13916$0 ;
-  assign \sem_values[4]  = \port$13918$0 ;
-  assign \sem_values[5]  = \port$13920$0 ;
-  assign \sem_values[6]  = \port$13922$0 ;
-  assign \sem_values[7]  = \port$13924$0 ;
-  assign \sem_values[8]  = \port$13926$0 ;
-  assign \sem_values[9]  = \port$13928$0 ;
-  assign \sem_values[10]  = \port$13930$0 ;
-  assign \sem_values[11]  = \port$13932$0 ;
-  assign \sem_values[12]  = \port$13934$0 ;
-  assign \sem_values[13]  = \port$13936$0 ;
-  assign \sem_values[14]  = \port$13938$0 ;
-  assign \sem_values[15]  = \port$13940$0 ;
-  assign \sem_values$182[0]  = \port$13910$0 ;
-  assign \sem_values$182[1]  = \port$13912$0 ;
-  assign \sem_values$182[2]  = \port$13914$0 ;
-  assign \sem_values$182[3]  = \port$13916$0 ;
-  assign \sem_values$182[4]  = \port$13918$0 ;
-  assign \sem_values$182[5]  = \port$13920$0 ;
-  assign \sem_values$182[6]  = \port$13922$0 ;
-  assign \sem_values$182[7]  = \port$13924$0 ;
-  assign \sem_values$182[8]  = \port$13926$0 ;
-  assign \sem_values$182[9]  = \port$13928$0 ;
-  assign \sem_values$182[10]  = \port$13930$0 ;
-  assign \sem_values$182[11]  = \port$13932$0 ;
-  assign \sem_values$182[12]  = \port$13934$0 ;
-  assign \sem_values$182[13]  = \port$13936$0 ;
-  assign \sem_values$182[14]  = \port$13938$0 ;
-  assign \sem_values$182[15]  = \port$13940$0 ;
+  assign \sem_values[0]  = \port$13912$0 ;
+  assign \sem_values[1]  = \port$13914$0 ;
+  assign \sem_values[2]  = \port$13916$0 ;
+  assign \sem_values[3]  = \port$13918$0 ;
+  assign \sem_values[4]  = \port$13920$0 ;
+  assign \sem_values[5]  = \port$13922$0 ;
+  assign \sem_values[6]  = \port$13924$0 ;
+  assign \sem_values[7]  = \port$13926$0 ;
+  assign \sem_values[8]  = \port$13928$0 ;
+  assign \sem_values[9]  = \port$13930$0 ;
+  assign \sem_values[10]  = \port$13932$0 ;
+  assign \sem_values[11]  = \port$13934$0 ;
+  assign \sem_values[12]  = \port$13936$0 ;
+  assign \sem_values[13]  = \port$13938$0 ;
+  assign \sem_values[14]  = \port$13940$0 ;
+  assign \sem_values[15]  = \port$13942$0 ;
+  assign \sem_values$182[0]  = \port$13912$0 ;
+  assign \sem_values$182[1]  = \port$13914$0 ;
+  assign \sem_values$182[2]  = \port$13916$0 ;
+  assign \sem_values$182[3]  = \port$13918$0 ;
+  assign \sem_values$182[4]  = \port$13920$0 ;
+  assign \sem_values$182[5]  = \port$13922$0 ;
+  assign \sem_values$182[6]  = \port$13924$0 ;
+  assign \sem_values$182[7]  = \port$13926$0 ;
+  assign \sem_values$182[8]  = \port$13928$0 ;
+  assign \sem_values$182[9]  = \port$13930$0 ;
+  assign \sem_values$182[10]  = \port$13932$0 ;
+  assign \sem_values$182[11]  = \port$13934$0 ;
+  assign \sem_values$182[12]  = \port$13936$0 ;
+  assign \sem_values$182[13]  = \port$13938$0 ;
+  assign \sem_values$182[14]  = \port$13940$0 ;
+  assign \sem_values$182[15]  = \port$13942$0 ;
   assign \local_slot.ring_index  = slot_in[15:0];
   assign \local_slot.phase  = slot_in[16];
   assign \local_slot.tag  = slot_in[32:17];
@@ -53267,9 +53275,9 @@ module \dx1_soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
     .cmd(cmd),
     .footprint(\footprint$25 ),
     .mv_last(mv_last),
-    .\port$16539$0 (g_a_end),
-    .\port$16541$0 (g_b_end),
-    .\port$16543$0 (p_src_end)
+    .\port$16541$0 (g_a_end),
+    .\port$16543$0 (g_b_end),
+    .\port$16545$0 (p_src_end)
   );
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$60 ) begin end
@@ -53535,7 +53543,7 @@ module \dx1_soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.cp0.decoder.footprint$35 (mv_last, \port$16539$0 , \port$16541$0 , \port$16543$0 , footprint, cmd);
+module \dx1_soc.cp0.decoder.footprint$35 (mv_last, \port$16541$0 , \port$16543$0 , \port$16545$0 , footprint, cmd);
   reg \$auto$verilog_backend.cc:2355:dump_module$61  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -53571,24 +53579,24 @@ module \dx1_soc.cp0.decoder.footprint$35 (mv_last, \port$16539$0 , \port$16541$0
   input [33:0] mv_last;
   wire [33:0] mv_last;
   wire [33:0] p_src_end;
-  input [32:0] \port$16539$0 ;
-  wire [32:0] \port$16539$0 ;
-  input [20:0] \port$16541$0 ;
-  wire [20:0] \port$16541$0 ;
-  input [16:0] \port$16543$0 ;
-  wire [16:0] \port$16543$0 ;
+  input [32:0] \port$16541$0 ;
+  wire [32:0] \port$16541$0 ;
+  input [20:0] \port$16543$0 ;
+  wire [20:0] \port$16543$0 ;
+  input [16:0] \port$16545$0 ;
+  wire [16:0] \port$16545$0 ;
   assign \$1  = cmd[79:64] < cmd[95:80];
   assign \$2  = \$1  ? cmd[79:64] : cmd[95:80];
-  assign \$3  = \port$16539$0  > \port$16541$0 ;
-  assign \$4  = \$3  ? { 1'h0, \port$16539$0  } : { 13'h0000, \port$16541$0  };
+  assign \$3  = \port$16541$0  > \port$16543$0 ;
+  assign \$4  = \$3  ? { 1'h0, \port$16541$0  } : { 13'h0000, \port$16543$0  };
   assign \$5  = cmd[111:96] + cmd[127:112];
   assign \$6  = cmd[127:112] < cmd[79:64];
   assign \$7  = cmd[9] & \$6 ;
   assign \$8  = \$7  ? cmd[127:112] : cmd[79:64];
-  assign \$9  = cmd[127:112] >= \port$16543$0 ;
+  assign \$9  = cmd[127:112] >= \port$16545$0 ;
   assign \$10  = cmd[9] & \$9 ;
   assign \$11  = cmd[127:112] + 1'h1;
-  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$16543$0  };
+  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$16545$0  };
   assign \$13  = cmd[95:80] + cmd[111:96];
   assign \$14  = mv_last + 1'h1;
   assign \$15  = mv_last + 1'h1;
@@ -53639,9 +53647,9 @@ module \dx1_soc.cp0.decoder.footprint$35 (mv_last, \port$16539$0 , \port$16541$0
         end
     endcase
   end
-  assign a_end = { 1'h0, \port$16539$0  };
-  assign b_end = { 13'h0000, \port$16541$0  };
-  assign p_src_end = { 17'h00000, \port$16543$0  };
+  assign a_end = { 1'h0, \port$16541$0  };
+  assign b_end = { 13'h0000, \port$16543$0  };
+  assign p_src_end = { 17'h00000, \port$16545$0  };
   assign \footprint.spm_r_lo  = footprint[33:0];
   assign \footprint.spm_r_hi  = footprint[67:34];
   assign \footprint.spm_w_lo  = footprint[101:68];
@@ -56035,8 +56043,8 @@ module \dx1_soc.cp0.ring (rst, ring_reset, doorbell, entries_ok, mask, doorbell_
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.cp0.semaphore (\port$13912$0 , \port$13914$0 , \port$13916$0 , \port$13918$0 , \port$13920$0 , \port$13922$0 , \port$13924$0 , \port$13926$0 , \port$13928$0 , \port$13930$0 , \port$13932$0 , \port$13934$0 , \port$13936$0 , \port$13938$0 , \port$13940$0 , sem_grant, \port$16507$64 , signal, \wait , sem_valid, sem_delta
-, done, \port$13910$0 );
+module \dx1_soc.cp0.semaphore (\port$13914$0 , \port$13916$0 , \port$13918$0 , \port$13920$0 , \port$13922$0 , \port$13924$0 , \port$13926$0 , \port$13928$0 , \port$13930$0 , \port$13932$0 , \port$13934$0 , \port$13936$0 , \port$13938$0 , \port$13940$0 , \port$13942$0 , sem_grant, \port$16509$64 , signal, \wait , sem_valid, sem_delta
+, done, \port$13912$0 );
   reg \$auto$verilog_backend.cc:2355:dump_module$69  = 0;
   reg [15:0] \$1 ;
   wire \$2 ;
@@ -56044,8 +56052,6 @@ module \dx1_soc.cp0.semaphore (\port$13912$0 , \port$13914$0 , \port$13916$0 , \
   wire [15:0] count;
   output done;
   reg done;
-  input [15:0] \port$13910$0 ;
-  wire [15:0] \port$13910$0 ;
   input [15:0] \port$13912$0 ;
   wire [15:0] \port$13912$0 ;
   input [15:0] \port$13914$0 ;
@@ -56076,8 +56082,10 @@ module \dx1_soc.cp0.semaphore (\port$13912$0 , \port$13914$0 , \port$13916$0 , \
   wire [15:0] \port$13938$0 ;
   input [15:0] \port$13940$0 ;
   wire [15:0] \port$13940$0 ;
-  input [23:0] \port$16507$64 ;
-  wire [23:0] \port$16507$64 ;
+  input [15:0] \port$13942$0 ;
+  wire [15:0] \port$13942$0 ;
+  input [23:0] \port$16509$64 ;
+  wire [23:0] \port$16509$64 ;
   wire [7:0] sem;
   output [17:0] sem_delta;
   reg [17:0] sem_delta;
@@ -56107,44 +56115,44 @@ module \dx1_soc.cp0.semaphore (\port$13912$0 , \port$13914$0 , \port$13916$0 , \
   wire signal;
   input \wait ;
   wire \wait ;
-  assign \$2  = \$1  >= \port$16507$64 [23:8];
-  assign \$3  = - \port$16507$64 [23:8];
+  assign \$2  = \$1  >= \port$16509$64 [23:8];
+  assign \$3  = - \port$16509$64 [23:8];
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
     \$1  = 16'h0000;
-    casez (\port$16507$64 [7:0])
+    casez (\port$16509$64 [7:0])
       8'h00:
-          \$1  = \port$13910$0 ;
-      8'h01:
           \$1  = \port$13912$0 ;
-      8'h02:
+      8'h01:
           \$1  = \port$13914$0 ;
-      8'h03:
+      8'h02:
           \$1  = \port$13916$0 ;
-      8'h04:
+      8'h03:
           \$1  = \port$13918$0 ;
-      8'h05:
+      8'h04:
           \$1  = \port$13920$0 ;
-      8'h06:
+      8'h05:
           \$1  = \port$13922$0 ;
-      8'h07:
+      8'h06:
           \$1  = \port$13924$0 ;
-      8'h08:
+      8'h07:
           \$1  = \port$13926$0 ;
-      8'h09:
+      8'h08:
           \$1  = \port$13928$0 ;
-      8'h0a:
+      8'h09:
           \$1  = \port$13930$0 ;
-      8'h0b:
+      8'h0a:
           \$1  = \port$13932$0 ;
-      8'h0c:
+      8'h0b:
           \$1  = \port$13934$0 ;
-      8'h0d:
+      8'h0c:
           \$1  = \port$13936$0 ;
-      8'h0e:
+      8'h0d:
           \$1  = \port$13938$0 ;
-      8'h0f:
+      8'h0e:
           \$1  = \port$13940$0 ;
+      8'h0f:
+          \$1  = \port$13942$0 ;
     endcase
   end
   always @* begin
@@ -56163,7 +56171,7 @@ module \dx1_soc.cp0.semaphore (\port$13912$0 , \port$13914$0 , \port$13916$0 , \
     if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
     sem_delta = 18'h00000;
     if (signal) begin
-      sem_delta = { 2'h0, \port$16507$64 [23:8] };
+      sem_delta = { 2'h0, \port$16509$64 [23:8] };
     end
     if (\wait ) begin
       if (\$2 ) begin
@@ -56183,26 +56191,26 @@ module \dx1_soc.cp0.semaphore (\port$13912$0 , \port$13914$0 , \port$13916$0 , \
       end
     end
   end
-  assign count = \port$16507$64 [23:8];
-  assign sem = \port$16507$64 [7:0];
-  assign sem_values = { \port$13940$0 , \port$13938$0 , \port$13936$0 , \port$13934$0 , \port$13932$0 , \port$13930$0 , \port$13928$0 , \port$13926$0 , \port$13924$0 , \port$13922$0 , \port$13920$0 , \port$13918$0 , \port$13916$0 , \port$13914$0 , \port$13912$0 , \port$13910$0  };
-  assign sem_index = \port$16507$64 [3:0];
-  assign \sem_values[0]  = \port$13910$0 ;
-  assign \sem_values[1]  = \port$13912$0 ;
-  assign \sem_values[2]  = \port$13914$0 ;
-  assign \sem_values[3]  = \port$13916$0 ;
-  assign \sem_values[4]  = \port$13918$0 ;
-  assign \sem_values[5]  = \port$13920$0 ;
-  assign \sem_values[6]  = \port$13922$0 ;
-  assign \sem_values[7]  = \port$13924$0 ;
-  assign \sem_values[8]  = \port$13926$0 ;
-  assign \sem_values[9]  = \port$13928$0 ;
-  assign \sem_values[10]  = \port$13930$0 ;
-  assign \sem_values[11]  = \port$13932$0 ;
-  assign \sem_values[12]  = \port$13934$0 ;
-  assign \sem_values[13]  = \port$13936$0 ;
-  assign \sem_values[14]  = \port$13938$0 ;
-  assign \sem_values[15]  = \port$13940$0 ;
+  assign count = \port$16509$64 [23:8];
+  assign sem = \port$16509$64 [7:0];
+  assign sem_values = { \port$13942$0 , \port$13940$0 , \port$13938$0 , \port$13936$0 , \port$13934$0 , \port$13932$0 , \port$13930$0 , \port$13928$0 , \port$13926$0 , \port$13924$0 , \port$13922$0 , \port$13920$0 , \port$13918$0 , \port$13916$0 , \port$13914$0 , \port$13912$0  };
+  assign sem_index = \port$16509$64 [3:0];
+  assign \sem_values[0]  = \port$13912$0 ;
+  assign \sem_values[1]  = \port$13914$0 ;
+  assign \sem_values[2]  = \port$13916$0 ;
+  assign \sem_values[3]  = \port$13918$0 ;
+  assign \sem_values[4]  = \port$13920$0 ;
+  assign \sem_values[5]  = \port$13922$0 ;
+  assign \sem_values[6]  = \port$13924$0 ;
+  assign \sem_values[7]  = \port$13926$0 ;
+  assign \sem_values[8]  = \port$13928$0 ;
+  assign \sem_values[9]  = \port$13930$0 ;
+  assign \sem_values[10]  = \port$13932$0 ;
+  assign \sem_values[11]  = \port$13934$0 ;
+  assign \sem_values[12]  = \port$13936$0 ;
+  assign \sem_values[13]  = \port$13938$0 ;
+  assign \sem_values[14]  = \port$13940$0 ;
+  assign \sem_values[15]  = \port$13942$0 ;
 endmodule
 
 (* generator = "Amaranth" *)
@@ -57133,8 +57141,8 @@ module \dx1_soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_done__tda
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, timestamp, doorbell_index, \port$13910$0 , \port$13912$0 
-, \port$13914$0 , \port$13916$0 , \port$13918$0 , \port$13920$0 , \port$13922$0 , \port$13924$0 , \port$13926$0 , \port$13928$0 , \port$13930$0 , \port$13932$0 , \port$13934$0 , \port$13936$0 , \port$13938$0 , \port$13940$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit, budget
+module \dx1_soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, timestamp, doorbell_index, \port$13912$0 , \port$13914$0 
+, \port$13916$0 , \port$13918$0 , \port$13920$0 , \port$13922$0 , \port$13924$0 , \port$13926$0 , \port$13928$0 , \port$13930$0 , \port$13932$0 , \port$13934$0 , \port$13936$0 , \port$13938$0 , \port$13940$0 , \port$13942$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit, budget
 , bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, sem_grant, quiesce, reset_cp, abort_done, dma_done__tdata, head, tail, halted, error_code, error_index, irq_error, axi__arvalid
 , axi__rready, cmd, tile_cmd__tvalid, taken, dma_cmd__tvalid, sem_valid, sem_delta, axi__awaddr, axi__wdata, trace_end_tag, trace_end_opcode, dma_done__tready, tile_done__tready, axi__awvalid, axi__wvalid, axi__bready, irq_completion, trace_end, clk);
   wire \$1 ;
@@ -57415,8 +57423,6 @@ module \dx1_soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
   wire [7:0] opcode;
   wire phase;
   wire \phase$128 ;
-  input [15:0] \port$13910$0 ;
-  wire [15:0] \port$13910$0 ;
   input [15:0] \port$13912$0 ;
   wire [15:0] \port$13912$0 ;
   input [15:0] \port$13914$0 ;
@@ -57447,6 +57453,8 @@ module \dx1_soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
   wire [15:0] \port$13938$0 ;
   input [15:0] \port$13940$0 ;
   wire [15:0] \port$13940$0 ;
+  input [15:0] \port$13942$0 ;
+  wire [15:0] \port$13942$0 ;
   input progress;
   wire progress;
   wire \progress$239 ;
@@ -57796,7 +57804,6 @@ module \dx1_soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
   );
   \dx1_soc.cp1.semaphore  semaphore (
     .done(sem_done),
-    .\port$13910$0 (\port$13910$0 ),
     .\port$13912$0 (\port$13912$0 ),
     .\port$13914$0 (\port$13914$0 ),
     .\port$13916$0 (\port$13916$0 ),
@@ -57812,7 +57819,8 @@ module \dx1_soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
     .\port$13936$0 (\port$13936$0 ),
     .\port$13938$0 (\port$13938$0 ),
     .\port$13940$0 (\port$13940$0 ),
-    .\port$18814$64 (cmd[87:64]),
+    .\port$13942$0 (\port$13942$0 ),
+    .\port$18816$64 (cmd[87:64]),
     .sem_delta(sem_delta),
     .sem_grant(sem_grant),
     .sem_valid(sem_valid),
@@ -57989,8 +57997,8 @@ module \dx1_soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
   assign done = sem_done;
   assign sem = cmd[71:64];
   assign count = cmd[87:72];
-  assign sem_values = { \port$13940$0 , \port$13938$0 , \port$13936$0 , \port$13934$0 , \port$13932$0 , \port$13930$0 , \port$13928$0 , \port$13926$0 , \port$13924$0 , \port$13922$0 , \port$13920$0 , \port$13918$0 , \port$13916$0 , \port$13914$0 , \port$13912$0 , \port$13910$0  };
-  assign \sem_values$182  = { \port$13940$0 , \port$13938$0 , \port$13936$0 , \port$13934$0 , \port$13932$0 , \port$13930$0 , \port$13928$0 , \port$13926$0 , \port$13924$0 , \port$13922$0 , \port$13920$0 , \port$13918$0 , \port$13916$0 , \port$13914$0 , \port$13912$0 , \port$13910$0  };
+  assign sem_values = { \port$13942$0 , \port$13940$0 , \port$13938$0 , \port$13936$0 , \port$13934$0 , \port$13932$0 , \port$13930$0 , \port$13928$0 , \port$13926$0 , \port$13924$0 , \port$13922$0 , \port$13920$0 , \port$13918$0 , \port$13916$0 , \port$13914$0 , \port$13912$0  };
+  assign \sem_values$182  = { \port$13942$0 , \port$13940$0 , \port$13938$0 , \port$13936$0 , \port$13934$0 , \port$13932$0 , \port$13930$0 , \port$13928$0 , \port$13926$0 , \port$13924$0 , \port$13922$0 , \port$13920$0 , \port$13918$0 , \port$13916$0 , \port$13914$0 , \port$13912$0  };
   assign \sem_grant$184  = sem_grant;
   assign \sem_valid$186  = sem_valid;
   assign sem_index = cmd[67:64];
@@ -58077,38 +58085,38 @@ module \dx1_soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
   assign \slot.footprint.acc_r_hi  = slot_in[244:211];
   assign \slot.footprint.acc_w_lo  = slot_in[278:245];
   assign \slot.footprint.acc_w_hi  = slot_in[312:279];
-  assign \sem_values[0]  = \port$13910$0 ;
-  assign \sem_values[1]  = \port$13912$0 ;
-  assign \sem_values[2]  = \port$13914$0 ;
-  assign \sem_values[3]  = \port$13916$0 ;
-  assign \sem_values[4]  = \port$13918$0 ;
-  assign \sem_values[5]  = \port$13920$0 ;
-  assign \sem_values[6]  = \port$13922$0 ;
-  assign \sem_values[7]  = \port$13924$0 ;
-  assign \sem_values[8]  = \port$13926$0 ;
-  assign \sem_values[9]  = \port$13928$0 ;
-  assign \sem_values[10]  = \port$13930$0 ;
-  assign \sem_values[11]  = \port$13932$0 ;
-  assign \sem_values[12]  = \port$13934$0 ;
-  assign \sem_values[13]  = \port$13936$0 ;
-  assign \sem_values[14]  = \port$13938$0 ;
-  assign \sem_values[15]  = \port$13940$0 ;
-  assign \sem_values$182[0]  = \port$13910$0 ;
-  assign \sem_values$182[1]  = \port$13912$0 ;
-  assign \sem_values$182[2]  = \port$13914$0 ;
-  assign \sem_values$182[3]  = \port$13916$0 ;
-  assign \sem_values$182[4]  = \port$13918$0 ;
-  assign \sem_values$182[5]  = \port$13920$0 ;
-  assign \sem_values$182[6]  = \port$13922$0 ;
-  assign \sem_values$182[7]  = \port$13924$0 ;
-  assign \sem_values$182[8]  = \port$13926$0 ;
-  assign \sem_values$182[9]  = \port$13928$0 ;
-  assign \sem_values$182[10]  = \port$13930$0 ;
-  assign \sem_values$182[11]  = \port$13932$0 ;
-  assign \sem_values$182[12]  = \port$13934$0 ;
-  assign \sem_values$182[13]  = \port$13936$0 ;
-  assign \sem_values$182[14]  = \port$13938$0 ;
-  assign \sem_values$182[15]  = \port$13940$0 ;
+  assign \sem_values[0]  = \port$13912$0 ;
+  assign \sem_values[1]  = \port$13914$0 ;
+  assign \sem_values[2]  = \port$13916$0 ;
+  assign \sem_values[3]  = \port$13918$0 ;
+  assign \sem_values[4]  = \port$13920$0 ;
+  assign \sem_values[5]  = \port$13922$0 ;
+  assign \sem_values[6]  = \port$13924$0 ;
+  assign \sem_values[7]  = \port$13926$0 ;
+  assign \sem_values[8]  = \port$13928$0 ;
+  assign \sem_values[9]  = \port$13930$0 ;
+  assign \sem_values[10]  = \port$13932$0 ;
+  assign \sem_values[11]  = \port$13934$0 ;
+  assign \sem_values[12]  = \port$13936$0 ;
+  assign \sem_values[13]  = \port$13938$0 ;
+  assign \sem_values[14]  = \port$13940$0 ;
+  assign \sem_values[15]  = \port$13942$0 ;
+  assign \sem_values$182[0]  = \port$13912$0 ;
+  assign \sem_values$182[1]  = \port$13914$0 ;
+  assign \sem_values$182[2]  = \port$13916$0 ;
+  assign \sem_values$182[3]  = \port$13918$0 ;
+  assign \sem_values$182[4]  = \port$13920$0 ;
+  assign \sem_values$182[5]  = \port$13922$0 ;
+  assign \sem_values$182[6]  = \port$13924$0 ;
+  assign \sem_values$182[7]  = \port$13926$0 ;
+  assign \sem_values$182[8]  = \port$13928$0 ;
+  assign \sem_values$182[9]  = \port$13930$0 ;
+  assign \sem_values$182[10]  = \port$13932$0 ;
+  assign \sem_values$182[11]  = \port$13934$0 ;
+  assign \sem_values$182[12]  = \port$13936$0 ;
+  assign \sem_values$182[13]  = \port$13938$0 ;
+  assign \sem_values$182[14]  = \port$13940$0 ;
+  assign \sem_values$182[15]  = \port$13942$0 ;
   assign \local_slot.ring_index  = slot_in[15:0];
   assign \local_slot.phase  = slot_in[16];
   assign \local_slot.tag  = slot_in[32:17];
@@ -58540,9 +58548,9 @@ module \dx1_soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
     .cmd(cmd),
     .footprint(\footprint$25 ),
     .mv_last(mv_last),
-    .\port$18846$0 (g_a_end),
-    .\port$18848$0 (g_b_end),
-    .\port$18850$0 (p_src_end)
+    .\port$18848$0 (g_a_end),
+    .\port$18850$0 (g_b_end),
+    .\port$18852$0 (p_src_end)
   );
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$72 ) begin end
@@ -58808,7 +58816,7 @@ module \dx1_soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.cp1.decoder.footprint$35 (mv_last, \port$18846$0 , \port$18848$0 , \port$18850$0 , footprint, cmd);
+module \dx1_soc.cp1.decoder.footprint$35 (mv_last, \port$18848$0 , \port$18850$0 , \port$18852$0 , footprint, cmd);
   reg \$auto$verilog_backend.cc:2355:dump_module$73  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -58844,24 +58852,24 @@ module \dx1_soc.cp1.decoder.footprint$35 (mv_last, \port$18846$0 , \port$18848$0
   input [33:0] mv_last;
   wire [33:0] mv_last;
   wire [33:0] p_src_end;
-  input [32:0] \port$18846$0 ;
-  wire [32:0] \port$18846$0 ;
-  input [20:0] \port$18848$0 ;
-  wire [20:0] \port$18848$0 ;
-  input [16:0] \port$18850$0 ;
-  wire [16:0] \port$18850$0 ;
+  input [32:0] \port$18848$0 ;
+  wire [32:0] \port$18848$0 ;
+  input [20:0] \port$18850$0 ;
+  wire [20:0] \port$18850$0 ;
+  input [16:0] \port$18852$0 ;
+  wire [16:0] \port$18852$0 ;
   assign \$1  = cmd[79:64] < cmd[95:80];
   assign \$2  = \$1  ? cmd[79:64] : cmd[95:80];
-  assign \$3  = \port$18846$0  > \port$18848$0 ;
-  assign \$4  = \$3  ? { 1'h0, \port$18846$0  } : { 13'h0000, \port$18848$0  };
+  assign \$3  = \port$18848$0  > \port$18850$0 ;
+  assign \$4  = \$3  ? { 1'h0, \port$18848$0  } : { 13'h0000, \port$18850$0  };
   assign \$5  = cmd[111:96] + cmd[127:112];
   assign \$6  = cmd[127:112] < cmd[79:64];
   assign \$7  = cmd[9] & \$6 ;
   assign \$8  = \$7  ? cmd[127:112] : cmd[79:64];
-  assign \$9  = cmd[127:112] >= \port$18850$0 ;
+  assign \$9  = cmd[127:112] >= \port$18852$0 ;
   assign \$10  = cmd[9] & \$9 ;
   assign \$11  = cmd[127:112] + 1'h1;
-  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$18850$0  };
+  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$18852$0  };
   assign \$13  = cmd[95:80] + cmd[111:96];
   assign \$14  = mv_last + 1'h1;
   assign \$15  = mv_last + 1'h1;
@@ -58912,9 +58920,9 @@ module \dx1_soc.cp1.decoder.footprint$35 (mv_last, \port$18846$0 , \port$18848$0
         end
     endcase
   end
-  assign a_end = { 1'h0, \port$18846$0  };
-  assign b_end = { 13'h0000, \port$18848$0  };
-  assign p_src_end = { 17'h00000, \port$18850$0  };
+  assign a_end = { 1'h0, \port$18848$0  };
+  assign b_end = { 13'h0000, \port$18850$0  };
+  assign p_src_end = { 17'h00000, \port$18852$0  };
   assign \footprint.spm_r_lo  = footprint[33:0];
   assign \footprint.spm_r_hi  = footprint[67:34];
   assign \footprint.spm_w_lo  = footprint[101:68];
@@ -61308,8 +61316,8 @@ module \dx1_soc.cp1.ring (rst, ring_reset, doorbell, entries_ok, mask, doorbell_
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.cp1.semaphore (\port$13912$0 , \port$13914$0 , \port$13916$0 , \port$13918$0 , \port$13920$0 , \port$13922$0 , \port$13924$0 , \port$13926$0 , \port$13928$0 , \port$13930$0 , \port$13932$0 , \port$13934$0 , \port$13936$0 , \port$13938$0 , \port$13940$0 , sem_grant, \port$18814$64 , signal, \wait , sem_valid, sem_delta
-, done, \port$13910$0 );
+module \dx1_soc.cp1.semaphore (\port$13914$0 , \port$13916$0 , \port$13918$0 , \port$13920$0 , \port$13922$0 , \port$13924$0 , \port$13926$0 , \port$13928$0 , \port$13930$0 , \port$13932$0 , \port$13934$0 , \port$13936$0 , \port$13938$0 , \port$13940$0 , \port$13942$0 , sem_grant, \port$18816$64 , signal, \wait , sem_valid, sem_delta
+, done, \port$13912$0 );
   reg \$auto$verilog_backend.cc:2355:dump_module$81  = 0;
   reg [15:0] \$1 ;
   wire \$2 ;
@@ -61317,8 +61325,6 @@ module \dx1_soc.cp1.semaphore (\port$13912$0 , \port$13914$0 , \port$13916$0 , \
   wire [15:0] count;
   output done;
   reg done;
-  input [15:0] \port$13910$0 ;
-  wire [15:0] \port$13910$0 ;
   input [15:0] \port$13912$0 ;
   wire [15:0] \port$13912$0 ;
   input [15:0] \port$13914$0 ;
@@ -61349,8 +61355,10 @@ module \dx1_soc.cp1.semaphore (\port$13912$0 , \port$13914$0 , \port$13916$0 , \
   wire [15:0] \port$13938$0 ;
   input [15:0] \port$13940$0 ;
   wire [15:0] \port$13940$0 ;
-  input [23:0] \port$18814$64 ;
-  wire [23:0] \port$18814$64 ;
+  input [15:0] \port$13942$0 ;
+  wire [15:0] \port$13942$0 ;
+  input [23:0] \port$18816$64 ;
+  wire [23:0] \port$18816$64 ;
   wire [7:0] sem;
   output [17:0] sem_delta;
   reg [17:0] sem_delta;
@@ -61380,44 +61388,44 @@ module \dx1_soc.cp1.semaphore (\port$13912$0 , \port$13914$0 , \port$13916$0 , \
   wire signal;
   input \wait ;
   wire \wait ;
-  assign \$2  = \$1  >= \port$18814$64 [23:8];
-  assign \$3  = - \port$18814$64 [23:8];
+  assign \$2  = \$1  >= \port$18816$64 [23:8];
+  assign \$3  = - \port$18816$64 [23:8];
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$81 ) begin end
     \$1  = 16'h0000;
-    casez (\port$18814$64 [7:0])
+    casez (\port$18816$64 [7:0])
       8'h00:
-          \$1  = \port$13910$0 ;
-      8'h01:
           \$1  = \port$13912$0 ;
-      8'h02:
+      8'h01:
           \$1  = \port$13914$0 ;
-      8'h03:
+      8'h02:
           \$1  = \port$13916$0 ;
-      8'h04:
+      8'h03:
           \$1  = \port$13918$0 ;
-      8'h05:
+      8'h04:
           \$1  = \port$13920$0 ;
-      8'h06:
+      8'h05:
           \$1  = \port$13922$0 ;
-      8'h07:
+      8'h06:
           \$1  = \port$13924$0 ;
-      8'h08:
+      8'h07:
           \$1  = \port$13926$0 ;
-      8'h09:
+      8'h08:
           \$1  = \port$13928$0 ;
-      8'h0a:
+      8'h09:
           \$1  = \port$13930$0 ;
-      8'h0b:
+      8'h0a:
           \$1  = \port$13932$0 ;
-      8'h0c:
+      8'h0b:
           \$1  = \port$13934$0 ;
-      8'h0d:
+      8'h0c:
           \$1  = \port$13936$0 ;
-      8'h0e:
+      8'h0d:
           \$1  = \port$13938$0 ;
-      8'h0f:
+      8'h0e:
           \$1  = \port$13940$0 ;
+      8'h0f:
+          \$1  = \port$13942$0 ;
     endcase
   end
   always @* begin
@@ -61436,7 +61444,7 @@ module \dx1_soc.cp1.semaphore (\port$13912$0 , \port$13914$0 , \port$13916$0 , \
     if (\$auto$verilog_backend.cc:2355:dump_module$81 ) begin end
     sem_delta = 18'h00000;
     if (signal) begin
-      sem_delta = { 2'h0, \port$18814$64 [23:8] };
+      sem_delta = { 2'h0, \port$18816$64 [23:8] };
     end
     if (\wait ) begin
       if (\$2 ) begin
@@ -61456,26 +61464,26 @@ module \dx1_soc.cp1.semaphore (\port$13912$0 , \port$13914$0 , \port$13916$0 , \
       end
     end
   end
-  assign count = \port$18814$64 [23:8];
-  assign sem = \port$18814$64 [7:0];
-  assign sem_values = { \port$13940$0 , \port$13938$0 , \port$13936$0 , \port$13934$0 , \port$13932$0 , \port$13930$0 , \port$13928$0 , \port$13926$0 , \port$13924$0 , \port$13922$0 , \port$13920$0 , \port$13918$0 , \port$13916$0 , \port$13914$0 , \port$13912$0 , \port$13910$0  };
-  assign sem_index = \port$18814$64 [3:0];
-  assign \sem_values[0]  = \port$13910$0 ;
-  assign \sem_values[1]  = \port$13912$0 ;
-  assign \sem_values[2]  = \port$13914$0 ;
-  assign \sem_values[3]  = \port$13916$0 ;
-  assign \sem_values[4]  = \port$13918$0 ;
-  assign \sem_values[5]  = \port$13920$0 ;
-  assign \sem_values[6]  = \port$13922$0 ;
-  assign \sem_values[7]  = \port$13924$0 ;
-  assign \sem_values[8]  = \port$13926$0 ;
-  assign \sem_values[9]  = \port$13928$0 ;
-  assign \sem_values[10]  = \port$13930$0 ;
-  assign \sem_values[11]  = \port$13932$0 ;
-  assign \sem_values[12]  = \port$13934$0 ;
-  assign \sem_values[13]  = \port$13936$0 ;
-  assign \sem_values[14]  = \port$13938$0 ;
-  assign \sem_values[15]  = \port$13940$0 ;
+  assign count = \port$18816$64 [23:8];
+  assign sem = \port$18816$64 [7:0];
+  assign sem_values = { \port$13942$0 , \port$13940$0 , \port$13938$0 , \port$13936$0 , \port$13934$0 , \port$13932$0 , \port$13930$0 , \port$13928$0 , \port$13926$0 , \port$13924$0 , \port$13922$0 , \port$13920$0 , \port$13918$0 , \port$13916$0 , \port$13914$0 , \port$13912$0  };
+  assign sem_index = \port$18816$64 [3:0];
+  assign \sem_values[0]  = \port$13912$0 ;
+  assign \sem_values[1]  = \port$13914$0 ;
+  assign \sem_values[2]  = \port$13916$0 ;
+  assign \sem_values[3]  = \port$13918$0 ;
+  assign \sem_values[4]  = \port$13920$0 ;
+  assign \sem_values[5]  = \port$13922$0 ;
+  assign \sem_values[6]  = \port$13924$0 ;
+  assign \sem_values[7]  = \port$13926$0 ;
+  assign \sem_values[8]  = \port$13928$0 ;
+  assign \sem_values[9]  = \port$13930$0 ;
+  assign \sem_values[10]  = \port$13932$0 ;
+  assign \sem_values[11]  = \port$13934$0 ;
+  assign \sem_values[12]  = \port$13936$0 ;
+  assign \sem_values[13]  = \port$13938$0 ;
+  assign \sem_values[14]  = \port$13940$0 ;
+  assign \sem_values[15]  = \port$13942$0 ;
 endmodule
 
 (* generator = "Amaranth" *)
@@ -62408,7 +62416,7 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_soc.dma0 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, cmd__tready, axi__rready, done__tvalid, quiet, axi__wdata, axi__wvalid, axi__wstrb, axi__wlast, spm_wr__tvalid
 , acc_wr__tvalid, spm_rreq__tvalid, acc_rreq__tvalid, acc_rresp__tready, spm_rresp__tready, bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, abort, reset_units, done__tdata, bytes_read, axi__arvalid, axi__araddr, axi__arlen
-, bytes_written, axi__awvalid, axi__awaddr, axi__awlen, \port$16433$0 , \port$16435$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
+, bytes_written, axi__awvalid, axi__awaddr, axi__awlen, \port$16435$0 , \port$16437$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$84  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -62641,10 +62649,10 @@ module \dx1_soc.dma0 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc
   wire [15:0] local_addr;
   wire [15:0] \local_addr$127 ;
   wire [29:0] move_beats;
-  output [255:0] \port$16433$0 ;
-  wire [255:0] \port$16433$0 ;
-  output [15:0] \port$16435$0 ;
-  wire [15:0] \port$16435$0 ;
+  output [255:0] \port$16435$0 ;
+  wire [255:0] \port$16435$0 ;
+  output [15:0] \port$16437$0 ;
+  wire [15:0] \port$16437$0 ;
   wire push;
   output quiet;
   wire quiet;
@@ -62817,7 +62825,7 @@ module \dx1_soc.dma0 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc
     .fifo_ready(fifo_ready),
     .fifo_take(\fifo_take$179 ),
     .local_addr(command[143:128]),
-    .\port$7339$0 (r_data),
+    .\port$7341$0 (r_data),
     .rd_err(rd_err),
     .read_error(\read_error$20 ),
     .reset_units(reset_units),
@@ -62903,7 +62911,7 @@ module \dx1_soc.dma0 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc
     .hold(hold),
     .is_copy(is_copy),
     .is_load(is_load),
-    .\port$7339$0 (r_data),
+    .\port$7341$0 (r_data),
     .quiet(\quiet$190 ),
     .rd_err(rd_err),
     .read_error(read_error),
@@ -63225,8 +63233,8 @@ module \dx1_soc.dma0 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc
   assign \acc_rresp__tready$174  = acc_rresp__tready;
   assign \acc_rresp__tvalid$176  = acc_rresp__tvalid;
   assign axi__wdata = r_data[63:0];
-  assign \port$16433$0  = \$48 ;
-  assign \port$16435$0  = \$49 ;
+  assign \port$16435$0  = \$48 ;
+  assign \port$16437$0  = \$49 ;
   assign \$13  = { 1'h0, command[175:160], 2'h0 };
   assign \$14  = { 1'h0, command[175:160] };
   assign base = command[95:64];
@@ -63426,7 +63434,7 @@ module \dx1_soc.dma0.data_fifo (rst, r_en, w_rdy, r_data, reset_units, w_port__d
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \port$7339$0 , spm_wr__tvalid, acc_wr__tvalid, fifo_take, read_error, done, reset_units, local_addr, acc, rows, cols, row_stride, col_stride, rd_err, fifo_ready, wr_data
+module \dx1_soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \port$7341$0 , spm_wr__tvalid, acc_wr__tvalid, fifo_take, read_error, done, reset_units, local_addr, acc, rows, cols, row_stride, col_stride, rd_err, fifo_ready, wr_data
 , wr_addr, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$86  = 0;
   wire \$1 ;
@@ -63483,8 +63491,8 @@ module \dx1_soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \p
   input [15:0] local_addr;
   wire [15:0] local_addr;
   wire [15:0] \local_addr$14 ;
-  input [64:0] \port$7339$0 ;
-  wire [64:0] \port$7339$0 ;
+  input [64:0] \port$7341$0 ;
+  wire [64:0] \port$7341$0 ;
   input rd_err;
   wire rd_err;
   output read_error;
@@ -63530,12 +63538,12 @@ module \dx1_soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \p
   assign \$8  = \$6  | \$7 ;
   assign \$9  = \$8  | wr_ready;
   assign fifo_take = \$5  & \$9 ;
-  assign read_error = fifo_take & \port$7339$0 [64];
+  assign read_error = fifo_take & \port$7341$0 [64];
   assign advance = fifo_take & a_last;
   assign \$10  = ~ wr_valid;
   assign done = walked & \$10 ;
   assign \$11  = wr_valid & wr_ready;
-  assign \$12  = ~ \port$7339$0 [64];
+  assign \$12  = ~ \port$7341$0 [64];
   assign \$13  = ~ rd_err;
   assign \$14  = \$12  & \$13 ;
   assign \$15  = a_cnt + 1'h1;
@@ -63571,13 +63579,13 @@ module \dx1_soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \p
     (* full_case = 32'd1 *)
     casez (a_cnt)
       2'h0:
-          assembled[63:0] = \port$7339$0 [63:0];
+          assembled[63:0] = \port$7341$0 [63:0];
       2'h1:
-          assembled[127:64] = \port$7339$0 [63:0];
+          assembled[127:64] = \port$7341$0 [63:0];
       2'h2:
-          assembled[191:128] = \port$7339$0 [63:0];
+          assembled[191:128] = \port$7341$0 [63:0];
       2'h3:
-          assembled[255:192] = \port$7339$0 [63:0];
+          assembled[255:192] = \port$7341$0 [63:0];
     endcase
   end
   always @* begin
@@ -63700,8 +63708,8 @@ module \dx1_soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \p
   assign \cols$18  = cols;
   assign \row_stride$20  = row_stride;
   assign \col_stride$22  = col_stride;
-  assign fifo_data = \port$7339$0 [63:0];
-  assign fifo_err = \port$7339$0 [64];
+  assign fifo_data = \port$7341$0 [63:0];
+  assign fifo_err = \port$7341$0 [64];
 endmodule
 
 (* generator = "Amaranth" *)
@@ -64683,7 +64691,7 @@ module \dx1_soc.dma0.storer.walker (rst, start, advance, last, reset_units, loca
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.dma0.writer (rst, hold, ready, start, base, stride, segments, seg_beats, \port$7339$0 , copy_beat, error, bus__wvalid, bus__wstrb, bus__wlast, w_hs, read_error, done, quiet, bus__wready, bus__bvalid, bus__bresp
+module \dx1_soc.dma0.writer (rst, hold, ready, start, base, stride, segments, seg_beats, \port$7341$0 , copy_beat, error, bus__wvalid, bus__wstrb, bus__wlast, w_hs, read_error, done, quiet, bus__wready, bus__bvalid, bus__bresp
 , abort, reset_units, is_load, is_copy, rd_err, fifo_ready, bytes_written, bus__awvalid, bus__awaddr, bus__awlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$92  = 0;
   wire \$1 ;
@@ -64795,8 +64803,8 @@ module \dx1_soc.dma0.writer (rst, hold, ready, start, base, stride, segments, se
   wire issued;
   wire [7:0] len;
   wire [8:0] max_beats;
-  input [64:0] \port$7339$0 ;
-  wire [64:0] \port$7339$0 ;
+  input [64:0] \port$7341$0 ;
+  wire [64:0] \port$7341$0 ;
   output quiet;
   wire quiet;
   wire [7:0] r_data;
@@ -64872,12 +64880,12 @@ module \dx1_soc.dma0.writer (rst, hold, ready, start, base, stride, segments, se
   assign \$11  = w_cur & \$10 ;
   assign \$12  = ~ is_load;
   assign bus__wvalid = \$11  & \$12 ;
-  assign \$13  = \port$7339$0 [64] | rd_err;
+  assign \$13  = \port$7341$0 [64] | rd_err;
   assign w_bad = \$13  | abort;
   assign bus__wstrb = w_bad ? 8'h00 : 8'hff;
   assign bus__wlast = w_cnt == w_len;
   assign w_hs = bus__wvalid & bus__wready;
-  assign read_error = w_hs & \port$7339$0 [64];
+  assign read_error = w_hs & \port$7341$0 [64];
   assign \$14  = ~ w_cur;
   assign \$15  = w_hs & bus__wlast;
   assign \$16  = \$14  | \$15 ;
@@ -65036,9 +65044,9 @@ module \dx1_soc.dma0.writer (rst, hold, ready, start, base, stride, segments, se
   assign issue = w_en;
   assign w_data = \$8 [7:0];
   assign bus__bready = 1'h1;
-  assign bus__wdata = \port$7339$0 [63:0];
-  assign fifo_data = \port$7339$0 [63:0];
-  assign fifo_err = \port$7339$0 [64];
+  assign bus__wdata = \port$7341$0 [63:0];
+  assign fifo_data = \port$7341$0 [63:0];
+  assign fifo_err = \port$7341$0 [64];
   assign fifo_take = w_hs;
   assign b_hs = bus__bvalid;
 endmodule
@@ -65534,7 +65542,7 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_soc.dma1 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, cmd__tready, axi__rready, done__tvalid, quiet, axi__wdata, axi__wvalid, axi__wstrb, axi__wlast, spm_wr__tvalid
 , acc_wr__tvalid, spm_rreq__tvalid, acc_rreq__tvalid, acc_rresp__tready, spm_rresp__tready, bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, abort, reset_units, done__tdata, bytes_read, axi__arvalid, axi__araddr, axi__arlen
-, bytes_written, axi__awvalid, axi__awaddr, axi__awlen, \port$18740$0 , \port$18742$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
+, bytes_written, axi__awvalid, axi__awaddr, axi__awlen, \port$18742$0 , \port$18744$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$95  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -65767,10 +65775,10 @@ module \dx1_soc.dma1 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc
   wire [15:0] local_addr;
   wire [15:0] \local_addr$127 ;
   wire [29:0] move_beats;
-  output [255:0] \port$18740$0 ;
-  wire [255:0] \port$18740$0 ;
-  output [15:0] \port$18742$0 ;
-  wire [15:0] \port$18742$0 ;
+  output [255:0] \port$18742$0 ;
+  wire [255:0] \port$18742$0 ;
+  output [15:0] \port$18744$0 ;
+  wire [15:0] \port$18744$0 ;
   wire push;
   output quiet;
   wire quiet;
@@ -65943,7 +65951,7 @@ module \dx1_soc.dma1 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc
     .fifo_ready(fifo_ready),
     .fifo_take(\fifo_take$179 ),
     .local_addr(command[143:128]),
-    .\port$12674$0 (r_data),
+    .\port$12676$0 (r_data),
     .rd_err(rd_err),
     .read_error(\read_error$20 ),
     .reset_units(reset_units),
@@ -66029,7 +66037,7 @@ module \dx1_soc.dma1 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc
     .hold(hold),
     .is_copy(is_copy),
     .is_load(is_load),
-    .\port$12674$0 (r_data),
+    .\port$12676$0 (r_data),
     .quiet(\quiet$190 ),
     .rd_err(rd_err),
     .read_error(read_error),
@@ -66351,8 +66359,8 @@ module \dx1_soc.dma1 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc
   assign \acc_rresp__tready$174  = acc_rresp__tready;
   assign \acc_rresp__tvalid$176  = acc_rresp__tvalid;
   assign axi__wdata = r_data[63:0];
-  assign \port$18740$0  = \$48 ;
-  assign \port$18742$0  = \$49 ;
+  assign \port$18742$0  = \$48 ;
+  assign \port$18744$0  = \$49 ;
   assign \$13  = { 1'h0, command[175:160], 2'h0 };
   assign \$14  = { 1'h0, command[175:160] };
   assign base = command[95:64];
@@ -66552,7 +66560,7 @@ module \dx1_soc.dma1.data_fifo (rst, r_en, w_rdy, r_data, reset_units, w_port__d
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \port$12674$0 , spm_wr__tvalid, acc_wr__tvalid, fifo_take, read_error, done, reset_units, local_addr, acc, rows, cols, row_stride, col_stride, rd_err, fifo_ready, wr_data
+module \dx1_soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \port$12676$0 , spm_wr__tvalid, acc_wr__tvalid, fifo_take, read_error, done, reset_units, local_addr, acc, rows, cols, row_stride, col_stride, rd_err, fifo_ready, wr_data
 , wr_addr, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$97  = 0;
   wire \$1 ;
@@ -66609,8 +66617,8 @@ module \dx1_soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \p
   input [15:0] local_addr;
   wire [15:0] local_addr;
   wire [15:0] \local_addr$14 ;
-  input [64:0] \port$12674$0 ;
-  wire [64:0] \port$12674$0 ;
+  input [64:0] \port$12676$0 ;
+  wire [64:0] \port$12676$0 ;
   input rd_err;
   wire rd_err;
   output read_error;
@@ -66656,12 +66664,12 @@ module \dx1_soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \p
   assign \$8  = \$6  | \$7 ;
   assign \$9  = \$8  | wr_ready;
   assign fifo_take = \$5  & \$9 ;
-  assign read_error = fifo_take & \port$12674$0 [64];
+  assign read_error = fifo_take & \port$12676$0 [64];
   assign advance = fifo_take & a_last;
   assign \$10  = ~ wr_valid;
   assign done = walked & \$10 ;
   assign \$11  = wr_valid & wr_ready;
-  assign \$12  = ~ \port$12674$0 [64];
+  assign \$12  = ~ \port$12676$0 [64];
   assign \$13  = ~ rd_err;
   assign \$14  = \$12  & \$13 ;
   assign \$15  = a_cnt + 1'h1;
@@ -66697,13 +66705,13 @@ module \dx1_soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \p
     (* full_case = 32'd1 *)
     casez (a_cnt)
       2'h0:
-          assembled[63:0] = \port$12674$0 [63:0];
+          assembled[63:0] = \port$12676$0 [63:0];
       2'h1:
-          assembled[127:64] = \port$12674$0 [63:0];
+          assembled[127:64] = \port$12676$0 [63:0];
       2'h2:
-          assembled[191:128] = \port$12674$0 [63:0];
+          assembled[191:128] = \port$12676$0 [63:0];
       2'h3:
-          assembled[255:192] = \port$12674$0 [63:0];
+          assembled[255:192] = \port$12676$0 [63:0];
     endcase
   end
   always @* begin
@@ -66826,8 +66834,8 @@ module \dx1_soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \p
   assign \cols$18  = cols;
   assign \row_stride$20  = row_stride;
   assign \col_stride$22  = col_stride;
-  assign fifo_data = \port$12674$0 [63:0];
-  assign fifo_err = \port$12674$0 [64];
+  assign fifo_data = \port$12676$0 [63:0];
+  assign fifo_err = \port$12676$0 [64];
 endmodule
 
 (* generator = "Amaranth" *)
@@ -67809,7 +67817,7 @@ module \dx1_soc.dma1.storer.walker (rst, start, advance, last, reset_units, loca
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.dma1.writer (rst, hold, ready, start, base, stride, segments, seg_beats, \port$12674$0 , copy_beat, error, bus__wvalid, bus__wstrb, bus__wlast, w_hs, read_error, done, quiet, bus__wready, bus__bvalid, bus__bresp
+module \dx1_soc.dma1.writer (rst, hold, ready, start, base, stride, segments, seg_beats, \port$12676$0 , copy_beat, error, bus__wvalid, bus__wstrb, bus__wlast, w_hs, read_error, done, quiet, bus__wready, bus__bvalid, bus__bresp
 , abort, reset_units, is_load, is_copy, rd_err, fifo_ready, bytes_written, bus__awvalid, bus__awaddr, bus__awlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$103  = 0;
   wire \$1 ;
@@ -67921,8 +67929,8 @@ module \dx1_soc.dma1.writer (rst, hold, ready, start, base, stride, segments, se
   wire issued;
   wire [7:0] len;
   wire [8:0] max_beats;
-  input [64:0] \port$12674$0 ;
-  wire [64:0] \port$12674$0 ;
+  input [64:0] \port$12676$0 ;
+  wire [64:0] \port$12676$0 ;
   output quiet;
   wire quiet;
   wire [7:0] r_data;
@@ -67998,12 +68006,12 @@ module \dx1_soc.dma1.writer (rst, hold, ready, start, base, stride, segments, se
   assign \$11  = w_cur & \$10 ;
   assign \$12  = ~ is_load;
   assign bus__wvalid = \$11  & \$12 ;
-  assign \$13  = \port$12674$0 [64] | rd_err;
+  assign \$13  = \port$12676$0 [64] | rd_err;
   assign w_bad = \$13  | abort;
   assign bus__wstrb = w_bad ? 8'h00 : 8'hff;
   assign bus__wlast = w_cnt == w_len;
   assign w_hs = bus__wvalid & bus__wready;
-  assign read_error = w_hs & \port$12674$0 [64];
+  assign read_error = w_hs & \port$12676$0 [64];
   assign \$14  = ~ w_cur;
   assign \$15  = w_hs & bus__wlast;
   assign \$16  = \$14  | \$15 ;
@@ -68162,9 +68170,9 @@ module \dx1_soc.dma1.writer (rst, hold, ready, start, base, stride, segments, se
   assign issue = w_en;
   assign w_data = \$8 [7:0];
   assign bus__bready = 1'h1;
-  assign bus__wdata = \port$12674$0 [63:0];
-  assign fifo_data = \port$12674$0 [63:0];
-  assign fifo_err = \port$12674$0 [64];
+  assign bus__wdata = \port$12676$0 [63:0];
+  assign fifo_data = \port$12676$0 [63:0];
+  assign fifo_err = \port$12676$0 [64];
   assign fifo_take = w_hs;
   assign b_hs = bus__bvalid;
 endmodule
@@ -70618,23 +70626,23 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     .\port$0$218 (\s0__araddr$1 [31:14]),
     .\port$0$79 (\s0__awaddr$17 [11:0]),
     .\port$0$93 (\s0__awaddr$17 [31:14]),
-    .\port$13078$0 (\s3__araddr$448 [11:0]),
-    .\port$13078$14 (\s3__araddr$448 [31:14]),
-    .\port$16361$0 (\s2__araddr$299 [11:0]),
-    .\port$16361$14 (\s2__araddr$299 [31:14]),
-    .\port$16398$0 (\s2__awaddr$315 [11:0]),
-    .\port$16398$14 (\s2__awaddr$315 [31:14]),
-    .\port$16620$0 (\s1__awaddr$166 [11:0]),
-    .\port$16620$14 (\s1__awaddr$166 [31:14]),
-    .\port$18668$0 (\s4__araddr$597 [11:0]),
-    .\port$18668$14 (\s4__araddr$597 [31:14]),
-    .\port$18705$0 (\s4__awaddr$613 [11:0]),
-    .\port$18705$14 (\s4__awaddr$613 [31:14]),
-    .\port$18927$0 (\s3__awaddr$464 [11:0]),
-    .\port$18927$14 (\s3__awaddr$464 [31:14]),
-    .\port$1980$0 (\$481 ),
-    .\port$7743$0 (\s1__araddr$150 [11:0]),
-    .\port$7743$14 (\s1__araddr$150 [31:14]),
+    .\port$13080$0 (\s3__araddr$448 [11:0]),
+    .\port$13080$14 (\s3__araddr$448 [31:14]),
+    .\port$16363$0 (\s2__araddr$299 [11:0]),
+    .\port$16363$14 (\s2__araddr$299 [31:14]),
+    .\port$16400$0 (\s2__awaddr$315 [11:0]),
+    .\port$16400$14 (\s2__awaddr$315 [31:14]),
+    .\port$16622$0 (\s1__awaddr$166 [11:0]),
+    .\port$16622$14 (\s1__awaddr$166 [31:14]),
+    .\port$18670$0 (\s4__araddr$597 [11:0]),
+    .\port$18670$14 (\s4__araddr$597 [31:14]),
+    .\port$18707$0 (\s4__awaddr$613 [11:0]),
+    .\port$18707$14 (\s4__awaddr$613 [31:14]),
+    .\port$18929$0 (\s3__awaddr$464 [11:0]),
+    .\port$18929$14 (\s3__awaddr$464 [31:14]),
+    .\port$1982$0 (\$481 ),
+    .\port$7745$0 (\s1__araddr$150 [11:0]),
+    .\port$7745$14 (\s1__araddr$150 [31:14]),
     .rst(rst),
     .s0__arburst(s0__arburst),
     .s0__arid(s0__arid),
@@ -70729,23 +70737,23 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     .\port$0$218 (\s0__araddr$1 [31:14]),
     .\port$0$79 (\s0__awaddr$17 [11:0]),
     .\port$0$93 (\s0__awaddr$17 [31:14]),
-    .\port$13078$0 (\s3__araddr$448 [11:0]),
-    .\port$13078$14 (\s3__araddr$448 [31:14]),
-    .\port$16361$0 (\s2__araddr$299 [11:0]),
-    .\port$16361$14 (\s2__araddr$299 [31:14]),
-    .\port$16398$0 (\s2__awaddr$315 [11:0]),
-    .\port$16398$14 (\s2__awaddr$315 [31:14]),
-    .\port$16620$0 (\s1__awaddr$166 [11:0]),
-    .\port$16620$14 (\s1__awaddr$166 [31:14]),
-    .\port$18668$0 (\s4__araddr$597 [11:0]),
-    .\port$18668$14 (\s4__araddr$597 [31:14]),
-    .\port$18705$0 (\s4__awaddr$613 [11:0]),
-    .\port$18705$14 (\s4__awaddr$613 [31:14]),
-    .\port$18927$0 (\s3__awaddr$464 [11:0]),
-    .\port$18927$14 (\s3__awaddr$464 [31:14]),
-    .\port$2316$0 (\$482 ),
-    .\port$7743$0 (\s1__araddr$150 [11:0]),
-    .\port$7743$14 (\s1__araddr$150 [31:14]),
+    .\port$13080$0 (\s3__araddr$448 [11:0]),
+    .\port$13080$14 (\s3__araddr$448 [31:14]),
+    .\port$16363$0 (\s2__araddr$299 [11:0]),
+    .\port$16363$14 (\s2__araddr$299 [31:14]),
+    .\port$16400$0 (\s2__awaddr$315 [11:0]),
+    .\port$16400$14 (\s2__awaddr$315 [31:14]),
+    .\port$16622$0 (\s1__awaddr$166 [11:0]),
+    .\port$16622$14 (\s1__awaddr$166 [31:14]),
+    .\port$18670$0 (\s4__araddr$597 [11:0]),
+    .\port$18670$14 (\s4__araddr$597 [31:14]),
+    .\port$18707$0 (\s4__awaddr$613 [11:0]),
+    .\port$18707$14 (\s4__awaddr$613 [31:14]),
+    .\port$18929$0 (\s3__awaddr$464 [11:0]),
+    .\port$18929$14 (\s3__awaddr$464 [31:14]),
+    .\port$2318$0 (\$482 ),
+    .\port$7745$0 (\s1__araddr$150 [11:0]),
+    .\port$7745$14 (\s1__araddr$150 [31:14]),
     .rst(rst),
     .s0__arburst(s0__arburst),
     .s0__arid(s0__arid),
@@ -70840,23 +70848,23 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     .\port$0$218 (\s0__araddr$1 [31:14]),
     .\port$0$79 (\s0__awaddr$17 [11:0]),
     .\port$0$93 (\s0__awaddr$17 [31:14]),
-    .\port$13078$0 (\s3__araddr$448 [11:0]),
-    .\port$13078$14 (\s3__araddr$448 [31:14]),
-    .\port$16361$0 (\s2__araddr$299 [11:0]),
-    .\port$16361$14 (\s2__araddr$299 [31:14]),
-    .\port$16398$0 (\s2__awaddr$315 [11:0]),
-    .\port$16398$14 (\s2__awaddr$315 [31:14]),
-    .\port$16620$0 (\s1__awaddr$166 [11:0]),
-    .\port$16620$14 (\s1__awaddr$166 [31:14]),
-    .\port$18668$0 (\s4__araddr$597 [11:0]),
-    .\port$18668$14 (\s4__araddr$597 [31:14]),
-    .\port$18705$0 (\s4__awaddr$613 [11:0]),
-    .\port$18705$14 (\s4__awaddr$613 [31:14]),
-    .\port$18927$0 (\s3__awaddr$464 [11:0]),
-    .\port$18927$14 (\s3__awaddr$464 [31:14]),
-    .\port$2652$0 (\$483 ),
-    .\port$7743$0 (\s1__araddr$150 [11:0]),
-    .\port$7743$14 (\s1__araddr$150 [31:14]),
+    .\port$13080$0 (\s3__araddr$448 [11:0]),
+    .\port$13080$14 (\s3__araddr$448 [31:14]),
+    .\port$16363$0 (\s2__araddr$299 [11:0]),
+    .\port$16363$14 (\s2__araddr$299 [31:14]),
+    .\port$16400$0 (\s2__awaddr$315 [11:0]),
+    .\port$16400$14 (\s2__awaddr$315 [31:14]),
+    .\port$16622$0 (\s1__awaddr$166 [11:0]),
+    .\port$16622$14 (\s1__awaddr$166 [31:14]),
+    .\port$18670$0 (\s4__araddr$597 [11:0]),
+    .\port$18670$14 (\s4__araddr$597 [31:14]),
+    .\port$18707$0 (\s4__awaddr$613 [11:0]),
+    .\port$18707$14 (\s4__awaddr$613 [31:14]),
+    .\port$18929$0 (\s3__awaddr$464 [11:0]),
+    .\port$18929$14 (\s3__awaddr$464 [31:14]),
+    .\port$2654$0 (\$483 ),
+    .\port$7745$0 (\s1__araddr$150 [11:0]),
+    .\port$7745$14 (\s1__araddr$150 [31:14]),
     .rst(rst),
     .s0__arburst(s0__arburst),
     .s0__arid(s0__arid),
@@ -70951,23 +70959,23 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     .\port$0$218 (\s0__araddr$1 [31:14]),
     .\port$0$79 (\s0__awaddr$17 [11:0]),
     .\port$0$93 (\s0__awaddr$17 [31:14]),
-    .\port$13078$0 (\s3__araddr$448 [11:0]),
-    .\port$13078$14 (\s3__araddr$448 [31:14]),
-    .\port$16361$0 (\s2__araddr$299 [11:0]),
-    .\port$16361$14 (\s2__araddr$299 [31:14]),
-    .\port$16398$0 (\s2__awaddr$315 [11:0]),
-    .\port$16398$14 (\s2__awaddr$315 [31:14]),
-    .\port$16620$0 (\s1__awaddr$166 [11:0]),
-    .\port$16620$14 (\s1__awaddr$166 [31:14]),
-    .\port$18668$0 (\s4__araddr$597 [11:0]),
-    .\port$18668$14 (\s4__araddr$597 [31:14]),
-    .\port$18705$0 (\s4__awaddr$613 [11:0]),
-    .\port$18705$14 (\s4__awaddr$613 [31:14]),
-    .\port$18927$0 (\s3__awaddr$464 [11:0]),
-    .\port$18927$14 (\s3__awaddr$464 [31:14]),
-    .\port$2988$0 (\$484 ),
-    .\port$7743$0 (\s1__araddr$150 [11:0]),
-    .\port$7743$14 (\s1__araddr$150 [31:14]),
+    .\port$13080$0 (\s3__araddr$448 [11:0]),
+    .\port$13080$14 (\s3__araddr$448 [31:14]),
+    .\port$16363$0 (\s2__araddr$299 [11:0]),
+    .\port$16363$14 (\s2__araddr$299 [31:14]),
+    .\port$16400$0 (\s2__awaddr$315 [11:0]),
+    .\port$16400$14 (\s2__awaddr$315 [31:14]),
+    .\port$16622$0 (\s1__awaddr$166 [11:0]),
+    .\port$16622$14 (\s1__awaddr$166 [31:14]),
+    .\port$18670$0 (\s4__araddr$597 [11:0]),
+    .\port$18670$14 (\s4__araddr$597 [31:14]),
+    .\port$18707$0 (\s4__awaddr$613 [11:0]),
+    .\port$18707$14 (\s4__awaddr$613 [31:14]),
+    .\port$18929$0 (\s3__awaddr$464 [11:0]),
+    .\port$18929$14 (\s3__awaddr$464 [31:14]),
+    .\port$2990$0 (\$484 ),
+    .\port$7745$0 (\s1__araddr$150 [11:0]),
+    .\port$7745$14 (\s1__araddr$150 [31:14]),
     .rst(rst),
     .s0__arburst(s0__arburst),
     .s0__arid(s0__arid),
@@ -72269,9 +72277,9 @@ endmodule
 module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s0__awburst, s0__wdata, s0__wstrb, s0__arid, \port$0$204 , \port$0$218 , s0__arlen, s0__arsize, s0__arburst, clk, rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid
 , s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready, s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready
 , s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready
-, s4__rvalid, s4__rresp, \port$1980$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7743$0 , \port$7743$14 , s4__wdata, s4__wstrb, \port$13078$0 , \port$13078$14 , b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp
-, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$16361$0 , \port$16361$14 , s2__arlen, \port$16398$0 , \port$16398$14 , s2__awlen, \port$16620$0 , \port$16620$14 , s1__wdata, \port$18668$0 , \port$18668$14 , s4__arlen, \port$18705$0 , \port$18705$14 , s4__awlen
-, \port$18927$0 , \port$18927$14 , s3__wdata, s0__awid);
+, s4__rvalid, s4__rresp, \port$1982$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7745$0 , \port$7745$14 , s4__wdata, s4__wstrb, \port$13080$0 , \port$13080$14 , b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp
+, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$16363$0 , \port$16363$14 , s2__arlen, \port$16400$0 , \port$16400$14 , s2__awlen, \port$16622$0 , \port$16622$14 , s1__wdata, \port$18670$0 , \port$18670$14 , s4__arlen, \port$18707$0 , \port$18707$14 , s4__awlen
+, \port$18929$0 , \port$18929$14 , s3__wdata, s0__awid);
   reg \$auto$verilog_backend.cc:2355:dump_module$107  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -72564,40 +72572,40 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   wire [11:0] \port$0$79 ;
   input [17:0] \port$0$93 ;
   wire [17:0] \port$0$93 ;
-  input [11:0] \port$13078$0 ;
-  wire [11:0] \port$13078$0 ;
-  input [17:0] \port$13078$14 ;
-  wire [17:0] \port$13078$14 ;
-  input [11:0] \port$16361$0 ;
-  wire [11:0] \port$16361$0 ;
-  input [17:0] \port$16361$14 ;
-  wire [17:0] \port$16361$14 ;
-  input [11:0] \port$16398$0 ;
-  wire [11:0] \port$16398$0 ;
-  input [17:0] \port$16398$14 ;
-  wire [17:0] \port$16398$14 ;
-  input [11:0] \port$16620$0 ;
-  wire [11:0] \port$16620$0 ;
-  input [17:0] \port$16620$14 ;
-  wire [17:0] \port$16620$14 ;
-  input [11:0] \port$18668$0 ;
-  wire [11:0] \port$18668$0 ;
-  input [17:0] \port$18668$14 ;
-  wire [17:0] \port$18668$14 ;
-  input [11:0] \port$18705$0 ;
-  wire [11:0] \port$18705$0 ;
-  input [17:0] \port$18705$14 ;
-  wire [17:0] \port$18705$14 ;
-  input [11:0] \port$18927$0 ;
-  wire [11:0] \port$18927$0 ;
-  input [17:0] \port$18927$14 ;
-  wire [17:0] \port$18927$14 ;
-  output [67:0] \port$1980$0 ;
-  wire [67:0] \port$1980$0 ;
-  input [11:0] \port$7743$0 ;
-  wire [11:0] \port$7743$0 ;
-  input [17:0] \port$7743$14 ;
-  wire [17:0] \port$7743$14 ;
+  input [11:0] \port$13080$0 ;
+  wire [11:0] \port$13080$0 ;
+  input [17:0] \port$13080$14 ;
+  wire [17:0] \port$13080$14 ;
+  input [11:0] \port$16363$0 ;
+  wire [11:0] \port$16363$0 ;
+  input [17:0] \port$16363$14 ;
+  wire [17:0] \port$16363$14 ;
+  input [11:0] \port$16400$0 ;
+  wire [11:0] \port$16400$0 ;
+  input [17:0] \port$16400$14 ;
+  wire [17:0] \port$16400$14 ;
+  input [11:0] \port$16622$0 ;
+  wire [11:0] \port$16622$0 ;
+  input [17:0] \port$16622$14 ;
+  wire [17:0] \port$16622$14 ;
+  input [11:0] \port$18670$0 ;
+  wire [11:0] \port$18670$0 ;
+  input [17:0] \port$18670$14 ;
+  wire [17:0] \port$18670$14 ;
+  input [11:0] \port$18707$0 ;
+  wire [11:0] \port$18707$0 ;
+  input [17:0] \port$18707$14 ;
+  wire [17:0] \port$18707$14 ;
+  input [11:0] \port$18929$0 ;
+  wire [11:0] \port$18929$0 ;
+  input [17:0] \port$18929$14 ;
+  wire [17:0] \port$18929$14 ;
+  output [67:0] \port$1982$0 ;
+  wire [67:0] \port$1982$0 ;
+  input [11:0] \port$7745$0 ;
+  wire [11:0] \port$7745$0 ;
+  input [17:0] \port$7745$14 ;
+  wire [17:0] \port$7745$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -73196,13 +73204,13 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
       3'h0:
           aw_sel = { s0__awid, s0__awburst, s0__awsize, s0__awlen, 2'h0, \port$0$93 , \port$0$79  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$16620$14 , \port$16620$0  };
+          aw_sel = { 19'h02c00, \port$16622$14 , \port$16622$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$16398$14 , \port$16398$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$16400$14 , \port$16400$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$18927$14 , \port$18927$0  };
+          aw_sel = { 19'h02c00, \port$18929$14 , \port$18929$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$18705$14 , \port$18705$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$18707$14 , \port$18707$0  };
     endcase
   end
   always @* begin
@@ -73292,13 +73300,13 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
       3'h0:
           ar_sel = { s0__arid, s0__arburst, s0__arsize, s0__arlen, 2'h0, \port$0$218 , \port$0$204  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$7743$14 , \port$7743$0  };
+          ar_sel = { 19'h02c0c, \port$7745$14 , \port$7745$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$16361$14 , \port$16361$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$16363$14 , \port$16363$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$13078$14 , \port$13078$0  };
+          ar_sel = { 19'h02c0c, \port$13080$14 , \port$13080$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$18668$14 , \port$18668$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$18670$14 , \port$18670$0  };
     endcase
   end
   always @* begin
@@ -73728,21 +73736,21 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   assign s0__awaddr = { 2'h0, \port$0$93 , \port$0$79  };
-  assign s1__awaddr = { 2'h0, \port$16620$14 , \port$16620$0  };
+  assign s1__awaddr = { 2'h0, \port$16622$14 , \port$16622$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$16398$14 , \port$16398$0  };
+  assign s2__awaddr = { 2'h0, \port$16400$14 , \port$16400$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$18927$14 , \port$18927$0  };
+  assign s3__awaddr = { 2'h0, \port$18929$14 , \port$18929$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$18705$14 , \port$18705$0  };
+  assign s4__awaddr = { 2'h0, \port$18707$14 , \port$18707$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -73766,21 +73774,21 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   assign w_addr = wr__addr;
   assign wr__data = w_data;
   assign s0__araddr = { 2'h0, \port$0$218 , \port$0$204  };
-  assign s1__araddr = { 2'h0, \port$7743$14 , \port$7743$0  };
+  assign s1__araddr = { 2'h0, \port$7745$14 , \port$7745$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$16361$14 , \port$16361$0  };
+  assign s2__araddr = { 2'h0, \port$16363$14 , \port$16363$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$13078$14 , \port$13078$0  };
+  assign s3__araddr = { 2'h0, \port$13080$14 , \port$13080$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$18668$14 , \port$18668$0  };
+  assign s4__araddr = { 2'h0, \port$18670$14 , \port$18670$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -73802,7 +73810,7 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   assign s4__rid = r_data[67:64];
   assign s4__rlast = r_data[72];
   assign r_en = r_ready;
-  assign \port$1980$0  = r_data[67:0];
+  assign \port$1982$0  = r_data[67:0];
   assign s0__rlast = r_data[72];
   assign \into.data  = into[63:0];
   assign \into.id  = into[67:64];
@@ -73971,9 +73979,9 @@ endmodule
 module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s0__awburst, s0__wdata, s0__wstrb, s0__arid, \port$0$204 , \port$0$218 , s0__arlen, s0__arsize, s0__arburst, clk, rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid
 , s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready, s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready
 , s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready
-, s4__rvalid, s4__rresp, \port$2316$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7743$0 , \port$7743$14 , s4__wdata, s4__wstrb, \port$13078$0 , \port$13078$14 , b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp
-, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$16361$0 , \port$16361$14 , s2__arlen, \port$16398$0 , \port$16398$14 , s2__awlen, \port$16620$0 , \port$16620$14 , s1__wdata, \port$18668$0 , \port$18668$14 , s4__arlen, \port$18705$0 , \port$18705$14 , s4__awlen
-, \port$18927$0 , \port$18927$14 , s3__wdata, s0__awid);
+, s4__rvalid, s4__rresp, \port$2318$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7745$0 , \port$7745$14 , s4__wdata, s4__wstrb, \port$13080$0 , \port$13080$14 , b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp
+, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$16363$0 , \port$16363$14 , s2__arlen, \port$16400$0 , \port$16400$14 , s2__awlen, \port$16622$0 , \port$16622$14 , s1__wdata, \port$18670$0 , \port$18670$14 , s4__arlen, \port$18707$0 , \port$18707$14 , s4__awlen
+, \port$18929$0 , \port$18929$14 , s3__wdata, s0__awid);
   reg \$auto$verilog_backend.cc:2355:dump_module$109  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -74266,40 +74274,40 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   wire [11:0] \port$0$79 ;
   input [17:0] \port$0$93 ;
   wire [17:0] \port$0$93 ;
-  input [11:0] \port$13078$0 ;
-  wire [11:0] \port$13078$0 ;
-  input [17:0] \port$13078$14 ;
-  wire [17:0] \port$13078$14 ;
-  input [11:0] \port$16361$0 ;
-  wire [11:0] \port$16361$0 ;
-  input [17:0] \port$16361$14 ;
-  wire [17:0] \port$16361$14 ;
-  input [11:0] \port$16398$0 ;
-  wire [11:0] \port$16398$0 ;
-  input [17:0] \port$16398$14 ;
-  wire [17:0] \port$16398$14 ;
-  input [11:0] \port$16620$0 ;
-  wire [11:0] \port$16620$0 ;
-  input [17:0] \port$16620$14 ;
-  wire [17:0] \port$16620$14 ;
-  input [11:0] \port$18668$0 ;
-  wire [11:0] \port$18668$0 ;
-  input [17:0] \port$18668$14 ;
-  wire [17:0] \port$18668$14 ;
-  input [11:0] \port$18705$0 ;
-  wire [11:0] \port$18705$0 ;
-  input [17:0] \port$18705$14 ;
-  wire [17:0] \port$18705$14 ;
-  input [11:0] \port$18927$0 ;
-  wire [11:0] \port$18927$0 ;
-  input [17:0] \port$18927$14 ;
-  wire [17:0] \port$18927$14 ;
-  output [67:0] \port$2316$0 ;
-  wire [67:0] \port$2316$0 ;
-  input [11:0] \port$7743$0 ;
-  wire [11:0] \port$7743$0 ;
-  input [17:0] \port$7743$14 ;
-  wire [17:0] \port$7743$14 ;
+  input [11:0] \port$13080$0 ;
+  wire [11:0] \port$13080$0 ;
+  input [17:0] \port$13080$14 ;
+  wire [17:0] \port$13080$14 ;
+  input [11:0] \port$16363$0 ;
+  wire [11:0] \port$16363$0 ;
+  input [17:0] \port$16363$14 ;
+  wire [17:0] \port$16363$14 ;
+  input [11:0] \port$16400$0 ;
+  wire [11:0] \port$16400$0 ;
+  input [17:0] \port$16400$14 ;
+  wire [17:0] \port$16400$14 ;
+  input [11:0] \port$16622$0 ;
+  wire [11:0] \port$16622$0 ;
+  input [17:0] \port$16622$14 ;
+  wire [17:0] \port$16622$14 ;
+  input [11:0] \port$18670$0 ;
+  wire [11:0] \port$18670$0 ;
+  input [17:0] \port$18670$14 ;
+  wire [17:0] \port$18670$14 ;
+  input [11:0] \port$18707$0 ;
+  wire [11:0] \port$18707$0 ;
+  input [17:0] \port$18707$14 ;
+  wire [17:0] \port$18707$14 ;
+  input [11:0] \port$18929$0 ;
+  wire [11:0] \port$18929$0 ;
+  input [17:0] \port$18929$14 ;
+  wire [17:0] \port$18929$14 ;
+  output [67:0] \port$2318$0 ;
+  wire [67:0] \port$2318$0 ;
+  input [11:0] \port$7745$0 ;
+  wire [11:0] \port$7745$0 ;
+  input [17:0] \port$7745$14 ;
+  wire [17:0] \port$7745$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -74898,13 +74906,13 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
       3'h0:
           aw_sel = { s0__awid, s0__awburst, s0__awsize, s0__awlen, 2'h0, \port$0$93 , \port$0$79  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$16620$14 , \port$16620$0  };
+          aw_sel = { 19'h02c00, \port$16622$14 , \port$16622$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$16398$14 , \port$16398$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$16400$14 , \port$16400$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$18927$14 , \port$18927$0  };
+          aw_sel = { 19'h02c00, \port$18929$14 , \port$18929$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$18705$14 , \port$18705$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$18707$14 , \port$18707$0  };
     endcase
   end
   always @* begin
@@ -74994,13 +75002,13 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
       3'h0:
           ar_sel = { s0__arid, s0__arburst, s0__arsize, s0__arlen, 2'h0, \port$0$218 , \port$0$204  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$7743$14 , \port$7743$0  };
+          ar_sel = { 19'h02c0c, \port$7745$14 , \port$7745$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$16361$14 , \port$16361$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$16363$14 , \port$16363$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$13078$14 , \port$13078$0  };
+          ar_sel = { 19'h02c0c, \port$13080$14 , \port$13080$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$18668$14 , \port$18668$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$18670$14 , \port$18670$0  };
     endcase
   end
   always @* begin
@@ -75430,21 +75438,21 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   assign s0__awaddr = { 2'h0, \port$0$93 , \port$0$79  };
-  assign s1__awaddr = { 2'h0, \port$16620$14 , \port$16620$0  };
+  assign s1__awaddr = { 2'h0, \port$16622$14 , \port$16622$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$16398$14 , \port$16398$0  };
+  assign s2__awaddr = { 2'h0, \port$16400$14 , \port$16400$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$18927$14 , \port$18927$0  };
+  assign s3__awaddr = { 2'h0, \port$18929$14 , \port$18929$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$18705$14 , \port$18705$0  };
+  assign s4__awaddr = { 2'h0, \port$18707$14 , \port$18707$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -75468,21 +75476,21 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   assign w_addr = wr__addr;
   assign wr__data = w_data;
   assign s0__araddr = { 2'h0, \port$0$218 , \port$0$204  };
-  assign s1__araddr = { 2'h0, \port$7743$14 , \port$7743$0  };
+  assign s1__araddr = { 2'h0, \port$7745$14 , \port$7745$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$16361$14 , \port$16361$0  };
+  assign s2__araddr = { 2'h0, \port$16363$14 , \port$16363$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$13078$14 , \port$13078$0  };
+  assign s3__araddr = { 2'h0, \port$13080$14 , \port$13080$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$18668$14 , \port$18668$0  };
+  assign s4__araddr = { 2'h0, \port$18670$14 , \port$18670$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -75504,7 +75512,7 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   assign s4__rid = r_data[67:64];
   assign s4__rlast = r_data[72];
   assign r_en = r_ready;
-  assign \port$2316$0  = r_data[67:0];
+  assign \port$2318$0  = r_data[67:0];
   assign s0__rlast = r_data[72];
   assign \into.data  = into[63:0];
   assign \into.id  = into[67:64];
@@ -75673,9 +75681,9 @@ endmodule
 module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s0__awburst, s0__wdata, s0__wstrb, s0__arid, \port$0$204 , \port$0$218 , s0__arlen, s0__arsize, s0__arburst, clk, rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid
 , s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready, s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready
 , s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready
-, s4__rvalid, s4__rresp, \port$2652$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7743$0 , \port$7743$14 , s4__wdata, s4__wstrb, \port$13078$0 , \port$13078$14 , b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp
-, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$16361$0 , \port$16361$14 , s2__arlen, \port$16398$0 , \port$16398$14 , s2__awlen, \port$16620$0 , \port$16620$14 , s1__wdata, \port$18668$0 , \port$18668$14 , s4__arlen, \port$18705$0 , \port$18705$14 , s4__awlen
-, \port$18927$0 , \port$18927$14 , s3__wdata, s0__awid);
+, s4__rvalid, s4__rresp, \port$2654$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7745$0 , \port$7745$14 , s4__wdata, s4__wstrb, \port$13080$0 , \port$13080$14 , b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp
+, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$16363$0 , \port$16363$14 , s2__arlen, \port$16400$0 , \port$16400$14 , s2__awlen, \port$16622$0 , \port$16622$14 , s1__wdata, \port$18670$0 , \port$18670$14 , s4__arlen, \port$18707$0 , \port$18707$14 , s4__awlen
+, \port$18929$0 , \port$18929$14 , s3__wdata, s0__awid);
   reg \$auto$verilog_backend.cc:2355:dump_module$111  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -75968,40 +75976,40 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   wire [11:0] \port$0$79 ;
   input [17:0] \port$0$93 ;
   wire [17:0] \port$0$93 ;
-  input [11:0] \port$13078$0 ;
-  wire [11:0] \port$13078$0 ;
-  input [17:0] \port$13078$14 ;
-  wire [17:0] \port$13078$14 ;
-  input [11:0] \port$16361$0 ;
-  wire [11:0] \port$16361$0 ;
-  input [17:0] \port$16361$14 ;
-  wire [17:0] \port$16361$14 ;
-  input [11:0] \port$16398$0 ;
-  wire [11:0] \port$16398$0 ;
-  input [17:0] \port$16398$14 ;
-  wire [17:0] \port$16398$14 ;
-  input [11:0] \port$16620$0 ;
-  wire [11:0] \port$16620$0 ;
-  input [17:0] \port$16620$14 ;
-  wire [17:0] \port$16620$14 ;
-  input [11:0] \port$18668$0 ;
-  wire [11:0] \port$18668$0 ;
-  input [17:0] \port$18668$14 ;
-  wire [17:0] \port$18668$14 ;
-  input [11:0] \port$18705$0 ;
-  wire [11:0] \port$18705$0 ;
-  input [17:0] \port$18705$14 ;
-  wire [17:0] \port$18705$14 ;
-  input [11:0] \port$18927$0 ;
-  wire [11:0] \port$18927$0 ;
-  input [17:0] \port$18927$14 ;
-  wire [17:0] \port$18927$14 ;
-  output [67:0] \port$2652$0 ;
-  wire [67:0] \port$2652$0 ;
-  input [11:0] \port$7743$0 ;
-  wire [11:0] \port$7743$0 ;
-  input [17:0] \port$7743$14 ;
-  wire [17:0] \port$7743$14 ;
+  input [11:0] \port$13080$0 ;
+  wire [11:0] \port$13080$0 ;
+  input [17:0] \port$13080$14 ;
+  wire [17:0] \port$13080$14 ;
+  input [11:0] \port$16363$0 ;
+  wire [11:0] \port$16363$0 ;
+  input [17:0] \port$16363$14 ;
+  wire [17:0] \port$16363$14 ;
+  input [11:0] \port$16400$0 ;
+  wire [11:0] \port$16400$0 ;
+  input [17:0] \port$16400$14 ;
+  wire [17:0] \port$16400$14 ;
+  input [11:0] \port$16622$0 ;
+  wire [11:0] \port$16622$0 ;
+  input [17:0] \port$16622$14 ;
+  wire [17:0] \port$16622$14 ;
+  input [11:0] \port$18670$0 ;
+  wire [11:0] \port$18670$0 ;
+  input [17:0] \port$18670$14 ;
+  wire [17:0] \port$18670$14 ;
+  input [11:0] \port$18707$0 ;
+  wire [11:0] \port$18707$0 ;
+  input [17:0] \port$18707$14 ;
+  wire [17:0] \port$18707$14 ;
+  input [11:0] \port$18929$0 ;
+  wire [11:0] \port$18929$0 ;
+  input [17:0] \port$18929$14 ;
+  wire [17:0] \port$18929$14 ;
+  output [67:0] \port$2654$0 ;
+  wire [67:0] \port$2654$0 ;
+  input [11:0] \port$7745$0 ;
+  wire [11:0] \port$7745$0 ;
+  input [17:0] \port$7745$14 ;
+  wire [17:0] \port$7745$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -76600,13 +76608,13 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
       3'h0:
           aw_sel = { s0__awid, s0__awburst, s0__awsize, s0__awlen, 2'h0, \port$0$93 , \port$0$79  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$16620$14 , \port$16620$0  };
+          aw_sel = { 19'h02c00, \port$16622$14 , \port$16622$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$16398$14 , \port$16398$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$16400$14 , \port$16400$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$18927$14 , \port$18927$0  };
+          aw_sel = { 19'h02c00, \port$18929$14 , \port$18929$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$18705$14 , \port$18705$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$18707$14 , \port$18707$0  };
     endcase
   end
   always @* begin
@@ -76696,13 +76704,13 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
       3'h0:
           ar_sel = { s0__arid, s0__arburst, s0__arsize, s0__arlen, 2'h0, \port$0$218 , \port$0$204  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$7743$14 , \port$7743$0  };
+          ar_sel = { 19'h02c0c, \port$7745$14 , \port$7745$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$16361$14 , \port$16361$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$16363$14 , \port$16363$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$13078$14 , \port$13078$0  };
+          ar_sel = { 19'h02c0c, \port$13080$14 , \port$13080$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$18668$14 , \port$18668$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$18670$14 , \port$18670$0  };
     endcase
   end
   always @* begin
@@ -77132,21 +77140,21 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   assign s0__awaddr = { 2'h0, \port$0$93 , \port$0$79  };
-  assign s1__awaddr = { 2'h0, \port$16620$14 , \port$16620$0  };
+  assign s1__awaddr = { 2'h0, \port$16622$14 , \port$16622$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$16398$14 , \port$16398$0  };
+  assign s2__awaddr = { 2'h0, \port$16400$14 , \port$16400$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$18927$14 , \port$18927$0  };
+  assign s3__awaddr = { 2'h0, \port$18929$14 , \port$18929$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$18705$14 , \port$18705$0  };
+  assign s4__awaddr = { 2'h0, \port$18707$14 , \port$18707$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -77170,21 +77178,21 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   assign w_addr = wr__addr;
   assign wr__data = w_data;
   assign s0__araddr = { 2'h0, \port$0$218 , \port$0$204  };
-  assign s1__araddr = { 2'h0, \port$7743$14 , \port$7743$0  };
+  assign s1__araddr = { 2'h0, \port$7745$14 , \port$7745$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$16361$14 , \port$16361$0  };
+  assign s2__araddr = { 2'h0, \port$16363$14 , \port$16363$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$13078$14 , \port$13078$0  };
+  assign s3__araddr = { 2'h0, \port$13080$14 , \port$13080$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$18668$14 , \port$18668$0  };
+  assign s4__araddr = { 2'h0, \port$18670$14 , \port$18670$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -77206,7 +77214,7 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   assign s4__rid = r_data[67:64];
   assign s4__rlast = r_data[72];
   assign r_en = r_ready;
-  assign \port$2652$0  = r_data[67:0];
+  assign \port$2654$0  = r_data[67:0];
   assign s0__rlast = r_data[72];
   assign \into.data  = into[63:0];
   assign \into.id  = into[67:64];
@@ -77375,9 +77383,9 @@ endmodule
 module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s0__awburst, s0__wdata, s0__wstrb, s0__arid, \port$0$204 , \port$0$218 , s0__arlen, s0__arsize, s0__arburst, clk, rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid
 , s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready, s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready
 , s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready
-, s4__rvalid, s4__rresp, \port$2988$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7743$0 , \port$7743$14 , s4__wdata, s4__wstrb, \port$13078$0 , \port$13078$14 , b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp
-, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$16361$0 , \port$16361$14 , s2__arlen, \port$16398$0 , \port$16398$14 , s2__awlen, \port$16620$0 , \port$16620$14 , s1__wdata, \port$18668$0 , \port$18668$14 , s4__arlen, \port$18705$0 , \port$18705$14 , s4__awlen
-, \port$18927$0 , \port$18927$14 , s3__wdata, s0__awid);
+, s4__rvalid, s4__rresp, \port$2990$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7745$0 , \port$7745$14 , s4__wdata, s4__wstrb, \port$13080$0 , \port$13080$14 , b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp
+, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$16363$0 , \port$16363$14 , s2__arlen, \port$16400$0 , \port$16400$14 , s2__awlen, \port$16622$0 , \port$16622$14 , s1__wdata, \port$18670$0 , \port$18670$14 , s4__arlen, \port$18707$0 , \port$18707$14 , s4__awlen
+, \port$18929$0 , \port$18929$14 , s3__wdata, s0__awid);
   reg \$auto$verilog_backend.cc:2355:dump_module$113  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -77670,40 +77678,40 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   wire [11:0] \port$0$79 ;
   input [17:0] \port$0$93 ;
   wire [17:0] \port$0$93 ;
-  input [11:0] \port$13078$0 ;
-  wire [11:0] \port$13078$0 ;
-  input [17:0] \port$13078$14 ;
-  wire [17:0] \port$13078$14 ;
-  input [11:0] \port$16361$0 ;
-  wire [11:0] \port$16361$0 ;
-  input [17:0] \port$16361$14 ;
-  wire [17:0] \port$16361$14 ;
-  input [11:0] \port$16398$0 ;
-  wire [11:0] \port$16398$0 ;
-  input [17:0] \port$16398$14 ;
-  wire [17:0] \port$16398$14 ;
-  input [11:0] \port$16620$0 ;
-  wire [11:0] \port$16620$0 ;
-  input [17:0] \port$16620$14 ;
-  wire [17:0] \port$16620$14 ;
-  input [11:0] \port$18668$0 ;
-  wire [11:0] \port$18668$0 ;
-  input [17:0] \port$18668$14 ;
-  wire [17:0] \port$18668$14 ;
-  input [11:0] \port$18705$0 ;
-  wire [11:0] \port$18705$0 ;
-  input [17:0] \port$18705$14 ;
-  wire [17:0] \port$18705$14 ;
-  input [11:0] \port$18927$0 ;
-  wire [11:0] \port$18927$0 ;
-  input [17:0] \port$18927$14 ;
-  wire [17:0] \port$18927$14 ;
-  output [67:0] \port$2988$0 ;
-  wire [67:0] \port$2988$0 ;
-  input [11:0] \port$7743$0 ;
-  wire [11:0] \port$7743$0 ;
-  input [17:0] \port$7743$14 ;
-  wire [17:0] \port$7743$14 ;
+  input [11:0] \port$13080$0 ;
+  wire [11:0] \port$13080$0 ;
+  input [17:0] \port$13080$14 ;
+  wire [17:0] \port$13080$14 ;
+  input [11:0] \port$16363$0 ;
+  wire [11:0] \port$16363$0 ;
+  input [17:0] \port$16363$14 ;
+  wire [17:0] \port$16363$14 ;
+  input [11:0] \port$16400$0 ;
+  wire [11:0] \port$16400$0 ;
+  input [17:0] \port$16400$14 ;
+  wire [17:0] \port$16400$14 ;
+  input [11:0] \port$16622$0 ;
+  wire [11:0] \port$16622$0 ;
+  input [17:0] \port$16622$14 ;
+  wire [17:0] \port$16622$14 ;
+  input [11:0] \port$18670$0 ;
+  wire [11:0] \port$18670$0 ;
+  input [17:0] \port$18670$14 ;
+  wire [17:0] \port$18670$14 ;
+  input [11:0] \port$18707$0 ;
+  wire [11:0] \port$18707$0 ;
+  input [17:0] \port$18707$14 ;
+  wire [17:0] \port$18707$14 ;
+  input [11:0] \port$18929$0 ;
+  wire [11:0] \port$18929$0 ;
+  input [17:0] \port$18929$14 ;
+  wire [17:0] \port$18929$14 ;
+  output [67:0] \port$2990$0 ;
+  wire [67:0] \port$2990$0 ;
+  input [11:0] \port$7745$0 ;
+  wire [11:0] \port$7745$0 ;
+  input [17:0] \port$7745$14 ;
+  wire [17:0] \port$7745$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -78302,13 +78310,13 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
       3'h0:
           aw_sel = { s0__awid, s0__awburst, s0__awsize, s0__awlen, 2'h0, \port$0$93 , \port$0$79  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$16620$14 , \port$16620$0  };
+          aw_sel = { 19'h02c00, \port$16622$14 , \port$16622$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$16398$14 , \port$16398$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$16400$14 , \port$16400$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$18927$14 , \port$18927$0  };
+          aw_sel = { 19'h02c00, \port$18929$14 , \port$18929$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$18705$14 , \port$18705$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$18707$14 , \port$18707$0  };
     endcase
   end
   always @* begin
@@ -78398,13 +78406,13 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
       3'h0:
           ar_sel = { s0__arid, s0__arburst, s0__arsize, s0__arlen, 2'h0, \port$0$218 , \port$0$204  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$7743$14 , \port$7743$0  };
+          ar_sel = { 19'h02c0c, \port$7745$14 , \port$7745$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$16361$14 , \port$16361$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$16363$14 , \port$16363$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$13078$14 , \port$13078$0  };
+          ar_sel = { 19'h02c0c, \port$13080$14 , \port$13080$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$18668$14 , \port$18668$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$18670$14 , \port$18670$0  };
     endcase
   end
   always @* begin
@@ -78834,21 +78842,21 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   assign s0__awaddr = { 2'h0, \port$0$93 , \port$0$79  };
-  assign s1__awaddr = { 2'h0, \port$16620$14 , \port$16620$0  };
+  assign s1__awaddr = { 2'h0, \port$16622$14 , \port$16622$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$16398$14 , \port$16398$0  };
+  assign s2__awaddr = { 2'h0, \port$16400$14 , \port$16400$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$18927$14 , \port$18927$0  };
+  assign s3__awaddr = { 2'h0, \port$18929$14 , \port$18929$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$18705$14 , \port$18705$0  };
+  assign s4__awaddr = { 2'h0, \port$18707$14 , \port$18707$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -78872,21 +78880,21 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   assign w_addr = wr__addr;
   assign wr__data = w_data;
   assign s0__araddr = { 2'h0, \port$0$218 , \port$0$204  };
-  assign s1__araddr = { 2'h0, \port$7743$14 , \port$7743$0  };
+  assign s1__araddr = { 2'h0, \port$7745$14 , \port$7745$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$16361$14 , \port$16361$0  };
+  assign s2__araddr = { 2'h0, \port$16363$14 , \port$16363$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$13078$14 , \port$13078$0  };
+  assign s3__araddr = { 2'h0, \port$13080$14 , \port$13080$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$18668$14 , \port$18668$0  };
+  assign s4__araddr = { 2'h0, \port$18670$14 , \port$18670$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -78908,7 +78916,7 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   assign s4__rid = r_data[67:64];
   assign s4__rlast = r_data[72];
   assign r_en = r_ready;
-  assign \port$2988$0  = r_data[67:0];
+  assign \port$2990$0  = r_data[67:0];
   assign s0__rlast = r_data[72];
   assign \into.data  = into[63:0];
   assign \into.id  = into[67:64];
@@ -79885,15 +79893,15 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bready, bus__araddr, bus__arvalid, bus__rready, clk, rst, bus__awready, bus__wready, bus__arready, GLOBAL_CYCLES_LO__read, GLOBAL_RESET_write, QUEUE0_RING_LOG2_write, QUEUE0_DOORBELL_write, QUEUE0_CONTROL_write, QUEUE0_RESET_write, QUEUE1_RING_LOG2_write, QUEUE1_DOORBELL_write
-, QUEUE1_CONTROL_write, QUEUE1_RESET_write, PERF0_CONTROL_write, PERF0_MACS_LO__read, PERF1_CONTROL_write, PERF1_MACS_LO__read, TRACE0_CONTROL_write, TRACE0_DATA_HI__read, TRACE1_CONTROL_write, TRACE1_DATA_HI__read, \port$3143$0 , \port$7686$0 , PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ__value, PERF0_BYTES_WRITTEN__value, PERF0_BUSY_VECTOR__value, PERF0_TABLE_HITS__value, PERF0_TABLE_UNDERFLOWS__value, PERF0_TABLE_OVERFLOWS__value, PERF0_MACS_LO__value, TRACE0_DATA_LO__value
-, TRACE0_DATA_HI__value, \port$8418$0 , \port$8478$0 , \port$13021$0 , PERF1_BUSY_COMPUTE__value, PERF1_BYTES_READ__value, PERF1_BYTES_WRITTEN__value, PERF1_BUSY_VECTOR__value, PERF1_TABLE_HITS__value, PERF1_TABLE_UNDERFLOWS__value, PERF1_TABLE_OVERFLOWS__value, PERF1_MACS_LO__value, TRACE1_DATA_LO__value, TRACE1_DATA_HI__value, \port$13753$0 , GLOBAL_SEM0__set, GLOBAL_SEM1__set, GLOBAL_SEM2__set, GLOBAL_SEM3__set, GLOBAL_SEM4__set, GLOBAL_SEM5__set
+, QUEUE1_CONTROL_write, QUEUE1_RESET_write, PERF0_CONTROL_write, PERF0_MACS_LO__read, PERF1_CONTROL_write, PERF1_MACS_LO__read, TRACE0_CONTROL_write, TRACE0_DATA_HI__read, TRACE1_CONTROL_write, TRACE1_DATA_HI__read, \port$3145$0 , \port$7688$0 , PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ__value, PERF0_BYTES_WRITTEN__value, PERF0_BUSY_VECTOR__value, PERF0_TABLE_HITS__value, PERF0_TABLE_UNDERFLOWS__value, PERF0_TABLE_OVERFLOWS__value, PERF0_MACS_LO__value, TRACE0_DATA_LO__value
+, TRACE0_DATA_HI__value, \port$8420$0 , \port$8480$0 , \port$13023$0 , PERF1_BUSY_COMPUTE__value, PERF1_BYTES_READ__value, PERF1_BYTES_WRITTEN__value, PERF1_BUSY_VECTOR__value, PERF1_TABLE_HITS__value, PERF1_TABLE_UNDERFLOWS__value, PERF1_TABLE_OVERFLOWS__value, PERF1_MACS_LO__value, TRACE1_DATA_LO__value, TRACE1_DATA_HI__value, \port$13755$0 , GLOBAL_SEM0__set, GLOBAL_SEM1__set, GLOBAL_SEM2__set, GLOBAL_SEM3__set, GLOBAL_SEM4__set, GLOBAL_SEM5__set
 , GLOBAL_SEM6__set, GLOBAL_SEM7__set, GLOBAL_SEM8__set, GLOBAL_SEM9__set, GLOBAL_SEM10__set, GLOBAL_SEM11__set, GLOBAL_SEM12__set, GLOBAL_SEM13__set, GLOBAL_SEM14__set, GLOBAL_SEM15__set, QUEUE0_CONTROL__set, QUEUE0_CONTROL__set_value, TRACE0_CONTROL__set, TRACE0_CONTROL__set_value, QUEUE0_RING_BASE__set, QUEUE0_RING_BASE__set_value, QUEUE0_RING_LOG2__set, QUEUE0_RING_LOG2__set_value, QUEUE0_CQ_BASE__set, QUEUE0_CQ_BASE__set_value, QUEUE0_IRQ_STATUS__clear
 , QUEUE0_IRQ_MASK__set, QUEUE0_IRQ_MASK__set_value, QUEUE0_DMA_BASE__set, QUEUE0_DMA_BASE__set_value, QUEUE0_DMA_LIMIT__set, QUEUE0_DMA_LIMIT__set_value, QUEUE0_WATCHDOG__set, QUEUE0_WATCHDOG__set_value, QUEUE1_CONTROL__set, QUEUE1_CONTROL__set_value, TRACE1_CONTROL__set, TRACE1_CONTROL__set_value, QUEUE1_RING_BASE__set, QUEUE1_RING_BASE__set_value, QUEUE1_RING_LOG2__set, QUEUE1_RING_LOG2__set_value, QUEUE1_CQ_BASE__set, QUEUE1_CQ_BASE__set_value, QUEUE1_IRQ_STATUS__clear, QUEUE1_IRQ_MASK__set, QUEUE1_IRQ_MASK__set_value
 , QUEUE1_DMA_BASE__set, QUEUE1_DMA_BASE__set_value, QUEUE1_DMA_LIMIT__set, QUEUE1_DMA_LIMIT__set_value, QUEUE1_WATCHDOG__set, QUEUE1_WATCHDOG__set_value, GLOBAL_SEM0__set_value, GLOBAL_SEM1__set_value, GLOBAL_SEM2__set_value, GLOBAL_SEM3__set_value, GLOBAL_SEM4__set_value, GLOBAL_SEM5__set_value, GLOBAL_SEM6__set_value, GLOBAL_SEM7__set_value, GLOBAL_SEM8__set_value, GLOBAL_SEM9__set_value, GLOBAL_SEM10__set_value, GLOBAL_SEM11__set_value, GLOBAL_SEM12__set_value, GLOBAL_SEM13__set_value, GLOBAL_SEM14__set_value
 , GLOBAL_SEM15__set_value, GLOBAL_CYCLES_LO__value, GLOBAL_CYCLES_HI__value, GLOBAL_SCRATCH__wdata, bus__bvalid, bus__bresp, bus__rvalid, bus__rdata, bus__rresp, GLOBAL_SEM0__value, GLOBAL_SEM1__value, GLOBAL_SEM2__value, GLOBAL_SEM3__value, GLOBAL_SEM4__value, GLOBAL_SEM5__value, GLOBAL_SEM6__value, GLOBAL_SEM7__value, GLOBAL_SEM8__value, GLOBAL_SEM9__value, GLOBAL_SEM10__value, GLOBAL_SEM11__value
 , GLOBAL_SEM12__value, GLOBAL_SEM13__value, GLOBAL_SEM14__value, GLOBAL_SEM15__value, QUEUE0_RING_BASE__value, QUEUE0_RING_LOG2__value, QUEUE0_CQ_BASE__value, QUEUE0_CONTROL__value, QUEUE0_IRQ_STATUS__value, QUEUE0_IRQ_MASK__value, QUEUE0_DMA_BASE__value, QUEUE0_DMA_LIMIT__value, QUEUE0_WATCHDOG__value, QUEUE1_RING_BASE__value, QUEUE1_RING_LOG2__value, QUEUE1_CQ_BASE__value, QUEUE1_CONTROL__value, QUEUE1_IRQ_STATUS__value, QUEUE1_IRQ_MASK__value, QUEUE1_DMA_BASE__value, QUEUE1_DMA_LIMIT__value
-, QUEUE1_WATCHDOG__value, TRACE0_CONTROL__value, TRACE1_CONTROL__value, \port$16479$0 , \port$16481$0 , \port$16487$0 , \port$16489$0 , \port$16491$0 , \port$16492$0 , \port$16645$0 , PERF0_CYCLES__value, PERF0_BUSY_LOAD__value, PERF0_BUSY_STORE__value, PERF0_STALL_DEP__value, PERF0_STALL_MEM__value, PERF0_MACS_HI__value, \port$18786$0 , \port$18788$0 , \port$18794$0 , \port$18796$0 , \port$18798$0 
-, \port$18799$0 , \port$18952$0 , PERF1_CYCLES__value, PERF1_BUSY_LOAD__value, PERF1_BUSY_STORE__value, PERF1_STALL_DEP__value, PERF1_STALL_MEM__value, PERF1_MACS_HI__value, bus__awaddr);
+, QUEUE1_WATCHDOG__value, TRACE0_CONTROL__value, TRACE1_CONTROL__value, \port$16481$0 , \port$16483$0 , \port$16489$0 , \port$16491$0 , \port$16493$0 , \port$16494$0 , \port$16647$0 , PERF0_CYCLES__value, PERF0_BUSY_LOAD__value, PERF0_BUSY_STORE__value, PERF0_STALL_DEP__value, PERF0_STALL_MEM__value, PERF0_MACS_HI__value, \port$18788$0 , \port$18790$0 , \port$18796$0 , \port$18798$0 , \port$18800$0 
+, \port$18801$0 , \port$18954$0 , PERF1_CYCLES__value, PERF1_BUSY_LOAD__value, PERF1_BUSY_STORE__value, PERF1_STALL_DEP__value, PERF1_STALL_MEM__value, PERF1_MACS_HI__value, bus__awaddr);
   reg \$auto$verilog_backend.cc:2355:dump_module$117  = 0;
   wire \$1 ;
   wire [31:0] \$10 ;
@@ -81262,46 +81270,46 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   wire clk;
   wire do_read;
   wire do_write;
-  input \port$13021$0 ;
-  wire \port$13021$0 ;
-  input [8:0] \port$13753$0 ;
-  wire [8:0] \port$13753$0 ;
-  input [15:0] \port$16479$0 ;
-  wire [15:0] \port$16479$0 ;
+  input \port$13023$0 ;
+  wire \port$13023$0 ;
+  input [8:0] \port$13755$0 ;
+  wire [8:0] \port$13755$0 ;
   input [15:0] \port$16481$0 ;
   wire [15:0] \port$16481$0 ;
-  input \port$16487$0 ;
-  wire \port$16487$0 ;
-  input [7:0] \port$16489$0 ;
-  wire [7:0] \port$16489$0 ;
-  input [15:0] \port$16491$0 ;
-  wire [15:0] \port$16491$0 ;
-  input \port$16492$0 ;
-  wire \port$16492$0 ;
-  input \port$16645$0 ;
-  wire \port$16645$0 ;
-  input [15:0] \port$18786$0 ;
-  wire [15:0] \port$18786$0 ;
+  input [15:0] \port$16483$0 ;
+  wire [15:0] \port$16483$0 ;
+  input \port$16489$0 ;
+  wire \port$16489$0 ;
+  input [7:0] \port$16491$0 ;
+  wire [7:0] \port$16491$0 ;
+  input [15:0] \port$16493$0 ;
+  wire [15:0] \port$16493$0 ;
+  input \port$16494$0 ;
+  wire \port$16494$0 ;
+  input \port$16647$0 ;
+  wire \port$16647$0 ;
   input [15:0] \port$18788$0 ;
   wire [15:0] \port$18788$0 ;
-  input \port$18794$0 ;
-  wire \port$18794$0 ;
-  input [7:0] \port$18796$0 ;
-  wire [7:0] \port$18796$0 ;
-  input [15:0] \port$18798$0 ;
-  wire [15:0] \port$18798$0 ;
-  input \port$18799$0 ;
-  wire \port$18799$0 ;
-  input \port$18952$0 ;
-  wire \port$18952$0 ;
-  input \port$3143$0 ;
-  wire \port$3143$0 ;
-  input \port$7686$0 ;
-  wire \port$7686$0 ;
-  input [8:0] \port$8418$0 ;
-  wire [8:0] \port$8418$0 ;
-  input \port$8478$0 ;
-  wire \port$8478$0 ;
+  input [15:0] \port$18790$0 ;
+  wire [15:0] \port$18790$0 ;
+  input \port$18796$0 ;
+  wire \port$18796$0 ;
+  input [7:0] \port$18798$0 ;
+  wire [7:0] \port$18798$0 ;
+  input [15:0] \port$18800$0 ;
+  wire [15:0] \port$18800$0 ;
+  input \port$18801$0 ;
+  wire \port$18801$0 ;
+  input \port$18954$0 ;
+  wire \port$18954$0 ;
+  input \port$3145$0 ;
+  wire \port$3145$0 ;
+  input \port$7688$0 ;
+  wire \port$7688$0 ;
+  input [8:0] \port$8420$0 ;
+  wire [8:0] \port$8420$0 ;
+  input \port$8480$0 ;
+  wire \port$8480$0 ;
   wire [31:0] rd_data;
   wire rd_hit;
   input rst;
@@ -81423,12 +81431,12 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   assign \$376  = QUEUE0_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
   assign \$377  = ~ \$376 ;
   assign \$378  = QUEUE0_IRQ_STATUS__value & \$377 ;
-  assign \$379  = \$378  | { 30'h00000000, \port$16492$0 , \port$16645$0  };
+  assign \$379  = \$378  | { 30'h00000000, \port$16494$0 , \port$16647$0  };
   assign \$381  = QUEUE0_IRQ_STATUS__clear ? 32'd0 : \$380 ;
   assign \$398  = QUEUE1_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
   assign \$399  = ~ \$398 ;
   assign \$400  = QUEUE1_IRQ_STATUS__value & \$399 ;
-  assign \$401  = \$400  | { 30'h00000000, \port$18799$0 , \port$18952$0  };
+  assign \$401  = \$400  | { 30'h00000000, \port$18801$0 , \port$18954$0  };
   assign \$403  = QUEUE1_IRQ_STATUS__clear ? 32'd0 : \$402 ;
   always @(posedge clk)
     aw_full <= \$424 ;
@@ -82578,16 +82586,16 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
       \$476  = 32'd0;
     end
   end
-  assign QUEUE0_HEAD__value = { 16'h0000, \port$16479$0  };
-  assign QUEUE0_TAIL__value = { 16'h0000, \port$16481$0  };
-  assign QUEUE0_STATUS__value = { 29'h00000000, \port$3143$0 , \port$16487$0 , \port$7686$0  };
-  assign QUEUE0_ERROR__value = { \port$16491$0 , 8'h00, \port$16489$0  };
-  assign QUEUE1_HEAD__value = { 16'h0000, \port$18786$0  };
-  assign QUEUE1_TAIL__value = { 16'h0000, \port$18788$0  };
-  assign QUEUE1_STATUS__value = { 29'h00000000, \port$8478$0 , \port$18794$0 , \port$13021$0  };
-  assign QUEUE1_ERROR__value = { \port$18798$0 , 8'h00, \port$18796$0  };
-  assign TRACE0_COUNT__value = { 23'h000000, \port$8418$0  };
-  assign TRACE1_COUNT__value = { 23'h000000, \port$13753$0  };
+  assign QUEUE0_HEAD__value = { 16'h0000, \port$16481$0  };
+  assign QUEUE0_TAIL__value = { 16'h0000, \port$16483$0  };
+  assign QUEUE0_STATUS__value = { 29'h00000000, \port$3145$0 , \port$16489$0 , \port$7688$0  };
+  assign QUEUE0_ERROR__value = { \port$16493$0 , 8'h00, \port$16491$0  };
+  assign QUEUE1_HEAD__value = { 16'h0000, \port$18788$0  };
+  assign QUEUE1_TAIL__value = { 16'h0000, \port$18790$0  };
+  assign QUEUE1_STATUS__value = { 29'h00000000, \port$8480$0 , \port$18796$0 , \port$13023$0  };
+  assign QUEUE1_ERROR__value = { \port$18800$0 , 8'h00, \port$18798$0  };
+  assign TRACE0_COUNT__value = { 23'h000000, \port$8420$0  };
+  assign TRACE1_COUNT__value = { 23'h000000, \port$13755$0  };
   assign LINK_CAPS__value = 32'd0;
   assign LINK_LATENCY__value = 32'd0;
   assign LINK_STATUS0__value = 32'd0;
@@ -82739,8 +82747,8 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   assign LINK_CONTROL1_reg = LINK_CONTROL1__value;
   assign GLOBAL_SCRATCH__set = 1'h0;
   assign GLOBAL_SCRATCH__set_value = 32'd0;
-  assign QUEUE0_IRQ_STATUS__set = { 30'h00000000, \port$16492$0 , \port$16645$0  };
-  assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \port$18799$0 , \port$18952$0  };
+  assign QUEUE0_IRQ_STATUS__set = { 30'h00000000, \port$16494$0 , \port$16647$0  };
+  assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \port$18801$0 , \port$18954$0  };
   assign LINK_WINDOW_BASE__set = 1'h0;
   assign LINK_WINDOW_BASE__set_value = 32'd0;
   assign LINK_WINDOW_LIMIT__set = 1'h0;
@@ -82752,21 +82760,21 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   assign \$24  = GLOBAL_CYCLES_LO__value;
   assign \$28  = GLOBAL_CYCLES_HI__value;
   assign \$77 [31:16] = 16'h0000;
-  assign \$77 [15:0] = \port$16479$0 ;
+  assign \$77 [15:0] = \port$16481$0 ;
   assign \$79 [31:16] = 16'h0000;
-  assign \$79 [15:0] = \port$16481$0 ;
+  assign \$79 [15:0] = \port$16483$0 ;
   assign \$83 [31:3] = 29'h00000000;
-  assign \$83 [2:0] = { \port$3143$0 , \port$16487$0 , \port$7686$0  };
+  assign \$83 [2:0] = { \port$3145$0 , \port$16489$0 , \port$7688$0  };
   assign \$88 [15:8] = 8'h00;
-  assign { \$88 [31:16], \$88 [7:0] } = { \port$16491$0 , \port$16489$0  };
+  assign { \$88 [31:16], \$88 [7:0] } = { \port$16493$0 , \port$16491$0  };
   assign \$112 [31:16] = 16'h0000;
-  assign \$112 [15:0] = \port$18786$0 ;
+  assign \$112 [15:0] = \port$18788$0 ;
   assign \$114 [31:16] = 16'h0000;
-  assign \$114 [15:0] = \port$18788$0 ;
+  assign \$114 [15:0] = \port$18790$0 ;
   assign \$118 [31:3] = 29'h00000000;
-  assign \$118 [2:0] = { \port$8478$0 , \port$18794$0 , \port$13021$0  };
+  assign \$118 [2:0] = { \port$8480$0 , \port$18796$0 , \port$13023$0  };
   assign \$123 [15:8] = 8'h00;
-  assign { \$123 [31:16], \$123 [7:0] } = { \port$18798$0 , \port$18796$0  };
+  assign { \$123 [31:16], \$123 [7:0] } = { \port$18800$0 , \port$18798$0  };
   assign \$143  = PERF0_CYCLES__value;
   assign \$146  = PERF0_BUSY_LOAD__value;
   assign \$148  = PERF0_BUSY_COMPUTE__value;
@@ -82795,10 +82803,10 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   assign \$221  = PERF1_TABLE_HITS__value;
   assign \$224  = PERF1_TABLE_UNDERFLOWS__value;
   assign \$226  = PERF1_TABLE_OVERFLOWS__value;
-  assign \$240  = { 23'h000000, \port$8418$0  };
+  assign \$240  = { 23'h000000, \port$8420$0  };
   assign \$242  = TRACE0_DATA_LO__value;
   assign \$245  = TRACE0_DATA_HI__value;
-  assign \$255  = { 23'h000000, \port$13753$0  };
+  assign \$255  = { 23'h000000, \port$13755$0  };
   assign \$259  = TRACE1_DATA_LO__value;
   assign \$261  = TRACE1_DATA_HI__value;
   assign \$270  = 32'd0;
@@ -83258,8 +83266,8 @@ module \dx1_soc.reset1 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_req, c
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.semaphores (\port$13912$0 , \port$13914$0 , \port$13916$0 , \port$13918$0 , \port$13920$0 , \port$13922$0 , \port$13924$0 , \port$13926$0 , \port$13928$0 , \port$13930$0 , \port$13932$0 , \port$13934$0 , \port$13936$0 , \port$13938$0 , \port$13940$0 , grant0, set, set_value, grant1, index0, valid0
-, delta0, index1, valid1, delta1, \port$13910$0 );
+module \dx1_soc.semaphores (\port$13914$0 , \port$13916$0 , \port$13918$0 , \port$13920$0 , \port$13922$0 , \port$13924$0 , \port$13926$0 , \port$13928$0 , \port$13930$0 , \port$13932$0 , \port$13934$0 , \port$13936$0 , \port$13938$0 , \port$13940$0 , \port$13942$0 , grant0, set, set_value, grant1, index0, valid0
+, delta0, index1, valid1, delta1, \port$13912$0 );
   reg \$auto$verilog_backend.cc:2355:dump_module$120  = 0;
   wire \$1 ;
   wire [33:0] \$10 ;
@@ -83344,8 +83352,6 @@ module \dx1_soc.semaphores (\port$13912$0 , \port$13914$0 , \port$13916$0 , \por
   wire [3:0] index0;
   input [3:0] index1;
   wire [3:0] index1;
-  input [31:0] \port$13910$0 ;
-  wire [31:0] \port$13910$0 ;
   input [31:0] \port$13912$0 ;
   wire [31:0] \port$13912$0 ;
   input [31:0] \port$13914$0 ;
@@ -83376,6 +83382,8 @@ module \dx1_soc.semaphores (\port$13912$0 , \port$13914$0 , \port$13916$0 , \por
   wire [31:0] \port$13938$0 ;
   input [31:0] \port$13940$0 ;
   wire [31:0] \port$13940$0 ;
+  input [31:0] \port$13942$0 ;
+  wire [31:0] \port$13942$0 ;
   output [15:0] set;
   reg [15:0] set;
   output [255:0] set_value;
@@ -83417,72 +83425,72 @@ module \dx1_soc.semaphores (\port$13912$0 , \port$13914$0 , \port$13916$0 , \por
   wire [31:0] \values[7] ;
   wire [31:0] \values[8] ;
   wire [31:0] \values[9] ;
-  assign \$32  = $signed({ 1'h0, \port$13938$0  }) + $signed(delta0);
+  assign \$32  = $signed({ 1'h0, \port$13940$0  }) + $signed(delta0);
   assign \$33  = index0 == 4'hf;
-  assign \$34  = $signed({ 1'h0, \port$13940$0  }) + $signed(delta0);
+  assign \$34  = $signed({ 1'h0, \port$13942$0  }) + $signed(delta0);
   assign \$35  = ~ granted0;
   assign \$36  = valid1 & \$35 ;
   assign \$37  = ! index1;
-  assign \$38  = $signed({ 1'h0, \port$13910$0  }) + $signed(delta1);
+  assign \$38  = $signed({ 1'h0, \port$13912$0  }) + $signed(delta1);
   assign \$39  = index1 == 1'h1;
-  assign \$40  = $signed({ 1'h0, \port$13912$0  }) + $signed(delta1);
+  assign \$40  = $signed({ 1'h0, \port$13914$0  }) + $signed(delta1);
   assign \$41  = index1 == 2'h2;
-  assign \$42  = $signed({ 1'h0, \port$13914$0  }) + $signed(delta1);
+  assign \$42  = $signed({ 1'h0, \port$13916$0  }) + $signed(delta1);
   assign \$43  = index1 == 2'h3;
-  assign \$44  = $signed({ 1'h0, \port$13916$0  }) + $signed(delta1);
+  assign \$44  = $signed({ 1'h0, \port$13918$0  }) + $signed(delta1);
   assign \$45  = index1 == 3'h4;
-  assign \$46  = $signed({ 1'h0, \port$13918$0  }) + $signed(delta1);
+  assign \$46  = $signed({ 1'h0, \port$13920$0  }) + $signed(delta1);
   assign \$47  = index1 == 3'h5;
-  assign \$48  = $signed({ 1'h0, \port$13920$0  }) + $signed(delta1);
+  assign \$48  = $signed({ 1'h0, \port$13922$0  }) + $signed(delta1);
   assign \$49  = index1 == 3'h6;
-  assign \$50  = $signed({ 1'h0, \port$13922$0  }) + $signed(delta1);
+  assign \$50  = $signed({ 1'h0, \port$13924$0  }) + $signed(delta1);
   assign \$51  = index1 == 3'h7;
-  assign \$52  = $signed({ 1'h0, \port$13924$0  }) + $signed(delta1);
+  assign \$52  = $signed({ 1'h0, \port$13926$0  }) + $signed(delta1);
   assign \$53  = index1 == 4'h8;
-  assign \$54  = $signed({ 1'h0, \port$13926$0  }) + $signed(delta1);
+  assign \$54  = $signed({ 1'h0, \port$13928$0  }) + $signed(delta1);
   assign \$55  = index1 == 4'h9;
-  assign \$56  = $signed({ 1'h0, \port$13928$0  }) + $signed(delta1);
+  assign \$56  = $signed({ 1'h0, \port$13930$0  }) + $signed(delta1);
   assign \$57  = index1 == 4'ha;
-  assign \$58  = $signed({ 1'h0, \port$13930$0  }) + $signed(delta1);
+  assign \$58  = $signed({ 1'h0, \port$13932$0  }) + $signed(delta1);
   assign \$59  = index1 == 4'hb;
-  assign \$60  = $signed({ 1'h0, \port$13932$0  }) + $signed(delta1);
+  assign \$60  = $signed({ 1'h0, \port$13934$0  }) + $signed(delta1);
   assign \$61  = index1 == 4'hc;
-  assign \$62  = $signed({ 1'h0, \port$13934$0  }) + $signed(delta1);
+  assign \$62  = $signed({ 1'h0, \port$13936$0  }) + $signed(delta1);
   assign \$63  = index1 == 4'hd;
-  assign \$64  = $signed({ 1'h0, \port$13936$0  }) + $signed(delta1);
+  assign \$64  = $signed({ 1'h0, \port$13938$0  }) + $signed(delta1);
   assign \$65  = index1 == 4'he;
-  assign \$66  = $signed({ 1'h0, \port$13938$0  }) + $signed(delta1);
+  assign \$66  = $signed({ 1'h0, \port$13940$0  }) + $signed(delta1);
   assign \$67  = index1 == 4'hf;
-  assign \$68  = $signed({ 1'h0, \port$13940$0  }) + $signed(delta1);
+  assign \$68  = $signed({ 1'h0, \port$13942$0  }) + $signed(delta1);
   assign granted1 = granted0 | valid1;
   assign \$3  = ! index0;
-  assign \$4  = $signed({ 1'h0, \port$13910$0  }) + $signed(delta0);
+  assign \$4  = $signed({ 1'h0, \port$13912$0  }) + $signed(delta0);
   assign \$5  = index0 == 1'h1;
-  assign \$6  = $signed({ 1'h0, \port$13912$0  }) + $signed(delta0);
+  assign \$6  = $signed({ 1'h0, \port$13914$0  }) + $signed(delta0);
   assign \$7  = index0 == 2'h2;
-  assign \$8  = $signed({ 1'h0, \port$13914$0  }) + $signed(delta0);
+  assign \$8  = $signed({ 1'h0, \port$13916$0  }) + $signed(delta0);
   assign \$9  = index0 == 2'h3;
-  assign \$10  = $signed({ 1'h0, \port$13916$0  }) + $signed(delta0);
+  assign \$10  = $signed({ 1'h0, \port$13918$0  }) + $signed(delta0);
   assign \$11  = index0 == 3'h4;
-  assign \$12  = $signed({ 1'h0, \port$13918$0  }) + $signed(delta0);
+  assign \$12  = $signed({ 1'h0, \port$13920$0  }) + $signed(delta0);
   assign \$13  = index0 == 3'h5;
-  assign \$14  = $signed({ 1'h0, \port$13920$0  }) + $signed(delta0);
+  assign \$14  = $signed({ 1'h0, \port$13922$0  }) + $signed(delta0);
   assign \$15  = index0 == 3'h6;
-  assign \$16  = $signed({ 1'h0, \port$13922$0  }) + $signed(delta0);
+  assign \$16  = $signed({ 1'h0, \port$13924$0  }) + $signed(delta0);
   assign \$17  = index0 == 3'h7;
-  assign \$18  = $signed({ 1'h0, \port$13924$0  }) + $signed(delta0);
+  assign \$18  = $signed({ 1'h0, \port$13926$0  }) + $signed(delta0);
   assign \$19  = index0 == 4'h8;
-  assign \$20  = $signed({ 1'h0, \port$13926$0  }) + $signed(delta0);
+  assign \$20  = $signed({ 1'h0, \port$13928$0  }) + $signed(delta0);
   assign \$21  = index0 == 4'h9;
-  assign \$22  = $signed({ 1'h0, \port$13928$0  }) + $signed(delta0);
+  assign \$22  = $signed({ 1'h0, \port$13930$0  }) + $signed(delta0);
   assign \$23  = index0 == 4'ha;
-  assign \$24  = $signed({ 1'h0, \port$13930$0  }) + $signed(delta0);
+  assign \$24  = $signed({ 1'h0, \port$13932$0  }) + $signed(delta0);
   assign \$25  = index0 == 4'hb;
-  assign \$26  = $signed({ 1'h0, \port$13932$0  }) + $signed(delta0);
+  assign \$26  = $signed({ 1'h0, \port$13934$0  }) + $signed(delta0);
   assign \$27  = index0 == 4'hc;
-  assign \$28  = $signed({ 1'h0, \port$13934$0  }) + $signed(delta0);
+  assign \$28  = $signed({ 1'h0, \port$13936$0  }) + $signed(delta0);
   assign \$29  = index0 == 4'hd;
-  assign \$30  = $signed({ 1'h0, \port$13936$0  }) + $signed(delta0);
+  assign \$30  = $signed({ 1'h0, \port$13938$0  }) + $signed(delta0);
   assign \$31  = index0 == 4'he;
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$120 ) begin end
@@ -83707,7 +83715,7 @@ module \dx1_soc.semaphores (\port$13912$0 , \port$13914$0 , \port$13916$0 , \por
     end
   end
   assign granted = 1'h0;
-  assign values = { \port$13940$0 , \port$13938$0 , \port$13936$0 , \port$13934$0 , \port$13932$0 , \port$13930$0 , \port$13928$0 , \port$13926$0 , \port$13924$0 , \port$13922$0 , \port$13920$0 , \port$13918$0 , \port$13916$0 , \port$13914$0 , \port$13912$0 , \port$13910$0  };
+  assign values = { \port$13942$0 , \port$13940$0 , \port$13938$0 , \port$13936$0 , \port$13934$0 , \port$13932$0 , \port$13930$0 , \port$13928$0 , \port$13926$0 , \port$13924$0 , \port$13922$0 , \port$13920$0 , \port$13918$0 , \port$13916$0 , \port$13914$0 , \port$13912$0  };
   assign \set_value[0]  = set_value[15:0];
   assign \set_value[1]  = set_value[31:16];
   assign \set_value[2]  = set_value[47:32];
@@ -83724,22 +83732,22 @@ module \dx1_soc.semaphores (\port$13912$0 , \port$13914$0 , \port$13916$0 , \por
   assign \set_value[13]  = set_value[223:208];
   assign \set_value[14]  = set_value[239:224];
   assign \set_value[15]  = set_value[255:240];
-  assign \values[0]  = \port$13910$0 ;
-  assign \values[1]  = \port$13912$0 ;
-  assign \values[2]  = \port$13914$0 ;
-  assign \values[3]  = \port$13916$0 ;
-  assign \values[4]  = \port$13918$0 ;
-  assign \values[5]  = \port$13920$0 ;
-  assign \values[6]  = \port$13922$0 ;
-  assign \values[7]  = \port$13924$0 ;
-  assign \values[8]  = \port$13926$0 ;
-  assign \values[9]  = \port$13928$0 ;
-  assign \values[10]  = \port$13930$0 ;
-  assign \values[11]  = \port$13932$0 ;
-  assign \values[12]  = \port$13934$0 ;
-  assign \values[13]  = \port$13936$0 ;
-  assign \values[14]  = \port$13938$0 ;
-  assign \values[15]  = \port$13940$0 ;
+  assign \values[0]  = \port$13912$0 ;
+  assign \values[1]  = \port$13914$0 ;
+  assign \values[2]  = \port$13916$0 ;
+  assign \values[3]  = \port$13918$0 ;
+  assign \values[4]  = \port$13920$0 ;
+  assign \values[5]  = \port$13922$0 ;
+  assign \values[6]  = \port$13924$0 ;
+  assign \values[7]  = \port$13926$0 ;
+  assign \values[8]  = \port$13928$0 ;
+  assign \values[9]  = \port$13930$0 ;
+  assign \values[10]  = \port$13932$0 ;
+  assign \values[11]  = \port$13934$0 ;
+  assign \values[12]  = \port$13936$0 ;
+  assign \values[13]  = \port$13938$0 ;
+  assign \values[14]  = \port$13940$0 ;
+  assign \values[15]  = \port$13942$0 ;
   assign \$1  = 1'h1;
   assign \$2  = valid0;
   assign granted0 = valid0;

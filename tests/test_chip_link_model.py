@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from dx1_driver import Device, regs
+from dx1_driver import Device, check_device, regs
 
-from dx1_bringup.backends import open_model, open_model_board
+from dx1_bringup.backends import open_model, open_model_board, open_sim_board
 from dx1_bringup.spec import (
     HEADER_BYTES,
     PORT_NEXT,
@@ -144,6 +144,22 @@ def test_board_device_strings_are_checked():
     with pytest.raises(ValueError, match="needs chips=N"):
         open_model_board("model:tiles=1")
     assert Device.open("model:chips=3,tiles=1").caps.tiles == 1
+
+
+def test_simulated_board_device_strings_are_checked_before_anything_starts():
+    for bad, message in (("sim:chips=1", "a board of simulated chips has chips=2 to 8"),
+                         ("sim:chips=9", "chips= must be a whole number of chips from 1 to 8, not '9'"),
+                         ("sim:chips=2,chips=2", "chips= is given twice"),
+                         ("sim:chips=2,tiles=9", "tiles"),
+                         ("sim:chips=2,stall=core0", "takes tiles=, banks=, mem_mib= and vector= besides chips=, "
+                                                     "not 'stall=core0'"),
+                         ("sim:chips=2,server=cocotb", "not 'server=cocotb'")):
+        with pytest.raises(ValueError, match=message):
+            check_device(bad)
+        with pytest.raises(ValueError, match=message):
+            open_sim_board(bad)
+    with pytest.raises(ValueError, match="is sim:chips=N"):
+        open_sim_board("sim:tiles=1")
 
 
 # -- SEND ------------------------------------------------------------------------------------------------------

@@ -283,6 +283,8 @@ def rounding_capture() -> Capture:
 
 
 @pytest.mark.verilator
+@pytest.mark.own_build
+@pytest.mark.slow
 def test_the_rtl_mutant_is_named(tmp_path: Path) -> None:
     """CI: five commands on two tiles (interleaved in submission order) against the mutant RTL."""
     reason = verilator_missing()

@@ -168,8 +168,8 @@ def test_transport_context_manager_closes():
                    "for example 0000:01:00.0"),
     ("xyz", "unknown device 'xyz'; expected one of model, model:[tiles=T,banks=B,mem_mib=M,]FAULTS, "
             "model:chips=N[,tiles=T,...], sim, "
-            "sim:tiles=T,banks=B,mem_mib=M, sim:verilog=PATH, sim:[...,]stall=UNIT[+UNIT...], sim://HOST:PORT, "
-            "serial:URL, pcie:BDF"),
+            "sim:tiles=T,banks=B,mem_mib=M, sim:verilog=PATH, sim:[...,]stall=UNIT[+UNIT...], "
+            "sim:chips=N[,tiles=T,...], sim://HOST:PORT, serial:URL, pcie:BDF"),
 ])
 def test_open_transport_errors(device, message):
     with pytest.raises(ValueError) as info:

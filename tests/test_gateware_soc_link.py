@@ -230,3 +230,24 @@ def test_send_checks_and_outcomes_in_the_spec_order() -> None:
         assert host.peek(ctx, 0, 0x800, 256) == bytes(range(256))
 
     simulate(board, bench)
+
+
+def test_a_send_longer_than_the_watchdog_budget_is_not_aborted() -> None:
+    """QUEUE0.WATCHDOG = 64 cycles and a 2 KiB SEND of some 400 cycles, in which the tile's own units do nothing:
+    the frames on the link (and the sender's memory reads) are the SEND's progress, so it completes OK (before,
+    the watchdog counted only the tile's core and DMA and aborted it with TIMEOUT)."""
+    board = _Board()
+    host = _Host(board)
+    data = np.random.default_rng(3).integers(0, 256, 2048, dtype=np.uint8).tobytes()
+
+    async def bench(ctx) -> None:
+        await host.setup(ctx)
+        await host.write32(ctx, 0, _addr("QUEUE0", "WATCHDOG"), 64)
+        host.poke(ctx, 0, 0x0, data)
+        start = await host.read32(ctx, 0, _addr("GLOBAL", "CYCLES_LO"))
+        entry = await host.run(ctx, 0, _send(src_addr=0, dst_addr=0x1000, length=2048), limit=20000)
+        took = await host.read32(ctx, 0, _addr("GLOBAL", "CYCLES_LO")) - start
+        assert entry["status"] == ErrorCode.OK and took > 4 * 64
+        assert host.peek(ctx, 1, 0x1000, 2048) == data
+
+    simulate(board, bench)

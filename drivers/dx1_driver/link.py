@@ -49,6 +49,7 @@ class SimOp(enum.IntEnum):
     CYCLES = 0x06
     STALL = 0x07
     BUDGET = 0x08
+    CUT = 0x09
 
 
 class SimStatus(enum.IntEnum):
@@ -115,6 +116,11 @@ SIM_OP_DOCS: dict[SimOp, str] = {
         "Set the cycle budget of every later request to n cycles, whatever its size (n = 0: back to SIM_REQUEST_CYCLES "
         "plus SIM_CYCLES_PER_BYTE a byte); answers no data.  A test hook: a small budget makes an ordinary request "
         "answer STUCK."
+    ),
+    SimOp.CUT: (
+        "On a board of chips (sim:chips=N): cut (n = 1) or mend (n = 0) the wire leaving link port addr of this "
+        "socket's chip, as a broken cable (both ends of the link go down); answers no data.  A single SoC answers "
+        "BAD_REQUEST."
     ),
 }
 

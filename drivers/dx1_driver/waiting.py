@@ -118,6 +118,10 @@ class CompletionWaits:
                     q.check()
                 for q in self.open_queues():
                     q.clear_irq()
+                # Look once more before waiting: a completion that landed after the last look raised the
+                # line before this clear dropped it, and would be found only when the wait times out.
+                woke, cleared = False, True
+                continue
             woke = False
             loud = [q for q in self.open_queues() if not q.irq_quiet] if line and not cleared else []
             cleared = False

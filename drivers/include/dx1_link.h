@@ -38,6 +38,7 @@ enum dx1_sim_op {
     DX1_SIM_CYCLES      = 0x06,
     DX1_SIM_STALL       = 0x07,
     DX1_SIM_BUDGET      = 0x08,
+    DX1_SIM_CUT         = 0x09,
 };
 
 /* Simulator socket: response status codes */

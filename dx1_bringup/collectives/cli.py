@@ -61,6 +61,10 @@ def add_parser(sub: Any) -> None:
                    help="over the chip link: write a timeline of every link command to FILE for ui.perfetto.dev "
                         "(a group per chip, a track per link direction, each collective's span per rank; device "
                         "cycles shown as ns); Chrome JSON for a .json FILE, else Perfetto protobuf")
+    p.add_argument("--faults", action="store_true",
+                   help="instead of measuring: inject each fault (mismatched shape, dead chip, frozen and killed "
+                        "simulator, CRC errors within and past the retries, a cut link) into a fresh group and print "
+                        "every rank's outcome and the seconds it took to see it (deadline --timeout, default 2)")
     p.set_defaults(func=functools.partial(cmd_collectives, p))
 
 
@@ -74,6 +78,8 @@ def cmd_collectives(parser: argparse.ArgumentParser, args: argparse.Namespace) -
 
     if args.redop == "avg" and args.dtype != "int8" or args.scale is not None and args.dtype != "int8":
         parser.error("argument --redop/--scale: int32 reduces only by sum, without a scale (its sum wraps)")
+    if args.faults:
+        return _faults(args)
     ops = PERF_OPS if args.op == "all" else (args.op,)
     if any(name.startswith("sim") and "://" not in name for name in args.device):
         print("dx1 collectives: starting a private simulator per sim rank (the first run builds it: minutes) ...",
@@ -143,3 +149,24 @@ def cmd_collectives(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     if wrong:
         print(f"dx1 collectives: {wrong} wrong elements", file=sys.stderr)
     return 1 if wrong else 0
+
+
+def _faults(args: argparse.Namespace) -> int:
+    """``--faults``: the fault table; 0 when every rank of every fault got a typed error or the exact result."""
+    from dx1_driver import DriverError
+
+    from .faults import fault_table, format_faults
+
+    timeout = args.timeout or 2.0
+    try:
+        rows = fault_table(args.device, timeout=timeout, progress=lambda line: print(line, flush=True))
+    except (DriverError, OSError, ValueError) as e:
+        print(f"dx1 collectives: cannot open {','.join(args.device)}: {e}", file=sys.stderr)
+        return 2
+    print(format_faults(args.device, timeout, rows))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump([r.to_json() for r in rows], f, indent=2)
+            f.write("\n")
+        print(f"written to {args.json}")
+    return 1 if any(r.outcome == "WRONG result" for r in rows) else 0

@@ -41,7 +41,7 @@ import numpy as np
 from dx1_driver import CommandError, Device, DeviceTimeout, DriverError, regs
 
 from ..perfmodel.collectives import chain_chunk_bytes
-from ..spec import align_up
+from ..spec import PAGE_BYTES, align_up
 from ..timeline import LinkEvent
 from .buffer import Buffer, segment
 from .call import Call
@@ -96,7 +96,13 @@ def supports(op: str, dtype: np.dtype, red: Reduction | None) -> str:
 
 @dataclass(frozen=True)
 class _Slots:
-    """Slot ``i`` holds segment ``i`` of ``count`` elements: at byte ``offsets[i]``, ``padded[i]`` bytes."""
+    """Slot ``i`` holds segment ``i`` of ``count`` elements: at byte ``offsets[i]``, ``padded[i]`` bytes.
+
+    A slot of a page or more starts half the banks' round of pages after the one before (``banks`` of
+    :data:`~dx1_bringup.spec.PAGE_BYTES` pages interleaved): a ring step sends one slot while the step's
+    arrival lands in the next, and an ADD's lander reads and writes where the sender reads, so the two streams
+    stay in different banks instead of sharing one bank's read port all the way.
+    """
 
     count: int
     itemsize: int
@@ -105,19 +111,20 @@ class _Slots:
     padded: tuple[int, ...]
 
     @classmethod
-    def of(cls, count: int, n: int, itemsize: int) -> _Slots:
+    def of(cls, count: int, n: int, itemsize: int, banks: int = 1) -> _Slots:
         offsets, padded, at = [], [], 0
+        round_bytes, half = PAGE_BYTES * banks, PAGE_BYTES * (banks // 2)
         for i in range(n):
             lo, hi = segment(count, n, i)
             size = align_up((hi - lo) * itemsize, _ALIGN)
             offsets.append(at)
             padded.append(size)
-            at += size
+            at += size + ((half - size) % round_bytes if banks > 1 and size >= PAGE_BYTES else 0)
         return cls(count, itemsize, n, tuple(offsets), tuple(padded))
 
     @property
     def nbytes(self) -> int:
-        return sum(self.padded)
+        return self.offsets[-1] + self.padded[-1] if self.n else 0
 
     def chunks(self, slot: int, chunk_bytes: int) -> list[tuple[int, int]]:
         """Slot ``slot`` as (byte offset in the area, bytes) pieces of at most ``chunk_bytes``."""
@@ -353,7 +360,7 @@ def barrier(c: Call) -> None:
 
 
 def all_reduce(c: Call, src: Buffer, dst: Buffer, count: int) -> None:
-    slots = _Slots.of(count, c.size, src.dtype.itemsize)
+    slots = _Slots.of(count, c.size, src.dtype.itemsize, c.dev.caps.mem_banks)
     _collective(c, slots.nbytes, src.dtype.itemsize, lambda run: _scatter_in(c, src, count, slots),
                 lambda run: _ring(run, slots, [("reduce-scatter", _ADD, 1), ("all-gather", _WRITE, 0)]),
                 lambda run: _out_all(c, run, slots, dst, count))
@@ -361,7 +368,7 @@ def all_reduce(c: Call, src: Buffer, dst: Buffer, count: int) -> None:
 
 def reduce_scatter(c: Call, src: Buffer, count: int, dst: Buffer, dst_lo: int) -> None:
     """Segment ``c.rank`` of the sum of every rank's ``src`` into ``dst`` from element ``dst_lo``."""
-    slots = _Slots.of(count, c.size, src.dtype.itemsize)
+    slots = _Slots.of(count, c.size, src.dtype.itemsize, c.dev.caps.mem_banks)
     lo, hi = segment(count, c.size, c.rank)
 
     def out(run: _Run) -> None:
@@ -375,7 +382,7 @@ def reduce_scatter(c: Call, src: Buffer, count: int, dst: Buffer, dst_lo: int) -
 
 def all_gather(c: Call, src: Buffer, src_lo: int, dst: Buffer, count: int) -> None:
     """Every rank's part (``src`` from element ``src_lo``: segment ``c.rank`` of ``count``) into ``dst``."""
-    slots = _Slots.of(count, c.size, src.dtype.itemsize)
+    slots = _Slots.of(count, c.size, src.dtype.itemsize, c.dev.caps.mem_banks)
     lo, hi = segment(count, c.size, c.rank)
     _collective(c, slots.nbytes, src.dtype.itemsize,
                 lambda run: _gather_in(c, src, src_lo, src_lo + hi - lo, slots, run, c.rank),

@@ -11,7 +11,7 @@ from __future__ import annotations
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from ..spec import BUS_BYTES
+from ..spec import BUS_BYTES, PAGE_BYTES
 
 __all__ = ["AXI4Signature", "AXI4LiteSignature", "BURST_INCR", "MAX_BURST", "PAGE_BYTES", "RESP_OKAY", "RESP_SLVERR",
            "RESP_DECERR", "join_channels"]
@@ -19,8 +19,6 @@ __all__ = ["AXI4Signature", "AXI4LiteSignature", "BURST_INCR", "MAX_BURST", "PAG
 BURST_INCR = 0b01
 #: Most beats of one INCR burst (AXI4).
 MAX_BURST = 256
-#: No burst crosses a boundary of this many bytes (AXI's 4 KiB page).
-PAGE_BYTES = 4096
 RESP_OKAY = 0b00
 RESP_SLVERR = 0b10
 RESP_DECERR = 0b11

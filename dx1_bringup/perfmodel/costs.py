@@ -41,12 +41,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..spec import BUS_BYTES, TABLE_ENTRIES, Opcode, VectorOp, ceil_div, register_map
+from ..spec import BUS_BYTES, PAGE_BYTES, TABLE_ENTRIES, Opcode, VectorOp, ceil_div, register_map
 
 __all__ = ["COSTS", "PERF_SNAPSHOT_WORDS", "Costs", "move_bank_runs", "move_bursts"]
 
-#: Bursts never cross this boundary, and carry at most MAX_BURST beats (gateware/dma/burst.py).
-PAGE_BYTES = 4096
+#: Bursts carry at most MAX_BURST beats and never cross a PAGE_BYTES boundary (gateware/dma/burst.py).
 MAX_BURST = 256
 #: Longest write burst of a COPY (half the DMA's data FIFO).
 COPY_BURST = 16

@@ -5,6 +5,10 @@ and drift-checked.  Other configurations are generated on demand by :func:`soc_v
 ``build/sim/configs/t<T>-b<B>-m<MiB>/dx1_soc.v`` (never checked in), with the same top-level module name, so the
 simulator servers, the backdoor and :func:`~dx1_bringup.sim.run_cocotb` (``verilog=``, built in the folder
 ``sim-dx1_soc`` beside the file) treat it as they treat the default one.
+
+A board of chips in a ring (``sim:chips=N``, :class:`~dx1_bringup.gateware.soc.ring.ChipRing`) is generated
+the same way by :func:`ring_verilog` into ``build/sim/configs/ring<N>-t<T>-b<B>-m<MiB>/dx1_ring.v``
+(module :data:`RING_MODULE`), every chip the configuration with the default link when it has none.
 """
 
 from __future__ import annotations
@@ -15,16 +19,18 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from ..gateware import rtl_module
-from ..spec import SocConfig
+from ..gateware import RtlModule, rtl_module
+from ..spec import MAX_CHIPS, ChipLinkConfig, SocConfig
 from . import BUILD_ROOT
 
-__all__ = ["CONFIG_ROOT", "config_folder", "soc_config", "soc_verilog"]
+__all__ = ["CONFIG_ROOT", "RING_MODULE", "config_folder", "ring_config", "ring_verilog", "soc_config", "soc_verilog"]
 
 #: Where generated SoC configurations go, one folder each.
 CONFIG_ROOT = BUILD_ROOT / "configs"
 #: The sources the SoC's Verilog is generated from: a change in any of them regenerates it.
 _SOURCES = tuple(Path(__file__).resolve().parents[1] / part for part in ("gateware", "spec"))
+#: The top-level module of a generated ring of chips.
+RING_MODULE = "dx1_ring"
 
 
 def soc_config(tiles: int | None = None, banks: int | None = None, mem_mib: int | None = None,
@@ -53,13 +59,65 @@ def config_folder(config: SocConfig) -> Path:
     return CONFIG_ROOT / f"t{config.tiles}-b{config.mem_banks}-m{config.mem_bytes >> 20}{vector}"
 
 
-def _inputs_digest(config: SocConfig) -> str:
-    digest = hashlib.sha256(repr(config).encode())
+def _inputs_digest(key: str) -> str:
+    digest = hashlib.sha256(key.encode())
     for root in _SOURCES:
         for path in sorted(root.rglob("*.py")):
             digest.update(str(path.relative_to(root.parent)).encode())
             digest.update(path.read_bytes())
     return digest.hexdigest()
+
+
+def ring_config(config: SocConfig) -> SocConfig:
+    """``config`` as a chip of a ring: with the default :class:`~dx1_bringup.spec.ChipLinkConfig` when it has
+    no link (as :class:`~dx1_bringup.model.board.ModelBoard` gives its chips)."""
+    return config if config.link is not None else replace(config, link=ChipLinkConfig())
+
+
+def ring_folder(config: SocConfig, chips: int) -> Path:
+    """The folder of the generated Verilog of a ring of ``chips`` chips of ``config`` (and its Verilator build)."""
+    name = f"ring{chips}-{config_folder(config).name}"
+    if config.link != ChipLinkConfig():
+        name += "-link" + hashlib.sha256(repr(config.link).encode()).hexdigest()[:8]
+    return CONFIG_ROOT / name
+
+
+def ring_verilog(config: SocConfig, chips: int) -> Path:
+    """The path of the Verilog of ``chips`` chips of ``config`` (:func:`ring_config`) in a ring, generated
+    when its sources changed, as :func:`soc_verilog` does (the module :data:`RING_MODULE`, every chip with
+    its test-only ``stall_units`` input as ``chip<i>_stall_units``).
+
+    Raises
+    ------
+    ValueError
+        ``chips`` is not 2 to :data:`~dx1_bringup.spec.MAX_CHIPS`.
+    """
+    if isinstance(chips, bool) or not isinstance(chips, int) or not 2 <= chips <= MAX_CHIPS:
+        raise ValueError(f"A chip ring has 2 to {MAX_CHIPS} chips, not {chips!r}")
+    config = ring_config(config)
+    module = RtlModule(RING_MODULE, f"a ring of {chips} chips", "soc.ring:ChipRing", (config, chips))
+    return _generate(module, ring_folder(config, chips), f"{chips}:{config!r}")
+
+
+def _generate(module: RtlModule, folder: Path, key: str) -> Path:
+    """``module``'s Verilog in ``folder``, written again only when its sources or ``key`` changed."""
+    path, stamp = folder / f"{module.name}.v", folder / f"{module.name}.v.inputs"
+    digest = _inputs_digest(key)
+    folder.mkdir(parents=True, exist_ok=True)
+    # Two processes asking for the same module at once (a bench beside a test) generate it once: the second
+    # waits here and then finds the digest written.
+    with open(folder / ".generate-lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if path.exists() and stamp.exists() and stamp.read_text() == digest:
+            return path
+        text = module.verilog()
+        if not path.exists() or path.read_text() != text:
+            # Written whole under another name and renamed, so a reader never sees half a file.
+            partial = folder / f".{module.name}.v.{os.getpid()}"
+            partial.write_text(text)
+            os.replace(partial, path)
+        stamp.write_text(digest)
+    return path
 
 
 def soc_verilog(config: SocConfig) -> Path:
@@ -73,23 +131,6 @@ def soc_verilog(config: SocConfig) -> Path:
     soc = rtl_module("dx1_soc")
     if config == soc.args[0]:
         return soc.path
-    folder = config_folder(config)
-    path, stamp = folder / f"{soc.name}.v", folder / f"{soc.name}.v.inputs"
-    digest = _inputs_digest(config)
-    folder.mkdir(parents=True, exist_ok=True)
-    # Two processes asking for the same SoC at once (a bench beside a test) generate it once: the second
-    # waits here and then finds the digest written.
-    with open(folder / ".generate-lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if path.exists() and stamp.exists() and stamp.read_text() == digest:
-            return path
-        module = type(soc)(soc.name, f"the whole SoC, {config.tiles} tiles, {config.mem_banks} banks",
-                           soc.component, (config,), soc.kwargs)
-        text = module.verilog()
-        if not path.exists() or path.read_text() != text:
-            # Written whole under another name and renamed, so a reader never sees half a file.
-            partial = folder / f".{soc.name}.v.{os.getpid()}"
-            partial.write_text(text)
-            os.replace(partial, path)
-        stamp.write_text(digest)
-    return path
+    module = type(soc)(soc.name, f"the whole SoC, {config.tiles} tiles, {config.mem_banks} banks",
+                       soc.component, (config,), soc.kwargs)
+    return _generate(module, config_folder(config), repr(config))

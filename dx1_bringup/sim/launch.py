@@ -16,7 +16,10 @@ from pathlib import Path
 from dx1_driver import TransportError
 from dx1_driver.sim_transport import SimTransport
 
-__all__ = ["PrivateSimTransport", "start_simulator"]
+from ..spec import SimOp
+
+__all__ = ["PrivateSimTransport", "BoardProcess", "BoardSimTransport", "start_simulator", "start_board",
+           "open_board"]
 
 #: Seconds a simulator that answered CLOSE gets to exit; one whose link broke gets :data:`BROKEN_EXIT`.
 CLEAN_EXIT = 60.0
@@ -51,17 +54,126 @@ class PrivateSimTransport(SimTransport):
         return f" (the simulator process exited with code {self.process.returncode})"
 
     def _stop(self, seconds: float) -> None:
-        try:
-            self.process.wait(timeout=seconds)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        stop_process(self.process, seconds)
 
     def _close(self) -> None:
         try:
             super()._close()
         finally:
             self._stop(BROKEN_EXIT if self.broken else CLEAN_EXIT)
+
+
+class BoardProcess:
+    """The one simulator process of a board of chips (:func:`start_board`), shared by its chips' transports.
+
+    It is stopped (as :class:`PrivateSimTransport` stops its own) once every chip's transport has closed.
+    """
+
+    def __init__(self, process: subprocess.Popen, chips: int):
+        self.process = process
+        self._open = chips
+        self._broken = False
+
+    def closed(self, broken: bool) -> None:
+        """A chip's transport closed (``broken``: its link had failed); after the last, stop the process."""
+        self._open -= 1
+        self._broken = self._broken or broken
+        if self._open == 0:
+            stop_process(self.process, BROKEN_EXIT if self._broken else CLEAN_EXIT)
+
+
+class BoardSimTransport(SimTransport):
+    """Chip ``rank``'s :class:`SimTransport` to a board of chips in one simulator (``sim:chips=N``).
+
+    ``board_transports`` (on rank 0's, as ``model:chips=N`` has it) lists every chip's, in rank order.
+    """
+
+    def __init__(self, board: BoardProcess, rank: int, port: int, **kwargs: float):
+        self.board, self.rank = board, rank
+        self.board_transports: list[BoardSimTransport] = []
+        super().__init__("127.0.0.1", port, stop_server=True, **kwargs)
+
+    def _lost_note(self) -> str:
+        process = self.board.process
+        return "" if process.poll() is None else f" (the simulator process exited with code {process.returncode})"
+
+    def cut(self, port: int, cut: bool = True) -> None:
+        """Cut (or mend) the wire leaving link ``port`` of this chip: a cut link, both ends go down."""
+        self._request(SimOp.CUT, port, int(cut))
+
+    def _close(self) -> None:
+        try:
+            super()._close()
+        finally:
+            self.board.closed(bool(self.broken))
+
+
+def stop_process(process: subprocess.Popen, seconds: float) -> None:
+    """Wait ``seconds`` for ``process`` to exit; kill it if it does not."""
+    try:
+        process.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def _wait_ports(process: subprocess.Popen, port_file: Path, timeout: float) -> list[int]:
+    """The ports ``process`` wrote to ``port_file`` once listening (space-separated, one a chip)."""
+    deadline = time.monotonic() + timeout
+    while not port_file.exists():
+        if process.poll() is not None:
+            raise TransportError(f"the simulator exited before listening:\n{process.stderr.read()[-2000:]}")
+        if time.monotonic() > deadline:
+            process.kill()
+            process.wait()
+            raise TransportError(f"the simulator did not start listening within {timeout:.0f} s")
+        time.sleep(0.2)
+    return [int(port) for port in port_file.read_text().split()]
+
+
+def start_board(chips: int, *, tiles: int | None = None, banks: int | None = None, mem_mib: int | None = None,
+                vector: int | None = None, timeout: float = 3600.0) -> tuple[subprocess.Popen, list[int]]:
+    """Start a private `dx1 sim serve --chips N --once`: a ring of ``chips`` chips of the default SoC (with
+    ``tiles``, ``banks``, ``mem_mib``, ``vector`` as :func:`start_simulator` takes them) and the default link,
+    in one Verilator model (:func:`~dx1_bringup.sim.configs.ring_verilog`; generated and built the first time:
+    many minutes); the process and each chip's port, in rank order.
+
+    Raises
+    ------
+    TransportError
+        The simulator exited before it listened, or did not listen within ``timeout`` seconds.
+    """
+    sizes = {"tiles": tiles, "banks": banks, "mem-mib": mem_mib, "vector": vector}
+    with tempfile.TemporaryDirectory() as tmp:
+        port_file = Path(tmp) / "port"
+        process = subprocess.Popen(
+            [sys.executable, "-m", "dx1_bringup.sim.serve", "--once", "--port-file", str(port_file),
+             f"--chips={chips}"] + [f"--{key}={value}" for key, value in sizes.items() if value is not None],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        ports = _wait_ports(process, port_file, timeout)
+    if len(ports) != chips:
+        process.kill()
+        process.wait()
+        raise TransportError(f"the board simulator listened on {len(ports)} ports for {chips} chips")
+    return process, ports
+
+
+def open_board(chips: int, **sizes: int | None) -> list[BoardSimTransport]:
+    """Start a board of ``chips`` chips (:func:`start_board`, ``sizes`` as it takes them) and connect to each
+    chip; rank 0's transport lists them all in ``board_transports``."""
+    process, ports = start_board(chips, **sizes)
+    board = BoardProcess(process, chips)
+    transports: list[BoardSimTransport] = []
+    try:
+        for rank, port in enumerate(ports):
+            transports.append(BoardSimTransport(board, rank, port))
+    except BaseException:
+        for transport in transports:
+            transport.close()
+        stop_process(process, BROKEN_EXIT)
+        raise
+    transports[0].board_transports = list(transports)
+    return transports
 
 
 def start_simulator(*, uart: bool = False, timeout: float = 900.0, fault_rate: float = 0.0,
@@ -112,12 +224,4 @@ def start_simulator(*, uart: bool = False, timeout: float = 900.0, fault_rate: f
             + (["--verilog", str(verilog)] if verilog is not None else [])
             + [f"--{key}={value}" for key, value in sizes.items() if value is not None],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + timeout
-        while not port_file.exists():
-            if process.poll() is not None:
-                raise TransportError(f"the simulator exited before listening:\n{process.stderr.read()[-2000:]}")
-            if time.monotonic() > deadline:
-                process.kill()
-                raise TransportError(f"the simulator did not start listening within {timeout:.0f} s")
-            time.sleep(0.2)
-        return process, int(port_file.read_text())
+        return process, _wait_ports(process, port_file, timeout)[0]

@@ -20,7 +20,7 @@ from ..spec import SocConfig
 from . import SimulationFailed, run_cocotb, verilator_missing
 from .backdoor import HOST_PATHS
 from .clocked_top import CLOCKED_BUS, CLOCKS
-from .native import BOARD_MODULE, SERVERS, SOC_MODULE
+from .native import BOARD_MODULE, RING_MODULE, SERVERS, SOC_MODULE
 
 __all__ = ["serve", "choose_server", "server_problem", "add_arguments", "run", "main", "SOC_MODULE", "BOARD_MODULE"]
 
@@ -29,7 +29,7 @@ def serve(port: int = 0, port_file: str | None = None, once: bool = False, quiet
           uart: bool = False, fault_rate: float = 0.0, fault_seed: int = 1, host_path: str = "backdoor",
           verilog: str | None = None, tiles: int | None = None, banks: int | None = None,
           mem_mib: int | None = None, vector: int | None = None, clock: str = "cocotb",
-          server: str | None = None) -> None:
+          server: str | None = None, chips: int | None = None) -> None:
     """Build the simulated device (first time only) and serve it until a client stops the server.
 
     ``server`` (SoC only): ``"native"``, the C++ server of :mod:`.native`, which this process becomes
@@ -44,7 +44,9 @@ def serve(port: int = 0, port_file: str | None = None, once: bool = False, quiet
     ``build/sim/configs/``
     (:func:`~dx1_bringup.sim.configs.soc_verilog`; minutes, the first time).  ``clock`` (SoC only):
     ``"cocotb"``, the bare SoC on cocotb's clock, or ``"verilator"``, the SoC inside the clocked top
-    of :mod:`dx1_bringup.sim.clocked_top` (backdoor host path only).
+    of :mod:`dx1_bringup.sim.clocked_top` (backdoor host path only).  ``chips`` (2 or more, native server, backdoor
+    host path, not with ``uart`` or ``verilog``): a board of that many chips of the SoC (sized as above, with the
+    default link) in a ring in one model (:func:`~dx1_bringup.sim.configs.ring_verilog`), one socket a chip.
     """
     if host_path not in HOST_PATHS:
         raise ValueError(f"host_path must be one of {', '.join(HOST_PATHS)}, not {host_path!r}")
@@ -61,7 +63,14 @@ def serve(port: int = 0, port_file: str | None = None, once: bool = False, quiet
     if sized and (uart or verilog is not None):
         raise ValueError("tiles, banks, mem_mib and vector configure the generated SoC; they cannot be given with "
                          "uart or verilog")
-    if sized:
+    if chips is not None:
+        if problem := board_problem(chips, uart=uart, verilog=verilog, server=server, host_path=host_path,
+                                    clock=clock):
+            raise ValueError(problem)
+        from .configs import ring_verilog, soc_config
+
+        verilog = str(ring_verilog(soc_config(tiles, banks, mem_mib, vector), chips))
+    elif sized:
         from .configs import soc_config, soc_verilog
 
         verilog = str(soc_verilog(soc_config(tiles, banks, mem_mib, vector)))
@@ -73,7 +82,8 @@ def serve(port: int = 0, port_file: str | None = None, once: bool = False, quiet
     if server == "native":
         from .native import build
 
-        program = str(build(BOARD_MODULE if uart else SOC_MODULE, None if verilog is None else Path(verilog)))
+        module = BOARD_MODULE if uart else RING_MODULE if chips is not None else SOC_MODULE
+        program = str(build(module, None if verilog is None else Path(verilog)))
         argv = [program, "--port", str(port)] + (["--port-file", port_file] if port_file else []) + (
             ["--once"] if once else [])
         sys.stdout.flush()
@@ -89,6 +99,20 @@ def choose_server(server: str | None, *, host_path: str, clock: str) -> str:
     if server is not None:
         return server
     return "native" if (host_path, clock) == ("backdoor", "cocotb") else "cocotb"
+
+
+def board_problem(chips: int, *, uart: bool, verilog: str | None, server: str, host_path: str,
+                  clock: str) -> str | None:
+    """Why a board of ``chips`` chips cannot be served with these options, or None."""
+    from ..spec import MAX_CHIPS
+
+    if isinstance(chips, bool) or not isinstance(chips, int) or not 2 <= chips <= MAX_CHIPS:
+        return f"a board has 2 to {MAX_CHIPS} chips, not {chips!r}"
+    if uart or verilog is not None:
+        return "a board of chips is generated from the SoC's sources; it cannot be given with uart or verilog"
+    if server != "native" or host_path != "backdoor" or clock != "cocotb":
+        return "a board of chips is served by the native server only (backdoor host path, its own clock)"
+    return None
 
 
 def server_problem(server: str, *, uart: bool, host_path: str, clock: str) -> str | None:
@@ -138,6 +162,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mem-mib", type=types.positive, default=None,
                         help=f"serve a SoC with this many MiB of device memory, a power of two (default "
                              f"{SocConfig().mem_bytes >> 20}; not with --uart or --verilog)")
+    parser.add_argument("--chips", type=types.positive, default=None,
+                        help="serve a board of this many chips (2 to 8) of the SoC in a ring, with the default link, "
+                             "one port a chip (the port file lists them in rank order; native server only)")
     parser.add_argument("--vector", type=int, choices=(0, 1), default=None,
                         help="0: serve a SoC whose tiles have no vector unit (default 1; not with --uart or --verilog)")
 
@@ -166,6 +193,10 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             soc_config(args.tiles, args.banks, args.mem_mib, args.vector)
         except (TypeError, ValueError) as e:
             parser.error(f"--tiles/--banks/--mem-mib/--vector: {e}")
+    if args.chips is not None and (problem := board_problem(args.chips, uart=args.uart, verilog=args.verilog,
+                                                            server=server, host_path=args.host_path,
+                                                            clock=args.clock)):
+        parser.error(f"--chips: {problem}")
     reason = verilator_missing()
     if reason:
         print(f"dx1 sim serve: {reason}", file=sys.stderr)
@@ -176,7 +207,8 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     try:
         serve(args.port, args.port_file, args.once, quiet=False, uart=args.uart, fault_rate=args.fault_rate,
               fault_seed=args.fault_seed, host_path=args.host_path, verilog=args.verilog, tiles=args.tiles,
-              banks=args.banks, mem_mib=args.mem_mib, vector=args.vector, clock=args.clock, server=server)
+              banks=args.banks, mem_mib=args.mem_mib, vector=args.vector, clock=args.clock, server=server,
+              chips=args.chips)
     except (SimulationFailed, RuntimeError) as exc:
         print(f"dx1 sim serve: {exc}", file=sys.stderr)
         return 1

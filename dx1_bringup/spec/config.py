@@ -6,11 +6,14 @@ from dataclasses import dataclass, field
 
 from .chip_link import ChipLinkConfig
 
-__all__ = ["BUS_BYTES", "TileConfig", "SocConfig"]
+__all__ = ["BUS_BYTES", "PAGE_BYTES", "TileConfig", "SocConfig"]
 
 #: Bytes of one beat of the SoC's AXI4 device-memory bus (64-bit data): the DMA's, the memory's, the host
 #: port's and the UART bridge's; device-memory addresses and strides of LOAD, STORE and COPY are multiples of it.
 BUS_BYTES = 8
+#: AXI's 4 KiB page: no burst crosses a boundary of this many bytes, and device memory's banks take pages of it
+#: in turn (page ``p`` is in bank ``p % mem_banks``).
+PAGE_BYTES = 4096
 
 
 def _check_int(owner: str, name: str, value, low: int, high: int, *, power_of_two: bool = False) -> None:

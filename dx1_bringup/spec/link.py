@@ -33,6 +33,15 @@ Simulator socket
 One little-endian request at a time: :data:`SIM_REQUEST` then, for
 ``WRITE_BLOCK``, ``n`` bytes; the answer is :data:`SIM_RESPONSE` then
 ``length`` bytes.
+
+A board of several chips in one simulator (``sim:chips=N``) listens on one
+socket a chip, so the protocol carries no chip selector: the server writes
+the N ports, space-separated in rank order, to its port file, and a request
+on chip r's socket acts on chip r.  The board has one clock: a request on
+any chip's socket advances every chip (a register access or an interrupt
+wait runs them all; one connection's request is served at a time, whichever
+socket it came on).  ``CYCLES`` answers the board's count; ``CUT`` exists
+only there.
 """
 
 from __future__ import annotations
@@ -195,6 +204,7 @@ class SimOp(enum.IntEnum):
     CYCLES = 6
     STALL = 7
     BUDGET = 8
+    CUT = 9
 
 
 SIM_OP_DOCS = {
@@ -210,6 +220,9 @@ SIM_OP_DOCS = {
     SimOp.BUDGET: ("Set the cycle budget of every later request to n cycles, whatever its size (n = 0: back to "
                    "SIM_REQUEST_CYCLES plus SIM_CYCLES_PER_BYTE a byte); answers no data.  A test hook: a small "
                    "budget makes an ordinary request answer STUCK."),
+    SimOp.CUT: ("On a board of chips (sim:chips=N): cut (n = 1) or mend (n = 0) the wire leaving link port addr of "
+                "this socket's chip, as a broken cable (both ends of the link go down); answers no data.  A "
+                "single SoC answers BAD_REQUEST."),
 }
 
 

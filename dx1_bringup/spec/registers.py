@@ -206,7 +206,8 @@ def _blocks(semaphores: int) -> tuple[BlockSpec, ...]:
                "no DMA runs until the host opens one.", ("limit", 0, 32, "Limit.", 0)),
             _R("WATCHDOG", Access.RW, "Watchdog: a command in the tile core or the DMA is aborted with TIMEOUT "
                "when neither unit of this tile made progress (a bus beat, a local row, a streamed row, a "
-               "completion) for this many cycles while a command is in flight; 0 turns it off.  The aborted "
+               "completion, and for this tile's SEND a frame word on its link port in either direction) for this "
+               "many cycles while a command is in flight; 0 turns it off.  The aborted "
                "commands complete with TIMEOUT and the queue halts (ERROR = TIMEOUT and the oldest one's "
                "ring index) until CONTROL.resume.", ("cycles", 0, 32, "Cycles without progress; 0: off.", 0)),
             _R("RESET", Access.WO, "Write 1 to bit 0 to reset this tile alone: its command processor (the ring "

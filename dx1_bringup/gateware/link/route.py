@@ -22,6 +22,7 @@ class SendRouter(wiring.Component):
     earlier DMA command has completed and a DMA command until the earlier SEND has; a tile has one SEND
     in flight at a time.  ``send_done`` (the status of this tile's SEND from whichever port ran it)
     is always taken; one that comes when no SEND is in flight (its tile was reset meanwhile) is dropped.
+    ``sending`` is high while this tile's SEND is in flight (for the queue's watchdog).
     """
 
     def __init__(self):
@@ -29,7 +30,7 @@ class SendRouter(wiring.Component):
             "cmd": In(AXIStreamSignature(COMMAND_BITS)), "done": Out(AXIStreamSignature(8)),
             "dma_cmd": Out(AXIStreamSignature(COMMAND_BITS)), "dma_done": In(AXIStreamSignature(8)),
             **{f"send{p}": Out(SEND_REQUEST) for p in range(LINK_PORTS)},
-            "send_done": In(1), "send_status": In(8),
+            "send_done": In(1), "send_status": In(8), "sending": Out(1),
         })
 
     def elaborate(self, platform):
@@ -62,6 +63,7 @@ class SendRouter(wiring.Component):
         m.d.sync += dma_pending.eq(dma_pending + dma_in - dma_out)
         with m.If(send_taken):
             m.d.sync += send_pending.eq(1)
+        m.d.comb += self.sending.eq(send_pending)
 
         # Completions: the DMA's pass through; a SEND's status waits in a register for the processor.
         with m.If(self.send_done & send_pending & ~send_finished):

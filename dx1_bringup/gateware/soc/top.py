@@ -122,9 +122,11 @@ class Dx1Soc(wiring.Component):
 
         irq_lines = []
         routers = []
+        # A tile's SEND moving frames on its link port is progress for the tile's watchdog (driven by _link).
+        link_progress = [Signal(name=f"link_progress{t}") for t in range(cfg.tiles)]
         for t in range(cfg.tiles):
             q, perf, trace = f"QUEUE{t}", f"PERF{t}", f"TRACE{t}"
-            cp, core, dma, seq, router = self._tile(m, t, reg, spec_reg, memory, soft_reset)
+            cp, core, dma, seq, router = self._tile(m, t, reg, spec_reg, memory, soft_reset, link_progress[t])
             routers.append(router)
             m.d.comb += [
                 cp.timestamp.eq(cycles[:32]),
@@ -187,7 +189,7 @@ class Dx1Soc(wiring.Component):
                             m.d.comb += reg(block, placed.name).clear.eq(1)
 
         if cfg.link is not None:
-            self._link(m, reg, spec_reg, memory, routers, arbiter, soft_reset)
+            self._link(m, reg, spec_reg, memory, routers, arbiter, soft_reset, link_progress)
         for i, s in enumerate(sems):
             with m.If(arbiter.set[i]):
                 m.d.comb += [s.set.eq(1), s.set_value.eq(arbiter.set_value[i])]
@@ -209,7 +211,7 @@ class Dx1Soc(wiring.Component):
 
         return reg, spec_reg
 
-    def _tile(self, m: Module, t: int, reg, spec_reg, memory: AxiMemory, soft_reset):
+    def _tile(self, m: Module, t: int, reg, spec_reg, memory: AxiMemory, soft_reset, link_progress):
         """Tile ``t``'s units, their reset sequencer, their memory ports and its QUEUE registers.
 
         Returns the command processor, tile core, DMA and :class:`TileReset` for the PERF, TRACE and
@@ -254,7 +256,7 @@ class Dx1Soc(wiring.Component):
                     *(s.tvalid & s.tready for s in streams))
         tile_reset = reg(q, "RESET")
         m.d.comb += [
-            cp.watchdog.eq(reg(q, "WATCHDOG").value), cp.progress.eq((moved != 0) | core.progress),
+            cp.watchdog.eq(reg(q, "WATCHDOG").value), cp.progress.eq((moved != 0) | core.progress | link_progress),
             seq.host_reset.eq(soft_reset
                               | (tile_reset.write & field_bits(tile_reset.wdata, spec_reg(q, "RESET"), "tile"))),
             seq.abort_req.eq(cp.abort_req), seq.cp_quiet.eq(cp.axi_quiet), seq.dma_quiet.eq(dma.quiet),
@@ -287,7 +289,8 @@ class Dx1Soc(wiring.Component):
                          control.set_value.eq(control.value & ~control_spec.field("resume").mask)]
         return cp, core, dma, seq, router
 
-    def _link(self, m: Module, reg, spec_reg, memory: AxiMemory, routers: list, arbiter, soft_reset) -> None:
+    def _link(self, m: Module, reg, spec_reg, memory: AxiMemory, routers: list, arbiter, soft_reset,
+              link_progress: list) -> None:
         """The link ports' endpoints, their memory masters, the SENDs of every tile and the LINK registers
         (GLOBAL.RESET clears the counters; the window and controls keep their values, as in the model)."""
         cfg = self.config
@@ -351,6 +354,12 @@ class Dx1Soc(wiring.Component):
                 m.d.comb += granted_next.eq(granted | req.valid)
                 granted = granted_next
             m.d.comb += end.done.tready.eq(1)
+            # A frame word either way on this port, or the sender's memory reads: the owning tile's SEND moves.
+            moved = Signal(name=f"link{p}_moved")
+            m.d.comb += moved.eq(end.tx.valid | end.rx.valid | (end.send_bus.rvalid & end.send_bus.rready))
+            for t, router in enumerate(routers):
+                with m.If(moved & router.sending & (owner == t)):
+                    m.d.comb += link_progress[t].eq(1)
             for t, router in enumerate(routers):
                 with m.If(end.done.tvalid & (owner == t)):
                     m.d.comb += [router.send_done.eq(1), router.send_status.eq(end.done.tdata)]

@@ -1,7 +1,8 @@
 // The listening side that both native servers share: their command line and their loopback listener.
 //
 // Usage of either server: PROGRAM [--port P] [--port-file F] [--once].  Port 0 picks a free port; the
-// port file gets the port chosen, written whole and then renamed so that a reader never sees part of it.
+// port file gets the port chosen (a board of chips: one a chip, space-separated), written whole and then
+// renamed so that a reader never sees part of it.
 
 #pragma once
 
@@ -12,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 namespace dx1 {
 
@@ -40,9 +42,9 @@ inline ServerArgs parse_server_args(int argc, char** argv) {
     return args;
 }
 
-// A socket listening on 127.0.0.1:port (0: a free one), its port written to port_file when given and
-// printed as "<banner> on 127.0.0.1:PORT"; exits with status 1 when it cannot listen.
-inline int listen_on(int port, const char* port_file, const char* program, const char* banner) {
+// A socket listening on 127.0.0.1:port (0: a free one); its port in *chosen.  Exits with status 1 when it
+// cannot listen.
+inline int listen_socket(int port, const char* program, int* chosen) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
@@ -57,20 +59,41 @@ inline int listen_on(int port, const char* port_file, const char* program, const
     }
     socklen_t length = sizeof address;
     getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-    int chosen = ntohs(address.sin_port);
+    *chosen = ntohs(address.sin_port);
+    return fd;
+}
+
+// count sockets listening on 127.0.0.1: the first on port (0: a free one), the others on free ports (or on
+// port + i when port is not 0); their ports written to port_file when given, space-separated, and printed as
+// "<banner> on 127.0.0.1:PORT[ PORT...]".  Exits with status 1 when it cannot listen.
+inline std::vector<int> listen_on_many(int count, int port, const char* port_file, const char* program,
+                                       const char* banner) {
+    std::vector<int> fds;
+    std::string ports;
+    for (int i = 0; i < count; ++i) {
+        int chosen = 0;
+        fds.push_back(listen_socket(port ? port + i : 0, program, &chosen));
+        ports += (i ? " " : "") + std::to_string(chosen);
+    }
     if (port_file) {
         std::string tmp = std::string(port_file) + ".tmp";
         FILE* f = std::fopen(tmp.c_str(), "w");
-        if (!f || std::fprintf(f, "%d", chosen) < 0 || std::fclose(f) != 0 ||
+        if (!f || std::fprintf(f, "%s", ports.c_str()) < 0 || std::fclose(f) != 0 ||
             std::rename(tmp.c_str(), port_file) != 0) {
             std::fprintf(stderr, "%s: cannot write the port file %s: ", program, port_file);
             std::perror(nullptr);
             std::exit(1);
         }
     }
-    std::printf("%s on 127.0.0.1:%d\n", banner, chosen);
+    std::printf("%s on 127.0.0.1:%s\n", banner, ports.c_str());
     std::fflush(stdout);
-    return fd;
+    return fds;
+}
+
+// A socket listening on 127.0.0.1:port (0: a free one), its port written to port_file when given and
+// printed as "<banner> on 127.0.0.1:PORT"; exits with status 1 when it cannot listen.
+inline int listen_on(int port, const char* port_file, const char* program, const char* banner) {
+    return listen_on_many(1, port, port_file, program, banner)[0];
 }
 
 }  // namespace dx1

@@ -8,9 +8,15 @@
 // cycle counts and the PERF counters read the same on both servers.  Memory blocks go through the
 // backdoor: the banks' arrays, which backdoor.vlt makes public, written between clock edges.
 //
+// The same program serves a board of chips in a ring (sim:chips=N, the dx1_ring module): one listening
+// socket a chip, a request on chip r's socket acting on chip r's host ports, every chip on the one clock
+// (dx1_bringup/spec/link.py, "Simulator socket").  Which model it was built with comes from the generated
+// dx1_top_pins.h (dx1_bringup.sim.native.build): DX1_CHIPS, and DX1_BIND_CHIPS naming each chip's ports.
+//
 // Usage: dx1_sim_server [--port P] [--port-file F] [--once]
 
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -26,6 +32,7 @@
 #include "Vtop.h"
 #include "dx1_link.h"
 #include "dx1_regs.h"
+#include "dx1_top_pins.h"
 #include "server_socket.h"
 #include "verilated.h"
 #include "verilated_syms.h"
@@ -42,12 +49,73 @@ constexpr uint64_t kReportReadCycles = 2000;
 
 struct Stuck {};
 
-class Soc {
+// One input or output of the model, whatever its C type (Verilator's CData, SData, IData or QData).
+class Pin {
   public:
-    explicit Soc(VerilatedContext* context) : top_(new Vtop{context}) {}
+    Pin() = default;
+    template <typename T>
+    explicit Pin(T* p) : p_(p), bytes_(sizeof(T)) {}
 
-    ~Soc() { top_->final(); }
+    uint64_t get() const {
+        switch (bytes_) {
+            case 1: return *static_cast<const uint8_t*>(p_);
+            case 2: return *static_cast<const uint16_t*>(p_);
+            case 4: return *static_cast<const uint32_t*>(p_);
+            default: return *static_cast<const uint64_t*>(p_);
+        }
+    }
+    void set(uint64_t value) {
+        switch (bytes_) {
+            case 1: *static_cast<uint8_t*>(p_) = uint8_t(value); break;
+            case 2: *static_cast<uint16_t*>(p_) = uint16_t(value); break;
+            case 4: *static_cast<uint32_t*>(p_) = uint32_t(value); break;
+            default: *static_cast<uint64_t*>(p_) = value; break;
+        }
+    }
+    explicit operator bool() const { return get() != 0; }
 
+  private:
+    void* p_ = nullptr;
+    size_t bytes_ = 0;
+};
+
+// One chip's host ports: the AXI4-Lite register port, the interrupt line and the unit stalls (the wrapper
+// ties the memory port idle).
+struct HostPins {
+    Pin arvalid, arready, araddr, rvalid, rready, rdata, rresp;
+    Pin awvalid, awready, awaddr, wvalid, wready, wdata, wstrb, bvalid, bready, bresp;
+    Pin irq, stall_units;
+};
+
+// The pins of one chip whose ports are named REGS##arvalid, ..., IRQ and STALL on top.
+#define DX1_PINS(PINS, TOP, REGS, IRQ, STALL)                                                            \
+    do {                                                                                                      \
+        HostPins& p_ = (PINS);                                                                                \
+        p_.arvalid = Pin(&(TOP)->REGS##arvalid), p_.arready = Pin(&(TOP)->REGS##arready);                    \
+        p_.araddr = Pin(&(TOP)->REGS##araddr), p_.rvalid = Pin(&(TOP)->REGS##rvalid);                        \
+        p_.rready = Pin(&(TOP)->REGS##rready), p_.rdata = Pin(&(TOP)->REGS##rdata);                          \
+        p_.rresp = Pin(&(TOP)->REGS##rresp), p_.awvalid = Pin(&(TOP)->REGS##awvalid);                        \
+        p_.awready = Pin(&(TOP)->REGS##awready), p_.awaddr = Pin(&(TOP)->REGS##awaddr);                      \
+        p_.wvalid = Pin(&(TOP)->REGS##wvalid), p_.wready = Pin(&(TOP)->REGS##wready);                        \
+        p_.wdata = Pin(&(TOP)->REGS##wdata), p_.wstrb = Pin(&(TOP)->REGS##wstrb);                            \
+        p_.bvalid = Pin(&(TOP)->REGS##bvalid), p_.bready = Pin(&(TOP)->REGS##bready);                        \
+        p_.bresp = Pin(&(TOP)->REGS##bresp);                                                                 \
+        p_.irq = Pin(&(TOP)->IRQ), p_.stall_units = Pin(&(TOP)->STALL);                                      \
+    } while (0)
+
+class Soc;
+
+// The model: one SoC, or a board of DX1_CHIPS chips on one clock.
+class Model {
+  public:
+    explicit Model(VerilatedContext* context) : top_(new Vtop{context}), pins_(DX1_CHIPS) {
+        DX1_BIND_CHIPS(top_.get(), pins_.data());
+    }
+
+    ~Model() { top_->final(); }
+
+    Vtop* top() { return top_.get(); }
+    HostPins& pins(int chip) { return pins_[chip]; }
     uint64_t cycles() const { return cycles_; }
 
     // One clock cycle: falling edge, then the rising edge, the model settled after each.
@@ -61,12 +129,14 @@ class Soc {
 
     void reset() {
         top_->rst = 1;
-        top_->stall_units = 0;
-        top_->regs___05Farvalid = 0;
-        top_->regs___05Fawvalid = 0;
-        top_->regs___05Fwvalid = 0;
-        top_->regs___05Frready = 1;
-        top_->regs___05Fbready = 1;
+        for (HostPins& p : pins_) {
+            p.stall_units.set(0);
+            p.arvalid.set(0);
+            p.awvalid.set(0);
+            p.wvalid.set(0);
+            p.rready.set(1);
+            p.bready.set(1);
+        }
         // The cocotb server's clock starts high at time 0: its first rising edge is there.
         top_->clk = 1;
         top_->eval();
@@ -76,30 +146,59 @@ class Soc {
         for (int i = 0; i < kResetLow + 1; ++i) tick();
         // cocotb counts cycles from time 0, whose edge started the clock.
         --cycles_;
+    }
+
+#if DX1_CHIPS > 1
+    // Cut (or mend) the wire leaving link port `port` of chip `chip` (ChipRing's cut bit 2 chip + port).
+    void cut(int chip, uint32_t port, bool cut) {
+        uint64_t bit = uint64_t(1) << (2 * chip + port);
+        top_->cut = cut ? (top_->cut | bit) : (top_->cut & ~bit);
+        top_->eval();
+    }
+#endif
+
+  private:
+    std::unique_ptr<Vtop> top_;
+    std::vector<HostPins> pins_;
+    uint64_t cycles_ = 0;
+};
+
+// One chip of the model: its host ports and its memory banks.
+class Soc {
+  public:
+    Soc(Model* model, int chip) : model_(model), top_(model->top()), pins_(&model->pins(chip)), chip_(chip) {
         find_banks();
     }
 
-    bool irq() const { return top_->irq; }
-    void stall(uint32_t units) { top_->stall_units = units; }
+    int chip() const { return chip_; }
+    uint64_t cycles() const { return model_->cycles(); }
+    void tick() { model_->tick(); }
+
+    bool irq() const { return bool(pins_->irq); }
+    void stall(uint32_t units) { pins_->stall_units.set(units); }
+#if DX1_CHIPS > 1
+    void cut(uint32_t port, bool cut) { model_->cut(chip_, port, cut); }
+#endif
 
     // AXI4-Lite read of the register at addr within budget cycles; false on an error response.
     bool read32(uint32_t addr, uint32_t* value, uint64_t budget) {
         Budget b{this, budget};
         b.tick();  // the master takes its command on the next edge
-        top_->regs___05Faraddr = addr;
-        top_->regs___05Farvalid = 1;
+        HostPins& p = *pins_;
+        p.araddr.set(addr);
+        p.arvalid.set(1);
         top_->eval();
         while (true) {
-            bool handshake = top_->regs___05Farready;
+            bool handshake = bool(p.arready);
             b.tick();
             if (handshake) break;
         }
-        top_->regs___05Farvalid = 0;
+        p.arvalid.set(0);
         top_->eval();
         while (true) {
-            bool handshake = top_->regs___05Frvalid;
-            uint32_t data = top_->regs___05Frdata;
-            uint32_t resp = top_->regs___05Frresp;
+            bool handshake = bool(p.rvalid);
+            uint32_t data = uint32_t(p.rdata.get());
+            uint32_t resp = uint32_t(p.rresp.get());
             b.tick();
             if (handshake) {
                 *value = data;
@@ -112,23 +211,24 @@ class Soc {
     bool write32(uint32_t addr, uint32_t value, uint64_t budget) {
         Budget b{this, budget};
         b.tick();
-        top_->regs___05Fawaddr = addr;
-        top_->regs___05Fawvalid = 1;
-        top_->regs___05Fwdata = value;
-        top_->regs___05Fwstrb = 0xf;
-        top_->regs___05Fwvalid = 1;
+        HostPins& p = *pins_;
+        p.awaddr.set(addr);
+        p.awvalid.set(1);
+        p.wdata.set(value);
+        p.wstrb.set(0xf);
+        p.wvalid.set(1);
         top_->eval();
-        while (top_->regs___05Fawvalid || top_->regs___05Fwvalid) {
-            bool aw = top_->regs___05Fawvalid && top_->regs___05Fawready;
-            bool w = top_->regs___05Fwvalid && top_->regs___05Fwready;
+        while (p.awvalid || p.wvalid) {
+            bool aw = p.awvalid && p.awready;
+            bool w = p.wvalid && p.wready;
             b.tick();
-            if (aw) top_->regs___05Fawvalid = 0;
-            if (w) top_->regs___05Fwvalid = 0;
+            if (aw) p.awvalid.set(0);
+            if (w) p.wvalid.set(0);
             top_->eval();
         }
         while (true) {
-            bool handshake = top_->regs___05Fbvalid;
-            uint32_t resp = top_->regs___05Fbresp;
+            bool handshake = bool(p.bvalid);
+            uint32_t resp = uint32_t(p.bresp.get());
             b.tick();
             if (handshake) return resp == 0;
         }
@@ -136,20 +236,21 @@ class Soc {
 
     // Drop a transaction that ran out of its budget, as the cocotb server abandons it.
     void abandon() {
-        top_->regs___05Farvalid = 0;
-        top_->regs___05Fawvalid = 0;
-        top_->regs___05Fwvalid = 0;
+        pins_->arvalid.set(0);
+        pins_->awvalid.set(0);
+        pins_->wvalid.set(0);
         top_->eval();
     }
 
     // Host-port channels with valid high and ready low, as "regs.ar, ..." (the wrapper ties the memory port idle).
     std::string waiting_channels() const {
         std::vector<std::string> out;
-        if (top_->regs___05Fawvalid && !top_->regs___05Fawready) out.push_back("regs.aw");
-        if (top_->regs___05Fwvalid && !top_->regs___05Fwready) out.push_back("regs.w");
-        if (top_->regs___05Fbvalid && !top_->regs___05Fbready) out.push_back("regs.b");
-        if (top_->regs___05Farvalid && !top_->regs___05Farready) out.push_back("regs.ar");
-        if (top_->regs___05Frvalid && !top_->regs___05Frready) out.push_back("regs.r");
+        const HostPins& p = *pins_;
+        if (p.awvalid && !p.awready) out.push_back("regs.aw");
+        if (p.wvalid && !p.wready) out.push_back("regs.w");
+        if (p.bvalid && !p.bready) out.push_back("regs.b");
+        if (p.arvalid && !p.arready) out.push_back("regs.ar");
+        if (p.rvalid && !p.rready) out.push_back("regs.r");
         std::string text;
         for (size_t i = 0; i < out.size(); ++i) text += (i ? ", " : "") + out[i];
         return text;
@@ -200,11 +301,13 @@ class Soc {
         }
     };
 
-    // The arrays of TOP.<soc>.memory.bank<b>, in bank order, the only public signals below the top level.
+    // The arrays of TOP.<soc>.memory.bank<b> (on a board TOP.<board>.chip<i>.memory.bank<b>), in bank order,
+    // the only public signals below the top level.
     void find_banks() {
         const VerilatedScopeNameMap* scopes = top_->contextp()->scopeNameMap();
+        std::string chip_scope = DX1_CHIPS > 1 ? ".chip" + std::to_string(chip_) : "";
         for (int b = 0; b < kMaxBanks; ++b) {
-            std::string suffix = ".memory.bank" + std::to_string(b);
+            std::string suffix = chip_scope + ".memory.bank" + std::to_string(b);
             VerilatedVar* var = nullptr;
             std::string scope;
             for (const auto& entry : *scopes) {
@@ -239,8 +342,10 @@ class Soc {
     }
     uint64_t word_at(uint64_t index) const { return word_ref(index); }
 
-    std::unique_ptr<Vtop> top_;
-    uint64_t cycles_ = 0;
+    Model* model_;
+    Vtop* top_;
+    HostPins* pins_;
+    int chip_;
     std::vector<uint64_t*> banks_;
     uint32_t bank_rows_ = 0;
 };
@@ -285,31 +390,50 @@ class Server {
   public:
     explicit Server(Soc* soc) : soc_(soc) {}
 
+    // What became of the connection after one request.
+    enum class After { kMore, kEnded, kStop, kWaiting };
+
+    // Serve one request of the client on fd: kMore, kEnded (it closed the connection, or sent CLOSE 0) or kStop
+    // (CLOSE 1: it asks the server to stop).  With a non-null `wait`, a WAIT_IRQ that would tick is not served
+    // here: kWaiting, with its cycle budget in *wait, and the caller ticks the board and calls end_wait.
+    After serve_one(int fd, uint64_t* wait = nullptr) {
+        unsigned char header[DX1_SIM_REQUEST_BYTES];
+        if (!recv_exact(fd, header, sizeof header)) return After::kEnded;
+        uint32_t op = header[0], addr = le32(header + 1), n = le32(header + 5);
+        if (op == DX1_SIM_CLOSE) {
+            send_all(fd, std::string(1, char(DX1_SIM_OK)) + le(0, 4));
+            return n == 0 ? After::kEnded : After::kStop;
+        }
+        std::string payload;
+        if (op == DX1_SIM_WRITE_BLOCK) {
+            if (n > DX1_SIM_MAX_BLOCK) {
+                answer(fd, DX1_SIM_BAD_REQUEST, "write_block of " + std::to_string(n) + " bytes is more than " +
+                                                    std::to_string(DX1_SIM_MAX_BLOCK));
+                return After::kEnded;  // its payload cannot be skipped safely: end the connection
+            }
+            payload.resize(n);
+            if (n && !recv_exact(fd, &payload[0], n)) return After::kEnded;
+        }
+        if (wait && op == DX1_SIM_WAIT_IRQ && !soc_->irq()) {
+            *wait = std::max<uint32_t>(1, n);
+            return After::kWaiting;
+        }
+        std::string data;
+        uint8_t status = handle(op, addr, n, payload, &data);
+        answer(fd, status, data);
+        return After::kMore;
+    }
+
     // Serve one client; false when it asked the server to stop.
     bool serve(int fd) {
         while (true) {
-            unsigned char header[DX1_SIM_REQUEST_BYTES];
-            if (!recv_exact(fd, header, sizeof header)) return true;
-            uint32_t op = header[0], addr = le32(header + 1), n = le32(header + 5);
-            if (op == DX1_SIM_CLOSE) {
-                send_all(fd, std::string(1, char(DX1_SIM_OK)) + le(0, 4));
-                return n == 0;
-            }
-            std::string payload;
-            if (op == DX1_SIM_WRITE_BLOCK) {
-                if (n > DX1_SIM_MAX_BLOCK) {
-                    answer(fd, DX1_SIM_BAD_REQUEST, "write_block of " + std::to_string(n) + " bytes is more than " +
-                                                        std::to_string(DX1_SIM_MAX_BLOCK));
-                    return true;  // its payload cannot be skipped safely: end the connection
-                }
-                payload.resize(n);
-                if (n && !recv_exact(fd, &payload[0], n)) return true;
-            }
-            std::string data;
-            uint8_t status = handle(op, addr, n, payload, &data);
-            answer(fd, status, data);
+            After after = serve_one(fd);
+            if (after != After::kMore) return after == After::kEnded;
         }
     }
+
+    // Answer the WAIT_IRQ that serve_one left waiting: the interrupt line now.
+    void end_wait(int fd) { answer(fd, DX1_SIM_OK, std::string(1, char(soc_->irq()))); }
 
   private:
     void answer(int fd, uint8_t status, const std::string& data) {
@@ -401,6 +525,18 @@ class Server {
             case DX1_SIM_BUDGET:
                 fixed_budget_ = n;
                 return DX1_SIM_OK;
+            case DX1_SIM_CUT:
+#if DX1_CHIPS > 1
+                if (addr > 1) {
+                    *data = "cut: link port " + std::to_string(addr) + " does not exist (ports 0 and 1)";
+                    return DX1_SIM_BAD_REQUEST;
+                }
+                soc_->cut(addr, n != 0);
+                return DX1_SIM_OK;
+#else
+                *data = "cut: a single SoC has no link wires (only a board of chips, sim:chips=N, has)";
+                return DX1_SIM_BAD_REQUEST;
+#endif
             default:
                 *data = "unknown op " + std::to_string(op);
                 return DX1_SIM_BAD_REQUEST;
@@ -411,13 +547,104 @@ class Server {
     uint64_t fixed_budget_ = 0;
 };
 
+// A board of chips: one listening socket a chip, their connections served a request at a time in turn.  A
+// chip's WAIT_IRQ does not hold the board: the board ticks for every waiting chip at once, kWaitSlice cycles
+// at a time, and serves any other chip's request that arrived in between (a rank's submit is not kept waiting
+// while its peer's wait runs the clock).  It stops once every chip has had a client and none is left, when
+// each asked it to (CLOSE 1) or with --once.
+constexpr int kWaitSlice = 32;
+
+// Whether a waiting chip's interrupt is up (its WAIT_IRQ is answered before the next tick).
+bool wait_over(const std::vector<std::unique_ptr<Soc>>& socs, const std::vector<uint64_t>& wait_left) {
+    for (size_t chip = 0; chip < socs.size(); ++chip) {
+        if (wait_left[chip] && socs[chip]->irq()) return true;
+    }
+    return false;
+}
+
+void serve_board(Model* model, const dx1::ServerArgs& args, const char* program) {
+    std::vector<std::unique_ptr<Soc>> socs;
+    std::vector<std::unique_ptr<Server>> servers;
+    for (int chip = 0; chip < DX1_CHIPS; ++chip) {
+        socs.emplace_back(new Soc{model, chip});
+        servers.emplace_back(new Server{socs.back().get()});
+    }
+    std::vector<int> listeners = dx1::listen_on_many(DX1_CHIPS, args.port, args.port_file, program,
+                                                     "dx1 sim serving a board of chips");
+    std::vector<int> conns(DX1_CHIPS, -1);
+    std::vector<bool> seen(DX1_CHIPS, false), stop(DX1_CHIPS, false);
+    std::vector<uint64_t> wait_left(DX1_CHIPS, 0);  // 1 + cycles left of a chip's WAIT_IRQ; 0: not waiting
+    int next = 0;  // where the next look starts, so that no chip's client waits behind another's for ever
+    while (true) {
+        bool all_done = true, waiting = false;
+        for (int chip = 0; chip < DX1_CHIPS; ++chip) {
+            all_done = all_done && seen[chip] && conns[chip] < 0 && (args.once || stop[chip]);
+            waiting = waiting || wait_left[chip] > 0;
+        }
+        if (all_done) break;
+        std::vector<pollfd> fds(DX1_CHIPS);
+        for (int chip = 0; chip < DX1_CHIPS; ++chip) {
+            int fd = conns[chip] >= 0 ? conns[chip] : listeners[chip];
+            fds[chip] = {wait_left[chip] ? -1 : fd, POLLIN, 0};  // a waiting client sends nothing until answered
+        }
+        if (poll(fds.data(), fds.size(), waiting ? 0 : -1) < 0) continue;
+        bool served = false;
+        int first = next;
+        for (int k = 0; k < DX1_CHIPS; ++k) {
+            int chip = (first + k) % DX1_CHIPS;
+            if (!(fds[chip].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+            served = true;
+            if (conns[chip] < 0) {
+                int conn = accept(listeners[chip], nullptr, nullptr);
+                if (conn < 0) continue;
+                int one = 1;
+                setsockopt(conn, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+                conns[chip] = conn;
+                seen[chip] = true;
+                stop[chip] = false;
+                continue;
+            }
+            uint64_t wait = 0;
+            Server::After after = servers[chip]->serve_one(conns[chip], &wait);
+            if (after == Server::After::kWaiting) wait_left[chip] = wait + 1;
+            if (after == Server::After::kEnded || after == Server::After::kStop) {
+                close(conns[chip]);
+                conns[chip] = -1;
+                stop[chip] = after == Server::After::kStop;
+            }
+            next = (chip + 1) % DX1_CHIPS;
+        }
+        if (served || !waiting) continue;
+        // Nothing else to serve: run the board for the waiting chips, then answer those whose wait is over.
+        for (int t = 0; t < kWaitSlice && !wait_over(socs, wait_left); ++t) {
+            model->tick();
+            for (uint64_t& left : wait_left) left -= left > 1;  // 1: the budget is spent
+            bool spent = false;
+            for (uint64_t left : wait_left) spent = spent || left == 1;
+            if (spent) break;
+        }
+        for (int chip = 0; chip < DX1_CHIPS; ++chip) {
+            if (wait_left[chip] && (wait_left[chip] == 1 || socs[chip]->irq())) {
+                servers[chip]->end_wait(conns[chip]);
+                wait_left[chip] = 0;
+            }
+        }
+    }
+    for (int fd : listeners) close(fd);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
     dx1::ServerArgs args = dx1::parse_server_args(argc, argv);
     auto context = std::make_unique<VerilatedContext>();
-    Soc soc{context.get()};
-    soc.reset();
+    Model model{context.get()};
+    model.reset();
+    if (DX1_CHIPS > 1) {
+        serve_board(&model, args, argv[0]);
+        return 0;
+    }
+    Soc soc{&model, 0};
     Server server{&soc};
     int listener = dx1::listen_on(args.port, args.port_file, argv[0], "dx1 sim serving");
     while (true) {
