@@ -17,6 +17,7 @@ from link_script import script
 from dx1_bringup.backends import ModelTransport, open_sim_board
 from dx1_bringup.cli import main
 from dx1_bringup.collectives import DeviceGroup, segment
+from dx1_bringup.collectives.faults import fault_table
 from dx1_bringup.model.board import ModelBoard
 from dx1_bringup.sim import verilator_missing
 from dx1_bringup.sim.configs import ring_config, ring_verilog
@@ -111,3 +112,11 @@ def test_a_send_longer_than_the_watchdog_budget_completes(built, board: str) -> 
     finally:
         for d in devs:
             d.close()
+
+
+def test_a_frozen_board_fails_every_rank_within_the_deadline_and_a_cut_wire_with_link_down(built) -> None:
+    rows = {(r.fault, r.rank): r for r in fault_table([DEVICE], timeout=2.0, faults=("frozen simulator", "cut link"))}
+    for rank in (0, 1):
+        frozen, cut = rows["frozen simulator", rank], rows["cut link", rank]
+        assert frozen.outcome.startswith("RankFailed about rank ") and frozen.seconds < 6.0, frozen
+        assert cut.outcome.endswith(": LINK_DOWN") and cut.seconds < 2.0, cut

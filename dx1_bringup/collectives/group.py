@@ -145,6 +145,9 @@ class DeviceGroup:
 
         A device string that opens a whole board (``model:chips=4``: its transport lists every chip's in
         ``board_transports``) makes one rank of each chip, in rank order, wired by the chip-to-chip link.
+        A simulator's transport gets the group's ``timeout`` as its request deadline when that is shorter, so
+        that a frozen simulator (every rank of a board stuck in a device call) is an error on every rank within
+        the group's deadline rather than after the transport's minute.
 
         Raises
         ------
@@ -171,7 +174,12 @@ class DeviceGroup:
                     chip = Device(transport)
                     chip.name = f"{name}#{rank}"
                     opened.append(chip)
-            return cls(opened, owns=True, **kwargs)
+            group = cls(opened, owns=True, **kwargs)
+            for dev in opened:
+                request_timeout = getattr(dev.transport, "timeout", None)
+                if isinstance(request_timeout, float) and request_timeout > group.timeout:
+                    dev.transport.timeout = group.timeout
+            return group
         except BaseException:
             for dev in opened:
                 _bounded(dev.close, 10.0)

@@ -75,11 +75,14 @@ MEMORY_PORT_IDLE = {**{f"mem__{p}": 0 for p in ("awid", "awaddr", "awlen", "awsi
                     "mem__bready": 1, "mem__rready": 1}
 
 
-def tied_inputs(chips: int, ring: bool) -> dict[str, int]:
-    """The wrapper's constant inputs: :data:`MEMORY_PORT_IDLE` of the SoC, or of every chip of a ring."""
-    if not ring:
+def tied_inputs(module: str, chips: int) -> dict[str, int]:
+    """The wrapper's constant inputs: :data:`MEMORY_PORT_IDLE` of the SoC, or of every chip of a ring; none for
+    the board (its UART bridge drives the SoC's memory port)."""
+    if module == SOC_MODULE:
         return dict(MEMORY_PORT_IDLE)
-    return {f"chip{i}_{name}": value for i in range(chips) for name, value in MEMORY_PORT_IDLE.items()}
+    if module == RING_MODULE:
+        return {f"chip{i}_{name}": value for i in range(chips) for name, value in MEMORY_PORT_IDLE.items()}
+    return {}
 
 
 #: ``make`` variables of the model's compile: -O2 instead of Verilator's -Os for the model's fast path
@@ -149,7 +152,7 @@ def build(module: str, verilog: Path | None = None, *, log: Path | None = None) 
         wrapper = build_dir / f"{module}_native.v"
         chips, ring = chip_count(source.read_text(), module), module == RING_MODULE
         top = write_clocked_top(source, module, wrapper, None, REGISTERED, f"{module}_native",
-                                tied_inputs(chips, ring))
+                                tied_inputs(module, chips))
         pins = build_dir / PINS_HEADER
         text = _pins_header(chips, ring)
         if not pins.exists() or pins.read_text() != text:
