@@ -383,6 +383,10 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("--parallel-device", type=_board_or_device, default="model",
                         help="the parallel section's chip: each group is N of it (default model); with {n} in it, "
                              "a board of N chips (model:chips={n}: collectives over the chip link)")
+    parser.add_argument("--parallel-modes", type=types.names(tuple(bench_parallel.MODES)),
+                        default=list(bench_parallel.MODES), metavar="MODES",
+                        help="the parallel section's parts, comma-separated: tp, pp, dp (default all; on "
+                             "sim:chips={n} tp alone takes minutes, pp and dp hours)")
     parser.set_defaults(func=cmd_bench)
 
 
@@ -446,7 +450,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         elif section == "parallel":
             print(f"[{step}/{len(steps)}] Parallel: tensor, pipeline and data parallelism on groups of "
                   f"{args.parallel_device} against one chip ...", flush=True)
-            report["parallel"] = bench_parallel.parallel_bench(args.parallel_device)
+            report["parallel"] = bench_parallel.parallel_bench(args.parallel_device, tuple(args.parallel_modes))
             ok &= bench_parallel.correct(report["parallel"])
         elif section == "link":
             print(f"[{step}/{len(steps)}] The chip-to-chip link on its RTL (Amaranth's simulator): SENDs of "

@@ -31,7 +31,7 @@ from .parallel.tensor_run import TensorParallel
 from .runtime.graph import GraphSession
 from .workloads.encoder import BlockSize
 
-__all__ = ["TP_SIZE", "PP_SIZE", "parallel_bench", "print_parallel", "correct"]
+__all__ = ["TP_SIZE", "PP_SIZE", "MODES", "parallel_bench", "print_parallel", "correct"]
 
 #: The tensor-parallel block (d_model 128), and the pipeline's layers (the same widths, a shorter sequence).
 TP_SIZE = BlockSize(64, 128, 4, 512)
@@ -44,7 +44,14 @@ def _group(device: str, n: int) -> DeviceGroup:
 
 
 def _one(device: str) -> str:
-    return device.format(n=1) if "{n}" in device else device
+    """One chip of ``device``: the string at ``n = 1`` (a simulated board of one chip is plain ``sim``)."""
+    if "{n}" not in device:
+        return device
+    name = device.format(n=1)
+    if not name.startswith("sim:"):
+        return name
+    items = [item for item in name[len("sim:"):].split(",") if item != "chips=1"]
+    return "sim:" + ",".join(items) if items else "sim"
 
 
 def _tensor(device: str) -> list[dict]:
@@ -141,10 +148,14 @@ def _data(device: str) -> list[dict]:
     return rows
 
 
-def parallel_bench(device: str = "model") -> dict:
-    """The section's figures on groups of ``device`` (see the module docstring)."""
+#: The section's parts, in the order it runs them.
+MODES = {"tp": _tensor, "pp": _pipeline, "dp": _data}
+
+
+def parallel_bench(device: str = "model", modes: tuple[str, ...] = tuple(MODES)) -> dict:
+    """The section's figures on groups of ``device`` (see the module docstring), of the parts ``modes``."""
     started = time.perf_counter()
-    rows = _tensor(device) + _pipeline(device) + _data(device)
+    rows = [row for mode in modes for row in MODES[mode](device)]
     return {"device": device, "tp_block": str(TP_SIZE), "pp_layers": f"{PP_LAYERS} x encoder ({PP_SIZE})",
             "micro_batches": MICRO, "requests": REQUESTS, "rows": rows,
             "seconds": time.perf_counter() - started}

@@ -17,8 +17,8 @@ from dx1_bringup.cli import main
 BAD_DEVICES = [
     ("", "unknown device ''; expected one of model, model:[tiles=T,banks=B,mem_mib=M,]FAULTS, "
          "model:chips=N[,tiles=T,...], sim, "
-         "sim:tiles=T,banks=B,mem_mib=M, sim:verilog=PATH, sim:[...,]stall=UNIT[+UNIT...], sim://HOST:PORT, "
-         "serial:URL, pcie:BDF"),
+         "sim:tiles=T,banks=B,mem_mib=M, sim:verilog=PATH, sim:[...,]stall=UNIT[+UNIT...], "
+         "sim:chips=N[,tiles=T,...], sim://HOST:PORT, serial:URL, pcie:BDF"),
     ("bogus", "unknown device 'bogus'; expected one of model"),
     ("sim:", "device 'sim:': expected sim, sim:tiles=T,banks=B,mem_mib=M,vector=V (any of them: 1 to 8 tiles, a "
              "power of two of banks from 1 to 16 and of MiB, vector 0 for tiles without a vector unit) or "

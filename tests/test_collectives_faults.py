@@ -10,17 +10,17 @@ from dx1_bringup.collectives.faults import FAULTS, fault_table
 
 
 def test_every_rank_of_a_board_sees_each_fault_within_the_deadline():
-    rows = fault_table(["model:chips=3"], timeout=0.5)
+    rows = fault_table(["model:chips=3"], timeout=1.0)  # past the group's half-second grace for stuck ranks
     by = {(r.fault, r.rank): r for r in rows}
     assert {r.fault for r in rows} == set(FAULTS)
     for rank in range(3):
         assert by["shape", rank].outcome == "CollectiveMismatch about rank 2 at fingerprint exchange"
         assert by["dead chip", rank].outcome.startswith("CollectiveTimeout about rank ")
-        assert 0.5 <= by["dead chip", rank].seconds < 2.0
+        assert 1.0 <= by["dead chip", rank].seconds < 3.0
         assert by["CRC within retries", rank].outcome == "exact"
         assert by["CRC past retries", rank].outcome.startswith("RankFailed about rank 0 at link barrier")
         assert by["CRC past retries", rank].outcome.endswith(": LINK_CRC")
-        assert by["cut link", rank].outcome.endswith(": LINK_DOWN") and by["cut link", rank].seconds < 1.5
+        assert by["cut link", rank].outcome.endswith(": LINK_DOWN") and by["cut link", rank].seconds < 1.0
     assert by["frozen simulator", -1].outcome.startswith("n/a: no simulator process")
 
 

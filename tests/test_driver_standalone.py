@@ -134,7 +134,8 @@ def test_framework_backends_come_with_only_import_dx1_driver():
         "dx1_bringup.backends", "ModelTransport",
         "('model', 'model:[tiles=T,banks=B,mem_mib=M,]FAULTS', 'model:chips=N[,tiles=T,...]', 'sim', "
         "'sim:tiles=T,banks=B,mem_mib=M', "
-        "'sim:verilog=PATH', 'sim:[...,]stall=UNIT[+UNIT...]', 'sim://HOST:PORT', 'serial:URL', 'pcie:BDF')\n"]
+        "'sim:verilog=PATH', 'sim:[...,]stall=UNIT[+UNIT...]', 'sim:chips=N[,tiles=T,...]', 'sim://HOST:PORT', "
+        "'serial:URL', 'pcie:BDF')\n"]
 
 
 def test_the_readme_snippet_runs_and_prints_what_it_says():
