@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
-from amaranth import Cat, Const
-from amaranth.lib import wiring
-from amaranth.lib.wiring import In, Out
+from dataclasses import dataclass
 
-from ...spec.chip_link import CONTROL_HEADER, DATA_HEADER, FrameKind, LinkField
+from amaranth import Cat, Const, Module
+from amaranth.lib import wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import exact_log2
+
+from ...spec.chip_link import CONTROL_HEADER, DATA_HEADER, ChipLinkConfig, FrameKind, LinkField
 from .wire import WORD_BITS
 
-__all__ = ["data_field", "control_field", "control_word", "frame_stream", "payload_words"]
+__all__ = ["data_field", "control_field", "control_word", "frame_stream", "payload_words", "FrameBuffer",
+           "frame_buffer"]
 
 
 def _slice(value, fields: tuple[LinkField, ...], name: str):
@@ -49,3 +54,23 @@ def payload_words(header):
 def frame_stream() -> wiring.Signature:
     """A stream of DATA frames' words (header words, then payload), ``last`` on each frame's last word."""
     return wiring.Signature({"data": Out(WORD_BITS), "last": Out(1), "valid": Out(1), "ready": In(1)})
+
+
+@dataclass(frozen=True)
+class FrameBuffer:
+    """A frame slot a credit: ``headers`` holds two words a slot, ``payloads`` ``slot_words`` a slot."""
+
+    slots: int
+    slot_words: int
+    slot_bits: int
+    word_bits: int
+    headers: Memory
+    payloads: Memory
+
+
+def frame_buffer(m: Module, config: ChipLinkConfig) -> FrameBuffer:
+    """The transmitter's (or receiver's) frame buffer, added to ``m`` as submodules ``headers`` and ``payloads``."""
+    slots, slot_words = config.credits, config.max_payload // 8
+    m.submodules.headers = headers = Memory(shape=WORD_BITS, depth=2 * slots, init=[])
+    m.submodules.payloads = payloads = Memory(shape=WORD_BITS, depth=slots * slot_words, init=[])
+    return FrameBuffer(slots, slot_words, max(1, (slots - 1).bit_length()), exact_log2(slot_words), headers, payloads)

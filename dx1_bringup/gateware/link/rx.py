@@ -5,13 +5,12 @@ from __future__ import annotations
 
 from amaranth import Cat, Module, Signal
 from amaranth.lib import wiring
-from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
 from ...spec.chip_link import ChipLinkConfig, FrameKind
 from .crc import WordCrc32
-from .frame import control_field, data_field, payload_words
+from .frame import control_field, data_field, frame_buffer, payload_words
 from .tx import SEQ_BITS, _add_mod
 from .wire import WORD_BITS, link_wire
 
@@ -61,11 +60,9 @@ class LinkReceiver(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self.config
-        slots, slot_words = cfg.credits, cfg.max_payload // 8
-        slot_bits = max(1, (slots - 1).bit_length())
-        word_bits = exact_log2(slot_words)
-        m.submodules.headers = headers = Memory(shape=WORD_BITS, depth=2 * slots, init=[])
-        m.submodules.payloads = payloads = Memory(shape=WORD_BITS, depth=slots * slot_words, init=[])
+        buf = frame_buffer(m, cfg)
+        slots, slot_words, slot_bits, word_bits = buf.slots, buf.slot_words, buf.slot_bits, buf.word_bits
+        headers, payloads = buf.headers, buf.payloads
         hdr_w, pay_w = headers.write_port(), payloads.write_port()
         hdr_r0, hdr_r1 = headers.read_port(domain="comb"), headers.read_port(domain="comb")
         pay_r = payloads.read_port()

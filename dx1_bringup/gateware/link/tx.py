@@ -5,13 +5,12 @@ from __future__ import annotations
 
 from amaranth import Module, Mux, Signal
 from amaranth.lib import wiring
-from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
 from ...spec.chip_link import SEQ_MODULO, ChipLinkConfig
 from .crc import WordCrc32
-from .frame import data_field, frame_stream, payload_words
+from .frame import data_field, frame_buffer, frame_stream, payload_words
 from .wire import WORD_BITS, link_wire
 
 __all__ = ["LinkTransmitter", "control_stream"]
@@ -87,11 +86,9 @@ class LinkTransmitter(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self.config
-        slots, slot_words = cfg.credits, cfg.max_payload // 8
-        slot_bits = max(1, (slots - 1).bit_length())
-        word_bits = exact_log2(slot_words)
-        m.submodules.headers = headers = Memory(shape=WORD_BITS, depth=2 * slots, init=[])
-        m.submodules.payloads = payloads = Memory(shape=WORD_BITS, depth=slots * slot_words, init=[])
+        buf = frame_buffer(m, cfg)
+        slots, slot_words, slot_bits, word_bits = buf.slots, buf.slot_words, buf.slot_bits, buf.word_bits
+        headers, payloads = buf.headers, buf.payloads
         hdr_w, pay_w = headers.write_port(), payloads.write_port()
         hdr_r, pay_r = headers.read_port(), payloads.read_port()
         m.submodules.crc = crc = WordCrc32(WORD_BITS // 8)
