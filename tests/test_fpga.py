@@ -27,7 +27,9 @@ from dx1_bringup.fpga import (
     find_toolchain,
     mmcm_params,
     summarize_report,
+    with_units,
 )
+from dx1_bringup.spec import ChipLinkConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -128,6 +130,30 @@ def test_board_elaborates_without_tools(name, tmp_path):
         assert 'set_property LOC D10 [get_ports "uart_0__tx__io"]' in xdc
         verilog = (out / "top.v").read_text()
         assert re.search(r"MMCME2_BASE #\(.*?\.CLKOUT0_DIVIDE_F\(12(\.0+)?\)", verilog, re.S)
+
+
+def test_ulx3s_link_loopback_and_no_vector_unit(tmp_path):
+    out = tmp_path / "link"
+    result = _run_script("--board", "ulx3s", "--no-vector", "--link", "--plan-only", "--out", str(out), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "1 tile(s) without the vector unit, the link looped back" in result.stdout
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["config"]["vector"] is False and summary["config"]["link_ports"] == 2
+    rtlil = (out / "top.il").read_text()
+    # Each port's transmitter feeds the other port's receiver through a wire of the link's latency.
+    for port in (0, 1):
+        assert re.search(rf"cell \\top\.loopback{port} \\loopback{port}\n", rtlil), f"no loopback{port}"
+    assert "vector" not in " ".join(re.findall(r"^module (\S+)", rtlil, re.M))
+
+
+def test_board_variants_keep_the_rest_of_the_configuration():
+    board = BOARDS["ulx3s"]
+    plain = with_units(board)
+    assert plain == board
+    variant = with_units(board, vector=False, link=True)
+    assert variant.config.tile.vector is False and variant.config.link == ChipLinkConfig()
+    assert variant.config.tiles == board.config.tiles and variant.config.mem_bytes == board.config.mem_bytes
+    assert variant.clk_freq == board.clk_freq and variant.name == board.name
 
 
 def test_script_rejects_a_clock_the_pll_cannot_make(tmp_path):

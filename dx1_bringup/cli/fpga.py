@@ -34,9 +34,9 @@ def _board(text: str) -> str:
 
 def cmd_fpga(args: argparse.Namespace) -> int:
     """Build (or plan) the design for ``args.board``; the exit status as the module says."""
-    from ..fpga import BOARDS, BuildError, build, format_summary
+    from ..fpga import BOARDS, BuildError, build, format_summary, with_units
 
-    board = BOARDS[args.board]
+    board = with_units(BOARDS[args.board], vector=args.vector, link=args.link)
     if args.clock is not None:
         board = dataclasses.replace(board, clk_freq=args.clock)
     out_dir = args.out or Path("build") / "fpga" / board.name
@@ -64,6 +64,10 @@ def add_parser(sub: Any) -> None:
                    help="UART line rate (default 3000000; the ULX3S FTDI also does 115200 etc.)")
     p.add_argument("--clock", type=types.positive, metavar="HZ",
                    help="system clock in Hz instead of the board's target (the PLL must make it exactly)")
+    p.add_argument("--vector", action=argparse.BooleanOptionalAction, default=None,
+                   help="build the tile's vector unit or not (default: as the board's configuration has it)")
+    p.add_argument("--link", action="store_true",
+                   help="add the chip-to-chip link, its two ports looped back inside the FPGA")
     p.add_argument("--out", type=Path, help="build folder (default build/fpga/<board>)")
     p.add_argument("--plan-only", action="store_true", help="write the design and scripts, run no tool")
     p.add_argument("--allow-timing-fail", action="store_true",

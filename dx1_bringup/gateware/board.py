@@ -6,8 +6,9 @@ from amaranth import Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from ..spec import SocConfig
+from ..spec import LINK_PORTS, SocConfig
 from .bridge import UartBridge
+from .link import link_wire
 from .soc import Dx1Soc
 
 __all__ = ["Dx1Board"]
@@ -16,7 +17,8 @@ __all__ = ["Dx1Board"]
 class Dx1Board(wiring.Component):
     """The SoC with its register and memory ports driven by a :class:`UartBridge`.
 
-    Pins: ``uart_rx`` (from the host), ``uart_tx`` (to the host), ``irq`` (for an LED).
+    Pins: ``uart_rx`` (from the host), ``uart_tx`` (to the host), ``irq`` (for an LED).  With
+    ``config.link`` also the SoC's link ports ``link{p}_tx``/``link{p}_rx`` and its ``chip_id`` straps.
     This is what an FPGA top instantiates and what the simulated board runs in Verilator.
 
     Parameters
@@ -30,7 +32,12 @@ class Dx1Board(wiring.Component):
     def __init__(self, config: SocConfig | None = None, *, clk_freq: int = 50_000_000, baud: int = 3_000_000):
         self.config = config or SocConfig()
         self.clk_freq, self.baud = clk_freq, baud
-        super().__init__({"uart_rx": In(1, init=1), "uart_tx": Out(1, init=1), "irq": Out(1)})
+        ports = {"uart_rx": In(1, init=1), "uart_tx": Out(1, init=1), "irq": Out(1)}
+        if self.config.link is not None:
+            for p in range(LINK_PORTS):
+                ports[f"link{p}_tx"], ports[f"link{p}_rx"] = Out(link_wire()), In(link_wire())
+            ports["chip_id"] = In(16)
+        super().__init__(ports)
 
     def elaborate(self, platform):
         m = Module()
@@ -39,4 +46,9 @@ class Dx1Board(wiring.Component):
         wiring.connect(m, bridge.regs, soc.regs)
         wiring.connect(m, bridge.mem, soc.mem)
         m.d.comb += [bridge.rx.eq(self.uart_rx), self.uart_tx.eq(bridge.tx), self.irq.eq(soc.irq)]
+        if self.config.link is not None:
+            for p in range(LINK_PORTS):
+                wiring.connect(m, getattr(soc, f"link{p}_tx"), wiring.flipped(getattr(self, f"link{p}_tx")))
+                wiring.connect(m, wiring.flipped(getattr(self, f"link{p}_rx")), getattr(soc, f"link{p}_rx"))
+            m.d.comb += soc.chip_id.eq(self.chip_id)
         return m
