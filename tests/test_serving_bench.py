@@ -1,4 +1,4 @@
-"""``dx1 bench serving`` on the test-sized model: both batching modes serve the same load over HTTP."""
+"""``dx1 bench serving`` on the test-sized model: every batching mode serves the same load over HTTP."""
 
 from __future__ import annotations
 
@@ -22,25 +22,28 @@ def test_continuous_and_static_serve_the_same_tokens_and_static_wastes_more_cach
     spec = LoadSpec(requests=6, rate=50.0, prompt_len=(4, 10), output_len=(4, 12), seed=1)
     results = bench_serving("model", tiny_model(), spec, EngineConfig(num_blocks=24, block_size=8, max_num_seqs=4),
                             out=tmp_path / "bench.json")
-    continuous, static = results
+    continuous, static, compact = results
     want = sum(n for *_, n in make_workload(spec, tiny_model().calibration, 32))
-    assert continuous.output_tokens == static.output_tokens == want
-    assert static.kv_waste > continuous.kv_waste  # static reserves prompt plus max_tokens up front
+    assert continuous.output_tokens == static.output_tokens == compact.output_tokens == want
+    assert compact.kv_waste > continuous.kv_waste  # static reserves prompt plus max_tokens up front
+    assert static.kv_waste > compact.kv_waste  # and holds ended sequences' blocks until the batch ends
     assert continuous.cycles_per_token > 0 and continuous.ttft_p50 > 0
     saved = json.loads((tmp_path / "bench.json").read_text())
-    assert [r["mode"] for r in saved["results"]] == ["continuous", "static"]
-    assert "continuous / static" in table(results)
+    assert [r["mode"] for r in saved["results"]] == ["continuous", "static", "static-compact"]
+    assert "continuous / static:" in table(results) and "continuous / static-compact:" in table(results)
 
 
 def test_the_device_clock_replay_counts_device_time_only_and_serves_every_token():
     spec = LoadSpec(requests=12, rate=2000.0, prompt_len=(4, 10), output_len=(2, 20), seed=1)
     clock = 50e6
-    continuous, static = bench_device_clock("model", tiny_model(), spec,
-                                            EngineConfig(num_blocks=24, block_size=8, max_num_seqs=4), clock)
+    continuous, static, compact = bench_device_clock("model", tiny_model(), spec,
+                                                     EngineConfig(num_blocks=24, block_size=8, max_num_seqs=4), clock)
     want = sum(n for *_, n in make_workload(spec, tiny_model().calibration, 32))
-    for r in (continuous, static):
+    for r in (continuous, static, compact):
         assert r.output_tokens == want and r.requests == 12
         busy = r.cycles_per_token * r.output_tokens / clock  # every step's device time; idle gaps come on top
         assert busy <= r.seconds * (1 + 1e-9) and len(r.ttfts) == 12
     assert continuous.steps < static.steps  # iteration-level: no step waits for a batch to drain
+    # A padded batch computes every slot: more device cycles per token than the compact one, on the same steps.
+    assert static.cycles_per_token > compact.cycles_per_token
     assert "ms" in table([continuous, static], ms=True).splitlines()[0]

@@ -41,7 +41,7 @@ PROMPTS = ["From fairest", "From fairest creature", "Thou", "But as the riper", 
 
 @pytest.mark.parametrize(("block_size", "num_blocks", "batching", "preemption"), [
     (8, 64, "continuous", "recompute"), (16, 32, "continuous", "recompute"), (32, 16, "continuous", "recompute"),
-    (8, 64, "static", "recompute"),
+    (8, 64, "static", "recompute"), (8, 64, "static-compact", "recompute"),
     (8, 6, "continuous", "recompute"),  # a cache this small forces preemption
     (8, 6, "continuous", "swap"),
 ])

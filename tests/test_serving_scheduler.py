@@ -32,14 +32,15 @@ def simulate(requests, *, block_size, num_blocks, static=False, budget=64, max_s
              host_blocks=None):
     """Run every request to its end on a fake model; return (scheduler, finished sequences, steps).
 
-    ``requests``: (arrival step, prompt tokens, max_tokens, n); ``host_blocks``: preemption by swap to that
-    many host blocks (``None``: by recompute).  Each step asserts the invariants.
+    ``requests``: (arrival step, prompt tokens, max_tokens, n); ``static``: False (continuous), ``"padded"``
+    or ``"compact"``; ``host_blocks``: preemption by swap to that many host blocks (``None``: by recompute).
+    Each step asserts the invariants.
     """
     rng = random.Random(seed)
     bm = BlockManager(num_blocks, block_size, num_host_blocks=host_blocks or 0)
-    cls = StaticScheduler if static else Scheduler
-    sched = cls(bm, max_num_seqs=max_seqs, max_num_batched_tokens=budget, max_model_len=32,
-                preemption="recompute" if host_blocks is None else "swap")
+    limits = dict(max_num_seqs=max_seqs, max_num_batched_tokens=budget, max_model_len=32,
+                  preemption="recompute" if host_blocks is None else "swap")
+    sched = StaticScheduler(bm, padded=static == "padded", **limits) if static else Scheduler(bm, **limits)
     contents: dict[int, dict[int, int]] = {}
     host: dict[int, dict[int, int]] = {}
     pending = sorted(requests, key=lambda r: r[0])
@@ -57,7 +58,9 @@ def simulate(requests, *, block_size, num_blocks, static=False, budget=64, max_s
             sched.finish(victim, "abort")
         batch = sched.schedule()
         assert batch.num_tokens <= budget
-        live = sched.running
+        ended = sched.ended if static else []
+        assert not batch.padding or (static == "padded" and [item.seq for item in batch.padding] == ended)
+        live = sched.running + ended
         _check_refs(bm, live, sched.swapped)
         for seq in sched.swapped:  # a swapped sequence keeps its computed positions (and static its reservation)
             assert seq.num_computed_tokens == len(seq) - 1
@@ -84,6 +87,10 @@ def simulate(requests, *, block_size, num_blocks, static=False, budget=64, max_s
                             assert other.token_ids[there] == seq.token_ids[pos], \
                                 "a shared block was written with another sequence's token"
                 contents.setdefault(block, {})[pos % block_size] = seq.token_ids[pos]
+        for item in batch.padding:  # an ended sequence's slot rewrites its last computed position unchanged
+            seq, pos = item.seq, item.start
+            assert (item.count, pos) == (1, seq.num_computed_tokens - 1)
+            assert contents[seq.block_table[pos // block_size]][pos % block_size] == seq.token_ids[pos]
         # Within a step every write precedes every read (the runner writes a layer's keys and values before
         # any attention reads them), so a sequence may use what another one computes in the same step.
         for item in batch.items:
@@ -108,7 +115,7 @@ def simulate(requests, *, block_size, num_blocks, static=False, budget=64, max_s
         for child in sched.running:
             if child.num_computed_tokens == len(child):  # a fork's first token is also sampled this step
                 raise AssertionError("a running sequence has no token to compute")
-        _check_refs(bm, sched.running, sched.swapped)
+        _check_refs(bm, sched.running + (sched.ended if static else []), sched.swapped)
         step += 1
         assert step < 2000, "the schedule made no progress"
     assert bm.num_free == num_blocks and not any(bm.ref_counts), "a block leaked"
@@ -127,7 +134,7 @@ requests = st.lists(
 
 
 @settings(max_examples=60, deadline=None)
-@given(requests, st.sampled_from([1, 2, 4, 16]), st.integers(0, 20), st.booleans(),
+@given(requests, st.sampled_from([1, 2, 4, 16]), st.integers(0, 20), st.sampled_from([False, "padded", "compact"]),
        st.sets(st.tuples(st.integers(0, 6), st.integers(0, 30)), max_size=4), st.sampled_from([None, 1, 4, 64]))
 def test_random_schedules_leak_nothing_and_keep_every_sequence_in_its_blocks(reqs, block_size, spare, static, aborts,
                                                                              host_blocks):
@@ -252,6 +259,33 @@ def test_static_batching_waits_for_the_whole_batch():
     first.items[0].seq.token_ids.append(0)
     sched.finish(first.items[0].seq, "length")
     assert [item.seq for item in sched.schedule().items] == [first.items[1].seq]  # the third one still waits
+
+
+@pytest.mark.parametrize("padded", [True, False])
+def test_a_static_batch_runs_its_ended_slots_until_its_longest_sequence_ends(padded):
+    bm = BlockManager(64, 4)
+    sched = StaticScheduler(bm, max_num_seqs=2, max_num_batched_tokens=64, max_model_len=32, padded=padded)
+    short, long = (Sequence([0, 1], SamplingParams(max_tokens=n)) for n in (1, 3))
+    sched.add(short)
+    sched.add(long)
+    assert len(sched.schedule().items) == 2
+    for seq in (short, long):
+        seq.num_computed_tokens = 2
+        seq.token_ids.append(0)
+    sched.finish(short, "length")
+    held = bm.num_used
+    for _ in range(2):  # the long one's two decode steps
+        batch = sched.schedule()
+        assert [item.seq for item in batch.items] == [long]
+        if padded:  # the short one's slot: its last computed position again, its blocks still held
+            assert [(item.seq, item.start, item.count) for item in batch.padding] == [(short, 1, 1)]
+            assert bm.num_used == held and short.block_table
+        else:
+            assert batch.padding == [] and not short.block_table
+        long.num_computed_tokens = len(long)
+        long.token_ids.append(0)
+    sched.finish(long, "length")
+    assert bm.num_used == 0 and not sched.ended and not sched.has_unfinished
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [

@@ -30,6 +30,7 @@ import numpy as np
 from .engine import EngineConfig, LLMEngine
 from .metrics import ServingMetrics
 from .quant_model import QuantCharLM
+from .scheduler import BATCHING
 from .server import MODEL_NAME, create_app, open_engines, serve_in_thread
 
 __all__ = ["LoadSpec", "ModeResult", "bench_device_clock", "bench_serving", "make_workload", "run_device_clock",
@@ -204,7 +205,7 @@ def bench_device_clock(device: str, model: QuantCharLM, spec: LoadSpec, config: 
     """Both modes replayed on the device's clock (:func:`run_device_clock`) under the same seeded load."""
     workload = make_workload(spec, model_texts(model), model.config.context)
     return [run_device_clock(device, model, EngineConfig(**{**asdict(config), "batching": mode}), workload, clock_hz)
-            for mode in ("continuous", "static")]
+            for mode in BATCHING]
 
 
 def table(results: list[ModeResult], *, ms: bool = False) -> str:
@@ -221,12 +222,13 @@ def table(results: list[ModeResult], *, ms: bool = False) -> str:
                      f"{r.kv_waste:>6.1%} {r.preemptions:>7} {r.swaps:>5} {r.prefix_hits:>5} {r.steps:>5} "
                      f"{r.cycles_per_token:>8.0f}")
     by = {r.mode: r for r in results}
-    if {"continuous", "static"} <= by.keys():
-        c, st = by["continuous"], by["static"]
-        lines.append(f"continuous / static: {c.tokens_per_second / st.tokens_per_second:.2f}x the tokens/s, "
-                     f"{st.cycles_per_token / c.cycles_per_token:.2f}x fewer device cycles per token; p99 TTFT "
-                     f"{c.ttft_p99 / st.ttft_p99:.2f}x and p99 inter-token latency {c.itl_p99 / st.itl_p99:.2f}x "
-                     f"static's")
+    for base in BATCHING[1:]:
+        if {"continuous", base} <= by.keys():
+            c, st = by["continuous"], by[base]
+            lines.append(f"continuous / {base}: {c.tokens_per_second / st.tokens_per_second:.2f}x the tokens/s, "
+                         f"{st.cycles_per_token / c.cycles_per_token:.2f}x fewer device cycles per token; p99 TTFT "
+                         f"{c.ttft_p99 / st.ttft_p99:.2f}x and p99 inter-token latency "
+                         f"{c.itl_p99 / st.itl_p99:.2f}x {base}'s")
     return "\n".join(lines)
 
 
@@ -237,7 +239,8 @@ def _png(path: Path, results: list[ModeResult]) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
-    axes[0].bar([r.mode for r in results], [r.tokens_per_second for r in results], color=["tab:blue", "tab:gray"])
+    colours = ["tab:blue", "tab:gray", "tab:olive"][:len(results)]
+    axes[0].bar([r.mode for r in results], [r.tokens_per_second for r in results], color=colours)
     axes[0].set_ylabel("output tokens / s")
     for ax, attr, title in ((axes[1], "ttfts", "time to first token"), (axes[2], "itls", "inter-token latency")):
         for r in results:
@@ -257,7 +260,7 @@ def bench_serving(device: str, model: QuantCharLM, spec: LoadSpec, config: Engin
     """Both modes on the same workload, one after the other; the JSON (and figure) written if asked."""
     workload = make_workload(spec, model_texts(model), model.config.context)
     results = [run_mode(device, model, EngineConfig(**{**asdict(config), "batching": mode}), workload)
-               for mode in ("continuous", "static")]
+               for mode in BATCHING]
     if out is not None:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         Path(out).write_text(json.dumps({"device": device, "load": asdict(spec), "engine": asdict(config),

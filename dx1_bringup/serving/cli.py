@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import argtypes as types
+from .scheduler import BATCHING
 
 __all__ = ["add_bench_arguments", "add_parser", "bench_section"]
 
@@ -180,8 +181,9 @@ def add_parser(subparsers: Any) -> None:
                    help=f"a device to serve from; repeat for data-parallel replicas: {_DEVICE_HELP}")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=types.port, default=8000, help="port to listen on (default 8000)")
-    p.add_argument("--batching", choices=("continuous", "static"), default="continuous",
-                   help="scheduling: iteration-level (default) or the static baseline")
+    p.add_argument("--batching", choices=BATCHING, default="continuous",
+                   help="scheduling: iteration-level (default), or a static batch whose ended sequences keep "
+                        "their slots until it ends (static, as FasterTransformer) or leave it (static-compact)")
     p.add_argument("--max-requests", type=types.positive, default=64,
                    help="requests each device holds at most; past it the server answers 429 (default 64)")
     _engine_arguments(p)

@@ -22,7 +22,7 @@ from dx1_driver import Device
 from .block_manager import BlockManager
 from .quant_model import QuantCharLM
 from .runner import ModelRunner
-from .scheduler import Scheduler, StaticScheduler
+from .scheduler import BATCHING, Scheduler, StaticScheduler
 from .sequence import SamplingParams, Sequence
 
 __all__ = ["EngineConfig", "LLMEngine", "RequestState", "TokenEvent", "sample"]
@@ -30,7 +30,7 @@ __all__ = ["EngineConfig", "LLMEngine", "RequestState", "TokenEvent", "sample"]
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """The KV cache and the scheduler: ``batching`` is ``continuous`` or ``static``; ``preemption`` is
+    """The KV cache and the scheduler: ``batching`` is one of :data:`~.scheduler.BATCHING`; ``preemption`` is
     ``recompute`` or ``swap`` (to ``num_host_blocks`` blocks of host memory)."""
 
     num_blocks: int = 128
@@ -45,8 +45,8 @@ class EngineConfig:
     num_host_blocks: int = 128
 
     def __post_init__(self) -> None:
-        if self.batching not in ("continuous", "static"):
-            raise ValueError(f"batching must be 'continuous' or 'static', not {self.batching!r}")
+        if self.batching not in BATCHING:
+            raise ValueError(f"batching must be one of {', '.join(BATCHING)}, not {self.batching!r}")
         if self.preemption not in ("recompute", "swap"):
             raise ValueError(f"preemption must be 'recompute' or 'swap', not {self.preemption!r}")
 
@@ -117,10 +117,13 @@ class LLMEngine:
         host_blocks = config.num_host_blocks if config.preemption == "swap" else 0
         self.blocks = BlockManager(config.num_blocks, config.block_size, prefix_caching=config.prefix_caching,
                                    num_host_blocks=host_blocks)
-        cls = StaticScheduler if config.batching == "static" else Scheduler
-        self.scheduler = cls(self.blocks, max_num_seqs=config.max_num_seqs,
-                             max_num_batched_tokens=max(config.max_num_batched_tokens, self.context),
-                             max_model_len=self.context, preemption=config.preemption)
+        limits = dict(max_num_seqs=config.max_num_seqs, max_num_batched_tokens=max(config.max_num_batched_tokens,
+                                                                                   self.context),
+                      max_model_len=self.context, preemption=config.preemption)
+        if config.batching == "continuous":
+            self.scheduler = Scheduler(self.blocks, **limits)
+        else:
+            self.scheduler = StaticScheduler(self.blocks, padded=config.batching == "static", **limits)
         self.runner = ModelRunner(dev, model, config.num_blocks, config.block_size, num_host_blocks=host_blocks)
         self.requests: dict[str, RequestState] = {}
         self._owner: dict[int, tuple[RequestState, int]] = {}
@@ -206,7 +209,7 @@ class LLMEngine:
         if not batch:
             return []
         self.runner.copy_blocks(batch.copies)
-        logits = self.runner.run(batch.items)
+        logits = self.runner.run(batch.items + batch.padding)[:len(batch.items)]
         now = time.monotonic()
         events = []
         for item, rows in zip(batch.items, logits, strict=True):

@@ -18,7 +18,11 @@ Steps 2 and 3 are skipped in a step that preempted something.
 :class:`StaticScheduler` is the request-level baseline (FasterTransformer before Orca): it forms a new
 batch only when the previous one has entirely finished, from the requests waiting then, prefills it (in
 token-budget-sized steps) before any of it decodes, and reserves every sequence's blocks for its whole
-possible length up front.
+possible length up front.  As FasterTransformer runs a batch (``static``), a sequence that has ended keeps
+its slot and its blocks until the batch ends: every decode step computes it again (its last position, whose
+keys and values it rewrites unchanged) and drops the result, so a step costs the whole batch's slots however
+many still generate.  ``static-compact`` is the same batching with ended sequences leaving the batch at once
+(their blocks freed, no step spent on them): request-level batching at its most favourable.
 """
 
 from __future__ import annotations
@@ -29,7 +33,10 @@ from dataclasses import dataclass, field
 from .block_manager import BlockManager
 from .sequence import Sequence, SequenceStatus
 
-__all__ = ["ScheduledBatch", "ScheduledSeq", "Scheduler", "StaticScheduler"]
+__all__ = ["BATCHING", "ScheduledBatch", "ScheduledSeq", "Scheduler", "StaticScheduler"]
+
+#: The ways of batching: iteration-level, and the request-level baseline with and without ended sequences' slots.
+BATCHING = ("continuous", "static", "static-compact")
 
 
 @dataclass(frozen=True)
@@ -49,9 +56,11 @@ class ScheduledSeq:
 class ScheduledBatch:
     """One step: what to compute, what was preempted to make room, and the block moves to do first, in this
     order: ``swap_out`` (device block, host block), ``swap_in`` (host block, device block), ``copies``
-    (device to device, copy-on-write)."""
+    (device to device, copy-on-write).  ``padding`` is computed with ``items`` and its results dropped: the
+    slots of ended sequences that a static batch still runs."""
 
     items: list[ScheduledSeq] = field(default_factory=list)
+    padding: list[ScheduledSeq] = field(default_factory=list)
     copies: list[tuple[int, int]] = field(default_factory=list)
     preempted: list[Sequence] = field(default_factory=list)
     swap_out: list[tuple[int, int]] = field(default_factory=list)
@@ -209,14 +218,38 @@ class StaticScheduler(Scheduler):
     steps as the token budget needs, with no decoding meanwhile (one context pass, cut to what a step holds);
     then the whole batch decodes until its last sequence ends, and requests that arrive in the meantime wait."""
 
-    def __init__(self, blocks: BlockManager, **kwargs):
+    def __init__(self, blocks: BlockManager, *, padded: bool = True, **kwargs):
         super().__init__(blocks, **kwargs)
+        self.padded = padded
         #: The batch being formed: the sequences chosen for it that are still to be prefilled.
         self._forming: list[Sequence] = []
+        #: Sequences of the batch that have ended and still hold their slot and blocks (``padded``).
+        self.ended: list[Sequence] = []
+
+    def _batch_over(self) -> bool:
+        return not (self._forming or self.running or self.swapped)
+
+    def _free_ended(self) -> None:
+        for seq in self.ended:
+            self.blocks.deallocate(seq)
+        self.ended = []
+
+    def finish(self, seq: Sequence, reason: str) -> None:
+        """As :meth:`Scheduler.finish`; in a padded batch a sequence that ends (not aborted) keeps its slot and
+        blocks until the batch's last sequence ends, when all of them are freed."""
+        if self.padded and reason != "abort" and seq.status is SequenceStatus.RUNNING:
+            self.running.remove(seq)
+            seq.status, seq.finish_reason = SequenceStatus.FINISHED, reason
+            self.ended.append(seq)
+        else:
+            super().finish(seq, reason)
+        if self._batch_over():
+            self._free_ended()
 
     def schedule(self) -> ScheduledBatch:
         batch = ScheduledBatch()
-        if not self._forming and not (self.running or self.swapped):
+        if self._batch_over():  # (a batch whose last running sequence was preempted ends here)
+            self._free_ended()
             self._forming = list(self.waiting)[:self.max_num_seqs]
         self._forming = [seq for seq in self._forming if seq.status is SequenceStatus.WAITING]
         while self._forming and self.waiting and self.waiting[0] is self._forming[0]:
@@ -231,4 +264,6 @@ class StaticScheduler(Scheduler):
             self._decode(batch)
             if not batch.preempted:
                 self._swap_in(batch)
+            if batch:
+                batch.padding = [ScheduledSeq(seq, seq.num_computed_tokens - 1, 1) for seq in self.ended]
         return batch
