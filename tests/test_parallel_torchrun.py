@@ -62,6 +62,26 @@ def test_standalone_equals_one_process(capsys):
                                                                                    run.stdout)
 
 
+def test_a_board_per_process_equals_one_process(capsys):
+    """Two processes of two chips each (model:chips=2): TP = 4, over each board's link and between the processes
+    on gloo, bit for bit what four ranks in one process give."""
+    block = ["--block", "16,32,4,64"]
+    assert main(["run", "encoder", "--tp", "4", *block, "--device", "model"]) == 0
+    want = _digest(capsys.readouterr().out)
+    run = _torchrun("--standalone", "--nproc-per-node=2", str(DX1), "run", "encoder", "--tp", "4", *block,
+                    "--device", "model:chips=2", "--dist-timeout", "20")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert _digest(run.stdout) == want
+    for r in range(4):
+        assert re.search(rf"rank {r}/4 on .* \(pid \d+\): model:chips=2(#1)? \(chip {r % 2} of its board\), "
+                         rf"\d+ cycles, output {want}", run.stdout), run.stdout
+    wrong = _torchrun("--standalone", "--nproc-per-node=2", str(DX1), "run", "encoder", "--tp", "2", *block,
+                      "--device", "model:chips=2", "--dist-timeout", "20")
+    assert wrong.returncode != 0
+    assert wrong.stderr.count("each process owns the 2 chips of its board: --tp must be the world size 2 times 2, "
+                              "4, not 2") == 2, wrong.stderr
+
+
 @pytest.mark.slow
 def test_two_hosts_equal_one_process(capsys):
     assert main(["run", "encoder", "--tp", "2", "--device", "model"]) == 0

@@ -107,7 +107,9 @@ def extend_run_parser(run: argparse.ArgumentParser) -> None:
 
     run.add_argument("--tp", type=types.positive, default=None,
                      help="split the block over this many chips (tensor parallelism; under torchrun: the world "
-                          "size, each rank one chip). Repeated --device strings are the ranks' chips, round robin")
+                          "size, each process one chip, or the world size times N with --device model:chips=N, "
+                          "each process a board of N chips). Repeated --device strings are the ranks' chips, "
+                          "round robin")
     run.add_argument("--block", type=_block_size, default=SIZE,
                      help="with --tp: the block's SEQ,D_MODEL,HEADS,FFN (default the workload's "
                           f"{SIZE.seq},{SIZE.model},{SIZE.heads},{SIZE.ffn})")

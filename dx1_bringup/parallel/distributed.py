@@ -12,6 +12,13 @@ explicit) bounds every wait; a peer that dies or times out makes every surviving
 
 :func:`process_group` initialises the group from torchrun's environment (``RANK``, ``WORLD_SIZE``,
 ``MASTER_ADDR``, ``MASTER_PORT``) and destroys it on every exit path.
+
+:class:`BoardRank` is one chip of a process that owns a board of several (``model:chips=2`` under torchrun):
+global rank ``process * chips + chip`` of ``world * chips``.  Its collectives run in two levels, as NCCL's
+hierarchical ones do: over the board's chip link among the process's chips, and between the processes on
+gloo by chip 0 alone, whose result the link then broadcasts to the other chips.  The ranks' segments line
+up: with the rows a multiple of ``world * chips``, process ``p``'s chips hold its block (segment ``p`` of
+``world``), and chip ``c`` of it segment ``c`` of that block.
 """
 
 from __future__ import annotations
@@ -24,10 +31,10 @@ from collections.abc import Iterator
 import numpy as np
 from dx1_driver import Device
 
-from ..collectives import Buffer, CollectiveError, RankFailed, segment
+from ..collectives import Buffer, CollectiveError, Rank, RankFailed, segment
 from ..collectives.fingerprint import Entry, Fingerprint, compare
 
-__all__ = ["ProcessRank", "process_group", "under_torchrun"]
+__all__ = ["BoardRank", "ProcessRank", "process_group", "under_torchrun"]
 
 
 def under_torchrun() -> bool:
@@ -118,3 +125,54 @@ class ProcessRank:
         parts = [torch.empty(b - a, dtype=flat.dtype) for a, b in spans]
         self._guard(fp, "gather", lambda: self.dist.all_gather(parts, flat[lo:hi].contiguous()))
         self._write(buf, torch.cat(parts))
+
+
+class BoardRank:
+    """Chip ``local.rank`` of the board of process ``index`` of ``world`` as a rank of every process's chips
+    (see the module's doc); ``process`` is the process group's side, given to chip 0 only (``None`` on the
+    others)."""
+
+    def __init__(self, local: Rank, index: int, world: int, process: ProcessRank | None):
+        self.local, self.process = local, process
+        self.chips = local.group.size
+        self.dev = local.dev
+        self.rank = index * self.chips + local.rank
+        self.size = world * self.chips
+
+    def __repr__(self) -> str:
+        return f"<BoardRank {self.rank} of {self.size}: chip {self.local.rank} of {self.chips} on {self.dev.name}>"
+
+    def _mine(self, buf: Buffer) -> Buffer:
+        return Buffer(self.local.rank, buf.addr, buf.dtype, buf.shape)
+
+    def _block(self, buf: Buffer) -> Buffer:
+        """This process's block of ``buf``: its segment of the processes' (whole rows)."""
+        world = self.size // self.chips
+        lo, hi = segment(buf.count, world, self.rank // self.chips)
+        rows = buf.shape[0] // world
+        return Buffer(self.local.rank, buf.addr + lo * buf.dtype.itemsize, buf.dtype, (rows, *buf.shape[1:]))
+
+    def _between_processes(self, op: str, buf: Buffer) -> None:
+        if self.process is not None:
+            getattr(self.process, op)(buf)
+
+    def all_reduce(self, buf: Buffer) -> None:
+        """The sum over every process's chips: the board's, then the processes' (chip 0), then broadcast."""
+        mine = self._mine(buf)
+        self.local.all_reduce(mine)
+        self._between_processes("all_reduce", mine)
+        self.local.broadcast(mine, root=0)
+
+    def reduce_scatter(self, buf: Buffer) -> None:
+        """Segment ``rank`` of the sum (with the rest of this process's block; the other rows are scratch)."""
+        mine = self._mine(buf)
+        self.local.all_reduce(mine)
+        self._between_processes("reduce_scatter", mine)
+        self.local.broadcast(self._block(mine), root=0)
+
+    def all_gather(self, buf: Buffer) -> None:
+        """Every rank's segment, in rank order: the board's chips gather the process's block, chip 0 the blocks."""
+        mine = self._mine(buf)
+        self.local.all_gather(self._block(mine))
+        self._between_processes("all_gather", mine)
+        self.local.broadcast(mine, root=0)

@@ -16,7 +16,9 @@ chip link (``model:chips=N``) its SEND and WAIT commands count.  Its wall time i
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -64,16 +66,22 @@ class ParallelStats:
 class TensorParallel:
     """Rank ``r`` of ``group`` runs ``graphs[r]``; every graph has the same inputs, outputs and segments.
 
+    ``collective_rank`` maps a rank of the group to what runs its collectives when they span more than the
+    group (a :class:`~.distributed.BoardRank`: this process's board as part of a torchrun world), with ``rank``,
+    ``size`` and the three collectives; by default the group's rank itself.
+
     Raises
     ------
     ValueError
         The group and the graphs differ in number, or a graph does not fit its rank's device.
     """
 
-    def __init__(self, group: DeviceGroup, graphs: list[Graph], *, tiles: int | None = None, timeout: float = 10.0):
+    def __init__(self, group: DeviceGroup, graphs: list[Graph], *, tiles: int | None = None, timeout: float = 10.0,
+                 collective_rank: Callable[[Rank], Any] | None = None):
         if len(graphs) != group.size:
             raise ValueError(f"{len(graphs)} graphs for a group of {group.size} ranks: one graph per rank")
         self.group, self.graphs = group, graphs
+        self._collective_rank = collective_rank
         self._seconds = [0.0] * group.size
         self._counts = [0] * group.size
         self._cycles: list[list[int]] = [[] for _ in range(group.size)]
@@ -90,7 +98,11 @@ class TensorParallel:
             raise
 
     def _collective(self, rank: Rank):
-        inner = collective_runner(rank, self.group.size)
+        if self._collective_rank is None:
+            inner = collective_runner(rank, self.group.size)
+        else:
+            wider = self._collective_rank(rank)
+            inner = collective_runner(wider, wider.size)
 
         def collective(op: Collective, addr: int, shape: tuple[int, int], dtype: np.dtype) -> None:
             start, cycles = time.perf_counter(), rank.dev.cycles()

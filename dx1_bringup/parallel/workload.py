@@ -1,11 +1,12 @@
 """`dx1 run encoder|decoder --tp N`: the workload's block split over N chips, in one process or under torchrun.
 
 In one process the N tensor-parallel ranks are a :class:`~..collectives.DeviceGroup` (rank ``r`` opens the
-``r`` th of the device strings given, round robin).  Under torchrun each process is one rank and owns its
-chip; the collectives between the processes go through the torch.distributed process group
-(:class:`~.distributed.ProcessRank`, gloo).  Either way every rank also runs the whole block on one chip of
-its own (the first device string) and compares: the output must be the same bit for bit, and its SHA-256
-(printed) must be the same in every run, in one process or across hosts.
+``r`` th of the device strings given, round robin).  Under torchrun each process owns its chip, or with a
+board device string (``model:chips=2``) every chip of its own board; the collectives between the processes go
+through the torch.distributed process group (:class:`~.distributed.ProcessRank`, gloo), and within a board
+over its chip link first (:class:`~.distributed.BoardRank`).  Either way every rank also runs the whole block
+on one chip of its own (the first device string) and compares: the output must be the same bit for bit, and
+its SHA-256 (printed) must be the same in every run, in one process or across hosts.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from dx1_driver import Device
 from ..collectives import DeviceGroup
 from ..runtime.graph import Graph, GraphSession
 from ..workloads.encoder import BlockSize
-from .distributed import ProcessRank
+from .distributed import BoardRank, ProcessRank
 from .problems import BlockProblem, block
 from .tensor import shard_block
 from .tensor_run import TensorParallel, collective_runner
@@ -106,37 +107,58 @@ def run_block_tp(kind: str, devices: list[str], tp: int, *, size: BlockSize, see
 
 
 def run_rank(kind: str, devices: list[str], tp: int, *, size: BlockSize, seed: int = 1) -> TpResult:
-    """This torchrun process's rank of the block at TP = ``tp`` (the world size), beside one chip's result.
+    """This torchrun process's ranks of the block at TP = ``tp``, beside one chip's result.
+
+    A process owns one chip (``devices[rank % len(devices)]``), or, given one board device string
+    (``model:chips=2``), every chip of its board: ranks ``rank * chips ..`` of the world's, their collectives
+    over the board's link and between the processes on gloo (:class:`~.distributed.BoardRank`).
 
     Raises
     ------
     ValueError
-        ``tp`` is not the world size (each process owns one chip of the tensor-parallel group).
+        ``tp`` is not the world size times the chips a process owns.
     """
     import torch.distributed as dist
 
     rank, world = dist.get_rank(), dist.get_world_size()
-    if tp != world:
-        raise ValueError(f"under torchrun each process is one tensor-parallel rank: --tp must be the world size "
-                         f"{world}, not {tp}")
+    chips = _board(devices) or 1
+    if tp != world * chips:
+        owns = "one chip" if chips == 1 else f"the {chips} chips of its board"
+        raise ValueError(f"under torchrun each process owns {owns}: --tp must be the world size {world} times "
+                         f"{chips}, {world * chips}, not {tp}")
     problem = _problem(kind, size, seed, tp)
-    want, one_cycles = _one_chip(problem.quant.graph, devices[0], problem.x)
+    one = re.sub(r"chips=\d+", "chips=1", devices[0]) if chips > 1 else devices[0]
+    want, one_cycles = _one_chip(problem.quant.graph, one, problem.x)
     name = devices[rank % len(devices)]
-    dev = Device.open(name)
-    try:
-        me = ProcessRank(dev)
-        with GraphSession(dev, shard_block(problem.quant, size, tp, rank),
-                          collective=collective_runner(me, world)) as session:
-            out, stats = session.run({"x": problem.x})
-    finally:
-        dev.close()
-    mine = (rank, socket.gethostname(), os.getpid(), name, stats.segment_cycles, digest(out["out"]),
-            bool(np.array_equal(out["out"], want)))
-    everyone: list[tuple | None] = [None] * world
-    dist.all_gather_object(everyone, mine)
-    critical = sum(max(e[4][i] for e in everyone) for i in range(len(stats.segment_cycles)))
-    lines = [f"  rank {r}/{world} on {host} (pid {pid}): {dev_name}, {sum(seg)} cycles, output {d}"
+    if chips == 1:
+        dev = Device.open(name)
+        try:
+            me = ProcessRank(dev)
+            with GraphSession(dev, shard_block(problem.quant, size, tp, rank),
+                              collective=collective_runner(me, world)) as session:
+                out, stats = session.run({"x": problem.x})
+        finally:
+            dev.close()
+        outs, segments, names, count, linked = [out], [stats.segment_cycles], [name], me.seq, 0
+    else:
+        with DeviceGroup.open(name) as group:
+            me = ProcessRank(group.devs[0])
+            graphs = [shard_block(problem.quant, size, tp, rank * chips + c) for c in range(chips)]
+            with TensorParallel(group, graphs, collective_rank=lambda r: BoardRank(
+                    r, rank, world, me if r.rank == 0 else None)) as run:
+                outs, stats = run.run({"x": problem.x})
+            segments = [s.segment_cycles for s in stats.per_rank]
+            names = [f"{d.name} (chip {c} of its board)" for c, d in enumerate(group.devs)]
+            count, linked = me.seq, stats.collective_cycles
+    mine = [(rank * chips + c, socket.gethostname(), os.getpid(), names[c], segments[c], digest(o["out"]),
+             bool(np.array_equal(o["out"], want)), linked) for c, o in enumerate(outs)]
+    gathered: list[list[tuple] | None] = [None] * world
+    dist.all_gather_object(gathered, mine)
+    everyone = [entry for entries in gathered for entry in entries]
+    # Per device segment the slowest rank's cycles, and the board's link collectives' (the gloo hops take none).
+    critical = sum(max(e[4][i] for e in everyone) for i in range(len(segments[0]))) + max(e[7] for e in everyone)
+    lines = [f"  rank {r}/{tp} on {host} (pid {pid}): {dev_name}, {sum(seg)} cycles, output {d}"
              f"{'' if ok else ' DIFFERS from one chip'}"
-             for r, host, pid, dev_name, seg, d, ok in everyone]
-    return TpResult(tp, digest(out["out"]), digest(want), all(e[6] for e in everyone), critical, one_cycles,
-                    me.seq, lines, [f"{e[3]} on {e[1]} (pid {e[2]})" for e in everyone], [list(e[4]) for e in everyone])
+             for r, host, pid, dev_name, seg, d, ok, _ in everyone]
+    return TpResult(tp, digest(outs[0]["out"]), digest(want), all(e[6] for e in everyone), critical, one_cycles,
+                    count, lines, [f"{e[3]} on {e[1]} (pid {e[2]})" for e in everyone], [list(e[4]) for e in everyone])
