@@ -385,8 +385,7 @@ def add_parser(sub: Any) -> None:
                              "a board of N chips (model:chips={n}: collectives over the chip link)")
     parser.add_argument("--parallel-modes", type=types.names(tuple(bench_parallel.MODES)),
                         default=list(bench_parallel.MODES), metavar="MODES",
-                        help="the parallel section's parts, comma-separated: tp, pp, dp (default all; on "
-                             "sim:chips={n} tp alone takes minutes, pp and dp hours)")
+                        help="the parallel section's parts, comma-separated: tp, pp, tp-pp, dp (default all)")
     parser.set_defaults(func=cmd_bench)
 
 

@@ -7,6 +7,9 @@
   GPipe: device cycles per micro-batch (the rebuilt makespan over m), the bubble beside (p-1)/(m+p-1), the
   throughput against the ideal p-fold one, and the stage imbalance; against one chip running the layers one
   at a time (the four layers' weights do not fit one chip's device memory together).
+* Tensor and pipeline parallelism together: the same 4 layers in 2 stages, each stage a TP = 2 group of its
+  own (2 boards of 2 chips, or 4 devices), 8 micro-batches, 1F1B and GPipe; the same measures as PP's, the
+  throughput against the ideal 4-fold one.
 * Data parallelism: 12 requests of the block over 1, 2 and 4 replicas: device cycles per request (the
   busiest replica's total over the requests) and the speedup.
 
@@ -17,6 +20,7 @@ chip link and their SEND/WAIT cycles count), and one chip is the string at ``n =
 
 from __future__ import annotations
 
+import functools
 import time
 
 import numpy as np
@@ -24,6 +28,7 @@ from dx1_driver import Device
 
 from .collectives import DeviceGroup
 from .parallel.data import DataParallel, Request
+from .parallel.hybrid import TensorPipeline
 from .parallel.pipeline import PipelineParallel, balanced_stages, bubble_formula
 from .parallel.problems import block, stack
 from .parallel.tensor import shard_block
@@ -100,12 +105,19 @@ def _one_chip_stack(device: str, graphs: list, xs: list[np.ndarray]) -> tuple[li
     return xs, cycles
 
 
-def _pipeline(device: str) -> list[dict]:
-    layers = [p.quant.graph for p in stack("encoder", PP_SIZE, PP_LAYERS)]
+@functools.cache
+def _pipeline_problem(device: str) -> tuple[list, list[np.ndarray], list[np.ndarray], float]:
+    """The pipeline's layers, micro-batches, one chip's outputs and its device cycles per micro-batch."""
+    problems = stack("encoder", PP_SIZE, PP_LAYERS)
     rng = np.random.default_rng(7)
     xs = [rng.standard_normal((PP_SIZE.seq, PP_SIZE.model)).astype(np.float32) for _ in range(MICRO)]
-    want, one = _one_chip_stack(_one(device), layers, xs)
-    base = one / MICRO
+    want, one = _one_chip_stack(_one(device), [p.quant.graph for p in problems], xs)
+    return problems, xs, want, one / MICRO
+
+
+def _pipeline(device: str) -> list[dict]:
+    problems, xs, want, base = _pipeline_problem(device)
+    layers = [p.quant.graph for p in problems]
     rows = [{"mode": "pp", "tp": 1, "pp": 1, "dp": 1, "variant": "one chip, layer by layer", "cycles": base,
              "speedup": 1.0, "identical": True}]
     for pp in (2, 4):
@@ -121,6 +133,33 @@ def _pipeline(device: str) -> list[dict]:
                          "bubble": stats.timeline.bubble, "formula": bubble_formula(pp, MICRO),
                          "efficiency": (base / per_micro) / pp, "imbalance": stats.timeline.imbalance,
                          "peak_in_flight": stats.peak_in_flight, "wall_seconds": stats.wall_seconds})
+    return rows
+
+
+def _tensor_pipeline(device: str) -> list[dict]:
+    """TP = 2 inside each of 2 pipeline stages (4 chips: two boards of two, or four devices)."""
+    problems, xs, want, base = _pipeline_problem(device)
+    tp, pp = 2, 2
+    parts = balanced_stages([1.0] * PP_LAYERS, pp)
+    stages = [[[shard_block(problems[i].quant, PP_SIZE, tp, r) for r in range(tp)] for i in part] for part in parts]
+    rows = []
+    for schedule in ("1f1b", "gpipe"):
+        groups = []
+        try:
+            for _ in range(pp):
+                groups.append(_group(device, tp))
+            with TensorPipeline(groups, stages, schedule=schedule) as run:
+                outs, stats = run.run(xs)
+        finally:
+            for group in groups:
+                group.close()
+        per_micro = stats.timeline.makespan / MICRO
+        rows.append({"mode": "tp-pp", "tp": tp, "pp": pp, "dp": 1, "variant": schedule, "cycles": per_micro,
+                     "speedup": base / per_micro,
+                     "identical": all(np.array_equal(a, b) for a, b in zip(outs, want, strict=True)),
+                     "bubble": stats.timeline.bubble, "formula": bubble_formula(pp, MICRO),
+                     "efficiency": (base / per_micro) / (tp * pp), "imbalance": stats.timeline.imbalance,
+                     "peak_in_flight": stats.peak_in_flight, "wall_seconds": stats.wall_seconds})
     return rows
 
 
@@ -149,7 +188,7 @@ def _data(device: str) -> list[dict]:
 
 
 #: The section's parts, in the order it runs them.
-MODES = {"tp": _tensor, "pp": _pipeline, "dp": _data}
+MODES = {"tp": _tensor, "pp": _pipeline, "tp-pp": _tensor_pipeline, "dp": _data}
 
 
 def parallel_bench(device: str = "model", modes: tuple[str, ...] = tuple(MODES)) -> dict:

@@ -20,4 +20,4 @@ def test_the_section_runs_only_the_parts_asked_for():
 
 def test_an_unknown_part_is_refused_naming_the_parts(capsys):
     assert main(["bench", "--only", "parallel", "--parallel-modes", "tp,ep"]) == 2
-    assert "expected a comma-separated list of some of tp, pp, dp, not 'tp,ep'" in capsys.readouterr().err
+    assert "expected a comma-separated list of some of tp, pp, tp-pp, dp, not 'tp,ep'" in capsys.readouterr().err

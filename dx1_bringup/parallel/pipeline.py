@@ -3,8 +3,8 @@
 Rank ``s`` of a :class:`~..collectives.DeviceGroup` is stage ``s``: it holds a graph session per layer of its
 stage (weights resident) and runs every micro-batch through them in order.  Stage ``s`` receives a
 micro-batch's activation from stage ``s - 1`` and sends its result to stage ``s + 1`` with the group's
-:meth:`~..collectives.Rank.send` / :meth:`~..collectives.Rank.recv` (host-staged now; a chip-to-chip link
-carries them behind the same calls), between buffers in the two ranks' device memories.
+:meth:`~..collectives.Rank.send` / :meth:`~..collectives.Rank.recv` (over the chip link between neighbouring
+chips of a board, else host-staged), between buffers in the two ranks' device memories.
 
 Schedules (Narayanan et al., "Efficient Large-Scale Language Model Training on GPU Clusters Using
 Megatron-LM", arXiv 2104.04473): inference runs only forward passes, so both schedules run every stage's
