@@ -49,9 +49,9 @@ demo: $(STAMP)
 	$(DX1) demo
 
 # Every test but the `slow` ones, on JOBS workers: tests that share a simulator (one xdist group) stay on one
-# worker (see tests/conftest.py and testbenches/conftest.py).
+# worker (see tests/conftest.py and testbenches/conftest.py); the 15 slowest are listed at the end.
 test: $(STAMP)
-	$(PY) -m pytest -q tests testbenches --seeds=1 -m 'not slow' -n $(JOBS) --dist loadgroup
+	$(PY) -m pytest -q tests testbenches --seeds=1 -m 'not slow' -n $(JOBS) --dist loadgroup --durations=15
 
 # The tests that build a Verilator model of their own (slow: the two-chip ring, about 15 minutes the first
 # time, and the RTL mutant SoC); CI runs them after `make test`.
