@@ -361,6 +361,11 @@ def add_parser(sub: Any) -> None:
                         default=SERIAL_SIZES, metavar="BYTES",
                         help="block sizes of the serial throughput sweep, comma-separated (default: "
                              + ",".join(map(str, SERIAL_SIZES)) + ")")
+    parser.add_argument("--link-sizes", type=types.integers("SEND sizes, multiples of 8 from 8 to 65536",
+                                                            lambda v: 0 < v <= 1 << 16 and v % 8 == 0, ordered=True),
+                        default=list(bench_link.SIZES), metavar="BYTES",
+                        help="SEND sizes of the link section, comma-separated; its steady rate is the slope between "
+                             "the last two (default: " + ",".join(map(str, bench_link.SIZES)) + ")")
     serving_cli.add_bench_arguments(parser)
     scaling = parser.add_argument_group("scaling section (SoCs generated with more tiles and banks)")
     scaling.add_argument("--scaling-sizes", type=_some_of(bench_scaling.SIZES), metavar="S,...",
@@ -453,8 +458,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
             ok &= bench_parallel.correct(report["parallel"])
         elif section == "link":
             print(f"[{step}/{len(steps)}] The chip-to-chip link on its RTL (Amaranth's simulator): SENDs of "
-                  f"{', '.join(map(str, bench_link.SIZES))} bytes between two endpoints, WRITE and ADD ...", flush=True)
-            report["link"] = bench_link.link_bench()
+                  f"{', '.join(map(str, args.link_sizes))} bytes between two endpoints, WRITE and ADD ...", flush=True)
+            report["link"] = bench_link.link_bench(tuple(args.link_sizes))
             ok &= all(r["ok"] for r in report["link"]["runs"])
         elif section == "serving":
             print(f"[{step}/{len(steps)}] Serving: continuous against static batching under one Poisson load over "
