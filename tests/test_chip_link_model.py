@@ -103,7 +103,7 @@ def test_send_timing_streams_near_the_link_peak_and_costs_a_round_trip_per_crc_f
     assert one_fault == send_cycles(cfg, 4096, crc_faults=2) - send_cycles(cfg, 4096, crc_faults=1) > 2 * cfg.latency
     assert send_cycles(cfg, 4096, LinkOp.ADD) > t.done
     few = ChipLinkConfig(credits=1)
-    assert send_timing(few, 4096).credit_stalls > 0 and t.credit_stalls == 0
+    assert send_timing(few, 4096).credit_stalls > t.credit_stalls > 0 == send_timing(cfg, 1024).credit_stalls
 
 
 def test_peer_rank_is_the_ring():

@@ -1,20 +1,20 @@
-"""The alpha-beta cost of the collectives over the chip-to-chip link, from the spec's link parameters.
+"""The cost of the collectives over the chip-to-chip link, from the spec's timing of a SEND.
 
-One SEND of ``b`` bytes costs ``alpha + b / beta`` cycles: ``beta`` is the link's streaming rate (``width``
-bytes a cycle, less each frame's header and trailer), ``alpha`` what a SEND pays whatever its size (its first
-frame's round trip, the landing, DONE coming back: the smallest SEND's cycles), both taken from
-:func:`~dx1_bringup.spec.send_cycles`, the golden model's timing; each chunk also pays the WAIT that releases
-it (``sync`` cycles, :data:`~dx1_bringup.perfmodel.COSTS`).  The ring algorithms (``collectives/link.py``)
-advance in lockstep, every rank sending one slot a step, so a ring collective costs its steps times the
-largest slot's chunks; a chain (broadcast, reduce) is pipelined, its last rank ``n - 2`` chunks behind the
-first.  Every link collective starts with ``n - 1`` rounds of an 8-byte token round the ring (its barrier).
+One SEND of ``b`` bytes costs :func:`~dx1_bringup.spec.send_cycles` (the link DMA's pipeline as its gateware
+runs it: a frame read whole before it goes, the first frame alone until acknowledged, each frame landed in
+bursts); its alpha-beta summary (:class:`LinkCost`) is the smallest SEND's cycles and the streaming rate of a
+long one.  Each chunk also pays the WAIT that releases it (``sync`` cycles, :data:`~dx1_bringup.perfmodel.COSTS`).
+The ring algorithms (``collectives/link.py``) advance in lockstep, every rank sending one slot a step (int32
+ADDs while they reduce, WRITEs while they gather), so a ring collective costs its steps times the largest
+slot's chunks; a chain (broadcast, reduce) is pipelined, its last rank ``n - 2`` chunks behind the first.
+Every link collective starts with ``n - 1`` rounds of an 8-byte token round the ring (its barrier).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..spec import HEADER_BYTES, TRAILER_BYTES, ChipLinkConfig, align_up, ceil_div, send_cycles
+from ..spec import ChipLinkConfig, LinkOp, align_up, ceil_div, send_cycles
 from .costs import COSTS
 
 __all__ = ["LinkCost", "link_cost", "chain_chunk_bytes", "predict_collective_cycles"]
@@ -29,22 +29,29 @@ _RING_STEPS = {"all_reduce": lambda n: 2 * (n - 1), "reduce_scatter": lambda n: 
 
 @dataclass(frozen=True)
 class LinkCost:
-    """A SEND of ``b`` bytes costs ``alpha + b / beta`` cycles; a chunk's WAIT ``sync`` more."""
+    """SENDs over ``config``'s link: :meth:`send` their cycles, ``sync`` a chunk's WAIT more."""
 
-    alpha: float
-    beta: float
+    config: ChipLinkConfig
     sync: int
 
-    def send(self, nbytes: int) -> float:
-        return self.alpha + nbytes / self.beta
+    def send(self, nbytes: int, op: LinkOp = LinkOp.WRITE) -> int:
+        return send_cycles(self.config, nbytes, op)
+
+    @property
+    def alpha(self) -> int:
+        """The smallest SEND's cycles: nearly all latency."""
+        return self.send(8)
+
+    @property
+    def beta(self) -> float:
+        """Bytes a cycle a long SEND streams at (between 64 and 128 frames)."""
+        a, b = 64 * self.config.max_payload, 128 * self.config.max_payload
+        return (b - a) / (self.send(b) - self.send(a))
 
 
 def link_cost(config: ChipLinkConfig | None = None) -> LinkCost:
-    """The alpha-beta parameters of ``config``'s link (the default link's when ``None``)."""
-    config = config or ChipLinkConfig()
-    beta = config.width * config.max_payload / (HEADER_BYTES + config.max_payload + TRAILER_BYTES)
-    alpha = send_cycles(config, 8) - 8 / beta  # the smallest SEND is nearly all latency
-    return LinkCost(alpha, beta, COSTS.sync_cycles)
+    """The cost of SENDs over ``config``'s link (the default link's when ``None``)."""
+    return LinkCost(config or ChipLinkConfig(), COSTS.sync_cycles)
 
 
 def chain_chunk_bytes(total: int, n: int, chunk_bytes: int) -> int:
@@ -70,14 +77,17 @@ def _data_cycles(op: str, n: int, count: int, itemsize: int, chunk: int, cost: L
             return 0.0
         slot = align_up(ceil_div(count, n) * itemsize, 8)  # the largest segment's slot
         pieces = [min(chunk, slot - a) for a in range(0, slot, chunk)]
-        return _RING_STEPS[op](n) * sum(cost.send(p) + cost.sync for p in pieces)
+        adds = {"all_reduce": n - 1, "reduce_scatter": n - 1, "all_gather": 0}[op]
+        step = {o: sum(cost.send(p, o) + cost.sync for p in pieces) for o in (LinkOp.ADD, LinkOp.WRITE)}
+        return adds * step[LinkOp.ADD] + (_RING_STEPS[op](n) - adds) * step[LinkOp.WRITE]
     if op in ("broadcast", "reduce"):
         total = align_up(count * itemsize, 8)
         chunk = chain_chunk_bytes(total, n, chunk)
         pieces = [min(chunk, total - a) for a in range(0, total, chunk)]
         if n == 1 or not pieces:
             return 0.0
-        per = max(cost.send(p) + cost.sync for p in pieces)
-        return sum(cost.send(p) + cost.sync for p in pieces) + (n - 2) * per
+        sent = LinkOp.ADD if op == "reduce" else LinkOp.WRITE
+        per = max(cost.send(p, sent) + cost.sync for p in pieces)
+        return sum(cost.send(p, sent) + cost.sync for p in pieces) + (n - 2) * per
     raise ValueError(f"no link cost for {op!r}; the link runs all_reduce, reduce_scatter, all_gather, broadcast "
                      "and reduce")

@@ -66,7 +66,7 @@ __all__ = [
     "LINK_PORTS", "PORT_NEXT", "PORT_PREVIOUS", "MAX_CHIPS", "FrameKind", "LinkOp", "LINK_OP_DOCS", "LinkField",
     "DATA_HEADER", "CONTROL_HEADER", "HEADER_BYTES", "CONTROL_BYTES", "TRAILER_BYTES", "SEQ_MODULO",
     "ChipLinkConfig", "pack_link_header", "unpack_link_header", "frame_cycles", "control_cycles", "send_frames",
-    "SendTiming", "send_timing", "send_cycles", "LAND_CYCLES", "peer_rank",
+    "SendTiming", "send_timing", "send_cycles", "LINK_BURST", "LINK_PIPELINE", "peer_rank",
 ]
 
 #: Link ports of a chip: port 0 to the next chip of the ring, port 1 to the previous one.
@@ -228,10 +228,19 @@ def send_frames(config: ChipLinkConfig, length: int) -> list[int]:
     return [config.max_payload] * full + ([rest] if rest else [])
 
 
-#: Cycles the receiver takes from a DATA frame's last beat to its bytes being in memory (one bus
-#: burst; an ADD reads before it writes, one more).
-LAND_CYCLES = {LinkOp.WRITE: 2, LinkOp.ADD: 4}
+#: Beats of the link DMA's bursts: the sender's reads of a SEND's bytes and the lander's writes of a frame's.
+LINK_BURST = 16
 
+#: The link DMA's pipeline, in cycles, as the gateware runs it (:func:`send_timing` puts them together):
+#: the sender's first read beat after the SEND starts; a read burst's gap to the next; a frame fully read into
+#: the replay buffer to its first beat on the wire; a NAK back at the sender to the frame sent again (or, past
+#: the retries, to the SEND failing); a bad frame's last beat received to its NAK frame; the
+#: receiver copying a kept frame out of its buffer to the ACK frame; a frame's last beat received to its
+#: first write (after LINK_BURST beats, or the whole frame if shorter, are copied); a write burst's gap to the
+#: next; the last write's response to the DONE frame; an ADD's read of the destination before a frame's first
+#: write.
+LINK_PIPELINE = {"read_start": 5, "read_gap": 1, "tx_start": 3, "resend": 2, "nak": 1, "ack": 3, "land_start": 5,
+                 "write_gap": 2, "done": 5, "add_read": 6}
 
 def control_cycles(config: ChipLinkConfig) -> int:
     """Cycles an ACK, NAK or DONE frame occupies the wire."""
@@ -249,31 +258,58 @@ class SendTiming:
     credit_stalls: int
 
 
-def send_timing(config: ChipLinkConfig, length: int, op: LinkOp = LinkOp.WRITE, crc_faults: int = 0) -> SendTiming:
-    """The golden model's timing of a SEND of ``length`` bytes on an idle, up link.
+def _bursts(beats: int) -> int:
+    return ceil_div(beats, LINK_BURST)
 
-    The first frame goes alone and waits for its ACK: one round trip (``2 * latency``, the landing and an
-    ACK), plus one more for each of ``crc_faults`` bad transmissions of it.  The other frames then stream back
-    to back while credits last; frame ``i`` waits for the credit of frame ``i - credits``, back one round trip
-    after that frame left.  DONE follows the last frame's landing by ``latency`` plus a control frame.
+
+def send_timing(config: ChipLinkConfig, length: int, op: LinkOp = LinkOp.WRITE, crc_faults: int = 0) -> SendTiming:
+    """The timing of a SEND of ``length`` bytes on an idle, up link, as the link DMA's gateware runs it.
+
+    The sender reads the SEND's bytes in bursts of :data:`LINK_BURST` beats into its replay buffer, a frame
+    going out once it is wholly read (store and forward) and its buffer slot free (a slot a credit: frame
+    ``i`` waits for frame ``i - credits``'s ACK).  The first frame goes alone and waits for its ACK; each of
+    ``crc_faults`` bad transmissions of it costs its frame, the wire, the NAK and the wire back.  The receiver
+    copies each kept frame out of its buffer (then ACKs it) into the lander, which writes it in bursts (an ADD
+    reads the destination first) once a burst's worth is in; DONE follows the last write's response.  The
+    cycles are :data:`LINK_PIPELINE`'s; ``tests/test_chip_link_timing.py`` holds them to the gateware's.
+    With more than ``config.retries`` faults the SEND fails LINK_CRC when the last NAK is back: ``landed``
+    and ``done`` are both that cycle.
     """
     frames = send_frames(config, length)
     if not frames:
         return SendTiming(0, 0, 0)
-    control = control_cycles(config)
-    land = LAND_CYCLES[LinkOp(op)]
-    round_trip = config.latency + land + control + config.latency
-    now = (1 + crc_faults) * (frame_cycles(config, frames[0]) + round_trip)
-    sent_at: list[int] = [now - round_trip]
+    k = LINK_PIPELINE
+    wire, control = config.latency, control_cycles(config)
+    beats = [ceil_div(p, config.width) for p in frames]
+    n = len(frames)
+    read_end, tx_end, ack_back = [0] * n, [0] * n, [0] * n
+    # The first frame, sent again after each NAK.
+    read_end[0] = k["read_start"] + beats[0] + _bursts(beats[0]) - 1
+    start = read_end[0] + k["tx_start"]
+    for _ in range(min(crc_faults, config.retries + 1)):
+        nak_back = start + frame_cycles(config, frames[0]) + wire + k["nak"] + control + wire
+        start = nak_back + k["resend"]
+    if crc_faults > config.retries:  # the last NAK is back: the SEND fails
+        return SendTiming(start, start, 0)
+    copied = land_end = 0
     stalls = 0
-    for i, payload in enumerate(frames[1:], 1):
-        if i >= config.credits and sent_at[i - config.credits] + round_trip > now:
-            stalls += sent_at[i - config.credits] + round_trip - now
-            now = sent_at[i - config.credits] + round_trip
-        now += frame_cycles(config, payload)
-        sent_at.append(now)
-    landed = sent_at[-1] + config.latency + land
-    return SendTiming(landed, landed + control + config.latency, stalls)
+    for i in range(n):
+        if i:
+            # Its words go into the replay buffer once a slot is free: frame i - credits acknowledged.
+            slot = ack_back[i - config.credits] if i >= config.credits else 0
+            stalls += max(0, slot - (read_end[i - 1] + k["read_gap"]))
+            read_end[i] = max(read_end[i - 1] + k["read_gap"], slot) + beats[i] + _bursts(beats[i]) - 1
+            start = max(tx_end[i - 1], ack_back[0] + 1, read_end[i] + k["tx_start"])
+        tx_end[i] = start + frame_cycles(config, frames[i])
+        received = tx_end[i] + wire
+        copied = max(received, copied) + beats[i]
+        ack_back[i] = copied + k["ack"] + control + wire
+        add = k["add_read"] if op == LinkOp.ADD else 0
+        first_write = received + min(beats[i], LINK_BURST) + k["land_start"] + add
+        land_start = max(first_write, land_end + k["write_gap"]) if i else first_write
+        land_end = land_start + beats[i] + k["write_gap"] * (_bursts(beats[i]) - 1)
+    done = land_end + k["done"] + control + wire
+    return SendTiming(land_end, done, stalls)
 
 
 def send_cycles(config: ChipLinkConfig, length: int, op: LinkOp = LinkOp.WRITE, crc_faults: int = 0) -> int:

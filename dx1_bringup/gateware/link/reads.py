@@ -8,14 +8,16 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
+from ...spec.chip_link import LINK_BURST
 from ..axi import BURST_INCR, AXI4Signature
 from ..dma.burst import BurstGenerator
 from ..dma.params import BEAT_BYTES
 
 __all__ = ["READ_BURST", "ReservedReads"]
 
-#: Longest read burst of the link DMA: half its data FIFO, so one burst's beats arrive while the last is taken.
-READ_BURST = 16
+#: Longest read burst of the link DMA (the spec's, which its timing counts on): half its data FIFO, so one burst's
+#: beats arrive while the last is taken.
+READ_BURST = LINK_BURST
 
 
 class ReservedReads(wiring.Component):
