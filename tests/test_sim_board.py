@@ -90,6 +90,19 @@ def test_collectives_over_the_link_are_exact(built) -> None:
         assert all(np.array_equal(x, gathered) for x in g.read(out))
 
 
+def test_the_cost_model_predicts_the_boards_collectives_within_ten_percent(built) -> None:
+    """The link collectives' cost model (perfmodel/collectives.py: the spec's SEND timing, the RTL's launch and
+    token costs) against the Verilator board's cycles, small sizes and large, as `dx1 collectives` measures."""
+    from dx1_bringup.collectives.perf import measure
+
+    with DeviceGroup.open(DEVICE, timeout=120) as g:
+        for op in ("all_reduce", "all_gather", "reduce_scatter"):
+            rows, _ = measure(g, op, [1024, 65536], iters=1, warmup=0)
+            for row in rows:
+                r = row.out_of_place
+                assert r.wrong == 0 and abs(r.error_percent) < 10.0, (op, row.size, r.cycles, r.predicted)
+
+
 @pytest.mark.parametrize("board", ["model", "sim"])
 def test_a_send_longer_than_the_watchdog_budget_completes(built, board: str) -> None:
     """QUEUE0.WATCHDOG of 200 cycles, a 64 KiB SEND of some 8000 cycles: the frames moving on the link are

@@ -7,7 +7,9 @@ long one.  Each chunk also pays the WAIT that releases it (``sync`` cycles, :dat
 The ring algorithms (``collectives/link.py``) advance in lockstep, every rank sending one slot a step (int32
 ADDs while they reduce, WRITEs while they gather), so a ring collective costs its steps times the largest
 slot's chunks; a chain (broadcast, reduce) is pipelined, its last rank ``n - 2`` chunks behind the first.
-Every link collective starts with ``n - 1`` rounds of an 8-byte token round the ring (its barrier).
+Every link collective starts with ``n - 1`` rounds of an 8-byte token round the ring (its barrier), and costs
+:data:`~dx1_bringup.perfmodel.COSTS`' ``link_launch`` and ``token_round`` more on the RTL (the host's part
+and the barrier's command issue, fitted on the Verilator boards).
 """
 
 from __future__ import annotations
@@ -67,8 +69,8 @@ def predict_collective_cycles(op: str, n: int, count: int, itemsize: int, chunk_
     """Predicted device cycles of ``op`` on ``count`` elements over ``n`` chips with the link algorithm."""
     cost = link_cost(config)
     chunk = max(8, chunk_bytes // 8 * 8)
-    barrier = (n - 1) * (cost.send(8) + cost.sync)
-    return barrier + _data_cycles(op, n, count, itemsize, chunk, cost)
+    barrier = (n - 1) * (cost.send(8) + cost.sync + COSTS.token_round)
+    return COSTS.link_launch + barrier + _data_cycles(op, n, count, itemsize, chunk, cost)
 
 
 def _data_cycles(op: str, n: int, count: int, itemsize: int, chunk: int, cost: LinkCost) -> float:

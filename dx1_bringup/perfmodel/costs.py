@@ -25,6 +25,11 @@ TRACE events on Verilator (``dx1 gemm`` and GEMM-only streams, one and two tiles
   the command ring, asks for the memory ``fetch_lead`` cycles after the command before it dispatched; the
   DMA takes its next command ``dma_handover`` cycles before the previous one's completion is written; the
   tile core holds ``core_slots`` commands; FENCE, SIGNAL, WAIT and NOP take ``sync_cycles``.
+* Link collectives (:mod:`.collectives`, fitted on ``dx1 collectives --device sim:chips=2`` and ``4``): a
+  collective costs ``link_launch`` cycles beyond its commands (the host's semaphore and doorbell writes
+  before its first dispatch, the completion wait after its last), and each round of its barrier's token
+  ``token_round`` beyond the SEND and the WAIT (a token's SEND and WAIT issue back to back, nothing to hide
+  them behind, where a data step's overlap its neighbours' streaming).
 * Host (``run_gemm`` through the driver on the simulated SoC, whose memory requests take the backdoor and
   cost no cycles): every register access on the AXI4-Lite port costs ``host_register`` cycles, during
   which the device runs on.  A run's CYCLES (tile 0's counter, read first) span the PERF snapshots of
@@ -83,6 +88,8 @@ class Costs:
     dma_handover: int = 2
     core_slots: int = 4
     sync_cycles: int = 3
+    link_launch: int = 47
+    token_round: int = 18
     vector_fill: int = 1
     vector_drain: int = 9
     vector_reduce: int = 5
