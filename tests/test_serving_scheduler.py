@@ -300,3 +300,11 @@ def test_bad_block_manager_arguments(kwargs, message):
 def test_a_budget_below_the_context_is_refused():
     with pytest.raises(ValueError, match=r"max_num_batched_tokens \(16\) must be at least max_model_len \(32\)"):
         Scheduler(BlockManager(4), max_num_batched_tokens=16, max_model_len=32)
+
+
+def test_a_padded_static_batch_gives_up_its_ended_slots_before_it_preempts():
+    """Ended sequences holding blocks must not starve the batch: forks that need copy-on-write blocks in a full
+    cache (found by the property test above: the schedule made no progress)."""
+    reqs = [(0, [1], 1, 1), (0, SHARED[:5], 12, 3), (0, [1], 1, 1), (0, [1], 4, 2)]
+    sched, every, _ = simulate(reqs, block_size=16, num_blocks=6, static="padded", host_blocks=4)
+    assert all(seq.status is SequenceStatus.FINISHED for seq in every) and not sched.ended

@@ -21,8 +21,9 @@ token-budget-sized steps) before any of it decodes, and reserves every sequence'
 possible length up front.  As FasterTransformer runs a batch (``static``), a sequence that has ended keeps
 its slot and its blocks until the batch ends: every decode step computes it again (its last position, whose
 keys and values it rewrites unchanged) and drops the result, so a step costs the whole batch's slots however
-many still generate.  ``static-compact`` is the same batching with ended sequences leaving the batch at once
-(their blocks freed, no step spent on them): request-level batching at its most favourable.
+many still generate (unless a sequence of the batch needs their blocks: then the ended ones free theirs and
+stop).  ``static-compact`` is the same batching with ended sequences leaving the batch at once (their blocks
+freed, no step spent on them): request-level batching at its most favourable.
 """
 
 from __future__ import annotations
@@ -233,6 +234,19 @@ class StaticScheduler(Scheduler):
         for seq in self.ended:
             self.blocks.deallocate(seq)
         self.ended = []
+
+    # Ended sequences pad the batch with compute, never with memory that a sequence of it needs to go on: they
+    # free their blocks before anything is preempted, and while anything waits swapped out.
+    def _preempt(self, seq: Sequence, batch: ScheduledBatch) -> None:
+        if self.ended:
+            self._free_ended()
+            return
+        super()._preempt(seq, batch)
+
+    def _decode(self, batch: ScheduledBatch) -> None:
+        if self.swapped:
+            self._free_ended()
+        super()._decode(batch)
 
     def finish(self, seq: Sequence, reason: str) -> None:
         """As :meth:`Scheduler.finish`; in a padded batch a sequence that ends (not aborted) keeps its slot and
