@@ -42,6 +42,9 @@ __all__ = ["TP_SIZE", "PP_SIZE", "MODES", "parallel_bench", "print_parallel", "c
 TP_SIZE = BlockSize(64, 128, 4, 512)
 PP_SIZE = BlockSize(32, 128, 4, 512)
 PP_LAYERS, MICRO, REQUESTS = 4, 8, 12
+#: Seconds a pipeline stage's device may go without a completion: a board of simulated chips shares one
+#: simulator, so on a loaded host a stage's layer can take several seconds of wall time between completions.
+DEVICE_TIMEOUT = 60.0
 
 
 def _group(device: str, n: int) -> DeviceGroup:
@@ -124,7 +127,8 @@ def _pipeline(device: str) -> list[dict]:
         parts = balanced_stages([1.0] * PP_LAYERS, pp)
         for schedule in ("1f1b", "gpipe"):
             with _group(device, pp) as group, PipelineParallel(
-                    group, [[layers[i] for i in r] for r in parts], schedule=schedule) as run:
+                    group, [[layers[i] for i in r] for r in parts], schedule=schedule,
+                    device_timeout=DEVICE_TIMEOUT) as run:
                 outs, stats = run.run(xs)
             per_micro = stats.timeline.makespan / MICRO
             rows.append({"mode": "pp", "tp": 1, "pp": pp, "dp": 1, "variant": schedule, "cycles": per_micro,
@@ -148,7 +152,7 @@ def _tensor_pipeline(device: str) -> list[dict]:
         try:
             for _ in range(pp):
                 groups.append(_group(device, tp))
-            with TensorPipeline(groups, stages, schedule=schedule) as run:
+            with TensorPipeline(groups, stages, schedule=schedule, device_timeout=DEVICE_TIMEOUT) as run:
                 outs, stats = run.run(xs)
         finally:
             for group in groups:
