@@ -49,15 +49,24 @@ def seed(text: str) -> int:
     return value
 
 
-def seconds(text: str) -> float:
-    """A finite number of seconds greater than 0."""
+def _positive_real(text: str, what: str) -> float:
     try:
         value = float(text)
     except ValueError:
         value = -1.0
     if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, not {text!r}")
+        raise argparse.ArgumentTypeError(f"must be {what} > 0, not {text!r}")
     return value
+
+
+def seconds(text: str) -> float:
+    """A finite number of seconds greater than 0."""
+    return _positive_real(text, "a number of seconds")
+
+
+def positive_number(text: str) -> float:
+    """A finite number greater than 0."""
+    return _positive_real(text, "a number")
 
 
 def fraction(below: float) -> Callable[[str], float]:

@@ -47,3 +47,20 @@ def test_the_device_clock_replay_counts_device_time_only_and_serves_every_token(
     # A padded batch computes every slot: more device cycles per token than the compact one, on the same steps.
     assert static.cycles_per_token > compact.cycles_per_token
     assert "ms" in table([continuous, static], ms=True).splitlines()[0]
+
+
+def test_a_long_tailed_output_mix_is_seeded_cut_to_its_range_and_has_its_mean():
+    spec = LoadSpec(requests=400, rate=5.0, prompt_len=(4, 8), output_len=(1, 100), seed=4, output_mean=12)
+    load = make_workload(spec, ["abcdefghij" * 20], 128)
+    assert load == make_workload(spec, ["abcdefghij" * 20], 128)
+    lengths = [n for *_, n in load]
+    assert all(1 <= n <= 100 for n in lengths) and 10 < sum(lengths) / len(lengths) < 14
+    assert max(lengths) > 4 * 12  # the tail
+    assert "outputs exponential of mean 12 in 1-100 characters" in spec.describe()
+
+
+def test_a_bad_output_mean_is_refused(capsys):
+    from dx1_bringup.cli import main
+
+    assert main(["bench", "--only", "serving", "--serving-output-mean", "0"]) == 2
+    assert "argument --serving-output-mean: must be a number > 0, not '0'" in capsys.readouterr().err

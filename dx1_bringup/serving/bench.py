@@ -39,13 +39,27 @@ __all__ = ["LoadSpec", "ModeResult", "bench_device_clock", "bench_serving", "mak
 
 @dataclass(frozen=True)
 class LoadSpec:
-    """The load: ``requests`` arrivals at ``rate`` per second, prompt and output lengths drawn uniformly."""
+    """The load: ``requests`` arrivals at ``rate`` per second, prompt lengths drawn uniformly and output lengths
+    uniformly too, or with ``output_mean`` from an exponential distribution of that mean cut to ``output_len``
+    (the long tail of chat traffic, as in ShareGPT's: most answers short, a few long)."""
 
     requests: int = 32
     rate: float = 8.0
     prompt_len: tuple[int, int] = (8, 40)
     output_len: tuple[int, int] = (8, 64)
     seed: int = 0
+    output_mean: float | None = None
+
+    def output_length(self, rng: random.Random) -> int:
+        lo, hi = self.output_len
+        if self.output_mean is None:
+            return rng.randint(lo, hi)
+        return min(hi, max(lo, round(rng.expovariate(1 / self.output_mean))))
+
+    def describe(self) -> str:
+        lo, hi = self.output_len
+        outputs = f"{lo}-{hi}" if self.output_mean is None else f"exponential of mean {self.output_mean:g} in {lo}-{hi}"
+        return f"prompts {self.prompt_len[0]}-{self.prompt_len[1]} and outputs {outputs} characters"
 
 
 @dataclass
@@ -82,7 +96,7 @@ def make_workload(spec: LoadSpec, texts: list[str], context: int) -> list[tuple[
     for _ in range(spec.requests):
         at += rng.expovariate(spec.rate)
         plen = rng.randint(*spec.prompt_len)
-        olen = min(rng.randint(*spec.output_len), context - plen)
+        olen = min(spec.output_length(rng), context - plen)
         start = rng.randrange(0, max(1, len(source) - plen))
         out.append((at, source[start:start + plen], olen))
     return out

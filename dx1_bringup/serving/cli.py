@@ -119,13 +119,13 @@ def bench_section(args: argparse.Namespace) -> dict:
 
     model = QuantCharLM(load_checkpoint(DEFAULT_CHECKPOINT))
     spec = LoadSpec(requests=args.serving_requests, rate=args.serving_rate, prompt_len=tuple(args.serving_prompt),
-                    output_len=tuple(args.serving_output), seed=args.serving_seed)
+                    output_len=tuple(args.serving_output), seed=args.serving_seed,
+                    output_mean=args.serving_output_mean)
     config = EngineConfig(num_blocks=args.serving_num_blocks, block_size=args.serving_block_size,
                           max_num_seqs=args.serving_max_num_seqs, preemption=args.serving_preemption,
                           num_host_blocks=args.serving_num_host_blocks)
     results = bench_serving(args.serving_device, model, spec, config, png=args.serving_png)
-    lengths = (f"prompts {spec.prompt_len[0]}-{spec.prompt_len[1]} and outputs {spec.output_len[0]}-"
-               f"{spec.output_len[1]} characters, blocks of {config.block_size}, {config.num_blocks} blocks, "
+    lengths = (f"{spec.describe()}, blocks of {config.block_size}, {config.num_blocks} blocks, "
                f"{config.max_num_seqs} sequences and {config.max_num_batched_tokens} tokens a step at most, "
                f"preemption by {config.preemption}")
     head = (f"Serving on {args.serving_device} over HTTP: {spec.requests} requests, Poisson at {spec.rate}/s, "
@@ -155,6 +155,9 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
                    help="prompt lengths in characters (default 8,40)")
     g.add_argument("--serving-output", type=lengths, default=[8, 64], metavar="MIN,MAX",
                    help="output lengths in characters (default 8,64)")
+    g.add_argument("--serving-output-mean", type=types.positive_number, default=None, metavar="CHARS",
+                   help="draw output lengths from an exponential distribution of this mean, cut to "
+                        "--serving-output (a long tail, as chat traffic has; default: uniform)")
     g.add_argument("--serving-seed", type=types.seed, default=0, help="load seed (default 0)")
     g.add_argument("--serving-block-size", type=types.positive, default=16, help="KV block size (default 16)")
     g.add_argument("--serving-num-blocks", type=types.positive, default=128, help="KV blocks (default 128)")
