@@ -233,14 +233,15 @@ LINK_BURST = 16
 
 #: The link DMA's pipeline, in cycles, as the gateware runs it (:func:`send_timing` puts them together):
 #: the sender's first read beat after the SEND starts; a read burst's gap to the next; a frame fully read into
-#: the replay buffer to its first beat on the wire; a NAK back at the sender to the frame sent again (or, past
-#: the retries, to the SEND failing); a bad frame's last beat received to its NAK frame; the
+#: the replay buffer to its first beat on the wire; the first frame's ACK back at the sender to the second
+#: frame's first beat; a NAK back to the frame sent again (or, past the retries, to the SEND failing); a bad
+#: frame's last beat received to its NAK frame; the
 #: receiver copying a kept frame out of its buffer to the ACK frame; a frame's last beat received to its
 #: first write (after LINK_BURST beats, or the whole frame if shorter, are copied); a write burst's gap to the
 #: next; the last write's response to the DONE frame; an ADD's read of the destination before a frame's first
 #: write.
-LINK_PIPELINE = {"read_start": 5, "read_gap": 1, "tx_start": 3, "resend": 2, "nak": 1, "ack": 3, "land_start": 5,
-                 "write_gap": 2, "done": 5, "add_read": 6}
+LINK_PIPELINE = {"read_start": 5, "read_gap": 1, "tx_start": 3, "after_ack": 1, "resend": 2, "nak": 1, "ack": 3,
+                 "land_start": 5, "write_gap": 2, "done": 5, "add_read": 6}
 
 def control_cycles(config: ChipLinkConfig) -> int:
     """Cycles an ACK, NAK or DONE frame occupies the wire."""
@@ -299,7 +300,7 @@ def send_timing(config: ChipLinkConfig, length: int, op: LinkOp = LinkOp.WRITE, 
             slot = ack_back[i - config.credits] if i >= config.credits else 0
             stalls += max(0, slot - (read_end[i - 1] + k["read_gap"]))
             read_end[i] = max(read_end[i - 1] + k["read_gap"], slot) + beats[i] + _bursts(beats[i]) - 1
-            start = max(tx_end[i - 1], ack_back[0] + 1, read_end[i] + k["tx_start"])
+            start = max(tx_end[i - 1], ack_back[0] + k["after_ack"], read_end[i] + k["tx_start"])
         tx_end[i] = start + frame_cycles(config, frames[i])
         received = tx_end[i] + wire
         copied = max(received, copied) + beats[i]
