@@ -92,15 +92,21 @@ def test_collectives_over_the_link_are_exact(built) -> None:
 
 def test_the_cost_model_predicts_the_boards_collectives_within_ten_percent(built) -> None:
     """The link collectives' cost model (perfmodel/collectives.py: the spec's SEND timing, the RTL's launch and
-    token costs) against the Verilator board's cycles, small sizes and large, as `dx1 collectives` measures."""
+    token costs) against the Verilator board's cycles, small sizes and large, as `dx1 collectives` measures.
+
+    The board's chips share one clock, which runs on while a rank's host is late to ring its doorbell: on a
+    loaded host a small collective's cycles can hold some hundreds of cycles of that skew.  The device's own
+    cost is the least of a few runs, so each size's best of three is held to the model."""
     from dx1_bringup.collectives.perf import measure
 
     with DeviceGroup.open(DEVICE, timeout=120) as g:
         for op in ("all_reduce", "all_gather", "reduce_scatter"):
-            rows, _ = measure(g, op, [1024, 65536], iters=1, warmup=0)
-            for row in rows:
-                r = row.out_of_place
-                assert r.wrong == 0 and abs(r.error_percent) < 10.0, (op, row.size, r.cycles, r.predicted)
+            runs = [measure(g, op, [1024, 65536], iters=1, warmup=1)[0] for _ in range(3)]
+            for size, rows in zip((1024, 65536), zip(*runs, strict=True), strict=True):
+                assert all(row.out_of_place.wrong == 0 for row in rows)
+                best = min((row.out_of_place for row in rows), key=lambda r: r.cycles)
+                assert abs(best.error_percent) < 10.0, (op, size, [row.out_of_place.cycles for row in rows],
+                                                        best.predicted)
 
 
 @pytest.mark.parametrize("board", ["model", "sim"])
