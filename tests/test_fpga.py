@@ -133,8 +133,8 @@ def test_board_elaborates_without_tools(name, tmp_path):
 
 
 def test_ulx3s_link_loopback_and_no_vector_unit(tmp_path):
-    out = tmp_path / "link"
-    result = _run_script("--board", "ulx3s", "--no-vector", "--link", "--plan-only", "--out", str(out), cwd=tmp_path)
+    out = tmp_path / "build" / "fpga" / "ulx3s-novector-link"  # the default folder of this variant
+    result = _run_script("--board", "ulx3s", "--no-vector", "--link", "--plan-only", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "1 tile(s) without the vector unit, the link looped back" in result.stdout
     summary = json.loads((out / "summary.json").read_text())

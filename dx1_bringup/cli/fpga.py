@@ -39,7 +39,8 @@ def cmd_fpga(args: argparse.Namespace) -> int:
     board = with_units(BOARDS[args.board], vector=args.vector, link=args.link)
     if args.clock is not None:
         board = dataclasses.replace(board, clk_freq=args.clock)
-    out_dir = args.out or Path("build") / "fpga" / board.name
+    variant = ("-novector" if not board.config.tile.vector else "") + ("-link" if args.link else "")
+    out_dir = args.out or Path("build") / "fpga" / (board.name + variant)
     try:
         summary = build(board, out_dir, baud=args.baud, run_tools=not args.plan_only,
                         out=lambda line: print(line, flush=True))
@@ -68,7 +69,8 @@ def add_parser(sub: Any) -> None:
                    help="build the tile's vector unit or not (default: as the board's configuration has it)")
     p.add_argument("--link", action="store_true",
                    help="add the chip-to-chip link, its two ports looped back inside the FPGA")
-    p.add_argument("--out", type=Path, help="build folder (default build/fpga/<board>)")
+    p.add_argument("--out", type=Path,
+                   help="build folder (default build/fpga/<board>, with -novector and -link as asked)")
     p.add_argument("--plan-only", action="store_true", help="write the design and scripts, run no tool")
     p.add_argument("--allow-timing-fail", action="store_true",
                    help=f"exit 0 even when Fmax is below the target (default: exit {EXIT_TIMING_FAILED})")
