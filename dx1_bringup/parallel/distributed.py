@@ -136,6 +136,7 @@ class BoardRank:
         self.local, self.process = local, process
         self.chips = local.group.size
         self.dev = local.dev
+        self.index, self.world = index, world
         self.rank = index * self.chips + local.rank
         self.size = world * self.chips
 
@@ -147,9 +148,8 @@ class BoardRank:
 
     def _block(self, buf: Buffer) -> Buffer:
         """This process's block of ``buf``: its segment of the processes' (whole rows)."""
-        world = self.size // self.chips
-        lo, hi = segment(buf.count, world, self.rank // self.chips)
-        rows = buf.shape[0] // world
+        lo, hi = segment(buf.count, self.world, self.index)
+        rows = buf.shape[0] // self.world
         return Buffer(self.local.rank, buf.addr + lo * buf.dtype.itemsize, buf.dtype, (rows, *buf.shape[1:]))
 
     def _between_processes(self, op: str, buf: Buffer) -> None:

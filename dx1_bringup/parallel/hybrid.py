@@ -31,6 +31,10 @@ __all__ = ["TensorPipeline"]
 _POLL = 0.05
 
 
+class _Stopped(Exception):
+    """A stage stopped waiting because another one failed (that one's error is the run's)."""
+
+
 class TensorPipeline:
     """Stage ``s`` runs ``stages[s]`` (its layers, each a graph per rank of ``groups[s]``) on ``groups[s]``.
 
@@ -85,7 +89,7 @@ class TensorPipeline:
                 except queue.Empty:
                     if time.monotonic() > deadline:
                         raise TimeoutError(f"{what} waited {self.timeout} s") from None
-            raise RuntimeError("another stage failed")
+            raise _Stopped
 
         def admit(timeout: float) -> None:
             if not window.acquire(timeout=timeout):
@@ -124,9 +128,9 @@ class TensorPipeline:
         for t in threads:
             t.join()
         wall = time.perf_counter() - started
-        first = [e for e in errors if not (isinstance(e, RuntimeError) and str(e) == "another stage failed")]
-        if errors:
-            raise (first or errors)[0]
+        causes = [e for e in errors if not isinstance(e, _Stopped)]
+        if causes:
+            raise causes[0]
         return ([o for o in outputs if o is not None],
                 PipelineStats(self.schedule, cycles, replay(cycles, self.schedule), flight["peak"], wall))
 

@@ -75,6 +75,11 @@ def _board(devices: list[str]) -> int | None:
     return int(found.group(1)) if found else None
 
 
+def _one_chip_of(device: str) -> str:
+    """The one-chip reference's device string: a board's string with ``chips=1``, any other as it is."""
+    return re.sub(r"chips=\d+", "chips=1", device)
+
+
 def run_block_tp(kind: str, devices: list[str], tp: int, *, size: BlockSize, seed: int = 1) -> TpResult:
     """The block on ``tp`` ranks of one process and on one chip: rank ``r`` on ``devices[r % len(devices)]``,
     or, for one board device string (``model:chips=N``, N = ``tp``), on its chip ``r`` (the collectives over
@@ -89,7 +94,7 @@ def run_block_tp(kind: str, devices: list[str], tp: int, *, size: BlockSize, see
     chips = _board(devices)
     if chips is not None and chips != tp:
         raise ValueError(f"the board {devices[0]!r} has {chips} chips; --tp {tp} needs {tp}")
-    one = re.sub(r"chips=\d+", "chips=1", devices[0]) if chips is not None else devices[0]
+    one = _one_chip_of(devices[0]) if chips is not None else devices[0]
     want, one_cycles = _one_chip(problem.quant.graph, one, problem.x)
     graphs = [shard_block(problem.quant, size, tp, r) for r in range(tp)]
     ranks = devices[0] if chips is not None else [devices[r % len(devices)] for r in range(tp)]
@@ -127,7 +132,7 @@ def run_rank(kind: str, devices: list[str], tp: int, *, size: BlockSize, seed: i
         raise ValueError(f"under torchrun each process owns {owns}: --tp must be the world size {world} times "
                          f"{chips}, {world * chips}, not {tp}")
     problem = _problem(kind, size, seed, tp)
-    one = re.sub(r"chips=\d+", "chips=1", devices[0]) if chips > 1 else devices[0]
+    one = _one_chip_of(devices[0])
     want, one_cycles = _one_chip(problem.quant.graph, one, problem.x)
     name = devices[rank % len(devices)]
     if chips == 1:
