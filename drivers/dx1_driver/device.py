@@ -171,6 +171,28 @@ class Device:
         dev.name = device
         return dev
 
+    @classmethod
+    def open_board(cls, device: str, **kwargs) -> list[Device]:
+        """Open ``device`` and, when it names a board of chips (``model:chips=4``, ``sim:chips=2``: its
+        transport lists every chip's in ``board_transports``), every other chip of it: one device a chip, in
+        rank order, the others named ``device#rank``.  A single device is a list of one.
+
+        ``kwargs`` go to the constructor (``reset``, ``ring_log2``).  If a chip does not open, the ones
+        opened before it are closed again.
+        """
+        first = cls.open(device, **kwargs)
+        chips = [first]
+        try:
+            for rank, transport in enumerate(getattr(first.transport, "board_transports", [])[1:], 1):
+                chip = cls(transport, **kwargs)
+                chip.name = f"{device}#{rank}"
+                chips.append(chip)
+        except BaseException:
+            for chip in chips:
+                chip.close()
+            raise
+        return chips
+
     @property
     def caps(self) -> Capabilities:
         """What the GLOBAL block reports: hardware version, tiles, array size, memory banks, semaphores,
@@ -285,7 +307,8 @@ class Device:
 
     def write_reg(self, base: int, offset: int, value: int) -> None:
         """Write the register at ``offset`` (from ``regs``) of the block at ``base``; for what no object covers."""
-        self.transport.write32(base + offset, value)
+        self._observers.run("write_reg", None, {"base": base, "offset": offset, "value": value},
+                            lambda: self.transport.write32(base + offset, value))
 
     def cycles(self) -> int:
         """GLOBAL's 64-bit cycle counter; CYCLES_LO is read first, which latches CYCLES_HI."""

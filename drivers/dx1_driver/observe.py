@@ -7,8 +7,9 @@ ends, returned or raised.
 
 Each call a program makes is heard once: calls the driver makes inside another (the tile reset and
 resubmission inside ``Device.recover``, the ``read_mem`` inside ``read_array``) and calls an observer
-makes from its own hooks are not heard.  Register accesses (PERF counters, the trace FIFO) are no calls
-here; the transport's ``observer`` sees every request.
+makes from its own hooks are not heard.  A program's register writes (``Device.write_reg``: a link window, a
+semaphore) are heard; register reads (PERF counters, the trace FIFO) and the queues' own register accesses
+are no calls here; the transport's ``observer`` sees every request.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ CALLS: dict[str, tuple[str, ...]] = {
     "write_mem": ("addr", "data"),  # Device.write_mem; data as the bytes written
     "read_mem": ("addr", "n"),  # Device.read_mem and read_array; the result is the bytes read
     "reset": (),  # Device.reset
+    "write_reg": ("base", "offset", "value"),  # Device.write_reg (set_semaphore too); not the driver's own writes
     "wait_any": ("queues", "at_least"),  # Device.wait_any
     "recover": (),  # Device.recover; the result is the Recovery
     "set_dma_window": ("base", "limit"),  # CommandQueue.set_dma_window

@@ -61,6 +61,9 @@ def add_parser(sub: Any) -> None:
                    help="over the chip link: write a timeline of every link command to FILE for ui.perfetto.dev "
                         "(a group per chip, a track per link direction, each collective's span per rank; device "
                         "cycles shown as ns); Chrome JSON for a .json FILE, else Perfetto protobuf")
+    p.add_argument("--capture", type=types.writable_file, default=None, metavar="FILE",
+                   help="record every rank's session (uploads, commands, completions, register writes, downloads) "
+                        "into FILE, a capture of as many chips that `dx1 replay FILE --device GROUP` replays")
     p.add_argument("--faults", action="store_true",
                    help="instead of measuring: inject each fault (mismatched shape, dead chip, frozen and killed "
                         "simulator, CRC errors within and past the retries, a cut link) into a fresh group and print "
@@ -91,6 +94,11 @@ def cmd_collectives(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         return 2
     if args.timeline:
         group.link_log = []
+    recorder = None
+    if args.capture:
+        from ..replay import Recorder
+
+        recorder = Recorder(group.devs, args.capture, note=f"dx1 collectives --op {args.op} on {','.join(args.device)}")
     if args.root >= group.size:
         group.close()
         parser.error(f"argument --root: must be a rank of the group, 0 to {group.size - 1}, not {args.root}")
@@ -135,6 +143,9 @@ def cmd_collectives(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         print(f"dx1 collectives: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
     finally:
+        if recorder is not None:
+            recorder.close()
+            print(f"capture of {group.size} chip(s) written to {args.capture}")
         group.close()
     if args.timeline:
         from ..timeline import link_timeline, write

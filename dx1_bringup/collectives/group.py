@@ -168,12 +168,7 @@ class DeviceGroup:
         opened: list[Device] = []
         try:
             for name in devices:
-                dev = Device.open(name)
-                opened.append(dev)
-                for rank, transport in enumerate(getattr(dev.transport, "board_transports", [])[1:], 1):
-                    chip = Device(transport)
-                    chip.name = f"{name}#{rank}"
-                    opened.append(chip)
+                opened.extend(Device.open_board(name))
             group = cls(opened, owns=True, **kwargs)
             for dev in opened:
                 request_timeout = getattr(dev.transport, "timeout", None)

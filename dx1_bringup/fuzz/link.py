@@ -33,12 +33,8 @@ _COUNTERS = ("TX_PACKETS", "RX_PACKETS", "RETRIES", "CRC_ERRORS")
 
 def open_board(device: str) -> list[Device]:
     """Every chip of the board ``device`` opens (its transport's ``board_transports``), in rank order."""
-    first = Device.open(device)
-    chips = [first]
-    for rank, transport in enumerate(getattr(first.transport, "board_transports", [])[1:], 1):
-        chip = Device(transport)
-        chip.name = f"{device}#{rank}"
-        chips.append(chip)
+    chips = Device.open_board(device)
+    first = chips[0]
     if len(chips) != first.caps.chips or first.caps.link_ports < 2:
         for chip in chips:
             chip.close()

@@ -33,13 +33,14 @@ def _load(path: str, prog: str) -> Capture | None:
         return None
 
 
-def _open(names: list[str], prog: str) -> list[Device] | None:
+def _open(names: list[str], prog: str, *, board: bool = False) -> list[Device] | None:
+    """Open each device (``board``: each with every other chip of its board, in rank order)."""
     opened: list[Device] = []
     for name in names:
         if name.startswith("sim") and not name.startswith("sim://"):
             print(f"  starting a private simulator ({name}; the first run builds it: minutes) ...", flush=True)
         try:
-            opened.append(Device.open(name))
+            opened.extend(Device.open_board(name) if board else [Device.open(name)])
         except (ValueError, DriverError) as e:
             print(f"{prog}: {e}", file=sys.stderr)
             for dev in opened:
@@ -54,22 +55,26 @@ def cmd_replay(args: argparse.Namespace) -> int:
     capture = _load(args.capture, prog)
     if capture is None:
         return 2
-    devices = _open([args.device], prog)
+    devices = _open(args.device, prog, board=True)
     if devices is None:
         return 2
+    name = ",".join(args.device)
     start = time.monotonic()
-    with devices[0] as device:
-        try:
-            result = replay(capture, device, timeout=args.timeout)
-        except CaptureError as e:
-            print(f"{prog}: {e}", file=sys.stderr)
-            return 2
+    try:
+        result = replay(capture, devices, timeout=args.timeout)
+    except CaptureError as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return 2
+    finally:
+        for dev in devices:
+            dev.close()
     took = time.monotonic() - start
+    chips = f" ({capture.chips} chips)" if capture.chips > 1 else ""
     if result.ok:
-        print(f"{args.capture}: {result.events} events, {result.commands} commands replayed on {args.device} in "
+        print(f"{args.capture}: {result.events} events, {result.commands} commands replayed on {name}{chips} in "
               f"{took:.2f} s: every completion and downloaded byte agrees")
         return 0
-    print(f"{args.capture}: mismatch on {args.device} at {result.mismatch}")
+    print(f"{args.capture}: mismatch on {name}{chips} at {result.mismatch}")
     return 1
 
 
@@ -103,6 +108,10 @@ def cmd_diff(args: argparse.Namespace) -> int:
     out = getattr(args, "output", None) or getattr(args, "shrink", None)
     capture = _load(args.capture, prog)
     if capture is None:
+        return 2
+    if capture.chips > 1:
+        print(f"{prog}: {args.capture} was recorded on {capture.chips} chips; diff and shrink bisect one chip's "
+              f"capture (replay it on a board with dx1 replay)", file=sys.stderr)
         return 2
     devices = _open(args.device, prog)
     if devices is None:
@@ -163,7 +172,9 @@ def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser("replay", help="replay a capture on a device; check completions and bytes",
                               description="replay a capture on a device and check its completions and bytes")
     _common(p, WAIT_TIMEOUT)
-    p.add_argument("--device", type=types.device, default="model", help="device string to replay on (default: model)")
+    p.add_argument("--device", type=types.device_group, default=["model"], metavar="GROUP",
+                   help="device string to replay on (default: model); a capture of several chips replays on a "
+                        "board (model:chips=2, sim:chips=4) or a group of as many devices (model*2)")
     p.set_defaults(func=cmd_replay)
     p = subparsers.add_parser("diff", help="the first command of a capture two devices disagree on",
                               description="find the first command of a capture whose effect differs between two "

@@ -4,23 +4,47 @@
 observed there (a :class:`Wait` with the completions that came, a :class:`Download` with the bytes read),
 so the same code records a stream (the fuzzer, the converter of old reproducers) and replays one.
 :func:`replay` runs a whole capture and compares every observation with the recorded one.
+
+A capture of several chips replays on as many devices, one thread a chip, each running its chip's events
+in order; an event starts only once the event before it in the capture (of any chip) has reached the point
+where it was recorded (started, for :data:`~.capture.AT_START` kinds; finished, for the others).  That keeps
+every order the recording had between the chips, over the link or through the host, while a chip that
+waits on the device (a full ring, a WAIT for a peer's SEND) does not hold up the chips it waits for.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from dx1_driver import CommandQueue, Device, DeviceTimeout, DriverError
 
 from ..spec import COMMANDS, Opcode, unpack_command
-from .capture import Capture, DmaWindow, Doorbell, Download, Event, Seen, Submit, Upload, Wait
+from .capture import (
+    AT_START,
+    Capture,
+    CaptureError,
+    DmaWindow,
+    Doorbell,
+    Download,
+    Event,
+    RegWrite,
+    Seen,
+    Submit,
+    Upload,
+    Wait,
+)
 
 __all__ = ["describe_command", "first_difference", "Session", "Mismatch", "ReplayResult", "compare", "stuck", "record",
            "replay"]
 
 #: Seconds a wait may go without a completion before the replay calls the command stuck.
 WAIT_TIMEOUT = 60.0
+#: Seconds a failed replay of several chips still waits for the other chips' threads to stop.
+_GRACE = 2.0
 
 
 def describe_command(cmd: bytes) -> str:
@@ -119,9 +143,12 @@ class Session:
                 what = len(event.completions)
             done = q.wait(what, timeout=self.timeout, check=False)
             self.completed[event.queue] += len(done)
-            return Wait(event.queue, tuple(Seen(c.index, c.tag, c.opcode, c.status) for c in done), event.by_tag)
+            return Wait(event.queue, tuple(Seen(c.index, c.tag, c.opcode, c.status) for c in done), event.by_tag,
+                        event.chip)
         elif isinstance(event, Download):
-            return Download(event.addr, event.length, dev.read_mem(event.addr, event.length))
+            return Download(event.addr, event.length, dev.read_mem(event.addr, event.length), event.chip)
+        elif isinstance(event, RegWrite):
+            dev.write_reg(0, event.addr, event.value)
         else:
             raise TypeError(f"not a capture event: {event!r}")
         return event
@@ -220,16 +247,26 @@ def record(events: list[Event], device: Device, ring_log2: int, *, note: str = "
     return Capture(session.config(), ring_log2, [session.run(e) for e in events], note=note)
 
 
-def replay(capture: Capture, device: Device, *, timeout: float = WAIT_TIMEOUT) -> ReplayResult:
-    """Re-execute ``capture`` on ``device`` (open and reset) and check every completion and downloaded byte.
+def replay(capture: Capture, devices: Device | Sequence[Device], *, timeout: float = WAIT_TIMEOUT) -> ReplayResult:
+    """Re-execute ``capture`` on ``devices`` (open and reset: one device, or one a chip of the capture in rank
+    order, as ``Device.open_board`` opens a board) and check every completion and downloaded byte.
 
     Raises
     ------
     CaptureError
-        The device's configuration differs from the capture's.
+        The number of devices or a device's configuration differs from the capture's.
     """
-    session = Session(device, capture.ring_log2, timeout=timeout)
-    capture.check_config(session.config())
+    devs = [devices] if isinstance(devices, Device) else list(devices)
+    if len(devs) != capture.chips:
+        raise CaptureError(f"the capture was recorded on {capture.chips} chip(s), but {len(devs)} device(s) were "
+                           f"given to replay it on")
+    sessions = [Session(dev, capture.ring_log2, timeout=timeout) for dev in devs]
+    for chip, session in enumerate(sessions):
+        capture.check_config(session.config(), f"{devs[chip].name} (chip {chip})" if len(devs) > 1
+                             else "this device", chip=chip)
+    if len(sessions) > 1:
+        return _Board(capture, sessions).run()
+    session = sessions[0]
     for position, event in enumerate(capture.events):
         before = session.completed.get(getattr(event, "queue", -1), 0)
         try:
@@ -240,3 +277,90 @@ def replay(capture: Capture, device: Device, *, timeout: float = WAIT_TIMEOUT) -
         if mismatch is not None:
             return ReplayResult(position + 1, capture.commands, mismatch)
     return ReplayResult(len(capture.events), capture.commands, None)
+
+
+class _Board:
+    """A capture of several chips replayed: one thread a chip, each event started in the capture's order once the
+    one before it reached its recording point (see the module docstring); the first failure stops every chip."""
+
+    def __init__(self, capture: Capture, sessions: list[Session]):
+        self.capture = capture
+        self.sessions = sessions
+        self.released = 0  # events 0 .. released - 1 have reached their recording point
+        self.failed: Mismatch | None = None
+        self.cond = threading.Condition()
+        # A chip waits for its turn no longer than the event before it may take, and a little more.
+        self.turn_timeout = sessions[0].timeout + 5.0
+
+    def run(self) -> ReplayResult:
+        events = self.capture.events
+        threads = [threading.Thread(target=self._chip, args=(chip,), name=f"dx1-replay-chip{chip}", daemon=True)
+                   for chip in range(len(self.sessions))]
+        for thread in threads:
+            thread.start()
+        with self.cond:
+            while self.failed is None and self.released < len(events):
+                self.cond.wait()
+        deadline = time.monotonic() + (_GRACE if self.failed is not None else self.turn_timeout)
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        if self.failed is not None:
+            return ReplayResult(self.failed.event + 1, self.capture.commands, self.failed)
+        return ReplayResult(len(events), self.capture.commands, None)
+
+    def _release(self, position: int) -> None:
+        with self.cond:
+            self.released = max(self.released, position + 1)
+            self.cond.notify_all()
+
+    def _fail(self, chip: int, mismatch: Mismatch) -> None:
+        mismatch = replace(mismatch, message=f"chip {chip}: {mismatch.message}")
+        with self.cond:
+            if self.failed is None or mismatch.event < self.failed.event:
+                self.failed = mismatch
+            self.cond.notify_all()
+
+    def _turn(self, chip: int, position: int) -> bool:
+        """Wait until event ``position`` may start; False if the replay failed (or the turn never came)."""
+        with self.cond:
+            waited = self.released
+            deadline = time.monotonic() + self.turn_timeout
+            while self.failed is None and self.released < position:
+                left = deadline - time.monotonic()
+                if self.released != waited:
+                    waited, deadline = self.released, time.monotonic() + self.turn_timeout
+                elif left <= 0:
+                    break
+                self.cond.wait(max(0.0, left))
+            if self.failed is not None:
+                return False
+            if self.released >= position:
+                return True
+        kind = self.capture.events[self.released].kind
+        self._fail(chip, Mismatch(position, self.capture.events[position].kind,
+                                  f"its turn did not come within {self.turn_timeout:g} s: event {self.released} "
+                                  f"({kind}) has not reached its recording point"))
+        return False
+
+    def _chip(self, chip: int) -> None:
+        session = self.sessions[chip]
+        for position, event in enumerate(self.capture.events):
+            if event.chip != chip:
+                continue
+            if not self._turn(chip, position):
+                return
+            at_start = isinstance(event, AT_START)
+            if at_start:
+                self._release(position)
+            before = session.completed.get(getattr(event, "queue", -1), 0)
+            try:
+                seen = session.run(event)
+            except (DeviceTimeout, DriverError) as e:
+                self._fail(chip, stuck(session, position, event, e))
+                return
+            mismatch = compare(session, position, event, seen, before)
+            if mismatch is not None:
+                self._fail(chip, mismatch)
+                return
+            if not at_start:
+                self._release(position)
