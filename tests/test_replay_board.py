@@ -13,7 +13,17 @@ from dx1_driver import Device
 
 from dx1_bringup.cli import main
 from dx1_bringup.collectives import DeviceGroup
-from dx1_bringup.replay import CaptureError, Download, Recorder, RegWrite, load_capture, replay
+from dx1_bringup.replay import Capture, CaptureError, Download, Recorder, RegWrite, ReplayResult, load_capture, replay
+
+
+def _replay_on(device: str, capture: Capture) -> ReplayResult:
+    """``capture`` replayed on a fresh board ``device``, closed again."""
+    chips = Device.open_board(device)
+    try:
+        return replay(capture, chips, timeout=10)
+    finally:
+        for chip in chips:
+            chip.close()
 
 
 def _collectives(group: DeviceGroup, seed: int = 1) -> None:
@@ -52,12 +62,7 @@ def test_a_board_session_is_one_stream_with_every_chip(board_capture: Path) -> N
 
 def test_a_board_capture_replays_on_a_fresh_board(board_capture: Path) -> None:
     capture = load_capture(board_capture)
-    chips = Device.open_board("model:chips=4")
-    try:
-        result = replay(capture, chips, timeout=10)
-    finally:
-        for chip in chips:
-            chip.close()
+    result = _replay_on("model:chips=4", capture)
     assert result.ok, result.mismatch
     assert result.events == len(capture.events) and result.commands == capture.commands > 0
 
@@ -82,12 +87,7 @@ def test_a_changed_byte_is_found_on_its_chip(board_capture: Path, tmp_path: Path
     capture.events[k] = Download(event.addr, event.length, bytes([event.data[0] ^ 1]) + event.data[1:], 2)
     changed = tmp_path / "changed.capture"
     capture.save(changed)
-    chips = Device.open_board("model:chips=4")
-    try:
-        result = replay(load_capture(changed), chips, timeout=10)
-    finally:
-        for chip in chips:
-            chip.close()
+    result = _replay_on("model:chips=4", load_capture(changed))
     assert not result.ok and result.mismatch.event == k
     assert result.mismatch.message.startswith("chip 2: download of")
 
