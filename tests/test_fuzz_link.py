@@ -33,3 +33,17 @@ def test_what_is_not_a_board_is_refused(capsys: pytest.CaptureFixture[str]):
     assert "two device strings separated by ';'" in capsys.readouterr().err
     assert main(["fuzz-link", "--commands", "64", "--boards", "model:chips=2;model:chips=2"]) == 0
     assert "the boards agree" in capsys.readouterr().out
+
+
+def test_a_fuzz_run_is_a_board_capture_that_replays(tmp_path, capsys: pytest.CaptureFixture[str]):
+    """``--capture``: the reference board's session, every chip, with its faults as register writes."""
+    from dx1_bringup.replay import RegWrite, load_capture
+
+    path = tmp_path / "fuzz.capture"
+    assert main(["fuzz-link", "--commands", "240", "--boards", "model:chips=3;model:chips=3",
+                 "--capture", str(path)]) == 0
+    assert f"dx1 replay {path} --device model:chips=3" in capsys.readouterr().out
+    capture = load_capture(path)
+    assert capture.chips == 3 and capture.commands == 240
+    assert any(isinstance(e, RegWrite) and e.value for e in capture.events)  # a fault injected
+    assert main(["replay", str(path), "--device", "model:chips=3"]) == 0

@@ -139,6 +139,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--boards", default="model:chips=4;model:chips=4", metavar="A;B",
                    help="the two boards' device strings, the reference first, separated by ';' (default "
                         "model:chips=4;model:chips=4)")
+    p.add_argument("--capture", type=types.writable_file, default=None, metavar="FILE",
+                   help="record the reference board's session (every chip) into FILE, for dx1 replay on the other")
     p.set_defaults(func=cmd_fuzz_link)
 
 
@@ -153,7 +155,7 @@ def cmd_fuzz_link(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     try:
-        report = link_fuzz((boards[0], boards[1]), commands=args.commands, seed=args.seed)
+        report = link_fuzz((boards[0], boards[1]), commands=args.commands, seed=args.seed, capture=args.capture)
     except ValueError as e:
         print(f"dx1 fuzz-link: {e}", file=sys.stderr)
         return 2
@@ -162,4 +164,7 @@ def cmd_fuzz_link(args: argparse.Namespace) -> int:
     print(f"dx1 fuzz-link: {report.commands} SENDs in {report.batches} batches on {report.chips} chips, seed "
           f"{report.seed}: {outcomes}; faults: {faults}")
     print(f"dx1 fuzz-link: {'the boards agree' if report.ok else 'MISMATCH: ' + report.mismatch}")
+    if args.capture:
+        print(f"dx1 fuzz-link: {boards[0]}'s session written to {args.capture}; replay it on the other board: "
+              f"dx1 replay {args.capture} --device {boards[1]}")
     return 0 if report.ok else 1

@@ -17,9 +17,12 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 from dx1_driver import Device, DriverError, regs
+
+from ..replay import Recorder
 
 __all__ = ["LinkFuzzReport", "open_board", "link_fuzz", "SRC", "RX", "AREA"]
 
@@ -145,8 +148,12 @@ def _fault(chips: list[Device], rng: np.random.Generator, retries: int) -> tuple
 
 
 def link_fuzz(devices: tuple[str, str], *, commands: int = 200, seed: int = 1, per_chip: int = 4,
-              timeout: float = 10.0) -> LinkFuzzReport:
+              timeout: float = 10.0, capture: str | Path | None = None) -> LinkFuzzReport:
     """Run seeded random SEND batches on the boards ``devices`` (the reference first) and compare them.
+
+    ``capture``: record the reference board's whole session (every chip) into this capture file, which
+    ``dx1 replay FILE --device B`` replays on the other board (its completions and receive areas; the link
+    counters are register reads, which a capture does not hold).
 
     Raises
     ------
@@ -154,8 +161,11 @@ def link_fuzz(devices: tuple[str, str], *, commands: int = 200, seed: int = 1, p
         A device string is not a board, or the two boards differ in chip count or link parameters.
     """
     boards = [open_board(d) for d in devices]
+    recorder = None
     try:
         a, b = boards
+        if capture is not None:
+            recorder = Recorder(a, capture, note=f"dx1 fuzz-link --seed {seed} on {devices[0]}")
         if len(a) != len(b) or (a[0].caps.link_width, a[0].caps.link_latency) != (b[0].caps.link_width,
                                                                                    b[0].caps.link_latency):
             raise ValueError(f"the boards {devices[0]!r} and {devices[1]!r} differ: {len(a)} and {len(b)} chips, "
@@ -201,6 +211,8 @@ def link_fuzz(devices: tuple[str, str], *, commands: int = 200, seed: int = 1, p
             report.batches += 1
         return report
     finally:
+        if recorder is not None:
+            recorder.close()
         for chips in boards:
             for chip in chips:
                 chip.close()
