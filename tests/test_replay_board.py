@@ -13,7 +13,17 @@ from dx1_driver import Device
 
 from dx1_bringup.cli import main
 from dx1_bringup.collectives import DeviceGroup
-from dx1_bringup.replay import Capture, CaptureError, Download, Recorder, RegWrite, ReplayResult, load_capture, replay
+from dx1_bringup.replay import (
+    Capture,
+    CaptureError,
+    Download,
+    Recorder,
+    RegWrite,
+    ReplayResult,
+    Upload,
+    load_capture,
+    replay,
+)
 
 
 def _replay_on(device: str, capture: Capture) -> ReplayResult:
@@ -141,3 +151,14 @@ def test_a_version_1_capture_still_reads(tmp_path: Path) -> None:
     capture = load_capture(path)
     assert capture.chips == 1 and [e.kind for e in capture.events] == ["upload", "download"]
     assert replay(capture, Device.open("model")).ok
+
+
+def test_an_event_the_driver_refuses_fails_the_replay_on_its_chip(board_capture: Path) -> None:
+    """An upload past the end of chip 1's memory (a capture edited by hand) is a mismatch, not a stuck replay."""
+    capture = load_capture(board_capture)
+    k = next(i for i, e in enumerate(capture.events) if isinstance(e, Upload) and e.chip == 1)
+    capture.events[k] = Upload(capture.configs()[1]["mem_bytes"] - 4, bytes(8), 1)
+    result = _replay_on("model:chips=4", capture)
+    assert not result.ok and result.mismatch.event == k
+    assert result.mismatch.message.startswith("chip 1: ValueError:") and "outside device memory" in \
+        result.mismatch.message

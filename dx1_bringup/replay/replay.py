@@ -299,8 +299,8 @@ class _Board:
         for thread in threads:
             thread.start()
         with self.cond:
-            while self.failed is None and self.released < len(events):
-                self.cond.wait()
+            while self.failed is None and self.released < len(events) and any(t.is_alive() for t in threads):
+                self.cond.wait(1.0)
         deadline = time.monotonic() + (_GRACE if self.failed is not None else self.turn_timeout)
         for thread in threads:
             thread.join(max(0.0, deadline - time.monotonic()))
@@ -357,6 +357,9 @@ class _Board:
                 seen = session.run(event)
             except (DeviceTimeout, DriverError) as e:
                 self._fail(chip, stuck(session, position, event, e))
+                return
+            except Exception as e:  # a refused argument (an address outside memory, ...): the replay fails
+                self._fail(chip, Mismatch(position, event.kind, f"{type(e).__name__}: {e}"))
                 return
             mismatch = compare(session, position, event, seen, before)
             if mismatch is not None:
