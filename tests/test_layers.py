@@ -47,7 +47,7 @@ PARTS: dict[str, tuple[tuple[str, ...], frozenset[str]]] = {
                                                     "replay", "argtypes"})),
     "generate": (("dx1_bringup.generate",), frozenset({"spec", "gen", "gateware"})),
     "collectives": (("dx1_bringup.collectives",), frozenset({"spec", "perfmodel", "model", "driver", "runtime",
-                                                             "timeline", "argtypes"})),
+                                                             "timeline", "replay", "argtypes"})),
     "parallel": (("dx1_bringup.parallel",), frozenset({"spec", "perfmodel", "model", "driver", "runtime", "argtypes",
                                                        "collectives", "torch", "workloads", "timeline"})),
     "bench": (("dx1_bringup.bench", "dx1_bringup.bench_collectives", "dx1_bringup.bench_scaling",
