@@ -94,14 +94,14 @@ def cmd_collectives(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         return 2
     if args.timeline:
         group.link_log = []
+    if args.root >= group.size:
+        group.close()
+        parser.error(f"argument --root: must be a rank of the group, 0 to {group.size - 1}, not {args.root}")
     recorder = None
     if args.capture:
         from ..replay import Recorder
 
         recorder = Recorder(group.devs, args.capture, note=f"dx1 collectives --op {args.op} on {','.join(args.device)}")
-    if args.root >= group.size:
-        group.close()
-        parser.error(f"argument --root: must be a rank of the group, 0 to {group.size - 1}, not {args.root}")
     if args.algorithm == "both":
         algorithms: tuple[str | None, ...] = ("link", "ring", "direct") if group.has_link else ("ring", "direct")
     else:
