@@ -18,7 +18,7 @@ from dx1_bringup.gateware.link import LinkWire
 from dx1_bringup.gateware.link.endpoint import LinkEndpoint
 from dx1_bringup.gateware.memory import AxiMemory
 from dx1_bringup.spec import ErrorCode
-from dx1_bringup.spec.chip_link import ChipLinkConfig, LinkOp
+from dx1_bringup.spec.chip_link import ChipLinkConfig, LinkOp, up_wait_cycles
 
 pytestmark = pytest.mark.amaranth_sim
 
@@ -183,11 +183,32 @@ def test_a_port_down_at_either_end_completes_link_down() -> None:
         for _ in range(2 * CONFIG.latency + 2):
             await b.tick(ctx)
         status, cycles = await b.send(ctx, 0, src=0, dst=0, length=64)
-        assert status == ErrorCode.LINK_DOWN and cycles < 5
+        assert status == ErrorCode.LINK_DOWN and up_wait_cycles(CONFIG) <= cycles < up_wait_cycles(CONFIG) + 5
         ctx.set(chips.ends[1].force_down, 0)
         for _ in range(2 * CONFIG.latency + 2):
             await b.tick(ctx)
         assert (await b.send(ctx, 0, src=0, dst=0, length=64))[0] == ErrorCode.OK
+
+    simulate(chips, bench)
+
+
+@pytest.mark.parametrize("mended", [0, 1])
+def test_a_send_right_after_the_link_is_mended_waits_for_the_handshake(mended: int) -> None:
+    """Either end mends the link (force_down cleared) and chip 0 sends in the same cycle: the port is still in its
+    handshake, and the SEND waits for it to come up instead of completing LINK_DOWN, as the golden model's ports,
+    up at once, have it (a board replay found the RTL's LINK_DOWN there)."""
+    chips = _Chips()
+    b = _Bench(chips)
+
+    async def bench(ctx) -> None:
+        await b.come_up(ctx)
+        b.write(ctx, 0, 0, _bytes(6, 64))
+        ctx.set(chips.ends[mended].force_down, 1)
+        for _ in range(up_wait_cycles(CONFIG)):
+            await b.tick(ctx)
+        ctx.set(chips.ends[mended].force_down, 0)
+        assert (await b.send(ctx, 0, src=0, dst=0x800, length=64))[0] == ErrorCode.OK
+        assert b.read(ctx, 1, 0x800, 64) == _bytes(6, 64)
 
     simulate(chips, bench)
 

@@ -164,3 +164,26 @@ def test_a_model_board_capture_replays_on_the_verilator_board(built, tmp_path) -
             chip.close()
     assert result.ok, result.mismatch
     assert result.commands == capture.commands > 0
+
+
+def test_a_fuzz_capture_with_mended_links_replays_on_the_verilator_board(built, tmp_path) -> None:
+    """`dx1 fuzz-link`'s session on model:chips=2, ports forced down and mended between batches, replays on
+    sim:chips=2.  The replay sends right after a mend, while the RTL port's handshake is still under way: its SEND
+    completed LINK_DOWN there (the model's ports come up at once) until the sender waited `up_wait_cycles`."""
+    from dx1_bringup.replay import RegWrite, load_capture, replay
+
+    path = tmp_path / "fuzz.capture"
+    assert main(["fuzz-link", "--commands", "400", "--boards", "model:chips=2;model:chips=2",
+                 "--capture", str(path)]) == 0
+    capture = load_capture(path)
+    chips = Device.open_board(DEVICE)
+    try:
+        control = {chips[0].link_base + regs.Link.CONTROL + 4 * port for port in (0, 1)}
+        writes = [e.value for e in capture.events if isinstance(e, RegWrite) and e.addr in control]
+        assert 1 << regs.Link.CONTROL_FORCE_DOWN[0] in writes and 0 in writes
+        result = replay(capture, chips, timeout=30)
+    finally:
+        for chip in chips:
+            chip.close()
+    assert result.ok, result.mismatch
+    assert result.commands == capture.commands == 400

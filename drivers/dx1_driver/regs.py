@@ -116,8 +116,9 @@ ERROR_DOCS: dict[ErrorCode, str] = {
         "Its effect may be partial; the queue halts with this code."
     ),
     ErrorCode.LINK_DOWN: (
-        "SEND: the link port is down (no peer, or LINK.CONTROL force_down at either end). Down when the SEND starts: "
-        "nothing was moved; going down during it: its effect may be partial."
+        "SEND: the link port is down (no peer, or LINK.CONTROL force_down at either end). Down when the SEND starts "
+        "and still down 2 x LINK.LATENCY + 2 cycles later (the time a mended port takes to come up): nothing was "
+        "moved; going down during it: its effect may be partial."
     ),
     ErrorCode.LINK_CRC: (
         "SEND: a frame failed its CRC on every one of its 1 + retries transmissions; what landed stays, the peer's "

@@ -311,7 +311,7 @@ enum dx1_error {
     DX1_ERR_RING_OVERFLOW  = 0x0b,  /* The host moved the tail past the head (queue error status, not a completion). */
     DX1_ERR_DOORBELL_RANGE = 0x0c,  /* The doorbell named an entry past the ring (queue error status, not a completion). */
     DX1_ERR_TIMEOUT        = 0x0d,  /* The queue's watchdog aborted the command: the unit running it made no progress for QUEUE.WATCHDOG cycles.  Its effect may be partial; the queue halts with this code. */
-    DX1_ERR_LINK_DOWN      = 0x0e,  /* SEND: the link port is down (no peer, or LINK.CONTROL force_down at either end). Down when the SEND starts: nothing was moved; going down during it: its effect may be partial. */
+    DX1_ERR_LINK_DOWN      = 0x0e,  /* SEND: the link port is down (no peer, or LINK.CONTROL force_down at either end). Down when the SEND starts and still down 2 x LINK.LATENCY + 2 cycles later (the time a mended port takes to come up): nothing was moved; going down during it: its effect may be partial. */
     DX1_ERR_LINK_CRC       = 0x0f,  /* SEND: a frame failed its CRC on every one of its 1 + retries transmissions; what landed stays, the peer's semaphore is not signalled. */
     DX1_ERR_REMOTE_WINDOW  = 0x10,  /* SEND: the destination range falls outside the peer's link window (its LINK.WINDOW_BASE and WINDOW_LIMIT); nothing was moved at the peer, its semaphore is not signalled. */
 };

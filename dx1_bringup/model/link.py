@@ -27,6 +27,7 @@ from ..spec import (
     register_map,
     send_frames,
     send_timing,
+    up_wait_cycles,
 )
 
 __all__ = ["PortCounters", "LinkRegisters", "send_status", "execute_send"]
@@ -154,7 +155,8 @@ def execute_send(dev: Chip, q: Window, f: dict[str, int]) -> tuple[ErrorCode, in
     cfg, mine = dev.config.link, dev.link
     board = dev.board
     if board is None or not board.up(dev.rank, port):
-        return ErrorCode.LINK_DOWN, COSTS.sync_cycles
+        # The model's ports come up at once; the gateware's SEND waits out a mended port's handshake first.
+        return ErrorCode.LINK_DOWN, COSTS.sync_cycles + up_wait_cycles(cfg)
     peer, peer_port = board.peer(dev.rank, port)
     theirs = peer.link
     frames = send_frames(cfg, length)

@@ -66,7 +66,7 @@ __all__ = [
     "LINK_PORTS", "PORT_NEXT", "PORT_PREVIOUS", "MAX_CHIPS", "FrameKind", "LinkOp", "LINK_OP_DOCS", "LinkField",
     "DATA_HEADER", "CONTROL_HEADER", "HEADER_BYTES", "CONTROL_BYTES", "TRAILER_BYTES", "SEQ_MODULO",
     "ChipLinkConfig", "pack_link_header", "unpack_link_header", "frame_cycles", "control_cycles", "send_frames",
-    "SendTiming", "send_timing", "send_cycles", "LINK_BURST", "LINK_PIPELINE", "peer_rank",
+    "SendTiming", "send_timing", "send_cycles", "LINK_BURST", "LINK_PIPELINE", "up_wait_cycles", "peer_rank",
 ]
 
 #: Link ports of a chip: port 0 to the next chip of the ring, port 1 to the previous one.
@@ -220,6 +220,17 @@ class ChipLinkConfig:
 def frame_cycles(config: ChipLinkConfig, payload_bytes: int) -> int:
     """Cycles a DATA frame with ``payload_bytes`` of payload occupies the wire."""
     return ceil_div(HEADER_BYTES + payload_bytes + TRAILER_BYTES, config.width)
+
+
+def up_wait_cycles(config: ChipLinkConfig) -> int:
+    """Cycles a SEND that finds its port down waits for it to come up before it completes LINK_DOWN.
+
+    A port comes up by a handshake: once neither end forces it down (LINK.CONTROL), each end's signal
+    crosses the wire and the peer's echo that it hears it crosses back, so an end is up within two
+    latencies (and the registers either side) of the last ``force_down`` cleared.  A SEND started after the
+    host mended the link therefore never sees the handshake still under way.
+    """
+    return 2 * config.latency + 2
 
 
 def send_frames(config: ChipLinkConfig, length: int) -> list[int]:

@@ -104,7 +104,9 @@ ERROR_DOCS = {
     ErrorCode.TIMEOUT: "The queue's watchdog aborted the command: the unit running it made no progress for "
                        "QUEUE.WATCHDOG cycles.  Its effect may be partial; the queue halts with this code.",
     ErrorCode.LINK_DOWN: "SEND: the link port is down (no peer, or LINK.CONTROL force_down at either end). Down "
-                         "when the SEND starts: nothing was moved; going down during it: its effect may be partial.",
+                         "when the SEND starts and still down 2 x LINK.LATENCY + 2 cycles later (the time a "
+                         "mended port takes to come up): nothing was moved; going down during it: its effect may "
+                         "be partial.",
     ErrorCode.LINK_CRC: "SEND: a frame failed its CRC on every one of its 1 + retries transmissions; what landed "
                         "stays, the peer's semaphore is not signalled.",
     ErrorCode.REMOTE_WINDOW: "SEND: the destination range falls outside the peer's link window (its LINK.WINDOW_BASE"

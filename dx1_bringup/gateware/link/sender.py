@@ -9,7 +9,7 @@ from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from ...spec import ErrorCode
-from ...spec.chip_link import DATA_HEADER, ChipLinkConfig, FrameKind
+from ...spec.chip_link import DATA_HEADER, ChipLinkConfig, FrameKind, up_wait_cycles
 from ..axi import AXI4Signature
 from ..stream import AXIStreamSignature
 from .frame import frame_stream
@@ -29,7 +29,7 @@ _DEPTH = 2 * READ_BURST
 
 
 class _State:
-    IDLE, HEADER0, HEADER1, PAYLOAD, WAIT_DONE, DRAIN, DONE = range(7)
+    IDLE, WAIT_UP, HEADER0, HEADER1, PAYLOAD, WAIT_DONE, DRAIN, DONE = range(8)
 
 
 def _header_word(values: dict, word: int):
@@ -50,7 +50,8 @@ class LinkSender(wiring.Component):
     """Runs SENDs on one port, one at a time.
 
     A ``request`` (already checked by the command processor) is taken while idle.  On a
-    port that is down it completes LINK_DOWN at once.  Otherwise its ``length`` bytes are
+    port that is down it waits up to :func:`~dx1_bringup.spec.up_wait_cycles` for the port to
+    come up (a link just mended), and completes LINK_DOWN if it does not.  Then its ``length`` bytes are
     read from ``src_addr`` (bursts issued only with room for them, :class:`~.reads.ReservedReads`)
     and offered to the port as DATA frames of ``max_payload`` bytes (the last shorter):
     ``first`` on the first with the SEND's whole length, ``last`` on the last with the
@@ -86,9 +87,10 @@ class LinkSender(wiring.Component):
             reads.bus.rvalid.eq(self.bus.rvalid), reads.bus.rdata.eq(self.bus.rdata),
             reads.bus.rresp.eq(self.bus.rresp), reads.bus.rlast.eq(self.bus.rlast), reads.bus.rid.eq(self.bus.rid),
         ]
-        state = Signal(range(7))
+        state = Signal(range(8))
         req = self.request
-        dst, left, total = Signal(32), Signal(32), Signal(32)
+        src, dst, left, total = Signal(32), Signal(32), Signal(32), Signal(32)
+        wait = Signal(range(up_wait_cycles(cfg) + 1))
         op, sem, count = Signal(4), Signal(8), Signal(16)
         first = Signal()
         status = Signal(8)
@@ -114,13 +116,22 @@ class LinkSender(wiring.Component):
             with m.Case(_State.IDLE):
                 m.d.comb += req.ready.eq(1)
                 with m.If(req.valid):
-                    m.d.sync += [dst.eq(req.dst_addr), left.eq(req.length), total.eq(req.length), op.eq(req.op),
-                                 sem.eq(req.sem), count.eq(req.count), first.eq(1), bus_error.eq(0)]
+                    m.d.sync += [src.eq(req.src_addr), dst.eq(req.dst_addr), left.eq(req.length),
+                                 total.eq(req.length), op.eq(req.op), sem.eq(req.sem), count.eq(req.count),
+                                 first.eq(1), bus_error.eq(0)]
                     with m.If(~self.up):
-                        m.d.sync += [status.eq(ErrorCode.LINK_DOWN), state.eq(_State.DONE)]
+                        m.d.sync += [wait.eq(up_wait_cycles(cfg) - 1), state.eq(_State.WAIT_UP)]
                     with m.Else():
                         m.d.comb += [reads.start.eq(1), reads.base.eq(req.src_addr), reads.beats.eq(req.length[3:])]
                         m.d.sync += state.eq(_State.HEADER0)
+            with m.Case(_State.WAIT_UP):
+                with m.If(self.up):
+                    m.d.comb += [reads.start.eq(1), reads.base.eq(src), reads.beats.eq(left[3:])]
+                    m.d.sync += state.eq(_State.HEADER0)
+                with m.Elif(wait == 0):
+                    m.d.sync += [status.eq(ErrorCode.LINK_DOWN), state.eq(_State.DONE)]
+                with m.Else():
+                    m.d.sync += wait.eq(wait - 1)
             with m.Case(_State.HEADER0, _State.HEADER1):
                 word = Mux(state == _State.HEADER0, _header_word(header, 0), _header_word(header, 1))
                 m.d.comb += [self.frames.valid.eq(1), self.frames.data.eq(word)]
