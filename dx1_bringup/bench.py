@@ -23,6 +23,7 @@ import numpy as np
 from . import argtypes as types
 from . import bench_collectives, bench_link, bench_parallel, bench_scaling, bench_vector
 from .bench_simspeed import print_simspeed, simspeed_bench
+from .parallel.cli import block_size
 from .runtime.operands import random_operands
 from .serving import cli as serving_cli
 from .sim import run_cocotb, verilator_missing
@@ -391,6 +392,11 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("--parallel-modes", type=types.names(tuple(bench_parallel.MODES)),
                         default=list(bench_parallel.MODES), metavar="MODES",
                         help="the parallel section's parts, comma-separated: tp, pp, tp-pp, dp (default all)")
+    parser.add_argument("--parallel-tp-block", type=block_size, default=bench_parallel.TP_SIZE,
+                        metavar="SEQ,D_MODEL,HEADS,FFN",
+                        help="the encoder block of the parallel section's TP and DP parts (default "
+                             f"{bench_parallel.TP_SIZE.seq},{bench_parallel.TP_SIZE.model},{bench_parallel.TP_SIZE.heads},"
+                             f"{bench_parallel.TP_SIZE.ffn})")
     parser.set_defaults(func=cmd_bench)
 
 
@@ -454,7 +460,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         elif section == "parallel":
             print(f"[{step}/{len(steps)}] Parallel: tensor, pipeline and data parallelism on groups of "
                   f"{args.parallel_device} against one chip ...", flush=True)
-            report["parallel"] = bench_parallel.parallel_bench(args.parallel_device, tuple(args.parallel_modes))
+            report["parallel"] = bench_parallel.parallel_bench(args.parallel_device, tuple(args.parallel_modes),
+                                                                 tp_block=args.parallel_tp_block)
             ok &= bench_parallel.correct(report["parallel"])
         elif section == "link":
             print(f"[{step}/{len(steps)}] The chip-to-chip link on its RTL (Amaranth's simulator): SENDs of "

@@ -62,8 +62,8 @@ def _one(device: str) -> str:
     return "sim:" + ",".join(items) if items else "sim"
 
 
-def _tensor(device: str) -> list[dict]:
-    p = block("encoder", TP_SIZE)
+def _tensor(device: str, size: BlockSize) -> list[dict]:
+    p = block("encoder", size)
     dev = Device.open(_one(device))
     try:
         with GraphSession(dev, p.quant.graph) as session:
@@ -75,7 +75,7 @@ def _tensor(device: str) -> list[dict]:
              "speedup": 1.0, "identical": True, "collectives": 0, "collective_seconds": 0.0}]
     for sp in (True, False):
         for tp in (2, 4):
-            graphs = [shard_block(p.quant, TP_SIZE, tp, r, sequence_parallel=sp) for r in range(tp)]
+            graphs = [shard_block(p.quant, size, tp, r, sequence_parallel=sp) for r in range(tp)]
             with _group(device, tp) as group, TensorParallel(group, graphs) as run:
                 run.run({"x": p.x})
                 outs, stats = run.run({"x": p.x})
@@ -167,10 +167,10 @@ def _tensor_pipeline(device: str) -> list[dict]:
     return rows
 
 
-def _data(device: str) -> list[dict]:
-    p = block("encoder", TP_SIZE)
+def _data(device: str, size: BlockSize) -> list[dict]:
+    p = block("encoder", size)
     rng = np.random.default_rng(9)
-    xs = [rng.standard_normal((TP_SIZE.seq, TP_SIZE.model)).astype(np.float32) for _ in range(REQUESTS)]
+    xs = [rng.standard_normal((size.seq, size.model)).astype(np.float32) for _ in range(REQUESTS)]
     rows, want, base = [], None, None
     for dp in (1, 2, 4):
         devs = [Device.open(_one(device)) for _ in range(dp)]
@@ -193,13 +193,18 @@ def _data(device: str) -> list[dict]:
 
 #: The section's parts, in the order it runs them.
 MODES = {"tp": _tensor, "pp": _pipeline, "tp-pp": _tensor_pipeline, "dp": _data}
+#: The parts that run the TP block (``parallel_bench``'s ``tp_block``); the others run PP's layers.
+ON_TP_BLOCK = ("tp", "dp")
 
 
-def parallel_bench(device: str = "model", modes: tuple[str, ...] = tuple(MODES)) -> dict:
-    """The section's figures on groups of ``device`` (see the module docstring), of the parts ``modes``."""
+def parallel_bench(device: str = "model", modes: tuple[str, ...] = tuple(MODES), *,
+                   tp_block: BlockSize = TP_SIZE) -> dict:
+    """The section's figures on groups of ``device`` (see the module docstring), of the parts ``modes``; TP and DP
+    on the encoder block ``tp_block`` (PP's layers are :data:`PP_SIZE`'s)."""
     started = time.perf_counter()
-    rows = [row for mode in modes for row in MODES[mode](device)]
-    return {"device": device, "tp_block": str(TP_SIZE), "pp_layers": f"{PP_LAYERS} x encoder ({PP_SIZE})",
+    rows = [row for mode in modes
+            for row in (MODES[mode](device, tp_block) if mode in ON_TP_BLOCK else MODES[mode](device))]
+    return {"device": device, "tp_block": str(tp_block), "pp_layers": f"{PP_LAYERS} x encoder ({PP_SIZE})",
             "micro_batches": MICRO, "requests": REQUESTS, "rows": rows,
             "seconds": time.perf_counter() - started}
 

@@ -12,7 +12,8 @@ from .. import argtypes as types
 __all__ = ["add_parser", "extend_run_parser"]
 
 
-def _block_size(text: str):
+def block_size(text: str):
+    """A ``--block`` value, ``SEQ,D_MODEL,HEADS,FFN``, as a :class:`~dx1_bringup.workloads.encoder.BlockSize`."""
     from ..workloads.encoder import BlockSize
 
     try:
@@ -110,7 +111,7 @@ def extend_run_parser(run: argparse.ArgumentParser) -> None:
                           "size, each process one chip, or the world size times N with --device model:chips=N, "
                           "each process a board of N chips). Repeated --device strings are the ranks' chips, "
                           "round robin")
-    run.add_argument("--block", type=_block_size, default=SIZE,
+    run.add_argument("--block", type=block_size, default=SIZE,
                      help="with --tp: the block's SEQ,D_MODEL,HEADS,FFN (default the workload's "
                           f"{SIZE.seq},{SIZE.model},{SIZE.heads},{SIZE.ffn})")
     run.add_argument("--dist-timeout", type=float, default=30.0,
