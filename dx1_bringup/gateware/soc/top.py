@@ -346,8 +346,10 @@ class Dx1Soc(wiring.Component):
             granted = Signal(name=f"link{p}_granted0")
             for t, router in enumerate(routers):
                 req = getattr(router, f"send{p}")
+                # Ready without valid (SendRouter's contract): the port is free and no lower tile asks.
+                m.d.comb += req.ready.eq(end.request.ready & ~granted)
                 with m.If(req.valid & ~granted):
-                    m.d.comb += [end.request.valid.eq(1), req.ready.eq(end.request.ready),
+                    m.d.comb += [end.request.valid.eq(1),
                                  *(getattr(end.request, f).eq(getattr(req, f))
                                    for f in ("src_addr", "dst_addr", "length", "op", "sem", "count"))]
                     with m.If(end.request.ready):
