@@ -37,8 +37,8 @@ from .spec import LINK_PORTS, PORT_NEXT, PORT_PREVIOUS, ChipLinkConfig, SocConfi
 
 __all__ = [
     "BOARDS", "ULX3S_85F_CONFIG", "ARTY_A7_35_CONFIG", "ECP5_RESOURCES", "BuildError",
-    "Dx1FpgaTop", "FpgaBoard", "LOOPBACK_CHIP_ID", "Toolchain", "build", "ecp5_pll_params", "find_toolchain",
-    "format_summary", "mmcm_params", "summarize_report", "with_units",
+    "Dx1FpgaTop", "FpgaBoard", "LOOPBACK_CHIP_ID", "LOOPBACK_LINK", "Toolchain", "build", "ecp5_pll_params",
+    "find_toolchain", "format_summary", "mmcm_params", "summarize_report", "with_units",
 ]
 
 #: ULX3S (LFE5U-85F: 208 DP16KD = 3.7 Mbit, 156 MULT18X18D).  One tile: a tile takes 86 MULT18X18D (64 for
@@ -188,14 +188,21 @@ BOARDS: dict[str, FpgaBoard] = {b.name: b for b in (
 )}
 
 
+#: The link of a board whose two ports are looped back inside the FPGA: the spec's defaults (8 bytes a cycle,
+#: 256-byte frames, 4 credits, 3 retries) on a wire of 2 cycles.  The loopback's wire is a chain of registers, not
+#: a cable: the default 16 cycles of it were 2 x 16 x 68 = 2176 flip-flops of delay line.  LINK.LATENCY reads 2,
+#: and the link's timing (``spec.send_timing``) follows it.
+LOOPBACK_LINK = ChipLinkConfig(latency=2)
+
+
 def with_units(board: FpgaBoard, *, vector: bool | None = None, link: bool = False) -> FpgaBoard:
     """``board`` with its tile's vector unit on or off (``None``: as the board has it) and, with ``link``, the
-    chip-to-chip link (:class:`~dx1_bringup.spec.ChipLinkConfig`'s defaults) looped back inside the FPGA."""
+    chip-to-chip link (:data:`LOOPBACK_LINK`) looped back inside the FPGA."""
     cfg = board.config
     if vector is not None:
         cfg = replace(cfg, tile=replace(cfg.tile, vector=vector))
     if link:
-        cfg = replace(cfg, link=ChipLinkConfig())
+        cfg = replace(cfg, link=LOOPBACK_LINK)
     return replace(board, config=cfg)
 
 

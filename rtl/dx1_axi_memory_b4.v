@@ -312,88 +312,88 @@ module dx1_axi_memory_b4(s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awv
   wire rst;
   input [31:0] s0__araddr;
   wire [31:0] s0__araddr;
-  wire [31:0] \s0__araddr$111 ;
-  wire [31:0] \s0__araddr$129 ;
-  wire [31:0] \s0__araddr$147 ;
+  wire [31:0] \s0__araddr$105 ;
+  wire [31:0] \s0__araddr$112 ;
   wire [31:0] \s0__araddr$89 ;
+  wire [31:0] \s0__araddr$98 ;
   input [1:0] s0__arburst;
   wire [1:0] s0__arburst;
-  wire [1:0] \s0__arburst$114 ;
-  wire [1:0] \s0__arburst$132 ;
-  wire [1:0] \s0__arburst$150 ;
+  wire [1:0] \s0__arburst$101 ;
+  wire [1:0] \s0__arburst$108 ;
+  wire [1:0] \s0__arburst$115 ;
   wire [1:0] \s0__arburst$92 ;
   input [3:0] s0__arid;
   wire [3:0] s0__arid;
-  wire [3:0] \s0__arid$115 ;
-  wire [3:0] \s0__arid$133 ;
-  wire [3:0] \s0__arid$151 ;
+  wire [3:0] \s0__arid$102 ;
+  wire [3:0] \s0__arid$109 ;
+  wire [3:0] \s0__arid$116 ;
   wire [3:0] \s0__arid$93 ;
   input [7:0] s0__arlen;
   wire [7:0] s0__arlen;
-  wire [7:0] \s0__arlen$112 ;
-  wire [7:0] \s0__arlen$130 ;
-  wire [7:0] \s0__arlen$148 ;
+  wire [7:0] \s0__arlen$106 ;
+  wire [7:0] \s0__arlen$113 ;
   wire [7:0] \s0__arlen$90 ;
+  wire [7:0] \s0__arlen$99 ;
   output s0__arready;
   wire s0__arready;
-  wire \s0__arready$165 ;
-  wire \s0__arready$166 ;
-  wire \s0__arready$167 ;
-  wire \s0__arready$168 ;
+  wire \s0__arready$119 ;
+  wire \s0__arready$120 ;
+  wire \s0__arready$121 ;
+  wire \s0__arready$122 ;
   input [2:0] s0__arsize;
   wire [2:0] s0__arsize;
-  wire [2:0] \s0__arsize$113 ;
-  wire [2:0] \s0__arsize$131 ;
-  wire [2:0] \s0__arsize$149 ;
+  wire [2:0] \s0__arsize$100 ;
+  wire [2:0] \s0__arsize$107 ;
+  wire [2:0] \s0__arsize$114 ;
   wire [2:0] \s0__arsize$91 ;
   input s0__arvalid;
   wire s0__arvalid;
-  wire \s0__arvalid$116 ;
-  wire \s0__arvalid$134 ;
-  wire \s0__arvalid$152 ;
+  wire \s0__arvalid$103 ;
+  wire \s0__arvalid$110 ;
+  wire \s0__arvalid$117 ;
   wire \s0__arvalid$94 ;
   input [31:0] s0__awaddr;
   wire [31:0] s0__awaddr;
-  wire [31:0] \s0__awaddr$118 ;
-  wire [31:0] \s0__awaddr$136 ;
-  wire [31:0] \s0__awaddr$154 ;
-  wire [31:0] \s0__awaddr$98 ;
+  wire [31:0] \s0__awaddr$143 ;
+  wire [31:0] \s0__awaddr$156 ;
+  wire [31:0] \s0__awaddr$167 ;
+  wire [31:0] \s0__awaddr$178 ;
   input [1:0] s0__awburst;
   wire [1:0] s0__awburst;
-  wire [1:0] \s0__awburst$101 ;
-  wire [1:0] \s0__awburst$121 ;
-  wire [1:0] \s0__awburst$139 ;
-  wire [1:0] \s0__awburst$157 ;
+  wire [1:0] \s0__awburst$146 ;
+  wire [1:0] \s0__awburst$159 ;
+  wire [1:0] \s0__awburst$170 ;
+  wire [1:0] \s0__awburst$181 ;
   input [3:0] s0__awid;
   wire [3:0] s0__awid;
-  wire [3:0] \s0__awid$102 ;
-  wire [3:0] \s0__awid$122 ;
-  wire [3:0] \s0__awid$140 ;
-  wire [3:0] \s0__awid$158 ;
+  wire [3:0] \s0__awid$147 ;
+  wire [3:0] \s0__awid$160 ;
+  wire [3:0] \s0__awid$171 ;
+  wire [3:0] \s0__awid$182 ;
   input [7:0] s0__awlen;
   wire [7:0] s0__awlen;
-  wire [7:0] \s0__awlen$119 ;
-  wire [7:0] \s0__awlen$137 ;
-  wire [7:0] \s0__awlen$155 ;
-  wire [7:0] \s0__awlen$99 ;
+  wire [7:0] \s0__awlen$144 ;
+  wire [7:0] \s0__awlen$157 ;
+  wire [7:0] \s0__awlen$168 ;
+  wire [7:0] \s0__awlen$179 ;
   output s0__awready;
   wire s0__awready;
-  wire \s0__awready$169 ;
-  wire \s0__awready$170 ;
-  wire \s0__awready$171 ;
-  wire \s0__awready$172 ;
+  wire \s0__awready$189 ;
+  wire \s0__awready$190 ;
+  wire \s0__awready$191 ;
+  wire \s0__awready$192 ;
   input [2:0] s0__awsize;
   wire [2:0] s0__awsize;
-  wire [2:0] \s0__awsize$100 ;
-  wire [2:0] \s0__awsize$120 ;
-  wire [2:0] \s0__awsize$138 ;
-  wire [2:0] \s0__awsize$156 ;
+  wire [2:0] \s0__awsize$145 ;
+  wire [2:0] \s0__awsize$158 ;
+  wire [2:0] \s0__awsize$169 ;
+  wire [2:0] \s0__awsize$180 ;
   input s0__awvalid;
   wire s0__awvalid;
-  wire \s0__awvalid$103 ;
-  wire \s0__awvalid$123 ;
-  wire \s0__awvalid$141 ;
-  wire \s0__awvalid$159 ;
+  wire \s0__awvalid$148 ;
+  wire \s0__awvalid$161 ;
+  wire \s0__awvalid$172 ;
+  wire \s0__awvalid$183 ;
   output [3:0] s0__bid;
   reg [3:0] s0__bid;
   wire [3:0] \s0__bid$195 ;
@@ -402,10 +402,10 @@ module dx1_axi_memory_b4(s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awv
   wire [3:0] \s0__bid$207 ;
   input s0__bready;
   wire s0__bready;
-  wire \s0__bready$110 ;
-  wire \s0__bready$128 ;
-  wire \s0__bready$146 ;
-  wire \s0__bready$164 ;
+  wire \s0__bready$155 ;
+  wire \s0__bready$166 ;
+  wire \s0__bready$177 ;
+  wire \s0__bready$188 ;
   output [1:0] s0__bresp;
   reg [1:0] s0__bresp;
   wire [1:0] \s0__bresp$196 ;
@@ -420,52 +420,52 @@ module dx1_axi_memory_b4(s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awv
   wire \s0__bvalid$206 ;
   output [63:0] s0__rdata;
   reg [63:0] s0__rdata;
-  wire [63:0] \s0__rdata$174 ;
-  wire [63:0] \s0__rdata$179 ;
-  wire [63:0] \s0__rdata$184 ;
-  wire [63:0] \s0__rdata$189 ;
+  wire [63:0] \s0__rdata$124 ;
+  wire [63:0] \s0__rdata$129 ;
+  wire [63:0] \s0__rdata$134 ;
+  wire [63:0] \s0__rdata$139 ;
   output [3:0] s0__rid;
   reg [3:0] s0__rid;
-  wire [3:0] \s0__rid$175 ;
-  wire [3:0] \s0__rid$180 ;
-  wire [3:0] \s0__rid$185 ;
-  wire [3:0] \s0__rid$190 ;
+  wire [3:0] \s0__rid$125 ;
+  wire [3:0] \s0__rid$130 ;
+  wire [3:0] \s0__rid$135 ;
+  wire [3:0] \s0__rid$140 ;
   output s0__rlast;
   reg s0__rlast;
-  wire \s0__rlast$177 ;
-  wire \s0__rlast$182 ;
-  wire \s0__rlast$187 ;
-  wire \s0__rlast$192 ;
+  wire \s0__rlast$127 ;
+  wire \s0__rlast$132 ;
+  wire \s0__rlast$137 ;
+  wire \s0__rlast$142 ;
   input s0__rready;
   wire s0__rready;
-  wire \s0__rready$117 ;
-  wire \s0__rready$135 ;
-  wire \s0__rready$153 ;
+  wire \s0__rready$104 ;
+  wire \s0__rready$111 ;
+  wire \s0__rready$118 ;
   wire \s0__rready$97 ;
   output [1:0] s0__rresp;
   reg [1:0] s0__rresp;
-  wire [1:0] \s0__rresp$176 ;
-  wire [1:0] \s0__rresp$181 ;
-  wire [1:0] \s0__rresp$186 ;
-  wire [1:0] \s0__rresp$191 ;
+  wire [1:0] \s0__rresp$126 ;
+  wire [1:0] \s0__rresp$131 ;
+  wire [1:0] \s0__rresp$136 ;
+  wire [1:0] \s0__rresp$141 ;
   output s0__rvalid;
   reg s0__rvalid;
-  wire \s0__rvalid$173 ;
-  wire \s0__rvalid$178 ;
-  wire \s0__rvalid$183 ;
-  wire \s0__rvalid$188 ;
+  wire \s0__rvalid$123 ;
+  wire \s0__rvalid$128 ;
+  wire \s0__rvalid$133 ;
+  wire \s0__rvalid$138 ;
   input [63:0] s0__wdata;
   wire [63:0] s0__wdata;
-  wire [63:0] \s0__wdata$106 ;
-  wire [63:0] \s0__wdata$124 ;
-  wire [63:0] \s0__wdata$142 ;
-  wire [63:0] \s0__wdata$160 ;
+  wire [63:0] \s0__wdata$151 ;
+  wire [63:0] \s0__wdata$162 ;
+  wire [63:0] \s0__wdata$173 ;
+  wire [63:0] \s0__wdata$184 ;
   input s0__wlast;
   wire s0__wlast;
-  wire \s0__wlast$108 ;
-  wire \s0__wlast$126 ;
-  wire \s0__wlast$144 ;
-  wire \s0__wlast$162 ;
+  wire \s0__wlast$153 ;
+  wire \s0__wlast$164 ;
+  wire \s0__wlast$175 ;
+  wire \s0__wlast$186 ;
   output s0__wready;
   reg s0__wready;
   wire \s0__wready$193 ;
@@ -474,100 +474,100 @@ module dx1_axi_memory_b4(s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awv
   wire \s0__wready$205 ;
   input [7:0] s0__wstrb;
   wire [7:0] s0__wstrb;
-  wire [7:0] \s0__wstrb$107 ;
-  wire [7:0] \s0__wstrb$125 ;
-  wire [7:0] \s0__wstrb$143 ;
-  wire [7:0] \s0__wstrb$161 ;
+  wire [7:0] \s0__wstrb$152 ;
+  wire [7:0] \s0__wstrb$163 ;
+  wire [7:0] \s0__wstrb$174 ;
+  wire [7:0] \s0__wstrb$185 ;
   input s0__wvalid;
   wire s0__wvalid;
-  wire \s0__wvalid$109 ;
-  wire \s0__wvalid$127 ;
-  wire \s0__wvalid$145 ;
-  wire \s0__wvalid$163 ;
+  wire \s0__wvalid$154 ;
+  wire \s0__wvalid$165 ;
+  wire \s0__wvalid$176 ;
+  wire \s0__wvalid$187 ;
   input [31:0] s1__araddr;
   wire [31:0] s1__araddr;
   wire [31:0] \s1__araddr$209 ;
-  wire [31:0] \s1__araddr$231 ;
-  wire [31:0] \s1__araddr$249 ;
-  wire [31:0] \s1__araddr$267 ;
+  wire [31:0] \s1__araddr$218 ;
+  wire [31:0] \s1__araddr$225 ;
+  wire [31:0] \s1__araddr$232 ;
   input [1:0] s1__arburst;
   wire [1:0] s1__arburst;
   wire [1:0] \s1__arburst$212 ;
-  wire [1:0] \s1__arburst$234 ;
-  wire [1:0] \s1__arburst$252 ;
-  wire [1:0] \s1__arburst$270 ;
+  wire [1:0] \s1__arburst$221 ;
+  wire [1:0] \s1__arburst$228 ;
+  wire [1:0] \s1__arburst$235 ;
   input [3:0] s1__arid;
   wire [3:0] s1__arid;
   wire [3:0] \s1__arid$213 ;
-  wire [3:0] \s1__arid$235 ;
-  wire [3:0] \s1__arid$253 ;
-  wire [3:0] \s1__arid$271 ;
+  wire [3:0] \s1__arid$222 ;
+  wire [3:0] \s1__arid$229 ;
+  wire [3:0] \s1__arid$236 ;
   input [7:0] s1__arlen;
   wire [7:0] s1__arlen;
   wire [7:0] \s1__arlen$210 ;
-  wire [7:0] \s1__arlen$232 ;
-  wire [7:0] \s1__arlen$250 ;
-  wire [7:0] \s1__arlen$268 ;
+  wire [7:0] \s1__arlen$219 ;
+  wire [7:0] \s1__arlen$226 ;
+  wire [7:0] \s1__arlen$233 ;
   output s1__arready;
   wire s1__arready;
-  wire \s1__arready$285 ;
-  wire \s1__arready$286 ;
-  wire \s1__arready$287 ;
-  wire \s1__arready$288 ;
+  wire \s1__arready$239 ;
+  wire \s1__arready$240 ;
+  wire \s1__arready$241 ;
+  wire \s1__arready$242 ;
   input [2:0] s1__arsize;
   wire [2:0] s1__arsize;
   wire [2:0] \s1__arsize$211 ;
-  wire [2:0] \s1__arsize$233 ;
-  wire [2:0] \s1__arsize$251 ;
-  wire [2:0] \s1__arsize$269 ;
+  wire [2:0] \s1__arsize$220 ;
+  wire [2:0] \s1__arsize$227 ;
+  wire [2:0] \s1__arsize$234 ;
   input s1__arvalid;
   wire s1__arvalid;
   wire \s1__arvalid$214 ;
-  wire \s1__arvalid$236 ;
-  wire \s1__arvalid$254 ;
-  wire \s1__arvalid$272 ;
+  wire \s1__arvalid$223 ;
+  wire \s1__arvalid$230 ;
+  wire \s1__arvalid$237 ;
   input [31:0] s1__awaddr;
   wire [31:0] s1__awaddr;
-  wire [31:0] \s1__awaddr$218 ;
-  wire [31:0] \s1__awaddr$238 ;
-  wire [31:0] \s1__awaddr$256 ;
-  wire [31:0] \s1__awaddr$274 ;
+  wire [31:0] \s1__awaddr$263 ;
+  wire [31:0] \s1__awaddr$276 ;
+  wire [31:0] \s1__awaddr$287 ;
+  wire [31:0] \s1__awaddr$298 ;
   input [1:0] s1__awburst;
   wire [1:0] s1__awburst;
-  wire [1:0] \s1__awburst$221 ;
-  wire [1:0] \s1__awburst$241 ;
-  wire [1:0] \s1__awburst$259 ;
-  wire [1:0] \s1__awburst$277 ;
+  wire [1:0] \s1__awburst$266 ;
+  wire [1:0] \s1__awburst$279 ;
+  wire [1:0] \s1__awburst$290 ;
+  wire [1:0] \s1__awburst$301 ;
   input [3:0] s1__awid;
   wire [3:0] s1__awid;
-  wire [3:0] \s1__awid$222 ;
-  wire [3:0] \s1__awid$242 ;
-  wire [3:0] \s1__awid$260 ;
-  wire [3:0] \s1__awid$278 ;
+  wire [3:0] \s1__awid$267 ;
+  wire [3:0] \s1__awid$280 ;
+  wire [3:0] \s1__awid$291 ;
+  wire [3:0] \s1__awid$302 ;
   input [7:0] s1__awlen;
   wire [7:0] s1__awlen;
-  wire [7:0] \s1__awlen$219 ;
-  wire [7:0] \s1__awlen$239 ;
-  wire [7:0] \s1__awlen$257 ;
-  wire [7:0] \s1__awlen$275 ;
+  wire [7:0] \s1__awlen$264 ;
+  wire [7:0] \s1__awlen$277 ;
+  wire [7:0] \s1__awlen$288 ;
+  wire [7:0] \s1__awlen$299 ;
   output s1__awready;
   wire s1__awready;
-  wire \s1__awready$289 ;
-  wire \s1__awready$290 ;
-  wire \s1__awready$291 ;
-  wire \s1__awready$292 ;
+  wire \s1__awready$309 ;
+  wire \s1__awready$310 ;
+  wire \s1__awready$311 ;
+  wire \s1__awready$312 ;
   input [2:0] s1__awsize;
   wire [2:0] s1__awsize;
-  wire [2:0] \s1__awsize$220 ;
-  wire [2:0] \s1__awsize$240 ;
-  wire [2:0] \s1__awsize$258 ;
-  wire [2:0] \s1__awsize$276 ;
+  wire [2:0] \s1__awsize$265 ;
+  wire [2:0] \s1__awsize$278 ;
+  wire [2:0] \s1__awsize$289 ;
+  wire [2:0] \s1__awsize$300 ;
   input s1__awvalid;
   wire s1__awvalid;
-  wire \s1__awvalid$223 ;
-  wire \s1__awvalid$243 ;
-  wire \s1__awvalid$261 ;
-  wire \s1__awvalid$279 ;
+  wire \s1__awvalid$268 ;
+  wire \s1__awvalid$281 ;
+  wire \s1__awvalid$292 ;
+  wire \s1__awvalid$303 ;
   output [3:0] s1__bid;
   reg [3:0] s1__bid;
   wire [3:0] \s1__bid$315 ;
@@ -576,10 +576,10 @@ module dx1_axi_memory_b4(s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awv
   wire [3:0] \s1__bid$327 ;
   input s1__bready;
   wire s1__bready;
-  wire \s1__bready$230 ;
-  wire \s1__bready$248 ;
-  wire \s1__bready$266 ;
-  wire \s1__bready$284 ;
+  wire \s1__bready$275 ;
+  wire \s1__bready$286 ;
+  wire \s1__bready$297 ;
+  wire \s1__bready$308 ;
   output [1:0] s1__bresp;
   reg [1:0] s1__bresp;
   wire [1:0] \s1__bresp$316 ;
@@ -594,52 +594,52 @@ module dx1_axi_memory_b4(s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awv
   wire \s1__bvalid$326 ;
   output [63:0] s1__rdata;
   reg [63:0] s1__rdata;
-  wire [63:0] \s1__rdata$294 ;
-  wire [63:0] \s1__rdata$299 ;
-  wire [63:0] \s1__rdata$304 ;
-  wire [63:0] \s1__rdata$309 ;
+  wire [63:0] \s1__rdata$244 ;
+  wire [63:0] \s1__rdata$249 ;
+  wire [63:0] \s1__rdata$254 ;
+  wire [63:0] \s1__rdata$259 ;
   output [3:0] s1__rid;
   reg [3:0] s1__rid;
-  wire [3:0] \s1__rid$295 ;
-  wire [3:0] \s1__rid$300 ;
-  wire [3:0] \s1__rid$305 ;
-  wire [3:0] \s1__rid$310 ;
+  wire [3:0] \s1__rid$245 ;
+  wire [3:0] \s1__rid$250 ;
+  wire [3:0] \s1__rid$255 ;
+  wire [3:0] \s1__rid$260 ;
   output s1__rlast;
   reg s1__rlast;
-  wire \s1__rlast$297 ;
-  wire \s1__rlast$302 ;
-  wire \s1__rlast$307 ;
-  wire \s1__rlast$312 ;
+  wire \s1__rlast$247 ;
+  wire \s1__rlast$252 ;
+  wire \s1__rlast$257 ;
+  wire \s1__rlast$262 ;
   input s1__rready;
   wire s1__rready;
   wire \s1__rready$217 ;
-  wire \s1__rready$237 ;
-  wire \s1__rready$255 ;
-  wire \s1__rready$273 ;
+  wire \s1__rready$224 ;
+  wire \s1__rready$231 ;
+  wire \s1__rready$238 ;
   output [1:0] s1__rresp;
   reg [1:0] s1__rresp;
-  wire [1:0] \s1__rresp$296 ;
-  wire [1:0] \s1__rresp$301 ;
-  wire [1:0] \s1__rresp$306 ;
-  wire [1:0] \s1__rresp$311 ;
+  wire [1:0] \s1__rresp$246 ;
+  wire [1:0] \s1__rresp$251 ;
+  wire [1:0] \s1__rresp$256 ;
+  wire [1:0] \s1__rresp$261 ;
   output s1__rvalid;
   reg s1__rvalid;
-  wire \s1__rvalid$293 ;
-  wire \s1__rvalid$298 ;
-  wire \s1__rvalid$303 ;
-  wire \s1__rvalid$308 ;
+  wire \s1__rvalid$243 ;
+  wire \s1__rvalid$248 ;
+  wire \s1__rvalid$253 ;
+  wire \s1__rvalid$258 ;
   input [63:0] s1__wdata;
   wire [63:0] s1__wdata;
-  wire [63:0] \s1__wdata$226 ;
-  wire [63:0] \s1__wdata$244 ;
-  wire [63:0] \s1__wdata$262 ;
-  wire [63:0] \s1__wdata$280 ;
+  wire [63:0] \s1__wdata$271 ;
+  wire [63:0] \s1__wdata$282 ;
+  wire [63:0] \s1__wdata$293 ;
+  wire [63:0] \s1__wdata$304 ;
   input s1__wlast;
   wire s1__wlast;
-  wire \s1__wlast$228 ;
-  wire \s1__wlast$246 ;
-  wire \s1__wlast$264 ;
-  wire \s1__wlast$282 ;
+  wire \s1__wlast$273 ;
+  wire \s1__wlast$284 ;
+  wire \s1__wlast$295 ;
+  wire \s1__wlast$306 ;
   output s1__wready;
   reg s1__wready;
   wire \s1__wready$313 ;
@@ -648,100 +648,100 @@ module dx1_axi_memory_b4(s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awv
   wire \s1__wready$325 ;
   input [7:0] s1__wstrb;
   wire [7:0] s1__wstrb;
-  wire [7:0] \s1__wstrb$227 ;
-  wire [7:0] \s1__wstrb$245 ;
-  wire [7:0] \s1__wstrb$263 ;
-  wire [7:0] \s1__wstrb$281 ;
+  wire [7:0] \s1__wstrb$272 ;
+  wire [7:0] \s1__wstrb$283 ;
+  wire [7:0] \s1__wstrb$294 ;
+  wire [7:0] \s1__wstrb$305 ;
   input s1__wvalid;
   wire s1__wvalid;
-  wire \s1__wvalid$229 ;
-  wire \s1__wvalid$247 ;
-  wire \s1__wvalid$265 ;
-  wire \s1__wvalid$283 ;
+  wire \s1__wvalid$274 ;
+  wire \s1__wvalid$285 ;
+  wire \s1__wvalid$296 ;
+  wire \s1__wvalid$307 ;
   input [31:0] s2__araddr;
   wire [31:0] s2__araddr;
   wire [31:0] \s2__araddr$329 ;
-  wire [31:0] \s2__araddr$351 ;
-  wire [31:0] \s2__araddr$369 ;
-  wire [31:0] \s2__araddr$387 ;
+  wire [31:0] \s2__araddr$338 ;
+  wire [31:0] \s2__araddr$345 ;
+  wire [31:0] \s2__araddr$352 ;
   input [1:0] s2__arburst;
   wire [1:0] s2__arburst;
   wire [1:0] \s2__arburst$332 ;
-  wire [1:0] \s2__arburst$354 ;
-  wire [1:0] \s2__arburst$372 ;
-  wire [1:0] \s2__arburst$390 ;
+  wire [1:0] \s2__arburst$341 ;
+  wire [1:0] \s2__arburst$348 ;
+  wire [1:0] \s2__arburst$355 ;
   input [3:0] s2__arid;
   wire [3:0] s2__arid;
   wire [3:0] \s2__arid$333 ;
-  wire [3:0] \s2__arid$355 ;
-  wire [3:0] \s2__arid$373 ;
-  wire [3:0] \s2__arid$391 ;
+  wire [3:0] \s2__arid$342 ;
+  wire [3:0] \s2__arid$349 ;
+  wire [3:0] \s2__arid$356 ;
   input [7:0] s2__arlen;
   wire [7:0] s2__arlen;
   wire [7:0] \s2__arlen$330 ;
-  wire [7:0] \s2__arlen$352 ;
-  wire [7:0] \s2__arlen$370 ;
-  wire [7:0] \s2__arlen$388 ;
+  wire [7:0] \s2__arlen$339 ;
+  wire [7:0] \s2__arlen$346 ;
+  wire [7:0] \s2__arlen$353 ;
   output s2__arready;
   wire s2__arready;
-  wire \s2__arready$405 ;
-  wire \s2__arready$406 ;
-  wire \s2__arready$407 ;
-  wire \s2__arready$408 ;
+  wire \s2__arready$359 ;
+  wire \s2__arready$360 ;
+  wire \s2__arready$361 ;
+  wire \s2__arready$362 ;
   input [2:0] s2__arsize;
   wire [2:0] s2__arsize;
   wire [2:0] \s2__arsize$331 ;
-  wire [2:0] \s2__arsize$353 ;
-  wire [2:0] \s2__arsize$371 ;
-  wire [2:0] \s2__arsize$389 ;
+  wire [2:0] \s2__arsize$340 ;
+  wire [2:0] \s2__arsize$347 ;
+  wire [2:0] \s2__arsize$354 ;
   input s2__arvalid;
   wire s2__arvalid;
   wire \s2__arvalid$334 ;
-  wire \s2__arvalid$356 ;
-  wire \s2__arvalid$374 ;
-  wire \s2__arvalid$392 ;
+  wire \s2__arvalid$343 ;
+  wire \s2__arvalid$350 ;
+  wire \s2__arvalid$357 ;
   input [31:0] s2__awaddr;
   wire [31:0] s2__awaddr;
-  wire [31:0] \s2__awaddr$338 ;
-  wire [31:0] \s2__awaddr$358 ;
-  wire [31:0] \s2__awaddr$376 ;
-  wire [31:0] \s2__awaddr$394 ;
+  wire [31:0] \s2__awaddr$383 ;
+  wire [31:0] \s2__awaddr$396 ;
+  wire [31:0] \s2__awaddr$407 ;
+  wire [31:0] \s2__awaddr$418 ;
   input [1:0] s2__awburst;
   wire [1:0] s2__awburst;
-  wire [1:0] \s2__awburst$341 ;
-  wire [1:0] \s2__awburst$361 ;
-  wire [1:0] \s2__awburst$379 ;
-  wire [1:0] \s2__awburst$397 ;
+  wire [1:0] \s2__awburst$386 ;
+  wire [1:0] \s2__awburst$399 ;
+  wire [1:0] \s2__awburst$410 ;
+  wire [1:0] \s2__awburst$421 ;
   input [3:0] s2__awid;
   wire [3:0] s2__awid;
-  wire [3:0] \s2__awid$342 ;
-  wire [3:0] \s2__awid$362 ;
-  wire [3:0] \s2__awid$380 ;
-  wire [3:0] \s2__awid$398 ;
+  wire [3:0] \s2__awid$387 ;
+  wire [3:0] \s2__awid$400 ;
+  wire [3:0] \s2__awid$411 ;
+  wire [3:0] \s2__awid$422 ;
   input [7:0] s2__awlen;
   wire [7:0] s2__awlen;
-  wire [7:0] \s2__awlen$339 ;
-  wire [7:0] \s2__awlen$359 ;
-  wire [7:0] \s2__awlen$377 ;
-  wire [7:0] \s2__awlen$395 ;
+  wire [7:0] \s2__awlen$384 ;
+  wire [7:0] \s2__awlen$397 ;
+  wire [7:0] \s2__awlen$408 ;
+  wire [7:0] \s2__awlen$419 ;
   output s2__awready;
   wire s2__awready;
-  wire \s2__awready$409 ;
-  wire \s2__awready$410 ;
-  wire \s2__awready$411 ;
-  wire \s2__awready$412 ;
+  wire \s2__awready$429 ;
+  wire \s2__awready$430 ;
+  wire \s2__awready$431 ;
+  wire \s2__awready$432 ;
   input [2:0] s2__awsize;
   wire [2:0] s2__awsize;
-  wire [2:0] \s2__awsize$340 ;
-  wire [2:0] \s2__awsize$360 ;
-  wire [2:0] \s2__awsize$378 ;
-  wire [2:0] \s2__awsize$396 ;
+  wire [2:0] \s2__awsize$385 ;
+  wire [2:0] \s2__awsize$398 ;
+  wire [2:0] \s2__awsize$409 ;
+  wire [2:0] \s2__awsize$420 ;
   input s2__awvalid;
   wire s2__awvalid;
-  wire \s2__awvalid$343 ;
-  wire \s2__awvalid$363 ;
-  wire \s2__awvalid$381 ;
-  wire \s2__awvalid$399 ;
+  wire \s2__awvalid$388 ;
+  wire \s2__awvalid$401 ;
+  wire \s2__awvalid$412 ;
+  wire \s2__awvalid$423 ;
   output [3:0] s2__bid;
   reg [3:0] s2__bid;
   wire [3:0] \s2__bid$435 ;
@@ -750,10 +750,10 @@ module dx1_axi_memory_b4(s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awv
   wire [3:0] \s2__bid$447 ;
   input s2__bready;
   wire s2__bready;
-  wire \s2__bready$350 ;
-  wire \s2__bready$368 ;
-  wire \s2__bready$386 ;
-  wire \s2__bready$404 ;
+  wire \s2__bready$395 ;
+  wire \s2__bready$406 ;
+  wire \s2__bready$417 ;
+  wire \s2__bready$428 ;
   output [1:0] s2__bresp;
   reg [1:0] s2__bresp;
   wire [1:0] \s2__bresp$436 ;
@@ -768,52 +768,52 @@ module dx1_axi_memory_b4(s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awv
   wire \s2__bvalid$446 ;
   output [63:0] s2__rdata;
   reg [63:0] s2__rdata;
-  wire [63:0] \s2__rdata$414 ;
-  wire [63:0] \s2__rdata$419 ;
-  wire [63:0] \s2__rdata$424 ;
-  wire [63:0] \s2__rdata$429 ;
+  wire [63:0] \s2__rdata$364 ;
+  wire [63:0] \s2__rdata$369 ;
+  wire [63:0] \s2__rdata$374 ;
+  wire [63:0] \s2__rdata$379 ;
   output [3:0] s2__rid;
   reg [3:0] s2__rid;
-  wire [3:0] \s2__rid$415 ;
-  wire [3:0] \s2__rid$420 ;
-  wire [3:0] \s2__rid$425 ;
-  wire [3:0] \s2__rid$430 ;
+  wire [3:0] \s2__rid$365 ;
+  wire [3:0] \s2__rid$370 ;
+  wire [3:0] \s2__rid$375 ;
+  wire [3:0] \s2__rid$380 ;
   output s2__rlast;
   reg s2__rlast;
-  wire \s2__rlast$417 ;
-  wire \s2__rlast$422 ;
-  wire \s2__rlast$427 ;
-  wire \s2__rlast$432 ;
+  wire \s2__rlast$367 ;
+  wire \s2__rlast$372 ;
+  wire \s2__rlast$377 ;
+  wire \s2__rlast$382 ;
   input s2__rready;
   wire s2__rready;
   wire \s2__rready$337 ;
-  wire \s2__rready$357 ;
-  wire \s2__rready$375 ;
-  wire \s2__rready$393 ;
+  wire \s2__rready$344 ;
+  wire \s2__rready$351 ;
+  wire \s2__rready$358 ;
   output [1:0] s2__rresp;
   reg [1:0] s2__rresp;
-  wire [1:0] \s2__rresp$416 ;
-  wire [1:0] \s2__rresp$421 ;
-  wire [1:0] \s2__rresp$426 ;
-  wire [1:0] \s2__rresp$431 ;
+  wire [1:0] \s2__rresp$366 ;
+  wire [1:0] \s2__rresp$371 ;
+  wire [1:0] \s2__rresp$376 ;
+  wire [1:0] \s2__rresp$381 ;
   output s2__rvalid;
   reg s2__rvalid;
-  wire \s2__rvalid$413 ;
-  wire \s2__rvalid$418 ;
-  wire \s2__rvalid$423 ;
-  wire \s2__rvalid$428 ;
+  wire \s2__rvalid$363 ;
+  wire \s2__rvalid$368 ;
+  wire \s2__rvalid$373 ;
+  wire \s2__rvalid$378 ;
   input [63:0] s2__wdata;
   wire [63:0] s2__wdata;
-  wire [63:0] \s2__wdata$346 ;
-  wire [63:0] \s2__wdata$364 ;
-  wire [63:0] \s2__wdata$382 ;
-  wire [63:0] \s2__wdata$400 ;
+  wire [63:0] \s2__wdata$391 ;
+  wire [63:0] \s2__wdata$402 ;
+  wire [63:0] \s2__wdata$413 ;
+  wire [63:0] \s2__wdata$424 ;
   input s2__wlast;
   wire s2__wlast;
-  wire \s2__wlast$348 ;
-  wire \s2__wlast$366 ;
-  wire \s2__wlast$384 ;
-  wire \s2__wlast$402 ;
+  wire \s2__wlast$393 ;
+  wire \s2__wlast$404 ;
+  wire \s2__wlast$415 ;
+  wire \s2__wlast$426 ;
   output s2__wready;
   reg s2__wready;
   wire \s2__wready$433 ;
@@ -822,16 +822,16 @@ module dx1_axi_memory_b4(s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awv
   wire \s2__wready$445 ;
   input [7:0] s2__wstrb;
   wire [7:0] s2__wstrb;
-  wire [7:0] \s2__wstrb$347 ;
-  wire [7:0] \s2__wstrb$365 ;
-  wire [7:0] \s2__wstrb$383 ;
-  wire [7:0] \s2__wstrb$401 ;
+  wire [7:0] \s2__wstrb$392 ;
+  wire [7:0] \s2__wstrb$403 ;
+  wire [7:0] \s2__wstrb$414 ;
+  wire [7:0] \s2__wstrb$425 ;
   input s2__wvalid;
   wire s2__wvalid;
-  wire \s2__wvalid$349 ;
-  wire \s2__wvalid$367 ;
-  wire \s2__wvalid$385 ;
-  wire \s2__wvalid$403 ;
+  wire \s2__wvalid$394 ;
+  wire \s2__wvalid$405 ;
+  wire \s2__wvalid$416 ;
+  wire \s2__wvalid$427 ;
   reg [1:0] w_bank_0 = 2'h0;
   reg [1:0] w_bank_1 = 2'h0;
   reg [1:0] w_bank_2 = 2'h0;
@@ -848,72 +848,73 @@ module dx1_axi_memory_b4(s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awv
   assign \s0__arvalid$94  = \$6  & \$7 ;
   assign \$8  = ! r_bank_0;
   assign \s0__rready$97  = s0__rready & \$8 ;
-  assign \$9  = ! w_out_0;
-  assign \$10  = w_bank_0 == s0__awaddr[13:12];
+  assign \$9  = ! r_out_0;
+  assign \$10  = r_bank_0 == s0__araddr[13:12];
   assign \$11  = \$9  | \$10 ;
-  assign \$12  = w_out_0 != 8'hff;
+  assign \$12  = r_out_0 != 8'hff;
   assign \$13  = \$11  & \$12 ;
-  assign \$14  = s0__awvalid & \$13 ;
-  assign \$15  = ! s0__awaddr[13:12];
-  assign \s0__awvalid$103  = \$14  & \$15 ;
-  assign \$16  = ! w_bank_0;
-  assign \s0__wvalid$109  = s0__wvalid & \$16 ;
-  assign \$17  = ! w_bank_0;
-  assign \s0__bready$110  = s0__bready & \$17 ;
-  assign \$18  = ! r_out_0;
-  assign \$19  = r_bank_0 == s0__araddr[13:12];
-  assign \$20  = \$18  | \$19 ;
-  assign \$21  = r_out_0 != 8'hff;
-  assign \$22  = \$20  & \$21 ;
-  assign \$23  = s0__arvalid & \$22 ;
-  assign \$24  = s0__araddr[13:12] == 1'h1;
-  assign \s0__arvalid$116  = \$23  & \$24 ;
-  assign \$25  = r_bank_0 == 1'h1;
-  assign \s0__rready$117  = s0__rready & \$25 ;
-  assign \$26  = ! w_out_0;
-  assign \$27  = w_bank_0 == s0__awaddr[13:12];
-  assign \$28  = \$26  | \$27 ;
-  assign \$29  = w_out_0 != 8'hff;
-  assign \$30  = \$28  & \$29 ;
-  assign \$31  = s0__awvalid & \$30 ;
-  assign \$32  = s0__awaddr[13:12] == 1'h1;
-  assign \s0__awvalid$123  = \$31  & \$32 ;
-  assign \$33  = w_bank_0 == 1'h1;
-  assign \s0__wvalid$127  = s0__wvalid & \$33 ;
-  assign \$34  = w_bank_0 == 1'h1;
-  assign \s0__bready$128  = s0__bready & \$34 ;
-  assign \$35  = ! r_out_0;
-  assign \$36  = r_bank_0 == s0__araddr[13:12];
-  assign \$37  = \$35  | \$36 ;
-  assign \$38  = r_out_0 != 8'hff;
-  assign \$39  = \$37  & \$38 ;
-  assign \$40  = s0__arvalid & \$39 ;
-  assign \$41  = s0__araddr[13:12] == 2'h2;
-  assign \s0__arvalid$134  = \$40  & \$41 ;
-  assign \$42  = r_bank_0 == 2'h2;
-  assign \s0__rready$135  = s0__rready & \$42 ;
-  assign \$43  = ! w_out_0;
-  assign \$44  = w_bank_0 == s0__awaddr[13:12];
-  assign \$45  = \$43  | \$44 ;
-  assign \$46  = w_out_0 != 8'hff;
-  assign \$47  = \$45  & \$46 ;
-  assign \$48  = s0__awvalid & \$47 ;
-  assign \$49  = s0__awaddr[13:12] == 2'h2;
-  assign \s0__awvalid$141  = \$48  & \$49 ;
-  assign \$50  = w_bank_0 == 2'h2;
-  assign \s0__wvalid$145  = s0__wvalid & \$50 ;
-  assign \$51  = w_bank_0 == 2'h2;
-  assign \s0__bready$146  = s0__bready & \$51 ;
-  assign \$52  = ! r_out_0;
-  assign \$53  = r_bank_0 == s0__araddr[13:12];
-  assign \$54  = \$52  | \$53 ;
-  assign \$55  = r_out_0 != 8'hff;
-  assign \$56  = \$54  & \$55 ;
-  assign \$57  = s0__arvalid & \$56 ;
-  assign \$58  = s0__araddr[13:12] == 2'h3;
-  assign \s0__arvalid$152  = \$57  & \$58 ;
-  assign \$59  = r_bank_0 == 2'h3;
-  assign \s0__rready$153  = s0__rready & \$59 ;
+  assign \$14  = s0__arvalid & \$13 ;
+  assign \$15  = s0__araddr[13:12] == 1'h1;
+  assign \s0__arvalid$103  = \$14  & \$15 ;
+  assign \$16  = r_bank_0 == 1'h1;
+  assign \s0__rready$104  = s0__rready & \$16 ;
+  assign \$17  = ! r_out_0;
+  assign \$18  = r_bank_0 == s0__araddr[13:12];
+  assign \$19  = \$17  | \$18 ;
+  assign \$20  = r_out_0 != 8'hff;
+  assign \$21  = \$19  & \$20 ;
+  assign \$22  = s0__arvalid & \$21 ;
+  assign \$23  = s0__araddr[13:12] == 2'h2;
+  assign \s0__arvalid$110  = \$22  & \$23 ;
+  assign \$24  = r_bank_0 == 2'h2;
+  assign \s0__rready$111  = s0__rready & \$24 ;
+  assign \$25  = ! r_out_0;
+  assign \$26  = r_bank_0 == s0__araddr[13:12];
+  assign \$27  = \$25  | \$26 ;
+  assign \$28  = r_out_0 != 8'hff;
+  assign \$29  = \$27  & \$28 ;
+  assign \$30  = s0__arvalid & \$29 ;
+  assign \$31  = s0__araddr[13:12] == 2'h3;
+  assign \s0__arvalid$117  = \$30  & \$31 ;
+  assign \$32  = r_bank_0 == 2'h3;
+  assign \s0__rready$118  = s0__rready & \$32 ;
+  assign s0__arready = | { \s0__arready$122 , \s0__arready$121 , \s0__arready$120 , \s0__arready$119  };
+  assign \$33  = ! w_out_0;
+  assign \$34  = w_bank_0 == s0__awaddr[13:12];
+  assign \$35  = \$33  | \$34 ;
+  assign \$36  = w_out_0 != 8'hff;
+  assign \$37  = \$35  & \$36 ;
+  assign \$38  = s0__awvalid & \$37 ;
+  assign \$39  = ! s0__awaddr[13:12];
+  assign \s0__awvalid$148  = \$38  & \$39 ;
+  assign \$40  = ! w_bank_0;
+  assign \s0__wvalid$154  = s0__wvalid & \$40 ;
+  assign \$41  = ! w_bank_0;
+  assign \s0__bready$155  = s0__bready & \$41 ;
+  assign \$42  = ! w_out_0;
+  assign \$43  = w_bank_0 == s0__awaddr[13:12];
+  assign \$44  = \$42  | \$43 ;
+  assign \$45  = w_out_0 != 8'hff;
+  assign \$46  = \$44  & \$45 ;
+  assign \$47  = s0__awvalid & \$46 ;
+  assign \$48  = s0__awaddr[13:12] == 1'h1;
+  assign \s0__awvalid$161  = \$47  & \$48 ;
+  assign \$49  = w_bank_0 == 1'h1;
+  assign \s0__wvalid$165  = s0__wvalid & \$49 ;
+  assign \$50  = w_bank_0 == 1'h1;
+  assign \s0__bready$166  = s0__bready & \$50 ;
+  assign \$51  = ! w_out_0;
+  assign \$52  = w_bank_0 == s0__awaddr[13:12];
+  assign \$53  = \$51  | \$52 ;
+  assign \$54  = w_out_0 != 8'hff;
+  assign \$55  = \$53  & \$54 ;
+  assign \$56  = s0__awvalid & \$55 ;
+  assign \$57  = s0__awaddr[13:12] == 2'h2;
+  assign \s0__awvalid$172  = \$56  & \$57 ;
+  assign \$58  = w_bank_0 == 2'h2;
+  assign \s0__wvalid$176  = s0__wvalid & \$58 ;
+  assign \$59  = w_bank_0 == 2'h2;
+  assign \s0__bready$177  = s0__bready & \$59 ;
   assign \$60  = ! w_out_0;
   assign \$61  = w_bank_0 == s0__awaddr[13:12];
   assign \$62  = \$60  | \$61 ;
@@ -921,13 +922,12 @@ module dx1_axi_memory_b4(s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awv
   assign \$64  = \$62  & \$63 ;
   assign \$65  = s0__awvalid & \$64 ;
   assign \$66  = s0__awaddr[13:12] == 2'h3;
-  assign \s0__awvalid$159  = \$65  & \$66 ;
+  assign \s0__awvalid$183  = \$65  & \$66 ;
   assign \$67  = w_bank_0 == 2'h3;
-  assign \s0__wvalid$163  = s0__wvalid & \$67 ;
+  assign \s0__wvalid$187  = s0__wvalid & \$67 ;
   assign \$68  = w_bank_0 == 2'h3;
-  assign \s0__bready$164  = s0__bready & \$68 ;
-  assign s0__arready = | { \s0__arready$168 , \s0__arready$167 , \s0__arready$166 , \s0__arready$165  };
-  assign s0__awready = | { \s0__awready$172 , \s0__awready$171 , \s0__awready$170 , \s0__awready$169  };
+  assign \s0__bready$188  = s0__bready & \$68 ;
+  assign s0__awready = | { \s0__awready$192 , \s0__awready$191 , \s0__awready$190 , \s0__awready$189  };
   assign \$69  = ! r_out_1;
   assign \$70  = r_bank_1 == s1__araddr[13:12];
   assign \$71  = \$69  | \$70 ;
@@ -938,72 +938,73 @@ module dx1_axi_memory_b4(s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awv
   assign \s1__arvalid$214  = \$74  & \$75 ;
   assign \$76  = ! r_bank_1;
   assign \s1__rready$217  = s1__rready & \$76 ;
-  assign \$77  = ! w_out_1;
-  assign \$78  = w_bank_1 == s1__awaddr[13:12];
+  assign \$77  = ! r_out_1;
+  assign \$78  = r_bank_1 == s1__araddr[13:12];
   assign \$79  = \$77  | \$78 ;
-  assign \$80  = w_out_1 != 8'hff;
+  assign \$80  = r_out_1 != 8'hff;
   assign \$81  = \$79  & \$80 ;
-  assign \$82  = s1__awvalid & \$81 ;
-  assign \$83  = ! s1__awaddr[13:12];
-  assign \s1__awvalid$223  = \$82  & \$83 ;
-  assign \$84  = ! w_bank_1;
-  assign \s1__wvalid$229  = s1__wvalid & \$84 ;
-  assign \$85  = ! w_bank_1;
-  assign \s1__bready$230  = s1__bready & \$85 ;
-  assign \$86  = ! r_out_1;
-  assign \$87  = r_bank_1 == s1__araddr[13:12];
-  assign \$88  = \$86  | \$87 ;
-  assign \$89  = r_out_1 != 8'hff;
-  assign \$90  = \$88  & \$89 ;
-  assign \$91  = s1__arvalid & \$90 ;
-  assign \$92  = s1__araddr[13:12] == 1'h1;
-  assign \s1__arvalid$236  = \$91  & \$92 ;
-  assign \$93  = r_bank_1 == 1'h1;
-  assign \s1__rready$237  = s1__rready & \$93 ;
-  assign \$94  = ! w_out_1;
-  assign \$95  = w_bank_1 == s1__awaddr[13:12];
-  assign \$96  = \$94  | \$95 ;
-  assign \$97  = w_out_1 != 8'hff;
-  assign \$98  = \$96  & \$97 ;
-  assign \$99  = s1__awvalid & \$98 ;
-  assign \$100  = s1__awaddr[13:12] == 1'h1;
-  assign \s1__awvalid$243  = \$99  & \$100 ;
-  assign \$101  = w_bank_1 == 1'h1;
-  assign \s1__wvalid$247  = s1__wvalid & \$101 ;
-  assign \$102  = w_bank_1 == 1'h1;
-  assign \s1__bready$248  = s1__bready & \$102 ;
-  assign \$103  = ! r_out_1;
-  assign \$104  = r_bank_1 == s1__araddr[13:12];
-  assign \$105  = \$103  | \$104 ;
-  assign \$106  = r_out_1 != 8'hff;
-  assign \$107  = \$105  & \$106 ;
-  assign \$108  = s1__arvalid & \$107 ;
-  assign \$109  = s1__araddr[13:12] == 2'h2;
-  assign \s1__arvalid$254  = \$108  & \$109 ;
-  assign \$110  = r_bank_1 == 2'h2;
-  assign \s1__rready$255  = s1__rready & \$110 ;
-  assign \$111  = ! w_out_1;
-  assign \$112  = w_bank_1 == s1__awaddr[13:12];
-  assign \$113  = \$111  | \$112 ;
-  assign \$114  = w_out_1 != 8'hff;
-  assign \$115  = \$113  & \$114 ;
-  assign \$116  = s1__awvalid & \$115 ;
-  assign \$117  = s1__awaddr[13:12] == 2'h2;
-  assign \s1__awvalid$261  = \$116  & \$117 ;
-  assign \$118  = w_bank_1 == 2'h2;
-  assign \s1__wvalid$265  = s1__wvalid & \$118 ;
-  assign \$119  = w_bank_1 == 2'h2;
-  assign \s1__bready$266  = s1__bready & \$119 ;
-  assign \$120  = ! r_out_1;
-  assign \$121  = r_bank_1 == s1__araddr[13:12];
-  assign \$122  = \$120  | \$121 ;
-  assign \$123  = r_out_1 != 8'hff;
-  assign \$124  = \$122  & \$123 ;
-  assign \$125  = s1__arvalid & \$124 ;
-  assign \$126  = s1__araddr[13:12] == 2'h3;
-  assign \s1__arvalid$272  = \$125  & \$126 ;
-  assign \$127  = r_bank_1 == 2'h3;
-  assign \s1__rready$273  = s1__rready & \$127 ;
+  assign \$82  = s1__arvalid & \$81 ;
+  assign \$83  = s1__araddr[13:12] == 1'h1;
+  assign \s1__arvalid$223  = \$82  & \$83 ;
+  assign \$84  = r_bank_1 == 1'h1;
+  assign \s1__rready$224  = s1__rready & \$84 ;
+  assign \$85  = ! r_out_1;
+  assign \$86  = r_bank_1 == s1__araddr[13:12];
+  assign \$87  = \$85  | \$86 ;
+  assign \$88  = r_out_1 != 8'hff;
+  assign \$89  = \$87  & \$88 ;
+  assign \$90  = s1__arvalid & \$89 ;
+  assign \$91  = s1__araddr[13:12] == 2'h2;
+  assign \s1__arvalid$230  = \$90  & \$91 ;
+  assign \$92  = r_bank_1 == 2'h2;
+  assign \s1__rready$231  = s1__rready & \$92 ;
+  assign \$93  = ! r_out_1;
+  assign \$94  = r_bank_1 == s1__araddr[13:12];
+  assign \$95  = \$93  | \$94 ;
+  assign \$96  = r_out_1 != 8'hff;
+  assign \$97  = \$95  & \$96 ;
+  assign \$98  = s1__arvalid & \$97 ;
+  assign \$99  = s1__araddr[13:12] == 2'h3;
+  assign \s1__arvalid$237  = \$98  & \$99 ;
+  assign \$100  = r_bank_1 == 2'h3;
+  assign \s1__rready$238  = s1__rready & \$100 ;
+  assign s1__arready = | { \s1__arready$242 , \s1__arready$241 , \s1__arready$240 , \s1__arready$239  };
+  assign \$101  = ! w_out_1;
+  assign \$102  = w_bank_1 == s1__awaddr[13:12];
+  assign \$103  = \$101  | \$102 ;
+  assign \$104  = w_out_1 != 8'hff;
+  assign \$105  = \$103  & \$104 ;
+  assign \$106  = s1__awvalid & \$105 ;
+  assign \$107  = ! s1__awaddr[13:12];
+  assign \s1__awvalid$268  = \$106  & \$107 ;
+  assign \$108  = ! w_bank_1;
+  assign \s1__wvalid$274  = s1__wvalid & \$108 ;
+  assign \$109  = ! w_bank_1;
+  assign \s1__bready$275  = s1__bready & \$109 ;
+  assign \$110  = ! w_out_1;
+  assign \$111  = w_bank_1 == s1__awaddr[13:12];
+  assign \$112  = \$110  | \$111 ;
+  assign \$113  = w_out_1 != 8'hff;
+  assign \$114  = \$112  & \$113 ;
+  assign \$115  = s1__awvalid & \$114 ;
+  assign \$116  = s1__awaddr[13:12] == 1'h1;
+  assign \s1__awvalid$281  = \$115  & \$116 ;
+  assign \$117  = w_bank_1 == 1'h1;
+  assign \s1__wvalid$285  = s1__wvalid & \$117 ;
+  assign \$118  = w_bank_1 == 1'h1;
+  assign \s1__bready$286  = s1__bready & \$118 ;
+  assign \$119  = ! w_out_1;
+  assign \$120  = w_bank_1 == s1__awaddr[13:12];
+  assign \$121  = \$119  | \$120 ;
+  assign \$122  = w_out_1 != 8'hff;
+  assign \$123  = \$121  & \$122 ;
+  assign \$124  = s1__awvalid & \$123 ;
+  assign \$125  = s1__awaddr[13:12] == 2'h2;
+  assign \s1__awvalid$292  = \$124  & \$125 ;
+  assign \$126  = w_bank_1 == 2'h2;
+  assign \s1__wvalid$296  = s1__wvalid & \$126 ;
+  assign \$127  = w_bank_1 == 2'h2;
+  assign \s1__bready$297  = s1__bready & \$127 ;
   assign \$128  = ! w_out_1;
   assign \$129  = w_bank_1 == s1__awaddr[13:12];
   assign \$130  = \$128  | \$129 ;
@@ -1011,13 +1012,12 @@ module dx1_axi_memory_b4(s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awv
   assign \$132  = \$130  & \$131 ;
   assign \$133  = s1__awvalid & \$132 ;
   assign \$134  = s1__awaddr[13:12] == 2'h3;
-  assign \s1__awvalid$279  = \$133  & \$134 ;
+  assign \s1__awvalid$303  = \$133  & \$134 ;
   assign \$135  = w_bank_1 == 2'h3;
-  assign \s1__wvalid$283  = s1__wvalid & \$135 ;
+  assign \s1__wvalid$307  = s1__wvalid & \$135 ;
   assign \$136  = w_bank_1 == 2'h3;
-  assign \s1__bready$284  = s1__bready & \$136 ;
-  assign s1__arready = | { \s1__arready$288 , \s1__arready$287 , \s1__arready$286 , \s1__arready$285  };
-  assign s1__awready = | { \s1__awready$292 , \s1__awready$291 , \s1__awready$290 , \s1__awready$289  };
+  assign \s1__bready$308  = s1__bready & \$136 ;
+  assign s1__awready = | { \s1__awready$312 , \s1__awready$311 , \s1__awready$310 , \s1__awready$309  };
   assign \$137  = ! r_out_2;
   assign \$138  = r_bank_2 == s2__araddr[13:12];
   assign \$139  = \$137  | \$138 ;
@@ -1028,72 +1028,73 @@ module dx1_axi_memory_b4(s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awv
   assign \s2__arvalid$334  = \$142  & \$143 ;
   assign \$144  = ! r_bank_2;
   assign \s2__rready$337  = s2__rready & \$144 ;
-  assign \$145  = ! w_out_2;
-  assign \$146  = w_bank_2 == s2__awaddr[13:12];
+  assign \$145  = ! r_out_2;
+  assign \$146  = r_bank_2 == s2__araddr[13:12];
   assign \$147  = \$145  | \$146 ;
-  assign \$148  = w_out_2 != 8'hff;
+  assign \$148  = r_out_2 != 8'hff;
   assign \$149  = \$147  & \$148 ;
-  assign \$150  = s2__awvalid & \$149 ;
-  assign \$151  = ! s2__awaddr[13:12];
-  assign \s2__awvalid$343  = \$150  & \$151 ;
-  assign \$152  = ! w_bank_2;
-  assign \s2__wvalid$349  = s2__wvalid & \$152 ;
-  assign \$153  = ! w_bank_2;
-  assign \s2__bready$350  = s2__bready & \$153 ;
-  assign \$154  = ! r_out_2;
-  assign \$155  = r_bank_2 == s2__araddr[13:12];
-  assign \$156  = \$154  | \$155 ;
-  assign \$157  = r_out_2 != 8'hff;
-  assign \$158  = \$156  & \$157 ;
-  assign \$159  = s2__arvalid & \$158 ;
-  assign \$160  = s2__araddr[13:12] == 1'h1;
-  assign \s2__arvalid$356  = \$159  & \$160 ;
-  assign \$161  = r_bank_2 == 1'h1;
-  assign \s2__rready$357  = s2__rready & \$161 ;
-  assign \$162  = ! w_out_2;
-  assign \$163  = w_bank_2 == s2__awaddr[13:12];
-  assign \$164  = \$162  | \$163 ;
-  assign \$165  = w_out_2 != 8'hff;
-  assign \$166  = \$164  & \$165 ;
-  assign \$167  = s2__awvalid & \$166 ;
-  assign \$168  = s2__awaddr[13:12] == 1'h1;
-  assign \s2__awvalid$363  = \$167  & \$168 ;
-  assign \$169  = w_bank_2 == 1'h1;
-  assign \s2__wvalid$367  = s2__wvalid & \$169 ;
-  assign \$170  = w_bank_2 == 1'h1;
-  assign \s2__bready$368  = s2__bready & \$170 ;
-  assign \$171  = ! r_out_2;
-  assign \$172  = r_bank_2 == s2__araddr[13:12];
-  assign \$173  = \$171  | \$172 ;
-  assign \$174  = r_out_2 != 8'hff;
-  assign \$175  = \$173  & \$174 ;
-  assign \$176  = s2__arvalid & \$175 ;
-  assign \$177  = s2__araddr[13:12] == 2'h2;
-  assign \s2__arvalid$374  = \$176  & \$177 ;
-  assign \$178  = r_bank_2 == 2'h2;
-  assign \s2__rready$375  = s2__rready & \$178 ;
-  assign \$179  = ! w_out_2;
-  assign \$180  = w_bank_2 == s2__awaddr[13:12];
-  assign \$181  = \$179  | \$180 ;
-  assign \$182  = w_out_2 != 8'hff;
-  assign \$183  = \$181  & \$182 ;
-  assign \$184  = s2__awvalid & \$183 ;
-  assign \$185  = s2__awaddr[13:12] == 2'h2;
-  assign \s2__awvalid$381  = \$184  & \$185 ;
-  assign \$186  = w_bank_2 == 2'h2;
-  assign \s2__wvalid$385  = s2__wvalid & \$186 ;
-  assign \$187  = w_bank_2 == 2'h2;
-  assign \s2__bready$386  = s2__bready & \$187 ;
-  assign \$188  = ! r_out_2;
-  assign \$189  = r_bank_2 == s2__araddr[13:12];
-  assign \$190  = \$188  | \$189 ;
-  assign \$191  = r_out_2 != 8'hff;
-  assign \$192  = \$190  & \$191 ;
-  assign \$193  = s2__arvalid & \$192 ;
-  assign \$194  = s2__araddr[13:12] == 2'h3;
-  assign \s2__arvalid$392  = \$193  & \$194 ;
-  assign \$195  = r_bank_2 == 2'h3;
-  assign \s2__rready$393  = s2__rready & \$195 ;
+  assign \$150  = s2__arvalid & \$149 ;
+  assign \$151  = s2__araddr[13:12] == 1'h1;
+  assign \s2__arvalid$343  = \$150  & \$151 ;
+  assign \$152  = r_bank_2 == 1'h1;
+  assign \s2__rready$344  = s2__rready & \$152 ;
+  assign \$153  = ! r_out_2;
+  assign \$154  = r_bank_2 == s2__araddr[13:12];
+  assign \$155  = \$153  | \$154 ;
+  assign \$156  = r_out_2 != 8'hff;
+  assign \$157  = \$155  & \$156 ;
+  assign \$158  = s2__arvalid & \$157 ;
+  assign \$159  = s2__araddr[13:12] == 2'h2;
+  assign \s2__arvalid$350  = \$158  & \$159 ;
+  assign \$160  = r_bank_2 == 2'h2;
+  assign \s2__rready$351  = s2__rready & \$160 ;
+  assign \$161  = ! r_out_2;
+  assign \$162  = r_bank_2 == s2__araddr[13:12];
+  assign \$163  = \$161  | \$162 ;
+  assign \$164  = r_out_2 != 8'hff;
+  assign \$165  = \$163  & \$164 ;
+  assign \$166  = s2__arvalid & \$165 ;
+  assign \$167  = s2__araddr[13:12] == 2'h3;
+  assign \s2__arvalid$357  = \$166  & \$167 ;
+  assign \$168  = r_bank_2 == 2'h3;
+  assign \s2__rready$358  = s2__rready & \$168 ;
+  assign s2__arready = | { \s2__arready$362 , \s2__arready$361 , \s2__arready$360 , \s2__arready$359  };
+  assign \$169  = ! w_out_2;
+  assign \$170  = w_bank_2 == s2__awaddr[13:12];
+  assign \$171  = \$169  | \$170 ;
+  assign \$172  = w_out_2 != 8'hff;
+  assign \$173  = \$171  & \$172 ;
+  assign \$174  = s2__awvalid & \$173 ;
+  assign \$175  = ! s2__awaddr[13:12];
+  assign \s2__awvalid$388  = \$174  & \$175 ;
+  assign \$176  = ! w_bank_2;
+  assign \s2__wvalid$394  = s2__wvalid & \$176 ;
+  assign \$177  = ! w_bank_2;
+  assign \s2__bready$395  = s2__bready & \$177 ;
+  assign \$178  = ! w_out_2;
+  assign \$179  = w_bank_2 == s2__awaddr[13:12];
+  assign \$180  = \$178  | \$179 ;
+  assign \$181  = w_out_2 != 8'hff;
+  assign \$182  = \$180  & \$181 ;
+  assign \$183  = s2__awvalid & \$182 ;
+  assign \$184  = s2__awaddr[13:12] == 1'h1;
+  assign \s2__awvalid$401  = \$183  & \$184 ;
+  assign \$185  = w_bank_2 == 1'h1;
+  assign \s2__wvalid$405  = s2__wvalid & \$185 ;
+  assign \$186  = w_bank_2 == 1'h1;
+  assign \s2__bready$406  = s2__bready & \$186 ;
+  assign \$187  = ! w_out_2;
+  assign \$188  = w_bank_2 == s2__awaddr[13:12];
+  assign \$189  = \$187  | \$188 ;
+  assign \$190  = w_out_2 != 8'hff;
+  assign \$191  = \$189  & \$190 ;
+  assign \$192  = s2__awvalid & \$191 ;
+  assign \$193  = s2__awaddr[13:12] == 2'h2;
+  assign \s2__awvalid$412  = \$192  & \$193 ;
+  assign \$194  = w_bank_2 == 2'h2;
+  assign \s2__wvalid$416  = s2__wvalid & \$194 ;
+  assign \$195  = w_bank_2 == 2'h2;
+  assign \s2__bready$417  = s2__bready & \$195 ;
   assign \$196  = ! w_out_2;
   assign \$197  = w_bank_2 == s2__awaddr[13:12];
   assign \$198  = \$196  | \$197 ;
@@ -1101,13 +1102,12 @@ module dx1_axi_memory_b4(s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awv
   assign \$200  = \$198  & \$199 ;
   assign \$201  = s2__awvalid & \$200 ;
   assign \$202  = s2__awaddr[13:12] == 2'h3;
-  assign \s2__awvalid$399  = \$201  & \$202 ;
+  assign \s2__awvalid$423  = \$201  & \$202 ;
   assign \$203  = w_bank_2 == 2'h3;
-  assign \s2__wvalid$403  = s2__wvalid & \$203 ;
+  assign \s2__wvalid$427  = s2__wvalid & \$203 ;
   assign \$204  = w_bank_2 == 2'h3;
-  assign \s2__bready$404  = s2__bready & \$204 ;
-  assign s2__arready = | { \s2__arready$408 , \s2__arready$407 , \s2__arready$406 , \s2__arready$405  };
-  assign s2__awready = | { \s2__awready$412 , \s2__awready$411 , \s2__awready$410 , \s2__awready$409  };
+  assign \s2__bready$428  = s2__bready & \$204 ;
+  assign s2__awready = | { \s2__awready$432 , \s2__awready$431 , \s2__awready$430 , \s2__awready$429  };
   assign \$205  = s0__arvalid & s0__arready;
   assign \$206  = s0__arvalid & s0__arready;
   assign \$207  = s0__rvalid & s0__rready;
@@ -1226,70 +1226,70 @@ module dx1_axi_memory_b4(s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awv
     .s0__arburst(s0__arburst),
     .s0__arid(s0__arid),
     .s0__arlen(s0__arlen),
-    .s0__arready(\s0__arready$165 ),
+    .s0__arready(\s0__arready$119 ),
     .s0__arsize(s0__arsize),
     .s0__arvalid(\s0__arvalid$94 ),
     .s0__awburst(s0__awburst),
     .s0__awid(s0__awid),
     .s0__awlen(s0__awlen),
-    .s0__awready(\s0__awready$169 ),
+    .s0__awready(\s0__awready$189 ),
     .s0__awsize(s0__awsize),
-    .s0__awvalid(\s0__awvalid$103 ),
+    .s0__awvalid(\s0__awvalid$148 ),
     .s0__bid(\s0__bid$195 ),
-    .s0__bready(\s0__bready$110 ),
+    .s0__bready(\s0__bready$155 ),
     .s0__bresp(\s0__bresp$196 ),
-    .s0__rlast(\s0__rlast$177 ),
+    .s0__rlast(\s0__rlast$127 ),
     .s0__rready(\s0__rready$97 ),
-    .s0__rresp(\s0__rresp$176 ),
-    .s0__rvalid(\s0__rvalid$173 ),
+    .s0__rresp(\s0__rresp$126 ),
+    .s0__rvalid(\s0__rvalid$123 ),
     .s0__wdata(s0__wdata),
     .s0__wready(\s0__wready$193 ),
     .s0__wstrb(s0__wstrb),
-    .s0__wvalid(\s0__wvalid$109 ),
+    .s0__wvalid(\s0__wvalid$154 ),
     .s1__arburst(s1__arburst),
     .s1__arid(s1__arid),
     .s1__arlen(s1__arlen),
-    .s1__arready(\s1__arready$285 ),
+    .s1__arready(\s1__arready$239 ),
     .s1__arsize(s1__arsize),
     .s1__arvalid(\s1__arvalid$214 ),
     .s1__awburst(s1__awburst),
     .s1__awid(s1__awid),
     .s1__awlen(s1__awlen),
-    .s1__awready(\s1__awready$289 ),
+    .s1__awready(\s1__awready$309 ),
     .s1__awsize(s1__awsize),
-    .s1__awvalid(\s1__awvalid$223 ),
+    .s1__awvalid(\s1__awvalid$268 ),
     .s1__bid(\s1__bid$315 ),
-    .s1__bready(\s1__bready$230 ),
+    .s1__bready(\s1__bready$275 ),
     .s1__bresp(\s1__bresp$316 ),
     .s1__rready(\s1__rready$217 ),
-    .s1__rresp(\s1__rresp$296 ),
-    .s1__rvalid(\s1__rvalid$293 ),
+    .s1__rresp(\s1__rresp$246 ),
+    .s1__rvalid(\s1__rvalid$243 ),
     .s1__wdata(s1__wdata),
     .s1__wready(\s1__wready$313 ),
     .s1__wstrb(s1__wstrb),
-    .s1__wvalid(\s1__wvalid$229 ),
+    .s1__wvalid(\s1__wvalid$274 ),
     .s2__arburst(s2__arburst),
     .s2__arid(s2__arid),
     .s2__arlen(s2__arlen),
-    .s2__arready(\s2__arready$405 ),
+    .s2__arready(\s2__arready$359 ),
     .s2__arsize(s2__arsize),
     .s2__arvalid(\s2__arvalid$334 ),
     .s2__awburst(s2__awburst),
     .s2__awid(s2__awid),
     .s2__awlen(s2__awlen),
-    .s2__awready(\s2__awready$409 ),
+    .s2__awready(\s2__awready$429 ),
     .s2__awsize(s2__awsize),
-    .s2__awvalid(\s2__awvalid$343 ),
+    .s2__awvalid(\s2__awvalid$388 ),
     .s2__bid(\s2__bid$435 ),
-    .s2__bready(\s2__bready$350 ),
+    .s2__bready(\s2__bready$395 ),
     .s2__bresp(\s2__bresp$436 ),
     .s2__rready(\s2__rready$337 ),
-    .s2__rresp(\s2__rresp$416 ),
-    .s2__rvalid(\s2__rvalid$413 ),
+    .s2__rresp(\s2__rresp$366 ),
+    .s2__rvalid(\s2__rvalid$363 ),
     .s2__wdata(s2__wdata),
     .s2__wready(\s2__wready$433 ),
     .s2__wstrb(s2__wstrb),
-    .s2__wvalid(\s2__wvalid$349 )
+    .s2__wvalid(\s2__wvalid$394 )
   );
   \dx1_axi_memory_b4.bank1  bank1 (
     .b_valid_0(\s0__bvalid$198 ),
@@ -1313,70 +1313,70 @@ module dx1_axi_memory_b4(s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awv
     .s0__arburst(s0__arburst),
     .s0__arid(s0__arid),
     .s0__arlen(s0__arlen),
-    .s0__arready(\s0__arready$166 ),
+    .s0__arready(\s0__arready$120 ),
     .s0__arsize(s0__arsize),
-    .s0__arvalid(\s0__arvalid$116 ),
+    .s0__arvalid(\s0__arvalid$103 ),
     .s0__awburst(s0__awburst),
     .s0__awid(s0__awid),
     .s0__awlen(s0__awlen),
-    .s0__awready(\s0__awready$170 ),
+    .s0__awready(\s0__awready$190 ),
     .s0__awsize(s0__awsize),
-    .s0__awvalid(\s0__awvalid$123 ),
+    .s0__awvalid(\s0__awvalid$161 ),
     .s0__bid(\s0__bid$199 ),
-    .s0__bready(\s0__bready$128 ),
+    .s0__bready(\s0__bready$166 ),
     .s0__bresp(\s0__bresp$200 ),
-    .s0__rlast(\s0__rlast$182 ),
-    .s0__rready(\s0__rready$117 ),
-    .s0__rresp(\s0__rresp$181 ),
-    .s0__rvalid(\s0__rvalid$178 ),
+    .s0__rlast(\s0__rlast$132 ),
+    .s0__rready(\s0__rready$104 ),
+    .s0__rresp(\s0__rresp$131 ),
+    .s0__rvalid(\s0__rvalid$128 ),
     .s0__wdata(s0__wdata),
     .s0__wready(\s0__wready$197 ),
     .s0__wstrb(s0__wstrb),
-    .s0__wvalid(\s0__wvalid$127 ),
+    .s0__wvalid(\s0__wvalid$165 ),
     .s1__arburst(s1__arburst),
     .s1__arid(s1__arid),
     .s1__arlen(s1__arlen),
-    .s1__arready(\s1__arready$286 ),
+    .s1__arready(\s1__arready$240 ),
     .s1__arsize(s1__arsize),
-    .s1__arvalid(\s1__arvalid$236 ),
+    .s1__arvalid(\s1__arvalid$223 ),
     .s1__awburst(s1__awburst),
     .s1__awid(s1__awid),
     .s1__awlen(s1__awlen),
-    .s1__awready(\s1__awready$290 ),
+    .s1__awready(\s1__awready$310 ),
     .s1__awsize(s1__awsize),
-    .s1__awvalid(\s1__awvalid$243 ),
+    .s1__awvalid(\s1__awvalid$281 ),
     .s1__bid(\s1__bid$319 ),
-    .s1__bready(\s1__bready$248 ),
+    .s1__bready(\s1__bready$286 ),
     .s1__bresp(\s1__bresp$320 ),
-    .s1__rready(\s1__rready$237 ),
-    .s1__rresp(\s1__rresp$301 ),
-    .s1__rvalid(\s1__rvalid$298 ),
+    .s1__rready(\s1__rready$224 ),
+    .s1__rresp(\s1__rresp$251 ),
+    .s1__rvalid(\s1__rvalid$248 ),
     .s1__wdata(s1__wdata),
     .s1__wready(\s1__wready$317 ),
     .s1__wstrb(s1__wstrb),
-    .s1__wvalid(\s1__wvalid$247 ),
+    .s1__wvalid(\s1__wvalid$285 ),
     .s2__arburst(s2__arburst),
     .s2__arid(s2__arid),
     .s2__arlen(s2__arlen),
-    .s2__arready(\s2__arready$406 ),
+    .s2__arready(\s2__arready$360 ),
     .s2__arsize(s2__arsize),
-    .s2__arvalid(\s2__arvalid$356 ),
+    .s2__arvalid(\s2__arvalid$343 ),
     .s2__awburst(s2__awburst),
     .s2__awid(s2__awid),
     .s2__awlen(s2__awlen),
-    .s2__awready(\s2__awready$410 ),
+    .s2__awready(\s2__awready$430 ),
     .s2__awsize(s2__awsize),
-    .s2__awvalid(\s2__awvalid$363 ),
+    .s2__awvalid(\s2__awvalid$401 ),
     .s2__bid(\s2__bid$439 ),
-    .s2__bready(\s2__bready$368 ),
+    .s2__bready(\s2__bready$406 ),
     .s2__bresp(\s2__bresp$440 ),
-    .s2__rready(\s2__rready$357 ),
-    .s2__rresp(\s2__rresp$421 ),
-    .s2__rvalid(\s2__rvalid$418 ),
+    .s2__rready(\s2__rready$344 ),
+    .s2__rresp(\s2__rresp$371 ),
+    .s2__rvalid(\s2__rvalid$368 ),
     .s2__wdata(s2__wdata),
     .s2__wready(\s2__wready$437 ),
     .s2__wstrb(s2__wstrb),
-    .s2__wvalid(\s2__wvalid$367 )
+    .s2__wvalid(\s2__wvalid$405 )
   );
   \dx1_axi_memory_b4.bank2  bank2 (
     .b_valid_0(\s0__bvalid$202 ),
@@ -1400,70 +1400,70 @@ module dx1_axi_memory_b4(s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awv
     .s0__arburst(s0__arburst),
     .s0__arid(s0__arid),
     .s0__arlen(s0__arlen),
-    .s0__arready(\s0__arready$167 ),
+    .s0__arready(\s0__arready$121 ),
     .s0__arsize(s0__arsize),
-    .s0__arvalid(\s0__arvalid$134 ),
+    .s0__arvalid(\s0__arvalid$110 ),
     .s0__awburst(s0__awburst),
     .s0__awid(s0__awid),
     .s0__awlen(s0__awlen),
-    .s0__awready(\s0__awready$171 ),
+    .s0__awready(\s0__awready$191 ),
     .s0__awsize(s0__awsize),
-    .s0__awvalid(\s0__awvalid$141 ),
+    .s0__awvalid(\s0__awvalid$172 ),
     .s0__bid(\s0__bid$203 ),
-    .s0__bready(\s0__bready$146 ),
+    .s0__bready(\s0__bready$177 ),
     .s0__bresp(\s0__bresp$204 ),
-    .s0__rlast(\s0__rlast$187 ),
-    .s0__rready(\s0__rready$135 ),
-    .s0__rresp(\s0__rresp$186 ),
-    .s0__rvalid(\s0__rvalid$183 ),
+    .s0__rlast(\s0__rlast$137 ),
+    .s0__rready(\s0__rready$111 ),
+    .s0__rresp(\s0__rresp$136 ),
+    .s0__rvalid(\s0__rvalid$133 ),
     .s0__wdata(s0__wdata),
     .s0__wready(\s0__wready$201 ),
     .s0__wstrb(s0__wstrb),
-    .s0__wvalid(\s0__wvalid$145 ),
+    .s0__wvalid(\s0__wvalid$176 ),
     .s1__arburst(s1__arburst),
     .s1__arid(s1__arid),
     .s1__arlen(s1__arlen),
-    .s1__arready(\s1__arready$287 ),
+    .s1__arready(\s1__arready$241 ),
     .s1__arsize(s1__arsize),
-    .s1__arvalid(\s1__arvalid$254 ),
+    .s1__arvalid(\s1__arvalid$230 ),
     .s1__awburst(s1__awburst),
     .s1__awid(s1__awid),
     .s1__awlen(s1__awlen),
-    .s1__awready(\s1__awready$291 ),
+    .s1__awready(\s1__awready$311 ),
     .s1__awsize(s1__awsize),
-    .s1__awvalid(\s1__awvalid$261 ),
+    .s1__awvalid(\s1__awvalid$292 ),
     .s1__bid(\s1__bid$323 ),
-    .s1__bready(\s1__bready$266 ),
+    .s1__bready(\s1__bready$297 ),
     .s1__bresp(\s1__bresp$324 ),
-    .s1__rready(\s1__rready$255 ),
-    .s1__rresp(\s1__rresp$306 ),
-    .s1__rvalid(\s1__rvalid$303 ),
+    .s1__rready(\s1__rready$231 ),
+    .s1__rresp(\s1__rresp$256 ),
+    .s1__rvalid(\s1__rvalid$253 ),
     .s1__wdata(s1__wdata),
     .s1__wready(\s1__wready$321 ),
     .s1__wstrb(s1__wstrb),
-    .s1__wvalid(\s1__wvalid$265 ),
+    .s1__wvalid(\s1__wvalid$296 ),
     .s2__arburst(s2__arburst),
     .s2__arid(s2__arid),
     .s2__arlen(s2__arlen),
-    .s2__arready(\s2__arready$407 ),
+    .s2__arready(\s2__arready$361 ),
     .s2__arsize(s2__arsize),
-    .s2__arvalid(\s2__arvalid$374 ),
+    .s2__arvalid(\s2__arvalid$350 ),
     .s2__awburst(s2__awburst),
     .s2__awid(s2__awid),
     .s2__awlen(s2__awlen),
-    .s2__awready(\s2__awready$411 ),
+    .s2__awready(\s2__awready$431 ),
     .s2__awsize(s2__awsize),
-    .s2__awvalid(\s2__awvalid$381 ),
+    .s2__awvalid(\s2__awvalid$412 ),
     .s2__bid(\s2__bid$443 ),
-    .s2__bready(\s2__bready$386 ),
+    .s2__bready(\s2__bready$417 ),
     .s2__bresp(\s2__bresp$444 ),
-    .s2__rready(\s2__rready$375 ),
-    .s2__rresp(\s2__rresp$426 ),
-    .s2__rvalid(\s2__rvalid$423 ),
+    .s2__rready(\s2__rready$351 ),
+    .s2__rresp(\s2__rresp$376 ),
+    .s2__rvalid(\s2__rvalid$373 ),
     .s2__wdata(s2__wdata),
     .s2__wready(\s2__wready$441 ),
     .s2__wstrb(s2__wstrb),
-    .s2__wvalid(\s2__wvalid$385 )
+    .s2__wvalid(\s2__wvalid$416 )
   );
   \dx1_axi_memory_b4.bank3  bank3 (
     .b_valid_0(\s0__bvalid$206 ),
@@ -1487,83 +1487,83 @@ module dx1_axi_memory_b4(s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awv
     .s0__arburst(s0__arburst),
     .s0__arid(s0__arid),
     .s0__arlen(s0__arlen),
-    .s0__arready(\s0__arready$168 ),
+    .s0__arready(\s0__arready$122 ),
     .s0__arsize(s0__arsize),
-    .s0__arvalid(\s0__arvalid$152 ),
+    .s0__arvalid(\s0__arvalid$117 ),
     .s0__awburst(s0__awburst),
     .s0__awid(s0__awid),
     .s0__awlen(s0__awlen),
-    .s0__awready(\s0__awready$172 ),
+    .s0__awready(\s0__awready$192 ),
     .s0__awsize(s0__awsize),
-    .s0__awvalid(\s0__awvalid$159 ),
+    .s0__awvalid(\s0__awvalid$183 ),
     .s0__bid(\s0__bid$207 ),
-    .s0__bready(\s0__bready$164 ),
+    .s0__bready(\s0__bready$188 ),
     .s0__bresp(\s0__bresp$208 ),
-    .s0__rlast(\s0__rlast$192 ),
-    .s0__rready(\s0__rready$153 ),
-    .s0__rresp(\s0__rresp$191 ),
-    .s0__rvalid(\s0__rvalid$188 ),
+    .s0__rlast(\s0__rlast$142 ),
+    .s0__rready(\s0__rready$118 ),
+    .s0__rresp(\s0__rresp$141 ),
+    .s0__rvalid(\s0__rvalid$138 ),
     .s0__wdata(s0__wdata),
     .s0__wready(\s0__wready$205 ),
     .s0__wstrb(s0__wstrb),
-    .s0__wvalid(\s0__wvalid$163 ),
+    .s0__wvalid(\s0__wvalid$187 ),
     .s1__arburst(s1__arburst),
     .s1__arid(s1__arid),
     .s1__arlen(s1__arlen),
-    .s1__arready(\s1__arready$288 ),
+    .s1__arready(\s1__arready$242 ),
     .s1__arsize(s1__arsize),
-    .s1__arvalid(\s1__arvalid$272 ),
+    .s1__arvalid(\s1__arvalid$237 ),
     .s1__awburst(s1__awburst),
     .s1__awid(s1__awid),
     .s1__awlen(s1__awlen),
-    .s1__awready(\s1__awready$292 ),
+    .s1__awready(\s1__awready$312 ),
     .s1__awsize(s1__awsize),
-    .s1__awvalid(\s1__awvalid$279 ),
+    .s1__awvalid(\s1__awvalid$303 ),
     .s1__bid(\s1__bid$327 ),
-    .s1__bready(\s1__bready$284 ),
+    .s1__bready(\s1__bready$308 ),
     .s1__bresp(\s1__bresp$328 ),
-    .s1__rready(\s1__rready$273 ),
-    .s1__rresp(\s1__rresp$311 ),
-    .s1__rvalid(\s1__rvalid$308 ),
+    .s1__rready(\s1__rready$238 ),
+    .s1__rresp(\s1__rresp$261 ),
+    .s1__rvalid(\s1__rvalid$258 ),
     .s1__wdata(s1__wdata),
     .s1__wready(\s1__wready$325 ),
     .s1__wstrb(s1__wstrb),
-    .s1__wvalid(\s1__wvalid$283 ),
+    .s1__wvalid(\s1__wvalid$307 ),
     .s2__arburst(s2__arburst),
     .s2__arid(s2__arid),
     .s2__arlen(s2__arlen),
-    .s2__arready(\s2__arready$408 ),
+    .s2__arready(\s2__arready$362 ),
     .s2__arsize(s2__arsize),
-    .s2__arvalid(\s2__arvalid$392 ),
+    .s2__arvalid(\s2__arvalid$357 ),
     .s2__awburst(s2__awburst),
     .s2__awid(s2__awid),
     .s2__awlen(s2__awlen),
-    .s2__awready(\s2__awready$412 ),
+    .s2__awready(\s2__awready$432 ),
     .s2__awsize(s2__awsize),
-    .s2__awvalid(\s2__awvalid$399 ),
+    .s2__awvalid(\s2__awvalid$423 ),
     .s2__bid(\s2__bid$447 ),
-    .s2__bready(\s2__bready$404 ),
+    .s2__bready(\s2__bready$428 ),
     .s2__bresp(\s2__bresp$448 ),
-    .s2__rready(\s2__rready$393 ),
-    .s2__rresp(\s2__rresp$431 ),
-    .s2__rvalid(\s2__rvalid$428 ),
+    .s2__rready(\s2__rready$358 ),
+    .s2__rresp(\s2__rresp$381 ),
+    .s2__rvalid(\s2__rvalid$378 ),
     .s2__wdata(s2__wdata),
     .s2__wready(\s2__wready$445 ),
     .s2__wstrb(s2__wstrb),
-    .s2__wvalid(\s2__wvalid$403 )
+    .s2__wvalid(\s2__wvalid$427 )
   );
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$1 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_0)
       2'h0:
-          s0__rvalid = \s0__rvalid$173 ;
+          s0__rvalid = \s0__rvalid$123 ;
       2'h1:
-          s0__rvalid = \s0__rvalid$178 ;
+          s0__rvalid = \s0__rvalid$128 ;
       2'h2:
-          s0__rvalid = \s0__rvalid$183 ;
+          s0__rvalid = \s0__rvalid$133 ;
       2'h3:
-          s0__rvalid = \s0__rvalid$188 ;
+          s0__rvalid = \s0__rvalid$138 ;
     endcase
   end
   always @* begin
@@ -1599,13 +1599,13 @@ module dx1_axi_memory_b4(s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awv
     (* full_case = 32'd1 *)
     casez (r_bank_0)
       2'h0:
-          s0__rresp = \s0__rresp$176 ;
+          s0__rresp = \s0__rresp$126 ;
       2'h1:
-          s0__rresp = \s0__rresp$181 ;
+          s0__rresp = \s0__rresp$131 ;
       2'h2:
-          s0__rresp = \s0__rresp$186 ;
+          s0__rresp = \s0__rresp$136 ;
       2'h3:
-          s0__rresp = \s0__rresp$191 ;
+          s0__rresp = \s0__rresp$141 ;
     endcase
   end
   always @* begin
@@ -1613,13 +1613,13 @@ module dx1_axi_memory_b4(s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awv
     (* full_case = 32'd1 *)
     casez (r_bank_0)
       2'h0:
-          s0__rlast = \s0__rlast$177 ;
+          s0__rlast = \s0__rlast$127 ;
       2'h1:
-          s0__rlast = \s0__rlast$182 ;
+          s0__rlast = \s0__rlast$132 ;
       2'h2:
-          s0__rlast = \s0__rlast$187 ;
+          s0__rlast = \s0__rlast$137 ;
       2'h3:
-          s0__rlast = \s0__rlast$192 ;
+          s0__rlast = \s0__rlast$142 ;
     endcase
   end
   always @* begin
@@ -1683,13 +1683,13 @@ module dx1_axi_memory_b4(s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awv
     (* full_case = 32'd1 *)
     casez (r_bank_1)
       2'h0:
-          s1__rvalid = \s1__rvalid$293 ;
+          s1__rvalid = \s1__rvalid$243 ;
       2'h1:
-          s1__rvalid = \s1__rvalid$298 ;
+          s1__rvalid = \s1__rvalid$248 ;
       2'h2:
-          s1__rvalid = \s1__rvalid$303 ;
+          s1__rvalid = \s1__rvalid$253 ;
       2'h3:
-          s1__rvalid = \s1__rvalid$308 ;
+          s1__rvalid = \s1__rvalid$258 ;
     endcase
   end
   always @* begin
@@ -1725,13 +1725,13 @@ module dx1_axi_memory_b4(s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awv
     (* full_case = 32'd1 *)
     casez (r_bank_1)
       2'h0:
-          s1__rresp = \s1__rresp$296 ;
+          s1__rresp = \s1__rresp$246 ;
       2'h1:
-          s1__rresp = \s1__rresp$301 ;
+          s1__rresp = \s1__rresp$251 ;
       2'h2:
-          s1__rresp = \s1__rresp$306 ;
+          s1__rresp = \s1__rresp$256 ;
       2'h3:
-          s1__rresp = \s1__rresp$311 ;
+          s1__rresp = \s1__rresp$261 ;
     endcase
   end
   always @* begin
@@ -1739,13 +1739,13 @@ module dx1_axi_memory_b4(s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awv
     (* full_case = 32'd1 *)
     casez (r_bank_1)
       2'h0:
-          s1__rlast = \s0__rlast$177 ;
+          s1__rlast = \s0__rlast$127 ;
       2'h1:
-          s1__rlast = \s0__rlast$182 ;
+          s1__rlast = \s0__rlast$132 ;
       2'h2:
-          s1__rlast = \s0__rlast$187 ;
+          s1__rlast = \s0__rlast$137 ;
       2'h3:
-          s1__rlast = \s0__rlast$192 ;
+          s1__rlast = \s0__rlast$142 ;
     endcase
   end
   always @* begin
@@ -1809,13 +1809,13 @@ module dx1_axi_memory_b4(s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awv
     (* full_case = 32'd1 *)
     casez (r_bank_2)
       2'h0:
-          s2__rvalid = \s2__rvalid$413 ;
+          s2__rvalid = \s2__rvalid$363 ;
       2'h1:
-          s2__rvalid = \s2__rvalid$418 ;
+          s2__rvalid = \s2__rvalid$368 ;
       2'h2:
-          s2__rvalid = \s2__rvalid$423 ;
+          s2__rvalid = \s2__rvalid$373 ;
       2'h3:
-          s2__rvalid = \s2__rvalid$428 ;
+          s2__rvalid = \s2__rvalid$378 ;
     endcase
   end
   always @* begin
@@ -1851,13 +1851,13 @@ module dx1_axi_memory_b4(s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awv
     (* full_case = 32'd1 *)
     casez (r_bank_2)
       2'h0:
-          s2__rresp = \s2__rresp$416 ;
+          s2__rresp = \s2__rresp$366 ;
       2'h1:
-          s2__rresp = \s2__rresp$421 ;
+          s2__rresp = \s2__rresp$371 ;
       2'h2:
-          s2__rresp = \s2__rresp$426 ;
+          s2__rresp = \s2__rresp$376 ;
       2'h3:
-          s2__rresp = \s2__rresp$431 ;
+          s2__rresp = \s2__rresp$381 ;
     endcase
   end
   always @* begin
@@ -1865,13 +1865,13 @@ module dx1_axi_memory_b4(s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awv
     (* full_case = 32'd1 *)
     casez (r_bank_2)
       2'h0:
-          s2__rlast = \s0__rlast$177 ;
+          s2__rlast = \s0__rlast$127 ;
       2'h1:
-          s2__rlast = \s0__rlast$182 ;
+          s2__rlast = \s0__rlast$132 ;
       2'h2:
-          s2__rlast = \s0__rlast$187 ;
+          s2__rlast = \s0__rlast$137 ;
       2'h3:
-          s2__rlast = \s0__rlast$192 ;
+          s2__rlast = \s0__rlast$142 ;
     endcase
   end
   always @* begin
@@ -2067,189 +2067,189 @@ module dx1_axi_memory_b4(s0__awaddr, s0__awlen, s0__awsize, s0__awburst, s0__awv
   assign \s0__arsize$91  = s0__arsize;
   assign \s0__arburst$92  = s0__arburst;
   assign \s0__arid$93  = s0__arid;
-  assign \s0__awaddr$98  = { 2'h0, s0__awaddr[31:14], s0__awaddr[11:0] };
-  assign \s0__awlen$99  = s0__awlen;
-  assign \s0__awsize$100  = s0__awsize;
-  assign \s0__awburst$101  = s0__awburst;
-  assign \s0__awid$102  = s0__awid;
-  assign \s0__wdata$106  = s0__wdata;
-  assign \s0__wstrb$107  = s0__wstrb;
-  assign \s0__wlast$108  = s0__wlast;
-  assign \s0__araddr$111  = { 2'h0, s0__araddr[31:14], s0__araddr[11:0] };
-  assign \s0__arlen$112  = s0__arlen;
-  assign \s0__arsize$113  = s0__arsize;
-  assign \s0__arburst$114  = s0__arburst;
-  assign \s0__arid$115  = s0__arid;
-  assign \s0__awaddr$118  = { 2'h0, s0__awaddr[31:14], s0__awaddr[11:0] };
-  assign \s0__awlen$119  = s0__awlen;
-  assign \s0__awsize$120  = s0__awsize;
-  assign \s0__awburst$121  = s0__awburst;
-  assign \s0__awid$122  = s0__awid;
-  assign \s0__wdata$124  = s0__wdata;
-  assign \s0__wstrb$125  = s0__wstrb;
-  assign \s0__wlast$126  = s0__wlast;
-  assign \s0__araddr$129  = { 2'h0, s0__araddr[31:14], s0__araddr[11:0] };
-  assign \s0__arlen$130  = s0__arlen;
-  assign \s0__arsize$131  = s0__arsize;
-  assign \s0__arburst$132  = s0__arburst;
-  assign \s0__arid$133  = s0__arid;
-  assign \s0__awaddr$136  = { 2'h0, s0__awaddr[31:14], s0__awaddr[11:0] };
-  assign \s0__awlen$137  = s0__awlen;
-  assign \s0__awsize$138  = s0__awsize;
-  assign \s0__awburst$139  = s0__awburst;
-  assign \s0__awid$140  = s0__awid;
-  assign \s0__wdata$142  = s0__wdata;
-  assign \s0__wstrb$143  = s0__wstrb;
-  assign \s0__wlast$144  = s0__wlast;
-  assign \s0__araddr$147  = { 2'h0, s0__araddr[31:14], s0__araddr[11:0] };
-  assign \s0__arlen$148  = s0__arlen;
-  assign \s0__arsize$149  = s0__arsize;
-  assign \s0__arburst$150  = s0__arburst;
-  assign \s0__arid$151  = s0__arid;
-  assign \s0__awaddr$154  = { 2'h0, s0__awaddr[31:14], s0__awaddr[11:0] };
-  assign \s0__awlen$155  = s0__awlen;
-  assign \s0__awsize$156  = s0__awsize;
-  assign \s0__awburst$157  = s0__awburst;
-  assign \s0__awid$158  = s0__awid;
-  assign \s0__wdata$160  = s0__wdata;
-  assign \s0__wstrb$161  = s0__wstrb;
-  assign \s0__wlast$162  = s0__wlast;
-  assign \s0__rdata$174  = \$289 [63:0];
-  assign \s0__rid$175  = \$289 [67:64];
-  assign \s0__rdata$179  = \$290 [63:0];
-  assign \s0__rid$180  = \$290 [67:64];
-  assign \s0__rdata$184  = \$291 [63:0];
-  assign \s0__rid$185  = \$291 [67:64];
-  assign \s0__rdata$189  = \$292 [63:0];
-  assign \s0__rid$190  = \$292 [67:64];
+  assign \s0__araddr$98  = { 2'h0, s0__araddr[31:14], s0__araddr[11:0] };
+  assign \s0__arlen$99  = s0__arlen;
+  assign \s0__arsize$100  = s0__arsize;
+  assign \s0__arburst$101  = s0__arburst;
+  assign \s0__arid$102  = s0__arid;
+  assign \s0__araddr$105  = { 2'h0, s0__araddr[31:14], s0__araddr[11:0] };
+  assign \s0__arlen$106  = s0__arlen;
+  assign \s0__arsize$107  = s0__arsize;
+  assign \s0__arburst$108  = s0__arburst;
+  assign \s0__arid$109  = s0__arid;
+  assign \s0__araddr$112  = { 2'h0, s0__araddr[31:14], s0__araddr[11:0] };
+  assign \s0__arlen$113  = s0__arlen;
+  assign \s0__arsize$114  = s0__arsize;
+  assign \s0__arburst$115  = s0__arburst;
+  assign \s0__arid$116  = s0__arid;
+  assign \s0__rdata$124  = \$289 [63:0];
+  assign \s0__rid$125  = \$289 [67:64];
+  assign \s0__rdata$129  = \$290 [63:0];
+  assign \s0__rid$130  = \$290 [67:64];
+  assign \s0__rdata$134  = \$291 [63:0];
+  assign \s0__rid$135  = \$291 [67:64];
+  assign \s0__rdata$139  = \$292 [63:0];
+  assign \s0__rid$140  = \$292 [67:64];
+  assign \s0__awaddr$143  = { 2'h0, s0__awaddr[31:14], s0__awaddr[11:0] };
+  assign \s0__awlen$144  = s0__awlen;
+  assign \s0__awsize$145  = s0__awsize;
+  assign \s0__awburst$146  = s0__awburst;
+  assign \s0__awid$147  = s0__awid;
+  assign \s0__wdata$151  = s0__wdata;
+  assign \s0__wstrb$152  = s0__wstrb;
+  assign \s0__wlast$153  = s0__wlast;
+  assign \s0__awaddr$156  = { 2'h0, s0__awaddr[31:14], s0__awaddr[11:0] };
+  assign \s0__awlen$157  = s0__awlen;
+  assign \s0__awsize$158  = s0__awsize;
+  assign \s0__awburst$159  = s0__awburst;
+  assign \s0__awid$160  = s0__awid;
+  assign \s0__wdata$162  = s0__wdata;
+  assign \s0__wstrb$163  = s0__wstrb;
+  assign \s0__wlast$164  = s0__wlast;
+  assign \s0__awaddr$167  = { 2'h0, s0__awaddr[31:14], s0__awaddr[11:0] };
+  assign \s0__awlen$168  = s0__awlen;
+  assign \s0__awsize$169  = s0__awsize;
+  assign \s0__awburst$170  = s0__awburst;
+  assign \s0__awid$171  = s0__awid;
+  assign \s0__wdata$173  = s0__wdata;
+  assign \s0__wstrb$174  = s0__wstrb;
+  assign \s0__wlast$175  = s0__wlast;
+  assign \s0__awaddr$178  = { 2'h0, s0__awaddr[31:14], s0__awaddr[11:0] };
+  assign \s0__awlen$179  = s0__awlen;
+  assign \s0__awsize$180  = s0__awsize;
+  assign \s0__awburst$181  = s0__awburst;
+  assign \s0__awid$182  = s0__awid;
+  assign \s0__wdata$184  = s0__wdata;
+  assign \s0__wstrb$185  = s0__wstrb;
+  assign \s0__wlast$186  = s0__wlast;
   assign \s1__araddr$209  = { 2'h0, s1__araddr[31:14], s1__araddr[11:0] };
   assign \s1__arlen$210  = s1__arlen;
   assign \s1__arsize$211  = s1__arsize;
   assign \s1__arburst$212  = s1__arburst;
   assign \s1__arid$213  = s1__arid;
-  assign \s1__awaddr$218  = { 2'h0, s1__awaddr[31:14], s1__awaddr[11:0] };
-  assign \s1__awlen$219  = s1__awlen;
-  assign \s1__awsize$220  = s1__awsize;
-  assign \s1__awburst$221  = s1__awburst;
-  assign \s1__awid$222  = s1__awid;
-  assign \s1__wdata$226  = s1__wdata;
-  assign \s1__wstrb$227  = s1__wstrb;
-  assign \s1__wlast$228  = s1__wlast;
-  assign \s1__araddr$231  = { 2'h0, s1__araddr[31:14], s1__araddr[11:0] };
-  assign \s1__arlen$232  = s1__arlen;
-  assign \s1__arsize$233  = s1__arsize;
-  assign \s1__arburst$234  = s1__arburst;
-  assign \s1__arid$235  = s1__arid;
-  assign \s1__awaddr$238  = { 2'h0, s1__awaddr[31:14], s1__awaddr[11:0] };
-  assign \s1__awlen$239  = s1__awlen;
-  assign \s1__awsize$240  = s1__awsize;
-  assign \s1__awburst$241  = s1__awburst;
-  assign \s1__awid$242  = s1__awid;
-  assign \s1__wdata$244  = s1__wdata;
-  assign \s1__wstrb$245  = s1__wstrb;
-  assign \s1__wlast$246  = s1__wlast;
-  assign \s1__araddr$249  = { 2'h0, s1__araddr[31:14], s1__araddr[11:0] };
-  assign \s1__arlen$250  = s1__arlen;
-  assign \s1__arsize$251  = s1__arsize;
-  assign \s1__arburst$252  = s1__arburst;
-  assign \s1__arid$253  = s1__arid;
-  assign \s1__awaddr$256  = { 2'h0, s1__awaddr[31:14], s1__awaddr[11:0] };
-  assign \s1__awlen$257  = s1__awlen;
-  assign \s1__awsize$258  = s1__awsize;
-  assign \s1__awburst$259  = s1__awburst;
-  assign \s1__awid$260  = s1__awid;
-  assign \s1__wdata$262  = s1__wdata;
-  assign \s1__wstrb$263  = s1__wstrb;
-  assign \s1__wlast$264  = s1__wlast;
-  assign \s1__araddr$267  = { 2'h0, s1__araddr[31:14], s1__araddr[11:0] };
-  assign \s1__arlen$268  = s1__arlen;
-  assign \s1__arsize$269  = s1__arsize;
-  assign \s1__arburst$270  = s1__arburst;
-  assign \s1__arid$271  = s1__arid;
-  assign \s1__awaddr$274  = { 2'h0, s1__awaddr[31:14], s1__awaddr[11:0] };
-  assign \s1__awlen$275  = s1__awlen;
-  assign \s1__awsize$276  = s1__awsize;
-  assign \s1__awburst$277  = s1__awburst;
-  assign \s1__awid$278  = s1__awid;
-  assign \s1__wdata$280  = s1__wdata;
-  assign \s1__wstrb$281  = s1__wstrb;
-  assign \s1__wlast$282  = s1__wlast;
-  assign \s1__rdata$294  = \$289 [63:0];
-  assign \s1__rid$295  = \$289 [67:64];
-  assign \s1__rlast$297  = \s0__rlast$177 ;
-  assign \s1__rdata$299  = \$290 [63:0];
-  assign \s1__rid$300  = \$290 [67:64];
-  assign \s1__rlast$302  = \s0__rlast$182 ;
-  assign \s1__rdata$304  = \$291 [63:0];
-  assign \s1__rid$305  = \$291 [67:64];
-  assign \s1__rlast$307  = \s0__rlast$187 ;
-  assign \s1__rdata$309  = \$292 [63:0];
-  assign \s1__rid$310  = \$292 [67:64];
-  assign \s1__rlast$312  = \s0__rlast$192 ;
+  assign \s1__araddr$218  = { 2'h0, s1__araddr[31:14], s1__araddr[11:0] };
+  assign \s1__arlen$219  = s1__arlen;
+  assign \s1__arsize$220  = s1__arsize;
+  assign \s1__arburst$221  = s1__arburst;
+  assign \s1__arid$222  = s1__arid;
+  assign \s1__araddr$225  = { 2'h0, s1__araddr[31:14], s1__araddr[11:0] };
+  assign \s1__arlen$226  = s1__arlen;
+  assign \s1__arsize$227  = s1__arsize;
+  assign \s1__arburst$228  = s1__arburst;
+  assign \s1__arid$229  = s1__arid;
+  assign \s1__araddr$232  = { 2'h0, s1__araddr[31:14], s1__araddr[11:0] };
+  assign \s1__arlen$233  = s1__arlen;
+  assign \s1__arsize$234  = s1__arsize;
+  assign \s1__arburst$235  = s1__arburst;
+  assign \s1__arid$236  = s1__arid;
+  assign \s1__rdata$244  = \$289 [63:0];
+  assign \s1__rid$245  = \$289 [67:64];
+  assign \s1__rlast$247  = \s0__rlast$127 ;
+  assign \s1__rdata$249  = \$290 [63:0];
+  assign \s1__rid$250  = \$290 [67:64];
+  assign \s1__rlast$252  = \s0__rlast$132 ;
+  assign \s1__rdata$254  = \$291 [63:0];
+  assign \s1__rid$255  = \$291 [67:64];
+  assign \s1__rlast$257  = \s0__rlast$137 ;
+  assign \s1__rdata$259  = \$292 [63:0];
+  assign \s1__rid$260  = \$292 [67:64];
+  assign \s1__rlast$262  = \s0__rlast$142 ;
+  assign \s1__awaddr$263  = { 2'h0, s1__awaddr[31:14], s1__awaddr[11:0] };
+  assign \s1__awlen$264  = s1__awlen;
+  assign \s1__awsize$265  = s1__awsize;
+  assign \s1__awburst$266  = s1__awburst;
+  assign \s1__awid$267  = s1__awid;
+  assign \s1__wdata$271  = s1__wdata;
+  assign \s1__wstrb$272  = s1__wstrb;
+  assign \s1__wlast$273  = s1__wlast;
+  assign \s1__awaddr$276  = { 2'h0, s1__awaddr[31:14], s1__awaddr[11:0] };
+  assign \s1__awlen$277  = s1__awlen;
+  assign \s1__awsize$278  = s1__awsize;
+  assign \s1__awburst$279  = s1__awburst;
+  assign \s1__awid$280  = s1__awid;
+  assign \s1__wdata$282  = s1__wdata;
+  assign \s1__wstrb$283  = s1__wstrb;
+  assign \s1__wlast$284  = s1__wlast;
+  assign \s1__awaddr$287  = { 2'h0, s1__awaddr[31:14], s1__awaddr[11:0] };
+  assign \s1__awlen$288  = s1__awlen;
+  assign \s1__awsize$289  = s1__awsize;
+  assign \s1__awburst$290  = s1__awburst;
+  assign \s1__awid$291  = s1__awid;
+  assign \s1__wdata$293  = s1__wdata;
+  assign \s1__wstrb$294  = s1__wstrb;
+  assign \s1__wlast$295  = s1__wlast;
+  assign \s1__awaddr$298  = { 2'h0, s1__awaddr[31:14], s1__awaddr[11:0] };
+  assign \s1__awlen$299  = s1__awlen;
+  assign \s1__awsize$300  = s1__awsize;
+  assign \s1__awburst$301  = s1__awburst;
+  assign \s1__awid$302  = s1__awid;
+  assign \s1__wdata$304  = s1__wdata;
+  assign \s1__wstrb$305  = s1__wstrb;
+  assign \s1__wlast$306  = s1__wlast;
   assign \s2__araddr$329  = { 2'h0, s2__araddr[31:14], s2__araddr[11:0] };
   assign \s2__arlen$330  = s2__arlen;
   assign \s2__arsize$331  = s2__arsize;
   assign \s2__arburst$332  = s2__arburst;
   assign \s2__arid$333  = s2__arid;
-  assign \s2__awaddr$338  = { 2'h0, s2__awaddr[31:14], s2__awaddr[11:0] };
-  assign \s2__awlen$339  = s2__awlen;
-  assign \s2__awsize$340  = s2__awsize;
-  assign \s2__awburst$341  = s2__awburst;
-  assign \s2__awid$342  = s2__awid;
-  assign \s2__wdata$346  = s2__wdata;
-  assign \s2__wstrb$347  = s2__wstrb;
-  assign \s2__wlast$348  = s2__wlast;
-  assign \s2__araddr$351  = { 2'h0, s2__araddr[31:14], s2__araddr[11:0] };
-  assign \s2__arlen$352  = s2__arlen;
-  assign \s2__arsize$353  = s2__arsize;
-  assign \s2__arburst$354  = s2__arburst;
-  assign \s2__arid$355  = s2__arid;
-  assign \s2__awaddr$358  = { 2'h0, s2__awaddr[31:14], s2__awaddr[11:0] };
-  assign \s2__awlen$359  = s2__awlen;
-  assign \s2__awsize$360  = s2__awsize;
-  assign \s2__awburst$361  = s2__awburst;
-  assign \s2__awid$362  = s2__awid;
-  assign \s2__wdata$364  = s2__wdata;
-  assign \s2__wstrb$365  = s2__wstrb;
-  assign \s2__wlast$366  = s2__wlast;
-  assign \s2__araddr$369  = { 2'h0, s2__araddr[31:14], s2__araddr[11:0] };
-  assign \s2__arlen$370  = s2__arlen;
-  assign \s2__arsize$371  = s2__arsize;
-  assign \s2__arburst$372  = s2__arburst;
-  assign \s2__arid$373  = s2__arid;
-  assign \s2__awaddr$376  = { 2'h0, s2__awaddr[31:14], s2__awaddr[11:0] };
-  assign \s2__awlen$377  = s2__awlen;
-  assign \s2__awsize$378  = s2__awsize;
-  assign \s2__awburst$379  = s2__awburst;
-  assign \s2__awid$380  = s2__awid;
-  assign \s2__wdata$382  = s2__wdata;
-  assign \s2__wstrb$383  = s2__wstrb;
-  assign \s2__wlast$384  = s2__wlast;
-  assign \s2__araddr$387  = { 2'h0, s2__araddr[31:14], s2__araddr[11:0] };
-  assign \s2__arlen$388  = s2__arlen;
-  assign \s2__arsize$389  = s2__arsize;
-  assign \s2__arburst$390  = s2__arburst;
-  assign \s2__arid$391  = s2__arid;
-  assign \s2__awaddr$394  = { 2'h0, s2__awaddr[31:14], s2__awaddr[11:0] };
-  assign \s2__awlen$395  = s2__awlen;
-  assign \s2__awsize$396  = s2__awsize;
-  assign \s2__awburst$397  = s2__awburst;
-  assign \s2__awid$398  = s2__awid;
-  assign \s2__wdata$400  = s2__wdata;
-  assign \s2__wstrb$401  = s2__wstrb;
-  assign \s2__wlast$402  = s2__wlast;
-  assign \s2__rdata$414  = \$289 [63:0];
-  assign \s2__rid$415  = \$289 [67:64];
-  assign \s2__rlast$417  = \s0__rlast$177 ;
-  assign \s2__rdata$419  = \$290 [63:0];
-  assign \s2__rid$420  = \$290 [67:64];
-  assign \s2__rlast$422  = \s0__rlast$182 ;
-  assign \s2__rdata$424  = \$291 [63:0];
-  assign \s2__rid$425  = \$291 [67:64];
-  assign \s2__rlast$427  = \s0__rlast$187 ;
-  assign \s2__rdata$429  = \$292 [63:0];
-  assign \s2__rid$430  = \$292 [67:64];
-  assign \s2__rlast$432  = \s0__rlast$192 ;
+  assign \s2__araddr$338  = { 2'h0, s2__araddr[31:14], s2__araddr[11:0] };
+  assign \s2__arlen$339  = s2__arlen;
+  assign \s2__arsize$340  = s2__arsize;
+  assign \s2__arburst$341  = s2__arburst;
+  assign \s2__arid$342  = s2__arid;
+  assign \s2__araddr$345  = { 2'h0, s2__araddr[31:14], s2__araddr[11:0] };
+  assign \s2__arlen$346  = s2__arlen;
+  assign \s2__arsize$347  = s2__arsize;
+  assign \s2__arburst$348  = s2__arburst;
+  assign \s2__arid$349  = s2__arid;
+  assign \s2__araddr$352  = { 2'h0, s2__araddr[31:14], s2__araddr[11:0] };
+  assign \s2__arlen$353  = s2__arlen;
+  assign \s2__arsize$354  = s2__arsize;
+  assign \s2__arburst$355  = s2__arburst;
+  assign \s2__arid$356  = s2__arid;
+  assign \s2__rdata$364  = \$289 [63:0];
+  assign \s2__rid$365  = \$289 [67:64];
+  assign \s2__rlast$367  = \s0__rlast$127 ;
+  assign \s2__rdata$369  = \$290 [63:0];
+  assign \s2__rid$370  = \$290 [67:64];
+  assign \s2__rlast$372  = \s0__rlast$132 ;
+  assign \s2__rdata$374  = \$291 [63:0];
+  assign \s2__rid$375  = \$291 [67:64];
+  assign \s2__rlast$377  = \s0__rlast$137 ;
+  assign \s2__rdata$379  = \$292 [63:0];
+  assign \s2__rid$380  = \$292 [67:64];
+  assign \s2__rlast$382  = \s0__rlast$142 ;
+  assign \s2__awaddr$383  = { 2'h0, s2__awaddr[31:14], s2__awaddr[11:0] };
+  assign \s2__awlen$384  = s2__awlen;
+  assign \s2__awsize$385  = s2__awsize;
+  assign \s2__awburst$386  = s2__awburst;
+  assign \s2__awid$387  = s2__awid;
+  assign \s2__wdata$391  = s2__wdata;
+  assign \s2__wstrb$392  = s2__wstrb;
+  assign \s2__wlast$393  = s2__wlast;
+  assign \s2__awaddr$396  = { 2'h0, s2__awaddr[31:14], s2__awaddr[11:0] };
+  assign \s2__awlen$397  = s2__awlen;
+  assign \s2__awsize$398  = s2__awsize;
+  assign \s2__awburst$399  = s2__awburst;
+  assign \s2__awid$400  = s2__awid;
+  assign \s2__wdata$402  = s2__wdata;
+  assign \s2__wstrb$403  = s2__wstrb;
+  assign \s2__wlast$404  = s2__wlast;
+  assign \s2__awaddr$407  = { 2'h0, s2__awaddr[31:14], s2__awaddr[11:0] };
+  assign \s2__awlen$408  = s2__awlen;
+  assign \s2__awsize$409  = s2__awsize;
+  assign \s2__awburst$410  = s2__awburst;
+  assign \s2__awid$411  = s2__awid;
+  assign \s2__wdata$413  = s2__wdata;
+  assign \s2__wstrb$414  = s2__wstrb;
+  assign \s2__wlast$415  = s2__wlast;
+  assign \s2__awaddr$418  = { 2'h0, s2__awaddr[31:14], s2__awaddr[11:0] };
+  assign \s2__awlen$419  = s2__awlen;
+  assign \s2__awsize$420  = s2__awsize;
+  assign \s2__awburst$421  = s2__awburst;
+  assign \s2__awid$422  = s2__awid;
+  assign \s2__wdata$424  = s2__wdata;
+  assign \s2__wstrb$425  = s2__wstrb;
+  assign \s2__wlast$426  = s2__wlast;
 endmodule
 
 (* generator = "Amaranth" *)

@@ -2499,7 +2499,7 @@ module \dx1_dma_tile.dma.writer (bus__wready, bus__bresp, bus__bvalid, clk, rst,
   wire b_hs;
   input [31:0] base;
   wire [31:0] base;
-  wire [31:0] \base$3 ;
+  wire [31:0] \base$7 ;
   wire [8:0] beats;
   output [31:0] bus__awaddr;
   wire [31:0] bus__awaddr;
@@ -2569,13 +2569,13 @@ module \dx1_dma_tile.dma.writer (bus__wready, bus__bresp, bus__bvalid, clk, rst,
   wire [29:0] \seg_beats$9 ;
   input [15:0] segments;
   wire [15:0] segments;
-  wire [15:0] \segments$7 ;
+  wire [15:0] \segments$3 ;
   input start;
   wire start;
-  wire \start$1 ;
+  wire \start$5 ;
   input [31:0] stride;
   wire [31:0] stride;
-  wire [31:0] \stride$5 ;
+  wire [31:0] \stride$1 ;
   reg [5:0] unclaimed = 6'h00;
   wire valid;
   wire w_bad;
@@ -2747,10 +2747,10 @@ module \dx1_dma_tile.dma.writer (bus__wready, bus__bresp, bus__bvalid, clk, rst,
       \$49  = 8'h00;
     end
   end
-  assign \start$1  = start;
-  assign \base$3  = base;
-  assign \stride$5  = stride;
-  assign \segments$7  = segments;
+  assign \stride$1  = stride;
+  assign \segments$3  = segments;
+  assign \start$5  = start;
+  assign \base$7  = base;
   assign \seg_beats$9  = seg_beats;
   assign hold = 1'h0;
   assign abort = 1'h0;

@@ -1153,8 +1153,8 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .perf_table_overflows(table_overflows_source),
     .perf_table_underflows(table_underflows_source),
     .perf_vector_busy(busy_vector_source),
-    .\port$16435$0 (\$60 ),
-    .\port$16437$0 (\$61 ),
+    .\port$16357$0 (\$60 ),
+    .\port$16359$0 (\$61 ),
     .progress(\progress$317 ),
     .\req__tdata$195 (spm_rreq__tdata),
     .req__tvalid(spm_wr__tvalid),
@@ -1188,8 +1188,8 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .perf_table_overflows(\table_overflows_source$770 ),
     .perf_table_underflows(\table_underflows_source$768 ),
     .perf_vector_busy(\busy_vector_source$764 ),
-    .\port$18742$0 (\$63 ),
-    .\port$18744$0 (\$64 ),
+    .\port$18664$0 (\$63 ),
+    .\port$18666$0 (\$64 ),
     .progress(\progress$673 ),
     .\req__tdata$195 (\spm_rreq__tdata$524 ),
     .req__tvalid(\spm_wr__tvalid$522 ),
@@ -1248,22 +1248,22 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .head(head),
     .irq_completion(irq_completion),
     .irq_error(irq_error),
-    .\port$13912$0 (GLOBAL_SEM0__value[15:0]),
-    .\port$13914$0 (GLOBAL_SEM1__value[15:0]),
-    .\port$13916$0 (GLOBAL_SEM2__value[15:0]),
-    .\port$13918$0 (GLOBAL_SEM3__value[15:0]),
-    .\port$13920$0 (GLOBAL_SEM4__value[15:0]),
-    .\port$13922$0 (GLOBAL_SEM5__value[15:0]),
-    .\port$13924$0 (GLOBAL_SEM6__value[15:0]),
-    .\port$13926$0 (GLOBAL_SEM7__value[15:0]),
-    .\port$13928$0 (GLOBAL_SEM8__value[15:0]),
-    .\port$13930$0 (GLOBAL_SEM9__value[15:0]),
-    .\port$13932$0 (GLOBAL_SEM10__value[15:0]),
-    .\port$13934$0 (GLOBAL_SEM11__value[15:0]),
-    .\port$13936$0 (GLOBAL_SEM12__value[15:0]),
-    .\port$13938$0 (GLOBAL_SEM13__value[15:0]),
-    .\port$13940$0 (GLOBAL_SEM14__value[15:0]),
-    .\port$13942$0 (GLOBAL_SEM15__value[15:0]),
+    .\port$13832$0 (GLOBAL_SEM0__value[15:0]),
+    .\port$13834$0 (GLOBAL_SEM1__value[15:0]),
+    .\port$13836$0 (GLOBAL_SEM2__value[15:0]),
+    .\port$13838$0 (GLOBAL_SEM3__value[15:0]),
+    .\port$13840$0 (GLOBAL_SEM4__value[15:0]),
+    .\port$13842$0 (GLOBAL_SEM5__value[15:0]),
+    .\port$13844$0 (GLOBAL_SEM6__value[15:0]),
+    .\port$13846$0 (GLOBAL_SEM7__value[15:0]),
+    .\port$13848$0 (GLOBAL_SEM8__value[15:0]),
+    .\port$13850$0 (GLOBAL_SEM9__value[15:0]),
+    .\port$13852$0 (GLOBAL_SEM10__value[15:0]),
+    .\port$13854$0 (GLOBAL_SEM11__value[15:0]),
+    .\port$13856$0 (GLOBAL_SEM12__value[15:0]),
+    .\port$13858$0 (GLOBAL_SEM13__value[15:0]),
+    .\port$13860$0 (GLOBAL_SEM14__value[15:0]),
+    .\port$13862$0 (GLOBAL_SEM15__value[15:0]),
     .progress(progress),
     .quiesce(quiesce),
     .reset_cp(reset_cp),
@@ -1332,22 +1332,22 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .head(\head$712 ),
     .irq_completion(\irq_completion$723 ),
     .irq_error(\irq_error$724 ),
-    .\port$13912$0 (GLOBAL_SEM0__value[15:0]),
-    .\port$13914$0 (GLOBAL_SEM1__value[15:0]),
-    .\port$13916$0 (GLOBAL_SEM2__value[15:0]),
-    .\port$13918$0 (GLOBAL_SEM3__value[15:0]),
-    .\port$13920$0 (GLOBAL_SEM4__value[15:0]),
-    .\port$13922$0 (GLOBAL_SEM5__value[15:0]),
-    .\port$13924$0 (GLOBAL_SEM6__value[15:0]),
-    .\port$13926$0 (GLOBAL_SEM7__value[15:0]),
-    .\port$13928$0 (GLOBAL_SEM8__value[15:0]),
-    .\port$13930$0 (GLOBAL_SEM9__value[15:0]),
-    .\port$13932$0 (GLOBAL_SEM10__value[15:0]),
-    .\port$13934$0 (GLOBAL_SEM11__value[15:0]),
-    .\port$13936$0 (GLOBAL_SEM12__value[15:0]),
-    .\port$13938$0 (GLOBAL_SEM13__value[15:0]),
-    .\port$13940$0 (GLOBAL_SEM14__value[15:0]),
-    .\port$13942$0 (GLOBAL_SEM15__value[15:0]),
+    .\port$13832$0 (GLOBAL_SEM0__value[15:0]),
+    .\port$13834$0 (GLOBAL_SEM1__value[15:0]),
+    .\port$13836$0 (GLOBAL_SEM2__value[15:0]),
+    .\port$13838$0 (GLOBAL_SEM3__value[15:0]),
+    .\port$13840$0 (GLOBAL_SEM4__value[15:0]),
+    .\port$13842$0 (GLOBAL_SEM5__value[15:0]),
+    .\port$13844$0 (GLOBAL_SEM6__value[15:0]),
+    .\port$13846$0 (GLOBAL_SEM7__value[15:0]),
+    .\port$13848$0 (GLOBAL_SEM8__value[15:0]),
+    .\port$13850$0 (GLOBAL_SEM9__value[15:0]),
+    .\port$13852$0 (GLOBAL_SEM10__value[15:0]),
+    .\port$13854$0 (GLOBAL_SEM11__value[15:0]),
+    .\port$13856$0 (GLOBAL_SEM12__value[15:0]),
+    .\port$13858$0 (GLOBAL_SEM13__value[15:0]),
+    .\port$13860$0 (GLOBAL_SEM14__value[15:0]),
+    .\port$13862$0 (GLOBAL_SEM15__value[15:0]),
     .progress(\progress$672 ),
     .quiesce(\quiesce$684 ),
     .reset_cp(\reset_cp$872 ),
@@ -1413,8 +1413,8 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .done__tready(\done__tready$158 ),
     .done__tvalid(dma_done__tvalid),
     .hold(hold),
-    .\port$16435$0 (\$60 ),
-    .\port$16437$0 (\$61 ),
+    .\port$16357$0 (\$60 ),
+    .\port$16359$0 (\$61 ),
     .quiet(dma_quiet),
     .reset_units(reset_units),
     .rst(rst),
@@ -1468,8 +1468,8 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .done__tready(\done__tready$514 ),
     .done__tvalid(\dma_done__tvalid$516 ),
     .hold(\hold$493 ),
-    .\port$18742$0 (\$63 ),
-    .\port$18744$0 (\$64 ),
+    .\port$18664$0 (\$63 ),
+    .\port$18666$0 (\$64 ),
     .quiet(\dma_quiet$682 ),
     .reset_units(\reset_units$739 ),
     .rst(rst),
@@ -1492,15 +1492,15 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .s0__arready(mem__arready),
     .s0__arsize(mem__arsize),
     .\s0__arvalid$11 (mem__arvalid),
-    .\s0__awaddr$17 (mem__awaddr),
+    .\s0__awaddr$68 (mem__awaddr),
     .s0__awburst(mem__awburst),
     .s0__awid(mem__awid),
     .s0__awlen(mem__awlen),
     .s0__awready(mem__awready),
     .s0__awsize(mem__awsize),
-    .\s0__awvalid$27 (mem__awvalid),
+    .\s0__awvalid$78 (mem__awvalid),
     .s0__bid(mem__bid),
-    .\s0__bready$39 (mem__bready),
+    .\s0__bready$90 (mem__bready),
     .s0__bresp(mem__bresp),
     .s0__bvalid(mem__bvalid),
     .s0__rdata(mem__rdata),
@@ -1513,15 +1513,15 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .s0__wlast(mem__wlast),
     .s0__wready(mem__wready),
     .s0__wstrb(mem__wstrb),
-    .\s0__wvalid$37 (mem__wvalid),
+    .\s0__wvalid$88 (mem__wvalid),
     .\s1__araddr$150 (s1__araddr),
     .s1__arready(axi__arready),
     .\s1__arvalid$160 (s1__arvalid),
-    .\s1__awaddr$166 (s1__awaddr),
+    .\s1__awaddr$217 (s1__awaddr),
     .s1__awready(axi__awready),
-    .\s1__awvalid$176 (s1__awvalid),
+    .\s1__awvalid$227 (s1__awvalid),
     .s1__bid(axi__bid),
-    .\s1__bready$188 (s1__bready),
+    .\s1__bready$239 (s1__bready),
     .s1__bresp(axi__bresp),
     .s1__bvalid(axi__bvalid),
     .s1__rdata(axi__rdata),
@@ -1532,15 +1532,15 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .s1__rvalid(axi__rvalid),
     .s1__wdata(s1__wdata),
     .s1__wready(axi__wready),
-    .\s1__wvalid$186 (s1__wvalid),
+    .\s1__wvalid$237 (s1__wvalid),
     .\s2__araddr$299 (s2__araddr),
     .s2__arlen(s2__arlen),
     .s2__arready(\axi__arready$264 ),
     .\s2__arvalid$309 (s2__arvalid),
-    .\s2__awaddr$315 (s2__awaddr),
+    .\s2__awaddr$366 (s2__awaddr),
     .s2__awlen(s2__awlen),
     .s2__awready(\axi__awready$278 ),
-    .\s2__awvalid$325 (s2__awvalid),
+    .\s2__awvalid$376 (s2__awvalid),
     .s2__bid(\axi__bid$284 ),
     .s2__bresp(\axi__bresp$288 ),
     .s2__bvalid(\axi__bvalid$290 ),
@@ -1554,15 +1554,15 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .s2__wlast(s2__wlast),
     .s2__wready(\axi__wready$308 ),
     .s2__wstrb(s2__wstrb),
-    .\s2__wvalid$335 (s2__wvalid),
+    .\s2__wvalid$386 (s2__wvalid),
     .\s3__araddr$448 (s3__araddr),
     .s3__arready(\axi__arready$562 ),
     .\s3__arvalid$458 (s3__arvalid),
-    .\s3__awaddr$464 (s3__awaddr),
+    .\s3__awaddr$515 (s3__awaddr),
     .s3__awready(\axi__awready$576 ),
-    .\s3__awvalid$474 (s3__awvalid),
+    .\s3__awvalid$525 (s3__awvalid),
     .s3__bid(\axi__bid$582 ),
-    .\s3__bready$486 (s3__bready),
+    .\s3__bready$537 (s3__bready),
     .s3__bresp(\axi__bresp$586 ),
     .s3__bvalid(\axi__bvalid$588 ),
     .s3__rdata(\axi__rdata$590 ),
@@ -1573,15 +1573,15 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .s3__rvalid(\axi__rvalid$600 ),
     .s3__wdata(s3__wdata),
     .s3__wready(\axi__wready$606 ),
-    .\s3__wvalid$484 (s3__wvalid),
+    .\s3__wvalid$535 (s3__wvalid),
     .\s4__araddr$597 (s4__araddr),
     .s4__arlen(s4__arlen),
     .s4__arready(\axi__arready$620 ),
     .\s4__arvalid$607 (s4__arvalid),
-    .\s4__awaddr$613 (s4__awaddr),
+    .\s4__awaddr$664 (s4__awaddr),
     .s4__awlen(s4__awlen),
     .s4__awready(\axi__awready$634 ),
-    .\s4__awvalid$623 (s4__awvalid),
+    .\s4__awvalid$674 (s4__awvalid),
     .s4__bid(\axi__bid$640 ),
     .s4__bresp(\axi__bresp$644 ),
     .s4__bvalid(\axi__bvalid$646 ),
@@ -1595,7 +1595,7 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .s4__wlast(s4__wlast),
     .s4__wready(\axi__wready$664 ),
     .s4__wstrb(s4__wstrb),
-    .\s4__wvalid$633 (s4__wvalid)
+    .\s4__wvalid$684 (s4__wvalid)
   );
   \dx1_soc.perf0  perf0 (
     .busy_compute(PERF0_BUSY_COMPUTE__value),
@@ -1855,26 +1855,26 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .bus__wstrb(regs__wstrb),
     .bus__wvalid(regs__wvalid),
     .clk(clk),
-    .\port$13023$0 (\busy$716 ),
-    .\port$13755$0 (\$65 ),
-    .\port$16481$0 (head),
-    .\port$16483$0 (tail),
-    .\port$16489$0 (halted),
-    .\port$16491$0 (error_code),
-    .\port$16493$0 (error_index),
-    .\port$16494$0 (irq_error),
-    .\port$16647$0 (irq_completion),
-    .\port$18788$0 (\head$712 ),
-    .\port$18790$0 (\tail$714 ),
-    .\port$18796$0 (\halted$717 ),
-    .\port$18798$0 (\error_code$720 ),
-    .\port$18800$0 (\error_index$721 ),
-    .\port$18801$0 (\irq_error$724 ),
-    .\port$18954$0 (\irq_completion$723 ),
-    .\port$3145$0 (\busy$362 ),
-    .\port$7688$0 (busy),
-    .\port$8420$0 (\$62 ),
-    .\port$8480$0 (\busy$718 ),
+    .\port$12943$0 (\busy$716 ),
+    .\port$13675$0 (\$65 ),
+    .\port$16403$0 (head),
+    .\port$16405$0 (tail),
+    .\port$16411$0 (halted),
+    .\port$16413$0 (error_code),
+    .\port$16415$0 (error_index),
+    .\port$16416$0 (irq_error),
+    .\port$16569$0 (irq_completion),
+    .\port$18710$0 (\head$712 ),
+    .\port$18712$0 (\tail$714 ),
+    .\port$18718$0 (\halted$717 ),
+    .\port$18720$0 (\error_code$720 ),
+    .\port$18722$0 (\error_index$721 ),
+    .\port$18723$0 (\irq_error$724 ),
+    .\port$18876$0 (\irq_completion$723 ),
+    .\port$3065$0 (\busy$362 ),
+    .\port$7608$0 (busy),
+    .\port$8340$0 (\$62 ),
+    .\port$8400$0 (\busy$718 ),
     .rst(rst)
   );
   \dx1_soc.reset0  reset0 (
@@ -1912,22 +1912,22 @@ module dx1_soc(regs__awvalid, regs__wdata, regs__wstrb, regs__wvalid, regs__brea
     .grant1(\sem_grant$736 ),
     .index0(cmd__tdata[67:64]),
     .index1(\cmd__tdata$494 [67:64]),
-    .\port$13912$0 (GLOBAL_SEM0__value),
-    .\port$13914$0 (GLOBAL_SEM1__value),
-    .\port$13916$0 (GLOBAL_SEM2__value),
-    .\port$13918$0 (GLOBAL_SEM3__value),
-    .\port$13920$0 (GLOBAL_SEM4__value),
-    .\port$13922$0 (GLOBAL_SEM5__value),
-    .\port$13924$0 (GLOBAL_SEM6__value),
-    .\port$13926$0 (GLOBAL_SEM7__value),
-    .\port$13928$0 (GLOBAL_SEM8__value),
-    .\port$13930$0 (GLOBAL_SEM9__value),
-    .\port$13932$0 (GLOBAL_SEM10__value),
-    .\port$13934$0 (GLOBAL_SEM11__value),
-    .\port$13936$0 (GLOBAL_SEM12__value),
-    .\port$13938$0 (GLOBAL_SEM13__value),
-    .\port$13940$0 (GLOBAL_SEM14__value),
-    .\port$13942$0 (GLOBAL_SEM15__value),
+    .\port$13832$0 (GLOBAL_SEM0__value),
+    .\port$13834$0 (GLOBAL_SEM1__value),
+    .\port$13836$0 (GLOBAL_SEM2__value),
+    .\port$13838$0 (GLOBAL_SEM3__value),
+    .\port$13840$0 (GLOBAL_SEM4__value),
+    .\port$13842$0 (GLOBAL_SEM5__value),
+    .\port$13844$0 (GLOBAL_SEM6__value),
+    .\port$13846$0 (GLOBAL_SEM7__value),
+    .\port$13848$0 (GLOBAL_SEM8__value),
+    .\port$13850$0 (GLOBAL_SEM9__value),
+    .\port$13852$0 (GLOBAL_SEM10__value),
+    .\port$13854$0 (GLOBAL_SEM11__value),
+    .\port$13856$0 (GLOBAL_SEM12__value),
+    .\port$13858$0 (GLOBAL_SEM13__value),
+    .\port$13860$0 (GLOBAL_SEM14__value),
+    .\port$13862$0 (GLOBAL_SEM15__value),
     .set(set),
     .set_value(set_value),
     .valid0(valid0),
@@ -3105,7 +3105,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$142 , progress, cmd__tready, done__tdata, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, req__tvalid, \req__tvalid$193 , \req__tvalid$199 , \req__tvalid$205 , \resp__tready$215 , resp__tready, reset_units
-, perf_macs, perf_busy, done__tvalid, perf_vector_busy, perf_table_hits, perf_table_underflows, perf_table_overflows, \port$16435$0 , \port$16437$0 , \req__tdata$195 , cmd__tdata, clk);
+, perf_macs, perf_busy, done__tvalid, perf_vector_busy, perf_table_hits, perf_table_underflows, perf_table_overflows, \port$16357$0 , \port$16359$0 , \req__tdata$195 , cmd__tdata, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$2  = 0;
   wire [15:0] \$1 ;
   wire \$10 ;
@@ -3328,10 +3328,10 @@ module \dx1_soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$142 , progr
   wire [31:0] perf_table_underflows;
   output [31:0] perf_vector_busy;
   wire [31:0] perf_vector_busy;
-  input [255:0] \port$16435$0 ;
-  wire [255:0] \port$16435$0 ;
-  input [15:0] \port$16437$0 ;
-  wire [15:0] \port$16437$0 ;
+  input [255:0] \port$16357$0 ;
+  wire [255:0] \port$16357$0 ;
+  input [15:0] \port$16359$0 ;
+  wire [15:0] \port$16359$0 ;
   wire postop;
   wire [7:0] postop__opcode;
   wire [7:0] postop__status;
@@ -3540,8 +3540,8 @@ module \dx1_soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$142 , progr
     .addr(\addr$163 ),
     .data(\data$167 ),
     .en(\en$170 ),
-    .\port$16435$0 (\port$16435$0 ),
-    .\port$16437$0 (\port$16437$0 ),
+    .\port$16357$0 (\port$16357$0 ),
+    .\port$16359$0 (\port$16359$0 ),
     .req__tready(\grant$142 ),
     .req__tvalid(\req__tvalid$193 )
   );
@@ -3703,8 +3703,8 @@ module \dx1_soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$142 , progr
     .addr(addr),
     .data(data),
     .en(en),
-    .\port$16435$0 (\port$16435$0 [63:0]),
-    .\port$16437$0 (\port$16437$0 ),
+    .\port$16357$0 (\port$16357$0 [63:0]),
+    .\port$16359$0 (\port$16359$0 ),
     .req__tready(grant),
     .req__tvalid(req__tvalid)
   );
@@ -3878,13 +3878,13 @@ module \dx1_soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$142 , progr
   assign acc_rp__addr = \$22 [9:0];
   assign \acc_data$181  = acc_b_data;
   assign \data$182  = acc_b_data;
-  assign req__tdata = { \port$16437$0 , \port$16435$0 [63:0] };
-  assign spm_wr__tdata = { \port$16437$0 , \port$16435$0 [63:0] };
+  assign req__tdata = { \port$16359$0 , \port$16357$0 [63:0] };
+  assign spm_wr__tdata = { \port$16359$0 , \port$16357$0 [63:0] };
   assign spm_wr__tready = grant;
   assign req__tready = grant;
   assign spm_wr__tvalid = req__tvalid;
-  assign \req__tdata$189  = { \port$16437$0 , \port$16435$0  };
-  assign acc_wr__tdata = { \port$16437$0 , \port$16435$0  };
+  assign \req__tdata$189  = { \port$16359$0 , \port$16357$0  };
+  assign acc_wr__tdata = { \port$16359$0 , \port$16357$0  };
   assign acc_wr__tready = \grant$142 ;
   assign \req__tready$192  = \grant$142 ;
   assign acc_wr__tvalid = \req__tvalid$193 ;
@@ -4179,7 +4179,7 @@ module \dx1_soc.core0.acc_ext_read.fifo (rst, w_port__data, r_rdy, r_data, r_en,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$16435$0 , \port$16437$0 , req__tready);
+module \dx1_soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$16357$0 , \port$16359$0 , req__tready);
   reg \$auto$verilog_backend.cc:2355:dump_module$5  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -4189,10 +4189,10 @@ module \dx1_soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$16435$0 
   output en;
   reg en;
   wire grant;
-  input [255:0] \port$16435$0 ;
-  wire [255:0] \port$16435$0 ;
-  input [15:0] \port$16437$0 ;
-  wire [15:0] \port$16437$0 ;
+  input [255:0] \port$16357$0 ;
+  wire [255:0] \port$16357$0 ;
+  input [15:0] \port$16359$0 ;
+  wire [15:0] \port$16359$0 ;
   wire [271:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -4203,14 +4203,14 @@ module \dx1_soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$16435$0 
     if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$16437$0 ;
+      addr = \port$16359$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
     data = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     if (\$1 ) begin
-      data = \port$16435$0 ;
+      data = \port$16357$0 ;
     end
   end
   always @* begin
@@ -4221,7 +4221,7 @@ module \dx1_soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$16435$0 
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$16437$0 , \port$16435$0  };
+  assign req__tdata = { \port$16359$0 , \port$16357$0  };
 endmodule
 
 (* generator = "Amaranth" *)
@@ -15530,7 +15530,7 @@ module \dx1_soc.core0.spm_ext_read.fifo (rst, w_port__data, r_rdy, r_data, r_en,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$16435$0 , \port$16437$0 , req__tready);
+module \dx1_soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$16357$0 , \port$16359$0 , req__tready);
   reg \$auto$verilog_backend.cc:2355:dump_module$19  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -15540,10 +15540,10 @@ module \dx1_soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$16435$0 
   output en;
   reg en;
   wire grant;
-  input [63:0] \port$16435$0 ;
-  wire [63:0] \port$16435$0 ;
-  input [15:0] \port$16437$0 ;
-  wire [15:0] \port$16437$0 ;
+  input [63:0] \port$16357$0 ;
+  wire [63:0] \port$16357$0 ;
+  input [15:0] \port$16359$0 ;
+  wire [15:0] \port$16359$0 ;
   wire [79:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -15554,14 +15554,14 @@ module \dx1_soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$16435$0 
     if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$16437$0 ;
+      addr = \port$16359$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
     data = 64'h0000000000000000;
     if (\$1 ) begin
-      data = \port$16435$0 ;
+      data = \port$16357$0 ;
     end
   end
   always @* begin
@@ -15572,7 +15572,7 @@ module \dx1_soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$16435$0 
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$16437$0 , \port$16435$0  };
+  assign req__tdata = { \port$16359$0 , \port$16357$0  };
 endmodule
 
 (* generator = "Amaranth" *)
@@ -16743,7 +16743,7 @@ module \dx1_soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data, acc_b
     .d_acc(d_acc),
     .out(\out$82 ),
     .out_valid(out_valid),
-    .\port$15677$1 (ctl_lanes7[2:1]),
+    .\port$15599$1 (ctl_lanes7[2:1]),
     .reset_units(reset_units),
     .rst(rst),
     .terms(terms),
@@ -23992,7 +23992,7 @@ module \dx1_soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop, shif
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.core0.vector$243.reducer (rst, valid, reset_units, vop, d_acc, \port$15677$1 , terms, out_valid, out, clk);
+module \dx1_soc.core0.vector$243.reducer (rst, valid, reset_units, vop, d_acc, \port$15599$1 , terms, out_valid, out, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$25  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -24116,8 +24116,8 @@ module \dx1_soc.core0.vector$243.reducer (rst, valid, reset_units, vop, d_acc, \
   wire [31:0] \out[7] ;
   output out_valid;
   reg out_valid = 1'h0;
-  input [1:0] \port$15677$1 ;
-  wire [1:0] \port$15677$1 ;
+  input [1:0] \port$15599$1 ;
+  wire [1:0] \port$15599$1 ;
   input reset_units;
   wire reset_units;
   reg [31:0] row = 32'd0;
@@ -24262,8 +24262,8 @@ module \dx1_soc.core0.vector$243.reducer (rst, valid, reset_units, vop, d_acc, \
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$25 ) begin end
     \$74 [0] = valid;
-    \$74 [1] = \port$15677$1 [0];
-    \$74 [2] = \port$15677$1 [1];
+    \$74 [1] = \port$15599$1 [0];
+    \$74 [2] = \port$15599$1 [1];
     \$74 [3] = \$1 ;
     \$74 [4] = d_acc;
     if (reset_units) begin
@@ -24340,8 +24340,8 @@ module \dx1_soc.core0.vector$243.reducer (rst, valid, reset_units, vop, d_acc, \
       \$80  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
   end
-  assign first = \port$15677$1 [0];
-  assign last = \port$15677$1 [1];
+  assign first = \port$15599$1 [0];
+  assign last = \port$15599$1 [1];
   assign \ctl1.valid  = ctl1[0];
   assign \ctl1.first  = ctl1[1];
   assign \ctl1.last  = ctl1[2];
@@ -27487,7 +27487,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$142 , progress, cmd__tready, done__tdata, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, req__tvalid, \req__tvalid$193 , \req__tvalid$199 , \req__tvalid$205 , \resp__tready$215 , resp__tready, reset_units
-, perf_macs, perf_busy, done__tvalid, perf_vector_busy, perf_table_hits, perf_table_underflows, perf_table_overflows, \port$18742$0 , \port$18744$0 , \req__tdata$195 , cmd__tdata, clk);
+, perf_macs, perf_busy, done__tvalid, perf_vector_busy, perf_table_hits, perf_table_underflows, perf_table_overflows, \port$18664$0 , \port$18666$0 , \req__tdata$195 , cmd__tdata, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$31  = 0;
   wire [15:0] \$1 ;
   wire \$10 ;
@@ -27710,10 +27710,10 @@ module \dx1_soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$142 , progr
   wire [31:0] perf_table_underflows;
   output [31:0] perf_vector_busy;
   wire [31:0] perf_vector_busy;
-  input [255:0] \port$18742$0 ;
-  wire [255:0] \port$18742$0 ;
-  input [15:0] \port$18744$0 ;
-  wire [15:0] \port$18744$0 ;
+  input [255:0] \port$18664$0 ;
+  wire [255:0] \port$18664$0 ;
+  input [15:0] \port$18666$0 ;
+  wire [15:0] \port$18666$0 ;
   wire postop;
   wire [7:0] postop__opcode;
   wire [7:0] postop__status;
@@ -27922,8 +27922,8 @@ module \dx1_soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$142 , progr
     .addr(\addr$163 ),
     .data(\data$167 ),
     .en(\en$170 ),
-    .\port$18742$0 (\port$18742$0 ),
-    .\port$18744$0 (\port$18744$0 ),
+    .\port$18664$0 (\port$18664$0 ),
+    .\port$18666$0 (\port$18666$0 ),
     .req__tready(\grant$142 ),
     .req__tvalid(\req__tvalid$193 )
   );
@@ -28085,8 +28085,8 @@ module \dx1_soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$142 , progr
     .addr(addr),
     .data(data),
     .en(en),
-    .\port$18742$0 (\port$18742$0 [63:0]),
-    .\port$18744$0 (\port$18744$0 ),
+    .\port$18664$0 (\port$18664$0 [63:0]),
+    .\port$18666$0 (\port$18666$0 ),
     .req__tready(grant),
     .req__tvalid(req__tvalid)
   );
@@ -28260,13 +28260,13 @@ module \dx1_soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$142 , progr
   assign acc_rp__addr = \$22 [9:0];
   assign \acc_data$181  = acc_b_data;
   assign \data$182  = acc_b_data;
-  assign req__tdata = { \port$18744$0 , \port$18742$0 [63:0] };
-  assign spm_wr__tdata = { \port$18744$0 , \port$18742$0 [63:0] };
+  assign req__tdata = { \port$18666$0 , \port$18664$0 [63:0] };
+  assign spm_wr__tdata = { \port$18666$0 , \port$18664$0 [63:0] };
   assign spm_wr__tready = grant;
   assign req__tready = grant;
   assign spm_wr__tvalid = req__tvalid;
-  assign \req__tdata$189  = { \port$18744$0 , \port$18742$0  };
-  assign acc_wr__tdata = { \port$18744$0 , \port$18742$0  };
+  assign \req__tdata$189  = { \port$18666$0 , \port$18664$0  };
+  assign acc_wr__tdata = { \port$18666$0 , \port$18664$0  };
   assign acc_wr__tready = \grant$142 ;
   assign \req__tready$192  = \grant$142 ;
   assign acc_wr__tvalid = \req__tvalid$193 ;
@@ -28561,7 +28561,7 @@ module \dx1_soc.core1.acc_ext_read.fifo (rst, w_port__data, r_rdy, r_data, r_en,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$18742$0 , \port$18744$0 , req__tready);
+module \dx1_soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$18664$0 , \port$18666$0 , req__tready);
   reg \$auto$verilog_backend.cc:2355:dump_module$34  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -28571,10 +28571,10 @@ module \dx1_soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$18742$0 
   output en;
   reg en;
   wire grant;
-  input [255:0] \port$18742$0 ;
-  wire [255:0] \port$18742$0 ;
-  input [15:0] \port$18744$0 ;
-  wire [15:0] \port$18744$0 ;
+  input [255:0] \port$18664$0 ;
+  wire [255:0] \port$18664$0 ;
+  input [15:0] \port$18666$0 ;
+  wire [15:0] \port$18666$0 ;
   wire [271:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -28585,14 +28585,14 @@ module \dx1_soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$18742$0 
     if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$18744$0 ;
+      addr = \port$18666$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$34 ) begin end
     data = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     if (\$1 ) begin
-      data = \port$18742$0 ;
+      data = \port$18664$0 ;
     end
   end
   always @* begin
@@ -28603,7 +28603,7 @@ module \dx1_soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$18742$0 
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$18744$0 , \port$18742$0  };
+  assign req__tdata = { \port$18666$0 , \port$18664$0  };
 endmodule
 
 (* generator = "Amaranth" *)
@@ -39912,7 +39912,7 @@ module \dx1_soc.core1.spm_ext_read.fifo (rst, w_port__data, r_rdy, r_data, r_en,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$18742$0 , \port$18744$0 , req__tready);
+module \dx1_soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$18664$0 , \port$18666$0 , req__tready);
   reg \$auto$verilog_backend.cc:2355:dump_module$48  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -39922,10 +39922,10 @@ module \dx1_soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$18742$0 
   output en;
   reg en;
   wire grant;
-  input [63:0] \port$18742$0 ;
-  wire [63:0] \port$18742$0 ;
-  input [15:0] \port$18744$0 ;
-  wire [15:0] \port$18744$0 ;
+  input [63:0] \port$18664$0 ;
+  wire [63:0] \port$18664$0 ;
+  input [15:0] \port$18666$0 ;
+  wire [15:0] \port$18666$0 ;
   wire [79:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -39936,14 +39936,14 @@ module \dx1_soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$18742$0 
     if (\$auto$verilog_backend.cc:2355:dump_module$48 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$18744$0 ;
+      addr = \port$18666$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$48 ) begin end
     data = 64'h0000000000000000;
     if (\$1 ) begin
-      data = \port$18742$0 ;
+      data = \port$18664$0 ;
     end
   end
   always @* begin
@@ -39954,7 +39954,7 @@ module \dx1_soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$18742$0 
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$18744$0 , \port$18742$0  };
+  assign req__tdata = { \port$18666$0 , \port$18664$0  };
 endmodule
 
 (* generator = "Amaranth" *)
@@ -41125,7 +41125,7 @@ module \dx1_soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data, acc_b
     .d_acc(d_acc),
     .out(\out$82 ),
     .out_valid(out_valid),
-    .\port$17984$1 (ctl_lanes7[2:1]),
+    .\port$17906$1 (ctl_lanes7[2:1]),
     .reset_units(reset_units),
     .rst(rst),
     .terms(terms),
@@ -48374,7 +48374,7 @@ module \dx1_soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop, shif
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.core1.vector$243.reducer (rst, valid, reset_units, vop, d_acc, \port$17984$1 , terms, out_valid, out, clk);
+module \dx1_soc.core1.vector$243.reducer (rst, valid, reset_units, vop, d_acc, \port$17906$1 , terms, out_valid, out, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$54  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -48498,8 +48498,8 @@ module \dx1_soc.core1.vector$243.reducer (rst, valid, reset_units, vop, d_acc, \
   wire [31:0] \out[7] ;
   output out_valid;
   reg out_valid = 1'h0;
-  input [1:0] \port$17984$1 ;
-  wire [1:0] \port$17984$1 ;
+  input [1:0] \port$17906$1 ;
+  wire [1:0] \port$17906$1 ;
   input reset_units;
   wire reset_units;
   reg [31:0] row = 32'd0;
@@ -48644,8 +48644,8 @@ module \dx1_soc.core1.vector$243.reducer (rst, valid, reset_units, vop, d_acc, \
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$54 ) begin end
     \$74 [0] = valid;
-    \$74 [1] = \port$17984$1 [0];
-    \$74 [2] = \port$17984$1 [1];
+    \$74 [1] = \port$17906$1 [0];
+    \$74 [2] = \port$17906$1 [1];
     \$74 [3] = \$1 ;
     \$74 [4] = d_acc;
     if (reset_units) begin
@@ -48722,8 +48722,8 @@ module \dx1_soc.core1.vector$243.reducer (rst, valid, reset_units, vop, d_acc, \
       \$80  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
   end
-  assign first = \port$17984$1 [0];
-  assign last = \port$17984$1 [1];
+  assign first = \port$17906$1 [0];
+  assign last = \port$17906$1 [1];
   assign \ctl1.valid  = ctl1[0];
   assign \ctl1.first  = ctl1[1];
   assign \ctl1.last  = ctl1[2];
@@ -51868,8 +51868,8 @@ module \dx1_soc.core1.vector$243.transposer (rst, start, spm_addr, w_addr, done,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, timestamp, doorbell_index, \port$13912$0 , \port$13914$0 
-, \port$13916$0 , \port$13918$0 , \port$13920$0 , \port$13922$0 , \port$13924$0 , \port$13926$0 , \port$13928$0 , \port$13930$0 , \port$13932$0 , \port$13934$0 , \port$13936$0 , \port$13938$0 , \port$13940$0 , \port$13942$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit, budget
+module \dx1_soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, timestamp, doorbell_index, \port$13832$0 , \port$13834$0 
+, \port$13836$0 , \port$13838$0 , \port$13840$0 , \port$13842$0 , \port$13844$0 , \port$13846$0 , \port$13848$0 , \port$13850$0 , \port$13852$0 , \port$13854$0 , \port$13856$0 , \port$13858$0 , \port$13860$0 , \port$13862$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit, budget
 , bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, sem_grant, quiesce, reset_cp, abort_done, dma_done__tdata, head, tail, halted, error_code, error_index, irq_error, axi__arvalid
 , axi__rready, cmd, tile_cmd__tvalid, taken, dma_cmd__tvalid, sem_valid, sem_delta, axi__awaddr, axi__wdata, trace_end_tag, trace_end_opcode, dma_done__tready, tile_done__tready, axi__awvalid, axi__wvalid, axi__bready, irq_completion, trace_end, clk);
   wire \$1 ;
@@ -52150,38 +52150,38 @@ module \dx1_soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
   wire [7:0] opcode;
   wire phase;
   wire \phase$128 ;
-  input [15:0] \port$13912$0 ;
-  wire [15:0] \port$13912$0 ;
-  input [15:0] \port$13914$0 ;
-  wire [15:0] \port$13914$0 ;
-  input [15:0] \port$13916$0 ;
-  wire [15:0] \port$13916$0 ;
-  input [15:0] \port$13918$0 ;
-  wire [15:0] \port$13918$0 ;
-  input [15:0] \port$13920$0 ;
-  wire [15:0] \port$13920$0 ;
-  input [15:0] \port$13922$0 ;
-  wire [15:0] \port$13922$0 ;
-  input [15:0] \port$13924$0 ;
-  wire [15:0] \port$13924$0 ;
-  input [15:0] \port$13926$0 ;
-  wire [15:0] \port$13926$0 ;
-  input [15:0] \port$13928$0 ;
-  wire [15:0] \port$13928$0 ;
-  input [15:0] \port$13930$0 ;
-  wire [15:0] \port$13930$0 ;
-  input [15:0] \port$13932$0 ;
-  wire [15:0] \port$13932$0 ;
-  input [15:0] \port$13934$0 ;
-  wire [15:0] \port$13934$0 ;
-  input [15:0] \port$13936$0 ;
-  wire [15:0] \port$13936$0 ;
-  input [15:0] \port$13938$0 ;
-  wire [15:0] \port$13938$0 ;
-  input [15:0] \port$13940$0 ;
-  wire [15:0] \port$13940$0 ;
-  input [15:0] \port$13942$0 ;
-  wire [15:0] \port$13942$0 ;
+  input [15:0] \port$13832$0 ;
+  wire [15:0] \port$13832$0 ;
+  input [15:0] \port$13834$0 ;
+  wire [15:0] \port$13834$0 ;
+  input [15:0] \port$13836$0 ;
+  wire [15:0] \port$13836$0 ;
+  input [15:0] \port$13838$0 ;
+  wire [15:0] \port$13838$0 ;
+  input [15:0] \port$13840$0 ;
+  wire [15:0] \port$13840$0 ;
+  input [15:0] \port$13842$0 ;
+  wire [15:0] \port$13842$0 ;
+  input [15:0] \port$13844$0 ;
+  wire [15:0] \port$13844$0 ;
+  input [15:0] \port$13846$0 ;
+  wire [15:0] \port$13846$0 ;
+  input [15:0] \port$13848$0 ;
+  wire [15:0] \port$13848$0 ;
+  input [15:0] \port$13850$0 ;
+  wire [15:0] \port$13850$0 ;
+  input [15:0] \port$13852$0 ;
+  wire [15:0] \port$13852$0 ;
+  input [15:0] \port$13854$0 ;
+  wire [15:0] \port$13854$0 ;
+  input [15:0] \port$13856$0 ;
+  wire [15:0] \port$13856$0 ;
+  input [15:0] \port$13858$0 ;
+  wire [15:0] \port$13858$0 ;
+  input [15:0] \port$13860$0 ;
+  wire [15:0] \port$13860$0 ;
+  input [15:0] \port$13862$0 ;
+  wire [15:0] \port$13862$0 ;
   input progress;
   wire progress;
   wire \progress$239 ;
@@ -52531,23 +52531,23 @@ module \dx1_soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
   );
   \dx1_soc.cp0.semaphore  semaphore (
     .done(sem_done),
-    .\port$13912$0 (\port$13912$0 ),
-    .\port$13914$0 (\port$13914$0 ),
-    .\port$13916$0 (\port$13916$0 ),
-    .\port$13918$0 (\port$13918$0 ),
-    .\port$13920$0 (\port$13920$0 ),
-    .\port$13922$0 (\port$13922$0 ),
-    .\port$13924$0 (\port$13924$0 ),
-    .\port$13926$0 (\port$13926$0 ),
-    .\port$13928$0 (\port$13928$0 ),
-    .\port$13930$0 (\port$13930$0 ),
-    .\port$13932$0 (\port$13932$0 ),
-    .\port$13934$0 (\port$13934$0 ),
-    .\port$13936$0 (\port$13936$0 ),
-    .\port$13938$0 (\port$13938$0 ),
-    .\port$13940$0 (\port$13940$0 ),
-    .\port$13942$0 (\port$13942$0 ),
-    .\port$16509$64 (cmd[87:64]),
+    .\port$13832$0 (\port$13832$0 ),
+    .\port$13834$0 (\port$13834$0 ),
+    .\port$13836$0 (\port$13836$0 ),
+    .\port$13838$0 (\port$13838$0 ),
+    .\port$13840$0 (\port$13840$0 ),
+    .\port$13842$0 (\port$13842$0 ),
+    .\port$13844$0 (\port$13844$0 ),
+    .\port$13846$0 (\port$13846$0 ),
+    .\port$13848$0 (\port$13848$0 ),
+    .\port$13850$0 (\port$13850$0 ),
+    .\port$13852$0 (\port$13852$0 ),
+    .\port$13854$0 (\port$13854$0 ),
+    .\port$13856$0 (\port$13856$0 ),
+    .\port$13858$0 (\port$13858$0 ),
+    .\port$13860$0 (\port$13860$0 ),
+    .\port$13862$0 (\port$13862$0 ),
+    .\port$16431$64 (cmd[87:64]),
     .sem_delta(sem_delta),
     .sem_grant(sem_grant),
     .sem_valid(sem_valid),
@@ -52724,8 +52724,8 @@ module \dx1_soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
   assign done = sem_done;
   assign sem = cmd[71:64];
   assign count = cmd[87:72];
-  assign sem_values = { \port$13942$0 , \port$13940$0 , \port$13938$0 , \port$13936$0 , \port$13934$0 , \port$13932$0 , \port$13930$0 , \port$13928$0 , \port$13926$0 , \port$13924$0 , \port$13922$0 , \port$13920$0 , \port$13918$0 , \port$13916$0 , \port$13914$0 , \port$13912$0  };
-  assign \sem_values$182  = { \port$13942$0 , \port$13940$0 , \port$13938$0 , \port$13936$0 , \port$13934$0 , \port$13932$0 , \port$13930$0 , \port$13928$0 , \port$13926$0 , \port$13924$0 , \port$13922$0 , \port$13920$0 , \port$13918$0 , \port$13916$0 , \port$13914$0 , \port$13912$0  };
+  assign sem_values = { \port$13862$0 , \port$13860$0 , \port$13858$0 , \port$13856$0 , \port$13854$0 , \port$13852$0 , \port$13850$0 , \port$13848$0 , \port$13846$0 , \port$13844$0 , \port$13842$0 , \port$13840$0 , \port$13838$0 , \port$13836$0 , \port$13834$0 , \port$13832$0  };
+  assign \sem_values$182  = { \port$13862$0 , \port$13860$0 , \port$13858$0 , \port$13856$0 , \port$13854$0 , \port$13852$0 , \port$13850$0 , \port$13848$0 , \port$13846$0 , \port$13844$0 , \port$13842$0 , \port$13840$0 , \port$13838$0 , \port$13836$0 , \port$13834$0 , \port$13832$0  };
   assign \sem_grant$184  = sem_grant;
   assign \sem_valid$186  = sem_valid;
   assign sem_index = cmd[67:64];
@@ -52812,38 +52812,38 @@ module \dx1_soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
   assign \slot.footprint.acc_r_hi  = slot_in[244:211];
   assign \slot.footprint.acc_w_lo  = slot_in[278:245];
   assign \slot.footprint.acc_w_hi  = slot_in[312:279];
-  assign \sem_values[0]  = \port$13912$0 ;
-  assign \sem_values[1]  = \port$13914$0 ;
-  assign \sem_values[2]  = \port$13916$0 ;
-  assign \sem_values[3]  = \port$13918$0 ;
-  assign \sem_values[4]  = \port$13920$0 ;
-  assign \sem_values[5]  = \port$13922$0 ;
-  assign \sem_values[6]  = \port$13924$0 ;
-  assign \sem_values[7]  = \port$13926$0 ;
-  assign \sem_values[8]  = \port$13928$0 ;
-  assign \sem_values[9]  = \port$13930$0 ;
-  assign \sem_values[10]  = \port$13932$0 ;
-  assign \sem_values[11]  = \port$13934$0 ;
-  assign \sem_values[12]  = \port$13936$0 ;
-  assign \sem_values[13]  = \port$13938$0 ;
-  assign \sem_values[14]  = \port$13940$0 ;
-  assign \sem_values[15]  = \port$13942$0 ;
-  assign \sem_values$182[0]  = \port$13912$0 ;
-  assign \sem_values$182[1]  = \port$13914$0 ;
-  assign \sem_values$182[2]  = \port$13916$0 ;
-  assign \sem_values$182[3]  = \port$13918$0 ;
-  assign \sem_values$182[4]  = \port$13920$0 ;
-  assign \sem_values$182[5]  = \port$13922$0 ;
-  assign \sem_values$182[6]  = \port$13924$0 ;
-  assign \sem_values$182[7]  = \port$13926$0 ;
-  assign \sem_values$182[8]  = \port$13928$0 ;
-  assign \sem_values$182[9]  = \port$13930$0 ;
-  assign \sem_values$182[10]  = \port$13932$0 ;
-  assign \sem_values$182[11]  = \port$13934$0 ;
-  assign \sem_values$182[12]  = \port$13936$0 ;
-  assign \sem_values$182[13]  = \port$13938$0 ;
-  assign \sem_values$182[14]  = \port$13940$0 ;
-  assign \sem_values$182[15]  = \port$13942$0 ;
+  assign \sem_values[0]  = \port$13832$0 ;
+  assign \sem_values[1]  = \port$13834$0 ;
+  assign \sem_values[2]  = \port$13836$0 ;
+  assign \sem_values[3]  = \port$13838$0 ;
+  assign \sem_values[4]  = \port$13840$0 ;
+  assign \sem_values[5]  = \port$13842$0 ;
+  assign \sem_values[6]  = \port$13844$0 ;
+  assign \sem_values[7]  = \port$13846$0 ;
+  assign \sem_values[8]  = \port$13848$0 ;
+  assign \sem_values[9]  = \port$13850$0 ;
+  assign \sem_values[10]  = \port$13852$0 ;
+  assign \sem_values[11]  = \port$13854$0 ;
+  assign \sem_values[12]  = \port$13856$0 ;
+  assign \sem_values[13]  = \port$13858$0 ;
+  assign \sem_values[14]  = \port$13860$0 ;
+  assign \sem_values[15]  = \port$13862$0 ;
+  assign \sem_values$182[0]  = \port$13832$0 ;
+  assign \sem_values$182[1]  = \port$13834$0 ;
+  assign \sem_values$182[2]  = \port$13836$0 ;
+  assign \sem_values$182[3]  = \port$13838$0 ;
+  assign \sem_values$182[4]  = \port$13840$0 ;
+  assign \sem_values$182[5]  = \port$13842$0 ;
+  assign \sem_values$182[6]  = \port$13844$0 ;
+  assign \sem_values$182[7]  = \port$13846$0 ;
+  assign \sem_values$182[8]  = \port$13848$0 ;
+  assign \sem_values$182[9]  = \port$13850$0 ;
+  assign \sem_values$182[10]  = \port$13852$0 ;
+  assign \sem_values$182[11]  = \port$13854$0 ;
+  assign \sem_values$182[12]  = \port$13856$0 ;
+  assign \sem_values$182[13]  = \port$13858$0 ;
+  assign \sem_values$182[14]  = \port$13860$0 ;
+  assign \sem_values$182[15]  = \port$13862$0 ;
   assign \local_slot.ring_index  = slot_in[15:0];
   assign \local_slot.phase  = slot_in[16];
   assign \local_slot.tag  = slot_in[32:17];
@@ -53275,9 +53275,9 @@ module \dx1_soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
     .cmd(cmd),
     .footprint(\footprint$25 ),
     .mv_last(mv_last),
-    .\port$16541$0 (g_a_end),
-    .\port$16543$0 (g_b_end),
-    .\port$16545$0 (p_src_end)
+    .\port$16463$0 (g_a_end),
+    .\port$16465$0 (g_b_end),
+    .\port$16467$0 (p_src_end)
   );
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$60 ) begin end
@@ -53543,7 +53543,7 @@ module \dx1_soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.cp0.decoder.footprint$35 (mv_last, \port$16541$0 , \port$16543$0 , \port$16545$0 , footprint, cmd);
+module \dx1_soc.cp0.decoder.footprint$35 (mv_last, \port$16463$0 , \port$16465$0 , \port$16467$0 , footprint, cmd);
   reg \$auto$verilog_backend.cc:2355:dump_module$61  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -53579,24 +53579,24 @@ module \dx1_soc.cp0.decoder.footprint$35 (mv_last, \port$16541$0 , \port$16543$0
   input [33:0] mv_last;
   wire [33:0] mv_last;
   wire [33:0] p_src_end;
-  input [32:0] \port$16541$0 ;
-  wire [32:0] \port$16541$0 ;
-  input [20:0] \port$16543$0 ;
-  wire [20:0] \port$16543$0 ;
-  input [16:0] \port$16545$0 ;
-  wire [16:0] \port$16545$0 ;
+  input [32:0] \port$16463$0 ;
+  wire [32:0] \port$16463$0 ;
+  input [20:0] \port$16465$0 ;
+  wire [20:0] \port$16465$0 ;
+  input [16:0] \port$16467$0 ;
+  wire [16:0] \port$16467$0 ;
   assign \$1  = cmd[79:64] < cmd[95:80];
   assign \$2  = \$1  ? cmd[79:64] : cmd[95:80];
-  assign \$3  = \port$16541$0  > \port$16543$0 ;
-  assign \$4  = \$3  ? { 1'h0, \port$16541$0  } : { 13'h0000, \port$16543$0  };
+  assign \$3  = \port$16463$0  > \port$16465$0 ;
+  assign \$4  = \$3  ? { 1'h0, \port$16463$0  } : { 13'h0000, \port$16465$0  };
   assign \$5  = cmd[111:96] + cmd[127:112];
   assign \$6  = cmd[127:112] < cmd[79:64];
   assign \$7  = cmd[9] & \$6 ;
   assign \$8  = \$7  ? cmd[127:112] : cmd[79:64];
-  assign \$9  = cmd[127:112] >= \port$16545$0 ;
+  assign \$9  = cmd[127:112] >= \port$16467$0 ;
   assign \$10  = cmd[9] & \$9 ;
   assign \$11  = cmd[127:112] + 1'h1;
-  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$16545$0  };
+  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$16467$0  };
   assign \$13  = cmd[95:80] + cmd[111:96];
   assign \$14  = mv_last + 1'h1;
   assign \$15  = mv_last + 1'h1;
@@ -53647,9 +53647,9 @@ module \dx1_soc.cp0.decoder.footprint$35 (mv_last, \port$16541$0 , \port$16543$0
         end
     endcase
   end
-  assign a_end = { 1'h0, \port$16541$0  };
-  assign b_end = { 13'h0000, \port$16543$0  };
-  assign p_src_end = { 17'h00000, \port$16545$0  };
+  assign a_end = { 1'h0, \port$16463$0  };
+  assign b_end = { 13'h0000, \port$16465$0  };
+  assign p_src_end = { 17'h00000, \port$16467$0  };
   assign \footprint.spm_r_lo  = footprint[33:0];
   assign \footprint.spm_r_hi  = footprint[67:34];
   assign \footprint.spm_w_lo  = footprint[101:68];
@@ -56043,8 +56043,8 @@ module \dx1_soc.cp0.ring (rst, ring_reset, doorbell, entries_ok, mask, doorbell_
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.cp0.semaphore (\port$13914$0 , \port$13916$0 , \port$13918$0 , \port$13920$0 , \port$13922$0 , \port$13924$0 , \port$13926$0 , \port$13928$0 , \port$13930$0 , \port$13932$0 , \port$13934$0 , \port$13936$0 , \port$13938$0 , \port$13940$0 , \port$13942$0 , sem_grant, \port$16509$64 , signal, \wait , sem_valid, sem_delta
-, done, \port$13912$0 );
+module \dx1_soc.cp0.semaphore (\port$13834$0 , \port$13836$0 , \port$13838$0 , \port$13840$0 , \port$13842$0 , \port$13844$0 , \port$13846$0 , \port$13848$0 , \port$13850$0 , \port$13852$0 , \port$13854$0 , \port$13856$0 , \port$13858$0 , \port$13860$0 , \port$13862$0 , sem_grant, \port$16431$64 , signal, \wait , sem_valid, sem_delta
+, done, \port$13832$0 );
   reg \$auto$verilog_backend.cc:2355:dump_module$69  = 0;
   reg [15:0] \$1 ;
   wire \$2 ;
@@ -56052,40 +56052,40 @@ module \dx1_soc.cp0.semaphore (\port$13914$0 , \port$13916$0 , \port$13918$0 , \
   wire [15:0] count;
   output done;
   reg done;
-  input [15:0] \port$13912$0 ;
-  wire [15:0] \port$13912$0 ;
-  input [15:0] \port$13914$0 ;
-  wire [15:0] \port$13914$0 ;
-  input [15:0] \port$13916$0 ;
-  wire [15:0] \port$13916$0 ;
-  input [15:0] \port$13918$0 ;
-  wire [15:0] \port$13918$0 ;
-  input [15:0] \port$13920$0 ;
-  wire [15:0] \port$13920$0 ;
-  input [15:0] \port$13922$0 ;
-  wire [15:0] \port$13922$0 ;
-  input [15:0] \port$13924$0 ;
-  wire [15:0] \port$13924$0 ;
-  input [15:0] \port$13926$0 ;
-  wire [15:0] \port$13926$0 ;
-  input [15:0] \port$13928$0 ;
-  wire [15:0] \port$13928$0 ;
-  input [15:0] \port$13930$0 ;
-  wire [15:0] \port$13930$0 ;
-  input [15:0] \port$13932$0 ;
-  wire [15:0] \port$13932$0 ;
-  input [15:0] \port$13934$0 ;
-  wire [15:0] \port$13934$0 ;
-  input [15:0] \port$13936$0 ;
-  wire [15:0] \port$13936$0 ;
-  input [15:0] \port$13938$0 ;
-  wire [15:0] \port$13938$0 ;
-  input [15:0] \port$13940$0 ;
-  wire [15:0] \port$13940$0 ;
-  input [15:0] \port$13942$0 ;
-  wire [15:0] \port$13942$0 ;
-  input [23:0] \port$16509$64 ;
-  wire [23:0] \port$16509$64 ;
+  input [15:0] \port$13832$0 ;
+  wire [15:0] \port$13832$0 ;
+  input [15:0] \port$13834$0 ;
+  wire [15:0] \port$13834$0 ;
+  input [15:0] \port$13836$0 ;
+  wire [15:0] \port$13836$0 ;
+  input [15:0] \port$13838$0 ;
+  wire [15:0] \port$13838$0 ;
+  input [15:0] \port$13840$0 ;
+  wire [15:0] \port$13840$0 ;
+  input [15:0] \port$13842$0 ;
+  wire [15:0] \port$13842$0 ;
+  input [15:0] \port$13844$0 ;
+  wire [15:0] \port$13844$0 ;
+  input [15:0] \port$13846$0 ;
+  wire [15:0] \port$13846$0 ;
+  input [15:0] \port$13848$0 ;
+  wire [15:0] \port$13848$0 ;
+  input [15:0] \port$13850$0 ;
+  wire [15:0] \port$13850$0 ;
+  input [15:0] \port$13852$0 ;
+  wire [15:0] \port$13852$0 ;
+  input [15:0] \port$13854$0 ;
+  wire [15:0] \port$13854$0 ;
+  input [15:0] \port$13856$0 ;
+  wire [15:0] \port$13856$0 ;
+  input [15:0] \port$13858$0 ;
+  wire [15:0] \port$13858$0 ;
+  input [15:0] \port$13860$0 ;
+  wire [15:0] \port$13860$0 ;
+  input [15:0] \port$13862$0 ;
+  wire [15:0] \port$13862$0 ;
+  input [23:0] \port$16431$64 ;
+  wire [23:0] \port$16431$64 ;
   wire [7:0] sem;
   output [17:0] sem_delta;
   reg [17:0] sem_delta;
@@ -56115,44 +56115,44 @@ module \dx1_soc.cp0.semaphore (\port$13914$0 , \port$13916$0 , \port$13918$0 , \
   wire signal;
   input \wait ;
   wire \wait ;
-  assign \$2  = \$1  >= \port$16509$64 [23:8];
-  assign \$3  = - \port$16509$64 [23:8];
+  assign \$2  = \$1  >= \port$16431$64 [23:8];
+  assign \$3  = - \port$16431$64 [23:8];
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
     \$1  = 16'h0000;
-    casez (\port$16509$64 [7:0])
+    casez (\port$16431$64 [7:0])
       8'h00:
-          \$1  = \port$13912$0 ;
+          \$1  = \port$13832$0 ;
       8'h01:
-          \$1  = \port$13914$0 ;
+          \$1  = \port$13834$0 ;
       8'h02:
-          \$1  = \port$13916$0 ;
+          \$1  = \port$13836$0 ;
       8'h03:
-          \$1  = \port$13918$0 ;
+          \$1  = \port$13838$0 ;
       8'h04:
-          \$1  = \port$13920$0 ;
+          \$1  = \port$13840$0 ;
       8'h05:
-          \$1  = \port$13922$0 ;
+          \$1  = \port$13842$0 ;
       8'h06:
-          \$1  = \port$13924$0 ;
+          \$1  = \port$13844$0 ;
       8'h07:
-          \$1  = \port$13926$0 ;
+          \$1  = \port$13846$0 ;
       8'h08:
-          \$1  = \port$13928$0 ;
+          \$1  = \port$13848$0 ;
       8'h09:
-          \$1  = \port$13930$0 ;
+          \$1  = \port$13850$0 ;
       8'h0a:
-          \$1  = \port$13932$0 ;
+          \$1  = \port$13852$0 ;
       8'h0b:
-          \$1  = \port$13934$0 ;
+          \$1  = \port$13854$0 ;
       8'h0c:
-          \$1  = \port$13936$0 ;
+          \$1  = \port$13856$0 ;
       8'h0d:
-          \$1  = \port$13938$0 ;
+          \$1  = \port$13858$0 ;
       8'h0e:
-          \$1  = \port$13940$0 ;
+          \$1  = \port$13860$0 ;
       8'h0f:
-          \$1  = \port$13942$0 ;
+          \$1  = \port$13862$0 ;
     endcase
   end
   always @* begin
@@ -56171,7 +56171,7 @@ module \dx1_soc.cp0.semaphore (\port$13914$0 , \port$13916$0 , \port$13918$0 , \
     if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
     sem_delta = 18'h00000;
     if (signal) begin
-      sem_delta = { 2'h0, \port$16509$64 [23:8] };
+      sem_delta = { 2'h0, \port$16431$64 [23:8] };
     end
     if (\wait ) begin
       if (\$2 ) begin
@@ -56191,26 +56191,26 @@ module \dx1_soc.cp0.semaphore (\port$13914$0 , \port$13916$0 , \port$13918$0 , \
       end
     end
   end
-  assign count = \port$16509$64 [23:8];
-  assign sem = \port$16509$64 [7:0];
-  assign sem_values = { \port$13942$0 , \port$13940$0 , \port$13938$0 , \port$13936$0 , \port$13934$0 , \port$13932$0 , \port$13930$0 , \port$13928$0 , \port$13926$0 , \port$13924$0 , \port$13922$0 , \port$13920$0 , \port$13918$0 , \port$13916$0 , \port$13914$0 , \port$13912$0  };
-  assign sem_index = \port$16509$64 [3:0];
-  assign \sem_values[0]  = \port$13912$0 ;
-  assign \sem_values[1]  = \port$13914$0 ;
-  assign \sem_values[2]  = \port$13916$0 ;
-  assign \sem_values[3]  = \port$13918$0 ;
-  assign \sem_values[4]  = \port$13920$0 ;
-  assign \sem_values[5]  = \port$13922$0 ;
-  assign \sem_values[6]  = \port$13924$0 ;
-  assign \sem_values[7]  = \port$13926$0 ;
-  assign \sem_values[8]  = \port$13928$0 ;
-  assign \sem_values[9]  = \port$13930$0 ;
-  assign \sem_values[10]  = \port$13932$0 ;
-  assign \sem_values[11]  = \port$13934$0 ;
-  assign \sem_values[12]  = \port$13936$0 ;
-  assign \sem_values[13]  = \port$13938$0 ;
-  assign \sem_values[14]  = \port$13940$0 ;
-  assign \sem_values[15]  = \port$13942$0 ;
+  assign count = \port$16431$64 [23:8];
+  assign sem = \port$16431$64 [7:0];
+  assign sem_values = { \port$13862$0 , \port$13860$0 , \port$13858$0 , \port$13856$0 , \port$13854$0 , \port$13852$0 , \port$13850$0 , \port$13848$0 , \port$13846$0 , \port$13844$0 , \port$13842$0 , \port$13840$0 , \port$13838$0 , \port$13836$0 , \port$13834$0 , \port$13832$0  };
+  assign sem_index = \port$16431$64 [3:0];
+  assign \sem_values[0]  = \port$13832$0 ;
+  assign \sem_values[1]  = \port$13834$0 ;
+  assign \sem_values[2]  = \port$13836$0 ;
+  assign \sem_values[3]  = \port$13838$0 ;
+  assign \sem_values[4]  = \port$13840$0 ;
+  assign \sem_values[5]  = \port$13842$0 ;
+  assign \sem_values[6]  = \port$13844$0 ;
+  assign \sem_values[7]  = \port$13846$0 ;
+  assign \sem_values[8]  = \port$13848$0 ;
+  assign \sem_values[9]  = \port$13850$0 ;
+  assign \sem_values[10]  = \port$13852$0 ;
+  assign \sem_values[11]  = \port$13854$0 ;
+  assign \sem_values[12]  = \port$13856$0 ;
+  assign \sem_values[13]  = \port$13858$0 ;
+  assign \sem_values[14]  = \port$13860$0 ;
+  assign \sem_values[15]  = \port$13862$0 ;
 endmodule
 
 (* generator = "Amaranth" *)
@@ -57141,8 +57141,8 @@ module \dx1_soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_done__tda
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, timestamp, doorbell_index, \port$13912$0 , \port$13914$0 
-, \port$13916$0 , \port$13918$0 , \port$13920$0 , \port$13922$0 , \port$13924$0 , \port$13926$0 , \port$13928$0 , \port$13930$0 , \port$13932$0 , \port$13934$0 , \port$13936$0 , \port$13938$0 , \port$13940$0 , \port$13942$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit, budget
+module \dx1_soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, timestamp, doorbell_index, \port$13832$0 , \port$13834$0 
+, \port$13836$0 , \port$13838$0 , \port$13840$0 , \port$13842$0 , \port$13844$0 , \port$13846$0 , \port$13848$0 , \port$13850$0 , \port$13852$0 , \port$13854$0 , \port$13856$0 , \port$13858$0 , \port$13860$0 , \port$13862$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit, budget
 , bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, sem_grant, quiesce, reset_cp, abort_done, dma_done__tdata, head, tail, halted, error_code, error_index, irq_error, axi__arvalid
 , axi__rready, cmd, tile_cmd__tvalid, taken, dma_cmd__tvalid, sem_valid, sem_delta, axi__awaddr, axi__wdata, trace_end_tag, trace_end_opcode, dma_done__tready, tile_done__tready, axi__awvalid, axi__wvalid, axi__bready, irq_completion, trace_end, clk);
   wire \$1 ;
@@ -57423,38 +57423,38 @@ module \dx1_soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
   wire [7:0] opcode;
   wire phase;
   wire \phase$128 ;
-  input [15:0] \port$13912$0 ;
-  wire [15:0] \port$13912$0 ;
-  input [15:0] \port$13914$0 ;
-  wire [15:0] \port$13914$0 ;
-  input [15:0] \port$13916$0 ;
-  wire [15:0] \port$13916$0 ;
-  input [15:0] \port$13918$0 ;
-  wire [15:0] \port$13918$0 ;
-  input [15:0] \port$13920$0 ;
-  wire [15:0] \port$13920$0 ;
-  input [15:0] \port$13922$0 ;
-  wire [15:0] \port$13922$0 ;
-  input [15:0] \port$13924$0 ;
-  wire [15:0] \port$13924$0 ;
-  input [15:0] \port$13926$0 ;
-  wire [15:0] \port$13926$0 ;
-  input [15:0] \port$13928$0 ;
-  wire [15:0] \port$13928$0 ;
-  input [15:0] \port$13930$0 ;
-  wire [15:0] \port$13930$0 ;
-  input [15:0] \port$13932$0 ;
-  wire [15:0] \port$13932$0 ;
-  input [15:0] \port$13934$0 ;
-  wire [15:0] \port$13934$0 ;
-  input [15:0] \port$13936$0 ;
-  wire [15:0] \port$13936$0 ;
-  input [15:0] \port$13938$0 ;
-  wire [15:0] \port$13938$0 ;
-  input [15:0] \port$13940$0 ;
-  wire [15:0] \port$13940$0 ;
-  input [15:0] \port$13942$0 ;
-  wire [15:0] \port$13942$0 ;
+  input [15:0] \port$13832$0 ;
+  wire [15:0] \port$13832$0 ;
+  input [15:0] \port$13834$0 ;
+  wire [15:0] \port$13834$0 ;
+  input [15:0] \port$13836$0 ;
+  wire [15:0] \port$13836$0 ;
+  input [15:0] \port$13838$0 ;
+  wire [15:0] \port$13838$0 ;
+  input [15:0] \port$13840$0 ;
+  wire [15:0] \port$13840$0 ;
+  input [15:0] \port$13842$0 ;
+  wire [15:0] \port$13842$0 ;
+  input [15:0] \port$13844$0 ;
+  wire [15:0] \port$13844$0 ;
+  input [15:0] \port$13846$0 ;
+  wire [15:0] \port$13846$0 ;
+  input [15:0] \port$13848$0 ;
+  wire [15:0] \port$13848$0 ;
+  input [15:0] \port$13850$0 ;
+  wire [15:0] \port$13850$0 ;
+  input [15:0] \port$13852$0 ;
+  wire [15:0] \port$13852$0 ;
+  input [15:0] \port$13854$0 ;
+  wire [15:0] \port$13854$0 ;
+  input [15:0] \port$13856$0 ;
+  wire [15:0] \port$13856$0 ;
+  input [15:0] \port$13858$0 ;
+  wire [15:0] \port$13858$0 ;
+  input [15:0] \port$13860$0 ;
+  wire [15:0] \port$13860$0 ;
+  input [15:0] \port$13862$0 ;
+  wire [15:0] \port$13862$0 ;
   input progress;
   wire progress;
   wire \progress$239 ;
@@ -57804,23 +57804,23 @@ module \dx1_soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
   );
   \dx1_soc.cp1.semaphore  semaphore (
     .done(sem_done),
-    .\port$13912$0 (\port$13912$0 ),
-    .\port$13914$0 (\port$13914$0 ),
-    .\port$13916$0 (\port$13916$0 ),
-    .\port$13918$0 (\port$13918$0 ),
-    .\port$13920$0 (\port$13920$0 ),
-    .\port$13922$0 (\port$13922$0 ),
-    .\port$13924$0 (\port$13924$0 ),
-    .\port$13926$0 (\port$13926$0 ),
-    .\port$13928$0 (\port$13928$0 ),
-    .\port$13930$0 (\port$13930$0 ),
-    .\port$13932$0 (\port$13932$0 ),
-    .\port$13934$0 (\port$13934$0 ),
-    .\port$13936$0 (\port$13936$0 ),
-    .\port$13938$0 (\port$13938$0 ),
-    .\port$13940$0 (\port$13940$0 ),
-    .\port$13942$0 (\port$13942$0 ),
-    .\port$18816$64 (cmd[87:64]),
+    .\port$13832$0 (\port$13832$0 ),
+    .\port$13834$0 (\port$13834$0 ),
+    .\port$13836$0 (\port$13836$0 ),
+    .\port$13838$0 (\port$13838$0 ),
+    .\port$13840$0 (\port$13840$0 ),
+    .\port$13842$0 (\port$13842$0 ),
+    .\port$13844$0 (\port$13844$0 ),
+    .\port$13846$0 (\port$13846$0 ),
+    .\port$13848$0 (\port$13848$0 ),
+    .\port$13850$0 (\port$13850$0 ),
+    .\port$13852$0 (\port$13852$0 ),
+    .\port$13854$0 (\port$13854$0 ),
+    .\port$13856$0 (\port$13856$0 ),
+    .\port$13858$0 (\port$13858$0 ),
+    .\port$13860$0 (\port$13860$0 ),
+    .\port$13862$0 (\port$13862$0 ),
+    .\port$18738$64 (cmd[87:64]),
     .sem_delta(sem_delta),
     .sem_grant(sem_grant),
     .sem_valid(sem_valid),
@@ -57997,8 +57997,8 @@ module \dx1_soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
   assign done = sem_done;
   assign sem = cmd[71:64];
   assign count = cmd[87:72];
-  assign sem_values = { \port$13942$0 , \port$13940$0 , \port$13938$0 , \port$13936$0 , \port$13934$0 , \port$13932$0 , \port$13930$0 , \port$13928$0 , \port$13926$0 , \port$13924$0 , \port$13922$0 , \port$13920$0 , \port$13918$0 , \port$13916$0 , \port$13914$0 , \port$13912$0  };
-  assign \sem_values$182  = { \port$13942$0 , \port$13940$0 , \port$13938$0 , \port$13936$0 , \port$13934$0 , \port$13932$0 , \port$13930$0 , \port$13928$0 , \port$13926$0 , \port$13924$0 , \port$13922$0 , \port$13920$0 , \port$13918$0 , \port$13916$0 , \port$13914$0 , \port$13912$0  };
+  assign sem_values = { \port$13862$0 , \port$13860$0 , \port$13858$0 , \port$13856$0 , \port$13854$0 , \port$13852$0 , \port$13850$0 , \port$13848$0 , \port$13846$0 , \port$13844$0 , \port$13842$0 , \port$13840$0 , \port$13838$0 , \port$13836$0 , \port$13834$0 , \port$13832$0  };
+  assign \sem_values$182  = { \port$13862$0 , \port$13860$0 , \port$13858$0 , \port$13856$0 , \port$13854$0 , \port$13852$0 , \port$13850$0 , \port$13848$0 , \port$13846$0 , \port$13844$0 , \port$13842$0 , \port$13840$0 , \port$13838$0 , \port$13836$0 , \port$13834$0 , \port$13832$0  };
   assign \sem_grant$184  = sem_grant;
   assign \sem_valid$186  = sem_valid;
   assign sem_index = cmd[67:64];
@@ -58085,38 +58085,38 @@ module \dx1_soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_
   assign \slot.footprint.acc_r_hi  = slot_in[244:211];
   assign \slot.footprint.acc_w_lo  = slot_in[278:245];
   assign \slot.footprint.acc_w_hi  = slot_in[312:279];
-  assign \sem_values[0]  = \port$13912$0 ;
-  assign \sem_values[1]  = \port$13914$0 ;
-  assign \sem_values[2]  = \port$13916$0 ;
-  assign \sem_values[3]  = \port$13918$0 ;
-  assign \sem_values[4]  = \port$13920$0 ;
-  assign \sem_values[5]  = \port$13922$0 ;
-  assign \sem_values[6]  = \port$13924$0 ;
-  assign \sem_values[7]  = \port$13926$0 ;
-  assign \sem_values[8]  = \port$13928$0 ;
-  assign \sem_values[9]  = \port$13930$0 ;
-  assign \sem_values[10]  = \port$13932$0 ;
-  assign \sem_values[11]  = \port$13934$0 ;
-  assign \sem_values[12]  = \port$13936$0 ;
-  assign \sem_values[13]  = \port$13938$0 ;
-  assign \sem_values[14]  = \port$13940$0 ;
-  assign \sem_values[15]  = \port$13942$0 ;
-  assign \sem_values$182[0]  = \port$13912$0 ;
-  assign \sem_values$182[1]  = \port$13914$0 ;
-  assign \sem_values$182[2]  = \port$13916$0 ;
-  assign \sem_values$182[3]  = \port$13918$0 ;
-  assign \sem_values$182[4]  = \port$13920$0 ;
-  assign \sem_values$182[5]  = \port$13922$0 ;
-  assign \sem_values$182[6]  = \port$13924$0 ;
-  assign \sem_values$182[7]  = \port$13926$0 ;
-  assign \sem_values$182[8]  = \port$13928$0 ;
-  assign \sem_values$182[9]  = \port$13930$0 ;
-  assign \sem_values$182[10]  = \port$13932$0 ;
-  assign \sem_values$182[11]  = \port$13934$0 ;
-  assign \sem_values$182[12]  = \port$13936$0 ;
-  assign \sem_values$182[13]  = \port$13938$0 ;
-  assign \sem_values$182[14]  = \port$13940$0 ;
-  assign \sem_values$182[15]  = \port$13942$0 ;
+  assign \sem_values[0]  = \port$13832$0 ;
+  assign \sem_values[1]  = \port$13834$0 ;
+  assign \sem_values[2]  = \port$13836$0 ;
+  assign \sem_values[3]  = \port$13838$0 ;
+  assign \sem_values[4]  = \port$13840$0 ;
+  assign \sem_values[5]  = \port$13842$0 ;
+  assign \sem_values[6]  = \port$13844$0 ;
+  assign \sem_values[7]  = \port$13846$0 ;
+  assign \sem_values[8]  = \port$13848$0 ;
+  assign \sem_values[9]  = \port$13850$0 ;
+  assign \sem_values[10]  = \port$13852$0 ;
+  assign \sem_values[11]  = \port$13854$0 ;
+  assign \sem_values[12]  = \port$13856$0 ;
+  assign \sem_values[13]  = \port$13858$0 ;
+  assign \sem_values[14]  = \port$13860$0 ;
+  assign \sem_values[15]  = \port$13862$0 ;
+  assign \sem_values$182[0]  = \port$13832$0 ;
+  assign \sem_values$182[1]  = \port$13834$0 ;
+  assign \sem_values$182[2]  = \port$13836$0 ;
+  assign \sem_values$182[3]  = \port$13838$0 ;
+  assign \sem_values$182[4]  = \port$13840$0 ;
+  assign \sem_values$182[5]  = \port$13842$0 ;
+  assign \sem_values$182[6]  = \port$13844$0 ;
+  assign \sem_values$182[7]  = \port$13846$0 ;
+  assign \sem_values$182[8]  = \port$13848$0 ;
+  assign \sem_values$182[9]  = \port$13850$0 ;
+  assign \sem_values$182[10]  = \port$13852$0 ;
+  assign \sem_values$182[11]  = \port$13854$0 ;
+  assign \sem_values$182[12]  = \port$13856$0 ;
+  assign \sem_values$182[13]  = \port$13858$0 ;
+  assign \sem_values$182[14]  = \port$13860$0 ;
+  assign \sem_values$182[15]  = \port$13862$0 ;
   assign \local_slot.ring_index  = slot_in[15:0];
   assign \local_slot.phase  = slot_in[16];
   assign \local_slot.tag  = slot_in[32:17];
@@ -58548,9 +58548,9 @@ module \dx1_soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
     .cmd(cmd),
     .footprint(\footprint$25 ),
     .mv_last(mv_last),
-    .\port$18848$0 (g_a_end),
-    .\port$18850$0 (g_b_end),
-    .\port$18852$0 (p_src_end)
+    .\port$18770$0 (g_a_end),
+    .\port$18772$0 (g_b_end),
+    .\port$18774$0 (p_src_end)
   );
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$72 ) begin end
@@ -58816,7 +58816,7 @@ module \dx1_soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, cmd, v
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.cp1.decoder.footprint$35 (mv_last, \port$18848$0 , \port$18850$0 , \port$18852$0 , footprint, cmd);
+module \dx1_soc.cp1.decoder.footprint$35 (mv_last, \port$18770$0 , \port$18772$0 , \port$18774$0 , footprint, cmd);
   reg \$auto$verilog_backend.cc:2355:dump_module$73  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -58852,24 +58852,24 @@ module \dx1_soc.cp1.decoder.footprint$35 (mv_last, \port$18848$0 , \port$18850$0
   input [33:0] mv_last;
   wire [33:0] mv_last;
   wire [33:0] p_src_end;
-  input [32:0] \port$18848$0 ;
-  wire [32:0] \port$18848$0 ;
-  input [20:0] \port$18850$0 ;
-  wire [20:0] \port$18850$0 ;
-  input [16:0] \port$18852$0 ;
-  wire [16:0] \port$18852$0 ;
+  input [32:0] \port$18770$0 ;
+  wire [32:0] \port$18770$0 ;
+  input [20:0] \port$18772$0 ;
+  wire [20:0] \port$18772$0 ;
+  input [16:0] \port$18774$0 ;
+  wire [16:0] \port$18774$0 ;
   assign \$1  = cmd[79:64] < cmd[95:80];
   assign \$2  = \$1  ? cmd[79:64] : cmd[95:80];
-  assign \$3  = \port$18848$0  > \port$18850$0 ;
-  assign \$4  = \$3  ? { 1'h0, \port$18848$0  } : { 13'h0000, \port$18850$0  };
+  assign \$3  = \port$18770$0  > \port$18772$0 ;
+  assign \$4  = \$3  ? { 1'h0, \port$18770$0  } : { 13'h0000, \port$18772$0  };
   assign \$5  = cmd[111:96] + cmd[127:112];
   assign \$6  = cmd[127:112] < cmd[79:64];
   assign \$7  = cmd[9] & \$6 ;
   assign \$8  = \$7  ? cmd[127:112] : cmd[79:64];
-  assign \$9  = cmd[127:112] >= \port$18852$0 ;
+  assign \$9  = cmd[127:112] >= \port$18774$0 ;
   assign \$10  = cmd[9] & \$9 ;
   assign \$11  = cmd[127:112] + 1'h1;
-  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$18852$0  };
+  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$18774$0  };
   assign \$13  = cmd[95:80] + cmd[111:96];
   assign \$14  = mv_last + 1'h1;
   assign \$15  = mv_last + 1'h1;
@@ -58920,9 +58920,9 @@ module \dx1_soc.cp1.decoder.footprint$35 (mv_last, \port$18848$0 , \port$18850$0
         end
     endcase
   end
-  assign a_end = { 1'h0, \port$18848$0  };
-  assign b_end = { 13'h0000, \port$18850$0  };
-  assign p_src_end = { 17'h00000, \port$18852$0  };
+  assign a_end = { 1'h0, \port$18770$0  };
+  assign b_end = { 13'h0000, \port$18772$0  };
+  assign p_src_end = { 17'h00000, \port$18774$0  };
   assign \footprint.spm_r_lo  = footprint[33:0];
   assign \footprint.spm_r_hi  = footprint[67:34];
   assign \footprint.spm_w_lo  = footprint[101:68];
@@ -61316,8 +61316,8 @@ module \dx1_soc.cp1.ring (rst, ring_reset, doorbell, entries_ok, mask, doorbell_
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.cp1.semaphore (\port$13914$0 , \port$13916$0 , \port$13918$0 , \port$13920$0 , \port$13922$0 , \port$13924$0 , \port$13926$0 , \port$13928$0 , \port$13930$0 , \port$13932$0 , \port$13934$0 , \port$13936$0 , \port$13938$0 , \port$13940$0 , \port$13942$0 , sem_grant, \port$18816$64 , signal, \wait , sem_valid, sem_delta
-, done, \port$13912$0 );
+module \dx1_soc.cp1.semaphore (\port$13834$0 , \port$13836$0 , \port$13838$0 , \port$13840$0 , \port$13842$0 , \port$13844$0 , \port$13846$0 , \port$13848$0 , \port$13850$0 , \port$13852$0 , \port$13854$0 , \port$13856$0 , \port$13858$0 , \port$13860$0 , \port$13862$0 , sem_grant, \port$18738$64 , signal, \wait , sem_valid, sem_delta
+, done, \port$13832$0 );
   reg \$auto$verilog_backend.cc:2355:dump_module$81  = 0;
   reg [15:0] \$1 ;
   wire \$2 ;
@@ -61325,40 +61325,40 @@ module \dx1_soc.cp1.semaphore (\port$13914$0 , \port$13916$0 , \port$13918$0 , \
   wire [15:0] count;
   output done;
   reg done;
-  input [15:0] \port$13912$0 ;
-  wire [15:0] \port$13912$0 ;
-  input [15:0] \port$13914$0 ;
-  wire [15:0] \port$13914$0 ;
-  input [15:0] \port$13916$0 ;
-  wire [15:0] \port$13916$0 ;
-  input [15:0] \port$13918$0 ;
-  wire [15:0] \port$13918$0 ;
-  input [15:0] \port$13920$0 ;
-  wire [15:0] \port$13920$0 ;
-  input [15:0] \port$13922$0 ;
-  wire [15:0] \port$13922$0 ;
-  input [15:0] \port$13924$0 ;
-  wire [15:0] \port$13924$0 ;
-  input [15:0] \port$13926$0 ;
-  wire [15:0] \port$13926$0 ;
-  input [15:0] \port$13928$0 ;
-  wire [15:0] \port$13928$0 ;
-  input [15:0] \port$13930$0 ;
-  wire [15:0] \port$13930$0 ;
-  input [15:0] \port$13932$0 ;
-  wire [15:0] \port$13932$0 ;
-  input [15:0] \port$13934$0 ;
-  wire [15:0] \port$13934$0 ;
-  input [15:0] \port$13936$0 ;
-  wire [15:0] \port$13936$0 ;
-  input [15:0] \port$13938$0 ;
-  wire [15:0] \port$13938$0 ;
-  input [15:0] \port$13940$0 ;
-  wire [15:0] \port$13940$0 ;
-  input [15:0] \port$13942$0 ;
-  wire [15:0] \port$13942$0 ;
-  input [23:0] \port$18816$64 ;
-  wire [23:0] \port$18816$64 ;
+  input [15:0] \port$13832$0 ;
+  wire [15:0] \port$13832$0 ;
+  input [15:0] \port$13834$0 ;
+  wire [15:0] \port$13834$0 ;
+  input [15:0] \port$13836$0 ;
+  wire [15:0] \port$13836$0 ;
+  input [15:0] \port$13838$0 ;
+  wire [15:0] \port$13838$0 ;
+  input [15:0] \port$13840$0 ;
+  wire [15:0] \port$13840$0 ;
+  input [15:0] \port$13842$0 ;
+  wire [15:0] \port$13842$0 ;
+  input [15:0] \port$13844$0 ;
+  wire [15:0] \port$13844$0 ;
+  input [15:0] \port$13846$0 ;
+  wire [15:0] \port$13846$0 ;
+  input [15:0] \port$13848$0 ;
+  wire [15:0] \port$13848$0 ;
+  input [15:0] \port$13850$0 ;
+  wire [15:0] \port$13850$0 ;
+  input [15:0] \port$13852$0 ;
+  wire [15:0] \port$13852$0 ;
+  input [15:0] \port$13854$0 ;
+  wire [15:0] \port$13854$0 ;
+  input [15:0] \port$13856$0 ;
+  wire [15:0] \port$13856$0 ;
+  input [15:0] \port$13858$0 ;
+  wire [15:0] \port$13858$0 ;
+  input [15:0] \port$13860$0 ;
+  wire [15:0] \port$13860$0 ;
+  input [15:0] \port$13862$0 ;
+  wire [15:0] \port$13862$0 ;
+  input [23:0] \port$18738$64 ;
+  wire [23:0] \port$18738$64 ;
   wire [7:0] sem;
   output [17:0] sem_delta;
   reg [17:0] sem_delta;
@@ -61388,44 +61388,44 @@ module \dx1_soc.cp1.semaphore (\port$13914$0 , \port$13916$0 , \port$13918$0 , \
   wire signal;
   input \wait ;
   wire \wait ;
-  assign \$2  = \$1  >= \port$18816$64 [23:8];
-  assign \$3  = - \port$18816$64 [23:8];
+  assign \$2  = \$1  >= \port$18738$64 [23:8];
+  assign \$3  = - \port$18738$64 [23:8];
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$81 ) begin end
     \$1  = 16'h0000;
-    casez (\port$18816$64 [7:0])
+    casez (\port$18738$64 [7:0])
       8'h00:
-          \$1  = \port$13912$0 ;
+          \$1  = \port$13832$0 ;
       8'h01:
-          \$1  = \port$13914$0 ;
+          \$1  = \port$13834$0 ;
       8'h02:
-          \$1  = \port$13916$0 ;
+          \$1  = \port$13836$0 ;
       8'h03:
-          \$1  = \port$13918$0 ;
+          \$1  = \port$13838$0 ;
       8'h04:
-          \$1  = \port$13920$0 ;
+          \$1  = \port$13840$0 ;
       8'h05:
-          \$1  = \port$13922$0 ;
+          \$1  = \port$13842$0 ;
       8'h06:
-          \$1  = \port$13924$0 ;
+          \$1  = \port$13844$0 ;
       8'h07:
-          \$1  = \port$13926$0 ;
+          \$1  = \port$13846$0 ;
       8'h08:
-          \$1  = \port$13928$0 ;
+          \$1  = \port$13848$0 ;
       8'h09:
-          \$1  = \port$13930$0 ;
+          \$1  = \port$13850$0 ;
       8'h0a:
-          \$1  = \port$13932$0 ;
+          \$1  = \port$13852$0 ;
       8'h0b:
-          \$1  = \port$13934$0 ;
+          \$1  = \port$13854$0 ;
       8'h0c:
-          \$1  = \port$13936$0 ;
+          \$1  = \port$13856$0 ;
       8'h0d:
-          \$1  = \port$13938$0 ;
+          \$1  = \port$13858$0 ;
       8'h0e:
-          \$1  = \port$13940$0 ;
+          \$1  = \port$13860$0 ;
       8'h0f:
-          \$1  = \port$13942$0 ;
+          \$1  = \port$13862$0 ;
     endcase
   end
   always @* begin
@@ -61444,7 +61444,7 @@ module \dx1_soc.cp1.semaphore (\port$13914$0 , \port$13916$0 , \port$13918$0 , \
     if (\$auto$verilog_backend.cc:2355:dump_module$81 ) begin end
     sem_delta = 18'h00000;
     if (signal) begin
-      sem_delta = { 2'h0, \port$18816$64 [23:8] };
+      sem_delta = { 2'h0, \port$18738$64 [23:8] };
     end
     if (\wait ) begin
       if (\$2 ) begin
@@ -61464,26 +61464,26 @@ module \dx1_soc.cp1.semaphore (\port$13914$0 , \port$13916$0 , \port$13918$0 , \
       end
     end
   end
-  assign count = \port$18816$64 [23:8];
-  assign sem = \port$18816$64 [7:0];
-  assign sem_values = { \port$13942$0 , \port$13940$0 , \port$13938$0 , \port$13936$0 , \port$13934$0 , \port$13932$0 , \port$13930$0 , \port$13928$0 , \port$13926$0 , \port$13924$0 , \port$13922$0 , \port$13920$0 , \port$13918$0 , \port$13916$0 , \port$13914$0 , \port$13912$0  };
-  assign sem_index = \port$18816$64 [3:0];
-  assign \sem_values[0]  = \port$13912$0 ;
-  assign \sem_values[1]  = \port$13914$0 ;
-  assign \sem_values[2]  = \port$13916$0 ;
-  assign \sem_values[3]  = \port$13918$0 ;
-  assign \sem_values[4]  = \port$13920$0 ;
-  assign \sem_values[5]  = \port$13922$0 ;
-  assign \sem_values[6]  = \port$13924$0 ;
-  assign \sem_values[7]  = \port$13926$0 ;
-  assign \sem_values[8]  = \port$13928$0 ;
-  assign \sem_values[9]  = \port$13930$0 ;
-  assign \sem_values[10]  = \port$13932$0 ;
-  assign \sem_values[11]  = \port$13934$0 ;
-  assign \sem_values[12]  = \port$13936$0 ;
-  assign \sem_values[13]  = \port$13938$0 ;
-  assign \sem_values[14]  = \port$13940$0 ;
-  assign \sem_values[15]  = \port$13942$0 ;
+  assign count = \port$18738$64 [23:8];
+  assign sem = \port$18738$64 [7:0];
+  assign sem_values = { \port$13862$0 , \port$13860$0 , \port$13858$0 , \port$13856$0 , \port$13854$0 , \port$13852$0 , \port$13850$0 , \port$13848$0 , \port$13846$0 , \port$13844$0 , \port$13842$0 , \port$13840$0 , \port$13838$0 , \port$13836$0 , \port$13834$0 , \port$13832$0  };
+  assign sem_index = \port$18738$64 [3:0];
+  assign \sem_values[0]  = \port$13832$0 ;
+  assign \sem_values[1]  = \port$13834$0 ;
+  assign \sem_values[2]  = \port$13836$0 ;
+  assign \sem_values[3]  = \port$13838$0 ;
+  assign \sem_values[4]  = \port$13840$0 ;
+  assign \sem_values[5]  = \port$13842$0 ;
+  assign \sem_values[6]  = \port$13844$0 ;
+  assign \sem_values[7]  = \port$13846$0 ;
+  assign \sem_values[8]  = \port$13848$0 ;
+  assign \sem_values[9]  = \port$13850$0 ;
+  assign \sem_values[10]  = \port$13852$0 ;
+  assign \sem_values[11]  = \port$13854$0 ;
+  assign \sem_values[12]  = \port$13856$0 ;
+  assign \sem_values[13]  = \port$13858$0 ;
+  assign \sem_values[14]  = \port$13860$0 ;
+  assign \sem_values[15]  = \port$13862$0 ;
 endmodule
 
 (* generator = "Amaranth" *)
@@ -62416,7 +62416,7 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_soc.dma0 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, cmd__tready, axi__rready, done__tvalid, quiet, axi__wdata, axi__wvalid, axi__wstrb, axi__wlast, spm_wr__tvalid
 , acc_wr__tvalid, spm_rreq__tvalid, acc_rreq__tvalid, acc_rresp__tready, spm_rresp__tready, bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, abort, reset_units, done__tdata, bytes_read, axi__arvalid, axi__araddr, axi__arlen
-, bytes_written, axi__awvalid, axi__awaddr, axi__awlen, \port$16435$0 , \port$16437$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
+, bytes_written, axi__awvalid, axi__awaddr, axi__awlen, \port$16357$0 , \port$16359$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$84  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -62649,10 +62649,10 @@ module \dx1_soc.dma0 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc
   wire [15:0] local_addr;
   wire [15:0] \local_addr$127 ;
   wire [29:0] move_beats;
-  output [255:0] \port$16435$0 ;
-  wire [255:0] \port$16435$0 ;
-  output [15:0] \port$16437$0 ;
-  wire [15:0] \port$16437$0 ;
+  output [255:0] \port$16357$0 ;
+  wire [255:0] \port$16357$0 ;
+  output [15:0] \port$16359$0 ;
+  wire [15:0] \port$16359$0 ;
   wire push;
   output quiet;
   wire quiet;
@@ -62825,7 +62825,7 @@ module \dx1_soc.dma0 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc
     .fifo_ready(fifo_ready),
     .fifo_take(\fifo_take$179 ),
     .local_addr(command[143:128]),
-    .\port$7341$0 (r_data),
+    .\port$7261$0 (r_data),
     .rd_err(rd_err),
     .read_error(\read_error$20 ),
     .reset_units(reset_units),
@@ -62911,7 +62911,7 @@ module \dx1_soc.dma0 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc
     .hold(hold),
     .is_copy(is_copy),
     .is_load(is_load),
-    .\port$7341$0 (r_data),
+    .\port$7261$0 (r_data),
     .quiet(\quiet$190 ),
     .rd_err(rd_err),
     .read_error(read_error),
@@ -63233,8 +63233,8 @@ module \dx1_soc.dma0 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc
   assign \acc_rresp__tready$174  = acc_rresp__tready;
   assign \acc_rresp__tvalid$176  = acc_rresp__tvalid;
   assign axi__wdata = r_data[63:0];
-  assign \port$16435$0  = \$48 ;
-  assign \port$16437$0  = \$49 ;
+  assign \port$16357$0  = \$48 ;
+  assign \port$16359$0  = \$49 ;
   assign \$13  = { 1'h0, command[175:160], 2'h0 };
   assign \$14  = { 1'h0, command[175:160] };
   assign base = command[95:64];
@@ -63434,7 +63434,7 @@ module \dx1_soc.dma0.data_fifo (rst, r_en, w_rdy, r_data, reset_units, w_port__d
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \port$7341$0 , spm_wr__tvalid, acc_wr__tvalid, fifo_take, read_error, done, reset_units, local_addr, acc, rows, cols, row_stride, col_stride, rd_err, fifo_ready, wr_data
+module \dx1_soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \port$7261$0 , spm_wr__tvalid, acc_wr__tvalid, fifo_take, read_error, done, reset_units, local_addr, acc, rows, cols, row_stride, col_stride, rd_err, fifo_ready, wr_data
 , wr_addr, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$86  = 0;
   wire \$1 ;
@@ -63491,8 +63491,8 @@ module \dx1_soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \p
   input [15:0] local_addr;
   wire [15:0] local_addr;
   wire [15:0] \local_addr$14 ;
-  input [64:0] \port$7341$0 ;
-  wire [64:0] \port$7341$0 ;
+  input [64:0] \port$7261$0 ;
+  wire [64:0] \port$7261$0 ;
   input rd_err;
   wire rd_err;
   output read_error;
@@ -63538,12 +63538,12 @@ module \dx1_soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \p
   assign \$8  = \$6  | \$7 ;
   assign \$9  = \$8  | wr_ready;
   assign fifo_take = \$5  & \$9 ;
-  assign read_error = fifo_take & \port$7341$0 [64];
+  assign read_error = fifo_take & \port$7261$0 [64];
   assign advance = fifo_take & a_last;
   assign \$10  = ~ wr_valid;
   assign done = walked & \$10 ;
   assign \$11  = wr_valid & wr_ready;
-  assign \$12  = ~ \port$7341$0 [64];
+  assign \$12  = ~ \port$7261$0 [64];
   assign \$13  = ~ rd_err;
   assign \$14  = \$12  & \$13 ;
   assign \$15  = a_cnt + 1'h1;
@@ -63579,13 +63579,13 @@ module \dx1_soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \p
     (* full_case = 32'd1 *)
     casez (a_cnt)
       2'h0:
-          assembled[63:0] = \port$7341$0 [63:0];
+          assembled[63:0] = \port$7261$0 [63:0];
       2'h1:
-          assembled[127:64] = \port$7341$0 [63:0];
+          assembled[127:64] = \port$7261$0 [63:0];
       2'h2:
-          assembled[191:128] = \port$7341$0 [63:0];
+          assembled[191:128] = \port$7261$0 [63:0];
       2'h3:
-          assembled[255:192] = \port$7341$0 [63:0];
+          assembled[255:192] = \port$7261$0 [63:0];
     endcase
   end
   always @* begin
@@ -63708,8 +63708,8 @@ module \dx1_soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \p
   assign \cols$18  = cols;
   assign \row_stride$20  = row_stride;
   assign \col_stride$22  = col_stride;
-  assign fifo_data = \port$7341$0 [63:0];
-  assign fifo_err = \port$7341$0 [64];
+  assign fifo_data = \port$7261$0 [63:0];
+  assign fifo_err = \port$7261$0 [64];
 endmodule
 
 (* generator = "Amaranth" *)
@@ -64691,7 +64691,7 @@ module \dx1_soc.dma0.storer.walker (rst, start, advance, last, reset_units, loca
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.dma0.writer (rst, hold, ready, start, base, stride, segments, seg_beats, \port$7341$0 , copy_beat, error, bus__wvalid, bus__wstrb, bus__wlast, w_hs, read_error, done, quiet, bus__wready, bus__bvalid, bus__bresp
+module \dx1_soc.dma0.writer (rst, hold, ready, start, base, stride, segments, seg_beats, \port$7261$0 , copy_beat, error, bus__wvalid, bus__wstrb, bus__wlast, w_hs, read_error, done, quiet, bus__wready, bus__bvalid, bus__bresp
 , abort, reset_units, is_load, is_copy, rd_err, fifo_ready, bytes_written, bus__awvalid, bus__awaddr, bus__awlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$92  = 0;
   wire \$1 ;
@@ -64752,7 +64752,7 @@ module \dx1_soc.dma0.writer (rst, hold, ready, start, base, stride, segments, se
   wire b_hs;
   input [31:0] base;
   wire [31:0] base;
-  wire [31:0] \base$3 ;
+  wire [31:0] \base$7 ;
   wire [8:0] beats;
   output [31:0] bus__awaddr;
   wire [31:0] bus__awaddr;
@@ -64803,8 +64803,8 @@ module \dx1_soc.dma0.writer (rst, hold, ready, start, base, stride, segments, se
   wire issued;
   wire [7:0] len;
   wire [8:0] max_beats;
-  input [64:0] \port$7341$0 ;
-  wire [64:0] \port$7341$0 ;
+  input [64:0] \port$7261$0 ;
+  wire [64:0] \port$7261$0 ;
   output quiet;
   wire quiet;
   wire [7:0] r_data;
@@ -64825,13 +64825,13 @@ module \dx1_soc.dma0.writer (rst, hold, ready, start, base, stride, segments, se
   wire [29:0] \seg_beats$9 ;
   input [15:0] segments;
   wire [15:0] segments;
-  wire [15:0] \segments$7 ;
+  wire [15:0] \segments$3 ;
   input start;
   wire start;
-  wire \start$1 ;
+  wire \start$5 ;
   input [31:0] stride;
   wire [31:0] stride;
-  wire [31:0] \stride$5 ;
+  wire [31:0] \stride$1 ;
   reg [5:0] unclaimed = 6'h00;
   wire valid;
   wire w_bad;
@@ -64880,12 +64880,12 @@ module \dx1_soc.dma0.writer (rst, hold, ready, start, base, stride, segments, se
   assign \$11  = w_cur & \$10 ;
   assign \$12  = ~ is_load;
   assign bus__wvalid = \$11  & \$12 ;
-  assign \$13  = \port$7341$0 [64] | rd_err;
+  assign \$13  = \port$7261$0 [64] | rd_err;
   assign w_bad = \$13  | abort;
   assign bus__wstrb = w_bad ? 8'h00 : 8'hff;
   assign bus__wlast = w_cnt == w_len;
   assign w_hs = bus__wvalid & bus__wready;
-  assign read_error = w_hs & \port$7341$0 [64];
+  assign read_error = w_hs & \port$7261$0 [64];
   assign \$14  = ~ w_cur;
   assign \$15  = w_hs & bus__wlast;
   assign \$16  = \$14  | \$15 ;
@@ -65029,10 +65029,10 @@ module \dx1_soc.dma0.writer (rst, hold, ready, start, base, stride, segments, se
       \$49  = 8'h00;
     end
   end
-  assign \start$1  = start;
-  assign \base$3  = base;
-  assign \stride$5  = stride;
-  assign \segments$7  = segments;
+  assign \stride$1  = stride;
+  assign \segments$3  = segments;
+  assign \start$5  = start;
+  assign \base$7  = base;
   assign \seg_beats$9  = seg_beats;
   assign valid = bus__awvalid;
   assign addr = bus__awaddr;
@@ -65044,9 +65044,9 @@ module \dx1_soc.dma0.writer (rst, hold, ready, start, base, stride, segments, se
   assign issue = w_en;
   assign w_data = \$8 [7:0];
   assign bus__bready = 1'h1;
-  assign bus__wdata = \port$7341$0 [63:0];
-  assign fifo_data = \port$7341$0 [63:0];
-  assign fifo_err = \port$7341$0 [64];
+  assign bus__wdata = \port$7261$0 [63:0];
+  assign fifo_data = \port$7261$0 [63:0];
+  assign fifo_err = \port$7261$0 [64];
   assign fifo_take = w_hs;
   assign b_hs = bus__bvalid;
 endmodule
@@ -65542,7 +65542,7 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_soc.dma1 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, cmd__tready, axi__rready, done__tvalid, quiet, axi__wdata, axi__wvalid, axi__wstrb, axi__wlast, spm_wr__tvalid
 , acc_wr__tvalid, spm_rreq__tvalid, acc_rreq__tvalid, acc_rresp__tready, spm_rresp__tready, bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, abort, reset_units, done__tdata, bytes_read, axi__arvalid, axi__araddr, axi__arlen
-, bytes_written, axi__awvalid, axi__awaddr, axi__awlen, \port$18742$0 , \port$18744$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
+, bytes_written, axi__awvalid, axi__awaddr, axi__awlen, \port$18664$0 , \port$18666$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$95  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -65775,10 +65775,10 @@ module \dx1_soc.dma1 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc
   wire [15:0] local_addr;
   wire [15:0] \local_addr$127 ;
   wire [29:0] move_beats;
-  output [255:0] \port$18742$0 ;
-  wire [255:0] \port$18742$0 ;
-  output [15:0] \port$18744$0 ;
-  wire [15:0] \port$18744$0 ;
+  output [255:0] \port$18664$0 ;
+  wire [255:0] \port$18664$0 ;
+  output [15:0] \port$18666$0 ;
+  wire [15:0] \port$18666$0 ;
   wire push;
   output quiet;
   wire quiet;
@@ -65951,7 +65951,7 @@ module \dx1_soc.dma1 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc
     .fifo_ready(fifo_ready),
     .fifo_take(\fifo_take$179 ),
     .local_addr(command[143:128]),
-    .\port$12676$0 (r_data),
+    .\port$12596$0 (r_data),
     .rd_err(rd_err),
     .read_error(\read_error$20 ),
     .reset_units(reset_units),
@@ -66037,7 +66037,7 @@ module \dx1_soc.dma1 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc
     .hold(hold),
     .is_copy(is_copy),
     .is_load(is_load),
-    .\port$12676$0 (r_data),
+    .\port$12596$0 (r_data),
     .quiet(\quiet$190 ),
     .rd_err(rd_err),
     .read_error(read_error),
@@ -66359,8 +66359,8 @@ module \dx1_soc.dma1 (rst, hold, bus__arready, bus__awready, spm_wr__tready, acc
   assign \acc_rresp__tready$174  = acc_rresp__tready;
   assign \acc_rresp__tvalid$176  = acc_rresp__tvalid;
   assign axi__wdata = r_data[63:0];
-  assign \port$18742$0  = \$48 ;
-  assign \port$18744$0  = \$49 ;
+  assign \port$18664$0  = \$48 ;
+  assign \port$18666$0  = \$49 ;
   assign \$13  = { 1'h0, command[175:160], 2'h0 };
   assign \$14  = { 1'h0, command[175:160] };
   assign base = command[95:64];
@@ -66560,7 +66560,7 @@ module \dx1_soc.dma1.data_fifo (rst, r_en, w_rdy, r_data, reset_units, w_port__d
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \port$12676$0 , spm_wr__tvalid, acc_wr__tvalid, fifo_take, read_error, done, reset_units, local_addr, acc, rows, cols, row_stride, col_stride, rd_err, fifo_ready, wr_data
+module \dx1_soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \port$12596$0 , spm_wr__tvalid, acc_wr__tvalid, fifo_take, read_error, done, reset_units, local_addr, acc, rows, cols, row_stride, col_stride, rd_err, fifo_ready, wr_data
 , wr_addr, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$97  = 0;
   wire \$1 ;
@@ -66617,8 +66617,8 @@ module \dx1_soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \p
   input [15:0] local_addr;
   wire [15:0] local_addr;
   wire [15:0] \local_addr$14 ;
-  input [64:0] \port$12676$0 ;
-  wire [64:0] \port$12676$0 ;
+  input [64:0] \port$12596$0 ;
+  wire [64:0] \port$12596$0 ;
   input rd_err;
   wire rd_err;
   output read_error;
@@ -66664,12 +66664,12 @@ module \dx1_soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \p
   assign \$8  = \$6  | \$7 ;
   assign \$9  = \$8  | wr_ready;
   assign fifo_take = \$5  & \$9 ;
-  assign read_error = fifo_take & \port$12676$0 [64];
+  assign read_error = fifo_take & \port$12596$0 [64];
   assign advance = fifo_take & a_last;
   assign \$10  = ~ wr_valid;
   assign done = walked & \$10 ;
   assign \$11  = wr_valid & wr_ready;
-  assign \$12  = ~ \port$12676$0 [64];
+  assign \$12  = ~ \port$12596$0 [64];
   assign \$13  = ~ rd_err;
   assign \$14  = \$12  & \$13 ;
   assign \$15  = a_cnt + 1'h1;
@@ -66705,13 +66705,13 @@ module \dx1_soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \p
     (* full_case = 32'd1 *)
     casez (a_cnt)
       2'h0:
-          assembled[63:0] = \port$12676$0 [63:0];
+          assembled[63:0] = \port$12596$0 [63:0];
       2'h1:
-          assembled[127:64] = \port$12676$0 [63:0];
+          assembled[127:64] = \port$12596$0 [63:0];
       2'h2:
-          assembled[191:128] = \port$12676$0 [63:0];
+          assembled[191:128] = \port$12596$0 [63:0];
       2'h3:
-          assembled[255:192] = \port$12676$0 [63:0];
+          assembled[255:192] = \port$12596$0 [63:0];
     endcase
   end
   always @* begin
@@ -66834,8 +66834,8 @@ module \dx1_soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \p
   assign \cols$18  = cols;
   assign \row_stride$20  = row_stride;
   assign \col_stride$22  = col_stride;
-  assign fifo_data = \port$12676$0 [63:0];
-  assign fifo_err = \port$12676$0 [64];
+  assign fifo_data = \port$12596$0 [63:0];
+  assign fifo_err = \port$12596$0 [64];
 endmodule
 
 (* generator = "Amaranth" *)
@@ -67817,7 +67817,7 @@ module \dx1_soc.dma1.storer.walker (rst, start, advance, last, reset_units, loca
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.dma1.writer (rst, hold, ready, start, base, stride, segments, seg_beats, \port$12676$0 , copy_beat, error, bus__wvalid, bus__wstrb, bus__wlast, w_hs, read_error, done, quiet, bus__wready, bus__bvalid, bus__bresp
+module \dx1_soc.dma1.writer (rst, hold, ready, start, base, stride, segments, seg_beats, \port$12596$0 , copy_beat, error, bus__wvalid, bus__wstrb, bus__wlast, w_hs, read_error, done, quiet, bus__wready, bus__bvalid, bus__bresp
 , abort, reset_units, is_load, is_copy, rd_err, fifo_ready, bytes_written, bus__awvalid, bus__awaddr, bus__awlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$103  = 0;
   wire \$1 ;
@@ -67878,7 +67878,7 @@ module \dx1_soc.dma1.writer (rst, hold, ready, start, base, stride, segments, se
   wire b_hs;
   input [31:0] base;
   wire [31:0] base;
-  wire [31:0] \base$3 ;
+  wire [31:0] \base$7 ;
   wire [8:0] beats;
   output [31:0] bus__awaddr;
   wire [31:0] bus__awaddr;
@@ -67929,8 +67929,8 @@ module \dx1_soc.dma1.writer (rst, hold, ready, start, base, stride, segments, se
   wire issued;
   wire [7:0] len;
   wire [8:0] max_beats;
-  input [64:0] \port$12676$0 ;
-  wire [64:0] \port$12676$0 ;
+  input [64:0] \port$12596$0 ;
+  wire [64:0] \port$12596$0 ;
   output quiet;
   wire quiet;
   wire [7:0] r_data;
@@ -67951,13 +67951,13 @@ module \dx1_soc.dma1.writer (rst, hold, ready, start, base, stride, segments, se
   wire [29:0] \seg_beats$9 ;
   input [15:0] segments;
   wire [15:0] segments;
-  wire [15:0] \segments$7 ;
+  wire [15:0] \segments$3 ;
   input start;
   wire start;
-  wire \start$1 ;
+  wire \start$5 ;
   input [31:0] stride;
   wire [31:0] stride;
-  wire [31:0] \stride$5 ;
+  wire [31:0] \stride$1 ;
   reg [5:0] unclaimed = 6'h00;
   wire valid;
   wire w_bad;
@@ -68006,12 +68006,12 @@ module \dx1_soc.dma1.writer (rst, hold, ready, start, base, stride, segments, se
   assign \$11  = w_cur & \$10 ;
   assign \$12  = ~ is_load;
   assign bus__wvalid = \$11  & \$12 ;
-  assign \$13  = \port$12676$0 [64] | rd_err;
+  assign \$13  = \port$12596$0 [64] | rd_err;
   assign w_bad = \$13  | abort;
   assign bus__wstrb = w_bad ? 8'h00 : 8'hff;
   assign bus__wlast = w_cnt == w_len;
   assign w_hs = bus__wvalid & bus__wready;
-  assign read_error = w_hs & \port$12676$0 [64];
+  assign read_error = w_hs & \port$12596$0 [64];
   assign \$14  = ~ w_cur;
   assign \$15  = w_hs & bus__wlast;
   assign \$16  = \$14  | \$15 ;
@@ -68155,10 +68155,10 @@ module \dx1_soc.dma1.writer (rst, hold, ready, start, base, stride, segments, se
       \$49  = 8'h00;
     end
   end
-  assign \start$1  = start;
-  assign \base$3  = base;
-  assign \stride$5  = stride;
-  assign \segments$7  = segments;
+  assign \stride$1  = stride;
+  assign \segments$3  = segments;
+  assign \start$5  = start;
+  assign \base$7  = base;
   assign \seg_beats$9  = seg_beats;
   assign valid = bus__awvalid;
   assign addr = bus__awaddr;
@@ -68170,9 +68170,9 @@ module \dx1_soc.dma1.writer (rst, hold, ready, start, base, stride, segments, se
   assign issue = w_en;
   assign w_data = \$8 [7:0];
   assign bus__bready = 1'h1;
-  assign bus__wdata = \port$12676$0 [63:0];
-  assign fifo_data = \port$12676$0 [63:0];
-  assign fifo_err = \port$12676$0 [64];
+  assign bus__wdata = \port$12596$0 [63:0];
+  assign fifo_data = \port$12596$0 [63:0];
+  assign fifo_err = \port$12596$0 [64];
   assign fifo_take = w_hs;
   assign b_hs = bus__bvalid;
 endmodule
@@ -68666,12 +68666,12 @@ module \dx1_soc.dma1.writer.wlen_fifo (rst, w_port__data, w_en, w_rdy, r_data, r
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0__awvalid$27 , s0__wdata, s0__wstrb, s0__wlast, \s0__wvalid$37 , \s0__bready$39 , s0__arid, \s0__araddr$1 , s0__arlen, s0__arsize, s0__arburst, \s0__arvalid$11 , \s0__rready$15 , clk, rst, s0__arready, s0__awready
-, s1__arready, s1__awready, s2__arready, s2__awready, s3__arready, s3__awready, s4__arready, s4__awready, \s2__rready$313 , s2__wdata, \s2__wvalid$335 , s2__wstrb, s2__wlast, \s1__araddr$150 , \s4__rready$611 , s4__wdata, \s4__wvalid$633 , s4__wstrb, s4__wlast, \s3__araddr$448 , s0__rvalid
+module \dx1_soc.memory (\s0__awaddr$68 , s0__awlen, s0__awsize, s0__awburst, \s0__awvalid$78 , s0__wdata, s0__wstrb, s0__wlast, \s0__wvalid$88 , \s0__bready$90 , s0__arid, \s0__araddr$1 , s0__arlen, s0__arsize, s0__arburst, \s0__arvalid$11 , \s0__rready$15 , clk, rst, s0__arready, s0__awready
+, s1__arready, s1__awready, s2__arready, s2__awready, s3__arready, s3__awready, s4__arready, s4__awready, \s2__rready$313 , s2__wdata, \s2__wvalid$386 , s2__wstrb, s2__wlast, \s1__araddr$150 , \s4__rready$611 , s4__wdata, \s4__wvalid$684 , s4__wstrb, s4__wlast, \s3__araddr$448 , s0__rvalid
 , s0__rdata, s0__rid, s0__rresp, s0__rlast, s0__wready, s0__bvalid, s0__bid, s0__bresp, s1__rvalid, s1__rdata, s1__rid, s1__rresp, s1__rlast, s1__wready, s1__bvalid, s1__bid, s1__bresp, s2__rvalid, s2__rdata, s2__rid, s2__rresp
 , s2__rlast, s2__wready, s2__bvalid, s2__bid, s2__bresp, s3__rvalid, s3__rdata, s3__rid, s3__rresp, s3__rlast, s3__wready, s3__bvalid, s3__bid, s3__bresp, s4__rvalid, s4__rdata, s4__rid, s4__rresp, s4__rlast, s4__wready, s4__bvalid
-, s4__bid, s4__bresp, \s2__arvalid$309 , \s2__araddr$299 , s2__arlen, \s2__awvalid$325 , \s2__awaddr$315 , s2__awlen, \s1__arvalid$160 , \s1__rready$164 , \s1__awaddr$166 , s1__wdata, \s1__awvalid$176 , \s1__wvalid$186 , \s1__bready$188 , \s4__arvalid$607 , \s4__araddr$597 , s4__arlen, \s4__awvalid$623 , \s4__awaddr$613 , s4__awlen
-, \s3__arvalid$458 , \s3__rready$462 , \s3__awaddr$464 , s3__wdata, \s3__awvalid$474 , \s3__wvalid$484 , \s3__bready$486 , s0__awid);
+, s4__bid, s4__bresp, \s2__arvalid$309 , \s2__araddr$299 , s2__arlen, \s2__awvalid$376 , \s2__awaddr$366 , s2__awlen, \s1__arvalid$160 , \s1__rready$164 , \s1__awaddr$217 , s1__wdata, \s1__awvalid$227 , \s1__wvalid$237 , \s1__bready$239 , \s4__arvalid$607 , \s4__araddr$597 , s4__arlen, \s4__awvalid$674 , \s4__awaddr$664 , s4__awlen
+, \s3__arvalid$458 , \s3__rready$462 , \s3__awaddr$515 , s3__wdata, \s3__awvalid$525 , \s3__wvalid$535 , \s3__bready$537 , s0__awid);
   reg \$auto$verilog_backend.cc:2355:dump_module$106  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -69174,87 +69174,87 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
   wire [31:0] s0__araddr;
   input [31:0] \s0__araddr$1 ;
   wire [31:0] \s0__araddr$1 ;
-  wire [31:0] \s0__araddr$40 ;
-  wire [31:0] \s0__araddr$58 ;
-  wire [31:0] \s0__araddr$76 ;
+  wire [31:0] \s0__araddr$16 ;
+  wire [31:0] \s0__araddr$23 ;
+  wire [31:0] \s0__araddr$30 ;
   input [1:0] s0__arburst;
   wire [1:0] s0__arburst;
-  wire [1:0] \s0__arburst$43 ;
-  wire [1:0] \s0__arburst$61 ;
+  wire [1:0] \s0__arburst$19 ;
+  wire [1:0] \s0__arburst$26 ;
+  wire [1:0] \s0__arburst$33 ;
   wire [1:0] \s0__arburst$7 ;
-  wire [1:0] \s0__arburst$79 ;
   input [3:0] s0__arid;
   wire [3:0] s0__arid;
-  wire [3:0] \s0__arid$44 ;
-  wire [3:0] \s0__arid$62 ;
-  wire [3:0] \s0__arid$80 ;
+  wire [3:0] \s0__arid$20 ;
+  wire [3:0] \s0__arid$27 ;
+  wire [3:0] \s0__arid$34 ;
   wire [3:0] \s0__arid$9 ;
   input [7:0] s0__arlen;
   wire [7:0] s0__arlen;
+  wire [7:0] \s0__arlen$17 ;
+  wire [7:0] \s0__arlen$24 ;
   wire [7:0] \s0__arlen$3 ;
-  wire [7:0] \s0__arlen$41 ;
-  wire [7:0] \s0__arlen$59 ;
-  wire [7:0] \s0__arlen$77 ;
+  wire [7:0] \s0__arlen$31 ;
   output s0__arready;
   wire s0__arready;
-  wire \s0__arready$95 ;
-  wire \s0__arready$96 ;
-  wire \s0__arready$97 ;
-  wire \s0__arready$98 ;
+  wire \s0__arready$38 ;
+  wire \s0__arready$39 ;
+  wire \s0__arready$40 ;
+  wire \s0__arready$41 ;
   input [2:0] s0__arsize;
   wire [2:0] s0__arsize;
-  wire [2:0] \s0__arsize$42 ;
+  wire [2:0] \s0__arsize$18 ;
+  wire [2:0] \s0__arsize$25 ;
+  wire [2:0] \s0__arsize$32 ;
   wire [2:0] \s0__arsize$5 ;
-  wire [2:0] \s0__arsize$60 ;
-  wire [2:0] \s0__arsize$78 ;
   wire s0__arvalid;
   input \s0__arvalid$11 ;
   wire \s0__arvalid$11 ;
-  wire \s0__arvalid$45 ;
-  wire \s0__arvalid$63 ;
-  wire \s0__arvalid$81 ;
+  wire \s0__arvalid$21 ;
+  wire \s0__arvalid$28 ;
+  wire \s0__arvalid$35 ;
   wire [31:0] s0__awaddr;
-  input [31:0] \s0__awaddr$17 ;
-  wire [31:0] \s0__awaddr$17 ;
-  wire [31:0] \s0__awaddr$47 ;
-  wire [31:0] \s0__awaddr$65 ;
-  wire [31:0] \s0__awaddr$83 ;
+  wire [31:0] \s0__awaddr$102 ;
+  wire [31:0] \s0__awaddr$113 ;
+  input [31:0] \s0__awaddr$68 ;
+  wire [31:0] \s0__awaddr$68 ;
+  wire [31:0] \s0__awaddr$91 ;
   input [1:0] s0__awburst;
   wire [1:0] s0__awburst;
-  wire [1:0] \s0__awburst$23 ;
-  wire [1:0] \s0__awburst$50 ;
-  wire [1:0] \s0__awburst$68 ;
-  wire [1:0] \s0__awburst$86 ;
+  wire [1:0] \s0__awburst$105 ;
+  wire [1:0] \s0__awburst$116 ;
+  wire [1:0] \s0__awburst$74 ;
+  wire [1:0] \s0__awburst$94 ;
   input [3:0] s0__awid;
   wire [3:0] s0__awid;
-  wire [3:0] \s0__awid$25 ;
-  wire [3:0] \s0__awid$51 ;
-  wire [3:0] \s0__awid$69 ;
-  wire [3:0] \s0__awid$87 ;
+  wire [3:0] \s0__awid$106 ;
+  wire [3:0] \s0__awid$117 ;
+  wire [3:0] \s0__awid$76 ;
+  wire [3:0] \s0__awid$95 ;
   input [7:0] s0__awlen;
   wire [7:0] s0__awlen;
-  wire [7:0] \s0__awlen$19 ;
-  wire [7:0] \s0__awlen$48 ;
-  wire [7:0] \s0__awlen$66 ;
-  wire [7:0] \s0__awlen$84 ;
+  wire [7:0] \s0__awlen$103 ;
+  wire [7:0] \s0__awlen$114 ;
+  wire [7:0] \s0__awlen$70 ;
+  wire [7:0] \s0__awlen$92 ;
   output s0__awready;
   wire s0__awready;
-  wire \s0__awready$100 ;
-  wire \s0__awready$101 ;
-  wire \s0__awready$102 ;
-  wire \s0__awready$103 ;
+  wire \s0__awready$125 ;
+  wire \s0__awready$126 ;
+  wire \s0__awready$127 ;
+  wire \s0__awready$128 ;
   input [2:0] s0__awsize;
   wire [2:0] s0__awsize;
-  wire [2:0] \s0__awsize$21 ;
-  wire [2:0] \s0__awsize$49 ;
-  wire [2:0] \s0__awsize$67 ;
-  wire [2:0] \s0__awsize$85 ;
+  wire [2:0] \s0__awsize$104 ;
+  wire [2:0] \s0__awsize$115 ;
+  wire [2:0] \s0__awsize$72 ;
+  wire [2:0] \s0__awsize$93 ;
   wire s0__awvalid;
-  input \s0__awvalid$27 ;
-  wire \s0__awvalid$27 ;
-  wire \s0__awvalid$52 ;
-  wire \s0__awvalid$70 ;
-  wire \s0__awvalid$88 ;
+  wire \s0__awvalid$107 ;
+  wire \s0__awvalid$118 ;
+  input \s0__awvalid$78 ;
+  wire \s0__awvalid$78 ;
+  wire \s0__awvalid$96 ;
   output [3:0] s0__bid;
   reg [3:0] s0__bid;
   wire [3:0] \s0__bid$134 ;
@@ -69262,11 +69262,11 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
   wire [3:0] \s0__bid$143 ;
   wire [3:0] \s0__bid$147 ;
   wire s0__bready;
-  input \s0__bready$39 ;
-  wire \s0__bready$39 ;
-  wire \s0__bready$57 ;
-  wire \s0__bready$75 ;
-  wire \s0__bready$93 ;
+  wire \s0__bready$101 ;
+  wire \s0__bready$112 ;
+  wire \s0__bready$123 ;
+  input \s0__bready$90 ;
+  wire \s0__bready$90 ;
   output [1:0] s0__bresp;
   reg [1:0] s0__bresp;
   wire [1:0] \s0__bresp$136 ;
@@ -69281,52 +69281,52 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
   wire \s0__bvalid$146 ;
   output [63:0] s0__rdata;
   reg [63:0] s0__rdata;
-  wire [63:0] \s0__rdata$107 ;
-  wire [63:0] \s0__rdata$115 ;
-  wire [63:0] \s0__rdata$120 ;
-  wire [63:0] \s0__rdata$125 ;
+  wire [63:0] \s0__rdata$45 ;
+  wire [63:0] \s0__rdata$53 ;
+  wire [63:0] \s0__rdata$58 ;
+  wire [63:0] \s0__rdata$63 ;
   output [3:0] s0__rid;
   reg [3:0] s0__rid;
-  wire [3:0] \s0__rid$109 ;
-  wire [3:0] \s0__rid$116 ;
-  wire [3:0] \s0__rid$121 ;
-  wire [3:0] \s0__rid$126 ;
+  wire [3:0] \s0__rid$47 ;
+  wire [3:0] \s0__rid$54 ;
+  wire [3:0] \s0__rid$59 ;
+  wire [3:0] \s0__rid$64 ;
   output s0__rlast;
   reg s0__rlast;
-  wire \s0__rlast$113 ;
-  wire \s0__rlast$118 ;
-  wire \s0__rlast$123 ;
-  wire \s0__rlast$128 ;
+  wire \s0__rlast$51 ;
+  wire \s0__rlast$56 ;
+  wire \s0__rlast$61 ;
+  wire \s0__rlast$66 ;
   wire s0__rready;
   input \s0__rready$15 ;
   wire \s0__rready$15 ;
-  wire \s0__rready$46 ;
-  wire \s0__rready$64 ;
-  wire \s0__rready$82 ;
+  wire \s0__rready$22 ;
+  wire \s0__rready$29 ;
+  wire \s0__rready$36 ;
   output [1:0] s0__rresp;
   reg [1:0] s0__rresp;
-  wire [1:0] \s0__rresp$111 ;
-  wire [1:0] \s0__rresp$117 ;
-  wire [1:0] \s0__rresp$122 ;
-  wire [1:0] \s0__rresp$127 ;
+  wire [1:0] \s0__rresp$49 ;
+  wire [1:0] \s0__rresp$55 ;
+  wire [1:0] \s0__rresp$60 ;
+  wire [1:0] \s0__rresp$65 ;
   output s0__rvalid;
   reg s0__rvalid;
-  wire \s0__rvalid$105 ;
-  wire \s0__rvalid$114 ;
-  wire \s0__rvalid$119 ;
-  wire \s0__rvalid$124 ;
+  wire \s0__rvalid$43 ;
+  wire \s0__rvalid$52 ;
+  wire \s0__rvalid$57 ;
+  wire \s0__rvalid$62 ;
   input [63:0] s0__wdata;
   wire [63:0] s0__wdata;
-  wire [63:0] \s0__wdata$31 ;
-  wire [63:0] \s0__wdata$53 ;
-  wire [63:0] \s0__wdata$71 ;
-  wire [63:0] \s0__wdata$89 ;
+  wire [63:0] \s0__wdata$108 ;
+  wire [63:0] \s0__wdata$119 ;
+  wire [63:0] \s0__wdata$82 ;
+  wire [63:0] \s0__wdata$97 ;
   input s0__wlast;
   wire s0__wlast;
-  wire \s0__wlast$35 ;
-  wire \s0__wlast$55 ;
-  wire \s0__wlast$73 ;
-  wire \s0__wlast$91 ;
+  wire \s0__wlast$110 ;
+  wire \s0__wlast$121 ;
+  wire \s0__wlast$86 ;
+  wire \s0__wlast$99 ;
   output s0__wready;
   reg s0__wready;
   wire \s0__wready$130 ;
@@ -69335,92 +69335,92 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
   wire \s0__wready$145 ;
   input [7:0] s0__wstrb;
   wire [7:0] s0__wstrb;
-  wire [7:0] \s0__wstrb$33 ;
-  wire [7:0] \s0__wstrb$54 ;
-  wire [7:0] \s0__wstrb$72 ;
-  wire [7:0] \s0__wstrb$90 ;
+  wire [7:0] \s0__wstrb$109 ;
+  wire [7:0] \s0__wstrb$120 ;
+  wire [7:0] \s0__wstrb$84 ;
+  wire [7:0] \s0__wstrb$98 ;
   wire s0__wvalid;
-  input \s0__wvalid$37 ;
-  wire \s0__wvalid$37 ;
-  wire \s0__wvalid$56 ;
-  wire \s0__wvalid$74 ;
-  wire \s0__wvalid$92 ;
+  wire \s0__wvalid$100 ;
+  wire \s0__wvalid$111 ;
+  wire \s0__wvalid$122 ;
+  input \s0__wvalid$88 ;
+  wire \s0__wvalid$88 ;
   wire [31:0] s1__araddr;
   input [31:0] \s1__araddr$150 ;
   wire [31:0] \s1__araddr$150 ;
-  wire [31:0] \s1__araddr$189 ;
-  wire [31:0] \s1__araddr$207 ;
-  wire [31:0] \s1__araddr$225 ;
+  wire [31:0] \s1__araddr$165 ;
+  wire [31:0] \s1__araddr$172 ;
+  wire [31:0] \s1__araddr$179 ;
   wire [1:0] s1__arburst;
   wire [1:0] \s1__arburst$156 ;
-  wire [1:0] \s1__arburst$192 ;
-  wire [1:0] \s1__arburst$210 ;
-  wire [1:0] \s1__arburst$228 ;
+  wire [1:0] \s1__arburst$168 ;
+  wire [1:0] \s1__arburst$175 ;
+  wire [1:0] \s1__arburst$182 ;
   wire [3:0] s1__arid;
   wire [3:0] \s1__arid$158 ;
-  wire [3:0] \s1__arid$193 ;
-  wire [3:0] \s1__arid$211 ;
-  wire [3:0] \s1__arid$229 ;
+  wire [3:0] \s1__arid$169 ;
+  wire [3:0] \s1__arid$176 ;
+  wire [3:0] \s1__arid$183 ;
   wire [7:0] s1__arlen;
   wire [7:0] \s1__arlen$152 ;
-  wire [7:0] \s1__arlen$190 ;
-  wire [7:0] \s1__arlen$208 ;
-  wire [7:0] \s1__arlen$226 ;
+  wire [7:0] \s1__arlen$166 ;
+  wire [7:0] \s1__arlen$173 ;
+  wire [7:0] \s1__arlen$180 ;
   output s1__arready;
   wire s1__arready;
-  wire \s1__arready$244 ;
-  wire \s1__arready$245 ;
-  wire \s1__arready$246 ;
-  wire \s1__arready$247 ;
+  wire \s1__arready$187 ;
+  wire \s1__arready$188 ;
+  wire \s1__arready$189 ;
+  wire \s1__arready$190 ;
   wire [2:0] s1__arsize;
   wire [2:0] \s1__arsize$154 ;
-  wire [2:0] \s1__arsize$191 ;
-  wire [2:0] \s1__arsize$209 ;
-  wire [2:0] \s1__arsize$227 ;
+  wire [2:0] \s1__arsize$167 ;
+  wire [2:0] \s1__arsize$174 ;
+  wire [2:0] \s1__arsize$181 ;
   wire s1__arvalid;
   input \s1__arvalid$160 ;
   wire \s1__arvalid$160 ;
-  wire \s1__arvalid$194 ;
-  wire \s1__arvalid$212 ;
-  wire \s1__arvalid$230 ;
+  wire \s1__arvalid$170 ;
+  wire \s1__arvalid$177 ;
+  wire \s1__arvalid$184 ;
   wire [31:0] s1__awaddr;
-  input [31:0] \s1__awaddr$166 ;
-  wire [31:0] \s1__awaddr$166 ;
-  wire [31:0] \s1__awaddr$196 ;
-  wire [31:0] \s1__awaddr$214 ;
-  wire [31:0] \s1__awaddr$232 ;
+  input [31:0] \s1__awaddr$217 ;
+  wire [31:0] \s1__awaddr$217 ;
+  wire [31:0] \s1__awaddr$240 ;
+  wire [31:0] \s1__awaddr$251 ;
+  wire [31:0] \s1__awaddr$262 ;
   wire [1:0] s1__awburst;
-  wire [1:0] \s1__awburst$172 ;
-  wire [1:0] \s1__awburst$199 ;
-  wire [1:0] \s1__awburst$217 ;
-  wire [1:0] \s1__awburst$235 ;
+  wire [1:0] \s1__awburst$223 ;
+  wire [1:0] \s1__awburst$243 ;
+  wire [1:0] \s1__awburst$254 ;
+  wire [1:0] \s1__awburst$265 ;
   wire [3:0] s1__awid;
-  wire [3:0] \s1__awid$174 ;
-  wire [3:0] \s1__awid$200 ;
-  wire [3:0] \s1__awid$218 ;
-  wire [3:0] \s1__awid$236 ;
+  wire [3:0] \s1__awid$225 ;
+  wire [3:0] \s1__awid$244 ;
+  wire [3:0] \s1__awid$255 ;
+  wire [3:0] \s1__awid$266 ;
   wire [7:0] s1__awlen;
-  wire [7:0] \s1__awlen$168 ;
-  wire [7:0] \s1__awlen$197 ;
-  wire [7:0] \s1__awlen$215 ;
-  wire [7:0] \s1__awlen$233 ;
+  wire [7:0] \s1__awlen$219 ;
+  wire [7:0] \s1__awlen$241 ;
+  wire [7:0] \s1__awlen$252 ;
+  wire [7:0] \s1__awlen$263 ;
   output s1__awready;
   wire s1__awready;
-  wire \s1__awready$249 ;
-  wire \s1__awready$250 ;
-  wire \s1__awready$251 ;
-  wire \s1__awready$252 ;
+  wire \s1__awready$274 ;
+  wire \s1__awready$275 ;
+  wire \s1__awready$276 ;
+  wire \s1__awready$277 ;
   wire [2:0] s1__awsize;
-  wire [2:0] \s1__awsize$170 ;
-  wire [2:0] \s1__awsize$198 ;
-  wire [2:0] \s1__awsize$216 ;
-  wire [2:0] \s1__awsize$234 ;
+  wire [2:0] \s1__awsize$221 ;
+  wire [2:0] \s1__awsize$242 ;
+  wire [2:0] \s1__awsize$253 ;
+  wire [2:0] \s1__awsize$264 ;
   wire s1__awvalid;
-  input \s1__awvalid$176 ;
-  wire \s1__awvalid$176 ;
-  wire \s1__awvalid$201 ;
-  wire \s1__awvalid$219 ;
-  wire \s1__awvalid$237 ;
+  input \s1__awvalid$227 ;
+  wire \s1__awvalid$227 ;
+  wire \s1__awvalid$245 ;
+  wire \s1__awvalid$256 ;
+  wire \s1__awvalid$267 ;
   output [3:0] s1__bid;
   reg [3:0] s1__bid;
   wire [3:0] \s1__bid$283 ;
@@ -69428,11 +69428,11 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
   wire [3:0] \s1__bid$292 ;
   wire [3:0] \s1__bid$296 ;
   wire s1__bready;
-  input \s1__bready$188 ;
-  wire \s1__bready$188 ;
-  wire \s1__bready$206 ;
-  wire \s1__bready$224 ;
-  wire \s1__bready$242 ;
+  input \s1__bready$239 ;
+  wire \s1__bready$239 ;
+  wire \s1__bready$250 ;
+  wire \s1__bready$261 ;
+  wire \s1__bready$272 ;
   output [1:0] s1__bresp;
   reg [1:0] s1__bresp;
   wire [1:0] \s1__bresp$285 ;
@@ -69447,51 +69447,51 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
   wire \s1__bvalid$295 ;
   output [63:0] s1__rdata;
   reg [63:0] s1__rdata;
-  wire [63:0] \s1__rdata$256 ;
-  wire [63:0] \s1__rdata$264 ;
-  wire [63:0] \s1__rdata$269 ;
-  wire [63:0] \s1__rdata$274 ;
+  wire [63:0] \s1__rdata$194 ;
+  wire [63:0] \s1__rdata$202 ;
+  wire [63:0] \s1__rdata$207 ;
+  wire [63:0] \s1__rdata$212 ;
   output [3:0] s1__rid;
   reg [3:0] s1__rid;
-  wire [3:0] \s1__rid$258 ;
-  wire [3:0] \s1__rid$265 ;
-  wire [3:0] \s1__rid$270 ;
-  wire [3:0] \s1__rid$275 ;
+  wire [3:0] \s1__rid$196 ;
+  wire [3:0] \s1__rid$203 ;
+  wire [3:0] \s1__rid$208 ;
+  wire [3:0] \s1__rid$213 ;
   output s1__rlast;
   reg s1__rlast;
-  wire \s1__rlast$262 ;
-  wire \s1__rlast$267 ;
-  wire \s1__rlast$272 ;
-  wire \s1__rlast$277 ;
+  wire \s1__rlast$200 ;
+  wire \s1__rlast$205 ;
+  wire \s1__rlast$210 ;
+  wire \s1__rlast$215 ;
   wire s1__rready;
   input \s1__rready$164 ;
   wire \s1__rready$164 ;
-  wire \s1__rready$195 ;
-  wire \s1__rready$213 ;
-  wire \s1__rready$231 ;
+  wire \s1__rready$171 ;
+  wire \s1__rready$178 ;
+  wire \s1__rready$185 ;
   output [1:0] s1__rresp;
   reg [1:0] s1__rresp;
-  wire [1:0] \s1__rresp$260 ;
-  wire [1:0] \s1__rresp$266 ;
-  wire [1:0] \s1__rresp$271 ;
-  wire [1:0] \s1__rresp$276 ;
+  wire [1:0] \s1__rresp$198 ;
+  wire [1:0] \s1__rresp$204 ;
+  wire [1:0] \s1__rresp$209 ;
+  wire [1:0] \s1__rresp$214 ;
   output s1__rvalid;
   reg s1__rvalid;
-  wire \s1__rvalid$254 ;
-  wire \s1__rvalid$263 ;
-  wire \s1__rvalid$268 ;
-  wire \s1__rvalid$273 ;
+  wire \s1__rvalid$192 ;
+  wire \s1__rvalid$201 ;
+  wire \s1__rvalid$206 ;
+  wire \s1__rvalid$211 ;
   input [63:0] s1__wdata;
   wire [63:0] s1__wdata;
-  wire [63:0] \s1__wdata$180 ;
-  wire [63:0] \s1__wdata$202 ;
-  wire [63:0] \s1__wdata$220 ;
-  wire [63:0] \s1__wdata$238 ;
+  wire [63:0] \s1__wdata$231 ;
+  wire [63:0] \s1__wdata$246 ;
+  wire [63:0] \s1__wdata$257 ;
+  wire [63:0] \s1__wdata$268 ;
   wire s1__wlast;
-  wire \s1__wlast$184 ;
-  wire \s1__wlast$204 ;
-  wire \s1__wlast$222 ;
-  wire \s1__wlast$240 ;
+  wire \s1__wlast$235 ;
+  wire \s1__wlast$248 ;
+  wire \s1__wlast$259 ;
+  wire \s1__wlast$270 ;
   output s1__wready;
   reg s1__wready;
   wire \s1__wready$279 ;
@@ -69499,94 +69499,94 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
   wire \s1__wready$290 ;
   wire \s1__wready$294 ;
   wire [7:0] s1__wstrb;
-  wire [7:0] \s1__wstrb$182 ;
-  wire [7:0] \s1__wstrb$203 ;
-  wire [7:0] \s1__wstrb$221 ;
-  wire [7:0] \s1__wstrb$239 ;
+  wire [7:0] \s1__wstrb$233 ;
+  wire [7:0] \s1__wstrb$247 ;
+  wire [7:0] \s1__wstrb$258 ;
+  wire [7:0] \s1__wstrb$269 ;
   wire s1__wvalid;
-  input \s1__wvalid$186 ;
-  wire \s1__wvalid$186 ;
-  wire \s1__wvalid$205 ;
-  wire \s1__wvalid$223 ;
-  wire \s1__wvalid$241 ;
+  input \s1__wvalid$237 ;
+  wire \s1__wvalid$237 ;
+  wire \s1__wvalid$249 ;
+  wire \s1__wvalid$260 ;
+  wire \s1__wvalid$271 ;
   wire [31:0] s2__araddr;
   input [31:0] \s2__araddr$299 ;
   wire [31:0] \s2__araddr$299 ;
-  wire [31:0] \s2__araddr$338 ;
-  wire [31:0] \s2__araddr$356 ;
-  wire [31:0] \s2__araddr$374 ;
+  wire [31:0] \s2__araddr$314 ;
+  wire [31:0] \s2__araddr$321 ;
+  wire [31:0] \s2__araddr$328 ;
   wire [1:0] s2__arburst;
   wire [1:0] \s2__arburst$305 ;
-  wire [1:0] \s2__arburst$341 ;
-  wire [1:0] \s2__arburst$359 ;
-  wire [1:0] \s2__arburst$377 ;
+  wire [1:0] \s2__arburst$317 ;
+  wire [1:0] \s2__arburst$324 ;
+  wire [1:0] \s2__arburst$331 ;
   wire [3:0] s2__arid;
   wire [3:0] \s2__arid$307 ;
-  wire [3:0] \s2__arid$342 ;
-  wire [3:0] \s2__arid$360 ;
-  wire [3:0] \s2__arid$378 ;
+  wire [3:0] \s2__arid$318 ;
+  wire [3:0] \s2__arid$325 ;
+  wire [3:0] \s2__arid$332 ;
   input [7:0] s2__arlen;
   wire [7:0] s2__arlen;
   wire [7:0] \s2__arlen$301 ;
-  wire [7:0] \s2__arlen$339 ;
-  wire [7:0] \s2__arlen$357 ;
-  wire [7:0] \s2__arlen$375 ;
+  wire [7:0] \s2__arlen$315 ;
+  wire [7:0] \s2__arlen$322 ;
+  wire [7:0] \s2__arlen$329 ;
   output s2__arready;
   wire s2__arready;
-  wire \s2__arready$393 ;
-  wire \s2__arready$394 ;
-  wire \s2__arready$395 ;
-  wire \s2__arready$396 ;
+  wire \s2__arready$336 ;
+  wire \s2__arready$337 ;
+  wire \s2__arready$338 ;
+  wire \s2__arready$339 ;
   wire [2:0] s2__arsize;
   wire [2:0] \s2__arsize$303 ;
-  wire [2:0] \s2__arsize$340 ;
-  wire [2:0] \s2__arsize$358 ;
-  wire [2:0] \s2__arsize$376 ;
+  wire [2:0] \s2__arsize$316 ;
+  wire [2:0] \s2__arsize$323 ;
+  wire [2:0] \s2__arsize$330 ;
   wire s2__arvalid;
   input \s2__arvalid$309 ;
   wire \s2__arvalid$309 ;
-  wire \s2__arvalid$343 ;
-  wire \s2__arvalid$361 ;
-  wire \s2__arvalid$379 ;
+  wire \s2__arvalid$319 ;
+  wire \s2__arvalid$326 ;
+  wire \s2__arvalid$333 ;
   wire [31:0] s2__awaddr;
-  input [31:0] \s2__awaddr$315 ;
-  wire [31:0] \s2__awaddr$315 ;
-  wire [31:0] \s2__awaddr$345 ;
-  wire [31:0] \s2__awaddr$363 ;
-  wire [31:0] \s2__awaddr$381 ;
+  input [31:0] \s2__awaddr$366 ;
+  wire [31:0] \s2__awaddr$366 ;
+  wire [31:0] \s2__awaddr$389 ;
+  wire [31:0] \s2__awaddr$400 ;
+  wire [31:0] \s2__awaddr$411 ;
   wire [1:0] s2__awburst;
-  wire [1:0] \s2__awburst$321 ;
-  wire [1:0] \s2__awburst$348 ;
-  wire [1:0] \s2__awburst$366 ;
-  wire [1:0] \s2__awburst$384 ;
+  wire [1:0] \s2__awburst$372 ;
+  wire [1:0] \s2__awburst$392 ;
+  wire [1:0] \s2__awburst$403 ;
+  wire [1:0] \s2__awburst$414 ;
   wire [3:0] s2__awid;
-  wire [3:0] \s2__awid$323 ;
-  wire [3:0] \s2__awid$349 ;
-  wire [3:0] \s2__awid$367 ;
-  wire [3:0] \s2__awid$385 ;
+  wire [3:0] \s2__awid$374 ;
+  wire [3:0] \s2__awid$393 ;
+  wire [3:0] \s2__awid$404 ;
+  wire [3:0] \s2__awid$415 ;
   input [7:0] s2__awlen;
   wire [7:0] s2__awlen;
-  wire [7:0] \s2__awlen$317 ;
-  wire [7:0] \s2__awlen$346 ;
-  wire [7:0] \s2__awlen$364 ;
-  wire [7:0] \s2__awlen$382 ;
+  wire [7:0] \s2__awlen$368 ;
+  wire [7:0] \s2__awlen$390 ;
+  wire [7:0] \s2__awlen$401 ;
+  wire [7:0] \s2__awlen$412 ;
   output s2__awready;
   wire s2__awready;
-  wire \s2__awready$398 ;
-  wire \s2__awready$399 ;
-  wire \s2__awready$400 ;
-  wire \s2__awready$401 ;
+  wire \s2__awready$423 ;
+  wire \s2__awready$424 ;
+  wire \s2__awready$425 ;
+  wire \s2__awready$426 ;
   wire [2:0] s2__awsize;
-  wire [2:0] \s2__awsize$319 ;
-  wire [2:0] \s2__awsize$347 ;
-  wire [2:0] \s2__awsize$365 ;
-  wire [2:0] \s2__awsize$383 ;
+  wire [2:0] \s2__awsize$370 ;
+  wire [2:0] \s2__awsize$391 ;
+  wire [2:0] \s2__awsize$402 ;
+  wire [2:0] \s2__awsize$413 ;
   wire s2__awvalid;
-  input \s2__awvalid$325 ;
-  wire \s2__awvalid$325 ;
-  wire \s2__awvalid$350 ;
-  wire \s2__awvalid$368 ;
-  wire \s2__awvalid$386 ;
+  input \s2__awvalid$376 ;
+  wire \s2__awvalid$376 ;
+  wire \s2__awvalid$394 ;
+  wire \s2__awvalid$405 ;
+  wire \s2__awvalid$416 ;
   output [3:0] s2__bid;
   reg [3:0] s2__bid;
   wire [3:0] \s2__bid$432 ;
@@ -69594,10 +69594,10 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
   wire [3:0] \s2__bid$441 ;
   wire [3:0] \s2__bid$445 ;
   wire s2__bready;
-  wire \s2__bready$337 ;
-  wire \s2__bready$355 ;
-  wire \s2__bready$373 ;
-  wire \s2__bready$391 ;
+  wire \s2__bready$388 ;
+  wire \s2__bready$399 ;
+  wire \s2__bready$410 ;
+  wire \s2__bready$421 ;
   output [1:0] s2__bresp;
   reg [1:0] s2__bresp;
   wire [1:0] \s2__bresp$434 ;
@@ -69612,52 +69612,52 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
   wire \s2__bvalid$444 ;
   output [63:0] s2__rdata;
   reg [63:0] s2__rdata;
-  wire [63:0] \s2__rdata$405 ;
-  wire [63:0] \s2__rdata$413 ;
-  wire [63:0] \s2__rdata$418 ;
-  wire [63:0] \s2__rdata$423 ;
+  wire [63:0] \s2__rdata$343 ;
+  wire [63:0] \s2__rdata$351 ;
+  wire [63:0] \s2__rdata$356 ;
+  wire [63:0] \s2__rdata$361 ;
   output [3:0] s2__rid;
   reg [3:0] s2__rid;
-  wire [3:0] \s2__rid$407 ;
-  wire [3:0] \s2__rid$414 ;
-  wire [3:0] \s2__rid$419 ;
-  wire [3:0] \s2__rid$424 ;
+  wire [3:0] \s2__rid$345 ;
+  wire [3:0] \s2__rid$352 ;
+  wire [3:0] \s2__rid$357 ;
+  wire [3:0] \s2__rid$362 ;
   output s2__rlast;
   reg s2__rlast;
-  wire \s2__rlast$411 ;
-  wire \s2__rlast$416 ;
-  wire \s2__rlast$421 ;
-  wire \s2__rlast$426 ;
+  wire \s2__rlast$349 ;
+  wire \s2__rlast$354 ;
+  wire \s2__rlast$359 ;
+  wire \s2__rlast$364 ;
   wire s2__rready;
   input \s2__rready$313 ;
   wire \s2__rready$313 ;
-  wire \s2__rready$344 ;
-  wire \s2__rready$362 ;
-  wire \s2__rready$380 ;
+  wire \s2__rready$320 ;
+  wire \s2__rready$327 ;
+  wire \s2__rready$334 ;
   output [1:0] s2__rresp;
   reg [1:0] s2__rresp;
-  wire [1:0] \s2__rresp$409 ;
-  wire [1:0] \s2__rresp$415 ;
-  wire [1:0] \s2__rresp$420 ;
-  wire [1:0] \s2__rresp$425 ;
+  wire [1:0] \s2__rresp$347 ;
+  wire [1:0] \s2__rresp$353 ;
+  wire [1:0] \s2__rresp$358 ;
+  wire [1:0] \s2__rresp$363 ;
   output s2__rvalid;
   reg s2__rvalid;
-  wire \s2__rvalid$403 ;
-  wire \s2__rvalid$412 ;
-  wire \s2__rvalid$417 ;
-  wire \s2__rvalid$422 ;
+  wire \s2__rvalid$341 ;
+  wire \s2__rvalid$350 ;
+  wire \s2__rvalid$355 ;
+  wire \s2__rvalid$360 ;
   input [63:0] s2__wdata;
   wire [63:0] s2__wdata;
-  wire [63:0] \s2__wdata$329 ;
-  wire [63:0] \s2__wdata$351 ;
-  wire [63:0] \s2__wdata$369 ;
-  wire [63:0] \s2__wdata$387 ;
+  wire [63:0] \s2__wdata$380 ;
+  wire [63:0] \s2__wdata$395 ;
+  wire [63:0] \s2__wdata$406 ;
+  wire [63:0] \s2__wdata$417 ;
   input s2__wlast;
   wire s2__wlast;
-  wire \s2__wlast$333 ;
-  wire \s2__wlast$353 ;
-  wire \s2__wlast$371 ;
-  wire \s2__wlast$389 ;
+  wire \s2__wlast$384 ;
+  wire \s2__wlast$397 ;
+  wire \s2__wlast$408 ;
+  wire \s2__wlast$419 ;
   output s2__wready;
   reg s2__wready;
   wire \s2__wready$428 ;
@@ -69666,92 +69666,92 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
   wire \s2__wready$443 ;
   input [7:0] s2__wstrb;
   wire [7:0] s2__wstrb;
-  wire [7:0] \s2__wstrb$331 ;
-  wire [7:0] \s2__wstrb$352 ;
-  wire [7:0] \s2__wstrb$370 ;
-  wire [7:0] \s2__wstrb$388 ;
+  wire [7:0] \s2__wstrb$382 ;
+  wire [7:0] \s2__wstrb$396 ;
+  wire [7:0] \s2__wstrb$407 ;
+  wire [7:0] \s2__wstrb$418 ;
   wire s2__wvalid;
-  input \s2__wvalid$335 ;
-  wire \s2__wvalid$335 ;
-  wire \s2__wvalid$354 ;
-  wire \s2__wvalid$372 ;
-  wire \s2__wvalid$390 ;
+  input \s2__wvalid$386 ;
+  wire \s2__wvalid$386 ;
+  wire \s2__wvalid$398 ;
+  wire \s2__wvalid$409 ;
+  wire \s2__wvalid$420 ;
   wire [31:0] s3__araddr;
   input [31:0] \s3__araddr$448 ;
   wire [31:0] \s3__araddr$448 ;
-  wire [31:0] \s3__araddr$487 ;
-  wire [31:0] \s3__araddr$505 ;
-  wire [31:0] \s3__araddr$523 ;
+  wire [31:0] \s3__araddr$463 ;
+  wire [31:0] \s3__araddr$470 ;
+  wire [31:0] \s3__araddr$477 ;
   wire [1:0] s3__arburst;
   wire [1:0] \s3__arburst$454 ;
-  wire [1:0] \s3__arburst$490 ;
-  wire [1:0] \s3__arburst$508 ;
-  wire [1:0] \s3__arburst$526 ;
+  wire [1:0] \s3__arburst$466 ;
+  wire [1:0] \s3__arburst$473 ;
+  wire [1:0] \s3__arburst$480 ;
   wire [3:0] s3__arid;
   wire [3:0] \s3__arid$456 ;
-  wire [3:0] \s3__arid$491 ;
-  wire [3:0] \s3__arid$509 ;
-  wire [3:0] \s3__arid$527 ;
+  wire [3:0] \s3__arid$467 ;
+  wire [3:0] \s3__arid$474 ;
+  wire [3:0] \s3__arid$481 ;
   wire [7:0] s3__arlen;
   wire [7:0] \s3__arlen$450 ;
-  wire [7:0] \s3__arlen$488 ;
-  wire [7:0] \s3__arlen$506 ;
-  wire [7:0] \s3__arlen$524 ;
+  wire [7:0] \s3__arlen$464 ;
+  wire [7:0] \s3__arlen$471 ;
+  wire [7:0] \s3__arlen$478 ;
   output s3__arready;
   wire s3__arready;
-  wire \s3__arready$542 ;
-  wire \s3__arready$543 ;
-  wire \s3__arready$544 ;
-  wire \s3__arready$545 ;
+  wire \s3__arready$485 ;
+  wire \s3__arready$486 ;
+  wire \s3__arready$487 ;
+  wire \s3__arready$488 ;
   wire [2:0] s3__arsize;
   wire [2:0] \s3__arsize$452 ;
-  wire [2:0] \s3__arsize$489 ;
-  wire [2:0] \s3__arsize$507 ;
-  wire [2:0] \s3__arsize$525 ;
+  wire [2:0] \s3__arsize$465 ;
+  wire [2:0] \s3__arsize$472 ;
+  wire [2:0] \s3__arsize$479 ;
   wire s3__arvalid;
   input \s3__arvalid$458 ;
   wire \s3__arvalid$458 ;
-  wire \s3__arvalid$492 ;
-  wire \s3__arvalid$510 ;
-  wire \s3__arvalid$528 ;
+  wire \s3__arvalid$468 ;
+  wire \s3__arvalid$475 ;
+  wire \s3__arvalid$482 ;
   wire [31:0] s3__awaddr;
-  input [31:0] \s3__awaddr$464 ;
-  wire [31:0] \s3__awaddr$464 ;
-  wire [31:0] \s3__awaddr$494 ;
-  wire [31:0] \s3__awaddr$512 ;
-  wire [31:0] \s3__awaddr$530 ;
+  input [31:0] \s3__awaddr$515 ;
+  wire [31:0] \s3__awaddr$515 ;
+  wire [31:0] \s3__awaddr$538 ;
+  wire [31:0] \s3__awaddr$549 ;
+  wire [31:0] \s3__awaddr$560 ;
   wire [1:0] s3__awburst;
-  wire [1:0] \s3__awburst$470 ;
-  wire [1:0] \s3__awburst$497 ;
-  wire [1:0] \s3__awburst$515 ;
-  wire [1:0] \s3__awburst$533 ;
+  wire [1:0] \s3__awburst$521 ;
+  wire [1:0] \s3__awburst$541 ;
+  wire [1:0] \s3__awburst$552 ;
+  wire [1:0] \s3__awburst$563 ;
   wire [3:0] s3__awid;
-  wire [3:0] \s3__awid$472 ;
-  wire [3:0] \s3__awid$498 ;
-  wire [3:0] \s3__awid$516 ;
-  wire [3:0] \s3__awid$534 ;
+  wire [3:0] \s3__awid$523 ;
+  wire [3:0] \s3__awid$542 ;
+  wire [3:0] \s3__awid$553 ;
+  wire [3:0] \s3__awid$564 ;
   wire [7:0] s3__awlen;
-  wire [7:0] \s3__awlen$466 ;
-  wire [7:0] \s3__awlen$495 ;
-  wire [7:0] \s3__awlen$513 ;
-  wire [7:0] \s3__awlen$531 ;
+  wire [7:0] \s3__awlen$517 ;
+  wire [7:0] \s3__awlen$539 ;
+  wire [7:0] \s3__awlen$550 ;
+  wire [7:0] \s3__awlen$561 ;
   output s3__awready;
   wire s3__awready;
-  wire \s3__awready$547 ;
-  wire \s3__awready$548 ;
-  wire \s3__awready$549 ;
-  wire \s3__awready$550 ;
+  wire \s3__awready$572 ;
+  wire \s3__awready$573 ;
+  wire \s3__awready$574 ;
+  wire \s3__awready$575 ;
   wire [2:0] s3__awsize;
-  wire [2:0] \s3__awsize$468 ;
-  wire [2:0] \s3__awsize$496 ;
-  wire [2:0] \s3__awsize$514 ;
-  wire [2:0] \s3__awsize$532 ;
+  wire [2:0] \s3__awsize$519 ;
+  wire [2:0] \s3__awsize$540 ;
+  wire [2:0] \s3__awsize$551 ;
+  wire [2:0] \s3__awsize$562 ;
   wire s3__awvalid;
-  input \s3__awvalid$474 ;
-  wire \s3__awvalid$474 ;
-  wire \s3__awvalid$499 ;
-  wire \s3__awvalid$517 ;
-  wire \s3__awvalid$535 ;
+  input \s3__awvalid$525 ;
+  wire \s3__awvalid$525 ;
+  wire \s3__awvalid$543 ;
+  wire \s3__awvalid$554 ;
+  wire \s3__awvalid$565 ;
   output [3:0] s3__bid;
   reg [3:0] s3__bid;
   wire [3:0] \s3__bid$581 ;
@@ -69759,11 +69759,11 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
   wire [3:0] \s3__bid$590 ;
   wire [3:0] \s3__bid$594 ;
   wire s3__bready;
-  input \s3__bready$486 ;
-  wire \s3__bready$486 ;
-  wire \s3__bready$504 ;
-  wire \s3__bready$522 ;
-  wire \s3__bready$540 ;
+  input \s3__bready$537 ;
+  wire \s3__bready$537 ;
+  wire \s3__bready$548 ;
+  wire \s3__bready$559 ;
+  wire \s3__bready$570 ;
   output [1:0] s3__bresp;
   reg [1:0] s3__bresp;
   wire [1:0] \s3__bresp$583 ;
@@ -69778,51 +69778,51 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
   wire \s3__bvalid$593 ;
   output [63:0] s3__rdata;
   reg [63:0] s3__rdata;
-  wire [63:0] \s3__rdata$554 ;
-  wire [63:0] \s3__rdata$562 ;
-  wire [63:0] \s3__rdata$567 ;
-  wire [63:0] \s3__rdata$572 ;
+  wire [63:0] \s3__rdata$492 ;
+  wire [63:0] \s3__rdata$500 ;
+  wire [63:0] \s3__rdata$505 ;
+  wire [63:0] \s3__rdata$510 ;
   output [3:0] s3__rid;
   reg [3:0] s3__rid;
-  wire [3:0] \s3__rid$556 ;
-  wire [3:0] \s3__rid$563 ;
-  wire [3:0] \s3__rid$568 ;
-  wire [3:0] \s3__rid$573 ;
+  wire [3:0] \s3__rid$494 ;
+  wire [3:0] \s3__rid$501 ;
+  wire [3:0] \s3__rid$506 ;
+  wire [3:0] \s3__rid$511 ;
   output s3__rlast;
   reg s3__rlast;
-  wire \s3__rlast$560 ;
-  wire \s3__rlast$565 ;
-  wire \s3__rlast$570 ;
-  wire \s3__rlast$575 ;
+  wire \s3__rlast$498 ;
+  wire \s3__rlast$503 ;
+  wire \s3__rlast$508 ;
+  wire \s3__rlast$513 ;
   wire s3__rready;
   input \s3__rready$462 ;
   wire \s3__rready$462 ;
-  wire \s3__rready$493 ;
-  wire \s3__rready$511 ;
-  wire \s3__rready$529 ;
+  wire \s3__rready$469 ;
+  wire \s3__rready$476 ;
+  wire \s3__rready$483 ;
   output [1:0] s3__rresp;
   reg [1:0] s3__rresp;
-  wire [1:0] \s3__rresp$558 ;
-  wire [1:0] \s3__rresp$564 ;
-  wire [1:0] \s3__rresp$569 ;
-  wire [1:0] \s3__rresp$574 ;
+  wire [1:0] \s3__rresp$496 ;
+  wire [1:0] \s3__rresp$502 ;
+  wire [1:0] \s3__rresp$507 ;
+  wire [1:0] \s3__rresp$512 ;
   output s3__rvalid;
   reg s3__rvalid;
-  wire \s3__rvalid$552 ;
-  wire \s3__rvalid$561 ;
-  wire \s3__rvalid$566 ;
-  wire \s3__rvalid$571 ;
+  wire \s3__rvalid$490 ;
+  wire \s3__rvalid$499 ;
+  wire \s3__rvalid$504 ;
+  wire \s3__rvalid$509 ;
   input [63:0] s3__wdata;
   wire [63:0] s3__wdata;
-  wire [63:0] \s3__wdata$478 ;
-  wire [63:0] \s3__wdata$500 ;
-  wire [63:0] \s3__wdata$518 ;
-  wire [63:0] \s3__wdata$536 ;
+  wire [63:0] \s3__wdata$529 ;
+  wire [63:0] \s3__wdata$544 ;
+  wire [63:0] \s3__wdata$555 ;
+  wire [63:0] \s3__wdata$566 ;
   wire s3__wlast;
-  wire \s3__wlast$482 ;
-  wire \s3__wlast$502 ;
-  wire \s3__wlast$520 ;
-  wire \s3__wlast$538 ;
+  wire \s3__wlast$533 ;
+  wire \s3__wlast$546 ;
+  wire \s3__wlast$557 ;
+  wire \s3__wlast$568 ;
   output s3__wready;
   reg s3__wready;
   wire \s3__wready$577 ;
@@ -69830,94 +69830,94 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
   wire \s3__wready$588 ;
   wire \s3__wready$592 ;
   wire [7:0] s3__wstrb;
-  wire [7:0] \s3__wstrb$480 ;
-  wire [7:0] \s3__wstrb$501 ;
-  wire [7:0] \s3__wstrb$519 ;
-  wire [7:0] \s3__wstrb$537 ;
+  wire [7:0] \s3__wstrb$531 ;
+  wire [7:0] \s3__wstrb$545 ;
+  wire [7:0] \s3__wstrb$556 ;
+  wire [7:0] \s3__wstrb$567 ;
   wire s3__wvalid;
-  input \s3__wvalid$484 ;
-  wire \s3__wvalid$484 ;
-  wire \s3__wvalid$503 ;
-  wire \s3__wvalid$521 ;
-  wire \s3__wvalid$539 ;
+  input \s3__wvalid$535 ;
+  wire \s3__wvalid$535 ;
+  wire \s3__wvalid$547 ;
+  wire \s3__wvalid$558 ;
+  wire \s3__wvalid$569 ;
   wire [31:0] s4__araddr;
   input [31:0] \s4__araddr$597 ;
   wire [31:0] \s4__araddr$597 ;
-  wire [31:0] \s4__araddr$636 ;
-  wire [31:0] \s4__araddr$654 ;
-  wire [31:0] \s4__araddr$672 ;
+  wire [31:0] \s4__araddr$612 ;
+  wire [31:0] \s4__araddr$619 ;
+  wire [31:0] \s4__araddr$626 ;
   wire [1:0] s4__arburst;
   wire [1:0] \s4__arburst$603 ;
-  wire [1:0] \s4__arburst$639 ;
-  wire [1:0] \s4__arburst$657 ;
-  wire [1:0] \s4__arburst$675 ;
+  wire [1:0] \s4__arburst$615 ;
+  wire [1:0] \s4__arburst$622 ;
+  wire [1:0] \s4__arburst$629 ;
   wire [3:0] s4__arid;
   wire [3:0] \s4__arid$605 ;
-  wire [3:0] \s4__arid$640 ;
-  wire [3:0] \s4__arid$658 ;
-  wire [3:0] \s4__arid$676 ;
+  wire [3:0] \s4__arid$616 ;
+  wire [3:0] \s4__arid$623 ;
+  wire [3:0] \s4__arid$630 ;
   input [7:0] s4__arlen;
   wire [7:0] s4__arlen;
   wire [7:0] \s4__arlen$599 ;
-  wire [7:0] \s4__arlen$637 ;
-  wire [7:0] \s4__arlen$655 ;
-  wire [7:0] \s4__arlen$673 ;
+  wire [7:0] \s4__arlen$613 ;
+  wire [7:0] \s4__arlen$620 ;
+  wire [7:0] \s4__arlen$627 ;
   output s4__arready;
   wire s4__arready;
-  wire \s4__arready$691 ;
-  wire \s4__arready$692 ;
-  wire \s4__arready$693 ;
-  wire \s4__arready$694 ;
+  wire \s4__arready$634 ;
+  wire \s4__arready$635 ;
+  wire \s4__arready$636 ;
+  wire \s4__arready$637 ;
   wire [2:0] s4__arsize;
   wire [2:0] \s4__arsize$601 ;
-  wire [2:0] \s4__arsize$638 ;
-  wire [2:0] \s4__arsize$656 ;
-  wire [2:0] \s4__arsize$674 ;
+  wire [2:0] \s4__arsize$614 ;
+  wire [2:0] \s4__arsize$621 ;
+  wire [2:0] \s4__arsize$628 ;
   wire s4__arvalid;
   input \s4__arvalid$607 ;
   wire \s4__arvalid$607 ;
-  wire \s4__arvalid$641 ;
-  wire \s4__arvalid$659 ;
-  wire \s4__arvalid$677 ;
+  wire \s4__arvalid$617 ;
+  wire \s4__arvalid$624 ;
+  wire \s4__arvalid$631 ;
   wire [31:0] s4__awaddr;
-  input [31:0] \s4__awaddr$613 ;
-  wire [31:0] \s4__awaddr$613 ;
-  wire [31:0] \s4__awaddr$643 ;
-  wire [31:0] \s4__awaddr$661 ;
-  wire [31:0] \s4__awaddr$679 ;
+  input [31:0] \s4__awaddr$664 ;
+  wire [31:0] \s4__awaddr$664 ;
+  wire [31:0] \s4__awaddr$687 ;
+  wire [31:0] \s4__awaddr$698 ;
+  wire [31:0] \s4__awaddr$709 ;
   wire [1:0] s4__awburst;
-  wire [1:0] \s4__awburst$619 ;
-  wire [1:0] \s4__awburst$646 ;
-  wire [1:0] \s4__awburst$664 ;
-  wire [1:0] \s4__awburst$682 ;
+  wire [1:0] \s4__awburst$670 ;
+  wire [1:0] \s4__awburst$690 ;
+  wire [1:0] \s4__awburst$701 ;
+  wire [1:0] \s4__awburst$712 ;
   wire [3:0] s4__awid;
-  wire [3:0] \s4__awid$621 ;
-  wire [3:0] \s4__awid$647 ;
-  wire [3:0] \s4__awid$665 ;
-  wire [3:0] \s4__awid$683 ;
+  wire [3:0] \s4__awid$672 ;
+  wire [3:0] \s4__awid$691 ;
+  wire [3:0] \s4__awid$702 ;
+  wire [3:0] \s4__awid$713 ;
   input [7:0] s4__awlen;
   wire [7:0] s4__awlen;
-  wire [7:0] \s4__awlen$615 ;
-  wire [7:0] \s4__awlen$644 ;
-  wire [7:0] \s4__awlen$662 ;
-  wire [7:0] \s4__awlen$680 ;
+  wire [7:0] \s4__awlen$666 ;
+  wire [7:0] \s4__awlen$688 ;
+  wire [7:0] \s4__awlen$699 ;
+  wire [7:0] \s4__awlen$710 ;
   output s4__awready;
   wire s4__awready;
-  wire \s4__awready$696 ;
-  wire \s4__awready$697 ;
-  wire \s4__awready$698 ;
-  wire \s4__awready$699 ;
+  wire \s4__awready$721 ;
+  wire \s4__awready$722 ;
+  wire \s4__awready$723 ;
+  wire \s4__awready$724 ;
   wire [2:0] s4__awsize;
-  wire [2:0] \s4__awsize$617 ;
-  wire [2:0] \s4__awsize$645 ;
-  wire [2:0] \s4__awsize$663 ;
-  wire [2:0] \s4__awsize$681 ;
+  wire [2:0] \s4__awsize$668 ;
+  wire [2:0] \s4__awsize$689 ;
+  wire [2:0] \s4__awsize$700 ;
+  wire [2:0] \s4__awsize$711 ;
   wire s4__awvalid;
-  input \s4__awvalid$623 ;
-  wire \s4__awvalid$623 ;
-  wire \s4__awvalid$648 ;
-  wire \s4__awvalid$666 ;
-  wire \s4__awvalid$684 ;
+  input \s4__awvalid$674 ;
+  wire \s4__awvalid$674 ;
+  wire \s4__awvalid$692 ;
+  wire \s4__awvalid$703 ;
+  wire \s4__awvalid$714 ;
   output [3:0] s4__bid;
   reg [3:0] s4__bid;
   wire [3:0] \s4__bid$730 ;
@@ -69925,10 +69925,10 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
   wire [3:0] \s4__bid$739 ;
   wire [3:0] \s4__bid$743 ;
   wire s4__bready;
-  wire \s4__bready$635 ;
-  wire \s4__bready$653 ;
-  wire \s4__bready$671 ;
-  wire \s4__bready$689 ;
+  wire \s4__bready$686 ;
+  wire \s4__bready$697 ;
+  wire \s4__bready$708 ;
+  wire \s4__bready$719 ;
   output [1:0] s4__bresp;
   reg [1:0] s4__bresp;
   wire [1:0] \s4__bresp$732 ;
@@ -69943,52 +69943,52 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
   wire \s4__bvalid$742 ;
   output [63:0] s4__rdata;
   reg [63:0] s4__rdata;
-  wire [63:0] \s4__rdata$703 ;
-  wire [63:0] \s4__rdata$711 ;
-  wire [63:0] \s4__rdata$716 ;
-  wire [63:0] \s4__rdata$721 ;
+  wire [63:0] \s4__rdata$641 ;
+  wire [63:0] \s4__rdata$649 ;
+  wire [63:0] \s4__rdata$654 ;
+  wire [63:0] \s4__rdata$659 ;
   output [3:0] s4__rid;
   reg [3:0] s4__rid;
-  wire [3:0] \s4__rid$705 ;
-  wire [3:0] \s4__rid$712 ;
-  wire [3:0] \s4__rid$717 ;
-  wire [3:0] \s4__rid$722 ;
+  wire [3:0] \s4__rid$643 ;
+  wire [3:0] \s4__rid$650 ;
+  wire [3:0] \s4__rid$655 ;
+  wire [3:0] \s4__rid$660 ;
   output s4__rlast;
   reg s4__rlast;
-  wire \s4__rlast$709 ;
-  wire \s4__rlast$714 ;
-  wire \s4__rlast$719 ;
-  wire \s4__rlast$724 ;
+  wire \s4__rlast$647 ;
+  wire \s4__rlast$652 ;
+  wire \s4__rlast$657 ;
+  wire \s4__rlast$662 ;
   wire s4__rready;
   input \s4__rready$611 ;
   wire \s4__rready$611 ;
-  wire \s4__rready$642 ;
-  wire \s4__rready$660 ;
-  wire \s4__rready$678 ;
+  wire \s4__rready$618 ;
+  wire \s4__rready$625 ;
+  wire \s4__rready$632 ;
   output [1:0] s4__rresp;
   reg [1:0] s4__rresp;
-  wire [1:0] \s4__rresp$707 ;
-  wire [1:0] \s4__rresp$713 ;
-  wire [1:0] \s4__rresp$718 ;
-  wire [1:0] \s4__rresp$723 ;
+  wire [1:0] \s4__rresp$645 ;
+  wire [1:0] \s4__rresp$651 ;
+  wire [1:0] \s4__rresp$656 ;
+  wire [1:0] \s4__rresp$661 ;
   output s4__rvalid;
   reg s4__rvalid;
-  wire \s4__rvalid$701 ;
-  wire \s4__rvalid$710 ;
-  wire \s4__rvalid$715 ;
-  wire \s4__rvalid$720 ;
+  wire \s4__rvalid$639 ;
+  wire \s4__rvalid$648 ;
+  wire \s4__rvalid$653 ;
+  wire \s4__rvalid$658 ;
   input [63:0] s4__wdata;
   wire [63:0] s4__wdata;
-  wire [63:0] \s4__wdata$627 ;
-  wire [63:0] \s4__wdata$649 ;
-  wire [63:0] \s4__wdata$667 ;
-  wire [63:0] \s4__wdata$685 ;
+  wire [63:0] \s4__wdata$678 ;
+  wire [63:0] \s4__wdata$693 ;
+  wire [63:0] \s4__wdata$704 ;
+  wire [63:0] \s4__wdata$715 ;
   input s4__wlast;
   wire s4__wlast;
-  wire \s4__wlast$631 ;
-  wire \s4__wlast$651 ;
-  wire \s4__wlast$669 ;
-  wire \s4__wlast$687 ;
+  wire \s4__wlast$682 ;
+  wire \s4__wlast$695 ;
+  wire \s4__wlast$706 ;
+  wire \s4__wlast$717 ;
   output s4__wready;
   reg s4__wready;
   wire \s4__wready$726 ;
@@ -69997,16 +69997,16 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
   wire \s4__wready$741 ;
   input [7:0] s4__wstrb;
   wire [7:0] s4__wstrb;
-  wire [7:0] \s4__wstrb$629 ;
-  wire [7:0] \s4__wstrb$650 ;
-  wire [7:0] \s4__wstrb$668 ;
-  wire [7:0] \s4__wstrb$686 ;
+  wire [7:0] \s4__wstrb$680 ;
+  wire [7:0] \s4__wstrb$694 ;
+  wire [7:0] \s4__wstrb$705 ;
+  wire [7:0] \s4__wstrb$716 ;
   wire s4__wvalid;
-  input \s4__wvalid$633 ;
-  wire \s4__wvalid$633 ;
-  wire \s4__wvalid$652 ;
-  wire \s4__wvalid$670 ;
-  wire \s4__wvalid$688 ;
+  input \s4__wvalid$684 ;
+  wire \s4__wvalid$684 ;
+  wire \s4__wvalid$696 ;
+  wire \s4__wvalid$707 ;
+  wire \s4__wvalid$718 ;
   reg [1:0] w_bank_0 = 2'h0;
   reg [1:0] w_bank_1 = 2'h0;
   reg [1:0] w_bank_2 = 2'h0;
@@ -70018,7 +70018,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
   reg [7:0] w_out_3 = 8'h00;
   reg [7:0] w_out_4 = 8'h00;
   assign \$406  = \$403  & \$405 ;
-  assign \$408  = \s2__awvalid$325  & s2__awready;
+  assign \$408  = \s2__awvalid$376  & s2__awready;
   assign \$409  = ~ \$408 ;
   assign \$410  = \$407  & \$409 ;
   assign \$411  = w_out_2 + 1'h1;
@@ -70036,13 +70036,13 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
   assign \$423  = \$420  & \$422 ;
   assign \$424  = r_out_3 + 1'h1;
   assign \$425  = r_out_3 - 1'h1;
-  assign \$426  = \s3__awvalid$474  & s3__awready;
-  assign \$427  = \s3__awvalid$474  & s3__awready;
-  assign \$428  = s3__bvalid & \s3__bready$486 ;
+  assign \$426  = \s3__awvalid$525  & s3__awready;
+  assign \$427  = \s3__awvalid$525  & s3__awready;
+  assign \$428  = s3__bvalid & \s3__bready$537 ;
   assign \$429  = ~ \$428 ;
   assign \$430  = \$427  & \$429 ;
-  assign \$431  = s3__bvalid & \s3__bready$486 ;
-  assign \$432  = \s3__awvalid$474  & s3__awready;
+  assign \$431  = s3__bvalid & \s3__bready$537 ;
+  assign \$432  = \s3__awvalid$525  & s3__awready;
   assign \$433  = ~ \$432 ;
   assign \$434  = \$431  & \$433 ;
   assign \$435  = w_out_3 + 1'h1;
@@ -70060,11 +70060,11 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
   assign \$447  = \$444  & \$446 ;
   assign \$448  = r_out_4 + 1'h1;
   assign \$449  = r_out_4 - 1'h1;
-  assign \$450  = \s4__awvalid$623  & s4__awready;
-  assign \$451  = \s4__awvalid$623  & s4__awready;
+  assign \$450  = \s4__awvalid$674  & s4__awready;
+  assign \$451  = \s4__awvalid$674  & s4__awready;
   assign \$453  = ~ \$452 ;
   assign \$454  = \$451  & \$453 ;
-  assign \$456  = \s4__awvalid$623  & s4__awready;
+  assign \$456  = \s4__awvalid$674  & s4__awready;
   assign \$457  = ~ \$456 ;
   assign \$458  = \$455  & \$457 ;
   assign \$459  = w_out_4 + 1'h1;
@@ -70119,86 +70119,86 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
   assign s0__arvalid = \$6  & \$7 ;
   assign \$8  = ! r_bank_0;
   assign s0__rready = \s0__rready$15  & \$8 ;
-  assign \$9  = ! w_out_0;
-  assign \$10  = w_bank_0 == \s0__awaddr$17 [13:12];
+  assign \$9  = ! r_out_0;
+  assign \$10  = r_bank_0 == \s0__araddr$1 [13:12];
   assign \$11  = \$9  | \$10 ;
-  assign \$12  = w_out_0 != 8'hff;
+  assign \$12  = r_out_0 != 8'hff;
   assign \$13  = \$11  & \$12 ;
-  assign \$14  = \s0__awvalid$27  & \$13 ;
-  assign \$15  = ! \s0__awaddr$17 [13:12];
-  assign s0__awvalid = \$14  & \$15 ;
-  assign \$16  = ! w_bank_0;
-  assign s0__wvalid = \s0__wvalid$37  & \$16 ;
-  assign \$17  = ! w_bank_0;
-  assign s0__bready = \s0__bready$39  & \$17 ;
-  assign \$18  = ! r_out_0;
-  assign \$19  = r_bank_0 == \s0__araddr$1 [13:12];
-  assign \$20  = \$18  | \$19 ;
-  assign \$21  = r_out_0 != 8'hff;
-  assign \$22  = \$20  & \$21 ;
-  assign \$23  = \s0__arvalid$11  & \$22 ;
-  assign \$24  = \s0__araddr$1 [13:12] == 1'h1;
-  assign \s0__arvalid$45  = \$23  & \$24 ;
-  assign \$25  = r_bank_0 == 1'h1;
-  assign \s0__rready$46  = \s0__rready$15  & \$25 ;
-  assign \$26  = ! w_out_0;
-  assign \$27  = w_bank_0 == \s0__awaddr$17 [13:12];
-  assign \$28  = \$26  | \$27 ;
-  assign \$29  = w_out_0 != 8'hff;
-  assign \$30  = \$28  & \$29 ;
-  assign \$31  = \s0__awvalid$27  & \$30 ;
-  assign \$32  = \s0__awaddr$17 [13:12] == 1'h1;
-  assign \s0__awvalid$52  = \$31  & \$32 ;
-  assign \$33  = w_bank_0 == 1'h1;
-  assign \s0__wvalid$56  = \s0__wvalid$37  & \$33 ;
-  assign \$34  = w_bank_0 == 1'h1;
-  assign \s0__bready$57  = \s0__bready$39  & \$34 ;
-  assign \$35  = ! r_out_0;
-  assign \$36  = r_bank_0 == \s0__araddr$1 [13:12];
-  assign \$37  = \$35  | \$36 ;
-  assign \$38  = r_out_0 != 8'hff;
-  assign \$39  = \$37  & \$38 ;
-  assign \$40  = \s0__arvalid$11  & \$39 ;
-  assign \$41  = \s0__araddr$1 [13:12] == 2'h2;
-  assign \s0__arvalid$63  = \$40  & \$41 ;
-  assign \$42  = r_bank_0 == 2'h2;
-  assign \s0__rready$64  = \s0__rready$15  & \$42 ;
-  assign \$43  = ! w_out_0;
-  assign \$44  = w_bank_0 == \s0__awaddr$17 [13:12];
-  assign \$45  = \$43  | \$44 ;
-  assign \$46  = w_out_0 != 8'hff;
-  assign \$47  = \$45  & \$46 ;
-  assign \$48  = \s0__awvalid$27  & \$47 ;
-  assign \$49  = \s0__awaddr$17 [13:12] == 2'h2;
-  assign \s0__awvalid$70  = \$48  & \$49 ;
-  assign \$50  = w_bank_0 == 2'h2;
-  assign \s0__wvalid$74  = \s0__wvalid$37  & \$50 ;
-  assign \$51  = w_bank_0 == 2'h2;
-  assign \s0__bready$75  = \s0__bready$39  & \$51 ;
-  assign \$52  = ! r_out_0;
-  assign \$53  = r_bank_0 == \s0__araddr$1 [13:12];
-  assign \$54  = \$52  | \$53 ;
-  assign \$55  = r_out_0 != 8'hff;
-  assign \$56  = \$54  & \$55 ;
-  assign \$57  = \s0__arvalid$11  & \$56 ;
-  assign \$58  = \s0__araddr$1 [13:12] == 2'h3;
-  assign \s0__arvalid$81  = \$57  & \$58 ;
-  assign \$59  = r_bank_0 == 2'h3;
-  assign \s0__rready$82  = \s0__rready$15  & \$59 ;
+  assign \$14  = \s0__arvalid$11  & \$13 ;
+  assign \$15  = \s0__araddr$1 [13:12] == 1'h1;
+  assign \s0__arvalid$21  = \$14  & \$15 ;
+  assign \$16  = r_bank_0 == 1'h1;
+  assign \s0__rready$22  = \s0__rready$15  & \$16 ;
+  assign \$17  = ! r_out_0;
+  assign \$18  = r_bank_0 == \s0__araddr$1 [13:12];
+  assign \$19  = \$17  | \$18 ;
+  assign \$20  = r_out_0 != 8'hff;
+  assign \$21  = \$19  & \$20 ;
+  assign \$22  = \s0__arvalid$11  & \$21 ;
+  assign \$23  = \s0__araddr$1 [13:12] == 2'h2;
+  assign \s0__arvalid$28  = \$22  & \$23 ;
+  assign \$24  = r_bank_0 == 2'h2;
+  assign \s0__rready$29  = \s0__rready$15  & \$24 ;
+  assign \$25  = ! r_out_0;
+  assign \$26  = r_bank_0 == \s0__araddr$1 [13:12];
+  assign \$27  = \$25  | \$26 ;
+  assign \$28  = r_out_0 != 8'hff;
+  assign \$29  = \$27  & \$28 ;
+  assign \$30  = \s0__arvalid$11  & \$29 ;
+  assign \$31  = \s0__araddr$1 [13:12] == 2'h3;
+  assign \s0__arvalid$35  = \$30  & \$31 ;
+  assign \$32  = r_bank_0 == 2'h3;
+  assign \s0__rready$36  = \s0__rready$15  & \$32 ;
+  assign s0__arready = | { \s0__arready$41 , \s0__arready$40 , \s0__arready$39 , \s0__arready$38  };
+  assign \$33  = ! w_out_0;
+  assign \$34  = w_bank_0 == \s0__awaddr$68 [13:12];
+  assign \$35  = \$33  | \$34 ;
+  assign \$36  = w_out_0 != 8'hff;
+  assign \$37  = \$35  & \$36 ;
+  assign \$38  = \s0__awvalid$78  & \$37 ;
+  assign \$39  = ! \s0__awaddr$68 [13:12];
+  assign s0__awvalid = \$38  & \$39 ;
+  assign \$40  = ! w_bank_0;
+  assign s0__wvalid = \s0__wvalid$88  & \$40 ;
+  assign \$41  = ! w_bank_0;
+  assign s0__bready = \s0__bready$90  & \$41 ;
+  assign \$42  = ! w_out_0;
+  assign \$43  = w_bank_0 == \s0__awaddr$68 [13:12];
+  assign \$44  = \$42  | \$43 ;
+  assign \$45  = w_out_0 != 8'hff;
+  assign \$46  = \$44  & \$45 ;
+  assign \$47  = \s0__awvalid$78  & \$46 ;
+  assign \$48  = \s0__awaddr$68 [13:12] == 1'h1;
+  assign \s0__awvalid$96  = \$47  & \$48 ;
+  assign \$49  = w_bank_0 == 1'h1;
+  assign \s0__wvalid$100  = \s0__wvalid$88  & \$49 ;
+  assign \$50  = w_bank_0 == 1'h1;
+  assign \s0__bready$101  = \s0__bready$90  & \$50 ;
+  assign \$51  = ! w_out_0;
+  assign \$52  = w_bank_0 == \s0__awaddr$68 [13:12];
+  assign \$53  = \$51  | \$52 ;
+  assign \$54  = w_out_0 != 8'hff;
+  assign \$55  = \$53  & \$54 ;
+  assign \$56  = \s0__awvalid$78  & \$55 ;
+  assign \$57  = \s0__awaddr$68 [13:12] == 2'h2;
+  assign \s0__awvalid$107  = \$56  & \$57 ;
+  assign \$58  = w_bank_0 == 2'h2;
+  assign \s0__wvalid$111  = \s0__wvalid$88  & \$58 ;
+  assign \$59  = w_bank_0 == 2'h2;
+  assign \s0__bready$112  = \s0__bready$90  & \$59 ;
   assign \$60  = ! w_out_0;
-  assign \$61  = w_bank_0 == \s0__awaddr$17 [13:12];
+  assign \$61  = w_bank_0 == \s0__awaddr$68 [13:12];
   assign \$62  = \$60  | \$61 ;
   assign \$63  = w_out_0 != 8'hff;
   assign \$64  = \$62  & \$63 ;
-  assign \$65  = \s0__awvalid$27  & \$64 ;
-  assign \$66  = \s0__awaddr$17 [13:12] == 2'h3;
-  assign \s0__awvalid$88  = \$65  & \$66 ;
+  assign \$65  = \s0__awvalid$78  & \$64 ;
+  assign \$66  = \s0__awaddr$68 [13:12] == 2'h3;
+  assign \s0__awvalid$118  = \$65  & \$66 ;
   assign \$67  = w_bank_0 == 2'h3;
-  assign \s0__wvalid$92  = \s0__wvalid$37  & \$67 ;
+  assign \s0__wvalid$122  = \s0__wvalid$88  & \$67 ;
   assign \$68  = w_bank_0 == 2'h3;
-  assign \s0__bready$93  = \s0__bready$39  & \$68 ;
-  assign s0__arready = | { \s0__arready$98 , \s0__arready$97 , \s0__arready$96 , \s0__arready$95  };
-  assign s0__awready = | { \s0__awready$103 , \s0__awready$102 , \s0__awready$101 , \s0__awready$100  };
+  assign \s0__bready$123  = \s0__bready$90  & \$68 ;
+  assign s0__awready = | { \s0__awready$128 , \s0__awready$127 , \s0__awready$126 , \s0__awready$125  };
   assign \$69  = ! r_out_1;
   assign \$70  = r_bank_1 == \s1__araddr$150 [13:12];
   assign \$71  = \$69  | \$70 ;
@@ -70209,86 +70209,86 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
   assign s1__arvalid = \$74  & \$75 ;
   assign \$76  = ! r_bank_1;
   assign s1__rready = \s1__rready$164  & \$76 ;
-  assign \$77  = ! w_out_1;
-  assign \$78  = w_bank_1 == \s1__awaddr$166 [13:12];
+  assign \$77  = ! r_out_1;
+  assign \$78  = r_bank_1 == \s1__araddr$150 [13:12];
   assign \$79  = \$77  | \$78 ;
-  assign \$80  = w_out_1 != 8'hff;
+  assign \$80  = r_out_1 != 8'hff;
   assign \$81  = \$79  & \$80 ;
-  assign \$82  = \s1__awvalid$176  & \$81 ;
-  assign \$83  = ! \s1__awaddr$166 [13:12];
-  assign s1__awvalid = \$82  & \$83 ;
-  assign \$84  = ! w_bank_1;
-  assign s1__wvalid = \s1__wvalid$186  & \$84 ;
-  assign \$85  = ! w_bank_1;
-  assign s1__bready = \s1__bready$188  & \$85 ;
-  assign \$86  = ! r_out_1;
-  assign \$87  = r_bank_1 == \s1__araddr$150 [13:12];
-  assign \$88  = \$86  | \$87 ;
-  assign \$89  = r_out_1 != 8'hff;
-  assign \$90  = \$88  & \$89 ;
-  assign \$91  = \s1__arvalid$160  & \$90 ;
-  assign \$92  = \s1__araddr$150 [13:12] == 1'h1;
-  assign \s1__arvalid$194  = \$91  & \$92 ;
-  assign \$93  = r_bank_1 == 1'h1;
-  assign \s1__rready$195  = \s1__rready$164  & \$93 ;
-  assign \$94  = ! w_out_1;
-  assign \$95  = w_bank_1 == \s1__awaddr$166 [13:12];
-  assign \$96  = \$94  | \$95 ;
-  assign \$97  = w_out_1 != 8'hff;
-  assign \$98  = \$96  & \$97 ;
-  assign \$99  = \s1__awvalid$176  & \$98 ;
-  assign \$100  = \s1__awaddr$166 [13:12] == 1'h1;
-  assign \s1__awvalid$201  = \$99  & \$100 ;
-  assign \$101  = w_bank_1 == 1'h1;
-  assign \s1__wvalid$205  = \s1__wvalid$186  & \$101 ;
-  assign \$102  = w_bank_1 == 1'h1;
-  assign \s1__bready$206  = \s1__bready$188  & \$102 ;
-  assign \$103  = ! r_out_1;
-  assign \$104  = r_bank_1 == \s1__araddr$150 [13:12];
-  assign \$105  = \$103  | \$104 ;
-  assign \$106  = r_out_1 != 8'hff;
-  assign \$107  = \$105  & \$106 ;
-  assign \$108  = \s1__arvalid$160  & \$107 ;
-  assign \$109  = \s1__araddr$150 [13:12] == 2'h2;
-  assign \s1__arvalid$212  = \$108  & \$109 ;
-  assign \$110  = r_bank_1 == 2'h2;
-  assign \s1__rready$213  = \s1__rready$164  & \$110 ;
-  assign \$111  = ! w_out_1;
-  assign \$112  = w_bank_1 == \s1__awaddr$166 [13:12];
-  assign \$113  = \$111  | \$112 ;
-  assign \$114  = w_out_1 != 8'hff;
-  assign \$115  = \$113  & \$114 ;
-  assign \$116  = \s1__awvalid$176  & \$115 ;
-  assign \$117  = \s1__awaddr$166 [13:12] == 2'h2;
-  assign \s1__awvalid$219  = \$116  & \$117 ;
-  assign \$118  = w_bank_1 == 2'h2;
-  assign \s1__wvalid$223  = \s1__wvalid$186  & \$118 ;
-  assign \$119  = w_bank_1 == 2'h2;
-  assign \s1__bready$224  = \s1__bready$188  & \$119 ;
-  assign \$120  = ! r_out_1;
-  assign \$121  = r_bank_1 == \s1__araddr$150 [13:12];
-  assign \$122  = \$120  | \$121 ;
-  assign \$123  = r_out_1 != 8'hff;
-  assign \$124  = \$122  & \$123 ;
-  assign \$125  = \s1__arvalid$160  & \$124 ;
-  assign \$126  = \s1__araddr$150 [13:12] == 2'h3;
-  assign \s1__arvalid$230  = \$125  & \$126 ;
-  assign \$127  = r_bank_1 == 2'h3;
-  assign \s1__rready$231  = \s1__rready$164  & \$127 ;
+  assign \$82  = \s1__arvalid$160  & \$81 ;
+  assign \$83  = \s1__araddr$150 [13:12] == 1'h1;
+  assign \s1__arvalid$170  = \$82  & \$83 ;
+  assign \$84  = r_bank_1 == 1'h1;
+  assign \s1__rready$171  = \s1__rready$164  & \$84 ;
+  assign \$85  = ! r_out_1;
+  assign \$86  = r_bank_1 == \s1__araddr$150 [13:12];
+  assign \$87  = \$85  | \$86 ;
+  assign \$88  = r_out_1 != 8'hff;
+  assign \$89  = \$87  & \$88 ;
+  assign \$90  = \s1__arvalid$160  & \$89 ;
+  assign \$91  = \s1__araddr$150 [13:12] == 2'h2;
+  assign \s1__arvalid$177  = \$90  & \$91 ;
+  assign \$92  = r_bank_1 == 2'h2;
+  assign \s1__rready$178  = \s1__rready$164  & \$92 ;
+  assign \$93  = ! r_out_1;
+  assign \$94  = r_bank_1 == \s1__araddr$150 [13:12];
+  assign \$95  = \$93  | \$94 ;
+  assign \$96  = r_out_1 != 8'hff;
+  assign \$97  = \$95  & \$96 ;
+  assign \$98  = \s1__arvalid$160  & \$97 ;
+  assign \$99  = \s1__araddr$150 [13:12] == 2'h3;
+  assign \s1__arvalid$184  = \$98  & \$99 ;
+  assign \$100  = r_bank_1 == 2'h3;
+  assign \s1__rready$185  = \s1__rready$164  & \$100 ;
+  assign s1__arready = | { \s1__arready$190 , \s1__arready$189 , \s1__arready$188 , \s1__arready$187  };
+  assign \$101  = ! w_out_1;
+  assign \$102  = w_bank_1 == \s1__awaddr$217 [13:12];
+  assign \$103  = \$101  | \$102 ;
+  assign \$104  = w_out_1 != 8'hff;
+  assign \$105  = \$103  & \$104 ;
+  assign \$106  = \s1__awvalid$227  & \$105 ;
+  assign \$107  = ! \s1__awaddr$217 [13:12];
+  assign s1__awvalid = \$106  & \$107 ;
+  assign \$108  = ! w_bank_1;
+  assign s1__wvalid = \s1__wvalid$237  & \$108 ;
+  assign \$109  = ! w_bank_1;
+  assign s1__bready = \s1__bready$239  & \$109 ;
+  assign \$110  = ! w_out_1;
+  assign \$111  = w_bank_1 == \s1__awaddr$217 [13:12];
+  assign \$112  = \$110  | \$111 ;
+  assign \$113  = w_out_1 != 8'hff;
+  assign \$114  = \$112  & \$113 ;
+  assign \$115  = \s1__awvalid$227  & \$114 ;
+  assign \$116  = \s1__awaddr$217 [13:12] == 1'h1;
+  assign \s1__awvalid$245  = \$115  & \$116 ;
+  assign \$117  = w_bank_1 == 1'h1;
+  assign \s1__wvalid$249  = \s1__wvalid$237  & \$117 ;
+  assign \$118  = w_bank_1 == 1'h1;
+  assign \s1__bready$250  = \s1__bready$239  & \$118 ;
+  assign \$119  = ! w_out_1;
+  assign \$120  = w_bank_1 == \s1__awaddr$217 [13:12];
+  assign \$121  = \$119  | \$120 ;
+  assign \$122  = w_out_1 != 8'hff;
+  assign \$123  = \$121  & \$122 ;
+  assign \$124  = \s1__awvalid$227  & \$123 ;
+  assign \$125  = \s1__awaddr$217 [13:12] == 2'h2;
+  assign \s1__awvalid$256  = \$124  & \$125 ;
+  assign \$126  = w_bank_1 == 2'h2;
+  assign \s1__wvalid$260  = \s1__wvalid$237  & \$126 ;
+  assign \$127  = w_bank_1 == 2'h2;
+  assign \s1__bready$261  = \s1__bready$239  & \$127 ;
   assign \$128  = ! w_out_1;
-  assign \$129  = w_bank_1 == \s1__awaddr$166 [13:12];
+  assign \$129  = w_bank_1 == \s1__awaddr$217 [13:12];
   assign \$130  = \$128  | \$129 ;
   assign \$131  = w_out_1 != 8'hff;
   assign \$132  = \$130  & \$131 ;
-  assign \$133  = \s1__awvalid$176  & \$132 ;
-  assign \$134  = \s1__awaddr$166 [13:12] == 2'h3;
-  assign \s1__awvalid$237  = \$133  & \$134 ;
+  assign \$133  = \s1__awvalid$227  & \$132 ;
+  assign \$134  = \s1__awaddr$217 [13:12] == 2'h3;
+  assign \s1__awvalid$267  = \$133  & \$134 ;
   assign \$135  = w_bank_1 == 2'h3;
-  assign \s1__wvalid$241  = \s1__wvalid$186  & \$135 ;
+  assign \s1__wvalid$271  = \s1__wvalid$237  & \$135 ;
   assign \$136  = w_bank_1 == 2'h3;
-  assign \s1__bready$242  = \s1__bready$188  & \$136 ;
-  assign s1__arready = | { \s1__arready$247 , \s1__arready$246 , \s1__arready$245 , \s1__arready$244  };
-  assign s1__awready = | { \s1__awready$252 , \s1__awready$251 , \s1__awready$250 , \s1__awready$249  };
+  assign \s1__bready$272  = \s1__bready$239  & \$136 ;
+  assign s1__awready = | { \s1__awready$277 , \s1__awready$276 , \s1__awready$275 , \s1__awready$274  };
   assign \$137  = ! r_out_2;
   assign \$138  = r_bank_2 == \s2__araddr$299 [13:12];
   assign \$139  = \$137  | \$138 ;
@@ -70299,82 +70299,82 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
   assign s2__arvalid = \$142  & \$143 ;
   assign \$144  = ! r_bank_2;
   assign s2__rready = \s2__rready$313  & \$144 ;
-  assign \$145  = ! w_out_2;
-  assign \$146  = w_bank_2 == \s2__awaddr$315 [13:12];
+  assign \$145  = ! r_out_2;
+  assign \$146  = r_bank_2 == \s2__araddr$299 [13:12];
   assign \$147  = \$145  | \$146 ;
-  assign \$148  = w_out_2 != 8'hff;
+  assign \$148  = r_out_2 != 8'hff;
   assign \$149  = \$147  & \$148 ;
-  assign \$150  = \s2__awvalid$325  & \$149 ;
-  assign \$151  = ! \s2__awaddr$315 [13:12];
-  assign s2__awvalid = \$150  & \$151 ;
-  assign \$152  = ! w_bank_2;
-  assign s2__wvalid = \s2__wvalid$335  & \$152 ;
-  assign \$153  = ! w_bank_2;
-  assign \$154  = ! r_out_2;
-  assign \$155  = r_bank_2 == \s2__araddr$299 [13:12];
-  assign \$156  = \$154  | \$155 ;
-  assign \$157  = r_out_2 != 8'hff;
-  assign \$158  = \$156  & \$157 ;
-  assign \$159  = \s2__arvalid$309  & \$158 ;
-  assign \$160  = \s2__araddr$299 [13:12] == 1'h1;
-  assign \s2__arvalid$343  = \$159  & \$160 ;
-  assign \$161  = r_bank_2 == 1'h1;
-  assign \s2__rready$344  = \s2__rready$313  & \$161 ;
-  assign \$162  = ! w_out_2;
-  assign \$163  = w_bank_2 == \s2__awaddr$315 [13:12];
-  assign \$164  = \$162  | \$163 ;
-  assign \$165  = w_out_2 != 8'hff;
-  assign \$166  = \$164  & \$165 ;
-  assign \$167  = \s2__awvalid$325  & \$166 ;
-  assign \$168  = \s2__awaddr$315 [13:12] == 1'h1;
-  assign \s2__awvalid$350  = \$167  & \$168 ;
-  assign \$169  = w_bank_2 == 1'h1;
-  assign \s2__wvalid$354  = \s2__wvalid$335  & \$169 ;
-  assign \$170  = w_bank_2 == 1'h1;
-  assign \$171  = ! r_out_2;
-  assign \$172  = r_bank_2 == \s2__araddr$299 [13:12];
-  assign \$173  = \$171  | \$172 ;
-  assign \$174  = r_out_2 != 8'hff;
-  assign \$175  = \$173  & \$174 ;
-  assign \$176  = \s2__arvalid$309  & \$175 ;
-  assign \$177  = \s2__araddr$299 [13:12] == 2'h2;
-  assign \s2__arvalid$361  = \$176  & \$177 ;
-  assign \$178  = r_bank_2 == 2'h2;
-  assign \s2__rready$362  = \s2__rready$313  & \$178 ;
-  assign \$179  = ! w_out_2;
-  assign \$180  = w_bank_2 == \s2__awaddr$315 [13:12];
-  assign \$181  = \$179  | \$180 ;
-  assign \$182  = w_out_2 != 8'hff;
-  assign \$183  = \$181  & \$182 ;
-  assign \$184  = \s2__awvalid$325  & \$183 ;
-  assign \$185  = \s2__awaddr$315 [13:12] == 2'h2;
-  assign \s2__awvalid$368  = \$184  & \$185 ;
-  assign \$186  = w_bank_2 == 2'h2;
-  assign \s2__wvalid$372  = \s2__wvalid$335  & \$186 ;
-  assign \$187  = w_bank_2 == 2'h2;
-  assign \$188  = ! r_out_2;
-  assign \$189  = r_bank_2 == \s2__araddr$299 [13:12];
-  assign \$190  = \$188  | \$189 ;
-  assign \$191  = r_out_2 != 8'hff;
-  assign \$192  = \$190  & \$191 ;
-  assign \$193  = \s2__arvalid$309  & \$192 ;
-  assign \$194  = \s2__araddr$299 [13:12] == 2'h3;
-  assign \s2__arvalid$379  = \$193  & \$194 ;
-  assign \$195  = r_bank_2 == 2'h3;
-  assign \s2__rready$380  = \s2__rready$313  & \$195 ;
+  assign \$150  = \s2__arvalid$309  & \$149 ;
+  assign \$151  = \s2__araddr$299 [13:12] == 1'h1;
+  assign \s2__arvalid$319  = \$150  & \$151 ;
+  assign \$152  = r_bank_2 == 1'h1;
+  assign \s2__rready$320  = \s2__rready$313  & \$152 ;
+  assign \$153  = ! r_out_2;
+  assign \$154  = r_bank_2 == \s2__araddr$299 [13:12];
+  assign \$155  = \$153  | \$154 ;
+  assign \$156  = r_out_2 != 8'hff;
+  assign \$157  = \$155  & \$156 ;
+  assign \$158  = \s2__arvalid$309  & \$157 ;
+  assign \$159  = \s2__araddr$299 [13:12] == 2'h2;
+  assign \s2__arvalid$326  = \$158  & \$159 ;
+  assign \$160  = r_bank_2 == 2'h2;
+  assign \s2__rready$327  = \s2__rready$313  & \$160 ;
+  assign \$161  = ! r_out_2;
+  assign \$162  = r_bank_2 == \s2__araddr$299 [13:12];
+  assign \$163  = \$161  | \$162 ;
+  assign \$164  = r_out_2 != 8'hff;
+  assign \$165  = \$163  & \$164 ;
+  assign \$166  = \s2__arvalid$309  & \$165 ;
+  assign \$167  = \s2__araddr$299 [13:12] == 2'h3;
+  assign \s2__arvalid$333  = \$166  & \$167 ;
+  assign \$168  = r_bank_2 == 2'h3;
+  assign \s2__rready$334  = \s2__rready$313  & \$168 ;
+  assign s2__arready = | { \s2__arready$339 , \s2__arready$338 , \s2__arready$337 , \s2__arready$336  };
+  assign \$169  = ! w_out_2;
+  assign \$170  = w_bank_2 == \s2__awaddr$366 [13:12];
+  assign \$171  = \$169  | \$170 ;
+  assign \$172  = w_out_2 != 8'hff;
+  assign \$173  = \$171  & \$172 ;
+  assign \$174  = \s2__awvalid$376  & \$173 ;
+  assign \$175  = ! \s2__awaddr$366 [13:12];
+  assign s2__awvalid = \$174  & \$175 ;
+  assign \$176  = ! w_bank_2;
+  assign s2__wvalid = \s2__wvalid$386  & \$176 ;
+  assign \$177  = ! w_bank_2;
+  assign \$178  = ! w_out_2;
+  assign \$179  = w_bank_2 == \s2__awaddr$366 [13:12];
+  assign \$180  = \$178  | \$179 ;
+  assign \$181  = w_out_2 != 8'hff;
+  assign \$182  = \$180  & \$181 ;
+  assign \$183  = \s2__awvalid$376  & \$182 ;
+  assign \$184  = \s2__awaddr$366 [13:12] == 1'h1;
+  assign \s2__awvalid$394  = \$183  & \$184 ;
+  assign \$185  = w_bank_2 == 1'h1;
+  assign \s2__wvalid$398  = \s2__wvalid$386  & \$185 ;
+  assign \$186  = w_bank_2 == 1'h1;
+  assign \$187  = ! w_out_2;
+  assign \$188  = w_bank_2 == \s2__awaddr$366 [13:12];
+  assign \$189  = \$187  | \$188 ;
+  assign \$190  = w_out_2 != 8'hff;
+  assign \$191  = \$189  & \$190 ;
+  assign \$192  = \s2__awvalid$376  & \$191 ;
+  assign \$193  = \s2__awaddr$366 [13:12] == 2'h2;
+  assign \s2__awvalid$405  = \$192  & \$193 ;
+  assign \$194  = w_bank_2 == 2'h2;
+  assign \s2__wvalid$409  = \s2__wvalid$386  & \$194 ;
+  assign \$195  = w_bank_2 == 2'h2;
   assign \$196  = ! w_out_2;
-  assign \$197  = w_bank_2 == \s2__awaddr$315 [13:12];
+  assign \$197  = w_bank_2 == \s2__awaddr$366 [13:12];
   assign \$198  = \$196  | \$197 ;
   assign \$199  = w_out_2 != 8'hff;
   assign \$200  = \$198  & \$199 ;
-  assign \$201  = \s2__awvalid$325  & \$200 ;
-  assign \$202  = \s2__awaddr$315 [13:12] == 2'h3;
-  assign \s2__awvalid$386  = \$201  & \$202 ;
+  assign \$201  = \s2__awvalid$376  & \$200 ;
+  assign \$202  = \s2__awaddr$366 [13:12] == 2'h3;
+  assign \s2__awvalid$416  = \$201  & \$202 ;
   assign \$203  = w_bank_2 == 2'h3;
-  assign \s2__wvalid$390  = \s2__wvalid$335  & \$203 ;
+  assign \s2__wvalid$420  = \s2__wvalid$386  & \$203 ;
   assign \$204  = w_bank_2 == 2'h3;
-  assign s2__arready = | { \s2__arready$396 , \s2__arready$395 , \s2__arready$394 , \s2__arready$393  };
-  assign s2__awready = | { \s2__awready$401 , \s2__awready$400 , \s2__awready$399 , \s2__awready$398  };
+  assign s2__awready = | { \s2__awready$426 , \s2__awready$425 , \s2__awready$424 , \s2__awready$423  };
   assign \$205  = ! r_out_3;
   assign \$206  = r_bank_3 == \s3__araddr$448 [13:12];
   assign \$207  = \$205  | \$206 ;
@@ -70385,86 +70385,86 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
   assign s3__arvalid = \$210  & \$211 ;
   assign \$212  = ! r_bank_3;
   assign s3__rready = \s3__rready$462  & \$212 ;
-  assign \$213  = ! w_out_3;
-  assign \$214  = w_bank_3 == \s3__awaddr$464 [13:12];
+  assign \$213  = ! r_out_3;
+  assign \$214  = r_bank_3 == \s3__araddr$448 [13:12];
   assign \$215  = \$213  | \$214 ;
-  assign \$216  = w_out_3 != 8'hff;
+  assign \$216  = r_out_3 != 8'hff;
   assign \$217  = \$215  & \$216 ;
-  assign \$218  = \s3__awvalid$474  & \$217 ;
-  assign \$219  = ! \s3__awaddr$464 [13:12];
-  assign s3__awvalid = \$218  & \$219 ;
-  assign \$220  = ! w_bank_3;
-  assign s3__wvalid = \s3__wvalid$484  & \$220 ;
-  assign \$221  = ! w_bank_3;
-  assign s3__bready = \s3__bready$486  & \$221 ;
-  assign \$222  = ! r_out_3;
-  assign \$223  = r_bank_3 == \s3__araddr$448 [13:12];
-  assign \$224  = \$222  | \$223 ;
-  assign \$225  = r_out_3 != 8'hff;
-  assign \$226  = \$224  & \$225 ;
-  assign \$227  = \s3__arvalid$458  & \$226 ;
-  assign \$228  = \s3__araddr$448 [13:12] == 1'h1;
-  assign \s3__arvalid$492  = \$227  & \$228 ;
-  assign \$229  = r_bank_3 == 1'h1;
-  assign \s3__rready$493  = \s3__rready$462  & \$229 ;
-  assign \$230  = ! w_out_3;
-  assign \$231  = w_bank_3 == \s3__awaddr$464 [13:12];
-  assign \$232  = \$230  | \$231 ;
-  assign \$233  = w_out_3 != 8'hff;
-  assign \$234  = \$232  & \$233 ;
-  assign \$235  = \s3__awvalid$474  & \$234 ;
-  assign \$236  = \s3__awaddr$464 [13:12] == 1'h1;
-  assign \s3__awvalid$499  = \$235  & \$236 ;
-  assign \$237  = w_bank_3 == 1'h1;
-  assign \s3__wvalid$503  = \s3__wvalid$484  & \$237 ;
-  assign \$238  = w_bank_3 == 1'h1;
-  assign \s3__bready$504  = \s3__bready$486  & \$238 ;
-  assign \$239  = ! r_out_3;
-  assign \$240  = r_bank_3 == \s3__araddr$448 [13:12];
-  assign \$241  = \$239  | \$240 ;
-  assign \$242  = r_out_3 != 8'hff;
-  assign \$243  = \$241  & \$242 ;
-  assign \$244  = \s3__arvalid$458  & \$243 ;
-  assign \$245  = \s3__araddr$448 [13:12] == 2'h2;
-  assign \s3__arvalid$510  = \$244  & \$245 ;
-  assign \$246  = r_bank_3 == 2'h2;
-  assign \s3__rready$511  = \s3__rready$462  & \$246 ;
-  assign \$247  = ! w_out_3;
-  assign \$248  = w_bank_3 == \s3__awaddr$464 [13:12];
-  assign \$249  = \$247  | \$248 ;
-  assign \$250  = w_out_3 != 8'hff;
-  assign \$251  = \$249  & \$250 ;
-  assign \$252  = \s3__awvalid$474  & \$251 ;
-  assign \$253  = \s3__awaddr$464 [13:12] == 2'h2;
-  assign \s3__awvalid$517  = \$252  & \$253 ;
-  assign \$254  = w_bank_3 == 2'h2;
-  assign \s3__wvalid$521  = \s3__wvalid$484  & \$254 ;
-  assign \$255  = w_bank_3 == 2'h2;
-  assign \s3__bready$522  = \s3__bready$486  & \$255 ;
-  assign \$256  = ! r_out_3;
-  assign \$257  = r_bank_3 == \s3__araddr$448 [13:12];
-  assign \$258  = \$256  | \$257 ;
-  assign \$259  = r_out_3 != 8'hff;
-  assign \$260  = \$258  & \$259 ;
-  assign \$261  = \s3__arvalid$458  & \$260 ;
-  assign \$262  = \s3__araddr$448 [13:12] == 2'h3;
-  assign \s3__arvalid$528  = \$261  & \$262 ;
-  assign \$263  = r_bank_3 == 2'h3;
-  assign \s3__rready$529  = \s3__rready$462  & \$263 ;
+  assign \$218  = \s3__arvalid$458  & \$217 ;
+  assign \$219  = \s3__araddr$448 [13:12] == 1'h1;
+  assign \s3__arvalid$468  = \$218  & \$219 ;
+  assign \$220  = r_bank_3 == 1'h1;
+  assign \s3__rready$469  = \s3__rready$462  & \$220 ;
+  assign \$221  = ! r_out_3;
+  assign \$222  = r_bank_3 == \s3__araddr$448 [13:12];
+  assign \$223  = \$221  | \$222 ;
+  assign \$224  = r_out_3 != 8'hff;
+  assign \$225  = \$223  & \$224 ;
+  assign \$226  = \s3__arvalid$458  & \$225 ;
+  assign \$227  = \s3__araddr$448 [13:12] == 2'h2;
+  assign \s3__arvalid$475  = \$226  & \$227 ;
+  assign \$228  = r_bank_3 == 2'h2;
+  assign \s3__rready$476  = \s3__rready$462  & \$228 ;
+  assign \$229  = ! r_out_3;
+  assign \$230  = r_bank_3 == \s3__araddr$448 [13:12];
+  assign \$231  = \$229  | \$230 ;
+  assign \$232  = r_out_3 != 8'hff;
+  assign \$233  = \$231  & \$232 ;
+  assign \$234  = \s3__arvalid$458  & \$233 ;
+  assign \$235  = \s3__araddr$448 [13:12] == 2'h3;
+  assign \s3__arvalid$482  = \$234  & \$235 ;
+  assign \$236  = r_bank_3 == 2'h3;
+  assign \s3__rready$483  = \s3__rready$462  & \$236 ;
+  assign s3__arready = | { \s3__arready$488 , \s3__arready$487 , \s3__arready$486 , \s3__arready$485  };
+  assign \$237  = ! w_out_3;
+  assign \$238  = w_bank_3 == \s3__awaddr$515 [13:12];
+  assign \$239  = \$237  | \$238 ;
+  assign \$240  = w_out_3 != 8'hff;
+  assign \$241  = \$239  & \$240 ;
+  assign \$242  = \s3__awvalid$525  & \$241 ;
+  assign \$243  = ! \s3__awaddr$515 [13:12];
+  assign s3__awvalid = \$242  & \$243 ;
+  assign \$244  = ! w_bank_3;
+  assign s3__wvalid = \s3__wvalid$535  & \$244 ;
+  assign \$245  = ! w_bank_3;
+  assign s3__bready = \s3__bready$537  & \$245 ;
+  assign \$246  = ! w_out_3;
+  assign \$247  = w_bank_3 == \s3__awaddr$515 [13:12];
+  assign \$248  = \$246  | \$247 ;
+  assign \$249  = w_out_3 != 8'hff;
+  assign \$250  = \$248  & \$249 ;
+  assign \$251  = \s3__awvalid$525  & \$250 ;
+  assign \$252  = \s3__awaddr$515 [13:12] == 1'h1;
+  assign \s3__awvalid$543  = \$251  & \$252 ;
+  assign \$253  = w_bank_3 == 1'h1;
+  assign \s3__wvalid$547  = \s3__wvalid$535  & \$253 ;
+  assign \$254  = w_bank_3 == 1'h1;
+  assign \s3__bready$548  = \s3__bready$537  & \$254 ;
+  assign \$255  = ! w_out_3;
+  assign \$256  = w_bank_3 == \s3__awaddr$515 [13:12];
+  assign \$257  = \$255  | \$256 ;
+  assign \$258  = w_out_3 != 8'hff;
+  assign \$259  = \$257  & \$258 ;
+  assign \$260  = \s3__awvalid$525  & \$259 ;
+  assign \$261  = \s3__awaddr$515 [13:12] == 2'h2;
+  assign \s3__awvalid$554  = \$260  & \$261 ;
+  assign \$262  = w_bank_3 == 2'h2;
+  assign \s3__wvalid$558  = \s3__wvalid$535  & \$262 ;
+  assign \$263  = w_bank_3 == 2'h2;
+  assign \s3__bready$559  = \s3__bready$537  & \$263 ;
   assign \$264  = ! w_out_3;
-  assign \$265  = w_bank_3 == \s3__awaddr$464 [13:12];
+  assign \$265  = w_bank_3 == \s3__awaddr$515 [13:12];
   assign \$266  = \$264  | \$265 ;
   assign \$267  = w_out_3 != 8'hff;
   assign \$268  = \$266  & \$267 ;
-  assign \$269  = \s3__awvalid$474  & \$268 ;
-  assign \$270  = \s3__awaddr$464 [13:12] == 2'h3;
-  assign \s3__awvalid$535  = \$269  & \$270 ;
+  assign \$269  = \s3__awvalid$525  & \$268 ;
+  assign \$270  = \s3__awaddr$515 [13:12] == 2'h3;
+  assign \s3__awvalid$565  = \$269  & \$270 ;
   assign \$271  = w_bank_3 == 2'h3;
-  assign \s3__wvalid$539  = \s3__wvalid$484  & \$271 ;
+  assign \s3__wvalid$569  = \s3__wvalid$535  & \$271 ;
   assign \$272  = w_bank_3 == 2'h3;
-  assign \s3__bready$540  = \s3__bready$486  & \$272 ;
-  assign s3__arready = | { \s3__arready$545 , \s3__arready$544 , \s3__arready$543 , \s3__arready$542  };
-  assign s3__awready = | { \s3__awready$550 , \s3__awready$549 , \s3__awready$548 , \s3__awready$547  };
+  assign \s3__bready$570  = \s3__bready$537  & \$272 ;
+  assign s3__awready = | { \s3__awready$575 , \s3__awready$574 , \s3__awready$573 , \s3__awready$572  };
   assign \$273  = ! r_out_4;
   assign \$274  = r_bank_4 == \s4__araddr$597 [13:12];
   assign \$275  = \$273  | \$274 ;
@@ -70475,82 +70475,82 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
   assign s4__arvalid = \$278  & \$279 ;
   assign \$280  = ! r_bank_4;
   assign s4__rready = \s4__rready$611  & \$280 ;
-  assign \$281  = ! w_out_4;
-  assign \$282  = w_bank_4 == \s4__awaddr$613 [13:12];
+  assign \$281  = ! r_out_4;
+  assign \$282  = r_bank_4 == \s4__araddr$597 [13:12];
   assign \$283  = \$281  | \$282 ;
-  assign \$284  = w_out_4 != 8'hff;
+  assign \$284  = r_out_4 != 8'hff;
   assign \$285  = \$283  & \$284 ;
-  assign \$286  = \s4__awvalid$623  & \$285 ;
-  assign \$287  = ! \s4__awaddr$613 [13:12];
-  assign s4__awvalid = \$286  & \$287 ;
-  assign \$288  = ! w_bank_4;
-  assign s4__wvalid = \s4__wvalid$633  & \$288 ;
-  assign \$289  = ! w_bank_4;
-  assign \$290  = ! r_out_4;
-  assign \$291  = r_bank_4 == \s4__araddr$597 [13:12];
-  assign \$292  = \$290  | \$291 ;
-  assign \$293  = r_out_4 != 8'hff;
-  assign \$294  = \$292  & \$293 ;
-  assign \$295  = \s4__arvalid$607  & \$294 ;
-  assign \$296  = \s4__araddr$597 [13:12] == 1'h1;
-  assign \s4__arvalid$641  = \$295  & \$296 ;
-  assign \$297  = r_bank_4 == 1'h1;
-  assign \s4__rready$642  = \s4__rready$611  & \$297 ;
-  assign \$298  = ! w_out_4;
-  assign \$299  = w_bank_4 == \s4__awaddr$613 [13:12];
-  assign \$300  = \$298  | \$299 ;
-  assign \$301  = w_out_4 != 8'hff;
-  assign \$302  = \$300  & \$301 ;
-  assign \$303  = \s4__awvalid$623  & \$302 ;
-  assign \$304  = \s4__awaddr$613 [13:12] == 1'h1;
-  assign \s4__awvalid$648  = \$303  & \$304 ;
-  assign \$305  = w_bank_4 == 1'h1;
-  assign \s4__wvalid$652  = \s4__wvalid$633  & \$305 ;
-  assign \$306  = w_bank_4 == 1'h1;
-  assign \$307  = ! r_out_4;
-  assign \$308  = r_bank_4 == \s4__araddr$597 [13:12];
-  assign \$309  = \$307  | \$308 ;
-  assign \$310  = r_out_4 != 8'hff;
-  assign \$311  = \$309  & \$310 ;
-  assign \$312  = \s4__arvalid$607  & \$311 ;
-  assign \$313  = \s4__araddr$597 [13:12] == 2'h2;
-  assign \s4__arvalid$659  = \$312  & \$313 ;
-  assign \$314  = r_bank_4 == 2'h2;
-  assign \s4__rready$660  = \s4__rready$611  & \$314 ;
-  assign \$315  = ! w_out_4;
-  assign \$316  = w_bank_4 == \s4__awaddr$613 [13:12];
-  assign \$317  = \$315  | \$316 ;
-  assign \$318  = w_out_4 != 8'hff;
-  assign \$319  = \$317  & \$318 ;
-  assign \$320  = \s4__awvalid$623  & \$319 ;
-  assign \$321  = \s4__awaddr$613 [13:12] == 2'h2;
-  assign \s4__awvalid$666  = \$320  & \$321 ;
-  assign \$322  = w_bank_4 == 2'h2;
-  assign \s4__wvalid$670  = \s4__wvalid$633  & \$322 ;
-  assign \$323  = w_bank_4 == 2'h2;
-  assign \$324  = ! r_out_4;
-  assign \$325  = r_bank_4 == \s4__araddr$597 [13:12];
-  assign \$326  = \$324  | \$325 ;
-  assign \$327  = r_out_4 != 8'hff;
-  assign \$328  = \$326  & \$327 ;
-  assign \$329  = \s4__arvalid$607  & \$328 ;
-  assign \$330  = \s4__araddr$597 [13:12] == 2'h3;
-  assign \s4__arvalid$677  = \$329  & \$330 ;
-  assign \$331  = r_bank_4 == 2'h3;
-  assign \s4__rready$678  = \s4__rready$611  & \$331 ;
+  assign \$286  = \s4__arvalid$607  & \$285 ;
+  assign \$287  = \s4__araddr$597 [13:12] == 1'h1;
+  assign \s4__arvalid$617  = \$286  & \$287 ;
+  assign \$288  = r_bank_4 == 1'h1;
+  assign \s4__rready$618  = \s4__rready$611  & \$288 ;
+  assign \$289  = ! r_out_4;
+  assign \$290  = r_bank_4 == \s4__araddr$597 [13:12];
+  assign \$291  = \$289  | \$290 ;
+  assign \$292  = r_out_4 != 8'hff;
+  assign \$293  = \$291  & \$292 ;
+  assign \$294  = \s4__arvalid$607  & \$293 ;
+  assign \$295  = \s4__araddr$597 [13:12] == 2'h2;
+  assign \s4__arvalid$624  = \$294  & \$295 ;
+  assign \$296  = r_bank_4 == 2'h2;
+  assign \s4__rready$625  = \s4__rready$611  & \$296 ;
+  assign \$297  = ! r_out_4;
+  assign \$298  = r_bank_4 == \s4__araddr$597 [13:12];
+  assign \$299  = \$297  | \$298 ;
+  assign \$300  = r_out_4 != 8'hff;
+  assign \$301  = \$299  & \$300 ;
+  assign \$302  = \s4__arvalid$607  & \$301 ;
+  assign \$303  = \s4__araddr$597 [13:12] == 2'h3;
+  assign \s4__arvalid$631  = \$302  & \$303 ;
+  assign \$304  = r_bank_4 == 2'h3;
+  assign \s4__rready$632  = \s4__rready$611  & \$304 ;
+  assign s4__arready = | { \s4__arready$637 , \s4__arready$636 , \s4__arready$635 , \s4__arready$634  };
+  assign \$305  = ! w_out_4;
+  assign \$306  = w_bank_4 == \s4__awaddr$664 [13:12];
+  assign \$307  = \$305  | \$306 ;
+  assign \$308  = w_out_4 != 8'hff;
+  assign \$309  = \$307  & \$308 ;
+  assign \$310  = \s4__awvalid$674  & \$309 ;
+  assign \$311  = ! \s4__awaddr$664 [13:12];
+  assign s4__awvalid = \$310  & \$311 ;
+  assign \$312  = ! w_bank_4;
+  assign s4__wvalid = \s4__wvalid$684  & \$312 ;
+  assign \$313  = ! w_bank_4;
+  assign \$314  = ! w_out_4;
+  assign \$315  = w_bank_4 == \s4__awaddr$664 [13:12];
+  assign \$316  = \$314  | \$315 ;
+  assign \$317  = w_out_4 != 8'hff;
+  assign \$318  = \$316  & \$317 ;
+  assign \$319  = \s4__awvalid$674  & \$318 ;
+  assign \$320  = \s4__awaddr$664 [13:12] == 1'h1;
+  assign \s4__awvalid$692  = \$319  & \$320 ;
+  assign \$321  = w_bank_4 == 1'h1;
+  assign \s4__wvalid$696  = \s4__wvalid$684  & \$321 ;
+  assign \$322  = w_bank_4 == 1'h1;
+  assign \$323  = ! w_out_4;
+  assign \$324  = w_bank_4 == \s4__awaddr$664 [13:12];
+  assign \$325  = \$323  | \$324 ;
+  assign \$326  = w_out_4 != 8'hff;
+  assign \$327  = \$325  & \$326 ;
+  assign \$328  = \s4__awvalid$674  & \$327 ;
+  assign \$329  = \s4__awaddr$664 [13:12] == 2'h2;
+  assign \s4__awvalid$703  = \$328  & \$329 ;
+  assign \$330  = w_bank_4 == 2'h2;
+  assign \s4__wvalid$707  = \s4__wvalid$684  & \$330 ;
+  assign \$331  = w_bank_4 == 2'h2;
   assign \$332  = ! w_out_4;
-  assign \$333  = w_bank_4 == \s4__awaddr$613 [13:12];
+  assign \$333  = w_bank_4 == \s4__awaddr$664 [13:12];
   assign \$334  = \$332  | \$333 ;
   assign \$335  = w_out_4 != 8'hff;
   assign \$336  = \$334  & \$335 ;
-  assign \$337  = \s4__awvalid$623  & \$336 ;
-  assign \$338  = \s4__awaddr$613 [13:12] == 2'h3;
-  assign \s4__awvalid$684  = \$337  & \$338 ;
+  assign \$337  = \s4__awvalid$674  & \$336 ;
+  assign \$338  = \s4__awaddr$664 [13:12] == 2'h3;
+  assign \s4__awvalid$714  = \$337  & \$338 ;
   assign \$339  = w_bank_4 == 2'h3;
-  assign \s4__wvalid$688  = \s4__wvalid$633  & \$339 ;
+  assign \s4__wvalid$718  = \s4__wvalid$684  & \$339 ;
   assign \$340  = w_bank_4 == 2'h3;
-  assign s4__arready = | { \s4__arready$694 , \s4__arready$693 , \s4__arready$692 , \s4__arready$691  };
-  assign s4__awready = | { \s4__awready$699 , \s4__awready$698 , \s4__awready$697 , \s4__awready$696  };
+  assign s4__awready = | { \s4__awready$724 , \s4__awready$723 , \s4__awready$722 , \s4__awready$721  };
   assign \$341  = \s0__arvalid$11  & s0__arready;
   assign \$342  = \s0__arvalid$11  & s0__arready;
   assign \$343  = s0__rvalid & \s0__rready$15 ;
@@ -70564,13 +70564,13 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
   assign \$351  = \$348  & \$350 ;
   assign \$352  = r_out_0 + 1'h1;
   assign \$353  = r_out_0 - 1'h1;
-  assign \$354  = \s0__awvalid$27  & s0__awready;
-  assign \$355  = \s0__awvalid$27  & s0__awready;
-  assign \$356  = s0__bvalid & \s0__bready$39 ;
+  assign \$354  = \s0__awvalid$78  & s0__awready;
+  assign \$355  = \s0__awvalid$78  & s0__awready;
+  assign \$356  = s0__bvalid & \s0__bready$90 ;
   assign \$357  = ~ \$356 ;
   assign \$358  = \$355  & \$357 ;
-  assign \$359  = s0__bvalid & \s0__bready$39 ;
-  assign \$360  = \s0__awvalid$27  & s0__awready;
+  assign \$359  = s0__bvalid & \s0__bready$90 ;
+  assign \$360  = \s0__awvalid$78  & s0__awready;
   assign \$361  = ~ \$360 ;
   assign \$362  = \$359  & \$361 ;
   assign \$363  = w_out_0 + 1'h1;
@@ -70588,13 +70588,13 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
   assign \$375  = \$372  & \$374 ;
   assign \$376  = r_out_1 + 1'h1;
   assign \$377  = r_out_1 - 1'h1;
-  assign \$378  = \s1__awvalid$176  & s1__awready;
-  assign \$379  = \s1__awvalid$176  & s1__awready;
-  assign \$380  = s1__bvalid & \s1__bready$188 ;
+  assign \$378  = \s1__awvalid$227  & s1__awready;
+  assign \$379  = \s1__awvalid$227  & s1__awready;
+  assign \$380  = s1__bvalid & \s1__bready$239 ;
   assign \$381  = ~ \$380 ;
   assign \$382  = \$379  & \$381 ;
-  assign \$383  = s1__bvalid & \s1__bready$188 ;
-  assign \$384  = \s1__awvalid$176  & s1__awready;
+  assign \$383  = s1__bvalid & \s1__bready$239 ;
+  assign \$384  = \s1__awvalid$227  & s1__awready;
   assign \$385  = ~ \$384 ;
   assign \$386  = \$383  & \$385 ;
   assign \$387  = w_out_1 + 1'h1;
@@ -70612,8 +70612,8 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
   assign \$399  = \$396  & \$398 ;
   assign \$400  = r_out_2 + 1'h1;
   assign \$401  = r_out_2 - 1'h1;
-  assign \$402  = \s2__awvalid$325  & s2__awready;
-  assign \$403  = \s2__awvalid$325  & s2__awready;
+  assign \$402  = \s2__awvalid$376  & s2__awready;
+  assign \$403  = \s2__awvalid$376  & s2__awready;
   assign \$405  = ~ \$404 ;
   \dx1_soc.memory.bank0  bank0 (
     .b_valid_0(\s0__bvalid$132 ),
@@ -70624,103 +70624,103 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     .clk(clk),
     .\port$0$204 (\s0__araddr$1 [11:0]),
     .\port$0$218 (\s0__araddr$1 [31:14]),
-    .\port$0$79 (\s0__awaddr$17 [11:0]),
-    .\port$0$93 (\s0__awaddr$17 [31:14]),
-    .\port$13080$0 (\s3__araddr$448 [11:0]),
-    .\port$13080$14 (\s3__araddr$448 [31:14]),
-    .\port$16363$0 (\s2__araddr$299 [11:0]),
-    .\port$16363$14 (\s2__araddr$299 [31:14]),
-    .\port$16400$0 (\s2__awaddr$315 [11:0]),
-    .\port$16400$14 (\s2__awaddr$315 [31:14]),
-    .\port$16622$0 (\s1__awaddr$166 [11:0]),
-    .\port$16622$14 (\s1__awaddr$166 [31:14]),
-    .\port$18670$0 (\s4__araddr$597 [11:0]),
-    .\port$18670$14 (\s4__araddr$597 [31:14]),
-    .\port$18707$0 (\s4__awaddr$613 [11:0]),
-    .\port$18707$14 (\s4__awaddr$613 [31:14]),
-    .\port$18929$0 (\s3__awaddr$464 [11:0]),
-    .\port$18929$14 (\s3__awaddr$464 [31:14]),
+    .\port$0$79 (\s0__awaddr$68 [11:0]),
+    .\port$0$93 (\s0__awaddr$68 [31:14]),
+    .\port$13000$0 (\s3__araddr$448 [11:0]),
+    .\port$13000$14 (\s3__araddr$448 [31:14]),
+    .\port$16285$0 (\s2__araddr$299 [11:0]),
+    .\port$16285$14 (\s2__araddr$299 [31:14]),
+    .\port$16322$0 (\s2__awaddr$366 [11:0]),
+    .\port$16322$14 (\s2__awaddr$366 [31:14]),
+    .\port$16544$0 (\s1__awaddr$217 [11:0]),
+    .\port$16544$14 (\s1__awaddr$217 [31:14]),
+    .\port$18592$0 (\s4__araddr$597 [11:0]),
+    .\port$18592$14 (\s4__araddr$597 [31:14]),
+    .\port$18629$0 (\s4__awaddr$664 [11:0]),
+    .\port$18629$14 (\s4__awaddr$664 [31:14]),
+    .\port$18851$0 (\s3__awaddr$515 [11:0]),
+    .\port$18851$14 (\s3__awaddr$515 [31:14]),
     .\port$1982$0 (\$481 ),
-    .\port$7745$0 (\s1__araddr$150 [11:0]),
-    .\port$7745$14 (\s1__araddr$150 [31:14]),
+    .\port$7665$0 (\s1__araddr$150 [11:0]),
+    .\port$7665$14 (\s1__araddr$150 [31:14]),
     .rst(rst),
     .s0__arburst(s0__arburst),
     .s0__arid(s0__arid),
     .s0__arlen(s0__arlen),
-    .s0__arready(\s0__arready$95 ),
+    .s0__arready(\s0__arready$38 ),
     .s0__arsize(s0__arsize),
     .s0__arvalid(s0__arvalid),
     .s0__awburst(s0__awburst),
     .s0__awid(s0__awid),
     .s0__awlen(s0__awlen),
-    .s0__awready(\s0__awready$100 ),
+    .s0__awready(\s0__awready$125 ),
     .s0__awsize(s0__awsize),
     .s0__awvalid(s0__awvalid),
     .s0__bid(\s0__bid$134 ),
     .s0__bready(s0__bready),
     .s0__bresp(\s0__bresp$136 ),
-    .s0__rlast(\s0__rlast$113 ),
+    .s0__rlast(\s0__rlast$51 ),
     .s0__rready(s0__rready),
-    .s0__rresp(\s0__rresp$111 ),
-    .s0__rvalid(\s0__rvalid$105 ),
+    .s0__rresp(\s0__rresp$49 ),
+    .s0__rvalid(\s0__rvalid$43 ),
     .s0__wdata(s0__wdata),
     .s0__wready(\s0__wready$130 ),
     .s0__wstrb(s0__wstrb),
     .s0__wvalid(s0__wvalid),
-    .s1__arready(\s1__arready$244 ),
+    .s1__arready(\s1__arready$187 ),
     .s1__arvalid(s1__arvalid),
-    .s1__awready(\s1__awready$249 ),
+    .s1__awready(\s1__awready$274 ),
     .s1__awvalid(s1__awvalid),
     .s1__bid(\s1__bid$283 ),
     .s1__bready(s1__bready),
     .s1__bresp(\s1__bresp$285 ),
     .s1__rready(s1__rready),
-    .s1__rresp(\s1__rresp$260 ),
-    .s1__rvalid(\s1__rvalid$254 ),
+    .s1__rresp(\s1__rresp$198 ),
+    .s1__rvalid(\s1__rvalid$192 ),
     .s1__wdata(s1__wdata),
     .s1__wready(\s1__wready$279 ),
     .s1__wvalid(s1__wvalid),
     .s2__arlen(s2__arlen),
-    .s2__arready(\s2__arready$393 ),
+    .s2__arready(\s2__arready$336 ),
     .s2__arvalid(s2__arvalid),
     .s2__awlen(s2__awlen),
-    .s2__awready(\s2__awready$398 ),
+    .s2__awready(\s2__awready$423 ),
     .s2__awvalid(s2__awvalid),
     .s2__bid(\s2__bid$432 ),
     .s2__bready(s2__bready),
     .s2__bresp(\s2__bresp$434 ),
     .s2__rready(s2__rready),
-    .s2__rresp(\s2__rresp$409 ),
-    .s2__rvalid(\s2__rvalid$403 ),
+    .s2__rresp(\s2__rresp$347 ),
+    .s2__rvalid(\s2__rvalid$341 ),
     .s2__wdata(s2__wdata),
     .s2__wready(\s2__wready$428 ),
     .s2__wstrb(s2__wstrb),
     .s2__wvalid(s2__wvalid),
-    .s3__arready(\s3__arready$542 ),
+    .s3__arready(\s3__arready$485 ),
     .s3__arvalid(s3__arvalid),
-    .s3__awready(\s3__awready$547 ),
+    .s3__awready(\s3__awready$572 ),
     .s3__awvalid(s3__awvalid),
     .s3__bid(\s3__bid$581 ),
     .s3__bready(s3__bready),
     .s3__bresp(\s3__bresp$583 ),
     .s3__rready(s3__rready),
-    .s3__rresp(\s3__rresp$558 ),
-    .s3__rvalid(\s3__rvalid$552 ),
+    .s3__rresp(\s3__rresp$496 ),
+    .s3__rvalid(\s3__rvalid$490 ),
     .s3__wdata(s3__wdata),
     .s3__wready(\s3__wready$577 ),
     .s3__wvalid(s3__wvalid),
     .s4__arlen(s4__arlen),
-    .s4__arready(\s4__arready$691 ),
+    .s4__arready(\s4__arready$634 ),
     .s4__arvalid(s4__arvalid),
     .s4__awlen(s4__awlen),
-    .s4__awready(\s4__awready$696 ),
+    .s4__awready(\s4__awready$721 ),
     .s4__awvalid(s4__awvalid),
     .s4__bid(\s4__bid$730 ),
     .s4__bready(s4__bready),
     .s4__bresp(\s4__bresp$732 ),
     .s4__rready(s4__rready),
-    .s4__rresp(\s4__rresp$707 ),
-    .s4__rvalid(\s4__rvalid$701 ),
+    .s4__rresp(\s4__rresp$645 ),
+    .s4__rvalid(\s4__rvalid$639 ),
     .s4__wdata(s4__wdata),
     .s4__wready(\s4__wready$726 ),
     .s4__wstrb(s4__wstrb),
@@ -70735,107 +70735,107 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     .clk(clk),
     .\port$0$204 (\s0__araddr$1 [11:0]),
     .\port$0$218 (\s0__araddr$1 [31:14]),
-    .\port$0$79 (\s0__awaddr$17 [11:0]),
-    .\port$0$93 (\s0__awaddr$17 [31:14]),
-    .\port$13080$0 (\s3__araddr$448 [11:0]),
-    .\port$13080$14 (\s3__araddr$448 [31:14]),
-    .\port$16363$0 (\s2__araddr$299 [11:0]),
-    .\port$16363$14 (\s2__araddr$299 [31:14]),
-    .\port$16400$0 (\s2__awaddr$315 [11:0]),
-    .\port$16400$14 (\s2__awaddr$315 [31:14]),
-    .\port$16622$0 (\s1__awaddr$166 [11:0]),
-    .\port$16622$14 (\s1__awaddr$166 [31:14]),
-    .\port$18670$0 (\s4__araddr$597 [11:0]),
-    .\port$18670$14 (\s4__araddr$597 [31:14]),
-    .\port$18707$0 (\s4__awaddr$613 [11:0]),
-    .\port$18707$14 (\s4__awaddr$613 [31:14]),
-    .\port$18929$0 (\s3__awaddr$464 [11:0]),
-    .\port$18929$14 (\s3__awaddr$464 [31:14]),
+    .\port$0$79 (\s0__awaddr$68 [11:0]),
+    .\port$0$93 (\s0__awaddr$68 [31:14]),
+    .\port$13000$0 (\s3__araddr$448 [11:0]),
+    .\port$13000$14 (\s3__araddr$448 [31:14]),
+    .\port$16285$0 (\s2__araddr$299 [11:0]),
+    .\port$16285$14 (\s2__araddr$299 [31:14]),
+    .\port$16322$0 (\s2__awaddr$366 [11:0]),
+    .\port$16322$14 (\s2__awaddr$366 [31:14]),
+    .\port$16544$0 (\s1__awaddr$217 [11:0]),
+    .\port$16544$14 (\s1__awaddr$217 [31:14]),
+    .\port$18592$0 (\s4__araddr$597 [11:0]),
+    .\port$18592$14 (\s4__araddr$597 [31:14]),
+    .\port$18629$0 (\s4__awaddr$664 [11:0]),
+    .\port$18629$14 (\s4__awaddr$664 [31:14]),
+    .\port$18851$0 (\s3__awaddr$515 [11:0]),
+    .\port$18851$14 (\s3__awaddr$515 [31:14]),
     .\port$2318$0 (\$482 ),
-    .\port$7745$0 (\s1__araddr$150 [11:0]),
-    .\port$7745$14 (\s1__araddr$150 [31:14]),
+    .\port$7665$0 (\s1__araddr$150 [11:0]),
+    .\port$7665$14 (\s1__araddr$150 [31:14]),
     .rst(rst),
     .s0__arburst(s0__arburst),
     .s0__arid(s0__arid),
     .s0__arlen(s0__arlen),
-    .s0__arready(\s0__arready$96 ),
+    .s0__arready(\s0__arready$39 ),
     .s0__arsize(s0__arsize),
-    .s0__arvalid(\s0__arvalid$45 ),
+    .s0__arvalid(\s0__arvalid$21 ),
     .s0__awburst(s0__awburst),
     .s0__awid(s0__awid),
     .s0__awlen(s0__awlen),
-    .s0__awready(\s0__awready$101 ),
+    .s0__awready(\s0__awready$126 ),
     .s0__awsize(s0__awsize),
-    .s0__awvalid(\s0__awvalid$52 ),
+    .s0__awvalid(\s0__awvalid$96 ),
     .s0__bid(\s0__bid$139 ),
-    .s0__bready(\s0__bready$57 ),
+    .s0__bready(\s0__bready$101 ),
     .s0__bresp(\s0__bresp$140 ),
-    .s0__rlast(\s0__rlast$118 ),
-    .s0__rready(\s0__rready$46 ),
-    .s0__rresp(\s0__rresp$117 ),
-    .s0__rvalid(\s0__rvalid$114 ),
+    .s0__rlast(\s0__rlast$56 ),
+    .s0__rready(\s0__rready$22 ),
+    .s0__rresp(\s0__rresp$55 ),
+    .s0__rvalid(\s0__rvalid$52 ),
     .s0__wdata(s0__wdata),
     .s0__wready(\s0__wready$137 ),
     .s0__wstrb(s0__wstrb),
-    .s0__wvalid(\s0__wvalid$56 ),
-    .s1__arready(\s1__arready$245 ),
-    .s1__arvalid(\s1__arvalid$194 ),
-    .s1__awready(\s1__awready$250 ),
-    .s1__awvalid(\s1__awvalid$201 ),
+    .s0__wvalid(\s0__wvalid$100 ),
+    .s1__arready(\s1__arready$188 ),
+    .s1__arvalid(\s1__arvalid$170 ),
+    .s1__awready(\s1__awready$275 ),
+    .s1__awvalid(\s1__awvalid$245 ),
     .s1__bid(\s1__bid$288 ),
-    .s1__bready(\s1__bready$206 ),
+    .s1__bready(\s1__bready$250 ),
     .s1__bresp(\s1__bresp$289 ),
-    .s1__rready(\s1__rready$195 ),
-    .s1__rresp(\s1__rresp$266 ),
-    .s1__rvalid(\s1__rvalid$263 ),
+    .s1__rready(\s1__rready$171 ),
+    .s1__rresp(\s1__rresp$204 ),
+    .s1__rvalid(\s1__rvalid$201 ),
     .s1__wdata(s1__wdata),
     .s1__wready(\s1__wready$286 ),
-    .s1__wvalid(\s1__wvalid$205 ),
+    .s1__wvalid(\s1__wvalid$249 ),
     .s2__arlen(s2__arlen),
-    .s2__arready(\s2__arready$394 ),
-    .s2__arvalid(\s2__arvalid$343 ),
+    .s2__arready(\s2__arready$337 ),
+    .s2__arvalid(\s2__arvalid$319 ),
     .s2__awlen(s2__awlen),
-    .s2__awready(\s2__awready$399 ),
-    .s2__awvalid(\s2__awvalid$350 ),
+    .s2__awready(\s2__awready$424 ),
+    .s2__awvalid(\s2__awvalid$394 ),
     .s2__bid(\s2__bid$437 ),
-    .s2__bready(\s2__bready$355 ),
+    .s2__bready(\s2__bready$399 ),
     .s2__bresp(\s2__bresp$438 ),
-    .s2__rready(\s2__rready$344 ),
-    .s2__rresp(\s2__rresp$415 ),
-    .s2__rvalid(\s2__rvalid$412 ),
+    .s2__rready(\s2__rready$320 ),
+    .s2__rresp(\s2__rresp$353 ),
+    .s2__rvalid(\s2__rvalid$350 ),
     .s2__wdata(s2__wdata),
     .s2__wready(\s2__wready$435 ),
     .s2__wstrb(s2__wstrb),
-    .s2__wvalid(\s2__wvalid$354 ),
-    .s3__arready(\s3__arready$543 ),
-    .s3__arvalid(\s3__arvalid$492 ),
-    .s3__awready(\s3__awready$548 ),
-    .s3__awvalid(\s3__awvalid$499 ),
+    .s2__wvalid(\s2__wvalid$398 ),
+    .s3__arready(\s3__arready$486 ),
+    .s3__arvalid(\s3__arvalid$468 ),
+    .s3__awready(\s3__awready$573 ),
+    .s3__awvalid(\s3__awvalid$543 ),
     .s3__bid(\s3__bid$586 ),
-    .s3__bready(\s3__bready$504 ),
+    .s3__bready(\s3__bready$548 ),
     .s3__bresp(\s3__bresp$587 ),
-    .s3__rready(\s3__rready$493 ),
-    .s3__rresp(\s3__rresp$564 ),
-    .s3__rvalid(\s3__rvalid$561 ),
+    .s3__rready(\s3__rready$469 ),
+    .s3__rresp(\s3__rresp$502 ),
+    .s3__rvalid(\s3__rvalid$499 ),
     .s3__wdata(s3__wdata),
     .s3__wready(\s3__wready$584 ),
-    .s3__wvalid(\s3__wvalid$503 ),
+    .s3__wvalid(\s3__wvalid$547 ),
     .s4__arlen(s4__arlen),
-    .s4__arready(\s4__arready$692 ),
-    .s4__arvalid(\s4__arvalid$641 ),
+    .s4__arready(\s4__arready$635 ),
+    .s4__arvalid(\s4__arvalid$617 ),
     .s4__awlen(s4__awlen),
-    .s4__awready(\s4__awready$697 ),
-    .s4__awvalid(\s4__awvalid$648 ),
+    .s4__awready(\s4__awready$722 ),
+    .s4__awvalid(\s4__awvalid$692 ),
     .s4__bid(\s4__bid$735 ),
-    .s4__bready(\s4__bready$653 ),
+    .s4__bready(\s4__bready$697 ),
     .s4__bresp(\s4__bresp$736 ),
-    .s4__rready(\s4__rready$642 ),
-    .s4__rresp(\s4__rresp$713 ),
-    .s4__rvalid(\s4__rvalid$710 ),
+    .s4__rready(\s4__rready$618 ),
+    .s4__rresp(\s4__rresp$651 ),
+    .s4__rvalid(\s4__rvalid$648 ),
     .s4__wdata(s4__wdata),
     .s4__wready(\s4__wready$733 ),
     .s4__wstrb(s4__wstrb),
-    .s4__wvalid(\s4__wvalid$652 )
+    .s4__wvalid(\s4__wvalid$696 )
   );
   \dx1_soc.memory.bank2  bank2 (
     .b_valid_0(\s0__bvalid$142 ),
@@ -70846,107 +70846,107 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     .clk(clk),
     .\port$0$204 (\s0__araddr$1 [11:0]),
     .\port$0$218 (\s0__araddr$1 [31:14]),
-    .\port$0$79 (\s0__awaddr$17 [11:0]),
-    .\port$0$93 (\s0__awaddr$17 [31:14]),
-    .\port$13080$0 (\s3__araddr$448 [11:0]),
-    .\port$13080$14 (\s3__araddr$448 [31:14]),
-    .\port$16363$0 (\s2__araddr$299 [11:0]),
-    .\port$16363$14 (\s2__araddr$299 [31:14]),
-    .\port$16400$0 (\s2__awaddr$315 [11:0]),
-    .\port$16400$14 (\s2__awaddr$315 [31:14]),
-    .\port$16622$0 (\s1__awaddr$166 [11:0]),
-    .\port$16622$14 (\s1__awaddr$166 [31:14]),
-    .\port$18670$0 (\s4__araddr$597 [11:0]),
-    .\port$18670$14 (\s4__araddr$597 [31:14]),
-    .\port$18707$0 (\s4__awaddr$613 [11:0]),
-    .\port$18707$14 (\s4__awaddr$613 [31:14]),
-    .\port$18929$0 (\s3__awaddr$464 [11:0]),
-    .\port$18929$14 (\s3__awaddr$464 [31:14]),
+    .\port$0$79 (\s0__awaddr$68 [11:0]),
+    .\port$0$93 (\s0__awaddr$68 [31:14]),
+    .\port$13000$0 (\s3__araddr$448 [11:0]),
+    .\port$13000$14 (\s3__araddr$448 [31:14]),
+    .\port$16285$0 (\s2__araddr$299 [11:0]),
+    .\port$16285$14 (\s2__araddr$299 [31:14]),
+    .\port$16322$0 (\s2__awaddr$366 [11:0]),
+    .\port$16322$14 (\s2__awaddr$366 [31:14]),
+    .\port$16544$0 (\s1__awaddr$217 [11:0]),
+    .\port$16544$14 (\s1__awaddr$217 [31:14]),
+    .\port$18592$0 (\s4__araddr$597 [11:0]),
+    .\port$18592$14 (\s4__araddr$597 [31:14]),
+    .\port$18629$0 (\s4__awaddr$664 [11:0]),
+    .\port$18629$14 (\s4__awaddr$664 [31:14]),
+    .\port$18851$0 (\s3__awaddr$515 [11:0]),
+    .\port$18851$14 (\s3__awaddr$515 [31:14]),
     .\port$2654$0 (\$483 ),
-    .\port$7745$0 (\s1__araddr$150 [11:0]),
-    .\port$7745$14 (\s1__araddr$150 [31:14]),
+    .\port$7665$0 (\s1__araddr$150 [11:0]),
+    .\port$7665$14 (\s1__araddr$150 [31:14]),
     .rst(rst),
     .s0__arburst(s0__arburst),
     .s0__arid(s0__arid),
     .s0__arlen(s0__arlen),
-    .s0__arready(\s0__arready$97 ),
+    .s0__arready(\s0__arready$40 ),
     .s0__arsize(s0__arsize),
-    .s0__arvalid(\s0__arvalid$63 ),
+    .s0__arvalid(\s0__arvalid$28 ),
     .s0__awburst(s0__awburst),
     .s0__awid(s0__awid),
     .s0__awlen(s0__awlen),
-    .s0__awready(\s0__awready$102 ),
+    .s0__awready(\s0__awready$127 ),
     .s0__awsize(s0__awsize),
-    .s0__awvalid(\s0__awvalid$70 ),
+    .s0__awvalid(\s0__awvalid$107 ),
     .s0__bid(\s0__bid$143 ),
-    .s0__bready(\s0__bready$75 ),
+    .s0__bready(\s0__bready$112 ),
     .s0__bresp(\s0__bresp$144 ),
-    .s0__rlast(\s0__rlast$123 ),
-    .s0__rready(\s0__rready$64 ),
-    .s0__rresp(\s0__rresp$122 ),
-    .s0__rvalid(\s0__rvalid$119 ),
+    .s0__rlast(\s0__rlast$61 ),
+    .s0__rready(\s0__rready$29 ),
+    .s0__rresp(\s0__rresp$60 ),
+    .s0__rvalid(\s0__rvalid$57 ),
     .s0__wdata(s0__wdata),
     .s0__wready(\s0__wready$141 ),
     .s0__wstrb(s0__wstrb),
-    .s0__wvalid(\s0__wvalid$74 ),
-    .s1__arready(\s1__arready$246 ),
-    .s1__arvalid(\s1__arvalid$212 ),
-    .s1__awready(\s1__awready$251 ),
-    .s1__awvalid(\s1__awvalid$219 ),
+    .s0__wvalid(\s0__wvalid$111 ),
+    .s1__arready(\s1__arready$189 ),
+    .s1__arvalid(\s1__arvalid$177 ),
+    .s1__awready(\s1__awready$276 ),
+    .s1__awvalid(\s1__awvalid$256 ),
     .s1__bid(\s1__bid$292 ),
-    .s1__bready(\s1__bready$224 ),
+    .s1__bready(\s1__bready$261 ),
     .s1__bresp(\s1__bresp$293 ),
-    .s1__rready(\s1__rready$213 ),
-    .s1__rresp(\s1__rresp$271 ),
-    .s1__rvalid(\s1__rvalid$268 ),
+    .s1__rready(\s1__rready$178 ),
+    .s1__rresp(\s1__rresp$209 ),
+    .s1__rvalid(\s1__rvalid$206 ),
     .s1__wdata(s1__wdata),
     .s1__wready(\s1__wready$290 ),
-    .s1__wvalid(\s1__wvalid$223 ),
+    .s1__wvalid(\s1__wvalid$260 ),
     .s2__arlen(s2__arlen),
-    .s2__arready(\s2__arready$395 ),
-    .s2__arvalid(\s2__arvalid$361 ),
+    .s2__arready(\s2__arready$338 ),
+    .s2__arvalid(\s2__arvalid$326 ),
     .s2__awlen(s2__awlen),
-    .s2__awready(\s2__awready$400 ),
-    .s2__awvalid(\s2__awvalid$368 ),
+    .s2__awready(\s2__awready$425 ),
+    .s2__awvalid(\s2__awvalid$405 ),
     .s2__bid(\s2__bid$441 ),
-    .s2__bready(\s2__bready$373 ),
+    .s2__bready(\s2__bready$410 ),
     .s2__bresp(\s2__bresp$442 ),
-    .s2__rready(\s2__rready$362 ),
-    .s2__rresp(\s2__rresp$420 ),
-    .s2__rvalid(\s2__rvalid$417 ),
+    .s2__rready(\s2__rready$327 ),
+    .s2__rresp(\s2__rresp$358 ),
+    .s2__rvalid(\s2__rvalid$355 ),
     .s2__wdata(s2__wdata),
     .s2__wready(\s2__wready$439 ),
     .s2__wstrb(s2__wstrb),
-    .s2__wvalid(\s2__wvalid$372 ),
-    .s3__arready(\s3__arready$544 ),
-    .s3__arvalid(\s3__arvalid$510 ),
-    .s3__awready(\s3__awready$549 ),
-    .s3__awvalid(\s3__awvalid$517 ),
+    .s2__wvalid(\s2__wvalid$409 ),
+    .s3__arready(\s3__arready$487 ),
+    .s3__arvalid(\s3__arvalid$475 ),
+    .s3__awready(\s3__awready$574 ),
+    .s3__awvalid(\s3__awvalid$554 ),
     .s3__bid(\s3__bid$590 ),
-    .s3__bready(\s3__bready$522 ),
+    .s3__bready(\s3__bready$559 ),
     .s3__bresp(\s3__bresp$591 ),
-    .s3__rready(\s3__rready$511 ),
-    .s3__rresp(\s3__rresp$569 ),
-    .s3__rvalid(\s3__rvalid$566 ),
+    .s3__rready(\s3__rready$476 ),
+    .s3__rresp(\s3__rresp$507 ),
+    .s3__rvalid(\s3__rvalid$504 ),
     .s3__wdata(s3__wdata),
     .s3__wready(\s3__wready$588 ),
-    .s3__wvalid(\s3__wvalid$521 ),
+    .s3__wvalid(\s3__wvalid$558 ),
     .s4__arlen(s4__arlen),
-    .s4__arready(\s4__arready$693 ),
-    .s4__arvalid(\s4__arvalid$659 ),
+    .s4__arready(\s4__arready$636 ),
+    .s4__arvalid(\s4__arvalid$624 ),
     .s4__awlen(s4__awlen),
-    .s4__awready(\s4__awready$698 ),
-    .s4__awvalid(\s4__awvalid$666 ),
+    .s4__awready(\s4__awready$723 ),
+    .s4__awvalid(\s4__awvalid$703 ),
     .s4__bid(\s4__bid$739 ),
-    .s4__bready(\s4__bready$671 ),
+    .s4__bready(\s4__bready$708 ),
     .s4__bresp(\s4__bresp$740 ),
-    .s4__rready(\s4__rready$660 ),
-    .s4__rresp(\s4__rresp$718 ),
-    .s4__rvalid(\s4__rvalid$715 ),
+    .s4__rready(\s4__rready$625 ),
+    .s4__rresp(\s4__rresp$656 ),
+    .s4__rvalid(\s4__rvalid$653 ),
     .s4__wdata(s4__wdata),
     .s4__wready(\s4__wready$737 ),
     .s4__wstrb(s4__wstrb),
-    .s4__wvalid(\s4__wvalid$670 )
+    .s4__wvalid(\s4__wvalid$707 )
   );
   \dx1_soc.memory.bank3  bank3 (
     .b_valid_0(\s0__bvalid$146 ),
@@ -70957,120 +70957,120 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     .clk(clk),
     .\port$0$204 (\s0__araddr$1 [11:0]),
     .\port$0$218 (\s0__araddr$1 [31:14]),
-    .\port$0$79 (\s0__awaddr$17 [11:0]),
-    .\port$0$93 (\s0__awaddr$17 [31:14]),
-    .\port$13080$0 (\s3__araddr$448 [11:0]),
-    .\port$13080$14 (\s3__araddr$448 [31:14]),
-    .\port$16363$0 (\s2__araddr$299 [11:0]),
-    .\port$16363$14 (\s2__araddr$299 [31:14]),
-    .\port$16400$0 (\s2__awaddr$315 [11:0]),
-    .\port$16400$14 (\s2__awaddr$315 [31:14]),
-    .\port$16622$0 (\s1__awaddr$166 [11:0]),
-    .\port$16622$14 (\s1__awaddr$166 [31:14]),
-    .\port$18670$0 (\s4__araddr$597 [11:0]),
-    .\port$18670$14 (\s4__araddr$597 [31:14]),
-    .\port$18707$0 (\s4__awaddr$613 [11:0]),
-    .\port$18707$14 (\s4__awaddr$613 [31:14]),
-    .\port$18929$0 (\s3__awaddr$464 [11:0]),
-    .\port$18929$14 (\s3__awaddr$464 [31:14]),
+    .\port$0$79 (\s0__awaddr$68 [11:0]),
+    .\port$0$93 (\s0__awaddr$68 [31:14]),
+    .\port$13000$0 (\s3__araddr$448 [11:0]),
+    .\port$13000$14 (\s3__araddr$448 [31:14]),
+    .\port$16285$0 (\s2__araddr$299 [11:0]),
+    .\port$16285$14 (\s2__araddr$299 [31:14]),
+    .\port$16322$0 (\s2__awaddr$366 [11:0]),
+    .\port$16322$14 (\s2__awaddr$366 [31:14]),
+    .\port$16544$0 (\s1__awaddr$217 [11:0]),
+    .\port$16544$14 (\s1__awaddr$217 [31:14]),
+    .\port$18592$0 (\s4__araddr$597 [11:0]),
+    .\port$18592$14 (\s4__araddr$597 [31:14]),
+    .\port$18629$0 (\s4__awaddr$664 [11:0]),
+    .\port$18629$14 (\s4__awaddr$664 [31:14]),
+    .\port$18851$0 (\s3__awaddr$515 [11:0]),
+    .\port$18851$14 (\s3__awaddr$515 [31:14]),
     .\port$2990$0 (\$484 ),
-    .\port$7745$0 (\s1__araddr$150 [11:0]),
-    .\port$7745$14 (\s1__araddr$150 [31:14]),
+    .\port$7665$0 (\s1__araddr$150 [11:0]),
+    .\port$7665$14 (\s1__araddr$150 [31:14]),
     .rst(rst),
     .s0__arburst(s0__arburst),
     .s0__arid(s0__arid),
     .s0__arlen(s0__arlen),
-    .s0__arready(\s0__arready$98 ),
+    .s0__arready(\s0__arready$41 ),
     .s0__arsize(s0__arsize),
-    .s0__arvalid(\s0__arvalid$81 ),
+    .s0__arvalid(\s0__arvalid$35 ),
     .s0__awburst(s0__awburst),
     .s0__awid(s0__awid),
     .s0__awlen(s0__awlen),
-    .s0__awready(\s0__awready$103 ),
+    .s0__awready(\s0__awready$128 ),
     .s0__awsize(s0__awsize),
-    .s0__awvalid(\s0__awvalid$88 ),
+    .s0__awvalid(\s0__awvalid$118 ),
     .s0__bid(\s0__bid$147 ),
-    .s0__bready(\s0__bready$93 ),
+    .s0__bready(\s0__bready$123 ),
     .s0__bresp(\s0__bresp$148 ),
-    .s0__rlast(\s0__rlast$128 ),
-    .s0__rready(\s0__rready$82 ),
-    .s0__rresp(\s0__rresp$127 ),
-    .s0__rvalid(\s0__rvalid$124 ),
+    .s0__rlast(\s0__rlast$66 ),
+    .s0__rready(\s0__rready$36 ),
+    .s0__rresp(\s0__rresp$65 ),
+    .s0__rvalid(\s0__rvalid$62 ),
     .s0__wdata(s0__wdata),
     .s0__wready(\s0__wready$145 ),
     .s0__wstrb(s0__wstrb),
-    .s0__wvalid(\s0__wvalid$92 ),
-    .s1__arready(\s1__arready$247 ),
-    .s1__arvalid(\s1__arvalid$230 ),
-    .s1__awready(\s1__awready$252 ),
-    .s1__awvalid(\s1__awvalid$237 ),
+    .s0__wvalid(\s0__wvalid$122 ),
+    .s1__arready(\s1__arready$190 ),
+    .s1__arvalid(\s1__arvalid$184 ),
+    .s1__awready(\s1__awready$277 ),
+    .s1__awvalid(\s1__awvalid$267 ),
     .s1__bid(\s1__bid$296 ),
-    .s1__bready(\s1__bready$242 ),
+    .s1__bready(\s1__bready$272 ),
     .s1__bresp(\s1__bresp$297 ),
-    .s1__rready(\s1__rready$231 ),
-    .s1__rresp(\s1__rresp$276 ),
-    .s1__rvalid(\s1__rvalid$273 ),
+    .s1__rready(\s1__rready$185 ),
+    .s1__rresp(\s1__rresp$214 ),
+    .s1__rvalid(\s1__rvalid$211 ),
     .s1__wdata(s1__wdata),
     .s1__wready(\s1__wready$294 ),
-    .s1__wvalid(\s1__wvalid$241 ),
+    .s1__wvalid(\s1__wvalid$271 ),
     .s2__arlen(s2__arlen),
-    .s2__arready(\s2__arready$396 ),
-    .s2__arvalid(\s2__arvalid$379 ),
+    .s2__arready(\s2__arready$339 ),
+    .s2__arvalid(\s2__arvalid$333 ),
     .s2__awlen(s2__awlen),
-    .s2__awready(\s2__awready$401 ),
-    .s2__awvalid(\s2__awvalid$386 ),
+    .s2__awready(\s2__awready$426 ),
+    .s2__awvalid(\s2__awvalid$416 ),
     .s2__bid(\s2__bid$445 ),
-    .s2__bready(\s2__bready$391 ),
+    .s2__bready(\s2__bready$421 ),
     .s2__bresp(\s2__bresp$446 ),
-    .s2__rready(\s2__rready$380 ),
-    .s2__rresp(\s2__rresp$425 ),
-    .s2__rvalid(\s2__rvalid$422 ),
+    .s2__rready(\s2__rready$334 ),
+    .s2__rresp(\s2__rresp$363 ),
+    .s2__rvalid(\s2__rvalid$360 ),
     .s2__wdata(s2__wdata),
     .s2__wready(\s2__wready$443 ),
     .s2__wstrb(s2__wstrb),
-    .s2__wvalid(\s2__wvalid$390 ),
-    .s3__arready(\s3__arready$545 ),
-    .s3__arvalid(\s3__arvalid$528 ),
-    .s3__awready(\s3__awready$550 ),
-    .s3__awvalid(\s3__awvalid$535 ),
+    .s2__wvalid(\s2__wvalid$420 ),
+    .s3__arready(\s3__arready$488 ),
+    .s3__arvalid(\s3__arvalid$482 ),
+    .s3__awready(\s3__awready$575 ),
+    .s3__awvalid(\s3__awvalid$565 ),
     .s3__bid(\s3__bid$594 ),
-    .s3__bready(\s3__bready$540 ),
+    .s3__bready(\s3__bready$570 ),
     .s3__bresp(\s3__bresp$595 ),
-    .s3__rready(\s3__rready$529 ),
-    .s3__rresp(\s3__rresp$574 ),
-    .s3__rvalid(\s3__rvalid$571 ),
+    .s3__rready(\s3__rready$483 ),
+    .s3__rresp(\s3__rresp$512 ),
+    .s3__rvalid(\s3__rvalid$509 ),
     .s3__wdata(s3__wdata),
     .s3__wready(\s3__wready$592 ),
-    .s3__wvalid(\s3__wvalid$539 ),
+    .s3__wvalid(\s3__wvalid$569 ),
     .s4__arlen(s4__arlen),
-    .s4__arready(\s4__arready$694 ),
-    .s4__arvalid(\s4__arvalid$677 ),
+    .s4__arready(\s4__arready$637 ),
+    .s4__arvalid(\s4__arvalid$631 ),
     .s4__awlen(s4__awlen),
-    .s4__awready(\s4__awready$699 ),
-    .s4__awvalid(\s4__awvalid$684 ),
+    .s4__awready(\s4__awready$724 ),
+    .s4__awvalid(\s4__awvalid$714 ),
     .s4__bid(\s4__bid$743 ),
-    .s4__bready(\s4__bready$689 ),
+    .s4__bready(\s4__bready$719 ),
     .s4__bresp(\s4__bresp$744 ),
-    .s4__rready(\s4__rready$678 ),
-    .s4__rresp(\s4__rresp$723 ),
-    .s4__rvalid(\s4__rvalid$720 ),
+    .s4__rready(\s4__rready$632 ),
+    .s4__rresp(\s4__rresp$661 ),
+    .s4__rvalid(\s4__rvalid$658 ),
     .s4__wdata(s4__wdata),
     .s4__wready(\s4__wready$741 ),
     .s4__wstrb(s4__wstrb),
-    .s4__wvalid(\s4__wvalid$688 )
+    .s4__wvalid(\s4__wvalid$718 )
   );
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$106 ) begin end
     (* full_case = 32'd1 *)
     casez (r_bank_0)
       2'h0:
-          s0__rvalid = \s0__rvalid$105 ;
+          s0__rvalid = \s0__rvalid$43 ;
       2'h1:
-          s0__rvalid = \s0__rvalid$114 ;
+          s0__rvalid = \s0__rvalid$52 ;
       2'h2:
-          s0__rvalid = \s0__rvalid$119 ;
+          s0__rvalid = \s0__rvalid$57 ;
       2'h3:
-          s0__rvalid = \s0__rvalid$124 ;
+          s0__rvalid = \s0__rvalid$62 ;
     endcase
   end
   always @* begin
@@ -71106,13 +71106,13 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     (* full_case = 32'd1 *)
     casez (r_bank_0)
       2'h0:
-          s0__rresp = \s0__rresp$111 ;
+          s0__rresp = \s0__rresp$49 ;
       2'h1:
-          s0__rresp = \s0__rresp$117 ;
+          s0__rresp = \s0__rresp$55 ;
       2'h2:
-          s0__rresp = \s0__rresp$122 ;
+          s0__rresp = \s0__rresp$60 ;
       2'h3:
-          s0__rresp = \s0__rresp$127 ;
+          s0__rresp = \s0__rresp$65 ;
     endcase
   end
   always @* begin
@@ -71120,13 +71120,13 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     (* full_case = 32'd1 *)
     casez (r_bank_0)
       2'h0:
-          s0__rlast = \s0__rlast$113 ;
+          s0__rlast = \s0__rlast$51 ;
       2'h1:
-          s0__rlast = \s0__rlast$118 ;
+          s0__rlast = \s0__rlast$56 ;
       2'h2:
-          s0__rlast = \s0__rlast$123 ;
+          s0__rlast = \s0__rlast$61 ;
       2'h3:
-          s0__rlast = \s0__rlast$128 ;
+          s0__rlast = \s0__rlast$66 ;
     endcase
   end
   always @* begin
@@ -71190,13 +71190,13 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     (* full_case = 32'd1 *)
     casez (r_bank_1)
       2'h0:
-          s1__rvalid = \s1__rvalid$254 ;
+          s1__rvalid = \s1__rvalid$192 ;
       2'h1:
-          s1__rvalid = \s1__rvalid$263 ;
+          s1__rvalid = \s1__rvalid$201 ;
       2'h2:
-          s1__rvalid = \s1__rvalid$268 ;
+          s1__rvalid = \s1__rvalid$206 ;
       2'h3:
-          s1__rvalid = \s1__rvalid$273 ;
+          s1__rvalid = \s1__rvalid$211 ;
     endcase
   end
   always @* begin
@@ -71232,13 +71232,13 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     (* full_case = 32'd1 *)
     casez (r_bank_1)
       2'h0:
-          s1__rresp = \s1__rresp$260 ;
+          s1__rresp = \s1__rresp$198 ;
       2'h1:
-          s1__rresp = \s1__rresp$266 ;
+          s1__rresp = \s1__rresp$204 ;
       2'h2:
-          s1__rresp = \s1__rresp$271 ;
+          s1__rresp = \s1__rresp$209 ;
       2'h3:
-          s1__rresp = \s1__rresp$276 ;
+          s1__rresp = \s1__rresp$214 ;
     endcase
   end
   always @* begin
@@ -71246,13 +71246,13 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     (* full_case = 32'd1 *)
     casez (r_bank_1)
       2'h0:
-          s1__rlast = \s0__rlast$113 ;
+          s1__rlast = \s0__rlast$51 ;
       2'h1:
-          s1__rlast = \s0__rlast$118 ;
+          s1__rlast = \s0__rlast$56 ;
       2'h2:
-          s1__rlast = \s0__rlast$123 ;
+          s1__rlast = \s0__rlast$61 ;
       2'h3:
-          s1__rlast = \s0__rlast$128 ;
+          s1__rlast = \s0__rlast$66 ;
     endcase
   end
   always @* begin
@@ -71316,13 +71316,13 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     (* full_case = 32'd1 *)
     casez (r_bank_2)
       2'h0:
-          s2__rvalid = \s2__rvalid$403 ;
+          s2__rvalid = \s2__rvalid$341 ;
       2'h1:
-          s2__rvalid = \s2__rvalid$412 ;
+          s2__rvalid = \s2__rvalid$350 ;
       2'h2:
-          s2__rvalid = \s2__rvalid$417 ;
+          s2__rvalid = \s2__rvalid$355 ;
       2'h3:
-          s2__rvalid = \s2__rvalid$422 ;
+          s2__rvalid = \s2__rvalid$360 ;
     endcase
   end
   always @* begin
@@ -71358,13 +71358,13 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     (* full_case = 32'd1 *)
     casez (r_bank_2)
       2'h0:
-          s2__rresp = \s2__rresp$409 ;
+          s2__rresp = \s2__rresp$347 ;
       2'h1:
-          s2__rresp = \s2__rresp$415 ;
+          s2__rresp = \s2__rresp$353 ;
       2'h2:
-          s2__rresp = \s2__rresp$420 ;
+          s2__rresp = \s2__rresp$358 ;
       2'h3:
-          s2__rresp = \s2__rresp$425 ;
+          s2__rresp = \s2__rresp$363 ;
     endcase
   end
   always @* begin
@@ -71372,13 +71372,13 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     (* full_case = 32'd1 *)
     casez (r_bank_2)
       2'h0:
-          s2__rlast = \s0__rlast$113 ;
+          s2__rlast = \s0__rlast$51 ;
       2'h1:
-          s2__rlast = \s0__rlast$118 ;
+          s2__rlast = \s0__rlast$56 ;
       2'h2:
-          s2__rlast = \s0__rlast$123 ;
+          s2__rlast = \s0__rlast$61 ;
       2'h3:
-          s2__rlast = \s0__rlast$128 ;
+          s2__rlast = \s0__rlast$66 ;
     endcase
   end
   always @* begin
@@ -71442,13 +71442,13 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     (* full_case = 32'd1 *)
     casez (r_bank_3)
       2'h0:
-          s3__rvalid = \s3__rvalid$552 ;
+          s3__rvalid = \s3__rvalid$490 ;
       2'h1:
-          s3__rvalid = \s3__rvalid$561 ;
+          s3__rvalid = \s3__rvalid$499 ;
       2'h2:
-          s3__rvalid = \s3__rvalid$566 ;
+          s3__rvalid = \s3__rvalid$504 ;
       2'h3:
-          s3__rvalid = \s3__rvalid$571 ;
+          s3__rvalid = \s3__rvalid$509 ;
     endcase
   end
   always @* begin
@@ -71484,13 +71484,13 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     (* full_case = 32'd1 *)
     casez (r_bank_3)
       2'h0:
-          s3__rresp = \s3__rresp$558 ;
+          s3__rresp = \s3__rresp$496 ;
       2'h1:
-          s3__rresp = \s3__rresp$564 ;
+          s3__rresp = \s3__rresp$502 ;
       2'h2:
-          s3__rresp = \s3__rresp$569 ;
+          s3__rresp = \s3__rresp$507 ;
       2'h3:
-          s3__rresp = \s3__rresp$574 ;
+          s3__rresp = \s3__rresp$512 ;
     endcase
   end
   always @* begin
@@ -71498,13 +71498,13 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     (* full_case = 32'd1 *)
     casez (r_bank_3)
       2'h0:
-          s3__rlast = \s0__rlast$113 ;
+          s3__rlast = \s0__rlast$51 ;
       2'h1:
-          s3__rlast = \s0__rlast$118 ;
+          s3__rlast = \s0__rlast$56 ;
       2'h2:
-          s3__rlast = \s0__rlast$123 ;
+          s3__rlast = \s0__rlast$61 ;
       2'h3:
-          s3__rlast = \s0__rlast$128 ;
+          s3__rlast = \s0__rlast$66 ;
     endcase
   end
   always @* begin
@@ -71568,13 +71568,13 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     (* full_case = 32'd1 *)
     casez (r_bank_4)
       2'h0:
-          s4__rvalid = \s4__rvalid$701 ;
+          s4__rvalid = \s4__rvalid$639 ;
       2'h1:
-          s4__rvalid = \s4__rvalid$710 ;
+          s4__rvalid = \s4__rvalid$648 ;
       2'h2:
-          s4__rvalid = \s4__rvalid$715 ;
+          s4__rvalid = \s4__rvalid$653 ;
       2'h3:
-          s4__rvalid = \s4__rvalid$720 ;
+          s4__rvalid = \s4__rvalid$658 ;
     endcase
   end
   always @* begin
@@ -71610,13 +71610,13 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     (* full_case = 32'd1 *)
     casez (r_bank_4)
       2'h0:
-          s4__rresp = \s4__rresp$707 ;
+          s4__rresp = \s4__rresp$645 ;
       2'h1:
-          s4__rresp = \s4__rresp$713 ;
+          s4__rresp = \s4__rresp$651 ;
       2'h2:
-          s4__rresp = \s4__rresp$718 ;
+          s4__rresp = \s4__rresp$656 ;
       2'h3:
-          s4__rresp = \s4__rresp$723 ;
+          s4__rresp = \s4__rresp$661 ;
     endcase
   end
   always @* begin
@@ -71624,13 +71624,13 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     (* full_case = 32'd1 *)
     casez (r_bank_4)
       2'h0:
-          s4__rlast = \s0__rlast$113 ;
+          s4__rlast = \s0__rlast$51 ;
       2'h1:
-          s4__rlast = \s0__rlast$118 ;
+          s4__rlast = \s0__rlast$56 ;
       2'h2:
-          s4__rlast = \s0__rlast$123 ;
+          s4__rlast = \s0__rlast$61 ;
       2'h3:
-          s4__rlast = \s0__rlast$128 ;
+          s4__rlast = \s0__rlast$66 ;
     endcase
   end
   always @* begin
@@ -71715,7 +71715,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     if (\$auto$verilog_backend.cc:2355:dump_module$106 ) begin end
     \$463  = w_bank_0;
     if (\$354 ) begin
-      \$463  = \s0__awaddr$17 [13:12];
+      \$463  = \s0__awaddr$68 [13:12];
     end
     if (rst) begin
       \$463  = 2'h0;
@@ -71759,7 +71759,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     if (\$auto$verilog_backend.cc:2355:dump_module$106 ) begin end
     \$467  = w_bank_1;
     if (\$378 ) begin
-      \$467  = \s1__awaddr$166 [13:12];
+      \$467  = \s1__awaddr$217 [13:12];
     end
     if (rst) begin
       \$467  = 2'h0;
@@ -71803,7 +71803,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     if (\$auto$verilog_backend.cc:2355:dump_module$106 ) begin end
     \$471  = w_bank_2;
     if (\$402 ) begin
-      \$471  = \s2__awaddr$315 [13:12];
+      \$471  = \s2__awaddr$366 [13:12];
     end
     if (rst) begin
       \$471  = 2'h0;
@@ -71847,7 +71847,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     if (\$auto$verilog_backend.cc:2355:dump_module$106 ) begin end
     \$475  = w_bank_3;
     if (\$426 ) begin
-      \$475  = \s3__awaddr$464 [13:12];
+      \$475  = \s3__awaddr$515 [13:12];
     end
     if (rst) begin
       \$475  = 2'h0;
@@ -71891,7 +71891,7 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
     if (\$auto$verilog_backend.cc:2355:dump_module$106 ) begin end
     \$479  = w_bank_4;
     if (\$450 ) begin
-      \$479  = \s4__awaddr$613 [13:12];
+      \$479  = \s4__awaddr$664 [13:12];
     end
     if (rst) begin
       \$479  = 2'h0;
@@ -71914,61 +71914,61 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
   assign \s0__arsize$5  = s0__arsize;
   assign \s0__arburst$7  = s0__arburst;
   assign \s0__arid$9  = s0__arid;
-  assign s0__awaddr = { 2'h0, \s0__awaddr$17 [31:14], \s0__awaddr$17 [11:0] };
-  assign \s0__awlen$19  = s0__awlen;
-  assign \s0__awsize$21  = s0__awsize;
-  assign \s0__awburst$23  = s0__awburst;
-  assign \s0__awid$25  = s0__awid;
-  assign \s0__wdata$31  = s0__wdata;
-  assign \s0__wstrb$33  = s0__wstrb;
-  assign \s0__wlast$35  = s0__wlast;
-  assign \s0__araddr$40  = { 2'h0, \s0__araddr$1 [31:14], \s0__araddr$1 [11:0] };
-  assign \s0__arlen$41  = s0__arlen;
-  assign \s0__arsize$42  = s0__arsize;
-  assign \s0__arburst$43  = s0__arburst;
-  assign \s0__arid$44  = s0__arid;
-  assign \s0__awaddr$47  = { 2'h0, \s0__awaddr$17 [31:14], \s0__awaddr$17 [11:0] };
-  assign \s0__awlen$48  = s0__awlen;
-  assign \s0__awsize$49  = s0__awsize;
-  assign \s0__awburst$50  = s0__awburst;
-  assign \s0__awid$51  = s0__awid;
-  assign \s0__wdata$53  = s0__wdata;
-  assign \s0__wstrb$54  = s0__wstrb;
-  assign \s0__wlast$55  = s0__wlast;
-  assign \s0__araddr$58  = { 2'h0, \s0__araddr$1 [31:14], \s0__araddr$1 [11:0] };
-  assign \s0__arlen$59  = s0__arlen;
-  assign \s0__arsize$60  = s0__arsize;
-  assign \s0__arburst$61  = s0__arburst;
-  assign \s0__arid$62  = s0__arid;
-  assign \s0__awaddr$65  = { 2'h0, \s0__awaddr$17 [31:14], \s0__awaddr$17 [11:0] };
-  assign \s0__awlen$66  = s0__awlen;
-  assign \s0__awsize$67  = s0__awsize;
-  assign \s0__awburst$68  = s0__awburst;
-  assign \s0__awid$69  = s0__awid;
-  assign \s0__wdata$71  = s0__wdata;
-  assign \s0__wstrb$72  = s0__wstrb;
-  assign \s0__wlast$73  = s0__wlast;
-  assign \s0__araddr$76  = { 2'h0, \s0__araddr$1 [31:14], \s0__araddr$1 [11:0] };
-  assign \s0__arlen$77  = s0__arlen;
-  assign \s0__arsize$78  = s0__arsize;
-  assign \s0__arburst$79  = s0__arburst;
-  assign \s0__arid$80  = s0__arid;
-  assign \s0__awaddr$83  = { 2'h0, \s0__awaddr$17 [31:14], \s0__awaddr$17 [11:0] };
-  assign \s0__awlen$84  = s0__awlen;
-  assign \s0__awsize$85  = s0__awsize;
-  assign \s0__awburst$86  = s0__awburst;
-  assign \s0__awid$87  = s0__awid;
-  assign \s0__wdata$89  = s0__wdata;
-  assign \s0__wstrb$90  = s0__wstrb;
-  assign \s0__wlast$91  = s0__wlast;
-  assign \s0__rdata$107  = \$481 [63:0];
-  assign \s0__rid$109  = \$481 [67:64];
-  assign \s0__rdata$115  = \$482 [63:0];
-  assign \s0__rid$116  = \$482 [67:64];
-  assign \s0__rdata$120  = \$483 [63:0];
-  assign \s0__rid$121  = \$483 [67:64];
-  assign \s0__rdata$125  = \$484 [63:0];
-  assign \s0__rid$126  = \$484 [67:64];
+  assign \s0__araddr$16  = { 2'h0, \s0__araddr$1 [31:14], \s0__araddr$1 [11:0] };
+  assign \s0__arlen$17  = s0__arlen;
+  assign \s0__arsize$18  = s0__arsize;
+  assign \s0__arburst$19  = s0__arburst;
+  assign \s0__arid$20  = s0__arid;
+  assign \s0__araddr$23  = { 2'h0, \s0__araddr$1 [31:14], \s0__araddr$1 [11:0] };
+  assign \s0__arlen$24  = s0__arlen;
+  assign \s0__arsize$25  = s0__arsize;
+  assign \s0__arburst$26  = s0__arburst;
+  assign \s0__arid$27  = s0__arid;
+  assign \s0__araddr$30  = { 2'h0, \s0__araddr$1 [31:14], \s0__araddr$1 [11:0] };
+  assign \s0__arlen$31  = s0__arlen;
+  assign \s0__arsize$32  = s0__arsize;
+  assign \s0__arburst$33  = s0__arburst;
+  assign \s0__arid$34  = s0__arid;
+  assign \s0__rdata$45  = \$481 [63:0];
+  assign \s0__rid$47  = \$481 [67:64];
+  assign \s0__rdata$53  = \$482 [63:0];
+  assign \s0__rid$54  = \$482 [67:64];
+  assign \s0__rdata$58  = \$483 [63:0];
+  assign \s0__rid$59  = \$483 [67:64];
+  assign \s0__rdata$63  = \$484 [63:0];
+  assign \s0__rid$64  = \$484 [67:64];
+  assign s0__awaddr = { 2'h0, \s0__awaddr$68 [31:14], \s0__awaddr$68 [11:0] };
+  assign \s0__awlen$70  = s0__awlen;
+  assign \s0__awsize$72  = s0__awsize;
+  assign \s0__awburst$74  = s0__awburst;
+  assign \s0__awid$76  = s0__awid;
+  assign \s0__wdata$82  = s0__wdata;
+  assign \s0__wstrb$84  = s0__wstrb;
+  assign \s0__wlast$86  = s0__wlast;
+  assign \s0__awaddr$91  = { 2'h0, \s0__awaddr$68 [31:14], \s0__awaddr$68 [11:0] };
+  assign \s0__awlen$92  = s0__awlen;
+  assign \s0__awsize$93  = s0__awsize;
+  assign \s0__awburst$94  = s0__awburst;
+  assign \s0__awid$95  = s0__awid;
+  assign \s0__wdata$97  = s0__wdata;
+  assign \s0__wstrb$98  = s0__wstrb;
+  assign \s0__wlast$99  = s0__wlast;
+  assign \s0__awaddr$102  = { 2'h0, \s0__awaddr$68 [31:14], \s0__awaddr$68 [11:0] };
+  assign \s0__awlen$103  = s0__awlen;
+  assign \s0__awsize$104  = s0__awsize;
+  assign \s0__awburst$105  = s0__awburst;
+  assign \s0__awid$106  = s0__awid;
+  assign \s0__wdata$108  = s0__wdata;
+  assign \s0__wstrb$109  = s0__wstrb;
+  assign \s0__wlast$110  = s0__wlast;
+  assign \s0__awaddr$113  = { 2'h0, \s0__awaddr$68 [31:14], \s0__awaddr$68 [11:0] };
+  assign \s0__awlen$114  = s0__awlen;
+  assign \s0__awsize$115  = s0__awsize;
+  assign \s0__awburst$116  = s0__awburst;
+  assign \s0__awid$117  = s0__awid;
+  assign \s0__wdata$119  = s0__wdata;
+  assign \s0__wstrb$120  = s0__wstrb;
+  assign \s0__wlast$121  = s0__wlast;
   assign s1__araddr = { 2'h0, \s1__araddr$150 [31:14], \s1__araddr$150 [11:0] };
   assign s1__arlen = 8'h03;
   assign \s1__arlen$152  = 8'h03;
@@ -71978,71 +71978,71 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
   assign \s1__arburst$156  = 2'h1;
   assign s1__arid = 4'h0;
   assign \s1__arid$158  = 4'h0;
-  assign s1__awaddr = { 2'h0, \s1__awaddr$166 [31:14], \s1__awaddr$166 [11:0] };
+  assign \s1__araddr$165  = { 2'h0, \s1__araddr$150 [31:14], \s1__araddr$150 [11:0] };
+  assign \s1__arlen$166  = 8'h03;
+  assign \s1__arsize$167  = 3'h3;
+  assign \s1__arburst$168  = 2'h1;
+  assign \s1__arid$169  = 4'h0;
+  assign \s1__araddr$172  = { 2'h0, \s1__araddr$150 [31:14], \s1__araddr$150 [11:0] };
+  assign \s1__arlen$173  = 8'h03;
+  assign \s1__arsize$174  = 3'h3;
+  assign \s1__arburst$175  = 2'h1;
+  assign \s1__arid$176  = 4'h0;
+  assign \s1__araddr$179  = { 2'h0, \s1__araddr$150 [31:14], \s1__araddr$150 [11:0] };
+  assign \s1__arlen$180  = 8'h03;
+  assign \s1__arsize$181  = 3'h3;
+  assign \s1__arburst$182  = 2'h1;
+  assign \s1__arid$183  = 4'h0;
+  assign \s1__rdata$194  = \$481 [63:0];
+  assign \s1__rid$196  = \$481 [67:64];
+  assign \s1__rlast$200  = \s0__rlast$51 ;
+  assign \s1__rdata$202  = \$482 [63:0];
+  assign \s1__rid$203  = \$482 [67:64];
+  assign \s1__rlast$205  = \s0__rlast$56 ;
+  assign \s1__rdata$207  = \$483 [63:0];
+  assign \s1__rid$208  = \$483 [67:64];
+  assign \s1__rlast$210  = \s0__rlast$61 ;
+  assign \s1__rdata$212  = \$484 [63:0];
+  assign \s1__rid$213  = \$484 [67:64];
+  assign \s1__rlast$215  = \s0__rlast$66 ;
+  assign s1__awaddr = { 2'h0, \s1__awaddr$217 [31:14], \s1__awaddr$217 [11:0] };
   assign s1__awlen = 8'h00;
-  assign \s1__awlen$168  = 8'h00;
+  assign \s1__awlen$219  = 8'h00;
   assign s1__awsize = 3'h3;
-  assign \s1__awsize$170  = 3'h3;
+  assign \s1__awsize$221  = 3'h3;
   assign s1__awburst = 2'h1;
-  assign \s1__awburst$172  = 2'h1;
+  assign \s1__awburst$223  = 2'h1;
   assign s1__awid = 4'h0;
-  assign \s1__awid$174  = 4'h0;
-  assign \s1__wdata$180  = s1__wdata;
+  assign \s1__awid$225  = 4'h0;
+  assign \s1__wdata$231  = s1__wdata;
   assign s1__wstrb = 8'hff;
-  assign \s1__wstrb$182  = 8'hff;
+  assign \s1__wstrb$233  = 8'hff;
   assign s1__wlast = 1'h1;
-  assign \s1__wlast$184  = 1'h1;
-  assign \s1__araddr$189  = { 2'h0, \s1__araddr$150 [31:14], \s1__araddr$150 [11:0] };
-  assign \s1__arlen$190  = 8'h03;
-  assign \s1__arsize$191  = 3'h3;
-  assign \s1__arburst$192  = 2'h1;
-  assign \s1__arid$193  = 4'h0;
-  assign \s1__awaddr$196  = { 2'h0, \s1__awaddr$166 [31:14], \s1__awaddr$166 [11:0] };
-  assign \s1__awlen$197  = 8'h00;
-  assign \s1__awsize$198  = 3'h3;
-  assign \s1__awburst$199  = 2'h1;
-  assign \s1__awid$200  = 4'h0;
-  assign \s1__wdata$202  = s1__wdata;
-  assign \s1__wstrb$203  = 8'hff;
-  assign \s1__wlast$204  = 1'h1;
-  assign \s1__araddr$207  = { 2'h0, \s1__araddr$150 [31:14], \s1__araddr$150 [11:0] };
-  assign \s1__arlen$208  = 8'h03;
-  assign \s1__arsize$209  = 3'h3;
-  assign \s1__arburst$210  = 2'h1;
-  assign \s1__arid$211  = 4'h0;
-  assign \s1__awaddr$214  = { 2'h0, \s1__awaddr$166 [31:14], \s1__awaddr$166 [11:0] };
-  assign \s1__awlen$215  = 8'h00;
-  assign \s1__awsize$216  = 3'h3;
-  assign \s1__awburst$217  = 2'h1;
-  assign \s1__awid$218  = 4'h0;
-  assign \s1__wdata$220  = s1__wdata;
-  assign \s1__wstrb$221  = 8'hff;
-  assign \s1__wlast$222  = 1'h1;
-  assign \s1__araddr$225  = { 2'h0, \s1__araddr$150 [31:14], \s1__araddr$150 [11:0] };
-  assign \s1__arlen$226  = 8'h03;
-  assign \s1__arsize$227  = 3'h3;
-  assign \s1__arburst$228  = 2'h1;
-  assign \s1__arid$229  = 4'h0;
-  assign \s1__awaddr$232  = { 2'h0, \s1__awaddr$166 [31:14], \s1__awaddr$166 [11:0] };
-  assign \s1__awlen$233  = 8'h00;
-  assign \s1__awsize$234  = 3'h3;
-  assign \s1__awburst$235  = 2'h1;
-  assign \s1__awid$236  = 4'h0;
-  assign \s1__wdata$238  = s1__wdata;
-  assign \s1__wstrb$239  = 8'hff;
-  assign \s1__wlast$240  = 1'h1;
-  assign \s1__rdata$256  = \$481 [63:0];
-  assign \s1__rid$258  = \$481 [67:64];
-  assign \s1__rlast$262  = \s0__rlast$113 ;
-  assign \s1__rdata$264  = \$482 [63:0];
-  assign \s1__rid$265  = \$482 [67:64];
-  assign \s1__rlast$267  = \s0__rlast$118 ;
-  assign \s1__rdata$269  = \$483 [63:0];
-  assign \s1__rid$270  = \$483 [67:64];
-  assign \s1__rlast$272  = \s0__rlast$123 ;
-  assign \s1__rdata$274  = \$484 [63:0];
-  assign \s1__rid$275  = \$484 [67:64];
-  assign \s1__rlast$277  = \s0__rlast$128 ;
+  assign \s1__wlast$235  = 1'h1;
+  assign \s1__awaddr$240  = { 2'h0, \s1__awaddr$217 [31:14], \s1__awaddr$217 [11:0] };
+  assign \s1__awlen$241  = 8'h00;
+  assign \s1__awsize$242  = 3'h3;
+  assign \s1__awburst$243  = 2'h1;
+  assign \s1__awid$244  = 4'h0;
+  assign \s1__wdata$246  = s1__wdata;
+  assign \s1__wstrb$247  = 8'hff;
+  assign \s1__wlast$248  = 1'h1;
+  assign \s1__awaddr$251  = { 2'h0, \s1__awaddr$217 [31:14], \s1__awaddr$217 [11:0] };
+  assign \s1__awlen$252  = 8'h00;
+  assign \s1__awsize$253  = 3'h3;
+  assign \s1__awburst$254  = 2'h1;
+  assign \s1__awid$255  = 4'h0;
+  assign \s1__wdata$257  = s1__wdata;
+  assign \s1__wstrb$258  = 8'hff;
+  assign \s1__wlast$259  = 1'h1;
+  assign \s1__awaddr$262  = { 2'h0, \s1__awaddr$217 [31:14], \s1__awaddr$217 [11:0] };
+  assign \s1__awlen$263  = 8'h00;
+  assign \s1__awsize$264  = 3'h3;
+  assign \s1__awburst$265  = 2'h1;
+  assign \s1__awid$266  = 4'h0;
+  assign \s1__wdata$268  = s1__wdata;
+  assign \s1__wstrb$269  = 8'hff;
+  assign \s1__wlast$270  = 1'h1;
   assign s2__araddr = { 2'h0, \s2__araddr$299 [31:14], \s2__araddr$299 [11:0] };
   assign \s2__arlen$301  = s2__arlen;
   assign s2__arsize = 3'h3;
@@ -72051,69 +72051,69 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
   assign \s2__arburst$305  = 2'h1;
   assign s2__arid = 4'h0;
   assign \s2__arid$307  = 4'h0;
-  assign s2__awaddr = { 2'h0, \s2__awaddr$315 [31:14], \s2__awaddr$315 [11:0] };
-  assign \s2__awlen$317  = s2__awlen;
+  assign \s2__araddr$314  = { 2'h0, \s2__araddr$299 [31:14], \s2__araddr$299 [11:0] };
+  assign \s2__arlen$315  = s2__arlen;
+  assign \s2__arsize$316  = 3'h3;
+  assign \s2__arburst$317  = 2'h1;
+  assign \s2__arid$318  = 4'h0;
+  assign \s2__araddr$321  = { 2'h0, \s2__araddr$299 [31:14], \s2__araddr$299 [11:0] };
+  assign \s2__arlen$322  = s2__arlen;
+  assign \s2__arsize$323  = 3'h3;
+  assign \s2__arburst$324  = 2'h1;
+  assign \s2__arid$325  = 4'h0;
+  assign \s2__araddr$328  = { 2'h0, \s2__araddr$299 [31:14], \s2__araddr$299 [11:0] };
+  assign \s2__arlen$329  = s2__arlen;
+  assign \s2__arsize$330  = 3'h3;
+  assign \s2__arburst$331  = 2'h1;
+  assign \s2__arid$332  = 4'h0;
+  assign \s2__rdata$343  = \$481 [63:0];
+  assign \s2__rid$345  = \$481 [67:64];
+  assign \s2__rlast$349  = \s0__rlast$51 ;
+  assign \s2__rdata$351  = \$482 [63:0];
+  assign \s2__rid$352  = \$482 [67:64];
+  assign \s2__rlast$354  = \s0__rlast$56 ;
+  assign \s2__rdata$356  = \$483 [63:0];
+  assign \s2__rid$357  = \$483 [67:64];
+  assign \s2__rlast$359  = \s0__rlast$61 ;
+  assign \s2__rdata$361  = \$484 [63:0];
+  assign \s2__rid$362  = \$484 [67:64];
+  assign \s2__rlast$364  = \s0__rlast$66 ;
+  assign s2__awaddr = { 2'h0, \s2__awaddr$366 [31:14], \s2__awaddr$366 [11:0] };
+  assign \s2__awlen$368  = s2__awlen;
   assign s2__awsize = 3'h3;
-  assign \s2__awsize$319  = 3'h3;
+  assign \s2__awsize$370  = 3'h3;
   assign s2__awburst = 2'h1;
-  assign \s2__awburst$321  = 2'h1;
+  assign \s2__awburst$372  = 2'h1;
   assign s2__awid = 4'h0;
-  assign \s2__awid$323  = 4'h0;
-  assign \s2__wdata$329  = s2__wdata;
-  assign \s2__wstrb$331  = s2__wstrb;
-  assign \s2__wlast$333  = s2__wlast;
-  assign \s2__bready$337  = 1'h1;
-  assign \s2__araddr$338  = { 2'h0, \s2__araddr$299 [31:14], \s2__araddr$299 [11:0] };
-  assign \s2__arlen$339  = s2__arlen;
-  assign \s2__arsize$340  = 3'h3;
-  assign \s2__arburst$341  = 2'h1;
-  assign \s2__arid$342  = 4'h0;
-  assign \s2__awaddr$345  = { 2'h0, \s2__awaddr$315 [31:14], \s2__awaddr$315 [11:0] };
-  assign \s2__awlen$346  = s2__awlen;
-  assign \s2__awsize$347  = 3'h3;
-  assign \s2__awburst$348  = 2'h1;
-  assign \s2__awid$349  = 4'h0;
-  assign \s2__wdata$351  = s2__wdata;
-  assign \s2__wstrb$352  = s2__wstrb;
-  assign \s2__wlast$353  = s2__wlast;
-  assign \s2__araddr$356  = { 2'h0, \s2__araddr$299 [31:14], \s2__araddr$299 [11:0] };
-  assign \s2__arlen$357  = s2__arlen;
-  assign \s2__arsize$358  = 3'h3;
-  assign \s2__arburst$359  = 2'h1;
-  assign \s2__arid$360  = 4'h0;
-  assign \s2__awaddr$363  = { 2'h0, \s2__awaddr$315 [31:14], \s2__awaddr$315 [11:0] };
-  assign \s2__awlen$364  = s2__awlen;
-  assign \s2__awsize$365  = 3'h3;
-  assign \s2__awburst$366  = 2'h1;
-  assign \s2__awid$367  = 4'h0;
-  assign \s2__wdata$369  = s2__wdata;
-  assign \s2__wstrb$370  = s2__wstrb;
-  assign \s2__wlast$371  = s2__wlast;
-  assign \s2__araddr$374  = { 2'h0, \s2__araddr$299 [31:14], \s2__araddr$299 [11:0] };
-  assign \s2__arlen$375  = s2__arlen;
-  assign \s2__arsize$376  = 3'h3;
-  assign \s2__arburst$377  = 2'h1;
-  assign \s2__arid$378  = 4'h0;
-  assign \s2__awaddr$381  = { 2'h0, \s2__awaddr$315 [31:14], \s2__awaddr$315 [11:0] };
-  assign \s2__awlen$382  = s2__awlen;
-  assign \s2__awsize$383  = 3'h3;
-  assign \s2__awburst$384  = 2'h1;
-  assign \s2__awid$385  = 4'h0;
-  assign \s2__wdata$387  = s2__wdata;
-  assign \s2__wstrb$388  = s2__wstrb;
-  assign \s2__wlast$389  = s2__wlast;
-  assign \s2__rdata$405  = \$481 [63:0];
-  assign \s2__rid$407  = \$481 [67:64];
-  assign \s2__rlast$411  = \s0__rlast$113 ;
-  assign \s2__rdata$413  = \$482 [63:0];
-  assign \s2__rid$414  = \$482 [67:64];
-  assign \s2__rlast$416  = \s0__rlast$118 ;
-  assign \s2__rdata$418  = \$483 [63:0];
-  assign \s2__rid$419  = \$483 [67:64];
-  assign \s2__rlast$421  = \s0__rlast$123 ;
-  assign \s2__rdata$423  = \$484 [63:0];
-  assign \s2__rid$424  = \$484 [67:64];
-  assign \s2__rlast$426  = \s0__rlast$128 ;
+  assign \s2__awid$374  = 4'h0;
+  assign \s2__wdata$380  = s2__wdata;
+  assign \s2__wstrb$382  = s2__wstrb;
+  assign \s2__wlast$384  = s2__wlast;
+  assign \s2__bready$388  = 1'h1;
+  assign \s2__awaddr$389  = { 2'h0, \s2__awaddr$366 [31:14], \s2__awaddr$366 [11:0] };
+  assign \s2__awlen$390  = s2__awlen;
+  assign \s2__awsize$391  = 3'h3;
+  assign \s2__awburst$392  = 2'h1;
+  assign \s2__awid$393  = 4'h0;
+  assign \s2__wdata$395  = s2__wdata;
+  assign \s2__wstrb$396  = s2__wstrb;
+  assign \s2__wlast$397  = s2__wlast;
+  assign \s2__awaddr$400  = { 2'h0, \s2__awaddr$366 [31:14], \s2__awaddr$366 [11:0] };
+  assign \s2__awlen$401  = s2__awlen;
+  assign \s2__awsize$402  = 3'h3;
+  assign \s2__awburst$403  = 2'h1;
+  assign \s2__awid$404  = 4'h0;
+  assign \s2__wdata$406  = s2__wdata;
+  assign \s2__wstrb$407  = s2__wstrb;
+  assign \s2__wlast$408  = s2__wlast;
+  assign \s2__awaddr$411  = { 2'h0, \s2__awaddr$366 [31:14], \s2__awaddr$366 [11:0] };
+  assign \s2__awlen$412  = s2__awlen;
+  assign \s2__awsize$413  = 3'h3;
+  assign \s2__awburst$414  = 2'h1;
+  assign \s2__awid$415  = 4'h0;
+  assign \s2__wdata$417  = s2__wdata;
+  assign \s2__wstrb$418  = s2__wstrb;
+  assign \s2__wlast$419  = s2__wlast;
   assign s3__araddr = { 2'h0, \s3__araddr$448 [31:14], \s3__araddr$448 [11:0] };
   assign s3__arlen = 8'h03;
   assign \s3__arlen$450  = 8'h03;
@@ -72123,71 +72123,71 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
   assign \s3__arburst$454  = 2'h1;
   assign s3__arid = 4'h0;
   assign \s3__arid$456  = 4'h0;
-  assign s3__awaddr = { 2'h0, \s3__awaddr$464 [31:14], \s3__awaddr$464 [11:0] };
+  assign \s3__araddr$463  = { 2'h0, \s3__araddr$448 [31:14], \s3__araddr$448 [11:0] };
+  assign \s3__arlen$464  = 8'h03;
+  assign \s3__arsize$465  = 3'h3;
+  assign \s3__arburst$466  = 2'h1;
+  assign \s3__arid$467  = 4'h0;
+  assign \s3__araddr$470  = { 2'h0, \s3__araddr$448 [31:14], \s3__araddr$448 [11:0] };
+  assign \s3__arlen$471  = 8'h03;
+  assign \s3__arsize$472  = 3'h3;
+  assign \s3__arburst$473  = 2'h1;
+  assign \s3__arid$474  = 4'h0;
+  assign \s3__araddr$477  = { 2'h0, \s3__araddr$448 [31:14], \s3__araddr$448 [11:0] };
+  assign \s3__arlen$478  = 8'h03;
+  assign \s3__arsize$479  = 3'h3;
+  assign \s3__arburst$480  = 2'h1;
+  assign \s3__arid$481  = 4'h0;
+  assign \s3__rdata$492  = \$481 [63:0];
+  assign \s3__rid$494  = \$481 [67:64];
+  assign \s3__rlast$498  = \s0__rlast$51 ;
+  assign \s3__rdata$500  = \$482 [63:0];
+  assign \s3__rid$501  = \$482 [67:64];
+  assign \s3__rlast$503  = \s0__rlast$56 ;
+  assign \s3__rdata$505  = \$483 [63:0];
+  assign \s3__rid$506  = \$483 [67:64];
+  assign \s3__rlast$508  = \s0__rlast$61 ;
+  assign \s3__rdata$510  = \$484 [63:0];
+  assign \s3__rid$511  = \$484 [67:64];
+  assign \s3__rlast$513  = \s0__rlast$66 ;
+  assign s3__awaddr = { 2'h0, \s3__awaddr$515 [31:14], \s3__awaddr$515 [11:0] };
   assign s3__awlen = 8'h00;
-  assign \s3__awlen$466  = 8'h00;
+  assign \s3__awlen$517  = 8'h00;
   assign s3__awsize = 3'h3;
-  assign \s3__awsize$468  = 3'h3;
+  assign \s3__awsize$519  = 3'h3;
   assign s3__awburst = 2'h1;
-  assign \s3__awburst$470  = 2'h1;
+  assign \s3__awburst$521  = 2'h1;
   assign s3__awid = 4'h0;
-  assign \s3__awid$472  = 4'h0;
-  assign \s3__wdata$478  = s3__wdata;
+  assign \s3__awid$523  = 4'h0;
+  assign \s3__wdata$529  = s3__wdata;
   assign s3__wstrb = 8'hff;
-  assign \s3__wstrb$480  = 8'hff;
+  assign \s3__wstrb$531  = 8'hff;
   assign s3__wlast = 1'h1;
-  assign \s3__wlast$482  = 1'h1;
-  assign \s3__araddr$487  = { 2'h0, \s3__araddr$448 [31:14], \s3__araddr$448 [11:0] };
-  assign \s3__arlen$488  = 8'h03;
-  assign \s3__arsize$489  = 3'h3;
-  assign \s3__arburst$490  = 2'h1;
-  assign \s3__arid$491  = 4'h0;
-  assign \s3__awaddr$494  = { 2'h0, \s3__awaddr$464 [31:14], \s3__awaddr$464 [11:0] };
-  assign \s3__awlen$495  = 8'h00;
-  assign \s3__awsize$496  = 3'h3;
-  assign \s3__awburst$497  = 2'h1;
-  assign \s3__awid$498  = 4'h0;
-  assign \s3__wdata$500  = s3__wdata;
-  assign \s3__wstrb$501  = 8'hff;
-  assign \s3__wlast$502  = 1'h1;
-  assign \s3__araddr$505  = { 2'h0, \s3__araddr$448 [31:14], \s3__araddr$448 [11:0] };
-  assign \s3__arlen$506  = 8'h03;
-  assign \s3__arsize$507  = 3'h3;
-  assign \s3__arburst$508  = 2'h1;
-  assign \s3__arid$509  = 4'h0;
-  assign \s3__awaddr$512  = { 2'h0, \s3__awaddr$464 [31:14], \s3__awaddr$464 [11:0] };
-  assign \s3__awlen$513  = 8'h00;
-  assign \s3__awsize$514  = 3'h3;
-  assign \s3__awburst$515  = 2'h1;
-  assign \s3__awid$516  = 4'h0;
-  assign \s3__wdata$518  = s3__wdata;
-  assign \s3__wstrb$519  = 8'hff;
-  assign \s3__wlast$520  = 1'h1;
-  assign \s3__araddr$523  = { 2'h0, \s3__araddr$448 [31:14], \s3__araddr$448 [11:0] };
-  assign \s3__arlen$524  = 8'h03;
-  assign \s3__arsize$525  = 3'h3;
-  assign \s3__arburst$526  = 2'h1;
-  assign \s3__arid$527  = 4'h0;
-  assign \s3__awaddr$530  = { 2'h0, \s3__awaddr$464 [31:14], \s3__awaddr$464 [11:0] };
-  assign \s3__awlen$531  = 8'h00;
-  assign \s3__awsize$532  = 3'h3;
-  assign \s3__awburst$533  = 2'h1;
-  assign \s3__awid$534  = 4'h0;
-  assign \s3__wdata$536  = s3__wdata;
-  assign \s3__wstrb$537  = 8'hff;
-  assign \s3__wlast$538  = 1'h1;
-  assign \s3__rdata$554  = \$481 [63:0];
-  assign \s3__rid$556  = \$481 [67:64];
-  assign \s3__rlast$560  = \s0__rlast$113 ;
-  assign \s3__rdata$562  = \$482 [63:0];
-  assign \s3__rid$563  = \$482 [67:64];
-  assign \s3__rlast$565  = \s0__rlast$118 ;
-  assign \s3__rdata$567  = \$483 [63:0];
-  assign \s3__rid$568  = \$483 [67:64];
-  assign \s3__rlast$570  = \s0__rlast$123 ;
-  assign \s3__rdata$572  = \$484 [63:0];
-  assign \s3__rid$573  = \$484 [67:64];
-  assign \s3__rlast$575  = \s0__rlast$128 ;
+  assign \s3__wlast$533  = 1'h1;
+  assign \s3__awaddr$538  = { 2'h0, \s3__awaddr$515 [31:14], \s3__awaddr$515 [11:0] };
+  assign \s3__awlen$539  = 8'h00;
+  assign \s3__awsize$540  = 3'h3;
+  assign \s3__awburst$541  = 2'h1;
+  assign \s3__awid$542  = 4'h0;
+  assign \s3__wdata$544  = s3__wdata;
+  assign \s3__wstrb$545  = 8'hff;
+  assign \s3__wlast$546  = 1'h1;
+  assign \s3__awaddr$549  = { 2'h0, \s3__awaddr$515 [31:14], \s3__awaddr$515 [11:0] };
+  assign \s3__awlen$550  = 8'h00;
+  assign \s3__awsize$551  = 3'h3;
+  assign \s3__awburst$552  = 2'h1;
+  assign \s3__awid$553  = 4'h0;
+  assign \s3__wdata$555  = s3__wdata;
+  assign \s3__wstrb$556  = 8'hff;
+  assign \s3__wlast$557  = 1'h1;
+  assign \s3__awaddr$560  = { 2'h0, \s3__awaddr$515 [31:14], \s3__awaddr$515 [11:0] };
+  assign \s3__awlen$561  = 8'h00;
+  assign \s3__awsize$562  = 3'h3;
+  assign \s3__awburst$563  = 2'h1;
+  assign \s3__awid$564  = 4'h0;
+  assign \s3__wdata$566  = s3__wdata;
+  assign \s3__wstrb$567  = 8'hff;
+  assign \s3__wlast$568  = 1'h1;
   assign s4__araddr = { 2'h0, \s4__araddr$597 [31:14], \s4__araddr$597 [11:0] };
   assign \s4__arlen$599  = s4__arlen;
   assign s4__arsize = 3'h3;
@@ -72196,77 +72196,77 @@ module \dx1_soc.memory (\s0__awaddr$17 , s0__awlen, s0__awsize, s0__awburst, \s0
   assign \s4__arburst$603  = 2'h1;
   assign s4__arid = 4'h0;
   assign \s4__arid$605  = 4'h0;
-  assign s4__awaddr = { 2'h0, \s4__awaddr$613 [31:14], \s4__awaddr$613 [11:0] };
-  assign \s4__awlen$615  = s4__awlen;
+  assign \s4__araddr$612  = { 2'h0, \s4__araddr$597 [31:14], \s4__araddr$597 [11:0] };
+  assign \s4__arlen$613  = s4__arlen;
+  assign \s4__arsize$614  = 3'h3;
+  assign \s4__arburst$615  = 2'h1;
+  assign \s4__arid$616  = 4'h0;
+  assign \s4__araddr$619  = { 2'h0, \s4__araddr$597 [31:14], \s4__araddr$597 [11:0] };
+  assign \s4__arlen$620  = s4__arlen;
+  assign \s4__arsize$621  = 3'h3;
+  assign \s4__arburst$622  = 2'h1;
+  assign \s4__arid$623  = 4'h0;
+  assign \s4__araddr$626  = { 2'h0, \s4__araddr$597 [31:14], \s4__araddr$597 [11:0] };
+  assign \s4__arlen$627  = s4__arlen;
+  assign \s4__arsize$628  = 3'h3;
+  assign \s4__arburst$629  = 2'h1;
+  assign \s4__arid$630  = 4'h0;
+  assign \s4__rdata$641  = \$481 [63:0];
+  assign \s4__rid$643  = \$481 [67:64];
+  assign \s4__rlast$647  = \s0__rlast$51 ;
+  assign \s4__rdata$649  = \$482 [63:0];
+  assign \s4__rid$650  = \$482 [67:64];
+  assign \s4__rlast$652  = \s0__rlast$56 ;
+  assign \s4__rdata$654  = \$483 [63:0];
+  assign \s4__rid$655  = \$483 [67:64];
+  assign \s4__rlast$657  = \s0__rlast$61 ;
+  assign \s4__rdata$659  = \$484 [63:0];
+  assign \s4__rid$660  = \$484 [67:64];
+  assign \s4__rlast$662  = \s0__rlast$66 ;
+  assign s4__awaddr = { 2'h0, \s4__awaddr$664 [31:14], \s4__awaddr$664 [11:0] };
+  assign \s4__awlen$666  = s4__awlen;
   assign s4__awsize = 3'h3;
-  assign \s4__awsize$617  = 3'h3;
+  assign \s4__awsize$668  = 3'h3;
   assign s4__awburst = 2'h1;
-  assign \s4__awburst$619  = 2'h1;
+  assign \s4__awburst$670  = 2'h1;
   assign s4__awid = 4'h0;
-  assign \s4__awid$621  = 4'h0;
-  assign \s4__wdata$627  = s4__wdata;
-  assign \s4__wstrb$629  = s4__wstrb;
-  assign \s4__wlast$631  = s4__wlast;
-  assign \s4__bready$635  = 1'h1;
-  assign \s4__araddr$636  = { 2'h0, \s4__araddr$597 [31:14], \s4__araddr$597 [11:0] };
-  assign \s4__arlen$637  = s4__arlen;
-  assign \s4__arsize$638  = 3'h3;
-  assign \s4__arburst$639  = 2'h1;
-  assign \s4__arid$640  = 4'h0;
-  assign \s4__awaddr$643  = { 2'h0, \s4__awaddr$613 [31:14], \s4__awaddr$613 [11:0] };
-  assign \s4__awlen$644  = s4__awlen;
-  assign \s4__awsize$645  = 3'h3;
-  assign \s4__awburst$646  = 2'h1;
-  assign \s4__awid$647  = 4'h0;
-  assign \s4__wdata$649  = s4__wdata;
-  assign \s4__wstrb$650  = s4__wstrb;
-  assign \s4__wlast$651  = s4__wlast;
-  assign \s4__araddr$654  = { 2'h0, \s4__araddr$597 [31:14], \s4__araddr$597 [11:0] };
-  assign \s4__arlen$655  = s4__arlen;
-  assign \s4__arsize$656  = 3'h3;
-  assign \s4__arburst$657  = 2'h1;
-  assign \s4__arid$658  = 4'h0;
-  assign \s4__awaddr$661  = { 2'h0, \s4__awaddr$613 [31:14], \s4__awaddr$613 [11:0] };
-  assign \s4__awlen$662  = s4__awlen;
-  assign \s4__awsize$663  = 3'h3;
-  assign \s4__awburst$664  = 2'h1;
-  assign \s4__awid$665  = 4'h0;
-  assign \s4__wdata$667  = s4__wdata;
-  assign \s4__wstrb$668  = s4__wstrb;
-  assign \s4__wlast$669  = s4__wlast;
-  assign \s4__araddr$672  = { 2'h0, \s4__araddr$597 [31:14], \s4__araddr$597 [11:0] };
-  assign \s4__arlen$673  = s4__arlen;
-  assign \s4__arsize$674  = 3'h3;
-  assign \s4__arburst$675  = 2'h1;
-  assign \s4__arid$676  = 4'h0;
-  assign \s4__awaddr$679  = { 2'h0, \s4__awaddr$613 [31:14], \s4__awaddr$613 [11:0] };
-  assign \s4__awlen$680  = s4__awlen;
-  assign \s4__awsize$681  = 3'h3;
-  assign \s4__awburst$682  = 2'h1;
-  assign \s4__awid$683  = 4'h0;
-  assign \s4__wdata$685  = s4__wdata;
-  assign \s4__wstrb$686  = s4__wstrb;
-  assign \s4__wlast$687  = s4__wlast;
-  assign \s4__rdata$703  = \$481 [63:0];
-  assign \s4__rid$705  = \$481 [67:64];
-  assign \s4__rlast$709  = \s0__rlast$113 ;
-  assign \s4__rdata$711  = \$482 [63:0];
-  assign \s4__rid$712  = \$482 [67:64];
-  assign \s4__rlast$714  = \s0__rlast$118 ;
-  assign \s4__rdata$716  = \$483 [63:0];
-  assign \s4__rid$717  = \$483 [67:64];
-  assign \s4__rlast$719  = \s0__rlast$123 ;
-  assign \s4__rdata$721  = \$484 [63:0];
-  assign \s4__rid$722  = \$484 [67:64];
-  assign \s4__rlast$724  = \s0__rlast$128 ;
-  assign s2__bready = \$153 ;
-  assign \s2__bready$355  = \$170 ;
-  assign \s2__bready$373  = \$187 ;
-  assign \s2__bready$391  = \$204 ;
-  assign s4__bready = \$289 ;
-  assign \s4__bready$653  = \$306 ;
-  assign \s4__bready$671  = \$323 ;
-  assign \s4__bready$689  = \$340 ;
+  assign \s4__awid$672  = 4'h0;
+  assign \s4__wdata$678  = s4__wdata;
+  assign \s4__wstrb$680  = s4__wstrb;
+  assign \s4__wlast$682  = s4__wlast;
+  assign \s4__bready$686  = 1'h1;
+  assign \s4__awaddr$687  = { 2'h0, \s4__awaddr$664 [31:14], \s4__awaddr$664 [11:0] };
+  assign \s4__awlen$688  = s4__awlen;
+  assign \s4__awsize$689  = 3'h3;
+  assign \s4__awburst$690  = 2'h1;
+  assign \s4__awid$691  = 4'h0;
+  assign \s4__wdata$693  = s4__wdata;
+  assign \s4__wstrb$694  = s4__wstrb;
+  assign \s4__wlast$695  = s4__wlast;
+  assign \s4__awaddr$698  = { 2'h0, \s4__awaddr$664 [31:14], \s4__awaddr$664 [11:0] };
+  assign \s4__awlen$699  = s4__awlen;
+  assign \s4__awsize$700  = 3'h3;
+  assign \s4__awburst$701  = 2'h1;
+  assign \s4__awid$702  = 4'h0;
+  assign \s4__wdata$704  = s4__wdata;
+  assign \s4__wstrb$705  = s4__wstrb;
+  assign \s4__wlast$706  = s4__wlast;
+  assign \s4__awaddr$709  = { 2'h0, \s4__awaddr$664 [31:14], \s4__awaddr$664 [11:0] };
+  assign \s4__awlen$710  = s4__awlen;
+  assign \s4__awsize$711  = 3'h3;
+  assign \s4__awburst$712  = 2'h1;
+  assign \s4__awid$713  = 4'h0;
+  assign \s4__wdata$715  = s4__wdata;
+  assign \s4__wstrb$716  = s4__wstrb;
+  assign \s4__wlast$717  = s4__wlast;
+  assign s2__bready = \$177 ;
+  assign \s2__bready$399  = \$186 ;
+  assign \s2__bready$410  = \$195 ;
+  assign \s2__bready$421  = \$204 ;
+  assign s4__bready = \$313 ;
+  assign \s4__bready$697  = \$322 ;
+  assign \s4__bready$708  = \$331 ;
+  assign \s4__bready$719  = \$340 ;
   assign \$404  = s2__bvalid;
   assign \$407  = s2__bvalid;
   assign \$452  = s4__bvalid;
@@ -72277,9 +72277,9 @@ endmodule
 module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s0__awburst, s0__wdata, s0__wstrb, s0__arid, \port$0$204 , \port$0$218 , s0__arlen, s0__arsize, s0__arburst, clk, rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid
 , s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready, s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready
 , s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready
-, s4__rvalid, s4__rresp, \port$1982$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7745$0 , \port$7745$14 , s4__wdata, s4__wstrb, \port$13080$0 , \port$13080$14 , b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp
-, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$16363$0 , \port$16363$14 , s2__arlen, \port$16400$0 , \port$16400$14 , s2__awlen, \port$16622$0 , \port$16622$14 , s1__wdata, \port$18670$0 , \port$18670$14 , s4__arlen, \port$18707$0 , \port$18707$14 , s4__awlen
-, \port$18929$0 , \port$18929$14 , s3__wdata, s0__awid);
+, s4__rvalid, s4__rresp, \port$1982$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7665$0 , \port$7665$14 , s4__wdata, s4__wstrb, \port$13000$0 , \port$13000$14 , b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp
+, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$16285$0 , \port$16285$14 , s2__arlen, \port$16322$0 , \port$16322$14 , s2__awlen, \port$16544$0 , \port$16544$14 , s1__wdata, \port$18592$0 , \port$18592$14 , s4__arlen, \port$18629$0 , \port$18629$14 , s4__awlen
+, \port$18851$0 , \port$18851$14 , s3__wdata, s0__awid);
   reg \$auto$verilog_backend.cc:2355:dump_module$107  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -72572,40 +72572,40 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   wire [11:0] \port$0$79 ;
   input [17:0] \port$0$93 ;
   wire [17:0] \port$0$93 ;
-  input [11:0] \port$13080$0 ;
-  wire [11:0] \port$13080$0 ;
-  input [17:0] \port$13080$14 ;
-  wire [17:0] \port$13080$14 ;
-  input [11:0] \port$16363$0 ;
-  wire [11:0] \port$16363$0 ;
-  input [17:0] \port$16363$14 ;
-  wire [17:0] \port$16363$14 ;
-  input [11:0] \port$16400$0 ;
-  wire [11:0] \port$16400$0 ;
-  input [17:0] \port$16400$14 ;
-  wire [17:0] \port$16400$14 ;
-  input [11:0] \port$16622$0 ;
-  wire [11:0] \port$16622$0 ;
-  input [17:0] \port$16622$14 ;
-  wire [17:0] \port$16622$14 ;
-  input [11:0] \port$18670$0 ;
-  wire [11:0] \port$18670$0 ;
-  input [17:0] \port$18670$14 ;
-  wire [17:0] \port$18670$14 ;
-  input [11:0] \port$18707$0 ;
-  wire [11:0] \port$18707$0 ;
-  input [17:0] \port$18707$14 ;
-  wire [17:0] \port$18707$14 ;
-  input [11:0] \port$18929$0 ;
-  wire [11:0] \port$18929$0 ;
-  input [17:0] \port$18929$14 ;
-  wire [17:0] \port$18929$14 ;
+  input [11:0] \port$13000$0 ;
+  wire [11:0] \port$13000$0 ;
+  input [17:0] \port$13000$14 ;
+  wire [17:0] \port$13000$14 ;
+  input [11:0] \port$16285$0 ;
+  wire [11:0] \port$16285$0 ;
+  input [17:0] \port$16285$14 ;
+  wire [17:0] \port$16285$14 ;
+  input [11:0] \port$16322$0 ;
+  wire [11:0] \port$16322$0 ;
+  input [17:0] \port$16322$14 ;
+  wire [17:0] \port$16322$14 ;
+  input [11:0] \port$16544$0 ;
+  wire [11:0] \port$16544$0 ;
+  input [17:0] \port$16544$14 ;
+  wire [17:0] \port$16544$14 ;
+  input [11:0] \port$18592$0 ;
+  wire [11:0] \port$18592$0 ;
+  input [17:0] \port$18592$14 ;
+  wire [17:0] \port$18592$14 ;
+  input [11:0] \port$18629$0 ;
+  wire [11:0] \port$18629$0 ;
+  input [17:0] \port$18629$14 ;
+  wire [17:0] \port$18629$14 ;
+  input [11:0] \port$18851$0 ;
+  wire [11:0] \port$18851$0 ;
+  input [17:0] \port$18851$14 ;
+  wire [17:0] \port$18851$14 ;
   output [67:0] \port$1982$0 ;
   wire [67:0] \port$1982$0 ;
-  input [11:0] \port$7745$0 ;
-  wire [11:0] \port$7745$0 ;
-  input [17:0] \port$7745$14 ;
-  wire [17:0] \port$7745$14 ;
+  input [11:0] \port$7665$0 ;
+  wire [11:0] \port$7665$0 ;
+  input [17:0] \port$7665$14 ;
+  wire [17:0] \port$7665$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -73204,13 +73204,13 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
       3'h0:
           aw_sel = { s0__awid, s0__awburst, s0__awsize, s0__awlen, 2'h0, \port$0$93 , \port$0$79  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$16622$14 , \port$16622$0  };
+          aw_sel = { 19'h02c00, \port$16544$14 , \port$16544$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$16400$14 , \port$16400$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$16322$14 , \port$16322$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$18929$14 , \port$18929$0  };
+          aw_sel = { 19'h02c00, \port$18851$14 , \port$18851$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$18707$14 , \port$18707$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$18629$14 , \port$18629$0  };
     endcase
   end
   always @* begin
@@ -73300,13 +73300,13 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
       3'h0:
           ar_sel = { s0__arid, s0__arburst, s0__arsize, s0__arlen, 2'h0, \port$0$218 , \port$0$204  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$7745$14 , \port$7745$0  };
+          ar_sel = { 19'h02c0c, \port$7665$14 , \port$7665$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$16363$14 , \port$16363$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$16285$14 , \port$16285$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$13080$14 , \port$13080$0  };
+          ar_sel = { 19'h02c0c, \port$13000$14 , \port$13000$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$18670$14 , \port$18670$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$18592$14 , \port$18592$0  };
     endcase
   end
   always @* begin
@@ -73736,21 +73736,21 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   assign s0__awaddr = { 2'h0, \port$0$93 , \port$0$79  };
-  assign s1__awaddr = { 2'h0, \port$16622$14 , \port$16622$0  };
+  assign s1__awaddr = { 2'h0, \port$16544$14 , \port$16544$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$16400$14 , \port$16400$0  };
+  assign s2__awaddr = { 2'h0, \port$16322$14 , \port$16322$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$18929$14 , \port$18929$0  };
+  assign s3__awaddr = { 2'h0, \port$18851$14 , \port$18851$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$18707$14 , \port$18707$0  };
+  assign s4__awaddr = { 2'h0, \port$18629$14 , \port$18629$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -73774,21 +73774,21 @@ module \dx1_soc.memory.bank0 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   assign w_addr = wr__addr;
   assign wr__data = w_data;
   assign s0__araddr = { 2'h0, \port$0$218 , \port$0$204  };
-  assign s1__araddr = { 2'h0, \port$7745$14 , \port$7745$0  };
+  assign s1__araddr = { 2'h0, \port$7665$14 , \port$7665$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$16363$14 , \port$16363$0  };
+  assign s2__araddr = { 2'h0, \port$16285$14 , \port$16285$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$13080$14 , \port$13080$0  };
+  assign s3__araddr = { 2'h0, \port$13000$14 , \port$13000$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$18670$14 , \port$18670$0  };
+  assign s4__araddr = { 2'h0, \port$18592$14 , \port$18592$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -73979,9 +73979,9 @@ endmodule
 module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s0__awburst, s0__wdata, s0__wstrb, s0__arid, \port$0$204 , \port$0$218 , s0__arlen, s0__arsize, s0__arburst, clk, rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid
 , s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready, s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready
 , s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready
-, s4__rvalid, s4__rresp, \port$2318$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7745$0 , \port$7745$14 , s4__wdata, s4__wstrb, \port$13080$0 , \port$13080$14 , b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp
-, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$16363$0 , \port$16363$14 , s2__arlen, \port$16400$0 , \port$16400$14 , s2__awlen, \port$16622$0 , \port$16622$14 , s1__wdata, \port$18670$0 , \port$18670$14 , s4__arlen, \port$18707$0 , \port$18707$14 , s4__awlen
-, \port$18929$0 , \port$18929$14 , s3__wdata, s0__awid);
+, s4__rvalid, s4__rresp, \port$2318$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7665$0 , \port$7665$14 , s4__wdata, s4__wstrb, \port$13000$0 , \port$13000$14 , b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp
+, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$16285$0 , \port$16285$14 , s2__arlen, \port$16322$0 , \port$16322$14 , s2__awlen, \port$16544$0 , \port$16544$14 , s1__wdata, \port$18592$0 , \port$18592$14 , s4__arlen, \port$18629$0 , \port$18629$14 , s4__awlen
+, \port$18851$0 , \port$18851$14 , s3__wdata, s0__awid);
   reg \$auto$verilog_backend.cc:2355:dump_module$109  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -74274,40 +74274,40 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   wire [11:0] \port$0$79 ;
   input [17:0] \port$0$93 ;
   wire [17:0] \port$0$93 ;
-  input [11:0] \port$13080$0 ;
-  wire [11:0] \port$13080$0 ;
-  input [17:0] \port$13080$14 ;
-  wire [17:0] \port$13080$14 ;
-  input [11:0] \port$16363$0 ;
-  wire [11:0] \port$16363$0 ;
-  input [17:0] \port$16363$14 ;
-  wire [17:0] \port$16363$14 ;
-  input [11:0] \port$16400$0 ;
-  wire [11:0] \port$16400$0 ;
-  input [17:0] \port$16400$14 ;
-  wire [17:0] \port$16400$14 ;
-  input [11:0] \port$16622$0 ;
-  wire [11:0] \port$16622$0 ;
-  input [17:0] \port$16622$14 ;
-  wire [17:0] \port$16622$14 ;
-  input [11:0] \port$18670$0 ;
-  wire [11:0] \port$18670$0 ;
-  input [17:0] \port$18670$14 ;
-  wire [17:0] \port$18670$14 ;
-  input [11:0] \port$18707$0 ;
-  wire [11:0] \port$18707$0 ;
-  input [17:0] \port$18707$14 ;
-  wire [17:0] \port$18707$14 ;
-  input [11:0] \port$18929$0 ;
-  wire [11:0] \port$18929$0 ;
-  input [17:0] \port$18929$14 ;
-  wire [17:0] \port$18929$14 ;
+  input [11:0] \port$13000$0 ;
+  wire [11:0] \port$13000$0 ;
+  input [17:0] \port$13000$14 ;
+  wire [17:0] \port$13000$14 ;
+  input [11:0] \port$16285$0 ;
+  wire [11:0] \port$16285$0 ;
+  input [17:0] \port$16285$14 ;
+  wire [17:0] \port$16285$14 ;
+  input [11:0] \port$16322$0 ;
+  wire [11:0] \port$16322$0 ;
+  input [17:0] \port$16322$14 ;
+  wire [17:0] \port$16322$14 ;
+  input [11:0] \port$16544$0 ;
+  wire [11:0] \port$16544$0 ;
+  input [17:0] \port$16544$14 ;
+  wire [17:0] \port$16544$14 ;
+  input [11:0] \port$18592$0 ;
+  wire [11:0] \port$18592$0 ;
+  input [17:0] \port$18592$14 ;
+  wire [17:0] \port$18592$14 ;
+  input [11:0] \port$18629$0 ;
+  wire [11:0] \port$18629$0 ;
+  input [17:0] \port$18629$14 ;
+  wire [17:0] \port$18629$14 ;
+  input [11:0] \port$18851$0 ;
+  wire [11:0] \port$18851$0 ;
+  input [17:0] \port$18851$14 ;
+  wire [17:0] \port$18851$14 ;
   output [67:0] \port$2318$0 ;
   wire [67:0] \port$2318$0 ;
-  input [11:0] \port$7745$0 ;
-  wire [11:0] \port$7745$0 ;
-  input [17:0] \port$7745$14 ;
-  wire [17:0] \port$7745$14 ;
+  input [11:0] \port$7665$0 ;
+  wire [11:0] \port$7665$0 ;
+  input [17:0] \port$7665$14 ;
+  wire [17:0] \port$7665$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -74906,13 +74906,13 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
       3'h0:
           aw_sel = { s0__awid, s0__awburst, s0__awsize, s0__awlen, 2'h0, \port$0$93 , \port$0$79  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$16622$14 , \port$16622$0  };
+          aw_sel = { 19'h02c00, \port$16544$14 , \port$16544$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$16400$14 , \port$16400$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$16322$14 , \port$16322$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$18929$14 , \port$18929$0  };
+          aw_sel = { 19'h02c00, \port$18851$14 , \port$18851$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$18707$14 , \port$18707$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$18629$14 , \port$18629$0  };
     endcase
   end
   always @* begin
@@ -75002,13 +75002,13 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
       3'h0:
           ar_sel = { s0__arid, s0__arburst, s0__arsize, s0__arlen, 2'h0, \port$0$218 , \port$0$204  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$7745$14 , \port$7745$0  };
+          ar_sel = { 19'h02c0c, \port$7665$14 , \port$7665$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$16363$14 , \port$16363$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$16285$14 , \port$16285$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$13080$14 , \port$13080$0  };
+          ar_sel = { 19'h02c0c, \port$13000$14 , \port$13000$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$18670$14 , \port$18670$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$18592$14 , \port$18592$0  };
     endcase
   end
   always @* begin
@@ -75438,21 +75438,21 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   assign s0__awaddr = { 2'h0, \port$0$93 , \port$0$79  };
-  assign s1__awaddr = { 2'h0, \port$16622$14 , \port$16622$0  };
+  assign s1__awaddr = { 2'h0, \port$16544$14 , \port$16544$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$16400$14 , \port$16400$0  };
+  assign s2__awaddr = { 2'h0, \port$16322$14 , \port$16322$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$18929$14 , \port$18929$0  };
+  assign s3__awaddr = { 2'h0, \port$18851$14 , \port$18851$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$18707$14 , \port$18707$0  };
+  assign s4__awaddr = { 2'h0, \port$18629$14 , \port$18629$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -75476,21 +75476,21 @@ module \dx1_soc.memory.bank1 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   assign w_addr = wr__addr;
   assign wr__data = w_data;
   assign s0__araddr = { 2'h0, \port$0$218 , \port$0$204  };
-  assign s1__araddr = { 2'h0, \port$7745$14 , \port$7745$0  };
+  assign s1__araddr = { 2'h0, \port$7665$14 , \port$7665$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$16363$14 , \port$16363$0  };
+  assign s2__araddr = { 2'h0, \port$16285$14 , \port$16285$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$13080$14 , \port$13080$0  };
+  assign s3__araddr = { 2'h0, \port$13000$14 , \port$13000$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$18670$14 , \port$18670$0  };
+  assign s4__araddr = { 2'h0, \port$18592$14 , \port$18592$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -75681,9 +75681,9 @@ endmodule
 module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s0__awburst, s0__wdata, s0__wstrb, s0__arid, \port$0$204 , \port$0$218 , s0__arlen, s0__arsize, s0__arburst, clk, rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid
 , s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready, s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready
 , s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready
-, s4__rvalid, s4__rresp, \port$2654$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7745$0 , \port$7745$14 , s4__wdata, s4__wstrb, \port$13080$0 , \port$13080$14 , b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp
-, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$16363$0 , \port$16363$14 , s2__arlen, \port$16400$0 , \port$16400$14 , s2__awlen, \port$16622$0 , \port$16622$14 , s1__wdata, \port$18670$0 , \port$18670$14 , s4__arlen, \port$18707$0 , \port$18707$14 , s4__awlen
-, \port$18929$0 , \port$18929$14 , s3__wdata, s0__awid);
+, s4__rvalid, s4__rresp, \port$2654$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7665$0 , \port$7665$14 , s4__wdata, s4__wstrb, \port$13000$0 , \port$13000$14 , b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp
+, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$16285$0 , \port$16285$14 , s2__arlen, \port$16322$0 , \port$16322$14 , s2__awlen, \port$16544$0 , \port$16544$14 , s1__wdata, \port$18592$0 , \port$18592$14 , s4__arlen, \port$18629$0 , \port$18629$14 , s4__awlen
+, \port$18851$0 , \port$18851$14 , s3__wdata, s0__awid);
   reg \$auto$verilog_backend.cc:2355:dump_module$111  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -75976,40 +75976,40 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   wire [11:0] \port$0$79 ;
   input [17:0] \port$0$93 ;
   wire [17:0] \port$0$93 ;
-  input [11:0] \port$13080$0 ;
-  wire [11:0] \port$13080$0 ;
-  input [17:0] \port$13080$14 ;
-  wire [17:0] \port$13080$14 ;
-  input [11:0] \port$16363$0 ;
-  wire [11:0] \port$16363$0 ;
-  input [17:0] \port$16363$14 ;
-  wire [17:0] \port$16363$14 ;
-  input [11:0] \port$16400$0 ;
-  wire [11:0] \port$16400$0 ;
-  input [17:0] \port$16400$14 ;
-  wire [17:0] \port$16400$14 ;
-  input [11:0] \port$16622$0 ;
-  wire [11:0] \port$16622$0 ;
-  input [17:0] \port$16622$14 ;
-  wire [17:0] \port$16622$14 ;
-  input [11:0] \port$18670$0 ;
-  wire [11:0] \port$18670$0 ;
-  input [17:0] \port$18670$14 ;
-  wire [17:0] \port$18670$14 ;
-  input [11:0] \port$18707$0 ;
-  wire [11:0] \port$18707$0 ;
-  input [17:0] \port$18707$14 ;
-  wire [17:0] \port$18707$14 ;
-  input [11:0] \port$18929$0 ;
-  wire [11:0] \port$18929$0 ;
-  input [17:0] \port$18929$14 ;
-  wire [17:0] \port$18929$14 ;
+  input [11:0] \port$13000$0 ;
+  wire [11:0] \port$13000$0 ;
+  input [17:0] \port$13000$14 ;
+  wire [17:0] \port$13000$14 ;
+  input [11:0] \port$16285$0 ;
+  wire [11:0] \port$16285$0 ;
+  input [17:0] \port$16285$14 ;
+  wire [17:0] \port$16285$14 ;
+  input [11:0] \port$16322$0 ;
+  wire [11:0] \port$16322$0 ;
+  input [17:0] \port$16322$14 ;
+  wire [17:0] \port$16322$14 ;
+  input [11:0] \port$16544$0 ;
+  wire [11:0] \port$16544$0 ;
+  input [17:0] \port$16544$14 ;
+  wire [17:0] \port$16544$14 ;
+  input [11:0] \port$18592$0 ;
+  wire [11:0] \port$18592$0 ;
+  input [17:0] \port$18592$14 ;
+  wire [17:0] \port$18592$14 ;
+  input [11:0] \port$18629$0 ;
+  wire [11:0] \port$18629$0 ;
+  input [17:0] \port$18629$14 ;
+  wire [17:0] \port$18629$14 ;
+  input [11:0] \port$18851$0 ;
+  wire [11:0] \port$18851$0 ;
+  input [17:0] \port$18851$14 ;
+  wire [17:0] \port$18851$14 ;
   output [67:0] \port$2654$0 ;
   wire [67:0] \port$2654$0 ;
-  input [11:0] \port$7745$0 ;
-  wire [11:0] \port$7745$0 ;
-  input [17:0] \port$7745$14 ;
-  wire [17:0] \port$7745$14 ;
+  input [11:0] \port$7665$0 ;
+  wire [11:0] \port$7665$0 ;
+  input [17:0] \port$7665$14 ;
+  wire [17:0] \port$7665$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -76608,13 +76608,13 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
       3'h0:
           aw_sel = { s0__awid, s0__awburst, s0__awsize, s0__awlen, 2'h0, \port$0$93 , \port$0$79  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$16622$14 , \port$16622$0  };
+          aw_sel = { 19'h02c00, \port$16544$14 , \port$16544$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$16400$14 , \port$16400$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$16322$14 , \port$16322$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$18929$14 , \port$18929$0  };
+          aw_sel = { 19'h02c00, \port$18851$14 , \port$18851$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$18707$14 , \port$18707$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$18629$14 , \port$18629$0  };
     endcase
   end
   always @* begin
@@ -76704,13 +76704,13 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
       3'h0:
           ar_sel = { s0__arid, s0__arburst, s0__arsize, s0__arlen, 2'h0, \port$0$218 , \port$0$204  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$7745$14 , \port$7745$0  };
+          ar_sel = { 19'h02c0c, \port$7665$14 , \port$7665$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$16363$14 , \port$16363$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$16285$14 , \port$16285$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$13080$14 , \port$13080$0  };
+          ar_sel = { 19'h02c0c, \port$13000$14 , \port$13000$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$18670$14 , \port$18670$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$18592$14 , \port$18592$0  };
     endcase
   end
   always @* begin
@@ -77140,21 +77140,21 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   assign s0__awaddr = { 2'h0, \port$0$93 , \port$0$79  };
-  assign s1__awaddr = { 2'h0, \port$16622$14 , \port$16622$0  };
+  assign s1__awaddr = { 2'h0, \port$16544$14 , \port$16544$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$16400$14 , \port$16400$0  };
+  assign s2__awaddr = { 2'h0, \port$16322$14 , \port$16322$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$18929$14 , \port$18929$0  };
+  assign s3__awaddr = { 2'h0, \port$18851$14 , \port$18851$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$18707$14 , \port$18707$0  };
+  assign s4__awaddr = { 2'h0, \port$18629$14 , \port$18629$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -77178,21 +77178,21 @@ module \dx1_soc.memory.bank2 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   assign w_addr = wr__addr;
   assign wr__data = w_data;
   assign s0__araddr = { 2'h0, \port$0$218 , \port$0$204  };
-  assign s1__araddr = { 2'h0, \port$7745$14 , \port$7745$0  };
+  assign s1__araddr = { 2'h0, \port$7665$14 , \port$7665$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$16363$14 , \port$16363$0  };
+  assign s2__araddr = { 2'h0, \port$16285$14 , \port$16285$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$13080$14 , \port$13080$0  };
+  assign s3__araddr = { 2'h0, \port$13000$14 , \port$13000$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$18670$14 , \port$18670$0  };
+  assign s4__araddr = { 2'h0, \port$18592$14 , \port$18592$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -77383,9 +77383,9 @@ endmodule
 module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s0__awburst, s0__wdata, s0__wstrb, s0__arid, \port$0$204 , \port$0$218 , s0__arlen, s0__arsize, s0__arburst, clk, rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid
 , s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready, s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready
 , s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready
-, s4__rvalid, s4__rresp, \port$2990$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7745$0 , \port$7745$14 , s4__wdata, s4__wstrb, \port$13080$0 , \port$13080$14 , b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp
-, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$16363$0 , \port$16363$14 , s2__arlen, \port$16400$0 , \port$16400$14 , s2__awlen, \port$16622$0 , \port$16622$14 , s1__wdata, \port$18670$0 , \port$18670$14 , s4__arlen, \port$18707$0 , \port$18707$14 , s4__awlen
-, \port$18929$0 , \port$18929$14 , s3__wdata, s0__awid);
+, s4__rvalid, s4__rresp, \port$2990$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7665$0 , \port$7665$14 , s4__wdata, s4__wstrb, \port$13000$0 , \port$13000$14 , b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp
+, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$16285$0 , \port$16285$14 , s2__arlen, \port$16322$0 , \port$16322$14 , s2__awlen, \port$16544$0 , \port$16544$14 , s1__wdata, \port$18592$0 , \port$18592$14 , s4__arlen, \port$18629$0 , \port$18629$14 , s4__awlen
+, \port$18851$0 , \port$18851$14 , s3__wdata, s0__awid);
   reg \$auto$verilog_backend.cc:2355:dump_module$113  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -77678,40 +77678,40 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   wire [11:0] \port$0$79 ;
   input [17:0] \port$0$93 ;
   wire [17:0] \port$0$93 ;
-  input [11:0] \port$13080$0 ;
-  wire [11:0] \port$13080$0 ;
-  input [17:0] \port$13080$14 ;
-  wire [17:0] \port$13080$14 ;
-  input [11:0] \port$16363$0 ;
-  wire [11:0] \port$16363$0 ;
-  input [17:0] \port$16363$14 ;
-  wire [17:0] \port$16363$14 ;
-  input [11:0] \port$16400$0 ;
-  wire [11:0] \port$16400$0 ;
-  input [17:0] \port$16400$14 ;
-  wire [17:0] \port$16400$14 ;
-  input [11:0] \port$16622$0 ;
-  wire [11:0] \port$16622$0 ;
-  input [17:0] \port$16622$14 ;
-  wire [17:0] \port$16622$14 ;
-  input [11:0] \port$18670$0 ;
-  wire [11:0] \port$18670$0 ;
-  input [17:0] \port$18670$14 ;
-  wire [17:0] \port$18670$14 ;
-  input [11:0] \port$18707$0 ;
-  wire [11:0] \port$18707$0 ;
-  input [17:0] \port$18707$14 ;
-  wire [17:0] \port$18707$14 ;
-  input [11:0] \port$18929$0 ;
-  wire [11:0] \port$18929$0 ;
-  input [17:0] \port$18929$14 ;
-  wire [17:0] \port$18929$14 ;
+  input [11:0] \port$13000$0 ;
+  wire [11:0] \port$13000$0 ;
+  input [17:0] \port$13000$14 ;
+  wire [17:0] \port$13000$14 ;
+  input [11:0] \port$16285$0 ;
+  wire [11:0] \port$16285$0 ;
+  input [17:0] \port$16285$14 ;
+  wire [17:0] \port$16285$14 ;
+  input [11:0] \port$16322$0 ;
+  wire [11:0] \port$16322$0 ;
+  input [17:0] \port$16322$14 ;
+  wire [17:0] \port$16322$14 ;
+  input [11:0] \port$16544$0 ;
+  wire [11:0] \port$16544$0 ;
+  input [17:0] \port$16544$14 ;
+  wire [17:0] \port$16544$14 ;
+  input [11:0] \port$18592$0 ;
+  wire [11:0] \port$18592$0 ;
+  input [17:0] \port$18592$14 ;
+  wire [17:0] \port$18592$14 ;
+  input [11:0] \port$18629$0 ;
+  wire [11:0] \port$18629$0 ;
+  input [17:0] \port$18629$14 ;
+  wire [17:0] \port$18629$14 ;
+  input [11:0] \port$18851$0 ;
+  wire [11:0] \port$18851$0 ;
+  input [17:0] \port$18851$14 ;
+  wire [17:0] \port$18851$14 ;
   output [67:0] \port$2990$0 ;
   wire [67:0] \port$2990$0 ;
-  input [11:0] \port$7745$0 ;
-  wire [11:0] \port$7745$0 ;
-  input [17:0] \port$7745$14 ;
-  wire [17:0] \port$7745$14 ;
+  input [11:0] \port$7665$0 ;
+  wire [11:0] \port$7665$0 ;
+  input [17:0] \port$7665$14 ;
+  wire [17:0] \port$7665$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -78310,13 +78310,13 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
       3'h0:
           aw_sel = { s0__awid, s0__awburst, s0__awsize, s0__awlen, 2'h0, \port$0$93 , \port$0$79  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$16622$14 , \port$16622$0  };
+          aw_sel = { 19'h02c00, \port$16544$14 , \port$16544$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$16400$14 , \port$16400$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$16322$14 , \port$16322$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$18929$14 , \port$18929$0  };
+          aw_sel = { 19'h02c00, \port$18851$14 , \port$18851$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$18707$14 , \port$18707$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$18629$14 , \port$18629$0  };
     endcase
   end
   always @* begin
@@ -78406,13 +78406,13 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
       3'h0:
           ar_sel = { s0__arid, s0__arburst, s0__arsize, s0__arlen, 2'h0, \port$0$218 , \port$0$204  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$7745$14 , \port$7745$0  };
+          ar_sel = { 19'h02c0c, \port$7665$14 , \port$7665$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$16363$14 , \port$16363$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$16285$14 , \port$16285$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$13080$14 , \port$13080$0  };
+          ar_sel = { 19'h02c0c, \port$13000$14 , \port$13000$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$18670$14 , \port$18670$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$18592$14 , \port$18592$0  };
     endcase
   end
   always @* begin
@@ -78842,21 +78842,21 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
     end
   end
   assign s0__awaddr = { 2'h0, \port$0$93 , \port$0$79  };
-  assign s1__awaddr = { 2'h0, \port$16622$14 , \port$16622$0  };
+  assign s1__awaddr = { 2'h0, \port$16544$14 , \port$16544$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$16400$14 , \port$16400$0  };
+  assign s2__awaddr = { 2'h0, \port$16322$14 , \port$16322$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$18929$14 , \port$18929$0  };
+  assign s3__awaddr = { 2'h0, \port$18851$14 , \port$18851$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$18707$14 , \port$18707$0  };
+  assign s4__awaddr = { 2'h0, \port$18629$14 , \port$18629$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -78880,21 +78880,21 @@ module \dx1_soc.memory.bank3 (\port$0$79 , \port$0$93 , s0__awlen, s0__awsize, s
   assign w_addr = wr__addr;
   assign wr__data = w_data;
   assign s0__araddr = { 2'h0, \port$0$218 , \port$0$204  };
-  assign s1__araddr = { 2'h0, \port$7745$14 , \port$7745$0  };
+  assign s1__araddr = { 2'h0, \port$7665$14 , \port$7665$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$16363$14 , \port$16363$0  };
+  assign s2__araddr = { 2'h0, \port$16285$14 , \port$16285$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$13080$14 , \port$13080$0  };
+  assign s3__araddr = { 2'h0, \port$13000$14 , \port$13000$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$18670$14 , \port$18670$0  };
+  assign s4__araddr = { 2'h0, \port$18592$14 , \port$18592$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -79893,15 +79893,15 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus__bready, bus__araddr, bus__arvalid, bus__rready, clk, rst, bus__awready, bus__wready, bus__arready, GLOBAL_CYCLES_LO__read, GLOBAL_RESET_write, QUEUE0_RING_LOG2_write, QUEUE0_DOORBELL_write, QUEUE0_CONTROL_write, QUEUE0_RESET_write, QUEUE1_RING_LOG2_write, QUEUE1_DOORBELL_write
-, QUEUE1_CONTROL_write, QUEUE1_RESET_write, PERF0_CONTROL_write, PERF0_MACS_LO__read, PERF1_CONTROL_write, PERF1_MACS_LO__read, TRACE0_CONTROL_write, TRACE0_DATA_HI__read, TRACE1_CONTROL_write, TRACE1_DATA_HI__read, \port$3145$0 , \port$7688$0 , PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ__value, PERF0_BYTES_WRITTEN__value, PERF0_BUSY_VECTOR__value, PERF0_TABLE_HITS__value, PERF0_TABLE_UNDERFLOWS__value, PERF0_TABLE_OVERFLOWS__value, PERF0_MACS_LO__value, TRACE0_DATA_LO__value
-, TRACE0_DATA_HI__value, \port$8420$0 , \port$8480$0 , \port$13023$0 , PERF1_BUSY_COMPUTE__value, PERF1_BYTES_READ__value, PERF1_BYTES_WRITTEN__value, PERF1_BUSY_VECTOR__value, PERF1_TABLE_HITS__value, PERF1_TABLE_UNDERFLOWS__value, PERF1_TABLE_OVERFLOWS__value, PERF1_MACS_LO__value, TRACE1_DATA_LO__value, TRACE1_DATA_HI__value, \port$13755$0 , GLOBAL_SEM0__set, GLOBAL_SEM1__set, GLOBAL_SEM2__set, GLOBAL_SEM3__set, GLOBAL_SEM4__set, GLOBAL_SEM5__set
+, QUEUE1_CONTROL_write, QUEUE1_RESET_write, PERF0_CONTROL_write, PERF0_MACS_LO__read, PERF1_CONTROL_write, PERF1_MACS_LO__read, TRACE0_CONTROL_write, TRACE0_DATA_HI__read, TRACE1_CONTROL_write, TRACE1_DATA_HI__read, \port$3065$0 , \port$7608$0 , PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ__value, PERF0_BYTES_WRITTEN__value, PERF0_BUSY_VECTOR__value, PERF0_TABLE_HITS__value, PERF0_TABLE_UNDERFLOWS__value, PERF0_TABLE_OVERFLOWS__value, PERF0_MACS_LO__value, TRACE0_DATA_LO__value
+, TRACE0_DATA_HI__value, \port$8340$0 , \port$8400$0 , \port$12943$0 , PERF1_BUSY_COMPUTE__value, PERF1_BYTES_READ__value, PERF1_BYTES_WRITTEN__value, PERF1_BUSY_VECTOR__value, PERF1_TABLE_HITS__value, PERF1_TABLE_UNDERFLOWS__value, PERF1_TABLE_OVERFLOWS__value, PERF1_MACS_LO__value, TRACE1_DATA_LO__value, TRACE1_DATA_HI__value, \port$13675$0 , GLOBAL_SEM0__set, GLOBAL_SEM1__set, GLOBAL_SEM2__set, GLOBAL_SEM3__set, GLOBAL_SEM4__set, GLOBAL_SEM5__set
 , GLOBAL_SEM6__set, GLOBAL_SEM7__set, GLOBAL_SEM8__set, GLOBAL_SEM9__set, GLOBAL_SEM10__set, GLOBAL_SEM11__set, GLOBAL_SEM12__set, GLOBAL_SEM13__set, GLOBAL_SEM14__set, GLOBAL_SEM15__set, QUEUE0_CONTROL__set, QUEUE0_CONTROL__set_value, TRACE0_CONTROL__set, TRACE0_CONTROL__set_value, QUEUE0_RING_BASE__set, QUEUE0_RING_BASE__set_value, QUEUE0_RING_LOG2__set, QUEUE0_RING_LOG2__set_value, QUEUE0_CQ_BASE__set, QUEUE0_CQ_BASE__set_value, QUEUE0_IRQ_STATUS__clear
 , QUEUE0_IRQ_MASK__set, QUEUE0_IRQ_MASK__set_value, QUEUE0_DMA_BASE__set, QUEUE0_DMA_BASE__set_value, QUEUE0_DMA_LIMIT__set, QUEUE0_DMA_LIMIT__set_value, QUEUE0_WATCHDOG__set, QUEUE0_WATCHDOG__set_value, QUEUE1_CONTROL__set, QUEUE1_CONTROL__set_value, TRACE1_CONTROL__set, TRACE1_CONTROL__set_value, QUEUE1_RING_BASE__set, QUEUE1_RING_BASE__set_value, QUEUE1_RING_LOG2__set, QUEUE1_RING_LOG2__set_value, QUEUE1_CQ_BASE__set, QUEUE1_CQ_BASE__set_value, QUEUE1_IRQ_STATUS__clear, QUEUE1_IRQ_MASK__set, QUEUE1_IRQ_MASK__set_value
 , QUEUE1_DMA_BASE__set, QUEUE1_DMA_BASE__set_value, QUEUE1_DMA_LIMIT__set, QUEUE1_DMA_LIMIT__set_value, QUEUE1_WATCHDOG__set, QUEUE1_WATCHDOG__set_value, GLOBAL_SEM0__set_value, GLOBAL_SEM1__set_value, GLOBAL_SEM2__set_value, GLOBAL_SEM3__set_value, GLOBAL_SEM4__set_value, GLOBAL_SEM5__set_value, GLOBAL_SEM6__set_value, GLOBAL_SEM7__set_value, GLOBAL_SEM8__set_value, GLOBAL_SEM9__set_value, GLOBAL_SEM10__set_value, GLOBAL_SEM11__set_value, GLOBAL_SEM12__set_value, GLOBAL_SEM13__set_value, GLOBAL_SEM14__set_value
 , GLOBAL_SEM15__set_value, GLOBAL_CYCLES_LO__value, GLOBAL_CYCLES_HI__value, GLOBAL_SCRATCH__wdata, bus__bvalid, bus__bresp, bus__rvalid, bus__rdata, bus__rresp, GLOBAL_SEM0__value, GLOBAL_SEM1__value, GLOBAL_SEM2__value, GLOBAL_SEM3__value, GLOBAL_SEM4__value, GLOBAL_SEM5__value, GLOBAL_SEM6__value, GLOBAL_SEM7__value, GLOBAL_SEM8__value, GLOBAL_SEM9__value, GLOBAL_SEM10__value, GLOBAL_SEM11__value
 , GLOBAL_SEM12__value, GLOBAL_SEM13__value, GLOBAL_SEM14__value, GLOBAL_SEM15__value, QUEUE0_RING_BASE__value, QUEUE0_RING_LOG2__value, QUEUE0_CQ_BASE__value, QUEUE0_CONTROL__value, QUEUE0_IRQ_STATUS__value, QUEUE0_IRQ_MASK__value, QUEUE0_DMA_BASE__value, QUEUE0_DMA_LIMIT__value, QUEUE0_WATCHDOG__value, QUEUE1_RING_BASE__value, QUEUE1_RING_LOG2__value, QUEUE1_CQ_BASE__value, QUEUE1_CONTROL__value, QUEUE1_IRQ_STATUS__value, QUEUE1_IRQ_MASK__value, QUEUE1_DMA_BASE__value, QUEUE1_DMA_LIMIT__value
-, QUEUE1_WATCHDOG__value, TRACE0_CONTROL__value, TRACE1_CONTROL__value, \port$16481$0 , \port$16483$0 , \port$16489$0 , \port$16491$0 , \port$16493$0 , \port$16494$0 , \port$16647$0 , PERF0_CYCLES__value, PERF0_BUSY_LOAD__value, PERF0_BUSY_STORE__value, PERF0_STALL_DEP__value, PERF0_STALL_MEM__value, PERF0_MACS_HI__value, \port$18788$0 , \port$18790$0 , \port$18796$0 , \port$18798$0 , \port$18800$0 
-, \port$18801$0 , \port$18954$0 , PERF1_CYCLES__value, PERF1_BUSY_LOAD__value, PERF1_BUSY_STORE__value, PERF1_STALL_DEP__value, PERF1_STALL_MEM__value, PERF1_MACS_HI__value, bus__awaddr);
+, QUEUE1_WATCHDOG__value, TRACE0_CONTROL__value, TRACE1_CONTROL__value, \port$16403$0 , \port$16405$0 , \port$16411$0 , \port$16413$0 , \port$16415$0 , \port$16416$0 , \port$16569$0 , PERF0_CYCLES__value, PERF0_BUSY_LOAD__value, PERF0_BUSY_STORE__value, PERF0_STALL_DEP__value, PERF0_STALL_MEM__value, PERF0_MACS_HI__value, \port$18710$0 , \port$18712$0 , \port$18718$0 , \port$18720$0 , \port$18722$0 
+, \port$18723$0 , \port$18876$0 , PERF1_CYCLES__value, PERF1_BUSY_LOAD__value, PERF1_BUSY_STORE__value, PERF1_STALL_DEP__value, PERF1_STALL_MEM__value, PERF1_MACS_HI__value, bus__awaddr);
   reg \$auto$verilog_backend.cc:2355:dump_module$117  = 0;
   wire \$1 ;
   wire [31:0] \$10 ;
@@ -81270,46 +81270,46 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   wire clk;
   wire do_read;
   wire do_write;
-  input \port$13023$0 ;
-  wire \port$13023$0 ;
-  input [8:0] \port$13755$0 ;
-  wire [8:0] \port$13755$0 ;
-  input [15:0] \port$16481$0 ;
-  wire [15:0] \port$16481$0 ;
-  input [15:0] \port$16483$0 ;
-  wire [15:0] \port$16483$0 ;
-  input \port$16489$0 ;
-  wire \port$16489$0 ;
-  input [7:0] \port$16491$0 ;
-  wire [7:0] \port$16491$0 ;
-  input [15:0] \port$16493$0 ;
-  wire [15:0] \port$16493$0 ;
-  input \port$16494$0 ;
-  wire \port$16494$0 ;
-  input \port$16647$0 ;
-  wire \port$16647$0 ;
-  input [15:0] \port$18788$0 ;
-  wire [15:0] \port$18788$0 ;
-  input [15:0] \port$18790$0 ;
-  wire [15:0] \port$18790$0 ;
-  input \port$18796$0 ;
-  wire \port$18796$0 ;
-  input [7:0] \port$18798$0 ;
-  wire [7:0] \port$18798$0 ;
-  input [15:0] \port$18800$0 ;
-  wire [15:0] \port$18800$0 ;
-  input \port$18801$0 ;
-  wire \port$18801$0 ;
-  input \port$18954$0 ;
-  wire \port$18954$0 ;
-  input \port$3145$0 ;
-  wire \port$3145$0 ;
-  input \port$7688$0 ;
-  wire \port$7688$0 ;
-  input [8:0] \port$8420$0 ;
-  wire [8:0] \port$8420$0 ;
-  input \port$8480$0 ;
-  wire \port$8480$0 ;
+  input \port$12943$0 ;
+  wire \port$12943$0 ;
+  input [8:0] \port$13675$0 ;
+  wire [8:0] \port$13675$0 ;
+  input [15:0] \port$16403$0 ;
+  wire [15:0] \port$16403$0 ;
+  input [15:0] \port$16405$0 ;
+  wire [15:0] \port$16405$0 ;
+  input \port$16411$0 ;
+  wire \port$16411$0 ;
+  input [7:0] \port$16413$0 ;
+  wire [7:0] \port$16413$0 ;
+  input [15:0] \port$16415$0 ;
+  wire [15:0] \port$16415$0 ;
+  input \port$16416$0 ;
+  wire \port$16416$0 ;
+  input \port$16569$0 ;
+  wire \port$16569$0 ;
+  input [15:0] \port$18710$0 ;
+  wire [15:0] \port$18710$0 ;
+  input [15:0] \port$18712$0 ;
+  wire [15:0] \port$18712$0 ;
+  input \port$18718$0 ;
+  wire \port$18718$0 ;
+  input [7:0] \port$18720$0 ;
+  wire [7:0] \port$18720$0 ;
+  input [15:0] \port$18722$0 ;
+  wire [15:0] \port$18722$0 ;
+  input \port$18723$0 ;
+  wire \port$18723$0 ;
+  input \port$18876$0 ;
+  wire \port$18876$0 ;
+  input \port$3065$0 ;
+  wire \port$3065$0 ;
+  input \port$7608$0 ;
+  wire \port$7608$0 ;
+  input [8:0] \port$8340$0 ;
+  wire [8:0] \port$8340$0 ;
+  input \port$8400$0 ;
+  wire \port$8400$0 ;
   wire [31:0] rd_data;
   wire rd_hit;
   input rst;
@@ -81431,12 +81431,12 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   assign \$376  = QUEUE0_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
   assign \$377  = ~ \$376 ;
   assign \$378  = QUEUE0_IRQ_STATUS__value & \$377 ;
-  assign \$379  = \$378  | { 30'h00000000, \port$16494$0 , \port$16647$0  };
+  assign \$379  = \$378  | { 30'h00000000, \port$16416$0 , \port$16569$0  };
   assign \$381  = QUEUE0_IRQ_STATUS__clear ? 32'd0 : \$380 ;
   assign \$398  = QUEUE1_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
   assign \$399  = ~ \$398 ;
   assign \$400  = QUEUE1_IRQ_STATUS__value & \$399 ;
-  assign \$401  = \$400  | { 30'h00000000, \port$18801$0 , \port$18954$0  };
+  assign \$401  = \$400  | { 30'h00000000, \port$18723$0 , \port$18876$0  };
   assign \$403  = QUEUE1_IRQ_STATUS__clear ? 32'd0 : \$402 ;
   always @(posedge clk)
     aw_full <= \$424 ;
@@ -82586,16 +82586,16 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
       \$476  = 32'd0;
     end
   end
-  assign QUEUE0_HEAD__value = { 16'h0000, \port$16481$0  };
-  assign QUEUE0_TAIL__value = { 16'h0000, \port$16483$0  };
-  assign QUEUE0_STATUS__value = { 29'h00000000, \port$3145$0 , \port$16489$0 , \port$7688$0  };
-  assign QUEUE0_ERROR__value = { \port$16493$0 , 8'h00, \port$16491$0  };
-  assign QUEUE1_HEAD__value = { 16'h0000, \port$18788$0  };
-  assign QUEUE1_TAIL__value = { 16'h0000, \port$18790$0  };
-  assign QUEUE1_STATUS__value = { 29'h00000000, \port$8480$0 , \port$18796$0 , \port$13023$0  };
-  assign QUEUE1_ERROR__value = { \port$18800$0 , 8'h00, \port$18798$0  };
-  assign TRACE0_COUNT__value = { 23'h000000, \port$8420$0  };
-  assign TRACE1_COUNT__value = { 23'h000000, \port$13755$0  };
+  assign QUEUE0_HEAD__value = { 16'h0000, \port$16403$0  };
+  assign QUEUE0_TAIL__value = { 16'h0000, \port$16405$0  };
+  assign QUEUE0_STATUS__value = { 29'h00000000, \port$3065$0 , \port$16411$0 , \port$7608$0  };
+  assign QUEUE0_ERROR__value = { \port$16415$0 , 8'h00, \port$16413$0  };
+  assign QUEUE1_HEAD__value = { 16'h0000, \port$18710$0  };
+  assign QUEUE1_TAIL__value = { 16'h0000, \port$18712$0  };
+  assign QUEUE1_STATUS__value = { 29'h00000000, \port$8400$0 , \port$18718$0 , \port$12943$0  };
+  assign QUEUE1_ERROR__value = { \port$18722$0 , 8'h00, \port$18720$0  };
+  assign TRACE0_COUNT__value = { 23'h000000, \port$8340$0  };
+  assign TRACE1_COUNT__value = { 23'h000000, \port$13675$0  };
   assign LINK_CAPS__value = 32'd0;
   assign LINK_LATENCY__value = 32'd0;
   assign LINK_STATUS0__value = 32'd0;
@@ -82747,8 +82747,8 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   assign LINK_CONTROL1_reg = LINK_CONTROL1__value;
   assign GLOBAL_SCRATCH__set = 1'h0;
   assign GLOBAL_SCRATCH__set_value = 32'd0;
-  assign QUEUE0_IRQ_STATUS__set = { 30'h00000000, \port$16494$0 , \port$16647$0  };
-  assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \port$18801$0 , \port$18954$0  };
+  assign QUEUE0_IRQ_STATUS__set = { 30'h00000000, \port$16416$0 , \port$16569$0  };
+  assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \port$18723$0 , \port$18876$0  };
   assign LINK_WINDOW_BASE__set = 1'h0;
   assign LINK_WINDOW_BASE__set_value = 32'd0;
   assign LINK_WINDOW_LIMIT__set = 1'h0;
@@ -82760,21 +82760,21 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   assign \$24  = GLOBAL_CYCLES_LO__value;
   assign \$28  = GLOBAL_CYCLES_HI__value;
   assign \$77 [31:16] = 16'h0000;
-  assign \$77 [15:0] = \port$16481$0 ;
+  assign \$77 [15:0] = \port$16403$0 ;
   assign \$79 [31:16] = 16'h0000;
-  assign \$79 [15:0] = \port$16483$0 ;
+  assign \$79 [15:0] = \port$16405$0 ;
   assign \$83 [31:3] = 29'h00000000;
-  assign \$83 [2:0] = { \port$3145$0 , \port$16489$0 , \port$7688$0  };
+  assign \$83 [2:0] = { \port$3065$0 , \port$16411$0 , \port$7608$0  };
   assign \$88 [15:8] = 8'h00;
-  assign { \$88 [31:16], \$88 [7:0] } = { \port$16493$0 , \port$16491$0  };
+  assign { \$88 [31:16], \$88 [7:0] } = { \port$16415$0 , \port$16413$0  };
   assign \$112 [31:16] = 16'h0000;
-  assign \$112 [15:0] = \port$18788$0 ;
+  assign \$112 [15:0] = \port$18710$0 ;
   assign \$114 [31:16] = 16'h0000;
-  assign \$114 [15:0] = \port$18790$0 ;
+  assign \$114 [15:0] = \port$18712$0 ;
   assign \$118 [31:3] = 29'h00000000;
-  assign \$118 [2:0] = { \port$8480$0 , \port$18796$0 , \port$13023$0  };
+  assign \$118 [2:0] = { \port$8400$0 , \port$18718$0 , \port$12943$0  };
   assign \$123 [15:8] = 8'h00;
-  assign { \$123 [31:16], \$123 [7:0] } = { \port$18800$0 , \port$18798$0  };
+  assign { \$123 [31:16], \$123 [7:0] } = { \port$18722$0 , \port$18720$0  };
   assign \$143  = PERF0_CYCLES__value;
   assign \$146  = PERF0_BUSY_LOAD__value;
   assign \$148  = PERF0_BUSY_COMPUTE__value;
@@ -82803,10 +82803,10 @@ module \dx1_soc.regfile (bus__awvalid, bus__wdata, bus__wstrb, bus__wvalid, bus_
   assign \$221  = PERF1_TABLE_HITS__value;
   assign \$224  = PERF1_TABLE_UNDERFLOWS__value;
   assign \$226  = PERF1_TABLE_OVERFLOWS__value;
-  assign \$240  = { 23'h000000, \port$8420$0  };
+  assign \$240  = { 23'h000000, \port$8340$0  };
   assign \$242  = TRACE0_DATA_LO__value;
   assign \$245  = TRACE0_DATA_HI__value;
-  assign \$255  = { 23'h000000, \port$13755$0  };
+  assign \$255  = { 23'h000000, \port$13675$0  };
   assign \$259  = TRACE1_DATA_LO__value;
   assign \$261  = TRACE1_DATA_HI__value;
   assign \$270  = 32'd0;
@@ -83266,77 +83266,62 @@ module \dx1_soc.reset1 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_req, c
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_soc.semaphores (\port$13914$0 , \port$13916$0 , \port$13918$0 , \port$13920$0 , \port$13922$0 , \port$13924$0 , \port$13926$0 , \port$13928$0 , \port$13930$0 , \port$13932$0 , \port$13934$0 , \port$13936$0 , \port$13938$0 , \port$13940$0 , \port$13942$0 , grant0, set, set_value, grant1, index0, valid0
-, delta0, index1, valid1, delta1, \port$13912$0 );
+module \dx1_soc.semaphores (\port$13834$0 , \port$13836$0 , \port$13838$0 , \port$13840$0 , \port$13842$0 , \port$13844$0 , \port$13846$0 , \port$13848$0 , \port$13850$0 , \port$13852$0 , \port$13854$0 , \port$13856$0 , \port$13858$0 , \port$13860$0 , \port$13862$0 , grant0, grant1, set, set_value, index0, valid0
+, delta0, index1, valid1, delta1, \port$13832$0 );
   reg \$auto$verilog_backend.cc:2355:dump_module$120  = 0;
   wire \$1 ;
   wire [33:0] \$10 ;
   wire \$11 ;
-  wire [33:0] \$12 ;
-  wire \$13 ;
-  wire [33:0] \$14 ;
+  wire \$12 ;
+  wire [33:0] \$13 ;
+  wire \$14 ;
   wire \$15 ;
   wire [33:0] \$16 ;
   wire \$17 ;
-  wire [33:0] \$18 ;
-  wire \$19 ;
+  wire \$18 ;
+  wire [33:0] \$19 ;
   wire \$2 ;
-  wire [33:0] \$20 ;
+  wire \$20 ;
   wire \$21 ;
   wire [33:0] \$22 ;
   wire \$23 ;
-  wire [33:0] \$24 ;
-  wire \$25 ;
-  wire [33:0] \$26 ;
+  wire \$24 ;
+  wire [33:0] \$25 ;
+  wire \$26 ;
   wire \$27 ;
   wire [33:0] \$28 ;
   wire \$29 ;
   wire \$3 ;
-  wire [33:0] \$30 ;
-  wire \$31 ;
-  wire [33:0] \$32 ;
+  wire \$30 ;
+  wire [33:0] \$31 ;
+  wire \$32 ;
   wire \$33 ;
   wire [33:0] \$34 ;
   wire \$35 ;
   wire \$36 ;
-  wire \$37 ;
-  wire [33:0] \$38 ;
+  wire [33:0] \$37 ;
+  wire \$38 ;
   wire \$39 ;
-  wire [33:0] \$4 ;
+  wire \$4 ;
   wire [33:0] \$40 ;
   wire \$41 ;
-  wire [33:0] \$42 ;
-  wire \$43 ;
-  wire [33:0] \$44 ;
+  wire \$42 ;
+  wire [33:0] \$43 ;
+  wire \$44 ;
   wire \$45 ;
   wire [33:0] \$46 ;
   wire \$47 ;
-  wire [33:0] \$48 ;
-  wire \$49 ;
+  wire \$48 ;
+  wire [33:0] \$49 ;
   wire \$5 ;
-  wire [33:0] \$50 ;
+  wire \$50 ;
   wire \$51 ;
   wire [33:0] \$52 ;
-  wire \$53 ;
-  wire [33:0] \$54 ;
-  wire \$55 ;
-  wire [33:0] \$56 ;
-  wire \$57 ;
-  wire [33:0] \$58 ;
-  wire \$59 ;
-  wire [33:0] \$6 ;
-  wire [33:0] \$60 ;
-  wire \$61 ;
-  wire [33:0] \$62 ;
-  wire \$63 ;
-  wire [33:0] \$64 ;
-  wire \$65 ;
-  wire [33:0] \$66 ;
-  wire \$67 ;
-  wire [33:0] \$68 ;
-  wire \$7 ;
-  wire [33:0] \$8 ;
+  wire \$6 ;
+  wire [33:0] \$7 ;
+  wire \$8 ;
   wire \$9 ;
+  reg [17:0] delta;
   input [17:0] delta0;
   wire [17:0] delta0;
   input [17:0] delta1;
@@ -83348,46 +83333,47 @@ module \dx1_soc.semaphores (\port$13914$0 , \port$13916$0 , \port$13918$0 , \por
   wire granted;
   wire granted0;
   wire granted1;
+  reg [3:0] index;
   input [3:0] index0;
   wire [3:0] index0;
   input [3:0] index1;
   wire [3:0] index1;
-  input [31:0] \port$13912$0 ;
-  wire [31:0] \port$13912$0 ;
-  input [31:0] \port$13914$0 ;
-  wire [31:0] \port$13914$0 ;
-  input [31:0] \port$13916$0 ;
-  wire [31:0] \port$13916$0 ;
-  input [31:0] \port$13918$0 ;
-  wire [31:0] \port$13918$0 ;
-  input [31:0] \port$13920$0 ;
-  wire [31:0] \port$13920$0 ;
-  input [31:0] \port$13922$0 ;
-  wire [31:0] \port$13922$0 ;
-  input [31:0] \port$13924$0 ;
-  wire [31:0] \port$13924$0 ;
-  input [31:0] \port$13926$0 ;
-  wire [31:0] \port$13926$0 ;
-  input [31:0] \port$13928$0 ;
-  wire [31:0] \port$13928$0 ;
-  input [31:0] \port$13930$0 ;
-  wire [31:0] \port$13930$0 ;
-  input [31:0] \port$13932$0 ;
-  wire [31:0] \port$13932$0 ;
-  input [31:0] \port$13934$0 ;
-  wire [31:0] \port$13934$0 ;
-  input [31:0] \port$13936$0 ;
-  wire [31:0] \port$13936$0 ;
-  input [31:0] \port$13938$0 ;
-  wire [31:0] \port$13938$0 ;
-  input [31:0] \port$13940$0 ;
-  wire [31:0] \port$13940$0 ;
-  input [31:0] \port$13942$0 ;
-  wire [31:0] \port$13942$0 ;
+  input [31:0] \port$13832$0 ;
+  wire [31:0] \port$13832$0 ;
+  input [31:0] \port$13834$0 ;
+  wire [31:0] \port$13834$0 ;
+  input [31:0] \port$13836$0 ;
+  wire [31:0] \port$13836$0 ;
+  input [31:0] \port$13838$0 ;
+  wire [31:0] \port$13838$0 ;
+  input [31:0] \port$13840$0 ;
+  wire [31:0] \port$13840$0 ;
+  input [31:0] \port$13842$0 ;
+  wire [31:0] \port$13842$0 ;
+  input [31:0] \port$13844$0 ;
+  wire [31:0] \port$13844$0 ;
+  input [31:0] \port$13846$0 ;
+  wire [31:0] \port$13846$0 ;
+  input [31:0] \port$13848$0 ;
+  wire [31:0] \port$13848$0 ;
+  input [31:0] \port$13850$0 ;
+  wire [31:0] \port$13850$0 ;
+  input [31:0] \port$13852$0 ;
+  wire [31:0] \port$13852$0 ;
+  input [31:0] \port$13854$0 ;
+  wire [31:0] \port$13854$0 ;
+  input [31:0] \port$13856$0 ;
+  wire [31:0] \port$13856$0 ;
+  input [31:0] \port$13858$0 ;
+  wire [31:0] \port$13858$0 ;
+  input [31:0] \port$13860$0 ;
+  wire [31:0] \port$13860$0 ;
+  input [31:0] \port$13862$0 ;
+  wire [31:0] \port$13862$0 ;
   output [15:0] set;
-  reg [15:0] set;
+  wire [15:0] set;
   output [255:0] set_value;
-  reg [255:0] set_value;
+  wire [255:0] set_value;
   wire [15:0] \set_value[0] ;
   wire [15:0] \set_value[10] ;
   wire [15:0] \set_value[11] ;
@@ -83425,73 +83411,57 @@ module \dx1_soc.semaphores (\port$13914$0 , \port$13916$0 , \port$13918$0 , \por
   wire [31:0] \values[7] ;
   wire [31:0] \values[8] ;
   wire [31:0] \values[9] ;
-  assign \$32  = $signed({ 1'h0, \port$13940$0  }) + $signed(delta0);
-  assign \$33  = index0 == 4'hf;
-  assign \$34  = $signed({ 1'h0, \port$13942$0  }) + $signed(delta0);
-  assign \$35  = ~ granted0;
-  assign \$36  = valid1 & \$35 ;
-  assign \$37  = ! index1;
-  assign \$38  = $signed({ 1'h0, \port$13912$0  }) + $signed(delta1);
-  assign \$39  = index1 == 1'h1;
-  assign \$40  = $signed({ 1'h0, \port$13914$0  }) + $signed(delta1);
-  assign \$41  = index1 == 2'h2;
-  assign \$42  = $signed({ 1'h0, \port$13916$0  }) + $signed(delta1);
-  assign \$43  = index1 == 2'h3;
-  assign \$44  = $signed({ 1'h0, \port$13918$0  }) + $signed(delta1);
-  assign \$45  = index1 == 3'h4;
-  assign \$46  = $signed({ 1'h0, \port$13920$0  }) + $signed(delta1);
-  assign \$47  = index1 == 3'h5;
-  assign \$48  = $signed({ 1'h0, \port$13922$0  }) + $signed(delta1);
-  assign \$49  = index1 == 3'h6;
-  assign \$50  = $signed({ 1'h0, \port$13924$0  }) + $signed(delta1);
-  assign \$51  = index1 == 3'h7;
-  assign \$52  = $signed({ 1'h0, \port$13926$0  }) + $signed(delta1);
-  assign \$53  = index1 == 4'h8;
-  assign \$54  = $signed({ 1'h0, \port$13928$0  }) + $signed(delta1);
-  assign \$55  = index1 == 4'h9;
-  assign \$56  = $signed({ 1'h0, \port$13930$0  }) + $signed(delta1);
-  assign \$57  = index1 == 4'ha;
-  assign \$58  = $signed({ 1'h0, \port$13932$0  }) + $signed(delta1);
-  assign \$59  = index1 == 4'hb;
-  assign \$60  = $signed({ 1'h0, \port$13934$0  }) + $signed(delta1);
-  assign \$61  = index1 == 4'hc;
-  assign \$62  = $signed({ 1'h0, \port$13936$0  }) + $signed(delta1);
-  assign \$63  = index1 == 4'hd;
-  assign \$64  = $signed({ 1'h0, \port$13938$0  }) + $signed(delta1);
-  assign \$65  = index1 == 4'he;
-  assign \$66  = $signed({ 1'h0, \port$13940$0  }) + $signed(delta1);
-  assign \$67  = index1 == 4'hf;
-  assign \$68  = $signed({ 1'h0, \port$13942$0  }) + $signed(delta1);
+  assign \$46  = $signed({ 1'h0, \port$13858$0  }) + $signed(delta);
+  assign \$47  = index == 4'he;
+  assign \$48  = granted1 & \$47 ;
+  assign \$49  = $signed({ 1'h0, \port$13860$0  }) + $signed(delta);
+  assign \$50  = index == 4'hf;
+  assign \$51  = granted1 & \$50 ;
+  assign \$52  = $signed({ 1'h0, \port$13862$0  }) + $signed(delta);
+  assign \$3  = ~ granted0;
+  assign \$4  = valid1 & \$3 ;
   assign granted1 = granted0 | valid1;
-  assign \$3  = ! index0;
-  assign \$4  = $signed({ 1'h0, \port$13912$0  }) + $signed(delta0);
-  assign \$5  = index0 == 1'h1;
-  assign \$6  = $signed({ 1'h0, \port$13914$0  }) + $signed(delta0);
-  assign \$7  = index0 == 2'h2;
-  assign \$8  = $signed({ 1'h0, \port$13916$0  }) + $signed(delta0);
-  assign \$9  = index0 == 2'h3;
-  assign \$10  = $signed({ 1'h0, \port$13918$0  }) + $signed(delta0);
-  assign \$11  = index0 == 3'h4;
-  assign \$12  = $signed({ 1'h0, \port$13920$0  }) + $signed(delta0);
-  assign \$13  = index0 == 3'h5;
-  assign \$14  = $signed({ 1'h0, \port$13922$0  }) + $signed(delta0);
-  assign \$15  = index0 == 3'h6;
-  assign \$16  = $signed({ 1'h0, \port$13924$0  }) + $signed(delta0);
-  assign \$17  = index0 == 3'h7;
-  assign \$18  = $signed({ 1'h0, \port$13926$0  }) + $signed(delta0);
-  assign \$19  = index0 == 4'h8;
-  assign \$20  = $signed({ 1'h0, \port$13928$0  }) + $signed(delta0);
-  assign \$21  = index0 == 4'h9;
-  assign \$22  = $signed({ 1'h0, \port$13930$0  }) + $signed(delta0);
-  assign \$23  = index0 == 4'ha;
-  assign \$24  = $signed({ 1'h0, \port$13932$0  }) + $signed(delta0);
-  assign \$25  = index0 == 4'hb;
-  assign \$26  = $signed({ 1'h0, \port$13934$0  }) + $signed(delta0);
-  assign \$27  = index0 == 4'hc;
-  assign \$28  = $signed({ 1'h0, \port$13936$0  }) + $signed(delta0);
-  assign \$29  = index0 == 4'hd;
-  assign \$30  = $signed({ 1'h0, \port$13938$0  }) + $signed(delta0);
-  assign \$31  = index0 == 4'he;
+  assign \$5  = ! index;
+  assign \$6  = granted1 & \$5 ;
+  assign \$7  = $signed({ 1'h0, \port$13832$0  }) + $signed(delta);
+  assign \$8  = index == 1'h1;
+  assign \$9  = granted1 & \$8 ;
+  assign \$10  = $signed({ 1'h0, \port$13834$0  }) + $signed(delta);
+  assign \$11  = index == 2'h2;
+  assign \$12  = granted1 & \$11 ;
+  assign \$13  = $signed({ 1'h0, \port$13836$0  }) + $signed(delta);
+  assign \$14  = index == 2'h3;
+  assign \$15  = granted1 & \$14 ;
+  assign \$16  = $signed({ 1'h0, \port$13838$0  }) + $signed(delta);
+  assign \$17  = index == 3'h4;
+  assign \$18  = granted1 & \$17 ;
+  assign \$19  = $signed({ 1'h0, \port$13840$0  }) + $signed(delta);
+  assign \$20  = index == 3'h5;
+  assign \$21  = granted1 & \$20 ;
+  assign \$22  = $signed({ 1'h0, \port$13842$0  }) + $signed(delta);
+  assign \$23  = index == 3'h6;
+  assign \$24  = granted1 & \$23 ;
+  assign \$25  = $signed({ 1'h0, \port$13844$0  }) + $signed(delta);
+  assign \$26  = index == 3'h7;
+  assign \$27  = granted1 & \$26 ;
+  assign \$28  = $signed({ 1'h0, \port$13846$0  }) + $signed(delta);
+  assign \$29  = index == 4'h8;
+  assign \$30  = granted1 & \$29 ;
+  assign \$31  = $signed({ 1'h0, \port$13848$0  }) + $signed(delta);
+  assign \$32  = index == 4'h9;
+  assign \$33  = granted1 & \$32 ;
+  assign \$34  = $signed({ 1'h0, \port$13850$0  }) + $signed(delta);
+  assign \$35  = index == 4'ha;
+  assign \$36  = granted1 & \$35 ;
+  assign \$37  = $signed({ 1'h0, \port$13852$0  }) + $signed(delta);
+  assign \$38  = index == 4'hb;
+  assign \$39  = granted1 & \$38 ;
+  assign \$40  = $signed({ 1'h0, \port$13854$0  }) + $signed(delta);
+  assign \$41  = index == 4'hc;
+  assign \$42  = granted1 & \$41 ;
+  assign \$43  = $signed({ 1'h0, \port$13856$0  }) + $signed(delta);
+  assign \$44  = index == 4'hd;
+  assign \$45  = granted1 & \$44 ;
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$120 ) begin end
     grant0 = 1'h0;
@@ -83501,221 +83471,33 @@ module \dx1_soc.semaphores (\port$13914$0 , \port$13916$0 , \port$13918$0 , \por
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$120 ) begin end
-    set = 16'h0000;
+    index = 4'h0;
     if (\$2 ) begin
-      if (\$3 ) begin
-        set[0] = 1'h1;
-      end
-      if (\$5 ) begin
-        set[1] = 1'h1;
-      end
-      if (\$7 ) begin
-        set[2] = 1'h1;
-      end
-      if (\$9 ) begin
-        set[3] = 1'h1;
-      end
-      if (\$11 ) begin
-        set[4] = 1'h1;
-      end
-      if (\$13 ) begin
-        set[5] = 1'h1;
-      end
-      if (\$15 ) begin
-        set[6] = 1'h1;
-      end
-      if (\$17 ) begin
-        set[7] = 1'h1;
-      end
-      if (\$19 ) begin
-        set[8] = 1'h1;
-      end
-      if (\$21 ) begin
-        set[9] = 1'h1;
-      end
-      if (\$23 ) begin
-        set[10] = 1'h1;
-      end
-      if (\$25 ) begin
-        set[11] = 1'h1;
-      end
-      if (\$27 ) begin
-        set[12] = 1'h1;
-      end
-      if (\$29 ) begin
-        set[13] = 1'h1;
-      end
-      if (\$31 ) begin
-        set[14] = 1'h1;
-      end
-      if (\$33 ) begin
-        set[15] = 1'h1;
-      end
+      index = index0;
     end
-    if (\$36 ) begin
-      if (\$37 ) begin
-        set[0] = 1'h1;
-      end
-      if (\$39 ) begin
-        set[1] = 1'h1;
-      end
-      if (\$41 ) begin
-        set[2] = 1'h1;
-      end
-      if (\$43 ) begin
-        set[3] = 1'h1;
-      end
-      if (\$45 ) begin
-        set[4] = 1'h1;
-      end
-      if (\$47 ) begin
-        set[5] = 1'h1;
-      end
-      if (\$49 ) begin
-        set[6] = 1'h1;
-      end
-      if (\$51 ) begin
-        set[7] = 1'h1;
-      end
-      if (\$53 ) begin
-        set[8] = 1'h1;
-      end
-      if (\$55 ) begin
-        set[9] = 1'h1;
-      end
-      if (\$57 ) begin
-        set[10] = 1'h1;
-      end
-      if (\$59 ) begin
-        set[11] = 1'h1;
-      end
-      if (\$61 ) begin
-        set[12] = 1'h1;
-      end
-      if (\$63 ) begin
-        set[13] = 1'h1;
-      end
-      if (\$65 ) begin
-        set[14] = 1'h1;
-      end
-      if (\$67 ) begin
-        set[15] = 1'h1;
-      end
+    if (\$4 ) begin
+      index = index1;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$120 ) begin end
-    set_value = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+    delta = 18'h00000;
     if (\$2 ) begin
-      if (\$3 ) begin
-        set_value[15:0] = \$4 [15:0];
-      end
-      if (\$5 ) begin
-        set_value[31:16] = \$6 [15:0];
-      end
-      if (\$7 ) begin
-        set_value[47:32] = \$8 [15:0];
-      end
-      if (\$9 ) begin
-        set_value[63:48] = \$10 [15:0];
-      end
-      if (\$11 ) begin
-        set_value[79:64] = \$12 [15:0];
-      end
-      if (\$13 ) begin
-        set_value[95:80] = \$14 [15:0];
-      end
-      if (\$15 ) begin
-        set_value[111:96] = \$16 [15:0];
-      end
-      if (\$17 ) begin
-        set_value[127:112] = \$18 [15:0];
-      end
-      if (\$19 ) begin
-        set_value[143:128] = \$20 [15:0];
-      end
-      if (\$21 ) begin
-        set_value[159:144] = \$22 [15:0];
-      end
-      if (\$23 ) begin
-        set_value[175:160] = \$24 [15:0];
-      end
-      if (\$25 ) begin
-        set_value[191:176] = \$26 [15:0];
-      end
-      if (\$27 ) begin
-        set_value[207:192] = \$28 [15:0];
-      end
-      if (\$29 ) begin
-        set_value[223:208] = \$30 [15:0];
-      end
-      if (\$31 ) begin
-        set_value[239:224] = \$32 [15:0];
-      end
-      if (\$33 ) begin
-        set_value[255:240] = \$34 [15:0];
-      end
+      delta = delta0;
     end
-    if (\$36 ) begin
-      if (\$37 ) begin
-        set_value[15:0] = \$38 [15:0];
-      end
-      if (\$39 ) begin
-        set_value[31:16] = \$40 [15:0];
-      end
-      if (\$41 ) begin
-        set_value[47:32] = \$42 [15:0];
-      end
-      if (\$43 ) begin
-        set_value[63:48] = \$44 [15:0];
-      end
-      if (\$45 ) begin
-        set_value[79:64] = \$46 [15:0];
-      end
-      if (\$47 ) begin
-        set_value[95:80] = \$48 [15:0];
-      end
-      if (\$49 ) begin
-        set_value[111:96] = \$50 [15:0];
-      end
-      if (\$51 ) begin
-        set_value[127:112] = \$52 [15:0];
-      end
-      if (\$53 ) begin
-        set_value[143:128] = \$54 [15:0];
-      end
-      if (\$55 ) begin
-        set_value[159:144] = \$56 [15:0];
-      end
-      if (\$57 ) begin
-        set_value[175:160] = \$58 [15:0];
-      end
-      if (\$59 ) begin
-        set_value[191:176] = \$60 [15:0];
-      end
-      if (\$61 ) begin
-        set_value[207:192] = \$62 [15:0];
-      end
-      if (\$63 ) begin
-        set_value[223:208] = \$64 [15:0];
-      end
-      if (\$65 ) begin
-        set_value[239:224] = \$66 [15:0];
-      end
-      if (\$67 ) begin
-        set_value[255:240] = \$68 [15:0];
-      end
+    if (\$4 ) begin
+      delta = delta1;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$120 ) begin end
     grant1 = 1'h0;
-    if (\$36 ) begin
+    if (\$4 ) begin
       grant1 = 1'h1;
     end
   end
   assign granted = 1'h0;
-  assign values = { \port$13942$0 , \port$13940$0 , \port$13938$0 , \port$13936$0 , \port$13934$0 , \port$13932$0 , \port$13930$0 , \port$13928$0 , \port$13926$0 , \port$13924$0 , \port$13922$0 , \port$13920$0 , \port$13918$0 , \port$13916$0 , \port$13914$0 , \port$13912$0  };
+  assign values = { \port$13862$0 , \port$13860$0 , \port$13858$0 , \port$13856$0 , \port$13854$0 , \port$13852$0 , \port$13850$0 , \port$13848$0 , \port$13846$0 , \port$13844$0 , \port$13842$0 , \port$13840$0 , \port$13838$0 , \port$13836$0 , \port$13834$0 , \port$13832$0  };
   assign \set_value[0]  = set_value[15:0];
   assign \set_value[1]  = set_value[31:16];
   assign \set_value[2]  = set_value[47:32];
@@ -83732,22 +83514,54 @@ module \dx1_soc.semaphores (\port$13914$0 , \port$13916$0 , \port$13918$0 , \por
   assign \set_value[13]  = set_value[223:208];
   assign \set_value[14]  = set_value[239:224];
   assign \set_value[15]  = set_value[255:240];
-  assign \values[0]  = \port$13912$0 ;
-  assign \values[1]  = \port$13914$0 ;
-  assign \values[2]  = \port$13916$0 ;
-  assign \values[3]  = \port$13918$0 ;
-  assign \values[4]  = \port$13920$0 ;
-  assign \values[5]  = \port$13922$0 ;
-  assign \values[6]  = \port$13924$0 ;
-  assign \values[7]  = \port$13926$0 ;
-  assign \values[8]  = \port$13928$0 ;
-  assign \values[9]  = \port$13930$0 ;
-  assign \values[10]  = \port$13932$0 ;
-  assign \values[11]  = \port$13934$0 ;
-  assign \values[12]  = \port$13936$0 ;
-  assign \values[13]  = \port$13938$0 ;
-  assign \values[14]  = \port$13940$0 ;
-  assign \values[15]  = \port$13942$0 ;
+  assign \values[0]  = \port$13832$0 ;
+  assign \values[1]  = \port$13834$0 ;
+  assign \values[2]  = \port$13836$0 ;
+  assign \values[3]  = \port$13838$0 ;
+  assign \values[4]  = \port$13840$0 ;
+  assign \values[5]  = \port$13842$0 ;
+  assign \values[6]  = \port$13844$0 ;
+  assign \values[7]  = \port$13846$0 ;
+  assign \values[8]  = \port$13848$0 ;
+  assign \values[9]  = \port$13850$0 ;
+  assign \values[10]  = \port$13852$0 ;
+  assign \values[11]  = \port$13854$0 ;
+  assign \values[12]  = \port$13856$0 ;
+  assign \values[13]  = \port$13858$0 ;
+  assign \values[14]  = \port$13860$0 ;
+  assign \values[15]  = \port$13862$0 ;
+  assign set_value[255:240] = \$52 [15:0];
+  assign set_value[239:224] = \$49 [15:0];
+  assign set_value[223:208] = \$46 [15:0];
+  assign set_value[207:192] = \$43 [15:0];
+  assign set_value[191:176] = \$40 [15:0];
+  assign set_value[175:160] = \$37 [15:0];
+  assign set_value[159:144] = \$34 [15:0];
+  assign set_value[143:128] = \$31 [15:0];
+  assign set_value[127:112] = \$28 [15:0];
+  assign set_value[111:96] = \$25 [15:0];
+  assign set_value[95:80] = \$22 [15:0];
+  assign set_value[79:64] = \$19 [15:0];
+  assign set_value[63:48] = \$16 [15:0];
+  assign set_value[47:32] = \$13 [15:0];
+  assign set_value[31:16] = \$10 [15:0];
+  assign set_value[15:0] = \$7 [15:0];
+  assign set[15] = \$51 ;
+  assign set[14] = \$48 ;
+  assign set[13] = \$45 ;
+  assign set[12] = \$42 ;
+  assign set[11] = \$39 ;
+  assign set[10] = \$36 ;
+  assign set[9] = \$33 ;
+  assign set[8] = \$30 ;
+  assign set[7] = \$27 ;
+  assign set[6] = \$24 ;
+  assign set[5] = \$21 ;
+  assign set[4] = \$18 ;
+  assign set[3] = \$15 ;
+  assign set[2] = \$12 ;
+  assign set[1] = \$9 ;
+  assign set[0] = \$6 ;
   assign \$1  = 1'h1;
   assign \$2  = valid0;
   assign granted0 = valid0;

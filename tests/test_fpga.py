@@ -19,6 +19,7 @@ import pytest
 
 from dx1_bringup.fpga import (
     BOARDS,
+    LOOPBACK_LINK,
     ULX3S_85F_CONFIG,
     BuildError,
     Dx1FpgaTop,
@@ -151,7 +152,8 @@ def test_board_variants_keep_the_rest_of_the_configuration():
     plain = with_units(board)
     assert plain == board
     variant = with_units(board, vector=False, link=True)
-    assert variant.config.tile.vector is False and variant.config.link == ChipLinkConfig()
+    assert variant.config.tile.vector is False and variant.config.link == LOOPBACK_LINK
+    assert LOOPBACK_LINK == ChipLinkConfig(latency=2)  # the spec's link on a short wire
     assert variant.config.tiles == board.config.tiles and variant.config.mem_bytes == board.config.mem_bytes
     assert variant.clk_freq == board.clk_freq and variant.name == board.name
 

@@ -34,15 +34,19 @@ async def _start(ctx, dut, **values) -> None:
     ctx.set(dut.start, 0)
 
 
-def _bursts(base: int, stride: int, segments: int, seg_beats: int, max_beats: int) -> list[tuple[int, int]]:
-    dut = BurstGenerator(32)
+def _bursts(base: int, stride: int | None, segments: int | None, seg_beats: int,
+            max_beats: int) -> list[tuple[int, int]]:
+    """The bursts of one job; without ``stride`` and ``segments``, of a generator built without segments."""
+    segmented = segments is not None
+    dut = BurstGenerator(32, segmented=segmented)
     bursts: list[tuple[int, int]] = []
 
     async def bench(ctx) -> None:
         ctx.set(dut.allow, 1)
         ctx.set(dut.ready, 1)
         ctx.set(dut.max_beats, max_beats)
-        await _start(ctx, dut, base=base, stride=stride, segments=segments, seg_beats=seg_beats)
+        job = dict(stride=stride, segments=segments) if segmented else {}
+        await _start(ctx, dut, base=base, seg_beats=seg_beats, **job)
         for _ in range(200):
             if ctx.get(dut.valid):
                 bursts.append((ctx.get(dut.addr), ctx.get(dut.len) + 1))
@@ -59,6 +63,13 @@ def test_burst_generator_cuts_at_pages_and_at_the_longest_burst() -> None:
     """600 beats from 64 bytes below a page: 8 beats to the page, then bursts of at most 256 beats."""
     assert _bursts(0x1000 - 64, 0, 1, 600, MAX_BURST) == [
         (0x0FC0, 8), (0x1000, 256), (0x1800, 256), (0x2000, 80)]
+
+
+def test_burst_generator_without_segments_cuts_one_run_alike() -> None:
+    """Built without segments (the link DMA's), a run of beats gives the same bursts as one segment."""
+    assert _bursts(0x1000 - 64, None, None, 600, MAX_BURST) == _bursts(0x1000 - 64, 0, 1, 600, MAX_BURST)
+    assert _bursts(0x100, None, None, 20, COPY_BURST) == [(0x100, 16), (0x180, 4)]
+    assert "stride" not in BurstGenerator(32, segmented=False).signature.members
 
 
 def test_burst_generator_walks_strided_segments_and_copy_bursts() -> None:

@@ -14,7 +14,8 @@ from amaranth import Elaboratable, Module
 from amaranth.lib import wiring
 from amaranth_run import simulate
 
-from dx1_bringup.gateware.link import ControlQueue, LinkPort, LinkWire, WordCrc32
+from dx1_bringup.gateware.link import ControlQueue, LinkPort, LinkWire, SendRouter, WordCrc32
+from dx1_bringup.spec import Opcode, pack_command
 from dx1_bringup.spec.chip_link import ChipLinkConfig, FrameKind, LinkOp, pack_link_header, unpack_link_header
 
 pytestmark = pytest.mark.amaranth_sim
@@ -413,3 +414,42 @@ def test_a_wire_cut_in_one_direction_takes_both_ends_down() -> None:
         await run.until(ctx, lambda: len(run.received) == 1)
 
     simulate(pair, bench)
+
+
+def test_send_router_ready_names_the_taker_without_waiting_for_valid() -> None:
+    """``cmd.tready`` follows the command's taker (the DMA, or the SEND's port while no DMA command is pending)
+    whatever ``cmd.tvalid``; a SEND goes to its port, waits there until its status is back, and holds the next
+    command until then."""
+    dut = SendRouter()
+    send1 = int.from_bytes(pack_command(Opcode.SEND, op=LinkOp.ADD, port=1, src_addr=0x40, dst_addr=0x80,
+                                        length=16, sem=2, count=3), "little")
+    copy = int.from_bytes(pack_command(Opcode.COPY, src_addr=0, dst_addr=0x100, length=8), "little")
+
+    async def bench(ctx) -> None:
+        ctx.set(dut.cmd.tdata, copy)
+        ctx.set(dut.dma_cmd.tready, 1)
+        assert (ctx.get(dut.cmd.tready), ctx.get(dut.dma_cmd.tvalid)) == (1, 0)  # ready before valid
+        ctx.set(dut.dma_cmd.tready, 0)
+        assert ctx.get(dut.cmd.tready) == 0
+        ctx.set(dut.cmd.tdata, send1)
+        ctx.set(dut.send0.ready, 1)
+        assert ctx.get(dut.cmd.tready) == 0  # port 0 is free, but the SEND names port 1
+        ctx.set(dut.send1.ready, 1)
+        assert (ctx.get(dut.cmd.tready), ctx.get(dut.send1.valid)) == (1, 0)
+        ctx.set(dut.cmd.tvalid, 1)
+        assert (ctx.get(dut.send0.valid), ctx.get(dut.send1.valid), ctx.get(dut.dma_cmd.tvalid)) == (0, 1, 0)
+        assert (ctx.get(dut.send1.src_addr), ctx.get(dut.send1.length), ctx.get(dut.send1.count)) == (0x40, 16, 3)
+        await ctx.tick()
+        ctx.set(dut.cmd.tdata, copy)
+        ctx.set(dut.dma_cmd.tready, 1)
+        assert (ctx.get(dut.sending), ctx.get(dut.cmd.tready), ctx.get(dut.dma_cmd.tvalid)) == (1, 0, 0)
+        ctx.set(dut.send_done, 1)
+        ctx.set(dut.send_status, 0x21)
+        await ctx.tick()
+        ctx.set(dut.send_done, 0)
+        ctx.set(dut.done.tready, 1)
+        assert (ctx.get(dut.done.tvalid), ctx.get(dut.done.tdata)) == (1, 0x21)
+        await ctx.tick()
+        assert (ctx.get(dut.sending), ctx.get(dut.cmd.tready), ctx.get(dut.dma_cmd.tvalid)) == (0, 1, 1)
+
+    simulate(dut, bench)

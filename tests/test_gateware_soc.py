@@ -115,6 +115,7 @@ def test_semaphore_arbiter_grants_the_lowest_tile_and_adds_its_delta() -> None:
 
     async def bench(ctx) -> None:
         ctx.set(dut.values, [0, 10, 0, 0xFFFF])
+        assert ctx.get(dut.set) == 0  # no request: no semaphore is written
         ctx.set(dut.valid1, 1)
         ctx.set(dut.index1, 3)
         ctx.set(dut.delta1, 2)

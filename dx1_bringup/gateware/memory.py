@@ -136,8 +136,9 @@ class _AxiBank(_AxiSlaves):
     one bank; addresses are the bank's own, from 0.
     """
 
-    def __init__(self, size: int, ports: int, data_width: int, id_width: int, addr_width: int):
-        self.size = size
+    def __init__(self, size: int, ports: int, data_width: int, id_width: int, addr_width: int,
+                 read_only: tuple[int, ...] = ()):
+        self.size, self.read_only = size, read_only
         super().__init__(ports, AXI4Signature(addr_width=addr_width, data_width=data_width, id_width=id_width))
 
     def elaborate(self, platform):
@@ -163,17 +164,21 @@ class _AxiBank(_AxiSlaves):
                     | ((addr >> beat_size)[:exact_log2(page_words)] + length >= page_words))
 
         # ---- writes: address, data beats, then the port's response register ---------------------
-        w = _Burst("w", n, word_bits, self.id_width)  # the write burst taking data
-        b_valid = [Signal(name=f"b_valid_{i}") for i in range(n)]
-        b_id = [Signal(self.id_width, name=f"b_id_{i}") for i in range(n)]
-        b_resp = [Signal(2, name=f"b_resp_{i}") for i in range(n)]
-        aw_take, aw_grant = w.take(m, "aw", ports, [p.awvalid & ~b_valid[i] for i, p in enumerate(ports)],
+        # Read-only ports never write: they take no part in the write arbitration (their write channels stay
+        # idle), so the write side's multiplexers have only the writing ports' inputs.
+        writers = [p for i, p in enumerate(ports) if i not in self.read_only]
+        nw = len(writers)
+        w = _Burst("w", nw, word_bits, self.id_width)  # the write burst taking data
+        b_valid = [Signal(name=f"b_valid_{i}") for i in range(nw)]
+        b_id = [Signal(self.id_width, name=f"b_id_{i}") for i in range(nw)]
+        b_resp = [Signal(2, name=f"b_resp_{i}") for i in range(nw)]
+        aw_take, aw_grant = w.take(m, "aw", writers, [p.awvalid & ~b_valid[i] for i, p in enumerate(writers)],
                                    beat_size, bad_burst)
 
         w_beat = Signal()
         w_data = Signal(self.data_width)
         w_strb = Signal(lanes)
-        for i, p in enumerate(ports):
+        for i, p in enumerate(writers):
             m.d.comb += [
                 p.awready.eq(aw_take & (aw_grant == i)),
                 p.wready.eq(w.busy & (w.port == i)),
@@ -189,7 +194,7 @@ class _AxiBank(_AxiSlaves):
             m.d.sync += [w.addr.eq(w.addr + 1), w.left.eq(w.left - 1)]
             with m.If(w.left == 0):
                 m.d.sync += w.busy.eq(0)
-                for i in range(n):
+                for i in range(nw):
                     with m.If(w.port == i):
                         m.d.sync += [b_valid[i].eq(1), b_id[i].eq(w.id),
                                      b_resp[i].eq(Mux(w.err, RESP_SLVERR, RESP_OKAY))]
@@ -296,10 +301,14 @@ class AxiMemory(_AxiSlaves):
         4096 bytes.
     data_width, id_width, addr_width:
         As :class:`~.axi.AXI4Signature`; the address space must hold ``size`` bytes.
+    read_only:
+        Ports whose masters only read (a link port's sender): their write channels are never served
+        (``awready``, ``wready`` and ``bvalid`` stay low), and the banks' write arbiters and multiplexers
+        leave them out.  At least one port must write.
     """
 
     def __init__(self, size: int, ports: int, banks: int = 1, data_width: int = 8 * BUS_BYTES, id_width: int = 4,
-                 addr_width: int = 32):
+                 addr_width: int = 32, read_only: tuple[int, ...] = ()):
         if not isinstance(size, int) or isinstance(size, bool) or size < MIN_SIZE or size & (size - 1):
             raise ValueError(f"Memory size must be a power of two of at least {MIN_SIZE} bytes, not {size!r}")
         if not isinstance(ports, int) or isinstance(ports, bool) or not 1 <= ports <= MAX_PORTS:
@@ -312,7 +321,12 @@ class AxiMemory(_AxiSlaves):
         sig = AXI4Signature(addr_width=addr_width, data_width=data_width, id_width=id_width)
         if size > 1 << addr_width:
             raise ValueError(f"Memory size must fit in the {addr_width}-bit address space, not {size!r}")
-        self.size, self.banks = size, banks
+        read_only = tuple(read_only)
+        if (any(not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < ports for i in read_only)
+                or len(set(read_only)) != len(read_only) or len(read_only) == ports):
+            raise ValueError(f"Memory read-only ports must be distinct port numbers in 0..{ports - 1}, leaving "
+                             f"a port that writes, not {read_only!r}")
+        self.size, self.banks, self.read_only = size, banks, read_only
         super().__init__(ports, sig)
 
     def elaborate(self, platform):
@@ -320,7 +334,8 @@ class AxiMemory(_AxiSlaves):
         banks = []
         self.bank_modules = []  # for simulation backdoors (dx1_bringup.sim.amaranth_transport)
         for b in range(self.banks):
-            bank = _AxiBank(self.size // self.banks, self.ports, self.data_width, self.id_width, self.addr_width)
+            bank = _AxiBank(self.size // self.banks, self.ports, self.data_width, self.id_width, self.addr_width,
+                            self.read_only)
             m.submodules[f"bank{b}"] = bank
             self.bank_modules.append(bank)
             banks.append(bank.port_list)
@@ -341,19 +356,33 @@ class AxiMemory(_AxiSlaves):
 
         for i, p in enumerate(self.port_list):
             qs = [bank_ports[i] for bank_ports in banks]
+            writes = i not in self.read_only
             r_out = Signal(range(MAX_OUTSTANDING + 1), name=f"r_out_{i}")
             r_bank = Signal(bank_bits, name=f"r_bank_{i}")
-            w_out = Signal(range(MAX_OUTSTANDING + 1), name=f"w_out_{i}")
-            w_bank = Signal(bank_bits, name=f"w_bank_{i}")
-            ar_bank, aw_bank = bank_of(p.araddr), bank_of(p.awaddr)
+            ar_bank = bank_of(p.araddr)
             ar_open = ((r_out == 0) | (r_bank == ar_bank)) & (r_out != MAX_OUTSTANDING)
-            aw_open = ((w_out == 0) | (w_bank == aw_bank)) & (w_out != MAX_OUTSTANDING)
             for b, q in enumerate(qs):
                 m.d.comb += [
                     q.araddr.eq(local(p.araddr)), q.arlen.eq(p.arlen), q.arsize.eq(p.arsize),
                     q.arburst.eq(p.arburst), q.arid.eq(p.arid),
                     q.arvalid.eq(p.arvalid & ar_open & (ar_bank == b)),
                     q.rready.eq(p.rready & (r_bank == b)),
+                ]
+            m.d.comb += p.arready.eq(Cat(q.arready for q in qs).any())
+            with m.Switch(r_bank):
+                for b, q in enumerate(qs):
+                    with m.Case(b):
+                        m.d.comb += [p.rvalid.eq(q.rvalid), p.rdata.eq(q.rdata), p.rid.eq(q.rid),
+                                     p.rresp.eq(q.rresp), p.rlast.eq(q.rlast)]
+            _in_flight(m, p.arvalid & p.arready, p.rvalid & p.rready & p.rlast, ar_bank, r_out, r_bank)
+            if not writes:
+                continue
+            w_out = Signal(range(MAX_OUTSTANDING + 1), name=f"w_out_{i}")
+            w_bank = Signal(bank_bits, name=f"w_bank_{i}")
+            aw_bank = bank_of(p.awaddr)
+            aw_open = ((w_out == 0) | (w_bank == aw_bank)) & (w_out != MAX_OUTSTANDING)
+            for b, q in enumerate(qs):
+                m.d.comb += [
                     q.awaddr.eq(local(p.awaddr)), q.awlen.eq(p.awlen), q.awsize.eq(p.awsize),
                     q.awburst.eq(p.awburst), q.awid.eq(p.awid),
                     q.awvalid.eq(p.awvalid & aw_open & (aw_bank == b)),
@@ -361,20 +390,11 @@ class AxiMemory(_AxiSlaves):
                     q.wvalid.eq(p.wvalid & (w_bank == b)),
                     q.bready.eq(p.bready & (w_bank == b)),
                 ]
-            m.d.comb += [
-                p.arready.eq(Cat(q.arready for q in qs).any()),
-                p.awready.eq(Cat(q.awready for q in qs).any()),
-            ]
-            with m.Switch(r_bank):
-                for b, q in enumerate(qs):
-                    with m.Case(b):
-                        m.d.comb += [p.rvalid.eq(q.rvalid), p.rdata.eq(q.rdata), p.rid.eq(q.rid),
-                                     p.rresp.eq(q.rresp), p.rlast.eq(q.rlast)]
+            m.d.comb += p.awready.eq(Cat(q.awready for q in qs).any())
             with m.Switch(w_bank):
                 for b, q in enumerate(qs):
                     with m.Case(b):
                         m.d.comb += [p.wready.eq(q.wready), p.bvalid.eq(q.bvalid), p.bid.eq(q.bid),
                                      p.bresp.eq(q.bresp)]
-            _in_flight(m, p.arvalid & p.arready, p.rvalid & p.rready & p.rlast, ar_bank, r_out, r_bank)
             _in_flight(m, p.awvalid & p.awready, p.bvalid & p.bready, aw_bank, w_out, w_bank)
         return m

@@ -25,12 +25,16 @@ class BurstGenerator(wiring.Component):
     ----------
     addr_width:
         Width of the addresses.
+    segmented:
+        Whether a job may have several segments; without (the link DMA's one run of beats), there are no
+        ``stride`` and ``segments`` ports and no segment registers: a job is one run of ``seg_beats`` from ``base``.
     """
 
-    def __init__(self, addr_width: int):
-        self.addr_width = addr_width
+    def __init__(self, addr_width: int, *, segmented: bool = True):
+        self.addr_width, self.segmented = addr_width, segmented
+        segments = {"stride": In(addr_width), "segments": In(16)} if segmented else {}
         super().__init__({
-            "start": In(1), "base": In(addr_width), "stride": In(addr_width), "segments": In(16),
+            "start": In(1), "base": In(addr_width), **segments,
             "seg_beats": In(30), "max_beats": In(range(MAX_BURST + 1)), "allow": In(1),
             "valid": Out(1), "addr": Out(addr_width), "len": Out(8), "ready": In(1),
             "active": Out(1), "issue": Out(1), "beats": Out(range(MAX_BURST + 1)),
@@ -40,11 +44,12 @@ class BurstGenerator(wiring.Component):
         m = Module()
         active, valid, beats = self.active, self.valid, self.beats
         addr = Signal(self.addr_width)
-        seg_base = Signal(self.addr_width)
-        stride = Signal(self.addr_width)
         seg_left = Signal(30)
-        seg_beats = Signal(30)
-        segs_left = Signal(16)
+        if self.segmented:
+            seg_base = Signal(self.addr_width)
+            stride = Signal(self.addr_width)
+            seg_beats = Signal(30)
+            segs_left = Signal(16)
         to_page = Signal(range(PAGE_BYTES // BEAT_BYTES + 1))
         capped = Signal(range(MAX_BURST + 1))
         page_bits = exact_log2(PAGE_BYTES)
@@ -63,16 +68,22 @@ class BurstGenerator(wiring.Component):
                 addr.eq(addr + (beats << beat_bits)), seg_left.eq(seg_left - beats),
             ]
             with m.If(seg_left == beats):
-                with m.If(segs_left == 1):
+                if not self.segmented:
                     m.d.sync += active.eq(0)
-                with m.Else():
-                    m.d.sync += [
-                        seg_base.eq(seg_base + stride), addr.eq(seg_base + stride),
-                        seg_left.eq(seg_beats), segs_left.eq(segs_left - 1),
-                    ]
+                else:
+                    with m.If(segs_left == 1):
+                        m.d.sync += active.eq(0)
+                    with m.Else():
+                        m.d.sync += [
+                            seg_base.eq(seg_base + stride), addr.eq(seg_base + stride),
+                            seg_left.eq(seg_beats), segs_left.eq(segs_left - 1),
+                        ]
         with m.If(self.start):
-            m.d.sync += [
-                active.eq(1), addr.eq(self.base), seg_base.eq(self.base), stride.eq(self.stride),
-                seg_left.eq(self.seg_beats), seg_beats.eq(self.seg_beats), segs_left.eq(self.segments),
-            ]
+            if self.segmented:
+                m.d.sync += [
+                    active.eq(1), addr.eq(self.base), seg_base.eq(self.base), stride.eq(self.stride),
+                    seg_left.eq(self.seg_beats), seg_beats.eq(self.seg_beats), segs_left.eq(self.segments),
+                ]
+            else:
+                m.d.sync += [active.eq(1), addr.eq(self.base), seg_left.eq(self.seg_beats)]
         return m

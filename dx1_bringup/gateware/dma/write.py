@@ -20,9 +20,10 @@ class WriteEngine(wiring.Component):
     driven) and sends their beats from the data FIFO (``fifo_*``).
 
     ``start`` with ``base``, ``stride``, ``segments`` and ``seg_beats`` begins a job (see
-    :class:`~.burst.BurstGenerator`); no new burst goes out while ``hold`` or ``abort`` is high.  Burst
-    lengths wait in a FIFO of :data:`~.params.WLEN_DEPTH` for their data; once a burst's address is out,
-    its beats stream back to back, so its data never waits for the bus.
+    :class:`~.burst.BurstGenerator`; without ``segmented``, one run of ``seg_beats`` from ``base``); no new
+    burst goes out while ``hold`` or ``abort`` is high.  Burst lengths wait in a FIFO of
+    :data:`~.params.WLEN_DEPTH` for their data; once a burst's address is out, its beats stream back to back,
+    so its data never waits for the bus.
 
     The memory's write channel serves a burst from its address to its last beat.  A COPY's data comes from
     the memory's read channel, so a COPY burst whose address went out before its data was read would hold
@@ -39,10 +40,12 @@ class WriteEngine(wiring.Component):
     ``issued``: every burst of the job was issued (a new job may start: the issued bursts keep their data).
     """
 
-    def __init__(self, addr_width: int = 32, id_width: int = 4):
+    def __init__(self, addr_width: int = 32, id_width: int = 4, *, segmented: bool = True):
+        self.segmented = segmented
+        segments = {"stride": In(addr_width), "segments": In(16)} if segmented else {}
         super().__init__({
             "bus": Out(AXI4Signature(addr_width=addr_width, data_width=8 * BEAT_BYTES, id_width=id_width)),
-            "start": In(1), "base": In(addr_width), "stride": In(addr_width), "segments": In(16), "seg_beats": In(30),
+            "start": In(1), "base": In(addr_width), **segments, "seg_beats": In(30),
             "hold": In(1), "abort": In(1), "is_copy": In(1), "is_load": In(1), "copy_beat": In(1), "rd_err": In(1),
             "fifo_data": In(8 * BEAT_BYTES), "fifo_err": In(1), "fifo_ready": In(1), "fifo_take": Out(1),
             "read_error": Out(1), "error": Out(1), "bytes_written": Out(32), "done": Out(1), "quiet": Out(1),
@@ -53,13 +56,14 @@ class WriteEngine(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         bus = self.bus
-        m.submodules.bursts = bursts = BurstGenerator(self.addr_width)
+        m.submodules.bursts = bursts = BurstGenerator(self.addr_width, segmented=self.segmented)
+        if self.segmented:
+            m.d.comb += [bursts.stride.eq(self.stride), bursts.segments.eq(self.segments)]
         m.submodules.wlen_fifo = wlen_fifo = SyncFIFOBuffered(width=8, depth=WLEN_DEPTH)
         writes_out = Signal(16)
         unclaimed = Signal(range(DATA_DEPTH + 1))  # COPY beats in the data FIFO that no issued burst claims
         m.d.comb += [
-            bursts.start.eq(self.start), bursts.base.eq(self.base), bursts.stride.eq(self.stride),
-            bursts.segments.eq(self.segments), bursts.seg_beats.eq(self.seg_beats),
+            bursts.start.eq(self.start), bursts.base.eq(self.base), bursts.seg_beats.eq(self.seg_beats),
             bursts.max_beats.eq(Mux(self.is_copy, COPY_BURST, MAX_BURST)),
             bursts.allow.eq(wlen_fifo.w_rdy & (~self.is_copy | (unclaimed >= bursts.beats)) & ~self.hold & ~self.abort),
             bus.awvalid.eq(bursts.valid), bus.awaddr.eq(bursts.addr), bus.awlen.eq(bursts.len),

@@ -66,7 +66,7 @@ class LinkLander(wiring.Component):
         m.submodules.fifo = fifo = SyncFIFOBuffered(width=WORD_BITS, depth=DATA_DEPTH)
         m.submodules.read_fifo = rfifo = SyncFIFOBuffered(width=WORD_BITS, depth=DATA_DEPTH)
         m.submodules.reads = reads = ReservedReads(DATA_DEPTH)
-        m.submodules.writer = writer = WriteEngine()
+        m.submodules.writer = writer = WriteEngine(segmented=False)
         bus = self.bus
         for name in ("arvalid", "araddr", "arlen", "arsize", "arburst", "arid", "rready"):
             m.d.comb += getattr(bus, name).eq(getattr(reads.bus, name))
@@ -105,7 +105,7 @@ class LinkLander(wiring.Component):
             reads.room.eq(DATA_DEPTH - rfifo.level), reads.base.eq(dst), reads.beats.eq(total[3:]),
             reads.abort.eq(state == _State.ABANDON),
             rfifo.w_data.eq(bus.rdata), rfifo.w_en.eq(reads.beat),
-            writer.base.eq(dst), writer.stride.eq(0), writer.segments.eq(1), writer.seg_beats.eq(frame_words),
+            writer.base.eq(dst), writer.seg_beats.eq(frame_words),
             writer.is_copy.eq(1), writer.copy_beat.eq(fifo.w_en & fifo.w_rdy),
             fifo.r_en.eq(writer.fifo_take),
             writer.fifo_data.eq(fifo.r_data), writer.fifo_ready.eq(fifo.r_rdy),

@@ -45,12 +45,12 @@ class ReservedReads(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         bus = self.bus
-        m.submodules.bursts = bursts = BurstGenerator(self.addr_width)
+        m.submodules.bursts = bursts = BurstGenerator(self.addr_width, segmented=False)
         asked = Signal(range(self.depth + READ_BURST + 1))  # beats issued, not yet arrived
         cancelled = Signal()  # an abort ends the job: the bursts not yet issued never will be
         m.d.comb += [
-            bursts.start.eq(self.start), bursts.base.eq(self.base), bursts.stride.eq(0), bursts.segments.eq(1),
-            bursts.seg_beats.eq(self.beats), bursts.max_beats.eq(READ_BURST),
+            bursts.start.eq(self.start), bursts.base.eq(self.base), bursts.seg_beats.eq(self.beats),
+            bursts.max_beats.eq(READ_BURST),
             bursts.allow.eq(~self.abort & ~cancelled & ~self.start & (asked + bursts.beats <= self.room)),
             bus.arvalid.eq(bursts.valid), bus.araddr.eq(bursts.addr), bus.arlen.eq(bursts.len),
             bursts.ready.eq(bus.arready),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from amaranth import Module, Signal
+from amaranth import Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -22,7 +22,9 @@ class SendRouter(wiring.Component):
     earlier DMA command has completed and a DMA command until the earlier SEND has; a tile has one SEND
     in flight at a time.  ``send_done`` (the status of this tile's SEND from whichever port ran it)
     is always taken; one that comes when no SEND is in flight (its tile was reset meanwhile) is dropped.
-    ``sending`` is high while this tile's SEND is in flight (for the queue's watchdog).
+    ``sending`` is high while this tile's SEND is in flight (for the queue's watchdog).  ``cmd.tready``
+    depends on the command (its opcode and port) and on the readies of the DMA and of the ports, not on
+    ``cmd.tvalid``; a port's ``ready`` must likewise not wait for its ``valid``.
     """
 
     def __init__(self):
@@ -50,6 +52,7 @@ class SendRouter(wiring.Component):
             self.dma_cmd.tvalid.eq(self.cmd.tvalid & ~is_send & ~send_pending),
         ]
         send_taken = Signal()
+        send_ready = Signal()  # the port the command names would take a SEND
         for p in range(LINK_PORTS):
             req = getattr(self, f"send{p}")
             m.d.comb += [
@@ -59,7 +62,12 @@ class SendRouter(wiring.Component):
             ]
             with m.If(req.valid & req.ready):
                 m.d.comb += send_taken.eq(1)
-        m.d.comb += self.cmd.tready.eq(dma_in | send_taken)
+            with m.If(sd.port == p):
+                m.d.comb += send_ready.eq(req.ready)
+        # Ready does not wait for valid (the command processor's valid comes late, from its hazard checks): it
+        # says what would take this command, so the processor's dispatch never goes through the link and back.
+        m.d.comb += self.cmd.tready.eq(~send_pending & Mux(is_send, send_ready & (dma_pending == 0),
+                                                             self.dma_cmd.tready))
         m.d.sync += dma_pending.eq(dma_pending + dma_in - dma_out)
         with m.If(send_taken):
             m.d.sync += send_pending.eq(1)

@@ -14,7 +14,7 @@ class SemaphoreArbiter(wiring.Component):
 
     Tile ``t`` asks with ``valid{t}``, ``index{t}`` and ``delta{t}`` (a signed amount to add); the lowest
     tile asking gets ``grant{t}``, and ``set[i]`` with ``set_value[i]`` (the low ``value_bits`` bits of
-    ``values[i] + delta``) writes semaphore ``i``.
+    ``values[i] + delta``) writes semaphore ``i`` (``set_value`` is only meaningful where ``set`` is high).
 
     Parameters
     ----------
@@ -38,16 +38,20 @@ class SemaphoreArbiter(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
+        # The granted request is picked first and added once per semaphore: an adder a semaphore, not one a
+        # semaphore for every requester (with the link's landers, three requesters tripled the adders).
+        index = Signal.like(self.index0)
+        delta = Signal(signed(18))
         granted = Signal()
         for t in range(self.tiles):
-            valid, index, delta = getattr(self, f"valid{t}"), getattr(self, f"index{t}"), getattr(self, f"delta{t}")
+            valid = getattr(self, f"valid{t}")
             with m.If(valid & ~granted):
-                m.d.comb += getattr(self, f"grant{t}").eq(1)
-                for i in range(self.semaphores):
-                    with m.If(index == i):
-                        m.d.comb += [self.set[i].eq(1),
-                                     self.set_value[i].eq((self.values[i] + delta)[:self.value_bits])]
+                m.d.comb += [getattr(self, f"grant{t}").eq(1), index.eq(getattr(self, f"index{t}")),
+                             delta.eq(getattr(self, f"delta{t}"))]
             granted_next = Signal(name=f"granted{t}")
             m.d.comb += granted_next.eq(granted | valid)
             granted = granted_next
+        for i in range(self.semaphores):
+            m.d.comb += [self.set[i].eq(granted & (index == i)),
+                         self.set_value[i].eq((self.values[i] + delta)[:self.value_bits])]
         return m

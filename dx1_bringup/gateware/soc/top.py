@@ -92,8 +92,10 @@ class Dx1Soc(wiring.Component):
         cfg = self.config
         m.submodules.regfile = rf = RegisterFile(cfg)
         link_masters = 0 if cfg.link is None else 2 * LINK_PORTS
+        # A link port's sender only reads (its lander writes): its port has no write side.
+        senders = () if cfg.link is None else tuple(1 + 2 * cfg.tiles + 2 * p for p in range(LINK_PORTS))
         m.submodules.memory = memory = AxiMemory(size=cfg.mem_bytes, ports=1 + 2 * cfg.tiles + link_masters,
-                                                 banks=cfg.mem_banks)
+                                                 banks=cfg.mem_banks, read_only=senders)
         self.memory = memory  # for simulation backdoors (dx1_bringup.sim.amaranth_transport)
         wiring.connect(m, wiring.flipped(self.regs), rf.bus)
         wiring.connect(m, wiring.flipped(self.mem), memory.s0)
@@ -344,8 +346,10 @@ class Dx1Soc(wiring.Component):
             granted = Signal(name=f"link{p}_granted0")
             for t, router in enumerate(routers):
                 req = getattr(router, f"send{p}")
+                # Ready without valid (SendRouter's contract): the port is free and no lower tile asks.
+                m.d.comb += req.ready.eq(end.request.ready & ~granted)
                 with m.If(req.valid & ~granted):
-                    m.d.comb += [end.request.valid.eq(1), req.ready.eq(end.request.ready),
+                    m.d.comb += [end.request.valid.eq(1),
                                  *(getattr(end.request, f).eq(getattr(req, f))
                                    for f in ("src_addr", "dst_addr", "length", "op", "sem", "count"))]
                     with m.If(end.request.ready):
