@@ -91,7 +91,7 @@ class Costs:
     link_launch: int = 47
     token_round: int = 18
     vector_fill: int = 1
-    vector_drain: int = 9
+    vector_drain: int = 12
     vector_reduce: int = 5
     divider_steps: int = 20
     host_register: int = 4
