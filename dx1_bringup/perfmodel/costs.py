@@ -92,7 +92,7 @@ class Costs:
     token_round: int = 18
     vector_fill: int = 1
     vector_drain: int = 12
-    vector_reduce: int = 5
+    vector_reduce: int = 7
     divider_steps: int = 20
     host_register: int = 4
     host_fixed: int = 12
