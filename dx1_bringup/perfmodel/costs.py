@@ -93,7 +93,7 @@ class Costs:
     vector_fill: int = 1
     vector_drain: int = 12
     vector_reduce: int = 7
-    divider_steps: int = 20
+    divider_steps: int = 21
     host_register: int = 4
     host_fixed: int = 12
 

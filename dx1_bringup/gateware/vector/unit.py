@@ -153,11 +153,16 @@ class VectorUnit(wiring.Component):
         ]
         _, reduce_ctl = delay_valid_ctl(m, out_valid & out_step.last, Cat(out_step.d_addr, out_step.end),
                                         REDUCE_LATENCY, "reduce")
-        # RECIP and ISQRT: the divider takes the step's A row; its ctl waits beside it.
+        # RECIP and ISQRT: the divider takes the step's A row a cycle after it came off the memory (registered
+        # first: the divider's saturation check on it would follow the block RAM's clock-to-out); its ctl waits
+        # beside it.
         div_ctl = Signal(step_layout())
+        div_start = Signal()
+        div_a = Signal(lanes32, reset_less=True)
+        m.d.sync += [div_start.eq(step.valid & serial), div_a.eq(a_row)]
         with m.If(step.valid & serial):
             m.d.sync += div_ctl.eq(step)
-        m.d.comb += [divider.start.eq(step.valid & serial), divider.a.eq(a_row), divider.vop.eq(vop),
+        m.d.comb += [divider.start.eq(div_start), divider.a.eq(div_a), divider.vop.eq(vop),
                      divider.shift.eq(shift), divider.d_acc.eq(d_acc)]
 
         # ---- writes: one D row a cycle at most, saturated to D's lane type -----------------------------------
