@@ -752,7 +752,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
     .frames__w_addr(frames__w_addr),
     .frames__w_data(frames__w_data),
     .frames__w_en(frames__w_en),
-    .\port$20016$0 (\$40 ),
+    .\port$20398$0 (\$40 ),
     .rst(rst),
     .rx__abort(rx__abort),
     .rx__byte(cmd),
@@ -798,7 +798,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
     .crc__feed(\crc__feed$176 ),
     .crc__restart(\crc__restart$181 ),
     .crc__value(crc__value),
-    .\port$20016$0 (\$40 ),
+    .\port$20398$0 (\$40 ),
     .rst(rst),
     .rx__abort(rx__abort),
     .rx__byte(cmd),
@@ -939,7 +939,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
     .clk(clk),
     .crc__data(\crc__data$167 ),
     .crc__feed(\crc__feed$177 ),
-    .\port$20016$0 (\$40 ),
+    .\port$20398$0 (\$40 ),
     .rst(rst),
     .rx__abort(rx__abort),
     .rx__byte(cmd),
@@ -985,7 +985,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
     .busy(\busy$6 ),
     .clk(clk),
     .cmd(cmd),
-    .\port$20016$0 (\$40 ),
+    .\port$20398$0 (\$40 ),
     .rst(rst),
     .rx__abort(rx__abort),
     .rx__listen(\rx__listen$139 ),
@@ -1207,7 +1207,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.bridge.buffer (rst, frames__receive, frames__receive_crc, frames__send, frames__offset, frames__length, frames__w_addr, frames__w_data, frames__w_en, frames__r_addr, rx__valid, rx__abort, rx__byte, tx__tready, crc__value, frames__crc_ok, frames__r_data, \port$20016$0 , crc__restart, rx__listen, crc__feed
+module \dx1_board.bridge.buffer (rst, frames__receive, frames__receive_crc, frames__send, frames__offset, frames__length, frames__w_addr, frames__w_data, frames__w_en, frames__r_addr, rx__valid, rx__abort, rx__byte, tx__tready, crc__value, frames__crc_ok, frames__r_data, \port$20398$0 , crc__restart, rx__listen, crc__feed
 , crc__data, frames__received, tx__tvalid, tx__tdata, crc__shift, frames__sent, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$33  = 0;
   wire [13:0] \$1 ;
@@ -1283,8 +1283,8 @@ module \dx1_board.bridge.buffer (rst, frames__receive, frames__receive_crc, fram
   reg [12:0] idx = 13'h0000;
   reg [7:0] lane_byte;
   reg [12:0] length = 13'h0000;
-  input [23:0] \port$20016$0 ;
-  wire [23:0] \port$20016$0 ;
+  input [23:0] \port$20398$0 ;
+  wire [23:0] \port$20398$0 ;
   reg rd_ok = 1'h0;
   wire [9:0] rp__addr;
   wire [63:0] rp__data;
@@ -1350,7 +1350,7 @@ module \dx1_board.bridge.buffer (rst, frames__receive, frames__receive_crc, fram
   assign \$12  = count + 1'h1;
   assign \$13  = count == 2'h3;
   assign \$15  = sending ? \$14  : { 3'h0, frames__r_addr };
-  assign frames__crc_ok = { \port$20016$0 , rx__byte } == crc__value;
+  assign frames__crc_ok = { \port$20398$0 , rx__byte } == crc__value;
   assign \$17  = 1'h1 << idx[2:0];
   assign \$18  = count == 2'h3;
   assign \$19  = tx__tvalid & tx__tready;
@@ -1724,13 +1724,13 @@ module \dx1_board.bridge.buffer (rst, frames__receive, frames__receive_crc, fram
   end
   assign rp__addr = \$15 [9:0];
   assign rp__data = frames__r_data;
-  assign rx__field = { \port$20016$0 , rx__byte };
+  assign rx__field = { \port$20398$0 , rx__byte };
   assign \$14  = { 3'h0, idx[12:3] };
   assign \$16  = { 3'h0, idx[12:3] };
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tready, crc__value, buf__crc_ok, buf__r_data, bus__mem_b_done, bus__mem_b_err, bus__mem_r_done, bus__mem_r_err, busy, bus__mem_rdata, bus__mem_rlast, bus__mem_wready, \port$20016$0 , \start$54 , buf__received, buf__sent, rx__listen
+module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tready, crc__value, buf__crc_ok, buf__r_data, bus__mem_b_done, bus__mem_b_err, bus__mem_r_done, bus__mem_r_err, busy, bus__mem_rdata, bus__mem_rlast, bus__mem_wready, \port$20398$0 , \start$54 , buf__received, buf__sent, rx__listen
 , crc__feed, crc__data, crc__restart, buf__receive, buf__offset, buf__length, tx__tvalid, tx__tdata, rx__discard, bus__mem_write, bus__mem_addr, bus__mem_len, buf__r_addr, bus__mem_stream, bus__mem_wdata, bus__mem_wstrb, bus__mem_wlast, bus__mem_b_wait, bus__mem_read, bus__mem_r_wait, buf__w_addr
 , buf__w_data, buf__w_en, buf__send, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$34  = 0;
@@ -1891,8 +1891,8 @@ module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tre
   wire [7:0] len;
   wire [12:0] length;
   reg next;
-  input [23:0] \port$20016$0 ;
-  wire [23:0] \port$20016$0 ;
+  input [23:0] \port$20398$0 ;
+  wire [23:0] \port$20398$0 ;
   input rst;
   wire rst;
   input rx__abort;
@@ -1920,7 +1920,7 @@ module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tre
   reg write = 1'h0;
   assign \$29  = count == 3'h7;
   assign \$30  = count == 4'hb;
-  assign \$31  = { \port$20016$0 , rx__byte } != crc__value;
+  assign \$31  = { \port$20398$0 , rx__byte } != crc__value;
   assign \$32  = ~ byte_addr[31];
   assign \$33  = ! blen;
   assign \$34  = \$32  | \$33 ;
@@ -1999,14 +1999,14 @@ module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tre
     .len(len),
     .length(blen[12:0]),
     .next(next),
-    .\port$14617$0 (\$63 ),
-    .\port$14624$0 (\$64 ),
-    .\port$14631$0 (\$65 ),
-    .\port$14638$0 (\$66 ),
-    .\port$14645$0 (\$67 ),
-    .\port$14652$0 (\$68 ),
-    .\port$14659$0 (\$69 ),
-    .\port$14666$0 (\$70 ),
+    .\port$14711$0 (\$63 ),
+    .\port$14718$0 (\$64 ),
+    .\port$14725$0 (\$65 ),
+    .\port$14732$0 (\$66 ),
+    .\port$14739$0 (\$67 ),
+    .\port$14746$0 (\$68 ),
+    .\port$14753$0 (\$69 ),
+    .\port$14760$0 (\$70 ),
     .rst(rst),
     .start(start)
   );
@@ -2892,7 +2892,7 @@ module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tre
           if (rx__abort) begin
           end else if (rx__valid) begin
             if (\$28 ) begin
-              \$58  = { \port$20016$0 , rx__byte };
+              \$58  = { \port$20398$0 , rx__byte };
             end
           end
     endcase
@@ -2910,7 +2910,7 @@ module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tre
           if (rx__abort) begin
           end else if (rx__valid) begin
             if (\$29 ) begin
-              \$59  = { \port$20016$0 , rx__byte };
+              \$59  = { \port$20398$0 , rx__byte };
             end
           end
     endcase
@@ -3036,11 +3036,11 @@ module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tre
   assign \beat$5  = beat;
   assign strb = { \$70 , \$69 , \$68 , \$67 , \$66 , \$65 , \$64 , \$63  };
   assign cmd = rx__byte;
-  assign rx__field = { \port$20016$0 , rx__byte };
+  assign rx__field = { \port$20398$0 , rx__byte };
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.bridge.burst$357.cutter (rst, len, done, \port$14617$0 , \port$14624$0 , \port$14631$0 , \port$14638$0 , \port$14645$0 , \port$14652$0 , \port$14659$0 , \port$14666$0 , start, next, byte_addr, length, beat, addr, clk);
+module \dx1_board.bridge.burst$357.cutter (rst, len, done, \port$14711$0 , \port$14718$0 , \port$14725$0 , \port$14732$0 , \port$14739$0 , \port$14746$0 , \port$14753$0 , \port$14760$0 , start, next, byte_addr, length, beat, addr, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$35  = 0;
   wire [14:0] \$1 ;
   wire [14:0] \$10 ;
@@ -3132,22 +3132,22 @@ module \dx1_board.bridge.burst$357.cutter (rst, len, done, \port$14617$0 , \port
   wire [9:0] nbeats;
   input next;
   wire next;
-  output \port$14617$0 ;
-  wire \port$14617$0 ;
-  output \port$14624$0 ;
-  wire \port$14624$0 ;
-  output \port$14631$0 ;
-  wire \port$14631$0 ;
-  output \port$14638$0 ;
-  wire \port$14638$0 ;
-  output \port$14645$0 ;
-  wire \port$14645$0 ;
-  output \port$14652$0 ;
-  wire \port$14652$0 ;
-  output \port$14659$0 ;
-  wire \port$14659$0 ;
-  output \port$14666$0 ;
-  wire \port$14666$0 ;
+  output \port$14711$0 ;
+  wire \port$14711$0 ;
+  output \port$14718$0 ;
+  wire \port$14718$0 ;
+  output \port$14725$0 ;
+  wire \port$14725$0 ;
+  output \port$14732$0 ;
+  wire \port$14732$0 ;
+  output \port$14739$0 ;
+  wire \port$14739$0 ;
+  output \port$14746$0 ;
+  wire \port$14746$0 ;
+  output \port$14753$0 ;
+  wire \port$14753$0 ;
+  output \port$14760$0 ;
+  wire \port$14760$0 ;
   input rst;
   wire rst;
   input start;
@@ -3255,14 +3255,14 @@ module \dx1_board.bridge.burst$357.cutter (rst, len, done, \port$14617$0 , \port
   assign cut = \$7 [8:0];
   assign strb = { \$64 , \$57 , \$50 , \$43 , \$36 , \$29 , \$22 , \$15  };
   assign len = \$8 [7:0];
-  assign \port$14617$0  = \$15 ;
-  assign \port$14624$0  = \$22 ;
-  assign \port$14631$0  = \$29 ;
-  assign \port$14638$0  = \$36 ;
-  assign \port$14645$0  = \$43 ;
-  assign \port$14652$0  = \$50 ;
-  assign \port$14659$0  = \$57 ;
-  assign \port$14666$0  = \$64 ;
+  assign \port$14711$0  = \$15 ;
+  assign \port$14718$0  = \$22 ;
+  assign \port$14725$0  = \$29 ;
+  assign \port$14732$0  = \$36 ;
+  assign \port$14739$0  = \$43 ;
+  assign \port$14746$0  = \$50 ;
+  assign \port$14753$0  = \$57 ;
+  assign \port$14760$0  = \$64 ;
   assign \$3  = { \$2 [15], \$2 [15], \$2 [15], \$2 [15:3] };
   assign \$65  = { \$7 [8:0], 3'h0 };
 endmodule
@@ -5179,7 +5179,7 @@ module \dx1_board.bridge.receiver.uart_rx.sync (clk, rst, stage1, rx);
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.bridge.reg_frames (rst, rx__valid, rx__abort, rx__byte, tx__tready, buf__crc_ok, buf__r_data, bus__reg_b_done, bus__reg_b_err, bus__reg_r_done, bus__reg_r_err, busy, bus__reg_rdata, \port$20016$0 , start, buf__received, buf__sent, rx__listen, crc__feed, crc__data, buf__offset
+module \dx1_board.bridge.reg_frames (rst, rx__valid, rx__abort, rx__byte, tx__tready, buf__crc_ok, buf__r_data, bus__reg_b_done, bus__reg_b_err, bus__reg_r_done, bus__reg_r_err, busy, bus__reg_rdata, \port$20398$0 , start, buf__received, buf__sent, rx__listen, crc__feed, crc__data, buf__offset
 , buf__length, buf__receive, buf__receive_crc, tx__tvalid, tx__tdata, rx__discard, buf__r_addr, bus__reg_write, bus__reg_addr, bus__reg_wdata, bus__reg_b_wait, bus__reg_read, bus__reg_r_wait, buf__w_addr, buf__w_data, buf__w_en, buf__send, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$42  = 0;
   wire [9:0] \$1 ;
@@ -5309,8 +5309,8 @@ module \dx1_board.bridge.reg_frames (rst, rx__valid, rx__abort, rx__byte, tx__tr
   reg crc__feed;
   reg err;
   wire last;
-  input [23:0] \port$20016$0 ;
-  wire [23:0] \port$20016$0 ;
+  input [23:0] \port$20398$0 ;
+  wire [23:0] \port$20398$0 ;
   reg [3:0] reg_frame_fsm_state = 4'h0;
   input rst;
   wire rst;
@@ -6067,7 +6067,7 @@ module \dx1_board.bridge.reg_frames (rst, rx__valid, rx__abort, rx__byte, tx__tr
           if (rx__abort) begin
           end else if (rx__valid) begin
             if (\$29 ) begin
-              \$60  = { \port$20016$0 , rx__byte };
+              \$60  = { \port$20398$0 , rx__byte };
             end
           end
       4'h2:
@@ -6217,7 +6217,7 @@ module \dx1_board.bridge.reg_frames (rst, rx__valid, rx__abort, rx__byte, tx__tr
     end
   end
   assign cmd = rx__byte;
-  assign rx__field = { \port$20016$0 , rx__byte };
+  assign rx__field = { \port$20398$0 , rx__byte };
   assign \$3  = { 1'h0, rx__byte, 2'h0 };
   assign \$10  = { 1'h0, count[8:1] };
   assign \$15  = { 1'h0, words, 2'h0 };
@@ -6366,7 +6366,7 @@ module \dx1_board.bridge.uart_tx (rst, data__tdata, data__tvalid, data__tready, 
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.bridge.uartbone$356 (rst, rx__valid, rx__abort, cmd, tx__tready, bus__reg_b_done, bus__reg_r_done, bus__reg_r_err, bus__mem_b_done, bus__mem_r_done, bus__mem_r_err, busy, bus__reg_rdata, bus__mem_rdata, \port$20016$0 , start, rx__listen, bus__reg_write, bus__reg_addr, bus__reg_wdata, bus__mem_write
+module \dx1_board.bridge.uartbone$356 (rst, rx__valid, rx__abort, cmd, tx__tready, bus__reg_b_done, bus__reg_r_done, bus__reg_r_err, bus__mem_b_done, bus__mem_r_done, bus__mem_r_err, busy, bus__reg_rdata, bus__mem_rdata, \port$20398$0 , start, rx__listen, bus__reg_write, bus__reg_addr, bus__reg_wdata, bus__mem_write
 , bus__mem_beat, bus__mem_addr, bus__mem_wdata, bus__mem_wstrb, bus__reg_read, bus__mem_read, bus__reg_b_wait, bus__mem_b_wait, bus__reg_r_wait, bus__mem_r_wait, tx__tvalid, tx__tdata, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$44  = 0;
   wire \$1 ;
@@ -6465,8 +6465,8 @@ module \dx1_board.bridge.uartbone$356 (rst, rx__valid, rx__abort, cmd, tx__tread
   wire in_mem;
   wire in_regs;
   reg incr = 1'h0;
-  input [23:0] \port$20016$0 ;
-  wire [23:0] \port$20016$0 ;
+  input [23:0] \port$20398$0 ;
+  wire [23:0] \port$20398$0 ;
   input rst;
   wire rst;
   input rx__abort;
@@ -6637,7 +6637,7 @@ module \dx1_board.bridge.uartbone$356 (rst, rx__valid, rx__abort, cmd, tx__tread
           if (rx__abort) begin
           end else if (rx__valid) begin
             if (\$21 ) begin
-              \$40  = { \port$20016$0 , cmd };
+              \$40  = { \port$20398$0 , cmd };
             end
           end
       4'h3:
@@ -6675,7 +6675,7 @@ module \dx1_board.bridge.uartbone$356 (rst, rx__valid, rx__abort, cmd, tx__tread
           if (rx__abort) begin
           end else if (rx__valid) begin
             if (\$23 ) begin
-              \$41  = { \port$20016$0 , cmd };
+              \$41  = { \port$20398$0 , cmd };
             end
           end
       4'h4:
@@ -7174,7 +7174,7 @@ module \dx1_board.bridge.uartbone$356 (rst, rx__valid, rx__abort, cmd, tx__tread
   assign byte_addr = { waddr[29:0], 2'h0 };
   assign in_mem = waddr[29];
   assign rx__byte = cmd;
-  assign rx__field = { \port$20016$0 , cmd };
+  assign rx__field = { \port$20398$0 , cmd };
   assign \$3  = { waddr[28:1], 3'h0 };
   assign \$5  = { waddr[28:1], 3'h0 };
   assign \$29  = { 7'h00, word, 8'h00 };
@@ -8301,8 +8301,8 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .perf_table_overflows(table_overflows_source),
     .perf_table_underflows(table_underflows_source),
     .perf_vector_busy(busy_vector_source),
-    .\port$17420$0 (\$56 ),
-    .\port$17422$0 (\$57 ),
+    .\port$17658$0 (\$56 ),
+    .\port$17660$0 (\$57 ),
     .progress(\progress$312 ),
     .\req__tdata$195 (spm_rreq__tdata),
     .req__tvalid(spm_wr__tvalid),
@@ -8336,8 +8336,8 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .perf_table_overflows(\table_overflows_source$764 ),
     .perf_table_underflows(\table_underflows_source$762 ),
     .perf_vector_busy(\busy_vector_source$758 ),
-    .\port$19727$0 (\$59 ),
-    .\port$19729$0 (\$60 ),
+    .\port$20109$0 (\$59 ),
+    .\port$20111$0 (\$60 ),
     .progress(\progress$667 ),
     .\req__tdata$195 (\spm_rreq__tdata$518 ),
     .req__tvalid(\spm_wr__tvalid$516 ),
@@ -8396,22 +8396,22 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .head(head),
     .irq_completion(irq_completion),
     .irq_error(irq_error),
-    .\port$14895$0 (GLOBAL_SEM0__value[15:0]),
-    .\port$14897$0 (GLOBAL_SEM1__value[15:0]),
-    .\port$14899$0 (GLOBAL_SEM2__value[15:0]),
-    .\port$14901$0 (GLOBAL_SEM3__value[15:0]),
-    .\port$14903$0 (GLOBAL_SEM4__value[15:0]),
-    .\port$14905$0 (GLOBAL_SEM5__value[15:0]),
-    .\port$14907$0 (GLOBAL_SEM6__value[15:0]),
-    .\port$14909$0 (GLOBAL_SEM7__value[15:0]),
-    .\port$14911$0 (GLOBAL_SEM8__value[15:0]),
-    .\port$14913$0 (GLOBAL_SEM9__value[15:0]),
-    .\port$14915$0 (GLOBAL_SEM10__value[15:0]),
-    .\port$14917$0 (GLOBAL_SEM11__value[15:0]),
-    .\port$14919$0 (GLOBAL_SEM12__value[15:0]),
-    .\port$14921$0 (GLOBAL_SEM13__value[15:0]),
-    .\port$14923$0 (GLOBAL_SEM14__value[15:0]),
-    .\port$14925$0 (GLOBAL_SEM15__value[15:0]),
+    .\port$14989$0 (GLOBAL_SEM0__value[15:0]),
+    .\port$14991$0 (GLOBAL_SEM1__value[15:0]),
+    .\port$14993$0 (GLOBAL_SEM2__value[15:0]),
+    .\port$14995$0 (GLOBAL_SEM3__value[15:0]),
+    .\port$14997$0 (GLOBAL_SEM4__value[15:0]),
+    .\port$14999$0 (GLOBAL_SEM5__value[15:0]),
+    .\port$15001$0 (GLOBAL_SEM6__value[15:0]),
+    .\port$15003$0 (GLOBAL_SEM7__value[15:0]),
+    .\port$15005$0 (GLOBAL_SEM8__value[15:0]),
+    .\port$15007$0 (GLOBAL_SEM9__value[15:0]),
+    .\port$15009$0 (GLOBAL_SEM10__value[15:0]),
+    .\port$15011$0 (GLOBAL_SEM11__value[15:0]),
+    .\port$15013$0 (GLOBAL_SEM12__value[15:0]),
+    .\port$15015$0 (GLOBAL_SEM13__value[15:0]),
+    .\port$15017$0 (GLOBAL_SEM14__value[15:0]),
+    .\port$15019$0 (GLOBAL_SEM15__value[15:0]),
     .progress(progress),
     .quiesce(quiesce),
     .reset_cp(reset_cp),
@@ -8480,22 +8480,22 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .head(\head$706 ),
     .irq_completion(\irq_completion$717 ),
     .irq_error(\irq_error$718 ),
-    .\port$14895$0 (GLOBAL_SEM0__value[15:0]),
-    .\port$14897$0 (GLOBAL_SEM1__value[15:0]),
-    .\port$14899$0 (GLOBAL_SEM2__value[15:0]),
-    .\port$14901$0 (GLOBAL_SEM3__value[15:0]),
-    .\port$14903$0 (GLOBAL_SEM4__value[15:0]),
-    .\port$14905$0 (GLOBAL_SEM5__value[15:0]),
-    .\port$14907$0 (GLOBAL_SEM6__value[15:0]),
-    .\port$14909$0 (GLOBAL_SEM7__value[15:0]),
-    .\port$14911$0 (GLOBAL_SEM8__value[15:0]),
-    .\port$14913$0 (GLOBAL_SEM9__value[15:0]),
-    .\port$14915$0 (GLOBAL_SEM10__value[15:0]),
-    .\port$14917$0 (GLOBAL_SEM11__value[15:0]),
-    .\port$14919$0 (GLOBAL_SEM12__value[15:0]),
-    .\port$14921$0 (GLOBAL_SEM13__value[15:0]),
-    .\port$14923$0 (GLOBAL_SEM14__value[15:0]),
-    .\port$14925$0 (GLOBAL_SEM15__value[15:0]),
+    .\port$14989$0 (GLOBAL_SEM0__value[15:0]),
+    .\port$14991$0 (GLOBAL_SEM1__value[15:0]),
+    .\port$14993$0 (GLOBAL_SEM2__value[15:0]),
+    .\port$14995$0 (GLOBAL_SEM3__value[15:0]),
+    .\port$14997$0 (GLOBAL_SEM4__value[15:0]),
+    .\port$14999$0 (GLOBAL_SEM5__value[15:0]),
+    .\port$15001$0 (GLOBAL_SEM6__value[15:0]),
+    .\port$15003$0 (GLOBAL_SEM7__value[15:0]),
+    .\port$15005$0 (GLOBAL_SEM8__value[15:0]),
+    .\port$15007$0 (GLOBAL_SEM9__value[15:0]),
+    .\port$15009$0 (GLOBAL_SEM10__value[15:0]),
+    .\port$15011$0 (GLOBAL_SEM11__value[15:0]),
+    .\port$15013$0 (GLOBAL_SEM12__value[15:0]),
+    .\port$15015$0 (GLOBAL_SEM13__value[15:0]),
+    .\port$15017$0 (GLOBAL_SEM14__value[15:0]),
+    .\port$15019$0 (GLOBAL_SEM15__value[15:0]),
     .progress(\progress$666 ),
     .quiesce(\quiesce$678 ),
     .reset_cp(\reset_cp$869 ),
@@ -8560,8 +8560,8 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .done__tdata(dma_done__tdata),
     .done__tready(\done__tready$153 ),
     .done__tvalid(dma_done__tvalid),
-    .\port$17420$0 (\$56 ),
-    .\port$17422$0 (\$57 ),
+    .\port$17658$0 (\$56 ),
+    .\port$17660$0 (\$57 ),
     .quiet(dma_quiet),
     .reset_units(reset_units),
     .rst(rst),
@@ -8614,8 +8614,8 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .done__tdata(\dma_done__tdata$506 ),
     .done__tready(\done__tready$508 ),
     .done__tvalid(\dma_done__tvalid$510 ),
-    .\port$19727$0 (\$59 ),
-    .\port$19729$0 (\$60 ),
+    .\port$20109$0 (\$59 ),
+    .\port$20111$0 (\$60 ),
     .quiet(\dma_quiet$676 ),
     .reset_units(\reset_units$733 ),
     .rst(rst),
@@ -8994,26 +8994,26 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .bus__wready(regs__wready),
     .bus__wvalid(bus__wvalid),
     .clk(clk),
-    .\port$12935$0 (\busy$710 ),
-    .\port$13667$0 (\$61 ),
-    .\port$17466$0 (head),
-    .\port$17468$0 (tail),
-    .\port$17474$0 (halted),
-    .\port$17476$0 (error_code),
-    .\port$17478$0 (error_index),
-    .\port$17479$0 (irq_error),
-    .\port$17632$0 (irq_completion),
-    .\port$19773$0 (\head$706 ),
-    .\port$19775$0 (\tail$708 ),
-    .\port$19781$0 (\halted$711 ),
-    .\port$19783$0 (\error_code$714 ),
-    .\port$19785$0 (\error_index$715 ),
-    .\port$19786$0 (\irq_error$718 ),
-    .\port$19939$0 (\irq_completion$717 ),
+    .\port$13029$0 (\busy$710 ),
+    .\port$13761$0 (\$61 ),
+    .\port$17704$0 (head),
+    .\port$17706$0 (tail),
+    .\port$17712$0 (halted),
+    .\port$17714$0 (error_code),
+    .\port$17716$0 (error_index),
+    .\port$17717$0 (irq_error),
+    .\port$17870$0 (irq_completion),
+    .\port$20155$0 (\head$706 ),
+    .\port$20157$0 (\tail$708 ),
+    .\port$20163$0 (\halted$711 ),
+    .\port$20165$0 (\error_code$714 ),
+    .\port$20167$0 (\error_index$715 ),
+    .\port$20168$0 (\irq_error$718 ),
+    .\port$20321$0 (\irq_completion$717 ),
     .\port$3057$0 (\busy$357 ),
-    .\port$7600$0 (busy),
-    .\port$8332$0 (\$58 ),
-    .\port$8392$0 (\busy$712 ),
+    .\port$7647$0 (busy),
+    .\port$8379$0 (\$58 ),
+    .\port$8439$0 (\busy$712 ),
     .rst(rst)
   );
   \dx1_board.soc.reset0  reset0 (
@@ -9051,22 +9051,22 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .grant1(\sem_grant$730 ),
     .index0(cmd__tdata[67:64]),
     .index1(\cmd__tdata$487 [67:64]),
-    .\port$14895$0 (GLOBAL_SEM0__value),
-    .\port$14897$0 (GLOBAL_SEM1__value),
-    .\port$14899$0 (GLOBAL_SEM2__value),
-    .\port$14901$0 (GLOBAL_SEM3__value),
-    .\port$14903$0 (GLOBAL_SEM4__value),
-    .\port$14905$0 (GLOBAL_SEM5__value),
-    .\port$14907$0 (GLOBAL_SEM6__value),
-    .\port$14909$0 (GLOBAL_SEM7__value),
-    .\port$14911$0 (GLOBAL_SEM8__value),
-    .\port$14913$0 (GLOBAL_SEM9__value),
-    .\port$14915$0 (GLOBAL_SEM10__value),
-    .\port$14917$0 (GLOBAL_SEM11__value),
-    .\port$14919$0 (GLOBAL_SEM12__value),
-    .\port$14921$0 (GLOBAL_SEM13__value),
-    .\port$14923$0 (GLOBAL_SEM14__value),
-    .\port$14925$0 (GLOBAL_SEM15__value),
+    .\port$14989$0 (GLOBAL_SEM0__value),
+    .\port$14991$0 (GLOBAL_SEM1__value),
+    .\port$14993$0 (GLOBAL_SEM2__value),
+    .\port$14995$0 (GLOBAL_SEM3__value),
+    .\port$14997$0 (GLOBAL_SEM4__value),
+    .\port$14999$0 (GLOBAL_SEM5__value),
+    .\port$15001$0 (GLOBAL_SEM6__value),
+    .\port$15003$0 (GLOBAL_SEM7__value),
+    .\port$15005$0 (GLOBAL_SEM8__value),
+    .\port$15007$0 (GLOBAL_SEM9__value),
+    .\port$15009$0 (GLOBAL_SEM10__value),
+    .\port$15011$0 (GLOBAL_SEM11__value),
+    .\port$15013$0 (GLOBAL_SEM12__value),
+    .\port$15015$0 (GLOBAL_SEM13__value),
+    .\port$15017$0 (GLOBAL_SEM14__value),
+    .\port$15019$0 (GLOBAL_SEM15__value),
     .set(set),
     .set_value(set_value),
     .valid0(valid0),
@@ -10257,7 +10257,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$142 , progress, cmd__tready, done__tdata, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, req__tvalid, \req__tvalid$193 , \req__tvalid$199 , \req__tvalid$205 , \resp__tready$215 , resp__tready, reset_units
-, perf_macs, perf_busy, done__tvalid, perf_vector_busy, perf_table_hits, perf_table_underflows, perf_table_overflows, \port$17420$0 , \port$17422$0 , \req__tdata$195 , cmd__tdata, clk);
+, perf_macs, perf_busy, done__tvalid, perf_vector_busy, perf_table_hits, perf_table_underflows, perf_table_overflows, \port$17658$0 , \port$17660$0 , \req__tdata$195 , cmd__tdata, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$46  = 0;
   wire [15:0] \$1 ;
   wire \$10 ;
@@ -10480,10 +10480,10 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$142 ,
   wire [31:0] perf_table_underflows;
   output [31:0] perf_vector_busy;
   wire [31:0] perf_vector_busy;
-  input [255:0] \port$17420$0 ;
-  wire [255:0] \port$17420$0 ;
-  input [15:0] \port$17422$0 ;
-  wire [15:0] \port$17422$0 ;
+  input [255:0] \port$17658$0 ;
+  wire [255:0] \port$17658$0 ;
+  input [15:0] \port$17660$0 ;
+  wire [15:0] \port$17660$0 ;
   wire postop;
   wire [7:0] postop__opcode;
   wire [7:0] postop__status;
@@ -10692,8 +10692,8 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$142 ,
     .addr(\addr$163 ),
     .data(\data$167 ),
     .en(\en$170 ),
-    .\port$17420$0 (\port$17420$0 ),
-    .\port$17422$0 (\port$17422$0 ),
+    .\port$17658$0 (\port$17658$0 ),
+    .\port$17660$0 (\port$17660$0 ),
     .req__tready(\grant$142 ),
     .req__tvalid(\req__tvalid$193 )
   );
@@ -10855,8 +10855,8 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$142 ,
     .addr(addr),
     .data(data),
     .en(en),
-    .\port$17420$0 (\port$17420$0 [63:0]),
-    .\port$17422$0 (\port$17422$0 ),
+    .\port$17658$0 (\port$17658$0 [63:0]),
+    .\port$17660$0 (\port$17660$0 ),
     .req__tready(grant),
     .req__tvalid(req__tvalid)
   );
@@ -11030,13 +11030,13 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$142 ,
   assign acc_rp__addr = \$22 [9:0];
   assign \acc_data$181  = acc_b_data;
   assign \data$182  = acc_b_data;
-  assign req__tdata = { \port$17422$0 , \port$17420$0 [63:0] };
-  assign spm_wr__tdata = { \port$17422$0 , \port$17420$0 [63:0] };
+  assign req__tdata = { \port$17660$0 , \port$17658$0 [63:0] };
+  assign spm_wr__tdata = { \port$17660$0 , \port$17658$0 [63:0] };
   assign spm_wr__tready = grant;
   assign req__tready = grant;
   assign spm_wr__tvalid = req__tvalid;
-  assign \req__tdata$189  = { \port$17422$0 , \port$17420$0  };
-  assign acc_wr__tdata = { \port$17422$0 , \port$17420$0  };
+  assign \req__tdata$189  = { \port$17660$0 , \port$17658$0  };
+  assign acc_wr__tdata = { \port$17660$0 , \port$17658$0  };
   assign acc_wr__tready = \grant$142 ;
   assign \req__tready$192  = \grant$142 ;
   assign acc_wr__tvalid = \req__tvalid$193 ;
@@ -11331,7 +11331,7 @@ module \dx1_board.soc.core0.acc_ext_read.fifo (rst, w_port__data, r_rdy, r_data,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$17420$0 , \port$17422$0 , req__tready);
+module \dx1_board.soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$17658$0 , \port$17660$0 , req__tready);
   reg \$auto$verilog_backend.cc:2355:dump_module$49  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -11341,10 +11341,10 @@ module \dx1_board.soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$17
   output en;
   reg en;
   wire grant;
-  input [255:0] \port$17420$0 ;
-  wire [255:0] \port$17420$0 ;
-  input [15:0] \port$17422$0 ;
-  wire [15:0] \port$17422$0 ;
+  input [255:0] \port$17658$0 ;
+  wire [255:0] \port$17658$0 ;
+  input [15:0] \port$17660$0 ;
+  wire [15:0] \port$17660$0 ;
   wire [271:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -11355,14 +11355,14 @@ module \dx1_board.soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$17
     if (\$auto$verilog_backend.cc:2355:dump_module$49 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$17422$0 ;
+      addr = \port$17660$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$49 ) begin end
     data = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     if (\$1 ) begin
-      data = \port$17420$0 ;
+      data = \port$17658$0 ;
     end
   end
   always @* begin
@@ -11373,7 +11373,7 @@ module \dx1_board.soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$17
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$17422$0 , \port$17420$0  };
+  assign req__tdata = { \port$17660$0 , \port$17658$0  };
 endmodule
 
 (* generator = "Amaranth" *)
@@ -22682,7 +22682,7 @@ module \dx1_board.soc.core0.spm_ext_read.fifo (rst, w_port__data, r_rdy, r_data,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$17420$0 , \port$17422$0 , req__tready);
+module \dx1_board.soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$17658$0 , \port$17660$0 , req__tready);
   reg \$auto$verilog_backend.cc:2355:dump_module$63  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -22692,10 +22692,10 @@ module \dx1_board.soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$17
   output en;
   reg en;
   wire grant;
-  input [63:0] \port$17420$0 ;
-  wire [63:0] \port$17420$0 ;
-  input [15:0] \port$17422$0 ;
-  wire [15:0] \port$17422$0 ;
+  input [63:0] \port$17658$0 ;
+  wire [63:0] \port$17658$0 ;
+  input [15:0] \port$17660$0 ;
+  wire [15:0] \port$17660$0 ;
   wire [79:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -22706,14 +22706,14 @@ module \dx1_board.soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$17
     if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$17422$0 ;
+      addr = \port$17660$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
     data = 64'h0000000000000000;
     if (\$1 ) begin
-      data = \port$17420$0 ;
+      data = \port$17658$0 ;
     end
   end
   always @* begin
@@ -22724,7 +22724,7 @@ module \dx1_board.soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$17
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$17422$0 , \port$17420$0  };
+  assign req__tdata = { \port$17660$0 , \port$17658$0  };
 endmodule
 
 (* generator = "Amaranth" *)
@@ -23344,11 +23344,12 @@ module \dx1_board.soc.core0.streamer.stream_q (rst, w_rdy, r_rdy, r_data, reset_
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data, acc_b_data, busy, acc_b_use, spm_b_use, finished, progress, reset_units, command, start, acc_a_addr, spm_a_addr, acc_b_addr, spm_b_addr, acc_w_en, acc_w_addr, acc_w_data, spm_w_en
-, spm_w_addr, spm_w_data, done__tag, done__opcode, busy_cycles, hits, underflows, overflows, clk);
+module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data, acc_b_data, busy, acc_b_use, spm_b_use, finished, reset_units, command, start, acc_a_addr, spm_a_addr, acc_b_addr, spm_b_addr, acc_w_en, acc_w_addr, acc_w_data, spm_w_en, spm_w_addr
+, spm_w_data, done__tag, done__opcode, progress, busy_cycles, hits, underflows, overflows, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$66  = 0;
   wire \$1 ;
   wire [31:0] \$10 ;
+  reg [31:0] \$100 ;
   wire [31:0] \$11 ;
   wire [31:0] \$12 ;
   wire [31:0] \$13 ;
@@ -23385,21 +23386,21 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   wire \$41 ;
   wire \$42 ;
   wire \$43 ;
-  wire [32:0] \$44 ;
-  wire [32:0] \$45 ;
+  wire \$44 ;
+  wire \$45 ;
   wire [32:0] \$46 ;
   wire [32:0] \$47 ;
-  reg [7:0] \$48 ;
-  reg [5:0] \$49 ;
+  wire [32:0] \$48 ;
+  wire [32:0] \$49 ;
   wire \$5 ;
-  reg [31:0] \$50 ;
-  reg [31:0] \$51 ;
-  reg \$52 ;
-  reg \$53 ;
-  reg [15:0] \$54 ;
-  reg [7:0] \$55 ;
-  reg \$56 ;
-  reg [20:0] \$57 ;
+  reg [7:0] \$50 ;
+  reg [5:0] \$51 ;
+  reg [31:0] \$52 ;
+  reg [31:0] \$53 ;
+  reg \$54 ;
+  reg \$55 ;
+  reg [15:0] \$56 ;
+  reg [7:0] \$57 ;
   reg \$58 ;
   reg [20:0] \$59 ;
   wire \$6 ;
@@ -23417,25 +23418,38 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   reg \$70 ;
   reg [20:0] \$71 ;
   reg \$72 ;
-  reg [16:0] \$73 ;
+  reg [20:0] \$73 ;
   reg \$74 ;
-  reg [16:0] \$75 ;
+  reg [20:0] \$75 ;
   reg \$76 ;
-  reg [16:0] \$77 ;
+  reg [20:0] \$77 ;
   reg \$78 ;
-  reg [16:0] \$79 ;
+  reg [20:0] \$79 ;
   wire \$8 ;
   reg \$80 ;
   reg [16:0] \$81 ;
-  reg [20:0] \$82 ;
-  reg [31:0] \$83 ;
-  reg [31:0] \$84 ;
-  reg [31:0] \$85 ;
-  reg [31:0] \$86 ;
+  reg \$82 ;
+  reg [16:0] \$83 ;
+  reg \$84 ;
+  reg [16:0] \$85 ;
+  reg \$86 ;
+  reg [16:0] \$87 ;
+  reg \$88 ;
+  reg [16:0] \$89 ;
   wire [31:0] \$9 ;
+  reg \$90 ;
+  reg [16:0] \$91 ;
+  reg \$92 ;
+  reg [16:0] \$93 ;
+  reg \$94 ;
+  reg [20:0] \$95 ;
+  reg \$96 ;
+  reg [31:0] \$97 ;
+  reg [31:0] \$98 ;
+  reg [31:0] \$99 ;
   reg [7:0] \$signal  = 8'h00;
   (* init = 16'h0000 *)
-  wire [15:0] \$signal$103 ;
+  wire [15:0] \$signal$105 ;
   (* init = 6'h00 *)
   wire [5:0] \$signal$44 ;
   (* init = 32'd0 *)
@@ -23444,18 +23458,18 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   wire [31:0] \$signal$48 ;
   (* init = 1'h0 *)
   wire \$signal$50 ;
-  reg \$signal$75 ;
-  reg [15:0] \$signal$76 ;
+  reg \$signal$77 ;
+  reg [15:0] \$signal$78 ;
   wire [255:0] a;
-  wire [255:0] \a$69 ;
-  wire [31:0] \a$69[0] ;
-  wire [31:0] \a$69[1] ;
-  wire [31:0] \a$69[2] ;
-  wire [31:0] \a$69[3] ;
-  wire [31:0] \a$69[4] ;
-  wire [31:0] \a$69[5] ;
-  wire [31:0] \a$69[6] ;
-  wire [31:0] \a$69[7] ;
+  reg [255:0] \a$70  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+  wire [31:0] \a$70[0] ;
+  wire [31:0] \a$70[1] ;
+  wire [31:0] \a$70[2] ;
+  wire [31:0] \a$70[3] ;
+  wire [31:0] \a$70[4] ;
+  wire [31:0] \a$70[5] ;
+  wire [31:0] \a$70[6] ;
+  wire [31:0] \a$70[7] ;
   wire [31:0] \a[0] ;
   wire [31:0] \a[1] ;
   wire [31:0] \a[2] ;
@@ -23467,6 +23481,7 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   wire a_acc;
   wire [15:0] a_addr;
   wire a_read;
+  wire a_use;
   output [15:0] acc_a_addr;
   reg [15:0] acc_a_addr;
   input [255:0] acc_a_data;
@@ -23494,7 +23509,7 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   wire [31:0] \b[7] ;
   wire b_acc;
   wire [15:0] b_addr;
-  wire b_read;
+  wire b_use;
   output busy;
   wire busy;
   wire \busy$10 ;
@@ -23519,22 +23534,37 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   wire [255:0] \command$8 ;
   reg [20:0] ctl_lanes0 = 21'h000000;
   reg [20:0] ctl_lanes1 = 21'h000000;
+  reg [20:0] ctl_lanes10 = 21'h000000;
   reg [20:0] ctl_lanes2 = 21'h000000;
   reg [20:0] ctl_lanes3 = 21'h000000;
   reg [20:0] ctl_lanes4 = 21'h000000;
   reg [20:0] ctl_lanes5 = 21'h000000;
   reg [20:0] ctl_lanes6 = 21'h000000;
   reg [20:0] ctl_lanes7 = 21'h000000;
+  reg [20:0] ctl_lanes8 = 21'h000000;
+  reg [20:0] ctl_lanes9 = 21'h000000;
   reg [16:0] ctl_reduce0 = 17'h00000;
   reg [16:0] ctl_reduce1 = 17'h00000;
   reg [16:0] ctl_reduce2 = 17'h00000;
   reg [16:0] ctl_reduce3 = 17'h00000;
   reg [16:0] ctl_reduce4 = 17'h00000;
+  reg [16:0] ctl_reduce5 = 17'h00000;
+  reg [16:0] ctl_reduce6 = 17'h00000;
   reg d_acc = 1'h0;
   (* init = 1'h0 *)
   wire \d_acc$65 ;
   (* init = 1'h0 *)
-  wire \d_acc$72 ;
+  wire \d_acc$74 ;
+  (* init = 256'h0000000000000000000000000000000000000000000000000000000000000000 *)
+  wire [255:0] div_a;
+  wire [31:0] \div_a[0] ;
+  wire [31:0] \div_a[1] ;
+  wire [31:0] \div_a[2] ;
+  wire [31:0] \div_a[3] ;
+  wire [31:0] \div_a[4] ;
+  wire [31:0] \div_a[5] ;
+  wire [31:0] \div_a[6] ;
+  wire [31:0] \div_a[7] ;
   reg [20:0] div_ctl = 21'h000000;
   wire \div_ctl.d_acc ;
   wire [15:0] \div_ctl.d_addr ;
@@ -23542,9 +23572,11 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   wire \div_ctl.first ;
   wire \div_ctl.last ;
   wire \div_ctl.valid ;
+  (* init = 1'h0 *)
+  wire div_start;
   wire done;
-  wire \done$100 ;
-  wire \done$99 ;
+  wire \done$101 ;
+  wire \done$102 ;
   output [7:0] done__opcode;
   reg [7:0] done__opcode = 8'h00;
   wire [7:0] done__status;
@@ -23556,26 +23588,17 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   wire first;
   output [31:0] hits;
   reg [31:0] hits = 32'd0;
-  wire [3:0] \hits$135 ;
+  wire [3:0] \hits$148 ;
   reg [31:0] imm = 32'd0;
   reg [31:0] imm2 = 32'd0;
   wire is_reduce;
   wire lanes_step;
   wire last;
   wire load;
-  wire \load$91 ;
+  wire \load$93 ;
   (* init = 8'h00 *)
   wire [7:0] opcode;
   wire [255:0] out;
-  wire [255:0] \out$80 ;
-  wire [31:0] \out$80[0] ;
-  wire [31:0] \out$80[1] ;
-  wire [31:0] \out$80[2] ;
-  wire [31:0] \out$80[3] ;
-  wire [31:0] \out$80[4] ;
-  wire [31:0] \out$80[5] ;
-  wire [31:0] \out$80[6] ;
-  wire [31:0] \out$80[7] ;
   wire [255:0] \out$82 ;
   wire [31:0] \out$82[0] ;
   wire [31:0] \out$82[1] ;
@@ -23585,6 +23608,15 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   wire [31:0] \out$82[5] ;
   wire [31:0] \out$82[6] ;
   wire [31:0] \out$82[7] ;
+  wire [255:0] \out$84 ;
+  wire [31:0] \out$84[0] ;
+  wire [31:0] \out$84[1] ;
+  wire [31:0] \out$84[2] ;
+  wire [31:0] \out$84[3] ;
+  wire [31:0] \out$84[4] ;
+  wire [31:0] \out$84[5] ;
+  wire [31:0] \out$84[6] ;
+  wire [31:0] \out$84[7] ;
   wire [31:0] \out[0] ;
   wire [31:0] \out[1] ;
   wire [31:0] \out[2] ;
@@ -23596,11 +23628,11 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   wire out_valid;
   output [31:0] overflows;
   reg [31:0] overflows = 32'd0;
-  wire [3:0] \overflows$139 ;
+  wire [3:0] \overflows$152 ;
   output progress;
-  wire progress;
+  reg progress = 1'h0;
   wire read;
-  wire \read$94 ;
+  wire \read$96 ;
   input reset_units;
   wire reset_units;
   wire [255:0] row;
@@ -23613,15 +23645,15 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   wire [31:0] \row$32[5] ;
   wire [31:0] \row$32[6] ;
   wire [31:0] \row$32[7] ;
-  wire [63:0] \row$92 ;
-  wire [7:0] \row$92[0] ;
-  wire [7:0] \row$92[1] ;
-  wire [7:0] \row$92[2] ;
-  wire [7:0] \row$92[3] ;
-  wire [7:0] \row$92[4] ;
-  wire [7:0] \row$92[5] ;
-  wire [7:0] \row$92[6] ;
-  wire [7:0] \row$92[7] ;
+  wire [63:0] \row$94 ;
+  wire [7:0] \row$94[0] ;
+  wire [7:0] \row$94[1] ;
+  wire [7:0] \row$94[2] ;
+  wire [7:0] \row$94[3] ;
+  wire [7:0] \row$94[4] ;
+  wire [7:0] \row$94[5] ;
+  wire [7:0] \row$94[6] ;
+  wire [7:0] \row$94[7] ;
   wire [31:0] \row[0] ;
   wire [31:0] \row[1] ;
   wire [31:0] \row[2] ;
@@ -23635,7 +23667,7 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   reg serial = 1'h0;
   reg [5:0] shift = 6'h00;
   (* init = 6'h00 *)
-  wire [5:0] \shift$71 ;
+  wire [5:0] \shift$73 ;
   output [15:0] spm_a_addr;
   reg [15:0] spm_a_addr;
   input [63:0] spm_a_data;
@@ -23662,7 +23694,7 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   wire start;
   wire \start$3 ;
   wire \start$5 ;
-  wire \start$68 ;
+  reg \start$68  = 1'h0;
   wire \start$7 ;
   wire [20:0] step;
   wire \step.d_acc ;
@@ -23688,26 +23720,31 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   wire [31:0] \terms[7] ;
   output [31:0] underflows;
   reg [31:0] underflows = 32'd0;
-  wire [3:0] \underflows$137 ;
+  wire [3:0] \underflows$150 ;
   wire v_start;
   wire valid;
   wire \valid$59 ;
   reg valid_lanes0 = 1'h0;
   reg valid_lanes1 = 1'h0;
+  reg valid_lanes10 = 1'h0;
   reg valid_lanes2 = 1'h0;
   reg valid_lanes3 = 1'h0;
   reg valid_lanes4 = 1'h0;
   reg valid_lanes5 = 1'h0;
   reg valid_lanes6 = 1'h0;
   reg valid_lanes7 = 1'h0;
+  reg valid_lanes8 = 1'h0;
+  reg valid_lanes9 = 1'h0;
   reg valid_reduce0 = 1'h0;
   reg valid_reduce1 = 1'h0;
   reg valid_reduce2 = 1'h0;
   reg valid_reduce3 = 1'h0;
   reg valid_reduce4 = 1'h0;
+  reg valid_reduce5 = 1'h0;
+  reg valid_reduce6 = 1'h0;
   wire [3:0] vop;
   wire [3:0] \vop$64 ;
-  wire [3:0] \vop$70 ;
+  wire [3:0] \vop$72 ;
   wire [15:0] w_addr;
   wire w_en;
   reg w_end;
@@ -23721,7 +23758,20 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   wire [31:0] \w_row[6] ;
   wire [31:0] \w_row[7] ;
   wire written;
-  assign spm_b_use = b_read & \$8 ;
+  assign \$1  = command[7:0] == 4'h9;
+  assign v_start = start & \$1 ;
+  assign \$2  = command[7:0] == 4'ha;
+  assign \start$5  = start & \$2 ;
+  assign \$3  = command[7:0] == 4'hb;
+  assign \start$7  = start & \$3 ;
+  assign \$4  = \busy$10  | \busy$11 ;
+  assign busy = \$4  | \busy$12 ;
+  assign \$5  = a_use & a_acc;
+  assign \$6  = ~ a_acc;
+  assign \$7  = a_use & \$6 ;
+  assign acc_b_use = b_use & b_acc;
+  assign \$8  = ~ b_acc;
+  assign spm_b_use = b_use & \$8 ;
   assign \$9  = a_acc ? acc_a_data[31:0] : { spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7:0] };
   assign \$10  = a_acc ? acc_a_data[63:32] : { spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15:8] };
   assign \$11  = a_acc ? acc_a_data[95:64] : { spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23:16] };
@@ -23744,126 +23794,139 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   assign \$27  = \$signal  == 4'ha;
   assign \$28  = \$signal  == 4'hb;
   assign is_reduce = | { \$28 , \$27 , \$26  };
-  assign \valid$59  = valid_lanes7 & is_reduce;
-  assign \start$68  = step[0] & serial;
+  assign \valid$59  = valid_lanes10 & is_reduce;
   assign \$29  = ~ is_reduce;
-  assign \$30  = valid_lanes7 & \$29 ;
-  assign \$31  = \$signal$75  & d_acc;
+  assign \$30  = valid_lanes10 & \$29 ;
+  assign \$31  = \$signal$77  & d_acc;
   assign \$32  = ~ d_acc;
-  assign \$33  = \$signal$75  & \$32 ;
-  assign \$34  = \$signal$75  & w_end;
-  assign \$35  = \$34  | \done$99 ;
-  assign finished = \$35  | \done$100 ;
-  assign \$36  = a_read | table_we;
-  assign \$37  = \$36  | spm_read;
-  assign \$38  = \$37  | spm_w_en;
-  assign progress = \$38  | acc_w_en;
-  assign \$39  = command[39:32] == 4'hc;
-  assign \$40  = command[39:32] == 4'hd;
-  assign \$41  = | { \$40 , \$39  };
-  assign \$42  = valid_lanes7 & ctl_lanes7[2];
-  assign \$43  = step[0] & serial;
-  assign \$44  = busy_cycles + 1'h1;
-  assign \$45  = hits + \hits$135 ;
-  assign \$46  = underflows + \underflows$137 ;
-  assign \$47  = overflows + \overflows$139 ;
+  assign \$33  = \$signal$77  & \$32 ;
+  assign \$34  = \$signal$77  & w_end;
+  assign \$35  = \$34  | \done$101 ;
+  assign finished = \$35  | \done$102 ;
+  assign \$36  = command[39:32] == 4'hc;
+  assign \$37  = command[39:32] == 4'hd;
+  assign \$38  = | { \$37 , \$36  };
+  assign \$39  = valid_lanes10 & ctl_lanes10[2];
+  assign \$40  = step[0] & serial;
+  assign \$41  = step[0] & serial;
+  assign \$42  = a_read | table_we;
+  assign \$43  = \$42  | spm_read;
+  assign \$44  = \$43  | spm_w_en;
+  assign \$45  = \$44  | acc_w_en;
+  assign \$46  = busy_cycles + 1'h1;
+  assign \$47  = hits + \hits$148 ;
+  assign \$48  = underflows + \underflows$150 ;
+  assign \$49  = overflows + \overflows$152 ;
   always @(posedge clk)
-    \$signal  <= \$48 ;
+    \$signal  <= \$50 ;
   always @(posedge clk)
-    shift <= \$49 ;
+    shift <= \$51 ;
   always @(posedge clk)
-    imm <= \$50 ;
+    imm <= \$52 ;
   always @(posedge clk)
-    imm2 <= \$51 ;
+    imm2 <= \$53 ;
   always @(posedge clk)
-    d_acc <= \$52 ;
+    d_acc <= \$54 ;
   always @(posedge clk)
-    serial <= \$53 ;
+    serial <= \$55 ;
   always @(posedge clk)
-    done__tag <= \$54 ;
+    done__tag <= \$56 ;
   always @(posedge clk)
-    done__opcode <= \$55 ;
+    done__opcode <= \$57 ;
   always @(posedge clk)
-    valid_lanes0 <= \$56 ;
+    valid_lanes0 <= \$58 ;
   always @(posedge clk)
-    ctl_lanes0 <= \$57 ;
+    ctl_lanes0 <= \$59 ;
   always @(posedge clk)
-    valid_lanes1 <= \$58 ;
+    valid_lanes1 <= \$60 ;
   always @(posedge clk)
-    ctl_lanes1 <= \$59 ;
+    ctl_lanes1 <= \$61 ;
   always @(posedge clk)
-    valid_lanes2 <= \$60 ;
+    valid_lanes2 <= \$62 ;
   always @(posedge clk)
-    ctl_lanes2 <= \$61 ;
+    ctl_lanes2 <= \$63 ;
   always @(posedge clk)
-    valid_lanes3 <= \$62 ;
+    valid_lanes3 <= \$64 ;
   always @(posedge clk)
-    ctl_lanes3 <= \$63 ;
+    ctl_lanes3 <= \$65 ;
   always @(posedge clk)
-    valid_lanes4 <= \$64 ;
+    valid_lanes4 <= \$66 ;
   always @(posedge clk)
-    ctl_lanes4 <= \$65 ;
+    ctl_lanes4 <= \$67 ;
   always @(posedge clk)
-    valid_lanes5 <= \$66 ;
+    valid_lanes5 <= \$68 ;
   always @(posedge clk)
-    ctl_lanes5 <= \$67 ;
+    ctl_lanes5 <= \$69 ;
   always @(posedge clk)
-    valid_lanes6 <= \$68 ;
+    valid_lanes6 <= \$70 ;
   always @(posedge clk)
-    ctl_lanes6 <= \$69 ;
+    ctl_lanes6 <= \$71 ;
   always @(posedge clk)
-    valid_lanes7 <= \$70 ;
+    valid_lanes7 <= \$72 ;
   always @(posedge clk)
-    ctl_lanes7 <= \$71 ;
+    ctl_lanes7 <= \$73 ;
   always @(posedge clk)
-    valid_reduce0 <= \$72 ;
+    valid_lanes8 <= \$74 ;
   always @(posedge clk)
-    ctl_reduce0 <= \$73 ;
+    ctl_lanes8 <= \$75 ;
   always @(posedge clk)
-    valid_reduce1 <= \$74 ;
+    valid_lanes9 <= \$76 ;
   always @(posedge clk)
-    ctl_reduce1 <= \$75 ;
+    ctl_lanes9 <= \$77 ;
   always @(posedge clk)
-    valid_reduce2 <= \$76 ;
+    valid_lanes10 <= \$78 ;
   always @(posedge clk)
-    ctl_reduce2 <= \$77 ;
+    ctl_lanes10 <= \$79 ;
   always @(posedge clk)
-    valid_reduce3 <= \$78 ;
+    valid_reduce0 <= \$80 ;
   always @(posedge clk)
-    ctl_reduce3 <= \$79 ;
+    ctl_reduce0 <= \$81 ;
   always @(posedge clk)
-    valid_reduce4 <= \$80 ;
+    valid_reduce1 <= \$82 ;
   always @(posedge clk)
-    ctl_reduce4 <= \$81 ;
+    ctl_reduce1 <= \$83 ;
   always @(posedge clk)
-    div_ctl <= \$82 ;
+    valid_reduce2 <= \$84 ;
   always @(posedge clk)
-    busy_cycles <= \$83 ;
+    ctl_reduce2 <= \$85 ;
   always @(posedge clk)
-    hits <= \$84 ;
+    valid_reduce3 <= \$86 ;
   always @(posedge clk)
-    underflows <= \$85 ;
+    ctl_reduce3 <= \$87 ;
   always @(posedge clk)
-    overflows <= \$86 ;
-  assign \$1  = command[7:0] == 4'h9;
-  assign v_start = start & \$1 ;
-  assign \$2  = command[7:0] == 4'ha;
-  assign \start$5  = start & \$2 ;
-  assign \$3  = command[7:0] == 4'hb;
-  assign \start$7  = start & \$3 ;
-  assign \$4  = \busy$10  | \busy$11 ;
-  assign busy = \$4  | \busy$12 ;
-  assign \$5  = a_read & a_acc;
-  assign \$6  = ~ a_acc;
-  assign \$7  = a_read & \$6 ;
-  assign acc_b_use = b_read & b_acc;
-  assign \$8  = ~ b_acc;
+    valid_reduce4 <= \$88 ;
+  always @(posedge clk)
+    ctl_reduce4 <= \$89 ;
+  always @(posedge clk)
+    valid_reduce5 <= \$90 ;
+  always @(posedge clk)
+    ctl_reduce5 <= \$91 ;
+  always @(posedge clk)
+    valid_reduce6 <= \$92 ;
+  always @(posedge clk)
+    ctl_reduce6 <= \$93 ;
+  always @(posedge clk)
+    \start$68  <= \$94 ;
+  always @(posedge clk)
+    \a$70  <= row;
+  always @(posedge clk)
+    div_ctl <= \$95 ;
+  always @(posedge clk)
+    progress <= \$96 ;
+  always @(posedge clk)
+    busy_cycles <= \$97 ;
+  always @(posedge clk)
+    hits <= \$98 ;
+  always @(posedge clk)
+    underflows <= \$99 ;
+  always @(posedge clk)
+    overflows <= \$100 ;
   \dx1_board.soc.core0.vector$243.divider  divider (
-    .a(row),
+    .a(\a$70 ),
     .clk(clk),
     .\d_acc$74 (d_acc),
     .done(done),
-    .out(\out$80 ),
+    .out(\out$82 ),
     .reset_units(reset_units),
     .rst(rst),
     .\shift$9 (shift),
@@ -23875,17 +23938,17 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
     .b(\row$32 ),
     .clk(clk),
     .d_acc(d_acc),
-    .hits8(\hits$135 ),
+    .hits11(\hits$148 ),
     .imm(imm),
     .imm2(imm2),
     .out(terms),
-    .overs8(\overflows$139 ),
+    .overs11(\overflows$152 ),
     .reset_units(reset_units),
     .rst(rst),
     .shift(shift),
     .table_index(table_index),
     .table_we(table_we),
-    .unders8(\underflows$137 ),
+    .unders11(\underflows$150 ),
     .valid(lanes_step),
     .vop(\$signal [3:0]),
     .write__data(table_data)
@@ -23893,9 +23956,9 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   \dx1_board.soc.core0.vector$243.reducer  reducer (
     .clk(clk),
     .d_acc(d_acc),
-    .out(\out$82 ),
+    .out(\out$84 ),
     .out_valid(out_valid),
-    .\port$16662$1 (ctl_lanes7[2:1]),
+    .\port$16768$1 (ctl_lanes10[2:1]),
     .reset_units(reset_units),
     .rst(rst),
     .terms(terms),
@@ -23907,12 +23970,13 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
     .a_addr(a_addr),
     .b_acc(b_acc),
     .b_addr(b_addr),
-    .b_read(b_read),
+    .b_use(b_use),
     .busy(\busy$10 ),
     .clk(clk),
     .command(command),
     .go(a_read),
-    .pop(\$signal$75 ),
+    .issuing(a_use),
+    .pop(\$signal$77 ),
     .reset_units(reset_units),
     .rst(rst),
     .start(v_start),
@@ -23920,7 +23984,7 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   );
   \dx1_board.soc.core0.vector$243.table_loader  table_loader (
     .clk(clk),
-    .done(\done$99 ),
+    .done(\done$101 ),
     .primed(table_we),
     .reset_units(reset_units),
     .rst(rst),
@@ -23945,7 +24009,7 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
     .busy(\busy$12 ),
     .clk(clk),
     .command(command),
-    .done(\done$100 ),
+    .done(\done$102 ),
     .load(load),
     .reset_units(reset_units),
     .rst(rst),
@@ -23991,24 +24055,24 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
-    \$signal$75  = 1'h0;
+    \$signal$77  = 1'h0;
     if (done) begin
-      \$signal$75  = 1'h1;
+      \$signal$77  = 1'h1;
     end else if (out_valid) begin
-      \$signal$75  = 1'h1;
+      \$signal$77  = 1'h1;
     end else if (\$30 ) begin
-      \$signal$75  = 1'h1;
+      \$signal$77  = 1'h1;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
-    \$signal$76  = 16'h0000;
+    \$signal$78  = 16'h0000;
     if (done) begin
-      \$signal$76  = div_ctl[19:4];
+      \$signal$78  = div_ctl[19:4];
     end else if (out_valid) begin
-      \$signal$76  = ctl_reduce4[15:0];
+      \$signal$78  = ctl_reduce6[15:0];
     end else if (\$30 ) begin
-      \$signal$76  = ctl_lanes7[19:4];
+      \$signal$78  = ctl_lanes10[19:4];
     end
   end
   always @* begin
@@ -24017,18 +24081,18 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
     if (done) begin
       w_end = div_ctl[3];
     end else if (out_valid) begin
-      w_end = ctl_reduce4[16];
+      w_end = ctl_reduce6[16];
     end else if (\$30 ) begin
-      w_end = ctl_lanes7[3];
+      w_end = ctl_lanes10[3];
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
     w_row = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     if (done) begin
-      w_row = \out$80 ;
-    end else if (out_valid) begin
       w_row = \out$82 ;
+    end else if (out_valid) begin
+      w_row = \out$84 ;
     end else if (\$30 ) begin
       w_row = terms;
     end
@@ -24044,7 +24108,7 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
     if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
     acc_w_addr = 16'h0000;
     if (\$31 ) begin
-      acc_w_addr = \$signal$76 ;
+      acc_w_addr = \$signal$78 ;
     end
   end
   always @* begin
@@ -24068,7 +24132,7 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
     if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
     spm_w_addr = 16'h0000;
     if (\$33 ) begin
-      spm_w_addr = \$signal$76 ;
+      spm_w_addr = \$signal$78 ;
     end
     if (read) begin
       spm_w_addr = w_addr;
@@ -24086,131 +24150,111 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
-    \$48  = \$signal ;
+    \$50  = \$signal ;
     if (start) begin
-      \$48  = command[39:32];
+      \$50  = command[39:32];
     end
     if (reset_units) begin
-      \$48  = 8'h00;
+      \$50  = 8'h00;
     end
     if (rst) begin
-      \$48  = 8'h00;
+      \$50  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
-    \$49  = shift;
+    \$51  = shift;
     if (start) begin
-      \$49  = command[45:40];
+      \$51  = command[45:40];
     end
     if (reset_units) begin
-      \$49  = 6'h00;
+      \$51  = 6'h00;
     end
     if (rst) begin
-      \$49  = 6'h00;
+      \$51  = 6'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
-    \$50  = imm;
+    \$52  = imm;
     if (start) begin
-      \$50  = command[223:192];
+      \$52  = command[223:192];
     end
     if (reset_units) begin
-      \$50  = 32'd0;
+      \$52  = 32'd0;
     end
     if (rst) begin
-      \$50  = 32'd0;
+      \$52  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
-    \$51  = imm2;
+    \$53  = imm2;
     if (start) begin
-      \$51  = command[255:224];
+      \$53  = command[255:224];
     end
     if (reset_units) begin
-      \$51  = 32'd0;
+      \$53  = 32'd0;
     end
     if (rst) begin
-      \$51  = 32'd0;
+      \$53  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
-    \$52  = d_acc;
+    \$54  = d_acc;
     if (start) begin
-      \$52  = command[10];
+      \$54  = command[10];
     end
     if (reset_units) begin
-      \$52  = 1'h0;
+      \$54  = 1'h0;
     end
     if (rst) begin
-      \$52  = 1'h0;
+      \$54  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
-    \$53  = serial;
+    \$55  = serial;
     if (start) begin
-      \$53  = \$41 ;
+      \$55  = \$38 ;
     end
     if (reset_units) begin
-      \$53  = 1'h0;
+      \$55  = 1'h0;
     end
     if (rst) begin
-      \$53  = 1'h0;
+      \$55  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
-    \$54  = done__tag;
+    \$56  = done__tag;
     if (start) begin
-      \$54  = command[31:16];
+      \$56  = command[31:16];
     end
     if (reset_units) begin
-      \$54  = 16'h0000;
+      \$56  = 16'h0000;
     end
     if (rst) begin
-      \$54  = 16'h0000;
+      \$56  = 16'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
-    \$55  = done__opcode;
+    \$57  = done__opcode;
     if (start) begin
-      \$55  = command[7:0];
+      \$57  = command[7:0];
     end
     if (reset_units) begin
-      \$55  = 8'h00;
+      \$57  = 8'h00;
     end
     if (rst) begin
-      \$55  = 8'h00;
+      \$57  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
-    \$56  = lanes_step;
-    if (reset_units) begin
-      \$56  = 1'h0;
-    end
-    if (rst) begin
-      \$56  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
-    \$57  = step;
-    if (reset_units) begin
-      \$57  = 21'h000000;
-    end
-    if (rst) begin
-      \$57  = 21'h000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
-    \$58  = valid_lanes0;
+    \$58  = lanes_step;
     if (reset_units) begin
       \$58  = 1'h0;
     end
@@ -24220,7 +24264,7 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
-    \$59  = ctl_lanes0;
+    \$59  = step;
     if (reset_units) begin
       \$59  = 21'h000000;
     end
@@ -24230,7 +24274,7 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
-    \$60  = valid_lanes1;
+    \$60  = valid_lanes0;
     if (reset_units) begin
       \$60  = 1'h0;
     end
@@ -24240,7 +24284,7 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
-    \$61  = ctl_lanes1;
+    \$61  = ctl_lanes0;
     if (reset_units) begin
       \$61  = 21'h000000;
     end
@@ -24250,7 +24294,7 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
-    \$62  = valid_lanes2;
+    \$62  = valid_lanes1;
     if (reset_units) begin
       \$62  = 1'h0;
     end
@@ -24260,7 +24304,7 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
-    \$63  = ctl_lanes2;
+    \$63  = ctl_lanes1;
     if (reset_units) begin
       \$63  = 21'h000000;
     end
@@ -24270,7 +24314,7 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
-    \$64  = valid_lanes3;
+    \$64  = valid_lanes2;
     if (reset_units) begin
       \$64  = 1'h0;
     end
@@ -24280,7 +24324,7 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
-    \$65  = ctl_lanes3;
+    \$65  = ctl_lanes2;
     if (reset_units) begin
       \$65  = 21'h000000;
     end
@@ -24290,7 +24334,7 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
-    \$66  = valid_lanes4;
+    \$66  = valid_lanes3;
     if (reset_units) begin
       \$66  = 1'h0;
     end
@@ -24300,7 +24344,7 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
-    \$67  = ctl_lanes4;
+    \$67  = ctl_lanes3;
     if (reset_units) begin
       \$67  = 21'h000000;
     end
@@ -24310,7 +24354,7 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
-    \$68  = valid_lanes5;
+    \$68  = valid_lanes4;
     if (reset_units) begin
       \$68  = 1'h0;
     end
@@ -24320,7 +24364,7 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
-    \$69  = ctl_lanes5;
+    \$69  = ctl_lanes4;
     if (reset_units) begin
       \$69  = 21'h000000;
     end
@@ -24330,7 +24374,7 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
-    \$70  = valid_lanes6;
+    \$70  = valid_lanes5;
     if (reset_units) begin
       \$70  = 1'h0;
     end
@@ -24340,7 +24384,7 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
-    \$71  = ctl_lanes6;
+    \$71  = ctl_lanes5;
     if (reset_units) begin
       \$71  = 21'h000000;
     end
@@ -24350,7 +24394,7 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
-    \$72  = \$42 ;
+    \$72  = valid_lanes6;
     if (reset_units) begin
       \$72  = 1'h0;
     end
@@ -24360,17 +24404,17 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
-    \$73  = { ctl_lanes7[3], ctl_lanes7[19:4] };
+    \$73  = ctl_lanes6;
     if (reset_units) begin
-      \$73  = 17'h00000;
+      \$73  = 21'h000000;
     end
     if (rst) begin
-      \$73  = 17'h00000;
+      \$73  = 21'h000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
-    \$74  = valid_reduce0;
+    \$74  = valid_lanes7;
     if (reset_units) begin
       \$74  = 1'h0;
     end
@@ -24380,17 +24424,17 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
-    \$75  = ctl_reduce0;
+    \$75  = ctl_lanes7;
     if (reset_units) begin
-      \$75  = 17'h00000;
+      \$75  = 21'h000000;
     end
     if (rst) begin
-      \$75  = 17'h00000;
+      \$75  = 21'h000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
-    \$76  = valid_reduce1;
+    \$76  = valid_lanes8;
     if (reset_units) begin
       \$76  = 1'h0;
     end
@@ -24400,17 +24444,17 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
-    \$77  = ctl_reduce1;
+    \$77  = ctl_lanes8;
     if (reset_units) begin
-      \$77  = 17'h00000;
+      \$77  = 21'h000000;
     end
     if (rst) begin
-      \$77  = 17'h00000;
+      \$77  = 21'h000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
-    \$78  = valid_reduce2;
+    \$78  = valid_lanes9;
     if (reset_units) begin
       \$78  = 1'h0;
     end
@@ -24420,17 +24464,17 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
-    \$79  = ctl_reduce2;
+    \$79  = ctl_lanes9;
     if (reset_units) begin
-      \$79  = 17'h00000;
+      \$79  = 21'h000000;
     end
     if (rst) begin
-      \$79  = 17'h00000;
+      \$79  = 21'h000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
-    \$80  = valid_reduce3;
+    \$80  = \$39 ;
     if (reset_units) begin
       \$80  = 1'h0;
     end
@@ -24440,7 +24484,7 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
-    \$81  = ctl_reduce3;
+    \$81  = { ctl_lanes10[3], ctl_lanes10[19:4] };
     if (reset_units) begin
       \$81  = 17'h00000;
     end
@@ -24450,67 +24494,207 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
-    \$82  = div_ctl;
-    if (\$43 ) begin
-      \$82  = step;
-    end
+    \$82  = valid_reduce0;
     if (reset_units) begin
-      \$82  = 21'h000000;
+      \$82  = 1'h0;
     end
     if (rst) begin
-      \$82  = 21'h000000;
+      \$82  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
-    \$83  = busy_cycles;
+    \$83  = ctl_reduce0;
+    if (reset_units) begin
+      \$83  = 17'h00000;
+    end
+    if (rst) begin
+      \$83  = 17'h00000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
+    \$84  = valid_reduce1;
+    if (reset_units) begin
+      \$84  = 1'h0;
+    end
+    if (rst) begin
+      \$84  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
+    \$85  = ctl_reduce1;
+    if (reset_units) begin
+      \$85  = 17'h00000;
+    end
+    if (rst) begin
+      \$85  = 17'h00000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
+    \$86  = valid_reduce2;
+    if (reset_units) begin
+      \$86  = 1'h0;
+    end
+    if (rst) begin
+      \$86  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
+    \$87  = ctl_reduce2;
+    if (reset_units) begin
+      \$87  = 17'h00000;
+    end
+    if (rst) begin
+      \$87  = 17'h00000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
+    \$88  = valid_reduce3;
+    if (reset_units) begin
+      \$88  = 1'h0;
+    end
+    if (rst) begin
+      \$88  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
+    \$89  = ctl_reduce3;
+    if (reset_units) begin
+      \$89  = 17'h00000;
+    end
+    if (rst) begin
+      \$89  = 17'h00000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
+    \$90  = valid_reduce4;
+    if (reset_units) begin
+      \$90  = 1'h0;
+    end
+    if (rst) begin
+      \$90  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
+    \$91  = ctl_reduce4;
+    if (reset_units) begin
+      \$91  = 17'h00000;
+    end
+    if (rst) begin
+      \$91  = 17'h00000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
+    \$92  = valid_reduce5;
+    if (reset_units) begin
+      \$92  = 1'h0;
+    end
+    if (rst) begin
+      \$92  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
+    \$93  = ctl_reduce5;
+    if (reset_units) begin
+      \$93  = 17'h00000;
+    end
+    if (rst) begin
+      \$93  = 17'h00000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
+    \$94  = \$40 ;
+    if (reset_units) begin
+      \$94  = 1'h0;
+    end
+    if (rst) begin
+      \$94  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
+    \$95  = div_ctl;
+    if (\$41 ) begin
+      \$95  = step;
+    end
+    if (reset_units) begin
+      \$95  = 21'h000000;
+    end
+    if (rst) begin
+      \$95  = 21'h000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
+    \$96  = \$45 ;
+    if (reset_units) begin
+      \$96  = 1'h0;
+    end
+    if (rst) begin
+      \$96  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
+    \$97  = busy_cycles;
     if (busy) begin
-      \$83  = \$44 [31:0];
+      \$97  = \$46 [31:0];
     end
     if (reset_units) begin
-      \$83  = 32'd0;
+      \$97  = 32'd0;
     end
     if (rst) begin
-      \$83  = 32'd0;
+      \$97  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
-    \$84  = hits;
-    if (valid_lanes7) begin
-      \$84  = \$45 [31:0];
+    \$98  = hits;
+    if (valid_lanes10) begin
+      \$98  = \$47 [31:0];
     end
     if (reset_units) begin
-      \$84  = 32'd0;
+      \$98  = 32'd0;
     end
     if (rst) begin
-      \$84  = 32'd0;
+      \$98  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
-    \$85  = underflows;
-    if (valid_lanes7) begin
-      \$85  = \$46 [31:0];
+    \$99  = underflows;
+    if (valid_lanes10) begin
+      \$99  = \$48 [31:0];
     end
     if (reset_units) begin
-      \$85  = 32'd0;
+      \$99  = 32'd0;
     end
     if (rst) begin
-      \$85  = 32'd0;
+      \$99  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$66 ) begin end
-    \$86  = overflows;
-    if (valid_lanes7) begin
-      \$86  = \$47 [31:0];
+    \$100  = overflows;
+    if (valid_lanes10) begin
+      \$100  = \$49 [31:0];
     end
     if (reset_units) begin
-      \$86  = 32'd0;
+      \$100  = 32'd0;
     end
     if (rst) begin
-      \$86  = 32'd0;
+      \$100  = 32'd0;
     end
   end
   assign \start$3  = v_start;
@@ -24530,22 +24714,23 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   assign \table_we$53  = table_we;
   assign \table_index$55  = table_index;
   assign \table_data$57  = table_data;
-  assign first = ctl_lanes7[1];
-  assign last = ctl_lanes7[2];
+  assign first = ctl_lanes10[1];
+  assign last = ctl_lanes10[2];
   assign \vop$64  = \$signal [3:0];
   assign \d_acc$65  = d_acc;
   assign out = terms;
-  assign \a$69  = row;
-  assign \vop$70  = \$signal [3:0];
-  assign \shift$71  = shift;
-  assign \d_acc$72  = d_acc;
-  assign written = \$signal$75 ;
-  assign \load$91  = load;
-  assign \row$92  = spm_a_data;
-  assign \read$94  = read;
+  assign div_start = \start$68 ;
+  assign div_a = \a$70 ;
+  assign \vop$72  = \$signal [3:0];
+  assign \shift$73  = shift;
+  assign \d_acc$74  = d_acc;
+  assign written = \$signal$77 ;
+  assign \load$93  = load;
+  assign \row$94  = spm_a_data;
+  assign \read$96  = read;
   assign w_en = read;
   assign done__valid = finished;
-  assign \$signal$103  = done__tag;
+  assign \$signal$105  = done__tag;
   assign done__status = 8'h00;
   assign opcode = done__opcode;
   assign \row[0]  = row[31:0];
@@ -24602,14 +24787,22 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   assign \out[5]  = terms[191:160];
   assign \out[6]  = terms[223:192];
   assign \out[7]  = terms[255:224];
-  assign \a$69[0]  = row[31:0];
-  assign \a$69[1]  = row[63:32];
-  assign \a$69[2]  = row[95:64];
-  assign \a$69[3]  = row[127:96];
-  assign \a$69[4]  = row[159:128];
-  assign \a$69[5]  = row[191:160];
-  assign \a$69[6]  = row[223:192];
-  assign \a$69[7]  = row[255:224];
+  assign \a$70[0]  = \a$70 [31:0];
+  assign \a$70[1]  = \a$70 [63:32];
+  assign \a$70[2]  = \a$70 [95:64];
+  assign \a$70[3]  = \a$70 [127:96];
+  assign \a$70[4]  = \a$70 [159:128];
+  assign \a$70[5]  = \a$70 [191:160];
+  assign \a$70[6]  = \a$70 [223:192];
+  assign \a$70[7]  = \a$70 [255:224];
+  assign \div_a[0]  = \a$70 [31:0];
+  assign \div_a[1]  = \a$70 [63:32];
+  assign \div_a[2]  = \a$70 [95:64];
+  assign \div_a[3]  = \a$70 [127:96];
+  assign \div_a[4]  = \a$70 [159:128];
+  assign \div_a[5]  = \a$70 [191:160];
+  assign \div_a[6]  = \a$70 [223:192];
+  assign \div_a[7]  = \a$70 [255:224];
   assign \div_ctl.valid  = div_ctl[0];
   assign \div_ctl.first  = div_ctl[1];
   assign \div_ctl.last  = div_ctl[2];
@@ -24624,14 +24817,6 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   assign \w_row[5]  = w_row[191:160];
   assign \w_row[6]  = w_row[223:192];
   assign \w_row[7]  = w_row[255:224];
-  assign \out$80[0]  = \out$80 [31:0];
-  assign \out$80[1]  = \out$80 [63:32];
-  assign \out$80[2]  = \out$80 [95:64];
-  assign \out$80[3]  = \out$80 [127:96];
-  assign \out$80[4]  = \out$80 [159:128];
-  assign \out$80[5]  = \out$80 [191:160];
-  assign \out$80[6]  = \out$80 [223:192];
-  assign \out$80[7]  = \out$80 [255:224];
   assign \out$82[0]  = \out$82 [31:0];
   assign \out$82[1]  = \out$82 [63:32];
   assign \out$82[2]  = \out$82 [95:64];
@@ -24640,14 +24825,22 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   assign \out$82[5]  = \out$82 [191:160];
   assign \out$82[6]  = \out$82 [223:192];
   assign \out$82[7]  = \out$82 [255:224];
-  assign \row$92[0]  = spm_a_data[7:0];
-  assign \row$92[1]  = spm_a_data[15:8];
-  assign \row$92[2]  = spm_a_data[23:16];
-  assign \row$92[3]  = spm_a_data[31:24];
-  assign \row$92[4]  = spm_a_data[39:32];
-  assign \row$92[5]  = spm_a_data[47:40];
-  assign \row$92[6]  = spm_a_data[55:48];
-  assign \row$92[7]  = spm_a_data[63:56];
+  assign \out$84[0]  = \out$84 [31:0];
+  assign \out$84[1]  = \out$84 [63:32];
+  assign \out$84[2]  = \out$84 [95:64];
+  assign \out$84[3]  = \out$84 [127:96];
+  assign \out$84[4]  = \out$84 [159:128];
+  assign \out$84[5]  = \out$84 [191:160];
+  assign \out$84[6]  = \out$84 [223:192];
+  assign \out$84[7]  = \out$84 [255:224];
+  assign \row$94[0]  = spm_a_data[7:0];
+  assign \row$94[1]  = spm_a_data[15:8];
+  assign \row$94[2]  = spm_a_data[23:16];
+  assign \row$94[3]  = spm_a_data[31:24];
+  assign \row$94[4]  = spm_a_data[39:32];
+  assign \row$94[5]  = spm_a_data[47:40];
+  assign \row$94[6]  = spm_a_data[55:48];
+  assign \row$94[7]  = spm_a_data[63:56];
   assign \col[0]  = col[7:0];
   assign \col[1]  = col[15:8];
   assign \col[2]  = col[23:16];
@@ -24675,7 +24868,7 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core0.vector$243.divider (rst, start, reset_units, a, vop, \shift$9 , \d_acc$74 , done, out, clk);
+module \dx1_board.soc.core0.vector$243.divider (rst, reset_units, vop, \shift$9 , \d_acc$74 , start, a, done, out, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$67  = 0;
   wire \$1 ;
   wire [30:0] \$10 ;
@@ -28321,531 +28514,554 @@ module \dx1_board.soc.core0.vector$243.divider (rst, start, reset_units, a, vop,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop, shift, imm, imm2, d_acc, out, hits8, unders8, overs8, write__data, table_we, table_index, clk);
+module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop, shift, imm, imm2, d_acc, out, hits11, unders11, overs11, write__data, table_we, table_index, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$68  = 0;
   wire \$1 ;
   wire \$10 ;
-  wire [32:0] \$100 ;
+  wire [31:0] \$100 ;
   wire [32:0] \$101 ;
-  wire [33:0] \$102 ;
-  wire [34:0] \$103 ;
-  wire [65:0] \$104 ;
-  wire [67:0] \$105 ;
-  wire [46:0] \$106 ;
-  wire [64:0] \$107 ;
-  wire [63:0] \$108 ;
-  wire [32:0] \$109 ;
+  wire [32:0] \$102 ;
+  wire [33:0] \$103 ;
+  wire [34:0] \$104 ;
+  wire [65:0] \$105 ;
+  wire [67:0] \$106 ;
+  wire [46:0] \$107 ;
+  wire [64:0] \$108 ;
+  wire [63:0] \$109 ;
   wire \$11 ;
-  wire \$110 ;
-  wire \$111 ;
+  wire [20:0] \$110 ;
+  wire [63:0] \$111 ;
   wire [32:0] \$112 ;
   wire \$113 ;
   wire \$114 ;
-  wire \$115 ;
-  wire \$116 ;
-  wire \$117 ;
+  wire [32:0] \$115 ;
+  wire [32:0] \$116 ;
+  wire [15:0] \$117 ;
   wire \$118 ;
-  wire [32:0] \$119 ;
+  wire [15:0] \$119 ;
   wire \$12 ;
-  wire [32:0] \$120 ;
-  wire [15:0] \$121 ;
-  wire [15:0] \$122 ;
-  wire [31:0] \$123 ;
-  wire [32:0] \$124 ;
-  wire [32:0] \$125 ;
-  wire [33:0] \$126 ;
-  wire [34:0] \$127 ;
-  wire [65:0] \$128 ;
-  wire [67:0] \$129 ;
+  wire \$120 ;
+  wire \$121 ;
+  wire \$122 ;
+  wire \$123 ;
+  wire \$124 ;
+  wire \$125 ;
+  wire [32:0] \$126 ;
+  wire [32:0] \$127 ;
+  wire [15:0] \$128 ;
+  wire [15:0] \$129 ;
   wire [5:0] \$13 ;
-  wire [46:0] \$130 ;
-  wire [64:0] \$131 ;
-  wire [63:0] \$132 ;
-  wire [32:0] \$133 ;
-  wire \$134 ;
-  wire \$135 ;
-  wire [32:0] \$136 ;
-  wire \$137 ;
-  wire \$138 ;
-  wire \$139 ;
-  wire \$14 ;
-  wire \$140 ;
-  wire \$141 ;
-  wire \$142 ;
-  wire [32:0] \$143 ;
-  wire [32:0] \$144 ;
-  wire [15:0] \$145 ;
-  wire [15:0] \$146 ;
-  wire [31:0] \$147 ;
-  wire [32:0] \$148 ;
-  wire [32:0] \$149 ;
-  wire \$15 ;
-  wire [33:0] \$150 ;
-  wire [34:0] \$151 ;
-  wire [65:0] \$152 ;
-  wire [67:0] \$153 ;
-  wire [46:0] \$154 ;
-  wire [64:0] \$155 ;
-  wire [63:0] \$156 ;
+  wire [31:0] \$130 ;
+  wire [32:0] \$131 ;
+  wire [32:0] \$132 ;
+  wire [33:0] \$133 ;
+  wire [34:0] \$134 ;
+  wire [65:0] \$135 ;
+  wire [67:0] \$136 ;
+  wire [46:0] \$137 ;
+  wire [64:0] \$138 ;
+  wire [63:0] \$139 ;
+  wire [110:0] \$14 ;
+  wire [20:0] \$140 ;
+  wire [63:0] \$141 ;
+  wire [32:0] \$142 ;
+  wire \$143 ;
+  wire \$144 ;
+  wire [32:0] \$145 ;
+  wire [32:0] \$146 ;
+  wire [15:0] \$147 ;
+  wire \$148 ;
+  wire [15:0] \$149 ;
+  wire [110:0] \$15 ;
+  wire \$150 ;
+  wire \$151 ;
+  wire \$152 ;
+  wire \$153 ;
+  wire \$154 ;
+  wire \$155 ;
+  wire [32:0] \$156 ;
   wire [32:0] \$157 ;
-  wire \$158 ;
-  wire \$159 ;
-  wire [32:0] \$16 ;
-  wire [32:0] \$160 ;
-  wire \$161 ;
-  wire \$162 ;
-  wire \$163 ;
-  wire \$164 ;
-  wire \$165 ;
-  wire \$166 ;
-  wire [32:0] \$167 ;
-  wire [32:0] \$168 ;
-  wire [15:0] \$169 ;
-  wire \$17 ;
-  wire [15:0] \$170 ;
-  wire [31:0] \$171 ;
+  wire [15:0] \$158 ;
+  wire [15:0] \$159 ;
+  wire \$16 ;
+  wire [31:0] \$160 ;
+  wire [32:0] \$161 ;
+  wire [32:0] \$162 ;
+  wire [33:0] \$163 ;
+  wire [34:0] \$164 ;
+  wire [65:0] \$165 ;
+  wire [67:0] \$166 ;
+  wire [46:0] \$167 ;
+  wire [64:0] \$168 ;
+  wire [63:0] \$169 ;
+  wire [110:0] \$17 ;
+  wire [20:0] \$170 ;
+  wire [63:0] \$171 ;
   wire [32:0] \$172 ;
-  wire [32:0] \$173 ;
-  wire [33:0] \$174 ;
-  wire [34:0] \$175 ;
-  wire [65:0] \$176 ;
-  wire [67:0] \$177 ;
-  wire [46:0] \$178 ;
-  wire [64:0] \$179 ;
-  wire \$18 ;
-  wire [63:0] \$180 ;
-  wire [32:0] \$181 ;
+  wire \$173 ;
+  wire \$174 ;
+  wire [32:0] \$175 ;
+  wire [32:0] \$176 ;
+  wire [15:0] \$177 ;
+  wire \$178 ;
+  wire [15:0] \$179 ;
+  wire [110:0] \$18 ;
+  wire \$180 ;
+  wire \$181 ;
   wire \$182 ;
   wire \$183 ;
-  wire [32:0] \$184 ;
+  wire \$184 ;
   wire \$185 ;
-  wire \$186 ;
-  wire \$187 ;
-  wire \$188 ;
-  wire \$189 ;
-  wire \$19 ;
-  wire \$190 ;
+  wire [32:0] \$186 ;
+  wire [32:0] \$187 ;
+  wire [15:0] \$188 ;
+  wire [15:0] \$189 ;
+  wire [111:0] \$19 ;
+  wire [31:0] \$190 ;
   wire [32:0] \$191 ;
   wire [32:0] \$192 ;
-  wire [15:0] \$193 ;
-  wire [15:0] \$194 ;
-  wire [31:0] \$195 ;
-  wire [32:0] \$196 ;
-  wire [32:0] \$197 ;
-  wire [33:0] \$198 ;
-  wire [34:0] \$199 ;
+  wire [33:0] \$193 ;
+  wire [34:0] \$194 ;
+  wire [65:0] \$195 ;
+  wire [67:0] \$196 ;
+  wire [46:0] \$197 ;
+  wire [64:0] \$198 ;
+  wire [63:0] \$199 ;
   wire \$2 ;
-  wire \$20 ;
-  wire [65:0] \$200 ;
-  wire [67:0] \$201 ;
-  wire [46:0] \$202 ;
-  wire [64:0] \$203 ;
-  wire [63:0] \$204 ;
+  wire [111:0] \$20 ;
+  wire [20:0] \$200 ;
+  wire [63:0] \$201 ;
+  wire [32:0] \$202 ;
+  wire \$203 ;
+  wire \$204 ;
   wire [32:0] \$205 ;
-  wire [63:0] \$206 ;
-  wire [110:0] \$207 ;
-  wire [110:0] \$208 ;
-  wire \$209 ;
-  wire \$21 ;
-  wire [47:0] \$210 ;
-  wire [47:0] \$211 ;
-  wire [32:0] \$212 ;
-  wire [32:0] \$213 ;
+  wire [32:0] \$206 ;
+  wire [15:0] \$207 ;
+  wire \$208 ;
+  wire [15:0] \$209 ;
+  wire [79:0] \$21 ;
+  wire \$210 ;
+  wire \$211 ;
+  wire \$212 ;
+  wire \$213 ;
   wire \$214 ;
-  wire [31:0] \$215 ;
-  wire \$216 ;
-  wire [31:0] \$217 ;
-  wire \$218 ;
-  wire [31:0] \$219 ;
-  wire \$22 ;
-  wire [32:0] \$220 ;
-  wire \$221 ;
-  wire \$222 ;
-  wire [7:0] \$223 ;
-  wire [79:0] \$224 ;
-  wire [80:0] \$225 ;
-  wire \$226 ;
-  wire [15:0] \$227 ;
-  wire [9:0] \$228 ;
-  wire [9:0] \$229 ;
-  wire [32:0] \$23 ;
-  wire \$230 ;
-  wire [9:0] \$231 ;
-  wire [9:0] \$232 ;
+  wire \$215 ;
+  wire [32:0] \$216 ;
+  wire [32:0] \$217 ;
+  wire [15:0] \$218 ;
+  wire [15:0] \$219 ;
+  wire [80:0] \$22 ;
+  wire [31:0] \$220 ;
+  wire [32:0] \$221 ;
+  wire [32:0] \$222 ;
+  wire [33:0] \$223 ;
+  wire [34:0] \$224 ;
+  wire [65:0] \$225 ;
+  wire [67:0] \$226 ;
+  wire [46:0] \$227 ;
+  wire [64:0] \$228 ;
+  wire [63:0] \$229 ;
+  wire \$23 ;
+  wire [20:0] \$230 ;
+  wire [63:0] \$231 ;
+  wire [32:0] \$232 ;
   wire \$233 ;
   wire \$234 ;
-  wire \$235 ;
-  wire [20:0] \$236 ;
-  wire \$237 ;
+  wire [32:0] \$235 ;
+  wire [32:0] \$236 ;
+  wire [15:0] \$237 ;
   wire \$238 ;
-  wire \$239 ;
-  wire [32:0] \$24 ;
-  wire [31:0] \$240 ;
-  wire [32:0] \$241 ;
+  wire [15:0] \$239 ;
+  wire \$24 ;
+  wire \$240 ;
+  wire \$241 ;
   wire \$242 ;
   wire \$243 ;
   wire \$244 ;
-  wire [7:0] \$245 ;
-  wire [7:0] \$246 ;
+  wire \$245 ;
+  wire [32:0] \$246 ;
   wire [32:0] \$247 ;
-  wire [32:0] \$248 ;
-  wire \$249 ;
-  wire [15:0] \$25 ;
+  wire [15:0] \$248 ;
+  wire [15:0] \$249 ;
+  wire [32:0] \$25 ;
   wire [31:0] \$250 ;
-  wire \$251 ;
-  wire [31:0] \$252 ;
-  wire \$253 ;
-  wire [31:0] \$254 ;
-  wire [32:0] \$255 ;
-  wire \$256 ;
-  wire \$257 ;
-  wire [7:0] \$258 ;
-  wire [79:0] \$259 ;
-  wire [15:0] \$26 ;
-  wire [80:0] \$260 ;
-  wire \$261 ;
-  wire [15:0] \$262 ;
-  wire [9:0] \$263 ;
-  wire [9:0] \$264 ;
-  wire \$265 ;
-  wire [9:0] \$266 ;
-  wire [9:0] \$267 ;
+  wire [32:0] \$251 ;
+  wire [32:0] \$252 ;
+  wire [33:0] \$253 ;
+  wire [34:0] \$254 ;
+  wire [65:0] \$255 ;
+  wire [67:0] \$256 ;
+  wire [46:0] \$257 ;
+  wire [64:0] \$258 ;
+  wire [63:0] \$259 ;
+  wire [32:0] \$26 ;
+  wire [20:0] \$260 ;
+  wire [63:0] \$261 ;
+  wire [32:0] \$262 ;
+  wire [63:0] \$263 ;
+  wire [32:0] \$264 ;
+  wire [32:0] \$265 ;
+  wire \$266 ;
+  wire [31:0] \$267 ;
   wire \$268 ;
-  wire \$269 ;
-  wire [31:0] \$27 ;
+  wire [31:0] \$269 ;
+  wire [15:0] \$27 ;
   wire \$270 ;
-  wire [20:0] \$271 ;
-  wire \$272 ;
+  wire [31:0] \$271 ;
+  wire [32:0] \$272 ;
   wire \$273 ;
   wire \$274 ;
-  wire [31:0] \$275 ;
-  wire [32:0] \$276 ;
-  wire \$277 ;
+  wire [7:0] \$275 ;
+  wire [9:0] \$276 ;
+  wire [9:0] \$277 ;
   wire \$278 ;
-  wire \$279 ;
-  wire [32:0] \$28 ;
-  wire [7:0] \$280 ;
-  wire [7:0] \$281 ;
-  wire [32:0] \$282 ;
-  wire [32:0] \$283 ;
+  wire [9:0] \$279 ;
+  wire \$28 ;
+  wire [9:0] \$280 ;
+  wire \$281 ;
+  wire \$282 ;
+  wire \$283 ;
   wire \$284 ;
-  wire [31:0] \$285 ;
+  wire \$285 ;
   wire \$286 ;
   wire [31:0] \$287 ;
-  wire \$288 ;
-  wire [31:0] \$289 ;
-  wire [32:0] \$29 ;
-  wire [32:0] \$290 ;
+  wire [32:0] \$288 ;
+  wire \$289 ;
+  wire [15:0] \$29 ;
+  wire \$290 ;
   wire \$291 ;
-  wire \$292 ;
+  wire [7:0] \$292 ;
   wire [7:0] \$293 ;
-  wire [79:0] \$294 ;
-  wire [80:0] \$295 ;
+  wire [32:0] \$294 ;
+  wire [32:0] \$295 ;
   wire \$296 ;
-  wire [15:0] \$297 ;
-  wire [9:0] \$298 ;
-  wire [9:0] \$299 ;
+  wire [31:0] \$297 ;
+  wire \$298 ;
+  wire [31:0] \$299 ;
   wire \$3 ;
-  wire [33:0] \$30 ;
+  wire \$30 ;
   wire \$300 ;
-  wire [9:0] \$301 ;
-  wire [9:0] \$302 ;
+  wire [31:0] \$301 ;
+  wire [32:0] \$302 ;
   wire \$303 ;
   wire \$304 ;
-  wire \$305 ;
-  wire [20:0] \$306 ;
-  wire \$307 ;
+  wire [7:0] \$305 ;
+  wire [9:0] \$306 ;
+  wire [9:0] \$307 ;
   wire \$308 ;
-  wire \$309 ;
-  wire [34:0] \$31 ;
-  wire [31:0] \$310 ;
-  wire [32:0] \$311 ;
+  wire [9:0] \$309 ;
+  wire \$31 ;
+  wire [9:0] \$310 ;
+  wire \$311 ;
   wire \$312 ;
   wire \$313 ;
   wire \$314 ;
-  wire [7:0] \$315 ;
-  wire [7:0] \$316 ;
-  wire [32:0] \$317 ;
+  wire \$315 ;
+  wire \$316 ;
+  wire [31:0] \$317 ;
   wire [32:0] \$318 ;
   wire \$319 ;
-  wire [65:0] \$32 ;
-  wire [31:0] \$320 ;
+  wire \$32 ;
+  wire \$320 ;
   wire \$321 ;
-  wire [31:0] \$322 ;
-  wire \$323 ;
-  wire [31:0] \$324 ;
+  wire [7:0] \$322 ;
+  wire [7:0] \$323 ;
+  wire [32:0] \$324 ;
   wire [32:0] \$325 ;
   wire \$326 ;
-  wire \$327 ;
-  wire [7:0] \$328 ;
-  wire [79:0] \$329 ;
-  wire [67:0] \$33 ;
-  wire [80:0] \$330 ;
-  wire \$331 ;
-  wire [15:0] \$332 ;
-  wire [9:0] \$333 ;
-  wire [9:0] \$334 ;
-  wire \$335 ;
+  wire [31:0] \$327 ;
+  wire \$328 ;
+  wire [31:0] \$329 ;
+  wire \$33 ;
+  wire \$330 ;
+  wire [31:0] \$331 ;
+  wire [32:0] \$332 ;
+  wire \$333 ;
+  wire \$334 ;
+  wire [7:0] \$335 ;
   wire [9:0] \$336 ;
   wire [9:0] \$337 ;
   wire \$338 ;
-  wire \$339 ;
-  wire [46:0] \$34 ;
-  wire \$340 ;
-  wire [20:0] \$341 ;
+  wire [9:0] \$339 ;
+  wire \$34 ;
+  wire [9:0] \$340 ;
+  wire \$341 ;
   wire \$342 ;
   wire \$343 ;
   wire \$344 ;
-  wire [31:0] \$345 ;
-  wire [32:0] \$346 ;
-  wire \$347 ;
-  wire \$348 ;
+  wire \$345 ;
+  wire \$346 ;
+  wire [31:0] \$347 ;
+  wire [32:0] \$348 ;
   wire \$349 ;
-  wire [64:0] \$35 ;
-  wire [7:0] \$350 ;
-  wire [7:0] \$351 ;
-  wire [32:0] \$352 ;
-  wire [32:0] \$353 ;
-  wire \$354 ;
-  wire [31:0] \$355 ;
+  wire \$35 ;
+  wire \$350 ;
+  wire \$351 ;
+  wire [7:0] \$352 ;
+  wire [7:0] \$353 ;
+  wire [32:0] \$354 ;
+  wire [32:0] \$355 ;
   wire \$356 ;
   wire [31:0] \$357 ;
   wire \$358 ;
   wire [31:0] \$359 ;
-  wire [63:0] \$36 ;
-  wire [32:0] \$360 ;
-  wire \$361 ;
-  wire \$362 ;
-  wire [7:0] \$363 ;
-  wire [79:0] \$364 ;
-  wire [80:0] \$365 ;
-  wire \$366 ;
-  wire [15:0] \$367 ;
-  wire [9:0] \$368 ;
+  wire [32:0] \$36 ;
+  wire \$360 ;
+  wire [31:0] \$361 ;
+  wire [32:0] \$362 ;
+  wire \$363 ;
+  wire \$364 ;
+  wire [7:0] \$365 ;
+  wire [9:0] \$366 ;
+  wire [9:0] \$367 ;
+  wire \$368 ;
   wire [9:0] \$369 ;
   wire [32:0] \$37 ;
-  wire \$370 ;
-  wire [9:0] \$371 ;
-  wire [9:0] \$372 ;
+  wire [9:0] \$370 ;
+  wire \$371 ;
+  wire \$372 ;
   wire \$373 ;
   wire \$374 ;
   wire \$375 ;
-  wire [20:0] \$376 ;
-  wire \$377 ;
-  wire \$378 ;
+  wire \$376 ;
+  wire [31:0] \$377 ;
+  wire [32:0] \$378 ;
   wire \$379 ;
-  wire \$38 ;
-  wire [31:0] \$380 ;
-  wire [32:0] \$381 ;
-  wire \$382 ;
-  wire \$383 ;
-  wire \$384 ;
-  wire [7:0] \$385 ;
-  wire [7:0] \$386 ;
-  wire [32:0] \$387 ;
-  wire [32:0] \$388 ;
-  wire \$389 ;
-  wire \$39 ;
-  wire [31:0] \$390 ;
-  wire \$391 ;
-  wire [31:0] \$392 ;
+  wire [15:0] \$38 ;
+  wire \$380 ;
+  wire \$381 ;
+  wire [7:0] \$382 ;
+  wire [7:0] \$383 ;
+  wire [32:0] \$384 ;
+  wire [32:0] \$385 ;
+  wire \$386 ;
+  wire [31:0] \$387 ;
+  wire \$388 ;
+  wire [31:0] \$389 ;
+  wire [15:0] \$39 ;
+  wire \$390 ;
+  wire [31:0] \$391 ;
+  wire [32:0] \$392 ;
   wire \$393 ;
-  wire [31:0] \$394 ;
-  wire [32:0] \$395 ;
-  wire \$396 ;
-  wire \$397 ;
-  wire [7:0] \$398 ;
-  wire [79:0] \$399 ;
+  wire \$394 ;
+  wire [7:0] \$395 ;
+  wire [9:0] \$396 ;
+  wire [9:0] \$397 ;
+  wire \$398 ;
+  wire [9:0] \$399 ;
   wire \$4 ;
-  wire [32:0] \$40 ;
-  wire [80:0] \$400 ;
+  wire [31:0] \$40 ;
+  wire [9:0] \$400 ;
   wire \$401 ;
-  wire [15:0] \$402 ;
-  wire [9:0] \$403 ;
-  wire [9:0] \$404 ;
+  wire \$402 ;
+  wire \$403 ;
+  wire \$404 ;
   wire \$405 ;
-  wire [9:0] \$406 ;
-  wire [9:0] \$407 ;
-  wire \$408 ;
+  wire \$406 ;
+  wire [31:0] \$407 ;
+  wire [32:0] \$408 ;
   wire \$409 ;
-  wire \$41 ;
+  wire [32:0] \$41 ;
   wire \$410 ;
-  wire [20:0] \$411 ;
-  wire \$412 ;
-  wire \$413 ;
-  wire \$414 ;
-  wire [31:0] \$415 ;
-  wire [32:0] \$416 ;
-  wire \$417 ;
+  wire \$411 ;
+  wire [7:0] \$412 ;
+  wire [7:0] \$413 ;
+  wire [32:0] \$414 ;
+  wire [32:0] \$415 ;
+  wire \$416 ;
+  wire [31:0] \$417 ;
   wire \$418 ;
-  wire \$419 ;
-  wire \$42 ;
-  wire [7:0] \$420 ;
-  wire [7:0] \$421 ;
+  wire [31:0] \$419 ;
+  wire [32:0] \$42 ;
+  wire \$420 ;
+  wire [31:0] \$421 ;
   wire [32:0] \$422 ;
-  wire [32:0] \$423 ;
+  wire \$423 ;
   wire \$424 ;
-  wire [31:0] \$425 ;
-  wire \$426 ;
-  wire [31:0] \$427 ;
+  wire [7:0] \$425 ;
+  wire [9:0] \$426 ;
+  wire [9:0] \$427 ;
   wire \$428 ;
-  wire [31:0] \$429 ;
-  wire \$43 ;
-  wire [32:0] \$430 ;
+  wire [9:0] \$429 ;
+  wire [33:0] \$43 ;
+  wire [9:0] \$430 ;
   wire \$431 ;
   wire \$432 ;
-  wire [7:0] \$433 ;
-  wire [79:0] \$434 ;
-  wire [80:0] \$435 ;
+  wire \$433 ;
+  wire \$434 ;
+  wire \$435 ;
   wire \$436 ;
-  wire [15:0] \$437 ;
-  wire [9:0] \$438 ;
-  wire [9:0] \$439 ;
-  wire \$44 ;
+  wire [31:0] \$437 ;
+  wire [32:0] \$438 ;
+  wire \$439 ;
+  wire [34:0] \$44 ;
   wire \$440 ;
-  wire [9:0] \$441 ;
-  wire [9:0] \$442 ;
-  wire \$443 ;
-  wire \$444 ;
-  wire \$445 ;
-  wire [20:0] \$446 ;
-  wire \$447 ;
+  wire \$441 ;
+  wire [7:0] \$442 ;
+  wire [7:0] \$443 ;
+  wire [32:0] \$444 ;
+  wire [32:0] \$445 ;
+  wire \$446 ;
+  wire [31:0] \$447 ;
   wire \$448 ;
-  wire \$449 ;
-  wire \$45 ;
-  wire [31:0] \$450 ;
-  wire [32:0] \$451 ;
-  wire \$452 ;
+  wire [31:0] \$449 ;
+  wire [65:0] \$45 ;
+  wire \$450 ;
+  wire [31:0] \$451 ;
+  wire [32:0] \$452 ;
   wire \$453 ;
   wire \$454 ;
   wire [7:0] \$455 ;
-  wire [7:0] \$456 ;
-  wire [32:0] \$457 ;
-  wire [32:0] \$458 ;
-  wire \$459 ;
-  wire \$46 ;
-  wire [31:0] \$460 ;
+  wire [9:0] \$456 ;
+  wire [9:0] \$457 ;
+  wire \$458 ;
+  wire [9:0] \$459 ;
+  wire [67:0] \$46 ;
+  wire [9:0] \$460 ;
   wire \$461 ;
-  wire [31:0] \$462 ;
+  wire \$462 ;
   wire \$463 ;
-  wire [31:0] \$464 ;
-  wire [32:0] \$465 ;
+  wire \$464 ;
+  wire \$465 ;
   wire \$466 ;
-  wire \$467 ;
-  wire [7:0] \$468 ;
-  wire [79:0] \$469 ;
-  wire [32:0] \$47 ;
-  wire [80:0] \$470 ;
+  wire [31:0] \$467 ;
+  wire [32:0] \$468 ;
+  wire \$469 ;
+  wire [46:0] \$47 ;
+  wire \$470 ;
   wire \$471 ;
-  wire [15:0] \$472 ;
-  wire [9:0] \$473 ;
-  wire [9:0] \$474 ;
-  wire \$475 ;
-  wire [9:0] \$476 ;
-  wire [9:0] \$477 ;
+  wire [7:0] \$472 ;
+  wire [7:0] \$473 ;
+  wire [32:0] \$474 ;
+  wire [32:0] \$475 ;
+  wire \$476 ;
+  wire [31:0] \$477 ;
   wire \$478 ;
-  wire \$479 ;
-  wire [32:0] \$48 ;
+  wire [31:0] \$479 ;
+  wire [64:0] \$48 ;
   wire \$480 ;
-  wire [20:0] \$481 ;
-  wire \$482 ;
+  wire [31:0] \$481 ;
+  wire [32:0] \$482 ;
   wire \$483 ;
   wire \$484 ;
-  wire [31:0] \$485 ;
-  wire [32:0] \$486 ;
-  wire \$487 ;
+  wire [7:0] \$485 ;
+  wire [9:0] \$486 ;
+  wire [9:0] \$487 ;
   wire \$488 ;
-  wire \$489 ;
-  wire [15:0] \$49 ;
-  wire [7:0] \$490 ;
-  wire [7:0] \$491 ;
-  wire [1:0] \$492 ;
-  wire [2:0] \$493 ;
-  wire [3:0] \$494 ;
-  wire [4:0] \$495 ;
-  wire [5:0] \$496 ;
-  wire [6:0] \$497 ;
-  wire [7:0] \$498 ;
-  wire [1:0] \$499 ;
+  wire [9:0] \$489 ;
+  wire [63:0] \$49 ;
+  wire [9:0] \$490 ;
+  wire \$491 ;
+  wire \$492 ;
+  wire \$493 ;
+  wire \$494 ;
+  wire \$495 ;
+  wire \$496 ;
+  wire [31:0] \$497 ;
+  wire [32:0] \$498 ;
+  wire \$499 ;
   wire \$5 ;
-  wire [15:0] \$50 ;
-  wire [2:0] \$500 ;
-  wire [3:0] \$501 ;
-  wire [4:0] \$502 ;
-  wire [5:0] \$503 ;
-  wire [6:0] \$504 ;
-  wire [7:0] \$505 ;
-  wire [1:0] \$506 ;
-  wire [2:0] \$507 ;
-  wire [3:0] \$508 ;
-  wire [4:0] \$509 ;
-  wire [31:0] \$51 ;
-  wire [5:0] \$510 ;
-  wire [6:0] \$511 ;
-  wire [7:0] \$512 ;
-  reg [10:0] \$513 ;
-  reg [10:0] \$514 ;
-  reg [10:0] \$515 ;
-  reg [10:0] \$516 ;
-  reg [10:0] \$517 ;
-  reg [10:0] \$518 ;
-  reg [10:0] \$519 ;
+  wire [20:0] \$50 ;
+  wire \$500 ;
+  wire \$501 ;
+  wire [7:0] \$502 ;
+  wire [7:0] \$503 ;
+  wire [1:0] \$504 ;
+  wire [2:0] \$505 ;
+  wire [3:0] \$506 ;
+  wire [4:0] \$507 ;
+  wire [5:0] \$508 ;
+  wire [6:0] \$509 ;
+  wire [63:0] \$51 ;
+  wire [7:0] \$510 ;
+  wire [1:0] \$511 ;
+  wire [2:0] \$512 ;
+  wire [3:0] \$513 ;
+  wire [4:0] \$514 ;
+  wire [5:0] \$515 ;
+  wire [6:0] \$516 ;
+  wire [7:0] \$517 ;
+  wire [1:0] \$518 ;
+  wire [2:0] \$519 ;
   wire [32:0] \$52 ;
-  reg [10:0] \$520 ;
-  reg [255:0] \$521 ;
-  wire [32:0] \$53 ;
-  wire [33:0] \$54 ;
-  wire [34:0] \$55 ;
-  wire [65:0] \$56 ;
-  wire [67:0] \$57 ;
-  wire [46:0] \$58 ;
-  wire [64:0] \$59 ;
+  wire [3:0] \$520 ;
+  wire [4:0] \$521 ;
+  wire [5:0] \$522 ;
+  wire [6:0] \$523 ;
+  wire [7:0] \$524 ;
+  reg [10:0] \$525 ;
+  reg [10:0] \$526 ;
+  reg [10:0] \$527 ;
+  reg [10:0] \$528 ;
+  reg [10:0] \$529 ;
+  wire \$53 ;
+  reg [10:0] \$530 ;
+  reg [10:0] \$531 ;
+  reg [10:0] \$532 ;
+  reg [10:0] \$533 ;
+  reg [10:0] \$534 ;
+  reg [10:0] \$535 ;
+  reg [255:0] \$536 ;
+  wire \$54 ;
+  wire [32:0] \$55 ;
+  wire [32:0] \$56 ;
+  wire [15:0] \$57 ;
+  wire \$58 ;
+  wire [15:0] \$59 ;
   wire \$6 ;
-  wire [63:0] \$60 ;
-  wire [32:0] \$61 ;
+  wire \$60 ;
+  wire \$61 ;
   wire \$62 ;
   wire \$63 ;
-  wire [32:0] \$64 ;
+  wire \$64 ;
   wire \$65 ;
-  wire \$66 ;
-  wire \$67 ;
-  wire \$68 ;
-  wire \$69 ;
+  wire [32:0] \$66 ;
+  wire [32:0] \$67 ;
+  wire [15:0] \$68 ;
+  wire [15:0] \$69 ;
   wire \$7 ;
-  wire \$70 ;
+  wire [31:0] \$70 ;
   wire [32:0] \$71 ;
   wire [32:0] \$72 ;
-  wire [15:0] \$73 ;
-  wire [15:0] \$74 ;
-  wire [31:0] \$75 ;
-  wire [32:0] \$76 ;
-  wire [32:0] \$77 ;
-  wire [33:0] \$78 ;
-  wire [34:0] \$79 ;
+  wire [33:0] \$73 ;
+  wire [34:0] \$74 ;
+  wire [65:0] \$75 ;
+  wire [67:0] \$76 ;
+  wire [46:0] \$77 ;
+  wire [64:0] \$78 ;
+  wire [63:0] \$79 ;
   wire \$8 ;
-  wire [65:0] \$80 ;
-  wire [67:0] \$81 ;
-  wire [46:0] \$82 ;
-  wire [64:0] \$83 ;
-  wire [63:0] \$84 ;
+  wire [20:0] \$80 ;
+  wire [63:0] \$81 ;
+  wire [32:0] \$82 ;
+  wire \$83 ;
+  wire \$84 ;
   wire [32:0] \$85 ;
-  wire \$86 ;
-  wire \$87 ;
-  wire [32:0] \$88 ;
-  wire \$89 ;
+  wire [32:0] \$86 ;
+  wire [15:0] \$87 ;
+  wire \$88 ;
+  wire [15:0] \$89 ;
   wire \$9 ;
   wire \$90 ;
   wire \$91 ;
   wire \$92 ;
   wire \$93 ;
   wire \$94 ;
-  wire [32:0] \$95 ;
+  wire \$95 ;
   wire [32:0] \$96 ;
-  wire [15:0] \$97 ;
+  wire [32:0] \$97 ;
   wire [15:0] \$98 ;
-  wire [31:0] \$99 ;
+  wire [15:0] \$99 ;
   input [255:0] a;
   wire [255:0] a;
+  reg [31:0] a1_0 = 32'd0;
+  reg [31:0] a1_1 = 32'd0;
+  reg [31:0] a1_2 = 32'd0;
+  reg [31:0] a1_3 = 32'd0;
+  reg [31:0] a1_4 = 32'd0;
+  reg [31:0] a1_5 = 32'd0;
+  reg [31:0] a1_6 = 32'd0;
+  reg [31:0] a1_7 = 32'd0;
   wire [31:0] \a[0] ;
   wire [31:0] \a[1] ;
   wire [31:0] \a[2] ;
@@ -28864,6 +29080,14 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
   reg [32:0] alu7;
   input [255:0] b;
   wire [255:0] b;
+  reg [31:0] b1_0 = 32'd0;
+  reg [31:0] b1_1 = 32'd0;
+  reg [31:0] b1_2 = 32'd0;
+  reg [31:0] b1_3 = 32'd0;
+  reg [31:0] b1_4 = 32'd0;
+  reg [31:0] b1_5 = 32'd0;
+  reg [31:0] b1_6 = 32'd0;
+  reg [31:0] b1_7 = 32'd0;
   wire [31:0] \b[0] ;
   wire [31:0] \b[1] ;
   wire [31:0] \b[2] ;
@@ -28872,22 +29096,6 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
   wire [31:0] \b[5] ;
   wire [31:0] \b[6] ;
   wire [31:0] \b[7] ;
-  reg [15:0] base3_0 = 16'h0000;
-  reg [15:0] base3_1 = 16'h0000;
-  reg [15:0] base3_2 = 16'h0000;
-  reg [15:0] base3_3 = 16'h0000;
-  reg [15:0] base3_4 = 16'h0000;
-  reg [15:0] base3_5 = 16'h0000;
-  reg [15:0] base3_6 = 16'h0000;
-  reg [15:0] base3_7 = 16'h0000;
-  reg [15:0] base4_0 = 16'h0000;
-  reg [15:0] base4_1 = 16'h0000;
-  reg [15:0] base4_2 = 16'h0000;
-  reg [15:0] base4_3 = 16'h0000;
-  reg [15:0] base4_4 = 16'h0000;
-  reg [15:0] base4_5 = 16'h0000;
-  reg [15:0] base4_6 = 16'h0000;
-  reg [15:0] base4_7 = 16'h0000;
   reg [15:0] base5_0 = 16'h0000;
   reg [15:0] base5_1 = 16'h0000;
   reg [15:0] base5_2 = 16'h0000;
@@ -28912,6 +29120,22 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
   reg [15:0] base7_5 = 16'h0000;
   reg [15:0] base7_6 = 16'h0000;
   reg [15:0] base7_7 = 16'h0000;
+  reg [15:0] base8_0 = 16'h0000;
+  reg [15:0] base8_1 = 16'h0000;
+  reg [15:0] base8_2 = 16'h0000;
+  reg [15:0] base8_3 = 16'h0000;
+  reg [15:0] base8_4 = 16'h0000;
+  reg [15:0] base8_5 = 16'h0000;
+  reg [15:0] base8_6 = 16'h0000;
+  reg [15:0] base8_7 = 16'h0000;
+  reg [15:0] base9_0 = 16'h0000;
+  reg [15:0] base9_1 = 16'h0000;
+  reg [15:0] base9_2 = 16'h0000;
+  reg [15:0] base9_3 = 16'h0000;
+  reg [15:0] base9_4 = 16'h0000;
+  reg [15:0] base9_5 = 16'h0000;
+  reg [15:0] base9_6 = 16'h0000;
+  reg [15:0] base9_7 = 16'h0000;
   input clk;
   wire clk;
   reg [10:0] ctl1 = 11'h000;
@@ -28921,6 +29145,20 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
   wire \ctl1.raw ;
   wire [5:0] \ctl1.shift ;
   wire \ctl1.valid ;
+  reg [10:0] ctl10 = 11'h000;
+  wire \ctl10.clamp ;
+  wire \ctl10.d_acc ;
+  wire \ctl10.lut ;
+  wire \ctl10.raw ;
+  wire [5:0] \ctl10.shift ;
+  wire \ctl10.valid ;
+  reg [10:0] ctl11 = 11'h000;
+  wire \ctl11.clamp ;
+  wire \ctl11.d_acc ;
+  wire \ctl11.lut ;
+  wire \ctl11.raw ;
+  wire [5:0] \ctl11.shift ;
+  wire \ctl11.valid ;
   reg [10:0] ctl2 = 11'h000;
   wire \ctl2.clamp ;
   wire \ctl2.d_acc ;
@@ -28970,6 +29208,13 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
   wire \ctl8.raw ;
   wire [5:0] \ctl8.shift ;
   wire \ctl8.valid ;
+  reg [10:0] ctl9 = 11'h000;
+  wire \ctl9.clamp ;
+  wire \ctl9.d_acc ;
+  wire \ctl9.lut ;
+  wire \ctl9.raw ;
+  wire [5:0] \ctl9.shift ;
+  wire \ctl9.valid ;
   input d_acc;
   wire d_acc;
   wire [16:0] diff0;
@@ -28980,24 +29225,24 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
   wire [16:0] diff5;
   wire [16:0] diff6;
   wire [16:0] diff7;
-  reg [15:0] f2_0 = 16'h0000;
-  reg [15:0] f2_1 = 16'h0000;
-  reg [15:0] f2_2 = 16'h0000;
-  reg [15:0] f2_3 = 16'h0000;
-  reg [15:0] f2_4 = 16'h0000;
-  reg [15:0] f2_5 = 16'h0000;
-  reg [15:0] f2_6 = 16'h0000;
-  reg [15:0] f2_7 = 16'h0000;
-  wire [15:0] frac0;
-  wire [15:0] frac1;
-  wire [15:0] frac2;
-  wire [15:0] frac3;
-  wire [15:0] frac4;
-  wire [15:0] frac5;
-  wire [15:0] frac6;
-  wire [15:0] frac7;
-  wire [46:0] half;
-  wire [46:0] half_neg;
+  reg [15:0] f4_0 = 16'h0000;
+  reg [15:0] f4_1 = 16'h0000;
+  reg [15:0] f4_2 = 16'h0000;
+  reg [15:0] f4_3 = 16'h0000;
+  reg [15:0] f4_4 = 16'h0000;
+  reg [15:0] f4_5 = 16'h0000;
+  reg [15:0] f4_6 = 16'h0000;
+  reg [15:0] f4_7 = 16'h0000;
+  reg [15:0] frac3_0 = 16'h0000;
+  reg [15:0] frac3_1 = 16'h0000;
+  reg [15:0] frac3_2 = 16'h0000;
+  reg [15:0] frac3_3 = 16'h0000;
+  reg [15:0] frac3_4 = 16'h0000;
+  reg [15:0] frac3_5 = 16'h0000;
+  reg [15:0] frac3_6 = 16'h0000;
+  reg [15:0] frac3_7 = 16'h0000;
+  reg [46:0] half = 47'h000000000000;
+  reg [46:0] half_neg = 47'h000000000000;
   reg [33:0] hh0 = 34'h000000000;
   reg [33:0] hh1 = 34'h000000000;
   reg [33:0] hh2 = 34'h000000000;
@@ -29006,24 +29251,25 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
   reg [33:0] hh5 = 34'h000000000;
   reg [33:0] hh6 = 34'h000000000;
   reg [33:0] hh7 = 34'h000000000;
-  reg hit2_0 = 1'h0;
-  reg hit2_1 = 1'h0;
-  reg hit2_2 = 1'h0;
-  reg hit2_3 = 1'h0;
-  reg hit2_4 = 1'h0;
-  reg hit2_5 = 1'h0;
-  reg hit2_6 = 1'h0;
-  reg hit2_7 = 1'h0;
+  reg hit4_0 = 1'h0;
+  reg hit4_1 = 1'h0;
+  reg hit4_2 = 1'h0;
+  reg hit4_3 = 1'h0;
+  reg hit4_4 = 1'h0;
+  reg hit4_5 = 1'h0;
+  reg hit4_6 = 1'h0;
+  reg hit4_7 = 1'h0;
   wire [3:0] hits;
   (* init = 4'h0 *)
-  wire [3:0] \hits$401 ;
-  reg [3:0] hits3 = 4'h0;
-  reg [3:0] hits4 = 4'h0;
+  wire [3:0] \hits$436 ;
+  reg [3:0] hits10 = 4'h0;
+  output [3:0] hits11;
+  reg [3:0] hits11 = 4'h0;
   reg [3:0] hits5 = 4'h0;
   reg [3:0] hits6 = 4'h0;
   reg [3:0] hits7 = 4'h0;
-  output [3:0] hits8;
   reg [3:0] hits8 = 4'h0;
+  reg [3:0] hits9 = 4'h0;
   reg [33:0] hl0 = 34'h000000000;
   reg [33:0] hl1 = 34'h000000000;
   reg [33:0] hl2 = 34'h000000000;
@@ -29034,9 +29280,11 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
   reg [33:0] hl7 = 34'h000000000;
   input [31:0] imm;
   wire [31:0] imm;
+  reg [31:0] imm1 = 32'd0;
   input [31:0] imm2;
   wire [31:0] imm2;
   reg [31:0] imm2_1 = 32'd0;
+  reg [31:0] imm2_2 = 32'd0;
   wire [7:0] index0;
   wire [7:0] index1;
   wire [7:0] index2;
@@ -29061,14 +29309,7 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
   reg [31:0] ll5 = 32'd0;
   reg [31:0] ll6 = 32'd0;
   reg [31:0] ll7 = 32'd0;
-  wire [15:0] mask0;
-  wire [15:0] mask1;
-  wire [15:0] mask2;
-  wire [15:0] mask3;
-  wire [15:0] mask4;
-  wire [15:0] mask5;
-  wire [15:0] mask6;
-  wire [15:0] mask7;
+  reg [15:0] mask2 = 16'h0000;
   output [255:0] out;
   reg [255:0] out = 256'h0000000000000000000000000000000000000000000000000000000000000000;
   wire [31:0] \out[0] ;
@@ -29083,93 +29324,94 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
   wire over0;
   wire over1;
   wire over2;
-  reg over2_0 = 1'h0;
-  reg \over2_0$29  = 1'h0;
-  reg over2_1 = 1'h0;
-  reg \over2_1$64  = 1'h0;
-  reg over2_2 = 1'h0;
-  reg \over2_2$96  = 1'h0;
-  reg over2_3 = 1'h0;
-  reg \over2_3$128  = 1'h0;
-  reg over2_4 = 1'h0;
-  reg \over2_4$160  = 1'h0;
-  reg over2_5 = 1'h0;
-  reg \over2_5$192  = 1'h0;
-  reg over2_6 = 1'h0;
-  reg \over2_6$224  = 1'h0;
-  reg over2_7 = 1'h0;
-  reg \over2_7$256  = 1'h0;
   wire over3;
   wire over4;
+  reg over4_0 = 1'h0;
+  reg \over4_0$47  = 1'h0;
+  reg over4_1 = 1'h0;
+  reg \over4_1$86  = 1'h0;
+  reg over4_2 = 1'h0;
+  reg \over4_2$124  = 1'h0;
+  reg over4_3 = 1'h0;
+  reg \over4_3$162  = 1'h0;
+  reg over4_4 = 1'h0;
+  reg \over4_4$200  = 1'h0;
+  reg over4_5 = 1'h0;
+  reg \over4_5$238  = 1'h0;
+  reg over4_6 = 1'h0;
+  reg \over4_6$276  = 1'h0;
+  reg over4_7 = 1'h0;
+  reg \over4_7$314  = 1'h0;
   wire over5;
   wire over6;
   wire over7;
   (* init = 4'h0 *)
   wire [3:0] overflows;
   wire [3:0] overs;
-  reg [3:0] overs3 = 4'h0;
-  reg [3:0] overs4 = 4'h0;
+  reg [3:0] overs10 = 4'h0;
+  output [3:0] overs11;
+  reg [3:0] overs11 = 4'h0;
   reg [3:0] overs5 = 4'h0;
   reg [3:0] overs6 = 4'h0;
   reg [3:0] overs7 = 4'h0;
-  output [3:0] overs8;
   reg [3:0] overs8 = 4'h0;
-  reg [63:0] p5_0 = 64'h0000000000000000;
-  reg [63:0] p5_1 = 64'h0000000000000000;
-  reg [63:0] p5_2 = 64'h0000000000000000;
-  reg [63:0] p5_3 = 64'h0000000000000000;
-  reg [63:0] p5_4 = 64'h0000000000000000;
-  reg [63:0] p5_5 = 64'h0000000000000000;
-  reg [63:0] p5_6 = 64'h0000000000000000;
-  reg [63:0] p5_7 = 64'h0000000000000000;
-  reg [63:0] q6_0 = 64'h0000000000000000;
-  reg [63:0] q6_1 = 64'h0000000000000000;
-  reg [63:0] q6_2 = 64'h0000000000000000;
-  reg [63:0] q6_3 = 64'h0000000000000000;
-  reg [63:0] q6_4 = 64'h0000000000000000;
-  reg [63:0] q6_5 = 64'h0000000000000000;
-  reg [63:0] q6_6 = 64'h0000000000000000;
-  reg [63:0] q6_7 = 64'h0000000000000000;
-  reg [63:0] r7_0 = 64'h0000000000000000;
-  reg [63:0] r7_1 = 64'h0000000000000000;
-  reg [63:0] r7_2 = 64'h0000000000000000;
-  reg [63:0] r7_3 = 64'h0000000000000000;
-  reg [63:0] r7_4 = 64'h0000000000000000;
-  reg [63:0] r7_5 = 64'h0000000000000000;
-  reg [63:0] r7_6 = 64'h0000000000000000;
-  reg [63:0] r7_7 = 64'h0000000000000000;
+  reg [3:0] overs9 = 4'h0;
+  reg [63:0] p7_0 = 64'h0000000000000000;
+  reg [63:0] p7_1 = 64'h0000000000000000;
+  reg [63:0] p7_2 = 64'h0000000000000000;
+  reg [63:0] p7_3 = 64'h0000000000000000;
+  reg [63:0] p7_4 = 64'h0000000000000000;
+  reg [63:0] p7_5 = 64'h0000000000000000;
+  reg [63:0] p7_6 = 64'h0000000000000000;
+  reg [63:0] p7_7 = 64'h0000000000000000;
+  reg [63:0] q8_0 = 64'h0000000000000000;
+  reg [63:0] q8_1 = 64'h0000000000000000;
+  reg [63:0] q8_2 = 64'h0000000000000000;
+  reg [63:0] q8_3 = 64'h0000000000000000;
+  reg [63:0] q8_4 = 64'h0000000000000000;
+  reg [63:0] q8_5 = 64'h0000000000000000;
+  reg [63:0] q8_6 = 64'h0000000000000000;
+  reg [63:0] q8_7 = 64'h0000000000000000;
+  reg [63:0] r9_0 = 64'h0000000000000000;
+  reg [63:0] r9_1 = 64'h0000000000000000;
+  reg [63:0] r9_2 = 64'h0000000000000000;
+  reg [63:0] r9_3 = 64'h0000000000000000;
+  reg [63:0] r9_4 = 64'h0000000000000000;
+  reg [63:0] r9_5 = 64'h0000000000000000;
+  reg [63:0] r9_6 = 64'h0000000000000000;
+  reg [63:0] r9_7 = 64'h0000000000000000;
   wire [7:0] read__addr;
-  wire [7:0] \read__addr$315 ;
-  wire [7:0] \read__addr$323 ;
-  wire [7:0] \read__addr$327 ;
-  wire [7:0] \read__addr$335 ;
-  wire [7:0] \read__addr$339 ;
-  wire [7:0] \read__addr$347 ;
-  wire [7:0] \read__addr$351 ;
-  wire [7:0] \read__addr$359 ;
-  wire [7:0] \read__addr$363 ;
-  wire [7:0] \read__addr$371 ;
-  wire [7:0] \read__addr$375 ;
-  wire [7:0] \read__addr$383 ;
-  wire [7:0] \read__addr$387 ;
+  wire [7:0] \read__addr$372 ;
+  wire [7:0] \read__addr$377 ;
+  wire [7:0] \read__addr$381 ;
+  wire [7:0] \read__addr$386 ;
+  wire [7:0] \read__addr$390 ;
   wire [7:0] \read__addr$395 ;
   wire [7:0] \read__addr$399 ;
+  wire [7:0] \read__addr$404 ;
+  wire [7:0] \read__addr$408 ;
+  wire [7:0] \read__addr$413 ;
+  wire [7:0] \read__addr$417 ;
+  wire [7:0] \read__addr$422 ;
+  wire [7:0] \read__addr$426 ;
+  wire [7:0] \read__addr$431 ;
+  wire [7:0] \read__addr$435 ;
   wire [15:0] read__data;
-  wire [15:0] \read__data$101 ;
-  wire [15:0] \read__data$102 ;
-  wire [15:0] \read__data$133 ;
-  wire [15:0] \read__data$134 ;
-  wire [15:0] \read__data$165 ;
-  wire [15:0] \read__data$166 ;
-  wire [15:0] \read__data$197 ;
-  wire [15:0] \read__data$198 ;
-  wire [15:0] \read__data$229 ;
-  wire [15:0] \read__data$230 ;
-  wire [15:0] \read__data$261 ;
-  wire [15:0] \read__data$262 ;
-  wire [15:0] \read__data$35 ;
-  wire [15:0] \read__data$69 ;
-  wire [15:0] \read__data$70 ;
+  wire [15:0] \read__data$129 ;
+  wire [15:0] \read__data$130 ;
+  wire [15:0] \read__data$167 ;
+  wire [15:0] \read__data$168 ;
+  wire [15:0] \read__data$205 ;
+  wire [15:0] \read__data$206 ;
+  wire [15:0] \read__data$243 ;
+  wire [15:0] \read__data$244 ;
+  wire [15:0] \read__data$281 ;
+  wire [15:0] \read__data$282 ;
+  wire [15:0] \read__data$319 ;
+  wire [15:0] \read__data$320 ;
+  wire [15:0] \read__data$53 ;
+  wire [15:0] \read__data$91 ;
+  wire [15:0] \read__data$92 ;
   input reset_units;
   wire reset_units;
   input rst;
@@ -29182,117 +29424,112 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
   reg [31:0] sat5;
   reg [31:0] sat6;
   reg [31:0] sat7;
-  wire [32:0] scaled0;
-  wire [32:0] scaled1;
-  wire [32:0] scaled2;
-  wire [32:0] scaled3;
-  wire [32:0] scaled4;
-  wire [32:0] scaled5;
-  wire [32:0] scaled6;
-  wire [32:0] scaled7;
+  reg [32:0] scaled3_0 = 33'h000000000;
+  reg [32:0] scaled3_1 = 33'h000000000;
+  reg [32:0] scaled3_2 = 33'h000000000;
+  reg [32:0] scaled3_3 = 33'h000000000;
+  reg [32:0] scaled3_4 = 33'h000000000;
+  reg [32:0] scaled3_5 = 33'h000000000;
+  reg [32:0] scaled3_6 = 33'h000000000;
+  reg [32:0] scaled3_7 = 33'h000000000;
   input [5:0] shift;
   wire [5:0] shift;
+  reg [5:0] shift1 = 6'h00;
   wire [32:0] shl_y;
   wire [15:0] table_data;
   input [8:0] table_index;
   wire [8:0] table_index;
   input table_we;
   wire table_we;
-  wire under0;
-  wire under1;
-  wire under2;
-  reg under2_0 = 1'h0;
-  reg under2_1 = 1'h0;
-  reg under2_2 = 1'h0;
-  reg under2_3 = 1'h0;
-  reg under2_4 = 1'h0;
-  reg under2_5 = 1'h0;
-  reg under2_6 = 1'h0;
-  reg under2_7 = 1'h0;
-  wire under3;
-  wire under4;
-  wire under5;
-  wire under6;
-  wire under7;
+  reg under3_0 = 1'h0;
+  reg under3_1 = 1'h0;
+  reg under3_2 = 1'h0;
+  reg under3_3 = 1'h0;
+  reg under3_4 = 1'h0;
+  reg under3_5 = 1'h0;
+  reg under3_6 = 1'h0;
+  reg under3_7 = 1'h0;
+  reg under4_0 = 1'h0;
+  reg under4_1 = 1'h0;
+  reg under4_2 = 1'h0;
+  reg under4_3 = 1'h0;
+  reg under4_4 = 1'h0;
+  reg under4_5 = 1'h0;
+  reg under4_6 = 1'h0;
+  reg under4_7 = 1'h0;
   (* init = 4'h0 *)
   wire [3:0] underflows;
   wire [3:0] unders;
-  reg [3:0] unders3 = 4'h0;
-  reg [3:0] unders4 = 4'h0;
+  reg [3:0] unders10 = 4'h0;
+  output [3:0] unders11;
+  reg [3:0] unders11 = 4'h0;
   reg [3:0] unders5 = 4'h0;
   reg [3:0] unders6 = 4'h0;
   reg [3:0] unders7 = 4'h0;
-  output [3:0] unders8;
   reg [3:0] unders8 = 4'h0;
+  reg [3:0] unders9 = 4'h0;
   input valid;
   wire valid;
-  wire [63:0] value0;
-  wire [63:0] value1;
-  wire [63:0] value2;
-  wire [63:0] value3;
-  wire [63:0] value4;
-  wire [63:0] value5;
-  wire [63:0] value6;
-  wire [63:0] value7;
+  reg [63:0] value10_0 = 64'h0000000000000000;
+  reg [63:0] value10_1 = 64'h0000000000000000;
+  reg [63:0] value10_2 = 64'h0000000000000000;
+  reg [63:0] value10_3 = 64'h0000000000000000;
+  reg [63:0] value10_4 = 64'h0000000000000000;
+  reg [63:0] value10_5 = 64'h0000000000000000;
+  reg [63:0] value10_6 = 64'h0000000000000000;
+  reg [63:0] value10_7 = 64'h0000000000000000;
   input [3:0] vop;
   wire [3:0] vop;
+  reg [3:0] vop1 = 4'h0;
   wire [7:0] write__addr;
-  wire [7:0] \write__addr$312 ;
-  wire [7:0] \write__addr$320 ;
-  wire [7:0] \write__addr$324 ;
-  wire [7:0] \write__addr$332 ;
-  wire [7:0] \write__addr$336 ;
-  wire [7:0] \write__addr$344 ;
-  wire [7:0] \write__addr$348 ;
-  wire [7:0] \write__addr$356 ;
-  wire [7:0] \write__addr$360 ;
-  wire [7:0] \write__addr$368 ;
-  wire [7:0] \write__addr$372 ;
-  wire [7:0] \write__addr$380 ;
-  wire [7:0] \write__addr$384 ;
+  wire [7:0] \write__addr$369 ;
+  wire [7:0] \write__addr$374 ;
+  wire [7:0] \write__addr$378 ;
+  wire [7:0] \write__addr$383 ;
+  wire [7:0] \write__addr$387 ;
   wire [7:0] \write__addr$392 ;
   wire [7:0] \write__addr$396 ;
+  wire [7:0] \write__addr$401 ;
+  wire [7:0] \write__addr$405 ;
+  wire [7:0] \write__addr$410 ;
+  wire [7:0] \write__addr$414 ;
+  wire [7:0] \write__addr$419 ;
+  wire [7:0] \write__addr$423 ;
+  wire [7:0] \write__addr$428 ;
+  wire [7:0] \write__addr$432 ;
   input [15:0] write__data;
   wire [15:0] write__data;
-  wire [15:0] \write__data$313 ;
-  wire [15:0] \write__data$321 ;
-  wire [15:0] \write__data$325 ;
-  wire [15:0] \write__data$333 ;
-  wire [15:0] \write__data$337 ;
-  wire [15:0] \write__data$345 ;
-  wire [15:0] \write__data$349 ;
-  wire [15:0] \write__data$357 ;
-  wire [15:0] \write__data$361 ;
-  wire [15:0] \write__data$369 ;
-  wire [15:0] \write__data$373 ;
-  wire [15:0] \write__data$381 ;
-  wire [15:0] \write__data$385 ;
+  wire [15:0] \write__data$370 ;
+  wire [15:0] \write__data$375 ;
+  wire [15:0] \write__data$379 ;
+  wire [15:0] \write__data$384 ;
+  wire [15:0] \write__data$388 ;
   wire [15:0] \write__data$393 ;
   wire [15:0] \write__data$397 ;
+  wire [15:0] \write__data$402 ;
+  wire [15:0] \write__data$406 ;
+  wire [15:0] \write__data$411 ;
+  wire [15:0] \write__data$415 ;
+  wire [15:0] \write__data$420 ;
+  wire [15:0] \write__data$424 ;
+  wire [15:0] \write__data$429 ;
+  wire [15:0] \write__data$433 ;
   wire write__en;
-  wire \write__en$314 ;
-  wire \write__en$322 ;
-  wire \write__en$326 ;
-  wire \write__en$334 ;
-  wire \write__en$338 ;
-  wire \write__en$346 ;
-  wire \write__en$350 ;
-  wire \write__en$358 ;
-  wire \write__en$362 ;
-  wire \write__en$370 ;
-  wire \write__en$374 ;
-  wire \write__en$382 ;
-  wire \write__en$386 ;
+  wire \write__en$371 ;
+  wire \write__en$376 ;
+  wire \write__en$380 ;
+  wire \write__en$385 ;
+  wire \write__en$389 ;
   wire \write__en$394 ;
   wire \write__en$398 ;
-  reg [32:0] x1_0 = 33'h000000000;
-  reg [32:0] x1_1 = 33'h000000000;
-  reg [32:0] x1_2 = 33'h000000000;
-  reg [32:0] x1_3 = 33'h000000000;
-  reg [32:0] x1_4 = 33'h000000000;
-  reg [32:0] x1_5 = 33'h000000000;
-  reg [32:0] x1_6 = 33'h000000000;
-  reg [32:0] x1_7 = 33'h000000000;
+  wire \write__en$403 ;
+  wire \write__en$407 ;
+  wire \write__en$412 ;
+  wire \write__en$416 ;
+  wire \write__en$421 ;
+  wire \write__en$425 ;
+  wire \write__en$430 ;
+  wire \write__en$434 ;
   reg [32:0] x2_0 = 33'h000000000;
   reg [32:0] x2_1 = 33'h000000000;
   reg [32:0] x2_2 = 33'h000000000;
@@ -29309,16 +29546,24 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
   reg [32:0] x3_5 = 33'h000000000;
   reg [32:0] x3_6 = 33'h000000000;
   reg [32:0] x3_7 = 33'h000000000;
+  reg [32:0] x4_0 = 33'h000000000;
+  reg [32:0] x4_1 = 33'h000000000;
+  reg [32:0] x4_2 = 33'h000000000;
+  reg [32:0] x4_3 = 33'h000000000;
+  reg [32:0] x4_4 = 33'h000000000;
+  reg [32:0] x4_5 = 33'h000000000;
+  reg [32:0] x4_6 = 33'h000000000;
+  reg [32:0] x4_7 = 33'h000000000;
+  reg [32:0] x5_0 = 33'h000000000;
+  reg [32:0] x5_1 = 33'h000000000;
+  reg [32:0] x5_2 = 33'h000000000;
+  reg [32:0] x5_3 = 33'h000000000;
+  reg [32:0] x5_4 = 33'h000000000;
+  reg [32:0] x5_5 = 33'h000000000;
+  reg [32:0] x5_6 = 33'h000000000;
+  reg [32:0] x5_7 = 33'h000000000;
   reg [32:0] y0;
   reg [32:0] y1;
-  reg [32:0] y1_0 = 33'h000000000;
-  reg [32:0] y1_1 = 33'h000000000;
-  reg [32:0] y1_2 = 33'h000000000;
-  reg [32:0] y1_3 = 33'h000000000;
-  reg [32:0] y1_4 = 33'h000000000;
-  reg [32:0] y1_5 = 33'h000000000;
-  reg [32:0] y1_6 = 33'h000000000;
-  reg [32:0] y1_7 = 33'h000000000;
   reg [32:0] y2;
   reg [32:0] y2_0 = 33'h000000000;
   reg [32:0] y2_1 = 33'h000000000;
@@ -29338,7 +29583,23 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
   reg [32:0] y3_6 = 33'h000000000;
   reg [32:0] y3_7 = 33'h000000000;
   reg [32:0] y4;
+  reg [32:0] y4_0 = 33'h000000000;
+  reg [32:0] y4_1 = 33'h000000000;
+  reg [32:0] y4_2 = 33'h000000000;
+  reg [32:0] y4_3 = 33'h000000000;
+  reg [32:0] y4_4 = 33'h000000000;
+  reg [32:0] y4_5 = 33'h000000000;
+  reg [32:0] y4_6 = 33'h000000000;
+  reg [32:0] y4_7 = 33'h000000000;
   reg [32:0] y5;
+  reg [32:0] y5_0 = 33'h000000000;
+  reg [32:0] y5_1 = 33'h000000000;
+  reg [32:0] y5_2 = 33'h000000000;
+  reg [32:0] y5_3 = 33'h000000000;
+  reg [32:0] y5_4 = 33'h000000000;
+  reg [32:0] y5_5 = 33'h000000000;
+  reg [32:0] y5_6 = 33'h000000000;
+  reg [32:0] y5_7 = 33'h000000000;
   reg [32:0] y6;
   reg [32:0] y7;
   reg [15:0] table_high0 [255:0];
@@ -29346,112 +29607,112 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
     for (int i = 0; i < 256; i = i + 1) table_high0[i] = 16'h0;
   end
   always @(posedge clk) begin
-    if (\write__en$314 )
-      table_high0[\$231 [7:0]] <= write__data;
+    if (\write__en$371 )
+      table_high0[\$279 [7:0]] <= write__data;
   end
   reg [15:0] _0_;
   always @(posedge clk) begin
     _0_ <= table_high0[index0];
   end
-  assign \read__data$35  = _0_;
+  assign \read__data$53  = _0_;
   reg [15:0] table_high1 [255:0];
   initial begin
     for (int i = 0; i < 256; i = i + 1) table_high1[i] = 16'h0;
   end
   always @(posedge clk) begin
-    if (\write__en$326 )
-      table_high1[\$266 [7:0]] <= write__data;
+    if (\write__en$380 )
+      table_high1[\$309 [7:0]] <= write__data;
   end
   reg [15:0] _1_;
   always @(posedge clk) begin
     _1_ <= table_high1[index1];
   end
-  assign \read__data$70  = _1_;
+  assign \read__data$92  = _1_;
   reg [15:0] table_high2 [255:0];
   initial begin
     for (int i = 0; i < 256; i = i + 1) table_high2[i] = 16'h0;
   end
   always @(posedge clk) begin
-    if (\write__en$338 )
-      table_high2[\$301 [7:0]] <= write__data;
+    if (\write__en$389 )
+      table_high2[\$339 [7:0]] <= write__data;
   end
   reg [15:0] _2_;
   always @(posedge clk) begin
     _2_ <= table_high2[index2];
   end
-  assign \read__data$102  = _2_;
+  assign \read__data$130  = _2_;
   reg [15:0] table_high3 [255:0];
   initial begin
     for (int i = 0; i < 256; i = i + 1) table_high3[i] = 16'h0;
   end
   always @(posedge clk) begin
-    if (\write__en$350 )
-      table_high3[\$336 [7:0]] <= write__data;
+    if (\write__en$398 )
+      table_high3[\$369 [7:0]] <= write__data;
   end
   reg [15:0] _3_;
   always @(posedge clk) begin
     _3_ <= table_high3[index3];
   end
-  assign \read__data$134  = _3_;
+  assign \read__data$168  = _3_;
   reg [15:0] table_high4 [255:0];
   initial begin
     for (int i = 0; i < 256; i = i + 1) table_high4[i] = 16'h0;
   end
   always @(posedge clk) begin
-    if (\write__en$362 )
-      table_high4[\$371 [7:0]] <= write__data;
+    if (\write__en$407 )
+      table_high4[\$399 [7:0]] <= write__data;
   end
   reg [15:0] _4_;
   always @(posedge clk) begin
     _4_ <= table_high4[index4];
   end
-  assign \read__data$166  = _4_;
+  assign \read__data$206  = _4_;
   reg [15:0] table_high5 [255:0];
   initial begin
     for (int i = 0; i < 256; i = i + 1) table_high5[i] = 16'h0;
   end
   always @(posedge clk) begin
-    if (\write__en$374 )
-      table_high5[\$406 [7:0]] <= write__data;
+    if (\write__en$416 )
+      table_high5[\$429 [7:0]] <= write__data;
   end
   reg [15:0] _5_;
   always @(posedge clk) begin
     _5_ <= table_high5[index5];
   end
-  assign \read__data$198  = _5_;
+  assign \read__data$244  = _5_;
   reg [15:0] table_high6 [255:0];
   initial begin
     for (int i = 0; i < 256; i = i + 1) table_high6[i] = 16'h0;
   end
   always @(posedge clk) begin
-    if (\write__en$386 )
-      table_high6[\$441 [7:0]] <= write__data;
+    if (\write__en$425 )
+      table_high6[\$459 [7:0]] <= write__data;
   end
   reg [15:0] _6_;
   always @(posedge clk) begin
     _6_ <= table_high6[index6];
   end
-  assign \read__data$230  = _6_;
+  assign \read__data$282  = _6_;
   reg [15:0] table_high7 [255:0];
   initial begin
     for (int i = 0; i < 256; i = i + 1) table_high7[i] = 16'h0;
   end
   always @(posedge clk) begin
-    if (\write__en$398 )
-      table_high7[\$476 [7:0]] <= write__data;
+    if (\write__en$434 )
+      table_high7[\$489 [7:0]] <= write__data;
   end
   reg [15:0] _7_;
   always @(posedge clk) begin
     _7_ <= table_high7[index7];
   end
-  assign \read__data$262  = _7_;
+  assign \read__data$320  = _7_;
   reg [15:0] table_low0 [255:0];
   initial begin
     for (int i = 0; i < 256; i = i + 1) table_low0[i] = 16'h0;
   end
   always @(posedge clk) begin
     if (write__en)
-      table_low0[\$228 [7:0]] <= write__data;
+      table_low0[\$276 [7:0]] <= write__data;
   end
   reg [15:0] _8_;
   always @(posedge clk) begin
@@ -29463,584 +29724,731 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
     for (int i = 0; i < 256; i = i + 1) table_low1[i] = 16'h0;
   end
   always @(posedge clk) begin
-    if (\write__en$322 )
-      table_low1[\$263 [7:0]] <= write__data;
+    if (\write__en$376 )
+      table_low1[\$306 [7:0]] <= write__data;
   end
   reg [15:0] _9_;
   always @(posedge clk) begin
     _9_ <= table_low1[index1];
   end
-  assign \read__data$69  = _9_;
+  assign \read__data$91  = _9_;
   reg [15:0] table_low2 [255:0];
   initial begin
     for (int i = 0; i < 256; i = i + 1) table_low2[i] = 16'h0;
   end
   always @(posedge clk) begin
-    if (\write__en$334 )
-      table_low2[\$298 [7:0]] <= write__data;
+    if (\write__en$385 )
+      table_low2[\$336 [7:0]] <= write__data;
   end
   reg [15:0] _10_;
   always @(posedge clk) begin
     _10_ <= table_low2[index2];
   end
-  assign \read__data$101  = _10_;
+  assign \read__data$129  = _10_;
   reg [15:0] table_low3 [255:0];
   initial begin
     for (int i = 0; i < 256; i = i + 1) table_low3[i] = 16'h0;
   end
   always @(posedge clk) begin
-    if (\write__en$346 )
-      table_low3[\$333 [7:0]] <= write__data;
+    if (\write__en$394 )
+      table_low3[\$366 [7:0]] <= write__data;
   end
   reg [15:0] _11_;
   always @(posedge clk) begin
     _11_ <= table_low3[index3];
   end
-  assign \read__data$133  = _11_;
+  assign \read__data$167  = _11_;
   reg [15:0] table_low4 [255:0];
   initial begin
     for (int i = 0; i < 256; i = i + 1) table_low4[i] = 16'h0;
   end
   always @(posedge clk) begin
-    if (\write__en$358 )
-      table_low4[\$368 [7:0]] <= write__data;
+    if (\write__en$403 )
+      table_low4[\$396 [7:0]] <= write__data;
   end
   reg [15:0] _12_;
   always @(posedge clk) begin
     _12_ <= table_low4[index4];
   end
-  assign \read__data$165  = _12_;
+  assign \read__data$205  = _12_;
   reg [15:0] table_low5 [255:0];
   initial begin
     for (int i = 0; i < 256; i = i + 1) table_low5[i] = 16'h0;
   end
   always @(posedge clk) begin
-    if (\write__en$370 )
-      table_low5[\$403 [7:0]] <= write__data;
+    if (\write__en$412 )
+      table_low5[\$426 [7:0]] <= write__data;
   end
   reg [15:0] _13_;
   always @(posedge clk) begin
     _13_ <= table_low5[index5];
   end
-  assign \read__data$197  = _13_;
+  assign \read__data$243  = _13_;
   reg [15:0] table_low6 [255:0];
   initial begin
     for (int i = 0; i < 256; i = i + 1) table_low6[i] = 16'h0;
   end
   always @(posedge clk) begin
-    if (\write__en$382 )
-      table_low6[\$438 [7:0]] <= write__data;
+    if (\write__en$421 )
+      table_low6[\$456 [7:0]] <= write__data;
   end
   reg [15:0] _14_;
   always @(posedge clk) begin
     _14_ <= table_low6[index6];
   end
-  assign \read__data$229  = _14_;
+  assign \read__data$281  = _14_;
   reg [15:0] table_low7 [255:0];
   initial begin
     for (int i = 0; i < 256; i = i + 1) table_low7[i] = 16'h0;
   end
   always @(posedge clk) begin
-    if (\write__en$394 )
-      table_low7[\$473 [7:0]] <= write__data;
+    if (\write__en$430 )
+      table_low7[\$486 [7:0]] <= write__data;
   end
   reg [15:0] _15_;
   always @(posedge clk) begin
     _15_ <= table_low7[index7];
   end
-  assign \read__data$261  = _15_;
-  assign scaled6 = $signed(x1_6) >>> ctl1[10:5];
-  assign \$431  = ~ x1_6[32];
-  assign \$432  = | scaled6[32:8];
-  assign over6 = \$431  & \$432 ;
-  assign \$433  = x1_6[32] ? 8'h00 : scaled6[7:0];
-  assign index6 = over6 ? 8'hff : \$433 ;
-  assign \$434  = 1'h1 << ctl1[10:5];
-  assign \$435  = \$434  - 1'h1;
-  assign \$436  = x1_6[32] | over6;
-  assign \$437  = x1_6[15:0] & \$435 [15:0];
-  assign frac6 = \$436  ? 16'h0000 : \$437 ;
-  assign \$438  = table_index - 1'h0;
-  assign \$439  = table_index - 1'h0;
-  assign \$440  = $signed(\$439 ) < $signed(10'h100);
-  assign \write__en$382  = table_we & \$440 ;
-  assign \$441  = table_index - 1'h1;
-  assign \$442  = table_index - 1'h1;
-  assign \$443  = $signed(\$442 ) < $signed(10'h100);
-  assign \$444  = table_index >= 1'h1;
-  assign \$445  = \$443  & \$444 ;
-  assign \write__en$386  = table_we & \$445 ;
-  assign diff6 = $signed(\read__data$230 ) - $signed(\read__data$229 );
-  assign \$446  = $signed(r7_6[19:0]) + $signed(base7_6);
-  assign value6 = ctl7[1] ? { \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446  } : r7_6;
-  assign \$447  = ! value6[63:31];
-  assign \$448  = value6[63:31] == 33'h1ffffffff;
-  assign \$449  = \$447  | \$448 ;
-  assign \$450  = value6[63] ? 32'd2147483648 : 32'd2147483647;
-  assign \$451  = \$449  ? { 1'h0, value6[31:0] } : { \$450 [31], \$450  };
-  assign \$452  = ! value6[63:7];
-  assign \$453  = value6[63:7] == 57'h1ffffffffffffff;
-  assign \$454  = \$452  | \$453 ;
-  assign \$455  = value6[63] ? 8'h80 : 8'h7f;
-  assign \$456  = \$454  ? value6[7:0] : \$455 ;
-  assign \$457  = $signed(a[255:224]) + $signed(b[255:224]);
-  assign \$458  = $signed(a[255:224]) - $signed(b[255:224]);
-  assign \$459  = $signed(a[255:224]) > $signed(b[255:224]);
-  assign \$460  = \$459  ? a[255:224] : b[255:224];
-  assign \$461  = $signed(a[255:224]) < $signed(b[255:224]);
-  assign \$462  = \$461  ? a[255:224] : b[255:224];
-  assign \$463  = $signed(a[255:224]) < $signed(imm);
-  assign \$464  = \$463  ? imm : a[255:224];
-  assign \$465  = $signed(a[255:224]) - $signed(imm);
-  assign scaled7 = $signed(x1_7) >>> ctl1[10:5];
-  assign \$466  = ~ x1_7[32];
-  assign \$467  = | scaled7[32:8];
-  assign over7 = \$466  & \$467 ;
-  assign \$468  = x1_7[32] ? 8'h00 : scaled7[7:0];
-  assign index7 = over7 ? 8'hff : \$468 ;
-  assign \$469  = 1'h1 << ctl1[10:5];
-  assign \$470  = \$469  - 1'h1;
-  assign \$471  = x1_7[32] | over7;
-  assign \$472  = x1_7[15:0] & \$470 [15:0];
-  assign frac7 = \$471  ? 16'h0000 : \$472 ;
-  assign \$473  = table_index - 1'h0;
-  assign \$474  = table_index - 1'h0;
-  assign \$475  = $signed(\$474 ) < $signed(10'h100);
-  assign \write__en$394  = table_we & \$475 ;
-  assign \$476  = table_index - 1'h1;
-  assign \$477  = table_index - 1'h1;
-  assign \$478  = $signed(\$477 ) < $signed(10'h100);
-  assign \$479  = table_index >= 1'h1;
-  assign \$480  = \$478  & \$479 ;
-  assign \write__en$398  = table_we & \$480 ;
-  assign diff7 = $signed(\read__data$262 ) - $signed(\read__data$261 );
-  assign \$481  = $signed(r7_7[19:0]) + $signed(base7_7);
-  assign value7 = ctl7[1] ? { \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481  } : r7_7;
-  assign \$482  = ! value7[63:31];
-  assign \$483  = value7[63:31] == 33'h1ffffffff;
-  assign \$484  = \$482  | \$483 ;
-  assign \$485  = value7[63] ? 32'd2147483648 : 32'd2147483647;
-  assign \$486  = \$484  ? { 1'h0, value7[31:0] } : { \$485 [31], \$485  };
-  assign \$487  = ! value7[63:7];
-  assign \$488  = value7[63:7] == 57'h1ffffffffffffff;
-  assign \$489  = \$487  | \$488 ;
-  assign \$490  = value7[63] ? 8'h80 : 8'h7f;
-  assign \$491  = \$489  ? value7[7:0] : \$490 ;
-  assign \$492  = hit2_0 + hit2_1;
-  assign \$493  = \$492  + hit2_2;
-  assign \$494  = \$493  + hit2_3;
-  assign \$495  = \$494  + hit2_4;
-  assign \$496  = \$495  + hit2_5;
-  assign \$497  = \$496  + hit2_6;
-  assign \$498  = \$497  + hit2_7;
-  assign \$499  = under2_0 + under2_1;
-  assign \$500  = \$499  + under2_2;
-  assign \$501  = \$500  + under2_3;
-  assign \$502  = \$501  + under2_4;
-  assign \$503  = \$502  + under2_5;
-  assign \$504  = \$503  + under2_6;
-  assign \$505  = \$504  + under2_7;
-  assign \$506  = \over2_0$29  + \over2_1$64 ;
-  assign \$507  = \$506  + \over2_2$96 ;
-  assign \$508  = \$507  + \over2_3$128 ;
-  assign \$509  = \$508  + \over2_4$160 ;
-  assign \$510  = \$509  + \over2_5$192 ;
-  assign \$511  = \$510  + \over2_6$224 ;
-  assign \$512  = \$511  + \over2_7$256 ;
+  assign \read__data$319  = _15_;
+  assign \$434  = ! value10_5[63:31];
+  assign \$435  = value10_5[63:31] == 33'h1ffffffff;
+  assign \$436  = \$434  | \$435 ;
+  assign \$437  = value10_5[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$438  = \$436  ? { 1'h0, value10_5[31:0] } : { \$437 [31], \$437  };
+  assign \$439  = ! value10_5[63:7];
+  assign \$440  = value10_5[63:7] == 57'h1ffffffffffffff;
+  assign \$441  = \$439  | \$440 ;
+  assign \$442  = value10_5[63] ? 8'h80 : 8'h7f;
+  assign \$443  = \$441  ? value10_5[7:0] : \$442 ;
+  assign \$444  = $signed(a1_6) + $signed(b1_6);
+  assign \$445  = $signed(a1_6) - $signed(b1_6);
+  assign \$446  = $signed(a1_6) > $signed(b1_6);
+  assign \$447  = \$446  ? a1_6 : b1_6;
+  assign \$448  = $signed(a1_6) < $signed(b1_6);
+  assign \$449  = \$448  ? a1_6 : b1_6;
+  assign \$450  = $signed(a1_6) < $signed(imm1);
+  assign \$451  = \$450  ? imm1 : a1_6;
+  assign \$452  = $signed(a1_6) - $signed(imm1);
+  assign \$453  = ~ under3_6;
+  assign \$454  = | scaled3_6[32:8];
+  assign over6 = \$453  & \$454 ;
+  assign \$455  = under3_6 ? 8'h00 : scaled3_6[7:0];
+  assign index6 = over6 ? 8'hff : \$455 ;
+  assign \$456  = table_index - 1'h0;
+  assign \$457  = table_index - 1'h0;
+  assign \$458  = $signed(\$457 ) < $signed(10'h100);
+  assign \write__en$421  = table_we & \$458 ;
+  assign \$459  = table_index - 1'h1;
+  assign \$460  = table_index - 1'h1;
+  assign \$461  = $signed(\$460 ) < $signed(10'h100);
+  assign \$462  = table_index >= 1'h1;
+  assign \$463  = \$461  & \$462 ;
+  assign \write__en$425  = table_we & \$463 ;
+  assign diff6 = $signed(\read__data$282 ) - $signed(\read__data$281 );
+  assign \$464  = ! value10_6[63:31];
+  assign \$465  = value10_6[63:31] == 33'h1ffffffff;
+  assign \$466  = \$464  | \$465 ;
+  assign \$467  = value10_6[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$468  = \$466  ? { 1'h0, value10_6[31:0] } : { \$467 [31], \$467  };
+  assign \$469  = ! value10_6[63:7];
+  assign \$470  = value10_6[63:7] == 57'h1ffffffffffffff;
+  assign \$471  = \$469  | \$470 ;
+  assign \$472  = value10_6[63] ? 8'h80 : 8'h7f;
+  assign \$473  = \$471  ? value10_6[7:0] : \$472 ;
+  assign \$474  = $signed(a1_7) + $signed(b1_7);
+  assign \$475  = $signed(a1_7) - $signed(b1_7);
+  assign \$476  = $signed(a1_7) > $signed(b1_7);
+  assign \$477  = \$476  ? a1_7 : b1_7;
+  assign \$478  = $signed(a1_7) < $signed(b1_7);
+  assign \$479  = \$478  ? a1_7 : b1_7;
+  assign \$480  = $signed(a1_7) < $signed(imm1);
+  assign \$481  = \$480  ? imm1 : a1_7;
+  assign \$482  = $signed(a1_7) - $signed(imm1);
+  assign \$483  = ~ under3_7;
+  assign \$484  = | scaled3_7[32:8];
+  assign over7 = \$483  & \$484 ;
+  assign \$485  = under3_7 ? 8'h00 : scaled3_7[7:0];
+  assign index7 = over7 ? 8'hff : \$485 ;
+  assign \$486  = table_index - 1'h0;
+  assign \$487  = table_index - 1'h0;
+  assign \$488  = $signed(\$487 ) < $signed(10'h100);
+  assign \write__en$430  = table_we & \$488 ;
+  assign \$489  = table_index - 1'h1;
+  assign \$490  = table_index - 1'h1;
+  assign \$491  = $signed(\$490 ) < $signed(10'h100);
+  assign \$492  = table_index >= 1'h1;
+  assign \$493  = \$491  & \$492 ;
+  assign \write__en$434  = table_we & \$493 ;
+  assign diff7 = $signed(\read__data$320 ) - $signed(\read__data$319 );
+  assign \$494  = ! value10_7[63:31];
+  assign \$495  = value10_7[63:31] == 33'h1ffffffff;
+  assign \$496  = \$494  | \$495 ;
+  assign \$497  = value10_7[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$498  = \$496  ? { 1'h0, value10_7[31:0] } : { \$497 [31], \$497  };
+  assign \$499  = ! value10_7[63:7];
+  assign \$500  = value10_7[63:7] == 57'h1ffffffffffffff;
+  assign \$501  = \$499  | \$500 ;
+  assign \$502  = value10_7[63] ? 8'h80 : 8'h7f;
+  assign \$503  = \$501  ? value10_7[7:0] : \$502 ;
+  assign \$504  = hit4_0 + hit4_1;
+  assign \$505  = \$504  + hit4_2;
+  assign \$506  = \$505  + hit4_3;
+  assign \$507  = \$506  + hit4_4;
+  assign \$508  = \$507  + hit4_5;
+  assign \$509  = \$508  + hit4_6;
+  assign \$510  = \$509  + hit4_7;
+  assign \$511  = under4_0 + under4_1;
+  assign \$512  = \$511  + under4_2;
+  assign \$513  = \$512  + under4_3;
+  assign \$514  = \$513  + under4_4;
+  assign \$515  = \$514  + under4_5;
+  assign \$516  = \$515  + under4_6;
+  assign \$517  = \$516  + under4_7;
+  assign \$518  = \over4_0$47  + \over4_1$86 ;
+  assign \$519  = \$518  + \over4_2$124 ;
+  assign \$520  = \$519  + \over4_3$162 ;
+  assign \$521  = \$520  + \over4_4$200 ;
+  assign \$522  = \$521  + \over4_5$238 ;
+  assign \$523  = \$522  + \over4_6$276 ;
+  assign \$524  = \$523  + \over4_7$314 ;
   always @(posedge clk)
-    ctl1 <= \$513 ;
+    vop1 <= vop;
   always @(posedge clk)
-    ctl2 <= \$514 ;
+    shift1 <= shift;
   always @(posedge clk)
-    ctl3 <= \$515 ;
-  always @(posedge clk)
-    ctl4 <= \$516 ;
-  always @(posedge clk)
-    ctl5 <= \$517 ;
-  always @(posedge clk)
-    ctl6 <= \$518 ;
-  always @(posedge clk)
-    ctl7 <= \$519 ;
-  always @(posedge clk)
-    ctl8 <= \$520 ;
+    imm1 <= imm;
   always @(posedge clk)
     imm2_1 <= imm2;
   always @(posedge clk)
-    x1_0 <= alu0;
+    ctl1 <= \$525 ;
   always @(posedge clk)
-    y1_0 <= y0;
+    ctl2 <= \$526 ;
   always @(posedge clk)
-    x2_0 <= \$16 ;
+    ctl3 <= \$527 ;
   always @(posedge clk)
-    y2_0 <= y1_0;
+    ctl4 <= \$528 ;
   always @(posedge clk)
-    f2_0 <= frac0;
+    ctl5 <= \$529 ;
   always @(posedge clk)
-    over2_0 <= over0;
+    ctl6 <= \$530 ;
   always @(posedge clk)
-    hit2_0 <= \$20 ;
+    ctl7 <= \$531 ;
   always @(posedge clk)
-    under2_0 <= \$21 ;
+    ctl8 <= \$532 ;
   always @(posedge clk)
-    \over2_0$29  <= \$22 ;
+    ctl9 <= \$533 ;
   always @(posedge clk)
-    x3_0 <= \$23 ;
+    ctl10 <= \$534 ;
   always @(posedge clk)
-    y3_0 <= \$24 ;
+    ctl11 <= \$535 ;
   always @(posedge clk)
-    base3_0 <= \$26 ;
+    imm2_2 <= imm2_1;
   always @(posedge clk)
-    ll0 <= \$27 ;
+    half <= \$15 [46:0];
   always @(posedge clk)
-    lh0 <= { \$28 [32], \$28  };
+    half_neg <= \$20 [46:0];
   always @(posedge clk)
-    hl0 <= { \$29 [32], \$29  };
+    mask2 <= \$22 [15:0];
   always @(posedge clk)
-    hh0 <= \$30 ;
+    a1_0 <= a[31:0];
   always @(posedge clk)
-    base4_0 <= base3_0;
+    b1_0 <= b[31:0];
   always @(posedge clk)
-    p5_0 <= \$33 [63:0];
+    x2_0 <= alu0;
   always @(posedge clk)
-    base5_0 <= base4_0;
+    y2_0 <= y0;
   always @(posedge clk)
-    q6_0 <= \$35 [63:0];
+    x3_0 <= \$25 ;
+  always @(posedge clk)
+    y3_0 <= y2_0;
+  always @(posedge clk)
+    scaled3_0 <= \$26 ;
+  always @(posedge clk)
+    frac3_0 <= \$27 ;
+  always @(posedge clk)
+    under3_0 <= x2_0[32];
+  always @(posedge clk)
+    x4_0 <= x3_0;
+  always @(posedge clk)
+    y4_0 <= y3_0;
+  always @(posedge clk)
+    f4_0 <= \$29 ;
+  always @(posedge clk)
+    over4_0 <= over0;
+  always @(posedge clk)
+    hit4_0 <= \$33 ;
+  always @(posedge clk)
+    under4_0 <= \$34 ;
+  always @(posedge clk)
+    \over4_0$47  <= \$35 ;
+  always @(posedge clk)
+    x5_0 <= \$36 ;
+  always @(posedge clk)
+    y5_0 <= \$37 ;
+  always @(posedge clk)
+    base5_0 <= \$39 ;
+  always @(posedge clk)
+    ll0 <= \$40 ;
+  always @(posedge clk)
+    lh0 <= { \$41 [32], \$41  };
+  always @(posedge clk)
+    hl0 <= { \$42 [32], \$42  };
+  always @(posedge clk)
+    hh0 <= \$43 ;
+  always @(posedge clk)
+    p7_0 <= \$46 [63:0];
+  always @(posedge clk)
+    q8_0 <= \$48 [63:0];
+  always @(posedge clk)
+    r9_0 <= \$49 ;
   always @(posedge clk)
     base6_0 <= base5_0;
   always @(posedge clk)
-    r7_0 <= \$36 ;
-  always @(posedge clk)
     base7_0 <= base6_0;
   always @(posedge clk)
-    out <= \$521 ;
+    base8_0 <= base7_0;
   always @(posedge clk)
-    x1_1 <= alu1;
+    base9_0 <= base8_0;
   always @(posedge clk)
-    y1_1 <= y1;
+    value10_0 <= \$51 ;
   always @(posedge clk)
-    x2_1 <= \$40 ;
+    out <= \$536 ;
   always @(posedge clk)
-    y2_1 <= y1_1;
+    a1_1 <= a[63:32];
   always @(posedge clk)
-    f2_1 <= frac1;
+    b1_1 <= b[63:32];
   always @(posedge clk)
-    over2_1 <= over1;
+    x2_1 <= alu1;
   always @(posedge clk)
-    hit2_1 <= \$44 ;
+    y2_1 <= y1;
   always @(posedge clk)
-    under2_1 <= \$45 ;
+    x3_1 <= \$55 ;
   always @(posedge clk)
-    \over2_1$64  <= \$46 ;
+    y3_1 <= y2_1;
   always @(posedge clk)
-    x3_1 <= \$47 ;
+    scaled3_1 <= \$56 ;
   always @(posedge clk)
-    y3_1 <= \$48 ;
+    frac3_1 <= \$57 ;
   always @(posedge clk)
-    base3_1 <= \$50 ;
+    under3_1 <= x2_1[32];
   always @(posedge clk)
-    ll1 <= \$51 ;
+    x4_1 <= x3_1;
   always @(posedge clk)
-    lh1 <= { \$52 [32], \$52  };
+    y4_1 <= y3_1;
   always @(posedge clk)
-    hl1 <= { \$53 [32], \$53  };
+    f4_1 <= \$59 ;
   always @(posedge clk)
-    hh1 <= \$54 ;
+    over4_1 <= over1;
   always @(posedge clk)
-    base4_1 <= base3_1;
+    hit4_1 <= \$63 ;
   always @(posedge clk)
-    p5_1 <= \$57 [63:0];
+    under4_1 <= \$64 ;
   always @(posedge clk)
-    base5_1 <= base4_1;
+    \over4_1$86  <= \$65 ;
   always @(posedge clk)
-    q6_1 <= \$59 [63:0];
+    x5_1 <= \$66 ;
+  always @(posedge clk)
+    y5_1 <= \$67 ;
+  always @(posedge clk)
+    base5_1 <= \$69 ;
+  always @(posedge clk)
+    ll1 <= \$70 ;
+  always @(posedge clk)
+    lh1 <= { \$71 [32], \$71  };
+  always @(posedge clk)
+    hl1 <= { \$72 [32], \$72  };
+  always @(posedge clk)
+    hh1 <= \$73 ;
+  always @(posedge clk)
+    p7_1 <= \$76 [63:0];
+  always @(posedge clk)
+    q8_1 <= \$78 [63:0];
+  always @(posedge clk)
+    r9_1 <= \$79 ;
   always @(posedge clk)
     base6_1 <= base5_1;
   always @(posedge clk)
-    r7_1 <= \$60 ;
-  always @(posedge clk)
     base7_1 <= base6_1;
   always @(posedge clk)
-    x1_2 <= alu2;
+    base8_1 <= base7_1;
   always @(posedge clk)
-    y1_2 <= y2;
+    base9_1 <= base8_1;
   always @(posedge clk)
-    x2_2 <= \$64 ;
+    value10_1 <= \$81 ;
   always @(posedge clk)
-    y2_2 <= y1_2;
+    a1_2 <= a[95:64];
   always @(posedge clk)
-    f2_2 <= frac2;
+    b1_2 <= b[95:64];
   always @(posedge clk)
-    over2_2 <= over2;
+    x2_2 <= alu2;
   always @(posedge clk)
-    hit2_2 <= \$68 ;
+    y2_2 <= y2;
   always @(posedge clk)
-    under2_2 <= \$69 ;
+    x3_2 <= \$85 ;
   always @(posedge clk)
-    \over2_2$96  <= \$70 ;
+    y3_2 <= y2_2;
   always @(posedge clk)
-    x3_2 <= \$71 ;
+    scaled3_2 <= \$86 ;
   always @(posedge clk)
-    y3_2 <= \$72 ;
+    frac3_2 <= \$87 ;
   always @(posedge clk)
-    base3_2 <= \$74 ;
+    under3_2 <= x2_2[32];
   always @(posedge clk)
-    ll2 <= \$75 ;
+    x4_2 <= x3_2;
   always @(posedge clk)
-    lh2 <= { \$76 [32], \$76  };
+    y4_2 <= y3_2;
   always @(posedge clk)
-    hl2 <= { \$77 [32], \$77  };
+    f4_2 <= \$89 ;
   always @(posedge clk)
-    hh2 <= \$78 ;
+    over4_2 <= over2;
   always @(posedge clk)
-    base4_2 <= base3_2;
+    hit4_2 <= \$93 ;
   always @(posedge clk)
-    p5_2 <= \$81 [63:0];
+    under4_2 <= \$94 ;
   always @(posedge clk)
-    base5_2 <= base4_2;
+    \over4_2$124  <= \$95 ;
   always @(posedge clk)
-    q6_2 <= \$83 [63:0];
+    x5_2 <= \$96 ;
+  always @(posedge clk)
+    y5_2 <= \$97 ;
+  always @(posedge clk)
+    base5_2 <= \$99 ;
+  always @(posedge clk)
+    ll2 <= \$100 ;
+  always @(posedge clk)
+    lh2 <= { \$101 [32], \$101  };
+  always @(posedge clk)
+    hl2 <= { \$102 [32], \$102  };
+  always @(posedge clk)
+    hh2 <= \$103 ;
+  always @(posedge clk)
+    p7_2 <= \$106 [63:0];
+  always @(posedge clk)
+    q8_2 <= \$108 [63:0];
+  always @(posedge clk)
+    r9_2 <= \$109 ;
   always @(posedge clk)
     base6_2 <= base5_2;
   always @(posedge clk)
-    r7_2 <= \$84 ;
-  always @(posedge clk)
     base7_2 <= base6_2;
   always @(posedge clk)
-    x1_3 <= alu3;
+    base8_2 <= base7_2;
   always @(posedge clk)
-    y1_3 <= y3;
+    base9_2 <= base8_2;
   always @(posedge clk)
-    x2_3 <= \$88 ;
+    value10_2 <= \$111 ;
   always @(posedge clk)
-    y2_3 <= y1_3;
+    a1_3 <= a[127:96];
   always @(posedge clk)
-    f2_3 <= frac3;
+    b1_3 <= b[127:96];
   always @(posedge clk)
-    over2_3 <= over3;
+    x2_3 <= alu3;
   always @(posedge clk)
-    hit2_3 <= \$92 ;
+    y2_3 <= y3;
   always @(posedge clk)
-    under2_3 <= \$93 ;
+    x3_3 <= \$115 ;
   always @(posedge clk)
-    \over2_3$128  <= \$94 ;
+    y3_3 <= y2_3;
   always @(posedge clk)
-    x3_3 <= \$95 ;
+    scaled3_3 <= \$116 ;
   always @(posedge clk)
-    y3_3 <= \$96 ;
+    frac3_3 <= \$117 ;
   always @(posedge clk)
-    base3_3 <= \$98 ;
+    under3_3 <= x2_3[32];
   always @(posedge clk)
-    ll3 <= \$99 ;
+    x4_3 <= x3_3;
   always @(posedge clk)
-    lh3 <= { \$100 [32], \$100  };
+    y4_3 <= y3_3;
   always @(posedge clk)
-    hl3 <= { \$101 [32], \$101  };
+    f4_3 <= \$119 ;
   always @(posedge clk)
-    hh3 <= \$102 ;
+    over4_3 <= over3;
   always @(posedge clk)
-    base4_3 <= base3_3;
+    hit4_3 <= \$123 ;
   always @(posedge clk)
-    p5_3 <= \$105 [63:0];
+    under4_3 <= \$124 ;
   always @(posedge clk)
-    base5_3 <= base4_3;
+    \over4_3$162  <= \$125 ;
   always @(posedge clk)
-    q6_3 <= \$107 [63:0];
+    x5_3 <= \$126 ;
+  always @(posedge clk)
+    y5_3 <= \$127 ;
+  always @(posedge clk)
+    base5_3 <= \$129 ;
+  always @(posedge clk)
+    ll3 <= \$130 ;
+  always @(posedge clk)
+    lh3 <= { \$131 [32], \$131  };
+  always @(posedge clk)
+    hl3 <= { \$132 [32], \$132  };
+  always @(posedge clk)
+    hh3 <= \$133 ;
+  always @(posedge clk)
+    p7_3 <= \$136 [63:0];
+  always @(posedge clk)
+    q8_3 <= \$138 [63:0];
+  always @(posedge clk)
+    r9_3 <= \$139 ;
   always @(posedge clk)
     base6_3 <= base5_3;
   always @(posedge clk)
-    r7_3 <= \$108 ;
-  always @(posedge clk)
     base7_3 <= base6_3;
   always @(posedge clk)
-    x1_4 <= alu4;
+    base8_3 <= base7_3;
   always @(posedge clk)
-    y1_4 <= y4;
+    base9_3 <= base8_3;
   always @(posedge clk)
-    x2_4 <= \$112 ;
+    value10_3 <= \$141 ;
   always @(posedge clk)
-    y2_4 <= y1_4;
+    a1_4 <= a[159:128];
   always @(posedge clk)
-    f2_4 <= frac4;
+    b1_4 <= b[159:128];
   always @(posedge clk)
-    over2_4 <= over4;
+    x2_4 <= alu4;
   always @(posedge clk)
-    hit2_4 <= \$116 ;
+    y2_4 <= y4;
   always @(posedge clk)
-    under2_4 <= \$117 ;
+    x3_4 <= \$145 ;
   always @(posedge clk)
-    \over2_4$160  <= \$118 ;
+    y3_4 <= y2_4;
   always @(posedge clk)
-    x3_4 <= \$119 ;
+    scaled3_4 <= \$146 ;
   always @(posedge clk)
-    y3_4 <= \$120 ;
+    frac3_4 <= \$147 ;
   always @(posedge clk)
-    base3_4 <= \$122 ;
+    under3_4 <= x2_4[32];
   always @(posedge clk)
-    ll4 <= \$123 ;
+    x4_4 <= x3_4;
   always @(posedge clk)
-    lh4 <= { \$124 [32], \$124  };
+    y4_4 <= y3_4;
   always @(posedge clk)
-    hl4 <= { \$125 [32], \$125  };
+    f4_4 <= \$149 ;
   always @(posedge clk)
-    hh4 <= \$126 ;
+    over4_4 <= over4;
   always @(posedge clk)
-    base4_4 <= base3_4;
+    hit4_4 <= \$153 ;
   always @(posedge clk)
-    p5_4 <= \$129 [63:0];
+    under4_4 <= \$154 ;
   always @(posedge clk)
-    base5_4 <= base4_4;
+    \over4_4$200  <= \$155 ;
   always @(posedge clk)
-    q6_4 <= \$131 [63:0];
+    x5_4 <= \$156 ;
+  always @(posedge clk)
+    y5_4 <= \$157 ;
+  always @(posedge clk)
+    base5_4 <= \$159 ;
+  always @(posedge clk)
+    ll4 <= \$160 ;
+  always @(posedge clk)
+    lh4 <= { \$161 [32], \$161  };
+  always @(posedge clk)
+    hl4 <= { \$162 [32], \$162  };
+  always @(posedge clk)
+    hh4 <= \$163 ;
+  always @(posedge clk)
+    p7_4 <= \$166 [63:0];
+  always @(posedge clk)
+    q8_4 <= \$168 [63:0];
+  always @(posedge clk)
+    r9_4 <= \$169 ;
   always @(posedge clk)
     base6_4 <= base5_4;
   always @(posedge clk)
-    r7_4 <= \$132 ;
-  always @(posedge clk)
     base7_4 <= base6_4;
   always @(posedge clk)
-    x1_5 <= alu5;
+    base8_4 <= base7_4;
   always @(posedge clk)
-    y1_5 <= y5;
+    base9_4 <= base8_4;
   always @(posedge clk)
-    x2_5 <= \$136 ;
+    value10_4 <= \$171 ;
   always @(posedge clk)
-    y2_5 <= y1_5;
+    a1_5 <= a[191:160];
   always @(posedge clk)
-    f2_5 <= frac5;
+    b1_5 <= b[191:160];
   always @(posedge clk)
-    over2_5 <= over5;
+    x2_5 <= alu5;
   always @(posedge clk)
-    hit2_5 <= \$140 ;
+    y2_5 <= y5;
   always @(posedge clk)
-    under2_5 <= \$141 ;
+    x3_5 <= \$175 ;
   always @(posedge clk)
-    \over2_5$192  <= \$142 ;
+    y3_5 <= y2_5;
   always @(posedge clk)
-    x3_5 <= \$143 ;
+    scaled3_5 <= \$176 ;
   always @(posedge clk)
-    y3_5 <= \$144 ;
+    frac3_5 <= \$177 ;
   always @(posedge clk)
-    base3_5 <= \$146 ;
+    under3_5 <= x2_5[32];
   always @(posedge clk)
-    ll5 <= \$147 ;
+    x4_5 <= x3_5;
   always @(posedge clk)
-    lh5 <= { \$148 [32], \$148  };
+    y4_5 <= y3_5;
   always @(posedge clk)
-    hl5 <= { \$149 [32], \$149  };
+    f4_5 <= \$179 ;
   always @(posedge clk)
-    hh5 <= \$150 ;
+    over4_5 <= over5;
   always @(posedge clk)
-    base4_5 <= base3_5;
+    hit4_5 <= \$183 ;
   always @(posedge clk)
-    p5_5 <= \$153 [63:0];
+    under4_5 <= \$184 ;
   always @(posedge clk)
-    base5_5 <= base4_5;
+    \over4_5$238  <= \$185 ;
   always @(posedge clk)
-    q6_5 <= \$155 [63:0];
+    x5_5 <= \$186 ;
+  always @(posedge clk)
+    y5_5 <= \$187 ;
+  always @(posedge clk)
+    base5_5 <= \$189 ;
+  always @(posedge clk)
+    ll5 <= \$190 ;
+  always @(posedge clk)
+    lh5 <= { \$191 [32], \$191  };
+  always @(posedge clk)
+    hl5 <= { \$192 [32], \$192  };
+  always @(posedge clk)
+    hh5 <= \$193 ;
+  always @(posedge clk)
+    p7_5 <= \$196 [63:0];
+  always @(posedge clk)
+    q8_5 <= \$198 [63:0];
+  always @(posedge clk)
+    r9_5 <= \$199 ;
   always @(posedge clk)
     base6_5 <= base5_5;
   always @(posedge clk)
-    r7_5 <= \$156 ;
-  always @(posedge clk)
     base7_5 <= base6_5;
   always @(posedge clk)
-    x1_6 <= alu6;
+    base8_5 <= base7_5;
   always @(posedge clk)
-    y1_6 <= y6;
+    base9_5 <= base8_5;
   always @(posedge clk)
-    x2_6 <= \$160 ;
+    value10_5 <= \$201 ;
   always @(posedge clk)
-    y2_6 <= y1_6;
+    a1_6 <= a[223:192];
   always @(posedge clk)
-    f2_6 <= frac6;
+    b1_6 <= b[223:192];
   always @(posedge clk)
-    over2_6 <= over6;
+    x2_6 <= alu6;
   always @(posedge clk)
-    hit2_6 <= \$164 ;
+    y2_6 <= y6;
   always @(posedge clk)
-    under2_6 <= \$165 ;
+    x3_6 <= \$205 ;
   always @(posedge clk)
-    \over2_6$224  <= \$166 ;
+    y3_6 <= y2_6;
   always @(posedge clk)
-    x3_6 <= \$167 ;
+    scaled3_6 <= \$206 ;
   always @(posedge clk)
-    y3_6 <= \$168 ;
+    frac3_6 <= \$207 ;
   always @(posedge clk)
-    base3_6 <= \$170 ;
+    under3_6 <= x2_6[32];
   always @(posedge clk)
-    ll6 <= \$171 ;
+    x4_6 <= x3_6;
   always @(posedge clk)
-    lh6 <= { \$172 [32], \$172  };
+    y4_6 <= y3_6;
   always @(posedge clk)
-    hl6 <= { \$173 [32], \$173  };
+    f4_6 <= \$209 ;
   always @(posedge clk)
-    hh6 <= \$174 ;
+    over4_6 <= over6;
   always @(posedge clk)
-    base4_6 <= base3_6;
+    hit4_6 <= \$213 ;
   always @(posedge clk)
-    p5_6 <= \$177 [63:0];
+    under4_6 <= \$214 ;
   always @(posedge clk)
-    base5_6 <= base4_6;
+    \over4_6$276  <= \$215 ;
   always @(posedge clk)
-    q6_6 <= \$179 [63:0];
+    x5_6 <= \$216 ;
+  always @(posedge clk)
+    y5_6 <= \$217 ;
+  always @(posedge clk)
+    base5_6 <= \$219 ;
+  always @(posedge clk)
+    ll6 <= \$220 ;
+  always @(posedge clk)
+    lh6 <= { \$221 [32], \$221  };
+  always @(posedge clk)
+    hl6 <= { \$222 [32], \$222  };
+  always @(posedge clk)
+    hh6 <= \$223 ;
+  always @(posedge clk)
+    p7_6 <= \$226 [63:0];
+  always @(posedge clk)
+    q8_6 <= \$228 [63:0];
+  always @(posedge clk)
+    r9_6 <= \$229 ;
   always @(posedge clk)
     base6_6 <= base5_6;
   always @(posedge clk)
-    r7_6 <= \$180 ;
-  always @(posedge clk)
     base7_6 <= base6_6;
   always @(posedge clk)
-    x1_7 <= alu7;
+    base8_6 <= base7_6;
   always @(posedge clk)
-    y1_7 <= y7;
+    base9_6 <= base8_6;
   always @(posedge clk)
-    x2_7 <= \$184 ;
+    value10_6 <= \$231 ;
   always @(posedge clk)
-    y2_7 <= y1_7;
+    a1_7 <= a[255:224];
   always @(posedge clk)
-    f2_7 <= frac7;
+    b1_7 <= b[255:224];
   always @(posedge clk)
-    over2_7 <= over7;
+    x2_7 <= alu7;
   always @(posedge clk)
-    hit2_7 <= \$188 ;
+    y2_7 <= y7;
   always @(posedge clk)
-    under2_7 <= \$189 ;
+    x3_7 <= \$235 ;
   always @(posedge clk)
-    \over2_7$256  <= \$190 ;
+    y3_7 <= y2_7;
   always @(posedge clk)
-    x3_7 <= \$191 ;
+    scaled3_7 <= \$236 ;
   always @(posedge clk)
-    y3_7 <= \$192 ;
+    frac3_7 <= \$237 ;
   always @(posedge clk)
-    base3_7 <= \$194 ;
+    under3_7 <= x2_7[32];
   always @(posedge clk)
-    ll7 <= \$195 ;
+    x4_7 <= x3_7;
   always @(posedge clk)
-    lh7 <= { \$196 [32], \$196  };
+    y4_7 <= y3_7;
   always @(posedge clk)
-    hl7 <= { \$197 [32], \$197  };
+    f4_7 <= \$239 ;
   always @(posedge clk)
-    hh7 <= \$198 ;
+    over4_7 <= over7;
   always @(posedge clk)
-    base4_7 <= base3_7;
+    hit4_7 <= \$243 ;
   always @(posedge clk)
-    p5_7 <= \$201 [63:0];
+    under4_7 <= \$244 ;
   always @(posedge clk)
-    base5_7 <= base4_7;
+    \over4_7$314  <= \$245 ;
   always @(posedge clk)
-    q6_7 <= \$203 [63:0];
+    x5_7 <= \$246 ;
+  always @(posedge clk)
+    y5_7 <= \$247 ;
+  always @(posedge clk)
+    base5_7 <= \$249 ;
+  always @(posedge clk)
+    ll7 <= \$250 ;
+  always @(posedge clk)
+    lh7 <= { \$251 [32], \$251  };
+  always @(posedge clk)
+    hl7 <= { \$252 [32], \$252  };
+  always @(posedge clk)
+    hh7 <= \$253 ;
+  always @(posedge clk)
+    p7_7 <= \$256 [63:0];
+  always @(posedge clk)
+    q8_7 <= \$258 [63:0];
+  always @(posedge clk)
+    r9_7 <= \$259 ;
   always @(posedge clk)
     base6_7 <= base5_7;
   always @(posedge clk)
-    r7_7 <= \$204 ;
-  always @(posedge clk)
     base7_7 <= base6_7;
   always @(posedge clk)
-    hits3 <= \$498 [3:0];
+    base8_7 <= base7_7;
   always @(posedge clk)
-    hits4 <= hits3;
+    base9_7 <= base8_7;
   always @(posedge clk)
-    hits5 <= hits4;
+    value10_7 <= \$261 ;
+  always @(posedge clk)
+    hits5 <= \$510 [3:0];
   always @(posedge clk)
     hits6 <= hits5;
   always @(posedge clk)
@@ -30048,11 +30456,13 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
   always @(posedge clk)
     hits8 <= hits7;
   always @(posedge clk)
-    unders3 <= \$505 [3:0];
+    hits9 <= hits8;
   always @(posedge clk)
-    unders4 <= unders3;
+    hits10 <= hits9;
   always @(posedge clk)
-    unders5 <= unders4;
+    hits11 <= hits10;
+  always @(posedge clk)
+    unders5 <= \$517 [3:0];
   always @(posedge clk)
     unders6 <= unders5;
   always @(posedge clk)
@@ -30060,17 +30470,25 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
   always @(posedge clk)
     unders8 <= unders7;
   always @(posedge clk)
-    overs3 <= \$512 [3:0];
+    unders9 <= unders8;
   always @(posedge clk)
-    overs4 <= overs3;
+    unders10 <= unders9;
   always @(posedge clk)
-    overs5 <= overs4;
+    unders11 <= unders10;
+  always @(posedge clk)
+    overs5 <= \$524 [3:0];
   always @(posedge clk)
     overs6 <= overs5;
   always @(posedge clk)
     overs7 <= overs6;
   always @(posedge clk)
     overs8 <= overs7;
+  always @(posedge clk)
+    overs9 <= overs8;
+  always @(posedge clk)
+    overs10 <= overs9;
+  always @(posedge clk)
+    overs11 <= overs10;
   assign \$1  = vop == 4'he;
   assign \$2  = vop == 4'h9;
   assign \$3  = vop == 4'ha;
@@ -30084,594 +30502,608 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
   assign \$11  = vop == 4'he;
   assign \$12  = \$10  | \$11 ;
   assign \$13  = \$12  ? shift : 6'h00;
-  assign \$14  = $signed(x1_0) > $signed(imm2_1);
-  assign \$15  = ctl1[3] & \$14 ;
-  assign \$16  = \$15  ? { imm2_1[31], imm2_1 } : x1_0;
-  assign \$17  = ~ x1_0[32];
-  assign \$18  = ~ over0;
-  assign \$19  = \$17  & \$18 ;
-  assign \$20  = \$19  & ctl1[1];
-  assign \$21  = x1_0[32] & ctl1[1];
-  assign \$22  = over0 & ctl1[1];
-  assign \$23  = ctl2[1] ? { diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0 } : x2_0;
-  assign \$24  = ctl2[1] ? { 17'h00000, f2_0 } : y2_0;
-  assign \$25  = over2_0 ? \read__data$35  : read__data;
-  assign \$26  = ctl2[1] ? \$25  : 16'h0000;
-  assign \$27  = x3_0[15:0] * y3_0[15:0];
-  assign \$28  = $signed({ 1'h0, x3_0[15:0] }) * $signed(y3_0[32:16]);
-  assign \$29  = $signed(x3_0[32:16]) * $signed({ 1'h0, y3_0[15:0] });
-  assign \$30  = $signed(x3_0[32:16]) * $signed(y3_0[32:16]);
-  assign \$31  = $signed(lh0) + $signed(hl0);
-  assign \$33  = $signed({ 1'h0, hh0, ll0 }) + $signed(\$32 );
-  assign \$34  = p5_0[63] ? \$211 [46:0] : \$208 [46:0];
-  assign \$35  = $signed(p5_0) + $signed({ 1'h0, \$34  });
-  assign \$36  = $signed(q6_0) >>> ctl6[10:5];
-  assign \$37  = ctl7[2] ? { 1'h0, r7_0[31:0] } : { sat0[31], sat0 };
-  assign \$38  = $signed(x1_1) > $signed(imm2_1);
-  assign \$39  = ctl1[3] & \$38 ;
-  assign \$40  = \$39  ? { imm2_1[31], imm2_1 } : x1_1;
-  assign \$41  = ~ x1_1[32];
-  assign \$42  = ~ over1;
-  assign \$43  = \$41  & \$42 ;
-  assign \$44  = \$43  & ctl1[1];
-  assign \$45  = x1_1[32] & ctl1[1];
-  assign \$46  = over1 & ctl1[1];
-  assign \$47  = ctl2[1] ? { diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1 } : x2_1;
-  assign \$48  = ctl2[1] ? { 17'h00000, f2_1 } : y2_1;
-  assign \$49  = over2_1 ? \read__data$70  : \read__data$69 ;
-  assign \$50  = ctl2[1] ? \$49  : 16'h0000;
-  assign \$51  = x3_1[15:0] * y3_1[15:0];
-  assign \$52  = $signed({ 1'h0, x3_1[15:0] }) * $signed(y3_1[32:16]);
-  assign \$53  = $signed(x3_1[32:16]) * $signed({ 1'h0, y3_1[15:0] });
-  assign \$54  = $signed(x3_1[32:16]) * $signed(y3_1[32:16]);
-  assign \$55  = $signed(lh1) + $signed(hl1);
-  assign \$57  = $signed({ 1'h0, hh1, ll1 }) + $signed(\$56 );
-  assign \$58  = p5_1[63] ? \$211 [46:0] : \$208 [46:0];
-  assign \$59  = $signed(p5_1) + $signed({ 1'h0, \$58  });
-  assign \$60  = $signed(q6_1) >>> ctl6[10:5];
-  assign \$61  = ctl7[2] ? { 1'h0, r7_1[31:0] } : { sat1[31], sat1 };
-  assign \$62  = $signed(x1_2) > $signed(imm2_1);
-  assign \$63  = ctl1[3] & \$62 ;
-  assign \$64  = \$63  ? { imm2_1[31], imm2_1 } : x1_2;
-  assign \$65  = ~ x1_2[32];
-  assign \$66  = ~ over2;
-  assign \$67  = \$65  & \$66 ;
-  assign \$68  = \$67  & ctl1[1];
-  assign \$69  = x1_2[32] & ctl1[1];
-  assign \$70  = over2 & ctl1[1];
-  assign \$71  = ctl2[1] ? { diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2 } : x2_2;
-  assign \$72  = ctl2[1] ? { 17'h00000, f2_2 } : y2_2;
-  assign \$73  = over2_2 ? \read__data$102  : \read__data$101 ;
-  assign \$74  = ctl2[1] ? \$73  : 16'h0000;
-  assign \$75  = x3_2[15:0] * y3_2[15:0];
-  assign \$76  = $signed({ 1'h0, x3_2[15:0] }) * $signed(y3_2[32:16]);
-  assign \$77  = $signed(x3_2[32:16]) * $signed({ 1'h0, y3_2[15:0] });
-  assign \$78  = $signed(x3_2[32:16]) * $signed(y3_2[32:16]);
-  assign \$79  = $signed(lh2) + $signed(hl2);
-  assign \$81  = $signed({ 1'h0, hh2, ll2 }) + $signed(\$80 );
-  assign \$82  = p5_2[63] ? \$211 [46:0] : \$208 [46:0];
-  assign \$83  = $signed(p5_2) + $signed({ 1'h0, \$82  });
-  assign \$84  = $signed(q6_2) >>> ctl6[10:5];
-  assign \$85  = ctl7[2] ? { 1'h0, r7_2[31:0] } : { sat2[31], sat2 };
-  assign \$86  = $signed(x1_3) > $signed(imm2_1);
-  assign \$87  = ctl1[3] & \$86 ;
-  assign \$88  = \$87  ? { imm2_1[31], imm2_1 } : x1_3;
-  assign \$89  = ~ x1_3[32];
-  assign \$90  = ~ over3;
-  assign \$91  = \$89  & \$90 ;
-  assign \$92  = \$91  & ctl1[1];
-  assign \$93  = x1_3[32] & ctl1[1];
-  assign \$94  = over3 & ctl1[1];
-  assign \$95  = ctl2[1] ? { diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3 } : x2_3;
-  assign \$96  = ctl2[1] ? { 17'h00000, f2_3 } : y2_3;
-  assign \$97  = over2_3 ? \read__data$134  : \read__data$133 ;
-  assign \$98  = ctl2[1] ? \$97  : 16'h0000;
-  assign \$99  = x3_3[15:0] * y3_3[15:0];
-  assign \$100  = $signed({ 1'h0, x3_3[15:0] }) * $signed(y3_3[32:16]);
-  assign \$101  = $signed(x3_3[32:16]) * $signed({ 1'h0, y3_3[15:0] });
-  assign \$102  = $signed(x3_3[32:16]) * $signed(y3_3[32:16]);
-  assign \$103  = $signed(lh3) + $signed(hl3);
-  assign \$105  = $signed({ 1'h0, hh3, ll3 }) + $signed(\$104 );
-  assign \$106  = p5_3[63] ? \$211 [46:0] : \$208 [46:0];
-  assign \$107  = $signed(p5_3) + $signed({ 1'h0, \$106  });
-  assign \$108  = $signed(q6_3) >>> ctl6[10:5];
-  assign \$109  = ctl7[2] ? { 1'h0, r7_3[31:0] } : { sat3[31], sat3 };
-  assign \$110  = $signed(x1_4) > $signed(imm2_1);
-  assign \$111  = ctl1[3] & \$110 ;
-  assign \$112  = \$111  ? { imm2_1[31], imm2_1 } : x1_4;
-  assign \$113  = ~ x1_4[32];
-  assign \$114  = ~ over4;
-  assign \$115  = \$113  & \$114 ;
-  assign \$116  = \$115  & ctl1[1];
-  assign \$117  = x1_4[32] & ctl1[1];
-  assign \$118  = over4 & ctl1[1];
-  assign \$119  = ctl2[1] ? { diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4 } : x2_4;
-  assign \$120  = ctl2[1] ? { 17'h00000, f2_4 } : y2_4;
-  assign \$121  = over2_4 ? \read__data$166  : \read__data$165 ;
-  assign \$122  = ctl2[1] ? \$121  : 16'h0000;
-  assign \$123  = x3_4[15:0] * y3_4[15:0];
-  assign \$124  = $signed({ 1'h0, x3_4[15:0] }) * $signed(y3_4[32:16]);
-  assign \$125  = $signed(x3_4[32:16]) * $signed({ 1'h0, y3_4[15:0] });
-  assign \$126  = $signed(x3_4[32:16]) * $signed(y3_4[32:16]);
-  assign \$127  = $signed(lh4) + $signed(hl4);
-  assign \$129  = $signed({ 1'h0, hh4, ll4 }) + $signed(\$128 );
-  assign \$130  = p5_4[63] ? \$211 [46:0] : \$208 [46:0];
-  assign \$131  = $signed(p5_4) + $signed({ 1'h0, \$130  });
-  assign \$132  = $signed(q6_4) >>> ctl6[10:5];
-  assign \$133  = ctl7[2] ? { 1'h0, r7_4[31:0] } : { sat4[31], sat4 };
-  assign \$134  = $signed(x1_5) > $signed(imm2_1);
-  assign \$135  = ctl1[3] & \$134 ;
-  assign \$136  = \$135  ? { imm2_1[31], imm2_1 } : x1_5;
-  assign \$137  = ~ x1_5[32];
-  assign \$138  = ~ over5;
-  assign \$139  = \$137  & \$138 ;
-  assign \$140  = \$139  & ctl1[1];
-  assign \$141  = x1_5[32] & ctl1[1];
-  assign \$142  = over5 & ctl1[1];
-  assign \$143  = ctl2[1] ? { diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5 } : x2_5;
-  assign \$144  = ctl2[1] ? { 17'h00000, f2_5 } : y2_5;
-  assign \$145  = over2_5 ? \read__data$198  : \read__data$197 ;
-  assign \$146  = ctl2[1] ? \$145  : 16'h0000;
-  assign \$147  = x3_5[15:0] * y3_5[15:0];
-  assign \$148  = $signed({ 1'h0, x3_5[15:0] }) * $signed(y3_5[32:16]);
-  assign \$149  = $signed(x3_5[32:16]) * $signed({ 1'h0, y3_5[15:0] });
-  assign \$150  = $signed(x3_5[32:16]) * $signed(y3_5[32:16]);
-  assign \$151  = $signed(lh5) + $signed(hl5);
-  assign \$153  = $signed({ 1'h0, hh5, ll5 }) + $signed(\$152 );
-  assign \$154  = p5_5[63] ? \$211 [46:0] : \$208 [46:0];
-  assign \$155  = $signed(p5_5) + $signed({ 1'h0, \$154  });
-  assign \$156  = $signed(q6_5) >>> ctl6[10:5];
-  assign \$157  = ctl7[2] ? { 1'h0, r7_5[31:0] } : { sat5[31], sat5 };
-  assign \$158  = $signed(x1_6) > $signed(imm2_1);
-  assign \$159  = ctl1[3] & \$158 ;
-  assign \$160  = \$159  ? { imm2_1[31], imm2_1 } : x1_6;
-  assign \$161  = ~ x1_6[32];
-  assign \$162  = ~ over6;
-  assign \$163  = \$161  & \$162 ;
-  assign \$164  = \$163  & ctl1[1];
-  assign \$165  = x1_6[32] & ctl1[1];
-  assign \$166  = over6 & ctl1[1];
-  assign \$167  = ctl2[1] ? { diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6 } : x2_6;
-  assign \$168  = ctl2[1] ? { 17'h00000, f2_6 } : y2_6;
-  assign \$169  = over2_6 ? \read__data$230  : \read__data$229 ;
-  assign \$170  = ctl2[1] ? \$169  : 16'h0000;
-  assign \$171  = x3_6[15:0] * y3_6[15:0];
-  assign \$172  = $signed({ 1'h0, x3_6[15:0] }) * $signed(y3_6[32:16]);
-  assign \$173  = $signed(x3_6[32:16]) * $signed({ 1'h0, y3_6[15:0] });
-  assign \$174  = $signed(x3_6[32:16]) * $signed(y3_6[32:16]);
-  assign \$175  = $signed(lh6) + $signed(hl6);
-  assign \$177  = $signed({ 1'h0, hh6, ll6 }) + $signed(\$176 );
-  assign \$178  = p5_6[63] ? \$211 [46:0] : \$208 [46:0];
-  assign \$179  = $signed(p5_6) + $signed({ 1'h0, \$178  });
-  assign \$180  = $signed(q6_6) >>> ctl6[10:5];
-  assign \$181  = ctl7[2] ? { 1'h0, r7_6[31:0] } : { sat6[31], sat6 };
-  assign \$182  = $signed(x1_7) > $signed(imm2_1);
-  assign \$183  = ctl1[3] & \$182 ;
-  assign \$184  = \$183  ? { imm2_1[31], imm2_1 } : x1_7;
-  assign \$185  = ~ x1_7[32];
-  assign \$186  = ~ over7;
-  assign \$187  = \$185  & \$186 ;
-  assign \$188  = \$187  & ctl1[1];
-  assign \$189  = x1_7[32] & ctl1[1];
-  assign \$190  = over7 & ctl1[1];
-  assign \$191  = ctl2[1] ? { diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7 } : x2_7;
-  assign \$192  = ctl2[1] ? { 17'h00000, f2_7 } : y2_7;
-  assign \$193  = over2_7 ? \read__data$262  : \read__data$261 ;
-  assign \$194  = ctl2[1] ? \$193  : 16'h0000;
-  assign \$195  = x3_7[15:0] * y3_7[15:0];
-  assign \$196  = $signed({ 1'h0, x3_7[15:0] }) * $signed(y3_7[32:16]);
-  assign \$197  = $signed(x3_7[32:16]) * $signed({ 1'h0, y3_7[15:0] });
-  assign \$198  = $signed(x3_7[32:16]) * $signed(y3_7[32:16]);
-  assign \$199  = $signed(lh7) + $signed(hl7);
-  assign \$201  = $signed({ 1'h0, hh7, ll7 }) + $signed(\$200 );
-  assign \$202  = p5_7[63] ? \$211 [46:0] : \$208 [46:0];
-  assign \$203  = $signed(p5_7) + $signed({ 1'h0, \$202  });
-  assign \$204  = $signed(q6_7) >>> ctl6[10:5];
-  assign \$205  = ctl7[2] ? { 1'h0, r7_7[31:0] } : { sat7[31], sat7 };
-  assign \$206  = 1'h1 << shift[4:0];
-  assign \$207  = 1'h1 << ctl5[10:5];
-  assign \$209  = ! ctl5[10:5];
-  assign \$210  = \$208 [46:0] - 1'h1;
-  assign \$211  = \$209  ? 48'h000000000000 : \$210 ;
-  assign \$212  = $signed(a[31:0]) + $signed(b[31:0]);
-  assign \$213  = $signed(a[31:0]) - $signed(b[31:0]);
-  assign \$214  = $signed(a[31:0]) > $signed(b[31:0]);
-  assign \$215  = \$214  ? a[31:0] : b[31:0];
-  assign \$216  = $signed(a[31:0]) < $signed(b[31:0]);
-  assign \$217  = \$216  ? a[31:0] : b[31:0];
-  assign \$218  = $signed(a[31:0]) < $signed(imm);
-  assign \$219  = \$218  ? imm : a[31:0];
-  assign \$220  = $signed(a[31:0]) - $signed(imm);
-  assign scaled0 = $signed(x1_0) >>> ctl1[10:5];
-  assign \$221  = ~ x1_0[32];
-  assign \$222  = | scaled0[32:8];
-  assign over0 = \$221  & \$222 ;
-  assign \$223  = x1_0[32] ? 8'h00 : scaled0[7:0];
-  assign index0 = over0 ? 8'hff : \$223 ;
-  assign \$224  = 1'h1 << ctl1[10:5];
-  assign \$225  = \$224  - 1'h1;
-  assign \$226  = x1_0[32] | over0;
-  assign \$227  = x1_0[15:0] & \$225 [15:0];
-  assign frac0 = \$226  ? 16'h0000 : \$227 ;
-  assign \$228  = table_index - 1'h0;
-  assign \$229  = table_index - 1'h0;
-  assign \$230  = $signed(\$229 ) < $signed(10'h100);
-  assign write__en = table_we & \$230 ;
-  assign \$231  = table_index - 1'h1;
-  assign \$232  = table_index - 1'h1;
-  assign \$233  = $signed(\$232 ) < $signed(10'h100);
-  assign \$234  = table_index >= 1'h1;
-  assign \$235  = \$233  & \$234 ;
-  assign \write__en$314  = table_we & \$235 ;
-  assign diff0 = $signed(\read__data$35 ) - $signed(read__data);
-  assign \$236  = $signed(r7_0[19:0]) + $signed(base7_0);
-  assign value0 = ctl7[1] ? { \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236  } : r7_0;
-  assign \$237  = ! value0[63:31];
-  assign \$238  = value0[63:31] == 33'h1ffffffff;
-  assign \$239  = \$237  | \$238 ;
-  assign \$240  = value0[63] ? 32'd2147483648 : 32'd2147483647;
-  assign \$241  = \$239  ? { 1'h0, value0[31:0] } : { \$240 [31], \$240  };
-  assign \$242  = ! value0[63:7];
-  assign \$243  = value0[63:7] == 57'h1ffffffffffffff;
-  assign \$244  = \$242  | \$243 ;
-  assign \$245  = value0[63] ? 8'h80 : 8'h7f;
-  assign \$246  = \$244  ? value0[7:0] : \$245 ;
-  assign \$247  = $signed(a[63:32]) + $signed(b[63:32]);
-  assign \$248  = $signed(a[63:32]) - $signed(b[63:32]);
-  assign \$249  = $signed(a[63:32]) > $signed(b[63:32]);
-  assign \$250  = \$249  ? a[63:32] : b[63:32];
-  assign \$251  = $signed(a[63:32]) < $signed(b[63:32]);
-  assign \$252  = \$251  ? a[63:32] : b[63:32];
-  assign \$253  = $signed(a[63:32]) < $signed(imm);
-  assign \$254  = \$253  ? imm : a[63:32];
-  assign \$255  = $signed(a[63:32]) - $signed(imm);
-  assign scaled1 = $signed(x1_1) >>> ctl1[10:5];
-  assign \$256  = ~ x1_1[32];
-  assign \$257  = | scaled1[32:8];
-  assign over1 = \$256  & \$257 ;
-  assign \$258  = x1_1[32] ? 8'h00 : scaled1[7:0];
-  assign index1 = over1 ? 8'hff : \$258 ;
-  assign \$259  = 1'h1 << ctl1[10:5];
-  assign \$260  = \$259  - 1'h1;
-  assign \$261  = x1_1[32] | over1;
-  assign \$262  = x1_1[15:0] & \$260 [15:0];
-  assign frac1 = \$261  ? 16'h0000 : \$262 ;
-  assign \$263  = table_index - 1'h0;
-  assign \$264  = table_index - 1'h0;
-  assign \$265  = $signed(\$264 ) < $signed(10'h100);
-  assign \write__en$322  = table_we & \$265 ;
-  assign \$266  = table_index - 1'h1;
-  assign \$267  = table_index - 1'h1;
-  assign \$268  = $signed(\$267 ) < $signed(10'h100);
-  assign \$269  = table_index >= 1'h1;
-  assign \$270  = \$268  & \$269 ;
-  assign \write__en$326  = table_we & \$270 ;
-  assign diff1 = $signed(\read__data$70 ) - $signed(\read__data$69 );
-  assign \$271  = $signed(r7_1[19:0]) + $signed(base7_1);
-  assign value1 = ctl7[1] ? { \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271  } : r7_1;
-  assign \$272  = ! value1[63:31];
-  assign \$273  = value1[63:31] == 33'h1ffffffff;
-  assign \$274  = \$272  | \$273 ;
-  assign \$275  = value1[63] ? 32'd2147483648 : 32'd2147483647;
-  assign \$276  = \$274  ? { 1'h0, value1[31:0] } : { \$275 [31], \$275  };
-  assign \$277  = ! value1[63:7];
-  assign \$278  = value1[63:7] == 57'h1ffffffffffffff;
-  assign \$279  = \$277  | \$278 ;
-  assign \$280  = value1[63] ? 8'h80 : 8'h7f;
-  assign \$281  = \$279  ? value1[7:0] : \$280 ;
-  assign \$282  = $signed(a[95:64]) + $signed(b[95:64]);
-  assign \$283  = $signed(a[95:64]) - $signed(b[95:64]);
-  assign \$284  = $signed(a[95:64]) > $signed(b[95:64]);
-  assign \$285  = \$284  ? a[95:64] : b[95:64];
-  assign \$286  = $signed(a[95:64]) < $signed(b[95:64]);
-  assign \$287  = \$286  ? a[95:64] : b[95:64];
-  assign \$288  = $signed(a[95:64]) < $signed(imm);
-  assign \$289  = \$288  ? imm : a[95:64];
-  assign \$290  = $signed(a[95:64]) - $signed(imm);
-  assign scaled2 = $signed(x1_2) >>> ctl1[10:5];
-  assign \$291  = ~ x1_2[32];
-  assign \$292  = | scaled2[32:8];
-  assign over2 = \$291  & \$292 ;
-  assign \$293  = x1_2[32] ? 8'h00 : scaled2[7:0];
-  assign index2 = over2 ? 8'hff : \$293 ;
-  assign \$294  = 1'h1 << ctl1[10:5];
-  assign \$295  = \$294  - 1'h1;
-  assign \$296  = x1_2[32] | over2;
-  assign \$297  = x1_2[15:0] & \$295 [15:0];
-  assign frac2 = \$296  ? 16'h0000 : \$297 ;
-  assign \$298  = table_index - 1'h0;
-  assign \$299  = table_index - 1'h0;
-  assign \$300  = $signed(\$299 ) < $signed(10'h100);
-  assign \write__en$334  = table_we & \$300 ;
-  assign \$301  = table_index - 1'h1;
-  assign \$302  = table_index - 1'h1;
-  assign \$303  = $signed(\$302 ) < $signed(10'h100);
-  assign \$304  = table_index >= 1'h1;
-  assign \$305  = \$303  & \$304 ;
-  assign \write__en$338  = table_we & \$305 ;
-  assign diff2 = $signed(\read__data$102 ) - $signed(\read__data$101 );
-  assign \$306  = $signed(r7_2[19:0]) + $signed(base7_2);
-  assign value2 = ctl7[1] ? { \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306  } : r7_2;
-  assign \$307  = ! value2[63:31];
-  assign \$308  = value2[63:31] == 33'h1ffffffff;
-  assign \$309  = \$307  | \$308 ;
-  assign \$310  = value2[63] ? 32'd2147483648 : 32'd2147483647;
-  assign \$311  = \$309  ? { 1'h0, value2[31:0] } : { \$310 [31], \$310  };
-  assign \$312  = ! value2[63:7];
-  assign \$313  = value2[63:7] == 57'h1ffffffffffffff;
-  assign \$314  = \$312  | \$313 ;
-  assign \$315  = value2[63] ? 8'h80 : 8'h7f;
-  assign \$316  = \$314  ? value2[7:0] : \$315 ;
-  assign \$317  = $signed(a[127:96]) + $signed(b[127:96]);
-  assign \$318  = $signed(a[127:96]) - $signed(b[127:96]);
-  assign \$319  = $signed(a[127:96]) > $signed(b[127:96]);
-  assign \$320  = \$319  ? a[127:96] : b[127:96];
-  assign \$321  = $signed(a[127:96]) < $signed(b[127:96]);
-  assign \$322  = \$321  ? a[127:96] : b[127:96];
-  assign \$323  = $signed(a[127:96]) < $signed(imm);
-  assign \$324  = \$323  ? imm : a[127:96];
-  assign \$325  = $signed(a[127:96]) - $signed(imm);
-  assign scaled3 = $signed(x1_3) >>> ctl1[10:5];
-  assign \$326  = ~ x1_3[32];
-  assign \$327  = | scaled3[32:8];
-  assign over3 = \$326  & \$327 ;
-  assign \$328  = x1_3[32] ? 8'h00 : scaled3[7:0];
-  assign index3 = over3 ? 8'hff : \$328 ;
-  assign \$329  = 1'h1 << ctl1[10:5];
-  assign \$330  = \$329  - 1'h1;
-  assign \$331  = x1_3[32] | over3;
-  assign \$332  = x1_3[15:0] & \$330 [15:0];
-  assign frac3 = \$331  ? 16'h0000 : \$332 ;
-  assign \$333  = table_index - 1'h0;
-  assign \$334  = table_index - 1'h0;
-  assign \$335  = $signed(\$334 ) < $signed(10'h100);
-  assign \write__en$346  = table_we & \$335 ;
-  assign \$336  = table_index - 1'h1;
-  assign \$337  = table_index - 1'h1;
+  assign \$14  = 1'h1 << ctl6[10:5];
+  assign \$16  = ! ctl6[10:5];
+  assign \$17  = 1'h1 << ctl6[10:5];
+  assign \$19  = \$18  - 1'h1;
+  assign \$20  = \$16  ? 112'h0000000000000000000000000000 : \$19 ;
+  assign \$21  = 1'h1 << ctl1[10:5];
+  assign \$22  = \$21  - 1'h1;
+  assign \$23  = $signed(x2_0) > $signed(imm2_2);
+  assign \$24  = ctl2[3] & \$23 ;
+  assign \$25  = \$24  ? { imm2_2[31], imm2_2 } : x2_0;
+  assign \$26  = $signed(x2_0) >>> ctl2[10:5];
+  assign \$27  = x2_0[15:0] & mask2;
+  assign \$28  = under3_0 | over0;
+  assign \$29  = \$28  ? 16'h0000 : frac3_0;
+  assign \$30  = ~ under3_0;
+  assign \$31  = ~ over0;
+  assign \$32  = \$30  & \$31 ;
+  assign \$33  = \$32  & ctl3[1];
+  assign \$34  = under3_0 & ctl3[1];
+  assign \$35  = over0 & ctl3[1];
+  assign \$36  = ctl4[1] ? { diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0 } : x4_0;
+  assign \$37  = ctl4[1] ? { 17'h00000, f4_0 } : y4_0;
+  assign \$38  = over4_0 ? \read__data$53  : read__data;
+  assign \$39  = ctl4[1] ? \$38  : 16'h0000;
+  assign \$40  = x5_0[15:0] * y5_0[15:0];
+  assign \$41  = $signed({ 1'h0, x5_0[15:0] }) * $signed(y5_0[32:16]);
+  assign \$42  = $signed(x5_0[32:16]) * $signed({ 1'h0, y5_0[15:0] });
+  assign \$43  = $signed(x5_0[32:16]) * $signed(y5_0[32:16]);
+  assign \$44  = $signed(lh0) + $signed(hl0);
+  assign \$46  = $signed({ 1'h0, hh0, ll0 }) + $signed(\$45 );
+  assign \$47  = p7_0[63] ? half_neg : half;
+  assign \$48  = $signed(p7_0) + $signed({ 1'h0, \$47  });
+  assign \$49  = $signed(q8_0) >>> ctl8[10:5];
+  assign \$50  = $signed(r9_0[19:0]) + $signed(base9_0);
+  assign \$51  = ctl9[1] ? { \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50  } : r9_0;
+  assign \$52  = ctl10[2] ? { 1'h0, value10_0[31:0] } : { sat0[31], sat0 };
+  assign \$53  = $signed(x2_1) > $signed(imm2_2);
+  assign \$54  = ctl2[3] & \$53 ;
+  assign \$55  = \$54  ? { imm2_2[31], imm2_2 } : x2_1;
+  assign \$56  = $signed(x2_1) >>> ctl2[10:5];
+  assign \$57  = x2_1[15:0] & mask2;
+  assign \$58  = under3_1 | over1;
+  assign \$59  = \$58  ? 16'h0000 : frac3_1;
+  assign \$60  = ~ under3_1;
+  assign \$61  = ~ over1;
+  assign \$62  = \$60  & \$61 ;
+  assign \$63  = \$62  & ctl3[1];
+  assign \$64  = under3_1 & ctl3[1];
+  assign \$65  = over1 & ctl3[1];
+  assign \$66  = ctl4[1] ? { diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1 } : x4_1;
+  assign \$67  = ctl4[1] ? { 17'h00000, f4_1 } : y4_1;
+  assign \$68  = over4_1 ? \read__data$92  : \read__data$91 ;
+  assign \$69  = ctl4[1] ? \$68  : 16'h0000;
+  assign \$70  = x5_1[15:0] * y5_1[15:0];
+  assign \$71  = $signed({ 1'h0, x5_1[15:0] }) * $signed(y5_1[32:16]);
+  assign \$72  = $signed(x5_1[32:16]) * $signed({ 1'h0, y5_1[15:0] });
+  assign \$73  = $signed(x5_1[32:16]) * $signed(y5_1[32:16]);
+  assign \$74  = $signed(lh1) + $signed(hl1);
+  assign \$76  = $signed({ 1'h0, hh1, ll1 }) + $signed(\$75 );
+  assign \$77  = p7_1[63] ? half_neg : half;
+  assign \$78  = $signed(p7_1) + $signed({ 1'h0, \$77  });
+  assign \$79  = $signed(q8_1) >>> ctl8[10:5];
+  assign \$80  = $signed(r9_1[19:0]) + $signed(base9_1);
+  assign \$81  = ctl9[1] ? { \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80  } : r9_1;
+  assign \$82  = ctl10[2] ? { 1'h0, value10_1[31:0] } : { sat1[31], sat1 };
+  assign \$83  = $signed(x2_2) > $signed(imm2_2);
+  assign \$84  = ctl2[3] & \$83 ;
+  assign \$85  = \$84  ? { imm2_2[31], imm2_2 } : x2_2;
+  assign \$86  = $signed(x2_2) >>> ctl2[10:5];
+  assign \$87  = x2_2[15:0] & mask2;
+  assign \$88  = under3_2 | over2;
+  assign \$89  = \$88  ? 16'h0000 : frac3_2;
+  assign \$90  = ~ under3_2;
+  assign \$91  = ~ over2;
+  assign \$92  = \$90  & \$91 ;
+  assign \$93  = \$92  & ctl3[1];
+  assign \$94  = under3_2 & ctl3[1];
+  assign \$95  = over2 & ctl3[1];
+  assign \$96  = ctl4[1] ? { diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2 } : x4_2;
+  assign \$97  = ctl4[1] ? { 17'h00000, f4_2 } : y4_2;
+  assign \$98  = over4_2 ? \read__data$130  : \read__data$129 ;
+  assign \$99  = ctl4[1] ? \$98  : 16'h0000;
+  assign \$100  = x5_2[15:0] * y5_2[15:0];
+  assign \$101  = $signed({ 1'h0, x5_2[15:0] }) * $signed(y5_2[32:16]);
+  assign \$102  = $signed(x5_2[32:16]) * $signed({ 1'h0, y5_2[15:0] });
+  assign \$103  = $signed(x5_2[32:16]) * $signed(y5_2[32:16]);
+  assign \$104  = $signed(lh2) + $signed(hl2);
+  assign \$106  = $signed({ 1'h0, hh2, ll2 }) + $signed(\$105 );
+  assign \$107  = p7_2[63] ? half_neg : half;
+  assign \$108  = $signed(p7_2) + $signed({ 1'h0, \$107  });
+  assign \$109  = $signed(q8_2) >>> ctl8[10:5];
+  assign \$110  = $signed(r9_2[19:0]) + $signed(base9_2);
+  assign \$111  = ctl9[1] ? { \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110  } : r9_2;
+  assign \$112  = ctl10[2] ? { 1'h0, value10_2[31:0] } : { sat2[31], sat2 };
+  assign \$113  = $signed(x2_3) > $signed(imm2_2);
+  assign \$114  = ctl2[3] & \$113 ;
+  assign \$115  = \$114  ? { imm2_2[31], imm2_2 } : x2_3;
+  assign \$116  = $signed(x2_3) >>> ctl2[10:5];
+  assign \$117  = x2_3[15:0] & mask2;
+  assign \$118  = under3_3 | over3;
+  assign \$119  = \$118  ? 16'h0000 : frac3_3;
+  assign \$120  = ~ under3_3;
+  assign \$121  = ~ over3;
+  assign \$122  = \$120  & \$121 ;
+  assign \$123  = \$122  & ctl3[1];
+  assign \$124  = under3_3 & ctl3[1];
+  assign \$125  = over3 & ctl3[1];
+  assign \$126  = ctl4[1] ? { diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3 } : x4_3;
+  assign \$127  = ctl4[1] ? { 17'h00000, f4_3 } : y4_3;
+  assign \$128  = over4_3 ? \read__data$168  : \read__data$167 ;
+  assign \$129  = ctl4[1] ? \$128  : 16'h0000;
+  assign \$130  = x5_3[15:0] * y5_3[15:0];
+  assign \$131  = $signed({ 1'h0, x5_3[15:0] }) * $signed(y5_3[32:16]);
+  assign \$132  = $signed(x5_3[32:16]) * $signed({ 1'h0, y5_3[15:0] });
+  assign \$133  = $signed(x5_3[32:16]) * $signed(y5_3[32:16]);
+  assign \$134  = $signed(lh3) + $signed(hl3);
+  assign \$136  = $signed({ 1'h0, hh3, ll3 }) + $signed(\$135 );
+  assign \$137  = p7_3[63] ? half_neg : half;
+  assign \$138  = $signed(p7_3) + $signed({ 1'h0, \$137  });
+  assign \$139  = $signed(q8_3) >>> ctl8[10:5];
+  assign \$140  = $signed(r9_3[19:0]) + $signed(base9_3);
+  assign \$141  = ctl9[1] ? { \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140  } : r9_3;
+  assign \$142  = ctl10[2] ? { 1'h0, value10_3[31:0] } : { sat3[31], sat3 };
+  assign \$143  = $signed(x2_4) > $signed(imm2_2);
+  assign \$144  = ctl2[3] & \$143 ;
+  assign \$145  = \$144  ? { imm2_2[31], imm2_2 } : x2_4;
+  assign \$146  = $signed(x2_4) >>> ctl2[10:5];
+  assign \$147  = x2_4[15:0] & mask2;
+  assign \$148  = under3_4 | over4;
+  assign \$149  = \$148  ? 16'h0000 : frac3_4;
+  assign \$150  = ~ under3_4;
+  assign \$151  = ~ over4;
+  assign \$152  = \$150  & \$151 ;
+  assign \$153  = \$152  & ctl3[1];
+  assign \$154  = under3_4 & ctl3[1];
+  assign \$155  = over4 & ctl3[1];
+  assign \$156  = ctl4[1] ? { diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4 } : x4_4;
+  assign \$157  = ctl4[1] ? { 17'h00000, f4_4 } : y4_4;
+  assign \$158  = over4_4 ? \read__data$206  : \read__data$205 ;
+  assign \$159  = ctl4[1] ? \$158  : 16'h0000;
+  assign \$160  = x5_4[15:0] * y5_4[15:0];
+  assign \$161  = $signed({ 1'h0, x5_4[15:0] }) * $signed(y5_4[32:16]);
+  assign \$162  = $signed(x5_4[32:16]) * $signed({ 1'h0, y5_4[15:0] });
+  assign \$163  = $signed(x5_4[32:16]) * $signed(y5_4[32:16]);
+  assign \$164  = $signed(lh4) + $signed(hl4);
+  assign \$166  = $signed({ 1'h0, hh4, ll4 }) + $signed(\$165 );
+  assign \$167  = p7_4[63] ? half_neg : half;
+  assign \$168  = $signed(p7_4) + $signed({ 1'h0, \$167  });
+  assign \$169  = $signed(q8_4) >>> ctl8[10:5];
+  assign \$170  = $signed(r9_4[19:0]) + $signed(base9_4);
+  assign \$171  = ctl9[1] ? { \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170  } : r9_4;
+  assign \$172  = ctl10[2] ? { 1'h0, value10_4[31:0] } : { sat4[31], sat4 };
+  assign \$173  = $signed(x2_5) > $signed(imm2_2);
+  assign \$174  = ctl2[3] & \$173 ;
+  assign \$175  = \$174  ? { imm2_2[31], imm2_2 } : x2_5;
+  assign \$176  = $signed(x2_5) >>> ctl2[10:5];
+  assign \$177  = x2_5[15:0] & mask2;
+  assign \$178  = under3_5 | over5;
+  assign \$179  = \$178  ? 16'h0000 : frac3_5;
+  assign \$180  = ~ under3_5;
+  assign \$181  = ~ over5;
+  assign \$182  = \$180  & \$181 ;
+  assign \$183  = \$182  & ctl3[1];
+  assign \$184  = under3_5 & ctl3[1];
+  assign \$185  = over5 & ctl3[1];
+  assign \$186  = ctl4[1] ? { diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5 } : x4_5;
+  assign \$187  = ctl4[1] ? { 17'h00000, f4_5 } : y4_5;
+  assign \$188  = over4_5 ? \read__data$244  : \read__data$243 ;
+  assign \$189  = ctl4[1] ? \$188  : 16'h0000;
+  assign \$190  = x5_5[15:0] * y5_5[15:0];
+  assign \$191  = $signed({ 1'h0, x5_5[15:0] }) * $signed(y5_5[32:16]);
+  assign \$192  = $signed(x5_5[32:16]) * $signed({ 1'h0, y5_5[15:0] });
+  assign \$193  = $signed(x5_5[32:16]) * $signed(y5_5[32:16]);
+  assign \$194  = $signed(lh5) + $signed(hl5);
+  assign \$196  = $signed({ 1'h0, hh5, ll5 }) + $signed(\$195 );
+  assign \$197  = p7_5[63] ? half_neg : half;
+  assign \$198  = $signed(p7_5) + $signed({ 1'h0, \$197  });
+  assign \$199  = $signed(q8_5) >>> ctl8[10:5];
+  assign \$200  = $signed(r9_5[19:0]) + $signed(base9_5);
+  assign \$201  = ctl9[1] ? { \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200  } : r9_5;
+  assign \$202  = ctl10[2] ? { 1'h0, value10_5[31:0] } : { sat5[31], sat5 };
+  assign \$203  = $signed(x2_6) > $signed(imm2_2);
+  assign \$204  = ctl2[3] & \$203 ;
+  assign \$205  = \$204  ? { imm2_2[31], imm2_2 } : x2_6;
+  assign \$206  = $signed(x2_6) >>> ctl2[10:5];
+  assign \$207  = x2_6[15:0] & mask2;
+  assign \$208  = under3_6 | over6;
+  assign \$209  = \$208  ? 16'h0000 : frac3_6;
+  assign \$210  = ~ under3_6;
+  assign \$211  = ~ over6;
+  assign \$212  = \$210  & \$211 ;
+  assign \$213  = \$212  & ctl3[1];
+  assign \$214  = under3_6 & ctl3[1];
+  assign \$215  = over6 & ctl3[1];
+  assign \$216  = ctl4[1] ? { diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6 } : x4_6;
+  assign \$217  = ctl4[1] ? { 17'h00000, f4_6 } : y4_6;
+  assign \$218  = over4_6 ? \read__data$282  : \read__data$281 ;
+  assign \$219  = ctl4[1] ? \$218  : 16'h0000;
+  assign \$220  = x5_6[15:0] * y5_6[15:0];
+  assign \$221  = $signed({ 1'h0, x5_6[15:0] }) * $signed(y5_6[32:16]);
+  assign \$222  = $signed(x5_6[32:16]) * $signed({ 1'h0, y5_6[15:0] });
+  assign \$223  = $signed(x5_6[32:16]) * $signed(y5_6[32:16]);
+  assign \$224  = $signed(lh6) + $signed(hl6);
+  assign \$226  = $signed({ 1'h0, hh6, ll6 }) + $signed(\$225 );
+  assign \$227  = p7_6[63] ? half_neg : half;
+  assign \$228  = $signed(p7_6) + $signed({ 1'h0, \$227  });
+  assign \$229  = $signed(q8_6) >>> ctl8[10:5];
+  assign \$230  = $signed(r9_6[19:0]) + $signed(base9_6);
+  assign \$231  = ctl9[1] ? { \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230  } : r9_6;
+  assign \$232  = ctl10[2] ? { 1'h0, value10_6[31:0] } : { sat6[31], sat6 };
+  assign \$233  = $signed(x2_7) > $signed(imm2_2);
+  assign \$234  = ctl2[3] & \$233 ;
+  assign \$235  = \$234  ? { imm2_2[31], imm2_2 } : x2_7;
+  assign \$236  = $signed(x2_7) >>> ctl2[10:5];
+  assign \$237  = x2_7[15:0] & mask2;
+  assign \$238  = under3_7 | over7;
+  assign \$239  = \$238  ? 16'h0000 : frac3_7;
+  assign \$240  = ~ under3_7;
+  assign \$241  = ~ over7;
+  assign \$242  = \$240  & \$241 ;
+  assign \$243  = \$242  & ctl3[1];
+  assign \$244  = under3_7 & ctl3[1];
+  assign \$245  = over7 & ctl3[1];
+  assign \$246  = ctl4[1] ? { diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7 } : x4_7;
+  assign \$247  = ctl4[1] ? { 17'h00000, f4_7 } : y4_7;
+  assign \$248  = over4_7 ? \read__data$320  : \read__data$319 ;
+  assign \$249  = ctl4[1] ? \$248  : 16'h0000;
+  assign \$250  = x5_7[15:0] * y5_7[15:0];
+  assign \$251  = $signed({ 1'h0, x5_7[15:0] }) * $signed(y5_7[32:16]);
+  assign \$252  = $signed(x5_7[32:16]) * $signed({ 1'h0, y5_7[15:0] });
+  assign \$253  = $signed(x5_7[32:16]) * $signed(y5_7[32:16]);
+  assign \$254  = $signed(lh7) + $signed(hl7);
+  assign \$256  = $signed({ 1'h0, hh7, ll7 }) + $signed(\$255 );
+  assign \$257  = p7_7[63] ? half_neg : half;
+  assign \$258  = $signed(p7_7) + $signed({ 1'h0, \$257  });
+  assign \$259  = $signed(q8_7) >>> ctl8[10:5];
+  assign \$260  = $signed(r9_7[19:0]) + $signed(base9_7);
+  assign \$261  = ctl9[1] ? { \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260  } : r9_7;
+  assign \$262  = ctl10[2] ? { 1'h0, value10_7[31:0] } : { sat7[31], sat7 };
+  assign \$263  = 1'h1 << shift1[4:0];
+  assign \$264  = $signed(a1_0) + $signed(b1_0);
+  assign \$265  = $signed(a1_0) - $signed(b1_0);
+  assign \$266  = $signed(a1_0) > $signed(b1_0);
+  assign \$267  = \$266  ? a1_0 : b1_0;
+  assign \$268  = $signed(a1_0) < $signed(b1_0);
+  assign \$269  = \$268  ? a1_0 : b1_0;
+  assign \$270  = $signed(a1_0) < $signed(imm1);
+  assign \$271  = \$270  ? imm1 : a1_0;
+  assign \$272  = $signed(a1_0) - $signed(imm1);
+  assign \$273  = ~ under3_0;
+  assign \$274  = | scaled3_0[32:8];
+  assign over0 = \$273  & \$274 ;
+  assign \$275  = under3_0 ? 8'h00 : scaled3_0[7:0];
+  assign index0 = over0 ? 8'hff : \$275 ;
+  assign \$276  = table_index - 1'h0;
+  assign \$277  = table_index - 1'h0;
+  assign \$278  = $signed(\$277 ) < $signed(10'h100);
+  assign write__en = table_we & \$278 ;
+  assign \$279  = table_index - 1'h1;
+  assign \$280  = table_index - 1'h1;
+  assign \$281  = $signed(\$280 ) < $signed(10'h100);
+  assign \$282  = table_index >= 1'h1;
+  assign \$283  = \$281  & \$282 ;
+  assign \write__en$371  = table_we & \$283 ;
+  assign diff0 = $signed(\read__data$53 ) - $signed(read__data);
+  assign \$284  = ! value10_0[63:31];
+  assign \$285  = value10_0[63:31] == 33'h1ffffffff;
+  assign \$286  = \$284  | \$285 ;
+  assign \$287  = value10_0[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$288  = \$286  ? { 1'h0, value10_0[31:0] } : { \$287 [31], \$287  };
+  assign \$289  = ! value10_0[63:7];
+  assign \$290  = value10_0[63:7] == 57'h1ffffffffffffff;
+  assign \$291  = \$289  | \$290 ;
+  assign \$292  = value10_0[63] ? 8'h80 : 8'h7f;
+  assign \$293  = \$291  ? value10_0[7:0] : \$292 ;
+  assign \$294  = $signed(a1_1) + $signed(b1_1);
+  assign \$295  = $signed(a1_1) - $signed(b1_1);
+  assign \$296  = $signed(a1_1) > $signed(b1_1);
+  assign \$297  = \$296  ? a1_1 : b1_1;
+  assign \$298  = $signed(a1_1) < $signed(b1_1);
+  assign \$299  = \$298  ? a1_1 : b1_1;
+  assign \$300  = $signed(a1_1) < $signed(imm1);
+  assign \$301  = \$300  ? imm1 : a1_1;
+  assign \$302  = $signed(a1_1) - $signed(imm1);
+  assign \$303  = ~ under3_1;
+  assign \$304  = | scaled3_1[32:8];
+  assign over1 = \$303  & \$304 ;
+  assign \$305  = under3_1 ? 8'h00 : scaled3_1[7:0];
+  assign index1 = over1 ? 8'hff : \$305 ;
+  assign \$306  = table_index - 1'h0;
+  assign \$307  = table_index - 1'h0;
+  assign \$308  = $signed(\$307 ) < $signed(10'h100);
+  assign \write__en$376  = table_we & \$308 ;
+  assign \$309  = table_index - 1'h1;
+  assign \$310  = table_index - 1'h1;
+  assign \$311  = $signed(\$310 ) < $signed(10'h100);
+  assign \$312  = table_index >= 1'h1;
+  assign \$313  = \$311  & \$312 ;
+  assign \write__en$380  = table_we & \$313 ;
+  assign diff1 = $signed(\read__data$92 ) - $signed(\read__data$91 );
+  assign \$314  = ! value10_1[63:31];
+  assign \$315  = value10_1[63:31] == 33'h1ffffffff;
+  assign \$316  = \$314  | \$315 ;
+  assign \$317  = value10_1[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$318  = \$316  ? { 1'h0, value10_1[31:0] } : { \$317 [31], \$317  };
+  assign \$319  = ! value10_1[63:7];
+  assign \$320  = value10_1[63:7] == 57'h1ffffffffffffff;
+  assign \$321  = \$319  | \$320 ;
+  assign \$322  = value10_1[63] ? 8'h80 : 8'h7f;
+  assign \$323  = \$321  ? value10_1[7:0] : \$322 ;
+  assign \$324  = $signed(a1_2) + $signed(b1_2);
+  assign \$325  = $signed(a1_2) - $signed(b1_2);
+  assign \$326  = $signed(a1_2) > $signed(b1_2);
+  assign \$327  = \$326  ? a1_2 : b1_2;
+  assign \$328  = $signed(a1_2) < $signed(b1_2);
+  assign \$329  = \$328  ? a1_2 : b1_2;
+  assign \$330  = $signed(a1_2) < $signed(imm1);
+  assign \$331  = \$330  ? imm1 : a1_2;
+  assign \$332  = $signed(a1_2) - $signed(imm1);
+  assign \$333  = ~ under3_2;
+  assign \$334  = | scaled3_2[32:8];
+  assign over2 = \$333  & \$334 ;
+  assign \$335  = under3_2 ? 8'h00 : scaled3_2[7:0];
+  assign index2 = over2 ? 8'hff : \$335 ;
+  assign \$336  = table_index - 1'h0;
+  assign \$337  = table_index - 1'h0;
   assign \$338  = $signed(\$337 ) < $signed(10'h100);
-  assign \$339  = table_index >= 1'h1;
-  assign \$340  = \$338  & \$339 ;
-  assign \write__en$350  = table_we & \$340 ;
-  assign diff3 = $signed(\read__data$134 ) - $signed(\read__data$133 );
-  assign \$341  = $signed(r7_3[19:0]) + $signed(base7_3);
-  assign value3 = ctl7[1] ? { \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341  } : r7_3;
-  assign \$342  = ! value3[63:31];
-  assign \$343  = value3[63:31] == 33'h1ffffffff;
-  assign \$344  = \$342  | \$343 ;
-  assign \$345  = value3[63] ? 32'd2147483648 : 32'd2147483647;
-  assign \$346  = \$344  ? { 1'h0, value3[31:0] } : { \$345 [31], \$345  };
-  assign \$347  = ! value3[63:7];
-  assign \$348  = value3[63:7] == 57'h1ffffffffffffff;
-  assign \$349  = \$347  | \$348 ;
-  assign \$350  = value3[63] ? 8'h80 : 8'h7f;
-  assign \$351  = \$349  ? value3[7:0] : \$350 ;
-  assign \$352  = $signed(a[159:128]) + $signed(b[159:128]);
-  assign \$353  = $signed(a[159:128]) - $signed(b[159:128]);
-  assign \$354  = $signed(a[159:128]) > $signed(b[159:128]);
-  assign \$355  = \$354  ? a[159:128] : b[159:128];
-  assign \$356  = $signed(a[159:128]) < $signed(b[159:128]);
-  assign \$357  = \$356  ? a[159:128] : b[159:128];
-  assign \$358  = $signed(a[159:128]) < $signed(imm);
-  assign \$359  = \$358  ? imm : a[159:128];
-  assign \$360  = $signed(a[159:128]) - $signed(imm);
-  assign scaled4 = $signed(x1_4) >>> ctl1[10:5];
-  assign \$361  = ~ x1_4[32];
-  assign \$362  = | scaled4[32:8];
-  assign over4 = \$361  & \$362 ;
-  assign \$363  = x1_4[32] ? 8'h00 : scaled4[7:0];
-  assign index4 = over4 ? 8'hff : \$363 ;
-  assign \$364  = 1'h1 << ctl1[10:5];
-  assign \$365  = \$364  - 1'h1;
-  assign \$366  = x1_4[32] | over4;
-  assign \$367  = x1_4[15:0] & \$365 [15:0];
-  assign frac4 = \$366  ? 16'h0000 : \$367 ;
-  assign \$368  = table_index - 1'h0;
-  assign \$369  = table_index - 1'h0;
-  assign \$370  = $signed(\$369 ) < $signed(10'h100);
-  assign \write__en$358  = table_we & \$370 ;
-  assign \$371  = table_index - 1'h1;
-  assign \$372  = table_index - 1'h1;
-  assign \$373  = $signed(\$372 ) < $signed(10'h100);
-  assign \$374  = table_index >= 1'h1;
-  assign \$375  = \$373  & \$374 ;
-  assign \write__en$362  = table_we & \$375 ;
-  assign diff4 = $signed(\read__data$166 ) - $signed(\read__data$165 );
-  assign \$376  = $signed(r7_4[19:0]) + $signed(base7_4);
-  assign value4 = ctl7[1] ? { \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376  } : r7_4;
-  assign \$377  = ! value4[63:31];
-  assign \$378  = value4[63:31] == 33'h1ffffffff;
-  assign \$379  = \$377  | \$378 ;
-  assign \$380  = value4[63] ? 32'd2147483648 : 32'd2147483647;
-  assign \$381  = \$379  ? { 1'h0, value4[31:0] } : { \$380 [31], \$380  };
-  assign \$382  = ! value4[63:7];
-  assign \$383  = value4[63:7] == 57'h1ffffffffffffff;
-  assign \$384  = \$382  | \$383 ;
-  assign \$385  = value4[63] ? 8'h80 : 8'h7f;
-  assign \$386  = \$384  ? value4[7:0] : \$385 ;
-  assign \$387  = $signed(a[191:160]) + $signed(b[191:160]);
-  assign \$388  = $signed(a[191:160]) - $signed(b[191:160]);
-  assign \$389  = $signed(a[191:160]) > $signed(b[191:160]);
-  assign \$390  = \$389  ? a[191:160] : b[191:160];
-  assign \$391  = $signed(a[191:160]) < $signed(b[191:160]);
-  assign \$392  = \$391  ? a[191:160] : b[191:160];
-  assign \$393  = $signed(a[191:160]) < $signed(imm);
-  assign \$394  = \$393  ? imm : a[191:160];
-  assign \$395  = $signed(a[191:160]) - $signed(imm);
-  assign scaled5 = $signed(x1_5) >>> ctl1[10:5];
-  assign \$396  = ~ x1_5[32];
-  assign \$397  = | scaled5[32:8];
-  assign over5 = \$396  & \$397 ;
-  assign \$398  = x1_5[32] ? 8'h00 : scaled5[7:0];
-  assign index5 = over5 ? 8'hff : \$398 ;
-  assign \$399  = 1'h1 << ctl1[10:5];
-  assign \$400  = \$399  - 1'h1;
-  assign \$401  = x1_5[32] | over5;
-  assign \$402  = x1_5[15:0] & \$400 [15:0];
-  assign frac5 = \$401  ? 16'h0000 : \$402 ;
-  assign \$403  = table_index - 1'h0;
-  assign \$404  = table_index - 1'h0;
-  assign \$405  = $signed(\$404 ) < $signed(10'h100);
-  assign \write__en$370  = table_we & \$405 ;
-  assign \$406  = table_index - 1'h1;
-  assign \$407  = table_index - 1'h1;
-  assign \$408  = $signed(\$407 ) < $signed(10'h100);
-  assign \$409  = table_index >= 1'h1;
-  assign \$410  = \$408  & \$409 ;
-  assign \write__en$374  = table_we & \$410 ;
-  assign diff5 = $signed(\read__data$198 ) - $signed(\read__data$197 );
-  assign \$411  = $signed(r7_5[19:0]) + $signed(base7_5);
-  assign value5 = ctl7[1] ? { \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411  } : r7_5;
-  assign \$412  = ! value5[63:31];
-  assign \$413  = value5[63:31] == 33'h1ffffffff;
-  assign \$414  = \$412  | \$413 ;
-  assign \$415  = value5[63] ? 32'd2147483648 : 32'd2147483647;
-  assign \$416  = \$414  ? { 1'h0, value5[31:0] } : { \$415 [31], \$415  };
-  assign \$417  = ! value5[63:7];
-  assign \$418  = value5[63:7] == 57'h1ffffffffffffff;
-  assign \$419  = \$417  | \$418 ;
-  assign \$420  = value5[63] ? 8'h80 : 8'h7f;
-  assign \$421  = \$419  ? value5[7:0] : \$420 ;
-  assign \$422  = $signed(a[223:192]) + $signed(b[223:192]);
-  assign \$423  = $signed(a[223:192]) - $signed(b[223:192]);
-  assign \$424  = $signed(a[223:192]) > $signed(b[223:192]);
-  assign \$425  = \$424  ? a[223:192] : b[223:192];
-  assign \$426  = $signed(a[223:192]) < $signed(b[223:192]);
-  assign \$427  = \$426  ? a[223:192] : b[223:192];
-  assign \$428  = $signed(a[223:192]) < $signed(imm);
-  assign \$429  = \$428  ? imm : a[223:192];
-  assign \$430  = $signed(a[223:192]) - $signed(imm);
+  assign \write__en$385  = table_we & \$338 ;
+  assign \$339  = table_index - 1'h1;
+  assign \$340  = table_index - 1'h1;
+  assign \$341  = $signed(\$340 ) < $signed(10'h100);
+  assign \$342  = table_index >= 1'h1;
+  assign \$343  = \$341  & \$342 ;
+  assign \write__en$389  = table_we & \$343 ;
+  assign diff2 = $signed(\read__data$130 ) - $signed(\read__data$129 );
+  assign \$344  = ! value10_2[63:31];
+  assign \$345  = value10_2[63:31] == 33'h1ffffffff;
+  assign \$346  = \$344  | \$345 ;
+  assign \$347  = value10_2[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$348  = \$346  ? { 1'h0, value10_2[31:0] } : { \$347 [31], \$347  };
+  assign \$349  = ! value10_2[63:7];
+  assign \$350  = value10_2[63:7] == 57'h1ffffffffffffff;
+  assign \$351  = \$349  | \$350 ;
+  assign \$352  = value10_2[63] ? 8'h80 : 8'h7f;
+  assign \$353  = \$351  ? value10_2[7:0] : \$352 ;
+  assign \$354  = $signed(a1_3) + $signed(b1_3);
+  assign \$355  = $signed(a1_3) - $signed(b1_3);
+  assign \$356  = $signed(a1_3) > $signed(b1_3);
+  assign \$357  = \$356  ? a1_3 : b1_3;
+  assign \$358  = $signed(a1_3) < $signed(b1_3);
+  assign \$359  = \$358  ? a1_3 : b1_3;
+  assign \$360  = $signed(a1_3) < $signed(imm1);
+  assign \$361  = \$360  ? imm1 : a1_3;
+  assign \$362  = $signed(a1_3) - $signed(imm1);
+  assign \$363  = ~ under3_3;
+  assign \$364  = | scaled3_3[32:8];
+  assign over3 = \$363  & \$364 ;
+  assign \$365  = under3_3 ? 8'h00 : scaled3_3[7:0];
+  assign index3 = over3 ? 8'hff : \$365 ;
+  assign \$366  = table_index - 1'h0;
+  assign \$367  = table_index - 1'h0;
+  assign \$368  = $signed(\$367 ) < $signed(10'h100);
+  assign \write__en$394  = table_we & \$368 ;
+  assign \$369  = table_index - 1'h1;
+  assign \$370  = table_index - 1'h1;
+  assign \$371  = $signed(\$370 ) < $signed(10'h100);
+  assign \$372  = table_index >= 1'h1;
+  assign \$373  = \$371  & \$372 ;
+  assign \write__en$398  = table_we & \$373 ;
+  assign diff3 = $signed(\read__data$168 ) - $signed(\read__data$167 );
+  assign \$374  = ! value10_3[63:31];
+  assign \$375  = value10_3[63:31] == 33'h1ffffffff;
+  assign \$376  = \$374  | \$375 ;
+  assign \$377  = value10_3[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$378  = \$376  ? { 1'h0, value10_3[31:0] } : { \$377 [31], \$377  };
+  assign \$379  = ! value10_3[63:7];
+  assign \$380  = value10_3[63:7] == 57'h1ffffffffffffff;
+  assign \$381  = \$379  | \$380 ;
+  assign \$382  = value10_3[63] ? 8'h80 : 8'h7f;
+  assign \$383  = \$381  ? value10_3[7:0] : \$382 ;
+  assign \$384  = $signed(a1_4) + $signed(b1_4);
+  assign \$385  = $signed(a1_4) - $signed(b1_4);
+  assign \$386  = $signed(a1_4) > $signed(b1_4);
+  assign \$387  = \$386  ? a1_4 : b1_4;
+  assign \$388  = $signed(a1_4) < $signed(b1_4);
+  assign \$389  = \$388  ? a1_4 : b1_4;
+  assign \$390  = $signed(a1_4) < $signed(imm1);
+  assign \$391  = \$390  ? imm1 : a1_4;
+  assign \$392  = $signed(a1_4) - $signed(imm1);
+  assign \$393  = ~ under3_4;
+  assign \$394  = | scaled3_4[32:8];
+  assign over4 = \$393  & \$394 ;
+  assign \$395  = under3_4 ? 8'h00 : scaled3_4[7:0];
+  assign index4 = over4 ? 8'hff : \$395 ;
+  assign \$396  = table_index - 1'h0;
+  assign \$397  = table_index - 1'h0;
+  assign \$398  = $signed(\$397 ) < $signed(10'h100);
+  assign \write__en$403  = table_we & \$398 ;
+  assign \$399  = table_index - 1'h1;
+  assign \$400  = table_index - 1'h1;
+  assign \$401  = $signed(\$400 ) < $signed(10'h100);
+  assign \$402  = table_index >= 1'h1;
+  assign \$403  = \$401  & \$402 ;
+  assign \write__en$407  = table_we & \$403 ;
+  assign diff4 = $signed(\read__data$206 ) - $signed(\read__data$205 );
+  assign \$404  = ! value10_4[63:31];
+  assign \$405  = value10_4[63:31] == 33'h1ffffffff;
+  assign \$406  = \$404  | \$405 ;
+  assign \$407  = value10_4[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$408  = \$406  ? { 1'h0, value10_4[31:0] } : { \$407 [31], \$407  };
+  assign \$409  = ! value10_4[63:7];
+  assign \$410  = value10_4[63:7] == 57'h1ffffffffffffff;
+  assign \$411  = \$409  | \$410 ;
+  assign \$412  = value10_4[63] ? 8'h80 : 8'h7f;
+  assign \$413  = \$411  ? value10_4[7:0] : \$412 ;
+  assign \$414  = $signed(a1_5) + $signed(b1_5);
+  assign \$415  = $signed(a1_5) - $signed(b1_5);
+  assign \$416  = $signed(a1_5) > $signed(b1_5);
+  assign \$417  = \$416  ? a1_5 : b1_5;
+  assign \$418  = $signed(a1_5) < $signed(b1_5);
+  assign \$419  = \$418  ? a1_5 : b1_5;
+  assign \$420  = $signed(a1_5) < $signed(imm1);
+  assign \$421  = \$420  ? imm1 : a1_5;
+  assign \$422  = $signed(a1_5) - $signed(imm1);
+  assign \$423  = ~ under3_5;
+  assign \$424  = | scaled3_5[32:8];
+  assign over5 = \$423  & \$424 ;
+  assign \$425  = under3_5 ? 8'h00 : scaled3_5[7:0];
+  assign index5 = over5 ? 8'hff : \$425 ;
+  assign \$426  = table_index - 1'h0;
+  assign \$427  = table_index - 1'h0;
+  assign \$428  = $signed(\$427 ) < $signed(10'h100);
+  assign \write__en$412  = table_we & \$428 ;
+  assign \$429  = table_index - 1'h1;
+  assign \$430  = table_index - 1'h1;
+  assign \$431  = $signed(\$430 ) < $signed(10'h100);
+  assign \$432  = table_index >= 1'h1;
+  assign \$433  = \$431  & \$432 ;
+  assign \write__en$416  = table_we & \$433 ;
+  assign diff5 = $signed(\read__data$244 ) - $signed(\read__data$243 );
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
-    \$513 [0] = valid;
-    \$513 [1] = \$1 ;
-    \$513 [2] = \$6 ;
-    \$513 [3] = \$7 ;
-    \$513 [4] = d_acc;
-    \$513 [10:5] = \$13 ;
+    \$525 [0] = valid;
+    \$525 [1] = \$1 ;
+    \$525 [2] = \$6 ;
+    \$525 [3] = \$7 ;
+    \$525 [4] = d_acc;
+    \$525 [10:5] = \$13 ;
     if (reset_units) begin
-      \$513  = 11'h000;
+      \$525  = 11'h000;
     end
     if (rst) begin
-      \$513  = 11'h000;
+      \$525  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
-    \$514  = ctl1;
+    \$526  = ctl1;
     if (reset_units) begin
-      \$514  = 11'h000;
+      \$526  = 11'h000;
     end
     if (rst) begin
-      \$514  = 11'h000;
+      \$526  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
-    \$515  = ctl2;
+    \$527  = ctl2;
     if (reset_units) begin
-      \$515  = 11'h000;
+      \$527  = 11'h000;
     end
     if (rst) begin
-      \$515  = 11'h000;
+      \$527  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
-    \$516  = ctl3;
+    \$528  = ctl3;
     if (reset_units) begin
-      \$516  = 11'h000;
+      \$528  = 11'h000;
     end
     if (rst) begin
-      \$516  = 11'h000;
+      \$528  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
-    \$517  = ctl4;
+    \$529  = ctl4;
     if (reset_units) begin
-      \$517  = 11'h000;
+      \$529  = 11'h000;
     end
     if (rst) begin
-      \$517  = 11'h000;
+      \$529  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
-    \$518  = ctl5;
+    \$530  = ctl5;
     if (reset_units) begin
-      \$518  = 11'h000;
+      \$530  = 11'h000;
     end
     if (rst) begin
-      \$518  = 11'h000;
+      \$530  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
-    \$519  = ctl6;
+    \$531  = ctl6;
     if (reset_units) begin
-      \$519  = 11'h000;
+      \$531  = 11'h000;
     end
     if (rst) begin
-      \$519  = 11'h000;
+      \$531  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
-    \$520  = ctl7;
+    \$532  = ctl7;
     if (reset_units) begin
-      \$520  = 11'h000;
+      \$532  = 11'h000;
     end
     if (rst) begin
-      \$520  = 11'h000;
+      \$532  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
-    \$521 [31:0] = \$37 [31:0];
-    \$521 [63:32] = \$61 [31:0];
-    \$521 [95:64] = \$85 [31:0];
-    \$521 [127:96] = \$109 [31:0];
-    \$521 [159:128] = \$133 [31:0];
-    \$521 [191:160] = \$157 [31:0];
-    \$521 [223:192] = \$181 [31:0];
-    \$521 [255:224] = \$205 [31:0];
+    \$533  = ctl8;
     if (reset_units) begin
-      \$521  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+      \$533  = 11'h000;
     end
     if (rst) begin
-      \$521  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+      \$533  = 11'h000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
+    \$534  = ctl9;
+    if (reset_units) begin
+      \$534  = 11'h000;
+    end
+    if (rst) begin
+      \$534  = 11'h000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
+    \$535  = ctl10;
+    if (reset_units) begin
+      \$535  = 11'h000;
+    end
+    if (rst) begin
+      \$535  = 11'h000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
+    \$536 [31:0] = \$52 [31:0];
+    \$536 [63:32] = \$82 [31:0];
+    \$536 [95:64] = \$112 [31:0];
+    \$536 [127:96] = \$142 [31:0];
+    \$536 [159:128] = \$172 [31:0];
+    \$536 [191:160] = \$202 [31:0];
+    \$536 [223:192] = \$232 [31:0];
+    \$536 [255:224] = \$262 [31:0];
+    if (reset_units) begin
+      \$536  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+    end
+    if (rst) begin
+      \$536  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
     (* full_case = 32'd1 *)
-    casez (vop)
+    casez (vop1)
       4'h0:
-          alu0 = \$212 ;
+          alu0 = \$264 ;
       4'h1:
-          alu0 = \$213 ;
+          alu0 = \$265 ;
       4'h3:
-          alu0 = { \$215 [31], \$215  };
+          alu0 = { \$267 [31], \$267  };
       4'h4:
-          alu0 = { \$217 [31], \$217  };
+          alu0 = { \$269 [31], \$269  };
       4'h7:
-          alu0 = { \$219 [31], \$219  };
+          alu0 = { \$271 [31], \$271  };
       4'he:
-          alu0 = \$220 ;
+          alu0 = \$272 ;
       default:
-          alu0 = { a[31], a[31:0] };
+          alu0 = { a1_0[31], a1_0 };
     endcase
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
     (* full_case = 32'd1 *)
-    casez (vop)
+    casez (vop1)
       4'h2:
-          y0 = { b[31], b[31:0] };
+          y0 = { b1_0[31], b1_0 };
       4'hb:
-          y0 = { a[31], a[31:0] };
+          y0 = { a1_0[31], a1_0 };
       4'h6:
-          y0 = \$206 [32:0];
+          y0 = \$263 [32:0];
       default:
           y0 = 33'h000000001;
     endcase
@@ -30679,42 +31111,42 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
     (* full_case = 32'd1 *)
-    if (ctl7[4]) begin
-      sat0 = \$241 [31:0];
+    if (ctl10[4]) begin
+      sat0 = \$288 [31:0];
     end else begin
-      sat0 = { \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246  };
+      sat0 = { \$293 [7], \$293 [7], \$293 [7], \$293 [7], \$293 [7], \$293 [7], \$293 [7], \$293 [7], \$293 [7], \$293 [7], \$293 [7], \$293 [7], \$293 [7], \$293 [7], \$293 [7], \$293 [7], \$293 [7], \$293 [7], \$293 [7], \$293 [7], \$293 [7], \$293 [7], \$293 [7], \$293 [7], \$293  };
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
     (* full_case = 32'd1 *)
-    casez (vop)
+    casez (vop1)
       4'h0:
-          alu1 = \$247 ;
+          alu1 = \$294 ;
       4'h1:
-          alu1 = \$248 ;
+          alu1 = \$295 ;
       4'h3:
-          alu1 = { \$250 [31], \$250  };
+          alu1 = { \$297 [31], \$297  };
       4'h4:
-          alu1 = { \$252 [31], \$252  };
+          alu1 = { \$299 [31], \$299  };
       4'h7:
-          alu1 = { \$254 [31], \$254  };
+          alu1 = { \$301 [31], \$301  };
       4'he:
-          alu1 = \$255 ;
+          alu1 = \$302 ;
       default:
-          alu1 = { a[63], a[63:32] };
+          alu1 = { a1_1[31], a1_1 };
     endcase
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
     (* full_case = 32'd1 *)
-    casez (vop)
+    casez (vop1)
       4'h2:
-          y1 = { b[63], b[63:32] };
+          y1 = { b1_1[31], b1_1 };
       4'hb:
-          y1 = { a[63], a[63:32] };
+          y1 = { a1_1[31], a1_1 };
       4'h6:
-          y1 = \$206 [32:0];
+          y1 = \$263 [32:0];
       default:
           y1 = 33'h000000001;
     endcase
@@ -30722,42 +31154,42 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
     (* full_case = 32'd1 *)
-    if (ctl7[4]) begin
-      sat1 = \$276 [31:0];
+    if (ctl10[4]) begin
+      sat1 = \$318 [31:0];
     end else begin
-      sat1 = { \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281  };
+      sat1 = { \$323 [7], \$323 [7], \$323 [7], \$323 [7], \$323 [7], \$323 [7], \$323 [7], \$323 [7], \$323 [7], \$323 [7], \$323 [7], \$323 [7], \$323 [7], \$323 [7], \$323 [7], \$323 [7], \$323 [7], \$323 [7], \$323 [7], \$323 [7], \$323 [7], \$323 [7], \$323 [7], \$323 [7], \$323  };
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
     (* full_case = 32'd1 *)
-    casez (vop)
+    casez (vop1)
       4'h0:
-          alu2 = \$282 ;
+          alu2 = \$324 ;
       4'h1:
-          alu2 = \$283 ;
+          alu2 = \$325 ;
       4'h3:
-          alu2 = { \$285 [31], \$285  };
+          alu2 = { \$327 [31], \$327  };
       4'h4:
-          alu2 = { \$287 [31], \$287  };
+          alu2 = { \$329 [31], \$329  };
       4'h7:
-          alu2 = { \$289 [31], \$289  };
+          alu2 = { \$331 [31], \$331  };
       4'he:
-          alu2 = \$290 ;
+          alu2 = \$332 ;
       default:
-          alu2 = { a[95], a[95:64] };
+          alu2 = { a1_2[31], a1_2 };
     endcase
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
     (* full_case = 32'd1 *)
-    casez (vop)
+    casez (vop1)
       4'h2:
-          y2 = { b[95], b[95:64] };
+          y2 = { b1_2[31], b1_2 };
       4'hb:
-          y2 = { a[95], a[95:64] };
+          y2 = { a1_2[31], a1_2 };
       4'h6:
-          y2 = \$206 [32:0];
+          y2 = \$263 [32:0];
       default:
           y2 = 33'h000000001;
     endcase
@@ -30765,42 +31197,42 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
     (* full_case = 32'd1 *)
-    if (ctl7[4]) begin
-      sat2 = \$311 [31:0];
+    if (ctl10[4]) begin
+      sat2 = \$348 [31:0];
     end else begin
-      sat2 = { \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316  };
+      sat2 = { \$353 [7], \$353 [7], \$353 [7], \$353 [7], \$353 [7], \$353 [7], \$353 [7], \$353 [7], \$353 [7], \$353 [7], \$353 [7], \$353 [7], \$353 [7], \$353 [7], \$353 [7], \$353 [7], \$353 [7], \$353 [7], \$353 [7], \$353 [7], \$353 [7], \$353 [7], \$353 [7], \$353 [7], \$353  };
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
     (* full_case = 32'd1 *)
-    casez (vop)
+    casez (vop1)
       4'h0:
-          alu3 = \$317 ;
+          alu3 = \$354 ;
       4'h1:
-          alu3 = \$318 ;
+          alu3 = \$355 ;
       4'h3:
-          alu3 = { \$320 [31], \$320  };
+          alu3 = { \$357 [31], \$357  };
       4'h4:
-          alu3 = { \$322 [31], \$322  };
+          alu3 = { \$359 [31], \$359  };
       4'h7:
-          alu3 = { \$324 [31], \$324  };
+          alu3 = { \$361 [31], \$361  };
       4'he:
-          alu3 = \$325 ;
+          alu3 = \$362 ;
       default:
-          alu3 = { a[127], a[127:96] };
+          alu3 = { a1_3[31], a1_3 };
     endcase
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
     (* full_case = 32'd1 *)
-    casez (vop)
+    casez (vop1)
       4'h2:
-          y3 = { b[127], b[127:96] };
+          y3 = { b1_3[31], b1_3 };
       4'hb:
-          y3 = { a[127], a[127:96] };
+          y3 = { a1_3[31], a1_3 };
       4'h6:
-          y3 = \$206 [32:0];
+          y3 = \$263 [32:0];
       default:
           y3 = 33'h000000001;
     endcase
@@ -30808,42 +31240,42 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
     (* full_case = 32'd1 *)
-    if (ctl7[4]) begin
-      sat3 = \$346 [31:0];
+    if (ctl10[4]) begin
+      sat3 = \$378 [31:0];
     end else begin
-      sat3 = { \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351  };
+      sat3 = { \$383 [7], \$383 [7], \$383 [7], \$383 [7], \$383 [7], \$383 [7], \$383 [7], \$383 [7], \$383 [7], \$383 [7], \$383 [7], \$383 [7], \$383 [7], \$383 [7], \$383 [7], \$383 [7], \$383 [7], \$383 [7], \$383 [7], \$383 [7], \$383 [7], \$383 [7], \$383 [7], \$383 [7], \$383  };
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
     (* full_case = 32'd1 *)
-    casez (vop)
+    casez (vop1)
       4'h0:
-          alu4 = \$352 ;
+          alu4 = \$384 ;
       4'h1:
-          alu4 = \$353 ;
+          alu4 = \$385 ;
       4'h3:
-          alu4 = { \$355 [31], \$355  };
+          alu4 = { \$387 [31], \$387  };
       4'h4:
-          alu4 = { \$357 [31], \$357  };
+          alu4 = { \$389 [31], \$389  };
       4'h7:
-          alu4 = { \$359 [31], \$359  };
+          alu4 = { \$391 [31], \$391  };
       4'he:
-          alu4 = \$360 ;
+          alu4 = \$392 ;
       default:
-          alu4 = { a[159], a[159:128] };
+          alu4 = { a1_4[31], a1_4 };
     endcase
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
     (* full_case = 32'd1 *)
-    casez (vop)
+    casez (vop1)
       4'h2:
-          y4 = { b[159], b[159:128] };
+          y4 = { b1_4[31], b1_4 };
       4'hb:
-          y4 = { a[159], a[159:128] };
+          y4 = { a1_4[31], a1_4 };
       4'h6:
-          y4 = \$206 [32:0];
+          y4 = \$263 [32:0];
       default:
           y4 = 33'h000000001;
     endcase
@@ -30851,42 +31283,42 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
     (* full_case = 32'd1 *)
-    if (ctl7[4]) begin
-      sat4 = \$381 [31:0];
+    if (ctl10[4]) begin
+      sat4 = \$408 [31:0];
     end else begin
-      sat4 = { \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386  };
+      sat4 = { \$413 [7], \$413 [7], \$413 [7], \$413 [7], \$413 [7], \$413 [7], \$413 [7], \$413 [7], \$413 [7], \$413 [7], \$413 [7], \$413 [7], \$413 [7], \$413 [7], \$413 [7], \$413 [7], \$413 [7], \$413 [7], \$413 [7], \$413 [7], \$413 [7], \$413 [7], \$413 [7], \$413 [7], \$413  };
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
     (* full_case = 32'd1 *)
-    casez (vop)
+    casez (vop1)
       4'h0:
-          alu5 = \$387 ;
+          alu5 = \$414 ;
       4'h1:
-          alu5 = \$388 ;
+          alu5 = \$415 ;
       4'h3:
-          alu5 = { \$390 [31], \$390  };
+          alu5 = { \$417 [31], \$417  };
       4'h4:
-          alu5 = { \$392 [31], \$392  };
+          alu5 = { \$419 [31], \$419  };
       4'h7:
-          alu5 = { \$394 [31], \$394  };
+          alu5 = { \$421 [31], \$421  };
       4'he:
-          alu5 = \$395 ;
+          alu5 = \$422 ;
       default:
-          alu5 = { a[191], a[191:160] };
+          alu5 = { a1_5[31], a1_5 };
     endcase
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
     (* full_case = 32'd1 *)
-    casez (vop)
+    casez (vop1)
       4'h2:
-          y5 = { b[191], b[191:160] };
+          y5 = { b1_5[31], b1_5 };
       4'hb:
-          y5 = { a[191], a[191:160] };
+          y5 = { a1_5[31], a1_5 };
       4'h6:
-          y5 = \$206 [32:0];
+          y5 = \$263 [32:0];
       default:
           y5 = 33'h000000001;
     endcase
@@ -30894,42 +31326,42 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
     (* full_case = 32'd1 *)
-    if (ctl7[4]) begin
-      sat5 = \$416 [31:0];
+    if (ctl10[4]) begin
+      sat5 = \$438 [31:0];
     end else begin
-      sat5 = { \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421  };
+      sat5 = { \$443 [7], \$443 [7], \$443 [7], \$443 [7], \$443 [7], \$443 [7], \$443 [7], \$443 [7], \$443 [7], \$443 [7], \$443 [7], \$443 [7], \$443 [7], \$443 [7], \$443 [7], \$443 [7], \$443 [7], \$443 [7], \$443 [7], \$443 [7], \$443 [7], \$443 [7], \$443 [7], \$443 [7], \$443  };
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
     (* full_case = 32'd1 *)
-    casez (vop)
+    casez (vop1)
       4'h0:
-          alu6 = \$422 ;
+          alu6 = \$444 ;
       4'h1:
-          alu6 = \$423 ;
+          alu6 = \$445 ;
       4'h3:
-          alu6 = { \$425 [31], \$425  };
+          alu6 = { \$447 [31], \$447  };
       4'h4:
-          alu6 = { \$427 [31], \$427  };
+          alu6 = { \$449 [31], \$449  };
       4'h7:
-          alu6 = { \$429 [31], \$429  };
+          alu6 = { \$451 [31], \$451  };
       4'he:
-          alu6 = \$430 ;
+          alu6 = \$452 ;
       default:
-          alu6 = { a[223], a[223:192] };
+          alu6 = { a1_6[31], a1_6 };
     endcase
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
     (* full_case = 32'd1 *)
-    casez (vop)
+    casez (vop1)
       4'h2:
-          y6 = { b[223], b[223:192] };
+          y6 = { b1_6[31], b1_6 };
       4'hb:
-          y6 = { a[223], a[223:192] };
+          y6 = { a1_6[31], a1_6 };
       4'h6:
-          y6 = \$206 [32:0];
+          y6 = \$263 [32:0];
       default:
           y6 = 33'h000000001;
     endcase
@@ -30937,42 +31369,42 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
     (* full_case = 32'd1 *)
-    if (ctl7[4]) begin
-      sat6 = \$451 [31:0];
+    if (ctl10[4]) begin
+      sat6 = \$468 [31:0];
     end else begin
-      sat6 = { \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456  };
+      sat6 = { \$473 [7], \$473 [7], \$473 [7], \$473 [7], \$473 [7], \$473 [7], \$473 [7], \$473 [7], \$473 [7], \$473 [7], \$473 [7], \$473 [7], \$473 [7], \$473 [7], \$473 [7], \$473 [7], \$473 [7], \$473 [7], \$473 [7], \$473 [7], \$473 [7], \$473 [7], \$473 [7], \$473 [7], \$473  };
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
     (* full_case = 32'd1 *)
-    casez (vop)
+    casez (vop1)
       4'h0:
-          alu7 = \$457 ;
+          alu7 = \$474 ;
       4'h1:
-          alu7 = \$458 ;
+          alu7 = \$475 ;
       4'h3:
-          alu7 = { \$460 [31], \$460  };
+          alu7 = { \$477 [31], \$477  };
       4'h4:
-          alu7 = { \$462 [31], \$462  };
+          alu7 = { \$479 [31], \$479  };
       4'h7:
-          alu7 = { \$464 [31], \$464  };
+          alu7 = { \$481 [31], \$481  };
       4'he:
-          alu7 = \$465 ;
+          alu7 = \$482 ;
       default:
-          alu7 = { a[255], a[255:224] };
+          alu7 = { a1_7[31], a1_7 };
     endcase
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
     (* full_case = 32'd1 *)
-    casez (vop)
+    casez (vop1)
       4'h2:
-          y7 = { b[255], b[255:224] };
+          y7 = { b1_7[31], b1_7 };
       4'hb:
-          y7 = { a[255], a[255:224] };
+          y7 = { a1_7[31], a1_7 };
       4'h6:
-          y7 = \$206 [32:0];
+          y7 = \$263 [32:0];
       default:
           y7 = 33'h000000001;
     endcase
@@ -30980,86 +31412,68 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$68 ) begin end
     (* full_case = 32'd1 *)
-    if (ctl7[4]) begin
-      sat7 = \$486 [31:0];
+    if (ctl10[4]) begin
+      sat7 = \$498 [31:0];
     end else begin
-      sat7 = { \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491  };
+      sat7 = { \$503 [7], \$503 [7], \$503 [7], \$503 [7], \$503 [7], \$503 [7], \$503 [7], \$503 [7], \$503 [7], \$503 [7], \$503 [7], \$503 [7], \$503 [7], \$503 [7], \$503 [7], \$503 [7], \$503 [7], \$503 [7], \$503 [7], \$503 [7], \$503 [7], \$503 [7], \$503 [7], \$503 [7], \$503  };
     end
   end
-  assign under0 = x1_0[32];
-  assign half = \$208 [46:0];
-  assign half_neg = \$211 [46:0];
-  assign under1 = x1_1[32];
-  assign under2 = x1_2[32];
-  assign under3 = x1_3[32];
-  assign under4 = x1_4[32];
-  assign under5 = x1_5[32];
-  assign under6 = x1_6[32];
-  assign under7 = x1_7[32];
-  assign hits = \$498 [3:0];
-  assign unders = \$505 [3:0];
-  assign overs = \$512 [3:0];
-  assign out_valid = ctl8[0];
-  assign shl_y = \$206 [32:0];
-  assign mask0 = \$225 [15:0];
-  assign write__addr = \$228 [7:0];
+  assign hits = \$510 [3:0];
+  assign unders = \$517 [3:0];
+  assign overs = \$524 [3:0];
+  assign out_valid = ctl11[0];
+  assign shl_y = \$263 [32:0];
+  assign write__addr = \$276 [7:0];
   assign table_data = write__data;
   assign read__addr = index0;
-  assign \write__addr$312  = \$231 [7:0];
-  assign \write__data$313  = write__data;
-  assign \read__addr$315  = index0;
-  assign mask1 = \$260 [15:0];
-  assign \write__addr$320  = \$263 [7:0];
-  assign \write__data$321  = write__data;
-  assign \read__addr$323  = index1;
-  assign \write__addr$324  = \$266 [7:0];
-  assign \write__data$325  = write__data;
-  assign \read__addr$327  = index1;
-  assign mask2 = \$295 [15:0];
-  assign \write__addr$332  = \$298 [7:0];
-  assign \write__data$333  = write__data;
-  assign \read__addr$335  = index2;
-  assign \write__addr$336  = \$301 [7:0];
-  assign \write__data$337  = write__data;
-  assign \read__addr$339  = index2;
-  assign mask3 = \$330 [15:0];
-  assign \write__addr$344  = \$333 [7:0];
-  assign \write__data$345  = write__data;
-  assign \read__addr$347  = index3;
-  assign \write__addr$348  = \$336 [7:0];
-  assign \write__data$349  = write__data;
-  assign \read__addr$351  = index3;
-  assign mask4 = \$365 [15:0];
-  assign \write__addr$356  = \$368 [7:0];
-  assign \write__data$357  = write__data;
-  assign \read__addr$359  = index4;
-  assign \write__addr$360  = \$371 [7:0];
-  assign \write__data$361  = write__data;
-  assign \read__addr$363  = index4;
-  assign mask5 = \$400 [15:0];
-  assign \write__addr$368  = \$403 [7:0];
-  assign \write__data$369  = write__data;
-  assign \read__addr$371  = index5;
-  assign \write__addr$372  = \$406 [7:0];
-  assign \write__data$373  = write__data;
-  assign \read__addr$375  = index5;
-  assign mask6 = \$435 [15:0];
-  assign \write__addr$380  = \$438 [7:0];
-  assign \write__data$381  = write__data;
-  assign \read__addr$383  = index6;
-  assign \write__addr$384  = \$441 [7:0];
-  assign \write__data$385  = write__data;
-  assign \read__addr$387  = index6;
-  assign mask7 = \$470 [15:0];
-  assign \write__addr$392  = \$473 [7:0];
+  assign \write__addr$369  = \$279 [7:0];
+  assign \write__data$370  = write__data;
+  assign \read__addr$372  = index0;
+  assign \write__addr$374  = \$306 [7:0];
+  assign \write__data$375  = write__data;
+  assign \read__addr$377  = index1;
+  assign \write__addr$378  = \$309 [7:0];
+  assign \write__data$379  = write__data;
+  assign \read__addr$381  = index1;
+  assign \write__addr$383  = \$336 [7:0];
+  assign \write__data$384  = write__data;
+  assign \read__addr$386  = index2;
+  assign \write__addr$387  = \$339 [7:0];
+  assign \write__data$388  = write__data;
+  assign \read__addr$390  = index2;
+  assign \write__addr$392  = \$366 [7:0];
   assign \write__data$393  = write__data;
-  assign \read__addr$395  = index7;
-  assign \write__addr$396  = \$476 [7:0];
+  assign \read__addr$395  = index3;
+  assign \write__addr$396  = \$369 [7:0];
   assign \write__data$397  = write__data;
-  assign \read__addr$399  = index7;
-  assign \hits$401  = hits8;
-  assign underflows = unders8;
-  assign overflows = overs8;
+  assign \read__addr$399  = index3;
+  assign \write__addr$401  = \$396 [7:0];
+  assign \write__data$402  = write__data;
+  assign \read__addr$404  = index4;
+  assign \write__addr$405  = \$399 [7:0];
+  assign \write__data$406  = write__data;
+  assign \read__addr$408  = index4;
+  assign \write__addr$410  = \$426 [7:0];
+  assign \write__data$411  = write__data;
+  assign \read__addr$413  = index5;
+  assign \write__addr$414  = \$429 [7:0];
+  assign \write__data$415  = write__data;
+  assign \read__addr$417  = index5;
+  assign \write__addr$419  = \$456 [7:0];
+  assign \write__data$420  = write__data;
+  assign \read__addr$422  = index6;
+  assign \write__addr$423  = \$459 [7:0];
+  assign \write__data$424  = write__data;
+  assign \read__addr$426  = index6;
+  assign \write__addr$428  = \$486 [7:0];
+  assign \write__data$429  = write__data;
+  assign \read__addr$431  = index7;
+  assign \write__addr$432  = \$489 [7:0];
+  assign \write__data$433  = write__data;
+  assign \read__addr$435  = index7;
+  assign \hits$436  = hits11;
+  assign underflows = unders11;
+  assign overflows = overs11;
   assign \ctl1.valid  = ctl1[0];
   assign \ctl1.lut  = ctl1[1];
   assign \ctl1.raw  = ctl1[2];
@@ -31108,14 +31522,24 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
   assign \ctl8.clamp  = ctl8[3];
   assign \ctl8.d_acc  = ctl8[4];
   assign \ctl8.shift  = ctl8[10:5];
-  assign \out[0]  = out[31:0];
-  assign \out[1]  = out[63:32];
-  assign \out[2]  = out[95:64];
-  assign \out[3]  = out[127:96];
-  assign \out[4]  = out[159:128];
-  assign \out[5]  = out[191:160];
-  assign \out[6]  = out[223:192];
-  assign \out[7]  = out[255:224];
+  assign \ctl9.valid  = ctl9[0];
+  assign \ctl9.lut  = ctl9[1];
+  assign \ctl9.raw  = ctl9[2];
+  assign \ctl9.clamp  = ctl9[3];
+  assign \ctl9.d_acc  = ctl9[4];
+  assign \ctl9.shift  = ctl9[10:5];
+  assign \ctl10.valid  = ctl10[0];
+  assign \ctl10.lut  = ctl10[1];
+  assign \ctl10.raw  = ctl10[2];
+  assign \ctl10.clamp  = ctl10[3];
+  assign \ctl10.d_acc  = ctl10[4];
+  assign \ctl10.shift  = ctl10[10:5];
+  assign \ctl11.valid  = ctl11[0];
+  assign \ctl11.lut  = ctl11[1];
+  assign \ctl11.raw  = ctl11[2];
+  assign \ctl11.clamp  = ctl11[3];
+  assign \ctl11.d_acc  = ctl11[4];
+  assign \ctl11.shift  = ctl11[10:5];
   assign \a[0]  = a[31:0];
   assign \a[1]  = a[63:32];
   assign \a[2]  = a[95:64];
@@ -31132,39 +31556,48 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
   assign \b[5]  = b[191:160];
   assign \b[6]  = b[223:192];
   assign \b[7]  = b[255:224];
-  assign \$32  = { \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 , 16'h0000 };
-  assign \$208  = { 1'h0, \$207 [110:1] };
-  assign \$56  = { \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 , 16'h0000 };
-  assign \$80  = { \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 , 16'h0000 };
-  assign \$104  = { \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 , 16'h0000 };
-  assign \$128  = { \$127 [34], \$127 [34], \$127 [34], \$127 [34], \$127 [34], \$127 [34], \$127 [34], \$127 [34], \$127 [34], \$127 [34], \$127 [34], \$127 [34], \$127 [34], \$127 [34], \$127 [34], \$127 , 16'h0000 };
-  assign \$152  = { \$151 [34], \$151 [34], \$151 [34], \$151 [34], \$151 [34], \$151 [34], \$151 [34], \$151 [34], \$151 [34], \$151 [34], \$151 [34], \$151 [34], \$151 [34], \$151 [34], \$151 [34], \$151 , 16'h0000 };
-  assign \$176  = { \$175 [34], \$175 [34], \$175 [34], \$175 [34], \$175 [34], \$175 [34], \$175 [34], \$175 [34], \$175 [34], \$175 [34], \$175 [34], \$175 [34], \$175 [34], \$175 [34], \$175 [34], \$175 , 16'h0000 };
-  assign \$200  = { \$199 [34], \$199 [34], \$199 [34], \$199 [34], \$199 [34], \$199 [34], \$199 [34], \$199 [34], \$199 [34], \$199 [34], \$199 [34], \$199 [34], \$199 [34], \$199 [34], \$199 [34], \$199 , 16'h0000 };
+  assign \out[0]  = out[31:0];
+  assign \out[1]  = out[63:32];
+  assign \out[2]  = out[95:64];
+  assign \out[3]  = out[127:96];
+  assign \out[4]  = out[159:128];
+  assign \out[5]  = out[191:160];
+  assign \out[6]  = out[223:192];
+  assign \out[7]  = out[255:224];
+  assign \$15  = { 1'h0, \$14 [110:1] };
+  assign \$18  = { 1'h0, \$17 [110:1] };
+  assign \$45  = { \$44 [34], \$44 [34], \$44 [34], \$44 [34], \$44 [34], \$44 [34], \$44 [34], \$44 [34], \$44 [34], \$44 [34], \$44 [34], \$44 [34], \$44 [34], \$44 [34], \$44 [34], \$44 , 16'h0000 };
+  assign \$75  = { \$74 [34], \$74 [34], \$74 [34], \$74 [34], \$74 [34], \$74 [34], \$74 [34], \$74 [34], \$74 [34], \$74 [34], \$74 [34], \$74 [34], \$74 [34], \$74 [34], \$74 [34], \$74 , 16'h0000 };
+  assign \$105  = { \$104 [34], \$104 [34], \$104 [34], \$104 [34], \$104 [34], \$104 [34], \$104 [34], \$104 [34], \$104 [34], \$104 [34], \$104 [34], \$104 [34], \$104 [34], \$104 [34], \$104 [34], \$104 , 16'h0000 };
+  assign \$135  = { \$134 [34], \$134 [34], \$134 [34], \$134 [34], \$134 [34], \$134 [34], \$134 [34], \$134 [34], \$134 [34], \$134 [34], \$134 [34], \$134 [34], \$134 [34], \$134 [34], \$134 [34], \$134 , 16'h0000 };
+  assign \$165  = { \$164 [34], \$164 [34], \$164 [34], \$164 [34], \$164 [34], \$164 [34], \$164 [34], \$164 [34], \$164 [34], \$164 [34], \$164 [34], \$164 [34], \$164 [34], \$164 [34], \$164 [34], \$164 , 16'h0000 };
+  assign \$195  = { \$194 [34], \$194 [34], \$194 [34], \$194 [34], \$194 [34], \$194 [34], \$194 [34], \$194 [34], \$194 [34], \$194 [34], \$194 [34], \$194 [34], \$194 [34], \$194 [34], \$194 [34], \$194 , 16'h0000 };
+  assign \$225  = { \$224 [34], \$224 [34], \$224 [34], \$224 [34], \$224 [34], \$224 [34], \$224 [34], \$224 [34], \$224 [34], \$224 [34], \$224 [34], \$224 [34], \$224 [34], \$224 [34], \$224 [34], \$224 , 16'h0000 };
+  assign \$255  = { \$254 [34], \$254 [34], \$254 [34], \$254 [34], \$254 [34], \$254 [34], \$254 [34], \$254 [34], \$254 [34], \$254 [34], \$254 [34], \$254 [34], \$254 [34], \$254 [34], \$254 [34], \$254 , 16'h0000 };
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core0.vector$243.reducer (rst, valid, reset_units, vop, d_acc, \port$16662$1 , terms, out_valid, out, clk);
+module \dx1_board.soc.core0.vector$243.reducer (rst, valid, reset_units, vop, d_acc, \port$16768$1 , terms, out_valid, out, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$69  = 0;
   wire \$1 ;
   wire \$10 ;
-  wire \$11 ;
-  wire [31:0] \$12 ;
-  wire [32:0] \$13 ;
-  wire [31:0] \$14 ;
-  wire \$15 ;
-  wire [31:0] \$16 ;
-  wire [32:0] \$17 ;
-  wire [31:0] \$18 ;
+  wire [31:0] \$11 ;
+  wire [32:0] \$12 ;
+  wire [31:0] \$13 ;
+  wire \$14 ;
+  wire [31:0] \$15 ;
+  wire [32:0] \$16 ;
+  wire [31:0] \$17 ;
+  wire \$18 ;
   wire [31:0] \$19 ;
   wire \$2 ;
-  wire \$20 ;
+  wire [32:0] \$20 ;
   wire [31:0] \$21 ;
-  wire [32:0] \$22 ;
+  wire \$22 ;
   wire [31:0] \$23 ;
-  wire \$24 ;
+  wire [32:0] \$24 ;
   wire [31:0] \$25 ;
-  wire [32:0] \$26 ;
+  wire \$26 ;
   wire [31:0] \$27 ;
   wire [32:0] \$28 ;
   wire [31:0] \$29 ;
@@ -31173,58 +31606,28 @@ module \dx1_board.soc.core0.vector$243.reducer (rst, valid, reset_units, vop, d_
   wire [31:0] \$31 ;
   wire [32:0] \$32 ;
   wire [31:0] \$33 ;
-  wire \$34 ;
-  wire [31:0] \$35 ;
-  wire [32:0] \$36 ;
-  wire [31:0] \$37 ;
+  wire [31:0] \$34 ;
+  wire \$35 ;
+  wire \$36 ;
+  wire \$37 ;
   wire \$38 ;
   wire \$39 ;
   wire [32:0] \$4 ;
-  wire [31:0] \$40 ;
-  wire [32:0] \$41 ;
-  wire [31:0] \$42 ;
-  wire \$43 ;
-  wire [31:0] \$44 ;
-  wire [32:0] \$45 ;
-  wire [31:0] \$46 ;
-  wire [31:0] \$47 ;
-  wire \$48 ;
-  wire [31:0] \$49 ;
+  wire \$40 ;
+  wire [7:0] \$41 ;
+  reg [4:0] \$42 ;
+  reg [4:0] \$43 ;
+  reg [4:0] \$44 ;
+  reg [4:0] \$45 ;
+  reg [4:0] \$46 ;
+  reg [4:0] \$47 ;
+  reg [31:0] \$48 ;
+  reg \$49 ;
   wire [31:0] \$5 ;
-  wire [32:0] \$50 ;
-  wire [31:0] \$51 ;
-  wire \$52 ;
-  wire [31:0] \$53 ;
-  wire [32:0] \$54 ;
-  wire [31:0] \$55 ;
-  wire [32:0] \$56 ;
-  wire [31:0] \$57 ;
-  wire \$58 ;
-  wire [31:0] \$59 ;
+  reg [255:0] \$50 ;
   wire \$6 ;
-  wire [32:0] \$60 ;
-  wire [31:0] \$61 ;
-  wire \$62 ;
-  wire [31:0] \$63 ;
-  wire [32:0] \$64 ;
-  wire [31:0] \$65 ;
-  wire [31:0] \$66 ;
-  wire \$67 ;
-  wire \$68 ;
-  wire \$69 ;
   wire [31:0] \$7 ;
-  wire \$70 ;
-  wire \$71 ;
-  wire \$72 ;
-  wire [7:0] \$73 ;
-  reg [4:0] \$74 ;
-  reg [4:0] \$75 ;
-  reg [4:0] \$76 ;
-  reg [4:0] \$77 ;
-  reg [31:0] \$78 ;
-  reg \$79 ;
   wire [32:0] \$8 ;
-  reg [255:0] \$80 ;
   wire [31:0] \$9 ;
   input clk;
   wire clk;
@@ -31252,6 +31655,18 @@ module \dx1_board.soc.core0.vector$243.reducer (rst, valid, reset_units, vop, d_
   wire \ctl4.last ;
   wire \ctl4.max ;
   wire \ctl4.valid ;
+  reg [4:0] ctl5 = 5'h00;
+  wire \ctl5.d_acc ;
+  wire \ctl5.first ;
+  wire \ctl5.last ;
+  wire \ctl5.max ;
+  wire \ctl5.valid ;
+  reg [4:0] ctl6 = 5'h00;
+  wire \ctl6.d_acc ;
+  wire \ctl6.first ;
+  wire \ctl6.last ;
+  wire \ctl6.max ;
+  wire \ctl6.valid ;
   input d_acc;
   wire d_acc;
   wire first;
@@ -31268,8 +31683,8 @@ module \dx1_board.soc.core0.vector$243.reducer (rst, valid, reset_units, vop, d_
   wire [31:0] \out[7] ;
   output out_valid;
   reg out_valid = 1'h0;
-  input [1:0] \port$16662$1 ;
-  wire [1:0] \port$16662$1 ;
+  input [1:0] \port$16768$1 ;
+  wire [1:0] \port$16768$1 ;
   input reset_units;
   wire reset_units;
   reg [31:0] row = 32'd0;
@@ -31296,74 +31711,22 @@ module \dx1_board.soc.core0.vector$243.reducer (rst, valid, reset_units, vop, d_
   wire [31:0] \terms[7] ;
   reg [31:0] tree2_0 = 32'd0;
   reg [31:0] tree2_1 = 32'd0;
+  reg [31:0] tree2_2 = 32'd0;
+  reg [31:0] tree2_3 = 32'd0;
   reg [31:0] tree3_0 = 32'd0;
+  reg [31:0] tree3_1 = 32'd0;
+  reg [31:0] tree4_0 = 32'd0;
+  reg [31:0] tree5_0 = 32'd0;
   input valid;
   wire valid;
   input [3:0] vop;
   wire [3:0] vop;
-  assign \$20  = $signed(term0) > $signed(term1);
-  assign \$21  = \$20  ? term0 : term1;
-  assign \$22  = $signed(term0) + $signed(term1);
-  assign \$23  = ctl1[3] ? \$21  : \$22 [31:0];
-  assign \$24  = $signed(term2) > $signed(term3);
-  assign \$25  = \$24  ? term2 : term3;
-  assign \$26  = $signed(term2) + $signed(term3);
-  assign \$27  = ctl1[3] ? \$25  : \$26 [31:0];
-  assign \$28  = $signed(\$23 ) + $signed(\$27 );
-  assign \$29  = ctl1[3] ? \$19  : \$28 [31:0];
-  assign \$30  = $signed(term4) > $signed(term5);
-  assign \$31  = \$30  ? term4 : term5;
-  assign \$32  = $signed(term4) + $signed(term5);
-  assign \$33  = ctl1[3] ? \$31  : \$32 [31:0];
-  assign \$34  = $signed(term6) > $signed(term7);
-  assign \$35  = \$34  ? term6 : term7;
-  assign \$36  = $signed(term6) + $signed(term7);
-  assign \$37  = ctl1[3] ? \$35  : \$36 [31:0];
-  assign \$38  = $signed(\$33 ) > $signed(\$37 );
-  assign \$39  = $signed(term4) > $signed(term5);
-  assign \$40  = \$39  ? term4 : term5;
-  assign \$41  = $signed(term4) + $signed(term5);
-  assign \$42  = ctl1[3] ? \$40  : \$41 [31:0];
-  assign \$43  = $signed(term6) > $signed(term7);
-  assign \$44  = \$43  ? term6 : term7;
-  assign \$45  = $signed(term6) + $signed(term7);
-  assign \$46  = ctl1[3] ? \$44  : \$45 [31:0];
-  assign \$47  = \$38  ? \$42  : \$46 ;
-  assign \$48  = $signed(term4) > $signed(term5);
-  assign \$49  = \$48  ? term4 : term5;
-  assign \$50  = $signed(term4) + $signed(term5);
-  assign \$51  = ctl1[3] ? \$49  : \$50 [31:0];
-  assign \$52  = $signed(term6) > $signed(term7);
-  assign \$53  = \$52  ? term6 : term7;
-  assign \$54  = $signed(term6) + $signed(term7);
-  assign \$55  = ctl1[3] ? \$53  : \$54 [31:0];
-  assign \$56  = $signed(\$51 ) + $signed(\$55 );
-  assign \$57  = ctl1[3] ? \$47  : \$56 [31:0];
-  assign \$58  = $signed(tree2_0) > $signed(tree2_1);
-  assign \$59  = \$58  ? tree2_0 : tree2_1;
-  assign \$60  = $signed(tree2_0) + $signed(tree2_1);
-  assign \$61  = ctl2[3] ? \$59  : \$60 [31:0];
-  assign \$62  = $signed(row) > $signed(tree3_0);
-  assign \$63  = \$62  ? row : tree3_0;
-  assign \$64  = $signed(row) + $signed(tree3_0);
-  assign \$65  = ctl3[3] ? \$63  : \$64 [31:0];
-  assign \$66  = ctl3[1] ? tree3_0 : \$65 ;
-  assign \$67  = ctl4[0] & ctl4[2];
-  assign \$68  = ctl4[0] & ctl4[2];
-  assign \$69  = ! row[31:7];
-  assign \$70  = row[31:7] == 25'h1ffffff;
-  assign \$71  = \$69  | \$70 ;
-  assign \$72  = ctl4[4] | \$71 ;
-  assign \$73  = row[31] ? 8'h80 : 8'h7f;
-  assign stat = \$72  ? row : { \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73  };
   always @(posedge clk)
-    ctl1 <= \$74 ;
+    ctl4 <= \$45 ;
   always @(posedge clk)
-    ctl2 <= \$75 ;
+    ctl5 <= \$46 ;
   always @(posedge clk)
-    ctl3 <= \$76 ;
-  always @(posedge clk)
-    ctl4 <= \$77 ;
+    ctl6 <= \$47 ;
   always @(posedge clk)
     term0 <= terms[31:0];
   always @(posedge clk)
@@ -31381,17 +31744,27 @@ module \dx1_board.soc.core0.vector$243.reducer (rst, valid, reset_units, vop, d_
   always @(posedge clk)
     term7 <= terms[255:224];
   always @(posedge clk)
-    tree2_0 <= \$29 ;
+    tree2_0 <= \$5 ;
   always @(posedge clk)
-    tree2_1 <= \$57 ;
+    tree2_1 <= \$9 ;
   always @(posedge clk)
-    tree3_0 <= \$61 ;
+    tree2_2 <= \$13 ;
   always @(posedge clk)
-    row <= \$78 ;
+    tree2_3 <= \$17 ;
   always @(posedge clk)
-    out_valid <= \$79 ;
+    tree3_0 <= \$21 ;
   always @(posedge clk)
-    out <= \$80 ;
+    tree3_1 <= \$25 ;
+  always @(posedge clk)
+    tree4_0 <= \$29 ;
+  always @(posedge clk)
+    tree5_0 <= tree4_0;
+  always @(posedge clk)
+    row <= \$48 ;
+  always @(posedge clk)
+    out_valid <= \$49 ;
+  always @(posedge clk)
+    out <= \$50 ;
   assign \$1  = vop == 4'h9;
   assign \$2  = $signed(term0) > $signed(term1);
   assign \$3  = \$2  ? term0 : term1;
@@ -31401,99 +31774,148 @@ module \dx1_board.soc.core0.vector$243.reducer (rst, valid, reset_units, vop, d_
   assign \$7  = \$6  ? term2 : term3;
   assign \$8  = $signed(term2) + $signed(term3);
   assign \$9  = ctl1[3] ? \$7  : \$8 [31:0];
-  assign \$10  = $signed(\$5 ) > $signed(\$9 );
-  assign \$11  = $signed(term0) > $signed(term1);
-  assign \$12  = \$11  ? term0 : term1;
-  assign \$13  = $signed(term0) + $signed(term1);
-  assign \$14  = ctl1[3] ? \$12  : \$13 [31:0];
-  assign \$15  = $signed(term2) > $signed(term3);
-  assign \$16  = \$15  ? term2 : term3;
-  assign \$17  = $signed(term2) + $signed(term3);
-  assign \$18  = ctl1[3] ? \$16  : \$17 [31:0];
-  assign \$19  = \$10  ? \$14  : \$18 ;
+  assign \$10  = $signed(term4) > $signed(term5);
+  assign \$11  = \$10  ? term4 : term5;
+  assign \$12  = $signed(term4) + $signed(term5);
+  assign \$13  = ctl1[3] ? \$11  : \$12 [31:0];
+  assign \$14  = $signed(term6) > $signed(term7);
+  assign \$15  = \$14  ? term6 : term7;
+  assign \$16  = $signed(term6) + $signed(term7);
+  assign \$17  = ctl1[3] ? \$15  : \$16 [31:0];
+  assign \$18  = $signed(tree2_0) > $signed(tree2_1);
+  assign \$19  = \$18  ? tree2_0 : tree2_1;
+  assign \$20  = $signed(tree2_0) + $signed(tree2_1);
+  assign \$21  = ctl2[3] ? \$19  : \$20 [31:0];
+  assign \$22  = $signed(tree2_2) > $signed(tree2_3);
+  assign \$23  = \$22  ? tree2_2 : tree2_3;
+  assign \$24  = $signed(tree2_2) + $signed(tree2_3);
+  assign \$25  = ctl2[3] ? \$23  : \$24 [31:0];
+  assign \$26  = $signed(tree3_0) > $signed(tree3_1);
+  assign \$27  = \$26  ? tree3_0 : tree3_1;
+  assign \$28  = $signed(tree3_0) + $signed(tree3_1);
+  assign \$29  = ctl3[3] ? \$27  : \$28 [31:0];
+  assign \$30  = $signed(row) > $signed(tree5_0);
+  assign \$31  = \$30  ? row : tree5_0;
+  assign \$32  = $signed(row) + $signed(tree5_0);
+  assign \$33  = ctl5[3] ? \$31  : \$32 [31:0];
+  assign \$34  = ctl5[1] ? tree5_0 : \$33 ;
+  assign \$35  = ctl6[0] & ctl6[2];
+  assign \$36  = ctl6[0] & ctl6[2];
+  assign \$37  = ! row[31:7];
+  assign \$38  = row[31:7] == 25'h1ffffff;
+  assign \$39  = \$37  | \$38 ;
+  assign \$40  = ctl6[4] | \$39 ;
+  assign \$41  = row[31] ? 8'h80 : 8'h7f;
+  assign stat = \$40  ? row : { \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41  };
+  always @(posedge clk)
+    ctl1 <= \$42 ;
+  always @(posedge clk)
+    ctl2 <= \$43 ;
+  always @(posedge clk)
+    ctl3 <= \$44 ;
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
-    \$74 [0] = valid;
-    \$74 [1] = \port$16662$1 [0];
-    \$74 [2] = \port$16662$1 [1];
-    \$74 [3] = \$1 ;
-    \$74 [4] = d_acc;
+    \$46  = ctl4;
     if (reset_units) begin
-      \$74  = 5'h00;
+      \$46  = 5'h00;
     end
     if (rst) begin
-      \$74  = 5'h00;
+      \$46  = 5'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
-    \$75  = ctl1;
+    \$47  = ctl5;
     if (reset_units) begin
-      \$75  = 5'h00;
+      \$47  = 5'h00;
     end
     if (rst) begin
-      \$75  = 5'h00;
+      \$47  = 5'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
-    \$76  = ctl2;
+    \$48  = row;
+    if (ctl5[0]) begin
+      \$48  = \$34 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
+    \$49  = \$35 ;
     if (reset_units) begin
-      \$76  = 5'h00;
+      \$49  = 1'h0;
     end
     if (rst) begin
-      \$76  = 5'h00;
+      \$49  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
-    \$77  = ctl3;
-    if (reset_units) begin
-      \$77  = 5'h00;
-    end
-    if (rst) begin
-      \$77  = 5'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
-    \$78  = row;
-    if (ctl3[0]) begin
-      \$78  = \$66 ;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
-    \$79  = \$67 ;
-    if (reset_units) begin
-      \$79  = 1'h0;
-    end
-    if (rst) begin
-      \$79  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
-    \$80  = out;
-    if (\$68 ) begin
-      \$80 [31:0] = stat;
-      \$80 [63:32] = stat;
-      \$80 [95:64] = stat;
-      \$80 [127:96] = stat;
-      \$80 [159:128] = stat;
-      \$80 [191:160] = stat;
-      \$80 [223:192] = stat;
-      \$80 [255:224] = stat;
+    \$50  = out;
+    if (\$36 ) begin
+      \$50 [31:0] = stat;
+      \$50 [63:32] = stat;
+      \$50 [95:64] = stat;
+      \$50 [127:96] = stat;
+      \$50 [159:128] = stat;
+      \$50 [191:160] = stat;
+      \$50 [223:192] = stat;
+      \$50 [255:224] = stat;
     end
     if (reset_units) begin
-      \$80  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+      \$50  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
     if (rst) begin
-      \$80  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+      \$50  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
   end
-  assign first = \port$16662$1 [0];
-  assign last = \port$16662$1 [1];
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
+    \$42 [0] = valid;
+    \$42 [1] = \port$16768$1 [0];
+    \$42 [2] = \port$16768$1 [1];
+    \$42 [3] = \$1 ;
+    \$42 [4] = d_acc;
+    if (reset_units) begin
+      \$42  = 5'h00;
+    end
+    if (rst) begin
+      \$42  = 5'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
+    \$43  = ctl1;
+    if (reset_units) begin
+      \$43  = 5'h00;
+    end
+    if (rst) begin
+      \$43  = 5'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
+    \$44  = ctl2;
+    if (reset_units) begin
+      \$44  = 5'h00;
+    end
+    if (rst) begin
+      \$44  = 5'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
+    \$45  = ctl3;
+    if (reset_units) begin
+      \$45  = 5'h00;
+    end
+    if (rst) begin
+      \$45  = 5'h00;
+    end
+  end
+  assign first = \port$16768$1 [0];
+  assign last = \port$16768$1 [1];
   assign \ctl1.valid  = ctl1[0];
   assign \ctl1.first  = ctl1[1];
   assign \ctl1.last  = ctl1[2];
@@ -31514,6 +31936,16 @@ module \dx1_board.soc.core0.vector$243.reducer (rst, valid, reset_units, vop, d_
   assign \ctl4.last  = ctl4[2];
   assign \ctl4.max  = ctl4[3];
   assign \ctl4.d_acc  = ctl4[4];
+  assign \ctl5.valid  = ctl5[0];
+  assign \ctl5.first  = ctl5[1];
+  assign \ctl5.last  = ctl5[2];
+  assign \ctl5.max  = ctl5[3];
+  assign \ctl5.d_acc  = ctl5[4];
+  assign \ctl6.valid  = ctl6[0];
+  assign \ctl6.first  = ctl6[1];
+  assign \ctl6.last  = ctl6[2];
+  assign \ctl6.max  = ctl6[3];
+  assign \ctl6.d_acc  = ctl6[4];
   assign \terms[0]  = terms[31:0];
   assign \terms[1]  = terms[63:32];
   assign \terms[2]  = terms[95:64];
@@ -31533,7 +31965,7 @@ module \dx1_board.soc.core0.vector$243.reducer (rst, valid, reset_units, vop, d_
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core0.vector$243.sequencer (rst, start, go, b_read, reset_units, command, pop, busy, a_acc, b_acc, a_addr, b_addr, step, clk);
+module \dx1_board.soc.core0.vector$243.sequencer (rst, start, go, b_use, reset_units, command, pop, busy, issuing, a_acc, b_acc, a_addr, b_addr, step, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$70  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -31631,6 +32063,8 @@ module \dx1_board.soc.core0.vector$243.sequencer (rst, start, go, b_read, reset_
   wire a_hit;
   wire a_read;
   reg [15:0] a_rs = 16'h0000;
+  (* init = 1'h0 *)
+  wire a_use;
   output b_acc;
   reg b_acc = 1'h0;
   (* init = 1'h0 *)
@@ -31641,8 +32075,9 @@ module \dx1_board.soc.core0.vector$243.sequencer (rst, start, go, b_read, reset_
   (* init = 16'h0000 *)
   wire [15:0] \b_addr$36 ;
   wire b_hit;
-  output b_read;
   wire b_read;
+  output b_use;
+  wire b_use;
   output busy;
   reg busy = 1'h0;
   input clk;
@@ -31657,6 +32092,7 @@ module \dx1_board.soc.core0.vector$243.sequencer (rst, start, go, b_read, reset_
   reg ends = 1'h0;
   output go;
   wire go;
+  output issuing;
   reg issuing = 1'h0;
   wire last_col;
   input pop;
@@ -31716,6 +32152,7 @@ module \dx1_board.soc.core0.vector$243.sequencer (rst, start, go, b_read, reset_
   assign \$50  = serial & \$49 ;
   assign \$51  = ~ \$50 ;
   assign go = \$48  & \$51 ;
+  assign b_use = issuing & \$signal ;
   assign b_read = go & \$signal ;
   assign push = go & writes;
   always @(posedge clk)
@@ -32174,6 +32611,7 @@ module \dx1_board.soc.core0.vector$243.sequencer (rst, start, go, b_read, reset_
   assign \a_addr$34  = \$signal$17 ;
   assign \b_acc$35  = b_acc;
   assign \b_addr$36  = \$signal$20 ;
+  assign a_use = issuing;
   assign a_read = go;
   assign push_acc = d_acc;
   assign push_addr = \$signal$24 ;
@@ -32249,13 +32687,13 @@ module \dx1_board.soc.core0.vector$243.sequencer.hazards (rst, push, empty, room
   wire \$146 ;
   wire \$147 ;
   wire \$148 ;
-  wire [4:0] \$149 ;
+  wire \$149 ;
   wire \$15 ;
-  wire [5:0] \$150 ;
-  wire [4:0] \$151 ;
-  wire [4:0] \$152 ;
-  wire [4:0] \$153 ;
-  wire [4:0] \$154 ;
+  wire \$150 ;
+  wire \$151 ;
+  wire \$152 ;
+  wire \$153 ;
+  wire \$154 ;
   wire \$155 ;
   wire \$156 ;
   wire \$157 ;
@@ -32304,14 +32742,14 @@ module \dx1_board.soc.core0.vector$243.sequencer.hazards (rst, push, empty, room
   wire \$196 ;
   wire \$197 ;
   wire \$198 ;
-  wire \$199 ;
+  wire [5:0] \$199 ;
   wire \$2 ;
   wire \$20 ;
-  wire \$200 ;
-  wire \$201 ;
-  wire \$202 ;
-  wire \$203 ;
-  wire \$204 ;
+  wire [6:0] \$200 ;
+  wire [5:0] \$201 ;
+  wire [5:0] \$202 ;
+  wire [5:0] \$203 ;
+  wire [5:0] \$204 ;
   wire \$205 ;
   wire \$206 ;
   wire \$207 ;
@@ -32323,68 +32761,153 @@ module \dx1_board.soc.core0.vector$243.sequencer.hazards (rst, push, empty, room
   wire \$212 ;
   wire \$213 ;
   wire \$214 ;
-  reg [3:0] \$215 ;
-  reg [3:0] \$216 ;
-  reg [3:0] \$217 ;
-  reg \$218 ;
-  reg \$219 ;
+  wire \$215 ;
+  wire \$216 ;
+  wire \$217 ;
+  wire \$218 ;
+  wire \$219 ;
   wire \$22 ;
-  reg [15:0] \$220 ;
-  reg \$221 ;
-  reg \$222 ;
-  reg [15:0] \$223 ;
-  reg \$224 ;
-  reg \$225 ;
-  reg [15:0] \$226 ;
-  reg \$227 ;
-  reg \$228 ;
-  reg [15:0] \$229 ;
+  wire \$220 ;
+  wire \$221 ;
+  wire \$222 ;
+  wire \$223 ;
+  wire \$224 ;
+  wire \$225 ;
+  wire \$226 ;
+  wire \$227 ;
+  wire \$228 ;
+  wire \$229 ;
   wire \$23 ;
-  reg \$230 ;
-  reg \$231 ;
-  reg [15:0] \$232 ;
-  reg \$233 ;
-  reg \$234 ;
-  reg [15:0] \$235 ;
-  reg \$236 ;
-  reg \$237 ;
-  reg [15:0] \$238 ;
-  reg \$239 ;
+  wire \$230 ;
+  wire \$231 ;
+  wire \$232 ;
+  wire \$233 ;
+  wire \$234 ;
+  wire \$235 ;
+  wire \$236 ;
+  wire \$237 ;
+  wire \$238 ;
+  wire \$239 ;
   wire \$24 ;
-  reg \$240 ;
-  reg [15:0] \$241 ;
-  reg \$242 ;
-  reg \$243 ;
-  reg [15:0] \$244 ;
-  reg \$245 ;
-  reg \$246 ;
-  reg [15:0] \$247 ;
-  reg \$248 ;
-  reg \$249 ;
+  wire \$240 ;
+  wire \$241 ;
+  wire \$242 ;
+  wire \$243 ;
+  wire \$244 ;
+  wire \$245 ;
+  wire \$246 ;
+  wire \$247 ;
+  wire \$248 ;
+  wire \$249 ;
   wire \$25 ;
-  reg [15:0] \$250 ;
-  reg \$251 ;
-  reg \$252 ;
-  reg [15:0] \$253 ;
-  reg \$254 ;
-  reg \$255 ;
-  reg [15:0] \$256 ;
-  reg \$257 ;
-  reg \$258 ;
-  reg [15:0] \$259 ;
+  wire \$250 ;
+  wire \$251 ;
+  wire \$252 ;
+  wire \$253 ;
+  wire \$254 ;
+  wire \$255 ;
+  wire \$256 ;
+  wire \$257 ;
+  wire \$258 ;
+  wire \$259 ;
   wire \$26 ;
-  reg \$260 ;
-  reg \$261 ;
-  reg [15:0] \$262 ;
+  wire \$260 ;
+  wire \$261 ;
+  wire \$262 ;
+  wire \$263 ;
+  wire \$264 ;
+  wire \$265 ;
+  wire \$266 ;
+  wire \$267 ;
+  wire \$268 ;
+  wire \$269 ;
   wire \$27 ;
+  wire \$270 ;
+  wire \$271 ;
+  wire \$272 ;
+  wire \$273 ;
+  wire \$274 ;
+  wire \$275 ;
+  wire \$276 ;
+  wire \$277 ;
+  wire \$278 ;
+  wire \$279 ;
   wire \$28 ;
+  wire \$280 ;
+  wire \$281 ;
+  wire \$282 ;
+  wire \$283 ;
+  wire \$284 ;
+  reg [4:0] \$285 ;
+  reg [4:0] \$286 ;
+  reg [4:0] \$287 ;
+  reg \$288 ;
+  reg \$289 ;
   wire \$29 ;
+  reg [15:0] \$290 ;
+  reg \$291 ;
+  reg \$292 ;
+  reg [15:0] \$293 ;
+  reg \$294 ;
+  reg \$295 ;
+  reg [15:0] \$296 ;
+  reg \$297 ;
+  reg \$298 ;
+  reg [15:0] \$299 ;
   wire \$3 ;
   wire \$30 ;
+  reg \$300 ;
+  reg \$301 ;
+  reg [15:0] \$302 ;
+  reg \$303 ;
+  reg \$304 ;
+  reg [15:0] \$305 ;
+  reg \$306 ;
+  reg \$307 ;
+  reg [15:0] \$308 ;
+  reg \$309 ;
   wire \$31 ;
+  reg \$310 ;
+  reg [15:0] \$311 ;
+  reg \$312 ;
+  reg \$313 ;
+  reg [15:0] \$314 ;
+  reg \$315 ;
+  reg \$316 ;
+  reg [15:0] \$317 ;
+  reg \$318 ;
+  reg \$319 ;
   wire \$32 ;
+  reg [15:0] \$320 ;
+  reg \$321 ;
+  reg \$322 ;
+  reg [15:0] \$323 ;
+  reg \$324 ;
+  reg \$325 ;
+  reg [15:0] \$326 ;
+  reg \$327 ;
+  reg \$328 ;
+  reg [15:0] \$329 ;
   wire \$33 ;
+  reg \$330 ;
+  reg \$331 ;
+  reg [15:0] \$332 ;
+  reg \$333 ;
+  reg \$334 ;
+  reg [15:0] \$335 ;
+  reg \$336 ;
+  reg \$337 ;
+  reg [15:0] \$338 ;
+  reg \$339 ;
   wire \$34 ;
+  reg \$340 ;
+  reg [15:0] \$341 ;
+  reg \$342 ;
+  reg \$343 ;
+  reg [15:0] \$344 ;
+  reg \$345 ;
+  reg \$346 ;
+  reg [15:0] \$347 ;
   wire \$35 ;
   wire \$36 ;
   wire \$37 ;
@@ -32393,11 +32916,7 @@ module \dx1_board.soc.core0.vector$243.sequencer.hazards (rst, push, empty, room
   wire \$4 ;
   wire \$40 ;
   wire \$41 ;
-  wire [4:0] \$418 ;
   wire \$42 ;
-  wire \$420 ;
-  wire [4:0] \$424 ;
-  wire \$426 ;
   wire \$43 ;
   wire \$44 ;
   wire \$45 ;
@@ -32412,7 +32931,11 @@ module \dx1_board.soc.core0.vector$243.sequencer.hazards (rst, push, empty, room
   wire \$53 ;
   wire \$54 ;
   wire \$55 ;
+  wire [5:0] \$553 ;
+  wire \$555 ;
+  wire [5:0] \$559 ;
   wire \$56 ;
+  wire \$561 ;
   wire \$57 ;
   wire \$58 ;
   wire \$59 ;
@@ -32473,6 +32996,11 @@ module \dx1_board.soc.core0.vector$243.sequencer.hazards (rst, push, empty, room
   reg acc12 = 1'h0;
   reg acc13 = 1'h0;
   reg acc14 = 1'h0;
+  reg acc15 = 1'h0;
+  reg acc16 = 1'h0;
+  reg acc17 = 1'h0;
+  reg acc18 = 1'h0;
+  reg acc19 = 1'h0;
   reg acc2 = 1'h0;
   reg acc3 = 1'h0;
   reg acc4 = 1'h0;
@@ -32488,6 +33016,11 @@ module \dx1_board.soc.core0.vector$243.sequencer.hazards (rst, push, empty, room
   reg [15:0] addr12 = 16'h0000;
   reg [15:0] addr13 = 16'h0000;
   reg [15:0] addr14 = 16'h0000;
+  reg [15:0] addr15 = 16'h0000;
+  reg [15:0] addr16 = 16'h0000;
+  reg [15:0] addr17 = 16'h0000;
+  reg [15:0] addr18 = 16'h0000;
+  reg [15:0] addr19 = 16'h0000;
   reg [15:0] addr2 = 16'h0000;
   reg [15:0] addr3 = 16'h0000;
   reg [15:0] addr4 = 16'h0000;
@@ -32504,10 +33037,10 @@ module \dx1_board.soc.core0.vector$243.sequencer.hazards (rst, push, empty, room
   wire b_hit;
   input clk;
   wire clk;
-  reg [3:0] count = 4'h0;
+  reg [4:0] count = 5'h00;
   output empty;
   wire empty;
-  reg [3:0] head = 4'h0;
+  reg [4:0] head = 5'h00;
   input pop;
   wire pop;
   input push;
@@ -32522,7 +33055,7 @@ module \dx1_board.soc.core0.vector$243.sequencer.hazards (rst, push, empty, room
   wire room;
   input rst;
   wire rst;
-  reg [3:0] tail = 4'h0;
+  reg [4:0] tail = 5'h00;
   reg valid0 = 1'h0;
   reg valid1 = 1'h0;
   reg valid10 = 1'h0;
@@ -32530,6 +33063,11 @@ module \dx1_board.soc.core0.vector$243.sequencer.hazards (rst, push, empty, room
   reg valid12 = 1'h0;
   reg valid13 = 1'h0;
   reg valid14 = 1'h0;
+  reg valid15 = 1'h0;
+  reg valid16 = 1'h0;
+  reg valid17 = 1'h0;
+  reg valid18 = 1'h0;
+  reg valid19 = 1'h0;
   reg valid2 = 1'h0;
   reg valid3 = 1'h0;
   reg valid4 = 1'h0;
@@ -32539,7 +33077,7 @@ module \dx1_board.soc.core0.vector$243.sequencer.hazards (rst, push, empty, room
   reg valid8 = 1'h0;
   reg valid9 = 1'h0;
   assign empty = ! count;
-  assign room = count != 4'hf;
+  assign room = count != 5'h14;
   assign \$1  = acc0 == a_acc;
   assign \$2  = valid0 & \$1 ;
   assign \$3  = addr0 == a_addr;
@@ -32613,915 +33151,1225 @@ module \dx1_board.soc.core0.vector$243.sequencer.hazards (rst, push, empty, room
   assign \$72  = valid14 & \$71 ;
   assign \$73  = addr14 == a_addr;
   assign \$74  = \$72  & \$73 ;
-  assign a_hit = \$70  | \$74 ;
-  assign \$75  = acc0 == b_acc;
-  assign \$76  = valid0 & \$75 ;
-  assign \$77  = addr0 == b_addr;
-  assign \$78  = \$76  & \$77 ;
-  assign \$80  = acc1 == b_acc;
-  assign \$81  = valid1 & \$80 ;
-  assign \$82  = addr1 == b_addr;
-  assign \$83  = \$81  & \$82 ;
-  assign \$84  = \$79  | \$83 ;
-  assign \$85  = acc2 == b_acc;
-  assign \$86  = valid2 & \$85 ;
-  assign \$87  = addr2 == b_addr;
-  assign \$88  = \$86  & \$87 ;
-  assign \$89  = \$84  | \$88 ;
-  assign \$90  = acc3 == b_acc;
-  assign \$91  = valid3 & \$90 ;
-  assign \$92  = addr3 == b_addr;
-  assign \$93  = \$91  & \$92 ;
-  assign \$94  = \$89  | \$93 ;
-  assign \$95  = acc4 == b_acc;
-  assign \$96  = valid4 & \$95 ;
-  assign \$97  = addr4 == b_addr;
-  assign \$98  = \$96  & \$97 ;
-  assign \$99  = \$94  | \$98 ;
-  assign \$100  = acc5 == b_acc;
-  assign \$101  = valid5 & \$100 ;
-  assign \$102  = addr5 == b_addr;
+  assign \$75  = \$70  | \$74 ;
+  assign \$76  = acc15 == a_acc;
+  assign \$77  = valid15 & \$76 ;
+  assign \$78  = addr15 == a_addr;
+  assign \$79  = \$77  & \$78 ;
+  assign \$80  = \$75  | \$79 ;
+  assign \$81  = acc16 == a_acc;
+  assign \$82  = valid16 & \$81 ;
+  assign \$83  = addr16 == a_addr;
+  assign \$84  = \$82  & \$83 ;
+  assign \$85  = \$80  | \$84 ;
+  assign \$86  = acc17 == a_acc;
+  assign \$87  = valid17 & \$86 ;
+  assign \$88  = addr17 == a_addr;
+  assign \$89  = \$87  & \$88 ;
+  assign \$90  = \$85  | \$89 ;
+  assign \$91  = acc18 == a_acc;
+  assign \$92  = valid18 & \$91 ;
+  assign \$93  = addr18 == a_addr;
+  assign \$94  = \$92  & \$93 ;
+  assign \$95  = \$90  | \$94 ;
+  assign \$96  = acc19 == a_acc;
+  assign \$97  = valid19 & \$96 ;
+  assign \$98  = addr19 == a_addr;
+  assign \$99  = \$97  & \$98 ;
+  assign a_hit = \$95  | \$99 ;
+  assign \$100  = acc0 == b_acc;
+  assign \$101  = valid0 & \$100 ;
+  assign \$102  = addr0 == b_addr;
   assign \$103  = \$101  & \$102 ;
-  assign \$104  = \$99  | \$103 ;
-  assign \$105  = acc6 == b_acc;
-  assign \$106  = valid6 & \$105 ;
-  assign \$107  = addr6 == b_addr;
+  assign \$105  = acc1 == b_acc;
+  assign \$106  = valid1 & \$105 ;
+  assign \$107  = addr1 == b_addr;
   assign \$108  = \$106  & \$107 ;
   assign \$109  = \$104  | \$108 ;
-  assign \$110  = acc7 == b_acc;
-  assign \$111  = valid7 & \$110 ;
-  assign \$112  = addr7 == b_addr;
+  assign \$110  = acc2 == b_acc;
+  assign \$111  = valid2 & \$110 ;
+  assign \$112  = addr2 == b_addr;
   assign \$113  = \$111  & \$112 ;
   assign \$114  = \$109  | \$113 ;
-  assign \$115  = acc8 == b_acc;
-  assign \$116  = valid8 & \$115 ;
-  assign \$117  = addr8 == b_addr;
+  assign \$115  = acc3 == b_acc;
+  assign \$116  = valid3 & \$115 ;
+  assign \$117  = addr3 == b_addr;
   assign \$118  = \$116  & \$117 ;
   assign \$119  = \$114  | \$118 ;
-  assign \$120  = acc9 == b_acc;
-  assign \$121  = valid9 & \$120 ;
-  assign \$122  = addr9 == b_addr;
+  assign \$120  = acc4 == b_acc;
+  assign \$121  = valid4 & \$120 ;
+  assign \$122  = addr4 == b_addr;
   assign \$123  = \$121  & \$122 ;
   assign \$124  = \$119  | \$123 ;
-  assign \$125  = acc10 == b_acc;
-  assign \$126  = valid10 & \$125 ;
-  assign \$127  = addr10 == b_addr;
+  assign \$125  = acc5 == b_acc;
+  assign \$126  = valid5 & \$125 ;
+  assign \$127  = addr5 == b_addr;
   assign \$128  = \$126  & \$127 ;
   assign \$129  = \$124  | \$128 ;
-  assign \$130  = acc11 == b_acc;
-  assign \$131  = valid11 & \$130 ;
-  assign \$132  = addr11 == b_addr;
+  assign \$130  = acc6 == b_acc;
+  assign \$131  = valid6 & \$130 ;
+  assign \$132  = addr6 == b_addr;
   assign \$133  = \$131  & \$132 ;
   assign \$134  = \$129  | \$133 ;
-  assign \$135  = acc12 == b_acc;
-  assign \$136  = valid12 & \$135 ;
-  assign \$137  = addr12 == b_addr;
+  assign \$135  = acc7 == b_acc;
+  assign \$136  = valid7 & \$135 ;
+  assign \$137  = addr7 == b_addr;
   assign \$138  = \$136  & \$137 ;
   assign \$139  = \$134  | \$138 ;
-  assign \$140  = acc13 == b_acc;
-  assign \$141  = valid13 & \$140 ;
-  assign \$142  = addr13 == b_addr;
+  assign \$140  = acc8 == b_acc;
+  assign \$141  = valid8 & \$140 ;
+  assign \$142  = addr8 == b_addr;
   assign \$143  = \$141  & \$142 ;
   assign \$144  = \$139  | \$143 ;
-  assign \$145  = acc14 == b_acc;
-  assign \$146  = valid14 & \$145 ;
-  assign \$147  = addr14 == b_addr;
+  assign \$145  = acc9 == b_acc;
+  assign \$146  = valid9 & \$145 ;
+  assign \$147  = addr9 == b_addr;
   assign \$148  = \$146  & \$147 ;
-  assign b_hit = \$144  | \$148 ;
-  assign \$149  = count + push;
-  assign \$150  = \$149  - pop;
-  assign \$151  = tail + 1'h1;
-  assign \$418  = \$151  % 4'hf;
-  assign \$153  = head + 1'h1;
-  assign \$424  = \$153  % 4'hf;
-  assign \$155  = ! head;
-  assign \$156  = pop & \$155 ;
-  assign \$157  = ! tail;
-  assign \$158  = push & \$157 ;
-  assign \$159  = head == 1'h1;
-  assign \$160  = pop & \$159 ;
-  assign \$161  = tail == 1'h1;
-  assign \$162  = push & \$161 ;
-  assign \$163  = head == 2'h2;
-  assign \$164  = pop & \$163 ;
-  assign \$165  = tail == 2'h2;
-  assign \$166  = push & \$165 ;
-  assign \$167  = head == 2'h3;
-  assign \$168  = pop & \$167 ;
-  assign \$169  = tail == 2'h3;
-  assign \$170  = push & \$169 ;
-  assign \$171  = head == 3'h4;
-  assign \$172  = pop & \$171 ;
-  assign \$173  = tail == 3'h4;
-  assign \$174  = push & \$173 ;
-  assign \$175  = head == 3'h5;
-  assign \$176  = pop & \$175 ;
-  assign \$177  = tail == 3'h5;
-  assign \$178  = push & \$177 ;
-  assign \$179  = head == 3'h6;
-  assign \$180  = pop & \$179 ;
-  assign \$181  = tail == 3'h6;
-  assign \$182  = push & \$181 ;
-  assign \$183  = head == 3'h7;
-  assign \$184  = pop & \$183 ;
-  assign \$185  = tail == 3'h7;
-  assign \$186  = push & \$185 ;
-  assign \$187  = head == 4'h8;
-  assign \$188  = pop & \$187 ;
-  assign \$189  = tail == 4'h8;
-  assign \$190  = push & \$189 ;
-  assign \$191  = head == 4'h9;
-  assign \$192  = pop & \$191 ;
-  assign \$193  = tail == 4'h9;
-  assign \$194  = push & \$193 ;
-  assign \$195  = head == 4'ha;
-  assign \$196  = pop & \$195 ;
-  assign \$197  = tail == 4'ha;
-  assign \$198  = push & \$197 ;
-  assign \$199  = head == 4'hb;
-  assign \$200  = pop & \$199 ;
-  assign \$201  = tail == 4'hb;
-  assign \$202  = push & \$201 ;
-  assign \$203  = head == 4'hc;
-  assign \$204  = pop & \$203 ;
-  assign \$205  = tail == 4'hc;
-  assign \$206  = push & \$205 ;
-  assign \$207  = head == 4'hd;
-  assign \$208  = pop & \$207 ;
-  assign \$209  = tail == 4'hd;
-  assign \$210  = push & \$209 ;
-  assign \$211  = head == 4'he;
-  assign \$212  = pop & \$211 ;
-  assign \$213  = tail == 4'he;
-  assign \$214  = push & \$213 ;
+  assign \$149  = \$144  | \$148 ;
+  assign \$150  = acc10 == b_acc;
+  assign \$151  = valid10 & \$150 ;
+  assign \$152  = addr10 == b_addr;
+  assign \$153  = \$151  & \$152 ;
+  assign \$154  = \$149  | \$153 ;
+  assign \$155  = acc11 == b_acc;
+  assign \$156  = valid11 & \$155 ;
+  assign \$157  = addr11 == b_addr;
+  assign \$158  = \$156  & \$157 ;
+  assign \$159  = \$154  | \$158 ;
+  assign \$160  = acc12 == b_acc;
+  assign \$161  = valid12 & \$160 ;
+  assign \$162  = addr12 == b_addr;
+  assign \$163  = \$161  & \$162 ;
+  assign \$164  = \$159  | \$163 ;
+  assign \$165  = acc13 == b_acc;
+  assign \$166  = valid13 & \$165 ;
+  assign \$167  = addr13 == b_addr;
+  assign \$168  = \$166  & \$167 ;
+  assign \$169  = \$164  | \$168 ;
+  assign \$170  = acc14 == b_acc;
+  assign \$171  = valid14 & \$170 ;
+  assign \$172  = addr14 == b_addr;
+  assign \$173  = \$171  & \$172 ;
+  assign \$174  = \$169  | \$173 ;
+  assign \$175  = acc15 == b_acc;
+  assign \$176  = valid15 & \$175 ;
+  assign \$177  = addr15 == b_addr;
+  assign \$178  = \$176  & \$177 ;
+  assign \$179  = \$174  | \$178 ;
+  assign \$180  = acc16 == b_acc;
+  assign \$181  = valid16 & \$180 ;
+  assign \$182  = addr16 == b_addr;
+  assign \$183  = \$181  & \$182 ;
+  assign \$184  = \$179  | \$183 ;
+  assign \$185  = acc17 == b_acc;
+  assign \$186  = valid17 & \$185 ;
+  assign \$187  = addr17 == b_addr;
+  assign \$188  = \$186  & \$187 ;
+  assign \$189  = \$184  | \$188 ;
+  assign \$190  = acc18 == b_acc;
+  assign \$191  = valid18 & \$190 ;
+  assign \$192  = addr18 == b_addr;
+  assign \$193  = \$191  & \$192 ;
+  assign \$194  = \$189  | \$193 ;
+  assign \$195  = acc19 == b_acc;
+  assign \$196  = valid19 & \$195 ;
+  assign \$197  = addr19 == b_addr;
+  assign \$198  = \$196  & \$197 ;
+  assign b_hit = \$194  | \$198 ;
+  assign \$199  = count + push;
+  assign \$200  = \$199  - pop;
+  assign \$201  = tail + 1'h1;
+  assign \$553  = \$201  % 5'h14;
+  assign \$203  = head + 1'h1;
+  assign \$559  = \$203  % 5'h14;
+  assign \$205  = ! head;
+  assign \$206  = pop & \$205 ;
+  assign \$207  = ! tail;
+  assign \$208  = push & \$207 ;
+  assign \$209  = head == 1'h1;
+  assign \$210  = pop & \$209 ;
+  assign \$211  = tail == 1'h1;
+  assign \$212  = push & \$211 ;
+  assign \$213  = head == 2'h2;
+  assign \$214  = pop & \$213 ;
+  assign \$215  = tail == 2'h2;
+  assign \$216  = push & \$215 ;
+  assign \$217  = head == 2'h3;
+  assign \$218  = pop & \$217 ;
+  assign \$219  = tail == 2'h3;
+  assign \$220  = push & \$219 ;
+  assign \$221  = head == 3'h4;
+  assign \$222  = pop & \$221 ;
+  assign \$223  = tail == 3'h4;
+  assign \$224  = push & \$223 ;
+  assign \$225  = head == 3'h5;
+  assign \$226  = pop & \$225 ;
+  assign \$227  = tail == 3'h5;
+  assign \$228  = push & \$227 ;
+  assign \$229  = head == 3'h6;
+  assign \$230  = pop & \$229 ;
+  assign \$231  = tail == 3'h6;
+  assign \$232  = push & \$231 ;
+  assign \$233  = head == 3'h7;
+  assign \$234  = pop & \$233 ;
+  assign \$235  = tail == 3'h7;
+  assign \$236  = push & \$235 ;
+  assign \$237  = head == 4'h8;
+  assign \$238  = pop & \$237 ;
+  assign \$239  = tail == 4'h8;
+  assign \$240  = push & \$239 ;
+  assign \$241  = head == 4'h9;
+  assign \$242  = pop & \$241 ;
+  assign \$243  = tail == 4'h9;
+  assign \$244  = push & \$243 ;
+  assign \$245  = head == 4'ha;
+  assign \$246  = pop & \$245 ;
+  assign \$247  = tail == 4'ha;
+  assign \$248  = push & \$247 ;
+  assign \$249  = head == 4'hb;
+  assign \$250  = pop & \$249 ;
+  assign \$251  = tail == 4'hb;
+  assign \$252  = push & \$251 ;
+  assign \$253  = head == 4'hc;
+  assign \$254  = pop & \$253 ;
+  assign \$255  = tail == 4'hc;
+  assign \$256  = push & \$255 ;
+  assign \$257  = head == 4'hd;
+  assign \$258  = pop & \$257 ;
+  assign \$259  = tail == 4'hd;
+  assign \$260  = push & \$259 ;
+  assign \$261  = head == 4'he;
+  assign \$262  = pop & \$261 ;
+  assign \$263  = tail == 4'he;
+  assign \$264  = push & \$263 ;
+  assign \$265  = head == 4'hf;
+  assign \$266  = pop & \$265 ;
+  assign \$267  = tail == 4'hf;
+  assign \$268  = push & \$267 ;
+  assign \$269  = head == 5'h10;
+  assign \$270  = pop & \$269 ;
+  assign \$271  = tail == 5'h10;
+  assign \$272  = push & \$271 ;
+  assign \$273  = head == 5'h11;
+  assign \$274  = pop & \$273 ;
+  assign \$275  = tail == 5'h11;
+  assign \$276  = push & \$275 ;
+  assign \$277  = head == 5'h12;
+  assign \$278  = pop & \$277 ;
+  assign \$279  = tail == 5'h12;
+  assign \$280  = push & \$279 ;
+  assign \$281  = head == 5'h13;
+  assign \$282  = pop & \$281 ;
+  assign \$283  = tail == 5'h13;
+  assign \$284  = push & \$283 ;
   always @(posedge clk)
-    count <= \$215 ;
+    count <= \$285 ;
   always @(posedge clk)
-    tail <= \$216 ;
+    tail <= \$286 ;
   always @(posedge clk)
-    head <= \$217 ;
+    head <= \$287 ;
   always @(posedge clk)
-    valid0 <= \$218 ;
+    valid0 <= \$288 ;
   always @(posedge clk)
-    acc0 <= \$219 ;
+    acc0 <= \$289 ;
   always @(posedge clk)
-    addr0 <= \$220 ;
+    addr0 <= \$290 ;
   always @(posedge clk)
-    valid1 <= \$221 ;
+    valid1 <= \$291 ;
   always @(posedge clk)
-    acc1 <= \$222 ;
+    acc1 <= \$292 ;
   always @(posedge clk)
-    addr1 <= \$223 ;
+    addr1 <= \$293 ;
   always @(posedge clk)
-    valid2 <= \$224 ;
+    valid2 <= \$294 ;
   always @(posedge clk)
-    acc2 <= \$225 ;
+    acc2 <= \$295 ;
   always @(posedge clk)
-    addr2 <= \$226 ;
+    addr2 <= \$296 ;
   always @(posedge clk)
-    valid3 <= \$227 ;
+    valid3 <= \$297 ;
   always @(posedge clk)
-    acc3 <= \$228 ;
+    acc3 <= \$298 ;
   always @(posedge clk)
-    addr3 <= \$229 ;
+    addr3 <= \$299 ;
   always @(posedge clk)
-    valid4 <= \$230 ;
+    valid4 <= \$300 ;
   always @(posedge clk)
-    acc4 <= \$231 ;
+    acc4 <= \$301 ;
   always @(posedge clk)
-    addr4 <= \$232 ;
+    addr4 <= \$302 ;
   always @(posedge clk)
-    valid5 <= \$233 ;
+    valid5 <= \$303 ;
   always @(posedge clk)
-    acc5 <= \$234 ;
+    acc5 <= \$304 ;
   always @(posedge clk)
-    addr5 <= \$235 ;
+    addr5 <= \$305 ;
   always @(posedge clk)
-    valid6 <= \$236 ;
+    valid6 <= \$306 ;
   always @(posedge clk)
-    acc6 <= \$237 ;
+    acc6 <= \$307 ;
   always @(posedge clk)
-    addr6 <= \$238 ;
+    addr6 <= \$308 ;
   always @(posedge clk)
-    valid7 <= \$239 ;
+    valid7 <= \$309 ;
   always @(posedge clk)
-    acc7 <= \$240 ;
+    acc7 <= \$310 ;
   always @(posedge clk)
-    addr7 <= \$241 ;
+    addr7 <= \$311 ;
   always @(posedge clk)
-    valid8 <= \$242 ;
+    valid8 <= \$312 ;
   always @(posedge clk)
-    acc8 <= \$243 ;
+    acc8 <= \$313 ;
   always @(posedge clk)
-    addr8 <= \$244 ;
+    addr8 <= \$314 ;
   always @(posedge clk)
-    valid9 <= \$245 ;
+    valid9 <= \$315 ;
   always @(posedge clk)
-    acc9 <= \$246 ;
+    acc9 <= \$316 ;
   always @(posedge clk)
-    addr9 <= \$247 ;
+    addr9 <= \$317 ;
   always @(posedge clk)
-    valid10 <= \$248 ;
+    valid10 <= \$318 ;
   always @(posedge clk)
-    acc10 <= \$249 ;
+    acc10 <= \$319 ;
   always @(posedge clk)
-    addr10 <= \$250 ;
+    addr10 <= \$320 ;
   always @(posedge clk)
-    valid11 <= \$251 ;
+    valid11 <= \$321 ;
   always @(posedge clk)
-    acc11 <= \$252 ;
+    acc11 <= \$322 ;
   always @(posedge clk)
-    addr11 <= \$253 ;
+    addr11 <= \$323 ;
   always @(posedge clk)
-    valid12 <= \$254 ;
+    valid12 <= \$324 ;
   always @(posedge clk)
-    acc12 <= \$255 ;
+    acc12 <= \$325 ;
   always @(posedge clk)
-    addr12 <= \$256 ;
+    addr12 <= \$326 ;
   always @(posedge clk)
-    valid13 <= \$257 ;
+    valid13 <= \$327 ;
   always @(posedge clk)
-    acc13 <= \$258 ;
+    acc13 <= \$328 ;
   always @(posedge clk)
-    addr13 <= \$259 ;
+    addr13 <= \$329 ;
   always @(posedge clk)
-    valid14 <= \$260 ;
+    valid14 <= \$330 ;
   always @(posedge clk)
-    acc14 <= \$261 ;
+    acc14 <= \$331 ;
   always @(posedge clk)
-    addr14 <= \$262 ;
+    addr14 <= \$332 ;
+  always @(posedge clk)
+    valid15 <= \$333 ;
+  always @(posedge clk)
+    acc15 <= \$334 ;
+  always @(posedge clk)
+    addr15 <= \$335 ;
+  always @(posedge clk)
+    valid16 <= \$336 ;
+  always @(posedge clk)
+    acc16 <= \$337 ;
+  always @(posedge clk)
+    addr16 <= \$338 ;
+  always @(posedge clk)
+    valid17 <= \$339 ;
+  always @(posedge clk)
+    acc17 <= \$340 ;
+  always @(posedge clk)
+    addr17 <= \$341 ;
+  always @(posedge clk)
+    valid18 <= \$342 ;
+  always @(posedge clk)
+    acc18 <= \$343 ;
+  always @(posedge clk)
+    addr18 <= \$344 ;
+  always @(posedge clk)
+    valid19 <= \$345 ;
+  always @(posedge clk)
+    acc19 <= \$346 ;
+  always @(posedge clk)
+    addr19 <= \$347 ;
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
-    \$215  = \$150 [3:0];
+    \$285  = \$200 [4:0];
     if (reset_units) begin
-      \$215  = 4'h0;
+      \$285  = 5'h00;
     end
     if (rst) begin
-      \$215  = 4'h0;
+      \$285  = 5'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
-    \$216  = tail;
+    \$286  = tail;
     if (push) begin
-      \$216  = \$152 [3:0];
+      \$286  = \$202 [4:0];
     end
     if (reset_units) begin
-      \$216  = 4'h0;
+      \$286  = 5'h00;
     end
     if (rst) begin
-      \$216  = 4'h0;
+      \$286  = 5'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
-    \$217  = head;
+    \$287  = head;
     if (pop) begin
-      \$217  = \$154 [3:0];
+      \$287  = \$204 [4:0];
     end
     if (reset_units) begin
-      \$217  = 4'h0;
+      \$287  = 5'h00;
     end
     if (rst) begin
-      \$217  = 4'h0;
+      \$287  = 5'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
-    \$218  = valid0;
-    if (\$156 ) begin
-      \$218  = 1'h0;
-    end
-    if (\$158 ) begin
-      \$218  = 1'h1;
-    end
-    if (reset_units) begin
-      \$218  = 1'h0;
-    end
-    if (rst) begin
-      \$218  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
-    \$219  = acc0;
-    if (\$158 ) begin
-      \$219  = push_acc;
-    end
-    if (reset_units) begin
-      \$219  = 1'h0;
-    end
-    if (rst) begin
-      \$219  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
-    \$220  = addr0;
-    if (\$158 ) begin
-      \$220  = push_addr;
-    end
-    if (reset_units) begin
-      \$220  = 16'h0000;
-    end
-    if (rst) begin
-      \$220  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
-    \$221  = valid1;
-    if (\$160 ) begin
-      \$221  = 1'h0;
-    end
-    if (\$162 ) begin
-      \$221  = 1'h1;
-    end
-    if (reset_units) begin
-      \$221  = 1'h0;
-    end
-    if (rst) begin
-      \$221  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
-    \$222  = acc1;
-    if (\$162 ) begin
-      \$222  = push_acc;
-    end
-    if (reset_units) begin
-      \$222  = 1'h0;
-    end
-    if (rst) begin
-      \$222  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
-    \$223  = addr1;
-    if (\$162 ) begin
-      \$223  = push_addr;
-    end
-    if (reset_units) begin
-      \$223  = 16'h0000;
-    end
-    if (rst) begin
-      \$223  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
-    \$224  = valid2;
-    if (\$164 ) begin
-      \$224  = 1'h0;
-    end
-    if (\$166 ) begin
-      \$224  = 1'h1;
-    end
-    if (reset_units) begin
-      \$224  = 1'h0;
-    end
-    if (rst) begin
-      \$224  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
-    \$225  = acc2;
-    if (\$166 ) begin
-      \$225  = push_acc;
-    end
-    if (reset_units) begin
-      \$225  = 1'h0;
-    end
-    if (rst) begin
-      \$225  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
-    \$226  = addr2;
-    if (\$166 ) begin
-      \$226  = push_addr;
-    end
-    if (reset_units) begin
-      \$226  = 16'h0000;
-    end
-    if (rst) begin
-      \$226  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
-    \$227  = valid3;
-    if (\$168 ) begin
-      \$227  = 1'h0;
-    end
-    if (\$170 ) begin
-      \$227  = 1'h1;
-    end
-    if (reset_units) begin
-      \$227  = 1'h0;
-    end
-    if (rst) begin
-      \$227  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
-    \$228  = acc3;
-    if (\$170 ) begin
-      \$228  = push_acc;
-    end
-    if (reset_units) begin
-      \$228  = 1'h0;
-    end
-    if (rst) begin
-      \$228  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
-    \$229  = addr3;
-    if (\$170 ) begin
-      \$229  = push_addr;
-    end
-    if (reset_units) begin
-      \$229  = 16'h0000;
-    end
-    if (rst) begin
-      \$229  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
-    \$230  = valid4;
-    if (\$172 ) begin
-      \$230  = 1'h0;
-    end
-    if (\$174 ) begin
-      \$230  = 1'h1;
-    end
-    if (reset_units) begin
-      \$230  = 1'h0;
-    end
-    if (rst) begin
-      \$230  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
-    \$231  = acc4;
-    if (\$174 ) begin
-      \$231  = push_acc;
-    end
-    if (reset_units) begin
-      \$231  = 1'h0;
-    end
-    if (rst) begin
-      \$231  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
-    \$232  = addr4;
-    if (\$174 ) begin
-      \$232  = push_addr;
-    end
-    if (reset_units) begin
-      \$232  = 16'h0000;
-    end
-    if (rst) begin
-      \$232  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
-    \$233  = valid5;
-    if (\$176 ) begin
-      \$233  = 1'h0;
-    end
-    if (\$178 ) begin
-      \$233  = 1'h1;
-    end
-    if (reset_units) begin
-      \$233  = 1'h0;
-    end
-    if (rst) begin
-      \$233  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
-    \$234  = acc5;
-    if (\$178 ) begin
-      \$234  = push_acc;
-    end
-    if (reset_units) begin
-      \$234  = 1'h0;
-    end
-    if (rst) begin
-      \$234  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
-    \$235  = addr5;
-    if (\$178 ) begin
-      \$235  = push_addr;
-    end
-    if (reset_units) begin
-      \$235  = 16'h0000;
-    end
-    if (rst) begin
-      \$235  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
-    \$236  = valid6;
-    if (\$180 ) begin
-      \$236  = 1'h0;
-    end
-    if (\$182 ) begin
-      \$236  = 1'h1;
-    end
-    if (reset_units) begin
-      \$236  = 1'h0;
-    end
-    if (rst) begin
-      \$236  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
-    \$237  = acc6;
-    if (\$182 ) begin
-      \$237  = push_acc;
-    end
-    if (reset_units) begin
-      \$237  = 1'h0;
-    end
-    if (rst) begin
-      \$237  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
-    \$238  = addr6;
-    if (\$182 ) begin
-      \$238  = push_addr;
-    end
-    if (reset_units) begin
-      \$238  = 16'h0000;
-    end
-    if (rst) begin
-      \$238  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
-    \$239  = valid7;
-    if (\$184 ) begin
-      \$239  = 1'h0;
-    end
-    if (\$186 ) begin
-      \$239  = 1'h1;
-    end
-    if (reset_units) begin
-      \$239  = 1'h0;
-    end
-    if (rst) begin
-      \$239  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
-    \$240  = acc7;
-    if (\$186 ) begin
-      \$240  = push_acc;
-    end
-    if (reset_units) begin
-      \$240  = 1'h0;
-    end
-    if (rst) begin
-      \$240  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
-    \$241  = addr7;
-    if (\$186 ) begin
-      \$241  = push_addr;
-    end
-    if (reset_units) begin
-      \$241  = 16'h0000;
-    end
-    if (rst) begin
-      \$241  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
-    \$242  = valid8;
-    if (\$188 ) begin
-      \$242  = 1'h0;
-    end
-    if (\$190 ) begin
-      \$242  = 1'h1;
-    end
-    if (reset_units) begin
-      \$242  = 1'h0;
-    end
-    if (rst) begin
-      \$242  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
-    \$243  = acc8;
-    if (\$190 ) begin
-      \$243  = push_acc;
-    end
-    if (reset_units) begin
-      \$243  = 1'h0;
-    end
-    if (rst) begin
-      \$243  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
-    \$244  = addr8;
-    if (\$190 ) begin
-      \$244  = push_addr;
-    end
-    if (reset_units) begin
-      \$244  = 16'h0000;
-    end
-    if (rst) begin
-      \$244  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
-    \$245  = valid9;
-    if (\$192 ) begin
-      \$245  = 1'h0;
-    end
-    if (\$194 ) begin
-      \$245  = 1'h1;
-    end
-    if (reset_units) begin
-      \$245  = 1'h0;
-    end
-    if (rst) begin
-      \$245  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
-    \$246  = acc9;
-    if (\$194 ) begin
-      \$246  = push_acc;
-    end
-    if (reset_units) begin
-      \$246  = 1'h0;
-    end
-    if (rst) begin
-      \$246  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
-    \$247  = addr9;
-    if (\$194 ) begin
-      \$247  = push_addr;
-    end
-    if (reset_units) begin
-      \$247  = 16'h0000;
-    end
-    if (rst) begin
-      \$247  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
-    \$248  = valid10;
-    if (\$196 ) begin
-      \$248  = 1'h0;
-    end
-    if (\$198 ) begin
-      \$248  = 1'h1;
-    end
-    if (reset_units) begin
-      \$248  = 1'h0;
-    end
-    if (rst) begin
-      \$248  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
-    \$249  = acc10;
-    if (\$198 ) begin
-      \$249  = push_acc;
-    end
-    if (reset_units) begin
-      \$249  = 1'h0;
-    end
-    if (rst) begin
-      \$249  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
-    \$250  = addr10;
-    if (\$198 ) begin
-      \$250  = push_addr;
-    end
-    if (reset_units) begin
-      \$250  = 16'h0000;
-    end
-    if (rst) begin
-      \$250  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
-    \$251  = valid11;
-    if (\$200 ) begin
-      \$251  = 1'h0;
-    end
-    if (\$202 ) begin
-      \$251  = 1'h1;
-    end
-    if (reset_units) begin
-      \$251  = 1'h0;
-    end
-    if (rst) begin
-      \$251  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
-    \$252  = acc11;
-    if (\$202 ) begin
-      \$252  = push_acc;
-    end
-    if (reset_units) begin
-      \$252  = 1'h0;
-    end
-    if (rst) begin
-      \$252  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
-    \$253  = addr11;
-    if (\$202 ) begin
-      \$253  = push_addr;
-    end
-    if (reset_units) begin
-      \$253  = 16'h0000;
-    end
-    if (rst) begin
-      \$253  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
-    \$254  = valid12;
-    if (\$204 ) begin
-      \$254  = 1'h0;
-    end
+    \$288  = valid0;
     if (\$206 ) begin
-      \$254  = 1'h1;
+      \$288  = 1'h0;
     end
-    if (reset_units) begin
-      \$254  = 1'h0;
-    end
-    if (rst) begin
-      \$254  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
-    \$255  = acc12;
-    if (\$206 ) begin
-      \$255  = push_acc;
-    end
-    if (reset_units) begin
-      \$255  = 1'h0;
-    end
-    if (rst) begin
-      \$255  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
-    \$256  = addr12;
-    if (\$206 ) begin
-      \$256  = push_addr;
-    end
-    if (reset_units) begin
-      \$256  = 16'h0000;
-    end
-    if (rst) begin
-      \$256  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
-    \$257  = valid13;
     if (\$208 ) begin
-      \$257  = 1'h0;
-    end
-    if (\$210 ) begin
-      \$257  = 1'h1;
+      \$288  = 1'h1;
     end
     if (reset_units) begin
-      \$257  = 1'h0;
+      \$288  = 1'h0;
     end
     if (rst) begin
-      \$257  = 1'h0;
+      \$288  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
-    \$258  = acc13;
-    if (\$210 ) begin
-      \$258  = push_acc;
+    \$289  = acc0;
+    if (\$208 ) begin
+      \$289  = push_acc;
     end
     if (reset_units) begin
-      \$258  = 1'h0;
+      \$289  = 1'h0;
     end
     if (rst) begin
-      \$258  = 1'h0;
+      \$289  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
-    \$259  = addr13;
-    if (\$210 ) begin
-      \$259  = push_addr;
+    \$290  = addr0;
+    if (\$208 ) begin
+      \$290  = push_addr;
     end
     if (reset_units) begin
-      \$259  = 16'h0000;
+      \$290  = 16'h0000;
     end
     if (rst) begin
-      \$259  = 16'h0000;
+      \$290  = 16'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
-    \$260  = valid14;
+    \$291  = valid1;
+    if (\$210 ) begin
+      \$291  = 1'h0;
+    end
     if (\$212 ) begin
-      \$260  = 1'h0;
-    end
-    if (\$214 ) begin
-      \$260  = 1'h1;
+      \$291  = 1'h1;
     end
     if (reset_units) begin
-      \$260  = 1'h0;
+      \$291  = 1'h0;
     end
     if (rst) begin
-      \$260  = 1'h0;
+      \$291  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
-    \$261  = acc14;
-    if (\$214 ) begin
-      \$261  = push_acc;
+    \$292  = acc1;
+    if (\$212 ) begin
+      \$292  = push_acc;
     end
     if (reset_units) begin
-      \$261  = 1'h0;
+      \$292  = 1'h0;
     end
     if (rst) begin
-      \$261  = 1'h0;
+      \$292  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
-    \$262  = addr14;
-    if (\$214 ) begin
-      \$262  = push_addr;
+    \$293  = addr1;
+    if (\$212 ) begin
+      \$293  = push_addr;
     end
     if (reset_units) begin
-      \$262  = 16'h0000;
+      \$293  = 16'h0000;
     end
     if (rst) begin
-      \$262  = 16'h0000;
+      \$293  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    \$294  = valid2;
+    if (\$214 ) begin
+      \$294  = 1'h0;
+    end
+    if (\$216 ) begin
+      \$294  = 1'h1;
+    end
+    if (reset_units) begin
+      \$294  = 1'h0;
+    end
+    if (rst) begin
+      \$294  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    \$295  = acc2;
+    if (\$216 ) begin
+      \$295  = push_acc;
+    end
+    if (reset_units) begin
+      \$295  = 1'h0;
+    end
+    if (rst) begin
+      \$295  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    \$296  = addr2;
+    if (\$216 ) begin
+      \$296  = push_addr;
+    end
+    if (reset_units) begin
+      \$296  = 16'h0000;
+    end
+    if (rst) begin
+      \$296  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    \$297  = valid3;
+    if (\$218 ) begin
+      \$297  = 1'h0;
+    end
+    if (\$220 ) begin
+      \$297  = 1'h1;
+    end
+    if (reset_units) begin
+      \$297  = 1'h0;
+    end
+    if (rst) begin
+      \$297  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    \$298  = acc3;
+    if (\$220 ) begin
+      \$298  = push_acc;
+    end
+    if (reset_units) begin
+      \$298  = 1'h0;
+    end
+    if (rst) begin
+      \$298  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    \$299  = addr3;
+    if (\$220 ) begin
+      \$299  = push_addr;
+    end
+    if (reset_units) begin
+      \$299  = 16'h0000;
+    end
+    if (rst) begin
+      \$299  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    \$300  = valid4;
+    if (\$222 ) begin
+      \$300  = 1'h0;
+    end
+    if (\$224 ) begin
+      \$300  = 1'h1;
+    end
+    if (reset_units) begin
+      \$300  = 1'h0;
+    end
+    if (rst) begin
+      \$300  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    \$301  = acc4;
+    if (\$224 ) begin
+      \$301  = push_acc;
+    end
+    if (reset_units) begin
+      \$301  = 1'h0;
+    end
+    if (rst) begin
+      \$301  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    \$302  = addr4;
+    if (\$224 ) begin
+      \$302  = push_addr;
+    end
+    if (reset_units) begin
+      \$302  = 16'h0000;
+    end
+    if (rst) begin
+      \$302  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    \$303  = valid5;
+    if (\$226 ) begin
+      \$303  = 1'h0;
+    end
+    if (\$228 ) begin
+      \$303  = 1'h1;
+    end
+    if (reset_units) begin
+      \$303  = 1'h0;
+    end
+    if (rst) begin
+      \$303  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    \$304  = acc5;
+    if (\$228 ) begin
+      \$304  = push_acc;
+    end
+    if (reset_units) begin
+      \$304  = 1'h0;
+    end
+    if (rst) begin
+      \$304  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    \$305  = addr5;
+    if (\$228 ) begin
+      \$305  = push_addr;
+    end
+    if (reset_units) begin
+      \$305  = 16'h0000;
+    end
+    if (rst) begin
+      \$305  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    \$306  = valid6;
+    if (\$230 ) begin
+      \$306  = 1'h0;
+    end
+    if (\$232 ) begin
+      \$306  = 1'h1;
+    end
+    if (reset_units) begin
+      \$306  = 1'h0;
+    end
+    if (rst) begin
+      \$306  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    \$307  = acc6;
+    if (\$232 ) begin
+      \$307  = push_acc;
+    end
+    if (reset_units) begin
+      \$307  = 1'h0;
+    end
+    if (rst) begin
+      \$307  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    \$308  = addr6;
+    if (\$232 ) begin
+      \$308  = push_addr;
+    end
+    if (reset_units) begin
+      \$308  = 16'h0000;
+    end
+    if (rst) begin
+      \$308  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    \$309  = valid7;
+    if (\$234 ) begin
+      \$309  = 1'h0;
+    end
+    if (\$236 ) begin
+      \$309  = 1'h1;
+    end
+    if (reset_units) begin
+      \$309  = 1'h0;
+    end
+    if (rst) begin
+      \$309  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    \$310  = acc7;
+    if (\$236 ) begin
+      \$310  = push_acc;
+    end
+    if (reset_units) begin
+      \$310  = 1'h0;
+    end
+    if (rst) begin
+      \$310  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    \$311  = addr7;
+    if (\$236 ) begin
+      \$311  = push_addr;
+    end
+    if (reset_units) begin
+      \$311  = 16'h0000;
+    end
+    if (rst) begin
+      \$311  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    \$312  = valid8;
+    if (\$238 ) begin
+      \$312  = 1'h0;
+    end
+    if (\$240 ) begin
+      \$312  = 1'h1;
+    end
+    if (reset_units) begin
+      \$312  = 1'h0;
+    end
+    if (rst) begin
+      \$312  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    \$313  = acc8;
+    if (\$240 ) begin
+      \$313  = push_acc;
+    end
+    if (reset_units) begin
+      \$313  = 1'h0;
+    end
+    if (rst) begin
+      \$313  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    \$314  = addr8;
+    if (\$240 ) begin
+      \$314  = push_addr;
+    end
+    if (reset_units) begin
+      \$314  = 16'h0000;
+    end
+    if (rst) begin
+      \$314  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    \$315  = valid9;
+    if (\$242 ) begin
+      \$315  = 1'h0;
+    end
+    if (\$244 ) begin
+      \$315  = 1'h1;
+    end
+    if (reset_units) begin
+      \$315  = 1'h0;
+    end
+    if (rst) begin
+      \$315  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    \$316  = acc9;
+    if (\$244 ) begin
+      \$316  = push_acc;
+    end
+    if (reset_units) begin
+      \$316  = 1'h0;
+    end
+    if (rst) begin
+      \$316  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    \$317  = addr9;
+    if (\$244 ) begin
+      \$317  = push_addr;
+    end
+    if (reset_units) begin
+      \$317  = 16'h0000;
+    end
+    if (rst) begin
+      \$317  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    \$318  = valid10;
+    if (\$246 ) begin
+      \$318  = 1'h0;
+    end
+    if (\$248 ) begin
+      \$318  = 1'h1;
+    end
+    if (reset_units) begin
+      \$318  = 1'h0;
+    end
+    if (rst) begin
+      \$318  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    \$319  = acc10;
+    if (\$248 ) begin
+      \$319  = push_acc;
+    end
+    if (reset_units) begin
+      \$319  = 1'h0;
+    end
+    if (rst) begin
+      \$319  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    \$320  = addr10;
+    if (\$248 ) begin
+      \$320  = push_addr;
+    end
+    if (reset_units) begin
+      \$320  = 16'h0000;
+    end
+    if (rst) begin
+      \$320  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    \$321  = valid11;
+    if (\$250 ) begin
+      \$321  = 1'h0;
+    end
+    if (\$252 ) begin
+      \$321  = 1'h1;
+    end
+    if (reset_units) begin
+      \$321  = 1'h0;
+    end
+    if (rst) begin
+      \$321  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    \$322  = acc11;
+    if (\$252 ) begin
+      \$322  = push_acc;
+    end
+    if (reset_units) begin
+      \$322  = 1'h0;
+    end
+    if (rst) begin
+      \$322  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    \$323  = addr11;
+    if (\$252 ) begin
+      \$323  = push_addr;
+    end
+    if (reset_units) begin
+      \$323  = 16'h0000;
+    end
+    if (rst) begin
+      \$323  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    \$324  = valid12;
+    if (\$254 ) begin
+      \$324  = 1'h0;
+    end
+    if (\$256 ) begin
+      \$324  = 1'h1;
+    end
+    if (reset_units) begin
+      \$324  = 1'h0;
+    end
+    if (rst) begin
+      \$324  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    \$325  = acc12;
+    if (\$256 ) begin
+      \$325  = push_acc;
+    end
+    if (reset_units) begin
+      \$325  = 1'h0;
+    end
+    if (rst) begin
+      \$325  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    \$326  = addr12;
+    if (\$256 ) begin
+      \$326  = push_addr;
+    end
+    if (reset_units) begin
+      \$326  = 16'h0000;
+    end
+    if (rst) begin
+      \$326  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    \$327  = valid13;
+    if (\$258 ) begin
+      \$327  = 1'h0;
+    end
+    if (\$260 ) begin
+      \$327  = 1'h1;
+    end
+    if (reset_units) begin
+      \$327  = 1'h0;
+    end
+    if (rst) begin
+      \$327  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    \$328  = acc13;
+    if (\$260 ) begin
+      \$328  = push_acc;
+    end
+    if (reset_units) begin
+      \$328  = 1'h0;
+    end
+    if (rst) begin
+      \$328  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    \$329  = addr13;
+    if (\$260 ) begin
+      \$329  = push_addr;
+    end
+    if (reset_units) begin
+      \$329  = 16'h0000;
+    end
+    if (rst) begin
+      \$329  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    \$330  = valid14;
+    if (\$262 ) begin
+      \$330  = 1'h0;
+    end
+    if (\$264 ) begin
+      \$330  = 1'h1;
+    end
+    if (reset_units) begin
+      \$330  = 1'h0;
+    end
+    if (rst) begin
+      \$330  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    \$331  = acc14;
+    if (\$264 ) begin
+      \$331  = push_acc;
+    end
+    if (reset_units) begin
+      \$331  = 1'h0;
+    end
+    if (rst) begin
+      \$331  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    \$332  = addr14;
+    if (\$264 ) begin
+      \$332  = push_addr;
+    end
+    if (reset_units) begin
+      \$332  = 16'h0000;
+    end
+    if (rst) begin
+      \$332  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    \$333  = valid15;
+    if (\$266 ) begin
+      \$333  = 1'h0;
+    end
+    if (\$268 ) begin
+      \$333  = 1'h1;
+    end
+    if (reset_units) begin
+      \$333  = 1'h0;
+    end
+    if (rst) begin
+      \$333  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    \$334  = acc15;
+    if (\$268 ) begin
+      \$334  = push_acc;
+    end
+    if (reset_units) begin
+      \$334  = 1'h0;
+    end
+    if (rst) begin
+      \$334  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    \$335  = addr15;
+    if (\$268 ) begin
+      \$335  = push_addr;
+    end
+    if (reset_units) begin
+      \$335  = 16'h0000;
+    end
+    if (rst) begin
+      \$335  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    \$336  = valid16;
+    if (\$270 ) begin
+      \$336  = 1'h0;
+    end
+    if (\$272 ) begin
+      \$336  = 1'h1;
+    end
+    if (reset_units) begin
+      \$336  = 1'h0;
+    end
+    if (rst) begin
+      \$336  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    \$337  = acc16;
+    if (\$272 ) begin
+      \$337  = push_acc;
+    end
+    if (reset_units) begin
+      \$337  = 1'h0;
+    end
+    if (rst) begin
+      \$337  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    \$338  = addr16;
+    if (\$272 ) begin
+      \$338  = push_addr;
+    end
+    if (reset_units) begin
+      \$338  = 16'h0000;
+    end
+    if (rst) begin
+      \$338  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    \$339  = valid17;
+    if (\$274 ) begin
+      \$339  = 1'h0;
+    end
+    if (\$276 ) begin
+      \$339  = 1'h1;
+    end
+    if (reset_units) begin
+      \$339  = 1'h0;
+    end
+    if (rst) begin
+      \$339  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    \$340  = acc17;
+    if (\$276 ) begin
+      \$340  = push_acc;
+    end
+    if (reset_units) begin
+      \$340  = 1'h0;
+    end
+    if (rst) begin
+      \$340  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    \$341  = addr17;
+    if (\$276 ) begin
+      \$341  = push_addr;
+    end
+    if (reset_units) begin
+      \$341  = 16'h0000;
+    end
+    if (rst) begin
+      \$341  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    \$342  = valid18;
+    if (\$278 ) begin
+      \$342  = 1'h0;
+    end
+    if (\$280 ) begin
+      \$342  = 1'h1;
+    end
+    if (reset_units) begin
+      \$342  = 1'h0;
+    end
+    if (rst) begin
+      \$342  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    \$343  = acc18;
+    if (\$280 ) begin
+      \$343  = push_acc;
+    end
+    if (reset_units) begin
+      \$343  = 1'h0;
+    end
+    if (rst) begin
+      \$343  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    \$344  = addr18;
+    if (\$280 ) begin
+      \$344  = push_addr;
+    end
+    if (reset_units) begin
+      \$344  = 16'h0000;
+    end
+    if (rst) begin
+      \$344  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    \$345  = valid19;
+    if (\$282 ) begin
+      \$345  = 1'h0;
+    end
+    if (\$284 ) begin
+      \$345  = 1'h1;
+    end
+    if (reset_units) begin
+      \$345  = 1'h0;
+    end
+    if (rst) begin
+      \$345  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    \$346  = acc19;
+    if (\$284 ) begin
+      \$346  = push_acc;
+    end
+    if (reset_units) begin
+      \$346  = 1'h0;
+    end
+    if (rst) begin
+      \$346  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$71 ) begin end
+    \$347  = addr19;
+    if (\$284 ) begin
+      \$347  = push_addr;
+    end
+    if (reset_units) begin
+      \$347  = 16'h0000;
+    end
+    if (rst) begin
+      \$347  = 16'h0000;
     end
   end
   assign \$5  = \$4 ;
-  assign \$79  = \$78 ;
-  assign \$420  = 1'h1;
-  assign \$152  = \$418 ;
-  assign \$426  = 1'h1;
-  assign \$154  = \$424 ;
+  assign \$104  = \$103 ;
+  assign \$555  = 1'h1;
+  assign \$202  = \$553 ;
+  assign \$561  = 1'h1;
+  assign \$204  = \$559 ;
 endmodule
 
 (* generator = "Amaranth" *)
@@ -34639,7 +35487,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$142 , progress, cmd__tready, done__tdata, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, req__tvalid, \req__tvalid$193 , \req__tvalid$199 , \req__tvalid$205 , \resp__tready$215 , resp__tready, reset_units
-, perf_macs, perf_busy, done__tvalid, perf_vector_busy, perf_table_hits, perf_table_underflows, perf_table_overflows, \port$19727$0 , \port$19729$0 , \req__tdata$195 , cmd__tdata, clk);
+, perf_macs, perf_busy, done__tvalid, perf_vector_busy, perf_table_hits, perf_table_underflows, perf_table_overflows, \port$20109$0 , \port$20111$0 , \req__tdata$195 , cmd__tdata, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$75  = 0;
   wire [15:0] \$1 ;
   wire \$10 ;
@@ -34862,10 +35710,10 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$142 ,
   wire [31:0] perf_table_underflows;
   output [31:0] perf_vector_busy;
   wire [31:0] perf_vector_busy;
-  input [255:0] \port$19727$0 ;
-  wire [255:0] \port$19727$0 ;
-  input [15:0] \port$19729$0 ;
-  wire [15:0] \port$19729$0 ;
+  input [255:0] \port$20109$0 ;
+  wire [255:0] \port$20109$0 ;
+  input [15:0] \port$20111$0 ;
+  wire [15:0] \port$20111$0 ;
   wire postop;
   wire [7:0] postop__opcode;
   wire [7:0] postop__status;
@@ -35074,8 +35922,8 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$142 ,
     .addr(\addr$163 ),
     .data(\data$167 ),
     .en(\en$170 ),
-    .\port$19727$0 (\port$19727$0 ),
-    .\port$19729$0 (\port$19729$0 ),
+    .\port$20109$0 (\port$20109$0 ),
+    .\port$20111$0 (\port$20111$0 ),
     .req__tready(\grant$142 ),
     .req__tvalid(\req__tvalid$193 )
   );
@@ -35237,8 +36085,8 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$142 ,
     .addr(addr),
     .data(data),
     .en(en),
-    .\port$19727$0 (\port$19727$0 [63:0]),
-    .\port$19729$0 (\port$19729$0 ),
+    .\port$20109$0 (\port$20109$0 [63:0]),
+    .\port$20111$0 (\port$20111$0 ),
     .req__tready(grant),
     .req__tvalid(req__tvalid)
   );
@@ -35412,13 +36260,13 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$142 ,
   assign acc_rp__addr = \$22 [9:0];
   assign \acc_data$181  = acc_b_data;
   assign \data$182  = acc_b_data;
-  assign req__tdata = { \port$19729$0 , \port$19727$0 [63:0] };
-  assign spm_wr__tdata = { \port$19729$0 , \port$19727$0 [63:0] };
+  assign req__tdata = { \port$20111$0 , \port$20109$0 [63:0] };
+  assign spm_wr__tdata = { \port$20111$0 , \port$20109$0 [63:0] };
   assign spm_wr__tready = grant;
   assign req__tready = grant;
   assign spm_wr__tvalid = req__tvalid;
-  assign \req__tdata$189  = { \port$19729$0 , \port$19727$0  };
-  assign acc_wr__tdata = { \port$19729$0 , \port$19727$0  };
+  assign \req__tdata$189  = { \port$20111$0 , \port$20109$0  };
+  assign acc_wr__tdata = { \port$20111$0 , \port$20109$0  };
   assign acc_wr__tready = \grant$142 ;
   assign \req__tready$192  = \grant$142 ;
   assign acc_wr__tvalid = \req__tvalid$193 ;
@@ -35713,7 +36561,7 @@ module \dx1_board.soc.core1.acc_ext_read.fifo (rst, w_port__data, r_rdy, r_data,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$19727$0 , \port$19729$0 , req__tready);
+module \dx1_board.soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$20109$0 , \port$20111$0 , req__tready);
   reg \$auto$verilog_backend.cc:2355:dump_module$78  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -35723,10 +36571,10 @@ module \dx1_board.soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$19
   output en;
   reg en;
   wire grant;
-  input [255:0] \port$19727$0 ;
-  wire [255:0] \port$19727$0 ;
-  input [15:0] \port$19729$0 ;
-  wire [15:0] \port$19729$0 ;
+  input [255:0] \port$20109$0 ;
+  wire [255:0] \port$20109$0 ;
+  input [15:0] \port$20111$0 ;
+  wire [15:0] \port$20111$0 ;
   wire [271:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -35737,14 +36585,14 @@ module \dx1_board.soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$19
     if (\$auto$verilog_backend.cc:2355:dump_module$78 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$19729$0 ;
+      addr = \port$20111$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$78 ) begin end
     data = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     if (\$1 ) begin
-      data = \port$19727$0 ;
+      data = \port$20109$0 ;
     end
   end
   always @* begin
@@ -35755,7 +36603,7 @@ module \dx1_board.soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$19
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$19729$0 , \port$19727$0  };
+  assign req__tdata = { \port$20111$0 , \port$20109$0  };
 endmodule
 
 (* generator = "Amaranth" *)
@@ -47064,7 +47912,7 @@ module \dx1_board.soc.core1.spm_ext_read.fifo (rst, w_port__data, r_rdy, r_data,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$19727$0 , \port$19729$0 , req__tready);
+module \dx1_board.soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$20109$0 , \port$20111$0 , req__tready);
   reg \$auto$verilog_backend.cc:2355:dump_module$92  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -47074,10 +47922,10 @@ module \dx1_board.soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$19
   output en;
   reg en;
   wire grant;
-  input [63:0] \port$19727$0 ;
-  wire [63:0] \port$19727$0 ;
-  input [15:0] \port$19729$0 ;
-  wire [15:0] \port$19729$0 ;
+  input [63:0] \port$20109$0 ;
+  wire [63:0] \port$20109$0 ;
+  input [15:0] \port$20111$0 ;
+  wire [15:0] \port$20111$0 ;
   wire [79:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -47088,14 +47936,14 @@ module \dx1_board.soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$19
     if (\$auto$verilog_backend.cc:2355:dump_module$92 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$19729$0 ;
+      addr = \port$20111$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$92 ) begin end
     data = 64'h0000000000000000;
     if (\$1 ) begin
-      data = \port$19727$0 ;
+      data = \port$20109$0 ;
     end
   end
   always @* begin
@@ -47106,7 +47954,7 @@ module \dx1_board.soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$19
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$19729$0 , \port$19727$0  };
+  assign req__tdata = { \port$20111$0 , \port$20109$0  };
 endmodule
 
 (* generator = "Amaranth" *)
@@ -47726,11 +48574,12 @@ module \dx1_board.soc.core1.streamer.stream_q (rst, w_rdy, r_rdy, r_data, reset_
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data, acc_b_data, busy, acc_b_use, spm_b_use, finished, progress, reset_units, command, start, acc_a_addr, spm_a_addr, acc_b_addr, spm_b_addr, acc_w_en, acc_w_addr, acc_w_data, spm_w_en
-, spm_w_addr, spm_w_data, done__tag, done__opcode, busy_cycles, hits, underflows, overflows, clk);
+module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data, acc_b_data, busy, acc_b_use, spm_b_use, finished, reset_units, command, start, acc_a_addr, spm_a_addr, acc_b_addr, spm_b_addr, acc_w_en, acc_w_addr, acc_w_data, spm_w_en, spm_w_addr
+, spm_w_data, done__tag, done__opcode, progress, busy_cycles, hits, underflows, overflows, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$95  = 0;
   wire \$1 ;
   wire [31:0] \$10 ;
+  reg [31:0] \$100 ;
   wire [31:0] \$11 ;
   wire [31:0] \$12 ;
   wire [31:0] \$13 ;
@@ -47767,21 +48616,21 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   wire \$41 ;
   wire \$42 ;
   wire \$43 ;
-  wire [32:0] \$44 ;
-  wire [32:0] \$45 ;
+  wire \$44 ;
+  wire \$45 ;
   wire [32:0] \$46 ;
   wire [32:0] \$47 ;
-  reg [7:0] \$48 ;
-  reg [5:0] \$49 ;
+  wire [32:0] \$48 ;
+  wire [32:0] \$49 ;
   wire \$5 ;
-  reg [31:0] \$50 ;
-  reg [31:0] \$51 ;
-  reg \$52 ;
-  reg \$53 ;
-  reg [15:0] \$54 ;
-  reg [7:0] \$55 ;
-  reg \$56 ;
-  reg [20:0] \$57 ;
+  reg [7:0] \$50 ;
+  reg [5:0] \$51 ;
+  reg [31:0] \$52 ;
+  reg [31:0] \$53 ;
+  reg \$54 ;
+  reg \$55 ;
+  reg [15:0] \$56 ;
+  reg [7:0] \$57 ;
   reg \$58 ;
   reg [20:0] \$59 ;
   wire \$6 ;
@@ -47799,25 +48648,38 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   reg \$70 ;
   reg [20:0] \$71 ;
   reg \$72 ;
-  reg [16:0] \$73 ;
+  reg [20:0] \$73 ;
   reg \$74 ;
-  reg [16:0] \$75 ;
+  reg [20:0] \$75 ;
   reg \$76 ;
-  reg [16:0] \$77 ;
+  reg [20:0] \$77 ;
   reg \$78 ;
-  reg [16:0] \$79 ;
+  reg [20:0] \$79 ;
   wire \$8 ;
   reg \$80 ;
   reg [16:0] \$81 ;
-  reg [20:0] \$82 ;
-  reg [31:0] \$83 ;
-  reg [31:0] \$84 ;
-  reg [31:0] \$85 ;
-  reg [31:0] \$86 ;
+  reg \$82 ;
+  reg [16:0] \$83 ;
+  reg \$84 ;
+  reg [16:0] \$85 ;
+  reg \$86 ;
+  reg [16:0] \$87 ;
+  reg \$88 ;
+  reg [16:0] \$89 ;
   wire [31:0] \$9 ;
+  reg \$90 ;
+  reg [16:0] \$91 ;
+  reg \$92 ;
+  reg [16:0] \$93 ;
+  reg \$94 ;
+  reg [20:0] \$95 ;
+  reg \$96 ;
+  reg [31:0] \$97 ;
+  reg [31:0] \$98 ;
+  reg [31:0] \$99 ;
   reg [7:0] \$signal  = 8'h00;
   (* init = 16'h0000 *)
-  wire [15:0] \$signal$103 ;
+  wire [15:0] \$signal$105 ;
   (* init = 6'h00 *)
   wire [5:0] \$signal$44 ;
   (* init = 32'd0 *)
@@ -47826,18 +48688,18 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   wire [31:0] \$signal$48 ;
   (* init = 1'h0 *)
   wire \$signal$50 ;
-  reg \$signal$75 ;
-  reg [15:0] \$signal$76 ;
+  reg \$signal$77 ;
+  reg [15:0] \$signal$78 ;
   wire [255:0] a;
-  wire [255:0] \a$69 ;
-  wire [31:0] \a$69[0] ;
-  wire [31:0] \a$69[1] ;
-  wire [31:0] \a$69[2] ;
-  wire [31:0] \a$69[3] ;
-  wire [31:0] \a$69[4] ;
-  wire [31:0] \a$69[5] ;
-  wire [31:0] \a$69[6] ;
-  wire [31:0] \a$69[7] ;
+  reg [255:0] \a$70  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+  wire [31:0] \a$70[0] ;
+  wire [31:0] \a$70[1] ;
+  wire [31:0] \a$70[2] ;
+  wire [31:0] \a$70[3] ;
+  wire [31:0] \a$70[4] ;
+  wire [31:0] \a$70[5] ;
+  wire [31:0] \a$70[6] ;
+  wire [31:0] \a$70[7] ;
   wire [31:0] \a[0] ;
   wire [31:0] \a[1] ;
   wire [31:0] \a[2] ;
@@ -47849,6 +48711,7 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   wire a_acc;
   wire [15:0] a_addr;
   wire a_read;
+  wire a_use;
   output [15:0] acc_a_addr;
   reg [15:0] acc_a_addr;
   input [255:0] acc_a_data;
@@ -47876,7 +48739,7 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   wire [31:0] \b[7] ;
   wire b_acc;
   wire [15:0] b_addr;
-  wire b_read;
+  wire b_use;
   output busy;
   wire busy;
   wire \busy$10 ;
@@ -47901,22 +48764,37 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   wire [255:0] \command$8 ;
   reg [20:0] ctl_lanes0 = 21'h000000;
   reg [20:0] ctl_lanes1 = 21'h000000;
+  reg [20:0] ctl_lanes10 = 21'h000000;
   reg [20:0] ctl_lanes2 = 21'h000000;
   reg [20:0] ctl_lanes3 = 21'h000000;
   reg [20:0] ctl_lanes4 = 21'h000000;
   reg [20:0] ctl_lanes5 = 21'h000000;
   reg [20:0] ctl_lanes6 = 21'h000000;
   reg [20:0] ctl_lanes7 = 21'h000000;
+  reg [20:0] ctl_lanes8 = 21'h000000;
+  reg [20:0] ctl_lanes9 = 21'h000000;
   reg [16:0] ctl_reduce0 = 17'h00000;
   reg [16:0] ctl_reduce1 = 17'h00000;
   reg [16:0] ctl_reduce2 = 17'h00000;
   reg [16:0] ctl_reduce3 = 17'h00000;
   reg [16:0] ctl_reduce4 = 17'h00000;
+  reg [16:0] ctl_reduce5 = 17'h00000;
+  reg [16:0] ctl_reduce6 = 17'h00000;
   reg d_acc = 1'h0;
   (* init = 1'h0 *)
   wire \d_acc$65 ;
   (* init = 1'h0 *)
-  wire \d_acc$72 ;
+  wire \d_acc$74 ;
+  (* init = 256'h0000000000000000000000000000000000000000000000000000000000000000 *)
+  wire [255:0] div_a;
+  wire [31:0] \div_a[0] ;
+  wire [31:0] \div_a[1] ;
+  wire [31:0] \div_a[2] ;
+  wire [31:0] \div_a[3] ;
+  wire [31:0] \div_a[4] ;
+  wire [31:0] \div_a[5] ;
+  wire [31:0] \div_a[6] ;
+  wire [31:0] \div_a[7] ;
   reg [20:0] div_ctl = 21'h000000;
   wire \div_ctl.d_acc ;
   wire [15:0] \div_ctl.d_addr ;
@@ -47924,9 +48802,11 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   wire \div_ctl.first ;
   wire \div_ctl.last ;
   wire \div_ctl.valid ;
+  (* init = 1'h0 *)
+  wire div_start;
   wire done;
-  wire \done$100 ;
-  wire \done$99 ;
+  wire \done$101 ;
+  wire \done$102 ;
   output [7:0] done__opcode;
   reg [7:0] done__opcode = 8'h00;
   wire [7:0] done__status;
@@ -47938,26 +48818,17 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   wire first;
   output [31:0] hits;
   reg [31:0] hits = 32'd0;
-  wire [3:0] \hits$135 ;
+  wire [3:0] \hits$148 ;
   reg [31:0] imm = 32'd0;
   reg [31:0] imm2 = 32'd0;
   wire is_reduce;
   wire lanes_step;
   wire last;
   wire load;
-  wire \load$91 ;
+  wire \load$93 ;
   (* init = 8'h00 *)
   wire [7:0] opcode;
   wire [255:0] out;
-  wire [255:0] \out$80 ;
-  wire [31:0] \out$80[0] ;
-  wire [31:0] \out$80[1] ;
-  wire [31:0] \out$80[2] ;
-  wire [31:0] \out$80[3] ;
-  wire [31:0] \out$80[4] ;
-  wire [31:0] \out$80[5] ;
-  wire [31:0] \out$80[6] ;
-  wire [31:0] \out$80[7] ;
   wire [255:0] \out$82 ;
   wire [31:0] \out$82[0] ;
   wire [31:0] \out$82[1] ;
@@ -47967,6 +48838,15 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   wire [31:0] \out$82[5] ;
   wire [31:0] \out$82[6] ;
   wire [31:0] \out$82[7] ;
+  wire [255:0] \out$84 ;
+  wire [31:0] \out$84[0] ;
+  wire [31:0] \out$84[1] ;
+  wire [31:0] \out$84[2] ;
+  wire [31:0] \out$84[3] ;
+  wire [31:0] \out$84[4] ;
+  wire [31:0] \out$84[5] ;
+  wire [31:0] \out$84[6] ;
+  wire [31:0] \out$84[7] ;
   wire [31:0] \out[0] ;
   wire [31:0] \out[1] ;
   wire [31:0] \out[2] ;
@@ -47978,11 +48858,11 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   wire out_valid;
   output [31:0] overflows;
   reg [31:0] overflows = 32'd0;
-  wire [3:0] \overflows$139 ;
+  wire [3:0] \overflows$152 ;
   output progress;
-  wire progress;
+  reg progress = 1'h0;
   wire read;
-  wire \read$94 ;
+  wire \read$96 ;
   input reset_units;
   wire reset_units;
   wire [255:0] row;
@@ -47995,15 +48875,15 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   wire [31:0] \row$32[5] ;
   wire [31:0] \row$32[6] ;
   wire [31:0] \row$32[7] ;
-  wire [63:0] \row$92 ;
-  wire [7:0] \row$92[0] ;
-  wire [7:0] \row$92[1] ;
-  wire [7:0] \row$92[2] ;
-  wire [7:0] \row$92[3] ;
-  wire [7:0] \row$92[4] ;
-  wire [7:0] \row$92[5] ;
-  wire [7:0] \row$92[6] ;
-  wire [7:0] \row$92[7] ;
+  wire [63:0] \row$94 ;
+  wire [7:0] \row$94[0] ;
+  wire [7:0] \row$94[1] ;
+  wire [7:0] \row$94[2] ;
+  wire [7:0] \row$94[3] ;
+  wire [7:0] \row$94[4] ;
+  wire [7:0] \row$94[5] ;
+  wire [7:0] \row$94[6] ;
+  wire [7:0] \row$94[7] ;
   wire [31:0] \row[0] ;
   wire [31:0] \row[1] ;
   wire [31:0] \row[2] ;
@@ -48017,7 +48897,7 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   reg serial = 1'h0;
   reg [5:0] shift = 6'h00;
   (* init = 6'h00 *)
-  wire [5:0] \shift$71 ;
+  wire [5:0] \shift$73 ;
   output [15:0] spm_a_addr;
   reg [15:0] spm_a_addr;
   input [63:0] spm_a_data;
@@ -48044,7 +48924,7 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   wire start;
   wire \start$3 ;
   wire \start$5 ;
-  wire \start$68 ;
+  reg \start$68  = 1'h0;
   wire \start$7 ;
   wire [20:0] step;
   wire \step.d_acc ;
@@ -48070,26 +48950,31 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   wire [31:0] \terms[7] ;
   output [31:0] underflows;
   reg [31:0] underflows = 32'd0;
-  wire [3:0] \underflows$137 ;
+  wire [3:0] \underflows$150 ;
   wire v_start;
   wire valid;
   wire \valid$59 ;
   reg valid_lanes0 = 1'h0;
   reg valid_lanes1 = 1'h0;
+  reg valid_lanes10 = 1'h0;
   reg valid_lanes2 = 1'h0;
   reg valid_lanes3 = 1'h0;
   reg valid_lanes4 = 1'h0;
   reg valid_lanes5 = 1'h0;
   reg valid_lanes6 = 1'h0;
   reg valid_lanes7 = 1'h0;
+  reg valid_lanes8 = 1'h0;
+  reg valid_lanes9 = 1'h0;
   reg valid_reduce0 = 1'h0;
   reg valid_reduce1 = 1'h0;
   reg valid_reduce2 = 1'h0;
   reg valid_reduce3 = 1'h0;
   reg valid_reduce4 = 1'h0;
+  reg valid_reduce5 = 1'h0;
+  reg valid_reduce6 = 1'h0;
   wire [3:0] vop;
   wire [3:0] \vop$64 ;
-  wire [3:0] \vop$70 ;
+  wire [3:0] \vop$72 ;
   wire [15:0] w_addr;
   wire w_en;
   reg w_end;
@@ -48103,7 +48988,20 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   wire [31:0] \w_row[6] ;
   wire [31:0] \w_row[7] ;
   wire written;
-  assign spm_b_use = b_read & \$8 ;
+  assign \$1  = command[7:0] == 4'h9;
+  assign v_start = start & \$1 ;
+  assign \$2  = command[7:0] == 4'ha;
+  assign \start$5  = start & \$2 ;
+  assign \$3  = command[7:0] == 4'hb;
+  assign \start$7  = start & \$3 ;
+  assign \$4  = \busy$10  | \busy$11 ;
+  assign busy = \$4  | \busy$12 ;
+  assign \$5  = a_use & a_acc;
+  assign \$6  = ~ a_acc;
+  assign \$7  = a_use & \$6 ;
+  assign acc_b_use = b_use & b_acc;
+  assign \$8  = ~ b_acc;
+  assign spm_b_use = b_use & \$8 ;
   assign \$9  = a_acc ? acc_a_data[31:0] : { spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7:0] };
   assign \$10  = a_acc ? acc_a_data[63:32] : { spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15:8] };
   assign \$11  = a_acc ? acc_a_data[95:64] : { spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23:16] };
@@ -48126,126 +49024,139 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   assign \$27  = \$signal  == 4'ha;
   assign \$28  = \$signal  == 4'hb;
   assign is_reduce = | { \$28 , \$27 , \$26  };
-  assign \valid$59  = valid_lanes7 & is_reduce;
-  assign \start$68  = step[0] & serial;
+  assign \valid$59  = valid_lanes10 & is_reduce;
   assign \$29  = ~ is_reduce;
-  assign \$30  = valid_lanes7 & \$29 ;
-  assign \$31  = \$signal$75  & d_acc;
+  assign \$30  = valid_lanes10 & \$29 ;
+  assign \$31  = \$signal$77  & d_acc;
   assign \$32  = ~ d_acc;
-  assign \$33  = \$signal$75  & \$32 ;
-  assign \$34  = \$signal$75  & w_end;
-  assign \$35  = \$34  | \done$99 ;
-  assign finished = \$35  | \done$100 ;
-  assign \$36  = a_read | table_we;
-  assign \$37  = \$36  | spm_read;
-  assign \$38  = \$37  | spm_w_en;
-  assign progress = \$38  | acc_w_en;
-  assign \$39  = command[39:32] == 4'hc;
-  assign \$40  = command[39:32] == 4'hd;
-  assign \$41  = | { \$40 , \$39  };
-  assign \$42  = valid_lanes7 & ctl_lanes7[2];
-  assign \$43  = step[0] & serial;
-  assign \$44  = busy_cycles + 1'h1;
-  assign \$45  = hits + \hits$135 ;
-  assign \$46  = underflows + \underflows$137 ;
-  assign \$47  = overflows + \overflows$139 ;
+  assign \$33  = \$signal$77  & \$32 ;
+  assign \$34  = \$signal$77  & w_end;
+  assign \$35  = \$34  | \done$101 ;
+  assign finished = \$35  | \done$102 ;
+  assign \$36  = command[39:32] == 4'hc;
+  assign \$37  = command[39:32] == 4'hd;
+  assign \$38  = | { \$37 , \$36  };
+  assign \$39  = valid_lanes10 & ctl_lanes10[2];
+  assign \$40  = step[0] & serial;
+  assign \$41  = step[0] & serial;
+  assign \$42  = a_read | table_we;
+  assign \$43  = \$42  | spm_read;
+  assign \$44  = \$43  | spm_w_en;
+  assign \$45  = \$44  | acc_w_en;
+  assign \$46  = busy_cycles + 1'h1;
+  assign \$47  = hits + \hits$148 ;
+  assign \$48  = underflows + \underflows$150 ;
+  assign \$49  = overflows + \overflows$152 ;
   always @(posedge clk)
-    \$signal  <= \$48 ;
+    \$signal  <= \$50 ;
   always @(posedge clk)
-    shift <= \$49 ;
+    shift <= \$51 ;
   always @(posedge clk)
-    imm <= \$50 ;
+    imm <= \$52 ;
   always @(posedge clk)
-    imm2 <= \$51 ;
+    imm2 <= \$53 ;
   always @(posedge clk)
-    d_acc <= \$52 ;
+    d_acc <= \$54 ;
   always @(posedge clk)
-    serial <= \$53 ;
+    serial <= \$55 ;
   always @(posedge clk)
-    done__tag <= \$54 ;
+    done__tag <= \$56 ;
   always @(posedge clk)
-    done__opcode <= \$55 ;
+    done__opcode <= \$57 ;
   always @(posedge clk)
-    valid_lanes0 <= \$56 ;
+    valid_lanes0 <= \$58 ;
   always @(posedge clk)
-    ctl_lanes0 <= \$57 ;
+    ctl_lanes0 <= \$59 ;
   always @(posedge clk)
-    valid_lanes1 <= \$58 ;
+    valid_lanes1 <= \$60 ;
   always @(posedge clk)
-    ctl_lanes1 <= \$59 ;
+    ctl_lanes1 <= \$61 ;
   always @(posedge clk)
-    valid_lanes2 <= \$60 ;
+    valid_lanes2 <= \$62 ;
   always @(posedge clk)
-    ctl_lanes2 <= \$61 ;
+    ctl_lanes2 <= \$63 ;
   always @(posedge clk)
-    valid_lanes3 <= \$62 ;
+    valid_lanes3 <= \$64 ;
   always @(posedge clk)
-    ctl_lanes3 <= \$63 ;
+    ctl_lanes3 <= \$65 ;
   always @(posedge clk)
-    valid_lanes4 <= \$64 ;
+    valid_lanes4 <= \$66 ;
   always @(posedge clk)
-    ctl_lanes4 <= \$65 ;
+    ctl_lanes4 <= \$67 ;
   always @(posedge clk)
-    valid_lanes5 <= \$66 ;
+    valid_lanes5 <= \$68 ;
   always @(posedge clk)
-    ctl_lanes5 <= \$67 ;
+    ctl_lanes5 <= \$69 ;
   always @(posedge clk)
-    valid_lanes6 <= \$68 ;
+    valid_lanes6 <= \$70 ;
   always @(posedge clk)
-    ctl_lanes6 <= \$69 ;
+    ctl_lanes6 <= \$71 ;
   always @(posedge clk)
-    valid_lanes7 <= \$70 ;
+    valid_lanes7 <= \$72 ;
   always @(posedge clk)
-    ctl_lanes7 <= \$71 ;
+    ctl_lanes7 <= \$73 ;
   always @(posedge clk)
-    valid_reduce0 <= \$72 ;
+    valid_lanes8 <= \$74 ;
   always @(posedge clk)
-    ctl_reduce0 <= \$73 ;
+    ctl_lanes8 <= \$75 ;
   always @(posedge clk)
-    valid_reduce1 <= \$74 ;
+    valid_lanes9 <= \$76 ;
   always @(posedge clk)
-    ctl_reduce1 <= \$75 ;
+    ctl_lanes9 <= \$77 ;
   always @(posedge clk)
-    valid_reduce2 <= \$76 ;
+    valid_lanes10 <= \$78 ;
   always @(posedge clk)
-    ctl_reduce2 <= \$77 ;
+    ctl_lanes10 <= \$79 ;
   always @(posedge clk)
-    valid_reduce3 <= \$78 ;
+    valid_reduce0 <= \$80 ;
   always @(posedge clk)
-    ctl_reduce3 <= \$79 ;
+    ctl_reduce0 <= \$81 ;
   always @(posedge clk)
-    valid_reduce4 <= \$80 ;
+    valid_reduce1 <= \$82 ;
   always @(posedge clk)
-    ctl_reduce4 <= \$81 ;
+    ctl_reduce1 <= \$83 ;
   always @(posedge clk)
-    div_ctl <= \$82 ;
+    valid_reduce2 <= \$84 ;
   always @(posedge clk)
-    busy_cycles <= \$83 ;
+    ctl_reduce2 <= \$85 ;
   always @(posedge clk)
-    hits <= \$84 ;
+    valid_reduce3 <= \$86 ;
   always @(posedge clk)
-    underflows <= \$85 ;
+    ctl_reduce3 <= \$87 ;
   always @(posedge clk)
-    overflows <= \$86 ;
-  assign \$1  = command[7:0] == 4'h9;
-  assign v_start = start & \$1 ;
-  assign \$2  = command[7:0] == 4'ha;
-  assign \start$5  = start & \$2 ;
-  assign \$3  = command[7:0] == 4'hb;
-  assign \start$7  = start & \$3 ;
-  assign \$4  = \busy$10  | \busy$11 ;
-  assign busy = \$4  | \busy$12 ;
-  assign \$5  = a_read & a_acc;
-  assign \$6  = ~ a_acc;
-  assign \$7  = a_read & \$6 ;
-  assign acc_b_use = b_read & b_acc;
-  assign \$8  = ~ b_acc;
+    valid_reduce4 <= \$88 ;
+  always @(posedge clk)
+    ctl_reduce4 <= \$89 ;
+  always @(posedge clk)
+    valid_reduce5 <= \$90 ;
+  always @(posedge clk)
+    ctl_reduce5 <= \$91 ;
+  always @(posedge clk)
+    valid_reduce6 <= \$92 ;
+  always @(posedge clk)
+    ctl_reduce6 <= \$93 ;
+  always @(posedge clk)
+    \start$68  <= \$94 ;
+  always @(posedge clk)
+    \a$70  <= row;
+  always @(posedge clk)
+    div_ctl <= \$95 ;
+  always @(posedge clk)
+    progress <= \$96 ;
+  always @(posedge clk)
+    busy_cycles <= \$97 ;
+  always @(posedge clk)
+    hits <= \$98 ;
+  always @(posedge clk)
+    underflows <= \$99 ;
+  always @(posedge clk)
+    overflows <= \$100 ;
   \dx1_board.soc.core1.vector$243.divider  divider (
-    .a(row),
+    .a(\a$70 ),
     .clk(clk),
     .\d_acc$74 (d_acc),
     .done(done),
-    .out(\out$80 ),
+    .out(\out$82 ),
     .reset_units(reset_units),
     .rst(rst),
     .\shift$9 (shift),
@@ -48257,17 +49168,17 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
     .b(\row$32 ),
     .clk(clk),
     .d_acc(d_acc),
-    .hits8(\hits$135 ),
+    .hits11(\hits$148 ),
     .imm(imm),
     .imm2(imm2),
     .out(terms),
-    .overs8(\overflows$139 ),
+    .overs11(\overflows$152 ),
     .reset_units(reset_units),
     .rst(rst),
     .shift(shift),
     .table_index(table_index),
     .table_we(table_we),
-    .unders8(\underflows$137 ),
+    .unders11(\underflows$150 ),
     .valid(lanes_step),
     .vop(\$signal [3:0]),
     .write__data(table_data)
@@ -48275,9 +49186,9 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   \dx1_board.soc.core1.vector$243.reducer  reducer (
     .clk(clk),
     .d_acc(d_acc),
-    .out(\out$82 ),
+    .out(\out$84 ),
     .out_valid(out_valid),
-    .\port$18969$1 (ctl_lanes7[2:1]),
+    .\port$19219$1 (ctl_lanes10[2:1]),
     .reset_units(reset_units),
     .rst(rst),
     .terms(terms),
@@ -48289,12 +49200,13 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
     .a_addr(a_addr),
     .b_acc(b_acc),
     .b_addr(b_addr),
-    .b_read(b_read),
+    .b_use(b_use),
     .busy(\busy$10 ),
     .clk(clk),
     .command(command),
     .go(a_read),
-    .pop(\$signal$75 ),
+    .issuing(a_use),
+    .pop(\$signal$77 ),
     .reset_units(reset_units),
     .rst(rst),
     .start(v_start),
@@ -48302,7 +49214,7 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   );
   \dx1_board.soc.core1.vector$243.table_loader  table_loader (
     .clk(clk),
-    .done(\done$99 ),
+    .done(\done$101 ),
     .primed(table_we),
     .reset_units(reset_units),
     .rst(rst),
@@ -48327,7 +49239,7 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
     .busy(\busy$12 ),
     .clk(clk),
     .command(command),
-    .done(\done$100 ),
+    .done(\done$102 ),
     .load(load),
     .reset_units(reset_units),
     .rst(rst),
@@ -48373,24 +49285,24 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
-    \$signal$75  = 1'h0;
+    \$signal$77  = 1'h0;
     if (done) begin
-      \$signal$75  = 1'h1;
+      \$signal$77  = 1'h1;
     end else if (out_valid) begin
-      \$signal$75  = 1'h1;
+      \$signal$77  = 1'h1;
     end else if (\$30 ) begin
-      \$signal$75  = 1'h1;
+      \$signal$77  = 1'h1;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
-    \$signal$76  = 16'h0000;
+    \$signal$78  = 16'h0000;
     if (done) begin
-      \$signal$76  = div_ctl[19:4];
+      \$signal$78  = div_ctl[19:4];
     end else if (out_valid) begin
-      \$signal$76  = ctl_reduce4[15:0];
+      \$signal$78  = ctl_reduce6[15:0];
     end else if (\$30 ) begin
-      \$signal$76  = ctl_lanes7[19:4];
+      \$signal$78  = ctl_lanes10[19:4];
     end
   end
   always @* begin
@@ -48399,18 +49311,18 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
     if (done) begin
       w_end = div_ctl[3];
     end else if (out_valid) begin
-      w_end = ctl_reduce4[16];
+      w_end = ctl_reduce6[16];
     end else if (\$30 ) begin
-      w_end = ctl_lanes7[3];
+      w_end = ctl_lanes10[3];
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
     w_row = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     if (done) begin
-      w_row = \out$80 ;
-    end else if (out_valid) begin
       w_row = \out$82 ;
+    end else if (out_valid) begin
+      w_row = \out$84 ;
     end else if (\$30 ) begin
       w_row = terms;
     end
@@ -48426,7 +49338,7 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
     if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
     acc_w_addr = 16'h0000;
     if (\$31 ) begin
-      acc_w_addr = \$signal$76 ;
+      acc_w_addr = \$signal$78 ;
     end
   end
   always @* begin
@@ -48450,7 +49362,7 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
     if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
     spm_w_addr = 16'h0000;
     if (\$33 ) begin
-      spm_w_addr = \$signal$76 ;
+      spm_w_addr = \$signal$78 ;
     end
     if (read) begin
       spm_w_addr = w_addr;
@@ -48468,131 +49380,111 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
-    \$48  = \$signal ;
+    \$50  = \$signal ;
     if (start) begin
-      \$48  = command[39:32];
+      \$50  = command[39:32];
     end
     if (reset_units) begin
-      \$48  = 8'h00;
+      \$50  = 8'h00;
     end
     if (rst) begin
-      \$48  = 8'h00;
+      \$50  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
-    \$49  = shift;
+    \$51  = shift;
     if (start) begin
-      \$49  = command[45:40];
+      \$51  = command[45:40];
     end
     if (reset_units) begin
-      \$49  = 6'h00;
+      \$51  = 6'h00;
     end
     if (rst) begin
-      \$49  = 6'h00;
+      \$51  = 6'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
-    \$50  = imm;
+    \$52  = imm;
     if (start) begin
-      \$50  = command[223:192];
+      \$52  = command[223:192];
     end
     if (reset_units) begin
-      \$50  = 32'd0;
+      \$52  = 32'd0;
     end
     if (rst) begin
-      \$50  = 32'd0;
+      \$52  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
-    \$51  = imm2;
+    \$53  = imm2;
     if (start) begin
-      \$51  = command[255:224];
+      \$53  = command[255:224];
     end
     if (reset_units) begin
-      \$51  = 32'd0;
+      \$53  = 32'd0;
     end
     if (rst) begin
-      \$51  = 32'd0;
+      \$53  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
-    \$52  = d_acc;
+    \$54  = d_acc;
     if (start) begin
-      \$52  = command[10];
+      \$54  = command[10];
     end
     if (reset_units) begin
-      \$52  = 1'h0;
+      \$54  = 1'h0;
     end
     if (rst) begin
-      \$52  = 1'h0;
+      \$54  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
-    \$53  = serial;
+    \$55  = serial;
     if (start) begin
-      \$53  = \$41 ;
+      \$55  = \$38 ;
     end
     if (reset_units) begin
-      \$53  = 1'h0;
+      \$55  = 1'h0;
     end
     if (rst) begin
-      \$53  = 1'h0;
+      \$55  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
-    \$54  = done__tag;
+    \$56  = done__tag;
     if (start) begin
-      \$54  = command[31:16];
+      \$56  = command[31:16];
     end
     if (reset_units) begin
-      \$54  = 16'h0000;
+      \$56  = 16'h0000;
     end
     if (rst) begin
-      \$54  = 16'h0000;
+      \$56  = 16'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
-    \$55  = done__opcode;
+    \$57  = done__opcode;
     if (start) begin
-      \$55  = command[7:0];
+      \$57  = command[7:0];
     end
     if (reset_units) begin
-      \$55  = 8'h00;
+      \$57  = 8'h00;
     end
     if (rst) begin
-      \$55  = 8'h00;
+      \$57  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
-    \$56  = lanes_step;
-    if (reset_units) begin
-      \$56  = 1'h0;
-    end
-    if (rst) begin
-      \$56  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
-    \$57  = step;
-    if (reset_units) begin
-      \$57  = 21'h000000;
-    end
-    if (rst) begin
-      \$57  = 21'h000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
-    \$58  = valid_lanes0;
+    \$58  = lanes_step;
     if (reset_units) begin
       \$58  = 1'h0;
     end
@@ -48602,7 +49494,7 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
-    \$59  = ctl_lanes0;
+    \$59  = step;
     if (reset_units) begin
       \$59  = 21'h000000;
     end
@@ -48612,7 +49504,7 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
-    \$60  = valid_lanes1;
+    \$60  = valid_lanes0;
     if (reset_units) begin
       \$60  = 1'h0;
     end
@@ -48622,7 +49514,7 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
-    \$61  = ctl_lanes1;
+    \$61  = ctl_lanes0;
     if (reset_units) begin
       \$61  = 21'h000000;
     end
@@ -48632,7 +49524,7 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
-    \$62  = valid_lanes2;
+    \$62  = valid_lanes1;
     if (reset_units) begin
       \$62  = 1'h0;
     end
@@ -48642,7 +49534,7 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
-    \$63  = ctl_lanes2;
+    \$63  = ctl_lanes1;
     if (reset_units) begin
       \$63  = 21'h000000;
     end
@@ -48652,7 +49544,7 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
-    \$64  = valid_lanes3;
+    \$64  = valid_lanes2;
     if (reset_units) begin
       \$64  = 1'h0;
     end
@@ -48662,7 +49554,7 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
-    \$65  = ctl_lanes3;
+    \$65  = ctl_lanes2;
     if (reset_units) begin
       \$65  = 21'h000000;
     end
@@ -48672,7 +49564,7 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
-    \$66  = valid_lanes4;
+    \$66  = valid_lanes3;
     if (reset_units) begin
       \$66  = 1'h0;
     end
@@ -48682,7 +49574,7 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
-    \$67  = ctl_lanes4;
+    \$67  = ctl_lanes3;
     if (reset_units) begin
       \$67  = 21'h000000;
     end
@@ -48692,7 +49584,7 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
-    \$68  = valid_lanes5;
+    \$68  = valid_lanes4;
     if (reset_units) begin
       \$68  = 1'h0;
     end
@@ -48702,7 +49594,7 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
-    \$69  = ctl_lanes5;
+    \$69  = ctl_lanes4;
     if (reset_units) begin
       \$69  = 21'h000000;
     end
@@ -48712,7 +49604,7 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
-    \$70  = valid_lanes6;
+    \$70  = valid_lanes5;
     if (reset_units) begin
       \$70  = 1'h0;
     end
@@ -48722,7 +49614,7 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
-    \$71  = ctl_lanes6;
+    \$71  = ctl_lanes5;
     if (reset_units) begin
       \$71  = 21'h000000;
     end
@@ -48732,7 +49624,7 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
-    \$72  = \$42 ;
+    \$72  = valid_lanes6;
     if (reset_units) begin
       \$72  = 1'h0;
     end
@@ -48742,17 +49634,17 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
-    \$73  = { ctl_lanes7[3], ctl_lanes7[19:4] };
+    \$73  = ctl_lanes6;
     if (reset_units) begin
-      \$73  = 17'h00000;
+      \$73  = 21'h000000;
     end
     if (rst) begin
-      \$73  = 17'h00000;
+      \$73  = 21'h000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
-    \$74  = valid_reduce0;
+    \$74  = valid_lanes7;
     if (reset_units) begin
       \$74  = 1'h0;
     end
@@ -48762,17 +49654,17 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
-    \$75  = ctl_reduce0;
+    \$75  = ctl_lanes7;
     if (reset_units) begin
-      \$75  = 17'h00000;
+      \$75  = 21'h000000;
     end
     if (rst) begin
-      \$75  = 17'h00000;
+      \$75  = 21'h000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
-    \$76  = valid_reduce1;
+    \$76  = valid_lanes8;
     if (reset_units) begin
       \$76  = 1'h0;
     end
@@ -48782,17 +49674,17 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
-    \$77  = ctl_reduce1;
+    \$77  = ctl_lanes8;
     if (reset_units) begin
-      \$77  = 17'h00000;
+      \$77  = 21'h000000;
     end
     if (rst) begin
-      \$77  = 17'h00000;
+      \$77  = 21'h000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
-    \$78  = valid_reduce2;
+    \$78  = valid_lanes9;
     if (reset_units) begin
       \$78  = 1'h0;
     end
@@ -48802,17 +49694,17 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
-    \$79  = ctl_reduce2;
+    \$79  = ctl_lanes9;
     if (reset_units) begin
-      \$79  = 17'h00000;
+      \$79  = 21'h000000;
     end
     if (rst) begin
-      \$79  = 17'h00000;
+      \$79  = 21'h000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
-    \$80  = valid_reduce3;
+    \$80  = \$39 ;
     if (reset_units) begin
       \$80  = 1'h0;
     end
@@ -48822,7 +49714,7 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
-    \$81  = ctl_reduce3;
+    \$81  = { ctl_lanes10[3], ctl_lanes10[19:4] };
     if (reset_units) begin
       \$81  = 17'h00000;
     end
@@ -48832,67 +49724,207 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
-    \$82  = div_ctl;
-    if (\$43 ) begin
-      \$82  = step;
-    end
+    \$82  = valid_reduce0;
     if (reset_units) begin
-      \$82  = 21'h000000;
+      \$82  = 1'h0;
     end
     if (rst) begin
-      \$82  = 21'h000000;
+      \$82  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
-    \$83  = busy_cycles;
+    \$83  = ctl_reduce0;
+    if (reset_units) begin
+      \$83  = 17'h00000;
+    end
+    if (rst) begin
+      \$83  = 17'h00000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
+    \$84  = valid_reduce1;
+    if (reset_units) begin
+      \$84  = 1'h0;
+    end
+    if (rst) begin
+      \$84  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
+    \$85  = ctl_reduce1;
+    if (reset_units) begin
+      \$85  = 17'h00000;
+    end
+    if (rst) begin
+      \$85  = 17'h00000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
+    \$86  = valid_reduce2;
+    if (reset_units) begin
+      \$86  = 1'h0;
+    end
+    if (rst) begin
+      \$86  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
+    \$87  = ctl_reduce2;
+    if (reset_units) begin
+      \$87  = 17'h00000;
+    end
+    if (rst) begin
+      \$87  = 17'h00000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
+    \$88  = valid_reduce3;
+    if (reset_units) begin
+      \$88  = 1'h0;
+    end
+    if (rst) begin
+      \$88  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
+    \$89  = ctl_reduce3;
+    if (reset_units) begin
+      \$89  = 17'h00000;
+    end
+    if (rst) begin
+      \$89  = 17'h00000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
+    \$90  = valid_reduce4;
+    if (reset_units) begin
+      \$90  = 1'h0;
+    end
+    if (rst) begin
+      \$90  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
+    \$91  = ctl_reduce4;
+    if (reset_units) begin
+      \$91  = 17'h00000;
+    end
+    if (rst) begin
+      \$91  = 17'h00000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
+    \$92  = valid_reduce5;
+    if (reset_units) begin
+      \$92  = 1'h0;
+    end
+    if (rst) begin
+      \$92  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
+    \$93  = ctl_reduce5;
+    if (reset_units) begin
+      \$93  = 17'h00000;
+    end
+    if (rst) begin
+      \$93  = 17'h00000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
+    \$94  = \$40 ;
+    if (reset_units) begin
+      \$94  = 1'h0;
+    end
+    if (rst) begin
+      \$94  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
+    \$95  = div_ctl;
+    if (\$41 ) begin
+      \$95  = step;
+    end
+    if (reset_units) begin
+      \$95  = 21'h000000;
+    end
+    if (rst) begin
+      \$95  = 21'h000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
+    \$96  = \$45 ;
+    if (reset_units) begin
+      \$96  = 1'h0;
+    end
+    if (rst) begin
+      \$96  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
+    \$97  = busy_cycles;
     if (busy) begin
-      \$83  = \$44 [31:0];
+      \$97  = \$46 [31:0];
     end
     if (reset_units) begin
-      \$83  = 32'd0;
+      \$97  = 32'd0;
     end
     if (rst) begin
-      \$83  = 32'd0;
+      \$97  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
-    \$84  = hits;
-    if (valid_lanes7) begin
-      \$84  = \$45 [31:0];
+    \$98  = hits;
+    if (valid_lanes10) begin
+      \$98  = \$47 [31:0];
     end
     if (reset_units) begin
-      \$84  = 32'd0;
+      \$98  = 32'd0;
     end
     if (rst) begin
-      \$84  = 32'd0;
+      \$98  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
-    \$85  = underflows;
-    if (valid_lanes7) begin
-      \$85  = \$46 [31:0];
+    \$99  = underflows;
+    if (valid_lanes10) begin
+      \$99  = \$48 [31:0];
     end
     if (reset_units) begin
-      \$85  = 32'd0;
+      \$99  = 32'd0;
     end
     if (rst) begin
-      \$85  = 32'd0;
+      \$99  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$95 ) begin end
-    \$86  = overflows;
-    if (valid_lanes7) begin
-      \$86  = \$47 [31:0];
+    \$100  = overflows;
+    if (valid_lanes10) begin
+      \$100  = \$49 [31:0];
     end
     if (reset_units) begin
-      \$86  = 32'd0;
+      \$100  = 32'd0;
     end
     if (rst) begin
-      \$86  = 32'd0;
+      \$100  = 32'd0;
     end
   end
   assign \start$3  = v_start;
@@ -48912,22 +49944,23 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   assign \table_we$53  = table_we;
   assign \table_index$55  = table_index;
   assign \table_data$57  = table_data;
-  assign first = ctl_lanes7[1];
-  assign last = ctl_lanes7[2];
+  assign first = ctl_lanes10[1];
+  assign last = ctl_lanes10[2];
   assign \vop$64  = \$signal [3:0];
   assign \d_acc$65  = d_acc;
   assign out = terms;
-  assign \a$69  = row;
-  assign \vop$70  = \$signal [3:0];
-  assign \shift$71  = shift;
-  assign \d_acc$72  = d_acc;
-  assign written = \$signal$75 ;
-  assign \load$91  = load;
-  assign \row$92  = spm_a_data;
-  assign \read$94  = read;
+  assign div_start = \start$68 ;
+  assign div_a = \a$70 ;
+  assign \vop$72  = \$signal [3:0];
+  assign \shift$73  = shift;
+  assign \d_acc$74  = d_acc;
+  assign written = \$signal$77 ;
+  assign \load$93  = load;
+  assign \row$94  = spm_a_data;
+  assign \read$96  = read;
   assign w_en = read;
   assign done__valid = finished;
-  assign \$signal$103  = done__tag;
+  assign \$signal$105  = done__tag;
   assign done__status = 8'h00;
   assign opcode = done__opcode;
   assign \row[0]  = row[31:0];
@@ -48984,14 +50017,22 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   assign \out[5]  = terms[191:160];
   assign \out[6]  = terms[223:192];
   assign \out[7]  = terms[255:224];
-  assign \a$69[0]  = row[31:0];
-  assign \a$69[1]  = row[63:32];
-  assign \a$69[2]  = row[95:64];
-  assign \a$69[3]  = row[127:96];
-  assign \a$69[4]  = row[159:128];
-  assign \a$69[5]  = row[191:160];
-  assign \a$69[6]  = row[223:192];
-  assign \a$69[7]  = row[255:224];
+  assign \a$70[0]  = \a$70 [31:0];
+  assign \a$70[1]  = \a$70 [63:32];
+  assign \a$70[2]  = \a$70 [95:64];
+  assign \a$70[3]  = \a$70 [127:96];
+  assign \a$70[4]  = \a$70 [159:128];
+  assign \a$70[5]  = \a$70 [191:160];
+  assign \a$70[6]  = \a$70 [223:192];
+  assign \a$70[7]  = \a$70 [255:224];
+  assign \div_a[0]  = \a$70 [31:0];
+  assign \div_a[1]  = \a$70 [63:32];
+  assign \div_a[2]  = \a$70 [95:64];
+  assign \div_a[3]  = \a$70 [127:96];
+  assign \div_a[4]  = \a$70 [159:128];
+  assign \div_a[5]  = \a$70 [191:160];
+  assign \div_a[6]  = \a$70 [223:192];
+  assign \div_a[7]  = \a$70 [255:224];
   assign \div_ctl.valid  = div_ctl[0];
   assign \div_ctl.first  = div_ctl[1];
   assign \div_ctl.last  = div_ctl[2];
@@ -49006,14 +50047,6 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   assign \w_row[5]  = w_row[191:160];
   assign \w_row[6]  = w_row[223:192];
   assign \w_row[7]  = w_row[255:224];
-  assign \out$80[0]  = \out$80 [31:0];
-  assign \out$80[1]  = \out$80 [63:32];
-  assign \out$80[2]  = \out$80 [95:64];
-  assign \out$80[3]  = \out$80 [127:96];
-  assign \out$80[4]  = \out$80 [159:128];
-  assign \out$80[5]  = \out$80 [191:160];
-  assign \out$80[6]  = \out$80 [223:192];
-  assign \out$80[7]  = \out$80 [255:224];
   assign \out$82[0]  = \out$82 [31:0];
   assign \out$82[1]  = \out$82 [63:32];
   assign \out$82[2]  = \out$82 [95:64];
@@ -49022,14 +50055,22 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
   assign \out$82[5]  = \out$82 [191:160];
   assign \out$82[6]  = \out$82 [223:192];
   assign \out$82[7]  = \out$82 [255:224];
-  assign \row$92[0]  = spm_a_data[7:0];
-  assign \row$92[1]  = spm_a_data[15:8];
-  assign \row$92[2]  = spm_a_data[23:16];
-  assign \row$92[3]  = spm_a_data[31:24];
-  assign \row$92[4]  = spm_a_data[39:32];
-  assign \row$92[5]  = spm_a_data[47:40];
-  assign \row$92[6]  = spm_a_data[55:48];
-  assign \row$92[7]  = spm_a_data[63:56];
+  assign \out$84[0]  = \out$84 [31:0];
+  assign \out$84[1]  = \out$84 [63:32];
+  assign \out$84[2]  = \out$84 [95:64];
+  assign \out$84[3]  = \out$84 [127:96];
+  assign \out$84[4]  = \out$84 [159:128];
+  assign \out$84[5]  = \out$84 [191:160];
+  assign \out$84[6]  = \out$84 [223:192];
+  assign \out$84[7]  = \out$84 [255:224];
+  assign \row$94[0]  = spm_a_data[7:0];
+  assign \row$94[1]  = spm_a_data[15:8];
+  assign \row$94[2]  = spm_a_data[23:16];
+  assign \row$94[3]  = spm_a_data[31:24];
+  assign \row$94[4]  = spm_a_data[39:32];
+  assign \row$94[5]  = spm_a_data[47:40];
+  assign \row$94[6]  = spm_a_data[55:48];
+  assign \row$94[7]  = spm_a_data[63:56];
   assign \col[0]  = col[7:0];
   assign \col[1]  = col[15:8];
   assign \col[2]  = col[23:16];
@@ -49057,7 +50098,7 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core1.vector$243.divider (rst, start, reset_units, a, vop, \shift$9 , \d_acc$74 , done, out, clk);
+module \dx1_board.soc.core1.vector$243.divider (rst, reset_units, vop, \shift$9 , \d_acc$74 , start, a, done, out, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$96  = 0;
   wire \$1 ;
   wire [30:0] \$10 ;
@@ -52703,531 +53744,554 @@ module \dx1_board.soc.core1.vector$243.divider (rst, start, reset_units, a, vop,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop, shift, imm, imm2, d_acc, out, hits8, unders8, overs8, write__data, table_we, table_index, clk);
+module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop, shift, imm, imm2, d_acc, out, hits11, unders11, overs11, write__data, table_we, table_index, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$97  = 0;
   wire \$1 ;
   wire \$10 ;
-  wire [32:0] \$100 ;
+  wire [31:0] \$100 ;
   wire [32:0] \$101 ;
-  wire [33:0] \$102 ;
-  wire [34:0] \$103 ;
-  wire [65:0] \$104 ;
-  wire [67:0] \$105 ;
-  wire [46:0] \$106 ;
-  wire [64:0] \$107 ;
-  wire [63:0] \$108 ;
-  wire [32:0] \$109 ;
+  wire [32:0] \$102 ;
+  wire [33:0] \$103 ;
+  wire [34:0] \$104 ;
+  wire [65:0] \$105 ;
+  wire [67:0] \$106 ;
+  wire [46:0] \$107 ;
+  wire [64:0] \$108 ;
+  wire [63:0] \$109 ;
   wire \$11 ;
-  wire \$110 ;
-  wire \$111 ;
+  wire [20:0] \$110 ;
+  wire [63:0] \$111 ;
   wire [32:0] \$112 ;
   wire \$113 ;
   wire \$114 ;
-  wire \$115 ;
-  wire \$116 ;
-  wire \$117 ;
+  wire [32:0] \$115 ;
+  wire [32:0] \$116 ;
+  wire [15:0] \$117 ;
   wire \$118 ;
-  wire [32:0] \$119 ;
+  wire [15:0] \$119 ;
   wire \$12 ;
-  wire [32:0] \$120 ;
-  wire [15:0] \$121 ;
-  wire [15:0] \$122 ;
-  wire [31:0] \$123 ;
-  wire [32:0] \$124 ;
-  wire [32:0] \$125 ;
-  wire [33:0] \$126 ;
-  wire [34:0] \$127 ;
-  wire [65:0] \$128 ;
-  wire [67:0] \$129 ;
+  wire \$120 ;
+  wire \$121 ;
+  wire \$122 ;
+  wire \$123 ;
+  wire \$124 ;
+  wire \$125 ;
+  wire [32:0] \$126 ;
+  wire [32:0] \$127 ;
+  wire [15:0] \$128 ;
+  wire [15:0] \$129 ;
   wire [5:0] \$13 ;
-  wire [46:0] \$130 ;
-  wire [64:0] \$131 ;
-  wire [63:0] \$132 ;
-  wire [32:0] \$133 ;
-  wire \$134 ;
-  wire \$135 ;
-  wire [32:0] \$136 ;
-  wire \$137 ;
-  wire \$138 ;
-  wire \$139 ;
-  wire \$14 ;
-  wire \$140 ;
-  wire \$141 ;
-  wire \$142 ;
-  wire [32:0] \$143 ;
-  wire [32:0] \$144 ;
-  wire [15:0] \$145 ;
-  wire [15:0] \$146 ;
-  wire [31:0] \$147 ;
-  wire [32:0] \$148 ;
-  wire [32:0] \$149 ;
-  wire \$15 ;
-  wire [33:0] \$150 ;
-  wire [34:0] \$151 ;
-  wire [65:0] \$152 ;
-  wire [67:0] \$153 ;
-  wire [46:0] \$154 ;
-  wire [64:0] \$155 ;
-  wire [63:0] \$156 ;
+  wire [31:0] \$130 ;
+  wire [32:0] \$131 ;
+  wire [32:0] \$132 ;
+  wire [33:0] \$133 ;
+  wire [34:0] \$134 ;
+  wire [65:0] \$135 ;
+  wire [67:0] \$136 ;
+  wire [46:0] \$137 ;
+  wire [64:0] \$138 ;
+  wire [63:0] \$139 ;
+  wire [110:0] \$14 ;
+  wire [20:0] \$140 ;
+  wire [63:0] \$141 ;
+  wire [32:0] \$142 ;
+  wire \$143 ;
+  wire \$144 ;
+  wire [32:0] \$145 ;
+  wire [32:0] \$146 ;
+  wire [15:0] \$147 ;
+  wire \$148 ;
+  wire [15:0] \$149 ;
+  wire [110:0] \$15 ;
+  wire \$150 ;
+  wire \$151 ;
+  wire \$152 ;
+  wire \$153 ;
+  wire \$154 ;
+  wire \$155 ;
+  wire [32:0] \$156 ;
   wire [32:0] \$157 ;
-  wire \$158 ;
-  wire \$159 ;
-  wire [32:0] \$16 ;
-  wire [32:0] \$160 ;
-  wire \$161 ;
-  wire \$162 ;
-  wire \$163 ;
-  wire \$164 ;
-  wire \$165 ;
-  wire \$166 ;
-  wire [32:0] \$167 ;
-  wire [32:0] \$168 ;
-  wire [15:0] \$169 ;
-  wire \$17 ;
-  wire [15:0] \$170 ;
-  wire [31:0] \$171 ;
+  wire [15:0] \$158 ;
+  wire [15:0] \$159 ;
+  wire \$16 ;
+  wire [31:0] \$160 ;
+  wire [32:0] \$161 ;
+  wire [32:0] \$162 ;
+  wire [33:0] \$163 ;
+  wire [34:0] \$164 ;
+  wire [65:0] \$165 ;
+  wire [67:0] \$166 ;
+  wire [46:0] \$167 ;
+  wire [64:0] \$168 ;
+  wire [63:0] \$169 ;
+  wire [110:0] \$17 ;
+  wire [20:0] \$170 ;
+  wire [63:0] \$171 ;
   wire [32:0] \$172 ;
-  wire [32:0] \$173 ;
-  wire [33:0] \$174 ;
-  wire [34:0] \$175 ;
-  wire [65:0] \$176 ;
-  wire [67:0] \$177 ;
-  wire [46:0] \$178 ;
-  wire [64:0] \$179 ;
-  wire \$18 ;
-  wire [63:0] \$180 ;
-  wire [32:0] \$181 ;
+  wire \$173 ;
+  wire \$174 ;
+  wire [32:0] \$175 ;
+  wire [32:0] \$176 ;
+  wire [15:0] \$177 ;
+  wire \$178 ;
+  wire [15:0] \$179 ;
+  wire [110:0] \$18 ;
+  wire \$180 ;
+  wire \$181 ;
   wire \$182 ;
   wire \$183 ;
-  wire [32:0] \$184 ;
+  wire \$184 ;
   wire \$185 ;
-  wire \$186 ;
-  wire \$187 ;
-  wire \$188 ;
-  wire \$189 ;
-  wire \$19 ;
-  wire \$190 ;
+  wire [32:0] \$186 ;
+  wire [32:0] \$187 ;
+  wire [15:0] \$188 ;
+  wire [15:0] \$189 ;
+  wire [111:0] \$19 ;
+  wire [31:0] \$190 ;
   wire [32:0] \$191 ;
   wire [32:0] \$192 ;
-  wire [15:0] \$193 ;
-  wire [15:0] \$194 ;
-  wire [31:0] \$195 ;
-  wire [32:0] \$196 ;
-  wire [32:0] \$197 ;
-  wire [33:0] \$198 ;
-  wire [34:0] \$199 ;
+  wire [33:0] \$193 ;
+  wire [34:0] \$194 ;
+  wire [65:0] \$195 ;
+  wire [67:0] \$196 ;
+  wire [46:0] \$197 ;
+  wire [64:0] \$198 ;
+  wire [63:0] \$199 ;
   wire \$2 ;
-  wire \$20 ;
-  wire [65:0] \$200 ;
-  wire [67:0] \$201 ;
-  wire [46:0] \$202 ;
-  wire [64:0] \$203 ;
-  wire [63:0] \$204 ;
+  wire [111:0] \$20 ;
+  wire [20:0] \$200 ;
+  wire [63:0] \$201 ;
+  wire [32:0] \$202 ;
+  wire \$203 ;
+  wire \$204 ;
   wire [32:0] \$205 ;
-  wire [63:0] \$206 ;
-  wire [110:0] \$207 ;
-  wire [110:0] \$208 ;
-  wire \$209 ;
-  wire \$21 ;
-  wire [47:0] \$210 ;
-  wire [47:0] \$211 ;
-  wire [32:0] \$212 ;
-  wire [32:0] \$213 ;
+  wire [32:0] \$206 ;
+  wire [15:0] \$207 ;
+  wire \$208 ;
+  wire [15:0] \$209 ;
+  wire [79:0] \$21 ;
+  wire \$210 ;
+  wire \$211 ;
+  wire \$212 ;
+  wire \$213 ;
   wire \$214 ;
-  wire [31:0] \$215 ;
-  wire \$216 ;
-  wire [31:0] \$217 ;
-  wire \$218 ;
-  wire [31:0] \$219 ;
-  wire \$22 ;
-  wire [32:0] \$220 ;
-  wire \$221 ;
-  wire \$222 ;
-  wire [7:0] \$223 ;
-  wire [79:0] \$224 ;
-  wire [80:0] \$225 ;
-  wire \$226 ;
-  wire [15:0] \$227 ;
-  wire [9:0] \$228 ;
-  wire [9:0] \$229 ;
-  wire [32:0] \$23 ;
-  wire \$230 ;
-  wire [9:0] \$231 ;
-  wire [9:0] \$232 ;
+  wire \$215 ;
+  wire [32:0] \$216 ;
+  wire [32:0] \$217 ;
+  wire [15:0] \$218 ;
+  wire [15:0] \$219 ;
+  wire [80:0] \$22 ;
+  wire [31:0] \$220 ;
+  wire [32:0] \$221 ;
+  wire [32:0] \$222 ;
+  wire [33:0] \$223 ;
+  wire [34:0] \$224 ;
+  wire [65:0] \$225 ;
+  wire [67:0] \$226 ;
+  wire [46:0] \$227 ;
+  wire [64:0] \$228 ;
+  wire [63:0] \$229 ;
+  wire \$23 ;
+  wire [20:0] \$230 ;
+  wire [63:0] \$231 ;
+  wire [32:0] \$232 ;
   wire \$233 ;
   wire \$234 ;
-  wire \$235 ;
-  wire [20:0] \$236 ;
-  wire \$237 ;
+  wire [32:0] \$235 ;
+  wire [32:0] \$236 ;
+  wire [15:0] \$237 ;
   wire \$238 ;
-  wire \$239 ;
-  wire [32:0] \$24 ;
-  wire [31:0] \$240 ;
-  wire [32:0] \$241 ;
+  wire [15:0] \$239 ;
+  wire \$24 ;
+  wire \$240 ;
+  wire \$241 ;
   wire \$242 ;
   wire \$243 ;
   wire \$244 ;
-  wire [7:0] \$245 ;
-  wire [7:0] \$246 ;
+  wire \$245 ;
+  wire [32:0] \$246 ;
   wire [32:0] \$247 ;
-  wire [32:0] \$248 ;
-  wire \$249 ;
-  wire [15:0] \$25 ;
+  wire [15:0] \$248 ;
+  wire [15:0] \$249 ;
+  wire [32:0] \$25 ;
   wire [31:0] \$250 ;
-  wire \$251 ;
-  wire [31:0] \$252 ;
-  wire \$253 ;
-  wire [31:0] \$254 ;
-  wire [32:0] \$255 ;
-  wire \$256 ;
-  wire \$257 ;
-  wire [7:0] \$258 ;
-  wire [79:0] \$259 ;
-  wire [15:0] \$26 ;
-  wire [80:0] \$260 ;
-  wire \$261 ;
-  wire [15:0] \$262 ;
-  wire [9:0] \$263 ;
-  wire [9:0] \$264 ;
-  wire \$265 ;
-  wire [9:0] \$266 ;
-  wire [9:0] \$267 ;
+  wire [32:0] \$251 ;
+  wire [32:0] \$252 ;
+  wire [33:0] \$253 ;
+  wire [34:0] \$254 ;
+  wire [65:0] \$255 ;
+  wire [67:0] \$256 ;
+  wire [46:0] \$257 ;
+  wire [64:0] \$258 ;
+  wire [63:0] \$259 ;
+  wire [32:0] \$26 ;
+  wire [20:0] \$260 ;
+  wire [63:0] \$261 ;
+  wire [32:0] \$262 ;
+  wire [63:0] \$263 ;
+  wire [32:0] \$264 ;
+  wire [32:0] \$265 ;
+  wire \$266 ;
+  wire [31:0] \$267 ;
   wire \$268 ;
-  wire \$269 ;
-  wire [31:0] \$27 ;
+  wire [31:0] \$269 ;
+  wire [15:0] \$27 ;
   wire \$270 ;
-  wire [20:0] \$271 ;
-  wire \$272 ;
+  wire [31:0] \$271 ;
+  wire [32:0] \$272 ;
   wire \$273 ;
   wire \$274 ;
-  wire [31:0] \$275 ;
-  wire [32:0] \$276 ;
-  wire \$277 ;
+  wire [7:0] \$275 ;
+  wire [9:0] \$276 ;
+  wire [9:0] \$277 ;
   wire \$278 ;
-  wire \$279 ;
-  wire [32:0] \$28 ;
-  wire [7:0] \$280 ;
-  wire [7:0] \$281 ;
-  wire [32:0] \$282 ;
-  wire [32:0] \$283 ;
+  wire [9:0] \$279 ;
+  wire \$28 ;
+  wire [9:0] \$280 ;
+  wire \$281 ;
+  wire \$282 ;
+  wire \$283 ;
   wire \$284 ;
-  wire [31:0] \$285 ;
+  wire \$285 ;
   wire \$286 ;
   wire [31:0] \$287 ;
-  wire \$288 ;
-  wire [31:0] \$289 ;
-  wire [32:0] \$29 ;
-  wire [32:0] \$290 ;
+  wire [32:0] \$288 ;
+  wire \$289 ;
+  wire [15:0] \$29 ;
+  wire \$290 ;
   wire \$291 ;
-  wire \$292 ;
+  wire [7:0] \$292 ;
   wire [7:0] \$293 ;
-  wire [79:0] \$294 ;
-  wire [80:0] \$295 ;
+  wire [32:0] \$294 ;
+  wire [32:0] \$295 ;
   wire \$296 ;
-  wire [15:0] \$297 ;
-  wire [9:0] \$298 ;
-  wire [9:0] \$299 ;
+  wire [31:0] \$297 ;
+  wire \$298 ;
+  wire [31:0] \$299 ;
   wire \$3 ;
-  wire [33:0] \$30 ;
+  wire \$30 ;
   wire \$300 ;
-  wire [9:0] \$301 ;
-  wire [9:0] \$302 ;
+  wire [31:0] \$301 ;
+  wire [32:0] \$302 ;
   wire \$303 ;
   wire \$304 ;
-  wire \$305 ;
-  wire [20:0] \$306 ;
-  wire \$307 ;
+  wire [7:0] \$305 ;
+  wire [9:0] \$306 ;
+  wire [9:0] \$307 ;
   wire \$308 ;
-  wire \$309 ;
-  wire [34:0] \$31 ;
-  wire [31:0] \$310 ;
-  wire [32:0] \$311 ;
+  wire [9:0] \$309 ;
+  wire \$31 ;
+  wire [9:0] \$310 ;
+  wire \$311 ;
   wire \$312 ;
   wire \$313 ;
   wire \$314 ;
-  wire [7:0] \$315 ;
-  wire [7:0] \$316 ;
-  wire [32:0] \$317 ;
+  wire \$315 ;
+  wire \$316 ;
+  wire [31:0] \$317 ;
   wire [32:0] \$318 ;
   wire \$319 ;
-  wire [65:0] \$32 ;
-  wire [31:0] \$320 ;
+  wire \$32 ;
+  wire \$320 ;
   wire \$321 ;
-  wire [31:0] \$322 ;
-  wire \$323 ;
-  wire [31:0] \$324 ;
+  wire [7:0] \$322 ;
+  wire [7:0] \$323 ;
+  wire [32:0] \$324 ;
   wire [32:0] \$325 ;
   wire \$326 ;
-  wire \$327 ;
-  wire [7:0] \$328 ;
-  wire [79:0] \$329 ;
-  wire [67:0] \$33 ;
-  wire [80:0] \$330 ;
-  wire \$331 ;
-  wire [15:0] \$332 ;
-  wire [9:0] \$333 ;
-  wire [9:0] \$334 ;
-  wire \$335 ;
+  wire [31:0] \$327 ;
+  wire \$328 ;
+  wire [31:0] \$329 ;
+  wire \$33 ;
+  wire \$330 ;
+  wire [31:0] \$331 ;
+  wire [32:0] \$332 ;
+  wire \$333 ;
+  wire \$334 ;
+  wire [7:0] \$335 ;
   wire [9:0] \$336 ;
   wire [9:0] \$337 ;
   wire \$338 ;
-  wire \$339 ;
-  wire [46:0] \$34 ;
-  wire \$340 ;
-  wire [20:0] \$341 ;
+  wire [9:0] \$339 ;
+  wire \$34 ;
+  wire [9:0] \$340 ;
+  wire \$341 ;
   wire \$342 ;
   wire \$343 ;
   wire \$344 ;
-  wire [31:0] \$345 ;
-  wire [32:0] \$346 ;
-  wire \$347 ;
-  wire \$348 ;
+  wire \$345 ;
+  wire \$346 ;
+  wire [31:0] \$347 ;
+  wire [32:0] \$348 ;
   wire \$349 ;
-  wire [64:0] \$35 ;
-  wire [7:0] \$350 ;
-  wire [7:0] \$351 ;
-  wire [32:0] \$352 ;
-  wire [32:0] \$353 ;
-  wire \$354 ;
-  wire [31:0] \$355 ;
+  wire \$35 ;
+  wire \$350 ;
+  wire \$351 ;
+  wire [7:0] \$352 ;
+  wire [7:0] \$353 ;
+  wire [32:0] \$354 ;
+  wire [32:0] \$355 ;
   wire \$356 ;
   wire [31:0] \$357 ;
   wire \$358 ;
   wire [31:0] \$359 ;
-  wire [63:0] \$36 ;
-  wire [32:0] \$360 ;
-  wire \$361 ;
-  wire \$362 ;
-  wire [7:0] \$363 ;
-  wire [79:0] \$364 ;
-  wire [80:0] \$365 ;
-  wire \$366 ;
-  wire [15:0] \$367 ;
-  wire [9:0] \$368 ;
+  wire [32:0] \$36 ;
+  wire \$360 ;
+  wire [31:0] \$361 ;
+  wire [32:0] \$362 ;
+  wire \$363 ;
+  wire \$364 ;
+  wire [7:0] \$365 ;
+  wire [9:0] \$366 ;
+  wire [9:0] \$367 ;
+  wire \$368 ;
   wire [9:0] \$369 ;
   wire [32:0] \$37 ;
-  wire \$370 ;
-  wire [9:0] \$371 ;
-  wire [9:0] \$372 ;
+  wire [9:0] \$370 ;
+  wire \$371 ;
+  wire \$372 ;
   wire \$373 ;
   wire \$374 ;
   wire \$375 ;
-  wire [20:0] \$376 ;
-  wire \$377 ;
-  wire \$378 ;
+  wire \$376 ;
+  wire [31:0] \$377 ;
+  wire [32:0] \$378 ;
   wire \$379 ;
-  wire \$38 ;
-  wire [31:0] \$380 ;
-  wire [32:0] \$381 ;
-  wire \$382 ;
-  wire \$383 ;
-  wire \$384 ;
-  wire [7:0] \$385 ;
-  wire [7:0] \$386 ;
-  wire [32:0] \$387 ;
-  wire [32:0] \$388 ;
-  wire \$389 ;
-  wire \$39 ;
-  wire [31:0] \$390 ;
-  wire \$391 ;
-  wire [31:0] \$392 ;
+  wire [15:0] \$38 ;
+  wire \$380 ;
+  wire \$381 ;
+  wire [7:0] \$382 ;
+  wire [7:0] \$383 ;
+  wire [32:0] \$384 ;
+  wire [32:0] \$385 ;
+  wire \$386 ;
+  wire [31:0] \$387 ;
+  wire \$388 ;
+  wire [31:0] \$389 ;
+  wire [15:0] \$39 ;
+  wire \$390 ;
+  wire [31:0] \$391 ;
+  wire [32:0] \$392 ;
   wire \$393 ;
-  wire [31:0] \$394 ;
-  wire [32:0] \$395 ;
-  wire \$396 ;
-  wire \$397 ;
-  wire [7:0] \$398 ;
-  wire [79:0] \$399 ;
+  wire \$394 ;
+  wire [7:0] \$395 ;
+  wire [9:0] \$396 ;
+  wire [9:0] \$397 ;
+  wire \$398 ;
+  wire [9:0] \$399 ;
   wire \$4 ;
-  wire [32:0] \$40 ;
-  wire [80:0] \$400 ;
+  wire [31:0] \$40 ;
+  wire [9:0] \$400 ;
   wire \$401 ;
-  wire [15:0] \$402 ;
-  wire [9:0] \$403 ;
-  wire [9:0] \$404 ;
+  wire \$402 ;
+  wire \$403 ;
+  wire \$404 ;
   wire \$405 ;
-  wire [9:0] \$406 ;
-  wire [9:0] \$407 ;
-  wire \$408 ;
+  wire \$406 ;
+  wire [31:0] \$407 ;
+  wire [32:0] \$408 ;
   wire \$409 ;
-  wire \$41 ;
+  wire [32:0] \$41 ;
   wire \$410 ;
-  wire [20:0] \$411 ;
-  wire \$412 ;
-  wire \$413 ;
-  wire \$414 ;
-  wire [31:0] \$415 ;
-  wire [32:0] \$416 ;
-  wire \$417 ;
+  wire \$411 ;
+  wire [7:0] \$412 ;
+  wire [7:0] \$413 ;
+  wire [32:0] \$414 ;
+  wire [32:0] \$415 ;
+  wire \$416 ;
+  wire [31:0] \$417 ;
   wire \$418 ;
-  wire \$419 ;
-  wire \$42 ;
-  wire [7:0] \$420 ;
-  wire [7:0] \$421 ;
+  wire [31:0] \$419 ;
+  wire [32:0] \$42 ;
+  wire \$420 ;
+  wire [31:0] \$421 ;
   wire [32:0] \$422 ;
-  wire [32:0] \$423 ;
+  wire \$423 ;
   wire \$424 ;
-  wire [31:0] \$425 ;
-  wire \$426 ;
-  wire [31:0] \$427 ;
+  wire [7:0] \$425 ;
+  wire [9:0] \$426 ;
+  wire [9:0] \$427 ;
   wire \$428 ;
-  wire [31:0] \$429 ;
-  wire \$43 ;
-  wire [32:0] \$430 ;
+  wire [9:0] \$429 ;
+  wire [33:0] \$43 ;
+  wire [9:0] \$430 ;
   wire \$431 ;
   wire \$432 ;
-  wire [7:0] \$433 ;
-  wire [79:0] \$434 ;
-  wire [80:0] \$435 ;
+  wire \$433 ;
+  wire \$434 ;
+  wire \$435 ;
   wire \$436 ;
-  wire [15:0] \$437 ;
-  wire [9:0] \$438 ;
-  wire [9:0] \$439 ;
-  wire \$44 ;
+  wire [31:0] \$437 ;
+  wire [32:0] \$438 ;
+  wire \$439 ;
+  wire [34:0] \$44 ;
   wire \$440 ;
-  wire [9:0] \$441 ;
-  wire [9:0] \$442 ;
-  wire \$443 ;
-  wire \$444 ;
-  wire \$445 ;
-  wire [20:0] \$446 ;
-  wire \$447 ;
+  wire \$441 ;
+  wire [7:0] \$442 ;
+  wire [7:0] \$443 ;
+  wire [32:0] \$444 ;
+  wire [32:0] \$445 ;
+  wire \$446 ;
+  wire [31:0] \$447 ;
   wire \$448 ;
-  wire \$449 ;
-  wire \$45 ;
-  wire [31:0] \$450 ;
-  wire [32:0] \$451 ;
-  wire \$452 ;
+  wire [31:0] \$449 ;
+  wire [65:0] \$45 ;
+  wire \$450 ;
+  wire [31:0] \$451 ;
+  wire [32:0] \$452 ;
   wire \$453 ;
   wire \$454 ;
   wire [7:0] \$455 ;
-  wire [7:0] \$456 ;
-  wire [32:0] \$457 ;
-  wire [32:0] \$458 ;
-  wire \$459 ;
-  wire \$46 ;
-  wire [31:0] \$460 ;
+  wire [9:0] \$456 ;
+  wire [9:0] \$457 ;
+  wire \$458 ;
+  wire [9:0] \$459 ;
+  wire [67:0] \$46 ;
+  wire [9:0] \$460 ;
   wire \$461 ;
-  wire [31:0] \$462 ;
+  wire \$462 ;
   wire \$463 ;
-  wire [31:0] \$464 ;
-  wire [32:0] \$465 ;
+  wire \$464 ;
+  wire \$465 ;
   wire \$466 ;
-  wire \$467 ;
-  wire [7:0] \$468 ;
-  wire [79:0] \$469 ;
-  wire [32:0] \$47 ;
-  wire [80:0] \$470 ;
+  wire [31:0] \$467 ;
+  wire [32:0] \$468 ;
+  wire \$469 ;
+  wire [46:0] \$47 ;
+  wire \$470 ;
   wire \$471 ;
-  wire [15:0] \$472 ;
-  wire [9:0] \$473 ;
-  wire [9:0] \$474 ;
-  wire \$475 ;
-  wire [9:0] \$476 ;
-  wire [9:0] \$477 ;
+  wire [7:0] \$472 ;
+  wire [7:0] \$473 ;
+  wire [32:0] \$474 ;
+  wire [32:0] \$475 ;
+  wire \$476 ;
+  wire [31:0] \$477 ;
   wire \$478 ;
-  wire \$479 ;
-  wire [32:0] \$48 ;
+  wire [31:0] \$479 ;
+  wire [64:0] \$48 ;
   wire \$480 ;
-  wire [20:0] \$481 ;
-  wire \$482 ;
+  wire [31:0] \$481 ;
+  wire [32:0] \$482 ;
   wire \$483 ;
   wire \$484 ;
-  wire [31:0] \$485 ;
-  wire [32:0] \$486 ;
-  wire \$487 ;
+  wire [7:0] \$485 ;
+  wire [9:0] \$486 ;
+  wire [9:0] \$487 ;
   wire \$488 ;
-  wire \$489 ;
-  wire [15:0] \$49 ;
-  wire [7:0] \$490 ;
-  wire [7:0] \$491 ;
-  wire [1:0] \$492 ;
-  wire [2:0] \$493 ;
-  wire [3:0] \$494 ;
-  wire [4:0] \$495 ;
-  wire [5:0] \$496 ;
-  wire [6:0] \$497 ;
-  wire [7:0] \$498 ;
-  wire [1:0] \$499 ;
+  wire [9:0] \$489 ;
+  wire [63:0] \$49 ;
+  wire [9:0] \$490 ;
+  wire \$491 ;
+  wire \$492 ;
+  wire \$493 ;
+  wire \$494 ;
+  wire \$495 ;
+  wire \$496 ;
+  wire [31:0] \$497 ;
+  wire [32:0] \$498 ;
+  wire \$499 ;
   wire \$5 ;
-  wire [15:0] \$50 ;
-  wire [2:0] \$500 ;
-  wire [3:0] \$501 ;
-  wire [4:0] \$502 ;
-  wire [5:0] \$503 ;
-  wire [6:0] \$504 ;
-  wire [7:0] \$505 ;
-  wire [1:0] \$506 ;
-  wire [2:0] \$507 ;
-  wire [3:0] \$508 ;
-  wire [4:0] \$509 ;
-  wire [31:0] \$51 ;
-  wire [5:0] \$510 ;
-  wire [6:0] \$511 ;
-  wire [7:0] \$512 ;
-  reg [10:0] \$513 ;
-  reg [10:0] \$514 ;
-  reg [10:0] \$515 ;
-  reg [10:0] \$516 ;
-  reg [10:0] \$517 ;
-  reg [10:0] \$518 ;
-  reg [10:0] \$519 ;
+  wire [20:0] \$50 ;
+  wire \$500 ;
+  wire \$501 ;
+  wire [7:0] \$502 ;
+  wire [7:0] \$503 ;
+  wire [1:0] \$504 ;
+  wire [2:0] \$505 ;
+  wire [3:0] \$506 ;
+  wire [4:0] \$507 ;
+  wire [5:0] \$508 ;
+  wire [6:0] \$509 ;
+  wire [63:0] \$51 ;
+  wire [7:0] \$510 ;
+  wire [1:0] \$511 ;
+  wire [2:0] \$512 ;
+  wire [3:0] \$513 ;
+  wire [4:0] \$514 ;
+  wire [5:0] \$515 ;
+  wire [6:0] \$516 ;
+  wire [7:0] \$517 ;
+  wire [1:0] \$518 ;
+  wire [2:0] \$519 ;
   wire [32:0] \$52 ;
-  reg [10:0] \$520 ;
-  reg [255:0] \$521 ;
-  wire [32:0] \$53 ;
-  wire [33:0] \$54 ;
-  wire [34:0] \$55 ;
-  wire [65:0] \$56 ;
-  wire [67:0] \$57 ;
-  wire [46:0] \$58 ;
-  wire [64:0] \$59 ;
+  wire [3:0] \$520 ;
+  wire [4:0] \$521 ;
+  wire [5:0] \$522 ;
+  wire [6:0] \$523 ;
+  wire [7:0] \$524 ;
+  reg [10:0] \$525 ;
+  reg [10:0] \$526 ;
+  reg [10:0] \$527 ;
+  reg [10:0] \$528 ;
+  reg [10:0] \$529 ;
+  wire \$53 ;
+  reg [10:0] \$530 ;
+  reg [10:0] \$531 ;
+  reg [10:0] \$532 ;
+  reg [10:0] \$533 ;
+  reg [10:0] \$534 ;
+  reg [10:0] \$535 ;
+  reg [255:0] \$536 ;
+  wire \$54 ;
+  wire [32:0] \$55 ;
+  wire [32:0] \$56 ;
+  wire [15:0] \$57 ;
+  wire \$58 ;
+  wire [15:0] \$59 ;
   wire \$6 ;
-  wire [63:0] \$60 ;
-  wire [32:0] \$61 ;
+  wire \$60 ;
+  wire \$61 ;
   wire \$62 ;
   wire \$63 ;
-  wire [32:0] \$64 ;
+  wire \$64 ;
   wire \$65 ;
-  wire \$66 ;
-  wire \$67 ;
-  wire \$68 ;
-  wire \$69 ;
+  wire [32:0] \$66 ;
+  wire [32:0] \$67 ;
+  wire [15:0] \$68 ;
+  wire [15:0] \$69 ;
   wire \$7 ;
-  wire \$70 ;
+  wire [31:0] \$70 ;
   wire [32:0] \$71 ;
   wire [32:0] \$72 ;
-  wire [15:0] \$73 ;
-  wire [15:0] \$74 ;
-  wire [31:0] \$75 ;
-  wire [32:0] \$76 ;
-  wire [32:0] \$77 ;
-  wire [33:0] \$78 ;
-  wire [34:0] \$79 ;
+  wire [33:0] \$73 ;
+  wire [34:0] \$74 ;
+  wire [65:0] \$75 ;
+  wire [67:0] \$76 ;
+  wire [46:0] \$77 ;
+  wire [64:0] \$78 ;
+  wire [63:0] \$79 ;
   wire \$8 ;
-  wire [65:0] \$80 ;
-  wire [67:0] \$81 ;
-  wire [46:0] \$82 ;
-  wire [64:0] \$83 ;
-  wire [63:0] \$84 ;
+  wire [20:0] \$80 ;
+  wire [63:0] \$81 ;
+  wire [32:0] \$82 ;
+  wire \$83 ;
+  wire \$84 ;
   wire [32:0] \$85 ;
-  wire \$86 ;
-  wire \$87 ;
-  wire [32:0] \$88 ;
-  wire \$89 ;
+  wire [32:0] \$86 ;
+  wire [15:0] \$87 ;
+  wire \$88 ;
+  wire [15:0] \$89 ;
   wire \$9 ;
   wire \$90 ;
   wire \$91 ;
   wire \$92 ;
   wire \$93 ;
   wire \$94 ;
-  wire [32:0] \$95 ;
+  wire \$95 ;
   wire [32:0] \$96 ;
-  wire [15:0] \$97 ;
+  wire [32:0] \$97 ;
   wire [15:0] \$98 ;
-  wire [31:0] \$99 ;
+  wire [15:0] \$99 ;
   input [255:0] a;
   wire [255:0] a;
+  reg [31:0] a1_0 = 32'd0;
+  reg [31:0] a1_1 = 32'd0;
+  reg [31:0] a1_2 = 32'd0;
+  reg [31:0] a1_3 = 32'd0;
+  reg [31:0] a1_4 = 32'd0;
+  reg [31:0] a1_5 = 32'd0;
+  reg [31:0] a1_6 = 32'd0;
+  reg [31:0] a1_7 = 32'd0;
   wire [31:0] \a[0] ;
   wire [31:0] \a[1] ;
   wire [31:0] \a[2] ;
@@ -53246,6 +54310,14 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
   reg [32:0] alu7;
   input [255:0] b;
   wire [255:0] b;
+  reg [31:0] b1_0 = 32'd0;
+  reg [31:0] b1_1 = 32'd0;
+  reg [31:0] b1_2 = 32'd0;
+  reg [31:0] b1_3 = 32'd0;
+  reg [31:0] b1_4 = 32'd0;
+  reg [31:0] b1_5 = 32'd0;
+  reg [31:0] b1_6 = 32'd0;
+  reg [31:0] b1_7 = 32'd0;
   wire [31:0] \b[0] ;
   wire [31:0] \b[1] ;
   wire [31:0] \b[2] ;
@@ -53254,22 +54326,6 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
   wire [31:0] \b[5] ;
   wire [31:0] \b[6] ;
   wire [31:0] \b[7] ;
-  reg [15:0] base3_0 = 16'h0000;
-  reg [15:0] base3_1 = 16'h0000;
-  reg [15:0] base3_2 = 16'h0000;
-  reg [15:0] base3_3 = 16'h0000;
-  reg [15:0] base3_4 = 16'h0000;
-  reg [15:0] base3_5 = 16'h0000;
-  reg [15:0] base3_6 = 16'h0000;
-  reg [15:0] base3_7 = 16'h0000;
-  reg [15:0] base4_0 = 16'h0000;
-  reg [15:0] base4_1 = 16'h0000;
-  reg [15:0] base4_2 = 16'h0000;
-  reg [15:0] base4_3 = 16'h0000;
-  reg [15:0] base4_4 = 16'h0000;
-  reg [15:0] base4_5 = 16'h0000;
-  reg [15:0] base4_6 = 16'h0000;
-  reg [15:0] base4_7 = 16'h0000;
   reg [15:0] base5_0 = 16'h0000;
   reg [15:0] base5_1 = 16'h0000;
   reg [15:0] base5_2 = 16'h0000;
@@ -53294,6 +54350,22 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
   reg [15:0] base7_5 = 16'h0000;
   reg [15:0] base7_6 = 16'h0000;
   reg [15:0] base7_7 = 16'h0000;
+  reg [15:0] base8_0 = 16'h0000;
+  reg [15:0] base8_1 = 16'h0000;
+  reg [15:0] base8_2 = 16'h0000;
+  reg [15:0] base8_3 = 16'h0000;
+  reg [15:0] base8_4 = 16'h0000;
+  reg [15:0] base8_5 = 16'h0000;
+  reg [15:0] base8_6 = 16'h0000;
+  reg [15:0] base8_7 = 16'h0000;
+  reg [15:0] base9_0 = 16'h0000;
+  reg [15:0] base9_1 = 16'h0000;
+  reg [15:0] base9_2 = 16'h0000;
+  reg [15:0] base9_3 = 16'h0000;
+  reg [15:0] base9_4 = 16'h0000;
+  reg [15:0] base9_5 = 16'h0000;
+  reg [15:0] base9_6 = 16'h0000;
+  reg [15:0] base9_7 = 16'h0000;
   input clk;
   wire clk;
   reg [10:0] ctl1 = 11'h000;
@@ -53303,6 +54375,20 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
   wire \ctl1.raw ;
   wire [5:0] \ctl1.shift ;
   wire \ctl1.valid ;
+  reg [10:0] ctl10 = 11'h000;
+  wire \ctl10.clamp ;
+  wire \ctl10.d_acc ;
+  wire \ctl10.lut ;
+  wire \ctl10.raw ;
+  wire [5:0] \ctl10.shift ;
+  wire \ctl10.valid ;
+  reg [10:0] ctl11 = 11'h000;
+  wire \ctl11.clamp ;
+  wire \ctl11.d_acc ;
+  wire \ctl11.lut ;
+  wire \ctl11.raw ;
+  wire [5:0] \ctl11.shift ;
+  wire \ctl11.valid ;
   reg [10:0] ctl2 = 11'h000;
   wire \ctl2.clamp ;
   wire \ctl2.d_acc ;
@@ -53352,6 +54438,13 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
   wire \ctl8.raw ;
   wire [5:0] \ctl8.shift ;
   wire \ctl8.valid ;
+  reg [10:0] ctl9 = 11'h000;
+  wire \ctl9.clamp ;
+  wire \ctl9.d_acc ;
+  wire \ctl9.lut ;
+  wire \ctl9.raw ;
+  wire [5:0] \ctl9.shift ;
+  wire \ctl9.valid ;
   input d_acc;
   wire d_acc;
   wire [16:0] diff0;
@@ -53362,24 +54455,24 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
   wire [16:0] diff5;
   wire [16:0] diff6;
   wire [16:0] diff7;
-  reg [15:0] f2_0 = 16'h0000;
-  reg [15:0] f2_1 = 16'h0000;
-  reg [15:0] f2_2 = 16'h0000;
-  reg [15:0] f2_3 = 16'h0000;
-  reg [15:0] f2_4 = 16'h0000;
-  reg [15:0] f2_5 = 16'h0000;
-  reg [15:0] f2_6 = 16'h0000;
-  reg [15:0] f2_7 = 16'h0000;
-  wire [15:0] frac0;
-  wire [15:0] frac1;
-  wire [15:0] frac2;
-  wire [15:0] frac3;
-  wire [15:0] frac4;
-  wire [15:0] frac5;
-  wire [15:0] frac6;
-  wire [15:0] frac7;
-  wire [46:0] half;
-  wire [46:0] half_neg;
+  reg [15:0] f4_0 = 16'h0000;
+  reg [15:0] f4_1 = 16'h0000;
+  reg [15:0] f4_2 = 16'h0000;
+  reg [15:0] f4_3 = 16'h0000;
+  reg [15:0] f4_4 = 16'h0000;
+  reg [15:0] f4_5 = 16'h0000;
+  reg [15:0] f4_6 = 16'h0000;
+  reg [15:0] f4_7 = 16'h0000;
+  reg [15:0] frac3_0 = 16'h0000;
+  reg [15:0] frac3_1 = 16'h0000;
+  reg [15:0] frac3_2 = 16'h0000;
+  reg [15:0] frac3_3 = 16'h0000;
+  reg [15:0] frac3_4 = 16'h0000;
+  reg [15:0] frac3_5 = 16'h0000;
+  reg [15:0] frac3_6 = 16'h0000;
+  reg [15:0] frac3_7 = 16'h0000;
+  reg [46:0] half = 47'h000000000000;
+  reg [46:0] half_neg = 47'h000000000000;
   reg [33:0] hh0 = 34'h000000000;
   reg [33:0] hh1 = 34'h000000000;
   reg [33:0] hh2 = 34'h000000000;
@@ -53388,24 +54481,25 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
   reg [33:0] hh5 = 34'h000000000;
   reg [33:0] hh6 = 34'h000000000;
   reg [33:0] hh7 = 34'h000000000;
-  reg hit2_0 = 1'h0;
-  reg hit2_1 = 1'h0;
-  reg hit2_2 = 1'h0;
-  reg hit2_3 = 1'h0;
-  reg hit2_4 = 1'h0;
-  reg hit2_5 = 1'h0;
-  reg hit2_6 = 1'h0;
-  reg hit2_7 = 1'h0;
+  reg hit4_0 = 1'h0;
+  reg hit4_1 = 1'h0;
+  reg hit4_2 = 1'h0;
+  reg hit4_3 = 1'h0;
+  reg hit4_4 = 1'h0;
+  reg hit4_5 = 1'h0;
+  reg hit4_6 = 1'h0;
+  reg hit4_7 = 1'h0;
   wire [3:0] hits;
   (* init = 4'h0 *)
-  wire [3:0] \hits$401 ;
-  reg [3:0] hits3 = 4'h0;
-  reg [3:0] hits4 = 4'h0;
+  wire [3:0] \hits$436 ;
+  reg [3:0] hits10 = 4'h0;
+  output [3:0] hits11;
+  reg [3:0] hits11 = 4'h0;
   reg [3:0] hits5 = 4'h0;
   reg [3:0] hits6 = 4'h0;
   reg [3:0] hits7 = 4'h0;
-  output [3:0] hits8;
   reg [3:0] hits8 = 4'h0;
+  reg [3:0] hits9 = 4'h0;
   reg [33:0] hl0 = 34'h000000000;
   reg [33:0] hl1 = 34'h000000000;
   reg [33:0] hl2 = 34'h000000000;
@@ -53416,9 +54510,11 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
   reg [33:0] hl7 = 34'h000000000;
   input [31:0] imm;
   wire [31:0] imm;
+  reg [31:0] imm1 = 32'd0;
   input [31:0] imm2;
   wire [31:0] imm2;
   reg [31:0] imm2_1 = 32'd0;
+  reg [31:0] imm2_2 = 32'd0;
   wire [7:0] index0;
   wire [7:0] index1;
   wire [7:0] index2;
@@ -53443,14 +54539,7 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
   reg [31:0] ll5 = 32'd0;
   reg [31:0] ll6 = 32'd0;
   reg [31:0] ll7 = 32'd0;
-  wire [15:0] mask0;
-  wire [15:0] mask1;
-  wire [15:0] mask2;
-  wire [15:0] mask3;
-  wire [15:0] mask4;
-  wire [15:0] mask5;
-  wire [15:0] mask6;
-  wire [15:0] mask7;
+  reg [15:0] mask2 = 16'h0000;
   output [255:0] out;
   reg [255:0] out = 256'h0000000000000000000000000000000000000000000000000000000000000000;
   wire [31:0] \out[0] ;
@@ -53465,93 +54554,94 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
   wire over0;
   wire over1;
   wire over2;
-  reg over2_0 = 1'h0;
-  reg \over2_0$29  = 1'h0;
-  reg over2_1 = 1'h0;
-  reg \over2_1$64  = 1'h0;
-  reg over2_2 = 1'h0;
-  reg \over2_2$96  = 1'h0;
-  reg over2_3 = 1'h0;
-  reg \over2_3$128  = 1'h0;
-  reg over2_4 = 1'h0;
-  reg \over2_4$160  = 1'h0;
-  reg over2_5 = 1'h0;
-  reg \over2_5$192  = 1'h0;
-  reg over2_6 = 1'h0;
-  reg \over2_6$224  = 1'h0;
-  reg over2_7 = 1'h0;
-  reg \over2_7$256  = 1'h0;
   wire over3;
   wire over4;
+  reg over4_0 = 1'h0;
+  reg \over4_0$47  = 1'h0;
+  reg over4_1 = 1'h0;
+  reg \over4_1$86  = 1'h0;
+  reg over4_2 = 1'h0;
+  reg \over4_2$124  = 1'h0;
+  reg over4_3 = 1'h0;
+  reg \over4_3$162  = 1'h0;
+  reg over4_4 = 1'h0;
+  reg \over4_4$200  = 1'h0;
+  reg over4_5 = 1'h0;
+  reg \over4_5$238  = 1'h0;
+  reg over4_6 = 1'h0;
+  reg \over4_6$276  = 1'h0;
+  reg over4_7 = 1'h0;
+  reg \over4_7$314  = 1'h0;
   wire over5;
   wire over6;
   wire over7;
   (* init = 4'h0 *)
   wire [3:0] overflows;
   wire [3:0] overs;
-  reg [3:0] overs3 = 4'h0;
-  reg [3:0] overs4 = 4'h0;
+  reg [3:0] overs10 = 4'h0;
+  output [3:0] overs11;
+  reg [3:0] overs11 = 4'h0;
   reg [3:0] overs5 = 4'h0;
   reg [3:0] overs6 = 4'h0;
   reg [3:0] overs7 = 4'h0;
-  output [3:0] overs8;
   reg [3:0] overs8 = 4'h0;
-  reg [63:0] p5_0 = 64'h0000000000000000;
-  reg [63:0] p5_1 = 64'h0000000000000000;
-  reg [63:0] p5_2 = 64'h0000000000000000;
-  reg [63:0] p5_3 = 64'h0000000000000000;
-  reg [63:0] p5_4 = 64'h0000000000000000;
-  reg [63:0] p5_5 = 64'h0000000000000000;
-  reg [63:0] p5_6 = 64'h0000000000000000;
-  reg [63:0] p5_7 = 64'h0000000000000000;
-  reg [63:0] q6_0 = 64'h0000000000000000;
-  reg [63:0] q6_1 = 64'h0000000000000000;
-  reg [63:0] q6_2 = 64'h0000000000000000;
-  reg [63:0] q6_3 = 64'h0000000000000000;
-  reg [63:0] q6_4 = 64'h0000000000000000;
-  reg [63:0] q6_5 = 64'h0000000000000000;
-  reg [63:0] q6_6 = 64'h0000000000000000;
-  reg [63:0] q6_7 = 64'h0000000000000000;
-  reg [63:0] r7_0 = 64'h0000000000000000;
-  reg [63:0] r7_1 = 64'h0000000000000000;
-  reg [63:0] r7_2 = 64'h0000000000000000;
-  reg [63:0] r7_3 = 64'h0000000000000000;
-  reg [63:0] r7_4 = 64'h0000000000000000;
-  reg [63:0] r7_5 = 64'h0000000000000000;
-  reg [63:0] r7_6 = 64'h0000000000000000;
-  reg [63:0] r7_7 = 64'h0000000000000000;
+  reg [3:0] overs9 = 4'h0;
+  reg [63:0] p7_0 = 64'h0000000000000000;
+  reg [63:0] p7_1 = 64'h0000000000000000;
+  reg [63:0] p7_2 = 64'h0000000000000000;
+  reg [63:0] p7_3 = 64'h0000000000000000;
+  reg [63:0] p7_4 = 64'h0000000000000000;
+  reg [63:0] p7_5 = 64'h0000000000000000;
+  reg [63:0] p7_6 = 64'h0000000000000000;
+  reg [63:0] p7_7 = 64'h0000000000000000;
+  reg [63:0] q8_0 = 64'h0000000000000000;
+  reg [63:0] q8_1 = 64'h0000000000000000;
+  reg [63:0] q8_2 = 64'h0000000000000000;
+  reg [63:0] q8_3 = 64'h0000000000000000;
+  reg [63:0] q8_4 = 64'h0000000000000000;
+  reg [63:0] q8_5 = 64'h0000000000000000;
+  reg [63:0] q8_6 = 64'h0000000000000000;
+  reg [63:0] q8_7 = 64'h0000000000000000;
+  reg [63:0] r9_0 = 64'h0000000000000000;
+  reg [63:0] r9_1 = 64'h0000000000000000;
+  reg [63:0] r9_2 = 64'h0000000000000000;
+  reg [63:0] r9_3 = 64'h0000000000000000;
+  reg [63:0] r9_4 = 64'h0000000000000000;
+  reg [63:0] r9_5 = 64'h0000000000000000;
+  reg [63:0] r9_6 = 64'h0000000000000000;
+  reg [63:0] r9_7 = 64'h0000000000000000;
   wire [7:0] read__addr;
-  wire [7:0] \read__addr$315 ;
-  wire [7:0] \read__addr$323 ;
-  wire [7:0] \read__addr$327 ;
-  wire [7:0] \read__addr$335 ;
-  wire [7:0] \read__addr$339 ;
-  wire [7:0] \read__addr$347 ;
-  wire [7:0] \read__addr$351 ;
-  wire [7:0] \read__addr$359 ;
-  wire [7:0] \read__addr$363 ;
-  wire [7:0] \read__addr$371 ;
-  wire [7:0] \read__addr$375 ;
-  wire [7:0] \read__addr$383 ;
-  wire [7:0] \read__addr$387 ;
+  wire [7:0] \read__addr$372 ;
+  wire [7:0] \read__addr$377 ;
+  wire [7:0] \read__addr$381 ;
+  wire [7:0] \read__addr$386 ;
+  wire [7:0] \read__addr$390 ;
   wire [7:0] \read__addr$395 ;
   wire [7:0] \read__addr$399 ;
+  wire [7:0] \read__addr$404 ;
+  wire [7:0] \read__addr$408 ;
+  wire [7:0] \read__addr$413 ;
+  wire [7:0] \read__addr$417 ;
+  wire [7:0] \read__addr$422 ;
+  wire [7:0] \read__addr$426 ;
+  wire [7:0] \read__addr$431 ;
+  wire [7:0] \read__addr$435 ;
   wire [15:0] read__data;
-  wire [15:0] \read__data$101 ;
-  wire [15:0] \read__data$102 ;
-  wire [15:0] \read__data$133 ;
-  wire [15:0] \read__data$134 ;
-  wire [15:0] \read__data$165 ;
-  wire [15:0] \read__data$166 ;
-  wire [15:0] \read__data$197 ;
-  wire [15:0] \read__data$198 ;
-  wire [15:0] \read__data$229 ;
-  wire [15:0] \read__data$230 ;
-  wire [15:0] \read__data$261 ;
-  wire [15:0] \read__data$262 ;
-  wire [15:0] \read__data$35 ;
-  wire [15:0] \read__data$69 ;
-  wire [15:0] \read__data$70 ;
+  wire [15:0] \read__data$129 ;
+  wire [15:0] \read__data$130 ;
+  wire [15:0] \read__data$167 ;
+  wire [15:0] \read__data$168 ;
+  wire [15:0] \read__data$205 ;
+  wire [15:0] \read__data$206 ;
+  wire [15:0] \read__data$243 ;
+  wire [15:0] \read__data$244 ;
+  wire [15:0] \read__data$281 ;
+  wire [15:0] \read__data$282 ;
+  wire [15:0] \read__data$319 ;
+  wire [15:0] \read__data$320 ;
+  wire [15:0] \read__data$53 ;
+  wire [15:0] \read__data$91 ;
+  wire [15:0] \read__data$92 ;
   input reset_units;
   wire reset_units;
   input rst;
@@ -53564,117 +54654,112 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
   reg [31:0] sat5;
   reg [31:0] sat6;
   reg [31:0] sat7;
-  wire [32:0] scaled0;
-  wire [32:0] scaled1;
-  wire [32:0] scaled2;
-  wire [32:0] scaled3;
-  wire [32:0] scaled4;
-  wire [32:0] scaled5;
-  wire [32:0] scaled6;
-  wire [32:0] scaled7;
+  reg [32:0] scaled3_0 = 33'h000000000;
+  reg [32:0] scaled3_1 = 33'h000000000;
+  reg [32:0] scaled3_2 = 33'h000000000;
+  reg [32:0] scaled3_3 = 33'h000000000;
+  reg [32:0] scaled3_4 = 33'h000000000;
+  reg [32:0] scaled3_5 = 33'h000000000;
+  reg [32:0] scaled3_6 = 33'h000000000;
+  reg [32:0] scaled3_7 = 33'h000000000;
   input [5:0] shift;
   wire [5:0] shift;
+  reg [5:0] shift1 = 6'h00;
   wire [32:0] shl_y;
   wire [15:0] table_data;
   input [8:0] table_index;
   wire [8:0] table_index;
   input table_we;
   wire table_we;
-  wire under0;
-  wire under1;
-  wire under2;
-  reg under2_0 = 1'h0;
-  reg under2_1 = 1'h0;
-  reg under2_2 = 1'h0;
-  reg under2_3 = 1'h0;
-  reg under2_4 = 1'h0;
-  reg under2_5 = 1'h0;
-  reg under2_6 = 1'h0;
-  reg under2_7 = 1'h0;
-  wire under3;
-  wire under4;
-  wire under5;
-  wire under6;
-  wire under7;
+  reg under3_0 = 1'h0;
+  reg under3_1 = 1'h0;
+  reg under3_2 = 1'h0;
+  reg under3_3 = 1'h0;
+  reg under3_4 = 1'h0;
+  reg under3_5 = 1'h0;
+  reg under3_6 = 1'h0;
+  reg under3_7 = 1'h0;
+  reg under4_0 = 1'h0;
+  reg under4_1 = 1'h0;
+  reg under4_2 = 1'h0;
+  reg under4_3 = 1'h0;
+  reg under4_4 = 1'h0;
+  reg under4_5 = 1'h0;
+  reg under4_6 = 1'h0;
+  reg under4_7 = 1'h0;
   (* init = 4'h0 *)
   wire [3:0] underflows;
   wire [3:0] unders;
-  reg [3:0] unders3 = 4'h0;
-  reg [3:0] unders4 = 4'h0;
+  reg [3:0] unders10 = 4'h0;
+  output [3:0] unders11;
+  reg [3:0] unders11 = 4'h0;
   reg [3:0] unders5 = 4'h0;
   reg [3:0] unders6 = 4'h0;
   reg [3:0] unders7 = 4'h0;
-  output [3:0] unders8;
   reg [3:0] unders8 = 4'h0;
+  reg [3:0] unders9 = 4'h0;
   input valid;
   wire valid;
-  wire [63:0] value0;
-  wire [63:0] value1;
-  wire [63:0] value2;
-  wire [63:0] value3;
-  wire [63:0] value4;
-  wire [63:0] value5;
-  wire [63:0] value6;
-  wire [63:0] value7;
+  reg [63:0] value10_0 = 64'h0000000000000000;
+  reg [63:0] value10_1 = 64'h0000000000000000;
+  reg [63:0] value10_2 = 64'h0000000000000000;
+  reg [63:0] value10_3 = 64'h0000000000000000;
+  reg [63:0] value10_4 = 64'h0000000000000000;
+  reg [63:0] value10_5 = 64'h0000000000000000;
+  reg [63:0] value10_6 = 64'h0000000000000000;
+  reg [63:0] value10_7 = 64'h0000000000000000;
   input [3:0] vop;
   wire [3:0] vop;
+  reg [3:0] vop1 = 4'h0;
   wire [7:0] write__addr;
-  wire [7:0] \write__addr$312 ;
-  wire [7:0] \write__addr$320 ;
-  wire [7:0] \write__addr$324 ;
-  wire [7:0] \write__addr$332 ;
-  wire [7:0] \write__addr$336 ;
-  wire [7:0] \write__addr$344 ;
-  wire [7:0] \write__addr$348 ;
-  wire [7:0] \write__addr$356 ;
-  wire [7:0] \write__addr$360 ;
-  wire [7:0] \write__addr$368 ;
-  wire [7:0] \write__addr$372 ;
-  wire [7:0] \write__addr$380 ;
-  wire [7:0] \write__addr$384 ;
+  wire [7:0] \write__addr$369 ;
+  wire [7:0] \write__addr$374 ;
+  wire [7:0] \write__addr$378 ;
+  wire [7:0] \write__addr$383 ;
+  wire [7:0] \write__addr$387 ;
   wire [7:0] \write__addr$392 ;
   wire [7:0] \write__addr$396 ;
+  wire [7:0] \write__addr$401 ;
+  wire [7:0] \write__addr$405 ;
+  wire [7:0] \write__addr$410 ;
+  wire [7:0] \write__addr$414 ;
+  wire [7:0] \write__addr$419 ;
+  wire [7:0] \write__addr$423 ;
+  wire [7:0] \write__addr$428 ;
+  wire [7:0] \write__addr$432 ;
   input [15:0] write__data;
   wire [15:0] write__data;
-  wire [15:0] \write__data$313 ;
-  wire [15:0] \write__data$321 ;
-  wire [15:0] \write__data$325 ;
-  wire [15:0] \write__data$333 ;
-  wire [15:0] \write__data$337 ;
-  wire [15:0] \write__data$345 ;
-  wire [15:0] \write__data$349 ;
-  wire [15:0] \write__data$357 ;
-  wire [15:0] \write__data$361 ;
-  wire [15:0] \write__data$369 ;
-  wire [15:0] \write__data$373 ;
-  wire [15:0] \write__data$381 ;
-  wire [15:0] \write__data$385 ;
+  wire [15:0] \write__data$370 ;
+  wire [15:0] \write__data$375 ;
+  wire [15:0] \write__data$379 ;
+  wire [15:0] \write__data$384 ;
+  wire [15:0] \write__data$388 ;
   wire [15:0] \write__data$393 ;
   wire [15:0] \write__data$397 ;
+  wire [15:0] \write__data$402 ;
+  wire [15:0] \write__data$406 ;
+  wire [15:0] \write__data$411 ;
+  wire [15:0] \write__data$415 ;
+  wire [15:0] \write__data$420 ;
+  wire [15:0] \write__data$424 ;
+  wire [15:0] \write__data$429 ;
+  wire [15:0] \write__data$433 ;
   wire write__en;
-  wire \write__en$314 ;
-  wire \write__en$322 ;
-  wire \write__en$326 ;
-  wire \write__en$334 ;
-  wire \write__en$338 ;
-  wire \write__en$346 ;
-  wire \write__en$350 ;
-  wire \write__en$358 ;
-  wire \write__en$362 ;
-  wire \write__en$370 ;
-  wire \write__en$374 ;
-  wire \write__en$382 ;
-  wire \write__en$386 ;
+  wire \write__en$371 ;
+  wire \write__en$376 ;
+  wire \write__en$380 ;
+  wire \write__en$385 ;
+  wire \write__en$389 ;
   wire \write__en$394 ;
   wire \write__en$398 ;
-  reg [32:0] x1_0 = 33'h000000000;
-  reg [32:0] x1_1 = 33'h000000000;
-  reg [32:0] x1_2 = 33'h000000000;
-  reg [32:0] x1_3 = 33'h000000000;
-  reg [32:0] x1_4 = 33'h000000000;
-  reg [32:0] x1_5 = 33'h000000000;
-  reg [32:0] x1_6 = 33'h000000000;
-  reg [32:0] x1_7 = 33'h000000000;
+  wire \write__en$403 ;
+  wire \write__en$407 ;
+  wire \write__en$412 ;
+  wire \write__en$416 ;
+  wire \write__en$421 ;
+  wire \write__en$425 ;
+  wire \write__en$430 ;
+  wire \write__en$434 ;
   reg [32:0] x2_0 = 33'h000000000;
   reg [32:0] x2_1 = 33'h000000000;
   reg [32:0] x2_2 = 33'h000000000;
@@ -53691,16 +54776,24 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
   reg [32:0] x3_5 = 33'h000000000;
   reg [32:0] x3_6 = 33'h000000000;
   reg [32:0] x3_7 = 33'h000000000;
+  reg [32:0] x4_0 = 33'h000000000;
+  reg [32:0] x4_1 = 33'h000000000;
+  reg [32:0] x4_2 = 33'h000000000;
+  reg [32:0] x4_3 = 33'h000000000;
+  reg [32:0] x4_4 = 33'h000000000;
+  reg [32:0] x4_5 = 33'h000000000;
+  reg [32:0] x4_6 = 33'h000000000;
+  reg [32:0] x4_7 = 33'h000000000;
+  reg [32:0] x5_0 = 33'h000000000;
+  reg [32:0] x5_1 = 33'h000000000;
+  reg [32:0] x5_2 = 33'h000000000;
+  reg [32:0] x5_3 = 33'h000000000;
+  reg [32:0] x5_4 = 33'h000000000;
+  reg [32:0] x5_5 = 33'h000000000;
+  reg [32:0] x5_6 = 33'h000000000;
+  reg [32:0] x5_7 = 33'h000000000;
   reg [32:0] y0;
   reg [32:0] y1;
-  reg [32:0] y1_0 = 33'h000000000;
-  reg [32:0] y1_1 = 33'h000000000;
-  reg [32:0] y1_2 = 33'h000000000;
-  reg [32:0] y1_3 = 33'h000000000;
-  reg [32:0] y1_4 = 33'h000000000;
-  reg [32:0] y1_5 = 33'h000000000;
-  reg [32:0] y1_6 = 33'h000000000;
-  reg [32:0] y1_7 = 33'h000000000;
   reg [32:0] y2;
   reg [32:0] y2_0 = 33'h000000000;
   reg [32:0] y2_1 = 33'h000000000;
@@ -53720,7 +54813,23 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
   reg [32:0] y3_6 = 33'h000000000;
   reg [32:0] y3_7 = 33'h000000000;
   reg [32:0] y4;
+  reg [32:0] y4_0 = 33'h000000000;
+  reg [32:0] y4_1 = 33'h000000000;
+  reg [32:0] y4_2 = 33'h000000000;
+  reg [32:0] y4_3 = 33'h000000000;
+  reg [32:0] y4_4 = 33'h000000000;
+  reg [32:0] y4_5 = 33'h000000000;
+  reg [32:0] y4_6 = 33'h000000000;
+  reg [32:0] y4_7 = 33'h000000000;
   reg [32:0] y5;
+  reg [32:0] y5_0 = 33'h000000000;
+  reg [32:0] y5_1 = 33'h000000000;
+  reg [32:0] y5_2 = 33'h000000000;
+  reg [32:0] y5_3 = 33'h000000000;
+  reg [32:0] y5_4 = 33'h000000000;
+  reg [32:0] y5_5 = 33'h000000000;
+  reg [32:0] y5_6 = 33'h000000000;
+  reg [32:0] y5_7 = 33'h000000000;
   reg [32:0] y6;
   reg [32:0] y7;
   reg [15:0] table_high0 [255:0];
@@ -53728,112 +54837,112 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
     for (int i = 0; i < 256; i = i + 1) table_high0[i] = 16'h0;
   end
   always @(posedge clk) begin
-    if (\write__en$314 )
-      table_high0[\$231 [7:0]] <= write__data;
+    if (\write__en$371 )
+      table_high0[\$279 [7:0]] <= write__data;
   end
   reg [15:0] _0_;
   always @(posedge clk) begin
     _0_ <= table_high0[index0];
   end
-  assign \read__data$35  = _0_;
+  assign \read__data$53  = _0_;
   reg [15:0] table_high1 [255:0];
   initial begin
     for (int i = 0; i < 256; i = i + 1) table_high1[i] = 16'h0;
   end
   always @(posedge clk) begin
-    if (\write__en$326 )
-      table_high1[\$266 [7:0]] <= write__data;
+    if (\write__en$380 )
+      table_high1[\$309 [7:0]] <= write__data;
   end
   reg [15:0] _1_;
   always @(posedge clk) begin
     _1_ <= table_high1[index1];
   end
-  assign \read__data$70  = _1_;
+  assign \read__data$92  = _1_;
   reg [15:0] table_high2 [255:0];
   initial begin
     for (int i = 0; i < 256; i = i + 1) table_high2[i] = 16'h0;
   end
   always @(posedge clk) begin
-    if (\write__en$338 )
-      table_high2[\$301 [7:0]] <= write__data;
+    if (\write__en$389 )
+      table_high2[\$339 [7:0]] <= write__data;
   end
   reg [15:0] _2_;
   always @(posedge clk) begin
     _2_ <= table_high2[index2];
   end
-  assign \read__data$102  = _2_;
+  assign \read__data$130  = _2_;
   reg [15:0] table_high3 [255:0];
   initial begin
     for (int i = 0; i < 256; i = i + 1) table_high3[i] = 16'h0;
   end
   always @(posedge clk) begin
-    if (\write__en$350 )
-      table_high3[\$336 [7:0]] <= write__data;
+    if (\write__en$398 )
+      table_high3[\$369 [7:0]] <= write__data;
   end
   reg [15:0] _3_;
   always @(posedge clk) begin
     _3_ <= table_high3[index3];
   end
-  assign \read__data$134  = _3_;
+  assign \read__data$168  = _3_;
   reg [15:0] table_high4 [255:0];
   initial begin
     for (int i = 0; i < 256; i = i + 1) table_high4[i] = 16'h0;
   end
   always @(posedge clk) begin
-    if (\write__en$362 )
-      table_high4[\$371 [7:0]] <= write__data;
+    if (\write__en$407 )
+      table_high4[\$399 [7:0]] <= write__data;
   end
   reg [15:0] _4_;
   always @(posedge clk) begin
     _4_ <= table_high4[index4];
   end
-  assign \read__data$166  = _4_;
+  assign \read__data$206  = _4_;
   reg [15:0] table_high5 [255:0];
   initial begin
     for (int i = 0; i < 256; i = i + 1) table_high5[i] = 16'h0;
   end
   always @(posedge clk) begin
-    if (\write__en$374 )
-      table_high5[\$406 [7:0]] <= write__data;
+    if (\write__en$416 )
+      table_high5[\$429 [7:0]] <= write__data;
   end
   reg [15:0] _5_;
   always @(posedge clk) begin
     _5_ <= table_high5[index5];
   end
-  assign \read__data$198  = _5_;
+  assign \read__data$244  = _5_;
   reg [15:0] table_high6 [255:0];
   initial begin
     for (int i = 0; i < 256; i = i + 1) table_high6[i] = 16'h0;
   end
   always @(posedge clk) begin
-    if (\write__en$386 )
-      table_high6[\$441 [7:0]] <= write__data;
+    if (\write__en$425 )
+      table_high6[\$459 [7:0]] <= write__data;
   end
   reg [15:0] _6_;
   always @(posedge clk) begin
     _6_ <= table_high6[index6];
   end
-  assign \read__data$230  = _6_;
+  assign \read__data$282  = _6_;
   reg [15:0] table_high7 [255:0];
   initial begin
     for (int i = 0; i < 256; i = i + 1) table_high7[i] = 16'h0;
   end
   always @(posedge clk) begin
-    if (\write__en$398 )
-      table_high7[\$476 [7:0]] <= write__data;
+    if (\write__en$434 )
+      table_high7[\$489 [7:0]] <= write__data;
   end
   reg [15:0] _7_;
   always @(posedge clk) begin
     _7_ <= table_high7[index7];
   end
-  assign \read__data$262  = _7_;
+  assign \read__data$320  = _7_;
   reg [15:0] table_low0 [255:0];
   initial begin
     for (int i = 0; i < 256; i = i + 1) table_low0[i] = 16'h0;
   end
   always @(posedge clk) begin
     if (write__en)
-      table_low0[\$228 [7:0]] <= write__data;
+      table_low0[\$276 [7:0]] <= write__data;
   end
   reg [15:0] _8_;
   always @(posedge clk) begin
@@ -53845,584 +54954,731 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
     for (int i = 0; i < 256; i = i + 1) table_low1[i] = 16'h0;
   end
   always @(posedge clk) begin
-    if (\write__en$322 )
-      table_low1[\$263 [7:0]] <= write__data;
+    if (\write__en$376 )
+      table_low1[\$306 [7:0]] <= write__data;
   end
   reg [15:0] _9_;
   always @(posedge clk) begin
     _9_ <= table_low1[index1];
   end
-  assign \read__data$69  = _9_;
+  assign \read__data$91  = _9_;
   reg [15:0] table_low2 [255:0];
   initial begin
     for (int i = 0; i < 256; i = i + 1) table_low2[i] = 16'h0;
   end
   always @(posedge clk) begin
-    if (\write__en$334 )
-      table_low2[\$298 [7:0]] <= write__data;
+    if (\write__en$385 )
+      table_low2[\$336 [7:0]] <= write__data;
   end
   reg [15:0] _10_;
   always @(posedge clk) begin
     _10_ <= table_low2[index2];
   end
-  assign \read__data$101  = _10_;
+  assign \read__data$129  = _10_;
   reg [15:0] table_low3 [255:0];
   initial begin
     for (int i = 0; i < 256; i = i + 1) table_low3[i] = 16'h0;
   end
   always @(posedge clk) begin
-    if (\write__en$346 )
-      table_low3[\$333 [7:0]] <= write__data;
+    if (\write__en$394 )
+      table_low3[\$366 [7:0]] <= write__data;
   end
   reg [15:0] _11_;
   always @(posedge clk) begin
     _11_ <= table_low3[index3];
   end
-  assign \read__data$133  = _11_;
+  assign \read__data$167  = _11_;
   reg [15:0] table_low4 [255:0];
   initial begin
     for (int i = 0; i < 256; i = i + 1) table_low4[i] = 16'h0;
   end
   always @(posedge clk) begin
-    if (\write__en$358 )
-      table_low4[\$368 [7:0]] <= write__data;
+    if (\write__en$403 )
+      table_low4[\$396 [7:0]] <= write__data;
   end
   reg [15:0] _12_;
   always @(posedge clk) begin
     _12_ <= table_low4[index4];
   end
-  assign \read__data$165  = _12_;
+  assign \read__data$205  = _12_;
   reg [15:0] table_low5 [255:0];
   initial begin
     for (int i = 0; i < 256; i = i + 1) table_low5[i] = 16'h0;
   end
   always @(posedge clk) begin
-    if (\write__en$370 )
-      table_low5[\$403 [7:0]] <= write__data;
+    if (\write__en$412 )
+      table_low5[\$426 [7:0]] <= write__data;
   end
   reg [15:0] _13_;
   always @(posedge clk) begin
     _13_ <= table_low5[index5];
   end
-  assign \read__data$197  = _13_;
+  assign \read__data$243  = _13_;
   reg [15:0] table_low6 [255:0];
   initial begin
     for (int i = 0; i < 256; i = i + 1) table_low6[i] = 16'h0;
   end
   always @(posedge clk) begin
-    if (\write__en$382 )
-      table_low6[\$438 [7:0]] <= write__data;
+    if (\write__en$421 )
+      table_low6[\$456 [7:0]] <= write__data;
   end
   reg [15:0] _14_;
   always @(posedge clk) begin
     _14_ <= table_low6[index6];
   end
-  assign \read__data$229  = _14_;
+  assign \read__data$281  = _14_;
   reg [15:0] table_low7 [255:0];
   initial begin
     for (int i = 0; i < 256; i = i + 1) table_low7[i] = 16'h0;
   end
   always @(posedge clk) begin
-    if (\write__en$394 )
-      table_low7[\$473 [7:0]] <= write__data;
+    if (\write__en$430 )
+      table_low7[\$486 [7:0]] <= write__data;
   end
   reg [15:0] _15_;
   always @(posedge clk) begin
     _15_ <= table_low7[index7];
   end
-  assign \read__data$261  = _15_;
-  assign scaled6 = $signed(x1_6) >>> ctl1[10:5];
-  assign \$431  = ~ x1_6[32];
-  assign \$432  = | scaled6[32:8];
-  assign over6 = \$431  & \$432 ;
-  assign \$433  = x1_6[32] ? 8'h00 : scaled6[7:0];
-  assign index6 = over6 ? 8'hff : \$433 ;
-  assign \$434  = 1'h1 << ctl1[10:5];
-  assign \$435  = \$434  - 1'h1;
-  assign \$436  = x1_6[32] | over6;
-  assign \$437  = x1_6[15:0] & \$435 [15:0];
-  assign frac6 = \$436  ? 16'h0000 : \$437 ;
-  assign \$438  = table_index - 1'h0;
-  assign \$439  = table_index - 1'h0;
-  assign \$440  = $signed(\$439 ) < $signed(10'h100);
-  assign \write__en$382  = table_we & \$440 ;
-  assign \$441  = table_index - 1'h1;
-  assign \$442  = table_index - 1'h1;
-  assign \$443  = $signed(\$442 ) < $signed(10'h100);
-  assign \$444  = table_index >= 1'h1;
-  assign \$445  = \$443  & \$444 ;
-  assign \write__en$386  = table_we & \$445 ;
-  assign diff6 = $signed(\read__data$230 ) - $signed(\read__data$229 );
-  assign \$446  = $signed(r7_6[19:0]) + $signed(base7_6);
-  assign value6 = ctl7[1] ? { \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446  } : r7_6;
-  assign \$447  = ! value6[63:31];
-  assign \$448  = value6[63:31] == 33'h1ffffffff;
-  assign \$449  = \$447  | \$448 ;
-  assign \$450  = value6[63] ? 32'd2147483648 : 32'd2147483647;
-  assign \$451  = \$449  ? { 1'h0, value6[31:0] } : { \$450 [31], \$450  };
-  assign \$452  = ! value6[63:7];
-  assign \$453  = value6[63:7] == 57'h1ffffffffffffff;
-  assign \$454  = \$452  | \$453 ;
-  assign \$455  = value6[63] ? 8'h80 : 8'h7f;
-  assign \$456  = \$454  ? value6[7:0] : \$455 ;
-  assign \$457  = $signed(a[255:224]) + $signed(b[255:224]);
-  assign \$458  = $signed(a[255:224]) - $signed(b[255:224]);
-  assign \$459  = $signed(a[255:224]) > $signed(b[255:224]);
-  assign \$460  = \$459  ? a[255:224] : b[255:224];
-  assign \$461  = $signed(a[255:224]) < $signed(b[255:224]);
-  assign \$462  = \$461  ? a[255:224] : b[255:224];
-  assign \$463  = $signed(a[255:224]) < $signed(imm);
-  assign \$464  = \$463  ? imm : a[255:224];
-  assign \$465  = $signed(a[255:224]) - $signed(imm);
-  assign scaled7 = $signed(x1_7) >>> ctl1[10:5];
-  assign \$466  = ~ x1_7[32];
-  assign \$467  = | scaled7[32:8];
-  assign over7 = \$466  & \$467 ;
-  assign \$468  = x1_7[32] ? 8'h00 : scaled7[7:0];
-  assign index7 = over7 ? 8'hff : \$468 ;
-  assign \$469  = 1'h1 << ctl1[10:5];
-  assign \$470  = \$469  - 1'h1;
-  assign \$471  = x1_7[32] | over7;
-  assign \$472  = x1_7[15:0] & \$470 [15:0];
-  assign frac7 = \$471  ? 16'h0000 : \$472 ;
-  assign \$473  = table_index - 1'h0;
-  assign \$474  = table_index - 1'h0;
-  assign \$475  = $signed(\$474 ) < $signed(10'h100);
-  assign \write__en$394  = table_we & \$475 ;
-  assign \$476  = table_index - 1'h1;
-  assign \$477  = table_index - 1'h1;
-  assign \$478  = $signed(\$477 ) < $signed(10'h100);
-  assign \$479  = table_index >= 1'h1;
-  assign \$480  = \$478  & \$479 ;
-  assign \write__en$398  = table_we & \$480 ;
-  assign diff7 = $signed(\read__data$262 ) - $signed(\read__data$261 );
-  assign \$481  = $signed(r7_7[19:0]) + $signed(base7_7);
-  assign value7 = ctl7[1] ? { \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481  } : r7_7;
-  assign \$482  = ! value7[63:31];
-  assign \$483  = value7[63:31] == 33'h1ffffffff;
-  assign \$484  = \$482  | \$483 ;
-  assign \$485  = value7[63] ? 32'd2147483648 : 32'd2147483647;
-  assign \$486  = \$484  ? { 1'h0, value7[31:0] } : { \$485 [31], \$485  };
-  assign \$487  = ! value7[63:7];
-  assign \$488  = value7[63:7] == 57'h1ffffffffffffff;
-  assign \$489  = \$487  | \$488 ;
-  assign \$490  = value7[63] ? 8'h80 : 8'h7f;
-  assign \$491  = \$489  ? value7[7:0] : \$490 ;
-  assign \$492  = hit2_0 + hit2_1;
-  assign \$493  = \$492  + hit2_2;
-  assign \$494  = \$493  + hit2_3;
-  assign \$495  = \$494  + hit2_4;
-  assign \$496  = \$495  + hit2_5;
-  assign \$497  = \$496  + hit2_6;
-  assign \$498  = \$497  + hit2_7;
-  assign \$499  = under2_0 + under2_1;
-  assign \$500  = \$499  + under2_2;
-  assign \$501  = \$500  + under2_3;
-  assign \$502  = \$501  + under2_4;
-  assign \$503  = \$502  + under2_5;
-  assign \$504  = \$503  + under2_6;
-  assign \$505  = \$504  + under2_7;
-  assign \$506  = \over2_0$29  + \over2_1$64 ;
-  assign \$507  = \$506  + \over2_2$96 ;
-  assign \$508  = \$507  + \over2_3$128 ;
-  assign \$509  = \$508  + \over2_4$160 ;
-  assign \$510  = \$509  + \over2_5$192 ;
-  assign \$511  = \$510  + \over2_6$224 ;
-  assign \$512  = \$511  + \over2_7$256 ;
+  assign \read__data$319  = _15_;
+  assign \$434  = ! value10_5[63:31];
+  assign \$435  = value10_5[63:31] == 33'h1ffffffff;
+  assign \$436  = \$434  | \$435 ;
+  assign \$437  = value10_5[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$438  = \$436  ? { 1'h0, value10_5[31:0] } : { \$437 [31], \$437  };
+  assign \$439  = ! value10_5[63:7];
+  assign \$440  = value10_5[63:7] == 57'h1ffffffffffffff;
+  assign \$441  = \$439  | \$440 ;
+  assign \$442  = value10_5[63] ? 8'h80 : 8'h7f;
+  assign \$443  = \$441  ? value10_5[7:0] : \$442 ;
+  assign \$444  = $signed(a1_6) + $signed(b1_6);
+  assign \$445  = $signed(a1_6) - $signed(b1_6);
+  assign \$446  = $signed(a1_6) > $signed(b1_6);
+  assign \$447  = \$446  ? a1_6 : b1_6;
+  assign \$448  = $signed(a1_6) < $signed(b1_6);
+  assign \$449  = \$448  ? a1_6 : b1_6;
+  assign \$450  = $signed(a1_6) < $signed(imm1);
+  assign \$451  = \$450  ? imm1 : a1_6;
+  assign \$452  = $signed(a1_6) - $signed(imm1);
+  assign \$453  = ~ under3_6;
+  assign \$454  = | scaled3_6[32:8];
+  assign over6 = \$453  & \$454 ;
+  assign \$455  = under3_6 ? 8'h00 : scaled3_6[7:0];
+  assign index6 = over6 ? 8'hff : \$455 ;
+  assign \$456  = table_index - 1'h0;
+  assign \$457  = table_index - 1'h0;
+  assign \$458  = $signed(\$457 ) < $signed(10'h100);
+  assign \write__en$421  = table_we & \$458 ;
+  assign \$459  = table_index - 1'h1;
+  assign \$460  = table_index - 1'h1;
+  assign \$461  = $signed(\$460 ) < $signed(10'h100);
+  assign \$462  = table_index >= 1'h1;
+  assign \$463  = \$461  & \$462 ;
+  assign \write__en$425  = table_we & \$463 ;
+  assign diff6 = $signed(\read__data$282 ) - $signed(\read__data$281 );
+  assign \$464  = ! value10_6[63:31];
+  assign \$465  = value10_6[63:31] == 33'h1ffffffff;
+  assign \$466  = \$464  | \$465 ;
+  assign \$467  = value10_6[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$468  = \$466  ? { 1'h0, value10_6[31:0] } : { \$467 [31], \$467  };
+  assign \$469  = ! value10_6[63:7];
+  assign \$470  = value10_6[63:7] == 57'h1ffffffffffffff;
+  assign \$471  = \$469  | \$470 ;
+  assign \$472  = value10_6[63] ? 8'h80 : 8'h7f;
+  assign \$473  = \$471  ? value10_6[7:0] : \$472 ;
+  assign \$474  = $signed(a1_7) + $signed(b1_7);
+  assign \$475  = $signed(a1_7) - $signed(b1_7);
+  assign \$476  = $signed(a1_7) > $signed(b1_7);
+  assign \$477  = \$476  ? a1_7 : b1_7;
+  assign \$478  = $signed(a1_7) < $signed(b1_7);
+  assign \$479  = \$478  ? a1_7 : b1_7;
+  assign \$480  = $signed(a1_7) < $signed(imm1);
+  assign \$481  = \$480  ? imm1 : a1_7;
+  assign \$482  = $signed(a1_7) - $signed(imm1);
+  assign \$483  = ~ under3_7;
+  assign \$484  = | scaled3_7[32:8];
+  assign over7 = \$483  & \$484 ;
+  assign \$485  = under3_7 ? 8'h00 : scaled3_7[7:0];
+  assign index7 = over7 ? 8'hff : \$485 ;
+  assign \$486  = table_index - 1'h0;
+  assign \$487  = table_index - 1'h0;
+  assign \$488  = $signed(\$487 ) < $signed(10'h100);
+  assign \write__en$430  = table_we & \$488 ;
+  assign \$489  = table_index - 1'h1;
+  assign \$490  = table_index - 1'h1;
+  assign \$491  = $signed(\$490 ) < $signed(10'h100);
+  assign \$492  = table_index >= 1'h1;
+  assign \$493  = \$491  & \$492 ;
+  assign \write__en$434  = table_we & \$493 ;
+  assign diff7 = $signed(\read__data$320 ) - $signed(\read__data$319 );
+  assign \$494  = ! value10_7[63:31];
+  assign \$495  = value10_7[63:31] == 33'h1ffffffff;
+  assign \$496  = \$494  | \$495 ;
+  assign \$497  = value10_7[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$498  = \$496  ? { 1'h0, value10_7[31:0] } : { \$497 [31], \$497  };
+  assign \$499  = ! value10_7[63:7];
+  assign \$500  = value10_7[63:7] == 57'h1ffffffffffffff;
+  assign \$501  = \$499  | \$500 ;
+  assign \$502  = value10_7[63] ? 8'h80 : 8'h7f;
+  assign \$503  = \$501  ? value10_7[7:0] : \$502 ;
+  assign \$504  = hit4_0 + hit4_1;
+  assign \$505  = \$504  + hit4_2;
+  assign \$506  = \$505  + hit4_3;
+  assign \$507  = \$506  + hit4_4;
+  assign \$508  = \$507  + hit4_5;
+  assign \$509  = \$508  + hit4_6;
+  assign \$510  = \$509  + hit4_7;
+  assign \$511  = under4_0 + under4_1;
+  assign \$512  = \$511  + under4_2;
+  assign \$513  = \$512  + under4_3;
+  assign \$514  = \$513  + under4_4;
+  assign \$515  = \$514  + under4_5;
+  assign \$516  = \$515  + under4_6;
+  assign \$517  = \$516  + under4_7;
+  assign \$518  = \over4_0$47  + \over4_1$86 ;
+  assign \$519  = \$518  + \over4_2$124 ;
+  assign \$520  = \$519  + \over4_3$162 ;
+  assign \$521  = \$520  + \over4_4$200 ;
+  assign \$522  = \$521  + \over4_5$238 ;
+  assign \$523  = \$522  + \over4_6$276 ;
+  assign \$524  = \$523  + \over4_7$314 ;
   always @(posedge clk)
-    ctl1 <= \$513 ;
+    vop1 <= vop;
   always @(posedge clk)
-    ctl2 <= \$514 ;
+    shift1 <= shift;
   always @(posedge clk)
-    ctl3 <= \$515 ;
-  always @(posedge clk)
-    ctl4 <= \$516 ;
-  always @(posedge clk)
-    ctl5 <= \$517 ;
-  always @(posedge clk)
-    ctl6 <= \$518 ;
-  always @(posedge clk)
-    ctl7 <= \$519 ;
-  always @(posedge clk)
-    ctl8 <= \$520 ;
+    imm1 <= imm;
   always @(posedge clk)
     imm2_1 <= imm2;
   always @(posedge clk)
-    x1_0 <= alu0;
+    ctl1 <= \$525 ;
   always @(posedge clk)
-    y1_0 <= y0;
+    ctl2 <= \$526 ;
   always @(posedge clk)
-    x2_0 <= \$16 ;
+    ctl3 <= \$527 ;
   always @(posedge clk)
-    y2_0 <= y1_0;
+    ctl4 <= \$528 ;
   always @(posedge clk)
-    f2_0 <= frac0;
+    ctl5 <= \$529 ;
   always @(posedge clk)
-    over2_0 <= over0;
+    ctl6 <= \$530 ;
   always @(posedge clk)
-    hit2_0 <= \$20 ;
+    ctl7 <= \$531 ;
   always @(posedge clk)
-    under2_0 <= \$21 ;
+    ctl8 <= \$532 ;
   always @(posedge clk)
-    \over2_0$29  <= \$22 ;
+    ctl9 <= \$533 ;
   always @(posedge clk)
-    x3_0 <= \$23 ;
+    ctl10 <= \$534 ;
   always @(posedge clk)
-    y3_0 <= \$24 ;
+    ctl11 <= \$535 ;
   always @(posedge clk)
-    base3_0 <= \$26 ;
+    imm2_2 <= imm2_1;
   always @(posedge clk)
-    ll0 <= \$27 ;
+    half <= \$15 [46:0];
   always @(posedge clk)
-    lh0 <= { \$28 [32], \$28  };
+    half_neg <= \$20 [46:0];
   always @(posedge clk)
-    hl0 <= { \$29 [32], \$29  };
+    mask2 <= \$22 [15:0];
   always @(posedge clk)
-    hh0 <= \$30 ;
+    a1_0 <= a[31:0];
   always @(posedge clk)
-    base4_0 <= base3_0;
+    b1_0 <= b[31:0];
   always @(posedge clk)
-    p5_0 <= \$33 [63:0];
+    x2_0 <= alu0;
   always @(posedge clk)
-    base5_0 <= base4_0;
+    y2_0 <= y0;
   always @(posedge clk)
-    q6_0 <= \$35 [63:0];
+    x3_0 <= \$25 ;
+  always @(posedge clk)
+    y3_0 <= y2_0;
+  always @(posedge clk)
+    scaled3_0 <= \$26 ;
+  always @(posedge clk)
+    frac3_0 <= \$27 ;
+  always @(posedge clk)
+    under3_0 <= x2_0[32];
+  always @(posedge clk)
+    x4_0 <= x3_0;
+  always @(posedge clk)
+    y4_0 <= y3_0;
+  always @(posedge clk)
+    f4_0 <= \$29 ;
+  always @(posedge clk)
+    over4_0 <= over0;
+  always @(posedge clk)
+    hit4_0 <= \$33 ;
+  always @(posedge clk)
+    under4_0 <= \$34 ;
+  always @(posedge clk)
+    \over4_0$47  <= \$35 ;
+  always @(posedge clk)
+    x5_0 <= \$36 ;
+  always @(posedge clk)
+    y5_0 <= \$37 ;
+  always @(posedge clk)
+    base5_0 <= \$39 ;
+  always @(posedge clk)
+    ll0 <= \$40 ;
+  always @(posedge clk)
+    lh0 <= { \$41 [32], \$41  };
+  always @(posedge clk)
+    hl0 <= { \$42 [32], \$42  };
+  always @(posedge clk)
+    hh0 <= \$43 ;
+  always @(posedge clk)
+    p7_0 <= \$46 [63:0];
+  always @(posedge clk)
+    q8_0 <= \$48 [63:0];
+  always @(posedge clk)
+    r9_0 <= \$49 ;
   always @(posedge clk)
     base6_0 <= base5_0;
   always @(posedge clk)
-    r7_0 <= \$36 ;
-  always @(posedge clk)
     base7_0 <= base6_0;
   always @(posedge clk)
-    out <= \$521 ;
+    base8_0 <= base7_0;
   always @(posedge clk)
-    x1_1 <= alu1;
+    base9_0 <= base8_0;
   always @(posedge clk)
-    y1_1 <= y1;
+    value10_0 <= \$51 ;
   always @(posedge clk)
-    x2_1 <= \$40 ;
+    out <= \$536 ;
   always @(posedge clk)
-    y2_1 <= y1_1;
+    a1_1 <= a[63:32];
   always @(posedge clk)
-    f2_1 <= frac1;
+    b1_1 <= b[63:32];
   always @(posedge clk)
-    over2_1 <= over1;
+    x2_1 <= alu1;
   always @(posedge clk)
-    hit2_1 <= \$44 ;
+    y2_1 <= y1;
   always @(posedge clk)
-    under2_1 <= \$45 ;
+    x3_1 <= \$55 ;
   always @(posedge clk)
-    \over2_1$64  <= \$46 ;
+    y3_1 <= y2_1;
   always @(posedge clk)
-    x3_1 <= \$47 ;
+    scaled3_1 <= \$56 ;
   always @(posedge clk)
-    y3_1 <= \$48 ;
+    frac3_1 <= \$57 ;
   always @(posedge clk)
-    base3_1 <= \$50 ;
+    under3_1 <= x2_1[32];
   always @(posedge clk)
-    ll1 <= \$51 ;
+    x4_1 <= x3_1;
   always @(posedge clk)
-    lh1 <= { \$52 [32], \$52  };
+    y4_1 <= y3_1;
   always @(posedge clk)
-    hl1 <= { \$53 [32], \$53  };
+    f4_1 <= \$59 ;
   always @(posedge clk)
-    hh1 <= \$54 ;
+    over4_1 <= over1;
   always @(posedge clk)
-    base4_1 <= base3_1;
+    hit4_1 <= \$63 ;
   always @(posedge clk)
-    p5_1 <= \$57 [63:0];
+    under4_1 <= \$64 ;
   always @(posedge clk)
-    base5_1 <= base4_1;
+    \over4_1$86  <= \$65 ;
   always @(posedge clk)
-    q6_1 <= \$59 [63:0];
+    x5_1 <= \$66 ;
+  always @(posedge clk)
+    y5_1 <= \$67 ;
+  always @(posedge clk)
+    base5_1 <= \$69 ;
+  always @(posedge clk)
+    ll1 <= \$70 ;
+  always @(posedge clk)
+    lh1 <= { \$71 [32], \$71  };
+  always @(posedge clk)
+    hl1 <= { \$72 [32], \$72  };
+  always @(posedge clk)
+    hh1 <= \$73 ;
+  always @(posedge clk)
+    p7_1 <= \$76 [63:0];
+  always @(posedge clk)
+    q8_1 <= \$78 [63:0];
+  always @(posedge clk)
+    r9_1 <= \$79 ;
   always @(posedge clk)
     base6_1 <= base5_1;
   always @(posedge clk)
-    r7_1 <= \$60 ;
-  always @(posedge clk)
     base7_1 <= base6_1;
   always @(posedge clk)
-    x1_2 <= alu2;
+    base8_1 <= base7_1;
   always @(posedge clk)
-    y1_2 <= y2;
+    base9_1 <= base8_1;
   always @(posedge clk)
-    x2_2 <= \$64 ;
+    value10_1 <= \$81 ;
   always @(posedge clk)
-    y2_2 <= y1_2;
+    a1_2 <= a[95:64];
   always @(posedge clk)
-    f2_2 <= frac2;
+    b1_2 <= b[95:64];
   always @(posedge clk)
-    over2_2 <= over2;
+    x2_2 <= alu2;
   always @(posedge clk)
-    hit2_2 <= \$68 ;
+    y2_2 <= y2;
   always @(posedge clk)
-    under2_2 <= \$69 ;
+    x3_2 <= \$85 ;
   always @(posedge clk)
-    \over2_2$96  <= \$70 ;
+    y3_2 <= y2_2;
   always @(posedge clk)
-    x3_2 <= \$71 ;
+    scaled3_2 <= \$86 ;
   always @(posedge clk)
-    y3_2 <= \$72 ;
+    frac3_2 <= \$87 ;
   always @(posedge clk)
-    base3_2 <= \$74 ;
+    under3_2 <= x2_2[32];
   always @(posedge clk)
-    ll2 <= \$75 ;
+    x4_2 <= x3_2;
   always @(posedge clk)
-    lh2 <= { \$76 [32], \$76  };
+    y4_2 <= y3_2;
   always @(posedge clk)
-    hl2 <= { \$77 [32], \$77  };
+    f4_2 <= \$89 ;
   always @(posedge clk)
-    hh2 <= \$78 ;
+    over4_2 <= over2;
   always @(posedge clk)
-    base4_2 <= base3_2;
+    hit4_2 <= \$93 ;
   always @(posedge clk)
-    p5_2 <= \$81 [63:0];
+    under4_2 <= \$94 ;
   always @(posedge clk)
-    base5_2 <= base4_2;
+    \over4_2$124  <= \$95 ;
   always @(posedge clk)
-    q6_2 <= \$83 [63:0];
+    x5_2 <= \$96 ;
+  always @(posedge clk)
+    y5_2 <= \$97 ;
+  always @(posedge clk)
+    base5_2 <= \$99 ;
+  always @(posedge clk)
+    ll2 <= \$100 ;
+  always @(posedge clk)
+    lh2 <= { \$101 [32], \$101  };
+  always @(posedge clk)
+    hl2 <= { \$102 [32], \$102  };
+  always @(posedge clk)
+    hh2 <= \$103 ;
+  always @(posedge clk)
+    p7_2 <= \$106 [63:0];
+  always @(posedge clk)
+    q8_2 <= \$108 [63:0];
+  always @(posedge clk)
+    r9_2 <= \$109 ;
   always @(posedge clk)
     base6_2 <= base5_2;
   always @(posedge clk)
-    r7_2 <= \$84 ;
-  always @(posedge clk)
     base7_2 <= base6_2;
   always @(posedge clk)
-    x1_3 <= alu3;
+    base8_2 <= base7_2;
   always @(posedge clk)
-    y1_3 <= y3;
+    base9_2 <= base8_2;
   always @(posedge clk)
-    x2_3 <= \$88 ;
+    value10_2 <= \$111 ;
   always @(posedge clk)
-    y2_3 <= y1_3;
+    a1_3 <= a[127:96];
   always @(posedge clk)
-    f2_3 <= frac3;
+    b1_3 <= b[127:96];
   always @(posedge clk)
-    over2_3 <= over3;
+    x2_3 <= alu3;
   always @(posedge clk)
-    hit2_3 <= \$92 ;
+    y2_3 <= y3;
   always @(posedge clk)
-    under2_3 <= \$93 ;
+    x3_3 <= \$115 ;
   always @(posedge clk)
-    \over2_3$128  <= \$94 ;
+    y3_3 <= y2_3;
   always @(posedge clk)
-    x3_3 <= \$95 ;
+    scaled3_3 <= \$116 ;
   always @(posedge clk)
-    y3_3 <= \$96 ;
+    frac3_3 <= \$117 ;
   always @(posedge clk)
-    base3_3 <= \$98 ;
+    under3_3 <= x2_3[32];
   always @(posedge clk)
-    ll3 <= \$99 ;
+    x4_3 <= x3_3;
   always @(posedge clk)
-    lh3 <= { \$100 [32], \$100  };
+    y4_3 <= y3_3;
   always @(posedge clk)
-    hl3 <= { \$101 [32], \$101  };
+    f4_3 <= \$119 ;
   always @(posedge clk)
-    hh3 <= \$102 ;
+    over4_3 <= over3;
   always @(posedge clk)
-    base4_3 <= base3_3;
+    hit4_3 <= \$123 ;
   always @(posedge clk)
-    p5_3 <= \$105 [63:0];
+    under4_3 <= \$124 ;
   always @(posedge clk)
-    base5_3 <= base4_3;
+    \over4_3$162  <= \$125 ;
   always @(posedge clk)
-    q6_3 <= \$107 [63:0];
+    x5_3 <= \$126 ;
+  always @(posedge clk)
+    y5_3 <= \$127 ;
+  always @(posedge clk)
+    base5_3 <= \$129 ;
+  always @(posedge clk)
+    ll3 <= \$130 ;
+  always @(posedge clk)
+    lh3 <= { \$131 [32], \$131  };
+  always @(posedge clk)
+    hl3 <= { \$132 [32], \$132  };
+  always @(posedge clk)
+    hh3 <= \$133 ;
+  always @(posedge clk)
+    p7_3 <= \$136 [63:0];
+  always @(posedge clk)
+    q8_3 <= \$138 [63:0];
+  always @(posedge clk)
+    r9_3 <= \$139 ;
   always @(posedge clk)
     base6_3 <= base5_3;
   always @(posedge clk)
-    r7_3 <= \$108 ;
-  always @(posedge clk)
     base7_3 <= base6_3;
   always @(posedge clk)
-    x1_4 <= alu4;
+    base8_3 <= base7_3;
   always @(posedge clk)
-    y1_4 <= y4;
+    base9_3 <= base8_3;
   always @(posedge clk)
-    x2_4 <= \$112 ;
+    value10_3 <= \$141 ;
   always @(posedge clk)
-    y2_4 <= y1_4;
+    a1_4 <= a[159:128];
   always @(posedge clk)
-    f2_4 <= frac4;
+    b1_4 <= b[159:128];
   always @(posedge clk)
-    over2_4 <= over4;
+    x2_4 <= alu4;
   always @(posedge clk)
-    hit2_4 <= \$116 ;
+    y2_4 <= y4;
   always @(posedge clk)
-    under2_4 <= \$117 ;
+    x3_4 <= \$145 ;
   always @(posedge clk)
-    \over2_4$160  <= \$118 ;
+    y3_4 <= y2_4;
   always @(posedge clk)
-    x3_4 <= \$119 ;
+    scaled3_4 <= \$146 ;
   always @(posedge clk)
-    y3_4 <= \$120 ;
+    frac3_4 <= \$147 ;
   always @(posedge clk)
-    base3_4 <= \$122 ;
+    under3_4 <= x2_4[32];
   always @(posedge clk)
-    ll4 <= \$123 ;
+    x4_4 <= x3_4;
   always @(posedge clk)
-    lh4 <= { \$124 [32], \$124  };
+    y4_4 <= y3_4;
   always @(posedge clk)
-    hl4 <= { \$125 [32], \$125  };
+    f4_4 <= \$149 ;
   always @(posedge clk)
-    hh4 <= \$126 ;
+    over4_4 <= over4;
   always @(posedge clk)
-    base4_4 <= base3_4;
+    hit4_4 <= \$153 ;
   always @(posedge clk)
-    p5_4 <= \$129 [63:0];
+    under4_4 <= \$154 ;
   always @(posedge clk)
-    base5_4 <= base4_4;
+    \over4_4$200  <= \$155 ;
   always @(posedge clk)
-    q6_4 <= \$131 [63:0];
+    x5_4 <= \$156 ;
+  always @(posedge clk)
+    y5_4 <= \$157 ;
+  always @(posedge clk)
+    base5_4 <= \$159 ;
+  always @(posedge clk)
+    ll4 <= \$160 ;
+  always @(posedge clk)
+    lh4 <= { \$161 [32], \$161  };
+  always @(posedge clk)
+    hl4 <= { \$162 [32], \$162  };
+  always @(posedge clk)
+    hh4 <= \$163 ;
+  always @(posedge clk)
+    p7_4 <= \$166 [63:0];
+  always @(posedge clk)
+    q8_4 <= \$168 [63:0];
+  always @(posedge clk)
+    r9_4 <= \$169 ;
   always @(posedge clk)
     base6_4 <= base5_4;
   always @(posedge clk)
-    r7_4 <= \$132 ;
-  always @(posedge clk)
     base7_4 <= base6_4;
   always @(posedge clk)
-    x1_5 <= alu5;
+    base8_4 <= base7_4;
   always @(posedge clk)
-    y1_5 <= y5;
+    base9_4 <= base8_4;
   always @(posedge clk)
-    x2_5 <= \$136 ;
+    value10_4 <= \$171 ;
   always @(posedge clk)
-    y2_5 <= y1_5;
+    a1_5 <= a[191:160];
   always @(posedge clk)
-    f2_5 <= frac5;
+    b1_5 <= b[191:160];
   always @(posedge clk)
-    over2_5 <= over5;
+    x2_5 <= alu5;
   always @(posedge clk)
-    hit2_5 <= \$140 ;
+    y2_5 <= y5;
   always @(posedge clk)
-    under2_5 <= \$141 ;
+    x3_5 <= \$175 ;
   always @(posedge clk)
-    \over2_5$192  <= \$142 ;
+    y3_5 <= y2_5;
   always @(posedge clk)
-    x3_5 <= \$143 ;
+    scaled3_5 <= \$176 ;
   always @(posedge clk)
-    y3_5 <= \$144 ;
+    frac3_5 <= \$177 ;
   always @(posedge clk)
-    base3_5 <= \$146 ;
+    under3_5 <= x2_5[32];
   always @(posedge clk)
-    ll5 <= \$147 ;
+    x4_5 <= x3_5;
   always @(posedge clk)
-    lh5 <= { \$148 [32], \$148  };
+    y4_5 <= y3_5;
   always @(posedge clk)
-    hl5 <= { \$149 [32], \$149  };
+    f4_5 <= \$179 ;
   always @(posedge clk)
-    hh5 <= \$150 ;
+    over4_5 <= over5;
   always @(posedge clk)
-    base4_5 <= base3_5;
+    hit4_5 <= \$183 ;
   always @(posedge clk)
-    p5_5 <= \$153 [63:0];
+    under4_5 <= \$184 ;
   always @(posedge clk)
-    base5_5 <= base4_5;
+    \over4_5$238  <= \$185 ;
   always @(posedge clk)
-    q6_5 <= \$155 [63:0];
+    x5_5 <= \$186 ;
+  always @(posedge clk)
+    y5_5 <= \$187 ;
+  always @(posedge clk)
+    base5_5 <= \$189 ;
+  always @(posedge clk)
+    ll5 <= \$190 ;
+  always @(posedge clk)
+    lh5 <= { \$191 [32], \$191  };
+  always @(posedge clk)
+    hl5 <= { \$192 [32], \$192  };
+  always @(posedge clk)
+    hh5 <= \$193 ;
+  always @(posedge clk)
+    p7_5 <= \$196 [63:0];
+  always @(posedge clk)
+    q8_5 <= \$198 [63:0];
+  always @(posedge clk)
+    r9_5 <= \$199 ;
   always @(posedge clk)
     base6_5 <= base5_5;
   always @(posedge clk)
-    r7_5 <= \$156 ;
-  always @(posedge clk)
     base7_5 <= base6_5;
   always @(posedge clk)
-    x1_6 <= alu6;
+    base8_5 <= base7_5;
   always @(posedge clk)
-    y1_6 <= y6;
+    base9_5 <= base8_5;
   always @(posedge clk)
-    x2_6 <= \$160 ;
+    value10_5 <= \$201 ;
   always @(posedge clk)
-    y2_6 <= y1_6;
+    a1_6 <= a[223:192];
   always @(posedge clk)
-    f2_6 <= frac6;
+    b1_6 <= b[223:192];
   always @(posedge clk)
-    over2_6 <= over6;
+    x2_6 <= alu6;
   always @(posedge clk)
-    hit2_6 <= \$164 ;
+    y2_6 <= y6;
   always @(posedge clk)
-    under2_6 <= \$165 ;
+    x3_6 <= \$205 ;
   always @(posedge clk)
-    \over2_6$224  <= \$166 ;
+    y3_6 <= y2_6;
   always @(posedge clk)
-    x3_6 <= \$167 ;
+    scaled3_6 <= \$206 ;
   always @(posedge clk)
-    y3_6 <= \$168 ;
+    frac3_6 <= \$207 ;
   always @(posedge clk)
-    base3_6 <= \$170 ;
+    under3_6 <= x2_6[32];
   always @(posedge clk)
-    ll6 <= \$171 ;
+    x4_6 <= x3_6;
   always @(posedge clk)
-    lh6 <= { \$172 [32], \$172  };
+    y4_6 <= y3_6;
   always @(posedge clk)
-    hl6 <= { \$173 [32], \$173  };
+    f4_6 <= \$209 ;
   always @(posedge clk)
-    hh6 <= \$174 ;
+    over4_6 <= over6;
   always @(posedge clk)
-    base4_6 <= base3_6;
+    hit4_6 <= \$213 ;
   always @(posedge clk)
-    p5_6 <= \$177 [63:0];
+    under4_6 <= \$214 ;
   always @(posedge clk)
-    base5_6 <= base4_6;
+    \over4_6$276  <= \$215 ;
   always @(posedge clk)
-    q6_6 <= \$179 [63:0];
+    x5_6 <= \$216 ;
+  always @(posedge clk)
+    y5_6 <= \$217 ;
+  always @(posedge clk)
+    base5_6 <= \$219 ;
+  always @(posedge clk)
+    ll6 <= \$220 ;
+  always @(posedge clk)
+    lh6 <= { \$221 [32], \$221  };
+  always @(posedge clk)
+    hl6 <= { \$222 [32], \$222  };
+  always @(posedge clk)
+    hh6 <= \$223 ;
+  always @(posedge clk)
+    p7_6 <= \$226 [63:0];
+  always @(posedge clk)
+    q8_6 <= \$228 [63:0];
+  always @(posedge clk)
+    r9_6 <= \$229 ;
   always @(posedge clk)
     base6_6 <= base5_6;
   always @(posedge clk)
-    r7_6 <= \$180 ;
-  always @(posedge clk)
     base7_6 <= base6_6;
   always @(posedge clk)
-    x1_7 <= alu7;
+    base8_6 <= base7_6;
   always @(posedge clk)
-    y1_7 <= y7;
+    base9_6 <= base8_6;
   always @(posedge clk)
-    x2_7 <= \$184 ;
+    value10_6 <= \$231 ;
   always @(posedge clk)
-    y2_7 <= y1_7;
+    a1_7 <= a[255:224];
   always @(posedge clk)
-    f2_7 <= frac7;
+    b1_7 <= b[255:224];
   always @(posedge clk)
-    over2_7 <= over7;
+    x2_7 <= alu7;
   always @(posedge clk)
-    hit2_7 <= \$188 ;
+    y2_7 <= y7;
   always @(posedge clk)
-    under2_7 <= \$189 ;
+    x3_7 <= \$235 ;
   always @(posedge clk)
-    \over2_7$256  <= \$190 ;
+    y3_7 <= y2_7;
   always @(posedge clk)
-    x3_7 <= \$191 ;
+    scaled3_7 <= \$236 ;
   always @(posedge clk)
-    y3_7 <= \$192 ;
+    frac3_7 <= \$237 ;
   always @(posedge clk)
-    base3_7 <= \$194 ;
+    under3_7 <= x2_7[32];
   always @(posedge clk)
-    ll7 <= \$195 ;
+    x4_7 <= x3_7;
   always @(posedge clk)
-    lh7 <= { \$196 [32], \$196  };
+    y4_7 <= y3_7;
   always @(posedge clk)
-    hl7 <= { \$197 [32], \$197  };
+    f4_7 <= \$239 ;
   always @(posedge clk)
-    hh7 <= \$198 ;
+    over4_7 <= over7;
   always @(posedge clk)
-    base4_7 <= base3_7;
+    hit4_7 <= \$243 ;
   always @(posedge clk)
-    p5_7 <= \$201 [63:0];
+    under4_7 <= \$244 ;
   always @(posedge clk)
-    base5_7 <= base4_7;
+    \over4_7$314  <= \$245 ;
   always @(posedge clk)
-    q6_7 <= \$203 [63:0];
+    x5_7 <= \$246 ;
+  always @(posedge clk)
+    y5_7 <= \$247 ;
+  always @(posedge clk)
+    base5_7 <= \$249 ;
+  always @(posedge clk)
+    ll7 <= \$250 ;
+  always @(posedge clk)
+    lh7 <= { \$251 [32], \$251  };
+  always @(posedge clk)
+    hl7 <= { \$252 [32], \$252  };
+  always @(posedge clk)
+    hh7 <= \$253 ;
+  always @(posedge clk)
+    p7_7 <= \$256 [63:0];
+  always @(posedge clk)
+    q8_7 <= \$258 [63:0];
+  always @(posedge clk)
+    r9_7 <= \$259 ;
   always @(posedge clk)
     base6_7 <= base5_7;
   always @(posedge clk)
-    r7_7 <= \$204 ;
-  always @(posedge clk)
     base7_7 <= base6_7;
   always @(posedge clk)
-    hits3 <= \$498 [3:0];
+    base8_7 <= base7_7;
   always @(posedge clk)
-    hits4 <= hits3;
+    base9_7 <= base8_7;
   always @(posedge clk)
-    hits5 <= hits4;
+    value10_7 <= \$261 ;
+  always @(posedge clk)
+    hits5 <= \$510 [3:0];
   always @(posedge clk)
     hits6 <= hits5;
   always @(posedge clk)
@@ -54430,11 +55686,13 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
   always @(posedge clk)
     hits8 <= hits7;
   always @(posedge clk)
-    unders3 <= \$505 [3:0];
+    hits9 <= hits8;
   always @(posedge clk)
-    unders4 <= unders3;
+    hits10 <= hits9;
   always @(posedge clk)
-    unders5 <= unders4;
+    hits11 <= hits10;
+  always @(posedge clk)
+    unders5 <= \$517 [3:0];
   always @(posedge clk)
     unders6 <= unders5;
   always @(posedge clk)
@@ -54442,17 +55700,25 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
   always @(posedge clk)
     unders8 <= unders7;
   always @(posedge clk)
-    overs3 <= \$512 [3:0];
+    unders9 <= unders8;
   always @(posedge clk)
-    overs4 <= overs3;
+    unders10 <= unders9;
   always @(posedge clk)
-    overs5 <= overs4;
+    unders11 <= unders10;
+  always @(posedge clk)
+    overs5 <= \$524 [3:0];
   always @(posedge clk)
     overs6 <= overs5;
   always @(posedge clk)
     overs7 <= overs6;
   always @(posedge clk)
     overs8 <= overs7;
+  always @(posedge clk)
+    overs9 <= overs8;
+  always @(posedge clk)
+    overs10 <= overs9;
+  always @(posedge clk)
+    overs11 <= overs10;
   assign \$1  = vop == 4'he;
   assign \$2  = vop == 4'h9;
   assign \$3  = vop == 4'ha;
@@ -54466,594 +55732,608 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
   assign \$11  = vop == 4'he;
   assign \$12  = \$10  | \$11 ;
   assign \$13  = \$12  ? shift : 6'h00;
-  assign \$14  = $signed(x1_0) > $signed(imm2_1);
-  assign \$15  = ctl1[3] & \$14 ;
-  assign \$16  = \$15  ? { imm2_1[31], imm2_1 } : x1_0;
-  assign \$17  = ~ x1_0[32];
-  assign \$18  = ~ over0;
-  assign \$19  = \$17  & \$18 ;
-  assign \$20  = \$19  & ctl1[1];
-  assign \$21  = x1_0[32] & ctl1[1];
-  assign \$22  = over0 & ctl1[1];
-  assign \$23  = ctl2[1] ? { diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0 } : x2_0;
-  assign \$24  = ctl2[1] ? { 17'h00000, f2_0 } : y2_0;
-  assign \$25  = over2_0 ? \read__data$35  : read__data;
-  assign \$26  = ctl2[1] ? \$25  : 16'h0000;
-  assign \$27  = x3_0[15:0] * y3_0[15:0];
-  assign \$28  = $signed({ 1'h0, x3_0[15:0] }) * $signed(y3_0[32:16]);
-  assign \$29  = $signed(x3_0[32:16]) * $signed({ 1'h0, y3_0[15:0] });
-  assign \$30  = $signed(x3_0[32:16]) * $signed(y3_0[32:16]);
-  assign \$31  = $signed(lh0) + $signed(hl0);
-  assign \$33  = $signed({ 1'h0, hh0, ll0 }) + $signed(\$32 );
-  assign \$34  = p5_0[63] ? \$211 [46:0] : \$208 [46:0];
-  assign \$35  = $signed(p5_0) + $signed({ 1'h0, \$34  });
-  assign \$36  = $signed(q6_0) >>> ctl6[10:5];
-  assign \$37  = ctl7[2] ? { 1'h0, r7_0[31:0] } : { sat0[31], sat0 };
-  assign \$38  = $signed(x1_1) > $signed(imm2_1);
-  assign \$39  = ctl1[3] & \$38 ;
-  assign \$40  = \$39  ? { imm2_1[31], imm2_1 } : x1_1;
-  assign \$41  = ~ x1_1[32];
-  assign \$42  = ~ over1;
-  assign \$43  = \$41  & \$42 ;
-  assign \$44  = \$43  & ctl1[1];
-  assign \$45  = x1_1[32] & ctl1[1];
-  assign \$46  = over1 & ctl1[1];
-  assign \$47  = ctl2[1] ? { diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1 } : x2_1;
-  assign \$48  = ctl2[1] ? { 17'h00000, f2_1 } : y2_1;
-  assign \$49  = over2_1 ? \read__data$70  : \read__data$69 ;
-  assign \$50  = ctl2[1] ? \$49  : 16'h0000;
-  assign \$51  = x3_1[15:0] * y3_1[15:0];
-  assign \$52  = $signed({ 1'h0, x3_1[15:0] }) * $signed(y3_1[32:16]);
-  assign \$53  = $signed(x3_1[32:16]) * $signed({ 1'h0, y3_1[15:0] });
-  assign \$54  = $signed(x3_1[32:16]) * $signed(y3_1[32:16]);
-  assign \$55  = $signed(lh1) + $signed(hl1);
-  assign \$57  = $signed({ 1'h0, hh1, ll1 }) + $signed(\$56 );
-  assign \$58  = p5_1[63] ? \$211 [46:0] : \$208 [46:0];
-  assign \$59  = $signed(p5_1) + $signed({ 1'h0, \$58  });
-  assign \$60  = $signed(q6_1) >>> ctl6[10:5];
-  assign \$61  = ctl7[2] ? { 1'h0, r7_1[31:0] } : { sat1[31], sat1 };
-  assign \$62  = $signed(x1_2) > $signed(imm2_1);
-  assign \$63  = ctl1[3] & \$62 ;
-  assign \$64  = \$63  ? { imm2_1[31], imm2_1 } : x1_2;
-  assign \$65  = ~ x1_2[32];
-  assign \$66  = ~ over2;
-  assign \$67  = \$65  & \$66 ;
-  assign \$68  = \$67  & ctl1[1];
-  assign \$69  = x1_2[32] & ctl1[1];
-  assign \$70  = over2 & ctl1[1];
-  assign \$71  = ctl2[1] ? { diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2 } : x2_2;
-  assign \$72  = ctl2[1] ? { 17'h00000, f2_2 } : y2_2;
-  assign \$73  = over2_2 ? \read__data$102  : \read__data$101 ;
-  assign \$74  = ctl2[1] ? \$73  : 16'h0000;
-  assign \$75  = x3_2[15:0] * y3_2[15:0];
-  assign \$76  = $signed({ 1'h0, x3_2[15:0] }) * $signed(y3_2[32:16]);
-  assign \$77  = $signed(x3_2[32:16]) * $signed({ 1'h0, y3_2[15:0] });
-  assign \$78  = $signed(x3_2[32:16]) * $signed(y3_2[32:16]);
-  assign \$79  = $signed(lh2) + $signed(hl2);
-  assign \$81  = $signed({ 1'h0, hh2, ll2 }) + $signed(\$80 );
-  assign \$82  = p5_2[63] ? \$211 [46:0] : \$208 [46:0];
-  assign \$83  = $signed(p5_2) + $signed({ 1'h0, \$82  });
-  assign \$84  = $signed(q6_2) >>> ctl6[10:5];
-  assign \$85  = ctl7[2] ? { 1'h0, r7_2[31:0] } : { sat2[31], sat2 };
-  assign \$86  = $signed(x1_3) > $signed(imm2_1);
-  assign \$87  = ctl1[3] & \$86 ;
-  assign \$88  = \$87  ? { imm2_1[31], imm2_1 } : x1_3;
-  assign \$89  = ~ x1_3[32];
-  assign \$90  = ~ over3;
-  assign \$91  = \$89  & \$90 ;
-  assign \$92  = \$91  & ctl1[1];
-  assign \$93  = x1_3[32] & ctl1[1];
-  assign \$94  = over3 & ctl1[1];
-  assign \$95  = ctl2[1] ? { diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3 } : x2_3;
-  assign \$96  = ctl2[1] ? { 17'h00000, f2_3 } : y2_3;
-  assign \$97  = over2_3 ? \read__data$134  : \read__data$133 ;
-  assign \$98  = ctl2[1] ? \$97  : 16'h0000;
-  assign \$99  = x3_3[15:0] * y3_3[15:0];
-  assign \$100  = $signed({ 1'h0, x3_3[15:0] }) * $signed(y3_3[32:16]);
-  assign \$101  = $signed(x3_3[32:16]) * $signed({ 1'h0, y3_3[15:0] });
-  assign \$102  = $signed(x3_3[32:16]) * $signed(y3_3[32:16]);
-  assign \$103  = $signed(lh3) + $signed(hl3);
-  assign \$105  = $signed({ 1'h0, hh3, ll3 }) + $signed(\$104 );
-  assign \$106  = p5_3[63] ? \$211 [46:0] : \$208 [46:0];
-  assign \$107  = $signed(p5_3) + $signed({ 1'h0, \$106  });
-  assign \$108  = $signed(q6_3) >>> ctl6[10:5];
-  assign \$109  = ctl7[2] ? { 1'h0, r7_3[31:0] } : { sat3[31], sat3 };
-  assign \$110  = $signed(x1_4) > $signed(imm2_1);
-  assign \$111  = ctl1[3] & \$110 ;
-  assign \$112  = \$111  ? { imm2_1[31], imm2_1 } : x1_4;
-  assign \$113  = ~ x1_4[32];
-  assign \$114  = ~ over4;
-  assign \$115  = \$113  & \$114 ;
-  assign \$116  = \$115  & ctl1[1];
-  assign \$117  = x1_4[32] & ctl1[1];
-  assign \$118  = over4 & ctl1[1];
-  assign \$119  = ctl2[1] ? { diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4 } : x2_4;
-  assign \$120  = ctl2[1] ? { 17'h00000, f2_4 } : y2_4;
-  assign \$121  = over2_4 ? \read__data$166  : \read__data$165 ;
-  assign \$122  = ctl2[1] ? \$121  : 16'h0000;
-  assign \$123  = x3_4[15:0] * y3_4[15:0];
-  assign \$124  = $signed({ 1'h0, x3_4[15:0] }) * $signed(y3_4[32:16]);
-  assign \$125  = $signed(x3_4[32:16]) * $signed({ 1'h0, y3_4[15:0] });
-  assign \$126  = $signed(x3_4[32:16]) * $signed(y3_4[32:16]);
-  assign \$127  = $signed(lh4) + $signed(hl4);
-  assign \$129  = $signed({ 1'h0, hh4, ll4 }) + $signed(\$128 );
-  assign \$130  = p5_4[63] ? \$211 [46:0] : \$208 [46:0];
-  assign \$131  = $signed(p5_4) + $signed({ 1'h0, \$130  });
-  assign \$132  = $signed(q6_4) >>> ctl6[10:5];
-  assign \$133  = ctl7[2] ? { 1'h0, r7_4[31:0] } : { sat4[31], sat4 };
-  assign \$134  = $signed(x1_5) > $signed(imm2_1);
-  assign \$135  = ctl1[3] & \$134 ;
-  assign \$136  = \$135  ? { imm2_1[31], imm2_1 } : x1_5;
-  assign \$137  = ~ x1_5[32];
-  assign \$138  = ~ over5;
-  assign \$139  = \$137  & \$138 ;
-  assign \$140  = \$139  & ctl1[1];
-  assign \$141  = x1_5[32] & ctl1[1];
-  assign \$142  = over5 & ctl1[1];
-  assign \$143  = ctl2[1] ? { diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5 } : x2_5;
-  assign \$144  = ctl2[1] ? { 17'h00000, f2_5 } : y2_5;
-  assign \$145  = over2_5 ? \read__data$198  : \read__data$197 ;
-  assign \$146  = ctl2[1] ? \$145  : 16'h0000;
-  assign \$147  = x3_5[15:0] * y3_5[15:0];
-  assign \$148  = $signed({ 1'h0, x3_5[15:0] }) * $signed(y3_5[32:16]);
-  assign \$149  = $signed(x3_5[32:16]) * $signed({ 1'h0, y3_5[15:0] });
-  assign \$150  = $signed(x3_5[32:16]) * $signed(y3_5[32:16]);
-  assign \$151  = $signed(lh5) + $signed(hl5);
-  assign \$153  = $signed({ 1'h0, hh5, ll5 }) + $signed(\$152 );
-  assign \$154  = p5_5[63] ? \$211 [46:0] : \$208 [46:0];
-  assign \$155  = $signed(p5_5) + $signed({ 1'h0, \$154  });
-  assign \$156  = $signed(q6_5) >>> ctl6[10:5];
-  assign \$157  = ctl7[2] ? { 1'h0, r7_5[31:0] } : { sat5[31], sat5 };
-  assign \$158  = $signed(x1_6) > $signed(imm2_1);
-  assign \$159  = ctl1[3] & \$158 ;
-  assign \$160  = \$159  ? { imm2_1[31], imm2_1 } : x1_6;
-  assign \$161  = ~ x1_6[32];
-  assign \$162  = ~ over6;
-  assign \$163  = \$161  & \$162 ;
-  assign \$164  = \$163  & ctl1[1];
-  assign \$165  = x1_6[32] & ctl1[1];
-  assign \$166  = over6 & ctl1[1];
-  assign \$167  = ctl2[1] ? { diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6 } : x2_6;
-  assign \$168  = ctl2[1] ? { 17'h00000, f2_6 } : y2_6;
-  assign \$169  = over2_6 ? \read__data$230  : \read__data$229 ;
-  assign \$170  = ctl2[1] ? \$169  : 16'h0000;
-  assign \$171  = x3_6[15:0] * y3_6[15:0];
-  assign \$172  = $signed({ 1'h0, x3_6[15:0] }) * $signed(y3_6[32:16]);
-  assign \$173  = $signed(x3_6[32:16]) * $signed({ 1'h0, y3_6[15:0] });
-  assign \$174  = $signed(x3_6[32:16]) * $signed(y3_6[32:16]);
-  assign \$175  = $signed(lh6) + $signed(hl6);
-  assign \$177  = $signed({ 1'h0, hh6, ll6 }) + $signed(\$176 );
-  assign \$178  = p5_6[63] ? \$211 [46:0] : \$208 [46:0];
-  assign \$179  = $signed(p5_6) + $signed({ 1'h0, \$178  });
-  assign \$180  = $signed(q6_6) >>> ctl6[10:5];
-  assign \$181  = ctl7[2] ? { 1'h0, r7_6[31:0] } : { sat6[31], sat6 };
-  assign \$182  = $signed(x1_7) > $signed(imm2_1);
-  assign \$183  = ctl1[3] & \$182 ;
-  assign \$184  = \$183  ? { imm2_1[31], imm2_1 } : x1_7;
-  assign \$185  = ~ x1_7[32];
-  assign \$186  = ~ over7;
-  assign \$187  = \$185  & \$186 ;
-  assign \$188  = \$187  & ctl1[1];
-  assign \$189  = x1_7[32] & ctl1[1];
-  assign \$190  = over7 & ctl1[1];
-  assign \$191  = ctl2[1] ? { diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7 } : x2_7;
-  assign \$192  = ctl2[1] ? { 17'h00000, f2_7 } : y2_7;
-  assign \$193  = over2_7 ? \read__data$262  : \read__data$261 ;
-  assign \$194  = ctl2[1] ? \$193  : 16'h0000;
-  assign \$195  = x3_7[15:0] * y3_7[15:0];
-  assign \$196  = $signed({ 1'h0, x3_7[15:0] }) * $signed(y3_7[32:16]);
-  assign \$197  = $signed(x3_7[32:16]) * $signed({ 1'h0, y3_7[15:0] });
-  assign \$198  = $signed(x3_7[32:16]) * $signed(y3_7[32:16]);
-  assign \$199  = $signed(lh7) + $signed(hl7);
-  assign \$201  = $signed({ 1'h0, hh7, ll7 }) + $signed(\$200 );
-  assign \$202  = p5_7[63] ? \$211 [46:0] : \$208 [46:0];
-  assign \$203  = $signed(p5_7) + $signed({ 1'h0, \$202  });
-  assign \$204  = $signed(q6_7) >>> ctl6[10:5];
-  assign \$205  = ctl7[2] ? { 1'h0, r7_7[31:0] } : { sat7[31], sat7 };
-  assign \$206  = 1'h1 << shift[4:0];
-  assign \$207  = 1'h1 << ctl5[10:5];
-  assign \$209  = ! ctl5[10:5];
-  assign \$210  = \$208 [46:0] - 1'h1;
-  assign \$211  = \$209  ? 48'h000000000000 : \$210 ;
-  assign \$212  = $signed(a[31:0]) + $signed(b[31:0]);
-  assign \$213  = $signed(a[31:0]) - $signed(b[31:0]);
-  assign \$214  = $signed(a[31:0]) > $signed(b[31:0]);
-  assign \$215  = \$214  ? a[31:0] : b[31:0];
-  assign \$216  = $signed(a[31:0]) < $signed(b[31:0]);
-  assign \$217  = \$216  ? a[31:0] : b[31:0];
-  assign \$218  = $signed(a[31:0]) < $signed(imm);
-  assign \$219  = \$218  ? imm : a[31:0];
-  assign \$220  = $signed(a[31:0]) - $signed(imm);
-  assign scaled0 = $signed(x1_0) >>> ctl1[10:5];
-  assign \$221  = ~ x1_0[32];
-  assign \$222  = | scaled0[32:8];
-  assign over0 = \$221  & \$222 ;
-  assign \$223  = x1_0[32] ? 8'h00 : scaled0[7:0];
-  assign index0 = over0 ? 8'hff : \$223 ;
-  assign \$224  = 1'h1 << ctl1[10:5];
-  assign \$225  = \$224  - 1'h1;
-  assign \$226  = x1_0[32] | over0;
-  assign \$227  = x1_0[15:0] & \$225 [15:0];
-  assign frac0 = \$226  ? 16'h0000 : \$227 ;
-  assign \$228  = table_index - 1'h0;
-  assign \$229  = table_index - 1'h0;
-  assign \$230  = $signed(\$229 ) < $signed(10'h100);
-  assign write__en = table_we & \$230 ;
-  assign \$231  = table_index - 1'h1;
-  assign \$232  = table_index - 1'h1;
-  assign \$233  = $signed(\$232 ) < $signed(10'h100);
-  assign \$234  = table_index >= 1'h1;
-  assign \$235  = \$233  & \$234 ;
-  assign \write__en$314  = table_we & \$235 ;
-  assign diff0 = $signed(\read__data$35 ) - $signed(read__data);
-  assign \$236  = $signed(r7_0[19:0]) + $signed(base7_0);
-  assign value0 = ctl7[1] ? { \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236  } : r7_0;
-  assign \$237  = ! value0[63:31];
-  assign \$238  = value0[63:31] == 33'h1ffffffff;
-  assign \$239  = \$237  | \$238 ;
-  assign \$240  = value0[63] ? 32'd2147483648 : 32'd2147483647;
-  assign \$241  = \$239  ? { 1'h0, value0[31:0] } : { \$240 [31], \$240  };
-  assign \$242  = ! value0[63:7];
-  assign \$243  = value0[63:7] == 57'h1ffffffffffffff;
-  assign \$244  = \$242  | \$243 ;
-  assign \$245  = value0[63] ? 8'h80 : 8'h7f;
-  assign \$246  = \$244  ? value0[7:0] : \$245 ;
-  assign \$247  = $signed(a[63:32]) + $signed(b[63:32]);
-  assign \$248  = $signed(a[63:32]) - $signed(b[63:32]);
-  assign \$249  = $signed(a[63:32]) > $signed(b[63:32]);
-  assign \$250  = \$249  ? a[63:32] : b[63:32];
-  assign \$251  = $signed(a[63:32]) < $signed(b[63:32]);
-  assign \$252  = \$251  ? a[63:32] : b[63:32];
-  assign \$253  = $signed(a[63:32]) < $signed(imm);
-  assign \$254  = \$253  ? imm : a[63:32];
-  assign \$255  = $signed(a[63:32]) - $signed(imm);
-  assign scaled1 = $signed(x1_1) >>> ctl1[10:5];
-  assign \$256  = ~ x1_1[32];
-  assign \$257  = | scaled1[32:8];
-  assign over1 = \$256  & \$257 ;
-  assign \$258  = x1_1[32] ? 8'h00 : scaled1[7:0];
-  assign index1 = over1 ? 8'hff : \$258 ;
-  assign \$259  = 1'h1 << ctl1[10:5];
-  assign \$260  = \$259  - 1'h1;
-  assign \$261  = x1_1[32] | over1;
-  assign \$262  = x1_1[15:0] & \$260 [15:0];
-  assign frac1 = \$261  ? 16'h0000 : \$262 ;
-  assign \$263  = table_index - 1'h0;
-  assign \$264  = table_index - 1'h0;
-  assign \$265  = $signed(\$264 ) < $signed(10'h100);
-  assign \write__en$322  = table_we & \$265 ;
-  assign \$266  = table_index - 1'h1;
-  assign \$267  = table_index - 1'h1;
-  assign \$268  = $signed(\$267 ) < $signed(10'h100);
-  assign \$269  = table_index >= 1'h1;
-  assign \$270  = \$268  & \$269 ;
-  assign \write__en$326  = table_we & \$270 ;
-  assign diff1 = $signed(\read__data$70 ) - $signed(\read__data$69 );
-  assign \$271  = $signed(r7_1[19:0]) + $signed(base7_1);
-  assign value1 = ctl7[1] ? { \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271  } : r7_1;
-  assign \$272  = ! value1[63:31];
-  assign \$273  = value1[63:31] == 33'h1ffffffff;
-  assign \$274  = \$272  | \$273 ;
-  assign \$275  = value1[63] ? 32'd2147483648 : 32'd2147483647;
-  assign \$276  = \$274  ? { 1'h0, value1[31:0] } : { \$275 [31], \$275  };
-  assign \$277  = ! value1[63:7];
-  assign \$278  = value1[63:7] == 57'h1ffffffffffffff;
-  assign \$279  = \$277  | \$278 ;
-  assign \$280  = value1[63] ? 8'h80 : 8'h7f;
-  assign \$281  = \$279  ? value1[7:0] : \$280 ;
-  assign \$282  = $signed(a[95:64]) + $signed(b[95:64]);
-  assign \$283  = $signed(a[95:64]) - $signed(b[95:64]);
-  assign \$284  = $signed(a[95:64]) > $signed(b[95:64]);
-  assign \$285  = \$284  ? a[95:64] : b[95:64];
-  assign \$286  = $signed(a[95:64]) < $signed(b[95:64]);
-  assign \$287  = \$286  ? a[95:64] : b[95:64];
-  assign \$288  = $signed(a[95:64]) < $signed(imm);
-  assign \$289  = \$288  ? imm : a[95:64];
-  assign \$290  = $signed(a[95:64]) - $signed(imm);
-  assign scaled2 = $signed(x1_2) >>> ctl1[10:5];
-  assign \$291  = ~ x1_2[32];
-  assign \$292  = | scaled2[32:8];
-  assign over2 = \$291  & \$292 ;
-  assign \$293  = x1_2[32] ? 8'h00 : scaled2[7:0];
-  assign index2 = over2 ? 8'hff : \$293 ;
-  assign \$294  = 1'h1 << ctl1[10:5];
-  assign \$295  = \$294  - 1'h1;
-  assign \$296  = x1_2[32] | over2;
-  assign \$297  = x1_2[15:0] & \$295 [15:0];
-  assign frac2 = \$296  ? 16'h0000 : \$297 ;
-  assign \$298  = table_index - 1'h0;
-  assign \$299  = table_index - 1'h0;
-  assign \$300  = $signed(\$299 ) < $signed(10'h100);
-  assign \write__en$334  = table_we & \$300 ;
-  assign \$301  = table_index - 1'h1;
-  assign \$302  = table_index - 1'h1;
-  assign \$303  = $signed(\$302 ) < $signed(10'h100);
-  assign \$304  = table_index >= 1'h1;
-  assign \$305  = \$303  & \$304 ;
-  assign \write__en$338  = table_we & \$305 ;
-  assign diff2 = $signed(\read__data$102 ) - $signed(\read__data$101 );
-  assign \$306  = $signed(r7_2[19:0]) + $signed(base7_2);
-  assign value2 = ctl7[1] ? { \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306  } : r7_2;
-  assign \$307  = ! value2[63:31];
-  assign \$308  = value2[63:31] == 33'h1ffffffff;
-  assign \$309  = \$307  | \$308 ;
-  assign \$310  = value2[63] ? 32'd2147483648 : 32'd2147483647;
-  assign \$311  = \$309  ? { 1'h0, value2[31:0] } : { \$310 [31], \$310  };
-  assign \$312  = ! value2[63:7];
-  assign \$313  = value2[63:7] == 57'h1ffffffffffffff;
-  assign \$314  = \$312  | \$313 ;
-  assign \$315  = value2[63] ? 8'h80 : 8'h7f;
-  assign \$316  = \$314  ? value2[7:0] : \$315 ;
-  assign \$317  = $signed(a[127:96]) + $signed(b[127:96]);
-  assign \$318  = $signed(a[127:96]) - $signed(b[127:96]);
-  assign \$319  = $signed(a[127:96]) > $signed(b[127:96]);
-  assign \$320  = \$319  ? a[127:96] : b[127:96];
-  assign \$321  = $signed(a[127:96]) < $signed(b[127:96]);
-  assign \$322  = \$321  ? a[127:96] : b[127:96];
-  assign \$323  = $signed(a[127:96]) < $signed(imm);
-  assign \$324  = \$323  ? imm : a[127:96];
-  assign \$325  = $signed(a[127:96]) - $signed(imm);
-  assign scaled3 = $signed(x1_3) >>> ctl1[10:5];
-  assign \$326  = ~ x1_3[32];
-  assign \$327  = | scaled3[32:8];
-  assign over3 = \$326  & \$327 ;
-  assign \$328  = x1_3[32] ? 8'h00 : scaled3[7:0];
-  assign index3 = over3 ? 8'hff : \$328 ;
-  assign \$329  = 1'h1 << ctl1[10:5];
-  assign \$330  = \$329  - 1'h1;
-  assign \$331  = x1_3[32] | over3;
-  assign \$332  = x1_3[15:0] & \$330 [15:0];
-  assign frac3 = \$331  ? 16'h0000 : \$332 ;
-  assign \$333  = table_index - 1'h0;
-  assign \$334  = table_index - 1'h0;
-  assign \$335  = $signed(\$334 ) < $signed(10'h100);
-  assign \write__en$346  = table_we & \$335 ;
-  assign \$336  = table_index - 1'h1;
-  assign \$337  = table_index - 1'h1;
+  assign \$14  = 1'h1 << ctl6[10:5];
+  assign \$16  = ! ctl6[10:5];
+  assign \$17  = 1'h1 << ctl6[10:5];
+  assign \$19  = \$18  - 1'h1;
+  assign \$20  = \$16  ? 112'h0000000000000000000000000000 : \$19 ;
+  assign \$21  = 1'h1 << ctl1[10:5];
+  assign \$22  = \$21  - 1'h1;
+  assign \$23  = $signed(x2_0) > $signed(imm2_2);
+  assign \$24  = ctl2[3] & \$23 ;
+  assign \$25  = \$24  ? { imm2_2[31], imm2_2 } : x2_0;
+  assign \$26  = $signed(x2_0) >>> ctl2[10:5];
+  assign \$27  = x2_0[15:0] & mask2;
+  assign \$28  = under3_0 | over0;
+  assign \$29  = \$28  ? 16'h0000 : frac3_0;
+  assign \$30  = ~ under3_0;
+  assign \$31  = ~ over0;
+  assign \$32  = \$30  & \$31 ;
+  assign \$33  = \$32  & ctl3[1];
+  assign \$34  = under3_0 & ctl3[1];
+  assign \$35  = over0 & ctl3[1];
+  assign \$36  = ctl4[1] ? { diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0 } : x4_0;
+  assign \$37  = ctl4[1] ? { 17'h00000, f4_0 } : y4_0;
+  assign \$38  = over4_0 ? \read__data$53  : read__data;
+  assign \$39  = ctl4[1] ? \$38  : 16'h0000;
+  assign \$40  = x5_0[15:0] * y5_0[15:0];
+  assign \$41  = $signed({ 1'h0, x5_0[15:0] }) * $signed(y5_0[32:16]);
+  assign \$42  = $signed(x5_0[32:16]) * $signed({ 1'h0, y5_0[15:0] });
+  assign \$43  = $signed(x5_0[32:16]) * $signed(y5_0[32:16]);
+  assign \$44  = $signed(lh0) + $signed(hl0);
+  assign \$46  = $signed({ 1'h0, hh0, ll0 }) + $signed(\$45 );
+  assign \$47  = p7_0[63] ? half_neg : half;
+  assign \$48  = $signed(p7_0) + $signed({ 1'h0, \$47  });
+  assign \$49  = $signed(q8_0) >>> ctl8[10:5];
+  assign \$50  = $signed(r9_0[19:0]) + $signed(base9_0);
+  assign \$51  = ctl9[1] ? { \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50  } : r9_0;
+  assign \$52  = ctl10[2] ? { 1'h0, value10_0[31:0] } : { sat0[31], sat0 };
+  assign \$53  = $signed(x2_1) > $signed(imm2_2);
+  assign \$54  = ctl2[3] & \$53 ;
+  assign \$55  = \$54  ? { imm2_2[31], imm2_2 } : x2_1;
+  assign \$56  = $signed(x2_1) >>> ctl2[10:5];
+  assign \$57  = x2_1[15:0] & mask2;
+  assign \$58  = under3_1 | over1;
+  assign \$59  = \$58  ? 16'h0000 : frac3_1;
+  assign \$60  = ~ under3_1;
+  assign \$61  = ~ over1;
+  assign \$62  = \$60  & \$61 ;
+  assign \$63  = \$62  & ctl3[1];
+  assign \$64  = under3_1 & ctl3[1];
+  assign \$65  = over1 & ctl3[1];
+  assign \$66  = ctl4[1] ? { diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1 } : x4_1;
+  assign \$67  = ctl4[1] ? { 17'h00000, f4_1 } : y4_1;
+  assign \$68  = over4_1 ? \read__data$92  : \read__data$91 ;
+  assign \$69  = ctl4[1] ? \$68  : 16'h0000;
+  assign \$70  = x5_1[15:0] * y5_1[15:0];
+  assign \$71  = $signed({ 1'h0, x5_1[15:0] }) * $signed(y5_1[32:16]);
+  assign \$72  = $signed(x5_1[32:16]) * $signed({ 1'h0, y5_1[15:0] });
+  assign \$73  = $signed(x5_1[32:16]) * $signed(y5_1[32:16]);
+  assign \$74  = $signed(lh1) + $signed(hl1);
+  assign \$76  = $signed({ 1'h0, hh1, ll1 }) + $signed(\$75 );
+  assign \$77  = p7_1[63] ? half_neg : half;
+  assign \$78  = $signed(p7_1) + $signed({ 1'h0, \$77  });
+  assign \$79  = $signed(q8_1) >>> ctl8[10:5];
+  assign \$80  = $signed(r9_1[19:0]) + $signed(base9_1);
+  assign \$81  = ctl9[1] ? { \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80  } : r9_1;
+  assign \$82  = ctl10[2] ? { 1'h0, value10_1[31:0] } : { sat1[31], sat1 };
+  assign \$83  = $signed(x2_2) > $signed(imm2_2);
+  assign \$84  = ctl2[3] & \$83 ;
+  assign \$85  = \$84  ? { imm2_2[31], imm2_2 } : x2_2;
+  assign \$86  = $signed(x2_2) >>> ctl2[10:5];
+  assign \$87  = x2_2[15:0] & mask2;
+  assign \$88  = under3_2 | over2;
+  assign \$89  = \$88  ? 16'h0000 : frac3_2;
+  assign \$90  = ~ under3_2;
+  assign \$91  = ~ over2;
+  assign \$92  = \$90  & \$91 ;
+  assign \$93  = \$92  & ctl3[1];
+  assign \$94  = under3_2 & ctl3[1];
+  assign \$95  = over2 & ctl3[1];
+  assign \$96  = ctl4[1] ? { diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2 } : x4_2;
+  assign \$97  = ctl4[1] ? { 17'h00000, f4_2 } : y4_2;
+  assign \$98  = over4_2 ? \read__data$130  : \read__data$129 ;
+  assign \$99  = ctl4[1] ? \$98  : 16'h0000;
+  assign \$100  = x5_2[15:0] * y5_2[15:0];
+  assign \$101  = $signed({ 1'h0, x5_2[15:0] }) * $signed(y5_2[32:16]);
+  assign \$102  = $signed(x5_2[32:16]) * $signed({ 1'h0, y5_2[15:0] });
+  assign \$103  = $signed(x5_2[32:16]) * $signed(y5_2[32:16]);
+  assign \$104  = $signed(lh2) + $signed(hl2);
+  assign \$106  = $signed({ 1'h0, hh2, ll2 }) + $signed(\$105 );
+  assign \$107  = p7_2[63] ? half_neg : half;
+  assign \$108  = $signed(p7_2) + $signed({ 1'h0, \$107  });
+  assign \$109  = $signed(q8_2) >>> ctl8[10:5];
+  assign \$110  = $signed(r9_2[19:0]) + $signed(base9_2);
+  assign \$111  = ctl9[1] ? { \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110  } : r9_2;
+  assign \$112  = ctl10[2] ? { 1'h0, value10_2[31:0] } : { sat2[31], sat2 };
+  assign \$113  = $signed(x2_3) > $signed(imm2_2);
+  assign \$114  = ctl2[3] & \$113 ;
+  assign \$115  = \$114  ? { imm2_2[31], imm2_2 } : x2_3;
+  assign \$116  = $signed(x2_3) >>> ctl2[10:5];
+  assign \$117  = x2_3[15:0] & mask2;
+  assign \$118  = under3_3 | over3;
+  assign \$119  = \$118  ? 16'h0000 : frac3_3;
+  assign \$120  = ~ under3_3;
+  assign \$121  = ~ over3;
+  assign \$122  = \$120  & \$121 ;
+  assign \$123  = \$122  & ctl3[1];
+  assign \$124  = under3_3 & ctl3[1];
+  assign \$125  = over3 & ctl3[1];
+  assign \$126  = ctl4[1] ? { diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3 } : x4_3;
+  assign \$127  = ctl4[1] ? { 17'h00000, f4_3 } : y4_3;
+  assign \$128  = over4_3 ? \read__data$168  : \read__data$167 ;
+  assign \$129  = ctl4[1] ? \$128  : 16'h0000;
+  assign \$130  = x5_3[15:0] * y5_3[15:0];
+  assign \$131  = $signed({ 1'h0, x5_3[15:0] }) * $signed(y5_3[32:16]);
+  assign \$132  = $signed(x5_3[32:16]) * $signed({ 1'h0, y5_3[15:0] });
+  assign \$133  = $signed(x5_3[32:16]) * $signed(y5_3[32:16]);
+  assign \$134  = $signed(lh3) + $signed(hl3);
+  assign \$136  = $signed({ 1'h0, hh3, ll3 }) + $signed(\$135 );
+  assign \$137  = p7_3[63] ? half_neg : half;
+  assign \$138  = $signed(p7_3) + $signed({ 1'h0, \$137  });
+  assign \$139  = $signed(q8_3) >>> ctl8[10:5];
+  assign \$140  = $signed(r9_3[19:0]) + $signed(base9_3);
+  assign \$141  = ctl9[1] ? { \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140  } : r9_3;
+  assign \$142  = ctl10[2] ? { 1'h0, value10_3[31:0] } : { sat3[31], sat3 };
+  assign \$143  = $signed(x2_4) > $signed(imm2_2);
+  assign \$144  = ctl2[3] & \$143 ;
+  assign \$145  = \$144  ? { imm2_2[31], imm2_2 } : x2_4;
+  assign \$146  = $signed(x2_4) >>> ctl2[10:5];
+  assign \$147  = x2_4[15:0] & mask2;
+  assign \$148  = under3_4 | over4;
+  assign \$149  = \$148  ? 16'h0000 : frac3_4;
+  assign \$150  = ~ under3_4;
+  assign \$151  = ~ over4;
+  assign \$152  = \$150  & \$151 ;
+  assign \$153  = \$152  & ctl3[1];
+  assign \$154  = under3_4 & ctl3[1];
+  assign \$155  = over4 & ctl3[1];
+  assign \$156  = ctl4[1] ? { diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4 } : x4_4;
+  assign \$157  = ctl4[1] ? { 17'h00000, f4_4 } : y4_4;
+  assign \$158  = over4_4 ? \read__data$206  : \read__data$205 ;
+  assign \$159  = ctl4[1] ? \$158  : 16'h0000;
+  assign \$160  = x5_4[15:0] * y5_4[15:0];
+  assign \$161  = $signed({ 1'h0, x5_4[15:0] }) * $signed(y5_4[32:16]);
+  assign \$162  = $signed(x5_4[32:16]) * $signed({ 1'h0, y5_4[15:0] });
+  assign \$163  = $signed(x5_4[32:16]) * $signed(y5_4[32:16]);
+  assign \$164  = $signed(lh4) + $signed(hl4);
+  assign \$166  = $signed({ 1'h0, hh4, ll4 }) + $signed(\$165 );
+  assign \$167  = p7_4[63] ? half_neg : half;
+  assign \$168  = $signed(p7_4) + $signed({ 1'h0, \$167  });
+  assign \$169  = $signed(q8_4) >>> ctl8[10:5];
+  assign \$170  = $signed(r9_4[19:0]) + $signed(base9_4);
+  assign \$171  = ctl9[1] ? { \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170  } : r9_4;
+  assign \$172  = ctl10[2] ? { 1'h0, value10_4[31:0] } : { sat4[31], sat4 };
+  assign \$173  = $signed(x2_5) > $signed(imm2_2);
+  assign \$174  = ctl2[3] & \$173 ;
+  assign \$175  = \$174  ? { imm2_2[31], imm2_2 } : x2_5;
+  assign \$176  = $signed(x2_5) >>> ctl2[10:5];
+  assign \$177  = x2_5[15:0] & mask2;
+  assign \$178  = under3_5 | over5;
+  assign \$179  = \$178  ? 16'h0000 : frac3_5;
+  assign \$180  = ~ under3_5;
+  assign \$181  = ~ over5;
+  assign \$182  = \$180  & \$181 ;
+  assign \$183  = \$182  & ctl3[1];
+  assign \$184  = under3_5 & ctl3[1];
+  assign \$185  = over5 & ctl3[1];
+  assign \$186  = ctl4[1] ? { diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5 } : x4_5;
+  assign \$187  = ctl4[1] ? { 17'h00000, f4_5 } : y4_5;
+  assign \$188  = over4_5 ? \read__data$244  : \read__data$243 ;
+  assign \$189  = ctl4[1] ? \$188  : 16'h0000;
+  assign \$190  = x5_5[15:0] * y5_5[15:0];
+  assign \$191  = $signed({ 1'h0, x5_5[15:0] }) * $signed(y5_5[32:16]);
+  assign \$192  = $signed(x5_5[32:16]) * $signed({ 1'h0, y5_5[15:0] });
+  assign \$193  = $signed(x5_5[32:16]) * $signed(y5_5[32:16]);
+  assign \$194  = $signed(lh5) + $signed(hl5);
+  assign \$196  = $signed({ 1'h0, hh5, ll5 }) + $signed(\$195 );
+  assign \$197  = p7_5[63] ? half_neg : half;
+  assign \$198  = $signed(p7_5) + $signed({ 1'h0, \$197  });
+  assign \$199  = $signed(q8_5) >>> ctl8[10:5];
+  assign \$200  = $signed(r9_5[19:0]) + $signed(base9_5);
+  assign \$201  = ctl9[1] ? { \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200  } : r9_5;
+  assign \$202  = ctl10[2] ? { 1'h0, value10_5[31:0] } : { sat5[31], sat5 };
+  assign \$203  = $signed(x2_6) > $signed(imm2_2);
+  assign \$204  = ctl2[3] & \$203 ;
+  assign \$205  = \$204  ? { imm2_2[31], imm2_2 } : x2_6;
+  assign \$206  = $signed(x2_6) >>> ctl2[10:5];
+  assign \$207  = x2_6[15:0] & mask2;
+  assign \$208  = under3_6 | over6;
+  assign \$209  = \$208  ? 16'h0000 : frac3_6;
+  assign \$210  = ~ under3_6;
+  assign \$211  = ~ over6;
+  assign \$212  = \$210  & \$211 ;
+  assign \$213  = \$212  & ctl3[1];
+  assign \$214  = under3_6 & ctl3[1];
+  assign \$215  = over6 & ctl3[1];
+  assign \$216  = ctl4[1] ? { diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6 } : x4_6;
+  assign \$217  = ctl4[1] ? { 17'h00000, f4_6 } : y4_6;
+  assign \$218  = over4_6 ? \read__data$282  : \read__data$281 ;
+  assign \$219  = ctl4[1] ? \$218  : 16'h0000;
+  assign \$220  = x5_6[15:0] * y5_6[15:0];
+  assign \$221  = $signed({ 1'h0, x5_6[15:0] }) * $signed(y5_6[32:16]);
+  assign \$222  = $signed(x5_6[32:16]) * $signed({ 1'h0, y5_6[15:0] });
+  assign \$223  = $signed(x5_6[32:16]) * $signed(y5_6[32:16]);
+  assign \$224  = $signed(lh6) + $signed(hl6);
+  assign \$226  = $signed({ 1'h0, hh6, ll6 }) + $signed(\$225 );
+  assign \$227  = p7_6[63] ? half_neg : half;
+  assign \$228  = $signed(p7_6) + $signed({ 1'h0, \$227  });
+  assign \$229  = $signed(q8_6) >>> ctl8[10:5];
+  assign \$230  = $signed(r9_6[19:0]) + $signed(base9_6);
+  assign \$231  = ctl9[1] ? { \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230  } : r9_6;
+  assign \$232  = ctl10[2] ? { 1'h0, value10_6[31:0] } : { sat6[31], sat6 };
+  assign \$233  = $signed(x2_7) > $signed(imm2_2);
+  assign \$234  = ctl2[3] & \$233 ;
+  assign \$235  = \$234  ? { imm2_2[31], imm2_2 } : x2_7;
+  assign \$236  = $signed(x2_7) >>> ctl2[10:5];
+  assign \$237  = x2_7[15:0] & mask2;
+  assign \$238  = under3_7 | over7;
+  assign \$239  = \$238  ? 16'h0000 : frac3_7;
+  assign \$240  = ~ under3_7;
+  assign \$241  = ~ over7;
+  assign \$242  = \$240  & \$241 ;
+  assign \$243  = \$242  & ctl3[1];
+  assign \$244  = under3_7 & ctl3[1];
+  assign \$245  = over7 & ctl3[1];
+  assign \$246  = ctl4[1] ? { diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7 } : x4_7;
+  assign \$247  = ctl4[1] ? { 17'h00000, f4_7 } : y4_7;
+  assign \$248  = over4_7 ? \read__data$320  : \read__data$319 ;
+  assign \$249  = ctl4[1] ? \$248  : 16'h0000;
+  assign \$250  = x5_7[15:0] * y5_7[15:0];
+  assign \$251  = $signed({ 1'h0, x5_7[15:0] }) * $signed(y5_7[32:16]);
+  assign \$252  = $signed(x5_7[32:16]) * $signed({ 1'h0, y5_7[15:0] });
+  assign \$253  = $signed(x5_7[32:16]) * $signed(y5_7[32:16]);
+  assign \$254  = $signed(lh7) + $signed(hl7);
+  assign \$256  = $signed({ 1'h0, hh7, ll7 }) + $signed(\$255 );
+  assign \$257  = p7_7[63] ? half_neg : half;
+  assign \$258  = $signed(p7_7) + $signed({ 1'h0, \$257  });
+  assign \$259  = $signed(q8_7) >>> ctl8[10:5];
+  assign \$260  = $signed(r9_7[19:0]) + $signed(base9_7);
+  assign \$261  = ctl9[1] ? { \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260  } : r9_7;
+  assign \$262  = ctl10[2] ? { 1'h0, value10_7[31:0] } : { sat7[31], sat7 };
+  assign \$263  = 1'h1 << shift1[4:0];
+  assign \$264  = $signed(a1_0) + $signed(b1_0);
+  assign \$265  = $signed(a1_0) - $signed(b1_0);
+  assign \$266  = $signed(a1_0) > $signed(b1_0);
+  assign \$267  = \$266  ? a1_0 : b1_0;
+  assign \$268  = $signed(a1_0) < $signed(b1_0);
+  assign \$269  = \$268  ? a1_0 : b1_0;
+  assign \$270  = $signed(a1_0) < $signed(imm1);
+  assign \$271  = \$270  ? imm1 : a1_0;
+  assign \$272  = $signed(a1_0) - $signed(imm1);
+  assign \$273  = ~ under3_0;
+  assign \$274  = | scaled3_0[32:8];
+  assign over0 = \$273  & \$274 ;
+  assign \$275  = under3_0 ? 8'h00 : scaled3_0[7:0];
+  assign index0 = over0 ? 8'hff : \$275 ;
+  assign \$276  = table_index - 1'h0;
+  assign \$277  = table_index - 1'h0;
+  assign \$278  = $signed(\$277 ) < $signed(10'h100);
+  assign write__en = table_we & \$278 ;
+  assign \$279  = table_index - 1'h1;
+  assign \$280  = table_index - 1'h1;
+  assign \$281  = $signed(\$280 ) < $signed(10'h100);
+  assign \$282  = table_index >= 1'h1;
+  assign \$283  = \$281  & \$282 ;
+  assign \write__en$371  = table_we & \$283 ;
+  assign diff0 = $signed(\read__data$53 ) - $signed(read__data);
+  assign \$284  = ! value10_0[63:31];
+  assign \$285  = value10_0[63:31] == 33'h1ffffffff;
+  assign \$286  = \$284  | \$285 ;
+  assign \$287  = value10_0[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$288  = \$286  ? { 1'h0, value10_0[31:0] } : { \$287 [31], \$287  };
+  assign \$289  = ! value10_0[63:7];
+  assign \$290  = value10_0[63:7] == 57'h1ffffffffffffff;
+  assign \$291  = \$289  | \$290 ;
+  assign \$292  = value10_0[63] ? 8'h80 : 8'h7f;
+  assign \$293  = \$291  ? value10_0[7:0] : \$292 ;
+  assign \$294  = $signed(a1_1) + $signed(b1_1);
+  assign \$295  = $signed(a1_1) - $signed(b1_1);
+  assign \$296  = $signed(a1_1) > $signed(b1_1);
+  assign \$297  = \$296  ? a1_1 : b1_1;
+  assign \$298  = $signed(a1_1) < $signed(b1_1);
+  assign \$299  = \$298  ? a1_1 : b1_1;
+  assign \$300  = $signed(a1_1) < $signed(imm1);
+  assign \$301  = \$300  ? imm1 : a1_1;
+  assign \$302  = $signed(a1_1) - $signed(imm1);
+  assign \$303  = ~ under3_1;
+  assign \$304  = | scaled3_1[32:8];
+  assign over1 = \$303  & \$304 ;
+  assign \$305  = under3_1 ? 8'h00 : scaled3_1[7:0];
+  assign index1 = over1 ? 8'hff : \$305 ;
+  assign \$306  = table_index - 1'h0;
+  assign \$307  = table_index - 1'h0;
+  assign \$308  = $signed(\$307 ) < $signed(10'h100);
+  assign \write__en$376  = table_we & \$308 ;
+  assign \$309  = table_index - 1'h1;
+  assign \$310  = table_index - 1'h1;
+  assign \$311  = $signed(\$310 ) < $signed(10'h100);
+  assign \$312  = table_index >= 1'h1;
+  assign \$313  = \$311  & \$312 ;
+  assign \write__en$380  = table_we & \$313 ;
+  assign diff1 = $signed(\read__data$92 ) - $signed(\read__data$91 );
+  assign \$314  = ! value10_1[63:31];
+  assign \$315  = value10_1[63:31] == 33'h1ffffffff;
+  assign \$316  = \$314  | \$315 ;
+  assign \$317  = value10_1[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$318  = \$316  ? { 1'h0, value10_1[31:0] } : { \$317 [31], \$317  };
+  assign \$319  = ! value10_1[63:7];
+  assign \$320  = value10_1[63:7] == 57'h1ffffffffffffff;
+  assign \$321  = \$319  | \$320 ;
+  assign \$322  = value10_1[63] ? 8'h80 : 8'h7f;
+  assign \$323  = \$321  ? value10_1[7:0] : \$322 ;
+  assign \$324  = $signed(a1_2) + $signed(b1_2);
+  assign \$325  = $signed(a1_2) - $signed(b1_2);
+  assign \$326  = $signed(a1_2) > $signed(b1_2);
+  assign \$327  = \$326  ? a1_2 : b1_2;
+  assign \$328  = $signed(a1_2) < $signed(b1_2);
+  assign \$329  = \$328  ? a1_2 : b1_2;
+  assign \$330  = $signed(a1_2) < $signed(imm1);
+  assign \$331  = \$330  ? imm1 : a1_2;
+  assign \$332  = $signed(a1_2) - $signed(imm1);
+  assign \$333  = ~ under3_2;
+  assign \$334  = | scaled3_2[32:8];
+  assign over2 = \$333  & \$334 ;
+  assign \$335  = under3_2 ? 8'h00 : scaled3_2[7:0];
+  assign index2 = over2 ? 8'hff : \$335 ;
+  assign \$336  = table_index - 1'h0;
+  assign \$337  = table_index - 1'h0;
   assign \$338  = $signed(\$337 ) < $signed(10'h100);
-  assign \$339  = table_index >= 1'h1;
-  assign \$340  = \$338  & \$339 ;
-  assign \write__en$350  = table_we & \$340 ;
-  assign diff3 = $signed(\read__data$134 ) - $signed(\read__data$133 );
-  assign \$341  = $signed(r7_3[19:0]) + $signed(base7_3);
-  assign value3 = ctl7[1] ? { \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341  } : r7_3;
-  assign \$342  = ! value3[63:31];
-  assign \$343  = value3[63:31] == 33'h1ffffffff;
-  assign \$344  = \$342  | \$343 ;
-  assign \$345  = value3[63] ? 32'd2147483648 : 32'd2147483647;
-  assign \$346  = \$344  ? { 1'h0, value3[31:0] } : { \$345 [31], \$345  };
-  assign \$347  = ! value3[63:7];
-  assign \$348  = value3[63:7] == 57'h1ffffffffffffff;
-  assign \$349  = \$347  | \$348 ;
-  assign \$350  = value3[63] ? 8'h80 : 8'h7f;
-  assign \$351  = \$349  ? value3[7:0] : \$350 ;
-  assign \$352  = $signed(a[159:128]) + $signed(b[159:128]);
-  assign \$353  = $signed(a[159:128]) - $signed(b[159:128]);
-  assign \$354  = $signed(a[159:128]) > $signed(b[159:128]);
-  assign \$355  = \$354  ? a[159:128] : b[159:128];
-  assign \$356  = $signed(a[159:128]) < $signed(b[159:128]);
-  assign \$357  = \$356  ? a[159:128] : b[159:128];
-  assign \$358  = $signed(a[159:128]) < $signed(imm);
-  assign \$359  = \$358  ? imm : a[159:128];
-  assign \$360  = $signed(a[159:128]) - $signed(imm);
-  assign scaled4 = $signed(x1_4) >>> ctl1[10:5];
-  assign \$361  = ~ x1_4[32];
-  assign \$362  = | scaled4[32:8];
-  assign over4 = \$361  & \$362 ;
-  assign \$363  = x1_4[32] ? 8'h00 : scaled4[7:0];
-  assign index4 = over4 ? 8'hff : \$363 ;
-  assign \$364  = 1'h1 << ctl1[10:5];
-  assign \$365  = \$364  - 1'h1;
-  assign \$366  = x1_4[32] | over4;
-  assign \$367  = x1_4[15:0] & \$365 [15:0];
-  assign frac4 = \$366  ? 16'h0000 : \$367 ;
-  assign \$368  = table_index - 1'h0;
-  assign \$369  = table_index - 1'h0;
-  assign \$370  = $signed(\$369 ) < $signed(10'h100);
-  assign \write__en$358  = table_we & \$370 ;
-  assign \$371  = table_index - 1'h1;
-  assign \$372  = table_index - 1'h1;
-  assign \$373  = $signed(\$372 ) < $signed(10'h100);
-  assign \$374  = table_index >= 1'h1;
-  assign \$375  = \$373  & \$374 ;
-  assign \write__en$362  = table_we & \$375 ;
-  assign diff4 = $signed(\read__data$166 ) - $signed(\read__data$165 );
-  assign \$376  = $signed(r7_4[19:0]) + $signed(base7_4);
-  assign value4 = ctl7[1] ? { \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376  } : r7_4;
-  assign \$377  = ! value4[63:31];
-  assign \$378  = value4[63:31] == 33'h1ffffffff;
-  assign \$379  = \$377  | \$378 ;
-  assign \$380  = value4[63] ? 32'd2147483648 : 32'd2147483647;
-  assign \$381  = \$379  ? { 1'h0, value4[31:0] } : { \$380 [31], \$380  };
-  assign \$382  = ! value4[63:7];
-  assign \$383  = value4[63:7] == 57'h1ffffffffffffff;
-  assign \$384  = \$382  | \$383 ;
-  assign \$385  = value4[63] ? 8'h80 : 8'h7f;
-  assign \$386  = \$384  ? value4[7:0] : \$385 ;
-  assign \$387  = $signed(a[191:160]) + $signed(b[191:160]);
-  assign \$388  = $signed(a[191:160]) - $signed(b[191:160]);
-  assign \$389  = $signed(a[191:160]) > $signed(b[191:160]);
-  assign \$390  = \$389  ? a[191:160] : b[191:160];
-  assign \$391  = $signed(a[191:160]) < $signed(b[191:160]);
-  assign \$392  = \$391  ? a[191:160] : b[191:160];
-  assign \$393  = $signed(a[191:160]) < $signed(imm);
-  assign \$394  = \$393  ? imm : a[191:160];
-  assign \$395  = $signed(a[191:160]) - $signed(imm);
-  assign scaled5 = $signed(x1_5) >>> ctl1[10:5];
-  assign \$396  = ~ x1_5[32];
-  assign \$397  = | scaled5[32:8];
-  assign over5 = \$396  & \$397 ;
-  assign \$398  = x1_5[32] ? 8'h00 : scaled5[7:0];
-  assign index5 = over5 ? 8'hff : \$398 ;
-  assign \$399  = 1'h1 << ctl1[10:5];
-  assign \$400  = \$399  - 1'h1;
-  assign \$401  = x1_5[32] | over5;
-  assign \$402  = x1_5[15:0] & \$400 [15:0];
-  assign frac5 = \$401  ? 16'h0000 : \$402 ;
-  assign \$403  = table_index - 1'h0;
-  assign \$404  = table_index - 1'h0;
-  assign \$405  = $signed(\$404 ) < $signed(10'h100);
-  assign \write__en$370  = table_we & \$405 ;
-  assign \$406  = table_index - 1'h1;
-  assign \$407  = table_index - 1'h1;
-  assign \$408  = $signed(\$407 ) < $signed(10'h100);
-  assign \$409  = table_index >= 1'h1;
-  assign \$410  = \$408  & \$409 ;
-  assign \write__en$374  = table_we & \$410 ;
-  assign diff5 = $signed(\read__data$198 ) - $signed(\read__data$197 );
-  assign \$411  = $signed(r7_5[19:0]) + $signed(base7_5);
-  assign value5 = ctl7[1] ? { \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411  } : r7_5;
-  assign \$412  = ! value5[63:31];
-  assign \$413  = value5[63:31] == 33'h1ffffffff;
-  assign \$414  = \$412  | \$413 ;
-  assign \$415  = value5[63] ? 32'd2147483648 : 32'd2147483647;
-  assign \$416  = \$414  ? { 1'h0, value5[31:0] } : { \$415 [31], \$415  };
-  assign \$417  = ! value5[63:7];
-  assign \$418  = value5[63:7] == 57'h1ffffffffffffff;
-  assign \$419  = \$417  | \$418 ;
-  assign \$420  = value5[63] ? 8'h80 : 8'h7f;
-  assign \$421  = \$419  ? value5[7:0] : \$420 ;
-  assign \$422  = $signed(a[223:192]) + $signed(b[223:192]);
-  assign \$423  = $signed(a[223:192]) - $signed(b[223:192]);
-  assign \$424  = $signed(a[223:192]) > $signed(b[223:192]);
-  assign \$425  = \$424  ? a[223:192] : b[223:192];
-  assign \$426  = $signed(a[223:192]) < $signed(b[223:192]);
-  assign \$427  = \$426  ? a[223:192] : b[223:192];
-  assign \$428  = $signed(a[223:192]) < $signed(imm);
-  assign \$429  = \$428  ? imm : a[223:192];
-  assign \$430  = $signed(a[223:192]) - $signed(imm);
+  assign \write__en$385  = table_we & \$338 ;
+  assign \$339  = table_index - 1'h1;
+  assign \$340  = table_index - 1'h1;
+  assign \$341  = $signed(\$340 ) < $signed(10'h100);
+  assign \$342  = table_index >= 1'h1;
+  assign \$343  = \$341  & \$342 ;
+  assign \write__en$389  = table_we & \$343 ;
+  assign diff2 = $signed(\read__data$130 ) - $signed(\read__data$129 );
+  assign \$344  = ! value10_2[63:31];
+  assign \$345  = value10_2[63:31] == 33'h1ffffffff;
+  assign \$346  = \$344  | \$345 ;
+  assign \$347  = value10_2[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$348  = \$346  ? { 1'h0, value10_2[31:0] } : { \$347 [31], \$347  };
+  assign \$349  = ! value10_2[63:7];
+  assign \$350  = value10_2[63:7] == 57'h1ffffffffffffff;
+  assign \$351  = \$349  | \$350 ;
+  assign \$352  = value10_2[63] ? 8'h80 : 8'h7f;
+  assign \$353  = \$351  ? value10_2[7:0] : \$352 ;
+  assign \$354  = $signed(a1_3) + $signed(b1_3);
+  assign \$355  = $signed(a1_3) - $signed(b1_3);
+  assign \$356  = $signed(a1_3) > $signed(b1_3);
+  assign \$357  = \$356  ? a1_3 : b1_3;
+  assign \$358  = $signed(a1_3) < $signed(b1_3);
+  assign \$359  = \$358  ? a1_3 : b1_3;
+  assign \$360  = $signed(a1_3) < $signed(imm1);
+  assign \$361  = \$360  ? imm1 : a1_3;
+  assign \$362  = $signed(a1_3) - $signed(imm1);
+  assign \$363  = ~ under3_3;
+  assign \$364  = | scaled3_3[32:8];
+  assign over3 = \$363  & \$364 ;
+  assign \$365  = under3_3 ? 8'h00 : scaled3_3[7:0];
+  assign index3 = over3 ? 8'hff : \$365 ;
+  assign \$366  = table_index - 1'h0;
+  assign \$367  = table_index - 1'h0;
+  assign \$368  = $signed(\$367 ) < $signed(10'h100);
+  assign \write__en$394  = table_we & \$368 ;
+  assign \$369  = table_index - 1'h1;
+  assign \$370  = table_index - 1'h1;
+  assign \$371  = $signed(\$370 ) < $signed(10'h100);
+  assign \$372  = table_index >= 1'h1;
+  assign \$373  = \$371  & \$372 ;
+  assign \write__en$398  = table_we & \$373 ;
+  assign diff3 = $signed(\read__data$168 ) - $signed(\read__data$167 );
+  assign \$374  = ! value10_3[63:31];
+  assign \$375  = value10_3[63:31] == 33'h1ffffffff;
+  assign \$376  = \$374  | \$375 ;
+  assign \$377  = value10_3[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$378  = \$376  ? { 1'h0, value10_3[31:0] } : { \$377 [31], \$377  };
+  assign \$379  = ! value10_3[63:7];
+  assign \$380  = value10_3[63:7] == 57'h1ffffffffffffff;
+  assign \$381  = \$379  | \$380 ;
+  assign \$382  = value10_3[63] ? 8'h80 : 8'h7f;
+  assign \$383  = \$381  ? value10_3[7:0] : \$382 ;
+  assign \$384  = $signed(a1_4) + $signed(b1_4);
+  assign \$385  = $signed(a1_4) - $signed(b1_4);
+  assign \$386  = $signed(a1_4) > $signed(b1_4);
+  assign \$387  = \$386  ? a1_4 : b1_4;
+  assign \$388  = $signed(a1_4) < $signed(b1_4);
+  assign \$389  = \$388  ? a1_4 : b1_4;
+  assign \$390  = $signed(a1_4) < $signed(imm1);
+  assign \$391  = \$390  ? imm1 : a1_4;
+  assign \$392  = $signed(a1_4) - $signed(imm1);
+  assign \$393  = ~ under3_4;
+  assign \$394  = | scaled3_4[32:8];
+  assign over4 = \$393  & \$394 ;
+  assign \$395  = under3_4 ? 8'h00 : scaled3_4[7:0];
+  assign index4 = over4 ? 8'hff : \$395 ;
+  assign \$396  = table_index - 1'h0;
+  assign \$397  = table_index - 1'h0;
+  assign \$398  = $signed(\$397 ) < $signed(10'h100);
+  assign \write__en$403  = table_we & \$398 ;
+  assign \$399  = table_index - 1'h1;
+  assign \$400  = table_index - 1'h1;
+  assign \$401  = $signed(\$400 ) < $signed(10'h100);
+  assign \$402  = table_index >= 1'h1;
+  assign \$403  = \$401  & \$402 ;
+  assign \write__en$407  = table_we & \$403 ;
+  assign diff4 = $signed(\read__data$206 ) - $signed(\read__data$205 );
+  assign \$404  = ! value10_4[63:31];
+  assign \$405  = value10_4[63:31] == 33'h1ffffffff;
+  assign \$406  = \$404  | \$405 ;
+  assign \$407  = value10_4[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$408  = \$406  ? { 1'h0, value10_4[31:0] } : { \$407 [31], \$407  };
+  assign \$409  = ! value10_4[63:7];
+  assign \$410  = value10_4[63:7] == 57'h1ffffffffffffff;
+  assign \$411  = \$409  | \$410 ;
+  assign \$412  = value10_4[63] ? 8'h80 : 8'h7f;
+  assign \$413  = \$411  ? value10_4[7:0] : \$412 ;
+  assign \$414  = $signed(a1_5) + $signed(b1_5);
+  assign \$415  = $signed(a1_5) - $signed(b1_5);
+  assign \$416  = $signed(a1_5) > $signed(b1_5);
+  assign \$417  = \$416  ? a1_5 : b1_5;
+  assign \$418  = $signed(a1_5) < $signed(b1_5);
+  assign \$419  = \$418  ? a1_5 : b1_5;
+  assign \$420  = $signed(a1_5) < $signed(imm1);
+  assign \$421  = \$420  ? imm1 : a1_5;
+  assign \$422  = $signed(a1_5) - $signed(imm1);
+  assign \$423  = ~ under3_5;
+  assign \$424  = | scaled3_5[32:8];
+  assign over5 = \$423  & \$424 ;
+  assign \$425  = under3_5 ? 8'h00 : scaled3_5[7:0];
+  assign index5 = over5 ? 8'hff : \$425 ;
+  assign \$426  = table_index - 1'h0;
+  assign \$427  = table_index - 1'h0;
+  assign \$428  = $signed(\$427 ) < $signed(10'h100);
+  assign \write__en$412  = table_we & \$428 ;
+  assign \$429  = table_index - 1'h1;
+  assign \$430  = table_index - 1'h1;
+  assign \$431  = $signed(\$430 ) < $signed(10'h100);
+  assign \$432  = table_index >= 1'h1;
+  assign \$433  = \$431  & \$432 ;
+  assign \write__en$416  = table_we & \$433 ;
+  assign diff5 = $signed(\read__data$244 ) - $signed(\read__data$243 );
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$97 ) begin end
-    \$513 [0] = valid;
-    \$513 [1] = \$1 ;
-    \$513 [2] = \$6 ;
-    \$513 [3] = \$7 ;
-    \$513 [4] = d_acc;
-    \$513 [10:5] = \$13 ;
+    \$525 [0] = valid;
+    \$525 [1] = \$1 ;
+    \$525 [2] = \$6 ;
+    \$525 [3] = \$7 ;
+    \$525 [4] = d_acc;
+    \$525 [10:5] = \$13 ;
     if (reset_units) begin
-      \$513  = 11'h000;
+      \$525  = 11'h000;
     end
     if (rst) begin
-      \$513  = 11'h000;
+      \$525  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$97 ) begin end
-    \$514  = ctl1;
+    \$526  = ctl1;
     if (reset_units) begin
-      \$514  = 11'h000;
+      \$526  = 11'h000;
     end
     if (rst) begin
-      \$514  = 11'h000;
+      \$526  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$97 ) begin end
-    \$515  = ctl2;
+    \$527  = ctl2;
     if (reset_units) begin
-      \$515  = 11'h000;
+      \$527  = 11'h000;
     end
     if (rst) begin
-      \$515  = 11'h000;
+      \$527  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$97 ) begin end
-    \$516  = ctl3;
+    \$528  = ctl3;
     if (reset_units) begin
-      \$516  = 11'h000;
+      \$528  = 11'h000;
     end
     if (rst) begin
-      \$516  = 11'h000;
+      \$528  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$97 ) begin end
-    \$517  = ctl4;
+    \$529  = ctl4;
     if (reset_units) begin
-      \$517  = 11'h000;
+      \$529  = 11'h000;
     end
     if (rst) begin
-      \$517  = 11'h000;
+      \$529  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$97 ) begin end
-    \$518  = ctl5;
+    \$530  = ctl5;
     if (reset_units) begin
-      \$518  = 11'h000;
+      \$530  = 11'h000;
     end
     if (rst) begin
-      \$518  = 11'h000;
+      \$530  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$97 ) begin end
-    \$519  = ctl6;
+    \$531  = ctl6;
     if (reset_units) begin
-      \$519  = 11'h000;
+      \$531  = 11'h000;
     end
     if (rst) begin
-      \$519  = 11'h000;
+      \$531  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$97 ) begin end
-    \$520  = ctl7;
+    \$532  = ctl7;
     if (reset_units) begin
-      \$520  = 11'h000;
+      \$532  = 11'h000;
     end
     if (rst) begin
-      \$520  = 11'h000;
+      \$532  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$97 ) begin end
-    \$521 [31:0] = \$37 [31:0];
-    \$521 [63:32] = \$61 [31:0];
-    \$521 [95:64] = \$85 [31:0];
-    \$521 [127:96] = \$109 [31:0];
-    \$521 [159:128] = \$133 [31:0];
-    \$521 [191:160] = \$157 [31:0];
-    \$521 [223:192] = \$181 [31:0];
-    \$521 [255:224] = \$205 [31:0];
+    \$533  = ctl8;
     if (reset_units) begin
-      \$521  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+      \$533  = 11'h000;
     end
     if (rst) begin
-      \$521  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+      \$533  = 11'h000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$97 ) begin end
+    \$534  = ctl9;
+    if (reset_units) begin
+      \$534  = 11'h000;
+    end
+    if (rst) begin
+      \$534  = 11'h000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$97 ) begin end
+    \$535  = ctl10;
+    if (reset_units) begin
+      \$535  = 11'h000;
+    end
+    if (rst) begin
+      \$535  = 11'h000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$97 ) begin end
+    \$536 [31:0] = \$52 [31:0];
+    \$536 [63:32] = \$82 [31:0];
+    \$536 [95:64] = \$112 [31:0];
+    \$536 [127:96] = \$142 [31:0];
+    \$536 [159:128] = \$172 [31:0];
+    \$536 [191:160] = \$202 [31:0];
+    \$536 [223:192] = \$232 [31:0];
+    \$536 [255:224] = \$262 [31:0];
+    if (reset_units) begin
+      \$536  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+    end
+    if (rst) begin
+      \$536  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$97 ) begin end
     (* full_case = 32'd1 *)
-    casez (vop)
+    casez (vop1)
       4'h0:
-          alu0 = \$212 ;
+          alu0 = \$264 ;
       4'h1:
-          alu0 = \$213 ;
+          alu0 = \$265 ;
       4'h3:
-          alu0 = { \$215 [31], \$215  };
+          alu0 = { \$267 [31], \$267  };
       4'h4:
-          alu0 = { \$217 [31], \$217  };
+          alu0 = { \$269 [31], \$269  };
       4'h7:
-          alu0 = { \$219 [31], \$219  };
+          alu0 = { \$271 [31], \$271  };
       4'he:
-          alu0 = \$220 ;
+          alu0 = \$272 ;
       default:
-          alu0 = { a[31], a[31:0] };
+          alu0 = { a1_0[31], a1_0 };
     endcase
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$97 ) begin end
     (* full_case = 32'd1 *)
-    casez (vop)
+    casez (vop1)
       4'h2:
-          y0 = { b[31], b[31:0] };
+          y0 = { b1_0[31], b1_0 };
       4'hb:
-          y0 = { a[31], a[31:0] };
+          y0 = { a1_0[31], a1_0 };
       4'h6:
-          y0 = \$206 [32:0];
+          y0 = \$263 [32:0];
       default:
           y0 = 33'h000000001;
     endcase
@@ -55061,42 +56341,42 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$97 ) begin end
     (* full_case = 32'd1 *)
-    if (ctl7[4]) begin
-      sat0 = \$241 [31:0];
+    if (ctl10[4]) begin
+      sat0 = \$288 [31:0];
     end else begin
-      sat0 = { \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246  };
+      sat0 = { \$293 [7], \$293 [7], \$293 [7], \$293 [7], \$293 [7], \$293 [7], \$293 [7], \$293 [7], \$293 [7], \$293 [7], \$293 [7], \$293 [7], \$293 [7], \$293 [7], \$293 [7], \$293 [7], \$293 [7], \$293 [7], \$293 [7], \$293 [7], \$293 [7], \$293 [7], \$293 [7], \$293 [7], \$293  };
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$97 ) begin end
     (* full_case = 32'd1 *)
-    casez (vop)
+    casez (vop1)
       4'h0:
-          alu1 = \$247 ;
+          alu1 = \$294 ;
       4'h1:
-          alu1 = \$248 ;
+          alu1 = \$295 ;
       4'h3:
-          alu1 = { \$250 [31], \$250  };
+          alu1 = { \$297 [31], \$297  };
       4'h4:
-          alu1 = { \$252 [31], \$252  };
+          alu1 = { \$299 [31], \$299  };
       4'h7:
-          alu1 = { \$254 [31], \$254  };
+          alu1 = { \$301 [31], \$301  };
       4'he:
-          alu1 = \$255 ;
+          alu1 = \$302 ;
       default:
-          alu1 = { a[63], a[63:32] };
+          alu1 = { a1_1[31], a1_1 };
     endcase
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$97 ) begin end
     (* full_case = 32'd1 *)
-    casez (vop)
+    casez (vop1)
       4'h2:
-          y1 = { b[63], b[63:32] };
+          y1 = { b1_1[31], b1_1 };
       4'hb:
-          y1 = { a[63], a[63:32] };
+          y1 = { a1_1[31], a1_1 };
       4'h6:
-          y1 = \$206 [32:0];
+          y1 = \$263 [32:0];
       default:
           y1 = 33'h000000001;
     endcase
@@ -55104,42 +56384,42 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$97 ) begin end
     (* full_case = 32'd1 *)
-    if (ctl7[4]) begin
-      sat1 = \$276 [31:0];
+    if (ctl10[4]) begin
+      sat1 = \$318 [31:0];
     end else begin
-      sat1 = { \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281  };
+      sat1 = { \$323 [7], \$323 [7], \$323 [7], \$323 [7], \$323 [7], \$323 [7], \$323 [7], \$323 [7], \$323 [7], \$323 [7], \$323 [7], \$323 [7], \$323 [7], \$323 [7], \$323 [7], \$323 [7], \$323 [7], \$323 [7], \$323 [7], \$323 [7], \$323 [7], \$323 [7], \$323 [7], \$323 [7], \$323  };
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$97 ) begin end
     (* full_case = 32'd1 *)
-    casez (vop)
+    casez (vop1)
       4'h0:
-          alu2 = \$282 ;
+          alu2 = \$324 ;
       4'h1:
-          alu2 = \$283 ;
+          alu2 = \$325 ;
       4'h3:
-          alu2 = { \$285 [31], \$285  };
+          alu2 = { \$327 [31], \$327  };
       4'h4:
-          alu2 = { \$287 [31], \$287  };
+          alu2 = { \$329 [31], \$329  };
       4'h7:
-          alu2 = { \$289 [31], \$289  };
+          alu2 = { \$331 [31], \$331  };
       4'he:
-          alu2 = \$290 ;
+          alu2 = \$332 ;
       default:
-          alu2 = { a[95], a[95:64] };
+          alu2 = { a1_2[31], a1_2 };
     endcase
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$97 ) begin end
     (* full_case = 32'd1 *)
-    casez (vop)
+    casez (vop1)
       4'h2:
-          y2 = { b[95], b[95:64] };
+          y2 = { b1_2[31], b1_2 };
       4'hb:
-          y2 = { a[95], a[95:64] };
+          y2 = { a1_2[31], a1_2 };
       4'h6:
-          y2 = \$206 [32:0];
+          y2 = \$263 [32:0];
       default:
           y2 = 33'h000000001;
     endcase
@@ -55147,42 +56427,42 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$97 ) begin end
     (* full_case = 32'd1 *)
-    if (ctl7[4]) begin
-      sat2 = \$311 [31:0];
+    if (ctl10[4]) begin
+      sat2 = \$348 [31:0];
     end else begin
-      sat2 = { \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316  };
+      sat2 = { \$353 [7], \$353 [7], \$353 [7], \$353 [7], \$353 [7], \$353 [7], \$353 [7], \$353 [7], \$353 [7], \$353 [7], \$353 [7], \$353 [7], \$353 [7], \$353 [7], \$353 [7], \$353 [7], \$353 [7], \$353 [7], \$353 [7], \$353 [7], \$353 [7], \$353 [7], \$353 [7], \$353 [7], \$353  };
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$97 ) begin end
     (* full_case = 32'd1 *)
-    casez (vop)
+    casez (vop1)
       4'h0:
-          alu3 = \$317 ;
+          alu3 = \$354 ;
       4'h1:
-          alu3 = \$318 ;
+          alu3 = \$355 ;
       4'h3:
-          alu3 = { \$320 [31], \$320  };
+          alu3 = { \$357 [31], \$357  };
       4'h4:
-          alu3 = { \$322 [31], \$322  };
+          alu3 = { \$359 [31], \$359  };
       4'h7:
-          alu3 = { \$324 [31], \$324  };
+          alu3 = { \$361 [31], \$361  };
       4'he:
-          alu3 = \$325 ;
+          alu3 = \$362 ;
       default:
-          alu3 = { a[127], a[127:96] };
+          alu3 = { a1_3[31], a1_3 };
     endcase
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$97 ) begin end
     (* full_case = 32'd1 *)
-    casez (vop)
+    casez (vop1)
       4'h2:
-          y3 = { b[127], b[127:96] };
+          y3 = { b1_3[31], b1_3 };
       4'hb:
-          y3 = { a[127], a[127:96] };
+          y3 = { a1_3[31], a1_3 };
       4'h6:
-          y3 = \$206 [32:0];
+          y3 = \$263 [32:0];
       default:
           y3 = 33'h000000001;
     endcase
@@ -55190,42 +56470,42 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$97 ) begin end
     (* full_case = 32'd1 *)
-    if (ctl7[4]) begin
-      sat3 = \$346 [31:0];
+    if (ctl10[4]) begin
+      sat3 = \$378 [31:0];
     end else begin
-      sat3 = { \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351  };
+      sat3 = { \$383 [7], \$383 [7], \$383 [7], \$383 [7], \$383 [7], \$383 [7], \$383 [7], \$383 [7], \$383 [7], \$383 [7], \$383 [7], \$383 [7], \$383 [7], \$383 [7], \$383 [7], \$383 [7], \$383 [7], \$383 [7], \$383 [7], \$383 [7], \$383 [7], \$383 [7], \$383 [7], \$383 [7], \$383  };
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$97 ) begin end
     (* full_case = 32'd1 *)
-    casez (vop)
+    casez (vop1)
       4'h0:
-          alu4 = \$352 ;
+          alu4 = \$384 ;
       4'h1:
-          alu4 = \$353 ;
+          alu4 = \$385 ;
       4'h3:
-          alu4 = { \$355 [31], \$355  };
+          alu4 = { \$387 [31], \$387  };
       4'h4:
-          alu4 = { \$357 [31], \$357  };
+          alu4 = { \$389 [31], \$389  };
       4'h7:
-          alu4 = { \$359 [31], \$359  };
+          alu4 = { \$391 [31], \$391  };
       4'he:
-          alu4 = \$360 ;
+          alu4 = \$392 ;
       default:
-          alu4 = { a[159], a[159:128] };
+          alu4 = { a1_4[31], a1_4 };
     endcase
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$97 ) begin end
     (* full_case = 32'd1 *)
-    casez (vop)
+    casez (vop1)
       4'h2:
-          y4 = { b[159], b[159:128] };
+          y4 = { b1_4[31], b1_4 };
       4'hb:
-          y4 = { a[159], a[159:128] };
+          y4 = { a1_4[31], a1_4 };
       4'h6:
-          y4 = \$206 [32:0];
+          y4 = \$263 [32:0];
       default:
           y4 = 33'h000000001;
     endcase
@@ -55233,42 +56513,42 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$97 ) begin end
     (* full_case = 32'd1 *)
-    if (ctl7[4]) begin
-      sat4 = \$381 [31:0];
+    if (ctl10[4]) begin
+      sat4 = \$408 [31:0];
     end else begin
-      sat4 = { \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386  };
+      sat4 = { \$413 [7], \$413 [7], \$413 [7], \$413 [7], \$413 [7], \$413 [7], \$413 [7], \$413 [7], \$413 [7], \$413 [7], \$413 [7], \$413 [7], \$413 [7], \$413 [7], \$413 [7], \$413 [7], \$413 [7], \$413 [7], \$413 [7], \$413 [7], \$413 [7], \$413 [7], \$413 [7], \$413 [7], \$413  };
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$97 ) begin end
     (* full_case = 32'd1 *)
-    casez (vop)
+    casez (vop1)
       4'h0:
-          alu5 = \$387 ;
+          alu5 = \$414 ;
       4'h1:
-          alu5 = \$388 ;
+          alu5 = \$415 ;
       4'h3:
-          alu5 = { \$390 [31], \$390  };
+          alu5 = { \$417 [31], \$417  };
       4'h4:
-          alu5 = { \$392 [31], \$392  };
+          alu5 = { \$419 [31], \$419  };
       4'h7:
-          alu5 = { \$394 [31], \$394  };
+          alu5 = { \$421 [31], \$421  };
       4'he:
-          alu5 = \$395 ;
+          alu5 = \$422 ;
       default:
-          alu5 = { a[191], a[191:160] };
+          alu5 = { a1_5[31], a1_5 };
     endcase
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$97 ) begin end
     (* full_case = 32'd1 *)
-    casez (vop)
+    casez (vop1)
       4'h2:
-          y5 = { b[191], b[191:160] };
+          y5 = { b1_5[31], b1_5 };
       4'hb:
-          y5 = { a[191], a[191:160] };
+          y5 = { a1_5[31], a1_5 };
       4'h6:
-          y5 = \$206 [32:0];
+          y5 = \$263 [32:0];
       default:
           y5 = 33'h000000001;
     endcase
@@ -55276,42 +56556,42 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$97 ) begin end
     (* full_case = 32'd1 *)
-    if (ctl7[4]) begin
-      sat5 = \$416 [31:0];
+    if (ctl10[4]) begin
+      sat5 = \$438 [31:0];
     end else begin
-      sat5 = { \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421  };
+      sat5 = { \$443 [7], \$443 [7], \$443 [7], \$443 [7], \$443 [7], \$443 [7], \$443 [7], \$443 [7], \$443 [7], \$443 [7], \$443 [7], \$443 [7], \$443 [7], \$443 [7], \$443 [7], \$443 [7], \$443 [7], \$443 [7], \$443 [7], \$443 [7], \$443 [7], \$443 [7], \$443 [7], \$443 [7], \$443  };
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$97 ) begin end
     (* full_case = 32'd1 *)
-    casez (vop)
+    casez (vop1)
       4'h0:
-          alu6 = \$422 ;
+          alu6 = \$444 ;
       4'h1:
-          alu6 = \$423 ;
+          alu6 = \$445 ;
       4'h3:
-          alu6 = { \$425 [31], \$425  };
+          alu6 = { \$447 [31], \$447  };
       4'h4:
-          alu6 = { \$427 [31], \$427  };
+          alu6 = { \$449 [31], \$449  };
       4'h7:
-          alu6 = { \$429 [31], \$429  };
+          alu6 = { \$451 [31], \$451  };
       4'he:
-          alu6 = \$430 ;
+          alu6 = \$452 ;
       default:
-          alu6 = { a[223], a[223:192] };
+          alu6 = { a1_6[31], a1_6 };
     endcase
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$97 ) begin end
     (* full_case = 32'd1 *)
-    casez (vop)
+    casez (vop1)
       4'h2:
-          y6 = { b[223], b[223:192] };
+          y6 = { b1_6[31], b1_6 };
       4'hb:
-          y6 = { a[223], a[223:192] };
+          y6 = { a1_6[31], a1_6 };
       4'h6:
-          y6 = \$206 [32:0];
+          y6 = \$263 [32:0];
       default:
           y6 = 33'h000000001;
     endcase
@@ -55319,42 +56599,42 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$97 ) begin end
     (* full_case = 32'd1 *)
-    if (ctl7[4]) begin
-      sat6 = \$451 [31:0];
+    if (ctl10[4]) begin
+      sat6 = \$468 [31:0];
     end else begin
-      sat6 = { \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456  };
+      sat6 = { \$473 [7], \$473 [7], \$473 [7], \$473 [7], \$473 [7], \$473 [7], \$473 [7], \$473 [7], \$473 [7], \$473 [7], \$473 [7], \$473 [7], \$473 [7], \$473 [7], \$473 [7], \$473 [7], \$473 [7], \$473 [7], \$473 [7], \$473 [7], \$473 [7], \$473 [7], \$473 [7], \$473 [7], \$473  };
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$97 ) begin end
     (* full_case = 32'd1 *)
-    casez (vop)
+    casez (vop1)
       4'h0:
-          alu7 = \$457 ;
+          alu7 = \$474 ;
       4'h1:
-          alu7 = \$458 ;
+          alu7 = \$475 ;
       4'h3:
-          alu7 = { \$460 [31], \$460  };
+          alu7 = { \$477 [31], \$477  };
       4'h4:
-          alu7 = { \$462 [31], \$462  };
+          alu7 = { \$479 [31], \$479  };
       4'h7:
-          alu7 = { \$464 [31], \$464  };
+          alu7 = { \$481 [31], \$481  };
       4'he:
-          alu7 = \$465 ;
+          alu7 = \$482 ;
       default:
-          alu7 = { a[255], a[255:224] };
+          alu7 = { a1_7[31], a1_7 };
     endcase
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$97 ) begin end
     (* full_case = 32'd1 *)
-    casez (vop)
+    casez (vop1)
       4'h2:
-          y7 = { b[255], b[255:224] };
+          y7 = { b1_7[31], b1_7 };
       4'hb:
-          y7 = { a[255], a[255:224] };
+          y7 = { a1_7[31], a1_7 };
       4'h6:
-          y7 = \$206 [32:0];
+          y7 = \$263 [32:0];
       default:
           y7 = 33'h000000001;
     endcase
@@ -55362,86 +56642,68 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$97 ) begin end
     (* full_case = 32'd1 *)
-    if (ctl7[4]) begin
-      sat7 = \$486 [31:0];
+    if (ctl10[4]) begin
+      sat7 = \$498 [31:0];
     end else begin
-      sat7 = { \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491  };
+      sat7 = { \$503 [7], \$503 [7], \$503 [7], \$503 [7], \$503 [7], \$503 [7], \$503 [7], \$503 [7], \$503 [7], \$503 [7], \$503 [7], \$503 [7], \$503 [7], \$503 [7], \$503 [7], \$503 [7], \$503 [7], \$503 [7], \$503 [7], \$503 [7], \$503 [7], \$503 [7], \$503 [7], \$503 [7], \$503  };
     end
   end
-  assign under0 = x1_0[32];
-  assign half = \$208 [46:0];
-  assign half_neg = \$211 [46:0];
-  assign under1 = x1_1[32];
-  assign under2 = x1_2[32];
-  assign under3 = x1_3[32];
-  assign under4 = x1_4[32];
-  assign under5 = x1_5[32];
-  assign under6 = x1_6[32];
-  assign under7 = x1_7[32];
-  assign hits = \$498 [3:0];
-  assign unders = \$505 [3:0];
-  assign overs = \$512 [3:0];
-  assign out_valid = ctl8[0];
-  assign shl_y = \$206 [32:0];
-  assign mask0 = \$225 [15:0];
-  assign write__addr = \$228 [7:0];
+  assign hits = \$510 [3:0];
+  assign unders = \$517 [3:0];
+  assign overs = \$524 [3:0];
+  assign out_valid = ctl11[0];
+  assign shl_y = \$263 [32:0];
+  assign write__addr = \$276 [7:0];
   assign table_data = write__data;
   assign read__addr = index0;
-  assign \write__addr$312  = \$231 [7:0];
-  assign \write__data$313  = write__data;
-  assign \read__addr$315  = index0;
-  assign mask1 = \$260 [15:0];
-  assign \write__addr$320  = \$263 [7:0];
-  assign \write__data$321  = write__data;
-  assign \read__addr$323  = index1;
-  assign \write__addr$324  = \$266 [7:0];
-  assign \write__data$325  = write__data;
-  assign \read__addr$327  = index1;
-  assign mask2 = \$295 [15:0];
-  assign \write__addr$332  = \$298 [7:0];
-  assign \write__data$333  = write__data;
-  assign \read__addr$335  = index2;
-  assign \write__addr$336  = \$301 [7:0];
-  assign \write__data$337  = write__data;
-  assign \read__addr$339  = index2;
-  assign mask3 = \$330 [15:0];
-  assign \write__addr$344  = \$333 [7:0];
-  assign \write__data$345  = write__data;
-  assign \read__addr$347  = index3;
-  assign \write__addr$348  = \$336 [7:0];
-  assign \write__data$349  = write__data;
-  assign \read__addr$351  = index3;
-  assign mask4 = \$365 [15:0];
-  assign \write__addr$356  = \$368 [7:0];
-  assign \write__data$357  = write__data;
-  assign \read__addr$359  = index4;
-  assign \write__addr$360  = \$371 [7:0];
-  assign \write__data$361  = write__data;
-  assign \read__addr$363  = index4;
-  assign mask5 = \$400 [15:0];
-  assign \write__addr$368  = \$403 [7:0];
-  assign \write__data$369  = write__data;
-  assign \read__addr$371  = index5;
-  assign \write__addr$372  = \$406 [7:0];
-  assign \write__data$373  = write__data;
-  assign \read__addr$375  = index5;
-  assign mask6 = \$435 [15:0];
-  assign \write__addr$380  = \$438 [7:0];
-  assign \write__data$381  = write__data;
-  assign \read__addr$383  = index6;
-  assign \write__addr$384  = \$441 [7:0];
-  assign \write__data$385  = write__data;
-  assign \read__addr$387  = index6;
-  assign mask7 = \$470 [15:0];
-  assign \write__addr$392  = \$473 [7:0];
+  assign \write__addr$369  = \$279 [7:0];
+  assign \write__data$370  = write__data;
+  assign \read__addr$372  = index0;
+  assign \write__addr$374  = \$306 [7:0];
+  assign \write__data$375  = write__data;
+  assign \read__addr$377  = index1;
+  assign \write__addr$378  = \$309 [7:0];
+  assign \write__data$379  = write__data;
+  assign \read__addr$381  = index1;
+  assign \write__addr$383  = \$336 [7:0];
+  assign \write__data$384  = write__data;
+  assign \read__addr$386  = index2;
+  assign \write__addr$387  = \$339 [7:0];
+  assign \write__data$388  = write__data;
+  assign \read__addr$390  = index2;
+  assign \write__addr$392  = \$366 [7:0];
   assign \write__data$393  = write__data;
-  assign \read__addr$395  = index7;
-  assign \write__addr$396  = \$476 [7:0];
+  assign \read__addr$395  = index3;
+  assign \write__addr$396  = \$369 [7:0];
   assign \write__data$397  = write__data;
-  assign \read__addr$399  = index7;
-  assign \hits$401  = hits8;
-  assign underflows = unders8;
-  assign overflows = overs8;
+  assign \read__addr$399  = index3;
+  assign \write__addr$401  = \$396 [7:0];
+  assign \write__data$402  = write__data;
+  assign \read__addr$404  = index4;
+  assign \write__addr$405  = \$399 [7:0];
+  assign \write__data$406  = write__data;
+  assign \read__addr$408  = index4;
+  assign \write__addr$410  = \$426 [7:0];
+  assign \write__data$411  = write__data;
+  assign \read__addr$413  = index5;
+  assign \write__addr$414  = \$429 [7:0];
+  assign \write__data$415  = write__data;
+  assign \read__addr$417  = index5;
+  assign \write__addr$419  = \$456 [7:0];
+  assign \write__data$420  = write__data;
+  assign \read__addr$422  = index6;
+  assign \write__addr$423  = \$459 [7:0];
+  assign \write__data$424  = write__data;
+  assign \read__addr$426  = index6;
+  assign \write__addr$428  = \$486 [7:0];
+  assign \write__data$429  = write__data;
+  assign \read__addr$431  = index7;
+  assign \write__addr$432  = \$489 [7:0];
+  assign \write__data$433  = write__data;
+  assign \read__addr$435  = index7;
+  assign \hits$436  = hits11;
+  assign underflows = unders11;
+  assign overflows = overs11;
   assign \ctl1.valid  = ctl1[0];
   assign \ctl1.lut  = ctl1[1];
   assign \ctl1.raw  = ctl1[2];
@@ -55490,14 +56752,24 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
   assign \ctl8.clamp  = ctl8[3];
   assign \ctl8.d_acc  = ctl8[4];
   assign \ctl8.shift  = ctl8[10:5];
-  assign \out[0]  = out[31:0];
-  assign \out[1]  = out[63:32];
-  assign \out[2]  = out[95:64];
-  assign \out[3]  = out[127:96];
-  assign \out[4]  = out[159:128];
-  assign \out[5]  = out[191:160];
-  assign \out[6]  = out[223:192];
-  assign \out[7]  = out[255:224];
+  assign \ctl9.valid  = ctl9[0];
+  assign \ctl9.lut  = ctl9[1];
+  assign \ctl9.raw  = ctl9[2];
+  assign \ctl9.clamp  = ctl9[3];
+  assign \ctl9.d_acc  = ctl9[4];
+  assign \ctl9.shift  = ctl9[10:5];
+  assign \ctl10.valid  = ctl10[0];
+  assign \ctl10.lut  = ctl10[1];
+  assign \ctl10.raw  = ctl10[2];
+  assign \ctl10.clamp  = ctl10[3];
+  assign \ctl10.d_acc  = ctl10[4];
+  assign \ctl10.shift  = ctl10[10:5];
+  assign \ctl11.valid  = ctl11[0];
+  assign \ctl11.lut  = ctl11[1];
+  assign \ctl11.raw  = ctl11[2];
+  assign \ctl11.clamp  = ctl11[3];
+  assign \ctl11.d_acc  = ctl11[4];
+  assign \ctl11.shift  = ctl11[10:5];
   assign \a[0]  = a[31:0];
   assign \a[1]  = a[63:32];
   assign \a[2]  = a[95:64];
@@ -55514,39 +56786,48 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
   assign \b[5]  = b[191:160];
   assign \b[6]  = b[223:192];
   assign \b[7]  = b[255:224];
-  assign \$32  = { \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 , 16'h0000 };
-  assign \$208  = { 1'h0, \$207 [110:1] };
-  assign \$56  = { \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 , 16'h0000 };
-  assign \$80  = { \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 , 16'h0000 };
-  assign \$104  = { \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 , 16'h0000 };
-  assign \$128  = { \$127 [34], \$127 [34], \$127 [34], \$127 [34], \$127 [34], \$127 [34], \$127 [34], \$127 [34], \$127 [34], \$127 [34], \$127 [34], \$127 [34], \$127 [34], \$127 [34], \$127 [34], \$127 , 16'h0000 };
-  assign \$152  = { \$151 [34], \$151 [34], \$151 [34], \$151 [34], \$151 [34], \$151 [34], \$151 [34], \$151 [34], \$151 [34], \$151 [34], \$151 [34], \$151 [34], \$151 [34], \$151 [34], \$151 [34], \$151 , 16'h0000 };
-  assign \$176  = { \$175 [34], \$175 [34], \$175 [34], \$175 [34], \$175 [34], \$175 [34], \$175 [34], \$175 [34], \$175 [34], \$175 [34], \$175 [34], \$175 [34], \$175 [34], \$175 [34], \$175 [34], \$175 , 16'h0000 };
-  assign \$200  = { \$199 [34], \$199 [34], \$199 [34], \$199 [34], \$199 [34], \$199 [34], \$199 [34], \$199 [34], \$199 [34], \$199 [34], \$199 [34], \$199 [34], \$199 [34], \$199 [34], \$199 [34], \$199 , 16'h0000 };
+  assign \out[0]  = out[31:0];
+  assign \out[1]  = out[63:32];
+  assign \out[2]  = out[95:64];
+  assign \out[3]  = out[127:96];
+  assign \out[4]  = out[159:128];
+  assign \out[5]  = out[191:160];
+  assign \out[6]  = out[223:192];
+  assign \out[7]  = out[255:224];
+  assign \$15  = { 1'h0, \$14 [110:1] };
+  assign \$18  = { 1'h0, \$17 [110:1] };
+  assign \$45  = { \$44 [34], \$44 [34], \$44 [34], \$44 [34], \$44 [34], \$44 [34], \$44 [34], \$44 [34], \$44 [34], \$44 [34], \$44 [34], \$44 [34], \$44 [34], \$44 [34], \$44 [34], \$44 , 16'h0000 };
+  assign \$75  = { \$74 [34], \$74 [34], \$74 [34], \$74 [34], \$74 [34], \$74 [34], \$74 [34], \$74 [34], \$74 [34], \$74 [34], \$74 [34], \$74 [34], \$74 [34], \$74 [34], \$74 [34], \$74 , 16'h0000 };
+  assign \$105  = { \$104 [34], \$104 [34], \$104 [34], \$104 [34], \$104 [34], \$104 [34], \$104 [34], \$104 [34], \$104 [34], \$104 [34], \$104 [34], \$104 [34], \$104 [34], \$104 [34], \$104 [34], \$104 , 16'h0000 };
+  assign \$135  = { \$134 [34], \$134 [34], \$134 [34], \$134 [34], \$134 [34], \$134 [34], \$134 [34], \$134 [34], \$134 [34], \$134 [34], \$134 [34], \$134 [34], \$134 [34], \$134 [34], \$134 [34], \$134 , 16'h0000 };
+  assign \$165  = { \$164 [34], \$164 [34], \$164 [34], \$164 [34], \$164 [34], \$164 [34], \$164 [34], \$164 [34], \$164 [34], \$164 [34], \$164 [34], \$164 [34], \$164 [34], \$164 [34], \$164 [34], \$164 , 16'h0000 };
+  assign \$195  = { \$194 [34], \$194 [34], \$194 [34], \$194 [34], \$194 [34], \$194 [34], \$194 [34], \$194 [34], \$194 [34], \$194 [34], \$194 [34], \$194 [34], \$194 [34], \$194 [34], \$194 [34], \$194 , 16'h0000 };
+  assign \$225  = { \$224 [34], \$224 [34], \$224 [34], \$224 [34], \$224 [34], \$224 [34], \$224 [34], \$224 [34], \$224 [34], \$224 [34], \$224 [34], \$224 [34], \$224 [34], \$224 [34], \$224 [34], \$224 , 16'h0000 };
+  assign \$255  = { \$254 [34], \$254 [34], \$254 [34], \$254 [34], \$254 [34], \$254 [34], \$254 [34], \$254 [34], \$254 [34], \$254 [34], \$254 [34], \$254 [34], \$254 [34], \$254 [34], \$254 [34], \$254 , 16'h0000 };
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core1.vector$243.reducer (rst, valid, reset_units, vop, d_acc, \port$18969$1 , terms, out_valid, out, clk);
+module \dx1_board.soc.core1.vector$243.reducer (rst, valid, reset_units, vop, d_acc, \port$19219$1 , terms, out_valid, out, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$98  = 0;
   wire \$1 ;
   wire \$10 ;
-  wire \$11 ;
-  wire [31:0] \$12 ;
-  wire [32:0] \$13 ;
-  wire [31:0] \$14 ;
-  wire \$15 ;
-  wire [31:0] \$16 ;
-  wire [32:0] \$17 ;
-  wire [31:0] \$18 ;
+  wire [31:0] \$11 ;
+  wire [32:0] \$12 ;
+  wire [31:0] \$13 ;
+  wire \$14 ;
+  wire [31:0] \$15 ;
+  wire [32:0] \$16 ;
+  wire [31:0] \$17 ;
+  wire \$18 ;
   wire [31:0] \$19 ;
   wire \$2 ;
-  wire \$20 ;
+  wire [32:0] \$20 ;
   wire [31:0] \$21 ;
-  wire [32:0] \$22 ;
+  wire \$22 ;
   wire [31:0] \$23 ;
-  wire \$24 ;
+  wire [32:0] \$24 ;
   wire [31:0] \$25 ;
-  wire [32:0] \$26 ;
+  wire \$26 ;
   wire [31:0] \$27 ;
   wire [32:0] \$28 ;
   wire [31:0] \$29 ;
@@ -55555,58 +56836,28 @@ module \dx1_board.soc.core1.vector$243.reducer (rst, valid, reset_units, vop, d_
   wire [31:0] \$31 ;
   wire [32:0] \$32 ;
   wire [31:0] \$33 ;
-  wire \$34 ;
-  wire [31:0] \$35 ;
-  wire [32:0] \$36 ;
-  wire [31:0] \$37 ;
+  wire [31:0] \$34 ;
+  wire \$35 ;
+  wire \$36 ;
+  wire \$37 ;
   wire \$38 ;
   wire \$39 ;
   wire [32:0] \$4 ;
-  wire [31:0] \$40 ;
-  wire [32:0] \$41 ;
-  wire [31:0] \$42 ;
-  wire \$43 ;
-  wire [31:0] \$44 ;
-  wire [32:0] \$45 ;
-  wire [31:0] \$46 ;
-  wire [31:0] \$47 ;
-  wire \$48 ;
-  wire [31:0] \$49 ;
+  wire \$40 ;
+  wire [7:0] \$41 ;
+  reg [4:0] \$42 ;
+  reg [4:0] \$43 ;
+  reg [4:0] \$44 ;
+  reg [4:0] \$45 ;
+  reg [4:0] \$46 ;
+  reg [4:0] \$47 ;
+  reg [31:0] \$48 ;
+  reg \$49 ;
   wire [31:0] \$5 ;
-  wire [32:0] \$50 ;
-  wire [31:0] \$51 ;
-  wire \$52 ;
-  wire [31:0] \$53 ;
-  wire [32:0] \$54 ;
-  wire [31:0] \$55 ;
-  wire [32:0] \$56 ;
-  wire [31:0] \$57 ;
-  wire \$58 ;
-  wire [31:0] \$59 ;
+  reg [255:0] \$50 ;
   wire \$6 ;
-  wire [32:0] \$60 ;
-  wire [31:0] \$61 ;
-  wire \$62 ;
-  wire [31:0] \$63 ;
-  wire [32:0] \$64 ;
-  wire [31:0] \$65 ;
-  wire [31:0] \$66 ;
-  wire \$67 ;
-  wire \$68 ;
-  wire \$69 ;
   wire [31:0] \$7 ;
-  wire \$70 ;
-  wire \$71 ;
-  wire \$72 ;
-  wire [7:0] \$73 ;
-  reg [4:0] \$74 ;
-  reg [4:0] \$75 ;
-  reg [4:0] \$76 ;
-  reg [4:0] \$77 ;
-  reg [31:0] \$78 ;
-  reg \$79 ;
   wire [32:0] \$8 ;
-  reg [255:0] \$80 ;
   wire [31:0] \$9 ;
   input clk;
   wire clk;
@@ -55634,6 +56885,18 @@ module \dx1_board.soc.core1.vector$243.reducer (rst, valid, reset_units, vop, d_
   wire \ctl4.last ;
   wire \ctl4.max ;
   wire \ctl4.valid ;
+  reg [4:0] ctl5 = 5'h00;
+  wire \ctl5.d_acc ;
+  wire \ctl5.first ;
+  wire \ctl5.last ;
+  wire \ctl5.max ;
+  wire \ctl5.valid ;
+  reg [4:0] ctl6 = 5'h00;
+  wire \ctl6.d_acc ;
+  wire \ctl6.first ;
+  wire \ctl6.last ;
+  wire \ctl6.max ;
+  wire \ctl6.valid ;
   input d_acc;
   wire d_acc;
   wire first;
@@ -55650,8 +56913,8 @@ module \dx1_board.soc.core1.vector$243.reducer (rst, valid, reset_units, vop, d_
   wire [31:0] \out[7] ;
   output out_valid;
   reg out_valid = 1'h0;
-  input [1:0] \port$18969$1 ;
-  wire [1:0] \port$18969$1 ;
+  input [1:0] \port$19219$1 ;
+  wire [1:0] \port$19219$1 ;
   input reset_units;
   wire reset_units;
   reg [31:0] row = 32'd0;
@@ -55678,74 +56941,22 @@ module \dx1_board.soc.core1.vector$243.reducer (rst, valid, reset_units, vop, d_
   wire [31:0] \terms[7] ;
   reg [31:0] tree2_0 = 32'd0;
   reg [31:0] tree2_1 = 32'd0;
+  reg [31:0] tree2_2 = 32'd0;
+  reg [31:0] tree2_3 = 32'd0;
   reg [31:0] tree3_0 = 32'd0;
+  reg [31:0] tree3_1 = 32'd0;
+  reg [31:0] tree4_0 = 32'd0;
+  reg [31:0] tree5_0 = 32'd0;
   input valid;
   wire valid;
   input [3:0] vop;
   wire [3:0] vop;
-  assign \$20  = $signed(term0) > $signed(term1);
-  assign \$21  = \$20  ? term0 : term1;
-  assign \$22  = $signed(term0) + $signed(term1);
-  assign \$23  = ctl1[3] ? \$21  : \$22 [31:0];
-  assign \$24  = $signed(term2) > $signed(term3);
-  assign \$25  = \$24  ? term2 : term3;
-  assign \$26  = $signed(term2) + $signed(term3);
-  assign \$27  = ctl1[3] ? \$25  : \$26 [31:0];
-  assign \$28  = $signed(\$23 ) + $signed(\$27 );
-  assign \$29  = ctl1[3] ? \$19  : \$28 [31:0];
-  assign \$30  = $signed(term4) > $signed(term5);
-  assign \$31  = \$30  ? term4 : term5;
-  assign \$32  = $signed(term4) + $signed(term5);
-  assign \$33  = ctl1[3] ? \$31  : \$32 [31:0];
-  assign \$34  = $signed(term6) > $signed(term7);
-  assign \$35  = \$34  ? term6 : term7;
-  assign \$36  = $signed(term6) + $signed(term7);
-  assign \$37  = ctl1[3] ? \$35  : \$36 [31:0];
-  assign \$38  = $signed(\$33 ) > $signed(\$37 );
-  assign \$39  = $signed(term4) > $signed(term5);
-  assign \$40  = \$39  ? term4 : term5;
-  assign \$41  = $signed(term4) + $signed(term5);
-  assign \$42  = ctl1[3] ? \$40  : \$41 [31:0];
-  assign \$43  = $signed(term6) > $signed(term7);
-  assign \$44  = \$43  ? term6 : term7;
-  assign \$45  = $signed(term6) + $signed(term7);
-  assign \$46  = ctl1[3] ? \$44  : \$45 [31:0];
-  assign \$47  = \$38  ? \$42  : \$46 ;
-  assign \$48  = $signed(term4) > $signed(term5);
-  assign \$49  = \$48  ? term4 : term5;
-  assign \$50  = $signed(term4) + $signed(term5);
-  assign \$51  = ctl1[3] ? \$49  : \$50 [31:0];
-  assign \$52  = $signed(term6) > $signed(term7);
-  assign \$53  = \$52  ? term6 : term7;
-  assign \$54  = $signed(term6) + $signed(term7);
-  assign \$55  = ctl1[3] ? \$53  : \$54 [31:0];
-  assign \$56  = $signed(\$51 ) + $signed(\$55 );
-  assign \$57  = ctl1[3] ? \$47  : \$56 [31:0];
-  assign \$58  = $signed(tree2_0) > $signed(tree2_1);
-  assign \$59  = \$58  ? tree2_0 : tree2_1;
-  assign \$60  = $signed(tree2_0) + $signed(tree2_1);
-  assign \$61  = ctl2[3] ? \$59  : \$60 [31:0];
-  assign \$62  = $signed(row) > $signed(tree3_0);
-  assign \$63  = \$62  ? row : tree3_0;
-  assign \$64  = $signed(row) + $signed(tree3_0);
-  assign \$65  = ctl3[3] ? \$63  : \$64 [31:0];
-  assign \$66  = ctl3[1] ? tree3_0 : \$65 ;
-  assign \$67  = ctl4[0] & ctl4[2];
-  assign \$68  = ctl4[0] & ctl4[2];
-  assign \$69  = ! row[31:7];
-  assign \$70  = row[31:7] == 25'h1ffffff;
-  assign \$71  = \$69  | \$70 ;
-  assign \$72  = ctl4[4] | \$71 ;
-  assign \$73  = row[31] ? 8'h80 : 8'h7f;
-  assign stat = \$72  ? row : { \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73  };
   always @(posedge clk)
-    ctl1 <= \$74 ;
+    ctl4 <= \$45 ;
   always @(posedge clk)
-    ctl2 <= \$75 ;
+    ctl5 <= \$46 ;
   always @(posedge clk)
-    ctl3 <= \$76 ;
-  always @(posedge clk)
-    ctl4 <= \$77 ;
+    ctl6 <= \$47 ;
   always @(posedge clk)
     term0 <= terms[31:0];
   always @(posedge clk)
@@ -55763,17 +56974,27 @@ module \dx1_board.soc.core1.vector$243.reducer (rst, valid, reset_units, vop, d_
   always @(posedge clk)
     term7 <= terms[255:224];
   always @(posedge clk)
-    tree2_0 <= \$29 ;
+    tree2_0 <= \$5 ;
   always @(posedge clk)
-    tree2_1 <= \$57 ;
+    tree2_1 <= \$9 ;
   always @(posedge clk)
-    tree3_0 <= \$61 ;
+    tree2_2 <= \$13 ;
   always @(posedge clk)
-    row <= \$78 ;
+    tree2_3 <= \$17 ;
   always @(posedge clk)
-    out_valid <= \$79 ;
+    tree3_0 <= \$21 ;
   always @(posedge clk)
-    out <= \$80 ;
+    tree3_1 <= \$25 ;
+  always @(posedge clk)
+    tree4_0 <= \$29 ;
+  always @(posedge clk)
+    tree5_0 <= tree4_0;
+  always @(posedge clk)
+    row <= \$48 ;
+  always @(posedge clk)
+    out_valid <= \$49 ;
+  always @(posedge clk)
+    out <= \$50 ;
   assign \$1  = vop == 4'h9;
   assign \$2  = $signed(term0) > $signed(term1);
   assign \$3  = \$2  ? term0 : term1;
@@ -55783,99 +57004,148 @@ module \dx1_board.soc.core1.vector$243.reducer (rst, valid, reset_units, vop, d_
   assign \$7  = \$6  ? term2 : term3;
   assign \$8  = $signed(term2) + $signed(term3);
   assign \$9  = ctl1[3] ? \$7  : \$8 [31:0];
-  assign \$10  = $signed(\$5 ) > $signed(\$9 );
-  assign \$11  = $signed(term0) > $signed(term1);
-  assign \$12  = \$11  ? term0 : term1;
-  assign \$13  = $signed(term0) + $signed(term1);
-  assign \$14  = ctl1[3] ? \$12  : \$13 [31:0];
-  assign \$15  = $signed(term2) > $signed(term3);
-  assign \$16  = \$15  ? term2 : term3;
-  assign \$17  = $signed(term2) + $signed(term3);
-  assign \$18  = ctl1[3] ? \$16  : \$17 [31:0];
-  assign \$19  = \$10  ? \$14  : \$18 ;
+  assign \$10  = $signed(term4) > $signed(term5);
+  assign \$11  = \$10  ? term4 : term5;
+  assign \$12  = $signed(term4) + $signed(term5);
+  assign \$13  = ctl1[3] ? \$11  : \$12 [31:0];
+  assign \$14  = $signed(term6) > $signed(term7);
+  assign \$15  = \$14  ? term6 : term7;
+  assign \$16  = $signed(term6) + $signed(term7);
+  assign \$17  = ctl1[3] ? \$15  : \$16 [31:0];
+  assign \$18  = $signed(tree2_0) > $signed(tree2_1);
+  assign \$19  = \$18  ? tree2_0 : tree2_1;
+  assign \$20  = $signed(tree2_0) + $signed(tree2_1);
+  assign \$21  = ctl2[3] ? \$19  : \$20 [31:0];
+  assign \$22  = $signed(tree2_2) > $signed(tree2_3);
+  assign \$23  = \$22  ? tree2_2 : tree2_3;
+  assign \$24  = $signed(tree2_2) + $signed(tree2_3);
+  assign \$25  = ctl2[3] ? \$23  : \$24 [31:0];
+  assign \$26  = $signed(tree3_0) > $signed(tree3_1);
+  assign \$27  = \$26  ? tree3_0 : tree3_1;
+  assign \$28  = $signed(tree3_0) + $signed(tree3_1);
+  assign \$29  = ctl3[3] ? \$27  : \$28 [31:0];
+  assign \$30  = $signed(row) > $signed(tree5_0);
+  assign \$31  = \$30  ? row : tree5_0;
+  assign \$32  = $signed(row) + $signed(tree5_0);
+  assign \$33  = ctl5[3] ? \$31  : \$32 [31:0];
+  assign \$34  = ctl5[1] ? tree5_0 : \$33 ;
+  assign \$35  = ctl6[0] & ctl6[2];
+  assign \$36  = ctl6[0] & ctl6[2];
+  assign \$37  = ! row[31:7];
+  assign \$38  = row[31:7] == 25'h1ffffff;
+  assign \$39  = \$37  | \$38 ;
+  assign \$40  = ctl6[4] | \$39 ;
+  assign \$41  = row[31] ? 8'h80 : 8'h7f;
+  assign stat = \$40  ? row : { \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41  };
+  always @(posedge clk)
+    ctl1 <= \$42 ;
+  always @(posedge clk)
+    ctl2 <= \$43 ;
+  always @(posedge clk)
+    ctl3 <= \$44 ;
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$98 ) begin end
-    \$74 [0] = valid;
-    \$74 [1] = \port$18969$1 [0];
-    \$74 [2] = \port$18969$1 [1];
-    \$74 [3] = \$1 ;
-    \$74 [4] = d_acc;
+    \$46  = ctl4;
     if (reset_units) begin
-      \$74  = 5'h00;
+      \$46  = 5'h00;
     end
     if (rst) begin
-      \$74  = 5'h00;
+      \$46  = 5'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$98 ) begin end
-    \$75  = ctl1;
+    \$47  = ctl5;
     if (reset_units) begin
-      \$75  = 5'h00;
+      \$47  = 5'h00;
     end
     if (rst) begin
-      \$75  = 5'h00;
+      \$47  = 5'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$98 ) begin end
-    \$76  = ctl2;
+    \$48  = row;
+    if (ctl5[0]) begin
+      \$48  = \$34 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$98 ) begin end
+    \$49  = \$35 ;
     if (reset_units) begin
-      \$76  = 5'h00;
+      \$49  = 1'h0;
     end
     if (rst) begin
-      \$76  = 5'h00;
+      \$49  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$98 ) begin end
-    \$77  = ctl3;
-    if (reset_units) begin
-      \$77  = 5'h00;
-    end
-    if (rst) begin
-      \$77  = 5'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$98 ) begin end
-    \$78  = row;
-    if (ctl3[0]) begin
-      \$78  = \$66 ;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$98 ) begin end
-    \$79  = \$67 ;
-    if (reset_units) begin
-      \$79  = 1'h0;
-    end
-    if (rst) begin
-      \$79  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$98 ) begin end
-    \$80  = out;
-    if (\$68 ) begin
-      \$80 [31:0] = stat;
-      \$80 [63:32] = stat;
-      \$80 [95:64] = stat;
-      \$80 [127:96] = stat;
-      \$80 [159:128] = stat;
-      \$80 [191:160] = stat;
-      \$80 [223:192] = stat;
-      \$80 [255:224] = stat;
+    \$50  = out;
+    if (\$36 ) begin
+      \$50 [31:0] = stat;
+      \$50 [63:32] = stat;
+      \$50 [95:64] = stat;
+      \$50 [127:96] = stat;
+      \$50 [159:128] = stat;
+      \$50 [191:160] = stat;
+      \$50 [223:192] = stat;
+      \$50 [255:224] = stat;
     end
     if (reset_units) begin
-      \$80  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+      \$50  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
     if (rst) begin
-      \$80  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+      \$50  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
   end
-  assign first = \port$18969$1 [0];
-  assign last = \port$18969$1 [1];
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$98 ) begin end
+    \$42 [0] = valid;
+    \$42 [1] = \port$19219$1 [0];
+    \$42 [2] = \port$19219$1 [1];
+    \$42 [3] = \$1 ;
+    \$42 [4] = d_acc;
+    if (reset_units) begin
+      \$42  = 5'h00;
+    end
+    if (rst) begin
+      \$42  = 5'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$98 ) begin end
+    \$43  = ctl1;
+    if (reset_units) begin
+      \$43  = 5'h00;
+    end
+    if (rst) begin
+      \$43  = 5'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$98 ) begin end
+    \$44  = ctl2;
+    if (reset_units) begin
+      \$44  = 5'h00;
+    end
+    if (rst) begin
+      \$44  = 5'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$98 ) begin end
+    \$45  = ctl3;
+    if (reset_units) begin
+      \$45  = 5'h00;
+    end
+    if (rst) begin
+      \$45  = 5'h00;
+    end
+  end
+  assign first = \port$19219$1 [0];
+  assign last = \port$19219$1 [1];
   assign \ctl1.valid  = ctl1[0];
   assign \ctl1.first  = ctl1[1];
   assign \ctl1.last  = ctl1[2];
@@ -55896,6 +57166,16 @@ module \dx1_board.soc.core1.vector$243.reducer (rst, valid, reset_units, vop, d_
   assign \ctl4.last  = ctl4[2];
   assign \ctl4.max  = ctl4[3];
   assign \ctl4.d_acc  = ctl4[4];
+  assign \ctl5.valid  = ctl5[0];
+  assign \ctl5.first  = ctl5[1];
+  assign \ctl5.last  = ctl5[2];
+  assign \ctl5.max  = ctl5[3];
+  assign \ctl5.d_acc  = ctl5[4];
+  assign \ctl6.valid  = ctl6[0];
+  assign \ctl6.first  = ctl6[1];
+  assign \ctl6.last  = ctl6[2];
+  assign \ctl6.max  = ctl6[3];
+  assign \ctl6.d_acc  = ctl6[4];
   assign \terms[0]  = terms[31:0];
   assign \terms[1]  = terms[63:32];
   assign \terms[2]  = terms[95:64];
@@ -55915,7 +57195,7 @@ module \dx1_board.soc.core1.vector$243.reducer (rst, valid, reset_units, vop, d_
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core1.vector$243.sequencer (rst, start, go, b_read, reset_units, command, pop, busy, a_acc, b_acc, a_addr, b_addr, step, clk);
+module \dx1_board.soc.core1.vector$243.sequencer (rst, start, go, b_use, reset_units, command, pop, busy, issuing, a_acc, b_acc, a_addr, b_addr, step, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$99  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -56013,6 +57293,8 @@ module \dx1_board.soc.core1.vector$243.sequencer (rst, start, go, b_read, reset_
   wire a_hit;
   wire a_read;
   reg [15:0] a_rs = 16'h0000;
+  (* init = 1'h0 *)
+  wire a_use;
   output b_acc;
   reg b_acc = 1'h0;
   (* init = 1'h0 *)
@@ -56023,8 +57305,9 @@ module \dx1_board.soc.core1.vector$243.sequencer (rst, start, go, b_read, reset_
   (* init = 16'h0000 *)
   wire [15:0] \b_addr$36 ;
   wire b_hit;
-  output b_read;
   wire b_read;
+  output b_use;
+  wire b_use;
   output busy;
   reg busy = 1'h0;
   input clk;
@@ -56039,6 +57322,7 @@ module \dx1_board.soc.core1.vector$243.sequencer (rst, start, go, b_read, reset_
   reg ends = 1'h0;
   output go;
   wire go;
+  output issuing;
   reg issuing = 1'h0;
   wire last_col;
   input pop;
@@ -56098,6 +57382,7 @@ module \dx1_board.soc.core1.vector$243.sequencer (rst, start, go, b_read, reset_
   assign \$50  = serial & \$49 ;
   assign \$51  = ~ \$50 ;
   assign go = \$48  & \$51 ;
+  assign b_use = issuing & \$signal ;
   assign b_read = go & \$signal ;
   assign push = go & writes;
   always @(posedge clk)
@@ -56556,6 +57841,7 @@ module \dx1_board.soc.core1.vector$243.sequencer (rst, start, go, b_read, reset_
   assign \a_addr$34  = \$signal$17 ;
   assign \b_acc$35  = b_acc;
   assign \b_addr$36  = \$signal$20 ;
+  assign a_use = issuing;
   assign a_read = go;
   assign push_acc = d_acc;
   assign push_addr = \$signal$24 ;
@@ -56631,13 +57917,13 @@ module \dx1_board.soc.core1.vector$243.sequencer.hazards (rst, push, empty, room
   wire \$146 ;
   wire \$147 ;
   wire \$148 ;
-  wire [4:0] \$149 ;
+  wire \$149 ;
   wire \$15 ;
-  wire [5:0] \$150 ;
-  wire [4:0] \$151 ;
-  wire [4:0] \$152 ;
-  wire [4:0] \$153 ;
-  wire [4:0] \$154 ;
+  wire \$150 ;
+  wire \$151 ;
+  wire \$152 ;
+  wire \$153 ;
+  wire \$154 ;
   wire \$155 ;
   wire \$156 ;
   wire \$157 ;
@@ -56686,14 +57972,14 @@ module \dx1_board.soc.core1.vector$243.sequencer.hazards (rst, push, empty, room
   wire \$196 ;
   wire \$197 ;
   wire \$198 ;
-  wire \$199 ;
+  wire [5:0] \$199 ;
   wire \$2 ;
   wire \$20 ;
-  wire \$200 ;
-  wire \$201 ;
-  wire \$202 ;
-  wire \$203 ;
-  wire \$204 ;
+  wire [6:0] \$200 ;
+  wire [5:0] \$201 ;
+  wire [5:0] \$202 ;
+  wire [5:0] \$203 ;
+  wire [5:0] \$204 ;
   wire \$205 ;
   wire \$206 ;
   wire \$207 ;
@@ -56705,68 +57991,153 @@ module \dx1_board.soc.core1.vector$243.sequencer.hazards (rst, push, empty, room
   wire \$212 ;
   wire \$213 ;
   wire \$214 ;
-  reg [3:0] \$215 ;
-  reg [3:0] \$216 ;
-  reg [3:0] \$217 ;
-  reg \$218 ;
-  reg \$219 ;
+  wire \$215 ;
+  wire \$216 ;
+  wire \$217 ;
+  wire \$218 ;
+  wire \$219 ;
   wire \$22 ;
-  reg [15:0] \$220 ;
-  reg \$221 ;
-  reg \$222 ;
-  reg [15:0] \$223 ;
-  reg \$224 ;
-  reg \$225 ;
-  reg [15:0] \$226 ;
-  reg \$227 ;
-  reg \$228 ;
-  reg [15:0] \$229 ;
+  wire \$220 ;
+  wire \$221 ;
+  wire \$222 ;
+  wire \$223 ;
+  wire \$224 ;
+  wire \$225 ;
+  wire \$226 ;
+  wire \$227 ;
+  wire \$228 ;
+  wire \$229 ;
   wire \$23 ;
-  reg \$230 ;
-  reg \$231 ;
-  reg [15:0] \$232 ;
-  reg \$233 ;
-  reg \$234 ;
-  reg [15:0] \$235 ;
-  reg \$236 ;
-  reg \$237 ;
-  reg [15:0] \$238 ;
-  reg \$239 ;
+  wire \$230 ;
+  wire \$231 ;
+  wire \$232 ;
+  wire \$233 ;
+  wire \$234 ;
+  wire \$235 ;
+  wire \$236 ;
+  wire \$237 ;
+  wire \$238 ;
+  wire \$239 ;
   wire \$24 ;
-  reg \$240 ;
-  reg [15:0] \$241 ;
-  reg \$242 ;
-  reg \$243 ;
-  reg [15:0] \$244 ;
-  reg \$245 ;
-  reg \$246 ;
-  reg [15:0] \$247 ;
-  reg \$248 ;
-  reg \$249 ;
+  wire \$240 ;
+  wire \$241 ;
+  wire \$242 ;
+  wire \$243 ;
+  wire \$244 ;
+  wire \$245 ;
+  wire \$246 ;
+  wire \$247 ;
+  wire \$248 ;
+  wire \$249 ;
   wire \$25 ;
-  reg [15:0] \$250 ;
-  reg \$251 ;
-  reg \$252 ;
-  reg [15:0] \$253 ;
-  reg \$254 ;
-  reg \$255 ;
-  reg [15:0] \$256 ;
-  reg \$257 ;
-  reg \$258 ;
-  reg [15:0] \$259 ;
+  wire \$250 ;
+  wire \$251 ;
+  wire \$252 ;
+  wire \$253 ;
+  wire \$254 ;
+  wire \$255 ;
+  wire \$256 ;
+  wire \$257 ;
+  wire \$258 ;
+  wire \$259 ;
   wire \$26 ;
-  reg \$260 ;
-  reg \$261 ;
-  reg [15:0] \$262 ;
+  wire \$260 ;
+  wire \$261 ;
+  wire \$262 ;
+  wire \$263 ;
+  wire \$264 ;
+  wire \$265 ;
+  wire \$266 ;
+  wire \$267 ;
+  wire \$268 ;
+  wire \$269 ;
   wire \$27 ;
+  wire \$270 ;
+  wire \$271 ;
+  wire \$272 ;
+  wire \$273 ;
+  wire \$274 ;
+  wire \$275 ;
+  wire \$276 ;
+  wire \$277 ;
+  wire \$278 ;
+  wire \$279 ;
   wire \$28 ;
+  wire \$280 ;
+  wire \$281 ;
+  wire \$282 ;
+  wire \$283 ;
+  wire \$284 ;
+  reg [4:0] \$285 ;
+  reg [4:0] \$286 ;
+  reg [4:0] \$287 ;
+  reg \$288 ;
+  reg \$289 ;
   wire \$29 ;
+  reg [15:0] \$290 ;
+  reg \$291 ;
+  reg \$292 ;
+  reg [15:0] \$293 ;
+  reg \$294 ;
+  reg \$295 ;
+  reg [15:0] \$296 ;
+  reg \$297 ;
+  reg \$298 ;
+  reg [15:0] \$299 ;
   wire \$3 ;
   wire \$30 ;
+  reg \$300 ;
+  reg \$301 ;
+  reg [15:0] \$302 ;
+  reg \$303 ;
+  reg \$304 ;
+  reg [15:0] \$305 ;
+  reg \$306 ;
+  reg \$307 ;
+  reg [15:0] \$308 ;
+  reg \$309 ;
   wire \$31 ;
+  reg \$310 ;
+  reg [15:0] \$311 ;
+  reg \$312 ;
+  reg \$313 ;
+  reg [15:0] \$314 ;
+  reg \$315 ;
+  reg \$316 ;
+  reg [15:0] \$317 ;
+  reg \$318 ;
+  reg \$319 ;
   wire \$32 ;
+  reg [15:0] \$320 ;
+  reg \$321 ;
+  reg \$322 ;
+  reg [15:0] \$323 ;
+  reg \$324 ;
+  reg \$325 ;
+  reg [15:0] \$326 ;
+  reg \$327 ;
+  reg \$328 ;
+  reg [15:0] \$329 ;
   wire \$33 ;
+  reg \$330 ;
+  reg \$331 ;
+  reg [15:0] \$332 ;
+  reg \$333 ;
+  reg \$334 ;
+  reg [15:0] \$335 ;
+  reg \$336 ;
+  reg \$337 ;
+  reg [15:0] \$338 ;
+  reg \$339 ;
   wire \$34 ;
+  reg \$340 ;
+  reg [15:0] \$341 ;
+  reg \$342 ;
+  reg \$343 ;
+  reg [15:0] \$344 ;
+  reg \$345 ;
+  reg \$346 ;
+  reg [15:0] \$347 ;
   wire \$35 ;
   wire \$36 ;
   wire \$37 ;
@@ -56775,11 +58146,7 @@ module \dx1_board.soc.core1.vector$243.sequencer.hazards (rst, push, empty, room
   wire \$4 ;
   wire \$40 ;
   wire \$41 ;
-  wire [4:0] \$418 ;
   wire \$42 ;
-  wire \$420 ;
-  wire [4:0] \$424 ;
-  wire \$426 ;
   wire \$43 ;
   wire \$44 ;
   wire \$45 ;
@@ -56794,7 +58161,11 @@ module \dx1_board.soc.core1.vector$243.sequencer.hazards (rst, push, empty, room
   wire \$53 ;
   wire \$54 ;
   wire \$55 ;
+  wire [5:0] \$553 ;
+  wire \$555 ;
+  wire [5:0] \$559 ;
   wire \$56 ;
+  wire \$561 ;
   wire \$57 ;
   wire \$58 ;
   wire \$59 ;
@@ -56855,6 +58226,11 @@ module \dx1_board.soc.core1.vector$243.sequencer.hazards (rst, push, empty, room
   reg acc12 = 1'h0;
   reg acc13 = 1'h0;
   reg acc14 = 1'h0;
+  reg acc15 = 1'h0;
+  reg acc16 = 1'h0;
+  reg acc17 = 1'h0;
+  reg acc18 = 1'h0;
+  reg acc19 = 1'h0;
   reg acc2 = 1'h0;
   reg acc3 = 1'h0;
   reg acc4 = 1'h0;
@@ -56870,6 +58246,11 @@ module \dx1_board.soc.core1.vector$243.sequencer.hazards (rst, push, empty, room
   reg [15:0] addr12 = 16'h0000;
   reg [15:0] addr13 = 16'h0000;
   reg [15:0] addr14 = 16'h0000;
+  reg [15:0] addr15 = 16'h0000;
+  reg [15:0] addr16 = 16'h0000;
+  reg [15:0] addr17 = 16'h0000;
+  reg [15:0] addr18 = 16'h0000;
+  reg [15:0] addr19 = 16'h0000;
   reg [15:0] addr2 = 16'h0000;
   reg [15:0] addr3 = 16'h0000;
   reg [15:0] addr4 = 16'h0000;
@@ -56886,10 +58267,10 @@ module \dx1_board.soc.core1.vector$243.sequencer.hazards (rst, push, empty, room
   wire b_hit;
   input clk;
   wire clk;
-  reg [3:0] count = 4'h0;
+  reg [4:0] count = 5'h00;
   output empty;
   wire empty;
-  reg [3:0] head = 4'h0;
+  reg [4:0] head = 5'h00;
   input pop;
   wire pop;
   input push;
@@ -56904,7 +58285,7 @@ module \dx1_board.soc.core1.vector$243.sequencer.hazards (rst, push, empty, room
   wire room;
   input rst;
   wire rst;
-  reg [3:0] tail = 4'h0;
+  reg [4:0] tail = 5'h00;
   reg valid0 = 1'h0;
   reg valid1 = 1'h0;
   reg valid10 = 1'h0;
@@ -56912,6 +58293,11 @@ module \dx1_board.soc.core1.vector$243.sequencer.hazards (rst, push, empty, room
   reg valid12 = 1'h0;
   reg valid13 = 1'h0;
   reg valid14 = 1'h0;
+  reg valid15 = 1'h0;
+  reg valid16 = 1'h0;
+  reg valid17 = 1'h0;
+  reg valid18 = 1'h0;
+  reg valid19 = 1'h0;
   reg valid2 = 1'h0;
   reg valid3 = 1'h0;
   reg valid4 = 1'h0;
@@ -56921,7 +58307,7 @@ module \dx1_board.soc.core1.vector$243.sequencer.hazards (rst, push, empty, room
   reg valid8 = 1'h0;
   reg valid9 = 1'h0;
   assign empty = ! count;
-  assign room = count != 4'hf;
+  assign room = count != 5'h14;
   assign \$1  = acc0 == a_acc;
   assign \$2  = valid0 & \$1 ;
   assign \$3  = addr0 == a_addr;
@@ -56995,915 +58381,1225 @@ module \dx1_board.soc.core1.vector$243.sequencer.hazards (rst, push, empty, room
   assign \$72  = valid14 & \$71 ;
   assign \$73  = addr14 == a_addr;
   assign \$74  = \$72  & \$73 ;
-  assign a_hit = \$70  | \$74 ;
-  assign \$75  = acc0 == b_acc;
-  assign \$76  = valid0 & \$75 ;
-  assign \$77  = addr0 == b_addr;
-  assign \$78  = \$76  & \$77 ;
-  assign \$80  = acc1 == b_acc;
-  assign \$81  = valid1 & \$80 ;
-  assign \$82  = addr1 == b_addr;
-  assign \$83  = \$81  & \$82 ;
-  assign \$84  = \$79  | \$83 ;
-  assign \$85  = acc2 == b_acc;
-  assign \$86  = valid2 & \$85 ;
-  assign \$87  = addr2 == b_addr;
-  assign \$88  = \$86  & \$87 ;
-  assign \$89  = \$84  | \$88 ;
-  assign \$90  = acc3 == b_acc;
-  assign \$91  = valid3 & \$90 ;
-  assign \$92  = addr3 == b_addr;
-  assign \$93  = \$91  & \$92 ;
-  assign \$94  = \$89  | \$93 ;
-  assign \$95  = acc4 == b_acc;
-  assign \$96  = valid4 & \$95 ;
-  assign \$97  = addr4 == b_addr;
-  assign \$98  = \$96  & \$97 ;
-  assign \$99  = \$94  | \$98 ;
-  assign \$100  = acc5 == b_acc;
-  assign \$101  = valid5 & \$100 ;
-  assign \$102  = addr5 == b_addr;
+  assign \$75  = \$70  | \$74 ;
+  assign \$76  = acc15 == a_acc;
+  assign \$77  = valid15 & \$76 ;
+  assign \$78  = addr15 == a_addr;
+  assign \$79  = \$77  & \$78 ;
+  assign \$80  = \$75  | \$79 ;
+  assign \$81  = acc16 == a_acc;
+  assign \$82  = valid16 & \$81 ;
+  assign \$83  = addr16 == a_addr;
+  assign \$84  = \$82  & \$83 ;
+  assign \$85  = \$80  | \$84 ;
+  assign \$86  = acc17 == a_acc;
+  assign \$87  = valid17 & \$86 ;
+  assign \$88  = addr17 == a_addr;
+  assign \$89  = \$87  & \$88 ;
+  assign \$90  = \$85  | \$89 ;
+  assign \$91  = acc18 == a_acc;
+  assign \$92  = valid18 & \$91 ;
+  assign \$93  = addr18 == a_addr;
+  assign \$94  = \$92  & \$93 ;
+  assign \$95  = \$90  | \$94 ;
+  assign \$96  = acc19 == a_acc;
+  assign \$97  = valid19 & \$96 ;
+  assign \$98  = addr19 == a_addr;
+  assign \$99  = \$97  & \$98 ;
+  assign a_hit = \$95  | \$99 ;
+  assign \$100  = acc0 == b_acc;
+  assign \$101  = valid0 & \$100 ;
+  assign \$102  = addr0 == b_addr;
   assign \$103  = \$101  & \$102 ;
-  assign \$104  = \$99  | \$103 ;
-  assign \$105  = acc6 == b_acc;
-  assign \$106  = valid6 & \$105 ;
-  assign \$107  = addr6 == b_addr;
+  assign \$105  = acc1 == b_acc;
+  assign \$106  = valid1 & \$105 ;
+  assign \$107  = addr1 == b_addr;
   assign \$108  = \$106  & \$107 ;
   assign \$109  = \$104  | \$108 ;
-  assign \$110  = acc7 == b_acc;
-  assign \$111  = valid7 & \$110 ;
-  assign \$112  = addr7 == b_addr;
+  assign \$110  = acc2 == b_acc;
+  assign \$111  = valid2 & \$110 ;
+  assign \$112  = addr2 == b_addr;
   assign \$113  = \$111  & \$112 ;
   assign \$114  = \$109  | \$113 ;
-  assign \$115  = acc8 == b_acc;
-  assign \$116  = valid8 & \$115 ;
-  assign \$117  = addr8 == b_addr;
+  assign \$115  = acc3 == b_acc;
+  assign \$116  = valid3 & \$115 ;
+  assign \$117  = addr3 == b_addr;
   assign \$118  = \$116  & \$117 ;
   assign \$119  = \$114  | \$118 ;
-  assign \$120  = acc9 == b_acc;
-  assign \$121  = valid9 & \$120 ;
-  assign \$122  = addr9 == b_addr;
+  assign \$120  = acc4 == b_acc;
+  assign \$121  = valid4 & \$120 ;
+  assign \$122  = addr4 == b_addr;
   assign \$123  = \$121  & \$122 ;
   assign \$124  = \$119  | \$123 ;
-  assign \$125  = acc10 == b_acc;
-  assign \$126  = valid10 & \$125 ;
-  assign \$127  = addr10 == b_addr;
+  assign \$125  = acc5 == b_acc;
+  assign \$126  = valid5 & \$125 ;
+  assign \$127  = addr5 == b_addr;
   assign \$128  = \$126  & \$127 ;
   assign \$129  = \$124  | \$128 ;
-  assign \$130  = acc11 == b_acc;
-  assign \$131  = valid11 & \$130 ;
-  assign \$132  = addr11 == b_addr;
+  assign \$130  = acc6 == b_acc;
+  assign \$131  = valid6 & \$130 ;
+  assign \$132  = addr6 == b_addr;
   assign \$133  = \$131  & \$132 ;
   assign \$134  = \$129  | \$133 ;
-  assign \$135  = acc12 == b_acc;
-  assign \$136  = valid12 & \$135 ;
-  assign \$137  = addr12 == b_addr;
+  assign \$135  = acc7 == b_acc;
+  assign \$136  = valid7 & \$135 ;
+  assign \$137  = addr7 == b_addr;
   assign \$138  = \$136  & \$137 ;
   assign \$139  = \$134  | \$138 ;
-  assign \$140  = acc13 == b_acc;
-  assign \$141  = valid13 & \$140 ;
-  assign \$142  = addr13 == b_addr;
+  assign \$140  = acc8 == b_acc;
+  assign \$141  = valid8 & \$140 ;
+  assign \$142  = addr8 == b_addr;
   assign \$143  = \$141  & \$142 ;
   assign \$144  = \$139  | \$143 ;
-  assign \$145  = acc14 == b_acc;
-  assign \$146  = valid14 & \$145 ;
-  assign \$147  = addr14 == b_addr;
+  assign \$145  = acc9 == b_acc;
+  assign \$146  = valid9 & \$145 ;
+  assign \$147  = addr9 == b_addr;
   assign \$148  = \$146  & \$147 ;
-  assign b_hit = \$144  | \$148 ;
-  assign \$149  = count + push;
-  assign \$150  = \$149  - pop;
-  assign \$151  = tail + 1'h1;
-  assign \$418  = \$151  % 4'hf;
-  assign \$153  = head + 1'h1;
-  assign \$424  = \$153  % 4'hf;
-  assign \$155  = ! head;
-  assign \$156  = pop & \$155 ;
-  assign \$157  = ! tail;
-  assign \$158  = push & \$157 ;
-  assign \$159  = head == 1'h1;
-  assign \$160  = pop & \$159 ;
-  assign \$161  = tail == 1'h1;
-  assign \$162  = push & \$161 ;
-  assign \$163  = head == 2'h2;
-  assign \$164  = pop & \$163 ;
-  assign \$165  = tail == 2'h2;
-  assign \$166  = push & \$165 ;
-  assign \$167  = head == 2'h3;
-  assign \$168  = pop & \$167 ;
-  assign \$169  = tail == 2'h3;
-  assign \$170  = push & \$169 ;
-  assign \$171  = head == 3'h4;
-  assign \$172  = pop & \$171 ;
-  assign \$173  = tail == 3'h4;
-  assign \$174  = push & \$173 ;
-  assign \$175  = head == 3'h5;
-  assign \$176  = pop & \$175 ;
-  assign \$177  = tail == 3'h5;
-  assign \$178  = push & \$177 ;
-  assign \$179  = head == 3'h6;
-  assign \$180  = pop & \$179 ;
-  assign \$181  = tail == 3'h6;
-  assign \$182  = push & \$181 ;
-  assign \$183  = head == 3'h7;
-  assign \$184  = pop & \$183 ;
-  assign \$185  = tail == 3'h7;
-  assign \$186  = push & \$185 ;
-  assign \$187  = head == 4'h8;
-  assign \$188  = pop & \$187 ;
-  assign \$189  = tail == 4'h8;
-  assign \$190  = push & \$189 ;
-  assign \$191  = head == 4'h9;
-  assign \$192  = pop & \$191 ;
-  assign \$193  = tail == 4'h9;
-  assign \$194  = push & \$193 ;
-  assign \$195  = head == 4'ha;
-  assign \$196  = pop & \$195 ;
-  assign \$197  = tail == 4'ha;
-  assign \$198  = push & \$197 ;
-  assign \$199  = head == 4'hb;
-  assign \$200  = pop & \$199 ;
-  assign \$201  = tail == 4'hb;
-  assign \$202  = push & \$201 ;
-  assign \$203  = head == 4'hc;
-  assign \$204  = pop & \$203 ;
-  assign \$205  = tail == 4'hc;
-  assign \$206  = push & \$205 ;
-  assign \$207  = head == 4'hd;
-  assign \$208  = pop & \$207 ;
-  assign \$209  = tail == 4'hd;
-  assign \$210  = push & \$209 ;
-  assign \$211  = head == 4'he;
-  assign \$212  = pop & \$211 ;
-  assign \$213  = tail == 4'he;
-  assign \$214  = push & \$213 ;
+  assign \$149  = \$144  | \$148 ;
+  assign \$150  = acc10 == b_acc;
+  assign \$151  = valid10 & \$150 ;
+  assign \$152  = addr10 == b_addr;
+  assign \$153  = \$151  & \$152 ;
+  assign \$154  = \$149  | \$153 ;
+  assign \$155  = acc11 == b_acc;
+  assign \$156  = valid11 & \$155 ;
+  assign \$157  = addr11 == b_addr;
+  assign \$158  = \$156  & \$157 ;
+  assign \$159  = \$154  | \$158 ;
+  assign \$160  = acc12 == b_acc;
+  assign \$161  = valid12 & \$160 ;
+  assign \$162  = addr12 == b_addr;
+  assign \$163  = \$161  & \$162 ;
+  assign \$164  = \$159  | \$163 ;
+  assign \$165  = acc13 == b_acc;
+  assign \$166  = valid13 & \$165 ;
+  assign \$167  = addr13 == b_addr;
+  assign \$168  = \$166  & \$167 ;
+  assign \$169  = \$164  | \$168 ;
+  assign \$170  = acc14 == b_acc;
+  assign \$171  = valid14 & \$170 ;
+  assign \$172  = addr14 == b_addr;
+  assign \$173  = \$171  & \$172 ;
+  assign \$174  = \$169  | \$173 ;
+  assign \$175  = acc15 == b_acc;
+  assign \$176  = valid15 & \$175 ;
+  assign \$177  = addr15 == b_addr;
+  assign \$178  = \$176  & \$177 ;
+  assign \$179  = \$174  | \$178 ;
+  assign \$180  = acc16 == b_acc;
+  assign \$181  = valid16 & \$180 ;
+  assign \$182  = addr16 == b_addr;
+  assign \$183  = \$181  & \$182 ;
+  assign \$184  = \$179  | \$183 ;
+  assign \$185  = acc17 == b_acc;
+  assign \$186  = valid17 & \$185 ;
+  assign \$187  = addr17 == b_addr;
+  assign \$188  = \$186  & \$187 ;
+  assign \$189  = \$184  | \$188 ;
+  assign \$190  = acc18 == b_acc;
+  assign \$191  = valid18 & \$190 ;
+  assign \$192  = addr18 == b_addr;
+  assign \$193  = \$191  & \$192 ;
+  assign \$194  = \$189  | \$193 ;
+  assign \$195  = acc19 == b_acc;
+  assign \$196  = valid19 & \$195 ;
+  assign \$197  = addr19 == b_addr;
+  assign \$198  = \$196  & \$197 ;
+  assign b_hit = \$194  | \$198 ;
+  assign \$199  = count + push;
+  assign \$200  = \$199  - pop;
+  assign \$201  = tail + 1'h1;
+  assign \$553  = \$201  % 5'h14;
+  assign \$203  = head + 1'h1;
+  assign \$559  = \$203  % 5'h14;
+  assign \$205  = ! head;
+  assign \$206  = pop & \$205 ;
+  assign \$207  = ! tail;
+  assign \$208  = push & \$207 ;
+  assign \$209  = head == 1'h1;
+  assign \$210  = pop & \$209 ;
+  assign \$211  = tail == 1'h1;
+  assign \$212  = push & \$211 ;
+  assign \$213  = head == 2'h2;
+  assign \$214  = pop & \$213 ;
+  assign \$215  = tail == 2'h2;
+  assign \$216  = push & \$215 ;
+  assign \$217  = head == 2'h3;
+  assign \$218  = pop & \$217 ;
+  assign \$219  = tail == 2'h3;
+  assign \$220  = push & \$219 ;
+  assign \$221  = head == 3'h4;
+  assign \$222  = pop & \$221 ;
+  assign \$223  = tail == 3'h4;
+  assign \$224  = push & \$223 ;
+  assign \$225  = head == 3'h5;
+  assign \$226  = pop & \$225 ;
+  assign \$227  = tail == 3'h5;
+  assign \$228  = push & \$227 ;
+  assign \$229  = head == 3'h6;
+  assign \$230  = pop & \$229 ;
+  assign \$231  = tail == 3'h6;
+  assign \$232  = push & \$231 ;
+  assign \$233  = head == 3'h7;
+  assign \$234  = pop & \$233 ;
+  assign \$235  = tail == 3'h7;
+  assign \$236  = push & \$235 ;
+  assign \$237  = head == 4'h8;
+  assign \$238  = pop & \$237 ;
+  assign \$239  = tail == 4'h8;
+  assign \$240  = push & \$239 ;
+  assign \$241  = head == 4'h9;
+  assign \$242  = pop & \$241 ;
+  assign \$243  = tail == 4'h9;
+  assign \$244  = push & \$243 ;
+  assign \$245  = head == 4'ha;
+  assign \$246  = pop & \$245 ;
+  assign \$247  = tail == 4'ha;
+  assign \$248  = push & \$247 ;
+  assign \$249  = head == 4'hb;
+  assign \$250  = pop & \$249 ;
+  assign \$251  = tail == 4'hb;
+  assign \$252  = push & \$251 ;
+  assign \$253  = head == 4'hc;
+  assign \$254  = pop & \$253 ;
+  assign \$255  = tail == 4'hc;
+  assign \$256  = push & \$255 ;
+  assign \$257  = head == 4'hd;
+  assign \$258  = pop & \$257 ;
+  assign \$259  = tail == 4'hd;
+  assign \$260  = push & \$259 ;
+  assign \$261  = head == 4'he;
+  assign \$262  = pop & \$261 ;
+  assign \$263  = tail == 4'he;
+  assign \$264  = push & \$263 ;
+  assign \$265  = head == 4'hf;
+  assign \$266  = pop & \$265 ;
+  assign \$267  = tail == 4'hf;
+  assign \$268  = push & \$267 ;
+  assign \$269  = head == 5'h10;
+  assign \$270  = pop & \$269 ;
+  assign \$271  = tail == 5'h10;
+  assign \$272  = push & \$271 ;
+  assign \$273  = head == 5'h11;
+  assign \$274  = pop & \$273 ;
+  assign \$275  = tail == 5'h11;
+  assign \$276  = push & \$275 ;
+  assign \$277  = head == 5'h12;
+  assign \$278  = pop & \$277 ;
+  assign \$279  = tail == 5'h12;
+  assign \$280  = push & \$279 ;
+  assign \$281  = head == 5'h13;
+  assign \$282  = pop & \$281 ;
+  assign \$283  = tail == 5'h13;
+  assign \$284  = push & \$283 ;
   always @(posedge clk)
-    count <= \$215 ;
+    count <= \$285 ;
   always @(posedge clk)
-    tail <= \$216 ;
+    tail <= \$286 ;
   always @(posedge clk)
-    head <= \$217 ;
+    head <= \$287 ;
   always @(posedge clk)
-    valid0 <= \$218 ;
+    valid0 <= \$288 ;
   always @(posedge clk)
-    acc0 <= \$219 ;
+    acc0 <= \$289 ;
   always @(posedge clk)
-    addr0 <= \$220 ;
+    addr0 <= \$290 ;
   always @(posedge clk)
-    valid1 <= \$221 ;
+    valid1 <= \$291 ;
   always @(posedge clk)
-    acc1 <= \$222 ;
+    acc1 <= \$292 ;
   always @(posedge clk)
-    addr1 <= \$223 ;
+    addr1 <= \$293 ;
   always @(posedge clk)
-    valid2 <= \$224 ;
+    valid2 <= \$294 ;
   always @(posedge clk)
-    acc2 <= \$225 ;
+    acc2 <= \$295 ;
   always @(posedge clk)
-    addr2 <= \$226 ;
+    addr2 <= \$296 ;
   always @(posedge clk)
-    valid3 <= \$227 ;
+    valid3 <= \$297 ;
   always @(posedge clk)
-    acc3 <= \$228 ;
+    acc3 <= \$298 ;
   always @(posedge clk)
-    addr3 <= \$229 ;
+    addr3 <= \$299 ;
   always @(posedge clk)
-    valid4 <= \$230 ;
+    valid4 <= \$300 ;
   always @(posedge clk)
-    acc4 <= \$231 ;
+    acc4 <= \$301 ;
   always @(posedge clk)
-    addr4 <= \$232 ;
+    addr4 <= \$302 ;
   always @(posedge clk)
-    valid5 <= \$233 ;
+    valid5 <= \$303 ;
   always @(posedge clk)
-    acc5 <= \$234 ;
+    acc5 <= \$304 ;
   always @(posedge clk)
-    addr5 <= \$235 ;
+    addr5 <= \$305 ;
   always @(posedge clk)
-    valid6 <= \$236 ;
+    valid6 <= \$306 ;
   always @(posedge clk)
-    acc6 <= \$237 ;
+    acc6 <= \$307 ;
   always @(posedge clk)
-    addr6 <= \$238 ;
+    addr6 <= \$308 ;
   always @(posedge clk)
-    valid7 <= \$239 ;
+    valid7 <= \$309 ;
   always @(posedge clk)
-    acc7 <= \$240 ;
+    acc7 <= \$310 ;
   always @(posedge clk)
-    addr7 <= \$241 ;
+    addr7 <= \$311 ;
   always @(posedge clk)
-    valid8 <= \$242 ;
+    valid8 <= \$312 ;
   always @(posedge clk)
-    acc8 <= \$243 ;
+    acc8 <= \$313 ;
   always @(posedge clk)
-    addr8 <= \$244 ;
+    addr8 <= \$314 ;
   always @(posedge clk)
-    valid9 <= \$245 ;
+    valid9 <= \$315 ;
   always @(posedge clk)
-    acc9 <= \$246 ;
+    acc9 <= \$316 ;
   always @(posedge clk)
-    addr9 <= \$247 ;
+    addr9 <= \$317 ;
   always @(posedge clk)
-    valid10 <= \$248 ;
+    valid10 <= \$318 ;
   always @(posedge clk)
-    acc10 <= \$249 ;
+    acc10 <= \$319 ;
   always @(posedge clk)
-    addr10 <= \$250 ;
+    addr10 <= \$320 ;
   always @(posedge clk)
-    valid11 <= \$251 ;
+    valid11 <= \$321 ;
   always @(posedge clk)
-    acc11 <= \$252 ;
+    acc11 <= \$322 ;
   always @(posedge clk)
-    addr11 <= \$253 ;
+    addr11 <= \$323 ;
   always @(posedge clk)
-    valid12 <= \$254 ;
+    valid12 <= \$324 ;
   always @(posedge clk)
-    acc12 <= \$255 ;
+    acc12 <= \$325 ;
   always @(posedge clk)
-    addr12 <= \$256 ;
+    addr12 <= \$326 ;
   always @(posedge clk)
-    valid13 <= \$257 ;
+    valid13 <= \$327 ;
   always @(posedge clk)
-    acc13 <= \$258 ;
+    acc13 <= \$328 ;
   always @(posedge clk)
-    addr13 <= \$259 ;
+    addr13 <= \$329 ;
   always @(posedge clk)
-    valid14 <= \$260 ;
+    valid14 <= \$330 ;
   always @(posedge clk)
-    acc14 <= \$261 ;
+    acc14 <= \$331 ;
   always @(posedge clk)
-    addr14 <= \$262 ;
+    addr14 <= \$332 ;
+  always @(posedge clk)
+    valid15 <= \$333 ;
+  always @(posedge clk)
+    acc15 <= \$334 ;
+  always @(posedge clk)
+    addr15 <= \$335 ;
+  always @(posedge clk)
+    valid16 <= \$336 ;
+  always @(posedge clk)
+    acc16 <= \$337 ;
+  always @(posedge clk)
+    addr16 <= \$338 ;
+  always @(posedge clk)
+    valid17 <= \$339 ;
+  always @(posedge clk)
+    acc17 <= \$340 ;
+  always @(posedge clk)
+    addr17 <= \$341 ;
+  always @(posedge clk)
+    valid18 <= \$342 ;
+  always @(posedge clk)
+    acc18 <= \$343 ;
+  always @(posedge clk)
+    addr18 <= \$344 ;
+  always @(posedge clk)
+    valid19 <= \$345 ;
+  always @(posedge clk)
+    acc19 <= \$346 ;
+  always @(posedge clk)
+    addr19 <= \$347 ;
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
-    \$215  = \$150 [3:0];
+    \$285  = \$200 [4:0];
     if (reset_units) begin
-      \$215  = 4'h0;
+      \$285  = 5'h00;
     end
     if (rst) begin
-      \$215  = 4'h0;
+      \$285  = 5'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
-    \$216  = tail;
+    \$286  = tail;
     if (push) begin
-      \$216  = \$152 [3:0];
+      \$286  = \$202 [4:0];
     end
     if (reset_units) begin
-      \$216  = 4'h0;
+      \$286  = 5'h00;
     end
     if (rst) begin
-      \$216  = 4'h0;
+      \$286  = 5'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
-    \$217  = head;
+    \$287  = head;
     if (pop) begin
-      \$217  = \$154 [3:0];
+      \$287  = \$204 [4:0];
     end
     if (reset_units) begin
-      \$217  = 4'h0;
+      \$287  = 5'h00;
     end
     if (rst) begin
-      \$217  = 4'h0;
+      \$287  = 5'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
-    \$218  = valid0;
-    if (\$156 ) begin
-      \$218  = 1'h0;
-    end
-    if (\$158 ) begin
-      \$218  = 1'h1;
-    end
-    if (reset_units) begin
-      \$218  = 1'h0;
-    end
-    if (rst) begin
-      \$218  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
-    \$219  = acc0;
-    if (\$158 ) begin
-      \$219  = push_acc;
-    end
-    if (reset_units) begin
-      \$219  = 1'h0;
-    end
-    if (rst) begin
-      \$219  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
-    \$220  = addr0;
-    if (\$158 ) begin
-      \$220  = push_addr;
-    end
-    if (reset_units) begin
-      \$220  = 16'h0000;
-    end
-    if (rst) begin
-      \$220  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
-    \$221  = valid1;
-    if (\$160 ) begin
-      \$221  = 1'h0;
-    end
-    if (\$162 ) begin
-      \$221  = 1'h1;
-    end
-    if (reset_units) begin
-      \$221  = 1'h0;
-    end
-    if (rst) begin
-      \$221  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
-    \$222  = acc1;
-    if (\$162 ) begin
-      \$222  = push_acc;
-    end
-    if (reset_units) begin
-      \$222  = 1'h0;
-    end
-    if (rst) begin
-      \$222  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
-    \$223  = addr1;
-    if (\$162 ) begin
-      \$223  = push_addr;
-    end
-    if (reset_units) begin
-      \$223  = 16'h0000;
-    end
-    if (rst) begin
-      \$223  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
-    \$224  = valid2;
-    if (\$164 ) begin
-      \$224  = 1'h0;
-    end
-    if (\$166 ) begin
-      \$224  = 1'h1;
-    end
-    if (reset_units) begin
-      \$224  = 1'h0;
-    end
-    if (rst) begin
-      \$224  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
-    \$225  = acc2;
-    if (\$166 ) begin
-      \$225  = push_acc;
-    end
-    if (reset_units) begin
-      \$225  = 1'h0;
-    end
-    if (rst) begin
-      \$225  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
-    \$226  = addr2;
-    if (\$166 ) begin
-      \$226  = push_addr;
-    end
-    if (reset_units) begin
-      \$226  = 16'h0000;
-    end
-    if (rst) begin
-      \$226  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
-    \$227  = valid3;
-    if (\$168 ) begin
-      \$227  = 1'h0;
-    end
-    if (\$170 ) begin
-      \$227  = 1'h1;
-    end
-    if (reset_units) begin
-      \$227  = 1'h0;
-    end
-    if (rst) begin
-      \$227  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
-    \$228  = acc3;
-    if (\$170 ) begin
-      \$228  = push_acc;
-    end
-    if (reset_units) begin
-      \$228  = 1'h0;
-    end
-    if (rst) begin
-      \$228  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
-    \$229  = addr3;
-    if (\$170 ) begin
-      \$229  = push_addr;
-    end
-    if (reset_units) begin
-      \$229  = 16'h0000;
-    end
-    if (rst) begin
-      \$229  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
-    \$230  = valid4;
-    if (\$172 ) begin
-      \$230  = 1'h0;
-    end
-    if (\$174 ) begin
-      \$230  = 1'h1;
-    end
-    if (reset_units) begin
-      \$230  = 1'h0;
-    end
-    if (rst) begin
-      \$230  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
-    \$231  = acc4;
-    if (\$174 ) begin
-      \$231  = push_acc;
-    end
-    if (reset_units) begin
-      \$231  = 1'h0;
-    end
-    if (rst) begin
-      \$231  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
-    \$232  = addr4;
-    if (\$174 ) begin
-      \$232  = push_addr;
-    end
-    if (reset_units) begin
-      \$232  = 16'h0000;
-    end
-    if (rst) begin
-      \$232  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
-    \$233  = valid5;
-    if (\$176 ) begin
-      \$233  = 1'h0;
-    end
-    if (\$178 ) begin
-      \$233  = 1'h1;
-    end
-    if (reset_units) begin
-      \$233  = 1'h0;
-    end
-    if (rst) begin
-      \$233  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
-    \$234  = acc5;
-    if (\$178 ) begin
-      \$234  = push_acc;
-    end
-    if (reset_units) begin
-      \$234  = 1'h0;
-    end
-    if (rst) begin
-      \$234  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
-    \$235  = addr5;
-    if (\$178 ) begin
-      \$235  = push_addr;
-    end
-    if (reset_units) begin
-      \$235  = 16'h0000;
-    end
-    if (rst) begin
-      \$235  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
-    \$236  = valid6;
-    if (\$180 ) begin
-      \$236  = 1'h0;
-    end
-    if (\$182 ) begin
-      \$236  = 1'h1;
-    end
-    if (reset_units) begin
-      \$236  = 1'h0;
-    end
-    if (rst) begin
-      \$236  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
-    \$237  = acc6;
-    if (\$182 ) begin
-      \$237  = push_acc;
-    end
-    if (reset_units) begin
-      \$237  = 1'h0;
-    end
-    if (rst) begin
-      \$237  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
-    \$238  = addr6;
-    if (\$182 ) begin
-      \$238  = push_addr;
-    end
-    if (reset_units) begin
-      \$238  = 16'h0000;
-    end
-    if (rst) begin
-      \$238  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
-    \$239  = valid7;
-    if (\$184 ) begin
-      \$239  = 1'h0;
-    end
-    if (\$186 ) begin
-      \$239  = 1'h1;
-    end
-    if (reset_units) begin
-      \$239  = 1'h0;
-    end
-    if (rst) begin
-      \$239  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
-    \$240  = acc7;
-    if (\$186 ) begin
-      \$240  = push_acc;
-    end
-    if (reset_units) begin
-      \$240  = 1'h0;
-    end
-    if (rst) begin
-      \$240  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
-    \$241  = addr7;
-    if (\$186 ) begin
-      \$241  = push_addr;
-    end
-    if (reset_units) begin
-      \$241  = 16'h0000;
-    end
-    if (rst) begin
-      \$241  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
-    \$242  = valid8;
-    if (\$188 ) begin
-      \$242  = 1'h0;
-    end
-    if (\$190 ) begin
-      \$242  = 1'h1;
-    end
-    if (reset_units) begin
-      \$242  = 1'h0;
-    end
-    if (rst) begin
-      \$242  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
-    \$243  = acc8;
-    if (\$190 ) begin
-      \$243  = push_acc;
-    end
-    if (reset_units) begin
-      \$243  = 1'h0;
-    end
-    if (rst) begin
-      \$243  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
-    \$244  = addr8;
-    if (\$190 ) begin
-      \$244  = push_addr;
-    end
-    if (reset_units) begin
-      \$244  = 16'h0000;
-    end
-    if (rst) begin
-      \$244  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
-    \$245  = valid9;
-    if (\$192 ) begin
-      \$245  = 1'h0;
-    end
-    if (\$194 ) begin
-      \$245  = 1'h1;
-    end
-    if (reset_units) begin
-      \$245  = 1'h0;
-    end
-    if (rst) begin
-      \$245  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
-    \$246  = acc9;
-    if (\$194 ) begin
-      \$246  = push_acc;
-    end
-    if (reset_units) begin
-      \$246  = 1'h0;
-    end
-    if (rst) begin
-      \$246  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
-    \$247  = addr9;
-    if (\$194 ) begin
-      \$247  = push_addr;
-    end
-    if (reset_units) begin
-      \$247  = 16'h0000;
-    end
-    if (rst) begin
-      \$247  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
-    \$248  = valid10;
-    if (\$196 ) begin
-      \$248  = 1'h0;
-    end
-    if (\$198 ) begin
-      \$248  = 1'h1;
-    end
-    if (reset_units) begin
-      \$248  = 1'h0;
-    end
-    if (rst) begin
-      \$248  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
-    \$249  = acc10;
-    if (\$198 ) begin
-      \$249  = push_acc;
-    end
-    if (reset_units) begin
-      \$249  = 1'h0;
-    end
-    if (rst) begin
-      \$249  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
-    \$250  = addr10;
-    if (\$198 ) begin
-      \$250  = push_addr;
-    end
-    if (reset_units) begin
-      \$250  = 16'h0000;
-    end
-    if (rst) begin
-      \$250  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
-    \$251  = valid11;
-    if (\$200 ) begin
-      \$251  = 1'h0;
-    end
-    if (\$202 ) begin
-      \$251  = 1'h1;
-    end
-    if (reset_units) begin
-      \$251  = 1'h0;
-    end
-    if (rst) begin
-      \$251  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
-    \$252  = acc11;
-    if (\$202 ) begin
-      \$252  = push_acc;
-    end
-    if (reset_units) begin
-      \$252  = 1'h0;
-    end
-    if (rst) begin
-      \$252  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
-    \$253  = addr11;
-    if (\$202 ) begin
-      \$253  = push_addr;
-    end
-    if (reset_units) begin
-      \$253  = 16'h0000;
-    end
-    if (rst) begin
-      \$253  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
-    \$254  = valid12;
-    if (\$204 ) begin
-      \$254  = 1'h0;
-    end
+    \$288  = valid0;
     if (\$206 ) begin
-      \$254  = 1'h1;
+      \$288  = 1'h0;
     end
-    if (reset_units) begin
-      \$254  = 1'h0;
-    end
-    if (rst) begin
-      \$254  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
-    \$255  = acc12;
-    if (\$206 ) begin
-      \$255  = push_acc;
-    end
-    if (reset_units) begin
-      \$255  = 1'h0;
-    end
-    if (rst) begin
-      \$255  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
-    \$256  = addr12;
-    if (\$206 ) begin
-      \$256  = push_addr;
-    end
-    if (reset_units) begin
-      \$256  = 16'h0000;
-    end
-    if (rst) begin
-      \$256  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
-    \$257  = valid13;
     if (\$208 ) begin
-      \$257  = 1'h0;
-    end
-    if (\$210 ) begin
-      \$257  = 1'h1;
+      \$288  = 1'h1;
     end
     if (reset_units) begin
-      \$257  = 1'h0;
+      \$288  = 1'h0;
     end
     if (rst) begin
-      \$257  = 1'h0;
+      \$288  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
-    \$258  = acc13;
-    if (\$210 ) begin
-      \$258  = push_acc;
+    \$289  = acc0;
+    if (\$208 ) begin
+      \$289  = push_acc;
     end
     if (reset_units) begin
-      \$258  = 1'h0;
+      \$289  = 1'h0;
     end
     if (rst) begin
-      \$258  = 1'h0;
+      \$289  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
-    \$259  = addr13;
-    if (\$210 ) begin
-      \$259  = push_addr;
+    \$290  = addr0;
+    if (\$208 ) begin
+      \$290  = push_addr;
     end
     if (reset_units) begin
-      \$259  = 16'h0000;
+      \$290  = 16'h0000;
     end
     if (rst) begin
-      \$259  = 16'h0000;
+      \$290  = 16'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
-    \$260  = valid14;
+    \$291  = valid1;
+    if (\$210 ) begin
+      \$291  = 1'h0;
+    end
     if (\$212 ) begin
-      \$260  = 1'h0;
-    end
-    if (\$214 ) begin
-      \$260  = 1'h1;
+      \$291  = 1'h1;
     end
     if (reset_units) begin
-      \$260  = 1'h0;
+      \$291  = 1'h0;
     end
     if (rst) begin
-      \$260  = 1'h0;
+      \$291  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
-    \$261  = acc14;
-    if (\$214 ) begin
-      \$261  = push_acc;
+    \$292  = acc1;
+    if (\$212 ) begin
+      \$292  = push_acc;
     end
     if (reset_units) begin
-      \$261  = 1'h0;
+      \$292  = 1'h0;
     end
     if (rst) begin
-      \$261  = 1'h0;
+      \$292  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
-    \$262  = addr14;
-    if (\$214 ) begin
-      \$262  = push_addr;
+    \$293  = addr1;
+    if (\$212 ) begin
+      \$293  = push_addr;
     end
     if (reset_units) begin
-      \$262  = 16'h0000;
+      \$293  = 16'h0000;
     end
     if (rst) begin
-      \$262  = 16'h0000;
+      \$293  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
+    \$294  = valid2;
+    if (\$214 ) begin
+      \$294  = 1'h0;
+    end
+    if (\$216 ) begin
+      \$294  = 1'h1;
+    end
+    if (reset_units) begin
+      \$294  = 1'h0;
+    end
+    if (rst) begin
+      \$294  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
+    \$295  = acc2;
+    if (\$216 ) begin
+      \$295  = push_acc;
+    end
+    if (reset_units) begin
+      \$295  = 1'h0;
+    end
+    if (rst) begin
+      \$295  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
+    \$296  = addr2;
+    if (\$216 ) begin
+      \$296  = push_addr;
+    end
+    if (reset_units) begin
+      \$296  = 16'h0000;
+    end
+    if (rst) begin
+      \$296  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
+    \$297  = valid3;
+    if (\$218 ) begin
+      \$297  = 1'h0;
+    end
+    if (\$220 ) begin
+      \$297  = 1'h1;
+    end
+    if (reset_units) begin
+      \$297  = 1'h0;
+    end
+    if (rst) begin
+      \$297  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
+    \$298  = acc3;
+    if (\$220 ) begin
+      \$298  = push_acc;
+    end
+    if (reset_units) begin
+      \$298  = 1'h0;
+    end
+    if (rst) begin
+      \$298  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
+    \$299  = addr3;
+    if (\$220 ) begin
+      \$299  = push_addr;
+    end
+    if (reset_units) begin
+      \$299  = 16'h0000;
+    end
+    if (rst) begin
+      \$299  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
+    \$300  = valid4;
+    if (\$222 ) begin
+      \$300  = 1'h0;
+    end
+    if (\$224 ) begin
+      \$300  = 1'h1;
+    end
+    if (reset_units) begin
+      \$300  = 1'h0;
+    end
+    if (rst) begin
+      \$300  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
+    \$301  = acc4;
+    if (\$224 ) begin
+      \$301  = push_acc;
+    end
+    if (reset_units) begin
+      \$301  = 1'h0;
+    end
+    if (rst) begin
+      \$301  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
+    \$302  = addr4;
+    if (\$224 ) begin
+      \$302  = push_addr;
+    end
+    if (reset_units) begin
+      \$302  = 16'h0000;
+    end
+    if (rst) begin
+      \$302  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
+    \$303  = valid5;
+    if (\$226 ) begin
+      \$303  = 1'h0;
+    end
+    if (\$228 ) begin
+      \$303  = 1'h1;
+    end
+    if (reset_units) begin
+      \$303  = 1'h0;
+    end
+    if (rst) begin
+      \$303  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
+    \$304  = acc5;
+    if (\$228 ) begin
+      \$304  = push_acc;
+    end
+    if (reset_units) begin
+      \$304  = 1'h0;
+    end
+    if (rst) begin
+      \$304  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
+    \$305  = addr5;
+    if (\$228 ) begin
+      \$305  = push_addr;
+    end
+    if (reset_units) begin
+      \$305  = 16'h0000;
+    end
+    if (rst) begin
+      \$305  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
+    \$306  = valid6;
+    if (\$230 ) begin
+      \$306  = 1'h0;
+    end
+    if (\$232 ) begin
+      \$306  = 1'h1;
+    end
+    if (reset_units) begin
+      \$306  = 1'h0;
+    end
+    if (rst) begin
+      \$306  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
+    \$307  = acc6;
+    if (\$232 ) begin
+      \$307  = push_acc;
+    end
+    if (reset_units) begin
+      \$307  = 1'h0;
+    end
+    if (rst) begin
+      \$307  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
+    \$308  = addr6;
+    if (\$232 ) begin
+      \$308  = push_addr;
+    end
+    if (reset_units) begin
+      \$308  = 16'h0000;
+    end
+    if (rst) begin
+      \$308  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
+    \$309  = valid7;
+    if (\$234 ) begin
+      \$309  = 1'h0;
+    end
+    if (\$236 ) begin
+      \$309  = 1'h1;
+    end
+    if (reset_units) begin
+      \$309  = 1'h0;
+    end
+    if (rst) begin
+      \$309  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
+    \$310  = acc7;
+    if (\$236 ) begin
+      \$310  = push_acc;
+    end
+    if (reset_units) begin
+      \$310  = 1'h0;
+    end
+    if (rst) begin
+      \$310  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
+    \$311  = addr7;
+    if (\$236 ) begin
+      \$311  = push_addr;
+    end
+    if (reset_units) begin
+      \$311  = 16'h0000;
+    end
+    if (rst) begin
+      \$311  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
+    \$312  = valid8;
+    if (\$238 ) begin
+      \$312  = 1'h0;
+    end
+    if (\$240 ) begin
+      \$312  = 1'h1;
+    end
+    if (reset_units) begin
+      \$312  = 1'h0;
+    end
+    if (rst) begin
+      \$312  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
+    \$313  = acc8;
+    if (\$240 ) begin
+      \$313  = push_acc;
+    end
+    if (reset_units) begin
+      \$313  = 1'h0;
+    end
+    if (rst) begin
+      \$313  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
+    \$314  = addr8;
+    if (\$240 ) begin
+      \$314  = push_addr;
+    end
+    if (reset_units) begin
+      \$314  = 16'h0000;
+    end
+    if (rst) begin
+      \$314  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
+    \$315  = valid9;
+    if (\$242 ) begin
+      \$315  = 1'h0;
+    end
+    if (\$244 ) begin
+      \$315  = 1'h1;
+    end
+    if (reset_units) begin
+      \$315  = 1'h0;
+    end
+    if (rst) begin
+      \$315  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
+    \$316  = acc9;
+    if (\$244 ) begin
+      \$316  = push_acc;
+    end
+    if (reset_units) begin
+      \$316  = 1'h0;
+    end
+    if (rst) begin
+      \$316  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
+    \$317  = addr9;
+    if (\$244 ) begin
+      \$317  = push_addr;
+    end
+    if (reset_units) begin
+      \$317  = 16'h0000;
+    end
+    if (rst) begin
+      \$317  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
+    \$318  = valid10;
+    if (\$246 ) begin
+      \$318  = 1'h0;
+    end
+    if (\$248 ) begin
+      \$318  = 1'h1;
+    end
+    if (reset_units) begin
+      \$318  = 1'h0;
+    end
+    if (rst) begin
+      \$318  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
+    \$319  = acc10;
+    if (\$248 ) begin
+      \$319  = push_acc;
+    end
+    if (reset_units) begin
+      \$319  = 1'h0;
+    end
+    if (rst) begin
+      \$319  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
+    \$320  = addr10;
+    if (\$248 ) begin
+      \$320  = push_addr;
+    end
+    if (reset_units) begin
+      \$320  = 16'h0000;
+    end
+    if (rst) begin
+      \$320  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
+    \$321  = valid11;
+    if (\$250 ) begin
+      \$321  = 1'h0;
+    end
+    if (\$252 ) begin
+      \$321  = 1'h1;
+    end
+    if (reset_units) begin
+      \$321  = 1'h0;
+    end
+    if (rst) begin
+      \$321  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
+    \$322  = acc11;
+    if (\$252 ) begin
+      \$322  = push_acc;
+    end
+    if (reset_units) begin
+      \$322  = 1'h0;
+    end
+    if (rst) begin
+      \$322  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
+    \$323  = addr11;
+    if (\$252 ) begin
+      \$323  = push_addr;
+    end
+    if (reset_units) begin
+      \$323  = 16'h0000;
+    end
+    if (rst) begin
+      \$323  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
+    \$324  = valid12;
+    if (\$254 ) begin
+      \$324  = 1'h0;
+    end
+    if (\$256 ) begin
+      \$324  = 1'h1;
+    end
+    if (reset_units) begin
+      \$324  = 1'h0;
+    end
+    if (rst) begin
+      \$324  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
+    \$325  = acc12;
+    if (\$256 ) begin
+      \$325  = push_acc;
+    end
+    if (reset_units) begin
+      \$325  = 1'h0;
+    end
+    if (rst) begin
+      \$325  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
+    \$326  = addr12;
+    if (\$256 ) begin
+      \$326  = push_addr;
+    end
+    if (reset_units) begin
+      \$326  = 16'h0000;
+    end
+    if (rst) begin
+      \$326  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
+    \$327  = valid13;
+    if (\$258 ) begin
+      \$327  = 1'h0;
+    end
+    if (\$260 ) begin
+      \$327  = 1'h1;
+    end
+    if (reset_units) begin
+      \$327  = 1'h0;
+    end
+    if (rst) begin
+      \$327  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
+    \$328  = acc13;
+    if (\$260 ) begin
+      \$328  = push_acc;
+    end
+    if (reset_units) begin
+      \$328  = 1'h0;
+    end
+    if (rst) begin
+      \$328  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
+    \$329  = addr13;
+    if (\$260 ) begin
+      \$329  = push_addr;
+    end
+    if (reset_units) begin
+      \$329  = 16'h0000;
+    end
+    if (rst) begin
+      \$329  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
+    \$330  = valid14;
+    if (\$262 ) begin
+      \$330  = 1'h0;
+    end
+    if (\$264 ) begin
+      \$330  = 1'h1;
+    end
+    if (reset_units) begin
+      \$330  = 1'h0;
+    end
+    if (rst) begin
+      \$330  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
+    \$331  = acc14;
+    if (\$264 ) begin
+      \$331  = push_acc;
+    end
+    if (reset_units) begin
+      \$331  = 1'h0;
+    end
+    if (rst) begin
+      \$331  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
+    \$332  = addr14;
+    if (\$264 ) begin
+      \$332  = push_addr;
+    end
+    if (reset_units) begin
+      \$332  = 16'h0000;
+    end
+    if (rst) begin
+      \$332  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
+    \$333  = valid15;
+    if (\$266 ) begin
+      \$333  = 1'h0;
+    end
+    if (\$268 ) begin
+      \$333  = 1'h1;
+    end
+    if (reset_units) begin
+      \$333  = 1'h0;
+    end
+    if (rst) begin
+      \$333  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
+    \$334  = acc15;
+    if (\$268 ) begin
+      \$334  = push_acc;
+    end
+    if (reset_units) begin
+      \$334  = 1'h0;
+    end
+    if (rst) begin
+      \$334  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
+    \$335  = addr15;
+    if (\$268 ) begin
+      \$335  = push_addr;
+    end
+    if (reset_units) begin
+      \$335  = 16'h0000;
+    end
+    if (rst) begin
+      \$335  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
+    \$336  = valid16;
+    if (\$270 ) begin
+      \$336  = 1'h0;
+    end
+    if (\$272 ) begin
+      \$336  = 1'h1;
+    end
+    if (reset_units) begin
+      \$336  = 1'h0;
+    end
+    if (rst) begin
+      \$336  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
+    \$337  = acc16;
+    if (\$272 ) begin
+      \$337  = push_acc;
+    end
+    if (reset_units) begin
+      \$337  = 1'h0;
+    end
+    if (rst) begin
+      \$337  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
+    \$338  = addr16;
+    if (\$272 ) begin
+      \$338  = push_addr;
+    end
+    if (reset_units) begin
+      \$338  = 16'h0000;
+    end
+    if (rst) begin
+      \$338  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
+    \$339  = valid17;
+    if (\$274 ) begin
+      \$339  = 1'h0;
+    end
+    if (\$276 ) begin
+      \$339  = 1'h1;
+    end
+    if (reset_units) begin
+      \$339  = 1'h0;
+    end
+    if (rst) begin
+      \$339  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
+    \$340  = acc17;
+    if (\$276 ) begin
+      \$340  = push_acc;
+    end
+    if (reset_units) begin
+      \$340  = 1'h0;
+    end
+    if (rst) begin
+      \$340  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
+    \$341  = addr17;
+    if (\$276 ) begin
+      \$341  = push_addr;
+    end
+    if (reset_units) begin
+      \$341  = 16'h0000;
+    end
+    if (rst) begin
+      \$341  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
+    \$342  = valid18;
+    if (\$278 ) begin
+      \$342  = 1'h0;
+    end
+    if (\$280 ) begin
+      \$342  = 1'h1;
+    end
+    if (reset_units) begin
+      \$342  = 1'h0;
+    end
+    if (rst) begin
+      \$342  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
+    \$343  = acc18;
+    if (\$280 ) begin
+      \$343  = push_acc;
+    end
+    if (reset_units) begin
+      \$343  = 1'h0;
+    end
+    if (rst) begin
+      \$343  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
+    \$344  = addr18;
+    if (\$280 ) begin
+      \$344  = push_addr;
+    end
+    if (reset_units) begin
+      \$344  = 16'h0000;
+    end
+    if (rst) begin
+      \$344  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
+    \$345  = valid19;
+    if (\$282 ) begin
+      \$345  = 1'h0;
+    end
+    if (\$284 ) begin
+      \$345  = 1'h1;
+    end
+    if (reset_units) begin
+      \$345  = 1'h0;
+    end
+    if (rst) begin
+      \$345  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
+    \$346  = acc19;
+    if (\$284 ) begin
+      \$346  = push_acc;
+    end
+    if (reset_units) begin
+      \$346  = 1'h0;
+    end
+    if (rst) begin
+      \$346  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$100 ) begin end
+    \$347  = addr19;
+    if (\$284 ) begin
+      \$347  = push_addr;
+    end
+    if (reset_units) begin
+      \$347  = 16'h0000;
+    end
+    if (rst) begin
+      \$347  = 16'h0000;
     end
   end
   assign \$5  = \$4 ;
-  assign \$79  = \$78 ;
-  assign \$420  = 1'h1;
-  assign \$152  = \$418 ;
-  assign \$426  = 1'h1;
-  assign \$154  = \$424 ;
+  assign \$104  = \$103 ;
+  assign \$555  = 1'h1;
+  assign \$202  = \$553 ;
+  assign \$561  = 1'h1;
+  assign \$204  = \$559 ;
 endmodule
 
 (* generator = "Amaranth" *)
@@ -59020,8 +60716,8 @@ module \dx1_board.soc.core1.vector$243.transposer (rst, start, spm_addr, w_addr,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, timestamp, doorbell_index, \port$14895$0 , \port$14897$0 
-, \port$14899$0 , \port$14901$0 , \port$14903$0 , \port$14905$0 , \port$14907$0 , \port$14909$0 , \port$14911$0 , \port$14913$0 , \port$14915$0 , \port$14917$0 , \port$14919$0 , \port$14921$0 , \port$14923$0 , \port$14925$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit, budget
+module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, timestamp, doorbell_index, \port$14989$0 , \port$14991$0 
+, \port$14993$0 , \port$14995$0 , \port$14997$0 , \port$14999$0 , \port$15001$0 , \port$15003$0 , \port$15005$0 , \port$15007$0 , \port$15009$0 , \port$15011$0 , \port$15013$0 , \port$15015$0 , \port$15017$0 , \port$15019$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit, budget
 , bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, sem_grant, quiesce, reset_cp, abort_done, dma_done__tdata, head, tail, halted, error_code, error_index, irq_error, axi__arvalid
 , axi__rready, cmd, tile_cmd__tvalid, taken, dma_cmd__tvalid, sem_valid, sem_delta, axi__awaddr, axi__wdata, trace_end_tag, trace_end_opcode, dma_done__tready, tile_done__tready, axi__awvalid, axi__wvalid, axi__bready, irq_completion, trace_end, clk);
   wire \$1 ;
@@ -59302,38 +60998,38 @@ module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume,
   wire [7:0] opcode;
   wire phase;
   wire \phase$128 ;
-  input [15:0] \port$14895$0 ;
-  wire [15:0] \port$14895$0 ;
-  input [15:0] \port$14897$0 ;
-  wire [15:0] \port$14897$0 ;
-  input [15:0] \port$14899$0 ;
-  wire [15:0] \port$14899$0 ;
-  input [15:0] \port$14901$0 ;
-  wire [15:0] \port$14901$0 ;
-  input [15:0] \port$14903$0 ;
-  wire [15:0] \port$14903$0 ;
-  input [15:0] \port$14905$0 ;
-  wire [15:0] \port$14905$0 ;
-  input [15:0] \port$14907$0 ;
-  wire [15:0] \port$14907$0 ;
-  input [15:0] \port$14909$0 ;
-  wire [15:0] \port$14909$0 ;
-  input [15:0] \port$14911$0 ;
-  wire [15:0] \port$14911$0 ;
-  input [15:0] \port$14913$0 ;
-  wire [15:0] \port$14913$0 ;
-  input [15:0] \port$14915$0 ;
-  wire [15:0] \port$14915$0 ;
-  input [15:0] \port$14917$0 ;
-  wire [15:0] \port$14917$0 ;
-  input [15:0] \port$14919$0 ;
-  wire [15:0] \port$14919$0 ;
-  input [15:0] \port$14921$0 ;
-  wire [15:0] \port$14921$0 ;
-  input [15:0] \port$14923$0 ;
-  wire [15:0] \port$14923$0 ;
-  input [15:0] \port$14925$0 ;
-  wire [15:0] \port$14925$0 ;
+  input [15:0] \port$14989$0 ;
+  wire [15:0] \port$14989$0 ;
+  input [15:0] \port$14991$0 ;
+  wire [15:0] \port$14991$0 ;
+  input [15:0] \port$14993$0 ;
+  wire [15:0] \port$14993$0 ;
+  input [15:0] \port$14995$0 ;
+  wire [15:0] \port$14995$0 ;
+  input [15:0] \port$14997$0 ;
+  wire [15:0] \port$14997$0 ;
+  input [15:0] \port$14999$0 ;
+  wire [15:0] \port$14999$0 ;
+  input [15:0] \port$15001$0 ;
+  wire [15:0] \port$15001$0 ;
+  input [15:0] \port$15003$0 ;
+  wire [15:0] \port$15003$0 ;
+  input [15:0] \port$15005$0 ;
+  wire [15:0] \port$15005$0 ;
+  input [15:0] \port$15007$0 ;
+  wire [15:0] \port$15007$0 ;
+  input [15:0] \port$15009$0 ;
+  wire [15:0] \port$15009$0 ;
+  input [15:0] \port$15011$0 ;
+  wire [15:0] \port$15011$0 ;
+  input [15:0] \port$15013$0 ;
+  wire [15:0] \port$15013$0 ;
+  input [15:0] \port$15015$0 ;
+  wire [15:0] \port$15015$0 ;
+  input [15:0] \port$15017$0 ;
+  wire [15:0] \port$15017$0 ;
+  input [15:0] \port$15019$0 ;
+  wire [15:0] \port$15019$0 ;
   input progress;
   wire progress;
   wire \progress$239 ;
@@ -59683,23 +61379,23 @@ module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume,
   );
   \dx1_board.soc.cp0.semaphore  semaphore (
     .done(sem_done),
-    .\port$14895$0 (\port$14895$0 ),
-    .\port$14897$0 (\port$14897$0 ),
-    .\port$14899$0 (\port$14899$0 ),
-    .\port$14901$0 (\port$14901$0 ),
-    .\port$14903$0 (\port$14903$0 ),
-    .\port$14905$0 (\port$14905$0 ),
-    .\port$14907$0 (\port$14907$0 ),
-    .\port$14909$0 (\port$14909$0 ),
-    .\port$14911$0 (\port$14911$0 ),
-    .\port$14913$0 (\port$14913$0 ),
-    .\port$14915$0 (\port$14915$0 ),
-    .\port$14917$0 (\port$14917$0 ),
-    .\port$14919$0 (\port$14919$0 ),
-    .\port$14921$0 (\port$14921$0 ),
-    .\port$14923$0 (\port$14923$0 ),
-    .\port$14925$0 (\port$14925$0 ),
-    .\port$17494$64 (cmd[87:64]),
+    .\port$14989$0 (\port$14989$0 ),
+    .\port$14991$0 (\port$14991$0 ),
+    .\port$14993$0 (\port$14993$0 ),
+    .\port$14995$0 (\port$14995$0 ),
+    .\port$14997$0 (\port$14997$0 ),
+    .\port$14999$0 (\port$14999$0 ),
+    .\port$15001$0 (\port$15001$0 ),
+    .\port$15003$0 (\port$15003$0 ),
+    .\port$15005$0 (\port$15005$0 ),
+    .\port$15007$0 (\port$15007$0 ),
+    .\port$15009$0 (\port$15009$0 ),
+    .\port$15011$0 (\port$15011$0 ),
+    .\port$15013$0 (\port$15013$0 ),
+    .\port$15015$0 (\port$15015$0 ),
+    .\port$15017$0 (\port$15017$0 ),
+    .\port$15019$0 (\port$15019$0 ),
+    .\port$17732$64 (cmd[87:64]),
     .sem_delta(sem_delta),
     .sem_grant(sem_grant),
     .sem_valid(sem_valid),
@@ -59876,8 +61572,8 @@ module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume,
   assign done = sem_done;
   assign sem = cmd[71:64];
   assign count = cmd[87:72];
-  assign sem_values = { \port$14925$0 , \port$14923$0 , \port$14921$0 , \port$14919$0 , \port$14917$0 , \port$14915$0 , \port$14913$0 , \port$14911$0 , \port$14909$0 , \port$14907$0 , \port$14905$0 , \port$14903$0 , \port$14901$0 , \port$14899$0 , \port$14897$0 , \port$14895$0  };
-  assign \sem_values$182  = { \port$14925$0 , \port$14923$0 , \port$14921$0 , \port$14919$0 , \port$14917$0 , \port$14915$0 , \port$14913$0 , \port$14911$0 , \port$14909$0 , \port$14907$0 , \port$14905$0 , \port$14903$0 , \port$14901$0 , \port$14899$0 , \port$14897$0 , \port$14895$0  };
+  assign sem_values = { \port$15019$0 , \port$15017$0 , \port$15015$0 , \port$15013$0 , \port$15011$0 , \port$15009$0 , \port$15007$0 , \port$15005$0 , \port$15003$0 , \port$15001$0 , \port$14999$0 , \port$14997$0 , \port$14995$0 , \port$14993$0 , \port$14991$0 , \port$14989$0  };
+  assign \sem_values$182  = { \port$15019$0 , \port$15017$0 , \port$15015$0 , \port$15013$0 , \port$15011$0 , \port$15009$0 , \port$15007$0 , \port$15005$0 , \port$15003$0 , \port$15001$0 , \port$14999$0 , \port$14997$0 , \port$14995$0 , \port$14993$0 , \port$14991$0 , \port$14989$0  };
   assign \sem_grant$184  = sem_grant;
   assign \sem_valid$186  = sem_valid;
   assign sem_index = cmd[67:64];
@@ -59964,38 +61660,38 @@ module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume,
   assign \slot.footprint.acc_r_hi  = slot_in[244:211];
   assign \slot.footprint.acc_w_lo  = slot_in[278:245];
   assign \slot.footprint.acc_w_hi  = slot_in[312:279];
-  assign \sem_values[0]  = \port$14895$0 ;
-  assign \sem_values[1]  = \port$14897$0 ;
-  assign \sem_values[2]  = \port$14899$0 ;
-  assign \sem_values[3]  = \port$14901$0 ;
-  assign \sem_values[4]  = \port$14903$0 ;
-  assign \sem_values[5]  = \port$14905$0 ;
-  assign \sem_values[6]  = \port$14907$0 ;
-  assign \sem_values[7]  = \port$14909$0 ;
-  assign \sem_values[8]  = \port$14911$0 ;
-  assign \sem_values[9]  = \port$14913$0 ;
-  assign \sem_values[10]  = \port$14915$0 ;
-  assign \sem_values[11]  = \port$14917$0 ;
-  assign \sem_values[12]  = \port$14919$0 ;
-  assign \sem_values[13]  = \port$14921$0 ;
-  assign \sem_values[14]  = \port$14923$0 ;
-  assign \sem_values[15]  = \port$14925$0 ;
-  assign \sem_values$182[0]  = \port$14895$0 ;
-  assign \sem_values$182[1]  = \port$14897$0 ;
-  assign \sem_values$182[2]  = \port$14899$0 ;
-  assign \sem_values$182[3]  = \port$14901$0 ;
-  assign \sem_values$182[4]  = \port$14903$0 ;
-  assign \sem_values$182[5]  = \port$14905$0 ;
-  assign \sem_values$182[6]  = \port$14907$0 ;
-  assign \sem_values$182[7]  = \port$14909$0 ;
-  assign \sem_values$182[8]  = \port$14911$0 ;
-  assign \sem_values$182[9]  = \port$14913$0 ;
-  assign \sem_values$182[10]  = \port$14915$0 ;
-  assign \sem_values$182[11]  = \port$14917$0 ;
-  assign \sem_values$182[12]  = \port$14919$0 ;
-  assign \sem_values$182[13]  = \port$14921$0 ;
-  assign \sem_values$182[14]  = \port$14923$0 ;
-  assign \sem_values$182[15]  = \port$14925$0 ;
+  assign \sem_values[0]  = \port$14989$0 ;
+  assign \sem_values[1]  = \port$14991$0 ;
+  assign \sem_values[2]  = \port$14993$0 ;
+  assign \sem_values[3]  = \port$14995$0 ;
+  assign \sem_values[4]  = \port$14997$0 ;
+  assign \sem_values[5]  = \port$14999$0 ;
+  assign \sem_values[6]  = \port$15001$0 ;
+  assign \sem_values[7]  = \port$15003$0 ;
+  assign \sem_values[8]  = \port$15005$0 ;
+  assign \sem_values[9]  = \port$15007$0 ;
+  assign \sem_values[10]  = \port$15009$0 ;
+  assign \sem_values[11]  = \port$15011$0 ;
+  assign \sem_values[12]  = \port$15013$0 ;
+  assign \sem_values[13]  = \port$15015$0 ;
+  assign \sem_values[14]  = \port$15017$0 ;
+  assign \sem_values[15]  = \port$15019$0 ;
+  assign \sem_values$182[0]  = \port$14989$0 ;
+  assign \sem_values$182[1]  = \port$14991$0 ;
+  assign \sem_values$182[2]  = \port$14993$0 ;
+  assign \sem_values$182[3]  = \port$14995$0 ;
+  assign \sem_values$182[4]  = \port$14997$0 ;
+  assign \sem_values$182[5]  = \port$14999$0 ;
+  assign \sem_values$182[6]  = \port$15001$0 ;
+  assign \sem_values$182[7]  = \port$15003$0 ;
+  assign \sem_values$182[8]  = \port$15005$0 ;
+  assign \sem_values$182[9]  = \port$15007$0 ;
+  assign \sem_values$182[10]  = \port$15009$0 ;
+  assign \sem_values$182[11]  = \port$15011$0 ;
+  assign \sem_values$182[12]  = \port$15013$0 ;
+  assign \sem_values$182[13]  = \port$15015$0 ;
+  assign \sem_values$182[14]  = \port$15017$0 ;
+  assign \sem_values$182[15]  = \port$15019$0 ;
   assign \local_slot.ring_index  = slot_in[15:0];
   assign \local_slot.phase  = slot_in[16];
   assign \local_slot.tag  = slot_in[32:17];
@@ -60427,9 +62123,9 @@ module \dx1_board.soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
     .cmd(cmd),
     .footprint(\footprint$25 ),
     .mv_last(mv_last),
-    .\port$17526$0 (g_a_end),
-    .\port$17528$0 (g_b_end),
-    .\port$17530$0 (p_src_end)
+    .\port$17764$0 (g_a_end),
+    .\port$17766$0 (g_b_end),
+    .\port$17768$0 (p_src_end)
   );
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$104 ) begin end
@@ -60695,7 +62391,7 @@ module \dx1_board.soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.cp0.decoder.footprint$35 (mv_last, \port$17526$0 , \port$17528$0 , \port$17530$0 , footprint, cmd);
+module \dx1_board.soc.cp0.decoder.footprint$35 (mv_last, \port$17764$0 , \port$17766$0 , \port$17768$0 , footprint, cmd);
   reg \$auto$verilog_backend.cc:2355:dump_module$105  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -60731,24 +62427,24 @@ module \dx1_board.soc.cp0.decoder.footprint$35 (mv_last, \port$17526$0 , \port$1
   input [33:0] mv_last;
   wire [33:0] mv_last;
   wire [33:0] p_src_end;
-  input [32:0] \port$17526$0 ;
-  wire [32:0] \port$17526$0 ;
-  input [20:0] \port$17528$0 ;
-  wire [20:0] \port$17528$0 ;
-  input [16:0] \port$17530$0 ;
-  wire [16:0] \port$17530$0 ;
+  input [32:0] \port$17764$0 ;
+  wire [32:0] \port$17764$0 ;
+  input [20:0] \port$17766$0 ;
+  wire [20:0] \port$17766$0 ;
+  input [16:0] \port$17768$0 ;
+  wire [16:0] \port$17768$0 ;
   assign \$1  = cmd[79:64] < cmd[95:80];
   assign \$2  = \$1  ? cmd[79:64] : cmd[95:80];
-  assign \$3  = \port$17526$0  > \port$17528$0 ;
-  assign \$4  = \$3  ? { 1'h0, \port$17526$0  } : { 13'h0000, \port$17528$0  };
+  assign \$3  = \port$17764$0  > \port$17766$0 ;
+  assign \$4  = \$3  ? { 1'h0, \port$17764$0  } : { 13'h0000, \port$17766$0  };
   assign \$5  = cmd[111:96] + cmd[127:112];
   assign \$6  = cmd[127:112] < cmd[79:64];
   assign \$7  = cmd[9] & \$6 ;
   assign \$8  = \$7  ? cmd[127:112] : cmd[79:64];
-  assign \$9  = cmd[127:112] >= \port$17530$0 ;
+  assign \$9  = cmd[127:112] >= \port$17768$0 ;
   assign \$10  = cmd[9] & \$9 ;
   assign \$11  = cmd[127:112] + 1'h1;
-  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$17530$0  };
+  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$17768$0  };
   assign \$13  = cmd[95:80] + cmd[111:96];
   assign \$14  = mv_last + 1'h1;
   assign \$15  = mv_last + 1'h1;
@@ -60799,9 +62495,9 @@ module \dx1_board.soc.cp0.decoder.footprint$35 (mv_last, \port$17526$0 , \port$1
         end
     endcase
   end
-  assign a_end = { 1'h0, \port$17526$0  };
-  assign b_end = { 13'h0000, \port$17528$0  };
-  assign p_src_end = { 17'h00000, \port$17530$0  };
+  assign a_end = { 1'h0, \port$17764$0  };
+  assign b_end = { 13'h0000, \port$17766$0  };
+  assign p_src_end = { 17'h00000, \port$17768$0  };
   assign \footprint.spm_r_lo  = footprint[33:0];
   assign \footprint.spm_r_hi  = footprint[67:34];
   assign \footprint.spm_w_lo  = footprint[101:68];
@@ -63195,8 +64891,8 @@ module \dx1_board.soc.cp0.ring (rst, ring_reset, doorbell, entries_ok, mask, doo
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.cp0.semaphore (\port$14897$0 , \port$14899$0 , \port$14901$0 , \port$14903$0 , \port$14905$0 , \port$14907$0 , \port$14909$0 , \port$14911$0 , \port$14913$0 , \port$14915$0 , \port$14917$0 , \port$14919$0 , \port$14921$0 , \port$14923$0 , \port$14925$0 , sem_grant, \port$17494$64 , signal, \wait , sem_valid, sem_delta
-, done, \port$14895$0 );
+module \dx1_board.soc.cp0.semaphore (\port$14991$0 , \port$14993$0 , \port$14995$0 , \port$14997$0 , \port$14999$0 , \port$15001$0 , \port$15003$0 , \port$15005$0 , \port$15007$0 , \port$15009$0 , \port$15011$0 , \port$15013$0 , \port$15015$0 , \port$15017$0 , \port$15019$0 , sem_grant, \port$17732$64 , signal, \wait , sem_valid, sem_delta
+, done, \port$14989$0 );
   reg \$auto$verilog_backend.cc:2355:dump_module$113  = 0;
   reg [15:0] \$1 ;
   wire \$2 ;
@@ -63204,40 +64900,40 @@ module \dx1_board.soc.cp0.semaphore (\port$14897$0 , \port$14899$0 , \port$14901
   wire [15:0] count;
   output done;
   reg done;
-  input [15:0] \port$14895$0 ;
-  wire [15:0] \port$14895$0 ;
-  input [15:0] \port$14897$0 ;
-  wire [15:0] \port$14897$0 ;
-  input [15:0] \port$14899$0 ;
-  wire [15:0] \port$14899$0 ;
-  input [15:0] \port$14901$0 ;
-  wire [15:0] \port$14901$0 ;
-  input [15:0] \port$14903$0 ;
-  wire [15:0] \port$14903$0 ;
-  input [15:0] \port$14905$0 ;
-  wire [15:0] \port$14905$0 ;
-  input [15:0] \port$14907$0 ;
-  wire [15:0] \port$14907$0 ;
-  input [15:0] \port$14909$0 ;
-  wire [15:0] \port$14909$0 ;
-  input [15:0] \port$14911$0 ;
-  wire [15:0] \port$14911$0 ;
-  input [15:0] \port$14913$0 ;
-  wire [15:0] \port$14913$0 ;
-  input [15:0] \port$14915$0 ;
-  wire [15:0] \port$14915$0 ;
-  input [15:0] \port$14917$0 ;
-  wire [15:0] \port$14917$0 ;
-  input [15:0] \port$14919$0 ;
-  wire [15:0] \port$14919$0 ;
-  input [15:0] \port$14921$0 ;
-  wire [15:0] \port$14921$0 ;
-  input [15:0] \port$14923$0 ;
-  wire [15:0] \port$14923$0 ;
-  input [15:0] \port$14925$0 ;
-  wire [15:0] \port$14925$0 ;
-  input [23:0] \port$17494$64 ;
-  wire [23:0] \port$17494$64 ;
+  input [15:0] \port$14989$0 ;
+  wire [15:0] \port$14989$0 ;
+  input [15:0] \port$14991$0 ;
+  wire [15:0] \port$14991$0 ;
+  input [15:0] \port$14993$0 ;
+  wire [15:0] \port$14993$0 ;
+  input [15:0] \port$14995$0 ;
+  wire [15:0] \port$14995$0 ;
+  input [15:0] \port$14997$0 ;
+  wire [15:0] \port$14997$0 ;
+  input [15:0] \port$14999$0 ;
+  wire [15:0] \port$14999$0 ;
+  input [15:0] \port$15001$0 ;
+  wire [15:0] \port$15001$0 ;
+  input [15:0] \port$15003$0 ;
+  wire [15:0] \port$15003$0 ;
+  input [15:0] \port$15005$0 ;
+  wire [15:0] \port$15005$0 ;
+  input [15:0] \port$15007$0 ;
+  wire [15:0] \port$15007$0 ;
+  input [15:0] \port$15009$0 ;
+  wire [15:0] \port$15009$0 ;
+  input [15:0] \port$15011$0 ;
+  wire [15:0] \port$15011$0 ;
+  input [15:0] \port$15013$0 ;
+  wire [15:0] \port$15013$0 ;
+  input [15:0] \port$15015$0 ;
+  wire [15:0] \port$15015$0 ;
+  input [15:0] \port$15017$0 ;
+  wire [15:0] \port$15017$0 ;
+  input [15:0] \port$15019$0 ;
+  wire [15:0] \port$15019$0 ;
+  input [23:0] \port$17732$64 ;
+  wire [23:0] \port$17732$64 ;
   wire [7:0] sem;
   output [17:0] sem_delta;
   reg [17:0] sem_delta;
@@ -63267,44 +64963,44 @@ module \dx1_board.soc.cp0.semaphore (\port$14897$0 , \port$14899$0 , \port$14901
   wire signal;
   input \wait ;
   wire \wait ;
-  assign \$2  = \$1  >= \port$17494$64 [23:8];
-  assign \$3  = - \port$17494$64 [23:8];
+  assign \$2  = \$1  >= \port$17732$64 [23:8];
+  assign \$3  = - \port$17732$64 [23:8];
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$113 ) begin end
     \$1  = 16'h0000;
-    casez (\port$17494$64 [7:0])
+    casez (\port$17732$64 [7:0])
       8'h00:
-          \$1  = \port$14895$0 ;
+          \$1  = \port$14989$0 ;
       8'h01:
-          \$1  = \port$14897$0 ;
+          \$1  = \port$14991$0 ;
       8'h02:
-          \$1  = \port$14899$0 ;
+          \$1  = \port$14993$0 ;
       8'h03:
-          \$1  = \port$14901$0 ;
+          \$1  = \port$14995$0 ;
       8'h04:
-          \$1  = \port$14903$0 ;
+          \$1  = \port$14997$0 ;
       8'h05:
-          \$1  = \port$14905$0 ;
+          \$1  = \port$14999$0 ;
       8'h06:
-          \$1  = \port$14907$0 ;
+          \$1  = \port$15001$0 ;
       8'h07:
-          \$1  = \port$14909$0 ;
+          \$1  = \port$15003$0 ;
       8'h08:
-          \$1  = \port$14911$0 ;
+          \$1  = \port$15005$0 ;
       8'h09:
-          \$1  = \port$14913$0 ;
+          \$1  = \port$15007$0 ;
       8'h0a:
-          \$1  = \port$14915$0 ;
+          \$1  = \port$15009$0 ;
       8'h0b:
-          \$1  = \port$14917$0 ;
+          \$1  = \port$15011$0 ;
       8'h0c:
-          \$1  = \port$14919$0 ;
+          \$1  = \port$15013$0 ;
       8'h0d:
-          \$1  = \port$14921$0 ;
+          \$1  = \port$15015$0 ;
       8'h0e:
-          \$1  = \port$14923$0 ;
+          \$1  = \port$15017$0 ;
       8'h0f:
-          \$1  = \port$14925$0 ;
+          \$1  = \port$15019$0 ;
     endcase
   end
   always @* begin
@@ -63323,7 +65019,7 @@ module \dx1_board.soc.cp0.semaphore (\port$14897$0 , \port$14899$0 , \port$14901
     if (\$auto$verilog_backend.cc:2355:dump_module$113 ) begin end
     sem_delta = 18'h00000;
     if (signal) begin
-      sem_delta = { 2'h0, \port$17494$64 [23:8] };
+      sem_delta = { 2'h0, \port$17732$64 [23:8] };
     end
     if (\wait ) begin
       if (\$2 ) begin
@@ -63343,26 +65039,26 @@ module \dx1_board.soc.cp0.semaphore (\port$14897$0 , \port$14899$0 , \port$14901
       end
     end
   end
-  assign count = \port$17494$64 [23:8];
-  assign sem = \port$17494$64 [7:0];
-  assign sem_values = { \port$14925$0 , \port$14923$0 , \port$14921$0 , \port$14919$0 , \port$14917$0 , \port$14915$0 , \port$14913$0 , \port$14911$0 , \port$14909$0 , \port$14907$0 , \port$14905$0 , \port$14903$0 , \port$14901$0 , \port$14899$0 , \port$14897$0 , \port$14895$0  };
-  assign sem_index = \port$17494$64 [3:0];
-  assign \sem_values[0]  = \port$14895$0 ;
-  assign \sem_values[1]  = \port$14897$0 ;
-  assign \sem_values[2]  = \port$14899$0 ;
-  assign \sem_values[3]  = \port$14901$0 ;
-  assign \sem_values[4]  = \port$14903$0 ;
-  assign \sem_values[5]  = \port$14905$0 ;
-  assign \sem_values[6]  = \port$14907$0 ;
-  assign \sem_values[7]  = \port$14909$0 ;
-  assign \sem_values[8]  = \port$14911$0 ;
-  assign \sem_values[9]  = \port$14913$0 ;
-  assign \sem_values[10]  = \port$14915$0 ;
-  assign \sem_values[11]  = \port$14917$0 ;
-  assign \sem_values[12]  = \port$14919$0 ;
-  assign \sem_values[13]  = \port$14921$0 ;
-  assign \sem_values[14]  = \port$14923$0 ;
-  assign \sem_values[15]  = \port$14925$0 ;
+  assign count = \port$17732$64 [23:8];
+  assign sem = \port$17732$64 [7:0];
+  assign sem_values = { \port$15019$0 , \port$15017$0 , \port$15015$0 , \port$15013$0 , \port$15011$0 , \port$15009$0 , \port$15007$0 , \port$15005$0 , \port$15003$0 , \port$15001$0 , \port$14999$0 , \port$14997$0 , \port$14995$0 , \port$14993$0 , \port$14991$0 , \port$14989$0  };
+  assign sem_index = \port$17732$64 [3:0];
+  assign \sem_values[0]  = \port$14989$0 ;
+  assign \sem_values[1]  = \port$14991$0 ;
+  assign \sem_values[2]  = \port$14993$0 ;
+  assign \sem_values[3]  = \port$14995$0 ;
+  assign \sem_values[4]  = \port$14997$0 ;
+  assign \sem_values[5]  = \port$14999$0 ;
+  assign \sem_values[6]  = \port$15001$0 ;
+  assign \sem_values[7]  = \port$15003$0 ;
+  assign \sem_values[8]  = \port$15005$0 ;
+  assign \sem_values[9]  = \port$15007$0 ;
+  assign \sem_values[10]  = \port$15009$0 ;
+  assign \sem_values[11]  = \port$15011$0 ;
+  assign \sem_values[12]  = \port$15013$0 ;
+  assign \sem_values[13]  = \port$15015$0 ;
+  assign \sem_values[14]  = \port$15017$0 ;
+  assign \sem_values[15]  = \port$15019$0 ;
 endmodule
 
 (* generator = "Amaranth" *)
@@ -64293,8 +65989,8 @@ module \dx1_board.soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_don
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, timestamp, doorbell_index, \port$14895$0 , \port$14897$0 
-, \port$14899$0 , \port$14901$0 , \port$14903$0 , \port$14905$0 , \port$14907$0 , \port$14909$0 , \port$14911$0 , \port$14913$0 , \port$14915$0 , \port$14917$0 , \port$14919$0 , \port$14921$0 , \port$14923$0 , \port$14925$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit, budget
+module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, timestamp, doorbell_index, \port$14989$0 , \port$14991$0 
+, \port$14993$0 , \port$14995$0 , \port$14997$0 , \port$14999$0 , \port$15001$0 , \port$15003$0 , \port$15005$0 , \port$15007$0 , \port$15009$0 , \port$15011$0 , \port$15013$0 , \port$15015$0 , \port$15017$0 , \port$15019$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit, budget
 , bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, sem_grant, quiesce, reset_cp, abort_done, dma_done__tdata, head, tail, halted, error_code, error_index, irq_error, axi__arvalid
 , axi__rready, cmd, tile_cmd__tvalid, taken, dma_cmd__tvalid, sem_valid, sem_delta, axi__awaddr, axi__wdata, trace_end_tag, trace_end_opcode, dma_done__tready, tile_done__tready, axi__awvalid, axi__wvalid, axi__bready, irq_completion, trace_end, clk);
   wire \$1 ;
@@ -64575,38 +66271,38 @@ module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume,
   wire [7:0] opcode;
   wire phase;
   wire \phase$128 ;
-  input [15:0] \port$14895$0 ;
-  wire [15:0] \port$14895$0 ;
-  input [15:0] \port$14897$0 ;
-  wire [15:0] \port$14897$0 ;
-  input [15:0] \port$14899$0 ;
-  wire [15:0] \port$14899$0 ;
-  input [15:0] \port$14901$0 ;
-  wire [15:0] \port$14901$0 ;
-  input [15:0] \port$14903$0 ;
-  wire [15:0] \port$14903$0 ;
-  input [15:0] \port$14905$0 ;
-  wire [15:0] \port$14905$0 ;
-  input [15:0] \port$14907$0 ;
-  wire [15:0] \port$14907$0 ;
-  input [15:0] \port$14909$0 ;
-  wire [15:0] \port$14909$0 ;
-  input [15:0] \port$14911$0 ;
-  wire [15:0] \port$14911$0 ;
-  input [15:0] \port$14913$0 ;
-  wire [15:0] \port$14913$0 ;
-  input [15:0] \port$14915$0 ;
-  wire [15:0] \port$14915$0 ;
-  input [15:0] \port$14917$0 ;
-  wire [15:0] \port$14917$0 ;
-  input [15:0] \port$14919$0 ;
-  wire [15:0] \port$14919$0 ;
-  input [15:0] \port$14921$0 ;
-  wire [15:0] \port$14921$0 ;
-  input [15:0] \port$14923$0 ;
-  wire [15:0] \port$14923$0 ;
-  input [15:0] \port$14925$0 ;
-  wire [15:0] \port$14925$0 ;
+  input [15:0] \port$14989$0 ;
+  wire [15:0] \port$14989$0 ;
+  input [15:0] \port$14991$0 ;
+  wire [15:0] \port$14991$0 ;
+  input [15:0] \port$14993$0 ;
+  wire [15:0] \port$14993$0 ;
+  input [15:0] \port$14995$0 ;
+  wire [15:0] \port$14995$0 ;
+  input [15:0] \port$14997$0 ;
+  wire [15:0] \port$14997$0 ;
+  input [15:0] \port$14999$0 ;
+  wire [15:0] \port$14999$0 ;
+  input [15:0] \port$15001$0 ;
+  wire [15:0] \port$15001$0 ;
+  input [15:0] \port$15003$0 ;
+  wire [15:0] \port$15003$0 ;
+  input [15:0] \port$15005$0 ;
+  wire [15:0] \port$15005$0 ;
+  input [15:0] \port$15007$0 ;
+  wire [15:0] \port$15007$0 ;
+  input [15:0] \port$15009$0 ;
+  wire [15:0] \port$15009$0 ;
+  input [15:0] \port$15011$0 ;
+  wire [15:0] \port$15011$0 ;
+  input [15:0] \port$15013$0 ;
+  wire [15:0] \port$15013$0 ;
+  input [15:0] \port$15015$0 ;
+  wire [15:0] \port$15015$0 ;
+  input [15:0] \port$15017$0 ;
+  wire [15:0] \port$15017$0 ;
+  input [15:0] \port$15019$0 ;
+  wire [15:0] \port$15019$0 ;
   input progress;
   wire progress;
   wire \progress$239 ;
@@ -64956,23 +66652,23 @@ module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume,
   );
   \dx1_board.soc.cp1.semaphore  semaphore (
     .done(sem_done),
-    .\port$14895$0 (\port$14895$0 ),
-    .\port$14897$0 (\port$14897$0 ),
-    .\port$14899$0 (\port$14899$0 ),
-    .\port$14901$0 (\port$14901$0 ),
-    .\port$14903$0 (\port$14903$0 ),
-    .\port$14905$0 (\port$14905$0 ),
-    .\port$14907$0 (\port$14907$0 ),
-    .\port$14909$0 (\port$14909$0 ),
-    .\port$14911$0 (\port$14911$0 ),
-    .\port$14913$0 (\port$14913$0 ),
-    .\port$14915$0 (\port$14915$0 ),
-    .\port$14917$0 (\port$14917$0 ),
-    .\port$14919$0 (\port$14919$0 ),
-    .\port$14921$0 (\port$14921$0 ),
-    .\port$14923$0 (\port$14923$0 ),
-    .\port$14925$0 (\port$14925$0 ),
-    .\port$19801$64 (cmd[87:64]),
+    .\port$14989$0 (\port$14989$0 ),
+    .\port$14991$0 (\port$14991$0 ),
+    .\port$14993$0 (\port$14993$0 ),
+    .\port$14995$0 (\port$14995$0 ),
+    .\port$14997$0 (\port$14997$0 ),
+    .\port$14999$0 (\port$14999$0 ),
+    .\port$15001$0 (\port$15001$0 ),
+    .\port$15003$0 (\port$15003$0 ),
+    .\port$15005$0 (\port$15005$0 ),
+    .\port$15007$0 (\port$15007$0 ),
+    .\port$15009$0 (\port$15009$0 ),
+    .\port$15011$0 (\port$15011$0 ),
+    .\port$15013$0 (\port$15013$0 ),
+    .\port$15015$0 (\port$15015$0 ),
+    .\port$15017$0 (\port$15017$0 ),
+    .\port$15019$0 (\port$15019$0 ),
+    .\port$20183$64 (cmd[87:64]),
     .sem_delta(sem_delta),
     .sem_grant(sem_grant),
     .sem_valid(sem_valid),
@@ -65149,8 +66845,8 @@ module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume,
   assign done = sem_done;
   assign sem = cmd[71:64];
   assign count = cmd[87:72];
-  assign sem_values = { \port$14925$0 , \port$14923$0 , \port$14921$0 , \port$14919$0 , \port$14917$0 , \port$14915$0 , \port$14913$0 , \port$14911$0 , \port$14909$0 , \port$14907$0 , \port$14905$0 , \port$14903$0 , \port$14901$0 , \port$14899$0 , \port$14897$0 , \port$14895$0  };
-  assign \sem_values$182  = { \port$14925$0 , \port$14923$0 , \port$14921$0 , \port$14919$0 , \port$14917$0 , \port$14915$0 , \port$14913$0 , \port$14911$0 , \port$14909$0 , \port$14907$0 , \port$14905$0 , \port$14903$0 , \port$14901$0 , \port$14899$0 , \port$14897$0 , \port$14895$0  };
+  assign sem_values = { \port$15019$0 , \port$15017$0 , \port$15015$0 , \port$15013$0 , \port$15011$0 , \port$15009$0 , \port$15007$0 , \port$15005$0 , \port$15003$0 , \port$15001$0 , \port$14999$0 , \port$14997$0 , \port$14995$0 , \port$14993$0 , \port$14991$0 , \port$14989$0  };
+  assign \sem_values$182  = { \port$15019$0 , \port$15017$0 , \port$15015$0 , \port$15013$0 , \port$15011$0 , \port$15009$0 , \port$15007$0 , \port$15005$0 , \port$15003$0 , \port$15001$0 , \port$14999$0 , \port$14997$0 , \port$14995$0 , \port$14993$0 , \port$14991$0 , \port$14989$0  };
   assign \sem_grant$184  = sem_grant;
   assign \sem_valid$186  = sem_valid;
   assign sem_index = cmd[67:64];
@@ -65237,38 +66933,38 @@ module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume,
   assign \slot.footprint.acc_r_hi  = slot_in[244:211];
   assign \slot.footprint.acc_w_lo  = slot_in[278:245];
   assign \slot.footprint.acc_w_hi  = slot_in[312:279];
-  assign \sem_values[0]  = \port$14895$0 ;
-  assign \sem_values[1]  = \port$14897$0 ;
-  assign \sem_values[2]  = \port$14899$0 ;
-  assign \sem_values[3]  = \port$14901$0 ;
-  assign \sem_values[4]  = \port$14903$0 ;
-  assign \sem_values[5]  = \port$14905$0 ;
-  assign \sem_values[6]  = \port$14907$0 ;
-  assign \sem_values[7]  = \port$14909$0 ;
-  assign \sem_values[8]  = \port$14911$0 ;
-  assign \sem_values[9]  = \port$14913$0 ;
-  assign \sem_values[10]  = \port$14915$0 ;
-  assign \sem_values[11]  = \port$14917$0 ;
-  assign \sem_values[12]  = \port$14919$0 ;
-  assign \sem_values[13]  = \port$14921$0 ;
-  assign \sem_values[14]  = \port$14923$0 ;
-  assign \sem_values[15]  = \port$14925$0 ;
-  assign \sem_values$182[0]  = \port$14895$0 ;
-  assign \sem_values$182[1]  = \port$14897$0 ;
-  assign \sem_values$182[2]  = \port$14899$0 ;
-  assign \sem_values$182[3]  = \port$14901$0 ;
-  assign \sem_values$182[4]  = \port$14903$0 ;
-  assign \sem_values$182[5]  = \port$14905$0 ;
-  assign \sem_values$182[6]  = \port$14907$0 ;
-  assign \sem_values$182[7]  = \port$14909$0 ;
-  assign \sem_values$182[8]  = \port$14911$0 ;
-  assign \sem_values$182[9]  = \port$14913$0 ;
-  assign \sem_values$182[10]  = \port$14915$0 ;
-  assign \sem_values$182[11]  = \port$14917$0 ;
-  assign \sem_values$182[12]  = \port$14919$0 ;
-  assign \sem_values$182[13]  = \port$14921$0 ;
-  assign \sem_values$182[14]  = \port$14923$0 ;
-  assign \sem_values$182[15]  = \port$14925$0 ;
+  assign \sem_values[0]  = \port$14989$0 ;
+  assign \sem_values[1]  = \port$14991$0 ;
+  assign \sem_values[2]  = \port$14993$0 ;
+  assign \sem_values[3]  = \port$14995$0 ;
+  assign \sem_values[4]  = \port$14997$0 ;
+  assign \sem_values[5]  = \port$14999$0 ;
+  assign \sem_values[6]  = \port$15001$0 ;
+  assign \sem_values[7]  = \port$15003$0 ;
+  assign \sem_values[8]  = \port$15005$0 ;
+  assign \sem_values[9]  = \port$15007$0 ;
+  assign \sem_values[10]  = \port$15009$0 ;
+  assign \sem_values[11]  = \port$15011$0 ;
+  assign \sem_values[12]  = \port$15013$0 ;
+  assign \sem_values[13]  = \port$15015$0 ;
+  assign \sem_values[14]  = \port$15017$0 ;
+  assign \sem_values[15]  = \port$15019$0 ;
+  assign \sem_values$182[0]  = \port$14989$0 ;
+  assign \sem_values$182[1]  = \port$14991$0 ;
+  assign \sem_values$182[2]  = \port$14993$0 ;
+  assign \sem_values$182[3]  = \port$14995$0 ;
+  assign \sem_values$182[4]  = \port$14997$0 ;
+  assign \sem_values$182[5]  = \port$14999$0 ;
+  assign \sem_values$182[6]  = \port$15001$0 ;
+  assign \sem_values$182[7]  = \port$15003$0 ;
+  assign \sem_values$182[8]  = \port$15005$0 ;
+  assign \sem_values$182[9]  = \port$15007$0 ;
+  assign \sem_values$182[10]  = \port$15009$0 ;
+  assign \sem_values$182[11]  = \port$15011$0 ;
+  assign \sem_values$182[12]  = \port$15013$0 ;
+  assign \sem_values$182[13]  = \port$15015$0 ;
+  assign \sem_values$182[14]  = \port$15017$0 ;
+  assign \sem_values$182[15]  = \port$15019$0 ;
   assign \local_slot.ring_index  = slot_in[15:0];
   assign \local_slot.phase  = slot_in[16];
   assign \local_slot.tag  = slot_in[32:17];
@@ -65700,9 +67396,9 @@ module \dx1_board.soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
     .cmd(cmd),
     .footprint(\footprint$25 ),
     .mv_last(mv_last),
-    .\port$19833$0 (g_a_end),
-    .\port$19835$0 (g_b_end),
-    .\port$19837$0 (p_src_end)
+    .\port$20215$0 (g_a_end),
+    .\port$20217$0 (g_b_end),
+    .\port$20219$0 (p_src_end)
   );
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$116 ) begin end
@@ -65968,7 +67664,7 @@ module \dx1_board.soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.cp1.decoder.footprint$35 (mv_last, \port$19833$0 , \port$19835$0 , \port$19837$0 , footprint, cmd);
+module \dx1_board.soc.cp1.decoder.footprint$35 (mv_last, \port$20215$0 , \port$20217$0 , \port$20219$0 , footprint, cmd);
   reg \$auto$verilog_backend.cc:2355:dump_module$117  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -66004,24 +67700,24 @@ module \dx1_board.soc.cp1.decoder.footprint$35 (mv_last, \port$19833$0 , \port$1
   input [33:0] mv_last;
   wire [33:0] mv_last;
   wire [33:0] p_src_end;
-  input [32:0] \port$19833$0 ;
-  wire [32:0] \port$19833$0 ;
-  input [20:0] \port$19835$0 ;
-  wire [20:0] \port$19835$0 ;
-  input [16:0] \port$19837$0 ;
-  wire [16:0] \port$19837$0 ;
+  input [32:0] \port$20215$0 ;
+  wire [32:0] \port$20215$0 ;
+  input [20:0] \port$20217$0 ;
+  wire [20:0] \port$20217$0 ;
+  input [16:0] \port$20219$0 ;
+  wire [16:0] \port$20219$0 ;
   assign \$1  = cmd[79:64] < cmd[95:80];
   assign \$2  = \$1  ? cmd[79:64] : cmd[95:80];
-  assign \$3  = \port$19833$0  > \port$19835$0 ;
-  assign \$4  = \$3  ? { 1'h0, \port$19833$0  } : { 13'h0000, \port$19835$0  };
+  assign \$3  = \port$20215$0  > \port$20217$0 ;
+  assign \$4  = \$3  ? { 1'h0, \port$20215$0  } : { 13'h0000, \port$20217$0  };
   assign \$5  = cmd[111:96] + cmd[127:112];
   assign \$6  = cmd[127:112] < cmd[79:64];
   assign \$7  = cmd[9] & \$6 ;
   assign \$8  = \$7  ? cmd[127:112] : cmd[79:64];
-  assign \$9  = cmd[127:112] >= \port$19837$0 ;
+  assign \$9  = cmd[127:112] >= \port$20219$0 ;
   assign \$10  = cmd[9] & \$9 ;
   assign \$11  = cmd[127:112] + 1'h1;
-  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$19837$0  };
+  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$20219$0  };
   assign \$13  = cmd[95:80] + cmd[111:96];
   assign \$14  = mv_last + 1'h1;
   assign \$15  = mv_last + 1'h1;
@@ -66072,9 +67768,9 @@ module \dx1_board.soc.cp1.decoder.footprint$35 (mv_last, \port$19833$0 , \port$1
         end
     endcase
   end
-  assign a_end = { 1'h0, \port$19833$0  };
-  assign b_end = { 13'h0000, \port$19835$0  };
-  assign p_src_end = { 17'h00000, \port$19837$0  };
+  assign a_end = { 1'h0, \port$20215$0  };
+  assign b_end = { 13'h0000, \port$20217$0  };
+  assign p_src_end = { 17'h00000, \port$20219$0  };
   assign \footprint.spm_r_lo  = footprint[33:0];
   assign \footprint.spm_r_hi  = footprint[67:34];
   assign \footprint.spm_w_lo  = footprint[101:68];
@@ -68468,8 +70164,8 @@ module \dx1_board.soc.cp1.ring (rst, ring_reset, doorbell, entries_ok, mask, doo
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.cp1.semaphore (\port$14897$0 , \port$14899$0 , \port$14901$0 , \port$14903$0 , \port$14905$0 , \port$14907$0 , \port$14909$0 , \port$14911$0 , \port$14913$0 , \port$14915$0 , \port$14917$0 , \port$14919$0 , \port$14921$0 , \port$14923$0 , \port$14925$0 , sem_grant, \port$19801$64 , signal, \wait , sem_valid, sem_delta
-, done, \port$14895$0 );
+module \dx1_board.soc.cp1.semaphore (\port$14991$0 , \port$14993$0 , \port$14995$0 , \port$14997$0 , \port$14999$0 , \port$15001$0 , \port$15003$0 , \port$15005$0 , \port$15007$0 , \port$15009$0 , \port$15011$0 , \port$15013$0 , \port$15015$0 , \port$15017$0 , \port$15019$0 , sem_grant, \port$20183$64 , signal, \wait , sem_valid, sem_delta
+, done, \port$14989$0 );
   reg \$auto$verilog_backend.cc:2355:dump_module$125  = 0;
   reg [15:0] \$1 ;
   wire \$2 ;
@@ -68477,40 +70173,40 @@ module \dx1_board.soc.cp1.semaphore (\port$14897$0 , \port$14899$0 , \port$14901
   wire [15:0] count;
   output done;
   reg done;
-  input [15:0] \port$14895$0 ;
-  wire [15:0] \port$14895$0 ;
-  input [15:0] \port$14897$0 ;
-  wire [15:0] \port$14897$0 ;
-  input [15:0] \port$14899$0 ;
-  wire [15:0] \port$14899$0 ;
-  input [15:0] \port$14901$0 ;
-  wire [15:0] \port$14901$0 ;
-  input [15:0] \port$14903$0 ;
-  wire [15:0] \port$14903$0 ;
-  input [15:0] \port$14905$0 ;
-  wire [15:0] \port$14905$0 ;
-  input [15:0] \port$14907$0 ;
-  wire [15:0] \port$14907$0 ;
-  input [15:0] \port$14909$0 ;
-  wire [15:0] \port$14909$0 ;
-  input [15:0] \port$14911$0 ;
-  wire [15:0] \port$14911$0 ;
-  input [15:0] \port$14913$0 ;
-  wire [15:0] \port$14913$0 ;
-  input [15:0] \port$14915$0 ;
-  wire [15:0] \port$14915$0 ;
-  input [15:0] \port$14917$0 ;
-  wire [15:0] \port$14917$0 ;
-  input [15:0] \port$14919$0 ;
-  wire [15:0] \port$14919$0 ;
-  input [15:0] \port$14921$0 ;
-  wire [15:0] \port$14921$0 ;
-  input [15:0] \port$14923$0 ;
-  wire [15:0] \port$14923$0 ;
-  input [15:0] \port$14925$0 ;
-  wire [15:0] \port$14925$0 ;
-  input [23:0] \port$19801$64 ;
-  wire [23:0] \port$19801$64 ;
+  input [15:0] \port$14989$0 ;
+  wire [15:0] \port$14989$0 ;
+  input [15:0] \port$14991$0 ;
+  wire [15:0] \port$14991$0 ;
+  input [15:0] \port$14993$0 ;
+  wire [15:0] \port$14993$0 ;
+  input [15:0] \port$14995$0 ;
+  wire [15:0] \port$14995$0 ;
+  input [15:0] \port$14997$0 ;
+  wire [15:0] \port$14997$0 ;
+  input [15:0] \port$14999$0 ;
+  wire [15:0] \port$14999$0 ;
+  input [15:0] \port$15001$0 ;
+  wire [15:0] \port$15001$0 ;
+  input [15:0] \port$15003$0 ;
+  wire [15:0] \port$15003$0 ;
+  input [15:0] \port$15005$0 ;
+  wire [15:0] \port$15005$0 ;
+  input [15:0] \port$15007$0 ;
+  wire [15:0] \port$15007$0 ;
+  input [15:0] \port$15009$0 ;
+  wire [15:0] \port$15009$0 ;
+  input [15:0] \port$15011$0 ;
+  wire [15:0] \port$15011$0 ;
+  input [15:0] \port$15013$0 ;
+  wire [15:0] \port$15013$0 ;
+  input [15:0] \port$15015$0 ;
+  wire [15:0] \port$15015$0 ;
+  input [15:0] \port$15017$0 ;
+  wire [15:0] \port$15017$0 ;
+  input [15:0] \port$15019$0 ;
+  wire [15:0] \port$15019$0 ;
+  input [23:0] \port$20183$64 ;
+  wire [23:0] \port$20183$64 ;
   wire [7:0] sem;
   output [17:0] sem_delta;
   reg [17:0] sem_delta;
@@ -68540,44 +70236,44 @@ module \dx1_board.soc.cp1.semaphore (\port$14897$0 , \port$14899$0 , \port$14901
   wire signal;
   input \wait ;
   wire \wait ;
-  assign \$2  = \$1  >= \port$19801$64 [23:8];
-  assign \$3  = - \port$19801$64 [23:8];
+  assign \$2  = \$1  >= \port$20183$64 [23:8];
+  assign \$3  = - \port$20183$64 [23:8];
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$125 ) begin end
     \$1  = 16'h0000;
-    casez (\port$19801$64 [7:0])
+    casez (\port$20183$64 [7:0])
       8'h00:
-          \$1  = \port$14895$0 ;
+          \$1  = \port$14989$0 ;
       8'h01:
-          \$1  = \port$14897$0 ;
+          \$1  = \port$14991$0 ;
       8'h02:
-          \$1  = \port$14899$0 ;
+          \$1  = \port$14993$0 ;
       8'h03:
-          \$1  = \port$14901$0 ;
+          \$1  = \port$14995$0 ;
       8'h04:
-          \$1  = \port$14903$0 ;
+          \$1  = \port$14997$0 ;
       8'h05:
-          \$1  = \port$14905$0 ;
+          \$1  = \port$14999$0 ;
       8'h06:
-          \$1  = \port$14907$0 ;
+          \$1  = \port$15001$0 ;
       8'h07:
-          \$1  = \port$14909$0 ;
+          \$1  = \port$15003$0 ;
       8'h08:
-          \$1  = \port$14911$0 ;
+          \$1  = \port$15005$0 ;
       8'h09:
-          \$1  = \port$14913$0 ;
+          \$1  = \port$15007$0 ;
       8'h0a:
-          \$1  = \port$14915$0 ;
+          \$1  = \port$15009$0 ;
       8'h0b:
-          \$1  = \port$14917$0 ;
+          \$1  = \port$15011$0 ;
       8'h0c:
-          \$1  = \port$14919$0 ;
+          \$1  = \port$15013$0 ;
       8'h0d:
-          \$1  = \port$14921$0 ;
+          \$1  = \port$15015$0 ;
       8'h0e:
-          \$1  = \port$14923$0 ;
+          \$1  = \port$15017$0 ;
       8'h0f:
-          \$1  = \port$14925$0 ;
+          \$1  = \port$15019$0 ;
     endcase
   end
   always @* begin
@@ -68596,7 +70292,7 @@ module \dx1_board.soc.cp1.semaphore (\port$14897$0 , \port$14899$0 , \port$14901
     if (\$auto$verilog_backend.cc:2355:dump_module$125 ) begin end
     sem_delta = 18'h00000;
     if (signal) begin
-      sem_delta = { 2'h0, \port$19801$64 [23:8] };
+      sem_delta = { 2'h0, \port$20183$64 [23:8] };
     end
     if (\wait ) begin
       if (\$2 ) begin
@@ -68616,26 +70312,26 @@ module \dx1_board.soc.cp1.semaphore (\port$14897$0 , \port$14899$0 , \port$14901
       end
     end
   end
-  assign count = \port$19801$64 [23:8];
-  assign sem = \port$19801$64 [7:0];
-  assign sem_values = { \port$14925$0 , \port$14923$0 , \port$14921$0 , \port$14919$0 , \port$14917$0 , \port$14915$0 , \port$14913$0 , \port$14911$0 , \port$14909$0 , \port$14907$0 , \port$14905$0 , \port$14903$0 , \port$14901$0 , \port$14899$0 , \port$14897$0 , \port$14895$0  };
-  assign sem_index = \port$19801$64 [3:0];
-  assign \sem_values[0]  = \port$14895$0 ;
-  assign \sem_values[1]  = \port$14897$0 ;
-  assign \sem_values[2]  = \port$14899$0 ;
-  assign \sem_values[3]  = \port$14901$0 ;
-  assign \sem_values[4]  = \port$14903$0 ;
-  assign \sem_values[5]  = \port$14905$0 ;
-  assign \sem_values[6]  = \port$14907$0 ;
-  assign \sem_values[7]  = \port$14909$0 ;
-  assign \sem_values[8]  = \port$14911$0 ;
-  assign \sem_values[9]  = \port$14913$0 ;
-  assign \sem_values[10]  = \port$14915$0 ;
-  assign \sem_values[11]  = \port$14917$0 ;
-  assign \sem_values[12]  = \port$14919$0 ;
-  assign \sem_values[13]  = \port$14921$0 ;
-  assign \sem_values[14]  = \port$14923$0 ;
-  assign \sem_values[15]  = \port$14925$0 ;
+  assign count = \port$20183$64 [23:8];
+  assign sem = \port$20183$64 [7:0];
+  assign sem_values = { \port$15019$0 , \port$15017$0 , \port$15015$0 , \port$15013$0 , \port$15011$0 , \port$15009$0 , \port$15007$0 , \port$15005$0 , \port$15003$0 , \port$15001$0 , \port$14999$0 , \port$14997$0 , \port$14995$0 , \port$14993$0 , \port$14991$0 , \port$14989$0  };
+  assign sem_index = \port$20183$64 [3:0];
+  assign \sem_values[0]  = \port$14989$0 ;
+  assign \sem_values[1]  = \port$14991$0 ;
+  assign \sem_values[2]  = \port$14993$0 ;
+  assign \sem_values[3]  = \port$14995$0 ;
+  assign \sem_values[4]  = \port$14997$0 ;
+  assign \sem_values[5]  = \port$14999$0 ;
+  assign \sem_values[6]  = \port$15001$0 ;
+  assign \sem_values[7]  = \port$15003$0 ;
+  assign \sem_values[8]  = \port$15005$0 ;
+  assign \sem_values[9]  = \port$15007$0 ;
+  assign \sem_values[10]  = \port$15009$0 ;
+  assign \sem_values[11]  = \port$15011$0 ;
+  assign \sem_values[12]  = \port$15013$0 ;
+  assign \sem_values[13]  = \port$15015$0 ;
+  assign \sem_values[14]  = \port$15017$0 ;
+  assign \sem_values[15]  = \port$15019$0 ;
 endmodule
 
 (* generator = "Amaranth" *)
@@ -69568,7 +71264,7 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.dma0 (rst, bus__arready, bus__awready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, cmd__tready, axi__rready, done__tvalid, quiet, axi__wdata, axi__wvalid, axi__wstrb, axi__wlast, spm_wr__tvalid, acc_wr__tvalid
 , spm_rreq__tvalid, acc_rreq__tvalid, acc_rresp__tready, spm_rresp__tready, bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, abort, reset_units, done__tdata, bytes_read, axi__arvalid, axi__araddr, axi__arlen, bytes_written
-, axi__awvalid, axi__awaddr, axi__awlen, \port$17420$0 , \port$17422$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
+, axi__awvalid, axi__awaddr, axi__awlen, \port$17658$0 , \port$17660$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$128  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -69800,10 +71496,10 @@ module \dx1_board.soc.dma0 (rst, bus__arready, bus__awready, spm_wr__tready, acc
   wire [15:0] local_addr;
   wire [15:0] \local_addr$127 ;
   wire [29:0] move_beats;
-  output [255:0] \port$17420$0 ;
-  wire [255:0] \port$17420$0 ;
-  output [15:0] \port$17422$0 ;
-  wire [15:0] \port$17422$0 ;
+  output [255:0] \port$17658$0 ;
+  wire [255:0] \port$17658$0 ;
+  output [15:0] \port$17660$0 ;
+  wire [15:0] \port$17660$0 ;
   wire push;
   output quiet;
   wire quiet;
@@ -69976,7 +71672,7 @@ module \dx1_board.soc.dma0 (rst, bus__arready, bus__awready, spm_wr__tready, acc
     .fifo_ready(fifo_ready),
     .fifo_take(\fifo_take$179 ),
     .local_addr(command[143:128]),
-    .\port$7253$0 (r_data),
+    .\port$7300$0 (r_data),
     .rd_err(rd_err),
     .read_error(\read_error$20 ),
     .reset_units(reset_units),
@@ -70060,7 +71756,7 @@ module \dx1_board.soc.dma0 (rst, bus__arready, bus__awready, spm_wr__tready, acc
     .fifo_ready(fifo_ready),
     .is_copy(is_copy),
     .is_load(is_load),
-    .\port$7253$0 (r_data),
+    .\port$7300$0 (r_data),
     .quiet(\quiet$190 ),
     .rd_err(rd_err),
     .read_error(read_error),
@@ -70383,8 +72079,8 @@ module \dx1_board.soc.dma0 (rst, bus__arready, bus__awready, spm_wr__tready, acc
   assign \acc_rresp__tready$174  = acc_rresp__tready;
   assign \acc_rresp__tvalid$176  = acc_rresp__tvalid;
   assign axi__wdata = r_data[63:0];
-  assign \port$17420$0  = \$48 ;
-  assign \port$17422$0  = \$49 ;
+  assign \port$17658$0  = \$48 ;
+  assign \port$17660$0  = \$49 ;
   assign \$13  = { 1'h0, command[175:160], 2'h0 };
   assign \$14  = { 1'h0, command[175:160] };
   assign base = command[95:64];
@@ -70584,7 +72280,7 @@ module \dx1_board.soc.dma0.data_fifo (rst, r_en, w_rdy, r_data, reset_units, w_p
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \port$7253$0 , spm_wr__tvalid, acc_wr__tvalid, fifo_take, read_error, done, reset_units, local_addr, acc, rows, cols, row_stride, col_stride, rd_err, fifo_ready, wr_data
+module \dx1_board.soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \port$7300$0 , spm_wr__tvalid, acc_wr__tvalid, fifo_take, read_error, done, reset_units, local_addr, acc, rows, cols, row_stride, col_stride, rd_err, fifo_ready, wr_data
 , wr_addr, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$130  = 0;
   wire \$1 ;
@@ -70641,8 +72337,8 @@ module \dx1_board.soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, r
   input [15:0] local_addr;
   wire [15:0] local_addr;
   wire [15:0] \local_addr$14 ;
-  input [64:0] \port$7253$0 ;
-  wire [64:0] \port$7253$0 ;
+  input [64:0] \port$7300$0 ;
+  wire [64:0] \port$7300$0 ;
   input rd_err;
   wire rd_err;
   output read_error;
@@ -70688,12 +72384,12 @@ module \dx1_board.soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, r
   assign \$8  = \$6  | \$7 ;
   assign \$9  = \$8  | wr_ready;
   assign fifo_take = \$5  & \$9 ;
-  assign read_error = fifo_take & \port$7253$0 [64];
+  assign read_error = fifo_take & \port$7300$0 [64];
   assign advance = fifo_take & a_last;
   assign \$10  = ~ wr_valid;
   assign done = walked & \$10 ;
   assign \$11  = wr_valid & wr_ready;
-  assign \$12  = ~ \port$7253$0 [64];
+  assign \$12  = ~ \port$7300$0 [64];
   assign \$13  = ~ rd_err;
   assign \$14  = \$12  & \$13 ;
   assign \$15  = a_cnt + 1'h1;
@@ -70729,13 +72425,13 @@ module \dx1_board.soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, r
     (* full_case = 32'd1 *)
     casez (a_cnt)
       2'h0:
-          assembled[63:0] = \port$7253$0 [63:0];
+          assembled[63:0] = \port$7300$0 [63:0];
       2'h1:
-          assembled[127:64] = \port$7253$0 [63:0];
+          assembled[127:64] = \port$7300$0 [63:0];
       2'h2:
-          assembled[191:128] = \port$7253$0 [63:0];
+          assembled[191:128] = \port$7300$0 [63:0];
       2'h3:
-          assembled[255:192] = \port$7253$0 [63:0];
+          assembled[255:192] = \port$7300$0 [63:0];
     endcase
   end
   always @* begin
@@ -70858,8 +72554,8 @@ module \dx1_board.soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, r
   assign \cols$18  = cols;
   assign \row_stride$20  = row_stride;
   assign \col_stride$22  = col_stride;
-  assign fifo_data = \port$7253$0 [63:0];
-  assign fifo_err = \port$7253$0 [64];
+  assign fifo_data = \port$7300$0 [63:0];
+  assign fifo_err = \port$7300$0 [64];
 endmodule
 
 (* generator = "Amaranth" *)
@@ -71840,7 +73536,7 @@ module \dx1_board.soc.dma0.storer.walker (rst, start, advance, last, reset_units
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.dma0.writer (rst, ready, start, base, stride, segments, seg_beats, \port$7253$0 , copy_beat, error, bus__wvalid, bus__wstrb, bus__wlast, w_hs, read_error, done, quiet, bus__wready, bus__bvalid, bus__bresp, abort
+module \dx1_board.soc.dma0.writer (rst, ready, start, base, stride, segments, seg_beats, \port$7300$0 , copy_beat, error, bus__wvalid, bus__wstrb, bus__wlast, w_hs, read_error, done, quiet, bus__wready, bus__bvalid, bus__bresp, abort
 , reset_units, is_load, is_copy, rd_err, fifo_ready, bytes_written, bus__awvalid, bus__awaddr, bus__awlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$136  = 0;
   wire \$1 ;
@@ -71951,8 +73647,8 @@ module \dx1_board.soc.dma0.writer (rst, ready, start, base, stride, segments, se
   wire issued;
   wire [7:0] len;
   wire [8:0] max_beats;
-  input [64:0] \port$7253$0 ;
-  wire [64:0] \port$7253$0 ;
+  input [64:0] \port$7300$0 ;
+  wire [64:0] \port$7300$0 ;
   output quiet;
   wire quiet;
   wire [7:0] r_data;
@@ -72026,12 +73722,12 @@ module \dx1_board.soc.dma0.writer (rst, ready, start, base, stride, segments, se
   assign \$11  = w_cur & \$10 ;
   assign \$12  = ~ is_load;
   assign bus__wvalid = \$11  & \$12 ;
-  assign \$13  = \port$7253$0 [64] | rd_err;
+  assign \$13  = \port$7300$0 [64] | rd_err;
   assign w_bad = \$13  | abort;
   assign bus__wstrb = w_bad ? 8'h00 : 8'hff;
   assign bus__wlast = w_cnt == w_len;
   assign w_hs = bus__wvalid & bus__wready;
-  assign read_error = w_hs & \port$7253$0 [64];
+  assign read_error = w_hs & \port$7300$0 [64];
   assign \$14  = ~ w_cur;
   assign \$15  = w_hs & bus__wlast;
   assign \$16  = \$14  | \$15 ;
@@ -72191,9 +73887,9 @@ module \dx1_board.soc.dma0.writer (rst, ready, start, base, stride, segments, se
   assign issue = w_en;
   assign w_data = \$8 [7:0];
   assign bus__bready = 1'h1;
-  assign bus__wdata = \port$7253$0 [63:0];
-  assign fifo_data = \port$7253$0 [63:0];
-  assign fifo_err = \port$7253$0 [64];
+  assign bus__wdata = \port$7300$0 [63:0];
+  assign fifo_data = \port$7300$0 [63:0];
+  assign fifo_err = \port$7300$0 [64];
   assign fifo_take = w_hs;
   assign \$5  = 1'h1;
   assign \$6  = \$4 ;
@@ -72691,7 +74387,7 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.dma1 (rst, bus__arready, bus__awready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, cmd__tready, axi__rready, done__tvalid, quiet, axi__wdata, axi__wvalid, axi__wstrb, axi__wlast, spm_wr__tvalid, acc_wr__tvalid
 , spm_rreq__tvalid, acc_rreq__tvalid, acc_rresp__tready, spm_rresp__tready, bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, abort, reset_units, done__tdata, bytes_read, axi__arvalid, axi__araddr, axi__arlen, bytes_written
-, axi__awvalid, axi__awaddr, axi__awlen, \port$19727$0 , \port$19729$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
+, axi__awvalid, axi__awaddr, axi__awlen, \port$20109$0 , \port$20111$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$139  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -72923,10 +74619,10 @@ module \dx1_board.soc.dma1 (rst, bus__arready, bus__awready, spm_wr__tready, acc
   wire [15:0] local_addr;
   wire [15:0] \local_addr$127 ;
   wire [29:0] move_beats;
-  output [255:0] \port$19727$0 ;
-  wire [255:0] \port$19727$0 ;
-  output [15:0] \port$19729$0 ;
-  wire [15:0] \port$19729$0 ;
+  output [255:0] \port$20109$0 ;
+  wire [255:0] \port$20109$0 ;
+  output [15:0] \port$20111$0 ;
+  wire [15:0] \port$20111$0 ;
   wire push;
   output quiet;
   wire quiet;
@@ -73099,7 +74795,7 @@ module \dx1_board.soc.dma1 (rst, bus__arready, bus__awready, spm_wr__tready, acc
     .fifo_ready(fifo_ready),
     .fifo_take(\fifo_take$179 ),
     .local_addr(command[143:128]),
-    .\port$12588$0 (r_data),
+    .\port$12682$0 (r_data),
     .rd_err(rd_err),
     .read_error(\read_error$20 ),
     .reset_units(reset_units),
@@ -73183,7 +74879,7 @@ module \dx1_board.soc.dma1 (rst, bus__arready, bus__awready, spm_wr__tready, acc
     .fifo_ready(fifo_ready),
     .is_copy(is_copy),
     .is_load(is_load),
-    .\port$12588$0 (r_data),
+    .\port$12682$0 (r_data),
     .quiet(\quiet$190 ),
     .rd_err(rd_err),
     .read_error(read_error),
@@ -73506,8 +75202,8 @@ module \dx1_board.soc.dma1 (rst, bus__arready, bus__awready, spm_wr__tready, acc
   assign \acc_rresp__tready$174  = acc_rresp__tready;
   assign \acc_rresp__tvalid$176  = acc_rresp__tvalid;
   assign axi__wdata = r_data[63:0];
-  assign \port$19727$0  = \$48 ;
-  assign \port$19729$0  = \$49 ;
+  assign \port$20109$0  = \$48 ;
+  assign \port$20111$0  = \$49 ;
   assign \$13  = { 1'h0, command[175:160], 2'h0 };
   assign \$14  = { 1'h0, command[175:160] };
   assign base = command[95:64];
@@ -73707,7 +75403,7 @@ module \dx1_board.soc.dma1.data_fifo (rst, r_en, w_rdy, r_data, reset_units, w_p
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \port$12588$0 , spm_wr__tvalid, acc_wr__tvalid, fifo_take, read_error, done, reset_units, local_addr, acc, rows, cols, row_stride, col_stride, rd_err, fifo_ready, wr_data
+module \dx1_board.soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \port$12682$0 , spm_wr__tvalid, acc_wr__tvalid, fifo_take, read_error, done, reset_units, local_addr, acc, rows, cols, row_stride, col_stride, rd_err, fifo_ready, wr_data
 , wr_addr, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$141  = 0;
   wire \$1 ;
@@ -73764,8 +75460,8 @@ module \dx1_board.soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, r
   input [15:0] local_addr;
   wire [15:0] local_addr;
   wire [15:0] \local_addr$14 ;
-  input [64:0] \port$12588$0 ;
-  wire [64:0] \port$12588$0 ;
+  input [64:0] \port$12682$0 ;
+  wire [64:0] \port$12682$0 ;
   input rd_err;
   wire rd_err;
   output read_error;
@@ -73811,12 +75507,12 @@ module \dx1_board.soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, r
   assign \$8  = \$6  | \$7 ;
   assign \$9  = \$8  | wr_ready;
   assign fifo_take = \$5  & \$9 ;
-  assign read_error = fifo_take & \port$12588$0 [64];
+  assign read_error = fifo_take & \port$12682$0 [64];
   assign advance = fifo_take & a_last;
   assign \$10  = ~ wr_valid;
   assign done = walked & \$10 ;
   assign \$11  = wr_valid & wr_ready;
-  assign \$12  = ~ \port$12588$0 [64];
+  assign \$12  = ~ \port$12682$0 [64];
   assign \$13  = ~ rd_err;
   assign \$14  = \$12  & \$13 ;
   assign \$15  = a_cnt + 1'h1;
@@ -73852,13 +75548,13 @@ module \dx1_board.soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, r
     (* full_case = 32'd1 *)
     casez (a_cnt)
       2'h0:
-          assembled[63:0] = \port$12588$0 [63:0];
+          assembled[63:0] = \port$12682$0 [63:0];
       2'h1:
-          assembled[127:64] = \port$12588$0 [63:0];
+          assembled[127:64] = \port$12682$0 [63:0];
       2'h2:
-          assembled[191:128] = \port$12588$0 [63:0];
+          assembled[191:128] = \port$12682$0 [63:0];
       2'h3:
-          assembled[255:192] = \port$12588$0 [63:0];
+          assembled[255:192] = \port$12682$0 [63:0];
     endcase
   end
   always @* begin
@@ -73981,8 +75677,8 @@ module \dx1_board.soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, r
   assign \cols$18  = cols;
   assign \row_stride$20  = row_stride;
   assign \col_stride$22  = col_stride;
-  assign fifo_data = \port$12588$0 [63:0];
-  assign fifo_err = \port$12588$0 [64];
+  assign fifo_data = \port$12682$0 [63:0];
+  assign fifo_err = \port$12682$0 [64];
 endmodule
 
 (* generator = "Amaranth" *)
@@ -74963,7 +76659,7 @@ module \dx1_board.soc.dma1.storer.walker (rst, start, advance, last, reset_units
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.dma1.writer (rst, ready, start, base, stride, segments, seg_beats, \port$12588$0 , copy_beat, error, bus__wvalid, bus__wstrb, bus__wlast, w_hs, read_error, done, quiet, bus__wready, bus__bvalid, bus__bresp, abort
+module \dx1_board.soc.dma1.writer (rst, ready, start, base, stride, segments, seg_beats, \port$12682$0 , copy_beat, error, bus__wvalid, bus__wstrb, bus__wlast, w_hs, read_error, done, quiet, bus__wready, bus__bvalid, bus__bresp, abort
 , reset_units, is_load, is_copy, rd_err, fifo_ready, bytes_written, bus__awvalid, bus__awaddr, bus__awlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$147  = 0;
   wire \$1 ;
@@ -75074,8 +76770,8 @@ module \dx1_board.soc.dma1.writer (rst, ready, start, base, stride, segments, se
   wire issued;
   wire [7:0] len;
   wire [8:0] max_beats;
-  input [64:0] \port$12588$0 ;
-  wire [64:0] \port$12588$0 ;
+  input [64:0] \port$12682$0 ;
+  wire [64:0] \port$12682$0 ;
   output quiet;
   wire quiet;
   wire [7:0] r_data;
@@ -75149,12 +76845,12 @@ module \dx1_board.soc.dma1.writer (rst, ready, start, base, stride, segments, se
   assign \$11  = w_cur & \$10 ;
   assign \$12  = ~ is_load;
   assign bus__wvalid = \$11  & \$12 ;
-  assign \$13  = \port$12588$0 [64] | rd_err;
+  assign \$13  = \port$12682$0 [64] | rd_err;
   assign w_bad = \$13  | abort;
   assign bus__wstrb = w_bad ? 8'h00 : 8'hff;
   assign bus__wlast = w_cnt == w_len;
   assign w_hs = bus__wvalid & bus__wready;
-  assign read_error = w_hs & \port$12588$0 [64];
+  assign read_error = w_hs & \port$12682$0 [64];
   assign \$14  = ~ w_cur;
   assign \$15  = w_hs & bus__wlast;
   assign \$16  = \$14  | \$15 ;
@@ -75314,9 +77010,9 @@ module \dx1_board.soc.dma1.writer (rst, ready, start, base, stride, segments, se
   assign issue = w_en;
   assign w_data = \$8 [7:0];
   assign bus__bready = 1'h1;
-  assign bus__wdata = \port$12588$0 [63:0];
-  assign fifo_data = \port$12588$0 [63:0];
-  assign fifo_err = \port$12588$0 [64];
+  assign bus__wdata = \port$12682$0 [63:0];
+  assign fifo_data = \port$12682$0 [63:0];
+  assign fifo_err = \port$12682$0 [64];
   assign fifo_take = w_hs;
   assign \$5  = 1'h1;
   assign \$6  = \$4 ;
@@ -77762,27 +79458,27 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     .b_valid_3(\s3__bvalid$579 ),
     .b_valid_4(\s4__bvalid$728 ),
     .clk(clk),
-    .\port$12992$0 (\s3__araddr$448 [11:0]),
-    .\port$12992$14 (\s3__araddr$448 [31:14]),
-    .\port$17348$0 (\s2__araddr$299 [11:0]),
-    .\port$17348$14 (\s2__araddr$299 [31:14]),
-    .\port$17385$0 (\s2__awaddr$366 [11:0]),
-    .\port$17385$14 (\s2__awaddr$366 [31:14]),
-    .\port$17607$0 (\s1__awaddr$217 [11:0]),
-    .\port$17607$14 (\s1__awaddr$217 [31:14]),
-    .\port$19655$0 (\s4__araddr$597 [11:0]),
-    .\port$19655$14 (\s4__araddr$597 [31:14]),
-    .\port$19692$0 (\s4__awaddr$664 [11:0]),
-    .\port$19692$14 (\s4__awaddr$664 [31:14]),
+    .\port$13086$0 (\s3__araddr$448 [11:0]),
+    .\port$13086$14 (\s3__araddr$448 [31:14]),
+    .\port$17586$0 (\s2__araddr$299 [11:0]),
+    .\port$17586$14 (\s2__araddr$299 [31:14]),
+    .\port$17623$0 (\s2__awaddr$366 [11:0]),
+    .\port$17623$14 (\s2__awaddr$366 [31:14]),
+    .\port$17845$0 (\s1__awaddr$217 [11:0]),
+    .\port$17845$14 (\s1__awaddr$217 [31:14]),
     .\port$1974$0 (\$481 ),
-    .\port$19914$0 (\s3__awaddr$515 [11:0]),
-    .\port$19914$14 (\s3__awaddr$515 [31:14]),
-    .\port$20114$0 (\s0__awaddr$68 [11:0]),
-    .\port$20114$14 (\s0__awaddr$68 [31:14]),
-    .\port$20122$0 (\s0__araddr$1 [11:0]),
-    .\port$20122$14 (\s0__araddr$1 [31:14]),
-    .\port$7657$0 (\s1__araddr$150 [11:0]),
-    .\port$7657$14 (\s1__araddr$150 [31:14]),
+    .\port$20037$0 (\s4__araddr$597 [11:0]),
+    .\port$20037$14 (\s4__araddr$597 [31:14]),
+    .\port$20074$0 (\s4__awaddr$664 [11:0]),
+    .\port$20074$14 (\s4__awaddr$664 [31:14]),
+    .\port$20296$0 (\s3__awaddr$515 [11:0]),
+    .\port$20296$14 (\s3__awaddr$515 [31:14]),
+    .\port$20496$0 (\s0__awaddr$68 [11:0]),
+    .\port$20496$14 (\s0__awaddr$68 [31:14]),
+    .\port$20504$0 (\s0__araddr$1 [11:0]),
+    .\port$20504$14 (\s0__araddr$1 [31:14]),
+    .\port$7704$0 (\s1__araddr$150 [11:0]),
+    .\port$7704$14 (\s1__araddr$150 [31:14]),
     .rst(rst),
     .s0__arlen(s0__arlen),
     .s0__arready(\s0__arready$38 ),
@@ -77867,27 +79563,27 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     .b_valid_3(\s3__bvalid$585 ),
     .b_valid_4(\s4__bvalid$734 ),
     .clk(clk),
-    .\port$12992$0 (\s3__araddr$448 [11:0]),
-    .\port$12992$14 (\s3__araddr$448 [31:14]),
-    .\port$17348$0 (\s2__araddr$299 [11:0]),
-    .\port$17348$14 (\s2__araddr$299 [31:14]),
-    .\port$17385$0 (\s2__awaddr$366 [11:0]),
-    .\port$17385$14 (\s2__awaddr$366 [31:14]),
-    .\port$17607$0 (\s1__awaddr$217 [11:0]),
-    .\port$17607$14 (\s1__awaddr$217 [31:14]),
-    .\port$19655$0 (\s4__araddr$597 [11:0]),
-    .\port$19655$14 (\s4__araddr$597 [31:14]),
-    .\port$19692$0 (\s4__awaddr$664 [11:0]),
-    .\port$19692$14 (\s4__awaddr$664 [31:14]),
-    .\port$19914$0 (\s3__awaddr$515 [11:0]),
-    .\port$19914$14 (\s3__awaddr$515 [31:14]),
-    .\port$20114$0 (\s0__awaddr$68 [11:0]),
-    .\port$20114$14 (\s0__awaddr$68 [31:14]),
-    .\port$20122$0 (\s0__araddr$1 [11:0]),
-    .\port$20122$14 (\s0__araddr$1 [31:14]),
+    .\port$13086$0 (\s3__araddr$448 [11:0]),
+    .\port$13086$14 (\s3__araddr$448 [31:14]),
+    .\port$17586$0 (\s2__araddr$299 [11:0]),
+    .\port$17586$14 (\s2__araddr$299 [31:14]),
+    .\port$17623$0 (\s2__awaddr$366 [11:0]),
+    .\port$17623$14 (\s2__awaddr$366 [31:14]),
+    .\port$17845$0 (\s1__awaddr$217 [11:0]),
+    .\port$17845$14 (\s1__awaddr$217 [31:14]),
+    .\port$20037$0 (\s4__araddr$597 [11:0]),
+    .\port$20037$14 (\s4__araddr$597 [31:14]),
+    .\port$20074$0 (\s4__awaddr$664 [11:0]),
+    .\port$20074$14 (\s4__awaddr$664 [31:14]),
+    .\port$20296$0 (\s3__awaddr$515 [11:0]),
+    .\port$20296$14 (\s3__awaddr$515 [31:14]),
+    .\port$20496$0 (\s0__awaddr$68 [11:0]),
+    .\port$20496$14 (\s0__awaddr$68 [31:14]),
+    .\port$20504$0 (\s0__araddr$1 [11:0]),
+    .\port$20504$14 (\s0__araddr$1 [31:14]),
     .\port$2310$0 (\$482 ),
-    .\port$7657$0 (\s1__araddr$150 [11:0]),
-    .\port$7657$14 (\s1__araddr$150 [31:14]),
+    .\port$7704$0 (\s1__araddr$150 [11:0]),
+    .\port$7704$14 (\s1__araddr$150 [31:14]),
     .rst(rst),
     .s0__arlen(s0__arlen),
     .s0__arready(\s0__arready$39 ),
@@ -77972,27 +79668,27 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     .b_valid_3(\s3__bvalid$589 ),
     .b_valid_4(\s4__bvalid$738 ),
     .clk(clk),
-    .\port$12992$0 (\s3__araddr$448 [11:0]),
-    .\port$12992$14 (\s3__araddr$448 [31:14]),
-    .\port$17348$0 (\s2__araddr$299 [11:0]),
-    .\port$17348$14 (\s2__araddr$299 [31:14]),
-    .\port$17385$0 (\s2__awaddr$366 [11:0]),
-    .\port$17385$14 (\s2__awaddr$366 [31:14]),
-    .\port$17607$0 (\s1__awaddr$217 [11:0]),
-    .\port$17607$14 (\s1__awaddr$217 [31:14]),
-    .\port$19655$0 (\s4__araddr$597 [11:0]),
-    .\port$19655$14 (\s4__araddr$597 [31:14]),
-    .\port$19692$0 (\s4__awaddr$664 [11:0]),
-    .\port$19692$14 (\s4__awaddr$664 [31:14]),
-    .\port$19914$0 (\s3__awaddr$515 [11:0]),
-    .\port$19914$14 (\s3__awaddr$515 [31:14]),
-    .\port$20114$0 (\s0__awaddr$68 [11:0]),
-    .\port$20114$14 (\s0__awaddr$68 [31:14]),
-    .\port$20122$0 (\s0__araddr$1 [11:0]),
-    .\port$20122$14 (\s0__araddr$1 [31:14]),
+    .\port$13086$0 (\s3__araddr$448 [11:0]),
+    .\port$13086$14 (\s3__araddr$448 [31:14]),
+    .\port$17586$0 (\s2__araddr$299 [11:0]),
+    .\port$17586$14 (\s2__araddr$299 [31:14]),
+    .\port$17623$0 (\s2__awaddr$366 [11:0]),
+    .\port$17623$14 (\s2__awaddr$366 [31:14]),
+    .\port$17845$0 (\s1__awaddr$217 [11:0]),
+    .\port$17845$14 (\s1__awaddr$217 [31:14]),
+    .\port$20037$0 (\s4__araddr$597 [11:0]),
+    .\port$20037$14 (\s4__araddr$597 [31:14]),
+    .\port$20074$0 (\s4__awaddr$664 [11:0]),
+    .\port$20074$14 (\s4__awaddr$664 [31:14]),
+    .\port$20296$0 (\s3__awaddr$515 [11:0]),
+    .\port$20296$14 (\s3__awaddr$515 [31:14]),
+    .\port$20496$0 (\s0__awaddr$68 [11:0]),
+    .\port$20496$14 (\s0__awaddr$68 [31:14]),
+    .\port$20504$0 (\s0__araddr$1 [11:0]),
+    .\port$20504$14 (\s0__araddr$1 [31:14]),
     .\port$2646$0 (\$483 ),
-    .\port$7657$0 (\s1__araddr$150 [11:0]),
-    .\port$7657$14 (\s1__araddr$150 [31:14]),
+    .\port$7704$0 (\s1__araddr$150 [11:0]),
+    .\port$7704$14 (\s1__araddr$150 [31:14]),
     .rst(rst),
     .s0__arlen(s0__arlen),
     .s0__arready(\s0__arready$40 ),
@@ -78077,27 +79773,27 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     .b_valid_3(\s3__bvalid$593 ),
     .b_valid_4(\s4__bvalid$742 ),
     .clk(clk),
-    .\port$12992$0 (\s3__araddr$448 [11:0]),
-    .\port$12992$14 (\s3__araddr$448 [31:14]),
-    .\port$17348$0 (\s2__araddr$299 [11:0]),
-    .\port$17348$14 (\s2__araddr$299 [31:14]),
-    .\port$17385$0 (\s2__awaddr$366 [11:0]),
-    .\port$17385$14 (\s2__awaddr$366 [31:14]),
-    .\port$17607$0 (\s1__awaddr$217 [11:0]),
-    .\port$17607$14 (\s1__awaddr$217 [31:14]),
-    .\port$19655$0 (\s4__araddr$597 [11:0]),
-    .\port$19655$14 (\s4__araddr$597 [31:14]),
-    .\port$19692$0 (\s4__awaddr$664 [11:0]),
-    .\port$19692$14 (\s4__awaddr$664 [31:14]),
-    .\port$19914$0 (\s3__awaddr$515 [11:0]),
-    .\port$19914$14 (\s3__awaddr$515 [31:14]),
-    .\port$20114$0 (\s0__awaddr$68 [11:0]),
-    .\port$20114$14 (\s0__awaddr$68 [31:14]),
-    .\port$20122$0 (\s0__araddr$1 [11:0]),
-    .\port$20122$14 (\s0__araddr$1 [31:14]),
+    .\port$13086$0 (\s3__araddr$448 [11:0]),
+    .\port$13086$14 (\s3__araddr$448 [31:14]),
+    .\port$17586$0 (\s2__araddr$299 [11:0]),
+    .\port$17586$14 (\s2__araddr$299 [31:14]),
+    .\port$17623$0 (\s2__awaddr$366 [11:0]),
+    .\port$17623$14 (\s2__awaddr$366 [31:14]),
+    .\port$17845$0 (\s1__awaddr$217 [11:0]),
+    .\port$17845$14 (\s1__awaddr$217 [31:14]),
+    .\port$20037$0 (\s4__araddr$597 [11:0]),
+    .\port$20037$14 (\s4__araddr$597 [31:14]),
+    .\port$20074$0 (\s4__awaddr$664 [11:0]),
+    .\port$20074$14 (\s4__awaddr$664 [31:14]),
+    .\port$20296$0 (\s3__awaddr$515 [11:0]),
+    .\port$20296$14 (\s3__awaddr$515 [31:14]),
+    .\port$20496$0 (\s0__awaddr$68 [11:0]),
+    .\port$20496$14 (\s0__awaddr$68 [31:14]),
+    .\port$20504$0 (\s0__araddr$1 [11:0]),
+    .\port$20504$14 (\s0__araddr$1 [31:14]),
     .\port$2982$0 (\$484 ),
-    .\port$7657$0 (\s1__araddr$150 [11:0]),
-    .\port$7657$14 (\s1__araddr$150 [31:14]),
+    .\port$7704$0 (\s1__araddr$150 [11:0]),
+    .\port$7704$14 (\s1__araddr$150 [31:14]),
     .rst(rst),
     .s0__arlen(s0__arlen),
     .s0__arready(\s0__arready$41 ),
@@ -79398,9 +81094,9 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid, s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready
 , s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready, s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp
-, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$1974$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7657$0 , \port$7657$14 , s4__wdata, s4__wstrb, \port$12992$0 , \port$12992$14 , s0__wdata, s0__wstrb
-, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$17348$0 , \port$17348$14 , s2__arlen, \port$17385$0 , \port$17385$14 , s2__awlen
-, \port$17607$0 , \port$17607$14 , s1__wdata, \port$19655$0 , \port$19655$14 , s4__arlen, \port$19692$0 , \port$19692$14 , s4__awlen, \port$19914$0 , \port$19914$14 , s3__wdata, \port$20114$0 , \port$20114$14 , s0__awlen, \port$20122$0 , \port$20122$14 , s0__arlen, clk);
+, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$1974$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7704$0 , \port$7704$14 , s4__wdata, s4__wstrb, \port$13086$0 , \port$13086$14 , s0__wdata, s0__wstrb
+, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$17586$0 , \port$17586$14 , s2__arlen, \port$17623$0 , \port$17623$14 , s2__awlen
+, \port$17845$0 , \port$17845$14 , s1__wdata, \port$20037$0 , \port$20037$14 , s4__arlen, \port$20074$0 , \port$20074$14 , s4__awlen, \port$20296$0 , \port$20296$14 , s3__wdata, \port$20496$0 , \port$20496$14 , s0__awlen, \port$20504$0 , \port$20504$14 , s0__arlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$151  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -79685,48 +81381,48 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   wire \pending.last ;
   wire [2:0] \pending.port ;
   reg pending_valid = 1'h0;
-  input [11:0] \port$12992$0 ;
-  wire [11:0] \port$12992$0 ;
-  input [17:0] \port$12992$14 ;
-  wire [17:0] \port$12992$14 ;
-  input [11:0] \port$17348$0 ;
-  wire [11:0] \port$17348$0 ;
-  input [17:0] \port$17348$14 ;
-  wire [17:0] \port$17348$14 ;
-  input [11:0] \port$17385$0 ;
-  wire [11:0] \port$17385$0 ;
-  input [17:0] \port$17385$14 ;
-  wire [17:0] \port$17385$14 ;
-  input [11:0] \port$17607$0 ;
-  wire [11:0] \port$17607$0 ;
-  input [17:0] \port$17607$14 ;
-  wire [17:0] \port$17607$14 ;
-  input [11:0] \port$19655$0 ;
-  wire [11:0] \port$19655$0 ;
-  input [17:0] \port$19655$14 ;
-  wire [17:0] \port$19655$14 ;
-  input [11:0] \port$19692$0 ;
-  wire [11:0] \port$19692$0 ;
-  input [17:0] \port$19692$14 ;
-  wire [17:0] \port$19692$14 ;
+  input [11:0] \port$13086$0 ;
+  wire [11:0] \port$13086$0 ;
+  input [17:0] \port$13086$14 ;
+  wire [17:0] \port$13086$14 ;
+  input [11:0] \port$17586$0 ;
+  wire [11:0] \port$17586$0 ;
+  input [17:0] \port$17586$14 ;
+  wire [17:0] \port$17586$14 ;
+  input [11:0] \port$17623$0 ;
+  wire [11:0] \port$17623$0 ;
+  input [17:0] \port$17623$14 ;
+  wire [17:0] \port$17623$14 ;
+  input [11:0] \port$17845$0 ;
+  wire [11:0] \port$17845$0 ;
+  input [17:0] \port$17845$14 ;
+  wire [17:0] \port$17845$14 ;
   output [67:0] \port$1974$0 ;
   wire [67:0] \port$1974$0 ;
-  input [11:0] \port$19914$0 ;
-  wire [11:0] \port$19914$0 ;
-  input [17:0] \port$19914$14 ;
-  wire [17:0] \port$19914$14 ;
-  input [11:0] \port$20114$0 ;
-  wire [11:0] \port$20114$0 ;
-  input [17:0] \port$20114$14 ;
-  wire [17:0] \port$20114$14 ;
-  input [11:0] \port$20122$0 ;
-  wire [11:0] \port$20122$0 ;
-  input [17:0] \port$20122$14 ;
-  wire [17:0] \port$20122$14 ;
-  input [11:0] \port$7657$0 ;
-  wire [11:0] \port$7657$0 ;
-  input [17:0] \port$7657$14 ;
-  wire [17:0] \port$7657$14 ;
+  input [11:0] \port$20037$0 ;
+  wire [11:0] \port$20037$0 ;
+  input [17:0] \port$20037$14 ;
+  wire [17:0] \port$20037$14 ;
+  input [11:0] \port$20074$0 ;
+  wire [11:0] \port$20074$0 ;
+  input [17:0] \port$20074$14 ;
+  wire [17:0] \port$20074$14 ;
+  input [11:0] \port$20296$0 ;
+  wire [11:0] \port$20296$0 ;
+  input [17:0] \port$20296$14 ;
+  wire [17:0] \port$20296$14 ;
+  input [11:0] \port$20496$0 ;
+  wire [11:0] \port$20496$0 ;
+  input [17:0] \port$20496$14 ;
+  wire [17:0] \port$20496$14 ;
+  input [11:0] \port$20504$0 ;
+  wire [11:0] \port$20504$0 ;
+  input [17:0] \port$20504$14 ;
+  wire [17:0] \port$20504$14 ;
+  input [11:0] \port$7704$0 ;
+  wire [11:0] \port$7704$0 ;
+  input [17:0] \port$7704$14 ;
+  wire [17:0] \port$7704$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -80317,15 +82013,15 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (aw_grant)
       3'h0:
-          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$20114$14 , \port$20114$0  };
+          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$20496$14 , \port$20496$0  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$17607$14 , \port$17607$0  };
+          aw_sel = { 19'h02c00, \port$17845$14 , \port$17845$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$17385$14 , \port$17385$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$17623$14 , \port$17623$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$19914$14 , \port$19914$0  };
+          aw_sel = { 19'h02c00, \port$20296$14 , \port$20296$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$19692$14 , \port$19692$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$20074$14 , \port$20074$0  };
     endcase
   end
   always @* begin
@@ -80413,15 +82109,15 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (ar_grant)
       3'h0:
-          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$20122$14 , \port$20122$0  };
+          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$20504$14 , \port$20504$0  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$7657$14 , \port$7657$0  };
+          ar_sel = { 19'h02c0c, \port$7704$14 , \port$7704$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$17348$14 , \port$17348$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$17586$14 , \port$17586$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$12992$14 , \port$12992$0  };
+          ar_sel = { 19'h02c0c, \port$13086$14 , \port$13086$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$19655$14 , \port$19655$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$20037$14 , \port$20037$0  };
     endcase
   end
   always @* begin
@@ -80850,25 +82546,25 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
       \$229  = 73'h0000000000000000000;
     end
   end
-  assign s0__awaddr = { 2'h0, \port$20114$14 , \port$20114$0  };
+  assign s0__awaddr = { 2'h0, \port$20496$14 , \port$20496$0  };
   assign s0__awsize = 3'h3;
   assign s0__awburst = 2'h1;
   assign s0__awid = 4'h0;
-  assign s1__awaddr = { 2'h0, \port$17607$14 , \port$17607$0  };
+  assign s1__awaddr = { 2'h0, \port$17845$14 , \port$17845$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$17385$14 , \port$17385$0  };
+  assign s2__awaddr = { 2'h0, \port$17623$14 , \port$17623$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$19914$14 , \port$19914$0  };
+  assign s3__awaddr = { 2'h0, \port$20296$14 , \port$20296$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$19692$14 , \port$19692$0  };
+  assign s4__awaddr = { 2'h0, \port$20074$14 , \port$20074$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -80891,25 +82587,25 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign b_resp_4 = s4__bresp;
   assign w_addr = wr__addr;
   assign wr__data = w_data;
-  assign s0__araddr = { 2'h0, \port$20122$14 , \port$20122$0  };
+  assign s0__araddr = { 2'h0, \port$20504$14 , \port$20504$0  };
   assign s0__arsize = 3'h3;
   assign s0__arburst = 2'h1;
   assign s0__arid = 4'h0;
-  assign s1__araddr = { 2'h0, \port$7657$14 , \port$7657$0  };
+  assign s1__araddr = { 2'h0, \port$7704$14 , \port$7704$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$17348$14 , \port$17348$0  };
+  assign s2__araddr = { 2'h0, \port$17586$14 , \port$17586$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$12992$14 , \port$12992$0  };
+  assign s3__araddr = { 2'h0, \port$13086$14 , \port$13086$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$19655$14 , \port$19655$0  };
+  assign s4__araddr = { 2'h0, \port$20037$14 , \port$20037$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -81099,9 +82795,9 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid, s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready
 , s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready, s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp
-, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2310$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7657$0 , \port$7657$14 , s4__wdata, s4__wstrb, \port$12992$0 , \port$12992$14 , s0__wdata, s0__wstrb
-, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$17348$0 , \port$17348$14 , s2__arlen, \port$17385$0 , \port$17385$14 , s2__awlen
-, \port$17607$0 , \port$17607$14 , s1__wdata, \port$19655$0 , \port$19655$14 , s4__arlen, \port$19692$0 , \port$19692$14 , s4__awlen, \port$19914$0 , \port$19914$14 , s3__wdata, \port$20114$0 , \port$20114$14 , s0__awlen, \port$20122$0 , \port$20122$14 , s0__arlen, clk);
+, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2310$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7704$0 , \port$7704$14 , s4__wdata, s4__wstrb, \port$13086$0 , \port$13086$14 , s0__wdata, s0__wstrb
+, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$17586$0 , \port$17586$14 , s2__arlen, \port$17623$0 , \port$17623$14 , s2__awlen
+, \port$17845$0 , \port$17845$14 , s1__wdata, \port$20037$0 , \port$20037$14 , s4__arlen, \port$20074$0 , \port$20074$14 , s4__awlen, \port$20296$0 , \port$20296$14 , s3__wdata, \port$20496$0 , \port$20496$14 , s0__awlen, \port$20504$0 , \port$20504$14 , s0__arlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$153  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -81386,48 +83082,48 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   wire \pending.last ;
   wire [2:0] \pending.port ;
   reg pending_valid = 1'h0;
-  input [11:0] \port$12992$0 ;
-  wire [11:0] \port$12992$0 ;
-  input [17:0] \port$12992$14 ;
-  wire [17:0] \port$12992$14 ;
-  input [11:0] \port$17348$0 ;
-  wire [11:0] \port$17348$0 ;
-  input [17:0] \port$17348$14 ;
-  wire [17:0] \port$17348$14 ;
-  input [11:0] \port$17385$0 ;
-  wire [11:0] \port$17385$0 ;
-  input [17:0] \port$17385$14 ;
-  wire [17:0] \port$17385$14 ;
-  input [11:0] \port$17607$0 ;
-  wire [11:0] \port$17607$0 ;
-  input [17:0] \port$17607$14 ;
-  wire [17:0] \port$17607$14 ;
-  input [11:0] \port$19655$0 ;
-  wire [11:0] \port$19655$0 ;
-  input [17:0] \port$19655$14 ;
-  wire [17:0] \port$19655$14 ;
-  input [11:0] \port$19692$0 ;
-  wire [11:0] \port$19692$0 ;
-  input [17:0] \port$19692$14 ;
-  wire [17:0] \port$19692$14 ;
-  input [11:0] \port$19914$0 ;
-  wire [11:0] \port$19914$0 ;
-  input [17:0] \port$19914$14 ;
-  wire [17:0] \port$19914$14 ;
-  input [11:0] \port$20114$0 ;
-  wire [11:0] \port$20114$0 ;
-  input [17:0] \port$20114$14 ;
-  wire [17:0] \port$20114$14 ;
-  input [11:0] \port$20122$0 ;
-  wire [11:0] \port$20122$0 ;
-  input [17:0] \port$20122$14 ;
-  wire [17:0] \port$20122$14 ;
+  input [11:0] \port$13086$0 ;
+  wire [11:0] \port$13086$0 ;
+  input [17:0] \port$13086$14 ;
+  wire [17:0] \port$13086$14 ;
+  input [11:0] \port$17586$0 ;
+  wire [11:0] \port$17586$0 ;
+  input [17:0] \port$17586$14 ;
+  wire [17:0] \port$17586$14 ;
+  input [11:0] \port$17623$0 ;
+  wire [11:0] \port$17623$0 ;
+  input [17:0] \port$17623$14 ;
+  wire [17:0] \port$17623$14 ;
+  input [11:0] \port$17845$0 ;
+  wire [11:0] \port$17845$0 ;
+  input [17:0] \port$17845$14 ;
+  wire [17:0] \port$17845$14 ;
+  input [11:0] \port$20037$0 ;
+  wire [11:0] \port$20037$0 ;
+  input [17:0] \port$20037$14 ;
+  wire [17:0] \port$20037$14 ;
+  input [11:0] \port$20074$0 ;
+  wire [11:0] \port$20074$0 ;
+  input [17:0] \port$20074$14 ;
+  wire [17:0] \port$20074$14 ;
+  input [11:0] \port$20296$0 ;
+  wire [11:0] \port$20296$0 ;
+  input [17:0] \port$20296$14 ;
+  wire [17:0] \port$20296$14 ;
+  input [11:0] \port$20496$0 ;
+  wire [11:0] \port$20496$0 ;
+  input [17:0] \port$20496$14 ;
+  wire [17:0] \port$20496$14 ;
+  input [11:0] \port$20504$0 ;
+  wire [11:0] \port$20504$0 ;
+  input [17:0] \port$20504$14 ;
+  wire [17:0] \port$20504$14 ;
   output [67:0] \port$2310$0 ;
   wire [67:0] \port$2310$0 ;
-  input [11:0] \port$7657$0 ;
-  wire [11:0] \port$7657$0 ;
-  input [17:0] \port$7657$14 ;
-  wire [17:0] \port$7657$14 ;
+  input [11:0] \port$7704$0 ;
+  wire [11:0] \port$7704$0 ;
+  input [17:0] \port$7704$14 ;
+  wire [17:0] \port$7704$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -82018,15 +83714,15 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (aw_grant)
       3'h0:
-          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$20114$14 , \port$20114$0  };
+          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$20496$14 , \port$20496$0  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$17607$14 , \port$17607$0  };
+          aw_sel = { 19'h02c00, \port$17845$14 , \port$17845$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$17385$14 , \port$17385$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$17623$14 , \port$17623$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$19914$14 , \port$19914$0  };
+          aw_sel = { 19'h02c00, \port$20296$14 , \port$20296$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$19692$14 , \port$19692$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$20074$14 , \port$20074$0  };
     endcase
   end
   always @* begin
@@ -82114,15 +83810,15 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (ar_grant)
       3'h0:
-          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$20122$14 , \port$20122$0  };
+          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$20504$14 , \port$20504$0  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$7657$14 , \port$7657$0  };
+          ar_sel = { 19'h02c0c, \port$7704$14 , \port$7704$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$17348$14 , \port$17348$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$17586$14 , \port$17586$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$12992$14 , \port$12992$0  };
+          ar_sel = { 19'h02c0c, \port$13086$14 , \port$13086$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$19655$14 , \port$19655$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$20037$14 , \port$20037$0  };
     endcase
   end
   always @* begin
@@ -82551,25 +84247,25 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
       \$229  = 73'h0000000000000000000;
     end
   end
-  assign s0__awaddr = { 2'h0, \port$20114$14 , \port$20114$0  };
+  assign s0__awaddr = { 2'h0, \port$20496$14 , \port$20496$0  };
   assign s0__awsize = 3'h3;
   assign s0__awburst = 2'h1;
   assign s0__awid = 4'h0;
-  assign s1__awaddr = { 2'h0, \port$17607$14 , \port$17607$0  };
+  assign s1__awaddr = { 2'h0, \port$17845$14 , \port$17845$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$17385$14 , \port$17385$0  };
+  assign s2__awaddr = { 2'h0, \port$17623$14 , \port$17623$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$19914$14 , \port$19914$0  };
+  assign s3__awaddr = { 2'h0, \port$20296$14 , \port$20296$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$19692$14 , \port$19692$0  };
+  assign s4__awaddr = { 2'h0, \port$20074$14 , \port$20074$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -82592,25 +84288,25 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign b_resp_4 = s4__bresp;
   assign w_addr = wr__addr;
   assign wr__data = w_data;
-  assign s0__araddr = { 2'h0, \port$20122$14 , \port$20122$0  };
+  assign s0__araddr = { 2'h0, \port$20504$14 , \port$20504$0  };
   assign s0__arsize = 3'h3;
   assign s0__arburst = 2'h1;
   assign s0__arid = 4'h0;
-  assign s1__araddr = { 2'h0, \port$7657$14 , \port$7657$0  };
+  assign s1__araddr = { 2'h0, \port$7704$14 , \port$7704$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$17348$14 , \port$17348$0  };
+  assign s2__araddr = { 2'h0, \port$17586$14 , \port$17586$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$12992$14 , \port$12992$0  };
+  assign s3__araddr = { 2'h0, \port$13086$14 , \port$13086$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$19655$14 , \port$19655$0  };
+  assign s4__araddr = { 2'h0, \port$20037$14 , \port$20037$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -82800,9 +84496,9 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid, s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready
 , s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready, s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp
-, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2646$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7657$0 , \port$7657$14 , s4__wdata, s4__wstrb, \port$12992$0 , \port$12992$14 , s0__wdata, s0__wstrb
-, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$17348$0 , \port$17348$14 , s2__arlen, \port$17385$0 , \port$17385$14 , s2__awlen
-, \port$17607$0 , \port$17607$14 , s1__wdata, \port$19655$0 , \port$19655$14 , s4__arlen, \port$19692$0 , \port$19692$14 , s4__awlen, \port$19914$0 , \port$19914$14 , s3__wdata, \port$20114$0 , \port$20114$14 , s0__awlen, \port$20122$0 , \port$20122$14 , s0__arlen, clk);
+, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2646$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7704$0 , \port$7704$14 , s4__wdata, s4__wstrb, \port$13086$0 , \port$13086$14 , s0__wdata, s0__wstrb
+, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$17586$0 , \port$17586$14 , s2__arlen, \port$17623$0 , \port$17623$14 , s2__awlen
+, \port$17845$0 , \port$17845$14 , s1__wdata, \port$20037$0 , \port$20037$14 , s4__arlen, \port$20074$0 , \port$20074$14 , s4__awlen, \port$20296$0 , \port$20296$14 , s3__wdata, \port$20496$0 , \port$20496$14 , s0__awlen, \port$20504$0 , \port$20504$14 , s0__arlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$155  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -83087,48 +84783,48 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   wire \pending.last ;
   wire [2:0] \pending.port ;
   reg pending_valid = 1'h0;
-  input [11:0] \port$12992$0 ;
-  wire [11:0] \port$12992$0 ;
-  input [17:0] \port$12992$14 ;
-  wire [17:0] \port$12992$14 ;
-  input [11:0] \port$17348$0 ;
-  wire [11:0] \port$17348$0 ;
-  input [17:0] \port$17348$14 ;
-  wire [17:0] \port$17348$14 ;
-  input [11:0] \port$17385$0 ;
-  wire [11:0] \port$17385$0 ;
-  input [17:0] \port$17385$14 ;
-  wire [17:0] \port$17385$14 ;
-  input [11:0] \port$17607$0 ;
-  wire [11:0] \port$17607$0 ;
-  input [17:0] \port$17607$14 ;
-  wire [17:0] \port$17607$14 ;
-  input [11:0] \port$19655$0 ;
-  wire [11:0] \port$19655$0 ;
-  input [17:0] \port$19655$14 ;
-  wire [17:0] \port$19655$14 ;
-  input [11:0] \port$19692$0 ;
-  wire [11:0] \port$19692$0 ;
-  input [17:0] \port$19692$14 ;
-  wire [17:0] \port$19692$14 ;
-  input [11:0] \port$19914$0 ;
-  wire [11:0] \port$19914$0 ;
-  input [17:0] \port$19914$14 ;
-  wire [17:0] \port$19914$14 ;
-  input [11:0] \port$20114$0 ;
-  wire [11:0] \port$20114$0 ;
-  input [17:0] \port$20114$14 ;
-  wire [17:0] \port$20114$14 ;
-  input [11:0] \port$20122$0 ;
-  wire [11:0] \port$20122$0 ;
-  input [17:0] \port$20122$14 ;
-  wire [17:0] \port$20122$14 ;
+  input [11:0] \port$13086$0 ;
+  wire [11:0] \port$13086$0 ;
+  input [17:0] \port$13086$14 ;
+  wire [17:0] \port$13086$14 ;
+  input [11:0] \port$17586$0 ;
+  wire [11:0] \port$17586$0 ;
+  input [17:0] \port$17586$14 ;
+  wire [17:0] \port$17586$14 ;
+  input [11:0] \port$17623$0 ;
+  wire [11:0] \port$17623$0 ;
+  input [17:0] \port$17623$14 ;
+  wire [17:0] \port$17623$14 ;
+  input [11:0] \port$17845$0 ;
+  wire [11:0] \port$17845$0 ;
+  input [17:0] \port$17845$14 ;
+  wire [17:0] \port$17845$14 ;
+  input [11:0] \port$20037$0 ;
+  wire [11:0] \port$20037$0 ;
+  input [17:0] \port$20037$14 ;
+  wire [17:0] \port$20037$14 ;
+  input [11:0] \port$20074$0 ;
+  wire [11:0] \port$20074$0 ;
+  input [17:0] \port$20074$14 ;
+  wire [17:0] \port$20074$14 ;
+  input [11:0] \port$20296$0 ;
+  wire [11:0] \port$20296$0 ;
+  input [17:0] \port$20296$14 ;
+  wire [17:0] \port$20296$14 ;
+  input [11:0] \port$20496$0 ;
+  wire [11:0] \port$20496$0 ;
+  input [17:0] \port$20496$14 ;
+  wire [17:0] \port$20496$14 ;
+  input [11:0] \port$20504$0 ;
+  wire [11:0] \port$20504$0 ;
+  input [17:0] \port$20504$14 ;
+  wire [17:0] \port$20504$14 ;
   output [67:0] \port$2646$0 ;
   wire [67:0] \port$2646$0 ;
-  input [11:0] \port$7657$0 ;
-  wire [11:0] \port$7657$0 ;
-  input [17:0] \port$7657$14 ;
-  wire [17:0] \port$7657$14 ;
+  input [11:0] \port$7704$0 ;
+  wire [11:0] \port$7704$0 ;
+  input [17:0] \port$7704$14 ;
+  wire [17:0] \port$7704$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -83719,15 +85415,15 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (aw_grant)
       3'h0:
-          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$20114$14 , \port$20114$0  };
+          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$20496$14 , \port$20496$0  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$17607$14 , \port$17607$0  };
+          aw_sel = { 19'h02c00, \port$17845$14 , \port$17845$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$17385$14 , \port$17385$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$17623$14 , \port$17623$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$19914$14 , \port$19914$0  };
+          aw_sel = { 19'h02c00, \port$20296$14 , \port$20296$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$19692$14 , \port$19692$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$20074$14 , \port$20074$0  };
     endcase
   end
   always @* begin
@@ -83815,15 +85511,15 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (ar_grant)
       3'h0:
-          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$20122$14 , \port$20122$0  };
+          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$20504$14 , \port$20504$0  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$7657$14 , \port$7657$0  };
+          ar_sel = { 19'h02c0c, \port$7704$14 , \port$7704$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$17348$14 , \port$17348$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$17586$14 , \port$17586$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$12992$14 , \port$12992$0  };
+          ar_sel = { 19'h02c0c, \port$13086$14 , \port$13086$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$19655$14 , \port$19655$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$20037$14 , \port$20037$0  };
     endcase
   end
   always @* begin
@@ -84252,25 +85948,25 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
       \$229  = 73'h0000000000000000000;
     end
   end
-  assign s0__awaddr = { 2'h0, \port$20114$14 , \port$20114$0  };
+  assign s0__awaddr = { 2'h0, \port$20496$14 , \port$20496$0  };
   assign s0__awsize = 3'h3;
   assign s0__awburst = 2'h1;
   assign s0__awid = 4'h0;
-  assign s1__awaddr = { 2'h0, \port$17607$14 , \port$17607$0  };
+  assign s1__awaddr = { 2'h0, \port$17845$14 , \port$17845$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$17385$14 , \port$17385$0  };
+  assign s2__awaddr = { 2'h0, \port$17623$14 , \port$17623$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$19914$14 , \port$19914$0  };
+  assign s3__awaddr = { 2'h0, \port$20296$14 , \port$20296$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$19692$14 , \port$19692$0  };
+  assign s4__awaddr = { 2'h0, \port$20074$14 , \port$20074$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -84293,25 +85989,25 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign b_resp_4 = s4__bresp;
   assign w_addr = wr__addr;
   assign wr__data = w_data;
-  assign s0__araddr = { 2'h0, \port$20122$14 , \port$20122$0  };
+  assign s0__araddr = { 2'h0, \port$20504$14 , \port$20504$0  };
   assign s0__arsize = 3'h3;
   assign s0__arburst = 2'h1;
   assign s0__arid = 4'h0;
-  assign s1__araddr = { 2'h0, \port$7657$14 , \port$7657$0  };
+  assign s1__araddr = { 2'h0, \port$7704$14 , \port$7704$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$17348$14 , \port$17348$0  };
+  assign s2__araddr = { 2'h0, \port$17586$14 , \port$17586$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$12992$14 , \port$12992$0  };
+  assign s3__araddr = { 2'h0, \port$13086$14 , \port$13086$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$19655$14 , \port$19655$0  };
+  assign s4__araddr = { 2'h0, \port$20037$14 , \port$20037$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -84501,9 +86197,9 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid, s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready
 , s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready, s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp
-, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2982$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7657$0 , \port$7657$14 , s4__wdata, s4__wstrb, \port$12992$0 , \port$12992$14 , s0__wdata, s0__wstrb
-, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$17348$0 , \port$17348$14 , s2__arlen, \port$17385$0 , \port$17385$14 , s2__awlen
-, \port$17607$0 , \port$17607$14 , s1__wdata, \port$19655$0 , \port$19655$14 , s4__arlen, \port$19692$0 , \port$19692$14 , s4__awlen, \port$19914$0 , \port$19914$14 , s3__wdata, \port$20114$0 , \port$20114$14 , s0__awlen, \port$20122$0 , \port$20122$14 , s0__arlen, clk);
+, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2982$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7704$0 , \port$7704$14 , s4__wdata, s4__wstrb, \port$13086$0 , \port$13086$14 , s0__wdata, s0__wstrb
+, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$17586$0 , \port$17586$14 , s2__arlen, \port$17623$0 , \port$17623$14 , s2__awlen
+, \port$17845$0 , \port$17845$14 , s1__wdata, \port$20037$0 , \port$20037$14 , s4__arlen, \port$20074$0 , \port$20074$14 , s4__awlen, \port$20296$0 , \port$20296$14 , s3__wdata, \port$20496$0 , \port$20496$14 , s0__awlen, \port$20504$0 , \port$20504$14 , s0__arlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$157  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -84788,48 +86484,48 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   wire \pending.last ;
   wire [2:0] \pending.port ;
   reg pending_valid = 1'h0;
-  input [11:0] \port$12992$0 ;
-  wire [11:0] \port$12992$0 ;
-  input [17:0] \port$12992$14 ;
-  wire [17:0] \port$12992$14 ;
-  input [11:0] \port$17348$0 ;
-  wire [11:0] \port$17348$0 ;
-  input [17:0] \port$17348$14 ;
-  wire [17:0] \port$17348$14 ;
-  input [11:0] \port$17385$0 ;
-  wire [11:0] \port$17385$0 ;
-  input [17:0] \port$17385$14 ;
-  wire [17:0] \port$17385$14 ;
-  input [11:0] \port$17607$0 ;
-  wire [11:0] \port$17607$0 ;
-  input [17:0] \port$17607$14 ;
-  wire [17:0] \port$17607$14 ;
-  input [11:0] \port$19655$0 ;
-  wire [11:0] \port$19655$0 ;
-  input [17:0] \port$19655$14 ;
-  wire [17:0] \port$19655$14 ;
-  input [11:0] \port$19692$0 ;
-  wire [11:0] \port$19692$0 ;
-  input [17:0] \port$19692$14 ;
-  wire [17:0] \port$19692$14 ;
-  input [11:0] \port$19914$0 ;
-  wire [11:0] \port$19914$0 ;
-  input [17:0] \port$19914$14 ;
-  wire [17:0] \port$19914$14 ;
-  input [11:0] \port$20114$0 ;
-  wire [11:0] \port$20114$0 ;
-  input [17:0] \port$20114$14 ;
-  wire [17:0] \port$20114$14 ;
-  input [11:0] \port$20122$0 ;
-  wire [11:0] \port$20122$0 ;
-  input [17:0] \port$20122$14 ;
-  wire [17:0] \port$20122$14 ;
+  input [11:0] \port$13086$0 ;
+  wire [11:0] \port$13086$0 ;
+  input [17:0] \port$13086$14 ;
+  wire [17:0] \port$13086$14 ;
+  input [11:0] \port$17586$0 ;
+  wire [11:0] \port$17586$0 ;
+  input [17:0] \port$17586$14 ;
+  wire [17:0] \port$17586$14 ;
+  input [11:0] \port$17623$0 ;
+  wire [11:0] \port$17623$0 ;
+  input [17:0] \port$17623$14 ;
+  wire [17:0] \port$17623$14 ;
+  input [11:0] \port$17845$0 ;
+  wire [11:0] \port$17845$0 ;
+  input [17:0] \port$17845$14 ;
+  wire [17:0] \port$17845$14 ;
+  input [11:0] \port$20037$0 ;
+  wire [11:0] \port$20037$0 ;
+  input [17:0] \port$20037$14 ;
+  wire [17:0] \port$20037$14 ;
+  input [11:0] \port$20074$0 ;
+  wire [11:0] \port$20074$0 ;
+  input [17:0] \port$20074$14 ;
+  wire [17:0] \port$20074$14 ;
+  input [11:0] \port$20296$0 ;
+  wire [11:0] \port$20296$0 ;
+  input [17:0] \port$20296$14 ;
+  wire [17:0] \port$20296$14 ;
+  input [11:0] \port$20496$0 ;
+  wire [11:0] \port$20496$0 ;
+  input [17:0] \port$20496$14 ;
+  wire [17:0] \port$20496$14 ;
+  input [11:0] \port$20504$0 ;
+  wire [11:0] \port$20504$0 ;
+  input [17:0] \port$20504$14 ;
+  wire [17:0] \port$20504$14 ;
   output [67:0] \port$2982$0 ;
   wire [67:0] \port$2982$0 ;
-  input [11:0] \port$7657$0 ;
-  wire [11:0] \port$7657$0 ;
-  input [17:0] \port$7657$14 ;
-  wire [17:0] \port$7657$14 ;
+  input [11:0] \port$7704$0 ;
+  wire [11:0] \port$7704$0 ;
+  input [17:0] \port$7704$14 ;
+  wire [17:0] \port$7704$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -85420,15 +87116,15 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (aw_grant)
       3'h0:
-          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$20114$14 , \port$20114$0  };
+          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$20496$14 , \port$20496$0  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$17607$14 , \port$17607$0  };
+          aw_sel = { 19'h02c00, \port$17845$14 , \port$17845$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$17385$14 , \port$17385$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$17623$14 , \port$17623$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$19914$14 , \port$19914$0  };
+          aw_sel = { 19'h02c00, \port$20296$14 , \port$20296$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$19692$14 , \port$19692$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$20074$14 , \port$20074$0  };
     endcase
   end
   always @* begin
@@ -85516,15 +87212,15 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (ar_grant)
       3'h0:
-          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$20122$14 , \port$20122$0  };
+          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$20504$14 , \port$20504$0  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$7657$14 , \port$7657$0  };
+          ar_sel = { 19'h02c0c, \port$7704$14 , \port$7704$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$17348$14 , \port$17348$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$17586$14 , \port$17586$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$12992$14 , \port$12992$0  };
+          ar_sel = { 19'h02c0c, \port$13086$14 , \port$13086$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$19655$14 , \port$19655$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$20037$14 , \port$20037$0  };
     endcase
   end
   always @* begin
@@ -85953,25 +87649,25 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
       \$229  = 73'h0000000000000000000;
     end
   end
-  assign s0__awaddr = { 2'h0, \port$20114$14 , \port$20114$0  };
+  assign s0__awaddr = { 2'h0, \port$20496$14 , \port$20496$0  };
   assign s0__awsize = 3'h3;
   assign s0__awburst = 2'h1;
   assign s0__awid = 4'h0;
-  assign s1__awaddr = { 2'h0, \port$17607$14 , \port$17607$0  };
+  assign s1__awaddr = { 2'h0, \port$17845$14 , \port$17845$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$17385$14 , \port$17385$0  };
+  assign s2__awaddr = { 2'h0, \port$17623$14 , \port$17623$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$19914$14 , \port$19914$0  };
+  assign s3__awaddr = { 2'h0, \port$20296$14 , \port$20296$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$19692$14 , \port$19692$0  };
+  assign s4__awaddr = { 2'h0, \port$20074$14 , \port$20074$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -85994,25 +87690,25 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign b_resp_4 = s4__bresp;
   assign w_addr = wr__addr;
   assign wr__data = w_data;
-  assign s0__araddr = { 2'h0, \port$20122$14 , \port$20122$0  };
+  assign s0__araddr = { 2'h0, \port$20504$14 , \port$20504$0  };
   assign s0__arsize = 3'h3;
   assign s0__arburst = 2'h1;
   assign s0__arid = 4'h0;
-  assign s1__araddr = { 2'h0, \port$7657$14 , \port$7657$0  };
+  assign s1__araddr = { 2'h0, \port$7704$14 , \port$7704$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$17348$14 , \port$17348$0  };
+  assign s2__araddr = { 2'h0, \port$17586$14 , \port$17586$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$12992$14 , \port$12992$0  };
+  assign s3__araddr = { 2'h0, \port$13086$14 , \port$13086$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$19655$14 , \port$19655$0  };
+  assign s4__araddr = { 2'h0, \port$20037$14 , \port$20037$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -87011,14 +88707,14 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLOBAL_CYCLES_LO__read, GLOBAL_RESET_write, QUEUE0_RING_LOG2_write, QUEUE0_DOORBELL_write, QUEUE0_CONTROL_write, QUEUE0_RESET_write, QUEUE1_RING_LOG2_write, QUEUE1_DOORBELL_write, QUEUE1_CONTROL_write, QUEUE1_RESET_write, PERF0_CONTROL_write, PERF0_MACS_LO__read, PERF1_CONTROL_write, PERF1_MACS_LO__read, TRACE0_CONTROL_write, TRACE0_DATA_HI__read, TRACE1_CONTROL_write
-, TRACE1_DATA_HI__read, \port$3057$0 , \port$7600$0 , PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ__value, PERF0_BYTES_WRITTEN__value, PERF0_BUSY_VECTOR__value, PERF0_TABLE_HITS__value, PERF0_TABLE_UNDERFLOWS__value, PERF0_TABLE_OVERFLOWS__value, PERF0_MACS_LO__value, TRACE0_DATA_LO__value, TRACE0_DATA_HI__value, \port$8332$0 , \port$8392$0 , \port$12935$0 , PERF1_BUSY_COMPUTE__value, PERF1_BYTES_READ__value, PERF1_BYTES_WRITTEN__value, PERF1_BUSY_VECTOR__value, PERF1_TABLE_HITS__value
-, PERF1_TABLE_UNDERFLOWS__value, PERF1_TABLE_OVERFLOWS__value, PERF1_MACS_LO__value, TRACE1_DATA_LO__value, TRACE1_DATA_HI__value, \port$13667$0 , bus__bready, bus__rready, GLOBAL_SEM0__set, GLOBAL_SEM1__set, GLOBAL_SEM2__set, GLOBAL_SEM3__set, GLOBAL_SEM4__set, GLOBAL_SEM5__set, GLOBAL_SEM6__set, GLOBAL_SEM7__set, GLOBAL_SEM8__set, GLOBAL_SEM9__set, GLOBAL_SEM10__set, GLOBAL_SEM11__set, GLOBAL_SEM12__set
+, TRACE1_DATA_HI__read, \port$3057$0 , \port$7647$0 , PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ__value, PERF0_BYTES_WRITTEN__value, PERF0_BUSY_VECTOR__value, PERF0_TABLE_HITS__value, PERF0_TABLE_UNDERFLOWS__value, PERF0_TABLE_OVERFLOWS__value, PERF0_MACS_LO__value, TRACE0_DATA_LO__value, TRACE0_DATA_HI__value, \port$8379$0 , \port$8439$0 , \port$13029$0 , PERF1_BUSY_COMPUTE__value, PERF1_BYTES_READ__value, PERF1_BYTES_WRITTEN__value, PERF1_BUSY_VECTOR__value, PERF1_TABLE_HITS__value
+, PERF1_TABLE_UNDERFLOWS__value, PERF1_TABLE_OVERFLOWS__value, PERF1_MACS_LO__value, TRACE1_DATA_LO__value, TRACE1_DATA_HI__value, \port$13761$0 , bus__bready, bus__rready, GLOBAL_SEM0__set, GLOBAL_SEM1__set, GLOBAL_SEM2__set, GLOBAL_SEM3__set, GLOBAL_SEM4__set, GLOBAL_SEM5__set, GLOBAL_SEM6__set, GLOBAL_SEM7__set, GLOBAL_SEM8__set, GLOBAL_SEM9__set, GLOBAL_SEM10__set, GLOBAL_SEM11__set, GLOBAL_SEM12__set
 , GLOBAL_SEM13__set, GLOBAL_SEM14__set, GLOBAL_SEM15__set, QUEUE0_CONTROL__set, QUEUE0_CONTROL__set_value, TRACE0_CONTROL__set, TRACE0_CONTROL__set_value, QUEUE0_RING_BASE__set, QUEUE0_RING_BASE__set_value, QUEUE0_RING_LOG2__set, QUEUE0_RING_LOG2__set_value, QUEUE0_CQ_BASE__set, QUEUE0_CQ_BASE__set_value, QUEUE0_IRQ_STATUS__clear, QUEUE0_IRQ_MASK__set, QUEUE0_IRQ_MASK__set_value, QUEUE0_DMA_BASE__set, QUEUE0_DMA_BASE__set_value, QUEUE0_DMA_LIMIT__set, QUEUE0_DMA_LIMIT__set_value, QUEUE0_WATCHDOG__set
 , QUEUE0_WATCHDOG__set_value, QUEUE1_CONTROL__set, QUEUE1_CONTROL__set_value, TRACE1_CONTROL__set, TRACE1_CONTROL__set_value, QUEUE1_RING_BASE__set, QUEUE1_RING_BASE__set_value, QUEUE1_RING_LOG2__set, QUEUE1_RING_LOG2__set_value, QUEUE1_CQ_BASE__set, QUEUE1_CQ_BASE__set_value, QUEUE1_IRQ_STATUS__clear, QUEUE1_IRQ_MASK__set, QUEUE1_IRQ_MASK__set_value, QUEUE1_DMA_BASE__set, QUEUE1_DMA_BASE__set_value, QUEUE1_DMA_LIMIT__set, QUEUE1_DMA_LIMIT__set_value, QUEUE1_WATCHDOG__set, QUEUE1_WATCHDOG__set_value, GLOBAL_SEM0__set_value
 , GLOBAL_SEM1__set_value, GLOBAL_SEM2__set_value, GLOBAL_SEM3__set_value, GLOBAL_SEM4__set_value, GLOBAL_SEM5__set_value, GLOBAL_SEM6__set_value, GLOBAL_SEM7__set_value, GLOBAL_SEM8__set_value, GLOBAL_SEM9__set_value, GLOBAL_SEM10__set_value, GLOBAL_SEM11__set_value, GLOBAL_SEM12__set_value, GLOBAL_SEM13__set_value, GLOBAL_SEM14__set_value, GLOBAL_SEM15__set_value, GLOBAL_CYCLES_LO__value, GLOBAL_CYCLES_HI__value, GLOBAL_SCRATCH__wdata, bus__bvalid, bus__bresp, bus__rvalid
 , bus__rdata, bus__rresp, GLOBAL_SEM0__value, GLOBAL_SEM1__value, GLOBAL_SEM2__value, GLOBAL_SEM3__value, GLOBAL_SEM4__value, GLOBAL_SEM5__value, GLOBAL_SEM6__value, GLOBAL_SEM7__value, GLOBAL_SEM8__value, GLOBAL_SEM9__value, GLOBAL_SEM10__value, GLOBAL_SEM11__value, GLOBAL_SEM12__value, GLOBAL_SEM13__value, GLOBAL_SEM14__value, GLOBAL_SEM15__value, QUEUE0_RING_BASE__value, QUEUE0_RING_LOG2__value, QUEUE0_CQ_BASE__value
-, QUEUE0_CONTROL__value, QUEUE0_IRQ_STATUS__value, QUEUE0_IRQ_MASK__value, QUEUE0_DMA_BASE__value, QUEUE0_DMA_LIMIT__value, QUEUE0_WATCHDOG__value, QUEUE1_RING_BASE__value, QUEUE1_RING_LOG2__value, QUEUE1_CQ_BASE__value, QUEUE1_CONTROL__value, QUEUE1_IRQ_STATUS__value, QUEUE1_IRQ_MASK__value, QUEUE1_DMA_BASE__value, QUEUE1_DMA_LIMIT__value, QUEUE1_WATCHDOG__value, TRACE0_CONTROL__value, TRACE1_CONTROL__value, \port$17466$0 , \port$17468$0 , \port$17474$0 , \port$17476$0 
-, \port$17478$0 , \port$17479$0 , \port$17632$0 , PERF0_CYCLES__value, PERF0_BUSY_LOAD__value, PERF0_BUSY_STORE__value, PERF0_STALL_DEP__value, PERF0_STALL_MEM__value, PERF0_MACS_HI__value, \port$19773$0 , \port$19775$0 , \port$19781$0 , \port$19783$0 , \port$19785$0 , \port$19786$0 , \port$19939$0 , PERF1_CYCLES__value, PERF1_BUSY_LOAD__value, PERF1_BUSY_STORE__value, PERF1_STALL_DEP__value, PERF1_STALL_MEM__value
+, QUEUE0_CONTROL__value, QUEUE0_IRQ_STATUS__value, QUEUE0_IRQ_MASK__value, QUEUE0_DMA_BASE__value, QUEUE0_DMA_LIMIT__value, QUEUE0_WATCHDOG__value, QUEUE1_RING_BASE__value, QUEUE1_RING_LOG2__value, QUEUE1_CQ_BASE__value, QUEUE1_CONTROL__value, QUEUE1_IRQ_STATUS__value, QUEUE1_IRQ_MASK__value, QUEUE1_DMA_BASE__value, QUEUE1_DMA_LIMIT__value, QUEUE1_WATCHDOG__value, TRACE0_CONTROL__value, TRACE1_CONTROL__value, \port$17704$0 , \port$17706$0 , \port$17712$0 , \port$17714$0 
+, \port$17716$0 , \port$17717$0 , \port$17870$0 , PERF0_CYCLES__value, PERF0_BUSY_LOAD__value, PERF0_BUSY_STORE__value, PERF0_STALL_DEP__value, PERF0_STALL_MEM__value, PERF0_MACS_HI__value, \port$20155$0 , \port$20157$0 , \port$20163$0 , \port$20165$0 , \port$20167$0 , \port$20168$0 , \port$20321$0 , PERF1_CYCLES__value, PERF1_BUSY_LOAD__value, PERF1_BUSY_STORE__value, PERF1_STALL_DEP__value, PERF1_STALL_MEM__value
 , PERF1_MACS_HI__value, bus__wvalid, bus__awvalid, bus__arvalid, bus__awaddr, bus__wdata, bus__araddr, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$161  = 0;
   wire \$1 ;
@@ -88387,46 +90083,46 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   wire clk;
   wire do_read;
   wire do_write;
-  input \port$12935$0 ;
-  wire \port$12935$0 ;
-  input [8:0] \port$13667$0 ;
-  wire [8:0] \port$13667$0 ;
-  input [15:0] \port$17466$0 ;
-  wire [15:0] \port$17466$0 ;
-  input [15:0] \port$17468$0 ;
-  wire [15:0] \port$17468$0 ;
-  input \port$17474$0 ;
-  wire \port$17474$0 ;
-  input [7:0] \port$17476$0 ;
-  wire [7:0] \port$17476$0 ;
-  input [15:0] \port$17478$0 ;
-  wire [15:0] \port$17478$0 ;
-  input \port$17479$0 ;
-  wire \port$17479$0 ;
-  input \port$17632$0 ;
-  wire \port$17632$0 ;
-  input [15:0] \port$19773$0 ;
-  wire [15:0] \port$19773$0 ;
-  input [15:0] \port$19775$0 ;
-  wire [15:0] \port$19775$0 ;
-  input \port$19781$0 ;
-  wire \port$19781$0 ;
-  input [7:0] \port$19783$0 ;
-  wire [7:0] \port$19783$0 ;
-  input [15:0] \port$19785$0 ;
-  wire [15:0] \port$19785$0 ;
-  input \port$19786$0 ;
-  wire \port$19786$0 ;
-  input \port$19939$0 ;
-  wire \port$19939$0 ;
+  input \port$13029$0 ;
+  wire \port$13029$0 ;
+  input [8:0] \port$13761$0 ;
+  wire [8:0] \port$13761$0 ;
+  input [15:0] \port$17704$0 ;
+  wire [15:0] \port$17704$0 ;
+  input [15:0] \port$17706$0 ;
+  wire [15:0] \port$17706$0 ;
+  input \port$17712$0 ;
+  wire \port$17712$0 ;
+  input [7:0] \port$17714$0 ;
+  wire [7:0] \port$17714$0 ;
+  input [15:0] \port$17716$0 ;
+  wire [15:0] \port$17716$0 ;
+  input \port$17717$0 ;
+  wire \port$17717$0 ;
+  input \port$17870$0 ;
+  wire \port$17870$0 ;
+  input [15:0] \port$20155$0 ;
+  wire [15:0] \port$20155$0 ;
+  input [15:0] \port$20157$0 ;
+  wire [15:0] \port$20157$0 ;
+  input \port$20163$0 ;
+  wire \port$20163$0 ;
+  input [7:0] \port$20165$0 ;
+  wire [7:0] \port$20165$0 ;
+  input [15:0] \port$20167$0 ;
+  wire [15:0] \port$20167$0 ;
+  input \port$20168$0 ;
+  wire \port$20168$0 ;
+  input \port$20321$0 ;
+  wire \port$20321$0 ;
   input \port$3057$0 ;
   wire \port$3057$0 ;
-  input \port$7600$0 ;
-  wire \port$7600$0 ;
-  input [8:0] \port$8332$0 ;
-  wire [8:0] \port$8332$0 ;
-  input \port$8392$0 ;
-  wire \port$8392$0 ;
+  input \port$7647$0 ;
+  wire \port$7647$0 ;
+  input [8:0] \port$8379$0 ;
+  wire [8:0] \port$8379$0 ;
+  input \port$8439$0 ;
+  wire \port$8439$0 ;
   wire [31:0] rd_data;
   wire rd_hit;
   input rst;
@@ -88548,12 +90244,12 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   assign \$376  = QUEUE0_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
   assign \$377  = ~ \$376 ;
   assign \$378  = QUEUE0_IRQ_STATUS__value & \$377 ;
-  assign \$379  = \$378  | { 30'h00000000, \port$17479$0 , \port$17632$0  };
+  assign \$379  = \$378  | { 30'h00000000, \port$17717$0 , \port$17870$0  };
   assign \$381  = QUEUE0_IRQ_STATUS__clear ? 32'd0 : \$380 ;
   assign \$398  = QUEUE1_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
   assign \$399  = ~ \$398 ;
   assign \$400  = QUEUE1_IRQ_STATUS__value & \$399 ;
-  assign \$401  = \$400  | { 30'h00000000, \port$19786$0 , \port$19939$0  };
+  assign \$401  = \$400  | { 30'h00000000, \port$20168$0 , \port$20321$0  };
   assign \$403  = QUEUE1_IRQ_STATUS__clear ? 32'd0 : \$402 ;
   always @(posedge clk)
     aw_full <= \$424 ;
@@ -89703,16 +91399,16 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
       \$476  = 32'd0;
     end
   end
-  assign QUEUE0_HEAD__value = { 16'h0000, \port$17466$0  };
-  assign QUEUE0_TAIL__value = { 16'h0000, \port$17468$0  };
-  assign QUEUE0_STATUS__value = { 29'h00000000, \port$3057$0 , \port$17474$0 , \port$7600$0  };
-  assign QUEUE0_ERROR__value = { \port$17478$0 , 8'h00, \port$17476$0  };
-  assign QUEUE1_HEAD__value = { 16'h0000, \port$19773$0  };
-  assign QUEUE1_TAIL__value = { 16'h0000, \port$19775$0  };
-  assign QUEUE1_STATUS__value = { 29'h00000000, \port$8392$0 , \port$19781$0 , \port$12935$0  };
-  assign QUEUE1_ERROR__value = { \port$19785$0 , 8'h00, \port$19783$0  };
-  assign TRACE0_COUNT__value = { 23'h000000, \port$8332$0  };
-  assign TRACE1_COUNT__value = { 23'h000000, \port$13667$0  };
+  assign QUEUE0_HEAD__value = { 16'h0000, \port$17704$0  };
+  assign QUEUE0_TAIL__value = { 16'h0000, \port$17706$0  };
+  assign QUEUE0_STATUS__value = { 29'h00000000, \port$3057$0 , \port$17712$0 , \port$7647$0  };
+  assign QUEUE0_ERROR__value = { \port$17716$0 , 8'h00, \port$17714$0  };
+  assign QUEUE1_HEAD__value = { 16'h0000, \port$20155$0  };
+  assign QUEUE1_TAIL__value = { 16'h0000, \port$20157$0  };
+  assign QUEUE1_STATUS__value = { 29'h00000000, \port$8439$0 , \port$20163$0 , \port$13029$0  };
+  assign QUEUE1_ERROR__value = { \port$20167$0 , 8'h00, \port$20165$0  };
+  assign TRACE0_COUNT__value = { 23'h000000, \port$8379$0  };
+  assign TRACE1_COUNT__value = { 23'h000000, \port$13761$0  };
   assign LINK_CAPS__value = 32'd0;
   assign LINK_LATENCY__value = 32'd0;
   assign LINK_STATUS0__value = 32'd0;
@@ -89865,8 +91561,8 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   assign bus__wstrb = 4'hf;
   assign GLOBAL_SCRATCH__set = 1'h0;
   assign GLOBAL_SCRATCH__set_value = 32'd0;
-  assign QUEUE0_IRQ_STATUS__set = { 30'h00000000, \port$17479$0 , \port$17632$0  };
-  assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \port$19786$0 , \port$19939$0  };
+  assign QUEUE0_IRQ_STATUS__set = { 30'h00000000, \port$17717$0 , \port$17870$0  };
+  assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \port$20168$0 , \port$20321$0  };
   assign LINK_WINDOW_BASE__set = 1'h0;
   assign LINK_WINDOW_BASE__set_value = 32'd0;
   assign LINK_WINDOW_LIMIT__set = 1'h0;
@@ -89878,21 +91574,21 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   assign \$24  = GLOBAL_CYCLES_LO__value;
   assign \$28  = GLOBAL_CYCLES_HI__value;
   assign \$77 [31:16] = 16'h0000;
-  assign \$77 [15:0] = \port$17466$0 ;
+  assign \$77 [15:0] = \port$17704$0 ;
   assign \$79 [31:16] = 16'h0000;
-  assign \$79 [15:0] = \port$17468$0 ;
+  assign \$79 [15:0] = \port$17706$0 ;
   assign \$83 [31:3] = 29'h00000000;
-  assign \$83 [2:0] = { \port$3057$0 , \port$17474$0 , \port$7600$0  };
+  assign \$83 [2:0] = { \port$3057$0 , \port$17712$0 , \port$7647$0  };
   assign \$88 [15:8] = 8'h00;
-  assign { \$88 [31:16], \$88 [7:0] } = { \port$17478$0 , \port$17476$0  };
+  assign { \$88 [31:16], \$88 [7:0] } = { \port$17716$0 , \port$17714$0  };
   assign \$112 [31:16] = 16'h0000;
-  assign \$112 [15:0] = \port$19773$0 ;
+  assign \$112 [15:0] = \port$20155$0 ;
   assign \$114 [31:16] = 16'h0000;
-  assign \$114 [15:0] = \port$19775$0 ;
+  assign \$114 [15:0] = \port$20157$0 ;
   assign \$118 [31:3] = 29'h00000000;
-  assign \$118 [2:0] = { \port$8392$0 , \port$19781$0 , \port$12935$0  };
+  assign \$118 [2:0] = { \port$8439$0 , \port$20163$0 , \port$13029$0  };
   assign \$123 [15:8] = 8'h00;
-  assign { \$123 [31:16], \$123 [7:0] } = { \port$19785$0 , \port$19783$0  };
+  assign { \$123 [31:16], \$123 [7:0] } = { \port$20167$0 , \port$20165$0  };
   assign \$143  = PERF0_CYCLES__value;
   assign \$146  = PERF0_BUSY_LOAD__value;
   assign \$148  = PERF0_BUSY_COMPUTE__value;
@@ -89921,10 +91617,10 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   assign \$221  = PERF1_TABLE_HITS__value;
   assign \$224  = PERF1_TABLE_UNDERFLOWS__value;
   assign \$226  = PERF1_TABLE_OVERFLOWS__value;
-  assign \$240  = { 23'h000000, \port$8332$0  };
+  assign \$240  = { 23'h000000, \port$8379$0  };
   assign \$242  = TRACE0_DATA_LO__value;
   assign \$245  = TRACE0_DATA_HI__value;
-  assign \$255  = { 23'h000000, \port$13667$0  };
+  assign \$255  = { 23'h000000, \port$13761$0  };
   assign \$259  = TRACE1_DATA_LO__value;
   assign \$261  = TRACE1_DATA_HI__value;
   assign \$270  = 32'd0;
@@ -90384,8 +92080,8 @@ module \dx1_board.soc.reset1 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.semaphores (\port$14897$0 , \port$14899$0 , \port$14901$0 , \port$14903$0 , \port$14905$0 , \port$14907$0 , \port$14909$0 , \port$14911$0 , \port$14913$0 , \port$14915$0 , \port$14917$0 , \port$14919$0 , \port$14921$0 , \port$14923$0 , \port$14925$0 , grant0, grant1, set, set_value, index0, valid0
-, delta0, index1, valid1, delta1, \port$14895$0 );
+module \dx1_board.soc.semaphores (\port$14991$0 , \port$14993$0 , \port$14995$0 , \port$14997$0 , \port$14999$0 , \port$15001$0 , \port$15003$0 , \port$15005$0 , \port$15007$0 , \port$15009$0 , \port$15011$0 , \port$15013$0 , \port$15015$0 , \port$15017$0 , \port$15019$0 , grant0, grant1, set, set_value, index0, valid0
+, delta0, index1, valid1, delta1, \port$14989$0 );
   reg \$auto$verilog_backend.cc:2355:dump_module$164  = 0;
   wire \$1 ;
   wire [33:0] \$10 ;
@@ -90456,38 +92152,38 @@ module \dx1_board.soc.semaphores (\port$14897$0 , \port$14899$0 , \port$14901$0 
   wire [3:0] index0;
   input [3:0] index1;
   wire [3:0] index1;
-  input [31:0] \port$14895$0 ;
-  wire [31:0] \port$14895$0 ;
-  input [31:0] \port$14897$0 ;
-  wire [31:0] \port$14897$0 ;
-  input [31:0] \port$14899$0 ;
-  wire [31:0] \port$14899$0 ;
-  input [31:0] \port$14901$0 ;
-  wire [31:0] \port$14901$0 ;
-  input [31:0] \port$14903$0 ;
-  wire [31:0] \port$14903$0 ;
-  input [31:0] \port$14905$0 ;
-  wire [31:0] \port$14905$0 ;
-  input [31:0] \port$14907$0 ;
-  wire [31:0] \port$14907$0 ;
-  input [31:0] \port$14909$0 ;
-  wire [31:0] \port$14909$0 ;
-  input [31:0] \port$14911$0 ;
-  wire [31:0] \port$14911$0 ;
-  input [31:0] \port$14913$0 ;
-  wire [31:0] \port$14913$0 ;
-  input [31:0] \port$14915$0 ;
-  wire [31:0] \port$14915$0 ;
-  input [31:0] \port$14917$0 ;
-  wire [31:0] \port$14917$0 ;
-  input [31:0] \port$14919$0 ;
-  wire [31:0] \port$14919$0 ;
-  input [31:0] \port$14921$0 ;
-  wire [31:0] \port$14921$0 ;
-  input [31:0] \port$14923$0 ;
-  wire [31:0] \port$14923$0 ;
-  input [31:0] \port$14925$0 ;
-  wire [31:0] \port$14925$0 ;
+  input [31:0] \port$14989$0 ;
+  wire [31:0] \port$14989$0 ;
+  input [31:0] \port$14991$0 ;
+  wire [31:0] \port$14991$0 ;
+  input [31:0] \port$14993$0 ;
+  wire [31:0] \port$14993$0 ;
+  input [31:0] \port$14995$0 ;
+  wire [31:0] \port$14995$0 ;
+  input [31:0] \port$14997$0 ;
+  wire [31:0] \port$14997$0 ;
+  input [31:0] \port$14999$0 ;
+  wire [31:0] \port$14999$0 ;
+  input [31:0] \port$15001$0 ;
+  wire [31:0] \port$15001$0 ;
+  input [31:0] \port$15003$0 ;
+  wire [31:0] \port$15003$0 ;
+  input [31:0] \port$15005$0 ;
+  wire [31:0] \port$15005$0 ;
+  input [31:0] \port$15007$0 ;
+  wire [31:0] \port$15007$0 ;
+  input [31:0] \port$15009$0 ;
+  wire [31:0] \port$15009$0 ;
+  input [31:0] \port$15011$0 ;
+  wire [31:0] \port$15011$0 ;
+  input [31:0] \port$15013$0 ;
+  wire [31:0] \port$15013$0 ;
+  input [31:0] \port$15015$0 ;
+  wire [31:0] \port$15015$0 ;
+  input [31:0] \port$15017$0 ;
+  wire [31:0] \port$15017$0 ;
+  input [31:0] \port$15019$0 ;
+  wire [31:0] \port$15019$0 ;
   output [15:0] set;
   wire [15:0] set;
   output [255:0] set_value;
@@ -90529,55 +92225,55 @@ module \dx1_board.soc.semaphores (\port$14897$0 , \port$14899$0 , \port$14901$0 
   wire [31:0] \values[7] ;
   wire [31:0] \values[8] ;
   wire [31:0] \values[9] ;
-  assign \$46  = $signed({ 1'h0, \port$14921$0  }) + $signed(delta);
+  assign \$46  = $signed({ 1'h0, \port$15015$0  }) + $signed(delta);
   assign \$47  = index == 4'he;
   assign \$48  = granted1 & \$47 ;
-  assign \$49  = $signed({ 1'h0, \port$14923$0  }) + $signed(delta);
+  assign \$49  = $signed({ 1'h0, \port$15017$0  }) + $signed(delta);
   assign \$50  = index == 4'hf;
   assign \$51  = granted1 & \$50 ;
-  assign \$52  = $signed({ 1'h0, \port$14925$0  }) + $signed(delta);
+  assign \$52  = $signed({ 1'h0, \port$15019$0  }) + $signed(delta);
   assign \$3  = ~ granted0;
   assign \$4  = valid1 & \$3 ;
   assign granted1 = granted0 | valid1;
   assign \$5  = ! index;
   assign \$6  = granted1 & \$5 ;
-  assign \$7  = $signed({ 1'h0, \port$14895$0  }) + $signed(delta);
+  assign \$7  = $signed({ 1'h0, \port$14989$0  }) + $signed(delta);
   assign \$8  = index == 1'h1;
   assign \$9  = granted1 & \$8 ;
-  assign \$10  = $signed({ 1'h0, \port$14897$0  }) + $signed(delta);
+  assign \$10  = $signed({ 1'h0, \port$14991$0  }) + $signed(delta);
   assign \$11  = index == 2'h2;
   assign \$12  = granted1 & \$11 ;
-  assign \$13  = $signed({ 1'h0, \port$14899$0  }) + $signed(delta);
+  assign \$13  = $signed({ 1'h0, \port$14993$0  }) + $signed(delta);
   assign \$14  = index == 2'h3;
   assign \$15  = granted1 & \$14 ;
-  assign \$16  = $signed({ 1'h0, \port$14901$0  }) + $signed(delta);
+  assign \$16  = $signed({ 1'h0, \port$14995$0  }) + $signed(delta);
   assign \$17  = index == 3'h4;
   assign \$18  = granted1 & \$17 ;
-  assign \$19  = $signed({ 1'h0, \port$14903$0  }) + $signed(delta);
+  assign \$19  = $signed({ 1'h0, \port$14997$0  }) + $signed(delta);
   assign \$20  = index == 3'h5;
   assign \$21  = granted1 & \$20 ;
-  assign \$22  = $signed({ 1'h0, \port$14905$0  }) + $signed(delta);
+  assign \$22  = $signed({ 1'h0, \port$14999$0  }) + $signed(delta);
   assign \$23  = index == 3'h6;
   assign \$24  = granted1 & \$23 ;
-  assign \$25  = $signed({ 1'h0, \port$14907$0  }) + $signed(delta);
+  assign \$25  = $signed({ 1'h0, \port$15001$0  }) + $signed(delta);
   assign \$26  = index == 3'h7;
   assign \$27  = granted1 & \$26 ;
-  assign \$28  = $signed({ 1'h0, \port$14909$0  }) + $signed(delta);
+  assign \$28  = $signed({ 1'h0, \port$15003$0  }) + $signed(delta);
   assign \$29  = index == 4'h8;
   assign \$30  = granted1 & \$29 ;
-  assign \$31  = $signed({ 1'h0, \port$14911$0  }) + $signed(delta);
+  assign \$31  = $signed({ 1'h0, \port$15005$0  }) + $signed(delta);
   assign \$32  = index == 4'h9;
   assign \$33  = granted1 & \$32 ;
-  assign \$34  = $signed({ 1'h0, \port$14913$0  }) + $signed(delta);
+  assign \$34  = $signed({ 1'h0, \port$15007$0  }) + $signed(delta);
   assign \$35  = index == 4'ha;
   assign \$36  = granted1 & \$35 ;
-  assign \$37  = $signed({ 1'h0, \port$14915$0  }) + $signed(delta);
+  assign \$37  = $signed({ 1'h0, \port$15009$0  }) + $signed(delta);
   assign \$38  = index == 4'hb;
   assign \$39  = granted1 & \$38 ;
-  assign \$40  = $signed({ 1'h0, \port$14917$0  }) + $signed(delta);
+  assign \$40  = $signed({ 1'h0, \port$15011$0  }) + $signed(delta);
   assign \$41  = index == 4'hc;
   assign \$42  = granted1 & \$41 ;
-  assign \$43  = $signed({ 1'h0, \port$14919$0  }) + $signed(delta);
+  assign \$43  = $signed({ 1'h0, \port$15013$0  }) + $signed(delta);
   assign \$44  = index == 4'hd;
   assign \$45  = granted1 & \$44 ;
   always @* begin
@@ -90615,7 +92311,7 @@ module \dx1_board.soc.semaphores (\port$14897$0 , \port$14899$0 , \port$14901$0 
     end
   end
   assign granted = 1'h0;
-  assign values = { \port$14925$0 , \port$14923$0 , \port$14921$0 , \port$14919$0 , \port$14917$0 , \port$14915$0 , \port$14913$0 , \port$14911$0 , \port$14909$0 , \port$14907$0 , \port$14905$0 , \port$14903$0 , \port$14901$0 , \port$14899$0 , \port$14897$0 , \port$14895$0  };
+  assign values = { \port$15019$0 , \port$15017$0 , \port$15015$0 , \port$15013$0 , \port$15011$0 , \port$15009$0 , \port$15007$0 , \port$15005$0 , \port$15003$0 , \port$15001$0 , \port$14999$0 , \port$14997$0 , \port$14995$0 , \port$14993$0 , \port$14991$0 , \port$14989$0  };
   assign \set_value[0]  = set_value[15:0];
   assign \set_value[1]  = set_value[31:16];
   assign \set_value[2]  = set_value[47:32];
@@ -90632,22 +92328,22 @@ module \dx1_board.soc.semaphores (\port$14897$0 , \port$14899$0 , \port$14901$0 
   assign \set_value[13]  = set_value[223:208];
   assign \set_value[14]  = set_value[239:224];
   assign \set_value[15]  = set_value[255:240];
-  assign \values[0]  = \port$14895$0 ;
-  assign \values[1]  = \port$14897$0 ;
-  assign \values[2]  = \port$14899$0 ;
-  assign \values[3]  = \port$14901$0 ;
-  assign \values[4]  = \port$14903$0 ;
-  assign \values[5]  = \port$14905$0 ;
-  assign \values[6]  = \port$14907$0 ;
-  assign \values[7]  = \port$14909$0 ;
-  assign \values[8]  = \port$14911$0 ;
-  assign \values[9]  = \port$14913$0 ;
-  assign \values[10]  = \port$14915$0 ;
-  assign \values[11]  = \port$14917$0 ;
-  assign \values[12]  = \port$14919$0 ;
-  assign \values[13]  = \port$14921$0 ;
-  assign \values[14]  = \port$14923$0 ;
-  assign \values[15]  = \port$14925$0 ;
+  assign \values[0]  = \port$14989$0 ;
+  assign \values[1]  = \port$14991$0 ;
+  assign \values[2]  = \port$14993$0 ;
+  assign \values[3]  = \port$14995$0 ;
+  assign \values[4]  = \port$14997$0 ;
+  assign \values[5]  = \port$14999$0 ;
+  assign \values[6]  = \port$15001$0 ;
+  assign \values[7]  = \port$15003$0 ;
+  assign \values[8]  = \port$15005$0 ;
+  assign \values[9]  = \port$15007$0 ;
+  assign \values[10]  = \port$15009$0 ;
+  assign \values[11]  = \port$15011$0 ;
+  assign \values[12]  = \port$15013$0 ;
+  assign \values[13]  = \port$15015$0 ;
+  assign \values[14]  = \port$15017$0 ;
+  assign \values[15]  = \port$15019$0 ;
   assign set_value[255:240] = \$52 [15:0];
   assign set_value[239:224] = \$49 [15:0];
   assign set_value[223:208] = \$46 [15:0];

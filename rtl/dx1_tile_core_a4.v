@@ -7363,8 +7363,8 @@ module \dx1_tile_core_a4.streamer.stream_q (rst, w_rdy, r_rdy, r_data, w_port__d
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_tile_core_a4.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, acc_b_data, busy, acc_b_use, spm_b_use, finished, progress, command, start, acc_a_addr, spm_a_addr, acc_b_addr, spm_b_addr, acc_w_en, acc_w_addr, acc_w_data, spm_w_en, spm_w_addr
-, spm_w_data, done__tag, done__opcode, busy_cycles, hits, underflows, overflows, clk);
+module \dx1_tile_core_a4.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, acc_b_data, busy, acc_b_use, spm_b_use, finished, command, start, acc_a_addr, spm_a_addr, acc_b_addr, spm_b_addr, acc_w_en, acc_w_addr, acc_w_data, spm_w_en, spm_w_addr, spm_w_data
+, done__tag, done__opcode, progress, busy_cycles, hits, underflows, overflows, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$21  = 0;
   wire \$1 ;
   wire [31:0] \$10 ;
@@ -7395,21 +7395,21 @@ module \dx1_tile_core_a4.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
   wire \$33 ;
   wire \$34 ;
   wire \$35 ;
-  wire [32:0] \$36 ;
-  wire [32:0] \$37 ;
+  wire \$36 ;
+  wire \$37 ;
   wire [32:0] \$38 ;
   wire [32:0] \$39 ;
   wire \$4 ;
-  reg [7:0] \$40 ;
-  reg [5:0] \$41 ;
-  reg [31:0] \$42 ;
-  reg [31:0] \$43 ;
-  reg \$44 ;
-  reg \$45 ;
-  reg [15:0] \$46 ;
-  reg [7:0] \$47 ;
-  reg \$48 ;
-  reg [20:0] \$49 ;
+  wire [32:0] \$40 ;
+  wire [32:0] \$41 ;
+  reg [7:0] \$42 ;
+  reg [5:0] \$43 ;
+  reg [31:0] \$44 ;
+  reg [31:0] \$45 ;
+  reg \$46 ;
+  reg \$47 ;
+  reg [15:0] \$48 ;
+  reg [7:0] \$49 ;
   wire \$5 ;
   reg \$50 ;
   reg [20:0] \$51 ;
@@ -7427,26 +7427,40 @@ module \dx1_tile_core_a4.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
   reg \$62 ;
   reg [20:0] \$63 ;
   reg \$64 ;
-  reg [16:0] \$65 ;
+  reg [20:0] \$65 ;
   reg \$66 ;
-  reg [16:0] \$67 ;
+  reg [20:0] \$67 ;
   reg \$68 ;
-  reg [16:0] \$69 ;
+  reg [20:0] \$69 ;
   wire \$7 ;
   reg \$70 ;
-  reg [16:0] \$71 ;
+  reg [20:0] \$71 ;
   reg \$72 ;
   reg [16:0] \$73 ;
-  reg [20:0] \$74 ;
-  reg [31:0] \$75 ;
-  reg [31:0] \$76 ;
-  reg [31:0] \$77 ;
-  reg [31:0] \$78 ;
+  reg \$74 ;
+  reg [16:0] \$75 ;
+  reg \$76 ;
+  reg [16:0] \$77 ;
+  reg \$78 ;
+  reg [16:0] \$79 ;
   wire \$8 ;
+  reg \$80 ;
+  reg [16:0] \$81 ;
+  reg \$82 ;
+  reg [16:0] \$83 ;
+  reg \$84 ;
+  reg [16:0] \$85 ;
+  reg \$86 ;
+  reg [20:0] \$87 ;
+  reg \$88 ;
+  reg [31:0] \$89 ;
   wire [31:0] \$9 ;
+  reg [31:0] \$90 ;
+  reg [31:0] \$91 ;
+  reg [31:0] \$92 ;
   reg [7:0] \$signal  = 8'h00;
   (* init = 16'h0000 *)
-  wire [15:0] \$signal$103 ;
+  wire [15:0] \$signal$105 ;
   (* init = 6'h00 *)
   wire [5:0] \$signal$44 ;
   (* init = 32'd0 *)
@@ -7455,14 +7469,14 @@ module \dx1_tile_core_a4.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
   wire [31:0] \$signal$48 ;
   (* init = 1'h0 *)
   wire \$signal$50 ;
-  reg \$signal$75 ;
-  reg [15:0] \$signal$76 ;
+  reg \$signal$77 ;
+  reg [15:0] \$signal$78 ;
   wire [127:0] a;
-  wire [127:0] \a$69 ;
-  wire [31:0] \a$69[0] ;
-  wire [31:0] \a$69[1] ;
-  wire [31:0] \a$69[2] ;
-  wire [31:0] \a$69[3] ;
+  reg [127:0] \a$70  = 128'h00000000000000000000000000000000;
+  wire [31:0] \a$70[0] ;
+  wire [31:0] \a$70[1] ;
+  wire [31:0] \a$70[2] ;
+  wire [31:0] \a$70[3] ;
   wire [31:0] \a[0] ;
   wire [31:0] \a[1] ;
   wire [31:0] \a[2] ;
@@ -7470,6 +7484,7 @@ module \dx1_tile_core_a4.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
   wire a_acc;
   wire [15:0] a_addr;
   wire a_read;
+  wire a_use;
   output [15:0] acc_a_addr;
   reg [15:0] acc_a_addr;
   input [127:0] acc_a_data;
@@ -7493,7 +7508,7 @@ module \dx1_tile_core_a4.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
   wire [31:0] \b[3] ;
   wire b_acc;
   wire [15:0] b_addr;
-  wire b_read;
+  wire b_use;
   output busy;
   wire busy;
   wire \busy$10 ;
@@ -7514,22 +7529,33 @@ module \dx1_tile_core_a4.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
   wire [255:0] \command$8 ;
   reg [20:0] ctl_lanes0 = 21'h000000;
   reg [20:0] ctl_lanes1 = 21'h000000;
+  reg [20:0] ctl_lanes10 = 21'h000000;
   reg [20:0] ctl_lanes2 = 21'h000000;
   reg [20:0] ctl_lanes3 = 21'h000000;
   reg [20:0] ctl_lanes4 = 21'h000000;
   reg [20:0] ctl_lanes5 = 21'h000000;
   reg [20:0] ctl_lanes6 = 21'h000000;
   reg [20:0] ctl_lanes7 = 21'h000000;
+  reg [20:0] ctl_lanes8 = 21'h000000;
+  reg [20:0] ctl_lanes9 = 21'h000000;
   reg [16:0] ctl_reduce0 = 17'h00000;
   reg [16:0] ctl_reduce1 = 17'h00000;
   reg [16:0] ctl_reduce2 = 17'h00000;
   reg [16:0] ctl_reduce3 = 17'h00000;
   reg [16:0] ctl_reduce4 = 17'h00000;
+  reg [16:0] ctl_reduce5 = 17'h00000;
+  reg [16:0] ctl_reduce6 = 17'h00000;
   reg d_acc = 1'h0;
   (* init = 1'h0 *)
   wire \d_acc$65 ;
   (* init = 1'h0 *)
-  wire \d_acc$72 ;
+  wire \d_acc$74 ;
+  (* init = 128'h00000000000000000000000000000000 *)
+  wire [127:0] div_a;
+  wire [31:0] \div_a[0] ;
+  wire [31:0] \div_a[1] ;
+  wire [31:0] \div_a[2] ;
+  wire [31:0] \div_a[3] ;
   reg [20:0] div_ctl = 21'h000000;
   wire \div_ctl.d_acc ;
   wire [15:0] \div_ctl.d_addr ;
@@ -7537,9 +7563,11 @@ module \dx1_tile_core_a4.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
   wire \div_ctl.first ;
   wire \div_ctl.last ;
   wire \div_ctl.valid ;
+  (* init = 1'h0 *)
+  wire div_start;
   wire done;
-  wire \done$100 ;
-  wire \done$99 ;
+  wire \done$101 ;
+  wire \done$102 ;
   output [7:0] done__opcode;
   reg [7:0] done__opcode = 8'h00;
   wire [7:0] done__status;
@@ -7551,27 +7579,27 @@ module \dx1_tile_core_a4.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
   wire first;
   output [31:0] hits;
   reg [31:0] hits = 32'd0;
-  wire [2:0] \hits$135 ;
+  wire [2:0] \hits$148 ;
   reg [31:0] imm = 32'd0;
   reg [31:0] imm2 = 32'd0;
   wire is_reduce;
   wire lanes_step;
   wire last;
   wire load;
-  wire \load$91 ;
+  wire \load$93 ;
   (* init = 8'h00 *)
   wire [7:0] opcode;
   wire [127:0] out;
-  wire [127:0] \out$80 ;
-  wire [31:0] \out$80[0] ;
-  wire [31:0] \out$80[1] ;
-  wire [31:0] \out$80[2] ;
-  wire [31:0] \out$80[3] ;
   wire [127:0] \out$82 ;
   wire [31:0] \out$82[0] ;
   wire [31:0] \out$82[1] ;
   wire [31:0] \out$82[2] ;
   wire [31:0] \out$82[3] ;
+  wire [127:0] \out$84 ;
+  wire [31:0] \out$84[0] ;
+  wire [31:0] \out$84[1] ;
+  wire [31:0] \out$84[2] ;
+  wire [31:0] \out$84[3] ;
   wire [31:0] \out[0] ;
   wire [31:0] \out[1] ;
   wire [31:0] \out[2] ;
@@ -7579,22 +7607,22 @@ module \dx1_tile_core_a4.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
   wire out_valid;
   output [31:0] overflows;
   reg [31:0] overflows = 32'd0;
-  wire [2:0] \overflows$139 ;
+  wire [2:0] \overflows$152 ;
   output progress;
-  wire progress;
+  reg progress = 1'h0;
   wire read;
-  wire \read$94 ;
+  wire \read$96 ;
   wire [127:0] row;
   wire [127:0] \row$32 ;
   wire [31:0] \row$32[0] ;
   wire [31:0] \row$32[1] ;
   wire [31:0] \row$32[2] ;
   wire [31:0] \row$32[3] ;
-  wire [31:0] \row$92 ;
-  wire [7:0] \row$92[0] ;
-  wire [7:0] \row$92[1] ;
-  wire [7:0] \row$92[2] ;
-  wire [7:0] \row$92[3] ;
+  wire [31:0] \row$94 ;
+  wire [7:0] \row$94[0] ;
+  wire [7:0] \row$94[1] ;
+  wire [7:0] \row$94[2] ;
+  wire [7:0] \row$94[3] ;
   wire [31:0] \row[0] ;
   wire [31:0] \row[1] ;
   wire [31:0] \row[2] ;
@@ -7604,7 +7632,7 @@ module \dx1_tile_core_a4.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
   reg serial = 1'h0;
   reg [5:0] shift = 6'h00;
   (* init = 6'h00 *)
-  wire [5:0] \shift$71 ;
+  wire [5:0] \shift$73 ;
   output [15:0] spm_a_addr;
   reg [15:0] spm_a_addr;
   input [31:0] spm_a_data;
@@ -7631,7 +7659,7 @@ module \dx1_tile_core_a4.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
   wire start;
   wire \start$3 ;
   wire \start$5 ;
-  wire \start$68 ;
+  reg \start$68  = 1'h0;
   wire \start$7 ;
   wire [20:0] step;
   wire \step.d_acc ;
@@ -7653,26 +7681,31 @@ module \dx1_tile_core_a4.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
   wire [31:0] \terms[3] ;
   output [31:0] underflows;
   reg [31:0] underflows = 32'd0;
-  wire [2:0] \underflows$137 ;
+  wire [2:0] \underflows$150 ;
   wire v_start;
   wire valid;
   wire \valid$59 ;
   reg valid_lanes0 = 1'h0;
   reg valid_lanes1 = 1'h0;
+  reg valid_lanes10 = 1'h0;
   reg valid_lanes2 = 1'h0;
   reg valid_lanes3 = 1'h0;
   reg valid_lanes4 = 1'h0;
   reg valid_lanes5 = 1'h0;
   reg valid_lanes6 = 1'h0;
   reg valid_lanes7 = 1'h0;
+  reg valid_lanes8 = 1'h0;
+  reg valid_lanes9 = 1'h0;
   reg valid_reduce0 = 1'h0;
   reg valid_reduce1 = 1'h0;
   reg valid_reduce2 = 1'h0;
   reg valid_reduce3 = 1'h0;
   reg valid_reduce4 = 1'h0;
+  reg valid_reduce5 = 1'h0;
+  reg valid_reduce6 = 1'h0;
   wire [3:0] vop;
   wire [3:0] \vop$64 ;
-  wire [3:0] \vop$70 ;
+  wire [3:0] \vop$72 ;
   wire [15:0] w_addr;
   wire w_en;
   reg w_end;
@@ -7682,128 +7715,13 @@ module \dx1_tile_core_a4.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
   wire [31:0] \w_row[2] ;
   wire [31:0] \w_row[3] ;
   wire written;
-  assign \$16  = b_acc ? acc_b_data[127:96] : { spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31:24] };
-  assign \$17  = ~ serial;
-  assign lanes_step = step[0] & \$17 ;
-  assign \$18  = \$signal  == 4'h9;
-  assign \$19  = \$signal  == 4'ha;
-  assign \$20  = \$signal  == 4'hb;
-  assign is_reduce = | { \$20 , \$19 , \$18  };
-  assign \valid$59  = valid_lanes7 & is_reduce;
-  assign \start$68  = step[0] & serial;
-  assign \$21  = ~ is_reduce;
-  assign \$22  = valid_lanes7 & \$21 ;
-  assign \$23  = \$signal$75  & d_acc;
-  assign \$24  = ~ d_acc;
-  assign \$25  = \$signal$75  & \$24 ;
-  assign \$26  = \$signal$75  & w_end;
-  assign \$27  = \$26  | \done$99 ;
-  assign finished = \$27  | \done$100 ;
-  assign \$28  = a_read | table_we;
-  assign \$29  = \$28  | spm_read;
-  assign \$30  = \$29  | spm_w_en;
-  assign progress = \$30  | acc_w_en;
-  assign \$31  = command[39:32] == 4'hc;
-  assign \$32  = command[39:32] == 4'hd;
-  assign \$33  = | { \$32 , \$31  };
-  assign \$34  = valid_lanes7 & ctl_lanes7[2];
-  assign \$35  = step[0] & serial;
-  assign \$36  = busy_cycles + 1'h1;
-  assign \$37  = hits + \hits$135 ;
-  assign \$38  = underflows + \underflows$137 ;
-  assign \$39  = overflows + \overflows$139 ;
-  always @(posedge clk)
-    \$signal  <= \$40 ;
-  always @(posedge clk)
-    shift <= \$41 ;
-  always @(posedge clk)
-    imm <= \$42 ;
-  always @(posedge clk)
-    imm2 <= \$43 ;
-  always @(posedge clk)
-    d_acc <= \$44 ;
-  always @(posedge clk)
-    serial <= \$45 ;
-  always @(posedge clk)
-    done__tag <= \$46 ;
-  always @(posedge clk)
-    done__opcode <= \$47 ;
-  always @(posedge clk)
-    valid_lanes0 <= \$48 ;
-  always @(posedge clk)
-    ctl_lanes0 <= \$49 ;
-  always @(posedge clk)
-    valid_lanes1 <= \$50 ;
-  always @(posedge clk)
-    ctl_lanes1 <= \$51 ;
-  always @(posedge clk)
-    valid_lanes2 <= \$52 ;
-  always @(posedge clk)
-    ctl_lanes2 <= \$53 ;
-  always @(posedge clk)
-    valid_lanes3 <= \$54 ;
-  always @(posedge clk)
-    ctl_lanes3 <= \$55 ;
-  always @(posedge clk)
-    valid_lanes4 <= \$56 ;
-  always @(posedge clk)
-    ctl_lanes4 <= \$57 ;
-  always @(posedge clk)
-    valid_lanes5 <= \$58 ;
-  always @(posedge clk)
-    ctl_lanes5 <= \$59 ;
-  always @(posedge clk)
-    valid_lanes6 <= \$60 ;
-  always @(posedge clk)
-    ctl_lanes6 <= \$61 ;
-  always @(posedge clk)
-    valid_lanes7 <= \$62 ;
-  always @(posedge clk)
-    ctl_lanes7 <= \$63 ;
-  always @(posedge clk)
-    valid_reduce0 <= \$64 ;
-  always @(posedge clk)
-    ctl_reduce0 <= \$65 ;
-  always @(posedge clk)
-    valid_reduce1 <= \$66 ;
-  always @(posedge clk)
-    ctl_reduce1 <= \$67 ;
-  always @(posedge clk)
-    valid_reduce2 <= \$68 ;
-  always @(posedge clk)
-    ctl_reduce2 <= \$69 ;
-  always @(posedge clk)
-    valid_reduce3 <= \$70 ;
-  always @(posedge clk)
-    ctl_reduce3 <= \$71 ;
-  always @(posedge clk)
-    valid_reduce4 <= \$72 ;
-  always @(posedge clk)
-    ctl_reduce4 <= \$73 ;
-  always @(posedge clk)
-    div_ctl <= \$74 ;
-  always @(posedge clk)
-    busy_cycles <= \$75 ;
-  always @(posedge clk)
-    hits <= \$76 ;
-  always @(posedge clk)
-    underflows <= \$77 ;
-  always @(posedge clk)
-    overflows <= \$78 ;
-  assign \$1  = command[7:0] == 4'h9;
-  assign v_start = start & \$1 ;
-  assign \$2  = command[7:0] == 4'ha;
-  assign \start$5  = start & \$2 ;
-  assign \$3  = command[7:0] == 4'hb;
-  assign \start$7  = start & \$3 ;
-  assign \$4  = \busy$10  | \busy$11 ;
   assign busy = \$4  | \busy$12 ;
-  assign \$5  = a_read & a_acc;
+  assign \$5  = a_use & a_acc;
   assign \$6  = ~ a_acc;
-  assign \$7  = a_read & \$6 ;
-  assign acc_b_use = b_read & b_acc;
+  assign \$7  = a_use & \$6 ;
+  assign acc_b_use = b_use & b_acc;
   assign \$8  = ~ b_acc;
-  assign spm_b_use = b_read & \$8 ;
+  assign spm_b_use = b_use & \$8 ;
   assign \$9  = a_acc ? acc_a_data[31:0] : { spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7:0] };
   assign \$10  = a_acc ? acc_a_data[63:32] : { spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15:8] };
   assign \$11  = a_acc ? acc_a_data[95:64] : { spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23:16] };
@@ -7811,12 +7729,153 @@ module \dx1_tile_core_a4.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
   assign \$13  = b_acc ? acc_b_data[31:0] : { spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7], spm_b_data[7:0] };
   assign \$14  = b_acc ? acc_b_data[63:32] : { spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15], spm_b_data[15:8] };
   assign \$15  = b_acc ? acc_b_data[95:64] : { spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23], spm_b_data[23:16] };
+  assign \$16  = b_acc ? acc_b_data[127:96] : { spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31], spm_b_data[31:24] };
+  assign \$17  = ~ serial;
+  assign lanes_step = step[0] & \$17 ;
+  assign \$18  = \$signal  == 4'h9;
+  assign \$19  = \$signal  == 4'ha;
+  assign \$20  = \$signal  == 4'hb;
+  assign is_reduce = | { \$20 , \$19 , \$18  };
+  assign \valid$59  = valid_lanes10 & is_reduce;
+  assign \$21  = ~ is_reduce;
+  assign \$22  = valid_lanes10 & \$21 ;
+  assign \$23  = \$signal$77  & d_acc;
+  assign \$24  = ~ d_acc;
+  assign \$25  = \$signal$77  & \$24 ;
+  assign \$26  = \$signal$77  & w_end;
+  assign \$27  = \$26  | \done$101 ;
+  assign finished = \$27  | \done$102 ;
+  assign \$28  = command[39:32] == 4'hc;
+  assign \$29  = command[39:32] == 4'hd;
+  assign \$30  = | { \$29 , \$28  };
+  assign \$31  = valid_lanes10 & ctl_lanes10[2];
+  assign \$32  = step[0] & serial;
+  assign \$33  = step[0] & serial;
+  assign \$34  = a_read | table_we;
+  assign \$35  = \$34  | spm_read;
+  assign \$36  = \$35  | spm_w_en;
+  assign \$37  = \$36  | acc_w_en;
+  assign \$38  = busy_cycles + 1'h1;
+  assign \$39  = hits + \hits$148 ;
+  assign \$40  = underflows + \underflows$150 ;
+  assign \$41  = overflows + \overflows$152 ;
+  always @(posedge clk)
+    \$signal  <= \$42 ;
+  always @(posedge clk)
+    shift <= \$43 ;
+  always @(posedge clk)
+    imm <= \$44 ;
+  always @(posedge clk)
+    imm2 <= \$45 ;
+  always @(posedge clk)
+    d_acc <= \$46 ;
+  always @(posedge clk)
+    serial <= \$47 ;
+  always @(posedge clk)
+    done__tag <= \$48 ;
+  always @(posedge clk)
+    done__opcode <= \$49 ;
+  always @(posedge clk)
+    valid_lanes0 <= \$50 ;
+  always @(posedge clk)
+    ctl_lanes0 <= \$51 ;
+  always @(posedge clk)
+    valid_lanes1 <= \$52 ;
+  always @(posedge clk)
+    ctl_lanes1 <= \$53 ;
+  always @(posedge clk)
+    valid_lanes2 <= \$54 ;
+  always @(posedge clk)
+    ctl_lanes2 <= \$55 ;
+  always @(posedge clk)
+    valid_lanes3 <= \$56 ;
+  always @(posedge clk)
+    ctl_lanes3 <= \$57 ;
+  always @(posedge clk)
+    valid_lanes4 <= \$58 ;
+  always @(posedge clk)
+    ctl_lanes4 <= \$59 ;
+  always @(posedge clk)
+    valid_lanes5 <= \$60 ;
+  always @(posedge clk)
+    ctl_lanes5 <= \$61 ;
+  always @(posedge clk)
+    valid_lanes6 <= \$62 ;
+  always @(posedge clk)
+    ctl_lanes6 <= \$63 ;
+  always @(posedge clk)
+    valid_lanes7 <= \$64 ;
+  always @(posedge clk)
+    ctl_lanes7 <= \$65 ;
+  always @(posedge clk)
+    valid_lanes8 <= \$66 ;
+  always @(posedge clk)
+    ctl_lanes8 <= \$67 ;
+  always @(posedge clk)
+    valid_lanes9 <= \$68 ;
+  always @(posedge clk)
+    ctl_lanes9 <= \$69 ;
+  always @(posedge clk)
+    valid_lanes10 <= \$70 ;
+  always @(posedge clk)
+    ctl_lanes10 <= \$71 ;
+  always @(posedge clk)
+    valid_reduce0 <= \$72 ;
+  always @(posedge clk)
+    ctl_reduce0 <= \$73 ;
+  always @(posedge clk)
+    valid_reduce1 <= \$74 ;
+  always @(posedge clk)
+    ctl_reduce1 <= \$75 ;
+  always @(posedge clk)
+    valid_reduce2 <= \$76 ;
+  always @(posedge clk)
+    ctl_reduce2 <= \$77 ;
+  always @(posedge clk)
+    valid_reduce3 <= \$78 ;
+  always @(posedge clk)
+    ctl_reduce3 <= \$79 ;
+  always @(posedge clk)
+    valid_reduce4 <= \$80 ;
+  always @(posedge clk)
+    ctl_reduce4 <= \$81 ;
+  always @(posedge clk)
+    valid_reduce5 <= \$82 ;
+  always @(posedge clk)
+    ctl_reduce5 <= \$83 ;
+  always @(posedge clk)
+    valid_reduce6 <= \$84 ;
+  always @(posedge clk)
+    ctl_reduce6 <= \$85 ;
+  always @(posedge clk)
+    \start$68  <= \$86 ;
+  always @(posedge clk)
+    \a$70  <= row;
+  always @(posedge clk)
+    div_ctl <= \$87 ;
+  always @(posedge clk)
+    progress <= \$88 ;
+  always @(posedge clk)
+    busy_cycles <= \$89 ;
+  always @(posedge clk)
+    hits <= \$90 ;
+  always @(posedge clk)
+    underflows <= \$91 ;
+  always @(posedge clk)
+    overflows <= \$92 ;
+  assign \$1  = command[7:0] == 4'h9;
+  assign v_start = start & \$1 ;
+  assign \$2  = command[7:0] == 4'ha;
+  assign \start$5  = start & \$2 ;
+  assign \$3  = command[7:0] == 4'hb;
+  assign \start$7  = start & \$3 ;
+  assign \$4  = \busy$10  | \busy$11 ;
   \dx1_tile_core_a4.vector$242.divider  divider (
-    .a(row),
+    .a(\a$70 ),
     .clk(clk),
     .\d_acc$46 (d_acc),
     .done(done),
-    .out(\out$80 ),
+    .out(\out$82 ),
     .rst(rst),
     .\shift$9 (shift),
     .start(\start$68 ),
@@ -7827,16 +7886,16 @@ module \dx1_tile_core_a4.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
     .b(\row$32 ),
     .clk(clk),
     .d_acc(d_acc),
-    .hits8(\hits$135 ),
+    .hits11(\hits$148 ),
     .imm(imm),
     .imm2(imm2),
     .out(terms),
-    .overs8(\overflows$139 ),
+    .overs11(\overflows$152 ),
     .rst(rst),
     .shift(shift),
     .table_index(table_index),
     .table_we(table_we),
-    .unders8(\underflows$137 ),
+    .unders11(\underflows$150 ),
     .valid(lanes_step),
     .vop(\$signal [3:0]),
     .write__data(table_data)
@@ -7844,9 +7903,9 @@ module \dx1_tile_core_a4.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
   \dx1_tile_core_a4.vector$242.reducer  reducer (
     .clk(clk),
     .d_acc(d_acc),
-    .out(\out$82 ),
+    .out(\out$84 ),
     .out_valid(out_valid),
-    .\port$3117$1 (ctl_lanes7[2:1]),
+    .\port$3200$1 (ctl_lanes10[2:1]),
     .rst(rst),
     .terms(terms),
     .valid(\valid$59 ),
@@ -7857,19 +7916,20 @@ module \dx1_tile_core_a4.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
     .a_addr(a_addr),
     .b_acc(b_acc),
     .b_addr(b_addr),
-    .b_read(b_read),
+    .b_use(b_use),
     .busy(\busy$10 ),
     .clk(clk),
     .command(command),
     .go(a_read),
-    .pop(\$signal$75 ),
+    .issuing(a_use),
+    .pop(\$signal$77 ),
     .rst(rst),
     .start(v_start),
     .step(step)
   );
   \dx1_tile_core_a4.vector$242.table_loader  table_loader (
     .clk(clk),
-    .done(\done$99 ),
+    .done(\done$101 ),
     .primed(table_we),
     .rst(rst),
     .spm_addr(spm_addr),
@@ -7892,7 +7952,7 @@ module \dx1_tile_core_a4.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
     .busy(\busy$12 ),
     .clk(clk),
     .command(command),
-    .done(\done$100 ),
+    .done(\done$102 ),
     .load(load),
     .rst(rst),
     .spm_addr(\spm_addr$21 ),
@@ -7937,24 +7997,24 @@ module \dx1_tile_core_a4.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$signal$75  = 1'h0;
+    \$signal$77  = 1'h0;
     if (done) begin
-      \$signal$75  = 1'h1;
+      \$signal$77  = 1'h1;
     end else if (out_valid) begin
-      \$signal$75  = 1'h1;
+      \$signal$77  = 1'h1;
     end else if (\$22 ) begin
-      \$signal$75  = 1'h1;
+      \$signal$77  = 1'h1;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$signal$76  = 16'h0000;
+    \$signal$78  = 16'h0000;
     if (done) begin
-      \$signal$76  = div_ctl[19:4];
+      \$signal$78  = div_ctl[19:4];
     end else if (out_valid) begin
-      \$signal$76  = ctl_reduce4[15:0];
+      \$signal$78  = ctl_reduce6[15:0];
     end else if (\$22 ) begin
-      \$signal$76  = ctl_lanes7[19:4];
+      \$signal$78  = ctl_lanes10[19:4];
     end
   end
   always @* begin
@@ -7963,18 +8023,18 @@ module \dx1_tile_core_a4.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
     if (done) begin
       w_end = div_ctl[3];
     end else if (out_valid) begin
-      w_end = ctl_reduce4[16];
+      w_end = ctl_reduce6[16];
     end else if (\$22 ) begin
-      w_end = ctl_lanes7[3];
+      w_end = ctl_lanes10[3];
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
     w_row = 128'h00000000000000000000000000000000;
     if (done) begin
-      w_row = \out$80 ;
-    end else if (out_valid) begin
       w_row = \out$82 ;
+    end else if (out_valid) begin
+      w_row = \out$84 ;
     end else if (\$22 ) begin
       w_row = terms;
     end
@@ -7990,7 +8050,7 @@ module \dx1_tile_core_a4.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
     acc_w_addr = 16'h0000;
     if (\$23 ) begin
-      acc_w_addr = \$signal$76 ;
+      acc_w_addr = \$signal$78 ;
     end
   end
   always @* begin
@@ -8014,7 +8074,7 @@ module \dx1_tile_core_a4.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
     spm_w_addr = 16'h0000;
     if (\$25 ) begin
-      spm_w_addr = \$signal$76 ;
+      spm_w_addr = \$signal$78 ;
     end
     if (read) begin
       spm_w_addr = w_addr;
@@ -8032,314 +8092,398 @@ module \dx1_tile_core_a4.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$40  = \$signal ;
+    \$42  = \$signal ;
     if (start) begin
-      \$40  = command[39:32];
+      \$42  = command[39:32];
     end
     if (rst) begin
-      \$40  = 8'h00;
+      \$42  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$41  = shift;
+    \$43  = shift;
     if (start) begin
-      \$41  = command[45:40];
+      \$43  = command[45:40];
     end
     if (rst) begin
-      \$41  = 6'h00;
+      \$43  = 6'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$42  = imm;
+    \$44  = imm;
     if (start) begin
-      \$42  = command[223:192];
+      \$44  = command[223:192];
     end
     if (rst) begin
-      \$42  = 32'd0;
+      \$44  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$43  = imm2;
+    \$45  = imm2;
     if (start) begin
-      \$43  = command[255:224];
+      \$45  = command[255:224];
     end
     if (rst) begin
-      \$43  = 32'd0;
+      \$45  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$44  = d_acc;
+    \$46  = d_acc;
     if (start) begin
-      \$44  = command[10];
+      \$46  = command[10];
     end
     if (rst) begin
-      \$44  = 1'h0;
+      \$46  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$45  = serial;
+    \$47  = serial;
     if (start) begin
-      \$45  = \$33 ;
+      \$47  = \$30 ;
     end
     if (rst) begin
-      \$45  = 1'h0;
+      \$47  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$46  = done__tag;
+    \$48  = done__tag;
     if (start) begin
-      \$46  = command[31:16];
+      \$48  = command[31:16];
     end
     if (rst) begin
-      \$46  = 16'h0000;
+      \$48  = 16'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$47  = done__opcode;
+    \$49  = done__opcode;
     if (start) begin
-      \$47  = command[7:0];
+      \$49  = command[7:0];
     end
     if (rst) begin
-      \$47  = 8'h00;
+      \$49  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$48  = lanes_step;
-    if (rst) begin
-      \$48  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$49  = step;
-    if (rst) begin
-      \$49  = 21'h000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$50  = valid_lanes0;
+    \$50  = lanes_step;
     if (rst) begin
       \$50  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$51  = ctl_lanes0;
+    \$51  = step;
     if (rst) begin
       \$51  = 21'h000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$52  = valid_lanes1;
+    \$52  = valid_lanes0;
     if (rst) begin
       \$52  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$53  = ctl_lanes1;
+    \$53  = ctl_lanes0;
     if (rst) begin
       \$53  = 21'h000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$54  = valid_lanes2;
+    \$54  = valid_lanes1;
     if (rst) begin
       \$54  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$55  = ctl_lanes2;
+    \$55  = ctl_lanes1;
     if (rst) begin
       \$55  = 21'h000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$56  = valid_lanes3;
+    \$56  = valid_lanes2;
     if (rst) begin
       \$56  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$57  = ctl_lanes3;
+    \$57  = ctl_lanes2;
     if (rst) begin
       \$57  = 21'h000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$58  = valid_lanes4;
+    \$58  = valid_lanes3;
     if (rst) begin
       \$58  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$59  = ctl_lanes4;
+    \$59  = ctl_lanes3;
     if (rst) begin
       \$59  = 21'h000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$60  = valid_lanes5;
+    \$60  = valid_lanes4;
     if (rst) begin
       \$60  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$61  = ctl_lanes5;
+    \$61  = ctl_lanes4;
     if (rst) begin
       \$61  = 21'h000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$62  = valid_lanes6;
+    \$62  = valid_lanes5;
     if (rst) begin
       \$62  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$63  = ctl_lanes6;
+    \$63  = ctl_lanes5;
     if (rst) begin
       \$63  = 21'h000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$64  = \$34 ;
+    \$64  = valid_lanes6;
     if (rst) begin
       \$64  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$65  = { ctl_lanes7[3], ctl_lanes7[19:4] };
+    \$65  = ctl_lanes6;
     if (rst) begin
-      \$65  = 17'h00000;
+      \$65  = 21'h000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$66  = valid_reduce0;
+    \$66  = valid_lanes7;
     if (rst) begin
       \$66  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$67  = ctl_reduce0;
+    \$67  = ctl_lanes7;
     if (rst) begin
-      \$67  = 17'h00000;
+      \$67  = 21'h000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$68  = valid_reduce1;
+    \$68  = valid_lanes8;
     if (rst) begin
       \$68  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$69  = ctl_reduce1;
+    \$69  = ctl_lanes8;
     if (rst) begin
-      \$69  = 17'h00000;
+      \$69  = 21'h000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$70  = valid_reduce2;
+    \$70  = valid_lanes9;
     if (rst) begin
       \$70  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$71  = ctl_reduce2;
+    \$71  = ctl_lanes9;
     if (rst) begin
-      \$71  = 17'h00000;
+      \$71  = 21'h000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$72  = valid_reduce3;
+    \$72  = \$31 ;
     if (rst) begin
       \$72  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$73  = ctl_reduce3;
+    \$73  = { ctl_lanes10[3], ctl_lanes10[19:4] };
     if (rst) begin
       \$73  = 17'h00000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$74  = div_ctl;
-    if (\$35 ) begin
-      \$74  = step;
-    end
+    \$74  = valid_reduce0;
     if (rst) begin
-      \$74  = 21'h000000;
+      \$74  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$75  = busy_cycles;
+    \$75  = ctl_reduce0;
+    if (rst) begin
+      \$75  = 17'h00000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$76  = valid_reduce1;
+    if (rst) begin
+      \$76  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$77  = ctl_reduce1;
+    if (rst) begin
+      \$77  = 17'h00000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$78  = valid_reduce2;
+    if (rst) begin
+      \$78  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$79  = ctl_reduce2;
+    if (rst) begin
+      \$79  = 17'h00000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$80  = valid_reduce3;
+    if (rst) begin
+      \$80  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$81  = ctl_reduce3;
+    if (rst) begin
+      \$81  = 17'h00000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$82  = valid_reduce4;
+    if (rst) begin
+      \$82  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$83  = ctl_reduce4;
+    if (rst) begin
+      \$83  = 17'h00000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$84  = valid_reduce5;
+    if (rst) begin
+      \$84  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$85  = ctl_reduce5;
+    if (rst) begin
+      \$85  = 17'h00000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$86  = \$32 ;
+    if (rst) begin
+      \$86  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$87  = div_ctl;
+    if (\$33 ) begin
+      \$87  = step;
+    end
+    if (rst) begin
+      \$87  = 21'h000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$88  = \$37 ;
+    if (rst) begin
+      \$88  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$89  = busy_cycles;
     if (busy) begin
-      \$75  = \$36 [31:0];
+      \$89  = \$38 [31:0];
     end
     if (rst) begin
-      \$75  = 32'd0;
+      \$89  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$76  = hits;
-    if (valid_lanes7) begin
-      \$76  = \$37 [31:0];
+    \$90  = hits;
+    if (valid_lanes10) begin
+      \$90  = \$39 [31:0];
     end
     if (rst) begin
-      \$76  = 32'd0;
+      \$90  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$77  = underflows;
-    if (valid_lanes7) begin
-      \$77  = \$38 [31:0];
+    \$91  = underflows;
+    if (valid_lanes10) begin
+      \$91  = \$40 [31:0];
     end
     if (rst) begin
-      \$77  = 32'd0;
+      \$91  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$78  = overflows;
-    if (valid_lanes7) begin
-      \$78  = \$39 [31:0];
+    \$92  = overflows;
+    if (valid_lanes10) begin
+      \$92  = \$41 [31:0];
     end
     if (rst) begin
-      \$78  = 32'd0;
+      \$92  = 32'd0;
     end
   end
   assign \start$3  = v_start;
@@ -8359,22 +8503,23 @@ module \dx1_tile_core_a4.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
   assign \table_we$53  = table_we;
   assign \table_index$55  = table_index;
   assign \table_data$57  = table_data;
-  assign first = ctl_lanes7[1];
-  assign last = ctl_lanes7[2];
+  assign first = ctl_lanes10[1];
+  assign last = ctl_lanes10[2];
   assign \vop$64  = \$signal [3:0];
   assign \d_acc$65  = d_acc;
   assign out = terms;
-  assign \a$69  = row;
-  assign \vop$70  = \$signal [3:0];
-  assign \shift$71  = shift;
-  assign \d_acc$72  = d_acc;
-  assign written = \$signal$75 ;
-  assign \load$91  = load;
-  assign \row$92  = spm_a_data;
-  assign \read$94  = read;
+  assign div_start = \start$68 ;
+  assign div_a = \a$70 ;
+  assign \vop$72  = \$signal [3:0];
+  assign \shift$73  = shift;
+  assign \d_acc$74  = d_acc;
+  assign written = \$signal$77 ;
+  assign \load$93  = load;
+  assign \row$94  = spm_a_data;
+  assign \read$96  = read;
   assign w_en = read;
   assign done__valid = finished;
-  assign \$signal$103  = done__tag;
+  assign \$signal$105  = done__tag;
   assign done__status = 8'h00;
   assign opcode = done__opcode;
   assign \row[0]  = row[31:0];
@@ -8407,10 +8552,14 @@ module \dx1_tile_core_a4.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
   assign \out[1]  = terms[63:32];
   assign \out[2]  = terms[95:64];
   assign \out[3]  = terms[127:96];
-  assign \a$69[0]  = row[31:0];
-  assign \a$69[1]  = row[63:32];
-  assign \a$69[2]  = row[95:64];
-  assign \a$69[3]  = row[127:96];
+  assign \a$70[0]  = \a$70 [31:0];
+  assign \a$70[1]  = \a$70 [63:32];
+  assign \a$70[2]  = \a$70 [95:64];
+  assign \a$70[3]  = \a$70 [127:96];
+  assign \div_a[0]  = \a$70 [31:0];
+  assign \div_a[1]  = \a$70 [63:32];
+  assign \div_a[2]  = \a$70 [95:64];
+  assign \div_a[3]  = \a$70 [127:96];
   assign \div_ctl.valid  = div_ctl[0];
   assign \div_ctl.first  = div_ctl[1];
   assign \div_ctl.last  = div_ctl[2];
@@ -8421,18 +8570,18 @@ module \dx1_tile_core_a4.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
   assign \w_row[1]  = w_row[63:32];
   assign \w_row[2]  = w_row[95:64];
   assign \w_row[3]  = w_row[127:96];
-  assign \out$80[0]  = \out$80 [31:0];
-  assign \out$80[1]  = \out$80 [63:32];
-  assign \out$80[2]  = \out$80 [95:64];
-  assign \out$80[3]  = \out$80 [127:96];
   assign \out$82[0]  = \out$82 [31:0];
   assign \out$82[1]  = \out$82 [63:32];
   assign \out$82[2]  = \out$82 [95:64];
   assign \out$82[3]  = \out$82 [127:96];
-  assign \row$92[0]  = spm_a_data[7:0];
-  assign \row$92[1]  = spm_a_data[15:8];
-  assign \row$92[2]  = spm_a_data[23:16];
-  assign \row$92[3]  = spm_a_data[31:24];
+  assign \out$84[0]  = \out$84 [31:0];
+  assign \out$84[1]  = \out$84 [63:32];
+  assign \out$84[2]  = \out$84 [95:64];
+  assign \out$84[3]  = \out$84 [127:96];
+  assign \row$94[0]  = spm_a_data[7:0];
+  assign \row$94[1]  = spm_a_data[15:8];
+  assign \row$94[2]  = spm_a_data[23:16];
+  assign \row$94[3]  = spm_a_data[31:24];
   assign \col[0]  = col[7:0];
   assign \col[1]  = col[15:8];
   assign \col[2]  = col[23:16];
@@ -8448,7 +8597,7 @@ module \dx1_tile_core_a4.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_tile_core_a4.vector$242.divider (rst, start, a, vop, \shift$9 , \d_acc$46 , done, out, clk);
+module \dx1_tile_core_a4.vector$242.divider (rst, vop, \shift$9 , \d_acc$46 , start, a, done, out, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$22  = 0;
   wire \$1 ;
   wire [30:0] \$10 ;
@@ -10353,283 +10502,298 @@ module \dx1_tile_core_a4.vector$242.divider (rst, start, a, vop, \shift$9 , \d_a
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, imm2, d_acc, out, hits8, unders8, overs8, write__data, table_we, table_index, clk);
+module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, imm2, d_acc, out, hits11, unders11, overs11, write__data, table_we, table_index, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$23  = 0;
   wire \$1 ;
   wire \$10 ;
-  wire [32:0] \$100 ;
+  wire [31:0] \$100 ;
   wire [32:0] \$101 ;
-  wire [33:0] \$102 ;
-  wire [34:0] \$103 ;
-  wire [65:0] \$104 ;
-  wire [67:0] \$105 ;
-  wire [46:0] \$106 ;
-  wire [64:0] \$107 ;
-  wire [63:0] \$108 ;
-  wire [32:0] \$109 ;
+  wire [32:0] \$102 ;
+  wire [33:0] \$103 ;
+  wire [34:0] \$104 ;
+  wire [65:0] \$105 ;
+  wire [67:0] \$106 ;
+  wire [46:0] \$107 ;
+  wire [64:0] \$108 ;
+  wire [63:0] \$109 ;
   wire \$11 ;
-  wire [63:0] \$110 ;
-  wire [110:0] \$111 ;
-  wire [110:0] \$112 ;
+  wire [20:0] \$110 ;
+  wire [63:0] \$111 ;
+  wire [32:0] \$112 ;
   wire \$113 ;
-  wire [47:0] \$114 ;
-  wire [47:0] \$115 ;
+  wire \$114 ;
+  wire [32:0] \$115 ;
   wire [32:0] \$116 ;
-  wire [32:0] \$117 ;
+  wire [15:0] \$117 ;
   wire \$118 ;
-  wire [31:0] \$119 ;
+  wire [15:0] \$119 ;
   wire \$12 ;
   wire \$120 ;
-  wire [31:0] \$121 ;
+  wire \$121 ;
   wire \$122 ;
-  wire [31:0] \$123 ;
-  wire [32:0] \$124 ;
+  wire \$123 ;
+  wire \$124 ;
   wire \$125 ;
-  wire \$126 ;
-  wire [7:0] \$127 ;
-  wire [79:0] \$128 ;
-  wire [80:0] \$129 ;
+  wire [32:0] \$126 ;
+  wire [32:0] \$127 ;
+  wire [15:0] \$128 ;
+  wire [15:0] \$129 ;
   wire [5:0] \$13 ;
-  wire \$130 ;
-  wire [15:0] \$131 ;
-  wire [9:0] \$132 ;
-  wire [9:0] \$133 ;
-  wire \$134 ;
-  wire [9:0] \$135 ;
-  wire [9:0] \$136 ;
-  wire \$137 ;
-  wire \$138 ;
-  wire \$139 ;
-  wire \$14 ;
+  wire [31:0] \$130 ;
+  wire [32:0] \$131 ;
+  wire [32:0] \$132 ;
+  wire [33:0] \$133 ;
+  wire [34:0] \$134 ;
+  wire [65:0] \$135 ;
+  wire [67:0] \$136 ;
+  wire [46:0] \$137 ;
+  wire [64:0] \$138 ;
+  wire [63:0] \$139 ;
+  wire [110:0] \$14 ;
   wire [20:0] \$140 ;
-  wire \$141 ;
-  wire \$142 ;
-  wire \$143 ;
-  wire [31:0] \$144 ;
+  wire [63:0] \$141 ;
+  wire [32:0] \$142 ;
+  wire [63:0] \$143 ;
+  wire [32:0] \$144 ;
   wire [32:0] \$145 ;
   wire \$146 ;
-  wire \$147 ;
+  wire [31:0] \$147 ;
   wire \$148 ;
-  wire [7:0] \$149 ;
-  wire \$15 ;
-  wire [7:0] \$150 ;
-  wire [32:0] \$151 ;
+  wire [31:0] \$149 ;
+  wire [110:0] \$15 ;
+  wire \$150 ;
+  wire [31:0] \$151 ;
   wire [32:0] \$152 ;
   wire \$153 ;
-  wire [31:0] \$154 ;
-  wire \$155 ;
-  wire [31:0] \$156 ;
-  wire \$157 ;
-  wire [31:0] \$158 ;
-  wire [32:0] \$159 ;
-  wire [32:0] \$16 ;
-  wire \$160 ;
+  wire \$154 ;
+  wire [7:0] \$155 ;
+  wire [9:0] \$156 ;
+  wire [9:0] \$157 ;
+  wire \$158 ;
+  wire [9:0] \$159 ;
+  wire \$16 ;
+  wire [9:0] \$160 ;
   wire \$161 ;
-  wire [7:0] \$162 ;
-  wire [79:0] \$163 ;
-  wire [80:0] \$164 ;
+  wire \$162 ;
+  wire \$163 ;
+  wire \$164 ;
   wire \$165 ;
-  wire [15:0] \$166 ;
-  wire [9:0] \$167 ;
-  wire [9:0] \$168 ;
+  wire \$166 ;
+  wire [31:0] \$167 ;
+  wire [32:0] \$168 ;
   wire \$169 ;
-  wire \$17 ;
-  wire [9:0] \$170 ;
-  wire [9:0] \$171 ;
-  wire \$172 ;
-  wire \$173 ;
-  wire \$174 ;
-  wire [20:0] \$175 ;
+  wire [110:0] \$17 ;
+  wire \$170 ;
+  wire \$171 ;
+  wire [7:0] \$172 ;
+  wire [7:0] \$173 ;
+  wire [32:0] \$174 ;
+  wire [32:0] \$175 ;
   wire \$176 ;
-  wire \$177 ;
+  wire [31:0] \$177 ;
   wire \$178 ;
   wire [31:0] \$179 ;
-  wire \$18 ;
-  wire [32:0] \$180 ;
-  wire \$181 ;
-  wire \$182 ;
+  wire [110:0] \$18 ;
+  wire \$180 ;
+  wire [31:0] \$181 ;
+  wire [32:0] \$182 ;
   wire \$183 ;
-  wire [7:0] \$184 ;
+  wire \$184 ;
   wire [7:0] \$185 ;
-  wire [32:0] \$186 ;
-  wire [32:0] \$187 ;
+  wire [9:0] \$186 ;
+  wire [9:0] \$187 ;
   wire \$188 ;
-  wire [31:0] \$189 ;
-  wire \$19 ;
-  wire \$190 ;
-  wire [31:0] \$191 ;
+  wire [9:0] \$189 ;
+  wire [111:0] \$19 ;
+  wire [9:0] \$190 ;
+  wire \$191 ;
   wire \$192 ;
-  wire [31:0] \$193 ;
-  wire [32:0] \$194 ;
+  wire \$193 ;
+  wire \$194 ;
   wire \$195 ;
   wire \$196 ;
-  wire [7:0] \$197 ;
-  wire [79:0] \$198 ;
-  wire [80:0] \$199 ;
+  wire [31:0] \$197 ;
+  wire [32:0] \$198 ;
+  wire \$199 ;
   wire \$2 ;
-  wire \$20 ;
+  wire [111:0] \$20 ;
   wire \$200 ;
-  wire [15:0] \$201 ;
-  wire [9:0] \$202 ;
-  wire [9:0] \$203 ;
-  wire \$204 ;
-  wire [9:0] \$205 ;
-  wire [9:0] \$206 ;
-  wire \$207 ;
+  wire \$201 ;
+  wire [7:0] \$202 ;
+  wire [7:0] \$203 ;
+  wire [32:0] \$204 ;
+  wire [32:0] \$205 ;
+  wire \$206 ;
+  wire [31:0] \$207 ;
   wire \$208 ;
-  wire \$209 ;
-  wire \$21 ;
-  wire [20:0] \$210 ;
-  wire \$211 ;
-  wire \$212 ;
+  wire [31:0] \$209 ;
+  wire [79:0] \$21 ;
+  wire \$210 ;
+  wire [31:0] \$211 ;
+  wire [32:0] \$212 ;
   wire \$213 ;
-  wire [31:0] \$214 ;
-  wire [32:0] \$215 ;
-  wire \$216 ;
-  wire \$217 ;
+  wire \$214 ;
+  wire [7:0] \$215 ;
+  wire [9:0] \$216 ;
+  wire [9:0] \$217 ;
   wire \$218 ;
-  wire [7:0] \$219 ;
-  wire \$22 ;
-  wire [7:0] \$220 ;
-  wire [32:0] \$221 ;
-  wire [32:0] \$222 ;
+  wire [9:0] \$219 ;
+  wire [80:0] \$22 ;
+  wire [9:0] \$220 ;
+  wire \$221 ;
+  wire \$222 ;
   wire \$223 ;
-  wire [31:0] \$224 ;
+  wire \$224 ;
   wire \$225 ;
-  wire [31:0] \$226 ;
-  wire \$227 ;
-  wire [31:0] \$228 ;
-  wire [32:0] \$229 ;
-  wire [32:0] \$23 ;
+  wire \$226 ;
+  wire [31:0] \$227 ;
+  wire [32:0] \$228 ;
+  wire \$229 ;
+  wire \$23 ;
   wire \$230 ;
   wire \$231 ;
   wire [7:0] \$232 ;
-  wire [79:0] \$233 ;
-  wire [80:0] \$234 ;
-  wire \$235 ;
-  wire [15:0] \$236 ;
-  wire [9:0] \$237 ;
-  wire [9:0] \$238 ;
-  wire \$239 ;
-  wire [32:0] \$24 ;
-  wire [9:0] \$240 ;
-  wire [9:0] \$241 ;
-  wire \$242 ;
+  wire [7:0] \$233 ;
+  wire [32:0] \$234 ;
+  wire [32:0] \$235 ;
+  wire \$236 ;
+  wire [31:0] \$237 ;
+  wire \$238 ;
+  wire [31:0] \$239 ;
+  wire \$24 ;
+  wire \$240 ;
+  wire [31:0] \$241 ;
+  wire [32:0] \$242 ;
   wire \$243 ;
   wire \$244 ;
-  wire [20:0] \$245 ;
-  wire \$246 ;
-  wire \$247 ;
+  wire [7:0] \$245 ;
+  wire [9:0] \$246 ;
+  wire [9:0] \$247 ;
   wire \$248 ;
-  wire [31:0] \$249 ;
-  wire [15:0] \$25 ;
-  wire [32:0] \$250 ;
+  wire [9:0] \$249 ;
+  wire [32:0] \$25 ;
+  wire [9:0] \$250 ;
   wire \$251 ;
   wire \$252 ;
   wire \$253 ;
-  wire [7:0] \$254 ;
-  wire [7:0] \$255 ;
-  wire [1:0] \$256 ;
-  wire [2:0] \$257 ;
-  wire [3:0] \$258 ;
-  wire [1:0] \$259 ;
-  wire [15:0] \$26 ;
-  wire [2:0] \$260 ;
-  wire [3:0] \$261 ;
-  wire [1:0] \$262 ;
-  wire [2:0] \$263 ;
-  wire [3:0] \$264 ;
-  reg [10:0] \$265 ;
-  reg [10:0] \$266 ;
-  reg [10:0] \$267 ;
-  reg [10:0] \$268 ;
-  reg [10:0] \$269 ;
-  wire [31:0] \$27 ;
-  reg [10:0] \$270 ;
-  reg [10:0] \$271 ;
-  reg [10:0] \$272 ;
-  reg [127:0] \$273 ;
-  wire [32:0] \$28 ;
-  wire [32:0] \$29 ;
+  wire \$254 ;
+  wire \$255 ;
+  wire \$256 ;
+  wire [31:0] \$257 ;
+  wire [32:0] \$258 ;
+  wire \$259 ;
+  wire [32:0] \$26 ;
+  wire \$260 ;
+  wire \$261 ;
+  wire [7:0] \$262 ;
+  wire [7:0] \$263 ;
+  wire [1:0] \$264 ;
+  wire [2:0] \$265 ;
+  wire [3:0] \$266 ;
+  wire [1:0] \$267 ;
+  wire [2:0] \$268 ;
+  wire [3:0] \$269 ;
+  wire [15:0] \$27 ;
+  wire [1:0] \$270 ;
+  wire [2:0] \$271 ;
+  wire [3:0] \$272 ;
+  reg [10:0] \$273 ;
+  reg [10:0] \$274 ;
+  reg [10:0] \$275 ;
+  reg [10:0] \$276 ;
+  reg [10:0] \$277 ;
+  reg [10:0] \$278 ;
+  reg [10:0] \$279 ;
+  wire \$28 ;
+  reg [10:0] \$280 ;
+  reg [10:0] \$281 ;
+  reg [10:0] \$282 ;
+  reg [10:0] \$283 ;
+  reg [127:0] \$284 ;
+  wire [15:0] \$29 ;
   wire \$3 ;
-  wire [33:0] \$30 ;
-  wire [34:0] \$31 ;
-  wire [65:0] \$32 ;
-  wire [67:0] \$33 ;
-  wire [46:0] \$34 ;
-  wire [64:0] \$35 ;
-  wire [63:0] \$36 ;
+  wire \$30 ;
+  wire \$31 ;
+  wire \$32 ;
+  wire \$33 ;
+  wire \$34 ;
+  wire \$35 ;
+  wire [32:0] \$36 ;
   wire [32:0] \$37 ;
-  wire \$38 ;
-  wire \$39 ;
+  wire [15:0] \$38 ;
+  wire [15:0] \$39 ;
   wire \$4 ;
-  wire [32:0] \$40 ;
-  wire \$41 ;
-  wire \$42 ;
-  wire \$43 ;
-  wire \$44 ;
-  wire \$45 ;
-  wire \$46 ;
-  wire [32:0] \$47 ;
-  wire [32:0] \$48 ;
-  wire [15:0] \$49 ;
+  wire [31:0] \$40 ;
+  wire [32:0] \$41 ;
+  wire [32:0] \$42 ;
+  wire [33:0] \$43 ;
+  wire [34:0] \$44 ;
+  wire [65:0] \$45 ;
+  wire [67:0] \$46 ;
+  wire [46:0] \$47 ;
+  wire [64:0] \$48 ;
+  wire [63:0] \$49 ;
   wire \$5 ;
-  wire [15:0] \$50 ;
-  wire [31:0] \$51 ;
+  wire [20:0] \$50 ;
+  wire [63:0] \$51 ;
   wire [32:0] \$52 ;
-  wire [32:0] \$53 ;
-  wire [33:0] \$54 ;
-  wire [34:0] \$55 ;
-  wire [65:0] \$56 ;
-  wire [67:0] \$57 ;
-  wire [46:0] \$58 ;
-  wire [64:0] \$59 ;
+  wire \$53 ;
+  wire \$54 ;
+  wire [32:0] \$55 ;
+  wire [32:0] \$56 ;
+  wire [15:0] \$57 ;
+  wire \$58 ;
+  wire [15:0] \$59 ;
   wire \$6 ;
-  wire [63:0] \$60 ;
-  wire [32:0] \$61 ;
+  wire \$60 ;
+  wire \$61 ;
   wire \$62 ;
   wire \$63 ;
-  wire [32:0] \$64 ;
+  wire \$64 ;
   wire \$65 ;
-  wire \$66 ;
-  wire \$67 ;
-  wire \$68 ;
-  wire \$69 ;
+  wire [32:0] \$66 ;
+  wire [32:0] \$67 ;
+  wire [15:0] \$68 ;
+  wire [15:0] \$69 ;
   wire \$7 ;
-  wire \$70 ;
+  wire [31:0] \$70 ;
   wire [32:0] \$71 ;
   wire [32:0] \$72 ;
-  wire [15:0] \$73 ;
-  wire [15:0] \$74 ;
-  wire [31:0] \$75 ;
-  wire [32:0] \$76 ;
-  wire [32:0] \$77 ;
-  wire [33:0] \$78 ;
-  wire [34:0] \$79 ;
+  wire [33:0] \$73 ;
+  wire [34:0] \$74 ;
+  wire [65:0] \$75 ;
+  wire [67:0] \$76 ;
+  wire [46:0] \$77 ;
+  wire [64:0] \$78 ;
+  wire [63:0] \$79 ;
   wire \$8 ;
-  wire [65:0] \$80 ;
-  wire [67:0] \$81 ;
-  wire [46:0] \$82 ;
-  wire [64:0] \$83 ;
-  wire [63:0] \$84 ;
+  wire [20:0] \$80 ;
+  wire [63:0] \$81 ;
+  wire [32:0] \$82 ;
+  wire \$83 ;
+  wire \$84 ;
   wire [32:0] \$85 ;
-  wire \$86 ;
-  wire \$87 ;
-  wire [32:0] \$88 ;
-  wire \$89 ;
+  wire [32:0] \$86 ;
+  wire [15:0] \$87 ;
+  wire \$88 ;
+  wire [15:0] \$89 ;
   wire \$9 ;
   wire \$90 ;
   wire \$91 ;
   wire \$92 ;
   wire \$93 ;
   wire \$94 ;
-  wire [32:0] \$95 ;
+  wire \$95 ;
   wire [32:0] \$96 ;
-  wire [15:0] \$97 ;
+  wire [32:0] \$97 ;
   wire [15:0] \$98 ;
-  wire [31:0] \$99 ;
+  wire [15:0] \$99 ;
   input [127:0] a;
   wire [127:0] a;
+  reg [31:0] a1_0 = 32'd0;
+  reg [31:0] a1_1 = 32'd0;
+  reg [31:0] a1_2 = 32'd0;
+  reg [31:0] a1_3 = 32'd0;
   wire [31:0] \a[0] ;
   wire [31:0] \a[1] ;
   wire [31:0] \a[2] ;
@@ -10640,18 +10804,14 @@ module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   reg [32:0] alu3;
   input [127:0] b;
   wire [127:0] b;
+  reg [31:0] b1_0 = 32'd0;
+  reg [31:0] b1_1 = 32'd0;
+  reg [31:0] b1_2 = 32'd0;
+  reg [31:0] b1_3 = 32'd0;
   wire [31:0] \b[0] ;
   wire [31:0] \b[1] ;
   wire [31:0] \b[2] ;
   wire [31:0] \b[3] ;
-  reg [15:0] base3_0 = 16'h0000;
-  reg [15:0] base3_1 = 16'h0000;
-  reg [15:0] base3_2 = 16'h0000;
-  reg [15:0] base3_3 = 16'h0000;
-  reg [15:0] base4_0 = 16'h0000;
-  reg [15:0] base4_1 = 16'h0000;
-  reg [15:0] base4_2 = 16'h0000;
-  reg [15:0] base4_3 = 16'h0000;
   reg [15:0] base5_0 = 16'h0000;
   reg [15:0] base5_1 = 16'h0000;
   reg [15:0] base5_2 = 16'h0000;
@@ -10664,6 +10824,14 @@ module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   reg [15:0] base7_1 = 16'h0000;
   reg [15:0] base7_2 = 16'h0000;
   reg [15:0] base7_3 = 16'h0000;
+  reg [15:0] base8_0 = 16'h0000;
+  reg [15:0] base8_1 = 16'h0000;
+  reg [15:0] base8_2 = 16'h0000;
+  reg [15:0] base8_3 = 16'h0000;
+  reg [15:0] base9_0 = 16'h0000;
+  reg [15:0] base9_1 = 16'h0000;
+  reg [15:0] base9_2 = 16'h0000;
+  reg [15:0] base9_3 = 16'h0000;
   input clk;
   wire clk;
   reg [10:0] ctl1 = 11'h000;
@@ -10673,6 +10841,20 @@ module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   wire \ctl1.raw ;
   wire [5:0] \ctl1.shift ;
   wire \ctl1.valid ;
+  reg [10:0] ctl10 = 11'h000;
+  wire \ctl10.clamp ;
+  wire \ctl10.d_acc ;
+  wire \ctl10.lut ;
+  wire \ctl10.raw ;
+  wire [5:0] \ctl10.shift ;
+  wire \ctl10.valid ;
+  reg [10:0] ctl11 = 11'h000;
+  wire \ctl11.clamp ;
+  wire \ctl11.d_acc ;
+  wire \ctl11.lut ;
+  wire \ctl11.raw ;
+  wire [5:0] \ctl11.shift ;
+  wire \ctl11.valid ;
   reg [10:0] ctl2 = 11'h000;
   wire \ctl2.clamp ;
   wire \ctl2.d_acc ;
@@ -10722,49 +10904,59 @@ module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   wire \ctl8.raw ;
   wire [5:0] \ctl8.shift ;
   wire \ctl8.valid ;
+  reg [10:0] ctl9 = 11'h000;
+  wire \ctl9.clamp ;
+  wire \ctl9.d_acc ;
+  wire \ctl9.lut ;
+  wire \ctl9.raw ;
+  wire [5:0] \ctl9.shift ;
+  wire \ctl9.valid ;
   input d_acc;
   wire d_acc;
   wire [16:0] diff0;
   wire [16:0] diff1;
   wire [16:0] diff2;
   wire [16:0] diff3;
-  reg [15:0] f2_0 = 16'h0000;
-  reg [15:0] f2_1 = 16'h0000;
-  reg [15:0] f2_2 = 16'h0000;
-  reg [15:0] f2_3 = 16'h0000;
-  wire [15:0] frac0;
-  wire [15:0] frac1;
-  wire [15:0] frac2;
-  wire [15:0] frac3;
-  wire [46:0] half;
-  wire [46:0] half_neg;
+  reg [15:0] f4_0 = 16'h0000;
+  reg [15:0] f4_1 = 16'h0000;
+  reg [15:0] f4_2 = 16'h0000;
+  reg [15:0] f4_3 = 16'h0000;
+  reg [15:0] frac3_0 = 16'h0000;
+  reg [15:0] frac3_1 = 16'h0000;
+  reg [15:0] frac3_2 = 16'h0000;
+  reg [15:0] frac3_3 = 16'h0000;
+  reg [46:0] half = 47'h000000000000;
+  reg [46:0] half_neg = 47'h000000000000;
   reg [33:0] hh0 = 34'h000000000;
   reg [33:0] hh1 = 34'h000000000;
   reg [33:0] hh2 = 34'h000000000;
   reg [33:0] hh3 = 34'h000000000;
-  reg hit2_0 = 1'h0;
-  reg hit2_1 = 1'h0;
-  reg hit2_2 = 1'h0;
-  reg hit2_3 = 1'h0;
+  reg hit4_0 = 1'h0;
+  reg hit4_1 = 1'h0;
+  reg hit4_2 = 1'h0;
+  reg hit4_3 = 1'h0;
   wire [2:0] hits;
   (* init = 3'h0 *)
-  wire [2:0] \hits$224 ;
-  reg [2:0] hits3 = 3'h0;
-  reg [2:0] hits4 = 3'h0;
+  wire [2:0] \hits$247 ;
+  reg [2:0] hits10 = 3'h0;
+  output [2:0] hits11;
+  reg [2:0] hits11 = 3'h0;
   reg [2:0] hits5 = 3'h0;
   reg [2:0] hits6 = 3'h0;
   reg [2:0] hits7 = 3'h0;
-  output [2:0] hits8;
   reg [2:0] hits8 = 3'h0;
+  reg [2:0] hits9 = 3'h0;
   reg [33:0] hl0 = 34'h000000000;
   reg [33:0] hl1 = 34'h000000000;
   reg [33:0] hl2 = 34'h000000000;
   reg [33:0] hl3 = 34'h000000000;
   input [31:0] imm;
   wire [31:0] imm;
+  reg [31:0] imm1 = 32'd0;
   input [31:0] imm2;
   wire [31:0] imm2;
   reg [31:0] imm2_1 = 32'd0;
+  reg [31:0] imm2_2 = 32'd0;
   wire [7:0] index0;
   wire [7:0] index1;
   wire [7:0] index2;
@@ -10777,10 +10969,7 @@ module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   reg [31:0] ll1 = 32'd0;
   reg [31:0] ll2 = 32'd0;
   reg [31:0] ll3 = 32'd0;
-  wire [15:0] mask0;
-  wire [15:0] mask1;
-  wire [15:0] mask2;
-  wire [15:0] mask3;
+  reg [15:0] mask2 = 16'h0000;
   output [127:0] out;
   reg [127:0] out = 128'h00000000000000000000000000000000;
   wire [31:0] \out[0] ;
@@ -10791,126 +10980,126 @@ module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   wire over0;
   wire over1;
   wire over2;
-  reg over2_0 = 1'h0;
-  reg \over2_0$29  = 1'h0;
-  reg over2_1 = 1'h0;
-  reg \over2_1$64  = 1'h0;
-  reg over2_2 = 1'h0;
-  reg \over2_2$96  = 1'h0;
-  reg over2_3 = 1'h0;
-  reg \over2_3$128  = 1'h0;
   wire over3;
+  reg over4_0 = 1'h0;
+  reg \over4_0$47  = 1'h0;
+  reg over4_1 = 1'h0;
+  reg \over4_1$86  = 1'h0;
+  reg over4_2 = 1'h0;
+  reg \over4_2$124  = 1'h0;
+  reg over4_3 = 1'h0;
+  reg \over4_3$162  = 1'h0;
   (* init = 3'h0 *)
   wire [2:0] overflows;
   wire [2:0] overs;
-  reg [2:0] overs3 = 3'h0;
-  reg [2:0] overs4 = 3'h0;
+  reg [2:0] overs10 = 3'h0;
+  output [2:0] overs11;
+  reg [2:0] overs11 = 3'h0;
   reg [2:0] overs5 = 3'h0;
   reg [2:0] overs6 = 3'h0;
   reg [2:0] overs7 = 3'h0;
-  output [2:0] overs8;
   reg [2:0] overs8 = 3'h0;
-  reg [63:0] p5_0 = 64'h0000000000000000;
-  reg [63:0] p5_1 = 64'h0000000000000000;
-  reg [63:0] p5_2 = 64'h0000000000000000;
-  reg [63:0] p5_3 = 64'h0000000000000000;
-  reg [63:0] q6_0 = 64'h0000000000000000;
-  reg [63:0] q6_1 = 64'h0000000000000000;
-  reg [63:0] q6_2 = 64'h0000000000000000;
-  reg [63:0] q6_3 = 64'h0000000000000000;
-  reg [63:0] r7_0 = 64'h0000000000000000;
-  reg [63:0] r7_1 = 64'h0000000000000000;
-  reg [63:0] r7_2 = 64'h0000000000000000;
-  reg [63:0] r7_3 = 64'h0000000000000000;
+  reg [2:0] overs9 = 3'h0;
+  reg [63:0] p7_0 = 64'h0000000000000000;
+  reg [63:0] p7_1 = 64'h0000000000000000;
+  reg [63:0] p7_2 = 64'h0000000000000000;
+  reg [63:0] p7_3 = 64'h0000000000000000;
+  reg [63:0] q8_0 = 64'h0000000000000000;
+  reg [63:0] q8_1 = 64'h0000000000000000;
+  reg [63:0] q8_2 = 64'h0000000000000000;
+  reg [63:0] q8_3 = 64'h0000000000000000;
+  reg [63:0] r9_0 = 64'h0000000000000000;
+  reg [63:0] r9_1 = 64'h0000000000000000;
+  reg [63:0] r9_2 = 64'h0000000000000000;
+  reg [63:0] r9_3 = 64'h0000000000000000;
   wire [7:0] read__addr;
-  wire [7:0] \read__addr$186 ;
-  wire [7:0] \read__addr$194 ;
-  wire [7:0] \read__addr$198 ;
-  wire [7:0] \read__addr$206 ;
-  wire [7:0] \read__addr$210 ;
-  wire [7:0] \read__addr$218 ;
-  wire [7:0] \read__addr$222 ;
+  wire [7:0] \read__addr$219 ;
+  wire [7:0] \read__addr$224 ;
+  wire [7:0] \read__addr$228 ;
+  wire [7:0] \read__addr$233 ;
+  wire [7:0] \read__addr$237 ;
+  wire [7:0] \read__addr$242 ;
+  wire [7:0] \read__addr$246 ;
   wire [15:0] read__data;
-  wire [15:0] \read__data$101 ;
-  wire [15:0] \read__data$102 ;
-  wire [15:0] \read__data$133 ;
-  wire [15:0] \read__data$134 ;
-  wire [15:0] \read__data$35 ;
-  wire [15:0] \read__data$69 ;
-  wire [15:0] \read__data$70 ;
+  wire [15:0] \read__data$129 ;
+  wire [15:0] \read__data$130 ;
+  wire [15:0] \read__data$167 ;
+  wire [15:0] \read__data$168 ;
+  wire [15:0] \read__data$53 ;
+  wire [15:0] \read__data$91 ;
+  wire [15:0] \read__data$92 ;
   input rst;
   wire rst;
   reg [31:0] sat0;
   reg [31:0] sat1;
   reg [31:0] sat2;
   reg [31:0] sat3;
-  wire [32:0] scaled0;
-  wire [32:0] scaled1;
-  wire [32:0] scaled2;
-  wire [32:0] scaled3;
+  reg [32:0] scaled3_0 = 33'h000000000;
+  reg [32:0] scaled3_1 = 33'h000000000;
+  reg [32:0] scaled3_2 = 33'h000000000;
+  reg [32:0] scaled3_3 = 33'h000000000;
   input [5:0] shift;
   wire [5:0] shift;
+  reg [5:0] shift1 = 6'h00;
   wire [32:0] shl_y;
   wire [15:0] table_data;
   input [8:0] table_index;
   wire [8:0] table_index;
   input table_we;
   wire table_we;
-  wire under0;
-  wire under1;
-  wire under2;
-  reg under2_0 = 1'h0;
-  reg under2_1 = 1'h0;
-  reg under2_2 = 1'h0;
-  reg under2_3 = 1'h0;
-  wire under3;
+  reg under3_0 = 1'h0;
+  reg under3_1 = 1'h0;
+  reg under3_2 = 1'h0;
+  reg under3_3 = 1'h0;
+  reg under4_0 = 1'h0;
+  reg under4_1 = 1'h0;
+  reg under4_2 = 1'h0;
+  reg under4_3 = 1'h0;
   (* init = 3'h0 *)
   wire [2:0] underflows;
   wire [2:0] unders;
-  reg [2:0] unders3 = 3'h0;
-  reg [2:0] unders4 = 3'h0;
+  reg [2:0] unders10 = 3'h0;
+  output [2:0] unders11;
+  reg [2:0] unders11 = 3'h0;
   reg [2:0] unders5 = 3'h0;
   reg [2:0] unders6 = 3'h0;
   reg [2:0] unders7 = 3'h0;
-  output [2:0] unders8;
   reg [2:0] unders8 = 3'h0;
+  reg [2:0] unders9 = 3'h0;
   input valid;
   wire valid;
-  wire [63:0] value0;
-  wire [63:0] value1;
-  wire [63:0] value2;
-  wire [63:0] value3;
+  reg [63:0] value10_0 = 64'h0000000000000000;
+  reg [63:0] value10_1 = 64'h0000000000000000;
+  reg [63:0] value10_2 = 64'h0000000000000000;
+  reg [63:0] value10_3 = 64'h0000000000000000;
   input [3:0] vop;
   wire [3:0] vop;
+  reg [3:0] vop1 = 4'h0;
   wire [7:0] write__addr;
-  wire [7:0] \write__addr$183 ;
-  wire [7:0] \write__addr$191 ;
-  wire [7:0] \write__addr$195 ;
-  wire [7:0] \write__addr$203 ;
-  wire [7:0] \write__addr$207 ;
-  wire [7:0] \write__addr$215 ;
-  wire [7:0] \write__addr$219 ;
+  wire [7:0] \write__addr$216 ;
+  wire [7:0] \write__addr$221 ;
+  wire [7:0] \write__addr$225 ;
+  wire [7:0] \write__addr$230 ;
+  wire [7:0] \write__addr$234 ;
+  wire [7:0] \write__addr$239 ;
+  wire [7:0] \write__addr$243 ;
   input [15:0] write__data;
   wire [15:0] write__data;
-  wire [15:0] \write__data$184 ;
-  wire [15:0] \write__data$192 ;
-  wire [15:0] \write__data$196 ;
-  wire [15:0] \write__data$204 ;
-  wire [15:0] \write__data$208 ;
-  wire [15:0] \write__data$216 ;
-  wire [15:0] \write__data$220 ;
+  wire [15:0] \write__data$217 ;
+  wire [15:0] \write__data$222 ;
+  wire [15:0] \write__data$226 ;
+  wire [15:0] \write__data$231 ;
+  wire [15:0] \write__data$235 ;
+  wire [15:0] \write__data$240 ;
+  wire [15:0] \write__data$244 ;
   wire write__en;
-  wire \write__en$185 ;
-  wire \write__en$193 ;
-  wire \write__en$197 ;
-  wire \write__en$205 ;
-  wire \write__en$209 ;
-  wire \write__en$217 ;
-  wire \write__en$221 ;
-  reg [32:0] x1_0 = 33'h000000000;
-  reg [32:0] x1_1 = 33'h000000000;
-  reg [32:0] x1_2 = 33'h000000000;
-  reg [32:0] x1_3 = 33'h000000000;
+  wire \write__en$218 ;
+  wire \write__en$223 ;
+  wire \write__en$227 ;
+  wire \write__en$232 ;
+  wire \write__en$236 ;
+  wire \write__en$241 ;
+  wire \write__en$245 ;
   reg [32:0] x2_0 = 33'h000000000;
   reg [32:0] x2_1 = 33'h000000000;
   reg [32:0] x2_2 = 33'h000000000;
@@ -10919,12 +11108,16 @@ module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   reg [32:0] x3_1 = 33'h000000000;
   reg [32:0] x3_2 = 33'h000000000;
   reg [32:0] x3_3 = 33'h000000000;
+  reg [32:0] x4_0 = 33'h000000000;
+  reg [32:0] x4_1 = 33'h000000000;
+  reg [32:0] x4_2 = 33'h000000000;
+  reg [32:0] x4_3 = 33'h000000000;
+  reg [32:0] x5_0 = 33'h000000000;
+  reg [32:0] x5_1 = 33'h000000000;
+  reg [32:0] x5_2 = 33'h000000000;
+  reg [32:0] x5_3 = 33'h000000000;
   reg [32:0] y0;
   reg [32:0] y1;
-  reg [32:0] y1_0 = 33'h000000000;
-  reg [32:0] y1_1 = 33'h000000000;
-  reg [32:0] y1_2 = 33'h000000000;
-  reg [32:0] y1_3 = 33'h000000000;
   reg [32:0] y2;
   reg [32:0] y2_0 = 33'h000000000;
   reg [32:0] y2_1 = 33'h000000000;
@@ -10935,65 +11128,73 @@ module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   reg [32:0] y3_1 = 33'h000000000;
   reg [32:0] y3_2 = 33'h000000000;
   reg [32:0] y3_3 = 33'h000000000;
+  reg [32:0] y4_0 = 33'h000000000;
+  reg [32:0] y4_1 = 33'h000000000;
+  reg [32:0] y4_2 = 33'h000000000;
+  reg [32:0] y4_3 = 33'h000000000;
+  reg [32:0] y5_0 = 33'h000000000;
+  reg [32:0] y5_1 = 33'h000000000;
+  reg [32:0] y5_2 = 33'h000000000;
+  reg [32:0] y5_3 = 33'h000000000;
   reg [15:0] table_high0 [255:0];
   initial begin
     for (int i = 0; i < 256; i = i + 1) table_high0[i] = 16'h0;
   end
   always @(posedge clk) begin
-    if (\write__en$185 )
-      table_high0[\$135 [7:0]] <= write__data;
+    if (\write__en$218 )
+      table_high0[\$159 [7:0]] <= write__data;
   end
   reg [15:0] _0_;
   always @(posedge clk) begin
     _0_ <= table_high0[index0];
   end
-  assign \read__data$35  = _0_;
+  assign \read__data$53  = _0_;
   reg [15:0] table_high1 [255:0];
   initial begin
     for (int i = 0; i < 256; i = i + 1) table_high1[i] = 16'h0;
   end
   always @(posedge clk) begin
-    if (\write__en$197 )
-      table_high1[\$170 [7:0]] <= write__data;
+    if (\write__en$227 )
+      table_high1[\$189 [7:0]] <= write__data;
   end
   reg [15:0] _1_;
   always @(posedge clk) begin
     _1_ <= table_high1[index1];
   end
-  assign \read__data$70  = _1_;
+  assign \read__data$92  = _1_;
   reg [15:0] table_high2 [255:0];
   initial begin
     for (int i = 0; i < 256; i = i + 1) table_high2[i] = 16'h0;
   end
   always @(posedge clk) begin
-    if (\write__en$209 )
-      table_high2[\$205 [7:0]] <= write__data;
+    if (\write__en$236 )
+      table_high2[\$219 [7:0]] <= write__data;
   end
   reg [15:0] _2_;
   always @(posedge clk) begin
     _2_ <= table_high2[index2];
   end
-  assign \read__data$102  = _2_;
+  assign \read__data$130  = _2_;
   reg [15:0] table_high3 [255:0];
   initial begin
     for (int i = 0; i < 256; i = i + 1) table_high3[i] = 16'h0;
   end
   always @(posedge clk) begin
-    if (\write__en$221 )
-      table_high3[\$240 [7:0]] <= write__data;
+    if (\write__en$245 )
+      table_high3[\$249 [7:0]] <= write__data;
   end
   reg [15:0] _3_;
   always @(posedge clk) begin
     _3_ <= table_high3[index3];
   end
-  assign \read__data$134  = _3_;
+  assign \read__data$168  = _3_;
   reg [15:0] table_low0 [255:0];
   initial begin
     for (int i = 0; i < 256; i = i + 1) table_low0[i] = 16'h0;
   end
   always @(posedge clk) begin
     if (write__en)
-      table_low0[\$132 [7:0]] <= write__data;
+      table_low0[\$156 [7:0]] <= write__data;
   end
   reg [15:0] _4_;
   always @(posedge clk) begin
@@ -11005,40 +11206,40 @@ module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
     for (int i = 0; i < 256; i = i + 1) table_low1[i] = 16'h0;
   end
   always @(posedge clk) begin
-    if (\write__en$193 )
-      table_low1[\$167 [7:0]] <= write__data;
+    if (\write__en$223 )
+      table_low1[\$186 [7:0]] <= write__data;
   end
   reg [15:0] _5_;
   always @(posedge clk) begin
     _5_ <= table_low1[index1];
   end
-  assign \read__data$69  = _5_;
+  assign \read__data$91  = _5_;
   reg [15:0] table_low2 [255:0];
   initial begin
     for (int i = 0; i < 256; i = i + 1) table_low2[i] = 16'h0;
   end
   always @(posedge clk) begin
-    if (\write__en$205 )
-      table_low2[\$202 [7:0]] <= write__data;
+    if (\write__en$232 )
+      table_low2[\$216 [7:0]] <= write__data;
   end
   reg [15:0] _6_;
   always @(posedge clk) begin
     _6_ <= table_low2[index2];
   end
-  assign \read__data$101  = _6_;
+  assign \read__data$129  = _6_;
   reg [15:0] table_low3 [255:0];
   initial begin
     for (int i = 0; i < 256; i = i + 1) table_low3[i] = 16'h0;
   end
   always @(posedge clk) begin
-    if (\write__en$217 )
-      table_low3[\$237 [7:0]] <= write__data;
+    if (\write__en$241 )
+      table_low3[\$246 [7:0]] <= write__data;
   end
   reg [15:0] _7_;
   always @(posedge clk) begin
     _7_ <= table_low3[index3];
   end
-  assign \read__data$133  = _7_;
+  assign \read__data$167  = _7_;
   assign \$1  = vop == 4'he;
   assign \$2  = vop == 4'h9;
   assign \$3  = vop == 4'ha;
@@ -11052,494 +11253,569 @@ module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   assign \$11  = vop == 4'he;
   assign \$12  = \$10  | \$11 ;
   assign \$13  = \$12  ? shift : 6'h00;
-  assign \$14  = $signed(x1_0) > $signed(imm2_1);
-  assign \$15  = ctl1[3] & \$14 ;
-  assign \$16  = \$15  ? { imm2_1[31], imm2_1 } : x1_0;
-  assign \$17  = ~ x1_0[32];
-  assign \$18  = ~ over0;
-  assign \$19  = \$17  & \$18 ;
-  assign \$20  = \$19  & ctl1[1];
-  assign \$21  = x1_0[32] & ctl1[1];
-  assign \$22  = over0 & ctl1[1];
-  assign \$23  = ctl2[1] ? { diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0 } : x2_0;
-  assign \$24  = ctl2[1] ? { 17'h00000, f2_0 } : y2_0;
-  assign \$25  = over2_0 ? \read__data$35  : read__data;
-  assign \$26  = ctl2[1] ? \$25  : 16'h0000;
-  assign \$27  = x3_0[15:0] * y3_0[15:0];
-  assign \$28  = $signed({ 1'h0, x3_0[15:0] }) * $signed(y3_0[32:16]);
-  assign \$29  = $signed(x3_0[32:16]) * $signed({ 1'h0, y3_0[15:0] });
-  assign \$30  = $signed(x3_0[32:16]) * $signed(y3_0[32:16]);
-  assign \$31  = $signed(lh0) + $signed(hl0);
-  assign \$33  = $signed({ 1'h0, hh0, ll0 }) + $signed(\$32 );
-  assign \$34  = p5_0[63] ? \$115 [46:0] : \$112 [46:0];
-  assign \$35  = $signed(p5_0) + $signed({ 1'h0, \$34  });
-  assign \$36  = $signed(q6_0) >>> ctl6[10:5];
-  assign \$37  = ctl7[2] ? { 1'h0, r7_0[31:0] } : { sat0[31], sat0 };
-  assign \$38  = $signed(x1_1) > $signed(imm2_1);
-  assign \$39  = ctl1[3] & \$38 ;
-  assign \$40  = \$39  ? { imm2_1[31], imm2_1 } : x1_1;
-  assign \$41  = ~ x1_1[32];
-  assign \$42  = ~ over1;
-  assign \$43  = \$41  & \$42 ;
-  assign \$44  = \$43  & ctl1[1];
-  assign \$45  = x1_1[32] & ctl1[1];
-  assign \$46  = over1 & ctl1[1];
-  assign \$47  = ctl2[1] ? { diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1 } : x2_1;
-  assign \$48  = ctl2[1] ? { 17'h00000, f2_1 } : y2_1;
-  assign \$49  = over2_1 ? \read__data$70  : \read__data$69 ;
-  assign \$50  = ctl2[1] ? \$49  : 16'h0000;
-  assign \$51  = x3_1[15:0] * y3_1[15:0];
-  assign \$52  = $signed({ 1'h0, x3_1[15:0] }) * $signed(y3_1[32:16]);
-  assign \$53  = $signed(x3_1[32:16]) * $signed({ 1'h0, y3_1[15:0] });
-  assign \$54  = $signed(x3_1[32:16]) * $signed(y3_1[32:16]);
-  assign \$55  = $signed(lh1) + $signed(hl1);
-  assign \$57  = $signed({ 1'h0, hh1, ll1 }) + $signed(\$56 );
-  assign \$58  = p5_1[63] ? \$115 [46:0] : \$112 [46:0];
-  assign \$59  = $signed(p5_1) + $signed({ 1'h0, \$58  });
-  assign \$60  = $signed(q6_1) >>> ctl6[10:5];
-  assign \$61  = ctl7[2] ? { 1'h0, r7_1[31:0] } : { sat1[31], sat1 };
-  assign \$62  = $signed(x1_2) > $signed(imm2_1);
-  assign \$63  = ctl1[3] & \$62 ;
-  assign \$64  = \$63  ? { imm2_1[31], imm2_1 } : x1_2;
-  assign \$65  = ~ x1_2[32];
-  assign \$66  = ~ over2;
-  assign \$67  = \$65  & \$66 ;
-  assign \$68  = \$67  & ctl1[1];
-  assign \$69  = x1_2[32] & ctl1[1];
-  assign \$70  = over2 & ctl1[1];
-  assign \$71  = ctl2[1] ? { diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2 } : x2_2;
-  assign \$72  = ctl2[1] ? { 17'h00000, f2_2 } : y2_2;
-  assign \$73  = over2_2 ? \read__data$102  : \read__data$101 ;
-  assign \$74  = ctl2[1] ? \$73  : 16'h0000;
-  assign \$75  = x3_2[15:0] * y3_2[15:0];
-  assign \$76  = $signed({ 1'h0, x3_2[15:0] }) * $signed(y3_2[32:16]);
-  assign \$77  = $signed(x3_2[32:16]) * $signed({ 1'h0, y3_2[15:0] });
-  assign \$78  = $signed(x3_2[32:16]) * $signed(y3_2[32:16]);
-  assign \$79  = $signed(lh2) + $signed(hl2);
-  assign \$81  = $signed({ 1'h0, hh2, ll2 }) + $signed(\$80 );
-  assign \$82  = p5_2[63] ? \$115 [46:0] : \$112 [46:0];
-  assign \$83  = $signed(p5_2) + $signed({ 1'h0, \$82  });
-  assign \$84  = $signed(q6_2) >>> ctl6[10:5];
-  assign \$85  = ctl7[2] ? { 1'h0, r7_2[31:0] } : { sat2[31], sat2 };
-  assign \$86  = $signed(x1_3) > $signed(imm2_1);
-  assign \$87  = ctl1[3] & \$86 ;
-  assign \$88  = \$87  ? { imm2_1[31], imm2_1 } : x1_3;
-  assign \$89  = ~ x1_3[32];
-  assign \$90  = ~ over3;
-  assign \$91  = \$89  & \$90 ;
-  assign \$92  = \$91  & ctl1[1];
-  assign \$93  = x1_3[32] & ctl1[1];
-  assign \$94  = over3 & ctl1[1];
-  assign \$95  = ctl2[1] ? { diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3 } : x2_3;
-  assign \$96  = ctl2[1] ? { 17'h00000, f2_3 } : y2_3;
-  assign \$97  = over2_3 ? \read__data$134  : \read__data$133 ;
-  assign \$98  = ctl2[1] ? \$97  : 16'h0000;
-  assign \$99  = x3_3[15:0] * y3_3[15:0];
-  assign \$100  = $signed({ 1'h0, x3_3[15:0] }) * $signed(y3_3[32:16]);
-  assign \$101  = $signed(x3_3[32:16]) * $signed({ 1'h0, y3_3[15:0] });
-  assign \$102  = $signed(x3_3[32:16]) * $signed(y3_3[32:16]);
-  assign \$103  = $signed(lh3) + $signed(hl3);
-  assign \$105  = $signed({ 1'h0, hh3, ll3 }) + $signed(\$104 );
-  assign \$106  = p5_3[63] ? \$115 [46:0] : \$112 [46:0];
-  assign \$107  = $signed(p5_3) + $signed({ 1'h0, \$106  });
-  assign \$108  = $signed(q6_3) >>> ctl6[10:5];
-  assign \$109  = ctl7[2] ? { 1'h0, r7_3[31:0] } : { sat3[31], sat3 };
-  assign \$110  = 1'h1 << shift[4:0];
-  assign \$111  = 1'h1 << ctl5[10:5];
-  assign \$113  = ! ctl5[10:5];
-  assign \$114  = \$112 [46:0] - 1'h1;
-  assign \$115  = \$113  ? 48'h000000000000 : \$114 ;
-  assign \$116  = $signed(a[31:0]) + $signed(b[31:0]);
-  assign \$117  = $signed(a[31:0]) - $signed(b[31:0]);
-  assign \$118  = $signed(a[31:0]) > $signed(b[31:0]);
-  assign \$119  = \$118  ? a[31:0] : b[31:0];
-  assign \$120  = $signed(a[31:0]) < $signed(b[31:0]);
-  assign \$121  = \$120  ? a[31:0] : b[31:0];
-  assign \$122  = $signed(a[31:0]) < $signed(imm);
-  assign \$123  = \$122  ? imm : a[31:0];
-  assign \$124  = $signed(a[31:0]) - $signed(imm);
-  assign scaled0 = $signed(x1_0) >>> ctl1[10:5];
-  assign \$125  = ~ x1_0[32];
-  assign \$126  = | scaled0[32:8];
-  assign over0 = \$125  & \$126 ;
-  assign \$127  = x1_0[32] ? 8'h00 : scaled0[7:0];
-  assign index0 = over0 ? 8'hff : \$127 ;
-  assign \$128  = 1'h1 << ctl1[10:5];
-  assign \$129  = \$128  - 1'h1;
-  assign \$130  = x1_0[32] | over0;
-  assign \$131  = x1_0[15:0] & \$129 [15:0];
-  assign frac0 = \$130  ? 16'h0000 : \$131 ;
-  assign \$132  = table_index - 1'h0;
-  assign \$133  = table_index - 1'h0;
-  assign \$134  = $signed(\$133 ) < $signed(10'h100);
-  assign write__en = table_we & \$134 ;
-  assign \$135  = table_index - 1'h1;
-  assign \$136  = table_index - 1'h1;
-  assign \$137  = $signed(\$136 ) < $signed(10'h100);
-  assign \$138  = table_index >= 1'h1;
-  assign \$139  = \$137  & \$138 ;
-  assign \write__en$185  = table_we & \$139 ;
-  assign diff0 = $signed(\read__data$35 ) - $signed(read__data);
-  assign \$140  = $signed(r7_0[19:0]) + $signed(base7_0);
-  assign value0 = ctl7[1] ? { \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140  } : r7_0;
-  assign \$141  = ! value0[63:31];
-  assign \$142  = value0[63:31] == 33'h1ffffffff;
-  assign \$143  = \$141  | \$142 ;
-  assign \$144  = value0[63] ? 32'd2147483648 : 32'd2147483647;
-  assign \$145  = \$143  ? { 1'h0, value0[31:0] } : { \$144 [31], \$144  };
-  assign \$146  = ! value0[63:7];
-  assign \$147  = value0[63:7] == 57'h1ffffffffffffff;
-  assign \$148  = \$146  | \$147 ;
-  assign \$149  = value0[63] ? 8'h80 : 8'h7f;
-  assign \$150  = \$148  ? value0[7:0] : \$149 ;
-  assign \$151  = $signed(a[63:32]) + $signed(b[63:32]);
-  assign \$152  = $signed(a[63:32]) - $signed(b[63:32]);
-  assign \$153  = $signed(a[63:32]) > $signed(b[63:32]);
-  assign \$154  = \$153  ? a[63:32] : b[63:32];
-  assign \$155  = $signed(a[63:32]) < $signed(b[63:32]);
-  assign \$156  = \$155  ? a[63:32] : b[63:32];
-  assign \$157  = $signed(a[63:32]) < $signed(imm);
-  assign \$158  = \$157  ? imm : a[63:32];
-  assign \$159  = $signed(a[63:32]) - $signed(imm);
-  assign scaled1 = $signed(x1_1) >>> ctl1[10:5];
-  assign \$160  = ~ x1_1[32];
-  assign \$161  = | scaled1[32:8];
-  assign over1 = \$160  & \$161 ;
-  assign \$162  = x1_1[32] ? 8'h00 : scaled1[7:0];
-  assign index1 = over1 ? 8'hff : \$162 ;
-  assign \$163  = 1'h1 << ctl1[10:5];
-  assign \$164  = \$163  - 1'h1;
-  assign \$165  = x1_1[32] | over1;
-  assign \$166  = x1_1[15:0] & \$164 [15:0];
-  assign frac1 = \$165  ? 16'h0000 : \$166 ;
-  assign \$167  = table_index - 1'h0;
-  assign \$168  = table_index - 1'h0;
-  assign \$169  = $signed(\$168 ) < $signed(10'h100);
-  assign \write__en$193  = table_we & \$169 ;
-  assign \$170  = table_index - 1'h1;
-  assign \$171  = table_index - 1'h1;
-  assign \$172  = $signed(\$171 ) < $signed(10'h100);
-  assign \$173  = table_index >= 1'h1;
-  assign \$174  = \$172  & \$173 ;
-  assign \write__en$197  = table_we & \$174 ;
-  assign diff1 = $signed(\read__data$70 ) - $signed(\read__data$69 );
-  assign \$175  = $signed(r7_1[19:0]) + $signed(base7_1);
-  assign value1 = ctl7[1] ? { \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175 [20], \$175  } : r7_1;
-  assign \$176  = ! value1[63:31];
-  assign \$177  = value1[63:31] == 33'h1ffffffff;
-  assign \$178  = \$176  | \$177 ;
-  assign \$179  = value1[63] ? 32'd2147483648 : 32'd2147483647;
-  assign \$180  = \$178  ? { 1'h0, value1[31:0] } : { \$179 [31], \$179  };
-  assign \$181  = ! value1[63:7];
-  assign \$182  = value1[63:7] == 57'h1ffffffffffffff;
-  assign \$183  = \$181  | \$182 ;
-  assign \$184  = value1[63] ? 8'h80 : 8'h7f;
-  assign \$185  = \$183  ? value1[7:0] : \$184 ;
-  assign \$186  = $signed(a[95:64]) + $signed(b[95:64]);
-  assign \$187  = $signed(a[95:64]) - $signed(b[95:64]);
-  assign \$188  = $signed(a[95:64]) > $signed(b[95:64]);
-  assign \$189  = \$188  ? a[95:64] : b[95:64];
-  assign \$190  = $signed(a[95:64]) < $signed(b[95:64]);
-  assign \$191  = \$190  ? a[95:64] : b[95:64];
-  assign \$192  = $signed(a[95:64]) < $signed(imm);
-  assign \$193  = \$192  ? imm : a[95:64];
-  assign \$194  = $signed(a[95:64]) - $signed(imm);
-  assign scaled2 = $signed(x1_2) >>> ctl1[10:5];
-  assign \$195  = ~ x1_2[32];
-  assign \$196  = | scaled2[32:8];
-  assign over2 = \$195  & \$196 ;
-  assign \$197  = x1_2[32] ? 8'h00 : scaled2[7:0];
-  assign index2 = over2 ? 8'hff : \$197 ;
-  assign \$198  = 1'h1 << ctl1[10:5];
-  assign \$199  = \$198  - 1'h1;
-  assign \$200  = x1_2[32] | over2;
-  assign \$201  = x1_2[15:0] & \$199 [15:0];
-  assign frac2 = \$200  ? 16'h0000 : \$201 ;
-  assign \$202  = table_index - 1'h0;
-  assign \$203  = table_index - 1'h0;
-  assign \$204  = $signed(\$203 ) < $signed(10'h100);
-  assign \write__en$205  = table_we & \$204 ;
-  assign \$205  = table_index - 1'h1;
-  assign \$206  = table_index - 1'h1;
-  assign \$207  = $signed(\$206 ) < $signed(10'h100);
-  assign \$208  = table_index >= 1'h1;
-  assign \$209  = \$207  & \$208 ;
-  assign \write__en$209  = table_we & \$209 ;
-  assign diff2 = $signed(\read__data$102 ) - $signed(\read__data$101 );
-  assign \$210  = $signed(r7_2[19:0]) + $signed(base7_2);
-  assign value2 = ctl7[1] ? { \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210 [20], \$210  } : r7_2;
-  assign \$211  = ! value2[63:31];
-  assign \$212  = value2[63:31] == 33'h1ffffffff;
-  assign \$213  = \$211  | \$212 ;
-  assign \$214  = value2[63] ? 32'd2147483648 : 32'd2147483647;
-  assign \$215  = \$213  ? { 1'h0, value2[31:0] } : { \$214 [31], \$214  };
-  assign \$216  = ! value2[63:7];
-  assign \$217  = value2[63:7] == 57'h1ffffffffffffff;
-  assign \$218  = \$216  | \$217 ;
-  assign \$219  = value2[63] ? 8'h80 : 8'h7f;
-  assign \$220  = \$218  ? value2[7:0] : \$219 ;
-  assign \$221  = $signed(a[127:96]) + $signed(b[127:96]);
-  assign \$222  = $signed(a[127:96]) - $signed(b[127:96]);
-  assign \$223  = $signed(a[127:96]) > $signed(b[127:96]);
-  assign \$224  = \$223  ? a[127:96] : b[127:96];
-  assign \$225  = $signed(a[127:96]) < $signed(b[127:96]);
-  assign \$226  = \$225  ? a[127:96] : b[127:96];
-  assign \$227  = $signed(a[127:96]) < $signed(imm);
-  assign \$228  = \$227  ? imm : a[127:96];
-  assign \$229  = $signed(a[127:96]) - $signed(imm);
-  assign scaled3 = $signed(x1_3) >>> ctl1[10:5];
-  assign \$230  = ~ x1_3[32];
-  assign \$231  = | scaled3[32:8];
-  assign over3 = \$230  & \$231 ;
-  assign \$232  = x1_3[32] ? 8'h00 : scaled3[7:0];
-  assign index3 = over3 ? 8'hff : \$232 ;
-  assign \$233  = 1'h1 << ctl1[10:5];
-  assign \$234  = \$233  - 1'h1;
-  assign \$235  = x1_3[32] | over3;
-  assign \$236  = x1_3[15:0] & \$234 [15:0];
-  assign frac3 = \$235  ? 16'h0000 : \$236 ;
-  assign \$237  = table_index - 1'h0;
-  assign \$238  = table_index - 1'h0;
-  assign \$239  = $signed(\$238 ) < $signed(10'h100);
-  assign \write__en$217  = table_we & \$239 ;
-  assign \$240  = table_index - 1'h1;
-  assign \$241  = table_index - 1'h1;
-  assign \$242  = $signed(\$241 ) < $signed(10'h100);
-  assign \$243  = table_index >= 1'h1;
-  assign \$244  = \$242  & \$243 ;
-  assign \write__en$221  = table_we & \$244 ;
-  assign diff3 = $signed(\read__data$134 ) - $signed(\read__data$133 );
-  assign \$245  = $signed(r7_3[19:0]) + $signed(base7_3);
-  assign value3 = ctl7[1] ? { \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245 [20], \$245  } : r7_3;
-  assign \$246  = ! value3[63:31];
-  assign \$247  = value3[63:31] == 33'h1ffffffff;
-  assign \$248  = \$246  | \$247 ;
-  assign \$249  = value3[63] ? 32'd2147483648 : 32'd2147483647;
-  assign \$250  = \$248  ? { 1'h0, value3[31:0] } : { \$249 [31], \$249  };
-  assign \$251  = ! value3[63:7];
-  assign \$252  = value3[63:7] == 57'h1ffffffffffffff;
-  assign \$253  = \$251  | \$252 ;
-  assign \$254  = value3[63] ? 8'h80 : 8'h7f;
-  assign \$255  = \$253  ? value3[7:0] : \$254 ;
-  assign \$256  = hit2_0 + hit2_1;
-  assign \$257  = \$256  + hit2_2;
-  assign \$258  = \$257  + hit2_3;
-  assign \$259  = under2_0 + under2_1;
-  assign \$260  = \$259  + under2_2;
-  assign \$261  = \$260  + under2_3;
-  assign \$262  = \over2_0$29  + \over2_1$64 ;
-  assign \$263  = \$262  + \over2_2$96 ;
-  assign \$264  = \$263  + \over2_3$128 ;
+  assign \$14  = 1'h1 << ctl6[10:5];
+  assign \$16  = ! ctl6[10:5];
+  assign \$17  = 1'h1 << ctl6[10:5];
+  assign \$19  = \$18  - 1'h1;
+  assign \$20  = \$16  ? 112'h0000000000000000000000000000 : \$19 ;
+  assign \$21  = 1'h1 << ctl1[10:5];
+  assign \$22  = \$21  - 1'h1;
+  assign \$23  = $signed(x2_0) > $signed(imm2_2);
+  assign \$24  = ctl2[3] & \$23 ;
+  assign \$25  = \$24  ? { imm2_2[31], imm2_2 } : x2_0;
+  assign \$26  = $signed(x2_0) >>> ctl2[10:5];
+  assign \$27  = x2_0[15:0] & mask2;
+  assign \$28  = under3_0 | over0;
+  assign \$29  = \$28  ? 16'h0000 : frac3_0;
+  assign \$30  = ~ under3_0;
+  assign \$31  = ~ over0;
+  assign \$32  = \$30  & \$31 ;
+  assign \$33  = \$32  & ctl3[1];
+  assign \$34  = under3_0 & ctl3[1];
+  assign \$35  = over0 & ctl3[1];
+  assign \$36  = ctl4[1] ? { diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0 } : x4_0;
+  assign \$37  = ctl4[1] ? { 17'h00000, f4_0 } : y4_0;
+  assign \$38  = over4_0 ? \read__data$53  : read__data;
+  assign \$39  = ctl4[1] ? \$38  : 16'h0000;
+  assign \$40  = x5_0[15:0] * y5_0[15:0];
+  assign \$41  = $signed({ 1'h0, x5_0[15:0] }) * $signed(y5_0[32:16]);
+  assign \$42  = $signed(x5_0[32:16]) * $signed({ 1'h0, y5_0[15:0] });
+  assign \$43  = $signed(x5_0[32:16]) * $signed(y5_0[32:16]);
+  assign \$44  = $signed(lh0) + $signed(hl0);
+  assign \$46  = $signed({ 1'h0, hh0, ll0 }) + $signed(\$45 );
+  assign \$47  = p7_0[63] ? half_neg : half;
+  assign \$48  = $signed(p7_0) + $signed({ 1'h0, \$47  });
+  assign \$49  = $signed(q8_0) >>> ctl8[10:5];
+  assign \$50  = $signed(r9_0[19:0]) + $signed(base9_0);
+  assign \$51  = ctl9[1] ? { \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50  } : r9_0;
+  assign \$52  = ctl10[2] ? { 1'h0, value10_0[31:0] } : { sat0[31], sat0 };
+  assign \$53  = $signed(x2_1) > $signed(imm2_2);
+  assign \$54  = ctl2[3] & \$53 ;
+  assign \$55  = \$54  ? { imm2_2[31], imm2_2 } : x2_1;
+  assign \$56  = $signed(x2_1) >>> ctl2[10:5];
+  assign \$57  = x2_1[15:0] & mask2;
+  assign \$58  = under3_1 | over1;
+  assign \$59  = \$58  ? 16'h0000 : frac3_1;
+  assign \$60  = ~ under3_1;
+  assign \$61  = ~ over1;
+  assign \$62  = \$60  & \$61 ;
+  assign \$63  = \$62  & ctl3[1];
+  assign \$64  = under3_1 & ctl3[1];
+  assign \$65  = over1 & ctl3[1];
+  assign \$66  = ctl4[1] ? { diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1 } : x4_1;
+  assign \$67  = ctl4[1] ? { 17'h00000, f4_1 } : y4_1;
+  assign \$68  = over4_1 ? \read__data$92  : \read__data$91 ;
+  assign \$69  = ctl4[1] ? \$68  : 16'h0000;
+  assign \$70  = x5_1[15:0] * y5_1[15:0];
+  assign \$71  = $signed({ 1'h0, x5_1[15:0] }) * $signed(y5_1[32:16]);
+  assign \$72  = $signed(x5_1[32:16]) * $signed({ 1'h0, y5_1[15:0] });
+  assign \$73  = $signed(x5_1[32:16]) * $signed(y5_1[32:16]);
+  assign \$74  = $signed(lh1) + $signed(hl1);
+  assign \$76  = $signed({ 1'h0, hh1, ll1 }) + $signed(\$75 );
+  assign \$77  = p7_1[63] ? half_neg : half;
+  assign \$78  = $signed(p7_1) + $signed({ 1'h0, \$77  });
+  assign \$79  = $signed(q8_1) >>> ctl8[10:5];
+  assign \$80  = $signed(r9_1[19:0]) + $signed(base9_1);
+  assign \$81  = ctl9[1] ? { \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80  } : r9_1;
+  assign \$82  = ctl10[2] ? { 1'h0, value10_1[31:0] } : { sat1[31], sat1 };
+  assign \$83  = $signed(x2_2) > $signed(imm2_2);
+  assign \$84  = ctl2[3] & \$83 ;
+  assign \$85  = \$84  ? { imm2_2[31], imm2_2 } : x2_2;
+  assign \$86  = $signed(x2_2) >>> ctl2[10:5];
+  assign \$87  = x2_2[15:0] & mask2;
+  assign \$88  = under3_2 | over2;
+  assign \$89  = \$88  ? 16'h0000 : frac3_2;
+  assign \$90  = ~ under3_2;
+  assign \$91  = ~ over2;
+  assign \$92  = \$90  & \$91 ;
+  assign \$93  = \$92  & ctl3[1];
+  assign \$94  = under3_2 & ctl3[1];
+  assign \$95  = over2 & ctl3[1];
+  assign \$96  = ctl4[1] ? { diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2 } : x4_2;
+  assign \$97  = ctl4[1] ? { 17'h00000, f4_2 } : y4_2;
+  assign \$98  = over4_2 ? \read__data$130  : \read__data$129 ;
+  assign \$99  = ctl4[1] ? \$98  : 16'h0000;
+  assign \$100  = x5_2[15:0] * y5_2[15:0];
+  assign \$101  = $signed({ 1'h0, x5_2[15:0] }) * $signed(y5_2[32:16]);
+  assign \$102  = $signed(x5_2[32:16]) * $signed({ 1'h0, y5_2[15:0] });
+  assign \$103  = $signed(x5_2[32:16]) * $signed(y5_2[32:16]);
+  assign \$104  = $signed(lh2) + $signed(hl2);
+  assign \$106  = $signed({ 1'h0, hh2, ll2 }) + $signed(\$105 );
+  assign \$107  = p7_2[63] ? half_neg : half;
+  assign \$108  = $signed(p7_2) + $signed({ 1'h0, \$107  });
+  assign \$109  = $signed(q8_2) >>> ctl8[10:5];
+  assign \$110  = $signed(r9_2[19:0]) + $signed(base9_2);
+  assign \$111  = ctl9[1] ? { \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110  } : r9_2;
+  assign \$112  = ctl10[2] ? { 1'h0, value10_2[31:0] } : { sat2[31], sat2 };
+  assign \$113  = $signed(x2_3) > $signed(imm2_2);
+  assign \$114  = ctl2[3] & \$113 ;
+  assign \$115  = \$114  ? { imm2_2[31], imm2_2 } : x2_3;
+  assign \$116  = $signed(x2_3) >>> ctl2[10:5];
+  assign \$117  = x2_3[15:0] & mask2;
+  assign \$118  = under3_3 | over3;
+  assign \$119  = \$118  ? 16'h0000 : frac3_3;
+  assign \$120  = ~ under3_3;
+  assign \$121  = ~ over3;
+  assign \$122  = \$120  & \$121 ;
+  assign \$123  = \$122  & ctl3[1];
+  assign \$124  = under3_3 & ctl3[1];
+  assign \$125  = over3 & ctl3[1];
+  assign \$126  = ctl4[1] ? { diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3 } : x4_3;
+  assign \$127  = ctl4[1] ? { 17'h00000, f4_3 } : y4_3;
+  assign \$128  = over4_3 ? \read__data$168  : \read__data$167 ;
+  assign \$129  = ctl4[1] ? \$128  : 16'h0000;
+  assign \$130  = x5_3[15:0] * y5_3[15:0];
+  assign \$131  = $signed({ 1'h0, x5_3[15:0] }) * $signed(y5_3[32:16]);
+  assign \$132  = $signed(x5_3[32:16]) * $signed({ 1'h0, y5_3[15:0] });
+  assign \$133  = $signed(x5_3[32:16]) * $signed(y5_3[32:16]);
+  assign \$134  = $signed(lh3) + $signed(hl3);
+  assign \$136  = $signed({ 1'h0, hh3, ll3 }) + $signed(\$135 );
+  assign \$137  = p7_3[63] ? half_neg : half;
+  assign \$138  = $signed(p7_3) + $signed({ 1'h0, \$137  });
+  assign \$139  = $signed(q8_3) >>> ctl8[10:5];
+  assign \$140  = $signed(r9_3[19:0]) + $signed(base9_3);
+  assign \$141  = ctl9[1] ? { \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140  } : r9_3;
+  assign \$142  = ctl10[2] ? { 1'h0, value10_3[31:0] } : { sat3[31], sat3 };
+  assign \$143  = 1'h1 << shift1[4:0];
+  assign \$144  = $signed(a1_0) + $signed(b1_0);
+  assign \$145  = $signed(a1_0) - $signed(b1_0);
+  assign \$146  = $signed(a1_0) > $signed(b1_0);
+  assign \$147  = \$146  ? a1_0 : b1_0;
+  assign \$148  = $signed(a1_0) < $signed(b1_0);
+  assign \$149  = \$148  ? a1_0 : b1_0;
+  assign \$150  = $signed(a1_0) < $signed(imm1);
+  assign \$151  = \$150  ? imm1 : a1_0;
+  assign \$152  = $signed(a1_0) - $signed(imm1);
+  assign \$153  = ~ under3_0;
+  assign \$154  = | scaled3_0[32:8];
+  assign over0 = \$153  & \$154 ;
+  assign \$155  = under3_0 ? 8'h00 : scaled3_0[7:0];
+  assign index0 = over0 ? 8'hff : \$155 ;
+  assign \$156  = table_index - 1'h0;
+  assign \$157  = table_index - 1'h0;
+  assign \$158  = $signed(\$157 ) < $signed(10'h100);
+  assign write__en = table_we & \$158 ;
+  assign \$159  = table_index - 1'h1;
+  assign \$160  = table_index - 1'h1;
+  assign \$161  = $signed(\$160 ) < $signed(10'h100);
+  assign \$162  = table_index >= 1'h1;
+  assign \$163  = \$161  & \$162 ;
+  assign \write__en$218  = table_we & \$163 ;
+  assign diff0 = $signed(\read__data$53 ) - $signed(read__data);
+  assign \$164  = ! value10_0[63:31];
+  assign \$165  = value10_0[63:31] == 33'h1ffffffff;
+  assign \$166  = \$164  | \$165 ;
+  assign \$167  = value10_0[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$168  = \$166  ? { 1'h0, value10_0[31:0] } : { \$167 [31], \$167  };
+  assign \$169  = ! value10_0[63:7];
+  assign \$170  = value10_0[63:7] == 57'h1ffffffffffffff;
+  assign \$171  = \$169  | \$170 ;
+  assign \$172  = value10_0[63] ? 8'h80 : 8'h7f;
+  assign \$173  = \$171  ? value10_0[7:0] : \$172 ;
+  assign \$174  = $signed(a1_1) + $signed(b1_1);
+  assign \$175  = $signed(a1_1) - $signed(b1_1);
+  assign \$176  = $signed(a1_1) > $signed(b1_1);
+  assign \$177  = \$176  ? a1_1 : b1_1;
+  assign \$178  = $signed(a1_1) < $signed(b1_1);
+  assign \$179  = \$178  ? a1_1 : b1_1;
+  assign \$180  = $signed(a1_1) < $signed(imm1);
+  assign \$181  = \$180  ? imm1 : a1_1;
+  assign \$182  = $signed(a1_1) - $signed(imm1);
+  assign \$183  = ~ under3_1;
+  assign \$184  = | scaled3_1[32:8];
+  assign over1 = \$183  & \$184 ;
+  assign \$185  = under3_1 ? 8'h00 : scaled3_1[7:0];
+  assign index1 = over1 ? 8'hff : \$185 ;
+  assign \$186  = table_index - 1'h0;
+  assign \$187  = table_index - 1'h0;
+  assign \$188  = $signed(\$187 ) < $signed(10'h100);
+  assign \write__en$223  = table_we & \$188 ;
+  assign \$189  = table_index - 1'h1;
+  assign \$190  = table_index - 1'h1;
+  assign \$191  = $signed(\$190 ) < $signed(10'h100);
+  assign \$192  = table_index >= 1'h1;
+  assign \$193  = \$191  & \$192 ;
+  assign \write__en$227  = table_we & \$193 ;
+  assign diff1 = $signed(\read__data$92 ) - $signed(\read__data$91 );
+  assign \$194  = ! value10_1[63:31];
+  assign \$195  = value10_1[63:31] == 33'h1ffffffff;
+  assign \$196  = \$194  | \$195 ;
+  assign \$197  = value10_1[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$198  = \$196  ? { 1'h0, value10_1[31:0] } : { \$197 [31], \$197  };
+  assign \$199  = ! value10_1[63:7];
+  assign \$200  = value10_1[63:7] == 57'h1ffffffffffffff;
+  assign \$201  = \$199  | \$200 ;
+  assign \$202  = value10_1[63] ? 8'h80 : 8'h7f;
+  assign \$203  = \$201  ? value10_1[7:0] : \$202 ;
+  assign \$204  = $signed(a1_2) + $signed(b1_2);
+  assign \$205  = $signed(a1_2) - $signed(b1_2);
+  assign \$206  = $signed(a1_2) > $signed(b1_2);
+  assign \$207  = \$206  ? a1_2 : b1_2;
+  assign \$208  = $signed(a1_2) < $signed(b1_2);
+  assign \$209  = \$208  ? a1_2 : b1_2;
+  assign \$210  = $signed(a1_2) < $signed(imm1);
+  assign \$211  = \$210  ? imm1 : a1_2;
+  assign \$212  = $signed(a1_2) - $signed(imm1);
+  assign \$213  = ~ under3_2;
+  assign \$214  = | scaled3_2[32:8];
+  assign over2 = \$213  & \$214 ;
+  assign \$215  = under3_2 ? 8'h00 : scaled3_2[7:0];
+  assign index2 = over2 ? 8'hff : \$215 ;
+  assign \$216  = table_index - 1'h0;
+  assign \$217  = table_index - 1'h0;
+  assign \$218  = $signed(\$217 ) < $signed(10'h100);
+  assign \write__en$232  = table_we & \$218 ;
+  assign \$219  = table_index - 1'h1;
+  assign \$220  = table_index - 1'h1;
+  assign \$221  = $signed(\$220 ) < $signed(10'h100);
+  assign \$222  = table_index >= 1'h1;
+  assign \$223  = \$221  & \$222 ;
+  assign \write__en$236  = table_we & \$223 ;
+  assign diff2 = $signed(\read__data$130 ) - $signed(\read__data$129 );
+  assign \$224  = ! value10_2[63:31];
+  assign \$225  = value10_2[63:31] == 33'h1ffffffff;
+  assign \$226  = \$224  | \$225 ;
+  assign \$227  = value10_2[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$228  = \$226  ? { 1'h0, value10_2[31:0] } : { \$227 [31], \$227  };
+  assign \$229  = ! value10_2[63:7];
+  assign \$230  = value10_2[63:7] == 57'h1ffffffffffffff;
+  assign \$231  = \$229  | \$230 ;
+  assign \$232  = value10_2[63] ? 8'h80 : 8'h7f;
+  assign \$233  = \$231  ? value10_2[7:0] : \$232 ;
+  assign \$234  = $signed(a1_3) + $signed(b1_3);
+  assign \$235  = $signed(a1_3) - $signed(b1_3);
+  assign \$236  = $signed(a1_3) > $signed(b1_3);
+  assign \$237  = \$236  ? a1_3 : b1_3;
+  assign \$238  = $signed(a1_3) < $signed(b1_3);
+  assign \$239  = \$238  ? a1_3 : b1_3;
+  assign \$240  = $signed(a1_3) < $signed(imm1);
+  assign \$241  = \$240  ? imm1 : a1_3;
+  assign \$242  = $signed(a1_3) - $signed(imm1);
+  assign \$243  = ~ under3_3;
+  assign \$244  = | scaled3_3[32:8];
+  assign over3 = \$243  & \$244 ;
+  assign \$245  = under3_3 ? 8'h00 : scaled3_3[7:0];
+  assign index3 = over3 ? 8'hff : \$245 ;
+  assign \$246  = table_index - 1'h0;
+  assign \$247  = table_index - 1'h0;
+  assign \$248  = $signed(\$247 ) < $signed(10'h100);
+  assign \write__en$241  = table_we & \$248 ;
+  assign \$249  = table_index - 1'h1;
+  assign \$250  = table_index - 1'h1;
+  assign \$251  = $signed(\$250 ) < $signed(10'h100);
+  assign \$252  = table_index >= 1'h1;
+  assign \$253  = \$251  & \$252 ;
+  assign \write__en$245  = table_we & \$253 ;
+  assign diff3 = $signed(\read__data$168 ) - $signed(\read__data$167 );
+  assign \$254  = ! value10_3[63:31];
+  assign \$255  = value10_3[63:31] == 33'h1ffffffff;
+  assign \$256  = \$254  | \$255 ;
+  assign \$257  = value10_3[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$258  = \$256  ? { 1'h0, value10_3[31:0] } : { \$257 [31], \$257  };
+  assign \$259  = ! value10_3[63:7];
+  assign \$260  = value10_3[63:7] == 57'h1ffffffffffffff;
+  assign \$261  = \$259  | \$260 ;
+  assign \$262  = value10_3[63] ? 8'h80 : 8'h7f;
+  assign \$263  = \$261  ? value10_3[7:0] : \$262 ;
+  assign \$264  = hit4_0 + hit4_1;
+  assign \$265  = \$264  + hit4_2;
+  assign \$266  = \$265  + hit4_3;
+  assign \$267  = under4_0 + under4_1;
+  assign \$268  = \$267  + under4_2;
+  assign \$269  = \$268  + under4_3;
+  assign \$270  = \over4_0$47  + \over4_1$86 ;
+  assign \$271  = \$270  + \over4_2$124 ;
+  assign \$272  = \$271  + \over4_3$162 ;
   always @(posedge clk)
-    ctl1 <= \$265 ;
+    vop1 <= vop;
   always @(posedge clk)
-    ctl2 <= \$266 ;
+    shift1 <= shift;
   always @(posedge clk)
-    ctl3 <= \$267 ;
-  always @(posedge clk)
-    ctl4 <= \$268 ;
-  always @(posedge clk)
-    ctl5 <= \$269 ;
-  always @(posedge clk)
-    ctl6 <= \$270 ;
-  always @(posedge clk)
-    ctl7 <= \$271 ;
-  always @(posedge clk)
-    ctl8 <= \$272 ;
+    imm1 <= imm;
   always @(posedge clk)
     imm2_1 <= imm2;
   always @(posedge clk)
-    x1_0 <= alu0;
+    ctl1 <= \$273 ;
   always @(posedge clk)
-    y1_0 <= y0;
+    ctl2 <= \$274 ;
   always @(posedge clk)
-    x2_0 <= \$16 ;
+    ctl3 <= \$275 ;
   always @(posedge clk)
-    y2_0 <= y1_0;
+    ctl4 <= \$276 ;
   always @(posedge clk)
-    f2_0 <= frac0;
+    ctl5 <= \$277 ;
   always @(posedge clk)
-    over2_0 <= over0;
+    ctl6 <= \$278 ;
   always @(posedge clk)
-    hit2_0 <= \$20 ;
+    ctl7 <= \$279 ;
   always @(posedge clk)
-    under2_0 <= \$21 ;
+    ctl8 <= \$280 ;
   always @(posedge clk)
-    \over2_0$29  <= \$22 ;
+    ctl9 <= \$281 ;
   always @(posedge clk)
-    x3_0 <= \$23 ;
+    ctl10 <= \$282 ;
   always @(posedge clk)
-    y3_0 <= \$24 ;
+    ctl11 <= \$283 ;
   always @(posedge clk)
-    base3_0 <= \$26 ;
+    imm2_2 <= imm2_1;
   always @(posedge clk)
-    ll0 <= \$27 ;
+    half <= \$15 [46:0];
   always @(posedge clk)
-    lh0 <= { \$28 [32], \$28  };
+    half_neg <= \$20 [46:0];
   always @(posedge clk)
-    hl0 <= { \$29 [32], \$29  };
+    mask2 <= \$22 [15:0];
   always @(posedge clk)
-    hh0 <= \$30 ;
+    a1_0 <= a[31:0];
   always @(posedge clk)
-    base4_0 <= base3_0;
+    b1_0 <= b[31:0];
   always @(posedge clk)
-    p5_0 <= \$33 [63:0];
+    x2_0 <= alu0;
   always @(posedge clk)
-    base5_0 <= base4_0;
+    y2_0 <= y0;
   always @(posedge clk)
-    q6_0 <= \$35 [63:0];
+    x3_0 <= \$25 ;
+  always @(posedge clk)
+    y3_0 <= y2_0;
+  always @(posedge clk)
+    scaled3_0 <= \$26 ;
+  always @(posedge clk)
+    frac3_0 <= \$27 ;
+  always @(posedge clk)
+    under3_0 <= x2_0[32];
+  always @(posedge clk)
+    x4_0 <= x3_0;
+  always @(posedge clk)
+    y4_0 <= y3_0;
+  always @(posedge clk)
+    f4_0 <= \$29 ;
+  always @(posedge clk)
+    over4_0 <= over0;
+  always @(posedge clk)
+    hit4_0 <= \$33 ;
+  always @(posedge clk)
+    under4_0 <= \$34 ;
+  always @(posedge clk)
+    \over4_0$47  <= \$35 ;
+  always @(posedge clk)
+    x5_0 <= \$36 ;
+  always @(posedge clk)
+    y5_0 <= \$37 ;
+  always @(posedge clk)
+    base5_0 <= \$39 ;
+  always @(posedge clk)
+    ll0 <= \$40 ;
+  always @(posedge clk)
+    lh0 <= { \$41 [32], \$41  };
+  always @(posedge clk)
+    hl0 <= { \$42 [32], \$42  };
+  always @(posedge clk)
+    hh0 <= \$43 ;
+  always @(posedge clk)
+    p7_0 <= \$46 [63:0];
+  always @(posedge clk)
+    q8_0 <= \$48 [63:0];
+  always @(posedge clk)
+    r9_0 <= \$49 ;
   always @(posedge clk)
     base6_0 <= base5_0;
   always @(posedge clk)
-    r7_0 <= \$36 ;
-  always @(posedge clk)
     base7_0 <= base6_0;
   always @(posedge clk)
-    out <= \$273 ;
+    base8_0 <= base7_0;
   always @(posedge clk)
-    x1_1 <= alu1;
+    base9_0 <= base8_0;
   always @(posedge clk)
-    y1_1 <= y1;
+    value10_0 <= \$51 ;
   always @(posedge clk)
-    x2_1 <= \$40 ;
+    out <= \$284 ;
   always @(posedge clk)
-    y2_1 <= y1_1;
+    a1_1 <= a[63:32];
   always @(posedge clk)
-    f2_1 <= frac1;
+    b1_1 <= b[63:32];
   always @(posedge clk)
-    over2_1 <= over1;
+    x2_1 <= alu1;
   always @(posedge clk)
-    hit2_1 <= \$44 ;
+    y2_1 <= y1;
   always @(posedge clk)
-    under2_1 <= \$45 ;
+    x3_1 <= \$55 ;
   always @(posedge clk)
-    \over2_1$64  <= \$46 ;
+    y3_1 <= y2_1;
   always @(posedge clk)
-    x3_1 <= \$47 ;
+    scaled3_1 <= \$56 ;
   always @(posedge clk)
-    y3_1 <= \$48 ;
+    frac3_1 <= \$57 ;
   always @(posedge clk)
-    base3_1 <= \$50 ;
+    under3_1 <= x2_1[32];
   always @(posedge clk)
-    ll1 <= \$51 ;
+    x4_1 <= x3_1;
   always @(posedge clk)
-    lh1 <= { \$52 [32], \$52  };
+    y4_1 <= y3_1;
   always @(posedge clk)
-    hl1 <= { \$53 [32], \$53  };
+    f4_1 <= \$59 ;
   always @(posedge clk)
-    hh1 <= \$54 ;
+    over4_1 <= over1;
   always @(posedge clk)
-    base4_1 <= base3_1;
+    hit4_1 <= \$63 ;
   always @(posedge clk)
-    p5_1 <= \$57 [63:0];
+    under4_1 <= \$64 ;
   always @(posedge clk)
-    base5_1 <= base4_1;
+    \over4_1$86  <= \$65 ;
   always @(posedge clk)
-    q6_1 <= \$59 [63:0];
+    x5_1 <= \$66 ;
+  always @(posedge clk)
+    y5_1 <= \$67 ;
+  always @(posedge clk)
+    base5_1 <= \$69 ;
+  always @(posedge clk)
+    ll1 <= \$70 ;
+  always @(posedge clk)
+    lh1 <= { \$71 [32], \$71  };
+  always @(posedge clk)
+    hl1 <= { \$72 [32], \$72  };
+  always @(posedge clk)
+    hh1 <= \$73 ;
+  always @(posedge clk)
+    p7_1 <= \$76 [63:0];
+  always @(posedge clk)
+    q8_1 <= \$78 [63:0];
+  always @(posedge clk)
+    r9_1 <= \$79 ;
   always @(posedge clk)
     base6_1 <= base5_1;
   always @(posedge clk)
-    r7_1 <= \$60 ;
-  always @(posedge clk)
     base7_1 <= base6_1;
   always @(posedge clk)
-    x1_2 <= alu2;
+    base8_1 <= base7_1;
   always @(posedge clk)
-    y1_2 <= y2;
+    base9_1 <= base8_1;
   always @(posedge clk)
-    x2_2 <= \$64 ;
+    value10_1 <= \$81 ;
   always @(posedge clk)
-    y2_2 <= y1_2;
+    a1_2 <= a[95:64];
   always @(posedge clk)
-    f2_2 <= frac2;
+    b1_2 <= b[95:64];
   always @(posedge clk)
-    over2_2 <= over2;
+    x2_2 <= alu2;
   always @(posedge clk)
-    hit2_2 <= \$68 ;
+    y2_2 <= y2;
   always @(posedge clk)
-    under2_2 <= \$69 ;
+    x3_2 <= \$85 ;
   always @(posedge clk)
-    \over2_2$96  <= \$70 ;
+    y3_2 <= y2_2;
   always @(posedge clk)
-    x3_2 <= \$71 ;
+    scaled3_2 <= \$86 ;
   always @(posedge clk)
-    y3_2 <= \$72 ;
+    frac3_2 <= \$87 ;
   always @(posedge clk)
-    base3_2 <= \$74 ;
+    under3_2 <= x2_2[32];
   always @(posedge clk)
-    ll2 <= \$75 ;
+    x4_2 <= x3_2;
   always @(posedge clk)
-    lh2 <= { \$76 [32], \$76  };
+    y4_2 <= y3_2;
   always @(posedge clk)
-    hl2 <= { \$77 [32], \$77  };
+    f4_2 <= \$89 ;
   always @(posedge clk)
-    hh2 <= \$78 ;
+    over4_2 <= over2;
   always @(posedge clk)
-    base4_2 <= base3_2;
+    hit4_2 <= \$93 ;
   always @(posedge clk)
-    p5_2 <= \$81 [63:0];
+    under4_2 <= \$94 ;
   always @(posedge clk)
-    base5_2 <= base4_2;
+    \over4_2$124  <= \$95 ;
   always @(posedge clk)
-    q6_2 <= \$83 [63:0];
+    x5_2 <= \$96 ;
+  always @(posedge clk)
+    y5_2 <= \$97 ;
+  always @(posedge clk)
+    base5_2 <= \$99 ;
+  always @(posedge clk)
+    ll2 <= \$100 ;
+  always @(posedge clk)
+    lh2 <= { \$101 [32], \$101  };
+  always @(posedge clk)
+    hl2 <= { \$102 [32], \$102  };
+  always @(posedge clk)
+    hh2 <= \$103 ;
+  always @(posedge clk)
+    p7_2 <= \$106 [63:0];
+  always @(posedge clk)
+    q8_2 <= \$108 [63:0];
+  always @(posedge clk)
+    r9_2 <= \$109 ;
   always @(posedge clk)
     base6_2 <= base5_2;
   always @(posedge clk)
-    r7_2 <= \$84 ;
-  always @(posedge clk)
     base7_2 <= base6_2;
   always @(posedge clk)
-    x1_3 <= alu3;
+    base8_2 <= base7_2;
   always @(posedge clk)
-    y1_3 <= y3;
+    base9_2 <= base8_2;
   always @(posedge clk)
-    x2_3 <= \$88 ;
+    value10_2 <= \$111 ;
   always @(posedge clk)
-    y2_3 <= y1_3;
+    a1_3 <= a[127:96];
   always @(posedge clk)
-    f2_3 <= frac3;
+    b1_3 <= b[127:96];
   always @(posedge clk)
-    over2_3 <= over3;
+    x2_3 <= alu3;
   always @(posedge clk)
-    hit2_3 <= \$92 ;
+    y2_3 <= y3;
   always @(posedge clk)
-    under2_3 <= \$93 ;
+    x3_3 <= \$115 ;
   always @(posedge clk)
-    \over2_3$128  <= \$94 ;
+    y3_3 <= y2_3;
   always @(posedge clk)
-    x3_3 <= \$95 ;
+    scaled3_3 <= \$116 ;
   always @(posedge clk)
-    y3_3 <= \$96 ;
+    frac3_3 <= \$117 ;
   always @(posedge clk)
-    base3_3 <= \$98 ;
+    under3_3 <= x2_3[32];
   always @(posedge clk)
-    ll3 <= \$99 ;
+    x4_3 <= x3_3;
   always @(posedge clk)
-    lh3 <= { \$100 [32], \$100  };
+    y4_3 <= y3_3;
   always @(posedge clk)
-    hl3 <= { \$101 [32], \$101  };
+    f4_3 <= \$119 ;
   always @(posedge clk)
-    hh3 <= \$102 ;
+    over4_3 <= over3;
   always @(posedge clk)
-    base4_3 <= base3_3;
+    hit4_3 <= \$123 ;
   always @(posedge clk)
-    p5_3 <= \$105 [63:0];
+    under4_3 <= \$124 ;
   always @(posedge clk)
-    base5_3 <= base4_3;
+    \over4_3$162  <= \$125 ;
   always @(posedge clk)
-    q6_3 <= \$107 [63:0];
+    x5_3 <= \$126 ;
+  always @(posedge clk)
+    y5_3 <= \$127 ;
+  always @(posedge clk)
+    base5_3 <= \$129 ;
+  always @(posedge clk)
+    ll3 <= \$130 ;
+  always @(posedge clk)
+    lh3 <= { \$131 [32], \$131  };
+  always @(posedge clk)
+    hl3 <= { \$132 [32], \$132  };
+  always @(posedge clk)
+    hh3 <= \$133 ;
+  always @(posedge clk)
+    p7_3 <= \$136 [63:0];
+  always @(posedge clk)
+    q8_3 <= \$138 [63:0];
+  always @(posedge clk)
+    r9_3 <= \$139 ;
   always @(posedge clk)
     base6_3 <= base5_3;
   always @(posedge clk)
-    r7_3 <= \$108 ;
-  always @(posedge clk)
     base7_3 <= base6_3;
   always @(posedge clk)
-    hits3 <= \$258 [2:0];
+    base8_3 <= base7_3;
   always @(posedge clk)
-    hits4 <= hits3;
+    base9_3 <= base8_3;
   always @(posedge clk)
-    hits5 <= hits4;
+    value10_3 <= \$141 ;
+  always @(posedge clk)
+    hits5 <= \$266 [2:0];
   always @(posedge clk)
     hits6 <= hits5;
   always @(posedge clk)
@@ -11547,11 +11823,13 @@ module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   always @(posedge clk)
     hits8 <= hits7;
   always @(posedge clk)
-    unders3 <= \$261 [2:0];
+    hits9 <= hits8;
   always @(posedge clk)
-    unders4 <= unders3;
+    hits10 <= hits9;
   always @(posedge clk)
-    unders5 <= unders4;
+    hits11 <= hits10;
+  always @(posedge clk)
+    unders5 <= \$269 [2:0];
   always @(posedge clk)
     unders6 <= unders5;
   always @(posedge clk)
@@ -11559,118 +11837,147 @@ module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   always @(posedge clk)
     unders8 <= unders7;
   always @(posedge clk)
-    overs3 <= \$264 [2:0];
+    unders9 <= unders8;
   always @(posedge clk)
-    overs4 <= overs3;
+    unders10 <= unders9;
   always @(posedge clk)
-    overs5 <= overs4;
+    unders11 <= unders10;
+  always @(posedge clk)
+    overs5 <= \$272 [2:0];
   always @(posedge clk)
     overs6 <= overs5;
   always @(posedge clk)
     overs7 <= overs6;
   always @(posedge clk)
     overs8 <= overs7;
+  always @(posedge clk)
+    overs9 <= overs8;
+  always @(posedge clk)
+    overs10 <= overs9;
+  always @(posedge clk)
+    overs11 <= overs10;
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
-    \$265 [0] = valid;
-    \$265 [1] = \$1 ;
-    \$265 [2] = \$6 ;
-    \$265 [3] = \$7 ;
-    \$265 [4] = d_acc;
-    \$265 [10:5] = \$13 ;
+    \$273 [0] = valid;
+    \$273 [1] = \$1 ;
+    \$273 [2] = \$6 ;
+    \$273 [3] = \$7 ;
+    \$273 [4] = d_acc;
+    \$273 [10:5] = \$13 ;
     if (rst) begin
-      \$265  = 11'h000;
+      \$273  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
-    \$266  = ctl1;
+    \$274  = ctl1;
     if (rst) begin
-      \$266  = 11'h000;
+      \$274  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
-    \$267  = ctl2;
+    \$275  = ctl2;
     if (rst) begin
-      \$267  = 11'h000;
+      \$275  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
-    \$268  = ctl3;
+    \$276  = ctl3;
     if (rst) begin
-      \$268  = 11'h000;
+      \$276  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
-    \$269  = ctl4;
+    \$277  = ctl4;
     if (rst) begin
-      \$269  = 11'h000;
+      \$277  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
-    \$270  = ctl5;
+    \$278  = ctl5;
     if (rst) begin
-      \$270  = 11'h000;
+      \$278  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
-    \$271  = ctl6;
+    \$279  = ctl6;
     if (rst) begin
-      \$271  = 11'h000;
+      \$279  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
-    \$272  = ctl7;
+    \$280  = ctl7;
     if (rst) begin
-      \$272  = 11'h000;
+      \$280  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
-    \$273 [31:0] = \$37 [31:0];
-    \$273 [63:32] = \$61 [31:0];
-    \$273 [95:64] = \$85 [31:0];
-    \$273 [127:96] = \$109 [31:0];
+    \$281  = ctl8;
     if (rst) begin
-      \$273  = 128'h00000000000000000000000000000000;
+      \$281  = 11'h000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
+    \$282  = ctl9;
+    if (rst) begin
+      \$282  = 11'h000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
+    \$283  = ctl10;
+    if (rst) begin
+      \$283  = 11'h000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
+    \$284 [31:0] = \$52 [31:0];
+    \$284 [63:32] = \$82 [31:0];
+    \$284 [95:64] = \$112 [31:0];
+    \$284 [127:96] = \$142 [31:0];
+    if (rst) begin
+      \$284  = 128'h00000000000000000000000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
     (* full_case = 32'd1 *)
-    casez (vop)
+    casez (vop1)
       4'h0:
-          alu0 = \$116 ;
+          alu0 = \$144 ;
       4'h1:
-          alu0 = \$117 ;
+          alu0 = \$145 ;
       4'h3:
-          alu0 = { \$119 [31], \$119  };
+          alu0 = { \$147 [31], \$147  };
       4'h4:
-          alu0 = { \$121 [31], \$121  };
+          alu0 = { \$149 [31], \$149  };
       4'h7:
-          alu0 = { \$123 [31], \$123  };
+          alu0 = { \$151 [31], \$151  };
       4'he:
-          alu0 = \$124 ;
+          alu0 = \$152 ;
       default:
-          alu0 = { a[31], a[31:0] };
+          alu0 = { a1_0[31], a1_0 };
     endcase
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
     (* full_case = 32'd1 *)
-    casez (vop)
+    casez (vop1)
       4'h2:
-          y0 = { b[31], b[31:0] };
+          y0 = { b1_0[31], b1_0 };
       4'hb:
-          y0 = { a[31], a[31:0] };
+          y0 = { a1_0[31], a1_0 };
       4'h6:
-          y0 = \$110 [32:0];
+          y0 = \$143 [32:0];
       default:
           y0 = 33'h000000001;
     endcase
@@ -11678,42 +11985,42 @@ module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
     (* full_case = 32'd1 *)
-    if (ctl7[4]) begin
-      sat0 = \$145 [31:0];
+    if (ctl10[4]) begin
+      sat0 = \$168 [31:0];
     end else begin
-      sat0 = { \$150 [7], \$150 [7], \$150 [7], \$150 [7], \$150 [7], \$150 [7], \$150 [7], \$150 [7], \$150 [7], \$150 [7], \$150 [7], \$150 [7], \$150 [7], \$150 [7], \$150 [7], \$150 [7], \$150 [7], \$150 [7], \$150 [7], \$150 [7], \$150 [7], \$150 [7], \$150 [7], \$150 [7], \$150  };
+      sat0 = { \$173 [7], \$173 [7], \$173 [7], \$173 [7], \$173 [7], \$173 [7], \$173 [7], \$173 [7], \$173 [7], \$173 [7], \$173 [7], \$173 [7], \$173 [7], \$173 [7], \$173 [7], \$173 [7], \$173 [7], \$173 [7], \$173 [7], \$173 [7], \$173 [7], \$173 [7], \$173 [7], \$173 [7], \$173  };
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
     (* full_case = 32'd1 *)
-    casez (vop)
+    casez (vop1)
       4'h0:
-          alu1 = \$151 ;
+          alu1 = \$174 ;
       4'h1:
-          alu1 = \$152 ;
+          alu1 = \$175 ;
       4'h3:
-          alu1 = { \$154 [31], \$154  };
+          alu1 = { \$177 [31], \$177  };
       4'h4:
-          alu1 = { \$156 [31], \$156  };
+          alu1 = { \$179 [31], \$179  };
       4'h7:
-          alu1 = { \$158 [31], \$158  };
+          alu1 = { \$181 [31], \$181  };
       4'he:
-          alu1 = \$159 ;
+          alu1 = \$182 ;
       default:
-          alu1 = { a[63], a[63:32] };
+          alu1 = { a1_1[31], a1_1 };
     endcase
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
     (* full_case = 32'd1 *)
-    casez (vop)
+    casez (vop1)
       4'h2:
-          y1 = { b[63], b[63:32] };
+          y1 = { b1_1[31], b1_1 };
       4'hb:
-          y1 = { a[63], a[63:32] };
+          y1 = { a1_1[31], a1_1 };
       4'h6:
-          y1 = \$110 [32:0];
+          y1 = \$143 [32:0];
       default:
           y1 = 33'h000000001;
     endcase
@@ -11721,42 +12028,42 @@ module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
     (* full_case = 32'd1 *)
-    if (ctl7[4]) begin
-      sat1 = \$180 [31:0];
+    if (ctl10[4]) begin
+      sat1 = \$198 [31:0];
     end else begin
-      sat1 = { \$185 [7], \$185 [7], \$185 [7], \$185 [7], \$185 [7], \$185 [7], \$185 [7], \$185 [7], \$185 [7], \$185 [7], \$185 [7], \$185 [7], \$185 [7], \$185 [7], \$185 [7], \$185 [7], \$185 [7], \$185 [7], \$185 [7], \$185 [7], \$185 [7], \$185 [7], \$185 [7], \$185 [7], \$185  };
+      sat1 = { \$203 [7], \$203 [7], \$203 [7], \$203 [7], \$203 [7], \$203 [7], \$203 [7], \$203 [7], \$203 [7], \$203 [7], \$203 [7], \$203 [7], \$203 [7], \$203 [7], \$203 [7], \$203 [7], \$203 [7], \$203 [7], \$203 [7], \$203 [7], \$203 [7], \$203 [7], \$203 [7], \$203 [7], \$203  };
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
     (* full_case = 32'd1 *)
-    casez (vop)
+    casez (vop1)
       4'h0:
-          alu2 = \$186 ;
+          alu2 = \$204 ;
       4'h1:
-          alu2 = \$187 ;
+          alu2 = \$205 ;
       4'h3:
-          alu2 = { \$189 [31], \$189  };
+          alu2 = { \$207 [31], \$207  };
       4'h4:
-          alu2 = { \$191 [31], \$191  };
+          alu2 = { \$209 [31], \$209  };
       4'h7:
-          alu2 = { \$193 [31], \$193  };
+          alu2 = { \$211 [31], \$211  };
       4'he:
-          alu2 = \$194 ;
+          alu2 = \$212 ;
       default:
-          alu2 = { a[95], a[95:64] };
+          alu2 = { a1_2[31], a1_2 };
     endcase
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
     (* full_case = 32'd1 *)
-    casez (vop)
+    casez (vop1)
       4'h2:
-          y2 = { b[95], b[95:64] };
+          y2 = { b1_2[31], b1_2 };
       4'hb:
-          y2 = { a[95], a[95:64] };
+          y2 = { a1_2[31], a1_2 };
       4'h6:
-          y2 = \$110 [32:0];
+          y2 = \$143 [32:0];
       default:
           y2 = 33'h000000001;
     endcase
@@ -11764,42 +12071,42 @@ module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
     (* full_case = 32'd1 *)
-    if (ctl7[4]) begin
-      sat2 = \$215 [31:0];
+    if (ctl10[4]) begin
+      sat2 = \$228 [31:0];
     end else begin
-      sat2 = { \$220 [7], \$220 [7], \$220 [7], \$220 [7], \$220 [7], \$220 [7], \$220 [7], \$220 [7], \$220 [7], \$220 [7], \$220 [7], \$220 [7], \$220 [7], \$220 [7], \$220 [7], \$220 [7], \$220 [7], \$220 [7], \$220 [7], \$220 [7], \$220 [7], \$220 [7], \$220 [7], \$220 [7], \$220  };
+      sat2 = { \$233 [7], \$233 [7], \$233 [7], \$233 [7], \$233 [7], \$233 [7], \$233 [7], \$233 [7], \$233 [7], \$233 [7], \$233 [7], \$233 [7], \$233 [7], \$233 [7], \$233 [7], \$233 [7], \$233 [7], \$233 [7], \$233 [7], \$233 [7], \$233 [7], \$233 [7], \$233 [7], \$233 [7], \$233  };
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
     (* full_case = 32'd1 *)
-    casez (vop)
+    casez (vop1)
       4'h0:
-          alu3 = \$221 ;
+          alu3 = \$234 ;
       4'h1:
-          alu3 = \$222 ;
+          alu3 = \$235 ;
       4'h3:
-          alu3 = { \$224 [31], \$224  };
+          alu3 = { \$237 [31], \$237  };
       4'h4:
-          alu3 = { \$226 [31], \$226  };
+          alu3 = { \$239 [31], \$239  };
       4'h7:
-          alu3 = { \$228 [31], \$228  };
+          alu3 = { \$241 [31], \$241  };
       4'he:
-          alu3 = \$229 ;
+          alu3 = \$242 ;
       default:
-          alu3 = { a[127], a[127:96] };
+          alu3 = { a1_3[31], a1_3 };
     endcase
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
     (* full_case = 32'd1 *)
-    casez (vop)
+    casez (vop1)
       4'h2:
-          y3 = { b[127], b[127:96] };
+          y3 = { b1_3[31], b1_3 };
       4'hb:
-          y3 = { a[127], a[127:96] };
+          y3 = { a1_3[31], a1_3 };
       4'h6:
-          y3 = \$110 [32:0];
+          y3 = \$143 [32:0];
       default:
           y3 = 33'h000000001;
     endcase
@@ -11807,54 +12114,44 @@ module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
     (* full_case = 32'd1 *)
-    if (ctl7[4]) begin
-      sat3 = \$250 [31:0];
+    if (ctl10[4]) begin
+      sat3 = \$258 [31:0];
     end else begin
-      sat3 = { \$255 [7], \$255 [7], \$255 [7], \$255 [7], \$255 [7], \$255 [7], \$255 [7], \$255 [7], \$255 [7], \$255 [7], \$255 [7], \$255 [7], \$255 [7], \$255 [7], \$255 [7], \$255 [7], \$255 [7], \$255 [7], \$255 [7], \$255 [7], \$255 [7], \$255 [7], \$255 [7], \$255 [7], \$255  };
+      sat3 = { \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263 [7], \$263  };
     end
   end
-  assign under0 = x1_0[32];
-  assign half = \$112 [46:0];
-  assign half_neg = \$115 [46:0];
-  assign under1 = x1_1[32];
-  assign under2 = x1_2[32];
-  assign under3 = x1_3[32];
-  assign hits = \$258 [2:0];
-  assign unders = \$261 [2:0];
-  assign overs = \$264 [2:0];
-  assign out_valid = ctl8[0];
-  assign shl_y = \$110 [32:0];
-  assign mask0 = \$129 [15:0];
-  assign write__addr = \$132 [7:0];
+  assign hits = \$266 [2:0];
+  assign unders = \$269 [2:0];
+  assign overs = \$272 [2:0];
+  assign out_valid = ctl11[0];
+  assign shl_y = \$143 [32:0];
+  assign write__addr = \$156 [7:0];
   assign table_data = write__data;
   assign read__addr = index0;
-  assign \write__addr$183  = \$135 [7:0];
-  assign \write__data$184  = write__data;
-  assign \read__addr$186  = index0;
-  assign mask1 = \$164 [15:0];
-  assign \write__addr$191  = \$167 [7:0];
-  assign \write__data$192  = write__data;
-  assign \read__addr$194  = index1;
-  assign \write__addr$195  = \$170 [7:0];
-  assign \write__data$196  = write__data;
-  assign \read__addr$198  = index1;
-  assign mask2 = \$199 [15:0];
-  assign \write__addr$203  = \$202 [7:0];
-  assign \write__data$204  = write__data;
-  assign \read__addr$206  = index2;
-  assign \write__addr$207  = \$205 [7:0];
-  assign \write__data$208  = write__data;
-  assign \read__addr$210  = index2;
-  assign mask3 = \$234 [15:0];
-  assign \write__addr$215  = \$237 [7:0];
-  assign \write__data$216  = write__data;
-  assign \read__addr$218  = index3;
-  assign \write__addr$219  = \$240 [7:0];
-  assign \write__data$220  = write__data;
-  assign \read__addr$222  = index3;
-  assign \hits$224  = hits8;
-  assign underflows = unders8;
-  assign overflows = overs8;
+  assign \write__addr$216  = \$159 [7:0];
+  assign \write__data$217  = write__data;
+  assign \read__addr$219  = index0;
+  assign \write__addr$221  = \$186 [7:0];
+  assign \write__data$222  = write__data;
+  assign \read__addr$224  = index1;
+  assign \write__addr$225  = \$189 [7:0];
+  assign \write__data$226  = write__data;
+  assign \read__addr$228  = index1;
+  assign \write__addr$230  = \$216 [7:0];
+  assign \write__data$231  = write__data;
+  assign \read__addr$233  = index2;
+  assign \write__addr$234  = \$219 [7:0];
+  assign \write__data$235  = write__data;
+  assign \read__addr$237  = index2;
+  assign \write__addr$239  = \$246 [7:0];
+  assign \write__data$240  = write__data;
+  assign \read__addr$242  = index3;
+  assign \write__addr$243  = \$249 [7:0];
+  assign \write__data$244  = write__data;
+  assign \read__addr$246  = index3;
+  assign \hits$247  = hits11;
+  assign underflows = unders11;
+  assign overflows = overs11;
   assign \ctl1.valid  = ctl1[0];
   assign \ctl1.lut  = ctl1[1];
   assign \ctl1.raw  = ctl1[2];
@@ -11903,10 +12200,24 @@ module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   assign \ctl8.clamp  = ctl8[3];
   assign \ctl8.d_acc  = ctl8[4];
   assign \ctl8.shift  = ctl8[10:5];
-  assign \out[0]  = out[31:0];
-  assign \out[1]  = out[63:32];
-  assign \out[2]  = out[95:64];
-  assign \out[3]  = out[127:96];
+  assign \ctl9.valid  = ctl9[0];
+  assign \ctl9.lut  = ctl9[1];
+  assign \ctl9.raw  = ctl9[2];
+  assign \ctl9.clamp  = ctl9[3];
+  assign \ctl9.d_acc  = ctl9[4];
+  assign \ctl9.shift  = ctl9[10:5];
+  assign \ctl10.valid  = ctl10[0];
+  assign \ctl10.lut  = ctl10[1];
+  assign \ctl10.raw  = ctl10[2];
+  assign \ctl10.clamp  = ctl10[3];
+  assign \ctl10.d_acc  = ctl10[4];
+  assign \ctl10.shift  = ctl10[10:5];
+  assign \ctl11.valid  = ctl11[0];
+  assign \ctl11.lut  = ctl11[1];
+  assign \ctl11.raw  = ctl11[2];
+  assign \ctl11.clamp  = ctl11[3];
+  assign \ctl11.d_acc  = ctl11[4];
+  assign \ctl11.shift  = ctl11[10:5];
   assign \a[0]  = a[31:0];
   assign \a[1]  = a[63:32];
   assign \a[2]  = a[95:64];
@@ -11915,59 +12226,50 @@ module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   assign \b[1]  = b[63:32];
   assign \b[2]  = b[95:64];
   assign \b[3]  = b[127:96];
-  assign \$32  = { \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 , 16'h0000 };
-  assign \$112  = { 1'h0, \$111 [110:1] };
-  assign \$56  = { \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 , 16'h0000 };
-  assign \$80  = { \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 , 16'h0000 };
-  assign \$104  = { \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 , 16'h0000 };
+  assign \out[0]  = out[31:0];
+  assign \out[1]  = out[63:32];
+  assign \out[2]  = out[95:64];
+  assign \out[3]  = out[127:96];
+  assign \$15  = { 1'h0, \$14 [110:1] };
+  assign \$18  = { 1'h0, \$17 [110:1] };
+  assign \$45  = { \$44 [34], \$44 [34], \$44 [34], \$44 [34], \$44 [34], \$44 [34], \$44 [34], \$44 [34], \$44 [34], \$44 [34], \$44 [34], \$44 [34], \$44 [34], \$44 [34], \$44 [34], \$44 , 16'h0000 };
+  assign \$75  = { \$74 [34], \$74 [34], \$74 [34], \$74 [34], \$74 [34], \$74 [34], \$74 [34], \$74 [34], \$74 [34], \$74 [34], \$74 [34], \$74 [34], \$74 [34], \$74 [34], \$74 [34], \$74 , 16'h0000 };
+  assign \$105  = { \$104 [34], \$104 [34], \$104 [34], \$104 [34], \$104 [34], \$104 [34], \$104 [34], \$104 [34], \$104 [34], \$104 [34], \$104 [34], \$104 [34], \$104 [34], \$104 [34], \$104 [34], \$104 , 16'h0000 };
+  assign \$135  = { \$134 [34], \$134 [34], \$134 [34], \$134 [34], \$134 [34], \$134 [34], \$134 [34], \$134 [34], \$134 [34], \$134 [34], \$134 [34], \$134 [34], \$134 [34], \$134 [34], \$134 [34], \$134 , 16'h0000 };
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_tile_core_a4.vector$242.reducer (rst, valid, vop, d_acc, \port$3117$1 , terms, out_valid, out, clk);
+module \dx1_tile_core_a4.vector$242.reducer (rst, valid, vop, d_acc, \port$3200$1 , terms, out_valid, out, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$24  = 0;
   wire \$1 ;
   wire \$10 ;
-  wire \$11 ;
-  wire [31:0] \$12 ;
-  wire [32:0] \$13 ;
-  wire [31:0] \$14 ;
-  wire \$15 ;
-  wire [31:0] \$16 ;
-  wire [32:0] \$17 ;
+  wire [31:0] \$11 ;
+  wire [32:0] \$12 ;
+  wire [31:0] \$13 ;
+  wire \$14 ;
+  wire [31:0] \$15 ;
+  wire [32:0] \$16 ;
+  wire [31:0] \$17 ;
   wire [31:0] \$18 ;
-  wire [31:0] \$19 ;
+  wire \$19 ;
   wire \$2 ;
   wire \$20 ;
-  wire [31:0] \$21 ;
-  wire [32:0] \$22 ;
-  wire [31:0] \$23 ;
+  wire \$21 ;
+  wire \$22 ;
+  wire \$23 ;
   wire \$24 ;
-  wire [31:0] \$25 ;
-  wire [32:0] \$26 ;
-  wire [31:0] \$27 ;
-  wire [32:0] \$28 ;
-  wire [31:0] \$29 ;
+  wire [7:0] \$25 ;
+  reg [4:0] \$26 ;
+  reg [4:0] \$27 ;
+  reg [4:0] \$28 ;
+  reg [4:0] \$29 ;
   wire [31:0] \$3 ;
-  wire \$30 ;
-  wire [31:0] \$31 ;
-  wire [32:0] \$32 ;
-  wire [31:0] \$33 ;
-  wire [31:0] \$34 ;
-  wire \$35 ;
-  wire \$36 ;
-  wire \$37 ;
-  wire \$38 ;
-  wire \$39 ;
+  reg [4:0] \$30 ;
+  reg [4:0] \$31 ;
+  reg [31:0] \$32 ;
+  reg \$33 ;
+  reg [127:0] \$34 ;
   wire [32:0] \$4 ;
-  wire \$40 ;
-  wire [7:0] \$41 ;
-  reg [4:0] \$42 ;
-  reg [4:0] \$43 ;
-  reg [4:0] \$44 ;
-  reg [4:0] \$45 ;
-  reg [31:0] \$46 ;
-  reg \$47 ;
-  reg [127:0] \$48 ;
   wire [31:0] \$5 ;
   wire \$6 ;
   wire [31:0] \$7 ;
@@ -11999,6 +12301,18 @@ module \dx1_tile_core_a4.vector$242.reducer (rst, valid, vop, d_acc, \port$3117$
   wire \ctl4.last ;
   wire \ctl4.max ;
   wire \ctl4.valid ;
+  reg [4:0] ctl5 = 5'h00;
+  wire \ctl5.d_acc ;
+  wire \ctl5.first ;
+  wire \ctl5.last ;
+  wire \ctl5.max ;
+  wire \ctl5.valid ;
+  reg [4:0] ctl6 = 5'h00;
+  wire \ctl6.d_acc ;
+  wire \ctl6.first ;
+  wire \ctl6.last ;
+  wire \ctl6.max ;
+  wire \ctl6.valid ;
   input d_acc;
   wire d_acc;
   wire first;
@@ -12011,8 +12325,8 @@ module \dx1_tile_core_a4.vector$242.reducer (rst, valid, vop, d_acc, \port$3117$
   wire [31:0] \out[3] ;
   output out_valid;
   reg out_valid = 1'h0;
-  input [1:0] \port$3117$1 ;
-  wire [1:0] \port$3117$1 ;
+  input [1:0] \port$3200$1 ;
+  wire [1:0] \port$3200$1 ;
   reg [31:0] row = 32'd0;
   input rst;
   wire rst;
@@ -12028,27 +12342,14 @@ module \dx1_tile_core_a4.vector$242.reducer (rst, valid, vop, d_acc, \port$3117$
   wire [31:0] \terms[2] ;
   wire [31:0] \terms[3] ;
   reg [31:0] tree2_0 = 32'd0;
+  reg [31:0] tree2_1 = 32'd0;
   reg [31:0] tree3_0 = 32'd0;
+  reg [31:0] tree4_0 = 32'd0;
+  reg [31:0] tree5_0 = 32'd0;
   input valid;
   wire valid;
   input [3:0] vop;
   wire [3:0] vop;
-  always @(posedge clk)
-    term1 <= terms[63:32];
-  always @(posedge clk)
-    term2 <= terms[95:64];
-  always @(posedge clk)
-    term3 <= terms[127:96];
-  always @(posedge clk)
-    tree2_0 <= \$29 ;
-  always @(posedge clk)
-    tree3_0 <= tree2_0;
-  always @(posedge clk)
-    row <= \$46 ;
-  always @(posedge clk)
-    out_valid <= \$47 ;
-  always @(posedge clk)
-    out <= \$48 ;
   assign \$1  = vop == 4'h9;
   assign \$2  = $signed(term0) > $signed(term1);
   assign \$3  = \$2  ? term0 : term1;
@@ -12058,110 +12359,134 @@ module \dx1_tile_core_a4.vector$242.reducer (rst, valid, vop, d_acc, \port$3117$
   assign \$7  = \$6  ? term2 : term3;
   assign \$8  = $signed(term2) + $signed(term3);
   assign \$9  = ctl1[3] ? \$7  : \$8 [31:0];
-  assign \$10  = $signed(\$5 ) > $signed(\$9 );
-  assign \$11  = $signed(term0) > $signed(term1);
-  assign \$12  = \$11  ? term0 : term1;
-  assign \$13  = $signed(term0) + $signed(term1);
-  assign \$14  = ctl1[3] ? \$12  : \$13 [31:0];
-  assign \$15  = $signed(term2) > $signed(term3);
-  assign \$16  = \$15  ? term2 : term3;
-  assign \$17  = $signed(term2) + $signed(term3);
-  assign \$18  = ctl1[3] ? \$16  : \$17 [31:0];
-  assign \$19  = \$10  ? \$14  : \$18 ;
-  assign \$20  = $signed(term0) > $signed(term1);
-  assign \$21  = \$20  ? term0 : term1;
-  assign \$22  = $signed(term0) + $signed(term1);
-  assign \$23  = ctl1[3] ? \$21  : \$22 [31:0];
-  assign \$24  = $signed(term2) > $signed(term3);
-  assign \$25  = \$24  ? term2 : term3;
-  assign \$26  = $signed(term2) + $signed(term3);
-  assign \$27  = ctl1[3] ? \$25  : \$26 [31:0];
-  assign \$28  = $signed(\$23 ) + $signed(\$27 );
-  assign \$29  = ctl1[3] ? \$19  : \$28 [31:0];
-  assign \$30  = $signed(row) > $signed(tree3_0);
-  assign \$31  = \$30  ? row : tree3_0;
-  assign \$32  = $signed(row) + $signed(tree3_0);
-  assign \$33  = ctl3[3] ? \$31  : \$32 [31:0];
-  assign \$34  = ctl3[1] ? tree3_0 : \$33 ;
-  assign \$35  = ctl4[0] & ctl4[2];
-  assign \$36  = ctl4[0] & ctl4[2];
-  assign \$37  = ! row[31:7];
-  assign \$38  = row[31:7] == 25'h1ffffff;
-  assign \$39  = \$37  | \$38 ;
-  assign \$40  = ctl4[4] | \$39 ;
-  assign \$41  = row[31] ? 8'h80 : 8'h7f;
-  assign stat = \$40  ? row : { \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41  };
+  assign \$10  = $signed(tree2_0) > $signed(tree2_1);
+  assign \$11  = \$10  ? tree2_0 : tree2_1;
+  assign \$12  = $signed(tree2_0) + $signed(tree2_1);
+  assign \$13  = ctl2[3] ? \$11  : \$12 [31:0];
+  assign \$14  = $signed(row) > $signed(tree5_0);
+  assign \$15  = \$14  ? row : tree5_0;
+  assign \$16  = $signed(row) + $signed(tree5_0);
+  assign \$17  = ctl5[3] ? \$15  : \$16 [31:0];
+  assign \$18  = ctl5[1] ? tree5_0 : \$17 ;
+  assign \$19  = ctl6[0] & ctl6[2];
+  assign \$20  = ctl6[0] & ctl6[2];
+  assign \$21  = ! row[31:7];
+  assign \$22  = row[31:7] == 25'h1ffffff;
+  assign \$23  = \$21  | \$22 ;
+  assign \$24  = ctl6[4] | \$23 ;
+  assign \$25  = row[31] ? 8'h80 : 8'h7f;
+  assign stat = \$24  ? row : { \$25 [7], \$25 [7], \$25 [7], \$25 [7], \$25 [7], \$25 [7], \$25 [7], \$25 [7], \$25 [7], \$25 [7], \$25 [7], \$25 [7], \$25 [7], \$25 [7], \$25 [7], \$25 [7], \$25 [7], \$25 [7], \$25 [7], \$25 [7], \$25 [7], \$25 [7], \$25 [7], \$25 [7], \$25  };
   always @(posedge clk)
-    ctl1 <= \$42 ;
+    ctl1 <= \$26 ;
   always @(posedge clk)
-    ctl2 <= \$43 ;
+    ctl2 <= \$27 ;
   always @(posedge clk)
-    ctl3 <= \$44 ;
+    ctl3 <= \$28 ;
   always @(posedge clk)
-    ctl4 <= \$45 ;
+    ctl4 <= \$29 ;
+  always @(posedge clk)
+    ctl5 <= \$30 ;
+  always @(posedge clk)
+    ctl6 <= \$31 ;
   always @(posedge clk)
     term0 <= terms[31:0];
+  always @(posedge clk)
+    term1 <= terms[63:32];
+  always @(posedge clk)
+    term2 <= terms[95:64];
+  always @(posedge clk)
+    term3 <= terms[127:96];
+  always @(posedge clk)
+    tree2_0 <= \$5 ;
+  always @(posedge clk)
+    tree2_1 <= \$9 ;
+  always @(posedge clk)
+    tree3_0 <= \$13 ;
+  always @(posedge clk)
+    tree4_0 <= tree3_0;
+  always @(posedge clk)
+    tree5_0 <= tree4_0;
+  always @(posedge clk)
+    row <= \$32 ;
+  always @(posedge clk)
+    out_valid <= \$33 ;
+  always @(posedge clk)
+    out <= \$34 ;
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$24 ) begin end
-    \$46  = row;
-    if (ctl3[0]) begin
-      \$46  = \$34 ;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$24 ) begin end
-    \$47  = \$35 ;
+    \$26 [0] = valid;
+    \$26 [1] = \port$3200$1 [0];
+    \$26 [2] = \port$3200$1 [1];
+    \$26 [3] = \$1 ;
+    \$26 [4] = d_acc;
     if (rst) begin
-      \$47  = 1'h0;
+      \$26  = 5'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$24 ) begin end
-    \$48  = out;
-    if (\$36 ) begin
-      \$48 [31:0] = stat;
-      \$48 [63:32] = stat;
-      \$48 [95:64] = stat;
-      \$48 [127:96] = stat;
-    end
+    \$27  = ctl1;
     if (rst) begin
-      \$48  = 128'h00000000000000000000000000000000;
+      \$27  = 5'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$24 ) begin end
-    \$42 [0] = valid;
-    \$42 [1] = \port$3117$1 [0];
-    \$42 [2] = \port$3117$1 [1];
-    \$42 [3] = \$1 ;
-    \$42 [4] = d_acc;
+    \$28  = ctl2;
     if (rst) begin
-      \$42  = 5'h00;
+      \$28  = 5'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$24 ) begin end
-    \$43  = ctl1;
+    \$29  = ctl3;
     if (rst) begin
-      \$43  = 5'h00;
+      \$29  = 5'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$24 ) begin end
-    \$44  = ctl2;
+    \$30  = ctl4;
     if (rst) begin
-      \$44  = 5'h00;
+      \$30  = 5'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$24 ) begin end
-    \$45  = ctl3;
+    \$31  = ctl5;
     if (rst) begin
-      \$45  = 5'h00;
+      \$31  = 5'h00;
     end
   end
-  assign first = \port$3117$1 [0];
-  assign last = \port$3117$1 [1];
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$24 ) begin end
+    \$32  = row;
+    if (ctl5[0]) begin
+      \$32  = \$18 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$24 ) begin end
+    \$33  = \$19 ;
+    if (rst) begin
+      \$33  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$24 ) begin end
+    \$34  = out;
+    if (\$20 ) begin
+      \$34 [31:0] = stat;
+      \$34 [63:32] = stat;
+      \$34 [95:64] = stat;
+      \$34 [127:96] = stat;
+    end
+    if (rst) begin
+      \$34  = 128'h00000000000000000000000000000000;
+    end
+  end
+  assign first = \port$3200$1 [0];
+  assign last = \port$3200$1 [1];
   assign \ctl1.valid  = ctl1[0];
   assign \ctl1.first  = ctl1[1];
   assign \ctl1.last  = ctl1[2];
@@ -12182,6 +12507,16 @@ module \dx1_tile_core_a4.vector$242.reducer (rst, valid, vop, d_acc, \port$3117$
   assign \ctl4.last  = ctl4[2];
   assign \ctl4.max  = ctl4[3];
   assign \ctl4.d_acc  = ctl4[4];
+  assign \ctl5.valid  = ctl5[0];
+  assign \ctl5.first  = ctl5[1];
+  assign \ctl5.last  = ctl5[2];
+  assign \ctl5.max  = ctl5[3];
+  assign \ctl5.d_acc  = ctl5[4];
+  assign \ctl6.valid  = ctl6[0];
+  assign \ctl6.first  = ctl6[1];
+  assign \ctl6.last  = ctl6[2];
+  assign \ctl6.max  = ctl6[3];
+  assign \ctl6.d_acc  = ctl6[4];
   assign \terms[0]  = terms[31:0];
   assign \terms[1]  = terms[63:32];
   assign \terms[2]  = terms[95:64];
@@ -12193,7 +12528,7 @@ module \dx1_tile_core_a4.vector$242.reducer (rst, valid, vop, d_acc, \port$3117$
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_tile_core_a4.vector$242.sequencer (rst, start, go, b_read, command, pop, busy, a_acc, b_acc, a_addr, b_addr, step, clk);
+module \dx1_tile_core_a4.vector$242.sequencer (rst, start, go, b_use, command, pop, busy, issuing, a_acc, b_acc, a_addr, b_addr, step, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$25  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -12291,6 +12626,8 @@ module \dx1_tile_core_a4.vector$242.sequencer (rst, start, go, b_read, command, 
   wire a_hit;
   wire a_read;
   reg [15:0] a_rs = 16'h0000;
+  (* init = 1'h0 *)
+  wire a_use;
   output b_acc;
   reg b_acc = 1'h0;
   (* init = 1'h0 *)
@@ -12301,8 +12638,9 @@ module \dx1_tile_core_a4.vector$242.sequencer (rst, start, go, b_read, command, 
   (* init = 16'h0000 *)
   wire [15:0] \b_addr$35 ;
   wire b_hit;
-  output b_read;
   wire b_read;
+  output b_use;
+  wire b_use;
   output busy;
   reg busy = 1'h0;
   input clk;
@@ -12317,6 +12655,7 @@ module \dx1_tile_core_a4.vector$242.sequencer (rst, start, go, b_read, command, 
   reg ends = 1'h0;
   output go;
   wire go;
+  output issuing;
   reg issuing = 1'h0;
   wire last_col;
   input pop;
@@ -12374,6 +12713,7 @@ module \dx1_tile_core_a4.vector$242.sequencer (rst, start, go, b_read, command, 
   assign \$50  = serial & \$49 ;
   assign \$51  = ~ \$50 ;
   assign go = \$48  & \$51 ;
+  assign b_use = issuing & \$signal ;
   assign b_read = go & \$signal ;
   assign push = go & writes;
   always @(posedge clk)
@@ -12762,6 +13102,7 @@ module \dx1_tile_core_a4.vector$242.sequencer (rst, start, go, b_read, command, 
   assign \a_addr$33  = \$signal$17 ;
   assign \b_acc$34  = b_acc;
   assign \b_addr$35  = \$signal$20 ;
+  assign a_use = issuing;
   assign a_read = go;
   assign push_acc = d_acc;
   assign push_addr = \$signal$24 ;
@@ -12837,13 +13178,13 @@ module \dx1_tile_core_a4.vector$242.sequencer.hazards (rst, push, empty, room, a
   wire \$146 ;
   wire \$147 ;
   wire \$148 ;
-  wire [4:0] \$149 ;
+  wire \$149 ;
   wire \$15 ;
-  wire [5:0] \$150 ;
-  wire [4:0] \$151 ;
-  wire [4:0] \$152 ;
-  wire [4:0] \$153 ;
-  wire [4:0] \$154 ;
+  wire \$150 ;
+  wire \$151 ;
+  wire \$152 ;
+  wire \$153 ;
+  wire \$154 ;
   wire \$155 ;
   wire \$156 ;
   wire \$157 ;
@@ -12892,14 +13233,14 @@ module \dx1_tile_core_a4.vector$242.sequencer.hazards (rst, push, empty, room, a
   wire \$196 ;
   wire \$197 ;
   wire \$198 ;
-  wire \$199 ;
+  wire [5:0] \$199 ;
   wire \$2 ;
   wire \$20 ;
-  wire \$200 ;
-  wire \$201 ;
-  wire \$202 ;
-  wire \$203 ;
-  wire \$204 ;
+  wire [6:0] \$200 ;
+  wire [5:0] \$201 ;
+  wire [5:0] \$202 ;
+  wire [5:0] \$203 ;
+  wire [5:0] \$204 ;
   wire \$205 ;
   wire \$206 ;
   wire \$207 ;
@@ -12911,68 +13252,153 @@ module \dx1_tile_core_a4.vector$242.sequencer.hazards (rst, push, empty, room, a
   wire \$212 ;
   wire \$213 ;
   wire \$214 ;
-  reg [3:0] \$215 ;
-  reg [3:0] \$216 ;
-  reg [3:0] \$217 ;
-  reg \$218 ;
-  reg \$219 ;
+  wire \$215 ;
+  wire \$216 ;
+  wire \$217 ;
+  wire \$218 ;
+  wire \$219 ;
   wire \$22 ;
-  reg [15:0] \$220 ;
-  reg \$221 ;
-  reg \$222 ;
-  reg [15:0] \$223 ;
-  reg \$224 ;
-  reg \$225 ;
-  reg [15:0] \$226 ;
-  reg \$227 ;
-  reg \$228 ;
-  reg [15:0] \$229 ;
+  wire \$220 ;
+  wire \$221 ;
+  wire \$222 ;
+  wire \$223 ;
+  wire \$224 ;
+  wire \$225 ;
+  wire \$226 ;
+  wire \$227 ;
+  wire \$228 ;
+  wire \$229 ;
   wire \$23 ;
-  reg \$230 ;
-  reg \$231 ;
-  reg [15:0] \$232 ;
-  reg \$233 ;
-  reg \$234 ;
-  reg [15:0] \$235 ;
-  reg \$236 ;
-  reg \$237 ;
-  reg [15:0] \$238 ;
-  reg \$239 ;
+  wire \$230 ;
+  wire \$231 ;
+  wire \$232 ;
+  wire \$233 ;
+  wire \$234 ;
+  wire \$235 ;
+  wire \$236 ;
+  wire \$237 ;
+  wire \$238 ;
+  wire \$239 ;
   wire \$24 ;
-  reg \$240 ;
-  reg [15:0] \$241 ;
-  reg \$242 ;
-  reg \$243 ;
-  reg [15:0] \$244 ;
-  reg \$245 ;
-  reg \$246 ;
-  reg [15:0] \$247 ;
-  reg \$248 ;
-  reg \$249 ;
+  wire \$240 ;
+  wire \$241 ;
+  wire \$242 ;
+  wire \$243 ;
+  wire \$244 ;
+  wire \$245 ;
+  wire \$246 ;
+  wire \$247 ;
+  wire \$248 ;
+  wire \$249 ;
   wire \$25 ;
-  reg [15:0] \$250 ;
-  reg \$251 ;
-  reg \$252 ;
-  reg [15:0] \$253 ;
-  reg \$254 ;
-  reg \$255 ;
-  reg [15:0] \$256 ;
-  reg \$257 ;
-  reg \$258 ;
-  reg [15:0] \$259 ;
+  wire \$250 ;
+  wire \$251 ;
+  wire \$252 ;
+  wire \$253 ;
+  wire \$254 ;
+  wire \$255 ;
+  wire \$256 ;
+  wire \$257 ;
+  wire \$258 ;
+  wire \$259 ;
   wire \$26 ;
-  reg \$260 ;
-  reg \$261 ;
-  reg [15:0] \$262 ;
+  wire \$260 ;
+  wire \$261 ;
+  wire \$262 ;
+  wire \$263 ;
+  wire \$264 ;
+  wire \$265 ;
+  wire \$266 ;
+  wire \$267 ;
+  wire \$268 ;
+  wire \$269 ;
   wire \$27 ;
+  wire \$270 ;
+  wire \$271 ;
+  wire \$272 ;
+  wire \$273 ;
+  wire \$274 ;
+  wire \$275 ;
+  wire \$276 ;
+  wire \$277 ;
+  wire \$278 ;
+  wire \$279 ;
   wire \$28 ;
+  wire \$280 ;
+  wire \$281 ;
+  wire \$282 ;
+  wire \$283 ;
+  wire \$284 ;
+  reg [4:0] \$285 ;
+  reg [4:0] \$286 ;
+  reg [4:0] \$287 ;
+  reg \$288 ;
+  reg \$289 ;
   wire \$29 ;
+  reg [15:0] \$290 ;
+  reg \$291 ;
+  reg \$292 ;
+  reg [15:0] \$293 ;
+  reg \$294 ;
+  reg \$295 ;
+  reg [15:0] \$296 ;
+  reg \$297 ;
+  reg \$298 ;
+  reg [15:0] \$299 ;
   wire \$3 ;
   wire \$30 ;
+  reg \$300 ;
+  reg \$301 ;
+  reg [15:0] \$302 ;
+  reg \$303 ;
+  reg \$304 ;
+  reg [15:0] \$305 ;
+  reg \$306 ;
+  reg \$307 ;
+  reg [15:0] \$308 ;
+  reg \$309 ;
   wire \$31 ;
+  reg \$310 ;
+  reg [15:0] \$311 ;
+  reg \$312 ;
+  reg \$313 ;
+  reg [15:0] \$314 ;
+  reg \$315 ;
+  reg \$316 ;
+  reg [15:0] \$317 ;
+  reg \$318 ;
+  reg \$319 ;
   wire \$32 ;
+  reg [15:0] \$320 ;
+  reg \$321 ;
+  reg \$322 ;
+  reg [15:0] \$323 ;
+  reg \$324 ;
+  reg \$325 ;
+  reg [15:0] \$326 ;
+  reg \$327 ;
+  reg \$328 ;
+  reg [15:0] \$329 ;
   wire \$33 ;
+  reg \$330 ;
+  reg \$331 ;
+  reg [15:0] \$332 ;
+  reg \$333 ;
+  reg \$334 ;
+  reg [15:0] \$335 ;
+  reg \$336 ;
+  reg \$337 ;
+  reg [15:0] \$338 ;
+  reg \$339 ;
   wire \$34 ;
+  reg \$340 ;
+  reg [15:0] \$341 ;
+  reg \$342 ;
+  reg \$343 ;
+  reg [15:0] \$344 ;
+  reg \$345 ;
+  reg \$346 ;
+  reg [15:0] \$347 ;
   wire \$35 ;
   wire \$36 ;
   wire \$37 ;
@@ -12981,11 +13407,7 @@ module \dx1_tile_core_a4.vector$242.sequencer.hazards (rst, push, empty, room, a
   wire \$4 ;
   wire \$40 ;
   wire \$41 ;
-  wire [4:0] \$418 ;
   wire \$42 ;
-  wire \$420 ;
-  wire [4:0] \$424 ;
-  wire \$426 ;
   wire \$43 ;
   wire \$44 ;
   wire \$45 ;
@@ -13000,7 +13422,11 @@ module \dx1_tile_core_a4.vector$242.sequencer.hazards (rst, push, empty, room, a
   wire \$53 ;
   wire \$54 ;
   wire \$55 ;
+  wire [5:0] \$553 ;
+  wire \$555 ;
+  wire [5:0] \$559 ;
   wire \$56 ;
+  wire \$561 ;
   wire \$57 ;
   wire \$58 ;
   wire \$59 ;
@@ -13061,6 +13487,11 @@ module \dx1_tile_core_a4.vector$242.sequencer.hazards (rst, push, empty, room, a
   reg acc12 = 1'h0;
   reg acc13 = 1'h0;
   reg acc14 = 1'h0;
+  reg acc15 = 1'h0;
+  reg acc16 = 1'h0;
+  reg acc17 = 1'h0;
+  reg acc18 = 1'h0;
+  reg acc19 = 1'h0;
   reg acc2 = 1'h0;
   reg acc3 = 1'h0;
   reg acc4 = 1'h0;
@@ -13076,6 +13507,11 @@ module \dx1_tile_core_a4.vector$242.sequencer.hazards (rst, push, empty, room, a
   reg [15:0] addr12 = 16'h0000;
   reg [15:0] addr13 = 16'h0000;
   reg [15:0] addr14 = 16'h0000;
+  reg [15:0] addr15 = 16'h0000;
+  reg [15:0] addr16 = 16'h0000;
+  reg [15:0] addr17 = 16'h0000;
+  reg [15:0] addr18 = 16'h0000;
+  reg [15:0] addr19 = 16'h0000;
   reg [15:0] addr2 = 16'h0000;
   reg [15:0] addr3 = 16'h0000;
   reg [15:0] addr4 = 16'h0000;
@@ -13092,10 +13528,10 @@ module \dx1_tile_core_a4.vector$242.sequencer.hazards (rst, push, empty, room, a
   wire b_hit;
   input clk;
   wire clk;
-  reg [3:0] count = 4'h0;
+  reg [4:0] count = 5'h00;
   output empty;
   wire empty;
-  reg [3:0] head = 4'h0;
+  reg [4:0] head = 5'h00;
   input pop;
   wire pop;
   input push;
@@ -13108,7 +13544,7 @@ module \dx1_tile_core_a4.vector$242.sequencer.hazards (rst, push, empty, room, a
   wire room;
   input rst;
   wire rst;
-  reg [3:0] tail = 4'h0;
+  reg [4:0] tail = 5'h00;
   reg valid0 = 1'h0;
   reg valid1 = 1'h0;
   reg valid10 = 1'h0;
@@ -13116,6 +13552,11 @@ module \dx1_tile_core_a4.vector$242.sequencer.hazards (rst, push, empty, room, a
   reg valid12 = 1'h0;
   reg valid13 = 1'h0;
   reg valid14 = 1'h0;
+  reg valid15 = 1'h0;
+  reg valid16 = 1'h0;
+  reg valid17 = 1'h0;
+  reg valid18 = 1'h0;
+  reg valid19 = 1'h0;
   reg valid2 = 1'h0;
   reg valid3 = 1'h0;
   reg valid4 = 1'h0;
@@ -13125,7 +13566,7 @@ module \dx1_tile_core_a4.vector$242.sequencer.hazards (rst, push, empty, room, a
   reg valid8 = 1'h0;
   reg valid9 = 1'h0;
   assign empty = ! count;
-  assign room = count != 4'hf;
+  assign room = count != 5'h14;
   assign \$1  = acc0 == a_acc;
   assign \$2  = valid0 & \$1 ;
   assign \$3  = addr0 == a_addr;
@@ -13199,771 +13640,1036 @@ module \dx1_tile_core_a4.vector$242.sequencer.hazards (rst, push, empty, room, a
   assign \$72  = valid14 & \$71 ;
   assign \$73  = addr14 == a_addr;
   assign \$74  = \$72  & \$73 ;
-  assign a_hit = \$70  | \$74 ;
-  assign \$75  = acc0 == b_acc;
-  assign \$76  = valid0 & \$75 ;
-  assign \$77  = addr0 == b_addr;
-  assign \$78  = \$76  & \$77 ;
-  assign \$80  = acc1 == b_acc;
-  assign \$81  = valid1 & \$80 ;
-  assign \$82  = addr1 == b_addr;
-  assign \$83  = \$81  & \$82 ;
-  assign \$84  = \$79  | \$83 ;
-  assign \$85  = acc2 == b_acc;
-  assign \$86  = valid2 & \$85 ;
-  assign \$87  = addr2 == b_addr;
-  assign \$88  = \$86  & \$87 ;
-  assign \$89  = \$84  | \$88 ;
-  assign \$90  = acc3 == b_acc;
-  assign \$91  = valid3 & \$90 ;
-  assign \$92  = addr3 == b_addr;
-  assign \$93  = \$91  & \$92 ;
-  assign \$94  = \$89  | \$93 ;
-  assign \$95  = acc4 == b_acc;
-  assign \$96  = valid4 & \$95 ;
-  assign \$97  = addr4 == b_addr;
-  assign \$98  = \$96  & \$97 ;
-  assign \$99  = \$94  | \$98 ;
-  assign \$100  = acc5 == b_acc;
-  assign \$101  = valid5 & \$100 ;
-  assign \$102  = addr5 == b_addr;
+  assign \$75  = \$70  | \$74 ;
+  assign \$76  = acc15 == a_acc;
+  assign \$77  = valid15 & \$76 ;
+  assign \$78  = addr15 == a_addr;
+  assign \$79  = \$77  & \$78 ;
+  assign \$80  = \$75  | \$79 ;
+  assign \$81  = acc16 == a_acc;
+  assign \$82  = valid16 & \$81 ;
+  assign \$83  = addr16 == a_addr;
+  assign \$84  = \$82  & \$83 ;
+  assign \$85  = \$80  | \$84 ;
+  assign \$86  = acc17 == a_acc;
+  assign \$87  = valid17 & \$86 ;
+  assign \$88  = addr17 == a_addr;
+  assign \$89  = \$87  & \$88 ;
+  assign \$90  = \$85  | \$89 ;
+  assign \$91  = acc18 == a_acc;
+  assign \$92  = valid18 & \$91 ;
+  assign \$93  = addr18 == a_addr;
+  assign \$94  = \$92  & \$93 ;
+  assign \$95  = \$90  | \$94 ;
+  assign \$96  = acc19 == a_acc;
+  assign \$97  = valid19 & \$96 ;
+  assign \$98  = addr19 == a_addr;
+  assign \$99  = \$97  & \$98 ;
+  assign a_hit = \$95  | \$99 ;
+  assign \$100  = acc0 == b_acc;
+  assign \$101  = valid0 & \$100 ;
+  assign \$102  = addr0 == b_addr;
   assign \$103  = \$101  & \$102 ;
-  assign \$104  = \$99  | \$103 ;
-  assign \$105  = acc6 == b_acc;
-  assign \$106  = valid6 & \$105 ;
-  assign \$107  = addr6 == b_addr;
+  assign \$105  = acc1 == b_acc;
+  assign \$106  = valid1 & \$105 ;
+  assign \$107  = addr1 == b_addr;
   assign \$108  = \$106  & \$107 ;
   assign \$109  = \$104  | \$108 ;
-  assign \$110  = acc7 == b_acc;
-  assign \$111  = valid7 & \$110 ;
-  assign \$112  = addr7 == b_addr;
+  assign \$110  = acc2 == b_acc;
+  assign \$111  = valid2 & \$110 ;
+  assign \$112  = addr2 == b_addr;
   assign \$113  = \$111  & \$112 ;
   assign \$114  = \$109  | \$113 ;
-  assign \$115  = acc8 == b_acc;
-  assign \$116  = valid8 & \$115 ;
-  assign \$117  = addr8 == b_addr;
+  assign \$115  = acc3 == b_acc;
+  assign \$116  = valid3 & \$115 ;
+  assign \$117  = addr3 == b_addr;
   assign \$118  = \$116  & \$117 ;
   assign \$119  = \$114  | \$118 ;
-  assign \$120  = acc9 == b_acc;
-  assign \$121  = valid9 & \$120 ;
-  assign \$122  = addr9 == b_addr;
+  assign \$120  = acc4 == b_acc;
+  assign \$121  = valid4 & \$120 ;
+  assign \$122  = addr4 == b_addr;
   assign \$123  = \$121  & \$122 ;
   assign \$124  = \$119  | \$123 ;
-  assign \$125  = acc10 == b_acc;
-  assign \$126  = valid10 & \$125 ;
-  assign \$127  = addr10 == b_addr;
+  assign \$125  = acc5 == b_acc;
+  assign \$126  = valid5 & \$125 ;
+  assign \$127  = addr5 == b_addr;
   assign \$128  = \$126  & \$127 ;
   assign \$129  = \$124  | \$128 ;
-  assign \$130  = acc11 == b_acc;
-  assign \$131  = valid11 & \$130 ;
-  assign \$132  = addr11 == b_addr;
+  assign \$130  = acc6 == b_acc;
+  assign \$131  = valid6 & \$130 ;
+  assign \$132  = addr6 == b_addr;
   assign \$133  = \$131  & \$132 ;
   assign \$134  = \$129  | \$133 ;
-  assign \$135  = acc12 == b_acc;
-  assign \$136  = valid12 & \$135 ;
-  assign \$137  = addr12 == b_addr;
+  assign \$135  = acc7 == b_acc;
+  assign \$136  = valid7 & \$135 ;
+  assign \$137  = addr7 == b_addr;
   assign \$138  = \$136  & \$137 ;
   assign \$139  = \$134  | \$138 ;
-  assign \$140  = acc13 == b_acc;
-  assign \$141  = valid13 & \$140 ;
-  assign \$142  = addr13 == b_addr;
+  assign \$140  = acc8 == b_acc;
+  assign \$141  = valid8 & \$140 ;
+  assign \$142  = addr8 == b_addr;
   assign \$143  = \$141  & \$142 ;
   assign \$144  = \$139  | \$143 ;
-  assign \$145  = acc14 == b_acc;
-  assign \$146  = valid14 & \$145 ;
-  assign \$147  = addr14 == b_addr;
+  assign \$145  = acc9 == b_acc;
+  assign \$146  = valid9 & \$145 ;
+  assign \$147  = addr9 == b_addr;
   assign \$148  = \$146  & \$147 ;
-  assign b_hit = \$144  | \$148 ;
-  assign \$149  = count + push;
-  assign \$150  = \$149  - pop;
-  assign \$151  = tail + 1'h1;
-  assign \$418  = \$151  % 4'hf;
-  assign \$153  = head + 1'h1;
-  assign \$424  = \$153  % 4'hf;
-  assign \$155  = ! head;
-  assign \$156  = pop & \$155 ;
-  assign \$157  = ! tail;
-  assign \$158  = push & \$157 ;
-  assign \$159  = head == 1'h1;
-  assign \$160  = pop & \$159 ;
-  assign \$161  = tail == 1'h1;
-  assign \$162  = push & \$161 ;
-  assign \$163  = head == 2'h2;
-  assign \$164  = pop & \$163 ;
-  assign \$165  = tail == 2'h2;
-  assign \$166  = push & \$165 ;
-  assign \$167  = head == 2'h3;
-  assign \$168  = pop & \$167 ;
-  assign \$169  = tail == 2'h3;
-  assign \$170  = push & \$169 ;
-  assign \$171  = head == 3'h4;
-  assign \$172  = pop & \$171 ;
-  assign \$173  = tail == 3'h4;
-  assign \$174  = push & \$173 ;
-  assign \$175  = head == 3'h5;
-  assign \$176  = pop & \$175 ;
-  assign \$177  = tail == 3'h5;
-  assign \$178  = push & \$177 ;
-  assign \$179  = head == 3'h6;
-  assign \$180  = pop & \$179 ;
-  assign \$181  = tail == 3'h6;
-  assign \$182  = push & \$181 ;
-  assign \$183  = head == 3'h7;
-  assign \$184  = pop & \$183 ;
-  assign \$185  = tail == 3'h7;
-  assign \$186  = push & \$185 ;
-  assign \$187  = head == 4'h8;
-  assign \$188  = pop & \$187 ;
-  assign \$189  = tail == 4'h8;
-  assign \$190  = push & \$189 ;
-  assign \$191  = head == 4'h9;
-  assign \$192  = pop & \$191 ;
-  assign \$193  = tail == 4'h9;
-  assign \$194  = push & \$193 ;
-  assign \$195  = head == 4'ha;
-  assign \$196  = pop & \$195 ;
-  assign \$197  = tail == 4'ha;
-  assign \$198  = push & \$197 ;
-  assign \$199  = head == 4'hb;
-  assign \$200  = pop & \$199 ;
-  assign \$201  = tail == 4'hb;
-  assign \$202  = push & \$201 ;
-  assign \$203  = head == 4'hc;
-  assign \$204  = pop & \$203 ;
-  assign \$205  = tail == 4'hc;
-  assign \$206  = push & \$205 ;
-  assign \$207  = head == 4'hd;
-  assign \$208  = pop & \$207 ;
-  assign \$209  = tail == 4'hd;
-  assign \$210  = push & \$209 ;
-  assign \$211  = head == 4'he;
-  assign \$212  = pop & \$211 ;
-  assign \$213  = tail == 4'he;
-  assign \$214  = push & \$213 ;
+  assign \$149  = \$144  | \$148 ;
+  assign \$150  = acc10 == b_acc;
+  assign \$151  = valid10 & \$150 ;
+  assign \$152  = addr10 == b_addr;
+  assign \$153  = \$151  & \$152 ;
+  assign \$154  = \$149  | \$153 ;
+  assign \$155  = acc11 == b_acc;
+  assign \$156  = valid11 & \$155 ;
+  assign \$157  = addr11 == b_addr;
+  assign \$158  = \$156  & \$157 ;
+  assign \$159  = \$154  | \$158 ;
+  assign \$160  = acc12 == b_acc;
+  assign \$161  = valid12 & \$160 ;
+  assign \$162  = addr12 == b_addr;
+  assign \$163  = \$161  & \$162 ;
+  assign \$164  = \$159  | \$163 ;
+  assign \$165  = acc13 == b_acc;
+  assign \$166  = valid13 & \$165 ;
+  assign \$167  = addr13 == b_addr;
+  assign \$168  = \$166  & \$167 ;
+  assign \$169  = \$164  | \$168 ;
+  assign \$170  = acc14 == b_acc;
+  assign \$171  = valid14 & \$170 ;
+  assign \$172  = addr14 == b_addr;
+  assign \$173  = \$171  & \$172 ;
+  assign \$174  = \$169  | \$173 ;
+  assign \$175  = acc15 == b_acc;
+  assign \$176  = valid15 & \$175 ;
+  assign \$177  = addr15 == b_addr;
+  assign \$178  = \$176  & \$177 ;
+  assign \$179  = \$174  | \$178 ;
+  assign \$180  = acc16 == b_acc;
+  assign \$181  = valid16 & \$180 ;
+  assign \$182  = addr16 == b_addr;
+  assign \$183  = \$181  & \$182 ;
+  assign \$184  = \$179  | \$183 ;
+  assign \$185  = acc17 == b_acc;
+  assign \$186  = valid17 & \$185 ;
+  assign \$187  = addr17 == b_addr;
+  assign \$188  = \$186  & \$187 ;
+  assign \$189  = \$184  | \$188 ;
+  assign \$190  = acc18 == b_acc;
+  assign \$191  = valid18 & \$190 ;
+  assign \$192  = addr18 == b_addr;
+  assign \$193  = \$191  & \$192 ;
+  assign \$194  = \$189  | \$193 ;
+  assign \$195  = acc19 == b_acc;
+  assign \$196  = valid19 & \$195 ;
+  assign \$197  = addr19 == b_addr;
+  assign \$198  = \$196  & \$197 ;
+  assign b_hit = \$194  | \$198 ;
+  assign \$199  = count + push;
+  assign \$200  = \$199  - pop;
+  assign \$201  = tail + 1'h1;
+  assign \$553  = \$201  % 5'h14;
+  assign \$203  = head + 1'h1;
+  assign \$559  = \$203  % 5'h14;
+  assign \$205  = ! head;
+  assign \$206  = pop & \$205 ;
+  assign \$207  = ! tail;
+  assign \$208  = push & \$207 ;
+  assign \$209  = head == 1'h1;
+  assign \$210  = pop & \$209 ;
+  assign \$211  = tail == 1'h1;
+  assign \$212  = push & \$211 ;
+  assign \$213  = head == 2'h2;
+  assign \$214  = pop & \$213 ;
+  assign \$215  = tail == 2'h2;
+  assign \$216  = push & \$215 ;
+  assign \$217  = head == 2'h3;
+  assign \$218  = pop & \$217 ;
+  assign \$219  = tail == 2'h3;
+  assign \$220  = push & \$219 ;
+  assign \$221  = head == 3'h4;
+  assign \$222  = pop & \$221 ;
+  assign \$223  = tail == 3'h4;
+  assign \$224  = push & \$223 ;
+  assign \$225  = head == 3'h5;
+  assign \$226  = pop & \$225 ;
+  assign \$227  = tail == 3'h5;
+  assign \$228  = push & \$227 ;
+  assign \$229  = head == 3'h6;
+  assign \$230  = pop & \$229 ;
+  assign \$231  = tail == 3'h6;
+  assign \$232  = push & \$231 ;
+  assign \$233  = head == 3'h7;
+  assign \$234  = pop & \$233 ;
+  assign \$235  = tail == 3'h7;
+  assign \$236  = push & \$235 ;
+  assign \$237  = head == 4'h8;
+  assign \$238  = pop & \$237 ;
+  assign \$239  = tail == 4'h8;
+  assign \$240  = push & \$239 ;
+  assign \$241  = head == 4'h9;
+  assign \$242  = pop & \$241 ;
+  assign \$243  = tail == 4'h9;
+  assign \$244  = push & \$243 ;
+  assign \$245  = head == 4'ha;
+  assign \$246  = pop & \$245 ;
+  assign \$247  = tail == 4'ha;
+  assign \$248  = push & \$247 ;
+  assign \$249  = head == 4'hb;
+  assign \$250  = pop & \$249 ;
+  assign \$251  = tail == 4'hb;
+  assign \$252  = push & \$251 ;
+  assign \$253  = head == 4'hc;
+  assign \$254  = pop & \$253 ;
+  assign \$255  = tail == 4'hc;
+  assign \$256  = push & \$255 ;
+  assign \$257  = head == 4'hd;
+  assign \$258  = pop & \$257 ;
+  assign \$259  = tail == 4'hd;
+  assign \$260  = push & \$259 ;
+  assign \$261  = head == 4'he;
+  assign \$262  = pop & \$261 ;
+  assign \$263  = tail == 4'he;
+  assign \$264  = push & \$263 ;
+  assign \$265  = head == 4'hf;
+  assign \$266  = pop & \$265 ;
+  assign \$267  = tail == 4'hf;
+  assign \$268  = push & \$267 ;
+  assign \$269  = head == 5'h10;
+  assign \$270  = pop & \$269 ;
+  assign \$271  = tail == 5'h10;
+  assign \$272  = push & \$271 ;
+  assign \$273  = head == 5'h11;
+  assign \$274  = pop & \$273 ;
+  assign \$275  = tail == 5'h11;
+  assign \$276  = push & \$275 ;
+  assign \$277  = head == 5'h12;
+  assign \$278  = pop & \$277 ;
+  assign \$279  = tail == 5'h12;
+  assign \$280  = push & \$279 ;
+  assign \$281  = head == 5'h13;
+  assign \$282  = pop & \$281 ;
+  assign \$283  = tail == 5'h13;
+  assign \$284  = push & \$283 ;
   always @(posedge clk)
-    count <= \$215 ;
+    count <= \$285 ;
   always @(posedge clk)
-    tail <= \$216 ;
+    tail <= \$286 ;
   always @(posedge clk)
-    head <= \$217 ;
+    head <= \$287 ;
   always @(posedge clk)
-    valid0 <= \$218 ;
+    valid0 <= \$288 ;
   always @(posedge clk)
-    acc0 <= \$219 ;
+    acc0 <= \$289 ;
   always @(posedge clk)
-    addr0 <= \$220 ;
+    addr0 <= \$290 ;
   always @(posedge clk)
-    valid1 <= \$221 ;
+    valid1 <= \$291 ;
   always @(posedge clk)
-    acc1 <= \$222 ;
+    acc1 <= \$292 ;
   always @(posedge clk)
-    addr1 <= \$223 ;
+    addr1 <= \$293 ;
   always @(posedge clk)
-    valid2 <= \$224 ;
+    valid2 <= \$294 ;
   always @(posedge clk)
-    acc2 <= \$225 ;
+    acc2 <= \$295 ;
   always @(posedge clk)
-    addr2 <= \$226 ;
+    addr2 <= \$296 ;
   always @(posedge clk)
-    valid3 <= \$227 ;
+    valid3 <= \$297 ;
   always @(posedge clk)
-    acc3 <= \$228 ;
+    acc3 <= \$298 ;
   always @(posedge clk)
-    addr3 <= \$229 ;
+    addr3 <= \$299 ;
   always @(posedge clk)
-    valid4 <= \$230 ;
+    valid4 <= \$300 ;
   always @(posedge clk)
-    acc4 <= \$231 ;
+    acc4 <= \$301 ;
   always @(posedge clk)
-    addr4 <= \$232 ;
+    addr4 <= \$302 ;
   always @(posedge clk)
-    valid5 <= \$233 ;
+    valid5 <= \$303 ;
   always @(posedge clk)
-    acc5 <= \$234 ;
+    acc5 <= \$304 ;
   always @(posedge clk)
-    addr5 <= \$235 ;
+    addr5 <= \$305 ;
   always @(posedge clk)
-    valid6 <= \$236 ;
+    valid6 <= \$306 ;
   always @(posedge clk)
-    acc6 <= \$237 ;
+    acc6 <= \$307 ;
   always @(posedge clk)
-    addr6 <= \$238 ;
+    addr6 <= \$308 ;
   always @(posedge clk)
-    valid7 <= \$239 ;
+    valid7 <= \$309 ;
   always @(posedge clk)
-    acc7 <= \$240 ;
+    acc7 <= \$310 ;
   always @(posedge clk)
-    addr7 <= \$241 ;
+    addr7 <= \$311 ;
   always @(posedge clk)
-    valid8 <= \$242 ;
+    valid8 <= \$312 ;
   always @(posedge clk)
-    acc8 <= \$243 ;
+    acc8 <= \$313 ;
   always @(posedge clk)
-    addr8 <= \$244 ;
+    addr8 <= \$314 ;
   always @(posedge clk)
-    valid9 <= \$245 ;
+    valid9 <= \$315 ;
   always @(posedge clk)
-    acc9 <= \$246 ;
+    acc9 <= \$316 ;
   always @(posedge clk)
-    addr9 <= \$247 ;
+    addr9 <= \$317 ;
   always @(posedge clk)
-    valid10 <= \$248 ;
+    valid10 <= \$318 ;
   always @(posedge clk)
-    acc10 <= \$249 ;
+    acc10 <= \$319 ;
   always @(posedge clk)
-    addr10 <= \$250 ;
+    addr10 <= \$320 ;
   always @(posedge clk)
-    valid11 <= \$251 ;
+    valid11 <= \$321 ;
   always @(posedge clk)
-    acc11 <= \$252 ;
+    acc11 <= \$322 ;
   always @(posedge clk)
-    addr11 <= \$253 ;
+    addr11 <= \$323 ;
   always @(posedge clk)
-    valid12 <= \$254 ;
+    valid12 <= \$324 ;
   always @(posedge clk)
-    acc12 <= \$255 ;
+    acc12 <= \$325 ;
   always @(posedge clk)
-    addr12 <= \$256 ;
+    addr12 <= \$326 ;
   always @(posedge clk)
-    valid13 <= \$257 ;
+    valid13 <= \$327 ;
   always @(posedge clk)
-    acc13 <= \$258 ;
+    acc13 <= \$328 ;
   always @(posedge clk)
-    addr13 <= \$259 ;
+    addr13 <= \$329 ;
   always @(posedge clk)
-    valid14 <= \$260 ;
+    valid14 <= \$330 ;
   always @(posedge clk)
-    acc14 <= \$261 ;
+    acc14 <= \$331 ;
   always @(posedge clk)
-    addr14 <= \$262 ;
+    addr14 <= \$332 ;
+  always @(posedge clk)
+    valid15 <= \$333 ;
+  always @(posedge clk)
+    acc15 <= \$334 ;
+  always @(posedge clk)
+    addr15 <= \$335 ;
+  always @(posedge clk)
+    valid16 <= \$336 ;
+  always @(posedge clk)
+    acc16 <= \$337 ;
+  always @(posedge clk)
+    addr16 <= \$338 ;
+  always @(posedge clk)
+    valid17 <= \$339 ;
+  always @(posedge clk)
+    acc17 <= \$340 ;
+  always @(posedge clk)
+    addr17 <= \$341 ;
+  always @(posedge clk)
+    valid18 <= \$342 ;
+  always @(posedge clk)
+    acc18 <= \$343 ;
+  always @(posedge clk)
+    addr18 <= \$344 ;
+  always @(posedge clk)
+    valid19 <= \$345 ;
+  always @(posedge clk)
+    acc19 <= \$346 ;
+  always @(posedge clk)
+    addr19 <= \$347 ;
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$215  = \$150 [3:0];
+    \$285  = \$200 [4:0];
     if (rst) begin
-      \$215  = 4'h0;
+      \$285  = 5'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$216  = tail;
+    \$286  = tail;
     if (push) begin
-      \$216  = \$152 [3:0];
+      \$286  = \$202 [4:0];
     end
     if (rst) begin
-      \$216  = 4'h0;
+      \$286  = 5'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$217  = head;
+    \$287  = head;
     if (pop) begin
-      \$217  = \$154 [3:0];
+      \$287  = \$204 [4:0];
     end
     if (rst) begin
-      \$217  = 4'h0;
+      \$287  = 5'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$218  = valid0;
-    if (\$156 ) begin
-      \$218  = 1'h0;
-    end
-    if (\$158 ) begin
-      \$218  = 1'h1;
-    end
-    if (rst) begin
-      \$218  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$219  = acc0;
-    if (\$158 ) begin
-      \$219  = push_acc;
-    end
-    if (rst) begin
-      \$219  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$220  = addr0;
-    if (\$158 ) begin
-      \$220  = push_addr;
-    end
-    if (rst) begin
-      \$220  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$221  = valid1;
-    if (\$160 ) begin
-      \$221  = 1'h0;
-    end
-    if (\$162 ) begin
-      \$221  = 1'h1;
-    end
-    if (rst) begin
-      \$221  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$222  = acc1;
-    if (\$162 ) begin
-      \$222  = push_acc;
-    end
-    if (rst) begin
-      \$222  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$223  = addr1;
-    if (\$162 ) begin
-      \$223  = push_addr;
-    end
-    if (rst) begin
-      \$223  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$224  = valid2;
-    if (\$164 ) begin
-      \$224  = 1'h0;
-    end
-    if (\$166 ) begin
-      \$224  = 1'h1;
-    end
-    if (rst) begin
-      \$224  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$225  = acc2;
-    if (\$166 ) begin
-      \$225  = push_acc;
-    end
-    if (rst) begin
-      \$225  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$226  = addr2;
-    if (\$166 ) begin
-      \$226  = push_addr;
-    end
-    if (rst) begin
-      \$226  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$227  = valid3;
-    if (\$168 ) begin
-      \$227  = 1'h0;
-    end
-    if (\$170 ) begin
-      \$227  = 1'h1;
-    end
-    if (rst) begin
-      \$227  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$228  = acc3;
-    if (\$170 ) begin
-      \$228  = push_acc;
-    end
-    if (rst) begin
-      \$228  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$229  = addr3;
-    if (\$170 ) begin
-      \$229  = push_addr;
-    end
-    if (rst) begin
-      \$229  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$230  = valid4;
-    if (\$172 ) begin
-      \$230  = 1'h0;
-    end
-    if (\$174 ) begin
-      \$230  = 1'h1;
-    end
-    if (rst) begin
-      \$230  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$231  = acc4;
-    if (\$174 ) begin
-      \$231  = push_acc;
-    end
-    if (rst) begin
-      \$231  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$232  = addr4;
-    if (\$174 ) begin
-      \$232  = push_addr;
-    end
-    if (rst) begin
-      \$232  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$233  = valid5;
-    if (\$176 ) begin
-      \$233  = 1'h0;
-    end
-    if (\$178 ) begin
-      \$233  = 1'h1;
-    end
-    if (rst) begin
-      \$233  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$234  = acc5;
-    if (\$178 ) begin
-      \$234  = push_acc;
-    end
-    if (rst) begin
-      \$234  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$235  = addr5;
-    if (\$178 ) begin
-      \$235  = push_addr;
-    end
-    if (rst) begin
-      \$235  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$236  = valid6;
-    if (\$180 ) begin
-      \$236  = 1'h0;
-    end
-    if (\$182 ) begin
-      \$236  = 1'h1;
-    end
-    if (rst) begin
-      \$236  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$237  = acc6;
-    if (\$182 ) begin
-      \$237  = push_acc;
-    end
-    if (rst) begin
-      \$237  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$238  = addr6;
-    if (\$182 ) begin
-      \$238  = push_addr;
-    end
-    if (rst) begin
-      \$238  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$239  = valid7;
-    if (\$184 ) begin
-      \$239  = 1'h0;
-    end
-    if (\$186 ) begin
-      \$239  = 1'h1;
-    end
-    if (rst) begin
-      \$239  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$240  = acc7;
-    if (\$186 ) begin
-      \$240  = push_acc;
-    end
-    if (rst) begin
-      \$240  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$241  = addr7;
-    if (\$186 ) begin
-      \$241  = push_addr;
-    end
-    if (rst) begin
-      \$241  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$242  = valid8;
-    if (\$188 ) begin
-      \$242  = 1'h0;
-    end
-    if (\$190 ) begin
-      \$242  = 1'h1;
-    end
-    if (rst) begin
-      \$242  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$243  = acc8;
-    if (\$190 ) begin
-      \$243  = push_acc;
-    end
-    if (rst) begin
-      \$243  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$244  = addr8;
-    if (\$190 ) begin
-      \$244  = push_addr;
-    end
-    if (rst) begin
-      \$244  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$245  = valid9;
-    if (\$192 ) begin
-      \$245  = 1'h0;
-    end
-    if (\$194 ) begin
-      \$245  = 1'h1;
-    end
-    if (rst) begin
-      \$245  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$246  = acc9;
-    if (\$194 ) begin
-      \$246  = push_acc;
-    end
-    if (rst) begin
-      \$246  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$247  = addr9;
-    if (\$194 ) begin
-      \$247  = push_addr;
-    end
-    if (rst) begin
-      \$247  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$248  = valid10;
-    if (\$196 ) begin
-      \$248  = 1'h0;
-    end
-    if (\$198 ) begin
-      \$248  = 1'h1;
-    end
-    if (rst) begin
-      \$248  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$249  = acc10;
-    if (\$198 ) begin
-      \$249  = push_acc;
-    end
-    if (rst) begin
-      \$249  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$250  = addr10;
-    if (\$198 ) begin
-      \$250  = push_addr;
-    end
-    if (rst) begin
-      \$250  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$251  = valid11;
-    if (\$200 ) begin
-      \$251  = 1'h0;
-    end
-    if (\$202 ) begin
-      \$251  = 1'h1;
-    end
-    if (rst) begin
-      \$251  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$252  = acc11;
-    if (\$202 ) begin
-      \$252  = push_acc;
-    end
-    if (rst) begin
-      \$252  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$253  = addr11;
-    if (\$202 ) begin
-      \$253  = push_addr;
-    end
-    if (rst) begin
-      \$253  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$254  = valid12;
-    if (\$204 ) begin
-      \$254  = 1'h0;
-    end
+    \$288  = valid0;
     if (\$206 ) begin
-      \$254  = 1'h1;
+      \$288  = 1'h0;
     end
-    if (rst) begin
-      \$254  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$255  = acc12;
-    if (\$206 ) begin
-      \$255  = push_acc;
-    end
-    if (rst) begin
-      \$255  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$256  = addr12;
-    if (\$206 ) begin
-      \$256  = push_addr;
-    end
-    if (rst) begin
-      \$256  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$257  = valid13;
     if (\$208 ) begin
-      \$257  = 1'h0;
-    end
-    if (\$210 ) begin
-      \$257  = 1'h1;
+      \$288  = 1'h1;
     end
     if (rst) begin
-      \$257  = 1'h0;
+      \$288  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$258  = acc13;
-    if (\$210 ) begin
-      \$258  = push_acc;
+    \$289  = acc0;
+    if (\$208 ) begin
+      \$289  = push_acc;
     end
     if (rst) begin
-      \$258  = 1'h0;
+      \$289  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$259  = addr13;
-    if (\$210 ) begin
-      \$259  = push_addr;
+    \$290  = addr0;
+    if (\$208 ) begin
+      \$290  = push_addr;
     end
     if (rst) begin
-      \$259  = 16'h0000;
+      \$290  = 16'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$260  = valid14;
+    \$291  = valid1;
+    if (\$210 ) begin
+      \$291  = 1'h0;
+    end
     if (\$212 ) begin
-      \$260  = 1'h0;
-    end
-    if (\$214 ) begin
-      \$260  = 1'h1;
+      \$291  = 1'h1;
     end
     if (rst) begin
-      \$260  = 1'h0;
+      \$291  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$261  = acc14;
-    if (\$214 ) begin
-      \$261  = push_acc;
+    \$292  = acc1;
+    if (\$212 ) begin
+      \$292  = push_acc;
     end
     if (rst) begin
-      \$261  = 1'h0;
+      \$292  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$262  = addr14;
-    if (\$214 ) begin
-      \$262  = push_addr;
+    \$293  = addr1;
+    if (\$212 ) begin
+      \$293  = push_addr;
     end
     if (rst) begin
-      \$262  = 16'h0000;
+      \$293  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$294  = valid2;
+    if (\$214 ) begin
+      \$294  = 1'h0;
+    end
+    if (\$216 ) begin
+      \$294  = 1'h1;
+    end
+    if (rst) begin
+      \$294  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$295  = acc2;
+    if (\$216 ) begin
+      \$295  = push_acc;
+    end
+    if (rst) begin
+      \$295  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$296  = addr2;
+    if (\$216 ) begin
+      \$296  = push_addr;
+    end
+    if (rst) begin
+      \$296  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$297  = valid3;
+    if (\$218 ) begin
+      \$297  = 1'h0;
+    end
+    if (\$220 ) begin
+      \$297  = 1'h1;
+    end
+    if (rst) begin
+      \$297  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$298  = acc3;
+    if (\$220 ) begin
+      \$298  = push_acc;
+    end
+    if (rst) begin
+      \$298  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$299  = addr3;
+    if (\$220 ) begin
+      \$299  = push_addr;
+    end
+    if (rst) begin
+      \$299  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$300  = valid4;
+    if (\$222 ) begin
+      \$300  = 1'h0;
+    end
+    if (\$224 ) begin
+      \$300  = 1'h1;
+    end
+    if (rst) begin
+      \$300  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$301  = acc4;
+    if (\$224 ) begin
+      \$301  = push_acc;
+    end
+    if (rst) begin
+      \$301  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$302  = addr4;
+    if (\$224 ) begin
+      \$302  = push_addr;
+    end
+    if (rst) begin
+      \$302  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$303  = valid5;
+    if (\$226 ) begin
+      \$303  = 1'h0;
+    end
+    if (\$228 ) begin
+      \$303  = 1'h1;
+    end
+    if (rst) begin
+      \$303  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$304  = acc5;
+    if (\$228 ) begin
+      \$304  = push_acc;
+    end
+    if (rst) begin
+      \$304  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$305  = addr5;
+    if (\$228 ) begin
+      \$305  = push_addr;
+    end
+    if (rst) begin
+      \$305  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$306  = valid6;
+    if (\$230 ) begin
+      \$306  = 1'h0;
+    end
+    if (\$232 ) begin
+      \$306  = 1'h1;
+    end
+    if (rst) begin
+      \$306  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$307  = acc6;
+    if (\$232 ) begin
+      \$307  = push_acc;
+    end
+    if (rst) begin
+      \$307  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$308  = addr6;
+    if (\$232 ) begin
+      \$308  = push_addr;
+    end
+    if (rst) begin
+      \$308  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$309  = valid7;
+    if (\$234 ) begin
+      \$309  = 1'h0;
+    end
+    if (\$236 ) begin
+      \$309  = 1'h1;
+    end
+    if (rst) begin
+      \$309  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$310  = acc7;
+    if (\$236 ) begin
+      \$310  = push_acc;
+    end
+    if (rst) begin
+      \$310  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$311  = addr7;
+    if (\$236 ) begin
+      \$311  = push_addr;
+    end
+    if (rst) begin
+      \$311  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$312  = valid8;
+    if (\$238 ) begin
+      \$312  = 1'h0;
+    end
+    if (\$240 ) begin
+      \$312  = 1'h1;
+    end
+    if (rst) begin
+      \$312  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$313  = acc8;
+    if (\$240 ) begin
+      \$313  = push_acc;
+    end
+    if (rst) begin
+      \$313  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$314  = addr8;
+    if (\$240 ) begin
+      \$314  = push_addr;
+    end
+    if (rst) begin
+      \$314  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$315  = valid9;
+    if (\$242 ) begin
+      \$315  = 1'h0;
+    end
+    if (\$244 ) begin
+      \$315  = 1'h1;
+    end
+    if (rst) begin
+      \$315  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$316  = acc9;
+    if (\$244 ) begin
+      \$316  = push_acc;
+    end
+    if (rst) begin
+      \$316  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$317  = addr9;
+    if (\$244 ) begin
+      \$317  = push_addr;
+    end
+    if (rst) begin
+      \$317  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$318  = valid10;
+    if (\$246 ) begin
+      \$318  = 1'h0;
+    end
+    if (\$248 ) begin
+      \$318  = 1'h1;
+    end
+    if (rst) begin
+      \$318  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$319  = acc10;
+    if (\$248 ) begin
+      \$319  = push_acc;
+    end
+    if (rst) begin
+      \$319  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$320  = addr10;
+    if (\$248 ) begin
+      \$320  = push_addr;
+    end
+    if (rst) begin
+      \$320  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$321  = valid11;
+    if (\$250 ) begin
+      \$321  = 1'h0;
+    end
+    if (\$252 ) begin
+      \$321  = 1'h1;
+    end
+    if (rst) begin
+      \$321  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$322  = acc11;
+    if (\$252 ) begin
+      \$322  = push_acc;
+    end
+    if (rst) begin
+      \$322  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$323  = addr11;
+    if (\$252 ) begin
+      \$323  = push_addr;
+    end
+    if (rst) begin
+      \$323  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$324  = valid12;
+    if (\$254 ) begin
+      \$324  = 1'h0;
+    end
+    if (\$256 ) begin
+      \$324  = 1'h1;
+    end
+    if (rst) begin
+      \$324  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$325  = acc12;
+    if (\$256 ) begin
+      \$325  = push_acc;
+    end
+    if (rst) begin
+      \$325  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$326  = addr12;
+    if (\$256 ) begin
+      \$326  = push_addr;
+    end
+    if (rst) begin
+      \$326  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$327  = valid13;
+    if (\$258 ) begin
+      \$327  = 1'h0;
+    end
+    if (\$260 ) begin
+      \$327  = 1'h1;
+    end
+    if (rst) begin
+      \$327  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$328  = acc13;
+    if (\$260 ) begin
+      \$328  = push_acc;
+    end
+    if (rst) begin
+      \$328  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$329  = addr13;
+    if (\$260 ) begin
+      \$329  = push_addr;
+    end
+    if (rst) begin
+      \$329  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$330  = valid14;
+    if (\$262 ) begin
+      \$330  = 1'h0;
+    end
+    if (\$264 ) begin
+      \$330  = 1'h1;
+    end
+    if (rst) begin
+      \$330  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$331  = acc14;
+    if (\$264 ) begin
+      \$331  = push_acc;
+    end
+    if (rst) begin
+      \$331  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$332  = addr14;
+    if (\$264 ) begin
+      \$332  = push_addr;
+    end
+    if (rst) begin
+      \$332  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$333  = valid15;
+    if (\$266 ) begin
+      \$333  = 1'h0;
+    end
+    if (\$268 ) begin
+      \$333  = 1'h1;
+    end
+    if (rst) begin
+      \$333  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$334  = acc15;
+    if (\$268 ) begin
+      \$334  = push_acc;
+    end
+    if (rst) begin
+      \$334  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$335  = addr15;
+    if (\$268 ) begin
+      \$335  = push_addr;
+    end
+    if (rst) begin
+      \$335  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$336  = valid16;
+    if (\$270 ) begin
+      \$336  = 1'h0;
+    end
+    if (\$272 ) begin
+      \$336  = 1'h1;
+    end
+    if (rst) begin
+      \$336  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$337  = acc16;
+    if (\$272 ) begin
+      \$337  = push_acc;
+    end
+    if (rst) begin
+      \$337  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$338  = addr16;
+    if (\$272 ) begin
+      \$338  = push_addr;
+    end
+    if (rst) begin
+      \$338  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$339  = valid17;
+    if (\$274 ) begin
+      \$339  = 1'h0;
+    end
+    if (\$276 ) begin
+      \$339  = 1'h1;
+    end
+    if (rst) begin
+      \$339  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$340  = acc17;
+    if (\$276 ) begin
+      \$340  = push_acc;
+    end
+    if (rst) begin
+      \$340  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$341  = addr17;
+    if (\$276 ) begin
+      \$341  = push_addr;
+    end
+    if (rst) begin
+      \$341  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$342  = valid18;
+    if (\$278 ) begin
+      \$342  = 1'h0;
+    end
+    if (\$280 ) begin
+      \$342  = 1'h1;
+    end
+    if (rst) begin
+      \$342  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$343  = acc18;
+    if (\$280 ) begin
+      \$343  = push_acc;
+    end
+    if (rst) begin
+      \$343  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$344  = addr18;
+    if (\$280 ) begin
+      \$344  = push_addr;
+    end
+    if (rst) begin
+      \$344  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$345  = valid19;
+    if (\$282 ) begin
+      \$345  = 1'h0;
+    end
+    if (\$284 ) begin
+      \$345  = 1'h1;
+    end
+    if (rst) begin
+      \$345  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$346  = acc19;
+    if (\$284 ) begin
+      \$346  = push_acc;
+    end
+    if (rst) begin
+      \$346  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$347  = addr19;
+    if (\$284 ) begin
+      \$347  = push_addr;
+    end
+    if (rst) begin
+      \$347  = 16'h0000;
     end
   end
   assign \$5  = \$4 ;
-  assign \$79  = \$78 ;
-  assign \$420  = 1'h1;
-  assign \$152  = \$418 ;
-  assign \$426  = 1'h1;
-  assign \$154  = \$424 ;
+  assign \$104  = \$103 ;
+  assign \$555  = 1'h1;
+  assign \$202  = \$553 ;
+  assign \$561  = 1'h1;
+  assign \$204  = \$559 ;
 endmodule
 
 (* generator = "Amaranth" *)

@@ -11362,11 +11362,12 @@ module \dx1_tile_core_a8.streamer.stream_q (rst, w_rdy, r_rdy, r_data, w_port__d
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_tile_core_a8.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, acc_b_data, busy, acc_b_use, spm_b_use, finished, progress, command, start, acc_a_addr, spm_a_addr, acc_b_addr, spm_b_addr, acc_w_en, acc_w_addr, acc_w_data, spm_w_en, spm_w_addr
-, spm_w_data, done__tag, done__opcode, busy_cycles, hits, underflows, overflows, clk);
+module \dx1_tile_core_a8.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, acc_b_data, busy, acc_b_use, spm_b_use, finished, command, start, acc_a_addr, spm_a_addr, acc_b_addr, spm_b_addr, acc_w_en, acc_w_addr, acc_w_data, spm_w_en, spm_w_addr, spm_w_data
+, done__tag, done__opcode, progress, busy_cycles, hits, underflows, overflows, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$21  = 0;
   wire \$1 ;
   wire [31:0] \$10 ;
+  reg [31:0] \$100 ;
   wire [31:0] \$11 ;
   wire [31:0] \$12 ;
   wire [31:0] \$13 ;
@@ -11403,21 +11404,21 @@ module \dx1_tile_core_a8.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
   wire \$41 ;
   wire \$42 ;
   wire \$43 ;
-  wire [32:0] \$44 ;
-  wire [32:0] \$45 ;
+  wire \$44 ;
+  wire \$45 ;
   wire [32:0] \$46 ;
   wire [32:0] \$47 ;
-  reg [7:0] \$48 ;
-  reg [5:0] \$49 ;
+  wire [32:0] \$48 ;
+  wire [32:0] \$49 ;
   wire \$5 ;
-  reg [31:0] \$50 ;
-  reg [31:0] \$51 ;
-  reg \$52 ;
-  reg \$53 ;
-  reg [15:0] \$54 ;
-  reg [7:0] \$55 ;
-  reg \$56 ;
-  reg [20:0] \$57 ;
+  reg [7:0] \$50 ;
+  reg [5:0] \$51 ;
+  reg [31:0] \$52 ;
+  reg [31:0] \$53 ;
+  reg \$54 ;
+  reg \$55 ;
+  reg [15:0] \$56 ;
+  reg [7:0] \$57 ;
   reg \$58 ;
   reg [20:0] \$59 ;
   wire \$6 ;
@@ -11435,25 +11436,38 @@ module \dx1_tile_core_a8.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
   reg \$70 ;
   reg [20:0] \$71 ;
   reg \$72 ;
-  reg [16:0] \$73 ;
+  reg [20:0] \$73 ;
   reg \$74 ;
-  reg [16:0] \$75 ;
+  reg [20:0] \$75 ;
   reg \$76 ;
-  reg [16:0] \$77 ;
+  reg [20:0] \$77 ;
   reg \$78 ;
-  reg [16:0] \$79 ;
+  reg [20:0] \$79 ;
   wire \$8 ;
   reg \$80 ;
   reg [16:0] \$81 ;
-  reg [20:0] \$82 ;
-  reg [31:0] \$83 ;
-  reg [31:0] \$84 ;
-  reg [31:0] \$85 ;
-  reg [31:0] \$86 ;
+  reg \$82 ;
+  reg [16:0] \$83 ;
+  reg \$84 ;
+  reg [16:0] \$85 ;
+  reg \$86 ;
+  reg [16:0] \$87 ;
+  reg \$88 ;
+  reg [16:0] \$89 ;
   wire [31:0] \$9 ;
+  reg \$90 ;
+  reg [16:0] \$91 ;
+  reg \$92 ;
+  reg [16:0] \$93 ;
+  reg \$94 ;
+  reg [20:0] \$95 ;
+  reg \$96 ;
+  reg [31:0] \$97 ;
+  reg [31:0] \$98 ;
+  reg [31:0] \$99 ;
   reg [7:0] \$signal  = 8'h00;
   (* init = 16'h0000 *)
-  wire [15:0] \$signal$103 ;
+  wire [15:0] \$signal$105 ;
   (* init = 6'h00 *)
   wire [5:0] \$signal$44 ;
   (* init = 32'd0 *)
@@ -11462,18 +11476,18 @@ module \dx1_tile_core_a8.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
   wire [31:0] \$signal$48 ;
   (* init = 1'h0 *)
   wire \$signal$50 ;
-  reg \$signal$75 ;
-  reg [15:0] \$signal$76 ;
+  reg \$signal$77 ;
+  reg [15:0] \$signal$78 ;
   wire [255:0] a;
-  wire [255:0] \a$69 ;
-  wire [31:0] \a$69[0] ;
-  wire [31:0] \a$69[1] ;
-  wire [31:0] \a$69[2] ;
-  wire [31:0] \a$69[3] ;
-  wire [31:0] \a$69[4] ;
-  wire [31:0] \a$69[5] ;
-  wire [31:0] \a$69[6] ;
-  wire [31:0] \a$69[7] ;
+  reg [255:0] \a$70  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+  wire [31:0] \a$70[0] ;
+  wire [31:0] \a$70[1] ;
+  wire [31:0] \a$70[2] ;
+  wire [31:0] \a$70[3] ;
+  wire [31:0] \a$70[4] ;
+  wire [31:0] \a$70[5] ;
+  wire [31:0] \a$70[6] ;
+  wire [31:0] \a$70[7] ;
   wire [31:0] \a[0] ;
   wire [31:0] \a[1] ;
   wire [31:0] \a[2] ;
@@ -11485,6 +11499,7 @@ module \dx1_tile_core_a8.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
   wire a_acc;
   wire [15:0] a_addr;
   wire a_read;
+  wire a_use;
   output [15:0] acc_a_addr;
   reg [15:0] acc_a_addr;
   input [255:0] acc_a_data;
@@ -11512,7 +11527,7 @@ module \dx1_tile_core_a8.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
   wire [31:0] \b[7] ;
   wire b_acc;
   wire [15:0] b_addr;
-  wire b_read;
+  wire b_use;
   output busy;
   wire busy;
   wire \busy$10 ;
@@ -11537,22 +11552,37 @@ module \dx1_tile_core_a8.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
   wire [255:0] \command$8 ;
   reg [20:0] ctl_lanes0 = 21'h000000;
   reg [20:0] ctl_lanes1 = 21'h000000;
+  reg [20:0] ctl_lanes10 = 21'h000000;
   reg [20:0] ctl_lanes2 = 21'h000000;
   reg [20:0] ctl_lanes3 = 21'h000000;
   reg [20:0] ctl_lanes4 = 21'h000000;
   reg [20:0] ctl_lanes5 = 21'h000000;
   reg [20:0] ctl_lanes6 = 21'h000000;
   reg [20:0] ctl_lanes7 = 21'h000000;
+  reg [20:0] ctl_lanes8 = 21'h000000;
+  reg [20:0] ctl_lanes9 = 21'h000000;
   reg [16:0] ctl_reduce0 = 17'h00000;
   reg [16:0] ctl_reduce1 = 17'h00000;
   reg [16:0] ctl_reduce2 = 17'h00000;
   reg [16:0] ctl_reduce3 = 17'h00000;
   reg [16:0] ctl_reduce4 = 17'h00000;
+  reg [16:0] ctl_reduce5 = 17'h00000;
+  reg [16:0] ctl_reduce6 = 17'h00000;
   reg d_acc = 1'h0;
   (* init = 1'h0 *)
   wire \d_acc$65 ;
   (* init = 1'h0 *)
-  wire \d_acc$72 ;
+  wire \d_acc$74 ;
+  (* init = 256'h0000000000000000000000000000000000000000000000000000000000000000 *)
+  wire [255:0] div_a;
+  wire [31:0] \div_a[0] ;
+  wire [31:0] \div_a[1] ;
+  wire [31:0] \div_a[2] ;
+  wire [31:0] \div_a[3] ;
+  wire [31:0] \div_a[4] ;
+  wire [31:0] \div_a[5] ;
+  wire [31:0] \div_a[6] ;
+  wire [31:0] \div_a[7] ;
   reg [20:0] div_ctl = 21'h000000;
   wire \div_ctl.d_acc ;
   wire [15:0] \div_ctl.d_addr ;
@@ -11560,9 +11590,11 @@ module \dx1_tile_core_a8.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
   wire \div_ctl.first ;
   wire \div_ctl.last ;
   wire \div_ctl.valid ;
+  (* init = 1'h0 *)
+  wire div_start;
   wire done;
-  wire \done$100 ;
-  wire \done$99 ;
+  wire \done$101 ;
+  wire \done$102 ;
   output [7:0] done__opcode;
   reg [7:0] done__opcode = 8'h00;
   wire [7:0] done__status;
@@ -11574,26 +11606,17 @@ module \dx1_tile_core_a8.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
   wire first;
   output [31:0] hits;
   reg [31:0] hits = 32'd0;
-  wire [3:0] \hits$135 ;
+  wire [3:0] \hits$148 ;
   reg [31:0] imm = 32'd0;
   reg [31:0] imm2 = 32'd0;
   wire is_reduce;
   wire lanes_step;
   wire last;
   wire load;
-  wire \load$91 ;
+  wire \load$93 ;
   (* init = 8'h00 *)
   wire [7:0] opcode;
   wire [255:0] out;
-  wire [255:0] \out$80 ;
-  wire [31:0] \out$80[0] ;
-  wire [31:0] \out$80[1] ;
-  wire [31:0] \out$80[2] ;
-  wire [31:0] \out$80[3] ;
-  wire [31:0] \out$80[4] ;
-  wire [31:0] \out$80[5] ;
-  wire [31:0] \out$80[6] ;
-  wire [31:0] \out$80[7] ;
   wire [255:0] \out$82 ;
   wire [31:0] \out$82[0] ;
   wire [31:0] \out$82[1] ;
@@ -11603,6 +11626,15 @@ module \dx1_tile_core_a8.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
   wire [31:0] \out$82[5] ;
   wire [31:0] \out$82[6] ;
   wire [31:0] \out$82[7] ;
+  wire [255:0] \out$84 ;
+  wire [31:0] \out$84[0] ;
+  wire [31:0] \out$84[1] ;
+  wire [31:0] \out$84[2] ;
+  wire [31:0] \out$84[3] ;
+  wire [31:0] \out$84[4] ;
+  wire [31:0] \out$84[5] ;
+  wire [31:0] \out$84[6] ;
+  wire [31:0] \out$84[7] ;
   wire [31:0] \out[0] ;
   wire [31:0] \out[1] ;
   wire [31:0] \out[2] ;
@@ -11614,11 +11646,11 @@ module \dx1_tile_core_a8.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
   wire out_valid;
   output [31:0] overflows;
   reg [31:0] overflows = 32'd0;
-  wire [3:0] \overflows$139 ;
+  wire [3:0] \overflows$152 ;
   output progress;
-  wire progress;
+  reg progress = 1'h0;
   wire read;
-  wire \read$94 ;
+  wire \read$96 ;
   wire [255:0] row;
   wire [255:0] \row$32 ;
   wire [31:0] \row$32[0] ;
@@ -11629,15 +11661,15 @@ module \dx1_tile_core_a8.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
   wire [31:0] \row$32[5] ;
   wire [31:0] \row$32[6] ;
   wire [31:0] \row$32[7] ;
-  wire [63:0] \row$92 ;
-  wire [7:0] \row$92[0] ;
-  wire [7:0] \row$92[1] ;
-  wire [7:0] \row$92[2] ;
-  wire [7:0] \row$92[3] ;
-  wire [7:0] \row$92[4] ;
-  wire [7:0] \row$92[5] ;
-  wire [7:0] \row$92[6] ;
-  wire [7:0] \row$92[7] ;
+  wire [63:0] \row$94 ;
+  wire [7:0] \row$94[0] ;
+  wire [7:0] \row$94[1] ;
+  wire [7:0] \row$94[2] ;
+  wire [7:0] \row$94[3] ;
+  wire [7:0] \row$94[4] ;
+  wire [7:0] \row$94[5] ;
+  wire [7:0] \row$94[6] ;
+  wire [7:0] \row$94[7] ;
   wire [31:0] \row[0] ;
   wire [31:0] \row[1] ;
   wire [31:0] \row[2] ;
@@ -11651,7 +11683,7 @@ module \dx1_tile_core_a8.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
   reg serial = 1'h0;
   reg [5:0] shift = 6'h00;
   (* init = 6'h00 *)
-  wire [5:0] \shift$71 ;
+  wire [5:0] \shift$73 ;
   output [15:0] spm_a_addr;
   reg [15:0] spm_a_addr;
   input [63:0] spm_a_data;
@@ -11678,7 +11710,7 @@ module \dx1_tile_core_a8.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
   wire start;
   wire \start$3 ;
   wire \start$5 ;
-  wire \start$68 ;
+  reg \start$68  = 1'h0;
   wire \start$7 ;
   wire [20:0] step;
   wire \step.d_acc ;
@@ -11704,26 +11736,31 @@ module \dx1_tile_core_a8.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
   wire [31:0] \terms[7] ;
   output [31:0] underflows;
   reg [31:0] underflows = 32'd0;
-  wire [3:0] \underflows$137 ;
+  wire [3:0] \underflows$150 ;
   wire v_start;
   wire valid;
   wire \valid$59 ;
   reg valid_lanes0 = 1'h0;
   reg valid_lanes1 = 1'h0;
+  reg valid_lanes10 = 1'h0;
   reg valid_lanes2 = 1'h0;
   reg valid_lanes3 = 1'h0;
   reg valid_lanes4 = 1'h0;
   reg valid_lanes5 = 1'h0;
   reg valid_lanes6 = 1'h0;
   reg valid_lanes7 = 1'h0;
+  reg valid_lanes8 = 1'h0;
+  reg valid_lanes9 = 1'h0;
   reg valid_reduce0 = 1'h0;
   reg valid_reduce1 = 1'h0;
   reg valid_reduce2 = 1'h0;
   reg valid_reduce3 = 1'h0;
   reg valid_reduce4 = 1'h0;
+  reg valid_reduce5 = 1'h0;
+  reg valid_reduce6 = 1'h0;
   wire [3:0] vop;
   wire [3:0] \vop$64 ;
-  wire [3:0] \vop$70 ;
+  wire [3:0] \vop$72 ;
   wire [15:0] w_addr;
   wire w_en;
   reg w_end;
@@ -11737,7 +11774,20 @@ module \dx1_tile_core_a8.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
   wire [31:0] \w_row[6] ;
   wire [31:0] \w_row[7] ;
   wire written;
-  assign spm_b_use = b_read & \$8 ;
+  assign \$1  = command[7:0] == 4'h9;
+  assign v_start = start & \$1 ;
+  assign \$2  = command[7:0] == 4'ha;
+  assign \start$5  = start & \$2 ;
+  assign \$3  = command[7:0] == 4'hb;
+  assign \start$7  = start & \$3 ;
+  assign \$4  = \busy$10  | \busy$11 ;
+  assign busy = \$4  | \busy$12 ;
+  assign \$5  = a_use & a_acc;
+  assign \$6  = ~ a_acc;
+  assign \$7  = a_use & \$6 ;
+  assign acc_b_use = b_use & b_acc;
+  assign \$8  = ~ b_acc;
+  assign spm_b_use = b_use & \$8 ;
   assign \$9  = a_acc ? acc_a_data[31:0] : { spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7], spm_a_data[7:0] };
   assign \$10  = a_acc ? acc_a_data[63:32] : { spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15], spm_a_data[15:8] };
   assign \$11  = a_acc ? acc_a_data[95:64] : { spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23], spm_a_data[23:16] };
@@ -11760,126 +11810,139 @@ module \dx1_tile_core_a8.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
   assign \$27  = \$signal  == 4'ha;
   assign \$28  = \$signal  == 4'hb;
   assign is_reduce = | { \$28 , \$27 , \$26  };
-  assign \valid$59  = valid_lanes7 & is_reduce;
-  assign \start$68  = step[0] & serial;
+  assign \valid$59  = valid_lanes10 & is_reduce;
   assign \$29  = ~ is_reduce;
-  assign \$30  = valid_lanes7 & \$29 ;
-  assign \$31  = \$signal$75  & d_acc;
+  assign \$30  = valid_lanes10 & \$29 ;
+  assign \$31  = \$signal$77  & d_acc;
   assign \$32  = ~ d_acc;
-  assign \$33  = \$signal$75  & \$32 ;
-  assign \$34  = \$signal$75  & w_end;
-  assign \$35  = \$34  | \done$99 ;
-  assign finished = \$35  | \done$100 ;
-  assign \$36  = a_read | table_we;
-  assign \$37  = \$36  | spm_read;
-  assign \$38  = \$37  | spm_w_en;
-  assign progress = \$38  | acc_w_en;
-  assign \$39  = command[39:32] == 4'hc;
-  assign \$40  = command[39:32] == 4'hd;
-  assign \$41  = | { \$40 , \$39  };
-  assign \$42  = valid_lanes7 & ctl_lanes7[2];
-  assign \$43  = step[0] & serial;
-  assign \$44  = busy_cycles + 1'h1;
-  assign \$45  = hits + \hits$135 ;
-  assign \$46  = underflows + \underflows$137 ;
-  assign \$47  = overflows + \overflows$139 ;
+  assign \$33  = \$signal$77  & \$32 ;
+  assign \$34  = \$signal$77  & w_end;
+  assign \$35  = \$34  | \done$101 ;
+  assign finished = \$35  | \done$102 ;
+  assign \$36  = command[39:32] == 4'hc;
+  assign \$37  = command[39:32] == 4'hd;
+  assign \$38  = | { \$37 , \$36  };
+  assign \$39  = valid_lanes10 & ctl_lanes10[2];
+  assign \$40  = step[0] & serial;
+  assign \$41  = step[0] & serial;
+  assign \$42  = a_read | table_we;
+  assign \$43  = \$42  | spm_read;
+  assign \$44  = \$43  | spm_w_en;
+  assign \$45  = \$44  | acc_w_en;
+  assign \$46  = busy_cycles + 1'h1;
+  assign \$47  = hits + \hits$148 ;
+  assign \$48  = underflows + \underflows$150 ;
+  assign \$49  = overflows + \overflows$152 ;
   always @(posedge clk)
-    \$signal  <= \$48 ;
+    \$signal  <= \$50 ;
   always @(posedge clk)
-    shift <= \$49 ;
+    shift <= \$51 ;
   always @(posedge clk)
-    imm <= \$50 ;
+    imm <= \$52 ;
   always @(posedge clk)
-    imm2 <= \$51 ;
+    imm2 <= \$53 ;
   always @(posedge clk)
-    d_acc <= \$52 ;
+    d_acc <= \$54 ;
   always @(posedge clk)
-    serial <= \$53 ;
+    serial <= \$55 ;
   always @(posedge clk)
-    done__tag <= \$54 ;
+    done__tag <= \$56 ;
   always @(posedge clk)
-    done__opcode <= \$55 ;
+    done__opcode <= \$57 ;
   always @(posedge clk)
-    valid_lanes0 <= \$56 ;
+    valid_lanes0 <= \$58 ;
   always @(posedge clk)
-    ctl_lanes0 <= \$57 ;
+    ctl_lanes0 <= \$59 ;
   always @(posedge clk)
-    valid_lanes1 <= \$58 ;
+    valid_lanes1 <= \$60 ;
   always @(posedge clk)
-    ctl_lanes1 <= \$59 ;
+    ctl_lanes1 <= \$61 ;
   always @(posedge clk)
-    valid_lanes2 <= \$60 ;
+    valid_lanes2 <= \$62 ;
   always @(posedge clk)
-    ctl_lanes2 <= \$61 ;
+    ctl_lanes2 <= \$63 ;
   always @(posedge clk)
-    valid_lanes3 <= \$62 ;
+    valid_lanes3 <= \$64 ;
   always @(posedge clk)
-    ctl_lanes3 <= \$63 ;
+    ctl_lanes3 <= \$65 ;
   always @(posedge clk)
-    valid_lanes4 <= \$64 ;
+    valid_lanes4 <= \$66 ;
   always @(posedge clk)
-    ctl_lanes4 <= \$65 ;
+    ctl_lanes4 <= \$67 ;
   always @(posedge clk)
-    valid_lanes5 <= \$66 ;
+    valid_lanes5 <= \$68 ;
   always @(posedge clk)
-    ctl_lanes5 <= \$67 ;
+    ctl_lanes5 <= \$69 ;
   always @(posedge clk)
-    valid_lanes6 <= \$68 ;
+    valid_lanes6 <= \$70 ;
   always @(posedge clk)
-    ctl_lanes6 <= \$69 ;
+    ctl_lanes6 <= \$71 ;
   always @(posedge clk)
-    valid_lanes7 <= \$70 ;
+    valid_lanes7 <= \$72 ;
   always @(posedge clk)
-    ctl_lanes7 <= \$71 ;
+    ctl_lanes7 <= \$73 ;
   always @(posedge clk)
-    valid_reduce0 <= \$72 ;
+    valid_lanes8 <= \$74 ;
   always @(posedge clk)
-    ctl_reduce0 <= \$73 ;
+    ctl_lanes8 <= \$75 ;
   always @(posedge clk)
-    valid_reduce1 <= \$74 ;
+    valid_lanes9 <= \$76 ;
   always @(posedge clk)
-    ctl_reduce1 <= \$75 ;
+    ctl_lanes9 <= \$77 ;
   always @(posedge clk)
-    valid_reduce2 <= \$76 ;
+    valid_lanes10 <= \$78 ;
   always @(posedge clk)
-    ctl_reduce2 <= \$77 ;
+    ctl_lanes10 <= \$79 ;
   always @(posedge clk)
-    valid_reduce3 <= \$78 ;
+    valid_reduce0 <= \$80 ;
   always @(posedge clk)
-    ctl_reduce3 <= \$79 ;
+    ctl_reduce0 <= \$81 ;
   always @(posedge clk)
-    valid_reduce4 <= \$80 ;
+    valid_reduce1 <= \$82 ;
   always @(posedge clk)
-    ctl_reduce4 <= \$81 ;
+    ctl_reduce1 <= \$83 ;
   always @(posedge clk)
-    div_ctl <= \$82 ;
+    valid_reduce2 <= \$84 ;
   always @(posedge clk)
-    busy_cycles <= \$83 ;
+    ctl_reduce2 <= \$85 ;
   always @(posedge clk)
-    hits <= \$84 ;
+    valid_reduce3 <= \$86 ;
   always @(posedge clk)
-    underflows <= \$85 ;
+    ctl_reduce3 <= \$87 ;
   always @(posedge clk)
-    overflows <= \$86 ;
-  assign \$1  = command[7:0] == 4'h9;
-  assign v_start = start & \$1 ;
-  assign \$2  = command[7:0] == 4'ha;
-  assign \start$5  = start & \$2 ;
-  assign \$3  = command[7:0] == 4'hb;
-  assign \start$7  = start & \$3 ;
-  assign \$4  = \busy$10  | \busy$11 ;
-  assign busy = \$4  | \busy$12 ;
-  assign \$5  = a_read & a_acc;
-  assign \$6  = ~ a_acc;
-  assign \$7  = a_read & \$6 ;
-  assign acc_b_use = b_read & b_acc;
-  assign \$8  = ~ b_acc;
+    valid_reduce4 <= \$88 ;
+  always @(posedge clk)
+    ctl_reduce4 <= \$89 ;
+  always @(posedge clk)
+    valid_reduce5 <= \$90 ;
+  always @(posedge clk)
+    ctl_reduce5 <= \$91 ;
+  always @(posedge clk)
+    valid_reduce6 <= \$92 ;
+  always @(posedge clk)
+    ctl_reduce6 <= \$93 ;
+  always @(posedge clk)
+    \start$68  <= \$94 ;
+  always @(posedge clk)
+    \a$70  <= row;
+  always @(posedge clk)
+    div_ctl <= \$95 ;
+  always @(posedge clk)
+    progress <= \$96 ;
+  always @(posedge clk)
+    busy_cycles <= \$97 ;
+  always @(posedge clk)
+    hits <= \$98 ;
+  always @(posedge clk)
+    underflows <= \$99 ;
+  always @(posedge clk)
+    overflows <= \$100 ;
   \dx1_tile_core_a8.vector$242.divider  divider (
-    .a(row),
+    .a(\a$70 ),
     .clk(clk),
     .\d_acc$74 (d_acc),
     .done(done),
-    .out(\out$80 ),
+    .out(\out$82 ),
     .rst(rst),
     .\shift$9 (shift),
     .start(\start$68 ),
@@ -11890,16 +11953,16 @@ module \dx1_tile_core_a8.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
     .b(\row$32 ),
     .clk(clk),
     .d_acc(d_acc),
-    .hits8(\hits$135 ),
+    .hits11(\hits$148 ),
     .imm(imm),
     .imm2(imm2),
     .out(terms),
-    .overs8(\overflows$139 ),
+    .overs11(\overflows$152 ),
     .rst(rst),
     .shift(shift),
     .table_index(table_index),
     .table_we(table_we),
-    .unders8(\underflows$137 ),
+    .unders11(\underflows$150 ),
     .valid(lanes_step),
     .vop(\$signal [3:0]),
     .write__data(table_data)
@@ -11907,9 +11970,9 @@ module \dx1_tile_core_a8.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
   \dx1_tile_core_a8.vector$242.reducer  reducer (
     .clk(clk),
     .d_acc(d_acc),
-    .out(\out$82 ),
+    .out(\out$84 ),
     .out_valid(out_valid),
-    .\port$5279$1 (ctl_lanes7[2:1]),
+    .\port$5338$1 (ctl_lanes10[2:1]),
     .rst(rst),
     .terms(terms),
     .valid(\valid$59 ),
@@ -11920,19 +11983,20 @@ module \dx1_tile_core_a8.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
     .a_addr(a_addr),
     .b_acc(b_acc),
     .b_addr(b_addr),
-    .b_read(b_read),
+    .b_use(b_use),
     .busy(\busy$10 ),
     .clk(clk),
     .command(command),
     .go(a_read),
-    .pop(\$signal$75 ),
+    .issuing(a_use),
+    .pop(\$signal$77 ),
     .rst(rst),
     .start(v_start),
     .step(step)
   );
   \dx1_tile_core_a8.vector$242.table_loader  table_loader (
     .clk(clk),
-    .done(\done$99 ),
+    .done(\done$101 ),
     .primed(table_we),
     .rst(rst),
     .spm_addr(spm_addr),
@@ -11955,7 +12019,7 @@ module \dx1_tile_core_a8.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
     .busy(\busy$12 ),
     .clk(clk),
     .command(command),
-    .done(\done$100 ),
+    .done(\done$102 ),
     .load(load),
     .rst(rst),
     .spm_addr(\spm_addr$21 ),
@@ -12000,24 +12064,24 @@ module \dx1_tile_core_a8.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$signal$75  = 1'h0;
+    \$signal$77  = 1'h0;
     if (done) begin
-      \$signal$75  = 1'h1;
+      \$signal$77  = 1'h1;
     end else if (out_valid) begin
-      \$signal$75  = 1'h1;
+      \$signal$77  = 1'h1;
     end else if (\$30 ) begin
-      \$signal$75  = 1'h1;
+      \$signal$77  = 1'h1;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$signal$76  = 16'h0000;
+    \$signal$78  = 16'h0000;
     if (done) begin
-      \$signal$76  = div_ctl[19:4];
+      \$signal$78  = div_ctl[19:4];
     end else if (out_valid) begin
-      \$signal$76  = ctl_reduce4[15:0];
+      \$signal$78  = ctl_reduce6[15:0];
     end else if (\$30 ) begin
-      \$signal$76  = ctl_lanes7[19:4];
+      \$signal$78  = ctl_lanes10[19:4];
     end
   end
   always @* begin
@@ -12026,18 +12090,18 @@ module \dx1_tile_core_a8.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
     if (done) begin
       w_end = div_ctl[3];
     end else if (out_valid) begin
-      w_end = ctl_reduce4[16];
+      w_end = ctl_reduce6[16];
     end else if (\$30 ) begin
-      w_end = ctl_lanes7[3];
+      w_end = ctl_lanes10[3];
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
     w_row = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     if (done) begin
-      w_row = \out$80 ;
-    end else if (out_valid) begin
       w_row = \out$82 ;
+    end else if (out_valid) begin
+      w_row = \out$84 ;
     end else if (\$30 ) begin
       w_row = terms;
     end
@@ -12053,7 +12117,7 @@ module \dx1_tile_core_a8.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
     acc_w_addr = 16'h0000;
     if (\$31 ) begin
-      acc_w_addr = \$signal$76 ;
+      acc_w_addr = \$signal$78 ;
     end
   end
   always @* begin
@@ -12077,7 +12141,7 @@ module \dx1_tile_core_a8.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
     spm_w_addr = 16'h0000;
     if (\$33 ) begin
-      spm_w_addr = \$signal$76 ;
+      spm_w_addr = \$signal$78 ;
     end
     if (read) begin
       spm_w_addr = w_addr;
@@ -12095,314 +12159,398 @@ module \dx1_tile_core_a8.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$48  = \$signal ;
+    \$50  = \$signal ;
     if (start) begin
-      \$48  = command[39:32];
+      \$50  = command[39:32];
     end
     if (rst) begin
-      \$48  = 8'h00;
+      \$50  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$49  = shift;
+    \$51  = shift;
     if (start) begin
-      \$49  = command[45:40];
+      \$51  = command[45:40];
     end
     if (rst) begin
-      \$49  = 6'h00;
+      \$51  = 6'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$50  = imm;
+    \$52  = imm;
     if (start) begin
-      \$50  = command[223:192];
+      \$52  = command[223:192];
     end
     if (rst) begin
-      \$50  = 32'd0;
+      \$52  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$51  = imm2;
+    \$53  = imm2;
     if (start) begin
-      \$51  = command[255:224];
+      \$53  = command[255:224];
     end
     if (rst) begin
-      \$51  = 32'd0;
+      \$53  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$52  = d_acc;
+    \$54  = d_acc;
     if (start) begin
-      \$52  = command[10];
+      \$54  = command[10];
     end
     if (rst) begin
-      \$52  = 1'h0;
+      \$54  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$53  = serial;
+    \$55  = serial;
     if (start) begin
-      \$53  = \$41 ;
+      \$55  = \$38 ;
     end
     if (rst) begin
-      \$53  = 1'h0;
+      \$55  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$54  = done__tag;
+    \$56  = done__tag;
     if (start) begin
-      \$54  = command[31:16];
+      \$56  = command[31:16];
     end
     if (rst) begin
-      \$54  = 16'h0000;
+      \$56  = 16'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$55  = done__opcode;
+    \$57  = done__opcode;
     if (start) begin
-      \$55  = command[7:0];
+      \$57  = command[7:0];
     end
     if (rst) begin
-      \$55  = 8'h00;
+      \$57  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$56  = lanes_step;
-    if (rst) begin
-      \$56  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$57  = step;
-    if (rst) begin
-      \$57  = 21'h000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$58  = valid_lanes0;
+    \$58  = lanes_step;
     if (rst) begin
       \$58  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$59  = ctl_lanes0;
+    \$59  = step;
     if (rst) begin
       \$59  = 21'h000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$60  = valid_lanes1;
+    \$60  = valid_lanes0;
     if (rst) begin
       \$60  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$61  = ctl_lanes1;
+    \$61  = ctl_lanes0;
     if (rst) begin
       \$61  = 21'h000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$62  = valid_lanes2;
+    \$62  = valid_lanes1;
     if (rst) begin
       \$62  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$63  = ctl_lanes2;
+    \$63  = ctl_lanes1;
     if (rst) begin
       \$63  = 21'h000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$64  = valid_lanes3;
+    \$64  = valid_lanes2;
     if (rst) begin
       \$64  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$65  = ctl_lanes3;
+    \$65  = ctl_lanes2;
     if (rst) begin
       \$65  = 21'h000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$66  = valid_lanes4;
+    \$66  = valid_lanes3;
     if (rst) begin
       \$66  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$67  = ctl_lanes4;
+    \$67  = ctl_lanes3;
     if (rst) begin
       \$67  = 21'h000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$68  = valid_lanes5;
+    \$68  = valid_lanes4;
     if (rst) begin
       \$68  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$69  = ctl_lanes5;
+    \$69  = ctl_lanes4;
     if (rst) begin
       \$69  = 21'h000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$70  = valid_lanes6;
+    \$70  = valid_lanes5;
     if (rst) begin
       \$70  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$71  = ctl_lanes6;
+    \$71  = ctl_lanes5;
     if (rst) begin
       \$71  = 21'h000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$72  = \$42 ;
+    \$72  = valid_lanes6;
     if (rst) begin
       \$72  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$73  = { ctl_lanes7[3], ctl_lanes7[19:4] };
+    \$73  = ctl_lanes6;
     if (rst) begin
-      \$73  = 17'h00000;
+      \$73  = 21'h000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$74  = valid_reduce0;
+    \$74  = valid_lanes7;
     if (rst) begin
       \$74  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$75  = ctl_reduce0;
+    \$75  = ctl_lanes7;
     if (rst) begin
-      \$75  = 17'h00000;
+      \$75  = 21'h000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$76  = valid_reduce1;
+    \$76  = valid_lanes8;
     if (rst) begin
       \$76  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$77  = ctl_reduce1;
+    \$77  = ctl_lanes8;
     if (rst) begin
-      \$77  = 17'h00000;
+      \$77  = 21'h000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$78  = valid_reduce2;
+    \$78  = valid_lanes9;
     if (rst) begin
       \$78  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$79  = ctl_reduce2;
+    \$79  = ctl_lanes9;
     if (rst) begin
-      \$79  = 17'h00000;
+      \$79  = 21'h000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$80  = valid_reduce3;
+    \$80  = \$39 ;
     if (rst) begin
       \$80  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$81  = ctl_reduce3;
+    \$81  = { ctl_lanes10[3], ctl_lanes10[19:4] };
     if (rst) begin
       \$81  = 17'h00000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$82  = div_ctl;
-    if (\$43 ) begin
-      \$82  = step;
-    end
+    \$82  = valid_reduce0;
     if (rst) begin
-      \$82  = 21'h000000;
+      \$82  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$83  = busy_cycles;
+    \$83  = ctl_reduce0;
+    if (rst) begin
+      \$83  = 17'h00000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$84  = valid_reduce1;
+    if (rst) begin
+      \$84  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$85  = ctl_reduce1;
+    if (rst) begin
+      \$85  = 17'h00000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$86  = valid_reduce2;
+    if (rst) begin
+      \$86  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$87  = ctl_reduce2;
+    if (rst) begin
+      \$87  = 17'h00000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$88  = valid_reduce3;
+    if (rst) begin
+      \$88  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$89  = ctl_reduce3;
+    if (rst) begin
+      \$89  = 17'h00000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$90  = valid_reduce4;
+    if (rst) begin
+      \$90  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$91  = ctl_reduce4;
+    if (rst) begin
+      \$91  = 17'h00000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$92  = valid_reduce5;
+    if (rst) begin
+      \$92  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$93  = ctl_reduce5;
+    if (rst) begin
+      \$93  = 17'h00000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$94  = \$40 ;
+    if (rst) begin
+      \$94  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$95  = div_ctl;
+    if (\$41 ) begin
+      \$95  = step;
+    end
+    if (rst) begin
+      \$95  = 21'h000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$96  = \$45 ;
+    if (rst) begin
+      \$96  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
+    \$97  = busy_cycles;
     if (busy) begin
-      \$83  = \$44 [31:0];
+      \$97  = \$46 [31:0];
     end
     if (rst) begin
-      \$83  = 32'd0;
+      \$97  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$84  = hits;
-    if (valid_lanes7) begin
-      \$84  = \$45 [31:0];
+    \$98  = hits;
+    if (valid_lanes10) begin
+      \$98  = \$47 [31:0];
     end
     if (rst) begin
-      \$84  = 32'd0;
+      \$98  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$85  = underflows;
-    if (valid_lanes7) begin
-      \$85  = \$46 [31:0];
+    \$99  = underflows;
+    if (valid_lanes10) begin
+      \$99  = \$48 [31:0];
     end
     if (rst) begin
-      \$85  = 32'd0;
+      \$99  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$21 ) begin end
-    \$86  = overflows;
-    if (valid_lanes7) begin
-      \$86  = \$47 [31:0];
+    \$100  = overflows;
+    if (valid_lanes10) begin
+      \$100  = \$49 [31:0];
     end
     if (rst) begin
-      \$86  = 32'd0;
+      \$100  = 32'd0;
     end
   end
   assign \start$3  = v_start;
@@ -12422,22 +12570,23 @@ module \dx1_tile_core_a8.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
   assign \table_we$53  = table_we;
   assign \table_index$55  = table_index;
   assign \table_data$57  = table_data;
-  assign first = ctl_lanes7[1];
-  assign last = ctl_lanes7[2];
+  assign first = ctl_lanes10[1];
+  assign last = ctl_lanes10[2];
   assign \vop$64  = \$signal [3:0];
   assign \d_acc$65  = d_acc;
   assign out = terms;
-  assign \a$69  = row;
-  assign \vop$70  = \$signal [3:0];
-  assign \shift$71  = shift;
-  assign \d_acc$72  = d_acc;
-  assign written = \$signal$75 ;
-  assign \load$91  = load;
-  assign \row$92  = spm_a_data;
-  assign \read$94  = read;
+  assign div_start = \start$68 ;
+  assign div_a = \a$70 ;
+  assign \vop$72  = \$signal [3:0];
+  assign \shift$73  = shift;
+  assign \d_acc$74  = d_acc;
+  assign written = \$signal$77 ;
+  assign \load$93  = load;
+  assign \row$94  = spm_a_data;
+  assign \read$96  = read;
   assign w_en = read;
   assign done__valid = finished;
-  assign \$signal$103  = done__tag;
+  assign \$signal$105  = done__tag;
   assign done__status = 8'h00;
   assign opcode = done__opcode;
   assign \row[0]  = row[31:0];
@@ -12494,14 +12643,22 @@ module \dx1_tile_core_a8.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
   assign \out[5]  = terms[191:160];
   assign \out[6]  = terms[223:192];
   assign \out[7]  = terms[255:224];
-  assign \a$69[0]  = row[31:0];
-  assign \a$69[1]  = row[63:32];
-  assign \a$69[2]  = row[95:64];
-  assign \a$69[3]  = row[127:96];
-  assign \a$69[4]  = row[159:128];
-  assign \a$69[5]  = row[191:160];
-  assign \a$69[6]  = row[223:192];
-  assign \a$69[7]  = row[255:224];
+  assign \a$70[0]  = \a$70 [31:0];
+  assign \a$70[1]  = \a$70 [63:32];
+  assign \a$70[2]  = \a$70 [95:64];
+  assign \a$70[3]  = \a$70 [127:96];
+  assign \a$70[4]  = \a$70 [159:128];
+  assign \a$70[5]  = \a$70 [191:160];
+  assign \a$70[6]  = \a$70 [223:192];
+  assign \a$70[7]  = \a$70 [255:224];
+  assign \div_a[0]  = \a$70 [31:0];
+  assign \div_a[1]  = \a$70 [63:32];
+  assign \div_a[2]  = \a$70 [95:64];
+  assign \div_a[3]  = \a$70 [127:96];
+  assign \div_a[4]  = \a$70 [159:128];
+  assign \div_a[5]  = \a$70 [191:160];
+  assign \div_a[6]  = \a$70 [223:192];
+  assign \div_a[7]  = \a$70 [255:224];
   assign \div_ctl.valid  = div_ctl[0];
   assign \div_ctl.first  = div_ctl[1];
   assign \div_ctl.last  = div_ctl[2];
@@ -12516,14 +12673,6 @@ module \dx1_tile_core_a8.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
   assign \w_row[5]  = w_row[191:160];
   assign \w_row[6]  = w_row[223:192];
   assign \w_row[7]  = w_row[255:224];
-  assign \out$80[0]  = \out$80 [31:0];
-  assign \out$80[1]  = \out$80 [63:32];
-  assign \out$80[2]  = \out$80 [95:64];
-  assign \out$80[3]  = \out$80 [127:96];
-  assign \out$80[4]  = \out$80 [159:128];
-  assign \out$80[5]  = \out$80 [191:160];
-  assign \out$80[6]  = \out$80 [223:192];
-  assign \out$80[7]  = \out$80 [255:224];
   assign \out$82[0]  = \out$82 [31:0];
   assign \out$82[1]  = \out$82 [63:32];
   assign \out$82[2]  = \out$82 [95:64];
@@ -12532,14 +12681,22 @@ module \dx1_tile_core_a8.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
   assign \out$82[5]  = \out$82 [191:160];
   assign \out$82[6]  = \out$82 [223:192];
   assign \out$82[7]  = \out$82 [255:224];
-  assign \row$92[0]  = spm_a_data[7:0];
-  assign \row$92[1]  = spm_a_data[15:8];
-  assign \row$92[2]  = spm_a_data[23:16];
-  assign \row$92[3]  = spm_a_data[31:24];
-  assign \row$92[4]  = spm_a_data[39:32];
-  assign \row$92[5]  = spm_a_data[47:40];
-  assign \row$92[6]  = spm_a_data[55:48];
-  assign \row$92[7]  = spm_a_data[63:56];
+  assign \out$84[0]  = \out$84 [31:0];
+  assign \out$84[1]  = \out$84 [63:32];
+  assign \out$84[2]  = \out$84 [95:64];
+  assign \out$84[3]  = \out$84 [127:96];
+  assign \out$84[4]  = \out$84 [159:128];
+  assign \out$84[5]  = \out$84 [191:160];
+  assign \out$84[6]  = \out$84 [223:192];
+  assign \out$84[7]  = \out$84 [255:224];
+  assign \row$94[0]  = spm_a_data[7:0];
+  assign \row$94[1]  = spm_a_data[15:8];
+  assign \row$94[2]  = spm_a_data[23:16];
+  assign \row$94[3]  = spm_a_data[31:24];
+  assign \row$94[4]  = spm_a_data[39:32];
+  assign \row$94[5]  = spm_a_data[47:40];
+  assign \row$94[6]  = spm_a_data[55:48];
+  assign \row$94[7]  = spm_a_data[63:56];
   assign \col[0]  = col[7:0];
   assign \col[1]  = col[15:8];
   assign \col[2]  = col[23:16];
@@ -12567,7 +12724,7 @@ module \dx1_tile_core_a8.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_tile_core_a8.vector$242.divider (rst, start, a, vop, \shift$9 , \d_acc$74 , done, out, clk);
+module \dx1_tile_core_a8.vector$242.divider (rst, vop, \shift$9 , \d_acc$74 , start, a, done, out, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$22  = 0;
   wire \$1 ;
   wire [30:0] \$10 ;
@@ -16184,531 +16341,554 @@ module \dx1_tile_core_a8.vector$242.divider (rst, start, a, vop, \shift$9 , \d_a
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, imm2, d_acc, out, hits8, unders8, overs8, write__data, table_we, table_index, clk);
+module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, imm2, d_acc, out, hits11, unders11, overs11, write__data, table_we, table_index, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$23  = 0;
   wire \$1 ;
   wire \$10 ;
-  wire [32:0] \$100 ;
+  wire [31:0] \$100 ;
   wire [32:0] \$101 ;
-  wire [33:0] \$102 ;
-  wire [34:0] \$103 ;
-  wire [65:0] \$104 ;
-  wire [67:0] \$105 ;
-  wire [46:0] \$106 ;
-  wire [64:0] \$107 ;
-  wire [63:0] \$108 ;
-  wire [32:0] \$109 ;
+  wire [32:0] \$102 ;
+  wire [33:0] \$103 ;
+  wire [34:0] \$104 ;
+  wire [65:0] \$105 ;
+  wire [67:0] \$106 ;
+  wire [46:0] \$107 ;
+  wire [64:0] \$108 ;
+  wire [63:0] \$109 ;
   wire \$11 ;
-  wire \$110 ;
-  wire \$111 ;
+  wire [20:0] \$110 ;
+  wire [63:0] \$111 ;
   wire [32:0] \$112 ;
   wire \$113 ;
   wire \$114 ;
-  wire \$115 ;
-  wire \$116 ;
-  wire \$117 ;
+  wire [32:0] \$115 ;
+  wire [32:0] \$116 ;
+  wire [15:0] \$117 ;
   wire \$118 ;
-  wire [32:0] \$119 ;
+  wire [15:0] \$119 ;
   wire \$12 ;
-  wire [32:0] \$120 ;
-  wire [15:0] \$121 ;
-  wire [15:0] \$122 ;
-  wire [31:0] \$123 ;
-  wire [32:0] \$124 ;
-  wire [32:0] \$125 ;
-  wire [33:0] \$126 ;
-  wire [34:0] \$127 ;
-  wire [65:0] \$128 ;
-  wire [67:0] \$129 ;
+  wire \$120 ;
+  wire \$121 ;
+  wire \$122 ;
+  wire \$123 ;
+  wire \$124 ;
+  wire \$125 ;
+  wire [32:0] \$126 ;
+  wire [32:0] \$127 ;
+  wire [15:0] \$128 ;
+  wire [15:0] \$129 ;
   wire [5:0] \$13 ;
-  wire [46:0] \$130 ;
-  wire [64:0] \$131 ;
-  wire [63:0] \$132 ;
-  wire [32:0] \$133 ;
-  wire \$134 ;
-  wire \$135 ;
-  wire [32:0] \$136 ;
-  wire \$137 ;
-  wire \$138 ;
-  wire \$139 ;
-  wire \$14 ;
-  wire \$140 ;
-  wire \$141 ;
-  wire \$142 ;
-  wire [32:0] \$143 ;
-  wire [32:0] \$144 ;
-  wire [15:0] \$145 ;
-  wire [15:0] \$146 ;
-  wire [31:0] \$147 ;
-  wire [32:0] \$148 ;
-  wire [32:0] \$149 ;
-  wire \$15 ;
-  wire [33:0] \$150 ;
-  wire [34:0] \$151 ;
-  wire [65:0] \$152 ;
-  wire [67:0] \$153 ;
-  wire [46:0] \$154 ;
-  wire [64:0] \$155 ;
-  wire [63:0] \$156 ;
+  wire [31:0] \$130 ;
+  wire [32:0] \$131 ;
+  wire [32:0] \$132 ;
+  wire [33:0] \$133 ;
+  wire [34:0] \$134 ;
+  wire [65:0] \$135 ;
+  wire [67:0] \$136 ;
+  wire [46:0] \$137 ;
+  wire [64:0] \$138 ;
+  wire [63:0] \$139 ;
+  wire [110:0] \$14 ;
+  wire [20:0] \$140 ;
+  wire [63:0] \$141 ;
+  wire [32:0] \$142 ;
+  wire \$143 ;
+  wire \$144 ;
+  wire [32:0] \$145 ;
+  wire [32:0] \$146 ;
+  wire [15:0] \$147 ;
+  wire \$148 ;
+  wire [15:0] \$149 ;
+  wire [110:0] \$15 ;
+  wire \$150 ;
+  wire \$151 ;
+  wire \$152 ;
+  wire \$153 ;
+  wire \$154 ;
+  wire \$155 ;
+  wire [32:0] \$156 ;
   wire [32:0] \$157 ;
-  wire \$158 ;
-  wire \$159 ;
-  wire [32:0] \$16 ;
-  wire [32:0] \$160 ;
-  wire \$161 ;
-  wire \$162 ;
-  wire \$163 ;
-  wire \$164 ;
-  wire \$165 ;
-  wire \$166 ;
-  wire [32:0] \$167 ;
-  wire [32:0] \$168 ;
-  wire [15:0] \$169 ;
-  wire \$17 ;
-  wire [15:0] \$170 ;
-  wire [31:0] \$171 ;
+  wire [15:0] \$158 ;
+  wire [15:0] \$159 ;
+  wire \$16 ;
+  wire [31:0] \$160 ;
+  wire [32:0] \$161 ;
+  wire [32:0] \$162 ;
+  wire [33:0] \$163 ;
+  wire [34:0] \$164 ;
+  wire [65:0] \$165 ;
+  wire [67:0] \$166 ;
+  wire [46:0] \$167 ;
+  wire [64:0] \$168 ;
+  wire [63:0] \$169 ;
+  wire [110:0] \$17 ;
+  wire [20:0] \$170 ;
+  wire [63:0] \$171 ;
   wire [32:0] \$172 ;
-  wire [32:0] \$173 ;
-  wire [33:0] \$174 ;
-  wire [34:0] \$175 ;
-  wire [65:0] \$176 ;
-  wire [67:0] \$177 ;
-  wire [46:0] \$178 ;
-  wire [64:0] \$179 ;
-  wire \$18 ;
-  wire [63:0] \$180 ;
-  wire [32:0] \$181 ;
+  wire \$173 ;
+  wire \$174 ;
+  wire [32:0] \$175 ;
+  wire [32:0] \$176 ;
+  wire [15:0] \$177 ;
+  wire \$178 ;
+  wire [15:0] \$179 ;
+  wire [110:0] \$18 ;
+  wire \$180 ;
+  wire \$181 ;
   wire \$182 ;
   wire \$183 ;
-  wire [32:0] \$184 ;
+  wire \$184 ;
   wire \$185 ;
-  wire \$186 ;
-  wire \$187 ;
-  wire \$188 ;
-  wire \$189 ;
-  wire \$19 ;
-  wire \$190 ;
+  wire [32:0] \$186 ;
+  wire [32:0] \$187 ;
+  wire [15:0] \$188 ;
+  wire [15:0] \$189 ;
+  wire [111:0] \$19 ;
+  wire [31:0] \$190 ;
   wire [32:0] \$191 ;
   wire [32:0] \$192 ;
-  wire [15:0] \$193 ;
-  wire [15:0] \$194 ;
-  wire [31:0] \$195 ;
-  wire [32:0] \$196 ;
-  wire [32:0] \$197 ;
-  wire [33:0] \$198 ;
-  wire [34:0] \$199 ;
+  wire [33:0] \$193 ;
+  wire [34:0] \$194 ;
+  wire [65:0] \$195 ;
+  wire [67:0] \$196 ;
+  wire [46:0] \$197 ;
+  wire [64:0] \$198 ;
+  wire [63:0] \$199 ;
   wire \$2 ;
-  wire \$20 ;
-  wire [65:0] \$200 ;
-  wire [67:0] \$201 ;
-  wire [46:0] \$202 ;
-  wire [64:0] \$203 ;
-  wire [63:0] \$204 ;
+  wire [111:0] \$20 ;
+  wire [20:0] \$200 ;
+  wire [63:0] \$201 ;
+  wire [32:0] \$202 ;
+  wire \$203 ;
+  wire \$204 ;
   wire [32:0] \$205 ;
-  wire [63:0] \$206 ;
-  wire [110:0] \$207 ;
-  wire [110:0] \$208 ;
-  wire \$209 ;
-  wire \$21 ;
-  wire [47:0] \$210 ;
-  wire [47:0] \$211 ;
-  wire [32:0] \$212 ;
-  wire [32:0] \$213 ;
+  wire [32:0] \$206 ;
+  wire [15:0] \$207 ;
+  wire \$208 ;
+  wire [15:0] \$209 ;
+  wire [79:0] \$21 ;
+  wire \$210 ;
+  wire \$211 ;
+  wire \$212 ;
+  wire \$213 ;
   wire \$214 ;
-  wire [31:0] \$215 ;
-  wire \$216 ;
-  wire [31:0] \$217 ;
-  wire \$218 ;
-  wire [31:0] \$219 ;
-  wire \$22 ;
-  wire [32:0] \$220 ;
-  wire \$221 ;
-  wire \$222 ;
-  wire [7:0] \$223 ;
-  wire [79:0] \$224 ;
-  wire [80:0] \$225 ;
-  wire \$226 ;
-  wire [15:0] \$227 ;
-  wire [9:0] \$228 ;
-  wire [9:0] \$229 ;
-  wire [32:0] \$23 ;
-  wire \$230 ;
-  wire [9:0] \$231 ;
-  wire [9:0] \$232 ;
+  wire \$215 ;
+  wire [32:0] \$216 ;
+  wire [32:0] \$217 ;
+  wire [15:0] \$218 ;
+  wire [15:0] \$219 ;
+  wire [80:0] \$22 ;
+  wire [31:0] \$220 ;
+  wire [32:0] \$221 ;
+  wire [32:0] \$222 ;
+  wire [33:0] \$223 ;
+  wire [34:0] \$224 ;
+  wire [65:0] \$225 ;
+  wire [67:0] \$226 ;
+  wire [46:0] \$227 ;
+  wire [64:0] \$228 ;
+  wire [63:0] \$229 ;
+  wire \$23 ;
+  wire [20:0] \$230 ;
+  wire [63:0] \$231 ;
+  wire [32:0] \$232 ;
   wire \$233 ;
   wire \$234 ;
-  wire \$235 ;
-  wire [20:0] \$236 ;
-  wire \$237 ;
+  wire [32:0] \$235 ;
+  wire [32:0] \$236 ;
+  wire [15:0] \$237 ;
   wire \$238 ;
-  wire \$239 ;
-  wire [32:0] \$24 ;
-  wire [31:0] \$240 ;
-  wire [32:0] \$241 ;
+  wire [15:0] \$239 ;
+  wire \$24 ;
+  wire \$240 ;
+  wire \$241 ;
   wire \$242 ;
   wire \$243 ;
   wire \$244 ;
-  wire [7:0] \$245 ;
-  wire [7:0] \$246 ;
+  wire \$245 ;
+  wire [32:0] \$246 ;
   wire [32:0] \$247 ;
-  wire [32:0] \$248 ;
-  wire \$249 ;
-  wire [15:0] \$25 ;
+  wire [15:0] \$248 ;
+  wire [15:0] \$249 ;
+  wire [32:0] \$25 ;
   wire [31:0] \$250 ;
-  wire \$251 ;
-  wire [31:0] \$252 ;
-  wire \$253 ;
-  wire [31:0] \$254 ;
-  wire [32:0] \$255 ;
-  wire \$256 ;
-  wire \$257 ;
-  wire [7:0] \$258 ;
-  wire [79:0] \$259 ;
-  wire [15:0] \$26 ;
-  wire [80:0] \$260 ;
-  wire \$261 ;
-  wire [15:0] \$262 ;
-  wire [9:0] \$263 ;
-  wire [9:0] \$264 ;
-  wire \$265 ;
-  wire [9:0] \$266 ;
-  wire [9:0] \$267 ;
+  wire [32:0] \$251 ;
+  wire [32:0] \$252 ;
+  wire [33:0] \$253 ;
+  wire [34:0] \$254 ;
+  wire [65:0] \$255 ;
+  wire [67:0] \$256 ;
+  wire [46:0] \$257 ;
+  wire [64:0] \$258 ;
+  wire [63:0] \$259 ;
+  wire [32:0] \$26 ;
+  wire [20:0] \$260 ;
+  wire [63:0] \$261 ;
+  wire [32:0] \$262 ;
+  wire [63:0] \$263 ;
+  wire [32:0] \$264 ;
+  wire [32:0] \$265 ;
+  wire \$266 ;
+  wire [31:0] \$267 ;
   wire \$268 ;
-  wire \$269 ;
-  wire [31:0] \$27 ;
+  wire [31:0] \$269 ;
+  wire [15:0] \$27 ;
   wire \$270 ;
-  wire [20:0] \$271 ;
-  wire \$272 ;
+  wire [31:0] \$271 ;
+  wire [32:0] \$272 ;
   wire \$273 ;
   wire \$274 ;
-  wire [31:0] \$275 ;
-  wire [32:0] \$276 ;
-  wire \$277 ;
+  wire [7:0] \$275 ;
+  wire [9:0] \$276 ;
+  wire [9:0] \$277 ;
   wire \$278 ;
-  wire \$279 ;
-  wire [32:0] \$28 ;
-  wire [7:0] \$280 ;
-  wire [7:0] \$281 ;
-  wire [32:0] \$282 ;
-  wire [32:0] \$283 ;
+  wire [9:0] \$279 ;
+  wire \$28 ;
+  wire [9:0] \$280 ;
+  wire \$281 ;
+  wire \$282 ;
+  wire \$283 ;
   wire \$284 ;
-  wire [31:0] \$285 ;
+  wire \$285 ;
   wire \$286 ;
   wire [31:0] \$287 ;
-  wire \$288 ;
-  wire [31:0] \$289 ;
-  wire [32:0] \$29 ;
-  wire [32:0] \$290 ;
+  wire [32:0] \$288 ;
+  wire \$289 ;
+  wire [15:0] \$29 ;
+  wire \$290 ;
   wire \$291 ;
-  wire \$292 ;
+  wire [7:0] \$292 ;
   wire [7:0] \$293 ;
-  wire [79:0] \$294 ;
-  wire [80:0] \$295 ;
+  wire [32:0] \$294 ;
+  wire [32:0] \$295 ;
   wire \$296 ;
-  wire [15:0] \$297 ;
-  wire [9:0] \$298 ;
-  wire [9:0] \$299 ;
+  wire [31:0] \$297 ;
+  wire \$298 ;
+  wire [31:0] \$299 ;
   wire \$3 ;
-  wire [33:0] \$30 ;
+  wire \$30 ;
   wire \$300 ;
-  wire [9:0] \$301 ;
-  wire [9:0] \$302 ;
+  wire [31:0] \$301 ;
+  wire [32:0] \$302 ;
   wire \$303 ;
   wire \$304 ;
-  wire \$305 ;
-  wire [20:0] \$306 ;
-  wire \$307 ;
+  wire [7:0] \$305 ;
+  wire [9:0] \$306 ;
+  wire [9:0] \$307 ;
   wire \$308 ;
-  wire \$309 ;
-  wire [34:0] \$31 ;
-  wire [31:0] \$310 ;
-  wire [32:0] \$311 ;
+  wire [9:0] \$309 ;
+  wire \$31 ;
+  wire [9:0] \$310 ;
+  wire \$311 ;
   wire \$312 ;
   wire \$313 ;
   wire \$314 ;
-  wire [7:0] \$315 ;
-  wire [7:0] \$316 ;
-  wire [32:0] \$317 ;
+  wire \$315 ;
+  wire \$316 ;
+  wire [31:0] \$317 ;
   wire [32:0] \$318 ;
   wire \$319 ;
-  wire [65:0] \$32 ;
-  wire [31:0] \$320 ;
+  wire \$32 ;
+  wire \$320 ;
   wire \$321 ;
-  wire [31:0] \$322 ;
-  wire \$323 ;
-  wire [31:0] \$324 ;
+  wire [7:0] \$322 ;
+  wire [7:0] \$323 ;
+  wire [32:0] \$324 ;
   wire [32:0] \$325 ;
   wire \$326 ;
-  wire \$327 ;
-  wire [7:0] \$328 ;
-  wire [79:0] \$329 ;
-  wire [67:0] \$33 ;
-  wire [80:0] \$330 ;
-  wire \$331 ;
-  wire [15:0] \$332 ;
-  wire [9:0] \$333 ;
-  wire [9:0] \$334 ;
-  wire \$335 ;
+  wire [31:0] \$327 ;
+  wire \$328 ;
+  wire [31:0] \$329 ;
+  wire \$33 ;
+  wire \$330 ;
+  wire [31:0] \$331 ;
+  wire [32:0] \$332 ;
+  wire \$333 ;
+  wire \$334 ;
+  wire [7:0] \$335 ;
   wire [9:0] \$336 ;
   wire [9:0] \$337 ;
   wire \$338 ;
-  wire \$339 ;
-  wire [46:0] \$34 ;
-  wire \$340 ;
-  wire [20:0] \$341 ;
+  wire [9:0] \$339 ;
+  wire \$34 ;
+  wire [9:0] \$340 ;
+  wire \$341 ;
   wire \$342 ;
   wire \$343 ;
   wire \$344 ;
-  wire [31:0] \$345 ;
-  wire [32:0] \$346 ;
-  wire \$347 ;
-  wire \$348 ;
+  wire \$345 ;
+  wire \$346 ;
+  wire [31:0] \$347 ;
+  wire [32:0] \$348 ;
   wire \$349 ;
-  wire [64:0] \$35 ;
-  wire [7:0] \$350 ;
-  wire [7:0] \$351 ;
-  wire [32:0] \$352 ;
-  wire [32:0] \$353 ;
-  wire \$354 ;
-  wire [31:0] \$355 ;
+  wire \$35 ;
+  wire \$350 ;
+  wire \$351 ;
+  wire [7:0] \$352 ;
+  wire [7:0] \$353 ;
+  wire [32:0] \$354 ;
+  wire [32:0] \$355 ;
   wire \$356 ;
   wire [31:0] \$357 ;
   wire \$358 ;
   wire [31:0] \$359 ;
-  wire [63:0] \$36 ;
-  wire [32:0] \$360 ;
-  wire \$361 ;
-  wire \$362 ;
-  wire [7:0] \$363 ;
-  wire [79:0] \$364 ;
-  wire [80:0] \$365 ;
-  wire \$366 ;
-  wire [15:0] \$367 ;
-  wire [9:0] \$368 ;
+  wire [32:0] \$36 ;
+  wire \$360 ;
+  wire [31:0] \$361 ;
+  wire [32:0] \$362 ;
+  wire \$363 ;
+  wire \$364 ;
+  wire [7:0] \$365 ;
+  wire [9:0] \$366 ;
+  wire [9:0] \$367 ;
+  wire \$368 ;
   wire [9:0] \$369 ;
   wire [32:0] \$37 ;
-  wire \$370 ;
-  wire [9:0] \$371 ;
-  wire [9:0] \$372 ;
+  wire [9:0] \$370 ;
+  wire \$371 ;
+  wire \$372 ;
   wire \$373 ;
   wire \$374 ;
   wire \$375 ;
-  wire [20:0] \$376 ;
-  wire \$377 ;
-  wire \$378 ;
+  wire \$376 ;
+  wire [31:0] \$377 ;
+  wire [32:0] \$378 ;
   wire \$379 ;
-  wire \$38 ;
-  wire [31:0] \$380 ;
-  wire [32:0] \$381 ;
-  wire \$382 ;
-  wire \$383 ;
-  wire \$384 ;
-  wire [7:0] \$385 ;
-  wire [7:0] \$386 ;
-  wire [32:0] \$387 ;
-  wire [32:0] \$388 ;
-  wire \$389 ;
-  wire \$39 ;
-  wire [31:0] \$390 ;
-  wire \$391 ;
-  wire [31:0] \$392 ;
+  wire [15:0] \$38 ;
+  wire \$380 ;
+  wire \$381 ;
+  wire [7:0] \$382 ;
+  wire [7:0] \$383 ;
+  wire [32:0] \$384 ;
+  wire [32:0] \$385 ;
+  wire \$386 ;
+  wire [31:0] \$387 ;
+  wire \$388 ;
+  wire [31:0] \$389 ;
+  wire [15:0] \$39 ;
+  wire \$390 ;
+  wire [31:0] \$391 ;
+  wire [32:0] \$392 ;
   wire \$393 ;
-  wire [31:0] \$394 ;
-  wire [32:0] \$395 ;
-  wire \$396 ;
-  wire \$397 ;
-  wire [7:0] \$398 ;
-  wire [79:0] \$399 ;
+  wire \$394 ;
+  wire [7:0] \$395 ;
+  wire [9:0] \$396 ;
+  wire [9:0] \$397 ;
+  wire \$398 ;
+  wire [9:0] \$399 ;
   wire \$4 ;
-  wire [32:0] \$40 ;
-  wire [80:0] \$400 ;
+  wire [31:0] \$40 ;
+  wire [9:0] \$400 ;
   wire \$401 ;
-  wire [15:0] \$402 ;
-  wire [9:0] \$403 ;
-  wire [9:0] \$404 ;
+  wire \$402 ;
+  wire \$403 ;
+  wire \$404 ;
   wire \$405 ;
-  wire [9:0] \$406 ;
-  wire [9:0] \$407 ;
-  wire \$408 ;
+  wire \$406 ;
+  wire [31:0] \$407 ;
+  wire [32:0] \$408 ;
   wire \$409 ;
-  wire \$41 ;
+  wire [32:0] \$41 ;
   wire \$410 ;
-  wire [20:0] \$411 ;
-  wire \$412 ;
-  wire \$413 ;
-  wire \$414 ;
-  wire [31:0] \$415 ;
-  wire [32:0] \$416 ;
-  wire \$417 ;
+  wire \$411 ;
+  wire [7:0] \$412 ;
+  wire [7:0] \$413 ;
+  wire [32:0] \$414 ;
+  wire [32:0] \$415 ;
+  wire \$416 ;
+  wire [31:0] \$417 ;
   wire \$418 ;
-  wire \$419 ;
-  wire \$42 ;
-  wire [7:0] \$420 ;
-  wire [7:0] \$421 ;
+  wire [31:0] \$419 ;
+  wire [32:0] \$42 ;
+  wire \$420 ;
+  wire [31:0] \$421 ;
   wire [32:0] \$422 ;
-  wire [32:0] \$423 ;
+  wire \$423 ;
   wire \$424 ;
-  wire [31:0] \$425 ;
-  wire \$426 ;
-  wire [31:0] \$427 ;
+  wire [7:0] \$425 ;
+  wire [9:0] \$426 ;
+  wire [9:0] \$427 ;
   wire \$428 ;
-  wire [31:0] \$429 ;
-  wire \$43 ;
-  wire [32:0] \$430 ;
+  wire [9:0] \$429 ;
+  wire [33:0] \$43 ;
+  wire [9:0] \$430 ;
   wire \$431 ;
   wire \$432 ;
-  wire [7:0] \$433 ;
-  wire [79:0] \$434 ;
-  wire [80:0] \$435 ;
+  wire \$433 ;
+  wire \$434 ;
+  wire \$435 ;
   wire \$436 ;
-  wire [15:0] \$437 ;
-  wire [9:0] \$438 ;
-  wire [9:0] \$439 ;
-  wire \$44 ;
+  wire [31:0] \$437 ;
+  wire [32:0] \$438 ;
+  wire \$439 ;
+  wire [34:0] \$44 ;
   wire \$440 ;
-  wire [9:0] \$441 ;
-  wire [9:0] \$442 ;
-  wire \$443 ;
-  wire \$444 ;
-  wire \$445 ;
-  wire [20:0] \$446 ;
-  wire \$447 ;
+  wire \$441 ;
+  wire [7:0] \$442 ;
+  wire [7:0] \$443 ;
+  wire [32:0] \$444 ;
+  wire [32:0] \$445 ;
+  wire \$446 ;
+  wire [31:0] \$447 ;
   wire \$448 ;
-  wire \$449 ;
-  wire \$45 ;
-  wire [31:0] \$450 ;
-  wire [32:0] \$451 ;
-  wire \$452 ;
+  wire [31:0] \$449 ;
+  wire [65:0] \$45 ;
+  wire \$450 ;
+  wire [31:0] \$451 ;
+  wire [32:0] \$452 ;
   wire \$453 ;
   wire \$454 ;
   wire [7:0] \$455 ;
-  wire [7:0] \$456 ;
-  wire [32:0] \$457 ;
-  wire [32:0] \$458 ;
-  wire \$459 ;
-  wire \$46 ;
-  wire [31:0] \$460 ;
+  wire [9:0] \$456 ;
+  wire [9:0] \$457 ;
+  wire \$458 ;
+  wire [9:0] \$459 ;
+  wire [67:0] \$46 ;
+  wire [9:0] \$460 ;
   wire \$461 ;
-  wire [31:0] \$462 ;
+  wire \$462 ;
   wire \$463 ;
-  wire [31:0] \$464 ;
-  wire [32:0] \$465 ;
+  wire \$464 ;
+  wire \$465 ;
   wire \$466 ;
-  wire \$467 ;
-  wire [7:0] \$468 ;
-  wire [79:0] \$469 ;
-  wire [32:0] \$47 ;
-  wire [80:0] \$470 ;
+  wire [31:0] \$467 ;
+  wire [32:0] \$468 ;
+  wire \$469 ;
+  wire [46:0] \$47 ;
+  wire \$470 ;
   wire \$471 ;
-  wire [15:0] \$472 ;
-  wire [9:0] \$473 ;
-  wire [9:0] \$474 ;
-  wire \$475 ;
-  wire [9:0] \$476 ;
-  wire [9:0] \$477 ;
+  wire [7:0] \$472 ;
+  wire [7:0] \$473 ;
+  wire [32:0] \$474 ;
+  wire [32:0] \$475 ;
+  wire \$476 ;
+  wire [31:0] \$477 ;
   wire \$478 ;
-  wire \$479 ;
-  wire [32:0] \$48 ;
+  wire [31:0] \$479 ;
+  wire [64:0] \$48 ;
   wire \$480 ;
-  wire [20:0] \$481 ;
-  wire \$482 ;
+  wire [31:0] \$481 ;
+  wire [32:0] \$482 ;
   wire \$483 ;
   wire \$484 ;
-  wire [31:0] \$485 ;
-  wire [32:0] \$486 ;
-  wire \$487 ;
+  wire [7:0] \$485 ;
+  wire [9:0] \$486 ;
+  wire [9:0] \$487 ;
   wire \$488 ;
-  wire \$489 ;
-  wire [15:0] \$49 ;
-  wire [7:0] \$490 ;
-  wire [7:0] \$491 ;
-  wire [1:0] \$492 ;
-  wire [2:0] \$493 ;
-  wire [3:0] \$494 ;
-  wire [4:0] \$495 ;
-  wire [5:0] \$496 ;
-  wire [6:0] \$497 ;
-  wire [7:0] \$498 ;
-  wire [1:0] \$499 ;
+  wire [9:0] \$489 ;
+  wire [63:0] \$49 ;
+  wire [9:0] \$490 ;
+  wire \$491 ;
+  wire \$492 ;
+  wire \$493 ;
+  wire \$494 ;
+  wire \$495 ;
+  wire \$496 ;
+  wire [31:0] \$497 ;
+  wire [32:0] \$498 ;
+  wire \$499 ;
   wire \$5 ;
-  wire [15:0] \$50 ;
-  wire [2:0] \$500 ;
-  wire [3:0] \$501 ;
-  wire [4:0] \$502 ;
-  wire [5:0] \$503 ;
-  wire [6:0] \$504 ;
-  wire [7:0] \$505 ;
-  wire [1:0] \$506 ;
-  wire [2:0] \$507 ;
-  wire [3:0] \$508 ;
-  wire [4:0] \$509 ;
-  wire [31:0] \$51 ;
-  wire [5:0] \$510 ;
-  wire [6:0] \$511 ;
-  wire [7:0] \$512 ;
-  reg [10:0] \$513 ;
-  reg [10:0] \$514 ;
-  reg [10:0] \$515 ;
-  reg [10:0] \$516 ;
-  reg [10:0] \$517 ;
-  reg [10:0] \$518 ;
-  reg [10:0] \$519 ;
+  wire [20:0] \$50 ;
+  wire \$500 ;
+  wire \$501 ;
+  wire [7:0] \$502 ;
+  wire [7:0] \$503 ;
+  wire [1:0] \$504 ;
+  wire [2:0] \$505 ;
+  wire [3:0] \$506 ;
+  wire [4:0] \$507 ;
+  wire [5:0] \$508 ;
+  wire [6:0] \$509 ;
+  wire [63:0] \$51 ;
+  wire [7:0] \$510 ;
+  wire [1:0] \$511 ;
+  wire [2:0] \$512 ;
+  wire [3:0] \$513 ;
+  wire [4:0] \$514 ;
+  wire [5:0] \$515 ;
+  wire [6:0] \$516 ;
+  wire [7:0] \$517 ;
+  wire [1:0] \$518 ;
+  wire [2:0] \$519 ;
   wire [32:0] \$52 ;
-  reg [10:0] \$520 ;
-  reg [255:0] \$521 ;
-  wire [32:0] \$53 ;
-  wire [33:0] \$54 ;
-  wire [34:0] \$55 ;
-  wire [65:0] \$56 ;
-  wire [67:0] \$57 ;
-  wire [46:0] \$58 ;
-  wire [64:0] \$59 ;
+  wire [3:0] \$520 ;
+  wire [4:0] \$521 ;
+  wire [5:0] \$522 ;
+  wire [6:0] \$523 ;
+  wire [7:0] \$524 ;
+  reg [10:0] \$525 ;
+  reg [10:0] \$526 ;
+  reg [10:0] \$527 ;
+  reg [10:0] \$528 ;
+  reg [10:0] \$529 ;
+  wire \$53 ;
+  reg [10:0] \$530 ;
+  reg [10:0] \$531 ;
+  reg [10:0] \$532 ;
+  reg [10:0] \$533 ;
+  reg [10:0] \$534 ;
+  reg [10:0] \$535 ;
+  reg [255:0] \$536 ;
+  wire \$54 ;
+  wire [32:0] \$55 ;
+  wire [32:0] \$56 ;
+  wire [15:0] \$57 ;
+  wire \$58 ;
+  wire [15:0] \$59 ;
   wire \$6 ;
-  wire [63:0] \$60 ;
-  wire [32:0] \$61 ;
+  wire \$60 ;
+  wire \$61 ;
   wire \$62 ;
   wire \$63 ;
-  wire [32:0] \$64 ;
+  wire \$64 ;
   wire \$65 ;
-  wire \$66 ;
-  wire \$67 ;
-  wire \$68 ;
-  wire \$69 ;
+  wire [32:0] \$66 ;
+  wire [32:0] \$67 ;
+  wire [15:0] \$68 ;
+  wire [15:0] \$69 ;
   wire \$7 ;
-  wire \$70 ;
+  wire [31:0] \$70 ;
   wire [32:0] \$71 ;
   wire [32:0] \$72 ;
-  wire [15:0] \$73 ;
-  wire [15:0] \$74 ;
-  wire [31:0] \$75 ;
-  wire [32:0] \$76 ;
-  wire [32:0] \$77 ;
-  wire [33:0] \$78 ;
-  wire [34:0] \$79 ;
+  wire [33:0] \$73 ;
+  wire [34:0] \$74 ;
+  wire [65:0] \$75 ;
+  wire [67:0] \$76 ;
+  wire [46:0] \$77 ;
+  wire [64:0] \$78 ;
+  wire [63:0] \$79 ;
   wire \$8 ;
-  wire [65:0] \$80 ;
-  wire [67:0] \$81 ;
-  wire [46:0] \$82 ;
-  wire [64:0] \$83 ;
-  wire [63:0] \$84 ;
+  wire [20:0] \$80 ;
+  wire [63:0] \$81 ;
+  wire [32:0] \$82 ;
+  wire \$83 ;
+  wire \$84 ;
   wire [32:0] \$85 ;
-  wire \$86 ;
-  wire \$87 ;
-  wire [32:0] \$88 ;
-  wire \$89 ;
+  wire [32:0] \$86 ;
+  wire [15:0] \$87 ;
+  wire \$88 ;
+  wire [15:0] \$89 ;
   wire \$9 ;
   wire \$90 ;
   wire \$91 ;
   wire \$92 ;
   wire \$93 ;
   wire \$94 ;
-  wire [32:0] \$95 ;
+  wire \$95 ;
   wire [32:0] \$96 ;
-  wire [15:0] \$97 ;
+  wire [32:0] \$97 ;
   wire [15:0] \$98 ;
-  wire [31:0] \$99 ;
+  wire [15:0] \$99 ;
   input [255:0] a;
   wire [255:0] a;
+  reg [31:0] a1_0 = 32'd0;
+  reg [31:0] a1_1 = 32'd0;
+  reg [31:0] a1_2 = 32'd0;
+  reg [31:0] a1_3 = 32'd0;
+  reg [31:0] a1_4 = 32'd0;
+  reg [31:0] a1_5 = 32'd0;
+  reg [31:0] a1_6 = 32'd0;
+  reg [31:0] a1_7 = 32'd0;
   wire [31:0] \a[0] ;
   wire [31:0] \a[1] ;
   wire [31:0] \a[2] ;
@@ -16727,6 +16907,14 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   reg [32:0] alu7;
   input [255:0] b;
   wire [255:0] b;
+  reg [31:0] b1_0 = 32'd0;
+  reg [31:0] b1_1 = 32'd0;
+  reg [31:0] b1_2 = 32'd0;
+  reg [31:0] b1_3 = 32'd0;
+  reg [31:0] b1_4 = 32'd0;
+  reg [31:0] b1_5 = 32'd0;
+  reg [31:0] b1_6 = 32'd0;
+  reg [31:0] b1_7 = 32'd0;
   wire [31:0] \b[0] ;
   wire [31:0] \b[1] ;
   wire [31:0] \b[2] ;
@@ -16735,22 +16923,6 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   wire [31:0] \b[5] ;
   wire [31:0] \b[6] ;
   wire [31:0] \b[7] ;
-  reg [15:0] base3_0 = 16'h0000;
-  reg [15:0] base3_1 = 16'h0000;
-  reg [15:0] base3_2 = 16'h0000;
-  reg [15:0] base3_3 = 16'h0000;
-  reg [15:0] base3_4 = 16'h0000;
-  reg [15:0] base3_5 = 16'h0000;
-  reg [15:0] base3_6 = 16'h0000;
-  reg [15:0] base3_7 = 16'h0000;
-  reg [15:0] base4_0 = 16'h0000;
-  reg [15:0] base4_1 = 16'h0000;
-  reg [15:0] base4_2 = 16'h0000;
-  reg [15:0] base4_3 = 16'h0000;
-  reg [15:0] base4_4 = 16'h0000;
-  reg [15:0] base4_5 = 16'h0000;
-  reg [15:0] base4_6 = 16'h0000;
-  reg [15:0] base4_7 = 16'h0000;
   reg [15:0] base5_0 = 16'h0000;
   reg [15:0] base5_1 = 16'h0000;
   reg [15:0] base5_2 = 16'h0000;
@@ -16775,6 +16947,22 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   reg [15:0] base7_5 = 16'h0000;
   reg [15:0] base7_6 = 16'h0000;
   reg [15:0] base7_7 = 16'h0000;
+  reg [15:0] base8_0 = 16'h0000;
+  reg [15:0] base8_1 = 16'h0000;
+  reg [15:0] base8_2 = 16'h0000;
+  reg [15:0] base8_3 = 16'h0000;
+  reg [15:0] base8_4 = 16'h0000;
+  reg [15:0] base8_5 = 16'h0000;
+  reg [15:0] base8_6 = 16'h0000;
+  reg [15:0] base8_7 = 16'h0000;
+  reg [15:0] base9_0 = 16'h0000;
+  reg [15:0] base9_1 = 16'h0000;
+  reg [15:0] base9_2 = 16'h0000;
+  reg [15:0] base9_3 = 16'h0000;
+  reg [15:0] base9_4 = 16'h0000;
+  reg [15:0] base9_5 = 16'h0000;
+  reg [15:0] base9_6 = 16'h0000;
+  reg [15:0] base9_7 = 16'h0000;
   input clk;
   wire clk;
   reg [10:0] ctl1 = 11'h000;
@@ -16784,6 +16972,20 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   wire \ctl1.raw ;
   wire [5:0] \ctl1.shift ;
   wire \ctl1.valid ;
+  reg [10:0] ctl10 = 11'h000;
+  wire \ctl10.clamp ;
+  wire \ctl10.d_acc ;
+  wire \ctl10.lut ;
+  wire \ctl10.raw ;
+  wire [5:0] \ctl10.shift ;
+  wire \ctl10.valid ;
+  reg [10:0] ctl11 = 11'h000;
+  wire \ctl11.clamp ;
+  wire \ctl11.d_acc ;
+  wire \ctl11.lut ;
+  wire \ctl11.raw ;
+  wire [5:0] \ctl11.shift ;
+  wire \ctl11.valid ;
   reg [10:0] ctl2 = 11'h000;
   wire \ctl2.clamp ;
   wire \ctl2.d_acc ;
@@ -16833,6 +17035,13 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   wire \ctl8.raw ;
   wire [5:0] \ctl8.shift ;
   wire \ctl8.valid ;
+  reg [10:0] ctl9 = 11'h000;
+  wire \ctl9.clamp ;
+  wire \ctl9.d_acc ;
+  wire \ctl9.lut ;
+  wire \ctl9.raw ;
+  wire [5:0] \ctl9.shift ;
+  wire \ctl9.valid ;
   input d_acc;
   wire d_acc;
   wire [16:0] diff0;
@@ -16843,24 +17052,24 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   wire [16:0] diff5;
   wire [16:0] diff6;
   wire [16:0] diff7;
-  reg [15:0] f2_0 = 16'h0000;
-  reg [15:0] f2_1 = 16'h0000;
-  reg [15:0] f2_2 = 16'h0000;
-  reg [15:0] f2_3 = 16'h0000;
-  reg [15:0] f2_4 = 16'h0000;
-  reg [15:0] f2_5 = 16'h0000;
-  reg [15:0] f2_6 = 16'h0000;
-  reg [15:0] f2_7 = 16'h0000;
-  wire [15:0] frac0;
-  wire [15:0] frac1;
-  wire [15:0] frac2;
-  wire [15:0] frac3;
-  wire [15:0] frac4;
-  wire [15:0] frac5;
-  wire [15:0] frac6;
-  wire [15:0] frac7;
-  wire [46:0] half;
-  wire [46:0] half_neg;
+  reg [15:0] f4_0 = 16'h0000;
+  reg [15:0] f4_1 = 16'h0000;
+  reg [15:0] f4_2 = 16'h0000;
+  reg [15:0] f4_3 = 16'h0000;
+  reg [15:0] f4_4 = 16'h0000;
+  reg [15:0] f4_5 = 16'h0000;
+  reg [15:0] f4_6 = 16'h0000;
+  reg [15:0] f4_7 = 16'h0000;
+  reg [15:0] frac3_0 = 16'h0000;
+  reg [15:0] frac3_1 = 16'h0000;
+  reg [15:0] frac3_2 = 16'h0000;
+  reg [15:0] frac3_3 = 16'h0000;
+  reg [15:0] frac3_4 = 16'h0000;
+  reg [15:0] frac3_5 = 16'h0000;
+  reg [15:0] frac3_6 = 16'h0000;
+  reg [15:0] frac3_7 = 16'h0000;
+  reg [46:0] half = 47'h000000000000;
+  reg [46:0] half_neg = 47'h000000000000;
   reg [33:0] hh0 = 34'h000000000;
   reg [33:0] hh1 = 34'h000000000;
   reg [33:0] hh2 = 34'h000000000;
@@ -16869,24 +17078,25 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   reg [33:0] hh5 = 34'h000000000;
   reg [33:0] hh6 = 34'h000000000;
   reg [33:0] hh7 = 34'h000000000;
-  reg hit2_0 = 1'h0;
-  reg hit2_1 = 1'h0;
-  reg hit2_2 = 1'h0;
-  reg hit2_3 = 1'h0;
-  reg hit2_4 = 1'h0;
-  reg hit2_5 = 1'h0;
-  reg hit2_6 = 1'h0;
-  reg hit2_7 = 1'h0;
+  reg hit4_0 = 1'h0;
+  reg hit4_1 = 1'h0;
+  reg hit4_2 = 1'h0;
+  reg hit4_3 = 1'h0;
+  reg hit4_4 = 1'h0;
+  reg hit4_5 = 1'h0;
+  reg hit4_6 = 1'h0;
+  reg hit4_7 = 1'h0;
   wire [3:0] hits;
   (* init = 4'h0 *)
-  wire [3:0] \hits$400 ;
-  reg [3:0] hits3 = 4'h0;
-  reg [3:0] hits4 = 4'h0;
+  wire [3:0] \hits$435 ;
+  reg [3:0] hits10 = 4'h0;
+  output [3:0] hits11;
+  reg [3:0] hits11 = 4'h0;
   reg [3:0] hits5 = 4'h0;
   reg [3:0] hits6 = 4'h0;
   reg [3:0] hits7 = 4'h0;
-  output [3:0] hits8;
   reg [3:0] hits8 = 4'h0;
+  reg [3:0] hits9 = 4'h0;
   reg [33:0] hl0 = 34'h000000000;
   reg [33:0] hl1 = 34'h000000000;
   reg [33:0] hl2 = 34'h000000000;
@@ -16897,9 +17107,11 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   reg [33:0] hl7 = 34'h000000000;
   input [31:0] imm;
   wire [31:0] imm;
+  reg [31:0] imm1 = 32'd0;
   input [31:0] imm2;
   wire [31:0] imm2;
   reg [31:0] imm2_1 = 32'd0;
+  reg [31:0] imm2_2 = 32'd0;
   wire [7:0] index0;
   wire [7:0] index1;
   wire [7:0] index2;
@@ -16924,14 +17136,7 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   reg [31:0] ll5 = 32'd0;
   reg [31:0] ll6 = 32'd0;
   reg [31:0] ll7 = 32'd0;
-  wire [15:0] mask0;
-  wire [15:0] mask1;
-  wire [15:0] mask2;
-  wire [15:0] mask3;
-  wire [15:0] mask4;
-  wire [15:0] mask5;
-  wire [15:0] mask6;
-  wire [15:0] mask7;
+  reg [15:0] mask2 = 16'h0000;
   output [255:0] out;
   reg [255:0] out = 256'h0000000000000000000000000000000000000000000000000000000000000000;
   wire [31:0] \out[0] ;
@@ -16946,93 +17151,94 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   wire over0;
   wire over1;
   wire over2;
-  reg over2_0 = 1'h0;
-  reg \over2_0$29  = 1'h0;
-  reg over2_1 = 1'h0;
-  reg \over2_1$64  = 1'h0;
-  reg over2_2 = 1'h0;
-  reg \over2_2$96  = 1'h0;
-  reg over2_3 = 1'h0;
-  reg \over2_3$128  = 1'h0;
-  reg over2_4 = 1'h0;
-  reg \over2_4$160  = 1'h0;
-  reg over2_5 = 1'h0;
-  reg \over2_5$192  = 1'h0;
-  reg over2_6 = 1'h0;
-  reg \over2_6$224  = 1'h0;
-  reg over2_7 = 1'h0;
-  reg \over2_7$256  = 1'h0;
   wire over3;
   wire over4;
+  reg over4_0 = 1'h0;
+  reg \over4_0$47  = 1'h0;
+  reg over4_1 = 1'h0;
+  reg \over4_1$86  = 1'h0;
+  reg over4_2 = 1'h0;
+  reg \over4_2$124  = 1'h0;
+  reg over4_3 = 1'h0;
+  reg \over4_3$162  = 1'h0;
+  reg over4_4 = 1'h0;
+  reg \over4_4$200  = 1'h0;
+  reg over4_5 = 1'h0;
+  reg \over4_5$238  = 1'h0;
+  reg over4_6 = 1'h0;
+  reg \over4_6$276  = 1'h0;
+  reg over4_7 = 1'h0;
+  reg \over4_7$314  = 1'h0;
   wire over5;
   wire over6;
   wire over7;
   (* init = 4'h0 *)
   wire [3:0] overflows;
   wire [3:0] overs;
-  reg [3:0] overs3 = 4'h0;
-  reg [3:0] overs4 = 4'h0;
+  reg [3:0] overs10 = 4'h0;
+  output [3:0] overs11;
+  reg [3:0] overs11 = 4'h0;
   reg [3:0] overs5 = 4'h0;
   reg [3:0] overs6 = 4'h0;
   reg [3:0] overs7 = 4'h0;
-  output [3:0] overs8;
   reg [3:0] overs8 = 4'h0;
-  reg [63:0] p5_0 = 64'h0000000000000000;
-  reg [63:0] p5_1 = 64'h0000000000000000;
-  reg [63:0] p5_2 = 64'h0000000000000000;
-  reg [63:0] p5_3 = 64'h0000000000000000;
-  reg [63:0] p5_4 = 64'h0000000000000000;
-  reg [63:0] p5_5 = 64'h0000000000000000;
-  reg [63:0] p5_6 = 64'h0000000000000000;
-  reg [63:0] p5_7 = 64'h0000000000000000;
-  reg [63:0] q6_0 = 64'h0000000000000000;
-  reg [63:0] q6_1 = 64'h0000000000000000;
-  reg [63:0] q6_2 = 64'h0000000000000000;
-  reg [63:0] q6_3 = 64'h0000000000000000;
-  reg [63:0] q6_4 = 64'h0000000000000000;
-  reg [63:0] q6_5 = 64'h0000000000000000;
-  reg [63:0] q6_6 = 64'h0000000000000000;
-  reg [63:0] q6_7 = 64'h0000000000000000;
-  reg [63:0] r7_0 = 64'h0000000000000000;
-  reg [63:0] r7_1 = 64'h0000000000000000;
-  reg [63:0] r7_2 = 64'h0000000000000000;
-  reg [63:0] r7_3 = 64'h0000000000000000;
-  reg [63:0] r7_4 = 64'h0000000000000000;
-  reg [63:0] r7_5 = 64'h0000000000000000;
-  reg [63:0] r7_6 = 64'h0000000000000000;
-  reg [63:0] r7_7 = 64'h0000000000000000;
+  reg [3:0] overs9 = 4'h0;
+  reg [63:0] p7_0 = 64'h0000000000000000;
+  reg [63:0] p7_1 = 64'h0000000000000000;
+  reg [63:0] p7_2 = 64'h0000000000000000;
+  reg [63:0] p7_3 = 64'h0000000000000000;
+  reg [63:0] p7_4 = 64'h0000000000000000;
+  reg [63:0] p7_5 = 64'h0000000000000000;
+  reg [63:0] p7_6 = 64'h0000000000000000;
+  reg [63:0] p7_7 = 64'h0000000000000000;
+  reg [63:0] q8_0 = 64'h0000000000000000;
+  reg [63:0] q8_1 = 64'h0000000000000000;
+  reg [63:0] q8_2 = 64'h0000000000000000;
+  reg [63:0] q8_3 = 64'h0000000000000000;
+  reg [63:0] q8_4 = 64'h0000000000000000;
+  reg [63:0] q8_5 = 64'h0000000000000000;
+  reg [63:0] q8_6 = 64'h0000000000000000;
+  reg [63:0] q8_7 = 64'h0000000000000000;
+  reg [63:0] r9_0 = 64'h0000000000000000;
+  reg [63:0] r9_1 = 64'h0000000000000000;
+  reg [63:0] r9_2 = 64'h0000000000000000;
+  reg [63:0] r9_3 = 64'h0000000000000000;
+  reg [63:0] r9_4 = 64'h0000000000000000;
+  reg [63:0] r9_5 = 64'h0000000000000000;
+  reg [63:0] r9_6 = 64'h0000000000000000;
+  reg [63:0] r9_7 = 64'h0000000000000000;
   wire [7:0] read__addr;
-  wire [7:0] \read__addr$314 ;
-  wire [7:0] \read__addr$322 ;
-  wire [7:0] \read__addr$326 ;
-  wire [7:0] \read__addr$334 ;
-  wire [7:0] \read__addr$338 ;
-  wire [7:0] \read__addr$346 ;
-  wire [7:0] \read__addr$350 ;
-  wire [7:0] \read__addr$358 ;
-  wire [7:0] \read__addr$362 ;
-  wire [7:0] \read__addr$370 ;
-  wire [7:0] \read__addr$374 ;
-  wire [7:0] \read__addr$382 ;
-  wire [7:0] \read__addr$386 ;
+  wire [7:0] \read__addr$371 ;
+  wire [7:0] \read__addr$376 ;
+  wire [7:0] \read__addr$380 ;
+  wire [7:0] \read__addr$385 ;
+  wire [7:0] \read__addr$389 ;
   wire [7:0] \read__addr$394 ;
   wire [7:0] \read__addr$398 ;
+  wire [7:0] \read__addr$403 ;
+  wire [7:0] \read__addr$407 ;
+  wire [7:0] \read__addr$412 ;
+  wire [7:0] \read__addr$416 ;
+  wire [7:0] \read__addr$421 ;
+  wire [7:0] \read__addr$425 ;
+  wire [7:0] \read__addr$430 ;
+  wire [7:0] \read__addr$434 ;
   wire [15:0] read__data;
-  wire [15:0] \read__data$101 ;
-  wire [15:0] \read__data$102 ;
-  wire [15:0] \read__data$133 ;
-  wire [15:0] \read__data$134 ;
-  wire [15:0] \read__data$165 ;
-  wire [15:0] \read__data$166 ;
-  wire [15:0] \read__data$197 ;
-  wire [15:0] \read__data$198 ;
-  wire [15:0] \read__data$229 ;
-  wire [15:0] \read__data$230 ;
-  wire [15:0] \read__data$261 ;
-  wire [15:0] \read__data$262 ;
-  wire [15:0] \read__data$35 ;
-  wire [15:0] \read__data$69 ;
-  wire [15:0] \read__data$70 ;
+  wire [15:0] \read__data$129 ;
+  wire [15:0] \read__data$130 ;
+  wire [15:0] \read__data$167 ;
+  wire [15:0] \read__data$168 ;
+  wire [15:0] \read__data$205 ;
+  wire [15:0] \read__data$206 ;
+  wire [15:0] \read__data$243 ;
+  wire [15:0] \read__data$244 ;
+  wire [15:0] \read__data$281 ;
+  wire [15:0] \read__data$282 ;
+  wire [15:0] \read__data$319 ;
+  wire [15:0] \read__data$320 ;
+  wire [15:0] \read__data$53 ;
+  wire [15:0] \read__data$91 ;
+  wire [15:0] \read__data$92 ;
   input rst;
   wire rst;
   reg [31:0] sat0;
@@ -17043,117 +17249,112 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   reg [31:0] sat5;
   reg [31:0] sat6;
   reg [31:0] sat7;
-  wire [32:0] scaled0;
-  wire [32:0] scaled1;
-  wire [32:0] scaled2;
-  wire [32:0] scaled3;
-  wire [32:0] scaled4;
-  wire [32:0] scaled5;
-  wire [32:0] scaled6;
-  wire [32:0] scaled7;
+  reg [32:0] scaled3_0 = 33'h000000000;
+  reg [32:0] scaled3_1 = 33'h000000000;
+  reg [32:0] scaled3_2 = 33'h000000000;
+  reg [32:0] scaled3_3 = 33'h000000000;
+  reg [32:0] scaled3_4 = 33'h000000000;
+  reg [32:0] scaled3_5 = 33'h000000000;
+  reg [32:0] scaled3_6 = 33'h000000000;
+  reg [32:0] scaled3_7 = 33'h000000000;
   input [5:0] shift;
   wire [5:0] shift;
+  reg [5:0] shift1 = 6'h00;
   wire [32:0] shl_y;
   wire [15:0] table_data;
   input [8:0] table_index;
   wire [8:0] table_index;
   input table_we;
   wire table_we;
-  wire under0;
-  wire under1;
-  wire under2;
-  reg under2_0 = 1'h0;
-  reg under2_1 = 1'h0;
-  reg under2_2 = 1'h0;
-  reg under2_3 = 1'h0;
-  reg under2_4 = 1'h0;
-  reg under2_5 = 1'h0;
-  reg under2_6 = 1'h0;
-  reg under2_7 = 1'h0;
-  wire under3;
-  wire under4;
-  wire under5;
-  wire under6;
-  wire under7;
+  reg under3_0 = 1'h0;
+  reg under3_1 = 1'h0;
+  reg under3_2 = 1'h0;
+  reg under3_3 = 1'h0;
+  reg under3_4 = 1'h0;
+  reg under3_5 = 1'h0;
+  reg under3_6 = 1'h0;
+  reg under3_7 = 1'h0;
+  reg under4_0 = 1'h0;
+  reg under4_1 = 1'h0;
+  reg under4_2 = 1'h0;
+  reg under4_3 = 1'h0;
+  reg under4_4 = 1'h0;
+  reg under4_5 = 1'h0;
+  reg under4_6 = 1'h0;
+  reg under4_7 = 1'h0;
   (* init = 4'h0 *)
   wire [3:0] underflows;
   wire [3:0] unders;
-  reg [3:0] unders3 = 4'h0;
-  reg [3:0] unders4 = 4'h0;
+  reg [3:0] unders10 = 4'h0;
+  output [3:0] unders11;
+  reg [3:0] unders11 = 4'h0;
   reg [3:0] unders5 = 4'h0;
   reg [3:0] unders6 = 4'h0;
   reg [3:0] unders7 = 4'h0;
-  output [3:0] unders8;
   reg [3:0] unders8 = 4'h0;
+  reg [3:0] unders9 = 4'h0;
   input valid;
   wire valid;
-  wire [63:0] value0;
-  wire [63:0] value1;
-  wire [63:0] value2;
-  wire [63:0] value3;
-  wire [63:0] value4;
-  wire [63:0] value5;
-  wire [63:0] value6;
-  wire [63:0] value7;
+  reg [63:0] value10_0 = 64'h0000000000000000;
+  reg [63:0] value10_1 = 64'h0000000000000000;
+  reg [63:0] value10_2 = 64'h0000000000000000;
+  reg [63:0] value10_3 = 64'h0000000000000000;
+  reg [63:0] value10_4 = 64'h0000000000000000;
+  reg [63:0] value10_5 = 64'h0000000000000000;
+  reg [63:0] value10_6 = 64'h0000000000000000;
+  reg [63:0] value10_7 = 64'h0000000000000000;
   input [3:0] vop;
   wire [3:0] vop;
+  reg [3:0] vop1 = 4'h0;
   wire [7:0] write__addr;
-  wire [7:0] \write__addr$311 ;
-  wire [7:0] \write__addr$319 ;
-  wire [7:0] \write__addr$323 ;
-  wire [7:0] \write__addr$331 ;
-  wire [7:0] \write__addr$335 ;
-  wire [7:0] \write__addr$343 ;
-  wire [7:0] \write__addr$347 ;
-  wire [7:0] \write__addr$355 ;
-  wire [7:0] \write__addr$359 ;
-  wire [7:0] \write__addr$367 ;
-  wire [7:0] \write__addr$371 ;
-  wire [7:0] \write__addr$379 ;
-  wire [7:0] \write__addr$383 ;
+  wire [7:0] \write__addr$368 ;
+  wire [7:0] \write__addr$373 ;
+  wire [7:0] \write__addr$377 ;
+  wire [7:0] \write__addr$382 ;
+  wire [7:0] \write__addr$386 ;
   wire [7:0] \write__addr$391 ;
   wire [7:0] \write__addr$395 ;
+  wire [7:0] \write__addr$400 ;
+  wire [7:0] \write__addr$404 ;
+  wire [7:0] \write__addr$409 ;
+  wire [7:0] \write__addr$413 ;
+  wire [7:0] \write__addr$418 ;
+  wire [7:0] \write__addr$422 ;
+  wire [7:0] \write__addr$427 ;
+  wire [7:0] \write__addr$431 ;
   input [15:0] write__data;
   wire [15:0] write__data;
-  wire [15:0] \write__data$312 ;
-  wire [15:0] \write__data$320 ;
-  wire [15:0] \write__data$324 ;
-  wire [15:0] \write__data$332 ;
-  wire [15:0] \write__data$336 ;
-  wire [15:0] \write__data$344 ;
-  wire [15:0] \write__data$348 ;
-  wire [15:0] \write__data$356 ;
-  wire [15:0] \write__data$360 ;
-  wire [15:0] \write__data$368 ;
-  wire [15:0] \write__data$372 ;
-  wire [15:0] \write__data$380 ;
-  wire [15:0] \write__data$384 ;
+  wire [15:0] \write__data$369 ;
+  wire [15:0] \write__data$374 ;
+  wire [15:0] \write__data$378 ;
+  wire [15:0] \write__data$383 ;
+  wire [15:0] \write__data$387 ;
   wire [15:0] \write__data$392 ;
   wire [15:0] \write__data$396 ;
+  wire [15:0] \write__data$401 ;
+  wire [15:0] \write__data$405 ;
+  wire [15:0] \write__data$410 ;
+  wire [15:0] \write__data$414 ;
+  wire [15:0] \write__data$419 ;
+  wire [15:0] \write__data$423 ;
+  wire [15:0] \write__data$428 ;
+  wire [15:0] \write__data$432 ;
   wire write__en;
-  wire \write__en$313 ;
-  wire \write__en$321 ;
-  wire \write__en$325 ;
-  wire \write__en$333 ;
-  wire \write__en$337 ;
-  wire \write__en$345 ;
-  wire \write__en$349 ;
-  wire \write__en$357 ;
-  wire \write__en$361 ;
-  wire \write__en$369 ;
-  wire \write__en$373 ;
-  wire \write__en$381 ;
-  wire \write__en$385 ;
+  wire \write__en$370 ;
+  wire \write__en$375 ;
+  wire \write__en$379 ;
+  wire \write__en$384 ;
+  wire \write__en$388 ;
   wire \write__en$393 ;
   wire \write__en$397 ;
-  reg [32:0] x1_0 = 33'h000000000;
-  reg [32:0] x1_1 = 33'h000000000;
-  reg [32:0] x1_2 = 33'h000000000;
-  reg [32:0] x1_3 = 33'h000000000;
-  reg [32:0] x1_4 = 33'h000000000;
-  reg [32:0] x1_5 = 33'h000000000;
-  reg [32:0] x1_6 = 33'h000000000;
-  reg [32:0] x1_7 = 33'h000000000;
+  wire \write__en$402 ;
+  wire \write__en$406 ;
+  wire \write__en$411 ;
+  wire \write__en$415 ;
+  wire \write__en$420 ;
+  wire \write__en$424 ;
+  wire \write__en$429 ;
+  wire \write__en$433 ;
   reg [32:0] x2_0 = 33'h000000000;
   reg [32:0] x2_1 = 33'h000000000;
   reg [32:0] x2_2 = 33'h000000000;
@@ -17170,16 +17371,24 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   reg [32:0] x3_5 = 33'h000000000;
   reg [32:0] x3_6 = 33'h000000000;
   reg [32:0] x3_7 = 33'h000000000;
+  reg [32:0] x4_0 = 33'h000000000;
+  reg [32:0] x4_1 = 33'h000000000;
+  reg [32:0] x4_2 = 33'h000000000;
+  reg [32:0] x4_3 = 33'h000000000;
+  reg [32:0] x4_4 = 33'h000000000;
+  reg [32:0] x4_5 = 33'h000000000;
+  reg [32:0] x4_6 = 33'h000000000;
+  reg [32:0] x4_7 = 33'h000000000;
+  reg [32:0] x5_0 = 33'h000000000;
+  reg [32:0] x5_1 = 33'h000000000;
+  reg [32:0] x5_2 = 33'h000000000;
+  reg [32:0] x5_3 = 33'h000000000;
+  reg [32:0] x5_4 = 33'h000000000;
+  reg [32:0] x5_5 = 33'h000000000;
+  reg [32:0] x5_6 = 33'h000000000;
+  reg [32:0] x5_7 = 33'h000000000;
   reg [32:0] y0;
   reg [32:0] y1;
-  reg [32:0] y1_0 = 33'h000000000;
-  reg [32:0] y1_1 = 33'h000000000;
-  reg [32:0] y1_2 = 33'h000000000;
-  reg [32:0] y1_3 = 33'h000000000;
-  reg [32:0] y1_4 = 33'h000000000;
-  reg [32:0] y1_5 = 33'h000000000;
-  reg [32:0] y1_6 = 33'h000000000;
-  reg [32:0] y1_7 = 33'h000000000;
   reg [32:0] y2;
   reg [32:0] y2_0 = 33'h000000000;
   reg [32:0] y2_1 = 33'h000000000;
@@ -17199,7 +17408,23 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   reg [32:0] y3_6 = 33'h000000000;
   reg [32:0] y3_7 = 33'h000000000;
   reg [32:0] y4;
+  reg [32:0] y4_0 = 33'h000000000;
+  reg [32:0] y4_1 = 33'h000000000;
+  reg [32:0] y4_2 = 33'h000000000;
+  reg [32:0] y4_3 = 33'h000000000;
+  reg [32:0] y4_4 = 33'h000000000;
+  reg [32:0] y4_5 = 33'h000000000;
+  reg [32:0] y4_6 = 33'h000000000;
+  reg [32:0] y4_7 = 33'h000000000;
   reg [32:0] y5;
+  reg [32:0] y5_0 = 33'h000000000;
+  reg [32:0] y5_1 = 33'h000000000;
+  reg [32:0] y5_2 = 33'h000000000;
+  reg [32:0] y5_3 = 33'h000000000;
+  reg [32:0] y5_4 = 33'h000000000;
+  reg [32:0] y5_5 = 33'h000000000;
+  reg [32:0] y5_6 = 33'h000000000;
+  reg [32:0] y5_7 = 33'h000000000;
   reg [32:0] y6;
   reg [32:0] y7;
   reg [15:0] table_high0 [255:0];
@@ -17207,112 +17432,112 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
     for (int i = 0; i < 256; i = i + 1) table_high0[i] = 16'h0;
   end
   always @(posedge clk) begin
-    if (\write__en$313 )
-      table_high0[\$231 [7:0]] <= write__data;
+    if (\write__en$370 )
+      table_high0[\$279 [7:0]] <= write__data;
   end
   reg [15:0] _0_;
   always @(posedge clk) begin
     _0_ <= table_high0[index0];
   end
-  assign \read__data$35  = _0_;
+  assign \read__data$53  = _0_;
   reg [15:0] table_high1 [255:0];
   initial begin
     for (int i = 0; i < 256; i = i + 1) table_high1[i] = 16'h0;
   end
   always @(posedge clk) begin
-    if (\write__en$325 )
-      table_high1[\$266 [7:0]] <= write__data;
+    if (\write__en$379 )
+      table_high1[\$309 [7:0]] <= write__data;
   end
   reg [15:0] _1_;
   always @(posedge clk) begin
     _1_ <= table_high1[index1];
   end
-  assign \read__data$70  = _1_;
+  assign \read__data$92  = _1_;
   reg [15:0] table_high2 [255:0];
   initial begin
     for (int i = 0; i < 256; i = i + 1) table_high2[i] = 16'h0;
   end
   always @(posedge clk) begin
-    if (\write__en$337 )
-      table_high2[\$301 [7:0]] <= write__data;
+    if (\write__en$388 )
+      table_high2[\$339 [7:0]] <= write__data;
   end
   reg [15:0] _2_;
   always @(posedge clk) begin
     _2_ <= table_high2[index2];
   end
-  assign \read__data$102  = _2_;
+  assign \read__data$130  = _2_;
   reg [15:0] table_high3 [255:0];
   initial begin
     for (int i = 0; i < 256; i = i + 1) table_high3[i] = 16'h0;
   end
   always @(posedge clk) begin
-    if (\write__en$349 )
-      table_high3[\$336 [7:0]] <= write__data;
+    if (\write__en$397 )
+      table_high3[\$369 [7:0]] <= write__data;
   end
   reg [15:0] _3_;
   always @(posedge clk) begin
     _3_ <= table_high3[index3];
   end
-  assign \read__data$134  = _3_;
+  assign \read__data$168  = _3_;
   reg [15:0] table_high4 [255:0];
   initial begin
     for (int i = 0; i < 256; i = i + 1) table_high4[i] = 16'h0;
   end
   always @(posedge clk) begin
-    if (\write__en$361 )
-      table_high4[\$371 [7:0]] <= write__data;
+    if (\write__en$406 )
+      table_high4[\$399 [7:0]] <= write__data;
   end
   reg [15:0] _4_;
   always @(posedge clk) begin
     _4_ <= table_high4[index4];
   end
-  assign \read__data$166  = _4_;
+  assign \read__data$206  = _4_;
   reg [15:0] table_high5 [255:0];
   initial begin
     for (int i = 0; i < 256; i = i + 1) table_high5[i] = 16'h0;
   end
   always @(posedge clk) begin
-    if (\write__en$373 )
-      table_high5[\$406 [7:0]] <= write__data;
+    if (\write__en$415 )
+      table_high5[\$429 [7:0]] <= write__data;
   end
   reg [15:0] _5_;
   always @(posedge clk) begin
     _5_ <= table_high5[index5];
   end
-  assign \read__data$198  = _5_;
+  assign \read__data$244  = _5_;
   reg [15:0] table_high6 [255:0];
   initial begin
     for (int i = 0; i < 256; i = i + 1) table_high6[i] = 16'h0;
   end
   always @(posedge clk) begin
-    if (\write__en$385 )
-      table_high6[\$441 [7:0]] <= write__data;
+    if (\write__en$424 )
+      table_high6[\$459 [7:0]] <= write__data;
   end
   reg [15:0] _6_;
   always @(posedge clk) begin
     _6_ <= table_high6[index6];
   end
-  assign \read__data$230  = _6_;
+  assign \read__data$282  = _6_;
   reg [15:0] table_high7 [255:0];
   initial begin
     for (int i = 0; i < 256; i = i + 1) table_high7[i] = 16'h0;
   end
   always @(posedge clk) begin
-    if (\write__en$397 )
-      table_high7[\$476 [7:0]] <= write__data;
+    if (\write__en$433 )
+      table_high7[\$489 [7:0]] <= write__data;
   end
   reg [15:0] _7_;
   always @(posedge clk) begin
     _7_ <= table_high7[index7];
   end
-  assign \read__data$262  = _7_;
+  assign \read__data$320  = _7_;
   reg [15:0] table_low0 [255:0];
   initial begin
     for (int i = 0; i < 256; i = i + 1) table_low0[i] = 16'h0;
   end
   always @(posedge clk) begin
     if (write__en)
-      table_low0[\$228 [7:0]] <= write__data;
+      table_low0[\$276 [7:0]] <= write__data;
   end
   reg [15:0] _8_;
   always @(posedge clk) begin
@@ -17324,584 +17549,731 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
     for (int i = 0; i < 256; i = i + 1) table_low1[i] = 16'h0;
   end
   always @(posedge clk) begin
-    if (\write__en$321 )
-      table_low1[\$263 [7:0]] <= write__data;
+    if (\write__en$375 )
+      table_low1[\$306 [7:0]] <= write__data;
   end
   reg [15:0] _9_;
   always @(posedge clk) begin
     _9_ <= table_low1[index1];
   end
-  assign \read__data$69  = _9_;
+  assign \read__data$91  = _9_;
   reg [15:0] table_low2 [255:0];
   initial begin
     for (int i = 0; i < 256; i = i + 1) table_low2[i] = 16'h0;
   end
   always @(posedge clk) begin
-    if (\write__en$333 )
-      table_low2[\$298 [7:0]] <= write__data;
+    if (\write__en$384 )
+      table_low2[\$336 [7:0]] <= write__data;
   end
   reg [15:0] _10_;
   always @(posedge clk) begin
     _10_ <= table_low2[index2];
   end
-  assign \read__data$101  = _10_;
+  assign \read__data$129  = _10_;
   reg [15:0] table_low3 [255:0];
   initial begin
     for (int i = 0; i < 256; i = i + 1) table_low3[i] = 16'h0;
   end
   always @(posedge clk) begin
-    if (\write__en$345 )
-      table_low3[\$333 [7:0]] <= write__data;
+    if (\write__en$393 )
+      table_low3[\$366 [7:0]] <= write__data;
   end
   reg [15:0] _11_;
   always @(posedge clk) begin
     _11_ <= table_low3[index3];
   end
-  assign \read__data$133  = _11_;
+  assign \read__data$167  = _11_;
   reg [15:0] table_low4 [255:0];
   initial begin
     for (int i = 0; i < 256; i = i + 1) table_low4[i] = 16'h0;
   end
   always @(posedge clk) begin
-    if (\write__en$357 )
-      table_low4[\$368 [7:0]] <= write__data;
+    if (\write__en$402 )
+      table_low4[\$396 [7:0]] <= write__data;
   end
   reg [15:0] _12_;
   always @(posedge clk) begin
     _12_ <= table_low4[index4];
   end
-  assign \read__data$165  = _12_;
+  assign \read__data$205  = _12_;
   reg [15:0] table_low5 [255:0];
   initial begin
     for (int i = 0; i < 256; i = i + 1) table_low5[i] = 16'h0;
   end
   always @(posedge clk) begin
-    if (\write__en$369 )
-      table_low5[\$403 [7:0]] <= write__data;
+    if (\write__en$411 )
+      table_low5[\$426 [7:0]] <= write__data;
   end
   reg [15:0] _13_;
   always @(posedge clk) begin
     _13_ <= table_low5[index5];
   end
-  assign \read__data$197  = _13_;
+  assign \read__data$243  = _13_;
   reg [15:0] table_low6 [255:0];
   initial begin
     for (int i = 0; i < 256; i = i + 1) table_low6[i] = 16'h0;
   end
   always @(posedge clk) begin
-    if (\write__en$381 )
-      table_low6[\$438 [7:0]] <= write__data;
+    if (\write__en$420 )
+      table_low6[\$456 [7:0]] <= write__data;
   end
   reg [15:0] _14_;
   always @(posedge clk) begin
     _14_ <= table_low6[index6];
   end
-  assign \read__data$229  = _14_;
+  assign \read__data$281  = _14_;
   reg [15:0] table_low7 [255:0];
   initial begin
     for (int i = 0; i < 256; i = i + 1) table_low7[i] = 16'h0;
   end
   always @(posedge clk) begin
-    if (\write__en$393 )
-      table_low7[\$473 [7:0]] <= write__data;
+    if (\write__en$429 )
+      table_low7[\$486 [7:0]] <= write__data;
   end
   reg [15:0] _15_;
   always @(posedge clk) begin
     _15_ <= table_low7[index7];
   end
-  assign \read__data$261  = _15_;
-  assign scaled6 = $signed(x1_6) >>> ctl1[10:5];
-  assign \$431  = ~ x1_6[32];
-  assign \$432  = | scaled6[32:8];
-  assign over6 = \$431  & \$432 ;
-  assign \$433  = x1_6[32] ? 8'h00 : scaled6[7:0];
-  assign index6 = over6 ? 8'hff : \$433 ;
-  assign \$434  = 1'h1 << ctl1[10:5];
-  assign \$435  = \$434  - 1'h1;
-  assign \$436  = x1_6[32] | over6;
-  assign \$437  = x1_6[15:0] & \$435 [15:0];
-  assign frac6 = \$436  ? 16'h0000 : \$437 ;
-  assign \$438  = table_index - 1'h0;
-  assign \$439  = table_index - 1'h0;
-  assign \$440  = $signed(\$439 ) < $signed(10'h100);
-  assign \write__en$381  = table_we & \$440 ;
-  assign \$441  = table_index - 1'h1;
-  assign \$442  = table_index - 1'h1;
-  assign \$443  = $signed(\$442 ) < $signed(10'h100);
-  assign \$444  = table_index >= 1'h1;
-  assign \$445  = \$443  & \$444 ;
-  assign \write__en$385  = table_we & \$445 ;
-  assign diff6 = $signed(\read__data$230 ) - $signed(\read__data$229 );
-  assign \$446  = $signed(r7_6[19:0]) + $signed(base7_6);
-  assign value6 = ctl7[1] ? { \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446 [20], \$446  } : r7_6;
-  assign \$447  = ! value6[63:31];
-  assign \$448  = value6[63:31] == 33'h1ffffffff;
-  assign \$449  = \$447  | \$448 ;
-  assign \$450  = value6[63] ? 32'd2147483648 : 32'd2147483647;
-  assign \$451  = \$449  ? { 1'h0, value6[31:0] } : { \$450 [31], \$450  };
-  assign \$452  = ! value6[63:7];
-  assign \$453  = value6[63:7] == 57'h1ffffffffffffff;
-  assign \$454  = \$452  | \$453 ;
-  assign \$455  = value6[63] ? 8'h80 : 8'h7f;
-  assign \$456  = \$454  ? value6[7:0] : \$455 ;
-  assign \$457  = $signed(a[255:224]) + $signed(b[255:224]);
-  assign \$458  = $signed(a[255:224]) - $signed(b[255:224]);
-  assign \$459  = $signed(a[255:224]) > $signed(b[255:224]);
-  assign \$460  = \$459  ? a[255:224] : b[255:224];
-  assign \$461  = $signed(a[255:224]) < $signed(b[255:224]);
-  assign \$462  = \$461  ? a[255:224] : b[255:224];
-  assign \$463  = $signed(a[255:224]) < $signed(imm);
-  assign \$464  = \$463  ? imm : a[255:224];
-  assign \$465  = $signed(a[255:224]) - $signed(imm);
-  assign scaled7 = $signed(x1_7) >>> ctl1[10:5];
-  assign \$466  = ~ x1_7[32];
-  assign \$467  = | scaled7[32:8];
-  assign over7 = \$466  & \$467 ;
-  assign \$468  = x1_7[32] ? 8'h00 : scaled7[7:0];
-  assign index7 = over7 ? 8'hff : \$468 ;
-  assign \$469  = 1'h1 << ctl1[10:5];
-  assign \$470  = \$469  - 1'h1;
-  assign \$471  = x1_7[32] | over7;
-  assign \$472  = x1_7[15:0] & \$470 [15:0];
-  assign frac7 = \$471  ? 16'h0000 : \$472 ;
-  assign \$473  = table_index - 1'h0;
-  assign \$474  = table_index - 1'h0;
-  assign \$475  = $signed(\$474 ) < $signed(10'h100);
-  assign \write__en$393  = table_we & \$475 ;
-  assign \$476  = table_index - 1'h1;
-  assign \$477  = table_index - 1'h1;
-  assign \$478  = $signed(\$477 ) < $signed(10'h100);
-  assign \$479  = table_index >= 1'h1;
-  assign \$480  = \$478  & \$479 ;
-  assign \write__en$397  = table_we & \$480 ;
-  assign diff7 = $signed(\read__data$262 ) - $signed(\read__data$261 );
-  assign \$481  = $signed(r7_7[19:0]) + $signed(base7_7);
-  assign value7 = ctl7[1] ? { \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481 [20], \$481  } : r7_7;
-  assign \$482  = ! value7[63:31];
-  assign \$483  = value7[63:31] == 33'h1ffffffff;
-  assign \$484  = \$482  | \$483 ;
-  assign \$485  = value7[63] ? 32'd2147483648 : 32'd2147483647;
-  assign \$486  = \$484  ? { 1'h0, value7[31:0] } : { \$485 [31], \$485  };
-  assign \$487  = ! value7[63:7];
-  assign \$488  = value7[63:7] == 57'h1ffffffffffffff;
-  assign \$489  = \$487  | \$488 ;
-  assign \$490  = value7[63] ? 8'h80 : 8'h7f;
-  assign \$491  = \$489  ? value7[7:0] : \$490 ;
-  assign \$492  = hit2_0 + hit2_1;
-  assign \$493  = \$492  + hit2_2;
-  assign \$494  = \$493  + hit2_3;
-  assign \$495  = \$494  + hit2_4;
-  assign \$496  = \$495  + hit2_5;
-  assign \$497  = \$496  + hit2_6;
-  assign \$498  = \$497  + hit2_7;
-  assign \$499  = under2_0 + under2_1;
-  assign \$500  = \$499  + under2_2;
-  assign \$501  = \$500  + under2_3;
-  assign \$502  = \$501  + under2_4;
-  assign \$503  = \$502  + under2_5;
-  assign \$504  = \$503  + under2_6;
-  assign \$505  = \$504  + under2_7;
-  assign \$506  = \over2_0$29  + \over2_1$64 ;
-  assign \$507  = \$506  + \over2_2$96 ;
-  assign \$508  = \$507  + \over2_3$128 ;
-  assign \$509  = \$508  + \over2_4$160 ;
-  assign \$510  = \$509  + \over2_5$192 ;
-  assign \$511  = \$510  + \over2_6$224 ;
-  assign \$512  = \$511  + \over2_7$256 ;
+  assign \read__data$319  = _15_;
+  assign \$434  = ! value10_5[63:31];
+  assign \$435  = value10_5[63:31] == 33'h1ffffffff;
+  assign \$436  = \$434  | \$435 ;
+  assign \$437  = value10_5[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$438  = \$436  ? { 1'h0, value10_5[31:0] } : { \$437 [31], \$437  };
+  assign \$439  = ! value10_5[63:7];
+  assign \$440  = value10_5[63:7] == 57'h1ffffffffffffff;
+  assign \$441  = \$439  | \$440 ;
+  assign \$442  = value10_5[63] ? 8'h80 : 8'h7f;
+  assign \$443  = \$441  ? value10_5[7:0] : \$442 ;
+  assign \$444  = $signed(a1_6) + $signed(b1_6);
+  assign \$445  = $signed(a1_6) - $signed(b1_6);
+  assign \$446  = $signed(a1_6) > $signed(b1_6);
+  assign \$447  = \$446  ? a1_6 : b1_6;
+  assign \$448  = $signed(a1_6) < $signed(b1_6);
+  assign \$449  = \$448  ? a1_6 : b1_6;
+  assign \$450  = $signed(a1_6) < $signed(imm1);
+  assign \$451  = \$450  ? imm1 : a1_6;
+  assign \$452  = $signed(a1_6) - $signed(imm1);
+  assign \$453  = ~ under3_6;
+  assign \$454  = | scaled3_6[32:8];
+  assign over6 = \$453  & \$454 ;
+  assign \$455  = under3_6 ? 8'h00 : scaled3_6[7:0];
+  assign index6 = over6 ? 8'hff : \$455 ;
+  assign \$456  = table_index - 1'h0;
+  assign \$457  = table_index - 1'h0;
+  assign \$458  = $signed(\$457 ) < $signed(10'h100);
+  assign \write__en$420  = table_we & \$458 ;
+  assign \$459  = table_index - 1'h1;
+  assign \$460  = table_index - 1'h1;
+  assign \$461  = $signed(\$460 ) < $signed(10'h100);
+  assign \$462  = table_index >= 1'h1;
+  assign \$463  = \$461  & \$462 ;
+  assign \write__en$424  = table_we & \$463 ;
+  assign diff6 = $signed(\read__data$282 ) - $signed(\read__data$281 );
+  assign \$464  = ! value10_6[63:31];
+  assign \$465  = value10_6[63:31] == 33'h1ffffffff;
+  assign \$466  = \$464  | \$465 ;
+  assign \$467  = value10_6[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$468  = \$466  ? { 1'h0, value10_6[31:0] } : { \$467 [31], \$467  };
+  assign \$469  = ! value10_6[63:7];
+  assign \$470  = value10_6[63:7] == 57'h1ffffffffffffff;
+  assign \$471  = \$469  | \$470 ;
+  assign \$472  = value10_6[63] ? 8'h80 : 8'h7f;
+  assign \$473  = \$471  ? value10_6[7:0] : \$472 ;
+  assign \$474  = $signed(a1_7) + $signed(b1_7);
+  assign \$475  = $signed(a1_7) - $signed(b1_7);
+  assign \$476  = $signed(a1_7) > $signed(b1_7);
+  assign \$477  = \$476  ? a1_7 : b1_7;
+  assign \$478  = $signed(a1_7) < $signed(b1_7);
+  assign \$479  = \$478  ? a1_7 : b1_7;
+  assign \$480  = $signed(a1_7) < $signed(imm1);
+  assign \$481  = \$480  ? imm1 : a1_7;
+  assign \$482  = $signed(a1_7) - $signed(imm1);
+  assign \$483  = ~ under3_7;
+  assign \$484  = | scaled3_7[32:8];
+  assign over7 = \$483  & \$484 ;
+  assign \$485  = under3_7 ? 8'h00 : scaled3_7[7:0];
+  assign index7 = over7 ? 8'hff : \$485 ;
+  assign \$486  = table_index - 1'h0;
+  assign \$487  = table_index - 1'h0;
+  assign \$488  = $signed(\$487 ) < $signed(10'h100);
+  assign \write__en$429  = table_we & \$488 ;
+  assign \$489  = table_index - 1'h1;
+  assign \$490  = table_index - 1'h1;
+  assign \$491  = $signed(\$490 ) < $signed(10'h100);
+  assign \$492  = table_index >= 1'h1;
+  assign \$493  = \$491  & \$492 ;
+  assign \write__en$433  = table_we & \$493 ;
+  assign diff7 = $signed(\read__data$320 ) - $signed(\read__data$319 );
+  assign \$494  = ! value10_7[63:31];
+  assign \$495  = value10_7[63:31] == 33'h1ffffffff;
+  assign \$496  = \$494  | \$495 ;
+  assign \$497  = value10_7[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$498  = \$496  ? { 1'h0, value10_7[31:0] } : { \$497 [31], \$497  };
+  assign \$499  = ! value10_7[63:7];
+  assign \$500  = value10_7[63:7] == 57'h1ffffffffffffff;
+  assign \$501  = \$499  | \$500 ;
+  assign \$502  = value10_7[63] ? 8'h80 : 8'h7f;
+  assign \$503  = \$501  ? value10_7[7:0] : \$502 ;
+  assign \$504  = hit4_0 + hit4_1;
+  assign \$505  = \$504  + hit4_2;
+  assign \$506  = \$505  + hit4_3;
+  assign \$507  = \$506  + hit4_4;
+  assign \$508  = \$507  + hit4_5;
+  assign \$509  = \$508  + hit4_6;
+  assign \$510  = \$509  + hit4_7;
+  assign \$511  = under4_0 + under4_1;
+  assign \$512  = \$511  + under4_2;
+  assign \$513  = \$512  + under4_3;
+  assign \$514  = \$513  + under4_4;
+  assign \$515  = \$514  + under4_5;
+  assign \$516  = \$515  + under4_6;
+  assign \$517  = \$516  + under4_7;
+  assign \$518  = \over4_0$47  + \over4_1$86 ;
+  assign \$519  = \$518  + \over4_2$124 ;
+  assign \$520  = \$519  + \over4_3$162 ;
+  assign \$521  = \$520  + \over4_4$200 ;
+  assign \$522  = \$521  + \over4_5$238 ;
+  assign \$523  = \$522  + \over4_6$276 ;
+  assign \$524  = \$523  + \over4_7$314 ;
   always @(posedge clk)
-    ctl1 <= \$513 ;
+    vop1 <= vop;
   always @(posedge clk)
-    ctl2 <= \$514 ;
+    shift1 <= shift;
   always @(posedge clk)
-    ctl3 <= \$515 ;
-  always @(posedge clk)
-    ctl4 <= \$516 ;
-  always @(posedge clk)
-    ctl5 <= \$517 ;
-  always @(posedge clk)
-    ctl6 <= \$518 ;
-  always @(posedge clk)
-    ctl7 <= \$519 ;
-  always @(posedge clk)
-    ctl8 <= \$520 ;
+    imm1 <= imm;
   always @(posedge clk)
     imm2_1 <= imm2;
   always @(posedge clk)
-    x1_0 <= alu0;
+    ctl1 <= \$525 ;
   always @(posedge clk)
-    y1_0 <= y0;
+    ctl2 <= \$526 ;
   always @(posedge clk)
-    x2_0 <= \$16 ;
+    ctl3 <= \$527 ;
   always @(posedge clk)
-    y2_0 <= y1_0;
+    ctl4 <= \$528 ;
   always @(posedge clk)
-    f2_0 <= frac0;
+    ctl5 <= \$529 ;
   always @(posedge clk)
-    over2_0 <= over0;
+    ctl6 <= \$530 ;
   always @(posedge clk)
-    hit2_0 <= \$20 ;
+    ctl7 <= \$531 ;
   always @(posedge clk)
-    under2_0 <= \$21 ;
+    ctl8 <= \$532 ;
   always @(posedge clk)
-    \over2_0$29  <= \$22 ;
+    ctl9 <= \$533 ;
   always @(posedge clk)
-    x3_0 <= \$23 ;
+    ctl10 <= \$534 ;
   always @(posedge clk)
-    y3_0 <= \$24 ;
+    ctl11 <= \$535 ;
   always @(posedge clk)
-    base3_0 <= \$26 ;
+    imm2_2 <= imm2_1;
   always @(posedge clk)
-    ll0 <= \$27 ;
+    half <= \$15 [46:0];
   always @(posedge clk)
-    lh0 <= { \$28 [32], \$28  };
+    half_neg <= \$20 [46:0];
   always @(posedge clk)
-    hl0 <= { \$29 [32], \$29  };
+    mask2 <= \$22 [15:0];
   always @(posedge clk)
-    hh0 <= \$30 ;
+    a1_0 <= a[31:0];
   always @(posedge clk)
-    base4_0 <= base3_0;
+    b1_0 <= b[31:0];
   always @(posedge clk)
-    p5_0 <= \$33 [63:0];
+    x2_0 <= alu0;
   always @(posedge clk)
-    base5_0 <= base4_0;
+    y2_0 <= y0;
   always @(posedge clk)
-    q6_0 <= \$35 [63:0];
+    x3_0 <= \$25 ;
+  always @(posedge clk)
+    y3_0 <= y2_0;
+  always @(posedge clk)
+    scaled3_0 <= \$26 ;
+  always @(posedge clk)
+    frac3_0 <= \$27 ;
+  always @(posedge clk)
+    under3_0 <= x2_0[32];
+  always @(posedge clk)
+    x4_0 <= x3_0;
+  always @(posedge clk)
+    y4_0 <= y3_0;
+  always @(posedge clk)
+    f4_0 <= \$29 ;
+  always @(posedge clk)
+    over4_0 <= over0;
+  always @(posedge clk)
+    hit4_0 <= \$33 ;
+  always @(posedge clk)
+    under4_0 <= \$34 ;
+  always @(posedge clk)
+    \over4_0$47  <= \$35 ;
+  always @(posedge clk)
+    x5_0 <= \$36 ;
+  always @(posedge clk)
+    y5_0 <= \$37 ;
+  always @(posedge clk)
+    base5_0 <= \$39 ;
+  always @(posedge clk)
+    ll0 <= \$40 ;
+  always @(posedge clk)
+    lh0 <= { \$41 [32], \$41  };
+  always @(posedge clk)
+    hl0 <= { \$42 [32], \$42  };
+  always @(posedge clk)
+    hh0 <= \$43 ;
+  always @(posedge clk)
+    p7_0 <= \$46 [63:0];
+  always @(posedge clk)
+    q8_0 <= \$48 [63:0];
+  always @(posedge clk)
+    r9_0 <= \$49 ;
   always @(posedge clk)
     base6_0 <= base5_0;
   always @(posedge clk)
-    r7_0 <= \$36 ;
-  always @(posedge clk)
     base7_0 <= base6_0;
   always @(posedge clk)
-    out <= \$521 ;
+    base8_0 <= base7_0;
   always @(posedge clk)
-    x1_1 <= alu1;
+    base9_0 <= base8_0;
   always @(posedge clk)
-    y1_1 <= y1;
+    value10_0 <= \$51 ;
   always @(posedge clk)
-    x2_1 <= \$40 ;
+    out <= \$536 ;
   always @(posedge clk)
-    y2_1 <= y1_1;
+    a1_1 <= a[63:32];
   always @(posedge clk)
-    f2_1 <= frac1;
+    b1_1 <= b[63:32];
   always @(posedge clk)
-    over2_1 <= over1;
+    x2_1 <= alu1;
   always @(posedge clk)
-    hit2_1 <= \$44 ;
+    y2_1 <= y1;
   always @(posedge clk)
-    under2_1 <= \$45 ;
+    x3_1 <= \$55 ;
   always @(posedge clk)
-    \over2_1$64  <= \$46 ;
+    y3_1 <= y2_1;
   always @(posedge clk)
-    x3_1 <= \$47 ;
+    scaled3_1 <= \$56 ;
   always @(posedge clk)
-    y3_1 <= \$48 ;
+    frac3_1 <= \$57 ;
   always @(posedge clk)
-    base3_1 <= \$50 ;
+    under3_1 <= x2_1[32];
   always @(posedge clk)
-    ll1 <= \$51 ;
+    x4_1 <= x3_1;
   always @(posedge clk)
-    lh1 <= { \$52 [32], \$52  };
+    y4_1 <= y3_1;
   always @(posedge clk)
-    hl1 <= { \$53 [32], \$53  };
+    f4_1 <= \$59 ;
   always @(posedge clk)
-    hh1 <= \$54 ;
+    over4_1 <= over1;
   always @(posedge clk)
-    base4_1 <= base3_1;
+    hit4_1 <= \$63 ;
   always @(posedge clk)
-    p5_1 <= \$57 [63:0];
+    under4_1 <= \$64 ;
   always @(posedge clk)
-    base5_1 <= base4_1;
+    \over4_1$86  <= \$65 ;
   always @(posedge clk)
-    q6_1 <= \$59 [63:0];
+    x5_1 <= \$66 ;
+  always @(posedge clk)
+    y5_1 <= \$67 ;
+  always @(posedge clk)
+    base5_1 <= \$69 ;
+  always @(posedge clk)
+    ll1 <= \$70 ;
+  always @(posedge clk)
+    lh1 <= { \$71 [32], \$71  };
+  always @(posedge clk)
+    hl1 <= { \$72 [32], \$72  };
+  always @(posedge clk)
+    hh1 <= \$73 ;
+  always @(posedge clk)
+    p7_1 <= \$76 [63:0];
+  always @(posedge clk)
+    q8_1 <= \$78 [63:0];
+  always @(posedge clk)
+    r9_1 <= \$79 ;
   always @(posedge clk)
     base6_1 <= base5_1;
   always @(posedge clk)
-    r7_1 <= \$60 ;
-  always @(posedge clk)
     base7_1 <= base6_1;
   always @(posedge clk)
-    x1_2 <= alu2;
+    base8_1 <= base7_1;
   always @(posedge clk)
-    y1_2 <= y2;
+    base9_1 <= base8_1;
   always @(posedge clk)
-    x2_2 <= \$64 ;
+    value10_1 <= \$81 ;
   always @(posedge clk)
-    y2_2 <= y1_2;
+    a1_2 <= a[95:64];
   always @(posedge clk)
-    f2_2 <= frac2;
+    b1_2 <= b[95:64];
   always @(posedge clk)
-    over2_2 <= over2;
+    x2_2 <= alu2;
   always @(posedge clk)
-    hit2_2 <= \$68 ;
+    y2_2 <= y2;
   always @(posedge clk)
-    under2_2 <= \$69 ;
+    x3_2 <= \$85 ;
   always @(posedge clk)
-    \over2_2$96  <= \$70 ;
+    y3_2 <= y2_2;
   always @(posedge clk)
-    x3_2 <= \$71 ;
+    scaled3_2 <= \$86 ;
   always @(posedge clk)
-    y3_2 <= \$72 ;
+    frac3_2 <= \$87 ;
   always @(posedge clk)
-    base3_2 <= \$74 ;
+    under3_2 <= x2_2[32];
   always @(posedge clk)
-    ll2 <= \$75 ;
+    x4_2 <= x3_2;
   always @(posedge clk)
-    lh2 <= { \$76 [32], \$76  };
+    y4_2 <= y3_2;
   always @(posedge clk)
-    hl2 <= { \$77 [32], \$77  };
+    f4_2 <= \$89 ;
   always @(posedge clk)
-    hh2 <= \$78 ;
+    over4_2 <= over2;
   always @(posedge clk)
-    base4_2 <= base3_2;
+    hit4_2 <= \$93 ;
   always @(posedge clk)
-    p5_2 <= \$81 [63:0];
+    under4_2 <= \$94 ;
   always @(posedge clk)
-    base5_2 <= base4_2;
+    \over4_2$124  <= \$95 ;
   always @(posedge clk)
-    q6_2 <= \$83 [63:0];
+    x5_2 <= \$96 ;
+  always @(posedge clk)
+    y5_2 <= \$97 ;
+  always @(posedge clk)
+    base5_2 <= \$99 ;
+  always @(posedge clk)
+    ll2 <= \$100 ;
+  always @(posedge clk)
+    lh2 <= { \$101 [32], \$101  };
+  always @(posedge clk)
+    hl2 <= { \$102 [32], \$102  };
+  always @(posedge clk)
+    hh2 <= \$103 ;
+  always @(posedge clk)
+    p7_2 <= \$106 [63:0];
+  always @(posedge clk)
+    q8_2 <= \$108 [63:0];
+  always @(posedge clk)
+    r9_2 <= \$109 ;
   always @(posedge clk)
     base6_2 <= base5_2;
   always @(posedge clk)
-    r7_2 <= \$84 ;
-  always @(posedge clk)
     base7_2 <= base6_2;
   always @(posedge clk)
-    x1_3 <= alu3;
+    base8_2 <= base7_2;
   always @(posedge clk)
-    y1_3 <= y3;
+    base9_2 <= base8_2;
   always @(posedge clk)
-    x2_3 <= \$88 ;
+    value10_2 <= \$111 ;
   always @(posedge clk)
-    y2_3 <= y1_3;
+    a1_3 <= a[127:96];
   always @(posedge clk)
-    f2_3 <= frac3;
+    b1_3 <= b[127:96];
   always @(posedge clk)
-    over2_3 <= over3;
+    x2_3 <= alu3;
   always @(posedge clk)
-    hit2_3 <= \$92 ;
+    y2_3 <= y3;
   always @(posedge clk)
-    under2_3 <= \$93 ;
+    x3_3 <= \$115 ;
   always @(posedge clk)
-    \over2_3$128  <= \$94 ;
+    y3_3 <= y2_3;
   always @(posedge clk)
-    x3_3 <= \$95 ;
+    scaled3_3 <= \$116 ;
   always @(posedge clk)
-    y3_3 <= \$96 ;
+    frac3_3 <= \$117 ;
   always @(posedge clk)
-    base3_3 <= \$98 ;
+    under3_3 <= x2_3[32];
   always @(posedge clk)
-    ll3 <= \$99 ;
+    x4_3 <= x3_3;
   always @(posedge clk)
-    lh3 <= { \$100 [32], \$100  };
+    y4_3 <= y3_3;
   always @(posedge clk)
-    hl3 <= { \$101 [32], \$101  };
+    f4_3 <= \$119 ;
   always @(posedge clk)
-    hh3 <= \$102 ;
+    over4_3 <= over3;
   always @(posedge clk)
-    base4_3 <= base3_3;
+    hit4_3 <= \$123 ;
   always @(posedge clk)
-    p5_3 <= \$105 [63:0];
+    under4_3 <= \$124 ;
   always @(posedge clk)
-    base5_3 <= base4_3;
+    \over4_3$162  <= \$125 ;
   always @(posedge clk)
-    q6_3 <= \$107 [63:0];
+    x5_3 <= \$126 ;
+  always @(posedge clk)
+    y5_3 <= \$127 ;
+  always @(posedge clk)
+    base5_3 <= \$129 ;
+  always @(posedge clk)
+    ll3 <= \$130 ;
+  always @(posedge clk)
+    lh3 <= { \$131 [32], \$131  };
+  always @(posedge clk)
+    hl3 <= { \$132 [32], \$132  };
+  always @(posedge clk)
+    hh3 <= \$133 ;
+  always @(posedge clk)
+    p7_3 <= \$136 [63:0];
+  always @(posedge clk)
+    q8_3 <= \$138 [63:0];
+  always @(posedge clk)
+    r9_3 <= \$139 ;
   always @(posedge clk)
     base6_3 <= base5_3;
   always @(posedge clk)
-    r7_3 <= \$108 ;
-  always @(posedge clk)
     base7_3 <= base6_3;
   always @(posedge clk)
-    x1_4 <= alu4;
+    base8_3 <= base7_3;
   always @(posedge clk)
-    y1_4 <= y4;
+    base9_3 <= base8_3;
   always @(posedge clk)
-    x2_4 <= \$112 ;
+    value10_3 <= \$141 ;
   always @(posedge clk)
-    y2_4 <= y1_4;
+    a1_4 <= a[159:128];
   always @(posedge clk)
-    f2_4 <= frac4;
+    b1_4 <= b[159:128];
   always @(posedge clk)
-    over2_4 <= over4;
+    x2_4 <= alu4;
   always @(posedge clk)
-    hit2_4 <= \$116 ;
+    y2_4 <= y4;
   always @(posedge clk)
-    under2_4 <= \$117 ;
+    x3_4 <= \$145 ;
   always @(posedge clk)
-    \over2_4$160  <= \$118 ;
+    y3_4 <= y2_4;
   always @(posedge clk)
-    x3_4 <= \$119 ;
+    scaled3_4 <= \$146 ;
   always @(posedge clk)
-    y3_4 <= \$120 ;
+    frac3_4 <= \$147 ;
   always @(posedge clk)
-    base3_4 <= \$122 ;
+    under3_4 <= x2_4[32];
   always @(posedge clk)
-    ll4 <= \$123 ;
+    x4_4 <= x3_4;
   always @(posedge clk)
-    lh4 <= { \$124 [32], \$124  };
+    y4_4 <= y3_4;
   always @(posedge clk)
-    hl4 <= { \$125 [32], \$125  };
+    f4_4 <= \$149 ;
   always @(posedge clk)
-    hh4 <= \$126 ;
+    over4_4 <= over4;
   always @(posedge clk)
-    base4_4 <= base3_4;
+    hit4_4 <= \$153 ;
   always @(posedge clk)
-    p5_4 <= \$129 [63:0];
+    under4_4 <= \$154 ;
   always @(posedge clk)
-    base5_4 <= base4_4;
+    \over4_4$200  <= \$155 ;
   always @(posedge clk)
-    q6_4 <= \$131 [63:0];
+    x5_4 <= \$156 ;
+  always @(posedge clk)
+    y5_4 <= \$157 ;
+  always @(posedge clk)
+    base5_4 <= \$159 ;
+  always @(posedge clk)
+    ll4 <= \$160 ;
+  always @(posedge clk)
+    lh4 <= { \$161 [32], \$161  };
+  always @(posedge clk)
+    hl4 <= { \$162 [32], \$162  };
+  always @(posedge clk)
+    hh4 <= \$163 ;
+  always @(posedge clk)
+    p7_4 <= \$166 [63:0];
+  always @(posedge clk)
+    q8_4 <= \$168 [63:0];
+  always @(posedge clk)
+    r9_4 <= \$169 ;
   always @(posedge clk)
     base6_4 <= base5_4;
   always @(posedge clk)
-    r7_4 <= \$132 ;
-  always @(posedge clk)
     base7_4 <= base6_4;
   always @(posedge clk)
-    x1_5 <= alu5;
+    base8_4 <= base7_4;
   always @(posedge clk)
-    y1_5 <= y5;
+    base9_4 <= base8_4;
   always @(posedge clk)
-    x2_5 <= \$136 ;
+    value10_4 <= \$171 ;
   always @(posedge clk)
-    y2_5 <= y1_5;
+    a1_5 <= a[191:160];
   always @(posedge clk)
-    f2_5 <= frac5;
+    b1_5 <= b[191:160];
   always @(posedge clk)
-    over2_5 <= over5;
+    x2_5 <= alu5;
   always @(posedge clk)
-    hit2_5 <= \$140 ;
+    y2_5 <= y5;
   always @(posedge clk)
-    under2_5 <= \$141 ;
+    x3_5 <= \$175 ;
   always @(posedge clk)
-    \over2_5$192  <= \$142 ;
+    y3_5 <= y2_5;
   always @(posedge clk)
-    x3_5 <= \$143 ;
+    scaled3_5 <= \$176 ;
   always @(posedge clk)
-    y3_5 <= \$144 ;
+    frac3_5 <= \$177 ;
   always @(posedge clk)
-    base3_5 <= \$146 ;
+    under3_5 <= x2_5[32];
   always @(posedge clk)
-    ll5 <= \$147 ;
+    x4_5 <= x3_5;
   always @(posedge clk)
-    lh5 <= { \$148 [32], \$148  };
+    y4_5 <= y3_5;
   always @(posedge clk)
-    hl5 <= { \$149 [32], \$149  };
+    f4_5 <= \$179 ;
   always @(posedge clk)
-    hh5 <= \$150 ;
+    over4_5 <= over5;
   always @(posedge clk)
-    base4_5 <= base3_5;
+    hit4_5 <= \$183 ;
   always @(posedge clk)
-    p5_5 <= \$153 [63:0];
+    under4_5 <= \$184 ;
   always @(posedge clk)
-    base5_5 <= base4_5;
+    \over4_5$238  <= \$185 ;
   always @(posedge clk)
-    q6_5 <= \$155 [63:0];
+    x5_5 <= \$186 ;
+  always @(posedge clk)
+    y5_5 <= \$187 ;
+  always @(posedge clk)
+    base5_5 <= \$189 ;
+  always @(posedge clk)
+    ll5 <= \$190 ;
+  always @(posedge clk)
+    lh5 <= { \$191 [32], \$191  };
+  always @(posedge clk)
+    hl5 <= { \$192 [32], \$192  };
+  always @(posedge clk)
+    hh5 <= \$193 ;
+  always @(posedge clk)
+    p7_5 <= \$196 [63:0];
+  always @(posedge clk)
+    q8_5 <= \$198 [63:0];
+  always @(posedge clk)
+    r9_5 <= \$199 ;
   always @(posedge clk)
     base6_5 <= base5_5;
   always @(posedge clk)
-    r7_5 <= \$156 ;
-  always @(posedge clk)
     base7_5 <= base6_5;
   always @(posedge clk)
-    x1_6 <= alu6;
+    base8_5 <= base7_5;
   always @(posedge clk)
-    y1_6 <= y6;
+    base9_5 <= base8_5;
   always @(posedge clk)
-    x2_6 <= \$160 ;
+    value10_5 <= \$201 ;
   always @(posedge clk)
-    y2_6 <= y1_6;
+    a1_6 <= a[223:192];
   always @(posedge clk)
-    f2_6 <= frac6;
+    b1_6 <= b[223:192];
   always @(posedge clk)
-    over2_6 <= over6;
+    x2_6 <= alu6;
   always @(posedge clk)
-    hit2_6 <= \$164 ;
+    y2_6 <= y6;
   always @(posedge clk)
-    under2_6 <= \$165 ;
+    x3_6 <= \$205 ;
   always @(posedge clk)
-    \over2_6$224  <= \$166 ;
+    y3_6 <= y2_6;
   always @(posedge clk)
-    x3_6 <= \$167 ;
+    scaled3_6 <= \$206 ;
   always @(posedge clk)
-    y3_6 <= \$168 ;
+    frac3_6 <= \$207 ;
   always @(posedge clk)
-    base3_6 <= \$170 ;
+    under3_6 <= x2_6[32];
   always @(posedge clk)
-    ll6 <= \$171 ;
+    x4_6 <= x3_6;
   always @(posedge clk)
-    lh6 <= { \$172 [32], \$172  };
+    y4_6 <= y3_6;
   always @(posedge clk)
-    hl6 <= { \$173 [32], \$173  };
+    f4_6 <= \$209 ;
   always @(posedge clk)
-    hh6 <= \$174 ;
+    over4_6 <= over6;
   always @(posedge clk)
-    base4_6 <= base3_6;
+    hit4_6 <= \$213 ;
   always @(posedge clk)
-    p5_6 <= \$177 [63:0];
+    under4_6 <= \$214 ;
   always @(posedge clk)
-    base5_6 <= base4_6;
+    \over4_6$276  <= \$215 ;
   always @(posedge clk)
-    q6_6 <= \$179 [63:0];
+    x5_6 <= \$216 ;
+  always @(posedge clk)
+    y5_6 <= \$217 ;
+  always @(posedge clk)
+    base5_6 <= \$219 ;
+  always @(posedge clk)
+    ll6 <= \$220 ;
+  always @(posedge clk)
+    lh6 <= { \$221 [32], \$221  };
+  always @(posedge clk)
+    hl6 <= { \$222 [32], \$222  };
+  always @(posedge clk)
+    hh6 <= \$223 ;
+  always @(posedge clk)
+    p7_6 <= \$226 [63:0];
+  always @(posedge clk)
+    q8_6 <= \$228 [63:0];
+  always @(posedge clk)
+    r9_6 <= \$229 ;
   always @(posedge clk)
     base6_6 <= base5_6;
   always @(posedge clk)
-    r7_6 <= \$180 ;
-  always @(posedge clk)
     base7_6 <= base6_6;
   always @(posedge clk)
-    x1_7 <= alu7;
+    base8_6 <= base7_6;
   always @(posedge clk)
-    y1_7 <= y7;
+    base9_6 <= base8_6;
   always @(posedge clk)
-    x2_7 <= \$184 ;
+    value10_6 <= \$231 ;
   always @(posedge clk)
-    y2_7 <= y1_7;
+    a1_7 <= a[255:224];
   always @(posedge clk)
-    f2_7 <= frac7;
+    b1_7 <= b[255:224];
   always @(posedge clk)
-    over2_7 <= over7;
+    x2_7 <= alu7;
   always @(posedge clk)
-    hit2_7 <= \$188 ;
+    y2_7 <= y7;
   always @(posedge clk)
-    under2_7 <= \$189 ;
+    x3_7 <= \$235 ;
   always @(posedge clk)
-    \over2_7$256  <= \$190 ;
+    y3_7 <= y2_7;
   always @(posedge clk)
-    x3_7 <= \$191 ;
+    scaled3_7 <= \$236 ;
   always @(posedge clk)
-    y3_7 <= \$192 ;
+    frac3_7 <= \$237 ;
   always @(posedge clk)
-    base3_7 <= \$194 ;
+    under3_7 <= x2_7[32];
   always @(posedge clk)
-    ll7 <= \$195 ;
+    x4_7 <= x3_7;
   always @(posedge clk)
-    lh7 <= { \$196 [32], \$196  };
+    y4_7 <= y3_7;
   always @(posedge clk)
-    hl7 <= { \$197 [32], \$197  };
+    f4_7 <= \$239 ;
   always @(posedge clk)
-    hh7 <= \$198 ;
+    over4_7 <= over7;
   always @(posedge clk)
-    base4_7 <= base3_7;
+    hit4_7 <= \$243 ;
   always @(posedge clk)
-    p5_7 <= \$201 [63:0];
+    under4_7 <= \$244 ;
   always @(posedge clk)
-    base5_7 <= base4_7;
+    \over4_7$314  <= \$245 ;
   always @(posedge clk)
-    q6_7 <= \$203 [63:0];
+    x5_7 <= \$246 ;
+  always @(posedge clk)
+    y5_7 <= \$247 ;
+  always @(posedge clk)
+    base5_7 <= \$249 ;
+  always @(posedge clk)
+    ll7 <= \$250 ;
+  always @(posedge clk)
+    lh7 <= { \$251 [32], \$251  };
+  always @(posedge clk)
+    hl7 <= { \$252 [32], \$252  };
+  always @(posedge clk)
+    hh7 <= \$253 ;
+  always @(posedge clk)
+    p7_7 <= \$256 [63:0];
+  always @(posedge clk)
+    q8_7 <= \$258 [63:0];
+  always @(posedge clk)
+    r9_7 <= \$259 ;
   always @(posedge clk)
     base6_7 <= base5_7;
   always @(posedge clk)
-    r7_7 <= \$204 ;
-  always @(posedge clk)
     base7_7 <= base6_7;
   always @(posedge clk)
-    hits3 <= \$498 [3:0];
+    base8_7 <= base7_7;
   always @(posedge clk)
-    hits4 <= hits3;
+    base9_7 <= base8_7;
   always @(posedge clk)
-    hits5 <= hits4;
+    value10_7 <= \$261 ;
+  always @(posedge clk)
+    hits5 <= \$510 [3:0];
   always @(posedge clk)
     hits6 <= hits5;
   always @(posedge clk)
@@ -17909,11 +18281,13 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   always @(posedge clk)
     hits8 <= hits7;
   always @(posedge clk)
-    unders3 <= \$505 [3:0];
+    hits9 <= hits8;
   always @(posedge clk)
-    unders4 <= unders3;
+    hits10 <= hits9;
   always @(posedge clk)
-    unders5 <= unders4;
+    hits11 <= hits10;
+  always @(posedge clk)
+    unders5 <= \$517 [3:0];
   always @(posedge clk)
     unders6 <= unders5;
   always @(posedge clk)
@@ -17921,17 +18295,25 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   always @(posedge clk)
     unders8 <= unders7;
   always @(posedge clk)
-    overs3 <= \$512 [3:0];
+    unders9 <= unders8;
   always @(posedge clk)
-    overs4 <= overs3;
+    unders10 <= unders9;
   always @(posedge clk)
-    overs5 <= overs4;
+    unders11 <= unders10;
+  always @(posedge clk)
+    overs5 <= \$524 [3:0];
   always @(posedge clk)
     overs6 <= overs5;
   always @(posedge clk)
     overs7 <= overs6;
   always @(posedge clk)
     overs8 <= overs7;
+  always @(posedge clk)
+    overs9 <= overs8;
+  always @(posedge clk)
+    overs10 <= overs9;
+  always @(posedge clk)
+    overs11 <= overs10;
   assign \$1  = vop == 4'he;
   assign \$2  = vop == 4'h9;
   assign \$3  = vop == 4'ha;
@@ -17945,567 +18327,572 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   assign \$11  = vop == 4'he;
   assign \$12  = \$10  | \$11 ;
   assign \$13  = \$12  ? shift : 6'h00;
-  assign \$14  = $signed(x1_0) > $signed(imm2_1);
-  assign \$15  = ctl1[3] & \$14 ;
-  assign \$16  = \$15  ? { imm2_1[31], imm2_1 } : x1_0;
-  assign \$17  = ~ x1_0[32];
-  assign \$18  = ~ over0;
-  assign \$19  = \$17  & \$18 ;
-  assign \$20  = \$19  & ctl1[1];
-  assign \$21  = x1_0[32] & ctl1[1];
-  assign \$22  = over0 & ctl1[1];
-  assign \$23  = ctl2[1] ? { diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0 } : x2_0;
-  assign \$24  = ctl2[1] ? { 17'h00000, f2_0 } : y2_0;
-  assign \$25  = over2_0 ? \read__data$35  : read__data;
-  assign \$26  = ctl2[1] ? \$25  : 16'h0000;
-  assign \$27  = x3_0[15:0] * y3_0[15:0];
-  assign \$28  = $signed({ 1'h0, x3_0[15:0] }) * $signed(y3_0[32:16]);
-  assign \$29  = $signed(x3_0[32:16]) * $signed({ 1'h0, y3_0[15:0] });
-  assign \$30  = $signed(x3_0[32:16]) * $signed(y3_0[32:16]);
-  assign \$31  = $signed(lh0) + $signed(hl0);
-  assign \$33  = $signed({ 1'h0, hh0, ll0 }) + $signed(\$32 );
-  assign \$34  = p5_0[63] ? \$211 [46:0] : \$208 [46:0];
-  assign \$35  = $signed(p5_0) + $signed({ 1'h0, \$34  });
-  assign \$36  = $signed(q6_0) >>> ctl6[10:5];
-  assign \$37  = ctl7[2] ? { 1'h0, r7_0[31:0] } : { sat0[31], sat0 };
-  assign \$38  = $signed(x1_1) > $signed(imm2_1);
-  assign \$39  = ctl1[3] & \$38 ;
-  assign \$40  = \$39  ? { imm2_1[31], imm2_1 } : x1_1;
-  assign \$41  = ~ x1_1[32];
-  assign \$42  = ~ over1;
-  assign \$43  = \$41  & \$42 ;
-  assign \$44  = \$43  & ctl1[1];
-  assign \$45  = x1_1[32] & ctl1[1];
-  assign \$46  = over1 & ctl1[1];
-  assign \$47  = ctl2[1] ? { diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1 } : x2_1;
-  assign \$48  = ctl2[1] ? { 17'h00000, f2_1 } : y2_1;
-  assign \$49  = over2_1 ? \read__data$70  : \read__data$69 ;
-  assign \$50  = ctl2[1] ? \$49  : 16'h0000;
-  assign \$51  = x3_1[15:0] * y3_1[15:0];
-  assign \$52  = $signed({ 1'h0, x3_1[15:0] }) * $signed(y3_1[32:16]);
-  assign \$53  = $signed(x3_1[32:16]) * $signed({ 1'h0, y3_1[15:0] });
-  assign \$54  = $signed(x3_1[32:16]) * $signed(y3_1[32:16]);
-  assign \$55  = $signed(lh1) + $signed(hl1);
-  assign \$57  = $signed({ 1'h0, hh1, ll1 }) + $signed(\$56 );
-  assign \$58  = p5_1[63] ? \$211 [46:0] : \$208 [46:0];
-  assign \$59  = $signed(p5_1) + $signed({ 1'h0, \$58  });
-  assign \$60  = $signed(q6_1) >>> ctl6[10:5];
-  assign \$61  = ctl7[2] ? { 1'h0, r7_1[31:0] } : { sat1[31], sat1 };
-  assign \$62  = $signed(x1_2) > $signed(imm2_1);
-  assign \$63  = ctl1[3] & \$62 ;
-  assign \$64  = \$63  ? { imm2_1[31], imm2_1 } : x1_2;
-  assign \$65  = ~ x1_2[32];
-  assign \$66  = ~ over2;
-  assign \$67  = \$65  & \$66 ;
-  assign \$68  = \$67  & ctl1[1];
-  assign \$69  = x1_2[32] & ctl1[1];
-  assign \$70  = over2 & ctl1[1];
-  assign \$71  = ctl2[1] ? { diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2 } : x2_2;
-  assign \$72  = ctl2[1] ? { 17'h00000, f2_2 } : y2_2;
-  assign \$73  = over2_2 ? \read__data$102  : \read__data$101 ;
-  assign \$74  = ctl2[1] ? \$73  : 16'h0000;
-  assign \$75  = x3_2[15:0] * y3_2[15:0];
-  assign \$76  = $signed({ 1'h0, x3_2[15:0] }) * $signed(y3_2[32:16]);
-  assign \$77  = $signed(x3_2[32:16]) * $signed({ 1'h0, y3_2[15:0] });
-  assign \$78  = $signed(x3_2[32:16]) * $signed(y3_2[32:16]);
-  assign \$79  = $signed(lh2) + $signed(hl2);
-  assign \$81  = $signed({ 1'h0, hh2, ll2 }) + $signed(\$80 );
-  assign \$82  = p5_2[63] ? \$211 [46:0] : \$208 [46:0];
-  assign \$83  = $signed(p5_2) + $signed({ 1'h0, \$82  });
-  assign \$84  = $signed(q6_2) >>> ctl6[10:5];
-  assign \$85  = ctl7[2] ? { 1'h0, r7_2[31:0] } : { sat2[31], sat2 };
-  assign \$86  = $signed(x1_3) > $signed(imm2_1);
-  assign \$87  = ctl1[3] & \$86 ;
-  assign \$88  = \$87  ? { imm2_1[31], imm2_1 } : x1_3;
-  assign \$89  = ~ x1_3[32];
-  assign \$90  = ~ over3;
-  assign \$91  = \$89  & \$90 ;
-  assign \$92  = \$91  & ctl1[1];
-  assign \$93  = x1_3[32] & ctl1[1];
-  assign \$94  = over3 & ctl1[1];
-  assign \$95  = ctl2[1] ? { diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3 } : x2_3;
-  assign \$96  = ctl2[1] ? { 17'h00000, f2_3 } : y2_3;
-  assign \$97  = over2_3 ? \read__data$134  : \read__data$133 ;
-  assign \$98  = ctl2[1] ? \$97  : 16'h0000;
-  assign \$99  = x3_3[15:0] * y3_3[15:0];
-  assign \$100  = $signed({ 1'h0, x3_3[15:0] }) * $signed(y3_3[32:16]);
-  assign \$101  = $signed(x3_3[32:16]) * $signed({ 1'h0, y3_3[15:0] });
-  assign \$102  = $signed(x3_3[32:16]) * $signed(y3_3[32:16]);
-  assign \$103  = $signed(lh3) + $signed(hl3);
-  assign \$105  = $signed({ 1'h0, hh3, ll3 }) + $signed(\$104 );
-  assign \$106  = p5_3[63] ? \$211 [46:0] : \$208 [46:0];
-  assign \$107  = $signed(p5_3) + $signed({ 1'h0, \$106  });
-  assign \$108  = $signed(q6_3) >>> ctl6[10:5];
-  assign \$109  = ctl7[2] ? { 1'h0, r7_3[31:0] } : { sat3[31], sat3 };
-  assign \$110  = $signed(x1_4) > $signed(imm2_1);
-  assign \$111  = ctl1[3] & \$110 ;
-  assign \$112  = \$111  ? { imm2_1[31], imm2_1 } : x1_4;
-  assign \$113  = ~ x1_4[32];
-  assign \$114  = ~ over4;
-  assign \$115  = \$113  & \$114 ;
-  assign \$116  = \$115  & ctl1[1];
-  assign \$117  = x1_4[32] & ctl1[1];
-  assign \$118  = over4 & ctl1[1];
-  assign \$119  = ctl2[1] ? { diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4 } : x2_4;
-  assign \$120  = ctl2[1] ? { 17'h00000, f2_4 } : y2_4;
-  assign \$121  = over2_4 ? \read__data$166  : \read__data$165 ;
-  assign \$122  = ctl2[1] ? \$121  : 16'h0000;
-  assign \$123  = x3_4[15:0] * y3_4[15:0];
-  assign \$124  = $signed({ 1'h0, x3_4[15:0] }) * $signed(y3_4[32:16]);
-  assign \$125  = $signed(x3_4[32:16]) * $signed({ 1'h0, y3_4[15:0] });
-  assign \$126  = $signed(x3_4[32:16]) * $signed(y3_4[32:16]);
-  assign \$127  = $signed(lh4) + $signed(hl4);
-  assign \$129  = $signed({ 1'h0, hh4, ll4 }) + $signed(\$128 );
-  assign \$130  = p5_4[63] ? \$211 [46:0] : \$208 [46:0];
-  assign \$131  = $signed(p5_4) + $signed({ 1'h0, \$130  });
-  assign \$132  = $signed(q6_4) >>> ctl6[10:5];
-  assign \$133  = ctl7[2] ? { 1'h0, r7_4[31:0] } : { sat4[31], sat4 };
-  assign \$134  = $signed(x1_5) > $signed(imm2_1);
-  assign \$135  = ctl1[3] & \$134 ;
-  assign \$136  = \$135  ? { imm2_1[31], imm2_1 } : x1_5;
-  assign \$137  = ~ x1_5[32];
-  assign \$138  = ~ over5;
-  assign \$139  = \$137  & \$138 ;
-  assign \$140  = \$139  & ctl1[1];
-  assign \$141  = x1_5[32] & ctl1[1];
-  assign \$142  = over5 & ctl1[1];
-  assign \$143  = ctl2[1] ? { diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5 } : x2_5;
-  assign \$144  = ctl2[1] ? { 17'h00000, f2_5 } : y2_5;
-  assign \$145  = over2_5 ? \read__data$198  : \read__data$197 ;
-  assign \$146  = ctl2[1] ? \$145  : 16'h0000;
-  assign \$147  = x3_5[15:0] * y3_5[15:0];
-  assign \$148  = $signed({ 1'h0, x3_5[15:0] }) * $signed(y3_5[32:16]);
-  assign \$149  = $signed(x3_5[32:16]) * $signed({ 1'h0, y3_5[15:0] });
-  assign \$150  = $signed(x3_5[32:16]) * $signed(y3_5[32:16]);
-  assign \$151  = $signed(lh5) + $signed(hl5);
-  assign \$153  = $signed({ 1'h0, hh5, ll5 }) + $signed(\$152 );
-  assign \$154  = p5_5[63] ? \$211 [46:0] : \$208 [46:0];
-  assign \$155  = $signed(p5_5) + $signed({ 1'h0, \$154  });
-  assign \$156  = $signed(q6_5) >>> ctl6[10:5];
-  assign \$157  = ctl7[2] ? { 1'h0, r7_5[31:0] } : { sat5[31], sat5 };
-  assign \$158  = $signed(x1_6) > $signed(imm2_1);
-  assign \$159  = ctl1[3] & \$158 ;
-  assign \$160  = \$159  ? { imm2_1[31], imm2_1 } : x1_6;
-  assign \$161  = ~ x1_6[32];
-  assign \$162  = ~ over6;
-  assign \$163  = \$161  & \$162 ;
-  assign \$164  = \$163  & ctl1[1];
-  assign \$165  = x1_6[32] & ctl1[1];
-  assign \$166  = over6 & ctl1[1];
-  assign \$167  = ctl2[1] ? { diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6 } : x2_6;
-  assign \$168  = ctl2[1] ? { 17'h00000, f2_6 } : y2_6;
-  assign \$169  = over2_6 ? \read__data$230  : \read__data$229 ;
-  assign \$170  = ctl2[1] ? \$169  : 16'h0000;
-  assign \$171  = x3_6[15:0] * y3_6[15:0];
-  assign \$172  = $signed({ 1'h0, x3_6[15:0] }) * $signed(y3_6[32:16]);
-  assign \$173  = $signed(x3_6[32:16]) * $signed({ 1'h0, y3_6[15:0] });
-  assign \$174  = $signed(x3_6[32:16]) * $signed(y3_6[32:16]);
-  assign \$175  = $signed(lh6) + $signed(hl6);
-  assign \$177  = $signed({ 1'h0, hh6, ll6 }) + $signed(\$176 );
-  assign \$178  = p5_6[63] ? \$211 [46:0] : \$208 [46:0];
-  assign \$179  = $signed(p5_6) + $signed({ 1'h0, \$178  });
-  assign \$180  = $signed(q6_6) >>> ctl6[10:5];
-  assign \$181  = ctl7[2] ? { 1'h0, r7_6[31:0] } : { sat6[31], sat6 };
-  assign \$182  = $signed(x1_7) > $signed(imm2_1);
-  assign \$183  = ctl1[3] & \$182 ;
-  assign \$184  = \$183  ? { imm2_1[31], imm2_1 } : x1_7;
-  assign \$185  = ~ x1_7[32];
-  assign \$186  = ~ over7;
-  assign \$187  = \$185  & \$186 ;
-  assign \$188  = \$187  & ctl1[1];
-  assign \$189  = x1_7[32] & ctl1[1];
-  assign \$190  = over7 & ctl1[1];
-  assign \$191  = ctl2[1] ? { diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7 } : x2_7;
-  assign \$192  = ctl2[1] ? { 17'h00000, f2_7 } : y2_7;
-  assign \$193  = over2_7 ? \read__data$262  : \read__data$261 ;
-  assign \$194  = ctl2[1] ? \$193  : 16'h0000;
-  assign \$195  = x3_7[15:0] * y3_7[15:0];
-  assign \$196  = $signed({ 1'h0, x3_7[15:0] }) * $signed(y3_7[32:16]);
-  assign \$197  = $signed(x3_7[32:16]) * $signed({ 1'h0, y3_7[15:0] });
-  assign \$198  = $signed(x3_7[32:16]) * $signed(y3_7[32:16]);
-  assign \$199  = $signed(lh7) + $signed(hl7);
-  assign \$201  = $signed({ 1'h0, hh7, ll7 }) + $signed(\$200 );
-  assign \$202  = p5_7[63] ? \$211 [46:0] : \$208 [46:0];
-  assign \$203  = $signed(p5_7) + $signed({ 1'h0, \$202  });
-  assign \$204  = $signed(q6_7) >>> ctl6[10:5];
-  assign \$205  = ctl7[2] ? { 1'h0, r7_7[31:0] } : { sat7[31], sat7 };
-  assign \$206  = 1'h1 << shift[4:0];
-  assign \$207  = 1'h1 << ctl5[10:5];
-  assign \$209  = ! ctl5[10:5];
-  assign \$210  = \$208 [46:0] - 1'h1;
-  assign \$211  = \$209  ? 48'h000000000000 : \$210 ;
-  assign \$212  = $signed(a[31:0]) + $signed(b[31:0]);
-  assign \$213  = $signed(a[31:0]) - $signed(b[31:0]);
-  assign \$214  = $signed(a[31:0]) > $signed(b[31:0]);
-  assign \$215  = \$214  ? a[31:0] : b[31:0];
-  assign \$216  = $signed(a[31:0]) < $signed(b[31:0]);
-  assign \$217  = \$216  ? a[31:0] : b[31:0];
-  assign \$218  = $signed(a[31:0]) < $signed(imm);
-  assign \$219  = \$218  ? imm : a[31:0];
-  assign \$220  = $signed(a[31:0]) - $signed(imm);
-  assign scaled0 = $signed(x1_0) >>> ctl1[10:5];
-  assign \$221  = ~ x1_0[32];
-  assign \$222  = | scaled0[32:8];
-  assign over0 = \$221  & \$222 ;
-  assign \$223  = x1_0[32] ? 8'h00 : scaled0[7:0];
-  assign index0 = over0 ? 8'hff : \$223 ;
-  assign \$224  = 1'h1 << ctl1[10:5];
-  assign \$225  = \$224  - 1'h1;
-  assign \$226  = x1_0[32] | over0;
-  assign \$227  = x1_0[15:0] & \$225 [15:0];
-  assign frac0 = \$226  ? 16'h0000 : \$227 ;
-  assign \$228  = table_index - 1'h0;
-  assign \$229  = table_index - 1'h0;
-  assign \$230  = $signed(\$229 ) < $signed(10'h100);
-  assign write__en = table_we & \$230 ;
-  assign \$231  = table_index - 1'h1;
-  assign \$232  = table_index - 1'h1;
-  assign \$233  = $signed(\$232 ) < $signed(10'h100);
-  assign \$234  = table_index >= 1'h1;
-  assign \$235  = \$233  & \$234 ;
-  assign \write__en$313  = table_we & \$235 ;
-  assign diff0 = $signed(\read__data$35 ) - $signed(read__data);
-  assign \$236  = $signed(r7_0[19:0]) + $signed(base7_0);
-  assign value0 = ctl7[1] ? { \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236 [20], \$236  } : r7_0;
-  assign \$237  = ! value0[63:31];
-  assign \$238  = value0[63:31] == 33'h1ffffffff;
-  assign \$239  = \$237  | \$238 ;
-  assign \$240  = value0[63] ? 32'd2147483648 : 32'd2147483647;
-  assign \$241  = \$239  ? { 1'h0, value0[31:0] } : { \$240 [31], \$240  };
-  assign \$242  = ! value0[63:7];
-  assign \$243  = value0[63:7] == 57'h1ffffffffffffff;
-  assign \$244  = \$242  | \$243 ;
-  assign \$245  = value0[63] ? 8'h80 : 8'h7f;
-  assign \$246  = \$244  ? value0[7:0] : \$245 ;
-  assign \$247  = $signed(a[63:32]) + $signed(b[63:32]);
-  assign \$248  = $signed(a[63:32]) - $signed(b[63:32]);
-  assign \$249  = $signed(a[63:32]) > $signed(b[63:32]);
-  assign \$250  = \$249  ? a[63:32] : b[63:32];
-  assign \$251  = $signed(a[63:32]) < $signed(b[63:32]);
-  assign \$252  = \$251  ? a[63:32] : b[63:32];
-  assign \$253  = $signed(a[63:32]) < $signed(imm);
-  assign \$254  = \$253  ? imm : a[63:32];
-  assign \$255  = $signed(a[63:32]) - $signed(imm);
-  assign scaled1 = $signed(x1_1) >>> ctl1[10:5];
-  assign \$256  = ~ x1_1[32];
-  assign \$257  = | scaled1[32:8];
-  assign over1 = \$256  & \$257 ;
-  assign \$258  = x1_1[32] ? 8'h00 : scaled1[7:0];
-  assign index1 = over1 ? 8'hff : \$258 ;
-  assign \$259  = 1'h1 << ctl1[10:5];
-  assign \$260  = \$259  - 1'h1;
-  assign \$261  = x1_1[32] | over1;
-  assign \$262  = x1_1[15:0] & \$260 [15:0];
-  assign frac1 = \$261  ? 16'h0000 : \$262 ;
-  assign \$263  = table_index - 1'h0;
-  assign \$264  = table_index - 1'h0;
-  assign \$265  = $signed(\$264 ) < $signed(10'h100);
-  assign \write__en$321  = table_we & \$265 ;
-  assign \$266  = table_index - 1'h1;
-  assign \$267  = table_index - 1'h1;
-  assign \$268  = $signed(\$267 ) < $signed(10'h100);
-  assign \$269  = table_index >= 1'h1;
-  assign \$270  = \$268  & \$269 ;
-  assign \write__en$325  = table_we & \$270 ;
-  assign diff1 = $signed(\read__data$70 ) - $signed(\read__data$69 );
-  assign \$271  = $signed(r7_1[19:0]) + $signed(base7_1);
-  assign value1 = ctl7[1] ? { \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271 [20], \$271  } : r7_1;
-  assign \$272  = ! value1[63:31];
-  assign \$273  = value1[63:31] == 33'h1ffffffff;
-  assign \$274  = \$272  | \$273 ;
-  assign \$275  = value1[63] ? 32'd2147483648 : 32'd2147483647;
-  assign \$276  = \$274  ? { 1'h0, value1[31:0] } : { \$275 [31], \$275  };
-  assign \$277  = ! value1[63:7];
-  assign \$278  = value1[63:7] == 57'h1ffffffffffffff;
-  assign \$279  = \$277  | \$278 ;
-  assign \$280  = value1[63] ? 8'h80 : 8'h7f;
-  assign \$281  = \$279  ? value1[7:0] : \$280 ;
-  assign \$282  = $signed(a[95:64]) + $signed(b[95:64]);
-  assign \$283  = $signed(a[95:64]) - $signed(b[95:64]);
-  assign \$284  = $signed(a[95:64]) > $signed(b[95:64]);
-  assign \$285  = \$284  ? a[95:64] : b[95:64];
-  assign \$286  = $signed(a[95:64]) < $signed(b[95:64]);
-  assign \$287  = \$286  ? a[95:64] : b[95:64];
-  assign \$288  = $signed(a[95:64]) < $signed(imm);
-  assign \$289  = \$288  ? imm : a[95:64];
-  assign \$290  = $signed(a[95:64]) - $signed(imm);
-  assign scaled2 = $signed(x1_2) >>> ctl1[10:5];
-  assign \$291  = ~ x1_2[32];
-  assign \$292  = | scaled2[32:8];
-  assign over2 = \$291  & \$292 ;
-  assign \$293  = x1_2[32] ? 8'h00 : scaled2[7:0];
-  assign index2 = over2 ? 8'hff : \$293 ;
-  assign \$294  = 1'h1 << ctl1[10:5];
-  assign \$295  = \$294  - 1'h1;
-  assign \$296  = x1_2[32] | over2;
-  assign \$297  = x1_2[15:0] & \$295 [15:0];
-  assign frac2 = \$296  ? 16'h0000 : \$297 ;
-  assign \$298  = table_index - 1'h0;
-  assign \$299  = table_index - 1'h0;
-  assign \$300  = $signed(\$299 ) < $signed(10'h100);
-  assign \write__en$333  = table_we & \$300 ;
-  assign \$301  = table_index - 1'h1;
-  assign \$302  = table_index - 1'h1;
-  assign \$303  = $signed(\$302 ) < $signed(10'h100);
-  assign \$304  = table_index >= 1'h1;
-  assign \$305  = \$303  & \$304 ;
-  assign \write__en$337  = table_we & \$305 ;
-  assign diff2 = $signed(\read__data$102 ) - $signed(\read__data$101 );
-  assign \$306  = $signed(r7_2[19:0]) + $signed(base7_2);
-  assign value2 = ctl7[1] ? { \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306 [20], \$306  } : r7_2;
-  assign \$307  = ! value2[63:31];
-  assign \$308  = value2[63:31] == 33'h1ffffffff;
-  assign \$309  = \$307  | \$308 ;
-  assign \$310  = value2[63] ? 32'd2147483648 : 32'd2147483647;
-  assign \$311  = \$309  ? { 1'h0, value2[31:0] } : { \$310 [31], \$310  };
-  assign \$312  = ! value2[63:7];
-  assign \$313  = value2[63:7] == 57'h1ffffffffffffff;
-  assign \$314  = \$312  | \$313 ;
-  assign \$315  = value2[63] ? 8'h80 : 8'h7f;
-  assign \$316  = \$314  ? value2[7:0] : \$315 ;
-  assign \$317  = $signed(a[127:96]) + $signed(b[127:96]);
-  assign \$318  = $signed(a[127:96]) - $signed(b[127:96]);
-  assign \$319  = $signed(a[127:96]) > $signed(b[127:96]);
-  assign \$320  = \$319  ? a[127:96] : b[127:96];
-  assign \$321  = $signed(a[127:96]) < $signed(b[127:96]);
-  assign \$322  = \$321  ? a[127:96] : b[127:96];
-  assign \$323  = $signed(a[127:96]) < $signed(imm);
-  assign \$324  = \$323  ? imm : a[127:96];
-  assign \$325  = $signed(a[127:96]) - $signed(imm);
-  assign scaled3 = $signed(x1_3) >>> ctl1[10:5];
-  assign \$326  = ~ x1_3[32];
-  assign \$327  = | scaled3[32:8];
-  assign over3 = \$326  & \$327 ;
-  assign \$328  = x1_3[32] ? 8'h00 : scaled3[7:0];
-  assign index3 = over3 ? 8'hff : \$328 ;
-  assign \$329  = 1'h1 << ctl1[10:5];
-  assign \$330  = \$329  - 1'h1;
-  assign \$331  = x1_3[32] | over3;
-  assign \$332  = x1_3[15:0] & \$330 [15:0];
-  assign frac3 = \$331  ? 16'h0000 : \$332 ;
-  assign \$333  = table_index - 1'h0;
-  assign \$334  = table_index - 1'h0;
-  assign \$335  = $signed(\$334 ) < $signed(10'h100);
-  assign \write__en$345  = table_we & \$335 ;
-  assign \$336  = table_index - 1'h1;
-  assign \$337  = table_index - 1'h1;
+  assign \$14  = 1'h1 << ctl6[10:5];
+  assign \$16  = ! ctl6[10:5];
+  assign \$17  = 1'h1 << ctl6[10:5];
+  assign \$19  = \$18  - 1'h1;
+  assign \$20  = \$16  ? 112'h0000000000000000000000000000 : \$19 ;
+  assign \$21  = 1'h1 << ctl1[10:5];
+  assign \$22  = \$21  - 1'h1;
+  assign \$23  = $signed(x2_0) > $signed(imm2_2);
+  assign \$24  = ctl2[3] & \$23 ;
+  assign \$25  = \$24  ? { imm2_2[31], imm2_2 } : x2_0;
+  assign \$26  = $signed(x2_0) >>> ctl2[10:5];
+  assign \$27  = x2_0[15:0] & mask2;
+  assign \$28  = under3_0 | over0;
+  assign \$29  = \$28  ? 16'h0000 : frac3_0;
+  assign \$30  = ~ under3_0;
+  assign \$31  = ~ over0;
+  assign \$32  = \$30  & \$31 ;
+  assign \$33  = \$32  & ctl3[1];
+  assign \$34  = under3_0 & ctl3[1];
+  assign \$35  = over0 & ctl3[1];
+  assign \$36  = ctl4[1] ? { diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0[16], diff0 } : x4_0;
+  assign \$37  = ctl4[1] ? { 17'h00000, f4_0 } : y4_0;
+  assign \$38  = over4_0 ? \read__data$53  : read__data;
+  assign \$39  = ctl4[1] ? \$38  : 16'h0000;
+  assign \$40  = x5_0[15:0] * y5_0[15:0];
+  assign \$41  = $signed({ 1'h0, x5_0[15:0] }) * $signed(y5_0[32:16]);
+  assign \$42  = $signed(x5_0[32:16]) * $signed({ 1'h0, y5_0[15:0] });
+  assign \$43  = $signed(x5_0[32:16]) * $signed(y5_0[32:16]);
+  assign \$44  = $signed(lh0) + $signed(hl0);
+  assign \$46  = $signed({ 1'h0, hh0, ll0 }) + $signed(\$45 );
+  assign \$47  = p7_0[63] ? half_neg : half;
+  assign \$48  = $signed(p7_0) + $signed({ 1'h0, \$47  });
+  assign \$49  = $signed(q8_0) >>> ctl8[10:5];
+  assign \$50  = $signed(r9_0[19:0]) + $signed(base9_0);
+  assign \$51  = ctl9[1] ? { \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50 [20], \$50  } : r9_0;
+  assign \$52  = ctl10[2] ? { 1'h0, value10_0[31:0] } : { sat0[31], sat0 };
+  assign \$53  = $signed(x2_1) > $signed(imm2_2);
+  assign \$54  = ctl2[3] & \$53 ;
+  assign \$55  = \$54  ? { imm2_2[31], imm2_2 } : x2_1;
+  assign \$56  = $signed(x2_1) >>> ctl2[10:5];
+  assign \$57  = x2_1[15:0] & mask2;
+  assign \$58  = under3_1 | over1;
+  assign \$59  = \$58  ? 16'h0000 : frac3_1;
+  assign \$60  = ~ under3_1;
+  assign \$61  = ~ over1;
+  assign \$62  = \$60  & \$61 ;
+  assign \$63  = \$62  & ctl3[1];
+  assign \$64  = under3_1 & ctl3[1];
+  assign \$65  = over1 & ctl3[1];
+  assign \$66  = ctl4[1] ? { diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1[16], diff1 } : x4_1;
+  assign \$67  = ctl4[1] ? { 17'h00000, f4_1 } : y4_1;
+  assign \$68  = over4_1 ? \read__data$92  : \read__data$91 ;
+  assign \$69  = ctl4[1] ? \$68  : 16'h0000;
+  assign \$70  = x5_1[15:0] * y5_1[15:0];
+  assign \$71  = $signed({ 1'h0, x5_1[15:0] }) * $signed(y5_1[32:16]);
+  assign \$72  = $signed(x5_1[32:16]) * $signed({ 1'h0, y5_1[15:0] });
+  assign \$73  = $signed(x5_1[32:16]) * $signed(y5_1[32:16]);
+  assign \$74  = $signed(lh1) + $signed(hl1);
+  assign \$76  = $signed({ 1'h0, hh1, ll1 }) + $signed(\$75 );
+  assign \$77  = p7_1[63] ? half_neg : half;
+  assign \$78  = $signed(p7_1) + $signed({ 1'h0, \$77  });
+  assign \$79  = $signed(q8_1) >>> ctl8[10:5];
+  assign \$80  = $signed(r9_1[19:0]) + $signed(base9_1);
+  assign \$81  = ctl9[1] ? { \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80 [20], \$80  } : r9_1;
+  assign \$82  = ctl10[2] ? { 1'h0, value10_1[31:0] } : { sat1[31], sat1 };
+  assign \$83  = $signed(x2_2) > $signed(imm2_2);
+  assign \$84  = ctl2[3] & \$83 ;
+  assign \$85  = \$84  ? { imm2_2[31], imm2_2 } : x2_2;
+  assign \$86  = $signed(x2_2) >>> ctl2[10:5];
+  assign \$87  = x2_2[15:0] & mask2;
+  assign \$88  = under3_2 | over2;
+  assign \$89  = \$88  ? 16'h0000 : frac3_2;
+  assign \$90  = ~ under3_2;
+  assign \$91  = ~ over2;
+  assign \$92  = \$90  & \$91 ;
+  assign \$93  = \$92  & ctl3[1];
+  assign \$94  = under3_2 & ctl3[1];
+  assign \$95  = over2 & ctl3[1];
+  assign \$96  = ctl4[1] ? { diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2[16], diff2 } : x4_2;
+  assign \$97  = ctl4[1] ? { 17'h00000, f4_2 } : y4_2;
+  assign \$98  = over4_2 ? \read__data$130  : \read__data$129 ;
+  assign \$99  = ctl4[1] ? \$98  : 16'h0000;
+  assign \$100  = x5_2[15:0] * y5_2[15:0];
+  assign \$101  = $signed({ 1'h0, x5_2[15:0] }) * $signed(y5_2[32:16]);
+  assign \$102  = $signed(x5_2[32:16]) * $signed({ 1'h0, y5_2[15:0] });
+  assign \$103  = $signed(x5_2[32:16]) * $signed(y5_2[32:16]);
+  assign \$104  = $signed(lh2) + $signed(hl2);
+  assign \$106  = $signed({ 1'h0, hh2, ll2 }) + $signed(\$105 );
+  assign \$107  = p7_2[63] ? half_neg : half;
+  assign \$108  = $signed(p7_2) + $signed({ 1'h0, \$107  });
+  assign \$109  = $signed(q8_2) >>> ctl8[10:5];
+  assign \$110  = $signed(r9_2[19:0]) + $signed(base9_2);
+  assign \$111  = ctl9[1] ? { \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110 [20], \$110  } : r9_2;
+  assign \$112  = ctl10[2] ? { 1'h0, value10_2[31:0] } : { sat2[31], sat2 };
+  assign \$113  = $signed(x2_3) > $signed(imm2_2);
+  assign \$114  = ctl2[3] & \$113 ;
+  assign \$115  = \$114  ? { imm2_2[31], imm2_2 } : x2_3;
+  assign \$116  = $signed(x2_3) >>> ctl2[10:5];
+  assign \$117  = x2_3[15:0] & mask2;
+  assign \$118  = under3_3 | over3;
+  assign \$119  = \$118  ? 16'h0000 : frac3_3;
+  assign \$120  = ~ under3_3;
+  assign \$121  = ~ over3;
+  assign \$122  = \$120  & \$121 ;
+  assign \$123  = \$122  & ctl3[1];
+  assign \$124  = under3_3 & ctl3[1];
+  assign \$125  = over3 & ctl3[1];
+  assign \$126  = ctl4[1] ? { diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3[16], diff3 } : x4_3;
+  assign \$127  = ctl4[1] ? { 17'h00000, f4_3 } : y4_3;
+  assign \$128  = over4_3 ? \read__data$168  : \read__data$167 ;
+  assign \$129  = ctl4[1] ? \$128  : 16'h0000;
+  assign \$130  = x5_3[15:0] * y5_3[15:0];
+  assign \$131  = $signed({ 1'h0, x5_3[15:0] }) * $signed(y5_3[32:16]);
+  assign \$132  = $signed(x5_3[32:16]) * $signed({ 1'h0, y5_3[15:0] });
+  assign \$133  = $signed(x5_3[32:16]) * $signed(y5_3[32:16]);
+  assign \$134  = $signed(lh3) + $signed(hl3);
+  assign \$136  = $signed({ 1'h0, hh3, ll3 }) + $signed(\$135 );
+  assign \$137  = p7_3[63] ? half_neg : half;
+  assign \$138  = $signed(p7_3) + $signed({ 1'h0, \$137  });
+  assign \$139  = $signed(q8_3) >>> ctl8[10:5];
+  assign \$140  = $signed(r9_3[19:0]) + $signed(base9_3);
+  assign \$141  = ctl9[1] ? { \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140 [20], \$140  } : r9_3;
+  assign \$142  = ctl10[2] ? { 1'h0, value10_3[31:0] } : { sat3[31], sat3 };
+  assign \$143  = $signed(x2_4) > $signed(imm2_2);
+  assign \$144  = ctl2[3] & \$143 ;
+  assign \$145  = \$144  ? { imm2_2[31], imm2_2 } : x2_4;
+  assign \$146  = $signed(x2_4) >>> ctl2[10:5];
+  assign \$147  = x2_4[15:0] & mask2;
+  assign \$148  = under3_4 | over4;
+  assign \$149  = \$148  ? 16'h0000 : frac3_4;
+  assign \$150  = ~ under3_4;
+  assign \$151  = ~ over4;
+  assign \$152  = \$150  & \$151 ;
+  assign \$153  = \$152  & ctl3[1];
+  assign \$154  = under3_4 & ctl3[1];
+  assign \$155  = over4 & ctl3[1];
+  assign \$156  = ctl4[1] ? { diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4[16], diff4 } : x4_4;
+  assign \$157  = ctl4[1] ? { 17'h00000, f4_4 } : y4_4;
+  assign \$158  = over4_4 ? \read__data$206  : \read__data$205 ;
+  assign \$159  = ctl4[1] ? \$158  : 16'h0000;
+  assign \$160  = x5_4[15:0] * y5_4[15:0];
+  assign \$161  = $signed({ 1'h0, x5_4[15:0] }) * $signed(y5_4[32:16]);
+  assign \$162  = $signed(x5_4[32:16]) * $signed({ 1'h0, y5_4[15:0] });
+  assign \$163  = $signed(x5_4[32:16]) * $signed(y5_4[32:16]);
+  assign \$164  = $signed(lh4) + $signed(hl4);
+  assign \$166  = $signed({ 1'h0, hh4, ll4 }) + $signed(\$165 );
+  assign \$167  = p7_4[63] ? half_neg : half;
+  assign \$168  = $signed(p7_4) + $signed({ 1'h0, \$167  });
+  assign \$169  = $signed(q8_4) >>> ctl8[10:5];
+  assign \$170  = $signed(r9_4[19:0]) + $signed(base9_4);
+  assign \$171  = ctl9[1] ? { \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170 [20], \$170  } : r9_4;
+  assign \$172  = ctl10[2] ? { 1'h0, value10_4[31:0] } : { sat4[31], sat4 };
+  assign \$173  = $signed(x2_5) > $signed(imm2_2);
+  assign \$174  = ctl2[3] & \$173 ;
+  assign \$175  = \$174  ? { imm2_2[31], imm2_2 } : x2_5;
+  assign \$176  = $signed(x2_5) >>> ctl2[10:5];
+  assign \$177  = x2_5[15:0] & mask2;
+  assign \$178  = under3_5 | over5;
+  assign \$179  = \$178  ? 16'h0000 : frac3_5;
+  assign \$180  = ~ under3_5;
+  assign \$181  = ~ over5;
+  assign \$182  = \$180  & \$181 ;
+  assign \$183  = \$182  & ctl3[1];
+  assign \$184  = under3_5 & ctl3[1];
+  assign \$185  = over5 & ctl3[1];
+  assign \$186  = ctl4[1] ? { diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5[16], diff5 } : x4_5;
+  assign \$187  = ctl4[1] ? { 17'h00000, f4_5 } : y4_5;
+  assign \$188  = over4_5 ? \read__data$244  : \read__data$243 ;
+  assign \$189  = ctl4[1] ? \$188  : 16'h0000;
+  assign \$190  = x5_5[15:0] * y5_5[15:0];
+  assign \$191  = $signed({ 1'h0, x5_5[15:0] }) * $signed(y5_5[32:16]);
+  assign \$192  = $signed(x5_5[32:16]) * $signed({ 1'h0, y5_5[15:0] });
+  assign \$193  = $signed(x5_5[32:16]) * $signed(y5_5[32:16]);
+  assign \$194  = $signed(lh5) + $signed(hl5);
+  assign \$196  = $signed({ 1'h0, hh5, ll5 }) + $signed(\$195 );
+  assign \$197  = p7_5[63] ? half_neg : half;
+  assign \$198  = $signed(p7_5) + $signed({ 1'h0, \$197  });
+  assign \$199  = $signed(q8_5) >>> ctl8[10:5];
+  assign \$200  = $signed(r9_5[19:0]) + $signed(base9_5);
+  assign \$201  = ctl9[1] ? { \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200 [20], \$200  } : r9_5;
+  assign \$202  = ctl10[2] ? { 1'h0, value10_5[31:0] } : { sat5[31], sat5 };
+  assign \$203  = $signed(x2_6) > $signed(imm2_2);
+  assign \$204  = ctl2[3] & \$203 ;
+  assign \$205  = \$204  ? { imm2_2[31], imm2_2 } : x2_6;
+  assign \$206  = $signed(x2_6) >>> ctl2[10:5];
+  assign \$207  = x2_6[15:0] & mask2;
+  assign \$208  = under3_6 | over6;
+  assign \$209  = \$208  ? 16'h0000 : frac3_6;
+  assign \$210  = ~ under3_6;
+  assign \$211  = ~ over6;
+  assign \$212  = \$210  & \$211 ;
+  assign \$213  = \$212  & ctl3[1];
+  assign \$214  = under3_6 & ctl3[1];
+  assign \$215  = over6 & ctl3[1];
+  assign \$216  = ctl4[1] ? { diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6[16], diff6 } : x4_6;
+  assign \$217  = ctl4[1] ? { 17'h00000, f4_6 } : y4_6;
+  assign \$218  = over4_6 ? \read__data$282  : \read__data$281 ;
+  assign \$219  = ctl4[1] ? \$218  : 16'h0000;
+  assign \$220  = x5_6[15:0] * y5_6[15:0];
+  assign \$221  = $signed({ 1'h0, x5_6[15:0] }) * $signed(y5_6[32:16]);
+  assign \$222  = $signed(x5_6[32:16]) * $signed({ 1'h0, y5_6[15:0] });
+  assign \$223  = $signed(x5_6[32:16]) * $signed(y5_6[32:16]);
+  assign \$224  = $signed(lh6) + $signed(hl6);
+  assign \$226  = $signed({ 1'h0, hh6, ll6 }) + $signed(\$225 );
+  assign \$227  = p7_6[63] ? half_neg : half;
+  assign \$228  = $signed(p7_6) + $signed({ 1'h0, \$227  });
+  assign \$229  = $signed(q8_6) >>> ctl8[10:5];
+  assign \$230  = $signed(r9_6[19:0]) + $signed(base9_6);
+  assign \$231  = ctl9[1] ? { \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230 [20], \$230  } : r9_6;
+  assign \$232  = ctl10[2] ? { 1'h0, value10_6[31:0] } : { sat6[31], sat6 };
+  assign \$233  = $signed(x2_7) > $signed(imm2_2);
+  assign \$234  = ctl2[3] & \$233 ;
+  assign \$235  = \$234  ? { imm2_2[31], imm2_2 } : x2_7;
+  assign \$236  = $signed(x2_7) >>> ctl2[10:5];
+  assign \$237  = x2_7[15:0] & mask2;
+  assign \$238  = under3_7 | over7;
+  assign \$239  = \$238  ? 16'h0000 : frac3_7;
+  assign \$240  = ~ under3_7;
+  assign \$241  = ~ over7;
+  assign \$242  = \$240  & \$241 ;
+  assign \$243  = \$242  & ctl3[1];
+  assign \$244  = under3_7 & ctl3[1];
+  assign \$245  = over7 & ctl3[1];
+  assign \$246  = ctl4[1] ? { diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7[16], diff7 } : x4_7;
+  assign \$247  = ctl4[1] ? { 17'h00000, f4_7 } : y4_7;
+  assign \$248  = over4_7 ? \read__data$320  : \read__data$319 ;
+  assign \$249  = ctl4[1] ? \$248  : 16'h0000;
+  assign \$250  = x5_7[15:0] * y5_7[15:0];
+  assign \$251  = $signed({ 1'h0, x5_7[15:0] }) * $signed(y5_7[32:16]);
+  assign \$252  = $signed(x5_7[32:16]) * $signed({ 1'h0, y5_7[15:0] });
+  assign \$253  = $signed(x5_7[32:16]) * $signed(y5_7[32:16]);
+  assign \$254  = $signed(lh7) + $signed(hl7);
+  assign \$256  = $signed({ 1'h0, hh7, ll7 }) + $signed(\$255 );
+  assign \$257  = p7_7[63] ? half_neg : half;
+  assign \$258  = $signed(p7_7) + $signed({ 1'h0, \$257  });
+  assign \$259  = $signed(q8_7) >>> ctl8[10:5];
+  assign \$260  = $signed(r9_7[19:0]) + $signed(base9_7);
+  assign \$261  = ctl9[1] ? { \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260 [20], \$260  } : r9_7;
+  assign \$262  = ctl10[2] ? { 1'h0, value10_7[31:0] } : { sat7[31], sat7 };
+  assign \$263  = 1'h1 << shift1[4:0];
+  assign \$264  = $signed(a1_0) + $signed(b1_0);
+  assign \$265  = $signed(a1_0) - $signed(b1_0);
+  assign \$266  = $signed(a1_0) > $signed(b1_0);
+  assign \$267  = \$266  ? a1_0 : b1_0;
+  assign \$268  = $signed(a1_0) < $signed(b1_0);
+  assign \$269  = \$268  ? a1_0 : b1_0;
+  assign \$270  = $signed(a1_0) < $signed(imm1);
+  assign \$271  = \$270  ? imm1 : a1_0;
+  assign \$272  = $signed(a1_0) - $signed(imm1);
+  assign \$273  = ~ under3_0;
+  assign \$274  = | scaled3_0[32:8];
+  assign over0 = \$273  & \$274 ;
+  assign \$275  = under3_0 ? 8'h00 : scaled3_0[7:0];
+  assign index0 = over0 ? 8'hff : \$275 ;
+  assign \$276  = table_index - 1'h0;
+  assign \$277  = table_index - 1'h0;
+  assign \$278  = $signed(\$277 ) < $signed(10'h100);
+  assign write__en = table_we & \$278 ;
+  assign \$279  = table_index - 1'h1;
+  assign \$280  = table_index - 1'h1;
+  assign \$281  = $signed(\$280 ) < $signed(10'h100);
+  assign \$282  = table_index >= 1'h1;
+  assign \$283  = \$281  & \$282 ;
+  assign \write__en$370  = table_we & \$283 ;
+  assign diff0 = $signed(\read__data$53 ) - $signed(read__data);
+  assign \$284  = ! value10_0[63:31];
+  assign \$285  = value10_0[63:31] == 33'h1ffffffff;
+  assign \$286  = \$284  | \$285 ;
+  assign \$287  = value10_0[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$288  = \$286  ? { 1'h0, value10_0[31:0] } : { \$287 [31], \$287  };
+  assign \$289  = ! value10_0[63:7];
+  assign \$290  = value10_0[63:7] == 57'h1ffffffffffffff;
+  assign \$291  = \$289  | \$290 ;
+  assign \$292  = value10_0[63] ? 8'h80 : 8'h7f;
+  assign \$293  = \$291  ? value10_0[7:0] : \$292 ;
+  assign \$294  = $signed(a1_1) + $signed(b1_1);
+  assign \$295  = $signed(a1_1) - $signed(b1_1);
+  assign \$296  = $signed(a1_1) > $signed(b1_1);
+  assign \$297  = \$296  ? a1_1 : b1_1;
+  assign \$298  = $signed(a1_1) < $signed(b1_1);
+  assign \$299  = \$298  ? a1_1 : b1_1;
+  assign \$300  = $signed(a1_1) < $signed(imm1);
+  assign \$301  = \$300  ? imm1 : a1_1;
+  assign \$302  = $signed(a1_1) - $signed(imm1);
+  assign \$303  = ~ under3_1;
+  assign \$304  = | scaled3_1[32:8];
+  assign over1 = \$303  & \$304 ;
+  assign \$305  = under3_1 ? 8'h00 : scaled3_1[7:0];
+  assign index1 = over1 ? 8'hff : \$305 ;
+  assign \$306  = table_index - 1'h0;
+  assign \$307  = table_index - 1'h0;
+  assign \$308  = $signed(\$307 ) < $signed(10'h100);
+  assign \write__en$375  = table_we & \$308 ;
+  assign \$309  = table_index - 1'h1;
+  assign \$310  = table_index - 1'h1;
+  assign \$311  = $signed(\$310 ) < $signed(10'h100);
+  assign \$312  = table_index >= 1'h1;
+  assign \$313  = \$311  & \$312 ;
+  assign \write__en$379  = table_we & \$313 ;
+  assign diff1 = $signed(\read__data$92 ) - $signed(\read__data$91 );
+  assign \$314  = ! value10_1[63:31];
+  assign \$315  = value10_1[63:31] == 33'h1ffffffff;
+  assign \$316  = \$314  | \$315 ;
+  assign \$317  = value10_1[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$318  = \$316  ? { 1'h0, value10_1[31:0] } : { \$317 [31], \$317  };
+  assign \$319  = ! value10_1[63:7];
+  assign \$320  = value10_1[63:7] == 57'h1ffffffffffffff;
+  assign \$321  = \$319  | \$320 ;
+  assign \$322  = value10_1[63] ? 8'h80 : 8'h7f;
+  assign \$323  = \$321  ? value10_1[7:0] : \$322 ;
+  assign \$324  = $signed(a1_2) + $signed(b1_2);
+  assign \$325  = $signed(a1_2) - $signed(b1_2);
+  assign \$326  = $signed(a1_2) > $signed(b1_2);
+  assign \$327  = \$326  ? a1_2 : b1_2;
+  assign \$328  = $signed(a1_2) < $signed(b1_2);
+  assign \$329  = \$328  ? a1_2 : b1_2;
+  assign \$330  = $signed(a1_2) < $signed(imm1);
+  assign \$331  = \$330  ? imm1 : a1_2;
+  assign \$332  = $signed(a1_2) - $signed(imm1);
+  assign \$333  = ~ under3_2;
+  assign \$334  = | scaled3_2[32:8];
+  assign over2 = \$333  & \$334 ;
+  assign \$335  = under3_2 ? 8'h00 : scaled3_2[7:0];
+  assign index2 = over2 ? 8'hff : \$335 ;
+  assign \$336  = table_index - 1'h0;
+  assign \$337  = table_index - 1'h0;
   assign \$338  = $signed(\$337 ) < $signed(10'h100);
-  assign \$339  = table_index >= 1'h1;
-  assign \$340  = \$338  & \$339 ;
-  assign \write__en$349  = table_we & \$340 ;
-  assign diff3 = $signed(\read__data$134 ) - $signed(\read__data$133 );
-  assign \$341  = $signed(r7_3[19:0]) + $signed(base7_3);
-  assign value3 = ctl7[1] ? { \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341 [20], \$341  } : r7_3;
-  assign \$342  = ! value3[63:31];
-  assign \$343  = value3[63:31] == 33'h1ffffffff;
-  assign \$344  = \$342  | \$343 ;
-  assign \$345  = value3[63] ? 32'd2147483648 : 32'd2147483647;
-  assign \$346  = \$344  ? { 1'h0, value3[31:0] } : { \$345 [31], \$345  };
-  assign \$347  = ! value3[63:7];
-  assign \$348  = value3[63:7] == 57'h1ffffffffffffff;
-  assign \$349  = \$347  | \$348 ;
-  assign \$350  = value3[63] ? 8'h80 : 8'h7f;
-  assign \$351  = \$349  ? value3[7:0] : \$350 ;
-  assign \$352  = $signed(a[159:128]) + $signed(b[159:128]);
-  assign \$353  = $signed(a[159:128]) - $signed(b[159:128]);
-  assign \$354  = $signed(a[159:128]) > $signed(b[159:128]);
-  assign \$355  = \$354  ? a[159:128] : b[159:128];
-  assign \$356  = $signed(a[159:128]) < $signed(b[159:128]);
-  assign \$357  = \$356  ? a[159:128] : b[159:128];
-  assign \$358  = $signed(a[159:128]) < $signed(imm);
-  assign \$359  = \$358  ? imm : a[159:128];
-  assign \$360  = $signed(a[159:128]) - $signed(imm);
-  assign scaled4 = $signed(x1_4) >>> ctl1[10:5];
-  assign \$361  = ~ x1_4[32];
-  assign \$362  = | scaled4[32:8];
-  assign over4 = \$361  & \$362 ;
-  assign \$363  = x1_4[32] ? 8'h00 : scaled4[7:0];
-  assign index4 = over4 ? 8'hff : \$363 ;
-  assign \$364  = 1'h1 << ctl1[10:5];
-  assign \$365  = \$364  - 1'h1;
-  assign \$366  = x1_4[32] | over4;
-  assign \$367  = x1_4[15:0] & \$365 [15:0];
-  assign frac4 = \$366  ? 16'h0000 : \$367 ;
-  assign \$368  = table_index - 1'h0;
-  assign \$369  = table_index - 1'h0;
-  assign \$370  = $signed(\$369 ) < $signed(10'h100);
-  assign \write__en$357  = table_we & \$370 ;
-  assign \$371  = table_index - 1'h1;
-  assign \$372  = table_index - 1'h1;
-  assign \$373  = $signed(\$372 ) < $signed(10'h100);
-  assign \$374  = table_index >= 1'h1;
-  assign \$375  = \$373  & \$374 ;
-  assign \write__en$361  = table_we & \$375 ;
-  assign diff4 = $signed(\read__data$166 ) - $signed(\read__data$165 );
-  assign \$376  = $signed(r7_4[19:0]) + $signed(base7_4);
-  assign value4 = ctl7[1] ? { \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376 [20], \$376  } : r7_4;
-  assign \$377  = ! value4[63:31];
-  assign \$378  = value4[63:31] == 33'h1ffffffff;
-  assign \$379  = \$377  | \$378 ;
-  assign \$380  = value4[63] ? 32'd2147483648 : 32'd2147483647;
-  assign \$381  = \$379  ? { 1'h0, value4[31:0] } : { \$380 [31], \$380  };
-  assign \$382  = ! value4[63:7];
-  assign \$383  = value4[63:7] == 57'h1ffffffffffffff;
-  assign \$384  = \$382  | \$383 ;
-  assign \$385  = value4[63] ? 8'h80 : 8'h7f;
-  assign \$386  = \$384  ? value4[7:0] : \$385 ;
-  assign \$387  = $signed(a[191:160]) + $signed(b[191:160]);
-  assign \$388  = $signed(a[191:160]) - $signed(b[191:160]);
-  assign \$389  = $signed(a[191:160]) > $signed(b[191:160]);
-  assign \$390  = \$389  ? a[191:160] : b[191:160];
-  assign \$391  = $signed(a[191:160]) < $signed(b[191:160]);
-  assign \$392  = \$391  ? a[191:160] : b[191:160];
-  assign \$393  = $signed(a[191:160]) < $signed(imm);
-  assign \$394  = \$393  ? imm : a[191:160];
-  assign \$395  = $signed(a[191:160]) - $signed(imm);
-  assign scaled5 = $signed(x1_5) >>> ctl1[10:5];
-  assign \$396  = ~ x1_5[32];
-  assign \$397  = | scaled5[32:8];
-  assign over5 = \$396  & \$397 ;
-  assign \$398  = x1_5[32] ? 8'h00 : scaled5[7:0];
-  assign index5 = over5 ? 8'hff : \$398 ;
-  assign \$399  = 1'h1 << ctl1[10:5];
-  assign \$400  = \$399  - 1'h1;
-  assign \$401  = x1_5[32] | over5;
-  assign \$402  = x1_5[15:0] & \$400 [15:0];
-  assign frac5 = \$401  ? 16'h0000 : \$402 ;
-  assign \$403  = table_index - 1'h0;
-  assign \$404  = table_index - 1'h0;
-  assign \$405  = $signed(\$404 ) < $signed(10'h100);
-  assign \write__en$369  = table_we & \$405 ;
-  assign \$406  = table_index - 1'h1;
-  assign \$407  = table_index - 1'h1;
-  assign \$408  = $signed(\$407 ) < $signed(10'h100);
-  assign \$409  = table_index >= 1'h1;
-  assign \$410  = \$408  & \$409 ;
-  assign \write__en$373  = table_we & \$410 ;
-  assign diff5 = $signed(\read__data$198 ) - $signed(\read__data$197 );
-  assign \$411  = $signed(r7_5[19:0]) + $signed(base7_5);
-  assign value5 = ctl7[1] ? { \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411 [20], \$411  } : r7_5;
-  assign \$412  = ! value5[63:31];
-  assign \$413  = value5[63:31] == 33'h1ffffffff;
-  assign \$414  = \$412  | \$413 ;
-  assign \$415  = value5[63] ? 32'd2147483648 : 32'd2147483647;
-  assign \$416  = \$414  ? { 1'h0, value5[31:0] } : { \$415 [31], \$415  };
-  assign \$417  = ! value5[63:7];
-  assign \$418  = value5[63:7] == 57'h1ffffffffffffff;
-  assign \$419  = \$417  | \$418 ;
-  assign \$420  = value5[63] ? 8'h80 : 8'h7f;
-  assign \$421  = \$419  ? value5[7:0] : \$420 ;
-  assign \$422  = $signed(a[223:192]) + $signed(b[223:192]);
-  assign \$423  = $signed(a[223:192]) - $signed(b[223:192]);
-  assign \$424  = $signed(a[223:192]) > $signed(b[223:192]);
-  assign \$425  = \$424  ? a[223:192] : b[223:192];
-  assign \$426  = $signed(a[223:192]) < $signed(b[223:192]);
-  assign \$427  = \$426  ? a[223:192] : b[223:192];
-  assign \$428  = $signed(a[223:192]) < $signed(imm);
-  assign \$429  = \$428  ? imm : a[223:192];
-  assign \$430  = $signed(a[223:192]) - $signed(imm);
+  assign \write__en$384  = table_we & \$338 ;
+  assign \$339  = table_index - 1'h1;
+  assign \$340  = table_index - 1'h1;
+  assign \$341  = $signed(\$340 ) < $signed(10'h100);
+  assign \$342  = table_index >= 1'h1;
+  assign \$343  = \$341  & \$342 ;
+  assign \write__en$388  = table_we & \$343 ;
+  assign diff2 = $signed(\read__data$130 ) - $signed(\read__data$129 );
+  assign \$344  = ! value10_2[63:31];
+  assign \$345  = value10_2[63:31] == 33'h1ffffffff;
+  assign \$346  = \$344  | \$345 ;
+  assign \$347  = value10_2[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$348  = \$346  ? { 1'h0, value10_2[31:0] } : { \$347 [31], \$347  };
+  assign \$349  = ! value10_2[63:7];
+  assign \$350  = value10_2[63:7] == 57'h1ffffffffffffff;
+  assign \$351  = \$349  | \$350 ;
+  assign \$352  = value10_2[63] ? 8'h80 : 8'h7f;
+  assign \$353  = \$351  ? value10_2[7:0] : \$352 ;
+  assign \$354  = $signed(a1_3) + $signed(b1_3);
+  assign \$355  = $signed(a1_3) - $signed(b1_3);
+  assign \$356  = $signed(a1_3) > $signed(b1_3);
+  assign \$357  = \$356  ? a1_3 : b1_3;
+  assign \$358  = $signed(a1_3) < $signed(b1_3);
+  assign \$359  = \$358  ? a1_3 : b1_3;
+  assign \$360  = $signed(a1_3) < $signed(imm1);
+  assign \$361  = \$360  ? imm1 : a1_3;
+  assign \$362  = $signed(a1_3) - $signed(imm1);
+  assign \$363  = ~ under3_3;
+  assign \$364  = | scaled3_3[32:8];
+  assign over3 = \$363  & \$364 ;
+  assign \$365  = under3_3 ? 8'h00 : scaled3_3[7:0];
+  assign index3 = over3 ? 8'hff : \$365 ;
+  assign \$366  = table_index - 1'h0;
+  assign \$367  = table_index - 1'h0;
+  assign \$368  = $signed(\$367 ) < $signed(10'h100);
+  assign \write__en$393  = table_we & \$368 ;
+  assign \$369  = table_index - 1'h1;
+  assign \$370  = table_index - 1'h1;
+  assign \$371  = $signed(\$370 ) < $signed(10'h100);
+  assign \$372  = table_index >= 1'h1;
+  assign \$373  = \$371  & \$372 ;
+  assign \write__en$397  = table_we & \$373 ;
+  assign diff3 = $signed(\read__data$168 ) - $signed(\read__data$167 );
+  assign \$374  = ! value10_3[63:31];
+  assign \$375  = value10_3[63:31] == 33'h1ffffffff;
+  assign \$376  = \$374  | \$375 ;
+  assign \$377  = value10_3[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$378  = \$376  ? { 1'h0, value10_3[31:0] } : { \$377 [31], \$377  };
+  assign \$379  = ! value10_3[63:7];
+  assign \$380  = value10_3[63:7] == 57'h1ffffffffffffff;
+  assign \$381  = \$379  | \$380 ;
+  assign \$382  = value10_3[63] ? 8'h80 : 8'h7f;
+  assign \$383  = \$381  ? value10_3[7:0] : \$382 ;
+  assign \$384  = $signed(a1_4) + $signed(b1_4);
+  assign \$385  = $signed(a1_4) - $signed(b1_4);
+  assign \$386  = $signed(a1_4) > $signed(b1_4);
+  assign \$387  = \$386  ? a1_4 : b1_4;
+  assign \$388  = $signed(a1_4) < $signed(b1_4);
+  assign \$389  = \$388  ? a1_4 : b1_4;
+  assign \$390  = $signed(a1_4) < $signed(imm1);
+  assign \$391  = \$390  ? imm1 : a1_4;
+  assign \$392  = $signed(a1_4) - $signed(imm1);
+  assign \$393  = ~ under3_4;
+  assign \$394  = | scaled3_4[32:8];
+  assign over4 = \$393  & \$394 ;
+  assign \$395  = under3_4 ? 8'h00 : scaled3_4[7:0];
+  assign index4 = over4 ? 8'hff : \$395 ;
+  assign \$396  = table_index - 1'h0;
+  assign \$397  = table_index - 1'h0;
+  assign \$398  = $signed(\$397 ) < $signed(10'h100);
+  assign \write__en$402  = table_we & \$398 ;
+  assign \$399  = table_index - 1'h1;
+  assign \$400  = table_index - 1'h1;
+  assign \$401  = $signed(\$400 ) < $signed(10'h100);
+  assign \$402  = table_index >= 1'h1;
+  assign \$403  = \$401  & \$402 ;
+  assign \write__en$406  = table_we & \$403 ;
+  assign diff4 = $signed(\read__data$206 ) - $signed(\read__data$205 );
+  assign \$404  = ! value10_4[63:31];
+  assign \$405  = value10_4[63:31] == 33'h1ffffffff;
+  assign \$406  = \$404  | \$405 ;
+  assign \$407  = value10_4[63] ? 32'd2147483648 : 32'd2147483647;
+  assign \$408  = \$406  ? { 1'h0, value10_4[31:0] } : { \$407 [31], \$407  };
+  assign \$409  = ! value10_4[63:7];
+  assign \$410  = value10_4[63:7] == 57'h1ffffffffffffff;
+  assign \$411  = \$409  | \$410 ;
+  assign \$412  = value10_4[63] ? 8'h80 : 8'h7f;
+  assign \$413  = \$411  ? value10_4[7:0] : \$412 ;
+  assign \$414  = $signed(a1_5) + $signed(b1_5);
+  assign \$415  = $signed(a1_5) - $signed(b1_5);
+  assign \$416  = $signed(a1_5) > $signed(b1_5);
+  assign \$417  = \$416  ? a1_5 : b1_5;
+  assign \$418  = $signed(a1_5) < $signed(b1_5);
+  assign \$419  = \$418  ? a1_5 : b1_5;
+  assign \$420  = $signed(a1_5) < $signed(imm1);
+  assign \$421  = \$420  ? imm1 : a1_5;
+  assign \$422  = $signed(a1_5) - $signed(imm1);
+  assign \$423  = ~ under3_5;
+  assign \$424  = | scaled3_5[32:8];
+  assign over5 = \$423  & \$424 ;
+  assign \$425  = under3_5 ? 8'h00 : scaled3_5[7:0];
+  assign index5 = over5 ? 8'hff : \$425 ;
+  assign \$426  = table_index - 1'h0;
+  assign \$427  = table_index - 1'h0;
+  assign \$428  = $signed(\$427 ) < $signed(10'h100);
+  assign \write__en$411  = table_we & \$428 ;
+  assign \$429  = table_index - 1'h1;
+  assign \$430  = table_index - 1'h1;
+  assign \$431  = $signed(\$430 ) < $signed(10'h100);
+  assign \$432  = table_index >= 1'h1;
+  assign \$433  = \$431  & \$432 ;
+  assign \write__en$415  = table_we & \$433 ;
+  assign diff5 = $signed(\read__data$244 ) - $signed(\read__data$243 );
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
-    \$513 [0] = valid;
-    \$513 [1] = \$1 ;
-    \$513 [2] = \$6 ;
-    \$513 [3] = \$7 ;
-    \$513 [4] = d_acc;
-    \$513 [10:5] = \$13 ;
+    \$525 [0] = valid;
+    \$525 [1] = \$1 ;
+    \$525 [2] = \$6 ;
+    \$525 [3] = \$7 ;
+    \$525 [4] = d_acc;
+    \$525 [10:5] = \$13 ;
     if (rst) begin
-      \$513  = 11'h000;
+      \$525  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
-    \$514  = ctl1;
+    \$526  = ctl1;
     if (rst) begin
-      \$514  = 11'h000;
+      \$526  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
-    \$515  = ctl2;
+    \$527  = ctl2;
     if (rst) begin
-      \$515  = 11'h000;
+      \$527  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
-    \$516  = ctl3;
+    \$528  = ctl3;
     if (rst) begin
-      \$516  = 11'h000;
+      \$528  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
-    \$517  = ctl4;
+    \$529  = ctl4;
     if (rst) begin
-      \$517  = 11'h000;
+      \$529  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
-    \$518  = ctl5;
+    \$530  = ctl5;
     if (rst) begin
-      \$518  = 11'h000;
+      \$530  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
-    \$519  = ctl6;
+    \$531  = ctl6;
     if (rst) begin
-      \$519  = 11'h000;
+      \$531  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
-    \$520  = ctl7;
+    \$532  = ctl7;
     if (rst) begin
-      \$520  = 11'h000;
+      \$532  = 11'h000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
-    \$521 [31:0] = \$37 [31:0];
-    \$521 [63:32] = \$61 [31:0];
-    \$521 [95:64] = \$85 [31:0];
-    \$521 [127:96] = \$109 [31:0];
-    \$521 [159:128] = \$133 [31:0];
-    \$521 [191:160] = \$157 [31:0];
-    \$521 [223:192] = \$181 [31:0];
-    \$521 [255:224] = \$205 [31:0];
+    \$533  = ctl8;
     if (rst) begin
-      \$521  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+      \$533  = 11'h000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
+    \$534  = ctl9;
+    if (rst) begin
+      \$534  = 11'h000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
+    \$535  = ctl10;
+    if (rst) begin
+      \$535  = 11'h000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
+    \$536 [31:0] = \$52 [31:0];
+    \$536 [63:32] = \$82 [31:0];
+    \$536 [95:64] = \$112 [31:0];
+    \$536 [127:96] = \$142 [31:0];
+    \$536 [159:128] = \$172 [31:0];
+    \$536 [191:160] = \$202 [31:0];
+    \$536 [223:192] = \$232 [31:0];
+    \$536 [255:224] = \$262 [31:0];
+    if (rst) begin
+      \$536  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
     (* full_case = 32'd1 *)
-    casez (vop)
+    casez (vop1)
       4'h0:
-          alu0 = \$212 ;
+          alu0 = \$264 ;
       4'h1:
-          alu0 = \$213 ;
+          alu0 = \$265 ;
       4'h3:
-          alu0 = { \$215 [31], \$215  };
+          alu0 = { \$267 [31], \$267  };
       4'h4:
-          alu0 = { \$217 [31], \$217  };
+          alu0 = { \$269 [31], \$269  };
       4'h7:
-          alu0 = { \$219 [31], \$219  };
+          alu0 = { \$271 [31], \$271  };
       4'he:
-          alu0 = \$220 ;
+          alu0 = \$272 ;
       default:
-          alu0 = { a[31], a[31:0] };
+          alu0 = { a1_0[31], a1_0 };
     endcase
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
     (* full_case = 32'd1 *)
-    casez (vop)
+    casez (vop1)
       4'h2:
-          y0 = { b[31], b[31:0] };
+          y0 = { b1_0[31], b1_0 };
       4'hb:
-          y0 = { a[31], a[31:0] };
+          y0 = { a1_0[31], a1_0 };
       4'h6:
-          y0 = \$206 [32:0];
+          y0 = \$263 [32:0];
       default:
           y0 = 33'h000000001;
     endcase
@@ -18513,42 +18900,42 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
     (* full_case = 32'd1 *)
-    if (ctl7[4]) begin
-      sat0 = \$241 [31:0];
+    if (ctl10[4]) begin
+      sat0 = \$288 [31:0];
     end else begin
-      sat0 = { \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246 [7], \$246  };
+      sat0 = { \$293 [7], \$293 [7], \$293 [7], \$293 [7], \$293 [7], \$293 [7], \$293 [7], \$293 [7], \$293 [7], \$293 [7], \$293 [7], \$293 [7], \$293 [7], \$293 [7], \$293 [7], \$293 [7], \$293 [7], \$293 [7], \$293 [7], \$293 [7], \$293 [7], \$293 [7], \$293 [7], \$293 [7], \$293  };
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
     (* full_case = 32'd1 *)
-    casez (vop)
+    casez (vop1)
       4'h0:
-          alu1 = \$247 ;
+          alu1 = \$294 ;
       4'h1:
-          alu1 = \$248 ;
+          alu1 = \$295 ;
       4'h3:
-          alu1 = { \$250 [31], \$250  };
+          alu1 = { \$297 [31], \$297  };
       4'h4:
-          alu1 = { \$252 [31], \$252  };
+          alu1 = { \$299 [31], \$299  };
       4'h7:
-          alu1 = { \$254 [31], \$254  };
+          alu1 = { \$301 [31], \$301  };
       4'he:
-          alu1 = \$255 ;
+          alu1 = \$302 ;
       default:
-          alu1 = { a[63], a[63:32] };
+          alu1 = { a1_1[31], a1_1 };
     endcase
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
     (* full_case = 32'd1 *)
-    casez (vop)
+    casez (vop1)
       4'h2:
-          y1 = { b[63], b[63:32] };
+          y1 = { b1_1[31], b1_1 };
       4'hb:
-          y1 = { a[63], a[63:32] };
+          y1 = { a1_1[31], a1_1 };
       4'h6:
-          y1 = \$206 [32:0];
+          y1 = \$263 [32:0];
       default:
           y1 = 33'h000000001;
     endcase
@@ -18556,42 +18943,42 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
     (* full_case = 32'd1 *)
-    if (ctl7[4]) begin
-      sat1 = \$276 [31:0];
+    if (ctl10[4]) begin
+      sat1 = \$318 [31:0];
     end else begin
-      sat1 = { \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281 [7], \$281  };
+      sat1 = { \$323 [7], \$323 [7], \$323 [7], \$323 [7], \$323 [7], \$323 [7], \$323 [7], \$323 [7], \$323 [7], \$323 [7], \$323 [7], \$323 [7], \$323 [7], \$323 [7], \$323 [7], \$323 [7], \$323 [7], \$323 [7], \$323 [7], \$323 [7], \$323 [7], \$323 [7], \$323 [7], \$323 [7], \$323  };
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
     (* full_case = 32'd1 *)
-    casez (vop)
+    casez (vop1)
       4'h0:
-          alu2 = \$282 ;
+          alu2 = \$324 ;
       4'h1:
-          alu2 = \$283 ;
+          alu2 = \$325 ;
       4'h3:
-          alu2 = { \$285 [31], \$285  };
+          alu2 = { \$327 [31], \$327  };
       4'h4:
-          alu2 = { \$287 [31], \$287  };
+          alu2 = { \$329 [31], \$329  };
       4'h7:
-          alu2 = { \$289 [31], \$289  };
+          alu2 = { \$331 [31], \$331  };
       4'he:
-          alu2 = \$290 ;
+          alu2 = \$332 ;
       default:
-          alu2 = { a[95], a[95:64] };
+          alu2 = { a1_2[31], a1_2 };
     endcase
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
     (* full_case = 32'd1 *)
-    casez (vop)
+    casez (vop1)
       4'h2:
-          y2 = { b[95], b[95:64] };
+          y2 = { b1_2[31], b1_2 };
       4'hb:
-          y2 = { a[95], a[95:64] };
+          y2 = { a1_2[31], a1_2 };
       4'h6:
-          y2 = \$206 [32:0];
+          y2 = \$263 [32:0];
       default:
           y2 = 33'h000000001;
     endcase
@@ -18599,42 +18986,42 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
     (* full_case = 32'd1 *)
-    if (ctl7[4]) begin
-      sat2 = \$311 [31:0];
+    if (ctl10[4]) begin
+      sat2 = \$348 [31:0];
     end else begin
-      sat2 = { \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316 [7], \$316  };
+      sat2 = { \$353 [7], \$353 [7], \$353 [7], \$353 [7], \$353 [7], \$353 [7], \$353 [7], \$353 [7], \$353 [7], \$353 [7], \$353 [7], \$353 [7], \$353 [7], \$353 [7], \$353 [7], \$353 [7], \$353 [7], \$353 [7], \$353 [7], \$353 [7], \$353 [7], \$353 [7], \$353 [7], \$353 [7], \$353  };
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
     (* full_case = 32'd1 *)
-    casez (vop)
+    casez (vop1)
       4'h0:
-          alu3 = \$317 ;
+          alu3 = \$354 ;
       4'h1:
-          alu3 = \$318 ;
+          alu3 = \$355 ;
       4'h3:
-          alu3 = { \$320 [31], \$320  };
+          alu3 = { \$357 [31], \$357  };
       4'h4:
-          alu3 = { \$322 [31], \$322  };
+          alu3 = { \$359 [31], \$359  };
       4'h7:
-          alu3 = { \$324 [31], \$324  };
+          alu3 = { \$361 [31], \$361  };
       4'he:
-          alu3 = \$325 ;
+          alu3 = \$362 ;
       default:
-          alu3 = { a[127], a[127:96] };
+          alu3 = { a1_3[31], a1_3 };
     endcase
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
     (* full_case = 32'd1 *)
-    casez (vop)
+    casez (vop1)
       4'h2:
-          y3 = { b[127], b[127:96] };
+          y3 = { b1_3[31], b1_3 };
       4'hb:
-          y3 = { a[127], a[127:96] };
+          y3 = { a1_3[31], a1_3 };
       4'h6:
-          y3 = \$206 [32:0];
+          y3 = \$263 [32:0];
       default:
           y3 = 33'h000000001;
     endcase
@@ -18642,42 +19029,42 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
     (* full_case = 32'd1 *)
-    if (ctl7[4]) begin
-      sat3 = \$346 [31:0];
+    if (ctl10[4]) begin
+      sat3 = \$378 [31:0];
     end else begin
-      sat3 = { \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351 [7], \$351  };
+      sat3 = { \$383 [7], \$383 [7], \$383 [7], \$383 [7], \$383 [7], \$383 [7], \$383 [7], \$383 [7], \$383 [7], \$383 [7], \$383 [7], \$383 [7], \$383 [7], \$383 [7], \$383 [7], \$383 [7], \$383 [7], \$383 [7], \$383 [7], \$383 [7], \$383 [7], \$383 [7], \$383 [7], \$383 [7], \$383  };
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
     (* full_case = 32'd1 *)
-    casez (vop)
+    casez (vop1)
       4'h0:
-          alu4 = \$352 ;
+          alu4 = \$384 ;
       4'h1:
-          alu4 = \$353 ;
+          alu4 = \$385 ;
       4'h3:
-          alu4 = { \$355 [31], \$355  };
+          alu4 = { \$387 [31], \$387  };
       4'h4:
-          alu4 = { \$357 [31], \$357  };
+          alu4 = { \$389 [31], \$389  };
       4'h7:
-          alu4 = { \$359 [31], \$359  };
+          alu4 = { \$391 [31], \$391  };
       4'he:
-          alu4 = \$360 ;
+          alu4 = \$392 ;
       default:
-          alu4 = { a[159], a[159:128] };
+          alu4 = { a1_4[31], a1_4 };
     endcase
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
     (* full_case = 32'd1 *)
-    casez (vop)
+    casez (vop1)
       4'h2:
-          y4 = { b[159], b[159:128] };
+          y4 = { b1_4[31], b1_4 };
       4'hb:
-          y4 = { a[159], a[159:128] };
+          y4 = { a1_4[31], a1_4 };
       4'h6:
-          y4 = \$206 [32:0];
+          y4 = \$263 [32:0];
       default:
           y4 = 33'h000000001;
     endcase
@@ -18685,42 +19072,42 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
     (* full_case = 32'd1 *)
-    if (ctl7[4]) begin
-      sat4 = \$381 [31:0];
+    if (ctl10[4]) begin
+      sat4 = \$408 [31:0];
     end else begin
-      sat4 = { \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386 [7], \$386  };
+      sat4 = { \$413 [7], \$413 [7], \$413 [7], \$413 [7], \$413 [7], \$413 [7], \$413 [7], \$413 [7], \$413 [7], \$413 [7], \$413 [7], \$413 [7], \$413 [7], \$413 [7], \$413 [7], \$413 [7], \$413 [7], \$413 [7], \$413 [7], \$413 [7], \$413 [7], \$413 [7], \$413 [7], \$413 [7], \$413  };
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
     (* full_case = 32'd1 *)
-    casez (vop)
+    casez (vop1)
       4'h0:
-          alu5 = \$387 ;
+          alu5 = \$414 ;
       4'h1:
-          alu5 = \$388 ;
+          alu5 = \$415 ;
       4'h3:
-          alu5 = { \$390 [31], \$390  };
+          alu5 = { \$417 [31], \$417  };
       4'h4:
-          alu5 = { \$392 [31], \$392  };
+          alu5 = { \$419 [31], \$419  };
       4'h7:
-          alu5 = { \$394 [31], \$394  };
+          alu5 = { \$421 [31], \$421  };
       4'he:
-          alu5 = \$395 ;
+          alu5 = \$422 ;
       default:
-          alu5 = { a[191], a[191:160] };
+          alu5 = { a1_5[31], a1_5 };
     endcase
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
     (* full_case = 32'd1 *)
-    casez (vop)
+    casez (vop1)
       4'h2:
-          y5 = { b[191], b[191:160] };
+          y5 = { b1_5[31], b1_5 };
       4'hb:
-          y5 = { a[191], a[191:160] };
+          y5 = { a1_5[31], a1_5 };
       4'h6:
-          y5 = \$206 [32:0];
+          y5 = \$263 [32:0];
       default:
           y5 = 33'h000000001;
     endcase
@@ -18728,42 +19115,42 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
     (* full_case = 32'd1 *)
-    if (ctl7[4]) begin
-      sat5 = \$416 [31:0];
+    if (ctl10[4]) begin
+      sat5 = \$438 [31:0];
     end else begin
-      sat5 = { \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421 [7], \$421  };
+      sat5 = { \$443 [7], \$443 [7], \$443 [7], \$443 [7], \$443 [7], \$443 [7], \$443 [7], \$443 [7], \$443 [7], \$443 [7], \$443 [7], \$443 [7], \$443 [7], \$443 [7], \$443 [7], \$443 [7], \$443 [7], \$443 [7], \$443 [7], \$443 [7], \$443 [7], \$443 [7], \$443 [7], \$443 [7], \$443  };
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
     (* full_case = 32'd1 *)
-    casez (vop)
+    casez (vop1)
       4'h0:
-          alu6 = \$422 ;
+          alu6 = \$444 ;
       4'h1:
-          alu6 = \$423 ;
+          alu6 = \$445 ;
       4'h3:
-          alu6 = { \$425 [31], \$425  };
+          alu6 = { \$447 [31], \$447  };
       4'h4:
-          alu6 = { \$427 [31], \$427  };
+          alu6 = { \$449 [31], \$449  };
       4'h7:
-          alu6 = { \$429 [31], \$429  };
+          alu6 = { \$451 [31], \$451  };
       4'he:
-          alu6 = \$430 ;
+          alu6 = \$452 ;
       default:
-          alu6 = { a[223], a[223:192] };
+          alu6 = { a1_6[31], a1_6 };
     endcase
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
     (* full_case = 32'd1 *)
-    casez (vop)
+    casez (vop1)
       4'h2:
-          y6 = { b[223], b[223:192] };
+          y6 = { b1_6[31], b1_6 };
       4'hb:
-          y6 = { a[223], a[223:192] };
+          y6 = { a1_6[31], a1_6 };
       4'h6:
-          y6 = \$206 [32:0];
+          y6 = \$263 [32:0];
       default:
           y6 = 33'h000000001;
     endcase
@@ -18771,42 +19158,42 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
     (* full_case = 32'd1 *)
-    if (ctl7[4]) begin
-      sat6 = \$451 [31:0];
+    if (ctl10[4]) begin
+      sat6 = \$468 [31:0];
     end else begin
-      sat6 = { \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456 [7], \$456  };
+      sat6 = { \$473 [7], \$473 [7], \$473 [7], \$473 [7], \$473 [7], \$473 [7], \$473 [7], \$473 [7], \$473 [7], \$473 [7], \$473 [7], \$473 [7], \$473 [7], \$473 [7], \$473 [7], \$473 [7], \$473 [7], \$473 [7], \$473 [7], \$473 [7], \$473 [7], \$473 [7], \$473 [7], \$473 [7], \$473  };
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
     (* full_case = 32'd1 *)
-    casez (vop)
+    casez (vop1)
       4'h0:
-          alu7 = \$457 ;
+          alu7 = \$474 ;
       4'h1:
-          alu7 = \$458 ;
+          alu7 = \$475 ;
       4'h3:
-          alu7 = { \$460 [31], \$460  };
+          alu7 = { \$477 [31], \$477  };
       4'h4:
-          alu7 = { \$462 [31], \$462  };
+          alu7 = { \$479 [31], \$479  };
       4'h7:
-          alu7 = { \$464 [31], \$464  };
+          alu7 = { \$481 [31], \$481  };
       4'he:
-          alu7 = \$465 ;
+          alu7 = \$482 ;
       default:
-          alu7 = { a[255], a[255:224] };
+          alu7 = { a1_7[31], a1_7 };
     endcase
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
     (* full_case = 32'd1 *)
-    casez (vop)
+    casez (vop1)
       4'h2:
-          y7 = { b[255], b[255:224] };
+          y7 = { b1_7[31], b1_7 };
       4'hb:
-          y7 = { a[255], a[255:224] };
+          y7 = { a1_7[31], a1_7 };
       4'h6:
-          y7 = \$206 [32:0];
+          y7 = \$263 [32:0];
       default:
           y7 = 33'h000000001;
     endcase
@@ -18814,86 +19201,68 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$23 ) begin end
     (* full_case = 32'd1 *)
-    if (ctl7[4]) begin
-      sat7 = \$486 [31:0];
+    if (ctl10[4]) begin
+      sat7 = \$498 [31:0];
     end else begin
-      sat7 = { \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491 [7], \$491  };
+      sat7 = { \$503 [7], \$503 [7], \$503 [7], \$503 [7], \$503 [7], \$503 [7], \$503 [7], \$503 [7], \$503 [7], \$503 [7], \$503 [7], \$503 [7], \$503 [7], \$503 [7], \$503 [7], \$503 [7], \$503 [7], \$503 [7], \$503 [7], \$503 [7], \$503 [7], \$503 [7], \$503 [7], \$503 [7], \$503  };
     end
   end
-  assign under0 = x1_0[32];
-  assign half = \$208 [46:0];
-  assign half_neg = \$211 [46:0];
-  assign under1 = x1_1[32];
-  assign under2 = x1_2[32];
-  assign under3 = x1_3[32];
-  assign under4 = x1_4[32];
-  assign under5 = x1_5[32];
-  assign under6 = x1_6[32];
-  assign under7 = x1_7[32];
-  assign hits = \$498 [3:0];
-  assign unders = \$505 [3:0];
-  assign overs = \$512 [3:0];
-  assign out_valid = ctl8[0];
-  assign shl_y = \$206 [32:0];
-  assign mask0 = \$225 [15:0];
-  assign write__addr = \$228 [7:0];
+  assign hits = \$510 [3:0];
+  assign unders = \$517 [3:0];
+  assign overs = \$524 [3:0];
+  assign out_valid = ctl11[0];
+  assign shl_y = \$263 [32:0];
+  assign write__addr = \$276 [7:0];
   assign table_data = write__data;
   assign read__addr = index0;
-  assign \write__addr$311  = \$231 [7:0];
-  assign \write__data$312  = write__data;
-  assign \read__addr$314  = index0;
-  assign mask1 = \$260 [15:0];
-  assign \write__addr$319  = \$263 [7:0];
-  assign \write__data$320  = write__data;
-  assign \read__addr$322  = index1;
-  assign \write__addr$323  = \$266 [7:0];
-  assign \write__data$324  = write__data;
-  assign \read__addr$326  = index1;
-  assign mask2 = \$295 [15:0];
-  assign \write__addr$331  = \$298 [7:0];
-  assign \write__data$332  = write__data;
-  assign \read__addr$334  = index2;
-  assign \write__addr$335  = \$301 [7:0];
-  assign \write__data$336  = write__data;
-  assign \read__addr$338  = index2;
-  assign mask3 = \$330 [15:0];
-  assign \write__addr$343  = \$333 [7:0];
-  assign \write__data$344  = write__data;
-  assign \read__addr$346  = index3;
-  assign \write__addr$347  = \$336 [7:0];
-  assign \write__data$348  = write__data;
-  assign \read__addr$350  = index3;
-  assign mask4 = \$365 [15:0];
-  assign \write__addr$355  = \$368 [7:0];
-  assign \write__data$356  = write__data;
-  assign \read__addr$358  = index4;
-  assign \write__addr$359  = \$371 [7:0];
-  assign \write__data$360  = write__data;
-  assign \read__addr$362  = index4;
-  assign mask5 = \$400 [15:0];
-  assign \write__addr$367  = \$403 [7:0];
-  assign \write__data$368  = write__data;
-  assign \read__addr$370  = index5;
-  assign \write__addr$371  = \$406 [7:0];
-  assign \write__data$372  = write__data;
-  assign \read__addr$374  = index5;
-  assign mask6 = \$435 [15:0];
-  assign \write__addr$379  = \$438 [7:0];
-  assign \write__data$380  = write__data;
-  assign \read__addr$382  = index6;
-  assign \write__addr$383  = \$441 [7:0];
-  assign \write__data$384  = write__data;
-  assign \read__addr$386  = index6;
-  assign mask7 = \$470 [15:0];
-  assign \write__addr$391  = \$473 [7:0];
+  assign \write__addr$368  = \$279 [7:0];
+  assign \write__data$369  = write__data;
+  assign \read__addr$371  = index0;
+  assign \write__addr$373  = \$306 [7:0];
+  assign \write__data$374  = write__data;
+  assign \read__addr$376  = index1;
+  assign \write__addr$377  = \$309 [7:0];
+  assign \write__data$378  = write__data;
+  assign \read__addr$380  = index1;
+  assign \write__addr$382  = \$336 [7:0];
+  assign \write__data$383  = write__data;
+  assign \read__addr$385  = index2;
+  assign \write__addr$386  = \$339 [7:0];
+  assign \write__data$387  = write__data;
+  assign \read__addr$389  = index2;
+  assign \write__addr$391  = \$366 [7:0];
   assign \write__data$392  = write__data;
-  assign \read__addr$394  = index7;
-  assign \write__addr$395  = \$476 [7:0];
+  assign \read__addr$394  = index3;
+  assign \write__addr$395  = \$369 [7:0];
   assign \write__data$396  = write__data;
-  assign \read__addr$398  = index7;
-  assign \hits$400  = hits8;
-  assign underflows = unders8;
-  assign overflows = overs8;
+  assign \read__addr$398  = index3;
+  assign \write__addr$400  = \$396 [7:0];
+  assign \write__data$401  = write__data;
+  assign \read__addr$403  = index4;
+  assign \write__addr$404  = \$399 [7:0];
+  assign \write__data$405  = write__data;
+  assign \read__addr$407  = index4;
+  assign \write__addr$409  = \$426 [7:0];
+  assign \write__data$410  = write__data;
+  assign \read__addr$412  = index5;
+  assign \write__addr$413  = \$429 [7:0];
+  assign \write__data$414  = write__data;
+  assign \read__addr$416  = index5;
+  assign \write__addr$418  = \$456 [7:0];
+  assign \write__data$419  = write__data;
+  assign \read__addr$421  = index6;
+  assign \write__addr$422  = \$459 [7:0];
+  assign \write__data$423  = write__data;
+  assign \read__addr$425  = index6;
+  assign \write__addr$427  = \$486 [7:0];
+  assign \write__data$428  = write__data;
+  assign \read__addr$430  = index7;
+  assign \write__addr$431  = \$489 [7:0];
+  assign \write__data$432  = write__data;
+  assign \read__addr$434  = index7;
+  assign \hits$435  = hits11;
+  assign underflows = unders11;
+  assign overflows = overs11;
   assign \ctl1.valid  = ctl1[0];
   assign \ctl1.lut  = ctl1[1];
   assign \ctl1.raw  = ctl1[2];
@@ -18942,14 +19311,24 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   assign \ctl8.clamp  = ctl8[3];
   assign \ctl8.d_acc  = ctl8[4];
   assign \ctl8.shift  = ctl8[10:5];
-  assign \out[0]  = out[31:0];
-  assign \out[1]  = out[63:32];
-  assign \out[2]  = out[95:64];
-  assign \out[3]  = out[127:96];
-  assign \out[4]  = out[159:128];
-  assign \out[5]  = out[191:160];
-  assign \out[6]  = out[223:192];
-  assign \out[7]  = out[255:224];
+  assign \ctl9.valid  = ctl9[0];
+  assign \ctl9.lut  = ctl9[1];
+  assign \ctl9.raw  = ctl9[2];
+  assign \ctl9.clamp  = ctl9[3];
+  assign \ctl9.d_acc  = ctl9[4];
+  assign \ctl9.shift  = ctl9[10:5];
+  assign \ctl10.valid  = ctl10[0];
+  assign \ctl10.lut  = ctl10[1];
+  assign \ctl10.raw  = ctl10[2];
+  assign \ctl10.clamp  = ctl10[3];
+  assign \ctl10.d_acc  = ctl10[4];
+  assign \ctl10.shift  = ctl10[10:5];
+  assign \ctl11.valid  = ctl11[0];
+  assign \ctl11.lut  = ctl11[1];
+  assign \ctl11.raw  = ctl11[2];
+  assign \ctl11.clamp  = ctl11[3];
+  assign \ctl11.d_acc  = ctl11[4];
+  assign \ctl11.shift  = ctl11[10:5];
   assign \a[0]  = a[31:0];
   assign \a[1]  = a[63:32];
   assign \a[2]  = a[95:64];
@@ -18966,39 +19345,48 @@ module \dx1_tile_core_a8.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
   assign \b[5]  = b[191:160];
   assign \b[6]  = b[223:192];
   assign \b[7]  = b[255:224];
-  assign \$32  = { \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 [34], \$31 , 16'h0000 };
-  assign \$208  = { 1'h0, \$207 [110:1] };
-  assign \$56  = { \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 [34], \$55 , 16'h0000 };
-  assign \$80  = { \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 [34], \$79 , 16'h0000 };
-  assign \$104  = { \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 [34], \$103 , 16'h0000 };
-  assign \$128  = { \$127 [34], \$127 [34], \$127 [34], \$127 [34], \$127 [34], \$127 [34], \$127 [34], \$127 [34], \$127 [34], \$127 [34], \$127 [34], \$127 [34], \$127 [34], \$127 [34], \$127 [34], \$127 , 16'h0000 };
-  assign \$152  = { \$151 [34], \$151 [34], \$151 [34], \$151 [34], \$151 [34], \$151 [34], \$151 [34], \$151 [34], \$151 [34], \$151 [34], \$151 [34], \$151 [34], \$151 [34], \$151 [34], \$151 [34], \$151 , 16'h0000 };
-  assign \$176  = { \$175 [34], \$175 [34], \$175 [34], \$175 [34], \$175 [34], \$175 [34], \$175 [34], \$175 [34], \$175 [34], \$175 [34], \$175 [34], \$175 [34], \$175 [34], \$175 [34], \$175 [34], \$175 , 16'h0000 };
-  assign \$200  = { \$199 [34], \$199 [34], \$199 [34], \$199 [34], \$199 [34], \$199 [34], \$199 [34], \$199 [34], \$199 [34], \$199 [34], \$199 [34], \$199 [34], \$199 [34], \$199 [34], \$199 [34], \$199 , 16'h0000 };
+  assign \out[0]  = out[31:0];
+  assign \out[1]  = out[63:32];
+  assign \out[2]  = out[95:64];
+  assign \out[3]  = out[127:96];
+  assign \out[4]  = out[159:128];
+  assign \out[5]  = out[191:160];
+  assign \out[6]  = out[223:192];
+  assign \out[7]  = out[255:224];
+  assign \$15  = { 1'h0, \$14 [110:1] };
+  assign \$18  = { 1'h0, \$17 [110:1] };
+  assign \$45  = { \$44 [34], \$44 [34], \$44 [34], \$44 [34], \$44 [34], \$44 [34], \$44 [34], \$44 [34], \$44 [34], \$44 [34], \$44 [34], \$44 [34], \$44 [34], \$44 [34], \$44 [34], \$44 , 16'h0000 };
+  assign \$75  = { \$74 [34], \$74 [34], \$74 [34], \$74 [34], \$74 [34], \$74 [34], \$74 [34], \$74 [34], \$74 [34], \$74 [34], \$74 [34], \$74 [34], \$74 [34], \$74 [34], \$74 [34], \$74 , 16'h0000 };
+  assign \$105  = { \$104 [34], \$104 [34], \$104 [34], \$104 [34], \$104 [34], \$104 [34], \$104 [34], \$104 [34], \$104 [34], \$104 [34], \$104 [34], \$104 [34], \$104 [34], \$104 [34], \$104 [34], \$104 , 16'h0000 };
+  assign \$135  = { \$134 [34], \$134 [34], \$134 [34], \$134 [34], \$134 [34], \$134 [34], \$134 [34], \$134 [34], \$134 [34], \$134 [34], \$134 [34], \$134 [34], \$134 [34], \$134 [34], \$134 [34], \$134 , 16'h0000 };
+  assign \$165  = { \$164 [34], \$164 [34], \$164 [34], \$164 [34], \$164 [34], \$164 [34], \$164 [34], \$164 [34], \$164 [34], \$164 [34], \$164 [34], \$164 [34], \$164 [34], \$164 [34], \$164 [34], \$164 , 16'h0000 };
+  assign \$195  = { \$194 [34], \$194 [34], \$194 [34], \$194 [34], \$194 [34], \$194 [34], \$194 [34], \$194 [34], \$194 [34], \$194 [34], \$194 [34], \$194 [34], \$194 [34], \$194 [34], \$194 [34], \$194 , 16'h0000 };
+  assign \$225  = { \$224 [34], \$224 [34], \$224 [34], \$224 [34], \$224 [34], \$224 [34], \$224 [34], \$224 [34], \$224 [34], \$224 [34], \$224 [34], \$224 [34], \$224 [34], \$224 [34], \$224 [34], \$224 , 16'h0000 };
+  assign \$255  = { \$254 [34], \$254 [34], \$254 [34], \$254 [34], \$254 [34], \$254 [34], \$254 [34], \$254 [34], \$254 [34], \$254 [34], \$254 [34], \$254 [34], \$254 [34], \$254 [34], \$254 [34], \$254 , 16'h0000 };
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_tile_core_a8.vector$242.reducer (rst, valid, vop, d_acc, \port$5279$1 , terms, out_valid, out, clk);
+module \dx1_tile_core_a8.vector$242.reducer (rst, valid, vop, d_acc, \port$5338$1 , terms, out_valid, out, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$24  = 0;
   wire \$1 ;
   wire \$10 ;
-  wire \$11 ;
-  wire [31:0] \$12 ;
-  wire [32:0] \$13 ;
-  wire [31:0] \$14 ;
-  wire \$15 ;
-  wire [31:0] \$16 ;
-  wire [32:0] \$17 ;
-  wire [31:0] \$18 ;
+  wire [31:0] \$11 ;
+  wire [32:0] \$12 ;
+  wire [31:0] \$13 ;
+  wire \$14 ;
+  wire [31:0] \$15 ;
+  wire [32:0] \$16 ;
+  wire [31:0] \$17 ;
+  wire \$18 ;
   wire [31:0] \$19 ;
   wire \$2 ;
-  wire \$20 ;
+  wire [32:0] \$20 ;
   wire [31:0] \$21 ;
-  wire [32:0] \$22 ;
+  wire \$22 ;
   wire [31:0] \$23 ;
-  wire \$24 ;
+  wire [32:0] \$24 ;
   wire [31:0] \$25 ;
-  wire [32:0] \$26 ;
+  wire \$26 ;
   wire [31:0] \$27 ;
   wire [32:0] \$28 ;
   wire [31:0] \$29 ;
@@ -19007,58 +19395,28 @@ module \dx1_tile_core_a8.vector$242.reducer (rst, valid, vop, d_acc, \port$5279$
   wire [31:0] \$31 ;
   wire [32:0] \$32 ;
   wire [31:0] \$33 ;
-  wire \$34 ;
-  wire [31:0] \$35 ;
-  wire [32:0] \$36 ;
-  wire [31:0] \$37 ;
+  wire [31:0] \$34 ;
+  wire \$35 ;
+  wire \$36 ;
+  wire \$37 ;
   wire \$38 ;
   wire \$39 ;
   wire [32:0] \$4 ;
-  wire [31:0] \$40 ;
-  wire [32:0] \$41 ;
-  wire [31:0] \$42 ;
-  wire \$43 ;
-  wire [31:0] \$44 ;
-  wire [32:0] \$45 ;
-  wire [31:0] \$46 ;
-  wire [31:0] \$47 ;
-  wire \$48 ;
-  wire [31:0] \$49 ;
+  wire \$40 ;
+  wire [7:0] \$41 ;
+  reg [4:0] \$42 ;
+  reg [4:0] \$43 ;
+  reg [4:0] \$44 ;
+  reg [4:0] \$45 ;
+  reg [4:0] \$46 ;
+  reg [4:0] \$47 ;
+  reg [31:0] \$48 ;
+  reg \$49 ;
   wire [31:0] \$5 ;
-  wire [32:0] \$50 ;
-  wire [31:0] \$51 ;
-  wire \$52 ;
-  wire [31:0] \$53 ;
-  wire [32:0] \$54 ;
-  wire [31:0] \$55 ;
-  wire [32:0] \$56 ;
-  wire [31:0] \$57 ;
-  wire \$58 ;
-  wire [31:0] \$59 ;
+  reg [255:0] \$50 ;
   wire \$6 ;
-  wire [32:0] \$60 ;
-  wire [31:0] \$61 ;
-  wire \$62 ;
-  wire [31:0] \$63 ;
-  wire [32:0] \$64 ;
-  wire [31:0] \$65 ;
-  wire [31:0] \$66 ;
-  wire \$67 ;
-  wire \$68 ;
-  wire \$69 ;
   wire [31:0] \$7 ;
-  wire \$70 ;
-  wire \$71 ;
-  wire \$72 ;
-  wire [7:0] \$73 ;
-  reg [4:0] \$74 ;
-  reg [4:0] \$75 ;
-  reg [4:0] \$76 ;
-  reg [4:0] \$77 ;
-  reg [31:0] \$78 ;
-  reg \$79 ;
   wire [32:0] \$8 ;
-  reg [255:0] \$80 ;
   wire [31:0] \$9 ;
   input clk;
   wire clk;
@@ -19086,6 +19444,18 @@ module \dx1_tile_core_a8.vector$242.reducer (rst, valid, vop, d_acc, \port$5279$
   wire \ctl4.last ;
   wire \ctl4.max ;
   wire \ctl4.valid ;
+  reg [4:0] ctl5 = 5'h00;
+  wire \ctl5.d_acc ;
+  wire \ctl5.first ;
+  wire \ctl5.last ;
+  wire \ctl5.max ;
+  wire \ctl5.valid ;
+  reg [4:0] ctl6 = 5'h00;
+  wire \ctl6.d_acc ;
+  wire \ctl6.first ;
+  wire \ctl6.last ;
+  wire \ctl6.max ;
+  wire \ctl6.valid ;
   input d_acc;
   wire d_acc;
   wire first;
@@ -19102,8 +19472,8 @@ module \dx1_tile_core_a8.vector$242.reducer (rst, valid, vop, d_acc, \port$5279$
   wire [31:0] \out[7] ;
   output out_valid;
   reg out_valid = 1'h0;
-  input [1:0] \port$5279$1 ;
-  wire [1:0] \port$5279$1 ;
+  input [1:0] \port$5338$1 ;
+  wire [1:0] \port$5338$1 ;
   reg [31:0] row = 32'd0;
   input rst;
   wire rst;
@@ -19128,74 +19498,22 @@ module \dx1_tile_core_a8.vector$242.reducer (rst, valid, vop, d_acc, \port$5279$
   wire [31:0] \terms[7] ;
   reg [31:0] tree2_0 = 32'd0;
   reg [31:0] tree2_1 = 32'd0;
+  reg [31:0] tree2_2 = 32'd0;
+  reg [31:0] tree2_3 = 32'd0;
   reg [31:0] tree3_0 = 32'd0;
+  reg [31:0] tree3_1 = 32'd0;
+  reg [31:0] tree4_0 = 32'd0;
+  reg [31:0] tree5_0 = 32'd0;
   input valid;
   wire valid;
   input [3:0] vop;
   wire [3:0] vop;
-  assign \$20  = $signed(term0) > $signed(term1);
-  assign \$21  = \$20  ? term0 : term1;
-  assign \$22  = $signed(term0) + $signed(term1);
-  assign \$23  = ctl1[3] ? \$21  : \$22 [31:0];
-  assign \$24  = $signed(term2) > $signed(term3);
-  assign \$25  = \$24  ? term2 : term3;
-  assign \$26  = $signed(term2) + $signed(term3);
-  assign \$27  = ctl1[3] ? \$25  : \$26 [31:0];
-  assign \$28  = $signed(\$23 ) + $signed(\$27 );
-  assign \$29  = ctl1[3] ? \$19  : \$28 [31:0];
-  assign \$30  = $signed(term4) > $signed(term5);
-  assign \$31  = \$30  ? term4 : term5;
-  assign \$32  = $signed(term4) + $signed(term5);
-  assign \$33  = ctl1[3] ? \$31  : \$32 [31:0];
-  assign \$34  = $signed(term6) > $signed(term7);
-  assign \$35  = \$34  ? term6 : term7;
-  assign \$36  = $signed(term6) + $signed(term7);
-  assign \$37  = ctl1[3] ? \$35  : \$36 [31:0];
-  assign \$38  = $signed(\$33 ) > $signed(\$37 );
-  assign \$39  = $signed(term4) > $signed(term5);
-  assign \$40  = \$39  ? term4 : term5;
-  assign \$41  = $signed(term4) + $signed(term5);
-  assign \$42  = ctl1[3] ? \$40  : \$41 [31:0];
-  assign \$43  = $signed(term6) > $signed(term7);
-  assign \$44  = \$43  ? term6 : term7;
-  assign \$45  = $signed(term6) + $signed(term7);
-  assign \$46  = ctl1[3] ? \$44  : \$45 [31:0];
-  assign \$47  = \$38  ? \$42  : \$46 ;
-  assign \$48  = $signed(term4) > $signed(term5);
-  assign \$49  = \$48  ? term4 : term5;
-  assign \$50  = $signed(term4) + $signed(term5);
-  assign \$51  = ctl1[3] ? \$49  : \$50 [31:0];
-  assign \$52  = $signed(term6) > $signed(term7);
-  assign \$53  = \$52  ? term6 : term7;
-  assign \$54  = $signed(term6) + $signed(term7);
-  assign \$55  = ctl1[3] ? \$53  : \$54 [31:0];
-  assign \$56  = $signed(\$51 ) + $signed(\$55 );
-  assign \$57  = ctl1[3] ? \$47  : \$56 [31:0];
-  assign \$58  = $signed(tree2_0) > $signed(tree2_1);
-  assign \$59  = \$58  ? tree2_0 : tree2_1;
-  assign \$60  = $signed(tree2_0) + $signed(tree2_1);
-  assign \$61  = ctl2[3] ? \$59  : \$60 [31:0];
-  assign \$62  = $signed(row) > $signed(tree3_0);
-  assign \$63  = \$62  ? row : tree3_0;
-  assign \$64  = $signed(row) + $signed(tree3_0);
-  assign \$65  = ctl3[3] ? \$63  : \$64 [31:0];
-  assign \$66  = ctl3[1] ? tree3_0 : \$65 ;
-  assign \$67  = ctl4[0] & ctl4[2];
-  assign \$68  = ctl4[0] & ctl4[2];
-  assign \$69  = ! row[31:7];
-  assign \$70  = row[31:7] == 25'h1ffffff;
-  assign \$71  = \$69  | \$70 ;
-  assign \$72  = ctl4[4] | \$71 ;
-  assign \$73  = row[31] ? 8'h80 : 8'h7f;
-  assign stat = \$72  ? row : { \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73 [7], \$73  };
   always @(posedge clk)
-    ctl1 <= \$74 ;
+    ctl4 <= \$45 ;
   always @(posedge clk)
-    ctl2 <= \$75 ;
+    ctl5 <= \$46 ;
   always @(posedge clk)
-    ctl3 <= \$76 ;
-  always @(posedge clk)
-    ctl4 <= \$77 ;
+    ctl6 <= \$47 ;
   always @(posedge clk)
     term0 <= terms[31:0];
   always @(posedge clk)
@@ -19213,17 +19531,27 @@ module \dx1_tile_core_a8.vector$242.reducer (rst, valid, vop, d_acc, \port$5279$
   always @(posedge clk)
     term7 <= terms[255:224];
   always @(posedge clk)
-    tree2_0 <= \$29 ;
+    tree2_0 <= \$5 ;
   always @(posedge clk)
-    tree2_1 <= \$57 ;
+    tree2_1 <= \$9 ;
   always @(posedge clk)
-    tree3_0 <= \$61 ;
+    tree2_2 <= \$13 ;
   always @(posedge clk)
-    row <= \$78 ;
+    tree2_3 <= \$17 ;
   always @(posedge clk)
-    out_valid <= \$79 ;
+    tree3_0 <= \$21 ;
   always @(posedge clk)
-    out <= \$80 ;
+    tree3_1 <= \$25 ;
+  always @(posedge clk)
+    tree4_0 <= \$29 ;
+  always @(posedge clk)
+    tree5_0 <= tree4_0;
+  always @(posedge clk)
+    row <= \$48 ;
+  always @(posedge clk)
+    out_valid <= \$49 ;
+  always @(posedge clk)
+    out <= \$50 ;
   assign \$1  = vop == 4'h9;
   assign \$2  = $signed(term0) > $signed(term1);
   assign \$3  = \$2  ? term0 : term1;
@@ -19233,81 +19561,124 @@ module \dx1_tile_core_a8.vector$242.reducer (rst, valid, vop, d_acc, \port$5279$
   assign \$7  = \$6  ? term2 : term3;
   assign \$8  = $signed(term2) + $signed(term3);
   assign \$9  = ctl1[3] ? \$7  : \$8 [31:0];
-  assign \$10  = $signed(\$5 ) > $signed(\$9 );
-  assign \$11  = $signed(term0) > $signed(term1);
-  assign \$12  = \$11  ? term0 : term1;
-  assign \$13  = $signed(term0) + $signed(term1);
-  assign \$14  = ctl1[3] ? \$12  : \$13 [31:0];
-  assign \$15  = $signed(term2) > $signed(term3);
-  assign \$16  = \$15  ? term2 : term3;
-  assign \$17  = $signed(term2) + $signed(term3);
-  assign \$18  = ctl1[3] ? \$16  : \$17 [31:0];
-  assign \$19  = \$10  ? \$14  : \$18 ;
+  assign \$10  = $signed(term4) > $signed(term5);
+  assign \$11  = \$10  ? term4 : term5;
+  assign \$12  = $signed(term4) + $signed(term5);
+  assign \$13  = ctl1[3] ? \$11  : \$12 [31:0];
+  assign \$14  = $signed(term6) > $signed(term7);
+  assign \$15  = \$14  ? term6 : term7;
+  assign \$16  = $signed(term6) + $signed(term7);
+  assign \$17  = ctl1[3] ? \$15  : \$16 [31:0];
+  assign \$18  = $signed(tree2_0) > $signed(tree2_1);
+  assign \$19  = \$18  ? tree2_0 : tree2_1;
+  assign \$20  = $signed(tree2_0) + $signed(tree2_1);
+  assign \$21  = ctl2[3] ? \$19  : \$20 [31:0];
+  assign \$22  = $signed(tree2_2) > $signed(tree2_3);
+  assign \$23  = \$22  ? tree2_2 : tree2_3;
+  assign \$24  = $signed(tree2_2) + $signed(tree2_3);
+  assign \$25  = ctl2[3] ? \$23  : \$24 [31:0];
+  assign \$26  = $signed(tree3_0) > $signed(tree3_1);
+  assign \$27  = \$26  ? tree3_0 : tree3_1;
+  assign \$28  = $signed(tree3_0) + $signed(tree3_1);
+  assign \$29  = ctl3[3] ? \$27  : \$28 [31:0];
+  assign \$30  = $signed(row) > $signed(tree5_0);
+  assign \$31  = \$30  ? row : tree5_0;
+  assign \$32  = $signed(row) + $signed(tree5_0);
+  assign \$33  = ctl5[3] ? \$31  : \$32 [31:0];
+  assign \$34  = ctl5[1] ? tree5_0 : \$33 ;
+  assign \$35  = ctl6[0] & ctl6[2];
+  assign \$36  = ctl6[0] & ctl6[2];
+  assign \$37  = ! row[31:7];
+  assign \$38  = row[31:7] == 25'h1ffffff;
+  assign \$39  = \$37  | \$38 ;
+  assign \$40  = ctl6[4] | \$39 ;
+  assign \$41  = row[31] ? 8'h80 : 8'h7f;
+  assign stat = \$40  ? row : { \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41 [7], \$41  };
+  always @(posedge clk)
+    ctl1 <= \$42 ;
+  always @(posedge clk)
+    ctl2 <= \$43 ;
+  always @(posedge clk)
+    ctl3 <= \$44 ;
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$24 ) begin end
-    \$74 [0] = valid;
-    \$74 [1] = \port$5279$1 [0];
-    \$74 [2] = \port$5279$1 [1];
-    \$74 [3] = \$1 ;
-    \$74 [4] = d_acc;
+    \$46  = ctl4;
     if (rst) begin
-      \$74  = 5'h00;
+      \$46  = 5'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$24 ) begin end
-    \$75  = ctl1;
+    \$47  = ctl5;
     if (rst) begin
-      \$75  = 5'h00;
+      \$47  = 5'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$24 ) begin end
-    \$76  = ctl2;
+    \$48  = row;
+    if (ctl5[0]) begin
+      \$48  = \$34 ;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$24 ) begin end
+    \$49  = \$35 ;
     if (rst) begin
-      \$76  = 5'h00;
+      \$49  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$24 ) begin end
-    \$77  = ctl3;
-    if (rst) begin
-      \$77  = 5'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$24 ) begin end
-    \$78  = row;
-    if (ctl3[0]) begin
-      \$78  = \$66 ;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$24 ) begin end
-    \$79  = \$67 ;
-    if (rst) begin
-      \$79  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$24 ) begin end
-    \$80  = out;
-    if (\$68 ) begin
-      \$80 [31:0] = stat;
-      \$80 [63:32] = stat;
-      \$80 [95:64] = stat;
-      \$80 [127:96] = stat;
-      \$80 [159:128] = stat;
-      \$80 [191:160] = stat;
-      \$80 [223:192] = stat;
-      \$80 [255:224] = stat;
+    \$50  = out;
+    if (\$36 ) begin
+      \$50 [31:0] = stat;
+      \$50 [63:32] = stat;
+      \$50 [95:64] = stat;
+      \$50 [127:96] = stat;
+      \$50 [159:128] = stat;
+      \$50 [191:160] = stat;
+      \$50 [223:192] = stat;
+      \$50 [255:224] = stat;
     end
     if (rst) begin
-      \$80  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
+      \$50  = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     end
   end
-  assign first = \port$5279$1 [0];
-  assign last = \port$5279$1 [1];
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$24 ) begin end
+    \$42 [0] = valid;
+    \$42 [1] = \port$5338$1 [0];
+    \$42 [2] = \port$5338$1 [1];
+    \$42 [3] = \$1 ;
+    \$42 [4] = d_acc;
+    if (rst) begin
+      \$42  = 5'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$24 ) begin end
+    \$43  = ctl1;
+    if (rst) begin
+      \$43  = 5'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$24 ) begin end
+    \$44  = ctl2;
+    if (rst) begin
+      \$44  = 5'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$24 ) begin end
+    \$45  = ctl3;
+    if (rst) begin
+      \$45  = 5'h00;
+    end
+  end
+  assign first = \port$5338$1 [0];
+  assign last = \port$5338$1 [1];
   assign \ctl1.valid  = ctl1[0];
   assign \ctl1.first  = ctl1[1];
   assign \ctl1.last  = ctl1[2];
@@ -19328,6 +19699,16 @@ module \dx1_tile_core_a8.vector$242.reducer (rst, valid, vop, d_acc, \port$5279$
   assign \ctl4.last  = ctl4[2];
   assign \ctl4.max  = ctl4[3];
   assign \ctl4.d_acc  = ctl4[4];
+  assign \ctl5.valid  = ctl5[0];
+  assign \ctl5.first  = ctl5[1];
+  assign \ctl5.last  = ctl5[2];
+  assign \ctl5.max  = ctl5[3];
+  assign \ctl5.d_acc  = ctl5[4];
+  assign \ctl6.valid  = ctl6[0];
+  assign \ctl6.first  = ctl6[1];
+  assign \ctl6.last  = ctl6[2];
+  assign \ctl6.max  = ctl6[3];
+  assign \ctl6.d_acc  = ctl6[4];
   assign \terms[0]  = terms[31:0];
   assign \terms[1]  = terms[63:32];
   assign \terms[2]  = terms[95:64];
@@ -19347,7 +19728,7 @@ module \dx1_tile_core_a8.vector$242.reducer (rst, valid, vop, d_acc, \port$5279$
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_tile_core_a8.vector$242.sequencer (rst, start, go, b_read, command, pop, busy, a_acc, b_acc, a_addr, b_addr, step, clk);
+module \dx1_tile_core_a8.vector$242.sequencer (rst, start, go, b_use, command, pop, busy, issuing, a_acc, b_acc, a_addr, b_addr, step, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$25  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -19445,6 +19826,8 @@ module \dx1_tile_core_a8.vector$242.sequencer (rst, start, go, b_read, command, 
   wire a_hit;
   wire a_read;
   reg [15:0] a_rs = 16'h0000;
+  (* init = 1'h0 *)
+  wire a_use;
   output b_acc;
   reg b_acc = 1'h0;
   (* init = 1'h0 *)
@@ -19455,8 +19838,9 @@ module \dx1_tile_core_a8.vector$242.sequencer (rst, start, go, b_read, command, 
   (* init = 16'h0000 *)
   wire [15:0] \b_addr$35 ;
   wire b_hit;
-  output b_read;
   wire b_read;
+  output b_use;
+  wire b_use;
   output busy;
   reg busy = 1'h0;
   input clk;
@@ -19471,6 +19855,7 @@ module \dx1_tile_core_a8.vector$242.sequencer (rst, start, go, b_read, command, 
   reg ends = 1'h0;
   output go;
   wire go;
+  output issuing;
   reg issuing = 1'h0;
   wire last_col;
   input pop;
@@ -19528,6 +19913,7 @@ module \dx1_tile_core_a8.vector$242.sequencer (rst, start, go, b_read, command, 
   assign \$50  = serial & \$49 ;
   assign \$51  = ~ \$50 ;
   assign go = \$48  & \$51 ;
+  assign b_use = issuing & \$signal ;
   assign b_read = go & \$signal ;
   assign push = go & writes;
   always @(posedge clk)
@@ -19916,6 +20302,7 @@ module \dx1_tile_core_a8.vector$242.sequencer (rst, start, go, b_read, command, 
   assign \a_addr$33  = \$signal$17 ;
   assign \b_acc$34  = b_acc;
   assign \b_addr$35  = \$signal$20 ;
+  assign a_use = issuing;
   assign a_read = go;
   assign push_acc = d_acc;
   assign push_addr = \$signal$24 ;
@@ -19991,13 +20378,13 @@ module \dx1_tile_core_a8.vector$242.sequencer.hazards (rst, push, empty, room, a
   wire \$146 ;
   wire \$147 ;
   wire \$148 ;
-  wire [4:0] \$149 ;
+  wire \$149 ;
   wire \$15 ;
-  wire [5:0] \$150 ;
-  wire [4:0] \$151 ;
-  wire [4:0] \$152 ;
-  wire [4:0] \$153 ;
-  wire [4:0] \$154 ;
+  wire \$150 ;
+  wire \$151 ;
+  wire \$152 ;
+  wire \$153 ;
+  wire \$154 ;
   wire \$155 ;
   wire \$156 ;
   wire \$157 ;
@@ -20046,14 +20433,14 @@ module \dx1_tile_core_a8.vector$242.sequencer.hazards (rst, push, empty, room, a
   wire \$196 ;
   wire \$197 ;
   wire \$198 ;
-  wire \$199 ;
+  wire [5:0] \$199 ;
   wire \$2 ;
   wire \$20 ;
-  wire \$200 ;
-  wire \$201 ;
-  wire \$202 ;
-  wire \$203 ;
-  wire \$204 ;
+  wire [6:0] \$200 ;
+  wire [5:0] \$201 ;
+  wire [5:0] \$202 ;
+  wire [5:0] \$203 ;
+  wire [5:0] \$204 ;
   wire \$205 ;
   wire \$206 ;
   wire \$207 ;
@@ -20065,68 +20452,153 @@ module \dx1_tile_core_a8.vector$242.sequencer.hazards (rst, push, empty, room, a
   wire \$212 ;
   wire \$213 ;
   wire \$214 ;
-  reg [3:0] \$215 ;
-  reg [3:0] \$216 ;
-  reg [3:0] \$217 ;
-  reg \$218 ;
-  reg \$219 ;
+  wire \$215 ;
+  wire \$216 ;
+  wire \$217 ;
+  wire \$218 ;
+  wire \$219 ;
   wire \$22 ;
-  reg [15:0] \$220 ;
-  reg \$221 ;
-  reg \$222 ;
-  reg [15:0] \$223 ;
-  reg \$224 ;
-  reg \$225 ;
-  reg [15:0] \$226 ;
-  reg \$227 ;
-  reg \$228 ;
-  reg [15:0] \$229 ;
+  wire \$220 ;
+  wire \$221 ;
+  wire \$222 ;
+  wire \$223 ;
+  wire \$224 ;
+  wire \$225 ;
+  wire \$226 ;
+  wire \$227 ;
+  wire \$228 ;
+  wire \$229 ;
   wire \$23 ;
-  reg \$230 ;
-  reg \$231 ;
-  reg [15:0] \$232 ;
-  reg \$233 ;
-  reg \$234 ;
-  reg [15:0] \$235 ;
-  reg \$236 ;
-  reg \$237 ;
-  reg [15:0] \$238 ;
-  reg \$239 ;
+  wire \$230 ;
+  wire \$231 ;
+  wire \$232 ;
+  wire \$233 ;
+  wire \$234 ;
+  wire \$235 ;
+  wire \$236 ;
+  wire \$237 ;
+  wire \$238 ;
+  wire \$239 ;
   wire \$24 ;
-  reg \$240 ;
-  reg [15:0] \$241 ;
-  reg \$242 ;
-  reg \$243 ;
-  reg [15:0] \$244 ;
-  reg \$245 ;
-  reg \$246 ;
-  reg [15:0] \$247 ;
-  reg \$248 ;
-  reg \$249 ;
+  wire \$240 ;
+  wire \$241 ;
+  wire \$242 ;
+  wire \$243 ;
+  wire \$244 ;
+  wire \$245 ;
+  wire \$246 ;
+  wire \$247 ;
+  wire \$248 ;
+  wire \$249 ;
   wire \$25 ;
-  reg [15:0] \$250 ;
-  reg \$251 ;
-  reg \$252 ;
-  reg [15:0] \$253 ;
-  reg \$254 ;
-  reg \$255 ;
-  reg [15:0] \$256 ;
-  reg \$257 ;
-  reg \$258 ;
-  reg [15:0] \$259 ;
+  wire \$250 ;
+  wire \$251 ;
+  wire \$252 ;
+  wire \$253 ;
+  wire \$254 ;
+  wire \$255 ;
+  wire \$256 ;
+  wire \$257 ;
+  wire \$258 ;
+  wire \$259 ;
   wire \$26 ;
-  reg \$260 ;
-  reg \$261 ;
-  reg [15:0] \$262 ;
+  wire \$260 ;
+  wire \$261 ;
+  wire \$262 ;
+  wire \$263 ;
+  wire \$264 ;
+  wire \$265 ;
+  wire \$266 ;
+  wire \$267 ;
+  wire \$268 ;
+  wire \$269 ;
   wire \$27 ;
+  wire \$270 ;
+  wire \$271 ;
+  wire \$272 ;
+  wire \$273 ;
+  wire \$274 ;
+  wire \$275 ;
+  wire \$276 ;
+  wire \$277 ;
+  wire \$278 ;
+  wire \$279 ;
   wire \$28 ;
+  wire \$280 ;
+  wire \$281 ;
+  wire \$282 ;
+  wire \$283 ;
+  wire \$284 ;
+  reg [4:0] \$285 ;
+  reg [4:0] \$286 ;
+  reg [4:0] \$287 ;
+  reg \$288 ;
+  reg \$289 ;
   wire \$29 ;
+  reg [15:0] \$290 ;
+  reg \$291 ;
+  reg \$292 ;
+  reg [15:0] \$293 ;
+  reg \$294 ;
+  reg \$295 ;
+  reg [15:0] \$296 ;
+  reg \$297 ;
+  reg \$298 ;
+  reg [15:0] \$299 ;
   wire \$3 ;
   wire \$30 ;
+  reg \$300 ;
+  reg \$301 ;
+  reg [15:0] \$302 ;
+  reg \$303 ;
+  reg \$304 ;
+  reg [15:0] \$305 ;
+  reg \$306 ;
+  reg \$307 ;
+  reg [15:0] \$308 ;
+  reg \$309 ;
   wire \$31 ;
+  reg \$310 ;
+  reg [15:0] \$311 ;
+  reg \$312 ;
+  reg \$313 ;
+  reg [15:0] \$314 ;
+  reg \$315 ;
+  reg \$316 ;
+  reg [15:0] \$317 ;
+  reg \$318 ;
+  reg \$319 ;
   wire \$32 ;
+  reg [15:0] \$320 ;
+  reg \$321 ;
+  reg \$322 ;
+  reg [15:0] \$323 ;
+  reg \$324 ;
+  reg \$325 ;
+  reg [15:0] \$326 ;
+  reg \$327 ;
+  reg \$328 ;
+  reg [15:0] \$329 ;
   wire \$33 ;
+  reg \$330 ;
+  reg \$331 ;
+  reg [15:0] \$332 ;
+  reg \$333 ;
+  reg \$334 ;
+  reg [15:0] \$335 ;
+  reg \$336 ;
+  reg \$337 ;
+  reg [15:0] \$338 ;
+  reg \$339 ;
   wire \$34 ;
+  reg \$340 ;
+  reg [15:0] \$341 ;
+  reg \$342 ;
+  reg \$343 ;
+  reg [15:0] \$344 ;
+  reg \$345 ;
+  reg \$346 ;
+  reg [15:0] \$347 ;
   wire \$35 ;
   wire \$36 ;
   wire \$37 ;
@@ -20135,11 +20607,7 @@ module \dx1_tile_core_a8.vector$242.sequencer.hazards (rst, push, empty, room, a
   wire \$4 ;
   wire \$40 ;
   wire \$41 ;
-  wire [4:0] \$418 ;
   wire \$42 ;
-  wire \$420 ;
-  wire [4:0] \$424 ;
-  wire \$426 ;
   wire \$43 ;
   wire \$44 ;
   wire \$45 ;
@@ -20154,7 +20622,11 @@ module \dx1_tile_core_a8.vector$242.sequencer.hazards (rst, push, empty, room, a
   wire \$53 ;
   wire \$54 ;
   wire \$55 ;
+  wire [5:0] \$553 ;
+  wire \$555 ;
+  wire [5:0] \$559 ;
   wire \$56 ;
+  wire \$561 ;
   wire \$57 ;
   wire \$58 ;
   wire \$59 ;
@@ -20215,6 +20687,11 @@ module \dx1_tile_core_a8.vector$242.sequencer.hazards (rst, push, empty, room, a
   reg acc12 = 1'h0;
   reg acc13 = 1'h0;
   reg acc14 = 1'h0;
+  reg acc15 = 1'h0;
+  reg acc16 = 1'h0;
+  reg acc17 = 1'h0;
+  reg acc18 = 1'h0;
+  reg acc19 = 1'h0;
   reg acc2 = 1'h0;
   reg acc3 = 1'h0;
   reg acc4 = 1'h0;
@@ -20230,6 +20707,11 @@ module \dx1_tile_core_a8.vector$242.sequencer.hazards (rst, push, empty, room, a
   reg [15:0] addr12 = 16'h0000;
   reg [15:0] addr13 = 16'h0000;
   reg [15:0] addr14 = 16'h0000;
+  reg [15:0] addr15 = 16'h0000;
+  reg [15:0] addr16 = 16'h0000;
+  reg [15:0] addr17 = 16'h0000;
+  reg [15:0] addr18 = 16'h0000;
+  reg [15:0] addr19 = 16'h0000;
   reg [15:0] addr2 = 16'h0000;
   reg [15:0] addr3 = 16'h0000;
   reg [15:0] addr4 = 16'h0000;
@@ -20246,10 +20728,10 @@ module \dx1_tile_core_a8.vector$242.sequencer.hazards (rst, push, empty, room, a
   wire b_hit;
   input clk;
   wire clk;
-  reg [3:0] count = 4'h0;
+  reg [4:0] count = 5'h00;
   output empty;
   wire empty;
-  reg [3:0] head = 4'h0;
+  reg [4:0] head = 5'h00;
   input pop;
   wire pop;
   input push;
@@ -20262,7 +20744,7 @@ module \dx1_tile_core_a8.vector$242.sequencer.hazards (rst, push, empty, room, a
   wire room;
   input rst;
   wire rst;
-  reg [3:0] tail = 4'h0;
+  reg [4:0] tail = 5'h00;
   reg valid0 = 1'h0;
   reg valid1 = 1'h0;
   reg valid10 = 1'h0;
@@ -20270,6 +20752,11 @@ module \dx1_tile_core_a8.vector$242.sequencer.hazards (rst, push, empty, room, a
   reg valid12 = 1'h0;
   reg valid13 = 1'h0;
   reg valid14 = 1'h0;
+  reg valid15 = 1'h0;
+  reg valid16 = 1'h0;
+  reg valid17 = 1'h0;
+  reg valid18 = 1'h0;
+  reg valid19 = 1'h0;
   reg valid2 = 1'h0;
   reg valid3 = 1'h0;
   reg valid4 = 1'h0;
@@ -20279,7 +20766,7 @@ module \dx1_tile_core_a8.vector$242.sequencer.hazards (rst, push, empty, room, a
   reg valid8 = 1'h0;
   reg valid9 = 1'h0;
   assign empty = ! count;
-  assign room = count != 4'hf;
+  assign room = count != 5'h14;
   assign \$1  = acc0 == a_acc;
   assign \$2  = valid0 & \$1 ;
   assign \$3  = addr0 == a_addr;
@@ -20353,771 +20840,1036 @@ module \dx1_tile_core_a8.vector$242.sequencer.hazards (rst, push, empty, room, a
   assign \$72  = valid14 & \$71 ;
   assign \$73  = addr14 == a_addr;
   assign \$74  = \$72  & \$73 ;
-  assign a_hit = \$70  | \$74 ;
-  assign \$75  = acc0 == b_acc;
-  assign \$76  = valid0 & \$75 ;
-  assign \$77  = addr0 == b_addr;
-  assign \$78  = \$76  & \$77 ;
-  assign \$80  = acc1 == b_acc;
-  assign \$81  = valid1 & \$80 ;
-  assign \$82  = addr1 == b_addr;
-  assign \$83  = \$81  & \$82 ;
-  assign \$84  = \$79  | \$83 ;
-  assign \$85  = acc2 == b_acc;
-  assign \$86  = valid2 & \$85 ;
-  assign \$87  = addr2 == b_addr;
-  assign \$88  = \$86  & \$87 ;
-  assign \$89  = \$84  | \$88 ;
-  assign \$90  = acc3 == b_acc;
-  assign \$91  = valid3 & \$90 ;
-  assign \$92  = addr3 == b_addr;
-  assign \$93  = \$91  & \$92 ;
-  assign \$94  = \$89  | \$93 ;
-  assign \$95  = acc4 == b_acc;
-  assign \$96  = valid4 & \$95 ;
-  assign \$97  = addr4 == b_addr;
-  assign \$98  = \$96  & \$97 ;
-  assign \$99  = \$94  | \$98 ;
-  assign \$100  = acc5 == b_acc;
-  assign \$101  = valid5 & \$100 ;
-  assign \$102  = addr5 == b_addr;
+  assign \$75  = \$70  | \$74 ;
+  assign \$76  = acc15 == a_acc;
+  assign \$77  = valid15 & \$76 ;
+  assign \$78  = addr15 == a_addr;
+  assign \$79  = \$77  & \$78 ;
+  assign \$80  = \$75  | \$79 ;
+  assign \$81  = acc16 == a_acc;
+  assign \$82  = valid16 & \$81 ;
+  assign \$83  = addr16 == a_addr;
+  assign \$84  = \$82  & \$83 ;
+  assign \$85  = \$80  | \$84 ;
+  assign \$86  = acc17 == a_acc;
+  assign \$87  = valid17 & \$86 ;
+  assign \$88  = addr17 == a_addr;
+  assign \$89  = \$87  & \$88 ;
+  assign \$90  = \$85  | \$89 ;
+  assign \$91  = acc18 == a_acc;
+  assign \$92  = valid18 & \$91 ;
+  assign \$93  = addr18 == a_addr;
+  assign \$94  = \$92  & \$93 ;
+  assign \$95  = \$90  | \$94 ;
+  assign \$96  = acc19 == a_acc;
+  assign \$97  = valid19 & \$96 ;
+  assign \$98  = addr19 == a_addr;
+  assign \$99  = \$97  & \$98 ;
+  assign a_hit = \$95  | \$99 ;
+  assign \$100  = acc0 == b_acc;
+  assign \$101  = valid0 & \$100 ;
+  assign \$102  = addr0 == b_addr;
   assign \$103  = \$101  & \$102 ;
-  assign \$104  = \$99  | \$103 ;
-  assign \$105  = acc6 == b_acc;
-  assign \$106  = valid6 & \$105 ;
-  assign \$107  = addr6 == b_addr;
+  assign \$105  = acc1 == b_acc;
+  assign \$106  = valid1 & \$105 ;
+  assign \$107  = addr1 == b_addr;
   assign \$108  = \$106  & \$107 ;
   assign \$109  = \$104  | \$108 ;
-  assign \$110  = acc7 == b_acc;
-  assign \$111  = valid7 & \$110 ;
-  assign \$112  = addr7 == b_addr;
+  assign \$110  = acc2 == b_acc;
+  assign \$111  = valid2 & \$110 ;
+  assign \$112  = addr2 == b_addr;
   assign \$113  = \$111  & \$112 ;
   assign \$114  = \$109  | \$113 ;
-  assign \$115  = acc8 == b_acc;
-  assign \$116  = valid8 & \$115 ;
-  assign \$117  = addr8 == b_addr;
+  assign \$115  = acc3 == b_acc;
+  assign \$116  = valid3 & \$115 ;
+  assign \$117  = addr3 == b_addr;
   assign \$118  = \$116  & \$117 ;
   assign \$119  = \$114  | \$118 ;
-  assign \$120  = acc9 == b_acc;
-  assign \$121  = valid9 & \$120 ;
-  assign \$122  = addr9 == b_addr;
+  assign \$120  = acc4 == b_acc;
+  assign \$121  = valid4 & \$120 ;
+  assign \$122  = addr4 == b_addr;
   assign \$123  = \$121  & \$122 ;
   assign \$124  = \$119  | \$123 ;
-  assign \$125  = acc10 == b_acc;
-  assign \$126  = valid10 & \$125 ;
-  assign \$127  = addr10 == b_addr;
+  assign \$125  = acc5 == b_acc;
+  assign \$126  = valid5 & \$125 ;
+  assign \$127  = addr5 == b_addr;
   assign \$128  = \$126  & \$127 ;
   assign \$129  = \$124  | \$128 ;
-  assign \$130  = acc11 == b_acc;
-  assign \$131  = valid11 & \$130 ;
-  assign \$132  = addr11 == b_addr;
+  assign \$130  = acc6 == b_acc;
+  assign \$131  = valid6 & \$130 ;
+  assign \$132  = addr6 == b_addr;
   assign \$133  = \$131  & \$132 ;
   assign \$134  = \$129  | \$133 ;
-  assign \$135  = acc12 == b_acc;
-  assign \$136  = valid12 & \$135 ;
-  assign \$137  = addr12 == b_addr;
+  assign \$135  = acc7 == b_acc;
+  assign \$136  = valid7 & \$135 ;
+  assign \$137  = addr7 == b_addr;
   assign \$138  = \$136  & \$137 ;
   assign \$139  = \$134  | \$138 ;
-  assign \$140  = acc13 == b_acc;
-  assign \$141  = valid13 & \$140 ;
-  assign \$142  = addr13 == b_addr;
+  assign \$140  = acc8 == b_acc;
+  assign \$141  = valid8 & \$140 ;
+  assign \$142  = addr8 == b_addr;
   assign \$143  = \$141  & \$142 ;
   assign \$144  = \$139  | \$143 ;
-  assign \$145  = acc14 == b_acc;
-  assign \$146  = valid14 & \$145 ;
-  assign \$147  = addr14 == b_addr;
+  assign \$145  = acc9 == b_acc;
+  assign \$146  = valid9 & \$145 ;
+  assign \$147  = addr9 == b_addr;
   assign \$148  = \$146  & \$147 ;
-  assign b_hit = \$144  | \$148 ;
-  assign \$149  = count + push;
-  assign \$150  = \$149  - pop;
-  assign \$151  = tail + 1'h1;
-  assign \$418  = \$151  % 4'hf;
-  assign \$153  = head + 1'h1;
-  assign \$424  = \$153  % 4'hf;
-  assign \$155  = ! head;
-  assign \$156  = pop & \$155 ;
-  assign \$157  = ! tail;
-  assign \$158  = push & \$157 ;
-  assign \$159  = head == 1'h1;
-  assign \$160  = pop & \$159 ;
-  assign \$161  = tail == 1'h1;
-  assign \$162  = push & \$161 ;
-  assign \$163  = head == 2'h2;
-  assign \$164  = pop & \$163 ;
-  assign \$165  = tail == 2'h2;
-  assign \$166  = push & \$165 ;
-  assign \$167  = head == 2'h3;
-  assign \$168  = pop & \$167 ;
-  assign \$169  = tail == 2'h3;
-  assign \$170  = push & \$169 ;
-  assign \$171  = head == 3'h4;
-  assign \$172  = pop & \$171 ;
-  assign \$173  = tail == 3'h4;
-  assign \$174  = push & \$173 ;
-  assign \$175  = head == 3'h5;
-  assign \$176  = pop & \$175 ;
-  assign \$177  = tail == 3'h5;
-  assign \$178  = push & \$177 ;
-  assign \$179  = head == 3'h6;
-  assign \$180  = pop & \$179 ;
-  assign \$181  = tail == 3'h6;
-  assign \$182  = push & \$181 ;
-  assign \$183  = head == 3'h7;
-  assign \$184  = pop & \$183 ;
-  assign \$185  = tail == 3'h7;
-  assign \$186  = push & \$185 ;
-  assign \$187  = head == 4'h8;
-  assign \$188  = pop & \$187 ;
-  assign \$189  = tail == 4'h8;
-  assign \$190  = push & \$189 ;
-  assign \$191  = head == 4'h9;
-  assign \$192  = pop & \$191 ;
-  assign \$193  = tail == 4'h9;
-  assign \$194  = push & \$193 ;
-  assign \$195  = head == 4'ha;
-  assign \$196  = pop & \$195 ;
-  assign \$197  = tail == 4'ha;
-  assign \$198  = push & \$197 ;
-  assign \$199  = head == 4'hb;
-  assign \$200  = pop & \$199 ;
-  assign \$201  = tail == 4'hb;
-  assign \$202  = push & \$201 ;
-  assign \$203  = head == 4'hc;
-  assign \$204  = pop & \$203 ;
-  assign \$205  = tail == 4'hc;
-  assign \$206  = push & \$205 ;
-  assign \$207  = head == 4'hd;
-  assign \$208  = pop & \$207 ;
-  assign \$209  = tail == 4'hd;
-  assign \$210  = push & \$209 ;
-  assign \$211  = head == 4'he;
-  assign \$212  = pop & \$211 ;
-  assign \$213  = tail == 4'he;
-  assign \$214  = push & \$213 ;
+  assign \$149  = \$144  | \$148 ;
+  assign \$150  = acc10 == b_acc;
+  assign \$151  = valid10 & \$150 ;
+  assign \$152  = addr10 == b_addr;
+  assign \$153  = \$151  & \$152 ;
+  assign \$154  = \$149  | \$153 ;
+  assign \$155  = acc11 == b_acc;
+  assign \$156  = valid11 & \$155 ;
+  assign \$157  = addr11 == b_addr;
+  assign \$158  = \$156  & \$157 ;
+  assign \$159  = \$154  | \$158 ;
+  assign \$160  = acc12 == b_acc;
+  assign \$161  = valid12 & \$160 ;
+  assign \$162  = addr12 == b_addr;
+  assign \$163  = \$161  & \$162 ;
+  assign \$164  = \$159  | \$163 ;
+  assign \$165  = acc13 == b_acc;
+  assign \$166  = valid13 & \$165 ;
+  assign \$167  = addr13 == b_addr;
+  assign \$168  = \$166  & \$167 ;
+  assign \$169  = \$164  | \$168 ;
+  assign \$170  = acc14 == b_acc;
+  assign \$171  = valid14 & \$170 ;
+  assign \$172  = addr14 == b_addr;
+  assign \$173  = \$171  & \$172 ;
+  assign \$174  = \$169  | \$173 ;
+  assign \$175  = acc15 == b_acc;
+  assign \$176  = valid15 & \$175 ;
+  assign \$177  = addr15 == b_addr;
+  assign \$178  = \$176  & \$177 ;
+  assign \$179  = \$174  | \$178 ;
+  assign \$180  = acc16 == b_acc;
+  assign \$181  = valid16 & \$180 ;
+  assign \$182  = addr16 == b_addr;
+  assign \$183  = \$181  & \$182 ;
+  assign \$184  = \$179  | \$183 ;
+  assign \$185  = acc17 == b_acc;
+  assign \$186  = valid17 & \$185 ;
+  assign \$187  = addr17 == b_addr;
+  assign \$188  = \$186  & \$187 ;
+  assign \$189  = \$184  | \$188 ;
+  assign \$190  = acc18 == b_acc;
+  assign \$191  = valid18 & \$190 ;
+  assign \$192  = addr18 == b_addr;
+  assign \$193  = \$191  & \$192 ;
+  assign \$194  = \$189  | \$193 ;
+  assign \$195  = acc19 == b_acc;
+  assign \$196  = valid19 & \$195 ;
+  assign \$197  = addr19 == b_addr;
+  assign \$198  = \$196  & \$197 ;
+  assign b_hit = \$194  | \$198 ;
+  assign \$199  = count + push;
+  assign \$200  = \$199  - pop;
+  assign \$201  = tail + 1'h1;
+  assign \$553  = \$201  % 5'h14;
+  assign \$203  = head + 1'h1;
+  assign \$559  = \$203  % 5'h14;
+  assign \$205  = ! head;
+  assign \$206  = pop & \$205 ;
+  assign \$207  = ! tail;
+  assign \$208  = push & \$207 ;
+  assign \$209  = head == 1'h1;
+  assign \$210  = pop & \$209 ;
+  assign \$211  = tail == 1'h1;
+  assign \$212  = push & \$211 ;
+  assign \$213  = head == 2'h2;
+  assign \$214  = pop & \$213 ;
+  assign \$215  = tail == 2'h2;
+  assign \$216  = push & \$215 ;
+  assign \$217  = head == 2'h3;
+  assign \$218  = pop & \$217 ;
+  assign \$219  = tail == 2'h3;
+  assign \$220  = push & \$219 ;
+  assign \$221  = head == 3'h4;
+  assign \$222  = pop & \$221 ;
+  assign \$223  = tail == 3'h4;
+  assign \$224  = push & \$223 ;
+  assign \$225  = head == 3'h5;
+  assign \$226  = pop & \$225 ;
+  assign \$227  = tail == 3'h5;
+  assign \$228  = push & \$227 ;
+  assign \$229  = head == 3'h6;
+  assign \$230  = pop & \$229 ;
+  assign \$231  = tail == 3'h6;
+  assign \$232  = push & \$231 ;
+  assign \$233  = head == 3'h7;
+  assign \$234  = pop & \$233 ;
+  assign \$235  = tail == 3'h7;
+  assign \$236  = push & \$235 ;
+  assign \$237  = head == 4'h8;
+  assign \$238  = pop & \$237 ;
+  assign \$239  = tail == 4'h8;
+  assign \$240  = push & \$239 ;
+  assign \$241  = head == 4'h9;
+  assign \$242  = pop & \$241 ;
+  assign \$243  = tail == 4'h9;
+  assign \$244  = push & \$243 ;
+  assign \$245  = head == 4'ha;
+  assign \$246  = pop & \$245 ;
+  assign \$247  = tail == 4'ha;
+  assign \$248  = push & \$247 ;
+  assign \$249  = head == 4'hb;
+  assign \$250  = pop & \$249 ;
+  assign \$251  = tail == 4'hb;
+  assign \$252  = push & \$251 ;
+  assign \$253  = head == 4'hc;
+  assign \$254  = pop & \$253 ;
+  assign \$255  = tail == 4'hc;
+  assign \$256  = push & \$255 ;
+  assign \$257  = head == 4'hd;
+  assign \$258  = pop & \$257 ;
+  assign \$259  = tail == 4'hd;
+  assign \$260  = push & \$259 ;
+  assign \$261  = head == 4'he;
+  assign \$262  = pop & \$261 ;
+  assign \$263  = tail == 4'he;
+  assign \$264  = push & \$263 ;
+  assign \$265  = head == 4'hf;
+  assign \$266  = pop & \$265 ;
+  assign \$267  = tail == 4'hf;
+  assign \$268  = push & \$267 ;
+  assign \$269  = head == 5'h10;
+  assign \$270  = pop & \$269 ;
+  assign \$271  = tail == 5'h10;
+  assign \$272  = push & \$271 ;
+  assign \$273  = head == 5'h11;
+  assign \$274  = pop & \$273 ;
+  assign \$275  = tail == 5'h11;
+  assign \$276  = push & \$275 ;
+  assign \$277  = head == 5'h12;
+  assign \$278  = pop & \$277 ;
+  assign \$279  = tail == 5'h12;
+  assign \$280  = push & \$279 ;
+  assign \$281  = head == 5'h13;
+  assign \$282  = pop & \$281 ;
+  assign \$283  = tail == 5'h13;
+  assign \$284  = push & \$283 ;
   always @(posedge clk)
-    count <= \$215 ;
+    count <= \$285 ;
   always @(posedge clk)
-    tail <= \$216 ;
+    tail <= \$286 ;
   always @(posedge clk)
-    head <= \$217 ;
+    head <= \$287 ;
   always @(posedge clk)
-    valid0 <= \$218 ;
+    valid0 <= \$288 ;
   always @(posedge clk)
-    acc0 <= \$219 ;
+    acc0 <= \$289 ;
   always @(posedge clk)
-    addr0 <= \$220 ;
+    addr0 <= \$290 ;
   always @(posedge clk)
-    valid1 <= \$221 ;
+    valid1 <= \$291 ;
   always @(posedge clk)
-    acc1 <= \$222 ;
+    acc1 <= \$292 ;
   always @(posedge clk)
-    addr1 <= \$223 ;
+    addr1 <= \$293 ;
   always @(posedge clk)
-    valid2 <= \$224 ;
+    valid2 <= \$294 ;
   always @(posedge clk)
-    acc2 <= \$225 ;
+    acc2 <= \$295 ;
   always @(posedge clk)
-    addr2 <= \$226 ;
+    addr2 <= \$296 ;
   always @(posedge clk)
-    valid3 <= \$227 ;
+    valid3 <= \$297 ;
   always @(posedge clk)
-    acc3 <= \$228 ;
+    acc3 <= \$298 ;
   always @(posedge clk)
-    addr3 <= \$229 ;
+    addr3 <= \$299 ;
   always @(posedge clk)
-    valid4 <= \$230 ;
+    valid4 <= \$300 ;
   always @(posedge clk)
-    acc4 <= \$231 ;
+    acc4 <= \$301 ;
   always @(posedge clk)
-    addr4 <= \$232 ;
+    addr4 <= \$302 ;
   always @(posedge clk)
-    valid5 <= \$233 ;
+    valid5 <= \$303 ;
   always @(posedge clk)
-    acc5 <= \$234 ;
+    acc5 <= \$304 ;
   always @(posedge clk)
-    addr5 <= \$235 ;
+    addr5 <= \$305 ;
   always @(posedge clk)
-    valid6 <= \$236 ;
+    valid6 <= \$306 ;
   always @(posedge clk)
-    acc6 <= \$237 ;
+    acc6 <= \$307 ;
   always @(posedge clk)
-    addr6 <= \$238 ;
+    addr6 <= \$308 ;
   always @(posedge clk)
-    valid7 <= \$239 ;
+    valid7 <= \$309 ;
   always @(posedge clk)
-    acc7 <= \$240 ;
+    acc7 <= \$310 ;
   always @(posedge clk)
-    addr7 <= \$241 ;
+    addr7 <= \$311 ;
   always @(posedge clk)
-    valid8 <= \$242 ;
+    valid8 <= \$312 ;
   always @(posedge clk)
-    acc8 <= \$243 ;
+    acc8 <= \$313 ;
   always @(posedge clk)
-    addr8 <= \$244 ;
+    addr8 <= \$314 ;
   always @(posedge clk)
-    valid9 <= \$245 ;
+    valid9 <= \$315 ;
   always @(posedge clk)
-    acc9 <= \$246 ;
+    acc9 <= \$316 ;
   always @(posedge clk)
-    addr9 <= \$247 ;
+    addr9 <= \$317 ;
   always @(posedge clk)
-    valid10 <= \$248 ;
+    valid10 <= \$318 ;
   always @(posedge clk)
-    acc10 <= \$249 ;
+    acc10 <= \$319 ;
   always @(posedge clk)
-    addr10 <= \$250 ;
+    addr10 <= \$320 ;
   always @(posedge clk)
-    valid11 <= \$251 ;
+    valid11 <= \$321 ;
   always @(posedge clk)
-    acc11 <= \$252 ;
+    acc11 <= \$322 ;
   always @(posedge clk)
-    addr11 <= \$253 ;
+    addr11 <= \$323 ;
   always @(posedge clk)
-    valid12 <= \$254 ;
+    valid12 <= \$324 ;
   always @(posedge clk)
-    acc12 <= \$255 ;
+    acc12 <= \$325 ;
   always @(posedge clk)
-    addr12 <= \$256 ;
+    addr12 <= \$326 ;
   always @(posedge clk)
-    valid13 <= \$257 ;
+    valid13 <= \$327 ;
   always @(posedge clk)
-    acc13 <= \$258 ;
+    acc13 <= \$328 ;
   always @(posedge clk)
-    addr13 <= \$259 ;
+    addr13 <= \$329 ;
   always @(posedge clk)
-    valid14 <= \$260 ;
+    valid14 <= \$330 ;
   always @(posedge clk)
-    acc14 <= \$261 ;
+    acc14 <= \$331 ;
   always @(posedge clk)
-    addr14 <= \$262 ;
+    addr14 <= \$332 ;
+  always @(posedge clk)
+    valid15 <= \$333 ;
+  always @(posedge clk)
+    acc15 <= \$334 ;
+  always @(posedge clk)
+    addr15 <= \$335 ;
+  always @(posedge clk)
+    valid16 <= \$336 ;
+  always @(posedge clk)
+    acc16 <= \$337 ;
+  always @(posedge clk)
+    addr16 <= \$338 ;
+  always @(posedge clk)
+    valid17 <= \$339 ;
+  always @(posedge clk)
+    acc17 <= \$340 ;
+  always @(posedge clk)
+    addr17 <= \$341 ;
+  always @(posedge clk)
+    valid18 <= \$342 ;
+  always @(posedge clk)
+    acc18 <= \$343 ;
+  always @(posedge clk)
+    addr18 <= \$344 ;
+  always @(posedge clk)
+    valid19 <= \$345 ;
+  always @(posedge clk)
+    acc19 <= \$346 ;
+  always @(posedge clk)
+    addr19 <= \$347 ;
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$215  = \$150 [3:0];
+    \$285  = \$200 [4:0];
     if (rst) begin
-      \$215  = 4'h0;
+      \$285  = 5'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$216  = tail;
+    \$286  = tail;
     if (push) begin
-      \$216  = \$152 [3:0];
+      \$286  = \$202 [4:0];
     end
     if (rst) begin
-      \$216  = 4'h0;
+      \$286  = 5'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$217  = head;
+    \$287  = head;
     if (pop) begin
-      \$217  = \$154 [3:0];
+      \$287  = \$204 [4:0];
     end
     if (rst) begin
-      \$217  = 4'h0;
+      \$287  = 5'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$218  = valid0;
-    if (\$156 ) begin
-      \$218  = 1'h0;
-    end
-    if (\$158 ) begin
-      \$218  = 1'h1;
-    end
-    if (rst) begin
-      \$218  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$219  = acc0;
-    if (\$158 ) begin
-      \$219  = push_acc;
-    end
-    if (rst) begin
-      \$219  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$220  = addr0;
-    if (\$158 ) begin
-      \$220  = push_addr;
-    end
-    if (rst) begin
-      \$220  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$221  = valid1;
-    if (\$160 ) begin
-      \$221  = 1'h0;
-    end
-    if (\$162 ) begin
-      \$221  = 1'h1;
-    end
-    if (rst) begin
-      \$221  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$222  = acc1;
-    if (\$162 ) begin
-      \$222  = push_acc;
-    end
-    if (rst) begin
-      \$222  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$223  = addr1;
-    if (\$162 ) begin
-      \$223  = push_addr;
-    end
-    if (rst) begin
-      \$223  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$224  = valid2;
-    if (\$164 ) begin
-      \$224  = 1'h0;
-    end
-    if (\$166 ) begin
-      \$224  = 1'h1;
-    end
-    if (rst) begin
-      \$224  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$225  = acc2;
-    if (\$166 ) begin
-      \$225  = push_acc;
-    end
-    if (rst) begin
-      \$225  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$226  = addr2;
-    if (\$166 ) begin
-      \$226  = push_addr;
-    end
-    if (rst) begin
-      \$226  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$227  = valid3;
-    if (\$168 ) begin
-      \$227  = 1'h0;
-    end
-    if (\$170 ) begin
-      \$227  = 1'h1;
-    end
-    if (rst) begin
-      \$227  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$228  = acc3;
-    if (\$170 ) begin
-      \$228  = push_acc;
-    end
-    if (rst) begin
-      \$228  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$229  = addr3;
-    if (\$170 ) begin
-      \$229  = push_addr;
-    end
-    if (rst) begin
-      \$229  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$230  = valid4;
-    if (\$172 ) begin
-      \$230  = 1'h0;
-    end
-    if (\$174 ) begin
-      \$230  = 1'h1;
-    end
-    if (rst) begin
-      \$230  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$231  = acc4;
-    if (\$174 ) begin
-      \$231  = push_acc;
-    end
-    if (rst) begin
-      \$231  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$232  = addr4;
-    if (\$174 ) begin
-      \$232  = push_addr;
-    end
-    if (rst) begin
-      \$232  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$233  = valid5;
-    if (\$176 ) begin
-      \$233  = 1'h0;
-    end
-    if (\$178 ) begin
-      \$233  = 1'h1;
-    end
-    if (rst) begin
-      \$233  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$234  = acc5;
-    if (\$178 ) begin
-      \$234  = push_acc;
-    end
-    if (rst) begin
-      \$234  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$235  = addr5;
-    if (\$178 ) begin
-      \$235  = push_addr;
-    end
-    if (rst) begin
-      \$235  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$236  = valid6;
-    if (\$180 ) begin
-      \$236  = 1'h0;
-    end
-    if (\$182 ) begin
-      \$236  = 1'h1;
-    end
-    if (rst) begin
-      \$236  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$237  = acc6;
-    if (\$182 ) begin
-      \$237  = push_acc;
-    end
-    if (rst) begin
-      \$237  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$238  = addr6;
-    if (\$182 ) begin
-      \$238  = push_addr;
-    end
-    if (rst) begin
-      \$238  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$239  = valid7;
-    if (\$184 ) begin
-      \$239  = 1'h0;
-    end
-    if (\$186 ) begin
-      \$239  = 1'h1;
-    end
-    if (rst) begin
-      \$239  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$240  = acc7;
-    if (\$186 ) begin
-      \$240  = push_acc;
-    end
-    if (rst) begin
-      \$240  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$241  = addr7;
-    if (\$186 ) begin
-      \$241  = push_addr;
-    end
-    if (rst) begin
-      \$241  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$242  = valid8;
-    if (\$188 ) begin
-      \$242  = 1'h0;
-    end
-    if (\$190 ) begin
-      \$242  = 1'h1;
-    end
-    if (rst) begin
-      \$242  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$243  = acc8;
-    if (\$190 ) begin
-      \$243  = push_acc;
-    end
-    if (rst) begin
-      \$243  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$244  = addr8;
-    if (\$190 ) begin
-      \$244  = push_addr;
-    end
-    if (rst) begin
-      \$244  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$245  = valid9;
-    if (\$192 ) begin
-      \$245  = 1'h0;
-    end
-    if (\$194 ) begin
-      \$245  = 1'h1;
-    end
-    if (rst) begin
-      \$245  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$246  = acc9;
-    if (\$194 ) begin
-      \$246  = push_acc;
-    end
-    if (rst) begin
-      \$246  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$247  = addr9;
-    if (\$194 ) begin
-      \$247  = push_addr;
-    end
-    if (rst) begin
-      \$247  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$248  = valid10;
-    if (\$196 ) begin
-      \$248  = 1'h0;
-    end
-    if (\$198 ) begin
-      \$248  = 1'h1;
-    end
-    if (rst) begin
-      \$248  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$249  = acc10;
-    if (\$198 ) begin
-      \$249  = push_acc;
-    end
-    if (rst) begin
-      \$249  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$250  = addr10;
-    if (\$198 ) begin
-      \$250  = push_addr;
-    end
-    if (rst) begin
-      \$250  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$251  = valid11;
-    if (\$200 ) begin
-      \$251  = 1'h0;
-    end
-    if (\$202 ) begin
-      \$251  = 1'h1;
-    end
-    if (rst) begin
-      \$251  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$252  = acc11;
-    if (\$202 ) begin
-      \$252  = push_acc;
-    end
-    if (rst) begin
-      \$252  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$253  = addr11;
-    if (\$202 ) begin
-      \$253  = push_addr;
-    end
-    if (rst) begin
-      \$253  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$254  = valid12;
-    if (\$204 ) begin
-      \$254  = 1'h0;
-    end
+    \$288  = valid0;
     if (\$206 ) begin
-      \$254  = 1'h1;
+      \$288  = 1'h0;
     end
-    if (rst) begin
-      \$254  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$255  = acc12;
-    if (\$206 ) begin
-      \$255  = push_acc;
-    end
-    if (rst) begin
-      \$255  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$256  = addr12;
-    if (\$206 ) begin
-      \$256  = push_addr;
-    end
-    if (rst) begin
-      \$256  = 16'h0000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$257  = valid13;
     if (\$208 ) begin
-      \$257  = 1'h0;
-    end
-    if (\$210 ) begin
-      \$257  = 1'h1;
+      \$288  = 1'h1;
     end
     if (rst) begin
-      \$257  = 1'h0;
+      \$288  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$258  = acc13;
-    if (\$210 ) begin
-      \$258  = push_acc;
+    \$289  = acc0;
+    if (\$208 ) begin
+      \$289  = push_acc;
     end
     if (rst) begin
-      \$258  = 1'h0;
+      \$289  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$259  = addr13;
-    if (\$210 ) begin
-      \$259  = push_addr;
+    \$290  = addr0;
+    if (\$208 ) begin
+      \$290  = push_addr;
     end
     if (rst) begin
-      \$259  = 16'h0000;
+      \$290  = 16'h0000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$260  = valid14;
+    \$291  = valid1;
+    if (\$210 ) begin
+      \$291  = 1'h0;
+    end
     if (\$212 ) begin
-      \$260  = 1'h0;
-    end
-    if (\$214 ) begin
-      \$260  = 1'h1;
+      \$291  = 1'h1;
     end
     if (rst) begin
-      \$260  = 1'h0;
+      \$291  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$261  = acc14;
-    if (\$214 ) begin
-      \$261  = push_acc;
+    \$292  = acc1;
+    if (\$212 ) begin
+      \$292  = push_acc;
     end
     if (rst) begin
-      \$261  = 1'h0;
+      \$292  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
-    \$262  = addr14;
-    if (\$214 ) begin
-      \$262  = push_addr;
+    \$293  = addr1;
+    if (\$212 ) begin
+      \$293  = push_addr;
     end
     if (rst) begin
-      \$262  = 16'h0000;
+      \$293  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$294  = valid2;
+    if (\$214 ) begin
+      \$294  = 1'h0;
+    end
+    if (\$216 ) begin
+      \$294  = 1'h1;
+    end
+    if (rst) begin
+      \$294  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$295  = acc2;
+    if (\$216 ) begin
+      \$295  = push_acc;
+    end
+    if (rst) begin
+      \$295  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$296  = addr2;
+    if (\$216 ) begin
+      \$296  = push_addr;
+    end
+    if (rst) begin
+      \$296  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$297  = valid3;
+    if (\$218 ) begin
+      \$297  = 1'h0;
+    end
+    if (\$220 ) begin
+      \$297  = 1'h1;
+    end
+    if (rst) begin
+      \$297  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$298  = acc3;
+    if (\$220 ) begin
+      \$298  = push_acc;
+    end
+    if (rst) begin
+      \$298  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$299  = addr3;
+    if (\$220 ) begin
+      \$299  = push_addr;
+    end
+    if (rst) begin
+      \$299  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$300  = valid4;
+    if (\$222 ) begin
+      \$300  = 1'h0;
+    end
+    if (\$224 ) begin
+      \$300  = 1'h1;
+    end
+    if (rst) begin
+      \$300  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$301  = acc4;
+    if (\$224 ) begin
+      \$301  = push_acc;
+    end
+    if (rst) begin
+      \$301  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$302  = addr4;
+    if (\$224 ) begin
+      \$302  = push_addr;
+    end
+    if (rst) begin
+      \$302  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$303  = valid5;
+    if (\$226 ) begin
+      \$303  = 1'h0;
+    end
+    if (\$228 ) begin
+      \$303  = 1'h1;
+    end
+    if (rst) begin
+      \$303  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$304  = acc5;
+    if (\$228 ) begin
+      \$304  = push_acc;
+    end
+    if (rst) begin
+      \$304  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$305  = addr5;
+    if (\$228 ) begin
+      \$305  = push_addr;
+    end
+    if (rst) begin
+      \$305  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$306  = valid6;
+    if (\$230 ) begin
+      \$306  = 1'h0;
+    end
+    if (\$232 ) begin
+      \$306  = 1'h1;
+    end
+    if (rst) begin
+      \$306  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$307  = acc6;
+    if (\$232 ) begin
+      \$307  = push_acc;
+    end
+    if (rst) begin
+      \$307  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$308  = addr6;
+    if (\$232 ) begin
+      \$308  = push_addr;
+    end
+    if (rst) begin
+      \$308  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$309  = valid7;
+    if (\$234 ) begin
+      \$309  = 1'h0;
+    end
+    if (\$236 ) begin
+      \$309  = 1'h1;
+    end
+    if (rst) begin
+      \$309  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$310  = acc7;
+    if (\$236 ) begin
+      \$310  = push_acc;
+    end
+    if (rst) begin
+      \$310  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$311  = addr7;
+    if (\$236 ) begin
+      \$311  = push_addr;
+    end
+    if (rst) begin
+      \$311  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$312  = valid8;
+    if (\$238 ) begin
+      \$312  = 1'h0;
+    end
+    if (\$240 ) begin
+      \$312  = 1'h1;
+    end
+    if (rst) begin
+      \$312  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$313  = acc8;
+    if (\$240 ) begin
+      \$313  = push_acc;
+    end
+    if (rst) begin
+      \$313  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$314  = addr8;
+    if (\$240 ) begin
+      \$314  = push_addr;
+    end
+    if (rst) begin
+      \$314  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$315  = valid9;
+    if (\$242 ) begin
+      \$315  = 1'h0;
+    end
+    if (\$244 ) begin
+      \$315  = 1'h1;
+    end
+    if (rst) begin
+      \$315  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$316  = acc9;
+    if (\$244 ) begin
+      \$316  = push_acc;
+    end
+    if (rst) begin
+      \$316  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$317  = addr9;
+    if (\$244 ) begin
+      \$317  = push_addr;
+    end
+    if (rst) begin
+      \$317  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$318  = valid10;
+    if (\$246 ) begin
+      \$318  = 1'h0;
+    end
+    if (\$248 ) begin
+      \$318  = 1'h1;
+    end
+    if (rst) begin
+      \$318  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$319  = acc10;
+    if (\$248 ) begin
+      \$319  = push_acc;
+    end
+    if (rst) begin
+      \$319  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$320  = addr10;
+    if (\$248 ) begin
+      \$320  = push_addr;
+    end
+    if (rst) begin
+      \$320  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$321  = valid11;
+    if (\$250 ) begin
+      \$321  = 1'h0;
+    end
+    if (\$252 ) begin
+      \$321  = 1'h1;
+    end
+    if (rst) begin
+      \$321  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$322  = acc11;
+    if (\$252 ) begin
+      \$322  = push_acc;
+    end
+    if (rst) begin
+      \$322  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$323  = addr11;
+    if (\$252 ) begin
+      \$323  = push_addr;
+    end
+    if (rst) begin
+      \$323  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$324  = valid12;
+    if (\$254 ) begin
+      \$324  = 1'h0;
+    end
+    if (\$256 ) begin
+      \$324  = 1'h1;
+    end
+    if (rst) begin
+      \$324  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$325  = acc12;
+    if (\$256 ) begin
+      \$325  = push_acc;
+    end
+    if (rst) begin
+      \$325  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$326  = addr12;
+    if (\$256 ) begin
+      \$326  = push_addr;
+    end
+    if (rst) begin
+      \$326  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$327  = valid13;
+    if (\$258 ) begin
+      \$327  = 1'h0;
+    end
+    if (\$260 ) begin
+      \$327  = 1'h1;
+    end
+    if (rst) begin
+      \$327  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$328  = acc13;
+    if (\$260 ) begin
+      \$328  = push_acc;
+    end
+    if (rst) begin
+      \$328  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$329  = addr13;
+    if (\$260 ) begin
+      \$329  = push_addr;
+    end
+    if (rst) begin
+      \$329  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$330  = valid14;
+    if (\$262 ) begin
+      \$330  = 1'h0;
+    end
+    if (\$264 ) begin
+      \$330  = 1'h1;
+    end
+    if (rst) begin
+      \$330  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$331  = acc14;
+    if (\$264 ) begin
+      \$331  = push_acc;
+    end
+    if (rst) begin
+      \$331  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$332  = addr14;
+    if (\$264 ) begin
+      \$332  = push_addr;
+    end
+    if (rst) begin
+      \$332  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$333  = valid15;
+    if (\$266 ) begin
+      \$333  = 1'h0;
+    end
+    if (\$268 ) begin
+      \$333  = 1'h1;
+    end
+    if (rst) begin
+      \$333  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$334  = acc15;
+    if (\$268 ) begin
+      \$334  = push_acc;
+    end
+    if (rst) begin
+      \$334  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$335  = addr15;
+    if (\$268 ) begin
+      \$335  = push_addr;
+    end
+    if (rst) begin
+      \$335  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$336  = valid16;
+    if (\$270 ) begin
+      \$336  = 1'h0;
+    end
+    if (\$272 ) begin
+      \$336  = 1'h1;
+    end
+    if (rst) begin
+      \$336  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$337  = acc16;
+    if (\$272 ) begin
+      \$337  = push_acc;
+    end
+    if (rst) begin
+      \$337  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$338  = addr16;
+    if (\$272 ) begin
+      \$338  = push_addr;
+    end
+    if (rst) begin
+      \$338  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$339  = valid17;
+    if (\$274 ) begin
+      \$339  = 1'h0;
+    end
+    if (\$276 ) begin
+      \$339  = 1'h1;
+    end
+    if (rst) begin
+      \$339  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$340  = acc17;
+    if (\$276 ) begin
+      \$340  = push_acc;
+    end
+    if (rst) begin
+      \$340  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$341  = addr17;
+    if (\$276 ) begin
+      \$341  = push_addr;
+    end
+    if (rst) begin
+      \$341  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$342  = valid18;
+    if (\$278 ) begin
+      \$342  = 1'h0;
+    end
+    if (\$280 ) begin
+      \$342  = 1'h1;
+    end
+    if (rst) begin
+      \$342  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$343  = acc18;
+    if (\$280 ) begin
+      \$343  = push_acc;
+    end
+    if (rst) begin
+      \$343  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$344  = addr18;
+    if (\$280 ) begin
+      \$344  = push_addr;
+    end
+    if (rst) begin
+      \$344  = 16'h0000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$345  = valid19;
+    if (\$282 ) begin
+      \$345  = 1'h0;
+    end
+    if (\$284 ) begin
+      \$345  = 1'h1;
+    end
+    if (rst) begin
+      \$345  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$346  = acc19;
+    if (\$284 ) begin
+      \$346  = push_acc;
+    end
+    if (rst) begin
+      \$346  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$26 ) begin end
+    \$347  = addr19;
+    if (\$284 ) begin
+      \$347  = push_addr;
+    end
+    if (rst) begin
+      \$347  = 16'h0000;
     end
   end
   assign \$5  = \$4 ;
-  assign \$79  = \$78 ;
-  assign \$420  = 1'h1;
-  assign \$152  = \$418 ;
-  assign \$426  = 1'h1;
-  assign \$154  = \$424 ;
+  assign \$104  = \$103 ;
+  assign \$555  = 1'h1;
+  assign \$202  = \$553 ;
+  assign \$561  = 1'h1;
+  assign \$204  = \$559 ;
 endmodule
 
 (* generator = "Amaranth" *)

@@ -91,9 +91,9 @@ class Costs:
     link_launch: int = 47
     token_round: int = 18
     vector_fill: int = 1
-    vector_drain: int = 9
-    vector_reduce: int = 5
-    divider_steps: int = 20
+    vector_drain: int = 12
+    vector_reduce: int = 7
+    divider_steps: int = 21
     host_register: int = 4
     host_fixed: int = 12
 

@@ -12,7 +12,7 @@ from ...spec import TABLE_ENTRIES, VECTOR_MAX_SHIFT, VectorOp
 __all__ = ["VectorLanes", "LANES_LATENCY"]
 
 #: Cycles from a step's ``valid`` to its ``out_valid``.
-LANES_LATENCY = 8
+LANES_LATENCY = 11
 
 _INTERVALS = TABLE_ENTRIES - 1  # 256: a LUT lane hits when 0 <= i < 256
 _INDEX_BITS = 8
@@ -56,18 +56,20 @@ class VectorLanes(wiring.Component):
 
     Every vop goes through the lane's one multiplier as ``x * y``: ``x`` is ``a`` or the
     ADD/SUB/MAX/MIN/CLAMP result, ``y`` is ``b`` (MUL), ``a`` (RSUMSQ), ``2**shift`` (SHL) or 1; LUT's
-    interpolation ``(T[i+1] - T[i]) * f`` uses it two stages later than the others' operands, which wait in
+    interpolation ``(T[i+1] - T[i]) * f`` uses it three stages later than the others' operands, which wait in
     registers for it.  Then the rounding add, the right shift, LUT's ``+ T[i]`` and the saturation.  The
     multiplier is four 17x17-bit products (one MULT18X18D each on ECP5) in one stage and their sum in the next.
 
-    Stages: 1 the ALU (ADD, SUB, MAX, MIN, CLAMP's low bound, and LUT's ``u = a - imm``); 2 CLAMP's high
-    bound; LUT's index, fraction and outcome, the table's read address; 3 the table's ``T[i]``, ``T[i+1]``,
-    the multiplier's operands; 4 the partial products; 5 the product; 6 the rounding add (one adder: the
-    bias for ``p < 0`` is chosen, not subtracted); 7 the shift; 8 ``+ T[i]``, saturation.
+    Stages: 1 the inputs (the rows as the memories give them); 2 the ALU (ADD, SUB, MAX, MIN, CLAMP's low
+    bound, and LUT's ``u = a - imm``); 3 CLAMP's high bound, LUT's ``u >> shift``; 4 LUT's index, fraction and
+    outcome, the table's read address; 5 the table's ``T[i]``, ``T[i+1]``, the multiplier's operands; 6 the
+    partial products; 7 the product; 8 the rounding add (one adder: the bias for ``p < 0`` is chosen, not
+    subtracted, and registered beside the product); 9 the shift; 10 ``+ T[i]``; 11 the saturation.  A stage is
+    one carry chain or a few LUT levels, for the ECP5's 50 MHz.
 
     The table: per lane two 256-entry memories ``L[j] = T[j]`` and ``H[j] = T[j+1]``, so that a lane reads
     both ends of its interval in one cycle; ``table_we`` writes entry ``table_index`` of every lane's copy
-    (``L[j]`` and ``H[j-1]`` at once).  A step must not be in stages 1-2 while the table is written (its
+    (``L[j]`` and ``H[j-1]`` at once).  A step must not be in stages 1-4 while the table is written (its
     read is then undefined); reset clears nothing in the table.
 
     ``hits``, ``underflows`` and ``overflows`` count the step's lanes by LUT outcome, with ``out_valid``;
@@ -101,17 +103,20 @@ class VectorLanes(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        vop = self.vop
-
-        # Stage 1: the step's control, decoded once for all lanes.
+        # Stage 1: the step's inputs as they come (the rows straight off the memories), and its control, decoded
+        # once for all lanes.
+        vop = _stage(m, self.vop, 4, "vop1")
+        shift = _stage(m, self.shift, 6, "shift1")
+        imm = _stage(m, self.imm, signed(32), "imm1")
+        imm2 = _stage(m, self.imm2, signed(32), "imm2_1")
         ctl1 = Signal(_CTL, name="ctl1")
         m.d.sync += [
             ctl1.valid.eq(self.valid),
-            ctl1.lut.eq(vop == VectorOp.LUT),
-            ctl1.raw.eq((vop == VectorOp.RMAX) | (vop == VectorOp.RSUM) | (vop == VectorOp.RSUMSQ)),
-            ctl1.clamp.eq(vop == VectorOp.CLAMP),
+            ctl1.lut.eq(self.vop == VectorOp.LUT),
+            ctl1.raw.eq((self.vop == VectorOp.RMAX) | (self.vop == VectorOp.RSUM) | (self.vop == VectorOp.RSUMSQ)),
+            ctl1.clamp.eq(self.vop == VectorOp.CLAMP),
             ctl1.d_acc.eq(self.d_acc),
-            ctl1.shift.eq(Mux((vop == VectorOp.MUL) | (vop == VectorOp.SHR) | (vop == VectorOp.LUT),
+            ctl1.shift.eq(Mux((self.vop == VectorOp.MUL) | (self.vop == VectorOp.SHR) | (self.vop == VectorOp.LUT),
                               self.shift, 0)),
         ]
         ctls = [ctl1]
@@ -119,22 +124,25 @@ class VectorLanes(wiring.Component):
             ctls.append(Signal(_CTL, name=f"ctl{stage}"))
             m.d.sync += ctls[-1].eq(ctls[-2])
         # ctlK describes the step whose stage-K registers are loaded; stage K+1's logic reads it.
-        _, ctl2, _, _, ctl5, ctl6, ctl7, ctl8 = ctls
-        m.d.comb += self.out_valid.eq(ctl8.valid)
+        _, ctl2, ctl3, ctl4, _, ctl6, _, ctl8, ctl9, ctl10, ctl11 = ctls
+        m.d.comb += self.out_valid.eq(ctl11.valid)
 
         shl_y = Signal(_OPERAND, name="shl_y")
-        m.d.comb += shl_y.eq(Const(1, _OPERAND) << self.shift[:5])
-        imm2 = _stage(m, self.imm2, signed(32), "imm2_1")
-        # round_shift's bias: 2**(shift-1) for p >= 0, 2**(shift-1) - 1 for p < 0, 0 for shift 0.
-        half = Signal(unsigned(VECTOR_MAX_SHIFT), name="half")
-        half_neg = Signal(unsigned(VECTOR_MAX_SHIFT), name="half_neg")
-        m.d.comb += [half.eq((Const(1, VECTOR_MAX_SHIFT + 1) << ctl5.shift) >> 1),
-                     half_neg.eq(Mux(ctl5.shift == 0, 0, half - 1))]
+        m.d.comb += shl_y.eq(Const(1, _OPERAND) << shift[:5])
+        imm2_2 = _stage(m, imm2, signed(32), "imm2_2")
+        # round_shift's bias: 2**(shift-1) for p >= 0, 2**(shift-1) - 1 for p < 0, 0 for shift 0; registered
+        # beside stage 7, so that stage 8 is the one add.
+        bias = (Const(1, VECTOR_MAX_SHIFT + 1) << ctl6.shift) >> 1
+        half = _stage(m, bias, unsigned(VECTOR_MAX_SHIFT), "half")
+        half_neg = _stage(m, Mux(ctl6.shift == 0, 0, bias - 1), unsigned(VECTOR_MAX_SHIFT), "half_neg")
+        # LUT's fraction mask, 2**shift - 1, beside stage 2.
+        mask = _stage(m, (Const(1, _FRAC_BITS + 1) << ctl1.shift) - 1, _FRAC_BITS, "mask2")
 
         outcomes = {"hit": [], "under": [], "over": []}
         for lane in range(self.array):
-            a, b = self.a[lane], self.b[lane]
-            # Stage 1: the ALU; LUT's u = a - imm (33 bits, exact).
+            a = _stage(m, self.a[lane], signed(32), f"a1_{lane}")
+            b = _stage(m, self.b[lane], signed(32), f"b1_{lane}")
+            # Stage 2: the ALU; LUT's u = a - imm (33 bits, exact).
             alu = Signal(_OPERAND, name=f"alu{lane}")
             with m.Switch(vop):
                 with m.Case(VectorOp.ADD):
@@ -146,9 +154,9 @@ class VectorLanes(wiring.Component):
                 with m.Case(VectorOp.MIN):
                     m.d.comb += alu.eq(Mux(a < b, a, b))
                 with m.Case(VectorOp.CLAMP):
-                    m.d.comb += alu.eq(Mux(a < self.imm, self.imm, a))
+                    m.d.comb += alu.eq(Mux(a < imm, imm, a))
                 with m.Case(VectorOp.LUT):
-                    m.d.comb += alu.eq(a - self.imm)
+                    m.d.comb += alu.eq(a - imm)
                 with m.Default():
                     m.d.comb += alu.eq(a)
             y = Signal(_OPERAND, name=f"y{lane}")
@@ -161,63 +169,60 @@ class VectorLanes(wiring.Component):
                     m.d.comb += y.eq(shl_y)
                 with m.Default():
                     m.d.comb += y.eq(1)
-            x1 = _stage(m, alu, _OPERAND, f"x1_{lane}")
-            y1 = _stage(m, y, _OPERAND, f"y1_{lane}")
+            x2 = _stage(m, alu, _OPERAND, f"x2_{lane}")
+            y2 = _stage(m, y, _OPERAND, f"y2_{lane}")
 
-            # Stage 2: LUT's i = u >> shift (floor), f = u - (i << shift), the outcome and the table's address.
-            scaled = Signal(signed(33), name=f"scaled{lane}")
-            m.d.comb += scaled.eq(x1 >> ctl1.shift)
-            under = Signal(name=f"under{lane}")
+            # Stage 3: CLAMP's high bound; LUT's i = u >> shift (floor), u's fraction bits and sign.
+            x3 = _stage(m, Mux(ctl2.clamp & (x2 > imm2_2), imm2_2, x2), _OPERAND, f"x3_{lane}")
+            y3 = _stage(m, y2, _OPERAND, f"y3_{lane}")
+            scaled = _stage(m, x2 >> ctl2.shift, signed(33), f"scaled3_{lane}")
+            frac_bits = _stage(m, x2[:_FRAC_BITS] & mask, _FRAC_BITS, f"frac3_{lane}")
+            under = _stage(m, x2[-1], 1, f"under3_{lane}")
+
+            # Stage 4: LUT's outcome, f = u - (i << shift) and the table's read address.
             over = Signal(name=f"over{lane}")
-            m.d.comb += [under.eq(x1[-1]), over.eq(~x1[-1] & (scaled[_INDEX_BITS:] != 0))]
+            m.d.comb += over.eq(~under & (scaled[_INDEX_BITS:] != 0))
             index = Signal(_INDEX_BITS, name=f"index{lane}")
             m.d.comb += index.eq(Mux(over, _INTERVALS - 1, Mux(under, 0, scaled[:_INDEX_BITS])))
-            mask = Signal(_FRAC_BITS, name=f"mask{lane}")
-            m.d.comb += mask.eq((Const(1, _FRAC_BITS + 1) << ctl1.shift) - 1)
-            frac = Signal(_FRAC_BITS, name=f"frac{lane}")
-            m.d.comb += frac.eq(Mux(under | over, 0, x1[:_FRAC_BITS] & mask))
             lows, highs = self._table(m, lane, index)
-            x2 = _stage(m, Mux(ctl1.clamp & (x1 > imm2), imm2, x1), _OPERAND, f"x2_{lane}")
-            y2 = _stage(m, y1, _OPERAND, f"y2_{lane}")
-            f2 = _stage(m, frac, _FRAC_BITS, f"f2_{lane}")
-            over2 = _stage(m, over, 1, f"over2_{lane}")
+            x4 = _stage(m, x3, _OPERAND, f"x4_{lane}")
+            y4 = _stage(m, y3, _OPERAND, f"y4_{lane}")
+            f4 = _stage(m, Mux(under | over, 0, frac_bits), _FRAC_BITS, f"f4_{lane}")
+            over4 = _stage(m, over, 1, f"over4_{lane}")
             for name, bit in (("hit", ~under & ~over), ("under", under), ("over", over)):
-                outcomes[name].append(_stage(m, bit & ctl1.lut, 1, f"{name}2_{lane}"))
+                outcomes[name].append(_stage(m, bit & ctl3.lut, 1, f"{name}4_{lane}"))
 
-            # Stage 3: the interval's ends; the multiplier's operands; the LUT's base T[i] (T[256] on overflow).
+            # Stage 5: the interval's ends; the multiplier's operands; the LUT's base T[i] (T[256] on overflow).
             diff = Signal(signed(17), name=f"diff{lane}")
             m.d.comb += diff.eq(highs - lows)
-            x3 = _stage(m, Mux(ctl2.lut, diff, x2), _OPERAND, f"x3_{lane}")
-            y3 = _stage(m, Mux(ctl2.lut, f2, y2), _OPERAND, f"y3_{lane}")
-            base3 = _stage(m, Mux(ctl2.lut, Mux(over2, highs, lows), 0), signed(16), f"base3_{lane}")
+            x5 = _stage(m, Mux(ctl4.lut, diff, x4), _OPERAND, f"x5_{lane}")
+            y5 = _stage(m, Mux(ctl4.lut, f4, y4), _OPERAND, f"y5_{lane}")
+            base = _stage(m, Mux(ctl4.lut, Mux(over4, highs, lows), 0), signed(16), f"base5_{lane}")
 
-            # Stages 4, 5: four 17x17-bit partial products, then their sum.
-            xl, xh = x3[:16], x3[16:].as_signed()
-            yl, yh = y3[:16], y3[16:].as_signed()
+            # Stages 6, 7: four 17x17-bit partial products, then their sum.
+            xl, xh = x5[:16], x5[16:].as_signed()
+            yl, yh = y5[:16], y5[16:].as_signed()
             ll = _stage(m, xl * yl, unsigned(32), f"ll{lane}")
             lh = _stage(m, xl * yh, signed(34), f"lh{lane}")
             hl = _stage(m, xh * yl, signed(34), f"hl{lane}")
             hh = _stage(m, xh * yh, signed(34), f"hh{lane}")
-            base4 = _stage(m, base3, signed(16), f"base4_{lane}")
-            p5 = _stage(m, Cat(ll, hh) + ((lh + hl) << 16), _PRODUCT, f"p5_{lane}")
-            base5 = _stage(m, base4, signed(16), f"base5_{lane}")
+            p7 = _stage(m, Cat(ll, hh) + ((lh + hl) << 16), _PRODUCT, f"p7_{lane}")
 
-            # Stage 6: the rounding add, half away from zero.
-            q6 = _stage(m, p5 + Mux(p5[-1], half_neg, half), _PRODUCT, f"q6_{lane}")
-            base6 = _stage(m, base5, signed(16), f"base6_{lane}")
+            # Stage 8: the rounding add, half away from zero.
+            q8 = _stage(m, p7 + Mux(p7[-1], half_neg, half), _PRODUCT, f"q8_{lane}")
 
-            # Stage 7: the shift.
-            r7 = _stage(m, q6 >> ctl6.shift, _PRODUCT, f"r7_{lane}")
-            base7 = _stage(m, base6, signed(16), f"base7_{lane}")
+            # Stage 9: the shift.
+            r9 = _stage(m, q8 >> ctl8.shift, _PRODUCT, f"r9_{lane}")
 
-            # Stage 8: + T[i] (LUT: |round_shift(diff * f, shift)| <= 2**16), then saturation.
-            value = Signal(_PRODUCT, name=f"value{lane}")
-            m.d.comb += value.eq(Mux(ctl7.lut, r7[:20].as_signed() + base7, r7))
-            m.d.sync += self.out[lane].eq(Mux(ctl7.raw, r7[:32], self._saturate(m, value, ctl7.d_acc, lane)))
+            # Stage 10: + T[i] (LUT: |round_shift(diff * f, shift)| <= 2**16); stage 11: the saturation.
+            for stage in range(6, 10):
+                base = _stage(m, base, signed(16), f"base{stage}_{lane}")
+            value = _stage(m, Mux(ctl9.lut, r9[:20].as_signed() + base, r9), _PRODUCT, f"value10_{lane}")
+            m.d.sync += self.out[lane].eq(Mux(ctl10.raw, value[:32], self._saturate(m, value, ctl10.d_acc, lane)))
 
         for name, port in (("hit", self.hits), ("under", self.underflows), ("over", self.overflows)):
             count = _count(m, outcomes[name], self.array, f"{name}s")
-            for stage in range(3, LANES_LATENCY + 1):
+            for stage in range(5, LANES_LATENCY + 1):
                 count = _stage(m, count, range(self.array + 1), f"{name}s{stage}")
             m.d.comb += port.eq(count)
         return m

@@ -11,10 +11,10 @@ from ...spec import VectorOp
 __all__ = ["RowReducer", "REDUCE_LATENCY"]
 
 #: Cycles from a row's ``last`` step at the input to its ``out_valid``.
-REDUCE_LATENCY = 5
+REDUCE_LATENCY = 7
 
 _MAX_LANES = 16
-_LEVELS_PER_STAGE = 2  # two adder (or compare) levels a stage; 16 lanes take 4 levels, so 2 stages always
+_TREE_STAGES = 4  # one adder (or compare) level a stage; 16 lanes take 4 levels, fewer are padded to 4
 
 _CTL = data.StructLayout({"valid": 1, "first": 1, "last": 1, "max": 1, "d_acc": 1})
 
@@ -33,8 +33,8 @@ class RowReducer(wiring.Component):
     the ``last`` step, ``out_valid`` pulses and every lane of ``out`` holds the statistic saturated to int8, or
     int32 when ``d_acc`` (taken with each step; a row's steps share one).  ``out`` then holds until the next row's.
 
-    Stages: 1 the inputs; 2, 3 the lane tree (two levels each, padded for fewer than 16 lanes); 4 the row's
-    accumulator; 5 the saturated statistic.  Steps may come back to back, rows too, with idle cycles anywhere.
+    Stages: 1 the inputs; 2 to 5 the lane tree (a level each, padded for fewer than 16 lanes); 6 the row's
+    accumulator; 7 the saturated statistic.  Steps may come back to back, rows too, with idle cycles anywhere.
     """
 
     def __init__(self, array: int):
@@ -65,16 +65,15 @@ class RowReducer(wiring.Component):
         ]
         m.d.sync += [later.eq(earlier) for earlier, later in zip(ctl, ctl[1:], strict=False)]
 
-        # Stage 1: the terms; stages 2, 3: the tree, two levels a stage.
+        # Stage 1: the terms; stages 2 to 5: the tree, a level a stage.
         level = []
         for lane in range(self.array):
             term = Signal(signed(32), name=f"term{lane}", reset_less=True)
             m.d.sync += term.eq(self.terms[lane])
             level.append(term)
-        for stage in range(2):
-            for _ in range(_LEVELS_PER_STAGE):
-                level = [_combine(ctl[stage].max, x, y) for x, y in zip(level[::2], level[1::2], strict=False)] + \
-                        level[len(level) // 2 * 2:]
+        for stage in range(_TREE_STAGES):
+            level = [_combine(ctl[stage].max, x, y) for x, y in zip(level[::2], level[1::2], strict=False)] + \
+                    level[len(level) // 2 * 2:]
             regs = []
             for i, value in enumerate(level):
                 reg = Signal(signed(32), name=f"tree{stage + 2}_{i}", reset_less=True)
@@ -83,14 +82,14 @@ class RowReducer(wiring.Component):
             level = regs
         (step,) = level
 
-        # Stage 4: the row's statistic so far.
+        # Stage 6: the row's statistic so far.
         row = Signal(signed(32), name="row", reset_less=True)
-        step_ctl = ctl[2]
+        step_ctl = ctl[_TREE_STAGES]
         with m.If(step_ctl.valid):
             m.d.sync += row.eq(Mux(step_ctl.first, step, _combine(step_ctl.max, row, step)))
 
-        # Stage 5: saturated to D's lane type, on every lane.
-        end = ctl[3]
+        # Stage 7: saturated to D's lane type, on every lane.
+        end = ctl[_TREE_STAGES + 1]
         stat = Signal(signed(32), name="stat")
         fits8 = (row[7:] == 0) | (row[7:] == (1 << 25) - 1)
         m.d.comb += stat.eq(Mux(end.d_acc | fits8, row, Mux(row[-1], -(1 << 7), (1 << 7) - 1)))

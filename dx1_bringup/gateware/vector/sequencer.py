@@ -86,7 +86,9 @@ class VectorSequencer(wiring.Component):
     """Walks one VECTOR ``command`` from ``start``: one step a cycle, outer row by outer row, column by column.
 
     Step (r, c) reads A's local row ``a_addr + r*a_row_stride + c`` (``a_read``, ``a_addr``, ``a_acc``) and,
-    for a binary vop, B's ``b_addr + r*b_row_stride + c*b_col_stride`` (``b_read``, ...).  A cycle later, with
+    for a binary vop, B's ``b_addr + r*b_row_stride + c*b_col_stride`` (``b_read``, ...).  The addresses are on
+    the read ports (``a_use``, ``b_use``) from the first step's cycle to the last's, stalled or not, so that
+    the ports' address does not wait for the hazard search (``a_read`` and ``b_read`` do).  A cycle later, with
     the rows on the read ports, ``step`` describes it: D's row ``d_addr + r*d_row_stride`` (``+ c`` for an
     elementwise vop), the first/last column of its outer row and the command's end.  Every step of an
     elementwise vop and the last of each outer row of a reduction writes D; those rows wait in a
@@ -104,8 +106,8 @@ class VectorSequencer(wiring.Component):
         self.depth = depth
         super().__init__({
             "start": In(1), "command": In(COMMAND_BITS), "busy": Out(1),
-            "a_read": Out(1), "a_addr": Out(16), "a_acc": Out(1),
-            "b_read": Out(1), "b_addr": Out(16), "b_acc": Out(1),
+            "a_use": Out(1), "a_read": Out(1), "a_addr": Out(16), "a_acc": Out(1),
+            "b_use": Out(1), "b_read": Out(1), "b_addr": Out(16), "b_acc": Out(1),
             "step": Out(step_layout()),
             "written": In(1),
             "stalled": Out(1),
@@ -162,6 +164,7 @@ class VectorSequencer(wiring.Component):
             self.stalled.eq(issuing & ~go),
             go.eq(issuing & ~hazards.a_hit & ~(uses_b & hazards.b_hit) & hazards.room
                   & ~(serial & ~hazards.empty)),
+            self.a_use.eq(issuing), self.b_use.eq(issuing & uses_b),
             self.a_read.eq(go), self.b_read.eq(go & uses_b),
             hazards.push.eq(go & writes), hazards.push_acc.eq(d_acc), hazards.push_addr.eq(d_cur),
             hazards.pop.eq(self.written),

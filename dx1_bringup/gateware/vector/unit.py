@@ -43,7 +43,8 @@ class VectorUnit(wiring.Component):
       :class:`~.transpose.TransposeBuffer`.
 
     ``hits``, ``underflows`` and ``overflows`` count LUT lanes, ``busy_cycles`` the cycles the unit was busy;
-    ``progress`` is high in a cycle the unit read or wrote a row or a table entry.
+    ``progress`` is high in the cycle after one the unit read or wrote a row or a table entry in (registered: it
+    goes to the command processor's watchdog, across the die).
 
     Parameters
     ----------
@@ -105,15 +106,15 @@ class VectorUnit(wiring.Component):
 
         # ---- reads: A on the A ports, B on the B ports; the rows a cycle later, as int32 lanes ----------------
         a_on_acc, b_on_acc = seq.a_acc, seq.b_acc
-        with m.If(seq.a_read & a_on_acc):
+        with m.If(seq.a_use & a_on_acc):
             m.d.comb += self.acc_a_addr.eq(seq.a_addr)
-        with m.If(seq.a_read & ~a_on_acc):
+        with m.If(seq.a_use & ~a_on_acc):
             m.d.comb += self.spm_a_addr.eq(seq.a_addr)
         with m.If(table.spm_use):
             m.d.comb += self.spm_a_addr.eq(table.spm_addr)
         with m.If(tseq.spm_read):
             m.d.comb += self.spm_a_addr.eq(tseq.spm_addr)
-        m.d.comb += [self.acc_b_use.eq(seq.b_read & b_on_acc), self.spm_b_use.eq(seq.b_read & ~b_on_acc)]
+        m.d.comb += [self.acc_b_use.eq(seq.b_use & b_on_acc), self.spm_b_use.eq(seq.b_use & ~b_on_acc)]
         with m.If(self.acc_b_use):
             m.d.comb += self.acc_b_addr.eq(seq.b_addr)
         with m.If(self.spm_b_use):
@@ -152,11 +153,16 @@ class VectorUnit(wiring.Component):
         ]
         _, reduce_ctl = delay_valid_ctl(m, out_valid & out_step.last, Cat(out_step.d_addr, out_step.end),
                                         REDUCE_LATENCY, "reduce")
-        # RECIP and ISQRT: the divider takes the step's A row; its ctl waits beside it.
+        # RECIP and ISQRT: the divider takes the step's A row a cycle after it came off the memory (registered
+        # first: the divider's saturation check on it would follow the block RAM's clock-to-out); its ctl waits
+        # beside it.
         div_ctl = Signal(step_layout())
+        div_start = Signal()
+        div_a = Signal(lanes32, reset_less=True)
+        m.d.sync += [div_start.eq(step.valid & serial), div_a.eq(a_row)]
         with m.If(step.valid & serial):
             m.d.sync += div_ctl.eq(step)
-        m.d.comb += [divider.start.eq(step.valid & serial), divider.a.eq(a_row), divider.vop.eq(vop),
+        m.d.comb += [divider.start.eq(div_start), divider.a.eq(div_a), divider.vop.eq(vop),
                      divider.shift.eq(shift), divider.d_acc.eq(d_acc)]
 
         # ---- writes: one D row a cycle at most, saturated to D's lane type -----------------------------------
@@ -185,8 +191,8 @@ class VectorUnit(wiring.Component):
             finished.eq((w_valid & w_end) | table.done | tseq.done),
             self.done.valid.eq(finished), self.done.tag.eq(tag), self.done.status.eq(ErrorCode.OK),
             self.done.opcode.eq(opcode),
-            self.progress.eq(seq.a_read | table.table_we | tseq.spm_read | self.spm_w_en | self.acc_w_en),
         ]
+        m.d.sync += self.progress.eq(seq.a_read | table.table_we | tseq.spm_read | self.spm_w_en | self.acc_w_en)
         with m.If(self.busy):
             m.d.sync += self.busy_cycles.eq(self.busy_cycles + 1)
         with m.If(out_valid):
