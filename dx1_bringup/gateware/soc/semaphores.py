@@ -41,7 +41,7 @@ class SemaphoreArbiter(wiring.Component):
         # The granted request is picked first and added once per semaphore: an adder a semaphore, not one a
         # semaphore for every requester (with the link's landers, three requesters tripled the adders).
         index = Signal.like(self.index0)
-        delta = Signal(signed(18))
+        delta = Signal.like(self.delta0)
         granted = Signal()
         for t in range(self.tiles):
             valid = getattr(self, f"valid{t}")
