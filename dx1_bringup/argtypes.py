@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 __all__ = [
-    "integer", "positive", "seed", "seconds", "fraction", "port", "byte_count", "device", "devices",
+    "integer", "positive", "positive_or_auto", "seed", "seconds", "fraction", "port", "byte_count", "device", "devices",
     "device_group", "MAX_GROUP", "names", "integers", "writable_file", "add_shape",
 ]
 
@@ -39,6 +39,16 @@ def positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
     return value
+
+
+def positive_or_auto(text: str) -> int | None:
+    """A count of at least 1, or ``auto`` (None: the command works it out, e.g. as many as fit)."""
+    if text.strip().lower() == "auto":
+        return None
+    try:
+        return positive(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"must be at least 1 or 'auto', not {text!r}") from None
 
 
 def seed(text: str) -> int:

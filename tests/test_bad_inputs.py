@@ -174,6 +174,9 @@ BAD_ARGUMENTS = [
     (["collectives", "--chunk-bytes", "0"], "argument --chunk-bytes: must be at least 1, not 0"),
     (["collectives", "--timeout", "0"], "argument --timeout: must be a number of seconds > 0, not '0'"),
     (["collectives", "--bytes", "1000000"], "--bytes 1000000 does not fit"),
+    (["serve", "--num-blocks", "0"], "argument --num-blocks: must be at least 1 or 'auto', not '0'"),
+    (["bench", "serving", "--serving-num-blocks", "many"], "argument --serving-num-blocks: must be at least 1 or "
+                                                           "'auto', not 'many'"),
 ]
 
 

@@ -80,7 +80,8 @@ def _decode_transfers(model, dev, batch: int) -> int:
     from dx1_bringup.serving.scheduler import ScheduledSeq
     from dx1_bringup.serving.sequence import Sequence
 
-    runner, blocks = ModelRunner(dev, model, 16, 8), BlockManager(16, 8, prefix_caching=False)
+    runner = ModelRunner(dev, model, 16, 8, max_num_tokens=3 * model.config.context)
+    blocks = BlockManager(16, 8, prefix_caching=False)
     seqs = [Sequence(model.config.encode(p)) for p in PROMPTS[:batch]]
     for s in seqs:
         s.token_ids.append(s.token_ids[0])
@@ -181,7 +182,7 @@ def test_scattered_block_tables_are_read_through_the_table(model, dev):
     from dx1_bringup.serving.scheduler import ScheduledSeq
     from dx1_bringup.serving.sequence import Sequence
 
-    runner = ModelRunner(dev, model, 12, 8)
+    runner = ModelRunner(dev, model, 12, 8, max_num_tokens=2 * model.config.context)
     prompts = ["From fairest creatures we de", "But as the riper should by"]
     seqs = [Sequence(model.config.encode(p)) for p in prompts]
     seqs[0].block_table = [9, 2, 6, 7]
@@ -189,4 +190,52 @@ def test_scattered_block_tables_are_read_through_the_table(model, dev):
     out = runner.run([ScheduledSeq(s, 0, len(s)) for s in seqs], all_logits=True)
     for s, got in zip(seqs, out, strict=True):
         assert np.array_equal(got, model.reference_logits(s.token_ids))
+    runner.close()
+
+
+def test_the_largest_step_has_its_scratch_reserved_and_a_cache_that_leaves_none_is_refused():
+    """64 sequences a step on the 1 MiB golden model: 128 KV blocks leave no room for the step's scratch, which
+    the engine says when it starts (it used to run out of device memory in the middle of a step); as many blocks
+    as fit serve 64 sequences at once, every one equal to the reference."""
+    from dx1_bringup.serving.charlm import DEFAULT_CHECKPOINT, load_checkpoint
+
+    full = QuantCharLM(load_checkpoint(DEFAULT_CHECKPOINT))
+    with Device.open("model") as dev:
+        with pytest.raises(ValueError, match=r"the step scratch \(\d+ B for 128 tokens and 64 sequences\) and 128 KV"):
+            LLMEngine(dev, full, EngineConfig(num_blocks=128, max_num_seqs=64))
+        engine = LLMEngine(dev, full, EngineConfig(max_num_seqs=64))
+        assert 0 < engine.blocks.num_blocks == engine.runner.num_blocks < 128
+        prompts = [full.config.vocab[20 + i % 60] * 2 for i in range(64)]  # 128 prompt tokens: one step
+        out = engine.generate(prompts, SamplingParams(max_tokens=3, temperature=0))
+        assert out == [[greedy_reference(full, p, 3)] for p in prompts]
+        assert engine.runner.stats.steps == 3 and engine.blocks.num_free == engine.blocks.num_blocks
+        engine.close()
+
+
+def test_every_step_within_the_limits_fits_the_scratch_of_the_largest(model, dev):
+    """The scratch is sized from one worst case: random steps (decodes and prefills, any positions) never need
+    more, and a step past the limits is refused."""
+    import random
+
+    from dx1_bringup.serving.runner import ModelRunner, _StepBuffers
+    from dx1_bringup.serving.scheduler import ScheduledSeq
+    from dx1_bringup.serving.sequence import Sequence
+
+    context, arr = model.config.context, dev.caps.array
+    runner = ModelRunner(dev, model, 32, 8, max_num_tokens=48, max_num_seqs=6)
+    rng = random.Random(5)
+    for _ in range(500):
+        n = rng.randint(1, 6)
+        counts = [1] * n
+        for _ in range(rng.randint(0, 48 - n)):
+            counts[rng.randrange(n)] += 1
+        counts = [min(c, context) for c in counts]
+        keys = [-(-rng.randint(c, context) // 8) * 8 for c in counts]
+        cols = [-(-c // arr) * arr for c in counts]
+        wanted = rng.choice([n, sum(counts)])
+        assert _StepBuffers.carve(runner, 0, sum(counts), cols, keys, wanted).size <= runner.scratch_bytes
+    seqs = [Sequence(model.config.encode("Thou")) for _ in range(7)]
+    with pytest.raises(ValueError, match="a step of 28 tokens over 7 sequences: this runner takes at most 48 tokens "
+                                         "over 6 sequences"):
+        runner.run([ScheduledSeq(s, 0, len(s)) for s in seqs])
     runner.close()

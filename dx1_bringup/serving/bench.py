@@ -84,6 +84,8 @@ class ModeResult:
     steps: int
     #: Device cycles of every step (load-independent, unlike the seconds): per output token.
     cycles_per_token: float
+    #: The KV cache's blocks (as many as fit, unless the engine's configuration gave a number).
+    kv_blocks: int
     ttfts: list[float] = field(default_factory=list, repr=False)
     itls: list[float] = field(default_factory=list, repr=False)
 
@@ -154,9 +156,9 @@ def run_mode(device: str, model: QuantCharLM, config: EngineConfig, workload: li
     allocated = sum(s[1] for s in samples)
     return ModeResult(config.batching, len(results), tokens, seconds, tokens / seconds, _pct(ttfts, 50),
                       _pct(ttfts, 99), _pct(itls, 50), _pct(itls, 99),
-                      float(np.mean([s[2] / config.num_blocks for s in samples])) if samples else 0.0,
+                      float(np.mean([s[2] / engine.blocks.num_blocks for s in samples])) if samples else 0.0,
                       1 - sum(s[0] for s in samples) / allocated if allocated else 0.0, preemptions, swaps, hits,
-                      len(samples), cycles / tokens if tokens else 0.0, ttfts, itls)
+                      len(samples), cycles / tokens if tokens else 0.0, engine.blocks.num_blocks, ttfts, itls)
 
 
 def run_device_clock(device: str, model: QuantCharLM, config: EngineConfig, workload: list[tuple[float, str, int]],
@@ -199,7 +201,7 @@ def run_device_clock(device: str, model: QuantCharLM, config: EngineConfig, work
                 samples.append((filled, allocated, engine.blocks.num_used))
                 for event in events:
                     times[event.request_id].append(now)
-            stats, preemptions = engine.runner.stats, engine.scheduler.preemptions
+            stats, preemptions, kv_blocks = engine.runner.stats, engine.scheduler.preemptions, engine.blocks.num_blocks
             swaps, hits = engine.scheduler.swap_outs, engine.blocks.prefix_hits
         finally:
             engine.close()
@@ -208,10 +210,11 @@ def run_device_clock(device: str, model: QuantCharLM, config: EngineConfig, work
     itls = [b - a for t in times.values() for a, b in zip(t, t[1:], strict=False)]
     tokens = sum(len(t) for t in times.values())
     allocated = sum(x[1] for x in samples)
+    used = float(np.mean([x[2] / engine.blocks.num_blocks for x in samples]))
     return ModeResult(config.batching, len(times), tokens, seconds, tokens / seconds, _pct(ttfts, 50), _pct(ttfts, 99),
-                      _pct(itls, 50), _pct(itls, 99), float(np.mean([x[2] / config.num_blocks for x in samples])),
+                      _pct(itls, 50), _pct(itls, 99), used,
                       1 - sum(x[0] for x in samples) / allocated if allocated else 0.0, preemptions, swaps, hits,
-                      len(samples), stats.cycles / tokens if tokens else 0.0, ttfts, itls)
+                      len(samples), stats.cycles / tokens if tokens else 0.0, kv_blocks, ttfts, itls)
 
 
 def bench_device_clock(device: str, model: QuantCharLM, spec: LoadSpec, config: EngineConfig,

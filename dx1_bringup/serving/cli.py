@@ -18,11 +18,13 @@ _DEVICE_HELP = "model (the golden model), sim, sim://HOST:PORT, serial:URL, pcie
 def _engine_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint", default=None, help="model checkpoint (default: the one the package carries)")
     p.add_argument("--block-size", type=types.positive, default=16, help="KV-cache block size in tokens (default 16)")
-    p.add_argument("--num-blocks", type=types.positive, default=128, help="KV-cache blocks per device (default 128)")
+    p.add_argument("--num-blocks", type=types.positive_or_auto, default=None, metavar="N|auto",
+                   help="KV-cache blocks per device (default auto: as many as fit beside the weights and the "
+                        "scratch of the largest step)")
     p.add_argument("--max-num-seqs", type=types.positive, default=16, help="sequences in one step at most (default 16)")
     p.add_argument("--max-num-batched-tokens", type=types.positive, default=128,
-                   help="the token budget of one step, at least the context (default 128: a step of 512 tokens "
-                        "does not fit the 1 MiB device beside the weights and 128 KV blocks)")
+                   help="the token budget of one step, at least the context (default 128); the scratch of the "
+                        "largest step is reserved in device memory before the KV blocks")
     p.add_argument("--preemption", choices=("recompute", "swap"), default="recompute",
                    help="a preempted sequence is recomputed later (default) or its KV blocks swapped to host memory")
     p.add_argument("--num-host-blocks", type=types.positive, default=128,
@@ -125,7 +127,9 @@ def bench_section(args: argparse.Namespace) -> dict:
                           max_num_seqs=args.serving_max_num_seqs, preemption=args.serving_preemption,
                           num_host_blocks=args.serving_num_host_blocks)
     results = bench_serving(args.serving_device, model, spec, config, png=args.serving_png)
-    lengths = (f"{spec.describe()}, blocks of {config.block_size}, {config.num_blocks} blocks, "
+    blocks = results[0].kv_blocks
+    lengths = (f"{spec.describe()}, blocks of {config.block_size}, {blocks} blocks"
+               f"{'' if config.num_blocks else ' (as many as fit)'}, "
                f"{config.max_num_seqs} sequences and {config.max_num_batched_tokens} tokens a step at most, "
                f"preemption by {config.preemption}")
     head = (f"Serving on {args.serving_device} over HTTP: {spec.requests} requests, Poisson at {spec.rate}/s, "
@@ -160,7 +164,8 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
                         "--serving-output (a long tail, as chat traffic has; default: uniform)")
     g.add_argument("--serving-seed", type=types.seed, default=0, help="load seed (default 0)")
     g.add_argument("--serving-block-size", type=types.positive, default=16, help="KV block size (default 16)")
-    g.add_argument("--serving-num-blocks", type=types.positive, default=128, help="KV blocks (default 128)")
+    g.add_argument("--serving-num-blocks", type=types.positive_or_auto, default=None, metavar="N|auto",
+                   help="KV blocks (default auto: as many as fit)")
     g.add_argument("--serving-max-num-seqs", type=types.positive, default=16,
                    help="sequences in one step at most (default 16)")
     g.add_argument("--serving-preemption", choices=("recompute", "swap"), default="recompute",

@@ -33,11 +33,13 @@ class EngineConfig:
     """The KV cache and the scheduler: ``batching`` is one of :data:`~.scheduler.BATCHING`; ``preemption`` is
     ``recompute`` or ``swap`` (to ``num_host_blocks`` blocks of host memory)."""
 
-    num_blocks: int = 128
+    #: KV blocks per device; None: as many as fit beside the weights and the largest step's scratch.
+    num_blocks: int | None = None
     block_size: int = 16
     max_num_seqs: int = 16
-    #: The scheduler's token budget (the context at least).  128: the scratch of a step of 512 tokens does not
-    #: fit the 1 MiB of the golden model's device beside the weights and 128 KV blocks.
+    #: The scheduler's token budget (the context at least).  The runner reserves the scratch of the largest
+    #: step it allows (and ``max_num_seqs``) before the KV blocks: on the golden model's 1 MiB, 128 tokens and
+    #: 16 sequences leave 116 blocks.
     max_num_batched_tokens: int = 128
     batching: str = "continuous"
     prefix_caching: bool = True
@@ -115,16 +117,18 @@ class LLMEngine:
         self.model, self.config = model, config
         self.context = model.config.context
         host_blocks = config.num_host_blocks if config.preemption == "swap" else 0
-        self.blocks = BlockManager(config.num_blocks, config.block_size, prefix_caching=config.prefix_caching,
+        budget = max(config.max_num_batched_tokens, self.context)
+        # The runner reserves the scratch of the largest step the scheduler can make, then the blocks.
+        self.runner = ModelRunner(dev, model, config.num_blocks, config.block_size, num_host_blocks=host_blocks,
+                                  max_num_tokens=budget, max_num_seqs=config.max_num_seqs)
+        self.blocks = BlockManager(self.runner.num_blocks, config.block_size, prefix_caching=config.prefix_caching,
                                    num_host_blocks=host_blocks)
-        limits = dict(max_num_seqs=config.max_num_seqs, max_num_batched_tokens=max(config.max_num_batched_tokens,
-                                                                                   self.context),
+        limits = dict(max_num_seqs=config.max_num_seqs, max_num_batched_tokens=budget,
                       max_model_len=self.context, preemption=config.preemption)
         if config.batching == "continuous":
             self.scheduler = Scheduler(self.blocks, **limits)
         else:
             self.scheduler = StaticScheduler(self.blocks, padded=config.batching == "static", **limits)
-        self.runner = ModelRunner(dev, model, config.num_blocks, config.block_size, num_host_blocks=host_blocks)
         self.requests: dict[str, RequestState] = {}
         self._owner: dict[int, tuple[RequestState, int]] = {}
         self._seeds = itertools.count(1 << 32)

@@ -56,7 +56,7 @@ def perplexities(model: QuantCharLM, texts: list[str], dev: Device | None = None
     runner = None
     if dev is not None:
         blocks = ceil_div(c.context, block_size)
-        runner = ModelRunner(dev, model, blocks, block_size)
+        runner = ModelRunner(dev, model, blocks, block_size, max_num_seqs=1)
     try:
         for text in texts:
             tokens = c.encode(text)

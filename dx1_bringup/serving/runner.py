@@ -134,6 +134,75 @@ class _Phase:
             self.runner.stats.cycles += max(dev.perf(t).read().since(before[t]).cycles for t in used)
 
 
+@dataclass
+class _StepBuffers:
+    """A step's scratch in device memory, carved from the runner's scratch region in this order.
+
+    ``cols`` are the sequences' query columns (each padded to whole chunks), ``keys`` their block tables'
+    positions; ``wanted`` the rows whose logits are read.  Every size only grows with ``tokens``, the sum of
+    ``cols``, each ``keys`` and ``wanted`` (and each per-sequence buffer is whole 64-byte units), so the
+    buffers of the largest step bound every step's (:meth:`worst_case`).
+    """
+
+    size: int
+    o: int
+    a: int
+    m: int
+    k: int
+    v: int
+    hf: int
+    xa: int
+    xm: int
+    h: int
+    f: int
+    qt: int
+    q: int
+    ht: int
+    logits: int
+    st: list[list[int]]
+    s: list[int]
+    p: list[int]
+
+    @classmethod
+    def carve(cls, runner: ModelRunner, base: int, tokens: int, cols: list[int], keys: list[int],
+              wanted: int) -> _StepBuffers:
+        c, arr, vec = runner.model.config, runner.dev.caps.array, runner.dev.caps.vector
+        t, d, heads, tq = tokens, c.width, c.heads, sum(cols)
+        at = base
+
+        def take(n: int) -> int:
+            nonlocal at
+            at += align_up(max(n, 64), 64)
+            return at - align_up(max(n, 64), 64)
+
+        o, a, m, k, v, hf = (take(t * d) for _ in range(6))
+        # On the vector unit the residual stream stays in device memory: [x | A] and [x2 | M], each block's
+        # output written beside the stream by its GEMM.
+        xa, xm = take(t * 2 * d), take(t * 2 * d)
+        h, f, qt = take(t * d), take(t * padded(c.ffn, arr)), take(d * tq)
+        # Q has a chunk of rows to spare: a sequence's transposition reads whole chunks of rows.
+        q, ht = (take((t + arr) * d), 0) if vec else (0, take(d * tq))
+        st = [[take(lp * w) for _ in range(heads)] for lp, w in zip(keys, cols, strict=True)]
+        # S and P: a sequence's query rows, each head's keys side by side.  P takes the place of the heads'
+        # S^T (as many bytes, each a whole number of 64-byte units, one after another), read before P is written.
+        s = [take(w * heads * lp) if vec else 0 for lp, w in zip(keys, cols, strict=True)]
+        p = [heads_st[0] for heads_st in st]
+        logits = take(wanted * runner.vocab_padded * ACC_LANE_BYTES)
+        return cls(at - base, o, a, m, k, v, hf, xa, xm, h, f, qt, q, ht, logits, st, s, p)
+
+    @classmethod
+    def worst_case(cls, runner: ModelRunner) -> int:
+        """Bytes of the largest step: ``max_num_tokens`` tokens over as many sequences as may share them (up
+        to ``max_num_seqs``), each as many query columns as padding can make and a whole context of keys,
+        and the logits of every token."""
+        arr, t = runner.dev.caps.array, runner.max_num_tokens
+        n = min(runner.max_num_seqs, t)
+        # Each sequence's query columns are its tokens padded up to a chunk: at most t + (arr - 1) n in all.
+        total = (t + (arr - 1) * n) // arr * arr
+        cols = [arr] * (n - 1) + [total - arr * (n - 1)]
+        return cls.carve(runner, 0, t, cols, [runner.mask_keys] * n, t).size
+
+
 class ModelRunner:
     """The quantised model on one device, its weights resident and its KV cache in ``num_blocks`` blocks.
 
@@ -147,6 +216,10 @@ class ModelRunner:
         The KV cache's blocks (``block_size`` a multiple of 8: a block is a whole number of the GEMMs' chunks).
     num_host_blocks:
         Blocks of host memory for swapped-out sequences.
+    max_num_tokens, max_num_seqs:
+        The largest step :meth:`run` takes: tokens computed (default: one context) and sequences.  A step's
+        scratch (its activations, each sequence's scores and probabilities, the logits) is one region reserved
+        here for the largest step, so a step never runs out of device memory: what does not fit fails here.
     tiles:
         Tiles to use (default: the device's usable tiles).
     timeout:
@@ -155,27 +228,58 @@ class ModelRunner:
     Raises
     ------
     ValueError
-        A block size that is not a positive multiple of 8, or weights and cache that do not fit device memory.
+        A block size that is not a positive multiple of 8, or the weights, the kernels' constants, the step
+        scratch and ``num_blocks`` KV blocks do not fit device memory.  ``num_blocks=None`` takes as many blocks
+        as fit beside the rest (vLLM sizes its cache the same way).
     """
 
-    def __init__(self, dev: Device, model: QuantCharLM, num_blocks: int, block_size: int = 16, *,
-                 num_host_blocks: int = 0, tiles: int | None = None, timeout: float = 5.0):
+    def __init__(self, dev: Device, model: QuantCharLM, num_blocks: int | None, block_size: int = 16, *,
+                 num_host_blocks: int = 0, max_num_tokens: int | None = None, max_num_seqs: int = 16,
+                 tiles: int | None = None, timeout: float = 5.0):
         if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 8 or block_size % 8:
             raise ValueError(f"block_size must be a positive multiple of 8 on the device, not {block_size!r}")
-        self.dev, self.model, self.timeout = dev, model, timeout
-        self.block_size, self.num_blocks = block_size, num_blocks
-        self.tiles = len(dev.usable_tiles) if tiles is None else tiles
         c = model.config
+        max_num_tokens = c.context if max_num_tokens is None else max_num_tokens
+        for name, value in (("max_num_tokens", max_num_tokens), ("max_num_seqs", max_num_seqs)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, not {value!r}")
+        self.dev, self.model, self.timeout = dev, model, timeout
+        self.block_size, self.max_num_tokens, self.max_num_seqs = block_size, max_num_tokens, max_num_seqs
+        self.tiles = len(dev.usable_tiles) if tiles is None else tiles
         self.width, self.vocab_padded = c.width, padded(len(c.vocab), dev.caps.array)
         self.kv_bytes = block_size * c.width  # one layer's keys (or values) of one block
         self.block_bytes = 2 * c.layers * self.kv_bytes
         self.stats = StepStats()
+        # The softmax's causal mask has a row per query position (padded queries included) and the keys of
+        # the longest block table: each sequence uses its first columns and the rows of its positions.
+        self.mask_keys = ceil_div(c.context, block_size) * block_size
+        self.mask_rows = padded(c.context, dev.caps.array) + dev.caps.array
+        self.softmax = [Softmax(layer.softmax.s_in, groups=c.heads, causal=True, mask_keys=self.mask_keys)
+                        for layer in model.layers]
+        self.transpose = Transpose()
         weights = self._weight_arrays()
+        consts = self._kernel_consts()
         total = sum(align_up(a.nbytes, 64) for a in weights.values())
-        need = total + num_blocks * self.block_bytes
-        if need > dev.caps.mem_bytes:
-            raise ValueError(f"the weights ({total} B) and {num_blocks} KV blocks of {self.block_bytes} B do not fit "
-                             f"the device's {dev.caps.mem_bytes} B of memory")
+        consts_bytes = sum(align_up(blob.nbytes, 64) for _, _, blob in consts)
+        #: Bytes of the step scratch: the buffers of the largest step :meth:`run` takes.
+        self.scratch_bytes = _StepBuffers.worst_case(self)
+        fixed = total + consts_bytes + self.scratch_bytes
+        for tile in range(self.tiles):  # the command queues' rings are device memory too: taken first
+            dev.queue(tile)
+        room = dev.allocator.largest_free
+        if num_blocks is None:
+            num_blocks = max(room - fixed, 0) // self.block_bytes
+            if num_blocks < ceil_div(c.context, block_size):
+                raise ValueError(f"the weights ({total} B), the kernels' constants ({consts_bytes} B) and the step "
+                                 f"scratch ({self.scratch_bytes} B for {max_num_tokens} tokens and {max_num_seqs} "
+                                 f"sequences) leave {max(room - fixed, 0)} B of the device's {room} B free: not "
+                                 f"the {ceil_div(c.context, block_size)} KV blocks of one context")
+        elif fixed + num_blocks * self.block_bytes > room:
+            raise ValueError(f"the weights ({total} B), the kernels' constants ({consts_bytes} B), the step scratch "
+                             f"({self.scratch_bytes} B for {max_num_tokens} tokens and {max_num_seqs} sequences) "
+                             f"and {num_blocks} KV blocks of {self.block_bytes} B do not fit the device's {room} B "
+                             f"free")
+        self.num_blocks = num_blocks
         self._weights_base = dev.alloc(total)
         self.addr: dict[str, int] = {}
         offset = 0
@@ -183,16 +287,15 @@ class ModelRunner:
             self.addr[name] = self._weights_base + offset
             dev.write_mem(self.addr[name], array)
             offset += align_up(array.nbytes, 64)
+        self._consts: dict[Kernel, tuple[Consts, int]] = {}
+        for kernel, kernel_consts, blob in consts:
+            addr = dev.alloc(blob.nbytes)
+            self._write(addr, blob)
+            self._consts[kernel] = (kernel_consts, addr)
         self.pool = dev.alloc(num_blocks * self.block_bytes)
+        self._scratch = dev.alloc(self.scratch_bytes)
         #: Swap space: per host block, per layer its keys then its values (``block_size x width`` each).
         self.host_kv = np.zeros((num_host_blocks, c.layers, 2, block_size, c.width), np.int8)
-        # The softmax's causal mask has a row per query position (padded queries included) and the keys of
-        # the longest block table: each sequence uses its first columns and the rows of its positions.
-        self.mask_rows = padded(c.context, dev.caps.array) + dev.caps.array
-        self.softmax = [Softmax(layer.softmax.s_in, groups=c.heads, causal=True,
-                                mask_keys=ceil_div(c.context, block_size) * block_size) for layer in model.layers]
-        self.transpose = Transpose()
-        self._consts: dict[Kernel, tuple[Consts, int]] = {}
         self._closed = False
 
     def _weight_arrays(self) -> dict[str, np.ndarray]:
@@ -214,21 +317,30 @@ class ModelRunner:
         const("head_t", self.model.head_t)
         return out
 
-    def resident(self, kernel: Kernel, cols: int) -> tuple[Consts, int]:
-        """A kernel's constants and their device address, checked for inputs of ``cols`` columns and up to
-        :attr:`mask_rows` rows, uploaded on the kernel's first use and kept until :meth:`close`.
-
-        Each kernel here has one set: a layer norm's depend on its width only, a softmax's (its mask of
-        :attr:`mask_rows` rows of ``mask_keys``) on no block table's length, a transpose has none.
-        """
-        arr = self.dev.caps.array
-        kernel.check(self.mask_rows, cols, arr)
-        if kernel not in self._consts:
+    def _kernel_consts(self) -> list[tuple[Kernel, Consts, np.ndarray]]:
+        """Every vector kernel's constants and their blob, for inputs of :attr:`mask_rows` rows at most: a
+        layer norm's depend on its width only, a softmax's (its mask of :attr:`mask_rows` rows of
+        :attr:`mask_keys`) on no block table's length, a transpose has none.  None without a vector unit."""
+        if not self.dev.caps.vector:
+            return []
+        arr, d, heads = self.dev.caps.array, self.width, self.model.config.heads
+        uses: list[tuple[Kernel, int]] = [(self.model.ln_f, d), (self.transpose, d)]
+        for li, layer in enumerate(self.model.layers):
+            uses += [(layer.ln1, d), (layer.ln2, d), (layer.add1, 2 * d), (layer.add2, 2 * d),
+                     (self.softmax[li], heads * self.mask_keys)]
+        out: list[tuple[Kernel, Consts, np.ndarray]] = []
+        for kernel, cols in uses:
+            if any(kernel == known for known, _, _ in out):  # equal kernels share their constants
+                continue
+            kernel.check(self.mask_rows, cols, arr)
             consts = kernel.consts(self.mask_rows, cols, arr)
-            blob = consts.blob()
-            addr = self.dev.alloc(blob.nbytes)
-            self._write(addr, blob)
-            self._consts[kernel] = (consts, addr)
+            out.append((kernel, consts, consts.blob()))
+        return out
+
+    def resident(self, kernel: Kernel, cols: int) -> tuple[Consts, int]:
+        """A kernel's constants and their device address (uploaded at construction), checked for inputs of
+        ``cols`` columns and up to :attr:`mask_rows` rows."""
+        kernel.check(self.mask_rows, cols, self.dev.caps.array)
         return self._consts[kernel]
 
     def _write(self, addr: int, data: np.ndarray) -> None:
@@ -333,135 +445,123 @@ class ModelRunner:
         nblocks = [ceil_div(item.start + item.count, bs) for item in items]
         keys = [n * bs for n in nblocks]
         runs = [self._runs(item.seq.block_table, n) for item, n in zip(items, nblocks, strict=True)]
-        scratch: list[int] = []
-
-        def alloc(n: int) -> int:
-            scratch.append(dev.alloc(max(n, 64)))
-            return scratch[-1]
-
-        try:
-            fp = padded(c.ffn, arr)
-            o_addr, a_addr, m_addr, k_addr, v_addr, hf_addr = (alloc(t * d) for _ in range(6))
-            # On the vector unit the residual stream stays in device memory: [x | A] and [x2 | M], each
-            # block's output written beside the stream by its GEMM.
-            xa, xm = alloc(t * 2 * d), alloc(t * 2 * d)
+        if t > self.max_num_tokens or len(items) > self.max_num_seqs:
+            raise ValueError(f"a step of {t} tokens over {len(items)} sequences: this runner takes at most "
+                             f"{self.max_num_tokens} tokens over {self.max_num_seqs} sequences")
+        n_wanted = t if all_logits else len(items)
+        buf = _StepBuffers.carve(self, self._scratch, t, cols, keys, n_wanted)
+        if buf.size > self.scratch_bytes:
+            raise RuntimeError(f"a step's buffers ({buf.size} B) outgrew the scratch reserved for the largest "
+                               f"step ({self.scratch_bytes} B)")
+        o_addr, a_addr, m_addr, k_addr, v_addr, hf_addr = buf.o, buf.a, buf.m, buf.k, buf.v, buf.hf
+        xa, xm, h_addr, f_addr, qt_addr, q_addr, ht_addr = buf.xa, buf.xm, buf.h, buf.f, buf.qt, buf.q, buf.ht
+        st_addrs, s_addrs, p_addrs = buf.st, buf.s, buf.p
+        fp = padded(c.ffn, arr)
+        if vec:
+            self._write(xa, np.hstack([x, np.zeros_like(x)]))
+            a_addr, m_addr, out_stride = xa + d, xm + d, 2 * d
+        else:
+            out_stride = d
+        for li, layer in enumerate(model.layers):
+            kv = _Phase(self)
+            if vec:  # Q = h Wq^T over the batch, then each sequence's rows of Q to its columns of Q^T
+                self._vector(layer.ln1, Mem(xa, 2 * d), Mem(h_addr, d), t, d)
+                kv.gemm(t, d, d, h_addr, self.addr[f"{li}.wq_t"], q_addr, a_stride=d, b_stride=d, c_stride=d,
+                        post=layer.post["q"], spread=True)
+            else:  # Q^T = Wq h^T from the host's h^T, each sequence's columns padded to whole chunks
+                h = layer.ln1.reference(x)
+                self._write(h_addr, h)
+                h_t = np.zeros((d, tq), np.int8)
+                for item, row, at in zip(items, rows, col0, strict=True):
+                    h_t[:, at:at + item.count] = h[row:row + item.count].T
+                self._write(ht_addr, h_t)
+                kv.gemm(d, d, tq, self.addr[f"{li}.wq"], ht_addr, qt_addr, a_stride=d, b_stride=tq,
+                        c_stride=tq, post=layer.post["q"], spread=True)
+            for w, out, post in (("wk_t", k_addr, "k"), ("wv_t", v_addr, "v")):
+                kv.gemm(t, d, d, h_addr, self.addr[f"{li}.{w}"], out, a_stride=d, b_stride=d, c_stride=d,
+                        post=layer.post[post], spread=True)
+            kv.run()
+            if vec:  # each sequence's rows of Q (and the next ones, as padding) to its columns of Q^T
+                phase = _Phase(self)
+                for row, at, w in zip(rows, col0, cols, strict=True):
+                    phase.kernel(self.transpose, Mem(q_addr + row * d, d), Mem(qt_addr + at, tq), (0, w), d)
+                phase.run()
+            slots = _Phase(self)
+            for item, row in zip(items, rows, strict=True):
+                table, pos, end = item.seq.block_table, item.start, item.start + item.count
+                while pos < end:  # one COPY per run of positions in physically consecutive blocks
+                    first = pos
+                    pos = min(end, (pos // bs + 1) * bs)
+                    while pos < end and table[pos // bs] == table[pos // bs - 1] + 1:
+                        pos = min(end, pos + bs)
+                    src = (row + first - item.start) * d
+                    for value, base in ((False, k_addr), (True, v_addr)):
+                        slots.copy(base + src, self.kv_address(table[first // bs], li, value) + (first % bs) * d,
+                                   (pos - first) * d)
+            slots.run()
+            scores = _Phase(self)
+            for i, item in enumerate(items):
+                table = item.seq.block_table
+                for j in range(heads):
+                    for b0, nb in runs[i]:
+                        scores.gemm(nb * bs, dh, item.count, self.kv_address(table[b0], li, False) + j * dh,
+                                    qt_addr + j * dh * tq + col0[i], st_addrs[i][j] + b0 * bs * cols[i],
+                                    a_stride=d, b_stride=tq, c_stride=cols[i], post=layer.post["s"])
+            scores.run()
+            self._softmax(li, items, cols, keys, st_addrs, s_addrs, p_addrs)
+            attend = _Phase(self)
+            for i, (item, row) in enumerate(zip(items, rows, strict=True)):
+                table, stride = item.seq.block_table, heads * keys[i]
+                for j in range(heads):
+                    terms = [GemmTerm(nb * bs, p_addrs[i] + j * keys[i] + b0 * bs,
+                                      self.kv_address(table[b0], li, True) + j * dh, stride, d)
+                             for b0, nb in runs[i]]
+                    first = terms[0]
+                    attend.gemm(item.count, first.k, dh, first.a_addr, first.b_addr, o_addr + row * d + j * dh,
+                                a_stride=stride, b_stride=d, c_stride=d, post=layer.post["o"],
+                                more=tuple(terms[1:]))
+            attend.run()
+            proj = _Phase(self)
+            proj.gemm(t, d, d, o_addr, self.addr[f"{li}.wo_t"], a_addr, a_stride=d, b_stride=d, c_stride=out_stride,
+                      post=layer.post["a"], bias=self.addr[f"{li}.bo"], spread=True)
+            proj.run()
             if vec:
-                self._write(xa, np.hstack([x, np.zeros_like(x)]))
-                a_addr, m_addr, out_stride = xa + d, xm + d, 2 * d
+                self._vector(layer.add1, Mem(xa, 2 * d), Mem(xm, 2 * d), t, 2 * d)
+                self._vector(layer.ln2, Mem(xm, 2 * d), Mem(h_addr, d), t, d)
             else:
-                out_stride = d
-            h_addr, f_addr, qt_addr = alloc(t * d), alloc(t * fp), alloc(d * tq)
-            # Q has a chunk of rows to spare: a sequence's transposition reads whole chunks of rows.
-            q_addr, ht_addr = (alloc((t + arr) * d), 0) if vec else (0, alloc(d * tq))
-            st_addrs = [[alloc(lp * w) for _ in range(heads)] for lp, w in zip(keys, cols, strict=True)]
-            # S and P: a sequence's query rows, each head's keys side by side.
-            s_addrs = [alloc(w * heads * lp) if vec else 0 for lp, w in zip(keys, cols, strict=True)]
-            p_addrs = [alloc(w * heads * lp) for lp, w in zip(keys, cols, strict=True)]
-            for li, layer in enumerate(model.layers):
-                kv = _Phase(self)
-                if vec:  # Q = h Wq^T over the batch, then each sequence's rows of Q to its columns of Q^T
-                    self._vector(layer.ln1, Mem(xa, 2 * d), Mem(h_addr, d), t, d)
-                    kv.gemm(t, d, d, h_addr, self.addr[f"{li}.wq_t"], q_addr, a_stride=d, b_stride=d, c_stride=d,
-                            post=layer.post["q"], spread=True)
-                else:  # Q^T = Wq h^T from the host's h^T, each sequence's columns padded to whole chunks
-                    h = layer.ln1.reference(x)
-                    self._write(h_addr, h)
-                    h_t = np.zeros((d, tq), np.int8)
-                    for item, row, at in zip(items, rows, col0, strict=True):
-                        h_t[:, at:at + item.count] = h[row:row + item.count].T
-                    self._write(ht_addr, h_t)
-                    kv.gemm(d, d, tq, self.addr[f"{li}.wq"], ht_addr, qt_addr, a_stride=d, b_stride=tq,
-                            c_stride=tq, post=layer.post["q"], spread=True)
-                for w, out, post in (("wk_t", k_addr, "k"), ("wv_t", v_addr, "v")):
-                    kv.gemm(t, d, d, h_addr, self.addr[f"{li}.{w}"], out, a_stride=d, b_stride=d, c_stride=d,
-                            post=layer.post[post], spread=True)
-                kv.run()
-                if vec:  # each sequence's rows of Q (and the next ones, as padding) to its columns of Q^T
-                    phase = _Phase(self)
-                    for row, at, w in zip(rows, col0, cols, strict=True):
-                        phase.kernel(self.transpose, Mem(q_addr + row * d, d), Mem(qt_addr + at, tq), (0, w), d)
-                    phase.run()
-                slots = _Phase(self)
-                for item, row in zip(items, rows, strict=True):
-                    table, pos, end = item.seq.block_table, item.start, item.start + item.count
-                    while pos < end:  # one COPY per run of positions in physically consecutive blocks
-                        first = pos
-                        pos = min(end, (pos // bs + 1) * bs)
-                        while pos < end and table[pos // bs] == table[pos // bs - 1] + 1:
-                            pos = min(end, pos + bs)
-                        src = (row + first - item.start) * d
-                        for value, base in ((False, k_addr), (True, v_addr)):
-                            slots.copy(base + src, self.kv_address(table[first // bs], li, value) + (first % bs) * d,
-                                       (pos - first) * d)
-                slots.run()
-                scores = _Phase(self)
-                for i, item in enumerate(items):
-                    table = item.seq.block_table
-                    for j in range(heads):
-                        for b0, nb in runs[i]:
-                            scores.gemm(nb * bs, dh, item.count, self.kv_address(table[b0], li, False) + j * dh,
-                                        qt_addr + j * dh * tq + col0[i], st_addrs[i][j] + b0 * bs * cols[i],
-                                        a_stride=d, b_stride=tq, c_stride=cols[i], post=layer.post["s"])
-                scores.run()
-                self._softmax(li, items, cols, keys, st_addrs, s_addrs, p_addrs)
-                attend = _Phase(self)
-                for i, (item, row) in enumerate(zip(items, rows, strict=True)):
-                    table, stride = item.seq.block_table, heads * keys[i]
-                    for j in range(heads):
-                        terms = [GemmTerm(nb * bs, p_addrs[i] + j * keys[i] + b0 * bs,
-                                          self.kv_address(table[b0], li, True) + j * dh, stride, d)
-                                 for b0, nb in runs[i]]
-                        first = terms[0]
-                        attend.gemm(item.count, first.k, dh, first.a_addr, first.b_addr, o_addr + row * d + j * dh,
-                                    a_stride=stride, b_stride=d, c_stride=d, post=layer.post["o"],
-                                    more=tuple(terms[1:]))
-                attend.run()
-                proj = _Phase(self)
-                proj.gemm(t, d, d, o_addr, self.addr[f"{li}.wo_t"], a_addr, a_stride=d, b_stride=d, c_stride=out_stride,
-                          post=layer.post["a"], bias=self.addr[f"{li}.bo"], spread=True)
-                proj.run()
-                if vec:
-                    self._vector(layer.add1, Mem(xa, 2 * d), Mem(xm, 2 * d), t, 2 * d)
-                    self._vector(layer.ln2, Mem(xm, 2 * d), Mem(h_addr, d), t, d)
-                else:
-                    x = layer.add1.reference(np.hstack([x, self._read(a_addr, (t, d), np.int8)]))
-                    self._write(h_addr, layer.ln2.reference(x))
-                mlp = _Phase(self)
-                mlp.gemm(t, d, c.ffn, h_addr, self.addr[f"{li}.w1_t"], f_addr, a_stride=d, b_stride=fp,
-                         c_stride=fp, post=layer.post["f"], bias=self.addr[f"{li}.b1"], spread=True)
-                mlp.run()
-                mlp = _Phase(self)
-                mlp.gemm(t, c.ffn, d, f_addr, self.addr[f"{li}.w2_t"], m_addr, a_stride=fp, b_stride=d,
-                         c_stride=out_stride,
-                         post=layer.post["m"], bias=self.addr[f"{li}.b2"], spread=True)
-                mlp.run()
-                if vec:
-                    self._vector(layer.add2, Mem(xm, 2 * d), Mem(xa, 2 * d), t, 2 * d)
-                else:
-                    x = layer.add2.reference(np.hstack([x, self._read(m_addr, (t, d), np.int8)]))
-            # The rows whose logits are wanted: per item its last, or all of them.
-            wanted = [(row + item.count - 1, 1) if not all_logits else (row, item.count)
-                      for item, row in zip(items, rows, strict=True)]
-            n_wanted = sum(n for _, n in wanted)
+                x = layer.add1.reference(np.hstack([x, self._read(a_addr, (t, d), np.int8)]))
+                self._write(h_addr, layer.ln2.reference(x))
+            mlp = _Phase(self)
+            mlp.gemm(t, d, c.ffn, h_addr, self.addr[f"{li}.w1_t"], f_addr, a_stride=d, b_stride=fp,
+                     c_stride=fp, post=layer.post["f"], bias=self.addr[f"{li}.b1"], spread=True)
+            mlp.run()
+            mlp = _Phase(self)
+            mlp.gemm(t, c.ffn, d, f_addr, self.addr[f"{li}.w2_t"], m_addr, a_stride=fp, b_stride=d,
+                     c_stride=out_stride,
+                     post=layer.post["m"], bias=self.addr[f"{li}.b2"], spread=True)
+            mlp.run()
             if vec:
-                self._vector(model.ln_f, Mem(xa, 2 * d), Mem(h_addr, d), t, d)
-                gather, at = _Phase(self), 0
-                for row, n in wanted:
-                    gather.copy(h_addr + row * d, hf_addr + at * d, n * d)
-                    at += n
-                gather.run()
+                self._vector(layer.add2, Mem(xm, 2 * d), Mem(xa, 2 * d), t, 2 * d)
             else:
-                self._write(hf_addr, model.ln_f.reference(x[[r for row, n in wanted for r in range(row, row + n)]]))
-            vp = self.vocab_padded
-            logits_addr = alloc(n_wanted * vp * ACC_LANE_BYTES)
-            head = _Phase(self)
-            head.gemm(n_wanted, d, len(c.vocab), hf_addr, self.addr["head_t"], logits_addr, a_stride=d,
-                      b_stride=vp, c_stride=vp * ACC_LANE_BYTES, post=None, spread=True)
-            head.run()
-            acc = self._read(logits_addr, (n_wanted, vp), np.int32)[:, :len(c.vocab)]
-        finally:
-            for addr in scratch:
-                dev.free(addr)
+                x = layer.add2.reference(np.hstack([x, self._read(m_addr, (t, d), np.int8)]))
+        # The rows whose logits are wanted: per item its last, or all of them.
+        wanted = [(row + item.count - 1, 1) if not all_logits else (row, item.count)
+                  for item, row in zip(items, rows, strict=True)]
+        if vec:
+            self._vector(model.ln_f, Mem(xa, 2 * d), Mem(h_addr, d), t, d)
+            gather, at = _Phase(self), 0
+            for row, n in wanted:
+                gather.copy(h_addr + row * d, hf_addr + at * d, n * d)
+                at += n
+            gather.run()
+        else:
+            self._write(hf_addr, model.ln_f.reference(x[[r for row, n in wanted for r in range(row, row + n)]]))
+        vp, logits_addr = self.vocab_padded, buf.logits
+        head = _Phase(self)
+        head.gemm(n_wanted, d, len(c.vocab), hf_addr, self.addr["head_t"], logits_addr, a_stride=d,
+                  b_stride=vp, c_stride=vp * ACC_LANE_BYTES, post=None, spread=True)
+        head.run()
+        acc = self._read(logits_addr, (n_wanted, vp), np.int32)[:, :len(c.vocab)]
         logits = model.logits(acc)
         self.stats.steps += 1
         self.stats.tokens += t
@@ -502,10 +602,11 @@ class ModelRunner:
         softmax.run()
 
     def close(self) -> None:
-        """Free the weights and the KV pool."""
+        """Free the weights, the kernels' constants, the step scratch and the KV pool."""
         if not self._closed:
             self._closed = True
             for _, addr in self._consts.values():
                 self.dev.free(addr)
             self.dev.free(self.pool)
+            self.dev.free(self._scratch)
             self.dev.free(self._weights_base)
