@@ -408,6 +408,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if reason:
         print(f"dx1 bench: cannot run: {reason}", file=sys.stderr)
         return 2
+    if "serving" in args.only:
+        from .serving.cli import bench_arguments_error
+
+        why = bench_arguments_error(args)
+        if why:
+            print(f"dx1 bench: error: {why}", file=sys.stderr)
+            return 2
     try:
         report = json.loads(args.out.read_text()) if args.out.exists() else {}
     except ValueError:

@@ -64,3 +64,10 @@ def test_a_bad_output_mean_is_refused(capsys):
 
     assert main(["bench", "--only", "serving", "--serving-output-mean", "0"]) == 2
     assert "argument --serving-output-mean: must be a number > 0, not '0'" in capsys.readouterr().err
+
+
+def test_a_prompt_as_long_as_the_context_is_refused(capsys):
+    from dx1_bringup.cli import main
+
+    assert main(["bench", "--only", "serving", "--serving-prompt", "8,128"]) == 2
+    assert "--serving-prompt 128 leaves no room for an output in the model's context of 128" in capsys.readouterr().err

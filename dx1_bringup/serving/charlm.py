@@ -213,11 +213,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(DEFAULT_CHECKPOINT), help="checkpoint to write")
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--context", type=int, default=CharLMConfig.context)
+    parser.add_argument("--batch", type=int, default=16)
     args = parser.parse_args(argv)
     texts = read_archive(args.archive)
     vocab = "".join(sorted(set("".join(texts.values()))))
     train_text = "\n".join(t for name, t in texts.items() if name != HELD_BACK)
-    ckpt = train(CharLMConfig(vocab), train_text, steps=args.steps, seed=args.seed, progress=print)
+    ckpt = train(CharLMConfig(vocab, context=args.context), train_text, steps=args.steps, batch=args.batch,
+                 seed=args.seed, progress=print)
     ckpt.info["archive"] = Path(args.archive).name
     ckpt.info["held_back"] = HELD_BACK
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

