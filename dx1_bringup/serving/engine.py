@@ -39,7 +39,7 @@ class EngineConfig:
     max_num_seqs: int = 16
     #: The scheduler's token budget (the context at least).  The runner reserves the scratch of the largest
     #: step it allows (and ``max_num_seqs``) before the KV blocks: on the golden model's 1 MiB, 128 tokens and
-    #: 16 sequences leave 116 blocks.
+    #: 16 sequences leave 115 blocks.
     max_num_batched_tokens: int = 128
     batching: str = "continuous"
     prefix_caching: bool = True
