@@ -187,3 +187,13 @@ def test_a_fuzz_capture_with_mended_links_replays_on_the_verilator_board(built, 
             chip.close()
     assert result.ok, result.mismatch
     assert result.commands == capture.commands == 400
+
+
+def test_the_boardspeed_bench_runs_each_board_idle_for_its_cycles(built) -> None:
+    """`dx1 bench --only boardspeed`: every chip of one SoC and of boards of 2 and 4 chips runs the idle cycles."""
+    from dx1_bringup.bench_boardspeed import boardspeed_bench
+
+    report = boardspeed_bench(rounds=1, cycles=20_000)
+    assert {label: run["chips"] for label, run in report["best"].items()} == {
+        "sim": 1, "sim:chips=2": 2, "sim:chips=4": 4}
+    assert all(run["cycles"] == 20_000 for run in report["best"].values())
