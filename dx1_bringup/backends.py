@@ -20,8 +20,8 @@ instead, through the ``dx1_driver.backends`` entry point (pyproject.toml), which
   backends inject, so both take it the same way (memory faults and bus-error windows are the model's);
   and with ``server=native`` (the default: :mod:`dx1_bringup.sim.native`, the socket served in C++) or
   ``server=cocotb`` (:mod:`dx1_bringup.sim.soc_server`, the socket served by Python under cocotb);
-  ``sim:chips=N`` (with the sizes or not) a board of N chips in a ring in one Verilator model
-  (:func:`open_sim_board`), as ``model:chips=N`` is one of golden-model chips.
+  ``sim:chips=N`` (with the sizes or not) a board of N chips in a ring in one simulator process, N instances
+  of one Verilator model of a chip (:func:`open_sim_board`), as ``model:chips=N`` is one of golden-model chips.
 
 :class:`ModelBar` and :func:`model_pcie_transport` serve the PCIe transport's BARs from the device
 model, so the PCIe access layer is tested without a card; :func:`loopback_model_transport` puts the
@@ -379,8 +379,8 @@ def _parse_sim_board(device: str) -> tuple[int, SocConfig | None] | None:
 
 def open_sim_board(device: str) -> list[SimTransport]:
     """Open ``sim:chips=N[,tiles=T,banks=B,mem_mib=M,vector=V]``: a private simulator of N chips of that SoC
-    (the default link) in a ring in one Verilator model (:func:`~dx1_bringup.sim.launch.open_board`; generated
-    and built the first time, many minutes), one transport a chip in rank order, rank 0's listing all in
+    (the default link) in a ring in one simulator process (:func:`~dx1_bringup.sim.launch.open_board`; its chip
+    model generated and built the first time, minutes), one transport a chip in rank order, rank 0's listing all in
     ``board_transports`` (so ``DeviceGroup.open("sim:chips=4")`` makes a rank of each).
 
     Raises

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import shlex
 import sys
 import tempfile
 import time
@@ -21,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from . import argtypes as types
-from . import bench_collectives, bench_link, bench_parallel, bench_scaling, bench_vector
+from . import bench_boardspeed, bench_collectives, bench_link, bench_parallel, bench_scaling, bench_vector
 from .bench_simspeed import print_simspeed, simspeed_bench
 from .parallel.cli import block_size
 from .runtime.operands import random_operands
@@ -332,8 +333,8 @@ def print_serial(serial: dict) -> None:
 
 
 #: Sections of the bench, in the order they run.
-SECTIONS = ("tile", "soc", "simspeed", "serial", "perfmodel", "vector", "scaling", "serving", "collectives",
-            "parallel", "link")
+SECTIONS = ("tile", "soc", "simspeed", "boardspeed", "serial", "perfmodel", "vector", "scaling", "serving",
+            "collectives", "parallel", "link")
 
 
 def _some_of(allowed: tuple[int, ...]):
@@ -367,6 +368,10 @@ def add_parser(sub: Any) -> None:
                         default=list(bench_link.SIZES), metavar="BYTES",
                         help="SEND sizes of the link section, comma-separated; its steady rate is the slope between "
                              "the last two (default: " + ",".join(map(str, bench_link.SIZES)) + ")")
+    parser.add_argument("--boardspeed-also", nargs=2, action="append", default=[], metavar=("LABEL", "COMMAND"),
+                        help="the boardspeed section also measures this native server (another checkout's build, "
+                             "its command line split as a shell does), started as COMMAND --once --port-file FILE; "
+                             "may be repeated")
     serving_cli.add_bench_arguments(parser)
     scaling = parser.add_argument_group("scaling section (SoCs generated with more tiles and banks)")
     scaling.add_argument("--scaling-sizes", type=_some_of(bench_scaling.SIZES), metavar="S,...",
@@ -440,6 +445,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
             report["simspeed"] = simspeed_bench()
             ok &= all(r["correct"] for runs in report["simspeed"]["runs"].values() for r in runs) and \
                 all(r["correct"] for r in report["simspeed"]["versus_amaranth"]["runs"].values())
+        elif section == "boardspeed":
+            print(f"[{step}/{len(steps)}] The native server idle: one SoC and boards of "
+                  f"{', '.join(map(str, bench_boardspeed.BOARDS[1:]))} chips, cycles per server CPU second, "
+                  "interleaved ...", flush=True)
+            report["boardspeed"] = bench_boardspeed.boardspeed_bench(
+                {label: shlex.split(command) for label, command in args.boardspeed_also})
         elif section == "scaling":
             print(f"[{step}/{len(steps)}] Scaling: GEMMs of {','.join(map(str, args.scaling_sizes))} cubed on "
                   f"{','.join(map(str, args.scaling_tiles))} tiles of SoCs with "
@@ -493,6 +504,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print_soc(report["soc"])
     if "simspeed" in args.only:
         print_simspeed(report["simspeed"])
+    if "boardspeed" in args.only:
+        bench_boardspeed.print_boardspeed(report["boardspeed"])
     if "serial" in args.only:
         print_serial(report["serial"])
     if "perfmodel" in args.only:

@@ -52,7 +52,7 @@ PARTS: dict[str, tuple[tuple[str, ...], frozenset[str]]] = {
                                                        "collectives", "torch", "workloads", "timeline"})),
     "bench": (("dx1_bringup.bench", "dx1_bringup.bench_collectives", "dx1_bringup.bench_scaling",
                "dx1_bringup.bench_simspeed", "dx1_bringup.bench_vector", "dx1_bringup.bench_parallel",
-               "dx1_bringup.bench_link"),
+               "dx1_bringup.bench_link", "dx1_bringup.bench_boardspeed"),
               frozenset({"spec", "gateware", "perfmodel", "model", "driver", "runtime", "sim", "argtypes", "serving",
                          "workloads", "collectives", "parallel"})),
     "cli": (("dx1_bringup.cli",), frozenset({"spec", "gateware", "fpga", "model", "driver", "runtime", "sim",

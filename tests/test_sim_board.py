@@ -1,9 +1,9 @@
-"""``sim:chips=2``: a board of two chips in a ring in one Verilator model, against the golden model's
-``model:chips=2``: the link's SEND sequence byte for byte (counters, CRC faults, a port forced down, a cut wire),
-the differential link fuzzer, the collectives over the link with every result checked, and a SEND longer than
-its queue's watchdog budget (link frames are progress).
+"""``sim:chips=2``: a board of two chips in a ring (two instances of one Verilator model of a chip in one server),
+against the golden model's ``model:chips=2``: the link's SEND sequence byte for byte (counters, CRC faults, a port
+forced down, a cut wire), the differential link fuzzer, the collectives over the link with every result checked,
+and a SEND longer than its queue's watchdog budget (link frames are progress).
 
-The board's build (generated Verilog and the native server: many minutes the first time) is made once, by the
+The board's build (a chip's generated Verilog and the native server: minutes the first time) is made once, by the
 module's fixture; each test then starts a fresh board of its own (a fraction of a second).
 """
 
@@ -20,8 +20,8 @@ from dx1_bringup.collectives import DeviceGroup, segment
 from dx1_bringup.collectives.faults import fault_table
 from dx1_bringup.model.board import ModelBoard
 from dx1_bringup.sim import verilator_missing
-from dx1_bringup.sim.configs import ring_config, ring_verilog
-from dx1_bringup.sim.native import RING_MODULE, build
+from dx1_bringup.sim.configs import chip_verilog, ring_config
+from dx1_bringup.sim.native import CHIP_MODULE, build
 from dx1_bringup.spec import PORT_NEXT, LinkOp, SocConfig
 
 pytestmark = [pytest.mark.verilator, pytest.mark.own_build, pytest.mark.slow, pytest.mark.xdist_group("sim_board")]
@@ -35,7 +35,7 @@ def built() -> None:
     reason = verilator_missing()
     if reason:
         pytest.skip(reason)
-    build(RING_MODULE, ring_verilog(SocConfig(), 2))
+    build(CHIP_MODULE, chip_verilog(SocConfig()))
 
 
 def _chips(transports) -> list[Device]:
@@ -187,3 +187,13 @@ def test_a_fuzz_capture_with_mended_links_replays_on_the_verilator_board(built, 
             chip.close()
     assert result.ok, result.mismatch
     assert result.commands == capture.commands == 400
+
+
+def test_the_boardspeed_bench_runs_each_board_idle_for_its_cycles(built) -> None:
+    """`dx1 bench --only boardspeed`: every chip of one SoC and of boards of 2 and 4 chips runs the idle cycles."""
+    from dx1_bringup.bench_boardspeed import boardspeed_bench
+
+    report = boardspeed_bench(rounds=1, cycles=20_000)
+    assert {label: run["chips"] for label, run in report["best"].items()} == {
+        "sim": 1, "sim:chips=2": 2, "sim:chips=4": 4}
+    assert all(run["cycles"] == 20_000 for run in report["best"].values())

@@ -6,9 +6,10 @@ and drift-checked.  Other configurations are generated on demand by :func:`soc_v
 simulator servers, the backdoor and :func:`~dx1_bringup.sim.run_cocotb` (``verilog=``, built in the folder
 ``sim-dx1_soc`` beside the file) treat it as they treat the default one.
 
-A board of chips in a ring (``sim:chips=N``, :class:`~dx1_bringup.gateware.soc.ring.ChipRing`) is generated
-the same way by :func:`ring_verilog` into ``build/sim/configs/ring<N>-t<T>-b<B>-m<MiB>/dx1_ring.v``
-(module :data:`RING_MODULE`), every chip the configuration with the default link when it has none.
+A chip of a board of chips in a ring (``sim:chips=N``, :class:`~dx1_bringup.gateware.soc.ring.RingChip`: the
+SoC with the wire into each link port) is generated the same way by :func:`chip_verilog` into
+``build/sim/configs/chip-t<T>-b<B>-m<MiB>/dx1_chip.v`` (module :data:`CHIP_MODULE`), the configuration with the
+default link when it has none; the native board server runs one instance of it a chip, whatever their number.
 """
 
 from __future__ import annotations
@@ -20,17 +21,16 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..gateware import RtlModule, rtl_module
-from ..spec import MAX_CHIPS, ChipLinkConfig, SocConfig
+from ..spec import ChipLinkConfig, SocConfig
 from . import BUILD_ROOT
+from .native import CHIP_MODULE
 
-__all__ = ["CONFIG_ROOT", "RING_MODULE", "config_folder", "ring_config", "ring_verilog", "soc_config", "soc_verilog"]
+__all__ = ["CONFIG_ROOT", "CHIP_MODULE", "chip_verilog", "config_folder", "ring_config", "soc_config", "soc_verilog"]
 
 #: Where generated SoC configurations go, one folder each.
 CONFIG_ROOT = BUILD_ROOT / "configs"
 #: The sources the SoC's Verilog is generated from: a change in any of them regenerates it.
 _SOURCES = tuple(Path(__file__).resolve().parents[1] / part for part in ("gateware", "spec"))
-#: The top-level module of a generated ring of chips.
-RING_MODULE = "dx1_ring"
 
 
 def soc_config(tiles: int | None = None, banks: int | None = None, mem_mib: int | None = None,
@@ -74,29 +74,22 @@ def ring_config(config: SocConfig) -> SocConfig:
     return config if config.link is not None else replace(config, link=ChipLinkConfig())
 
 
-def ring_folder(config: SocConfig, chips: int) -> Path:
-    """The folder of the generated Verilog of a ring of ``chips`` chips of ``config`` (and its Verilator build)."""
-    name = f"ring{chips}-{config_folder(config).name}"
+def chip_folder(config: SocConfig) -> Path:
+    """The folder of the generated Verilog of a chip of a ring of ``config`` (and of its Verilator build)."""
+    name = f"chip-{config_folder(config).name}"
     if config.link != ChipLinkConfig():
         name += "-link" + hashlib.sha256(repr(config.link).encode()).hexdigest()[:8]
     return CONFIG_ROOT / name
 
 
-def ring_verilog(config: SocConfig, chips: int) -> Path:
-    """The path of the Verilog of ``chips`` chips of ``config`` (:func:`ring_config`) in a ring, generated
-    when its sources changed, as :func:`soc_verilog` does (the module :data:`RING_MODULE`, every chip with
-    its test-only ``stall_units`` input as ``chip<i>_stall_units``).
-
-    Raises
-    ------
-    ValueError
-        ``chips`` is not 2 to :data:`~dx1_bringup.spec.MAX_CHIPS`.
+def chip_verilog(config: SocConfig) -> Path:
+    """The path of the Verilog of a chip of ``config`` (:func:`ring_config`) for a ring, generated when its
+    sources changed, as :func:`soc_verilog` does (the module :data:`CHIP_MODULE`: the SoC with its test-only
+    ``stall_units``, its ``chip_id`` an input and the wire into each link port, whose peers' ends are its ports).
     """
-    if isinstance(chips, bool) or not isinstance(chips, int) or not 2 <= chips <= MAX_CHIPS:
-        raise ValueError(f"A chip ring has 2 to {MAX_CHIPS} chips, not {chips!r}")
     config = ring_config(config)
-    module = RtlModule(RING_MODULE, f"a ring of {chips} chips", "soc.ring:ChipRing", (config, chips))
-    return _generate(module, ring_folder(config, chips), f"{chips}:{config!r}")
+    module = RtlModule(CHIP_MODULE, "a chip of a ring", "soc.ring:RingChip", (config,))
+    return _generate(module, chip_folder(config), f"chip:{config!r}")
 
 
 def _generate(module: RtlModule, folder: Path, key: str) -> Path:

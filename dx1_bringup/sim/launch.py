@@ -135,8 +135,9 @@ def start_board(chips: int, *, tiles: int | None = None, banks: int | None = Non
                 vector: int | None = None, timeout: float = 3600.0) -> tuple[subprocess.Popen, list[int]]:
     """Start a private `dx1 sim serve --chips N --once`: a ring of ``chips`` chips of the default SoC (with
     ``tiles``, ``banks``, ``mem_mib``, ``vector`` as :func:`start_simulator` takes them) and the default link,
-    in one Verilator model (:func:`~dx1_bringup.sim.configs.ring_verilog`; generated and built the first time:
-    many minutes); the process and each chip's port, in rank order.
+    in one server process, one instance of one Verilator model of a chip each
+    (:func:`~dx1_bringup.sim.configs.chip_verilog`; generated and built the first time, minutes, and then shared by
+    boards of every size); the process and each chip's port, in rank order.
 
     Raises
     ------

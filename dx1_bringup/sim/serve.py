@@ -20,7 +20,7 @@ from ..spec import SocConfig
 from . import SimulationFailed, run_cocotb, verilator_missing
 from .backdoor import HOST_PATHS
 from .clocked_top import CLOCKED_BUS, CLOCKS
-from .native import BOARD_MODULE, RING_MODULE, SERVERS, SOC_MODULE
+from .native import BOARD_MODULE, CHIP_MODULE, SERVERS, SOC_MODULE
 
 __all__ = ["serve", "choose_server", "server_problem", "add_arguments", "run", "main", "SOC_MODULE", "BOARD_MODULE"]
 
@@ -46,7 +46,8 @@ def serve(port: int = 0, port_file: str | None = None, once: bool = False, quiet
     ``"cocotb"``, the bare SoC on cocotb's clock, or ``"verilator"``, the SoC inside the clocked top
     of :mod:`dx1_bringup.sim.clocked_top` (backdoor host path only).  ``chips`` (2 or more, native server, backdoor
     host path, not with ``uart`` or ``verilog``): a board of that many chips of the SoC (sized as above, with the
-    default link) in a ring in one model (:func:`~dx1_bringup.sim.configs.ring_verilog`), one socket a chip.
+    default link) in a ring, one instance of one model of a chip each (:func:`~dx1_bringup.sim.configs.chip_verilog`),
+    one socket a chip.
     """
     if host_path not in HOST_PATHS:
         raise ValueError(f"host_path must be one of {', '.join(HOST_PATHS)}, not {host_path!r}")
@@ -67,9 +68,9 @@ def serve(port: int = 0, port_file: str | None = None, once: bool = False, quiet
         if problem := board_problem(chips, uart=uart, verilog=verilog, server=server, host_path=host_path,
                                     clock=clock):
             raise ValueError(problem)
-        from .configs import ring_verilog, soc_config
+        from .configs import chip_verilog, soc_config
 
-        verilog = str(ring_verilog(soc_config(tiles, banks, mem_mib, vector), chips))
+        verilog = str(chip_verilog(soc_config(tiles, banks, mem_mib, vector)))
     elif sized:
         from .configs import soc_config, soc_verilog
 
@@ -82,10 +83,10 @@ def serve(port: int = 0, port_file: str | None = None, once: bool = False, quiet
     if server == "native":
         from .native import build
 
-        module = BOARD_MODULE if uart else RING_MODULE if chips is not None else SOC_MODULE
+        module = BOARD_MODULE if uart else CHIP_MODULE if chips is not None else SOC_MODULE
         program = str(build(module, None if verilog is None else Path(verilog)))
         argv = [program, "--port", str(port)] + (["--port-file", port_file] if port_file else []) + (
-            ["--once"] if once else [])
+            ["--once"] if once else []) + (["--chips", str(chips)] if chips is not None else [])
         sys.stdout.flush()
         os.execve(program, argv, {**os.environ, **env})
     module, cocotb_server = (BOARD_MODULE, "board_server") if uart else (SOC_MODULE, "soc_server")

@@ -1,8 +1,8 @@
 // The listening side that both native servers share: their command line and their loopback listener.
 //
-// Usage of either server: PROGRAM [--port P] [--port-file F] [--once].  Port 0 picks a free port; the
-// port file gets the port chosen (a board of chips: one a chip, space-separated), written whole and then
-// renamed so that a reader never sees part of it.
+// Usage of either server: PROGRAM [--port P] [--port-file F] [--once] (the board of chips also [--chips N]).
+// Port 0 picks a free port; the port file gets the port chosen (a board of chips: one a chip, space-separated),
+// written whole and then renamed so that a reader never sees part of it.
 
 #pragma once
 
@@ -21,10 +21,12 @@ struct ServerArgs {
     int port = 0;
     const char* port_file = nullptr;
     bool once = false;
+    int chips = 0;  // --chips N: how many chips the board has (0: not given)
 };
 
-// The options of argv; exits with status 2 and the usage on anything else.
-inline ServerArgs parse_server_args(int argc, char** argv) {
+// The options of argv (--chips only if `chips` says the program takes it); exits with status 2 and the usage on
+// anything else.
+inline ServerArgs parse_server_args(int argc, char** argv, bool chips = false) {
     ServerArgs args;
     for (int i = 1; i < argc; ++i) {
         std::string arg = argv[i];
@@ -34,8 +36,11 @@ inline ServerArgs parse_server_args(int argc, char** argv) {
             args.port_file = argv[++i];
         } else if (arg == "--once") {
             args.once = true;
+        } else if (chips && arg == "--chips" && i + 1 < argc) {
+            args.chips = std::atoi(argv[++i]);
         } else {
-            std::fprintf(stderr, "usage: %s [--port P] [--port-file F] [--once]\n", argv[0]);
+            std::fprintf(stderr, "usage: %s [--port P] [--port-file F] [--once]%s\n", argv[0],
+                         chips ? " --chips N" : "");
             std::exit(2);
         }
     }

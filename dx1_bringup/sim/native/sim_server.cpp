@@ -8,12 +8,14 @@
 // cycle counts and the PERF counters read the same on both servers.  Memory blocks go through the
 // backdoor: the banks' arrays, which backdoor.vlt makes public, written between clock edges.
 //
-// The same program serves a board of chips in a ring (sim:chips=N, the dx1_ring module): one listening
-// socket a chip, a request on chip r's socket acting on chip r's host ports, every chip on the one clock
-// (dx1_bringup/spec/link.py, "Simulator socket").  Which model it was built with comes from the generated
-// dx1_top_pins.h (dx1_bringup.sim.native.build): DX1_CHIPS, and DX1_BIND_CHIPS naming each chip's ports.
+// Built with DX1_LINK 1 (dx1_bringup.sim.native.build) around one chip of a ring (the dx1_chip module: the SoC
+// with the wire into each of its link ports), the same program serves a board of --chips N chips in a ring
+// (sim:chips=N): N instances of that one model, each in a Verilator context of its own, on one clock, each
+// chip's link outputs handed to its peers' wires before every rising edge (as ChipRing wires them); one
+// listening socket a chip, a request on chip r's socket acting on chip r's host ports (dx1_bringup/spec/link.py,
+// "Simulator socket").
 //
-// Usage: dx1_sim_server [--port P] [--port-file F] [--once]
+// Usage: dx1_sim_server [--port P] [--port-file F] [--once]; with DX1_LINK also --chips N
 
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -32,10 +34,13 @@
 #include "Vtop.h"
 #include "dx1_link.h"
 #include "dx1_regs.h"
-#include "dx1_top_pins.h"
 #include "server_socket.h"
 #include "verilated.h"
 #include "verilated_syms.h"
+
+#ifndef DX1_LINK
+#define DX1_LINK 0  // 1: the model is a chip of a ring (dx1_chip), served as a board of --chips N
+#endif
 
 namespace {
 
@@ -87,86 +92,136 @@ struct HostPins {
     Pin irq, stall_units;
 };
 
-// The pins of one chip whose ports are named REGS##arvalid, ..., IRQ and STALL on top.
-#define DX1_PINS(PINS, TOP, REGS, IRQ, STALL)                                                            \
-    do {                                                                                                      \
-        HostPins& p_ = (PINS);                                                                                \
-        p_.arvalid = Pin(&(TOP)->REGS##arvalid), p_.arready = Pin(&(TOP)->REGS##arready);                    \
-        p_.araddr = Pin(&(TOP)->REGS##araddr), p_.rvalid = Pin(&(TOP)->REGS##rvalid);                        \
-        p_.rready = Pin(&(TOP)->REGS##rready), p_.rdata = Pin(&(TOP)->REGS##rdata);                          \
-        p_.rresp = Pin(&(TOP)->REGS##rresp), p_.awvalid = Pin(&(TOP)->REGS##awvalid);                        \
-        p_.awready = Pin(&(TOP)->REGS##awready), p_.awaddr = Pin(&(TOP)->REGS##awaddr);                      \
-        p_.wvalid = Pin(&(TOP)->REGS##wvalid), p_.wready = Pin(&(TOP)->REGS##wready);                        \
-        p_.wdata = Pin(&(TOP)->REGS##wdata), p_.wstrb = Pin(&(TOP)->REGS##wstrb);                            \
-        p_.bvalid = Pin(&(TOP)->REGS##bvalid), p_.bready = Pin(&(TOP)->REGS##bready);                        \
-        p_.bresp = Pin(&(TOP)->REGS##bresp);                                                                 \
-        p_.irq = Pin(&(TOP)->IRQ), p_.stall_units = Pin(&(TOP)->STALL);                                      \
-    } while (0)
-
-class Soc;
-
-// The model: one SoC, or a board of DX1_CHIPS chips on one clock.
-class Model {
+// One Verilator model of the SoC (or of a chip of a ring) in a context of its own, so that its scope names (the
+// backdoor's banks) are its own; every instance shares the one model class's code.
+class Chip {
   public:
-    explicit Model(VerilatedContext* context) : top_(new Vtop{context}), pins_(DX1_CHIPS) {
-        DX1_BIND_CHIPS(top_.get(), pins_.data());
+    Chip() : context_(new VerilatedContext), top_(new Vtop{context_.get()}) {
+        Vtop* t = top_.get();
+        HostPins& p = pins_;
+        p.arvalid = Pin(&t->regs___05Farvalid), p.arready = Pin(&t->regs___05Farready);
+        p.araddr = Pin(&t->regs___05Faraddr), p.rvalid = Pin(&t->regs___05Frvalid);
+        p.rready = Pin(&t->regs___05Frready), p.rdata = Pin(&t->regs___05Frdata);
+        p.rresp = Pin(&t->regs___05Frresp), p.awvalid = Pin(&t->regs___05Fawvalid);
+        p.awready = Pin(&t->regs___05Fawready), p.awaddr = Pin(&t->regs___05Fawaddr);
+        p.wvalid = Pin(&t->regs___05Fwvalid), p.wready = Pin(&t->regs___05Fwready);
+        p.wdata = Pin(&t->regs___05Fwdata), p.wstrb = Pin(&t->regs___05Fwstrb);
+        p.bvalid = Pin(&t->regs___05Fbvalid), p.bready = Pin(&t->regs___05Fbready);
+        p.bresp = Pin(&t->regs___05Fbresp);
+        p.irq = Pin(&t->irq), p.stall_units = Pin(&t->stall_units);
     }
 
-    ~Model() { top_->final(); }
+    ~Chip() { top_->final(); }
 
     Vtop* top() { return top_.get(); }
-    HostPins& pins(int chip) { return pins_[chip]; }
-    uint64_t cycles() const { return cycles_; }
+    HostPins& pins() { return pins_; }
 
-    // One clock cycle: falling edge, then the rising edge, the model settled after each.
+    // One clock cycle of this chip: falling edge, then the rising edge, settled after each.
     void tick() {
         top_->clk = 0;
         top_->eval();
         top_->clk = 1;
         top_->eval();
+    }
+
+  private:
+    std::unique_ptr<VerilatedContext> context_;
+    std::unique_ptr<Vtop> top_;
+    HostPins pins_;
+};
+
+#if DX1_LINK
+// The chip and port at the far end of the wire leaving link port `port` of chip `chip` (ring.py's ring_peer):
+// port 0 (next) goes to port 1 of chip + 1, port 1 (previous) to port 0 of chip - 1.
+int ring_peer(int chip, uint32_t port, int chips) { return port == 0 ? (chip + 1) % chips : (chip + chips - 1) % chips; }
+
+// What link port FROM of `from` sends, into the wire to port TO of `to` (its link<TO>_peer inputs).
+#define DX1_HAND(to, TO, from, FROM)                                                                            \
+    do {                                                                                                      \
+        (to)->link##TO##_peer___05Fup = (from)->link##FROM##_tx___05Fup;                                      \
+        (to)->link##TO##_peer___05Fhears = (from)->link##FROM##_tx___05Fhears;                                \
+        (to)->link##TO##_peer___05Fvalid = (from)->link##FROM##_tx___05Fvalid;                                \
+        (to)->link##TO##_peer___05Ffirst = (from)->link##FROM##_tx___05Ffirst;                                \
+        (to)->link##TO##_peer___05Fdata = (from)->link##FROM##_tx___05Fdata;                                  \
+    } while (0)
+#endif
+
+// The model: one SoC, or a board of chips in a ring on one clock.
+class Model {
+  public:
+    explicit Model(int chips) {
+        for (int i = 0; i < chips; ++i) chips_.emplace_back(new Chip);
+#if DX1_LINK
+        // GLOBAL.CHIP_ID: rank i of `chips`, as ChipRing's straps.
+        for (int i = 0; i < chips; ++i) {
+            chips_[i]->top()->chip_id = uint32_t(i) | uint32_t(chips) << DX1_GLOBAL_CHIP_ID_CHIPS_SHIFT;
+        }
+#endif
+    }
+
+    int chips() const { return int(chips_.size()); }
+    Chip& chip(int i) { return *chips_[i]; }
+    uint64_t cycles() const { return cycles_; }
+
+    // One clock cycle of every chip.  On a board, first every chip's link outputs (settled) into its peers'
+    // wires, whose first registers take them at the rising edge: nothing a chip shows depends on those inputs
+    // before it, so the chips then tick one after another.
+    void tick() {
+#if DX1_LINK
+        int n = chips();
+        for (int i = 0; i < n; ++i) {
+            Vtop* from = chips_[i]->top();
+            DX1_HAND(chips_[ring_peer(i, 0, n)]->top(), 1, from, 0);
+            DX1_HAND(chips_[ring_peer(i, 1, n)]->top(), 0, from, 1);
+        }
+#endif
+        for (auto& chip : chips_) chip->tick();
         ++cycles_;
     }
 
     void reset() {
-        top_->rst = 1;
-        for (HostPins& p : pins_) {
+        for (auto& chip : chips_) {
+            chip->top()->rst = 1;
+            HostPins& p = chip->pins();
             p.stall_units.set(0);
             p.arvalid.set(0);
             p.awvalid.set(0);
             p.wvalid.set(0);
             p.rready.set(1);
             p.bready.set(1);
+            // The cocotb server's clock starts high at time 0: its first rising edge is there.
+            chip->top()->clk = 1;
+            chip->top()->eval();
         }
-        // The cocotb server's clock starts high at time 0: its first rising edge is there.
-        top_->clk = 1;
-        top_->eval();
         // The wrapper registers rst: released a cycle early, the SoC leaves reset on the cocotb server's cycle.
         for (int i = 0; i < kResetHigh - 1; ++i) tick();
-        top_->rst = 0;
+        for (auto& chip : chips_) chip->top()->rst = 0;
         for (int i = 0; i < kResetLow + 1; ++i) tick();
         // cocotb counts cycles from time 0, whose edge started the clock.
         --cycles_;
     }
 
-#if DX1_CHIPS > 1
-    // Cut (or mend) the wire leaving link port `port` of chip `chip` (ChipRing's cut bit 2 chip + port).
+#if DX1_LINK
+    // Cut (or mend) the wire leaving link port `port` of chip `chip` (ChipRing's cut bit 2 chip + port): the
+    // far end's wire into its port 1 - port.
     void cut(int chip, uint32_t port, bool cut) {
-        uint64_t bit = uint64_t(1) << (2 * chip + port);
-        top_->cut = cut ? (top_->cut | bit) : (top_->cut & ~bit);
-        top_->eval();
+        Vtop* far = chips_[ring_peer(chip, port, chips())]->top();
+        uint32_t bit = 1u << (1 - port);
+        far->cut = cut ? (far->cut | bit) : (far->cut & ~bit);
+        far->eval();
     }
 #endif
 
   private:
-    std::unique_ptr<Vtop> top_;
-    std::vector<HostPins> pins_;
+    std::vector<std::unique_ptr<Chip>> chips_;
     uint64_t cycles_ = 0;
 };
 
 // One chip of the model: its host ports and its memory banks.
 class Soc {
   public:
-    Soc(Model* model, int chip) : model_(model), top_(model->top()), pins_(&model->pins(chip)), chip_(chip) {
+    Soc(Model* model, int chip)
+        : model_(model), top_(model->chip(chip).top()), pins_(&model->chip(chip).pins()), chip_(chip) {
         find_banks();
     }
 
@@ -176,7 +231,7 @@ class Soc {
 
     bool irq() const { return bool(pins_->irq); }
     void stall(uint32_t units) { pins_->stall_units.set(units); }
-#if DX1_CHIPS > 1
+#if DX1_LINK
     void cut(uint32_t port, bool cut) { model_->cut(chip_, port, cut); }
 #endif
 
@@ -301,13 +356,12 @@ class Soc {
         }
     };
 
-    // The arrays of TOP.<soc>.memory.bank<b> (on a board TOP.<board>.chip<i>.memory.bank<b>), in bank order,
-    // the only public signals below the top level.
+    // The arrays of TOP.<soc>.memory.bank<b> (of this chip's own model), in bank order, the only public signals
+    // below the top level.
     void find_banks() {
         const VerilatedScopeNameMap* scopes = top_->contextp()->scopeNameMap();
-        std::string chip_scope = DX1_CHIPS > 1 ? ".chip" + std::to_string(chip_) : "";
         for (int b = 0; b < kMaxBanks; ++b) {
-            std::string suffix = chip_scope + ".memory.bank" + std::to_string(b);
+            std::string suffix = ".memory.bank" + std::to_string(b);
             VerilatedVar* var = nullptr;
             std::string scope;
             for (const auto& entry : *scopes) {
@@ -526,7 +580,7 @@ class Server {
                 fixed_budget_ = n;
                 return DX1_SIM_OK;
             case DX1_SIM_CUT:
-#if DX1_CHIPS > 1
+#if DX1_LINK
                 if (addr > 1) {
                     *data = "cut: link port " + std::to_string(addr) + " does not exist (ports 0 and 1)";
                     return DX1_SIM_BAD_REQUEST;
@@ -563,35 +617,36 @@ bool wait_over(const std::vector<std::unique_ptr<Soc>>& socs, const std::vector<
 }
 
 void serve_board(Model* model, const dx1::ServerArgs& args, const char* program) {
+    const int chips = model->chips();
     std::vector<std::unique_ptr<Soc>> socs;
     std::vector<std::unique_ptr<Server>> servers;
-    for (int chip = 0; chip < DX1_CHIPS; ++chip) {
+    for (int chip = 0; chip < chips; ++chip) {
         socs.emplace_back(new Soc{model, chip});
         servers.emplace_back(new Server{socs.back().get()});
     }
-    std::vector<int> listeners = dx1::listen_on_many(DX1_CHIPS, args.port, args.port_file, program,
+    std::vector<int> listeners = dx1::listen_on_many(chips, args.port, args.port_file, program,
                                                      "dx1 sim serving a board of chips");
-    std::vector<int> conns(DX1_CHIPS, -1);
-    std::vector<bool> seen(DX1_CHIPS, false), stop(DX1_CHIPS, false);
-    std::vector<uint64_t> wait_left(DX1_CHIPS, 0);  // 1 + cycles left of a chip's WAIT_IRQ; 0: not waiting
+    std::vector<int> conns(chips, -1);
+    std::vector<bool> seen(chips, false), stop(chips, false);
+    std::vector<uint64_t> wait_left(chips, 0);  // 1 + cycles left of a chip's WAIT_IRQ; 0: not waiting
     int next = 0;  // where the next look starts, so that no chip's client waits behind another's for ever
     while (true) {
         bool all_done = true, waiting = false;
-        for (int chip = 0; chip < DX1_CHIPS; ++chip) {
+        for (int chip = 0; chip < chips; ++chip) {
             all_done = all_done && seen[chip] && conns[chip] < 0 && (args.once || stop[chip]);
             waiting = waiting || wait_left[chip] > 0;
         }
         if (all_done) break;
-        std::vector<pollfd> fds(DX1_CHIPS);
-        for (int chip = 0; chip < DX1_CHIPS; ++chip) {
+        std::vector<pollfd> fds(chips);
+        for (int chip = 0; chip < chips; ++chip) {
             int fd = conns[chip] >= 0 ? conns[chip] : listeners[chip];
             fds[chip] = {wait_left[chip] ? -1 : fd, POLLIN, 0};  // a waiting client sends nothing until answered
         }
         if (poll(fds.data(), fds.size(), waiting ? 0 : -1) < 0) continue;
         bool served = false;
         int first = next;
-        for (int k = 0; k < DX1_CHIPS; ++k) {
-            int chip = (first + k) % DX1_CHIPS;
+        for (int k = 0; k < chips; ++k) {
+            int chip = (first + k) % chips;
             if (!(fds[chip].revents & (POLLIN | POLLHUP | POLLERR))) continue;
             served = true;
             if (conns[chip] < 0) {
@@ -612,7 +667,7 @@ void serve_board(Model* model, const dx1::ServerArgs& args, const char* program)
                 conns[chip] = -1;
                 stop[chip] = after == Server::After::kStop;
             }
-            next = (chip + 1) % DX1_CHIPS;
+            next = (chip + 1) % chips;
         }
         if (served || !waiting) continue;
         // Nothing else to serve: run the board for the waiting chips, then answer those whose wait is over.
@@ -623,7 +678,7 @@ void serve_board(Model* model, const dx1::ServerArgs& args, const char* program)
             for (uint64_t left : wait_left) spent = spent || left == 1;
             if (spent) break;
         }
-        for (int chip = 0; chip < DX1_CHIPS; ++chip) {
+        for (int chip = 0; chip < chips; ++chip) {
             if (wait_left[chip] && (wait_left[chip] == 1 || socs[chip]->irq())) {
                 servers[chip]->end_wait(conns[chip]);
                 wait_left[chip] = 0;
@@ -636,14 +691,21 @@ void serve_board(Model* model, const dx1::ServerArgs& args, const char* program)
 }  // namespace
 
 int main(int argc, char** argv) {
-    dx1::ServerArgs args = dx1::parse_server_args(argc, argv);
-    auto context = std::make_unique<VerilatedContext>();
-    Model model{context.get()};
-    model.reset();
-    if (DX1_CHIPS > 1) {
-        serve_board(&model, args, argv[0]);
-        return 0;
+    dx1::ServerArgs args = dx1::parse_server_args(argc, argv, DX1_LINK);
+#if DX1_LINK
+    // GLOBAL.CHIP_ID holds the number of chips in a byte.
+    constexpr int kMaxChips = DX1_GLOBAL_CHIP_ID_CHIPS_MASK >> DX1_GLOBAL_CHIP_ID_CHIPS_SHIFT;
+    if (args.chips < 2 || args.chips > kMaxChips) {
+        std::fprintf(stderr, "%s: a board has --chips 2 to %d, not %d\n", argv[0], kMaxChips, args.chips);
+        return 2;
     }
+    Model model{args.chips};
+    model.reset();
+    serve_board(&model, args, argv[0]);
+    return 0;
+#else
+    Model model{1};
+    model.reset();
     Soc soc{&model, 0};
     Server server{&soc};
     int listener = dx1::listen_on(args.port, args.port_file, argv[0], "dx1 sim serving");
@@ -658,4 +720,5 @@ int main(int argc, char** argv) {
     }
     close(listener);
     return 0;
+#endif
 }
