@@ -339,10 +339,11 @@ def find_toolchain() -> Toolchain | None:
 #: nextpnr's routers (``--router``): router1, its first (rip-up and reroute one arc at a time), and router2
 #: (negotiated congestion, all arcs routed each iteration, then router1 for what is left).
 ROUTERS = ("router1", "router2")
-#: The router ``dx1 fpga`` uses unless told: router2.  On the ULX3S SoC with the vector unit router1 did not
-#: converge (222158 of 229385 arcs unrouted after 5 minutes, half of each thousand iterations ripping up);
-#: fpga/README.md has router2's run.
-DEFAULT_ROUTER = "router2"
+#: The router ``dx1 fpga`` uses unless told: router1, nextpnr's own default, which routed every build that met
+#: timing (the SoC without the vector unit: 56.74 MHz).  On the SoC with the vector unit neither converged:
+#: router2's overused wires fell from 86k to 24.4k in 9 iterations, then rose again (28.7k at iteration 13,
+#: 32 minutes); fpga/README.md.
+DEFAULT_ROUTER = "router1"
 
 
 def nextpnr_ecp5_argv(nextpnr: str, platform: Platform, *, router: str = DEFAULT_ROUTER) -> list[str]:

@@ -179,12 +179,12 @@ def test_script_rejects_unknown_board(tmp_path):
 
 def test_nextpnr_command_line():
     platform = BOARDS["ulx3s"].platform()
-    assert ROUTERS == ("router1", "router2") and DEFAULT_ROUTER == "router2"
+    assert ROUTERS == ("router1", "router2") and DEFAULT_ROUTER == "router1"
     assert nextpnr_ecp5_argv("nextpnr-ecp5", platform) == [
         "nextpnr-ecp5", "--85k", "--package", "CABGA381", "--speed", "6", "--json", "top.json", "--lpf", "top.lpf",
-        "--textcfg", "top.config", "--router", "router2", "--report", "top.report.json", "--timing-allow-fail"]
-    argv = nextpnr_ecp5_argv("/opt/bin/nextpnr-ecp5", platform, router="router1")
-    assert argv[0] == "/opt/bin/nextpnr-ecp5" and argv[argv.index("--router") + 1] == "router1"
+        "--textcfg", "top.config", "--router", "router1", "--report", "top.report.json", "--timing-allow-fail"]
+    argv = nextpnr_ecp5_argv("/opt/bin/nextpnr-ecp5", platform, router="router2")
+    assert argv[0] == "/opt/bin/nextpnr-ecp5" and argv[argv.index("--router") + 1] == "router2"
     assert argv.count("--router") == 1
     with pytest.raises(BuildError, match=r"^nextpnr router must be one of router1, router2, not 'router3'$"):
         nextpnr_ecp5_argv("nextpnr-ecp5", platform, router="router3")
@@ -209,10 +209,10 @@ elif tool == "ecppack":
 """
 
 
-@pytest.mark.parametrize("router", [None, "router1"])
+@pytest.mark.parametrize("router", [None, "router2"])
 def test_build_runs_nextpnr_with_the_router(router, tmp_path, monkeypatch):
     """The flow with stand-in tools (``$YOSYS``, ``$NEXTPNR_ECP5``, ``$ECPPACK``) that log their arguments:
-    nextpnr gets ``--router`` as ``dx1 fpga --router`` says (router2 unless told), and the summary says which."""
+    nextpnr gets ``--router`` as ``dx1 fpga --router`` says (router1 unless told), and the summary says which."""
     for tool in ("yosys", "nextpnr", "ecppack"):
         script = tmp_path / f"{tool}.py"
         script.write_text(f"#!{sys.executable}\n" + _FAKE_TOOL.replace("{REPORT}", repr(_report(52.5))))

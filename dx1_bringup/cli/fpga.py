@@ -82,8 +82,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--out", type=Path,
                    help="build folder (default build/fpga/<board>, with -novector and -link as asked)")
     p.add_argument("--router", type=_router,
-                   help="nextpnr's router, router1 or router2 (default: dx1_bringup.fpga.DEFAULT_ROUTER, router2; "
-                        "router1 did not converge on the ULX3S SoC with the vector unit, fpga/README.md)")
+                   help="nextpnr's router, router1 or router2 (default: dx1_bringup.fpga.DEFAULT_ROUTER, router1; "
+                        "fpga/README.md has what each did)")
     p.add_argument("--plan-only", action="store_true", help="write the design and scripts, run no tool")
     p.add_argument("--allow-timing-fail", action="store_true",
                    help=f"exit 0 even when Fmax is below the target (default: exit {EXIT_TIMING_FAILED})")
