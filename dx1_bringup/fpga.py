@@ -36,9 +36,9 @@ from .gateware.uart import check_baud
 from .spec import LINK_PORTS, PORT_NEXT, PORT_PREVIOUS, ChipLinkConfig, SocConfig, TileConfig
 
 __all__ = [
-    "BOARDS", "ULX3S_85F_CONFIG", "ARTY_A7_35_CONFIG", "ECP5_RESOURCES", "BuildError",
+    "BOARDS", "ULX3S_85F_CONFIG", "ARTY_A7_35_CONFIG", "DEFAULT_ROUTER", "ECP5_RESOURCES", "ROUTERS", "BuildError",
     "Dx1FpgaTop", "FpgaBoard", "LOOPBACK_CHIP_ID", "LOOPBACK_LINK", "Toolchain", "build", "ecp5_pll_params",
-    "find_toolchain", "format_summary", "mmcm_params", "summarize_report", "with_units",
+    "find_toolchain", "format_summary", "mmcm_params", "nextpnr_ecp5_argv", "summarize_report", "with_units",
 ]
 
 #: ULX3S (LFE5U-85F: 208 DP16KD = 3.7 Mbit, 156 MULT18X18D).  One tile: a tile takes 86 MULT18X18D (64 for
@@ -336,6 +336,31 @@ def find_toolchain() -> Toolchain | None:
     return None if None in tools else Toolchain(*tools)
 
 
+#: nextpnr's routers (``--router``): router1, its first (rip-up and reroute one arc at a time), and router2
+#: (negotiated congestion, all arcs routed each iteration, then router1 for what is left).
+ROUTERS = ("router1", "router2")
+#: The router ``dx1 fpga`` uses unless told: router1, nextpnr's own default, which routed every build that met
+#: timing (the SoC without the vector unit: 56.74 MHz).  On the SoC with the vector unit neither converged:
+#: router2's overused wires fell from 86k to 24.4k in 9 iterations, then rose again (28.7k at iteration 13,
+#: 32 minutes); fpga/README.md.
+DEFAULT_ROUTER = "router1"
+
+
+def nextpnr_ecp5_argv(nextpnr: str, platform: Platform, *, router: str = DEFAULT_ROUTER) -> list[str]:
+    """The nextpnr-ecp5 command line of a build in the folder Amaranth's plan was extracted to (``top.json``
+    from Yosys, ``top.lpf``): the device, package and speed grade of ``platform``, the router, and
+    ``--report top.report.json`` with ``--timing-allow-fail`` (the report is read even when timing fails; pass
+    or fail is decided from it)."""
+    if router not in ROUTERS:
+        raise BuildError(f"nextpnr router must be one of {', '.join(ROUTERS)}, not {router!r}")
+    return [
+        nextpnr, platform._nextpnr_device_options[platform.device],
+        "--package", platform._nextpnr_package_options[platform.package].upper(), "--speed", platform.speed,
+        "--json", "top.json", "--lpf", "top.lpf", "--textcfg", "top.config", "--router", router,
+        "--report", "top.report.json", "--timing-allow-fail",
+    ]
+
+
 #: nextpnr-ecp5 resource names in the summary, and what they are.
 ECP5_RESOURCES = {"TRELLIS_COMB": "LUT4", "TRELLIS_FF": "FF", "MULT18X18D": "DSP", "DP16KD": "BRAM"}
 
@@ -417,14 +442,18 @@ def _first_error(path: Path) -> str:
 
 
 def build(board: FpgaBoard, out_dir: Path, *, baud: int = 3_000_000, run_tools: bool = True,
-          out: Callable[[str], None] = print) -> dict:
+          router: str = DEFAULT_ROUTER, out: Callable[[str], None] = print) -> dict:
     """Write ``board``'s design to ``out_dir`` and, if ``run_tools`` and the open toolchain builds it, build it.
+
+    ``router`` is nextpnr's (one of :data:`ROUTERS`).
 
     Writes ``out_dir/summary.json`` and returns the same summary: board, device, SoC configuration,
     clock target, whether it was built, stage times, and for a built design the resources
     (:func:`summarize_report`), the bitstream and the command that programs it.  Raises
     :class:`BuildError` when a tool fails or is missing (when asked to run it).
     """
+    if router not in ROUTERS:
+        raise BuildError(f"nextpnr router must be one of {', '.join(ROUTERS)}, not {router!r}")
     progress = _Progress(out)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -436,7 +465,7 @@ def build(board: FpgaBoard, out_dir: Path, *, baud: int = 3_000_000, run_tools: 
                    "acc_rows": cfg.tile.acc_rows, "mem_bytes": cfg.mem_bytes, "semaphores": cfg.semaphores,
                    "trace_depth": cfg.trace_depth, "vector": cfg.tile.vector,
                    "link_ports": 0 if cfg.link is None else LINK_PORTS},
-        "target_mhz": board.clk_freq / 1e6, "baud": baud, "built": False, "stages": {},
+        "target_mhz": board.clk_freq / 1e6, "baud": baud, "router": router, "built": False, "stages": {},
     }
     toolchain = find_toolchain() if board.open_toolchain and run_tools else None
     if board.open_toolchain and run_tools and toolchain is None:
@@ -461,13 +490,8 @@ def build(board: FpgaBoard, out_dir: Path, *, baud: int = 3_000_000, run_tools: 
     else:
         # Amaranth's build_top.sh runs the same three tools; they run here one by one for progress and logs.
         summary["stages"]["yosys"] = round(_run_tool(progress, "yosys", [toolchain.yosys, "top.ys"], out_dir), 1)
-        summary["stages"]["nextpnr"] = round(_run_tool(progress, "nextpnr", [
-            toolchain.nextpnr_ecp5, platform._nextpnr_device_options[platform.device],
-            "--package", platform._nextpnr_package_options[platform.package].upper(), "--speed", platform.speed,
-            "--json", "top.json", "--lpf", "top.lpf", "--textcfg", "top.config",
-            # The report is read even when timing fails; pass or fail is decided from it.
-            "--report", "top.report.json", "--timing-allow-fail",
-        ], out_dir), 1)
+        summary["stages"]["nextpnr"] = round(_run_tool(
+            progress, "nextpnr", nextpnr_ecp5_argv(toolchain.nextpnr_ecp5, platform, router=router), out_dir), 1)
         summary["stages"]["ecppack"] = round(_run_tool(progress, "ecppack", [
             toolchain.ecppack, "--compress", "--input", "top.config", "--bit", "top.bit"], out_dir), 1)
         try:

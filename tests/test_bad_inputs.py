@@ -134,6 +134,8 @@ BAD_ARGUMENTS = [
     (["bench", "--scaling-tiles", "3"], "argument --scaling-tiles: expected a comma-separated list of some of 1, 2, "),
     (["fpga", "--board", "de10"], "argument --board: must be one of arty_a7, ulx3s, not 'de10'"),
     (["fpga"], "the following arguments are required: --board"),
+    (["fpga", "--board", "ulx3s", "--router", "router3"],
+     "argument --router: must be one of router1, router2, not 'router3'"),
     (["sim", "report", "--junit", "/nonexistent/junit.xml"], "junit.xml is missing"),
     (["bringup", "--mem-bytes", "3"], "argument --mem-bytes: must be a positive multiple of 8, not 3"),
     (["bringup", "--mem-bytes", "x"], "argument --mem-bytes: must be a number of bytes (decimal or 0x hex), not 'x'"),

@@ -19,7 +19,9 @@ import pytest
 
 from dx1_bringup.fpga import (
     BOARDS,
+    DEFAULT_ROUTER,
     LOOPBACK_LINK,
+    ROUTERS,
     ULX3S_85F_CONFIG,
     BuildError,
     Dx1FpgaTop,
@@ -27,6 +29,7 @@ from dx1_bringup.fpga import (
     ecp5_pll_params,
     find_toolchain,
     mmcm_params,
+    nextpnr_ecp5_argv,
     summarize_report,
     with_units,
 )
@@ -109,6 +112,7 @@ def test_board_elaborates_without_tools(name, tmp_path):
     assert "build plan only" in result.stdout
     summary = json.loads((out / "summary.json").read_text())
     assert summary["built"] is False
+    assert summary["router"] == DEFAULT_ROUTER
     assert summary["config"]["tiles"] == board.config.tiles
     assert summary["config"]["mem_bytes"] == board.config.mem_bytes
     assert (out / "build_top.sh").is_file()
@@ -168,6 +172,64 @@ def test_script_rejects_unknown_board(tmp_path):
     result = _run_script("--board", "de10", cwd=tmp_path)
     assert result.returncode == 2
     assert "argument --board: must be one of arty_a7, ulx3s, not 'de10'" in result.stderr
+
+
+# --- nextpnr's command line ------------------------------------------------------------------------------------
+
+
+def test_nextpnr_command_line():
+    platform = BOARDS["ulx3s"].platform()
+    assert ROUTERS == ("router1", "router2") and DEFAULT_ROUTER == "router1"
+    assert nextpnr_ecp5_argv("nextpnr-ecp5", platform) == [
+        "nextpnr-ecp5", "--85k", "--package", "CABGA381", "--speed", "6", "--json", "top.json", "--lpf", "top.lpf",
+        "--textcfg", "top.config", "--router", "router1", "--report", "top.report.json", "--timing-allow-fail"]
+    argv = nextpnr_ecp5_argv("/opt/bin/nextpnr-ecp5", platform, router="router2")
+    assert argv[0] == "/opt/bin/nextpnr-ecp5" and argv[argv.index("--router") + 1] == "router2"
+    assert argv.count("--router") == 1
+    with pytest.raises(BuildError, match=r"^nextpnr router must be one of router1, router2, not 'router3'$"):
+        nextpnr_ecp5_argv("nextpnr-ecp5", platform, router="router3")
+
+
+def test_script_rejects_unknown_router(tmp_path):
+    result = _run_script("--board", "ulx3s", "--router", "heap", "--plan-only", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "argument --router: must be one of router1, router2, not 'heap'" in result.stderr
+
+
+_FAKE_TOOL = """\
+import json, pathlib, sys
+tool = pathlib.Path(sys.argv[0]).stem
+with open("argv.jsonl", "a") as f:
+    f.write(json.dumps([tool, *sys.argv[1:]]) + "\\n")
+if tool == "nextpnr":
+    pathlib.Path("top.config").write_text("")
+    pathlib.Path("top.report.json").write_text(json.dumps({REPORT}))
+elif tool == "ecppack":
+    pathlib.Path("top.bit").write_bytes(b"")
+"""
+
+
+@pytest.mark.parametrize("router", [None, "router2"])
+def test_build_runs_nextpnr_with_the_router(router, tmp_path, monkeypatch):
+    """The flow with stand-in tools (``$YOSYS``, ``$NEXTPNR_ECP5``, ``$ECPPACK``) that log their arguments:
+    nextpnr gets ``--router`` as ``dx1 fpga --router`` says (router1 unless told), and the summary says which."""
+    for tool in ("yosys", "nextpnr", "ecppack"):
+        script = tmp_path / f"{tool}.py"
+        script.write_text(f"#!{sys.executable}\n" + _FAKE_TOOL.replace("{REPORT}", repr(_report(52.5))))
+        script.chmod(0o755)
+    env = {"YOSYS": tmp_path / "yosys.py", "NEXTPNR_ECP5": tmp_path / "nextpnr.py", "ECPPACK": tmp_path / "ecppack.py"}
+    for var, path in env.items():
+        monkeypatch.setenv(var, str(path))
+    out = tmp_path / "out"
+    result = _run_script("--board", "ulx3s", "--out", str(out), *(["--router", router] if router else []), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    calls = [json.loads(line) for line in (out / "argv.jsonl").read_text().splitlines()]
+    assert [c[0] for c in calls] == ["yosys", "nextpnr", "ecppack"]
+    expected = router or DEFAULT_ROUTER
+    assert calls[1][1:] == nextpnr_ecp5_argv("nextpnr", BOARDS["ulx3s"].platform(), router=expected)[1:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["built"] is True and summary["router"] == expected
+    assert summary["clocks"]["clk_sys"]["fmax_mhz"] == 52.5
 
 
 # --- report ----------------------------------------------------------------------------------------------------

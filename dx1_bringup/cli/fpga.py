@@ -32,9 +32,18 @@ def _board(text: str) -> str:
     return text
 
 
+def _router(text: str) -> str:
+    """An argument type: one of nextpnr's routers, :data:`dx1_bringup.fpga.ROUTERS` (imported only when parsed)."""
+    from ..fpga import ROUTERS
+
+    if text not in ROUTERS:
+        raise argparse.ArgumentTypeError(f"must be one of {', '.join(ROUTERS)}, not {text!r}")
+    return text
+
+
 def cmd_fpga(args: argparse.Namespace) -> int:
     """Build (or plan) the design for ``args.board``; the exit status as the module says."""
-    from ..fpga import BOARDS, BuildError, build, format_summary, with_units
+    from ..fpga import BOARDS, DEFAULT_ROUTER, BuildError, build, format_summary, with_units
 
     board = with_units(BOARDS[args.board], vector=args.vector, link=args.link)
     if args.clock is not None:
@@ -43,6 +52,7 @@ def cmd_fpga(args: argparse.Namespace) -> int:
     out_dir = args.out or Path("build") / "fpga" / (board.name + variant)
     try:
         summary = build(board, out_dir, baud=args.baud, run_tools=not args.plan_only,
+                        router=args.router or DEFAULT_ROUTER,
                         out=lambda line: print(line, flush=True))
     except (BuildError, ValueError) as e:
         print(f"dx1 fpga: build failed: {e}", file=sys.stderr)
@@ -71,6 +81,9 @@ def add_parser(sub: Any) -> None:
                    help="add the chip-to-chip link, its two ports looped back inside the FPGA")
     p.add_argument("--out", type=Path,
                    help="build folder (default build/fpga/<board>, with -novector and -link as asked)")
+    p.add_argument("--router", type=_router,
+                   help="nextpnr's router, router1 or router2 (default: dx1_bringup.fpga.DEFAULT_ROUTER, router1; "
+                        "fpga/README.md has what each did)")
     p.add_argument("--plan-only", action="store_true", help="write the design and scripts, run no tool")
     p.add_argument("--allow-timing-fail", action="store_true",
                    help=f"exit 0 even when Fmax is below the target (default: exit {EXIT_TIMING_FAILED})")
