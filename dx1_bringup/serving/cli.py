@@ -39,11 +39,18 @@ def _engine_config(args: argparse.Namespace, batching: str = "continuous"):
                         preemption=args.preemption, num_host_blocks=args.num_host_blocks)
 
 
+def _checkpoint_path(given: str | None) -> Path:
+    """The checkpoint a command was given, or the package's."""
+    from .charlm import DEFAULT_CHECKPOINT
+
+    return Path(given) if given else DEFAULT_CHECKPOINT
+
+
 def _model(args: argparse.Namespace):
-    from .charlm import DEFAULT_CHECKPOINT, load_checkpoint
+    from .charlm import load_checkpoint
     from .quant_model import QuantCharLM
 
-    path = Path(args.checkpoint) if args.checkpoint else DEFAULT_CHECKPOINT
+    path = _checkpoint_path(args.checkpoint)
     if not path.is_file():
         raise SystemExit(f"dx1: error: the checkpoint {path} does not exist (train one with dx1 lm train)")
     return QuantCharLM(load_checkpoint(path))
@@ -113,9 +120,9 @@ def cmd_lm_sample(args: argparse.Namespace) -> int:
 
 def bench_arguments_error(args: argparse.Namespace) -> str | None:
     """Why the serving section's options cannot run (before any section runs), or None."""
-    from .charlm import DEFAULT_CHECKPOINT, load_checkpoint
+    from .charlm import load_checkpoint
 
-    path = Path(args.serving_checkpoint) if args.serving_checkpoint else DEFAULT_CHECKPOINT
+    path = _checkpoint_path(args.serving_checkpoint)
     if not path.is_file():
         return f"--serving-checkpoint {path} does not exist"
     context = load_checkpoint(path).config.context
@@ -130,11 +137,11 @@ def bench_section(args: argparse.Namespace) -> dict:
     import dataclasses
 
     from .bench import LoadSpec, bench_device_clock, bench_serving, table
-    from .charlm import DEFAULT_CHECKPOINT, load_checkpoint
+    from .charlm import load_checkpoint
     from .engine import EngineConfig
     from .quant_model import QuantCharLM
 
-    model = QuantCharLM(load_checkpoint(args.serving_checkpoint or DEFAULT_CHECKPOINT))
+    model = QuantCharLM(load_checkpoint(_checkpoint_path(args.serving_checkpoint)))
     spec = LoadSpec(requests=args.serving_requests, rate=args.serving_rate, prompt_len=tuple(args.serving_prompt),
                     output_len=tuple(args.serving_output), seed=args.serving_seed,
                     output_mean=args.serving_output_mean)

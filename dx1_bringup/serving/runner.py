@@ -172,8 +172,8 @@ class _StepBuffers:
 
         def take(n: int) -> int:
             nonlocal at
-            at += align_up(max(n, 64), 64)
-            return at - align_up(max(n, 64), 64)
+            start, at = at, at + align_up(max(n, 64), 64)
+            return start
 
         o, a, m, k, v, hf = (take(t * d) for _ in range(6))
         # On the vector unit the residual stream stays in device memory: [x | A] and [x2 | M], each block's
@@ -267,18 +267,16 @@ class ModelRunner:
         for tile in range(self.tiles):  # the command queues' rings are device memory too: taken first
             dev.queue(tile)
         room = dev.allocator.largest_free
+        parts = (f"the weights ({total} B), the kernels' constants ({consts_bytes} B){{}} the step scratch "
+                 f"({self.scratch_bytes} B for {max_num_tokens} tokens and {max_num_seqs} sequences)")
         if num_blocks is None:
             num_blocks = max(room - fixed, 0) // self.block_bytes
             if num_blocks < ceil_div(c.context, block_size):
-                raise ValueError(f"the weights ({total} B), the kernels' constants ({consts_bytes} B) and the step "
-                                 f"scratch ({self.scratch_bytes} B for {max_num_tokens} tokens and {max_num_seqs} "
-                                 f"sequences) leave {max(room - fixed, 0)} B of the device's {room} B free: not "
-                                 f"the {ceil_div(c.context, block_size)} KV blocks of one context")
+                raise ValueError(f"{parts.format(' and')} leave {max(room - fixed, 0)} B of the device's {room} B "
+                                 f"free: not the {ceil_div(c.context, block_size)} KV blocks of one context")
         elif fixed + num_blocks * self.block_bytes > room:
-            raise ValueError(f"the weights ({total} B), the kernels' constants ({consts_bytes} B), the step scratch "
-                             f"({self.scratch_bytes} B for {max_num_tokens} tokens and {max_num_seqs} sequences) "
-                             f"and {num_blocks} KV blocks of {self.block_bytes} B do not fit the device's {room} B "
-                             f"free")
+            raise ValueError(f"{parts.format(',')} and {num_blocks} KV blocks of {self.block_bytes} B do not fit "
+                             f"the device's {room} B free")
         self.num_blocks = num_blocks
         self._weights_base = dev.alloc(total)
         self.addr: dict[str, int] = {}
@@ -437,6 +435,9 @@ class ModelRunner:
             tokens += item.seq.token_ids[item.start:item.start + item.count]
             positions += range(item.start, item.start + item.count)
         t = len(tokens)
+        if t > self.max_num_tokens or len(items) > self.max_num_seqs:
+            raise ValueError(f"a step of {t} tokens over {len(items)} sequences: this runner takes at most "
+                             f"{self.max_num_tokens} tokens over {self.max_num_seqs} sequences")
         x = model.embed(tokens, positions)
         # Every sequence's queries are one column block of Q^T, padded to whole chunks (views start there).
         cols = [padded(item.count, arr) for item in items]
@@ -445,9 +446,6 @@ class ModelRunner:
         nblocks = [ceil_div(item.start + item.count, bs) for item in items]
         keys = [n * bs for n in nblocks]
         runs = [self._runs(item.seq.block_table, n) for item, n in zip(items, nblocks, strict=True)]
-        if t > self.max_num_tokens or len(items) > self.max_num_seqs:
-            raise ValueError(f"a step of {t} tokens over {len(items)} sequences: this runner takes at most "
-                             f"{self.max_num_tokens} tokens over {self.max_num_seqs} sequences")
         n_wanted = t if all_logits else len(items)
         buf = _StepBuffers.carve(self, self._scratch, t, cols, keys, n_wanted)
         if buf.size > self.scratch_bytes:
