@@ -71,3 +71,21 @@ def test_a_prompt_as_long_as_the_context_is_refused(capsys):
 
     assert main(["bench", "--only", "serving", "--serving-prompt", "8,128"]) == 2
     assert "--serving-prompt 128 leaves no room for an output in the model's context of 128" in capsys.readouterr().err
+
+
+def test_the_modes_asked_for_run_alone_and_are_compared():
+    spec = LoadSpec(requests=6, rate=2000.0, prompt_len=(4, 10), output_len=(2, 12), seed=2)
+    results = bench_device_clock("model", tiny_model(), spec, EngineConfig(num_blocks=24, block_size=8, max_num_seqs=4),
+                                 modes=("static", "continuous"))
+    assert [r.mode for r in results] == ["static", "continuous"]
+    text = table(results, ms=True)
+    assert "continuous / static:" in text and "static-compact" not in text
+
+
+def test_leaving_out_both_runs_is_refused(capsys):
+    from dx1_bringup.cli import main
+
+    assert main(["bench", "--only", "serving", "--serving-no-http", "--serving-no-clock"]) == 2
+    assert "--serving-no-http and --serving-no-clock leave nothing to run" in capsys.readouterr().err
+    assert main(["bench", "--only", "serving", "--serving-modes", "continuous,orca"]) == 2
+    assert "expected a comma-separated list of some of continuous, static, static-compact" in capsys.readouterr().err

@@ -218,11 +218,12 @@ def run_device_clock(device: str, model: QuantCharLM, config: EngineConfig, work
 
 
 def bench_device_clock(device: str, model: QuantCharLM, spec: LoadSpec, config: EngineConfig,
-                       clock_hz: float = 50e6) -> list[ModeResult]:
-    """Both modes replayed on the device's clock (:func:`run_device_clock`) under the same seeded load."""
+                       clock_hz: float = 50e6, modes: tuple[str, ...] = BATCHING) -> list[ModeResult]:
+    """The ``modes`` of batching replayed on the device's clock (:func:`run_device_clock`) under the same seeded
+    load."""
     workload = make_workload(spec, model_texts(model), model.config.context)
     return [run_device_clock(device, model, EngineConfig(**{**asdict(config), "batching": mode}), workload, clock_hz)
-            for mode in BATCHING]
+            for mode in modes]
 
 
 def table(results: list[ModeResult], *, ms: bool = False) -> str:
@@ -256,8 +257,9 @@ def _png(path: Path, results: list[ModeResult]) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
-    colours = ["tab:blue", "tab:gray", "tab:olive"][:len(results)]
-    axes[0].bar([r.mode for r in results], [r.tokens_per_second for r in results], color=colours)
+    colours = {"continuous": "tab:blue", "static": "tab:gray", "static-compact": "tab:olive"}
+    axes[0].bar([r.mode for r in results], [r.tokens_per_second for r in results],
+                color=[colours[r.mode] for r in results])
     axes[0].set_ylabel("output tokens / s")
     for ax, attr, title in ((axes[1], "ttfts", "time to first token"), (axes[2], "itls", "inter-token latency")):
         for r in results:
@@ -273,11 +275,13 @@ def _png(path: Path, results: list[ModeResult]) -> None:
 
 
 def bench_serving(device: str, model: QuantCharLM, spec: LoadSpec, config: EngineConfig, *,
-                  out: str | Path | None = None, png: str | Path | None = None) -> list[ModeResult]:
-    """Both modes on the same workload, one after the other; the JSON (and figure) written if asked."""
+                  out: str | Path | None = None, png: str | Path | None = None,
+                  modes: tuple[str, ...] = BATCHING) -> list[ModeResult]:
+    """The ``modes`` of batching on the same workload, one after the other; the JSON (and figure) written if
+    asked."""
     workload = make_workload(spec, model_texts(model), model.config.context)
     results = [run_mode(device, model, EngineConfig(**{**asdict(config), "batching": mode}), workload)
-               for mode in BATCHING]
+               for mode in modes]
     if out is not None:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         Path(out).write_text(json.dumps({"device": device, "load": asdict(spec), "engine": asdict(config),

@@ -126,6 +126,8 @@ def bench_arguments_error(args: argparse.Namespace) -> str | None:
     if not path.is_file():
         return f"--serving-checkpoint {path} does not exist"
     context = load_checkpoint(path).config.context
+    if args.serving_no_http and args.serving_no_clock:
+        return "--serving-no-http and --serving-no-clock leave nothing to run"
     if args.serving_prompt[1] >= context:
         return (f"--serving-prompt {args.serving_prompt[1]} leaves no room for an output in the model's context of "
                 f"{context}")
@@ -148,22 +150,27 @@ def bench_section(args: argparse.Namespace) -> dict:
     config = EngineConfig(num_blocks=args.serving_num_blocks, block_size=args.serving_block_size,
                           max_num_seqs=args.serving_max_num_seqs, preemption=args.serving_preemption,
                           num_host_blocks=args.serving_num_host_blocks)
-    results = bench_serving(args.serving_device, model, spec, config, png=args.serving_png)
-    blocks = results[0].kv_blocks
-    lengths = (f"{spec.describe()} (context {model.config.context}), blocks of {config.block_size}, {blocks} blocks"
-               f"{'' if config.num_blocks else ' (as many as fit)'}, "
-               f"{config.max_num_seqs} sequences and {config.max_num_batched_tokens} tokens a step at most, "
-               f"preemption by {config.preemption}")
-    head = (f"Serving on {args.serving_device} over HTTP: {spec.requests} requests, Poisson at {spec.rate}/s, "
-            f"{lengths} (figure: {args.serving_png})")
-    out = {"device": args.serving_device, "table": head + "\n" + table(results),
-           "results": [{k: v for k, v in vars(r).items() if k not in ("ttfts", "itls")} for r in results]}
+
+    def load(blocks: int) -> str:
+        return (f"{spec.describe()} (context {model.config.context}), blocks of {config.block_size}, {blocks} "
+                f"blocks{'' if config.num_blocks else ' (as many as fit)'}, {config.max_num_seqs} sequences and "
+                f"{config.max_num_batched_tokens} tokens a step at most, preemption by {config.preemption}")
+
+    modes = tuple(args.serving_modes)
+    out: dict = {"device": args.serving_device, "table": ""}
+    if not args.serving_no_http:
+        results = bench_serving(args.serving_device, model, spec, config, png=args.serving_png, modes=modes)
+        out["table"] = (f"Serving on {args.serving_device} over HTTP: {spec.requests} requests, Poisson at "
+                        f"{spec.rate}/s, {load(results[0].kv_blocks)} (figure: {args.serving_png})\n"
+                        + table(results))
+        out["results"] = [{k: v for k, v in vars(r).items() if k not in ("ttfts", "itls")} for r in results]
     if not args.serving_no_clock:
         clock = dataclasses.replace(spec, rate=args.serving_clock_rate)
-        replay = bench_device_clock(args.serving_device, model, clock, config, args.serving_clock_mhz * 1e6)
-        out["table"] += (f"\n\nThe same on the device's clock ({args.serving_clock_mhz:g} MHz, no HTTP, no host "
-                         f"time): {clock.requests} requests, Poisson at {clock.rate:g}/s, {lengths}\n"
-                         + table(replay, ms=True))
+        replay = bench_device_clock(args.serving_device, model, clock, config, args.serving_clock_mhz * 1e6, modes)
+        out["table"] += ("\n\n" if out["table"] else "") + (
+            f"On the device's clock ({args.serving_clock_mhz:g} MHz, no HTTP, no host time): {clock.requests} "
+            f"requests, Poisson at {clock.rate:g}/s, {load(replay[0].kv_blocks)}\n"
+            + table(replay, ms=True))
         out["device_clock"] = {"mhz": args.serving_clock_mhz, "rate": clock.rate, "results": [
             {k: v for k, v in vars(r).items() if k not in ("ttfts", "itls")} for r in replay]}
     return out
@@ -200,6 +207,10 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
                    help="arrivals per second of the replay on the device's clock (default 100)")
     g.add_argument("--serving-no-clock", action="store_true",
                    help="leave out the replay on the device's clock (HTTP only)")
+    g.add_argument("--serving-no-http", action="store_true",
+                   help="leave out the run over HTTP (the replay on the device's clock only)")
+    g.add_argument("--serving-modes", type=types.names(BATCHING), default=list(BATCHING), metavar="MODE,...",
+                   help=f"the batching modes to run, side by side (default {','.join(BATCHING)})")
     g.add_argument("--serving-clock-mhz", type=types.seconds, default=50.0, metavar="MHZ",
                    help="the device clock of that replay in MHz (default 50, the simulated SoC's)")
     g.add_argument("--serving-png", default="build/bench-serving.png", type=types.writable_file,
