@@ -487,8 +487,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
             report["link"] = bench_link.link_bench(tuple(args.link_sizes))
             ok &= all(r["ok"] for r in report["link"]["runs"])
         elif section == "serving":
-            print(f"[{step}/{len(steps)}] Serving: continuous against static batching under one Poisson load over "
-                  "HTTP on loopback ...", flush=True)
+            where = ", ".join(w for w, skip in (("over HTTP on loopback", args.serving_no_http),
+                                                 ("on the device's clock", args.serving_no_clock)) if not skip)
+            print(f"[{step}/{len(steps)}] Serving: {' against '.join(args.serving_modes)} batching under one Poisson "
+                  f"load, {where} ...", flush=True)
             report["serving"] = serving_cli.bench_section(args)
         else:
             print(f"[{step}/{len(steps)}] The serial link: bulk throughput on the board RTL in simulated time, "

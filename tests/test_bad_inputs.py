@@ -177,6 +177,11 @@ BAD_ARGUMENTS = [
     (["collectives", "--timeout", "0"], "argument --timeout: must be a number of seconds > 0, not '0'"),
     (["collectives", "--bytes", "1000000"], "--bytes 1000000 does not fit"),
     (["serve", "--num-blocks", "0"], "argument --num-blocks: must be at least 1 or 'auto', not '0'"),
+    (["serve", "--checkpoint", "charlm-512"], "dx1 serve: the weights (107520 B), the kernels' constants (2134272 B) "
+                                              "and the step scratch (2039296 B for 512 tokens and 16 sequences) "
+                                              "leave 0 B of the device's 1043456 B free"),
+    (["lm", "sample", "--checkpoint", "charlm-512"], "dx1 lm sample: the weights (107520 B)"),
+    (["lm", "sample", "--checkpoint", "no-such-model"], "the checkpoint no-such-model does not exist"),
     (["bench", "serving", "--serving-num-blocks", "many"], "argument --serving-num-blocks: must be at least 1 or "
                                                            "'auto', not 'many'"),
 ]

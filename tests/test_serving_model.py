@@ -260,3 +260,25 @@ def test_lm_train_takes_the_context_and_the_batch(tmp_path, capsys):
     ckpt = load_checkpoint(out)
     assert ckpt.config.context == 24 and ckpt.info["batch"] == 3 and ckpt.info["steps"] == 2
     assert ckpt.weights["pos.weight"].shape == (24, ckpt.config.width)  # a position embedding a context position
+
+
+def test_the_carried_long_context_model_serves_a_prompt_of_many_blocks():
+    """``charlm-512``, the checkpoint the package carries for long sequences, is found by name and serves a
+    300-character prompt (19 blocks of 16, prefilled in one step) as the unpaged reference
+    does; a name that is not carried, or a path, is not taken for one."""
+    from dx1_bringup.serving.charlm import carried_checkpoint
+
+    path = carried_checkpoint("charlm-512")
+    assert path is not None and carried_checkpoint("../serving/data/charlm-512") is None
+    assert carried_checkpoint("charlm-1024") is None
+    long = QuantCharLM(load_checkpoint(path))
+    assert long.config.context == 512
+    prompt = long.calibration[0][:300]
+    with Device.open("model:mem_mib=8") as dev:
+        engine = LLMEngine(dev, long, EngineConfig())
+        try:
+            assert engine.generate([prompt], SamplingParams(max_tokens=4, temperature=0)) == [
+                [greedy_reference(long, prompt, 4)]]
+            assert engine.runner.stats.steps == 1 + 3 and engine.blocks.num_free == engine.blocks.num_blocks
+        finally:
+            engine.close()

@@ -86,6 +86,8 @@ class ModeResult:
     cycles_per_token: float
     #: The KV cache's blocks (as many as fit, unless the engine's configuration gave a number).
     kv_blocks: int
+    #: Tokens a step at most (the engine's budget).
+    token_budget: int
     ttfts: list[float] = field(default_factory=list, repr=False)
     itls: list[float] = field(default_factory=list, repr=False)
 
@@ -158,7 +160,8 @@ def run_mode(device: str, model: QuantCharLM, config: EngineConfig, workload: li
                       _pct(ttfts, 99), _pct(itls, 50), _pct(itls, 99),
                       float(np.mean([s[2] / engine.blocks.num_blocks for s in samples])) if samples else 0.0,
                       1 - sum(s[0] for s in samples) / allocated if allocated else 0.0, preemptions, swaps, hits,
-                      len(samples), cycles / tokens if tokens else 0.0, engine.blocks.num_blocks, ttfts, itls)
+                      len(samples), cycles / tokens if tokens else 0.0, engine.blocks.num_blocks, engine.token_budget,
+                      ttfts, itls)
 
 
 def run_device_clock(device: str, model: QuantCharLM, config: EngineConfig, workload: list[tuple[float, str, int]],
@@ -202,6 +205,7 @@ def run_device_clock(device: str, model: QuantCharLM, config: EngineConfig, work
                 for event in events:
                     times[event.request_id].append(now)
             stats, preemptions, kv_blocks = engine.runner.stats, engine.scheduler.preemptions, engine.blocks.num_blocks
+            budget = engine.token_budget
             swaps, hits = engine.scheduler.swap_outs, engine.blocks.prefix_hits
         finally:
             engine.close()
@@ -214,7 +218,7 @@ def run_device_clock(device: str, model: QuantCharLM, config: EngineConfig, work
     return ModeResult(config.batching, len(times), tokens, seconds, tokens / seconds, _pct(ttfts, 50), _pct(ttfts, 99),
                       _pct(itls, 50), _pct(itls, 99), used,
                       1 - sum(x[0] for x in samples) / allocated if allocated else 0.0, preemptions, swaps, hits,
-                      len(samples), stats.cycles / tokens if tokens else 0.0, kv_blocks, ttfts, itls)
+                      len(samples), stats.cycles / tokens if tokens else 0.0, kv_blocks, budget, ttfts, itls)
 
 
 def bench_device_clock(device: str, model: QuantCharLM, spec: LoadSpec, config: EngineConfig,

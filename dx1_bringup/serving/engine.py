@@ -117,7 +117,9 @@ class LLMEngine:
         self.model, self.config = model, config
         self.context = model.config.context
         host_blocks = config.num_host_blocks if config.preemption == "swap" else 0
-        budget = max(config.max_num_batched_tokens, self.context)
+        #: Tokens a step at most: the configured budget, or a whole context if that is more (a prompt is never
+        #: cut for want of budget).
+        self.token_budget = budget = max(config.max_num_batched_tokens, self.context)
         # The runner reserves the scratch of the largest step the scheduler can make, then the blocks.
         self.runner = ModelRunner(dev, model, config.num_blocks, config.block_size, num_host_blocks=host_blocks,
                                   max_num_tokens=budget, max_num_seqs=config.max_num_seqs)
