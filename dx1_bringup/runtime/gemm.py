@@ -34,8 +34,8 @@ Inside a half, relative to its first row:
 * accumulator buffer: C chunk j row i at ``j*mt + i``; then one bias row per
   output chunk (post-op only).
 
-Each tile's stream is software-pipelined: the LOADs of step s+1 come right
-after the GEMMs of step s and before its POSTOPs and STORE.
+Each tile's stream is software-pipelined: the LOADs of step s+1 come among
+the GEMMs of step s (after the first few) and before its POSTOPs and STORE.
 """
 
 from __future__ import annotations
@@ -467,14 +467,32 @@ def compile_gemm(m: int, k: int, n: int, caps: Capabilities, *, a_addr: int, b_a
 
 
 def _emit_tile(s: CommandStream, plan: GemmPlan, steps: list[GemmStep], half_spm: int, half_acc: int) -> None:
-    """The software-pipelined stream of one tile: LOADs of step i+1 between the GEMMs and POSTOPs of step i."""
+    """The software-pipelined stream of one tile: LOADs of step i+1 among the GEMMs of step i.
+
+    The command processor dispatches in order and its tile core holds ``COSTS.core_slots`` commands, so
+    LOADs placed after all of a step's GEMMs would dispatch only once all but the last few of them had
+    started, leaving them half the step to load in.  Step i+1's A and B LOADs come after the first
+    ``core_slots - 1`` GEMMs of step i instead: while they wait for step i-1's GEMMs (whose rows they
+    overwrite) the core still holds GEMMs of step i to run.  The bias LOAD stays after all the GEMMs (a
+    LOAD into the accumulators waits for the GEMM results streaming, and would hold the dispatch of the
+    GEMMs behind it).
+    """
     if not steps:
         return
     _emit_loads(s, plan, steps[0], half_spm, half_acc, bias_first=True)
+    lead = COSTS.core_slots - 1
     for i, step in enumerate(steps):
-        _emit_gemms(s, plan, step, half_spm, half_acc)
-        if i + 1 < len(steps):
-            _emit_loads(s, plan, steps[i + 1], half_spm, half_acc)
+        chunks = plan.blocks[step.block].cols // plan.array
+        after = steps[i + 1] if i + 1 < len(steps) else None
+        if after is not None and lead < chunks:
+            _emit_gemms(s, plan, step, half_spm, half_acc, range(lead))
+            _emit_loads(s, plan, after, half_spm, half_acc, bias=False)
+            _emit_gemms(s, plan, step, half_spm, half_acc, range(lead, chunks))
+            _emit_bias_load(s, plan, after, *_layout(plan, after, half_spm, half_acc)[3:])
+        else:
+            _emit_gemms(s, plan, step, half_spm, half_acc, range(chunks))
+            if after is not None:
+                _emit_loads(s, plan, after, half_spm, half_acc)
         if step.last:
             _emit_finish(s, plan, step, half_spm, half_acc)
 
@@ -491,8 +509,8 @@ def _layout(plan: GemmPlan, step: GemmStep, half_spm: int, half_acc: int) -> tup
 
 
 def _emit_loads(s: CommandStream, plan: GemmPlan, step: GemmStep, half_spm: int, half_acc: int, *,
-                bias_first: bool = False) -> None:
-    """The LOADs of one step: A and B, and the block's bias with its first step.
+                bias_first: bool = False, bias: bool = True) -> None:
+    """The LOADs of one step: A and B, and (unless ``bias`` is false) the block's bias with its first step.
 
     ``bias_first`` puts the bias before A and B, for a tile's first step: the array's results have the
     accumulator's write port first, so a bias LOAD still writing when the first GEMM's results start waits
@@ -511,7 +529,7 @@ def _emit_loads(s: CommandStream, plan: GemmPlan, step: GemmStep, half_spm: int,
            local_addr=a, rows=block.rows, cols=kct, local_row_stride=1, local_col_stride=block.rows)
     s.load(mem_addr=b_addr + step.k0 * b_stride + block.n0, mem_stride=b_stride,
            local_addr=b, rows=step.depth, cols=nct, local_row_stride=1, local_col_stride=step.depth)
-    if not bias_first:
+    if bias and not bias_first:
         _emit_bias_load(s, plan, step, c, bias_row)
 
 
@@ -533,13 +551,14 @@ def _emit_bias_load(s: CommandStream, plan: GemmPlan, step: GemmStep, c: int, bi
                local_row_stride=1, local_col_stride=block.rows, acc=True)
 
 
-def _emit_gemms(s: CommandStream, plan: GemmPlan, step: GemmStep, half_spm: int, half_acc: int) -> None:
+def _emit_gemms(s: CommandStream, plan: GemmPlan, step: GemmStep, half_spm: int, half_acc: int,
+                chunks: range) -> None:
+    """The GEMMs of one step for the output chunks ``chunks`` of its block."""
     block = plan.blocks[step.block]
-    arr = plan.array
-    kct = step.depth // arr
+    kct = step.depth // plan.array
     a, b, _out, c, _bias = _layout(plan, step, half_spm, half_acc)
     accumulate = not step.first or (plan.bias_addr is not None and plan.post is None)
-    for j in range(block.cols // arr):
+    for j in chunks:
         s.gemm(a_addr=a, b_addr=b + j * step.depth, c_addr=c + j * block.rows, m=block.rows, k_chunks=kct,
                accumulate=accumulate)
 
