@@ -453,7 +453,11 @@ def compile_gemm(m: int, k: int, n: int, caps: Capabilities, *, a_addr: int, b_a
         blocks_before[block.tile] += 1
         if emit_blocks is not None and blocks_before[block.tile] > emit_blocks:
             continue
-        for j, (term, k0, depth) in enumerate(k_steps):
+        # The tile in slot s starts each block's reduction at step s (modulo the steps): tiles that run in
+        # step then load other rows of B, hence other pages and memory banks, at once (the sum is the same
+        # bit for bit: the accumulators add modulo 2^32).
+        turn = tile_ids.index(block.tile) % len(k_steps)
+        for j, (term, k0, depth) in enumerate(k_steps[turn:] + k_steps[:turn]):
             spm_half = len(plan.steps[block.tile]) % 2
             plan.steps[block.tile].append(GemmStep(index, k0, depth, spm_half, acc_half, term, j == 0,
                                                    j == len(k_steps) - 1))
