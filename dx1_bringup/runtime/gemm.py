@@ -462,7 +462,8 @@ def compile_gemm(m: int, k: int, n: int, caps: Capabilities, *, a_addr: int, b_a
             plan.steps[block.tile].append(GemmStep(index, k0, depth, spm_half, acc_half, term, j == 0,
                                                    j == len(k_steps) - 1))
     for tile, stream in enumerate(streams):
-        _emit_tile(stream, plan, plan.steps[tile], half_spm, half_acc)
+        _emit_tile(stream, plan, plan.steps[tile], half_spm, half_acc, tile_ids.index(tile) if tile in tile_ids else 0,
+                   tiles)
     plan.commands = [s.commands for s in streams]
     plan.load_bytes = sum(s.load_bytes for s in streams)
     plan.store_bytes = sum(s.store_bytes for s in streams)
@@ -470,8 +471,14 @@ def compile_gemm(m: int, k: int, n: int, caps: Capabilities, *, a_addr: int, b_a
     return plan
 
 
-def _emit_tile(s: CommandStream, plan: GemmPlan, steps: list[GemmStep], half_spm: int, half_acc: int) -> None:
-    """The software-pipelined stream of one tile: LOADs of step i+1 among the GEMMs of step i.
+def _emit_tile(s: CommandStream, plan: GemmPlan, steps: list[GemmStep], half_spm: int, half_acc: int, slot: int,
+               tiles: int) -> None:
+    """The software-pipelined stream of one tile (in slot ``slot`` of ``tiles``): LOADs of step i+1 among the
+    GEMMs of step i.
+
+    Every tile loads its first step at once, before any GEMM can start, and tiles whose blocks share rows
+    of A (or pages of them) would queue at the same banks burst by burst: the tile in slot s loads its
+    first A from row ``s * rows // tiles`` of its block on, then the rows before it.
 
     The command processor dispatches in order and its tile core holds ``COSTS.core_slots`` commands, so
     LOADs placed after all of a step's GEMMs would dispatch only once all but the last few of them had
@@ -483,7 +490,8 @@ def _emit_tile(s: CommandStream, plan: GemmPlan, steps: list[GemmStep], half_spm
     """
     if not steps:
         return
-    _emit_loads(s, plan, steps[0], half_spm, half_acc, bias_first=True)
+    _emit_loads(s, plan, steps[0], half_spm, half_acc, bias_first=True,
+                a_from=slot * plan.blocks[steps[0].block].rows // tiles)
     lead = COSTS.core_slots - 1
     for i, step in enumerate(steps):
         chunks = plan.blocks[step.block].cols // plan.array
@@ -513,8 +521,10 @@ def _layout(plan: GemmPlan, step: GemmStep, half_spm: int, half_acc: int) -> tup
 
 
 def _emit_loads(s: CommandStream, plan: GemmPlan, step: GemmStep, half_spm: int, half_acc: int, *,
-                bias_first: bool = False, bias: bool = True) -> None:
+                bias_first: bool = False, bias: bool = True, a_from: int = 0) -> None:
     """The LOADs of one step: A and B, and (unless ``bias`` is false) the block's bias with its first step.
+
+    A is loaded from row ``a_from`` of the block to its end, then (a second LOAD) the rows before it.
 
     ``bias_first`` puts the bias before A and B, for a tile's first step: the array's results have the
     accumulator's write port first, so a bias LOAD still writing when the first GEMM's results start waits
@@ -529,8 +539,10 @@ def _emit_loads(s: CommandStream, plan: GemmPlan, step: GemmStep, half_spm: int,
     _kp, a_addr, a_stride, b_addr, b_stride = plan.terms[step.term]
     if bias_first:
         _emit_bias_load(s, plan, step, c, bias_row)
-    s.load(mem_addr=a_addr + block.m0 * a_stride + step.k0, mem_stride=a_stride,
-           local_addr=a, rows=block.rows, cols=kct, local_row_stride=1, local_col_stride=block.rows)
+    for first, end in ((a_from, block.rows), (0, a_from)):
+        if end > first:
+            s.load(mem_addr=a_addr + (block.m0 + first) * a_stride + step.k0, mem_stride=a_stride,
+                   local_addr=a + first, rows=end - first, cols=kct, local_row_stride=1, local_col_stride=block.rows)
     s.load(mem_addr=b_addr + step.k0 * b_stride + block.n0, mem_stride=b_stride,
            local_addr=b, rows=step.depth, cols=nct, local_row_stride=1, local_col_stride=step.depth)
     if bias and not bias_first:
