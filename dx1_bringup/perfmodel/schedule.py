@@ -412,7 +412,8 @@ def _bank_waits(st: _TileState, offset: float, others: list[dict[str, _Use]]) ->
     time: each of our bursts that starts then waits for one of theirs, as long as they have bursts to send
     (their bank time over that stretch).  A burst already open when the other arrives waits for nothing, so
     a one-burst command that reaches the bank first is not delayed at all.  Each other user can delay the
-    command by at most its own bank time.
+    command by at most its own bank time over the stretch, however short our bursts are: of two tiles loading
+    one page, one in 1-beat and one in 2-beat bursts, the 1-beat bursts each wait for a 2-beat one.
     """
     waits = []
     for c, d in zip(st.times, st.decoded, strict=True):
@@ -430,7 +431,7 @@ def _bank_waits(st: _TileState, offset: float, others: list[dict[str, _Use]]) ->
                     lo_o, hi_o, runs = theirs.lo[j], theirs.hi[j], theirs.runs[j]
                     cycles, bursts = _same_bank(lo, hi, ours, lo_o, hi_o, runs)
                     held += min(cycles * runs.total / (hi_o - lo_o), bursts * runs.burst_cycles)
-                wait += min(ours.total, held)
+                wait += held
         waits.append(wait)
     return waits
 

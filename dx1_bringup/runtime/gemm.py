@@ -34,8 +34,8 @@ Inside a half, relative to its first row:
 * accumulator buffer: C chunk j row i at ``j*mt + i``; then one bias row per
   output chunk (post-op only).
 
-Each tile's stream is software-pipelined: the LOADs of step s+1 come right
-after the GEMMs of step s and before its POSTOPs and STORE.
+Each tile's stream is software-pipelined: the LOADs of step s+1 come among
+the GEMMs of step s (after the first few) and before its POSTOPs and STORE.
 """
 
 from __future__ import annotations
@@ -453,12 +453,17 @@ def compile_gemm(m: int, k: int, n: int, caps: Capabilities, *, a_addr: int, b_a
         blocks_before[block.tile] += 1
         if emit_blocks is not None and blocks_before[block.tile] > emit_blocks:
             continue
-        for j, (term, k0, depth) in enumerate(k_steps):
+        # The tile in slot s starts each block's reduction at step s (modulo the steps): tiles that run in
+        # step then load other rows of B, hence other pages and memory banks, at once (the sum is the same
+        # bit for bit: the accumulators add modulo 2^32).
+        turn = tile_ids.index(block.tile) % len(k_steps)
+        for j, (term, k0, depth) in enumerate(k_steps[turn:] + k_steps[:turn]):
             spm_half = len(plan.steps[block.tile]) % 2
             plan.steps[block.tile].append(GemmStep(index, k0, depth, spm_half, acc_half, term, j == 0,
                                                    j == len(k_steps) - 1))
     for tile, stream in enumerate(streams):
-        _emit_tile(stream, plan, plan.steps[tile], half_spm, half_acc)
+        _emit_tile(stream, plan, plan.steps[tile], half_spm, half_acc, tile_ids.index(tile) if tile in tile_ids else 0,
+                   tiles)
     plan.commands = [s.commands for s in streams]
     plan.load_bytes = sum(s.load_bytes for s in streams)
     plan.store_bytes = sum(s.store_bytes for s in streams)
@@ -466,15 +471,40 @@ def compile_gemm(m: int, k: int, n: int, caps: Capabilities, *, a_addr: int, b_a
     return plan
 
 
-def _emit_tile(s: CommandStream, plan: GemmPlan, steps: list[GemmStep], half_spm: int, half_acc: int) -> None:
-    """The software-pipelined stream of one tile: LOADs of step i+1 between the GEMMs and POSTOPs of step i."""
+def _emit_tile(s: CommandStream, plan: GemmPlan, steps: list[GemmStep], half_spm: int, half_acc: int, slot: int,
+               tiles: int) -> None:
+    """The software-pipelined stream of one tile (in slot ``slot`` of ``tiles``): LOADs of step i+1 among the
+    GEMMs of step i.
+
+    Every tile loads its first step at once, before any GEMM can start, and tiles whose blocks share rows
+    of A (or pages of them) would queue at the same banks burst by burst: the tile in slot s loads its
+    first A from row ``s * rows // tiles`` of its block on, then the rows before it.
+
+    The command processor dispatches in order and its tile core holds ``COSTS.core_slots`` commands, so
+    LOADs placed after all of a step's GEMMs would dispatch only once all but the last few of them had
+    started, leaving them half the step to load in.  Step i+1's A and B LOADs come after the first
+    ``core_slots - 1`` GEMMs of step i instead: while they wait for step i-1's GEMMs (whose rows they
+    overwrite) the core still holds GEMMs of step i to run.  The bias LOAD stays after all the GEMMs (a
+    LOAD into the accumulators waits for the GEMM results streaming, and would hold the dispatch of the
+    GEMMs behind it).
+    """
     if not steps:
         return
-    _emit_loads(s, plan, steps[0], half_spm, half_acc, bias_first=True)
+    _emit_loads(s, plan, steps[0], half_spm, half_acc, bias_first=True,
+                a_from=slot * plan.blocks[steps[0].block].rows // tiles)
+    lead = COSTS.core_slots - 1
     for i, step in enumerate(steps):
-        _emit_gemms(s, plan, step, half_spm, half_acc)
-        if i + 1 < len(steps):
-            _emit_loads(s, plan, steps[i + 1], half_spm, half_acc)
+        chunks = plan.blocks[step.block].cols // plan.array
+        after = steps[i + 1] if i + 1 < len(steps) else None
+        if after is not None and lead < chunks:
+            _emit_gemms(s, plan, step, half_spm, half_acc, range(lead))
+            _emit_loads(s, plan, after, half_spm, half_acc, bias=False)
+            _emit_gemms(s, plan, step, half_spm, half_acc, range(lead, chunks))
+            _emit_bias_load(s, plan, after, *_layout(plan, after, half_spm, half_acc)[3:])
+        else:
+            _emit_gemms(s, plan, step, half_spm, half_acc, range(chunks))
+            if after is not None:
+                _emit_loads(s, plan, after, half_spm, half_acc)
         if step.last:
             _emit_finish(s, plan, step, half_spm, half_acc)
 
@@ -491,8 +521,10 @@ def _layout(plan: GemmPlan, step: GemmStep, half_spm: int, half_acc: int) -> tup
 
 
 def _emit_loads(s: CommandStream, plan: GemmPlan, step: GemmStep, half_spm: int, half_acc: int, *,
-                bias_first: bool = False) -> None:
-    """The LOADs of one step: A and B, and the block's bias with its first step.
+                bias_first: bool = False, bias: bool = True, a_from: int = 0) -> None:
+    """The LOADs of one step: A and B, and (unless ``bias`` is false) the block's bias with its first step.
+
+    A is loaded from row ``a_from`` of the block to its end, then (a second LOAD) the rows before it.
 
     ``bias_first`` puts the bias before A and B, for a tile's first step: the array's results have the
     accumulator's write port first, so a bias LOAD still writing when the first GEMM's results start waits
@@ -507,11 +539,13 @@ def _emit_loads(s: CommandStream, plan: GemmPlan, step: GemmStep, half_spm: int,
     _kp, a_addr, a_stride, b_addr, b_stride = plan.terms[step.term]
     if bias_first:
         _emit_bias_load(s, plan, step, c, bias_row)
-    s.load(mem_addr=a_addr + block.m0 * a_stride + step.k0, mem_stride=a_stride,
-           local_addr=a, rows=block.rows, cols=kct, local_row_stride=1, local_col_stride=block.rows)
+    for first, end in ((a_from, block.rows), (0, a_from)):
+        if end > first:
+            s.load(mem_addr=a_addr + (block.m0 + first) * a_stride + step.k0, mem_stride=a_stride,
+                   local_addr=a + first, rows=end - first, cols=kct, local_row_stride=1, local_col_stride=block.rows)
     s.load(mem_addr=b_addr + step.k0 * b_stride + block.n0, mem_stride=b_stride,
            local_addr=b, rows=step.depth, cols=nct, local_row_stride=1, local_col_stride=step.depth)
-    if not bias_first:
+    if bias and not bias_first:
         _emit_bias_load(s, plan, step, c, bias_row)
 
 
@@ -533,13 +567,14 @@ def _emit_bias_load(s: CommandStream, plan: GemmPlan, step: GemmStep, c: int, bi
                local_row_stride=1, local_col_stride=block.rows, acc=True)
 
 
-def _emit_gemms(s: CommandStream, plan: GemmPlan, step: GemmStep, half_spm: int, half_acc: int) -> None:
+def _emit_gemms(s: CommandStream, plan: GemmPlan, step: GemmStep, half_spm: int, half_acc: int,
+                chunks: range) -> None:
+    """The GEMMs of one step for the output chunks ``chunks`` of its block."""
     block = plan.blocks[step.block]
-    arr = plan.array
-    kct = step.depth // arr
+    kct = step.depth // plan.array
     a, b, _out, c, _bias = _layout(plan, step, half_spm, half_acc)
     accumulate = not step.first or (plan.bias_addr is not None and plan.post is None)
-    for j in range(block.cols // arr):
+    for j in chunks:
         s.gemm(a_addr=a, b_addr=b + j * step.depth, c_addr=c + j * block.rows, m=block.rows, k_chunks=kct,
                accumulate=accumulate)
 
