@@ -752,7 +752,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
     .frames__w_addr(frames__w_addr),
     .frames__w_data(frames__w_data),
     .frames__w_en(frames__w_en),
-    .\port$20398$0 (\$40 ),
+    .\port$21018$0 (\$40 ),
     .rst(rst),
     .rx__abort(rx__abort),
     .rx__byte(cmd),
@@ -798,7 +798,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
     .crc__feed(\crc__feed$176 ),
     .crc__restart(\crc__restart$181 ),
     .crc__value(crc__value),
-    .\port$20398$0 (\$40 ),
+    .\port$21018$0 (\$40 ),
     .rst(rst),
     .rx__abort(rx__abort),
     .rx__byte(cmd),
@@ -939,7 +939,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
     .clk(clk),
     .crc__data(\crc__data$167 ),
     .crc__feed(\crc__feed$177 ),
-    .\port$20398$0 (\$40 ),
+    .\port$21018$0 (\$40 ),
     .rst(rst),
     .rx__abort(rx__abort),
     .rx__byte(cmd),
@@ -985,7 +985,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
     .busy(\busy$6 ),
     .clk(clk),
     .cmd(cmd),
-    .\port$20398$0 (\$40 ),
+    .\port$21018$0 (\$40 ),
     .rst(rst),
     .rx__abort(rx__abort),
     .rx__listen(\rx__listen$139 ),
@@ -1207,7 +1207,7 @@ module \dx1_board.bridge (clk, rst, regs__awready, regs__wready, regs__arready, 
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.bridge.buffer (rst, frames__receive, frames__receive_crc, frames__send, frames__offset, frames__length, frames__w_addr, frames__w_data, frames__w_en, frames__r_addr, rx__valid, rx__abort, rx__byte, tx__tready, crc__value, frames__crc_ok, frames__r_data, \port$20398$0 , crc__restart, rx__listen, crc__feed
+module \dx1_board.bridge.buffer (rst, frames__receive, frames__receive_crc, frames__send, frames__offset, frames__length, frames__w_addr, frames__w_data, frames__w_en, frames__r_addr, rx__valid, rx__abort, rx__byte, tx__tready, crc__value, frames__crc_ok, frames__r_data, \port$21018$0 , crc__restart, rx__listen, crc__feed
 , crc__data, frames__received, tx__tvalid, tx__tdata, crc__shift, frames__sent, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$33  = 0;
   wire [13:0] \$1 ;
@@ -1283,8 +1283,8 @@ module \dx1_board.bridge.buffer (rst, frames__receive, frames__receive_crc, fram
   reg [12:0] idx = 13'h0000;
   reg [7:0] lane_byte;
   reg [12:0] length = 13'h0000;
-  input [23:0] \port$20398$0 ;
-  wire [23:0] \port$20398$0 ;
+  input [23:0] \port$21018$0 ;
+  wire [23:0] \port$21018$0 ;
   reg rd_ok = 1'h0;
   wire [9:0] rp__addr;
   wire [63:0] rp__data;
@@ -1350,7 +1350,7 @@ module \dx1_board.bridge.buffer (rst, frames__receive, frames__receive_crc, fram
   assign \$12  = count + 1'h1;
   assign \$13  = count == 2'h3;
   assign \$15  = sending ? \$14  : { 3'h0, frames__r_addr };
-  assign frames__crc_ok = { \port$20398$0 , rx__byte } == crc__value;
+  assign frames__crc_ok = { \port$21018$0 , rx__byte } == crc__value;
   assign \$17  = 1'h1 << idx[2:0];
   assign \$18  = count == 2'h3;
   assign \$19  = tx__tvalid & tx__tready;
@@ -1724,13 +1724,13 @@ module \dx1_board.bridge.buffer (rst, frames__receive, frames__receive_crc, fram
   end
   assign rp__addr = \$15 [9:0];
   assign rp__data = frames__r_data;
-  assign rx__field = { \port$20398$0 , rx__byte };
+  assign rx__field = { \port$21018$0 , rx__byte };
   assign \$14  = { 3'h0, idx[12:3] };
   assign \$16  = { 3'h0, idx[12:3] };
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tready, crc__value, buf__crc_ok, buf__r_data, bus__mem_b_done, bus__mem_b_err, bus__mem_r_done, bus__mem_r_err, busy, bus__mem_rdata, bus__mem_rlast, bus__mem_wready, \port$20398$0 , \start$54 , buf__received, buf__sent, rx__listen
+module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tready, crc__value, buf__crc_ok, buf__r_data, bus__mem_b_done, bus__mem_b_err, bus__mem_r_done, bus__mem_r_err, busy, bus__mem_rdata, bus__mem_rlast, bus__mem_wready, \port$21018$0 , \start$54 , buf__received, buf__sent, rx__listen
 , crc__feed, crc__data, crc__restart, buf__receive, buf__offset, buf__length, tx__tvalid, tx__tdata, rx__discard, bus__mem_write, bus__mem_addr, bus__mem_len, buf__r_addr, bus__mem_stream, bus__mem_wdata, bus__mem_wstrb, bus__mem_wlast, bus__mem_b_wait, bus__mem_read, bus__mem_r_wait, buf__w_addr
 , buf__w_data, buf__w_en, buf__send, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$34  = 0;
@@ -1891,8 +1891,8 @@ module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tre
   wire [7:0] len;
   wire [12:0] length;
   reg next;
-  input [23:0] \port$20398$0 ;
-  wire [23:0] \port$20398$0 ;
+  input [23:0] \port$21018$0 ;
+  wire [23:0] \port$21018$0 ;
   input rst;
   wire rst;
   input rx__abort;
@@ -1920,7 +1920,7 @@ module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tre
   reg write = 1'h0;
   assign \$29  = count == 3'h7;
   assign \$30  = count == 4'hb;
-  assign \$31  = { \port$20398$0 , rx__byte } != crc__value;
+  assign \$31  = { \port$21018$0 , rx__byte } != crc__value;
   assign \$32  = ~ byte_addr[31];
   assign \$33  = ! blen;
   assign \$34  = \$32  | \$33 ;
@@ -1999,14 +1999,14 @@ module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tre
     .len(len),
     .length(blen[12:0]),
     .next(next),
-    .\port$14711$0 (\$63 ),
-    .\port$14718$0 (\$64 ),
-    .\port$14725$0 (\$65 ),
-    .\port$14732$0 (\$66 ),
-    .\port$14739$0 (\$67 ),
-    .\port$14746$0 (\$68 ),
-    .\port$14753$0 (\$69 ),
-    .\port$14760$0 (\$70 ),
+    .\port$15079$0 (\$63 ),
+    .\port$15086$0 (\$64 ),
+    .\port$15093$0 (\$65 ),
+    .\port$15100$0 (\$66 ),
+    .\port$15107$0 (\$67 ),
+    .\port$15114$0 (\$68 ),
+    .\port$15121$0 (\$69 ),
+    .\port$15128$0 (\$70 ),
     .rst(rst),
     .start(start)
   );
@@ -2892,7 +2892,7 @@ module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tre
           if (rx__abort) begin
           end else if (rx__valid) begin
             if (\$28 ) begin
-              \$58  = { \port$20398$0 , rx__byte };
+              \$58  = { \port$21018$0 , rx__byte };
             end
           end
     endcase
@@ -2910,7 +2910,7 @@ module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tre
           if (rx__abort) begin
           end else if (rx__valid) begin
             if (\$29 ) begin
-              \$59  = { \port$20398$0 , rx__byte };
+              \$59  = { \port$21018$0 , rx__byte };
             end
           end
     endcase
@@ -3036,11 +3036,11 @@ module \dx1_board.bridge.burst$357 (rst, rx__valid, rx__abort, rx__byte, tx__tre
   assign \beat$5  = beat;
   assign strb = { \$70 , \$69 , \$68 , \$67 , \$66 , \$65 , \$64 , \$63  };
   assign cmd = rx__byte;
-  assign rx__field = { \port$20398$0 , rx__byte };
+  assign rx__field = { \port$21018$0 , rx__byte };
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.bridge.burst$357.cutter (rst, len, done, \port$14711$0 , \port$14718$0 , \port$14725$0 , \port$14732$0 , \port$14739$0 , \port$14746$0 , \port$14753$0 , \port$14760$0 , start, next, byte_addr, length, beat, addr, clk);
+module \dx1_board.bridge.burst$357.cutter (rst, len, done, \port$15079$0 , \port$15086$0 , \port$15093$0 , \port$15100$0 , \port$15107$0 , \port$15114$0 , \port$15121$0 , \port$15128$0 , start, next, byte_addr, length, beat, addr, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$35  = 0;
   wire [14:0] \$1 ;
   wire [14:0] \$10 ;
@@ -3132,22 +3132,22 @@ module \dx1_board.bridge.burst$357.cutter (rst, len, done, \port$14711$0 , \port
   wire [9:0] nbeats;
   input next;
   wire next;
-  output \port$14711$0 ;
-  wire \port$14711$0 ;
-  output \port$14718$0 ;
-  wire \port$14718$0 ;
-  output \port$14725$0 ;
-  wire \port$14725$0 ;
-  output \port$14732$0 ;
-  wire \port$14732$0 ;
-  output \port$14739$0 ;
-  wire \port$14739$0 ;
-  output \port$14746$0 ;
-  wire \port$14746$0 ;
-  output \port$14753$0 ;
-  wire \port$14753$0 ;
-  output \port$14760$0 ;
-  wire \port$14760$0 ;
+  output \port$15079$0 ;
+  wire \port$15079$0 ;
+  output \port$15086$0 ;
+  wire \port$15086$0 ;
+  output \port$15093$0 ;
+  wire \port$15093$0 ;
+  output \port$15100$0 ;
+  wire \port$15100$0 ;
+  output \port$15107$0 ;
+  wire \port$15107$0 ;
+  output \port$15114$0 ;
+  wire \port$15114$0 ;
+  output \port$15121$0 ;
+  wire \port$15121$0 ;
+  output \port$15128$0 ;
+  wire \port$15128$0 ;
   input rst;
   wire rst;
   input start;
@@ -3255,14 +3255,14 @@ module \dx1_board.bridge.burst$357.cutter (rst, len, done, \port$14711$0 , \port
   assign cut = \$7 [8:0];
   assign strb = { \$64 , \$57 , \$50 , \$43 , \$36 , \$29 , \$22 , \$15  };
   assign len = \$8 [7:0];
-  assign \port$14711$0  = \$15 ;
-  assign \port$14718$0  = \$22 ;
-  assign \port$14725$0  = \$29 ;
-  assign \port$14732$0  = \$36 ;
-  assign \port$14739$0  = \$43 ;
-  assign \port$14746$0  = \$50 ;
-  assign \port$14753$0  = \$57 ;
-  assign \port$14760$0  = \$64 ;
+  assign \port$15079$0  = \$15 ;
+  assign \port$15086$0  = \$22 ;
+  assign \port$15093$0  = \$29 ;
+  assign \port$15100$0  = \$36 ;
+  assign \port$15107$0  = \$43 ;
+  assign \port$15114$0  = \$50 ;
+  assign \port$15121$0  = \$57 ;
+  assign \port$15128$0  = \$64 ;
   assign \$3  = { \$2 [15], \$2 [15], \$2 [15], \$2 [15:3] };
   assign \$65  = { \$7 [8:0], 3'h0 };
 endmodule
@@ -5179,7 +5179,7 @@ module \dx1_board.bridge.receiver.uart_rx.sync (clk, rst, stage1, rx);
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.bridge.reg_frames (rst, rx__valid, rx__abort, rx__byte, tx__tready, buf__crc_ok, buf__r_data, bus__reg_b_done, bus__reg_b_err, bus__reg_r_done, bus__reg_r_err, busy, bus__reg_rdata, \port$20398$0 , start, buf__received, buf__sent, rx__listen, crc__feed, crc__data, buf__offset
+module \dx1_board.bridge.reg_frames (rst, rx__valid, rx__abort, rx__byte, tx__tready, buf__crc_ok, buf__r_data, bus__reg_b_done, bus__reg_b_err, bus__reg_r_done, bus__reg_r_err, busy, bus__reg_rdata, \port$21018$0 , start, buf__received, buf__sent, rx__listen, crc__feed, crc__data, buf__offset
 , buf__length, buf__receive, buf__receive_crc, tx__tvalid, tx__tdata, rx__discard, buf__r_addr, bus__reg_write, bus__reg_addr, bus__reg_wdata, bus__reg_b_wait, bus__reg_read, bus__reg_r_wait, buf__w_addr, buf__w_data, buf__w_en, buf__send, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$42  = 0;
   wire [9:0] \$1 ;
@@ -5309,8 +5309,8 @@ module \dx1_board.bridge.reg_frames (rst, rx__valid, rx__abort, rx__byte, tx__tr
   reg crc__feed;
   reg err;
   wire last;
-  input [23:0] \port$20398$0 ;
-  wire [23:0] \port$20398$0 ;
+  input [23:0] \port$21018$0 ;
+  wire [23:0] \port$21018$0 ;
   reg [3:0] reg_frame_fsm_state = 4'h0;
   input rst;
   wire rst;
@@ -6067,7 +6067,7 @@ module \dx1_board.bridge.reg_frames (rst, rx__valid, rx__abort, rx__byte, tx__tr
           if (rx__abort) begin
           end else if (rx__valid) begin
             if (\$29 ) begin
-              \$60  = { \port$20398$0 , rx__byte };
+              \$60  = { \port$21018$0 , rx__byte };
             end
           end
       4'h2:
@@ -6217,7 +6217,7 @@ module \dx1_board.bridge.reg_frames (rst, rx__valid, rx__abort, rx__byte, tx__tr
     end
   end
   assign cmd = rx__byte;
-  assign rx__field = { \port$20398$0 , rx__byte };
+  assign rx__field = { \port$21018$0 , rx__byte };
   assign \$3  = { 1'h0, rx__byte, 2'h0 };
   assign \$10  = { 1'h0, count[8:1] };
   assign \$15  = { 1'h0, words, 2'h0 };
@@ -6366,7 +6366,7 @@ module \dx1_board.bridge.uart_tx (rst, data__tdata, data__tvalid, data__tready, 
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.bridge.uartbone$356 (rst, rx__valid, rx__abort, cmd, tx__tready, bus__reg_b_done, bus__reg_r_done, bus__reg_r_err, bus__mem_b_done, bus__mem_r_done, bus__mem_r_err, busy, bus__reg_rdata, bus__mem_rdata, \port$20398$0 , start, rx__listen, bus__reg_write, bus__reg_addr, bus__reg_wdata, bus__mem_write
+module \dx1_board.bridge.uartbone$356 (rst, rx__valid, rx__abort, cmd, tx__tready, bus__reg_b_done, bus__reg_r_done, bus__reg_r_err, bus__mem_b_done, bus__mem_r_done, bus__mem_r_err, busy, bus__reg_rdata, bus__mem_rdata, \port$21018$0 , start, rx__listen, bus__reg_write, bus__reg_addr, bus__reg_wdata, bus__mem_write
 , bus__mem_beat, bus__mem_addr, bus__mem_wdata, bus__mem_wstrb, bus__reg_read, bus__mem_read, bus__reg_b_wait, bus__mem_b_wait, bus__reg_r_wait, bus__mem_r_wait, tx__tvalid, tx__tdata, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$44  = 0;
   wire \$1 ;
@@ -6465,8 +6465,8 @@ module \dx1_board.bridge.uartbone$356 (rst, rx__valid, rx__abort, cmd, tx__tread
   wire in_mem;
   wire in_regs;
   reg incr = 1'h0;
-  input [23:0] \port$20398$0 ;
-  wire [23:0] \port$20398$0 ;
+  input [23:0] \port$21018$0 ;
+  wire [23:0] \port$21018$0 ;
   input rst;
   wire rst;
   input rx__abort;
@@ -6637,7 +6637,7 @@ module \dx1_board.bridge.uartbone$356 (rst, rx__valid, rx__abort, cmd, tx__tread
           if (rx__abort) begin
           end else if (rx__valid) begin
             if (\$21 ) begin
-              \$40  = { \port$20398$0 , cmd };
+              \$40  = { \port$21018$0 , cmd };
             end
           end
       4'h3:
@@ -6675,7 +6675,7 @@ module \dx1_board.bridge.uartbone$356 (rst, rx__valid, rx__abort, cmd, tx__tread
           if (rx__abort) begin
           end else if (rx__valid) begin
             if (\$23 ) begin
-              \$41  = { \port$20398$0 , cmd };
+              \$41  = { \port$21018$0 , cmd };
             end
           end
       4'h4:
@@ -7174,7 +7174,7 @@ module \dx1_board.bridge.uartbone$356 (rst, rx__valid, rx__abort, cmd, tx__tread
   assign byte_addr = { waddr[29:0], 2'h0 };
   assign in_mem = waddr[29];
   assign rx__byte = cmd;
-  assign rx__field = { \port$20398$0 , cmd };
+  assign rx__field = { \port$21018$0 , cmd };
   assign \$3  = { waddr[28:1], 3'h0 };
   assign \$5  = { waddr[28:1], 3'h0 };
   assign \$29  = { 7'h00, word, 8'h00 };
@@ -8301,8 +8301,8 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .perf_table_overflows(table_overflows_source),
     .perf_table_underflows(table_underflows_source),
     .perf_vector_busy(busy_vector_source),
-    .\port$17658$0 (\$56 ),
-    .\port$17660$0 (\$57 ),
+    .\port$18152$0 (\$56 ),
+    .\port$18154$0 (\$57 ),
     .progress(\progress$312 ),
     .\req__tdata$195 (spm_rreq__tdata),
     .req__tvalid(spm_wr__tvalid),
@@ -8336,8 +8336,8 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .perf_table_overflows(\table_overflows_source$764 ),
     .perf_table_underflows(\table_underflows_source$762 ),
     .perf_vector_busy(\busy_vector_source$758 ),
-    .\port$20109$0 (\$59 ),
-    .\port$20111$0 (\$60 ),
+    .\port$20729$0 (\$59 ),
+    .\port$20731$0 (\$60 ),
     .progress(\progress$667 ),
     .\req__tdata$195 (\spm_rreq__tdata$518 ),
     .req__tvalid(\spm_wr__tvalid$516 ),
@@ -8396,22 +8396,22 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .head(head),
     .irq_completion(irq_completion),
     .irq_error(irq_error),
-    .\port$14989$0 (GLOBAL_SEM0__value[15:0]),
-    .\port$14991$0 (GLOBAL_SEM1__value[15:0]),
-    .\port$14993$0 (GLOBAL_SEM2__value[15:0]),
-    .\port$14995$0 (GLOBAL_SEM3__value[15:0]),
-    .\port$14997$0 (GLOBAL_SEM4__value[15:0]),
-    .\port$14999$0 (GLOBAL_SEM5__value[15:0]),
-    .\port$15001$0 (GLOBAL_SEM6__value[15:0]),
-    .\port$15003$0 (GLOBAL_SEM7__value[15:0]),
-    .\port$15005$0 (GLOBAL_SEM8__value[15:0]),
-    .\port$15007$0 (GLOBAL_SEM9__value[15:0]),
-    .\port$15009$0 (GLOBAL_SEM10__value[15:0]),
-    .\port$15011$0 (GLOBAL_SEM11__value[15:0]),
-    .\port$15013$0 (GLOBAL_SEM12__value[15:0]),
-    .\port$15015$0 (GLOBAL_SEM13__value[15:0]),
-    .\port$15017$0 (GLOBAL_SEM14__value[15:0]),
-    .\port$15019$0 (GLOBAL_SEM15__value[15:0]),
+    .\port$15357$0 (GLOBAL_SEM0__value[15:0]),
+    .\port$15359$0 (GLOBAL_SEM1__value[15:0]),
+    .\port$15361$0 (GLOBAL_SEM2__value[15:0]),
+    .\port$15363$0 (GLOBAL_SEM3__value[15:0]),
+    .\port$15365$0 (GLOBAL_SEM4__value[15:0]),
+    .\port$15367$0 (GLOBAL_SEM5__value[15:0]),
+    .\port$15369$0 (GLOBAL_SEM6__value[15:0]),
+    .\port$15371$0 (GLOBAL_SEM7__value[15:0]),
+    .\port$15373$0 (GLOBAL_SEM8__value[15:0]),
+    .\port$15375$0 (GLOBAL_SEM9__value[15:0]),
+    .\port$15377$0 (GLOBAL_SEM10__value[15:0]),
+    .\port$15379$0 (GLOBAL_SEM11__value[15:0]),
+    .\port$15381$0 (GLOBAL_SEM12__value[15:0]),
+    .\port$15383$0 (GLOBAL_SEM13__value[15:0]),
+    .\port$15385$0 (GLOBAL_SEM14__value[15:0]),
+    .\port$15387$0 (GLOBAL_SEM15__value[15:0]),
     .progress(progress),
     .quiesce(quiesce),
     .reset_cp(reset_cp),
@@ -8480,22 +8480,22 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .head(\head$706 ),
     .irq_completion(\irq_completion$717 ),
     .irq_error(\irq_error$718 ),
-    .\port$14989$0 (GLOBAL_SEM0__value[15:0]),
-    .\port$14991$0 (GLOBAL_SEM1__value[15:0]),
-    .\port$14993$0 (GLOBAL_SEM2__value[15:0]),
-    .\port$14995$0 (GLOBAL_SEM3__value[15:0]),
-    .\port$14997$0 (GLOBAL_SEM4__value[15:0]),
-    .\port$14999$0 (GLOBAL_SEM5__value[15:0]),
-    .\port$15001$0 (GLOBAL_SEM6__value[15:0]),
-    .\port$15003$0 (GLOBAL_SEM7__value[15:0]),
-    .\port$15005$0 (GLOBAL_SEM8__value[15:0]),
-    .\port$15007$0 (GLOBAL_SEM9__value[15:0]),
-    .\port$15009$0 (GLOBAL_SEM10__value[15:0]),
-    .\port$15011$0 (GLOBAL_SEM11__value[15:0]),
-    .\port$15013$0 (GLOBAL_SEM12__value[15:0]),
-    .\port$15015$0 (GLOBAL_SEM13__value[15:0]),
-    .\port$15017$0 (GLOBAL_SEM14__value[15:0]),
-    .\port$15019$0 (GLOBAL_SEM15__value[15:0]),
+    .\port$15357$0 (GLOBAL_SEM0__value[15:0]),
+    .\port$15359$0 (GLOBAL_SEM1__value[15:0]),
+    .\port$15361$0 (GLOBAL_SEM2__value[15:0]),
+    .\port$15363$0 (GLOBAL_SEM3__value[15:0]),
+    .\port$15365$0 (GLOBAL_SEM4__value[15:0]),
+    .\port$15367$0 (GLOBAL_SEM5__value[15:0]),
+    .\port$15369$0 (GLOBAL_SEM6__value[15:0]),
+    .\port$15371$0 (GLOBAL_SEM7__value[15:0]),
+    .\port$15373$0 (GLOBAL_SEM8__value[15:0]),
+    .\port$15375$0 (GLOBAL_SEM9__value[15:0]),
+    .\port$15377$0 (GLOBAL_SEM10__value[15:0]),
+    .\port$15379$0 (GLOBAL_SEM11__value[15:0]),
+    .\port$15381$0 (GLOBAL_SEM12__value[15:0]),
+    .\port$15383$0 (GLOBAL_SEM13__value[15:0]),
+    .\port$15385$0 (GLOBAL_SEM14__value[15:0]),
+    .\port$15387$0 (GLOBAL_SEM15__value[15:0]),
     .progress(\progress$666 ),
     .quiesce(\quiesce$678 ),
     .reset_cp(\reset_cp$869 ),
@@ -8560,8 +8560,8 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .done__tdata(dma_done__tdata),
     .done__tready(\done__tready$153 ),
     .done__tvalid(dma_done__tvalid),
-    .\port$17658$0 (\$56 ),
-    .\port$17660$0 (\$57 ),
+    .\port$18152$0 (\$56 ),
+    .\port$18154$0 (\$57 ),
     .quiet(dma_quiet),
     .reset_units(reset_units),
     .rst(rst),
@@ -8614,8 +8614,8 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .done__tdata(\dma_done__tdata$506 ),
     .done__tready(\done__tready$508 ),
     .done__tvalid(\dma_done__tvalid$510 ),
-    .\port$20109$0 (\$59 ),
-    .\port$20111$0 (\$60 ),
+    .\port$20729$0 (\$59 ),
+    .\port$20731$0 (\$60 ),
     .quiet(\dma_quiet$676 ),
     .reset_units(\reset_units$733 ),
     .rst(rst),
@@ -8994,26 +8994,26 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .bus__wready(regs__wready),
     .bus__wvalid(bus__wvalid),
     .clk(clk),
-    .\port$13029$0 (\busy$710 ),
-    .\port$13761$0 (\$61 ),
-    .\port$17704$0 (head),
-    .\port$17706$0 (tail),
-    .\port$17712$0 (halted),
-    .\port$17714$0 (error_code),
-    .\port$17716$0 (error_index),
-    .\port$17717$0 (irq_error),
-    .\port$17870$0 (irq_completion),
-    .\port$20155$0 (\head$706 ),
-    .\port$20157$0 (\tail$708 ),
-    .\port$20163$0 (\halted$711 ),
-    .\port$20165$0 (\error_code$714 ),
-    .\port$20167$0 (\error_index$715 ),
-    .\port$20168$0 (\irq_error$718 ),
-    .\port$20321$0 (\irq_completion$717 ),
+    .\port$13397$0 (\busy$710 ),
+    .\port$14129$0 (\$61 ),
+    .\port$18198$0 (head),
+    .\port$18200$0 (tail),
+    .\port$18206$0 (halted),
+    .\port$18208$0 (error_code),
+    .\port$18210$0 (error_index),
+    .\port$18211$0 (irq_error),
+    .\port$18364$0 (irq_completion),
+    .\port$20775$0 (\head$706 ),
+    .\port$20777$0 (\tail$708 ),
+    .\port$20783$0 (\halted$711 ),
+    .\port$20785$0 (\error_code$714 ),
+    .\port$20787$0 (\error_index$715 ),
+    .\port$20788$0 (\irq_error$718 ),
+    .\port$20941$0 (\irq_completion$717 ),
     .\port$3057$0 (\busy$357 ),
-    .\port$7647$0 (busy),
-    .\port$8379$0 (\$58 ),
-    .\port$8439$0 (\busy$712 ),
+    .\port$7831$0 (busy),
+    .\port$8563$0 (\$58 ),
+    .\port$8623$0 (\busy$712 ),
     .rst(rst)
   );
   \dx1_board.soc.reset0  reset0 (
@@ -9051,22 +9051,22 @@ module \dx1_board.soc (rst, irq, regs__awready, regs__wready, regs__arready, mem
     .grant1(\sem_grant$730 ),
     .index0(cmd__tdata[67:64]),
     .index1(\cmd__tdata$487 [67:64]),
-    .\port$14989$0 (GLOBAL_SEM0__value),
-    .\port$14991$0 (GLOBAL_SEM1__value),
-    .\port$14993$0 (GLOBAL_SEM2__value),
-    .\port$14995$0 (GLOBAL_SEM3__value),
-    .\port$14997$0 (GLOBAL_SEM4__value),
-    .\port$14999$0 (GLOBAL_SEM5__value),
-    .\port$15001$0 (GLOBAL_SEM6__value),
-    .\port$15003$0 (GLOBAL_SEM7__value),
-    .\port$15005$0 (GLOBAL_SEM8__value),
-    .\port$15007$0 (GLOBAL_SEM9__value),
-    .\port$15009$0 (GLOBAL_SEM10__value),
-    .\port$15011$0 (GLOBAL_SEM11__value),
-    .\port$15013$0 (GLOBAL_SEM12__value),
-    .\port$15015$0 (GLOBAL_SEM13__value),
-    .\port$15017$0 (GLOBAL_SEM14__value),
-    .\port$15019$0 (GLOBAL_SEM15__value),
+    .\port$15357$0 (GLOBAL_SEM0__value),
+    .\port$15359$0 (GLOBAL_SEM1__value),
+    .\port$15361$0 (GLOBAL_SEM2__value),
+    .\port$15363$0 (GLOBAL_SEM3__value),
+    .\port$15365$0 (GLOBAL_SEM4__value),
+    .\port$15367$0 (GLOBAL_SEM5__value),
+    .\port$15369$0 (GLOBAL_SEM6__value),
+    .\port$15371$0 (GLOBAL_SEM7__value),
+    .\port$15373$0 (GLOBAL_SEM8__value),
+    .\port$15375$0 (GLOBAL_SEM9__value),
+    .\port$15377$0 (GLOBAL_SEM10__value),
+    .\port$15379$0 (GLOBAL_SEM11__value),
+    .\port$15381$0 (GLOBAL_SEM12__value),
+    .\port$15383$0 (GLOBAL_SEM13__value),
+    .\port$15385$0 (GLOBAL_SEM14__value),
+    .\port$15387$0 (GLOBAL_SEM15__value),
     .set(set),
     .set_value(set_value),
     .valid0(valid0),
@@ -10257,7 +10257,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$142 , progress, cmd__tready, done__tdata, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, req__tvalid, \req__tvalid$193 , \req__tvalid$199 , \req__tvalid$205 , \resp__tready$215 , resp__tready, reset_units
-, perf_macs, perf_busy, done__tvalid, perf_vector_busy, perf_table_hits, perf_table_underflows, perf_table_overflows, \port$17658$0 , \port$17660$0 , \req__tdata$195 , cmd__tdata, clk);
+, perf_macs, perf_busy, done__tvalid, perf_vector_busy, perf_table_hits, perf_table_underflows, perf_table_overflows, \port$18152$0 , \port$18154$0 , \req__tdata$195 , cmd__tdata, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$46  = 0;
   wire [15:0] \$1 ;
   wire \$10 ;
@@ -10298,8 +10298,6 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$142 ,
   wire [7:0] \a[5] ;
   wire [7:0] \a[6] ;
   wire [7:0] \a[7] ;
-  wire a_bank;
-  wire \a_bank$95 ;
   wire a_valid;
   wire \a_valid$93 ;
   wire [15:0] acc_a_addr;
@@ -10439,6 +10437,8 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$142 ,
   wire \loaded$69 ;
   wire loaded_bank;
   wire \loaded_bank$71 ;
+  wire next_bank;
+  wire \next_bank$95 ;
   wire [255:0] out;
   wire [255:0] \out$99 ;
   wire [31:0] \out$99[0] ;
@@ -10480,10 +10480,10 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$142 ,
   wire [31:0] perf_table_underflows;
   output [31:0] perf_vector_busy;
   wire [31:0] perf_vector_busy;
-  input [255:0] \port$17658$0 ;
-  wire [255:0] \port$17658$0 ;
-  input [15:0] \port$17660$0 ;
-  wire [15:0] \port$17660$0 ;
+  input [255:0] \port$18152$0 ;
+  wire [255:0] \port$18152$0 ;
+  input [15:0] \port$18154$0 ;
+  wire [15:0] \port$18154$0 ;
   wire postop;
   wire [7:0] postop__opcode;
   wire [7:0] postop__status;
@@ -10692,22 +10692,22 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$142 ,
     .addr(\addr$163 ),
     .data(\data$167 ),
     .en(\en$170 ),
-    .\port$17658$0 (\port$17658$0 ),
-    .\port$17660$0 (\port$17660$0 ),
+    .\port$18152$0 (\port$18152$0 ),
+    .\port$18154$0 (\port$18154$0 ),
     .req__tready(\grant$142 ),
     .req__tvalid(\req__tvalid$193 )
   );
   \dx1_board.soc.core0.array  array (
     .a(a),
-    .a_bank(a_bank),
     .a_valid(a_valid),
     .clk(clk),
     .ctl(ctl),
-    .ctl_d14(out_ctl),
+    .next_bank(next_bank),
     .out(out),
+    .out_ctl(out_ctl),
+    .out_valid(out_valid),
     .reset_units(reset_units),
     .rst(rst),
-    .valid_d14(out_valid),
     .w_bank(loaded_bank),
     .w_load(w_load),
     .w_row(w_row)
@@ -10855,19 +10855,19 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$142 ,
     .addr(addr),
     .data(data),
     .en(en),
-    .\port$17658$0 (\port$17658$0 [63:0]),
-    .\port$17660$0 (\port$17660$0 ),
+    .\port$18152$0 (\port$18152$0 [63:0]),
+    .\port$18154$0 (\port$18154$0 ),
     .req__tready(grant),
     .req__tvalid(req__tvalid)
   );
   \dx1_board.soc.core0.streamer  streamer (
     .a(a),
-    .a_bank(a_bank),
     .a_valid(a_valid),
     .bank(stream_bank),
     .bank_full(bank_full),
     .clk(clk),
     .ctl(ctl),
+    .next_bank(next_bank),
     .reset_units(reset_units),
     .room(\room$49 ),
     .rst(rst),
@@ -10996,7 +10996,7 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$142 ,
   assign spm_ra__data = spm_data;
   assign \a$91  = a;
   assign \a_valid$93  = a_valid;
-  assign \a_bank$95  = a_bank;
+  assign \next_bank$95  = next_bank;
   assign \ctl$97  = ctl;
   assign \out$99  = out;
   assign \out_valid$101  = out_valid;
@@ -11030,13 +11030,13 @@ module \dx1_board.soc.core0 (rst, cmd__tvalid, done__tready, grant, \grant$142 ,
   assign acc_rp__addr = \$22 [9:0];
   assign \acc_data$181  = acc_b_data;
   assign \data$182  = acc_b_data;
-  assign req__tdata = { \port$17660$0 , \port$17658$0 [63:0] };
-  assign spm_wr__tdata = { \port$17660$0 , \port$17658$0 [63:0] };
+  assign req__tdata = { \port$18154$0 , \port$18152$0 [63:0] };
+  assign spm_wr__tdata = { \port$18154$0 , \port$18152$0 [63:0] };
   assign spm_wr__tready = grant;
   assign req__tready = grant;
   assign spm_wr__tvalid = req__tvalid;
-  assign \req__tdata$189  = { \port$17660$0 , \port$17658$0  };
-  assign acc_wr__tdata = { \port$17660$0 , \port$17658$0  };
+  assign \req__tdata$189  = { \port$18154$0 , \port$18152$0  };
+  assign acc_wr__tdata = { \port$18154$0 , \port$18152$0  };
   assign acc_wr__tready = \grant$142 ;
   assign \req__tready$192  = \grant$142 ;
   assign acc_wr__tvalid = \req__tvalid$193 ;
@@ -11331,7 +11331,7 @@ module \dx1_board.soc.core0.acc_ext_read.fifo (rst, w_port__data, r_rdy, r_data,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$17658$0 , \port$17660$0 , req__tready);
+module \dx1_board.soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$18152$0 , \port$18154$0 , req__tready);
   reg \$auto$verilog_backend.cc:2355:dump_module$49  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -11341,10 +11341,10 @@ module \dx1_board.soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$17
   output en;
   reg en;
   wire grant;
-  input [255:0] \port$17658$0 ;
-  wire [255:0] \port$17658$0 ;
-  input [15:0] \port$17660$0 ;
-  wire [15:0] \port$17660$0 ;
+  input [255:0] \port$18152$0 ;
+  wire [255:0] \port$18152$0 ;
+  input [15:0] \port$18154$0 ;
+  wire [15:0] \port$18154$0 ;
   wire [271:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -11355,14 +11355,14 @@ module \dx1_board.soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$17
     if (\$auto$verilog_backend.cc:2355:dump_module$49 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$17660$0 ;
+      addr = \port$18154$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$49 ) begin end
     data = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     if (\$1 ) begin
-      data = \port$17658$0 ;
+      data = \port$18152$0 ;
     end
   end
   always @* begin
@@ -11373,634 +11373,950 @@ module \dx1_board.soc.core0.acc_ext_write (req__tvalid, addr, data, en, \port$17
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$17660$0 , \port$17658$0  };
+  assign req__tdata = { \port$18154$0 , \port$18152$0  };
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core0.array (rst, w_row, reset_units, w_load, w_bank, a_valid, a_bank, ctl, a, valid_d14, ctl_d14, out, clk);
+module \dx1_board.soc.core0.array (rst, w_row, reset_units, w_load, w_bank, next_bank, a_valid, ctl, a, out, out_valid, out_ctl, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$50  = 0;
   wire \$1 ;
-  reg [7:0] \$10 ;
-  wire [15:0] \$100 ;
-  wire [32:0] \$101 ;
-  reg [7:0] \$102 ;
-  wire [15:0] \$103 ;
-  wire [32:0] \$104 ;
-  reg [7:0] \$105 ;
-  wire [15:0] \$106 ;
-  wire [32:0] \$107 ;
-  reg [7:0] \$108 ;
-  wire [15:0] \$109 ;
-  wire [15:0] \$11 ;
-  wire [32:0] \$110 ;
-  reg [7:0] \$111 ;
-  wire [15:0] \$112 ;
-  wire [32:0] \$113 ;
-  reg [7:0] \$114 ;
-  wire [15:0] \$115 ;
-  wire [32:0] \$116 ;
-  reg [7:0] \$117 ;
-  wire [15:0] \$118 ;
-  wire [32:0] \$119 ;
-  wire [32:0] \$12 ;
-  reg [7:0] \$120 ;
-  wire [15:0] \$121 ;
-  reg [7:0] \$122 ;
-  wire [15:0] \$123 ;
-  wire [32:0] \$124 ;
-  reg [7:0] \$125 ;
-  wire [15:0] \$126 ;
-  wire [32:0] \$127 ;
-  reg [7:0] \$128 ;
-  wire [15:0] \$129 ;
-  reg [7:0] \$13 ;
-  wire [32:0] \$130 ;
-  reg [7:0] \$131 ;
-  wire [15:0] \$132 ;
-  wire [32:0] \$133 ;
-  reg [7:0] \$134 ;
-  wire [15:0] \$135 ;
-  wire [32:0] \$136 ;
-  reg [7:0] \$137 ;
-  wire [15:0] \$138 ;
-  wire [32:0] \$139 ;
-  wire [15:0] \$14 ;
-  reg [7:0] \$140 ;
-  wire [15:0] \$141 ;
-  wire [32:0] \$142 ;
-  reg [7:0] \$143 ;
-  wire [15:0] \$144 ;
-  reg [7:0] \$145 ;
-  wire [15:0] \$146 ;
-  wire [32:0] \$147 ;
-  reg [7:0] \$148 ;
-  wire [15:0] \$149 ;
-  wire [32:0] \$15 ;
-  wire [32:0] \$150 ;
-  reg [7:0] \$151 ;
-  wire [15:0] \$152 ;
-  wire [32:0] \$153 ;
-  reg [7:0] \$154 ;
-  wire [15:0] \$155 ;
-  wire [32:0] \$156 ;
-  reg [7:0] \$157 ;
-  wire [15:0] \$158 ;
-  wire [32:0] \$159 ;
-  reg [7:0] \$16 ;
-  reg [7:0] \$160 ;
-  wire [15:0] \$161 ;
-  wire [32:0] \$162 ;
-  reg [7:0] \$163 ;
-  wire [15:0] \$164 ;
-  wire [32:0] \$165 ;
-  reg [7:0] \$166 ;
-  wire [15:0] \$167 ;
-  reg [7:0] \$168 ;
-  wire [15:0] \$169 ;
-  wire [15:0] \$17 ;
-  wire [32:0] \$170 ;
-  reg [7:0] \$171 ;
-  wire [15:0] \$172 ;
-  wire [32:0] \$173 ;
-  reg [7:0] \$174 ;
-  wire [15:0] \$175 ;
-  wire [32:0] \$176 ;
-  reg [7:0] \$177 ;
-  wire [15:0] \$178 ;
-  wire [32:0] \$179 ;
-  wire [32:0] \$18 ;
-  reg [7:0] \$180 ;
-  wire [15:0] \$181 ;
-  wire [32:0] \$182 ;
-  reg [7:0] \$183 ;
-  wire [15:0] \$184 ;
-  wire [32:0] \$185 ;
-  reg [7:0] \$186 ;
-  wire [15:0] \$187 ;
-  wire [32:0] \$188 ;
-  reg [7:0] \$189 ;
-  reg [7:0] \$19 ;
-  reg [7:0] \$190 ;
-  reg [7:0] \$191 ;
-  reg [7:0] \$192 ;
-  reg [7:0] \$193 ;
-  reg [7:0] \$194 ;
-  reg [7:0] \$195 ;
-  reg [7:0] \$196 ;
-  reg [7:0] \$197 ;
-  reg [7:0] \$198 ;
-  reg [7:0] \$199 ;
+  wire \$10 ;
+  wire \$100 ;
+  wire \$101 ;
+  wire \$102 ;
+  wire \$103 ;
+  wire \$104 ;
+  wire \$105 ;
+  wire \$106 ;
+  wire \$107 ;
+  wire \$108 ;
+  wire \$109 ;
+  wire \$11 ;
+  wire \$110 ;
+  wire \$111 ;
+  wire \$112 ;
+  wire \$113 ;
+  wire \$114 ;
+  wire \$115 ;
+  wire \$116 ;
+  wire \$117 ;
+  wire \$118 ;
+  wire \$119 ;
+  wire \$12 ;
+  wire \$120 ;
+  wire \$121 ;
+  wire \$122 ;
+  wire \$123 ;
+  wire \$124 ;
+  wire \$125 ;
+  wire \$126 ;
+  wire \$127 ;
+  wire \$128 ;
+  wire \$129 ;
+  wire \$13 ;
+  wire \$130 ;
+  wire \$131 ;
+  wire \$132 ;
+  wire \$133 ;
+  wire \$134 ;
+  wire \$135 ;
+  wire \$136 ;
+  wire \$137 ;
+  wire \$138 ;
+  wire \$139 ;
+  wire \$14 ;
+  wire \$140 ;
+  wire \$141 ;
+  wire \$142 ;
+  wire \$143 ;
+  wire \$144 ;
+  wire \$145 ;
+  wire \$146 ;
+  wire \$147 ;
+  wire \$148 ;
+  wire \$149 ;
+  wire \$15 ;
+  wire \$150 ;
+  wire \$151 ;
+  wire \$152 ;
+  wire \$153 ;
+  wire \$154 ;
+  wire \$155 ;
+  wire \$156 ;
+  wire \$157 ;
+  wire \$158 ;
+  wire \$159 ;
+  wire \$16 ;
+  wire \$160 ;
+  wire \$161 ;
+  wire \$162 ;
+  wire \$163 ;
+  wire \$164 ;
+  wire \$165 ;
+  wire \$166 ;
+  wire \$167 ;
+  wire \$168 ;
+  wire \$169 ;
+  wire \$17 ;
+  wire \$170 ;
+  wire \$171 ;
+  wire \$172 ;
+  wire \$173 ;
+  wire \$174 ;
+  wire \$175 ;
+  wire \$176 ;
+  wire \$177 ;
+  wire \$178 ;
+  wire \$179 ;
+  wire \$18 ;
+  wire \$180 ;
+  wire \$181 ;
+  wire \$182 ;
+  wire \$183 ;
+  wire \$184 ;
+  wire \$185 ;
+  wire \$186 ;
+  wire \$187 ;
+  wire \$188 ;
+  wire \$189 ;
+  wire \$19 ;
+  wire \$190 ;
+  wire \$191 ;
+  wire \$192 ;
+  wire \$193 ;
+  wire \$194 ;
+  wire \$195 ;
+  wire \$196 ;
+  wire \$197 ;
+  wire \$198 ;
+  wire \$199 ;
   wire \$2 ;
-  wire [15:0] \$20 ;
-  reg [7:0] \$200 ;
-  reg [7:0] \$201 ;
-  reg [7:0] \$202 ;
-  reg [7:0] \$203 ;
-  reg [7:0] \$204 ;
-  reg [7:0] \$205 ;
-  reg [7:0] \$206 ;
-  reg [7:0] \$207 ;
-  reg [7:0] \$208 ;
-  reg [7:0] \$209 ;
-  wire [32:0] \$21 ;
-  reg [7:0] \$210 ;
-  reg [7:0] \$211 ;
-  reg [7:0] \$212 ;
-  reg [7:0] \$213 ;
-  reg [7:0] \$214 ;
-  reg [7:0] \$215 ;
-  reg [7:0] \$216 ;
-  reg [7:0] \$217 ;
-  reg [7:0] \$218 ;
-  reg [7:0] \$219 ;
-  reg [7:0] \$22 ;
-  reg [7:0] \$220 ;
-  reg [7:0] \$221 ;
-  reg [7:0] \$222 ;
-  reg [7:0] \$223 ;
-  reg [7:0] \$224 ;
-  reg [7:0] \$225 ;
-  reg [7:0] \$226 ;
-  reg [7:0] \$227 ;
-  reg [7:0] \$228 ;
-  reg [7:0] \$229 ;
-  wire [15:0] \$23 ;
-  reg [7:0] \$230 ;
-  reg [7:0] \$231 ;
-  reg [7:0] \$232 ;
-  reg [7:0] \$233 ;
-  reg [7:0] \$234 ;
-  reg [7:0] \$235 ;
-  reg [7:0] \$236 ;
-  reg [7:0] \$237 ;
-  reg [7:0] \$238 ;
-  reg [7:0] \$239 ;
-  wire [32:0] \$24 ;
-  reg [7:0] \$240 ;
-  reg [7:0] \$241 ;
-  reg [7:0] \$242 ;
-  reg [7:0] \$243 ;
-  reg [7:0] \$244 ;
-  reg [7:0] \$245 ;
-  reg [7:0] \$246 ;
-  reg [7:0] \$247 ;
-  reg [7:0] \$248 ;
-  reg [7:0] \$249 ;
-  reg [7:0] \$25 ;
-  reg [7:0] \$250 ;
-  reg [7:0] \$251 ;
-  reg [7:0] \$252 ;
-  reg [7:0] \$253 ;
-  reg [7:0] \$254 ;
-  reg [7:0] \$255 ;
-  reg [7:0] \$256 ;
-  reg [7:0] \$257 ;
-  reg [7:0] \$258 ;
-  reg [7:0] \$259 ;
-  wire [15:0] \$26 ;
-  reg [7:0] \$260 ;
-  reg [7:0] \$261 ;
-  reg [7:0] \$262 ;
-  reg [7:0] \$263 ;
-  reg [7:0] \$264 ;
-  reg [7:0] \$265 ;
-  reg [7:0] \$266 ;
-  reg [7:0] \$267 ;
-  reg [7:0] \$268 ;
-  reg [7:0] \$269 ;
-  wire [32:0] \$27 ;
-  reg [7:0] \$270 ;
-  reg [7:0] \$271 ;
-  reg [7:0] \$272 ;
-  reg [7:0] \$273 ;
-  reg [7:0] \$274 ;
-  reg [7:0] \$275 ;
-  reg [7:0] \$276 ;
-  reg [7:0] \$277 ;
-  reg [7:0] \$278 ;
-  reg [7:0] \$279 ;
-  reg [7:0] \$28 ;
-  reg [7:0] \$280 ;
-  reg [7:0] \$281 ;
-  reg [7:0] \$282 ;
-  reg [7:0] \$283 ;
-  reg [7:0] \$284 ;
-  reg [7:0] \$285 ;
-  reg [7:0] \$286 ;
-  reg [7:0] \$287 ;
-  reg [7:0] \$288 ;
-  reg [7:0] \$289 ;
-  wire [15:0] \$29 ;
-  reg [7:0] \$290 ;
-  reg [7:0] \$291 ;
-  reg [7:0] \$292 ;
-  reg [7:0] \$293 ;
-  reg [7:0] \$294 ;
-  reg [7:0] \$295 ;
-  reg [7:0] \$296 ;
-  reg [7:0] \$297 ;
-  reg [7:0] \$298 ;
-  reg [7:0] \$299 ;
+  wire \$20 ;
+  wire \$200 ;
+  wire \$201 ;
+  wire \$202 ;
+  wire \$203 ;
+  wire \$204 ;
+  wire \$205 ;
+  wire \$206 ;
+  wire \$207 ;
+  wire \$208 ;
+  wire \$209 ;
+  wire \$21 ;
+  wire \$210 ;
+  wire \$211 ;
+  wire \$212 ;
+  wire \$213 ;
+  wire \$214 ;
+  wire \$215 ;
+  wire \$216 ;
+  wire \$217 ;
+  wire \$218 ;
+  wire \$219 ;
+  wire \$22 ;
+  wire \$220 ;
+  wire \$221 ;
+  wire \$222 ;
+  wire \$223 ;
+  wire \$224 ;
+  wire \$225 ;
+  wire \$226 ;
+  wire \$227 ;
+  wire \$228 ;
+  wire \$229 ;
+  wire \$23 ;
+  wire \$230 ;
+  wire \$231 ;
+  wire \$232 ;
+  wire \$233 ;
+  wire \$234 ;
+  wire \$235 ;
+  wire \$236 ;
+  wire \$237 ;
+  wire \$238 ;
+  wire \$239 ;
+  wire \$24 ;
+  wire \$240 ;
+  wire \$241 ;
+  wire \$242 ;
+  wire \$243 ;
+  wire \$244 ;
+  wire \$245 ;
+  wire \$246 ;
+  wire \$247 ;
+  wire \$248 ;
+  wire \$249 ;
+  wire \$25 ;
+  wire \$250 ;
+  wire \$251 ;
+  wire \$252 ;
+  wire \$253 ;
+  wire \$254 ;
+  wire \$255 ;
+  wire \$256 ;
+  wire [7:0] \$257 ;
+  wire [15:0] \$258 ;
+  wire [7:0] \$259 ;
+  wire \$26 ;
+  wire [15:0] \$260 ;
+  wire [32:0] \$261 ;
+  wire [7:0] \$262 ;
+  wire [15:0] \$263 ;
+  wire [32:0] \$264 ;
+  wire [7:0] \$265 ;
+  wire [15:0] \$266 ;
+  wire [32:0] \$267 ;
+  wire [7:0] \$268 ;
+  wire [15:0] \$269 ;
+  wire \$27 ;
+  wire [32:0] \$270 ;
+  wire [7:0] \$271 ;
+  wire [15:0] \$272 ;
+  wire [32:0] \$273 ;
+  wire [7:0] \$274 ;
+  wire [15:0] \$275 ;
+  wire [32:0] \$276 ;
+  wire [7:0] \$277 ;
+  wire [15:0] \$278 ;
+  wire [32:0] \$279 ;
+  wire \$28 ;
+  wire [7:0] \$280 ;
+  wire [15:0] \$281 ;
+  wire [7:0] \$282 ;
+  wire [15:0] \$283 ;
+  wire [32:0] \$284 ;
+  wire [7:0] \$285 ;
+  wire [15:0] \$286 ;
+  wire [32:0] \$287 ;
+  wire [7:0] \$288 ;
+  wire [15:0] \$289 ;
+  wire \$29 ;
+  wire [32:0] \$290 ;
+  wire [7:0] \$291 ;
+  wire [15:0] \$292 ;
+  wire [32:0] \$293 ;
+  wire [7:0] \$294 ;
+  wire [15:0] \$295 ;
+  wire [32:0] \$296 ;
+  wire [7:0] \$297 ;
+  wire [15:0] \$298 ;
+  wire [32:0] \$299 ;
   wire \$3 ;
-  reg [7:0] \$30 ;
-  reg [7:0] \$300 ;
-  reg [7:0] \$301 ;
-  reg [7:0] \$302 ;
-  reg [7:0] \$303 ;
-  reg [7:0] \$304 ;
-  reg [7:0] \$305 ;
-  reg [7:0] \$306 ;
-  reg [7:0] \$307 ;
-  reg [7:0] \$308 ;
-  reg [7:0] \$309 ;
-  wire [15:0] \$31 ;
-  reg [7:0] \$310 ;
-  reg [7:0] \$311 ;
-  reg [7:0] \$312 ;
-  reg [7:0] \$313 ;
-  reg [7:0] \$314 ;
-  reg [7:0] \$315 ;
-  reg [7:0] \$316 ;
-  reg [7:0] \$317 ;
-  reg \$318 ;
-  reg [7:0] \$319 ;
-  wire [32:0] \$32 ;
-  reg \$320 ;
-  reg [7:0] \$321 ;
-  reg \$322 ;
-  reg [7:0] \$323 ;
-  reg \$324 ;
-  reg [7:0] \$325 ;
-  reg \$326 ;
-  reg [7:0] \$327 ;
-  reg \$328 ;
-  reg [7:0] \$329 ;
-  reg [7:0] \$33 ;
-  reg \$330 ;
-  reg [7:0] \$331 ;
-  reg \$332 ;
-  reg [7:0] \$333 ;
-  reg \$334 ;
-  reg [7:0] \$335 ;
-  reg \$336 ;
-  reg [7:0] \$337 ;
-  reg \$338 ;
-  reg [7:0] \$339 ;
-  wire [15:0] \$34 ;
-  reg \$340 ;
-  reg [7:0] \$341 ;
-  reg \$342 ;
-  reg [7:0] \$343 ;
-  reg \$344 ;
-  reg [7:0] \$345 ;
-  reg \$346 ;
-  reg [7:0] \$347 ;
-  reg \$348 ;
-  reg [7:0] \$349 ;
-  wire [32:0] \$35 ;
-  reg \$350 ;
-  reg [7:0] \$351 ;
-  reg \$352 ;
-  reg [7:0] \$353 ;
-  reg \$354 ;
-  reg [7:0] \$355 ;
-  reg \$356 ;
-  reg [7:0] \$357 ;
-  reg \$358 ;
-  reg [7:0] \$359 ;
-  reg [7:0] \$36 ;
-  reg \$360 ;
-  reg [7:0] \$361 ;
-  reg \$362 ;
-  reg [7:0] \$363 ;
-  reg \$364 ;
-  reg [7:0] \$365 ;
-  reg \$366 ;
-  reg [7:0] \$367 ;
-  reg \$368 ;
-  reg [7:0] \$369 ;
-  wire [15:0] \$37 ;
-  reg \$370 ;
-  reg [7:0] \$371 ;
-  reg \$372 ;
-  reg [7:0] \$373 ;
-  reg \$374 ;
-  reg [31:0] \$375 ;
-  reg [7:0] \$376 ;
-  reg \$377 ;
-  reg [31:0] \$378 ;
-  reg [7:0] \$379 ;
-  wire [32:0] \$38 ;
-  reg \$380 ;
-  reg [31:0] \$381 ;
-  reg [7:0] \$382 ;
-  reg \$383 ;
-  reg [31:0] \$384 ;
-  reg [7:0] \$385 ;
-  reg \$386 ;
-  reg [31:0] \$387 ;
-  reg [7:0] \$388 ;
-  reg \$389 ;
-  reg [7:0] \$39 ;
-  reg [31:0] \$390 ;
-  reg [7:0] \$391 ;
-  reg \$392 ;
-  reg [31:0] \$393 ;
-  reg [7:0] \$394 ;
-  reg \$395 ;
-  reg [31:0] \$396 ;
-  reg [31:0] \$397 ;
-  reg [31:0] \$398 ;
-  reg [31:0] \$399 ;
+  wire \$30 ;
+  wire [7:0] \$300 ;
+  wire [15:0] \$301 ;
+  wire [32:0] \$302 ;
+  wire [7:0] \$303 ;
+  wire [15:0] \$304 ;
+  wire [7:0] \$305 ;
+  wire [15:0] \$306 ;
+  wire [32:0] \$307 ;
+  wire [7:0] \$308 ;
+  wire [15:0] \$309 ;
+  wire \$31 ;
+  wire [32:0] \$310 ;
+  wire [7:0] \$311 ;
+  wire [15:0] \$312 ;
+  wire [32:0] \$313 ;
+  wire [7:0] \$314 ;
+  wire [15:0] \$315 ;
+  wire [32:0] \$316 ;
+  wire [7:0] \$317 ;
+  wire [15:0] \$318 ;
+  wire [32:0] \$319 ;
+  wire \$32 ;
+  wire [7:0] \$320 ;
+  wire [15:0] \$321 ;
+  wire [32:0] \$322 ;
+  wire [7:0] \$323 ;
+  wire [15:0] \$324 ;
+  wire [32:0] \$325 ;
+  wire [7:0] \$326 ;
+  wire [15:0] \$327 ;
+  wire [7:0] \$328 ;
+  wire [15:0] \$329 ;
+  wire \$33 ;
+  wire [32:0] \$330 ;
+  wire [7:0] \$331 ;
+  wire [15:0] \$332 ;
+  wire [32:0] \$333 ;
+  wire [7:0] \$334 ;
+  wire [15:0] \$335 ;
+  wire [32:0] \$336 ;
+  wire [7:0] \$337 ;
+  wire [15:0] \$338 ;
+  wire [32:0] \$339 ;
+  wire \$34 ;
+  wire [7:0] \$340 ;
+  wire [15:0] \$341 ;
+  wire [32:0] \$342 ;
+  wire [7:0] \$343 ;
+  wire [15:0] \$344 ;
+  wire [32:0] \$345 ;
+  wire [7:0] \$346 ;
+  wire [15:0] \$347 ;
+  wire [32:0] \$348 ;
+  wire [7:0] \$349 ;
+  wire \$35 ;
+  wire [15:0] \$350 ;
+  wire [7:0] \$351 ;
+  wire [15:0] \$352 ;
+  wire [32:0] \$353 ;
+  wire [7:0] \$354 ;
+  wire [15:0] \$355 ;
+  wire [32:0] \$356 ;
+  wire [7:0] \$357 ;
+  wire [15:0] \$358 ;
+  wire [32:0] \$359 ;
+  wire \$36 ;
+  wire [7:0] \$360 ;
+  wire [15:0] \$361 ;
+  wire [32:0] \$362 ;
+  wire [7:0] \$363 ;
+  wire [15:0] \$364 ;
+  wire [32:0] \$365 ;
+  wire [7:0] \$366 ;
+  wire [15:0] \$367 ;
+  wire [32:0] \$368 ;
+  wire [7:0] \$369 ;
+  wire \$37 ;
+  wire [15:0] \$370 ;
+  wire [32:0] \$371 ;
+  wire [7:0] \$372 ;
+  wire [15:0] \$373 ;
+  wire [7:0] \$374 ;
+  wire [15:0] \$375 ;
+  wire [32:0] \$376 ;
+  wire [7:0] \$377 ;
+  wire [15:0] \$378 ;
+  wire [32:0] \$379 ;
+  wire \$38 ;
+  wire [7:0] \$380 ;
+  wire [15:0] \$381 ;
+  wire [32:0] \$382 ;
+  wire [7:0] \$383 ;
+  wire [15:0] \$384 ;
+  wire [32:0] \$385 ;
+  wire [7:0] \$386 ;
+  wire [15:0] \$387 ;
+  wire [32:0] \$388 ;
+  wire [7:0] \$389 ;
+  wire \$39 ;
+  wire [15:0] \$390 ;
+  wire [32:0] \$391 ;
+  wire [7:0] \$392 ;
+  wire [15:0] \$393 ;
+  wire [32:0] \$394 ;
+  wire [7:0] \$395 ;
+  wire [15:0] \$396 ;
+  wire [7:0] \$397 ;
+  wire [15:0] \$398 ;
+  wire [32:0] \$399 ;
   wire \$4 ;
-  wire [15:0] \$40 ;
-  reg [31:0] \$400 ;
-  reg [31:0] \$401 ;
-  reg [31:0] \$402 ;
-  reg [31:0] \$403 ;
-  reg [7:0] \$404 ;
-  reg \$405 ;
-  reg [31:0] \$406 ;
-  reg [7:0] \$407 ;
-  reg \$408 ;
-  reg [31:0] \$409 ;
-  wire [32:0] \$41 ;
-  reg [7:0] \$410 ;
-  reg \$411 ;
-  reg [31:0] \$412 ;
-  reg [7:0] \$413 ;
-  reg \$414 ;
-  reg [31:0] \$415 ;
-  reg [7:0] \$416 ;
-  reg \$417 ;
-  reg [31:0] \$418 ;
-  reg [7:0] \$419 ;
-  reg [7:0] \$42 ;
-  reg \$420 ;
-  reg [31:0] \$421 ;
-  reg [7:0] \$422 ;
-  reg \$423 ;
-  reg [31:0] \$424 ;
-  reg [7:0] \$425 ;
-  reg \$426 ;
-  reg [31:0] \$427 ;
-  reg [31:0] \$428 ;
-  reg [31:0] \$429 ;
-  wire [15:0] \$43 ;
-  reg [31:0] \$430 ;
-  reg [31:0] \$431 ;
-  reg [31:0] \$432 ;
-  reg [31:0] \$433 ;
-  reg [7:0] \$434 ;
-  reg \$435 ;
-  reg [31:0] \$436 ;
-  reg [7:0] \$437 ;
-  reg \$438 ;
-  reg [31:0] \$439 ;
-  wire [32:0] \$44 ;
-  reg [7:0] \$440 ;
-  reg \$441 ;
-  reg [31:0] \$442 ;
+  wire \$40 ;
+  wire [7:0] \$400 ;
+  wire [15:0] \$401 ;
+  wire [32:0] \$402 ;
+  wire [7:0] \$403 ;
+  wire [15:0] \$404 ;
+  wire [32:0] \$405 ;
+  wire [7:0] \$406 ;
+  wire [15:0] \$407 ;
+  wire [32:0] \$408 ;
+  wire [7:0] \$409 ;
+  wire \$41 ;
+  wire [15:0] \$410 ;
+  wire [32:0] \$411 ;
+  wire [7:0] \$412 ;
+  wire [15:0] \$413 ;
+  wire [32:0] \$414 ;
+  wire [7:0] \$415 ;
+  wire [15:0] \$416 ;
+  wire [32:0] \$417 ;
+  wire [7:0] \$418 ;
+  wire [15:0] \$419 ;
+  wire \$42 ;
+  wire [7:0] \$420 ;
+  wire [15:0] \$421 ;
+  wire [32:0] \$422 ;
+  wire [7:0] \$423 ;
+  wire [15:0] \$424 ;
+  wire [32:0] \$425 ;
+  wire [7:0] \$426 ;
+  wire [15:0] \$427 ;
+  wire [32:0] \$428 ;
+  wire [7:0] \$429 ;
+  wire \$43 ;
+  wire [15:0] \$430 ;
+  wire [32:0] \$431 ;
+  wire [7:0] \$432 ;
+  wire [15:0] \$433 ;
+  wire [32:0] \$434 ;
+  wire [7:0] \$435 ;
+  wire [15:0] \$436 ;
+  wire [32:0] \$437 ;
+  wire [7:0] \$438 ;
+  wire [15:0] \$439 ;
+  wire \$44 ;
+  wire [32:0] \$440 ;
+  reg [7:0] \$441 ;
+  reg [7:0] \$442 ;
   reg [7:0] \$443 ;
-  reg \$444 ;
-  reg [31:0] \$445 ;
+  reg [7:0] \$444 ;
+  reg [7:0] \$445 ;
   reg [7:0] \$446 ;
-  reg \$447 ;
-  reg [31:0] \$448 ;
+  reg [7:0] \$447 ;
+  reg [7:0] \$448 ;
   reg [7:0] \$449 ;
-  reg [7:0] \$45 ;
-  reg \$450 ;
-  reg [31:0] \$451 ;
+  wire \$45 ;
+  reg [7:0] \$450 ;
+  reg [7:0] \$451 ;
   reg [7:0] \$452 ;
-  reg \$453 ;
-  reg [31:0] \$454 ;
+  reg [7:0] \$453 ;
+  reg [7:0] \$454 ;
   reg [7:0] \$455 ;
-  reg \$456 ;
-  reg [31:0] \$457 ;
-  reg [31:0] \$458 ;
-  reg [31:0] \$459 ;
-  wire [15:0] \$46 ;
-  reg [31:0] \$460 ;
-  reg [31:0] \$461 ;
-  reg [31:0] \$462 ;
+  reg [7:0] \$456 ;
+  reg [7:0] \$457 ;
+  reg [7:0] \$458 ;
+  reg [7:0] \$459 ;
+  wire \$46 ;
+  reg [7:0] \$460 ;
+  reg [7:0] \$461 ;
+  reg [7:0] \$462 ;
   reg [7:0] \$463 ;
-  reg \$464 ;
-  reg [31:0] \$465 ;
+  reg [7:0] \$464 ;
+  reg [7:0] \$465 ;
   reg [7:0] \$466 ;
-  reg \$467 ;
-  reg [31:0] \$468 ;
+  reg [7:0] \$467 ;
+  reg [7:0] \$468 ;
   reg [7:0] \$469 ;
-  wire [32:0] \$47 ;
-  reg \$470 ;
-  reg [31:0] \$471 ;
+  wire \$47 ;
+  reg [7:0] \$470 ;
+  reg [7:0] \$471 ;
   reg [7:0] \$472 ;
-  reg \$473 ;
-  reg [31:0] \$474 ;
+  reg [7:0] \$473 ;
+  reg [7:0] \$474 ;
   reg [7:0] \$475 ;
-  reg \$476 ;
-  reg [31:0] \$477 ;
+  reg [7:0] \$476 ;
+  reg [7:0] \$477 ;
   reg [7:0] \$478 ;
-  reg \$479 ;
-  reg [7:0] \$48 ;
-  reg [31:0] \$480 ;
+  reg [7:0] \$479 ;
+  wire \$48 ;
+  reg [7:0] \$480 ;
   reg [7:0] \$481 ;
-  reg \$482 ;
-  reg [31:0] \$483 ;
+  reg [7:0] \$482 ;
+  reg [7:0] \$483 ;
   reg [7:0] \$484 ;
-  reg \$485 ;
-  reg [31:0] \$486 ;
-  reg [31:0] \$487 ;
-  reg [31:0] \$488 ;
-  reg [31:0] \$489 ;
-  wire [15:0] \$49 ;
-  reg [31:0] \$490 ;
+  reg [7:0] \$485 ;
+  reg [7:0] \$486 ;
+  reg [7:0] \$487 ;
+  reg [7:0] \$488 ;
+  reg [7:0] \$489 ;
+  wire \$49 ;
+  reg [7:0] \$490 ;
   reg [7:0] \$491 ;
-  reg \$492 ;
-  reg [31:0] \$493 ;
+  reg [7:0] \$492 ;
+  reg [7:0] \$493 ;
   reg [7:0] \$494 ;
-  reg \$495 ;
-  reg [31:0] \$496 ;
+  reg [7:0] \$495 ;
+  reg [7:0] \$496 ;
   reg [7:0] \$497 ;
-  reg \$498 ;
-  reg [31:0] \$499 ;
-  reg [7:0] \$5 ;
-  wire [32:0] \$50 ;
+  reg [7:0] \$498 ;
+  reg [7:0] \$499 ;
+  wire \$5 ;
+  wire \$50 ;
   reg [7:0] \$500 ;
-  reg \$501 ;
-  reg [31:0] \$502 ;
+  reg [7:0] \$501 ;
+  reg [7:0] \$502 ;
   reg [7:0] \$503 ;
-  reg \$504 ;
-  reg [31:0] \$505 ;
+  reg [7:0] \$504 ;
+  reg [7:0] \$505 ;
   reg [7:0] \$506 ;
-  reg \$507 ;
-  reg [31:0] \$508 ;
+  reg [7:0] \$507 ;
+  reg [7:0] \$508 ;
   reg [7:0] \$509 ;
-  reg [7:0] \$51 ;
-  reg \$510 ;
-  reg [31:0] \$511 ;
+  wire \$51 ;
+  reg [7:0] \$510 ;
+  reg [7:0] \$511 ;
   reg [7:0] \$512 ;
-  reg \$513 ;
-  reg [31:0] \$514 ;
-  reg [31:0] \$515 ;
-  reg [31:0] \$516 ;
-  reg [31:0] \$517 ;
+  reg [7:0] \$513 ;
+  reg [7:0] \$514 ;
+  reg [7:0] \$515 ;
+  reg [7:0] \$516 ;
+  reg [7:0] \$517 ;
   reg [7:0] \$518 ;
-  reg \$519 ;
-  wire [15:0] \$52 ;
-  reg [31:0] \$520 ;
+  reg [7:0] \$519 ;
+  wire \$52 ;
+  reg [7:0] \$520 ;
   reg [7:0] \$521 ;
-  reg \$522 ;
-  reg [31:0] \$523 ;
+  reg [7:0] \$522 ;
+  reg [7:0] \$523 ;
   reg [7:0] \$524 ;
-  reg \$525 ;
-  reg [31:0] \$526 ;
+  reg [7:0] \$525 ;
+  reg [7:0] \$526 ;
   reg [7:0] \$527 ;
-  reg \$528 ;
-  reg [31:0] \$529 ;
-  reg [7:0] \$53 ;
+  reg [7:0] \$528 ;
+  reg [7:0] \$529 ;
+  wire \$53 ;
   reg [7:0] \$530 ;
-  reg \$531 ;
-  reg [31:0] \$532 ;
+  reg [7:0] \$531 ;
+  reg [7:0] \$532 ;
   reg [7:0] \$533 ;
-  reg \$534 ;
-  reg [31:0] \$535 ;
+  reg [7:0] \$534 ;
+  reg [7:0] \$535 ;
   reg [7:0] \$536 ;
-  reg \$537 ;
-  reg [31:0] \$538 ;
+  reg [7:0] \$537 ;
+  reg [7:0] \$538 ;
   reg [7:0] \$539 ;
-  wire [15:0] \$54 ;
-  reg \$540 ;
-  reg [31:0] \$541 ;
-  reg [31:0] \$542 ;
-  reg [31:0] \$543 ;
+  wire \$54 ;
+  reg [7:0] \$540 ;
+  reg [7:0] \$541 ;
+  reg [7:0] \$542 ;
+  reg [7:0] \$543 ;
   reg [7:0] \$544 ;
-  reg \$545 ;
-  reg [31:0] \$546 ;
+  reg [7:0] \$545 ;
+  reg [7:0] \$546 ;
   reg [7:0] \$547 ;
-  reg \$548 ;
-  reg [31:0] \$549 ;
-  wire [32:0] \$55 ;
+  reg [7:0] \$548 ;
+  reg [7:0] \$549 ;
+  wire \$55 ;
   reg [7:0] \$550 ;
-  reg \$551 ;
-  reg [31:0] \$552 ;
+  reg [7:0] \$551 ;
+  reg [7:0] \$552 ;
   reg [7:0] \$553 ;
-  reg \$554 ;
-  reg [31:0] \$555 ;
+  reg [7:0] \$554 ;
+  reg [7:0] \$555 ;
   reg [7:0] \$556 ;
-  reg \$557 ;
-  reg [31:0] \$558 ;
+  reg [7:0] \$557 ;
+  reg [7:0] \$558 ;
   reg [7:0] \$559 ;
-  reg [7:0] \$56 ;
-  reg \$560 ;
-  reg [31:0] \$561 ;
+  wire \$56 ;
+  reg [7:0] \$560 ;
+  reg [7:0] \$561 ;
   reg [7:0] \$562 ;
-  reg \$563 ;
-  reg [31:0] \$564 ;
+  reg [7:0] \$563 ;
+  reg [7:0] \$564 ;
   reg [7:0] \$565 ;
-  reg \$566 ;
-  reg [31:0] \$567 ;
-  reg [31:0] \$568 ;
+  reg [7:0] \$566 ;
+  reg [7:0] \$567 ;
+  reg [7:0] \$568 ;
   reg [7:0] \$569 ;
-  wire [15:0] \$57 ;
+  wire \$57 ;
   reg \$570 ;
-  reg [31:0] \$571 ;
-  reg [7:0] \$572 ;
-  reg \$573 ;
-  reg [31:0] \$574 ;
+  reg [7:0] \$571 ;
+  reg \$572 ;
+  reg [7:0] \$573 ;
+  reg \$574 ;
   reg [7:0] \$575 ;
   reg \$576 ;
-  reg [31:0] \$577 ;
-  reg [7:0] \$578 ;
-  reg \$579 ;
-  wire [32:0] \$58 ;
-  reg [31:0] \$580 ;
+  reg [7:0] \$577 ;
+  reg \$578 ;
+  reg [7:0] \$579 ;
+  wire \$58 ;
+  reg \$580 ;
   reg [7:0] \$581 ;
   reg \$582 ;
-  reg [31:0] \$583 ;
-  reg [7:0] \$584 ;
-  reg \$585 ;
-  reg [31:0] \$586 ;
+  reg [7:0] \$583 ;
+  reg \$584 ;
+  reg [7:0] \$585 ;
+  reg \$586 ;
   reg [7:0] \$587 ;
   reg \$588 ;
-  reg [31:0] \$589 ;
-  reg [7:0] \$59 ;
-  reg [7:0] \$590 ;
-  reg \$591 ;
-  reg [31:0] \$592 ;
-  reg \$593 ;
-  reg [27:0] \$594 ;
-  reg \$595 ;
-  reg [27:0] \$596 ;
-  reg \$597 ;
-  reg [27:0] \$598 ;
-  reg \$599 ;
-  wire [15:0] \$6 ;
-  wire [15:0] \$60 ;
-  reg [27:0] \$600 ;
-  reg \$601 ;
-  reg [27:0] \$602 ;
-  reg \$603 ;
-  reg [27:0] \$604 ;
-  reg \$605 ;
-  reg [27:0] \$606 ;
-  reg \$607 ;
-  reg [27:0] \$608 ;
-  reg \$609 ;
-  wire [32:0] \$61 ;
-  reg [27:0] \$610 ;
-  reg \$611 ;
-  reg [27:0] \$612 ;
-  reg \$613 ;
-  reg [27:0] \$614 ;
-  reg \$615 ;
-  reg [27:0] \$616 ;
-  reg \$617 ;
-  reg [27:0] \$618 ;
-  reg \$619 ;
-  reg [7:0] \$62 ;
-  reg [27:0] \$620 ;
-  reg \$621 ;
-  reg [27:0] \$622 ;
-  wire [15:0] \$63 ;
-  wire [32:0] \$64 ;
-  reg [7:0] \$65 ;
-  wire [15:0] \$66 ;
-  wire [32:0] \$67 ;
-  reg [7:0] \$68 ;
-  wire [15:0] \$69 ;
-  reg [7:0] \$7 ;
-  wire [32:0] \$70 ;
-  reg [7:0] \$71 ;
-  wire [15:0] \$72 ;
-  wire [32:0] \$73 ;
-  reg [7:0] \$74 ;
-  wire [15:0] \$75 ;
-  reg [7:0] \$76 ;
-  wire [15:0] \$77 ;
-  wire [32:0] \$78 ;
-  reg [7:0] \$79 ;
-  wire [15:0] \$8 ;
-  wire [15:0] \$80 ;
-  wire [32:0] \$81 ;
-  reg [7:0] \$82 ;
-  wire [15:0] \$83 ;
-  wire [32:0] \$84 ;
-  reg [7:0] \$85 ;
-  wire [15:0] \$86 ;
-  wire [32:0] \$87 ;
-  reg [7:0] \$88 ;
-  wire [15:0] \$89 ;
-  wire [32:0] \$9 ;
-  wire [32:0] \$90 ;
-  reg [7:0] \$91 ;
-  wire [15:0] \$92 ;
-  wire [32:0] \$93 ;
-  reg [7:0] \$94 ;
-  wire [15:0] \$95 ;
-  wire [32:0] \$96 ;
-  reg [7:0] \$97 ;
-  wire [15:0] \$98 ;
-  reg [7:0] \$99 ;
+  reg [7:0] \$589 ;
+  wire \$59 ;
+  reg \$590 ;
+  reg [7:0] \$591 ;
+  reg \$592 ;
+  reg [7:0] \$593 ;
+  reg \$594 ;
+  reg [7:0] \$595 ;
+  reg \$596 ;
+  reg [7:0] \$597 ;
+  reg \$598 ;
+  reg [7:0] \$599 ;
+  wire \$6 ;
+  wire \$60 ;
+  reg \$600 ;
+  reg [7:0] \$601 ;
+  reg \$602 ;
+  reg [7:0] \$603 ;
+  reg \$604 ;
+  reg [7:0] \$605 ;
+  reg \$606 ;
+  reg [7:0] \$607 ;
+  reg \$608 ;
+  reg [7:0] \$609 ;
+  wire \$61 ;
+  reg \$610 ;
+  reg [7:0] \$611 ;
+  reg \$612 ;
+  reg [7:0] \$613 ;
+  reg \$614 ;
+  reg [7:0] \$615 ;
+  reg \$616 ;
+  reg [7:0] \$617 ;
+  reg \$618 ;
+  reg [7:0] \$619 ;
+  wire \$62 ;
+  reg \$620 ;
+  reg [7:0] \$621 ;
+  reg \$622 ;
+  reg [7:0] \$623 ;
+  reg \$624 ;
+  reg [7:0] \$625 ;
+  reg \$626 ;
+  reg [7:0] \$627 ;
+  reg [31:0] \$628 ;
+  reg [7:0] \$629 ;
+  wire \$63 ;
+  reg \$630 ;
+  reg [7:0] \$631 ;
+  reg [31:0] \$632 ;
+  reg [7:0] \$633 ;
+  reg \$634 ;
+  reg [7:0] \$635 ;
+  reg [31:0] \$636 ;
+  reg [7:0] \$637 ;
+  reg \$638 ;
+  reg [7:0] \$639 ;
+  wire \$64 ;
+  reg [31:0] \$640 ;
+  reg [7:0] \$641 ;
+  reg \$642 ;
+  reg [7:0] \$643 ;
+  reg [31:0] \$644 ;
+  reg [7:0] \$645 ;
+  reg \$646 ;
+  reg [7:0] \$647 ;
+  reg [31:0] \$648 ;
+  reg [7:0] \$649 ;
+  wire \$65 ;
+  reg \$650 ;
+  reg [7:0] \$651 ;
+  reg [31:0] \$652 ;
+  reg [7:0] \$653 ;
+  reg \$654 ;
+  reg [7:0] \$655 ;
+  reg [31:0] \$656 ;
+  reg [31:0] \$657 ;
+  reg [31:0] \$658 ;
+  reg [31:0] \$659 ;
+  wire \$66 ;
+  reg [31:0] \$660 ;
+  reg [31:0] \$661 ;
+  reg [31:0] \$662 ;
+  reg [31:0] \$663 ;
+  reg [7:0] \$664 ;
+  reg \$665 ;
+  reg [7:0] \$666 ;
+  reg [31:0] \$667 ;
+  reg [7:0] \$668 ;
+  reg \$669 ;
+  wire \$67 ;
+  reg [7:0] \$670 ;
+  reg [31:0] \$671 ;
+  reg [7:0] \$672 ;
+  reg \$673 ;
+  reg [7:0] \$674 ;
+  reg [31:0] \$675 ;
+  reg [7:0] \$676 ;
+  reg \$677 ;
+  reg [7:0] \$678 ;
+  reg [31:0] \$679 ;
+  wire \$68 ;
+  reg [7:0] \$680 ;
+  reg \$681 ;
+  reg [7:0] \$682 ;
+  reg [31:0] \$683 ;
+  reg [7:0] \$684 ;
+  reg \$685 ;
+  reg [7:0] \$686 ;
+  reg [31:0] \$687 ;
+  reg [7:0] \$688 ;
+  reg \$689 ;
+  wire \$69 ;
+  reg [7:0] \$690 ;
+  reg [31:0] \$691 ;
+  reg [7:0] \$692 ;
+  reg \$693 ;
+  reg [7:0] \$694 ;
+  reg [31:0] \$695 ;
+  reg [31:0] \$696 ;
+  reg [31:0] \$697 ;
+  reg [31:0] \$698 ;
+  reg [31:0] \$699 ;
+  wire \$7 ;
+  wire \$70 ;
+  reg [31:0] \$700 ;
+  reg [31:0] \$701 ;
+  reg [7:0] \$702 ;
+  reg \$703 ;
+  reg [7:0] \$704 ;
+  reg [31:0] \$705 ;
+  reg [7:0] \$706 ;
+  reg \$707 ;
+  reg [7:0] \$708 ;
+  reg [31:0] \$709 ;
+  wire \$71 ;
+  reg [7:0] \$710 ;
+  reg \$711 ;
+  reg [7:0] \$712 ;
+  reg [31:0] \$713 ;
+  reg [7:0] \$714 ;
+  reg \$715 ;
+  reg [7:0] \$716 ;
+  reg [31:0] \$717 ;
+  reg [7:0] \$718 ;
+  reg \$719 ;
+  wire \$72 ;
+  reg [7:0] \$720 ;
+  reg [31:0] \$721 ;
+  reg [7:0] \$722 ;
+  reg \$723 ;
+  reg [7:0] \$724 ;
+  reg [31:0] \$725 ;
+  reg [7:0] \$726 ;
+  reg \$727 ;
+  reg [7:0] \$728 ;
+  reg [31:0] \$729 ;
+  wire \$73 ;
+  reg [7:0] \$730 ;
+  reg \$731 ;
+  reg [7:0] \$732 ;
+  reg [31:0] \$733 ;
+  reg [31:0] \$734 ;
+  reg [31:0] \$735 ;
+  reg [31:0] \$736 ;
+  reg [31:0] \$737 ;
+  reg [31:0] \$738 ;
+  reg [7:0] \$739 ;
+  wire \$74 ;
+  reg \$740 ;
+  reg [7:0] \$741 ;
+  reg [31:0] \$742 ;
+  reg [7:0] \$743 ;
+  reg \$744 ;
+  reg [7:0] \$745 ;
+  reg [31:0] \$746 ;
+  reg [7:0] \$747 ;
+  reg \$748 ;
+  reg [7:0] \$749 ;
+  wire \$75 ;
+  reg [31:0] \$750 ;
+  reg [7:0] \$751 ;
+  reg \$752 ;
+  reg [7:0] \$753 ;
+  reg [31:0] \$754 ;
+  reg [7:0] \$755 ;
+  reg \$756 ;
+  reg [7:0] \$757 ;
+  reg [31:0] \$758 ;
+  reg [7:0] \$759 ;
+  wire \$76 ;
+  reg \$760 ;
+  reg [7:0] \$761 ;
+  reg [31:0] \$762 ;
+  reg [7:0] \$763 ;
+  reg \$764 ;
+  reg [7:0] \$765 ;
+  reg [31:0] \$766 ;
+  reg [7:0] \$767 ;
+  reg \$768 ;
+  reg [7:0] \$769 ;
+  wire \$77 ;
+  reg [31:0] \$770 ;
+  reg [31:0] \$771 ;
+  reg [31:0] \$772 ;
+  reg [31:0] \$773 ;
+  reg [31:0] \$774 ;
+  reg [7:0] \$775 ;
+  reg \$776 ;
+  reg [7:0] \$777 ;
+  reg [31:0] \$778 ;
+  reg [7:0] \$779 ;
+  wire \$78 ;
+  reg \$780 ;
+  reg [7:0] \$781 ;
+  reg [31:0] \$782 ;
+  reg [7:0] \$783 ;
+  reg \$784 ;
+  reg [7:0] \$785 ;
+  reg [31:0] \$786 ;
+  reg [7:0] \$787 ;
+  reg \$788 ;
+  reg [7:0] \$789 ;
+  wire \$79 ;
+  reg [31:0] \$790 ;
+  reg [7:0] \$791 ;
+  reg \$792 ;
+  reg [7:0] \$793 ;
+  reg [31:0] \$794 ;
+  reg [7:0] \$795 ;
+  reg \$796 ;
+  reg [7:0] \$797 ;
+  reg [31:0] \$798 ;
+  reg [7:0] \$799 ;
+  wire \$8 ;
+  wire \$80 ;
+  reg \$800 ;
+  reg [7:0] \$801 ;
+  reg [31:0] \$802 ;
+  reg [7:0] \$803 ;
+  reg \$804 ;
+  reg [7:0] \$805 ;
+  reg [31:0] \$806 ;
+  reg [31:0] \$807 ;
+  reg [31:0] \$808 ;
+  reg [31:0] \$809 ;
+  wire \$81 ;
+  reg [7:0] \$810 ;
+  reg \$811 ;
+  reg [7:0] \$812 ;
+  reg [31:0] \$813 ;
+  reg [7:0] \$814 ;
+  reg \$815 ;
+  reg [7:0] \$816 ;
+  reg [31:0] \$817 ;
+  reg [7:0] \$818 ;
+  reg \$819 ;
+  wire \$82 ;
+  reg [7:0] \$820 ;
+  reg [31:0] \$821 ;
+  reg [7:0] \$822 ;
+  reg \$823 ;
+  reg [7:0] \$824 ;
+  reg [31:0] \$825 ;
+  reg [7:0] \$826 ;
+  reg \$827 ;
+  reg [7:0] \$828 ;
+  reg [31:0] \$829 ;
+  wire \$83 ;
+  reg [7:0] \$830 ;
+  reg \$831 ;
+  reg [7:0] \$832 ;
+  reg [31:0] \$833 ;
+  reg [7:0] \$834 ;
+  reg \$835 ;
+  reg [7:0] \$836 ;
+  reg [31:0] \$837 ;
+  reg [7:0] \$838 ;
+  reg \$839 ;
+  wire \$84 ;
+  reg [7:0] \$840 ;
+  reg [31:0] \$841 ;
+  reg [31:0] \$842 ;
+  reg [31:0] \$843 ;
+  reg [7:0] \$844 ;
+  reg \$845 ;
+  reg [7:0] \$846 ;
+  reg [31:0] \$847 ;
+  reg [7:0] \$848 ;
+  reg \$849 ;
+  wire \$85 ;
+  reg [7:0] \$850 ;
+  reg [31:0] \$851 ;
+  reg [7:0] \$852 ;
+  reg \$853 ;
+  reg [7:0] \$854 ;
+  reg [31:0] \$855 ;
+  reg [7:0] \$856 ;
+  reg \$857 ;
+  reg [7:0] \$858 ;
+  reg [31:0] \$859 ;
+  wire \$86 ;
+  reg [7:0] \$860 ;
+  reg \$861 ;
+  reg [7:0] \$862 ;
+  reg [31:0] \$863 ;
+  reg [7:0] \$864 ;
+  reg \$865 ;
+  reg [7:0] \$866 ;
+  reg [31:0] \$867 ;
+  reg [7:0] \$868 ;
+  reg \$869 ;
+  wire \$87 ;
+  reg [7:0] \$870 ;
+  reg [31:0] \$871 ;
+  reg [7:0] \$872 ;
+  reg \$873 ;
+  reg [7:0] \$874 ;
+  reg [31:0] \$875 ;
+  reg [31:0] \$876 ;
+  reg [7:0] \$877 ;
+  reg \$878 ;
+  reg [7:0] \$879 ;
+  wire \$88 ;
+  reg [31:0] \$880 ;
+  reg [7:0] \$881 ;
+  reg \$882 ;
+  reg [7:0] \$883 ;
+  reg [31:0] \$884 ;
+  reg [7:0] \$885 ;
+  reg \$886 ;
+  reg [7:0] \$887 ;
+  reg [31:0] \$888 ;
+  reg [7:0] \$889 ;
+  wire \$89 ;
+  reg \$890 ;
+  reg [7:0] \$891 ;
+  reg [31:0] \$892 ;
+  reg [7:0] \$893 ;
+  reg \$894 ;
+  reg [7:0] \$895 ;
+  reg [31:0] \$896 ;
+  reg [7:0] \$897 ;
+  reg \$898 ;
+  reg [7:0] \$899 ;
+  wire \$9 ;
+  wire \$90 ;
+  reg [31:0] \$900 ;
+  reg [7:0] \$901 ;
+  reg \$902 ;
+  reg [7:0] \$903 ;
+  reg [31:0] \$904 ;
+  reg [7:0] \$905 ;
+  reg \$906 ;
+  reg [7:0] \$907 ;
+  reg [31:0] \$908 ;
+  reg \$909 ;
+  wire \$91 ;
+  reg [27:0] \$910 ;
+  reg \$911 ;
+  reg [27:0] \$912 ;
+  reg \$913 ;
+  reg [27:0] \$914 ;
+  reg \$915 ;
+  reg [27:0] \$916 ;
+  reg \$917 ;
+  reg [27:0] \$918 ;
+  reg \$919 ;
+  wire \$92 ;
+  reg [27:0] \$920 ;
+  reg \$921 ;
+  reg [27:0] \$922 ;
+  reg \$923 ;
+  reg [27:0] \$924 ;
+  reg \$925 ;
+  reg [27:0] \$926 ;
+  reg \$927 ;
+  reg [27:0] \$928 ;
+  reg \$929 ;
+  wire \$93 ;
+  reg [27:0] \$930 ;
+  reg \$931 ;
+  reg [27:0] \$932 ;
+  reg \$933 ;
+  reg [27:0] \$934 ;
+  reg \$935 ;
+  reg [27:0] \$936 ;
+  reg \$937 ;
+  reg [27:0] \$938 ;
+  wire \$94 ;
+  wire \$95 ;
+  wire \$96 ;
+  wire \$97 ;
+  wire \$98 ;
+  wire \$99 ;
   input [63:0] a;
   wire [63:0] a;
   wire [7:0] \a[0] ;
@@ -12075,8 +12391,6 @@ module \dx1_board.soc.core0.array (rst, w_row, reset_units, w_load, w_bank, a_va
   reg [7:0] a_7_5 = 8'h00;
   reg [7:0] a_7_6 = 8'h00;
   reg [7:0] a_7_7 = 8'h00;
-  input a_bank;
-  wire a_bank;
   input a_valid;
   wire a_valid;
   reg bank_0_0 = 1'h0;
@@ -12153,8 +12467,8 @@ module \dx1_board.soc.core0.array (rst, w_row, reset_units, w_load, w_bank, a_va
   reg [27:0] ctl_d11 = 28'h0000000;
   reg [27:0] ctl_d12 = 28'h0000000;
   reg [27:0] ctl_d13 = 28'h0000000;
-  output [27:0] ctl_d14;
-  reg [27:0] ctl_d14 = 28'h0000000;
+  (* init = 28'h0000000 *)
+  wire [27:0] ctl_d14;
   reg [27:0] ctl_d2 = 28'h0000000;
   reg [27:0] ctl_d3 = 28'h0000000;
   reg [27:0] ctl_d4 = 28'h0000000;
@@ -12191,6 +12505,8 @@ module \dx1_board.soc.core0.array (rst, w_row, reset_units, w_load, w_bank, a_va
   reg [31:0] deskew5_0 = 32'd0;
   reg [31:0] deskew5_1 = 32'd0;
   reg [31:0] deskew6_0 = 32'd0;
+  input next_bank;
+  wire next_bank;
   output [255:0] out;
   wire [255:0] out;
   wire [31:0] \out[0] ;
@@ -12201,10 +12517,10 @@ module \dx1_board.soc.core0.array (rst, w_row, reset_units, w_load, w_bank, a_va
   wire [31:0] \out[5] ;
   wire [31:0] \out[6] ;
   wire [31:0] \out[7] ;
-  (* init = 28'h0000000 *)
-  wire [27:0] out_ctl;
-  (* init = 1'h0 *)
-  wire out_valid;
+  output [27:0] out_ctl;
+  reg [27:0] out_ctl = 28'h0000000;
+  output out_valid;
+  reg out_valid = 1'h0;
   reg [31:0] psum_0_0 = 32'd0;
   reg [31:0] psum_0_1 = 32'd0;
   reg [31:0] psum_0_2 = 32'd0;
@@ -12335,8 +12651,8 @@ module \dx1_board.soc.core0.array (rst, w_row, reset_units, w_load, w_bank, a_va
   reg valid_d11 = 1'h0;
   reg valid_d12 = 1'h0;
   reg valid_d13 = 1'h0;
-  output valid_d14;
-  reg valid_d14 = 1'h0;
+  (* init = 1'h0 *)
+  wire valid_d14;
   reg valid_d2 = 1'h0;
   reg valid_d3 = 1'h0;
   reg valid_d4 = 1'h0;
@@ -12346,133 +12662,261 @@ module \dx1_board.soc.core0.array (rst, w_row, reset_units, w_load, w_bank, a_va
   reg valid_d8 = 1'h0;
   reg valid_d9 = 1'h0;
   reg [7:0] w0_0_0 = 8'h00;
+  wire [7:0] w0_0_0_next;
   reg [7:0] w0_0_1 = 8'h00;
+  wire [7:0] w0_0_1_next;
   reg [7:0] w0_0_2 = 8'h00;
+  wire [7:0] w0_0_2_next;
   reg [7:0] w0_0_3 = 8'h00;
+  wire [7:0] w0_0_3_next;
   reg [7:0] w0_0_4 = 8'h00;
+  wire [7:0] w0_0_4_next;
   reg [7:0] w0_0_5 = 8'h00;
+  wire [7:0] w0_0_5_next;
   reg [7:0] w0_0_6 = 8'h00;
+  wire [7:0] w0_0_6_next;
   reg [7:0] w0_0_7 = 8'h00;
+  wire [7:0] w0_0_7_next;
   reg [7:0] w0_1_0 = 8'h00;
+  wire [7:0] w0_1_0_next;
   reg [7:0] w0_1_1 = 8'h00;
+  wire [7:0] w0_1_1_next;
   reg [7:0] w0_1_2 = 8'h00;
+  wire [7:0] w0_1_2_next;
   reg [7:0] w0_1_3 = 8'h00;
+  wire [7:0] w0_1_3_next;
   reg [7:0] w0_1_4 = 8'h00;
+  wire [7:0] w0_1_4_next;
   reg [7:0] w0_1_5 = 8'h00;
+  wire [7:0] w0_1_5_next;
   reg [7:0] w0_1_6 = 8'h00;
+  wire [7:0] w0_1_6_next;
   reg [7:0] w0_1_7 = 8'h00;
+  wire [7:0] w0_1_7_next;
   reg [7:0] w0_2_0 = 8'h00;
+  wire [7:0] w0_2_0_next;
   reg [7:0] w0_2_1 = 8'h00;
+  wire [7:0] w0_2_1_next;
   reg [7:0] w0_2_2 = 8'h00;
+  wire [7:0] w0_2_2_next;
   reg [7:0] w0_2_3 = 8'h00;
+  wire [7:0] w0_2_3_next;
   reg [7:0] w0_2_4 = 8'h00;
+  wire [7:0] w0_2_4_next;
   reg [7:0] w0_2_5 = 8'h00;
+  wire [7:0] w0_2_5_next;
   reg [7:0] w0_2_6 = 8'h00;
+  wire [7:0] w0_2_6_next;
   reg [7:0] w0_2_7 = 8'h00;
+  wire [7:0] w0_2_7_next;
   reg [7:0] w0_3_0 = 8'h00;
+  wire [7:0] w0_3_0_next;
   reg [7:0] w0_3_1 = 8'h00;
+  wire [7:0] w0_3_1_next;
   reg [7:0] w0_3_2 = 8'h00;
+  wire [7:0] w0_3_2_next;
   reg [7:0] w0_3_3 = 8'h00;
+  wire [7:0] w0_3_3_next;
   reg [7:0] w0_3_4 = 8'h00;
+  wire [7:0] w0_3_4_next;
   reg [7:0] w0_3_5 = 8'h00;
+  wire [7:0] w0_3_5_next;
   reg [7:0] w0_3_6 = 8'h00;
+  wire [7:0] w0_3_6_next;
   reg [7:0] w0_3_7 = 8'h00;
+  wire [7:0] w0_3_7_next;
   reg [7:0] w0_4_0 = 8'h00;
+  wire [7:0] w0_4_0_next;
   reg [7:0] w0_4_1 = 8'h00;
+  wire [7:0] w0_4_1_next;
   reg [7:0] w0_4_2 = 8'h00;
+  wire [7:0] w0_4_2_next;
   reg [7:0] w0_4_3 = 8'h00;
+  wire [7:0] w0_4_3_next;
   reg [7:0] w0_4_4 = 8'h00;
+  wire [7:0] w0_4_4_next;
   reg [7:0] w0_4_5 = 8'h00;
+  wire [7:0] w0_4_5_next;
   reg [7:0] w0_4_6 = 8'h00;
+  wire [7:0] w0_4_6_next;
   reg [7:0] w0_4_7 = 8'h00;
+  wire [7:0] w0_4_7_next;
   reg [7:0] w0_5_0 = 8'h00;
+  wire [7:0] w0_5_0_next;
   reg [7:0] w0_5_1 = 8'h00;
+  wire [7:0] w0_5_1_next;
   reg [7:0] w0_5_2 = 8'h00;
+  wire [7:0] w0_5_2_next;
   reg [7:0] w0_5_3 = 8'h00;
+  wire [7:0] w0_5_3_next;
   reg [7:0] w0_5_4 = 8'h00;
+  wire [7:0] w0_5_4_next;
   reg [7:0] w0_5_5 = 8'h00;
+  wire [7:0] w0_5_5_next;
   reg [7:0] w0_5_6 = 8'h00;
+  wire [7:0] w0_5_6_next;
   reg [7:0] w0_5_7 = 8'h00;
+  wire [7:0] w0_5_7_next;
   reg [7:0] w0_6_0 = 8'h00;
+  wire [7:0] w0_6_0_next;
   reg [7:0] w0_6_1 = 8'h00;
+  wire [7:0] w0_6_1_next;
   reg [7:0] w0_6_2 = 8'h00;
+  wire [7:0] w0_6_2_next;
   reg [7:0] w0_6_3 = 8'h00;
+  wire [7:0] w0_6_3_next;
   reg [7:0] w0_6_4 = 8'h00;
+  wire [7:0] w0_6_4_next;
   reg [7:0] w0_6_5 = 8'h00;
+  wire [7:0] w0_6_5_next;
   reg [7:0] w0_6_6 = 8'h00;
+  wire [7:0] w0_6_6_next;
   reg [7:0] w0_6_7 = 8'h00;
+  wire [7:0] w0_6_7_next;
   reg [7:0] w0_7_0 = 8'h00;
+  wire [7:0] w0_7_0_next;
   reg [7:0] w0_7_1 = 8'h00;
+  wire [7:0] w0_7_1_next;
   reg [7:0] w0_7_2 = 8'h00;
+  wire [7:0] w0_7_2_next;
   reg [7:0] w0_7_3 = 8'h00;
+  wire [7:0] w0_7_3_next;
   reg [7:0] w0_7_4 = 8'h00;
+  wire [7:0] w0_7_4_next;
   reg [7:0] w0_7_5 = 8'h00;
+  wire [7:0] w0_7_5_next;
   reg [7:0] w0_7_6 = 8'h00;
+  wire [7:0] w0_7_6_next;
   reg [7:0] w0_7_7 = 8'h00;
+  wire [7:0] w0_7_7_next;
   reg [7:0] w1_0_0 = 8'h00;
+  wire [7:0] w1_0_0_next;
   reg [7:0] w1_0_1 = 8'h00;
+  wire [7:0] w1_0_1_next;
   reg [7:0] w1_0_2 = 8'h00;
+  wire [7:0] w1_0_2_next;
   reg [7:0] w1_0_3 = 8'h00;
+  wire [7:0] w1_0_3_next;
   reg [7:0] w1_0_4 = 8'h00;
+  wire [7:0] w1_0_4_next;
   reg [7:0] w1_0_5 = 8'h00;
+  wire [7:0] w1_0_5_next;
   reg [7:0] w1_0_6 = 8'h00;
+  wire [7:0] w1_0_6_next;
   reg [7:0] w1_0_7 = 8'h00;
+  wire [7:0] w1_0_7_next;
   reg [7:0] w1_1_0 = 8'h00;
+  wire [7:0] w1_1_0_next;
   reg [7:0] w1_1_1 = 8'h00;
+  wire [7:0] w1_1_1_next;
   reg [7:0] w1_1_2 = 8'h00;
+  wire [7:0] w1_1_2_next;
   reg [7:0] w1_1_3 = 8'h00;
+  wire [7:0] w1_1_3_next;
   reg [7:0] w1_1_4 = 8'h00;
+  wire [7:0] w1_1_4_next;
   reg [7:0] w1_1_5 = 8'h00;
+  wire [7:0] w1_1_5_next;
   reg [7:0] w1_1_6 = 8'h00;
+  wire [7:0] w1_1_6_next;
   reg [7:0] w1_1_7 = 8'h00;
+  wire [7:0] w1_1_7_next;
   reg [7:0] w1_2_0 = 8'h00;
+  wire [7:0] w1_2_0_next;
   reg [7:0] w1_2_1 = 8'h00;
+  wire [7:0] w1_2_1_next;
   reg [7:0] w1_2_2 = 8'h00;
+  wire [7:0] w1_2_2_next;
   reg [7:0] w1_2_3 = 8'h00;
+  wire [7:0] w1_2_3_next;
   reg [7:0] w1_2_4 = 8'h00;
+  wire [7:0] w1_2_4_next;
   reg [7:0] w1_2_5 = 8'h00;
+  wire [7:0] w1_2_5_next;
   reg [7:0] w1_2_6 = 8'h00;
+  wire [7:0] w1_2_6_next;
   reg [7:0] w1_2_7 = 8'h00;
+  wire [7:0] w1_2_7_next;
   reg [7:0] w1_3_0 = 8'h00;
+  wire [7:0] w1_3_0_next;
   reg [7:0] w1_3_1 = 8'h00;
+  wire [7:0] w1_3_1_next;
   reg [7:0] w1_3_2 = 8'h00;
+  wire [7:0] w1_3_2_next;
   reg [7:0] w1_3_3 = 8'h00;
+  wire [7:0] w1_3_3_next;
   reg [7:0] w1_3_4 = 8'h00;
+  wire [7:0] w1_3_4_next;
   reg [7:0] w1_3_5 = 8'h00;
+  wire [7:0] w1_3_5_next;
   reg [7:0] w1_3_6 = 8'h00;
+  wire [7:0] w1_3_6_next;
   reg [7:0] w1_3_7 = 8'h00;
+  wire [7:0] w1_3_7_next;
   reg [7:0] w1_4_0 = 8'h00;
+  wire [7:0] w1_4_0_next;
   reg [7:0] w1_4_1 = 8'h00;
+  wire [7:0] w1_4_1_next;
   reg [7:0] w1_4_2 = 8'h00;
+  wire [7:0] w1_4_2_next;
   reg [7:0] w1_4_3 = 8'h00;
+  wire [7:0] w1_4_3_next;
   reg [7:0] w1_4_4 = 8'h00;
+  wire [7:0] w1_4_4_next;
   reg [7:0] w1_4_5 = 8'h00;
+  wire [7:0] w1_4_5_next;
   reg [7:0] w1_4_6 = 8'h00;
+  wire [7:0] w1_4_6_next;
   reg [7:0] w1_4_7 = 8'h00;
+  wire [7:0] w1_4_7_next;
   reg [7:0] w1_5_0 = 8'h00;
+  wire [7:0] w1_5_0_next;
   reg [7:0] w1_5_1 = 8'h00;
+  wire [7:0] w1_5_1_next;
   reg [7:0] w1_5_2 = 8'h00;
+  wire [7:0] w1_5_2_next;
   reg [7:0] w1_5_3 = 8'h00;
+  wire [7:0] w1_5_3_next;
   reg [7:0] w1_5_4 = 8'h00;
+  wire [7:0] w1_5_4_next;
   reg [7:0] w1_5_5 = 8'h00;
+  wire [7:0] w1_5_5_next;
   reg [7:0] w1_5_6 = 8'h00;
+  wire [7:0] w1_5_6_next;
   reg [7:0] w1_5_7 = 8'h00;
+  wire [7:0] w1_5_7_next;
   reg [7:0] w1_6_0 = 8'h00;
+  wire [7:0] w1_6_0_next;
   reg [7:0] w1_6_1 = 8'h00;
+  wire [7:0] w1_6_1_next;
   reg [7:0] w1_6_2 = 8'h00;
+  wire [7:0] w1_6_2_next;
   reg [7:0] w1_6_3 = 8'h00;
+  wire [7:0] w1_6_3_next;
   reg [7:0] w1_6_4 = 8'h00;
+  wire [7:0] w1_6_4_next;
   reg [7:0] w1_6_5 = 8'h00;
+  wire [7:0] w1_6_5_next;
   reg [7:0] w1_6_6 = 8'h00;
+  wire [7:0] w1_6_6_next;
   reg [7:0] w1_6_7 = 8'h00;
+  wire [7:0] w1_6_7_next;
   reg [7:0] w1_7_0 = 8'h00;
+  wire [7:0] w1_7_0_next;
   reg [7:0] w1_7_1 = 8'h00;
+  wire [7:0] w1_7_1_next;
   reg [7:0] w1_7_2 = 8'h00;
+  wire [7:0] w1_7_2_next;
   reg [7:0] w1_7_3 = 8'h00;
+  wire [7:0] w1_7_3_next;
   reg [7:0] w1_7_4 = 8'h00;
+  wire [7:0] w1_7_4_next;
   reg [7:0] w1_7_5 = 8'h00;
+  wire [7:0] w1_7_5_next;
   reg [7:0] w1_7_6 = 8'h00;
+  wire [7:0] w1_7_6_next;
   reg [7:0] w1_7_7 = 8'h00;
+  wire [7:0] w1_7_7_next;
   input w_bank;
   wire w_bank;
   input w_load;
@@ -12487,2689 +12931,1593 @@ module \dx1_board.soc.core0.array (rst, w_row, reset_units, w_load, w_bank, a_va
   wire [7:0] \w_row[5] ;
   wire [7:0] \w_row[6] ;
   wire [7:0] \w_row[7] ;
+  reg [7:0] wsel_0_0 = 8'h00;
+  reg [7:0] wsel_0_1 = 8'h00;
+  reg [7:0] wsel_0_2 = 8'h00;
+  reg [7:0] wsel_0_3 = 8'h00;
+  reg [7:0] wsel_0_4 = 8'h00;
+  reg [7:0] wsel_0_5 = 8'h00;
+  reg [7:0] wsel_0_6 = 8'h00;
+  reg [7:0] wsel_0_7 = 8'h00;
+  reg [7:0] wsel_1_0 = 8'h00;
+  reg [7:0] wsel_1_1 = 8'h00;
+  reg [7:0] wsel_1_2 = 8'h00;
+  reg [7:0] wsel_1_3 = 8'h00;
+  reg [7:0] wsel_1_4 = 8'h00;
+  reg [7:0] wsel_1_5 = 8'h00;
+  reg [7:0] wsel_1_6 = 8'h00;
+  reg [7:0] wsel_1_7 = 8'h00;
+  reg [7:0] wsel_2_0 = 8'h00;
+  reg [7:0] wsel_2_1 = 8'h00;
+  reg [7:0] wsel_2_2 = 8'h00;
+  reg [7:0] wsel_2_3 = 8'h00;
+  reg [7:0] wsel_2_4 = 8'h00;
+  reg [7:0] wsel_2_5 = 8'h00;
+  reg [7:0] wsel_2_6 = 8'h00;
+  reg [7:0] wsel_2_7 = 8'h00;
+  reg [7:0] wsel_3_0 = 8'h00;
+  reg [7:0] wsel_3_1 = 8'h00;
+  reg [7:0] wsel_3_2 = 8'h00;
+  reg [7:0] wsel_3_3 = 8'h00;
+  reg [7:0] wsel_3_4 = 8'h00;
+  reg [7:0] wsel_3_5 = 8'h00;
+  reg [7:0] wsel_3_6 = 8'h00;
+  reg [7:0] wsel_3_7 = 8'h00;
+  reg [7:0] wsel_4_0 = 8'h00;
+  reg [7:0] wsel_4_1 = 8'h00;
+  reg [7:0] wsel_4_2 = 8'h00;
+  reg [7:0] wsel_4_3 = 8'h00;
+  reg [7:0] wsel_4_4 = 8'h00;
+  reg [7:0] wsel_4_5 = 8'h00;
+  reg [7:0] wsel_4_6 = 8'h00;
+  reg [7:0] wsel_4_7 = 8'h00;
+  reg [7:0] wsel_5_0 = 8'h00;
+  reg [7:0] wsel_5_1 = 8'h00;
+  reg [7:0] wsel_5_2 = 8'h00;
+  reg [7:0] wsel_5_3 = 8'h00;
+  reg [7:0] wsel_5_4 = 8'h00;
+  reg [7:0] wsel_5_5 = 8'h00;
+  reg [7:0] wsel_5_6 = 8'h00;
+  reg [7:0] wsel_5_7 = 8'h00;
+  reg [7:0] wsel_6_0 = 8'h00;
+  reg [7:0] wsel_6_1 = 8'h00;
+  reg [7:0] wsel_6_2 = 8'h00;
+  reg [7:0] wsel_6_3 = 8'h00;
+  reg [7:0] wsel_6_4 = 8'h00;
+  reg [7:0] wsel_6_5 = 8'h00;
+  reg [7:0] wsel_6_6 = 8'h00;
+  reg [7:0] wsel_6_7 = 8'h00;
+  reg [7:0] wsel_7_0 = 8'h00;
+  reg [7:0] wsel_7_1 = 8'h00;
+  reg [7:0] wsel_7_2 = 8'h00;
+  reg [7:0] wsel_7_3 = 8'h00;
+  reg [7:0] wsel_7_4 = 8'h00;
+  reg [7:0] wsel_7_5 = 8'h00;
+  reg [7:0] wsel_7_6 = 8'h00;
+  reg [7:0] wsel_7_7 = 8'h00;
+  assign \$42  = w_load & \$41 ;
+  assign w0_2_4_next = \$42  ? w0_1_4 : w0_2_4;
+  assign \$43  = ! w_bank;
+  assign \$44  = w_load & \$43 ;
+  assign w0_2_5_next = \$44  ? w0_1_5 : w0_2_5;
+  assign \$45  = ! w_bank;
+  assign \$46  = w_load & \$45 ;
+  assign w0_2_6_next = \$46  ? w0_1_6 : w0_2_6;
+  assign \$47  = ! w_bank;
+  assign \$48  = w_load & \$47 ;
+  assign w0_2_7_next = \$48  ? w0_1_7 : w0_2_7;
+  assign \$49  = ! w_bank;
+  assign \$50  = w_load & \$49 ;
+  assign w0_3_0_next = \$50  ? w0_2_0 : w0_3_0;
+  assign \$51  = ! w_bank;
+  assign \$52  = w_load & \$51 ;
+  assign w0_3_1_next = \$52  ? w0_2_1 : w0_3_1;
+  assign \$53  = ! w_bank;
+  assign \$54  = w_load & \$53 ;
+  assign w0_3_2_next = \$54  ? w0_2_2 : w0_3_2;
+  assign \$55  = ! w_bank;
+  assign \$56  = w_load & \$55 ;
+  assign w0_3_3_next = \$56  ? w0_2_3 : w0_3_3;
+  assign \$57  = ! w_bank;
+  assign \$58  = w_load & \$57 ;
+  assign w0_3_4_next = \$58  ? w0_2_4 : w0_3_4;
+  assign \$59  = ! w_bank;
+  assign \$60  = w_load & \$59 ;
+  assign w0_3_5_next = \$60  ? w0_2_5 : w0_3_5;
+  assign \$61  = ! w_bank;
+  assign \$62  = w_load & \$61 ;
+  assign w0_3_6_next = \$62  ? w0_2_6 : w0_3_6;
+  assign \$63  = ! w_bank;
+  assign \$64  = w_load & \$63 ;
+  assign w0_3_7_next = \$64  ? w0_2_7 : w0_3_7;
+  assign \$65  = ! w_bank;
+  assign \$66  = w_load & \$65 ;
+  assign w0_4_0_next = \$66  ? w0_3_0 : w0_4_0;
+  assign \$67  = ! w_bank;
+  assign \$68  = w_load & \$67 ;
+  assign w0_4_1_next = \$68  ? w0_3_1 : w0_4_1;
+  assign \$69  = ! w_bank;
+  assign \$70  = w_load & \$69 ;
+  assign w0_4_2_next = \$70  ? w0_3_2 : w0_4_2;
+  assign \$71  = ! w_bank;
+  assign \$72  = w_load & \$71 ;
+  assign w0_4_3_next = \$72  ? w0_3_3 : w0_4_3;
+  assign \$73  = ! w_bank;
+  assign \$74  = w_load & \$73 ;
+  assign w0_4_4_next = \$74  ? w0_3_4 : w0_4_4;
+  assign \$75  = ! w_bank;
+  assign \$76  = w_load & \$75 ;
+  assign w0_4_5_next = \$76  ? w0_3_5 : w0_4_5;
+  assign \$77  = ! w_bank;
+  assign \$78  = w_load & \$77 ;
+  assign w0_4_6_next = \$78  ? w0_3_6 : w0_4_6;
+  assign \$79  = ! w_bank;
+  assign \$80  = w_load & \$79 ;
+  assign w0_4_7_next = \$80  ? w0_3_7 : w0_4_7;
+  assign \$81  = ! w_bank;
+  assign \$82  = w_load & \$81 ;
+  assign w0_5_0_next = \$82  ? w0_4_0 : w0_5_0;
+  assign \$83  = ! w_bank;
+  assign \$84  = w_load & \$83 ;
+  assign w0_5_1_next = \$84  ? w0_4_1 : w0_5_1;
+  assign \$85  = ! w_bank;
+  assign \$86  = w_load & \$85 ;
+  assign w0_5_2_next = \$86  ? w0_4_2 : w0_5_2;
+  assign \$87  = ! w_bank;
+  assign \$88  = w_load & \$87 ;
+  assign w0_5_3_next = \$88  ? w0_4_3 : w0_5_3;
+  assign \$89  = ! w_bank;
+  assign \$90  = w_load & \$89 ;
+  assign w0_5_4_next = \$90  ? w0_4_4 : w0_5_4;
+  assign \$91  = ! w_bank;
+  assign \$92  = w_load & \$91 ;
+  assign w0_5_5_next = \$92  ? w0_4_5 : w0_5_5;
+  assign \$93  = ! w_bank;
+  assign \$94  = w_load & \$93 ;
+  assign w0_5_6_next = \$94  ? w0_4_6 : w0_5_6;
+  assign \$95  = ! w_bank;
+  assign \$96  = w_load & \$95 ;
+  assign w0_5_7_next = \$96  ? w0_4_7 : w0_5_7;
+  assign \$97  = ! w_bank;
+  assign \$98  = w_load & \$97 ;
+  assign w0_6_0_next = \$98  ? w0_5_0 : w0_6_0;
+  assign \$99  = ! w_bank;
+  assign \$100  = w_load & \$99 ;
+  assign w0_6_1_next = \$100  ? w0_5_1 : w0_6_1;
+  assign \$101  = ! w_bank;
+  assign \$102  = w_load & \$101 ;
+  assign w0_6_2_next = \$102  ? w0_5_2 : w0_6_2;
+  assign \$103  = ! w_bank;
+  assign \$104  = w_load & \$103 ;
+  assign w0_6_3_next = \$104  ? w0_5_3 : w0_6_3;
+  assign \$105  = ! w_bank;
+  assign \$106  = w_load & \$105 ;
+  assign w0_6_4_next = \$106  ? w0_5_4 : w0_6_4;
+  assign \$107  = ! w_bank;
+  assign \$108  = w_load & \$107 ;
+  assign w0_6_5_next = \$108  ? w0_5_5 : w0_6_5;
+  assign \$109  = ! w_bank;
+  assign \$110  = w_load & \$109 ;
+  assign w0_6_6_next = \$110  ? w0_5_6 : w0_6_6;
+  assign \$111  = ! w_bank;
+  assign \$112  = w_load & \$111 ;
+  assign w0_6_7_next = \$112  ? w0_5_7 : w0_6_7;
+  assign \$113  = ! w_bank;
+  assign \$114  = w_load & \$113 ;
+  assign w0_7_0_next = \$114  ? w0_6_0 : w0_7_0;
+  assign \$115  = ! w_bank;
+  assign \$116  = w_load & \$115 ;
+  assign w0_7_1_next = \$116  ? w0_6_1 : w0_7_1;
+  assign \$117  = ! w_bank;
+  assign \$118  = w_load & \$117 ;
+  assign w0_7_2_next = \$118  ? w0_6_2 : w0_7_2;
+  assign \$119  = ! w_bank;
+  assign \$120  = w_load & \$119 ;
+  assign w0_7_3_next = \$120  ? w0_6_3 : w0_7_3;
+  assign \$121  = ! w_bank;
+  assign \$122  = w_load & \$121 ;
+  assign w0_7_4_next = \$122  ? w0_6_4 : w0_7_4;
+  assign \$123  = ! w_bank;
+  assign \$124  = w_load & \$123 ;
+  assign w0_7_5_next = \$124  ? w0_6_5 : w0_7_5;
+  assign \$125  = ! w_bank;
+  assign \$126  = w_load & \$125 ;
+  assign w0_7_6_next = \$126  ? w0_6_6 : w0_7_6;
+  assign \$127  = ! w_bank;
+  assign \$128  = w_load & \$127 ;
+  assign w0_7_7_next = \$128  ? w0_6_7 : w0_7_7;
+  assign \$130  = w_load & \$129 ;
+  assign w1_0_0_next = \$130  ? w_row[7:0] : w1_0_0;
+  assign \$132  = w_load & \$131 ;
+  assign w1_0_1_next = \$132  ? w_row[15:8] : w1_0_1;
+  assign \$134  = w_load & \$133 ;
+  assign w1_0_2_next = \$134  ? w_row[23:16] : w1_0_2;
+  assign \$136  = w_load & \$135 ;
+  assign w1_0_3_next = \$136  ? w_row[31:24] : w1_0_3;
+  assign \$138  = w_load & \$137 ;
+  assign w1_0_4_next = \$138  ? w_row[39:32] : w1_0_4;
+  assign \$140  = w_load & \$139 ;
+  assign w1_0_5_next = \$140  ? w_row[47:40] : w1_0_5;
+  assign \$142  = w_load & \$141 ;
+  assign w1_0_6_next = \$142  ? w_row[55:48] : w1_0_6;
+  assign \$144  = w_load & \$143 ;
+  assign w1_0_7_next = \$144  ? w_row[63:56] : w1_0_7;
+  assign \$146  = w_load & \$145 ;
+  assign w1_1_0_next = \$146  ? w1_0_0 : w1_1_0;
+  assign \$148  = w_load & \$147 ;
+  assign w1_1_1_next = \$148  ? w1_0_1 : w1_1_1;
+  assign \$150  = w_load & \$149 ;
+  assign w1_1_2_next = \$150  ? w1_0_2 : w1_1_2;
+  assign \$152  = w_load & \$151 ;
+  assign w1_1_3_next = \$152  ? w1_0_3 : w1_1_3;
+  assign \$154  = w_load & \$153 ;
+  assign w1_1_4_next = \$154  ? w1_0_4 : w1_1_4;
+  assign \$156  = w_load & \$155 ;
+  assign w1_1_5_next = \$156  ? w1_0_5 : w1_1_5;
+  assign \$158  = w_load & \$157 ;
+  assign w1_1_6_next = \$158  ? w1_0_6 : w1_1_6;
+  assign \$160  = w_load & \$159 ;
+  assign w1_1_7_next = \$160  ? w1_0_7 : w1_1_7;
+  assign \$162  = w_load & \$161 ;
+  assign w1_2_0_next = \$162  ? w1_1_0 : w1_2_0;
+  assign \$164  = w_load & \$163 ;
+  assign w1_2_1_next = \$164  ? w1_1_1 : w1_2_1;
+  assign \$166  = w_load & \$165 ;
+  assign w1_2_2_next = \$166  ? w1_1_2 : w1_2_2;
+  assign \$168  = w_load & \$167 ;
+  assign w1_2_3_next = \$168  ? w1_1_3 : w1_2_3;
+  assign \$170  = w_load & \$169 ;
+  assign w1_2_4_next = \$170  ? w1_1_4 : w1_2_4;
+  assign \$172  = w_load & \$171 ;
+  assign w1_2_5_next = \$172  ? w1_1_5 : w1_2_5;
+  assign \$174  = w_load & \$173 ;
+  assign w1_2_6_next = \$174  ? w1_1_6 : w1_2_6;
+  assign \$176  = w_load & \$175 ;
+  assign w1_2_7_next = \$176  ? w1_1_7 : w1_2_7;
+  assign \$178  = w_load & \$177 ;
+  assign w1_3_0_next = \$178  ? w1_2_0 : w1_3_0;
+  assign \$180  = w_load & \$179 ;
+  assign w1_3_1_next = \$180  ? w1_2_1 : w1_3_1;
+  assign \$182  = w_load & \$181 ;
+  assign w1_3_2_next = \$182  ? w1_2_2 : w1_3_2;
+  assign \$184  = w_load & \$183 ;
+  assign w1_3_3_next = \$184  ? w1_2_3 : w1_3_3;
+  assign \$186  = w_load & \$185 ;
+  assign w1_3_4_next = \$186  ? w1_2_4 : w1_3_4;
+  assign \$188  = w_load & \$187 ;
+  assign w1_3_5_next = \$188  ? w1_2_5 : w1_3_5;
+  assign \$190  = w_load & \$189 ;
+  assign w1_3_6_next = \$190  ? w1_2_6 : w1_3_6;
+  assign \$192  = w_load & \$191 ;
+  assign w1_3_7_next = \$192  ? w1_2_7 : w1_3_7;
+  assign \$194  = w_load & \$193 ;
+  assign w1_4_0_next = \$194  ? w1_3_0 : w1_4_0;
+  assign \$196  = w_load & \$195 ;
+  assign w1_4_1_next = \$196  ? w1_3_1 : w1_4_1;
+  assign \$198  = w_load & \$197 ;
+  assign w1_4_2_next = \$198  ? w1_3_2 : w1_4_2;
+  assign \$200  = w_load & \$199 ;
+  assign w1_4_3_next = \$200  ? w1_3_3 : w1_4_3;
+  assign \$202  = w_load & \$201 ;
+  assign w1_4_4_next = \$202  ? w1_3_4 : w1_4_4;
+  assign \$204  = w_load & \$203 ;
+  assign w1_4_5_next = \$204  ? w1_3_5 : w1_4_5;
+  assign \$206  = w_load & \$205 ;
+  assign w1_4_6_next = \$206  ? w1_3_6 : w1_4_6;
+  assign \$208  = w_load & \$207 ;
+  assign w1_4_7_next = \$208  ? w1_3_7 : w1_4_7;
+  assign \$210  = w_load & \$209 ;
+  assign w1_5_0_next = \$210  ? w1_4_0 : w1_5_0;
+  assign \$212  = w_load & \$211 ;
+  assign w1_5_1_next = \$212  ? w1_4_1 : w1_5_1;
+  assign \$214  = w_load & \$213 ;
+  assign w1_5_2_next = \$214  ? w1_4_2 : w1_5_2;
+  assign \$216  = w_load & \$215 ;
+  assign w1_5_3_next = \$216  ? w1_4_3 : w1_5_3;
+  assign \$218  = w_load & \$217 ;
+  assign w1_5_4_next = \$218  ? w1_4_4 : w1_5_4;
+  assign \$220  = w_load & \$219 ;
+  assign w1_5_5_next = \$220  ? w1_4_5 : w1_5_5;
+  assign \$222  = w_load & \$221 ;
+  assign w1_5_6_next = \$222  ? w1_4_6 : w1_5_6;
+  assign \$224  = w_load & \$223 ;
+  assign w1_5_7_next = \$224  ? w1_4_7 : w1_5_7;
+  assign \$226  = w_load & \$225 ;
+  assign w1_6_0_next = \$226  ? w1_5_0 : w1_6_0;
+  assign \$228  = w_load & \$227 ;
+  assign w1_6_1_next = \$228  ? w1_5_1 : w1_6_1;
+  assign \$230  = w_load & \$229 ;
+  assign w1_6_2_next = \$230  ? w1_5_2 : w1_6_2;
+  assign \$232  = w_load & \$231 ;
+  assign w1_6_3_next = \$232  ? w1_5_3 : w1_6_3;
+  assign \$234  = w_load & \$233 ;
+  assign w1_6_4_next = \$234  ? w1_5_4 : w1_6_4;
+  assign \$236  = w_load & \$235 ;
+  assign w1_6_5_next = \$236  ? w1_5_5 : w1_6_5;
+  assign \$238  = w_load & \$237 ;
+  assign w1_6_6_next = \$238  ? w1_5_6 : w1_6_6;
+  assign \$240  = w_load & \$239 ;
+  assign w1_6_7_next = \$240  ? w1_5_7 : w1_6_7;
+  assign \$242  = w_load & \$241 ;
+  assign w1_7_0_next = \$242  ? w1_6_0 : w1_7_0;
+  assign \$244  = w_load & \$243 ;
+  assign w1_7_1_next = \$244  ? w1_6_1 : w1_7_1;
+  assign \$246  = w_load & \$245 ;
+  assign w1_7_2_next = \$246  ? w1_6_2 : w1_7_2;
+  assign \$248  = w_load & \$247 ;
+  assign w1_7_3_next = \$248  ? w1_6_3 : w1_7_3;
+  assign \$250  = w_load & \$249 ;
+  assign w1_7_4_next = \$250  ? w1_6_4 : w1_7_4;
+  assign \$252  = w_load & \$251 ;
+  assign w1_7_5_next = \$252  ? w1_6_5 : w1_7_5;
+  assign \$254  = w_load & \$253 ;
+  assign w1_7_6_next = \$254  ? w1_6_6 : w1_7_6;
+  assign \$256  = w_load & \$255 ;
+  assign w1_7_7_next = \$256  ? w1_6_7 : w1_7_7;
+  assign \$257  = next_bank ? w1_0_0_next : w0_0_0_next;
+  assign \$258  = $signed(a[7:0]) * $signed(wsel_0_0);
+  assign \$259  = skew_bank1_0 ? w1_1_0_next : w0_1_0_next;
+  assign \$260  = $signed(skew1_0) * $signed(wsel_1_0);
+  assign \$261  = $signed(psum_0_0) + $signed(\$260 );
+  assign \$262  = skew_bank2_1 ? w1_2_0_next : w0_2_0_next;
+  assign \$263  = $signed(skew2_1) * $signed(wsel_2_0);
+  assign \$264  = $signed(psum_1_0) + $signed(\$263 );
+  assign \$265  = skew_bank3_2 ? w1_3_0_next : w0_3_0_next;
+  assign \$266  = $signed(skew3_2) * $signed(wsel_3_0);
+  assign \$267  = $signed(psum_2_0) + $signed(\$266 );
+  assign \$268  = skew_bank4_3 ? w1_4_0_next : w0_4_0_next;
+  assign \$269  = $signed(skew4_3) * $signed(wsel_4_0);
+  assign \$270  = $signed(psum_3_0) + $signed(\$269 );
+  assign \$271  = skew_bank5_4 ? w1_5_0_next : w0_5_0_next;
+  assign \$272  = $signed(skew5_4) * $signed(wsel_5_0);
+  assign \$273  = $signed(psum_4_0) + $signed(\$272 );
+  assign \$274  = skew_bank6_5 ? w1_6_0_next : w0_6_0_next;
+  assign \$275  = $signed(skew6_5) * $signed(wsel_6_0);
+  assign \$276  = $signed(psum_5_0) + $signed(\$275 );
+  assign \$277  = skew_bank7_6 ? w1_7_0_next : w0_7_0_next;
+  assign \$278  = $signed(skew7_6) * $signed(wsel_7_0);
+  assign \$279  = $signed(psum_6_0) + $signed(\$278 );
+  assign \$280  = bank_0_0 ? w1_0_1_next : w0_0_1_next;
+  assign \$281  = $signed(a_0_0) * $signed(wsel_0_1);
+  assign \$282  = bank_1_0 ? w1_1_1_next : w0_1_1_next;
+  assign \$283  = $signed(a_1_0) * $signed(wsel_1_1);
+  assign \$284  = $signed(psum_0_1) + $signed(\$283 );
+  assign \$285  = bank_2_0 ? w1_2_1_next : w0_2_1_next;
+  assign \$286  = $signed(a_2_0) * $signed(wsel_2_1);
+  assign \$287  = $signed(psum_1_1) + $signed(\$286 );
+  assign \$288  = bank_3_0 ? w1_3_1_next : w0_3_1_next;
+  assign \$289  = $signed(a_3_0) * $signed(wsel_3_1);
+  assign \$290  = $signed(psum_2_1) + $signed(\$289 );
+  assign \$291  = bank_4_0 ? w1_4_1_next : w0_4_1_next;
+  assign \$292  = $signed(a_4_0) * $signed(wsel_4_1);
+  assign \$293  = $signed(psum_3_1) + $signed(\$292 );
+  assign \$294  = bank_5_0 ? w1_5_1_next : w0_5_1_next;
+  assign \$295  = $signed(a_5_0) * $signed(wsel_5_1);
+  assign \$296  = $signed(psum_4_1) + $signed(\$295 );
+  assign \$297  = bank_6_0 ? w1_6_1_next : w0_6_1_next;
+  assign \$298  = $signed(a_6_0) * $signed(wsel_6_1);
+  assign \$299  = $signed(psum_5_1) + $signed(\$298 );
+  assign \$300  = bank_7_0 ? w1_7_1_next : w0_7_1_next;
+  assign \$301  = $signed(a_7_0) * $signed(wsel_7_1);
+  assign \$302  = $signed(psum_6_1) + $signed(\$301 );
+  assign \$303  = bank_0_1 ? w1_0_2_next : w0_0_2_next;
+  assign \$304  = $signed(a_0_1) * $signed(wsel_0_2);
+  assign \$305  = bank_1_1 ? w1_1_2_next : w0_1_2_next;
+  assign \$306  = $signed(a_1_1) * $signed(wsel_1_2);
+  assign \$307  = $signed(psum_0_2) + $signed(\$306 );
+  assign \$308  = bank_2_1 ? w1_2_2_next : w0_2_2_next;
+  assign \$309  = $signed(a_2_1) * $signed(wsel_2_2);
+  assign \$310  = $signed(psum_1_2) + $signed(\$309 );
+  assign \$311  = bank_3_1 ? w1_3_2_next : w0_3_2_next;
+  assign \$312  = $signed(a_3_1) * $signed(wsel_3_2);
+  assign \$313  = $signed(psum_2_2) + $signed(\$312 );
+  assign \$314  = bank_4_1 ? w1_4_2_next : w0_4_2_next;
+  assign \$315  = $signed(a_4_1) * $signed(wsel_4_2);
+  assign \$316  = $signed(psum_3_2) + $signed(\$315 );
+  assign \$317  = bank_5_1 ? w1_5_2_next : w0_5_2_next;
+  assign \$318  = $signed(a_5_1) * $signed(wsel_5_2);
+  assign \$319  = $signed(psum_4_2) + $signed(\$318 );
+  assign \$320  = bank_6_1 ? w1_6_2_next : w0_6_2_next;
+  assign \$321  = $signed(a_6_1) * $signed(wsel_6_2);
+  assign \$322  = $signed(psum_5_2) + $signed(\$321 );
+  assign \$323  = bank_7_1 ? w1_7_2_next : w0_7_2_next;
+  assign \$324  = $signed(a_7_1) * $signed(wsel_7_2);
+  assign \$325  = $signed(psum_6_2) + $signed(\$324 );
+  assign \$326  = bank_0_2 ? w1_0_3_next : w0_0_3_next;
+  assign \$327  = $signed(a_0_2) * $signed(wsel_0_3);
+  assign \$328  = bank_1_2 ? w1_1_3_next : w0_1_3_next;
+  assign \$329  = $signed(a_1_2) * $signed(wsel_1_3);
+  assign \$330  = $signed(psum_0_3) + $signed(\$329 );
+  assign \$331  = bank_2_2 ? w1_2_3_next : w0_2_3_next;
+  assign \$332  = $signed(a_2_2) * $signed(wsel_2_3);
+  assign \$333  = $signed(psum_1_3) + $signed(\$332 );
+  assign \$334  = bank_3_2 ? w1_3_3_next : w0_3_3_next;
+  assign \$335  = $signed(a_3_2) * $signed(wsel_3_3);
+  assign \$336  = $signed(psum_2_3) + $signed(\$335 );
+  assign \$337  = bank_4_2 ? w1_4_3_next : w0_4_3_next;
+  assign \$338  = $signed(a_4_2) * $signed(wsel_4_3);
+  assign \$339  = $signed(psum_3_3) + $signed(\$338 );
+  assign \$340  = bank_5_2 ? w1_5_3_next : w0_5_3_next;
+  assign \$341  = $signed(a_5_2) * $signed(wsel_5_3);
+  assign \$342  = $signed(psum_4_3) + $signed(\$341 );
+  assign \$343  = bank_6_2 ? w1_6_3_next : w0_6_3_next;
+  assign \$344  = $signed(a_6_2) * $signed(wsel_6_3);
+  assign \$345  = $signed(psum_5_3) + $signed(\$344 );
+  assign \$346  = bank_7_2 ? w1_7_3_next : w0_7_3_next;
+  assign \$347  = $signed(a_7_2) * $signed(wsel_7_3);
+  assign \$348  = $signed(psum_6_3) + $signed(\$347 );
+  assign \$349  = bank_0_3 ? w1_0_4_next : w0_0_4_next;
+  assign \$350  = $signed(a_0_3) * $signed(wsel_0_4);
+  assign \$351  = bank_1_3 ? w1_1_4_next : w0_1_4_next;
+  assign \$352  = $signed(a_1_3) * $signed(wsel_1_4);
+  assign \$353  = $signed(psum_0_4) + $signed(\$352 );
+  assign \$354  = bank_2_3 ? w1_2_4_next : w0_2_4_next;
+  assign \$355  = $signed(a_2_3) * $signed(wsel_2_4);
+  assign \$356  = $signed(psum_1_4) + $signed(\$355 );
+  assign \$357  = bank_3_3 ? w1_3_4_next : w0_3_4_next;
+  assign \$358  = $signed(a_3_3) * $signed(wsel_3_4);
+  assign \$359  = $signed(psum_2_4) + $signed(\$358 );
+  assign \$360  = bank_4_3 ? w1_4_4_next : w0_4_4_next;
+  assign \$361  = $signed(a_4_3) * $signed(wsel_4_4);
+  assign \$362  = $signed(psum_3_4) + $signed(\$361 );
+  assign \$363  = bank_5_3 ? w1_5_4_next : w0_5_4_next;
+  assign \$364  = $signed(a_5_3) * $signed(wsel_5_4);
+  assign \$365  = $signed(psum_4_4) + $signed(\$364 );
+  assign \$366  = bank_6_3 ? w1_6_4_next : w0_6_4_next;
+  assign \$367  = $signed(a_6_3) * $signed(wsel_6_4);
+  assign \$368  = $signed(psum_5_4) + $signed(\$367 );
+  assign \$369  = bank_7_3 ? w1_7_4_next : w0_7_4_next;
+  assign \$370  = $signed(a_7_3) * $signed(wsel_7_4);
+  assign \$371  = $signed(psum_6_4) + $signed(\$370 );
+  assign \$372  = bank_0_4 ? w1_0_5_next : w0_0_5_next;
+  assign \$373  = $signed(a_0_4) * $signed(wsel_0_5);
+  assign \$374  = bank_1_4 ? w1_1_5_next : w0_1_5_next;
+  assign \$375  = $signed(a_1_4) * $signed(wsel_1_5);
+  assign \$376  = $signed(psum_0_5) + $signed(\$375 );
+  assign \$377  = bank_2_4 ? w1_2_5_next : w0_2_5_next;
+  assign \$378  = $signed(a_2_4) * $signed(wsel_2_5);
+  assign \$379  = $signed(psum_1_5) + $signed(\$378 );
+  assign \$380  = bank_3_4 ? w1_3_5_next : w0_3_5_next;
+  assign \$381  = $signed(a_3_4) * $signed(wsel_3_5);
+  assign \$382  = $signed(psum_2_5) + $signed(\$381 );
+  assign \$383  = bank_4_4 ? w1_4_5_next : w0_4_5_next;
+  assign \$384  = $signed(a_4_4) * $signed(wsel_4_5);
+  assign \$385  = $signed(psum_3_5) + $signed(\$384 );
+  assign \$386  = bank_5_4 ? w1_5_5_next : w0_5_5_next;
+  assign \$387  = $signed(a_5_4) * $signed(wsel_5_5);
+  assign \$388  = $signed(psum_4_5) + $signed(\$387 );
+  assign \$389  = bank_6_4 ? w1_6_5_next : w0_6_5_next;
+  assign \$390  = $signed(a_6_4) * $signed(wsel_6_5);
+  assign \$391  = $signed(psum_5_5) + $signed(\$390 );
+  assign \$392  = bank_7_4 ? w1_7_5_next : w0_7_5_next;
+  assign \$393  = $signed(a_7_4) * $signed(wsel_7_5);
+  assign \$394  = $signed(psum_6_5) + $signed(\$393 );
+  assign \$395  = bank_0_5 ? w1_0_6_next : w0_0_6_next;
+  assign \$396  = $signed(a_0_5) * $signed(wsel_0_6);
+  assign \$397  = bank_1_5 ? w1_1_6_next : w0_1_6_next;
+  assign \$398  = $signed(a_1_5) * $signed(wsel_1_6);
+  assign \$399  = $signed(psum_0_6) + $signed(\$398 );
+  assign \$400  = bank_2_5 ? w1_2_6_next : w0_2_6_next;
+  assign \$401  = $signed(a_2_5) * $signed(wsel_2_6);
+  assign \$402  = $signed(psum_1_6) + $signed(\$401 );
+  assign \$403  = bank_3_5 ? w1_3_6_next : w0_3_6_next;
+  assign \$404  = $signed(a_3_5) * $signed(wsel_3_6);
+  assign \$405  = $signed(psum_2_6) + $signed(\$404 );
+  assign \$406  = bank_4_5 ? w1_4_6_next : w0_4_6_next;
+  assign \$407  = $signed(a_4_5) * $signed(wsel_4_6);
+  assign \$408  = $signed(psum_3_6) + $signed(\$407 );
+  assign \$409  = bank_5_5 ? w1_5_6_next : w0_5_6_next;
+  assign \$410  = $signed(a_5_5) * $signed(wsel_5_6);
+  assign \$411  = $signed(psum_4_6) + $signed(\$410 );
+  assign \$412  = bank_6_5 ? w1_6_6_next : w0_6_6_next;
+  assign \$413  = $signed(a_6_5) * $signed(wsel_6_6);
+  assign \$414  = $signed(psum_5_6) + $signed(\$413 );
+  assign \$415  = bank_7_5 ? w1_7_6_next : w0_7_6_next;
+  assign \$416  = $signed(a_7_5) * $signed(wsel_7_6);
+  assign \$417  = $signed(psum_6_6) + $signed(\$416 );
+  assign \$418  = bank_0_6 ? w1_0_7_next : w0_0_7_next;
+  assign \$419  = $signed(a_0_6) * $signed(wsel_0_7);
+  assign \$420  = bank_1_6 ? w1_1_7_next : w0_1_7_next;
+  assign \$421  = $signed(a_1_6) * $signed(wsel_1_7);
+  assign \$422  = $signed(psum_0_7) + $signed(\$421 );
+  assign \$423  = bank_2_6 ? w1_2_7_next : w0_2_7_next;
+  assign \$424  = $signed(a_2_6) * $signed(wsel_2_7);
+  assign \$425  = $signed(psum_1_7) + $signed(\$424 );
+  assign \$426  = bank_3_6 ? w1_3_7_next : w0_3_7_next;
+  assign \$427  = $signed(a_3_6) * $signed(wsel_3_7);
+  assign \$428  = $signed(psum_2_7) + $signed(\$427 );
+  assign \$429  = bank_4_6 ? w1_4_7_next : w0_4_7_next;
+  assign \$430  = $signed(a_4_6) * $signed(wsel_4_7);
+  assign \$431  = $signed(psum_3_7) + $signed(\$430 );
+  assign \$432  = bank_5_6 ? w1_5_7_next : w0_5_7_next;
+  assign \$433  = $signed(a_5_6) * $signed(wsel_5_7);
+  assign \$434  = $signed(psum_4_7) + $signed(\$433 );
+  assign \$435  = bank_6_6 ? w1_6_7_next : w0_6_7_next;
+  assign \$436  = $signed(a_6_6) * $signed(wsel_6_7);
+  assign \$437  = $signed(psum_5_7) + $signed(\$436 );
+  assign \$438  = bank_7_6 ? w1_7_7_next : w0_7_7_next;
+  assign \$439  = $signed(a_7_6) * $signed(wsel_7_7);
+  assign \$440  = $signed(psum_6_7) + $signed(\$439 );
+  always @(posedge clk)
+    w0_0_0 <= \$441 ;
+  always @(posedge clk)
+    w0_0_1 <= \$442 ;
+  always @(posedge clk)
+    w0_0_2 <= \$443 ;
+  always @(posedge clk)
+    w0_0_3 <= \$444 ;
+  always @(posedge clk)
+    w0_0_4 <= \$445 ;
+  always @(posedge clk)
+    w0_0_5 <= \$446 ;
+  always @(posedge clk)
+    w0_0_6 <= \$447 ;
+  always @(posedge clk)
+    w0_0_7 <= \$448 ;
+  always @(posedge clk)
+    w0_1_0 <= \$449 ;
+  always @(posedge clk)
+    w0_1_1 <= \$450 ;
+  always @(posedge clk)
+    w0_1_2 <= \$451 ;
+  always @(posedge clk)
+    w0_1_3 <= \$452 ;
+  always @(posedge clk)
+    w0_1_4 <= \$453 ;
+  always @(posedge clk)
+    w0_1_5 <= \$454 ;
+  always @(posedge clk)
+    w0_1_6 <= \$455 ;
+  always @(posedge clk)
+    w0_1_7 <= \$456 ;
+  always @(posedge clk)
+    w0_2_0 <= \$457 ;
+  always @(posedge clk)
+    w0_2_1 <= \$458 ;
+  always @(posedge clk)
+    w0_2_2 <= \$459 ;
+  always @(posedge clk)
+    w0_2_3 <= \$460 ;
+  always @(posedge clk)
+    w0_2_4 <= \$461 ;
+  always @(posedge clk)
+    w0_2_5 <= \$462 ;
+  always @(posedge clk)
+    w0_2_6 <= \$463 ;
+  always @(posedge clk)
+    w0_2_7 <= \$464 ;
+  always @(posedge clk)
+    w0_3_0 <= \$465 ;
+  always @(posedge clk)
+    w0_3_1 <= \$466 ;
+  always @(posedge clk)
+    w0_3_2 <= \$467 ;
+  always @(posedge clk)
+    w0_3_3 <= \$468 ;
+  always @(posedge clk)
+    w0_3_4 <= \$469 ;
+  always @(posedge clk)
+    w0_3_5 <= \$470 ;
+  always @(posedge clk)
+    w0_3_6 <= \$471 ;
+  always @(posedge clk)
+    w0_3_7 <= \$472 ;
+  always @(posedge clk)
+    w0_4_0 <= \$473 ;
+  always @(posedge clk)
+    w0_4_1 <= \$474 ;
+  always @(posedge clk)
+    w0_4_2 <= \$475 ;
+  always @(posedge clk)
+    w0_4_3 <= \$476 ;
+  always @(posedge clk)
+    w0_4_4 <= \$477 ;
+  always @(posedge clk)
+    w0_4_5 <= \$478 ;
+  always @(posedge clk)
+    w0_4_6 <= \$479 ;
+  always @(posedge clk)
+    w0_4_7 <= \$480 ;
+  always @(posedge clk)
+    w0_5_0 <= \$481 ;
+  always @(posedge clk)
+    w0_5_1 <= \$482 ;
+  always @(posedge clk)
+    w0_5_2 <= \$483 ;
+  always @(posedge clk)
+    w0_5_3 <= \$484 ;
+  always @(posedge clk)
+    w0_5_4 <= \$485 ;
+  always @(posedge clk)
+    w0_5_5 <= \$486 ;
+  always @(posedge clk)
+    w0_5_6 <= \$487 ;
+  always @(posedge clk)
+    w0_5_7 <= \$488 ;
+  always @(posedge clk)
+    w0_6_0 <= \$489 ;
+  always @(posedge clk)
+    w0_6_1 <= \$490 ;
+  always @(posedge clk)
+    w0_6_2 <= \$491 ;
+  always @(posedge clk)
+    w0_6_3 <= \$492 ;
+  always @(posedge clk)
+    w0_6_4 <= \$493 ;
+  always @(posedge clk)
+    w0_6_5 <= \$494 ;
+  always @(posedge clk)
+    w0_6_6 <= \$495 ;
+  always @(posedge clk)
+    w0_6_7 <= \$496 ;
+  always @(posedge clk)
+    w0_7_0 <= \$497 ;
+  always @(posedge clk)
+    w0_7_1 <= \$498 ;
+  always @(posedge clk)
+    w0_7_2 <= \$499 ;
+  always @(posedge clk)
+    w0_7_3 <= \$500 ;
+  always @(posedge clk)
+    w0_7_4 <= \$501 ;
+  always @(posedge clk)
+    w0_7_5 <= \$502 ;
+  always @(posedge clk)
+    w0_7_6 <= \$503 ;
+  always @(posedge clk)
+    w0_7_7 <= \$504 ;
+  always @(posedge clk)
+    w1_0_0 <= \$505 ;
+  always @(posedge clk)
+    w1_0_1 <= \$506 ;
+  always @(posedge clk)
+    w1_0_2 <= \$507 ;
+  always @(posedge clk)
+    w1_0_3 <= \$508 ;
+  always @(posedge clk)
+    w1_0_4 <= \$509 ;
+  always @(posedge clk)
+    w1_0_5 <= \$510 ;
+  always @(posedge clk)
+    w1_0_6 <= \$511 ;
+  always @(posedge clk)
+    w1_0_7 <= \$512 ;
+  always @(posedge clk)
+    w1_1_0 <= \$513 ;
+  always @(posedge clk)
+    w1_1_1 <= \$514 ;
+  always @(posedge clk)
+    w1_1_2 <= \$515 ;
+  always @(posedge clk)
+    w1_1_3 <= \$516 ;
+  always @(posedge clk)
+    w1_1_4 <= \$517 ;
+  always @(posedge clk)
+    w1_1_5 <= \$518 ;
+  always @(posedge clk)
+    w1_1_6 <= \$519 ;
+  always @(posedge clk)
+    w1_1_7 <= \$520 ;
+  always @(posedge clk)
+    w1_2_0 <= \$521 ;
+  always @(posedge clk)
+    w1_2_1 <= \$522 ;
+  always @(posedge clk)
+    w1_2_2 <= \$523 ;
+  always @(posedge clk)
+    w1_2_3 <= \$524 ;
+  always @(posedge clk)
+    w1_2_4 <= \$525 ;
+  always @(posedge clk)
+    w1_2_5 <= \$526 ;
+  always @(posedge clk)
+    w1_2_6 <= \$527 ;
+  always @(posedge clk)
+    w1_2_7 <= \$528 ;
+  always @(posedge clk)
+    w1_3_0 <= \$529 ;
+  always @(posedge clk)
+    w1_3_1 <= \$530 ;
+  always @(posedge clk)
+    w1_3_2 <= \$531 ;
+  always @(posedge clk)
+    w1_3_3 <= \$532 ;
+  always @(posedge clk)
+    w1_3_4 <= \$533 ;
+  always @(posedge clk)
+    w1_3_5 <= \$534 ;
+  always @(posedge clk)
+    w1_3_6 <= \$535 ;
+  always @(posedge clk)
+    w1_3_7 <= \$536 ;
+  always @(posedge clk)
+    w1_4_0 <= \$537 ;
+  always @(posedge clk)
+    w1_4_1 <= \$538 ;
+  always @(posedge clk)
+    w1_4_2 <= \$539 ;
+  always @(posedge clk)
+    w1_4_3 <= \$540 ;
+  always @(posedge clk)
+    w1_4_4 <= \$541 ;
+  always @(posedge clk)
+    w1_4_5 <= \$542 ;
+  always @(posedge clk)
+    w1_4_6 <= \$543 ;
+  always @(posedge clk)
+    w1_4_7 <= \$544 ;
+  always @(posedge clk)
+    w1_5_0 <= \$545 ;
+  always @(posedge clk)
+    w1_5_1 <= \$546 ;
+  always @(posedge clk)
+    w1_5_2 <= \$547 ;
+  always @(posedge clk)
+    w1_5_3 <= \$548 ;
+  always @(posedge clk)
+    w1_5_4 <= \$549 ;
+  always @(posedge clk)
+    w1_5_5 <= \$550 ;
+  always @(posedge clk)
+    w1_5_6 <= \$551 ;
+  always @(posedge clk)
+    w1_5_7 <= \$552 ;
+  always @(posedge clk)
+    w1_6_0 <= \$553 ;
+  always @(posedge clk)
+    w1_6_1 <= \$554 ;
+  always @(posedge clk)
+    w1_6_2 <= \$555 ;
+  always @(posedge clk)
+    w1_6_3 <= \$556 ;
+  always @(posedge clk)
+    w1_6_4 <= \$557 ;
+  always @(posedge clk)
+    w1_6_5 <= \$558 ;
+  always @(posedge clk)
+    w1_6_6 <= \$559 ;
+  always @(posedge clk)
+    w1_6_7 <= \$560 ;
+  always @(posedge clk)
+    w1_7_0 <= \$561 ;
+  always @(posedge clk)
+    w1_7_1 <= \$562 ;
+  always @(posedge clk)
+    w1_7_2 <= \$563 ;
+  always @(posedge clk)
+    w1_7_3 <= \$564 ;
+  always @(posedge clk)
+    w1_7_4 <= \$565 ;
+  always @(posedge clk)
+    w1_7_5 <= \$566 ;
+  always @(posedge clk)
+    w1_7_6 <= \$567 ;
+  always @(posedge clk)
+    w1_7_7 <= \$568 ;
+  always @(posedge clk)
+    skew1_0 <= \$569 ;
+  always @(posedge clk)
+    skew_bank1_0 <= \$570 ;
+  always @(posedge clk)
+    skew2_0 <= \$571 ;
+  always @(posedge clk)
+    skew_bank2_0 <= \$572 ;
+  always @(posedge clk)
+    skew2_1 <= \$573 ;
+  always @(posedge clk)
+    skew_bank2_1 <= \$574 ;
+  always @(posedge clk)
+    skew3_0 <= \$575 ;
+  always @(posedge clk)
+    skew_bank3_0 <= \$576 ;
+  always @(posedge clk)
+    skew3_1 <= \$577 ;
+  always @(posedge clk)
+    skew_bank3_1 <= \$578 ;
+  always @(posedge clk)
+    skew3_2 <= \$579 ;
+  always @(posedge clk)
+    skew_bank3_2 <= \$580 ;
+  always @(posedge clk)
+    skew4_0 <= \$581 ;
+  always @(posedge clk)
+    skew_bank4_0 <= \$582 ;
+  always @(posedge clk)
+    skew4_1 <= \$583 ;
+  always @(posedge clk)
+    skew_bank4_1 <= \$584 ;
+  always @(posedge clk)
+    skew4_2 <= \$585 ;
+  always @(posedge clk)
+    skew_bank4_2 <= \$586 ;
+  always @(posedge clk)
+    skew4_3 <= \$587 ;
+  always @(posedge clk)
+    skew_bank4_3 <= \$588 ;
+  always @(posedge clk)
+    skew5_0 <= \$589 ;
+  always @(posedge clk)
+    skew_bank5_0 <= \$590 ;
+  always @(posedge clk)
+    skew5_1 <= \$591 ;
+  always @(posedge clk)
+    skew_bank5_1 <= \$592 ;
+  always @(posedge clk)
+    skew5_2 <= \$593 ;
+  always @(posedge clk)
+    skew_bank5_2 <= \$594 ;
   always @(posedge clk)
-    w1_6_3 <= \$283 ;
+    skew5_3 <= \$595 ;
   always @(posedge clk)
-    w1_7_3 <= \$284 ;
+    skew_bank5_3 <= \$596 ;
   always @(posedge clk)
-    w1_0_4 <= \$285 ;
+    skew5_4 <= \$597 ;
   always @(posedge clk)
-    w1_1_4 <= \$286 ;
+    skew_bank5_4 <= \$598 ;
   always @(posedge clk)
-    w1_2_4 <= \$287 ;
+    skew6_0 <= \$599 ;
   always @(posedge clk)
-    w1_3_4 <= \$288 ;
+    skew_bank6_0 <= \$600 ;
   always @(posedge clk)
-    w1_4_4 <= \$289 ;
+    skew6_1 <= \$601 ;
   always @(posedge clk)
-    w1_5_4 <= \$290 ;
+    skew_bank6_1 <= \$602 ;
   always @(posedge clk)
-    w1_6_4 <= \$291 ;
+    skew6_2 <= \$603 ;
   always @(posedge clk)
-    w1_7_4 <= \$292 ;
+    skew_bank6_2 <= \$604 ;
   always @(posedge clk)
-    w1_0_5 <= \$293 ;
+    skew6_3 <= \$605 ;
   always @(posedge clk)
-    w1_1_5 <= \$294 ;
+    skew_bank6_3 <= \$606 ;
   always @(posedge clk)
-    w1_2_5 <= \$295 ;
+    skew6_4 <= \$607 ;
   always @(posedge clk)
-    w1_3_5 <= \$296 ;
+    skew_bank6_4 <= \$608 ;
   always @(posedge clk)
-    w1_4_5 <= \$297 ;
+    skew6_5 <= \$609 ;
   always @(posedge clk)
-    w1_5_5 <= \$298 ;
+    skew_bank6_5 <= \$610 ;
   always @(posedge clk)
-    w1_6_5 <= \$299 ;
+    skew7_0 <= \$611 ;
   always @(posedge clk)
-    w1_7_5 <= \$300 ;
+    skew_bank7_0 <= \$612 ;
   always @(posedge clk)
-    w1_0_6 <= \$301 ;
+    skew7_1 <= \$613 ;
   always @(posedge clk)
-    w1_1_6 <= \$302 ;
+    skew_bank7_1 <= \$614 ;
   always @(posedge clk)
-    w1_2_6 <= \$303 ;
+    skew7_2 <= \$615 ;
   always @(posedge clk)
-    w1_3_6 <= \$304 ;
+    skew_bank7_2 <= \$616 ;
   always @(posedge clk)
-    w1_4_6 <= \$305 ;
+    skew7_3 <= \$617 ;
   always @(posedge clk)
-    w1_5_6 <= \$306 ;
+    skew_bank7_3 <= \$618 ;
   always @(posedge clk)
-    w1_6_6 <= \$307 ;
+    skew7_4 <= \$619 ;
   always @(posedge clk)
-    w1_7_6 <= \$308 ;
+    skew_bank7_4 <= \$620 ;
   always @(posedge clk)
-    w1_0_7 <= \$309 ;
+    skew7_5 <= \$621 ;
   always @(posedge clk)
-    w1_1_7 <= \$310 ;
+    skew_bank7_5 <= \$622 ;
   always @(posedge clk)
-    w1_2_7 <= \$311 ;
+    skew7_6 <= \$623 ;
   always @(posedge clk)
-    w1_3_7 <= \$312 ;
+    skew_bank7_6 <= \$624 ;
   always @(posedge clk)
-    w1_4_7 <= \$313 ;
+    a_0_0 <= \$625 ;
   always @(posedge clk)
-    w1_5_7 <= \$314 ;
+    bank_0_0 <= \$626 ;
   always @(posedge clk)
-    w1_6_7 <= \$315 ;
+    wsel_0_0 <= \$627 ;
   always @(posedge clk)
-    w1_7_7 <= \$316 ;
+    psum_0_0 <= \$628 ;
   always @(posedge clk)
-    skew1_0 <= \$317 ;
+    a_1_0 <= \$629 ;
   always @(posedge clk)
-    skew_bank1_0 <= \$318 ;
+    bank_1_0 <= \$630 ;
   always @(posedge clk)
-    skew2_0 <= \$319 ;
+    wsel_1_0 <= \$631 ;
   always @(posedge clk)
-    skew_bank2_0 <= \$320 ;
+    psum_1_0 <= \$632 ;
   always @(posedge clk)
-    skew2_1 <= \$321 ;
+    a_2_0 <= \$633 ;
   always @(posedge clk)
-    skew_bank2_1 <= \$322 ;
+    bank_2_0 <= \$634 ;
   always @(posedge clk)
-    skew3_0 <= \$323 ;
+    wsel_2_0 <= \$635 ;
   always @(posedge clk)
-    skew_bank3_0 <= \$324 ;
+    psum_2_0 <= \$636 ;
   always @(posedge clk)
-    skew3_1 <= \$325 ;
+    a_3_0 <= \$637 ;
   always @(posedge clk)
-    skew_bank3_1 <= \$326 ;
+    bank_3_0 <= \$638 ;
   always @(posedge clk)
-    skew3_2 <= \$327 ;
+    wsel_3_0 <= \$639 ;
   always @(posedge clk)
-    skew_bank3_2 <= \$328 ;
+    psum_3_0 <= \$640 ;
   always @(posedge clk)
-    skew4_0 <= \$329 ;
+    a_4_0 <= \$641 ;
   always @(posedge clk)
-    skew_bank4_0 <= \$330 ;
+    bank_4_0 <= \$642 ;
   always @(posedge clk)
-    skew4_1 <= \$331 ;
+    wsel_4_0 <= \$643 ;
   always @(posedge clk)
-    skew_bank4_1 <= \$332 ;
+    psum_4_0 <= \$644 ;
   always @(posedge clk)
-    skew4_2 <= \$333 ;
+    a_5_0 <= \$645 ;
   always @(posedge clk)
-    skew_bank4_2 <= \$334 ;
+    bank_5_0 <= \$646 ;
   always @(posedge clk)
-    skew4_3 <= \$335 ;
+    wsel_5_0 <= \$647 ;
   always @(posedge clk)
-    skew_bank4_3 <= \$336 ;
+    psum_5_0 <= \$648 ;
   always @(posedge clk)
-    skew5_0 <= \$337 ;
+    a_6_0 <= \$649 ;
   always @(posedge clk)
-    skew_bank5_0 <= \$338 ;
+    bank_6_0 <= \$650 ;
   always @(posedge clk)
-    skew5_1 <= \$339 ;
+    wsel_6_0 <= \$651 ;
   always @(posedge clk)
-    skew_bank5_1 <= \$340 ;
+    psum_6_0 <= \$652 ;
   always @(posedge clk)
-    skew5_2 <= \$341 ;
+    a_7_0 <= \$653 ;
   always @(posedge clk)
-    skew_bank5_2 <= \$342 ;
+    bank_7_0 <= \$654 ;
   always @(posedge clk)
-    skew5_3 <= \$343 ;
+    wsel_7_0 <= \$655 ;
   always @(posedge clk)
-    skew_bank5_3 <= \$344 ;
+    psum_7_0 <= \$656 ;
   always @(posedge clk)
-    skew5_4 <= \$345 ;
+    deskew0_0 <= \$657 ;
   always @(posedge clk)
-    skew_bank5_4 <= \$346 ;
+    deskew0_1 <= \$658 ;
   always @(posedge clk)
-    skew6_0 <= \$347 ;
+    deskew0_2 <= \$659 ;
   always @(posedge clk)
-    skew_bank6_0 <= \$348 ;
+    deskew0_3 <= \$660 ;
   always @(posedge clk)
-    skew6_1 <= \$349 ;
+    deskew0_4 <= \$661 ;
   always @(posedge clk)
-    skew_bank6_1 <= \$350 ;
+    deskew0_5 <= \$662 ;
   always @(posedge clk)
-    skew6_2 <= \$351 ;
+    deskew0_6 <= \$663 ;
   always @(posedge clk)
-    skew_bank6_2 <= \$352 ;
+    a_0_1 <= \$664 ;
   always @(posedge clk)
-    skew6_3 <= \$353 ;
+    bank_0_1 <= \$665 ;
   always @(posedge clk)
-    skew_bank6_3 <= \$354 ;
+    wsel_0_1 <= \$666 ;
   always @(posedge clk)
-    skew6_4 <= \$355 ;
+    psum_0_1 <= \$667 ;
   always @(posedge clk)
-    skew_bank6_4 <= \$356 ;
+    a_1_1 <= \$668 ;
   always @(posedge clk)
-    skew6_5 <= \$357 ;
+    bank_1_1 <= \$669 ;
   always @(posedge clk)
-    skew_bank6_5 <= \$358 ;
+    wsel_1_1 <= \$670 ;
   always @(posedge clk)
-    skew7_0 <= \$359 ;
+    psum_1_1 <= \$671 ;
   always @(posedge clk)
-    skew_bank7_0 <= \$360 ;
+    a_2_1 <= \$672 ;
   always @(posedge clk)
-    skew7_1 <= \$361 ;
+    bank_2_1 <= \$673 ;
   always @(posedge clk)
-    skew_bank7_1 <= \$362 ;
+    wsel_2_1 <= \$674 ;
   always @(posedge clk)
-    skew7_2 <= \$363 ;
+    psum_2_1 <= \$675 ;
   always @(posedge clk)
-    skew_bank7_2 <= \$364 ;
+    a_3_1 <= \$676 ;
   always @(posedge clk)
-    skew7_3 <= \$365 ;
+    bank_3_1 <= \$677 ;
   always @(posedge clk)
-    skew_bank7_3 <= \$366 ;
+    wsel_3_1 <= \$678 ;
   always @(posedge clk)
-    skew7_4 <= \$367 ;
+    psum_3_1 <= \$679 ;
   always @(posedge clk)
-    skew_bank7_4 <= \$368 ;
+    a_4_1 <= \$680 ;
   always @(posedge clk)
-    skew7_5 <= \$369 ;
+    bank_4_1 <= \$681 ;
   always @(posedge clk)
-    skew_bank7_5 <= \$370 ;
+    wsel_4_1 <= \$682 ;
   always @(posedge clk)
-    skew7_6 <= \$371 ;
+    psum_4_1 <= \$683 ;
   always @(posedge clk)
-    skew_bank7_6 <= \$372 ;
+    a_5_1 <= \$684 ;
   always @(posedge clk)
-    a_0_0 <= \$373 ;
+    bank_5_1 <= \$685 ;
   always @(posedge clk)
-    bank_0_0 <= \$374 ;
+    wsel_5_1 <= \$686 ;
   always @(posedge clk)
-    psum_0_0 <= \$375 ;
+    psum_5_1 <= \$687 ;
   always @(posedge clk)
-    a_1_0 <= \$376 ;
+    a_6_1 <= \$688 ;
   always @(posedge clk)
-    bank_1_0 <= \$377 ;
+    bank_6_1 <= \$689 ;
   always @(posedge clk)
-    psum_1_0 <= \$378 ;
+    wsel_6_1 <= \$690 ;
   always @(posedge clk)
-    a_2_0 <= \$379 ;
+    psum_6_1 <= \$691 ;
   always @(posedge clk)
-    bank_2_0 <= \$380 ;
+    a_7_1 <= \$692 ;
   always @(posedge clk)
-    psum_2_0 <= \$381 ;
+    bank_7_1 <= \$693 ;
   always @(posedge clk)
-    a_3_0 <= \$382 ;
+    wsel_7_1 <= \$694 ;
   always @(posedge clk)
-    bank_3_0 <= \$383 ;
+    psum_7_1 <= \$695 ;
   always @(posedge clk)
-    psum_3_0 <= \$384 ;
+    deskew1_0 <= \$696 ;
   always @(posedge clk)
-    a_4_0 <= \$385 ;
+    deskew1_1 <= \$697 ;
   always @(posedge clk)
-    bank_4_0 <= \$386 ;
+    deskew1_2 <= \$698 ;
   always @(posedge clk)
-    psum_4_0 <= \$387 ;
+    deskew1_3 <= \$699 ;
   always @(posedge clk)
-    a_5_0 <= \$388 ;
+    deskew1_4 <= \$700 ;
   always @(posedge clk)
-    bank_5_0 <= \$389 ;
+    deskew1_5 <= \$701 ;
   always @(posedge clk)
-    psum_5_0 <= \$390 ;
+    a_0_2 <= \$702 ;
   always @(posedge clk)
-    a_6_0 <= \$391 ;
+    bank_0_2 <= \$703 ;
   always @(posedge clk)
-    bank_6_0 <= \$392 ;
+    wsel_0_2 <= \$704 ;
   always @(posedge clk)
-    psum_6_0 <= \$393 ;
+    psum_0_2 <= \$705 ;
   always @(posedge clk)
-    a_7_0 <= \$394 ;
+    a_1_2 <= \$706 ;
   always @(posedge clk)
-    bank_7_0 <= \$395 ;
+    bank_1_2 <= \$707 ;
   always @(posedge clk)
-    psum_7_0 <= \$396 ;
+    wsel_1_2 <= \$708 ;
   always @(posedge clk)
-    deskew0_0 <= \$397 ;
+    psum_1_2 <= \$709 ;
   always @(posedge clk)
-    deskew0_1 <= \$398 ;
+    a_2_2 <= \$710 ;
   always @(posedge clk)
-    deskew0_2 <= \$399 ;
+    bank_2_2 <= \$711 ;
   always @(posedge clk)
-    deskew0_3 <= \$400 ;
+    wsel_2_2 <= \$712 ;
   always @(posedge clk)
-    deskew0_4 <= \$401 ;
+    psum_2_2 <= \$713 ;
   always @(posedge clk)
-    deskew0_5 <= \$402 ;
+    a_3_2 <= \$714 ;
   always @(posedge clk)
-    deskew0_6 <= \$403 ;
+    bank_3_2 <= \$715 ;
   always @(posedge clk)
-    a_0_1 <= \$404 ;
+    wsel_3_2 <= \$716 ;
   always @(posedge clk)
-    bank_0_1 <= \$405 ;
+    psum_3_2 <= \$717 ;
   always @(posedge clk)
-    psum_0_1 <= \$406 ;
+    a_4_2 <= \$718 ;
   always @(posedge clk)
-    a_1_1 <= \$407 ;
+    bank_4_2 <= \$719 ;
   always @(posedge clk)
-    bank_1_1 <= \$408 ;
+    wsel_4_2 <= \$720 ;
   always @(posedge clk)
-    psum_1_1 <= \$409 ;
+    psum_4_2 <= \$721 ;
   always @(posedge clk)
-    a_2_1 <= \$410 ;
+    a_5_2 <= \$722 ;
   always @(posedge clk)
-    bank_2_1 <= \$411 ;
+    bank_5_2 <= \$723 ;
   always @(posedge clk)
-    psum_2_1 <= \$412 ;
+    wsel_5_2 <= \$724 ;
   always @(posedge clk)
-    a_3_1 <= \$413 ;
+    psum_5_2 <= \$725 ;
   always @(posedge clk)
-    bank_3_1 <= \$414 ;
+    a_6_2 <= \$726 ;
   always @(posedge clk)
-    psum_3_1 <= \$415 ;
+    bank_6_2 <= \$727 ;
   always @(posedge clk)
-    a_4_1 <= \$416 ;
+    wsel_6_2 <= \$728 ;
   always @(posedge clk)
-    bank_4_1 <= \$417 ;
+    psum_6_2 <= \$729 ;
   always @(posedge clk)
-    psum_4_1 <= \$418 ;
+    a_7_2 <= \$730 ;
   always @(posedge clk)
-    a_5_1 <= \$419 ;
+    bank_7_2 <= \$731 ;
   always @(posedge clk)
-    bank_5_1 <= \$420 ;
+    wsel_7_2 <= \$732 ;
   always @(posedge clk)
-    psum_5_1 <= \$421 ;
+    psum_7_2 <= \$733 ;
   always @(posedge clk)
-    a_6_1 <= \$422 ;
+    deskew2_0 <= \$734 ;
   always @(posedge clk)
-    bank_6_1 <= \$423 ;
+    deskew2_1 <= \$735 ;
   always @(posedge clk)
-    psum_6_1 <= \$424 ;
+    deskew2_2 <= \$736 ;
   always @(posedge clk)
-    a_7_1 <= \$425 ;
+    deskew2_3 <= \$737 ;
   always @(posedge clk)
-    bank_7_1 <= \$426 ;
+    deskew2_4 <= \$738 ;
   always @(posedge clk)
-    psum_7_1 <= \$427 ;
+    a_0_3 <= \$739 ;
   always @(posedge clk)
-    deskew1_0 <= \$428 ;
+    bank_0_3 <= \$740 ;
   always @(posedge clk)
-    deskew1_1 <= \$429 ;
+    wsel_0_3 <= \$741 ;
   always @(posedge clk)
-    deskew1_2 <= \$430 ;
+    psum_0_3 <= \$742 ;
   always @(posedge clk)
-    deskew1_3 <= \$431 ;
+    a_1_3 <= \$743 ;
   always @(posedge clk)
-    deskew1_4 <= \$432 ;
+    bank_1_3 <= \$744 ;
   always @(posedge clk)
-    deskew1_5 <= \$433 ;
+    wsel_1_3 <= \$745 ;
   always @(posedge clk)
-    a_0_2 <= \$434 ;
+    psum_1_3 <= \$746 ;
   always @(posedge clk)
-    bank_0_2 <= \$435 ;
+    a_2_3 <= \$747 ;
   always @(posedge clk)
-    psum_0_2 <= \$436 ;
+    bank_2_3 <= \$748 ;
   always @(posedge clk)
-    a_1_2 <= \$437 ;
+    wsel_2_3 <= \$749 ;
   always @(posedge clk)
-    bank_1_2 <= \$438 ;
+    psum_2_3 <= \$750 ;
   always @(posedge clk)
-    psum_1_2 <= \$439 ;
+    a_3_3 <= \$751 ;
   always @(posedge clk)
-    a_2_2 <= \$440 ;
+    bank_3_3 <= \$752 ;
   always @(posedge clk)
-    bank_2_2 <= \$441 ;
+    wsel_3_3 <= \$753 ;
   always @(posedge clk)
-    psum_2_2 <= \$442 ;
+    psum_3_3 <= \$754 ;
   always @(posedge clk)
-    a_3_2 <= \$443 ;
+    a_4_3 <= \$755 ;
   always @(posedge clk)
-    bank_3_2 <= \$444 ;
+    bank_4_3 <= \$756 ;
   always @(posedge clk)
-    psum_3_2 <= \$445 ;
+    wsel_4_3 <= \$757 ;
   always @(posedge clk)
-    a_4_2 <= \$446 ;
+    psum_4_3 <= \$758 ;
   always @(posedge clk)
-    bank_4_2 <= \$447 ;
+    a_5_3 <= \$759 ;
   always @(posedge clk)
-    psum_4_2 <= \$448 ;
+    bank_5_3 <= \$760 ;
   always @(posedge clk)
-    a_5_2 <= \$449 ;
+    wsel_5_3 <= \$761 ;
   always @(posedge clk)
-    bank_5_2 <= \$450 ;
+    psum_5_3 <= \$762 ;
   always @(posedge clk)
-    psum_5_2 <= \$451 ;
+    a_6_3 <= \$763 ;
   always @(posedge clk)
-    a_6_2 <= \$452 ;
+    bank_6_3 <= \$764 ;
   always @(posedge clk)
-    bank_6_2 <= \$453 ;
+    wsel_6_3 <= \$765 ;
   always @(posedge clk)
-    psum_6_2 <= \$454 ;
+    psum_6_3 <= \$766 ;
   always @(posedge clk)
-    a_7_2 <= \$455 ;
+    a_7_3 <= \$767 ;
   always @(posedge clk)
-    bank_7_2 <= \$456 ;
+    bank_7_3 <= \$768 ;
   always @(posedge clk)
-    psum_7_2 <= \$457 ;
+    wsel_7_3 <= \$769 ;
   always @(posedge clk)
-    deskew2_0 <= \$458 ;
+    psum_7_3 <= \$770 ;
   always @(posedge clk)
-    deskew2_1 <= \$459 ;
+    deskew3_0 <= \$771 ;
   always @(posedge clk)
-    deskew2_2 <= \$460 ;
+    deskew3_1 <= \$772 ;
   always @(posedge clk)
-    deskew2_3 <= \$461 ;
+    deskew3_2 <= \$773 ;
   always @(posedge clk)
-    deskew2_4 <= \$462 ;
+    deskew3_3 <= \$774 ;
   always @(posedge clk)
-    a_0_3 <= \$463 ;
+    a_0_4 <= \$775 ;
   always @(posedge clk)
-    bank_0_3 <= \$464 ;
+    bank_0_4 <= \$776 ;
   always @(posedge clk)
-    psum_0_3 <= \$465 ;
+    wsel_0_4 <= \$777 ;
   always @(posedge clk)
-    a_1_3 <= \$466 ;
+    psum_0_4 <= \$778 ;
   always @(posedge clk)
-    bank_1_3 <= \$467 ;
+    a_1_4 <= \$779 ;
   always @(posedge clk)
-    psum_1_3 <= \$468 ;
+    bank_1_4 <= \$780 ;
   always @(posedge clk)
-    a_2_3 <= \$469 ;
+    wsel_1_4 <= \$781 ;
   always @(posedge clk)
-    bank_2_3 <= \$470 ;
+    psum_1_4 <= \$782 ;
   always @(posedge clk)
-    psum_2_3 <= \$471 ;
+    a_2_4 <= \$783 ;
   always @(posedge clk)
-    a_3_3 <= \$472 ;
+    bank_2_4 <= \$784 ;
   always @(posedge clk)
-    bank_3_3 <= \$473 ;
+    wsel_2_4 <= \$785 ;
   always @(posedge clk)
-    psum_3_3 <= \$474 ;
+    psum_2_4 <= \$786 ;
   always @(posedge clk)
-    a_4_3 <= \$475 ;
+    a_3_4 <= \$787 ;
   always @(posedge clk)
-    bank_4_3 <= \$476 ;
+    bank_3_4 <= \$788 ;
   always @(posedge clk)
-    psum_4_3 <= \$477 ;
+    wsel_3_4 <= \$789 ;
   always @(posedge clk)
-    a_5_3 <= \$478 ;
+    psum_3_4 <= \$790 ;
   always @(posedge clk)
-    bank_5_3 <= \$479 ;
+    a_4_4 <= \$791 ;
   always @(posedge clk)
-    psum_5_3 <= \$480 ;
+    bank_4_4 <= \$792 ;
   always @(posedge clk)
-    a_6_3 <= \$481 ;
+    wsel_4_4 <= \$793 ;
   always @(posedge clk)
-    bank_6_3 <= \$482 ;
+    psum_4_4 <= \$794 ;
   always @(posedge clk)
-    psum_6_3 <= \$483 ;
+    a_5_4 <= \$795 ;
   always @(posedge clk)
-    a_7_3 <= \$484 ;
+    bank_5_4 <= \$796 ;
   always @(posedge clk)
-    bank_7_3 <= \$485 ;
+    wsel_5_4 <= \$797 ;
   always @(posedge clk)
-    psum_7_3 <= \$486 ;
+    psum_5_4 <= \$798 ;
   always @(posedge clk)
-    deskew3_0 <= \$487 ;
+    a_6_4 <= \$799 ;
   always @(posedge clk)
-    deskew3_1 <= \$488 ;
+    bank_6_4 <= \$800 ;
   always @(posedge clk)
-    deskew3_2 <= \$489 ;
+    wsel_6_4 <= \$801 ;
   always @(posedge clk)
-    deskew3_3 <= \$490 ;
+    psum_6_4 <= \$802 ;
   always @(posedge clk)
-    a_0_4 <= \$491 ;
+    a_7_4 <= \$803 ;
   always @(posedge clk)
-    bank_0_4 <= \$492 ;
+    bank_7_4 <= \$804 ;
   always @(posedge clk)
-    psum_0_4 <= \$493 ;
+    wsel_7_4 <= \$805 ;
   always @(posedge clk)
-    a_1_4 <= \$494 ;
+    psum_7_4 <= \$806 ;
   always @(posedge clk)
-    bank_1_4 <= \$495 ;
+    deskew4_0 <= \$807 ;
   always @(posedge clk)
-    psum_1_4 <= \$496 ;
+    deskew4_1 <= \$808 ;
   always @(posedge clk)
-    a_2_4 <= \$497 ;
+    deskew4_2 <= \$809 ;
   always @(posedge clk)
-    bank_2_4 <= \$498 ;
+    a_0_5 <= \$810 ;
   always @(posedge clk)
-    psum_2_4 <= \$499 ;
+    bank_0_5 <= \$811 ;
   always @(posedge clk)
-    a_3_4 <= \$500 ;
+    wsel_0_5 <= \$812 ;
   always @(posedge clk)
-    bank_3_4 <= \$501 ;
+    psum_0_5 <= \$813 ;
   always @(posedge clk)
-    psum_3_4 <= \$502 ;
+    a_1_5 <= \$814 ;
   always @(posedge clk)
-    a_4_4 <= \$503 ;
+    bank_1_5 <= \$815 ;
   always @(posedge clk)
-    bank_4_4 <= \$504 ;
+    wsel_1_5 <= \$816 ;
   always @(posedge clk)
-    psum_4_4 <= \$505 ;
+    psum_1_5 <= \$817 ;
   always @(posedge clk)
-    a_5_4 <= \$506 ;
+    a_2_5 <= \$818 ;
   always @(posedge clk)
-    bank_5_4 <= \$507 ;
+    bank_2_5 <= \$819 ;
   always @(posedge clk)
-    psum_5_4 <= \$508 ;
+    wsel_2_5 <= \$820 ;
   always @(posedge clk)
-    a_6_4 <= \$509 ;
+    psum_2_5 <= \$821 ;
   always @(posedge clk)
-    bank_6_4 <= \$510 ;
+    a_3_5 <= \$822 ;
   always @(posedge clk)
-    psum_6_4 <= \$511 ;
+    bank_3_5 <= \$823 ;
   always @(posedge clk)
-    a_7_4 <= \$512 ;
+    wsel_3_5 <= \$824 ;
   always @(posedge clk)
-    bank_7_4 <= \$513 ;
+    psum_3_5 <= \$825 ;
   always @(posedge clk)
-    psum_7_4 <= \$514 ;
+    a_4_5 <= \$826 ;
   always @(posedge clk)
-    deskew4_0 <= \$515 ;
+    bank_4_5 <= \$827 ;
   always @(posedge clk)
-    deskew4_1 <= \$516 ;
+    wsel_4_5 <= \$828 ;
   always @(posedge clk)
-    deskew4_2 <= \$517 ;
+    psum_4_5 <= \$829 ;
   always @(posedge clk)
-    a_0_5 <= \$518 ;
+    a_5_5 <= \$830 ;
   always @(posedge clk)
-    bank_0_5 <= \$519 ;
+    bank_5_5 <= \$831 ;
   always @(posedge clk)
-    psum_0_5 <= \$520 ;
+    wsel_5_5 <= \$832 ;
   always @(posedge clk)
-    a_1_5 <= \$521 ;
+    psum_5_5 <= \$833 ;
   always @(posedge clk)
-    bank_1_5 <= \$522 ;
+    a_6_5 <= \$834 ;
   always @(posedge clk)
-    psum_1_5 <= \$523 ;
+    bank_6_5 <= \$835 ;
   always @(posedge clk)
-    a_2_5 <= \$524 ;
+    wsel_6_5 <= \$836 ;
   always @(posedge clk)
-    bank_2_5 <= \$525 ;
+    psum_6_5 <= \$837 ;
   always @(posedge clk)
-    psum_2_5 <= \$526 ;
+    a_7_5 <= \$838 ;
   always @(posedge clk)
-    a_3_5 <= \$527 ;
+    bank_7_5 <= \$839 ;
   always @(posedge clk)
-    bank_3_5 <= \$528 ;
+    wsel_7_5 <= \$840 ;
   always @(posedge clk)
-    psum_3_5 <= \$529 ;
+    psum_7_5 <= \$841 ;
   always @(posedge clk)
-    a_4_5 <= \$530 ;
+    deskew5_0 <= \$842 ;
   always @(posedge clk)
-    bank_4_5 <= \$531 ;
+    deskew5_1 <= \$843 ;
   always @(posedge clk)
-    psum_4_5 <= \$532 ;
+    a_0_6 <= \$844 ;
   always @(posedge clk)
-    a_5_5 <= \$533 ;
+    bank_0_6 <= \$845 ;
   always @(posedge clk)
-    bank_5_5 <= \$534 ;
+    wsel_0_6 <= \$846 ;
   always @(posedge clk)
-    psum_5_5 <= \$535 ;
+    psum_0_6 <= \$847 ;
   always @(posedge clk)
-    a_6_5 <= \$536 ;
+    a_1_6 <= \$848 ;
   always @(posedge clk)
-    bank_6_5 <= \$537 ;
+    bank_1_6 <= \$849 ;
   always @(posedge clk)
-    psum_6_5 <= \$538 ;
+    wsel_1_6 <= \$850 ;
   always @(posedge clk)
-    a_7_5 <= \$539 ;
+    psum_1_6 <= \$851 ;
   always @(posedge clk)
-    bank_7_5 <= \$540 ;
+    a_2_6 <= \$852 ;
   always @(posedge clk)
-    psum_7_5 <= \$541 ;
+    bank_2_6 <= \$853 ;
   always @(posedge clk)
-    deskew5_0 <= \$542 ;
+    wsel_2_6 <= \$854 ;
   always @(posedge clk)
-    deskew5_1 <= \$543 ;
+    psum_2_6 <= \$855 ;
   always @(posedge clk)
-    a_0_6 <= \$544 ;
+    a_3_6 <= \$856 ;
   always @(posedge clk)
-    bank_0_6 <= \$545 ;
+    bank_3_6 <= \$857 ;
   always @(posedge clk)
-    psum_0_6 <= \$546 ;
+    wsel_3_6 <= \$858 ;
   always @(posedge clk)
-    a_1_6 <= \$547 ;
+    psum_3_6 <= \$859 ;
   always @(posedge clk)
-    bank_1_6 <= \$548 ;
+    a_4_6 <= \$860 ;
   always @(posedge clk)
-    psum_1_6 <= \$549 ;
+    bank_4_6 <= \$861 ;
   always @(posedge clk)
-    a_2_6 <= \$550 ;
+    wsel_4_6 <= \$862 ;
   always @(posedge clk)
-    bank_2_6 <= \$551 ;
+    psum_4_6 <= \$863 ;
   always @(posedge clk)
-    psum_2_6 <= \$552 ;
+    a_5_6 <= \$864 ;
   always @(posedge clk)
-    a_3_6 <= \$553 ;
+    bank_5_6 <= \$865 ;
   always @(posedge clk)
-    bank_3_6 <= \$554 ;
+    wsel_5_6 <= \$866 ;
   always @(posedge clk)
-    psum_3_6 <= \$555 ;
+    psum_5_6 <= \$867 ;
   always @(posedge clk)
-    a_4_6 <= \$556 ;
+    a_6_6 <= \$868 ;
   always @(posedge clk)
-    bank_4_6 <= \$557 ;
+    bank_6_6 <= \$869 ;
   always @(posedge clk)
-    psum_4_6 <= \$558 ;
+    wsel_6_6 <= \$870 ;
   always @(posedge clk)
-    a_5_6 <= \$559 ;
+    psum_6_6 <= \$871 ;
   always @(posedge clk)
-    bank_5_6 <= \$560 ;
+    a_7_6 <= \$872 ;
   always @(posedge clk)
-    psum_5_6 <= \$561 ;
+    bank_7_6 <= \$873 ;
   always @(posedge clk)
-    a_6_6 <= \$562 ;
+    wsel_7_6 <= \$874 ;
   always @(posedge clk)
-    bank_6_6 <= \$563 ;
+    psum_7_6 <= \$875 ;
   always @(posedge clk)
-    psum_6_6 <= \$564 ;
+    deskew6_0 <= \$876 ;
   always @(posedge clk)
-    a_7_6 <= \$565 ;
+    a_0_7 <= \$877 ;
   always @(posedge clk)
-    bank_7_6 <= \$566 ;
+    bank_0_7 <= \$878 ;
   always @(posedge clk)
-    psum_7_6 <= \$567 ;
+    wsel_0_7 <= \$879 ;
   always @(posedge clk)
-    deskew6_0 <= \$568 ;
+    psum_0_7 <= \$880 ;
   always @(posedge clk)
-    a_0_7 <= \$569 ;
+    a_1_7 <= \$881 ;
   always @(posedge clk)
-    bank_0_7 <= \$570 ;
+    bank_1_7 <= \$882 ;
   always @(posedge clk)
-    psum_0_7 <= \$571 ;
+    wsel_1_7 <= \$883 ;
   always @(posedge clk)
-    a_1_7 <= \$572 ;
+    psum_1_7 <= \$884 ;
   always @(posedge clk)
-    bank_1_7 <= \$573 ;
+    a_2_7 <= \$885 ;
   always @(posedge clk)
-    psum_1_7 <= \$574 ;
+    bank_2_7 <= \$886 ;
   always @(posedge clk)
-    a_2_7 <= \$575 ;
+    wsel_2_7 <= \$887 ;
   always @(posedge clk)
-    bank_2_7 <= \$576 ;
+    psum_2_7 <= \$888 ;
   always @(posedge clk)
-    psum_2_7 <= \$577 ;
+    a_3_7 <= \$889 ;
   always @(posedge clk)
-    a_3_7 <= \$578 ;
+    bank_3_7 <= \$890 ;
   always @(posedge clk)
-    bank_3_7 <= \$579 ;
+    wsel_3_7 <= \$891 ;
   always @(posedge clk)
-    psum_3_7 <= \$580 ;
+    psum_3_7 <= \$892 ;
   always @(posedge clk)
-    a_4_7 <= \$581 ;
+    a_4_7 <= \$893 ;
   always @(posedge clk)
-    bank_4_7 <= \$582 ;
+    bank_4_7 <= \$894 ;
   always @(posedge clk)
-    psum_4_7 <= \$583 ;
+    wsel_4_7 <= \$895 ;
   always @(posedge clk)
-    a_5_7 <= \$584 ;
+    psum_4_7 <= \$896 ;
   always @(posedge clk)
-    bank_5_7 <= \$585 ;
+    a_5_7 <= \$897 ;
   always @(posedge clk)
-    psum_5_7 <= \$586 ;
+    bank_5_7 <= \$898 ;
   always @(posedge clk)
-    a_6_7 <= \$587 ;
+    wsel_5_7 <= \$899 ;
   always @(posedge clk)
-    bank_6_7 <= \$588 ;
+    psum_5_7 <= \$900 ;
   always @(posedge clk)
-    psum_6_7 <= \$589 ;
+    a_6_7 <= \$901 ;
   always @(posedge clk)
-    a_7_7 <= \$590 ;
+    bank_6_7 <= \$902 ;
   always @(posedge clk)
-    bank_7_7 <= \$591 ;
+    wsel_6_7 <= \$903 ;
   always @(posedge clk)
-    psum_7_7 <= \$592 ;
+    psum_6_7 <= \$904 ;
   always @(posedge clk)
-    valid_d0 <= \$593 ;
+    a_7_7 <= \$905 ;
   always @(posedge clk)
-    ctl_d0 <= \$594 ;
+    bank_7_7 <= \$906 ;
   always @(posedge clk)
-    valid_d1 <= \$595 ;
+    wsel_7_7 <= \$907 ;
   always @(posedge clk)
-    ctl_d1 <= \$596 ;
+    psum_7_7 <= \$908 ;
   always @(posedge clk)
-    valid_d2 <= \$597 ;
+    valid_d0 <= \$909 ;
   always @(posedge clk)
-    ctl_d2 <= \$598 ;
+    ctl_d0 <= \$910 ;
   always @(posedge clk)
-    valid_d3 <= \$599 ;
+    valid_d1 <= \$911 ;
   always @(posedge clk)
-    ctl_d3 <= \$600 ;
+    ctl_d1 <= \$912 ;
   always @(posedge clk)
-    valid_d4 <= \$601 ;
+    valid_d2 <= \$913 ;
   always @(posedge clk)
-    ctl_d4 <= \$602 ;
+    ctl_d2 <= \$914 ;
   always @(posedge clk)
-    valid_d5 <= \$603 ;
+    valid_d3 <= \$915 ;
   always @(posedge clk)
-    ctl_d5 <= \$604 ;
+    ctl_d3 <= \$916 ;
   always @(posedge clk)
-    valid_d6 <= \$605 ;
+    valid_d4 <= \$917 ;
   always @(posedge clk)
-    ctl_d6 <= \$606 ;
+    ctl_d4 <= \$918 ;
   always @(posedge clk)
-    valid_d7 <= \$607 ;
+    valid_d5 <= \$919 ;
   always @(posedge clk)
-    ctl_d7 <= \$608 ;
+    ctl_d5 <= \$920 ;
   always @(posedge clk)
-    valid_d8 <= \$609 ;
+    valid_d6 <= \$921 ;
   always @(posedge clk)
-    ctl_d8 <= \$610 ;
+    ctl_d6 <= \$922 ;
   always @(posedge clk)
-    valid_d9 <= \$611 ;
+    valid_d7 <= \$923 ;
   always @(posedge clk)
-    ctl_d9 <= \$612 ;
+    ctl_d7 <= \$924 ;
   always @(posedge clk)
-    valid_d10 <= \$613 ;
+    valid_d8 <= \$925 ;
   always @(posedge clk)
-    ctl_d10 <= \$614 ;
+    ctl_d8 <= \$926 ;
   always @(posedge clk)
-    valid_d11 <= \$615 ;
+    valid_d9 <= \$927 ;
   always @(posedge clk)
-    ctl_d11 <= \$616 ;
+    ctl_d9 <= \$928 ;
   always @(posedge clk)
-    valid_d12 <= \$617 ;
+    valid_d10 <= \$929 ;
   always @(posedge clk)
-    ctl_d12 <= \$618 ;
+    ctl_d10 <= \$930 ;
   always @(posedge clk)
-    valid_d13 <= \$619 ;
+    valid_d11 <= \$931 ;
   always @(posedge clk)
-    ctl_d13 <= \$620 ;
+    ctl_d11 <= \$932 ;
   always @(posedge clk)
-    valid_d14 <= \$621 ;
+    valid_d12 <= \$933 ;
   always @(posedge clk)
-    ctl_d14 <= \$622 ;
+    ctl_d12 <= \$934 ;
+  always @(posedge clk)
+    valid_d13 <= \$935 ;
+  always @(posedge clk)
+    ctl_d13 <= \$936 ;
+  always @(posedge clk)
+    out_valid <= \$937 ;
+  always @(posedge clk)
+    out_ctl <= \$938 ;
   assign \$1  = ! w_bank;
   assign \$2  = w_load & \$1 ;
+  assign w0_0_0_next = \$2  ? w_row[7:0] : w0_0_0;
+  assign \$3  = ! w_bank;
   assign \$4  = w_load & \$3 ;
-  assign \$6  = $signed(a[7:0]) * $signed(\$5 );
-  assign \$8  = $signed(skew1_0) * $signed(\$7 );
-  assign \$9  = $signed(psum_0_0) + $signed(\$8 );
-  assign \$11  = $signed(skew2_1) * $signed(\$10 );
-  assign \$12  = $signed(psum_1_0) + $signed(\$11 );
-  assign \$14  = $signed(skew3_2) * $signed(\$13 );
-  assign \$15  = $signed(psum_2_0) + $signed(\$14 );
-  assign \$17  = $signed(skew4_3) * $signed(\$16 );
-  assign \$18  = $signed(psum_3_0) + $signed(\$17 );
-  assign \$20  = $signed(skew5_4) * $signed(\$19 );
-  assign \$21  = $signed(psum_4_0) + $signed(\$20 );
-  assign \$23  = $signed(skew6_5) * $signed(\$22 );
-  assign \$24  = $signed(psum_5_0) + $signed(\$23 );
-  assign \$26  = $signed(skew7_6) * $signed(\$25 );
-  assign \$27  = $signed(psum_6_0) + $signed(\$26 );
-  assign \$29  = $signed(a_0_0) * $signed(\$28 );
-  assign \$31  = $signed(a_1_0) * $signed(\$30 );
-  assign \$32  = $signed(psum_0_1) + $signed(\$31 );
-  assign \$34  = $signed(a_2_0) * $signed(\$33 );
-  assign \$35  = $signed(psum_1_1) + $signed(\$34 );
-  assign \$37  = $signed(a_3_0) * $signed(\$36 );
-  assign \$38  = $signed(psum_2_1) + $signed(\$37 );
-  assign \$40  = $signed(a_4_0) * $signed(\$39 );
-  assign \$41  = $signed(psum_3_1) + $signed(\$40 );
-  assign \$43  = $signed(a_5_0) * $signed(\$42 );
-  assign \$44  = $signed(psum_4_1) + $signed(\$43 );
-  assign \$46  = $signed(a_6_0) * $signed(\$45 );
-  assign \$47  = $signed(psum_5_1) + $signed(\$46 );
-  assign \$49  = $signed(a_7_0) * $signed(\$48 );
-  assign \$50  = $signed(psum_6_1) + $signed(\$49 );
-  assign \$52  = $signed(a_0_1) * $signed(\$51 );
-  assign \$54  = $signed(a_1_1) * $signed(\$53 );
-  assign \$55  = $signed(psum_0_2) + $signed(\$54 );
-  assign \$57  = $signed(a_2_1) * $signed(\$56 );
-  assign \$58  = $signed(psum_1_2) + $signed(\$57 );
-  assign \$60  = $signed(a_3_1) * $signed(\$59 );
-  assign \$61  = $signed(psum_2_2) + $signed(\$60 );
-  assign \$63  = $signed(a_4_1) * $signed(\$62 );
-  assign \$64  = $signed(psum_3_2) + $signed(\$63 );
-  assign \$66  = $signed(a_5_1) * $signed(\$65 );
-  assign \$67  = $signed(psum_4_2) + $signed(\$66 );
-  assign \$69  = $signed(a_6_1) * $signed(\$68 );
-  assign \$70  = $signed(psum_5_2) + $signed(\$69 );
-  assign \$72  = $signed(a_7_1) * $signed(\$71 );
-  assign \$73  = $signed(psum_6_2) + $signed(\$72 );
-  assign \$75  = $signed(a_0_2) * $signed(\$74 );
-  assign \$77  = $signed(a_1_2) * $signed(\$76 );
-  assign \$78  = $signed(psum_0_3) + $signed(\$77 );
-  assign \$80  = $signed(a_2_2) * $signed(\$79 );
-  assign \$81  = $signed(psum_1_3) + $signed(\$80 );
-  assign \$83  = $signed(a_3_2) * $signed(\$82 );
-  assign \$84  = $signed(psum_2_3) + $signed(\$83 );
-  assign \$86  = $signed(a_4_2) * $signed(\$85 );
-  assign \$87  = $signed(psum_3_3) + $signed(\$86 );
-  assign \$89  = $signed(a_5_2) * $signed(\$88 );
-  assign \$90  = $signed(psum_4_3) + $signed(\$89 );
-  assign \$92  = $signed(a_6_2) * $signed(\$91 );
-  assign \$93  = $signed(psum_5_3) + $signed(\$92 );
-  assign \$95  = $signed(a_7_2) * $signed(\$94 );
-  assign \$96  = $signed(psum_6_3) + $signed(\$95 );
-  assign \$98  = $signed(a_0_3) * $signed(\$97 );
-  assign \$100  = $signed(a_1_3) * $signed(\$99 );
-  assign \$101  = $signed(psum_0_4) + $signed(\$100 );
-  assign \$103  = $signed(a_2_3) * $signed(\$102 );
-  assign \$104  = $signed(psum_1_4) + $signed(\$103 );
-  assign \$106  = $signed(a_3_3) * $signed(\$105 );
-  assign \$107  = $signed(psum_2_4) + $signed(\$106 );
-  assign \$109  = $signed(a_4_3) * $signed(\$108 );
-  assign \$110  = $signed(psum_3_4) + $signed(\$109 );
-  assign \$112  = $signed(a_5_3) * $signed(\$111 );
-  assign \$113  = $signed(psum_4_4) + $signed(\$112 );
-  assign \$115  = $signed(a_6_3) * $signed(\$114 );
-  assign \$116  = $signed(psum_5_4) + $signed(\$115 );
-  assign \$118  = $signed(a_7_3) * $signed(\$117 );
-  assign \$119  = $signed(psum_6_4) + $signed(\$118 );
-  assign \$121  = $signed(a_0_4) * $signed(\$120 );
-  assign \$123  = $signed(a_1_4) * $signed(\$122 );
-  assign \$124  = $signed(psum_0_5) + $signed(\$123 );
-  assign \$126  = $signed(a_2_4) * $signed(\$125 );
-  assign \$127  = $signed(psum_1_5) + $signed(\$126 );
-  assign \$129  = $signed(a_3_4) * $signed(\$128 );
-  assign \$130  = $signed(psum_2_5) + $signed(\$129 );
-  assign \$132  = $signed(a_4_4) * $signed(\$131 );
-  assign \$133  = $signed(psum_3_5) + $signed(\$132 );
-  assign \$135  = $signed(a_5_4) * $signed(\$134 );
-  assign \$136  = $signed(psum_4_5) + $signed(\$135 );
-  assign \$138  = $signed(a_6_4) * $signed(\$137 );
-  assign \$139  = $signed(psum_5_5) + $signed(\$138 );
-  assign \$141  = $signed(a_7_4) * $signed(\$140 );
-  assign \$142  = $signed(psum_6_5) + $signed(\$141 );
-  assign \$144  = $signed(a_0_5) * $signed(\$143 );
-  assign \$146  = $signed(a_1_5) * $signed(\$145 );
-  assign \$147  = $signed(psum_0_6) + $signed(\$146 );
-  assign \$149  = $signed(a_2_5) * $signed(\$148 );
-  assign \$150  = $signed(psum_1_6) + $signed(\$149 );
-  assign \$152  = $signed(a_3_5) * $signed(\$151 );
-  assign \$153  = $signed(psum_2_6) + $signed(\$152 );
-  assign \$155  = $signed(a_4_5) * $signed(\$154 );
-  assign \$156  = $signed(psum_3_6) + $signed(\$155 );
-  assign \$158  = $signed(a_5_5) * $signed(\$157 );
-  assign \$159  = $signed(psum_4_6) + $signed(\$158 );
-  assign \$161  = $signed(a_6_5) * $signed(\$160 );
-  assign \$162  = $signed(psum_5_6) + $signed(\$161 );
-  assign \$164  = $signed(a_7_5) * $signed(\$163 );
-  assign \$165  = $signed(psum_6_6) + $signed(\$164 );
-  assign \$167  = $signed(a_0_6) * $signed(\$166 );
-  assign \$169  = $signed(a_1_6) * $signed(\$168 );
-  assign \$170  = $signed(psum_0_7) + $signed(\$169 );
-  assign \$172  = $signed(a_2_6) * $signed(\$171 );
-  assign \$173  = $signed(psum_1_7) + $signed(\$172 );
-  assign \$175  = $signed(a_3_6) * $signed(\$174 );
-  assign \$176  = $signed(psum_2_7) + $signed(\$175 );
-  assign \$178  = $signed(a_4_6) * $signed(\$177 );
-  assign \$179  = $signed(psum_3_7) + $signed(\$178 );
-  assign \$181  = $signed(a_5_6) * $signed(\$180 );
-  assign \$182  = $signed(psum_4_7) + $signed(\$181 );
-  assign \$184  = $signed(a_6_6) * $signed(\$183 );
-  assign \$185  = $signed(psum_5_7) + $signed(\$184 );
-  assign \$187  = $signed(a_7_6) * $signed(\$186 );
-  assign \$188  = $signed(psum_6_7) + $signed(\$187 );
-  always @(posedge clk)
-    w0_0_0 <= \$189 ;
-  always @(posedge clk)
-    w0_1_0 <= \$190 ;
-  always @(posedge clk)
-    w0_2_0 <= \$191 ;
-  always @(posedge clk)
-    w0_3_0 <= \$192 ;
-  always @(posedge clk)
-    w0_4_0 <= \$193 ;
-  always @(posedge clk)
-    w0_5_0 <= \$194 ;
-  always @(posedge clk)
-    w0_6_0 <= \$195 ;
-  always @(posedge clk)
-    w0_7_0 <= \$196 ;
-  always @(posedge clk)
-    w0_0_1 <= \$197 ;
-  always @(posedge clk)
-    w0_1_1 <= \$198 ;
-  always @(posedge clk)
-    w0_2_1 <= \$199 ;
-  always @(posedge clk)
-    w0_3_1 <= \$200 ;
-  always @(posedge clk)
-    w0_4_1 <= \$201 ;
-  always @(posedge clk)
-    w0_5_1 <= \$202 ;
-  always @(posedge clk)
-    w0_6_1 <= \$203 ;
-  always @(posedge clk)
-    w0_7_1 <= \$204 ;
-  always @(posedge clk)
-    w0_0_2 <= \$205 ;
-  always @(posedge clk)
-    w0_1_2 <= \$206 ;
-  always @(posedge clk)
-    w0_2_2 <= \$207 ;
-  always @(posedge clk)
-    w0_3_2 <= \$208 ;
-  always @(posedge clk)
-    w0_4_2 <= \$209 ;
-  always @(posedge clk)
-    w0_5_2 <= \$210 ;
-  always @(posedge clk)
-    w0_6_2 <= \$211 ;
-  always @(posedge clk)
-    w0_7_2 <= \$212 ;
-  always @(posedge clk)
-    w0_0_3 <= \$213 ;
-  always @(posedge clk)
-    w0_1_3 <= \$214 ;
-  always @(posedge clk)
-    w0_2_3 <= \$215 ;
-  always @(posedge clk)
-    w0_3_3 <= \$216 ;
-  always @(posedge clk)
-    w0_4_3 <= \$217 ;
-  always @(posedge clk)
-    w0_5_3 <= \$218 ;
-  always @(posedge clk)
-    w0_6_3 <= \$219 ;
-  always @(posedge clk)
-    w0_7_3 <= \$220 ;
-  always @(posedge clk)
-    w0_0_4 <= \$221 ;
-  always @(posedge clk)
-    w0_1_4 <= \$222 ;
-  always @(posedge clk)
-    w0_2_4 <= \$223 ;
-  always @(posedge clk)
-    w0_3_4 <= \$224 ;
-  always @(posedge clk)
-    w0_4_4 <= \$225 ;
-  always @(posedge clk)
-    w0_5_4 <= \$226 ;
-  always @(posedge clk)
-    w0_6_4 <= \$227 ;
-  always @(posedge clk)
-    w0_7_4 <= \$228 ;
-  always @(posedge clk)
-    w0_0_5 <= \$229 ;
-  always @(posedge clk)
-    w0_1_5 <= \$230 ;
-  always @(posedge clk)
-    w0_2_5 <= \$231 ;
-  always @(posedge clk)
-    w0_3_5 <= \$232 ;
-  always @(posedge clk)
-    w0_4_5 <= \$233 ;
-  always @(posedge clk)
-    w0_5_5 <= \$234 ;
-  always @(posedge clk)
-    w0_6_5 <= \$235 ;
-  always @(posedge clk)
-    w0_7_5 <= \$236 ;
-  always @(posedge clk)
-    w0_0_6 <= \$237 ;
-  always @(posedge clk)
-    w0_1_6 <= \$238 ;
-  always @(posedge clk)
-    w0_2_6 <= \$239 ;
-  always @(posedge clk)
-    w0_3_6 <= \$240 ;
-  always @(posedge clk)
-    w0_4_6 <= \$241 ;
-  always @(posedge clk)
-    w0_5_6 <= \$242 ;
-  always @(posedge clk)
-    w0_6_6 <= \$243 ;
-  always @(posedge clk)
-    w0_7_6 <= \$244 ;
-  always @(posedge clk)
-    w0_0_7 <= \$245 ;
-  always @(posedge clk)
-    w0_1_7 <= \$246 ;
-  always @(posedge clk)
-    w0_2_7 <= \$247 ;
-  always @(posedge clk)
-    w0_3_7 <= \$248 ;
-  always @(posedge clk)
-    w0_4_7 <= \$249 ;
-  always @(posedge clk)
-    w0_5_7 <= \$250 ;
-  always @(posedge clk)
-    w0_6_7 <= \$251 ;
-  always @(posedge clk)
-    w0_7_7 <= \$252 ;
-  always @(posedge clk)
-    w1_0_0 <= \$253 ;
-  always @(posedge clk)
-    w1_1_0 <= \$254 ;
-  always @(posedge clk)
-    w1_2_0 <= \$255 ;
-  always @(posedge clk)
-    w1_3_0 <= \$256 ;
-  always @(posedge clk)
-    w1_4_0 <= \$257 ;
-  always @(posedge clk)
-    w1_5_0 <= \$258 ;
-  always @(posedge clk)
-    w1_6_0 <= \$259 ;
-  always @(posedge clk)
-    w1_7_0 <= \$260 ;
-  always @(posedge clk)
-    w1_0_1 <= \$261 ;
-  always @(posedge clk)
-    w1_1_1 <= \$262 ;
-  always @(posedge clk)
-    w1_2_1 <= \$263 ;
-  always @(posedge clk)
-    w1_3_1 <= \$264 ;
-  always @(posedge clk)
-    w1_4_1 <= \$265 ;
-  always @(posedge clk)
-    w1_5_1 <= \$266 ;
-  always @(posedge clk)
-    w1_6_1 <= \$267 ;
-  always @(posedge clk)
-    w1_7_1 <= \$268 ;
-  always @(posedge clk)
-    w1_0_2 <= \$269 ;
-  always @(posedge clk)
-    w1_1_2 <= \$270 ;
-  always @(posedge clk)
-    w1_2_2 <= \$271 ;
-  always @(posedge clk)
-    w1_3_2 <= \$272 ;
-  always @(posedge clk)
-    w1_4_2 <= \$273 ;
-  always @(posedge clk)
-    w1_5_2 <= \$274 ;
-  always @(posedge clk)
-    w1_6_2 <= \$275 ;
-  always @(posedge clk)
-    w1_7_2 <= \$276 ;
-  always @(posedge clk)
-    w1_0_3 <= \$277 ;
-  always @(posedge clk)
-    w1_1_3 <= \$278 ;
-  always @(posedge clk)
-    w1_2_3 <= \$279 ;
-  always @(posedge clk)
-    w1_3_3 <= \$280 ;
-  always @(posedge clk)
-    w1_4_3 <= \$281 ;
-  always @(posedge clk)
-    w1_5_3 <= \$282 ;
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$284  = w1_7_3;
-    if (\$4 ) begin
-      \$284  = w1_6_3;
-    end
-    if (reset_units) begin
-      \$284  = 8'h00;
-    end
-    if (rst) begin
-      \$284  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$285  = w1_0_4;
-    if (\$4 ) begin
-      \$285  = w_row[39:32];
-    end
-    if (reset_units) begin
-      \$285  = 8'h00;
-    end
-    if (rst) begin
-      \$285  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$286  = w1_1_4;
-    if (\$4 ) begin
-      \$286  = w1_0_4;
-    end
-    if (reset_units) begin
-      \$286  = 8'h00;
-    end
-    if (rst) begin
-      \$286  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$287  = w1_2_4;
-    if (\$4 ) begin
-      \$287  = w1_1_4;
-    end
-    if (reset_units) begin
-      \$287  = 8'h00;
-    end
-    if (rst) begin
-      \$287  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$288  = w1_3_4;
-    if (\$4 ) begin
-      \$288  = w1_2_4;
-    end
-    if (reset_units) begin
-      \$288  = 8'h00;
-    end
-    if (rst) begin
-      \$288  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$289  = w1_4_4;
-    if (\$4 ) begin
-      \$289  = w1_3_4;
-    end
-    if (reset_units) begin
-      \$289  = 8'h00;
-    end
-    if (rst) begin
-      \$289  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$290  = w1_5_4;
-    if (\$4 ) begin
-      \$290  = w1_4_4;
-    end
-    if (reset_units) begin
-      \$290  = 8'h00;
-    end
-    if (rst) begin
-      \$290  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$291  = w1_6_4;
-    if (\$4 ) begin
-      \$291  = w1_5_4;
-    end
-    if (reset_units) begin
-      \$291  = 8'h00;
-    end
-    if (rst) begin
-      \$291  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$292  = w1_7_4;
-    if (\$4 ) begin
-      \$292  = w1_6_4;
-    end
-    if (reset_units) begin
-      \$292  = 8'h00;
-    end
-    if (rst) begin
-      \$292  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$293  = w1_0_5;
-    if (\$4 ) begin
-      \$293  = w_row[47:40];
-    end
-    if (reset_units) begin
-      \$293  = 8'h00;
-    end
-    if (rst) begin
-      \$293  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$294  = w1_1_5;
-    if (\$4 ) begin
-      \$294  = w1_0_5;
-    end
-    if (reset_units) begin
-      \$294  = 8'h00;
-    end
-    if (rst) begin
-      \$294  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$295  = w1_2_5;
-    if (\$4 ) begin
-      \$295  = w1_1_5;
-    end
-    if (reset_units) begin
-      \$295  = 8'h00;
-    end
-    if (rst) begin
-      \$295  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$296  = w1_3_5;
-    if (\$4 ) begin
-      \$296  = w1_2_5;
-    end
-    if (reset_units) begin
-      \$296  = 8'h00;
-    end
-    if (rst) begin
-      \$296  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$297  = w1_4_5;
-    if (\$4 ) begin
-      \$297  = w1_3_5;
-    end
-    if (reset_units) begin
-      \$297  = 8'h00;
-    end
-    if (rst) begin
-      \$297  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$298  = w1_5_5;
-    if (\$4 ) begin
-      \$298  = w1_4_5;
-    end
-    if (reset_units) begin
-      \$298  = 8'h00;
-    end
-    if (rst) begin
-      \$298  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$299  = w1_6_5;
-    if (\$4 ) begin
-      \$299  = w1_5_5;
-    end
-    if (reset_units) begin
-      \$299  = 8'h00;
-    end
-    if (rst) begin
-      \$299  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$300  = w1_7_5;
-    if (\$4 ) begin
-      \$300  = w1_6_5;
-    end
-    if (reset_units) begin
-      \$300  = 8'h00;
-    end
-    if (rst) begin
-      \$300  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$301  = w1_0_6;
-    if (\$4 ) begin
-      \$301  = w_row[55:48];
-    end
-    if (reset_units) begin
-      \$301  = 8'h00;
-    end
-    if (rst) begin
-      \$301  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$302  = w1_1_6;
-    if (\$4 ) begin
-      \$302  = w1_0_6;
-    end
-    if (reset_units) begin
-      \$302  = 8'h00;
-    end
-    if (rst) begin
-      \$302  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$303  = w1_2_6;
-    if (\$4 ) begin
-      \$303  = w1_1_6;
-    end
-    if (reset_units) begin
-      \$303  = 8'h00;
-    end
-    if (rst) begin
-      \$303  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$304  = w1_3_6;
-    if (\$4 ) begin
-      \$304  = w1_2_6;
-    end
-    if (reset_units) begin
-      \$304  = 8'h00;
-    end
-    if (rst) begin
-      \$304  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$305  = w1_4_6;
-    if (\$4 ) begin
-      \$305  = w1_3_6;
-    end
-    if (reset_units) begin
-      \$305  = 8'h00;
-    end
-    if (rst) begin
-      \$305  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$306  = w1_5_6;
-    if (\$4 ) begin
-      \$306  = w1_4_6;
-    end
-    if (reset_units) begin
-      \$306  = 8'h00;
-    end
-    if (rst) begin
-      \$306  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$307  = w1_6_6;
-    if (\$4 ) begin
-      \$307  = w1_5_6;
-    end
-    if (reset_units) begin
-      \$307  = 8'h00;
-    end
-    if (rst) begin
-      \$307  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$308  = w1_7_6;
-    if (\$4 ) begin
-      \$308  = w1_6_6;
-    end
-    if (reset_units) begin
-      \$308  = 8'h00;
-    end
-    if (rst) begin
-      \$308  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$309  = w1_0_7;
-    if (\$4 ) begin
-      \$309  = w_row[63:56];
-    end
-    if (reset_units) begin
-      \$309  = 8'h00;
-    end
-    if (rst) begin
-      \$309  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$310  = w1_1_7;
-    if (\$4 ) begin
-      \$310  = w1_0_7;
-    end
-    if (reset_units) begin
-      \$310  = 8'h00;
-    end
-    if (rst) begin
-      \$310  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$311  = w1_2_7;
-    if (\$4 ) begin
-      \$311  = w1_1_7;
-    end
-    if (reset_units) begin
-      \$311  = 8'h00;
-    end
-    if (rst) begin
-      \$311  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$312  = w1_3_7;
-    if (\$4 ) begin
-      \$312  = w1_2_7;
-    end
-    if (reset_units) begin
-      \$312  = 8'h00;
-    end
-    if (rst) begin
-      \$312  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$313  = w1_4_7;
-    if (\$4 ) begin
-      \$313  = w1_3_7;
-    end
-    if (reset_units) begin
-      \$313  = 8'h00;
-    end
-    if (rst) begin
-      \$313  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$314  = w1_5_7;
-    if (\$4 ) begin
-      \$314  = w1_4_7;
-    end
-    if (reset_units) begin
-      \$314  = 8'h00;
-    end
-    if (rst) begin
-      \$314  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$315  = w1_6_7;
-    if (\$4 ) begin
-      \$315  = w1_5_7;
-    end
-    if (reset_units) begin
-      \$315  = 8'h00;
-    end
-    if (rst) begin
-      \$315  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$316  = w1_7_7;
-    if (\$4 ) begin
-      \$316  = w1_6_7;
-    end
-    if (reset_units) begin
-      \$316  = 8'h00;
-    end
-    if (rst) begin
-      \$316  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$317  = a[15:8];
-    if (reset_units) begin
-      \$317  = 8'h00;
-    end
-    if (rst) begin
-      \$317  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$318  = a_bank;
-    if (reset_units) begin
-      \$318  = 1'h0;
-    end
-    if (rst) begin
-      \$318  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$319  = a[23:16];
-    if (reset_units) begin
-      \$319  = 8'h00;
-    end
-    if (rst) begin
-      \$319  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$320  = a_bank;
-    if (reset_units) begin
-      \$320  = 1'h0;
-    end
-    if (rst) begin
-      \$320  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$321  = skew2_0;
-    if (reset_units) begin
-      \$321  = 8'h00;
-    end
-    if (rst) begin
-      \$321  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$322  = skew_bank2_0;
-    if (reset_units) begin
-      \$322  = 1'h0;
-    end
-    if (rst) begin
-      \$322  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$323  = a[31:24];
-    if (reset_units) begin
-      \$323  = 8'h00;
-    end
-    if (rst) begin
-      \$323  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$324  = a_bank;
-    if (reset_units) begin
-      \$324  = 1'h0;
-    end
-    if (rst) begin
-      \$324  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$325  = skew3_0;
-    if (reset_units) begin
-      \$325  = 8'h00;
-    end
-    if (rst) begin
-      \$325  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$326  = skew_bank3_0;
-    if (reset_units) begin
-      \$326  = 1'h0;
-    end
-    if (rst) begin
-      \$326  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$327  = skew3_1;
-    if (reset_units) begin
-      \$327  = 8'h00;
-    end
-    if (rst) begin
-      \$327  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$328  = skew_bank3_1;
-    if (reset_units) begin
-      \$328  = 1'h0;
-    end
-    if (rst) begin
-      \$328  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$329  = a[39:32];
-    if (reset_units) begin
-      \$329  = 8'h00;
-    end
-    if (rst) begin
-      \$329  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$330  = a_bank;
-    if (reset_units) begin
-      \$330  = 1'h0;
-    end
-    if (rst) begin
-      \$330  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$331  = skew4_0;
-    if (reset_units) begin
-      \$331  = 8'h00;
-    end
-    if (rst) begin
-      \$331  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$332  = skew_bank4_0;
-    if (reset_units) begin
-      \$332  = 1'h0;
-    end
-    if (rst) begin
-      \$332  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$333  = skew4_1;
-    if (reset_units) begin
-      \$333  = 8'h00;
-    end
-    if (rst) begin
-      \$333  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$334  = skew_bank4_1;
-    if (reset_units) begin
-      \$334  = 1'h0;
-    end
-    if (rst) begin
-      \$334  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$335  = skew4_2;
-    if (reset_units) begin
-      \$335  = 8'h00;
-    end
-    if (rst) begin
-      \$335  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$336  = skew_bank4_2;
-    if (reset_units) begin
-      \$336  = 1'h0;
-    end
-    if (rst) begin
-      \$336  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$337  = a[47:40];
-    if (reset_units) begin
-      \$337  = 8'h00;
-    end
-    if (rst) begin
-      \$337  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$338  = a_bank;
-    if (reset_units) begin
-      \$338  = 1'h0;
-    end
-    if (rst) begin
-      \$338  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$339  = skew5_0;
-    if (reset_units) begin
-      \$339  = 8'h00;
-    end
-    if (rst) begin
-      \$339  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$340  = skew_bank5_0;
-    if (reset_units) begin
-      \$340  = 1'h0;
-    end
-    if (rst) begin
-      \$340  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$341  = skew5_1;
-    if (reset_units) begin
-      \$341  = 8'h00;
-    end
-    if (rst) begin
-      \$341  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$342  = skew_bank5_1;
-    if (reset_units) begin
-      \$342  = 1'h0;
-    end
-    if (rst) begin
-      \$342  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$343  = skew5_2;
-    if (reset_units) begin
-      \$343  = 8'h00;
-    end
-    if (rst) begin
-      \$343  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$344  = skew_bank5_2;
-    if (reset_units) begin
-      \$344  = 1'h0;
-    end
-    if (rst) begin
-      \$344  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$345  = skew5_3;
-    if (reset_units) begin
-      \$345  = 8'h00;
-    end
-    if (rst) begin
-      \$345  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$346  = skew_bank5_3;
-    if (reset_units) begin
-      \$346  = 1'h0;
-    end
-    if (rst) begin
-      \$346  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$347  = a[55:48];
-    if (reset_units) begin
-      \$347  = 8'h00;
-    end
-    if (rst) begin
-      \$347  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$348  = a_bank;
-    if (reset_units) begin
-      \$348  = 1'h0;
-    end
-    if (rst) begin
-      \$348  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$349  = skew6_0;
-    if (reset_units) begin
-      \$349  = 8'h00;
-    end
-    if (rst) begin
-      \$349  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$350  = skew_bank6_0;
-    if (reset_units) begin
-      \$350  = 1'h0;
-    end
-    if (rst) begin
-      \$350  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$351  = skew6_1;
-    if (reset_units) begin
-      \$351  = 8'h00;
-    end
-    if (rst) begin
-      \$351  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$352  = skew_bank6_1;
-    if (reset_units) begin
-      \$352  = 1'h0;
-    end
-    if (rst) begin
-      \$352  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$353  = skew6_2;
-    if (reset_units) begin
-      \$353  = 8'h00;
-    end
-    if (rst) begin
-      \$353  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$354  = skew_bank6_2;
-    if (reset_units) begin
-      \$354  = 1'h0;
-    end
-    if (rst) begin
-      \$354  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$355  = skew6_3;
-    if (reset_units) begin
-      \$355  = 8'h00;
-    end
-    if (rst) begin
-      \$355  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$356  = skew_bank6_3;
-    if (reset_units) begin
-      \$356  = 1'h0;
-    end
-    if (rst) begin
-      \$356  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$357  = skew6_4;
-    if (reset_units) begin
-      \$357  = 8'h00;
-    end
-    if (rst) begin
-      \$357  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$358  = skew_bank6_4;
-    if (reset_units) begin
-      \$358  = 1'h0;
-    end
-    if (rst) begin
-      \$358  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$359  = a[63:56];
-    if (reset_units) begin
-      \$359  = 8'h00;
-    end
-    if (rst) begin
-      \$359  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$360  = a_bank;
-    if (reset_units) begin
-      \$360  = 1'h0;
-    end
-    if (rst) begin
-      \$360  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$361  = skew7_0;
-    if (reset_units) begin
-      \$361  = 8'h00;
-    end
-    if (rst) begin
-      \$361  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$362  = skew_bank7_0;
-    if (reset_units) begin
-      \$362  = 1'h0;
-    end
-    if (rst) begin
-      \$362  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$363  = skew7_1;
-    if (reset_units) begin
-      \$363  = 8'h00;
-    end
-    if (rst) begin
-      \$363  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$364  = skew_bank7_1;
-    if (reset_units) begin
-      \$364  = 1'h0;
-    end
-    if (rst) begin
-      \$364  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$365  = skew7_2;
-    if (reset_units) begin
-      \$365  = 8'h00;
-    end
-    if (rst) begin
-      \$365  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$366  = skew_bank7_2;
-    if (reset_units) begin
-      \$366  = 1'h0;
-    end
-    if (rst) begin
-      \$366  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$367  = skew7_3;
-    if (reset_units) begin
-      \$367  = 8'h00;
-    end
-    if (rst) begin
-      \$367  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$368  = skew_bank7_3;
-    if (reset_units) begin
-      \$368  = 1'h0;
-    end
-    if (rst) begin
-      \$368  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$369  = skew7_4;
-    if (reset_units) begin
-      \$369  = 8'h00;
-    end
-    if (rst) begin
-      \$369  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$370  = skew_bank7_4;
-    if (reset_units) begin
-      \$370  = 1'h0;
-    end
-    if (rst) begin
-      \$370  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$371  = skew7_5;
-    if (reset_units) begin
-      \$371  = 8'h00;
-    end
-    if (rst) begin
-      \$371  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$372  = skew_bank7_5;
-    if (reset_units) begin
-      \$372  = 1'h0;
-    end
-    if (rst) begin
-      \$372  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$373  = a[7:0];
-    if (reset_units) begin
-      \$373  = 8'h00;
-    end
-    if (rst) begin
-      \$373  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$374  = a_bank;
-    if (reset_units) begin
-      \$374  = 1'h0;
-    end
-    if (rst) begin
-      \$374  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$375  = { \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6  };
-    if (reset_units) begin
-      \$375  = 32'd0;
-    end
-    if (rst) begin
-      \$375  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$376  = skew1_0;
-    if (reset_units) begin
-      \$376  = 8'h00;
-    end
-    if (rst) begin
-      \$376  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$377  = skew_bank1_0;
-    if (reset_units) begin
-      \$377  = 1'h0;
-    end
-    if (rst) begin
-      \$377  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$378  = \$9 [31:0];
-    if (reset_units) begin
-      \$378  = 32'd0;
-    end
-    if (rst) begin
-      \$378  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$379  = skew2_1;
-    if (reset_units) begin
-      \$379  = 8'h00;
-    end
-    if (rst) begin
-      \$379  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$380  = skew_bank2_1;
-    if (reset_units) begin
-      \$380  = 1'h0;
-    end
-    if (rst) begin
-      \$380  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$381  = \$12 [31:0];
-    if (reset_units) begin
-      \$381  = 32'd0;
-    end
-    if (rst) begin
-      \$381  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$382  = skew3_2;
-    if (reset_units) begin
-      \$382  = 8'h00;
-    end
-    if (rst) begin
-      \$382  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$383  = skew_bank3_2;
-    if (reset_units) begin
-      \$383  = 1'h0;
-    end
-    if (rst) begin
-      \$383  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$384  = \$15 [31:0];
-    if (reset_units) begin
-      \$384  = 32'd0;
-    end
-    if (rst) begin
-      \$384  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$385  = skew4_3;
-    if (reset_units) begin
-      \$385  = 8'h00;
-    end
-    if (rst) begin
-      \$385  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$386  = skew_bank4_3;
-    if (reset_units) begin
-      \$386  = 1'h0;
-    end
-    if (rst) begin
-      \$386  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$387  = \$18 [31:0];
-    if (reset_units) begin
-      \$387  = 32'd0;
-    end
-    if (rst) begin
-      \$387  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$388  = skew5_4;
-    if (reset_units) begin
-      \$388  = 8'h00;
-    end
-    if (rst) begin
-      \$388  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$389  = skew_bank5_4;
-    if (reset_units) begin
-      \$389  = 1'h0;
-    end
-    if (rst) begin
-      \$389  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$390  = \$21 [31:0];
-    if (reset_units) begin
-      \$390  = 32'd0;
-    end
-    if (rst) begin
-      \$390  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$391  = skew6_5;
-    if (reset_units) begin
-      \$391  = 8'h00;
-    end
-    if (rst) begin
-      \$391  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$392  = skew_bank6_5;
-    if (reset_units) begin
-      \$392  = 1'h0;
-    end
-    if (rst) begin
-      \$392  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$393  = \$24 [31:0];
-    if (reset_units) begin
-      \$393  = 32'd0;
-    end
-    if (rst) begin
-      \$393  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$394  = skew7_6;
-    if (reset_units) begin
-      \$394  = 8'h00;
-    end
-    if (rst) begin
-      \$394  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$395  = skew_bank7_6;
-    if (reset_units) begin
-      \$395  = 1'h0;
-    end
-    if (rst) begin
-      \$395  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$396  = \$27 [31:0];
-    if (reset_units) begin
-      \$396  = 32'd0;
-    end
-    if (rst) begin
-      \$396  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$397  = psum_7_0;
-    if (reset_units) begin
-      \$397  = 32'd0;
-    end
-    if (rst) begin
-      \$397  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$398  = deskew0_0;
-    if (reset_units) begin
-      \$398  = 32'd0;
-    end
-    if (rst) begin
-      \$398  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$399  = deskew0_1;
-    if (reset_units) begin
-      \$399  = 32'd0;
-    end
-    if (rst) begin
-      \$399  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$400  = deskew0_2;
-    if (reset_units) begin
-      \$400  = 32'd0;
-    end
-    if (rst) begin
-      \$400  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$401  = deskew0_3;
-    if (reset_units) begin
-      \$401  = 32'd0;
-    end
-    if (rst) begin
-      \$401  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$402  = deskew0_4;
-    if (reset_units) begin
-      \$402  = 32'd0;
-    end
-    if (rst) begin
-      \$402  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$403  = deskew0_5;
-    if (reset_units) begin
-      \$403  = 32'd0;
-    end
-    if (rst) begin
-      \$403  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$404  = a_0_0;
-    if (reset_units) begin
-      \$404  = 8'h00;
-    end
-    if (rst) begin
-      \$404  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$405  = bank_0_0;
-    if (reset_units) begin
-      \$405  = 1'h0;
-    end
-    if (rst) begin
-      \$405  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$406  = { \$29 [15], \$29 [15], \$29 [15], \$29 [15], \$29 [15], \$29 [15], \$29 [15], \$29 [15], \$29 [15], \$29 [15], \$29 [15], \$29 [15], \$29 [15], \$29 [15], \$29 [15], \$29 [15], \$29  };
-    if (reset_units) begin
-      \$406  = 32'd0;
-    end
-    if (rst) begin
-      \$406  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$407  = a_1_0;
-    if (reset_units) begin
-      \$407  = 8'h00;
-    end
-    if (rst) begin
-      \$407  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$408  = bank_1_0;
-    if (reset_units) begin
-      \$408  = 1'h0;
-    end
-    if (rst) begin
-      \$408  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$409  = \$32 [31:0];
-    if (reset_units) begin
-      \$409  = 32'd0;
-    end
-    if (rst) begin
-      \$409  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$410  = a_2_0;
-    if (reset_units) begin
-      \$410  = 8'h00;
-    end
-    if (rst) begin
-      \$410  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$411  = bank_2_0;
-    if (reset_units) begin
-      \$411  = 1'h0;
-    end
-    if (rst) begin
-      \$411  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$412  = \$35 [31:0];
-    if (reset_units) begin
-      \$412  = 32'd0;
-    end
-    if (rst) begin
-      \$412  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$413  = a_3_0;
-    if (reset_units) begin
-      \$413  = 8'h00;
-    end
-    if (rst) begin
-      \$413  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$414  = bank_3_0;
-    if (reset_units) begin
-      \$414  = 1'h0;
-    end
-    if (rst) begin
-      \$414  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$415  = \$38 [31:0];
-    if (reset_units) begin
-      \$415  = 32'd0;
-    end
-    if (rst) begin
-      \$415  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$416  = a_4_0;
-    if (reset_units) begin
-      \$416  = 8'h00;
-    end
-    if (rst) begin
-      \$416  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$417  = bank_4_0;
-    if (reset_units) begin
-      \$417  = 1'h0;
-    end
-    if (rst) begin
-      \$417  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$418  = \$41 [31:0];
-    if (reset_units) begin
-      \$418  = 32'd0;
-    end
-    if (rst) begin
-      \$418  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$419  = a_5_0;
-    if (reset_units) begin
-      \$419  = 8'h00;
-    end
-    if (rst) begin
-      \$419  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$420  = bank_5_0;
-    if (reset_units) begin
-      \$420  = 1'h0;
-    end
-    if (rst) begin
-      \$420  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$421  = \$44 [31:0];
-    if (reset_units) begin
-      \$421  = 32'd0;
-    end
-    if (rst) begin
-      \$421  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$422  = a_6_0;
-    if (reset_units) begin
-      \$422  = 8'h00;
-    end
-    if (rst) begin
-      \$422  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$423  = bank_6_0;
-    if (reset_units) begin
-      \$423  = 1'h0;
-    end
-    if (rst) begin
-      \$423  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$424  = \$47 [31:0];
-    if (reset_units) begin
-      \$424  = 32'd0;
-    end
-    if (rst) begin
-      \$424  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$425  = a_7_0;
-    if (reset_units) begin
-      \$425  = 8'h00;
-    end
-    if (rst) begin
-      \$425  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$426  = bank_7_0;
-    if (reset_units) begin
-      \$426  = 1'h0;
-    end
-    if (rst) begin
-      \$426  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$427  = \$50 [31:0];
-    if (reset_units) begin
-      \$427  = 32'd0;
-    end
-    if (rst) begin
-      \$427  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$428  = psum_7_1;
-    if (reset_units) begin
-      \$428  = 32'd0;
-    end
-    if (rst) begin
-      \$428  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$429  = deskew1_0;
-    if (reset_units) begin
-      \$429  = 32'd0;
-    end
-    if (rst) begin
-      \$429  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$430  = deskew1_1;
-    if (reset_units) begin
-      \$430  = 32'd0;
-    end
-    if (rst) begin
-      \$430  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$431  = deskew1_2;
-    if (reset_units) begin
-      \$431  = 32'd0;
-    end
-    if (rst) begin
-      \$431  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$432  = deskew1_3;
-    if (reset_units) begin
-      \$432  = 32'd0;
-    end
-    if (rst) begin
-      \$432  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$433  = deskew1_4;
-    if (reset_units) begin
-      \$433  = 32'd0;
-    end
-    if (rst) begin
-      \$433  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$434  = a_0_1;
-    if (reset_units) begin
-      \$434  = 8'h00;
-    end
-    if (rst) begin
-      \$434  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$435  = bank_0_1;
-    if (reset_units) begin
-      \$435  = 1'h0;
-    end
-    if (rst) begin
-      \$435  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$436  = { \$52 [15], \$52 [15], \$52 [15], \$52 [15], \$52 [15], \$52 [15], \$52 [15], \$52 [15], \$52 [15], \$52 [15], \$52 [15], \$52 [15], \$52 [15], \$52 [15], \$52 [15], \$52 [15], \$52  };
-    if (reset_units) begin
-      \$436  = 32'd0;
-    end
-    if (rst) begin
-      \$436  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$437  = a_1_1;
-    if (reset_units) begin
-      \$437  = 8'h00;
-    end
-    if (rst) begin
-      \$437  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$438  = bank_1_1;
-    if (reset_units) begin
-      \$438  = 1'h0;
-    end
-    if (rst) begin
-      \$438  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$439  = \$55 [31:0];
-    if (reset_units) begin
-      \$439  = 32'd0;
-    end
-    if (rst) begin
-      \$439  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$440  = a_2_1;
-    if (reset_units) begin
-      \$440  = 8'h00;
-    end
-    if (rst) begin
-      \$440  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$441  = bank_2_1;
-    if (reset_units) begin
-      \$441  = 1'h0;
-    end
-    if (rst) begin
-      \$441  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$442  = \$58 [31:0];
-    if (reset_units) begin
-      \$442  = 32'd0;
-    end
-    if (rst) begin
-      \$442  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$443  = a_3_1;
+  assign w0_0_1_next = \$4  ? w_row[15:8] : w0_0_1;
+  assign \$5  = ! w_bank;
+  assign \$6  = w_load & \$5 ;
+  assign w0_0_2_next = \$6  ? w_row[23:16] : w0_0_2;
+  assign \$7  = ! w_bank;
+  assign \$8  = w_load & \$7 ;
+  assign w0_0_3_next = \$8  ? w_row[31:24] : w0_0_3;
+  assign \$9  = ! w_bank;
+  assign \$10  = w_load & \$9 ;
+  assign w0_0_4_next = \$10  ? w_row[39:32] : w0_0_4;
+  assign \$11  = ! w_bank;
+  assign \$12  = w_load & \$11 ;
+  assign w0_0_5_next = \$12  ? w_row[47:40] : w0_0_5;
+  assign \$13  = ! w_bank;
+  assign \$14  = w_load & \$13 ;
+  assign w0_0_6_next = \$14  ? w_row[55:48] : w0_0_6;
+  assign \$15  = ! w_bank;
+  assign \$16  = w_load & \$15 ;
+  assign w0_0_7_next = \$16  ? w_row[63:56] : w0_0_7;
+  assign \$17  = ! w_bank;
+  assign \$18  = w_load & \$17 ;
+  assign w0_1_0_next = \$18  ? w0_0_0 : w0_1_0;
+  assign \$19  = ! w_bank;
+  assign \$20  = w_load & \$19 ;
+  assign w0_1_1_next = \$20  ? w0_0_1 : w0_1_1;
+  assign \$21  = ! w_bank;
+  assign \$22  = w_load & \$21 ;
+  assign w0_1_2_next = \$22  ? w0_0_2 : w0_1_2;
+  assign \$23  = ! w_bank;
+  assign \$24  = w_load & \$23 ;
+  assign w0_1_3_next = \$24  ? w0_0_3 : w0_1_3;
+  assign \$25  = ! w_bank;
+  assign \$26  = w_load & \$25 ;
+  assign w0_1_4_next = \$26  ? w0_0_4 : w0_1_4;
+  assign \$27  = ! w_bank;
+  assign \$28  = w_load & \$27 ;
+  assign w0_1_5_next = \$28  ? w0_0_5 : w0_1_5;
+  assign \$29  = ! w_bank;
+  assign \$30  = w_load & \$29 ;
+  assign w0_1_6_next = \$30  ? w0_0_6 : w0_1_6;
+  assign \$31  = ! w_bank;
+  assign \$32  = w_load & \$31 ;
+  assign w0_1_7_next = \$32  ? w0_0_7 : w0_1_7;
+  assign \$33  = ! w_bank;
+  assign \$34  = w_load & \$33 ;
+  assign w0_2_0_next = \$34  ? w0_1_0 : w0_2_0;
+  assign \$35  = ! w_bank;
+  assign \$36  = w_load & \$35 ;
+  assign w0_2_1_next = \$36  ? w0_1_1 : w0_2_1;
+  assign \$37  = ! w_bank;
+  assign \$38  = w_load & \$37 ;
+  assign w0_2_2_next = \$38  ? w0_1_2 : w0_2_2;
+  assign \$39  = ! w_bank;
+  assign \$40  = w_load & \$39 ;
+  assign w0_2_3_next = \$40  ? w0_1_3 : w0_2_3;
+  assign \$41  = ! w_bank;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$441  = w0_0_0_next;
+    if (reset_units) begin
+      \$441  = 8'h00;
+    end
+    if (rst) begin
+      \$441  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$442  = w0_0_1_next;
+    if (reset_units) begin
+      \$442  = 8'h00;
+    end
+    if (rst) begin
+      \$442  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$443  = w0_0_2_next;
     if (reset_units) begin
       \$443  = 8'h00;
     end
@@ -15179,27 +14527,27 @@ module \dx1_board.soc.core0.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$444  = bank_3_1;
+    \$444  = w0_0_3_next;
     if (reset_units) begin
-      \$444  = 1'h0;
+      \$444  = 8'h00;
     end
     if (rst) begin
-      \$444  = 1'h0;
+      \$444  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$445  = \$61 [31:0];
+    \$445  = w0_0_4_next;
     if (reset_units) begin
-      \$445  = 32'd0;
+      \$445  = 8'h00;
     end
     if (rst) begin
-      \$445  = 32'd0;
+      \$445  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$446  = a_4_1;
+    \$446  = w0_0_5_next;
     if (reset_units) begin
       \$446  = 8'h00;
     end
@@ -15209,27 +14557,27 @@ module \dx1_board.soc.core0.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$447  = bank_4_1;
+    \$447  = w0_0_6_next;
     if (reset_units) begin
-      \$447  = 1'h0;
+      \$447  = 8'h00;
     end
     if (rst) begin
-      \$447  = 1'h0;
+      \$447  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$448  = \$64 [31:0];
+    \$448  = w0_0_7_next;
     if (reset_units) begin
-      \$448  = 32'd0;
+      \$448  = 8'h00;
     end
     if (rst) begin
-      \$448  = 32'd0;
+      \$448  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$449  = a_5_1;
+    \$449  = w0_1_0_next;
     if (reset_units) begin
       \$449  = 8'h00;
     end
@@ -15239,27 +14587,27 @@ module \dx1_board.soc.core0.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$450  = bank_5_1;
+    \$450  = w0_1_1_next;
     if (reset_units) begin
-      \$450  = 1'h0;
+      \$450  = 8'h00;
     end
     if (rst) begin
-      \$450  = 1'h0;
+      \$450  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$451  = \$67 [31:0];
+    \$451  = w0_1_2_next;
     if (reset_units) begin
-      \$451  = 32'd0;
+      \$451  = 8'h00;
     end
     if (rst) begin
-      \$451  = 32'd0;
+      \$451  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$452  = a_6_1;
+    \$452  = w0_1_3_next;
     if (reset_units) begin
       \$452  = 8'h00;
     end
@@ -15269,27 +14617,27 @@ module \dx1_board.soc.core0.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$453  = bank_6_1;
+    \$453  = w0_1_4_next;
     if (reset_units) begin
-      \$453  = 1'h0;
+      \$453  = 8'h00;
     end
     if (rst) begin
-      \$453  = 1'h0;
+      \$453  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$454  = \$70 [31:0];
+    \$454  = w0_1_5_next;
     if (reset_units) begin
-      \$454  = 32'd0;
+      \$454  = 8'h00;
     end
     if (rst) begin
-      \$454  = 32'd0;
+      \$454  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$455  = a_7_1;
+    \$455  = w0_1_6_next;
     if (reset_units) begin
       \$455  = 8'h00;
     end
@@ -15299,77 +14647,77 @@ module \dx1_board.soc.core0.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$456  = bank_7_1;
+    \$456  = w0_1_7_next;
     if (reset_units) begin
-      \$456  = 1'h0;
+      \$456  = 8'h00;
     end
     if (rst) begin
-      \$456  = 1'h0;
+      \$456  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$457  = \$73 [31:0];
+    \$457  = w0_2_0_next;
     if (reset_units) begin
-      \$457  = 32'd0;
+      \$457  = 8'h00;
     end
     if (rst) begin
-      \$457  = 32'd0;
+      \$457  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$458  = psum_7_2;
+    \$458  = w0_2_1_next;
     if (reset_units) begin
-      \$458  = 32'd0;
+      \$458  = 8'h00;
     end
     if (rst) begin
-      \$458  = 32'd0;
+      \$458  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$459  = deskew2_0;
+    \$459  = w0_2_2_next;
     if (reset_units) begin
-      \$459  = 32'd0;
+      \$459  = 8'h00;
     end
     if (rst) begin
-      \$459  = 32'd0;
+      \$459  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$460  = deskew2_1;
+    \$460  = w0_2_3_next;
     if (reset_units) begin
-      \$460  = 32'd0;
+      \$460  = 8'h00;
     end
     if (rst) begin
-      \$460  = 32'd0;
+      \$460  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$461  = deskew2_2;
+    \$461  = w0_2_4_next;
     if (reset_units) begin
-      \$461  = 32'd0;
+      \$461  = 8'h00;
     end
     if (rst) begin
-      \$461  = 32'd0;
+      \$461  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$462  = deskew2_3;
+    \$462  = w0_2_5_next;
     if (reset_units) begin
-      \$462  = 32'd0;
+      \$462  = 8'h00;
     end
     if (rst) begin
-      \$462  = 32'd0;
+      \$462  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$463  = a_0_2;
+    \$463  = w0_2_6_next;
     if (reset_units) begin
       \$463  = 8'h00;
     end
@@ -15379,27 +14727,27 @@ module \dx1_board.soc.core0.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$464  = bank_0_2;
+    \$464  = w0_2_7_next;
     if (reset_units) begin
-      \$464  = 1'h0;
+      \$464  = 8'h00;
     end
     if (rst) begin
-      \$464  = 1'h0;
+      \$464  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$465  = { \$75 [15], \$75 [15], \$75 [15], \$75 [15], \$75 [15], \$75 [15], \$75 [15], \$75 [15], \$75 [15], \$75 [15], \$75 [15], \$75 [15], \$75 [15], \$75 [15], \$75 [15], \$75 [15], \$75  };
+    \$465  = w0_3_0_next;
     if (reset_units) begin
-      \$465  = 32'd0;
+      \$465  = 8'h00;
     end
     if (rst) begin
-      \$465  = 32'd0;
+      \$465  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$466  = a_1_2;
+    \$466  = w0_3_1_next;
     if (reset_units) begin
       \$466  = 8'h00;
     end
@@ -15409,27 +14757,27 @@ module \dx1_board.soc.core0.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$467  = bank_1_2;
+    \$467  = w0_3_2_next;
     if (reset_units) begin
-      \$467  = 1'h0;
+      \$467  = 8'h00;
     end
     if (rst) begin
-      \$467  = 1'h0;
+      \$467  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$468  = \$78 [31:0];
+    \$468  = w0_3_3_next;
     if (reset_units) begin
-      \$468  = 32'd0;
+      \$468  = 8'h00;
     end
     if (rst) begin
-      \$468  = 32'd0;
+      \$468  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$469  = a_2_2;
+    \$469  = w0_3_4_next;
     if (reset_units) begin
       \$469  = 8'h00;
     end
@@ -15439,27 +14787,27 @@ module \dx1_board.soc.core0.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$470  = bank_2_2;
+    \$470  = w0_3_5_next;
     if (reset_units) begin
-      \$470  = 1'h0;
+      \$470  = 8'h00;
     end
     if (rst) begin
-      \$470  = 1'h0;
+      \$470  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$471  = \$81 [31:0];
+    \$471  = w0_3_6_next;
     if (reset_units) begin
-      \$471  = 32'd0;
+      \$471  = 8'h00;
     end
     if (rst) begin
-      \$471  = 32'd0;
+      \$471  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$472  = a_3_2;
+    \$472  = w0_3_7_next;
     if (reset_units) begin
       \$472  = 8'h00;
     end
@@ -15469,27 +14817,27 @@ module \dx1_board.soc.core0.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$473  = bank_3_2;
+    \$473  = w0_4_0_next;
     if (reset_units) begin
-      \$473  = 1'h0;
+      \$473  = 8'h00;
     end
     if (rst) begin
-      \$473  = 1'h0;
+      \$473  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$474  = \$84 [31:0];
+    \$474  = w0_4_1_next;
     if (reset_units) begin
-      \$474  = 32'd0;
+      \$474  = 8'h00;
     end
     if (rst) begin
-      \$474  = 32'd0;
+      \$474  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$475  = a_4_2;
+    \$475  = w0_4_2_next;
     if (reset_units) begin
       \$475  = 8'h00;
     end
@@ -15499,27 +14847,27 @@ module \dx1_board.soc.core0.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$476  = bank_4_2;
+    \$476  = w0_4_3_next;
     if (reset_units) begin
-      \$476  = 1'h0;
+      \$476  = 8'h00;
     end
     if (rst) begin
-      \$476  = 1'h0;
+      \$476  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$477  = \$87 [31:0];
+    \$477  = w0_4_4_next;
     if (reset_units) begin
-      \$477  = 32'd0;
+      \$477  = 8'h00;
     end
     if (rst) begin
-      \$477  = 32'd0;
+      \$477  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$478  = a_5_2;
+    \$478  = w0_4_5_next;
     if (reset_units) begin
       \$478  = 8'h00;
     end
@@ -15529,27 +14877,27 @@ module \dx1_board.soc.core0.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$479  = bank_5_2;
+    \$479  = w0_4_6_next;
     if (reset_units) begin
-      \$479  = 1'h0;
+      \$479  = 8'h00;
     end
     if (rst) begin
-      \$479  = 1'h0;
+      \$479  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$480  = \$90 [31:0];
+    \$480  = w0_4_7_next;
     if (reset_units) begin
-      \$480  = 32'd0;
+      \$480  = 8'h00;
     end
     if (rst) begin
-      \$480  = 32'd0;
+      \$480  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$481  = a_6_2;
+    \$481  = w0_5_0_next;
     if (reset_units) begin
       \$481  = 8'h00;
     end
@@ -15559,27 +14907,27 @@ module \dx1_board.soc.core0.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$482  = bank_6_2;
+    \$482  = w0_5_1_next;
     if (reset_units) begin
-      \$482  = 1'h0;
+      \$482  = 8'h00;
     end
     if (rst) begin
-      \$482  = 1'h0;
+      \$482  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$483  = \$93 [31:0];
+    \$483  = w0_5_2_next;
     if (reset_units) begin
-      \$483  = 32'd0;
+      \$483  = 8'h00;
     end
     if (rst) begin
-      \$483  = 32'd0;
+      \$483  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$484  = a_7_2;
+    \$484  = w0_5_3_next;
     if (reset_units) begin
       \$484  = 8'h00;
     end
@@ -15589,67 +14937,67 @@ module \dx1_board.soc.core0.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$485  = bank_7_2;
+    \$485  = w0_5_4_next;
     if (reset_units) begin
-      \$485  = 1'h0;
+      \$485  = 8'h00;
     end
     if (rst) begin
-      \$485  = 1'h0;
+      \$485  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$486  = \$96 [31:0];
+    \$486  = w0_5_5_next;
     if (reset_units) begin
-      \$486  = 32'd0;
+      \$486  = 8'h00;
     end
     if (rst) begin
-      \$486  = 32'd0;
+      \$486  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$487  = psum_7_3;
+    \$487  = w0_5_6_next;
     if (reset_units) begin
-      \$487  = 32'd0;
+      \$487  = 8'h00;
     end
     if (rst) begin
-      \$487  = 32'd0;
+      \$487  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$488  = deskew3_0;
+    \$488  = w0_5_7_next;
     if (reset_units) begin
-      \$488  = 32'd0;
+      \$488  = 8'h00;
     end
     if (rst) begin
-      \$488  = 32'd0;
+      \$488  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$489  = deskew3_1;
+    \$489  = w0_6_0_next;
     if (reset_units) begin
-      \$489  = 32'd0;
+      \$489  = 8'h00;
     end
     if (rst) begin
-      \$489  = 32'd0;
+      \$489  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$490  = deskew3_2;
+    \$490  = w0_6_1_next;
     if (reset_units) begin
-      \$490  = 32'd0;
+      \$490  = 8'h00;
     end
     if (rst) begin
-      \$490  = 32'd0;
+      \$490  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$491  = a_0_3;
+    \$491  = w0_6_2_next;
     if (reset_units) begin
       \$491  = 8'h00;
     end
@@ -15659,27 +15007,27 @@ module \dx1_board.soc.core0.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$492  = bank_0_3;
+    \$492  = w0_6_3_next;
     if (reset_units) begin
-      \$492  = 1'h0;
+      \$492  = 8'h00;
     end
     if (rst) begin
-      \$492  = 1'h0;
+      \$492  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$493  = { \$98 [15], \$98 [15], \$98 [15], \$98 [15], \$98 [15], \$98 [15], \$98 [15], \$98 [15], \$98 [15], \$98 [15], \$98 [15], \$98 [15], \$98 [15], \$98 [15], \$98 [15], \$98 [15], \$98  };
+    \$493  = w0_6_4_next;
     if (reset_units) begin
-      \$493  = 32'd0;
+      \$493  = 8'h00;
     end
     if (rst) begin
-      \$493  = 32'd0;
+      \$493  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$494  = a_1_3;
+    \$494  = w0_6_5_next;
     if (reset_units) begin
       \$494  = 8'h00;
     end
@@ -15689,27 +15037,27 @@ module \dx1_board.soc.core0.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$495  = bank_1_3;
+    \$495  = w0_6_6_next;
     if (reset_units) begin
-      \$495  = 1'h0;
+      \$495  = 8'h00;
     end
     if (rst) begin
-      \$495  = 1'h0;
+      \$495  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$496  = \$101 [31:0];
+    \$496  = w0_6_7_next;
     if (reset_units) begin
-      \$496  = 32'd0;
+      \$496  = 8'h00;
     end
     if (rst) begin
-      \$496  = 32'd0;
+      \$496  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$497  = a_2_3;
+    \$497  = w0_7_0_next;
     if (reset_units) begin
       \$497  = 8'h00;
     end
@@ -15719,27 +15067,27 @@ module \dx1_board.soc.core0.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$498  = bank_2_3;
+    \$498  = w0_7_1_next;
     if (reset_units) begin
-      \$498  = 1'h0;
+      \$498  = 8'h00;
     end
     if (rst) begin
-      \$498  = 1'h0;
+      \$498  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$499  = \$104 [31:0];
+    \$499  = w0_7_2_next;
     if (reset_units) begin
-      \$499  = 32'd0;
+      \$499  = 8'h00;
     end
     if (rst) begin
-      \$499  = 32'd0;
+      \$499  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$500  = a_3_3;
+    \$500  = w0_7_3_next;
     if (reset_units) begin
       \$500  = 8'h00;
     end
@@ -15749,27 +15097,27 @@ module \dx1_board.soc.core0.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$501  = bank_3_3;
+    \$501  = w0_7_4_next;
     if (reset_units) begin
-      \$501  = 1'h0;
+      \$501  = 8'h00;
     end
     if (rst) begin
-      \$501  = 1'h0;
+      \$501  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$502  = \$107 [31:0];
+    \$502  = w0_7_5_next;
     if (reset_units) begin
-      \$502  = 32'd0;
+      \$502  = 8'h00;
     end
     if (rst) begin
-      \$502  = 32'd0;
+      \$502  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$503  = a_4_3;
+    \$503  = w0_7_6_next;
     if (reset_units) begin
       \$503  = 8'h00;
     end
@@ -15779,27 +15127,27 @@ module \dx1_board.soc.core0.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$504  = bank_4_3;
+    \$504  = w0_7_7_next;
     if (reset_units) begin
-      \$504  = 1'h0;
+      \$504  = 8'h00;
     end
     if (rst) begin
-      \$504  = 1'h0;
+      \$504  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$505  = \$110 [31:0];
+    \$505  = w1_0_0_next;
     if (reset_units) begin
-      \$505  = 32'd0;
+      \$505  = 8'h00;
     end
     if (rst) begin
-      \$505  = 32'd0;
+      \$505  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$506  = a_5_3;
+    \$506  = w1_0_1_next;
     if (reset_units) begin
       \$506  = 8'h00;
     end
@@ -15809,27 +15157,27 @@ module \dx1_board.soc.core0.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$507  = bank_5_3;
+    \$507  = w1_0_2_next;
     if (reset_units) begin
-      \$507  = 1'h0;
+      \$507  = 8'h00;
     end
     if (rst) begin
-      \$507  = 1'h0;
+      \$507  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$508  = \$113 [31:0];
+    \$508  = w1_0_3_next;
     if (reset_units) begin
-      \$508  = 32'd0;
+      \$508  = 8'h00;
     end
     if (rst) begin
-      \$508  = 32'd0;
+      \$508  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$509  = a_6_3;
+    \$509  = w1_0_4_next;
     if (reset_units) begin
       \$509  = 8'h00;
     end
@@ -15839,27 +15187,27 @@ module \dx1_board.soc.core0.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$510  = bank_6_3;
+    \$510  = w1_0_5_next;
     if (reset_units) begin
-      \$510  = 1'h0;
+      \$510  = 8'h00;
     end
     if (rst) begin
-      \$510  = 1'h0;
+      \$510  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$511  = \$116 [31:0];
+    \$511  = w1_0_6_next;
     if (reset_units) begin
-      \$511  = 32'd0;
+      \$511  = 8'h00;
     end
     if (rst) begin
-      \$511  = 32'd0;
+      \$511  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$512  = a_7_3;
+    \$512  = w1_0_7_next;
     if (reset_units) begin
       \$512  = 8'h00;
     end
@@ -15869,57 +15217,57 @@ module \dx1_board.soc.core0.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$513  = bank_7_3;
+    \$513  = w1_1_0_next;
     if (reset_units) begin
-      \$513  = 1'h0;
+      \$513  = 8'h00;
     end
     if (rst) begin
-      \$513  = 1'h0;
+      \$513  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$514  = \$119 [31:0];
+    \$514  = w1_1_1_next;
     if (reset_units) begin
-      \$514  = 32'd0;
+      \$514  = 8'h00;
     end
     if (rst) begin
-      \$514  = 32'd0;
+      \$514  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$515  = psum_7_4;
+    \$515  = w1_1_2_next;
     if (reset_units) begin
-      \$515  = 32'd0;
+      \$515  = 8'h00;
     end
     if (rst) begin
-      \$515  = 32'd0;
+      \$515  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$516  = deskew4_0;
+    \$516  = w1_1_3_next;
     if (reset_units) begin
-      \$516  = 32'd0;
+      \$516  = 8'h00;
     end
     if (rst) begin
-      \$516  = 32'd0;
+      \$516  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$517  = deskew4_1;
+    \$517  = w1_1_4_next;
     if (reset_units) begin
-      \$517  = 32'd0;
+      \$517  = 8'h00;
     end
     if (rst) begin
-      \$517  = 32'd0;
+      \$517  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$518  = a_0_4;
+    \$518  = w1_1_5_next;
     if (reset_units) begin
       \$518  = 8'h00;
     end
@@ -15929,27 +15277,27 @@ module \dx1_board.soc.core0.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$519  = bank_0_4;
+    \$519  = w1_1_6_next;
     if (reset_units) begin
-      \$519  = 1'h0;
+      \$519  = 8'h00;
     end
     if (rst) begin
-      \$519  = 1'h0;
+      \$519  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$520  = { \$121 [15], \$121 [15], \$121 [15], \$121 [15], \$121 [15], \$121 [15], \$121 [15], \$121 [15], \$121 [15], \$121 [15], \$121 [15], \$121 [15], \$121 [15], \$121 [15], \$121 [15], \$121 [15], \$121  };
+    \$520  = w1_1_7_next;
     if (reset_units) begin
-      \$520  = 32'd0;
+      \$520  = 8'h00;
     end
     if (rst) begin
-      \$520  = 32'd0;
+      \$520  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$521  = a_1_4;
+    \$521  = w1_2_0_next;
     if (reset_units) begin
       \$521  = 8'h00;
     end
@@ -15959,27 +15307,27 @@ module \dx1_board.soc.core0.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$522  = bank_1_4;
+    \$522  = w1_2_1_next;
     if (reset_units) begin
-      \$522  = 1'h0;
+      \$522  = 8'h00;
     end
     if (rst) begin
-      \$522  = 1'h0;
+      \$522  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$523  = \$124 [31:0];
+    \$523  = w1_2_2_next;
     if (reset_units) begin
-      \$523  = 32'd0;
+      \$523  = 8'h00;
     end
     if (rst) begin
-      \$523  = 32'd0;
+      \$523  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$524  = a_2_4;
+    \$524  = w1_2_3_next;
     if (reset_units) begin
       \$524  = 8'h00;
     end
@@ -15989,27 +15337,27 @@ module \dx1_board.soc.core0.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$525  = bank_2_4;
+    \$525  = w1_2_4_next;
     if (reset_units) begin
-      \$525  = 1'h0;
+      \$525  = 8'h00;
     end
     if (rst) begin
-      \$525  = 1'h0;
+      \$525  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$526  = \$127 [31:0];
+    \$526  = w1_2_5_next;
     if (reset_units) begin
-      \$526  = 32'd0;
+      \$526  = 8'h00;
     end
     if (rst) begin
-      \$526  = 32'd0;
+      \$526  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$527  = a_3_4;
+    \$527  = w1_2_6_next;
     if (reset_units) begin
       \$527  = 8'h00;
     end
@@ -16019,27 +15367,27 @@ module \dx1_board.soc.core0.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$528  = bank_3_4;
+    \$528  = w1_2_7_next;
     if (reset_units) begin
-      \$528  = 1'h0;
+      \$528  = 8'h00;
     end
     if (rst) begin
-      \$528  = 1'h0;
+      \$528  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$529  = \$130 [31:0];
+    \$529  = w1_3_0_next;
     if (reset_units) begin
-      \$529  = 32'd0;
+      \$529  = 8'h00;
     end
     if (rst) begin
-      \$529  = 32'd0;
+      \$529  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$530  = a_4_4;
+    \$530  = w1_3_1_next;
     if (reset_units) begin
       \$530  = 8'h00;
     end
@@ -16049,27 +15397,27 @@ module \dx1_board.soc.core0.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$531  = bank_4_4;
+    \$531  = w1_3_2_next;
     if (reset_units) begin
-      \$531  = 1'h0;
+      \$531  = 8'h00;
     end
     if (rst) begin
-      \$531  = 1'h0;
+      \$531  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$532  = \$133 [31:0];
+    \$532  = w1_3_3_next;
     if (reset_units) begin
-      \$532  = 32'd0;
+      \$532  = 8'h00;
     end
     if (rst) begin
-      \$532  = 32'd0;
+      \$532  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$533  = a_5_4;
+    \$533  = w1_3_4_next;
     if (reset_units) begin
       \$533  = 8'h00;
     end
@@ -16079,27 +15427,27 @@ module \dx1_board.soc.core0.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$534  = bank_5_4;
+    \$534  = w1_3_5_next;
     if (reset_units) begin
-      \$534  = 1'h0;
+      \$534  = 8'h00;
     end
     if (rst) begin
-      \$534  = 1'h0;
+      \$534  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$535  = \$136 [31:0];
+    \$535  = w1_3_6_next;
     if (reset_units) begin
-      \$535  = 32'd0;
+      \$535  = 8'h00;
     end
     if (rst) begin
-      \$535  = 32'd0;
+      \$535  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$536  = a_6_4;
+    \$536  = w1_3_7_next;
     if (reset_units) begin
       \$536  = 8'h00;
     end
@@ -16109,27 +15457,27 @@ module \dx1_board.soc.core0.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$537  = bank_6_4;
+    \$537  = w1_4_0_next;
     if (reset_units) begin
-      \$537  = 1'h0;
+      \$537  = 8'h00;
     end
     if (rst) begin
-      \$537  = 1'h0;
+      \$537  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$538  = \$139 [31:0];
+    \$538  = w1_4_1_next;
     if (reset_units) begin
-      \$538  = 32'd0;
+      \$538  = 8'h00;
     end
     if (rst) begin
-      \$538  = 32'd0;
+      \$538  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$539  = a_7_4;
+    \$539  = w1_4_2_next;
     if (reset_units) begin
       \$539  = 8'h00;
     end
@@ -16139,47 +15487,47 @@ module \dx1_board.soc.core0.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$540  = bank_7_4;
+    \$540  = w1_4_3_next;
     if (reset_units) begin
-      \$540  = 1'h0;
+      \$540  = 8'h00;
     end
     if (rst) begin
-      \$540  = 1'h0;
+      \$540  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$541  = \$142 [31:0];
+    \$541  = w1_4_4_next;
     if (reset_units) begin
-      \$541  = 32'd0;
+      \$541  = 8'h00;
     end
     if (rst) begin
-      \$541  = 32'd0;
+      \$541  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$542  = psum_7_5;
+    \$542  = w1_4_5_next;
     if (reset_units) begin
-      \$542  = 32'd0;
+      \$542  = 8'h00;
     end
     if (rst) begin
-      \$542  = 32'd0;
+      \$542  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$543  = deskew5_0;
+    \$543  = w1_4_6_next;
     if (reset_units) begin
-      \$543  = 32'd0;
+      \$543  = 8'h00;
     end
     if (rst) begin
-      \$543  = 32'd0;
+      \$543  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$544  = a_0_5;
+    \$544  = w1_4_7_next;
     if (reset_units) begin
       \$544  = 8'h00;
     end
@@ -16189,27 +15537,27 @@ module \dx1_board.soc.core0.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$545  = bank_0_5;
+    \$545  = w1_5_0_next;
     if (reset_units) begin
-      \$545  = 1'h0;
+      \$545  = 8'h00;
     end
     if (rst) begin
-      \$545  = 1'h0;
+      \$545  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$546  = { \$144 [15], \$144 [15], \$144 [15], \$144 [15], \$144 [15], \$144 [15], \$144 [15], \$144 [15], \$144 [15], \$144 [15], \$144 [15], \$144 [15], \$144 [15], \$144 [15], \$144 [15], \$144 [15], \$144  };
+    \$546  = w1_5_1_next;
     if (reset_units) begin
-      \$546  = 32'd0;
+      \$546  = 8'h00;
     end
     if (rst) begin
-      \$546  = 32'd0;
+      \$546  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$547  = a_1_5;
+    \$547  = w1_5_2_next;
     if (reset_units) begin
       \$547  = 8'h00;
     end
@@ -16219,27 +15567,27 @@ module \dx1_board.soc.core0.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$548  = bank_1_5;
+    \$548  = w1_5_3_next;
     if (reset_units) begin
-      \$548  = 1'h0;
+      \$548  = 8'h00;
     end
     if (rst) begin
-      \$548  = 1'h0;
+      \$548  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$549  = \$147 [31:0];
+    \$549  = w1_5_4_next;
     if (reset_units) begin
-      \$549  = 32'd0;
+      \$549  = 8'h00;
     end
     if (rst) begin
-      \$549  = 32'd0;
+      \$549  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$550  = a_2_5;
+    \$550  = w1_5_5_next;
     if (reset_units) begin
       \$550  = 8'h00;
     end
@@ -16249,27 +15597,27 @@ module \dx1_board.soc.core0.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$551  = bank_2_5;
+    \$551  = w1_5_6_next;
     if (reset_units) begin
-      \$551  = 1'h0;
+      \$551  = 8'h00;
     end
     if (rst) begin
-      \$551  = 1'h0;
+      \$551  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$552  = \$150 [31:0];
+    \$552  = w1_5_7_next;
     if (reset_units) begin
-      \$552  = 32'd0;
+      \$552  = 8'h00;
     end
     if (rst) begin
-      \$552  = 32'd0;
+      \$552  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$553  = a_3_5;
+    \$553  = w1_6_0_next;
     if (reset_units) begin
       \$553  = 8'h00;
     end
@@ -16279,27 +15627,27 @@ module \dx1_board.soc.core0.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$554  = bank_3_5;
+    \$554  = w1_6_1_next;
     if (reset_units) begin
-      \$554  = 1'h0;
+      \$554  = 8'h00;
     end
     if (rst) begin
-      \$554  = 1'h0;
+      \$554  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$555  = \$153 [31:0];
+    \$555  = w1_6_2_next;
     if (reset_units) begin
-      \$555  = 32'd0;
+      \$555  = 8'h00;
     end
     if (rst) begin
-      \$555  = 32'd0;
+      \$555  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$556  = a_4_5;
+    \$556  = w1_6_3_next;
     if (reset_units) begin
       \$556  = 8'h00;
     end
@@ -16309,27 +15657,27 @@ module \dx1_board.soc.core0.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$557  = bank_4_5;
+    \$557  = w1_6_4_next;
     if (reset_units) begin
-      \$557  = 1'h0;
+      \$557  = 8'h00;
     end
     if (rst) begin
-      \$557  = 1'h0;
+      \$557  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$558  = \$156 [31:0];
+    \$558  = w1_6_5_next;
     if (reset_units) begin
-      \$558  = 32'd0;
+      \$558  = 8'h00;
     end
     if (rst) begin
-      \$558  = 32'd0;
+      \$558  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$559  = a_5_5;
+    \$559  = w1_6_6_next;
     if (reset_units) begin
       \$559  = 8'h00;
     end
@@ -16339,27 +15687,27 @@ module \dx1_board.soc.core0.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$560  = bank_5_5;
+    \$560  = w1_6_7_next;
     if (reset_units) begin
-      \$560  = 1'h0;
+      \$560  = 8'h00;
     end
     if (rst) begin
-      \$560  = 1'h0;
+      \$560  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$561  = \$159 [31:0];
+    \$561  = w1_7_0_next;
     if (reset_units) begin
-      \$561  = 32'd0;
+      \$561  = 8'h00;
     end
     if (rst) begin
-      \$561  = 32'd0;
+      \$561  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$562  = a_6_5;
+    \$562  = w1_7_1_next;
     if (reset_units) begin
       \$562  = 8'h00;
     end
@@ -16369,27 +15717,27 @@ module \dx1_board.soc.core0.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$563  = bank_6_5;
+    \$563  = w1_7_2_next;
     if (reset_units) begin
-      \$563  = 1'h0;
+      \$563  = 8'h00;
     end
     if (rst) begin
-      \$563  = 1'h0;
+      \$563  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$564  = \$162 [31:0];
+    \$564  = w1_7_3_next;
     if (reset_units) begin
-      \$564  = 32'd0;
+      \$564  = 8'h00;
     end
     if (rst) begin
-      \$564  = 32'd0;
+      \$564  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$565  = a_7_5;
+    \$565  = w1_7_4_next;
     if (reset_units) begin
       \$565  = 8'h00;
     end
@@ -16399,37 +15747,37 @@ module \dx1_board.soc.core0.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$566  = bank_7_5;
+    \$566  = w1_7_5_next;
     if (reset_units) begin
-      \$566  = 1'h0;
+      \$566  = 8'h00;
     end
     if (rst) begin
-      \$566  = 1'h0;
+      \$566  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$567  = \$165 [31:0];
+    \$567  = w1_7_6_next;
     if (reset_units) begin
-      \$567  = 32'd0;
+      \$567  = 8'h00;
     end
     if (rst) begin
-      \$567  = 32'd0;
+      \$567  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$568  = psum_7_6;
+    \$568  = w1_7_7_next;
     if (reset_units) begin
-      \$568  = 32'd0;
+      \$568  = 8'h00;
     end
     if (rst) begin
-      \$568  = 32'd0;
+      \$568  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$569  = a_0_6;
+    \$569  = a[15:8];
     if (reset_units) begin
       \$569  = 8'h00;
     end
@@ -16439,7 +15787,7 @@ module \dx1_board.soc.core0.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$570  = bank_0_6;
+    \$570  = next_bank;
     if (reset_units) begin
       \$570  = 1'h0;
     end
@@ -16449,47 +15797,47 @@ module \dx1_board.soc.core0.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$571  = { \$167 [15], \$167 [15], \$167 [15], \$167 [15], \$167 [15], \$167 [15], \$167 [15], \$167 [15], \$167 [15], \$167 [15], \$167 [15], \$167 [15], \$167 [15], \$167 [15], \$167 [15], \$167 [15], \$167  };
+    \$571  = a[23:16];
     if (reset_units) begin
-      \$571  = 32'd0;
+      \$571  = 8'h00;
     end
     if (rst) begin
-      \$571  = 32'd0;
+      \$571  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$572  = a_1_6;
+    \$572  = next_bank;
     if (reset_units) begin
-      \$572  = 8'h00;
+      \$572  = 1'h0;
     end
     if (rst) begin
-      \$572  = 8'h00;
+      \$572  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$573  = bank_1_6;
+    \$573  = skew2_0;
     if (reset_units) begin
-      \$573  = 1'h0;
+      \$573  = 8'h00;
     end
     if (rst) begin
-      \$573  = 1'h0;
+      \$573  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$574  = \$170 [31:0];
+    \$574  = skew_bank2_0;
     if (reset_units) begin
-      \$574  = 32'd0;
+      \$574  = 1'h0;
     end
     if (rst) begin
-      \$574  = 32'd0;
+      \$574  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$575  = a_2_6;
+    \$575  = a[31:24];
     if (reset_units) begin
       \$575  = 8'h00;
     end
@@ -16499,7 +15847,7 @@ module \dx1_board.soc.core0.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$576  = bank_2_6;
+    \$576  = next_bank;
     if (reset_units) begin
       \$576  = 1'h0;
     end
@@ -16509,47 +15857,47 @@ module \dx1_board.soc.core0.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$577  = \$173 [31:0];
+    \$577  = skew3_0;
     if (reset_units) begin
-      \$577  = 32'd0;
+      \$577  = 8'h00;
     end
     if (rst) begin
-      \$577  = 32'd0;
+      \$577  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$578  = a_3_6;
+    \$578  = skew_bank3_0;
     if (reset_units) begin
-      \$578  = 8'h00;
+      \$578  = 1'h0;
     end
     if (rst) begin
-      \$578  = 8'h00;
+      \$578  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$579  = bank_3_6;
+    \$579  = skew3_1;
     if (reset_units) begin
-      \$579  = 1'h0;
+      \$579  = 8'h00;
     end
     if (rst) begin
-      \$579  = 1'h0;
+      \$579  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$580  = \$176 [31:0];
+    \$580  = skew_bank3_1;
     if (reset_units) begin
-      \$580  = 32'd0;
+      \$580  = 1'h0;
     end
     if (rst) begin
-      \$580  = 32'd0;
+      \$580  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$581  = a_4_6;
+    \$581  = a[39:32];
     if (reset_units) begin
       \$581  = 8'h00;
     end
@@ -16559,7 +15907,7 @@ module \dx1_board.soc.core0.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$582  = bank_4_6;
+    \$582  = next_bank;
     if (reset_units) begin
       \$582  = 1'h0;
     end
@@ -16569,47 +15917,47 @@ module \dx1_board.soc.core0.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$583  = \$179 [31:0];
+    \$583  = skew4_0;
     if (reset_units) begin
-      \$583  = 32'd0;
+      \$583  = 8'h00;
     end
     if (rst) begin
-      \$583  = 32'd0;
+      \$583  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$584  = a_5_6;
+    \$584  = skew_bank4_0;
     if (reset_units) begin
-      \$584  = 8'h00;
+      \$584  = 1'h0;
     end
     if (rst) begin
-      \$584  = 8'h00;
+      \$584  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$585  = bank_5_6;
+    \$585  = skew4_1;
     if (reset_units) begin
-      \$585  = 1'h0;
+      \$585  = 8'h00;
     end
     if (rst) begin
-      \$585  = 1'h0;
+      \$585  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$586  = \$182 [31:0];
+    \$586  = skew_bank4_1;
     if (reset_units) begin
-      \$586  = 32'd0;
+      \$586  = 1'h0;
     end
     if (rst) begin
-      \$586  = 32'd0;
+      \$586  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$587  = a_6_6;
+    \$587  = skew4_2;
     if (reset_units) begin
       \$587  = 8'h00;
     end
@@ -16619,7 +15967,7 @@ module \dx1_board.soc.core0.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$588  = bank_6_6;
+    \$588  = skew_bank4_2;
     if (reset_units) begin
       \$588  = 1'h0;
     end
@@ -16629,2221 +15977,3506 @@ module \dx1_board.soc.core0.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$589  = \$185 [31:0];
+    \$589  = a[47:40];
     if (reset_units) begin
-      \$589  = 32'd0;
+      \$589  = 8'h00;
     end
     if (rst) begin
-      \$589  = 32'd0;
+      \$589  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$590  = a_7_6;
+    \$590  = next_bank;
     if (reset_units) begin
-      \$590  = 8'h00;
+      \$590  = 1'h0;
     end
     if (rst) begin
-      \$590  = 8'h00;
+      \$590  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$591  = bank_7_6;
+    \$591  = skew5_0;
     if (reset_units) begin
-      \$591  = 1'h0;
+      \$591  = 8'h00;
     end
     if (rst) begin
-      \$591  = 1'h0;
+      \$591  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$592  = \$188 [31:0];
+    \$592  = skew_bank5_0;
     if (reset_units) begin
-      \$592  = 32'd0;
+      \$592  = 1'h0;
     end
     if (rst) begin
-      \$592  = 32'd0;
+      \$592  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$593  = a_valid;
+    \$593  = skew5_1;
     if (reset_units) begin
-      \$593  = 1'h0;
+      \$593  = 8'h00;
     end
     if (rst) begin
-      \$593  = 1'h0;
+      \$593  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$594  = ctl;
+    \$594  = skew_bank5_1;
     if (reset_units) begin
-      \$594  = 28'h0000000;
+      \$594  = 1'h0;
     end
     if (rst) begin
-      \$594  = 28'h0000000;
+      \$594  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$595  = valid_d0;
+    \$595  = skew5_2;
     if (reset_units) begin
-      \$595  = 1'h0;
+      \$595  = 8'h00;
     end
     if (rst) begin
-      \$595  = 1'h0;
+      \$595  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$596  = ctl_d0;
+    \$596  = skew_bank5_2;
     if (reset_units) begin
-      \$596  = 28'h0000000;
+      \$596  = 1'h0;
     end
     if (rst) begin
-      \$596  = 28'h0000000;
+      \$596  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$597  = valid_d1;
+    \$597  = skew5_3;
     if (reset_units) begin
-      \$597  = 1'h0;
+      \$597  = 8'h00;
     end
     if (rst) begin
-      \$597  = 1'h0;
+      \$597  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$598  = ctl_d1;
+    \$598  = skew_bank5_3;
     if (reset_units) begin
-      \$598  = 28'h0000000;
+      \$598  = 1'h0;
     end
     if (rst) begin
-      \$598  = 28'h0000000;
+      \$598  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$599  = valid_d2;
+    \$599  = a[55:48];
     if (reset_units) begin
-      \$599  = 1'h0;
+      \$599  = 8'h00;
     end
     if (rst) begin
-      \$599  = 1'h0;
+      \$599  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$600  = ctl_d2;
+    \$600  = next_bank;
     if (reset_units) begin
-      \$600  = 28'h0000000;
+      \$600  = 1'h0;
     end
     if (rst) begin
-      \$600  = 28'h0000000;
+      \$600  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$601  = valid_d3;
+    \$601  = skew6_0;
     if (reset_units) begin
-      \$601  = 1'h0;
+      \$601  = 8'h00;
     end
     if (rst) begin
-      \$601  = 1'h0;
+      \$601  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$602  = ctl_d3;
+    \$602  = skew_bank6_0;
     if (reset_units) begin
-      \$602  = 28'h0000000;
+      \$602  = 1'h0;
     end
     if (rst) begin
-      \$602  = 28'h0000000;
+      \$602  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$603  = valid_d4;
+    \$603  = skew6_1;
     if (reset_units) begin
-      \$603  = 1'h0;
+      \$603  = 8'h00;
     end
     if (rst) begin
-      \$603  = 1'h0;
+      \$603  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$604  = ctl_d4;
+    \$604  = skew_bank6_1;
     if (reset_units) begin
-      \$604  = 28'h0000000;
+      \$604  = 1'h0;
     end
     if (rst) begin
-      \$604  = 28'h0000000;
+      \$604  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$605  = valid_d5;
+    \$605  = skew6_2;
     if (reset_units) begin
-      \$605  = 1'h0;
+      \$605  = 8'h00;
     end
     if (rst) begin
-      \$605  = 1'h0;
+      \$605  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$606  = ctl_d5;
+    \$606  = skew_bank6_2;
     if (reset_units) begin
-      \$606  = 28'h0000000;
+      \$606  = 1'h0;
     end
     if (rst) begin
-      \$606  = 28'h0000000;
+      \$606  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$607  = valid_d6;
+    \$607  = skew6_3;
     if (reset_units) begin
-      \$607  = 1'h0;
+      \$607  = 8'h00;
     end
     if (rst) begin
-      \$607  = 1'h0;
+      \$607  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$608  = ctl_d6;
+    \$608  = skew_bank6_3;
     if (reset_units) begin
-      \$608  = 28'h0000000;
+      \$608  = 1'h0;
     end
     if (rst) begin
-      \$608  = 28'h0000000;
+      \$608  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$609  = valid_d7;
+    \$609  = skew6_4;
     if (reset_units) begin
-      \$609  = 1'h0;
+      \$609  = 8'h00;
     end
     if (rst) begin
-      \$609  = 1'h0;
+      \$609  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$610  = ctl_d7;
+    \$610  = skew_bank6_4;
     if (reset_units) begin
-      \$610  = 28'h0000000;
+      \$610  = 1'h0;
     end
     if (rst) begin
-      \$610  = 28'h0000000;
+      \$610  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$611  = valid_d8;
+    \$611  = a[63:56];
     if (reset_units) begin
-      \$611  = 1'h0;
+      \$611  = 8'h00;
     end
     if (rst) begin
-      \$611  = 1'h0;
+      \$611  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$612  = ctl_d8;
+    \$612  = next_bank;
     if (reset_units) begin
-      \$612  = 28'h0000000;
+      \$612  = 1'h0;
     end
     if (rst) begin
-      \$612  = 28'h0000000;
+      \$612  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$613  = valid_d9;
+    \$613  = skew7_0;
     if (reset_units) begin
-      \$613  = 1'h0;
+      \$613  = 8'h00;
     end
     if (rst) begin
-      \$613  = 1'h0;
+      \$613  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$614  = ctl_d9;
+    \$614  = skew_bank7_0;
     if (reset_units) begin
-      \$614  = 28'h0000000;
+      \$614  = 1'h0;
     end
     if (rst) begin
-      \$614  = 28'h0000000;
+      \$614  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$615  = valid_d10;
+    \$615  = skew7_1;
     if (reset_units) begin
-      \$615  = 1'h0;
+      \$615  = 8'h00;
     end
     if (rst) begin
-      \$615  = 1'h0;
+      \$615  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$616  = ctl_d10;
+    \$616  = skew_bank7_1;
     if (reset_units) begin
-      \$616  = 28'h0000000;
+      \$616  = 1'h0;
     end
     if (rst) begin
-      \$616  = 28'h0000000;
+      \$616  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$617  = valid_d11;
+    \$617  = skew7_2;
     if (reset_units) begin
-      \$617  = 1'h0;
+      \$617  = 8'h00;
     end
     if (rst) begin
-      \$617  = 1'h0;
+      \$617  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$618  = ctl_d11;
+    \$618  = skew_bank7_2;
     if (reset_units) begin
-      \$618  = 28'h0000000;
+      \$618  = 1'h0;
     end
     if (rst) begin
-      \$618  = 28'h0000000;
+      \$618  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$619  = valid_d12;
+    \$619  = skew7_3;
     if (reset_units) begin
-      \$619  = 1'h0;
+      \$619  = 8'h00;
     end
     if (rst) begin
-      \$619  = 1'h0;
+      \$619  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$620  = ctl_d12;
+    \$620  = skew_bank7_3;
     if (reset_units) begin
-      \$620  = 28'h0000000;
+      \$620  = 1'h0;
     end
     if (rst) begin
-      \$620  = 28'h0000000;
+      \$620  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$621  = valid_d13;
+    \$621  = skew7_4;
     if (reset_units) begin
-      \$621  = 1'h0;
+      \$621  = 8'h00;
     end
     if (rst) begin
-      \$621  = 1'h0;
+      \$621  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$622  = ctl_d13;
+    \$622  = skew_bank7_4;
     if (reset_units) begin
-      \$622  = 28'h0000000;
+      \$622  = 1'h0;
     end
     if (rst) begin
-      \$622  = 28'h0000000;
+      \$622  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    (* full_case = 32'd1 *)
-    casez (a_bank)
-      1'h0:
-          \$5  = w0_0_0;
-      1'h1:
-          \$5  = w1_0_0;
-    endcase
+    \$623  = skew7_5;
+    if (reset_units) begin
+      \$623  = 8'h00;
+    end
+    if (rst) begin
+      \$623  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$624  = skew_bank7_5;
+    if (reset_units) begin
+      \$624  = 1'h0;
+    end
+    if (rst) begin
+      \$624  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$625  = a[7:0];
+    if (reset_units) begin
+      \$625  = 8'h00;
+    end
+    if (rst) begin
+      \$625  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$626  = next_bank;
+    if (reset_units) begin
+      \$626  = 1'h0;
+    end
+    if (rst) begin
+      \$626  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$627  = \$257 ;
+    if (reset_units) begin
+      \$627  = 8'h00;
+    end
+    if (rst) begin
+      \$627  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$628  = { \$258 [15], \$258 [15], \$258 [15], \$258 [15], \$258 [15], \$258 [15], \$258 [15], \$258 [15], \$258 [15], \$258 [15], \$258 [15], \$258 [15], \$258 [15], \$258 [15], \$258 [15], \$258 [15], \$258  };
+    if (reset_units) begin
+      \$628  = 32'd0;
+    end
+    if (rst) begin
+      \$628  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$629  = skew1_0;
+    if (reset_units) begin
+      \$629  = 8'h00;
+    end
+    if (rst) begin
+      \$629  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$630  = skew_bank1_0;
+    if (reset_units) begin
+      \$630  = 1'h0;
+    end
+    if (rst) begin
+      \$630  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$631  = \$259 ;
+    if (reset_units) begin
+      \$631  = 8'h00;
+    end
+    if (rst) begin
+      \$631  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$632  = \$261 [31:0];
+    if (reset_units) begin
+      \$632  = 32'd0;
+    end
+    if (rst) begin
+      \$632  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$633  = skew2_1;
+    if (reset_units) begin
+      \$633  = 8'h00;
+    end
+    if (rst) begin
+      \$633  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$634  = skew_bank2_1;
+    if (reset_units) begin
+      \$634  = 1'h0;
+    end
+    if (rst) begin
+      \$634  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$635  = \$262 ;
+    if (reset_units) begin
+      \$635  = 8'h00;
+    end
+    if (rst) begin
+      \$635  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$636  = \$264 [31:0];
+    if (reset_units) begin
+      \$636  = 32'd0;
+    end
+    if (rst) begin
+      \$636  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$637  = skew3_2;
+    if (reset_units) begin
+      \$637  = 8'h00;
+    end
+    if (rst) begin
+      \$637  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$638  = skew_bank3_2;
+    if (reset_units) begin
+      \$638  = 1'h0;
+    end
+    if (rst) begin
+      \$638  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$639  = \$265 ;
+    if (reset_units) begin
+      \$639  = 8'h00;
+    end
+    if (rst) begin
+      \$639  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$640  = \$267 [31:0];
+    if (reset_units) begin
+      \$640  = 32'd0;
+    end
+    if (rst) begin
+      \$640  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$641  = skew4_3;
+    if (reset_units) begin
+      \$641  = 8'h00;
+    end
+    if (rst) begin
+      \$641  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$642  = skew_bank4_3;
+    if (reset_units) begin
+      \$642  = 1'h0;
+    end
+    if (rst) begin
+      \$642  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$643  = \$268 ;
+    if (reset_units) begin
+      \$643  = 8'h00;
+    end
+    if (rst) begin
+      \$643  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$644  = \$270 [31:0];
+    if (reset_units) begin
+      \$644  = 32'd0;
+    end
+    if (rst) begin
+      \$644  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$645  = skew5_4;
+    if (reset_units) begin
+      \$645  = 8'h00;
+    end
+    if (rst) begin
+      \$645  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$646  = skew_bank5_4;
+    if (reset_units) begin
+      \$646  = 1'h0;
+    end
+    if (rst) begin
+      \$646  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$647  = \$271 ;
+    if (reset_units) begin
+      \$647  = 8'h00;
+    end
+    if (rst) begin
+      \$647  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$648  = \$273 [31:0];
+    if (reset_units) begin
+      \$648  = 32'd0;
+    end
+    if (rst) begin
+      \$648  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$649  = skew6_5;
+    if (reset_units) begin
+      \$649  = 8'h00;
+    end
+    if (rst) begin
+      \$649  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$650  = skew_bank6_5;
+    if (reset_units) begin
+      \$650  = 1'h0;
+    end
+    if (rst) begin
+      \$650  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$651  = \$274 ;
+    if (reset_units) begin
+      \$651  = 8'h00;
+    end
+    if (rst) begin
+      \$651  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$652  = \$276 [31:0];
+    if (reset_units) begin
+      \$652  = 32'd0;
+    end
+    if (rst) begin
+      \$652  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$653  = skew7_6;
+    if (reset_units) begin
+      \$653  = 8'h00;
+    end
+    if (rst) begin
+      \$653  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$654  = skew_bank7_6;
+    if (reset_units) begin
+      \$654  = 1'h0;
+    end
+    if (rst) begin
+      \$654  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$655  = \$277 ;
+    if (reset_units) begin
+      \$655  = 8'h00;
+    end
+    if (rst) begin
+      \$655  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$656  = \$279 [31:0];
+    if (reset_units) begin
+      \$656  = 32'd0;
+    end
+    if (rst) begin
+      \$656  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$657  = psum_7_0;
+    if (reset_units) begin
+      \$657  = 32'd0;
+    end
+    if (rst) begin
+      \$657  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$658  = deskew0_0;
+    if (reset_units) begin
+      \$658  = 32'd0;
+    end
+    if (rst) begin
+      \$658  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$659  = deskew0_1;
+    if (reset_units) begin
+      \$659  = 32'd0;
+    end
+    if (rst) begin
+      \$659  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$660  = deskew0_2;
+    if (reset_units) begin
+      \$660  = 32'd0;
+    end
+    if (rst) begin
+      \$660  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$661  = deskew0_3;
+    if (reset_units) begin
+      \$661  = 32'd0;
+    end
+    if (rst) begin
+      \$661  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$662  = deskew0_4;
+    if (reset_units) begin
+      \$662  = 32'd0;
+    end
+    if (rst) begin
+      \$662  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$663  = deskew0_5;
+    if (reset_units) begin
+      \$663  = 32'd0;
+    end
+    if (rst) begin
+      \$663  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$664  = a_0_0;
+    if (reset_units) begin
+      \$664  = 8'h00;
+    end
+    if (rst) begin
+      \$664  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$665  = bank_0_0;
+    if (reset_units) begin
+      \$665  = 1'h0;
+    end
+    if (rst) begin
+      \$665  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$666  = \$280 ;
+    if (reset_units) begin
+      \$666  = 8'h00;
+    end
+    if (rst) begin
+      \$666  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$667  = { \$281 [15], \$281 [15], \$281 [15], \$281 [15], \$281 [15], \$281 [15], \$281 [15], \$281 [15], \$281 [15], \$281 [15], \$281 [15], \$281 [15], \$281 [15], \$281 [15], \$281 [15], \$281 [15], \$281  };
+    if (reset_units) begin
+      \$667  = 32'd0;
+    end
+    if (rst) begin
+      \$667  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$668  = a_1_0;
+    if (reset_units) begin
+      \$668  = 8'h00;
+    end
+    if (rst) begin
+      \$668  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$669  = bank_1_0;
+    if (reset_units) begin
+      \$669  = 1'h0;
+    end
+    if (rst) begin
+      \$669  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$670  = \$282 ;
+    if (reset_units) begin
+      \$670  = 8'h00;
+    end
+    if (rst) begin
+      \$670  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$671  = \$284 [31:0];
+    if (reset_units) begin
+      \$671  = 32'd0;
+    end
+    if (rst) begin
+      \$671  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$672  = a_2_0;
+    if (reset_units) begin
+      \$672  = 8'h00;
+    end
+    if (rst) begin
+      \$672  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$673  = bank_2_0;
+    if (reset_units) begin
+      \$673  = 1'h0;
+    end
+    if (rst) begin
+      \$673  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$674  = \$285 ;
+    if (reset_units) begin
+      \$674  = 8'h00;
+    end
+    if (rst) begin
+      \$674  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$675  = \$287 [31:0];
+    if (reset_units) begin
+      \$675  = 32'd0;
+    end
+    if (rst) begin
+      \$675  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$676  = a_3_0;
+    if (reset_units) begin
+      \$676  = 8'h00;
+    end
+    if (rst) begin
+      \$676  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$677  = bank_3_0;
+    if (reset_units) begin
+      \$677  = 1'h0;
+    end
+    if (rst) begin
+      \$677  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$678  = \$288 ;
+    if (reset_units) begin
+      \$678  = 8'h00;
+    end
+    if (rst) begin
+      \$678  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$679  = \$290 [31:0];
+    if (reset_units) begin
+      \$679  = 32'd0;
+    end
+    if (rst) begin
+      \$679  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$680  = a_4_0;
+    if (reset_units) begin
+      \$680  = 8'h00;
+    end
+    if (rst) begin
+      \$680  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$681  = bank_4_0;
+    if (reset_units) begin
+      \$681  = 1'h0;
+    end
+    if (rst) begin
+      \$681  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$682  = \$291 ;
+    if (reset_units) begin
+      \$682  = 8'h00;
+    end
+    if (rst) begin
+      \$682  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$683  = \$293 [31:0];
+    if (reset_units) begin
+      \$683  = 32'd0;
+    end
+    if (rst) begin
+      \$683  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$684  = a_5_0;
+    if (reset_units) begin
+      \$684  = 8'h00;
+    end
+    if (rst) begin
+      \$684  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$685  = bank_5_0;
+    if (reset_units) begin
+      \$685  = 1'h0;
+    end
+    if (rst) begin
+      \$685  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$686  = \$294 ;
+    if (reset_units) begin
+      \$686  = 8'h00;
+    end
+    if (rst) begin
+      \$686  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$687  = \$296 [31:0];
+    if (reset_units) begin
+      \$687  = 32'd0;
+    end
+    if (rst) begin
+      \$687  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$688  = a_6_0;
+    if (reset_units) begin
+      \$688  = 8'h00;
+    end
+    if (rst) begin
+      \$688  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$689  = bank_6_0;
+    if (reset_units) begin
+      \$689  = 1'h0;
+    end
+    if (rst) begin
+      \$689  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$690  = \$297 ;
+    if (reset_units) begin
+      \$690  = 8'h00;
+    end
+    if (rst) begin
+      \$690  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$691  = \$299 [31:0];
+    if (reset_units) begin
+      \$691  = 32'd0;
+    end
+    if (rst) begin
+      \$691  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$692  = a_7_0;
+    if (reset_units) begin
+      \$692  = 8'h00;
+    end
+    if (rst) begin
+      \$692  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$693  = bank_7_0;
+    if (reset_units) begin
+      \$693  = 1'h0;
+    end
+    if (rst) begin
+      \$693  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$694  = \$300 ;
+    if (reset_units) begin
+      \$694  = 8'h00;
+    end
+    if (rst) begin
+      \$694  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$695  = \$302 [31:0];
+    if (reset_units) begin
+      \$695  = 32'd0;
+    end
+    if (rst) begin
+      \$695  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$696  = psum_7_1;
+    if (reset_units) begin
+      \$696  = 32'd0;
+    end
+    if (rst) begin
+      \$696  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$697  = deskew1_0;
+    if (reset_units) begin
+      \$697  = 32'd0;
+    end
+    if (rst) begin
+      \$697  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$698  = deskew1_1;
+    if (reset_units) begin
+      \$698  = 32'd0;
+    end
+    if (rst) begin
+      \$698  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$699  = deskew1_2;
+    if (reset_units) begin
+      \$699  = 32'd0;
+    end
+    if (rst) begin
+      \$699  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$700  = deskew1_3;
+    if (reset_units) begin
+      \$700  = 32'd0;
+    end
+    if (rst) begin
+      \$700  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$701  = deskew1_4;
+    if (reset_units) begin
+      \$701  = 32'd0;
+    end
+    if (rst) begin
+      \$701  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$702  = a_0_1;
+    if (reset_units) begin
+      \$702  = 8'h00;
+    end
+    if (rst) begin
+      \$702  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$703  = bank_0_1;
+    if (reset_units) begin
+      \$703  = 1'h0;
+    end
+    if (rst) begin
+      \$703  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$704  = \$303 ;
+    if (reset_units) begin
+      \$704  = 8'h00;
+    end
+    if (rst) begin
+      \$704  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$705  = { \$304 [15], \$304 [15], \$304 [15], \$304 [15], \$304 [15], \$304 [15], \$304 [15], \$304 [15], \$304 [15], \$304 [15], \$304 [15], \$304 [15], \$304 [15], \$304 [15], \$304 [15], \$304 [15], \$304  };
+    if (reset_units) begin
+      \$705  = 32'd0;
+    end
+    if (rst) begin
+      \$705  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$706  = a_1_1;
+    if (reset_units) begin
+      \$706  = 8'h00;
+    end
+    if (rst) begin
+      \$706  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$707  = bank_1_1;
+    if (reset_units) begin
+      \$707  = 1'h0;
+    end
+    if (rst) begin
+      \$707  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$708  = \$305 ;
+    if (reset_units) begin
+      \$708  = 8'h00;
+    end
+    if (rst) begin
+      \$708  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$709  = \$307 [31:0];
+    if (reset_units) begin
+      \$709  = 32'd0;
+    end
+    if (rst) begin
+      \$709  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$710  = a_2_1;
+    if (reset_units) begin
+      \$710  = 8'h00;
+    end
+    if (rst) begin
+      \$710  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$711  = bank_2_1;
+    if (reset_units) begin
+      \$711  = 1'h0;
+    end
+    if (rst) begin
+      \$711  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$712  = \$308 ;
+    if (reset_units) begin
+      \$712  = 8'h00;
+    end
+    if (rst) begin
+      \$712  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$713  = \$310 [31:0];
+    if (reset_units) begin
+      \$713  = 32'd0;
+    end
+    if (rst) begin
+      \$713  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$714  = a_3_1;
+    if (reset_units) begin
+      \$714  = 8'h00;
+    end
+    if (rst) begin
+      \$714  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$715  = bank_3_1;
+    if (reset_units) begin
+      \$715  = 1'h0;
+    end
+    if (rst) begin
+      \$715  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$716  = \$311 ;
+    if (reset_units) begin
+      \$716  = 8'h00;
+    end
+    if (rst) begin
+      \$716  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$717  = \$313 [31:0];
+    if (reset_units) begin
+      \$717  = 32'd0;
+    end
+    if (rst) begin
+      \$717  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$718  = a_4_1;
+    if (reset_units) begin
+      \$718  = 8'h00;
+    end
+    if (rst) begin
+      \$718  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$719  = bank_4_1;
+    if (reset_units) begin
+      \$719  = 1'h0;
+    end
+    if (rst) begin
+      \$719  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$720  = \$314 ;
+    if (reset_units) begin
+      \$720  = 8'h00;
+    end
+    if (rst) begin
+      \$720  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$721  = \$316 [31:0];
+    if (reset_units) begin
+      \$721  = 32'd0;
+    end
+    if (rst) begin
+      \$721  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$722  = a_5_1;
+    if (reset_units) begin
+      \$722  = 8'h00;
+    end
+    if (rst) begin
+      \$722  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$723  = bank_5_1;
+    if (reset_units) begin
+      \$723  = 1'h0;
+    end
+    if (rst) begin
+      \$723  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$724  = \$317 ;
+    if (reset_units) begin
+      \$724  = 8'h00;
+    end
+    if (rst) begin
+      \$724  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$725  = \$319 [31:0];
+    if (reset_units) begin
+      \$725  = 32'd0;
+    end
+    if (rst) begin
+      \$725  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$726  = a_6_1;
+    if (reset_units) begin
+      \$726  = 8'h00;
+    end
+    if (rst) begin
+      \$726  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$727  = bank_6_1;
+    if (reset_units) begin
+      \$727  = 1'h0;
+    end
+    if (rst) begin
+      \$727  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$728  = \$320 ;
+    if (reset_units) begin
+      \$728  = 8'h00;
+    end
+    if (rst) begin
+      \$728  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$729  = \$322 [31:0];
+    if (reset_units) begin
+      \$729  = 32'd0;
+    end
+    if (rst) begin
+      \$729  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$730  = a_7_1;
+    if (reset_units) begin
+      \$730  = 8'h00;
+    end
+    if (rst) begin
+      \$730  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$731  = bank_7_1;
+    if (reset_units) begin
+      \$731  = 1'h0;
+    end
+    if (rst) begin
+      \$731  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$732  = \$323 ;
+    if (reset_units) begin
+      \$732  = 8'h00;
+    end
+    if (rst) begin
+      \$732  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$733  = \$325 [31:0];
+    if (reset_units) begin
+      \$733  = 32'd0;
+    end
+    if (rst) begin
+      \$733  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$734  = psum_7_2;
+    if (reset_units) begin
+      \$734  = 32'd0;
+    end
+    if (rst) begin
+      \$734  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$735  = deskew2_0;
+    if (reset_units) begin
+      \$735  = 32'd0;
+    end
+    if (rst) begin
+      \$735  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$736  = deskew2_1;
+    if (reset_units) begin
+      \$736  = 32'd0;
+    end
+    if (rst) begin
+      \$736  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$737  = deskew2_2;
+    if (reset_units) begin
+      \$737  = 32'd0;
+    end
+    if (rst) begin
+      \$737  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$738  = deskew2_3;
+    if (reset_units) begin
+      \$738  = 32'd0;
+    end
+    if (rst) begin
+      \$738  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$739  = a_0_2;
+    if (reset_units) begin
+      \$739  = 8'h00;
+    end
+    if (rst) begin
+      \$739  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$740  = bank_0_2;
+    if (reset_units) begin
+      \$740  = 1'h0;
+    end
+    if (rst) begin
+      \$740  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$741  = \$326 ;
+    if (reset_units) begin
+      \$741  = 8'h00;
+    end
+    if (rst) begin
+      \$741  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$742  = { \$327 [15], \$327 [15], \$327 [15], \$327 [15], \$327 [15], \$327 [15], \$327 [15], \$327 [15], \$327 [15], \$327 [15], \$327 [15], \$327 [15], \$327 [15], \$327 [15], \$327 [15], \$327 [15], \$327  };
+    if (reset_units) begin
+      \$742  = 32'd0;
+    end
+    if (rst) begin
+      \$742  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$743  = a_1_2;
+    if (reset_units) begin
+      \$743  = 8'h00;
+    end
+    if (rst) begin
+      \$743  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$744  = bank_1_2;
+    if (reset_units) begin
+      \$744  = 1'h0;
+    end
+    if (rst) begin
+      \$744  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$745  = \$328 ;
+    if (reset_units) begin
+      \$745  = 8'h00;
+    end
+    if (rst) begin
+      \$745  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$746  = \$330 [31:0];
+    if (reset_units) begin
+      \$746  = 32'd0;
+    end
+    if (rst) begin
+      \$746  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$747  = a_2_2;
+    if (reset_units) begin
+      \$747  = 8'h00;
+    end
+    if (rst) begin
+      \$747  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$748  = bank_2_2;
+    if (reset_units) begin
+      \$748  = 1'h0;
+    end
+    if (rst) begin
+      \$748  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$749  = \$331 ;
+    if (reset_units) begin
+      \$749  = 8'h00;
+    end
+    if (rst) begin
+      \$749  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$750  = \$333 [31:0];
+    if (reset_units) begin
+      \$750  = 32'd0;
+    end
+    if (rst) begin
+      \$750  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$751  = a_3_2;
+    if (reset_units) begin
+      \$751  = 8'h00;
+    end
+    if (rst) begin
+      \$751  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$752  = bank_3_2;
+    if (reset_units) begin
+      \$752  = 1'h0;
+    end
+    if (rst) begin
+      \$752  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$753  = \$334 ;
+    if (reset_units) begin
+      \$753  = 8'h00;
+    end
+    if (rst) begin
+      \$753  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$754  = \$336 [31:0];
+    if (reset_units) begin
+      \$754  = 32'd0;
+    end
+    if (rst) begin
+      \$754  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$755  = a_4_2;
+    if (reset_units) begin
+      \$755  = 8'h00;
+    end
+    if (rst) begin
+      \$755  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$756  = bank_4_2;
+    if (reset_units) begin
+      \$756  = 1'h0;
+    end
+    if (rst) begin
+      \$756  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$757  = \$337 ;
+    if (reset_units) begin
+      \$757  = 8'h00;
+    end
+    if (rst) begin
+      \$757  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$758  = \$339 [31:0];
+    if (reset_units) begin
+      \$758  = 32'd0;
+    end
+    if (rst) begin
+      \$758  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$759  = a_5_2;
+    if (reset_units) begin
+      \$759  = 8'h00;
+    end
+    if (rst) begin
+      \$759  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$760  = bank_5_2;
+    if (reset_units) begin
+      \$760  = 1'h0;
+    end
+    if (rst) begin
+      \$760  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$761  = \$340 ;
+    if (reset_units) begin
+      \$761  = 8'h00;
+    end
+    if (rst) begin
+      \$761  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$762  = \$342 [31:0];
+    if (reset_units) begin
+      \$762  = 32'd0;
+    end
+    if (rst) begin
+      \$762  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$763  = a_6_2;
+    if (reset_units) begin
+      \$763  = 8'h00;
+    end
+    if (rst) begin
+      \$763  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$764  = bank_6_2;
+    if (reset_units) begin
+      \$764  = 1'h0;
+    end
+    if (rst) begin
+      \$764  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$765  = \$343 ;
+    if (reset_units) begin
+      \$765  = 8'h00;
+    end
+    if (rst) begin
+      \$765  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$766  = \$345 [31:0];
+    if (reset_units) begin
+      \$766  = 32'd0;
+    end
+    if (rst) begin
+      \$766  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$767  = a_7_2;
+    if (reset_units) begin
+      \$767  = 8'h00;
+    end
+    if (rst) begin
+      \$767  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$768  = bank_7_2;
+    if (reset_units) begin
+      \$768  = 1'h0;
+    end
+    if (rst) begin
+      \$768  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$769  = \$346 ;
+    if (reset_units) begin
+      \$769  = 8'h00;
+    end
+    if (rst) begin
+      \$769  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$770  = \$348 [31:0];
+    if (reset_units) begin
+      \$770  = 32'd0;
+    end
+    if (rst) begin
+      \$770  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$771  = psum_7_3;
+    if (reset_units) begin
+      \$771  = 32'd0;
+    end
+    if (rst) begin
+      \$771  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$772  = deskew3_0;
+    if (reset_units) begin
+      \$772  = 32'd0;
+    end
+    if (rst) begin
+      \$772  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$773  = deskew3_1;
+    if (reset_units) begin
+      \$773  = 32'd0;
+    end
+    if (rst) begin
+      \$773  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$774  = deskew3_2;
+    if (reset_units) begin
+      \$774  = 32'd0;
+    end
+    if (rst) begin
+      \$774  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$775  = a_0_3;
+    if (reset_units) begin
+      \$775  = 8'h00;
+    end
+    if (rst) begin
+      \$775  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$776  = bank_0_3;
+    if (reset_units) begin
+      \$776  = 1'h0;
+    end
+    if (rst) begin
+      \$776  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$777  = \$349 ;
+    if (reset_units) begin
+      \$777  = 8'h00;
+    end
+    if (rst) begin
+      \$777  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$778  = { \$350 [15], \$350 [15], \$350 [15], \$350 [15], \$350 [15], \$350 [15], \$350 [15], \$350 [15], \$350 [15], \$350 [15], \$350 [15], \$350 [15], \$350 [15], \$350 [15], \$350 [15], \$350 [15], \$350  };
+    if (reset_units) begin
+      \$778  = 32'd0;
+    end
+    if (rst) begin
+      \$778  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$779  = a_1_3;
+    if (reset_units) begin
+      \$779  = 8'h00;
+    end
+    if (rst) begin
+      \$779  = 8'h00;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    (* full_case = 32'd1 *)
-    casez (skew_bank1_0)
-      1'h0:
-          \$7  = w0_1_0;
-      1'h1:
-          \$7  = w1_1_0;
-    endcase
+    \$780  = bank_1_3;
+    if (reset_units) begin
+      \$780  = 1'h0;
+    end
+    if (rst) begin
+      \$780  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
+    \$781  = \$351 ;
+    if (reset_units) begin
+      \$781  = 8'h00;
+    end
+    if (rst) begin
+      \$781  = 8'h00;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    (* full_case = 32'd1 *)
-    casez (skew_bank2_1)
-      1'h0:
-          \$10  = w0_2_0;
-      1'h1:
-          \$10  = w1_2_0;
-    endcase
+    \$782  = \$353 [31:0];
+    if (reset_units) begin
+      \$782  = 32'd0;
+    end
+    if (rst) begin
+      \$782  = 32'd0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    (* full_case = 32'd1 *)
-    casez (skew_bank3_2)
-      1'h0:
-          \$13  = w0_3_0;
-      1'h1:
-          \$13  = w1_3_0;
-    endcase
+    \$783  = a_2_3;
+    if (reset_units) begin
+      \$783  = 8'h00;
+    end
+    if (rst) begin
+      \$783  = 8'h00;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    (* full_case = 32'd1 *)
-    casez (skew_bank4_3)
-      1'h0:
-          \$16  = w0_4_0;
-      1'h1:
-          \$16  = w1_4_0;
-    endcase
+    \$784  = bank_2_3;
+    if (reset_units) begin
+      \$784  = 1'h0;
+    end
+    if (rst) begin
+      \$784  = 1'h0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    (* full_case = 32'd1 *)
-    casez (skew_bank5_4)
-      1'h0:
-          \$19  = w0_5_0;
-      1'h1:
-          \$19  = w1_5_0;
-    endcase
+    \$785  = \$354 ;
+    if (reset_units) begin
+      \$785  = 8'h00;
+    end
+    if (rst) begin
+      \$785  = 8'h00;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    (* full_case = 32'd1 *)
-    casez (skew_bank6_5)
-      1'h0:
-          \$22  = w0_6_0;
-      1'h1:
-          \$22  = w1_6_0;
-    endcase
+    \$786  = \$356 [31:0];
+    if (reset_units) begin
+      \$786  = 32'd0;
+    end
+    if (rst) begin
+      \$786  = 32'd0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    (* full_case = 32'd1 *)
-    casez (skew_bank7_6)
-      1'h0:
-          \$25  = w0_7_0;
-      1'h1:
-          \$25  = w1_7_0;
-    endcase
+    \$787  = a_3_3;
+    if (reset_units) begin
+      \$787  = 8'h00;
+    end
+    if (rst) begin
+      \$787  = 8'h00;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_0_0)
-      1'h0:
-          \$28  = w0_0_1;
-      1'h1:
-          \$28  = w1_0_1;
-    endcase
+    \$788  = bank_3_3;
+    if (reset_units) begin
+      \$788  = 1'h0;
+    end
+    if (rst) begin
+      \$788  = 1'h0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_1_0)
-      1'h0:
-          \$30  = w0_1_1;
-      1'h1:
-          \$30  = w1_1_1;
-    endcase
+    \$789  = \$357 ;
+    if (reset_units) begin
+      \$789  = 8'h00;
+    end
+    if (rst) begin
+      \$789  = 8'h00;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_2_0)
-      1'h0:
-          \$33  = w0_2_1;
-      1'h1:
-          \$33  = w1_2_1;
-    endcase
+    \$790  = \$359 [31:0];
+    if (reset_units) begin
+      \$790  = 32'd0;
+    end
+    if (rst) begin
+      \$790  = 32'd0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_3_0)
-      1'h0:
-          \$36  = w0_3_1;
-      1'h1:
-          \$36  = w1_3_1;
-    endcase
+    \$791  = a_4_3;
+    if (reset_units) begin
+      \$791  = 8'h00;
+    end
+    if (rst) begin
+      \$791  = 8'h00;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_4_0)
-      1'h0:
-          \$39  = w0_4_1;
-      1'h1:
-          \$39  = w1_4_1;
-    endcase
+    \$792  = bank_4_3;
+    if (reset_units) begin
+      \$792  = 1'h0;
+    end
+    if (rst) begin
+      \$792  = 1'h0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_5_0)
-      1'h0:
-          \$42  = w0_5_1;
-      1'h1:
-          \$42  = w1_5_1;
-    endcase
+    \$793  = \$360 ;
+    if (reset_units) begin
+      \$793  = 8'h00;
+    end
+    if (rst) begin
+      \$793  = 8'h00;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_6_0)
-      1'h0:
-          \$45  = w0_6_1;
-      1'h1:
-          \$45  = w1_6_1;
-    endcase
+    \$794  = \$362 [31:0];
+    if (reset_units) begin
+      \$794  = 32'd0;
+    end
+    if (rst) begin
+      \$794  = 32'd0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_7_0)
-      1'h0:
-          \$48  = w0_7_1;
-      1'h1:
-          \$48  = w1_7_1;
-    endcase
+    \$795  = a_5_3;
+    if (reset_units) begin
+      \$795  = 8'h00;
+    end
+    if (rst) begin
+      \$795  = 8'h00;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_0_1)
-      1'h0:
-          \$51  = w0_0_2;
-      1'h1:
-          \$51  = w1_0_2;
-    endcase
+    \$796  = bank_5_3;
+    if (reset_units) begin
+      \$796  = 1'h0;
+    end
+    if (rst) begin
+      \$796  = 1'h0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_1_1)
-      1'h0:
-          \$53  = w0_1_2;
-      1'h1:
-          \$53  = w1_1_2;
-    endcase
+    \$797  = \$363 ;
+    if (reset_units) begin
+      \$797  = 8'h00;
+    end
+    if (rst) begin
+      \$797  = 8'h00;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_2_1)
-      1'h0:
-          \$56  = w0_2_2;
-      1'h1:
-          \$56  = w1_2_2;
-    endcase
+    \$798  = \$365 [31:0];
+    if (reset_units) begin
+      \$798  = 32'd0;
+    end
+    if (rst) begin
+      \$798  = 32'd0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_3_1)
-      1'h0:
-          \$59  = w0_3_2;
-      1'h1:
-          \$59  = w1_3_2;
-    endcase
+    \$799  = a_6_3;
+    if (reset_units) begin
+      \$799  = 8'h00;
+    end
+    if (rst) begin
+      \$799  = 8'h00;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_4_1)
-      1'h0:
-          \$62  = w0_4_2;
-      1'h1:
-          \$62  = w1_4_2;
-    endcase
+    \$800  = bank_6_3;
+    if (reset_units) begin
+      \$800  = 1'h0;
+    end
+    if (rst) begin
+      \$800  = 1'h0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_5_1)
-      1'h0:
-          \$65  = w0_5_2;
-      1'h1:
-          \$65  = w1_5_2;
-    endcase
+    \$801  = \$366 ;
+    if (reset_units) begin
+      \$801  = 8'h00;
+    end
+    if (rst) begin
+      \$801  = 8'h00;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_6_1)
-      1'h0:
-          \$68  = w0_6_2;
-      1'h1:
-          \$68  = w1_6_2;
-    endcase
+    \$802  = \$368 [31:0];
+    if (reset_units) begin
+      \$802  = 32'd0;
+    end
+    if (rst) begin
+      \$802  = 32'd0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_7_1)
-      1'h0:
-          \$71  = w0_7_2;
-      1'h1:
-          \$71  = w1_7_2;
-    endcase
+    \$803  = a_7_3;
+    if (reset_units) begin
+      \$803  = 8'h00;
+    end
+    if (rst) begin
+      \$803  = 8'h00;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_0_2)
-      1'h0:
-          \$74  = w0_0_3;
-      1'h1:
-          \$74  = w1_0_3;
-    endcase
+    \$804  = bank_7_3;
+    if (reset_units) begin
+      \$804  = 1'h0;
+    end
+    if (rst) begin
+      \$804  = 1'h0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_1_2)
-      1'h0:
-          \$76  = w0_1_3;
-      1'h1:
-          \$76  = w1_1_3;
-    endcase
+    \$805  = \$369 ;
+    if (reset_units) begin
+      \$805  = 8'h00;
+    end
+    if (rst) begin
+      \$805  = 8'h00;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_2_2)
-      1'h0:
-          \$79  = w0_2_3;
-      1'h1:
-          \$79  = w1_2_3;
-    endcase
+    \$806  = \$371 [31:0];
+    if (reset_units) begin
+      \$806  = 32'd0;
+    end
+    if (rst) begin
+      \$806  = 32'd0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_3_2)
-      1'h0:
-          \$82  = w0_3_3;
-      1'h1:
-          \$82  = w1_3_3;
-    endcase
+    \$807  = psum_7_4;
+    if (reset_units) begin
+      \$807  = 32'd0;
+    end
+    if (rst) begin
+      \$807  = 32'd0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_4_2)
-      1'h0:
-          \$85  = w0_4_3;
-      1'h1:
-          \$85  = w1_4_3;
-    endcase
+    \$808  = deskew4_0;
+    if (reset_units) begin
+      \$808  = 32'd0;
+    end
+    if (rst) begin
+      \$808  = 32'd0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_5_2)
-      1'h0:
-          \$88  = w0_5_3;
-      1'h1:
-          \$88  = w1_5_3;
-    endcase
+    \$809  = deskew4_1;
+    if (reset_units) begin
+      \$809  = 32'd0;
+    end
+    if (rst) begin
+      \$809  = 32'd0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_6_2)
-      1'h0:
-          \$91  = w0_6_3;
-      1'h1:
-          \$91  = w1_6_3;
-    endcase
+    \$810  = a_0_4;
+    if (reset_units) begin
+      \$810  = 8'h00;
+    end
+    if (rst) begin
+      \$810  = 8'h00;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_7_2)
-      1'h0:
-          \$94  = w0_7_3;
-      1'h1:
-          \$94  = w1_7_3;
-    endcase
+    \$811  = bank_0_4;
+    if (reset_units) begin
+      \$811  = 1'h0;
+    end
+    if (rst) begin
+      \$811  = 1'h0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_0_3)
-      1'h0:
-          \$97  = w0_0_4;
-      1'h1:
-          \$97  = w1_0_4;
-    endcase
+    \$812  = \$372 ;
+    if (reset_units) begin
+      \$812  = 8'h00;
+    end
+    if (rst) begin
+      \$812  = 8'h00;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_1_3)
-      1'h0:
-          \$99  = w0_1_4;
-      1'h1:
-          \$99  = w1_1_4;
-    endcase
+    \$813  = { \$373 [15], \$373 [15], \$373 [15], \$373 [15], \$373 [15], \$373 [15], \$373 [15], \$373 [15], \$373 [15], \$373 [15], \$373 [15], \$373 [15], \$373 [15], \$373 [15], \$373 [15], \$373 [15], \$373  };
+    if (reset_units) begin
+      \$813  = 32'd0;
+    end
+    if (rst) begin
+      \$813  = 32'd0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_2_3)
-      1'h0:
-          \$102  = w0_2_4;
-      1'h1:
-          \$102  = w1_2_4;
-    endcase
+    \$814  = a_1_4;
+    if (reset_units) begin
+      \$814  = 8'h00;
+    end
+    if (rst) begin
+      \$814  = 8'h00;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_3_3)
-      1'h0:
-          \$105  = w0_3_4;
-      1'h1:
-          \$105  = w1_3_4;
-    endcase
+    \$815  = bank_1_4;
+    if (reset_units) begin
+      \$815  = 1'h0;
+    end
+    if (rst) begin
+      \$815  = 1'h0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_4_3)
-      1'h0:
-          \$108  = w0_4_4;
-      1'h1:
-          \$108  = w1_4_4;
-    endcase
+    \$816  = \$374 ;
+    if (reset_units) begin
+      \$816  = 8'h00;
+    end
+    if (rst) begin
+      \$816  = 8'h00;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_5_3)
-      1'h0:
-          \$111  = w0_5_4;
-      1'h1:
-          \$111  = w1_5_4;
-    endcase
+    \$817  = \$376 [31:0];
+    if (reset_units) begin
+      \$817  = 32'd0;
+    end
+    if (rst) begin
+      \$817  = 32'd0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_6_3)
-      1'h0:
-          \$114  = w0_6_4;
-      1'h1:
-          \$114  = w1_6_4;
-    endcase
+    \$818  = a_2_4;
+    if (reset_units) begin
+      \$818  = 8'h00;
+    end
+    if (rst) begin
+      \$818  = 8'h00;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_7_3)
-      1'h0:
-          \$117  = w0_7_4;
-      1'h1:
-          \$117  = w1_7_4;
-    endcase
+    \$819  = bank_2_4;
+    if (reset_units) begin
+      \$819  = 1'h0;
+    end
+    if (rst) begin
+      \$819  = 1'h0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_0_4)
-      1'h0:
-          \$120  = w0_0_5;
-      1'h1:
-          \$120  = w1_0_5;
-    endcase
+    \$820  = \$377 ;
+    if (reset_units) begin
+      \$820  = 8'h00;
+    end
+    if (rst) begin
+      \$820  = 8'h00;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_1_4)
-      1'h0:
-          \$122  = w0_1_5;
-      1'h1:
-          \$122  = w1_1_5;
-    endcase
+    \$821  = \$379 [31:0];
+    if (reset_units) begin
+      \$821  = 32'd0;
+    end
+    if (rst) begin
+      \$821  = 32'd0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_2_4)
-      1'h0:
-          \$125  = w0_2_5;
-      1'h1:
-          \$125  = w1_2_5;
-    endcase
+    \$822  = a_3_4;
+    if (reset_units) begin
+      \$822  = 8'h00;
+    end
+    if (rst) begin
+      \$822  = 8'h00;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_3_4)
-      1'h0:
-          \$128  = w0_3_5;
-      1'h1:
-          \$128  = w1_3_5;
-    endcase
+    \$823  = bank_3_4;
+    if (reset_units) begin
+      \$823  = 1'h0;
+    end
+    if (rst) begin
+      \$823  = 1'h0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_4_4)
-      1'h0:
-          \$131  = w0_4_5;
-      1'h1:
-          \$131  = w1_4_5;
-    endcase
+    \$824  = \$380 ;
+    if (reset_units) begin
+      \$824  = 8'h00;
+    end
+    if (rst) begin
+      \$824  = 8'h00;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_5_4)
-      1'h0:
-          \$134  = w0_5_5;
-      1'h1:
-          \$134  = w1_5_5;
-    endcase
+    \$825  = \$382 [31:0];
+    if (reset_units) begin
+      \$825  = 32'd0;
+    end
+    if (rst) begin
+      \$825  = 32'd0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_6_4)
-      1'h0:
-          \$137  = w0_6_5;
-      1'h1:
-          \$137  = w1_6_5;
-    endcase
+    \$826  = a_4_4;
+    if (reset_units) begin
+      \$826  = 8'h00;
+    end
+    if (rst) begin
+      \$826  = 8'h00;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_7_4)
-      1'h0:
-          \$140  = w0_7_5;
-      1'h1:
-          \$140  = w1_7_5;
-    endcase
+    \$827  = bank_4_4;
+    if (reset_units) begin
+      \$827  = 1'h0;
+    end
+    if (rst) begin
+      \$827  = 1'h0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_0_5)
-      1'h0:
-          \$143  = w0_0_6;
-      1'h1:
-          \$143  = w1_0_6;
-    endcase
+    \$828  = \$383 ;
+    if (reset_units) begin
+      \$828  = 8'h00;
+    end
+    if (rst) begin
+      \$828  = 8'h00;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_1_5)
-      1'h0:
-          \$145  = w0_1_6;
-      1'h1:
-          \$145  = w1_1_6;
-    endcase
+    \$829  = \$385 [31:0];
+    if (reset_units) begin
+      \$829  = 32'd0;
+    end
+    if (rst) begin
+      \$829  = 32'd0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_2_5)
-      1'h0:
-          \$148  = w0_2_6;
-      1'h1:
-          \$148  = w1_2_6;
-    endcase
+    \$830  = a_5_4;
+    if (reset_units) begin
+      \$830  = 8'h00;
+    end
+    if (rst) begin
+      \$830  = 8'h00;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_3_5)
-      1'h0:
-          \$151  = w0_3_6;
-      1'h1:
-          \$151  = w1_3_6;
-    endcase
+    \$831  = bank_5_4;
+    if (reset_units) begin
+      \$831  = 1'h0;
+    end
+    if (rst) begin
+      \$831  = 1'h0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_4_5)
-      1'h0:
-          \$154  = w0_4_6;
-      1'h1:
-          \$154  = w1_4_6;
-    endcase
+    \$832  = \$386 ;
+    if (reset_units) begin
+      \$832  = 8'h00;
+    end
+    if (rst) begin
+      \$832  = 8'h00;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_5_5)
-      1'h0:
-          \$157  = w0_5_6;
-      1'h1:
-          \$157  = w1_5_6;
-    endcase
+    \$833  = \$388 [31:0];
+    if (reset_units) begin
+      \$833  = 32'd0;
+    end
+    if (rst) begin
+      \$833  = 32'd0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_6_5)
-      1'h0:
-          \$160  = w0_6_6;
-      1'h1:
-          \$160  = w1_6_6;
-    endcase
+    \$834  = a_6_4;
+    if (reset_units) begin
+      \$834  = 8'h00;
+    end
+    if (rst) begin
+      \$834  = 8'h00;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_7_5)
-      1'h0:
-          \$163  = w0_7_6;
-      1'h1:
-          \$163  = w1_7_6;
-    endcase
+    \$835  = bank_6_4;
+    if (reset_units) begin
+      \$835  = 1'h0;
+    end
+    if (rst) begin
+      \$835  = 1'h0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_0_6)
-      1'h0:
-          \$166  = w0_0_7;
-      1'h1:
-          \$166  = w1_0_7;
-    endcase
+    \$836  = \$389 ;
+    if (reset_units) begin
+      \$836  = 8'h00;
+    end
+    if (rst) begin
+      \$836  = 8'h00;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_1_6)
-      1'h0:
-          \$168  = w0_1_7;
-      1'h1:
-          \$168  = w1_1_7;
-    endcase
+    \$837  = \$391 [31:0];
+    if (reset_units) begin
+      \$837  = 32'd0;
+    end
+    if (rst) begin
+      \$837  = 32'd0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_2_6)
-      1'h0:
-          \$171  = w0_2_7;
-      1'h1:
-          \$171  = w1_2_7;
-    endcase
+    \$838  = a_7_4;
+    if (reset_units) begin
+      \$838  = 8'h00;
+    end
+    if (rst) begin
+      \$838  = 8'h00;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_3_6)
-      1'h0:
-          \$174  = w0_3_7;
-      1'h1:
-          \$174  = w1_3_7;
-    endcase
+    \$839  = bank_7_4;
+    if (reset_units) begin
+      \$839  = 1'h0;
+    end
+    if (rst) begin
+      \$839  = 1'h0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_4_6)
-      1'h0:
-          \$177  = w0_4_7;
-      1'h1:
-          \$177  = w1_4_7;
-    endcase
+    \$840  = \$392 ;
+    if (reset_units) begin
+      \$840  = 8'h00;
+    end
+    if (rst) begin
+      \$840  = 8'h00;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_5_6)
-      1'h0:
-          \$180  = w0_5_7;
-      1'h1:
-          \$180  = w1_5_7;
-    endcase
+    \$841  = \$394 [31:0];
+    if (reset_units) begin
+      \$841  = 32'd0;
+    end
+    if (rst) begin
+      \$841  = 32'd0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_6_6)
-      1'h0:
-          \$183  = w0_6_7;
-      1'h1:
-          \$183  = w1_6_7;
-    endcase
+    \$842  = psum_7_5;
+    if (reset_units) begin
+      \$842  = 32'd0;
+    end
+    if (rst) begin
+      \$842  = 32'd0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_7_6)
-      1'h0:
-          \$186  = w0_7_7;
-      1'h1:
-          \$186  = w1_7_7;
-    endcase
+    \$843  = deskew5_0;
+    if (reset_units) begin
+      \$843  = 32'd0;
+    end
+    if (rst) begin
+      \$843  = 32'd0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$189  = w0_0_0;
-    if (\$2 ) begin
-      \$189  = w_row[7:0];
-    end
+    \$844  = a_0_5;
     if (reset_units) begin
-      \$189  = 8'h00;
+      \$844  = 8'h00;
     end
     if (rst) begin
-      \$189  = 8'h00;
+      \$844  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$190  = w0_1_0;
-    if (\$2 ) begin
-      \$190  = w0_0_0;
-    end
+    \$845  = bank_0_5;
     if (reset_units) begin
-      \$190  = 8'h00;
+      \$845  = 1'h0;
     end
     if (rst) begin
-      \$190  = 8'h00;
+      \$845  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$191  = w0_2_0;
-    if (\$2 ) begin
-      \$191  = w0_1_0;
-    end
+    \$846  = \$395 ;
     if (reset_units) begin
-      \$191  = 8'h00;
+      \$846  = 8'h00;
     end
     if (rst) begin
-      \$191  = 8'h00;
+      \$846  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$192  = w0_3_0;
-    if (\$2 ) begin
-      \$192  = w0_2_0;
-    end
+    \$847  = { \$396 [15], \$396 [15], \$396 [15], \$396 [15], \$396 [15], \$396 [15], \$396 [15], \$396 [15], \$396 [15], \$396 [15], \$396 [15], \$396 [15], \$396 [15], \$396 [15], \$396 [15], \$396 [15], \$396  };
     if (reset_units) begin
-      \$192  = 8'h00;
+      \$847  = 32'd0;
     end
     if (rst) begin
-      \$192  = 8'h00;
+      \$847  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$193  = w0_4_0;
-    if (\$2 ) begin
-      \$193  = w0_3_0;
-    end
+    \$848  = a_1_5;
     if (reset_units) begin
-      \$193  = 8'h00;
+      \$848  = 8'h00;
     end
     if (rst) begin
-      \$193  = 8'h00;
+      \$848  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$194  = w0_5_0;
-    if (\$2 ) begin
-      \$194  = w0_4_0;
-    end
+    \$849  = bank_1_5;
     if (reset_units) begin
-      \$194  = 8'h00;
+      \$849  = 1'h0;
     end
     if (rst) begin
-      \$194  = 8'h00;
+      \$849  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$195  = w0_6_0;
-    if (\$2 ) begin
-      \$195  = w0_5_0;
-    end
+    \$850  = \$397 ;
     if (reset_units) begin
-      \$195  = 8'h00;
+      \$850  = 8'h00;
     end
     if (rst) begin
-      \$195  = 8'h00;
+      \$850  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$196  = w0_7_0;
-    if (\$2 ) begin
-      \$196  = w0_6_0;
-    end
+    \$851  = \$399 [31:0];
     if (reset_units) begin
-      \$196  = 8'h00;
+      \$851  = 32'd0;
     end
     if (rst) begin
-      \$196  = 8'h00;
+      \$851  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$197  = w0_0_1;
-    if (\$2 ) begin
-      \$197  = w_row[15:8];
-    end
+    \$852  = a_2_5;
     if (reset_units) begin
-      \$197  = 8'h00;
+      \$852  = 8'h00;
     end
     if (rst) begin
-      \$197  = 8'h00;
+      \$852  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$198  = w0_1_1;
-    if (\$2 ) begin
-      \$198  = w0_0_1;
-    end
+    \$853  = bank_2_5;
     if (reset_units) begin
-      \$198  = 8'h00;
+      \$853  = 1'h0;
     end
     if (rst) begin
-      \$198  = 8'h00;
+      \$853  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$199  = w0_2_1;
-    if (\$2 ) begin
-      \$199  = w0_1_1;
-    end
+    \$854  = \$400 ;
     if (reset_units) begin
-      \$199  = 8'h00;
+      \$854  = 8'h00;
     end
     if (rst) begin
-      \$199  = 8'h00;
+      \$854  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$200  = w0_3_1;
-    if (\$2 ) begin
-      \$200  = w0_2_1;
-    end
+    \$855  = \$402 [31:0];
     if (reset_units) begin
-      \$200  = 8'h00;
+      \$855  = 32'd0;
     end
     if (rst) begin
-      \$200  = 8'h00;
+      \$855  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$201  = w0_4_1;
-    if (\$2 ) begin
-      \$201  = w0_3_1;
-    end
+    \$856  = a_3_5;
     if (reset_units) begin
-      \$201  = 8'h00;
+      \$856  = 8'h00;
     end
     if (rst) begin
-      \$201  = 8'h00;
+      \$856  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$202  = w0_5_1;
-    if (\$2 ) begin
-      \$202  = w0_4_1;
-    end
+    \$857  = bank_3_5;
     if (reset_units) begin
-      \$202  = 8'h00;
+      \$857  = 1'h0;
     end
     if (rst) begin
-      \$202  = 8'h00;
+      \$857  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$203  = w0_6_1;
-    if (\$2 ) begin
-      \$203  = w0_5_1;
-    end
+    \$858  = \$403 ;
     if (reset_units) begin
-      \$203  = 8'h00;
+      \$858  = 8'h00;
     end
     if (rst) begin
-      \$203  = 8'h00;
+      \$858  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$204  = w0_7_1;
-    if (\$2 ) begin
-      \$204  = w0_6_1;
-    end
+    \$859  = \$405 [31:0];
     if (reset_units) begin
-      \$204  = 8'h00;
+      \$859  = 32'd0;
     end
     if (rst) begin
-      \$204  = 8'h00;
+      \$859  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$205  = w0_0_2;
-    if (\$2 ) begin
-      \$205  = w_row[23:16];
-    end
+    \$860  = a_4_5;
     if (reset_units) begin
-      \$205  = 8'h00;
+      \$860  = 8'h00;
     end
     if (rst) begin
-      \$205  = 8'h00;
+      \$860  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$206  = w0_1_2;
-    if (\$2 ) begin
-      \$206  = w0_0_2;
-    end
+    \$861  = bank_4_5;
     if (reset_units) begin
-      \$206  = 8'h00;
+      \$861  = 1'h0;
     end
     if (rst) begin
-      \$206  = 8'h00;
+      \$861  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$207  = w0_2_2;
-    if (\$2 ) begin
-      \$207  = w0_1_2;
-    end
+    \$862  = \$406 ;
     if (reset_units) begin
-      \$207  = 8'h00;
+      \$862  = 8'h00;
     end
     if (rst) begin
-      \$207  = 8'h00;
+      \$862  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$208  = w0_3_2;
-    if (\$2 ) begin
-      \$208  = w0_2_2;
-    end
+    \$863  = \$408 [31:0];
     if (reset_units) begin
-      \$208  = 8'h00;
+      \$863  = 32'd0;
     end
     if (rst) begin
-      \$208  = 8'h00;
+      \$863  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$209  = w0_4_2;
-    if (\$2 ) begin
-      \$209  = w0_3_2;
-    end
+    \$864  = a_5_5;
     if (reset_units) begin
-      \$209  = 8'h00;
+      \$864  = 8'h00;
     end
     if (rst) begin
-      \$209  = 8'h00;
+      \$864  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$210  = w0_5_2;
-    if (\$2 ) begin
-      \$210  = w0_4_2;
-    end
+    \$865  = bank_5_5;
     if (reset_units) begin
-      \$210  = 8'h00;
+      \$865  = 1'h0;
     end
     if (rst) begin
-      \$210  = 8'h00;
+      \$865  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$211  = w0_6_2;
-    if (\$2 ) begin
-      \$211  = w0_5_2;
-    end
+    \$866  = \$409 ;
     if (reset_units) begin
-      \$211  = 8'h00;
+      \$866  = 8'h00;
     end
     if (rst) begin
-      \$211  = 8'h00;
+      \$866  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$212  = w0_7_2;
-    if (\$2 ) begin
-      \$212  = w0_6_2;
-    end
+    \$867  = \$411 [31:0];
     if (reset_units) begin
-      \$212  = 8'h00;
+      \$867  = 32'd0;
     end
     if (rst) begin
-      \$212  = 8'h00;
+      \$867  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$213  = w0_0_3;
-    if (\$2 ) begin
-      \$213  = w_row[31:24];
-    end
+    \$868  = a_6_5;
     if (reset_units) begin
-      \$213  = 8'h00;
+      \$868  = 8'h00;
     end
     if (rst) begin
-      \$213  = 8'h00;
+      \$868  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$214  = w0_1_3;
-    if (\$2 ) begin
-      \$214  = w0_0_3;
-    end
+    \$869  = bank_6_5;
     if (reset_units) begin
-      \$214  = 8'h00;
+      \$869  = 1'h0;
     end
     if (rst) begin
-      \$214  = 8'h00;
+      \$869  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$215  = w0_2_3;
-    if (\$2 ) begin
-      \$215  = w0_1_3;
-    end
+    \$870  = \$412 ;
     if (reset_units) begin
-      \$215  = 8'h00;
+      \$870  = 8'h00;
     end
     if (rst) begin
-      \$215  = 8'h00;
+      \$870  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$216  = w0_3_3;
-    if (\$2 ) begin
-      \$216  = w0_2_3;
-    end
+    \$871  = \$414 [31:0];
     if (reset_units) begin
-      \$216  = 8'h00;
+      \$871  = 32'd0;
     end
     if (rst) begin
-      \$216  = 8'h00;
+      \$871  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$217  = w0_4_3;
-    if (\$2 ) begin
-      \$217  = w0_3_3;
-    end
+    \$872  = a_7_5;
     if (reset_units) begin
-      \$217  = 8'h00;
+      \$872  = 8'h00;
     end
     if (rst) begin
-      \$217  = 8'h00;
+      \$872  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$218  = w0_5_3;
-    if (\$2 ) begin
-      \$218  = w0_4_3;
-    end
+    \$873  = bank_7_5;
     if (reset_units) begin
-      \$218  = 8'h00;
+      \$873  = 1'h0;
     end
     if (rst) begin
-      \$218  = 8'h00;
+      \$873  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$219  = w0_6_3;
-    if (\$2 ) begin
-      \$219  = w0_5_3;
-    end
+    \$874  = \$415 ;
     if (reset_units) begin
-      \$219  = 8'h00;
+      \$874  = 8'h00;
     end
     if (rst) begin
-      \$219  = 8'h00;
+      \$874  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$220  = w0_7_3;
-    if (\$2 ) begin
-      \$220  = w0_6_3;
-    end
+    \$875  = \$417 [31:0];
     if (reset_units) begin
-      \$220  = 8'h00;
+      \$875  = 32'd0;
     end
     if (rst) begin
-      \$220  = 8'h00;
+      \$875  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$221  = w0_0_4;
-    if (\$2 ) begin
-      \$221  = w_row[39:32];
-    end
+    \$876  = psum_7_6;
     if (reset_units) begin
-      \$221  = 8'h00;
+      \$876  = 32'd0;
     end
     if (rst) begin
-      \$221  = 8'h00;
+      \$876  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$222  = w0_1_4;
-    if (\$2 ) begin
-      \$222  = w0_0_4;
-    end
+    \$877  = a_0_6;
     if (reset_units) begin
-      \$222  = 8'h00;
+      \$877  = 8'h00;
     end
     if (rst) begin
-      \$222  = 8'h00;
+      \$877  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$223  = w0_2_4;
-    if (\$2 ) begin
-      \$223  = w0_1_4;
-    end
+    \$878  = bank_0_6;
     if (reset_units) begin
-      \$223  = 8'h00;
+      \$878  = 1'h0;
     end
     if (rst) begin
-      \$223  = 8'h00;
+      \$878  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$224  = w0_3_4;
-    if (\$2 ) begin
-      \$224  = w0_2_4;
-    end
+    \$879  = \$418 ;
     if (reset_units) begin
-      \$224  = 8'h00;
+      \$879  = 8'h00;
     end
     if (rst) begin
-      \$224  = 8'h00;
+      \$879  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$225  = w0_4_4;
-    if (\$2 ) begin
-      \$225  = w0_3_4;
-    end
+    \$880  = { \$419 [15], \$419 [15], \$419 [15], \$419 [15], \$419 [15], \$419 [15], \$419 [15], \$419 [15], \$419 [15], \$419 [15], \$419 [15], \$419 [15], \$419 [15], \$419 [15], \$419 [15], \$419 [15], \$419  };
     if (reset_units) begin
-      \$225  = 8'h00;
+      \$880  = 32'd0;
     end
     if (rst) begin
-      \$225  = 8'h00;
+      \$880  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$226  = w0_5_4;
-    if (\$2 ) begin
-      \$226  = w0_4_4;
-    end
+    \$881  = a_1_6;
     if (reset_units) begin
-      \$226  = 8'h00;
+      \$881  = 8'h00;
     end
     if (rst) begin
-      \$226  = 8'h00;
+      \$881  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$227  = w0_6_4;
-    if (\$2 ) begin
-      \$227  = w0_5_4;
-    end
+    \$882  = bank_1_6;
     if (reset_units) begin
-      \$227  = 8'h00;
+      \$882  = 1'h0;
     end
     if (rst) begin
-      \$227  = 8'h00;
+      \$882  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$228  = w0_7_4;
-    if (\$2 ) begin
-      \$228  = w0_6_4;
-    end
+    \$883  = \$420 ;
     if (reset_units) begin
-      \$228  = 8'h00;
+      \$883  = 8'h00;
     end
     if (rst) begin
-      \$228  = 8'h00;
+      \$883  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$229  = w0_0_5;
-    if (\$2 ) begin
-      \$229  = w_row[47:40];
-    end
+    \$884  = \$422 [31:0];
     if (reset_units) begin
-      \$229  = 8'h00;
+      \$884  = 32'd0;
     end
     if (rst) begin
-      \$229  = 8'h00;
+      \$884  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$230  = w0_1_5;
-    if (\$2 ) begin
-      \$230  = w0_0_5;
-    end
+    \$885  = a_2_6;
     if (reset_units) begin
-      \$230  = 8'h00;
+      \$885  = 8'h00;
     end
     if (rst) begin
-      \$230  = 8'h00;
+      \$885  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$231  = w0_2_5;
-    if (\$2 ) begin
-      \$231  = w0_1_5;
-    end
+    \$886  = bank_2_6;
     if (reset_units) begin
-      \$231  = 8'h00;
+      \$886  = 1'h0;
     end
     if (rst) begin
-      \$231  = 8'h00;
+      \$886  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$232  = w0_3_5;
-    if (\$2 ) begin
-      \$232  = w0_2_5;
-    end
+    \$887  = \$423 ;
     if (reset_units) begin
-      \$232  = 8'h00;
+      \$887  = 8'h00;
     end
     if (rst) begin
-      \$232  = 8'h00;
+      \$887  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$233  = w0_4_5;
-    if (\$2 ) begin
-      \$233  = w0_3_5;
-    end
+    \$888  = \$425 [31:0];
     if (reset_units) begin
-      \$233  = 8'h00;
+      \$888  = 32'd0;
     end
     if (rst) begin
-      \$233  = 8'h00;
+      \$888  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$234  = w0_5_5;
-    if (\$2 ) begin
-      \$234  = w0_4_5;
-    end
+    \$889  = a_3_6;
     if (reset_units) begin
-      \$234  = 8'h00;
+      \$889  = 8'h00;
     end
     if (rst) begin
-      \$234  = 8'h00;
+      \$889  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$235  = w0_6_5;
-    if (\$2 ) begin
-      \$235  = w0_5_5;
-    end
+    \$890  = bank_3_6;
     if (reset_units) begin
-      \$235  = 8'h00;
+      \$890  = 1'h0;
     end
     if (rst) begin
-      \$235  = 8'h00;
+      \$890  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$236  = w0_7_5;
-    if (\$2 ) begin
-      \$236  = w0_6_5;
-    end
+    \$891  = \$426 ;
     if (reset_units) begin
-      \$236  = 8'h00;
+      \$891  = 8'h00;
     end
     if (rst) begin
-      \$236  = 8'h00;
+      \$891  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$237  = w0_0_6;
-    if (\$2 ) begin
-      \$237  = w_row[55:48];
-    end
+    \$892  = \$428 [31:0];
     if (reset_units) begin
-      \$237  = 8'h00;
+      \$892  = 32'd0;
     end
     if (rst) begin
-      \$237  = 8'h00;
+      \$892  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$238  = w0_1_6;
-    if (\$2 ) begin
-      \$238  = w0_0_6;
-    end
+    \$893  = a_4_6;
     if (reset_units) begin
-      \$238  = 8'h00;
+      \$893  = 8'h00;
     end
     if (rst) begin
-      \$238  = 8'h00;
+      \$893  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$239  = w0_2_6;
-    if (\$2 ) begin
-      \$239  = w0_1_6;
-    end
+    \$894  = bank_4_6;
     if (reset_units) begin
-      \$239  = 8'h00;
+      \$894  = 1'h0;
     end
     if (rst) begin
-      \$239  = 8'h00;
+      \$894  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$240  = w0_3_6;
-    if (\$2 ) begin
-      \$240  = w0_2_6;
-    end
+    \$895  = \$429 ;
     if (reset_units) begin
-      \$240  = 8'h00;
+      \$895  = 8'h00;
     end
     if (rst) begin
-      \$240  = 8'h00;
+      \$895  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$241  = w0_4_6;
-    if (\$2 ) begin
-      \$241  = w0_3_6;
-    end
+    \$896  = \$431 [31:0];
     if (reset_units) begin
-      \$241  = 8'h00;
+      \$896  = 32'd0;
     end
     if (rst) begin
-      \$241  = 8'h00;
+      \$896  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$242  = w0_5_6;
-    if (\$2 ) begin
-      \$242  = w0_4_6;
-    end
+    \$897  = a_5_6;
     if (reset_units) begin
-      \$242  = 8'h00;
+      \$897  = 8'h00;
     end
     if (rst) begin
-      \$242  = 8'h00;
+      \$897  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$243  = w0_6_6;
-    if (\$2 ) begin
-      \$243  = w0_5_6;
-    end
+    \$898  = bank_5_6;
     if (reset_units) begin
-      \$243  = 8'h00;
+      \$898  = 1'h0;
     end
     if (rst) begin
-      \$243  = 8'h00;
+      \$898  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$244  = w0_7_6;
-    if (\$2 ) begin
-      \$244  = w0_6_6;
-    end
+    \$899  = \$432 ;
     if (reset_units) begin
-      \$244  = 8'h00;
+      \$899  = 8'h00;
     end
     if (rst) begin
-      \$244  = 8'h00;
+      \$899  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$245  = w0_0_7;
-    if (\$2 ) begin
-      \$245  = w_row[63:56];
-    end
+    \$900  = \$434 [31:0];
     if (reset_units) begin
-      \$245  = 8'h00;
+      \$900  = 32'd0;
     end
     if (rst) begin
-      \$245  = 8'h00;
+      \$900  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$246  = w0_1_7;
-    if (\$2 ) begin
-      \$246  = w0_0_7;
-    end
+    \$901  = a_6_6;
     if (reset_units) begin
-      \$246  = 8'h00;
+      \$901  = 8'h00;
     end
     if (rst) begin
-      \$246  = 8'h00;
+      \$901  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$247  = w0_2_7;
-    if (\$2 ) begin
-      \$247  = w0_1_7;
-    end
+    \$902  = bank_6_6;
     if (reset_units) begin
-      \$247  = 8'h00;
+      \$902  = 1'h0;
     end
     if (rst) begin
-      \$247  = 8'h00;
+      \$902  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$248  = w0_3_7;
-    if (\$2 ) begin
-      \$248  = w0_2_7;
-    end
+    \$903  = \$435 ;
     if (reset_units) begin
-      \$248  = 8'h00;
+      \$903  = 8'h00;
     end
     if (rst) begin
-      \$248  = 8'h00;
+      \$903  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$249  = w0_4_7;
-    if (\$2 ) begin
-      \$249  = w0_3_7;
-    end
+    \$904  = \$437 [31:0];
     if (reset_units) begin
-      \$249  = 8'h00;
+      \$904  = 32'd0;
     end
     if (rst) begin
-      \$249  = 8'h00;
+      \$904  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$250  = w0_5_7;
-    if (\$2 ) begin
-      \$250  = w0_4_7;
-    end
+    \$905  = a_7_6;
     if (reset_units) begin
-      \$250  = 8'h00;
+      \$905  = 8'h00;
     end
     if (rst) begin
-      \$250  = 8'h00;
+      \$905  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$251  = w0_6_7;
-    if (\$2 ) begin
-      \$251  = w0_5_7;
-    end
+    \$906  = bank_7_6;
     if (reset_units) begin
-      \$251  = 8'h00;
+      \$906  = 1'h0;
     end
     if (rst) begin
-      \$251  = 8'h00;
+      \$906  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$252  = w0_7_7;
-    if (\$2 ) begin
-      \$252  = w0_6_7;
-    end
+    \$907  = \$438 ;
     if (reset_units) begin
-      \$252  = 8'h00;
+      \$907  = 8'h00;
     end
     if (rst) begin
-      \$252  = 8'h00;
+      \$907  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$253  = w1_0_0;
-    if (\$4 ) begin
-      \$253  = w_row[7:0];
-    end
+    \$908  = \$440 [31:0];
     if (reset_units) begin
-      \$253  = 8'h00;
+      \$908  = 32'd0;
     end
     if (rst) begin
-      \$253  = 8'h00;
+      \$908  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$254  = w1_1_0;
-    if (\$4 ) begin
-      \$254  = w1_0_0;
-    end
+    \$909  = a_valid;
     if (reset_units) begin
-      \$254  = 8'h00;
+      \$909  = 1'h0;
     end
     if (rst) begin
-      \$254  = 8'h00;
+      \$909  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$255  = w1_2_0;
-    if (\$4 ) begin
-      \$255  = w1_1_0;
-    end
+    \$910  = ctl;
     if (reset_units) begin
-      \$255  = 8'h00;
+      \$910  = 28'h0000000;
     end
     if (rst) begin
-      \$255  = 8'h00;
+      \$910  = 28'h0000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$256  = w1_3_0;
-    if (\$4 ) begin
-      \$256  = w1_2_0;
-    end
+    \$911  = valid_d0;
     if (reset_units) begin
-      \$256  = 8'h00;
+      \$911  = 1'h0;
     end
     if (rst) begin
-      \$256  = 8'h00;
+      \$911  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$257  = w1_4_0;
-    if (\$4 ) begin
-      \$257  = w1_3_0;
-    end
+    \$912  = ctl_d0;
     if (reset_units) begin
-      \$257  = 8'h00;
+      \$912  = 28'h0000000;
     end
     if (rst) begin
-      \$257  = 8'h00;
+      \$912  = 28'h0000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$258  = w1_5_0;
-    if (\$4 ) begin
-      \$258  = w1_4_0;
-    end
+    \$913  = valid_d1;
     if (reset_units) begin
-      \$258  = 8'h00;
+      \$913  = 1'h0;
     end
     if (rst) begin
-      \$258  = 8'h00;
+      \$913  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$259  = w1_6_0;
-    if (\$4 ) begin
-      \$259  = w1_5_0;
-    end
+    \$914  = ctl_d1;
     if (reset_units) begin
-      \$259  = 8'h00;
+      \$914  = 28'h0000000;
     end
     if (rst) begin
-      \$259  = 8'h00;
+      \$914  = 28'h0000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$260  = w1_7_0;
-    if (\$4 ) begin
-      \$260  = w1_6_0;
-    end
+    \$915  = valid_d2;
     if (reset_units) begin
-      \$260  = 8'h00;
+      \$915  = 1'h0;
     end
     if (rst) begin
-      \$260  = 8'h00;
+      \$915  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$261  = w1_0_1;
-    if (\$4 ) begin
-      \$261  = w_row[15:8];
-    end
+    \$916  = ctl_d2;
     if (reset_units) begin
-      \$261  = 8'h00;
+      \$916  = 28'h0000000;
     end
     if (rst) begin
-      \$261  = 8'h00;
+      \$916  = 28'h0000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$262  = w1_1_1;
-    if (\$4 ) begin
-      \$262  = w1_0_1;
-    end
+    \$917  = valid_d3;
     if (reset_units) begin
-      \$262  = 8'h00;
+      \$917  = 1'h0;
     end
     if (rst) begin
-      \$262  = 8'h00;
+      \$917  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$263  = w1_2_1;
-    if (\$4 ) begin
-      \$263  = w1_1_1;
-    end
+    \$918  = ctl_d3;
     if (reset_units) begin
-      \$263  = 8'h00;
+      \$918  = 28'h0000000;
     end
     if (rst) begin
-      \$263  = 8'h00;
+      \$918  = 28'h0000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$264  = w1_3_1;
-    if (\$4 ) begin
-      \$264  = w1_2_1;
-    end
+    \$919  = valid_d4;
     if (reset_units) begin
-      \$264  = 8'h00;
+      \$919  = 1'h0;
     end
     if (rst) begin
-      \$264  = 8'h00;
+      \$919  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$265  = w1_4_1;
-    if (\$4 ) begin
-      \$265  = w1_3_1;
-    end
+    \$920  = ctl_d4;
     if (reset_units) begin
-      \$265  = 8'h00;
+      \$920  = 28'h0000000;
     end
     if (rst) begin
-      \$265  = 8'h00;
+      \$920  = 28'h0000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$266  = w1_5_1;
-    if (\$4 ) begin
-      \$266  = w1_4_1;
-    end
+    \$921  = valid_d5;
     if (reset_units) begin
-      \$266  = 8'h00;
+      \$921  = 1'h0;
     end
     if (rst) begin
-      \$266  = 8'h00;
+      \$921  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$267  = w1_6_1;
-    if (\$4 ) begin
-      \$267  = w1_5_1;
-    end
+    \$922  = ctl_d5;
     if (reset_units) begin
-      \$267  = 8'h00;
+      \$922  = 28'h0000000;
     end
     if (rst) begin
-      \$267  = 8'h00;
+      \$922  = 28'h0000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$268  = w1_7_1;
-    if (\$4 ) begin
-      \$268  = w1_6_1;
-    end
+    \$923  = valid_d6;
     if (reset_units) begin
-      \$268  = 8'h00;
+      \$923  = 1'h0;
     end
     if (rst) begin
-      \$268  = 8'h00;
+      \$923  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$269  = w1_0_2;
-    if (\$4 ) begin
-      \$269  = w_row[23:16];
-    end
+    \$924  = ctl_d6;
     if (reset_units) begin
-      \$269  = 8'h00;
+      \$924  = 28'h0000000;
     end
     if (rst) begin
-      \$269  = 8'h00;
+      \$924  = 28'h0000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$270  = w1_1_2;
-    if (\$4 ) begin
-      \$270  = w1_0_2;
-    end
+    \$925  = valid_d7;
     if (reset_units) begin
-      \$270  = 8'h00;
+      \$925  = 1'h0;
     end
     if (rst) begin
-      \$270  = 8'h00;
+      \$925  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$271  = w1_2_2;
-    if (\$4 ) begin
-      \$271  = w1_1_2;
-    end
+    \$926  = ctl_d7;
     if (reset_units) begin
-      \$271  = 8'h00;
+      \$926  = 28'h0000000;
     end
     if (rst) begin
-      \$271  = 8'h00;
+      \$926  = 28'h0000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$272  = w1_3_2;
-    if (\$4 ) begin
-      \$272  = w1_2_2;
-    end
+    \$927  = valid_d8;
     if (reset_units) begin
-      \$272  = 8'h00;
+      \$927  = 1'h0;
     end
     if (rst) begin
-      \$272  = 8'h00;
+      \$927  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$273  = w1_4_2;
-    if (\$4 ) begin
-      \$273  = w1_3_2;
-    end
+    \$928  = ctl_d8;
     if (reset_units) begin
-      \$273  = 8'h00;
+      \$928  = 28'h0000000;
     end
     if (rst) begin
-      \$273  = 8'h00;
+      \$928  = 28'h0000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$274  = w1_5_2;
-    if (\$4 ) begin
-      \$274  = w1_4_2;
-    end
+    \$929  = valid_d9;
     if (reset_units) begin
-      \$274  = 8'h00;
+      \$929  = 1'h0;
     end
     if (rst) begin
-      \$274  = 8'h00;
+      \$929  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$275  = w1_6_2;
-    if (\$4 ) begin
-      \$275  = w1_5_2;
-    end
+    \$930  = ctl_d9;
     if (reset_units) begin
-      \$275  = 8'h00;
+      \$930  = 28'h0000000;
     end
     if (rst) begin
-      \$275  = 8'h00;
+      \$930  = 28'h0000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$276  = w1_7_2;
-    if (\$4 ) begin
-      \$276  = w1_6_2;
-    end
+    \$931  = valid_d10;
     if (reset_units) begin
-      \$276  = 8'h00;
+      \$931  = 1'h0;
     end
     if (rst) begin
-      \$276  = 8'h00;
+      \$931  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$277  = w1_0_3;
-    if (\$4 ) begin
-      \$277  = w_row[31:24];
-    end
+    \$932  = ctl_d10;
     if (reset_units) begin
-      \$277  = 8'h00;
+      \$932  = 28'h0000000;
     end
     if (rst) begin
-      \$277  = 8'h00;
+      \$932  = 28'h0000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$278  = w1_1_3;
-    if (\$4 ) begin
-      \$278  = w1_0_3;
-    end
+    \$933  = valid_d11;
     if (reset_units) begin
-      \$278  = 8'h00;
+      \$933  = 1'h0;
     end
     if (rst) begin
-      \$278  = 8'h00;
+      \$933  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$279  = w1_2_3;
-    if (\$4 ) begin
-      \$279  = w1_1_3;
-    end
+    \$934  = ctl_d11;
     if (reset_units) begin
-      \$279  = 8'h00;
+      \$934  = 28'h0000000;
     end
     if (rst) begin
-      \$279  = 8'h00;
+      \$934  = 28'h0000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$280  = w1_3_3;
-    if (\$4 ) begin
-      \$280  = w1_2_3;
-    end
+    \$935  = valid_d12;
     if (reset_units) begin
-      \$280  = 8'h00;
+      \$935  = 1'h0;
     end
     if (rst) begin
-      \$280  = 8'h00;
+      \$935  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$281  = w1_4_3;
-    if (\$4 ) begin
-      \$281  = w1_3_3;
-    end
+    \$936  = ctl_d12;
     if (reset_units) begin
-      \$281  = 8'h00;
+      \$936  = 28'h0000000;
     end
     if (rst) begin
-      \$281  = 8'h00;
+      \$936  = 28'h0000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$282  = w1_5_3;
-    if (\$4 ) begin
-      \$282  = w1_4_3;
-    end
+    \$937  = valid_d13;
     if (reset_units) begin
-      \$282  = 8'h00;
+      \$937  = 1'h0;
     end
     if (rst) begin
-      \$282  = 8'h00;
+      \$937  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$50 ) begin end
-    \$283  = w1_6_3;
-    if (\$4 ) begin
-      \$283  = w1_5_3;
-    end
+    \$938  = ctl_d13;
     if (reset_units) begin
-      \$283  = 8'h00;
+      \$938  = 28'h0000000;
     end
     if (rst) begin
-      \$283  = 8'h00;
+      \$938  = 28'h0000000;
     end
   end
-  assign out_valid = valid_d14;
-  assign out_ctl = ctl_d14;
+  assign valid_d14 = out_valid;
+  assign ctl_d14 = out_ctl;
   assign \w_row[0]  = w_row[7:0];
   assign \w_row[1]  = w_row[15:8];
   assign \w_row[2]  = w_row[23:16];
@@ -18852,14 +19485,6 @@ module \dx1_board.soc.core0.array (rst, w_row, reset_units, w_load, w_bank, a_va
   assign \w_row[5]  = w_row[47:40];
   assign \w_row[6]  = w_row[55:48];
   assign \w_row[7]  = w_row[63:56];
-  assign \a[0]  = a[7:0];
-  assign \a[1]  = a[15:8];
-  assign \a[2]  = a[23:16];
-  assign \a[3]  = a[31:24];
-  assign \a[4]  = a[39:32];
-  assign \a[5]  = a[47:40];
-  assign \a[6]  = a[55:48];
-  assign \a[7]  = a[63:56];
   assign \out[0]  = out[31:0];
   assign \out[1]  = out[63:32];
   assign \out[2]  = out[95:64];
@@ -18868,6 +19493,14 @@ module \dx1_board.soc.core0.array (rst, w_row, reset_units, w_load, w_bank, a_va
   assign \out[5]  = out[191:160];
   assign \out[6]  = out[223:192];
   assign \out[7]  = out[255:224];
+  assign \a[0]  = a[7:0];
+  assign \a[1]  = a[15:8];
+  assign \a[2]  = a[23:16];
+  assign \a[3]  = a[31:24];
+  assign \a[4]  = a[39:32];
+  assign \a[5]  = a[47:40];
+  assign \a[6]  = a[55:48];
+  assign \a[7]  = a[63:56];
   assign out[255:224] = psum_7_7;
   assign out[223:192] = deskew6_0;
   assign out[191:160] = deskew5_1;
@@ -18876,7 +19509,70 @@ module \dx1_board.soc.core0.array (rst, w_row, reset_units, w_load, w_bank, a_va
   assign out[95:64] = deskew2_4;
   assign out[63:32] = deskew1_5;
   assign out[31:0] = deskew0_6;
-  assign \$3  = w_bank;
+  assign \$129  = w_bank;
+  assign \$131  = w_bank;
+  assign \$133  = w_bank;
+  assign \$135  = w_bank;
+  assign \$137  = w_bank;
+  assign \$139  = w_bank;
+  assign \$141  = w_bank;
+  assign \$143  = w_bank;
+  assign \$145  = w_bank;
+  assign \$147  = w_bank;
+  assign \$149  = w_bank;
+  assign \$151  = w_bank;
+  assign \$153  = w_bank;
+  assign \$155  = w_bank;
+  assign \$157  = w_bank;
+  assign \$159  = w_bank;
+  assign \$161  = w_bank;
+  assign \$163  = w_bank;
+  assign \$165  = w_bank;
+  assign \$167  = w_bank;
+  assign \$169  = w_bank;
+  assign \$171  = w_bank;
+  assign \$173  = w_bank;
+  assign \$175  = w_bank;
+  assign \$177  = w_bank;
+  assign \$179  = w_bank;
+  assign \$181  = w_bank;
+  assign \$183  = w_bank;
+  assign \$185  = w_bank;
+  assign \$187  = w_bank;
+  assign \$189  = w_bank;
+  assign \$191  = w_bank;
+  assign \$193  = w_bank;
+  assign \$195  = w_bank;
+  assign \$197  = w_bank;
+  assign \$199  = w_bank;
+  assign \$201  = w_bank;
+  assign \$203  = w_bank;
+  assign \$205  = w_bank;
+  assign \$207  = w_bank;
+  assign \$209  = w_bank;
+  assign \$211  = w_bank;
+  assign \$213  = w_bank;
+  assign \$215  = w_bank;
+  assign \$217  = w_bank;
+  assign \$219  = w_bank;
+  assign \$221  = w_bank;
+  assign \$223  = w_bank;
+  assign \$225  = w_bank;
+  assign \$227  = w_bank;
+  assign \$229  = w_bank;
+  assign \$231  = w_bank;
+  assign \$233  = w_bank;
+  assign \$235  = w_bank;
+  assign \$237  = w_bank;
+  assign \$239  = w_bank;
+  assign \$241  = w_bank;
+  assign \$243  = w_bank;
+  assign \$245  = w_bank;
+  assign \$247  = w_bank;
+  assign \$249  = w_bank;
+  assign \$251  = w_bank;
+  assign \$253  = w_bank;
+  assign \$255  = w_bank;
 endmodule
 
 (* generator = "Amaranth" *)
@@ -22255,7 +22951,7 @@ module \dx1_board.soc.core0.postops.postop (rst, row, reset_units, bias, mult, s
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core0.results (rst, acc_data, reset_units, out_valid, out_ctl, out, w_addr, w_data, done__valid, done__tag, done__status, done__opcode, writing, clk);
+module \dx1_board.soc.core0.results (rst, acc_data, reset_units, out, out_valid, out_ctl, w_addr, w_data, done__valid, done__tag, done__status, done__opcode, writing, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$60  = 0;
   wire [32:0] \$1 ;
   wire [32:0] \$10 ;
@@ -22682,7 +23378,7 @@ module \dx1_board.soc.core0.spm_ext_read.fifo (rst, w_port__data, r_rdy, r_data,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$17658$0 , \port$17660$0 , req__tready);
+module \dx1_board.soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$18152$0 , \port$18154$0 , req__tready);
   reg \$auto$verilog_backend.cc:2355:dump_module$63  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -22692,10 +23388,10 @@ module \dx1_board.soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$17
   output en;
   reg en;
   wire grant;
-  input [63:0] \port$17658$0 ;
-  wire [63:0] \port$17658$0 ;
-  input [15:0] \port$17660$0 ;
-  wire [15:0] \port$17660$0 ;
+  input [63:0] \port$18152$0 ;
+  wire [63:0] \port$18152$0 ;
+  input [15:0] \port$18154$0 ;
+  wire [15:0] \port$18154$0 ;
   wire [79:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -22706,14 +23402,14 @@ module \dx1_board.soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$17
     if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$17660$0 ;
+      addr = \port$18154$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$63 ) begin end
     data = 64'h0000000000000000;
     if (\$1 ) begin
-      data = \port$17658$0 ;
+      data = \port$18152$0 ;
     end
   end
   always @* begin
@@ -22724,11 +23420,11 @@ module \dx1_board.soc.core0.spm_ext_write (req__tvalid, addr, data, en, \port$17
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$17660$0 , \port$17658$0  };
+  assign req__tdata = { \port$18154$0 , \port$18152$0  };
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core0.streamer (rst, spm_data, stalled, room, reset_units, w_data, w_en, bank_full, spm_addr, stream_start, stream_end, bank, a_valid, a_bank, ctl, a, clk);
+module \dx1_board.soc.core0.streamer (rst, spm_data, stalled, room, reset_units, w_data, w_en, bank_full, spm_addr, stream_start, stream_end, bank, next_bank, a_valid, ctl, a, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$64  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -22770,9 +23466,8 @@ module \dx1_board.soc.core0.streamer (rst, spm_data, stalled, room, reset_units,
   reg \$43 ;
   reg [27:0] \$44 ;
   reg \$45 ;
-  reg \$46 ;
-  reg [27:0] \$47 ;
-  reg [63:0] \$48 ;
+  reg [27:0] \$46 ;
+  reg [63:0] \$47 ;
   wire \$5 ;
   wire [16:0] \$6 ;
   wire \$7 ;
@@ -22780,8 +23475,6 @@ module \dx1_board.soc.core0.streamer (rst, spm_data, stalled, room, reset_units,
   wire \$9 ;
   output [63:0] a;
   reg [63:0] a = 64'h0000000000000000;
-  output a_bank;
-  reg a_bank = 1'h0;
   output a_valid;
   reg a_valid = 1'h0;
   reg acc = 1'h0;
@@ -22811,11 +23504,14 @@ module \dx1_board.soc.core0.streamer (rst, spm_data, stalled, room, reset_units,
   wire [15:0] \job.m ;
   wire [15:0] \job.tag ;
   reg [15:0] left = 16'h0000;
+  output next_bank;
+  reg next_bank = 1'h0;
   wire push;
   wire [70:0] r_data;
   reg r_en;
   wire r_rdy;
-  reg read_bank = 1'h0;
+  (* init = 1'h0 *)
+  wire read_bank;
   reg [27:0] read_ctl = 28'h0000000;
   wire [9:0] \read_ctl.acc_addr ;
   wire \read_ctl.accumulate ;
@@ -22849,8 +23545,6 @@ module \dx1_board.soc.core0.streamer (rst, spm_data, stalled, room, reset_units,
   wire w_en;
   wire w_rdy;
   always @(posedge clk)
-    c <= \$38 ;
-  always @(posedge clk)
     rows <= \$39 ;
   always @(posedge clk)
     acc <= \$40 ;
@@ -22859,17 +23553,15 @@ module \dx1_board.soc.core0.streamer (rst, spm_data, stalled, room, reset_units,
   always @(posedge clk)
     read_valid <= \$42 ;
   always @(posedge clk)
-    read_bank <= \$43 ;
+    next_bank <= \$43 ;
   always @(posedge clk)
     read_ctl <= \$44 ;
   always @(posedge clk)
     a_valid <= \$45 ;
   always @(posedge clk)
-    a_bank <= \$46 ;
+    ctl <= \$46 ;
   always @(posedge clk)
-    ctl <= \$47 ;
-  always @(posedge clk)
-    a <= \$48 ;
+    a <= \$47 ;
   assign \$1  = | row;
   assign \$2  = bank ? bank_full[1] : bank_full[0];
   assign \$3  = \$1  | \$2 ;
@@ -22916,6 +23608,8 @@ module \dx1_board.soc.core0.streamer (rst, spm_data, stalled, room, reset_units,
     first <= \$36 ;
   always @(posedge clk)
     active <= \$37 ;
+  always @(posedge clk)
+    c <= \$38 ;
   \dx1_board.soc.core0.streamer.stream_q  stream_q (
     .clk(clk),
     .r_data(r_data),
@@ -23011,32 +23705,22 @@ module \dx1_board.soc.core0.streamer (rst, spm_data, stalled, room, reset_units,
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
-    \$46  = read_bank;
+    \$46  = read_ctl;
     if (reset_units) begin
-      \$46  = 1'h0;
+      \$46  = 28'h0000000;
     end
     if (rst) begin
-      \$46  = 1'h0;
+      \$46  = 28'h0000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
-    \$47  = read_ctl;
+    \$47  = spm_data;
     if (reset_units) begin
-      \$47  = 28'h0000000;
+      \$47  = 64'h0000000000000000;
     end
     if (rst) begin
-      \$47  = 28'h0000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$64 ) begin end
-    \$48  = spm_data;
-    if (reset_units) begin
-      \$48  = 64'h0000000000000000;
-    end
-    if (rst) begin
-      \$48  = 64'h0000000000000000;
+      \$47  = 64'h0000000000000000;
     end
   end
   always @* begin
@@ -23190,6 +23874,7 @@ module \dx1_board.soc.core0.streamer (rst, spm_data, stalled, room, reset_units,
   assign push = w_en;
   assign w_rdy = room;
   assign stream_bank = bank;
+  assign read_bank = next_bank;
   assign \job.a_addr  = w_data[11:0];
   assign \job.c_addr  = w_data[21:12];
   assign \job.m  = w_data[37:22];
@@ -23958,7 +24643,7 @@ module \dx1_board.soc.core0.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
     .d_acc(d_acc),
     .out(\out$84 ),
     .out_valid(out_valid),
-    .\port$16768$1 (ctl_lanes10[2:1]),
+    .\port$17262$1 (ctl_lanes10[2:1]),
     .reset_units(reset_units),
     .rst(rst),
     .terms(terms),
@@ -31577,7 +32262,7 @@ module \dx1_board.soc.core0.vector$243.lanes (rst, valid, reset_units, a, b, vop
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core0.vector$243.reducer (rst, valid, reset_units, vop, d_acc, \port$16768$1 , terms, out_valid, out, clk);
+module \dx1_board.soc.core0.vector$243.reducer (rst, valid, reset_units, vop, d_acc, \port$17262$1 , terms, out_valid, out, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$69  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -31683,8 +32368,8 @@ module \dx1_board.soc.core0.vector$243.reducer (rst, valid, reset_units, vop, d_
   wire [31:0] \out[7] ;
   output out_valid;
   reg out_valid = 1'h0;
-  input [1:0] \port$16768$1 ;
-  wire [1:0] \port$16768$1 ;
+  input [1:0] \port$17262$1 ;
+  wire [1:0] \port$17262$1 ;
   input reset_units;
   wire reset_units;
   reg [31:0] row = 32'd0;
@@ -31873,8 +32558,8 @@ module \dx1_board.soc.core0.vector$243.reducer (rst, valid, reset_units, vop, d_
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$69 ) begin end
     \$42 [0] = valid;
-    \$42 [1] = \port$16768$1 [0];
-    \$42 [2] = \port$16768$1 [1];
+    \$42 [1] = \port$17262$1 [0];
+    \$42 [2] = \port$17262$1 [1];
     \$42 [3] = \$1 ;
     \$42 [4] = d_acc;
     if (reset_units) begin
@@ -31914,8 +32599,8 @@ module \dx1_board.soc.core0.vector$243.reducer (rst, valid, reset_units, vop, d_
       \$45  = 5'h00;
     end
   end
-  assign first = \port$16768$1 [0];
-  assign last = \port$16768$1 [1];
+  assign first = \port$17262$1 [0];
+  assign last = \port$17262$1 [1];
   assign \ctl1.valid  = ctl1[0];
   assign \ctl1.first  = ctl1[1];
   assign \ctl1.last  = ctl1[2];
@@ -35487,7 +36172,7 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$142 , progress, cmd__tready, done__tdata, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, req__tvalid, \req__tvalid$193 , \req__tvalid$199 , \req__tvalid$205 , \resp__tready$215 , resp__tready, reset_units
-, perf_macs, perf_busy, done__tvalid, perf_vector_busy, perf_table_hits, perf_table_underflows, perf_table_overflows, \port$20109$0 , \port$20111$0 , \req__tdata$195 , cmd__tdata, clk);
+, perf_macs, perf_busy, done__tvalid, perf_vector_busy, perf_table_hits, perf_table_underflows, perf_table_overflows, \port$20729$0 , \port$20731$0 , \req__tdata$195 , cmd__tdata, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$75  = 0;
   wire [15:0] \$1 ;
   wire \$10 ;
@@ -35528,8 +36213,6 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$142 ,
   wire [7:0] \a[5] ;
   wire [7:0] \a[6] ;
   wire [7:0] \a[7] ;
-  wire a_bank;
-  wire \a_bank$95 ;
   wire a_valid;
   wire \a_valid$93 ;
   wire [15:0] acc_a_addr;
@@ -35669,6 +36352,8 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$142 ,
   wire \loaded$69 ;
   wire loaded_bank;
   wire \loaded_bank$71 ;
+  wire next_bank;
+  wire \next_bank$95 ;
   wire [255:0] out;
   wire [255:0] \out$99 ;
   wire [31:0] \out$99[0] ;
@@ -35710,10 +36395,10 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$142 ,
   wire [31:0] perf_table_underflows;
   output [31:0] perf_vector_busy;
   wire [31:0] perf_vector_busy;
-  input [255:0] \port$20109$0 ;
-  wire [255:0] \port$20109$0 ;
-  input [15:0] \port$20111$0 ;
-  wire [15:0] \port$20111$0 ;
+  input [255:0] \port$20729$0 ;
+  wire [255:0] \port$20729$0 ;
+  input [15:0] \port$20731$0 ;
+  wire [15:0] \port$20731$0 ;
   wire postop;
   wire [7:0] postop__opcode;
   wire [7:0] postop__status;
@@ -35922,22 +36607,22 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$142 ,
     .addr(\addr$163 ),
     .data(\data$167 ),
     .en(\en$170 ),
-    .\port$20109$0 (\port$20109$0 ),
-    .\port$20111$0 (\port$20111$0 ),
+    .\port$20729$0 (\port$20729$0 ),
+    .\port$20731$0 (\port$20731$0 ),
     .req__tready(\grant$142 ),
     .req__tvalid(\req__tvalid$193 )
   );
   \dx1_board.soc.core1.array  array (
     .a(a),
-    .a_bank(a_bank),
     .a_valid(a_valid),
     .clk(clk),
     .ctl(ctl),
-    .ctl_d14(out_ctl),
+    .next_bank(next_bank),
     .out(out),
+    .out_ctl(out_ctl),
+    .out_valid(out_valid),
     .reset_units(reset_units),
     .rst(rst),
-    .valid_d14(out_valid),
     .w_bank(loaded_bank),
     .w_load(w_load),
     .w_row(w_row)
@@ -36085,19 +36770,19 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$142 ,
     .addr(addr),
     .data(data),
     .en(en),
-    .\port$20109$0 (\port$20109$0 [63:0]),
-    .\port$20111$0 (\port$20111$0 ),
+    .\port$20729$0 (\port$20729$0 [63:0]),
+    .\port$20731$0 (\port$20731$0 ),
     .req__tready(grant),
     .req__tvalid(req__tvalid)
   );
   \dx1_board.soc.core1.streamer  streamer (
     .a(a),
-    .a_bank(a_bank),
     .a_valid(a_valid),
     .bank(stream_bank),
     .bank_full(bank_full),
     .clk(clk),
     .ctl(ctl),
+    .next_bank(next_bank),
     .reset_units(reset_units),
     .room(\room$49 ),
     .rst(rst),
@@ -36226,7 +36911,7 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$142 ,
   assign spm_ra__data = spm_data;
   assign \a$91  = a;
   assign \a_valid$93  = a_valid;
-  assign \a_bank$95  = a_bank;
+  assign \next_bank$95  = next_bank;
   assign \ctl$97  = ctl;
   assign \out$99  = out;
   assign \out_valid$101  = out_valid;
@@ -36260,13 +36945,13 @@ module \dx1_board.soc.core1 (rst, cmd__tvalid, done__tready, grant, \grant$142 ,
   assign acc_rp__addr = \$22 [9:0];
   assign \acc_data$181  = acc_b_data;
   assign \data$182  = acc_b_data;
-  assign req__tdata = { \port$20111$0 , \port$20109$0 [63:0] };
-  assign spm_wr__tdata = { \port$20111$0 , \port$20109$0 [63:0] };
+  assign req__tdata = { \port$20731$0 , \port$20729$0 [63:0] };
+  assign spm_wr__tdata = { \port$20731$0 , \port$20729$0 [63:0] };
   assign spm_wr__tready = grant;
   assign req__tready = grant;
   assign spm_wr__tvalid = req__tvalid;
-  assign \req__tdata$189  = { \port$20111$0 , \port$20109$0  };
-  assign acc_wr__tdata = { \port$20111$0 , \port$20109$0  };
+  assign \req__tdata$189  = { \port$20731$0 , \port$20729$0  };
+  assign acc_wr__tdata = { \port$20731$0 , \port$20729$0  };
   assign acc_wr__tready = \grant$142 ;
   assign \req__tready$192  = \grant$142 ;
   assign acc_wr__tvalid = \req__tvalid$193 ;
@@ -36561,7 +37246,7 @@ module \dx1_board.soc.core1.acc_ext_read.fifo (rst, w_port__data, r_rdy, r_data,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$20109$0 , \port$20111$0 , req__tready);
+module \dx1_board.soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$20729$0 , \port$20731$0 , req__tready);
   reg \$auto$verilog_backend.cc:2355:dump_module$78  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -36571,10 +37256,10 @@ module \dx1_board.soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$20
   output en;
   reg en;
   wire grant;
-  input [255:0] \port$20109$0 ;
-  wire [255:0] \port$20109$0 ;
-  input [15:0] \port$20111$0 ;
-  wire [15:0] \port$20111$0 ;
+  input [255:0] \port$20729$0 ;
+  wire [255:0] \port$20729$0 ;
+  input [15:0] \port$20731$0 ;
+  wire [15:0] \port$20731$0 ;
   wire [271:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -36585,14 +37270,14 @@ module \dx1_board.soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$20
     if (\$auto$verilog_backend.cc:2355:dump_module$78 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$20111$0 ;
+      addr = \port$20731$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$78 ) begin end
     data = 256'h0000000000000000000000000000000000000000000000000000000000000000;
     if (\$1 ) begin
-      data = \port$20109$0 ;
+      data = \port$20729$0 ;
     end
   end
   always @* begin
@@ -36603,634 +37288,950 @@ module \dx1_board.soc.core1.acc_ext_write (req__tvalid, addr, data, en, \port$20
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$20111$0 , \port$20109$0  };
+  assign req__tdata = { \port$20731$0 , \port$20729$0  };
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core1.array (rst, w_row, reset_units, w_load, w_bank, a_valid, a_bank, ctl, a, valid_d14, ctl_d14, out, clk);
+module \dx1_board.soc.core1.array (rst, w_row, reset_units, w_load, w_bank, next_bank, a_valid, ctl, a, out, out_valid, out_ctl, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$79  = 0;
   wire \$1 ;
-  reg [7:0] \$10 ;
-  wire [15:0] \$100 ;
-  wire [32:0] \$101 ;
-  reg [7:0] \$102 ;
-  wire [15:0] \$103 ;
-  wire [32:0] \$104 ;
-  reg [7:0] \$105 ;
-  wire [15:0] \$106 ;
-  wire [32:0] \$107 ;
-  reg [7:0] \$108 ;
-  wire [15:0] \$109 ;
-  wire [15:0] \$11 ;
-  wire [32:0] \$110 ;
-  reg [7:0] \$111 ;
-  wire [15:0] \$112 ;
-  wire [32:0] \$113 ;
-  reg [7:0] \$114 ;
-  wire [15:0] \$115 ;
-  wire [32:0] \$116 ;
-  reg [7:0] \$117 ;
-  wire [15:0] \$118 ;
-  wire [32:0] \$119 ;
-  wire [32:0] \$12 ;
-  reg [7:0] \$120 ;
-  wire [15:0] \$121 ;
-  reg [7:0] \$122 ;
-  wire [15:0] \$123 ;
-  wire [32:0] \$124 ;
-  reg [7:0] \$125 ;
-  wire [15:0] \$126 ;
-  wire [32:0] \$127 ;
-  reg [7:0] \$128 ;
-  wire [15:0] \$129 ;
-  reg [7:0] \$13 ;
-  wire [32:0] \$130 ;
-  reg [7:0] \$131 ;
-  wire [15:0] \$132 ;
-  wire [32:0] \$133 ;
-  reg [7:0] \$134 ;
-  wire [15:0] \$135 ;
-  wire [32:0] \$136 ;
-  reg [7:0] \$137 ;
-  wire [15:0] \$138 ;
-  wire [32:0] \$139 ;
-  wire [15:0] \$14 ;
-  reg [7:0] \$140 ;
-  wire [15:0] \$141 ;
-  wire [32:0] \$142 ;
-  reg [7:0] \$143 ;
-  wire [15:0] \$144 ;
-  reg [7:0] \$145 ;
-  wire [15:0] \$146 ;
-  wire [32:0] \$147 ;
-  reg [7:0] \$148 ;
-  wire [15:0] \$149 ;
-  wire [32:0] \$15 ;
-  wire [32:0] \$150 ;
-  reg [7:0] \$151 ;
-  wire [15:0] \$152 ;
-  wire [32:0] \$153 ;
-  reg [7:0] \$154 ;
-  wire [15:0] \$155 ;
-  wire [32:0] \$156 ;
-  reg [7:0] \$157 ;
-  wire [15:0] \$158 ;
-  wire [32:0] \$159 ;
-  reg [7:0] \$16 ;
-  reg [7:0] \$160 ;
-  wire [15:0] \$161 ;
-  wire [32:0] \$162 ;
-  reg [7:0] \$163 ;
-  wire [15:0] \$164 ;
-  wire [32:0] \$165 ;
-  reg [7:0] \$166 ;
-  wire [15:0] \$167 ;
-  reg [7:0] \$168 ;
-  wire [15:0] \$169 ;
-  wire [15:0] \$17 ;
-  wire [32:0] \$170 ;
-  reg [7:0] \$171 ;
-  wire [15:0] \$172 ;
-  wire [32:0] \$173 ;
-  reg [7:0] \$174 ;
-  wire [15:0] \$175 ;
-  wire [32:0] \$176 ;
-  reg [7:0] \$177 ;
-  wire [15:0] \$178 ;
-  wire [32:0] \$179 ;
-  wire [32:0] \$18 ;
-  reg [7:0] \$180 ;
-  wire [15:0] \$181 ;
-  wire [32:0] \$182 ;
-  reg [7:0] \$183 ;
-  wire [15:0] \$184 ;
-  wire [32:0] \$185 ;
-  reg [7:0] \$186 ;
-  wire [15:0] \$187 ;
-  wire [32:0] \$188 ;
-  reg [7:0] \$189 ;
-  reg [7:0] \$19 ;
-  reg [7:0] \$190 ;
-  reg [7:0] \$191 ;
-  reg [7:0] \$192 ;
-  reg [7:0] \$193 ;
-  reg [7:0] \$194 ;
-  reg [7:0] \$195 ;
-  reg [7:0] \$196 ;
-  reg [7:0] \$197 ;
-  reg [7:0] \$198 ;
-  reg [7:0] \$199 ;
+  wire \$10 ;
+  wire \$100 ;
+  wire \$101 ;
+  wire \$102 ;
+  wire \$103 ;
+  wire \$104 ;
+  wire \$105 ;
+  wire \$106 ;
+  wire \$107 ;
+  wire \$108 ;
+  wire \$109 ;
+  wire \$11 ;
+  wire \$110 ;
+  wire \$111 ;
+  wire \$112 ;
+  wire \$113 ;
+  wire \$114 ;
+  wire \$115 ;
+  wire \$116 ;
+  wire \$117 ;
+  wire \$118 ;
+  wire \$119 ;
+  wire \$12 ;
+  wire \$120 ;
+  wire \$121 ;
+  wire \$122 ;
+  wire \$123 ;
+  wire \$124 ;
+  wire \$125 ;
+  wire \$126 ;
+  wire \$127 ;
+  wire \$128 ;
+  wire \$129 ;
+  wire \$13 ;
+  wire \$130 ;
+  wire \$131 ;
+  wire \$132 ;
+  wire \$133 ;
+  wire \$134 ;
+  wire \$135 ;
+  wire \$136 ;
+  wire \$137 ;
+  wire \$138 ;
+  wire \$139 ;
+  wire \$14 ;
+  wire \$140 ;
+  wire \$141 ;
+  wire \$142 ;
+  wire \$143 ;
+  wire \$144 ;
+  wire \$145 ;
+  wire \$146 ;
+  wire \$147 ;
+  wire \$148 ;
+  wire \$149 ;
+  wire \$15 ;
+  wire \$150 ;
+  wire \$151 ;
+  wire \$152 ;
+  wire \$153 ;
+  wire \$154 ;
+  wire \$155 ;
+  wire \$156 ;
+  wire \$157 ;
+  wire \$158 ;
+  wire \$159 ;
+  wire \$16 ;
+  wire \$160 ;
+  wire \$161 ;
+  wire \$162 ;
+  wire \$163 ;
+  wire \$164 ;
+  wire \$165 ;
+  wire \$166 ;
+  wire \$167 ;
+  wire \$168 ;
+  wire \$169 ;
+  wire \$17 ;
+  wire \$170 ;
+  wire \$171 ;
+  wire \$172 ;
+  wire \$173 ;
+  wire \$174 ;
+  wire \$175 ;
+  wire \$176 ;
+  wire \$177 ;
+  wire \$178 ;
+  wire \$179 ;
+  wire \$18 ;
+  wire \$180 ;
+  wire \$181 ;
+  wire \$182 ;
+  wire \$183 ;
+  wire \$184 ;
+  wire \$185 ;
+  wire \$186 ;
+  wire \$187 ;
+  wire \$188 ;
+  wire \$189 ;
+  wire \$19 ;
+  wire \$190 ;
+  wire \$191 ;
+  wire \$192 ;
+  wire \$193 ;
+  wire \$194 ;
+  wire \$195 ;
+  wire \$196 ;
+  wire \$197 ;
+  wire \$198 ;
+  wire \$199 ;
   wire \$2 ;
-  wire [15:0] \$20 ;
-  reg [7:0] \$200 ;
-  reg [7:0] \$201 ;
-  reg [7:0] \$202 ;
-  reg [7:0] \$203 ;
-  reg [7:0] \$204 ;
-  reg [7:0] \$205 ;
-  reg [7:0] \$206 ;
-  reg [7:0] \$207 ;
-  reg [7:0] \$208 ;
-  reg [7:0] \$209 ;
-  wire [32:0] \$21 ;
-  reg [7:0] \$210 ;
-  reg [7:0] \$211 ;
-  reg [7:0] \$212 ;
-  reg [7:0] \$213 ;
-  reg [7:0] \$214 ;
-  reg [7:0] \$215 ;
-  reg [7:0] \$216 ;
-  reg [7:0] \$217 ;
-  reg [7:0] \$218 ;
-  reg [7:0] \$219 ;
-  reg [7:0] \$22 ;
-  reg [7:0] \$220 ;
-  reg [7:0] \$221 ;
-  reg [7:0] \$222 ;
-  reg [7:0] \$223 ;
-  reg [7:0] \$224 ;
-  reg [7:0] \$225 ;
-  reg [7:0] \$226 ;
-  reg [7:0] \$227 ;
-  reg [7:0] \$228 ;
-  reg [7:0] \$229 ;
-  wire [15:0] \$23 ;
-  reg [7:0] \$230 ;
-  reg [7:0] \$231 ;
-  reg [7:0] \$232 ;
-  reg [7:0] \$233 ;
-  reg [7:0] \$234 ;
-  reg [7:0] \$235 ;
-  reg [7:0] \$236 ;
-  reg [7:0] \$237 ;
-  reg [7:0] \$238 ;
-  reg [7:0] \$239 ;
-  wire [32:0] \$24 ;
-  reg [7:0] \$240 ;
-  reg [7:0] \$241 ;
-  reg [7:0] \$242 ;
-  reg [7:0] \$243 ;
-  reg [7:0] \$244 ;
-  reg [7:0] \$245 ;
-  reg [7:0] \$246 ;
-  reg [7:0] \$247 ;
-  reg [7:0] \$248 ;
-  reg [7:0] \$249 ;
-  reg [7:0] \$25 ;
-  reg [7:0] \$250 ;
-  reg [7:0] \$251 ;
-  reg [7:0] \$252 ;
-  reg [7:0] \$253 ;
-  reg [7:0] \$254 ;
-  reg [7:0] \$255 ;
-  reg [7:0] \$256 ;
-  reg [7:0] \$257 ;
-  reg [7:0] \$258 ;
-  reg [7:0] \$259 ;
-  wire [15:0] \$26 ;
-  reg [7:0] \$260 ;
-  reg [7:0] \$261 ;
-  reg [7:0] \$262 ;
-  reg [7:0] \$263 ;
-  reg [7:0] \$264 ;
-  reg [7:0] \$265 ;
-  reg [7:0] \$266 ;
-  reg [7:0] \$267 ;
-  reg [7:0] \$268 ;
-  reg [7:0] \$269 ;
-  wire [32:0] \$27 ;
-  reg [7:0] \$270 ;
-  reg [7:0] \$271 ;
-  reg [7:0] \$272 ;
-  reg [7:0] \$273 ;
-  reg [7:0] \$274 ;
-  reg [7:0] \$275 ;
-  reg [7:0] \$276 ;
-  reg [7:0] \$277 ;
-  reg [7:0] \$278 ;
-  reg [7:0] \$279 ;
-  reg [7:0] \$28 ;
-  reg [7:0] \$280 ;
-  reg [7:0] \$281 ;
-  reg [7:0] \$282 ;
-  reg [7:0] \$283 ;
-  reg [7:0] \$284 ;
-  reg [7:0] \$285 ;
-  reg [7:0] \$286 ;
-  reg [7:0] \$287 ;
-  reg [7:0] \$288 ;
-  reg [7:0] \$289 ;
-  wire [15:0] \$29 ;
-  reg [7:0] \$290 ;
-  reg [7:0] \$291 ;
-  reg [7:0] \$292 ;
-  reg [7:0] \$293 ;
-  reg [7:0] \$294 ;
-  reg [7:0] \$295 ;
-  reg [7:0] \$296 ;
-  reg [7:0] \$297 ;
-  reg [7:0] \$298 ;
-  reg [7:0] \$299 ;
+  wire \$20 ;
+  wire \$200 ;
+  wire \$201 ;
+  wire \$202 ;
+  wire \$203 ;
+  wire \$204 ;
+  wire \$205 ;
+  wire \$206 ;
+  wire \$207 ;
+  wire \$208 ;
+  wire \$209 ;
+  wire \$21 ;
+  wire \$210 ;
+  wire \$211 ;
+  wire \$212 ;
+  wire \$213 ;
+  wire \$214 ;
+  wire \$215 ;
+  wire \$216 ;
+  wire \$217 ;
+  wire \$218 ;
+  wire \$219 ;
+  wire \$22 ;
+  wire \$220 ;
+  wire \$221 ;
+  wire \$222 ;
+  wire \$223 ;
+  wire \$224 ;
+  wire \$225 ;
+  wire \$226 ;
+  wire \$227 ;
+  wire \$228 ;
+  wire \$229 ;
+  wire \$23 ;
+  wire \$230 ;
+  wire \$231 ;
+  wire \$232 ;
+  wire \$233 ;
+  wire \$234 ;
+  wire \$235 ;
+  wire \$236 ;
+  wire \$237 ;
+  wire \$238 ;
+  wire \$239 ;
+  wire \$24 ;
+  wire \$240 ;
+  wire \$241 ;
+  wire \$242 ;
+  wire \$243 ;
+  wire \$244 ;
+  wire \$245 ;
+  wire \$246 ;
+  wire \$247 ;
+  wire \$248 ;
+  wire \$249 ;
+  wire \$25 ;
+  wire \$250 ;
+  wire \$251 ;
+  wire \$252 ;
+  wire \$253 ;
+  wire \$254 ;
+  wire \$255 ;
+  wire \$256 ;
+  wire [7:0] \$257 ;
+  wire [15:0] \$258 ;
+  wire [7:0] \$259 ;
+  wire \$26 ;
+  wire [15:0] \$260 ;
+  wire [32:0] \$261 ;
+  wire [7:0] \$262 ;
+  wire [15:0] \$263 ;
+  wire [32:0] \$264 ;
+  wire [7:0] \$265 ;
+  wire [15:0] \$266 ;
+  wire [32:0] \$267 ;
+  wire [7:0] \$268 ;
+  wire [15:0] \$269 ;
+  wire \$27 ;
+  wire [32:0] \$270 ;
+  wire [7:0] \$271 ;
+  wire [15:0] \$272 ;
+  wire [32:0] \$273 ;
+  wire [7:0] \$274 ;
+  wire [15:0] \$275 ;
+  wire [32:0] \$276 ;
+  wire [7:0] \$277 ;
+  wire [15:0] \$278 ;
+  wire [32:0] \$279 ;
+  wire \$28 ;
+  wire [7:0] \$280 ;
+  wire [15:0] \$281 ;
+  wire [7:0] \$282 ;
+  wire [15:0] \$283 ;
+  wire [32:0] \$284 ;
+  wire [7:0] \$285 ;
+  wire [15:0] \$286 ;
+  wire [32:0] \$287 ;
+  wire [7:0] \$288 ;
+  wire [15:0] \$289 ;
+  wire \$29 ;
+  wire [32:0] \$290 ;
+  wire [7:0] \$291 ;
+  wire [15:0] \$292 ;
+  wire [32:0] \$293 ;
+  wire [7:0] \$294 ;
+  wire [15:0] \$295 ;
+  wire [32:0] \$296 ;
+  wire [7:0] \$297 ;
+  wire [15:0] \$298 ;
+  wire [32:0] \$299 ;
   wire \$3 ;
-  reg [7:0] \$30 ;
-  reg [7:0] \$300 ;
-  reg [7:0] \$301 ;
-  reg [7:0] \$302 ;
-  reg [7:0] \$303 ;
-  reg [7:0] \$304 ;
-  reg [7:0] \$305 ;
-  reg [7:0] \$306 ;
-  reg [7:0] \$307 ;
-  reg [7:0] \$308 ;
-  reg [7:0] \$309 ;
-  wire [15:0] \$31 ;
-  reg [7:0] \$310 ;
-  reg [7:0] \$311 ;
-  reg [7:0] \$312 ;
-  reg [7:0] \$313 ;
-  reg [7:0] \$314 ;
-  reg [7:0] \$315 ;
-  reg [7:0] \$316 ;
-  reg [7:0] \$317 ;
-  reg \$318 ;
-  reg [7:0] \$319 ;
-  wire [32:0] \$32 ;
-  reg \$320 ;
-  reg [7:0] \$321 ;
-  reg \$322 ;
-  reg [7:0] \$323 ;
-  reg \$324 ;
-  reg [7:0] \$325 ;
-  reg \$326 ;
-  reg [7:0] \$327 ;
-  reg \$328 ;
-  reg [7:0] \$329 ;
-  reg [7:0] \$33 ;
-  reg \$330 ;
-  reg [7:0] \$331 ;
-  reg \$332 ;
-  reg [7:0] \$333 ;
-  reg \$334 ;
-  reg [7:0] \$335 ;
-  reg \$336 ;
-  reg [7:0] \$337 ;
-  reg \$338 ;
-  reg [7:0] \$339 ;
-  wire [15:0] \$34 ;
-  reg \$340 ;
-  reg [7:0] \$341 ;
-  reg \$342 ;
-  reg [7:0] \$343 ;
-  reg \$344 ;
-  reg [7:0] \$345 ;
-  reg \$346 ;
-  reg [7:0] \$347 ;
-  reg \$348 ;
-  reg [7:0] \$349 ;
-  wire [32:0] \$35 ;
-  reg \$350 ;
-  reg [7:0] \$351 ;
-  reg \$352 ;
-  reg [7:0] \$353 ;
-  reg \$354 ;
-  reg [7:0] \$355 ;
-  reg \$356 ;
-  reg [7:0] \$357 ;
-  reg \$358 ;
-  reg [7:0] \$359 ;
-  reg [7:0] \$36 ;
-  reg \$360 ;
-  reg [7:0] \$361 ;
-  reg \$362 ;
-  reg [7:0] \$363 ;
-  reg \$364 ;
-  reg [7:0] \$365 ;
-  reg \$366 ;
-  reg [7:0] \$367 ;
-  reg \$368 ;
-  reg [7:0] \$369 ;
-  wire [15:0] \$37 ;
-  reg \$370 ;
-  reg [7:0] \$371 ;
-  reg \$372 ;
-  reg [7:0] \$373 ;
-  reg \$374 ;
-  reg [31:0] \$375 ;
-  reg [7:0] \$376 ;
-  reg \$377 ;
-  reg [31:0] \$378 ;
-  reg [7:0] \$379 ;
-  wire [32:0] \$38 ;
-  reg \$380 ;
-  reg [31:0] \$381 ;
-  reg [7:0] \$382 ;
-  reg \$383 ;
-  reg [31:0] \$384 ;
-  reg [7:0] \$385 ;
-  reg \$386 ;
-  reg [31:0] \$387 ;
-  reg [7:0] \$388 ;
-  reg \$389 ;
-  reg [7:0] \$39 ;
-  reg [31:0] \$390 ;
-  reg [7:0] \$391 ;
-  reg \$392 ;
-  reg [31:0] \$393 ;
-  reg [7:0] \$394 ;
-  reg \$395 ;
-  reg [31:0] \$396 ;
-  reg [31:0] \$397 ;
-  reg [31:0] \$398 ;
-  reg [31:0] \$399 ;
+  wire \$30 ;
+  wire [7:0] \$300 ;
+  wire [15:0] \$301 ;
+  wire [32:0] \$302 ;
+  wire [7:0] \$303 ;
+  wire [15:0] \$304 ;
+  wire [7:0] \$305 ;
+  wire [15:0] \$306 ;
+  wire [32:0] \$307 ;
+  wire [7:0] \$308 ;
+  wire [15:0] \$309 ;
+  wire \$31 ;
+  wire [32:0] \$310 ;
+  wire [7:0] \$311 ;
+  wire [15:0] \$312 ;
+  wire [32:0] \$313 ;
+  wire [7:0] \$314 ;
+  wire [15:0] \$315 ;
+  wire [32:0] \$316 ;
+  wire [7:0] \$317 ;
+  wire [15:0] \$318 ;
+  wire [32:0] \$319 ;
+  wire \$32 ;
+  wire [7:0] \$320 ;
+  wire [15:0] \$321 ;
+  wire [32:0] \$322 ;
+  wire [7:0] \$323 ;
+  wire [15:0] \$324 ;
+  wire [32:0] \$325 ;
+  wire [7:0] \$326 ;
+  wire [15:0] \$327 ;
+  wire [7:0] \$328 ;
+  wire [15:0] \$329 ;
+  wire \$33 ;
+  wire [32:0] \$330 ;
+  wire [7:0] \$331 ;
+  wire [15:0] \$332 ;
+  wire [32:0] \$333 ;
+  wire [7:0] \$334 ;
+  wire [15:0] \$335 ;
+  wire [32:0] \$336 ;
+  wire [7:0] \$337 ;
+  wire [15:0] \$338 ;
+  wire [32:0] \$339 ;
+  wire \$34 ;
+  wire [7:0] \$340 ;
+  wire [15:0] \$341 ;
+  wire [32:0] \$342 ;
+  wire [7:0] \$343 ;
+  wire [15:0] \$344 ;
+  wire [32:0] \$345 ;
+  wire [7:0] \$346 ;
+  wire [15:0] \$347 ;
+  wire [32:0] \$348 ;
+  wire [7:0] \$349 ;
+  wire \$35 ;
+  wire [15:0] \$350 ;
+  wire [7:0] \$351 ;
+  wire [15:0] \$352 ;
+  wire [32:0] \$353 ;
+  wire [7:0] \$354 ;
+  wire [15:0] \$355 ;
+  wire [32:0] \$356 ;
+  wire [7:0] \$357 ;
+  wire [15:0] \$358 ;
+  wire [32:0] \$359 ;
+  wire \$36 ;
+  wire [7:0] \$360 ;
+  wire [15:0] \$361 ;
+  wire [32:0] \$362 ;
+  wire [7:0] \$363 ;
+  wire [15:0] \$364 ;
+  wire [32:0] \$365 ;
+  wire [7:0] \$366 ;
+  wire [15:0] \$367 ;
+  wire [32:0] \$368 ;
+  wire [7:0] \$369 ;
+  wire \$37 ;
+  wire [15:0] \$370 ;
+  wire [32:0] \$371 ;
+  wire [7:0] \$372 ;
+  wire [15:0] \$373 ;
+  wire [7:0] \$374 ;
+  wire [15:0] \$375 ;
+  wire [32:0] \$376 ;
+  wire [7:0] \$377 ;
+  wire [15:0] \$378 ;
+  wire [32:0] \$379 ;
+  wire \$38 ;
+  wire [7:0] \$380 ;
+  wire [15:0] \$381 ;
+  wire [32:0] \$382 ;
+  wire [7:0] \$383 ;
+  wire [15:0] \$384 ;
+  wire [32:0] \$385 ;
+  wire [7:0] \$386 ;
+  wire [15:0] \$387 ;
+  wire [32:0] \$388 ;
+  wire [7:0] \$389 ;
+  wire \$39 ;
+  wire [15:0] \$390 ;
+  wire [32:0] \$391 ;
+  wire [7:0] \$392 ;
+  wire [15:0] \$393 ;
+  wire [32:0] \$394 ;
+  wire [7:0] \$395 ;
+  wire [15:0] \$396 ;
+  wire [7:0] \$397 ;
+  wire [15:0] \$398 ;
+  wire [32:0] \$399 ;
   wire \$4 ;
-  wire [15:0] \$40 ;
-  reg [31:0] \$400 ;
-  reg [31:0] \$401 ;
-  reg [31:0] \$402 ;
-  reg [31:0] \$403 ;
-  reg [7:0] \$404 ;
-  reg \$405 ;
-  reg [31:0] \$406 ;
-  reg [7:0] \$407 ;
-  reg \$408 ;
-  reg [31:0] \$409 ;
-  wire [32:0] \$41 ;
-  reg [7:0] \$410 ;
-  reg \$411 ;
-  reg [31:0] \$412 ;
-  reg [7:0] \$413 ;
-  reg \$414 ;
-  reg [31:0] \$415 ;
-  reg [7:0] \$416 ;
-  reg \$417 ;
-  reg [31:0] \$418 ;
-  reg [7:0] \$419 ;
-  reg [7:0] \$42 ;
-  reg \$420 ;
-  reg [31:0] \$421 ;
-  reg [7:0] \$422 ;
-  reg \$423 ;
-  reg [31:0] \$424 ;
-  reg [7:0] \$425 ;
-  reg \$426 ;
-  reg [31:0] \$427 ;
-  reg [31:0] \$428 ;
-  reg [31:0] \$429 ;
-  wire [15:0] \$43 ;
-  reg [31:0] \$430 ;
-  reg [31:0] \$431 ;
-  reg [31:0] \$432 ;
-  reg [31:0] \$433 ;
-  reg [7:0] \$434 ;
-  reg \$435 ;
-  reg [31:0] \$436 ;
-  reg [7:0] \$437 ;
-  reg \$438 ;
-  reg [31:0] \$439 ;
-  wire [32:0] \$44 ;
-  reg [7:0] \$440 ;
-  reg \$441 ;
-  reg [31:0] \$442 ;
+  wire \$40 ;
+  wire [7:0] \$400 ;
+  wire [15:0] \$401 ;
+  wire [32:0] \$402 ;
+  wire [7:0] \$403 ;
+  wire [15:0] \$404 ;
+  wire [32:0] \$405 ;
+  wire [7:0] \$406 ;
+  wire [15:0] \$407 ;
+  wire [32:0] \$408 ;
+  wire [7:0] \$409 ;
+  wire \$41 ;
+  wire [15:0] \$410 ;
+  wire [32:0] \$411 ;
+  wire [7:0] \$412 ;
+  wire [15:0] \$413 ;
+  wire [32:0] \$414 ;
+  wire [7:0] \$415 ;
+  wire [15:0] \$416 ;
+  wire [32:0] \$417 ;
+  wire [7:0] \$418 ;
+  wire [15:0] \$419 ;
+  wire \$42 ;
+  wire [7:0] \$420 ;
+  wire [15:0] \$421 ;
+  wire [32:0] \$422 ;
+  wire [7:0] \$423 ;
+  wire [15:0] \$424 ;
+  wire [32:0] \$425 ;
+  wire [7:0] \$426 ;
+  wire [15:0] \$427 ;
+  wire [32:0] \$428 ;
+  wire [7:0] \$429 ;
+  wire \$43 ;
+  wire [15:0] \$430 ;
+  wire [32:0] \$431 ;
+  wire [7:0] \$432 ;
+  wire [15:0] \$433 ;
+  wire [32:0] \$434 ;
+  wire [7:0] \$435 ;
+  wire [15:0] \$436 ;
+  wire [32:0] \$437 ;
+  wire [7:0] \$438 ;
+  wire [15:0] \$439 ;
+  wire \$44 ;
+  wire [32:0] \$440 ;
+  reg [7:0] \$441 ;
+  reg [7:0] \$442 ;
   reg [7:0] \$443 ;
-  reg \$444 ;
-  reg [31:0] \$445 ;
+  reg [7:0] \$444 ;
+  reg [7:0] \$445 ;
   reg [7:0] \$446 ;
-  reg \$447 ;
-  reg [31:0] \$448 ;
+  reg [7:0] \$447 ;
+  reg [7:0] \$448 ;
   reg [7:0] \$449 ;
-  reg [7:0] \$45 ;
-  reg \$450 ;
-  reg [31:0] \$451 ;
+  wire \$45 ;
+  reg [7:0] \$450 ;
+  reg [7:0] \$451 ;
   reg [7:0] \$452 ;
-  reg \$453 ;
-  reg [31:0] \$454 ;
+  reg [7:0] \$453 ;
+  reg [7:0] \$454 ;
   reg [7:0] \$455 ;
-  reg \$456 ;
-  reg [31:0] \$457 ;
-  reg [31:0] \$458 ;
-  reg [31:0] \$459 ;
-  wire [15:0] \$46 ;
-  reg [31:0] \$460 ;
-  reg [31:0] \$461 ;
-  reg [31:0] \$462 ;
+  reg [7:0] \$456 ;
+  reg [7:0] \$457 ;
+  reg [7:0] \$458 ;
+  reg [7:0] \$459 ;
+  wire \$46 ;
+  reg [7:0] \$460 ;
+  reg [7:0] \$461 ;
+  reg [7:0] \$462 ;
   reg [7:0] \$463 ;
-  reg \$464 ;
-  reg [31:0] \$465 ;
+  reg [7:0] \$464 ;
+  reg [7:0] \$465 ;
   reg [7:0] \$466 ;
-  reg \$467 ;
-  reg [31:0] \$468 ;
+  reg [7:0] \$467 ;
+  reg [7:0] \$468 ;
   reg [7:0] \$469 ;
-  wire [32:0] \$47 ;
-  reg \$470 ;
-  reg [31:0] \$471 ;
+  wire \$47 ;
+  reg [7:0] \$470 ;
+  reg [7:0] \$471 ;
   reg [7:0] \$472 ;
-  reg \$473 ;
-  reg [31:0] \$474 ;
+  reg [7:0] \$473 ;
+  reg [7:0] \$474 ;
   reg [7:0] \$475 ;
-  reg \$476 ;
-  reg [31:0] \$477 ;
+  reg [7:0] \$476 ;
+  reg [7:0] \$477 ;
   reg [7:0] \$478 ;
-  reg \$479 ;
-  reg [7:0] \$48 ;
-  reg [31:0] \$480 ;
+  reg [7:0] \$479 ;
+  wire \$48 ;
+  reg [7:0] \$480 ;
   reg [7:0] \$481 ;
-  reg \$482 ;
-  reg [31:0] \$483 ;
+  reg [7:0] \$482 ;
+  reg [7:0] \$483 ;
   reg [7:0] \$484 ;
-  reg \$485 ;
-  reg [31:0] \$486 ;
-  reg [31:0] \$487 ;
-  reg [31:0] \$488 ;
-  reg [31:0] \$489 ;
-  wire [15:0] \$49 ;
-  reg [31:0] \$490 ;
+  reg [7:0] \$485 ;
+  reg [7:0] \$486 ;
+  reg [7:0] \$487 ;
+  reg [7:0] \$488 ;
+  reg [7:0] \$489 ;
+  wire \$49 ;
+  reg [7:0] \$490 ;
   reg [7:0] \$491 ;
-  reg \$492 ;
-  reg [31:0] \$493 ;
+  reg [7:0] \$492 ;
+  reg [7:0] \$493 ;
   reg [7:0] \$494 ;
-  reg \$495 ;
-  reg [31:0] \$496 ;
+  reg [7:0] \$495 ;
+  reg [7:0] \$496 ;
   reg [7:0] \$497 ;
-  reg \$498 ;
-  reg [31:0] \$499 ;
-  reg [7:0] \$5 ;
-  wire [32:0] \$50 ;
+  reg [7:0] \$498 ;
+  reg [7:0] \$499 ;
+  wire \$5 ;
+  wire \$50 ;
   reg [7:0] \$500 ;
-  reg \$501 ;
-  reg [31:0] \$502 ;
+  reg [7:0] \$501 ;
+  reg [7:0] \$502 ;
   reg [7:0] \$503 ;
-  reg \$504 ;
-  reg [31:0] \$505 ;
+  reg [7:0] \$504 ;
+  reg [7:0] \$505 ;
   reg [7:0] \$506 ;
-  reg \$507 ;
-  reg [31:0] \$508 ;
+  reg [7:0] \$507 ;
+  reg [7:0] \$508 ;
   reg [7:0] \$509 ;
-  reg [7:0] \$51 ;
-  reg \$510 ;
-  reg [31:0] \$511 ;
+  wire \$51 ;
+  reg [7:0] \$510 ;
+  reg [7:0] \$511 ;
   reg [7:0] \$512 ;
-  reg \$513 ;
-  reg [31:0] \$514 ;
-  reg [31:0] \$515 ;
-  reg [31:0] \$516 ;
-  reg [31:0] \$517 ;
+  reg [7:0] \$513 ;
+  reg [7:0] \$514 ;
+  reg [7:0] \$515 ;
+  reg [7:0] \$516 ;
+  reg [7:0] \$517 ;
   reg [7:0] \$518 ;
-  reg \$519 ;
-  wire [15:0] \$52 ;
-  reg [31:0] \$520 ;
+  reg [7:0] \$519 ;
+  wire \$52 ;
+  reg [7:0] \$520 ;
   reg [7:0] \$521 ;
-  reg \$522 ;
-  reg [31:0] \$523 ;
+  reg [7:0] \$522 ;
+  reg [7:0] \$523 ;
   reg [7:0] \$524 ;
-  reg \$525 ;
-  reg [31:0] \$526 ;
+  reg [7:0] \$525 ;
+  reg [7:0] \$526 ;
   reg [7:0] \$527 ;
-  reg \$528 ;
-  reg [31:0] \$529 ;
-  reg [7:0] \$53 ;
+  reg [7:0] \$528 ;
+  reg [7:0] \$529 ;
+  wire \$53 ;
   reg [7:0] \$530 ;
-  reg \$531 ;
-  reg [31:0] \$532 ;
+  reg [7:0] \$531 ;
+  reg [7:0] \$532 ;
   reg [7:0] \$533 ;
-  reg \$534 ;
-  reg [31:0] \$535 ;
+  reg [7:0] \$534 ;
+  reg [7:0] \$535 ;
   reg [7:0] \$536 ;
-  reg \$537 ;
-  reg [31:0] \$538 ;
+  reg [7:0] \$537 ;
+  reg [7:0] \$538 ;
   reg [7:0] \$539 ;
-  wire [15:0] \$54 ;
-  reg \$540 ;
-  reg [31:0] \$541 ;
-  reg [31:0] \$542 ;
-  reg [31:0] \$543 ;
+  wire \$54 ;
+  reg [7:0] \$540 ;
+  reg [7:0] \$541 ;
+  reg [7:0] \$542 ;
+  reg [7:0] \$543 ;
   reg [7:0] \$544 ;
-  reg \$545 ;
-  reg [31:0] \$546 ;
+  reg [7:0] \$545 ;
+  reg [7:0] \$546 ;
   reg [7:0] \$547 ;
-  reg \$548 ;
-  reg [31:0] \$549 ;
-  wire [32:0] \$55 ;
+  reg [7:0] \$548 ;
+  reg [7:0] \$549 ;
+  wire \$55 ;
   reg [7:0] \$550 ;
-  reg \$551 ;
-  reg [31:0] \$552 ;
+  reg [7:0] \$551 ;
+  reg [7:0] \$552 ;
   reg [7:0] \$553 ;
-  reg \$554 ;
-  reg [31:0] \$555 ;
+  reg [7:0] \$554 ;
+  reg [7:0] \$555 ;
   reg [7:0] \$556 ;
-  reg \$557 ;
-  reg [31:0] \$558 ;
+  reg [7:0] \$557 ;
+  reg [7:0] \$558 ;
   reg [7:0] \$559 ;
-  reg [7:0] \$56 ;
-  reg \$560 ;
-  reg [31:0] \$561 ;
+  wire \$56 ;
+  reg [7:0] \$560 ;
+  reg [7:0] \$561 ;
   reg [7:0] \$562 ;
-  reg \$563 ;
-  reg [31:0] \$564 ;
+  reg [7:0] \$563 ;
+  reg [7:0] \$564 ;
   reg [7:0] \$565 ;
-  reg \$566 ;
-  reg [31:0] \$567 ;
-  reg [31:0] \$568 ;
+  reg [7:0] \$566 ;
+  reg [7:0] \$567 ;
+  reg [7:0] \$568 ;
   reg [7:0] \$569 ;
-  wire [15:0] \$57 ;
+  wire \$57 ;
   reg \$570 ;
-  reg [31:0] \$571 ;
-  reg [7:0] \$572 ;
-  reg \$573 ;
-  reg [31:0] \$574 ;
+  reg [7:0] \$571 ;
+  reg \$572 ;
+  reg [7:0] \$573 ;
+  reg \$574 ;
   reg [7:0] \$575 ;
   reg \$576 ;
-  reg [31:0] \$577 ;
-  reg [7:0] \$578 ;
-  reg \$579 ;
-  wire [32:0] \$58 ;
-  reg [31:0] \$580 ;
+  reg [7:0] \$577 ;
+  reg \$578 ;
+  reg [7:0] \$579 ;
+  wire \$58 ;
+  reg \$580 ;
   reg [7:0] \$581 ;
   reg \$582 ;
-  reg [31:0] \$583 ;
-  reg [7:0] \$584 ;
-  reg \$585 ;
-  reg [31:0] \$586 ;
+  reg [7:0] \$583 ;
+  reg \$584 ;
+  reg [7:0] \$585 ;
+  reg \$586 ;
   reg [7:0] \$587 ;
   reg \$588 ;
-  reg [31:0] \$589 ;
-  reg [7:0] \$59 ;
-  reg [7:0] \$590 ;
-  reg \$591 ;
-  reg [31:0] \$592 ;
-  reg \$593 ;
-  reg [27:0] \$594 ;
-  reg \$595 ;
-  reg [27:0] \$596 ;
-  reg \$597 ;
-  reg [27:0] \$598 ;
-  reg \$599 ;
-  wire [15:0] \$6 ;
-  wire [15:0] \$60 ;
-  reg [27:0] \$600 ;
-  reg \$601 ;
-  reg [27:0] \$602 ;
-  reg \$603 ;
-  reg [27:0] \$604 ;
-  reg \$605 ;
-  reg [27:0] \$606 ;
-  reg \$607 ;
-  reg [27:0] \$608 ;
-  reg \$609 ;
-  wire [32:0] \$61 ;
-  reg [27:0] \$610 ;
-  reg \$611 ;
-  reg [27:0] \$612 ;
-  reg \$613 ;
-  reg [27:0] \$614 ;
-  reg \$615 ;
-  reg [27:0] \$616 ;
-  reg \$617 ;
-  reg [27:0] \$618 ;
-  reg \$619 ;
-  reg [7:0] \$62 ;
-  reg [27:0] \$620 ;
-  reg \$621 ;
-  reg [27:0] \$622 ;
-  wire [15:0] \$63 ;
-  wire [32:0] \$64 ;
-  reg [7:0] \$65 ;
-  wire [15:0] \$66 ;
-  wire [32:0] \$67 ;
-  reg [7:0] \$68 ;
-  wire [15:0] \$69 ;
-  reg [7:0] \$7 ;
-  wire [32:0] \$70 ;
-  reg [7:0] \$71 ;
-  wire [15:0] \$72 ;
-  wire [32:0] \$73 ;
-  reg [7:0] \$74 ;
-  wire [15:0] \$75 ;
-  reg [7:0] \$76 ;
-  wire [15:0] \$77 ;
-  wire [32:0] \$78 ;
-  reg [7:0] \$79 ;
-  wire [15:0] \$8 ;
-  wire [15:0] \$80 ;
-  wire [32:0] \$81 ;
-  reg [7:0] \$82 ;
-  wire [15:0] \$83 ;
-  wire [32:0] \$84 ;
-  reg [7:0] \$85 ;
-  wire [15:0] \$86 ;
-  wire [32:0] \$87 ;
-  reg [7:0] \$88 ;
-  wire [15:0] \$89 ;
-  wire [32:0] \$9 ;
-  wire [32:0] \$90 ;
-  reg [7:0] \$91 ;
-  wire [15:0] \$92 ;
-  wire [32:0] \$93 ;
-  reg [7:0] \$94 ;
-  wire [15:0] \$95 ;
-  wire [32:0] \$96 ;
-  reg [7:0] \$97 ;
-  wire [15:0] \$98 ;
-  reg [7:0] \$99 ;
+  reg [7:0] \$589 ;
+  wire \$59 ;
+  reg \$590 ;
+  reg [7:0] \$591 ;
+  reg \$592 ;
+  reg [7:0] \$593 ;
+  reg \$594 ;
+  reg [7:0] \$595 ;
+  reg \$596 ;
+  reg [7:0] \$597 ;
+  reg \$598 ;
+  reg [7:0] \$599 ;
+  wire \$6 ;
+  wire \$60 ;
+  reg \$600 ;
+  reg [7:0] \$601 ;
+  reg \$602 ;
+  reg [7:0] \$603 ;
+  reg \$604 ;
+  reg [7:0] \$605 ;
+  reg \$606 ;
+  reg [7:0] \$607 ;
+  reg \$608 ;
+  reg [7:0] \$609 ;
+  wire \$61 ;
+  reg \$610 ;
+  reg [7:0] \$611 ;
+  reg \$612 ;
+  reg [7:0] \$613 ;
+  reg \$614 ;
+  reg [7:0] \$615 ;
+  reg \$616 ;
+  reg [7:0] \$617 ;
+  reg \$618 ;
+  reg [7:0] \$619 ;
+  wire \$62 ;
+  reg \$620 ;
+  reg [7:0] \$621 ;
+  reg \$622 ;
+  reg [7:0] \$623 ;
+  reg \$624 ;
+  reg [7:0] \$625 ;
+  reg \$626 ;
+  reg [7:0] \$627 ;
+  reg [31:0] \$628 ;
+  reg [7:0] \$629 ;
+  wire \$63 ;
+  reg \$630 ;
+  reg [7:0] \$631 ;
+  reg [31:0] \$632 ;
+  reg [7:0] \$633 ;
+  reg \$634 ;
+  reg [7:0] \$635 ;
+  reg [31:0] \$636 ;
+  reg [7:0] \$637 ;
+  reg \$638 ;
+  reg [7:0] \$639 ;
+  wire \$64 ;
+  reg [31:0] \$640 ;
+  reg [7:0] \$641 ;
+  reg \$642 ;
+  reg [7:0] \$643 ;
+  reg [31:0] \$644 ;
+  reg [7:0] \$645 ;
+  reg \$646 ;
+  reg [7:0] \$647 ;
+  reg [31:0] \$648 ;
+  reg [7:0] \$649 ;
+  wire \$65 ;
+  reg \$650 ;
+  reg [7:0] \$651 ;
+  reg [31:0] \$652 ;
+  reg [7:0] \$653 ;
+  reg \$654 ;
+  reg [7:0] \$655 ;
+  reg [31:0] \$656 ;
+  reg [31:0] \$657 ;
+  reg [31:0] \$658 ;
+  reg [31:0] \$659 ;
+  wire \$66 ;
+  reg [31:0] \$660 ;
+  reg [31:0] \$661 ;
+  reg [31:0] \$662 ;
+  reg [31:0] \$663 ;
+  reg [7:0] \$664 ;
+  reg \$665 ;
+  reg [7:0] \$666 ;
+  reg [31:0] \$667 ;
+  reg [7:0] \$668 ;
+  reg \$669 ;
+  wire \$67 ;
+  reg [7:0] \$670 ;
+  reg [31:0] \$671 ;
+  reg [7:0] \$672 ;
+  reg \$673 ;
+  reg [7:0] \$674 ;
+  reg [31:0] \$675 ;
+  reg [7:0] \$676 ;
+  reg \$677 ;
+  reg [7:0] \$678 ;
+  reg [31:0] \$679 ;
+  wire \$68 ;
+  reg [7:0] \$680 ;
+  reg \$681 ;
+  reg [7:0] \$682 ;
+  reg [31:0] \$683 ;
+  reg [7:0] \$684 ;
+  reg \$685 ;
+  reg [7:0] \$686 ;
+  reg [31:0] \$687 ;
+  reg [7:0] \$688 ;
+  reg \$689 ;
+  wire \$69 ;
+  reg [7:0] \$690 ;
+  reg [31:0] \$691 ;
+  reg [7:0] \$692 ;
+  reg \$693 ;
+  reg [7:0] \$694 ;
+  reg [31:0] \$695 ;
+  reg [31:0] \$696 ;
+  reg [31:0] \$697 ;
+  reg [31:0] \$698 ;
+  reg [31:0] \$699 ;
+  wire \$7 ;
+  wire \$70 ;
+  reg [31:0] \$700 ;
+  reg [31:0] \$701 ;
+  reg [7:0] \$702 ;
+  reg \$703 ;
+  reg [7:0] \$704 ;
+  reg [31:0] \$705 ;
+  reg [7:0] \$706 ;
+  reg \$707 ;
+  reg [7:0] \$708 ;
+  reg [31:0] \$709 ;
+  wire \$71 ;
+  reg [7:0] \$710 ;
+  reg \$711 ;
+  reg [7:0] \$712 ;
+  reg [31:0] \$713 ;
+  reg [7:0] \$714 ;
+  reg \$715 ;
+  reg [7:0] \$716 ;
+  reg [31:0] \$717 ;
+  reg [7:0] \$718 ;
+  reg \$719 ;
+  wire \$72 ;
+  reg [7:0] \$720 ;
+  reg [31:0] \$721 ;
+  reg [7:0] \$722 ;
+  reg \$723 ;
+  reg [7:0] \$724 ;
+  reg [31:0] \$725 ;
+  reg [7:0] \$726 ;
+  reg \$727 ;
+  reg [7:0] \$728 ;
+  reg [31:0] \$729 ;
+  wire \$73 ;
+  reg [7:0] \$730 ;
+  reg \$731 ;
+  reg [7:0] \$732 ;
+  reg [31:0] \$733 ;
+  reg [31:0] \$734 ;
+  reg [31:0] \$735 ;
+  reg [31:0] \$736 ;
+  reg [31:0] \$737 ;
+  reg [31:0] \$738 ;
+  reg [7:0] \$739 ;
+  wire \$74 ;
+  reg \$740 ;
+  reg [7:0] \$741 ;
+  reg [31:0] \$742 ;
+  reg [7:0] \$743 ;
+  reg \$744 ;
+  reg [7:0] \$745 ;
+  reg [31:0] \$746 ;
+  reg [7:0] \$747 ;
+  reg \$748 ;
+  reg [7:0] \$749 ;
+  wire \$75 ;
+  reg [31:0] \$750 ;
+  reg [7:0] \$751 ;
+  reg \$752 ;
+  reg [7:0] \$753 ;
+  reg [31:0] \$754 ;
+  reg [7:0] \$755 ;
+  reg \$756 ;
+  reg [7:0] \$757 ;
+  reg [31:0] \$758 ;
+  reg [7:0] \$759 ;
+  wire \$76 ;
+  reg \$760 ;
+  reg [7:0] \$761 ;
+  reg [31:0] \$762 ;
+  reg [7:0] \$763 ;
+  reg \$764 ;
+  reg [7:0] \$765 ;
+  reg [31:0] \$766 ;
+  reg [7:0] \$767 ;
+  reg \$768 ;
+  reg [7:0] \$769 ;
+  wire \$77 ;
+  reg [31:0] \$770 ;
+  reg [31:0] \$771 ;
+  reg [31:0] \$772 ;
+  reg [31:0] \$773 ;
+  reg [31:0] \$774 ;
+  reg [7:0] \$775 ;
+  reg \$776 ;
+  reg [7:0] \$777 ;
+  reg [31:0] \$778 ;
+  reg [7:0] \$779 ;
+  wire \$78 ;
+  reg \$780 ;
+  reg [7:0] \$781 ;
+  reg [31:0] \$782 ;
+  reg [7:0] \$783 ;
+  reg \$784 ;
+  reg [7:0] \$785 ;
+  reg [31:0] \$786 ;
+  reg [7:0] \$787 ;
+  reg \$788 ;
+  reg [7:0] \$789 ;
+  wire \$79 ;
+  reg [31:0] \$790 ;
+  reg [7:0] \$791 ;
+  reg \$792 ;
+  reg [7:0] \$793 ;
+  reg [31:0] \$794 ;
+  reg [7:0] \$795 ;
+  reg \$796 ;
+  reg [7:0] \$797 ;
+  reg [31:0] \$798 ;
+  reg [7:0] \$799 ;
+  wire \$8 ;
+  wire \$80 ;
+  reg \$800 ;
+  reg [7:0] \$801 ;
+  reg [31:0] \$802 ;
+  reg [7:0] \$803 ;
+  reg \$804 ;
+  reg [7:0] \$805 ;
+  reg [31:0] \$806 ;
+  reg [31:0] \$807 ;
+  reg [31:0] \$808 ;
+  reg [31:0] \$809 ;
+  wire \$81 ;
+  reg [7:0] \$810 ;
+  reg \$811 ;
+  reg [7:0] \$812 ;
+  reg [31:0] \$813 ;
+  reg [7:0] \$814 ;
+  reg \$815 ;
+  reg [7:0] \$816 ;
+  reg [31:0] \$817 ;
+  reg [7:0] \$818 ;
+  reg \$819 ;
+  wire \$82 ;
+  reg [7:0] \$820 ;
+  reg [31:0] \$821 ;
+  reg [7:0] \$822 ;
+  reg \$823 ;
+  reg [7:0] \$824 ;
+  reg [31:0] \$825 ;
+  reg [7:0] \$826 ;
+  reg \$827 ;
+  reg [7:0] \$828 ;
+  reg [31:0] \$829 ;
+  wire \$83 ;
+  reg [7:0] \$830 ;
+  reg \$831 ;
+  reg [7:0] \$832 ;
+  reg [31:0] \$833 ;
+  reg [7:0] \$834 ;
+  reg \$835 ;
+  reg [7:0] \$836 ;
+  reg [31:0] \$837 ;
+  reg [7:0] \$838 ;
+  reg \$839 ;
+  wire \$84 ;
+  reg [7:0] \$840 ;
+  reg [31:0] \$841 ;
+  reg [31:0] \$842 ;
+  reg [31:0] \$843 ;
+  reg [7:0] \$844 ;
+  reg \$845 ;
+  reg [7:0] \$846 ;
+  reg [31:0] \$847 ;
+  reg [7:0] \$848 ;
+  reg \$849 ;
+  wire \$85 ;
+  reg [7:0] \$850 ;
+  reg [31:0] \$851 ;
+  reg [7:0] \$852 ;
+  reg \$853 ;
+  reg [7:0] \$854 ;
+  reg [31:0] \$855 ;
+  reg [7:0] \$856 ;
+  reg \$857 ;
+  reg [7:0] \$858 ;
+  reg [31:0] \$859 ;
+  wire \$86 ;
+  reg [7:0] \$860 ;
+  reg \$861 ;
+  reg [7:0] \$862 ;
+  reg [31:0] \$863 ;
+  reg [7:0] \$864 ;
+  reg \$865 ;
+  reg [7:0] \$866 ;
+  reg [31:0] \$867 ;
+  reg [7:0] \$868 ;
+  reg \$869 ;
+  wire \$87 ;
+  reg [7:0] \$870 ;
+  reg [31:0] \$871 ;
+  reg [7:0] \$872 ;
+  reg \$873 ;
+  reg [7:0] \$874 ;
+  reg [31:0] \$875 ;
+  reg [31:0] \$876 ;
+  reg [7:0] \$877 ;
+  reg \$878 ;
+  reg [7:0] \$879 ;
+  wire \$88 ;
+  reg [31:0] \$880 ;
+  reg [7:0] \$881 ;
+  reg \$882 ;
+  reg [7:0] \$883 ;
+  reg [31:0] \$884 ;
+  reg [7:0] \$885 ;
+  reg \$886 ;
+  reg [7:0] \$887 ;
+  reg [31:0] \$888 ;
+  reg [7:0] \$889 ;
+  wire \$89 ;
+  reg \$890 ;
+  reg [7:0] \$891 ;
+  reg [31:0] \$892 ;
+  reg [7:0] \$893 ;
+  reg \$894 ;
+  reg [7:0] \$895 ;
+  reg [31:0] \$896 ;
+  reg [7:0] \$897 ;
+  reg \$898 ;
+  reg [7:0] \$899 ;
+  wire \$9 ;
+  wire \$90 ;
+  reg [31:0] \$900 ;
+  reg [7:0] \$901 ;
+  reg \$902 ;
+  reg [7:0] \$903 ;
+  reg [31:0] \$904 ;
+  reg [7:0] \$905 ;
+  reg \$906 ;
+  reg [7:0] \$907 ;
+  reg [31:0] \$908 ;
+  reg \$909 ;
+  wire \$91 ;
+  reg [27:0] \$910 ;
+  reg \$911 ;
+  reg [27:0] \$912 ;
+  reg \$913 ;
+  reg [27:0] \$914 ;
+  reg \$915 ;
+  reg [27:0] \$916 ;
+  reg \$917 ;
+  reg [27:0] \$918 ;
+  reg \$919 ;
+  wire \$92 ;
+  reg [27:0] \$920 ;
+  reg \$921 ;
+  reg [27:0] \$922 ;
+  reg \$923 ;
+  reg [27:0] \$924 ;
+  reg \$925 ;
+  reg [27:0] \$926 ;
+  reg \$927 ;
+  reg [27:0] \$928 ;
+  reg \$929 ;
+  wire \$93 ;
+  reg [27:0] \$930 ;
+  reg \$931 ;
+  reg [27:0] \$932 ;
+  reg \$933 ;
+  reg [27:0] \$934 ;
+  reg \$935 ;
+  reg [27:0] \$936 ;
+  reg \$937 ;
+  reg [27:0] \$938 ;
+  wire \$94 ;
+  wire \$95 ;
+  wire \$96 ;
+  wire \$97 ;
+  wire \$98 ;
+  wire \$99 ;
   input [63:0] a;
   wire [63:0] a;
   wire [7:0] \a[0] ;
@@ -37305,8 +38306,6 @@ module \dx1_board.soc.core1.array (rst, w_row, reset_units, w_load, w_bank, a_va
   reg [7:0] a_7_5 = 8'h00;
   reg [7:0] a_7_6 = 8'h00;
   reg [7:0] a_7_7 = 8'h00;
-  input a_bank;
-  wire a_bank;
   input a_valid;
   wire a_valid;
   reg bank_0_0 = 1'h0;
@@ -37383,8 +38382,8 @@ module \dx1_board.soc.core1.array (rst, w_row, reset_units, w_load, w_bank, a_va
   reg [27:0] ctl_d11 = 28'h0000000;
   reg [27:0] ctl_d12 = 28'h0000000;
   reg [27:0] ctl_d13 = 28'h0000000;
-  output [27:0] ctl_d14;
-  reg [27:0] ctl_d14 = 28'h0000000;
+  (* init = 28'h0000000 *)
+  wire [27:0] ctl_d14;
   reg [27:0] ctl_d2 = 28'h0000000;
   reg [27:0] ctl_d3 = 28'h0000000;
   reg [27:0] ctl_d4 = 28'h0000000;
@@ -37421,6 +38420,8 @@ module \dx1_board.soc.core1.array (rst, w_row, reset_units, w_load, w_bank, a_va
   reg [31:0] deskew5_0 = 32'd0;
   reg [31:0] deskew5_1 = 32'd0;
   reg [31:0] deskew6_0 = 32'd0;
+  input next_bank;
+  wire next_bank;
   output [255:0] out;
   wire [255:0] out;
   wire [31:0] \out[0] ;
@@ -37431,10 +38432,10 @@ module \dx1_board.soc.core1.array (rst, w_row, reset_units, w_load, w_bank, a_va
   wire [31:0] \out[5] ;
   wire [31:0] \out[6] ;
   wire [31:0] \out[7] ;
-  (* init = 28'h0000000 *)
-  wire [27:0] out_ctl;
-  (* init = 1'h0 *)
-  wire out_valid;
+  output [27:0] out_ctl;
+  reg [27:0] out_ctl = 28'h0000000;
+  output out_valid;
+  reg out_valid = 1'h0;
   reg [31:0] psum_0_0 = 32'd0;
   reg [31:0] psum_0_1 = 32'd0;
   reg [31:0] psum_0_2 = 32'd0;
@@ -37565,8 +38566,8 @@ module \dx1_board.soc.core1.array (rst, w_row, reset_units, w_load, w_bank, a_va
   reg valid_d11 = 1'h0;
   reg valid_d12 = 1'h0;
   reg valid_d13 = 1'h0;
-  output valid_d14;
-  reg valid_d14 = 1'h0;
+  (* init = 1'h0 *)
+  wire valid_d14;
   reg valid_d2 = 1'h0;
   reg valid_d3 = 1'h0;
   reg valid_d4 = 1'h0;
@@ -37576,133 +38577,261 @@ module \dx1_board.soc.core1.array (rst, w_row, reset_units, w_load, w_bank, a_va
   reg valid_d8 = 1'h0;
   reg valid_d9 = 1'h0;
   reg [7:0] w0_0_0 = 8'h00;
+  wire [7:0] w0_0_0_next;
   reg [7:0] w0_0_1 = 8'h00;
+  wire [7:0] w0_0_1_next;
   reg [7:0] w0_0_2 = 8'h00;
+  wire [7:0] w0_0_2_next;
   reg [7:0] w0_0_3 = 8'h00;
+  wire [7:0] w0_0_3_next;
   reg [7:0] w0_0_4 = 8'h00;
+  wire [7:0] w0_0_4_next;
   reg [7:0] w0_0_5 = 8'h00;
+  wire [7:0] w0_0_5_next;
   reg [7:0] w0_0_6 = 8'h00;
+  wire [7:0] w0_0_6_next;
   reg [7:0] w0_0_7 = 8'h00;
+  wire [7:0] w0_0_7_next;
   reg [7:0] w0_1_0 = 8'h00;
+  wire [7:0] w0_1_0_next;
   reg [7:0] w0_1_1 = 8'h00;
+  wire [7:0] w0_1_1_next;
   reg [7:0] w0_1_2 = 8'h00;
+  wire [7:0] w0_1_2_next;
   reg [7:0] w0_1_3 = 8'h00;
+  wire [7:0] w0_1_3_next;
   reg [7:0] w0_1_4 = 8'h00;
+  wire [7:0] w0_1_4_next;
   reg [7:0] w0_1_5 = 8'h00;
+  wire [7:0] w0_1_5_next;
   reg [7:0] w0_1_6 = 8'h00;
+  wire [7:0] w0_1_6_next;
   reg [7:0] w0_1_7 = 8'h00;
+  wire [7:0] w0_1_7_next;
   reg [7:0] w0_2_0 = 8'h00;
+  wire [7:0] w0_2_0_next;
   reg [7:0] w0_2_1 = 8'h00;
+  wire [7:0] w0_2_1_next;
   reg [7:0] w0_2_2 = 8'h00;
+  wire [7:0] w0_2_2_next;
   reg [7:0] w0_2_3 = 8'h00;
+  wire [7:0] w0_2_3_next;
   reg [7:0] w0_2_4 = 8'h00;
+  wire [7:0] w0_2_4_next;
   reg [7:0] w0_2_5 = 8'h00;
+  wire [7:0] w0_2_5_next;
   reg [7:0] w0_2_6 = 8'h00;
+  wire [7:0] w0_2_6_next;
   reg [7:0] w0_2_7 = 8'h00;
+  wire [7:0] w0_2_7_next;
   reg [7:0] w0_3_0 = 8'h00;
+  wire [7:0] w0_3_0_next;
   reg [7:0] w0_3_1 = 8'h00;
+  wire [7:0] w0_3_1_next;
   reg [7:0] w0_3_2 = 8'h00;
+  wire [7:0] w0_3_2_next;
   reg [7:0] w0_3_3 = 8'h00;
+  wire [7:0] w0_3_3_next;
   reg [7:0] w0_3_4 = 8'h00;
+  wire [7:0] w0_3_4_next;
   reg [7:0] w0_3_5 = 8'h00;
+  wire [7:0] w0_3_5_next;
   reg [7:0] w0_3_6 = 8'h00;
+  wire [7:0] w0_3_6_next;
   reg [7:0] w0_3_7 = 8'h00;
+  wire [7:0] w0_3_7_next;
   reg [7:0] w0_4_0 = 8'h00;
+  wire [7:0] w0_4_0_next;
   reg [7:0] w0_4_1 = 8'h00;
+  wire [7:0] w0_4_1_next;
   reg [7:0] w0_4_2 = 8'h00;
+  wire [7:0] w0_4_2_next;
   reg [7:0] w0_4_3 = 8'h00;
+  wire [7:0] w0_4_3_next;
   reg [7:0] w0_4_4 = 8'h00;
+  wire [7:0] w0_4_4_next;
   reg [7:0] w0_4_5 = 8'h00;
+  wire [7:0] w0_4_5_next;
   reg [7:0] w0_4_6 = 8'h00;
+  wire [7:0] w0_4_6_next;
   reg [7:0] w0_4_7 = 8'h00;
+  wire [7:0] w0_4_7_next;
   reg [7:0] w0_5_0 = 8'h00;
+  wire [7:0] w0_5_0_next;
   reg [7:0] w0_5_1 = 8'h00;
+  wire [7:0] w0_5_1_next;
   reg [7:0] w0_5_2 = 8'h00;
+  wire [7:0] w0_5_2_next;
   reg [7:0] w0_5_3 = 8'h00;
+  wire [7:0] w0_5_3_next;
   reg [7:0] w0_5_4 = 8'h00;
+  wire [7:0] w0_5_4_next;
   reg [7:0] w0_5_5 = 8'h00;
+  wire [7:0] w0_5_5_next;
   reg [7:0] w0_5_6 = 8'h00;
+  wire [7:0] w0_5_6_next;
   reg [7:0] w0_5_7 = 8'h00;
+  wire [7:0] w0_5_7_next;
   reg [7:0] w0_6_0 = 8'h00;
+  wire [7:0] w0_6_0_next;
   reg [7:0] w0_6_1 = 8'h00;
+  wire [7:0] w0_6_1_next;
   reg [7:0] w0_6_2 = 8'h00;
+  wire [7:0] w0_6_2_next;
   reg [7:0] w0_6_3 = 8'h00;
+  wire [7:0] w0_6_3_next;
   reg [7:0] w0_6_4 = 8'h00;
+  wire [7:0] w0_6_4_next;
   reg [7:0] w0_6_5 = 8'h00;
+  wire [7:0] w0_6_5_next;
   reg [7:0] w0_6_6 = 8'h00;
+  wire [7:0] w0_6_6_next;
   reg [7:0] w0_6_7 = 8'h00;
+  wire [7:0] w0_6_7_next;
   reg [7:0] w0_7_0 = 8'h00;
+  wire [7:0] w0_7_0_next;
   reg [7:0] w0_7_1 = 8'h00;
+  wire [7:0] w0_7_1_next;
   reg [7:0] w0_7_2 = 8'h00;
+  wire [7:0] w0_7_2_next;
   reg [7:0] w0_7_3 = 8'h00;
+  wire [7:0] w0_7_3_next;
   reg [7:0] w0_7_4 = 8'h00;
+  wire [7:0] w0_7_4_next;
   reg [7:0] w0_7_5 = 8'h00;
+  wire [7:0] w0_7_5_next;
   reg [7:0] w0_7_6 = 8'h00;
+  wire [7:0] w0_7_6_next;
   reg [7:0] w0_7_7 = 8'h00;
+  wire [7:0] w0_7_7_next;
   reg [7:0] w1_0_0 = 8'h00;
+  wire [7:0] w1_0_0_next;
   reg [7:0] w1_0_1 = 8'h00;
+  wire [7:0] w1_0_1_next;
   reg [7:0] w1_0_2 = 8'h00;
+  wire [7:0] w1_0_2_next;
   reg [7:0] w1_0_3 = 8'h00;
+  wire [7:0] w1_0_3_next;
   reg [7:0] w1_0_4 = 8'h00;
+  wire [7:0] w1_0_4_next;
   reg [7:0] w1_0_5 = 8'h00;
+  wire [7:0] w1_0_5_next;
   reg [7:0] w1_0_6 = 8'h00;
+  wire [7:0] w1_0_6_next;
   reg [7:0] w1_0_7 = 8'h00;
+  wire [7:0] w1_0_7_next;
   reg [7:0] w1_1_0 = 8'h00;
+  wire [7:0] w1_1_0_next;
   reg [7:0] w1_1_1 = 8'h00;
+  wire [7:0] w1_1_1_next;
   reg [7:0] w1_1_2 = 8'h00;
+  wire [7:0] w1_1_2_next;
   reg [7:0] w1_1_3 = 8'h00;
+  wire [7:0] w1_1_3_next;
   reg [7:0] w1_1_4 = 8'h00;
+  wire [7:0] w1_1_4_next;
   reg [7:0] w1_1_5 = 8'h00;
+  wire [7:0] w1_1_5_next;
   reg [7:0] w1_1_6 = 8'h00;
+  wire [7:0] w1_1_6_next;
   reg [7:0] w1_1_7 = 8'h00;
+  wire [7:0] w1_1_7_next;
   reg [7:0] w1_2_0 = 8'h00;
+  wire [7:0] w1_2_0_next;
   reg [7:0] w1_2_1 = 8'h00;
+  wire [7:0] w1_2_1_next;
   reg [7:0] w1_2_2 = 8'h00;
+  wire [7:0] w1_2_2_next;
   reg [7:0] w1_2_3 = 8'h00;
+  wire [7:0] w1_2_3_next;
   reg [7:0] w1_2_4 = 8'h00;
+  wire [7:0] w1_2_4_next;
   reg [7:0] w1_2_5 = 8'h00;
+  wire [7:0] w1_2_5_next;
   reg [7:0] w1_2_6 = 8'h00;
+  wire [7:0] w1_2_6_next;
   reg [7:0] w1_2_7 = 8'h00;
+  wire [7:0] w1_2_7_next;
   reg [7:0] w1_3_0 = 8'h00;
+  wire [7:0] w1_3_0_next;
   reg [7:0] w1_3_1 = 8'h00;
+  wire [7:0] w1_3_1_next;
   reg [7:0] w1_3_2 = 8'h00;
+  wire [7:0] w1_3_2_next;
   reg [7:0] w1_3_3 = 8'h00;
+  wire [7:0] w1_3_3_next;
   reg [7:0] w1_3_4 = 8'h00;
+  wire [7:0] w1_3_4_next;
   reg [7:0] w1_3_5 = 8'h00;
+  wire [7:0] w1_3_5_next;
   reg [7:0] w1_3_6 = 8'h00;
+  wire [7:0] w1_3_6_next;
   reg [7:0] w1_3_7 = 8'h00;
+  wire [7:0] w1_3_7_next;
   reg [7:0] w1_4_0 = 8'h00;
+  wire [7:0] w1_4_0_next;
   reg [7:0] w1_4_1 = 8'h00;
+  wire [7:0] w1_4_1_next;
   reg [7:0] w1_4_2 = 8'h00;
+  wire [7:0] w1_4_2_next;
   reg [7:0] w1_4_3 = 8'h00;
+  wire [7:0] w1_4_3_next;
   reg [7:0] w1_4_4 = 8'h00;
+  wire [7:0] w1_4_4_next;
   reg [7:0] w1_4_5 = 8'h00;
+  wire [7:0] w1_4_5_next;
   reg [7:0] w1_4_6 = 8'h00;
+  wire [7:0] w1_4_6_next;
   reg [7:0] w1_4_7 = 8'h00;
+  wire [7:0] w1_4_7_next;
   reg [7:0] w1_5_0 = 8'h00;
+  wire [7:0] w1_5_0_next;
   reg [7:0] w1_5_1 = 8'h00;
+  wire [7:0] w1_5_1_next;
   reg [7:0] w1_5_2 = 8'h00;
+  wire [7:0] w1_5_2_next;
   reg [7:0] w1_5_3 = 8'h00;
+  wire [7:0] w1_5_3_next;
   reg [7:0] w1_5_4 = 8'h00;
+  wire [7:0] w1_5_4_next;
   reg [7:0] w1_5_5 = 8'h00;
+  wire [7:0] w1_5_5_next;
   reg [7:0] w1_5_6 = 8'h00;
+  wire [7:0] w1_5_6_next;
   reg [7:0] w1_5_7 = 8'h00;
+  wire [7:0] w1_5_7_next;
   reg [7:0] w1_6_0 = 8'h00;
+  wire [7:0] w1_6_0_next;
   reg [7:0] w1_6_1 = 8'h00;
+  wire [7:0] w1_6_1_next;
   reg [7:0] w1_6_2 = 8'h00;
+  wire [7:0] w1_6_2_next;
   reg [7:0] w1_6_3 = 8'h00;
+  wire [7:0] w1_6_3_next;
   reg [7:0] w1_6_4 = 8'h00;
+  wire [7:0] w1_6_4_next;
   reg [7:0] w1_6_5 = 8'h00;
+  wire [7:0] w1_6_5_next;
   reg [7:0] w1_6_6 = 8'h00;
+  wire [7:0] w1_6_6_next;
   reg [7:0] w1_6_7 = 8'h00;
+  wire [7:0] w1_6_7_next;
   reg [7:0] w1_7_0 = 8'h00;
+  wire [7:0] w1_7_0_next;
   reg [7:0] w1_7_1 = 8'h00;
+  wire [7:0] w1_7_1_next;
   reg [7:0] w1_7_2 = 8'h00;
+  wire [7:0] w1_7_2_next;
   reg [7:0] w1_7_3 = 8'h00;
+  wire [7:0] w1_7_3_next;
   reg [7:0] w1_7_4 = 8'h00;
+  wire [7:0] w1_7_4_next;
   reg [7:0] w1_7_5 = 8'h00;
+  wire [7:0] w1_7_5_next;
   reg [7:0] w1_7_6 = 8'h00;
+  wire [7:0] w1_7_6_next;
   reg [7:0] w1_7_7 = 8'h00;
+  wire [7:0] w1_7_7_next;
   input w_bank;
   wire w_bank;
   input w_load;
@@ -37717,2689 +38846,1593 @@ module \dx1_board.soc.core1.array (rst, w_row, reset_units, w_load, w_bank, a_va
   wire [7:0] \w_row[5] ;
   wire [7:0] \w_row[6] ;
   wire [7:0] \w_row[7] ;
+  reg [7:0] wsel_0_0 = 8'h00;
+  reg [7:0] wsel_0_1 = 8'h00;
+  reg [7:0] wsel_0_2 = 8'h00;
+  reg [7:0] wsel_0_3 = 8'h00;
+  reg [7:0] wsel_0_4 = 8'h00;
+  reg [7:0] wsel_0_5 = 8'h00;
+  reg [7:0] wsel_0_6 = 8'h00;
+  reg [7:0] wsel_0_7 = 8'h00;
+  reg [7:0] wsel_1_0 = 8'h00;
+  reg [7:0] wsel_1_1 = 8'h00;
+  reg [7:0] wsel_1_2 = 8'h00;
+  reg [7:0] wsel_1_3 = 8'h00;
+  reg [7:0] wsel_1_4 = 8'h00;
+  reg [7:0] wsel_1_5 = 8'h00;
+  reg [7:0] wsel_1_6 = 8'h00;
+  reg [7:0] wsel_1_7 = 8'h00;
+  reg [7:0] wsel_2_0 = 8'h00;
+  reg [7:0] wsel_2_1 = 8'h00;
+  reg [7:0] wsel_2_2 = 8'h00;
+  reg [7:0] wsel_2_3 = 8'h00;
+  reg [7:0] wsel_2_4 = 8'h00;
+  reg [7:0] wsel_2_5 = 8'h00;
+  reg [7:0] wsel_2_6 = 8'h00;
+  reg [7:0] wsel_2_7 = 8'h00;
+  reg [7:0] wsel_3_0 = 8'h00;
+  reg [7:0] wsel_3_1 = 8'h00;
+  reg [7:0] wsel_3_2 = 8'h00;
+  reg [7:0] wsel_3_3 = 8'h00;
+  reg [7:0] wsel_3_4 = 8'h00;
+  reg [7:0] wsel_3_5 = 8'h00;
+  reg [7:0] wsel_3_6 = 8'h00;
+  reg [7:0] wsel_3_7 = 8'h00;
+  reg [7:0] wsel_4_0 = 8'h00;
+  reg [7:0] wsel_4_1 = 8'h00;
+  reg [7:0] wsel_4_2 = 8'h00;
+  reg [7:0] wsel_4_3 = 8'h00;
+  reg [7:0] wsel_4_4 = 8'h00;
+  reg [7:0] wsel_4_5 = 8'h00;
+  reg [7:0] wsel_4_6 = 8'h00;
+  reg [7:0] wsel_4_7 = 8'h00;
+  reg [7:0] wsel_5_0 = 8'h00;
+  reg [7:0] wsel_5_1 = 8'h00;
+  reg [7:0] wsel_5_2 = 8'h00;
+  reg [7:0] wsel_5_3 = 8'h00;
+  reg [7:0] wsel_5_4 = 8'h00;
+  reg [7:0] wsel_5_5 = 8'h00;
+  reg [7:0] wsel_5_6 = 8'h00;
+  reg [7:0] wsel_5_7 = 8'h00;
+  reg [7:0] wsel_6_0 = 8'h00;
+  reg [7:0] wsel_6_1 = 8'h00;
+  reg [7:0] wsel_6_2 = 8'h00;
+  reg [7:0] wsel_6_3 = 8'h00;
+  reg [7:0] wsel_6_4 = 8'h00;
+  reg [7:0] wsel_6_5 = 8'h00;
+  reg [7:0] wsel_6_6 = 8'h00;
+  reg [7:0] wsel_6_7 = 8'h00;
+  reg [7:0] wsel_7_0 = 8'h00;
+  reg [7:0] wsel_7_1 = 8'h00;
+  reg [7:0] wsel_7_2 = 8'h00;
+  reg [7:0] wsel_7_3 = 8'h00;
+  reg [7:0] wsel_7_4 = 8'h00;
+  reg [7:0] wsel_7_5 = 8'h00;
+  reg [7:0] wsel_7_6 = 8'h00;
+  reg [7:0] wsel_7_7 = 8'h00;
+  assign \$42  = w_load & \$41 ;
+  assign w0_2_4_next = \$42  ? w0_1_4 : w0_2_4;
+  assign \$43  = ! w_bank;
+  assign \$44  = w_load & \$43 ;
+  assign w0_2_5_next = \$44  ? w0_1_5 : w0_2_5;
+  assign \$45  = ! w_bank;
+  assign \$46  = w_load & \$45 ;
+  assign w0_2_6_next = \$46  ? w0_1_6 : w0_2_6;
+  assign \$47  = ! w_bank;
+  assign \$48  = w_load & \$47 ;
+  assign w0_2_7_next = \$48  ? w0_1_7 : w0_2_7;
+  assign \$49  = ! w_bank;
+  assign \$50  = w_load & \$49 ;
+  assign w0_3_0_next = \$50  ? w0_2_0 : w0_3_0;
+  assign \$51  = ! w_bank;
+  assign \$52  = w_load & \$51 ;
+  assign w0_3_1_next = \$52  ? w0_2_1 : w0_3_1;
+  assign \$53  = ! w_bank;
+  assign \$54  = w_load & \$53 ;
+  assign w0_3_2_next = \$54  ? w0_2_2 : w0_3_2;
+  assign \$55  = ! w_bank;
+  assign \$56  = w_load & \$55 ;
+  assign w0_3_3_next = \$56  ? w0_2_3 : w0_3_3;
+  assign \$57  = ! w_bank;
+  assign \$58  = w_load & \$57 ;
+  assign w0_3_4_next = \$58  ? w0_2_4 : w0_3_4;
+  assign \$59  = ! w_bank;
+  assign \$60  = w_load & \$59 ;
+  assign w0_3_5_next = \$60  ? w0_2_5 : w0_3_5;
+  assign \$61  = ! w_bank;
+  assign \$62  = w_load & \$61 ;
+  assign w0_3_6_next = \$62  ? w0_2_6 : w0_3_6;
+  assign \$63  = ! w_bank;
+  assign \$64  = w_load & \$63 ;
+  assign w0_3_7_next = \$64  ? w0_2_7 : w0_3_7;
+  assign \$65  = ! w_bank;
+  assign \$66  = w_load & \$65 ;
+  assign w0_4_0_next = \$66  ? w0_3_0 : w0_4_0;
+  assign \$67  = ! w_bank;
+  assign \$68  = w_load & \$67 ;
+  assign w0_4_1_next = \$68  ? w0_3_1 : w0_4_1;
+  assign \$69  = ! w_bank;
+  assign \$70  = w_load & \$69 ;
+  assign w0_4_2_next = \$70  ? w0_3_2 : w0_4_2;
+  assign \$71  = ! w_bank;
+  assign \$72  = w_load & \$71 ;
+  assign w0_4_3_next = \$72  ? w0_3_3 : w0_4_3;
+  assign \$73  = ! w_bank;
+  assign \$74  = w_load & \$73 ;
+  assign w0_4_4_next = \$74  ? w0_3_4 : w0_4_4;
+  assign \$75  = ! w_bank;
+  assign \$76  = w_load & \$75 ;
+  assign w0_4_5_next = \$76  ? w0_3_5 : w0_4_5;
+  assign \$77  = ! w_bank;
+  assign \$78  = w_load & \$77 ;
+  assign w0_4_6_next = \$78  ? w0_3_6 : w0_4_6;
+  assign \$79  = ! w_bank;
+  assign \$80  = w_load & \$79 ;
+  assign w0_4_7_next = \$80  ? w0_3_7 : w0_4_7;
+  assign \$81  = ! w_bank;
+  assign \$82  = w_load & \$81 ;
+  assign w0_5_0_next = \$82  ? w0_4_0 : w0_5_0;
+  assign \$83  = ! w_bank;
+  assign \$84  = w_load & \$83 ;
+  assign w0_5_1_next = \$84  ? w0_4_1 : w0_5_1;
+  assign \$85  = ! w_bank;
+  assign \$86  = w_load & \$85 ;
+  assign w0_5_2_next = \$86  ? w0_4_2 : w0_5_2;
+  assign \$87  = ! w_bank;
+  assign \$88  = w_load & \$87 ;
+  assign w0_5_3_next = \$88  ? w0_4_3 : w0_5_3;
+  assign \$89  = ! w_bank;
+  assign \$90  = w_load & \$89 ;
+  assign w0_5_4_next = \$90  ? w0_4_4 : w0_5_4;
+  assign \$91  = ! w_bank;
+  assign \$92  = w_load & \$91 ;
+  assign w0_5_5_next = \$92  ? w0_4_5 : w0_5_5;
+  assign \$93  = ! w_bank;
+  assign \$94  = w_load & \$93 ;
+  assign w0_5_6_next = \$94  ? w0_4_6 : w0_5_6;
+  assign \$95  = ! w_bank;
+  assign \$96  = w_load & \$95 ;
+  assign w0_5_7_next = \$96  ? w0_4_7 : w0_5_7;
+  assign \$97  = ! w_bank;
+  assign \$98  = w_load & \$97 ;
+  assign w0_6_0_next = \$98  ? w0_5_0 : w0_6_0;
+  assign \$99  = ! w_bank;
+  assign \$100  = w_load & \$99 ;
+  assign w0_6_1_next = \$100  ? w0_5_1 : w0_6_1;
+  assign \$101  = ! w_bank;
+  assign \$102  = w_load & \$101 ;
+  assign w0_6_2_next = \$102  ? w0_5_2 : w0_6_2;
+  assign \$103  = ! w_bank;
+  assign \$104  = w_load & \$103 ;
+  assign w0_6_3_next = \$104  ? w0_5_3 : w0_6_3;
+  assign \$105  = ! w_bank;
+  assign \$106  = w_load & \$105 ;
+  assign w0_6_4_next = \$106  ? w0_5_4 : w0_6_4;
+  assign \$107  = ! w_bank;
+  assign \$108  = w_load & \$107 ;
+  assign w0_6_5_next = \$108  ? w0_5_5 : w0_6_5;
+  assign \$109  = ! w_bank;
+  assign \$110  = w_load & \$109 ;
+  assign w0_6_6_next = \$110  ? w0_5_6 : w0_6_6;
+  assign \$111  = ! w_bank;
+  assign \$112  = w_load & \$111 ;
+  assign w0_6_7_next = \$112  ? w0_5_7 : w0_6_7;
+  assign \$113  = ! w_bank;
+  assign \$114  = w_load & \$113 ;
+  assign w0_7_0_next = \$114  ? w0_6_0 : w0_7_0;
+  assign \$115  = ! w_bank;
+  assign \$116  = w_load & \$115 ;
+  assign w0_7_1_next = \$116  ? w0_6_1 : w0_7_1;
+  assign \$117  = ! w_bank;
+  assign \$118  = w_load & \$117 ;
+  assign w0_7_2_next = \$118  ? w0_6_2 : w0_7_2;
+  assign \$119  = ! w_bank;
+  assign \$120  = w_load & \$119 ;
+  assign w0_7_3_next = \$120  ? w0_6_3 : w0_7_3;
+  assign \$121  = ! w_bank;
+  assign \$122  = w_load & \$121 ;
+  assign w0_7_4_next = \$122  ? w0_6_4 : w0_7_4;
+  assign \$123  = ! w_bank;
+  assign \$124  = w_load & \$123 ;
+  assign w0_7_5_next = \$124  ? w0_6_5 : w0_7_5;
+  assign \$125  = ! w_bank;
+  assign \$126  = w_load & \$125 ;
+  assign w0_7_6_next = \$126  ? w0_6_6 : w0_7_6;
+  assign \$127  = ! w_bank;
+  assign \$128  = w_load & \$127 ;
+  assign w0_7_7_next = \$128  ? w0_6_7 : w0_7_7;
+  assign \$130  = w_load & \$129 ;
+  assign w1_0_0_next = \$130  ? w_row[7:0] : w1_0_0;
+  assign \$132  = w_load & \$131 ;
+  assign w1_0_1_next = \$132  ? w_row[15:8] : w1_0_1;
+  assign \$134  = w_load & \$133 ;
+  assign w1_0_2_next = \$134  ? w_row[23:16] : w1_0_2;
+  assign \$136  = w_load & \$135 ;
+  assign w1_0_3_next = \$136  ? w_row[31:24] : w1_0_3;
+  assign \$138  = w_load & \$137 ;
+  assign w1_0_4_next = \$138  ? w_row[39:32] : w1_0_4;
+  assign \$140  = w_load & \$139 ;
+  assign w1_0_5_next = \$140  ? w_row[47:40] : w1_0_5;
+  assign \$142  = w_load & \$141 ;
+  assign w1_0_6_next = \$142  ? w_row[55:48] : w1_0_6;
+  assign \$144  = w_load & \$143 ;
+  assign w1_0_7_next = \$144  ? w_row[63:56] : w1_0_7;
+  assign \$146  = w_load & \$145 ;
+  assign w1_1_0_next = \$146  ? w1_0_0 : w1_1_0;
+  assign \$148  = w_load & \$147 ;
+  assign w1_1_1_next = \$148  ? w1_0_1 : w1_1_1;
+  assign \$150  = w_load & \$149 ;
+  assign w1_1_2_next = \$150  ? w1_0_2 : w1_1_2;
+  assign \$152  = w_load & \$151 ;
+  assign w1_1_3_next = \$152  ? w1_0_3 : w1_1_3;
+  assign \$154  = w_load & \$153 ;
+  assign w1_1_4_next = \$154  ? w1_0_4 : w1_1_4;
+  assign \$156  = w_load & \$155 ;
+  assign w1_1_5_next = \$156  ? w1_0_5 : w1_1_5;
+  assign \$158  = w_load & \$157 ;
+  assign w1_1_6_next = \$158  ? w1_0_6 : w1_1_6;
+  assign \$160  = w_load & \$159 ;
+  assign w1_1_7_next = \$160  ? w1_0_7 : w1_1_7;
+  assign \$162  = w_load & \$161 ;
+  assign w1_2_0_next = \$162  ? w1_1_0 : w1_2_0;
+  assign \$164  = w_load & \$163 ;
+  assign w1_2_1_next = \$164  ? w1_1_1 : w1_2_1;
+  assign \$166  = w_load & \$165 ;
+  assign w1_2_2_next = \$166  ? w1_1_2 : w1_2_2;
+  assign \$168  = w_load & \$167 ;
+  assign w1_2_3_next = \$168  ? w1_1_3 : w1_2_3;
+  assign \$170  = w_load & \$169 ;
+  assign w1_2_4_next = \$170  ? w1_1_4 : w1_2_4;
+  assign \$172  = w_load & \$171 ;
+  assign w1_2_5_next = \$172  ? w1_1_5 : w1_2_5;
+  assign \$174  = w_load & \$173 ;
+  assign w1_2_6_next = \$174  ? w1_1_6 : w1_2_6;
+  assign \$176  = w_load & \$175 ;
+  assign w1_2_7_next = \$176  ? w1_1_7 : w1_2_7;
+  assign \$178  = w_load & \$177 ;
+  assign w1_3_0_next = \$178  ? w1_2_0 : w1_3_0;
+  assign \$180  = w_load & \$179 ;
+  assign w1_3_1_next = \$180  ? w1_2_1 : w1_3_1;
+  assign \$182  = w_load & \$181 ;
+  assign w1_3_2_next = \$182  ? w1_2_2 : w1_3_2;
+  assign \$184  = w_load & \$183 ;
+  assign w1_3_3_next = \$184  ? w1_2_3 : w1_3_3;
+  assign \$186  = w_load & \$185 ;
+  assign w1_3_4_next = \$186  ? w1_2_4 : w1_3_4;
+  assign \$188  = w_load & \$187 ;
+  assign w1_3_5_next = \$188  ? w1_2_5 : w1_3_5;
+  assign \$190  = w_load & \$189 ;
+  assign w1_3_6_next = \$190  ? w1_2_6 : w1_3_6;
+  assign \$192  = w_load & \$191 ;
+  assign w1_3_7_next = \$192  ? w1_2_7 : w1_3_7;
+  assign \$194  = w_load & \$193 ;
+  assign w1_4_0_next = \$194  ? w1_3_0 : w1_4_0;
+  assign \$196  = w_load & \$195 ;
+  assign w1_4_1_next = \$196  ? w1_3_1 : w1_4_1;
+  assign \$198  = w_load & \$197 ;
+  assign w1_4_2_next = \$198  ? w1_3_2 : w1_4_2;
+  assign \$200  = w_load & \$199 ;
+  assign w1_4_3_next = \$200  ? w1_3_3 : w1_4_3;
+  assign \$202  = w_load & \$201 ;
+  assign w1_4_4_next = \$202  ? w1_3_4 : w1_4_4;
+  assign \$204  = w_load & \$203 ;
+  assign w1_4_5_next = \$204  ? w1_3_5 : w1_4_5;
+  assign \$206  = w_load & \$205 ;
+  assign w1_4_6_next = \$206  ? w1_3_6 : w1_4_6;
+  assign \$208  = w_load & \$207 ;
+  assign w1_4_7_next = \$208  ? w1_3_7 : w1_4_7;
+  assign \$210  = w_load & \$209 ;
+  assign w1_5_0_next = \$210  ? w1_4_0 : w1_5_0;
+  assign \$212  = w_load & \$211 ;
+  assign w1_5_1_next = \$212  ? w1_4_1 : w1_5_1;
+  assign \$214  = w_load & \$213 ;
+  assign w1_5_2_next = \$214  ? w1_4_2 : w1_5_2;
+  assign \$216  = w_load & \$215 ;
+  assign w1_5_3_next = \$216  ? w1_4_3 : w1_5_3;
+  assign \$218  = w_load & \$217 ;
+  assign w1_5_4_next = \$218  ? w1_4_4 : w1_5_4;
+  assign \$220  = w_load & \$219 ;
+  assign w1_5_5_next = \$220  ? w1_4_5 : w1_5_5;
+  assign \$222  = w_load & \$221 ;
+  assign w1_5_6_next = \$222  ? w1_4_6 : w1_5_6;
+  assign \$224  = w_load & \$223 ;
+  assign w1_5_7_next = \$224  ? w1_4_7 : w1_5_7;
+  assign \$226  = w_load & \$225 ;
+  assign w1_6_0_next = \$226  ? w1_5_0 : w1_6_0;
+  assign \$228  = w_load & \$227 ;
+  assign w1_6_1_next = \$228  ? w1_5_1 : w1_6_1;
+  assign \$230  = w_load & \$229 ;
+  assign w1_6_2_next = \$230  ? w1_5_2 : w1_6_2;
+  assign \$232  = w_load & \$231 ;
+  assign w1_6_3_next = \$232  ? w1_5_3 : w1_6_3;
+  assign \$234  = w_load & \$233 ;
+  assign w1_6_4_next = \$234  ? w1_5_4 : w1_6_4;
+  assign \$236  = w_load & \$235 ;
+  assign w1_6_5_next = \$236  ? w1_5_5 : w1_6_5;
+  assign \$238  = w_load & \$237 ;
+  assign w1_6_6_next = \$238  ? w1_5_6 : w1_6_6;
+  assign \$240  = w_load & \$239 ;
+  assign w1_6_7_next = \$240  ? w1_5_7 : w1_6_7;
+  assign \$242  = w_load & \$241 ;
+  assign w1_7_0_next = \$242  ? w1_6_0 : w1_7_0;
+  assign \$244  = w_load & \$243 ;
+  assign w1_7_1_next = \$244  ? w1_6_1 : w1_7_1;
+  assign \$246  = w_load & \$245 ;
+  assign w1_7_2_next = \$246  ? w1_6_2 : w1_7_2;
+  assign \$248  = w_load & \$247 ;
+  assign w1_7_3_next = \$248  ? w1_6_3 : w1_7_3;
+  assign \$250  = w_load & \$249 ;
+  assign w1_7_4_next = \$250  ? w1_6_4 : w1_7_4;
+  assign \$252  = w_load & \$251 ;
+  assign w1_7_5_next = \$252  ? w1_6_5 : w1_7_5;
+  assign \$254  = w_load & \$253 ;
+  assign w1_7_6_next = \$254  ? w1_6_6 : w1_7_6;
+  assign \$256  = w_load & \$255 ;
+  assign w1_7_7_next = \$256  ? w1_6_7 : w1_7_7;
+  assign \$257  = next_bank ? w1_0_0_next : w0_0_0_next;
+  assign \$258  = $signed(a[7:0]) * $signed(wsel_0_0);
+  assign \$259  = skew_bank1_0 ? w1_1_0_next : w0_1_0_next;
+  assign \$260  = $signed(skew1_0) * $signed(wsel_1_0);
+  assign \$261  = $signed(psum_0_0) + $signed(\$260 );
+  assign \$262  = skew_bank2_1 ? w1_2_0_next : w0_2_0_next;
+  assign \$263  = $signed(skew2_1) * $signed(wsel_2_0);
+  assign \$264  = $signed(psum_1_0) + $signed(\$263 );
+  assign \$265  = skew_bank3_2 ? w1_3_0_next : w0_3_0_next;
+  assign \$266  = $signed(skew3_2) * $signed(wsel_3_0);
+  assign \$267  = $signed(psum_2_0) + $signed(\$266 );
+  assign \$268  = skew_bank4_3 ? w1_4_0_next : w0_4_0_next;
+  assign \$269  = $signed(skew4_3) * $signed(wsel_4_0);
+  assign \$270  = $signed(psum_3_0) + $signed(\$269 );
+  assign \$271  = skew_bank5_4 ? w1_5_0_next : w0_5_0_next;
+  assign \$272  = $signed(skew5_4) * $signed(wsel_5_0);
+  assign \$273  = $signed(psum_4_0) + $signed(\$272 );
+  assign \$274  = skew_bank6_5 ? w1_6_0_next : w0_6_0_next;
+  assign \$275  = $signed(skew6_5) * $signed(wsel_6_0);
+  assign \$276  = $signed(psum_5_0) + $signed(\$275 );
+  assign \$277  = skew_bank7_6 ? w1_7_0_next : w0_7_0_next;
+  assign \$278  = $signed(skew7_6) * $signed(wsel_7_0);
+  assign \$279  = $signed(psum_6_0) + $signed(\$278 );
+  assign \$280  = bank_0_0 ? w1_0_1_next : w0_0_1_next;
+  assign \$281  = $signed(a_0_0) * $signed(wsel_0_1);
+  assign \$282  = bank_1_0 ? w1_1_1_next : w0_1_1_next;
+  assign \$283  = $signed(a_1_0) * $signed(wsel_1_1);
+  assign \$284  = $signed(psum_0_1) + $signed(\$283 );
+  assign \$285  = bank_2_0 ? w1_2_1_next : w0_2_1_next;
+  assign \$286  = $signed(a_2_0) * $signed(wsel_2_1);
+  assign \$287  = $signed(psum_1_1) + $signed(\$286 );
+  assign \$288  = bank_3_0 ? w1_3_1_next : w0_3_1_next;
+  assign \$289  = $signed(a_3_0) * $signed(wsel_3_1);
+  assign \$290  = $signed(psum_2_1) + $signed(\$289 );
+  assign \$291  = bank_4_0 ? w1_4_1_next : w0_4_1_next;
+  assign \$292  = $signed(a_4_0) * $signed(wsel_4_1);
+  assign \$293  = $signed(psum_3_1) + $signed(\$292 );
+  assign \$294  = bank_5_0 ? w1_5_1_next : w0_5_1_next;
+  assign \$295  = $signed(a_5_0) * $signed(wsel_5_1);
+  assign \$296  = $signed(psum_4_1) + $signed(\$295 );
+  assign \$297  = bank_6_0 ? w1_6_1_next : w0_6_1_next;
+  assign \$298  = $signed(a_6_0) * $signed(wsel_6_1);
+  assign \$299  = $signed(psum_5_1) + $signed(\$298 );
+  assign \$300  = bank_7_0 ? w1_7_1_next : w0_7_1_next;
+  assign \$301  = $signed(a_7_0) * $signed(wsel_7_1);
+  assign \$302  = $signed(psum_6_1) + $signed(\$301 );
+  assign \$303  = bank_0_1 ? w1_0_2_next : w0_0_2_next;
+  assign \$304  = $signed(a_0_1) * $signed(wsel_0_2);
+  assign \$305  = bank_1_1 ? w1_1_2_next : w0_1_2_next;
+  assign \$306  = $signed(a_1_1) * $signed(wsel_1_2);
+  assign \$307  = $signed(psum_0_2) + $signed(\$306 );
+  assign \$308  = bank_2_1 ? w1_2_2_next : w0_2_2_next;
+  assign \$309  = $signed(a_2_1) * $signed(wsel_2_2);
+  assign \$310  = $signed(psum_1_2) + $signed(\$309 );
+  assign \$311  = bank_3_1 ? w1_3_2_next : w0_3_2_next;
+  assign \$312  = $signed(a_3_1) * $signed(wsel_3_2);
+  assign \$313  = $signed(psum_2_2) + $signed(\$312 );
+  assign \$314  = bank_4_1 ? w1_4_2_next : w0_4_2_next;
+  assign \$315  = $signed(a_4_1) * $signed(wsel_4_2);
+  assign \$316  = $signed(psum_3_2) + $signed(\$315 );
+  assign \$317  = bank_5_1 ? w1_5_2_next : w0_5_2_next;
+  assign \$318  = $signed(a_5_1) * $signed(wsel_5_2);
+  assign \$319  = $signed(psum_4_2) + $signed(\$318 );
+  assign \$320  = bank_6_1 ? w1_6_2_next : w0_6_2_next;
+  assign \$321  = $signed(a_6_1) * $signed(wsel_6_2);
+  assign \$322  = $signed(psum_5_2) + $signed(\$321 );
+  assign \$323  = bank_7_1 ? w1_7_2_next : w0_7_2_next;
+  assign \$324  = $signed(a_7_1) * $signed(wsel_7_2);
+  assign \$325  = $signed(psum_6_2) + $signed(\$324 );
+  assign \$326  = bank_0_2 ? w1_0_3_next : w0_0_3_next;
+  assign \$327  = $signed(a_0_2) * $signed(wsel_0_3);
+  assign \$328  = bank_1_2 ? w1_1_3_next : w0_1_3_next;
+  assign \$329  = $signed(a_1_2) * $signed(wsel_1_3);
+  assign \$330  = $signed(psum_0_3) + $signed(\$329 );
+  assign \$331  = bank_2_2 ? w1_2_3_next : w0_2_3_next;
+  assign \$332  = $signed(a_2_2) * $signed(wsel_2_3);
+  assign \$333  = $signed(psum_1_3) + $signed(\$332 );
+  assign \$334  = bank_3_2 ? w1_3_3_next : w0_3_3_next;
+  assign \$335  = $signed(a_3_2) * $signed(wsel_3_3);
+  assign \$336  = $signed(psum_2_3) + $signed(\$335 );
+  assign \$337  = bank_4_2 ? w1_4_3_next : w0_4_3_next;
+  assign \$338  = $signed(a_4_2) * $signed(wsel_4_3);
+  assign \$339  = $signed(psum_3_3) + $signed(\$338 );
+  assign \$340  = bank_5_2 ? w1_5_3_next : w0_5_3_next;
+  assign \$341  = $signed(a_5_2) * $signed(wsel_5_3);
+  assign \$342  = $signed(psum_4_3) + $signed(\$341 );
+  assign \$343  = bank_6_2 ? w1_6_3_next : w0_6_3_next;
+  assign \$344  = $signed(a_6_2) * $signed(wsel_6_3);
+  assign \$345  = $signed(psum_5_3) + $signed(\$344 );
+  assign \$346  = bank_7_2 ? w1_7_3_next : w0_7_3_next;
+  assign \$347  = $signed(a_7_2) * $signed(wsel_7_3);
+  assign \$348  = $signed(psum_6_3) + $signed(\$347 );
+  assign \$349  = bank_0_3 ? w1_0_4_next : w0_0_4_next;
+  assign \$350  = $signed(a_0_3) * $signed(wsel_0_4);
+  assign \$351  = bank_1_3 ? w1_1_4_next : w0_1_4_next;
+  assign \$352  = $signed(a_1_3) * $signed(wsel_1_4);
+  assign \$353  = $signed(psum_0_4) + $signed(\$352 );
+  assign \$354  = bank_2_3 ? w1_2_4_next : w0_2_4_next;
+  assign \$355  = $signed(a_2_3) * $signed(wsel_2_4);
+  assign \$356  = $signed(psum_1_4) + $signed(\$355 );
+  assign \$357  = bank_3_3 ? w1_3_4_next : w0_3_4_next;
+  assign \$358  = $signed(a_3_3) * $signed(wsel_3_4);
+  assign \$359  = $signed(psum_2_4) + $signed(\$358 );
+  assign \$360  = bank_4_3 ? w1_4_4_next : w0_4_4_next;
+  assign \$361  = $signed(a_4_3) * $signed(wsel_4_4);
+  assign \$362  = $signed(psum_3_4) + $signed(\$361 );
+  assign \$363  = bank_5_3 ? w1_5_4_next : w0_5_4_next;
+  assign \$364  = $signed(a_5_3) * $signed(wsel_5_4);
+  assign \$365  = $signed(psum_4_4) + $signed(\$364 );
+  assign \$366  = bank_6_3 ? w1_6_4_next : w0_6_4_next;
+  assign \$367  = $signed(a_6_3) * $signed(wsel_6_4);
+  assign \$368  = $signed(psum_5_4) + $signed(\$367 );
+  assign \$369  = bank_7_3 ? w1_7_4_next : w0_7_4_next;
+  assign \$370  = $signed(a_7_3) * $signed(wsel_7_4);
+  assign \$371  = $signed(psum_6_4) + $signed(\$370 );
+  assign \$372  = bank_0_4 ? w1_0_5_next : w0_0_5_next;
+  assign \$373  = $signed(a_0_4) * $signed(wsel_0_5);
+  assign \$374  = bank_1_4 ? w1_1_5_next : w0_1_5_next;
+  assign \$375  = $signed(a_1_4) * $signed(wsel_1_5);
+  assign \$376  = $signed(psum_0_5) + $signed(\$375 );
+  assign \$377  = bank_2_4 ? w1_2_5_next : w0_2_5_next;
+  assign \$378  = $signed(a_2_4) * $signed(wsel_2_5);
+  assign \$379  = $signed(psum_1_5) + $signed(\$378 );
+  assign \$380  = bank_3_4 ? w1_3_5_next : w0_3_5_next;
+  assign \$381  = $signed(a_3_4) * $signed(wsel_3_5);
+  assign \$382  = $signed(psum_2_5) + $signed(\$381 );
+  assign \$383  = bank_4_4 ? w1_4_5_next : w0_4_5_next;
+  assign \$384  = $signed(a_4_4) * $signed(wsel_4_5);
+  assign \$385  = $signed(psum_3_5) + $signed(\$384 );
+  assign \$386  = bank_5_4 ? w1_5_5_next : w0_5_5_next;
+  assign \$387  = $signed(a_5_4) * $signed(wsel_5_5);
+  assign \$388  = $signed(psum_4_5) + $signed(\$387 );
+  assign \$389  = bank_6_4 ? w1_6_5_next : w0_6_5_next;
+  assign \$390  = $signed(a_6_4) * $signed(wsel_6_5);
+  assign \$391  = $signed(psum_5_5) + $signed(\$390 );
+  assign \$392  = bank_7_4 ? w1_7_5_next : w0_7_5_next;
+  assign \$393  = $signed(a_7_4) * $signed(wsel_7_5);
+  assign \$394  = $signed(psum_6_5) + $signed(\$393 );
+  assign \$395  = bank_0_5 ? w1_0_6_next : w0_0_6_next;
+  assign \$396  = $signed(a_0_5) * $signed(wsel_0_6);
+  assign \$397  = bank_1_5 ? w1_1_6_next : w0_1_6_next;
+  assign \$398  = $signed(a_1_5) * $signed(wsel_1_6);
+  assign \$399  = $signed(psum_0_6) + $signed(\$398 );
+  assign \$400  = bank_2_5 ? w1_2_6_next : w0_2_6_next;
+  assign \$401  = $signed(a_2_5) * $signed(wsel_2_6);
+  assign \$402  = $signed(psum_1_6) + $signed(\$401 );
+  assign \$403  = bank_3_5 ? w1_3_6_next : w0_3_6_next;
+  assign \$404  = $signed(a_3_5) * $signed(wsel_3_6);
+  assign \$405  = $signed(psum_2_6) + $signed(\$404 );
+  assign \$406  = bank_4_5 ? w1_4_6_next : w0_4_6_next;
+  assign \$407  = $signed(a_4_5) * $signed(wsel_4_6);
+  assign \$408  = $signed(psum_3_6) + $signed(\$407 );
+  assign \$409  = bank_5_5 ? w1_5_6_next : w0_5_6_next;
+  assign \$410  = $signed(a_5_5) * $signed(wsel_5_6);
+  assign \$411  = $signed(psum_4_6) + $signed(\$410 );
+  assign \$412  = bank_6_5 ? w1_6_6_next : w0_6_6_next;
+  assign \$413  = $signed(a_6_5) * $signed(wsel_6_6);
+  assign \$414  = $signed(psum_5_6) + $signed(\$413 );
+  assign \$415  = bank_7_5 ? w1_7_6_next : w0_7_6_next;
+  assign \$416  = $signed(a_7_5) * $signed(wsel_7_6);
+  assign \$417  = $signed(psum_6_6) + $signed(\$416 );
+  assign \$418  = bank_0_6 ? w1_0_7_next : w0_0_7_next;
+  assign \$419  = $signed(a_0_6) * $signed(wsel_0_7);
+  assign \$420  = bank_1_6 ? w1_1_7_next : w0_1_7_next;
+  assign \$421  = $signed(a_1_6) * $signed(wsel_1_7);
+  assign \$422  = $signed(psum_0_7) + $signed(\$421 );
+  assign \$423  = bank_2_6 ? w1_2_7_next : w0_2_7_next;
+  assign \$424  = $signed(a_2_6) * $signed(wsel_2_7);
+  assign \$425  = $signed(psum_1_7) + $signed(\$424 );
+  assign \$426  = bank_3_6 ? w1_3_7_next : w0_3_7_next;
+  assign \$427  = $signed(a_3_6) * $signed(wsel_3_7);
+  assign \$428  = $signed(psum_2_7) + $signed(\$427 );
+  assign \$429  = bank_4_6 ? w1_4_7_next : w0_4_7_next;
+  assign \$430  = $signed(a_4_6) * $signed(wsel_4_7);
+  assign \$431  = $signed(psum_3_7) + $signed(\$430 );
+  assign \$432  = bank_5_6 ? w1_5_7_next : w0_5_7_next;
+  assign \$433  = $signed(a_5_6) * $signed(wsel_5_7);
+  assign \$434  = $signed(psum_4_7) + $signed(\$433 );
+  assign \$435  = bank_6_6 ? w1_6_7_next : w0_6_7_next;
+  assign \$436  = $signed(a_6_6) * $signed(wsel_6_7);
+  assign \$437  = $signed(psum_5_7) + $signed(\$436 );
+  assign \$438  = bank_7_6 ? w1_7_7_next : w0_7_7_next;
+  assign \$439  = $signed(a_7_6) * $signed(wsel_7_7);
+  assign \$440  = $signed(psum_6_7) + $signed(\$439 );
+  always @(posedge clk)
+    w0_0_0 <= \$441 ;
+  always @(posedge clk)
+    w0_0_1 <= \$442 ;
+  always @(posedge clk)
+    w0_0_2 <= \$443 ;
+  always @(posedge clk)
+    w0_0_3 <= \$444 ;
+  always @(posedge clk)
+    w0_0_4 <= \$445 ;
+  always @(posedge clk)
+    w0_0_5 <= \$446 ;
+  always @(posedge clk)
+    w0_0_6 <= \$447 ;
+  always @(posedge clk)
+    w0_0_7 <= \$448 ;
+  always @(posedge clk)
+    w0_1_0 <= \$449 ;
+  always @(posedge clk)
+    w0_1_1 <= \$450 ;
+  always @(posedge clk)
+    w0_1_2 <= \$451 ;
+  always @(posedge clk)
+    w0_1_3 <= \$452 ;
+  always @(posedge clk)
+    w0_1_4 <= \$453 ;
+  always @(posedge clk)
+    w0_1_5 <= \$454 ;
+  always @(posedge clk)
+    w0_1_6 <= \$455 ;
+  always @(posedge clk)
+    w0_1_7 <= \$456 ;
+  always @(posedge clk)
+    w0_2_0 <= \$457 ;
+  always @(posedge clk)
+    w0_2_1 <= \$458 ;
+  always @(posedge clk)
+    w0_2_2 <= \$459 ;
+  always @(posedge clk)
+    w0_2_3 <= \$460 ;
+  always @(posedge clk)
+    w0_2_4 <= \$461 ;
+  always @(posedge clk)
+    w0_2_5 <= \$462 ;
+  always @(posedge clk)
+    w0_2_6 <= \$463 ;
+  always @(posedge clk)
+    w0_2_7 <= \$464 ;
+  always @(posedge clk)
+    w0_3_0 <= \$465 ;
+  always @(posedge clk)
+    w0_3_1 <= \$466 ;
+  always @(posedge clk)
+    w0_3_2 <= \$467 ;
+  always @(posedge clk)
+    w0_3_3 <= \$468 ;
+  always @(posedge clk)
+    w0_3_4 <= \$469 ;
+  always @(posedge clk)
+    w0_3_5 <= \$470 ;
+  always @(posedge clk)
+    w0_3_6 <= \$471 ;
+  always @(posedge clk)
+    w0_3_7 <= \$472 ;
+  always @(posedge clk)
+    w0_4_0 <= \$473 ;
+  always @(posedge clk)
+    w0_4_1 <= \$474 ;
+  always @(posedge clk)
+    w0_4_2 <= \$475 ;
+  always @(posedge clk)
+    w0_4_3 <= \$476 ;
+  always @(posedge clk)
+    w0_4_4 <= \$477 ;
+  always @(posedge clk)
+    w0_4_5 <= \$478 ;
+  always @(posedge clk)
+    w0_4_6 <= \$479 ;
+  always @(posedge clk)
+    w0_4_7 <= \$480 ;
+  always @(posedge clk)
+    w0_5_0 <= \$481 ;
+  always @(posedge clk)
+    w0_5_1 <= \$482 ;
+  always @(posedge clk)
+    w0_5_2 <= \$483 ;
+  always @(posedge clk)
+    w0_5_3 <= \$484 ;
+  always @(posedge clk)
+    w0_5_4 <= \$485 ;
+  always @(posedge clk)
+    w0_5_5 <= \$486 ;
+  always @(posedge clk)
+    w0_5_6 <= \$487 ;
+  always @(posedge clk)
+    w0_5_7 <= \$488 ;
+  always @(posedge clk)
+    w0_6_0 <= \$489 ;
+  always @(posedge clk)
+    w0_6_1 <= \$490 ;
+  always @(posedge clk)
+    w0_6_2 <= \$491 ;
+  always @(posedge clk)
+    w0_6_3 <= \$492 ;
+  always @(posedge clk)
+    w0_6_4 <= \$493 ;
+  always @(posedge clk)
+    w0_6_5 <= \$494 ;
+  always @(posedge clk)
+    w0_6_6 <= \$495 ;
+  always @(posedge clk)
+    w0_6_7 <= \$496 ;
+  always @(posedge clk)
+    w0_7_0 <= \$497 ;
+  always @(posedge clk)
+    w0_7_1 <= \$498 ;
+  always @(posedge clk)
+    w0_7_2 <= \$499 ;
+  always @(posedge clk)
+    w0_7_3 <= \$500 ;
+  always @(posedge clk)
+    w0_7_4 <= \$501 ;
+  always @(posedge clk)
+    w0_7_5 <= \$502 ;
+  always @(posedge clk)
+    w0_7_6 <= \$503 ;
+  always @(posedge clk)
+    w0_7_7 <= \$504 ;
+  always @(posedge clk)
+    w1_0_0 <= \$505 ;
+  always @(posedge clk)
+    w1_0_1 <= \$506 ;
+  always @(posedge clk)
+    w1_0_2 <= \$507 ;
+  always @(posedge clk)
+    w1_0_3 <= \$508 ;
+  always @(posedge clk)
+    w1_0_4 <= \$509 ;
+  always @(posedge clk)
+    w1_0_5 <= \$510 ;
+  always @(posedge clk)
+    w1_0_6 <= \$511 ;
+  always @(posedge clk)
+    w1_0_7 <= \$512 ;
+  always @(posedge clk)
+    w1_1_0 <= \$513 ;
+  always @(posedge clk)
+    w1_1_1 <= \$514 ;
+  always @(posedge clk)
+    w1_1_2 <= \$515 ;
+  always @(posedge clk)
+    w1_1_3 <= \$516 ;
+  always @(posedge clk)
+    w1_1_4 <= \$517 ;
+  always @(posedge clk)
+    w1_1_5 <= \$518 ;
+  always @(posedge clk)
+    w1_1_6 <= \$519 ;
+  always @(posedge clk)
+    w1_1_7 <= \$520 ;
+  always @(posedge clk)
+    w1_2_0 <= \$521 ;
+  always @(posedge clk)
+    w1_2_1 <= \$522 ;
+  always @(posedge clk)
+    w1_2_2 <= \$523 ;
+  always @(posedge clk)
+    w1_2_3 <= \$524 ;
+  always @(posedge clk)
+    w1_2_4 <= \$525 ;
+  always @(posedge clk)
+    w1_2_5 <= \$526 ;
+  always @(posedge clk)
+    w1_2_6 <= \$527 ;
+  always @(posedge clk)
+    w1_2_7 <= \$528 ;
+  always @(posedge clk)
+    w1_3_0 <= \$529 ;
+  always @(posedge clk)
+    w1_3_1 <= \$530 ;
+  always @(posedge clk)
+    w1_3_2 <= \$531 ;
+  always @(posedge clk)
+    w1_3_3 <= \$532 ;
+  always @(posedge clk)
+    w1_3_4 <= \$533 ;
+  always @(posedge clk)
+    w1_3_5 <= \$534 ;
+  always @(posedge clk)
+    w1_3_6 <= \$535 ;
+  always @(posedge clk)
+    w1_3_7 <= \$536 ;
+  always @(posedge clk)
+    w1_4_0 <= \$537 ;
+  always @(posedge clk)
+    w1_4_1 <= \$538 ;
+  always @(posedge clk)
+    w1_4_2 <= \$539 ;
+  always @(posedge clk)
+    w1_4_3 <= \$540 ;
+  always @(posedge clk)
+    w1_4_4 <= \$541 ;
+  always @(posedge clk)
+    w1_4_5 <= \$542 ;
+  always @(posedge clk)
+    w1_4_6 <= \$543 ;
+  always @(posedge clk)
+    w1_4_7 <= \$544 ;
+  always @(posedge clk)
+    w1_5_0 <= \$545 ;
+  always @(posedge clk)
+    w1_5_1 <= \$546 ;
+  always @(posedge clk)
+    w1_5_2 <= \$547 ;
+  always @(posedge clk)
+    w1_5_3 <= \$548 ;
+  always @(posedge clk)
+    w1_5_4 <= \$549 ;
+  always @(posedge clk)
+    w1_5_5 <= \$550 ;
+  always @(posedge clk)
+    w1_5_6 <= \$551 ;
+  always @(posedge clk)
+    w1_5_7 <= \$552 ;
+  always @(posedge clk)
+    w1_6_0 <= \$553 ;
+  always @(posedge clk)
+    w1_6_1 <= \$554 ;
+  always @(posedge clk)
+    w1_6_2 <= \$555 ;
+  always @(posedge clk)
+    w1_6_3 <= \$556 ;
+  always @(posedge clk)
+    w1_6_4 <= \$557 ;
+  always @(posedge clk)
+    w1_6_5 <= \$558 ;
+  always @(posedge clk)
+    w1_6_6 <= \$559 ;
+  always @(posedge clk)
+    w1_6_7 <= \$560 ;
+  always @(posedge clk)
+    w1_7_0 <= \$561 ;
+  always @(posedge clk)
+    w1_7_1 <= \$562 ;
+  always @(posedge clk)
+    w1_7_2 <= \$563 ;
+  always @(posedge clk)
+    w1_7_3 <= \$564 ;
+  always @(posedge clk)
+    w1_7_4 <= \$565 ;
+  always @(posedge clk)
+    w1_7_5 <= \$566 ;
+  always @(posedge clk)
+    w1_7_6 <= \$567 ;
+  always @(posedge clk)
+    w1_7_7 <= \$568 ;
+  always @(posedge clk)
+    skew1_0 <= \$569 ;
+  always @(posedge clk)
+    skew_bank1_0 <= \$570 ;
+  always @(posedge clk)
+    skew2_0 <= \$571 ;
+  always @(posedge clk)
+    skew_bank2_0 <= \$572 ;
+  always @(posedge clk)
+    skew2_1 <= \$573 ;
+  always @(posedge clk)
+    skew_bank2_1 <= \$574 ;
+  always @(posedge clk)
+    skew3_0 <= \$575 ;
+  always @(posedge clk)
+    skew_bank3_0 <= \$576 ;
+  always @(posedge clk)
+    skew3_1 <= \$577 ;
+  always @(posedge clk)
+    skew_bank3_1 <= \$578 ;
+  always @(posedge clk)
+    skew3_2 <= \$579 ;
+  always @(posedge clk)
+    skew_bank3_2 <= \$580 ;
+  always @(posedge clk)
+    skew4_0 <= \$581 ;
+  always @(posedge clk)
+    skew_bank4_0 <= \$582 ;
+  always @(posedge clk)
+    skew4_1 <= \$583 ;
+  always @(posedge clk)
+    skew_bank4_1 <= \$584 ;
+  always @(posedge clk)
+    skew4_2 <= \$585 ;
+  always @(posedge clk)
+    skew_bank4_2 <= \$586 ;
+  always @(posedge clk)
+    skew4_3 <= \$587 ;
+  always @(posedge clk)
+    skew_bank4_3 <= \$588 ;
+  always @(posedge clk)
+    skew5_0 <= \$589 ;
+  always @(posedge clk)
+    skew_bank5_0 <= \$590 ;
+  always @(posedge clk)
+    skew5_1 <= \$591 ;
+  always @(posedge clk)
+    skew_bank5_1 <= \$592 ;
+  always @(posedge clk)
+    skew5_2 <= \$593 ;
+  always @(posedge clk)
+    skew_bank5_2 <= \$594 ;
   always @(posedge clk)
-    w1_6_3 <= \$283 ;
+    skew5_3 <= \$595 ;
   always @(posedge clk)
-    w1_7_3 <= \$284 ;
+    skew_bank5_3 <= \$596 ;
   always @(posedge clk)
-    w1_0_4 <= \$285 ;
+    skew5_4 <= \$597 ;
   always @(posedge clk)
-    w1_1_4 <= \$286 ;
+    skew_bank5_4 <= \$598 ;
   always @(posedge clk)
-    w1_2_4 <= \$287 ;
+    skew6_0 <= \$599 ;
   always @(posedge clk)
-    w1_3_4 <= \$288 ;
+    skew_bank6_0 <= \$600 ;
   always @(posedge clk)
-    w1_4_4 <= \$289 ;
+    skew6_1 <= \$601 ;
   always @(posedge clk)
-    w1_5_4 <= \$290 ;
+    skew_bank6_1 <= \$602 ;
   always @(posedge clk)
-    w1_6_4 <= \$291 ;
+    skew6_2 <= \$603 ;
   always @(posedge clk)
-    w1_7_4 <= \$292 ;
+    skew_bank6_2 <= \$604 ;
   always @(posedge clk)
-    w1_0_5 <= \$293 ;
+    skew6_3 <= \$605 ;
   always @(posedge clk)
-    w1_1_5 <= \$294 ;
+    skew_bank6_3 <= \$606 ;
   always @(posedge clk)
-    w1_2_5 <= \$295 ;
+    skew6_4 <= \$607 ;
   always @(posedge clk)
-    w1_3_5 <= \$296 ;
+    skew_bank6_4 <= \$608 ;
   always @(posedge clk)
-    w1_4_5 <= \$297 ;
+    skew6_5 <= \$609 ;
   always @(posedge clk)
-    w1_5_5 <= \$298 ;
+    skew_bank6_5 <= \$610 ;
   always @(posedge clk)
-    w1_6_5 <= \$299 ;
+    skew7_0 <= \$611 ;
   always @(posedge clk)
-    w1_7_5 <= \$300 ;
+    skew_bank7_0 <= \$612 ;
   always @(posedge clk)
-    w1_0_6 <= \$301 ;
+    skew7_1 <= \$613 ;
   always @(posedge clk)
-    w1_1_6 <= \$302 ;
+    skew_bank7_1 <= \$614 ;
   always @(posedge clk)
-    w1_2_6 <= \$303 ;
+    skew7_2 <= \$615 ;
   always @(posedge clk)
-    w1_3_6 <= \$304 ;
+    skew_bank7_2 <= \$616 ;
   always @(posedge clk)
-    w1_4_6 <= \$305 ;
+    skew7_3 <= \$617 ;
   always @(posedge clk)
-    w1_5_6 <= \$306 ;
+    skew_bank7_3 <= \$618 ;
   always @(posedge clk)
-    w1_6_6 <= \$307 ;
+    skew7_4 <= \$619 ;
   always @(posedge clk)
-    w1_7_6 <= \$308 ;
+    skew_bank7_4 <= \$620 ;
   always @(posedge clk)
-    w1_0_7 <= \$309 ;
+    skew7_5 <= \$621 ;
   always @(posedge clk)
-    w1_1_7 <= \$310 ;
+    skew_bank7_5 <= \$622 ;
   always @(posedge clk)
-    w1_2_7 <= \$311 ;
+    skew7_6 <= \$623 ;
   always @(posedge clk)
-    w1_3_7 <= \$312 ;
+    skew_bank7_6 <= \$624 ;
   always @(posedge clk)
-    w1_4_7 <= \$313 ;
+    a_0_0 <= \$625 ;
   always @(posedge clk)
-    w1_5_7 <= \$314 ;
+    bank_0_0 <= \$626 ;
   always @(posedge clk)
-    w1_6_7 <= \$315 ;
+    wsel_0_0 <= \$627 ;
   always @(posedge clk)
-    w1_7_7 <= \$316 ;
+    psum_0_0 <= \$628 ;
   always @(posedge clk)
-    skew1_0 <= \$317 ;
+    a_1_0 <= \$629 ;
   always @(posedge clk)
-    skew_bank1_0 <= \$318 ;
+    bank_1_0 <= \$630 ;
   always @(posedge clk)
-    skew2_0 <= \$319 ;
+    wsel_1_0 <= \$631 ;
   always @(posedge clk)
-    skew_bank2_0 <= \$320 ;
+    psum_1_0 <= \$632 ;
   always @(posedge clk)
-    skew2_1 <= \$321 ;
+    a_2_0 <= \$633 ;
   always @(posedge clk)
-    skew_bank2_1 <= \$322 ;
+    bank_2_0 <= \$634 ;
   always @(posedge clk)
-    skew3_0 <= \$323 ;
+    wsel_2_0 <= \$635 ;
   always @(posedge clk)
-    skew_bank3_0 <= \$324 ;
+    psum_2_0 <= \$636 ;
   always @(posedge clk)
-    skew3_1 <= \$325 ;
+    a_3_0 <= \$637 ;
   always @(posedge clk)
-    skew_bank3_1 <= \$326 ;
+    bank_3_0 <= \$638 ;
   always @(posedge clk)
-    skew3_2 <= \$327 ;
+    wsel_3_0 <= \$639 ;
   always @(posedge clk)
-    skew_bank3_2 <= \$328 ;
+    psum_3_0 <= \$640 ;
   always @(posedge clk)
-    skew4_0 <= \$329 ;
+    a_4_0 <= \$641 ;
   always @(posedge clk)
-    skew_bank4_0 <= \$330 ;
+    bank_4_0 <= \$642 ;
   always @(posedge clk)
-    skew4_1 <= \$331 ;
+    wsel_4_0 <= \$643 ;
   always @(posedge clk)
-    skew_bank4_1 <= \$332 ;
+    psum_4_0 <= \$644 ;
   always @(posedge clk)
-    skew4_2 <= \$333 ;
+    a_5_0 <= \$645 ;
   always @(posedge clk)
-    skew_bank4_2 <= \$334 ;
+    bank_5_0 <= \$646 ;
   always @(posedge clk)
-    skew4_3 <= \$335 ;
+    wsel_5_0 <= \$647 ;
   always @(posedge clk)
-    skew_bank4_3 <= \$336 ;
+    psum_5_0 <= \$648 ;
   always @(posedge clk)
-    skew5_0 <= \$337 ;
+    a_6_0 <= \$649 ;
   always @(posedge clk)
-    skew_bank5_0 <= \$338 ;
+    bank_6_0 <= \$650 ;
   always @(posedge clk)
-    skew5_1 <= \$339 ;
+    wsel_6_0 <= \$651 ;
   always @(posedge clk)
-    skew_bank5_1 <= \$340 ;
+    psum_6_0 <= \$652 ;
   always @(posedge clk)
-    skew5_2 <= \$341 ;
+    a_7_0 <= \$653 ;
   always @(posedge clk)
-    skew_bank5_2 <= \$342 ;
+    bank_7_0 <= \$654 ;
   always @(posedge clk)
-    skew5_3 <= \$343 ;
+    wsel_7_0 <= \$655 ;
   always @(posedge clk)
-    skew_bank5_3 <= \$344 ;
+    psum_7_0 <= \$656 ;
   always @(posedge clk)
-    skew5_4 <= \$345 ;
+    deskew0_0 <= \$657 ;
   always @(posedge clk)
-    skew_bank5_4 <= \$346 ;
+    deskew0_1 <= \$658 ;
   always @(posedge clk)
-    skew6_0 <= \$347 ;
+    deskew0_2 <= \$659 ;
   always @(posedge clk)
-    skew_bank6_0 <= \$348 ;
+    deskew0_3 <= \$660 ;
   always @(posedge clk)
-    skew6_1 <= \$349 ;
+    deskew0_4 <= \$661 ;
   always @(posedge clk)
-    skew_bank6_1 <= \$350 ;
+    deskew0_5 <= \$662 ;
   always @(posedge clk)
-    skew6_2 <= \$351 ;
+    deskew0_6 <= \$663 ;
   always @(posedge clk)
-    skew_bank6_2 <= \$352 ;
+    a_0_1 <= \$664 ;
   always @(posedge clk)
-    skew6_3 <= \$353 ;
+    bank_0_1 <= \$665 ;
   always @(posedge clk)
-    skew_bank6_3 <= \$354 ;
+    wsel_0_1 <= \$666 ;
   always @(posedge clk)
-    skew6_4 <= \$355 ;
+    psum_0_1 <= \$667 ;
   always @(posedge clk)
-    skew_bank6_4 <= \$356 ;
+    a_1_1 <= \$668 ;
   always @(posedge clk)
-    skew6_5 <= \$357 ;
+    bank_1_1 <= \$669 ;
   always @(posedge clk)
-    skew_bank6_5 <= \$358 ;
+    wsel_1_1 <= \$670 ;
   always @(posedge clk)
-    skew7_0 <= \$359 ;
+    psum_1_1 <= \$671 ;
   always @(posedge clk)
-    skew_bank7_0 <= \$360 ;
+    a_2_1 <= \$672 ;
   always @(posedge clk)
-    skew7_1 <= \$361 ;
+    bank_2_1 <= \$673 ;
   always @(posedge clk)
-    skew_bank7_1 <= \$362 ;
+    wsel_2_1 <= \$674 ;
   always @(posedge clk)
-    skew7_2 <= \$363 ;
+    psum_2_1 <= \$675 ;
   always @(posedge clk)
-    skew_bank7_2 <= \$364 ;
+    a_3_1 <= \$676 ;
   always @(posedge clk)
-    skew7_3 <= \$365 ;
+    bank_3_1 <= \$677 ;
   always @(posedge clk)
-    skew_bank7_3 <= \$366 ;
+    wsel_3_1 <= \$678 ;
   always @(posedge clk)
-    skew7_4 <= \$367 ;
+    psum_3_1 <= \$679 ;
   always @(posedge clk)
-    skew_bank7_4 <= \$368 ;
+    a_4_1 <= \$680 ;
   always @(posedge clk)
-    skew7_5 <= \$369 ;
+    bank_4_1 <= \$681 ;
   always @(posedge clk)
-    skew_bank7_5 <= \$370 ;
+    wsel_4_1 <= \$682 ;
   always @(posedge clk)
-    skew7_6 <= \$371 ;
+    psum_4_1 <= \$683 ;
   always @(posedge clk)
-    skew_bank7_6 <= \$372 ;
+    a_5_1 <= \$684 ;
   always @(posedge clk)
-    a_0_0 <= \$373 ;
+    bank_5_1 <= \$685 ;
   always @(posedge clk)
-    bank_0_0 <= \$374 ;
+    wsel_5_1 <= \$686 ;
   always @(posedge clk)
-    psum_0_0 <= \$375 ;
+    psum_5_1 <= \$687 ;
   always @(posedge clk)
-    a_1_0 <= \$376 ;
+    a_6_1 <= \$688 ;
   always @(posedge clk)
-    bank_1_0 <= \$377 ;
+    bank_6_1 <= \$689 ;
   always @(posedge clk)
-    psum_1_0 <= \$378 ;
+    wsel_6_1 <= \$690 ;
   always @(posedge clk)
-    a_2_0 <= \$379 ;
+    psum_6_1 <= \$691 ;
   always @(posedge clk)
-    bank_2_0 <= \$380 ;
+    a_7_1 <= \$692 ;
   always @(posedge clk)
-    psum_2_0 <= \$381 ;
+    bank_7_1 <= \$693 ;
   always @(posedge clk)
-    a_3_0 <= \$382 ;
+    wsel_7_1 <= \$694 ;
   always @(posedge clk)
-    bank_3_0 <= \$383 ;
+    psum_7_1 <= \$695 ;
   always @(posedge clk)
-    psum_3_0 <= \$384 ;
+    deskew1_0 <= \$696 ;
   always @(posedge clk)
-    a_4_0 <= \$385 ;
+    deskew1_1 <= \$697 ;
   always @(posedge clk)
-    bank_4_0 <= \$386 ;
+    deskew1_2 <= \$698 ;
   always @(posedge clk)
-    psum_4_0 <= \$387 ;
+    deskew1_3 <= \$699 ;
   always @(posedge clk)
-    a_5_0 <= \$388 ;
+    deskew1_4 <= \$700 ;
   always @(posedge clk)
-    bank_5_0 <= \$389 ;
+    deskew1_5 <= \$701 ;
   always @(posedge clk)
-    psum_5_0 <= \$390 ;
+    a_0_2 <= \$702 ;
   always @(posedge clk)
-    a_6_0 <= \$391 ;
+    bank_0_2 <= \$703 ;
   always @(posedge clk)
-    bank_6_0 <= \$392 ;
+    wsel_0_2 <= \$704 ;
   always @(posedge clk)
-    psum_6_0 <= \$393 ;
+    psum_0_2 <= \$705 ;
   always @(posedge clk)
-    a_7_0 <= \$394 ;
+    a_1_2 <= \$706 ;
   always @(posedge clk)
-    bank_7_0 <= \$395 ;
+    bank_1_2 <= \$707 ;
   always @(posedge clk)
-    psum_7_0 <= \$396 ;
+    wsel_1_2 <= \$708 ;
   always @(posedge clk)
-    deskew0_0 <= \$397 ;
+    psum_1_2 <= \$709 ;
   always @(posedge clk)
-    deskew0_1 <= \$398 ;
+    a_2_2 <= \$710 ;
   always @(posedge clk)
-    deskew0_2 <= \$399 ;
+    bank_2_2 <= \$711 ;
   always @(posedge clk)
-    deskew0_3 <= \$400 ;
+    wsel_2_2 <= \$712 ;
   always @(posedge clk)
-    deskew0_4 <= \$401 ;
+    psum_2_2 <= \$713 ;
   always @(posedge clk)
-    deskew0_5 <= \$402 ;
+    a_3_2 <= \$714 ;
   always @(posedge clk)
-    deskew0_6 <= \$403 ;
+    bank_3_2 <= \$715 ;
   always @(posedge clk)
-    a_0_1 <= \$404 ;
+    wsel_3_2 <= \$716 ;
   always @(posedge clk)
-    bank_0_1 <= \$405 ;
+    psum_3_2 <= \$717 ;
   always @(posedge clk)
-    psum_0_1 <= \$406 ;
+    a_4_2 <= \$718 ;
   always @(posedge clk)
-    a_1_1 <= \$407 ;
+    bank_4_2 <= \$719 ;
   always @(posedge clk)
-    bank_1_1 <= \$408 ;
+    wsel_4_2 <= \$720 ;
   always @(posedge clk)
-    psum_1_1 <= \$409 ;
+    psum_4_2 <= \$721 ;
   always @(posedge clk)
-    a_2_1 <= \$410 ;
+    a_5_2 <= \$722 ;
   always @(posedge clk)
-    bank_2_1 <= \$411 ;
+    bank_5_2 <= \$723 ;
   always @(posedge clk)
-    psum_2_1 <= \$412 ;
+    wsel_5_2 <= \$724 ;
   always @(posedge clk)
-    a_3_1 <= \$413 ;
+    psum_5_2 <= \$725 ;
   always @(posedge clk)
-    bank_3_1 <= \$414 ;
+    a_6_2 <= \$726 ;
   always @(posedge clk)
-    psum_3_1 <= \$415 ;
+    bank_6_2 <= \$727 ;
   always @(posedge clk)
-    a_4_1 <= \$416 ;
+    wsel_6_2 <= \$728 ;
   always @(posedge clk)
-    bank_4_1 <= \$417 ;
+    psum_6_2 <= \$729 ;
   always @(posedge clk)
-    psum_4_1 <= \$418 ;
+    a_7_2 <= \$730 ;
   always @(posedge clk)
-    a_5_1 <= \$419 ;
+    bank_7_2 <= \$731 ;
   always @(posedge clk)
-    bank_5_1 <= \$420 ;
+    wsel_7_2 <= \$732 ;
   always @(posedge clk)
-    psum_5_1 <= \$421 ;
+    psum_7_2 <= \$733 ;
   always @(posedge clk)
-    a_6_1 <= \$422 ;
+    deskew2_0 <= \$734 ;
   always @(posedge clk)
-    bank_6_1 <= \$423 ;
+    deskew2_1 <= \$735 ;
   always @(posedge clk)
-    psum_6_1 <= \$424 ;
+    deskew2_2 <= \$736 ;
   always @(posedge clk)
-    a_7_1 <= \$425 ;
+    deskew2_3 <= \$737 ;
   always @(posedge clk)
-    bank_7_1 <= \$426 ;
+    deskew2_4 <= \$738 ;
   always @(posedge clk)
-    psum_7_1 <= \$427 ;
+    a_0_3 <= \$739 ;
   always @(posedge clk)
-    deskew1_0 <= \$428 ;
+    bank_0_3 <= \$740 ;
   always @(posedge clk)
-    deskew1_1 <= \$429 ;
+    wsel_0_3 <= \$741 ;
   always @(posedge clk)
-    deskew1_2 <= \$430 ;
+    psum_0_3 <= \$742 ;
   always @(posedge clk)
-    deskew1_3 <= \$431 ;
+    a_1_3 <= \$743 ;
   always @(posedge clk)
-    deskew1_4 <= \$432 ;
+    bank_1_3 <= \$744 ;
   always @(posedge clk)
-    deskew1_5 <= \$433 ;
+    wsel_1_3 <= \$745 ;
   always @(posedge clk)
-    a_0_2 <= \$434 ;
+    psum_1_3 <= \$746 ;
   always @(posedge clk)
-    bank_0_2 <= \$435 ;
+    a_2_3 <= \$747 ;
   always @(posedge clk)
-    psum_0_2 <= \$436 ;
+    bank_2_3 <= \$748 ;
   always @(posedge clk)
-    a_1_2 <= \$437 ;
+    wsel_2_3 <= \$749 ;
   always @(posedge clk)
-    bank_1_2 <= \$438 ;
+    psum_2_3 <= \$750 ;
   always @(posedge clk)
-    psum_1_2 <= \$439 ;
+    a_3_3 <= \$751 ;
   always @(posedge clk)
-    a_2_2 <= \$440 ;
+    bank_3_3 <= \$752 ;
   always @(posedge clk)
-    bank_2_2 <= \$441 ;
+    wsel_3_3 <= \$753 ;
   always @(posedge clk)
-    psum_2_2 <= \$442 ;
+    psum_3_3 <= \$754 ;
   always @(posedge clk)
-    a_3_2 <= \$443 ;
+    a_4_3 <= \$755 ;
   always @(posedge clk)
-    bank_3_2 <= \$444 ;
+    bank_4_3 <= \$756 ;
   always @(posedge clk)
-    psum_3_2 <= \$445 ;
+    wsel_4_3 <= \$757 ;
   always @(posedge clk)
-    a_4_2 <= \$446 ;
+    psum_4_3 <= \$758 ;
   always @(posedge clk)
-    bank_4_2 <= \$447 ;
+    a_5_3 <= \$759 ;
   always @(posedge clk)
-    psum_4_2 <= \$448 ;
+    bank_5_3 <= \$760 ;
   always @(posedge clk)
-    a_5_2 <= \$449 ;
+    wsel_5_3 <= \$761 ;
   always @(posedge clk)
-    bank_5_2 <= \$450 ;
+    psum_5_3 <= \$762 ;
   always @(posedge clk)
-    psum_5_2 <= \$451 ;
+    a_6_3 <= \$763 ;
   always @(posedge clk)
-    a_6_2 <= \$452 ;
+    bank_6_3 <= \$764 ;
   always @(posedge clk)
-    bank_6_2 <= \$453 ;
+    wsel_6_3 <= \$765 ;
   always @(posedge clk)
-    psum_6_2 <= \$454 ;
+    psum_6_3 <= \$766 ;
   always @(posedge clk)
-    a_7_2 <= \$455 ;
+    a_7_3 <= \$767 ;
   always @(posedge clk)
-    bank_7_2 <= \$456 ;
+    bank_7_3 <= \$768 ;
   always @(posedge clk)
-    psum_7_2 <= \$457 ;
+    wsel_7_3 <= \$769 ;
   always @(posedge clk)
-    deskew2_0 <= \$458 ;
+    psum_7_3 <= \$770 ;
   always @(posedge clk)
-    deskew2_1 <= \$459 ;
+    deskew3_0 <= \$771 ;
   always @(posedge clk)
-    deskew2_2 <= \$460 ;
+    deskew3_1 <= \$772 ;
   always @(posedge clk)
-    deskew2_3 <= \$461 ;
+    deskew3_2 <= \$773 ;
   always @(posedge clk)
-    deskew2_4 <= \$462 ;
+    deskew3_3 <= \$774 ;
   always @(posedge clk)
-    a_0_3 <= \$463 ;
+    a_0_4 <= \$775 ;
   always @(posedge clk)
-    bank_0_3 <= \$464 ;
+    bank_0_4 <= \$776 ;
   always @(posedge clk)
-    psum_0_3 <= \$465 ;
+    wsel_0_4 <= \$777 ;
   always @(posedge clk)
-    a_1_3 <= \$466 ;
+    psum_0_4 <= \$778 ;
   always @(posedge clk)
-    bank_1_3 <= \$467 ;
+    a_1_4 <= \$779 ;
   always @(posedge clk)
-    psum_1_3 <= \$468 ;
+    bank_1_4 <= \$780 ;
   always @(posedge clk)
-    a_2_3 <= \$469 ;
+    wsel_1_4 <= \$781 ;
   always @(posedge clk)
-    bank_2_3 <= \$470 ;
+    psum_1_4 <= \$782 ;
   always @(posedge clk)
-    psum_2_3 <= \$471 ;
+    a_2_4 <= \$783 ;
   always @(posedge clk)
-    a_3_3 <= \$472 ;
+    bank_2_4 <= \$784 ;
   always @(posedge clk)
-    bank_3_3 <= \$473 ;
+    wsel_2_4 <= \$785 ;
   always @(posedge clk)
-    psum_3_3 <= \$474 ;
+    psum_2_4 <= \$786 ;
   always @(posedge clk)
-    a_4_3 <= \$475 ;
+    a_3_4 <= \$787 ;
   always @(posedge clk)
-    bank_4_3 <= \$476 ;
+    bank_3_4 <= \$788 ;
   always @(posedge clk)
-    psum_4_3 <= \$477 ;
+    wsel_3_4 <= \$789 ;
   always @(posedge clk)
-    a_5_3 <= \$478 ;
+    psum_3_4 <= \$790 ;
   always @(posedge clk)
-    bank_5_3 <= \$479 ;
+    a_4_4 <= \$791 ;
   always @(posedge clk)
-    psum_5_3 <= \$480 ;
+    bank_4_4 <= \$792 ;
   always @(posedge clk)
-    a_6_3 <= \$481 ;
+    wsel_4_4 <= \$793 ;
   always @(posedge clk)
-    bank_6_3 <= \$482 ;
+    psum_4_4 <= \$794 ;
   always @(posedge clk)
-    psum_6_3 <= \$483 ;
+    a_5_4 <= \$795 ;
   always @(posedge clk)
-    a_7_3 <= \$484 ;
+    bank_5_4 <= \$796 ;
   always @(posedge clk)
-    bank_7_3 <= \$485 ;
+    wsel_5_4 <= \$797 ;
   always @(posedge clk)
-    psum_7_3 <= \$486 ;
+    psum_5_4 <= \$798 ;
   always @(posedge clk)
-    deskew3_0 <= \$487 ;
+    a_6_4 <= \$799 ;
   always @(posedge clk)
-    deskew3_1 <= \$488 ;
+    bank_6_4 <= \$800 ;
   always @(posedge clk)
-    deskew3_2 <= \$489 ;
+    wsel_6_4 <= \$801 ;
   always @(posedge clk)
-    deskew3_3 <= \$490 ;
+    psum_6_4 <= \$802 ;
   always @(posedge clk)
-    a_0_4 <= \$491 ;
+    a_7_4 <= \$803 ;
   always @(posedge clk)
-    bank_0_4 <= \$492 ;
+    bank_7_4 <= \$804 ;
   always @(posedge clk)
-    psum_0_4 <= \$493 ;
+    wsel_7_4 <= \$805 ;
   always @(posedge clk)
-    a_1_4 <= \$494 ;
+    psum_7_4 <= \$806 ;
   always @(posedge clk)
-    bank_1_4 <= \$495 ;
+    deskew4_0 <= \$807 ;
   always @(posedge clk)
-    psum_1_4 <= \$496 ;
+    deskew4_1 <= \$808 ;
   always @(posedge clk)
-    a_2_4 <= \$497 ;
+    deskew4_2 <= \$809 ;
   always @(posedge clk)
-    bank_2_4 <= \$498 ;
+    a_0_5 <= \$810 ;
   always @(posedge clk)
-    psum_2_4 <= \$499 ;
+    bank_0_5 <= \$811 ;
   always @(posedge clk)
-    a_3_4 <= \$500 ;
+    wsel_0_5 <= \$812 ;
   always @(posedge clk)
-    bank_3_4 <= \$501 ;
+    psum_0_5 <= \$813 ;
   always @(posedge clk)
-    psum_3_4 <= \$502 ;
+    a_1_5 <= \$814 ;
   always @(posedge clk)
-    a_4_4 <= \$503 ;
+    bank_1_5 <= \$815 ;
   always @(posedge clk)
-    bank_4_4 <= \$504 ;
+    wsel_1_5 <= \$816 ;
   always @(posedge clk)
-    psum_4_4 <= \$505 ;
+    psum_1_5 <= \$817 ;
   always @(posedge clk)
-    a_5_4 <= \$506 ;
+    a_2_5 <= \$818 ;
   always @(posedge clk)
-    bank_5_4 <= \$507 ;
+    bank_2_5 <= \$819 ;
   always @(posedge clk)
-    psum_5_4 <= \$508 ;
+    wsel_2_5 <= \$820 ;
   always @(posedge clk)
-    a_6_4 <= \$509 ;
+    psum_2_5 <= \$821 ;
   always @(posedge clk)
-    bank_6_4 <= \$510 ;
+    a_3_5 <= \$822 ;
   always @(posedge clk)
-    psum_6_4 <= \$511 ;
+    bank_3_5 <= \$823 ;
   always @(posedge clk)
-    a_7_4 <= \$512 ;
+    wsel_3_5 <= \$824 ;
   always @(posedge clk)
-    bank_7_4 <= \$513 ;
+    psum_3_5 <= \$825 ;
   always @(posedge clk)
-    psum_7_4 <= \$514 ;
+    a_4_5 <= \$826 ;
   always @(posedge clk)
-    deskew4_0 <= \$515 ;
+    bank_4_5 <= \$827 ;
   always @(posedge clk)
-    deskew4_1 <= \$516 ;
+    wsel_4_5 <= \$828 ;
   always @(posedge clk)
-    deskew4_2 <= \$517 ;
+    psum_4_5 <= \$829 ;
   always @(posedge clk)
-    a_0_5 <= \$518 ;
+    a_5_5 <= \$830 ;
   always @(posedge clk)
-    bank_0_5 <= \$519 ;
+    bank_5_5 <= \$831 ;
   always @(posedge clk)
-    psum_0_5 <= \$520 ;
+    wsel_5_5 <= \$832 ;
   always @(posedge clk)
-    a_1_5 <= \$521 ;
+    psum_5_5 <= \$833 ;
   always @(posedge clk)
-    bank_1_5 <= \$522 ;
+    a_6_5 <= \$834 ;
   always @(posedge clk)
-    psum_1_5 <= \$523 ;
+    bank_6_5 <= \$835 ;
   always @(posedge clk)
-    a_2_5 <= \$524 ;
+    wsel_6_5 <= \$836 ;
   always @(posedge clk)
-    bank_2_5 <= \$525 ;
+    psum_6_5 <= \$837 ;
   always @(posedge clk)
-    psum_2_5 <= \$526 ;
+    a_7_5 <= \$838 ;
   always @(posedge clk)
-    a_3_5 <= \$527 ;
+    bank_7_5 <= \$839 ;
   always @(posedge clk)
-    bank_3_5 <= \$528 ;
+    wsel_7_5 <= \$840 ;
   always @(posedge clk)
-    psum_3_5 <= \$529 ;
+    psum_7_5 <= \$841 ;
   always @(posedge clk)
-    a_4_5 <= \$530 ;
+    deskew5_0 <= \$842 ;
   always @(posedge clk)
-    bank_4_5 <= \$531 ;
+    deskew5_1 <= \$843 ;
   always @(posedge clk)
-    psum_4_5 <= \$532 ;
+    a_0_6 <= \$844 ;
   always @(posedge clk)
-    a_5_5 <= \$533 ;
+    bank_0_6 <= \$845 ;
   always @(posedge clk)
-    bank_5_5 <= \$534 ;
+    wsel_0_6 <= \$846 ;
   always @(posedge clk)
-    psum_5_5 <= \$535 ;
+    psum_0_6 <= \$847 ;
   always @(posedge clk)
-    a_6_5 <= \$536 ;
+    a_1_6 <= \$848 ;
   always @(posedge clk)
-    bank_6_5 <= \$537 ;
+    bank_1_6 <= \$849 ;
   always @(posedge clk)
-    psum_6_5 <= \$538 ;
+    wsel_1_6 <= \$850 ;
   always @(posedge clk)
-    a_7_5 <= \$539 ;
+    psum_1_6 <= \$851 ;
   always @(posedge clk)
-    bank_7_5 <= \$540 ;
+    a_2_6 <= \$852 ;
   always @(posedge clk)
-    psum_7_5 <= \$541 ;
+    bank_2_6 <= \$853 ;
   always @(posedge clk)
-    deskew5_0 <= \$542 ;
+    wsel_2_6 <= \$854 ;
   always @(posedge clk)
-    deskew5_1 <= \$543 ;
+    psum_2_6 <= \$855 ;
   always @(posedge clk)
-    a_0_6 <= \$544 ;
+    a_3_6 <= \$856 ;
   always @(posedge clk)
-    bank_0_6 <= \$545 ;
+    bank_3_6 <= \$857 ;
   always @(posedge clk)
-    psum_0_6 <= \$546 ;
+    wsel_3_6 <= \$858 ;
   always @(posedge clk)
-    a_1_6 <= \$547 ;
+    psum_3_6 <= \$859 ;
   always @(posedge clk)
-    bank_1_6 <= \$548 ;
+    a_4_6 <= \$860 ;
   always @(posedge clk)
-    psum_1_6 <= \$549 ;
+    bank_4_6 <= \$861 ;
   always @(posedge clk)
-    a_2_6 <= \$550 ;
+    wsel_4_6 <= \$862 ;
   always @(posedge clk)
-    bank_2_6 <= \$551 ;
+    psum_4_6 <= \$863 ;
   always @(posedge clk)
-    psum_2_6 <= \$552 ;
+    a_5_6 <= \$864 ;
   always @(posedge clk)
-    a_3_6 <= \$553 ;
+    bank_5_6 <= \$865 ;
   always @(posedge clk)
-    bank_3_6 <= \$554 ;
+    wsel_5_6 <= \$866 ;
   always @(posedge clk)
-    psum_3_6 <= \$555 ;
+    psum_5_6 <= \$867 ;
   always @(posedge clk)
-    a_4_6 <= \$556 ;
+    a_6_6 <= \$868 ;
   always @(posedge clk)
-    bank_4_6 <= \$557 ;
+    bank_6_6 <= \$869 ;
   always @(posedge clk)
-    psum_4_6 <= \$558 ;
+    wsel_6_6 <= \$870 ;
   always @(posedge clk)
-    a_5_6 <= \$559 ;
+    psum_6_6 <= \$871 ;
   always @(posedge clk)
-    bank_5_6 <= \$560 ;
+    a_7_6 <= \$872 ;
   always @(posedge clk)
-    psum_5_6 <= \$561 ;
+    bank_7_6 <= \$873 ;
   always @(posedge clk)
-    a_6_6 <= \$562 ;
+    wsel_7_6 <= \$874 ;
   always @(posedge clk)
-    bank_6_6 <= \$563 ;
+    psum_7_6 <= \$875 ;
   always @(posedge clk)
-    psum_6_6 <= \$564 ;
+    deskew6_0 <= \$876 ;
   always @(posedge clk)
-    a_7_6 <= \$565 ;
+    a_0_7 <= \$877 ;
   always @(posedge clk)
-    bank_7_6 <= \$566 ;
+    bank_0_7 <= \$878 ;
   always @(posedge clk)
-    psum_7_6 <= \$567 ;
+    wsel_0_7 <= \$879 ;
   always @(posedge clk)
-    deskew6_0 <= \$568 ;
+    psum_0_7 <= \$880 ;
   always @(posedge clk)
-    a_0_7 <= \$569 ;
+    a_1_7 <= \$881 ;
   always @(posedge clk)
-    bank_0_7 <= \$570 ;
+    bank_1_7 <= \$882 ;
   always @(posedge clk)
-    psum_0_7 <= \$571 ;
+    wsel_1_7 <= \$883 ;
   always @(posedge clk)
-    a_1_7 <= \$572 ;
+    psum_1_7 <= \$884 ;
   always @(posedge clk)
-    bank_1_7 <= \$573 ;
+    a_2_7 <= \$885 ;
   always @(posedge clk)
-    psum_1_7 <= \$574 ;
+    bank_2_7 <= \$886 ;
   always @(posedge clk)
-    a_2_7 <= \$575 ;
+    wsel_2_7 <= \$887 ;
   always @(posedge clk)
-    bank_2_7 <= \$576 ;
+    psum_2_7 <= \$888 ;
   always @(posedge clk)
-    psum_2_7 <= \$577 ;
+    a_3_7 <= \$889 ;
   always @(posedge clk)
-    a_3_7 <= \$578 ;
+    bank_3_7 <= \$890 ;
   always @(posedge clk)
-    bank_3_7 <= \$579 ;
+    wsel_3_7 <= \$891 ;
   always @(posedge clk)
-    psum_3_7 <= \$580 ;
+    psum_3_7 <= \$892 ;
   always @(posedge clk)
-    a_4_7 <= \$581 ;
+    a_4_7 <= \$893 ;
   always @(posedge clk)
-    bank_4_7 <= \$582 ;
+    bank_4_7 <= \$894 ;
   always @(posedge clk)
-    psum_4_7 <= \$583 ;
+    wsel_4_7 <= \$895 ;
   always @(posedge clk)
-    a_5_7 <= \$584 ;
+    psum_4_7 <= \$896 ;
   always @(posedge clk)
-    bank_5_7 <= \$585 ;
+    a_5_7 <= \$897 ;
   always @(posedge clk)
-    psum_5_7 <= \$586 ;
+    bank_5_7 <= \$898 ;
   always @(posedge clk)
-    a_6_7 <= \$587 ;
+    wsel_5_7 <= \$899 ;
   always @(posedge clk)
-    bank_6_7 <= \$588 ;
+    psum_5_7 <= \$900 ;
   always @(posedge clk)
-    psum_6_7 <= \$589 ;
+    a_6_7 <= \$901 ;
   always @(posedge clk)
-    a_7_7 <= \$590 ;
+    bank_6_7 <= \$902 ;
   always @(posedge clk)
-    bank_7_7 <= \$591 ;
+    wsel_6_7 <= \$903 ;
   always @(posedge clk)
-    psum_7_7 <= \$592 ;
+    psum_6_7 <= \$904 ;
   always @(posedge clk)
-    valid_d0 <= \$593 ;
+    a_7_7 <= \$905 ;
   always @(posedge clk)
-    ctl_d0 <= \$594 ;
+    bank_7_7 <= \$906 ;
   always @(posedge clk)
-    valid_d1 <= \$595 ;
+    wsel_7_7 <= \$907 ;
   always @(posedge clk)
-    ctl_d1 <= \$596 ;
+    psum_7_7 <= \$908 ;
   always @(posedge clk)
-    valid_d2 <= \$597 ;
+    valid_d0 <= \$909 ;
   always @(posedge clk)
-    ctl_d2 <= \$598 ;
+    ctl_d0 <= \$910 ;
   always @(posedge clk)
-    valid_d3 <= \$599 ;
+    valid_d1 <= \$911 ;
   always @(posedge clk)
-    ctl_d3 <= \$600 ;
+    ctl_d1 <= \$912 ;
   always @(posedge clk)
-    valid_d4 <= \$601 ;
+    valid_d2 <= \$913 ;
   always @(posedge clk)
-    ctl_d4 <= \$602 ;
+    ctl_d2 <= \$914 ;
   always @(posedge clk)
-    valid_d5 <= \$603 ;
+    valid_d3 <= \$915 ;
   always @(posedge clk)
-    ctl_d5 <= \$604 ;
+    ctl_d3 <= \$916 ;
   always @(posedge clk)
-    valid_d6 <= \$605 ;
+    valid_d4 <= \$917 ;
   always @(posedge clk)
-    ctl_d6 <= \$606 ;
+    ctl_d4 <= \$918 ;
   always @(posedge clk)
-    valid_d7 <= \$607 ;
+    valid_d5 <= \$919 ;
   always @(posedge clk)
-    ctl_d7 <= \$608 ;
+    ctl_d5 <= \$920 ;
   always @(posedge clk)
-    valid_d8 <= \$609 ;
+    valid_d6 <= \$921 ;
   always @(posedge clk)
-    ctl_d8 <= \$610 ;
+    ctl_d6 <= \$922 ;
   always @(posedge clk)
-    valid_d9 <= \$611 ;
+    valid_d7 <= \$923 ;
   always @(posedge clk)
-    ctl_d9 <= \$612 ;
+    ctl_d7 <= \$924 ;
   always @(posedge clk)
-    valid_d10 <= \$613 ;
+    valid_d8 <= \$925 ;
   always @(posedge clk)
-    ctl_d10 <= \$614 ;
+    ctl_d8 <= \$926 ;
   always @(posedge clk)
-    valid_d11 <= \$615 ;
+    valid_d9 <= \$927 ;
   always @(posedge clk)
-    ctl_d11 <= \$616 ;
+    ctl_d9 <= \$928 ;
   always @(posedge clk)
-    valid_d12 <= \$617 ;
+    valid_d10 <= \$929 ;
   always @(posedge clk)
-    ctl_d12 <= \$618 ;
+    ctl_d10 <= \$930 ;
   always @(posedge clk)
-    valid_d13 <= \$619 ;
+    valid_d11 <= \$931 ;
   always @(posedge clk)
-    ctl_d13 <= \$620 ;
+    ctl_d11 <= \$932 ;
   always @(posedge clk)
-    valid_d14 <= \$621 ;
+    valid_d12 <= \$933 ;
   always @(posedge clk)
-    ctl_d14 <= \$622 ;
+    ctl_d12 <= \$934 ;
+  always @(posedge clk)
+    valid_d13 <= \$935 ;
+  always @(posedge clk)
+    ctl_d13 <= \$936 ;
+  always @(posedge clk)
+    out_valid <= \$937 ;
+  always @(posedge clk)
+    out_ctl <= \$938 ;
   assign \$1  = ! w_bank;
   assign \$2  = w_load & \$1 ;
+  assign w0_0_0_next = \$2  ? w_row[7:0] : w0_0_0;
+  assign \$3  = ! w_bank;
   assign \$4  = w_load & \$3 ;
-  assign \$6  = $signed(a[7:0]) * $signed(\$5 );
-  assign \$8  = $signed(skew1_0) * $signed(\$7 );
-  assign \$9  = $signed(psum_0_0) + $signed(\$8 );
-  assign \$11  = $signed(skew2_1) * $signed(\$10 );
-  assign \$12  = $signed(psum_1_0) + $signed(\$11 );
-  assign \$14  = $signed(skew3_2) * $signed(\$13 );
-  assign \$15  = $signed(psum_2_0) + $signed(\$14 );
-  assign \$17  = $signed(skew4_3) * $signed(\$16 );
-  assign \$18  = $signed(psum_3_0) + $signed(\$17 );
-  assign \$20  = $signed(skew5_4) * $signed(\$19 );
-  assign \$21  = $signed(psum_4_0) + $signed(\$20 );
-  assign \$23  = $signed(skew6_5) * $signed(\$22 );
-  assign \$24  = $signed(psum_5_0) + $signed(\$23 );
-  assign \$26  = $signed(skew7_6) * $signed(\$25 );
-  assign \$27  = $signed(psum_6_0) + $signed(\$26 );
-  assign \$29  = $signed(a_0_0) * $signed(\$28 );
-  assign \$31  = $signed(a_1_0) * $signed(\$30 );
-  assign \$32  = $signed(psum_0_1) + $signed(\$31 );
-  assign \$34  = $signed(a_2_0) * $signed(\$33 );
-  assign \$35  = $signed(psum_1_1) + $signed(\$34 );
-  assign \$37  = $signed(a_3_0) * $signed(\$36 );
-  assign \$38  = $signed(psum_2_1) + $signed(\$37 );
-  assign \$40  = $signed(a_4_0) * $signed(\$39 );
-  assign \$41  = $signed(psum_3_1) + $signed(\$40 );
-  assign \$43  = $signed(a_5_0) * $signed(\$42 );
-  assign \$44  = $signed(psum_4_1) + $signed(\$43 );
-  assign \$46  = $signed(a_6_0) * $signed(\$45 );
-  assign \$47  = $signed(psum_5_1) + $signed(\$46 );
-  assign \$49  = $signed(a_7_0) * $signed(\$48 );
-  assign \$50  = $signed(psum_6_1) + $signed(\$49 );
-  assign \$52  = $signed(a_0_1) * $signed(\$51 );
-  assign \$54  = $signed(a_1_1) * $signed(\$53 );
-  assign \$55  = $signed(psum_0_2) + $signed(\$54 );
-  assign \$57  = $signed(a_2_1) * $signed(\$56 );
-  assign \$58  = $signed(psum_1_2) + $signed(\$57 );
-  assign \$60  = $signed(a_3_1) * $signed(\$59 );
-  assign \$61  = $signed(psum_2_2) + $signed(\$60 );
-  assign \$63  = $signed(a_4_1) * $signed(\$62 );
-  assign \$64  = $signed(psum_3_2) + $signed(\$63 );
-  assign \$66  = $signed(a_5_1) * $signed(\$65 );
-  assign \$67  = $signed(psum_4_2) + $signed(\$66 );
-  assign \$69  = $signed(a_6_1) * $signed(\$68 );
-  assign \$70  = $signed(psum_5_2) + $signed(\$69 );
-  assign \$72  = $signed(a_7_1) * $signed(\$71 );
-  assign \$73  = $signed(psum_6_2) + $signed(\$72 );
-  assign \$75  = $signed(a_0_2) * $signed(\$74 );
-  assign \$77  = $signed(a_1_2) * $signed(\$76 );
-  assign \$78  = $signed(psum_0_3) + $signed(\$77 );
-  assign \$80  = $signed(a_2_2) * $signed(\$79 );
-  assign \$81  = $signed(psum_1_3) + $signed(\$80 );
-  assign \$83  = $signed(a_3_2) * $signed(\$82 );
-  assign \$84  = $signed(psum_2_3) + $signed(\$83 );
-  assign \$86  = $signed(a_4_2) * $signed(\$85 );
-  assign \$87  = $signed(psum_3_3) + $signed(\$86 );
-  assign \$89  = $signed(a_5_2) * $signed(\$88 );
-  assign \$90  = $signed(psum_4_3) + $signed(\$89 );
-  assign \$92  = $signed(a_6_2) * $signed(\$91 );
-  assign \$93  = $signed(psum_5_3) + $signed(\$92 );
-  assign \$95  = $signed(a_7_2) * $signed(\$94 );
-  assign \$96  = $signed(psum_6_3) + $signed(\$95 );
-  assign \$98  = $signed(a_0_3) * $signed(\$97 );
-  assign \$100  = $signed(a_1_3) * $signed(\$99 );
-  assign \$101  = $signed(psum_0_4) + $signed(\$100 );
-  assign \$103  = $signed(a_2_3) * $signed(\$102 );
-  assign \$104  = $signed(psum_1_4) + $signed(\$103 );
-  assign \$106  = $signed(a_3_3) * $signed(\$105 );
-  assign \$107  = $signed(psum_2_4) + $signed(\$106 );
-  assign \$109  = $signed(a_4_3) * $signed(\$108 );
-  assign \$110  = $signed(psum_3_4) + $signed(\$109 );
-  assign \$112  = $signed(a_5_3) * $signed(\$111 );
-  assign \$113  = $signed(psum_4_4) + $signed(\$112 );
-  assign \$115  = $signed(a_6_3) * $signed(\$114 );
-  assign \$116  = $signed(psum_5_4) + $signed(\$115 );
-  assign \$118  = $signed(a_7_3) * $signed(\$117 );
-  assign \$119  = $signed(psum_6_4) + $signed(\$118 );
-  assign \$121  = $signed(a_0_4) * $signed(\$120 );
-  assign \$123  = $signed(a_1_4) * $signed(\$122 );
-  assign \$124  = $signed(psum_0_5) + $signed(\$123 );
-  assign \$126  = $signed(a_2_4) * $signed(\$125 );
-  assign \$127  = $signed(psum_1_5) + $signed(\$126 );
-  assign \$129  = $signed(a_3_4) * $signed(\$128 );
-  assign \$130  = $signed(psum_2_5) + $signed(\$129 );
-  assign \$132  = $signed(a_4_4) * $signed(\$131 );
-  assign \$133  = $signed(psum_3_5) + $signed(\$132 );
-  assign \$135  = $signed(a_5_4) * $signed(\$134 );
-  assign \$136  = $signed(psum_4_5) + $signed(\$135 );
-  assign \$138  = $signed(a_6_4) * $signed(\$137 );
-  assign \$139  = $signed(psum_5_5) + $signed(\$138 );
-  assign \$141  = $signed(a_7_4) * $signed(\$140 );
-  assign \$142  = $signed(psum_6_5) + $signed(\$141 );
-  assign \$144  = $signed(a_0_5) * $signed(\$143 );
-  assign \$146  = $signed(a_1_5) * $signed(\$145 );
-  assign \$147  = $signed(psum_0_6) + $signed(\$146 );
-  assign \$149  = $signed(a_2_5) * $signed(\$148 );
-  assign \$150  = $signed(psum_1_6) + $signed(\$149 );
-  assign \$152  = $signed(a_3_5) * $signed(\$151 );
-  assign \$153  = $signed(psum_2_6) + $signed(\$152 );
-  assign \$155  = $signed(a_4_5) * $signed(\$154 );
-  assign \$156  = $signed(psum_3_6) + $signed(\$155 );
-  assign \$158  = $signed(a_5_5) * $signed(\$157 );
-  assign \$159  = $signed(psum_4_6) + $signed(\$158 );
-  assign \$161  = $signed(a_6_5) * $signed(\$160 );
-  assign \$162  = $signed(psum_5_6) + $signed(\$161 );
-  assign \$164  = $signed(a_7_5) * $signed(\$163 );
-  assign \$165  = $signed(psum_6_6) + $signed(\$164 );
-  assign \$167  = $signed(a_0_6) * $signed(\$166 );
-  assign \$169  = $signed(a_1_6) * $signed(\$168 );
-  assign \$170  = $signed(psum_0_7) + $signed(\$169 );
-  assign \$172  = $signed(a_2_6) * $signed(\$171 );
-  assign \$173  = $signed(psum_1_7) + $signed(\$172 );
-  assign \$175  = $signed(a_3_6) * $signed(\$174 );
-  assign \$176  = $signed(psum_2_7) + $signed(\$175 );
-  assign \$178  = $signed(a_4_6) * $signed(\$177 );
-  assign \$179  = $signed(psum_3_7) + $signed(\$178 );
-  assign \$181  = $signed(a_5_6) * $signed(\$180 );
-  assign \$182  = $signed(psum_4_7) + $signed(\$181 );
-  assign \$184  = $signed(a_6_6) * $signed(\$183 );
-  assign \$185  = $signed(psum_5_7) + $signed(\$184 );
-  assign \$187  = $signed(a_7_6) * $signed(\$186 );
-  assign \$188  = $signed(psum_6_7) + $signed(\$187 );
-  always @(posedge clk)
-    w0_0_0 <= \$189 ;
-  always @(posedge clk)
-    w0_1_0 <= \$190 ;
-  always @(posedge clk)
-    w0_2_0 <= \$191 ;
-  always @(posedge clk)
-    w0_3_0 <= \$192 ;
-  always @(posedge clk)
-    w0_4_0 <= \$193 ;
-  always @(posedge clk)
-    w0_5_0 <= \$194 ;
-  always @(posedge clk)
-    w0_6_0 <= \$195 ;
-  always @(posedge clk)
-    w0_7_0 <= \$196 ;
-  always @(posedge clk)
-    w0_0_1 <= \$197 ;
-  always @(posedge clk)
-    w0_1_1 <= \$198 ;
-  always @(posedge clk)
-    w0_2_1 <= \$199 ;
-  always @(posedge clk)
-    w0_3_1 <= \$200 ;
-  always @(posedge clk)
-    w0_4_1 <= \$201 ;
-  always @(posedge clk)
-    w0_5_1 <= \$202 ;
-  always @(posedge clk)
-    w0_6_1 <= \$203 ;
-  always @(posedge clk)
-    w0_7_1 <= \$204 ;
-  always @(posedge clk)
-    w0_0_2 <= \$205 ;
-  always @(posedge clk)
-    w0_1_2 <= \$206 ;
-  always @(posedge clk)
-    w0_2_2 <= \$207 ;
-  always @(posedge clk)
-    w0_3_2 <= \$208 ;
-  always @(posedge clk)
-    w0_4_2 <= \$209 ;
-  always @(posedge clk)
-    w0_5_2 <= \$210 ;
-  always @(posedge clk)
-    w0_6_2 <= \$211 ;
-  always @(posedge clk)
-    w0_7_2 <= \$212 ;
-  always @(posedge clk)
-    w0_0_3 <= \$213 ;
-  always @(posedge clk)
-    w0_1_3 <= \$214 ;
-  always @(posedge clk)
-    w0_2_3 <= \$215 ;
-  always @(posedge clk)
-    w0_3_3 <= \$216 ;
-  always @(posedge clk)
-    w0_4_3 <= \$217 ;
-  always @(posedge clk)
-    w0_5_3 <= \$218 ;
-  always @(posedge clk)
-    w0_6_3 <= \$219 ;
-  always @(posedge clk)
-    w0_7_3 <= \$220 ;
-  always @(posedge clk)
-    w0_0_4 <= \$221 ;
-  always @(posedge clk)
-    w0_1_4 <= \$222 ;
-  always @(posedge clk)
-    w0_2_4 <= \$223 ;
-  always @(posedge clk)
-    w0_3_4 <= \$224 ;
-  always @(posedge clk)
-    w0_4_4 <= \$225 ;
-  always @(posedge clk)
-    w0_5_4 <= \$226 ;
-  always @(posedge clk)
-    w0_6_4 <= \$227 ;
-  always @(posedge clk)
-    w0_7_4 <= \$228 ;
-  always @(posedge clk)
-    w0_0_5 <= \$229 ;
-  always @(posedge clk)
-    w0_1_5 <= \$230 ;
-  always @(posedge clk)
-    w0_2_5 <= \$231 ;
-  always @(posedge clk)
-    w0_3_5 <= \$232 ;
-  always @(posedge clk)
-    w0_4_5 <= \$233 ;
-  always @(posedge clk)
-    w0_5_5 <= \$234 ;
-  always @(posedge clk)
-    w0_6_5 <= \$235 ;
-  always @(posedge clk)
-    w0_7_5 <= \$236 ;
-  always @(posedge clk)
-    w0_0_6 <= \$237 ;
-  always @(posedge clk)
-    w0_1_6 <= \$238 ;
-  always @(posedge clk)
-    w0_2_6 <= \$239 ;
-  always @(posedge clk)
-    w0_3_6 <= \$240 ;
-  always @(posedge clk)
-    w0_4_6 <= \$241 ;
-  always @(posedge clk)
-    w0_5_6 <= \$242 ;
-  always @(posedge clk)
-    w0_6_6 <= \$243 ;
-  always @(posedge clk)
-    w0_7_6 <= \$244 ;
-  always @(posedge clk)
-    w0_0_7 <= \$245 ;
-  always @(posedge clk)
-    w0_1_7 <= \$246 ;
-  always @(posedge clk)
-    w0_2_7 <= \$247 ;
-  always @(posedge clk)
-    w0_3_7 <= \$248 ;
-  always @(posedge clk)
-    w0_4_7 <= \$249 ;
-  always @(posedge clk)
-    w0_5_7 <= \$250 ;
-  always @(posedge clk)
-    w0_6_7 <= \$251 ;
-  always @(posedge clk)
-    w0_7_7 <= \$252 ;
-  always @(posedge clk)
-    w1_0_0 <= \$253 ;
-  always @(posedge clk)
-    w1_1_0 <= \$254 ;
-  always @(posedge clk)
-    w1_2_0 <= \$255 ;
-  always @(posedge clk)
-    w1_3_0 <= \$256 ;
-  always @(posedge clk)
-    w1_4_0 <= \$257 ;
-  always @(posedge clk)
-    w1_5_0 <= \$258 ;
-  always @(posedge clk)
-    w1_6_0 <= \$259 ;
-  always @(posedge clk)
-    w1_7_0 <= \$260 ;
-  always @(posedge clk)
-    w1_0_1 <= \$261 ;
-  always @(posedge clk)
-    w1_1_1 <= \$262 ;
-  always @(posedge clk)
-    w1_2_1 <= \$263 ;
-  always @(posedge clk)
-    w1_3_1 <= \$264 ;
-  always @(posedge clk)
-    w1_4_1 <= \$265 ;
-  always @(posedge clk)
-    w1_5_1 <= \$266 ;
-  always @(posedge clk)
-    w1_6_1 <= \$267 ;
-  always @(posedge clk)
-    w1_7_1 <= \$268 ;
-  always @(posedge clk)
-    w1_0_2 <= \$269 ;
-  always @(posedge clk)
-    w1_1_2 <= \$270 ;
-  always @(posedge clk)
-    w1_2_2 <= \$271 ;
-  always @(posedge clk)
-    w1_3_2 <= \$272 ;
-  always @(posedge clk)
-    w1_4_2 <= \$273 ;
-  always @(posedge clk)
-    w1_5_2 <= \$274 ;
-  always @(posedge clk)
-    w1_6_2 <= \$275 ;
-  always @(posedge clk)
-    w1_7_2 <= \$276 ;
-  always @(posedge clk)
-    w1_0_3 <= \$277 ;
-  always @(posedge clk)
-    w1_1_3 <= \$278 ;
-  always @(posedge clk)
-    w1_2_3 <= \$279 ;
-  always @(posedge clk)
-    w1_3_3 <= \$280 ;
-  always @(posedge clk)
-    w1_4_3 <= \$281 ;
-  always @(posedge clk)
-    w1_5_3 <= \$282 ;
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$284  = w1_7_3;
-    if (\$4 ) begin
-      \$284  = w1_6_3;
-    end
-    if (reset_units) begin
-      \$284  = 8'h00;
-    end
-    if (rst) begin
-      \$284  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$285  = w1_0_4;
-    if (\$4 ) begin
-      \$285  = w_row[39:32];
-    end
-    if (reset_units) begin
-      \$285  = 8'h00;
-    end
-    if (rst) begin
-      \$285  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$286  = w1_1_4;
-    if (\$4 ) begin
-      \$286  = w1_0_4;
-    end
-    if (reset_units) begin
-      \$286  = 8'h00;
-    end
-    if (rst) begin
-      \$286  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$287  = w1_2_4;
-    if (\$4 ) begin
-      \$287  = w1_1_4;
-    end
-    if (reset_units) begin
-      \$287  = 8'h00;
-    end
-    if (rst) begin
-      \$287  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$288  = w1_3_4;
-    if (\$4 ) begin
-      \$288  = w1_2_4;
-    end
-    if (reset_units) begin
-      \$288  = 8'h00;
-    end
-    if (rst) begin
-      \$288  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$289  = w1_4_4;
-    if (\$4 ) begin
-      \$289  = w1_3_4;
-    end
-    if (reset_units) begin
-      \$289  = 8'h00;
-    end
-    if (rst) begin
-      \$289  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$290  = w1_5_4;
-    if (\$4 ) begin
-      \$290  = w1_4_4;
-    end
-    if (reset_units) begin
-      \$290  = 8'h00;
-    end
-    if (rst) begin
-      \$290  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$291  = w1_6_4;
-    if (\$4 ) begin
-      \$291  = w1_5_4;
-    end
-    if (reset_units) begin
-      \$291  = 8'h00;
-    end
-    if (rst) begin
-      \$291  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$292  = w1_7_4;
-    if (\$4 ) begin
-      \$292  = w1_6_4;
-    end
-    if (reset_units) begin
-      \$292  = 8'h00;
-    end
-    if (rst) begin
-      \$292  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$293  = w1_0_5;
-    if (\$4 ) begin
-      \$293  = w_row[47:40];
-    end
-    if (reset_units) begin
-      \$293  = 8'h00;
-    end
-    if (rst) begin
-      \$293  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$294  = w1_1_5;
-    if (\$4 ) begin
-      \$294  = w1_0_5;
-    end
-    if (reset_units) begin
-      \$294  = 8'h00;
-    end
-    if (rst) begin
-      \$294  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$295  = w1_2_5;
-    if (\$4 ) begin
-      \$295  = w1_1_5;
-    end
-    if (reset_units) begin
-      \$295  = 8'h00;
-    end
-    if (rst) begin
-      \$295  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$296  = w1_3_5;
-    if (\$4 ) begin
-      \$296  = w1_2_5;
-    end
-    if (reset_units) begin
-      \$296  = 8'h00;
-    end
-    if (rst) begin
-      \$296  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$297  = w1_4_5;
-    if (\$4 ) begin
-      \$297  = w1_3_5;
-    end
-    if (reset_units) begin
-      \$297  = 8'h00;
-    end
-    if (rst) begin
-      \$297  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$298  = w1_5_5;
-    if (\$4 ) begin
-      \$298  = w1_4_5;
-    end
-    if (reset_units) begin
-      \$298  = 8'h00;
-    end
-    if (rst) begin
-      \$298  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$299  = w1_6_5;
-    if (\$4 ) begin
-      \$299  = w1_5_5;
-    end
-    if (reset_units) begin
-      \$299  = 8'h00;
-    end
-    if (rst) begin
-      \$299  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$300  = w1_7_5;
-    if (\$4 ) begin
-      \$300  = w1_6_5;
-    end
-    if (reset_units) begin
-      \$300  = 8'h00;
-    end
-    if (rst) begin
-      \$300  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$301  = w1_0_6;
-    if (\$4 ) begin
-      \$301  = w_row[55:48];
-    end
-    if (reset_units) begin
-      \$301  = 8'h00;
-    end
-    if (rst) begin
-      \$301  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$302  = w1_1_6;
-    if (\$4 ) begin
-      \$302  = w1_0_6;
-    end
-    if (reset_units) begin
-      \$302  = 8'h00;
-    end
-    if (rst) begin
-      \$302  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$303  = w1_2_6;
-    if (\$4 ) begin
-      \$303  = w1_1_6;
-    end
-    if (reset_units) begin
-      \$303  = 8'h00;
-    end
-    if (rst) begin
-      \$303  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$304  = w1_3_6;
-    if (\$4 ) begin
-      \$304  = w1_2_6;
-    end
-    if (reset_units) begin
-      \$304  = 8'h00;
-    end
-    if (rst) begin
-      \$304  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$305  = w1_4_6;
-    if (\$4 ) begin
-      \$305  = w1_3_6;
-    end
-    if (reset_units) begin
-      \$305  = 8'h00;
-    end
-    if (rst) begin
-      \$305  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$306  = w1_5_6;
-    if (\$4 ) begin
-      \$306  = w1_4_6;
-    end
-    if (reset_units) begin
-      \$306  = 8'h00;
-    end
-    if (rst) begin
-      \$306  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$307  = w1_6_6;
-    if (\$4 ) begin
-      \$307  = w1_5_6;
-    end
-    if (reset_units) begin
-      \$307  = 8'h00;
-    end
-    if (rst) begin
-      \$307  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$308  = w1_7_6;
-    if (\$4 ) begin
-      \$308  = w1_6_6;
-    end
-    if (reset_units) begin
-      \$308  = 8'h00;
-    end
-    if (rst) begin
-      \$308  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$309  = w1_0_7;
-    if (\$4 ) begin
-      \$309  = w_row[63:56];
-    end
-    if (reset_units) begin
-      \$309  = 8'h00;
-    end
-    if (rst) begin
-      \$309  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$310  = w1_1_7;
-    if (\$4 ) begin
-      \$310  = w1_0_7;
-    end
-    if (reset_units) begin
-      \$310  = 8'h00;
-    end
-    if (rst) begin
-      \$310  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$311  = w1_2_7;
-    if (\$4 ) begin
-      \$311  = w1_1_7;
-    end
-    if (reset_units) begin
-      \$311  = 8'h00;
-    end
-    if (rst) begin
-      \$311  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$312  = w1_3_7;
-    if (\$4 ) begin
-      \$312  = w1_2_7;
-    end
-    if (reset_units) begin
-      \$312  = 8'h00;
-    end
-    if (rst) begin
-      \$312  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$313  = w1_4_7;
-    if (\$4 ) begin
-      \$313  = w1_3_7;
-    end
-    if (reset_units) begin
-      \$313  = 8'h00;
-    end
-    if (rst) begin
-      \$313  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$314  = w1_5_7;
-    if (\$4 ) begin
-      \$314  = w1_4_7;
-    end
-    if (reset_units) begin
-      \$314  = 8'h00;
-    end
-    if (rst) begin
-      \$314  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$315  = w1_6_7;
-    if (\$4 ) begin
-      \$315  = w1_5_7;
-    end
-    if (reset_units) begin
-      \$315  = 8'h00;
-    end
-    if (rst) begin
-      \$315  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$316  = w1_7_7;
-    if (\$4 ) begin
-      \$316  = w1_6_7;
-    end
-    if (reset_units) begin
-      \$316  = 8'h00;
-    end
-    if (rst) begin
-      \$316  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$317  = a[15:8];
-    if (reset_units) begin
-      \$317  = 8'h00;
-    end
-    if (rst) begin
-      \$317  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$318  = a_bank;
-    if (reset_units) begin
-      \$318  = 1'h0;
-    end
-    if (rst) begin
-      \$318  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$319  = a[23:16];
-    if (reset_units) begin
-      \$319  = 8'h00;
-    end
-    if (rst) begin
-      \$319  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$320  = a_bank;
-    if (reset_units) begin
-      \$320  = 1'h0;
-    end
-    if (rst) begin
-      \$320  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$321  = skew2_0;
-    if (reset_units) begin
-      \$321  = 8'h00;
-    end
-    if (rst) begin
-      \$321  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$322  = skew_bank2_0;
-    if (reset_units) begin
-      \$322  = 1'h0;
-    end
-    if (rst) begin
-      \$322  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$323  = a[31:24];
-    if (reset_units) begin
-      \$323  = 8'h00;
-    end
-    if (rst) begin
-      \$323  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$324  = a_bank;
-    if (reset_units) begin
-      \$324  = 1'h0;
-    end
-    if (rst) begin
-      \$324  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$325  = skew3_0;
-    if (reset_units) begin
-      \$325  = 8'h00;
-    end
-    if (rst) begin
-      \$325  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$326  = skew_bank3_0;
-    if (reset_units) begin
-      \$326  = 1'h0;
-    end
-    if (rst) begin
-      \$326  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$327  = skew3_1;
-    if (reset_units) begin
-      \$327  = 8'h00;
-    end
-    if (rst) begin
-      \$327  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$328  = skew_bank3_1;
-    if (reset_units) begin
-      \$328  = 1'h0;
-    end
-    if (rst) begin
-      \$328  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$329  = a[39:32];
-    if (reset_units) begin
-      \$329  = 8'h00;
-    end
-    if (rst) begin
-      \$329  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$330  = a_bank;
-    if (reset_units) begin
-      \$330  = 1'h0;
-    end
-    if (rst) begin
-      \$330  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$331  = skew4_0;
-    if (reset_units) begin
-      \$331  = 8'h00;
-    end
-    if (rst) begin
-      \$331  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$332  = skew_bank4_0;
-    if (reset_units) begin
-      \$332  = 1'h0;
-    end
-    if (rst) begin
-      \$332  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$333  = skew4_1;
-    if (reset_units) begin
-      \$333  = 8'h00;
-    end
-    if (rst) begin
-      \$333  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$334  = skew_bank4_1;
-    if (reset_units) begin
-      \$334  = 1'h0;
-    end
-    if (rst) begin
-      \$334  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$335  = skew4_2;
-    if (reset_units) begin
-      \$335  = 8'h00;
-    end
-    if (rst) begin
-      \$335  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$336  = skew_bank4_2;
-    if (reset_units) begin
-      \$336  = 1'h0;
-    end
-    if (rst) begin
-      \$336  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$337  = a[47:40];
-    if (reset_units) begin
-      \$337  = 8'h00;
-    end
-    if (rst) begin
-      \$337  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$338  = a_bank;
-    if (reset_units) begin
-      \$338  = 1'h0;
-    end
-    if (rst) begin
-      \$338  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$339  = skew5_0;
-    if (reset_units) begin
-      \$339  = 8'h00;
-    end
-    if (rst) begin
-      \$339  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$340  = skew_bank5_0;
-    if (reset_units) begin
-      \$340  = 1'h0;
-    end
-    if (rst) begin
-      \$340  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$341  = skew5_1;
-    if (reset_units) begin
-      \$341  = 8'h00;
-    end
-    if (rst) begin
-      \$341  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$342  = skew_bank5_1;
-    if (reset_units) begin
-      \$342  = 1'h0;
-    end
-    if (rst) begin
-      \$342  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$343  = skew5_2;
-    if (reset_units) begin
-      \$343  = 8'h00;
-    end
-    if (rst) begin
-      \$343  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$344  = skew_bank5_2;
-    if (reset_units) begin
-      \$344  = 1'h0;
-    end
-    if (rst) begin
-      \$344  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$345  = skew5_3;
-    if (reset_units) begin
-      \$345  = 8'h00;
-    end
-    if (rst) begin
-      \$345  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$346  = skew_bank5_3;
-    if (reset_units) begin
-      \$346  = 1'h0;
-    end
-    if (rst) begin
-      \$346  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$347  = a[55:48];
-    if (reset_units) begin
-      \$347  = 8'h00;
-    end
-    if (rst) begin
-      \$347  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$348  = a_bank;
-    if (reset_units) begin
-      \$348  = 1'h0;
-    end
-    if (rst) begin
-      \$348  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$349  = skew6_0;
-    if (reset_units) begin
-      \$349  = 8'h00;
-    end
-    if (rst) begin
-      \$349  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$350  = skew_bank6_0;
-    if (reset_units) begin
-      \$350  = 1'h0;
-    end
-    if (rst) begin
-      \$350  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$351  = skew6_1;
-    if (reset_units) begin
-      \$351  = 8'h00;
-    end
-    if (rst) begin
-      \$351  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$352  = skew_bank6_1;
-    if (reset_units) begin
-      \$352  = 1'h0;
-    end
-    if (rst) begin
-      \$352  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$353  = skew6_2;
-    if (reset_units) begin
-      \$353  = 8'h00;
-    end
-    if (rst) begin
-      \$353  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$354  = skew_bank6_2;
-    if (reset_units) begin
-      \$354  = 1'h0;
-    end
-    if (rst) begin
-      \$354  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$355  = skew6_3;
-    if (reset_units) begin
-      \$355  = 8'h00;
-    end
-    if (rst) begin
-      \$355  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$356  = skew_bank6_3;
-    if (reset_units) begin
-      \$356  = 1'h0;
-    end
-    if (rst) begin
-      \$356  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$357  = skew6_4;
-    if (reset_units) begin
-      \$357  = 8'h00;
-    end
-    if (rst) begin
-      \$357  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$358  = skew_bank6_4;
-    if (reset_units) begin
-      \$358  = 1'h0;
-    end
-    if (rst) begin
-      \$358  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$359  = a[63:56];
-    if (reset_units) begin
-      \$359  = 8'h00;
-    end
-    if (rst) begin
-      \$359  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$360  = a_bank;
-    if (reset_units) begin
-      \$360  = 1'h0;
-    end
-    if (rst) begin
-      \$360  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$361  = skew7_0;
-    if (reset_units) begin
-      \$361  = 8'h00;
-    end
-    if (rst) begin
-      \$361  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$362  = skew_bank7_0;
-    if (reset_units) begin
-      \$362  = 1'h0;
-    end
-    if (rst) begin
-      \$362  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$363  = skew7_1;
-    if (reset_units) begin
-      \$363  = 8'h00;
-    end
-    if (rst) begin
-      \$363  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$364  = skew_bank7_1;
-    if (reset_units) begin
-      \$364  = 1'h0;
-    end
-    if (rst) begin
-      \$364  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$365  = skew7_2;
-    if (reset_units) begin
-      \$365  = 8'h00;
-    end
-    if (rst) begin
-      \$365  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$366  = skew_bank7_2;
-    if (reset_units) begin
-      \$366  = 1'h0;
-    end
-    if (rst) begin
-      \$366  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$367  = skew7_3;
-    if (reset_units) begin
-      \$367  = 8'h00;
-    end
-    if (rst) begin
-      \$367  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$368  = skew_bank7_3;
-    if (reset_units) begin
-      \$368  = 1'h0;
-    end
-    if (rst) begin
-      \$368  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$369  = skew7_4;
-    if (reset_units) begin
-      \$369  = 8'h00;
-    end
-    if (rst) begin
-      \$369  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$370  = skew_bank7_4;
-    if (reset_units) begin
-      \$370  = 1'h0;
-    end
-    if (rst) begin
-      \$370  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$371  = skew7_5;
-    if (reset_units) begin
-      \$371  = 8'h00;
-    end
-    if (rst) begin
-      \$371  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$372  = skew_bank7_5;
-    if (reset_units) begin
-      \$372  = 1'h0;
-    end
-    if (rst) begin
-      \$372  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$373  = a[7:0];
-    if (reset_units) begin
-      \$373  = 8'h00;
-    end
-    if (rst) begin
-      \$373  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$374  = a_bank;
-    if (reset_units) begin
-      \$374  = 1'h0;
-    end
-    if (rst) begin
-      \$374  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$375  = { \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6  };
-    if (reset_units) begin
-      \$375  = 32'd0;
-    end
-    if (rst) begin
-      \$375  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$376  = skew1_0;
-    if (reset_units) begin
-      \$376  = 8'h00;
-    end
-    if (rst) begin
-      \$376  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$377  = skew_bank1_0;
-    if (reset_units) begin
-      \$377  = 1'h0;
-    end
-    if (rst) begin
-      \$377  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$378  = \$9 [31:0];
-    if (reset_units) begin
-      \$378  = 32'd0;
-    end
-    if (rst) begin
-      \$378  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$379  = skew2_1;
-    if (reset_units) begin
-      \$379  = 8'h00;
-    end
-    if (rst) begin
-      \$379  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$380  = skew_bank2_1;
-    if (reset_units) begin
-      \$380  = 1'h0;
-    end
-    if (rst) begin
-      \$380  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$381  = \$12 [31:0];
-    if (reset_units) begin
-      \$381  = 32'd0;
-    end
-    if (rst) begin
-      \$381  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$382  = skew3_2;
-    if (reset_units) begin
-      \$382  = 8'h00;
-    end
-    if (rst) begin
-      \$382  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$383  = skew_bank3_2;
-    if (reset_units) begin
-      \$383  = 1'h0;
-    end
-    if (rst) begin
-      \$383  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$384  = \$15 [31:0];
-    if (reset_units) begin
-      \$384  = 32'd0;
-    end
-    if (rst) begin
-      \$384  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$385  = skew4_3;
-    if (reset_units) begin
-      \$385  = 8'h00;
-    end
-    if (rst) begin
-      \$385  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$386  = skew_bank4_3;
-    if (reset_units) begin
-      \$386  = 1'h0;
-    end
-    if (rst) begin
-      \$386  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$387  = \$18 [31:0];
-    if (reset_units) begin
-      \$387  = 32'd0;
-    end
-    if (rst) begin
-      \$387  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$388  = skew5_4;
-    if (reset_units) begin
-      \$388  = 8'h00;
-    end
-    if (rst) begin
-      \$388  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$389  = skew_bank5_4;
-    if (reset_units) begin
-      \$389  = 1'h0;
-    end
-    if (rst) begin
-      \$389  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$390  = \$21 [31:0];
-    if (reset_units) begin
-      \$390  = 32'd0;
-    end
-    if (rst) begin
-      \$390  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$391  = skew6_5;
-    if (reset_units) begin
-      \$391  = 8'h00;
-    end
-    if (rst) begin
-      \$391  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$392  = skew_bank6_5;
-    if (reset_units) begin
-      \$392  = 1'h0;
-    end
-    if (rst) begin
-      \$392  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$393  = \$24 [31:0];
-    if (reset_units) begin
-      \$393  = 32'd0;
-    end
-    if (rst) begin
-      \$393  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$394  = skew7_6;
-    if (reset_units) begin
-      \$394  = 8'h00;
-    end
-    if (rst) begin
-      \$394  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$395  = skew_bank7_6;
-    if (reset_units) begin
-      \$395  = 1'h0;
-    end
-    if (rst) begin
-      \$395  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$396  = \$27 [31:0];
-    if (reset_units) begin
-      \$396  = 32'd0;
-    end
-    if (rst) begin
-      \$396  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$397  = psum_7_0;
-    if (reset_units) begin
-      \$397  = 32'd0;
-    end
-    if (rst) begin
-      \$397  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$398  = deskew0_0;
-    if (reset_units) begin
-      \$398  = 32'd0;
-    end
-    if (rst) begin
-      \$398  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$399  = deskew0_1;
-    if (reset_units) begin
-      \$399  = 32'd0;
-    end
-    if (rst) begin
-      \$399  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$400  = deskew0_2;
-    if (reset_units) begin
-      \$400  = 32'd0;
-    end
-    if (rst) begin
-      \$400  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$401  = deskew0_3;
-    if (reset_units) begin
-      \$401  = 32'd0;
-    end
-    if (rst) begin
-      \$401  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$402  = deskew0_4;
-    if (reset_units) begin
-      \$402  = 32'd0;
-    end
-    if (rst) begin
-      \$402  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$403  = deskew0_5;
-    if (reset_units) begin
-      \$403  = 32'd0;
-    end
-    if (rst) begin
-      \$403  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$404  = a_0_0;
-    if (reset_units) begin
-      \$404  = 8'h00;
-    end
-    if (rst) begin
-      \$404  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$405  = bank_0_0;
-    if (reset_units) begin
-      \$405  = 1'h0;
-    end
-    if (rst) begin
-      \$405  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$406  = { \$29 [15], \$29 [15], \$29 [15], \$29 [15], \$29 [15], \$29 [15], \$29 [15], \$29 [15], \$29 [15], \$29 [15], \$29 [15], \$29 [15], \$29 [15], \$29 [15], \$29 [15], \$29 [15], \$29  };
-    if (reset_units) begin
-      \$406  = 32'd0;
-    end
-    if (rst) begin
-      \$406  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$407  = a_1_0;
-    if (reset_units) begin
-      \$407  = 8'h00;
-    end
-    if (rst) begin
-      \$407  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$408  = bank_1_0;
-    if (reset_units) begin
-      \$408  = 1'h0;
-    end
-    if (rst) begin
-      \$408  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$409  = \$32 [31:0];
-    if (reset_units) begin
-      \$409  = 32'd0;
-    end
-    if (rst) begin
-      \$409  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$410  = a_2_0;
-    if (reset_units) begin
-      \$410  = 8'h00;
-    end
-    if (rst) begin
-      \$410  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$411  = bank_2_0;
-    if (reset_units) begin
-      \$411  = 1'h0;
-    end
-    if (rst) begin
-      \$411  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$412  = \$35 [31:0];
-    if (reset_units) begin
-      \$412  = 32'd0;
-    end
-    if (rst) begin
-      \$412  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$413  = a_3_0;
-    if (reset_units) begin
-      \$413  = 8'h00;
-    end
-    if (rst) begin
-      \$413  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$414  = bank_3_0;
-    if (reset_units) begin
-      \$414  = 1'h0;
-    end
-    if (rst) begin
-      \$414  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$415  = \$38 [31:0];
-    if (reset_units) begin
-      \$415  = 32'd0;
-    end
-    if (rst) begin
-      \$415  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$416  = a_4_0;
-    if (reset_units) begin
-      \$416  = 8'h00;
-    end
-    if (rst) begin
-      \$416  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$417  = bank_4_0;
-    if (reset_units) begin
-      \$417  = 1'h0;
-    end
-    if (rst) begin
-      \$417  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$418  = \$41 [31:0];
-    if (reset_units) begin
-      \$418  = 32'd0;
-    end
-    if (rst) begin
-      \$418  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$419  = a_5_0;
-    if (reset_units) begin
-      \$419  = 8'h00;
-    end
-    if (rst) begin
-      \$419  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$420  = bank_5_0;
-    if (reset_units) begin
-      \$420  = 1'h0;
-    end
-    if (rst) begin
-      \$420  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$421  = \$44 [31:0];
-    if (reset_units) begin
-      \$421  = 32'd0;
-    end
-    if (rst) begin
-      \$421  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$422  = a_6_0;
-    if (reset_units) begin
-      \$422  = 8'h00;
-    end
-    if (rst) begin
-      \$422  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$423  = bank_6_0;
-    if (reset_units) begin
-      \$423  = 1'h0;
-    end
-    if (rst) begin
-      \$423  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$424  = \$47 [31:0];
-    if (reset_units) begin
-      \$424  = 32'd0;
-    end
-    if (rst) begin
-      \$424  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$425  = a_7_0;
-    if (reset_units) begin
-      \$425  = 8'h00;
-    end
-    if (rst) begin
-      \$425  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$426  = bank_7_0;
-    if (reset_units) begin
-      \$426  = 1'h0;
-    end
-    if (rst) begin
-      \$426  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$427  = \$50 [31:0];
-    if (reset_units) begin
-      \$427  = 32'd0;
-    end
-    if (rst) begin
-      \$427  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$428  = psum_7_1;
-    if (reset_units) begin
-      \$428  = 32'd0;
-    end
-    if (rst) begin
-      \$428  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$429  = deskew1_0;
-    if (reset_units) begin
-      \$429  = 32'd0;
-    end
-    if (rst) begin
-      \$429  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$430  = deskew1_1;
-    if (reset_units) begin
-      \$430  = 32'd0;
-    end
-    if (rst) begin
-      \$430  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$431  = deskew1_2;
-    if (reset_units) begin
-      \$431  = 32'd0;
-    end
-    if (rst) begin
-      \$431  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$432  = deskew1_3;
-    if (reset_units) begin
-      \$432  = 32'd0;
-    end
-    if (rst) begin
-      \$432  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$433  = deskew1_4;
-    if (reset_units) begin
-      \$433  = 32'd0;
-    end
-    if (rst) begin
-      \$433  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$434  = a_0_1;
-    if (reset_units) begin
-      \$434  = 8'h00;
-    end
-    if (rst) begin
-      \$434  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$435  = bank_0_1;
-    if (reset_units) begin
-      \$435  = 1'h0;
-    end
-    if (rst) begin
-      \$435  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$436  = { \$52 [15], \$52 [15], \$52 [15], \$52 [15], \$52 [15], \$52 [15], \$52 [15], \$52 [15], \$52 [15], \$52 [15], \$52 [15], \$52 [15], \$52 [15], \$52 [15], \$52 [15], \$52 [15], \$52  };
-    if (reset_units) begin
-      \$436  = 32'd0;
-    end
-    if (rst) begin
-      \$436  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$437  = a_1_1;
-    if (reset_units) begin
-      \$437  = 8'h00;
-    end
-    if (rst) begin
-      \$437  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$438  = bank_1_1;
-    if (reset_units) begin
-      \$438  = 1'h0;
-    end
-    if (rst) begin
-      \$438  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$439  = \$55 [31:0];
-    if (reset_units) begin
-      \$439  = 32'd0;
-    end
-    if (rst) begin
-      \$439  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$440  = a_2_1;
-    if (reset_units) begin
-      \$440  = 8'h00;
-    end
-    if (rst) begin
-      \$440  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$441  = bank_2_1;
-    if (reset_units) begin
-      \$441  = 1'h0;
-    end
-    if (rst) begin
-      \$441  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$442  = \$58 [31:0];
-    if (reset_units) begin
-      \$442  = 32'd0;
-    end
-    if (rst) begin
-      \$442  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$443  = a_3_1;
+  assign w0_0_1_next = \$4  ? w_row[15:8] : w0_0_1;
+  assign \$5  = ! w_bank;
+  assign \$6  = w_load & \$5 ;
+  assign w0_0_2_next = \$6  ? w_row[23:16] : w0_0_2;
+  assign \$7  = ! w_bank;
+  assign \$8  = w_load & \$7 ;
+  assign w0_0_3_next = \$8  ? w_row[31:24] : w0_0_3;
+  assign \$9  = ! w_bank;
+  assign \$10  = w_load & \$9 ;
+  assign w0_0_4_next = \$10  ? w_row[39:32] : w0_0_4;
+  assign \$11  = ! w_bank;
+  assign \$12  = w_load & \$11 ;
+  assign w0_0_5_next = \$12  ? w_row[47:40] : w0_0_5;
+  assign \$13  = ! w_bank;
+  assign \$14  = w_load & \$13 ;
+  assign w0_0_6_next = \$14  ? w_row[55:48] : w0_0_6;
+  assign \$15  = ! w_bank;
+  assign \$16  = w_load & \$15 ;
+  assign w0_0_7_next = \$16  ? w_row[63:56] : w0_0_7;
+  assign \$17  = ! w_bank;
+  assign \$18  = w_load & \$17 ;
+  assign w0_1_0_next = \$18  ? w0_0_0 : w0_1_0;
+  assign \$19  = ! w_bank;
+  assign \$20  = w_load & \$19 ;
+  assign w0_1_1_next = \$20  ? w0_0_1 : w0_1_1;
+  assign \$21  = ! w_bank;
+  assign \$22  = w_load & \$21 ;
+  assign w0_1_2_next = \$22  ? w0_0_2 : w0_1_2;
+  assign \$23  = ! w_bank;
+  assign \$24  = w_load & \$23 ;
+  assign w0_1_3_next = \$24  ? w0_0_3 : w0_1_3;
+  assign \$25  = ! w_bank;
+  assign \$26  = w_load & \$25 ;
+  assign w0_1_4_next = \$26  ? w0_0_4 : w0_1_4;
+  assign \$27  = ! w_bank;
+  assign \$28  = w_load & \$27 ;
+  assign w0_1_5_next = \$28  ? w0_0_5 : w0_1_5;
+  assign \$29  = ! w_bank;
+  assign \$30  = w_load & \$29 ;
+  assign w0_1_6_next = \$30  ? w0_0_6 : w0_1_6;
+  assign \$31  = ! w_bank;
+  assign \$32  = w_load & \$31 ;
+  assign w0_1_7_next = \$32  ? w0_0_7 : w0_1_7;
+  assign \$33  = ! w_bank;
+  assign \$34  = w_load & \$33 ;
+  assign w0_2_0_next = \$34  ? w0_1_0 : w0_2_0;
+  assign \$35  = ! w_bank;
+  assign \$36  = w_load & \$35 ;
+  assign w0_2_1_next = \$36  ? w0_1_1 : w0_2_1;
+  assign \$37  = ! w_bank;
+  assign \$38  = w_load & \$37 ;
+  assign w0_2_2_next = \$38  ? w0_1_2 : w0_2_2;
+  assign \$39  = ! w_bank;
+  assign \$40  = w_load & \$39 ;
+  assign w0_2_3_next = \$40  ? w0_1_3 : w0_2_3;
+  assign \$41  = ! w_bank;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$441  = w0_0_0_next;
+    if (reset_units) begin
+      \$441  = 8'h00;
+    end
+    if (rst) begin
+      \$441  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$442  = w0_0_1_next;
+    if (reset_units) begin
+      \$442  = 8'h00;
+    end
+    if (rst) begin
+      \$442  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$443  = w0_0_2_next;
     if (reset_units) begin
       \$443  = 8'h00;
     end
@@ -40409,27 +40442,27 @@ module \dx1_board.soc.core1.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$444  = bank_3_1;
+    \$444  = w0_0_3_next;
     if (reset_units) begin
-      \$444  = 1'h0;
+      \$444  = 8'h00;
     end
     if (rst) begin
-      \$444  = 1'h0;
+      \$444  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$445  = \$61 [31:0];
+    \$445  = w0_0_4_next;
     if (reset_units) begin
-      \$445  = 32'd0;
+      \$445  = 8'h00;
     end
     if (rst) begin
-      \$445  = 32'd0;
+      \$445  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$446  = a_4_1;
+    \$446  = w0_0_5_next;
     if (reset_units) begin
       \$446  = 8'h00;
     end
@@ -40439,27 +40472,27 @@ module \dx1_board.soc.core1.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$447  = bank_4_1;
+    \$447  = w0_0_6_next;
     if (reset_units) begin
-      \$447  = 1'h0;
+      \$447  = 8'h00;
     end
     if (rst) begin
-      \$447  = 1'h0;
+      \$447  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$448  = \$64 [31:0];
+    \$448  = w0_0_7_next;
     if (reset_units) begin
-      \$448  = 32'd0;
+      \$448  = 8'h00;
     end
     if (rst) begin
-      \$448  = 32'd0;
+      \$448  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$449  = a_5_1;
+    \$449  = w0_1_0_next;
     if (reset_units) begin
       \$449  = 8'h00;
     end
@@ -40469,27 +40502,27 @@ module \dx1_board.soc.core1.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$450  = bank_5_1;
+    \$450  = w0_1_1_next;
     if (reset_units) begin
-      \$450  = 1'h0;
+      \$450  = 8'h00;
     end
     if (rst) begin
-      \$450  = 1'h0;
+      \$450  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$451  = \$67 [31:0];
+    \$451  = w0_1_2_next;
     if (reset_units) begin
-      \$451  = 32'd0;
+      \$451  = 8'h00;
     end
     if (rst) begin
-      \$451  = 32'd0;
+      \$451  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$452  = a_6_1;
+    \$452  = w0_1_3_next;
     if (reset_units) begin
       \$452  = 8'h00;
     end
@@ -40499,27 +40532,27 @@ module \dx1_board.soc.core1.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$453  = bank_6_1;
+    \$453  = w0_1_4_next;
     if (reset_units) begin
-      \$453  = 1'h0;
+      \$453  = 8'h00;
     end
     if (rst) begin
-      \$453  = 1'h0;
+      \$453  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$454  = \$70 [31:0];
+    \$454  = w0_1_5_next;
     if (reset_units) begin
-      \$454  = 32'd0;
+      \$454  = 8'h00;
     end
     if (rst) begin
-      \$454  = 32'd0;
+      \$454  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$455  = a_7_1;
+    \$455  = w0_1_6_next;
     if (reset_units) begin
       \$455  = 8'h00;
     end
@@ -40529,77 +40562,77 @@ module \dx1_board.soc.core1.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$456  = bank_7_1;
+    \$456  = w0_1_7_next;
     if (reset_units) begin
-      \$456  = 1'h0;
+      \$456  = 8'h00;
     end
     if (rst) begin
-      \$456  = 1'h0;
+      \$456  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$457  = \$73 [31:0];
+    \$457  = w0_2_0_next;
     if (reset_units) begin
-      \$457  = 32'd0;
+      \$457  = 8'h00;
     end
     if (rst) begin
-      \$457  = 32'd0;
+      \$457  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$458  = psum_7_2;
+    \$458  = w0_2_1_next;
     if (reset_units) begin
-      \$458  = 32'd0;
+      \$458  = 8'h00;
     end
     if (rst) begin
-      \$458  = 32'd0;
+      \$458  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$459  = deskew2_0;
+    \$459  = w0_2_2_next;
     if (reset_units) begin
-      \$459  = 32'd0;
+      \$459  = 8'h00;
     end
     if (rst) begin
-      \$459  = 32'd0;
+      \$459  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$460  = deskew2_1;
+    \$460  = w0_2_3_next;
     if (reset_units) begin
-      \$460  = 32'd0;
+      \$460  = 8'h00;
     end
     if (rst) begin
-      \$460  = 32'd0;
+      \$460  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$461  = deskew2_2;
+    \$461  = w0_2_4_next;
     if (reset_units) begin
-      \$461  = 32'd0;
+      \$461  = 8'h00;
     end
     if (rst) begin
-      \$461  = 32'd0;
+      \$461  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$462  = deskew2_3;
+    \$462  = w0_2_5_next;
     if (reset_units) begin
-      \$462  = 32'd0;
+      \$462  = 8'h00;
     end
     if (rst) begin
-      \$462  = 32'd0;
+      \$462  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$463  = a_0_2;
+    \$463  = w0_2_6_next;
     if (reset_units) begin
       \$463  = 8'h00;
     end
@@ -40609,27 +40642,27 @@ module \dx1_board.soc.core1.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$464  = bank_0_2;
+    \$464  = w0_2_7_next;
     if (reset_units) begin
-      \$464  = 1'h0;
+      \$464  = 8'h00;
     end
     if (rst) begin
-      \$464  = 1'h0;
+      \$464  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$465  = { \$75 [15], \$75 [15], \$75 [15], \$75 [15], \$75 [15], \$75 [15], \$75 [15], \$75 [15], \$75 [15], \$75 [15], \$75 [15], \$75 [15], \$75 [15], \$75 [15], \$75 [15], \$75 [15], \$75  };
+    \$465  = w0_3_0_next;
     if (reset_units) begin
-      \$465  = 32'd0;
+      \$465  = 8'h00;
     end
     if (rst) begin
-      \$465  = 32'd0;
+      \$465  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$466  = a_1_2;
+    \$466  = w0_3_1_next;
     if (reset_units) begin
       \$466  = 8'h00;
     end
@@ -40639,27 +40672,27 @@ module \dx1_board.soc.core1.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$467  = bank_1_2;
+    \$467  = w0_3_2_next;
     if (reset_units) begin
-      \$467  = 1'h0;
+      \$467  = 8'h00;
     end
     if (rst) begin
-      \$467  = 1'h0;
+      \$467  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$468  = \$78 [31:0];
+    \$468  = w0_3_3_next;
     if (reset_units) begin
-      \$468  = 32'd0;
+      \$468  = 8'h00;
     end
     if (rst) begin
-      \$468  = 32'd0;
+      \$468  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$469  = a_2_2;
+    \$469  = w0_3_4_next;
     if (reset_units) begin
       \$469  = 8'h00;
     end
@@ -40669,27 +40702,27 @@ module \dx1_board.soc.core1.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$470  = bank_2_2;
+    \$470  = w0_3_5_next;
     if (reset_units) begin
-      \$470  = 1'h0;
+      \$470  = 8'h00;
     end
     if (rst) begin
-      \$470  = 1'h0;
+      \$470  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$471  = \$81 [31:0];
+    \$471  = w0_3_6_next;
     if (reset_units) begin
-      \$471  = 32'd0;
+      \$471  = 8'h00;
     end
     if (rst) begin
-      \$471  = 32'd0;
+      \$471  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$472  = a_3_2;
+    \$472  = w0_3_7_next;
     if (reset_units) begin
       \$472  = 8'h00;
     end
@@ -40699,27 +40732,27 @@ module \dx1_board.soc.core1.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$473  = bank_3_2;
+    \$473  = w0_4_0_next;
     if (reset_units) begin
-      \$473  = 1'h0;
+      \$473  = 8'h00;
     end
     if (rst) begin
-      \$473  = 1'h0;
+      \$473  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$474  = \$84 [31:0];
+    \$474  = w0_4_1_next;
     if (reset_units) begin
-      \$474  = 32'd0;
+      \$474  = 8'h00;
     end
     if (rst) begin
-      \$474  = 32'd0;
+      \$474  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$475  = a_4_2;
+    \$475  = w0_4_2_next;
     if (reset_units) begin
       \$475  = 8'h00;
     end
@@ -40729,27 +40762,27 @@ module \dx1_board.soc.core1.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$476  = bank_4_2;
+    \$476  = w0_4_3_next;
     if (reset_units) begin
-      \$476  = 1'h0;
+      \$476  = 8'h00;
     end
     if (rst) begin
-      \$476  = 1'h0;
+      \$476  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$477  = \$87 [31:0];
+    \$477  = w0_4_4_next;
     if (reset_units) begin
-      \$477  = 32'd0;
+      \$477  = 8'h00;
     end
     if (rst) begin
-      \$477  = 32'd0;
+      \$477  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$478  = a_5_2;
+    \$478  = w0_4_5_next;
     if (reset_units) begin
       \$478  = 8'h00;
     end
@@ -40759,27 +40792,27 @@ module \dx1_board.soc.core1.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$479  = bank_5_2;
+    \$479  = w0_4_6_next;
     if (reset_units) begin
-      \$479  = 1'h0;
+      \$479  = 8'h00;
     end
     if (rst) begin
-      \$479  = 1'h0;
+      \$479  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$480  = \$90 [31:0];
+    \$480  = w0_4_7_next;
     if (reset_units) begin
-      \$480  = 32'd0;
+      \$480  = 8'h00;
     end
     if (rst) begin
-      \$480  = 32'd0;
+      \$480  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$481  = a_6_2;
+    \$481  = w0_5_0_next;
     if (reset_units) begin
       \$481  = 8'h00;
     end
@@ -40789,27 +40822,27 @@ module \dx1_board.soc.core1.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$482  = bank_6_2;
+    \$482  = w0_5_1_next;
     if (reset_units) begin
-      \$482  = 1'h0;
+      \$482  = 8'h00;
     end
     if (rst) begin
-      \$482  = 1'h0;
+      \$482  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$483  = \$93 [31:0];
+    \$483  = w0_5_2_next;
     if (reset_units) begin
-      \$483  = 32'd0;
+      \$483  = 8'h00;
     end
     if (rst) begin
-      \$483  = 32'd0;
+      \$483  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$484  = a_7_2;
+    \$484  = w0_5_3_next;
     if (reset_units) begin
       \$484  = 8'h00;
     end
@@ -40819,67 +40852,67 @@ module \dx1_board.soc.core1.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$485  = bank_7_2;
+    \$485  = w0_5_4_next;
     if (reset_units) begin
-      \$485  = 1'h0;
+      \$485  = 8'h00;
     end
     if (rst) begin
-      \$485  = 1'h0;
+      \$485  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$486  = \$96 [31:0];
+    \$486  = w0_5_5_next;
     if (reset_units) begin
-      \$486  = 32'd0;
+      \$486  = 8'h00;
     end
     if (rst) begin
-      \$486  = 32'd0;
+      \$486  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$487  = psum_7_3;
+    \$487  = w0_5_6_next;
     if (reset_units) begin
-      \$487  = 32'd0;
+      \$487  = 8'h00;
     end
     if (rst) begin
-      \$487  = 32'd0;
+      \$487  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$488  = deskew3_0;
+    \$488  = w0_5_7_next;
     if (reset_units) begin
-      \$488  = 32'd0;
+      \$488  = 8'h00;
     end
     if (rst) begin
-      \$488  = 32'd0;
+      \$488  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$489  = deskew3_1;
+    \$489  = w0_6_0_next;
     if (reset_units) begin
-      \$489  = 32'd0;
+      \$489  = 8'h00;
     end
     if (rst) begin
-      \$489  = 32'd0;
+      \$489  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$490  = deskew3_2;
+    \$490  = w0_6_1_next;
     if (reset_units) begin
-      \$490  = 32'd0;
+      \$490  = 8'h00;
     end
     if (rst) begin
-      \$490  = 32'd0;
+      \$490  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$491  = a_0_3;
+    \$491  = w0_6_2_next;
     if (reset_units) begin
       \$491  = 8'h00;
     end
@@ -40889,27 +40922,27 @@ module \dx1_board.soc.core1.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$492  = bank_0_3;
+    \$492  = w0_6_3_next;
     if (reset_units) begin
-      \$492  = 1'h0;
+      \$492  = 8'h00;
     end
     if (rst) begin
-      \$492  = 1'h0;
+      \$492  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$493  = { \$98 [15], \$98 [15], \$98 [15], \$98 [15], \$98 [15], \$98 [15], \$98 [15], \$98 [15], \$98 [15], \$98 [15], \$98 [15], \$98 [15], \$98 [15], \$98 [15], \$98 [15], \$98 [15], \$98  };
+    \$493  = w0_6_4_next;
     if (reset_units) begin
-      \$493  = 32'd0;
+      \$493  = 8'h00;
     end
     if (rst) begin
-      \$493  = 32'd0;
+      \$493  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$494  = a_1_3;
+    \$494  = w0_6_5_next;
     if (reset_units) begin
       \$494  = 8'h00;
     end
@@ -40919,27 +40952,27 @@ module \dx1_board.soc.core1.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$495  = bank_1_3;
+    \$495  = w0_6_6_next;
     if (reset_units) begin
-      \$495  = 1'h0;
+      \$495  = 8'h00;
     end
     if (rst) begin
-      \$495  = 1'h0;
+      \$495  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$496  = \$101 [31:0];
+    \$496  = w0_6_7_next;
     if (reset_units) begin
-      \$496  = 32'd0;
+      \$496  = 8'h00;
     end
     if (rst) begin
-      \$496  = 32'd0;
+      \$496  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$497  = a_2_3;
+    \$497  = w0_7_0_next;
     if (reset_units) begin
       \$497  = 8'h00;
     end
@@ -40949,27 +40982,27 @@ module \dx1_board.soc.core1.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$498  = bank_2_3;
+    \$498  = w0_7_1_next;
     if (reset_units) begin
-      \$498  = 1'h0;
+      \$498  = 8'h00;
     end
     if (rst) begin
-      \$498  = 1'h0;
+      \$498  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$499  = \$104 [31:0];
+    \$499  = w0_7_2_next;
     if (reset_units) begin
-      \$499  = 32'd0;
+      \$499  = 8'h00;
     end
     if (rst) begin
-      \$499  = 32'd0;
+      \$499  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$500  = a_3_3;
+    \$500  = w0_7_3_next;
     if (reset_units) begin
       \$500  = 8'h00;
     end
@@ -40979,27 +41012,27 @@ module \dx1_board.soc.core1.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$501  = bank_3_3;
+    \$501  = w0_7_4_next;
     if (reset_units) begin
-      \$501  = 1'h0;
+      \$501  = 8'h00;
     end
     if (rst) begin
-      \$501  = 1'h0;
+      \$501  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$502  = \$107 [31:0];
+    \$502  = w0_7_5_next;
     if (reset_units) begin
-      \$502  = 32'd0;
+      \$502  = 8'h00;
     end
     if (rst) begin
-      \$502  = 32'd0;
+      \$502  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$503  = a_4_3;
+    \$503  = w0_7_6_next;
     if (reset_units) begin
       \$503  = 8'h00;
     end
@@ -41009,27 +41042,27 @@ module \dx1_board.soc.core1.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$504  = bank_4_3;
+    \$504  = w0_7_7_next;
     if (reset_units) begin
-      \$504  = 1'h0;
+      \$504  = 8'h00;
     end
     if (rst) begin
-      \$504  = 1'h0;
+      \$504  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$505  = \$110 [31:0];
+    \$505  = w1_0_0_next;
     if (reset_units) begin
-      \$505  = 32'd0;
+      \$505  = 8'h00;
     end
     if (rst) begin
-      \$505  = 32'd0;
+      \$505  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$506  = a_5_3;
+    \$506  = w1_0_1_next;
     if (reset_units) begin
       \$506  = 8'h00;
     end
@@ -41039,27 +41072,27 @@ module \dx1_board.soc.core1.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$507  = bank_5_3;
+    \$507  = w1_0_2_next;
     if (reset_units) begin
-      \$507  = 1'h0;
+      \$507  = 8'h00;
     end
     if (rst) begin
-      \$507  = 1'h0;
+      \$507  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$508  = \$113 [31:0];
+    \$508  = w1_0_3_next;
     if (reset_units) begin
-      \$508  = 32'd0;
+      \$508  = 8'h00;
     end
     if (rst) begin
-      \$508  = 32'd0;
+      \$508  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$509  = a_6_3;
+    \$509  = w1_0_4_next;
     if (reset_units) begin
       \$509  = 8'h00;
     end
@@ -41069,27 +41102,27 @@ module \dx1_board.soc.core1.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$510  = bank_6_3;
+    \$510  = w1_0_5_next;
     if (reset_units) begin
-      \$510  = 1'h0;
+      \$510  = 8'h00;
     end
     if (rst) begin
-      \$510  = 1'h0;
+      \$510  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$511  = \$116 [31:0];
+    \$511  = w1_0_6_next;
     if (reset_units) begin
-      \$511  = 32'd0;
+      \$511  = 8'h00;
     end
     if (rst) begin
-      \$511  = 32'd0;
+      \$511  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$512  = a_7_3;
+    \$512  = w1_0_7_next;
     if (reset_units) begin
       \$512  = 8'h00;
     end
@@ -41099,57 +41132,57 @@ module \dx1_board.soc.core1.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$513  = bank_7_3;
+    \$513  = w1_1_0_next;
     if (reset_units) begin
-      \$513  = 1'h0;
+      \$513  = 8'h00;
     end
     if (rst) begin
-      \$513  = 1'h0;
+      \$513  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$514  = \$119 [31:0];
+    \$514  = w1_1_1_next;
     if (reset_units) begin
-      \$514  = 32'd0;
+      \$514  = 8'h00;
     end
     if (rst) begin
-      \$514  = 32'd0;
+      \$514  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$515  = psum_7_4;
+    \$515  = w1_1_2_next;
     if (reset_units) begin
-      \$515  = 32'd0;
+      \$515  = 8'h00;
     end
     if (rst) begin
-      \$515  = 32'd0;
+      \$515  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$516  = deskew4_0;
+    \$516  = w1_1_3_next;
     if (reset_units) begin
-      \$516  = 32'd0;
+      \$516  = 8'h00;
     end
     if (rst) begin
-      \$516  = 32'd0;
+      \$516  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$517  = deskew4_1;
+    \$517  = w1_1_4_next;
     if (reset_units) begin
-      \$517  = 32'd0;
+      \$517  = 8'h00;
     end
     if (rst) begin
-      \$517  = 32'd0;
+      \$517  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$518  = a_0_4;
+    \$518  = w1_1_5_next;
     if (reset_units) begin
       \$518  = 8'h00;
     end
@@ -41159,27 +41192,27 @@ module \dx1_board.soc.core1.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$519  = bank_0_4;
+    \$519  = w1_1_6_next;
     if (reset_units) begin
-      \$519  = 1'h0;
+      \$519  = 8'h00;
     end
     if (rst) begin
-      \$519  = 1'h0;
+      \$519  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$520  = { \$121 [15], \$121 [15], \$121 [15], \$121 [15], \$121 [15], \$121 [15], \$121 [15], \$121 [15], \$121 [15], \$121 [15], \$121 [15], \$121 [15], \$121 [15], \$121 [15], \$121 [15], \$121 [15], \$121  };
+    \$520  = w1_1_7_next;
     if (reset_units) begin
-      \$520  = 32'd0;
+      \$520  = 8'h00;
     end
     if (rst) begin
-      \$520  = 32'd0;
+      \$520  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$521  = a_1_4;
+    \$521  = w1_2_0_next;
     if (reset_units) begin
       \$521  = 8'h00;
     end
@@ -41189,27 +41222,27 @@ module \dx1_board.soc.core1.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$522  = bank_1_4;
+    \$522  = w1_2_1_next;
     if (reset_units) begin
-      \$522  = 1'h0;
+      \$522  = 8'h00;
     end
     if (rst) begin
-      \$522  = 1'h0;
+      \$522  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$523  = \$124 [31:0];
+    \$523  = w1_2_2_next;
     if (reset_units) begin
-      \$523  = 32'd0;
+      \$523  = 8'h00;
     end
     if (rst) begin
-      \$523  = 32'd0;
+      \$523  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$524  = a_2_4;
+    \$524  = w1_2_3_next;
     if (reset_units) begin
       \$524  = 8'h00;
     end
@@ -41219,27 +41252,27 @@ module \dx1_board.soc.core1.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$525  = bank_2_4;
+    \$525  = w1_2_4_next;
     if (reset_units) begin
-      \$525  = 1'h0;
+      \$525  = 8'h00;
     end
     if (rst) begin
-      \$525  = 1'h0;
+      \$525  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$526  = \$127 [31:0];
+    \$526  = w1_2_5_next;
     if (reset_units) begin
-      \$526  = 32'd0;
+      \$526  = 8'h00;
     end
     if (rst) begin
-      \$526  = 32'd0;
+      \$526  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$527  = a_3_4;
+    \$527  = w1_2_6_next;
     if (reset_units) begin
       \$527  = 8'h00;
     end
@@ -41249,27 +41282,27 @@ module \dx1_board.soc.core1.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$528  = bank_3_4;
+    \$528  = w1_2_7_next;
     if (reset_units) begin
-      \$528  = 1'h0;
+      \$528  = 8'h00;
     end
     if (rst) begin
-      \$528  = 1'h0;
+      \$528  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$529  = \$130 [31:0];
+    \$529  = w1_3_0_next;
     if (reset_units) begin
-      \$529  = 32'd0;
+      \$529  = 8'h00;
     end
     if (rst) begin
-      \$529  = 32'd0;
+      \$529  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$530  = a_4_4;
+    \$530  = w1_3_1_next;
     if (reset_units) begin
       \$530  = 8'h00;
     end
@@ -41279,27 +41312,27 @@ module \dx1_board.soc.core1.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$531  = bank_4_4;
+    \$531  = w1_3_2_next;
     if (reset_units) begin
-      \$531  = 1'h0;
+      \$531  = 8'h00;
     end
     if (rst) begin
-      \$531  = 1'h0;
+      \$531  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$532  = \$133 [31:0];
+    \$532  = w1_3_3_next;
     if (reset_units) begin
-      \$532  = 32'd0;
+      \$532  = 8'h00;
     end
     if (rst) begin
-      \$532  = 32'd0;
+      \$532  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$533  = a_5_4;
+    \$533  = w1_3_4_next;
     if (reset_units) begin
       \$533  = 8'h00;
     end
@@ -41309,27 +41342,27 @@ module \dx1_board.soc.core1.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$534  = bank_5_4;
+    \$534  = w1_3_5_next;
     if (reset_units) begin
-      \$534  = 1'h0;
+      \$534  = 8'h00;
     end
     if (rst) begin
-      \$534  = 1'h0;
+      \$534  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$535  = \$136 [31:0];
+    \$535  = w1_3_6_next;
     if (reset_units) begin
-      \$535  = 32'd0;
+      \$535  = 8'h00;
     end
     if (rst) begin
-      \$535  = 32'd0;
+      \$535  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$536  = a_6_4;
+    \$536  = w1_3_7_next;
     if (reset_units) begin
       \$536  = 8'h00;
     end
@@ -41339,27 +41372,27 @@ module \dx1_board.soc.core1.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$537  = bank_6_4;
+    \$537  = w1_4_0_next;
     if (reset_units) begin
-      \$537  = 1'h0;
+      \$537  = 8'h00;
     end
     if (rst) begin
-      \$537  = 1'h0;
+      \$537  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$538  = \$139 [31:0];
+    \$538  = w1_4_1_next;
     if (reset_units) begin
-      \$538  = 32'd0;
+      \$538  = 8'h00;
     end
     if (rst) begin
-      \$538  = 32'd0;
+      \$538  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$539  = a_7_4;
+    \$539  = w1_4_2_next;
     if (reset_units) begin
       \$539  = 8'h00;
     end
@@ -41369,47 +41402,47 @@ module \dx1_board.soc.core1.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$540  = bank_7_4;
+    \$540  = w1_4_3_next;
     if (reset_units) begin
-      \$540  = 1'h0;
+      \$540  = 8'h00;
     end
     if (rst) begin
-      \$540  = 1'h0;
+      \$540  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$541  = \$142 [31:0];
+    \$541  = w1_4_4_next;
     if (reset_units) begin
-      \$541  = 32'd0;
+      \$541  = 8'h00;
     end
     if (rst) begin
-      \$541  = 32'd0;
+      \$541  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$542  = psum_7_5;
+    \$542  = w1_4_5_next;
     if (reset_units) begin
-      \$542  = 32'd0;
+      \$542  = 8'h00;
     end
     if (rst) begin
-      \$542  = 32'd0;
+      \$542  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$543  = deskew5_0;
+    \$543  = w1_4_6_next;
     if (reset_units) begin
-      \$543  = 32'd0;
+      \$543  = 8'h00;
     end
     if (rst) begin
-      \$543  = 32'd0;
+      \$543  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$544  = a_0_5;
+    \$544  = w1_4_7_next;
     if (reset_units) begin
       \$544  = 8'h00;
     end
@@ -41419,27 +41452,27 @@ module \dx1_board.soc.core1.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$545  = bank_0_5;
+    \$545  = w1_5_0_next;
     if (reset_units) begin
-      \$545  = 1'h0;
+      \$545  = 8'h00;
     end
     if (rst) begin
-      \$545  = 1'h0;
+      \$545  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$546  = { \$144 [15], \$144 [15], \$144 [15], \$144 [15], \$144 [15], \$144 [15], \$144 [15], \$144 [15], \$144 [15], \$144 [15], \$144 [15], \$144 [15], \$144 [15], \$144 [15], \$144 [15], \$144 [15], \$144  };
+    \$546  = w1_5_1_next;
     if (reset_units) begin
-      \$546  = 32'd0;
+      \$546  = 8'h00;
     end
     if (rst) begin
-      \$546  = 32'd0;
+      \$546  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$547  = a_1_5;
+    \$547  = w1_5_2_next;
     if (reset_units) begin
       \$547  = 8'h00;
     end
@@ -41449,27 +41482,27 @@ module \dx1_board.soc.core1.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$548  = bank_1_5;
+    \$548  = w1_5_3_next;
     if (reset_units) begin
-      \$548  = 1'h0;
+      \$548  = 8'h00;
     end
     if (rst) begin
-      \$548  = 1'h0;
+      \$548  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$549  = \$147 [31:0];
+    \$549  = w1_5_4_next;
     if (reset_units) begin
-      \$549  = 32'd0;
+      \$549  = 8'h00;
     end
     if (rst) begin
-      \$549  = 32'd0;
+      \$549  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$550  = a_2_5;
+    \$550  = w1_5_5_next;
     if (reset_units) begin
       \$550  = 8'h00;
     end
@@ -41479,27 +41512,27 @@ module \dx1_board.soc.core1.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$551  = bank_2_5;
+    \$551  = w1_5_6_next;
     if (reset_units) begin
-      \$551  = 1'h0;
+      \$551  = 8'h00;
     end
     if (rst) begin
-      \$551  = 1'h0;
+      \$551  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$552  = \$150 [31:0];
+    \$552  = w1_5_7_next;
     if (reset_units) begin
-      \$552  = 32'd0;
+      \$552  = 8'h00;
     end
     if (rst) begin
-      \$552  = 32'd0;
+      \$552  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$553  = a_3_5;
+    \$553  = w1_6_0_next;
     if (reset_units) begin
       \$553  = 8'h00;
     end
@@ -41509,27 +41542,27 @@ module \dx1_board.soc.core1.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$554  = bank_3_5;
+    \$554  = w1_6_1_next;
     if (reset_units) begin
-      \$554  = 1'h0;
+      \$554  = 8'h00;
     end
     if (rst) begin
-      \$554  = 1'h0;
+      \$554  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$555  = \$153 [31:0];
+    \$555  = w1_6_2_next;
     if (reset_units) begin
-      \$555  = 32'd0;
+      \$555  = 8'h00;
     end
     if (rst) begin
-      \$555  = 32'd0;
+      \$555  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$556  = a_4_5;
+    \$556  = w1_6_3_next;
     if (reset_units) begin
       \$556  = 8'h00;
     end
@@ -41539,27 +41572,27 @@ module \dx1_board.soc.core1.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$557  = bank_4_5;
+    \$557  = w1_6_4_next;
     if (reset_units) begin
-      \$557  = 1'h0;
+      \$557  = 8'h00;
     end
     if (rst) begin
-      \$557  = 1'h0;
+      \$557  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$558  = \$156 [31:0];
+    \$558  = w1_6_5_next;
     if (reset_units) begin
-      \$558  = 32'd0;
+      \$558  = 8'h00;
     end
     if (rst) begin
-      \$558  = 32'd0;
+      \$558  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$559  = a_5_5;
+    \$559  = w1_6_6_next;
     if (reset_units) begin
       \$559  = 8'h00;
     end
@@ -41569,27 +41602,27 @@ module \dx1_board.soc.core1.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$560  = bank_5_5;
+    \$560  = w1_6_7_next;
     if (reset_units) begin
-      \$560  = 1'h0;
+      \$560  = 8'h00;
     end
     if (rst) begin
-      \$560  = 1'h0;
+      \$560  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$561  = \$159 [31:0];
+    \$561  = w1_7_0_next;
     if (reset_units) begin
-      \$561  = 32'd0;
+      \$561  = 8'h00;
     end
     if (rst) begin
-      \$561  = 32'd0;
+      \$561  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$562  = a_6_5;
+    \$562  = w1_7_1_next;
     if (reset_units) begin
       \$562  = 8'h00;
     end
@@ -41599,27 +41632,27 @@ module \dx1_board.soc.core1.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$563  = bank_6_5;
+    \$563  = w1_7_2_next;
     if (reset_units) begin
-      \$563  = 1'h0;
+      \$563  = 8'h00;
     end
     if (rst) begin
-      \$563  = 1'h0;
+      \$563  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$564  = \$162 [31:0];
+    \$564  = w1_7_3_next;
     if (reset_units) begin
-      \$564  = 32'd0;
+      \$564  = 8'h00;
     end
     if (rst) begin
-      \$564  = 32'd0;
+      \$564  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$565  = a_7_5;
+    \$565  = w1_7_4_next;
     if (reset_units) begin
       \$565  = 8'h00;
     end
@@ -41629,37 +41662,37 @@ module \dx1_board.soc.core1.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$566  = bank_7_5;
+    \$566  = w1_7_5_next;
     if (reset_units) begin
-      \$566  = 1'h0;
+      \$566  = 8'h00;
     end
     if (rst) begin
-      \$566  = 1'h0;
+      \$566  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$567  = \$165 [31:0];
+    \$567  = w1_7_6_next;
     if (reset_units) begin
-      \$567  = 32'd0;
+      \$567  = 8'h00;
     end
     if (rst) begin
-      \$567  = 32'd0;
+      \$567  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$568  = psum_7_6;
+    \$568  = w1_7_7_next;
     if (reset_units) begin
-      \$568  = 32'd0;
+      \$568  = 8'h00;
     end
     if (rst) begin
-      \$568  = 32'd0;
+      \$568  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$569  = a_0_6;
+    \$569  = a[15:8];
     if (reset_units) begin
       \$569  = 8'h00;
     end
@@ -41669,7 +41702,7 @@ module \dx1_board.soc.core1.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$570  = bank_0_6;
+    \$570  = next_bank;
     if (reset_units) begin
       \$570  = 1'h0;
     end
@@ -41679,47 +41712,47 @@ module \dx1_board.soc.core1.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$571  = { \$167 [15], \$167 [15], \$167 [15], \$167 [15], \$167 [15], \$167 [15], \$167 [15], \$167 [15], \$167 [15], \$167 [15], \$167 [15], \$167 [15], \$167 [15], \$167 [15], \$167 [15], \$167 [15], \$167  };
+    \$571  = a[23:16];
     if (reset_units) begin
-      \$571  = 32'd0;
+      \$571  = 8'h00;
     end
     if (rst) begin
-      \$571  = 32'd0;
+      \$571  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$572  = a_1_6;
+    \$572  = next_bank;
     if (reset_units) begin
-      \$572  = 8'h00;
+      \$572  = 1'h0;
     end
     if (rst) begin
-      \$572  = 8'h00;
+      \$572  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$573  = bank_1_6;
+    \$573  = skew2_0;
     if (reset_units) begin
-      \$573  = 1'h0;
+      \$573  = 8'h00;
     end
     if (rst) begin
-      \$573  = 1'h0;
+      \$573  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$574  = \$170 [31:0];
+    \$574  = skew_bank2_0;
     if (reset_units) begin
-      \$574  = 32'd0;
+      \$574  = 1'h0;
     end
     if (rst) begin
-      \$574  = 32'd0;
+      \$574  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$575  = a_2_6;
+    \$575  = a[31:24];
     if (reset_units) begin
       \$575  = 8'h00;
     end
@@ -41729,7 +41762,7 @@ module \dx1_board.soc.core1.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$576  = bank_2_6;
+    \$576  = next_bank;
     if (reset_units) begin
       \$576  = 1'h0;
     end
@@ -41739,47 +41772,47 @@ module \dx1_board.soc.core1.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$577  = \$173 [31:0];
+    \$577  = skew3_0;
     if (reset_units) begin
-      \$577  = 32'd0;
+      \$577  = 8'h00;
     end
     if (rst) begin
-      \$577  = 32'd0;
+      \$577  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$578  = a_3_6;
+    \$578  = skew_bank3_0;
     if (reset_units) begin
-      \$578  = 8'h00;
+      \$578  = 1'h0;
     end
     if (rst) begin
-      \$578  = 8'h00;
+      \$578  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$579  = bank_3_6;
+    \$579  = skew3_1;
     if (reset_units) begin
-      \$579  = 1'h0;
+      \$579  = 8'h00;
     end
     if (rst) begin
-      \$579  = 1'h0;
+      \$579  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$580  = \$176 [31:0];
+    \$580  = skew_bank3_1;
     if (reset_units) begin
-      \$580  = 32'd0;
+      \$580  = 1'h0;
     end
     if (rst) begin
-      \$580  = 32'd0;
+      \$580  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$581  = a_4_6;
+    \$581  = a[39:32];
     if (reset_units) begin
       \$581  = 8'h00;
     end
@@ -41789,7 +41822,7 @@ module \dx1_board.soc.core1.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$582  = bank_4_6;
+    \$582  = next_bank;
     if (reset_units) begin
       \$582  = 1'h0;
     end
@@ -41799,47 +41832,47 @@ module \dx1_board.soc.core1.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$583  = \$179 [31:0];
+    \$583  = skew4_0;
     if (reset_units) begin
-      \$583  = 32'd0;
+      \$583  = 8'h00;
     end
     if (rst) begin
-      \$583  = 32'd0;
+      \$583  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$584  = a_5_6;
+    \$584  = skew_bank4_0;
     if (reset_units) begin
-      \$584  = 8'h00;
+      \$584  = 1'h0;
     end
     if (rst) begin
-      \$584  = 8'h00;
+      \$584  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$585  = bank_5_6;
+    \$585  = skew4_1;
     if (reset_units) begin
-      \$585  = 1'h0;
+      \$585  = 8'h00;
     end
     if (rst) begin
-      \$585  = 1'h0;
+      \$585  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$586  = \$182 [31:0];
+    \$586  = skew_bank4_1;
     if (reset_units) begin
-      \$586  = 32'd0;
+      \$586  = 1'h0;
     end
     if (rst) begin
-      \$586  = 32'd0;
+      \$586  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$587  = a_6_6;
+    \$587  = skew4_2;
     if (reset_units) begin
       \$587  = 8'h00;
     end
@@ -41849,7 +41882,7 @@ module \dx1_board.soc.core1.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$588  = bank_6_6;
+    \$588  = skew_bank4_2;
     if (reset_units) begin
       \$588  = 1'h0;
     end
@@ -41859,2221 +41892,3506 @@ module \dx1_board.soc.core1.array (rst, w_row, reset_units, w_load, w_bank, a_va
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$589  = \$185 [31:0];
+    \$589  = a[47:40];
     if (reset_units) begin
-      \$589  = 32'd0;
+      \$589  = 8'h00;
     end
     if (rst) begin
-      \$589  = 32'd0;
+      \$589  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$590  = a_7_6;
+    \$590  = next_bank;
     if (reset_units) begin
-      \$590  = 8'h00;
+      \$590  = 1'h0;
     end
     if (rst) begin
-      \$590  = 8'h00;
+      \$590  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$591  = bank_7_6;
+    \$591  = skew5_0;
     if (reset_units) begin
-      \$591  = 1'h0;
+      \$591  = 8'h00;
     end
     if (rst) begin
-      \$591  = 1'h0;
+      \$591  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$592  = \$188 [31:0];
+    \$592  = skew_bank5_0;
     if (reset_units) begin
-      \$592  = 32'd0;
+      \$592  = 1'h0;
     end
     if (rst) begin
-      \$592  = 32'd0;
+      \$592  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$593  = a_valid;
+    \$593  = skew5_1;
     if (reset_units) begin
-      \$593  = 1'h0;
+      \$593  = 8'h00;
     end
     if (rst) begin
-      \$593  = 1'h0;
+      \$593  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$594  = ctl;
+    \$594  = skew_bank5_1;
     if (reset_units) begin
-      \$594  = 28'h0000000;
+      \$594  = 1'h0;
     end
     if (rst) begin
-      \$594  = 28'h0000000;
+      \$594  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$595  = valid_d0;
+    \$595  = skew5_2;
     if (reset_units) begin
-      \$595  = 1'h0;
+      \$595  = 8'h00;
     end
     if (rst) begin
-      \$595  = 1'h0;
+      \$595  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$596  = ctl_d0;
+    \$596  = skew_bank5_2;
     if (reset_units) begin
-      \$596  = 28'h0000000;
+      \$596  = 1'h0;
     end
     if (rst) begin
-      \$596  = 28'h0000000;
+      \$596  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$597  = valid_d1;
+    \$597  = skew5_3;
     if (reset_units) begin
-      \$597  = 1'h0;
+      \$597  = 8'h00;
     end
     if (rst) begin
-      \$597  = 1'h0;
+      \$597  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$598  = ctl_d1;
+    \$598  = skew_bank5_3;
     if (reset_units) begin
-      \$598  = 28'h0000000;
+      \$598  = 1'h0;
     end
     if (rst) begin
-      \$598  = 28'h0000000;
+      \$598  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$599  = valid_d2;
+    \$599  = a[55:48];
     if (reset_units) begin
-      \$599  = 1'h0;
+      \$599  = 8'h00;
     end
     if (rst) begin
-      \$599  = 1'h0;
+      \$599  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$600  = ctl_d2;
+    \$600  = next_bank;
     if (reset_units) begin
-      \$600  = 28'h0000000;
+      \$600  = 1'h0;
     end
     if (rst) begin
-      \$600  = 28'h0000000;
+      \$600  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$601  = valid_d3;
+    \$601  = skew6_0;
     if (reset_units) begin
-      \$601  = 1'h0;
+      \$601  = 8'h00;
     end
     if (rst) begin
-      \$601  = 1'h0;
+      \$601  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$602  = ctl_d3;
+    \$602  = skew_bank6_0;
     if (reset_units) begin
-      \$602  = 28'h0000000;
+      \$602  = 1'h0;
     end
     if (rst) begin
-      \$602  = 28'h0000000;
+      \$602  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$603  = valid_d4;
+    \$603  = skew6_1;
     if (reset_units) begin
-      \$603  = 1'h0;
+      \$603  = 8'h00;
     end
     if (rst) begin
-      \$603  = 1'h0;
+      \$603  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$604  = ctl_d4;
+    \$604  = skew_bank6_1;
     if (reset_units) begin
-      \$604  = 28'h0000000;
+      \$604  = 1'h0;
     end
     if (rst) begin
-      \$604  = 28'h0000000;
+      \$604  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$605  = valid_d5;
+    \$605  = skew6_2;
     if (reset_units) begin
-      \$605  = 1'h0;
+      \$605  = 8'h00;
     end
     if (rst) begin
-      \$605  = 1'h0;
+      \$605  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$606  = ctl_d5;
+    \$606  = skew_bank6_2;
     if (reset_units) begin
-      \$606  = 28'h0000000;
+      \$606  = 1'h0;
     end
     if (rst) begin
-      \$606  = 28'h0000000;
+      \$606  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$607  = valid_d6;
+    \$607  = skew6_3;
     if (reset_units) begin
-      \$607  = 1'h0;
+      \$607  = 8'h00;
     end
     if (rst) begin
-      \$607  = 1'h0;
+      \$607  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$608  = ctl_d6;
+    \$608  = skew_bank6_3;
     if (reset_units) begin
-      \$608  = 28'h0000000;
+      \$608  = 1'h0;
     end
     if (rst) begin
-      \$608  = 28'h0000000;
+      \$608  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$609  = valid_d7;
+    \$609  = skew6_4;
     if (reset_units) begin
-      \$609  = 1'h0;
+      \$609  = 8'h00;
     end
     if (rst) begin
-      \$609  = 1'h0;
+      \$609  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$610  = ctl_d7;
+    \$610  = skew_bank6_4;
     if (reset_units) begin
-      \$610  = 28'h0000000;
+      \$610  = 1'h0;
     end
     if (rst) begin
-      \$610  = 28'h0000000;
+      \$610  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$611  = valid_d8;
+    \$611  = a[63:56];
     if (reset_units) begin
-      \$611  = 1'h0;
+      \$611  = 8'h00;
     end
     if (rst) begin
-      \$611  = 1'h0;
+      \$611  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$612  = ctl_d8;
+    \$612  = next_bank;
     if (reset_units) begin
-      \$612  = 28'h0000000;
+      \$612  = 1'h0;
     end
     if (rst) begin
-      \$612  = 28'h0000000;
+      \$612  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$613  = valid_d9;
+    \$613  = skew7_0;
     if (reset_units) begin
-      \$613  = 1'h0;
+      \$613  = 8'h00;
     end
     if (rst) begin
-      \$613  = 1'h0;
+      \$613  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$614  = ctl_d9;
+    \$614  = skew_bank7_0;
     if (reset_units) begin
-      \$614  = 28'h0000000;
+      \$614  = 1'h0;
     end
     if (rst) begin
-      \$614  = 28'h0000000;
+      \$614  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$615  = valid_d10;
+    \$615  = skew7_1;
     if (reset_units) begin
-      \$615  = 1'h0;
+      \$615  = 8'h00;
     end
     if (rst) begin
-      \$615  = 1'h0;
+      \$615  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$616  = ctl_d10;
+    \$616  = skew_bank7_1;
     if (reset_units) begin
-      \$616  = 28'h0000000;
+      \$616  = 1'h0;
     end
     if (rst) begin
-      \$616  = 28'h0000000;
+      \$616  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$617  = valid_d11;
+    \$617  = skew7_2;
     if (reset_units) begin
-      \$617  = 1'h0;
+      \$617  = 8'h00;
     end
     if (rst) begin
-      \$617  = 1'h0;
+      \$617  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$618  = ctl_d11;
+    \$618  = skew_bank7_2;
     if (reset_units) begin
-      \$618  = 28'h0000000;
+      \$618  = 1'h0;
     end
     if (rst) begin
-      \$618  = 28'h0000000;
+      \$618  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$619  = valid_d12;
+    \$619  = skew7_3;
     if (reset_units) begin
-      \$619  = 1'h0;
+      \$619  = 8'h00;
     end
     if (rst) begin
-      \$619  = 1'h0;
+      \$619  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$620  = ctl_d12;
+    \$620  = skew_bank7_3;
     if (reset_units) begin
-      \$620  = 28'h0000000;
+      \$620  = 1'h0;
     end
     if (rst) begin
-      \$620  = 28'h0000000;
+      \$620  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$621  = valid_d13;
+    \$621  = skew7_4;
     if (reset_units) begin
-      \$621  = 1'h0;
+      \$621  = 8'h00;
     end
     if (rst) begin
-      \$621  = 1'h0;
+      \$621  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$622  = ctl_d13;
+    \$622  = skew_bank7_4;
     if (reset_units) begin
-      \$622  = 28'h0000000;
+      \$622  = 1'h0;
     end
     if (rst) begin
-      \$622  = 28'h0000000;
+      \$622  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    casez (a_bank)
-      1'h0:
-          \$5  = w0_0_0;
-      1'h1:
-          \$5  = w1_0_0;
-    endcase
+    \$623  = skew7_5;
+    if (reset_units) begin
+      \$623  = 8'h00;
+    end
+    if (rst) begin
+      \$623  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$624  = skew_bank7_5;
+    if (reset_units) begin
+      \$624  = 1'h0;
+    end
+    if (rst) begin
+      \$624  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$625  = a[7:0];
+    if (reset_units) begin
+      \$625  = 8'h00;
+    end
+    if (rst) begin
+      \$625  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$626  = next_bank;
+    if (reset_units) begin
+      \$626  = 1'h0;
+    end
+    if (rst) begin
+      \$626  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$627  = \$257 ;
+    if (reset_units) begin
+      \$627  = 8'h00;
+    end
+    if (rst) begin
+      \$627  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$628  = { \$258 [15], \$258 [15], \$258 [15], \$258 [15], \$258 [15], \$258 [15], \$258 [15], \$258 [15], \$258 [15], \$258 [15], \$258 [15], \$258 [15], \$258 [15], \$258 [15], \$258 [15], \$258 [15], \$258  };
+    if (reset_units) begin
+      \$628  = 32'd0;
+    end
+    if (rst) begin
+      \$628  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$629  = skew1_0;
+    if (reset_units) begin
+      \$629  = 8'h00;
+    end
+    if (rst) begin
+      \$629  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$630  = skew_bank1_0;
+    if (reset_units) begin
+      \$630  = 1'h0;
+    end
+    if (rst) begin
+      \$630  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$631  = \$259 ;
+    if (reset_units) begin
+      \$631  = 8'h00;
+    end
+    if (rst) begin
+      \$631  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$632  = \$261 [31:0];
+    if (reset_units) begin
+      \$632  = 32'd0;
+    end
+    if (rst) begin
+      \$632  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$633  = skew2_1;
+    if (reset_units) begin
+      \$633  = 8'h00;
+    end
+    if (rst) begin
+      \$633  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$634  = skew_bank2_1;
+    if (reset_units) begin
+      \$634  = 1'h0;
+    end
+    if (rst) begin
+      \$634  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$635  = \$262 ;
+    if (reset_units) begin
+      \$635  = 8'h00;
+    end
+    if (rst) begin
+      \$635  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$636  = \$264 [31:0];
+    if (reset_units) begin
+      \$636  = 32'd0;
+    end
+    if (rst) begin
+      \$636  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$637  = skew3_2;
+    if (reset_units) begin
+      \$637  = 8'h00;
+    end
+    if (rst) begin
+      \$637  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$638  = skew_bank3_2;
+    if (reset_units) begin
+      \$638  = 1'h0;
+    end
+    if (rst) begin
+      \$638  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$639  = \$265 ;
+    if (reset_units) begin
+      \$639  = 8'h00;
+    end
+    if (rst) begin
+      \$639  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$640  = \$267 [31:0];
+    if (reset_units) begin
+      \$640  = 32'd0;
+    end
+    if (rst) begin
+      \$640  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$641  = skew4_3;
+    if (reset_units) begin
+      \$641  = 8'h00;
+    end
+    if (rst) begin
+      \$641  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$642  = skew_bank4_3;
+    if (reset_units) begin
+      \$642  = 1'h0;
+    end
+    if (rst) begin
+      \$642  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$643  = \$268 ;
+    if (reset_units) begin
+      \$643  = 8'h00;
+    end
+    if (rst) begin
+      \$643  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$644  = \$270 [31:0];
+    if (reset_units) begin
+      \$644  = 32'd0;
+    end
+    if (rst) begin
+      \$644  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$645  = skew5_4;
+    if (reset_units) begin
+      \$645  = 8'h00;
+    end
+    if (rst) begin
+      \$645  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$646  = skew_bank5_4;
+    if (reset_units) begin
+      \$646  = 1'h0;
+    end
+    if (rst) begin
+      \$646  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$647  = \$271 ;
+    if (reset_units) begin
+      \$647  = 8'h00;
+    end
+    if (rst) begin
+      \$647  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$648  = \$273 [31:0];
+    if (reset_units) begin
+      \$648  = 32'd0;
+    end
+    if (rst) begin
+      \$648  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$649  = skew6_5;
+    if (reset_units) begin
+      \$649  = 8'h00;
+    end
+    if (rst) begin
+      \$649  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$650  = skew_bank6_5;
+    if (reset_units) begin
+      \$650  = 1'h0;
+    end
+    if (rst) begin
+      \$650  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$651  = \$274 ;
+    if (reset_units) begin
+      \$651  = 8'h00;
+    end
+    if (rst) begin
+      \$651  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$652  = \$276 [31:0];
+    if (reset_units) begin
+      \$652  = 32'd0;
+    end
+    if (rst) begin
+      \$652  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$653  = skew7_6;
+    if (reset_units) begin
+      \$653  = 8'h00;
+    end
+    if (rst) begin
+      \$653  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$654  = skew_bank7_6;
+    if (reset_units) begin
+      \$654  = 1'h0;
+    end
+    if (rst) begin
+      \$654  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$655  = \$277 ;
+    if (reset_units) begin
+      \$655  = 8'h00;
+    end
+    if (rst) begin
+      \$655  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$656  = \$279 [31:0];
+    if (reset_units) begin
+      \$656  = 32'd0;
+    end
+    if (rst) begin
+      \$656  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$657  = psum_7_0;
+    if (reset_units) begin
+      \$657  = 32'd0;
+    end
+    if (rst) begin
+      \$657  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$658  = deskew0_0;
+    if (reset_units) begin
+      \$658  = 32'd0;
+    end
+    if (rst) begin
+      \$658  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$659  = deskew0_1;
+    if (reset_units) begin
+      \$659  = 32'd0;
+    end
+    if (rst) begin
+      \$659  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$660  = deskew0_2;
+    if (reset_units) begin
+      \$660  = 32'd0;
+    end
+    if (rst) begin
+      \$660  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$661  = deskew0_3;
+    if (reset_units) begin
+      \$661  = 32'd0;
+    end
+    if (rst) begin
+      \$661  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$662  = deskew0_4;
+    if (reset_units) begin
+      \$662  = 32'd0;
+    end
+    if (rst) begin
+      \$662  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$663  = deskew0_5;
+    if (reset_units) begin
+      \$663  = 32'd0;
+    end
+    if (rst) begin
+      \$663  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$664  = a_0_0;
+    if (reset_units) begin
+      \$664  = 8'h00;
+    end
+    if (rst) begin
+      \$664  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$665  = bank_0_0;
+    if (reset_units) begin
+      \$665  = 1'h0;
+    end
+    if (rst) begin
+      \$665  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$666  = \$280 ;
+    if (reset_units) begin
+      \$666  = 8'h00;
+    end
+    if (rst) begin
+      \$666  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$667  = { \$281 [15], \$281 [15], \$281 [15], \$281 [15], \$281 [15], \$281 [15], \$281 [15], \$281 [15], \$281 [15], \$281 [15], \$281 [15], \$281 [15], \$281 [15], \$281 [15], \$281 [15], \$281 [15], \$281  };
+    if (reset_units) begin
+      \$667  = 32'd0;
+    end
+    if (rst) begin
+      \$667  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$668  = a_1_0;
+    if (reset_units) begin
+      \$668  = 8'h00;
+    end
+    if (rst) begin
+      \$668  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$669  = bank_1_0;
+    if (reset_units) begin
+      \$669  = 1'h0;
+    end
+    if (rst) begin
+      \$669  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$670  = \$282 ;
+    if (reset_units) begin
+      \$670  = 8'h00;
+    end
+    if (rst) begin
+      \$670  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$671  = \$284 [31:0];
+    if (reset_units) begin
+      \$671  = 32'd0;
+    end
+    if (rst) begin
+      \$671  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$672  = a_2_0;
+    if (reset_units) begin
+      \$672  = 8'h00;
+    end
+    if (rst) begin
+      \$672  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$673  = bank_2_0;
+    if (reset_units) begin
+      \$673  = 1'h0;
+    end
+    if (rst) begin
+      \$673  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$674  = \$285 ;
+    if (reset_units) begin
+      \$674  = 8'h00;
+    end
+    if (rst) begin
+      \$674  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$675  = \$287 [31:0];
+    if (reset_units) begin
+      \$675  = 32'd0;
+    end
+    if (rst) begin
+      \$675  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$676  = a_3_0;
+    if (reset_units) begin
+      \$676  = 8'h00;
+    end
+    if (rst) begin
+      \$676  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$677  = bank_3_0;
+    if (reset_units) begin
+      \$677  = 1'h0;
+    end
+    if (rst) begin
+      \$677  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$678  = \$288 ;
+    if (reset_units) begin
+      \$678  = 8'h00;
+    end
+    if (rst) begin
+      \$678  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$679  = \$290 [31:0];
+    if (reset_units) begin
+      \$679  = 32'd0;
+    end
+    if (rst) begin
+      \$679  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$680  = a_4_0;
+    if (reset_units) begin
+      \$680  = 8'h00;
+    end
+    if (rst) begin
+      \$680  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$681  = bank_4_0;
+    if (reset_units) begin
+      \$681  = 1'h0;
+    end
+    if (rst) begin
+      \$681  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$682  = \$291 ;
+    if (reset_units) begin
+      \$682  = 8'h00;
+    end
+    if (rst) begin
+      \$682  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$683  = \$293 [31:0];
+    if (reset_units) begin
+      \$683  = 32'd0;
+    end
+    if (rst) begin
+      \$683  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$684  = a_5_0;
+    if (reset_units) begin
+      \$684  = 8'h00;
+    end
+    if (rst) begin
+      \$684  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$685  = bank_5_0;
+    if (reset_units) begin
+      \$685  = 1'h0;
+    end
+    if (rst) begin
+      \$685  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$686  = \$294 ;
+    if (reset_units) begin
+      \$686  = 8'h00;
+    end
+    if (rst) begin
+      \$686  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$687  = \$296 [31:0];
+    if (reset_units) begin
+      \$687  = 32'd0;
+    end
+    if (rst) begin
+      \$687  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$688  = a_6_0;
+    if (reset_units) begin
+      \$688  = 8'h00;
+    end
+    if (rst) begin
+      \$688  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$689  = bank_6_0;
+    if (reset_units) begin
+      \$689  = 1'h0;
+    end
+    if (rst) begin
+      \$689  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$690  = \$297 ;
+    if (reset_units) begin
+      \$690  = 8'h00;
+    end
+    if (rst) begin
+      \$690  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$691  = \$299 [31:0];
+    if (reset_units) begin
+      \$691  = 32'd0;
+    end
+    if (rst) begin
+      \$691  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$692  = a_7_0;
+    if (reset_units) begin
+      \$692  = 8'h00;
+    end
+    if (rst) begin
+      \$692  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$693  = bank_7_0;
+    if (reset_units) begin
+      \$693  = 1'h0;
+    end
+    if (rst) begin
+      \$693  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$694  = \$300 ;
+    if (reset_units) begin
+      \$694  = 8'h00;
+    end
+    if (rst) begin
+      \$694  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$695  = \$302 [31:0];
+    if (reset_units) begin
+      \$695  = 32'd0;
+    end
+    if (rst) begin
+      \$695  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$696  = psum_7_1;
+    if (reset_units) begin
+      \$696  = 32'd0;
+    end
+    if (rst) begin
+      \$696  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$697  = deskew1_0;
+    if (reset_units) begin
+      \$697  = 32'd0;
+    end
+    if (rst) begin
+      \$697  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$698  = deskew1_1;
+    if (reset_units) begin
+      \$698  = 32'd0;
+    end
+    if (rst) begin
+      \$698  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$699  = deskew1_2;
+    if (reset_units) begin
+      \$699  = 32'd0;
+    end
+    if (rst) begin
+      \$699  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$700  = deskew1_3;
+    if (reset_units) begin
+      \$700  = 32'd0;
+    end
+    if (rst) begin
+      \$700  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$701  = deskew1_4;
+    if (reset_units) begin
+      \$701  = 32'd0;
+    end
+    if (rst) begin
+      \$701  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$702  = a_0_1;
+    if (reset_units) begin
+      \$702  = 8'h00;
+    end
+    if (rst) begin
+      \$702  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$703  = bank_0_1;
+    if (reset_units) begin
+      \$703  = 1'h0;
+    end
+    if (rst) begin
+      \$703  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$704  = \$303 ;
+    if (reset_units) begin
+      \$704  = 8'h00;
+    end
+    if (rst) begin
+      \$704  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$705  = { \$304 [15], \$304 [15], \$304 [15], \$304 [15], \$304 [15], \$304 [15], \$304 [15], \$304 [15], \$304 [15], \$304 [15], \$304 [15], \$304 [15], \$304 [15], \$304 [15], \$304 [15], \$304 [15], \$304  };
+    if (reset_units) begin
+      \$705  = 32'd0;
+    end
+    if (rst) begin
+      \$705  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$706  = a_1_1;
+    if (reset_units) begin
+      \$706  = 8'h00;
+    end
+    if (rst) begin
+      \$706  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$707  = bank_1_1;
+    if (reset_units) begin
+      \$707  = 1'h0;
+    end
+    if (rst) begin
+      \$707  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$708  = \$305 ;
+    if (reset_units) begin
+      \$708  = 8'h00;
+    end
+    if (rst) begin
+      \$708  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$709  = \$307 [31:0];
+    if (reset_units) begin
+      \$709  = 32'd0;
+    end
+    if (rst) begin
+      \$709  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$710  = a_2_1;
+    if (reset_units) begin
+      \$710  = 8'h00;
+    end
+    if (rst) begin
+      \$710  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$711  = bank_2_1;
+    if (reset_units) begin
+      \$711  = 1'h0;
+    end
+    if (rst) begin
+      \$711  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$712  = \$308 ;
+    if (reset_units) begin
+      \$712  = 8'h00;
+    end
+    if (rst) begin
+      \$712  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$713  = \$310 [31:0];
+    if (reset_units) begin
+      \$713  = 32'd0;
+    end
+    if (rst) begin
+      \$713  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$714  = a_3_1;
+    if (reset_units) begin
+      \$714  = 8'h00;
+    end
+    if (rst) begin
+      \$714  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$715  = bank_3_1;
+    if (reset_units) begin
+      \$715  = 1'h0;
+    end
+    if (rst) begin
+      \$715  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$716  = \$311 ;
+    if (reset_units) begin
+      \$716  = 8'h00;
+    end
+    if (rst) begin
+      \$716  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$717  = \$313 [31:0];
+    if (reset_units) begin
+      \$717  = 32'd0;
+    end
+    if (rst) begin
+      \$717  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$718  = a_4_1;
+    if (reset_units) begin
+      \$718  = 8'h00;
+    end
+    if (rst) begin
+      \$718  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$719  = bank_4_1;
+    if (reset_units) begin
+      \$719  = 1'h0;
+    end
+    if (rst) begin
+      \$719  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$720  = \$314 ;
+    if (reset_units) begin
+      \$720  = 8'h00;
+    end
+    if (rst) begin
+      \$720  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$721  = \$316 [31:0];
+    if (reset_units) begin
+      \$721  = 32'd0;
+    end
+    if (rst) begin
+      \$721  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$722  = a_5_1;
+    if (reset_units) begin
+      \$722  = 8'h00;
+    end
+    if (rst) begin
+      \$722  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$723  = bank_5_1;
+    if (reset_units) begin
+      \$723  = 1'h0;
+    end
+    if (rst) begin
+      \$723  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$724  = \$317 ;
+    if (reset_units) begin
+      \$724  = 8'h00;
+    end
+    if (rst) begin
+      \$724  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$725  = \$319 [31:0];
+    if (reset_units) begin
+      \$725  = 32'd0;
+    end
+    if (rst) begin
+      \$725  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$726  = a_6_1;
+    if (reset_units) begin
+      \$726  = 8'h00;
+    end
+    if (rst) begin
+      \$726  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$727  = bank_6_1;
+    if (reset_units) begin
+      \$727  = 1'h0;
+    end
+    if (rst) begin
+      \$727  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$728  = \$320 ;
+    if (reset_units) begin
+      \$728  = 8'h00;
+    end
+    if (rst) begin
+      \$728  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$729  = \$322 [31:0];
+    if (reset_units) begin
+      \$729  = 32'd0;
+    end
+    if (rst) begin
+      \$729  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$730  = a_7_1;
+    if (reset_units) begin
+      \$730  = 8'h00;
+    end
+    if (rst) begin
+      \$730  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$731  = bank_7_1;
+    if (reset_units) begin
+      \$731  = 1'h0;
+    end
+    if (rst) begin
+      \$731  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$732  = \$323 ;
+    if (reset_units) begin
+      \$732  = 8'h00;
+    end
+    if (rst) begin
+      \$732  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$733  = \$325 [31:0];
+    if (reset_units) begin
+      \$733  = 32'd0;
+    end
+    if (rst) begin
+      \$733  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$734  = psum_7_2;
+    if (reset_units) begin
+      \$734  = 32'd0;
+    end
+    if (rst) begin
+      \$734  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$735  = deskew2_0;
+    if (reset_units) begin
+      \$735  = 32'd0;
+    end
+    if (rst) begin
+      \$735  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$736  = deskew2_1;
+    if (reset_units) begin
+      \$736  = 32'd0;
+    end
+    if (rst) begin
+      \$736  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$737  = deskew2_2;
+    if (reset_units) begin
+      \$737  = 32'd0;
+    end
+    if (rst) begin
+      \$737  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$738  = deskew2_3;
+    if (reset_units) begin
+      \$738  = 32'd0;
+    end
+    if (rst) begin
+      \$738  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$739  = a_0_2;
+    if (reset_units) begin
+      \$739  = 8'h00;
+    end
+    if (rst) begin
+      \$739  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$740  = bank_0_2;
+    if (reset_units) begin
+      \$740  = 1'h0;
+    end
+    if (rst) begin
+      \$740  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$741  = \$326 ;
+    if (reset_units) begin
+      \$741  = 8'h00;
+    end
+    if (rst) begin
+      \$741  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$742  = { \$327 [15], \$327 [15], \$327 [15], \$327 [15], \$327 [15], \$327 [15], \$327 [15], \$327 [15], \$327 [15], \$327 [15], \$327 [15], \$327 [15], \$327 [15], \$327 [15], \$327 [15], \$327 [15], \$327  };
+    if (reset_units) begin
+      \$742  = 32'd0;
+    end
+    if (rst) begin
+      \$742  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$743  = a_1_2;
+    if (reset_units) begin
+      \$743  = 8'h00;
+    end
+    if (rst) begin
+      \$743  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$744  = bank_1_2;
+    if (reset_units) begin
+      \$744  = 1'h0;
+    end
+    if (rst) begin
+      \$744  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$745  = \$328 ;
+    if (reset_units) begin
+      \$745  = 8'h00;
+    end
+    if (rst) begin
+      \$745  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$746  = \$330 [31:0];
+    if (reset_units) begin
+      \$746  = 32'd0;
+    end
+    if (rst) begin
+      \$746  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$747  = a_2_2;
+    if (reset_units) begin
+      \$747  = 8'h00;
+    end
+    if (rst) begin
+      \$747  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$748  = bank_2_2;
+    if (reset_units) begin
+      \$748  = 1'h0;
+    end
+    if (rst) begin
+      \$748  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$749  = \$331 ;
+    if (reset_units) begin
+      \$749  = 8'h00;
+    end
+    if (rst) begin
+      \$749  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$750  = \$333 [31:0];
+    if (reset_units) begin
+      \$750  = 32'd0;
+    end
+    if (rst) begin
+      \$750  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$751  = a_3_2;
+    if (reset_units) begin
+      \$751  = 8'h00;
+    end
+    if (rst) begin
+      \$751  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$752  = bank_3_2;
+    if (reset_units) begin
+      \$752  = 1'h0;
+    end
+    if (rst) begin
+      \$752  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$753  = \$334 ;
+    if (reset_units) begin
+      \$753  = 8'h00;
+    end
+    if (rst) begin
+      \$753  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$754  = \$336 [31:0];
+    if (reset_units) begin
+      \$754  = 32'd0;
+    end
+    if (rst) begin
+      \$754  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$755  = a_4_2;
+    if (reset_units) begin
+      \$755  = 8'h00;
+    end
+    if (rst) begin
+      \$755  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$756  = bank_4_2;
+    if (reset_units) begin
+      \$756  = 1'h0;
+    end
+    if (rst) begin
+      \$756  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$757  = \$337 ;
+    if (reset_units) begin
+      \$757  = 8'h00;
+    end
+    if (rst) begin
+      \$757  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$758  = \$339 [31:0];
+    if (reset_units) begin
+      \$758  = 32'd0;
+    end
+    if (rst) begin
+      \$758  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$759  = a_5_2;
+    if (reset_units) begin
+      \$759  = 8'h00;
+    end
+    if (rst) begin
+      \$759  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$760  = bank_5_2;
+    if (reset_units) begin
+      \$760  = 1'h0;
+    end
+    if (rst) begin
+      \$760  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$761  = \$340 ;
+    if (reset_units) begin
+      \$761  = 8'h00;
+    end
+    if (rst) begin
+      \$761  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$762  = \$342 [31:0];
+    if (reset_units) begin
+      \$762  = 32'd0;
+    end
+    if (rst) begin
+      \$762  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$763  = a_6_2;
+    if (reset_units) begin
+      \$763  = 8'h00;
+    end
+    if (rst) begin
+      \$763  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$764  = bank_6_2;
+    if (reset_units) begin
+      \$764  = 1'h0;
+    end
+    if (rst) begin
+      \$764  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$765  = \$343 ;
+    if (reset_units) begin
+      \$765  = 8'h00;
+    end
+    if (rst) begin
+      \$765  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$766  = \$345 [31:0];
+    if (reset_units) begin
+      \$766  = 32'd0;
+    end
+    if (rst) begin
+      \$766  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$767  = a_7_2;
+    if (reset_units) begin
+      \$767  = 8'h00;
+    end
+    if (rst) begin
+      \$767  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$768  = bank_7_2;
+    if (reset_units) begin
+      \$768  = 1'h0;
+    end
+    if (rst) begin
+      \$768  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$769  = \$346 ;
+    if (reset_units) begin
+      \$769  = 8'h00;
+    end
+    if (rst) begin
+      \$769  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$770  = \$348 [31:0];
+    if (reset_units) begin
+      \$770  = 32'd0;
+    end
+    if (rst) begin
+      \$770  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$771  = psum_7_3;
+    if (reset_units) begin
+      \$771  = 32'd0;
+    end
+    if (rst) begin
+      \$771  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$772  = deskew3_0;
+    if (reset_units) begin
+      \$772  = 32'd0;
+    end
+    if (rst) begin
+      \$772  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$773  = deskew3_1;
+    if (reset_units) begin
+      \$773  = 32'd0;
+    end
+    if (rst) begin
+      \$773  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$774  = deskew3_2;
+    if (reset_units) begin
+      \$774  = 32'd0;
+    end
+    if (rst) begin
+      \$774  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$775  = a_0_3;
+    if (reset_units) begin
+      \$775  = 8'h00;
+    end
+    if (rst) begin
+      \$775  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$776  = bank_0_3;
+    if (reset_units) begin
+      \$776  = 1'h0;
+    end
+    if (rst) begin
+      \$776  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$777  = \$349 ;
+    if (reset_units) begin
+      \$777  = 8'h00;
+    end
+    if (rst) begin
+      \$777  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$778  = { \$350 [15], \$350 [15], \$350 [15], \$350 [15], \$350 [15], \$350 [15], \$350 [15], \$350 [15], \$350 [15], \$350 [15], \$350 [15], \$350 [15], \$350 [15], \$350 [15], \$350 [15], \$350 [15], \$350  };
+    if (reset_units) begin
+      \$778  = 32'd0;
+    end
+    if (rst) begin
+      \$778  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$779  = a_1_3;
+    if (reset_units) begin
+      \$779  = 8'h00;
+    end
+    if (rst) begin
+      \$779  = 8'h00;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    casez (skew_bank1_0)
-      1'h0:
-          \$7  = w0_1_0;
-      1'h1:
-          \$7  = w1_1_0;
-    endcase
+    \$780  = bank_1_3;
+    if (reset_units) begin
+      \$780  = 1'h0;
+    end
+    if (rst) begin
+      \$780  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
+    \$781  = \$351 ;
+    if (reset_units) begin
+      \$781  = 8'h00;
+    end
+    if (rst) begin
+      \$781  = 8'h00;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    casez (skew_bank2_1)
-      1'h0:
-          \$10  = w0_2_0;
-      1'h1:
-          \$10  = w1_2_0;
-    endcase
+    \$782  = \$353 [31:0];
+    if (reset_units) begin
+      \$782  = 32'd0;
+    end
+    if (rst) begin
+      \$782  = 32'd0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    casez (skew_bank3_2)
-      1'h0:
-          \$13  = w0_3_0;
-      1'h1:
-          \$13  = w1_3_0;
-    endcase
+    \$783  = a_2_3;
+    if (reset_units) begin
+      \$783  = 8'h00;
+    end
+    if (rst) begin
+      \$783  = 8'h00;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    casez (skew_bank4_3)
-      1'h0:
-          \$16  = w0_4_0;
-      1'h1:
-          \$16  = w1_4_0;
-    endcase
+    \$784  = bank_2_3;
+    if (reset_units) begin
+      \$784  = 1'h0;
+    end
+    if (rst) begin
+      \$784  = 1'h0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    casez (skew_bank5_4)
-      1'h0:
-          \$19  = w0_5_0;
-      1'h1:
-          \$19  = w1_5_0;
-    endcase
+    \$785  = \$354 ;
+    if (reset_units) begin
+      \$785  = 8'h00;
+    end
+    if (rst) begin
+      \$785  = 8'h00;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    casez (skew_bank6_5)
-      1'h0:
-          \$22  = w0_6_0;
-      1'h1:
-          \$22  = w1_6_0;
-    endcase
+    \$786  = \$356 [31:0];
+    if (reset_units) begin
+      \$786  = 32'd0;
+    end
+    if (rst) begin
+      \$786  = 32'd0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    casez (skew_bank7_6)
-      1'h0:
-          \$25  = w0_7_0;
-      1'h1:
-          \$25  = w1_7_0;
-    endcase
+    \$787  = a_3_3;
+    if (reset_units) begin
+      \$787  = 8'h00;
+    end
+    if (rst) begin
+      \$787  = 8'h00;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_0_0)
-      1'h0:
-          \$28  = w0_0_1;
-      1'h1:
-          \$28  = w1_0_1;
-    endcase
+    \$788  = bank_3_3;
+    if (reset_units) begin
+      \$788  = 1'h0;
+    end
+    if (rst) begin
+      \$788  = 1'h0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_1_0)
-      1'h0:
-          \$30  = w0_1_1;
-      1'h1:
-          \$30  = w1_1_1;
-    endcase
+    \$789  = \$357 ;
+    if (reset_units) begin
+      \$789  = 8'h00;
+    end
+    if (rst) begin
+      \$789  = 8'h00;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_2_0)
-      1'h0:
-          \$33  = w0_2_1;
-      1'h1:
-          \$33  = w1_2_1;
-    endcase
+    \$790  = \$359 [31:0];
+    if (reset_units) begin
+      \$790  = 32'd0;
+    end
+    if (rst) begin
+      \$790  = 32'd0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_3_0)
-      1'h0:
-          \$36  = w0_3_1;
-      1'h1:
-          \$36  = w1_3_1;
-    endcase
+    \$791  = a_4_3;
+    if (reset_units) begin
+      \$791  = 8'h00;
+    end
+    if (rst) begin
+      \$791  = 8'h00;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_4_0)
-      1'h0:
-          \$39  = w0_4_1;
-      1'h1:
-          \$39  = w1_4_1;
-    endcase
+    \$792  = bank_4_3;
+    if (reset_units) begin
+      \$792  = 1'h0;
+    end
+    if (rst) begin
+      \$792  = 1'h0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_5_0)
-      1'h0:
-          \$42  = w0_5_1;
-      1'h1:
-          \$42  = w1_5_1;
-    endcase
+    \$793  = \$360 ;
+    if (reset_units) begin
+      \$793  = 8'h00;
+    end
+    if (rst) begin
+      \$793  = 8'h00;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_6_0)
-      1'h0:
-          \$45  = w0_6_1;
-      1'h1:
-          \$45  = w1_6_1;
-    endcase
+    \$794  = \$362 [31:0];
+    if (reset_units) begin
+      \$794  = 32'd0;
+    end
+    if (rst) begin
+      \$794  = 32'd0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_7_0)
-      1'h0:
-          \$48  = w0_7_1;
-      1'h1:
-          \$48  = w1_7_1;
-    endcase
+    \$795  = a_5_3;
+    if (reset_units) begin
+      \$795  = 8'h00;
+    end
+    if (rst) begin
+      \$795  = 8'h00;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_0_1)
-      1'h0:
-          \$51  = w0_0_2;
-      1'h1:
-          \$51  = w1_0_2;
-    endcase
+    \$796  = bank_5_3;
+    if (reset_units) begin
+      \$796  = 1'h0;
+    end
+    if (rst) begin
+      \$796  = 1'h0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_1_1)
-      1'h0:
-          \$53  = w0_1_2;
-      1'h1:
-          \$53  = w1_1_2;
-    endcase
+    \$797  = \$363 ;
+    if (reset_units) begin
+      \$797  = 8'h00;
+    end
+    if (rst) begin
+      \$797  = 8'h00;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_2_1)
-      1'h0:
-          \$56  = w0_2_2;
-      1'h1:
-          \$56  = w1_2_2;
-    endcase
+    \$798  = \$365 [31:0];
+    if (reset_units) begin
+      \$798  = 32'd0;
+    end
+    if (rst) begin
+      \$798  = 32'd0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_3_1)
-      1'h0:
-          \$59  = w0_3_2;
-      1'h1:
-          \$59  = w1_3_2;
-    endcase
+    \$799  = a_6_3;
+    if (reset_units) begin
+      \$799  = 8'h00;
+    end
+    if (rst) begin
+      \$799  = 8'h00;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_4_1)
-      1'h0:
-          \$62  = w0_4_2;
-      1'h1:
-          \$62  = w1_4_2;
-    endcase
+    \$800  = bank_6_3;
+    if (reset_units) begin
+      \$800  = 1'h0;
+    end
+    if (rst) begin
+      \$800  = 1'h0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_5_1)
-      1'h0:
-          \$65  = w0_5_2;
-      1'h1:
-          \$65  = w1_5_2;
-    endcase
+    \$801  = \$366 ;
+    if (reset_units) begin
+      \$801  = 8'h00;
+    end
+    if (rst) begin
+      \$801  = 8'h00;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_6_1)
-      1'h0:
-          \$68  = w0_6_2;
-      1'h1:
-          \$68  = w1_6_2;
-    endcase
+    \$802  = \$368 [31:0];
+    if (reset_units) begin
+      \$802  = 32'd0;
+    end
+    if (rst) begin
+      \$802  = 32'd0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_7_1)
-      1'h0:
-          \$71  = w0_7_2;
-      1'h1:
-          \$71  = w1_7_2;
-    endcase
+    \$803  = a_7_3;
+    if (reset_units) begin
+      \$803  = 8'h00;
+    end
+    if (rst) begin
+      \$803  = 8'h00;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_0_2)
-      1'h0:
-          \$74  = w0_0_3;
-      1'h1:
-          \$74  = w1_0_3;
-    endcase
+    \$804  = bank_7_3;
+    if (reset_units) begin
+      \$804  = 1'h0;
+    end
+    if (rst) begin
+      \$804  = 1'h0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_1_2)
-      1'h0:
-          \$76  = w0_1_3;
-      1'h1:
-          \$76  = w1_1_3;
-    endcase
+    \$805  = \$369 ;
+    if (reset_units) begin
+      \$805  = 8'h00;
+    end
+    if (rst) begin
+      \$805  = 8'h00;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_2_2)
-      1'h0:
-          \$79  = w0_2_3;
-      1'h1:
-          \$79  = w1_2_3;
-    endcase
+    \$806  = \$371 [31:0];
+    if (reset_units) begin
+      \$806  = 32'd0;
+    end
+    if (rst) begin
+      \$806  = 32'd0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_3_2)
-      1'h0:
-          \$82  = w0_3_3;
-      1'h1:
-          \$82  = w1_3_3;
-    endcase
+    \$807  = psum_7_4;
+    if (reset_units) begin
+      \$807  = 32'd0;
+    end
+    if (rst) begin
+      \$807  = 32'd0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_4_2)
-      1'h0:
-          \$85  = w0_4_3;
-      1'h1:
-          \$85  = w1_4_3;
-    endcase
+    \$808  = deskew4_0;
+    if (reset_units) begin
+      \$808  = 32'd0;
+    end
+    if (rst) begin
+      \$808  = 32'd0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_5_2)
-      1'h0:
-          \$88  = w0_5_3;
-      1'h1:
-          \$88  = w1_5_3;
-    endcase
+    \$809  = deskew4_1;
+    if (reset_units) begin
+      \$809  = 32'd0;
+    end
+    if (rst) begin
+      \$809  = 32'd0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_6_2)
-      1'h0:
-          \$91  = w0_6_3;
-      1'h1:
-          \$91  = w1_6_3;
-    endcase
+    \$810  = a_0_4;
+    if (reset_units) begin
+      \$810  = 8'h00;
+    end
+    if (rst) begin
+      \$810  = 8'h00;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_7_2)
-      1'h0:
-          \$94  = w0_7_3;
-      1'h1:
-          \$94  = w1_7_3;
-    endcase
+    \$811  = bank_0_4;
+    if (reset_units) begin
+      \$811  = 1'h0;
+    end
+    if (rst) begin
+      \$811  = 1'h0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_0_3)
-      1'h0:
-          \$97  = w0_0_4;
-      1'h1:
-          \$97  = w1_0_4;
-    endcase
+    \$812  = \$372 ;
+    if (reset_units) begin
+      \$812  = 8'h00;
+    end
+    if (rst) begin
+      \$812  = 8'h00;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_1_3)
-      1'h0:
-          \$99  = w0_1_4;
-      1'h1:
-          \$99  = w1_1_4;
-    endcase
+    \$813  = { \$373 [15], \$373 [15], \$373 [15], \$373 [15], \$373 [15], \$373 [15], \$373 [15], \$373 [15], \$373 [15], \$373 [15], \$373 [15], \$373 [15], \$373 [15], \$373 [15], \$373 [15], \$373 [15], \$373  };
+    if (reset_units) begin
+      \$813  = 32'd0;
+    end
+    if (rst) begin
+      \$813  = 32'd0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_2_3)
-      1'h0:
-          \$102  = w0_2_4;
-      1'h1:
-          \$102  = w1_2_4;
-    endcase
+    \$814  = a_1_4;
+    if (reset_units) begin
+      \$814  = 8'h00;
+    end
+    if (rst) begin
+      \$814  = 8'h00;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_3_3)
-      1'h0:
-          \$105  = w0_3_4;
-      1'h1:
-          \$105  = w1_3_4;
-    endcase
+    \$815  = bank_1_4;
+    if (reset_units) begin
+      \$815  = 1'h0;
+    end
+    if (rst) begin
+      \$815  = 1'h0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_4_3)
-      1'h0:
-          \$108  = w0_4_4;
-      1'h1:
-          \$108  = w1_4_4;
-    endcase
+    \$816  = \$374 ;
+    if (reset_units) begin
+      \$816  = 8'h00;
+    end
+    if (rst) begin
+      \$816  = 8'h00;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_5_3)
-      1'h0:
-          \$111  = w0_5_4;
-      1'h1:
-          \$111  = w1_5_4;
-    endcase
+    \$817  = \$376 [31:0];
+    if (reset_units) begin
+      \$817  = 32'd0;
+    end
+    if (rst) begin
+      \$817  = 32'd0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_6_3)
-      1'h0:
-          \$114  = w0_6_4;
-      1'h1:
-          \$114  = w1_6_4;
-    endcase
+    \$818  = a_2_4;
+    if (reset_units) begin
+      \$818  = 8'h00;
+    end
+    if (rst) begin
+      \$818  = 8'h00;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_7_3)
-      1'h0:
-          \$117  = w0_7_4;
-      1'h1:
-          \$117  = w1_7_4;
-    endcase
+    \$819  = bank_2_4;
+    if (reset_units) begin
+      \$819  = 1'h0;
+    end
+    if (rst) begin
+      \$819  = 1'h0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_0_4)
-      1'h0:
-          \$120  = w0_0_5;
-      1'h1:
-          \$120  = w1_0_5;
-    endcase
+    \$820  = \$377 ;
+    if (reset_units) begin
+      \$820  = 8'h00;
+    end
+    if (rst) begin
+      \$820  = 8'h00;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_1_4)
-      1'h0:
-          \$122  = w0_1_5;
-      1'h1:
-          \$122  = w1_1_5;
-    endcase
+    \$821  = \$379 [31:0];
+    if (reset_units) begin
+      \$821  = 32'd0;
+    end
+    if (rst) begin
+      \$821  = 32'd0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_2_4)
-      1'h0:
-          \$125  = w0_2_5;
-      1'h1:
-          \$125  = w1_2_5;
-    endcase
+    \$822  = a_3_4;
+    if (reset_units) begin
+      \$822  = 8'h00;
+    end
+    if (rst) begin
+      \$822  = 8'h00;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_3_4)
-      1'h0:
-          \$128  = w0_3_5;
-      1'h1:
-          \$128  = w1_3_5;
-    endcase
+    \$823  = bank_3_4;
+    if (reset_units) begin
+      \$823  = 1'h0;
+    end
+    if (rst) begin
+      \$823  = 1'h0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_4_4)
-      1'h0:
-          \$131  = w0_4_5;
-      1'h1:
-          \$131  = w1_4_5;
-    endcase
+    \$824  = \$380 ;
+    if (reset_units) begin
+      \$824  = 8'h00;
+    end
+    if (rst) begin
+      \$824  = 8'h00;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_5_4)
-      1'h0:
-          \$134  = w0_5_5;
-      1'h1:
-          \$134  = w1_5_5;
-    endcase
+    \$825  = \$382 [31:0];
+    if (reset_units) begin
+      \$825  = 32'd0;
+    end
+    if (rst) begin
+      \$825  = 32'd0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_6_4)
-      1'h0:
-          \$137  = w0_6_5;
-      1'h1:
-          \$137  = w1_6_5;
-    endcase
+    \$826  = a_4_4;
+    if (reset_units) begin
+      \$826  = 8'h00;
+    end
+    if (rst) begin
+      \$826  = 8'h00;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_7_4)
-      1'h0:
-          \$140  = w0_7_5;
-      1'h1:
-          \$140  = w1_7_5;
-    endcase
+    \$827  = bank_4_4;
+    if (reset_units) begin
+      \$827  = 1'h0;
+    end
+    if (rst) begin
+      \$827  = 1'h0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_0_5)
-      1'h0:
-          \$143  = w0_0_6;
-      1'h1:
-          \$143  = w1_0_6;
-    endcase
+    \$828  = \$383 ;
+    if (reset_units) begin
+      \$828  = 8'h00;
+    end
+    if (rst) begin
+      \$828  = 8'h00;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_1_5)
-      1'h0:
-          \$145  = w0_1_6;
-      1'h1:
-          \$145  = w1_1_6;
-    endcase
+    \$829  = \$385 [31:0];
+    if (reset_units) begin
+      \$829  = 32'd0;
+    end
+    if (rst) begin
+      \$829  = 32'd0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_2_5)
-      1'h0:
-          \$148  = w0_2_6;
-      1'h1:
-          \$148  = w1_2_6;
-    endcase
+    \$830  = a_5_4;
+    if (reset_units) begin
+      \$830  = 8'h00;
+    end
+    if (rst) begin
+      \$830  = 8'h00;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_3_5)
-      1'h0:
-          \$151  = w0_3_6;
-      1'h1:
-          \$151  = w1_3_6;
-    endcase
+    \$831  = bank_5_4;
+    if (reset_units) begin
+      \$831  = 1'h0;
+    end
+    if (rst) begin
+      \$831  = 1'h0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_4_5)
-      1'h0:
-          \$154  = w0_4_6;
-      1'h1:
-          \$154  = w1_4_6;
-    endcase
+    \$832  = \$386 ;
+    if (reset_units) begin
+      \$832  = 8'h00;
+    end
+    if (rst) begin
+      \$832  = 8'h00;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_5_5)
-      1'h0:
-          \$157  = w0_5_6;
-      1'h1:
-          \$157  = w1_5_6;
-    endcase
+    \$833  = \$388 [31:0];
+    if (reset_units) begin
+      \$833  = 32'd0;
+    end
+    if (rst) begin
+      \$833  = 32'd0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_6_5)
-      1'h0:
-          \$160  = w0_6_6;
-      1'h1:
-          \$160  = w1_6_6;
-    endcase
+    \$834  = a_6_4;
+    if (reset_units) begin
+      \$834  = 8'h00;
+    end
+    if (rst) begin
+      \$834  = 8'h00;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_7_5)
-      1'h0:
-          \$163  = w0_7_6;
-      1'h1:
-          \$163  = w1_7_6;
-    endcase
+    \$835  = bank_6_4;
+    if (reset_units) begin
+      \$835  = 1'h0;
+    end
+    if (rst) begin
+      \$835  = 1'h0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_0_6)
-      1'h0:
-          \$166  = w0_0_7;
-      1'h1:
-          \$166  = w1_0_7;
-    endcase
+    \$836  = \$389 ;
+    if (reset_units) begin
+      \$836  = 8'h00;
+    end
+    if (rst) begin
+      \$836  = 8'h00;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_1_6)
-      1'h0:
-          \$168  = w0_1_7;
-      1'h1:
-          \$168  = w1_1_7;
-    endcase
+    \$837  = \$391 [31:0];
+    if (reset_units) begin
+      \$837  = 32'd0;
+    end
+    if (rst) begin
+      \$837  = 32'd0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_2_6)
-      1'h0:
-          \$171  = w0_2_7;
-      1'h1:
-          \$171  = w1_2_7;
-    endcase
+    \$838  = a_7_4;
+    if (reset_units) begin
+      \$838  = 8'h00;
+    end
+    if (rst) begin
+      \$838  = 8'h00;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_3_6)
-      1'h0:
-          \$174  = w0_3_7;
-      1'h1:
-          \$174  = w1_3_7;
-    endcase
+    \$839  = bank_7_4;
+    if (reset_units) begin
+      \$839  = 1'h0;
+    end
+    if (rst) begin
+      \$839  = 1'h0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_4_6)
-      1'h0:
-          \$177  = w0_4_7;
-      1'h1:
-          \$177  = w1_4_7;
-    endcase
+    \$840  = \$392 ;
+    if (reset_units) begin
+      \$840  = 8'h00;
+    end
+    if (rst) begin
+      \$840  = 8'h00;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_5_6)
-      1'h0:
-          \$180  = w0_5_7;
-      1'h1:
-          \$180  = w1_5_7;
-    endcase
+    \$841  = \$394 [31:0];
+    if (reset_units) begin
+      \$841  = 32'd0;
+    end
+    if (rst) begin
+      \$841  = 32'd0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_6_6)
-      1'h0:
-          \$183  = w0_6_7;
-      1'h1:
-          \$183  = w1_6_7;
-    endcase
+    \$842  = psum_7_5;
+    if (reset_units) begin
+      \$842  = 32'd0;
+    end
+    if (rst) begin
+      \$842  = 32'd0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_7_6)
-      1'h0:
-          \$186  = w0_7_7;
-      1'h1:
-          \$186  = w1_7_7;
-    endcase
+    \$843  = deskew5_0;
+    if (reset_units) begin
+      \$843  = 32'd0;
+    end
+    if (rst) begin
+      \$843  = 32'd0;
+    end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$189  = w0_0_0;
-    if (\$2 ) begin
-      \$189  = w_row[7:0];
-    end
+    \$844  = a_0_5;
     if (reset_units) begin
-      \$189  = 8'h00;
+      \$844  = 8'h00;
     end
     if (rst) begin
-      \$189  = 8'h00;
+      \$844  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$190  = w0_1_0;
-    if (\$2 ) begin
-      \$190  = w0_0_0;
-    end
+    \$845  = bank_0_5;
     if (reset_units) begin
-      \$190  = 8'h00;
+      \$845  = 1'h0;
     end
     if (rst) begin
-      \$190  = 8'h00;
+      \$845  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$191  = w0_2_0;
-    if (\$2 ) begin
-      \$191  = w0_1_0;
-    end
+    \$846  = \$395 ;
     if (reset_units) begin
-      \$191  = 8'h00;
+      \$846  = 8'h00;
     end
     if (rst) begin
-      \$191  = 8'h00;
+      \$846  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$192  = w0_3_0;
-    if (\$2 ) begin
-      \$192  = w0_2_0;
-    end
+    \$847  = { \$396 [15], \$396 [15], \$396 [15], \$396 [15], \$396 [15], \$396 [15], \$396 [15], \$396 [15], \$396 [15], \$396 [15], \$396 [15], \$396 [15], \$396 [15], \$396 [15], \$396 [15], \$396 [15], \$396  };
     if (reset_units) begin
-      \$192  = 8'h00;
+      \$847  = 32'd0;
     end
     if (rst) begin
-      \$192  = 8'h00;
+      \$847  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$193  = w0_4_0;
-    if (\$2 ) begin
-      \$193  = w0_3_0;
-    end
+    \$848  = a_1_5;
     if (reset_units) begin
-      \$193  = 8'h00;
+      \$848  = 8'h00;
     end
     if (rst) begin
-      \$193  = 8'h00;
+      \$848  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$194  = w0_5_0;
-    if (\$2 ) begin
-      \$194  = w0_4_0;
-    end
+    \$849  = bank_1_5;
     if (reset_units) begin
-      \$194  = 8'h00;
+      \$849  = 1'h0;
     end
     if (rst) begin
-      \$194  = 8'h00;
+      \$849  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$195  = w0_6_0;
-    if (\$2 ) begin
-      \$195  = w0_5_0;
-    end
+    \$850  = \$397 ;
     if (reset_units) begin
-      \$195  = 8'h00;
+      \$850  = 8'h00;
     end
     if (rst) begin
-      \$195  = 8'h00;
+      \$850  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$196  = w0_7_0;
-    if (\$2 ) begin
-      \$196  = w0_6_0;
-    end
+    \$851  = \$399 [31:0];
     if (reset_units) begin
-      \$196  = 8'h00;
+      \$851  = 32'd0;
     end
     if (rst) begin
-      \$196  = 8'h00;
+      \$851  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$197  = w0_0_1;
-    if (\$2 ) begin
-      \$197  = w_row[15:8];
-    end
+    \$852  = a_2_5;
     if (reset_units) begin
-      \$197  = 8'h00;
+      \$852  = 8'h00;
     end
     if (rst) begin
-      \$197  = 8'h00;
+      \$852  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$198  = w0_1_1;
-    if (\$2 ) begin
-      \$198  = w0_0_1;
-    end
+    \$853  = bank_2_5;
     if (reset_units) begin
-      \$198  = 8'h00;
+      \$853  = 1'h0;
     end
     if (rst) begin
-      \$198  = 8'h00;
+      \$853  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$199  = w0_2_1;
-    if (\$2 ) begin
-      \$199  = w0_1_1;
-    end
+    \$854  = \$400 ;
     if (reset_units) begin
-      \$199  = 8'h00;
+      \$854  = 8'h00;
     end
     if (rst) begin
-      \$199  = 8'h00;
+      \$854  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$200  = w0_3_1;
-    if (\$2 ) begin
-      \$200  = w0_2_1;
-    end
+    \$855  = \$402 [31:0];
     if (reset_units) begin
-      \$200  = 8'h00;
+      \$855  = 32'd0;
     end
     if (rst) begin
-      \$200  = 8'h00;
+      \$855  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$201  = w0_4_1;
-    if (\$2 ) begin
-      \$201  = w0_3_1;
-    end
+    \$856  = a_3_5;
     if (reset_units) begin
-      \$201  = 8'h00;
+      \$856  = 8'h00;
     end
     if (rst) begin
-      \$201  = 8'h00;
+      \$856  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$202  = w0_5_1;
-    if (\$2 ) begin
-      \$202  = w0_4_1;
-    end
+    \$857  = bank_3_5;
     if (reset_units) begin
-      \$202  = 8'h00;
+      \$857  = 1'h0;
     end
     if (rst) begin
-      \$202  = 8'h00;
+      \$857  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$203  = w0_6_1;
-    if (\$2 ) begin
-      \$203  = w0_5_1;
-    end
+    \$858  = \$403 ;
     if (reset_units) begin
-      \$203  = 8'h00;
+      \$858  = 8'h00;
     end
     if (rst) begin
-      \$203  = 8'h00;
+      \$858  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$204  = w0_7_1;
-    if (\$2 ) begin
-      \$204  = w0_6_1;
-    end
+    \$859  = \$405 [31:0];
     if (reset_units) begin
-      \$204  = 8'h00;
+      \$859  = 32'd0;
     end
     if (rst) begin
-      \$204  = 8'h00;
+      \$859  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$205  = w0_0_2;
-    if (\$2 ) begin
-      \$205  = w_row[23:16];
-    end
+    \$860  = a_4_5;
     if (reset_units) begin
-      \$205  = 8'h00;
+      \$860  = 8'h00;
     end
     if (rst) begin
-      \$205  = 8'h00;
+      \$860  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$206  = w0_1_2;
-    if (\$2 ) begin
-      \$206  = w0_0_2;
-    end
+    \$861  = bank_4_5;
     if (reset_units) begin
-      \$206  = 8'h00;
+      \$861  = 1'h0;
     end
     if (rst) begin
-      \$206  = 8'h00;
+      \$861  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$207  = w0_2_2;
-    if (\$2 ) begin
-      \$207  = w0_1_2;
-    end
+    \$862  = \$406 ;
     if (reset_units) begin
-      \$207  = 8'h00;
+      \$862  = 8'h00;
     end
     if (rst) begin
-      \$207  = 8'h00;
+      \$862  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$208  = w0_3_2;
-    if (\$2 ) begin
-      \$208  = w0_2_2;
-    end
+    \$863  = \$408 [31:0];
     if (reset_units) begin
-      \$208  = 8'h00;
+      \$863  = 32'd0;
     end
     if (rst) begin
-      \$208  = 8'h00;
+      \$863  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$209  = w0_4_2;
-    if (\$2 ) begin
-      \$209  = w0_3_2;
-    end
+    \$864  = a_5_5;
     if (reset_units) begin
-      \$209  = 8'h00;
+      \$864  = 8'h00;
     end
     if (rst) begin
-      \$209  = 8'h00;
+      \$864  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$210  = w0_5_2;
-    if (\$2 ) begin
-      \$210  = w0_4_2;
-    end
+    \$865  = bank_5_5;
     if (reset_units) begin
-      \$210  = 8'h00;
+      \$865  = 1'h0;
     end
     if (rst) begin
-      \$210  = 8'h00;
+      \$865  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$211  = w0_6_2;
-    if (\$2 ) begin
-      \$211  = w0_5_2;
-    end
+    \$866  = \$409 ;
     if (reset_units) begin
-      \$211  = 8'h00;
+      \$866  = 8'h00;
     end
     if (rst) begin
-      \$211  = 8'h00;
+      \$866  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$212  = w0_7_2;
-    if (\$2 ) begin
-      \$212  = w0_6_2;
-    end
+    \$867  = \$411 [31:0];
     if (reset_units) begin
-      \$212  = 8'h00;
+      \$867  = 32'd0;
     end
     if (rst) begin
-      \$212  = 8'h00;
+      \$867  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$213  = w0_0_3;
-    if (\$2 ) begin
-      \$213  = w_row[31:24];
-    end
+    \$868  = a_6_5;
     if (reset_units) begin
-      \$213  = 8'h00;
+      \$868  = 8'h00;
     end
     if (rst) begin
-      \$213  = 8'h00;
+      \$868  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$214  = w0_1_3;
-    if (\$2 ) begin
-      \$214  = w0_0_3;
-    end
+    \$869  = bank_6_5;
     if (reset_units) begin
-      \$214  = 8'h00;
+      \$869  = 1'h0;
     end
     if (rst) begin
-      \$214  = 8'h00;
+      \$869  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$215  = w0_2_3;
-    if (\$2 ) begin
-      \$215  = w0_1_3;
-    end
+    \$870  = \$412 ;
     if (reset_units) begin
-      \$215  = 8'h00;
+      \$870  = 8'h00;
     end
     if (rst) begin
-      \$215  = 8'h00;
+      \$870  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$216  = w0_3_3;
-    if (\$2 ) begin
-      \$216  = w0_2_3;
-    end
+    \$871  = \$414 [31:0];
     if (reset_units) begin
-      \$216  = 8'h00;
+      \$871  = 32'd0;
     end
     if (rst) begin
-      \$216  = 8'h00;
+      \$871  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$217  = w0_4_3;
-    if (\$2 ) begin
-      \$217  = w0_3_3;
-    end
+    \$872  = a_7_5;
     if (reset_units) begin
-      \$217  = 8'h00;
+      \$872  = 8'h00;
     end
     if (rst) begin
-      \$217  = 8'h00;
+      \$872  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$218  = w0_5_3;
-    if (\$2 ) begin
-      \$218  = w0_4_3;
-    end
+    \$873  = bank_7_5;
     if (reset_units) begin
-      \$218  = 8'h00;
+      \$873  = 1'h0;
     end
     if (rst) begin
-      \$218  = 8'h00;
+      \$873  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$219  = w0_6_3;
-    if (\$2 ) begin
-      \$219  = w0_5_3;
-    end
+    \$874  = \$415 ;
     if (reset_units) begin
-      \$219  = 8'h00;
+      \$874  = 8'h00;
     end
     if (rst) begin
-      \$219  = 8'h00;
+      \$874  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$220  = w0_7_3;
-    if (\$2 ) begin
-      \$220  = w0_6_3;
-    end
+    \$875  = \$417 [31:0];
     if (reset_units) begin
-      \$220  = 8'h00;
+      \$875  = 32'd0;
     end
     if (rst) begin
-      \$220  = 8'h00;
+      \$875  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$221  = w0_0_4;
-    if (\$2 ) begin
-      \$221  = w_row[39:32];
-    end
+    \$876  = psum_7_6;
     if (reset_units) begin
-      \$221  = 8'h00;
+      \$876  = 32'd0;
     end
     if (rst) begin
-      \$221  = 8'h00;
+      \$876  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$222  = w0_1_4;
-    if (\$2 ) begin
-      \$222  = w0_0_4;
-    end
+    \$877  = a_0_6;
     if (reset_units) begin
-      \$222  = 8'h00;
+      \$877  = 8'h00;
     end
     if (rst) begin
-      \$222  = 8'h00;
+      \$877  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$223  = w0_2_4;
-    if (\$2 ) begin
-      \$223  = w0_1_4;
-    end
+    \$878  = bank_0_6;
     if (reset_units) begin
-      \$223  = 8'h00;
+      \$878  = 1'h0;
     end
     if (rst) begin
-      \$223  = 8'h00;
+      \$878  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$224  = w0_3_4;
-    if (\$2 ) begin
-      \$224  = w0_2_4;
-    end
+    \$879  = \$418 ;
     if (reset_units) begin
-      \$224  = 8'h00;
+      \$879  = 8'h00;
     end
     if (rst) begin
-      \$224  = 8'h00;
+      \$879  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$225  = w0_4_4;
-    if (\$2 ) begin
-      \$225  = w0_3_4;
-    end
+    \$880  = { \$419 [15], \$419 [15], \$419 [15], \$419 [15], \$419 [15], \$419 [15], \$419 [15], \$419 [15], \$419 [15], \$419 [15], \$419 [15], \$419 [15], \$419 [15], \$419 [15], \$419 [15], \$419 [15], \$419  };
     if (reset_units) begin
-      \$225  = 8'h00;
+      \$880  = 32'd0;
     end
     if (rst) begin
-      \$225  = 8'h00;
+      \$880  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$226  = w0_5_4;
-    if (\$2 ) begin
-      \$226  = w0_4_4;
-    end
+    \$881  = a_1_6;
     if (reset_units) begin
-      \$226  = 8'h00;
+      \$881  = 8'h00;
     end
     if (rst) begin
-      \$226  = 8'h00;
+      \$881  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$227  = w0_6_4;
-    if (\$2 ) begin
-      \$227  = w0_5_4;
-    end
+    \$882  = bank_1_6;
     if (reset_units) begin
-      \$227  = 8'h00;
+      \$882  = 1'h0;
     end
     if (rst) begin
-      \$227  = 8'h00;
+      \$882  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$228  = w0_7_4;
-    if (\$2 ) begin
-      \$228  = w0_6_4;
-    end
+    \$883  = \$420 ;
     if (reset_units) begin
-      \$228  = 8'h00;
+      \$883  = 8'h00;
     end
     if (rst) begin
-      \$228  = 8'h00;
+      \$883  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$229  = w0_0_5;
-    if (\$2 ) begin
-      \$229  = w_row[47:40];
-    end
+    \$884  = \$422 [31:0];
     if (reset_units) begin
-      \$229  = 8'h00;
+      \$884  = 32'd0;
     end
     if (rst) begin
-      \$229  = 8'h00;
+      \$884  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$230  = w0_1_5;
-    if (\$2 ) begin
-      \$230  = w0_0_5;
-    end
+    \$885  = a_2_6;
     if (reset_units) begin
-      \$230  = 8'h00;
+      \$885  = 8'h00;
     end
     if (rst) begin
-      \$230  = 8'h00;
+      \$885  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$231  = w0_2_5;
-    if (\$2 ) begin
-      \$231  = w0_1_5;
-    end
+    \$886  = bank_2_6;
     if (reset_units) begin
-      \$231  = 8'h00;
+      \$886  = 1'h0;
     end
     if (rst) begin
-      \$231  = 8'h00;
+      \$886  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$232  = w0_3_5;
-    if (\$2 ) begin
-      \$232  = w0_2_5;
-    end
+    \$887  = \$423 ;
     if (reset_units) begin
-      \$232  = 8'h00;
+      \$887  = 8'h00;
     end
     if (rst) begin
-      \$232  = 8'h00;
+      \$887  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$233  = w0_4_5;
-    if (\$2 ) begin
-      \$233  = w0_3_5;
-    end
+    \$888  = \$425 [31:0];
     if (reset_units) begin
-      \$233  = 8'h00;
+      \$888  = 32'd0;
     end
     if (rst) begin
-      \$233  = 8'h00;
+      \$888  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$234  = w0_5_5;
-    if (\$2 ) begin
-      \$234  = w0_4_5;
-    end
+    \$889  = a_3_6;
     if (reset_units) begin
-      \$234  = 8'h00;
+      \$889  = 8'h00;
     end
     if (rst) begin
-      \$234  = 8'h00;
+      \$889  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$235  = w0_6_5;
-    if (\$2 ) begin
-      \$235  = w0_5_5;
-    end
+    \$890  = bank_3_6;
     if (reset_units) begin
-      \$235  = 8'h00;
+      \$890  = 1'h0;
     end
     if (rst) begin
-      \$235  = 8'h00;
+      \$890  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$236  = w0_7_5;
-    if (\$2 ) begin
-      \$236  = w0_6_5;
-    end
+    \$891  = \$426 ;
     if (reset_units) begin
-      \$236  = 8'h00;
+      \$891  = 8'h00;
     end
     if (rst) begin
-      \$236  = 8'h00;
+      \$891  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$237  = w0_0_6;
-    if (\$2 ) begin
-      \$237  = w_row[55:48];
-    end
+    \$892  = \$428 [31:0];
     if (reset_units) begin
-      \$237  = 8'h00;
+      \$892  = 32'd0;
     end
     if (rst) begin
-      \$237  = 8'h00;
+      \$892  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$238  = w0_1_6;
-    if (\$2 ) begin
-      \$238  = w0_0_6;
-    end
+    \$893  = a_4_6;
     if (reset_units) begin
-      \$238  = 8'h00;
+      \$893  = 8'h00;
     end
     if (rst) begin
-      \$238  = 8'h00;
+      \$893  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$239  = w0_2_6;
-    if (\$2 ) begin
-      \$239  = w0_1_6;
-    end
+    \$894  = bank_4_6;
     if (reset_units) begin
-      \$239  = 8'h00;
+      \$894  = 1'h0;
     end
     if (rst) begin
-      \$239  = 8'h00;
+      \$894  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$240  = w0_3_6;
-    if (\$2 ) begin
-      \$240  = w0_2_6;
-    end
+    \$895  = \$429 ;
     if (reset_units) begin
-      \$240  = 8'h00;
+      \$895  = 8'h00;
     end
     if (rst) begin
-      \$240  = 8'h00;
+      \$895  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$241  = w0_4_6;
-    if (\$2 ) begin
-      \$241  = w0_3_6;
-    end
+    \$896  = \$431 [31:0];
     if (reset_units) begin
-      \$241  = 8'h00;
+      \$896  = 32'd0;
     end
     if (rst) begin
-      \$241  = 8'h00;
+      \$896  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$242  = w0_5_6;
-    if (\$2 ) begin
-      \$242  = w0_4_6;
-    end
+    \$897  = a_5_6;
     if (reset_units) begin
-      \$242  = 8'h00;
+      \$897  = 8'h00;
     end
     if (rst) begin
-      \$242  = 8'h00;
+      \$897  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$243  = w0_6_6;
-    if (\$2 ) begin
-      \$243  = w0_5_6;
-    end
+    \$898  = bank_5_6;
     if (reset_units) begin
-      \$243  = 8'h00;
+      \$898  = 1'h0;
     end
     if (rst) begin
-      \$243  = 8'h00;
+      \$898  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$244  = w0_7_6;
-    if (\$2 ) begin
-      \$244  = w0_6_6;
-    end
+    \$899  = \$432 ;
     if (reset_units) begin
-      \$244  = 8'h00;
+      \$899  = 8'h00;
     end
     if (rst) begin
-      \$244  = 8'h00;
+      \$899  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$245  = w0_0_7;
-    if (\$2 ) begin
-      \$245  = w_row[63:56];
-    end
+    \$900  = \$434 [31:0];
     if (reset_units) begin
-      \$245  = 8'h00;
+      \$900  = 32'd0;
     end
     if (rst) begin
-      \$245  = 8'h00;
+      \$900  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$246  = w0_1_7;
-    if (\$2 ) begin
-      \$246  = w0_0_7;
-    end
+    \$901  = a_6_6;
     if (reset_units) begin
-      \$246  = 8'h00;
+      \$901  = 8'h00;
     end
     if (rst) begin
-      \$246  = 8'h00;
+      \$901  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$247  = w0_2_7;
-    if (\$2 ) begin
-      \$247  = w0_1_7;
-    end
+    \$902  = bank_6_6;
     if (reset_units) begin
-      \$247  = 8'h00;
+      \$902  = 1'h0;
     end
     if (rst) begin
-      \$247  = 8'h00;
+      \$902  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$248  = w0_3_7;
-    if (\$2 ) begin
-      \$248  = w0_2_7;
-    end
+    \$903  = \$435 ;
     if (reset_units) begin
-      \$248  = 8'h00;
+      \$903  = 8'h00;
     end
     if (rst) begin
-      \$248  = 8'h00;
+      \$903  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$249  = w0_4_7;
-    if (\$2 ) begin
-      \$249  = w0_3_7;
-    end
+    \$904  = \$437 [31:0];
     if (reset_units) begin
-      \$249  = 8'h00;
+      \$904  = 32'd0;
     end
     if (rst) begin
-      \$249  = 8'h00;
+      \$904  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$250  = w0_5_7;
-    if (\$2 ) begin
-      \$250  = w0_4_7;
-    end
+    \$905  = a_7_6;
     if (reset_units) begin
-      \$250  = 8'h00;
+      \$905  = 8'h00;
     end
     if (rst) begin
-      \$250  = 8'h00;
+      \$905  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$251  = w0_6_7;
-    if (\$2 ) begin
-      \$251  = w0_5_7;
-    end
+    \$906  = bank_7_6;
     if (reset_units) begin
-      \$251  = 8'h00;
+      \$906  = 1'h0;
     end
     if (rst) begin
-      \$251  = 8'h00;
+      \$906  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$252  = w0_7_7;
-    if (\$2 ) begin
-      \$252  = w0_6_7;
-    end
+    \$907  = \$438 ;
     if (reset_units) begin
-      \$252  = 8'h00;
+      \$907  = 8'h00;
     end
     if (rst) begin
-      \$252  = 8'h00;
+      \$907  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$253  = w1_0_0;
-    if (\$4 ) begin
-      \$253  = w_row[7:0];
-    end
+    \$908  = \$440 [31:0];
     if (reset_units) begin
-      \$253  = 8'h00;
+      \$908  = 32'd0;
     end
     if (rst) begin
-      \$253  = 8'h00;
+      \$908  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$254  = w1_1_0;
-    if (\$4 ) begin
-      \$254  = w1_0_0;
-    end
+    \$909  = a_valid;
     if (reset_units) begin
-      \$254  = 8'h00;
+      \$909  = 1'h0;
     end
     if (rst) begin
-      \$254  = 8'h00;
+      \$909  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$255  = w1_2_0;
-    if (\$4 ) begin
-      \$255  = w1_1_0;
-    end
+    \$910  = ctl;
     if (reset_units) begin
-      \$255  = 8'h00;
+      \$910  = 28'h0000000;
     end
     if (rst) begin
-      \$255  = 8'h00;
+      \$910  = 28'h0000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$256  = w1_3_0;
-    if (\$4 ) begin
-      \$256  = w1_2_0;
-    end
+    \$911  = valid_d0;
     if (reset_units) begin
-      \$256  = 8'h00;
+      \$911  = 1'h0;
     end
     if (rst) begin
-      \$256  = 8'h00;
+      \$911  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$257  = w1_4_0;
-    if (\$4 ) begin
-      \$257  = w1_3_0;
-    end
+    \$912  = ctl_d0;
     if (reset_units) begin
-      \$257  = 8'h00;
+      \$912  = 28'h0000000;
     end
     if (rst) begin
-      \$257  = 8'h00;
+      \$912  = 28'h0000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$258  = w1_5_0;
-    if (\$4 ) begin
-      \$258  = w1_4_0;
-    end
+    \$913  = valid_d1;
     if (reset_units) begin
-      \$258  = 8'h00;
+      \$913  = 1'h0;
     end
     if (rst) begin
-      \$258  = 8'h00;
+      \$913  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$259  = w1_6_0;
-    if (\$4 ) begin
-      \$259  = w1_5_0;
-    end
+    \$914  = ctl_d1;
     if (reset_units) begin
-      \$259  = 8'h00;
+      \$914  = 28'h0000000;
     end
     if (rst) begin
-      \$259  = 8'h00;
+      \$914  = 28'h0000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$260  = w1_7_0;
-    if (\$4 ) begin
-      \$260  = w1_6_0;
-    end
+    \$915  = valid_d2;
     if (reset_units) begin
-      \$260  = 8'h00;
+      \$915  = 1'h0;
     end
     if (rst) begin
-      \$260  = 8'h00;
+      \$915  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$261  = w1_0_1;
-    if (\$4 ) begin
-      \$261  = w_row[15:8];
-    end
+    \$916  = ctl_d2;
     if (reset_units) begin
-      \$261  = 8'h00;
+      \$916  = 28'h0000000;
     end
     if (rst) begin
-      \$261  = 8'h00;
+      \$916  = 28'h0000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$262  = w1_1_1;
-    if (\$4 ) begin
-      \$262  = w1_0_1;
-    end
+    \$917  = valid_d3;
     if (reset_units) begin
-      \$262  = 8'h00;
+      \$917  = 1'h0;
     end
     if (rst) begin
-      \$262  = 8'h00;
+      \$917  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$263  = w1_2_1;
-    if (\$4 ) begin
-      \$263  = w1_1_1;
-    end
+    \$918  = ctl_d3;
     if (reset_units) begin
-      \$263  = 8'h00;
+      \$918  = 28'h0000000;
     end
     if (rst) begin
-      \$263  = 8'h00;
+      \$918  = 28'h0000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$264  = w1_3_1;
-    if (\$4 ) begin
-      \$264  = w1_2_1;
-    end
+    \$919  = valid_d4;
     if (reset_units) begin
-      \$264  = 8'h00;
+      \$919  = 1'h0;
     end
     if (rst) begin
-      \$264  = 8'h00;
+      \$919  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$265  = w1_4_1;
-    if (\$4 ) begin
-      \$265  = w1_3_1;
-    end
+    \$920  = ctl_d4;
     if (reset_units) begin
-      \$265  = 8'h00;
+      \$920  = 28'h0000000;
     end
     if (rst) begin
-      \$265  = 8'h00;
+      \$920  = 28'h0000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$266  = w1_5_1;
-    if (\$4 ) begin
-      \$266  = w1_4_1;
-    end
+    \$921  = valid_d5;
     if (reset_units) begin
-      \$266  = 8'h00;
+      \$921  = 1'h0;
     end
     if (rst) begin
-      \$266  = 8'h00;
+      \$921  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$267  = w1_6_1;
-    if (\$4 ) begin
-      \$267  = w1_5_1;
-    end
+    \$922  = ctl_d5;
     if (reset_units) begin
-      \$267  = 8'h00;
+      \$922  = 28'h0000000;
     end
     if (rst) begin
-      \$267  = 8'h00;
+      \$922  = 28'h0000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$268  = w1_7_1;
-    if (\$4 ) begin
-      \$268  = w1_6_1;
-    end
+    \$923  = valid_d6;
     if (reset_units) begin
-      \$268  = 8'h00;
+      \$923  = 1'h0;
     end
     if (rst) begin
-      \$268  = 8'h00;
+      \$923  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$269  = w1_0_2;
-    if (\$4 ) begin
-      \$269  = w_row[23:16];
-    end
+    \$924  = ctl_d6;
     if (reset_units) begin
-      \$269  = 8'h00;
+      \$924  = 28'h0000000;
     end
     if (rst) begin
-      \$269  = 8'h00;
+      \$924  = 28'h0000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$270  = w1_1_2;
-    if (\$4 ) begin
-      \$270  = w1_0_2;
-    end
+    \$925  = valid_d7;
     if (reset_units) begin
-      \$270  = 8'h00;
+      \$925  = 1'h0;
     end
     if (rst) begin
-      \$270  = 8'h00;
+      \$925  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$271  = w1_2_2;
-    if (\$4 ) begin
-      \$271  = w1_1_2;
-    end
+    \$926  = ctl_d7;
     if (reset_units) begin
-      \$271  = 8'h00;
+      \$926  = 28'h0000000;
     end
     if (rst) begin
-      \$271  = 8'h00;
+      \$926  = 28'h0000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$272  = w1_3_2;
-    if (\$4 ) begin
-      \$272  = w1_2_2;
-    end
+    \$927  = valid_d8;
     if (reset_units) begin
-      \$272  = 8'h00;
+      \$927  = 1'h0;
     end
     if (rst) begin
-      \$272  = 8'h00;
+      \$927  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$273  = w1_4_2;
-    if (\$4 ) begin
-      \$273  = w1_3_2;
-    end
+    \$928  = ctl_d8;
     if (reset_units) begin
-      \$273  = 8'h00;
+      \$928  = 28'h0000000;
     end
     if (rst) begin
-      \$273  = 8'h00;
+      \$928  = 28'h0000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$274  = w1_5_2;
-    if (\$4 ) begin
-      \$274  = w1_4_2;
-    end
+    \$929  = valid_d9;
     if (reset_units) begin
-      \$274  = 8'h00;
+      \$929  = 1'h0;
     end
     if (rst) begin
-      \$274  = 8'h00;
+      \$929  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$275  = w1_6_2;
-    if (\$4 ) begin
-      \$275  = w1_5_2;
-    end
+    \$930  = ctl_d9;
     if (reset_units) begin
-      \$275  = 8'h00;
+      \$930  = 28'h0000000;
     end
     if (rst) begin
-      \$275  = 8'h00;
+      \$930  = 28'h0000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$276  = w1_7_2;
-    if (\$4 ) begin
-      \$276  = w1_6_2;
-    end
+    \$931  = valid_d10;
     if (reset_units) begin
-      \$276  = 8'h00;
+      \$931  = 1'h0;
     end
     if (rst) begin
-      \$276  = 8'h00;
+      \$931  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$277  = w1_0_3;
-    if (\$4 ) begin
-      \$277  = w_row[31:24];
-    end
+    \$932  = ctl_d10;
     if (reset_units) begin
-      \$277  = 8'h00;
+      \$932  = 28'h0000000;
     end
     if (rst) begin
-      \$277  = 8'h00;
+      \$932  = 28'h0000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$278  = w1_1_3;
-    if (\$4 ) begin
-      \$278  = w1_0_3;
-    end
+    \$933  = valid_d11;
     if (reset_units) begin
-      \$278  = 8'h00;
+      \$933  = 1'h0;
     end
     if (rst) begin
-      \$278  = 8'h00;
+      \$933  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$279  = w1_2_3;
-    if (\$4 ) begin
-      \$279  = w1_1_3;
-    end
+    \$934  = ctl_d11;
     if (reset_units) begin
-      \$279  = 8'h00;
+      \$934  = 28'h0000000;
     end
     if (rst) begin
-      \$279  = 8'h00;
+      \$934  = 28'h0000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$280  = w1_3_3;
-    if (\$4 ) begin
-      \$280  = w1_2_3;
-    end
+    \$935  = valid_d12;
     if (reset_units) begin
-      \$280  = 8'h00;
+      \$935  = 1'h0;
     end
     if (rst) begin
-      \$280  = 8'h00;
+      \$935  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$281  = w1_4_3;
-    if (\$4 ) begin
-      \$281  = w1_3_3;
-    end
+    \$936  = ctl_d12;
     if (reset_units) begin
-      \$281  = 8'h00;
+      \$936  = 28'h0000000;
     end
     if (rst) begin
-      \$281  = 8'h00;
+      \$936  = 28'h0000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$282  = w1_5_3;
-    if (\$4 ) begin
-      \$282  = w1_4_3;
-    end
+    \$937  = valid_d13;
     if (reset_units) begin
-      \$282  = 8'h00;
+      \$937  = 1'h0;
     end
     if (rst) begin
-      \$282  = 8'h00;
+      \$937  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$79 ) begin end
-    \$283  = w1_6_3;
-    if (\$4 ) begin
-      \$283  = w1_5_3;
-    end
+    \$938  = ctl_d13;
     if (reset_units) begin
-      \$283  = 8'h00;
+      \$938  = 28'h0000000;
     end
     if (rst) begin
-      \$283  = 8'h00;
+      \$938  = 28'h0000000;
     end
   end
-  assign out_valid = valid_d14;
-  assign out_ctl = ctl_d14;
+  assign valid_d14 = out_valid;
+  assign ctl_d14 = out_ctl;
   assign \w_row[0]  = w_row[7:0];
   assign \w_row[1]  = w_row[15:8];
   assign \w_row[2]  = w_row[23:16];
@@ -44082,14 +45400,6 @@ module \dx1_board.soc.core1.array (rst, w_row, reset_units, w_load, w_bank, a_va
   assign \w_row[5]  = w_row[47:40];
   assign \w_row[6]  = w_row[55:48];
   assign \w_row[7]  = w_row[63:56];
-  assign \a[0]  = a[7:0];
-  assign \a[1]  = a[15:8];
-  assign \a[2]  = a[23:16];
-  assign \a[3]  = a[31:24];
-  assign \a[4]  = a[39:32];
-  assign \a[5]  = a[47:40];
-  assign \a[6]  = a[55:48];
-  assign \a[7]  = a[63:56];
   assign \out[0]  = out[31:0];
   assign \out[1]  = out[63:32];
   assign \out[2]  = out[95:64];
@@ -44098,6 +45408,14 @@ module \dx1_board.soc.core1.array (rst, w_row, reset_units, w_load, w_bank, a_va
   assign \out[5]  = out[191:160];
   assign \out[6]  = out[223:192];
   assign \out[7]  = out[255:224];
+  assign \a[0]  = a[7:0];
+  assign \a[1]  = a[15:8];
+  assign \a[2]  = a[23:16];
+  assign \a[3]  = a[31:24];
+  assign \a[4]  = a[39:32];
+  assign \a[5]  = a[47:40];
+  assign \a[6]  = a[55:48];
+  assign \a[7]  = a[63:56];
   assign out[255:224] = psum_7_7;
   assign out[223:192] = deskew6_0;
   assign out[191:160] = deskew5_1;
@@ -44106,7 +45424,70 @@ module \dx1_board.soc.core1.array (rst, w_row, reset_units, w_load, w_bank, a_va
   assign out[95:64] = deskew2_4;
   assign out[63:32] = deskew1_5;
   assign out[31:0] = deskew0_6;
-  assign \$3  = w_bank;
+  assign \$129  = w_bank;
+  assign \$131  = w_bank;
+  assign \$133  = w_bank;
+  assign \$135  = w_bank;
+  assign \$137  = w_bank;
+  assign \$139  = w_bank;
+  assign \$141  = w_bank;
+  assign \$143  = w_bank;
+  assign \$145  = w_bank;
+  assign \$147  = w_bank;
+  assign \$149  = w_bank;
+  assign \$151  = w_bank;
+  assign \$153  = w_bank;
+  assign \$155  = w_bank;
+  assign \$157  = w_bank;
+  assign \$159  = w_bank;
+  assign \$161  = w_bank;
+  assign \$163  = w_bank;
+  assign \$165  = w_bank;
+  assign \$167  = w_bank;
+  assign \$169  = w_bank;
+  assign \$171  = w_bank;
+  assign \$173  = w_bank;
+  assign \$175  = w_bank;
+  assign \$177  = w_bank;
+  assign \$179  = w_bank;
+  assign \$181  = w_bank;
+  assign \$183  = w_bank;
+  assign \$185  = w_bank;
+  assign \$187  = w_bank;
+  assign \$189  = w_bank;
+  assign \$191  = w_bank;
+  assign \$193  = w_bank;
+  assign \$195  = w_bank;
+  assign \$197  = w_bank;
+  assign \$199  = w_bank;
+  assign \$201  = w_bank;
+  assign \$203  = w_bank;
+  assign \$205  = w_bank;
+  assign \$207  = w_bank;
+  assign \$209  = w_bank;
+  assign \$211  = w_bank;
+  assign \$213  = w_bank;
+  assign \$215  = w_bank;
+  assign \$217  = w_bank;
+  assign \$219  = w_bank;
+  assign \$221  = w_bank;
+  assign \$223  = w_bank;
+  assign \$225  = w_bank;
+  assign \$227  = w_bank;
+  assign \$229  = w_bank;
+  assign \$231  = w_bank;
+  assign \$233  = w_bank;
+  assign \$235  = w_bank;
+  assign \$237  = w_bank;
+  assign \$239  = w_bank;
+  assign \$241  = w_bank;
+  assign \$243  = w_bank;
+  assign \$245  = w_bank;
+  assign \$247  = w_bank;
+  assign \$249  = w_bank;
+  assign \$251  = w_bank;
+  assign \$253  = w_bank;
+  assign \$255  = w_bank;
 endmodule
 
 (* generator = "Amaranth" *)
@@ -47485,7 +48866,7 @@ module \dx1_board.soc.core1.postops.postop (rst, row, reset_units, bias, mult, s
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core1.results (rst, acc_data, reset_units, out_valid, out_ctl, out, w_addr, w_data, done__valid, done__tag, done__status, done__opcode, writing, clk);
+module \dx1_board.soc.core1.results (rst, acc_data, reset_units, out, out_valid, out_ctl, w_addr, w_data, done__valid, done__tag, done__status, done__opcode, writing, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$89  = 0;
   wire [32:0] \$1 ;
   wire [32:0] \$10 ;
@@ -47912,7 +49293,7 @@ module \dx1_board.soc.core1.spm_ext_read.fifo (rst, w_port__data, r_rdy, r_data,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$20109$0 , \port$20111$0 , req__tready);
+module \dx1_board.soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$20729$0 , \port$20731$0 , req__tready);
   reg \$auto$verilog_backend.cc:2355:dump_module$92  = 0;
   wire \$1 ;
   output [15:0] addr;
@@ -47922,10 +49303,10 @@ module \dx1_board.soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$20
   output en;
   reg en;
   wire grant;
-  input [63:0] \port$20109$0 ;
-  wire [63:0] \port$20109$0 ;
-  input [15:0] \port$20111$0 ;
-  wire [15:0] \port$20111$0 ;
+  input [63:0] \port$20729$0 ;
+  wire [63:0] \port$20729$0 ;
+  input [15:0] \port$20731$0 ;
+  wire [15:0] \port$20731$0 ;
   wire [79:0] req__tdata;
   input req__tready;
   wire req__tready;
@@ -47936,14 +49317,14 @@ module \dx1_board.soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$20
     if (\$auto$verilog_backend.cc:2355:dump_module$92 ) begin end
     addr = 16'h0000;
     if (\$1 ) begin
-      addr = \port$20111$0 ;
+      addr = \port$20731$0 ;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$92 ) begin end
     data = 64'h0000000000000000;
     if (\$1 ) begin
-      data = \port$20109$0 ;
+      data = \port$20729$0 ;
     end
   end
   always @* begin
@@ -47954,11 +49335,11 @@ module \dx1_board.soc.core1.spm_ext_write (req__tvalid, addr, data, en, \port$20
     end
   end
   assign grant = req__tready;
-  assign req__tdata = { \port$20111$0 , \port$20109$0  };
+  assign req__tdata = { \port$20731$0 , \port$20729$0  };
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core1.streamer (rst, spm_data, stalled, room, reset_units, w_data, w_en, bank_full, spm_addr, stream_start, stream_end, bank, a_valid, a_bank, ctl, a, clk);
+module \dx1_board.soc.core1.streamer (rst, spm_data, stalled, room, reset_units, w_data, w_en, bank_full, spm_addr, stream_start, stream_end, bank, next_bank, a_valid, ctl, a, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$93  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -48000,9 +49381,8 @@ module \dx1_board.soc.core1.streamer (rst, spm_data, stalled, room, reset_units,
   reg \$43 ;
   reg [27:0] \$44 ;
   reg \$45 ;
-  reg \$46 ;
-  reg [27:0] \$47 ;
-  reg [63:0] \$48 ;
+  reg [27:0] \$46 ;
+  reg [63:0] \$47 ;
   wire \$5 ;
   wire [16:0] \$6 ;
   wire \$7 ;
@@ -48010,8 +49390,6 @@ module \dx1_board.soc.core1.streamer (rst, spm_data, stalled, room, reset_units,
   wire \$9 ;
   output [63:0] a;
   reg [63:0] a = 64'h0000000000000000;
-  output a_bank;
-  reg a_bank = 1'h0;
   output a_valid;
   reg a_valid = 1'h0;
   reg acc = 1'h0;
@@ -48041,11 +49419,14 @@ module \dx1_board.soc.core1.streamer (rst, spm_data, stalled, room, reset_units,
   wire [15:0] \job.m ;
   wire [15:0] \job.tag ;
   reg [15:0] left = 16'h0000;
+  output next_bank;
+  reg next_bank = 1'h0;
   wire push;
   wire [70:0] r_data;
   reg r_en;
   wire r_rdy;
-  reg read_bank = 1'h0;
+  (* init = 1'h0 *)
+  wire read_bank;
   reg [27:0] read_ctl = 28'h0000000;
   wire [9:0] \read_ctl.acc_addr ;
   wire \read_ctl.accumulate ;
@@ -48079,8 +49460,6 @@ module \dx1_board.soc.core1.streamer (rst, spm_data, stalled, room, reset_units,
   wire w_en;
   wire w_rdy;
   always @(posedge clk)
-    c <= \$38 ;
-  always @(posedge clk)
     rows <= \$39 ;
   always @(posedge clk)
     acc <= \$40 ;
@@ -48089,17 +49468,15 @@ module \dx1_board.soc.core1.streamer (rst, spm_data, stalled, room, reset_units,
   always @(posedge clk)
     read_valid <= \$42 ;
   always @(posedge clk)
-    read_bank <= \$43 ;
+    next_bank <= \$43 ;
   always @(posedge clk)
     read_ctl <= \$44 ;
   always @(posedge clk)
     a_valid <= \$45 ;
   always @(posedge clk)
-    a_bank <= \$46 ;
+    ctl <= \$46 ;
   always @(posedge clk)
-    ctl <= \$47 ;
-  always @(posedge clk)
-    a <= \$48 ;
+    a <= \$47 ;
   assign \$1  = | row;
   assign \$2  = bank ? bank_full[1] : bank_full[0];
   assign \$3  = \$1  | \$2 ;
@@ -48146,6 +49523,8 @@ module \dx1_board.soc.core1.streamer (rst, spm_data, stalled, room, reset_units,
     first <= \$36 ;
   always @(posedge clk)
     active <= \$37 ;
+  always @(posedge clk)
+    c <= \$38 ;
   \dx1_board.soc.core1.streamer.stream_q  stream_q (
     .clk(clk),
     .r_data(r_data),
@@ -48241,32 +49620,22 @@ module \dx1_board.soc.core1.streamer (rst, spm_data, stalled, room, reset_units,
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$93 ) begin end
-    \$46  = read_bank;
+    \$46  = read_ctl;
     if (reset_units) begin
-      \$46  = 1'h0;
+      \$46  = 28'h0000000;
     end
     if (rst) begin
-      \$46  = 1'h0;
+      \$46  = 28'h0000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$93 ) begin end
-    \$47  = read_ctl;
+    \$47  = spm_data;
     if (reset_units) begin
-      \$47  = 28'h0000000;
+      \$47  = 64'h0000000000000000;
     end
     if (rst) begin
-      \$47  = 28'h0000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$93 ) begin end
-    \$48  = spm_data;
-    if (reset_units) begin
-      \$48  = 64'h0000000000000000;
-    end
-    if (rst) begin
-      \$48  = 64'h0000000000000000;
+      \$47  = 64'h0000000000000000;
     end
   end
   always @* begin
@@ -48420,6 +49789,7 @@ module \dx1_board.soc.core1.streamer (rst, spm_data, stalled, room, reset_units,
   assign push = w_en;
   assign w_rdy = room;
   assign stream_bank = bank;
+  assign read_bank = next_bank;
   assign \job.a_addr  = w_data[11:0];
   assign \job.c_addr  = w_data[21:12];
   assign \job.m  = w_data[37:22];
@@ -49188,7 +50558,7 @@ module \dx1_board.soc.core1.vector$243 (rst, spm_a_data, spm_b_data, acc_a_data,
     .d_acc(d_acc),
     .out(\out$84 ),
     .out_valid(out_valid),
-    .\port$19219$1 (ctl_lanes10[2:1]),
+    .\port$19839$1 (ctl_lanes10[2:1]),
     .reset_units(reset_units),
     .rst(rst),
     .terms(terms),
@@ -56807,7 +58177,7 @@ module \dx1_board.soc.core1.vector$243.lanes (rst, valid, reset_units, a, b, vop
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.core1.vector$243.reducer (rst, valid, reset_units, vop, d_acc, \port$19219$1 , terms, out_valid, out, clk);
+module \dx1_board.soc.core1.vector$243.reducer (rst, valid, reset_units, vop, d_acc, \port$19839$1 , terms, out_valid, out, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$98  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -56913,8 +58283,8 @@ module \dx1_board.soc.core1.vector$243.reducer (rst, valid, reset_units, vop, d_
   wire [31:0] \out[7] ;
   output out_valid;
   reg out_valid = 1'h0;
-  input [1:0] \port$19219$1 ;
-  wire [1:0] \port$19219$1 ;
+  input [1:0] \port$19839$1 ;
+  wire [1:0] \port$19839$1 ;
   input reset_units;
   wire reset_units;
   reg [31:0] row = 32'd0;
@@ -57103,8 +58473,8 @@ module \dx1_board.soc.core1.vector$243.reducer (rst, valid, reset_units, vop, d_
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$98 ) begin end
     \$42 [0] = valid;
-    \$42 [1] = \port$19219$1 [0];
-    \$42 [2] = \port$19219$1 [1];
+    \$42 [1] = \port$19839$1 [0];
+    \$42 [2] = \port$19839$1 [1];
     \$42 [3] = \$1 ;
     \$42 [4] = d_acc;
     if (reset_units) begin
@@ -57144,8 +58514,8 @@ module \dx1_board.soc.core1.vector$243.reducer (rst, valid, reset_units, vop, d_
       \$45  = 5'h00;
     end
   end
-  assign first = \port$19219$1 [0];
-  assign last = \port$19219$1 [1];
+  assign first = \port$19839$1 [0];
+  assign last = \port$19839$1 [1];
   assign \ctl1.valid  = ctl1[0];
   assign \ctl1.first  = ctl1[1];
   assign \ctl1.last  = ctl1[2];
@@ -60716,8 +62086,8 @@ module \dx1_board.soc.core1.vector$243.transposer (rst, start, spm_addr, w_addr,
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, timestamp, doorbell_index, \port$14989$0 , \port$14991$0 
-, \port$14993$0 , \port$14995$0 , \port$14997$0 , \port$14999$0 , \port$15001$0 , \port$15003$0 , \port$15005$0 , \port$15007$0 , \port$15009$0 , \port$15011$0 , \port$15013$0 , \port$15015$0 , \port$15017$0 , \port$15019$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit, budget
+module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, timestamp, doorbell_index, \port$15357$0 , \port$15359$0 
+, \port$15361$0 , \port$15363$0 , \port$15365$0 , \port$15367$0 , \port$15369$0 , \port$15371$0 , \port$15373$0 , \port$15375$0 , \port$15377$0 , \port$15379$0 , \port$15381$0 , \port$15383$0 , \port$15385$0 , \port$15387$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit, budget
 , bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, sem_grant, quiesce, reset_cp, abort_done, dma_done__tdata, head, tail, halted, error_code, error_index, irq_error, axi__arvalid
 , axi__rready, cmd, tile_cmd__tvalid, taken, dma_cmd__tvalid, sem_valid, sem_delta, axi__awaddr, axi__wdata, trace_end_tag, trace_end_opcode, dma_done__tready, tile_done__tready, axi__awvalid, axi__wvalid, axi__bready, irq_completion, trace_end, clk);
   wire \$1 ;
@@ -60998,38 +62368,38 @@ module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume,
   wire [7:0] opcode;
   wire phase;
   wire \phase$128 ;
-  input [15:0] \port$14989$0 ;
-  wire [15:0] \port$14989$0 ;
-  input [15:0] \port$14991$0 ;
-  wire [15:0] \port$14991$0 ;
-  input [15:0] \port$14993$0 ;
-  wire [15:0] \port$14993$0 ;
-  input [15:0] \port$14995$0 ;
-  wire [15:0] \port$14995$0 ;
-  input [15:0] \port$14997$0 ;
-  wire [15:0] \port$14997$0 ;
-  input [15:0] \port$14999$0 ;
-  wire [15:0] \port$14999$0 ;
-  input [15:0] \port$15001$0 ;
-  wire [15:0] \port$15001$0 ;
-  input [15:0] \port$15003$0 ;
-  wire [15:0] \port$15003$0 ;
-  input [15:0] \port$15005$0 ;
-  wire [15:0] \port$15005$0 ;
-  input [15:0] \port$15007$0 ;
-  wire [15:0] \port$15007$0 ;
-  input [15:0] \port$15009$0 ;
-  wire [15:0] \port$15009$0 ;
-  input [15:0] \port$15011$0 ;
-  wire [15:0] \port$15011$0 ;
-  input [15:0] \port$15013$0 ;
-  wire [15:0] \port$15013$0 ;
-  input [15:0] \port$15015$0 ;
-  wire [15:0] \port$15015$0 ;
-  input [15:0] \port$15017$0 ;
-  wire [15:0] \port$15017$0 ;
-  input [15:0] \port$15019$0 ;
-  wire [15:0] \port$15019$0 ;
+  input [15:0] \port$15357$0 ;
+  wire [15:0] \port$15357$0 ;
+  input [15:0] \port$15359$0 ;
+  wire [15:0] \port$15359$0 ;
+  input [15:0] \port$15361$0 ;
+  wire [15:0] \port$15361$0 ;
+  input [15:0] \port$15363$0 ;
+  wire [15:0] \port$15363$0 ;
+  input [15:0] \port$15365$0 ;
+  wire [15:0] \port$15365$0 ;
+  input [15:0] \port$15367$0 ;
+  wire [15:0] \port$15367$0 ;
+  input [15:0] \port$15369$0 ;
+  wire [15:0] \port$15369$0 ;
+  input [15:0] \port$15371$0 ;
+  wire [15:0] \port$15371$0 ;
+  input [15:0] \port$15373$0 ;
+  wire [15:0] \port$15373$0 ;
+  input [15:0] \port$15375$0 ;
+  wire [15:0] \port$15375$0 ;
+  input [15:0] \port$15377$0 ;
+  wire [15:0] \port$15377$0 ;
+  input [15:0] \port$15379$0 ;
+  wire [15:0] \port$15379$0 ;
+  input [15:0] \port$15381$0 ;
+  wire [15:0] \port$15381$0 ;
+  input [15:0] \port$15383$0 ;
+  wire [15:0] \port$15383$0 ;
+  input [15:0] \port$15385$0 ;
+  wire [15:0] \port$15385$0 ;
+  input [15:0] \port$15387$0 ;
+  wire [15:0] \port$15387$0 ;
   input progress;
   wire progress;
   wire \progress$239 ;
@@ -61379,23 +62749,23 @@ module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume,
   );
   \dx1_board.soc.cp0.semaphore  semaphore (
     .done(sem_done),
-    .\port$14989$0 (\port$14989$0 ),
-    .\port$14991$0 (\port$14991$0 ),
-    .\port$14993$0 (\port$14993$0 ),
-    .\port$14995$0 (\port$14995$0 ),
-    .\port$14997$0 (\port$14997$0 ),
-    .\port$14999$0 (\port$14999$0 ),
-    .\port$15001$0 (\port$15001$0 ),
-    .\port$15003$0 (\port$15003$0 ),
-    .\port$15005$0 (\port$15005$0 ),
-    .\port$15007$0 (\port$15007$0 ),
-    .\port$15009$0 (\port$15009$0 ),
-    .\port$15011$0 (\port$15011$0 ),
-    .\port$15013$0 (\port$15013$0 ),
-    .\port$15015$0 (\port$15015$0 ),
-    .\port$15017$0 (\port$15017$0 ),
-    .\port$15019$0 (\port$15019$0 ),
-    .\port$17732$64 (cmd[87:64]),
+    .\port$15357$0 (\port$15357$0 ),
+    .\port$15359$0 (\port$15359$0 ),
+    .\port$15361$0 (\port$15361$0 ),
+    .\port$15363$0 (\port$15363$0 ),
+    .\port$15365$0 (\port$15365$0 ),
+    .\port$15367$0 (\port$15367$0 ),
+    .\port$15369$0 (\port$15369$0 ),
+    .\port$15371$0 (\port$15371$0 ),
+    .\port$15373$0 (\port$15373$0 ),
+    .\port$15375$0 (\port$15375$0 ),
+    .\port$15377$0 (\port$15377$0 ),
+    .\port$15379$0 (\port$15379$0 ),
+    .\port$15381$0 (\port$15381$0 ),
+    .\port$15383$0 (\port$15383$0 ),
+    .\port$15385$0 (\port$15385$0 ),
+    .\port$15387$0 (\port$15387$0 ),
+    .\port$18226$64 (cmd[87:64]),
     .sem_delta(sem_delta),
     .sem_grant(sem_grant),
     .sem_valid(sem_valid),
@@ -61572,8 +62942,8 @@ module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume,
   assign done = sem_done;
   assign sem = cmd[71:64];
   assign count = cmd[87:72];
-  assign sem_values = { \port$15019$0 , \port$15017$0 , \port$15015$0 , \port$15013$0 , \port$15011$0 , \port$15009$0 , \port$15007$0 , \port$15005$0 , \port$15003$0 , \port$15001$0 , \port$14999$0 , \port$14997$0 , \port$14995$0 , \port$14993$0 , \port$14991$0 , \port$14989$0  };
-  assign \sem_values$182  = { \port$15019$0 , \port$15017$0 , \port$15015$0 , \port$15013$0 , \port$15011$0 , \port$15009$0 , \port$15007$0 , \port$15005$0 , \port$15003$0 , \port$15001$0 , \port$14999$0 , \port$14997$0 , \port$14995$0 , \port$14993$0 , \port$14991$0 , \port$14989$0  };
+  assign sem_values = { \port$15387$0 , \port$15385$0 , \port$15383$0 , \port$15381$0 , \port$15379$0 , \port$15377$0 , \port$15375$0 , \port$15373$0 , \port$15371$0 , \port$15369$0 , \port$15367$0 , \port$15365$0 , \port$15363$0 , \port$15361$0 , \port$15359$0 , \port$15357$0  };
+  assign \sem_values$182  = { \port$15387$0 , \port$15385$0 , \port$15383$0 , \port$15381$0 , \port$15379$0 , \port$15377$0 , \port$15375$0 , \port$15373$0 , \port$15371$0 , \port$15369$0 , \port$15367$0 , \port$15365$0 , \port$15363$0 , \port$15361$0 , \port$15359$0 , \port$15357$0  };
   assign \sem_grant$184  = sem_grant;
   assign \sem_valid$186  = sem_valid;
   assign sem_index = cmd[67:64];
@@ -61660,38 +63030,38 @@ module \dx1_board.soc.cp0 (rst, tile_ready, tile_done__tvalid, progress, resume,
   assign \slot.footprint.acc_r_hi  = slot_in[244:211];
   assign \slot.footprint.acc_w_lo  = slot_in[278:245];
   assign \slot.footprint.acc_w_hi  = slot_in[312:279];
-  assign \sem_values[0]  = \port$14989$0 ;
-  assign \sem_values[1]  = \port$14991$0 ;
-  assign \sem_values[2]  = \port$14993$0 ;
-  assign \sem_values[3]  = \port$14995$0 ;
-  assign \sem_values[4]  = \port$14997$0 ;
-  assign \sem_values[5]  = \port$14999$0 ;
-  assign \sem_values[6]  = \port$15001$0 ;
-  assign \sem_values[7]  = \port$15003$0 ;
-  assign \sem_values[8]  = \port$15005$0 ;
-  assign \sem_values[9]  = \port$15007$0 ;
-  assign \sem_values[10]  = \port$15009$0 ;
-  assign \sem_values[11]  = \port$15011$0 ;
-  assign \sem_values[12]  = \port$15013$0 ;
-  assign \sem_values[13]  = \port$15015$0 ;
-  assign \sem_values[14]  = \port$15017$0 ;
-  assign \sem_values[15]  = \port$15019$0 ;
-  assign \sem_values$182[0]  = \port$14989$0 ;
-  assign \sem_values$182[1]  = \port$14991$0 ;
-  assign \sem_values$182[2]  = \port$14993$0 ;
-  assign \sem_values$182[3]  = \port$14995$0 ;
-  assign \sem_values$182[4]  = \port$14997$0 ;
-  assign \sem_values$182[5]  = \port$14999$0 ;
-  assign \sem_values$182[6]  = \port$15001$0 ;
-  assign \sem_values$182[7]  = \port$15003$0 ;
-  assign \sem_values$182[8]  = \port$15005$0 ;
-  assign \sem_values$182[9]  = \port$15007$0 ;
-  assign \sem_values$182[10]  = \port$15009$0 ;
-  assign \sem_values$182[11]  = \port$15011$0 ;
-  assign \sem_values$182[12]  = \port$15013$0 ;
-  assign \sem_values$182[13]  = \port$15015$0 ;
-  assign \sem_values$182[14]  = \port$15017$0 ;
-  assign \sem_values$182[15]  = \port$15019$0 ;
+  assign \sem_values[0]  = \port$15357$0 ;
+  assign \sem_values[1]  = \port$15359$0 ;
+  assign \sem_values[2]  = \port$15361$0 ;
+  assign \sem_values[3]  = \port$15363$0 ;
+  assign \sem_values[4]  = \port$15365$0 ;
+  assign \sem_values[5]  = \port$15367$0 ;
+  assign \sem_values[6]  = \port$15369$0 ;
+  assign \sem_values[7]  = \port$15371$0 ;
+  assign \sem_values[8]  = \port$15373$0 ;
+  assign \sem_values[9]  = \port$15375$0 ;
+  assign \sem_values[10]  = \port$15377$0 ;
+  assign \sem_values[11]  = \port$15379$0 ;
+  assign \sem_values[12]  = \port$15381$0 ;
+  assign \sem_values[13]  = \port$15383$0 ;
+  assign \sem_values[14]  = \port$15385$0 ;
+  assign \sem_values[15]  = \port$15387$0 ;
+  assign \sem_values$182[0]  = \port$15357$0 ;
+  assign \sem_values$182[1]  = \port$15359$0 ;
+  assign \sem_values$182[2]  = \port$15361$0 ;
+  assign \sem_values$182[3]  = \port$15363$0 ;
+  assign \sem_values$182[4]  = \port$15365$0 ;
+  assign \sem_values$182[5]  = \port$15367$0 ;
+  assign \sem_values$182[6]  = \port$15369$0 ;
+  assign \sem_values$182[7]  = \port$15371$0 ;
+  assign \sem_values$182[8]  = \port$15373$0 ;
+  assign \sem_values$182[9]  = \port$15375$0 ;
+  assign \sem_values$182[10]  = \port$15377$0 ;
+  assign \sem_values$182[11]  = \port$15379$0 ;
+  assign \sem_values$182[12]  = \port$15381$0 ;
+  assign \sem_values$182[13]  = \port$15383$0 ;
+  assign \sem_values$182[14]  = \port$15385$0 ;
+  assign \sem_values$182[15]  = \port$15387$0 ;
   assign \local_slot.ring_index  = slot_in[15:0];
   assign \local_slot.phase  = slot_in[16];
   assign \local_slot.tag  = slot_in[32:17];
@@ -62123,9 +63493,9 @@ module \dx1_board.soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
     .cmd(cmd),
     .footprint(\footprint$25 ),
     .mv_last(mv_last),
-    .\port$17764$0 (g_a_end),
-    .\port$17766$0 (g_b_end),
-    .\port$17768$0 (p_src_end)
+    .\port$18258$0 (g_a_end),
+    .\port$18260$0 (g_b_end),
+    .\port$18262$0 (p_src_end)
   );
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$104 ) begin end
@@ -62391,7 +63761,7 @@ module \dx1_board.soc.cp0.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.cp0.decoder.footprint$35 (mv_last, \port$17764$0 , \port$17766$0 , \port$17768$0 , footprint, cmd);
+module \dx1_board.soc.cp0.decoder.footprint$35 (mv_last, \port$18258$0 , \port$18260$0 , \port$18262$0 , footprint, cmd);
   reg \$auto$verilog_backend.cc:2355:dump_module$105  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -62427,24 +63797,24 @@ module \dx1_board.soc.cp0.decoder.footprint$35 (mv_last, \port$17764$0 , \port$1
   input [33:0] mv_last;
   wire [33:0] mv_last;
   wire [33:0] p_src_end;
-  input [32:0] \port$17764$0 ;
-  wire [32:0] \port$17764$0 ;
-  input [20:0] \port$17766$0 ;
-  wire [20:0] \port$17766$0 ;
-  input [16:0] \port$17768$0 ;
-  wire [16:0] \port$17768$0 ;
+  input [32:0] \port$18258$0 ;
+  wire [32:0] \port$18258$0 ;
+  input [20:0] \port$18260$0 ;
+  wire [20:0] \port$18260$0 ;
+  input [16:0] \port$18262$0 ;
+  wire [16:0] \port$18262$0 ;
   assign \$1  = cmd[79:64] < cmd[95:80];
   assign \$2  = \$1  ? cmd[79:64] : cmd[95:80];
-  assign \$3  = \port$17764$0  > \port$17766$0 ;
-  assign \$4  = \$3  ? { 1'h0, \port$17764$0  } : { 13'h0000, \port$17766$0  };
+  assign \$3  = \port$18258$0  > \port$18260$0 ;
+  assign \$4  = \$3  ? { 1'h0, \port$18258$0  } : { 13'h0000, \port$18260$0  };
   assign \$5  = cmd[111:96] + cmd[127:112];
   assign \$6  = cmd[127:112] < cmd[79:64];
   assign \$7  = cmd[9] & \$6 ;
   assign \$8  = \$7  ? cmd[127:112] : cmd[79:64];
-  assign \$9  = cmd[127:112] >= \port$17768$0 ;
+  assign \$9  = cmd[127:112] >= \port$18262$0 ;
   assign \$10  = cmd[9] & \$9 ;
   assign \$11  = cmd[127:112] + 1'h1;
-  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$17768$0  };
+  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$18262$0  };
   assign \$13  = cmd[95:80] + cmd[111:96];
   assign \$14  = mv_last + 1'h1;
   assign \$15  = mv_last + 1'h1;
@@ -62495,9 +63865,9 @@ module \dx1_board.soc.cp0.decoder.footprint$35 (mv_last, \port$17764$0 , \port$1
         end
     endcase
   end
-  assign a_end = { 1'h0, \port$17764$0  };
-  assign b_end = { 13'h0000, \port$17766$0  };
-  assign p_src_end = { 17'h00000, \port$17768$0  };
+  assign a_end = { 1'h0, \port$18258$0  };
+  assign b_end = { 13'h0000, \port$18260$0  };
+  assign p_src_end = { 17'h00000, \port$18262$0  };
   assign \footprint.spm_r_lo  = footprint[33:0];
   assign \footprint.spm_r_hi  = footprint[67:34];
   assign \footprint.spm_w_lo  = footprint[101:68];
@@ -64891,8 +66261,8 @@ module \dx1_board.soc.cp0.ring (rst, ring_reset, doorbell, entries_ok, mask, doo
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.cp0.semaphore (\port$14991$0 , \port$14993$0 , \port$14995$0 , \port$14997$0 , \port$14999$0 , \port$15001$0 , \port$15003$0 , \port$15005$0 , \port$15007$0 , \port$15009$0 , \port$15011$0 , \port$15013$0 , \port$15015$0 , \port$15017$0 , \port$15019$0 , sem_grant, \port$17732$64 , signal, \wait , sem_valid, sem_delta
-, done, \port$14989$0 );
+module \dx1_board.soc.cp0.semaphore (\port$15359$0 , \port$15361$0 , \port$15363$0 , \port$15365$0 , \port$15367$0 , \port$15369$0 , \port$15371$0 , \port$15373$0 , \port$15375$0 , \port$15377$0 , \port$15379$0 , \port$15381$0 , \port$15383$0 , \port$15385$0 , \port$15387$0 , sem_grant, \port$18226$64 , signal, \wait , sem_valid, sem_delta
+, done, \port$15357$0 );
   reg \$auto$verilog_backend.cc:2355:dump_module$113  = 0;
   reg [15:0] \$1 ;
   wire \$2 ;
@@ -64900,40 +66270,40 @@ module \dx1_board.soc.cp0.semaphore (\port$14991$0 , \port$14993$0 , \port$14995
   wire [15:0] count;
   output done;
   reg done;
-  input [15:0] \port$14989$0 ;
-  wire [15:0] \port$14989$0 ;
-  input [15:0] \port$14991$0 ;
-  wire [15:0] \port$14991$0 ;
-  input [15:0] \port$14993$0 ;
-  wire [15:0] \port$14993$0 ;
-  input [15:0] \port$14995$0 ;
-  wire [15:0] \port$14995$0 ;
-  input [15:0] \port$14997$0 ;
-  wire [15:0] \port$14997$0 ;
-  input [15:0] \port$14999$0 ;
-  wire [15:0] \port$14999$0 ;
-  input [15:0] \port$15001$0 ;
-  wire [15:0] \port$15001$0 ;
-  input [15:0] \port$15003$0 ;
-  wire [15:0] \port$15003$0 ;
-  input [15:0] \port$15005$0 ;
-  wire [15:0] \port$15005$0 ;
-  input [15:0] \port$15007$0 ;
-  wire [15:0] \port$15007$0 ;
-  input [15:0] \port$15009$0 ;
-  wire [15:0] \port$15009$0 ;
-  input [15:0] \port$15011$0 ;
-  wire [15:0] \port$15011$0 ;
-  input [15:0] \port$15013$0 ;
-  wire [15:0] \port$15013$0 ;
-  input [15:0] \port$15015$0 ;
-  wire [15:0] \port$15015$0 ;
-  input [15:0] \port$15017$0 ;
-  wire [15:0] \port$15017$0 ;
-  input [15:0] \port$15019$0 ;
-  wire [15:0] \port$15019$0 ;
-  input [23:0] \port$17732$64 ;
-  wire [23:0] \port$17732$64 ;
+  input [15:0] \port$15357$0 ;
+  wire [15:0] \port$15357$0 ;
+  input [15:0] \port$15359$0 ;
+  wire [15:0] \port$15359$0 ;
+  input [15:0] \port$15361$0 ;
+  wire [15:0] \port$15361$0 ;
+  input [15:0] \port$15363$0 ;
+  wire [15:0] \port$15363$0 ;
+  input [15:0] \port$15365$0 ;
+  wire [15:0] \port$15365$0 ;
+  input [15:0] \port$15367$0 ;
+  wire [15:0] \port$15367$0 ;
+  input [15:0] \port$15369$0 ;
+  wire [15:0] \port$15369$0 ;
+  input [15:0] \port$15371$0 ;
+  wire [15:0] \port$15371$0 ;
+  input [15:0] \port$15373$0 ;
+  wire [15:0] \port$15373$0 ;
+  input [15:0] \port$15375$0 ;
+  wire [15:0] \port$15375$0 ;
+  input [15:0] \port$15377$0 ;
+  wire [15:0] \port$15377$0 ;
+  input [15:0] \port$15379$0 ;
+  wire [15:0] \port$15379$0 ;
+  input [15:0] \port$15381$0 ;
+  wire [15:0] \port$15381$0 ;
+  input [15:0] \port$15383$0 ;
+  wire [15:0] \port$15383$0 ;
+  input [15:0] \port$15385$0 ;
+  wire [15:0] \port$15385$0 ;
+  input [15:0] \port$15387$0 ;
+  wire [15:0] \port$15387$0 ;
+  input [23:0] \port$18226$64 ;
+  wire [23:0] \port$18226$64 ;
   wire [7:0] sem;
   output [17:0] sem_delta;
   reg [17:0] sem_delta;
@@ -64963,44 +66333,44 @@ module \dx1_board.soc.cp0.semaphore (\port$14991$0 , \port$14993$0 , \port$14995
   wire signal;
   input \wait ;
   wire \wait ;
-  assign \$2  = \$1  >= \port$17732$64 [23:8];
-  assign \$3  = - \port$17732$64 [23:8];
+  assign \$2  = \$1  >= \port$18226$64 [23:8];
+  assign \$3  = - \port$18226$64 [23:8];
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$113 ) begin end
     \$1  = 16'h0000;
-    casez (\port$17732$64 [7:0])
+    casez (\port$18226$64 [7:0])
       8'h00:
-          \$1  = \port$14989$0 ;
+          \$1  = \port$15357$0 ;
       8'h01:
-          \$1  = \port$14991$0 ;
+          \$1  = \port$15359$0 ;
       8'h02:
-          \$1  = \port$14993$0 ;
+          \$1  = \port$15361$0 ;
       8'h03:
-          \$1  = \port$14995$0 ;
+          \$1  = \port$15363$0 ;
       8'h04:
-          \$1  = \port$14997$0 ;
+          \$1  = \port$15365$0 ;
       8'h05:
-          \$1  = \port$14999$0 ;
+          \$1  = \port$15367$0 ;
       8'h06:
-          \$1  = \port$15001$0 ;
+          \$1  = \port$15369$0 ;
       8'h07:
-          \$1  = \port$15003$0 ;
+          \$1  = \port$15371$0 ;
       8'h08:
-          \$1  = \port$15005$0 ;
+          \$1  = \port$15373$0 ;
       8'h09:
-          \$1  = \port$15007$0 ;
+          \$1  = \port$15375$0 ;
       8'h0a:
-          \$1  = \port$15009$0 ;
+          \$1  = \port$15377$0 ;
       8'h0b:
-          \$1  = \port$15011$0 ;
+          \$1  = \port$15379$0 ;
       8'h0c:
-          \$1  = \port$15013$0 ;
+          \$1  = \port$15381$0 ;
       8'h0d:
-          \$1  = \port$15015$0 ;
+          \$1  = \port$15383$0 ;
       8'h0e:
-          \$1  = \port$15017$0 ;
+          \$1  = \port$15385$0 ;
       8'h0f:
-          \$1  = \port$15019$0 ;
+          \$1  = \port$15387$0 ;
     endcase
   end
   always @* begin
@@ -65019,7 +66389,7 @@ module \dx1_board.soc.cp0.semaphore (\port$14991$0 , \port$14993$0 , \port$14995
     if (\$auto$verilog_backend.cc:2355:dump_module$113 ) begin end
     sem_delta = 18'h00000;
     if (signal) begin
-      sem_delta = { 2'h0, \port$17732$64 [23:8] };
+      sem_delta = { 2'h0, \port$18226$64 [23:8] };
     end
     if (\wait ) begin
       if (\$2 ) begin
@@ -65039,26 +66409,26 @@ module \dx1_board.soc.cp0.semaphore (\port$14991$0 , \port$14993$0 , \port$14995
       end
     end
   end
-  assign count = \port$17732$64 [23:8];
-  assign sem = \port$17732$64 [7:0];
-  assign sem_values = { \port$15019$0 , \port$15017$0 , \port$15015$0 , \port$15013$0 , \port$15011$0 , \port$15009$0 , \port$15007$0 , \port$15005$0 , \port$15003$0 , \port$15001$0 , \port$14999$0 , \port$14997$0 , \port$14995$0 , \port$14993$0 , \port$14991$0 , \port$14989$0  };
-  assign sem_index = \port$17732$64 [3:0];
-  assign \sem_values[0]  = \port$14989$0 ;
-  assign \sem_values[1]  = \port$14991$0 ;
-  assign \sem_values[2]  = \port$14993$0 ;
-  assign \sem_values[3]  = \port$14995$0 ;
-  assign \sem_values[4]  = \port$14997$0 ;
-  assign \sem_values[5]  = \port$14999$0 ;
-  assign \sem_values[6]  = \port$15001$0 ;
-  assign \sem_values[7]  = \port$15003$0 ;
-  assign \sem_values[8]  = \port$15005$0 ;
-  assign \sem_values[9]  = \port$15007$0 ;
-  assign \sem_values[10]  = \port$15009$0 ;
-  assign \sem_values[11]  = \port$15011$0 ;
-  assign \sem_values[12]  = \port$15013$0 ;
-  assign \sem_values[13]  = \port$15015$0 ;
-  assign \sem_values[14]  = \port$15017$0 ;
-  assign \sem_values[15]  = \port$15019$0 ;
+  assign count = \port$18226$64 [23:8];
+  assign sem = \port$18226$64 [7:0];
+  assign sem_values = { \port$15387$0 , \port$15385$0 , \port$15383$0 , \port$15381$0 , \port$15379$0 , \port$15377$0 , \port$15375$0 , \port$15373$0 , \port$15371$0 , \port$15369$0 , \port$15367$0 , \port$15365$0 , \port$15363$0 , \port$15361$0 , \port$15359$0 , \port$15357$0  };
+  assign sem_index = \port$18226$64 [3:0];
+  assign \sem_values[0]  = \port$15357$0 ;
+  assign \sem_values[1]  = \port$15359$0 ;
+  assign \sem_values[2]  = \port$15361$0 ;
+  assign \sem_values[3]  = \port$15363$0 ;
+  assign \sem_values[4]  = \port$15365$0 ;
+  assign \sem_values[5]  = \port$15367$0 ;
+  assign \sem_values[6]  = \port$15369$0 ;
+  assign \sem_values[7]  = \port$15371$0 ;
+  assign \sem_values[8]  = \port$15373$0 ;
+  assign \sem_values[9]  = \port$15375$0 ;
+  assign \sem_values[10]  = \port$15377$0 ;
+  assign \sem_values[11]  = \port$15379$0 ;
+  assign \sem_values[12]  = \port$15381$0 ;
+  assign \sem_values[13]  = \port$15383$0 ;
+  assign \sem_values[14]  = \port$15385$0 ;
+  assign \sem_values[15]  = \port$15387$0 ;
 endmodule
 
 (* generator = "Amaranth" *)
@@ -65989,8 +67359,8 @@ module \dx1_board.soc.cp0.writer (rst, tile_done__tvalid, bus__awready, tile_don
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, timestamp, doorbell_index, \port$14989$0 , \port$14991$0 
-, \port$14993$0 , \port$14995$0 , \port$14997$0 , \port$14999$0 , \port$15001$0 , \port$15003$0 , \port$15005$0 , \port$15007$0 , \port$15009$0 , \port$15011$0 , \port$15013$0 , \port$15015$0 , \port$15017$0 , \port$15019$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit, budget
+module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume, ring_reset, doorbell, bus__arready, bus__awready, tile_done__tdata, dma_ready, dma_done__tvalid, axi_quiet, \busy$257 , axi__araddr, stall, abort_req, timestamp, doorbell_index, \port$15357$0 , \port$15359$0 
+, \port$15361$0 , \port$15363$0 , \port$15365$0 , \port$15367$0 , \port$15369$0 , \port$15371$0 , \port$15373$0 , \port$15375$0 , \port$15377$0 , \port$15379$0 , \port$15381$0 , \port$15383$0 , \port$15385$0 , \port$15387$0 , ring_base, ring_log2, cq_base, enable, dma_base, dma_limit, budget
 , bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, sem_grant, quiesce, reset_cp, abort_done, dma_done__tdata, head, tail, halted, error_code, error_index, irq_error, axi__arvalid
 , axi__rready, cmd, tile_cmd__tvalid, taken, dma_cmd__tvalid, sem_valid, sem_delta, axi__awaddr, axi__wdata, trace_end_tag, trace_end_opcode, dma_done__tready, tile_done__tready, axi__awvalid, axi__wvalid, axi__bready, irq_completion, trace_end, clk);
   wire \$1 ;
@@ -66271,38 +67641,38 @@ module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume,
   wire [7:0] opcode;
   wire phase;
   wire \phase$128 ;
-  input [15:0] \port$14989$0 ;
-  wire [15:0] \port$14989$0 ;
-  input [15:0] \port$14991$0 ;
-  wire [15:0] \port$14991$0 ;
-  input [15:0] \port$14993$0 ;
-  wire [15:0] \port$14993$0 ;
-  input [15:0] \port$14995$0 ;
-  wire [15:0] \port$14995$0 ;
-  input [15:0] \port$14997$0 ;
-  wire [15:0] \port$14997$0 ;
-  input [15:0] \port$14999$0 ;
-  wire [15:0] \port$14999$0 ;
-  input [15:0] \port$15001$0 ;
-  wire [15:0] \port$15001$0 ;
-  input [15:0] \port$15003$0 ;
-  wire [15:0] \port$15003$0 ;
-  input [15:0] \port$15005$0 ;
-  wire [15:0] \port$15005$0 ;
-  input [15:0] \port$15007$0 ;
-  wire [15:0] \port$15007$0 ;
-  input [15:0] \port$15009$0 ;
-  wire [15:0] \port$15009$0 ;
-  input [15:0] \port$15011$0 ;
-  wire [15:0] \port$15011$0 ;
-  input [15:0] \port$15013$0 ;
-  wire [15:0] \port$15013$0 ;
-  input [15:0] \port$15015$0 ;
-  wire [15:0] \port$15015$0 ;
-  input [15:0] \port$15017$0 ;
-  wire [15:0] \port$15017$0 ;
-  input [15:0] \port$15019$0 ;
-  wire [15:0] \port$15019$0 ;
+  input [15:0] \port$15357$0 ;
+  wire [15:0] \port$15357$0 ;
+  input [15:0] \port$15359$0 ;
+  wire [15:0] \port$15359$0 ;
+  input [15:0] \port$15361$0 ;
+  wire [15:0] \port$15361$0 ;
+  input [15:0] \port$15363$0 ;
+  wire [15:0] \port$15363$0 ;
+  input [15:0] \port$15365$0 ;
+  wire [15:0] \port$15365$0 ;
+  input [15:0] \port$15367$0 ;
+  wire [15:0] \port$15367$0 ;
+  input [15:0] \port$15369$0 ;
+  wire [15:0] \port$15369$0 ;
+  input [15:0] \port$15371$0 ;
+  wire [15:0] \port$15371$0 ;
+  input [15:0] \port$15373$0 ;
+  wire [15:0] \port$15373$0 ;
+  input [15:0] \port$15375$0 ;
+  wire [15:0] \port$15375$0 ;
+  input [15:0] \port$15377$0 ;
+  wire [15:0] \port$15377$0 ;
+  input [15:0] \port$15379$0 ;
+  wire [15:0] \port$15379$0 ;
+  input [15:0] \port$15381$0 ;
+  wire [15:0] \port$15381$0 ;
+  input [15:0] \port$15383$0 ;
+  wire [15:0] \port$15383$0 ;
+  input [15:0] \port$15385$0 ;
+  wire [15:0] \port$15385$0 ;
+  input [15:0] \port$15387$0 ;
+  wire [15:0] \port$15387$0 ;
   input progress;
   wire progress;
   wire \progress$239 ;
@@ -66652,23 +68022,23 @@ module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume,
   );
   \dx1_board.soc.cp1.semaphore  semaphore (
     .done(sem_done),
-    .\port$14989$0 (\port$14989$0 ),
-    .\port$14991$0 (\port$14991$0 ),
-    .\port$14993$0 (\port$14993$0 ),
-    .\port$14995$0 (\port$14995$0 ),
-    .\port$14997$0 (\port$14997$0 ),
-    .\port$14999$0 (\port$14999$0 ),
-    .\port$15001$0 (\port$15001$0 ),
-    .\port$15003$0 (\port$15003$0 ),
-    .\port$15005$0 (\port$15005$0 ),
-    .\port$15007$0 (\port$15007$0 ),
-    .\port$15009$0 (\port$15009$0 ),
-    .\port$15011$0 (\port$15011$0 ),
-    .\port$15013$0 (\port$15013$0 ),
-    .\port$15015$0 (\port$15015$0 ),
-    .\port$15017$0 (\port$15017$0 ),
-    .\port$15019$0 (\port$15019$0 ),
-    .\port$20183$64 (cmd[87:64]),
+    .\port$15357$0 (\port$15357$0 ),
+    .\port$15359$0 (\port$15359$0 ),
+    .\port$15361$0 (\port$15361$0 ),
+    .\port$15363$0 (\port$15363$0 ),
+    .\port$15365$0 (\port$15365$0 ),
+    .\port$15367$0 (\port$15367$0 ),
+    .\port$15369$0 (\port$15369$0 ),
+    .\port$15371$0 (\port$15371$0 ),
+    .\port$15373$0 (\port$15373$0 ),
+    .\port$15375$0 (\port$15375$0 ),
+    .\port$15377$0 (\port$15377$0 ),
+    .\port$15379$0 (\port$15379$0 ),
+    .\port$15381$0 (\port$15381$0 ),
+    .\port$15383$0 (\port$15383$0 ),
+    .\port$15385$0 (\port$15385$0 ),
+    .\port$15387$0 (\port$15387$0 ),
+    .\port$20803$64 (cmd[87:64]),
     .sem_delta(sem_delta),
     .sem_grant(sem_grant),
     .sem_valid(sem_valid),
@@ -66845,8 +68215,8 @@ module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume,
   assign done = sem_done;
   assign sem = cmd[71:64];
   assign count = cmd[87:72];
-  assign sem_values = { \port$15019$0 , \port$15017$0 , \port$15015$0 , \port$15013$0 , \port$15011$0 , \port$15009$0 , \port$15007$0 , \port$15005$0 , \port$15003$0 , \port$15001$0 , \port$14999$0 , \port$14997$0 , \port$14995$0 , \port$14993$0 , \port$14991$0 , \port$14989$0  };
-  assign \sem_values$182  = { \port$15019$0 , \port$15017$0 , \port$15015$0 , \port$15013$0 , \port$15011$0 , \port$15009$0 , \port$15007$0 , \port$15005$0 , \port$15003$0 , \port$15001$0 , \port$14999$0 , \port$14997$0 , \port$14995$0 , \port$14993$0 , \port$14991$0 , \port$14989$0  };
+  assign sem_values = { \port$15387$0 , \port$15385$0 , \port$15383$0 , \port$15381$0 , \port$15379$0 , \port$15377$0 , \port$15375$0 , \port$15373$0 , \port$15371$0 , \port$15369$0 , \port$15367$0 , \port$15365$0 , \port$15363$0 , \port$15361$0 , \port$15359$0 , \port$15357$0  };
+  assign \sem_values$182  = { \port$15387$0 , \port$15385$0 , \port$15383$0 , \port$15381$0 , \port$15379$0 , \port$15377$0 , \port$15375$0 , \port$15373$0 , \port$15371$0 , \port$15369$0 , \port$15367$0 , \port$15365$0 , \port$15363$0 , \port$15361$0 , \port$15359$0 , \port$15357$0  };
   assign \sem_grant$184  = sem_grant;
   assign \sem_valid$186  = sem_valid;
   assign sem_index = cmd[67:64];
@@ -66933,38 +68303,38 @@ module \dx1_board.soc.cp1 (rst, tile_ready, tile_done__tvalid, progress, resume,
   assign \slot.footprint.acc_r_hi  = slot_in[244:211];
   assign \slot.footprint.acc_w_lo  = slot_in[278:245];
   assign \slot.footprint.acc_w_hi  = slot_in[312:279];
-  assign \sem_values[0]  = \port$14989$0 ;
-  assign \sem_values[1]  = \port$14991$0 ;
-  assign \sem_values[2]  = \port$14993$0 ;
-  assign \sem_values[3]  = \port$14995$0 ;
-  assign \sem_values[4]  = \port$14997$0 ;
-  assign \sem_values[5]  = \port$14999$0 ;
-  assign \sem_values[6]  = \port$15001$0 ;
-  assign \sem_values[7]  = \port$15003$0 ;
-  assign \sem_values[8]  = \port$15005$0 ;
-  assign \sem_values[9]  = \port$15007$0 ;
-  assign \sem_values[10]  = \port$15009$0 ;
-  assign \sem_values[11]  = \port$15011$0 ;
-  assign \sem_values[12]  = \port$15013$0 ;
-  assign \sem_values[13]  = \port$15015$0 ;
-  assign \sem_values[14]  = \port$15017$0 ;
-  assign \sem_values[15]  = \port$15019$0 ;
-  assign \sem_values$182[0]  = \port$14989$0 ;
-  assign \sem_values$182[1]  = \port$14991$0 ;
-  assign \sem_values$182[2]  = \port$14993$0 ;
-  assign \sem_values$182[3]  = \port$14995$0 ;
-  assign \sem_values$182[4]  = \port$14997$0 ;
-  assign \sem_values$182[5]  = \port$14999$0 ;
-  assign \sem_values$182[6]  = \port$15001$0 ;
-  assign \sem_values$182[7]  = \port$15003$0 ;
-  assign \sem_values$182[8]  = \port$15005$0 ;
-  assign \sem_values$182[9]  = \port$15007$0 ;
-  assign \sem_values$182[10]  = \port$15009$0 ;
-  assign \sem_values$182[11]  = \port$15011$0 ;
-  assign \sem_values$182[12]  = \port$15013$0 ;
-  assign \sem_values$182[13]  = \port$15015$0 ;
-  assign \sem_values$182[14]  = \port$15017$0 ;
-  assign \sem_values$182[15]  = \port$15019$0 ;
+  assign \sem_values[0]  = \port$15357$0 ;
+  assign \sem_values[1]  = \port$15359$0 ;
+  assign \sem_values[2]  = \port$15361$0 ;
+  assign \sem_values[3]  = \port$15363$0 ;
+  assign \sem_values[4]  = \port$15365$0 ;
+  assign \sem_values[5]  = \port$15367$0 ;
+  assign \sem_values[6]  = \port$15369$0 ;
+  assign \sem_values[7]  = \port$15371$0 ;
+  assign \sem_values[8]  = \port$15373$0 ;
+  assign \sem_values[9]  = \port$15375$0 ;
+  assign \sem_values[10]  = \port$15377$0 ;
+  assign \sem_values[11]  = \port$15379$0 ;
+  assign \sem_values[12]  = \port$15381$0 ;
+  assign \sem_values[13]  = \port$15383$0 ;
+  assign \sem_values[14]  = \port$15385$0 ;
+  assign \sem_values[15]  = \port$15387$0 ;
+  assign \sem_values$182[0]  = \port$15357$0 ;
+  assign \sem_values$182[1]  = \port$15359$0 ;
+  assign \sem_values$182[2]  = \port$15361$0 ;
+  assign \sem_values$182[3]  = \port$15363$0 ;
+  assign \sem_values$182[4]  = \port$15365$0 ;
+  assign \sem_values$182[5]  = \port$15367$0 ;
+  assign \sem_values$182[6]  = \port$15369$0 ;
+  assign \sem_values$182[7]  = \port$15371$0 ;
+  assign \sem_values$182[8]  = \port$15373$0 ;
+  assign \sem_values$182[9]  = \port$15375$0 ;
+  assign \sem_values$182[10]  = \port$15377$0 ;
+  assign \sem_values$182[11]  = \port$15379$0 ;
+  assign \sem_values$182[12]  = \port$15381$0 ;
+  assign \sem_values$182[13]  = \port$15383$0 ;
+  assign \sem_values$182[14]  = \port$15385$0 ;
+  assign \sem_values$182[15]  = \port$15387$0 ;
   assign \local_slot.ring_index  = slot_in[15:0];
   assign \local_slot.phase  = slot_in[16];
   assign \local_slot.tag  = slot_in[32:17];
@@ -67396,9 +68766,9 @@ module \dx1_board.soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
     .cmd(cmd),
     .footprint(\footprint$25 ),
     .mv_last(mv_last),
-    .\port$20215$0 (g_a_end),
-    .\port$20217$0 (g_b_end),
-    .\port$20219$0 (p_src_end)
+    .\port$20835$0 (g_a_end),
+    .\port$20837$0 (g_b_end),
+    .\port$20839$0 (p_src_end)
   );
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$116 ) begin end
@@ -67664,7 +69034,7 @@ module \dx1_board.soc.cp1.decoder (rst, decoded, dma_base, dma_limit, reset_cp, 
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.cp1.decoder.footprint$35 (mv_last, \port$20215$0 , \port$20217$0 , \port$20219$0 , footprint, cmd);
+module \dx1_board.soc.cp1.decoder.footprint$35 (mv_last, \port$20835$0 , \port$20837$0 , \port$20839$0 , footprint, cmd);
   reg \$auto$verilog_backend.cc:2355:dump_module$117  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -67700,24 +69070,24 @@ module \dx1_board.soc.cp1.decoder.footprint$35 (mv_last, \port$20215$0 , \port$2
   input [33:0] mv_last;
   wire [33:0] mv_last;
   wire [33:0] p_src_end;
-  input [32:0] \port$20215$0 ;
-  wire [32:0] \port$20215$0 ;
-  input [20:0] \port$20217$0 ;
-  wire [20:0] \port$20217$0 ;
-  input [16:0] \port$20219$0 ;
-  wire [16:0] \port$20219$0 ;
+  input [32:0] \port$20835$0 ;
+  wire [32:0] \port$20835$0 ;
+  input [20:0] \port$20837$0 ;
+  wire [20:0] \port$20837$0 ;
+  input [16:0] \port$20839$0 ;
+  wire [16:0] \port$20839$0 ;
   assign \$1  = cmd[79:64] < cmd[95:80];
   assign \$2  = \$1  ? cmd[79:64] : cmd[95:80];
-  assign \$3  = \port$20215$0  > \port$20217$0 ;
-  assign \$4  = \$3  ? { 1'h0, \port$20215$0  } : { 13'h0000, \port$20217$0  };
+  assign \$3  = \port$20835$0  > \port$20837$0 ;
+  assign \$4  = \$3  ? { 1'h0, \port$20835$0  } : { 13'h0000, \port$20837$0  };
   assign \$5  = cmd[111:96] + cmd[127:112];
   assign \$6  = cmd[127:112] < cmd[79:64];
   assign \$7  = cmd[9] & \$6 ;
   assign \$8  = \$7  ? cmd[127:112] : cmd[79:64];
-  assign \$9  = cmd[127:112] >= \port$20219$0 ;
+  assign \$9  = cmd[127:112] >= \port$20839$0 ;
   assign \$10  = cmd[9] & \$9 ;
   assign \$11  = cmd[127:112] + 1'h1;
-  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$20219$0  };
+  assign \$12  = \$10  ? { 17'h00000, \$11  } : { 17'h00000, \port$20839$0  };
   assign \$13  = cmd[95:80] + cmd[111:96];
   assign \$14  = mv_last + 1'h1;
   assign \$15  = mv_last + 1'h1;
@@ -67768,9 +69138,9 @@ module \dx1_board.soc.cp1.decoder.footprint$35 (mv_last, \port$20215$0 , \port$2
         end
     endcase
   end
-  assign a_end = { 1'h0, \port$20215$0  };
-  assign b_end = { 13'h0000, \port$20217$0  };
-  assign p_src_end = { 17'h00000, \port$20219$0  };
+  assign a_end = { 1'h0, \port$20835$0  };
+  assign b_end = { 13'h0000, \port$20837$0  };
+  assign p_src_end = { 17'h00000, \port$20839$0  };
   assign \footprint.spm_r_lo  = footprint[33:0];
   assign \footprint.spm_r_hi  = footprint[67:34];
   assign \footprint.spm_w_lo  = footprint[101:68];
@@ -70164,8 +71534,8 @@ module \dx1_board.soc.cp1.ring (rst, ring_reset, doorbell, entries_ok, mask, doo
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.cp1.semaphore (\port$14991$0 , \port$14993$0 , \port$14995$0 , \port$14997$0 , \port$14999$0 , \port$15001$0 , \port$15003$0 , \port$15005$0 , \port$15007$0 , \port$15009$0 , \port$15011$0 , \port$15013$0 , \port$15015$0 , \port$15017$0 , \port$15019$0 , sem_grant, \port$20183$64 , signal, \wait , sem_valid, sem_delta
-, done, \port$14989$0 );
+module \dx1_board.soc.cp1.semaphore (\port$15359$0 , \port$15361$0 , \port$15363$0 , \port$15365$0 , \port$15367$0 , \port$15369$0 , \port$15371$0 , \port$15373$0 , \port$15375$0 , \port$15377$0 , \port$15379$0 , \port$15381$0 , \port$15383$0 , \port$15385$0 , \port$15387$0 , sem_grant, \port$20803$64 , signal, \wait , sem_valid, sem_delta
+, done, \port$15357$0 );
   reg \$auto$verilog_backend.cc:2355:dump_module$125  = 0;
   reg [15:0] \$1 ;
   wire \$2 ;
@@ -70173,40 +71543,40 @@ module \dx1_board.soc.cp1.semaphore (\port$14991$0 , \port$14993$0 , \port$14995
   wire [15:0] count;
   output done;
   reg done;
-  input [15:0] \port$14989$0 ;
-  wire [15:0] \port$14989$0 ;
-  input [15:0] \port$14991$0 ;
-  wire [15:0] \port$14991$0 ;
-  input [15:0] \port$14993$0 ;
-  wire [15:0] \port$14993$0 ;
-  input [15:0] \port$14995$0 ;
-  wire [15:0] \port$14995$0 ;
-  input [15:0] \port$14997$0 ;
-  wire [15:0] \port$14997$0 ;
-  input [15:0] \port$14999$0 ;
-  wire [15:0] \port$14999$0 ;
-  input [15:0] \port$15001$0 ;
-  wire [15:0] \port$15001$0 ;
-  input [15:0] \port$15003$0 ;
-  wire [15:0] \port$15003$0 ;
-  input [15:0] \port$15005$0 ;
-  wire [15:0] \port$15005$0 ;
-  input [15:0] \port$15007$0 ;
-  wire [15:0] \port$15007$0 ;
-  input [15:0] \port$15009$0 ;
-  wire [15:0] \port$15009$0 ;
-  input [15:0] \port$15011$0 ;
-  wire [15:0] \port$15011$0 ;
-  input [15:0] \port$15013$0 ;
-  wire [15:0] \port$15013$0 ;
-  input [15:0] \port$15015$0 ;
-  wire [15:0] \port$15015$0 ;
-  input [15:0] \port$15017$0 ;
-  wire [15:0] \port$15017$0 ;
-  input [15:0] \port$15019$0 ;
-  wire [15:0] \port$15019$0 ;
-  input [23:0] \port$20183$64 ;
-  wire [23:0] \port$20183$64 ;
+  input [15:0] \port$15357$0 ;
+  wire [15:0] \port$15357$0 ;
+  input [15:0] \port$15359$0 ;
+  wire [15:0] \port$15359$0 ;
+  input [15:0] \port$15361$0 ;
+  wire [15:0] \port$15361$0 ;
+  input [15:0] \port$15363$0 ;
+  wire [15:0] \port$15363$0 ;
+  input [15:0] \port$15365$0 ;
+  wire [15:0] \port$15365$0 ;
+  input [15:0] \port$15367$0 ;
+  wire [15:0] \port$15367$0 ;
+  input [15:0] \port$15369$0 ;
+  wire [15:0] \port$15369$0 ;
+  input [15:0] \port$15371$0 ;
+  wire [15:0] \port$15371$0 ;
+  input [15:0] \port$15373$0 ;
+  wire [15:0] \port$15373$0 ;
+  input [15:0] \port$15375$0 ;
+  wire [15:0] \port$15375$0 ;
+  input [15:0] \port$15377$0 ;
+  wire [15:0] \port$15377$0 ;
+  input [15:0] \port$15379$0 ;
+  wire [15:0] \port$15379$0 ;
+  input [15:0] \port$15381$0 ;
+  wire [15:0] \port$15381$0 ;
+  input [15:0] \port$15383$0 ;
+  wire [15:0] \port$15383$0 ;
+  input [15:0] \port$15385$0 ;
+  wire [15:0] \port$15385$0 ;
+  input [15:0] \port$15387$0 ;
+  wire [15:0] \port$15387$0 ;
+  input [23:0] \port$20803$64 ;
+  wire [23:0] \port$20803$64 ;
   wire [7:0] sem;
   output [17:0] sem_delta;
   reg [17:0] sem_delta;
@@ -70236,44 +71606,44 @@ module \dx1_board.soc.cp1.semaphore (\port$14991$0 , \port$14993$0 , \port$14995
   wire signal;
   input \wait ;
   wire \wait ;
-  assign \$2  = \$1  >= \port$20183$64 [23:8];
-  assign \$3  = - \port$20183$64 [23:8];
+  assign \$2  = \$1  >= \port$20803$64 [23:8];
+  assign \$3  = - \port$20803$64 [23:8];
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$125 ) begin end
     \$1  = 16'h0000;
-    casez (\port$20183$64 [7:0])
+    casez (\port$20803$64 [7:0])
       8'h00:
-          \$1  = \port$14989$0 ;
+          \$1  = \port$15357$0 ;
       8'h01:
-          \$1  = \port$14991$0 ;
+          \$1  = \port$15359$0 ;
       8'h02:
-          \$1  = \port$14993$0 ;
+          \$1  = \port$15361$0 ;
       8'h03:
-          \$1  = \port$14995$0 ;
+          \$1  = \port$15363$0 ;
       8'h04:
-          \$1  = \port$14997$0 ;
+          \$1  = \port$15365$0 ;
       8'h05:
-          \$1  = \port$14999$0 ;
+          \$1  = \port$15367$0 ;
       8'h06:
-          \$1  = \port$15001$0 ;
+          \$1  = \port$15369$0 ;
       8'h07:
-          \$1  = \port$15003$0 ;
+          \$1  = \port$15371$0 ;
       8'h08:
-          \$1  = \port$15005$0 ;
+          \$1  = \port$15373$0 ;
       8'h09:
-          \$1  = \port$15007$0 ;
+          \$1  = \port$15375$0 ;
       8'h0a:
-          \$1  = \port$15009$0 ;
+          \$1  = \port$15377$0 ;
       8'h0b:
-          \$1  = \port$15011$0 ;
+          \$1  = \port$15379$0 ;
       8'h0c:
-          \$1  = \port$15013$0 ;
+          \$1  = \port$15381$0 ;
       8'h0d:
-          \$1  = \port$15015$0 ;
+          \$1  = \port$15383$0 ;
       8'h0e:
-          \$1  = \port$15017$0 ;
+          \$1  = \port$15385$0 ;
       8'h0f:
-          \$1  = \port$15019$0 ;
+          \$1  = \port$15387$0 ;
     endcase
   end
   always @* begin
@@ -70292,7 +71662,7 @@ module \dx1_board.soc.cp1.semaphore (\port$14991$0 , \port$14993$0 , \port$14995
     if (\$auto$verilog_backend.cc:2355:dump_module$125 ) begin end
     sem_delta = 18'h00000;
     if (signal) begin
-      sem_delta = { 2'h0, \port$20183$64 [23:8] };
+      sem_delta = { 2'h0, \port$20803$64 [23:8] };
     end
     if (\wait ) begin
       if (\$2 ) begin
@@ -70312,26 +71682,26 @@ module \dx1_board.soc.cp1.semaphore (\port$14991$0 , \port$14993$0 , \port$14995
       end
     end
   end
-  assign count = \port$20183$64 [23:8];
-  assign sem = \port$20183$64 [7:0];
-  assign sem_values = { \port$15019$0 , \port$15017$0 , \port$15015$0 , \port$15013$0 , \port$15011$0 , \port$15009$0 , \port$15007$0 , \port$15005$0 , \port$15003$0 , \port$15001$0 , \port$14999$0 , \port$14997$0 , \port$14995$0 , \port$14993$0 , \port$14991$0 , \port$14989$0  };
-  assign sem_index = \port$20183$64 [3:0];
-  assign \sem_values[0]  = \port$14989$0 ;
-  assign \sem_values[1]  = \port$14991$0 ;
-  assign \sem_values[2]  = \port$14993$0 ;
-  assign \sem_values[3]  = \port$14995$0 ;
-  assign \sem_values[4]  = \port$14997$0 ;
-  assign \sem_values[5]  = \port$14999$0 ;
-  assign \sem_values[6]  = \port$15001$0 ;
-  assign \sem_values[7]  = \port$15003$0 ;
-  assign \sem_values[8]  = \port$15005$0 ;
-  assign \sem_values[9]  = \port$15007$0 ;
-  assign \sem_values[10]  = \port$15009$0 ;
-  assign \sem_values[11]  = \port$15011$0 ;
-  assign \sem_values[12]  = \port$15013$0 ;
-  assign \sem_values[13]  = \port$15015$0 ;
-  assign \sem_values[14]  = \port$15017$0 ;
-  assign \sem_values[15]  = \port$15019$0 ;
+  assign count = \port$20803$64 [23:8];
+  assign sem = \port$20803$64 [7:0];
+  assign sem_values = { \port$15387$0 , \port$15385$0 , \port$15383$0 , \port$15381$0 , \port$15379$0 , \port$15377$0 , \port$15375$0 , \port$15373$0 , \port$15371$0 , \port$15369$0 , \port$15367$0 , \port$15365$0 , \port$15363$0 , \port$15361$0 , \port$15359$0 , \port$15357$0  };
+  assign sem_index = \port$20803$64 [3:0];
+  assign \sem_values[0]  = \port$15357$0 ;
+  assign \sem_values[1]  = \port$15359$0 ;
+  assign \sem_values[2]  = \port$15361$0 ;
+  assign \sem_values[3]  = \port$15363$0 ;
+  assign \sem_values[4]  = \port$15365$0 ;
+  assign \sem_values[5]  = \port$15367$0 ;
+  assign \sem_values[6]  = \port$15369$0 ;
+  assign \sem_values[7]  = \port$15371$0 ;
+  assign \sem_values[8]  = \port$15373$0 ;
+  assign \sem_values[9]  = \port$15375$0 ;
+  assign \sem_values[10]  = \port$15377$0 ;
+  assign \sem_values[11]  = \port$15379$0 ;
+  assign \sem_values[12]  = \port$15381$0 ;
+  assign \sem_values[13]  = \port$15383$0 ;
+  assign \sem_values[14]  = \port$15385$0 ;
+  assign \sem_values[15]  = \port$15387$0 ;
 endmodule
 
 (* generator = "Amaranth" *)
@@ -71264,7 +72634,7 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.dma0 (rst, bus__arready, bus__awready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, cmd__tready, axi__rready, done__tvalid, quiet, axi__wdata, axi__wvalid, axi__wstrb, axi__wlast, spm_wr__tvalid, acc_wr__tvalid
 , spm_rreq__tvalid, acc_rreq__tvalid, acc_rresp__tready, spm_rresp__tready, bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, abort, reset_units, done__tdata, bytes_read, axi__arvalid, axi__araddr, axi__arlen, bytes_written
-, axi__awvalid, axi__awaddr, axi__awlen, \port$17658$0 , \port$17660$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
+, axi__awvalid, axi__awaddr, axi__awlen, \port$18152$0 , \port$18154$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$128  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -71496,10 +72866,10 @@ module \dx1_board.soc.dma0 (rst, bus__arready, bus__awready, spm_wr__tready, acc
   wire [15:0] local_addr;
   wire [15:0] \local_addr$127 ;
   wire [29:0] move_beats;
-  output [255:0] \port$17658$0 ;
-  wire [255:0] \port$17658$0 ;
-  output [15:0] \port$17660$0 ;
-  wire [15:0] \port$17660$0 ;
+  output [255:0] \port$18152$0 ;
+  wire [255:0] \port$18152$0 ;
+  output [15:0] \port$18154$0 ;
+  wire [15:0] \port$18154$0 ;
   wire push;
   output quiet;
   wire quiet;
@@ -71672,7 +73042,7 @@ module \dx1_board.soc.dma0 (rst, bus__arready, bus__awready, spm_wr__tready, acc
     .fifo_ready(fifo_ready),
     .fifo_take(\fifo_take$179 ),
     .local_addr(command[143:128]),
-    .\port$7300$0 (r_data),
+    .\port$7484$0 (r_data),
     .rd_err(rd_err),
     .read_error(\read_error$20 ),
     .reset_units(reset_units),
@@ -71756,7 +73126,7 @@ module \dx1_board.soc.dma0 (rst, bus__arready, bus__awready, spm_wr__tready, acc
     .fifo_ready(fifo_ready),
     .is_copy(is_copy),
     .is_load(is_load),
-    .\port$7300$0 (r_data),
+    .\port$7484$0 (r_data),
     .quiet(\quiet$190 ),
     .rd_err(rd_err),
     .read_error(read_error),
@@ -72079,8 +73449,8 @@ module \dx1_board.soc.dma0 (rst, bus__arready, bus__awready, spm_wr__tready, acc
   assign \acc_rresp__tready$174  = acc_rresp__tready;
   assign \acc_rresp__tvalid$176  = acc_rresp__tvalid;
   assign axi__wdata = r_data[63:0];
-  assign \port$17658$0  = \$48 ;
-  assign \port$17660$0  = \$49 ;
+  assign \port$18152$0  = \$48 ;
+  assign \port$18154$0  = \$49 ;
   assign \$13  = { 1'h0, command[175:160], 2'h0 };
   assign \$14  = { 1'h0, command[175:160] };
   assign base = command[95:64];
@@ -72280,7 +73650,7 @@ module \dx1_board.soc.dma0.data_fifo (rst, r_en, w_rdy, r_data, reset_units, w_p
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \port$7300$0 , spm_wr__tvalid, acc_wr__tvalid, fifo_take, read_error, done, reset_units, local_addr, acc, rows, cols, row_stride, col_stride, rd_err, fifo_ready, wr_data
+module \dx1_board.soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \port$7484$0 , spm_wr__tvalid, acc_wr__tvalid, fifo_take, read_error, done, reset_units, local_addr, acc, rows, cols, row_stride, col_stride, rd_err, fifo_ready, wr_data
 , wr_addr, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$130  = 0;
   wire \$1 ;
@@ -72337,8 +73707,8 @@ module \dx1_board.soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, r
   input [15:0] local_addr;
   wire [15:0] local_addr;
   wire [15:0] \local_addr$14 ;
-  input [64:0] \port$7300$0 ;
-  wire [64:0] \port$7300$0 ;
+  input [64:0] \port$7484$0 ;
+  wire [64:0] \port$7484$0 ;
   input rd_err;
   wire rd_err;
   output read_error;
@@ -72384,12 +73754,12 @@ module \dx1_board.soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, r
   assign \$8  = \$6  | \$7 ;
   assign \$9  = \$8  | wr_ready;
   assign fifo_take = \$5  & \$9 ;
-  assign read_error = fifo_take & \port$7300$0 [64];
+  assign read_error = fifo_take & \port$7484$0 [64];
   assign advance = fifo_take & a_last;
   assign \$10  = ~ wr_valid;
   assign done = walked & \$10 ;
   assign \$11  = wr_valid & wr_ready;
-  assign \$12  = ~ \port$7300$0 [64];
+  assign \$12  = ~ \port$7484$0 [64];
   assign \$13  = ~ rd_err;
   assign \$14  = \$12  & \$13 ;
   assign \$15  = a_cnt + 1'h1;
@@ -72425,13 +73795,13 @@ module \dx1_board.soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, r
     (* full_case = 32'd1 *)
     casez (a_cnt)
       2'h0:
-          assembled[63:0] = \port$7300$0 [63:0];
+          assembled[63:0] = \port$7484$0 [63:0];
       2'h1:
-          assembled[127:64] = \port$7300$0 [63:0];
+          assembled[127:64] = \port$7484$0 [63:0];
       2'h2:
-          assembled[191:128] = \port$7300$0 [63:0];
+          assembled[191:128] = \port$7484$0 [63:0];
       2'h3:
-          assembled[255:192] = \port$7300$0 [63:0];
+          assembled[255:192] = \port$7484$0 [63:0];
     endcase
   end
   always @* begin
@@ -72554,8 +73924,8 @@ module \dx1_board.soc.dma0.loader (rst, spm_wr__tready, acc_wr__tready, start, r
   assign \cols$18  = cols;
   assign \row_stride$20  = row_stride;
   assign \col_stride$22  = col_stride;
-  assign fifo_data = \port$7300$0 [63:0];
-  assign fifo_err = \port$7300$0 [64];
+  assign fifo_data = \port$7484$0 [63:0];
+  assign fifo_err = \port$7484$0 [64];
 endmodule
 
 (* generator = "Amaranth" *)
@@ -73536,7 +74906,7 @@ module \dx1_board.soc.dma0.storer.walker (rst, start, advance, last, reset_units
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.dma0.writer (rst, ready, start, base, stride, segments, seg_beats, \port$7300$0 , copy_beat, error, bus__wvalid, bus__wstrb, bus__wlast, w_hs, read_error, done, quiet, bus__wready, bus__bvalid, bus__bresp, abort
+module \dx1_board.soc.dma0.writer (rst, ready, start, base, stride, segments, seg_beats, \port$7484$0 , copy_beat, error, bus__wvalid, bus__wstrb, bus__wlast, w_hs, read_error, done, quiet, bus__wready, bus__bvalid, bus__bresp, abort
 , reset_units, is_load, is_copy, rd_err, fifo_ready, bytes_written, bus__awvalid, bus__awaddr, bus__awlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$136  = 0;
   wire \$1 ;
@@ -73647,8 +75017,8 @@ module \dx1_board.soc.dma0.writer (rst, ready, start, base, stride, segments, se
   wire issued;
   wire [7:0] len;
   wire [8:0] max_beats;
-  input [64:0] \port$7300$0 ;
-  wire [64:0] \port$7300$0 ;
+  input [64:0] \port$7484$0 ;
+  wire [64:0] \port$7484$0 ;
   output quiet;
   wire quiet;
   wire [7:0] r_data;
@@ -73722,12 +75092,12 @@ module \dx1_board.soc.dma0.writer (rst, ready, start, base, stride, segments, se
   assign \$11  = w_cur & \$10 ;
   assign \$12  = ~ is_load;
   assign bus__wvalid = \$11  & \$12 ;
-  assign \$13  = \port$7300$0 [64] | rd_err;
+  assign \$13  = \port$7484$0 [64] | rd_err;
   assign w_bad = \$13  | abort;
   assign bus__wstrb = w_bad ? 8'h00 : 8'hff;
   assign bus__wlast = w_cnt == w_len;
   assign w_hs = bus__wvalid & bus__wready;
-  assign read_error = w_hs & \port$7300$0 [64];
+  assign read_error = w_hs & \port$7484$0 [64];
   assign \$14  = ~ w_cur;
   assign \$15  = w_hs & bus__wlast;
   assign \$16  = \$14  | \$15 ;
@@ -73887,9 +75257,9 @@ module \dx1_board.soc.dma0.writer (rst, ready, start, base, stride, segments, se
   assign issue = w_en;
   assign w_data = \$8 [7:0];
   assign bus__bready = 1'h1;
-  assign bus__wdata = \port$7300$0 [63:0];
-  assign fifo_data = \port$7300$0 [63:0];
-  assign fifo_err = \port$7300$0 [64];
+  assign bus__wdata = \port$7484$0 [63:0];
+  assign fifo_data = \port$7484$0 [63:0];
+  assign fifo_err = \port$7484$0 [64];
   assign fifo_take = w_hs;
   assign \$5  = 1'h1;
   assign \$6  = \$4 ;
@@ -74387,7 +75757,7 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.dma1 (rst, bus__arready, bus__awready, spm_wr__tready, acc_wr__tready, spm_rreq__tready, spm_rresp__tvalid, spm_rresp__tdata, acc_rreq__tready, acc_rresp__tvalid, acc_rresp__tdata, cmd__tready, axi__rready, done__tvalid, quiet, axi__wdata, axi__wvalid, axi__wstrb, axi__wlast, spm_wr__tvalid, acc_wr__tvalid
 , spm_rreq__tvalid, acc_rreq__tvalid, acc_rresp__tready, spm_rresp__tready, bus__rvalid, bus__rdata, bus__rid, bus__rresp, bus__rlast, bus__wready, bus__bvalid, bus__bid, bus__bresp, abort, reset_units, done__tdata, bytes_read, axi__arvalid, axi__araddr, axi__arlen, bytes_written
-, axi__awvalid, axi__awaddr, axi__awlen, \port$20109$0 , \port$20111$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
+, axi__awvalid, axi__awaddr, axi__awlen, \port$20729$0 , \port$20731$0 , spm_rreq__tdata, cmd__tdata, cmd__tvalid, done__tready, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$139  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -74619,10 +75989,10 @@ module \dx1_board.soc.dma1 (rst, bus__arready, bus__awready, spm_wr__tready, acc
   wire [15:0] local_addr;
   wire [15:0] \local_addr$127 ;
   wire [29:0] move_beats;
-  output [255:0] \port$20109$0 ;
-  wire [255:0] \port$20109$0 ;
-  output [15:0] \port$20111$0 ;
-  wire [15:0] \port$20111$0 ;
+  output [255:0] \port$20729$0 ;
+  wire [255:0] \port$20729$0 ;
+  output [15:0] \port$20731$0 ;
+  wire [15:0] \port$20731$0 ;
   wire push;
   output quiet;
   wire quiet;
@@ -74795,7 +76165,7 @@ module \dx1_board.soc.dma1 (rst, bus__arready, bus__awready, spm_wr__tready, acc
     .fifo_ready(fifo_ready),
     .fifo_take(\fifo_take$179 ),
     .local_addr(command[143:128]),
-    .\port$12682$0 (r_data),
+    .\port$13050$0 (r_data),
     .rd_err(rd_err),
     .read_error(\read_error$20 ),
     .reset_units(reset_units),
@@ -74879,7 +76249,7 @@ module \dx1_board.soc.dma1 (rst, bus__arready, bus__awready, spm_wr__tready, acc
     .fifo_ready(fifo_ready),
     .is_copy(is_copy),
     .is_load(is_load),
-    .\port$12682$0 (r_data),
+    .\port$13050$0 (r_data),
     .quiet(\quiet$190 ),
     .rd_err(rd_err),
     .read_error(read_error),
@@ -75202,8 +76572,8 @@ module \dx1_board.soc.dma1 (rst, bus__arready, bus__awready, spm_wr__tready, acc
   assign \acc_rresp__tready$174  = acc_rresp__tready;
   assign \acc_rresp__tvalid$176  = acc_rresp__tvalid;
   assign axi__wdata = r_data[63:0];
-  assign \port$20109$0  = \$48 ;
-  assign \port$20111$0  = \$49 ;
+  assign \port$20729$0  = \$48 ;
+  assign \port$20731$0  = \$49 ;
   assign \$13  = { 1'h0, command[175:160], 2'h0 };
   assign \$14  = { 1'h0, command[175:160] };
   assign base = command[95:64];
@@ -75403,7 +76773,7 @@ module \dx1_board.soc.dma1.data_fifo (rst, r_en, w_rdy, r_data, reset_units, w_p
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \port$12682$0 , spm_wr__tvalid, acc_wr__tvalid, fifo_take, read_error, done, reset_units, local_addr, acc, rows, cols, row_stride, col_stride, rd_err, fifo_ready, wr_data
+module \dx1_board.soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, run, \port$13050$0 , spm_wr__tvalid, acc_wr__tvalid, fifo_take, read_error, done, reset_units, local_addr, acc, rows, cols, row_stride, col_stride, rd_err, fifo_ready, wr_data
 , wr_addr, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$141  = 0;
   wire \$1 ;
@@ -75460,8 +76830,8 @@ module \dx1_board.soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, r
   input [15:0] local_addr;
   wire [15:0] local_addr;
   wire [15:0] \local_addr$14 ;
-  input [64:0] \port$12682$0 ;
-  wire [64:0] \port$12682$0 ;
+  input [64:0] \port$13050$0 ;
+  wire [64:0] \port$13050$0 ;
   input rd_err;
   wire rd_err;
   output read_error;
@@ -75507,12 +76877,12 @@ module \dx1_board.soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, r
   assign \$8  = \$6  | \$7 ;
   assign \$9  = \$8  | wr_ready;
   assign fifo_take = \$5  & \$9 ;
-  assign read_error = fifo_take & \port$12682$0 [64];
+  assign read_error = fifo_take & \port$13050$0 [64];
   assign advance = fifo_take & a_last;
   assign \$10  = ~ wr_valid;
   assign done = walked & \$10 ;
   assign \$11  = wr_valid & wr_ready;
-  assign \$12  = ~ \port$12682$0 [64];
+  assign \$12  = ~ \port$13050$0 [64];
   assign \$13  = ~ rd_err;
   assign \$14  = \$12  & \$13 ;
   assign \$15  = a_cnt + 1'h1;
@@ -75548,13 +76918,13 @@ module \dx1_board.soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, r
     (* full_case = 32'd1 *)
     casez (a_cnt)
       2'h0:
-          assembled[63:0] = \port$12682$0 [63:0];
+          assembled[63:0] = \port$13050$0 [63:0];
       2'h1:
-          assembled[127:64] = \port$12682$0 [63:0];
+          assembled[127:64] = \port$13050$0 [63:0];
       2'h2:
-          assembled[191:128] = \port$12682$0 [63:0];
+          assembled[191:128] = \port$13050$0 [63:0];
       2'h3:
-          assembled[255:192] = \port$12682$0 [63:0];
+          assembled[255:192] = \port$13050$0 [63:0];
     endcase
   end
   always @* begin
@@ -75677,8 +77047,8 @@ module \dx1_board.soc.dma1.loader (rst, spm_wr__tready, acc_wr__tready, start, r
   assign \cols$18  = cols;
   assign \row_stride$20  = row_stride;
   assign \col_stride$22  = col_stride;
-  assign fifo_data = \port$12682$0 [63:0];
-  assign fifo_err = \port$12682$0 [64];
+  assign fifo_data = \port$13050$0 [63:0];
+  assign fifo_err = \port$13050$0 [64];
 endmodule
 
 (* generator = "Amaranth" *)
@@ -76659,7 +78029,7 @@ module \dx1_board.soc.dma1.storer.walker (rst, start, advance, last, reset_units
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.dma1.writer (rst, ready, start, base, stride, segments, seg_beats, \port$12682$0 , copy_beat, error, bus__wvalid, bus__wstrb, bus__wlast, w_hs, read_error, done, quiet, bus__wready, bus__bvalid, bus__bresp, abort
+module \dx1_board.soc.dma1.writer (rst, ready, start, base, stride, segments, seg_beats, \port$13050$0 , copy_beat, error, bus__wvalid, bus__wstrb, bus__wlast, w_hs, read_error, done, quiet, bus__wready, bus__bvalid, bus__bresp, abort
 , reset_units, is_load, is_copy, rd_err, fifo_ready, bytes_written, bus__awvalid, bus__awaddr, bus__awlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$147  = 0;
   wire \$1 ;
@@ -76770,8 +78140,8 @@ module \dx1_board.soc.dma1.writer (rst, ready, start, base, stride, segments, se
   wire issued;
   wire [7:0] len;
   wire [8:0] max_beats;
-  input [64:0] \port$12682$0 ;
-  wire [64:0] \port$12682$0 ;
+  input [64:0] \port$13050$0 ;
+  wire [64:0] \port$13050$0 ;
   output quiet;
   wire quiet;
   wire [7:0] r_data;
@@ -76845,12 +78215,12 @@ module \dx1_board.soc.dma1.writer (rst, ready, start, base, stride, segments, se
   assign \$11  = w_cur & \$10 ;
   assign \$12  = ~ is_load;
   assign bus__wvalid = \$11  & \$12 ;
-  assign \$13  = \port$12682$0 [64] | rd_err;
+  assign \$13  = \port$13050$0 [64] | rd_err;
   assign w_bad = \$13  | abort;
   assign bus__wstrb = w_bad ? 8'h00 : 8'hff;
   assign bus__wlast = w_cnt == w_len;
   assign w_hs = bus__wvalid & bus__wready;
-  assign read_error = w_hs & \port$12682$0 [64];
+  assign read_error = w_hs & \port$13050$0 [64];
   assign \$14  = ~ w_cur;
   assign \$15  = w_hs & bus__wlast;
   assign \$16  = \$14  | \$15 ;
@@ -77010,9 +78380,9 @@ module \dx1_board.soc.dma1.writer (rst, ready, start, base, stride, segments, se
   assign issue = w_en;
   assign w_data = \$8 [7:0];
   assign bus__bready = 1'h1;
-  assign bus__wdata = \port$12682$0 [63:0];
-  assign fifo_data = \port$12682$0 [63:0];
-  assign fifo_err = \port$12682$0 [64];
+  assign bus__wdata = \port$13050$0 [63:0];
+  assign fifo_data = \port$13050$0 [63:0];
+  assign fifo_err = \port$13050$0 [64];
   assign fifo_take = w_hs;
   assign \$5  = 1'h1;
   assign \$6  = \$4 ;
@@ -79458,27 +80828,27 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     .b_valid_3(\s3__bvalid$579 ),
     .b_valid_4(\s4__bvalid$728 ),
     .clk(clk),
-    .\port$13086$0 (\s3__araddr$448 [11:0]),
-    .\port$13086$14 (\s3__araddr$448 [31:14]),
-    .\port$17586$0 (\s2__araddr$299 [11:0]),
-    .\port$17586$14 (\s2__araddr$299 [31:14]),
-    .\port$17623$0 (\s2__awaddr$366 [11:0]),
-    .\port$17623$14 (\s2__awaddr$366 [31:14]),
-    .\port$17845$0 (\s1__awaddr$217 [11:0]),
-    .\port$17845$14 (\s1__awaddr$217 [31:14]),
+    .\port$13454$0 (\s3__araddr$448 [11:0]),
+    .\port$13454$14 (\s3__araddr$448 [31:14]),
+    .\port$18080$0 (\s2__araddr$299 [11:0]),
+    .\port$18080$14 (\s2__araddr$299 [31:14]),
+    .\port$18117$0 (\s2__awaddr$366 [11:0]),
+    .\port$18117$14 (\s2__awaddr$366 [31:14]),
+    .\port$18339$0 (\s1__awaddr$217 [11:0]),
+    .\port$18339$14 (\s1__awaddr$217 [31:14]),
     .\port$1974$0 (\$481 ),
-    .\port$20037$0 (\s4__araddr$597 [11:0]),
-    .\port$20037$14 (\s4__araddr$597 [31:14]),
-    .\port$20074$0 (\s4__awaddr$664 [11:0]),
-    .\port$20074$14 (\s4__awaddr$664 [31:14]),
-    .\port$20296$0 (\s3__awaddr$515 [11:0]),
-    .\port$20296$14 (\s3__awaddr$515 [31:14]),
-    .\port$20496$0 (\s0__awaddr$68 [11:0]),
-    .\port$20496$14 (\s0__awaddr$68 [31:14]),
-    .\port$20504$0 (\s0__araddr$1 [11:0]),
-    .\port$20504$14 (\s0__araddr$1 [31:14]),
-    .\port$7704$0 (\s1__araddr$150 [11:0]),
-    .\port$7704$14 (\s1__araddr$150 [31:14]),
+    .\port$20657$0 (\s4__araddr$597 [11:0]),
+    .\port$20657$14 (\s4__araddr$597 [31:14]),
+    .\port$20694$0 (\s4__awaddr$664 [11:0]),
+    .\port$20694$14 (\s4__awaddr$664 [31:14]),
+    .\port$20916$0 (\s3__awaddr$515 [11:0]),
+    .\port$20916$14 (\s3__awaddr$515 [31:14]),
+    .\port$21116$0 (\s0__awaddr$68 [11:0]),
+    .\port$21116$14 (\s0__awaddr$68 [31:14]),
+    .\port$21124$0 (\s0__araddr$1 [11:0]),
+    .\port$21124$14 (\s0__araddr$1 [31:14]),
+    .\port$7888$0 (\s1__araddr$150 [11:0]),
+    .\port$7888$14 (\s1__araddr$150 [31:14]),
     .rst(rst),
     .s0__arlen(s0__arlen),
     .s0__arready(\s0__arready$38 ),
@@ -79563,27 +80933,27 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     .b_valid_3(\s3__bvalid$585 ),
     .b_valid_4(\s4__bvalid$734 ),
     .clk(clk),
-    .\port$13086$0 (\s3__araddr$448 [11:0]),
-    .\port$13086$14 (\s3__araddr$448 [31:14]),
-    .\port$17586$0 (\s2__araddr$299 [11:0]),
-    .\port$17586$14 (\s2__araddr$299 [31:14]),
-    .\port$17623$0 (\s2__awaddr$366 [11:0]),
-    .\port$17623$14 (\s2__awaddr$366 [31:14]),
-    .\port$17845$0 (\s1__awaddr$217 [11:0]),
-    .\port$17845$14 (\s1__awaddr$217 [31:14]),
-    .\port$20037$0 (\s4__araddr$597 [11:0]),
-    .\port$20037$14 (\s4__araddr$597 [31:14]),
-    .\port$20074$0 (\s4__awaddr$664 [11:0]),
-    .\port$20074$14 (\s4__awaddr$664 [31:14]),
-    .\port$20296$0 (\s3__awaddr$515 [11:0]),
-    .\port$20296$14 (\s3__awaddr$515 [31:14]),
-    .\port$20496$0 (\s0__awaddr$68 [11:0]),
-    .\port$20496$14 (\s0__awaddr$68 [31:14]),
-    .\port$20504$0 (\s0__araddr$1 [11:0]),
-    .\port$20504$14 (\s0__araddr$1 [31:14]),
+    .\port$13454$0 (\s3__araddr$448 [11:0]),
+    .\port$13454$14 (\s3__araddr$448 [31:14]),
+    .\port$18080$0 (\s2__araddr$299 [11:0]),
+    .\port$18080$14 (\s2__araddr$299 [31:14]),
+    .\port$18117$0 (\s2__awaddr$366 [11:0]),
+    .\port$18117$14 (\s2__awaddr$366 [31:14]),
+    .\port$18339$0 (\s1__awaddr$217 [11:0]),
+    .\port$18339$14 (\s1__awaddr$217 [31:14]),
+    .\port$20657$0 (\s4__araddr$597 [11:0]),
+    .\port$20657$14 (\s4__araddr$597 [31:14]),
+    .\port$20694$0 (\s4__awaddr$664 [11:0]),
+    .\port$20694$14 (\s4__awaddr$664 [31:14]),
+    .\port$20916$0 (\s3__awaddr$515 [11:0]),
+    .\port$20916$14 (\s3__awaddr$515 [31:14]),
+    .\port$21116$0 (\s0__awaddr$68 [11:0]),
+    .\port$21116$14 (\s0__awaddr$68 [31:14]),
+    .\port$21124$0 (\s0__araddr$1 [11:0]),
+    .\port$21124$14 (\s0__araddr$1 [31:14]),
     .\port$2310$0 (\$482 ),
-    .\port$7704$0 (\s1__araddr$150 [11:0]),
-    .\port$7704$14 (\s1__araddr$150 [31:14]),
+    .\port$7888$0 (\s1__araddr$150 [11:0]),
+    .\port$7888$14 (\s1__araddr$150 [31:14]),
     .rst(rst),
     .s0__arlen(s0__arlen),
     .s0__arready(\s0__arready$39 ),
@@ -79668,27 +81038,27 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     .b_valid_3(\s3__bvalid$589 ),
     .b_valid_4(\s4__bvalid$738 ),
     .clk(clk),
-    .\port$13086$0 (\s3__araddr$448 [11:0]),
-    .\port$13086$14 (\s3__araddr$448 [31:14]),
-    .\port$17586$0 (\s2__araddr$299 [11:0]),
-    .\port$17586$14 (\s2__araddr$299 [31:14]),
-    .\port$17623$0 (\s2__awaddr$366 [11:0]),
-    .\port$17623$14 (\s2__awaddr$366 [31:14]),
-    .\port$17845$0 (\s1__awaddr$217 [11:0]),
-    .\port$17845$14 (\s1__awaddr$217 [31:14]),
-    .\port$20037$0 (\s4__araddr$597 [11:0]),
-    .\port$20037$14 (\s4__araddr$597 [31:14]),
-    .\port$20074$0 (\s4__awaddr$664 [11:0]),
-    .\port$20074$14 (\s4__awaddr$664 [31:14]),
-    .\port$20296$0 (\s3__awaddr$515 [11:0]),
-    .\port$20296$14 (\s3__awaddr$515 [31:14]),
-    .\port$20496$0 (\s0__awaddr$68 [11:0]),
-    .\port$20496$14 (\s0__awaddr$68 [31:14]),
-    .\port$20504$0 (\s0__araddr$1 [11:0]),
-    .\port$20504$14 (\s0__araddr$1 [31:14]),
+    .\port$13454$0 (\s3__araddr$448 [11:0]),
+    .\port$13454$14 (\s3__araddr$448 [31:14]),
+    .\port$18080$0 (\s2__araddr$299 [11:0]),
+    .\port$18080$14 (\s2__araddr$299 [31:14]),
+    .\port$18117$0 (\s2__awaddr$366 [11:0]),
+    .\port$18117$14 (\s2__awaddr$366 [31:14]),
+    .\port$18339$0 (\s1__awaddr$217 [11:0]),
+    .\port$18339$14 (\s1__awaddr$217 [31:14]),
+    .\port$20657$0 (\s4__araddr$597 [11:0]),
+    .\port$20657$14 (\s4__araddr$597 [31:14]),
+    .\port$20694$0 (\s4__awaddr$664 [11:0]),
+    .\port$20694$14 (\s4__awaddr$664 [31:14]),
+    .\port$20916$0 (\s3__awaddr$515 [11:0]),
+    .\port$20916$14 (\s3__awaddr$515 [31:14]),
+    .\port$21116$0 (\s0__awaddr$68 [11:0]),
+    .\port$21116$14 (\s0__awaddr$68 [31:14]),
+    .\port$21124$0 (\s0__araddr$1 [11:0]),
+    .\port$21124$14 (\s0__araddr$1 [31:14]),
     .\port$2646$0 (\$483 ),
-    .\port$7704$0 (\s1__araddr$150 [11:0]),
-    .\port$7704$14 (\s1__araddr$150 [31:14]),
+    .\port$7888$0 (\s1__araddr$150 [11:0]),
+    .\port$7888$14 (\s1__araddr$150 [31:14]),
     .rst(rst),
     .s0__arlen(s0__arlen),
     .s0__arready(\s0__arready$40 ),
@@ -79773,27 +81143,27 @@ module \dx1_board.soc.memory (rst, s0__arready, s0__awready, s1__arready, s1__aw
     .b_valid_3(\s3__bvalid$593 ),
     .b_valid_4(\s4__bvalid$742 ),
     .clk(clk),
-    .\port$13086$0 (\s3__araddr$448 [11:0]),
-    .\port$13086$14 (\s3__araddr$448 [31:14]),
-    .\port$17586$0 (\s2__araddr$299 [11:0]),
-    .\port$17586$14 (\s2__araddr$299 [31:14]),
-    .\port$17623$0 (\s2__awaddr$366 [11:0]),
-    .\port$17623$14 (\s2__awaddr$366 [31:14]),
-    .\port$17845$0 (\s1__awaddr$217 [11:0]),
-    .\port$17845$14 (\s1__awaddr$217 [31:14]),
-    .\port$20037$0 (\s4__araddr$597 [11:0]),
-    .\port$20037$14 (\s4__araddr$597 [31:14]),
-    .\port$20074$0 (\s4__awaddr$664 [11:0]),
-    .\port$20074$14 (\s4__awaddr$664 [31:14]),
-    .\port$20296$0 (\s3__awaddr$515 [11:0]),
-    .\port$20296$14 (\s3__awaddr$515 [31:14]),
-    .\port$20496$0 (\s0__awaddr$68 [11:0]),
-    .\port$20496$14 (\s0__awaddr$68 [31:14]),
-    .\port$20504$0 (\s0__araddr$1 [11:0]),
-    .\port$20504$14 (\s0__araddr$1 [31:14]),
+    .\port$13454$0 (\s3__araddr$448 [11:0]),
+    .\port$13454$14 (\s3__araddr$448 [31:14]),
+    .\port$18080$0 (\s2__araddr$299 [11:0]),
+    .\port$18080$14 (\s2__araddr$299 [31:14]),
+    .\port$18117$0 (\s2__awaddr$366 [11:0]),
+    .\port$18117$14 (\s2__awaddr$366 [31:14]),
+    .\port$18339$0 (\s1__awaddr$217 [11:0]),
+    .\port$18339$14 (\s1__awaddr$217 [31:14]),
+    .\port$20657$0 (\s4__araddr$597 [11:0]),
+    .\port$20657$14 (\s4__araddr$597 [31:14]),
+    .\port$20694$0 (\s4__awaddr$664 [11:0]),
+    .\port$20694$14 (\s4__awaddr$664 [31:14]),
+    .\port$20916$0 (\s3__awaddr$515 [11:0]),
+    .\port$20916$14 (\s3__awaddr$515 [31:14]),
+    .\port$21116$0 (\s0__awaddr$68 [11:0]),
+    .\port$21116$14 (\s0__awaddr$68 [31:14]),
+    .\port$21124$0 (\s0__araddr$1 [11:0]),
+    .\port$21124$14 (\s0__araddr$1 [31:14]),
     .\port$2982$0 (\$484 ),
-    .\port$7704$0 (\s1__araddr$150 [11:0]),
-    .\port$7704$14 (\s1__araddr$150 [31:14]),
+    .\port$7888$0 (\s1__araddr$150 [11:0]),
+    .\port$7888$14 (\s1__araddr$150 [31:14]),
     .rst(rst),
     .s0__arlen(s0__arlen),
     .s0__arready(\s0__arready$41 ),
@@ -81094,9 +82464,9 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid, s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready
 , s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready, s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp
-, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$1974$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7704$0 , \port$7704$14 , s4__wdata, s4__wstrb, \port$13086$0 , \port$13086$14 , s0__wdata, s0__wstrb
-, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$17586$0 , \port$17586$14 , s2__arlen, \port$17623$0 , \port$17623$14 , s2__awlen
-, \port$17845$0 , \port$17845$14 , s1__wdata, \port$20037$0 , \port$20037$14 , s4__arlen, \port$20074$0 , \port$20074$14 , s4__awlen, \port$20296$0 , \port$20296$14 , s3__wdata, \port$20496$0 , \port$20496$14 , s0__awlen, \port$20504$0 , \port$20504$14 , s0__arlen, clk);
+, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$1974$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7888$0 , \port$7888$14 , s4__wdata, s4__wstrb, \port$13454$0 , \port$13454$14 , s0__wdata, s0__wstrb
+, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$18080$0 , \port$18080$14 , s2__arlen, \port$18117$0 , \port$18117$14 , s2__awlen
+, \port$18339$0 , \port$18339$14 , s1__wdata, \port$20657$0 , \port$20657$14 , s4__arlen, \port$20694$0 , \port$20694$14 , s4__awlen, \port$20916$0 , \port$20916$14 , s3__wdata, \port$21116$0 , \port$21116$14 , s0__awlen, \port$21124$0 , \port$21124$14 , s0__arlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$151  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -81381,48 +82751,48 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   wire \pending.last ;
   wire [2:0] \pending.port ;
   reg pending_valid = 1'h0;
-  input [11:0] \port$13086$0 ;
-  wire [11:0] \port$13086$0 ;
-  input [17:0] \port$13086$14 ;
-  wire [17:0] \port$13086$14 ;
-  input [11:0] \port$17586$0 ;
-  wire [11:0] \port$17586$0 ;
-  input [17:0] \port$17586$14 ;
-  wire [17:0] \port$17586$14 ;
-  input [11:0] \port$17623$0 ;
-  wire [11:0] \port$17623$0 ;
-  input [17:0] \port$17623$14 ;
-  wire [17:0] \port$17623$14 ;
-  input [11:0] \port$17845$0 ;
-  wire [11:0] \port$17845$0 ;
-  input [17:0] \port$17845$14 ;
-  wire [17:0] \port$17845$14 ;
+  input [11:0] \port$13454$0 ;
+  wire [11:0] \port$13454$0 ;
+  input [17:0] \port$13454$14 ;
+  wire [17:0] \port$13454$14 ;
+  input [11:0] \port$18080$0 ;
+  wire [11:0] \port$18080$0 ;
+  input [17:0] \port$18080$14 ;
+  wire [17:0] \port$18080$14 ;
+  input [11:0] \port$18117$0 ;
+  wire [11:0] \port$18117$0 ;
+  input [17:0] \port$18117$14 ;
+  wire [17:0] \port$18117$14 ;
+  input [11:0] \port$18339$0 ;
+  wire [11:0] \port$18339$0 ;
+  input [17:0] \port$18339$14 ;
+  wire [17:0] \port$18339$14 ;
   output [67:0] \port$1974$0 ;
   wire [67:0] \port$1974$0 ;
-  input [11:0] \port$20037$0 ;
-  wire [11:0] \port$20037$0 ;
-  input [17:0] \port$20037$14 ;
-  wire [17:0] \port$20037$14 ;
-  input [11:0] \port$20074$0 ;
-  wire [11:0] \port$20074$0 ;
-  input [17:0] \port$20074$14 ;
-  wire [17:0] \port$20074$14 ;
-  input [11:0] \port$20296$0 ;
-  wire [11:0] \port$20296$0 ;
-  input [17:0] \port$20296$14 ;
-  wire [17:0] \port$20296$14 ;
-  input [11:0] \port$20496$0 ;
-  wire [11:0] \port$20496$0 ;
-  input [17:0] \port$20496$14 ;
-  wire [17:0] \port$20496$14 ;
-  input [11:0] \port$20504$0 ;
-  wire [11:0] \port$20504$0 ;
-  input [17:0] \port$20504$14 ;
-  wire [17:0] \port$20504$14 ;
-  input [11:0] \port$7704$0 ;
-  wire [11:0] \port$7704$0 ;
-  input [17:0] \port$7704$14 ;
-  wire [17:0] \port$7704$14 ;
+  input [11:0] \port$20657$0 ;
+  wire [11:0] \port$20657$0 ;
+  input [17:0] \port$20657$14 ;
+  wire [17:0] \port$20657$14 ;
+  input [11:0] \port$20694$0 ;
+  wire [11:0] \port$20694$0 ;
+  input [17:0] \port$20694$14 ;
+  wire [17:0] \port$20694$14 ;
+  input [11:0] \port$20916$0 ;
+  wire [11:0] \port$20916$0 ;
+  input [17:0] \port$20916$14 ;
+  wire [17:0] \port$20916$14 ;
+  input [11:0] \port$21116$0 ;
+  wire [11:0] \port$21116$0 ;
+  input [17:0] \port$21116$14 ;
+  wire [17:0] \port$21116$14 ;
+  input [11:0] \port$21124$0 ;
+  wire [11:0] \port$21124$0 ;
+  input [17:0] \port$21124$14 ;
+  wire [17:0] \port$21124$14 ;
+  input [11:0] \port$7888$0 ;
+  wire [11:0] \port$7888$0 ;
+  input [17:0] \port$7888$14 ;
+  wire [17:0] \port$7888$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -82013,15 +83383,15 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (aw_grant)
       3'h0:
-          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$20496$14 , \port$20496$0  };
+          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$21116$14 , \port$21116$0  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$17845$14 , \port$17845$0  };
+          aw_sel = { 19'h02c00, \port$18339$14 , \port$18339$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$17623$14 , \port$17623$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$18117$14 , \port$18117$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$20296$14 , \port$20296$0  };
+          aw_sel = { 19'h02c00, \port$20916$14 , \port$20916$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$20074$14 , \port$20074$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$20694$14 , \port$20694$0  };
     endcase
   end
   always @* begin
@@ -82109,15 +83479,15 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (ar_grant)
       3'h0:
-          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$20504$14 , \port$20504$0  };
+          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$21124$14 , \port$21124$0  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$7704$14 , \port$7704$0  };
+          ar_sel = { 19'h02c0c, \port$7888$14 , \port$7888$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$17586$14 , \port$17586$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$18080$14 , \port$18080$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$13086$14 , \port$13086$0  };
+          ar_sel = { 19'h02c0c, \port$13454$14 , \port$13454$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$20037$14 , \port$20037$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$20657$14 , \port$20657$0  };
     endcase
   end
   always @* begin
@@ -82546,25 +83916,25 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
       \$229  = 73'h0000000000000000000;
     end
   end
-  assign s0__awaddr = { 2'h0, \port$20496$14 , \port$20496$0  };
+  assign s0__awaddr = { 2'h0, \port$21116$14 , \port$21116$0  };
   assign s0__awsize = 3'h3;
   assign s0__awburst = 2'h1;
   assign s0__awid = 4'h0;
-  assign s1__awaddr = { 2'h0, \port$17845$14 , \port$17845$0  };
+  assign s1__awaddr = { 2'h0, \port$18339$14 , \port$18339$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$17623$14 , \port$17623$0  };
+  assign s2__awaddr = { 2'h0, \port$18117$14 , \port$18117$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$20296$14 , \port$20296$0  };
+  assign s3__awaddr = { 2'h0, \port$20916$14 , \port$20916$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$20074$14 , \port$20074$0  };
+  assign s4__awaddr = { 2'h0, \port$20694$14 , \port$20694$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -82587,25 +83957,25 @@ module \dx1_board.soc.memory.bank0 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign b_resp_4 = s4__bresp;
   assign w_addr = wr__addr;
   assign wr__data = w_data;
-  assign s0__araddr = { 2'h0, \port$20504$14 , \port$20504$0  };
+  assign s0__araddr = { 2'h0, \port$21124$14 , \port$21124$0  };
   assign s0__arsize = 3'h3;
   assign s0__arburst = 2'h1;
   assign s0__arid = 4'h0;
-  assign s1__araddr = { 2'h0, \port$7704$14 , \port$7704$0  };
+  assign s1__araddr = { 2'h0, \port$7888$14 , \port$7888$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$17586$14 , \port$17586$0  };
+  assign s2__araddr = { 2'h0, \port$18080$14 , \port$18080$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$13086$14 , \port$13086$0  };
+  assign s3__araddr = { 2'h0, \port$13454$14 , \port$13454$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$20037$14 , \port$20037$0  };
+  assign s4__araddr = { 2'h0, \port$20657$14 , \port$20657$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -82795,9 +84165,9 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid, s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready
 , s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready, s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp
-, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2310$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7704$0 , \port$7704$14 , s4__wdata, s4__wstrb, \port$13086$0 , \port$13086$14 , s0__wdata, s0__wstrb
-, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$17586$0 , \port$17586$14 , s2__arlen, \port$17623$0 , \port$17623$14 , s2__awlen
-, \port$17845$0 , \port$17845$14 , s1__wdata, \port$20037$0 , \port$20037$14 , s4__arlen, \port$20074$0 , \port$20074$14 , s4__awlen, \port$20296$0 , \port$20296$14 , s3__wdata, \port$20496$0 , \port$20496$14 , s0__awlen, \port$20504$0 , \port$20504$14 , s0__arlen, clk);
+, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2310$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7888$0 , \port$7888$14 , s4__wdata, s4__wstrb, \port$13454$0 , \port$13454$14 , s0__wdata, s0__wstrb
+, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$18080$0 , \port$18080$14 , s2__arlen, \port$18117$0 , \port$18117$14 , s2__awlen
+, \port$18339$0 , \port$18339$14 , s1__wdata, \port$20657$0 , \port$20657$14 , s4__arlen, \port$20694$0 , \port$20694$14 , s4__awlen, \port$20916$0 , \port$20916$14 , s3__wdata, \port$21116$0 , \port$21116$14 , s0__awlen, \port$21124$0 , \port$21124$14 , s0__arlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$153  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -83082,48 +84452,48 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   wire \pending.last ;
   wire [2:0] \pending.port ;
   reg pending_valid = 1'h0;
-  input [11:0] \port$13086$0 ;
-  wire [11:0] \port$13086$0 ;
-  input [17:0] \port$13086$14 ;
-  wire [17:0] \port$13086$14 ;
-  input [11:0] \port$17586$0 ;
-  wire [11:0] \port$17586$0 ;
-  input [17:0] \port$17586$14 ;
-  wire [17:0] \port$17586$14 ;
-  input [11:0] \port$17623$0 ;
-  wire [11:0] \port$17623$0 ;
-  input [17:0] \port$17623$14 ;
-  wire [17:0] \port$17623$14 ;
-  input [11:0] \port$17845$0 ;
-  wire [11:0] \port$17845$0 ;
-  input [17:0] \port$17845$14 ;
-  wire [17:0] \port$17845$14 ;
-  input [11:0] \port$20037$0 ;
-  wire [11:0] \port$20037$0 ;
-  input [17:0] \port$20037$14 ;
-  wire [17:0] \port$20037$14 ;
-  input [11:0] \port$20074$0 ;
-  wire [11:0] \port$20074$0 ;
-  input [17:0] \port$20074$14 ;
-  wire [17:0] \port$20074$14 ;
-  input [11:0] \port$20296$0 ;
-  wire [11:0] \port$20296$0 ;
-  input [17:0] \port$20296$14 ;
-  wire [17:0] \port$20296$14 ;
-  input [11:0] \port$20496$0 ;
-  wire [11:0] \port$20496$0 ;
-  input [17:0] \port$20496$14 ;
-  wire [17:0] \port$20496$14 ;
-  input [11:0] \port$20504$0 ;
-  wire [11:0] \port$20504$0 ;
-  input [17:0] \port$20504$14 ;
-  wire [17:0] \port$20504$14 ;
+  input [11:0] \port$13454$0 ;
+  wire [11:0] \port$13454$0 ;
+  input [17:0] \port$13454$14 ;
+  wire [17:0] \port$13454$14 ;
+  input [11:0] \port$18080$0 ;
+  wire [11:0] \port$18080$0 ;
+  input [17:0] \port$18080$14 ;
+  wire [17:0] \port$18080$14 ;
+  input [11:0] \port$18117$0 ;
+  wire [11:0] \port$18117$0 ;
+  input [17:0] \port$18117$14 ;
+  wire [17:0] \port$18117$14 ;
+  input [11:0] \port$18339$0 ;
+  wire [11:0] \port$18339$0 ;
+  input [17:0] \port$18339$14 ;
+  wire [17:0] \port$18339$14 ;
+  input [11:0] \port$20657$0 ;
+  wire [11:0] \port$20657$0 ;
+  input [17:0] \port$20657$14 ;
+  wire [17:0] \port$20657$14 ;
+  input [11:0] \port$20694$0 ;
+  wire [11:0] \port$20694$0 ;
+  input [17:0] \port$20694$14 ;
+  wire [17:0] \port$20694$14 ;
+  input [11:0] \port$20916$0 ;
+  wire [11:0] \port$20916$0 ;
+  input [17:0] \port$20916$14 ;
+  wire [17:0] \port$20916$14 ;
+  input [11:0] \port$21116$0 ;
+  wire [11:0] \port$21116$0 ;
+  input [17:0] \port$21116$14 ;
+  wire [17:0] \port$21116$14 ;
+  input [11:0] \port$21124$0 ;
+  wire [11:0] \port$21124$0 ;
+  input [17:0] \port$21124$14 ;
+  wire [17:0] \port$21124$14 ;
   output [67:0] \port$2310$0 ;
   wire [67:0] \port$2310$0 ;
-  input [11:0] \port$7704$0 ;
-  wire [11:0] \port$7704$0 ;
-  input [17:0] \port$7704$14 ;
-  wire [17:0] \port$7704$14 ;
+  input [11:0] \port$7888$0 ;
+  wire [11:0] \port$7888$0 ;
+  input [17:0] \port$7888$14 ;
+  wire [17:0] \port$7888$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -83714,15 +85084,15 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (aw_grant)
       3'h0:
-          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$20496$14 , \port$20496$0  };
+          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$21116$14 , \port$21116$0  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$17845$14 , \port$17845$0  };
+          aw_sel = { 19'h02c00, \port$18339$14 , \port$18339$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$17623$14 , \port$17623$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$18117$14 , \port$18117$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$20296$14 , \port$20296$0  };
+          aw_sel = { 19'h02c00, \port$20916$14 , \port$20916$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$20074$14 , \port$20074$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$20694$14 , \port$20694$0  };
     endcase
   end
   always @* begin
@@ -83810,15 +85180,15 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (ar_grant)
       3'h0:
-          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$20504$14 , \port$20504$0  };
+          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$21124$14 , \port$21124$0  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$7704$14 , \port$7704$0  };
+          ar_sel = { 19'h02c0c, \port$7888$14 , \port$7888$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$17586$14 , \port$17586$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$18080$14 , \port$18080$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$13086$14 , \port$13086$0  };
+          ar_sel = { 19'h02c0c, \port$13454$14 , \port$13454$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$20037$14 , \port$20037$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$20657$14 , \port$20657$0  };
     endcase
   end
   always @* begin
@@ -84247,25 +85617,25 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
       \$229  = 73'h0000000000000000000;
     end
   end
-  assign s0__awaddr = { 2'h0, \port$20496$14 , \port$20496$0  };
+  assign s0__awaddr = { 2'h0, \port$21116$14 , \port$21116$0  };
   assign s0__awsize = 3'h3;
   assign s0__awburst = 2'h1;
   assign s0__awid = 4'h0;
-  assign s1__awaddr = { 2'h0, \port$17845$14 , \port$17845$0  };
+  assign s1__awaddr = { 2'h0, \port$18339$14 , \port$18339$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$17623$14 , \port$17623$0  };
+  assign s2__awaddr = { 2'h0, \port$18117$14 , \port$18117$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$20296$14 , \port$20296$0  };
+  assign s3__awaddr = { 2'h0, \port$20916$14 , \port$20916$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$20074$14 , \port$20074$0  };
+  assign s4__awaddr = { 2'h0, \port$20694$14 , \port$20694$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -84288,25 +85658,25 @@ module \dx1_board.soc.memory.bank1 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign b_resp_4 = s4__bresp;
   assign w_addr = wr__addr;
   assign wr__data = w_data;
-  assign s0__araddr = { 2'h0, \port$20504$14 , \port$20504$0  };
+  assign s0__araddr = { 2'h0, \port$21124$14 , \port$21124$0  };
   assign s0__arsize = 3'h3;
   assign s0__arburst = 2'h1;
   assign s0__arid = 4'h0;
-  assign s1__araddr = { 2'h0, \port$7704$14 , \port$7704$0  };
+  assign s1__araddr = { 2'h0, \port$7888$14 , \port$7888$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$17586$14 , \port$17586$0  };
+  assign s2__araddr = { 2'h0, \port$18080$14 , \port$18080$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$13086$14 , \port$13086$0  };
+  assign s3__araddr = { 2'h0, \port$13454$14 , \port$13454$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$20037$14 , \port$20037$0  };
+  assign s4__araddr = { 2'h0, \port$20657$14 , \port$20657$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -84496,9 +85866,9 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid, s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready
 , s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready, s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp
-, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2646$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7704$0 , \port$7704$14 , s4__wdata, s4__wstrb, \port$13086$0 , \port$13086$14 , s0__wdata, s0__wstrb
-, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$17586$0 , \port$17586$14 , s2__arlen, \port$17623$0 , \port$17623$14 , s2__awlen
-, \port$17845$0 , \port$17845$14 , s1__wdata, \port$20037$0 , \port$20037$14 , s4__arlen, \port$20074$0 , \port$20074$14 , s4__awlen, \port$20296$0 , \port$20296$14 , s3__wdata, \port$20496$0 , \port$20496$14 , s0__awlen, \port$20504$0 , \port$20504$14 , s0__arlen, clk);
+, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2646$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7888$0 , \port$7888$14 , s4__wdata, s4__wstrb, \port$13454$0 , \port$13454$14 , s0__wdata, s0__wstrb
+, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$18080$0 , \port$18080$14 , s2__arlen, \port$18117$0 , \port$18117$14 , s2__awlen
+, \port$18339$0 , \port$18339$14 , s1__wdata, \port$20657$0 , \port$20657$14 , s4__arlen, \port$20694$0 , \port$20694$14 , s4__awlen, \port$20916$0 , \port$20916$14 , s3__wdata, \port$21116$0 , \port$21116$14 , s0__awlen, \port$21124$0 , \port$21124$14 , s0__arlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$155  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -84783,48 +86153,48 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   wire \pending.last ;
   wire [2:0] \pending.port ;
   reg pending_valid = 1'h0;
-  input [11:0] \port$13086$0 ;
-  wire [11:0] \port$13086$0 ;
-  input [17:0] \port$13086$14 ;
-  wire [17:0] \port$13086$14 ;
-  input [11:0] \port$17586$0 ;
-  wire [11:0] \port$17586$0 ;
-  input [17:0] \port$17586$14 ;
-  wire [17:0] \port$17586$14 ;
-  input [11:0] \port$17623$0 ;
-  wire [11:0] \port$17623$0 ;
-  input [17:0] \port$17623$14 ;
-  wire [17:0] \port$17623$14 ;
-  input [11:0] \port$17845$0 ;
-  wire [11:0] \port$17845$0 ;
-  input [17:0] \port$17845$14 ;
-  wire [17:0] \port$17845$14 ;
-  input [11:0] \port$20037$0 ;
-  wire [11:0] \port$20037$0 ;
-  input [17:0] \port$20037$14 ;
-  wire [17:0] \port$20037$14 ;
-  input [11:0] \port$20074$0 ;
-  wire [11:0] \port$20074$0 ;
-  input [17:0] \port$20074$14 ;
-  wire [17:0] \port$20074$14 ;
-  input [11:0] \port$20296$0 ;
-  wire [11:0] \port$20296$0 ;
-  input [17:0] \port$20296$14 ;
-  wire [17:0] \port$20296$14 ;
-  input [11:0] \port$20496$0 ;
-  wire [11:0] \port$20496$0 ;
-  input [17:0] \port$20496$14 ;
-  wire [17:0] \port$20496$14 ;
-  input [11:0] \port$20504$0 ;
-  wire [11:0] \port$20504$0 ;
-  input [17:0] \port$20504$14 ;
-  wire [17:0] \port$20504$14 ;
+  input [11:0] \port$13454$0 ;
+  wire [11:0] \port$13454$0 ;
+  input [17:0] \port$13454$14 ;
+  wire [17:0] \port$13454$14 ;
+  input [11:0] \port$18080$0 ;
+  wire [11:0] \port$18080$0 ;
+  input [17:0] \port$18080$14 ;
+  wire [17:0] \port$18080$14 ;
+  input [11:0] \port$18117$0 ;
+  wire [11:0] \port$18117$0 ;
+  input [17:0] \port$18117$14 ;
+  wire [17:0] \port$18117$14 ;
+  input [11:0] \port$18339$0 ;
+  wire [11:0] \port$18339$0 ;
+  input [17:0] \port$18339$14 ;
+  wire [17:0] \port$18339$14 ;
+  input [11:0] \port$20657$0 ;
+  wire [11:0] \port$20657$0 ;
+  input [17:0] \port$20657$14 ;
+  wire [17:0] \port$20657$14 ;
+  input [11:0] \port$20694$0 ;
+  wire [11:0] \port$20694$0 ;
+  input [17:0] \port$20694$14 ;
+  wire [17:0] \port$20694$14 ;
+  input [11:0] \port$20916$0 ;
+  wire [11:0] \port$20916$0 ;
+  input [17:0] \port$20916$14 ;
+  wire [17:0] \port$20916$14 ;
+  input [11:0] \port$21116$0 ;
+  wire [11:0] \port$21116$0 ;
+  input [17:0] \port$21116$14 ;
+  wire [17:0] \port$21116$14 ;
+  input [11:0] \port$21124$0 ;
+  wire [11:0] \port$21124$0 ;
+  input [17:0] \port$21124$14 ;
+  wire [17:0] \port$21124$14 ;
   output [67:0] \port$2646$0 ;
   wire [67:0] \port$2646$0 ;
-  input [11:0] \port$7704$0 ;
-  wire [11:0] \port$7704$0 ;
-  input [17:0] \port$7704$14 ;
-  wire [17:0] \port$7704$14 ;
+  input [11:0] \port$7888$0 ;
+  wire [11:0] \port$7888$0 ;
+  input [17:0] \port$7888$14 ;
+  wire [17:0] \port$7888$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -85415,15 +86785,15 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (aw_grant)
       3'h0:
-          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$20496$14 , \port$20496$0  };
+          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$21116$14 , \port$21116$0  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$17845$14 , \port$17845$0  };
+          aw_sel = { 19'h02c00, \port$18339$14 , \port$18339$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$17623$14 , \port$17623$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$18117$14 , \port$18117$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$20296$14 , \port$20296$0  };
+          aw_sel = { 19'h02c00, \port$20916$14 , \port$20916$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$20074$14 , \port$20074$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$20694$14 , \port$20694$0  };
     endcase
   end
   always @* begin
@@ -85511,15 +86881,15 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (ar_grant)
       3'h0:
-          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$20504$14 , \port$20504$0  };
+          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$21124$14 , \port$21124$0  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$7704$14 , \port$7704$0  };
+          ar_sel = { 19'h02c0c, \port$7888$14 , \port$7888$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$17586$14 , \port$17586$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$18080$14 , \port$18080$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$13086$14 , \port$13086$0  };
+          ar_sel = { 19'h02c0c, \port$13454$14 , \port$13454$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$20037$14 , \port$20037$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$20657$14 , \port$20657$0  };
     endcase
   end
   always @* begin
@@ -85948,25 +87318,25 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
       \$229  = 73'h0000000000000000000;
     end
   end
-  assign s0__awaddr = { 2'h0, \port$20496$14 , \port$20496$0  };
+  assign s0__awaddr = { 2'h0, \port$21116$14 , \port$21116$0  };
   assign s0__awsize = 3'h3;
   assign s0__awburst = 2'h1;
   assign s0__awid = 4'h0;
-  assign s1__awaddr = { 2'h0, \port$17845$14 , \port$17845$0  };
+  assign s1__awaddr = { 2'h0, \port$18339$14 , \port$18339$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$17623$14 , \port$17623$0  };
+  assign s2__awaddr = { 2'h0, \port$18117$14 , \port$18117$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$20296$14 , \port$20296$0  };
+  assign s3__awaddr = { 2'h0, \port$20916$14 , \port$20916$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$20074$14 , \port$20074$0  };
+  assign s4__awaddr = { 2'h0, \port$20694$14 , \port$20694$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -85989,25 +87359,25 @@ module \dx1_board.soc.memory.bank2 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign b_resp_4 = s4__bresp;
   assign w_addr = wr__addr;
   assign wr__data = w_data;
-  assign s0__araddr = { 2'h0, \port$20504$14 , \port$20504$0  };
+  assign s0__araddr = { 2'h0, \port$21124$14 , \port$21124$0  };
   assign s0__arsize = 3'h3;
   assign s0__arburst = 2'h1;
   assign s0__arid = 4'h0;
-  assign s1__araddr = { 2'h0, \port$7704$14 , \port$7704$0  };
+  assign s1__araddr = { 2'h0, \port$7888$14 , \port$7888$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$17586$14 , \port$17586$0  };
+  assign s2__araddr = { 2'h0, \port$18080$14 , \port$18080$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$13086$14 , \port$13086$0  };
+  assign s3__araddr = { 2'h0, \port$13454$14 , \port$13454$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$20037$14 , \port$20037$0  };
+  assign s4__araddr = { 2'h0, \port$20657$14 , \port$20657$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -86197,9 +87567,9 @@ endmodule
 (* generator = "Amaranth" *)
 module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s0__wvalid, s0__bready, s1__arvalid, s1__rready, s1__awvalid, s1__wvalid, s1__bready, s2__arvalid, s2__rready, s2__awvalid, s2__wvalid, s2__bready, s3__arvalid, s3__rready, s3__awvalid, s3__wvalid, s3__bready
 , s4__arvalid, s4__rready, s4__awvalid, s4__wvalid, s4__bready, s0__awready, s0__wready, s1__awready, s1__wready, s2__awready, s2__wready, s3__awready, s3__wready, s4__awready, s4__wready, s0__arready, s0__rvalid, s0__rresp, s1__arready, s1__rvalid, s1__rresp
-, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2982$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7704$0 , \port$7704$14 , s4__wdata, s4__wstrb, \port$13086$0 , \port$13086$14 , s0__wdata, s0__wstrb
-, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$17586$0 , \port$17586$14 , s2__arlen, \port$17623$0 , \port$17623$14 , s2__awlen
-, \port$17845$0 , \port$17845$14 , s1__wdata, \port$20037$0 , \port$20037$14 , s4__arlen, \port$20074$0 , \port$20074$14 , s4__awlen, \port$20296$0 , \port$20296$14 , s3__wdata, \port$20496$0 , \port$20496$14 , s0__awlen, \port$20504$0 , \port$20504$14 , s0__arlen, clk);
+, s2__arready, s2__rvalid, s2__rresp, s3__arready, s3__rvalid, s3__rresp, s4__arready, s4__rvalid, s4__rresp, \port$2982$0 , s0__rlast, s2__wdata, s2__wstrb, \port$7888$0 , \port$7888$14 , s4__wdata, s4__wstrb, \port$13454$0 , \port$13454$14 , s0__wdata, s0__wstrb
+, b_valid_0, b_valid_1, b_valid_2, b_valid_3, b_valid_4, s0__bid, s0__bresp, s1__bid, s1__bresp, s2__bid, s2__bresp, s3__bid, s3__bresp, s4__bid, s4__bresp, \port$18080$0 , \port$18080$14 , s2__arlen, \port$18117$0 , \port$18117$14 , s2__awlen
+, \port$18339$0 , \port$18339$14 , s1__wdata, \port$20657$0 , \port$20657$14 , s4__arlen, \port$20694$0 , \port$20694$14 , s4__awlen, \port$20916$0 , \port$20916$14 , s3__wdata, \port$21116$0 , \port$21116$14 , s0__awlen, \port$21124$0 , \port$21124$14 , s0__arlen, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$157  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -86484,48 +87854,48 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   wire \pending.last ;
   wire [2:0] \pending.port ;
   reg pending_valid = 1'h0;
-  input [11:0] \port$13086$0 ;
-  wire [11:0] \port$13086$0 ;
-  input [17:0] \port$13086$14 ;
-  wire [17:0] \port$13086$14 ;
-  input [11:0] \port$17586$0 ;
-  wire [11:0] \port$17586$0 ;
-  input [17:0] \port$17586$14 ;
-  wire [17:0] \port$17586$14 ;
-  input [11:0] \port$17623$0 ;
-  wire [11:0] \port$17623$0 ;
-  input [17:0] \port$17623$14 ;
-  wire [17:0] \port$17623$14 ;
-  input [11:0] \port$17845$0 ;
-  wire [11:0] \port$17845$0 ;
-  input [17:0] \port$17845$14 ;
-  wire [17:0] \port$17845$14 ;
-  input [11:0] \port$20037$0 ;
-  wire [11:0] \port$20037$0 ;
-  input [17:0] \port$20037$14 ;
-  wire [17:0] \port$20037$14 ;
-  input [11:0] \port$20074$0 ;
-  wire [11:0] \port$20074$0 ;
-  input [17:0] \port$20074$14 ;
-  wire [17:0] \port$20074$14 ;
-  input [11:0] \port$20296$0 ;
-  wire [11:0] \port$20296$0 ;
-  input [17:0] \port$20296$14 ;
-  wire [17:0] \port$20296$14 ;
-  input [11:0] \port$20496$0 ;
-  wire [11:0] \port$20496$0 ;
-  input [17:0] \port$20496$14 ;
-  wire [17:0] \port$20496$14 ;
-  input [11:0] \port$20504$0 ;
-  wire [11:0] \port$20504$0 ;
-  input [17:0] \port$20504$14 ;
-  wire [17:0] \port$20504$14 ;
+  input [11:0] \port$13454$0 ;
+  wire [11:0] \port$13454$0 ;
+  input [17:0] \port$13454$14 ;
+  wire [17:0] \port$13454$14 ;
+  input [11:0] \port$18080$0 ;
+  wire [11:0] \port$18080$0 ;
+  input [17:0] \port$18080$14 ;
+  wire [17:0] \port$18080$14 ;
+  input [11:0] \port$18117$0 ;
+  wire [11:0] \port$18117$0 ;
+  input [17:0] \port$18117$14 ;
+  wire [17:0] \port$18117$14 ;
+  input [11:0] \port$18339$0 ;
+  wire [11:0] \port$18339$0 ;
+  input [17:0] \port$18339$14 ;
+  wire [17:0] \port$18339$14 ;
+  input [11:0] \port$20657$0 ;
+  wire [11:0] \port$20657$0 ;
+  input [17:0] \port$20657$14 ;
+  wire [17:0] \port$20657$14 ;
+  input [11:0] \port$20694$0 ;
+  wire [11:0] \port$20694$0 ;
+  input [17:0] \port$20694$14 ;
+  wire [17:0] \port$20694$14 ;
+  input [11:0] \port$20916$0 ;
+  wire [11:0] \port$20916$0 ;
+  input [17:0] \port$20916$14 ;
+  wire [17:0] \port$20916$14 ;
+  input [11:0] \port$21116$0 ;
+  wire [11:0] \port$21116$0 ;
+  input [17:0] \port$21116$14 ;
+  wire [17:0] \port$21116$14 ;
+  input [11:0] \port$21124$0 ;
+  wire [11:0] \port$21124$0 ;
+  input [17:0] \port$21124$14 ;
+  wire [17:0] \port$21124$14 ;
   output [67:0] \port$2982$0 ;
   wire [67:0] \port$2982$0 ;
-  input [11:0] \port$7704$0 ;
-  wire [11:0] \port$7704$0 ;
-  input [17:0] \port$7704$14 ;
-  wire [17:0] \port$7704$14 ;
+  input [11:0] \port$7888$0 ;
+  wire [11:0] \port$7888$0 ;
+  input [17:0] \port$7888$14 ;
+  wire [17:0] \port$7888$14 ;
   (* init = 15'h0000 *)
   wire [14:0] r_addr;
   reg r_busy = 1'h0;
@@ -87116,15 +88486,15 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (aw_grant)
       3'h0:
-          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$20496$14 , \port$20496$0  };
+          aw_sel = { 9'h00b, s0__awlen, 2'h0, \port$21116$14 , \port$21116$0  };
       3'h1:
-          aw_sel = { 19'h02c00, \port$17845$14 , \port$17845$0  };
+          aw_sel = { 19'h02c00, \port$18339$14 , \port$18339$0  };
       3'h2:
-          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$17623$14 , \port$17623$0  };
+          aw_sel = { 9'h00b, s2__awlen, 2'h0, \port$18117$14 , \port$18117$0  };
       3'h3:
-          aw_sel = { 19'h02c00, \port$20296$14 , \port$20296$0  };
+          aw_sel = { 19'h02c00, \port$20916$14 , \port$20916$0  };
       default:
-          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$20074$14 , \port$20074$0  };
+          aw_sel = { 9'h00b, s4__awlen, 2'h0, \port$20694$14 , \port$20694$0  };
     endcase
   end
   always @* begin
@@ -87212,15 +88582,15 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
     (* full_case = 32'd1 *)
     casez (ar_grant)
       3'h0:
-          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$20504$14 , \port$20504$0  };
+          ar_sel = { 9'h00b, s0__arlen, 2'h0, \port$21124$14 , \port$21124$0  };
       3'h1:
-          ar_sel = { 19'h02c0c, \port$7704$14 , \port$7704$0  };
+          ar_sel = { 19'h02c0c, \port$7888$14 , \port$7888$0  };
       3'h2:
-          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$17586$14 , \port$17586$0  };
+          ar_sel = { 9'h00b, s2__arlen, 2'h0, \port$18080$14 , \port$18080$0  };
       3'h3:
-          ar_sel = { 19'h02c0c, \port$13086$14 , \port$13086$0  };
+          ar_sel = { 19'h02c0c, \port$13454$14 , \port$13454$0  };
       default:
-          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$20037$14 , \port$20037$0  };
+          ar_sel = { 9'h00b, s4__arlen, 2'h0, \port$20657$14 , \port$20657$0  };
     endcase
   end
   always @* begin
@@ -87649,25 +89019,25 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
       \$229  = 73'h0000000000000000000;
     end
   end
-  assign s0__awaddr = { 2'h0, \port$20496$14 , \port$20496$0  };
+  assign s0__awaddr = { 2'h0, \port$21116$14 , \port$21116$0  };
   assign s0__awsize = 3'h3;
   assign s0__awburst = 2'h1;
   assign s0__awid = 4'h0;
-  assign s1__awaddr = { 2'h0, \port$17845$14 , \port$17845$0  };
+  assign s1__awaddr = { 2'h0, \port$18339$14 , \port$18339$0  };
   assign s1__awlen = 8'h00;
   assign s1__awsize = 3'h3;
   assign s1__awburst = 2'h1;
   assign s1__awid = 4'h0;
-  assign s2__awaddr = { 2'h0, \port$17623$14 , \port$17623$0  };
+  assign s2__awaddr = { 2'h0, \port$18117$14 , \port$18117$0  };
   assign s2__awsize = 3'h3;
   assign s2__awburst = 2'h1;
   assign s2__awid = 4'h0;
-  assign s3__awaddr = { 2'h0, \port$20296$14 , \port$20296$0  };
+  assign s3__awaddr = { 2'h0, \port$20916$14 , \port$20916$0  };
   assign s3__awlen = 8'h00;
   assign s3__awsize = 3'h3;
   assign s3__awburst = 2'h1;
   assign s3__awid = 4'h0;
-  assign s4__awaddr = { 2'h0, \port$20074$14 , \port$20074$0  };
+  assign s4__awaddr = { 2'h0, \port$20694$14 , \port$20694$0  };
   assign s4__awsize = 3'h3;
   assign s4__awburst = 2'h1;
   assign s4__awid = 4'h0;
@@ -87690,25 +89060,25 @@ module \dx1_board.soc.memory.bank3 (rst, s0__arvalid, s0__rready, s0__awvalid, s
   assign b_resp_4 = s4__bresp;
   assign w_addr = wr__addr;
   assign wr__data = w_data;
-  assign s0__araddr = { 2'h0, \port$20504$14 , \port$20504$0  };
+  assign s0__araddr = { 2'h0, \port$21124$14 , \port$21124$0  };
   assign s0__arsize = 3'h3;
   assign s0__arburst = 2'h1;
   assign s0__arid = 4'h0;
-  assign s1__araddr = { 2'h0, \port$7704$14 , \port$7704$0  };
+  assign s1__araddr = { 2'h0, \port$7888$14 , \port$7888$0  };
   assign s1__arlen = 8'h03;
   assign s1__arsize = 3'h3;
   assign s1__arburst = 2'h1;
   assign s1__arid = 4'h0;
-  assign s2__araddr = { 2'h0, \port$17586$14 , \port$17586$0  };
+  assign s2__araddr = { 2'h0, \port$18080$14 , \port$18080$0  };
   assign s2__arsize = 3'h3;
   assign s2__arburst = 2'h1;
   assign s2__arid = 4'h0;
-  assign s3__araddr = { 2'h0, \port$13086$14 , \port$13086$0  };
+  assign s3__araddr = { 2'h0, \port$13454$14 , \port$13454$0  };
   assign s3__arlen = 8'h03;
   assign s3__arsize = 3'h3;
   assign s3__arburst = 2'h1;
   assign s3__arid = 4'h0;
-  assign s4__araddr = { 2'h0, \port$20037$14 , \port$20037$0  };
+  assign s4__araddr = { 2'h0, \port$20657$14 , \port$20657$0  };
   assign s4__arsize = 3'h3;
   assign s4__arburst = 2'h1;
   assign s4__arid = 4'h0;
@@ -88707,14 +90077,14 @@ endmodule
 
 (* generator = "Amaranth" *)
 module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLOBAL_CYCLES_LO__read, GLOBAL_RESET_write, QUEUE0_RING_LOG2_write, QUEUE0_DOORBELL_write, QUEUE0_CONTROL_write, QUEUE0_RESET_write, QUEUE1_RING_LOG2_write, QUEUE1_DOORBELL_write, QUEUE1_CONTROL_write, QUEUE1_RESET_write, PERF0_CONTROL_write, PERF0_MACS_LO__read, PERF1_CONTROL_write, PERF1_MACS_LO__read, TRACE0_CONTROL_write, TRACE0_DATA_HI__read, TRACE1_CONTROL_write
-, TRACE1_DATA_HI__read, \port$3057$0 , \port$7647$0 , PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ__value, PERF0_BYTES_WRITTEN__value, PERF0_BUSY_VECTOR__value, PERF0_TABLE_HITS__value, PERF0_TABLE_UNDERFLOWS__value, PERF0_TABLE_OVERFLOWS__value, PERF0_MACS_LO__value, TRACE0_DATA_LO__value, TRACE0_DATA_HI__value, \port$8379$0 , \port$8439$0 , \port$13029$0 , PERF1_BUSY_COMPUTE__value, PERF1_BYTES_READ__value, PERF1_BYTES_WRITTEN__value, PERF1_BUSY_VECTOR__value, PERF1_TABLE_HITS__value
-, PERF1_TABLE_UNDERFLOWS__value, PERF1_TABLE_OVERFLOWS__value, PERF1_MACS_LO__value, TRACE1_DATA_LO__value, TRACE1_DATA_HI__value, \port$13761$0 , bus__bready, bus__rready, GLOBAL_SEM0__set, GLOBAL_SEM1__set, GLOBAL_SEM2__set, GLOBAL_SEM3__set, GLOBAL_SEM4__set, GLOBAL_SEM5__set, GLOBAL_SEM6__set, GLOBAL_SEM7__set, GLOBAL_SEM8__set, GLOBAL_SEM9__set, GLOBAL_SEM10__set, GLOBAL_SEM11__set, GLOBAL_SEM12__set
+, TRACE1_DATA_HI__read, \port$3057$0 , \port$7831$0 , PERF0_BUSY_COMPUTE__value, PERF0_BYTES_READ__value, PERF0_BYTES_WRITTEN__value, PERF0_BUSY_VECTOR__value, PERF0_TABLE_HITS__value, PERF0_TABLE_UNDERFLOWS__value, PERF0_TABLE_OVERFLOWS__value, PERF0_MACS_LO__value, TRACE0_DATA_LO__value, TRACE0_DATA_HI__value, \port$8563$0 , \port$8623$0 , \port$13397$0 , PERF1_BUSY_COMPUTE__value, PERF1_BYTES_READ__value, PERF1_BYTES_WRITTEN__value, PERF1_BUSY_VECTOR__value, PERF1_TABLE_HITS__value
+, PERF1_TABLE_UNDERFLOWS__value, PERF1_TABLE_OVERFLOWS__value, PERF1_MACS_LO__value, TRACE1_DATA_LO__value, TRACE1_DATA_HI__value, \port$14129$0 , bus__bready, bus__rready, GLOBAL_SEM0__set, GLOBAL_SEM1__set, GLOBAL_SEM2__set, GLOBAL_SEM3__set, GLOBAL_SEM4__set, GLOBAL_SEM5__set, GLOBAL_SEM6__set, GLOBAL_SEM7__set, GLOBAL_SEM8__set, GLOBAL_SEM9__set, GLOBAL_SEM10__set, GLOBAL_SEM11__set, GLOBAL_SEM12__set
 , GLOBAL_SEM13__set, GLOBAL_SEM14__set, GLOBAL_SEM15__set, QUEUE0_CONTROL__set, QUEUE0_CONTROL__set_value, TRACE0_CONTROL__set, TRACE0_CONTROL__set_value, QUEUE0_RING_BASE__set, QUEUE0_RING_BASE__set_value, QUEUE0_RING_LOG2__set, QUEUE0_RING_LOG2__set_value, QUEUE0_CQ_BASE__set, QUEUE0_CQ_BASE__set_value, QUEUE0_IRQ_STATUS__clear, QUEUE0_IRQ_MASK__set, QUEUE0_IRQ_MASK__set_value, QUEUE0_DMA_BASE__set, QUEUE0_DMA_BASE__set_value, QUEUE0_DMA_LIMIT__set, QUEUE0_DMA_LIMIT__set_value, QUEUE0_WATCHDOG__set
 , QUEUE0_WATCHDOG__set_value, QUEUE1_CONTROL__set, QUEUE1_CONTROL__set_value, TRACE1_CONTROL__set, TRACE1_CONTROL__set_value, QUEUE1_RING_BASE__set, QUEUE1_RING_BASE__set_value, QUEUE1_RING_LOG2__set, QUEUE1_RING_LOG2__set_value, QUEUE1_CQ_BASE__set, QUEUE1_CQ_BASE__set_value, QUEUE1_IRQ_STATUS__clear, QUEUE1_IRQ_MASK__set, QUEUE1_IRQ_MASK__set_value, QUEUE1_DMA_BASE__set, QUEUE1_DMA_BASE__set_value, QUEUE1_DMA_LIMIT__set, QUEUE1_DMA_LIMIT__set_value, QUEUE1_WATCHDOG__set, QUEUE1_WATCHDOG__set_value, GLOBAL_SEM0__set_value
 , GLOBAL_SEM1__set_value, GLOBAL_SEM2__set_value, GLOBAL_SEM3__set_value, GLOBAL_SEM4__set_value, GLOBAL_SEM5__set_value, GLOBAL_SEM6__set_value, GLOBAL_SEM7__set_value, GLOBAL_SEM8__set_value, GLOBAL_SEM9__set_value, GLOBAL_SEM10__set_value, GLOBAL_SEM11__set_value, GLOBAL_SEM12__set_value, GLOBAL_SEM13__set_value, GLOBAL_SEM14__set_value, GLOBAL_SEM15__set_value, GLOBAL_CYCLES_LO__value, GLOBAL_CYCLES_HI__value, GLOBAL_SCRATCH__wdata, bus__bvalid, bus__bresp, bus__rvalid
 , bus__rdata, bus__rresp, GLOBAL_SEM0__value, GLOBAL_SEM1__value, GLOBAL_SEM2__value, GLOBAL_SEM3__value, GLOBAL_SEM4__value, GLOBAL_SEM5__value, GLOBAL_SEM6__value, GLOBAL_SEM7__value, GLOBAL_SEM8__value, GLOBAL_SEM9__value, GLOBAL_SEM10__value, GLOBAL_SEM11__value, GLOBAL_SEM12__value, GLOBAL_SEM13__value, GLOBAL_SEM14__value, GLOBAL_SEM15__value, QUEUE0_RING_BASE__value, QUEUE0_RING_LOG2__value, QUEUE0_CQ_BASE__value
-, QUEUE0_CONTROL__value, QUEUE0_IRQ_STATUS__value, QUEUE0_IRQ_MASK__value, QUEUE0_DMA_BASE__value, QUEUE0_DMA_LIMIT__value, QUEUE0_WATCHDOG__value, QUEUE1_RING_BASE__value, QUEUE1_RING_LOG2__value, QUEUE1_CQ_BASE__value, QUEUE1_CONTROL__value, QUEUE1_IRQ_STATUS__value, QUEUE1_IRQ_MASK__value, QUEUE1_DMA_BASE__value, QUEUE1_DMA_LIMIT__value, QUEUE1_WATCHDOG__value, TRACE0_CONTROL__value, TRACE1_CONTROL__value, \port$17704$0 , \port$17706$0 , \port$17712$0 , \port$17714$0 
-, \port$17716$0 , \port$17717$0 , \port$17870$0 , PERF0_CYCLES__value, PERF0_BUSY_LOAD__value, PERF0_BUSY_STORE__value, PERF0_STALL_DEP__value, PERF0_STALL_MEM__value, PERF0_MACS_HI__value, \port$20155$0 , \port$20157$0 , \port$20163$0 , \port$20165$0 , \port$20167$0 , \port$20168$0 , \port$20321$0 , PERF1_CYCLES__value, PERF1_BUSY_LOAD__value, PERF1_BUSY_STORE__value, PERF1_STALL_DEP__value, PERF1_STALL_MEM__value
+, QUEUE0_CONTROL__value, QUEUE0_IRQ_STATUS__value, QUEUE0_IRQ_MASK__value, QUEUE0_DMA_BASE__value, QUEUE0_DMA_LIMIT__value, QUEUE0_WATCHDOG__value, QUEUE1_RING_BASE__value, QUEUE1_RING_LOG2__value, QUEUE1_CQ_BASE__value, QUEUE1_CONTROL__value, QUEUE1_IRQ_STATUS__value, QUEUE1_IRQ_MASK__value, QUEUE1_DMA_BASE__value, QUEUE1_DMA_LIMIT__value, QUEUE1_WATCHDOG__value, TRACE0_CONTROL__value, TRACE1_CONTROL__value, \port$18198$0 , \port$18200$0 , \port$18206$0 , \port$18208$0 
+, \port$18210$0 , \port$18211$0 , \port$18364$0 , PERF0_CYCLES__value, PERF0_BUSY_LOAD__value, PERF0_BUSY_STORE__value, PERF0_STALL_DEP__value, PERF0_STALL_MEM__value, PERF0_MACS_HI__value, \port$20775$0 , \port$20777$0 , \port$20783$0 , \port$20785$0 , \port$20787$0 , \port$20788$0 , \port$20941$0 , PERF1_CYCLES__value, PERF1_BUSY_LOAD__value, PERF1_BUSY_STORE__value, PERF1_STALL_DEP__value, PERF1_STALL_MEM__value
 , PERF1_MACS_HI__value, bus__wvalid, bus__awvalid, bus__arvalid, bus__awaddr, bus__wdata, bus__araddr, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$161  = 0;
   wire \$1 ;
@@ -90083,46 +91453,46 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   wire clk;
   wire do_read;
   wire do_write;
-  input \port$13029$0 ;
-  wire \port$13029$0 ;
-  input [8:0] \port$13761$0 ;
-  wire [8:0] \port$13761$0 ;
-  input [15:0] \port$17704$0 ;
-  wire [15:0] \port$17704$0 ;
-  input [15:0] \port$17706$0 ;
-  wire [15:0] \port$17706$0 ;
-  input \port$17712$0 ;
-  wire \port$17712$0 ;
-  input [7:0] \port$17714$0 ;
-  wire [7:0] \port$17714$0 ;
-  input [15:0] \port$17716$0 ;
-  wire [15:0] \port$17716$0 ;
-  input \port$17717$0 ;
-  wire \port$17717$0 ;
-  input \port$17870$0 ;
-  wire \port$17870$0 ;
-  input [15:0] \port$20155$0 ;
-  wire [15:0] \port$20155$0 ;
-  input [15:0] \port$20157$0 ;
-  wire [15:0] \port$20157$0 ;
-  input \port$20163$0 ;
-  wire \port$20163$0 ;
-  input [7:0] \port$20165$0 ;
-  wire [7:0] \port$20165$0 ;
-  input [15:0] \port$20167$0 ;
-  wire [15:0] \port$20167$0 ;
-  input \port$20168$0 ;
-  wire \port$20168$0 ;
-  input \port$20321$0 ;
-  wire \port$20321$0 ;
+  input \port$13397$0 ;
+  wire \port$13397$0 ;
+  input [8:0] \port$14129$0 ;
+  wire [8:0] \port$14129$0 ;
+  input [15:0] \port$18198$0 ;
+  wire [15:0] \port$18198$0 ;
+  input [15:0] \port$18200$0 ;
+  wire [15:0] \port$18200$0 ;
+  input \port$18206$0 ;
+  wire \port$18206$0 ;
+  input [7:0] \port$18208$0 ;
+  wire [7:0] \port$18208$0 ;
+  input [15:0] \port$18210$0 ;
+  wire [15:0] \port$18210$0 ;
+  input \port$18211$0 ;
+  wire \port$18211$0 ;
+  input \port$18364$0 ;
+  wire \port$18364$0 ;
+  input [15:0] \port$20775$0 ;
+  wire [15:0] \port$20775$0 ;
+  input [15:0] \port$20777$0 ;
+  wire [15:0] \port$20777$0 ;
+  input \port$20783$0 ;
+  wire \port$20783$0 ;
+  input [7:0] \port$20785$0 ;
+  wire [7:0] \port$20785$0 ;
+  input [15:0] \port$20787$0 ;
+  wire [15:0] \port$20787$0 ;
+  input \port$20788$0 ;
+  wire \port$20788$0 ;
+  input \port$20941$0 ;
+  wire \port$20941$0 ;
   input \port$3057$0 ;
   wire \port$3057$0 ;
-  input \port$7647$0 ;
-  wire \port$7647$0 ;
-  input [8:0] \port$8379$0 ;
-  wire [8:0] \port$8379$0 ;
-  input \port$8439$0 ;
-  wire \port$8439$0 ;
+  input \port$7831$0 ;
+  wire \port$7831$0 ;
+  input [8:0] \port$8563$0 ;
+  wire [8:0] \port$8563$0 ;
+  input \port$8623$0 ;
+  wire \port$8623$0 ;
   wire [31:0] rd_data;
   wire rd_hit;
   input rst;
@@ -90244,12 +91614,12 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   assign \$376  = QUEUE0_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
   assign \$377  = ~ \$376 ;
   assign \$378  = QUEUE0_IRQ_STATUS__value & \$377 ;
-  assign \$379  = \$378  | { 30'h00000000, \port$17717$0 , \port$17870$0  };
+  assign \$379  = \$378  | { 30'h00000000, \port$18211$0 , \port$18364$0  };
   assign \$381  = QUEUE0_IRQ_STATUS__clear ? 32'd0 : \$380 ;
   assign \$398  = QUEUE1_IRQ_STATUS_write ? GLOBAL_SCRATCH__wdata : 32'd0;
   assign \$399  = ~ \$398 ;
   assign \$400  = QUEUE1_IRQ_STATUS__value & \$399 ;
-  assign \$401  = \$400  | { 30'h00000000, \port$20168$0 , \port$20321$0  };
+  assign \$401  = \$400  | { 30'h00000000, \port$20788$0 , \port$20941$0  };
   assign \$403  = QUEUE1_IRQ_STATUS__clear ? 32'd0 : \$402 ;
   always @(posedge clk)
     aw_full <= \$424 ;
@@ -91399,16 +92769,16 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
       \$476  = 32'd0;
     end
   end
-  assign QUEUE0_HEAD__value = { 16'h0000, \port$17704$0  };
-  assign QUEUE0_TAIL__value = { 16'h0000, \port$17706$0  };
-  assign QUEUE0_STATUS__value = { 29'h00000000, \port$3057$0 , \port$17712$0 , \port$7647$0  };
-  assign QUEUE0_ERROR__value = { \port$17716$0 , 8'h00, \port$17714$0  };
-  assign QUEUE1_HEAD__value = { 16'h0000, \port$20155$0  };
-  assign QUEUE1_TAIL__value = { 16'h0000, \port$20157$0  };
-  assign QUEUE1_STATUS__value = { 29'h00000000, \port$8439$0 , \port$20163$0 , \port$13029$0  };
-  assign QUEUE1_ERROR__value = { \port$20167$0 , 8'h00, \port$20165$0  };
-  assign TRACE0_COUNT__value = { 23'h000000, \port$8379$0  };
-  assign TRACE1_COUNT__value = { 23'h000000, \port$13761$0  };
+  assign QUEUE0_HEAD__value = { 16'h0000, \port$18198$0  };
+  assign QUEUE0_TAIL__value = { 16'h0000, \port$18200$0  };
+  assign QUEUE0_STATUS__value = { 29'h00000000, \port$3057$0 , \port$18206$0 , \port$7831$0  };
+  assign QUEUE0_ERROR__value = { \port$18210$0 , 8'h00, \port$18208$0  };
+  assign QUEUE1_HEAD__value = { 16'h0000, \port$20775$0  };
+  assign QUEUE1_TAIL__value = { 16'h0000, \port$20777$0  };
+  assign QUEUE1_STATUS__value = { 29'h00000000, \port$8623$0 , \port$20783$0 , \port$13397$0  };
+  assign QUEUE1_ERROR__value = { \port$20787$0 , 8'h00, \port$20785$0  };
+  assign TRACE0_COUNT__value = { 23'h000000, \port$8563$0  };
+  assign TRACE1_COUNT__value = { 23'h000000, \port$14129$0  };
   assign LINK_CAPS__value = 32'd0;
   assign LINK_LATENCY__value = 32'd0;
   assign LINK_STATUS0__value = 32'd0;
@@ -91561,8 +92931,8 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   assign bus__wstrb = 4'hf;
   assign GLOBAL_SCRATCH__set = 1'h0;
   assign GLOBAL_SCRATCH__set_value = 32'd0;
-  assign QUEUE0_IRQ_STATUS__set = { 30'h00000000, \port$17717$0 , \port$17870$0  };
-  assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \port$20168$0 , \port$20321$0  };
+  assign QUEUE0_IRQ_STATUS__set = { 30'h00000000, \port$18211$0 , \port$18364$0  };
+  assign QUEUE1_IRQ_STATUS__set = { 30'h00000000, \port$20788$0 , \port$20941$0  };
   assign LINK_WINDOW_BASE__set = 1'h0;
   assign LINK_WINDOW_BASE__set_value = 32'd0;
   assign LINK_WINDOW_LIMIT__set = 1'h0;
@@ -91574,21 +92944,21 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   assign \$24  = GLOBAL_CYCLES_LO__value;
   assign \$28  = GLOBAL_CYCLES_HI__value;
   assign \$77 [31:16] = 16'h0000;
-  assign \$77 [15:0] = \port$17704$0 ;
+  assign \$77 [15:0] = \port$18198$0 ;
   assign \$79 [31:16] = 16'h0000;
-  assign \$79 [15:0] = \port$17706$0 ;
+  assign \$79 [15:0] = \port$18200$0 ;
   assign \$83 [31:3] = 29'h00000000;
-  assign \$83 [2:0] = { \port$3057$0 , \port$17712$0 , \port$7647$0  };
+  assign \$83 [2:0] = { \port$3057$0 , \port$18206$0 , \port$7831$0  };
   assign \$88 [15:8] = 8'h00;
-  assign { \$88 [31:16], \$88 [7:0] } = { \port$17716$0 , \port$17714$0  };
+  assign { \$88 [31:16], \$88 [7:0] } = { \port$18210$0 , \port$18208$0  };
   assign \$112 [31:16] = 16'h0000;
-  assign \$112 [15:0] = \port$20155$0 ;
+  assign \$112 [15:0] = \port$20775$0 ;
   assign \$114 [31:16] = 16'h0000;
-  assign \$114 [15:0] = \port$20157$0 ;
+  assign \$114 [15:0] = \port$20777$0 ;
   assign \$118 [31:3] = 29'h00000000;
-  assign \$118 [2:0] = { \port$8439$0 , \port$20163$0 , \port$13029$0  };
+  assign \$118 [2:0] = { \port$8623$0 , \port$20783$0 , \port$13397$0  };
   assign \$123 [15:8] = 8'h00;
-  assign { \$123 [31:16], \$123 [7:0] } = { \port$20167$0 , \port$20165$0  };
+  assign { \$123 [31:16], \$123 [7:0] } = { \port$20787$0 , \port$20785$0  };
   assign \$143  = PERF0_CYCLES__value;
   assign \$146  = PERF0_BUSY_LOAD__value;
   assign \$148  = PERF0_BUSY_COMPUTE__value;
@@ -91617,10 +92987,10 @@ module \dx1_board.soc.regfile (rst, bus__awready, bus__wready, bus__arready, GLO
   assign \$221  = PERF1_TABLE_HITS__value;
   assign \$224  = PERF1_TABLE_UNDERFLOWS__value;
   assign \$226  = PERF1_TABLE_OVERFLOWS__value;
-  assign \$240  = { 23'h000000, \port$8379$0  };
+  assign \$240  = { 23'h000000, \port$8563$0  };
   assign \$242  = TRACE0_DATA_LO__value;
   assign \$245  = TRACE0_DATA_HI__value;
-  assign \$255  = { 23'h000000, \port$13761$0  };
+  assign \$255  = { 23'h000000, \port$14129$0  };
   assign \$259  = TRACE1_DATA_LO__value;
   assign \$261  = TRACE1_DATA_HI__value;
   assign \$270  = 32'd0;
@@ -92080,8 +93450,8 @@ module \dx1_board.soc.reset1 (rst, host_reset, busy, dma_quiet, cp_quiet, abort_
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_board.soc.semaphores (\port$14991$0 , \port$14993$0 , \port$14995$0 , \port$14997$0 , \port$14999$0 , \port$15001$0 , \port$15003$0 , \port$15005$0 , \port$15007$0 , \port$15009$0 , \port$15011$0 , \port$15013$0 , \port$15015$0 , \port$15017$0 , \port$15019$0 , grant0, grant1, set, set_value, index0, valid0
-, delta0, index1, valid1, delta1, \port$14989$0 );
+module \dx1_board.soc.semaphores (\port$15359$0 , \port$15361$0 , \port$15363$0 , \port$15365$0 , \port$15367$0 , \port$15369$0 , \port$15371$0 , \port$15373$0 , \port$15375$0 , \port$15377$0 , \port$15379$0 , \port$15381$0 , \port$15383$0 , \port$15385$0 , \port$15387$0 , grant0, grant1, set, set_value, index0, valid0
+, delta0, index1, valid1, delta1, \port$15357$0 );
   reg \$auto$verilog_backend.cc:2355:dump_module$164  = 0;
   wire \$1 ;
   wire [33:0] \$10 ;
@@ -92152,38 +93522,38 @@ module \dx1_board.soc.semaphores (\port$14991$0 , \port$14993$0 , \port$14995$0 
   wire [3:0] index0;
   input [3:0] index1;
   wire [3:0] index1;
-  input [31:0] \port$14989$0 ;
-  wire [31:0] \port$14989$0 ;
-  input [31:0] \port$14991$0 ;
-  wire [31:0] \port$14991$0 ;
-  input [31:0] \port$14993$0 ;
-  wire [31:0] \port$14993$0 ;
-  input [31:0] \port$14995$0 ;
-  wire [31:0] \port$14995$0 ;
-  input [31:0] \port$14997$0 ;
-  wire [31:0] \port$14997$0 ;
-  input [31:0] \port$14999$0 ;
-  wire [31:0] \port$14999$0 ;
-  input [31:0] \port$15001$0 ;
-  wire [31:0] \port$15001$0 ;
-  input [31:0] \port$15003$0 ;
-  wire [31:0] \port$15003$0 ;
-  input [31:0] \port$15005$0 ;
-  wire [31:0] \port$15005$0 ;
-  input [31:0] \port$15007$0 ;
-  wire [31:0] \port$15007$0 ;
-  input [31:0] \port$15009$0 ;
-  wire [31:0] \port$15009$0 ;
-  input [31:0] \port$15011$0 ;
-  wire [31:0] \port$15011$0 ;
-  input [31:0] \port$15013$0 ;
-  wire [31:0] \port$15013$0 ;
-  input [31:0] \port$15015$0 ;
-  wire [31:0] \port$15015$0 ;
-  input [31:0] \port$15017$0 ;
-  wire [31:0] \port$15017$0 ;
-  input [31:0] \port$15019$0 ;
-  wire [31:0] \port$15019$0 ;
+  input [31:0] \port$15357$0 ;
+  wire [31:0] \port$15357$0 ;
+  input [31:0] \port$15359$0 ;
+  wire [31:0] \port$15359$0 ;
+  input [31:0] \port$15361$0 ;
+  wire [31:0] \port$15361$0 ;
+  input [31:0] \port$15363$0 ;
+  wire [31:0] \port$15363$0 ;
+  input [31:0] \port$15365$0 ;
+  wire [31:0] \port$15365$0 ;
+  input [31:0] \port$15367$0 ;
+  wire [31:0] \port$15367$0 ;
+  input [31:0] \port$15369$0 ;
+  wire [31:0] \port$15369$0 ;
+  input [31:0] \port$15371$0 ;
+  wire [31:0] \port$15371$0 ;
+  input [31:0] \port$15373$0 ;
+  wire [31:0] \port$15373$0 ;
+  input [31:0] \port$15375$0 ;
+  wire [31:0] \port$15375$0 ;
+  input [31:0] \port$15377$0 ;
+  wire [31:0] \port$15377$0 ;
+  input [31:0] \port$15379$0 ;
+  wire [31:0] \port$15379$0 ;
+  input [31:0] \port$15381$0 ;
+  wire [31:0] \port$15381$0 ;
+  input [31:0] \port$15383$0 ;
+  wire [31:0] \port$15383$0 ;
+  input [31:0] \port$15385$0 ;
+  wire [31:0] \port$15385$0 ;
+  input [31:0] \port$15387$0 ;
+  wire [31:0] \port$15387$0 ;
   output [15:0] set;
   wire [15:0] set;
   output [255:0] set_value;
@@ -92225,55 +93595,55 @@ module \dx1_board.soc.semaphores (\port$14991$0 , \port$14993$0 , \port$14995$0 
   wire [31:0] \values[7] ;
   wire [31:0] \values[8] ;
   wire [31:0] \values[9] ;
-  assign \$46  = $signed({ 1'h0, \port$15015$0  }) + $signed(delta);
+  assign \$46  = $signed({ 1'h0, \port$15383$0  }) + $signed(delta);
   assign \$47  = index == 4'he;
   assign \$48  = granted1 & \$47 ;
-  assign \$49  = $signed({ 1'h0, \port$15017$0  }) + $signed(delta);
+  assign \$49  = $signed({ 1'h0, \port$15385$0  }) + $signed(delta);
   assign \$50  = index == 4'hf;
   assign \$51  = granted1 & \$50 ;
-  assign \$52  = $signed({ 1'h0, \port$15019$0  }) + $signed(delta);
+  assign \$52  = $signed({ 1'h0, \port$15387$0  }) + $signed(delta);
   assign \$3  = ~ granted0;
   assign \$4  = valid1 & \$3 ;
   assign granted1 = granted0 | valid1;
   assign \$5  = ! index;
   assign \$6  = granted1 & \$5 ;
-  assign \$7  = $signed({ 1'h0, \port$14989$0  }) + $signed(delta);
+  assign \$7  = $signed({ 1'h0, \port$15357$0  }) + $signed(delta);
   assign \$8  = index == 1'h1;
   assign \$9  = granted1 & \$8 ;
-  assign \$10  = $signed({ 1'h0, \port$14991$0  }) + $signed(delta);
+  assign \$10  = $signed({ 1'h0, \port$15359$0  }) + $signed(delta);
   assign \$11  = index == 2'h2;
   assign \$12  = granted1 & \$11 ;
-  assign \$13  = $signed({ 1'h0, \port$14993$0  }) + $signed(delta);
+  assign \$13  = $signed({ 1'h0, \port$15361$0  }) + $signed(delta);
   assign \$14  = index == 2'h3;
   assign \$15  = granted1 & \$14 ;
-  assign \$16  = $signed({ 1'h0, \port$14995$0  }) + $signed(delta);
+  assign \$16  = $signed({ 1'h0, \port$15363$0  }) + $signed(delta);
   assign \$17  = index == 3'h4;
   assign \$18  = granted1 & \$17 ;
-  assign \$19  = $signed({ 1'h0, \port$14997$0  }) + $signed(delta);
+  assign \$19  = $signed({ 1'h0, \port$15365$0  }) + $signed(delta);
   assign \$20  = index == 3'h5;
   assign \$21  = granted1 & \$20 ;
-  assign \$22  = $signed({ 1'h0, \port$14999$0  }) + $signed(delta);
+  assign \$22  = $signed({ 1'h0, \port$15367$0  }) + $signed(delta);
   assign \$23  = index == 3'h6;
   assign \$24  = granted1 & \$23 ;
-  assign \$25  = $signed({ 1'h0, \port$15001$0  }) + $signed(delta);
+  assign \$25  = $signed({ 1'h0, \port$15369$0  }) + $signed(delta);
   assign \$26  = index == 3'h7;
   assign \$27  = granted1 & \$26 ;
-  assign \$28  = $signed({ 1'h0, \port$15003$0  }) + $signed(delta);
+  assign \$28  = $signed({ 1'h0, \port$15371$0  }) + $signed(delta);
   assign \$29  = index == 4'h8;
   assign \$30  = granted1 & \$29 ;
-  assign \$31  = $signed({ 1'h0, \port$15005$0  }) + $signed(delta);
+  assign \$31  = $signed({ 1'h0, \port$15373$0  }) + $signed(delta);
   assign \$32  = index == 4'h9;
   assign \$33  = granted1 & \$32 ;
-  assign \$34  = $signed({ 1'h0, \port$15007$0  }) + $signed(delta);
+  assign \$34  = $signed({ 1'h0, \port$15375$0  }) + $signed(delta);
   assign \$35  = index == 4'ha;
   assign \$36  = granted1 & \$35 ;
-  assign \$37  = $signed({ 1'h0, \port$15009$0  }) + $signed(delta);
+  assign \$37  = $signed({ 1'h0, \port$15377$0  }) + $signed(delta);
   assign \$38  = index == 4'hb;
   assign \$39  = granted1 & \$38 ;
-  assign \$40  = $signed({ 1'h0, \port$15011$0  }) + $signed(delta);
+  assign \$40  = $signed({ 1'h0, \port$15379$0  }) + $signed(delta);
   assign \$41  = index == 4'hc;
   assign \$42  = granted1 & \$41 ;
-  assign \$43  = $signed({ 1'h0, \port$15013$0  }) + $signed(delta);
+  assign \$43  = $signed({ 1'h0, \port$15381$0  }) + $signed(delta);
   assign \$44  = index == 4'hd;
   assign \$45  = granted1 & \$44 ;
   always @* begin
@@ -92311,7 +93681,7 @@ module \dx1_board.soc.semaphores (\port$14991$0 , \port$14993$0 , \port$14995$0 
     end
   end
   assign granted = 1'h0;
-  assign values = { \port$15019$0 , \port$15017$0 , \port$15015$0 , \port$15013$0 , \port$15011$0 , \port$15009$0 , \port$15007$0 , \port$15005$0 , \port$15003$0 , \port$15001$0 , \port$14999$0 , \port$14997$0 , \port$14995$0 , \port$14993$0 , \port$14991$0 , \port$14989$0  };
+  assign values = { \port$15387$0 , \port$15385$0 , \port$15383$0 , \port$15381$0 , \port$15379$0 , \port$15377$0 , \port$15375$0 , \port$15373$0 , \port$15371$0 , \port$15369$0 , \port$15367$0 , \port$15365$0 , \port$15363$0 , \port$15361$0 , \port$15359$0 , \port$15357$0  };
   assign \set_value[0]  = set_value[15:0];
   assign \set_value[1]  = set_value[31:16];
   assign \set_value[2]  = set_value[47:32];
@@ -92328,22 +93698,22 @@ module \dx1_board.soc.semaphores (\port$14991$0 , \port$14993$0 , \port$14995$0 
   assign \set_value[13]  = set_value[223:208];
   assign \set_value[14]  = set_value[239:224];
   assign \set_value[15]  = set_value[255:240];
-  assign \values[0]  = \port$14989$0 ;
-  assign \values[1]  = \port$14991$0 ;
-  assign \values[2]  = \port$14993$0 ;
-  assign \values[3]  = \port$14995$0 ;
-  assign \values[4]  = \port$14997$0 ;
-  assign \values[5]  = \port$14999$0 ;
-  assign \values[6]  = \port$15001$0 ;
-  assign \values[7]  = \port$15003$0 ;
-  assign \values[8]  = \port$15005$0 ;
-  assign \values[9]  = \port$15007$0 ;
-  assign \values[10]  = \port$15009$0 ;
-  assign \values[11]  = \port$15011$0 ;
-  assign \values[12]  = \port$15013$0 ;
-  assign \values[13]  = \port$15015$0 ;
-  assign \values[14]  = \port$15017$0 ;
-  assign \values[15]  = \port$15019$0 ;
+  assign \values[0]  = \port$15357$0 ;
+  assign \values[1]  = \port$15359$0 ;
+  assign \values[2]  = \port$15361$0 ;
+  assign \values[3]  = \port$15363$0 ;
+  assign \values[4]  = \port$15365$0 ;
+  assign \values[5]  = \port$15367$0 ;
+  assign \values[6]  = \port$15369$0 ;
+  assign \values[7]  = \port$15371$0 ;
+  assign \values[8]  = \port$15373$0 ;
+  assign \values[9]  = \port$15375$0 ;
+  assign \values[10]  = \port$15377$0 ;
+  assign \values[11]  = \port$15379$0 ;
+  assign \values[12]  = \port$15381$0 ;
+  assign \values[13]  = \port$15383$0 ;
+  assign \values[14]  = \port$15385$0 ;
+  assign \values[15]  = \port$15387$0 ;
   assign set_value[255:240] = \$52 [15:0];
   assign set_value[239:224] = \$49 [15:0];
   assign set_value[223:208] = \$46 [15:0];

@@ -40,8 +40,6 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   wire [7:0] \a[1] ;
   wire [7:0] \a[2] ;
   wire [7:0] \a[3] ;
-  wire a_bank;
-  wire \a_bank$123 ;
   wire a_valid;
   wire \a_valid$121 ;
   wire [15:0] acc_a_addr;
@@ -186,6 +184,8 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   wire \loaded$97 ;
   wire loaded_bank;
   wire \loaded_bank$99 ;
+  wire next_bank;
+  wire \next_bank$123 ;
   wire [127:0] out;
   wire [127:0] \out$127 ;
   wire [31:0] \out$127[0] ;
@@ -1449,14 +1449,14 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   );
   \dx1_tile_core_a4.array  array (
     .a(a),
-    .a_bank(a_bank),
     .a_valid(a_valid),
     .clk(clk),
     .ctl(ctl),
-    .ctl_d6(out_ctl),
+    .next_bank(next_bank),
     .out(out),
+    .out_ctl(out_ctl),
+    .out_valid(out_valid),
     .rst(rst),
-    .valid_d6(out_valid),
     .w_bank(loaded_bank),
     .w_load(w_load),
     .w_row(w_row)
@@ -1602,12 +1602,12 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   );
   \dx1_tile_core_a4.streamer  streamer (
     .a(a),
-    .a_bank(a_bank),
     .a_valid(a_valid),
     .bank(stream_bank),
     .bank_full(bank_full),
     .clk(clk),
     .ctl(ctl),
+    .next_bank(next_bank),
     .room(\room$78 ),
     .rst(rst),
     .spm_addr(spm_addr),
@@ -1725,7 +1725,7 @@ module dx1_tile_core_a4(cmd__tvalid, done__tready, spm_wr__tdata, spm_wr__tvalid
   assign spm_ra__data = spm_data;
   assign \a$119  = a;
   assign \a_valid$121  = a_valid;
-  assign \a_bank$123  = a_bank;
+  assign \next_bank$123  = next_bank;
   assign \ctl$125  = ctl;
   assign \out$127  = out;
   assign \out_valid$129  = out_valid;
@@ -2066,168 +2066,244 @@ module \dx1_tile_core_a4.acc_ext_write (req__tvalid, req__tready, addr, data, en
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_tile_core_a4.array (rst, w_row, w_load, w_bank, a_valid, a_bank, ctl, a, valid_d6, ctl_d6, out, clk);
+module \dx1_tile_core_a4.array (rst, w_row, w_load, w_bank, next_bank, a_valid, ctl, a, out, out_valid, out_ctl, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$5  = 0;
   wire \$1 ;
-  reg [7:0] \$10 ;
-  reg \$100 ;
-  reg [31:0] \$101 ;
-  reg [7:0] \$102 ;
-  reg \$103 ;
-  reg [31:0] \$104 ;
-  reg [31:0] \$105 ;
-  reg [31:0] \$106 ;
-  reg [31:0] \$107 ;
-  reg [7:0] \$108 ;
-  reg \$109 ;
-  wire [15:0] \$11 ;
-  reg [31:0] \$110 ;
+  wire \$10 ;
+  wire [7:0] \$100 ;
+  wire [15:0] \$101 ;
+  wire [32:0] \$102 ;
+  wire [7:0] \$103 ;
+  wire [15:0] \$104 ;
+  wire [32:0] \$105 ;
+  wire [7:0] \$106 ;
+  wire [15:0] \$107 ;
+  wire [32:0] \$108 ;
+  reg [7:0] \$109 ;
+  wire \$11 ;
+  reg [7:0] \$110 ;
   reg [7:0] \$111 ;
-  reg \$112 ;
-  reg [31:0] \$113 ;
+  reg [7:0] \$112 ;
+  reg [7:0] \$113 ;
   reg [7:0] \$114 ;
-  reg \$115 ;
-  reg [31:0] \$116 ;
+  reg [7:0] \$115 ;
+  reg [7:0] \$116 ;
   reg [7:0] \$117 ;
-  reg \$118 ;
-  reg [31:0] \$119 ;
-  wire [32:0] \$12 ;
-  reg [31:0] \$120 ;
-  reg [31:0] \$121 ;
+  reg [7:0] \$118 ;
+  reg [7:0] \$119 ;
+  wire \$12 ;
+  reg [7:0] \$120 ;
+  reg [7:0] \$121 ;
   reg [7:0] \$122 ;
-  reg \$123 ;
-  reg [31:0] \$124 ;
+  reg [7:0] \$123 ;
+  reg [7:0] \$124 ;
   reg [7:0] \$125 ;
-  reg \$126 ;
-  reg [31:0] \$127 ;
+  reg [7:0] \$126 ;
+  reg [7:0] \$127 ;
   reg [7:0] \$128 ;
-  reg \$129 ;
-  reg [7:0] \$13 ;
-  reg [31:0] \$130 ;
+  reg [7:0] \$129 ;
+  wire \$13 ;
+  reg [7:0] \$130 ;
   reg [7:0] \$131 ;
-  reg \$132 ;
-  reg [31:0] \$133 ;
-  reg [31:0] \$134 ;
+  reg [7:0] \$132 ;
+  reg [7:0] \$133 ;
+  reg [7:0] \$134 ;
   reg [7:0] \$135 ;
-  reg \$136 ;
-  reg [31:0] \$137 ;
+  reg [7:0] \$136 ;
+  reg [7:0] \$137 ;
   reg [7:0] \$138 ;
-  reg \$139 ;
-  wire [15:0] \$14 ;
-  reg [31:0] \$140 ;
+  reg [7:0] \$139 ;
+  wire \$14 ;
+  reg [7:0] \$140 ;
   reg [7:0] \$141 ;
   reg \$142 ;
-  reg [31:0] \$143 ;
-  reg [7:0] \$144 ;
-  reg \$145 ;
-  reg [31:0] \$146 ;
-  reg \$147 ;
-  reg [25:0] \$148 ;
-  reg \$149 ;
-  wire [32:0] \$15 ;
-  reg [25:0] \$150 ;
-  reg \$151 ;
-  reg [25:0] \$152 ;
-  reg \$153 ;
-  reg [25:0] \$154 ;
-  reg \$155 ;
-  reg [25:0] \$156 ;
-  reg \$157 ;
-  reg [25:0] \$158 ;
-  reg \$159 ;
-  reg [7:0] \$16 ;
-  reg [25:0] \$160 ;
-  wire [15:0] \$17 ;
-  reg [7:0] \$18 ;
-  wire [15:0] \$19 ;
+  reg [7:0] \$143 ;
+  reg \$144 ;
+  reg [7:0] \$145 ;
+  reg \$146 ;
+  reg [7:0] \$147 ;
+  reg \$148 ;
+  reg [7:0] \$149 ;
+  wire \$15 ;
+  reg \$150 ;
+  reg [7:0] \$151 ;
+  reg \$152 ;
+  reg [7:0] \$153 ;
+  reg \$154 ;
+  reg [7:0] \$155 ;
+  reg [31:0] \$156 ;
+  reg [7:0] \$157 ;
+  reg \$158 ;
+  reg [7:0] \$159 ;
+  wire \$16 ;
+  reg [31:0] \$160 ;
+  reg [7:0] \$161 ;
+  reg \$162 ;
+  reg [7:0] \$163 ;
+  reg [31:0] \$164 ;
+  reg [7:0] \$165 ;
+  reg \$166 ;
+  reg [7:0] \$167 ;
+  reg [31:0] \$168 ;
+  reg [31:0] \$169 ;
+  wire \$17 ;
+  reg [31:0] \$170 ;
+  reg [31:0] \$171 ;
+  reg [7:0] \$172 ;
+  reg \$173 ;
+  reg [7:0] \$174 ;
+  reg [31:0] \$175 ;
+  reg [7:0] \$176 ;
+  reg \$177 ;
+  reg [7:0] \$178 ;
+  reg [31:0] \$179 ;
+  wire \$18 ;
+  reg [7:0] \$180 ;
+  reg \$181 ;
+  reg [7:0] \$182 ;
+  reg [31:0] \$183 ;
+  reg [7:0] \$184 ;
+  reg \$185 ;
+  reg [7:0] \$186 ;
+  reg [31:0] \$187 ;
+  reg [31:0] \$188 ;
+  reg [31:0] \$189 ;
+  wire \$19 ;
+  reg [7:0] \$190 ;
+  reg \$191 ;
+  reg [7:0] \$192 ;
+  reg [31:0] \$193 ;
+  reg [7:0] \$194 ;
+  reg \$195 ;
+  reg [7:0] \$196 ;
+  reg [31:0] \$197 ;
+  reg [7:0] \$198 ;
+  reg \$199 ;
   wire \$2 ;
-  wire [32:0] \$20 ;
-  reg [7:0] \$21 ;
-  wire [15:0] \$22 ;
-  wire [32:0] \$23 ;
-  reg [7:0] \$24 ;
-  wire [15:0] \$25 ;
-  wire [32:0] \$26 ;
-  reg [7:0] \$27 ;
-  wire [15:0] \$28 ;
-  reg [7:0] \$29 ;
+  wire \$20 ;
+  reg [7:0] \$200 ;
+  reg [31:0] \$201 ;
+  reg [7:0] \$202 ;
+  reg \$203 ;
+  reg [7:0] \$204 ;
+  reg [31:0] \$205 ;
+  reg [31:0] \$206 ;
+  reg [7:0] \$207 ;
+  reg \$208 ;
+  reg [7:0] \$209 ;
+  wire \$21 ;
+  reg [31:0] \$210 ;
+  reg [7:0] \$211 ;
+  reg \$212 ;
+  reg [7:0] \$213 ;
+  reg [31:0] \$214 ;
+  reg [7:0] \$215 ;
+  reg \$216 ;
+  reg [7:0] \$217 ;
+  reg [31:0] \$218 ;
+  reg [7:0] \$219 ;
+  wire \$22 ;
+  reg \$220 ;
+  reg [7:0] \$221 ;
+  reg [31:0] \$222 ;
+  reg \$223 ;
+  reg [25:0] \$224 ;
+  reg \$225 ;
+  reg [25:0] \$226 ;
+  reg \$227 ;
+  reg [25:0] \$228 ;
+  reg \$229 ;
+  wire \$23 ;
+  reg [25:0] \$230 ;
+  reg \$231 ;
+  reg [25:0] \$232 ;
+  reg \$233 ;
+  reg [25:0] \$234 ;
+  reg \$235 ;
+  reg [25:0] \$236 ;
+  wire \$24 ;
+  wire \$25 ;
+  wire \$26 ;
+  wire \$27 ;
+  wire \$28 ;
+  wire \$29 ;
   wire \$3 ;
-  wire [15:0] \$30 ;
-  wire [32:0] \$31 ;
-  reg [7:0] \$32 ;
-  wire [15:0] \$33 ;
-  wire [32:0] \$34 ;
-  reg [7:0] \$35 ;
-  wire [15:0] \$36 ;
-  wire [32:0] \$37 ;
-  reg [7:0] \$38 ;
-  wire [15:0] \$39 ;
+  wire \$30 ;
+  wire \$31 ;
+  wire \$32 ;
+  wire \$33 ;
+  wire \$34 ;
+  wire \$35 ;
+  wire \$36 ;
+  wire \$37 ;
+  wire \$38 ;
+  wire \$39 ;
   wire \$4 ;
-  reg [7:0] \$40 ;
-  wire [15:0] \$41 ;
-  wire [32:0] \$42 ;
-  reg [7:0] \$43 ;
-  wire [15:0] \$44 ;
-  wire [32:0] \$45 ;
-  reg [7:0] \$46 ;
-  wire [15:0] \$47 ;
-  wire [32:0] \$48 ;
-  reg [7:0] \$49 ;
-  reg [7:0] \$5 ;
-  reg [7:0] \$50 ;
-  reg [7:0] \$51 ;
-  reg [7:0] \$52 ;
-  reg [7:0] \$53 ;
-  reg [7:0] \$54 ;
-  reg [7:0] \$55 ;
-  reg [7:0] \$56 ;
-  reg [7:0] \$57 ;
-  reg [7:0] \$58 ;
-  reg [7:0] \$59 ;
-  wire [15:0] \$6 ;
-  reg [7:0] \$60 ;
-  reg [7:0] \$61 ;
-  reg [7:0] \$62 ;
-  reg [7:0] \$63 ;
-  reg [7:0] \$64 ;
-  reg [7:0] \$65 ;
-  reg [7:0] \$66 ;
-  reg [7:0] \$67 ;
-  reg [7:0] \$68 ;
-  reg [7:0] \$69 ;
-  reg [7:0] \$7 ;
-  reg [7:0] \$70 ;
-  reg [7:0] \$71 ;
-  reg [7:0] \$72 ;
-  reg [7:0] \$73 ;
-  reg [7:0] \$74 ;
-  reg [7:0] \$75 ;
-  reg [7:0] \$76 ;
-  reg [7:0] \$77 ;
-  reg [7:0] \$78 ;
-  reg [7:0] \$79 ;
-  wire [15:0] \$8 ;
-  reg [7:0] \$80 ;
-  reg [7:0] \$81 ;
-  reg \$82 ;
-  reg [7:0] \$83 ;
-  reg \$84 ;
-  reg [7:0] \$85 ;
-  reg \$86 ;
-  reg [7:0] \$87 ;
-  reg \$88 ;
-  reg [7:0] \$89 ;
-  wire [32:0] \$9 ;
-  reg \$90 ;
-  reg [7:0] \$91 ;
-  reg \$92 ;
-  reg [7:0] \$93 ;
-  reg \$94 ;
-  reg [31:0] \$95 ;
-  reg [7:0] \$96 ;
-  reg \$97 ;
-  reg [31:0] \$98 ;
-  reg [7:0] \$99 ;
+  wire \$40 ;
+  wire \$41 ;
+  wire \$42 ;
+  wire \$43 ;
+  wire \$44 ;
+  wire \$45 ;
+  wire \$46 ;
+  wire \$47 ;
+  wire \$48 ;
+  wire \$49 ;
+  wire \$5 ;
+  wire \$50 ;
+  wire \$51 ;
+  wire \$52 ;
+  wire \$53 ;
+  wire \$54 ;
+  wire \$55 ;
+  wire \$56 ;
+  wire \$57 ;
+  wire \$58 ;
+  wire \$59 ;
+  wire \$6 ;
+  wire \$60 ;
+  wire \$61 ;
+  wire \$62 ;
+  wire \$63 ;
+  wire \$64 ;
+  wire [7:0] \$65 ;
+  wire [15:0] \$66 ;
+  wire [7:0] \$67 ;
+  wire [15:0] \$68 ;
+  wire [32:0] \$69 ;
+  wire \$7 ;
+  wire [7:0] \$70 ;
+  wire [15:0] \$71 ;
+  wire [32:0] \$72 ;
+  wire [7:0] \$73 ;
+  wire [15:0] \$74 ;
+  wire [32:0] \$75 ;
+  wire [7:0] \$76 ;
+  wire [15:0] \$77 ;
+  wire [7:0] \$78 ;
+  wire [15:0] \$79 ;
+  wire \$8 ;
+  wire [32:0] \$80 ;
+  wire [7:0] \$81 ;
+  wire [15:0] \$82 ;
+  wire [32:0] \$83 ;
+  wire [7:0] \$84 ;
+  wire [15:0] \$85 ;
+  wire [32:0] \$86 ;
+  wire [7:0] \$87 ;
+  wire [15:0] \$88 ;
+  wire [7:0] \$89 ;
+  wire \$9 ;
+  wire [15:0] \$90 ;
+  wire [32:0] \$91 ;
+  wire [7:0] \$92 ;
+  wire [15:0] \$93 ;
+  wire [32:0] \$94 ;
+  wire [7:0] \$95 ;
+  wire [15:0] \$96 ;
+  wire [32:0] \$97 ;
+  wire [7:0] \$98 ;
+  wire [15:0] \$99 ;
   input [31:0] a;
   wire [31:0] a;
   wire [7:0] \a[0] ;
@@ -2250,8 +2326,6 @@ module \dx1_tile_core_a4.array (rst, w_row, w_load, w_bank, a_valid, a_bank, ctl
   reg [7:0] a_3_1 = 8'h00;
   reg [7:0] a_3_2 = 8'h00;
   reg [7:0] a_3_3 = 8'h00;
-  input a_bank;
-  wire a_bank;
   input a_valid;
   wire a_valid;
   reg bank_0_0 = 1'h0;
@@ -2280,24 +2354,26 @@ module \dx1_tile_core_a4.array (rst, w_row, w_load, w_bank, a_valid, a_bank, ctl
   reg [25:0] ctl_d3 = 26'h0000000;
   reg [25:0] ctl_d4 = 26'h0000000;
   reg [25:0] ctl_d5 = 26'h0000000;
-  output [25:0] ctl_d6;
-  reg [25:0] ctl_d6 = 26'h0000000;
+  (* init = 26'h0000000 *)
+  wire [25:0] ctl_d6;
   reg [31:0] deskew0_0 = 32'd0;
   reg [31:0] deskew0_1 = 32'd0;
   reg [31:0] deskew0_2 = 32'd0;
   reg [31:0] deskew1_0 = 32'd0;
   reg [31:0] deskew1_1 = 32'd0;
   reg [31:0] deskew2_0 = 32'd0;
+  input next_bank;
+  wire next_bank;
   output [127:0] out;
   wire [127:0] out;
   wire [31:0] \out[0] ;
   wire [31:0] \out[1] ;
   wire [31:0] \out[2] ;
   wire [31:0] \out[3] ;
-  (* init = 26'h0000000 *)
-  wire [25:0] out_ctl;
-  (* init = 1'h0 *)
-  wire out_valid;
+  output [25:0] out_ctl;
+  reg [25:0] out_ctl = 26'h0000000;
+  output out_valid;
+  reg out_valid = 1'h0;
   reg [31:0] psum_0_0 = 32'd0;
   reg [31:0] psum_0_1 = 32'd0;
   reg [31:0] psum_0_2 = 32'd0;
@@ -2334,40 +2410,72 @@ module \dx1_tile_core_a4.array (rst, w_row, w_load, w_bank, a_valid, a_bank, ctl
   reg valid_d3 = 1'h0;
   reg valid_d4 = 1'h0;
   reg valid_d5 = 1'h0;
-  output valid_d6;
-  reg valid_d6 = 1'h0;
+  (* init = 1'h0 *)
+  wire valid_d6;
   reg [7:0] w0_0_0 = 8'h00;
+  wire [7:0] w0_0_0_next;
   reg [7:0] w0_0_1 = 8'h00;
+  wire [7:0] w0_0_1_next;
   reg [7:0] w0_0_2 = 8'h00;
+  wire [7:0] w0_0_2_next;
   reg [7:0] w0_0_3 = 8'h00;
+  wire [7:0] w0_0_3_next;
   reg [7:0] w0_1_0 = 8'h00;
+  wire [7:0] w0_1_0_next;
   reg [7:0] w0_1_1 = 8'h00;
+  wire [7:0] w0_1_1_next;
   reg [7:0] w0_1_2 = 8'h00;
+  wire [7:0] w0_1_2_next;
   reg [7:0] w0_1_3 = 8'h00;
+  wire [7:0] w0_1_3_next;
   reg [7:0] w0_2_0 = 8'h00;
+  wire [7:0] w0_2_0_next;
   reg [7:0] w0_2_1 = 8'h00;
+  wire [7:0] w0_2_1_next;
   reg [7:0] w0_2_2 = 8'h00;
+  wire [7:0] w0_2_2_next;
   reg [7:0] w0_2_3 = 8'h00;
+  wire [7:0] w0_2_3_next;
   reg [7:0] w0_3_0 = 8'h00;
+  wire [7:0] w0_3_0_next;
   reg [7:0] w0_3_1 = 8'h00;
+  wire [7:0] w0_3_1_next;
   reg [7:0] w0_3_2 = 8'h00;
+  wire [7:0] w0_3_2_next;
   reg [7:0] w0_3_3 = 8'h00;
+  wire [7:0] w0_3_3_next;
   reg [7:0] w1_0_0 = 8'h00;
+  wire [7:0] w1_0_0_next;
   reg [7:0] w1_0_1 = 8'h00;
+  wire [7:0] w1_0_1_next;
   reg [7:0] w1_0_2 = 8'h00;
+  wire [7:0] w1_0_2_next;
   reg [7:0] w1_0_3 = 8'h00;
+  wire [7:0] w1_0_3_next;
   reg [7:0] w1_1_0 = 8'h00;
+  wire [7:0] w1_1_0_next;
   reg [7:0] w1_1_1 = 8'h00;
+  wire [7:0] w1_1_1_next;
   reg [7:0] w1_1_2 = 8'h00;
+  wire [7:0] w1_1_2_next;
   reg [7:0] w1_1_3 = 8'h00;
+  wire [7:0] w1_1_3_next;
   reg [7:0] w1_2_0 = 8'h00;
+  wire [7:0] w1_2_0_next;
   reg [7:0] w1_2_1 = 8'h00;
+  wire [7:0] w1_2_1_next;
   reg [7:0] w1_2_2 = 8'h00;
+  wire [7:0] w1_2_2_next;
   reg [7:0] w1_2_3 = 8'h00;
+  wire [7:0] w1_2_3_next;
   reg [7:0] w1_3_0 = 8'h00;
+  wire [7:0] w1_3_0_next;
   reg [7:0] w1_3_1 = 8'h00;
+  wire [7:0] w1_3_1_next;
   reg [7:0] w1_3_2 = 8'h00;
+  wire [7:0] w1_3_2_next;
   reg [7:0] w1_3_3 = 8'h00;
+  wire [7:0] w1_3_3_next;
   input w_bank;
   wire w_bank;
   input w_load;
@@ -2378,1320 +2486,1332 @@ module \dx1_tile_core_a4.array (rst, w_row, w_load, w_bank, a_valid, a_bank, ctl
   wire [7:0] \w_row[1] ;
   wire [7:0] \w_row[2] ;
   wire [7:0] \w_row[3] ;
+  reg [7:0] wsel_0_0 = 8'h00;
+  reg [7:0] wsel_0_1 = 8'h00;
+  reg [7:0] wsel_0_2 = 8'h00;
+  reg [7:0] wsel_0_3 = 8'h00;
+  reg [7:0] wsel_1_0 = 8'h00;
+  reg [7:0] wsel_1_1 = 8'h00;
+  reg [7:0] wsel_1_2 = 8'h00;
+  reg [7:0] wsel_1_3 = 8'h00;
+  reg [7:0] wsel_2_0 = 8'h00;
+  reg [7:0] wsel_2_1 = 8'h00;
+  reg [7:0] wsel_2_2 = 8'h00;
+  reg [7:0] wsel_2_3 = 8'h00;
+  reg [7:0] wsel_3_0 = 8'h00;
+  reg [7:0] wsel_3_1 = 8'h00;
+  reg [7:0] wsel_3_2 = 8'h00;
+  reg [7:0] wsel_3_3 = 8'h00;
   assign \$1  = ! w_bank;
   assign \$2  = w_load & \$1 ;
+  assign w0_0_0_next = \$2  ? w_row[7:0] : w0_0_0;
+  assign \$3  = ! w_bank;
   assign \$4  = w_load & \$3 ;
-  assign \$6  = $signed(a[7:0]) * $signed(\$5 );
-  assign \$8  = $signed(skew1_0) * $signed(\$7 );
-  assign \$9  = $signed(psum_0_0) + $signed(\$8 );
-  assign \$11  = $signed(skew2_1) * $signed(\$10 );
-  assign \$12  = $signed(psum_1_0) + $signed(\$11 );
-  assign \$14  = $signed(skew3_2) * $signed(\$13 );
-  assign \$15  = $signed(psum_2_0) + $signed(\$14 );
-  assign \$17  = $signed(a_0_0) * $signed(\$16 );
-  assign \$19  = $signed(a_1_0) * $signed(\$18 );
-  assign \$20  = $signed(psum_0_1) + $signed(\$19 );
-  assign \$22  = $signed(a_2_0) * $signed(\$21 );
-  assign \$23  = $signed(psum_1_1) + $signed(\$22 );
-  assign \$25  = $signed(a_3_0) * $signed(\$24 );
-  assign \$26  = $signed(psum_2_1) + $signed(\$25 );
-  assign \$28  = $signed(a_0_1) * $signed(\$27 );
-  assign \$30  = $signed(a_1_1) * $signed(\$29 );
-  assign \$31  = $signed(psum_0_2) + $signed(\$30 );
-  assign \$33  = $signed(a_2_1) * $signed(\$32 );
-  assign \$34  = $signed(psum_1_2) + $signed(\$33 );
-  assign \$36  = $signed(a_3_1) * $signed(\$35 );
-  assign \$37  = $signed(psum_2_2) + $signed(\$36 );
-  assign \$39  = $signed(a_0_2) * $signed(\$38 );
-  assign \$41  = $signed(a_1_2) * $signed(\$40 );
-  assign \$42  = $signed(psum_0_3) + $signed(\$41 );
-  assign \$44  = $signed(a_2_2) * $signed(\$43 );
-  assign \$45  = $signed(psum_1_3) + $signed(\$44 );
-  assign \$47  = $signed(a_3_2) * $signed(\$46 );
-  assign \$48  = $signed(psum_2_3) + $signed(\$47 );
+  assign w0_0_1_next = \$4  ? w_row[15:8] : w0_0_1;
+  assign \$5  = ! w_bank;
+  assign \$6  = w_load & \$5 ;
+  assign w0_0_2_next = \$6  ? w_row[23:16] : w0_0_2;
+  assign \$7  = ! w_bank;
+  assign \$8  = w_load & \$7 ;
+  assign w0_0_3_next = \$8  ? w_row[31:24] : w0_0_3;
+  assign \$9  = ! w_bank;
+  assign \$10  = w_load & \$9 ;
+  assign w0_1_0_next = \$10  ? w0_0_0 : w0_1_0;
+  assign \$11  = ! w_bank;
+  assign \$12  = w_load & \$11 ;
+  assign w0_1_1_next = \$12  ? w0_0_1 : w0_1_1;
+  assign \$13  = ! w_bank;
+  assign \$14  = w_load & \$13 ;
+  assign w0_1_2_next = \$14  ? w0_0_2 : w0_1_2;
+  assign \$15  = ! w_bank;
+  assign \$16  = w_load & \$15 ;
+  assign w0_1_3_next = \$16  ? w0_0_3 : w0_1_3;
+  assign \$17  = ! w_bank;
+  assign \$18  = w_load & \$17 ;
+  assign w0_2_0_next = \$18  ? w0_1_0 : w0_2_0;
+  assign \$19  = ! w_bank;
+  assign \$20  = w_load & \$19 ;
+  assign w0_2_1_next = \$20  ? w0_1_1 : w0_2_1;
+  assign \$21  = ! w_bank;
+  assign \$22  = w_load & \$21 ;
+  assign w0_2_2_next = \$22  ? w0_1_2 : w0_2_2;
+  assign \$23  = ! w_bank;
+  assign \$24  = w_load & \$23 ;
+  assign w0_2_3_next = \$24  ? w0_1_3 : w0_2_3;
+  assign \$25  = ! w_bank;
+  assign \$26  = w_load & \$25 ;
+  assign w0_3_0_next = \$26  ? w0_2_0 : w0_3_0;
+  assign \$27  = ! w_bank;
+  assign \$28  = w_load & \$27 ;
+  assign w0_3_1_next = \$28  ? w0_2_1 : w0_3_1;
+  assign \$29  = ! w_bank;
+  assign \$30  = w_load & \$29 ;
+  assign w0_3_2_next = \$30  ? w0_2_2 : w0_3_2;
+  assign \$31  = ! w_bank;
+  assign \$32  = w_load & \$31 ;
+  assign w0_3_3_next = \$32  ? w0_2_3 : w0_3_3;
+  assign \$34  = w_load & \$33 ;
+  assign w1_0_0_next = \$34  ? w_row[7:0] : w1_0_0;
+  assign \$36  = w_load & \$35 ;
+  assign w1_0_1_next = \$36  ? w_row[15:8] : w1_0_1;
+  assign \$38  = w_load & \$37 ;
+  assign w1_0_2_next = \$38  ? w_row[23:16] : w1_0_2;
+  assign \$40  = w_load & \$39 ;
+  assign w1_0_3_next = \$40  ? w_row[31:24] : w1_0_3;
+  assign \$42  = w_load & \$41 ;
+  assign w1_1_0_next = \$42  ? w1_0_0 : w1_1_0;
+  assign \$44  = w_load & \$43 ;
+  assign w1_1_1_next = \$44  ? w1_0_1 : w1_1_1;
+  assign \$46  = w_load & \$45 ;
+  assign w1_1_2_next = \$46  ? w1_0_2 : w1_1_2;
+  assign \$48  = w_load & \$47 ;
+  assign w1_1_3_next = \$48  ? w1_0_3 : w1_1_3;
+  assign \$50  = w_load & \$49 ;
+  assign w1_2_0_next = \$50  ? w1_1_0 : w1_2_0;
+  assign \$52  = w_load & \$51 ;
+  assign w1_2_1_next = \$52  ? w1_1_1 : w1_2_1;
+  assign \$54  = w_load & \$53 ;
+  assign w1_2_2_next = \$54  ? w1_1_2 : w1_2_2;
+  assign \$56  = w_load & \$55 ;
+  assign w1_2_3_next = \$56  ? w1_1_3 : w1_2_3;
+  assign \$58  = w_load & \$57 ;
+  assign w1_3_0_next = \$58  ? w1_2_0 : w1_3_0;
+  assign \$60  = w_load & \$59 ;
+  assign w1_3_1_next = \$60  ? w1_2_1 : w1_3_1;
+  assign \$62  = w_load & \$61 ;
+  assign w1_3_2_next = \$62  ? w1_2_2 : w1_3_2;
+  assign \$64  = w_load & \$63 ;
+  assign w1_3_3_next = \$64  ? w1_2_3 : w1_3_3;
+  assign \$65  = next_bank ? w1_0_0_next : w0_0_0_next;
+  assign \$66  = $signed(a[7:0]) * $signed(wsel_0_0);
+  assign \$67  = skew_bank1_0 ? w1_1_0_next : w0_1_0_next;
+  assign \$68  = $signed(skew1_0) * $signed(wsel_1_0);
+  assign \$69  = $signed(psum_0_0) + $signed(\$68 );
+  assign \$70  = skew_bank2_1 ? w1_2_0_next : w0_2_0_next;
+  assign \$71  = $signed(skew2_1) * $signed(wsel_2_0);
+  assign \$72  = $signed(psum_1_0) + $signed(\$71 );
+  assign \$73  = skew_bank3_2 ? w1_3_0_next : w0_3_0_next;
+  assign \$74  = $signed(skew3_2) * $signed(wsel_3_0);
+  assign \$75  = $signed(psum_2_0) + $signed(\$74 );
+  assign \$76  = bank_0_0 ? w1_0_1_next : w0_0_1_next;
+  assign \$77  = $signed(a_0_0) * $signed(wsel_0_1);
+  assign \$78  = bank_1_0 ? w1_1_1_next : w0_1_1_next;
+  assign \$79  = $signed(a_1_0) * $signed(wsel_1_1);
+  assign \$80  = $signed(psum_0_1) + $signed(\$79 );
+  assign \$81  = bank_2_0 ? w1_2_1_next : w0_2_1_next;
+  assign \$82  = $signed(a_2_0) * $signed(wsel_2_1);
+  assign \$83  = $signed(psum_1_1) + $signed(\$82 );
+  assign \$84  = bank_3_0 ? w1_3_1_next : w0_3_1_next;
+  assign \$85  = $signed(a_3_0) * $signed(wsel_3_1);
+  assign \$86  = $signed(psum_2_1) + $signed(\$85 );
+  assign \$87  = bank_0_1 ? w1_0_2_next : w0_0_2_next;
+  assign \$88  = $signed(a_0_1) * $signed(wsel_0_2);
+  assign \$89  = bank_1_1 ? w1_1_2_next : w0_1_2_next;
+  assign \$90  = $signed(a_1_1) * $signed(wsel_1_2);
+  assign \$91  = $signed(psum_0_2) + $signed(\$90 );
+  assign \$92  = bank_2_1 ? w1_2_2_next : w0_2_2_next;
+  assign \$93  = $signed(a_2_1) * $signed(wsel_2_2);
+  assign \$94  = $signed(psum_1_2) + $signed(\$93 );
+  assign \$95  = bank_3_1 ? w1_3_2_next : w0_3_2_next;
+  assign \$96  = $signed(a_3_1) * $signed(wsel_3_2);
+  assign \$97  = $signed(psum_2_2) + $signed(\$96 );
+  assign \$98  = bank_0_2 ? w1_0_3_next : w0_0_3_next;
+  assign \$99  = $signed(a_0_2) * $signed(wsel_0_3);
+  assign \$100  = bank_1_2 ? w1_1_3_next : w0_1_3_next;
+  assign \$101  = $signed(a_1_2) * $signed(wsel_1_3);
+  assign \$102  = $signed(psum_0_3) + $signed(\$101 );
+  assign \$103  = bank_2_2 ? w1_2_3_next : w0_2_3_next;
+  assign \$104  = $signed(a_2_2) * $signed(wsel_2_3);
+  assign \$105  = $signed(psum_1_3) + $signed(\$104 );
+  assign \$106  = bank_3_2 ? w1_3_3_next : w0_3_3_next;
+  assign \$107  = $signed(a_3_2) * $signed(wsel_3_3);
+  assign \$108  = $signed(psum_2_3) + $signed(\$107 );
   always @(posedge clk)
-    w0_0_0 <= \$49 ;
+    w0_0_0 <= \$109 ;
   always @(posedge clk)
-    w0_1_0 <= \$50 ;
+    w0_0_1 <= \$110 ;
   always @(posedge clk)
-    w0_2_0 <= \$51 ;
+    w0_0_2 <= \$111 ;
   always @(posedge clk)
-    w0_3_0 <= \$52 ;
+    w0_0_3 <= \$112 ;
   always @(posedge clk)
-    w0_0_1 <= \$53 ;
+    w0_1_0 <= \$113 ;
   always @(posedge clk)
-    w0_1_1 <= \$54 ;
+    w0_1_1 <= \$114 ;
   always @(posedge clk)
-    w0_2_1 <= \$55 ;
+    w0_1_2 <= \$115 ;
   always @(posedge clk)
-    w0_3_1 <= \$56 ;
+    w0_1_3 <= \$116 ;
   always @(posedge clk)
-    w0_0_2 <= \$57 ;
+    w0_2_0 <= \$117 ;
   always @(posedge clk)
-    w0_1_2 <= \$58 ;
+    w0_2_1 <= \$118 ;
   always @(posedge clk)
-    w0_2_2 <= \$59 ;
+    w0_2_2 <= \$119 ;
   always @(posedge clk)
-    w0_3_2 <= \$60 ;
+    w0_2_3 <= \$120 ;
   always @(posedge clk)
-    w0_0_3 <= \$61 ;
+    w0_3_0 <= \$121 ;
   always @(posedge clk)
-    w0_1_3 <= \$62 ;
+    w0_3_1 <= \$122 ;
   always @(posedge clk)
-    w0_2_3 <= \$63 ;
+    w0_3_2 <= \$123 ;
   always @(posedge clk)
-    w0_3_3 <= \$64 ;
+    w0_3_3 <= \$124 ;
   always @(posedge clk)
-    w1_0_0 <= \$65 ;
+    w1_0_0 <= \$125 ;
   always @(posedge clk)
-    w1_1_0 <= \$66 ;
+    w1_0_1 <= \$126 ;
   always @(posedge clk)
-    w1_2_0 <= \$67 ;
+    w1_0_2 <= \$127 ;
   always @(posedge clk)
-    w1_3_0 <= \$68 ;
+    w1_0_3 <= \$128 ;
   always @(posedge clk)
-    w1_0_1 <= \$69 ;
+    w1_1_0 <= \$129 ;
   always @(posedge clk)
-    w1_1_1 <= \$70 ;
+    w1_1_1 <= \$130 ;
   always @(posedge clk)
-    w1_2_1 <= \$71 ;
+    w1_1_2 <= \$131 ;
   always @(posedge clk)
-    w1_3_1 <= \$72 ;
+    w1_1_3 <= \$132 ;
   always @(posedge clk)
-    w1_0_2 <= \$73 ;
+    w1_2_0 <= \$133 ;
   always @(posedge clk)
-    w1_1_2 <= \$74 ;
+    w1_2_1 <= \$134 ;
   always @(posedge clk)
-    w1_2_2 <= \$75 ;
+    w1_2_2 <= \$135 ;
   always @(posedge clk)
-    w1_3_2 <= \$76 ;
+    w1_2_3 <= \$136 ;
   always @(posedge clk)
-    w1_0_3 <= \$77 ;
+    w1_3_0 <= \$137 ;
   always @(posedge clk)
-    w1_1_3 <= \$78 ;
+    w1_3_1 <= \$138 ;
   always @(posedge clk)
-    w1_2_3 <= \$79 ;
+    w1_3_2 <= \$139 ;
   always @(posedge clk)
-    w1_3_3 <= \$80 ;
+    w1_3_3 <= \$140 ;
   always @(posedge clk)
-    skew1_0 <= \$81 ;
+    skew1_0 <= \$141 ;
   always @(posedge clk)
-    skew_bank1_0 <= \$82 ;
+    skew_bank1_0 <= \$142 ;
   always @(posedge clk)
-    skew2_0 <= \$83 ;
+    skew2_0 <= \$143 ;
   always @(posedge clk)
-    skew_bank2_0 <= \$84 ;
+    skew_bank2_0 <= \$144 ;
   always @(posedge clk)
-    skew2_1 <= \$85 ;
+    skew2_1 <= \$145 ;
   always @(posedge clk)
-    skew_bank2_1 <= \$86 ;
+    skew_bank2_1 <= \$146 ;
   always @(posedge clk)
-    skew3_0 <= \$87 ;
+    skew3_0 <= \$147 ;
   always @(posedge clk)
-    skew_bank3_0 <= \$88 ;
+    skew_bank3_0 <= \$148 ;
   always @(posedge clk)
-    skew3_1 <= \$89 ;
+    skew3_1 <= \$149 ;
   always @(posedge clk)
-    skew_bank3_1 <= \$90 ;
+    skew_bank3_1 <= \$150 ;
   always @(posedge clk)
-    skew3_2 <= \$91 ;
+    skew3_2 <= \$151 ;
   always @(posedge clk)
-    skew_bank3_2 <= \$92 ;
+    skew_bank3_2 <= \$152 ;
   always @(posedge clk)
-    a_0_0 <= \$93 ;
+    a_0_0 <= \$153 ;
   always @(posedge clk)
-    bank_0_0 <= \$94 ;
+    bank_0_0 <= \$154 ;
   always @(posedge clk)
-    psum_0_0 <= \$95 ;
+    wsel_0_0 <= \$155 ;
   always @(posedge clk)
-    a_1_0 <= \$96 ;
+    psum_0_0 <= \$156 ;
   always @(posedge clk)
-    bank_1_0 <= \$97 ;
+    a_1_0 <= \$157 ;
   always @(posedge clk)
-    psum_1_0 <= \$98 ;
+    bank_1_0 <= \$158 ;
   always @(posedge clk)
-    a_2_0 <= \$99 ;
+    wsel_1_0 <= \$159 ;
   always @(posedge clk)
-    bank_2_0 <= \$100 ;
+    psum_1_0 <= \$160 ;
   always @(posedge clk)
-    psum_2_0 <= \$101 ;
+    a_2_0 <= \$161 ;
   always @(posedge clk)
-    a_3_0 <= \$102 ;
+    bank_2_0 <= \$162 ;
   always @(posedge clk)
-    bank_3_0 <= \$103 ;
+    wsel_2_0 <= \$163 ;
   always @(posedge clk)
-    psum_3_0 <= \$104 ;
+    psum_2_0 <= \$164 ;
   always @(posedge clk)
-    deskew0_0 <= \$105 ;
+    a_3_0 <= \$165 ;
   always @(posedge clk)
-    deskew0_1 <= \$106 ;
+    bank_3_0 <= \$166 ;
   always @(posedge clk)
-    deskew0_2 <= \$107 ;
+    wsel_3_0 <= \$167 ;
   always @(posedge clk)
-    a_0_1 <= \$108 ;
+    psum_3_0 <= \$168 ;
   always @(posedge clk)
-    bank_0_1 <= \$109 ;
+    deskew0_0 <= \$169 ;
   always @(posedge clk)
-    psum_0_1 <= \$110 ;
+    deskew0_1 <= \$170 ;
   always @(posedge clk)
-    a_1_1 <= \$111 ;
+    deskew0_2 <= \$171 ;
   always @(posedge clk)
-    bank_1_1 <= \$112 ;
+    a_0_1 <= \$172 ;
   always @(posedge clk)
-    psum_1_1 <= \$113 ;
+    bank_0_1 <= \$173 ;
   always @(posedge clk)
-    a_2_1 <= \$114 ;
+    wsel_0_1 <= \$174 ;
   always @(posedge clk)
-    bank_2_1 <= \$115 ;
+    psum_0_1 <= \$175 ;
   always @(posedge clk)
-    psum_2_1 <= \$116 ;
+    a_1_1 <= \$176 ;
   always @(posedge clk)
-    a_3_1 <= \$117 ;
+    bank_1_1 <= \$177 ;
   always @(posedge clk)
-    bank_3_1 <= \$118 ;
+    wsel_1_1 <= \$178 ;
   always @(posedge clk)
-    psum_3_1 <= \$119 ;
+    psum_1_1 <= \$179 ;
   always @(posedge clk)
-    deskew1_0 <= \$120 ;
+    a_2_1 <= \$180 ;
   always @(posedge clk)
-    deskew1_1 <= \$121 ;
+    bank_2_1 <= \$181 ;
   always @(posedge clk)
-    a_0_2 <= \$122 ;
+    wsel_2_1 <= \$182 ;
   always @(posedge clk)
-    bank_0_2 <= \$123 ;
+    psum_2_1 <= \$183 ;
   always @(posedge clk)
-    psum_0_2 <= \$124 ;
+    a_3_1 <= \$184 ;
   always @(posedge clk)
-    a_1_2 <= \$125 ;
+    bank_3_1 <= \$185 ;
   always @(posedge clk)
-    bank_1_2 <= \$126 ;
+    wsel_3_1 <= \$186 ;
   always @(posedge clk)
-    psum_1_2 <= \$127 ;
+    psum_3_1 <= \$187 ;
   always @(posedge clk)
-    a_2_2 <= \$128 ;
+    deskew1_0 <= \$188 ;
   always @(posedge clk)
-    bank_2_2 <= \$129 ;
+    deskew1_1 <= \$189 ;
   always @(posedge clk)
-    psum_2_2 <= \$130 ;
+    a_0_2 <= \$190 ;
   always @(posedge clk)
-    a_3_2 <= \$131 ;
+    bank_0_2 <= \$191 ;
   always @(posedge clk)
-    bank_3_2 <= \$132 ;
+    wsel_0_2 <= \$192 ;
   always @(posedge clk)
-    psum_3_2 <= \$133 ;
+    psum_0_2 <= \$193 ;
   always @(posedge clk)
-    deskew2_0 <= \$134 ;
+    a_1_2 <= \$194 ;
   always @(posedge clk)
-    a_0_3 <= \$135 ;
+    bank_1_2 <= \$195 ;
   always @(posedge clk)
-    bank_0_3 <= \$136 ;
+    wsel_1_2 <= \$196 ;
   always @(posedge clk)
-    psum_0_3 <= \$137 ;
+    psum_1_2 <= \$197 ;
   always @(posedge clk)
-    a_1_3 <= \$138 ;
+    a_2_2 <= \$198 ;
   always @(posedge clk)
-    bank_1_3 <= \$139 ;
+    bank_2_2 <= \$199 ;
   always @(posedge clk)
-    psum_1_3 <= \$140 ;
+    wsel_2_2 <= \$200 ;
   always @(posedge clk)
-    a_2_3 <= \$141 ;
+    psum_2_2 <= \$201 ;
   always @(posedge clk)
-    bank_2_3 <= \$142 ;
+    a_3_2 <= \$202 ;
   always @(posedge clk)
-    psum_2_3 <= \$143 ;
+    bank_3_2 <= \$203 ;
   always @(posedge clk)
-    a_3_3 <= \$144 ;
+    wsel_3_2 <= \$204 ;
   always @(posedge clk)
-    bank_3_3 <= \$145 ;
+    psum_3_2 <= \$205 ;
   always @(posedge clk)
-    psum_3_3 <= \$146 ;
+    deskew2_0 <= \$206 ;
   always @(posedge clk)
-    valid_d0 <= \$147 ;
+    a_0_3 <= \$207 ;
   always @(posedge clk)
-    ctl_d0 <= \$148 ;
+    bank_0_3 <= \$208 ;
   always @(posedge clk)
-    valid_d1 <= \$149 ;
+    wsel_0_3 <= \$209 ;
   always @(posedge clk)
-    ctl_d1 <= \$150 ;
+    psum_0_3 <= \$210 ;
   always @(posedge clk)
-    valid_d2 <= \$151 ;
+    a_1_3 <= \$211 ;
   always @(posedge clk)
-    ctl_d2 <= \$152 ;
+    bank_1_3 <= \$212 ;
   always @(posedge clk)
-    valid_d3 <= \$153 ;
+    wsel_1_3 <= \$213 ;
   always @(posedge clk)
-    ctl_d3 <= \$154 ;
+    psum_1_3 <= \$214 ;
   always @(posedge clk)
-    valid_d4 <= \$155 ;
+    a_2_3 <= \$215 ;
   always @(posedge clk)
-    ctl_d4 <= \$156 ;
+    bank_2_3 <= \$216 ;
   always @(posedge clk)
-    valid_d5 <= \$157 ;
+    wsel_2_3 <= \$217 ;
   always @(posedge clk)
-    ctl_d5 <= \$158 ;
+    psum_2_3 <= \$218 ;
   always @(posedge clk)
-    valid_d6 <= \$159 ;
+    a_3_3 <= \$219 ;
   always @(posedge clk)
-    ctl_d6 <= \$160 ;
+    bank_3_3 <= \$220 ;
+  always @(posedge clk)
+    wsel_3_3 <= \$221 ;
+  always @(posedge clk)
+    psum_3_3 <= \$222 ;
+  always @(posedge clk)
+    valid_d0 <= \$223 ;
+  always @(posedge clk)
+    ctl_d0 <= \$224 ;
+  always @(posedge clk)
+    valid_d1 <= \$225 ;
+  always @(posedge clk)
+    ctl_d1 <= \$226 ;
+  always @(posedge clk)
+    valid_d2 <= \$227 ;
+  always @(posedge clk)
+    ctl_d2 <= \$228 ;
+  always @(posedge clk)
+    valid_d3 <= \$229 ;
+  always @(posedge clk)
+    ctl_d3 <= \$230 ;
+  always @(posedge clk)
+    valid_d4 <= \$231 ;
+  always @(posedge clk)
+    ctl_d4 <= \$232 ;
+  always @(posedge clk)
+    valid_d5 <= \$233 ;
+  always @(posedge clk)
+    ctl_d5 <= \$234 ;
+  always @(posedge clk)
+    out_valid <= \$235 ;
+  always @(posedge clk)
+    out_ctl <= \$236 ;
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    (* full_case = 32'd1 *)
-    casez (a_bank)
-      1'h0:
-          \$5  = w0_0_0;
-      1'h1:
-          \$5  = w1_0_0;
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    (* full_case = 32'd1 *)
-    casez (skew_bank1_0)
-      1'h0:
-          \$7  = w0_1_0;
-      1'h1:
-          \$7  = w1_1_0;
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    (* full_case = 32'd1 *)
-    casez (skew_bank2_1)
-      1'h0:
-          \$10  = w0_2_0;
-      1'h1:
-          \$10  = w1_2_0;
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    (* full_case = 32'd1 *)
-    casez (skew_bank3_2)
-      1'h0:
-          \$13  = w0_3_0;
-      1'h1:
-          \$13  = w1_3_0;
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_0_0)
-      1'h0:
-          \$16  = w0_0_1;
-      1'h1:
-          \$16  = w1_0_1;
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_1_0)
-      1'h0:
-          \$18  = w0_1_1;
-      1'h1:
-          \$18  = w1_1_1;
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_2_0)
-      1'h0:
-          \$21  = w0_2_1;
-      1'h1:
-          \$21  = w1_2_1;
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_3_0)
-      1'h0:
-          \$24  = w0_3_1;
-      1'h1:
-          \$24  = w1_3_1;
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_0_1)
-      1'h0:
-          \$27  = w0_0_2;
-      1'h1:
-          \$27  = w1_0_2;
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_1_1)
-      1'h0:
-          \$29  = w0_1_2;
-      1'h1:
-          \$29  = w1_1_2;
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_2_1)
-      1'h0:
-          \$32  = w0_2_2;
-      1'h1:
-          \$32  = w1_2_2;
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_3_1)
-      1'h0:
-          \$35  = w0_3_2;
-      1'h1:
-          \$35  = w1_3_2;
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_0_2)
-      1'h0:
-          \$38  = w0_0_3;
-      1'h1:
-          \$38  = w1_0_3;
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_1_2)
-      1'h0:
-          \$40  = w0_1_3;
-      1'h1:
-          \$40  = w1_1_3;
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_2_2)
-      1'h0:
-          \$43  = w0_2_3;
-      1'h1:
-          \$43  = w1_2_3;
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    (* full_case = 32'd1 *)
-    casez (bank_3_2)
-      1'h0:
-          \$46  = w0_3_3;
-      1'h1:
-          \$46  = w1_3_3;
-    endcase
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$49  = w0_0_0;
-    if (\$2 ) begin
-      \$49  = w_row[7:0];
-    end
+    \$109  = w0_0_0_next;
     if (rst) begin
-      \$49  = 8'h00;
+      \$109  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$50  = w0_1_0;
-    if (\$2 ) begin
-      \$50  = w0_0_0;
-    end
+    \$110  = w0_0_1_next;
     if (rst) begin
-      \$50  = 8'h00;
+      \$110  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$51  = w0_2_0;
-    if (\$2 ) begin
-      \$51  = w0_1_0;
-    end
-    if (rst) begin
-      \$51  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$52  = w0_3_0;
-    if (\$2 ) begin
-      \$52  = w0_2_0;
-    end
-    if (rst) begin
-      \$52  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$53  = w0_0_1;
-    if (\$2 ) begin
-      \$53  = w_row[15:8];
-    end
-    if (rst) begin
-      \$53  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$54  = w0_1_1;
-    if (\$2 ) begin
-      \$54  = w0_0_1;
-    end
-    if (rst) begin
-      \$54  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$55  = w0_2_1;
-    if (\$2 ) begin
-      \$55  = w0_1_1;
-    end
-    if (rst) begin
-      \$55  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$56  = w0_3_1;
-    if (\$2 ) begin
-      \$56  = w0_2_1;
-    end
-    if (rst) begin
-      \$56  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$57  = w0_0_2;
-    if (\$2 ) begin
-      \$57  = w_row[23:16];
-    end
-    if (rst) begin
-      \$57  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$58  = w0_1_2;
-    if (\$2 ) begin
-      \$58  = w0_0_2;
-    end
-    if (rst) begin
-      \$58  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$59  = w0_2_2;
-    if (\$2 ) begin
-      \$59  = w0_1_2;
-    end
-    if (rst) begin
-      \$59  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$60  = w0_3_2;
-    if (\$2 ) begin
-      \$60  = w0_2_2;
-    end
-    if (rst) begin
-      \$60  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$61  = w0_0_3;
-    if (\$2 ) begin
-      \$61  = w_row[31:24];
-    end
-    if (rst) begin
-      \$61  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$62  = w0_1_3;
-    if (\$2 ) begin
-      \$62  = w0_0_3;
-    end
-    if (rst) begin
-      \$62  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$63  = w0_2_3;
-    if (\$2 ) begin
-      \$63  = w0_1_3;
-    end
-    if (rst) begin
-      \$63  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$64  = w0_3_3;
-    if (\$2 ) begin
-      \$64  = w0_2_3;
-    end
-    if (rst) begin
-      \$64  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$65  = w1_0_0;
-    if (\$4 ) begin
-      \$65  = w_row[7:0];
-    end
-    if (rst) begin
-      \$65  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$66  = w1_1_0;
-    if (\$4 ) begin
-      \$66  = w1_0_0;
-    end
-    if (rst) begin
-      \$66  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$67  = w1_2_0;
-    if (\$4 ) begin
-      \$67  = w1_1_0;
-    end
-    if (rst) begin
-      \$67  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$68  = w1_3_0;
-    if (\$4 ) begin
-      \$68  = w1_2_0;
-    end
-    if (rst) begin
-      \$68  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$69  = w1_0_1;
-    if (\$4 ) begin
-      \$69  = w_row[15:8];
-    end
-    if (rst) begin
-      \$69  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$70  = w1_1_1;
-    if (\$4 ) begin
-      \$70  = w1_0_1;
-    end
-    if (rst) begin
-      \$70  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$71  = w1_2_1;
-    if (\$4 ) begin
-      \$71  = w1_1_1;
-    end
-    if (rst) begin
-      \$71  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$72  = w1_3_1;
-    if (\$4 ) begin
-      \$72  = w1_2_1;
-    end
-    if (rst) begin
-      \$72  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$73  = w1_0_2;
-    if (\$4 ) begin
-      \$73  = w_row[23:16];
-    end
-    if (rst) begin
-      \$73  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$74  = w1_1_2;
-    if (\$4 ) begin
-      \$74  = w1_0_2;
-    end
-    if (rst) begin
-      \$74  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$75  = w1_2_2;
-    if (\$4 ) begin
-      \$75  = w1_1_2;
-    end
-    if (rst) begin
-      \$75  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$76  = w1_3_2;
-    if (\$4 ) begin
-      \$76  = w1_2_2;
-    end
-    if (rst) begin
-      \$76  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$77  = w1_0_3;
-    if (\$4 ) begin
-      \$77  = w_row[31:24];
-    end
-    if (rst) begin
-      \$77  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$78  = w1_1_3;
-    if (\$4 ) begin
-      \$78  = w1_0_3;
-    end
-    if (rst) begin
-      \$78  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$79  = w1_2_3;
-    if (\$4 ) begin
-      \$79  = w1_1_3;
-    end
-    if (rst) begin
-      \$79  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$80  = w1_3_3;
-    if (\$4 ) begin
-      \$80  = w1_2_3;
-    end
-    if (rst) begin
-      \$80  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$81  = a[15:8];
-    if (rst) begin
-      \$81  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$82  = a_bank;
-    if (rst) begin
-      \$82  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$83  = a[23:16];
-    if (rst) begin
-      \$83  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$84  = a_bank;
-    if (rst) begin
-      \$84  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$85  = skew2_0;
-    if (rst) begin
-      \$85  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$86  = skew_bank2_0;
-    if (rst) begin
-      \$86  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$87  = a[31:24];
-    if (rst) begin
-      \$87  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$88  = a_bank;
-    if (rst) begin
-      \$88  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$89  = skew3_0;
-    if (rst) begin
-      \$89  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$90  = skew_bank3_0;
-    if (rst) begin
-      \$90  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$91  = skew3_1;
-    if (rst) begin
-      \$91  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$92  = skew_bank3_1;
-    if (rst) begin
-      \$92  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$93  = a[7:0];
-    if (rst) begin
-      \$93  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$94  = a_bank;
-    if (rst) begin
-      \$94  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$95  = { \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6 [15], \$6  };
-    if (rst) begin
-      \$95  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$96  = skew1_0;
-    if (rst) begin
-      \$96  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$97  = skew_bank1_0;
-    if (rst) begin
-      \$97  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$98  = \$9 [31:0];
-    if (rst) begin
-      \$98  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$99  = skew2_1;
-    if (rst) begin
-      \$99  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$100  = skew_bank2_1;
-    if (rst) begin
-      \$100  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$101  = \$12 [31:0];
-    if (rst) begin
-      \$101  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$102  = skew3_2;
-    if (rst) begin
-      \$102  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$103  = skew_bank3_2;
-    if (rst) begin
-      \$103  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$104  = \$15 [31:0];
-    if (rst) begin
-      \$104  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$105  = psum_3_0;
-    if (rst) begin
-      \$105  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$106  = deskew0_0;
-    if (rst) begin
-      \$106  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$107  = deskew0_1;
-    if (rst) begin
-      \$107  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$108  = a_0_0;
-    if (rst) begin
-      \$108  = 8'h00;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$109  = bank_0_0;
-    if (rst) begin
-      \$109  = 1'h0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$110  = { \$17 [15], \$17 [15], \$17 [15], \$17 [15], \$17 [15], \$17 [15], \$17 [15], \$17 [15], \$17 [15], \$17 [15], \$17 [15], \$17 [15], \$17 [15], \$17 [15], \$17 [15], \$17 [15], \$17  };
-    if (rst) begin
-      \$110  = 32'd0;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$111  = a_1_0;
+    \$111  = w0_0_2_next;
     if (rst) begin
       \$111  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$112  = bank_1_0;
+    \$112  = w0_0_3_next;
     if (rst) begin
-      \$112  = 1'h0;
+      \$112  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$113  = \$20 [31:0];
+    \$113  = w0_1_0_next;
     if (rst) begin
-      \$113  = 32'd0;
+      \$113  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$114  = a_2_0;
+    \$114  = w0_1_1_next;
     if (rst) begin
       \$114  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$115  = bank_2_0;
+    \$115  = w0_1_2_next;
     if (rst) begin
-      \$115  = 1'h0;
+      \$115  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$116  = \$23 [31:0];
+    \$116  = w0_1_3_next;
     if (rst) begin
-      \$116  = 32'd0;
+      \$116  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$117  = a_3_0;
+    \$117  = w0_2_0_next;
     if (rst) begin
       \$117  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$118  = bank_3_0;
+    \$118  = w0_2_1_next;
     if (rst) begin
-      \$118  = 1'h0;
+      \$118  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$119  = \$26 [31:0];
+    \$119  = w0_2_2_next;
     if (rst) begin
-      \$119  = 32'd0;
+      \$119  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$120  = psum_3_1;
+    \$120  = w0_2_3_next;
     if (rst) begin
-      \$120  = 32'd0;
+      \$120  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$121  = deskew1_0;
+    \$121  = w0_3_0_next;
     if (rst) begin
-      \$121  = 32'd0;
+      \$121  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$122  = a_0_1;
+    \$122  = w0_3_1_next;
     if (rst) begin
       \$122  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$123  = bank_0_1;
+    \$123  = w0_3_2_next;
     if (rst) begin
-      \$123  = 1'h0;
+      \$123  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$124  = { \$28 [15], \$28 [15], \$28 [15], \$28 [15], \$28 [15], \$28 [15], \$28 [15], \$28 [15], \$28 [15], \$28 [15], \$28 [15], \$28 [15], \$28 [15], \$28 [15], \$28 [15], \$28 [15], \$28  };
+    \$124  = w0_3_3_next;
     if (rst) begin
-      \$124  = 32'd0;
+      \$124  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$125  = a_1_1;
+    \$125  = w1_0_0_next;
     if (rst) begin
       \$125  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$126  = bank_1_1;
+    \$126  = w1_0_1_next;
     if (rst) begin
-      \$126  = 1'h0;
+      \$126  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$127  = \$31 [31:0];
+    \$127  = w1_0_2_next;
     if (rst) begin
-      \$127  = 32'd0;
+      \$127  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$128  = a_2_1;
+    \$128  = w1_0_3_next;
     if (rst) begin
       \$128  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$129  = bank_2_1;
+    \$129  = w1_1_0_next;
     if (rst) begin
-      \$129  = 1'h0;
+      \$129  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$130  = \$34 [31:0];
+    \$130  = w1_1_1_next;
     if (rst) begin
-      \$130  = 32'd0;
+      \$130  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$131  = a_3_1;
+    \$131  = w1_1_2_next;
     if (rst) begin
       \$131  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$132  = bank_3_1;
+    \$132  = w1_1_3_next;
     if (rst) begin
-      \$132  = 1'h0;
+      \$132  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$133  = \$37 [31:0];
+    \$133  = w1_2_0_next;
     if (rst) begin
-      \$133  = 32'd0;
+      \$133  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$134  = psum_3_2;
+    \$134  = w1_2_1_next;
     if (rst) begin
-      \$134  = 32'd0;
+      \$134  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$135  = a_0_2;
+    \$135  = w1_2_2_next;
     if (rst) begin
       \$135  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$136  = bank_0_2;
+    \$136  = w1_2_3_next;
     if (rst) begin
-      \$136  = 1'h0;
+      \$136  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$137  = { \$39 [15], \$39 [15], \$39 [15], \$39 [15], \$39 [15], \$39 [15], \$39 [15], \$39 [15], \$39 [15], \$39 [15], \$39 [15], \$39 [15], \$39 [15], \$39 [15], \$39 [15], \$39 [15], \$39  };
+    \$137  = w1_3_0_next;
     if (rst) begin
-      \$137  = 32'd0;
+      \$137  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$138  = a_1_2;
+    \$138  = w1_3_1_next;
     if (rst) begin
       \$138  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$139  = bank_1_2;
+    \$139  = w1_3_2_next;
     if (rst) begin
-      \$139  = 1'h0;
+      \$139  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$140  = \$42 [31:0];
+    \$140  = w1_3_3_next;
     if (rst) begin
-      \$140  = 32'd0;
+      \$140  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$141  = a_2_2;
+    \$141  = a[15:8];
     if (rst) begin
       \$141  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$142  = bank_2_2;
+    \$142  = next_bank;
     if (rst) begin
       \$142  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$143  = \$45 [31:0];
+    \$143  = a[23:16];
     if (rst) begin
-      \$143  = 32'd0;
+      \$143  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$144  = a_3_2;
+    \$144  = next_bank;
     if (rst) begin
-      \$144  = 8'h00;
+      \$144  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$145  = bank_3_2;
+    \$145  = skew2_0;
     if (rst) begin
-      \$145  = 1'h0;
+      \$145  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$146  = \$48 [31:0];
+    \$146  = skew_bank2_0;
     if (rst) begin
-      \$146  = 32'd0;
+      \$146  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$147  = a_valid;
+    \$147  = a[31:24];
     if (rst) begin
-      \$147  = 1'h0;
+      \$147  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$148  = ctl;
+    \$148  = next_bank;
     if (rst) begin
-      \$148  = 26'h0000000;
+      \$148  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$149  = valid_d0;
+    \$149  = skew3_0;
     if (rst) begin
-      \$149  = 1'h0;
+      \$149  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$150  = ctl_d0;
+    \$150  = skew_bank3_0;
     if (rst) begin
-      \$150  = 26'h0000000;
+      \$150  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$151  = valid_d1;
+    \$151  = skew3_1;
     if (rst) begin
-      \$151  = 1'h0;
+      \$151  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$152  = ctl_d1;
+    \$152  = skew_bank3_1;
     if (rst) begin
-      \$152  = 26'h0000000;
+      \$152  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$153  = valid_d2;
+    \$153  = a[7:0];
     if (rst) begin
-      \$153  = 1'h0;
+      \$153  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$154  = ctl_d2;
+    \$154  = next_bank;
     if (rst) begin
-      \$154  = 26'h0000000;
+      \$154  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$155  = valid_d3;
+    \$155  = \$65 ;
     if (rst) begin
-      \$155  = 1'h0;
+      \$155  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$156  = ctl_d3;
+    \$156  = { \$66 [15], \$66 [15], \$66 [15], \$66 [15], \$66 [15], \$66 [15], \$66 [15], \$66 [15], \$66 [15], \$66 [15], \$66 [15], \$66 [15], \$66 [15], \$66 [15], \$66 [15], \$66 [15], \$66  };
     if (rst) begin
-      \$156  = 26'h0000000;
+      \$156  = 32'd0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$157  = valid_d4;
+    \$157  = skew1_0;
     if (rst) begin
-      \$157  = 1'h0;
+      \$157  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$158  = ctl_d4;
+    \$158  = skew_bank1_0;
     if (rst) begin
-      \$158  = 26'h0000000;
+      \$158  = 1'h0;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$159  = valid_d5;
+    \$159  = \$67 ;
     if (rst) begin
-      \$159  = 1'h0;
+      \$159  = 8'h00;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
-    \$160  = ctl_d5;
+    \$160  = \$69 [31:0];
     if (rst) begin
-      \$160  = 26'h0000000;
+      \$160  = 32'd0;
     end
   end
-  assign out_valid = valid_d6;
-  assign out_ctl = ctl_d6;
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$161  = skew2_1;
+    if (rst) begin
+      \$161  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$162  = skew_bank2_1;
+    if (rst) begin
+      \$162  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$163  = \$70 ;
+    if (rst) begin
+      \$163  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$164  = \$72 [31:0];
+    if (rst) begin
+      \$164  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$165  = skew3_2;
+    if (rst) begin
+      \$165  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$166  = skew_bank3_2;
+    if (rst) begin
+      \$166  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$167  = \$73 ;
+    if (rst) begin
+      \$167  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$168  = \$75 [31:0];
+    if (rst) begin
+      \$168  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$169  = psum_3_0;
+    if (rst) begin
+      \$169  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$170  = deskew0_0;
+    if (rst) begin
+      \$170  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$171  = deskew0_1;
+    if (rst) begin
+      \$171  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$172  = a_0_0;
+    if (rst) begin
+      \$172  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$173  = bank_0_0;
+    if (rst) begin
+      \$173  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$174  = \$76 ;
+    if (rst) begin
+      \$174  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$175  = { \$77 [15], \$77 [15], \$77 [15], \$77 [15], \$77 [15], \$77 [15], \$77 [15], \$77 [15], \$77 [15], \$77 [15], \$77 [15], \$77 [15], \$77 [15], \$77 [15], \$77 [15], \$77 [15], \$77  };
+    if (rst) begin
+      \$175  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$176  = a_1_0;
+    if (rst) begin
+      \$176  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$177  = bank_1_0;
+    if (rst) begin
+      \$177  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$178  = \$78 ;
+    if (rst) begin
+      \$178  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$179  = \$80 [31:0];
+    if (rst) begin
+      \$179  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$180  = a_2_0;
+    if (rst) begin
+      \$180  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$181  = bank_2_0;
+    if (rst) begin
+      \$181  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$182  = \$81 ;
+    if (rst) begin
+      \$182  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$183  = \$83 [31:0];
+    if (rst) begin
+      \$183  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$184  = a_3_0;
+    if (rst) begin
+      \$184  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$185  = bank_3_0;
+    if (rst) begin
+      \$185  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$186  = \$84 ;
+    if (rst) begin
+      \$186  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$187  = \$86 [31:0];
+    if (rst) begin
+      \$187  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$188  = psum_3_1;
+    if (rst) begin
+      \$188  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$189  = deskew1_0;
+    if (rst) begin
+      \$189  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$190  = a_0_1;
+    if (rst) begin
+      \$190  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$191  = bank_0_1;
+    if (rst) begin
+      \$191  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$192  = \$87 ;
+    if (rst) begin
+      \$192  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$193  = { \$88 [15], \$88 [15], \$88 [15], \$88 [15], \$88 [15], \$88 [15], \$88 [15], \$88 [15], \$88 [15], \$88 [15], \$88 [15], \$88 [15], \$88 [15], \$88 [15], \$88 [15], \$88 [15], \$88  };
+    if (rst) begin
+      \$193  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$194  = a_1_1;
+    if (rst) begin
+      \$194  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$195  = bank_1_1;
+    if (rst) begin
+      \$195  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$196  = \$89 ;
+    if (rst) begin
+      \$196  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$197  = \$91 [31:0];
+    if (rst) begin
+      \$197  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$198  = a_2_1;
+    if (rst) begin
+      \$198  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$199  = bank_2_1;
+    if (rst) begin
+      \$199  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$200  = \$92 ;
+    if (rst) begin
+      \$200  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$201  = \$94 [31:0];
+    if (rst) begin
+      \$201  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$202  = a_3_1;
+    if (rst) begin
+      \$202  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$203  = bank_3_1;
+    if (rst) begin
+      \$203  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$204  = \$95 ;
+    if (rst) begin
+      \$204  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$205  = \$97 [31:0];
+    if (rst) begin
+      \$205  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$206  = psum_3_2;
+    if (rst) begin
+      \$206  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$207  = a_0_2;
+    if (rst) begin
+      \$207  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$208  = bank_0_2;
+    if (rst) begin
+      \$208  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$209  = \$98 ;
+    if (rst) begin
+      \$209  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$210  = { \$99 [15], \$99 [15], \$99 [15], \$99 [15], \$99 [15], \$99 [15], \$99 [15], \$99 [15], \$99 [15], \$99 [15], \$99 [15], \$99 [15], \$99 [15], \$99 [15], \$99 [15], \$99 [15], \$99  };
+    if (rst) begin
+      \$210  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$211  = a_1_2;
+    if (rst) begin
+      \$211  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$212  = bank_1_2;
+    if (rst) begin
+      \$212  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$213  = \$100 ;
+    if (rst) begin
+      \$213  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$214  = \$102 [31:0];
+    if (rst) begin
+      \$214  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$215  = a_2_2;
+    if (rst) begin
+      \$215  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$216  = bank_2_2;
+    if (rst) begin
+      \$216  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$217  = \$103 ;
+    if (rst) begin
+      \$217  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$218  = \$105 [31:0];
+    if (rst) begin
+      \$218  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$219  = a_3_2;
+    if (rst) begin
+      \$219  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$220  = bank_3_2;
+    if (rst) begin
+      \$220  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$221  = \$106 ;
+    if (rst) begin
+      \$221  = 8'h00;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$222  = \$108 [31:0];
+    if (rst) begin
+      \$222  = 32'd0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$223  = a_valid;
+    if (rst) begin
+      \$223  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$224  = ctl;
+    if (rst) begin
+      \$224  = 26'h0000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$225  = valid_d0;
+    if (rst) begin
+      \$225  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$226  = ctl_d0;
+    if (rst) begin
+      \$226  = 26'h0000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$227  = valid_d1;
+    if (rst) begin
+      \$227  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$228  = ctl_d1;
+    if (rst) begin
+      \$228  = 26'h0000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$229  = valid_d2;
+    if (rst) begin
+      \$229  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$230  = ctl_d2;
+    if (rst) begin
+      \$230  = 26'h0000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$231  = valid_d3;
+    if (rst) begin
+      \$231  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$232  = ctl_d3;
+    if (rst) begin
+      \$232  = 26'h0000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$233  = valid_d4;
+    if (rst) begin
+      \$233  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$234  = ctl_d4;
+    if (rst) begin
+      \$234  = 26'h0000000;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$235  = valid_d5;
+    if (rst) begin
+      \$235  = 1'h0;
+    end
+  end
+  always @* begin
+    if (\$auto$verilog_backend.cc:2355:dump_module$5 ) begin end
+    \$236  = ctl_d5;
+    if (rst) begin
+      \$236  = 26'h0000000;
+    end
+  end
+  assign valid_d6 = out_valid;
+  assign ctl_d6 = out_ctl;
   assign \w_row[0]  = w_row[7:0];
   assign \w_row[1]  = w_row[15:8];
   assign \w_row[2]  = w_row[23:16];
   assign \w_row[3]  = w_row[31:24];
-  assign \a[0]  = a[7:0];
-  assign \a[1]  = a[15:8];
-  assign \a[2]  = a[23:16];
-  assign \a[3]  = a[31:24];
   assign \out[0]  = out[31:0];
   assign \out[1]  = out[63:32];
   assign \out[2]  = out[95:64];
   assign \out[3]  = out[127:96];
+  assign \a[0]  = a[7:0];
+  assign \a[1]  = a[15:8];
+  assign \a[2]  = a[23:16];
+  assign \a[3]  = a[31:24];
   assign out[127:96] = psum_3_3;
   assign out[95:64] = deskew2_0;
   assign out[63:32] = deskew1_1;
   assign out[31:0] = deskew0_2;
-  assign \$3  = w_bank;
+  assign \$33  = w_bank;
+  assign \$35  = w_bank;
+  assign \$37  = w_bank;
+  assign \$39  = w_bank;
+  assign \$41  = w_bank;
+  assign \$43  = w_bank;
+  assign \$45  = w_bank;
+  assign \$47  = w_bank;
+  assign \$49  = w_bank;
+  assign \$51  = w_bank;
+  assign \$53  = w_bank;
+  assign \$55  = w_bank;
+  assign \$57  = w_bank;
+  assign \$59  = w_bank;
+  assign \$61  = w_bank;
+  assign \$63  = w_bank;
 endmodule
 
 (* generator = "Amaranth" *)
@@ -6403,7 +6523,7 @@ module \dx1_tile_core_a4.postops.postop (rst, row, bias, mult, shift, relu, row_
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_tile_core_a4.results (rst, acc_data, out_valid, out_ctl, out, w_addr, w_data, done__valid, done__tag, done__status, done__opcode, writing, clk);
+module \dx1_tile_core_a4.results (rst, acc_data, out, out_valid, out_ctl, w_addr, w_data, done__valid, done__tag, done__status, done__opcode, writing, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$15  = 0;
   wire [32:0] \$1 ;
   reg [25:0] \$10 ;
@@ -6812,7 +6932,7 @@ module \dx1_tile_core_a4.spm_ext_write (req__tvalid, req__tready, addr, data, en
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_tile_core_a4.streamer (rst, spm_data, stalled, room, w_data, w_en, bank_full, spm_addr, stream_start, stream_end, bank, a_valid, a_bank, ctl, a, clk);
+module \dx1_tile_core_a4.streamer (rst, spm_data, stalled, room, w_data, w_en, bank_full, spm_addr, stream_start, stream_end, bank, next_bank, a_valid, ctl, a, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$19  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -6854,9 +6974,8 @@ module \dx1_tile_core_a4.streamer (rst, spm_data, stalled, room, w_data, w_en, b
   reg \$43 ;
   reg [25:0] \$44 ;
   reg \$45 ;
-  reg \$46 ;
-  reg [25:0] \$47 ;
-  reg [31:0] \$48 ;
+  reg [25:0] \$46 ;
+  reg [31:0] \$47 ;
   wire \$5 ;
   wire [16:0] \$6 ;
   wire \$7 ;
@@ -6864,8 +6983,6 @@ module \dx1_tile_core_a4.streamer (rst, spm_data, stalled, room, w_data, w_en, b
   wire \$9 ;
   output [31:0] a;
   reg [31:0] a = 32'd0;
-  output a_bank;
-  reg a_bank = 1'h0;
   output a_valid;
   reg a_valid = 1'h0;
   reg acc = 1'h0;
@@ -6895,11 +7012,14 @@ module \dx1_tile_core_a4.streamer (rst, spm_data, stalled, room, w_data, w_en, b
   wire [15:0] \job.m ;
   wire [15:0] \job.tag ;
   reg [15:0] left = 16'h0000;
+  output next_bank;
+  reg next_bank = 1'h0;
   wire push;
   wire [66:0] r_data;
   reg r_en;
   wire r_rdy;
-  reg read_bank = 1'h0;
+  (* init = 1'h0 *)
+  wire read_bank;
   reg [25:0] read_ctl = 26'h0000000;
   wire [7:0] \read_ctl.acc_addr ;
   wire \read_ctl.accumulate ;
@@ -6931,8 +7051,6 @@ module \dx1_tile_core_a4.streamer (rst, spm_data, stalled, room, w_data, w_en, b
   wire w_en;
   wire w_rdy;
   always @(posedge clk)
-    c <= \$38 ;
-  always @(posedge clk)
     rows <= \$39 ;
   always @(posedge clk)
     acc <= \$40 ;
@@ -6941,17 +7059,15 @@ module \dx1_tile_core_a4.streamer (rst, spm_data, stalled, room, w_data, w_en, b
   always @(posedge clk)
     read_valid <= \$42 ;
   always @(posedge clk)
-    read_bank <= \$43 ;
+    next_bank <= \$43 ;
   always @(posedge clk)
     read_ctl <= \$44 ;
   always @(posedge clk)
     a_valid <= \$45 ;
   always @(posedge clk)
-    a_bank <= \$46 ;
+    ctl <= \$46 ;
   always @(posedge clk)
-    ctl <= \$47 ;
-  always @(posedge clk)
-    a <= \$48 ;
+    a <= \$47 ;
   assign \$1  = | row;
   assign \$2  = bank ? bank_full[1] : bank_full[0];
   assign \$3  = \$1  | \$2 ;
@@ -6998,6 +7114,8 @@ module \dx1_tile_core_a4.streamer (rst, spm_data, stalled, room, w_data, w_en, b
     first <= \$36 ;
   always @(posedge clk)
     active <= \$37 ;
+  always @(posedge clk)
+    c <= \$38 ;
   \dx1_tile_core_a4.streamer.stream_q  stream_q (
     .clk(clk),
     .r_data(r_data),
@@ -7071,23 +7189,16 @@ module \dx1_tile_core_a4.streamer (rst, spm_data, stalled, room, w_data, w_en, b
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
-    \$46  = read_bank;
+    \$46  = read_ctl;
     if (rst) begin
-      \$46  = 1'h0;
+      \$46  = 26'h0000000;
     end
   end
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
-    \$47  = read_ctl;
+    \$47  = spm_data;
     if (rst) begin
-      \$47  = 26'h0000000;
-    end
-  end
-  always @* begin
-    if (\$auto$verilog_backend.cc:2355:dump_module$19 ) begin end
-    \$48  = spm_data;
-    if (rst) begin
-      \$48  = 32'd0;
+      \$47  = 32'd0;
     end
   end
   always @* begin
@@ -7220,6 +7331,7 @@ module \dx1_tile_core_a4.streamer (rst, spm_data, stalled, room, w_data, w_en, b
   assign push = w_en;
   assign w_rdy = room;
   assign stream_bank = bank;
+  assign read_bank = next_bank;
   assign \job.a_addr  = w_data[9:0];
   assign \job.c_addr  = w_data[17:10];
   assign \job.m  = w_data[33:18];
@@ -7905,7 +8017,7 @@ module \dx1_tile_core_a4.vector$242 (rst, spm_a_data, spm_b_data, acc_a_data, ac
     .d_acc(d_acc),
     .out(\out$84 ),
     .out_valid(out_valid),
-    .\port$3200$1 (ctl_lanes10[2:1]),
+    .\port$3270$1 (ctl_lanes10[2:1]),
     .rst(rst),
     .terms(terms),
     .valid(\valid$59 ),
@@ -12239,7 +12351,7 @@ module \dx1_tile_core_a4.vector$242.lanes (rst, valid, a, b, vop, shift, imm, im
 endmodule
 
 (* generator = "Amaranth" *)
-module \dx1_tile_core_a4.vector$242.reducer (rst, valid, vop, d_acc, \port$3200$1 , terms, out_valid, out, clk);
+module \dx1_tile_core_a4.vector$242.reducer (rst, valid, vop, d_acc, \port$3270$1 , terms, out_valid, out, clk);
   reg \$auto$verilog_backend.cc:2355:dump_module$24  = 0;
   wire \$1 ;
   wire \$10 ;
@@ -12325,8 +12437,8 @@ module \dx1_tile_core_a4.vector$242.reducer (rst, valid, vop, d_acc, \port$3200$
   wire [31:0] \out[3] ;
   output out_valid;
   reg out_valid = 1'h0;
-  input [1:0] \port$3200$1 ;
-  wire [1:0] \port$3200$1 ;
+  input [1:0] \port$3270$1 ;
+  wire [1:0] \port$3270$1 ;
   reg [31:0] row = 32'd0;
   input rst;
   wire rst;
@@ -12415,8 +12527,8 @@ module \dx1_tile_core_a4.vector$242.reducer (rst, valid, vop, d_acc, \port$3200$
   always @* begin
     if (\$auto$verilog_backend.cc:2355:dump_module$24 ) begin end
     \$26 [0] = valid;
-    \$26 [1] = \port$3200$1 [0];
-    \$26 [2] = \port$3200$1 [1];
+    \$26 [1] = \port$3270$1 [0];
+    \$26 [2] = \port$3270$1 [1];
     \$26 [3] = \$1 ;
     \$26 [4] = d_acc;
     if (rst) begin
@@ -12485,8 +12597,8 @@ module \dx1_tile_core_a4.vector$242.reducer (rst, valid, vop, d_acc, \port$3200$
       \$34  = 128'h00000000000000000000000000000000;
     end
   end
-  assign first = \port$3200$1 [0];
-  assign last = \port$3200$1 [1];
+  assign first = \port$3270$1 [0];
+  assign last = \port$3270$1 [1];
   assign \ctl1.valid  = ctl1[0];
   assign \ctl1.first  = ctl1[1];
   assign \ctl1.last  = ctl1[2];

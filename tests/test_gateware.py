@@ -13,7 +13,8 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
-from amaranth.hdl import Fragment
+from amaranth.hdl import Fragment, Module
+from amaranth.lib import wiring
 from amaranth_run import simulate
 
 from dx1_bringup.gateware import PostOp, SystolicArray, TileCore
@@ -201,13 +202,37 @@ def _matmul32(row: np.ndarray, b: np.ndarray) -> list[int]:
     return (row.astype(np.int64) @ b.astype(np.int64)).astype(np.int32).tolist()
 
 
+class _BankBesideRow(wiring.Component):
+    """A systolic array with every input but the bank registered once: ``a_bank`` names the bank of the
+    row on ``a`` in the same cycle, as a bench writes it (the array's ``next_bank`` is a cycle ahead).
+    ``LATENCY`` is the array's plus that register."""
+
+    def __init__(self, array: SystolicArray):
+        self.array = array
+        self.LATENCY = array.LATENCY + 1
+        ports = dict(array.signature.members)
+        ports["a_bank"] = ports.pop("next_bank")
+        super().__init__(ports)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.array = array = self.array
+        m.d.comb += array.next_bank.eq(self.a_bank)
+        m.d.sync += [getattr(array, name).eq(getattr(self, name))
+                     for name in ("a", "a_valid", "ctl", "w_row", "w_load", "w_bank")]
+        m.d.comb += [getattr(self, name).eq(getattr(array, name)) for name in ("out", "out_valid", "out_ctl")]
+        return m
+
+
 @pytest.mark.amaranth_sim
 @pytest.mark.parametrize("size", [4, 2, 8])
 def test_systolic_array_two_banks(size: int) -> None:
     """SystolicArray(size) multiplies each activation row by the weights of the bank it names, output LATENCY
     cycles later with all columns together and ctl alongside: bank 0 alone, then blocks of rows alternating
-    between banks 0 and 1, then bank 0 reloaded while bank 1 streams."""
-    dut = SystolicArray(size, ctl_width=8)
+    between banks 0 and 1, then bank 0 reloaded while bank 1 streams (rows right after a load included).
+    The array takes a row's bank a cycle ahead of the row; the bench names it beside the row, through
+    :class:`_BankBesideRow`."""
+    dut = _BankBesideRow(SystolicArray(size, ctl_width=8))
     rng = np.random.default_rng(size)
     b0, b1, b2 = (random_int8(rng, (size, size)) for _ in range(3))
     weights = {0: b0, 1: b1}

@@ -259,7 +259,8 @@ def test_activation_streamer_streams_each_chunk_through_its_bank() -> None:
     """A job of m=3 rows from a_addr 5, 2 chunks, c_addr 20 streams rows 5, 6, 7 through bank 0, then the next
     chunk's rows 8, 9, 10 through bank 1 once it is full, both to accumulator rows 20..22, accumulate off then on,
     last on the final row; it stalls while the bank is not full.  Each row enters the array two cycles after its
-    address went to the scratchpad: one for the read, one for the register in front of the array."""
+    address went to the scratchpad: one for the read, one for the register in front of the array; its bank is
+    named a cycle before the row (``next_bank``)."""
     dut = ActivationStreamer(CFG)
     seen = []
     stalls = 0
@@ -272,17 +273,17 @@ def test_activation_streamer_streams_each_chunk_through_its_bank() -> None:
         ctx.set(dut.push, 1)
         await ctx.tick()
         ctx.set(dut.push, 0)
-        addr = None
+        addr = bank = None
         for cycle in range(20):
             ctx.set(dut.bank_full, 0b01 if cycle < 8 else 0b11)
             if addr is not None:
                 ctx.set(dut.spm_data, addr)
             if ctx.get(dut.a_valid):
-                seen.append((ctx.get(dut.a), ctx.get(dut.a_bank), ctx.get(dut.ctl.acc_addr),
+                seen.append((ctx.get(dut.a), bank, ctx.get(dut.ctl.acc_addr),
                              ctx.get(dut.ctl.accumulate), ctx.get(dut.ctl.last), ctx.get(dut.ctl.tag)))
                 entered_at[ctx.get(dut.a)] = cycle
             stalls += ctx.get(dut.stalled)
-            addr = ctx.get(dut.spm_addr)
+            addr, bank = ctx.get(dut.spm_addr), ctx.get(dut.next_bank)
             if addr:
                 read_at[addr] = cycle
             await ctx.tick()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from amaranth import Array, Module, Signal, signed
+from amaranth import Module, Mux, Signal, signed
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -21,8 +21,12 @@ class SystolicArray(wiring.Component):
     row m's result appears on ``out`` exactly ``LATENCY`` cycles after row m
     was on ``a``, all columns in the same cycle.
 
-    Each activation row carries the bank bit of the weights it is multiplied
-    with, so one bank can be loaded while the other is in use.  Loading shifts
+    Each activation row names the bank of the weights it is multiplied with,
+    a cycle ahead: ``next_bank`` is the bank of the row that is on ``a`` in the
+    next cycle (whether or not that cycle has a row).  Each element then picks
+    its weight into a register the cycle before it multiplies, so the path into
+    a multiplier starts at a register rather than at a bank multiplexer.  One
+    bank can be loaded while the other is in use.  Loading shifts
     ``w_row`` into row 0 of bank ``w_bank`` and every row of that bank down by
     one; after ``size`` loads, row k holds the ``size - 1 - k``-th row shifted
     in.  A bank must not be loaded while activations that use it are still in
@@ -49,7 +53,7 @@ class SystolicArray(wiring.Component):
         super().__init__({
             "a": In(lanes8),
             "a_valid": In(1),
-            "a_bank": In(1),
+            "next_bank": In(1),
             "ctl": In(ctl_width),
             "w_row": In(lanes8),
             "w_load": In(1),
@@ -63,21 +67,26 @@ class SystolicArray(wiring.Component):
         m = Module()
         n = self.size
 
-        # weights[bank][k][col]
+        # weights[bank][k][col], and what each holds after this cycle's load (if any): a row picks
+        # its weight from that, a cycle before it multiplies, so it sees the bank as it stands then.
         weights = [[[Signal(signed(8), name=f"w{b}_{k}_{c}") for c in range(n)] for k in range(n)]
                    for b in range(2)]
+        loaded = [[[Signal(signed(8), name=f"w{b}_{k}_{c}_next") for c in range(n)] for k in range(n)]
+                  for b in range(2)]
         for b in range(2):
-            with m.If(self.w_load & (self.w_bank == b)):
+            load = self.w_load & (self.w_bank == b)
+            for k in range(n):
                 for c in range(n):
-                    m.d.sync += weights[b][0][c].eq(self.w_row[c])
-                    for k in range(1, n):
-                        m.d.sync += weights[b][k][c].eq(weights[b][k - 1][c])
+                    shifted = self.w_row[c] if k == 0 else weights[b][k - 1][c]
+                    m.d.comb += loaded[b][k][c].eq(Mux(load, shifted, weights[b][k][c]))
+                    m.d.sync += weights[b][k][c].eq(loaded[b][k][c])
 
-        # Row k of the activations (and its bank bit) is delayed k cycles before column 0.
+        # Row k of the activations is delayed k cycles before column 0, and its bank with it (the bank
+        # a cycle ahead of the row: next_bank delayed k cycles is the bank of column 0's next row).
         a_in = []
         bank_in = []
         for k in range(n):
-            a, bank = self.a[k], self.a_bank
+            a, bank = self.a[k], self.next_bank
             for d in range(k):
                 a_d = Signal(signed(8), name=f"skew{k}_{d}")
                 bank_d = Signal(name=f"skew_bank{k}_{d}")
@@ -92,12 +101,13 @@ class SystolicArray(wiring.Component):
             for k in range(n):
                 a_reg = Signal(signed(8), name=f"a_{k}_{c}")
                 bank_reg = Signal(name=f"bank_{k}_{c}")
+                w_reg = Signal(signed(8), name=f"wsel_{k}_{c}")
                 psum_reg = Signal(signed(32), name=f"psum_{k}_{c}")
-                w = Array([weights[0][k][c], weights[1][k][c]])[bank_in[k]]
-                product = a_in[k] * w
+                product = a_in[k] * w_reg
                 m.d.sync += [
                     a_reg.eq(a_in[k]),
                     bank_reg.eq(bank_in[k]),
+                    w_reg.eq(Mux(bank_in[k], loaded[1][k][c], loaded[0][k][c])),
                     psum_reg.eq(product if psum is None else psum + product),
                 ]
                 a_in[k], bank_in[k] = a_reg, bank_reg

@@ -134,7 +134,7 @@ class SystolicTB(Harness):
         d.a_valid.value = 0
         d.w_load.value = 0
         d.a.value = 0
-        d.a_bank.value = 0
+        d.next_bank.value = 0
         d.ctl.value = 0
         d.w_row.value = 0
         d.w_bank.value = 0
@@ -152,12 +152,14 @@ class SystolicTB(Harness):
         self.results.clear()
         monitor = cocotb.start_soon(self._monitor())
         edge = RisingEdge(d.clk)
+        banks = [c[2] for c in sched.cycles] + [0]  # the array takes each cycle's bank a cycle ahead
+        d.next_bank.value = banks[0]
         await edge
         self._start = self.cycle
-        for a_valid, a, a_bank, ctl, w_load, w_row, w_bank in sched.cycles:
+        for i, (a_valid, a, _, ctl, w_load, w_row, w_bank) in enumerate(sched.cycles):
             d.a_valid.value = a_valid
             d.a.value = a
-            d.a_bank.value = a_bank
+            d.next_bank.value = banks[i + 1]
             d.ctl.value = ctl
             d.w_load.value = w_load
             d.w_row.value = w_row

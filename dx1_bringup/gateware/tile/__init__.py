@@ -156,7 +156,7 @@ class TileCore(wiring.Component):
             loader.bank_empty.eq(banks.empty), streamer.bank_full.eq(banks.full),
             array.w_load.eq(loader.w_load), array.w_bank.eq(loader.w_bank), array.w_row.eq(loader.w_row),
             streamer.spm_data.eq(spm_ra.data),
-            array.a.eq(streamer.a), array.a_valid.eq(streamer.a_valid), array.a_bank.eq(streamer.a_bank),
+            array.a.eq(streamer.a), array.a_valid.eq(streamer.a_valid), array.next_bank.eq(streamer.next_bank),
             array.ctl.eq(streamer.ctl),
             results.out.eq(array.out), results.out_valid.eq(array.out_valid), results.out_ctl.eq(array.out_ctl),
             results.acc_data.eq(acc_rc.data),

@@ -37,7 +37,8 @@ class ActivationStreamer(wiring.Component):
     the next bank, starting once that bank is full (``bank_full``); the bank is
     reported STREAMING at the chunk's first row and DRAINING at its last.  Each
     row is read on the scratchpad read port (``spm_addr``, ``spm_data`` a cycle
-    later) and enters the array (``a``, ``a_valid``, ``a_bank``) a cycle after that, with its
+    later) and enters the array (``a``, ``a_valid``) a cycle after that, its bank named a cycle
+    ahead (``next_bank``: the bank of the row on ``a`` in the next cycle, as the array takes it), with its
     ``ctl``: accumulator row ``c_addr + i``, whether to add to it (every chunk
     but the first, or all with ``accumulate``), and ``last`` on the job's last
     row.  ``stalled`` is high while a job waits for its bank.
@@ -56,7 +57,7 @@ class ActivationStreamer(wiring.Component):
             "bank_full": In(2),
             "stream_start": Out(1), "stream_end": Out(1), "stream_bank": Out(1),
             "spm_addr": Out(spm_bits), "spm_data": In(8 * n),
-            "a": Out(8 * n), "a_valid": Out(1), "a_bank": Out(1), "ctl": Out(row_ctl_layout(config)),
+            "a": Out(8 * n), "a_valid": Out(1), "next_bank": Out(1), "ctl": Out(row_ctl_layout(config)),
             "stalled": Out(1),
         })
 
@@ -96,7 +97,7 @@ class ActivationStreamer(wiring.Component):
             ]
         # The row read a cycle after issue is registered once more before the array: the scratchpad's
         # read port and the first column's multipliers sit far apart on an FPGA, and together they
-        # made the tile's critical path.  Valid, bank and ctl wait the same two cycles.
+        # made the tile's critical path.  Valid and ctl wait the same two cycles, the bank one.
         read_valid = Signal()
         read_bank = Signal()
         read_ctl = Signal.like(self.ctl)
@@ -104,7 +105,7 @@ class ActivationStreamer(wiring.Component):
             read_valid.eq(issue), read_bank.eq(bank),
             read_ctl.acc_addr.eq(c + row), read_ctl.accumulate.eq(acc | ~first),
             read_ctl.last.eq((left == 1) & (row == rows - 1)), read_ctl.tag.eq(tag),
-            self.a_valid.eq(read_valid), self.a_bank.eq(read_bank), self.ctl.eq(read_ctl),
-            self.a.eq(self.spm_data),
+            self.a_valid.eq(read_valid), self.ctl.eq(read_ctl), self.a.eq(self.spm_data),
         ]
+        m.d.comb += self.next_bank.eq(read_bank)
         return m
