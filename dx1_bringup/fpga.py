@@ -45,8 +45,10 @@ __all__ = [
 #: the array, 16 for the post-op's 32x16-bit requantise multipliers, 5 for the command processor's
 #: multiplications, 1 for the tile core's), so two (172) do not fit.  The tile is the default one (32 KiB
 #: scratchpad and 32 KiB of accumulators, each held twice for its two read ports: 64 DP16KD); 128 KiB of
-#: device memory (64 DP16KD).
-ULX3S_85F_CONFIG = SocConfig(tiles=1, tile=TileConfig(), mem_bytes=128 << 10)
+#: device memory (64 DP16KD) in one bank: banks serve several tiles' bursts at once, and one tile gains nothing
+#: from four, whose arbiters and read-data multiplexers (a crossbar to every master, the link's four more) cost
+#: about 5000 LUT4 and the routing that kept the link's build from closing 50 MHz (fpga/README.md).
+ULX3S_85F_CONFIG = SocConfig(tiles=1, tile=TileConfig(), mem_bytes=128 << 10, mem_banks=1)
 #: Arty A7-35T (50 RAMB36 = 1.8 Mbit, 90 DSP48E1).  One tile (64 multipliers), 64 KiB of device memory.
 ARTY_A7_35_CONFIG = SocConfig(tiles=1, tile=TileConfig(array=8, spm_rows=1024, acc_rows=256), mem_bytes=64 << 10)
 
