@@ -351,15 +351,17 @@ def open_sim(device: str) -> SimTransport:
     return transport
 
 
-def _parse_sim_board(device: str) -> tuple[int, SocConfig | None] | None:
-    """The chip count and SoC configuration of a ``sim:chips=N[,tiles=T,banks=B,mem_mib=M,vector=V]`` device
-    string; None when it has no ``chips=`` item.  Starts nothing.
+def _parse_sim_board(device: str) -> tuple[int, SocConfig | None, int] | None:
+    """The chip count, SoC configuration and thread count of a
+    ``sim:chips=N[,tiles=T,banks=B,mem_mib=M,vector=V,threads=H]`` device string; None when it has no ``chips=``
+    item.  Starts nothing.
 
     Raises
     ------
     ValueError
-        ``chips=`` is not 2 to MAX_CHIPS, a size is one the SoC does not take, or another item is given (stalls,
-        ``verilog=``, ``server=`` other than native: a board is generated and served natively).
+        ``chips=`` is not 2 to MAX_CHIPS, a size is one the SoC does not take, ``threads=`` is not 1 to the chip
+        count, or another item is given (stalls, ``verilog=``, ``server=`` other than native: a board is generated
+        and served natively).
     """
     if not device.startswith("sim:"):
         return None
@@ -370,18 +372,24 @@ def _parse_sim_board(device: str) -> tuple[int, SocConfig | None] | None:
     if chips < 2:
         raise ValueError(f"device {device!r}: a board of simulated chips has chips=2 to {MAX_CHIPS} (one chip is "
                          f"sim, or sim:tiles=...)")
-    rest = [item for item in rest if item != "server=native"]
+    threads = [item.partition("=")[2] for item in rest if item.partition("=")[0] == "threads"]
+    rest = [item for item in rest if item != "server=native" and item.partition("=")[0] != "threads"]
+    if len(threads) > 1 or (threads and not (threads[0].isdigit() and 1 <= int(threads[0]) <= chips)):
+        raise ValueError(f"device {device!r}: threads= takes the number of threads that tick the board's chips, 1 "
+                         f"to {chips}, once; not {','.join(threads)!r}")
     if rest:
-        raise ValueError(f"device {device!r}: a board of simulated chips takes tiles=, banks=, mem_mib= and vector= "
-                         f"besides chips=, not {','.join(rest)!r} (sim:chips=N[,tiles=T,banks=B,mem_mib=M,vector=V])")
-    return chips, config
+        raise ValueError(f"device {device!r}: a board of simulated chips takes tiles=, banks=, mem_mib=, vector= and "
+                         f"threads= besides chips=, not {','.join(rest)!r} "
+                         f"(sim:chips=N[,tiles=T,banks=B,mem_mib=M,vector=V,threads=H])")
+    return chips, config, int(threads[0]) if threads else 1
 
 
 def open_sim_board(device: str) -> list[SimTransport]:
-    """Open ``sim:chips=N[,tiles=T,banks=B,mem_mib=M,vector=V]``: a private simulator of N chips of that SoC
-    (the default link) in a ring in one simulator process (:func:`~dx1_bringup.sim.launch.open_board`; its chip
-    model generated and built the first time, minutes), one transport a chip in rank order, rank 0's listing all in
-    ``board_transports`` (so ``DeviceGroup.open("sim:chips=4")`` makes a rank of each).
+    """Open ``sim:chips=N[,tiles=T,banks=B,mem_mib=M,vector=V,threads=H]``: a private simulator of N chips of that
+    SoC (the default link) in a ring in one simulator process (:func:`~dx1_bringup.sim.launch.open_board`; its chip
+    model generated and built the first time, minutes), its chips ticked on H threads (default 1; the same cycles
+    on any number), one transport a chip in rank order, rank 0's listing all in ``board_transports`` (so
+    ``DeviceGroup.open("sim:chips=4")`` makes a rank of each).
 
     Raises
     ------
@@ -393,10 +401,10 @@ def open_sim_board(device: str) -> list[SimTransport]:
     parsed = _parse_sim_board(device)
     if parsed is None:
         raise ValueError(f"device {device!r}: a board of simulated chips is sim:chips=N[,ITEMS]")
-    chips, config = parsed
+    chips, config, threads = parsed
     sizes = {} if config is None else {"tiles": config.tiles, "banks": config.mem_banks,
                                        "mem_mib": config.mem_bytes >> 20, "vector": int(config.tile.vector)}
-    return open_board(chips, **sizes)
+    return open_board(chips, threads=threads, **sizes)
 
 
 def _parse_sim(device: str) -> tuple[Path | None, SocConfig | None, UnitStalls | None, str | None]:

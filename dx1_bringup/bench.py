@@ -446,9 +446,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
             ok &= all(r["correct"] for runs in report["simspeed"]["runs"].values() for r in runs) and \
                 all(r["correct"] for r in report["simspeed"]["versus_amaranth"]["runs"].values())
         elif section == "boardspeed":
-            print(f"[{step}/{len(steps)}] The native server idle: one SoC and boards of "
-                  f"{', '.join(map(str, bench_boardspeed.BOARDS[1:]))} chips, cycles per server CPU second, "
-                  "interleaved ...", flush=True)
+            boards = ", ".join(f"{n}" + (f" on {t} threads" if t > 1 else "") for n, t in bench_boardspeed.BOARDS[1:])
+            print(f"[{step}/{len(steps)}] The native server idle: one SoC and boards of {boards} chips, cycles per "
+                  "server CPU second and per wall second, interleaved ...", flush=True)
             report["boardspeed"] = bench_boardspeed.boardspeed_bench(
                 {label: shlex.split(command) for label, command in args.boardspeed_also})
         elif section == "scaling":

@@ -151,9 +151,13 @@ def test_simulated_board_device_strings_are_checked_before_anything_starts():
                          ("sim:chips=9", "chips= must be a whole number of chips from 1 to 8, not '9'"),
                          ("sim:chips=2,chips=2", "chips= is given twice"),
                          ("sim:chips=2,tiles=9", "tiles"),
-                         ("sim:chips=2,stall=core0", "takes tiles=, banks=, mem_mib= and vector= besides chips=, "
-                                                     "not 'stall=core0'"),
-                         ("sim:chips=2,server=cocotb", "not 'server=cocotb'")):
+                         ("sim:chips=2,stall=core0", "takes tiles=, banks=, mem_mib=, vector= and threads= besides "
+                                                     "chips=, not 'stall=core0'"),
+                         ("sim:chips=2,server=cocotb", "not 'server=cocotb'"),
+                         ("sim:chips=4,threads=5", "threads= takes the number of threads that tick the board's chips, "
+                                                   "1 to 4, once; not '5'"),
+                         ("sim:chips=4,threads=0", "1 to 4, once; not '0'"),
+                         ("sim:chips=4,threads=2,threads=2", "once; not '2,2'")):
         with pytest.raises(ValueError, match=message):
             check_device(bad)
         with pytest.raises(ValueError, match=message):

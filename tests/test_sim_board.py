@@ -70,6 +70,16 @@ def test_the_link_fuzzer_finds_the_board_equal_to_the_model(built, capsys: pytes
     assert "the boards agree" in capsys.readouterr().out
 
 
+def test_a_board_on_threads_runs_the_cycles_of_one_thread(built, capsys: pytest.CaptureFixture[str]) -> None:
+    """sim:chips=4 with its chips ticked on 2 and on 3 threads: the link fuzzer finds each equal to one thread's board
+    (every chip's received bytes, semaphores and link counters after each batch)."""
+    assert main(["fuzz-link", "--commands", "120", "--seed", "5", "--boards",
+                 "sim:chips=4;sim:chips=4,threads=2"]) == 0
+    assert main(["fuzz-link", "--commands", "60", "--seed", "6", "--boards",
+                 "sim:chips=4,threads=3;sim:chips=4"]) == 0
+    assert capsys.readouterr().out.count("the boards agree") == 2
+
+
 def test_collectives_over_the_link_are_exact(built) -> None:
     with DeviceGroup.open(DEVICE, timeout=60) as g:
         assert g.has_link and g.size == 2
@@ -195,5 +205,5 @@ def test_the_boardspeed_bench_runs_each_board_idle_for_its_cycles(built) -> None
 
     report = boardspeed_bench(rounds=1, cycles=20_000)
     assert {label: run["chips"] for label, run in report["best"].items()} == {
-        "sim": 1, "sim:chips=2": 2, "sim:chips=4": 4}
+        "sim": 1, "sim:chips=2": 2, "sim:chips=4": 4, "sim:chips=4,threads=2": 4}
     assert all(run["cycles"] == 20_000 for run in report["best"].values())

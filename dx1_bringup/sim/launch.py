@@ -132,12 +132,14 @@ def _wait_ports(process: subprocess.Popen, port_file: Path, timeout: float) -> l
 
 
 def start_board(chips: int, *, tiles: int | None = None, banks: int | None = None, mem_mib: int | None = None,
-                vector: int | None = None, timeout: float = 3600.0) -> tuple[subprocess.Popen, list[int]]:
+                vector: int | None = None, threads: int = 1,
+                timeout: float = 3600.0) -> tuple[subprocess.Popen, list[int]]:
     """Start a private `dx1 sim serve --chips N --once`: a ring of ``chips`` chips of the default SoC (with
     ``tiles``, ``banks``, ``mem_mib``, ``vector`` as :func:`start_simulator` takes them) and the default link,
     in one server process, one instance of one Verilator model of a chip each
     (:func:`~dx1_bringup.sim.configs.chip_verilog`; generated and built the first time, minutes, and then shared by
-    boards of every size); the process and each chip's port, in rank order.
+    boards of every size), its chips ticked on ``threads`` threads; the process and each chip's port, in rank
+    order.
 
     Raises
     ------
@@ -149,7 +151,8 @@ def start_board(chips: int, *, tiles: int | None = None, banks: int | None = Non
         port_file = Path(tmp) / "port"
         process = subprocess.Popen(
             [sys.executable, "-m", "dx1_bringup.sim.serve", "--once", "--port-file", str(port_file),
-             f"--chips={chips}"] + [f"--{key}={value}" for key, value in sizes.items() if value is not None],
+             f"--chips={chips}", f"--threads={threads}"]
+            + [f"--{key}={value}" for key, value in sizes.items() if value is not None],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         ports = _wait_ports(process, port_file, timeout)
     if len(ports) != chips:
@@ -160,8 +163,8 @@ def start_board(chips: int, *, tiles: int | None = None, banks: int | None = Non
 
 
 def open_board(chips: int, **sizes: int | None) -> list[BoardSimTransport]:
-    """Start a board of ``chips`` chips (:func:`start_board`, ``sizes`` as it takes them) and connect to each
-    chip; rank 0's transport lists them all in ``board_transports``."""
+    """Start a board of ``chips`` chips (:func:`start_board`, ``sizes`` and threads as it takes them) and connect to
+    each chip; rank 0's transport lists them all in ``board_transports``."""
     process, ports = start_board(chips, **sizes)
     board = BoardProcess(process, chips)
     transports: list[BoardSimTransport] = []

@@ -29,7 +29,7 @@ def serve(port: int = 0, port_file: str | None = None, once: bool = False, quiet
           uart: bool = False, fault_rate: float = 0.0, fault_seed: int = 1, host_path: str = "backdoor",
           verilog: str | None = None, tiles: int | None = None, banks: int | None = None,
           mem_mib: int | None = None, vector: int | None = None, clock: str = "cocotb",
-          server: str | None = None, chips: int | None = None) -> None:
+          server: str | None = None, chips: int | None = None, threads: int = 1) -> None:
     """Build the simulated device (first time only) and serve it until a client stops the server.
 
     ``server`` (SoC only): ``"native"``, the C++ server of :mod:`.native`, which this process becomes
@@ -47,7 +47,8 @@ def serve(port: int = 0, port_file: str | None = None, once: bool = False, quiet
     of :mod:`dx1_bringup.sim.clocked_top` (backdoor host path only).  ``chips`` (2 or more, native server, backdoor
     host path, not with ``uart`` or ``verilog``): a board of that many chips of the SoC (sized as above, with the
     default link) in a ring, one instance of one model of a chip each (:func:`~dx1_bringup.sim.configs.chip_verilog`),
-    one socket a chip.
+    one socket a chip; ``threads`` (1 to ``chips``) threads tick the board's chips, each its share of every cycle
+    (the same cycles on any number).
     """
     if host_path not in HOST_PATHS:
         raise ValueError(f"host_path must be one of {', '.join(HOST_PATHS)}, not {host_path!r}")
@@ -64,9 +65,11 @@ def serve(port: int = 0, port_file: str | None = None, once: bool = False, quiet
     if sized and (uart or verilog is not None):
         raise ValueError("tiles, banks, mem_mib and vector configure the generated SoC; they cannot be given with "
                          "uart or verilog")
+    if threads != 1 and chips is None:
+        raise ValueError(f"threads tick the chips of a board: {threads} threads need chips")
     if chips is not None:
         if problem := board_problem(chips, uart=uart, verilog=verilog, server=server, host_path=host_path,
-                                    clock=clock):
+                                    clock=clock, threads=threads):
             raise ValueError(problem)
         from .configs import chip_verilog, soc_config
 
@@ -86,7 +89,8 @@ def serve(port: int = 0, port_file: str | None = None, once: bool = False, quiet
         module = BOARD_MODULE if uart else CHIP_MODULE if chips is not None else SOC_MODULE
         program = str(build(module, None if verilog is None else Path(verilog)))
         argv = [program, "--port", str(port)] + (["--port-file", port_file] if port_file else []) + (
-            ["--once"] if once else []) + (["--chips", str(chips)] if chips is not None else [])
+            ["--once"] if once else []) + (["--chips", str(chips), "--threads", str(threads)] if chips is not None
+                                           else [])
         sys.stdout.flush()
         os.execve(program, argv, {**os.environ, **env})
     module, cocotb_server = (BOARD_MODULE, "board_server") if uart else (SOC_MODULE, "soc_server")
@@ -103,8 +107,8 @@ def choose_server(server: str | None, *, host_path: str, clock: str) -> str:
 
 
 def board_problem(chips: int, *, uart: bool, verilog: str | None, server: str, host_path: str,
-                  clock: str) -> str | None:
-    """Why a board of ``chips`` chips cannot be served with these options, or None."""
+                  clock: str, threads: int = 1) -> str | None:
+    """Why a board of ``chips`` chips cannot be served with these options (``threads`` ticking it), or None."""
     from ..spec import MAX_CHIPS
 
     if isinstance(chips, bool) or not isinstance(chips, int) or not 2 <= chips <= MAX_CHIPS:
@@ -113,6 +117,8 @@ def board_problem(chips: int, *, uart: bool, verilog: str | None, server: str, h
         return "a board of chips is generated from the SoC's sources; it cannot be given with uart or verilog"
     if server != "native" or host_path != "backdoor" or clock != "cocotb":
         return "a board of chips is served by the native server only (backdoor host path, its own clock)"
+    if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= chips:
+        return f"a board of {chips} chips ticks on 1 to {chips} threads, not {threads!r}"
     return None
 
 
@@ -166,6 +172,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--chips", type=types.positive, default=None,
                         help="serve a board of this many chips (2 to 8) of the SoC in a ring, with the default link, "
                              "one port a chip (the port file lists them in rank order; native server only)")
+    parser.add_argument("--threads", type=types.positive, default=1,
+                        help="with --chips: tick the board's chips on this many threads, 1 to the chip count "
+                             "(each its share of every cycle; the same cycles on any number; default 1)")
     parser.add_argument("--vector", type=int, choices=(0, 1), default=None,
                         help="0: serve a SoC whose tiles have no vector unit (default 1; not with --uart or --verilog)")
 
@@ -194,9 +203,11 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             soc_config(args.tiles, args.banks, args.mem_mib, args.vector)
         except (TypeError, ValueError) as e:
             parser.error(f"--tiles/--banks/--mem-mib/--vector: {e}")
+    if args.threads != 1 and args.chips is None:
+        parser.error("--threads ticks the chips of a board: it needs --chips")
     if args.chips is not None and (problem := board_problem(args.chips, uart=args.uart, verilog=args.verilog,
                                                             server=server, host_path=args.host_path,
-                                                            clock=args.clock)):
+                                                            clock=args.clock, threads=args.threads)):
         parser.error(f"--chips: {problem}")
     reason = verilator_missing()
     if reason:
@@ -209,7 +220,7 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         serve(args.port, args.port_file, args.once, quiet=False, uart=args.uart, fault_rate=args.fault_rate,
               fault_seed=args.fault_seed, host_path=args.host_path, verilog=args.verilog, tiles=args.tiles,
               banks=args.banks, mem_mib=args.mem_mib, vector=args.vector, clock=args.clock, server=server,
-              chips=args.chips)
+              chips=args.chips, threads=args.threads)
     except (SimulationFailed, RuntimeError) as exc:
         print(f"dx1 sim serve: {exc}", file=sys.stderr)
         return 1

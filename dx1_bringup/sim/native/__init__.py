@@ -59,6 +59,8 @@ SERVER_SOURCES = {SOC_MODULE: Path(__file__).with_name("sim_server.cpp"),
 PROGRAMS = {SOC_MODULE: "dx1_sim_server", BOARD_MODULE: "dx1_board_server", CHIP_MODULE: "dx1_sim_server"}
 #: What both servers include: their command line and listener.
 SHARED_SOURCE = Path(__file__).with_name("server_socket.h")
+#: What the board's server includes to tick its chips on several threads.
+LOCKSTEP_SOURCE = Path(__file__).with_name("lockstep.h")
 HEADERS = (REPO_ROOT / "drivers" / "include" / "dx1_link.h", REPO_ROOT / "drivers" / "include" / "dx1_regs.h")
 #: Inputs the native wrapper registers: the reset only (the unit stalls act on the edge after STALL, as on
 #: the cocotb server's bare SoC).
@@ -129,6 +131,7 @@ def build(module: str, verilog: Path | None = None, *, log: Path | None = None) 
                 "fast", "--prefix", "Vtop", "--top-module", top, str(VERILATOR_WAIVERS), str(BACKDOOR_CONFIG),
                 str(source), str(wrapper), str(server_source), "-CFLAGS", f"-I{HEADERS[0].parent}",
                 "-CFLAGS", f"-I{SHARED_SOURCE.parent}", "-CFLAGS", f"-DDX1_LINK={int(module == CHIP_MODULE)}",
+                "-CFLAGS", "-std=gnu++20",
                 "-Mdir", str(build_dir / "obj"), "-o", str(program)]
         flags = list(BUILD_FLAGS)
         if (objcache := objcache_wrapper()) is not None:
@@ -136,7 +139,7 @@ def build(module: str, verilog: Path | None = None, *, log: Path | None = None) 
         digest = hashlib.sha256()
         for part in (*args, *flags):
             digest.update(part.encode() + b"\0")
-        for path in (source, wrapper, server_source, SHARED_SOURCE, *HEADERS):
+        for path in (source, wrapper, server_source, SHARED_SOURCE, LOCKSTEP_SOURCE, *HEADERS):
             digest.update(path.read_bytes())
         stamp = build_dir / "stamp"
         if program.exists() and stamp.exists() and stamp.read_text() == digest.hexdigest():

@@ -1,6 +1,7 @@
 // The listening side that both native servers share: their command line and their loopback listener.
 //
-// Usage of either server: PROGRAM [--port P] [--port-file F] [--once] (the board of chips also [--chips N]).
+// Usage of either server: PROGRAM [--port P] [--port-file F] [--once] (the board of chips also --chips N
+// [--threads T]).
 // Port 0 picks a free port; the port file gets the port chosen (a board of chips: one a chip, space-separated),
 // written whole and then renamed so that a reader never sees part of it.
 
@@ -21,10 +22,11 @@ struct ServerArgs {
     int port = 0;
     const char* port_file = nullptr;
     bool once = false;
-    int chips = 0;  // --chips N: how many chips the board has (0: not given)
+    int chips = 0;    // --chips N: how many chips the board has (0: not given)
+    int threads = 1;  // --threads T: how many threads tick the board's chips
 };
 
-// The options of argv (--chips only if `chips` says the program takes it); exits with status 2 and the usage on
+// The options of argv (--chips and --threads only if `chips` says the program takes them); exits with status 2 and the usage on
 // anything else.
 inline ServerArgs parse_server_args(int argc, char** argv, bool chips = false) {
     ServerArgs args;
@@ -38,9 +40,11 @@ inline ServerArgs parse_server_args(int argc, char** argv, bool chips = false) {
             args.once = true;
         } else if (chips && arg == "--chips" && i + 1 < argc) {
             args.chips = std::atoi(argv[++i]);
+        } else if (chips && arg == "--threads" && i + 1 < argc) {
+            args.threads = std::atoi(argv[++i]);
         } else {
             std::fprintf(stderr, "usage: %s [--port P] [--port-file F] [--once]%s\n", argv[0],
-                         chips ? " --chips N" : "");
+                         chips ? " --chips N [--threads T]" : "");
             std::exit(2);
         }
     }

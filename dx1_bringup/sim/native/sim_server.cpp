@@ -15,7 +15,11 @@
 // listening socket a chip, a request on chip r's socket acting on chip r's host ports (dx1_bringup/spec/link.py,
 // "Simulator socket").
 //
-// Usage: dx1_sim_server [--port P] [--port-file F] [--once]; with DX1_LINK also --chips N
+// A board's chips may tick on several threads (--threads T, lockstep.h): each cycle, after the hand-over of
+// every chip's link outputs, thread t ticks its share of the chips, so the board runs the same cycles on any
+// number of threads.
+//
+// Usage: dx1_sim_server [--port P] [--port-file F] [--once]; with DX1_LINK also --chips N [--threads T]
 
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -34,6 +38,7 @@
 #include "Vtop.h"
 #include "dx1_link.h"
 #include "dx1_regs.h"
+#include "lockstep.h"
 #include "server_socket.h"
 #include "verilated.h"
 #include "verilated_syms.h"
@@ -146,11 +151,12 @@ int ring_peer(int chip, uint32_t port, int chips) { return port == 0 ? (chip + 1
     } while (0)
 #endif
 
-// The model: one SoC, or a board of chips in a ring on one clock.
+// The model: one SoC, or a board of chips in a ring on one clock, its chips ticked on `threads` threads.
 class Model {
   public:
-    explicit Model(int chips) {
+    explicit Model(int chips, int threads = 1) : threads_(threads) {
         for (int i = 0; i < chips; ++i) chips_.emplace_back(new Chip);
+        if (threads > 1) lockstep_.reset(new dx1::Lockstep(threads, [this](int t) { tick_share(t); }));
 #if DX1_LINK
         // GLOBAL.CHIP_ID: rank i of `chips`, as ChipRing's straps.
         for (int i = 0; i < chips; ++i) {
@@ -165,7 +171,7 @@ class Model {
 
     // One clock cycle of every chip.  On a board, first every chip's link outputs (settled) into its peers'
     // wires, whose first registers take them at the rising edge: nothing a chip shows depends on those inputs
-    // before it, so the chips then tick one after another.
+    // before it, so the chips then tick one after another, or each thread's share at once.
     void tick() {
 #if DX1_LINK
         int n = chips();
@@ -175,7 +181,11 @@ class Model {
             DX1_HAND(chips_[ring_peer(i, 1, n)]->top(), 0, from, 1);
         }
 #endif
-        for (auto& chip : chips_) chip->tick();
+        if (lockstep_) {
+            lockstep_->run();
+        } else {
+            for (auto& chip : chips_) chip->tick();
+        }
         ++cycles_;
     }
 
@@ -213,7 +223,15 @@ class Model {
 #endif
 
   private:
+    // Thread t's share of a cycle: chips t n / T to (t + 1) n / T - 1.
+    void tick_share(int t) {
+        const int n = chips();
+        for (int i = t * n / threads_; i < (t + 1) * n / threads_; ++i) chips_[i]->tick();
+    }
+
+    const int threads_;
     std::vector<std::unique_ptr<Chip>> chips_;
+    std::unique_ptr<dx1::Lockstep> lockstep_;  // after chips_: its threads stop before the chips go
     uint64_t cycles_ = 0;
 };
 
@@ -699,7 +717,12 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "%s: a board has --chips 2 to %d, not %d\n", argv[0], kMaxChips, args.chips);
         return 2;
     }
-    Model model{args.chips};
+    if (args.threads < 1 || args.threads > args.chips) {
+        std::fprintf(stderr, "%s: a board of %d chips ticks on --threads 1 to %d, not %d\n", argv[0], args.chips,
+                     args.chips, args.threads);
+        return 2;
+    }
+    Model model{args.chips, args.threads};
     model.reset();
     serve_board(&model, args, argv[0]);
     return 0;
