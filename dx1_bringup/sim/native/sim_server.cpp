@@ -154,9 +154,8 @@ int ring_peer(int chip, uint32_t port, int chips) { return port == 0 ? (chip + 1
 // The model: one SoC, or a board of chips in a ring on one clock, its chips ticked on `threads` threads.
 class Model {
   public:
-    explicit Model(int chips, int threads = 1) : threads_(threads) {
+    explicit Model(int chips, int threads = 1) : lockstep_(threads, [this](int t) { tick_share(t); }) {
         for (int i = 0; i < chips; ++i) chips_.emplace_back(new Chip);
-        if (threads > 1) lockstep_.reset(new dx1::Lockstep(threads, [this](int t) { tick_share(t); }));
 #if DX1_LINK
         // GLOBAL.CHIP_ID: rank i of `chips`, as ChipRing's straps.
         for (int i = 0; i < chips; ++i) {
@@ -171,7 +170,7 @@ class Model {
 
     // One clock cycle of every chip.  On a board, first every chip's link outputs (settled) into its peers'
     // wires, whose first registers take them at the rising edge: nothing a chip shows depends on those inputs
-    // before it, so the chips then tick one after another, or each thread's share at once.
+    // before it, so each thread then ticks its share of the chips (on one thread, all of them in turn).
     void tick() {
 #if DX1_LINK
         int n = chips();
@@ -181,11 +180,7 @@ class Model {
             DX1_HAND(chips_[ring_peer(i, 1, n)]->top(), 0, from, 1);
         }
 #endif
-        if (lockstep_) {
-            lockstep_->run();
-        } else {
-            for (auto& chip : chips_) chip->tick();
-        }
+        lockstep_.run();
         ++cycles_;
     }
 
@@ -225,13 +220,12 @@ class Model {
   private:
     // Thread t's share of a cycle: chips t n / T to (t + 1) n / T - 1.
     void tick_share(int t) {
-        const int n = chips();
-        for (int i = t * n / threads_; i < (t + 1) * n / threads_; ++i) chips_[i]->tick();
+        const int n = chips(), threads = lockstep_.threads();
+        for (int i = t * n / threads; i < (t + 1) * n / threads; ++i) chips_[i]->tick();
     }
 
-    const int threads_;
     std::vector<std::unique_ptr<Chip>> chips_;
-    std::unique_ptr<dx1::Lockstep> lockstep_;  // after chips_: its threads stop before the chips go
+    dx1::Lockstep lockstep_;  // after chips_: its threads stop before the chips go
     uint64_t cycles_ = 0;
 };
 
